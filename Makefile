@@ -1,0 +1,41 @@
+# kasa — run `make help` for the targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+TEMPORAL_CLI_VERSION := v1.5.1
+TEMPORAL := $(BIN)/temporal
+# -race needs cgo; every package's tests run with it where the toolchain allows.
+RACE := $(shell $(GO) env CGO_ENABLED | grep -q 1 && echo -race)
+
+.DEFAULT_GOAL := help
+.PHONY: help build run test lint temporal-cli fuzz clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
+
+build: ## build ./bin/kasa
+	$(GO) build -o $(BIN)/kasa ./cmd/kasa
+
+$(TEMPORAL):
+	@echo "building the Temporal CLI $(TEMPORAL_CLI_VERSION) into ./bin (first time only, ~3 min)"
+	GOBIN=$(BIN) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+temporal-cli: $(TEMPORAL) ## build the pinned Temporal CLI (dev server + Web UI) into ./bin when missing
+
+run: build temporal-cli ## run the whole system locally (PostgreSQL, Temporal + UI, bank simulator, worker, API)
+	$(BIN)/kasa dev
+
+test: temporal-cli ## run every test: unit, integration (real PostgreSQL + Temporal) and end-to-end
+	$(GO) vet ./...
+	$(GO) test $(RACE) -count=1 -timeout 30m ./...
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+fuzz: ## run each fuzz target for 20s
+	$(GO) test ./payment -run '^$$' -fuzz FuzzParseRequest -fuzztime 20s
+	$(GO) test ./payment -run '^$$' -fuzz FuzzParseAmount -fuzztime 20s
+
+clean: ## remove build outputs (keeps .data)
+	rm -rf $(BIN)

@@ -1,0 +1,103 @@
+// Package activities performs the payment workflow's side effects, one method per step, and
+// classifies every failure as retryable or not for the workflow.
+package activities
+
+import (
+	"context"
+	"errors"
+
+	"github.com/google/uuid"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/provider"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// Store is the slice of the database the steps need.
+type Store interface {
+	Reserve(ctx context.Context, operationID uuid.UUID) error
+	Finalize(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error)
+	Release(ctx context.Context, operationID uuid.UUID, failureCode string) (payment.Payment, error)
+	MarkUnknown(ctx context.Context, operationID uuid.UUID) (payment.Payment, error)
+}
+
+// Provider is the bank.
+type Provider interface {
+	Charge(ctx context.Context, idempotencyKey string, r provider.ChargeRequest) (provider.Charge, error)
+	Inquire(ctx context.Context, reference string) (provider.Charge, error)
+}
+
+// Activities are registered on the worker under the names in package workflows.
+type Activities struct {
+	Store    Store
+	Provider Provider
+}
+
+// ReserveFunds holds the amount on the payer's account.
+func (a *Activities) ReserveFunds(ctx context.Context, operationID uuid.UUID) error {
+	return classify(a.Store.Reserve(ctx, operationID))
+}
+
+// Charge asks the provider to move the money, with the operation id as idempotency key.
+func (a *Activities) Charge(ctx context.Context, in workflows.ChargeInput) (workflows.ChargeResult, error) {
+	ch, err := a.Provider.Charge(ctx, in.OperationID.String(), provider.ChargeRequest{
+		Reference: in.OperationID.String(), AmountMinor: in.AmountMinor, Currency: in.Currency, AccountID: in.AccountID.String(),
+	})
+	if err != nil {
+		return workflows.ChargeResult{}, classify(err)
+	}
+	if !ch.Succeeded() {
+		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError("charge declined", workflows.ErrTypeDeclined, nil, ch.ID)
+	}
+	return workflows.ChargeResult{ProviderReference: ch.ID, Succeeded: true}, nil
+}
+
+// InquireCharge asks the provider whether a charge exists for the operation.
+func (a *Activities) InquireCharge(ctx context.Context, operationID uuid.UUID) (workflows.ChargeResult, error) {
+	ch, err := a.Provider.Inquire(ctx, operationID.String())
+	if err != nil {
+		return workflows.ChargeResult{}, classify(err)
+	}
+	return workflows.ChargeResult{ProviderReference: ch.ID, Succeeded: ch.Succeeded()}, nil
+}
+
+// Finalize captures the payment in the ledger.
+func (a *Activities) Finalize(ctx context.Context, in workflows.FinalizeInput) error {
+	_, err := a.Store.Finalize(ctx, in.OperationID, in.ProviderReference)
+	return classify(err)
+}
+
+// Release fails the payment and returns its reservation.
+func (a *Activities) Release(ctx context.Context, in workflows.ReleaseInput) error {
+	_, err := a.Store.Release(ctx, in.OperationID, in.FailureCode)
+	return classify(err)
+}
+
+// MarkUnknown parks the payment for reconciliation.
+func (a *Activities) MarkUnknown(ctx context.Context, operationID uuid.UUID) error {
+	_, err := a.Store.MarkUnknown(ctx, operationID)
+	return classify(err)
+}
+
+// classify turns errors into application errors with stable types; anything unrecognised stays
+// retryable (a database outage must delay a payment, never fail it).
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, payment.ErrInsufficientFunds):
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInsufficientFunds, err)
+	case errors.Is(err, provider.ErrRejected):
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeRejected, err)
+	case errors.Is(err, provider.ErrNotFound):
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeNotFound, err)
+	case errors.Is(err, provider.ErrInquiryUnsupported):
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInquiryNotAllowed, err)
+	case errors.Is(err, provider.ErrAmbiguous):
+		return temporal.NewApplicationErrorWithCause(err.Error(), workflows.ErrTypeAmbiguous, err)
+	case errors.Is(err, payment.ErrInconsistent):
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInconsistent, err)
+	}
+	return err
+}

@@ -1,0 +1,99 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// Transport-level errors; everything else comes from the domain.
+var (
+	errBodyTooLarge      = errors.New("request body exceeds 64 KiB")
+	errUnsupportedMedia  = errors.New("content type must be application/json")
+	errRouteNotFound     = errors.New("no such route")
+	errMethodNotAllowed  = errors.New("method not allowed")
+	errMissingQueryParam = errors.New("a query parameter is required")
+)
+
+// retryAfter is what clients are told to wait before retrying, in seconds.
+const retryAfter = 1
+
+// problem is an RFC 9457 problem details body.
+type problem struct {
+	Type      string               `json:"type"`
+	Title     string               `json:"title"`
+	Status    int                  `json:"status"`
+	Detail    string               `json:"detail"`
+	Code      string               `json:"code"`
+	Errors    []payment.FieldError `json:"errors,omitempty"`
+	PaymentID string               `json:"payment_id,omitempty"`
+	RequestID string               `json:"request_id,omitempty"`
+}
+
+// writeError is the one place that maps an error to an HTTP answer. A 500 says nothing
+// internal; its cause is logged once with the request id.
+func (s *Server) writeError(c *gin.Context, err error) {
+	p := problem{Detail: err.Error()}
+	var ve *payment.ValidationError
+	var dup *payment.DuplicatePaymentError
+	switch {
+	case errors.As(err, &ve):
+		p.Status, p.Code, p.Title, p.Errors = 400, "invalid_request", "Invalid request", ve.Fields
+	case errors.As(err, &dup):
+		p.Status, p.Code, p.Title, p.PaymentID = 409, "duplicate_payment", "Duplicate payment", dup.PaymentID
+	case errors.Is(err, payment.ErrKeyMissing):
+		p.Status, p.Code, p.Title = 400, "idempotency_key_missing", "Idempotency-Key missing"
+	case errors.Is(err, payment.ErrKeyInvalid):
+		p.Status, p.Code, p.Title = 400, "idempotency_key_invalid", "Idempotency-Key invalid"
+	case errors.Is(err, payment.ErrIdempotencyKeyInUse):
+		p.Status, p.Code, p.Title = 409, "idempotency_key_in_use", "Request in progress"
+		c.Header("Retry-After", strconv.Itoa(retryAfter))
+	case errors.Is(err, payment.ErrIdempotencyReused):
+		p.Status, p.Code, p.Title = 422, "idempotency_key_reused", "Idempotency-Key reused"
+	case errors.Is(err, payment.ErrUnauthorized):
+		p.Status, p.Code, p.Title = 401, "unauthorized", "Unauthorized"
+		c.Header("WWW-Authenticate", `Bearer realm="kasa"`)
+	case errors.Is(err, payment.ErrNotFound), errors.Is(err, errRouteNotFound):
+		p.Status, p.Code, p.Title = 404, "not_found", "Not found"
+	case errors.Is(err, errMethodNotAllowed):
+		p.Status, p.Code, p.Title = 405, "method_not_allowed", "Method not allowed"
+	case errors.Is(err, errMissingQueryParam):
+		p.Status, p.Code, p.Title = 400, "invalid_request", "Invalid request"
+	case errors.Is(err, errBodyTooLarge):
+		p.Status, p.Code, p.Title = 413, "body_too_large", "Request body too large"
+	case errors.Is(err, errUnsupportedMedia):
+		p.Status, p.Code, p.Title = 415, "unsupported_media_type", "Unsupported media type"
+	case errors.Is(err, payment.ErrUnavailable), workflows.IsUnavailable(err):
+		p.Status, p.Code, p.Title, p.Detail = 503, "unavailable", "Service unavailable", "a dependency is unavailable; retry with the same Idempotency-Key"
+		c.Header("Retry-After", strconv.Itoa(retryAfter))
+		s.log.Warn("dependency unavailable", "request_id", requestID(c), "error", err)
+	default:
+		p.Status, p.Code, p.Title, p.Detail = 500, "internal", "Internal error", "an internal error occurred; quote the request id when reporting it"
+		s.log.Error("request failed", "request_id", requestID(c), "route", c.FullPath(), "error", err)
+	}
+	p.Type = "https://kasa.dev/problems/" + p.Code
+	p.RequestID = requestID(c)
+	c.Header("Content-Type", "application/problem+json")
+	c.Abort()
+	c.Render(p.Status, problemRender{p})
+}
+
+type problemRender struct{ p problem }
+
+func (r problemRender) Render(w http.ResponseWriter) error {
+	b, err := jsonBytes(r.p)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+func (r problemRender) WriteContentType(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/problem+json")
+}

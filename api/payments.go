@@ -1,0 +1,301 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// createPayment implements POST /v1/payments and every row of CONTRACT §2's answers table.
+func (s *Server) createPayment(c *gin.Context) {
+	ctx := c.Request.Context()
+	m := merchantOf(c)
+	key, err := idempotencyKey(c)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	body, err := readJSONBody(c)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	req, err := payment.ParseRequest(body)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	start := time.Now()
+	rec, p, created, err := s.Store.Begin(ctx, store.BeginInput{
+		MerchantID: m.ID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease,
+	})
+	var dup *payment.DuplicatePaymentError
+	if errors.As(err, &dup) {
+		s.metrics.idempotency.WithLabelValues("duplicate_payment").Inc()
+	}
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if !created {
+		s.answerExisting(c, rec, req.Hash())
+		return
+	}
+	s.metrics.idempotency.WithLabelValues("new").Inc()
+	s.run(c, p, start)
+}
+
+// answerExisting answers a request whose key was seen before, without executing anything again.
+func (s *Server) answerExisting(c *gin.Context, rec store.Record, hash string) {
+	ctx := c.Request.Context()
+	if rec.RequestHash != hash {
+		s.metrics.idempotency.WithLabelValues("reused").Inc()
+		s.writeError(c, payment.ErrIdempotencyReused)
+		return
+	}
+	switch rec.Status {
+	case store.RecordCompleted:
+		s.metrics.idempotency.WithLabelValues("replayed").Inc()
+		s.replay(c, rec)
+	case store.RecordUnknown:
+		s.metrics.idempotency.WithLabelValues("unknown").Inc()
+		p, err := s.Store.Payment(ctx, rec.OperationID)
+		if err != nil {
+			s.writeError(c, err)
+			return
+		}
+		s.writePayment(c, http.StatusAccepted, p)
+	default:
+		// Processing. If its owner died before starting the workflow and the lease ran out,
+		// exactly one retry takes the operation over and starts the (deduplicated) workflow.
+		if !rec.WorkflowStarted && time.Now().After(rec.LockedUntil) {
+			won, err := s.Store.TakeOver(ctx, rec.MerchantID, rec.Key, s.Lease)
+			if err != nil {
+				s.writeError(c, err)
+				return
+			}
+			if won {
+				s.metrics.idempotency.WithLabelValues("taken_over").Inc()
+				p, err := s.Store.Payment(ctx, rec.OperationID)
+				if err != nil {
+					s.writeError(c, err)
+					return
+				}
+				s.run(c, p, time.Now())
+				return
+			}
+		}
+		s.metrics.idempotency.WithLabelValues("in_use").Inc()
+		s.writeError(c, payment.ErrIdempotencyKeyInUse)
+	}
+}
+
+// run starts the operation's workflow and waits up to SyncWait for its outcome.
+func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
+	ctx := c.Request.Context()
+	in := workflows.PaymentInput{
+		OperationID: p.ID, MerchantID: p.MerchantID, AccountID: p.AccountID, AmountMinor: p.AmountMinor,
+		Currency: p.Currency, Capability: s.Capability, ChargeBudget: s.ChargeBudget,
+	}
+	if err := s.Workflows.StartPayment(ctx, p.IdempotencyKey, in); err != nil {
+		// The start may or may not have happened. Either way the record stays, with its lease
+		// expired, so the client's retry (or the sweeper) starts the same workflow: a second
+		// start for the key is deduplicated by its workflow id.
+		if xerr := s.Store.ExpireLease(context.WithoutCancel(ctx), p.ID); xerr != nil {
+			s.log.Warn("expire lease after failed start", "operation_id", p.ID, "error", xerr)
+		}
+		s.writeError(c, fmt.Errorf("%w: start workflow: %v", payment.ErrUnavailable, err))
+		return
+	}
+	if err := s.Store.WorkflowStarted(ctx, p.ID); err != nil {
+		s.log.Warn("mark workflow started", "operation_id", p.ID, "error", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.SyncWait)
+	_, err := s.Workflows.AwaitPayment(wctx, p.MerchantID, p.IdempotencyKey)
+	cancel()
+	if err != nil && !errors.Is(err, workflows.ErrStillRunning) {
+		s.log.Warn("awaiting payment workflow", "operation_id", p.ID, "error", err)
+	}
+	// The database, not the workflow result, is the answer: it is what every replay returns.
+	rec, err := s.Store.Record(ctx, p.MerchantID, p.IdempotencyKey)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if rec.Status == store.RecordCompleted {
+		s.metrics.paymentTime.Observe(time.Since(start).Seconds())
+		s.replayFirst(c, rec)
+		return
+	}
+	cur, err := s.Store.Payment(ctx, p.ID)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	s.writePayment(c, http.StatusAccepted, cur)
+}
+
+// replayFirst answers the first request of a completed operation with exactly what every later
+// replay will get.
+func (s *Server) replayFirst(c *gin.Context, rec store.Record) {
+	status, body, err := s.storedResponse(c, rec)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.Header("Location", "/v1/payments/"+rec.OperationID.String())
+	c.Data(status, "application/json", body)
+}
+
+func (s *Server) replay(c *gin.Context, rec store.Record) {
+	status, body, err := s.storedResponse(c, rec)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.Header("Idempotent-Replayed", "true")
+	c.Header("Location", "/v1/payments/"+rec.OperationID.String())
+	c.Data(status, "application/json", body)
+}
+
+// storedResponse renders a completed operation's answer once and stores it; later calls read it.
+func (s *Server) storedResponse(c *gin.Context, rec store.Record) (int, []byte, error) {
+	if rec.ResponseBody != nil {
+		return rec.ResponseStatus, rec.ResponseBody, nil
+	}
+	ctx := c.Request.Context()
+	p, err := s.Store.Payment(ctx, rec.OperationID)
+	if err != nil {
+		return 0, nil, err
+	}
+	body, err := jsonBytes(p.Resource())
+	if err != nil {
+		return 0, nil, err
+	}
+	return s.Store.SaveResponse(ctx, rec.MerchantID, rec.Key, finalStatus(p), body)
+}
+
+func finalStatus(p payment.Payment) int {
+	switch p.Status {
+	case payment.StatusSucceeded:
+		return http.StatusCreated
+	case payment.StatusFailed:
+		return http.StatusPaymentRequired
+	}
+	return http.StatusAccepted
+}
+
+// writePayment answers with the current payment resource; non-final states carry Retry-After.
+func (s *Server) writePayment(c *gin.Context, status int, p payment.Payment) {
+	c.Header("Location", "/v1/payments/"+p.ID.String())
+	if !p.Status.Final() {
+		setRetryAfter(c)
+	}
+	writeJSON(c, status, p.Resource())
+}
+
+func (s *Server) getPayment(c *gin.Context) {
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		s.writeError(c, payment.ErrNotFound)
+		return
+	}
+	p, err := s.Store.Payment(c.Request.Context(), id)
+	if err == nil && p.MerchantID != merchantOf(c).ID {
+		err = payment.ErrNotFound // another merchant's payment does not exist for this one
+	}
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	writeJSON(c, http.StatusOK, p.Resource())
+}
+
+func (s *Server) paymentByKey(c *gin.Context) {
+	key, ok := c.GetQuery("idempotency_key")
+	if !ok {
+		s.writeError(c, &payment.ValidationError{Fields: []payment.FieldError{{Field: "idempotency_key", Message: "query parameter is required"}}})
+		return
+	}
+	p, err := s.Store.PaymentByKey(c.Request.Context(), merchantOf(c).ID, key)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	writeJSON(c, http.StatusOK, p.Resource())
+}
+
+func (s *Server) getAccount(c *gin.Context) {
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		s.writeError(c, payment.ErrNotFound)
+		return
+	}
+	a, err := s.Store.Account(c.Request.Context(), id)
+	if err == nil && a.MerchantID != merchantOf(c).ID {
+		err = payment.ErrNotFound
+	}
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	writeJSON(c, http.StatusOK, accountResource(a))
+}
+
+func idempotencyKey(c *gin.Context) (string, error) {
+	vals := c.Request.Header.Values("Idempotency-Key")
+	switch {
+	case len(vals) == 0:
+		return "", payment.ErrKeyMissing
+	case len(vals) > 1 || !payment.ValidKey(vals[0]):
+		return "", payment.ErrKeyInvalid
+	}
+	return vals[0], nil
+}
+
+// readJSONBody enforces the content type and the 64 KiB limit before anything is parsed.
+func readJSONBody(c *gin.Context) ([]byte, error) {
+	mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return nil, errUnsupportedMedia
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, payment.MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, errBodyTooLarge
+	}
+	if err != nil {
+		return nil, &payment.ValidationError{Fields: []payment.FieldError{{Field: "body", Message: "could not be read"}}}
+	}
+	return body, nil
+}
+
+type accountBody struct {
+	ID         string `json:"id"`
+	MerchantID string `json:"merchant_id"`
+	Kind       string `json:"kind"`
+	Currency   string `json:"currency"`
+	Balance    string `json:"balance"`
+	Reserved   string `json:"reserved"`
+	Available  string `json:"available"`
+}
+
+func accountResource(a payment.Account) accountBody {
+	return accountBody{
+		ID: a.ID.String(), MerchantID: a.MerchantID.String(), Kind: a.Kind, Currency: a.Currency,
+		Balance:   payment.FormatAmount(a.Balance, a.Currency),
+		Reserved:  payment.FormatAmount(a.Reserved, a.Currency),
+		Available: payment.FormatAmount(a.Balance-a.Reserved, a.Currency),
+	}
+}

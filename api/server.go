@@ -1,0 +1,222 @@
+// Package api is kasa's HTTP transport: routes, authentication, request/response bodies, the
+// idempotency answers of CONTRACT §2, and the single error-to-HTTP mapping.
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// Store is what the API needs from the database.
+type Store interface {
+	Ping(ctx context.Context) error
+	CreateMerchant(ctx context.Context, m payment.Merchant, apiKey, webhookSecret string) error
+	MerchantByAPIKey(ctx context.Context, apiKey string) (payment.Merchant, error)
+	CreateAccount(ctx context.Context, merchantID uuid.UUID, currency string) (payment.Account, error)
+	Account(ctx context.Context, id uuid.UUID) (payment.Account, error)
+	Deposit(ctx context.Context, accountID uuid.UUID, key string, amount int64) (store.Deposit, bool, error)
+	Begin(ctx context.Context, in store.BeginInput) (store.Record, payment.Payment, bool, error)
+	Record(ctx context.Context, merchantID uuid.UUID, key string) (store.Record, error)
+	TakeOver(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error)
+	WorkflowStarted(ctx context.Context, operationID uuid.UUID) error
+	ExpireLease(ctx context.Context, operationID uuid.UUID) error
+	SaveResponse(ctx context.Context, merchantID uuid.UUID, key string, status int, body []byte) (int, []byte, error)
+	Payment(ctx context.Context, id uuid.UUID) (payment.Payment, error)
+	PaymentByKey(ctx context.Context, merchantID uuid.UUID, key string) (payment.Payment, error)
+}
+
+// Workflows is how the API talks to Temporal.
+type Workflows interface {
+	StartPayment(ctx context.Context, key string, in workflows.PaymentInput) error
+	AwaitPayment(ctx context.Context, merchantID uuid.UUID, key string) (workflows.PaymentResult, error)
+	Ready(ctx context.Context) error
+}
+
+// Options configure a Server.
+type Options struct {
+	Store        Store
+	Workflows    Workflows
+	AdminToken   string
+	SyncWait     time.Duration // how long POST /v1/payments waits for the outcome before 202
+	Capability   workflows.Capability
+	ChargeBudget time.Duration
+	Lease        time.Duration // how long a new record's owner has to start its workflow
+	Logger       *slog.Logger
+	Registry     *prometheus.Registry // default: a new one
+}
+
+// Server serves the merchant and admin APIs.
+type Server struct {
+	Options
+	log     *slog.Logger
+	metrics *metrics
+	engine  *gin.Engine
+}
+
+// New builds the router.
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.Lease == 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.Capability == "" {
+		o.Capability = workflows.CapabilityIdempotent
+	}
+	gin.SetMode(gin.ReleaseMode)
+	s := &Server{Options: o, log: o.Logger, metrics: newMetrics(o.Registry)}
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.ContextWithFallback = true
+	e.Use(s.requestID, s.observe, s.recover)
+	e.NoRoute(func(c *gin.Context) { s.writeError(c, errRouteNotFound) })
+	e.NoMethod(func(c *gin.Context) { s.writeError(c, errMethodNotAllowed) })
+
+	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{})))
+
+	admin := e.Group("/admin/v1", s.adminAuth)
+	admin.POST("/merchants", s.createMerchant)
+	admin.POST("/accounts", s.createAccount)
+	admin.POST("/accounts/:id/deposits", s.deposit)
+
+	v1 := e.Group("/v1", s.merchantAuth)
+	v1.POST("/payments", s.createPayment)
+	v1.GET("/payments", s.paymentByKey)
+	v1.GET("/payments/:id", s.getPayment)
+	v1.GET("/accounts/:id", s.getAccount)
+	s.engine = e
+	return s
+}
+
+// Handler returns the HTTP handler.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+// Routes lists "METHOD path" for every route (the OpenAPI test compares them with the spec).
+func (s *Server) Routes() []string {
+	var out []string
+	for _, r := range s.engine.Routes() {
+		out = append(out, r.Method+" "+r.Path)
+	}
+	return out
+}
+
+func (s *Server) readyz(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 3*time.Second)
+	defer cancel()
+	checks := gin.H{"database": "ok", "temporal": "ok"}
+	status := http.StatusOK
+	if err := s.Store.Ping(ctx); err != nil {
+		checks["database"], status = err.Error(), http.StatusServiceUnavailable
+	}
+	if err := s.Workflows.Ready(ctx); err != nil {
+		checks["temporal"], status = err.Error(), http.StatusServiceUnavailable
+	}
+	c.JSON(status, checks)
+}
+
+const ctxMerchant = "kasa.merchant"
+
+func bearer(c *gin.Context) string {
+	h := c.GetHeader("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+func (s *Server) adminAuth(c *gin.Context) {
+	tok := bearer(c)
+	if s.AdminToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.AdminToken)) != 1 {
+		s.writeError(c, payment.ErrUnauthorized)
+		return
+	}
+	c.Next()
+}
+
+func (s *Server) merchantAuth(c *gin.Context) {
+	key := bearer(c)
+	if key == "" {
+		s.writeError(c, payment.ErrUnauthorized)
+		return
+	}
+	m, err := s.Store.MerchantByAPIKey(c.Request.Context(), key)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.Set(ctxMerchant, m)
+	c.Next()
+}
+
+func merchantOf(c *gin.Context) payment.Merchant { return c.MustGet(ctxMerchant).(payment.Merchant) }
+
+func (s *Server) requestID(c *gin.Context) {
+	id := c.GetHeader("X-Request-Id")
+	if id == "" || len(id) > 128 {
+		id = payment.NewID().String()
+	}
+	c.Set("kasa.request_id", id)
+	c.Header("X-Request-Id", id)
+	c.Next()
+}
+
+func requestID(c *gin.Context) string { return c.GetString("kasa.request_id") }
+
+func (s *Server) recover(c *gin.Context) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("panic", "request_id", requestID(c), "panic", r)
+			s.writeError(c, errPanic)
+		}
+	}()
+	c.Next()
+}
+
+var errPanic = &panicError{}
+
+type panicError struct{}
+
+func (*panicError) Error() string { return "panic" }
+
+// jsonBytes renders v as compact JSON with a trailing newline, without HTML escaping.
+func jsonBytes(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func writeJSON(c *gin.Context, status int, v any) {
+	b, err := jsonBytes(v)
+	if err != nil {
+		panic(err) // our own response types always encode
+	}
+	c.Data(status, "application/json", b)
+}
+
+func setRetryAfter(c *gin.Context) { c.Header("Retry-After", strconv.Itoa(retryAfter)) }

@@ -1,0 +1,272 @@
+// Package banksim simulates a bank / payment provider over HTTP (CONTRACT.md §6).
+// Only the CLI (`kasa banksim`) and tests import it; production code never does.
+//
+// Like a real bank it never forgets: every charge is appended to
+// <DataDir>/charges.jsonl and fsynced before the response is written, and the
+// log is replayed on start. Fault rules (/_sim/faults) reproduce the failures
+// a payment system must survive: lost responses, 500s, delays, declines, hangs.
+package banksim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Capability is how the simulated provider deals with a re-sent charge.
+type Capability string
+
+const (
+	// CapabilityIdempotent: a repeated Idempotency-Key returns the first result.
+	CapabilityIdempotent Capability = "idempotent"
+	// CapabilityInquiry: no idempotency, but charges can be looked up by reference.
+	CapabilityInquiry Capability = "inquiry"
+	// CapabilityNone: no idempotency and no inquiry; every POST moves money.
+	CapabilityNone Capability = "none"
+)
+
+// Options configures a Sim.
+type Options struct {
+	DataDir    string       // directory of the durable charge log (created if missing); required
+	Capability Capability   // default CapabilityIdempotent
+	Logger     *slog.Logger // optional
+}
+
+const (
+	statusSucceeded = "succeeded"
+	statusDeclined  = "declined"
+	logFile         = "charges.jsonl"
+)
+
+// charge is the provider API's view of a charge.
+type charge struct {
+	ID          string    `json:"id"`
+	Reference   string    `json:"reference"`
+	AmountMinor int64     `json:"amount_minor"`
+	Currency    string    `json:"currency"`
+	AccountID   string    `json:"account_id"`
+	Status      string    `json:"status"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// record is one line of the durable log. The key is kept out of the provider
+// API response but must survive restarts so replays keep working.
+type record struct {
+	charge
+	IdempotencyKey string `json:"idempotency_key"`
+}
+
+// Sim is the simulator. All state is guarded by mu.
+type Sim struct {
+	capability Capability
+	log        *slog.Logger
+	now        func() time.Time // replaced in tests to produce charges on other days
+
+	closed    chan struct{} // releases hanging handlers on Close
+	closeOnce sync.Once
+
+	mu      sync.Mutex
+	f       *os.File
+	size    int64 // bytes of complete lines in f, to undo a failed append
+	records []record
+	byKey   map[string]int   // first record per idempotency key
+	byRef   map[string][]int // all records per reference, in log order
+	faults  []faultState
+}
+
+// New opens (or creates) the durable log under opts.DataDir and replays it.
+func New(opts Options) (*Sim, error) {
+	if opts.DataDir == "" {
+		return nil, errors.New("banksim: DataDir is required")
+	}
+	capability := opts.Capability
+	if capability == "" {
+		capability = CapabilityIdempotent
+	}
+	switch capability {
+	case CapabilityIdempotent, CapabilityInquiry, CapabilityNone:
+	default:
+		return nil, fmt.Errorf("banksim: unknown capability %q", capability)
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Sim{
+		capability: capability,
+		log:        logger,
+		now:        time.Now,
+		closed:     make(chan struct{}),
+		byKey:      map[string]int{},
+		byRef:      map[string][]int{},
+	}
+	if err := s.load(opts.DataDir); err != nil {
+		return nil, err
+	}
+	s.log.Info("banksim ready", "capability", capability, "charges", len(s.records))
+	return s, nil
+}
+
+func (s *Sim) load(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("banksim: %w", err)
+	}
+	path := filepath.Join(dir, logFile)
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("banksim: %w", err)
+	}
+	valid := 0
+	for valid < len(data) {
+		nl := bytes.IndexByte(data[valid:], '\n')
+		if nl < 0 {
+			// A crash mid-append leaves an incomplete last line. Its fsync
+			// never finished, so no client was ever answered for it.
+			break
+		}
+		line := data[valid : valid+nl]
+		if len(bytes.TrimSpace(line)) > 0 {
+			var rec record
+			if err := json.Unmarshal(line, &rec); err != nil {
+				return fmt.Errorf("banksim: %s: corrupt record at byte %d: %w", path, valid, err)
+			}
+			s.index(rec)
+		}
+		valid += nl + 1
+	}
+
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("banksim: %w", err)
+	}
+	if valid < len(data) {
+		// Cut the torn line, or the next append would be glued onto it.
+		s.log.Warn("banksim: dropping torn last line of charge log", "bytes", len(data)-valid)
+		if err := f.Truncate(int64(valid)); err != nil {
+			f.Close()
+			return fmt.Errorf("banksim: %w", err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("banksim: %w", err)
+	}
+	// Make the file's directory entry durable too.
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	s.f, s.size = f, int64(valid)
+	return nil
+}
+
+// Close releases hanging requests and closes the log. It is safe to call twice.
+func (s *Sim) Close() error {
+	s.closeOnce.Do(func() { close(s.closed) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return nil
+	}
+	err := s.f.Close()
+	s.f = nil
+	return err
+}
+
+// index adds rec to the in-memory state. Callers hold mu (or own s exclusively).
+func (s *Sim) index(rec record) {
+	i := len(s.records)
+	s.records = append(s.records, rec)
+	if _, ok := s.byKey[rec.IdempotencyKey]; !ok {
+		s.byKey[rec.IdempotencyKey] = i
+	}
+	s.byRef[rec.Reference] = append(s.byRef[rec.Reference], i)
+}
+
+// appendLog writes rec durably. Callers hold mu.
+func (s *Sim) appendLog(rec record) error {
+	if s.f == nil {
+		return errors.New("banksim: closed")
+	}
+	line, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	line = append(line, '\n')
+	if _, err := s.f.Write(line); err != nil {
+		_ = s.f.Truncate(s.size) // don't leave half a line behind
+		return err
+	}
+	if err := s.f.Sync(); err != nil {
+		_ = s.f.Truncate(s.size)
+		return err
+	}
+	s.size += int64(len(line))
+	return nil
+}
+
+var errKeyReuse = errors.New("idempotency key reused with a different request")
+
+// doCharge decides and records a charge. The lock is held across the decision
+// and the durable append, so parallel requests with one key move money once.
+func (s *Sim) doCharge(key string, req chargeRequest, decline bool) (record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.capability == CapabilityIdempotent {
+		if i, ok := s.byKey[key]; ok {
+			prev := s.records[i]
+			if prev.Reference != req.Reference || prev.AmountMinor != req.AmountMinor ||
+				prev.Currency != req.Currency || prev.AccountID != req.AccountID {
+				return record{}, errKeyReuse
+			}
+			return prev, nil
+		}
+	}
+	status := statusSucceeded
+	if decline {
+		status = statusDeclined
+	}
+	rec := record{
+		charge: charge{
+			ID:          "ch_" + uuid.Must(uuid.NewV7()).String(),
+			Reference:   req.Reference,
+			AmountMinor: req.AmountMinor,
+			Currency:    req.Currency,
+			AccountID:   req.AccountID,
+			Status:      status,
+			CreatedAt:   s.now().UTC(),
+		},
+		IdempotencyKey: key,
+	}
+	if err := s.appendLog(rec); err != nil {
+		return record{}, err
+	}
+	s.index(rec)
+	s.log.Info("banksim charge", "id", rec.ID, "reference", rec.Reference,
+		"amount_minor", rec.AmountMinor, "currency", rec.Currency, "status", rec.Status)
+	return rec, nil
+}
+
+// lookup returns the latest charge for ref, preferring a succeeded one.
+func (s *Sim) lookup(ref string) (charge, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	idx := s.byRef[ref]
+	for i := len(idx) - 1; i >= 0; i-- {
+		if s.records[idx[i]].Status == statusSucceeded {
+			return s.records[idx[i]].charge, true
+		}
+	}
+	if len(idx) == 0 {
+		return charge{}, false
+	}
+	return s.records[idx[len(idx)-1]].charge, true
+}

@@ -1,0 +1,261 @@
+package banksim
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Handler serves the provider API (/v1) and the control API (/_sim).
+func (s *Sim) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/charges", s.postCharge)
+	mux.HandleFunc("GET /v1/charges", s.getCharge)
+	mux.HandleFunc("GET /v1/settlements/{file}", s.getSettlement)
+	mux.HandleFunc("PUT /_sim/faults", s.putFaults)
+	mux.HandleFunc("DELETE /_sim/faults", s.deleteFaults)
+	mux.HandleFunc("GET /_sim/faults", s.getFaults)
+	mux.HandleFunc("GET /_sim/charges", s.simCharges)
+	mux.HandleFunc("GET /_sim/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	return mux
+}
+
+type chargeRequest struct {
+	Reference   string `json:"reference"`
+	AmountMinor int64  `json:"amount_minor"`
+	Currency    string `json:"currency"`
+	AccountID   string `json:"account_id"`
+}
+
+func (c chargeRequest) validate() error {
+	switch {
+	case c.Reference == "":
+		return errors.New("reference is required")
+	case c.AmountMinor <= 0:
+		return errors.New("amount_minor must be > 0")
+	case !isCurrencyCode(c.Currency):
+		return errors.New("currency must be an ISO 4217 code such as TRY")
+	case c.AccountID == "":
+		return errors.New("account_id is required")
+	}
+	return nil
+}
+
+func isCurrencyCode(c string) bool {
+	if len(c) != 3 {
+		return false
+	}
+	for _, r := range c {
+		if r < 'A' || r > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Sim) postCharge(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		writeError(w, http.StatusBadRequest, "Idempotency-Key header is required")
+		return
+	}
+	var req chargeRequest
+	if err := decodeStrict(w, r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := req.validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	action, done := s.applyFault(w, r, onCharge)
+	if done {
+		return
+	}
+	rec, err := s.doCharge(key, req, action == actDecline)
+	switch {
+	case errors.Is(err, errKeyReuse):
+		writeError(w, http.StatusUnprocessableEntity, err.Error())
+		return
+	case err != nil:
+		s.log.Error("banksim: recording charge", "err", err)
+		writeError(w, http.StatusInternalServerError, "could not record charge")
+		return
+	}
+	if action == actDropResponse {
+		dropConn(w) // the money has moved and is on disk; the answer is lost
+		return
+	}
+	writeJSON(w, http.StatusCreated, rec.charge)
+}
+
+func (s *Sim) getCharge(w http.ResponseWriter, r *http.Request) {
+	if s.capability == CapabilityNone {
+		writeError(w, http.StatusNotImplemented, "inquiry not supported")
+		return
+	}
+	ref := r.URL.Query().Get("reference")
+	if ref == "" {
+		writeError(w, http.StatusBadRequest, "reference is required")
+		return
+	}
+	action, done := s.applyFault(w, r, onInquiry)
+	if done {
+		return
+	}
+	c, ok := s.lookup(ref)
+	if action == actDropResponse {
+		dropConn(w)
+		return
+	}
+	if !ok {
+		writeError(w, http.StatusNotFound, "not found")
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
+	date, ok := strings.CutSuffix(r.PathValue("file"), ".csv")
+	if _, err := time.Parse(time.DateOnly, date); !ok || err != nil {
+		writeError(w, http.StatusBadRequest, "want /v1/settlements/YYYY-MM-DD.csv")
+		return
+	}
+	rows := [][]string{{"settlement_date", "provider_charge_id", "reference", "amount", "currency", "status"}}
+	s.mu.Lock()
+	for _, rec := range s.records {
+		if rec.Status == statusSucceeded && rec.CreatedAt.UTC().Format(time.DateOnly) == date {
+			rows = append(rows, []string{date, rec.ID, rec.Reference,
+				formatAmount(rec.AmountMinor, currencyExponent(rec.Currency)), rec.Currency, "settled"})
+		}
+	}
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "text/csv")
+	_ = csv.NewWriter(w).WriteAll(rows)
+}
+
+// currencyExponent is the ISO 4217 minor-unit exponent for the currencies
+// that differ from the usual 2.
+func currencyExponent(currency string) int {
+	switch currency {
+	case "JPY", "KRW", "CLP", "VND", "ISK":
+		return 0
+	case "KWD", "BHD", "JOD", "OMR", "TND", "LYD", "IQD":
+		return 3
+	}
+	return 2
+}
+
+// formatAmount renders minor units as a major-unit decimal (12345, 2 → "123.45").
+func formatAmount(minor int64, exp int) string {
+	if exp == 0 {
+		return strconv.FormatInt(minor, 10)
+	}
+	sign := ""
+	if minor < 0 {
+		sign, minor = "-", -minor
+	}
+	p := int64(1)
+	for range exp {
+		p *= 10
+	}
+	return fmt.Sprintf("%s%d.%0*d", sign, minor/p, exp, minor%p)
+}
+
+func (s *Sim) putFaults(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Rules []faultRule `json:"rules"`
+	}
+	if err := decodeStrict(w, r, &body); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	faults := make([]faultState, 0, len(body.Rules))
+	for i, rule := range body.Rules {
+		if err := rule.validate(); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("rules[%d]: %v", i, err))
+			return
+		}
+		f := faultState{faultRule: rule}
+		if rule.Count != nil {
+			n := *rule.Count
+			f.Remaining = &n
+		}
+		faults = append(faults, f)
+	}
+	s.mu.Lock()
+	s.faults = faults
+	s.mu.Unlock()
+	s.getFaults(w, r)
+}
+
+func (s *Sim) deleteFaults(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	s.faults = nil
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Sim) getFaults(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	// Marshal under the lock: Remaining is mutated by requests.
+	b, err := json.Marshal(map[string]any{"rules": append([]faultState{}, s.faults...)})
+	s.mu.Unlock()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func (s *Sim) simCharges(w http.ResponseWriter, r *http.Request) {
+	ref := r.URL.Query().Get("reference")
+	out := struct {
+		Count   int      `json:"count"`
+		Charges []record `json:"charges"`
+	}{Charges: []record{}}
+	s.mu.Lock()
+	for _, rec := range s.records {
+		if ref != "" && rec.Reference != ref {
+			continue
+		}
+		out.Charges = append(out.Charges, rec)
+		if rec.Status == statusSucceeded {
+			out.Count++
+		}
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
+
+// decodeStrict decodes exactly one JSON value with no unknown fields.
+func decodeStrict(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("invalid JSON body: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("invalid JSON body: trailing data")
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}

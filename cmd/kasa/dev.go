@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/google/uuid"
+
+	"github.com/kasa-pay/kasa/banksim"
+	"github.com/kasa-pay/kasa/config"
+	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/worker"
+)
+
+// devState is what `kasa dev` keeps between runs so that a restart finds the same credentials.
+type devState struct {
+	AdminToken     string    `json:"admin_token"`
+	SecretKey      string    `json:"secret_key"`
+	PostgresPort   int       `json:"postgres_port"`
+	DemoMerchantID uuid.UUID `json:"demo_merchant_id"`
+	DemoAPIKey     string    `json:"demo_api_key"`
+	DemoAccountID  uuid.UUID `json:"demo_account_id"`
+}
+
+func loadDevState(path string) (devState, error) {
+	var s devState
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return s, err
+	}
+	return s, json.Unmarshal(b, &s)
+}
+
+func (s devState) save(path string) error {
+	b, _ := json.MarshalIndent(s, "", "  ")
+	return os.WriteFile(path, b, 0o600)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// runDev starts the whole system on embedded defaults and stops every child on SIGINT/SIGTERM.
+func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	dir, err := filepath.Abs(cfg.Data.Dir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	statePath := filepath.Join(dir, "dev.json")
+	state, err := loadDevState(statePath)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", statePath, err)
+	}
+	if cfg.Admin.Token == "" {
+		if state.AdminToken == "" {
+			state.AdminToken = "adm_" + randomHex(16)
+		}
+		cfg.Admin.Token = state.AdminToken
+	}
+	if cfg.Secret.Key == "" {
+		if state.SecretKey == "" {
+			state.SecretKey = randomHex(32)
+		}
+		cfg.Secret.Key = state.SecretKey
+	}
+
+	var cleanup []func()
+	defer func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}()
+
+	if cfg.Database.URL == "" {
+		port := cfg.Postgres.Port
+		if port == 0 {
+			port = state.PostgresPort // keep the port stable across runs when it is still free
+			if port != 0 && !portFree(port) {
+				port = 0
+			}
+		}
+		pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(dir, "postgres"), Port: port, Logger: log})
+		if err != nil {
+			return err
+		}
+		cleanup = append(cleanup, func() { log.Info("stopping PostgreSQL"); _ = pg.Stop() })
+		cfg.Database.URL = pg.URL
+		state.PostgresPort = pg.Port
+	}
+	uiURL := ""
+	if cfg.Temporal.Address == "" {
+		logFile, err := os.OpenFile(filepath.Join(dir, "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{
+			Port: 7233, UIPort: cfg.Temporal.UIPort, DBFile: filepath.Join(dir, "temporal", "temporal.db"),
+			Namespace: cfg.Temporal.Namespace, Output: logFile, Logger: log,
+		})
+		if err != nil {
+			logFile.Close()
+			return err
+		}
+		cleanup = append(cleanup, func() { log.Info("stopping Temporal"); _ = tmp.Stop(); logFile.Close() })
+		cfg.Temporal.Address, uiURL = tmp.Address, tmp.UIURL
+	}
+
+	st, err := openStore(ctx, cfg, true)
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, st.Close)
+
+	sim, err := banksim.New(banksim.Options{DataDir: filepath.Join(dir, "banksim"), Capability: banksim.Capability(cfg.Provider.Capability), Logger: log})
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, func() { _ = sim.Close() })
+	stopSim, err := serve(ctx, "banksim", cfg.Banksim.Addr, sim.Handler(), log)
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, stopSim)
+
+	tc, err := dialTemporal(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, tc.Close)
+	w := worker.New(tc, cfg.Temporal.TaskQueue, newActivities(cfg, st))
+	if err := w.Start(); err != nil {
+		return err
+	}
+	cleanup = append(cleanup, w.Stop)
+
+	stopAPI, err := serve(ctx, "api", cfg.API.Addr, newAPI(cfg, st, tc, log).Handler(), log)
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, stopAPI)
+
+	if err := seedDemo(ctx, st, &state); err != nil {
+		return fmt.Errorf("seed demo merchant: %w", err)
+	}
+	if err := state.save(statePath); err != nil {
+		return err
+	}
+	printBanner(cfg, state, uiURL)
+	<-ctx.Done()
+	log.Info("shutting down: stopping every child process")
+	return nil
+}
+
+// seedDemo creates, once, a demo merchant with a TRY account funded with 10,000.00 TRY.
+func seedDemo(ctx context.Context, st *store.Store, s *devState) error {
+	if s.DemoAccountID != uuid.Nil {
+		if _, err := st.Account(ctx, s.DemoAccountID); err == nil {
+			return nil
+		}
+	}
+	m := payment.Merchant{ID: payment.NewID(), Name: "Demo Merchant"}
+	apiKey := payment.NewSecret("sk_")
+	if err := st.CreateMerchant(ctx, m, apiKey, payment.NewSecret("whsec_")); err != nil {
+		return err
+	}
+	a, err := st.CreateAccount(ctx, m.ID, "TRY")
+	if err != nil {
+		return err
+	}
+	if _, _, err := st.Deposit(ctx, a.ID, "demo-seed", 1_000_000); err != nil {
+		return err
+	}
+	s.DemoMerchantID, s.DemoAPIKey, s.DemoAccountID = m.ID, apiKey, a.ID
+	return nil
+}
+
+func printBanner(cfg config.Config, s devState, uiURL string) {
+	api := "http://" + cfg.API.Addr
+	fmt.Printf(`
+kasa is running.  Ctrl-C stops everything.
+
+  API            %s   (/healthz /readyz /metrics)
+  Temporal UI    %s
+  Temporal       %s   namespace %s, task queue %s
+  Bank simulator http://%s   (capability %s)
+  PostgreSQL     %s
+  Admin token    %s
+  Demo merchant  %s   API key %s
+  Demo account   %s   (10000.00 TRY deposited)
+
+Pay 100.00 TRY with the demo merchant:
+
+  curl -sS -X POST %s/v1/payments \
+    -H 'Authorization: Bearer %s' \
+    -H "Idempotency-Key: demo-$(date +%%s)" \
+    -H 'Content-Type: application/json' \
+    -d '{"invoice_id": "inv-'$(date +%%s)'", "amount": "100.00", "currency": "TRY", "account_id": "%s"}'
+
+  curl -sS %s/v1/accounts/%s -H 'Authorization: Bearer %s'
+
+`, api, orDash(uiURL), cfg.Temporal.Address, cfg.Temporal.Namespace, cfg.Temporal.TaskQueue,
+		cfg.Banksim.Addr, cfg.Provider.Capability, cfg.Database.URL, cfg.Admin.Token,
+		s.DemoMerchantID, s.DemoAPIKey, s.DemoAccountID,
+		api, s.DemoAPIKey, s.DemoAccountID, api, s.DemoAccountID, s.DemoAPIKey)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "- (external Temporal: use its own UI)"
+	}
+	return s
+}
+
+func portFree(port int) bool {
+	p, err := devenv.FreePortAt(port)
+	return err == nil && p == port
+}

@@ -1,0 +1,253 @@
+// Command kasa runs kasa's processes: `kasa dev` (everything, locally), or one of api, worker,
+// banksim, migrate and verify.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+
+	"github.com/kasa-pay/kasa/activities"
+	"github.com/kasa-pay/kasa/api"
+	"github.com/kasa-pay/kasa/banksim"
+	"github.com/kasa-pay/kasa/config"
+	"github.com/kasa-pay/kasa/provider"
+	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/worker"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+const usage = `kasa — exactly-once payments on Temporal and PostgreSQL
+
+usage: kasa <command>
+
+commands:
+  dev       run everything locally: PostgreSQL, Temporal dev server + UI, bank simulator, worker, API
+  api       run the REST API (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_ADMIN_TOKEN, KASA_SECRET_KEY)
+  worker    run the Temporal worker (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_PROVIDER_URL, KASA_SECRET_KEY)
+  banksim   run the bank simulator on KASA_BANKSIM_ADDR
+  migrate   apply database migrations and exit
+  verify    check the ledger and balance invariants; exit 1 listing every violation
+
+configuration: kasa.yaml and KASA_* environment variables (see README).
+`
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		fmt.Print(usage)
+		return
+	}
+	cfg, err := config.Load()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kasa: config:", err)
+		os.Exit(2)
+	}
+	log := newLogger(cfg.Log.Level)
+	slog.SetDefault(log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	cmds := map[string]func(context.Context, config.Config, *slog.Logger) error{
+		"dev": runDev, "api": runAPI, "worker": runWorker, "banksim": runBanksim,
+		"migrate": runMigrate, "verify": runVerify,
+	}
+	run, ok := cmds[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "kasa: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err := run(ctx, cfg, log); err != nil {
+		var exit exitError
+		if errors.As(err, &exit) {
+			os.Exit(int(exit))
+		}
+		log.Error("kasa "+os.Args[1]+" failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+func openStore(ctx context.Context, cfg config.Config, migrate bool) (*store.Store, error) {
+	if cfg.Database.URL == "" {
+		return nil, errors.New("KASA_DATABASE_URL is not set (or use `kasa dev`, which starts PostgreSQL)")
+	}
+	key := cfg.SecretKey()
+	if key == nil {
+		return nil, errors.New("KASA_SECRET_KEY is not set: 64 hex characters, shared by api and worker (e.g. `openssl rand -hex 32`)")
+	}
+	return store.Open(ctx, store.Options{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, SecretKey: key, Migrate: migrate})
+}
+
+func dialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger) (client.Client, error) {
+	addr := cfg.Temporal.Address
+	if addr == "" {
+		addr = "127.0.0.1:7233"
+	}
+	quiet := slog.New(&levelFloor{Handler: log.Handler(), min: slog.LevelWarn})
+	return client.DialContext(ctx, client.Options{HostPort: addr, Namespace: cfg.Temporal.Namespace, Logger: tlog.NewStructuredLogger(quiet)})
+}
+
+// levelFloor drops records below min: the SDK logs every poll at info.
+type levelFloor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h *levelFloor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func newActivities(cfg config.Config, st *store.Store) *activities.Activities {
+	return &activities.Activities{Store: st, Provider: provider.New(cfg.Provider.URL, cfg.Provider.Timeout)}
+}
+
+func newAPI(cfg config.Config, st *store.Store, tc client.Client, log *slog.Logger) *api.Server {
+	return api.New(api.Options{
+		Store: st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
+		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait,
+		Capability: workflows.Capability(cfg.Provider.Capability), Logger: log,
+	})
+}
+
+// serve runs an HTTP server until ctx ends, then drains it.
+func serve(ctx context.Context, name, addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: listen on %s: %w", name, addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(name+" server", "error", err)
+		}
+	}()
+	log.Info(name+" listening", "addr", "http://"+ln.Addr().String())
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-done
+	}, nil
+}
+
+func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	if cfg.Admin.Token == "" {
+		return errors.New("KASA_ADMIN_TOKEN is not set")
+	}
+	st, err := openStore(ctx, cfg, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	tc, err := dialTemporal(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	stop, err := serve(ctx, "api", cfg.API.Addr, newAPI(cfg, st, tc, log).Handler(), log)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("shutting down api")
+	stop()
+	return nil
+}
+
+func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	st, err := openStore(ctx, cfg, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	tc, err := dialTemporal(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	w := worker.New(tc, cfg.Temporal.TaskQueue, newActivities(cfg, st))
+	if err := w.Start(); err != nil {
+		return err
+	}
+	log.Info("worker polling", "task_queue", cfg.Temporal.TaskQueue, "provider", cfg.Provider.URL, "capability", cfg.Provider.Capability)
+	<-ctx.Done()
+	log.Info("shutting down worker")
+	w.Stop()
+	return nil
+}
+
+func runBanksim(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	sim, err := banksim.New(banksim.Options{DataDir: cfg.Data.Dir + "/banksim", Capability: banksim.Capability(cfg.Provider.Capability), Logger: log})
+	if err != nil {
+		return err
+	}
+	defer sim.Close()
+	stop, err := serve(ctx, "banksim", cfg.Banksim.Addr, sim.Handler(), log)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stop()
+	return nil
+}
+
+func runMigrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	if cfg.Secret.Key == "" {
+		cfg.Secret.Key = strings.Repeat("0", 64) // migrations never touch secrets
+	}
+	st, err := openStore(ctx, cfg, true)
+	if err != nil {
+		return err
+	}
+	st.Close()
+	log.Info("migrations applied")
+	return nil
+}
+
+func runVerify(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	if cfg.Secret.Key == "" {
+		cfg.Secret.Key = strings.Repeat("0", 64) // verify never touches secrets
+	}
+	st, err := openStore(ctx, cfg, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	problems, err := st.Verify(ctx)
+	if err != nil {
+		return err
+	}
+	if len(problems) == 0 {
+		fmt.Println("verify: ok — ledger balanced, balances match the ledger, reservations and payments consistent")
+		return nil
+	}
+	fmt.Printf("verify: %d problem(s):\n", len(problems))
+	for _, p := range problems {
+		fmt.Println("  -", p)
+	}
+	return exitError(1)
+}

@@ -1,0 +1,146 @@
+// Package config loads kasa's configuration from one local viper instance: defaults for every key,
+// an optional kasa.yaml, and KASA_<KEY> environment variables (dots become underscores).
+package config
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/viper"
+)
+
+// Config is every setting kasa reads.
+type Config struct {
+	API struct {
+		Addr     string        `mapstructure:"addr"`
+		SyncWait time.Duration `mapstructure:"sync_wait"`
+	} `mapstructure:"api"`
+	Banksim struct {
+		Addr string `mapstructure:"addr"`
+	} `mapstructure:"banksim"`
+	Admin struct {
+		Token string `mapstructure:"token"`
+	} `mapstructure:"admin"`
+	Provider struct {
+		Capability string        `mapstructure:"capability"`
+		URL        string        `mapstructure:"url"`
+		Timeout    time.Duration `mapstructure:"timeout"`
+	} `mapstructure:"provider"`
+	Database struct {
+		URL      string `mapstructure:"url"`
+		MaxConns int32  `mapstructure:"max_conns"`
+	} `mapstructure:"database"`
+	Postgres struct {
+		Port int `mapstructure:"port"`
+	} `mapstructure:"postgres"`
+	Temporal struct {
+		Address   string `mapstructure:"address"`
+		Namespace string `mapstructure:"namespace"`
+		TaskQueue string `mapstructure:"task_queue"`
+		UIPort    int    `mapstructure:"ui_port"`
+	} `mapstructure:"temporal"`
+	Data struct {
+		Dir string `mapstructure:"dir"`
+	} `mapstructure:"data"`
+	Secret struct {
+		Key string `mapstructure:"key"` // 64 hex characters; encrypts webhook secrets at rest
+	} `mapstructure:"secret"`
+	Log struct {
+		Level string `mapstructure:"level"`
+	} `mapstructure:"log"`
+}
+
+// Capabilities the provider may have (CONTRACT §5).
+var Capabilities = []string{"idempotent", "inquiry", "none"}
+
+func setDefaults(v *viper.Viper) {
+	v.SetDefault("api.addr", "127.0.0.1:8080")
+	v.SetDefault("api.sync_wait", "5s")
+	v.SetDefault("banksim.addr", "127.0.0.1:8090")
+	v.SetDefault("admin.token", "")
+	v.SetDefault("provider.capability", "idempotent")
+	v.SetDefault("provider.url", "")
+	v.SetDefault("provider.timeout", "5s")
+	v.SetDefault("database.url", "")
+	v.SetDefault("database.max_conns", 32)
+	v.SetDefault("postgres.port", 0)
+	v.SetDefault("temporal.address", "")
+	v.SetDefault("temporal.namespace", "default")
+	v.SetDefault("temporal.task_queue", "payments")
+	v.SetDefault("temporal.ui_port", 8233)
+	v.SetDefault("data.dir", "./.data")
+	v.SetDefault("secret.key", "")
+	v.SetDefault("log.level", "info")
+}
+
+// Load reads defaults, then kasa.yaml (or the file named by KASA_CONFIG) if present, then KASA_* env.
+func Load() (Config, error) {
+	v := viper.New()
+	setDefaults(v)
+	v.SetEnvPrefix("KASA")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	v.SetConfigType("yaml")
+	if f := v.GetString("config"); f != "" {
+		v.SetConfigFile(f)
+	} else {
+		v.SetConfigName("kasa")
+		v.AddConfigPath(".")
+	}
+	if err := v.ReadInConfig(); err != nil {
+		var notFound viper.ConfigFileNotFoundError
+		if !errors.As(err, &notFound) {
+			return Config{}, fmt.Errorf("read config: %w", err)
+		}
+	}
+	var c Config
+	if err := v.Unmarshal(&c); err != nil {
+		return Config{}, fmt.Errorf("parse config: %w", err)
+	}
+	if c.Provider.URL == "" {
+		c.Provider.URL = "http://" + c.Banksim.Addr
+	}
+	return c, c.Validate()
+}
+
+// Validate reports every setting that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	ok := false
+	for _, cap := range Capabilities {
+		ok = ok || c.Provider.Capability == cap
+	}
+	if !ok {
+		errs = append(errs, fmt.Errorf("provider.capability (KASA_PROVIDER_CAPABILITY) must be one of %v, got %q", Capabilities, c.Provider.Capability))
+	}
+	if c.API.SyncWait < 0 || c.API.SyncWait > time.Minute {
+		errs = append(errs, fmt.Errorf("api.sync_wait must be between 0 and 1m, got %s", c.API.SyncWait))
+	}
+	if c.Temporal.Namespace == "" || c.Temporal.TaskQueue == "" {
+		errs = append(errs, errors.New("temporal.namespace and temporal.task_queue must not be empty"))
+	}
+	if c.Database.MaxConns < 1 {
+		errs = append(errs, errors.New("database.max_conns must be at least 1"))
+	}
+	if c.Secret.Key != "" {
+		if b, err := hex.DecodeString(c.Secret.Key); err != nil || len(b) != 32 {
+			errs = append(errs, errors.New("secret.key (KASA_SECRET_KEY) must be 64 hex characters (32 bytes)"))
+		}
+	}
+	if c.Data.Dir == "" {
+		errs = append(errs, errors.New("data.dir must not be empty"))
+	}
+	return errors.Join(errs...)
+}
+
+// SecretKey returns the decoded secret key, or nil when none is configured.
+func (c Config) SecretKey() []byte {
+	b, _ := hex.DecodeString(c.Secret.Key)
+	if len(b) != 32 {
+		return nil
+	}
+	return b
+}

@@ -1,0 +1,45 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestLoadDefaults(t *testing.T) {
+	t.Chdir(t.TempDir())
+	c, err := Load()
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:8080", c.API.Addr)
+	require.Equal(t, "127.0.0.1:8090", c.Banksim.Addr)
+	require.Equal(t, "http://127.0.0.1:8090", c.Provider.URL)
+	require.Equal(t, "idempotent", c.Provider.Capability)
+	require.Equal(t, "default", c.Temporal.Namespace)
+	require.Equal(t, "./.data", c.Data.Dir)
+	require.Equal(t, 5*time.Second, c.API.SyncWait)
+}
+
+func TestLoadFileThenEnv(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kasa.yaml"), []byte("api:\n  addr: 0.0.0.0:9000\nprovider:\n  capability: none\n"), 0o644))
+	t.Setenv("KASA_PROVIDER_CAPABILITY", "inquiry")
+	t.Setenv("KASA_DATABASE_URL", "postgres://x/y")
+	t.Setenv("KASA_API_SYNC_WAIT", "250ms")
+	c, err := Load()
+	require.NoError(t, err)
+	require.Equal(t, "0.0.0.0:9000", c.API.Addr)
+	require.Equal(t, "inquiry", c.Provider.Capability, "env overrides the file")
+	require.Equal(t, "postgres://x/y", c.Database.URL)
+	require.Equal(t, 250*time.Millisecond, c.API.SyncWait)
+}
+
+func TestValidateRejectsBadCapability(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("KASA_PROVIDER_CAPABILITY", "maybe")
+	_, err := Load()
+	require.ErrorContains(t, err, "KASA_PROVIDER_CAPABILITY")
+}

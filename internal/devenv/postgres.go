@@ -1,0 +1,225 @@
+// Package devenv starts the throwaway infrastructure kasa needs on a developer's machine and in
+// tests: a PostgreSQL cluster from the machine's binaries and the Temporal CLI dev server.
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// PostgresOptions say where and how to run a local cluster.
+type PostgresOptions struct {
+	Dir      string // data directory; created and initialised when empty
+	Port     int    // 0 picks a free port
+	Database string // created when missing; default "kasa"
+	// Ephemeral turns durability off (fsync, full-page writes): for test clusters only.
+	Ephemeral bool
+	Logger    *slog.Logger
+}
+
+// Postgres is a running cluster that this process started and will stop.
+type Postgres struct {
+	URL  string
+	Port int
+	cmd  *exec.Cmd
+	done chan error
+	log  *os.File
+}
+
+// StartPostgres initialises (once) and starts a cluster. As root it runs the server as the
+// `postgres` OS user, because initdb and postgres refuse to run as root.
+func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
+	if o.Database == "" {
+		o.Database = "kasa"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	bindir, err := postgresBinDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	cred, err := clusterOwner(dir)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+		o.Logger.Info("initialising PostgreSQL cluster", "dir", dir)
+		out, err := runAs(ctx, cred, filepath.Join(bindir, "initdb"), "-D", dir, "-U", "postgres",
+			"--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync")
+		if err != nil {
+			return nil, fmt.Errorf("initdb %s: %w\n%s", dir, err, out)
+		}
+	}
+	if o.Port == 0 {
+		if o.Port, err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	args := []string{"-D", dir, "-p", strconv.Itoa(o.Port), "-k", dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"}
+	if o.Ephemeral {
+		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off")
+	}
+	logFile, err := os.OpenFile(filepath.Join(filepath.Dir(dir), filepath.Base(dir)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(bindir, "postgres"), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start postgres: %w", err)
+	}
+	p := &Postgres{
+		URL:  fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", o.Port, o.Database),
+		Port: o.Port, cmd: cmd, done: make(chan error, 1), log: logFile,
+	}
+	go func() { p.done <- cmd.Wait() }()
+
+	if err := p.waitReady(ctx, bindir, dir); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("postgres did not become ready (log: %s): %w", logFile.Name(), err)
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(bindir, "createdb"), "-h", "127.0.0.1",
+		"-p", strconv.Itoa(o.Port), "-U", "postgres", o.Database).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "already exists") {
+		p.Stop()
+		return nil, fmt.Errorf("createdb: %w: %s", err, out)
+	}
+	o.Logger.Info("PostgreSQL ready", "port", o.Port, "dir", dir)
+	return p, nil
+}
+
+func (p *Postgres) waitReady(ctx context.Context, bindir, dir string) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		err := exec.CommandContext(ctx, filepath.Join(bindir, "pg_isready"), "-q", "-h", "127.0.0.1",
+			"-p", strconv.Itoa(p.Port), "-U", "postgres").Run()
+		if err == nil {
+			return nil
+		}
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return fmt.Errorf("postgres exited: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Stop asks for a fast shutdown (SIGINT: abort transactions, checkpoint, exit) and waits for it.
+func (p *Postgres) Stop() error {
+	defer p.log.Close()
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return errors.New("postgres did not stop within 30s; killed")
+	}
+}
+
+func postgresBinDir() (string, error) {
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		dir := strings.TrimSpace(string(out))
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+			return dir, nil
+		}
+	}
+	if path, err := exec.LookPath("initdb"); err == nil {
+		if resolved, err := filepath.EvalSymlinks(path); err == nil {
+			return filepath.Dir(resolved), nil
+		}
+		return filepath.Dir(path), nil
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(matches) > 0 {
+		return filepath.Dir(matches[len(matches)-1]), nil
+	}
+	return "", errors.New("PostgreSQL binaries (initdb, postgres) not found: install PostgreSQL 15+ " +
+		"(Debian: apt-get install postgresql) or set KASA_DATABASE_URL to an existing server")
+}
+
+// clusterOwner creates dir and returns the credential to run the cluster with: the current user,
+// or the `postgres` OS user when we are root (who then owns dir).
+func clusterOwner(dir string) (*syscall.Credential, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, errors.New("running as root, but no `postgres` OS user to run PostgreSQL as: create one (useradd postgres) or run as a normal user")
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return nil, err
+	}
+	// The postgres user must be able to reach dir through its parents.
+	for p := filepath.Dir(dir); p != "/"; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(p, st.Mode().Perm()|0o011); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func runAs(ctx context.Context, cred *syscall.Credential, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.Dir = "/"
+	return cmd.CombinedOutput()
+}
+
+// FreePort asks the kernel for a free TCP port on the loopback interface.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FreePortAt returns port if it can be bound on the loopback interface right now.
+func FreePortAt(port int) (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return port, nil
+}

@@ -1,0 +1,152 @@
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/testsuite"
+)
+
+// TemporalCLIVersion is the pinned CLI the Makefile installs into ./bin.
+const TemporalCLIVersion = "v1.5.1"
+
+// TemporalOptions say how to run the Temporal CLI dev server.
+type TemporalOptions struct {
+	CLIPath   string // default: FindTemporalCLI()
+	Port      int    // frontend gRPC port; 0 picks a free one
+	UIPort    int    // Web UI port; 0 runs headless
+	DBFile    string // sqlite file for persistent state; empty keeps everything in memory
+	Namespace string
+	Output    io.Writer // server logs; default discarded
+	Logger    *slog.Logger
+}
+
+// Temporal is a running dev server that this process started and will stop.
+type Temporal struct {
+	Address string
+	UIURL   string
+	server  *testsuite.DevServer
+}
+
+// SearchAttributes are registered on every dev server: operators filter payments by them.
+var SearchAttributes = []string{"PaymentStatus=Keyword", "MerchantId=Keyword"}
+
+// StartTemporal starts the dev server with the latency settings measured on this machine
+// (ENGINEERING.md §4) and waits until it answers.
+func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
+	var err error
+	if o.CLIPath == "" {
+		if o.CLIPath, err = FindTemporalCLI(); err != nil {
+			return nil, err
+		}
+	}
+	if o.Port == 0 {
+		if o.Port, err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
+	if o.Output == nil {
+		o.Output = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	args := []string{
+		"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
+		"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+	}
+	for _, sa := range SearchAttributes {
+		args = append(args, "--search-attribute", sa)
+	}
+	if o.DBFile != "" {
+		if err := os.MkdirAll(filepath.Dir(o.DBFile), 0o755); err != nil {
+			return nil, err
+		}
+		args = append(args, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal")
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(o.Port)
+	opts := testsuite.DevServerOptions{
+		ExistingPath:  o.CLIPath,
+		ClientOptions: &client.Options{HostPort: addr, Namespace: o.Namespace, Logger: log.NewStructuredLogger(o.Logger)},
+		DBFilename:    o.DBFile,
+		LogLevel:      "warn",
+		Stdout:        o.Output,
+		Stderr:        o.Output,
+		ExtraArgs:     args,
+	}
+	t := &Temporal{Address: addr}
+	if o.UIPort != 0 {
+		opts.EnableUI = true
+		opts.UIPort = strconv.Itoa(o.UIPort)
+		t.UIURL = "http://127.0.0.1:" + strconv.Itoa(o.UIPort)
+	}
+	srv, err := testsuite.StartDevServer(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("start temporal dev server (%s): %w", o.CLIPath, err)
+	}
+	srv.Client().Close()
+	t.server = srv
+	return t, nil
+}
+
+// Stop interrupts the dev server and waits for it to exit.
+func (t *Temporal) Stop() error { return t.server.Stop() }
+
+// FindTemporalCLI looks for the pinned CLI: $KASA_TEMPORAL_CLI, ./bin/temporal in the repository,
+// bin/temporal beside the running executable, then PATH.
+func FindTemporalCLI() (string, error) {
+	if p := os.Getenv("KASA_TEMPORAL_CLI"); p != "" {
+		return p, nil
+	}
+	var candidates []string
+	if root, ok := repoRoot(); ok {
+		candidates = append(candidates, filepath.Join(root, "bin", "temporal"))
+	}
+	if exe, err := os.Executable(); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(exe), "temporal"))
+	}
+	for _, c := range candidates {
+		if st, err := os.Stat(c); err == nil && !st.IsDir() {
+			return c, nil
+		}
+	}
+	if p, err := exec.LookPath("temporal"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("temporal CLI not found: run `make temporal-cli` (go install " +
+		"github.com/temporalio/cli/cmd/temporal@" + TemporalCLIVersion + " into ./bin), set KASA_TEMPORAL_CLI, " +
+		"or point KASA_TEMPORAL_ADDRESS at a running server")
+}
+
+// repoRoot finds the directory of kasa's go.mod above the working directory.
+func repoRoot() (string, bool) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", false
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytesContains(b, "module github.com/kasa-pay/kasa\n") {
+			return dir, true
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", false
+		}
+		dir = parent
+	}
+}
+
+func bytesContains(b []byte, s string) bool { return len(b) >= len(s) && string(b[:len(s)]) == s }

@@ -1,0 +1,96 @@
+package payment
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Payment is one business operation; its ID is the operation id (UUIDv7).
+type Payment struct {
+	ID                uuid.UUID
+	MerchantID        uuid.UUID
+	IdempotencyKey    string
+	AccountID         uuid.UUID
+	AmountMinor       int64
+	Currency          string
+	InvoiceID         string
+	PaymentType       string
+	Status            Status
+	FailureCode       string
+	ProviderReference string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+// Resource is the payment as merchants see it, in the API and in webhook events (CONTRACT §2).
+type Resource struct {
+	ID                string  `json:"id"`
+	Status            Status  `json:"status"`
+	Amount            string  `json:"amount"`
+	Currency          string  `json:"currency"`
+	InvoiceID         string  `json:"invoice_id"`
+	PaymentType       string  `json:"payment_type"`
+	AccountID         string  `json:"account_id"`
+	FailureCode       *string `json:"failure_code"`
+	ProviderReference *string `json:"provider_reference"`
+	CreatedAt         string  `json:"created_at"`
+	UpdatedAt         string  `json:"updated_at"`
+}
+
+// Resource renders p for merchants. Times are UTC RFC 3339 with microseconds (the database's precision).
+func (p Payment) Resource() Resource {
+	return Resource{
+		ID: p.ID.String(), Status: p.Status,
+		Amount: FormatAmount(p.AmountMinor, p.Currency), Currency: p.Currency,
+		InvoiceID: p.InvoiceID, PaymentType: p.PaymentType, AccountID: p.AccountID.String(),
+		FailureCode: optional(p.FailureCode), ProviderReference: optional(p.ProviderReference),
+		CreatedAt: FormatTime(p.CreatedAt), UpdatedAt: FormatTime(p.UpdatedAt),
+	}
+}
+
+// FormatTime renders t as UTC RFC 3339 with microseconds.
+func FormatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z07:00") }
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// NewID mints a time-ordered UUIDv7 (they keep B-tree inserts at the right edge of the index).
+func NewID() uuid.UUID { return uuid.Must(uuid.NewV7()) }
+
+// NewSecret returns a random credential with a readable prefix ("sk_live_...", "whsec_...").
+func NewSecret(prefix string) string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	return prefix + hex.EncodeToString(b)
+}
+
+// HashAPIKey is what the database stores instead of a merchant's API key.
+func HashAPIKey(key string) []byte {
+	h := sha256.Sum256([]byte(key))
+	return h[:]
+}
+
+// Account is a balance holder. Balance is what kasa owes the holder; available = balance - reserved.
+type Account struct {
+	ID         uuid.UUID
+	MerchantID uuid.UUID
+	Kind       string
+	Currency   string
+	Balance    int64
+	Reserved   int64
+}
+
+// Merchant is a kasa customer that takes payments.
+type Merchant struct {
+	ID         uuid.UUID
+	Name       string
+	WebhookURL string
+}

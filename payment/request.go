@@ -1,0 +1,247 @@
+package payment
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"regexp"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// MaxBodyBytes is the largest request body the API accepts.
+const MaxBodyBytes = 64 << 10
+
+// DefaultPaymentType applies when a request names none.
+const DefaultPaymentType = "purchase"
+
+var (
+	invoicePattern     = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+	paymentTypePattern = regexp.MustCompile(`^[a-z_]{1,32}$`)
+)
+
+// Request is a validated payment request in canonical form.
+type Request struct {
+	InvoiceID   string
+	AmountMinor int64
+	Currency    string
+	AccountID   uuid.UUID
+	PaymentType string
+}
+
+// Money returns the requested amount.
+func (r Request) Money() Money { return Money{Minor: r.AmountMinor, Currency: r.Currency} }
+
+// Hash is the SHA-256 of the canonical form: equivalent requests ("1000" and 1000.00, "try" and
+// "TRY") hash equal, different ones never collide by concatenation (fields are length-prefixed).
+func (r Request) Hash() string {
+	h := sha256.New()
+	for _, f := range []string{r.InvoiceID, r.Currency, r.AccountID.String(), r.PaymentType} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
+		h.Write(n[:])
+		h.Write([]byte(f))
+	}
+	var amt [8]byte
+	binary.BigEndian.PutUint64(amt[:], uint64(r.AmountMinor))
+	h.Write(amt[:])
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ParseRequest decodes and validates a POST /v1/payments body strictly: unknown, duplicate or
+// missing fields, trailing data and inexact amounts are all a *ValidationError listing every problem.
+func ParseRequest(body []byte) (Request, error) {
+	fields, err := decodeObject(body)
+	if err != nil {
+		return Request{}, &ValidationError{Fields: []FieldError{{"body", err.Error()}}}
+	}
+	var (
+		ve  ValidationError
+		req Request
+	)
+	allowed := map[string]bool{"invoice_id": true, "amount": true, "currency": true, "account_id": true, "payment_type": true}
+	for _, k := range fields.order {
+		if !allowed[k] {
+			ve.add(k, "unknown field")
+		}
+	}
+
+	if raw, ok := fields.get("invoice_id"); !ok {
+		ve.add("invoice_id", "is required")
+	} else if s, err := stringOrInteger(raw); err != nil || !invoicePattern.MatchString(s) {
+		ve.add("invoice_id", "must be 1-64 characters of A-Z a-z 0-9 . _ : - (or a JSON integer)")
+	} else {
+		req.InvoiceID = s
+	}
+
+	if raw, ok := fields.get("currency"); !ok {
+		ve.add("currency", "is required")
+	} else if s, err := stringValue(raw); err != nil {
+		ve.add("currency", "must be a string")
+	} else if c, err := ParseCurrency(s); err != nil {
+		ve.add("currency", err.Error())
+	} else {
+		req.Currency = c
+	}
+
+	if raw, ok := fields.get("amount"); !ok {
+		ve.add("amount", "is required")
+	} else if s, err := stringOrNumber(raw); err != nil {
+		ve.add("amount", "must be a decimal string or a JSON number")
+	} else if req.Currency != "" {
+		minor, err := parseSignedAmount(s, req.Currency)
+		if err != nil {
+			ve.add("amount", err.Error())
+		}
+		req.AmountMinor = minor
+	}
+
+	if raw, ok := fields.get("account_id"); !ok {
+		ve.add("account_id", "is required")
+	} else if s, err := stringValue(raw); err != nil {
+		ve.add("account_id", "must be a string")
+	} else if id, err := uuid.Parse(s); err != nil || len(s) != 36 {
+		ve.add("account_id", "must be an account id (UUID)")
+	} else {
+		req.AccountID = id
+	}
+
+	req.PaymentType = DefaultPaymentType
+	if raw, ok := fields.get("payment_type"); ok && string(raw) != "null" {
+		if s, err := stringValue(raw); err != nil || !paymentTypePattern.MatchString(s) {
+			ve.add("payment_type", "must be 1-32 characters of a-z and _")
+		} else {
+			req.PaymentType = s
+		}
+	}
+
+	if len(ve.Fields) > 0 {
+		return Request{}, &ve
+	}
+	return req, nil
+}
+
+func parseSignedAmount(s, code string) (int64, error) {
+	if strings.HasPrefix(s, "-") {
+		return 0, ErrNonPositiveAmount
+	}
+	return ParseAmount(s, code)
+}
+
+type object struct {
+	order  []string
+	values map[string]json.RawMessage
+}
+
+func (o object) get(k string) (json.RawMessage, bool) {
+	v, ok := o.values[k]
+	return v, ok
+}
+
+// decodeObject reads exactly one JSON object, rejecting duplicate keys and trailing data, which
+// encoding/json alone silently accepts.
+func decodeObject(body []byte) (object, error) {
+	o := object{values: map[string]json.RawMessage{}}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return o, errors.New("body is empty")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return o, errors.New("body is not valid JSON")
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return o, errors.New("body must be a JSON object")
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return o, errors.New("body is not valid JSON")
+		}
+		key := tok.(string) // inside an object the decoder only yields string keys
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return o, errors.New("body is not valid JSON")
+		}
+		if _, dup := o.values[key]; dup {
+			return o, errors.New("duplicate field " + key)
+		}
+		o.order = append(o.order, key)
+		o.values[key] = raw
+	}
+	if _, err := dec.Token(); err != nil {
+		return o, errors.New("body is not valid JSON")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return o, errors.New("unexpected data after the JSON object")
+	}
+	return o, nil
+}
+
+func stringValue(raw json.RawMessage) (string, error) {
+	var s string
+	if len(raw) == 0 || raw[0] != '"' {
+		return "", errors.New("not a string")
+	}
+	err := json.Unmarshal(raw, &s)
+	return s, err
+}
+
+// stringOrNumber returns a JSON string's content, or a JSON number's literal text unchanged.
+func stringOrNumber(raw json.RawMessage) (string, error) {
+	if len(raw) > 0 && raw[0] == '"' {
+		return stringValue(raw)
+	}
+	var n json.Number
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&n); err != nil {
+		return "", err
+	}
+	if strings.ContainsAny(n.String(), "eE") {
+		return "", errors.New("exponent notation is not accepted")
+	}
+	return n.String(), nil
+}
+
+func stringOrInteger(raw json.RawMessage) (string, error) {
+	if len(raw) > 0 && raw[0] == '"' {
+		return stringValue(raw)
+	}
+	s, err := stringOrNumber(raw)
+	if err != nil || strings.Contains(s, ".") {
+		return "", errors.New("not an integer")
+	}
+	return s, nil
+}
+
+// ValidKey reports whether an Idempotency-Key header value is acceptable.
+func ValidKey(k string) bool {
+	if len(k) < 1 || len(k) > 255 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] <= ' ' || k[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseAmountJSON parses a JSON amount (decimal string or number) exactly into minor units.
+func ParseAmountJSON(raw json.RawMessage, code string) (int64, error) {
+	if len(raw) == 0 {
+		return 0, errors.New("is required")
+	}
+	s, err := stringOrNumber(raw)
+	if err != nil {
+		return 0, ErrInvalidAmount
+	}
+	return parseSignedAmount(s, code)
+}

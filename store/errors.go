@@ -1,0 +1,66 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+// Errors the store returns besides the payment package's domain errors.
+var (
+	// ErrUnavailable: the database cannot be reached; the caller may retry later.
+	ErrUnavailable = payment.ErrUnavailable
+	// ErrConflict: serialization failure or deadlock; retrying the whole transaction is safe.
+	ErrConflict = errors.New("transaction conflict, retry")
+	// ErrInconsistent: the data contradicts an invariant; a person must look.
+	ErrInconsistent = payment.ErrInconsistent
+)
+
+// translate maps PostgreSQL errors to domain errors once, here.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return payment.ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", "40P01":
+			return fmt.Errorf("%w: %s", ErrConflict, pgErr.Message)
+		case "23514":
+			if pgErr.ConstraintName == "accounts_funds" {
+				return payment.ErrInsufficientFunds
+			}
+		case "57P01", "57P02", "57P03", "53300":
+			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Message)
+		}
+		return err
+	}
+	var netErr net.Error
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return err
+}
+
+func isUnique(err error, constraint string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == constraint
+}
+
+func isFKViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23503"
+}

@@ -1,0 +1,36 @@
+package store
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+type entry struct {
+	account uuid.UUID
+	amount  int64 // positive: kasa owes the account more
+}
+
+const (
+	sqlInsertPosting = `INSERT INTO ledger_postings (id, kind, reference) VALUES ($1, $2, $3)`
+	sqlInsertEntry   = `INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor) VALUES ($1, $2, $3, $4, $5)`
+)
+
+func insertPosting(ctx context.Context, tx pgx.Tx, id uuid.UUID, kind, reference string) error {
+	_, err := tx.Exec(ctx, sqlInsertPosting, id, kind, reference)
+	return err
+}
+
+// postEntries writes a posting's entries and applies them to the accounts' balances in one batch.
+// The database rejects the commit if they do not sum to zero.
+func postEntries(ctx context.Context, tx pgx.Tx, postingID uuid.UUID, currency string, entries []entry) error {
+	b := &pgx.Batch{}
+	for _, e := range entries {
+		b.Queue(sqlInsertEntry, payment.NewID(), postingID, e.account, currency, e.amount)
+		b.Queue(sqlCredit, e.account, e.amount)
+	}
+	return tx.SendBatch(ctx, b).Close()
+}

@@ -1,0 +1,191 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+// RecordStatus is the idempotency record's state: processing -> completed | unknown (-> completed).
+type RecordStatus string
+
+const (
+	RecordProcessing RecordStatus = "processing"
+	RecordCompleted  RecordStatus = "completed"
+	RecordUnknown    RecordStatus = "unknown"
+)
+
+// Record is an idempotency record.
+type Record struct {
+	MerchantID      uuid.UUID
+	Key             string
+	RequestHash     string
+	Status          RecordStatus
+	OperationID     uuid.UUID
+	ResponseStatus  int
+	ResponseBody    []byte
+	LockedUntil     time.Time
+	WorkflowStarted bool
+}
+
+const (
+	sqlCustomerAccount = `SELECT merchant_id, currency FROM accounts WHERE id = $1 AND kind = 'customer'`
+	// ON CONFLICT DO NOTHING RETURNING: exactly one concurrent inserter gets a row back and owns
+	// the operation; the others read the winner's record.
+	sqlAcquire = `INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id, locked_until)
+VALUES ($1, $2, $3, 'processing', $4, now() + $5::interval)
+ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING operation_id`
+	sqlInsertPayment = `INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'processing')
+RETURNING created_at, updated_at`
+	sqlLivePayment = `SELECT id FROM payments WHERE merchant_id = $1 AND invoice_id = $2 AND payment_type = $3
+AND status IN ('processing', 'unknown', 'succeeded')`
+	sqlRecord = `SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(response_status, 0),
+response_body, coalesce(locked_until, 'epoch'), workflow_started
+FROM idempotency_records WHERE merchant_id = $1 AND idempotency_key = $2`
+	// Atomic takeover: only an expired lease of a workflow nobody started can be taken, by one caller.
+	sqlTakeOver = `UPDATE idempotency_records SET locked_until = now() + $3::interval, updated_at = now()
+WHERE merchant_id = $1 AND idempotency_key = $2 AND NOT workflow_started AND locked_until < now()
+RETURNING operation_id`
+	sqlWorkflowStarted = `UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
+WHERE operation_id = $1 AND NOT workflow_started`
+	sqlExpireLease = `UPDATE idempotency_records SET locked_until = now(), updated_at = now()
+WHERE operation_id = $1 AND NOT workflow_started`
+	sqlSaveResponse = `UPDATE idempotency_records SET response_status = $3, response_body = $4, updated_at = now()
+WHERE merchant_id = $1 AND idempotency_key = $2 AND status = 'completed' AND response_body IS NULL`
+	paymentColumns = `id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
+status, coalesce(failure_code, ''), coalesce(provider_reference, ''), created_at, updated_at`
+	sqlPayment      = `SELECT ` + paymentColumns + ` FROM payments WHERE id = $1`
+	sqlPaymentByKey = `SELECT ` + paymentColumns + ` FROM payments WHERE merchant_id = $1 AND idempotency_key = $2`
+)
+
+// BeginInput is a validated request about to become an operation.
+type BeginInput struct {
+	MerchantID  uuid.UUID
+	Key         string
+	Request     payment.Request
+	OperationID uuid.UUID
+	Lease       time.Duration
+}
+
+// Begin commits, in one short transaction, the idempotency record (processing, leased) and the
+// payment row. When the key exists it writes nothing and returns the existing record with
+// created=false. The payer account must be the merchant's and in the request's currency (else
+// *payment.ValidationError); an invoice with a live payment is *payment.DuplicatePaymentError.
+func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment.Payment, created bool, err error) {
+	r := in.Request
+	p = payment.Payment{
+		ID: in.OperationID, MerchantID: in.MerchantID, IdempotencyKey: in.Key, AccountID: r.AccountID,
+		AmountMinor: r.AmountMinor, Currency: r.Currency, InvoiceID: r.InvoiceID, PaymentType: r.PaymentType,
+		Status: payment.StatusProcessing,
+	}
+	err = s.tx(ctx, func(tx pgx.Tx) error {
+		var owner uuid.UUID
+		var currency string
+		err := tx.QueryRow(ctx, sqlCustomerAccount, r.AccountID).Scan(&owner, &currency)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != in.MerchantID) {
+			return &payment.ValidationError{Fields: []payment.FieldError{{Field: "account_id", Message: "no such account"}}}
+		}
+		if err != nil {
+			return err
+		}
+		if currency != r.Currency {
+			return &payment.ValidationError{Fields: []payment.FieldError{{Field: "currency", Message: payment.ErrCurrencyMismatch.Error() + " (" + currency + ")"}}}
+		}
+		var op uuid.UUID
+		err = tx.QueryRow(ctx, sqlAcquire, in.MerchantID, in.Key, r.Hash(), in.OperationID, in.Lease.String()).Scan(&op)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errReplay
+		}
+		if err != nil {
+			return err
+		}
+		created = true
+		return tx.QueryRow(ctx, sqlInsertPayment, p.ID, p.MerchantID, p.IdempotencyKey, p.AccountID, p.AmountMinor,
+			p.Currency, p.InvoiceID, p.PaymentType).Scan(&p.CreatedAt, &p.UpdatedAt)
+	})
+	switch {
+	case err == nil:
+		rec = Record{MerchantID: in.MerchantID, Key: in.Key, RequestHash: r.Hash(), Status: RecordProcessing, OperationID: in.OperationID}
+		return rec, p, true, nil
+	case errors.Is(err, errReplay):
+		rec, err = s.Record(ctx, in.MerchantID, in.Key)
+		return rec, payment.Payment{}, false, err
+	case isUnique(err, "payments_business_key"):
+		var existing uuid.UUID
+		if err := s.pool.QueryRow(ctx, sqlLivePayment, in.MerchantID, r.InvoiceID, r.PaymentType).Scan(&existing); err != nil {
+			return rec, p, false, translate(err)
+		}
+		return rec, p, false, &payment.DuplicatePaymentError{PaymentID: existing.String()}
+	}
+	return rec, p, false, err
+}
+
+// Record reads an idempotency record.
+func (s *Store) Record(ctx context.Context, merchantID uuid.UUID, key string) (Record, error) {
+	var r Record
+	err := s.pool.QueryRow(ctx, sqlRecord, merchantID, key).Scan(&r.MerchantID, &r.Key, &r.RequestHash, &r.Status,
+		&r.OperationID, &r.ResponseStatus, &r.ResponseBody, &r.LockedUntil, &r.WorkflowStarted)
+	return r, translate(err)
+}
+
+// TakeOver claims the expired lease of a record whose workflow was never started (its owner
+// died or failed between commit and start). At most one caller gets true.
+func (s *Store) TakeOver(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error) {
+	var op uuid.UUID
+	err := s.pool.QueryRow(ctx, sqlTakeOver, merchantID, key, lease.String()).Scan(&op)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, translate(err)
+}
+
+// WorkflowStarted records that the workflow owns the operation now; the lease no longer matters.
+func (s *Store) WorkflowStarted(ctx context.Context, operationID uuid.UUID) error {
+	_, err := s.pool.Exec(ctx, sqlWorkflowStarted, operationID)
+	return translate(err)
+}
+
+// ExpireLease lets the next retry take over at once after a failed workflow start.
+func (s *Store) ExpireLease(ctx context.Context, operationID uuid.UUID) error {
+	_, err := s.pool.Exec(ctx, sqlExpireLease, operationID)
+	return translate(err)
+}
+
+// SaveResponse stores the first rendering of a completed operation's answer; every later
+// answer for the key replays exactly the stored bytes, which it returns.
+func (s *Store) SaveResponse(ctx context.Context, merchantID uuid.UUID, key string, status int, body []byte) (int, []byte, error) {
+	if _, err := s.pool.Exec(ctx, sqlSaveResponse, merchantID, key, status, body); err != nil {
+		return 0, nil, translate(err)
+	}
+	rec, err := s.Record(ctx, merchantID, key)
+	if err != nil {
+		return 0, nil, err
+	}
+	if rec.ResponseBody == nil {
+		return 0, nil, ErrInconsistent
+	}
+	return rec.ResponseStatus, rec.ResponseBody, nil
+}
+
+// Payment reads a payment by operation id.
+func (s *Store) Payment(ctx context.Context, id uuid.UUID) (payment.Payment, error) {
+	return scanPayment(s.pool.QueryRow(ctx, sqlPayment, id))
+}
+
+// PaymentByKey reads the payment a merchant's idempotency key created.
+func (s *Store) PaymentByKey(ctx context.Context, merchantID uuid.UUID, key string) (payment.Payment, error) {
+	return scanPayment(s.pool.QueryRow(ctx, sqlPaymentByKey, merchantID, key))
+}
+
+func scanPayment(row pgx.Row) (payment.Payment, error) {
+	var p payment.Payment
+	err := row.Scan(&p.ID, &p.MerchantID, &p.IdempotencyKey, &p.AccountID, &p.AmountMinor, &p.Currency, &p.InvoiceID,
+		&p.PaymentType, &p.Status, &p.FailureCode, &p.ProviderReference, &p.CreatedAt, &p.UpdatedAt)
+	return p, translate(err)
+}

@@ -1,0 +1,183 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+// The workflow's steps. Each is one short transaction, safe to repeat: a retried activity finds
+// the step done (by the reservation's or the payment's status) and changes nothing. No row lock
+// is ever held across a call to the provider.
+const (
+	sqlInsertReservation = `INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status)
+SELECT $2, p.id, p.account_id, p.amount_minor, 'active' FROM payments p WHERE p.id = $1
+ON CONFLICT (operation_id) DO NOTHING RETURNING account_id, amount_minor`
+	// The check and the change in one statement: concurrent reservations re-evaluate the
+	// condition on the latest row version, so the account can never be overdrawn.
+	sqlReserve = `UPDATE accounts SET reserved = reserved + $2, updated_at = now()
+WHERE id = $1 AND balance - reserved >= $2`
+	sqlCloseReservation = `UPDATE balance_reservations SET status = $2, updated_at = now()
+WHERE operation_id = $1 AND status = 'active' RETURNING account_id, amount_minor`
+	sqlReservationStatus = `SELECT status FROM balance_reservations WHERE operation_id = $1`
+	sqlUnreserve         = `UPDATE accounts SET reserved = reserved - $2, updated_at = now() WHERE id = $1`
+	sqlSettlementAccount = `SELECT id FROM accounts WHERE merchant_id = $1 AND currency = $2 AND kind = 'settlement'`
+	sqlSetStatus         = `UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
+provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
+WHERE id = $1 AND status = ANY($5) RETURNING ` + paymentColumns
+	sqlRecordStatus = `UPDATE idempotency_records SET status = $2, updated_at = now() WHERE operation_id = $1`
+	sqlInsertOutbox = `INSERT INTO outbox (id, aggregate_id, type, payload) VALUES ($1, $2, $3, $4)`
+)
+
+// Reserve holds the payment's amount on the payer's account. payment.ErrInsufficientFunds when
+// the available balance is too small (nothing is written then).
+func (s *Store) Reserve(ctx context.Context, operationID uuid.UUID) error {
+	return s.tx(ctx, func(tx pgx.Tx) error {
+		var account uuid.UUID
+		var amount int64
+		err := tx.QueryRow(ctx, sqlInsertReservation, operationID, payment.NewID()).Scan(&account, &amount)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Already reserved (a retry), or no such payment.
+			var status string
+			return tx.QueryRow(ctx, sqlReservationStatus, operationID).Scan(&status)
+		}
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, sqlReserve, account, amount)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return payment.ErrInsufficientFunds
+		}
+		return nil
+	})
+}
+
+// Finalize captures a reserved payment: one balanced posting moves the amount from the payer to
+// the merchant's settlement account, the payment becomes succeeded, the idempotency record
+// completed, and the event is queued in the outbox, all in one transaction.
+func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error) {
+	var p payment.Payment
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		var account uuid.UUID
+		var amount int64
+		err := tx.QueryRow(ctx, sqlCloseReservation, operationID, "finalized").Scan(&account, &amount)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.alreadyDone(ctx, tx, operationID, payment.StatusSucceeded, &p)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sqlUnreserve, account, amount); err != nil {
+			return err
+		}
+		p, err = setStatus(ctx, tx, operationID, payment.StatusSucceeded, "", providerRef)
+		if err != nil {
+			return err
+		}
+		var settlement uuid.UUID
+		if err := tx.QueryRow(ctx, sqlSettlementAccount, p.MerchantID, p.Currency).Scan(&settlement); err != nil {
+			return fmt.Errorf("settlement account of merchant %s in %s: %w", p.MerchantID, p.Currency, err)
+		}
+		postingID := payment.NewID()
+		if err := insertPosting(ctx, tx, postingID, "payment", operationID.String()); err != nil {
+			return err
+		}
+		if err := postEntries(ctx, tx, postingID, p.Currency, []entry{{account, -amount}, {settlement, amount}}); err != nil {
+			return err
+		}
+		return completeRecord(ctx, tx, p, RecordCompleted)
+	})
+	return p, err
+}
+
+// Release fails a payment with a code and gives its reservation (if any) back to the payer.
+func (s *Store) Release(ctx context.Context, operationID uuid.UUID, failureCode string) (payment.Payment, error) {
+	var p payment.Payment
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		var account uuid.UUID
+		var amount int64
+		err := tx.QueryRow(ctx, sqlCloseReservation, operationID, "released").Scan(&account, &amount)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		default:
+			if _, err := tx.Exec(ctx, sqlUnreserve, account, amount); err != nil {
+				return err
+			}
+		}
+		p, err = setStatus(ctx, tx, operationID, payment.StatusFailed, failureCode, "")
+		if errors.Is(err, payment.ErrNotFound) {
+			return s.alreadyDone(ctx, tx, operationID, payment.StatusFailed, &p)
+		}
+		if err != nil {
+			return err
+		}
+		return completeRecord(ctx, tx, p, RecordCompleted)
+	})
+	return p, err
+}
+
+// MarkUnknown parks a processing payment whose outcome at the provider cannot be known. Its
+// reservation stays: the bank may have moved the money.
+func (s *Store) MarkUnknown(ctx context.Context, operationID uuid.UUID) (payment.Payment, error) {
+	var p payment.Payment
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		var err error
+		p, err = setStatus(ctx, tx, operationID, payment.StatusUnknown, "", "")
+		if errors.Is(err, payment.ErrNotFound) {
+			return s.alreadyDone(ctx, tx, operationID, payment.StatusUnknown, &p)
+		}
+		if err != nil {
+			return err
+		}
+		return completeRecord(ctx, tx, p, RecordUnknown)
+	})
+	return p, err
+}
+
+// alreadyDone makes a repeated step a no-op when the payment already has the wanted status, and
+// an ErrInconsistent when it has a contradicting one.
+func (s *Store) alreadyDone(ctx context.Context, tx pgx.Tx, operationID uuid.UUID, want payment.Status, p *payment.Payment) error {
+	cur, err := scanPayment(tx.QueryRow(ctx, sqlPayment, operationID))
+	if err != nil {
+		return err
+	}
+	*p = cur
+	if cur.Status != want {
+		return fmt.Errorf("%w: payment %s is %s, cannot become %s", ErrInconsistent, operationID, cur.Status, want)
+	}
+	return nil
+}
+
+func setStatus(ctx context.Context, tx pgx.Tx, id uuid.UUID, to payment.Status, failureCode, providerRef string) (payment.Payment, error) {
+	var from []string
+	for _, st := range []payment.Status{payment.StatusProcessing, payment.StatusUnknown} {
+		if st.CanBecome(to) {
+			from = append(from, string(st))
+		}
+	}
+	return scanPayment(tx.QueryRow(ctx, sqlSetStatus, id, to, failureCode, providerRef, from))
+}
+
+// completeRecord moves the idempotency record along with the payment and queues the event.
+func completeRecord(ctx context.Context, tx pgx.Tx, p payment.Payment, rs RecordStatus) error {
+	if _, err := tx.Exec(ctx, sqlRecordStatus, p.ID, rs); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(p.Resource())
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, sqlInsertOutbox, payment.NewID(), p.ID, "payment."+string(p.Status), payload)
+	return err
+}

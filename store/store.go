@@ -1,0 +1,107 @@
+// Package store is kasa's only PostgreSQL user: every query, transaction and error translation.
+package store
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/kasa-pay/kasa/schema"
+)
+
+// Store wraps a connection pool.
+type Store struct {
+	pool *pgxpool.Pool
+	aead cipher.AEAD // encrypts merchants' webhook secrets at rest
+}
+
+// Options configure Open.
+type Options struct {
+	URL       string
+	MaxConns  int32
+	SecretKey []byte // 32 bytes; encrypts webhook secrets
+	Migrate   bool   // apply pending migrations first
+}
+
+// Open connects, optionally migrates, and checks the connection.
+func Open(ctx context.Context, o Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	if o.MaxConns > 0 {
+		cfg.MaxConns = o.MaxConns
+	}
+	if len(o.SecretKey) != 32 {
+		return nil, errors.New("secret key must be 32 bytes")
+	}
+	block, err := aes.NewCipher(o.SecretKey)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	s := &Store{pool: pool, aead: aead}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("%w: database: %v", ErrUnavailable, err)
+	}
+	if o.Migrate {
+		db := stdlib.OpenDBFromPool(pool)
+		err := schema.Migrate(ctx, db)
+		db.Close()
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Close releases every connection.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// tx runs fn in a transaction, committing when it returns nil.
+func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	err := pgx.BeginFunc(ctx, s.pool, fn)
+	return translate(err)
+}
+
+func (s *Store) seal(plain string) []byte {
+	nonce := make([]byte, s.aead.NonceSize())
+	_, _ = rand.Read(nonce)
+	return s.aead.Seal(nonce, nonce, []byte(plain), nil)
+}
+
+func (s *Store) open(sealed []byte) (string, error) {
+	n := s.aead.NonceSize()
+	if len(sealed) < n {
+		return "", errors.New("sealed secret too short")
+	}
+	plain, err := s.aead.Open(nil, sealed[:n], sealed[n:], nil)
+	if err != nil {
+		return "", fmt.Errorf("decrypt webhook secret (wrong KASA_SECRET_KEY?): %w", err)
+	}
+	return string(plain), nil
+}

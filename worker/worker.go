@@ -1,0 +1,44 @@
+// Package worker registers every workflow and activity under its explicit, history-recorded name
+// and runs the Temporal worker for the payment task queue.
+package worker
+
+import (
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/kasa-pay/kasa/activities"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// Registry is what both a real worker and the test environment register on.
+type Registry interface {
+	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
+	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
+}
+
+// Register adds the payment workflow and its activities under their constant names.
+func Register(r Registry, a *activities.Activities) {
+	r.RegisterWorkflowWithOptions(workflows.PaymentWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowPayment})
+	for name, fn := range map[string]any{
+		workflows.ActivityReserveFunds: a.ReserveFunds,
+		workflows.ActivityCharge:       a.Charge,
+		workflows.ActivityInquire:      a.InquireCharge,
+		workflows.ActivityFinalize:     a.Finalize,
+		workflows.ActivityRelease:      a.Release,
+		workflows.ActivityMarkUnknown:  a.MarkUnknown,
+	} {
+		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+}
+
+// New returns a worker for the task queue with everything registered; call Start/Stop or Run.
+func New(c client.Client, taskQueue string, a *activities.Activities) sdkworker.Worker {
+	if taskQueue == "" {
+		taskQueue = workflows.TaskQueue
+	}
+	w := sdkworker.New(c, taskQueue, sdkworker.Options{})
+	Register(w, a)
+	return w
+}

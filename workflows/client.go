@@ -1,0 +1,82 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+)
+
+// ErrStillRunning: the workflow did not finish within the caller's wait.
+var ErrStillRunning = errors.New("payment workflow still running")
+
+// Starter starts and awaits payment workflows for the API.
+type Starter struct {
+	Client    client.Client
+	TaskQueue string // default TaskQueue
+}
+
+func (s Starter) queue() string {
+	if s.TaskQueue != "" {
+		return s.TaskQueue
+	}
+	return TaskQueue
+}
+
+// StartPayment starts the operation's workflow, or finds the one already started for the key:
+// REJECT_DUPLICATE and USE_EXISTING make a second start for the same key a no-op, so a retried
+// start after a crash can never run a payment twice.
+func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) error {
+	opts := client.StartWorkflowOptions{
+		ID:                       PaymentWorkflowID(in.MerchantID, key),
+		TaskQueue:                s.queue(),
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			SearchPaymentStatus.ValueSet("processing"),
+			SearchMerchantID.ValueSet(in.MerchantID.String()),
+		),
+	}
+	if _, err := s.Client.ExecuteWorkflow(ctx, opts, WorkflowPayment, in); err != nil {
+		return fmt.Errorf("start payment workflow: %w", err)
+	}
+	return nil
+}
+
+// AwaitPayment waits for the workflow's result until ctx ends (then ErrStillRunning).
+func (s Starter) AwaitPayment(ctx context.Context, merchantID uuid.UUID, key string) (PaymentResult, error) {
+	var res PaymentResult
+	err := s.Client.GetWorkflow(ctx, PaymentWorkflowID(merchantID, key), "").Get(ctx, &res)
+	if err != nil && ctx.Err() != nil {
+		return res, ErrStillRunning
+	}
+	return res, err
+}
+
+// Ready reports whether Temporal answers and a worker polls the payment task queue.
+func (s Starter) Ready(ctx context.Context) error {
+	if _, err := s.Client.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+		return fmt.Errorf("temporal: %w", err)
+	}
+	resp, err := s.Client.DescribeTaskQueue(ctx, s.queue(), enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+	if err != nil {
+		return fmt.Errorf("describe task queue: %w", err)
+	}
+	if len(resp.GetPollers()) == 0 {
+		return fmt.Errorf("no worker polls task queue %q", s.queue())
+	}
+	return nil
+}
+
+// IsUnavailable reports whether err means Temporal could not be reached (vs. a rejected request).
+func IsUnavailable(err error) bool {
+	var unavailable *serviceerror.Unavailable
+	var deadline *serviceerror.DeadlineExceeded
+	return errors.As(err, &unavailable) || errors.As(err, &deadline) ||
+		errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,119 @@
+// Package workflows holds kasa's deterministic orchestration: the payment workflow, and every
+// name Temporal records in history forever (workflow, activity, signal, search attributes, error
+// types, task queue). It never touches the database or the network itself.
+package workflows
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+	"go.temporal.io/sdk/temporal"
+)
+
+// Names recorded in workflow histories: never rename them.
+const (
+	TaskQueue       = "payments"
+	WorkflowPayment = "PaymentWorkflow"
+
+	ActivityReserveFunds = "ReserveFunds"
+	ActivityCharge       = "Charge"
+	ActivityInquire      = "InquireCharge"
+	ActivityFinalize     = "Finalize"
+	ActivityRelease      = "Release"
+	ActivityMarkUnknown  = "MarkUnknown"
+
+	SignalSettlement = "settlement"
+	QueryStatus      = "status"
+)
+
+// Application error types: activities classify, the workflow switches on these.
+const (
+	ErrTypeInsufficientFunds = "InsufficientFunds"
+	ErrTypeDeclined          = "Declined"
+	ErrTypeAmbiguous         = "ProviderAmbiguous"  // the charge may or may not have happened
+	ErrTypeRejected          = "ProviderRejected"   // the provider refused the request itself (4xx)
+	ErrTypeNotFound          = "ChargeNotFound"     // an inquiry found no charge
+	ErrTypeInconsistent      = "InconsistentState"  // the database contradicts the step; a person must look
+	ErrTypeInquiryNotAllowed = "InquiryUnsupported" // the provider has no status inquiry
+)
+
+// Search attributes on every payment workflow; operators filter PaymentStatus="unknown".
+var (
+	SearchPaymentStatus = temporal.NewSearchAttributeKeyKeyword("PaymentStatus")
+	SearchMerchantID    = temporal.NewSearchAttributeKeyKeyword("MerchantId")
+)
+
+// Capability is what the provider supports (CONTRACT §5); it picks the charge strategy.
+type Capability string
+
+const (
+	CapabilityIdempotent Capability = "idempotent"
+	CapabilityInquiry    Capability = "inquiry"
+	CapabilityNone       Capability = "none"
+)
+
+// PaymentWorkflowID is `payment/<merchant id>/<idempotency key>`: Temporal itself refuses a second
+// workflow for the same key.
+func PaymentWorkflowID(merchantID uuid.UUID, key string) string {
+	return "payment/" + merchantID.String() + "/" + key
+}
+
+// PaymentInput is everything the workflow needs; it is recorded in history, so it never changes
+// meaning for a running payment even if configuration does.
+type PaymentInput struct {
+	OperationID uuid.UUID
+	MerchantID  uuid.UUID
+	AccountID   uuid.UUID
+	AmountMinor int64
+	Currency    string
+	Capability  Capability
+	// ChargeBudget bounds how long an idempotent provider is retried before the outcome is
+	// parked as unknown. Zero means DefaultChargeBudget.
+	ChargeBudget time.Duration
+}
+
+// PaymentResult is the workflow's final answer.
+type PaymentResult struct {
+	Status            string
+	FailureCode       string
+	ProviderReference string
+}
+
+// ChargeInput is what the provider needs; the operation id is its idempotency key.
+type ChargeInput struct {
+	OperationID uuid.UUID
+	AccountID   uuid.UUID
+	AmountMinor int64
+	Currency    string
+}
+
+// ChargeResult is a definite answer from the provider.
+type ChargeResult struct {
+	ProviderReference string
+	Succeeded         bool
+}
+
+// FinalizeInput captures a charged payment.
+type FinalizeInput struct {
+	OperationID       uuid.UUID
+	ProviderReference string
+}
+
+// ReleaseInput fails a payment.
+type ReleaseInput struct {
+	OperationID uuid.UUID
+	FailureCode string
+}
+
+// Settlement is the `settlement` signal's payload (CONTRACT §5).
+type Settlement struct {
+	Outcome           string `json:"outcome"` // "charged" or "not_charged"
+	ProviderReference string `json:"provider_reference,omitempty"`
+	Note              string `json:"note,omitempty"`
+}
+
+// Settlement outcomes.
+const (
+	OutcomeCharged    = "charged"
+	OutcomeNotCharged = "not_charged"
+)

@@ -1,0 +1,211 @@
+package workflows
+
+import (
+	"errors"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+// DefaultChargeBudget bounds re-sends to an idempotent provider before the outcome is unknown.
+const DefaultChargeBudget = 2 * time.Minute
+
+// inquiryBackoff is how long the workflow waits before its first status inquiry, and the cap
+// of the growing interval between inquiries while a payment is unknown.
+const (
+	inquiryDelay   = 2 * time.Second
+	inquiryMaxWait = time.Hour
+	maxInquirySend = 3 // charge sends allowed with capability inquiry, each preceded by an inquiry
+)
+
+// Database steps are idempotent and must eventually happen: retried without an attempt limit.
+var stepOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 15 * time.Second,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:        100 * time.Millisecond,
+		BackoffCoefficient:     2,
+		MaximumInterval:        10 * time.Second,
+		NonRetryableErrorTypes: []string{ErrTypeInsufficientFunds, ErrTypeInconsistent},
+	},
+}
+
+// chargeOptions returns the provider call's options for a capability. Only an idempotent provider
+// may see the same charge twice; for the others every send is a single attempt.
+func chargeOptions(in PaymentInput) workflow.ActivityOptions {
+	o := workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        200 * time.Millisecond,
+			BackoffCoefficient:     2,
+			MaximumInterval:        10 * time.Second,
+			NonRetryableErrorTypes: []string{ErrTypeDeclined, ErrTypeRejected, ErrTypeNotFound, ErrTypeInquiryNotAllowed},
+		},
+	}
+	if in.Capability == CapabilityIdempotent {
+		o.ScheduleToCloseTimeout = in.ChargeBudget
+		if o.ScheduleToCloseTimeout == 0 {
+			o.ScheduleToCloseTimeout = DefaultChargeBudget
+		}
+	} else {
+		o.RetryPolicy.MaximumAttempts = 1
+	}
+	return o
+}
+
+// PaymentWorkflow: reserve -> charge (strategy by capability) -> finalize or release; an outcome
+// that cannot be known is parked as unknown until a settlement signal resolves it.
+func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, error) {
+	w := &paymentRun{in: in, status: payment.StatusProcessing}
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (string, error) { return string(w.status), nil }); err != nil {
+		return PaymentResult{}, err
+	}
+	w.settlements = workflow.GetSignalChannel(ctx, SignalSettlement)
+	steps := workflow.WithActivityOptions(ctx, stepOptions)
+
+	err := workflow.ExecuteActivity(steps, ActivityReserveFunds, in.OperationID).Get(ctx, nil)
+	if hasType(err, ErrTypeInsufficientFunds) {
+		return w.fail(ctx, payment.FailureInsufficientFunds)
+	}
+	if err != nil {
+		return PaymentResult{}, err
+	}
+
+	res, err := w.charge(ctx)
+	switch {
+	case err == nil && res.Succeeded:
+		return w.finalize(ctx, res.ProviderReference)
+	case err == nil || hasType(err, ErrTypeDeclined) || hasType(err, ErrTypeRejected):
+		return w.fail(ctx, payment.FailureDeclined)
+	default:
+		workflow.GetLogger(ctx).Warn("charge outcome unknown; parking for reconciliation", "error", err)
+		return w.parkUnknown(ctx)
+	}
+}
+
+type paymentRun struct {
+	in          PaymentInput
+	status      payment.Status
+	settlements workflow.ReceiveChannel
+}
+
+// charge asks the provider with the strategy its capability allows.
+func (w *paymentRun) charge(ctx workflow.Context) (ChargeResult, error) {
+	in := ChargeInput{OperationID: w.in.OperationID, AccountID: w.in.AccountID, AmountMinor: w.in.AmountMinor, Currency: w.in.Currency}
+	cctx := workflow.WithActivityOptions(ctx, chargeOptions(w.in))
+	var res ChargeResult
+	err := workflow.ExecuteActivity(cctx, ActivityCharge, in).Get(ctx, &res)
+	if w.in.Capability != CapabilityInquiry || err == nil || !isAmbiguous(err) {
+		return res, err
+	}
+	// Inquiry: never re-send while a charge may exist; re-send only when the provider says it
+	// has none.
+	for sends := 1; ; sends++ {
+		_ = workflow.Sleep(ctx, inquiryDelay)
+		res, ierr := w.inquire(ctx)
+		if ierr == nil || !hasType(ierr, ErrTypeNotFound) {
+			return res, ierr
+		}
+		if sends >= maxInquirySend {
+			return res, err
+		}
+		err = workflow.ExecuteActivity(cctx, ActivityCharge, in).Get(ctx, &res)
+		if err == nil || !isAmbiguous(err) {
+			return res, err
+		}
+	}
+}
+
+func (w *paymentRun) inquire(ctx workflow.Context) (ChargeResult, error) {
+	o := chargeOptions(PaymentInput{Capability: CapabilityIdempotent, ChargeBudget: w.in.ChargeBudget})
+	var res ChargeResult
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), ActivityInquire, w.in.OperationID).Get(ctx, &res)
+	return res, err
+}
+
+// parkUnknown keeps the reservation and waits for a settlement signal (and, with inquiry, keeps
+// asking the provider on a growing timer). It never treats the payment as failed by itself.
+func (w *paymentRun) parkUnknown(ctx workflow.Context) (PaymentResult, error) {
+	steps := workflow.WithActivityOptions(ctx, stepOptions)
+	if err := workflow.ExecuteActivity(steps, ActivityMarkUnknown, w.in.OperationID).Get(ctx, nil); err != nil {
+		return PaymentResult{}, err
+	}
+	w.setStatus(ctx, payment.StatusUnknown)
+	wait := inquiryDelay
+	for {
+		sel := workflow.NewSelector(ctx)
+		var s Settlement
+		got := false
+		sel.AddReceive(w.settlements, func(c workflow.ReceiveChannel, _ bool) {
+			c.Receive(ctx, &s)
+			got = true
+		})
+		cancelTimer := func() {}
+		if w.in.Capability == CapabilityInquiry {
+			var tctx workflow.Context
+			tctx, cancelTimer = workflow.WithCancel(ctx)
+			sel.AddFuture(workflow.NewTimer(tctx, wait), func(workflow.Future) {})
+		}
+		sel.Select(ctx)
+		cancelTimer()
+		if got {
+			switch s.Outcome {
+			case OutcomeCharged:
+				return w.finalize(ctx, s.ProviderReference)
+			case OutcomeNotCharged:
+				return w.fail(ctx, payment.FailureDeclined)
+			default:
+				workflow.GetLogger(ctx).Warn("ignoring malformed settlement signal", "outcome", s.Outcome)
+				continue
+			}
+		}
+		res, err := w.inquire(ctx)
+		switch {
+		case err == nil && res.Succeeded:
+			return w.finalize(ctx, res.ProviderReference)
+		case err == nil || hasType(err, ErrTypeDeclined):
+			return w.fail(ctx, payment.FailureDeclined)
+		}
+		wait = min(wait*2, inquiryMaxWait)
+	}
+}
+
+func (w *paymentRun) finalize(ctx workflow.Context, providerRef string) (PaymentResult, error) {
+	steps := workflow.WithActivityOptions(ctx, stepOptions)
+	in := FinalizeInput{OperationID: w.in.OperationID, ProviderReference: providerRef}
+	if err := workflow.ExecuteActivity(steps, ActivityFinalize, in).Get(ctx, nil); err != nil {
+		return PaymentResult{}, err
+	}
+	w.setStatus(ctx, payment.StatusSucceeded)
+	return PaymentResult{Status: string(payment.StatusSucceeded), ProviderReference: providerRef}, nil
+}
+
+func (w *paymentRun) fail(ctx workflow.Context, code string) (PaymentResult, error) {
+	steps := workflow.WithActivityOptions(ctx, stepOptions)
+	in := ReleaseInput{OperationID: w.in.OperationID, FailureCode: code}
+	if err := workflow.ExecuteActivity(steps, ActivityRelease, in).Get(ctx, nil); err != nil {
+		return PaymentResult{}, err
+	}
+	w.setStatus(ctx, payment.StatusFailed)
+	return PaymentResult{Status: string(payment.StatusFailed), FailureCode: code}, nil
+}
+
+func (w *paymentRun) setStatus(ctx workflow.Context, s payment.Status) {
+	w.status = s
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchPaymentStatus.ValueSet(string(s))); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert PaymentStatus", "error", err)
+	}
+}
+
+func hasType(err error, typ string) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == typ
+}
+
+// isAmbiguous: anything but a definite answer from the provider leaves the outcome open.
+func isAmbiguous(err error) bool {
+	return !hasType(err, ErrTypeDeclined) && !hasType(err, ErrTypeRejected) && !hasType(err, ErrTypeNotFound) &&
+		!hasType(err, ErrTypeInquiryNotAllowed)
+}
