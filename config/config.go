@@ -40,7 +40,8 @@ type Config struct {
 		Address   string `mapstructure:"address"`
 		Namespace string `mapstructure:"namespace"`
 		TaskQueue string `mapstructure:"task_queue"`
-		UIPort    int    `mapstructure:"ui_port"`
+		Port      int    `mapstructure:"port"`    // kasa dev's local dev server
+		UIPort    int    `mapstructure:"ui_port"` // kasa dev's local Web UI
 	} `mapstructure:"temporal"`
 	Data struct {
 		Dir string `mapstructure:"dir"`
@@ -70,6 +71,7 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("temporal.address", "")
 	v.SetDefault("temporal.namespace", "default")
 	v.SetDefault("temporal.task_queue", "payments")
+	v.SetDefault("temporal.port", 7233)
 	v.SetDefault("temporal.ui_port", 8233)
 	v.SetDefault("data.dir", "./.data")
 	v.SetDefault("secret.key", "")

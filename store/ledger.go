@@ -34,3 +34,31 @@ func postEntries(ctx context.Context, tx pgx.Tx, postingID uuid.UUID, currency s
 	}
 	return tx.SendBatch(ctx, b).Close()
 }
+
+// LedgerEntry is one line of a posting.
+type LedgerEntry struct {
+	PostingID   uuid.UUID
+	Kind        string
+	AccountID   uuid.UUID
+	Currency    string
+	AmountMinor int64
+}
+
+const sqlEntriesFor = `SELECT p.id, p.kind, e.account_id, e.currency, e.amount_minor
+FROM ledger_postings p JOIN ledger_entries e ON e.posting_id = p.id
+WHERE p.reference = $1 ORDER BY e.id`
+
+// LedgerEntries lists the entries of every posting with the reference (an operation id for a
+// payment): what an auditor asks first.
+func (s *Store) LedgerEntries(ctx context.Context, reference string) ([]LedgerEntry, error) {
+	rows, err := s.pool.Query(ctx, sqlEntriesFor, reference)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LedgerEntry, error) {
+		var e LedgerEntry
+		err := r.Scan(&e.PostingID, &e.Kind, &e.AccountID, &e.Currency, &e.AmountMinor)
+		return e, err
+	})
+	return out, translate(err)
+}

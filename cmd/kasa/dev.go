@@ -111,7 +111,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return err
 		}
 		tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{
-			Port: 7233, UIPort: cfg.Temporal.UIPort, DBFile: filepath.Join(dir, "temporal", "temporal.db"),
+			Port: cfg.Temporal.Port, UIPort: cfg.Temporal.UIPort, DBFile: filepath.Join(dir, "temporal", "temporal.db"),
 			Namespace: cfg.Temporal.Namespace, Output: logFile, Logger: log,
 		})
 		if err != nil {

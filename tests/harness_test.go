@@ -1,0 +1,209 @@
+// Package tests holds kasa's end-to-end tests: the real REST API over HTTP, real PostgreSQL, a
+// real Temporal dev server and the bank simulator, asserting effects in the database and at the
+// simulator, not only status codes.
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+
+	"github.com/kasa-pay/kasa/activities"
+	"github.com/kasa-pay/kasa/api"
+	"github.com/kasa-pay/kasa/banksim"
+	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/provider"
+	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/worker"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+var (
+	env *devenv.TestEnv
+	db  *store.Store
+	tc  client.Client
+)
+
+const adminToken = "adm_test_token"
+
+var secretKey = bytes.Repeat([]byte{7}, 32)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	var err error
+	if env, err = devenv.StartTestEnv(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "tests: cannot start the test infrastructure:", err)
+		return 1
+	}
+	defer env.Stop()
+	if db, err = store.Open(ctx, store.Options{URL: env.DatabaseURL, SecretKey: secretKey, Migrate: true}); err != nil {
+		fmt.Fprintln(os.Stderr, "tests: database:", err)
+		return 1
+	}
+	defer db.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if tc, err = client.Dial(client.Options{HostPort: env.TemporalAddress, Logger: tlog.NewStructuredLogger(quiet)}); err != nil {
+		fmt.Fprintln(os.Stderr, "tests: temporal:", err)
+		return 1
+	}
+	defer tc.Close()
+	return m.Run()
+}
+
+// stack is one isolated kasa: its own simulator, worker task queue and API server, sharing the
+// package's database and Temporal.
+type stack struct {
+	t     *testing.T
+	api   *httptest.Server
+	sim   *httptest.Server
+	queue string
+}
+
+func newStack(t *testing.T, capability workflows.Capability) *stack {
+	t.Helper()
+	sim, err := banksim.New(banksim.Options{DataDir: t.TempDir(), Capability: banksim.Capability(capability), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	simSrv := httptest.NewServer(sim.Handler())
+	queue := "payments-test-" + uuid.NewString()
+	w := worker.New(tc, queue, &activities.Activities{Store: db, Provider: provider.New(simSrv.URL, 5*time.Second)})
+	require.NoError(t, w.Start())
+	srv := api.New(api.Options{
+		Store: db, Workflows: workflows.Starter{Client: tc, TaskQueue: queue}, AdminToken: adminToken,
+		SyncWait: 15 * time.Second, Capability: capability, ChargeBudget: 10 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	apiSrv := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		apiSrv.Close()
+		w.Stop()
+		simSrv.Close()
+		_ = sim.Close()
+	})
+	return &stack{t: t, api: apiSrv, sim: simSrv, queue: queue}
+}
+
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (r response) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(r.Body, &m), "body: %s", r.Body)
+	return m
+}
+
+// do sends a request; headers come in pairs ("Idempotency-Key", "k1").
+func (s *stack) do(method, path, bearer string, body string, headers ...string) response {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.api.URL+path, strings.NewReader(body))
+	require.NoError(s.t, err)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(s.t, err)
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+type merchant struct {
+	ID     string
+	APIKey string
+}
+
+func (s *stack) newMerchant() merchant {
+	s.t.Helper()
+	r := s.do("POST", "/admin/v1/merchants", adminToken, `{"name":"Test Merchant"}`)
+	require.Equal(s.t, http.StatusCreated, r.Status, "%s", r.Body)
+	m := r.json(s.t)
+	return merchant{ID: m["id"].(string), APIKey: m["api_key"].(string)}
+}
+
+func (s *stack) newAccount(m merchant, currency, deposit string) string {
+	s.t.Helper()
+	r := s.do("POST", "/admin/v1/accounts", adminToken, fmt.Sprintf(`{"merchant_id":%q,"currency":%q}`, m.ID, currency))
+	require.Equal(s.t, http.StatusCreated, r.Status, "%s", r.Body)
+	id := r.json(s.t)["id"].(string)
+	if deposit != "" {
+		r = s.do("POST", "/admin/v1/accounts/"+id+"/deposits", adminToken, fmt.Sprintf(`{"amount":%q}`, deposit), "Idempotency-Key", "seed-"+id)
+		require.Equal(s.t, http.StatusCreated, r.Status, "%s", r.Body)
+	}
+	return id
+}
+
+func (s *stack) pay(m merchant, key, body string) response {
+	s.t.Helper()
+	return s.do("POST", "/v1/payments", m.APIKey, body, "Idempotency-Key", key)
+}
+
+func payBody(invoice, amount, currency, account string) string {
+	return fmt.Sprintf(`{"invoice_id":%q,"amount":%q,"currency":%q,"account_id":%q}`, invoice, amount, currency, account)
+}
+
+func (s *stack) account(m merchant, id string) map[string]any {
+	s.t.Helper()
+	r := s.do("GET", "/v1/accounts/"+id, m.APIKey, "")
+	require.Equal(s.t, http.StatusOK, r.Status, "%s", r.Body)
+	return r.json(s.t)
+}
+
+// simCount is how many times the simulator moved money for a reference.
+func (s *stack) simCount(reference string) int {
+	s.t.Helper()
+	resp, err := http.Get(s.sim.URL + "/_sim/charges?reference=" + reference)
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	var out struct {
+		Count int `json:"count"`
+	}
+	require.NoError(s.t, json.NewDecoder(resp.Body).Decode(&out))
+	return out.Count
+}
+
+func (s *stack) setFaults(rules string) {
+	s.t.Helper()
+	req, err := http.NewRequest("PUT", s.sim.URL+"/_sim/faults", strings.NewReader(rules))
+	require.NoError(s.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(s.t, err)
+	resp.Body.Close()
+	require.Equal(s.t, http.StatusOK, resp.StatusCode)
+}
+
+// requireVerified runs `kasa verify`'s checks: no invariant may be violated after a scenario.
+func requireVerified(t *testing.T) {
+	t.Helper()
+	problems, err := db.Verify(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
