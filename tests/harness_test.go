@@ -113,11 +113,16 @@ func (r response) json(t *testing.T) map[string]any {
 	return m
 }
 
-// do sends a request; headers come in pairs ("Idempotency-Key", "k1").
+// do sends a request to the stack's API; headers come in pairs ("Idempotency-Key", "k1").
 func (s *stack) do(method, path, bearer string, body string, headers ...string) response {
 	s.t.Helper()
-	req, err := http.NewRequest(method, s.api.URL+path, strings.NewReader(body))
-	require.NoError(s.t, err)
+	return httpDo(s.t, method, s.api.URL+path, bearer, body, headers...)
+}
+
+func httpDo(t *testing.T, method, url, bearer string, body string, headers ...string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
@@ -128,10 +133,10 @@ func (s *stack) do(method, path, bearer string, body string, headers ...string) 
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(s.t, err)
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(s.t, err)
+	require.NoError(t, err)
 	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 }
 

@@ -4,6 +4,9 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/kasa-pay/kasa/workflows"
 	"github.com/stretchr/testify/require"
 )
 
@@ -12,4 +15,8 @@ func mustUUID(t *testing.T, s string) uuid.UUID {
 	id, err := uuid.Parse(s)
 	require.NoError(t, err)
 	return id
+}
+
+func workflowOptions() workflow.RegisterOptions {
+	return workflow.RegisterOptions{Name: workflows.WorkflowPayment}
 }

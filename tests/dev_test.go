@@ -1,0 +1,156 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/internal/devenv"
+)
+
+// TestDevLifecycle is `make run` as a newcomer uses it: `kasa dev` starts PostgreSQL, Temporal
+// with its UI, the simulator, the worker and the API; the printed walk-through pays; SIGTERM
+// stops every child process; a second start finds the same data.
+func TestDevLifecycle(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "kasa")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/kasa").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	data, err := os.MkdirTemp("", "kasa-dev-test-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(data) })
+
+	ports := make([]int, 4)
+	for i := range ports {
+		ports[i], err = devenv.FreePort()
+		require.NoError(t, err)
+	}
+	envv := append(os.Environ(),
+		"KASA_DATA_DIR="+data,
+		fmt.Sprintf("KASA_API_ADDR=127.0.0.1:%d", ports[0]),
+		fmt.Sprintf("KASA_BANKSIM_ADDR=127.0.0.1:%d", ports[1]),
+		fmt.Sprintf("KASA_TEMPORAL_PORT=%d", ports[2]),
+		fmt.Sprintf("KASA_TEMPORAL_UI_PORT=%d", ports[3]),
+		"KASA_DATABASE_URL=", "KASA_TEMPORAL_ADDRESS=", "KASA_ADMIN_TOKEN=", "KASA_SECRET_KEY=",
+	)
+	apiURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+
+	start := func() (*exec.Cmd, devState, *strings.Builder) {
+		cmd := exec.Command(bin, "dev")
+		cmd.Env = envv
+		var logs strings.Builder
+		pipe, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		cmd.Stderr = &logs
+		require.NoError(t, cmd.Start())
+		banner := make(chan string, 1)
+		go func() {
+			sc := bufio.NewScanner(pipe)
+			var b strings.Builder
+			for sc.Scan() {
+				b.WriteString(sc.Text() + "\n")
+				if strings.Contains(sc.Text(), "Ctrl-C stops everything") {
+					banner <- b.String()
+				}
+			}
+		}()
+		select {
+		case text := <-banner:
+			require.Contains(t, text, "kasa is running")
+		case <-time.After(3 * time.Minute):
+			_ = cmd.Process.Kill()
+			t.Fatalf("kasa dev did not start within 3 minutes:\n%s", logs.String())
+		}
+		var st devState
+		b, err := os.ReadFile(filepath.Join(data, "dev.json"))
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(b, &st))
+		waitReady(t, apiURL+"/readyz")
+		return cmd, st, &logs
+	}
+	stop := func(cmd *exec.Cmd, logs *strings.Builder) {
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			require.NoError(t, err, "kasa dev must exit cleanly on SIGTERM:\n%s", logs.String())
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatal("kasa dev did not stop within 60s of SIGTERM")
+		}
+		require.Empty(t, processesMentioning(data), "no child process may survive SIGTERM")
+	}
+
+	cmd, st, logs := start()
+	// The README's walk-through: pay 100.00 TRY with the demo merchant.
+	r := httpDo(t, "POST", apiURL+"/v1/payments", st.DemoAPIKey, payBody("dev-inv-1", "100.00", "TRY", st.DemoAccountID),
+		"Idempotency-Key", "dev-test-1")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	r = httpDo(t, "GET", apiURL+"/v1/accounts/"+st.DemoAccountID, st.DemoAPIKey, "")
+	require.Contains(t, string(r.Body), `"balance":"9900.00"`)
+	stop(cmd, logs)
+
+	cmd, st2, logs := start()
+	require.Equal(t, st.AdminToken, st2.AdminToken, "a second run keeps its credentials")
+	require.Equal(t, st.DemoAccountID, st2.DemoAccountID, "a second run finds the same data")
+	r = httpDo(t, "GET", apiURL+"/v1/accounts/"+st.DemoAccountID, st.DemoAPIKey, "")
+	require.Contains(t, string(r.Body), `"balance":"9900.00"`)
+	stop(cmd, logs)
+}
+
+type devState struct {
+	AdminToken     string `json:"admin_token"`
+	DemoMerchantID string `json:"demo_merchant_id"`
+	DemoAPIKey     string `json:"demo_api_key"`
+	DemoAccountID  string `json:"demo_account_id"`
+}
+
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s never answered 200", url)
+}
+
+// processesMentioning lists running processes whose command line contains s.
+func processesMentioning(s string) []string {
+	var found []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		line := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(line, s) {
+			stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+			if strings.Contains(string(stat), ") Z ") { // a zombie already exited
+				continue
+			}
+			found = append(found, e.Name()+": "+line)
+		}
+	}
+	return found
+}

@@ -1,0 +1,63 @@
+package tests
+
+import (
+	"context"
+	"flag"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/worker"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+var record = flag.Bool("record", false, "write the recorded workflow histories to workflows/testdata")
+
+// TestRecordHistories runs real payments through the real server, then replays their histories
+// against the current workflow code: a non-deterministic change fails here. With -record it also
+// stores them in workflows/testdata, where the workflows package replays them on every run.
+func TestRecordHistories(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	ctx := context.Background()
+
+	cases := []struct{ name, key, amount string }{
+		{"succeeded", "hist-ok", "10.00"},
+		{"insufficient_funds", "hist-poor", "1000.00"},
+	}
+	for _, c := range cases {
+		r := s.pay(m, c.key, payBody(c.key, c.amount, "TRY", acct))
+		require.Contains(t, []int{http.StatusCreated, http.StatusPaymentRequired}, r.Status, "%s", r.Body)
+
+		hist := fetchHistory(t, ctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), c.key))
+		replayer := worker.NewWorkflowReplayer()
+		replayer.RegisterWorkflowWithOptions(workflows.PaymentWorkflow, workflowOptions())
+		require.NoError(t, replayer.ReplayWorkflowHistory(nil, hist), c.name)
+
+		if *record {
+			b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(hist)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join("..", "workflows", "testdata", "payment_"+c.name+".json"), b, 0o644))
+		}
+	}
+}
+
+func fetchHistory(t *testing.T, ctx context.Context, workflowID string) *historypb.History {
+	t.Helper()
+	it := tc.GetWorkflowHistory(ctx, workflowID, "", false, 0)
+	var h historypb.History
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		h.Events = append(h.Events, ev)
+	}
+	require.NotEmpty(t, h.Events)
+	return &h
+}
