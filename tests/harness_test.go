@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx := context.Background()
 	var err error
-	if env, err = devenv.StartTestEnv(ctx); err != nil {
+	if env, err = devenv.StartTestEnv(ctx, devenv.TestNeeds{Temporal: true}); err != nil {
 		fmt.Fprintln(os.Stderr, "tests: cannot start the test infrastructure:", err)
 		return 1
 	}

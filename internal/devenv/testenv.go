@@ -17,9 +17,12 @@ type TestEnv struct {
 	dir             string
 }
 
+// TestNeeds says what a test package uses.
+type TestNeeds struct{ Temporal bool }
+
 // StartTestEnv starts what is missing. Missing binaries are an error that says how to fix it:
 // integration tests never skip.
-func StartTestEnv(ctx context.Context) (*TestEnv, error) {
+func StartTestEnv(ctx context.Context, needs TestNeeds) (*TestEnv, error) {
 	e := &TestEnv{DatabaseURL: os.Getenv("KASA_TEST_DATABASE_URL"), TemporalAddress: os.Getenv("KASA_TEST_TEMPORAL_ADDRESS")}
 	var err error
 	if e.dir, err = os.MkdirTemp("", "kasa-test-"); err != nil {
@@ -34,7 +37,7 @@ func StartTestEnv(ctx context.Context) (*TestEnv, error) {
 		e.DatabaseURL = pg.URL
 		e.stops = append(e.stops, pg.Stop)
 	}
-	if e.TemporalAddress == "" {
+	if needs.Temporal && e.TemporalAddress == "" {
 		t, err := StartTemporal(ctx, TemporalOptions{})
 		if err != nil {
 			e.Stop()

@@ -1,0 +1,292 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+)
+
+var db *store.Store
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	env, err := devenv.StartTestEnv(ctx, devenv.TestNeeds{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "store tests:", err)
+		return 1
+	}
+	defer env.Stop()
+	db, err = store.Open(ctx, store.Options{URL: env.DatabaseURL, SecretKey: bytes.Repeat([]byte{1}, 32), Migrate: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "store tests:", err)
+		return 1
+	}
+	defer db.Close()
+	return m.Run()
+}
+
+// fixture makes a merchant with one funded TRY account.
+func fixture(t *testing.T, deposit int64) (merchantID, accountID uuid.UUID) {
+	t.Helper()
+	ctx := context.Background()
+	m := payment.Merchant{ID: payment.NewID(), Name: "m"}
+	require.NoError(t, db.CreateMerchant(ctx, m, payment.NewSecret("sk_"), "whsec"))
+	a, err := db.CreateAccount(ctx, m.ID, "TRY")
+	require.NoError(t, err)
+	if deposit > 0 {
+		_, _, err = db.Deposit(ctx, a.ID, "seed", deposit)
+		require.NoError(t, err)
+	}
+	return m.ID, a.ID
+}
+
+func begin(t *testing.T, merchantID, accountID uuid.UUID, key, invoice string, amount int64) (store.Record, payment.Payment, bool, error) {
+	t.Helper()
+	req := payment.Request{InvoiceID: invoice, AmountMinor: amount, Currency: "TRY", AccountID: accountID, PaymentType: "purchase"}
+	return db.Begin(context.Background(), store.BeginInput{MerchantID: merchantID, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+}
+
+func requireVerified(t *testing.T) {
+	t.Helper()
+	problems, err := db.Verify(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+func TestBeginIsAtomicUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	mID, aID := fixture(t, 10_000)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	created := 0
+	ops := map[uuid.UUID]bool{}
+	for range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec, _, ok, err := begin(t, mID, aID, "same-key", "inv", 100)
+			require.NoError(t, err)
+			mu.Lock()
+			defer mu.Unlock()
+			ops[rec.OperationID] = true
+			if ok {
+				created++
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, 1, created, "exactly one concurrent request owns the key")
+	require.Len(t, ops, 1, "every request sees the same operation")
+}
+
+func TestBusinessKeyBlocksLivePaymentsOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	_, p1, ok, err := begin(t, mID, aID, "k1", "inv-9", 100)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	_, _, _, err = begin(t, mID, aID, "k2", "inv-9", 100)
+	var dup *payment.DuplicatePaymentError
+	require.ErrorAs(t, err, &dup)
+	require.Equal(t, p1.ID.String(), dup.PaymentID)
+	_, err = db.Record(ctx, mID, "k2")
+	require.ErrorIs(t, err, payment.ErrNotFound, "a rejected duplicate writes nothing")
+
+	_, err = db.Release(ctx, p1.ID, payment.FailureDeclined)
+	require.NoError(t, err)
+	_, _, ok, err = begin(t, mID, aID, "k3", "inv-9", 100)
+	require.NoError(t, err)
+	require.True(t, ok, "a failed payment does not block a new attempt")
+}
+
+func TestReserveNeverOverdraws(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 200_000) // 2,000.00 TRY
+	var ids []uuid.UUID
+	for i := range 4 {
+		_, p, ok, err := begin(t, mID, aID, fmt.Sprint("k", i), fmt.Sprint("inv", i), 100_000)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ids = append(ids, p.ID)
+	}
+	var wg sync.WaitGroup
+	results := make([]error, len(ids))
+	for i, id := range ids {
+		wg.Add(1)
+		go func() { defer wg.Done(); results[i] = db.Reserve(ctx, id) }()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range results {
+		if err == nil {
+			ok++
+		} else {
+			require.ErrorIs(t, err, payment.ErrInsufficientFunds)
+		}
+	}
+	require.Equal(t, 2, ok)
+	a, err := db.Account(ctx, aID)
+	require.NoError(t, err)
+	require.Equal(t, int64(200_000), a.Reserved)
+
+	// A retried reserve changes nothing.
+	for i, id := range ids {
+		if results[i] == nil {
+			require.NoError(t, db.Reserve(ctx, id))
+		}
+	}
+	a, _ = db.Account(ctx, aID)
+	require.Equal(t, int64(200_000), a.Reserved)
+	for i, id := range ids {
+		if results[i] != nil {
+			_, err := db.Release(ctx, id, payment.FailureInsufficientFunds)
+			require.NoError(t, err)
+		}
+	}
+	requireVerified(t)
+}
+
+func TestFinalizeAndReleaseAreIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	_, p, _, err := begin(t, mID, aID, "k", "inv", 2_500)
+	require.NoError(t, err)
+	require.NoError(t, db.Reserve(ctx, p.ID))
+	for range 3 {
+		got, err := db.Finalize(ctx, p.ID, "ch_1")
+		require.NoError(t, err)
+		require.Equal(t, payment.StatusSucceeded, got.Status)
+	}
+	entries, err := db.LedgerEntries(ctx, p.ID.String())
+	require.NoError(t, err)
+	require.Len(t, entries, 2, "one posting however often finalize runs")
+	a, _ := db.Account(ctx, aID)
+	require.Equal(t, int64(7_500), a.Balance)
+	require.Equal(t, int64(0), a.Reserved)
+
+	_, err = db.Release(ctx, p.ID, payment.FailureDeclined)
+	require.ErrorIs(t, err, payment.ErrInconsistent, "a succeeded payment cannot be failed")
+	a, _ = db.Account(ctx, aID)
+	require.Equal(t, int64(7_500), a.Balance)
+	requireVerified(t)
+}
+
+func TestUnknownKeepsReservationUntilResolved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	_, p, _, err := begin(t, mID, aID, "k", "inv", 4_000)
+	require.NoError(t, err)
+	require.NoError(t, db.Reserve(ctx, p.ID))
+	got, err := db.MarkUnknown(ctx, p.ID)
+	require.NoError(t, err)
+	require.Equal(t, payment.StatusUnknown, got.Status)
+	rec, err := db.Record(ctx, mID, "k")
+	require.NoError(t, err)
+	require.Equal(t, store.RecordUnknown, rec.Status)
+	a, _ := db.Account(ctx, aID)
+	require.Equal(t, int64(4_000), a.Reserved)
+	requireVerified(t)
+
+	_, err = db.Release(ctx, p.ID, payment.FailureDeclined)
+	require.NoError(t, err)
+	a, _ = db.Account(ctx, aID)
+	require.Equal(t, int64(0), a.Reserved)
+	require.Equal(t, int64(10_000), a.Balance)
+	requireVerified(t)
+}
+
+func TestLedgerIsImmutableAndBalanced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, aID := fixture(t, 10_000)
+	err := db.Exec(ctx, `UPDATE ledger_entries SET amount_minor = amount_minor + 1 WHERE account_id = $1`, aID)
+	require.ErrorContains(t, err, "immutable")
+	err = db.Exec(ctx, `DELETE FROM ledger_entries WHERE account_id = $1`, aID)
+	require.ErrorContains(t, err, "immutable")
+	err = db.Exec(ctx, `DELETE FROM ledger_postings`)
+	require.ErrorContains(t, err, "immutable")
+
+	// An unbalanced posting cannot commit.
+	err = db.Exec(ctx, `WITH p AS (INSERT INTO ledger_postings (id, kind, reference) VALUES (gen_random_uuid(), 'deposit', 'bad') RETURNING id)
+INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor) SELECT gen_random_uuid(), p.id, $1, 'TRY', 5 FROM p`, aID)
+	require.ErrorContains(t, err, "does not balance")
+
+	// The database refuses an overdraft even if the application forgot to check.
+	err = db.Exec(ctx, `UPDATE accounts SET reserved = balance + 1 WHERE id = $1`, aID)
+	require.True(t, errors.Is(err, payment.ErrInsufficientFunds), "got %v", err)
+	requireVerified(t)
+}
+
+func TestDepositIdempotency(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, aID := fixture(t, 0)
+	d1, replayed, err := db.Deposit(ctx, aID, "dep-1", 5_000)
+	require.NoError(t, err)
+	require.False(t, replayed)
+	d2, replayed, err := db.Deposit(ctx, aID, "dep-1", 5_000)
+	require.NoError(t, err)
+	require.True(t, replayed)
+	require.Equal(t, d1.ID, d2.ID)
+	_, _, err = db.Deposit(ctx, aID, "dep-1", 6_000)
+	require.ErrorIs(t, err, payment.ErrIdempotencyReused)
+	a, _ := db.Account(ctx, aID)
+	require.Equal(t, int64(5_000), a.Balance)
+	requireVerified(t)
+}
+
+func TestLeaseTakeOverHasOneWinner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	req := payment.Request{InvoiceID: "inv", AmountMinor: 100, Currency: "TRY", AccountID: aID, PaymentType: "purchase"}
+	_, _, ok, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: "k", Request: req, OperationID: payment.NewID(), Lease: time.Millisecond})
+	require.NoError(t, err)
+	require.True(t, ok)
+	time.Sleep(20 * time.Millisecond)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins := 0
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			won, err := db.TakeOver(ctx, mID, "k", time.Minute)
+			require.NoError(t, err)
+			if won {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, 1, wins)
+	rec, err := db.Record(ctx, mID, "k")
+	require.NoError(t, err)
+	require.NoError(t, db.WorkflowStarted(ctx, rec.OperationID))
+	won, err := db.TakeOver(ctx, mID, "k", time.Minute)
+	require.NoError(t, err)
+	require.False(t, won, "a started workflow owns the operation")
+}
