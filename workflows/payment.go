@@ -139,7 +139,10 @@ func (w *paymentRun) parkUnknown(ctx workflow.Context) (PaymentResult, error) {
 		var s Settlement
 		got := false
 		sel.AddReceive(w.settlements, func(c workflow.ReceiveChannel, _ bool) {
-			c.Receive(ctx, &s)
+			// ReceiveAsync: the SDK drops a payload it cannot decode, and a blocking Receive would
+			// then wait here for the next signal and starve the inquiry timer. An undecodable
+			// payload leaves s zero and is ignored below as malformed.
+			c.ReceiveAsync(&s)
 			got = true
 		})
 		cancelTimer := func() {}

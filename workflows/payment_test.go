@@ -1,0 +1,858 @@
+package workflows_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/kasa-pay/kasa/activities"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+var (
+	opID       = uuid.MustParse("0b6f3c1e-6a55-4a43-9a39-3f1f4f8d2a01")
+	merchantID = uuid.MustParse("5d0c2f6e-2b0f-4a8e-8f0c-9a3e7b1c4d02")
+	accountID  = uuid.MustParse("9e8d7c6b-5a49-4382-a716-b5c4d3e2f103")
+	startTime  = time.Date(2025, 3, 14, 9, 0, 0, 0, time.UTC)
+)
+
+const (
+	statusProcessing = "processing"
+	statusSucceeded  = "succeeded"
+	statusFailed     = "failed"
+	statusUnknown    = "unknown"
+)
+
+// errUnexpected is what every unmocked stub activity returns. It is non-retryable so that an
+// unexpected call fails fast instead of being retried forever by the step retry policy.
+func errUnexpected(name string) error {
+	return temporal.NewNonRetryableApplicationError("unexpected call to unmocked activity "+name, "UnexpectedCall", nil)
+}
+
+// Stub activities with the exact signatures of activities.Activities; the tests mock them by name.
+func stubReserveFunds(context.Context, uuid.UUID) error {
+	return errUnexpected(workflows.ActivityReserveFunds)
+}
+
+func stubCharge(context.Context, workflows.ChargeInput) (workflows.ChargeResult, error) {
+	return workflows.ChargeResult{}, errUnexpected(workflows.ActivityCharge)
+}
+
+func stubInquireCharge(context.Context, uuid.UUID) (workflows.ChargeResult, error) {
+	return workflows.ChargeResult{}, errUnexpected(workflows.ActivityInquire)
+}
+
+func stubFinalize(context.Context, workflows.FinalizeInput) error {
+	return errUnexpected(workflows.ActivityFinalize)
+}
+
+func stubRelease(context.Context, workflows.ReleaseInput) error {
+	return errUnexpected(workflows.ActivityRelease)
+}
+
+func stubMarkUnknown(context.Context, uuid.UUID) error {
+	return errUnexpected(workflows.ActivityMarkUnknown)
+}
+
+var stubActivities = map[string]any{
+	workflows.ActivityReserveFunds: stubReserveFunds,
+	workflows.ActivityCharge:       stubCharge,
+	workflows.ActivityInquire:      stubInquireCharge,
+	workflows.ActivityFinalize:     stubFinalize,
+	workflows.ActivityRelease:      stubRelease,
+	workflows.ActivityMarkUnknown:  stubMarkUnknown,
+}
+
+// The stubs must keep the real activities' signatures, or the mocks would test a different
+// contract than the worker registers.
+func TestStubActivitySignaturesMatchActivities(t *testing.T) {
+	a := &activities.Activities{}
+	real := map[string]any{
+		workflows.ActivityReserveFunds: a.ReserveFunds,
+		workflows.ActivityCharge:       a.Charge,
+		workflows.ActivityInquire:      a.InquireCharge,
+		workflows.ActivityFinalize:     a.Finalize,
+		workflows.ActivityRelease:      a.Release,
+		workflows.ActivityMarkUnknown:  a.MarkUnknown,
+	}
+	require.Len(t, stubActivities, len(real))
+	for name, fn := range real {
+		require.Contains(t, stubActivities, name)
+		require.Equal(t, reflect.TypeOf(fn), reflect.TypeOf(stubActivities[name]), "signature of %s", name)
+	}
+}
+
+// Activity errors as the real activities classify them.
+func ambiguous() error {
+	return temporal.NewApplicationError("provider timed out", workflows.ErrTypeAmbiguous)
+}
+
+func declined() error {
+	return temporal.NewNonRetryableApplicationError("charge declined", workflows.ErrTypeDeclined, nil, "ch_declined")
+}
+
+func rejected() error {
+	return temporal.NewNonRetryableApplicationError("400 Bad Request", workflows.ErrTypeRejected, nil)
+}
+
+func notFound() error {
+	return temporal.NewNonRetryableApplicationError("no such charge", workflows.ErrTypeNotFound, nil)
+}
+
+func insufficientFunds() error {
+	return temporal.NewNonRetryableApplicationError("insufficient funds", workflows.ErrTypeInsufficientFunds, nil)
+}
+
+func charged(ref string) workflows.ChargeResult {
+	return workflows.ChargeResult{ProviderReference: ref, Succeeded: true}
+}
+
+func paymentInput(c workflows.Capability) workflows.PaymentInput {
+	return workflows.PaymentInput{
+		OperationID: opID, MerchantID: merchantID, AccountID: accountID,
+		AmountMinor: 12_345, Currency: "EUR", Capability: c,
+	}
+}
+
+func wantChargeInput() workflows.ChargeInput {
+	return workflows.ChargeInput{OperationID: opID, AccountID: accountID, AmountMinor: 12_345, Currency: "EUR"}
+}
+
+// harness is one test workflow environment with the payment workflow and stub activities
+// registered, recording every PaymentStatus upsert and the (test-clock) time of every activity call.
+type harness struct {
+	t   *testing.T
+	env *testsuite.TestWorkflowEnvironment
+
+	mu       sync.Mutex
+	statuses []string               // PaymentStatus values upserted, in order
+	calledAt map[string][]time.Time // activity name -> test-clock times of its calls
+	observed []string               // notes recorded by delayed callbacks, checked after the run
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	// The SDK logs every activity failure and timer; keep it out of the output unless the test fails.
+	logs := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("workflow log:\n%s", logs.String())
+		}
+	})
+	var suite testsuite.WorkflowTestSuite
+	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	env := suite.NewTestWorkflowEnvironment()
+	env.SetStartTime(startTime)
+	env.SetTestTimeout(30 * time.Second) // wall clock; a stuck workflow fails instead of hanging
+	env.RegisterWorkflowWithOptions(workflows.PaymentWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowPayment})
+	for name, fn := range stubActivities {
+		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+	// What the Starter sets when it starts the workflow.
+	require.NoError(t, env.SetTypedSearchAttributesOnStart(temporal.NewSearchAttributes(
+		workflows.SearchPaymentStatus.ValueSet(statusProcessing),
+		workflows.SearchMerchantID.ValueSet(merchantID.String()),
+	)))
+	h := &harness{t: t, env: env, calledAt: map[string][]time.Time{}}
+	env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
+		sa, ok := args.Get(0).(temporal.SearchAttributes)
+		if !ok {
+			h.note("upsert with unexpected argument type %T", args.Get(0))
+			return
+		}
+		v, ok := sa.GetKeyword(workflows.SearchPaymentStatus)
+		if !ok {
+			h.note("upsert without PaymentStatus")
+			return
+		}
+		h.mu.Lock()
+		h.statuses = append(h.statuses, v)
+		h.mu.Unlock()
+	}).Return()
+	return h
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (h *harness) note(format string, args ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.observed = append(h.observed, fmt.Sprintf(format, args...))
+}
+
+// on mocks an activity by name for any input and records the time of every call.
+func (h *harness) on(name string) *testsuite.MockCallWrapper {
+	return h.env.OnActivity(name, mock.Anything, mock.Anything).Run(func(mock.Arguments) {
+		now := h.env.Now()
+		h.mu.Lock()
+		h.calledAt[name] = append(h.calledAt[name], now)
+		h.mu.Unlock()
+	})
+}
+
+// fallbacks mocks the database steps as succeeding, and the provider calls as unexpected, for
+// whatever a case did not mock itself (registered last, so the case's own mocks win).
+func (h *harness) fallbacks() {
+	h.on(workflows.ActivityReserveFunds).Return(nil)
+	h.on(workflows.ActivityFinalize).Return(nil)
+	h.on(workflows.ActivityRelease).Return(nil)
+	h.on(workflows.ActivityMarkUnknown).Return(nil)
+	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, errUnexpected(workflows.ActivityCharge))
+	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, errUnexpected(workflows.ActivityInquire))
+}
+
+// signalAt sends a settlement signal after d on the test clock.
+func (h *harness) signalAt(d time.Duration, s any) {
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(workflows.SignalSettlement, s) }, d)
+}
+
+// expectWaitingAt records, at d on the test clock, whether the workflow is still running with
+// status unknown; run checks it afterwards.
+func (h *harness) expectWaitingAt(d time.Duration) {
+	h.env.RegisterDelayedCallback(func() {
+		if h.env.IsWorkflowCompleted() {
+			h.note("at %v: workflow already completed, want it waiting for a settlement", d)
+			return
+		}
+		if got := h.queryStatus(); got != statusUnknown {
+			h.note("at %v: status query = %q, want %q", d, got, statusUnknown)
+		}
+	}, d)
+}
+
+func (h *harness) queryStatus() string {
+	v, err := h.env.QueryWorkflow(workflows.QueryStatus)
+	if err != nil {
+		return "query error: " + err.Error()
+	}
+	var s string
+	if err := v.Get(&s); err != nil {
+		return "decode error: " + err.Error()
+	}
+	return s
+}
+
+// run executes the workflow to completion and returns its result.
+func (h *harness) run(in workflows.PaymentInput) workflows.PaymentResult {
+	h.t.Helper()
+	h.fallbacks()
+	h.env.ExecuteWorkflow(workflows.WorkflowPayment, in)
+	require.True(h.t, h.env.IsWorkflowCompleted(), "workflow did not complete")
+	require.NoError(h.t, h.env.GetWorkflowError())
+	var res workflows.PaymentResult
+	require.NoError(h.t, h.env.GetWorkflowResult(&res))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Empty(h.t, h.observed)
+	return res
+}
+
+func (h *harness) calls(name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.calledAt[name])
+}
+
+// offsets returns when an activity was called, relative to the workflow start.
+func (h *harness) offsets(name string) []time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []time.Duration
+	for _, at := range h.calledAt[name] {
+		out = append(out, at.Sub(startTime))
+	}
+	return out
+}
+
+type paymentCase struct {
+	name  string
+	in    workflows.PaymentInput
+	setup func(h *harness)
+
+	want workflows.PaymentResult
+	// Exact number of calls per activity; activities not listed must not be called.
+	calls map[string]int
+	// PaymentStatus search attribute upserts, in order (the start value is "processing").
+	statuses []string
+	check    func(t *testing.T, h *harness)
+}
+
+var allActivities = []string{
+	workflows.ActivityReserveFunds, workflows.ActivityCharge, workflows.ActivityInquire,
+	workflows.ActivityFinalize, workflows.ActivityRelease, workflows.ActivityMarkUnknown,
+}
+
+func runPaymentCases(t *testing.T, cases []paymentCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			if tc.setup != nil {
+				tc.setup(h)
+			}
+			res := h.run(tc.in)
+			require.Equal(t, tc.want, res)
+
+			for _, name := range allActivities {
+				require.Equal(t, tc.calls[name], h.calls(name), "calls to %s (at %v)", name, h.offsets(name))
+			}
+			if tc.calls[workflows.ActivityReserveFunds] > 0 {
+				h.env.AssertActivityCalled(t, workflows.ActivityReserveFunds, mock.Anything, opID)
+			}
+			if tc.calls[workflows.ActivityCharge] > 0 {
+				h.env.AssertActivityCalled(t, workflows.ActivityCharge, mock.Anything, wantChargeInput())
+			}
+			if tc.calls[workflows.ActivityInquire] > 0 {
+				h.env.AssertActivityCalled(t, workflows.ActivityInquire, mock.Anything, opID)
+			}
+			if tc.calls[workflows.ActivityMarkUnknown] > 0 {
+				h.env.AssertActivityCalled(t, workflows.ActivityMarkUnknown, mock.Anything, opID)
+			}
+			if tc.want.Status == statusSucceeded {
+				h.env.AssertActivityCalled(t, workflows.ActivityFinalize, mock.Anything,
+					workflows.FinalizeInput{OperationID: opID, ProviderReference: tc.want.ProviderReference})
+			}
+			if tc.want.Status == statusFailed {
+				h.env.AssertActivityCalled(t, workflows.ActivityRelease, mock.Anything,
+					workflows.ReleaseInput{OperationID: opID, FailureCode: tc.want.FailureCode})
+			}
+
+			h.mu.Lock()
+			statuses := append([]string(nil), h.statuses...)
+			h.mu.Unlock()
+			require.Equal(t, tc.statuses, statuses, "PaymentStatus upserts")
+			require.Equal(t, tc.want.Status, h.queryStatus(), "status query after completion")
+
+			if tc.check != nil {
+				tc.check(t, h)
+			}
+		})
+	}
+}
+
+func TestPaymentWorkflowDefiniteOutcomes(t *testing.T) {
+	runPaymentCases(t, []paymentCase{
+		{
+			name: "happy path",
+			in:   paymentInput(workflows.CapabilityNone),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(charged("ch_ok"), nil)
+			},
+			want:     workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_ok"},
+			calls:    map[string]int{workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 1, workflows.ActivityFinalize: 1},
+			statuses: []string{statusSucceeded},
+		},
+		{
+			name: "happy path idempotent",
+			in:   paymentInput(workflows.CapabilityIdempotent),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(charged("ch_ok"), nil)
+			},
+			want:     workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_ok"},
+			calls:    map[string]int{workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 1, workflows.ActivityFinalize: 1},
+			statuses: []string{statusSucceeded},
+		},
+		{
+			name: "happy path inquiry",
+			in:   paymentInput(workflows.CapabilityInquiry),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(charged("ch_ok"), nil)
+			},
+			want:     workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_ok"},
+			calls:    map[string]int{workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 1, workflows.ActivityFinalize: 1},
+			statuses: []string{statusSucceeded},
+		},
+		{
+			name: "database outage during reserve is retried",
+			in:   paymentInput(workflows.CapabilityNone),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityReserveFunds).Return(temporal.NewApplicationError("connection refused", "")).Twice()
+				h.on(workflows.ActivityCharge).Return(charged("ch_ok"), nil)
+			},
+			want:     workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_ok"},
+			calls:    map[string]int{workflows.ActivityReserveFunds: 3, workflows.ActivityCharge: 1, workflows.ActivityFinalize: 1},
+			statuses: []string{statusSucceeded},
+		},
+		{
+			name: "insufficient funds",
+			in:   paymentInput(workflows.CapabilityIdempotent),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityReserveFunds).Return(insufficientFunds())
+			},
+			want:     workflows.PaymentResult{Status: statusFailed, FailureCode: "insufficient_funds"},
+			calls:    map[string]int{workflows.ActivityReserveFunds: 1, workflows.ActivityRelease: 1},
+			statuses: []string{statusFailed},
+		},
+		{
+			name: "declined",
+			in:   paymentInput(workflows.CapabilityNone),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, declined())
+			},
+			want:     workflows.PaymentResult{Status: statusFailed, FailureCode: "declined"},
+			calls:    map[string]int{workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 1, workflows.ActivityRelease: 1},
+			statuses: []string{statusFailed},
+		},
+		{
+			name: "declined idempotent is not retried",
+			in:   paymentInput(workflows.CapabilityIdempotent),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, declined())
+			},
+			want:     workflows.PaymentResult{Status: statusFailed, FailureCode: "declined"},
+			calls:    map[string]int{workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 1, workflows.ActivityRelease: 1},
+			statuses: []string{statusFailed},
+		},
+		{
+			name: "declined inquiry does not inquire",
+			in:   paymentInput(workflows.CapabilityInquiry),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, declined())
+			},
+			want:     workflows.PaymentResult{Status: statusFailed, FailureCode: "declined"},
+			calls:    map[string]int{workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 1, workflows.ActivityRelease: 1},
+			statuses: []string{statusFailed},
+		},
+		{
+			name: "rejected by provider idempotent is not retried",
+			in:   paymentInput(workflows.CapabilityIdempotent),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, rejected())
+			},
+			want:     workflows.PaymentResult{Status: statusFailed, FailureCode: "declined"},
+			calls:    map[string]int{workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 1, workflows.ActivityRelease: 1},
+			statuses: []string{statusFailed},
+		},
+	})
+}
+
+func TestPaymentWorkflowCapabilityNoneAmbiguous(t *testing.T) {
+	ambiguousOnce := func(h *harness) {
+		h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+	}
+	parkedCalls := func(extra string) map[string]int {
+		return map[string]int{
+			workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 1, workflows.ActivityMarkUnknown: 1, extra: 1,
+		}
+	}
+	runPaymentCases(t, []paymentCase{
+		{
+			name: "settled as charged",
+			in:   paymentInput(workflows.CapabilityNone),
+			setup: func(h *harness) {
+				ambiguousOnce(h)
+				h.expectWaitingAt(time.Hour)
+				h.signalAt(2*time.Hour, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_1"})
+			},
+			want:     workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_1"},
+			calls:    parkedCalls(workflows.ActivityFinalize),
+			statuses: []string{statusUnknown, statusSucceeded},
+		},
+		{
+			name: "settled as not charged",
+			in:   paymentInput(workflows.CapabilityNone),
+			setup: func(h *harness) {
+				ambiguousOnce(h)
+				h.expectWaitingAt(time.Hour)
+				h.signalAt(2*time.Hour, workflows.Settlement{Outcome: workflows.OutcomeNotCharged, Note: "absent from settlement file"})
+			},
+			want:     workflows.PaymentResult{Status: statusFailed, FailureCode: "declined"},
+			calls:    parkedCalls(workflows.ActivityRelease),
+			statuses: []string{statusUnknown, statusFailed},
+		},
+		{
+			name: "malformed outcome is ignored",
+			in:   paymentInput(workflows.CapabilityNone),
+			setup: func(h *harness) {
+				ambiguousOnce(h)
+				h.signalAt(time.Hour, workflows.Settlement{Outcome: "maybe", ProviderReference: "ch_bogus"})
+				h.expectWaitingAt(90 * time.Minute)
+				h.signalAt(2*time.Hour, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_1"})
+			},
+			want:     workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_1"},
+			calls:    parkedCalls(workflows.ActivityFinalize),
+			statuses: []string{statusUnknown, statusSucceeded},
+		},
+		{
+			name: "undecodable payload is dropped",
+			in:   paymentInput(workflows.CapabilityNone),
+			setup: func(h *harness) {
+				ambiguousOnce(h)
+				h.signalAt(time.Hour, "charged") // a bare string, not a Settlement object
+				h.expectWaitingAt(90 * time.Minute)
+				h.signalAt(2*time.Hour, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_1"})
+			},
+			want:     workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_1"},
+			calls:    parkedCalls(workflows.ActivityFinalize),
+			statuses: []string{statusUnknown, statusSucceeded},
+		},
+		{
+			name: "settlement as operator sends it from the UI (JSON field names)",
+			in:   paymentInput(workflows.CapabilityNone),
+			setup: func(h *harness) {
+				ambiguousOnce(h)
+				h.signalAt(time.Hour, map[string]string{"outcome": "charged", "provider_reference": "ch_1", "note": "checked by phone"})
+			},
+			want:     workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_1"},
+			calls:    parkedCalls(workflows.ActivityFinalize),
+			statuses: []string{statusUnknown, statusSucceeded},
+		},
+		{
+			name: "charge timeout is ambiguous and not retried",
+			in:   paymentInput(workflows.CapabilityNone),
+			setup: func(h *harness) {
+				// The provider never answered within StartToCloseTimeout.
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{},
+					temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil))
+				h.expectWaitingAt(time.Hour)
+				h.signalAt(2*time.Hour, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_late"})
+			},
+			want:     workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_late"},
+			calls:    parkedCalls(workflows.ActivityFinalize),
+			statuses: []string{statusUnknown, statusSucceeded},
+		},
+		{
+			name: "empty capability behaves as none",
+			in:   paymentInput(""),
+			setup: func(h *harness) {
+				ambiguousOnce(h)
+				h.signalAt(time.Hour, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_1"})
+			},
+			want:     workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_1"},
+			calls:    parkedCalls(workflows.ActivityFinalize),
+			statuses: []string{statusUnknown, statusSucceeded},
+		},
+		{
+			name: "unclassified error is ambiguous and not retried",
+			in:   paymentInput(workflows.CapabilityNone),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, errors.New("connection reset by peer"))
+				h.signalAt(time.Hour, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+			},
+			want:     workflows.PaymentResult{Status: statusFailed, FailureCode: "declined"},
+			calls:    parkedCalls(workflows.ActivityRelease),
+			statuses: []string{statusUnknown, statusFailed},
+		},
+	})
+}
+
+func TestPaymentWorkflowCapabilityIdempotent(t *testing.T) {
+	budget := func(d time.Duration) workflows.PaymentInput {
+		in := paymentInput(workflows.CapabilityIdempotent)
+		in.ChargeBudget = d
+		return in
+	}
+	runPaymentCases(t, []paymentCase{
+		{
+			name: "ambiguous twice then charged",
+			in:   paymentInput(workflows.CapabilityIdempotent),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous()).Twice()
+				h.on(workflows.ActivityCharge).Return(charged("ch_3"), nil)
+			},
+			want:     workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_3"},
+			calls:    map[string]int{workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 3, workflows.ActivityFinalize: 1},
+			statuses: []string{statusSucceeded},
+		},
+		{
+			name: "always ambiguous exhausts the budget and waits for a settlement",
+			in:   budget(5 * time.Second),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+				h.expectWaitingAt(time.Hour)
+				h.signalAt(2*time.Hour, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+			},
+			want: workflows.PaymentResult{Status: statusFailed, FailureCode: "declined"},
+			calls: map[string]int{
+				// Retries at 0, 0.2, 0.6, 1.4 and 3s; the next (6.2s) is past the 5s budget.
+				workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 5, workflows.ActivityMarkUnknown: 1,
+				workflows.ActivityRelease: 1,
+			},
+			statuses: []string{statusUnknown, statusFailed},
+			check: func(t *testing.T, h *harness) {
+				charges := h.offsets(workflows.ActivityCharge)
+				require.Less(t, charges[len(charges)-1], 5*time.Second, "a charge was sent after the budget")
+				marked := h.offsets(workflows.ActivityMarkUnknown)
+				require.GreaterOrEqual(t, marked[0], charges[len(charges)-1])
+				require.LessOrEqual(t, marked[0], 5*time.Second)
+				require.Equal(t, []time.Duration{2 * time.Hour}, h.offsets(workflows.ActivityRelease))
+			},
+		},
+	})
+}
+
+func TestPaymentWorkflowCapabilityInquiry(t *testing.T) {
+	runPaymentCases(t, []paymentCase{
+		{
+			name: "ambiguous, inquiry finds the charge",
+			in:   paymentInput(workflows.CapabilityInquiry),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+				h.on(workflows.ActivityInquire).Return(charged("ch_found"), nil)
+			},
+			want: workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_found"},
+			calls: map[string]int{
+				workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 1, workflows.ActivityInquire: 1,
+				workflows.ActivityFinalize: 1,
+			},
+			statuses: []string{statusSucceeded},
+			check: func(t *testing.T, h *harness) {
+				require.Equal(t, []time.Duration{2 * time.Second}, h.offsets(workflows.ActivityInquire),
+					"the inquiry waits before asking")
+			},
+		},
+		{
+			name: "ambiguous, inquiry finds a declined charge",
+			in:   paymentInput(workflows.CapabilityInquiry),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+				h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{ProviderReference: "ch_d"}, nil)
+			},
+			want: workflows.PaymentResult{Status: statusFailed, FailureCode: "declined"},
+			calls: map[string]int{
+				workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 1, workflows.ActivityInquire: 1,
+				workflows.ActivityRelease: 1,
+			},
+			statuses: []string{statusFailed},
+		},
+		{
+			name: "ambiguous, inquiry finds nothing, the re-send succeeds",
+			in:   paymentInput(workflows.CapabilityInquiry),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous()).Once()
+				h.on(workflows.ActivityCharge).Return(charged("ch_2"), nil)
+				h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, notFound())
+			},
+			want: workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_2"},
+			calls: map[string]int{
+				workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 2, workflows.ActivityInquire: 1,
+				workflows.ActivityFinalize: 1,
+			},
+			statuses: []string{statusSucceeded},
+			check: func(t *testing.T, h *harness) {
+				require.Equal(t, []time.Duration{0, 2 * time.Second}, h.offsets(workflows.ActivityCharge))
+			},
+		},
+		{
+			name: "ambiguous, inquiry finds nothing, the re-send is declined",
+			in:   paymentInput(workflows.CapabilityInquiry),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous()).Once()
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, declined())
+				h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, notFound())
+			},
+			want: workflows.PaymentResult{Status: statusFailed, FailureCode: "declined"},
+			calls: map[string]int{
+				workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 2, workflows.ActivityInquire: 1,
+				workflows.ActivityRelease: 1,
+			},
+			statuses: []string{statusFailed},
+		},
+		{
+			name: "inquiry unavailable for the whole budget parks the payment without re-sending",
+			in: func() workflows.PaymentInput {
+				in := paymentInput(workflows.CapabilityInquiry)
+				in.ChargeBudget = 5 * time.Second
+				return in
+			}(),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+				// Ambiguous inquiries are retried within the budget, then the payment is parked;
+				// the parked loop keeps inquiring until the 4th round finds the charge.
+				h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, ambiguous()).Times(5)
+				h.on(workflows.ActivityInquire).Return(charged("ch_i"), nil)
+			},
+			want: workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_i"},
+			calls: map[string]int{
+				workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 1, workflows.ActivityInquire: 6,
+				workflows.ActivityMarkUnknown: 1, workflows.ActivityFinalize: 1,
+			},
+			statuses: []string{statusUnknown, statusSucceeded},
+		},
+	})
+}
+
+// While unknown with capability inquiry, the workflow keeps inquiring on a growing timer until the
+// provider finds the charge.
+func TestPaymentWorkflowInquiryWhileUnknown(t *testing.T) {
+	runPaymentCases(t, []paymentCase{
+		{
+			name: "re-inquires until found",
+			in:   paymentInput(workflows.CapabilityInquiry),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+				// Three not-found inquiries each allow a re-send, up to 3 sends; the third
+				// parks the payment. Two more rounds while unknown find nothing, the third finds it.
+				h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, notFound()).Times(5)
+				h.on(workflows.ActivityInquire).Return(charged("ch_late"), nil)
+				h.expectWaitingAt(7 * time.Second)
+				h.expectWaitingAt(15 * time.Second)
+			},
+			want: workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_late"},
+			calls: map[string]int{
+				workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 3, workflows.ActivityInquire: 6,
+				workflows.ActivityMarkUnknown: 1, workflows.ActivityFinalize: 1,
+			},
+			statuses: []string{statusUnknown, statusSucceeded},
+			check: func(t *testing.T, h *harness) {
+				s := time.Second
+				require.Equal(t, []time.Duration{0, 2 * s, 4 * s}, h.offsets(workflows.ActivityCharge))
+				require.Equal(t, []time.Duration{6 * s}, h.offsets(workflows.ActivityMarkUnknown))
+				// Before each send, then while unknown after 2s, 4s and 8s.
+				require.Equal(t, []time.Duration{2 * s, 4 * s, 6 * s, 8 * s, 12 * s, 20 * s},
+					h.offsets(workflows.ActivityInquire))
+			},
+		},
+		{
+			name: "a settlement signal wins over the next inquiry",
+			in:   paymentInput(workflows.CapabilityInquiry),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+				h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, notFound())
+				h.signalAt(10*time.Second, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+			},
+			want: workflows.PaymentResult{Status: statusFailed, FailureCode: "declined"},
+			calls: map[string]int{
+				// 3 inquiries before the sends, then at 8s; the signal at 10s beats the 12s one.
+				workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 3, workflows.ActivityInquire: 4,
+				workflows.ActivityMarkUnknown: 1, workflows.ActivityRelease: 1,
+			},
+			statuses: []string{statusUnknown, statusFailed},
+			check: func(t *testing.T, h *harness) {
+				require.Equal(t, []time.Duration{10 * time.Second}, h.offsets(workflows.ActivityRelease))
+			},
+		},
+		{
+			name: "the interval between inquiries is capped at an hour",
+			in:   paymentInput(workflows.CapabilityInquiry),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+				h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, notFound()).Times(3 + 14)
+				h.on(workflows.ActivityInquire).Return(charged("ch_h"), nil)
+			},
+			want: workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_h"},
+			calls: map[string]int{
+				workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 3, workflows.ActivityInquire: 18,
+				workflows.ActivityMarkUnknown: 1, workflows.ActivityFinalize: 1,
+			},
+			statuses: []string{statusUnknown, statusSucceeded},
+			check: func(t *testing.T, h *harness) {
+				at := h.offsets(workflows.ActivityInquire)[3:]
+				var gaps []time.Duration
+				prev := 6 * time.Second // parked at 6s
+				for _, a := range at {
+					gaps = append(gaps, a-prev)
+					prev = a
+				}
+				s := time.Second
+				// 2s doubling: 2,4,...,2048s, then capped at 3600s.
+				want := []time.Duration{2 * s, 4 * s, 8 * s, 16 * s, 32 * s, 64 * s, 128 * s, 256 * s, 512 * s,
+					1024 * s, 2048 * s, time.Hour, time.Hour, time.Hour, time.Hour}
+				require.Equal(t, want, gaps)
+			},
+		},
+	})
+}
+
+// An undecodable settlement payload (e.g. a bare string sent from the UI) must be dropped without
+// stopping the periodic inquiry of a parked payment (a blocking Receive in the selector callback
+// would wait there for the next signal and starve the timer).
+func TestPaymentWorkflowUndecodableSettlementKeepsInquiring(t *testing.T) {
+	h := newHarness(t)
+	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, notFound()).Times(5)
+	h.on(workflows.ActivityInquire).Return(charged("ch_late"), nil)
+	// Parked at 6s with the next inquiry due at 8s; the corrupt payload arrives in between.
+	h.signalAt(7*time.Second, "charged")
+	// With the bug the workflow would wait for this signal; it must have finished long before.
+	h.signalAt(time.Hour, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+
+	res := h.run(paymentInput(workflows.CapabilityInquiry))
+	require.Equal(t, workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_late"}, res)
+	require.Zero(t, h.calls(workflows.ActivityRelease))
+	require.Equal(t, 6, h.calls(workflows.ActivityInquire), "inquiries at %v", h.offsets(workflows.ActivityInquire))
+	require.Less(t, h.offsets(workflows.ActivityFinalize)[0], time.Minute)
+}
+
+// The provider calls' timeouts carry the strategy: an idempotent provider is retried within its
+// budget (ScheduleToCloseTimeout), and inquiries are bounded by the same budget. (The test
+// environment does not expose the retry policy to activities; attempt counts are covered above.)
+func TestPaymentWorkflowProviderCallTimeouts(t *testing.T) {
+	cases := []struct {
+		name       string
+		capability workflows.Capability
+		budget     time.Duration
+		activity   string
+		want       time.Duration // ScheduleToCloseTimeout
+	}{
+		{name: "idempotent charge default budget", capability: workflows.CapabilityIdempotent, activity: workflows.ActivityCharge, want: workflows.DefaultChargeBudget},
+		{name: "idempotent charge explicit budget", capability: workflows.CapabilityIdempotent, budget: 45 * time.Second, activity: workflows.ActivityCharge, want: 45 * time.Second},
+		{name: "inquiry default budget", capability: workflows.CapabilityInquiry, activity: workflows.ActivityInquire, want: workflows.DefaultChargeBudget},
+		{name: "inquiry explicit budget", capability: workflows.CapabilityInquiry, budget: 45 * time.Second, activity: workflows.ActivityInquire, want: 45 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			var mu sync.Mutex
+			var infos []activity.Info
+			record := func(ctx context.Context) {
+				mu.Lock()
+				defer mu.Unlock()
+				infos = append(infos, activity.GetInfo(ctx))
+			}
+			if tc.activity == workflows.ActivityInquire {
+				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+				h.on(workflows.ActivityInquire).Return(func(ctx context.Context, _ uuid.UUID) (workflows.ChargeResult, error) {
+					record(ctx)
+					return charged("ch_x"), nil
+				})
+			} else {
+				h.on(workflows.ActivityCharge).Return(func(ctx context.Context, _ workflows.ChargeInput) (workflows.ChargeResult, error) {
+					record(ctx)
+					return charged("ch_x"), nil
+				})
+			}
+			in := paymentInput(tc.capability)
+			in.ChargeBudget = tc.budget
+			res := h.run(in)
+			require.Equal(t, workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_x"}, res)
+
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, infos, 1)
+			require.Equal(t, tc.want, infos[0].ScheduleToCloseTimeout)
+			require.Equal(t, 30*time.Second, infos[0].StartToCloseTimeout)
+		})
+	}
+}
