@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kasa-pay/kasa/docs"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/workflows"
@@ -95,6 +96,7 @@ func New(o Options) *Server {
 	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{})))
+	e.GET("/openapi.yaml", func(c *gin.Context) { c.Data(http.StatusOK, "application/yaml", docs.OpenAPI) })
 
 	admin := e.Group("/admin/v1", s.adminAuth)
 	admin.POST("/merchants", s.createMerchant)
