@@ -189,3 +189,20 @@ func scanPayment(row pgx.Row) (payment.Payment, error) {
 		&p.PaymentType, &p.Status, &p.FailureCode, &p.ProviderReference, &p.CreatedAt, &p.UpdatedAt)
 	return p, translate(err)
 }
+
+const sqlStranded = `SELECT merchant_id, idempotency_key FROM idempotency_records
+WHERE NOT workflow_started AND locked_until < now() ORDER BY locked_until LIMIT $1`
+
+// Stranded lists records whose owner never started the workflow and whose lease has run out.
+func (s *Store) Stranded(ctx context.Context, limit int) ([]Record, error) {
+	rows, err := s.pool.Query(ctx, sqlStranded, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Record, error) {
+		var rec Record
+		err := r.Scan(&rec.MerchantID, &rec.Key)
+		return rec, err
+	})
+	return out, translate(err)
+}

@@ -79,6 +79,17 @@ type stack struct {
 
 func newStack(t *testing.T, capability workflows.Capability) *stack {
 	t.Helper()
+	return newStackWith(t, stackOptions{capability: capability, temporal: tc})
+}
+
+type stackOptions struct {
+	capability workflows.Capability
+	temporal   client.Client
+}
+
+func newStackWith(t *testing.T, o stackOptions) *stack {
+	t.Helper()
+	capability, tc := o.capability, o.temporal
 	sim, err := banksim.New(banksim.Options{DataDir: t.TempDir(), Capability: banksim.Capability(capability), Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	simSrv := httptest.NewServer(sim.Handler())

@@ -3,7 +3,12 @@ package tests
 import (
 	"testing"
 
+	"encoding/json"
+	"log/slog"
+	"net/http"
+
 	"github.com/google/uuid"
+	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/kasa-pay/kasa/workflows"
@@ -19,4 +24,10 @@ func mustUUID(t *testing.T, s string) uuid.UUID {
 
 func workflowOptions() workflow.RegisterOptions {
 	return workflow.RegisterOptions{Name: workflows.WorkflowPayment}
+}
+
+func jsonDecode(resp *http.Response, v any) error { return json.NewDecoder(resp.Body).Decode(v) }
+
+func quietLogger() tlog.Logger {
+	return tlog.NewStructuredLogger(slog.New(slog.DiscardHandler))
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/kasa-pay/kasa/payment"
 )
 
 // Names recorded in workflow histories: never rename them.
@@ -117,3 +119,12 @@ const (
 	OutcomeCharged    = "charged"
 	OutcomeNotCharged = "not_charged"
 )
+
+// InputFor is the workflow input of a payment; the API and the sweeper build it the same way, so
+// whichever starts the workflow, it runs the same operation.
+func InputFor(p payment.Payment, c Capability, chargeBudget time.Duration) PaymentInput {
+	return PaymentInput{
+		OperationID: p.ID, MerchantID: p.MerchantID, AccountID: p.AccountID, AmountMinor: p.AmountMinor,
+		Currency: p.Currency, Capability: c, ChargeBudget: chargeBudget,
+	}
+}

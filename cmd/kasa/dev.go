@@ -154,7 +154,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	cleanup = append(cleanup, stopAPI)
+	cleanup = append(cleanup, stopAPI, startSweeper(ctx, cfg, st, tc, log))
 
 	if err := seedDemo(ctx, st, &state); err != nil {
 		return fmt.Errorf("seed demo merchant: %w", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/kasa-pay/kasa/config"
 	"github.com/kasa-pay/kasa/provider"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/sweeper"
 	"github.com/kasa-pay/kasa/worker"
 	"github.com/kasa-pay/kasa/workflows"
 )
@@ -131,6 +132,18 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, log *slog.Logg
 	})
 }
 
+// startSweeper starts stranded operations in the background until the returned stop is called.
+func startSweeper(ctx context.Context, cfg config.Config, st *store.Store, tc client.Client, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	sw := &sweeper.Sweeper{
+		Store: st, Starter: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
+		Capability: workflows.Capability(cfg.Provider.Capability), Logger: log,
+	}
+	go func() { defer close(done); sw.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
 // serve runs an HTTP server until ctx ends, then drains it.
 func serve(ctx context.Context, name, addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
@@ -172,9 +185,11 @@ func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	stopSweeper := startSweeper(ctx, cfg, st, tc, log)
 	<-ctx.Done()
 	log.Info("shutting down api")
 	stop()
+	stopSweeper()
 	return nil
 }
 

@@ -1,0 +1,99 @@
+// Package sweeper completes operations nobody retries: a record committed by an API process that
+// died (or lost Temporal) before starting the workflow is taken over once its lease expires, and
+// its workflow started. The workflow id deduplicates, so a start that did happen is not repeated.
+package sweeper
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// Store is what the sweeper reads and claims.
+type Store interface {
+	Stranded(ctx context.Context, limit int) ([]store.Record, error)
+	TakeOver(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error)
+	PaymentByKey(ctx context.Context, merchantID uuid.UUID, key string) (payment.Payment, error)
+	WorkflowStarted(ctx context.Context, operationID uuid.UUID) error
+	ExpireLease(ctx context.Context, operationID uuid.UUID) error
+}
+
+// Starter starts payment workflows.
+type Starter interface {
+	StartPayment(ctx context.Context, key string, in workflows.PaymentInput) error
+}
+
+// Sweeper periodically starts stranded operations.
+type Sweeper struct {
+	Store        Store
+	Starter      Starter
+	Capability   workflows.Capability
+	ChargeBudget time.Duration
+	Interval     time.Duration // default 5s
+	Lease        time.Duration // default 30s
+	Logger       *slog.Logger
+}
+
+// Run sweeps until ctx ends.
+func (s *Sweeper) Run(ctx context.Context) {
+	if s.Interval == 0 {
+		s.Interval = 5 * time.Second
+	}
+	if s.Lease == 0 {
+		s.Lease = 30 * time.Second
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	t := time.NewTicker(s.Interval)
+	defer t.Stop()
+	for {
+		if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.Logger.Warn("sweep", "error", err)
+		} else if n > 0 {
+			s.Logger.Info("started stranded payments", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep starts every stranded operation it can claim and returns how many it started.
+func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
+	recs, err := s.Store.Stranded(ctx, 100)
+	if err != nil {
+		return 0, err
+	}
+	started := 0
+	for _, r := range recs {
+		won, err := s.Store.TakeOver(ctx, r.MerchantID, r.Key, s.Lease)
+		if err != nil {
+			return started, err
+		}
+		if !won {
+			continue // a retrying client or another sweeper got it
+		}
+		p, err := s.Store.PaymentByKey(ctx, r.MerchantID, r.Key)
+		if err != nil {
+			return started, err
+		}
+		if err := s.Starter.StartPayment(ctx, r.Key, workflows.InputFor(p, s.Capability, s.ChargeBudget)); err != nil {
+			_ = s.Store.ExpireLease(context.WithoutCancel(ctx), p.ID)
+			return started, err
+		}
+		if err := s.Store.WorkflowStarted(ctx, p.ID); err != nil {
+			return started, err
+		}
+		started++
+	}
+	return started, nil
+}
