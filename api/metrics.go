@@ -13,6 +13,7 @@ type metrics struct {
 	httpDuration *prometheus.HistogramVec
 	idempotency  *prometheus.CounterVec
 	paymentTime  prometheus.Histogram
+	conflicts    *prometheus.CounterVec
 }
 
 func newMetrics(r *prometheus.Registry) *metrics {
@@ -32,7 +33,11 @@ func newMetrics(r *prometheus.Registry) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
 		}),
 	}
-	r.MustRegister(m.httpDuration, m.idempotency, m.paymentTime,
+	m.conflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kasa_unique_conflicts_total",
+		Help: "Unique-constraint conflicts that decided a race (idempotency key, business key); a spike means a retry storm or a faulty client.",
+	}, []string{"constraint"})
+	r.MustRegister(m.httpDuration, m.idempotency, m.paymentTime, m.conflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

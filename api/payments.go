@@ -43,12 +43,14 @@ func (s *Server) createPayment(c *gin.Context) {
 	var dup *payment.DuplicatePaymentError
 	if errors.As(err, &dup) {
 		s.metrics.idempotency.WithLabelValues("duplicate_payment").Inc()
+		s.metrics.conflicts.WithLabelValues("payments_business_key").Inc()
 	}
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
 	if !created {
+		s.metrics.conflicts.WithLabelValues("idempotency_records_pkey").Inc()
 		s.answerExisting(c, rec, req.Hash())
 		return
 	}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +20,10 @@ import (
 	"github.com/kasa-pay/kasa/store"
 )
 
-var db *store.Store
+var (
+	db      *store.Store
+	testURL string
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -32,6 +37,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer env.Stop()
+	testURL = env.DatabaseURL
 	db, err = store.Open(ctx, store.Options{URL: env.DatabaseURL, SecretKey: bytes.Repeat([]byte{1}, 32), Migrate: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "store tests:", err)
@@ -289,4 +295,36 @@ func TestLeaseTakeOverHasOneWinner(t *testing.T) {
 	won, err := db.TakeOver(ctx, mID, "k", time.Minute)
 	require.NoError(t, err)
 	require.False(t, won, "a started workflow owns the operation")
+}
+
+// Verify must find what it promises to find: each corruption below is one violation it reports.
+func TestVerifyReportsViolations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	name := "verify_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	require.NoError(t, db.Exec(ctx, "CREATE DATABASE "+name))
+	u, err := url.Parse(testURL)
+	require.NoError(t, err)
+	u.Path = "/" + name
+	own, err := store.Open(ctx, store.Options{URL: u.String(), SecretKey: bytes.Repeat([]byte{1}, 32), Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+
+	m := payment.Merchant{ID: payment.NewID(), Name: "m"}
+	require.NoError(t, own.CreateMerchant(ctx, m, "sk_x", "whsec"))
+	a, err := own.CreateAccount(ctx, m.ID, "TRY")
+	require.NoError(t, err)
+	_, _, err = own.Deposit(ctx, a.ID, "seed", 1_000)
+	require.NoError(t, err)
+	problems, err := own.Verify(ctx)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+
+	// A balance changed outside the ledger, and a reservation that does not exist.
+	require.NoError(t, own.Exec(ctx, `UPDATE accounts SET balance = balance + 1, reserved = 1 WHERE id = $1`, a.ID))
+	problems, err = own.Verify(ctx)
+	require.NoError(t, err)
+	require.Len(t, problems, 2, "%v", problems)
+	require.Contains(t, problems[0], "balance equals the ledger sum")
+	require.Contains(t, problems[1], "reserved equals active reservations")
 }
