@@ -120,12 +120,7 @@ func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 	if err := s.Store.WorkflowStarted(ctx, p.ID); err != nil {
 		s.log.Warn("mark workflow started", "operation_id", p.ID, "error", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, s.SyncWait)
-	_, err := s.Workflows.AwaitPayment(wctx, p.MerchantID, p.IdempotencyKey)
-	cancel()
-	if err != nil && !errors.Is(err, workflows.ErrStillRunning) {
-		s.log.Warn("awaiting payment workflow", "operation_id", p.ID, "error", err)
-	}
+	s.awaitOutcome(ctx, p)
 	// The database, not the workflow result, is the answer: it is what every replay returns.
 	rec, err := s.Store.Record(ctx, p.MerchantID, p.IdempotencyKey)
 	if err != nil {
@@ -143,6 +138,36 @@ func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 		return
 	}
 	s.writePayment(c, http.StatusAccepted, cur)
+}
+
+// awaitOutcome waits up to SyncWait for the payment to leave processing: for its workflow to
+// finish, or (checked every 250ms, since an unknown payment's workflow keeps waiting for
+// reconciliation) for the payment to become unknown.
+func (s *Server) awaitOutcome(ctx context.Context, p payment.Payment) {
+	ctx, cancel := context.WithTimeout(ctx, s.SyncWait)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Workflows.AwaitPayment(ctx, p.MerchantID, p.IdempotencyKey)
+		done <- err
+	}()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, workflows.ErrStillRunning) {
+				s.log.Warn("awaiting payment workflow", "operation_id", p.ID, "error", err)
+			}
+			return
+		case <-tick.C:
+			if rec, err := s.Store.Record(ctx, p.MerchantID, p.IdempotencyKey); err == nil && rec.Status != store.RecordProcessing {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // replayFirst answers the first request of a completed operation with exactly what every later

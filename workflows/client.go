@@ -80,3 +80,31 @@ func IsUnavailable(err error) bool {
 	return errors.As(err, &unavailable) || errors.As(err, &deadline) ||
 		errors.Is(err, context.DeadlineExceeded)
 }
+
+// ErrSettlementRejected: the workflow refused a settlement (not unknown, already settled, malformed).
+var ErrSettlementRejected = errors.New("settlement rejected")
+
+// Settle resolves an unknown payment through the checked `settle` update and returns its final
+// status. A payment that is not unknown (or a malformed settlement) is ErrSettlementRejected.
+func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (string, error) {
+	h, err := s.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: workflowID, UpdateName: UpdateSettle, Args: []any{st},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		var notFound *serviceerror.NotFound
+		if errors.As(err, &notFound) {
+			return "", fmt.Errorf("%w: %v", ErrSettlementRejected, err)
+		}
+		return "", err
+	}
+	var status string
+	if err := h.Get(ctx, &status); err != nil {
+		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) {
+			return "", fmt.Errorf("%w: %s", ErrSettlementRejected, appErr.Message())
+		}
+		return "", err
+	}
+	return status, nil
+}

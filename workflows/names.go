@@ -25,6 +25,7 @@ const (
 	ActivityMarkUnknown  = "MarkUnknown"
 
 	SignalSettlement = "settlement"
+	UpdateSettle     = "settle" // the checked form of the settlement signal
 	QueryStatus      = "status"
 )
 

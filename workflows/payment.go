@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -62,7 +63,21 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (string, error) { return string(w.status), nil }); err != nil {
 		return PaymentResult{}, err
 	}
-	w.settlements = workflow.GetSignalChannel(ctx, SignalSettlement)
+	workflow.Go(ctx, w.receiveSettlements)
+	// The update is the checked way to settle: its validator rejects early, late, repeated and
+	// malformed settlements to the caller, and it answers with the final status.
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSettle,
+		func(ctx workflow.Context, s Settlement) (string, error) {
+			w.pending = &s
+			if err := workflow.Await(ctx, func() bool { return w.status.Final() }); err != nil {
+				return "", err
+			}
+			return string(w.status), nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(s Settlement) error { return w.checkSettlement(s) }},
+	); err != nil {
+		return PaymentResult{}, err
+	}
 	steps := workflow.WithActivityOptions(ctx, stepOptions)
 
 	err := workflow.ExecuteActivity(steps, ActivityReserveFunds, in.OperationID).Get(ctx, nil)
@@ -86,9 +101,9 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 }
 
 type paymentRun struct {
-	in          PaymentInput
-	status      payment.Status
-	settlements workflow.ReceiveChannel
+	in      PaymentInput
+	status  payment.Status
+	pending *Settlement // accepted settlement, applied by parkUnknown
 }
 
 // charge asks the provider with the strategy its capability allows.
@@ -125,8 +140,9 @@ func (w *paymentRun) inquire(ctx workflow.Context) (ChargeResult, error) {
 	return res, err
 }
 
-// parkUnknown keeps the reservation and waits for a settlement signal (and, with inquiry, keeps
-// asking the provider on a growing timer). It never treats the payment as failed by itself.
+// parkUnknown keeps the reservation and waits for a settlement (signal or update) and, with
+// inquiry, keeps asking the provider on a growing timer. It never treats the payment as failed
+// by itself.
 func (w *paymentRun) parkUnknown(ctx workflow.Context) (PaymentResult, error) {
 	steps := workflow.WithActivityOptions(ctx, stepOptions)
 	if err := workflow.ExecuteActivity(steps, ActivityMarkUnknown, w.in.OperationID).Get(ctx, nil); err != nil {
@@ -135,43 +151,58 @@ func (w *paymentRun) parkUnknown(ctx workflow.Context) (PaymentResult, error) {
 	w.setStatus(ctx, payment.StatusUnknown)
 	wait := inquiryDelay
 	for {
-		sel := workflow.NewSelector(ctx)
-		var s Settlement
-		got := false
-		sel.AddReceive(w.settlements, func(c workflow.ReceiveChannel, _ bool) {
-			// ReceiveAsync: the SDK drops a payload it cannot decode, and a blocking Receive would
-			// then wait here for the next signal and starve the inquiry timer. An undecodable
-			// payload leaves s zero and is ignored below as malformed.
-			c.ReceiveAsync(&s)
-			got = true
-		})
-		cancelTimer := func() {}
 		if w.in.Capability == CapabilityInquiry {
-			var tctx workflow.Context
-			tctx, cancelTimer = workflow.WithCancel(ctx)
-			sel.AddFuture(workflow.NewTimer(tctx, wait), func(workflow.Future) {})
-		}
-		sel.Select(ctx)
-		cancelTimer()
-		if got {
-			switch s.Outcome {
-			case OutcomeCharged:
-				return w.finalize(ctx, s.ProviderReference)
-			case OutcomeNotCharged:
-				return w.fail(ctx, payment.FailureDeclined)
-			default:
-				workflow.GetLogger(ctx).Warn("ignoring malformed settlement signal", "outcome", s.Outcome)
-				continue
+			if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return w.pending != nil }); err != nil {
+				return PaymentResult{}, err
 			}
+		} else if err := workflow.Await(ctx, func() bool { return w.pending != nil }); err != nil {
+			return PaymentResult{}, err
+		}
+		if s := w.pending; s != nil {
+			if s.Outcome == OutcomeCharged {
+				return w.finalize(ctx, s.ProviderReference)
+			}
+			return w.fail(ctx, payment.FailureDeclined)
 		}
 		res, err := w.inquire(ctx)
 		switch {
+		case w.pending != nil:
+			continue // a settlement arrived while the inquiry ran: it wins
 		case err == nil && res.Succeeded:
 			return w.finalize(ctx, res.ProviderReference)
 		case err == nil || hasType(err, ErrTypeDeclined):
 			return w.fail(ctx, payment.FailureDeclined)
 		}
 		wait = min(wait*2, inquiryMaxWait)
+	}
+}
+
+// checkSettlement accepts a settlement only for an unknown payment that has none yet: an early,
+// late, repeated or malformed settlement must never change a payment.
+func (w *paymentRun) checkSettlement(s Settlement) error {
+	switch {
+	case s.Outcome != OutcomeCharged && s.Outcome != OutcomeNotCharged:
+		return fmt.Errorf("outcome must be %q or %q, got %q", OutcomeCharged, OutcomeNotCharged, s.Outcome)
+	case w.status != payment.StatusUnknown:
+		return fmt.Errorf("payment is %s, not unknown: nothing to settle", w.status)
+	case w.pending != nil:
+		return fmt.Errorf("payment is already being settled as %s", w.pending.Outcome)
+	}
+	return nil
+}
+
+// receiveSettlements turns settlement signals into the pending settlement, ignoring (and logging)
+// the ones checkSettlement refuses: a signal cannot be refused to its sender, only not acted on.
+func (w *paymentRun) receiveSettlements(ctx workflow.Context) {
+	ch := workflow.GetSignalChannel(ctx, SignalSettlement)
+	for {
+		var s Settlement
+		ch.Receive(ctx, &s) // an undecodable payload arrives as a zero Settlement
+		if err := w.checkSettlement(s); err != nil {
+			workflow.GetLogger(ctx).Warn("ignoring settlement signal", "reason", err.Error())
+			continue
+		}
+		w.pending = &s
 	}
 }
 
