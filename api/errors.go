@@ -8,16 +8,16 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
 // Transport-level errors; everything else comes from the domain.
 var (
-	errBodyTooLarge      = errors.New("request body exceeds 64 KiB")
-	errUnsupportedMedia  = errors.New("content type must be application/json")
-	errRouteNotFound     = errors.New("no such route")
-	errMethodNotAllowed  = errors.New("method not allowed")
-	errMissingQueryParam = errors.New("a query parameter is required")
+	errBodyTooLarge     = errors.New("request body exceeds 64 KiB")
+	errUnsupportedMedia = errors.New("content type must be application/json")
+	errRouteNotFound    = errors.New("no such route")
+	errMethodNotAllowed = errors.New("method not allowed")
 )
 
 // retryAfter is what clients are told to wait before retrying, in seconds.
@@ -62,13 +62,11 @@ func (s *Server) writeError(c *gin.Context, err error) {
 		p.Status, p.Code, p.Title = 404, "not_found", "Not found"
 	case errors.Is(err, errMethodNotAllowed):
 		p.Status, p.Code, p.Title = 405, "method_not_allowed", "Method not allowed"
-	case errors.Is(err, errMissingQueryParam):
-		p.Status, p.Code, p.Title = 400, "invalid_request", "Invalid request"
 	case errors.Is(err, errBodyTooLarge):
 		p.Status, p.Code, p.Title = 413, "body_too_large", "Request body too large"
 	case errors.Is(err, errUnsupportedMedia):
 		p.Status, p.Code, p.Title = 415, "unsupported_media_type", "Unsupported media type"
-	case errors.Is(err, payment.ErrUnavailable), workflows.IsUnavailable(err):
+	case errors.Is(err, payment.ErrUnavailable), errors.Is(err, store.ErrConflict), workflows.IsUnavailable(err):
 		p.Status, p.Code, p.Title, p.Detail = 503, "unavailable", "Service unavailable", "a dependency is unavailable; retry with the same Idempotency-Key"
 		c.Header("Retry-After", strconv.Itoa(retryAfter))
 		s.log.Warn("dependency unavailable", "request_id", requestID(c), "error", err)
