@@ -1,12 +1,15 @@
 package api
 
 import (
+	"context"
 	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/kasa-pay/kasa/store"
 )
 
 type metrics struct {
@@ -50,4 +53,54 @@ func (s *Server) observe(c *gin.Context) {
 		route = "unmatched"
 	}
 	s.metrics.httpDuration.WithLabelValues(route, c.Request.Method, strconv.Itoa(c.Writer.Status())).Observe(time.Since(start).Seconds())
+}
+
+// statsSource is where the scrape-time gauges come from.
+type statsSource interface {
+	Stats(ctx context.Context) (store.Stats, error)
+}
+
+// dbCollector reads the unknown-payment and outbox gauges from the database at scrape time, so
+// every API replica reports the same truth without a background loop.
+type dbCollector struct {
+	src                                        statsSource
+	unknown, reconcileAge, backlog, backlogAge *prometheus.Desc
+}
+
+func newDBCollector(src statsSource) *dbCollector {
+	return &dbCollector{
+		src:          src,
+		unknown:      prometheus.NewDesc("kasa_unknown_payments", "Payments whose outcome is unknown, parked for reconciliation (unknown_count): money at risk.", nil, nil),
+		reconcileAge: prometheus.NewDesc("kasa_reconcile_age_seconds", "Age of the oldest unknown payment (reconcile_age); 0 when none.", nil, nil),
+		backlog:      prometheus.NewDesc("kasa_outbox_backlog", "Outbox events not yet published (outbox_backlog).", nil, nil),
+		backlogAge:   prometheus.NewDesc("kasa_outbox_oldest_age_seconds", "Age of the oldest unpublished outbox event; 0 when none.", nil, nil),
+	}
+}
+
+func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.unknown
+	ch <- c.reconcileAge
+	ch <- c.backlog
+	ch <- c.backlogAge
+}
+
+func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := c.src.Stats(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.unknown, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.unknown, prometheus.GaugeValue, float64(st.UnknownCount))
+	ch <- prometheus.MustNewConstMetric(c.reconcileAge, prometheus.GaugeValue, ageSeconds(st.OldestUnknown))
+	ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(st.OutboxBacklog))
+	ch <- prometheus.MustNewConstMetric(c.backlogAge, prometheus.GaugeValue, ageSeconds(st.OldestOutbox))
+}
+
+func ageSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return time.Since(t).Seconds()
 }

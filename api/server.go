@@ -86,6 +86,9 @@ func New(o Options) *Server {
 	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{Options: o, log: o.Logger, metrics: newMetrics(o.Registry)}
+	if src, ok := o.Store.(statsSource); ok {
+		o.Registry.MustRegister(newDBCollector(src))
+	}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true

@@ -43,6 +43,11 @@ func TestSameKeySequential(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 2, "one posting")
 	require.Equal(t, "1000.00", s.account(m, acct)["balance"])
+	metrics := string(s.do("GET", "/metrics", "", "").Body)
+	require.Contains(t, metrics, `kasa_idempotency_requests_total{outcome="new"} 1`)
+	require.Contains(t, metrics, `kasa_idempotency_requests_total{outcome="replayed"} 99`)
+	require.Contains(t, metrics, `kasa_http_request_duration_seconds_count{method="POST",route="/v1/payments",status="201"} 100`)
+	require.Contains(t, metrics, "kasa_unknown_payments ")
 	requireVerified(t)
 }
 
