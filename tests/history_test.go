@@ -32,19 +32,39 @@ func TestRecordHistories(t *testing.T) {
 		{"succeeded", "hist-ok", "10.00"},
 		{"insufficient_funds", "hist-poor", "1000.00"},
 	}
+	histories := map[string]*historypb.History{}
 	for _, c := range cases {
 		r := s.pay(m, c.key, payBody(c.key, c.amount, "TRY", acct))
 		require.Contains(t, []int{http.StatusCreated, http.StatusPaymentRequired}, r.Status, "%s", r.Body)
+		histories[c.name] = fetchHistory(t, ctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), c.key))
+	}
 
-		hist := fetchHistory(t, ctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), c.key))
+	// Unknown (the bank's answer lost, capability none), then settled through the checked update
+	// after a rejected malformed one and an ignored early signal.
+	n := newStack(t, workflows.CapabilityNone)
+	nm := n.newMerchant()
+	nacct := n.newAccount(nm, "TRY", "100.00")
+	n.setFaults(`{"rules":[{"on":"charge","action":"drop_response","count":1}]}`)
+	r := n.pay(nm, "hist-unknown", payBody("hist-unknown", "10.00", "TRY", nacct))
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	wfID := workflows.PaymentWorkflowID(mustUUID(t, nm.ID), "hist-unknown")
+	starter := workflows.Starter{Client: tc, TaskQueue: n.queue}
+	_, err := starter.Settle(ctx, wfID, workflows.Settlement{Outcome: "maybe"})
+	require.ErrorIs(t, err, workflows.ErrSettlementRejected)
+	status, err := starter.Settle(ctx, wfID, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_settled"})
+	require.NoError(t, err)
+	require.Equal(t, "succeeded", status)
+	histories["unknown_settled"] = fetchHistory(t, ctx, wfID)
+
+	for name, hist := range histories {
 		replayer := worker.NewWorkflowReplayer()
 		replayer.RegisterWorkflowWithOptions(workflows.PaymentWorkflow, workflowOptions())
-		require.NoError(t, replayer.ReplayWorkflowHistory(nil, hist), c.name)
+		require.NoError(t, replayer.ReplayWorkflowHistory(nil, hist), name)
 
 		if *record {
 			b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(hist)
 			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(filepath.Join("..", "workflows", "testdata", "payment_"+c.name+".json"), b, 0o644))
+			require.NoError(t, os.WriteFile(filepath.Join("..", "workflows", "testdata", "payment_"+name+".json"), b, 0o644))
 		}
 	}
 }

@@ -856,3 +856,49 @@ func TestPaymentWorkflowProviderCallTimeouts(t *testing.T) {
 		})
 	}
 }
+
+// updateAt sends the checked `settle` update after d and records how the workflow answered it.
+func (h *harness) updateAt(d time.Duration, id string, s workflows.Settlement, answers map[string]string) {
+	h.env.RegisterDelayedCallback(func() {
+		h.env.UpdateWorkflow(workflows.UpdateSettle, id, &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) {
+				h.mu.Lock()
+				answers[id] = "rejected: " + err.Error()
+				h.mu.Unlock()
+			},
+			OnComplete: func(v any, err error) {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				if err != nil {
+					answers[id] = "failed: " + err.Error()
+					return
+				}
+				answers[id] = fmt.Sprint(v)
+			},
+		}, s)
+	}, d)
+}
+
+// The `settle` update is the checked form: early, malformed and repeated settlements are
+// rejected to the caller and change nothing; the accepted one answers with the final status.
+func TestPaymentWorkflowSettleUpdate(t *testing.T) {
+	h := newHarness(t)
+	h.on(workflows.ActivityCharge).After(time.Minute).Return(workflows.ChargeResult{}, ambiguous())
+	answers := map[string]string{}
+	h.updateAt(30*time.Second, "early", workflows.Settlement{Outcome: workflows.OutcomeCharged}, answers)
+	h.updateAt(time.Hour, "malformed", workflows.Settlement{Outcome: "maybe"}, answers)
+	h.updateAt(2*time.Hour, "accepted", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
+	h.updateAt(2*time.Hour+time.Second, "again", workflows.Settlement{Outcome: workflows.OutcomeCharged}, answers)
+	// An early signal is ignored too (it cannot be rejected to its sender).
+	h.signalAt(30*time.Second, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_early"})
+	h.expectWaitingAt(90 * time.Minute)
+
+	res := h.run(paymentInput(workflows.CapabilityNone))
+	require.Equal(t, workflows.PaymentResult{Status: statusFailed, FailureCode: "declined"}, res)
+	require.Contains(t, answers["early"], "rejected: payment is processing, not unknown")
+	require.Contains(t, answers["malformed"], "rejected: outcome must be")
+	require.Equal(t, statusFailed, answers["accepted"])
+	require.Equal(t, 0, h.calls(workflows.ActivityFinalize), "no settlement but the accepted one had an effect")
+	require.Equal(t, 1, h.calls(workflows.ActivityRelease))
+}
