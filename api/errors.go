@@ -8,6 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/reconcile"
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/workflows"
 )
@@ -41,7 +42,10 @@ func (s *Server) writeError(c *gin.Context, err error) {
 	p := problem{Detail: err.Error()}
 	var ve *payment.ValidationError
 	var dup *payment.DuplicatePaymentError
+	var fileErr *reconcile.FileError
 	switch {
+	case errors.As(err, &fileErr):
+		p.Status, p.Code, p.Title, p.Errors = 400, "invalid_settlement_file", "Invalid settlement file", fileErr.FieldErrors()
 	case errors.As(err, &ve):
 		p.Status, p.Code, p.Title, p.Errors = 400, "invalid_request", "Invalid request", ve.Fields
 	case errors.As(err, &dup):

@@ -60,6 +60,7 @@ type Options struct {
 	Lease        time.Duration // how long a new record's owner has to start its workflow
 	Logger       *slog.Logger
 	Registry     *prometheus.Registry // default: a new one
+	Reconciler   Reconciler           // imports settlement files (POST /admin/v1/settlements)
 }
 
 // Server serves the merchant and admin APIs.
@@ -105,6 +106,7 @@ func New(o Options) *Server {
 	admin.POST("/merchants", s.createMerchant)
 	admin.POST("/accounts", s.createAccount)
 	admin.POST("/accounts/:id/deposits", s.deposit)
+	admin.POST("/settlements", s.settlements)
 
 	v1 := e.Group("/v1", s.merchantAuth)
 	v1.POST("/payments", s.createPayment)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -85,17 +86,17 @@ func Load() (Config, error) {
 	v.SetEnvPrefix("KASA")
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
 	v.AutomaticEnv()
-	v.SetConfigType("yaml")
-	if f := v.GetString("config"); f != "" {
-		v.SetConfigFile(f)
-	} else {
-		v.SetConfigName("kasa")
-		v.AddConfigPath(".")
+	// Name the file exactly: a bare config name would also match the `kasa` binary itself.
+	f := v.GetString("config")
+	if f == "" {
+		if _, err := os.Stat("kasa.yaml"); err == nil {
+			f = "kasa.yaml"
+		}
 	}
-	if err := v.ReadInConfig(); err != nil {
-		var notFound viper.ConfigFileNotFoundError
-		if !errors.As(err, &notFound) {
-			return Config{}, fmt.Errorf("read config: %w", err)
+	if f != "" {
+		v.SetConfigFile(f)
+		if err := v.ReadInConfig(); err != nil {
+			return Config{}, fmt.Errorf("read config %s: %w", f, err)
 		}
 	}
 	var c Config

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 
 	"github.com/jackc/pgx/v5"
@@ -43,6 +44,9 @@ func translate(err error) error {
 			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Message)
 		}
 		return err
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: connection lost: %v", ErrUnavailable, err)
 	}
 	var netErr net.Error
 	var connErr *pgconn.ConnectError

@@ -27,6 +27,7 @@ import (
 	"github.com/kasa-pay/kasa/banksim"
 	"github.com/kasa-pay/kasa/internal/devenv"
 	"github.com/kasa-pay/kasa/provider"
+	"github.com/kasa-pay/kasa/reconcile"
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/worker"
 	"github.com/kasa-pay/kasa/workflows"
@@ -99,7 +100,8 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	srv := api.New(api.Options{
 		Store: db, Workflows: workflows.Starter{Client: tc, TaskQueue: queue}, AdminToken: adminToken,
 		SyncWait: 15 * time.Second, Capability: capability, ChargeBudget: 10 * time.Second,
-		Logger: slog.New(slog.DiscardHandler),
+		Logger:     slog.New(slog.DiscardHandler),
+		Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second},
 	})
 	apiSrv := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {

@@ -23,6 +23,7 @@ import (
 	"github.com/kasa-pay/kasa/banksim"
 	"github.com/kasa-pay/kasa/config"
 	"github.com/kasa-pay/kasa/provider"
+	"github.com/kasa-pay/kasa/reconcile"
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/sweeper"
 	"github.com/kasa-pay/kasa/worker"
@@ -40,6 +41,9 @@ commands:
   banksim   run the bank simulator on KASA_BANKSIM_ADDR
   migrate   apply database migrations and exit
   verify    check the ledger and balance invariants; exit 1 listing every violation
+  reconcile [--json] <settlement.csv>
+            match a provider settlement file to payments, settle unknown ones, report mismatches
+            (exit 0 ok, 1 mismatches, 2 invalid file; see docs/operations.md)
 
 configuration: kasa.yaml and KASA_* environment variables (see README).
 `
@@ -61,7 +65,7 @@ func main() {
 
 	cmds := map[string]func(context.Context, config.Config, *slog.Logger) error{
 		"dev": runDev, "api": runAPI, "worker": runWorker, "banksim": runBanksim,
-		"migrate": runMigrate, "verify": runVerify,
+		"migrate": runMigrate, "verify": runVerify, "reconcile": runReconcile,
 	}
 	run, ok := cmds[os.Args[1]]
 	if !ok {
@@ -129,6 +133,7 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, log *slog.Logg
 		Store: st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
 		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait,
 		Capability: workflows.Capability(cfg.Provider.Capability), Logger: log,
+		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Logger: log},
 	})
 }
 

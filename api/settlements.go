@@ -1,0 +1,97 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/reconcile"
+)
+
+// Reconciler imports settlement files (reconcile.Reconciler).
+type Reconciler interface {
+	Import(ctx context.Context, f io.Reader, o reconcile.Options) (*reconcile.Report, error)
+}
+
+// MaxSettlementBytes is the largest settlement file POST /admin/v1/settlements accepts.
+const MaxSettlementBytes = 16 << 20
+
+// mediaError is a 415 naming the content type the route wants (it maps like errUnsupportedMedia).
+type mediaError struct{ want string }
+
+func (e mediaError) Error() string        { return "content type must be " + e.want }
+func (e mediaError) Is(target error) bool { return target == errUnsupportedMedia }
+
+// sizeError is a 413 naming the route's limit (it maps like errBodyTooLarge).
+type sizeError struct{ limit string }
+
+func (e sizeError) Error() string        { return "request body exceeds " + e.limit }
+func (e sizeError) Is(target error) bool { return target == errBodyTooLarge }
+
+var errNoReconciler = errors.New("settlement import is not configured on this server")
+
+// settlements imports a settlement CSV (CONTRACT §3, §5) and answers the reconciliation report:
+// 200 whatever it found (report.ok says whether mismatches are left), 400
+// invalid_settlement_file listing every line error (nothing changed then).
+//
+// Query parameters, both optional and repeatable: date=YYYY-MM-DD declares the days the file
+// covers (needed for a file without lines); merchant_id limits the coverage checks to merchants.
+func (s *Server) settlements(c *gin.Context) {
+	if s.Reconciler == nil {
+		s.writeError(c, errNoReconciler)
+		return
+	}
+	mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
+	if err != nil || mt != "text/csv" {
+		s.writeError(c, mediaError{want: "text/csv"})
+		return
+	}
+	var opts reconcile.Options
+	var ve payment.ValidationError
+	for _, d := range c.QueryArray("date") {
+		day, err := reconcile.ParseDay(d)
+		if err != nil {
+			ve.Fields = append(ve.Fields, payment.FieldError{Field: "date", Message: err.Error()})
+			continue
+		}
+		opts.Days = append(opts.Days, day)
+	}
+	for _, m := range c.QueryArray("merchant_id") {
+		id, err := uuid.Parse(m)
+		if err != nil {
+			ve.Fields = append(ve.Fields, payment.FieldError{Field: "merchant_id", Message: "must be a merchant id"})
+			continue
+		}
+		opts.Merchants = append(opts.Merchants, id)
+	}
+	if len(ve.Fields) > 0 {
+		s.writeError(c, &ve)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxSettlementBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		s.writeError(c, sizeError{limit: "16 MiB"})
+		return
+	}
+	if err != nil {
+		s.writeError(c, &payment.ValidationError{Fields: []payment.FieldError{{Field: "body", Message: "could not be read"}}})
+		return
+	}
+	report, err := s.Reconciler.Import(c.Request.Context(), bytes.NewReader(body), opts)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	s.log.Info("settlement file imported", "request_id", requestID(c), "days", report.Days, "lines", report.Lines,
+		"ok", report.OK(), "resolved_charged", report.Counts.ResolvedCharged,
+		"resolved_not_charged", report.Counts.ResolvedNotCharged, "mismatches", report.Counts.Mismatches)
+	writeJSON(c, http.StatusOK, report)
+}

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/kasa-pay/kasa/config"
+	"github.com/kasa-pay/kasa/reconcile"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+const reconcileUsage = `usage: kasa reconcile [--json] [--date YYYY-MM-DD]... [--merchant <id>]... <settlement.csv | ->
+
+Matches a provider settlement file (settlement_date,provider_charge_id,reference,amount,currency,status)
+to kasa's payments: settles unknown payments (charged when listed; not charged when the file covers
+their day and does not list them) and reports every mismatch without changing it.
+
+  --json             print the report as JSON (the admin endpoint's body) instead of text
+  --date D           declare a UTC day the file covers (repeatable); needed for a file with no lines
+  --merchant ID      limit the coverage checks to this merchant (repeatable; default: all merchants)
+
+exit status: 0 no unresolved mismatch, 1 mismatches, 2 invalid file or usage, 3 could not run
+(database or Temporal unavailable: nothing is lost, run it again).
+`
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	asJSON := fs.Bool("json", false, "")
+	var dates, merchants listFlag
+	fs.Var(&dates, "date", "")
+	fs.Var(&merchants, "merchant", "")
+	// Flags may come before or after the file name.
+	var files []string
+	args := os.Args[2:]
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Print(reconcileUsage)
+				return nil
+			}
+			fmt.Fprintf(os.Stderr, "kasa reconcile: %v\n\n%s", err, reconcileUsage)
+			return exitError(2)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(files) != 1 {
+		fmt.Fprint(os.Stderr, "kasa reconcile: want exactly one settlement file\n\n"+reconcileUsage)
+		return exitError(2)
+	}
+	var opts reconcile.Options
+	for _, d := range dates {
+		day, err := reconcile.ParseDay(d)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kasa reconcile: --date %q: %v\n", d, err)
+			return exitError(2)
+		}
+		opts.Days = append(opts.Days, day)
+	}
+	for _, m := range merchants {
+		id, err := uuid.Parse(m)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kasa reconcile: --merchant %q: not a merchant id\n", m)
+			return exitError(2)
+		}
+		opts.Merchants = append(opts.Merchants, id)
+	}
+
+	// Parse first: an invalid file is reported without touching the database or Temporal.
+	lines, err := parseFile(files[0])
+	var fe *reconcile.FileError
+	if errors.As(err, &fe) {
+		fmt.Fprintf(os.Stderr, "kasa reconcile: %s: invalid settlement file, nothing was changed:\n", files[0])
+		for _, le := range fe.Errors {
+			fmt.Fprintln(os.Stderr, "  "+le.Error())
+		}
+		if fe.Omitted > 0 {
+			fmt.Fprintf(os.Stderr, "  ... and %d more error(s)\n", fe.Omitted)
+		}
+		return exitError(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kasa reconcile: %v\n", err)
+		return exitError(2)
+	}
+
+	if cfg.Secret.Key == "" {
+		cfg.Secret.Key = strings.Repeat("0", 64) // reconciliation never touches secrets
+	}
+	st, err := openStore(ctx, cfg, false)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kasa reconcile: %v\n", err)
+		return exitError(3)
+	}
+	defer st.Close()
+	tc, err := dialTemporal(ctx, cfg, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kasa reconcile: temporal: %v\n", err)
+		return exitError(3)
+	}
+	defer tc.Close()
+
+	bar := newProgressBar(os.Stderr, len(lines))
+	opts.Progress = bar.update
+	r := &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Logger: log}
+	report, err := r.Reconcile(ctx, lines, opts)
+	bar.done()
+	if errors.As(err, &fe) { // a line outside the declared --date days
+		for _, le := range fe.Errors {
+			fmt.Fprintln(os.Stderr, "  "+le.Error())
+		}
+		return exitError(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kasa reconcile: could not finish (what was settled stays settled; run it again): %v\n", err)
+		return exitError(3)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			return err
+		}
+	} else {
+		printReport(os.Stdout, files[0], report)
+	}
+	if !report.OK() {
+		return exitError(1)
+	}
+	return nil
+}
+
+func parseFile(name string) ([]reconcile.Line, error) {
+	if name == "-" {
+		return reconcile.Parse(os.Stdin)
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return reconcile.Parse(f)
+}
+
+func printReport(w io.Writer, name string, r *reconcile.Report) {
+	days := make([]string, len(r.Days))
+	for i, d := range r.Days {
+		days[i] = string(d)
+	}
+	scope := "all merchants"
+	if len(r.Merchants) > 0 {
+		scope = "merchants " + strings.Join(r.Merchants, ", ")
+	}
+	covered := strings.Join(days, ", ")
+	if covered == "" {
+		covered = "none (the file has no lines; declare the day with --date)"
+	}
+	fmt.Fprintf(w, "reconcile %s: %d line(s), covering %s (%s)\n", name, r.Lines, covered, scope)
+	c := r.Counts
+	for _, row := range []struct {
+		name string
+		n    int
+	}{
+		{"matched", c.Matched}, {"resolved as charged", c.ResolvedCharged}, {"resolved as not charged", c.ResolvedNotCharged},
+		{"pending", c.Pending}, {"mismatches", c.Mismatches},
+	} {
+		fmt.Fprintf(w, "  %-24s %d\n", row.name, row.n)
+	}
+	if len(r.Mismatches) > 0 {
+		fmt.Fprintln(w, "\nmismatches (nothing was changed for these; a person must look):")
+		for _, m := range r.Mismatches {
+			where := "coverage"
+			if m.Line > 0 {
+				where = fmt.Sprintf("line %d", m.Line)
+			}
+			fmt.Fprintf(w, "  %-9s %-26s reference %s\n", where, m.Kind, m.Reference)
+			if m.WorkflowID != "" {
+				fmt.Fprintf(w, "            workflow  %s\n", m.WorkflowID)
+			}
+			fmt.Fprintf(w, "            kasa:     %s\n            bank:     %s\n", m.Expected, m.Found)
+		}
+	}
+	if len(r.Pending) > 0 {
+		fmt.Fprintln(w, "\npending (not a mismatch; reconcile again later):")
+		for _, p := range r.Pending {
+			where := "coverage"
+			if p.Line > 0 {
+				where = fmt.Sprintf("line %d", p.Line)
+			}
+			fmt.Fprintf(w, "  %-9s %-26s %s (%s) %s\n", where, p.Reason, p.Reference, p.Status, p.Detail)
+		}
+	}
+	if r.OK() {
+		fmt.Fprintln(w, "\nresult: OK")
+	} else {
+		fmt.Fprintf(w, "\nresult: NOT OK, %d unresolved mismatch(es)\n", len(r.Mismatches))
+	}
+}
+
+// progressBar draws on a terminal only; elsewhere it is silent.
+type progressBar struct {
+	w     io.Writer
+	total int
+	on    bool
+	mu    sync.Mutex
+	last  time.Time
+}
+
+func newProgressBar(f *os.File, total int) *progressBar {
+	fi, err := f.Stat()
+	on := err == nil && fi.Mode()&os.ModeCharDevice != 0 && total > 0
+	return &progressBar{w: f, total: total, on: on}
+}
+
+func (p *progressBar) update(done, total int) {
+	if !p.on {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if done < total && time.Since(p.last) < 100*time.Millisecond {
+		return
+	}
+	p.last = time.Now()
+	const width = 40
+	filled := width * done / max(total, 1)
+	fmt.Fprintf(p.w, "\r[%s%s] %d/%d lines", strings.Repeat("=", filled), strings.Repeat(" ", width-filled), done, total)
+}
+
+func (p *progressBar) done() {
+	if p.on {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}

@@ -1,0 +1,88 @@
+// Package outbox moves events from the transactional outbox to the broker and from the broker to
+// merchants (CONTRACT §7):
+//
+//   - Relay: claims unpublished outbox rows (FOR UPDATE SKIP LOCKED), publishes each to JetStream
+//     subject kasa.events.<type> of stream KASA_EVENTS with Nats-Msg-Id = the row id, and marks
+//     them published once the broker acknowledged them. At least once; the broker de-duplicates
+//     within its window and consumers de-duplicate with their inbox forever after.
+//   - WebhookConsumer: a durable pull consumer that records each message in the inbox and
+//     creates its webhook delivery in the same transaction, acking only after the commit.
+//   - WebhookSender: POSTs due deliveries to merchants, signed (Sign/Verify), with a timeout
+//     per attempt, exponential backoff with jitter and an attempt log, for at least 24 h.
+//
+// Events of one payment reach the broker, the inbox and the merchant in the order they were
+// committed: see the store's RelayOutbox, AcceptEvent and ClaimDeliveries.
+package outbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+// Broker names.
+const (
+	StreamName       = "KASA_EVENTS"
+	SubjectPrefix    = "kasa.events."
+	WebhooksConsumer = "webhooks" // the durable consumer's name and the inbox's consumer column
+	webhookSubjects  = SubjectPrefix + "payment.>"
+)
+
+// Event types merchants receive.
+var webhookTypes = map[string]bool{"payment.succeeded": true, "payment.failed": true, "payment.unknown": true}
+
+// Subject is the broker subject of an event type.
+func Subject(eventType string) string { return SubjectPrefix + eventType }
+
+// Event is the broker message body: the outbox row as an envelope. Its ID, not the Nats-Msg-Id
+// header, is what consumers de-duplicate on.
+type Event struct {
+	ID          uuid.UUID       `json:"id"`
+	Type        string          `json:"type"`
+	AggregateID uuid.UUID       `json:"aggregate_id"`
+	CreatedAt   time.Time       `json:"created_at"`
+	Data        json.RawMessage `json:"data"`
+}
+
+// WebhookBody renders the body merchants receive (CONTRACT §7):
+// {"id": "<event id>", "type": "payment.succeeded", "created_at": "...", "data": <payment resource>}.
+// The payment resource is re-encoded in the API's field order when it decodes as one.
+func WebhookBody(e Event) ([]byte, error) {
+	data := e.Data
+	var res payment.Resource
+	dec := json.NewDecoder(bytes.NewReader(e.Data))
+	dec.DisallowUnknownFields()
+	if dec.Decode(&res) == nil {
+		if b, err := marshal(res); err == nil {
+			data = b
+		}
+	} else {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, e.Data); err != nil {
+			return nil, fmt.Errorf("event %s data: %w", e.ID, err)
+		}
+		data = buf.Bytes()
+	}
+	return marshal(struct {
+		ID        string          `json:"id"`
+		Type      string          `json:"type"`
+		CreatedAt string          `json:"created_at"`
+		Data      json.RawMessage `json:"data"`
+	}{e.ID.String(), e.Type, payment.FormatTime(e.CreatedAt), data})
+}
+
+// marshal encodes compactly without HTML escaping and without a trailing newline.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}

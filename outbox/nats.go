@@ -1,0 +1,84 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Broker settings of the KASA_EVENTS stream.
+const (
+	// DuplicateWindow is how long the broker remembers a Nats-Msg-Id. A relay that dies after
+	// publishing and before marking is de-duplicated by the broker if it republishes within the
+	// window, by the consumers' inboxes otherwise.
+	DuplicateWindow = 2 * time.Minute
+	// StreamMaxAge bounds the stream; consumers must not fall further behind than this, and the
+	// inbox keeps ids at least as long (Retention's default).
+	StreamMaxAge = 7 * 24 * time.Hour
+)
+
+// StartEmbedded runs a NATS server with JetStream in this process, storing its data under dir
+// (it survives restarts), listening on a free loopback port. stop shuts it down and waits.
+func StartEmbedded(dir string) (url string, stop func(), err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	ns, err := server.NewServer(&server.Options{
+		ServerName: "kasa-embedded",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		JetStream:  true,
+		StoreDir:   dir,
+		NoSigs:     true,
+		NoLog:      true,
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return "", nil, errors.New("embedded nats: not ready after 10s")
+	}
+	return ns.ClientURL(), func() { ns.Shutdown(); ns.WaitForShutdown() }, nil
+}
+
+// Connect dials the broker (reconnecting forever) and opens its JetStream context. Close the
+// connection with nc.Drain or nc.Close.
+func Connect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		return nil, nil, fmt.Errorf("nats %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// EnsureStream creates the KASA_EVENTS stream, or updates it to these settings.
+func EnsureStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamName,
+		Description: "kasa domain events from the transactional outbox",
+		Subjects:    []string{SubjectPrefix + ">"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      StreamMaxAge,
+		Duplicates:  DuplicateWindow,
+		Discard:     jetstream.DiscardOld,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,604 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+)
+
+// The integration tests share one database and do not run in parallel: a relay or a sender
+// works on every row of it. Each test has its own embedded broker and merchant endpoints, and
+// asserts on its own merchants' rows.
+
+var db *store.Store
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	env, err := devenv.StartTestEnv(ctx, devenv.TestNeeds{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "outbox tests:", err)
+		return 1
+	}
+	defer env.Stop()
+	db, err = store.Open(ctx, store.Options{URL: env.DatabaseURL, SecretKey: bytes.Repeat([]byte{3}, 32), Migrate: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "outbox tests:", err)
+		return 1
+	}
+	defer db.Close()
+	return m.Run()
+}
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// hook is a merchant endpoint that records every request.
+type hook struct {
+	*httptest.Server
+	mu      sync.Mutex
+	reqs    []hookReq
+	respond func(n int, w http.ResponseWriter, r *http.Request)
+}
+
+type hookReq struct {
+	EventID   string
+	Signature string
+	Type      string
+	Body      []byte
+	At        time.Time
+}
+
+func answer(status int) func(int, http.ResponseWriter, *http.Request) {
+	return func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }
+}
+
+// hang never answers until the client gives up.
+func hang(_ int, _ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+
+func newHook(t *testing.T, respond func(n int, w http.ResponseWriter, r *http.Request)) *hook {
+	t.Helper()
+	h := &hook{respond: respond}
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		h.mu.Lock()
+		h.reqs = append(h.reqs, hookReq{EventID: r.Header.Get(HeaderEventID), Signature: r.Header.Get(HeaderSignature),
+			Type: r.Header.Get("Content-Type"), Body: body, At: time.Now()})
+		n := len(h.reqs)
+		h.mu.Unlock()
+		h.respond(n, w, r)
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+func (h *hook) requests() []hookReq {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]hookReq(nil), h.reqs...)
+}
+
+func (h *hook) count() int { return len(h.requests()) }
+
+type broker struct {
+	js jetstream.JetStream
+}
+
+func newBroker(t *testing.T) *broker {
+	t.Helper()
+	url, stop, err := StartEmbedded(t.TempDir())
+	require.NoError(t, err)
+	nc, js, err := Connect(url, "outbox-test")
+	require.NoError(t, err)
+	t.Cleanup(func() { nc.Close(); stop() })
+	_, err = EnsureStream(context.Background(), js)
+	require.NoError(t, err)
+	return &broker{js: js}
+}
+
+func (b *broker) streamMsgs(t *testing.T) uint64 {
+	t.Helper()
+	s, err := b.js.Stream(context.Background(), StreamName)
+	require.NoError(t, err)
+	info, err := s.Info(context.Background())
+	require.NoError(t, err)
+	return info.State.Msgs
+}
+
+// consumerIdle: every message was handed out and acked, none redelivered.
+func (b *broker) consumerIdle(t *testing.T) bool {
+	t.Helper()
+	c, err := b.js.Consumer(context.Background(), StreamName, WebhooksConsumer)
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(context.Background())
+	require.NoError(t, err)
+	return info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0
+}
+
+type pipelineOptions struct {
+	relays int // relays to run (0: none; tests drive the relay themselves)
+	sender WebhookSenderOptions
+}
+
+type pipeline struct {
+	metrics *Metrics
+	relay   *Relay // for tests that relay by hand
+}
+
+// startPipeline runs relays, the webhook consumer and the sender against b until the test ends.
+func startPipeline(t *testing.T, b *broker, o pipelineOptions) *pipeline {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pipeline{metrics: NewMetrics(prometheus.NewRegistry())}
+	p.relay = NewRelay(RelayOptions{Store: db, JetStream: b.js, PollInterval: 20 * time.Millisecond, Metrics: p.metrics, Logger: quiet})
+	so := o.sender
+	so.Store, so.Metrics, so.Logger = db, p.metrics, quiet
+	if so.PollInterval == 0 {
+		so.PollInterval = 20 * time.Millisecond
+	}
+	if so.BackoffBase == 0 {
+		so.BackoffBase, so.BackoffMax = 50*time.Millisecond, 200*time.Millisecond
+	}
+	runners := []interface{ Run(context.Context) error }{
+		NewWebhookConsumer(WebhookConsumerOptions{Store: db, JetStream: b.js, DeferDelay: 20 * time.Millisecond, RetryDelay: 100 * time.Millisecond, Metrics: p.metrics, Logger: quiet}),
+		NewWebhookSender(so),
+	}
+	for range o.relays {
+		runners = append(runners, NewRelay(RelayOptions{Store: db, JetStream: b.js, PollInterval: 20 * time.Millisecond, Metrics: p.metrics, Logger: quiet}))
+	}
+	var wg sync.WaitGroup
+	for _, r := range runners {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = r.Run(ctx) }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("the pipeline did not stop within 20s of its context's cancellation")
+		}
+	})
+	return p
+}
+
+type merchant struct {
+	id, account uuid.UUID
+	secret      string
+}
+
+func newMerchant(t *testing.T, url string) merchant {
+	t.Helper()
+	ctx := context.Background()
+	m := merchant{id: payment.NewID(), secret: payment.NewSecret("whsec_")}
+	require.NoError(t, db.CreateMerchant(ctx, payment.Merchant{ID: m.id, Name: "m", WebhookURL: url}, payment.NewSecret("sk_"), m.secret))
+	a, err := db.CreateAccount(ctx, m.id, "TRY")
+	require.NoError(t, err)
+	_, _, err = db.Deposit(ctx, a.ID, "seed", 10_000_000)
+	require.NoError(t, err)
+	m.account = a.ID
+	return m
+}
+
+// settle takes a payment through the store to succeeded (through unknown first when asked).
+func settle(t *testing.T, m merchant, viaUnknown bool) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	key := uuid.NewString()
+	req := payment.Request{InvoiceID: key, AmountMinor: 100, Currency: "TRY", AccountID: m.account, PaymentType: "purchase"}
+	_, p, ok, err := db.Begin(ctx, store.BeginInput{MerchantID: m.id, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, db.Reserve(ctx, p.ID))
+	if viaUnknown {
+		_, err = db.MarkUnknown(ctx, p.ID)
+		require.NoError(t, err)
+	}
+	_, err = db.Finalize(ctx, p.ID, "ch_"+key)
+	require.NoError(t, err)
+	return p.ID
+}
+
+// peek returns the first unpublished event of a payment without marking anything.
+func peek(t *testing.T, paymentID uuid.UUID) store.OutboxEvent {
+	t.Helper()
+	var found *store.OutboxEvent
+	_, _, err := db.RelayOutbox(context.Background(), 10_000, func(_ context.Context, evs []store.OutboxEvent) ([]uuid.UUID, error) {
+		for _, e := range evs {
+			if e.AggregateID == paymentID {
+				found = &e
+			}
+		}
+		return nil, nil
+	})
+	require.NoError(t, err)
+	require.NotNil(t, found)
+	return *found
+}
+
+func requireBacklogEmpty(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		n, _, err := db.OutboxBacklog(context.Background())
+		return err == nil && n == 0
+	}, 20*time.Second, 20*time.Millisecond, "the outbox backlog drains")
+}
+
+// webhook is a delivered body as merchants parse it.
+type webhook struct {
+	ID        string           `json:"id"`
+	Type      string           `json:"type"`
+	CreatedAt string           `json:"created_at"`
+	Data      payment.Resource `json:"data"`
+}
+
+func parseWebhook(t *testing.T, body []byte) webhook {
+	t.Helper()
+	var w webhook
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&w), "%s", body)
+	return w
+}
+
+// 1. The same message published ten times with the broker's de-duplication, then ten times
+// with it bypassed (a new Nats-Msg-Id each time, same event id in the body): one delivery.
+func TestDuplicatePublishesDeliverOnce(t *testing.T) {
+	ctx := context.Background()
+	b := newBroker(t)
+	h := newHook(t, answer(http.StatusNoContent))
+	m := newMerchant(t, h.URL)
+	pid := settle(t, m, false)
+	ev := peek(t, pid)
+
+	for i := range 10 {
+		msg, err := message(ev)
+		require.NoError(t, err)
+		ack, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.ID.String()))
+		require.NoError(t, err)
+		require.Equal(t, i > 0, ack.Duplicate, "the broker drops repeats of a message id")
+	}
+	for range 10 {
+		msg, err := message(ev)
+		require.NoError(t, err)
+		ack, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(uuid.NewString()))
+		require.NoError(t, err)
+		require.False(t, ack.Duplicate)
+	}
+	require.Equal(t, uint64(11), b.streamMsgs(t))
+
+	p := startPipeline(t, b, pipelineOptions{})
+	require.Eventually(t, func() bool { return b.consumerIdle(t) && h.count() == 1 }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, 1, h.count(), "exactly one webhook")
+	require.Equal(t, ev.ID.String(), h.requests()[0].EventID)
+	require.Equal(t, 10.0, value(t, p.metrics.consumed.WithLabelValues("duplicate")), "the inbox absorbed the ten copies")
+
+	ds, err := db.PaymentDeliveries(ctx, pid)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, store.DeliveryDelivered, ds[0].Status)
+	require.Equal(t, 1, ds[0].AttemptCount)
+	require.Len(t, ds[0].Attempts, 1)
+	require.Equal(t, 204, ds[0].Attempts[0].StatusCode)
+
+	// The relay publishes the row for real now: a duplicate for the broker, marked all the same.
+	_, err = p.relay.RelayOnce(ctx)
+	require.NoError(t, err)
+	requireBacklogEmpty(t)
+	require.Equal(t, uint64(11), b.streamMsgs(t))
+}
+
+var errKilled = errors.New("relay killed")
+
+// 2. A relay dies after the broker acknowledged its batch and before it marked it: the next
+// relay publishes the rows again, the broker drops the copies, nothing is lost or doubled.
+func TestRelayKilledBeforeMarkingIsDeduplicated(t *testing.T) {
+	ctx := context.Background()
+	b := newBroker(t)
+	h := newHook(t, answer(http.StatusOK))
+	m := newMerchant(t, h.URL)
+	p := startPipeline(t, b, pipelineOptions{})
+	var pids []uuid.UUID
+	for range 3 {
+		pids = append(pids, settle(t, m, false))
+	}
+
+	claimed, published, err := db.RelayOutbox(ctx, 1000, func(ctx context.Context, evs []store.OutboxEvent) ([]uuid.UUID, error) {
+		acked, err := p.relay.publish(ctx, evs)
+		require.NoError(t, err)
+		require.Len(t, acked, len(evs))
+		return nil, errKilled // dies before marking
+	})
+	require.ErrorIs(t, err, errKilled)
+	require.Zero(t, published)
+	require.GreaterOrEqual(t, claimed, 3)
+	backlog, _, err := db.OutboxBacklog(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(claimed), backlog, "nothing was marked")
+	inStream := b.streamMsgs(t)
+
+	require.Eventually(t, func() bool { return h.count() == 3 }, 10*time.Second, 20*time.Millisecond, "the published copies are delivered")
+
+	again, err := p.relay.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, claimed, again, "the restarted relay republishes every unmarked row")
+	requireBacklogEmpty(t)
+	require.Equal(t, inStream, b.streamMsgs(t), "the broker de-duplicated the republished messages")
+	require.Eventually(t, func() bool { return b.consumerIdle(t) }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, 3, h.count(), "nothing delivered twice")
+	for _, pid := range pids {
+		ds, err := db.PaymentDeliveries(ctx, pid)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.Equal(t, store.DeliveryDelivered, ds[0].Status)
+	}
+}
+
+// 3. An endpoint answering 500, 500, 200 gets the event on the third attempt with the same id
+// and a valid signature each time; an endpoint that never answers delays nobody else.
+func TestRetriesUntilDeliveredAndAHangingMerchantDelaysNobody(t *testing.T) {
+	ctx := context.Background()
+	b := newBroker(t)
+	flaky := newHook(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n <= 2 {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	stuck := newHook(t, hang)
+	fast := newHook(t, answer(http.StatusOK))
+	mFlaky, mStuck, mFast := newMerchant(t, flaky.URL), newMerchant(t, stuck.URL), newMerchant(t, fast.URL)
+
+	const timeout = 4 * time.Second
+	p := startPipeline(t, b, pipelineOptions{relays: 1, sender: WebhookSenderOptions{Timeout: timeout, Concurrency: 8, PerMerchant: 2}})
+	var stuckPayments []uuid.UUID
+	for range 6 { // older than the others: first in line
+		stuckPayments = append(stuckPayments, settle(t, mStuck, false))
+	}
+	require.Eventually(t, func() bool { return stuck.count() == 2 }, 5*time.Second, 10*time.Millisecond, "the hanging merchant gets its two slots")
+	start := time.Now()
+	flakyPayment := settle(t, mFlaky, false)
+	for range 5 {
+		settle(t, mFast, false)
+	}
+	require.Eventually(t, func() bool { return flaky.count() == 3 && fast.count() == 5 }, timeout, 10*time.Millisecond)
+	require.Less(t, time.Since(start), timeout, "delivered before a single attempt at the hanging endpoint timed out")
+	require.Equal(t, 2, stuck.count(), "the hanging merchant never holds more than its share")
+
+	reqs := flaky.requests()
+	for _, r := range reqs {
+		require.Equal(t, reqs[0].EventID, r.EventID, "the same event id on every attempt")
+		require.Equal(t, reqs[0].Body, r.Body, "the same body on every attempt")
+		require.Equal(t, "application/json", r.Type)
+		require.NoError(t, Verify(mFlaky.secret, r.Signature, r.Body, 5*time.Minute))
+		require.ErrorIs(t, Verify(mFast.secret, r.Signature, r.Body, 5*time.Minute), ErrSignatureMismatch)
+	}
+	w := parseWebhook(t, reqs[0].Body)
+	require.Equal(t, reqs[0].EventID, w.ID)
+	require.Equal(t, "payment.succeeded", w.Type)
+	require.Equal(t, flakyPayment.String(), w.Data.ID)
+	require.Equal(t, payment.StatusSucceeded, w.Data.Status)
+	require.Equal(t, "1.00", w.Data.Amount)
+
+	require.Eventually(t, func() bool {
+		ds, err := db.PaymentDeliveries(ctx, flakyPayment)
+		return err == nil && len(ds) == 1 && ds[0].Status == store.DeliveryDelivered
+	}, 2*time.Second, 10*time.Millisecond)
+	ds, err := db.PaymentDeliveries(ctx, flakyPayment)
+	require.NoError(t, err)
+	require.Equal(t, 3, ds[0].AttemptCount)
+	require.Len(t, ds[0].Attempts, 3)
+	for i, code := range []int{500, 500, 200} {
+		require.Equal(t, code, ds[0].Attempts[i].StatusCode)
+		require.Equal(t, i+1, ds[0].Attempts[i].Attempt)
+	}
+	require.Equal(t, "HTTP 500", ds[0].Attempts[0].Error)
+	require.True(t, ds[0].Attempts[1].StartedAt.After(ds[0].Attempts[0].StartedAt))
+
+	// The hanging endpoint's attempts time out and are retried later, logged as such.
+	require.Eventually(t, func() bool {
+		ds, err := db.PaymentDeliveries(ctx, stuckPayments[0])
+		return err == nil && len(ds) == 1 && len(ds[0].Attempts) >= 1
+	}, timeout+5*time.Second, 50*time.Millisecond)
+	ds, err = db.PaymentDeliveries(ctx, stuckPayments[0])
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryPending, ds[0].Status)
+	require.Zero(t, ds[0].Attempts[0].StatusCode)
+	require.Contains(t, ds[0].Attempts[0].Error, "no answer within")
+	require.GreaterOrEqual(t, ds[0].Attempts[0].Duration, timeout-100*time.Millisecond)
+	require.GreaterOrEqual(t, value(t, p.metrics.attempts.WithLabelValues("timeout")), 1.0)
+	require.Equal(t, 2.0, value(t, p.metrics.attempts.WithLabelValues("non_2xx")))
+	require.Equal(t, 6.0, value(t, p.metrics.deliveries.WithLabelValues("delivered")))
+}
+
+// A merchant without a webhook URL: the event is recorded as skipped, nothing is sent.
+func TestMerchantWithoutWebhookURLIsSkipped(t *testing.T) {
+	ctx := context.Background()
+	b := newBroker(t)
+	m := newMerchant(t, "")
+	p := startPipeline(t, b, pipelineOptions{relays: 1})
+	pid := settle(t, m, false)
+	require.Eventually(t, func() bool {
+		ds, err := db.PaymentDeliveries(ctx, pid)
+		return err == nil && len(ds) == 1 && ds[0].Status == store.DeliverySkipped
+	}, 10*time.Second, 20*time.Millisecond)
+	ds, err := db.MerchantDeliveries(ctx, m.id, 10)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Empty(t, ds[0].Attempts)
+	require.GreaterOrEqual(t, value(t, p.metrics.deliveries.WithLabelValues("skipped")), 1.0)
+}
+
+// Retries stop once the retry window is over; an operator's redelivery sends the same event.
+func TestGivesUpAfterTheRetryWindowThenRedelivers(t *testing.T) {
+	ctx := context.Background()
+	b := newBroker(t)
+	var healthy sync.Mutex
+	status := http.StatusBadGateway
+	h := newHook(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		healthy.Lock()
+		defer healthy.Unlock()
+		w.WriteHeader(status)
+	})
+	m := newMerchant(t, h.URL)
+	p := startPipeline(t, b, pipelineOptions{relays: 1, sender: WebhookSenderOptions{RetryFor: 300 * time.Millisecond}})
+	pid := settle(t, m, false)
+	require.Eventually(t, func() bool {
+		ds, err := db.PaymentDeliveries(ctx, pid)
+		return err == nil && len(ds) == 1 && ds[0].Status == store.DeliveryFailed
+	}, 10*time.Second, 20*time.Millisecond)
+	ds, err := db.PaymentDeliveries(ctx, pid)
+	require.NoError(t, err)
+	tries := h.count()
+	require.Greater(t, tries, 1)
+	require.Len(t, ds[0].Attempts, tries)
+	require.Equal(t, 502, ds[0].LastStatusCode)
+	require.GreaterOrEqual(t, value(t, p.metrics.deliveries.WithLabelValues("failed")), 1.0)
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, tries, h.count(), "no attempt after giving up")
+
+	healthy.Lock()
+	status = http.StatusOK
+	healthy.Unlock()
+	_, err = db.Redeliver(ctx, ds[0].ID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return h.count() == tries+1 }, 5*time.Second, 10*time.Millisecond)
+	reqs := h.requests()
+	require.Equal(t, reqs[0].EventID, reqs[tries].EventID)
+	require.Equal(t, reqs[0].Body, reqs[tries].Body)
+	require.NoError(t, Verify(m.secret, reqs[tries].Signature, reqs[tries].Body, time.Minute))
+	require.Eventually(t, func() bool {
+		d, err := db.Delivery(ctx, ds[0].ID)
+		return err == nil && d.Status == store.DeliveryDelivered
+	}, 5*time.Second, 10*time.Millisecond)
+}
+
+// Two relays and payments that go processing -> unknown -> succeeded while everything runs:
+// each payment's webhooks arrive once each, unknown before succeeded.
+func TestPerPaymentOrderWithTwoRelays(t *testing.T) {
+	b := newBroker(t)
+	h := newHook(t, answer(http.StatusOK))
+	m := newMerchant(t, h.URL)
+	startPipeline(t, b, pipelineOptions{relays: 2, sender: WebhookSenderOptions{PerMerchant: 8, Concurrency: 16}})
+	const payments = 40
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range payments / 4 {
+				settle(t, m, (g+i)%2 == 0)
+			}
+		}()
+	}
+	wg.Wait()
+	want := payments + payments/2
+	require.Eventually(t, func() bool { return h.count() >= want }, 20*time.Second, 20*time.Millisecond)
+	requireBacklogEmpty(t)
+	time.Sleep(200 * time.Millisecond)
+	reqs := h.requests()
+	require.Len(t, reqs, want)
+	seen := map[string]bool{}
+	order := map[string][]payment.Status{}
+	for _, r := range reqs {
+		require.False(t, seen[r.EventID], "event %s delivered twice", r.EventID)
+		seen[r.EventID] = true
+		require.NoError(t, Verify(m.secret, r.Signature, r.Body, time.Minute))
+		w := parseWebhook(t, r.Body)
+		order[w.Data.ID] = append(order[w.Data.ID], w.Data.Status)
+	}
+	require.Len(t, order, payments)
+	for id, statuses := range order {
+		if len(statuses) == 2 {
+			require.Equal(t, []payment.Status{payment.StatusUnknown, payment.StatusSucceeded}, statuses, "payment %s", id)
+		} else {
+			require.Equal(t, []payment.Status{payment.StatusSucceeded}, statuses, "payment %s", id)
+		}
+	}
+}
+
+// The relay's loop: retention and the backlog gauges.
+func TestRelayRetentionAndGauges(t *testing.T) {
+	ctx := context.Background()
+	b := newBroker(t)
+	m := newMerchant(t, "")
+	for range 3 {
+		settle(t, m, false)
+	}
+	reg := prometheus.NewRegistry()
+	metrics := NewMetrics(reg)
+	r := NewRelay(RelayOptions{Store: db, JetStream: b.js, Metrics: metrics, Logger: quiet, Retention: time.Nanosecond, RetentionBatch: 2})
+	r.observeBacklog(ctx)
+	require.GreaterOrEqual(t, value(t, metrics.backlog), 3.0)
+	require.Greater(t, value(t, metrics.oldestAge), 0.0)
+
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(rctx) }()
+	requireBacklogEmpty(t)
+	require.Eventually(t, func() bool { return value(t, metrics.purged.WithLabelValues("outbox")) >= 3 }, 5*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return value(t, metrics.backlog) == 0 }, 5*time.Second, 20*time.Millisecond)
+	require.GreaterOrEqual(t, value(t, metrics.published), 3.0)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the relay did not stop")
+	}
+	require.GreaterOrEqual(t, value(t, metrics.publishLatency), 3.0, "one latency sample per published row")
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, f := range families {
+		names[f.GetName()] = true
+	}
+	require.True(t, names["kasa_relay_backlog"] && names["kasa_outbox_publish_latency_seconds"] && names["kasa_webhook_attempts_per_delivery"])
+}
+
+// value reads a counter or gauge, or a histogram's sample count.
+func value(t *testing.T, c prometheus.Collector) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 1)
+	c.Collect(ch)
+	var m dto.Metric
+	require.NoError(t, (<-ch).Write(&m))
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	t.Fatalf("unsupported metric %v", &m)
+	return 0
+}

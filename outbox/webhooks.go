@@ -1,0 +1,405 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kasa-pay/kasa/store"
+)
+
+// ConsumerStore is what the webhook consumer needs from the database.
+type ConsumerStore interface {
+	AcceptEvent(ctx context.Context, consumer string, e store.NewDelivery, orderGrace time.Duration) (store.Acceptance, error)
+}
+
+// WebhookConsumerOptions configure a WebhookConsumer. Zero values take the defaults shown.
+type WebhookConsumerOptions struct {
+	Store      ConsumerStore
+	JetStream  jetstream.JetStream
+	Name       string        // durable consumer and inbox name (WebhooksConsumer)
+	OrderGrace time.Duration // how long an event waits for an earlier event of its payment (1m)
+	DeferDelay time.Duration // redelivery delay while it waits (250ms)
+	RetryDelay time.Duration // redelivery delay after a database error (1s)
+	AckWait    time.Duration // the broker redelivers an unacked message after this (30s)
+	Metrics    *Metrics
+	Logger     *slog.Logger
+}
+
+// WebhookConsumer turns broker messages into webhook deliveries, once per event id.
+type WebhookConsumer struct {
+	o WebhookConsumerOptions
+}
+
+// NewWebhookConsumer applies the defaults.
+func NewWebhookConsumer(o WebhookConsumerOptions) *WebhookConsumer {
+	if o.Name == "" {
+		o.Name = WebhooksConsumer
+	}
+	if o.OrderGrace <= 0 {
+		o.OrderGrace = time.Minute
+	}
+	if o.DeferDelay <= 0 {
+		o.DeferDelay = 250 * time.Millisecond
+	}
+	if o.RetryDelay <= 0 {
+		o.RetryDelay = time.Second
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = 30 * time.Second
+	}
+	if o.Metrics == nil {
+		o.Metrics = unregistered()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &WebhookConsumer{o: o}
+}
+
+// Run creates the stream and the durable pull consumer if missing and handles messages in
+// stream order until ctx is cancelled; the message in hand is finished first.
+func (c *WebhookConsumer) Run(ctx context.Context) error {
+	var cons jetstream.Consumer
+	for {
+		var err error
+		if cons, err = c.consumer(ctx); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.o.Logger.Warn("webhook consumer: broker not ready", "error", err)
+		if !sleep(ctx, time.Second) {
+			return nil
+		}
+	}
+	c.o.Logger.Info("webhook consumer running", "consumer", c.o.Name)
+	for ctx.Err() == nil {
+		it, err := cons.Messages(jetstream.PullMaxMessages(64))
+		if err != nil {
+			c.o.Logger.Warn("webhook consumer: pull", "error", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		c.drain(ctx, it)
+		it.Stop()
+		sleep(ctx, 100*time.Millisecond) // the iterator broke (connection lost): do not spin
+	}
+	c.o.Logger.Info("webhook consumer stopped")
+	return nil
+}
+
+func (c *WebhookConsumer) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	if _, err := EnsureStream(ctx, c.o.JetStream); err != nil {
+		return nil, err
+	}
+	return c.o.JetStream.CreateOrUpdateConsumer(ctx, StreamName, jetstream.ConsumerConfig{
+		Durable:       c.o.Name,
+		Description:   "kasa webhook deliveries (inbox " + c.o.Name + ")",
+		FilterSubject: webhookSubjects,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.o.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 1000,
+	})
+}
+
+// drain handles messages until ctx ends or the iterator breaks.
+func (c *WebhookConsumer) drain(ctx context.Context, it jetstream.MessagesContext) {
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			return
+		}
+		if err != nil {
+			c.o.Logger.Debug("webhook consumer: next", "error", err)
+			continue
+		}
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		c.Handle(hctx, msg)
+		cancel()
+	}
+}
+
+// Handle processes one message: the inbox row and the delivery commit together, then the
+// message is acked. A message already in the inbox is acked and ignored; a database error or an
+// awaited earlier event leaves it to the broker's redelivery.
+func (c *WebhookConsumer) Handle(ctx context.Context, msg jetstream.Msg) {
+	var e Event
+	if err := json.Unmarshal(msg.Data(), &e); err != nil || e.ID == uuid.Nil || e.AggregateID == uuid.Nil {
+		c.o.Logger.Error("webhook consumer: invalid event; dropped", "subject", msg.Subject(), "error", err)
+		c.o.Metrics.consumed.WithLabelValues("invalid").Inc()
+		_ = msg.TermWithReason("invalid event")
+		return
+	}
+	nd := store.NewDelivery{EventID: e.ID, AggregateID: e.AggregateID, Type: e.Type, CreatedAt: e.CreatedAt}
+	if webhookTypes[e.Type] {
+		body, err := WebhookBody(e)
+		if err != nil {
+			c.o.Logger.Error("webhook consumer: event data is not JSON; dropped", "event_id", e.ID, "error", err)
+			c.o.Metrics.consumed.WithLabelValues("invalid").Inc()
+			_ = msg.TermWithReason("invalid event data")
+			return
+		}
+		nd.Body = body
+	}
+	acc, err := c.o.Store.AcceptEvent(ctx, c.o.Name, nd, c.o.OrderGrace)
+	if err != nil {
+		c.o.Logger.Warn("webhook consumer: cannot record event; will retry", "event_id", e.ID, "error", err)
+		c.o.Metrics.consumed.WithLabelValues("error").Inc()
+		_ = msg.NakWithDelay(c.o.RetryDelay)
+		return
+	}
+	c.o.Metrics.consumed.WithLabelValues(string(acc)).Inc()
+	switch acc {
+	case store.AcceptedDeferred:
+		_ = msg.NakWithDelay(c.o.DeferDelay)
+		return
+	case store.AcceptedSkipped:
+		c.o.Metrics.deliveries.WithLabelValues("skipped").Inc()
+	case store.AcceptedOrphan:
+		c.o.Logger.Error("webhook consumer: event of an unknown payment; recorded, not delivered", "event_id", e.ID, "payment_id", e.AggregateID)
+	}
+	// Acked only now, after the commit. A lost ack means a redelivery the inbox absorbs.
+	if err := msg.Ack(); err != nil {
+		c.o.Logger.Debug("webhook consumer: ack", "event_id", e.ID, "error", err)
+	}
+}
+
+// SenderStore is what the webhook sender needs from the database.
+type SenderStore interface {
+	ClaimDeliveries(ctx context.Context, limit, perMerchant int, lease time.Duration) ([]store.ClaimedDelivery, error)
+	RecordAttempt(ctx context.Context, r store.AttemptResult) (status store.DeliveryStatus, attempts int, superseded bool, err error)
+}
+
+// WebhookSenderOptions configure a WebhookSender. Zero values take the defaults shown.
+type WebhookSenderOptions struct {
+	Store        SenderStore
+	Client       *http.Client  // redirects are not followed (a 3xx is a failed attempt)
+	Timeout      time.Duration // per attempt, connection to body read (10s)
+	Concurrency  int           // attempts in flight in this sender (32)
+	PerMerchant  int           // attempts in flight per merchant, all senders together (4)
+	BackoffBase  time.Duration // delay after the first failure, doubling per attempt (10s)
+	BackoffMax   time.Duration // cap of the delay (1h)
+	RetryFor     time.Duration // keep retrying for this long (72h; never below 24h outside tests)
+	PollInterval time.Duration // how often due deliveries are looked for (200ms)
+	Metrics      *Metrics
+	Logger       *slog.Logger
+}
+
+// WebhookSender delivers due webhooks. Attempts run outside any transaction under a lease
+// (Timeout + 30s): a crashed sender's delivery is retried when its lease runs out, with the same
+// event id and body. Several senders may run at once.
+type WebhookSender struct {
+	o     WebhookSenderOptions
+	lease time.Duration
+}
+
+// NewWebhookSender applies the defaults.
+func NewWebhookSender(o WebhookSenderOptions) *WebhookSender {
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 32
+	}
+	if o.PerMerchant <= 0 {
+		o.PerMerchant = 4
+	}
+	if o.BackoffBase <= 0 {
+		o.BackoffBase = 10 * time.Second
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = time.Hour
+	}
+	if o.RetryFor <= 0 {
+		o.RetryFor = 72 * time.Hour
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 200 * time.Millisecond
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{
+			Transport: &http.Transport{
+				Proxy:               http.ProxyFromEnvironment,
+				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+				TLSHandshakeTimeout: 5 * time.Second,
+				MaxIdleConnsPerHost: o.PerMerchant,
+				IdleConnTimeout:     90 * time.Second,
+			},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	if o.Metrics == nil {
+		o.Metrics = unregistered()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &WebhookSender{o: o, lease: o.Timeout + 30*time.Second}
+}
+
+// Run sends due deliveries until ctx is cancelled, then waits for the attempts in flight (they
+// are cut short and rescheduled at once).
+func (s *WebhookSender) Run(ctx context.Context) error {
+	s.o.Logger.Info("webhook sender running", "concurrency", s.o.Concurrency, "per_merchant", s.o.PerMerchant, "timeout", s.o.Timeout)
+	slots := make(chan struct{}, s.o.Concurrency)
+	freed := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for ctx.Err() == nil {
+		free := s.o.Concurrency - len(slots)
+		n := 0
+		if free > 0 {
+			ds, err := s.o.Store.ClaimDeliveries(ctx, free, s.o.PerMerchant, s.lease)
+			if err != nil && ctx.Err() == nil {
+				s.o.Logger.Warn("webhook sender: claim failed", "error", err)
+			}
+			for _, d := range ds {
+				slots <- struct{}{}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s.Send(ctx, d)
+					<-slots
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				}()
+			}
+			n = len(ds)
+		}
+		if free > 0 && n == free {
+			continue // as many due as we could take: look again at once
+		}
+		timer.Reset(s.o.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		case <-freed: // a slot (maybe of a busy merchant) came free
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+	wg.Wait()
+	s.o.Logger.Info("webhook sender stopped")
+	return nil
+}
+
+// Send makes one attempt of a claimed delivery and records it.
+func (s *WebhookSender) Send(ctx context.Context, d store.ClaimedDelivery) {
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	code, err := s.post(actx, d, start)
+	cancel()
+	res := store.AttemptResult{
+		DeliveryID: d.ID, Attempt: d.Attempt, StartedAt: start, Duration: time.Since(start),
+		StatusCode: code, RetryFor: s.o.RetryFor,
+	}
+	result := "2xx"
+	switch {
+	case err == nil && code >= 200 && code < 300:
+		res.Delivered = true
+	case ctx.Err() != nil:
+		result, res.Error = "aborted", "aborted: the sender is stopping"
+	case err != nil:
+		result, res.Error, res.RetryIn = "error", truncate(err.Error(), 500), s.backoff(d.Attempt)
+		var ne net.Error
+		if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+			result, res.Error = "timeout", fmt.Sprintf("no answer within %s", s.o.Timeout)
+		}
+	default:
+		result, res.Error, res.RetryIn = "non_2xx", fmt.Sprintf("HTTP %d", code), s.backoff(d.Attempt)
+	}
+	s.o.Metrics.attempts.WithLabelValues(result).Inc()
+	s.o.Metrics.attemptDuration.Observe(res.Duration.Seconds())
+
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer rcancel()
+	status, attempts, superseded, err := s.o.Store.RecordAttempt(rctx, res)
+	log := s.o.Logger.With("delivery_id", d.ID, "merchant_id", d.MerchantID, "attempt", d.Attempt)
+	switch {
+	case err != nil:
+		// The lease runs out and the delivery is attempted again: at least once.
+		log.Warn("webhook sender: cannot record attempt", "error", err)
+	case superseded:
+		log.Debug("webhook sender: attempt superseded")
+	case status == store.DeliveryDelivered:
+		s.o.Metrics.deliveries.WithLabelValues("delivered").Inc()
+		s.o.Metrics.attemptsPerDel.Observe(float64(attempts))
+	case status == store.DeliveryFailed:
+		s.o.Metrics.deliveries.WithLabelValues("failed").Inc()
+		s.o.Metrics.attemptsPerDel.Observe(float64(attempts))
+		log.Warn("webhook sender: giving up", "attempts", attempts, "error", res.Error)
+	default:
+		log.Debug("webhook sender: will retry", "in", res.RetryIn, "error", res.Error)
+	}
+}
+
+// post sends the signed request; it returns the HTTP status (0 without an answer).
+func (s *WebhookSender) post(ctx context.Context, d store.ClaimedDelivery, at time.Time) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "kasa-webhooks/1")
+	req.Header.Set(HeaderEventID, d.ID.String())
+	req.Header.Set("Kasa-Event-Type", d.EventType)
+	req.Header.Set(HeaderSignature, Sign(d.Secret, at, d.Body))
+	resp, err := s.o.Client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	// Read (a bounded part of) the answer so the connection can be reused; a merchant that
+	// answers its headers but stalls its body still runs into the timeout.
+	if _, err := io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)); err != nil && resp.StatusCode/100 == 2 {
+		return resp.StatusCode, err
+	}
+	return resp.StatusCode, nil
+}
+
+// backoff is the delay after the attempt-th failure: BackoffBase doubling per attempt, capped at
+// BackoffMax, with equal jitter (between half and all of it) so retries of many deliveries
+// spread out.
+func (s *WebhookSender) backoff(attempt int) time.Duration {
+	d := s.o.BackoffMax
+	if attempt >= 1 && attempt < 40 {
+		if b := s.o.BackoffBase << (attempt - 1); b > 0 && b < d {
+			d = b
+		}
+	}
+	half := d / 2
+	return half + rand.N(half+1)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

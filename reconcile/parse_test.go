@@ -1,0 +1,176 @@
+package reconcile
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	hdr  = "settlement_date,provider_charge_id,reference,amount,currency,status\n"
+	ref1 = "0192f1f0-7d0c-7a39-9c5e-8f6a8b0a1c01"
+	ref2 = "0192f1f0-7d0c-7a39-9c5e-8f6a8b0a1c02"
+	ref3 = "0192f1f0-7d0c-7a39-9c5e-8f6a8b0a1c03"
+)
+
+func TestParseValid(t *testing.T) {
+	t.Parallel()
+	in := "\xEF\xBB\xBF" + hdr +
+		"2025-03-01,ch_1," + ref1 + ",1000.50,TRY,settled\r\n" +
+		"2025-03-01,ch_2," + strings.ToUpper(ref2) + ",15,jpy,settled\n" +
+		"\n" + // blank lines carry nothing
+		`"2025-03-02","ch_3",` + ref3 + `,"1.234",KWD,settled` + "\n"
+	lines, err := Parse(strings.NewReader(in))
+	require.NoError(t, err)
+	require.Equal(t, []Line{
+		{Number: 2, SettlementDate: "2025-03-01", ProviderChargeID: "ch_1", Reference: uuid.MustParse(ref1), AmountMinor: 100050, Currency: "TRY", Status: "settled"},
+		{Number: 3, SettlementDate: "2025-03-01", ProviderChargeID: "ch_2", Reference: uuid.MustParse(ref2), AmountMinor: 15, Currency: "JPY", Status: "settled"},
+		{Number: 5, SettlementDate: "2025-03-02", ProviderChargeID: "ch_3", Reference: uuid.MustParse(ref3), AmountMinor: 1234, Currency: "KWD", Status: "settled"},
+	}, lines)
+
+	var buf bytes.Buffer
+	require.NoError(t, Write(&buf, lines))
+	again, err := Parse(&buf)
+	require.NoError(t, err)
+	for i := range again {
+		again[i].Number = lines[i].Number
+	}
+	require.Equal(t, lines, again, "Write is Parse's inverse")
+}
+
+func TestParseHeaderOnly(t *testing.T) {
+	t.Parallel()
+	lines, err := Parse(strings.NewReader(hdr))
+	require.NoError(t, err)
+	require.Empty(t, lines)
+}
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	ok := func(ref string) string { return "2025-03-01,ch_1," + ref + ",10.00,TRY,settled\n" }
+	tests := []struct {
+		name string
+		in   string
+		want []string // every error, in order
+	}{
+		{"empty", "", []string{"line 1: header: missing"}},
+		{"no header", ok(ref1), []string{"line 1: header: want exactly settlement_date,"}},
+		{"header renamed", strings.Replace(hdr, "amount", "amount_major", 1) + ok(ref1), []string{"line 1: header: want exactly"}},
+		{"header reordered", "provider_charge_id,settlement_date,reference,amount,currency,status\n", []string{"line 1: header:"}},
+		{"header with spaces", "settlement_date, provider_charge_id,reference,amount,currency,status\n", []string{"line 1: header:"}},
+		{"bad date", hdr + "2025-3-01,ch_1," + ref1 + ",10.00,TRY,settled\n", []string{"line 2: settlement_date: must be a date YYYY-MM-DD"}},
+		{"impossible date", hdr + "2025-02-30,ch_1," + ref1 + ",10.00,TRY,settled\n", []string{"line 2: settlement_date:"}},
+		{"empty charge id", hdr + "2025-03-01,," + ref1 + ",10.00,TRY,settled\n", []string{"line 2: provider_charge_id: is required"}},
+		{"charge id with space", hdr + "2025-03-01,ch 1," + ref1 + ",10.00,TRY,settled\n", []string{"line 2: provider_charge_id: must be printable"}},
+		{"charge id too long", hdr + "2025-03-01," + strings.Repeat("c", 256) + "," + ref1 + ",10.00,TRY,settled\n", []string{"line 2: provider_charge_id: longer than 255"}},
+		{"reference not a uuid", hdr + "2025-03-01,ch_1,inv-45982,10.00,TRY,settled\n", []string{"line 2: reference: must be an operation id"}},
+		{"reference without dashes", hdr + "2025-03-01,ch_1," + strings.ReplaceAll(ref1, "-", "") + ",10.00,TRY,settled\n", []string{"line 2: reference:"}},
+		{"too many decimals", hdr + ok(ref1) + ok(ref2) + "2025-03-01,ch_3," + ref3 + ",10.001,TRY,settled\n",
+			[]string{`line 4: amount: "10.001": amount has more fraction digits than the currency allows`}},
+		{"decimals for JPY", hdr + "2025-03-01,ch_1," + ref1 + ",10.5,JPY,settled\n", []string{"line 2: amount:"}},
+		{"float notation", hdr + "2025-03-01,ch_1," + ref1 + ",1e3,TRY,settled\n", []string{`line 2: amount: "1e3": amount must be a decimal number`}},
+		{"negative", hdr + "2025-03-01,ch_1," + ref1 + ",-10.00,TRY,settled\n", []string{"line 2: amount:"}},
+		{"zero", hdr + "2025-03-01,ch_1," + ref1 + ",0.00,TRY,settled\n", []string{"line 2: amount:"}},
+		{"thousands separator", hdr + "2025-03-01,ch_1," + ref1 + ",\"1,000.00\",TRY,settled\n", []string{"line 2: amount:"}},
+		{"unknown currency", hdr + "2025-03-01,ch_1," + ref1 + ",10.00,ABC,settled\n", []string{"line 2: currency: currency is not a known ISO 4217 code"}},
+		{"status", hdr + "2025-03-01,ch_1," + ref1 + ",10.00,TRY,refunded\n", []string{`line 2: status: want "settled", got "refunded"`}},
+		{"too few fields", hdr + "2025-03-01,ch_1," + ref1 + ",10.00,TRY\n", []string{"line 2: want 6 fields, got 5"}},
+		{"too many fields", hdr + ok(ref1) + "2025-03-01,ch_2," + ref2 + ",10.00,TRY,settled,x\n", []string{"line 3: want 6 fields, got 7"}},
+		{"duplicate reference", hdr + ok(ref1) + ok(ref2) + strings.Replace(ok(ref1), "ch_1", "ch_9", 1),
+			[]string{"line 4: reference: " + ref1 + " is also on line 2"}},
+		{"stray quote", hdr + ok(ref1) + "2025-03-01,ch\"2," + ref2 + ",10.00,TRY,settled\n", []string{"line 3: malformed CSV"}},
+		{"every problem of a line and of every line", hdr +
+			"2025-13-01,ch_1,nope,10.00,XXX,paid\n" + ok(ref1) + "2025-03-01,ch_2," + ref2 + ",abc,TRY,settled\n",
+			[]string{"line 2: settlement_date:", "line 2: reference:", "line 2: currency:", "line 2: status:", "line 4: amount:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			lines, err := Parse(strings.NewReader(tt.in))
+			require.Nil(t, lines)
+			var fe *FileError
+			require.True(t, errors.As(err, &fe), "want a *FileError, got %v", err)
+			require.Len(t, fe.Errors, len(tt.want), "%v", err)
+			for i, w := range tt.want {
+				require.True(t, strings.HasPrefix(fe.Errors[i].Error(), w), "error %d: want prefix %q, got %q", i, w, fe.Errors[i].Error())
+			}
+			require.Contains(t, err.Error(), tt.want[0])
+		})
+	}
+}
+
+func TestParseCapsErrors(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString(hdr)
+	for range MaxErrors + 50 {
+		b.WriteString("2025-03-01,ch_1," + uuid.NewString() + ",1.001,TRY,settled\n")
+	}
+	_, err := Parse(strings.NewReader(b.String()))
+	var fe *FileError
+	require.ErrorAs(t, err, &fe)
+	require.Len(t, fe.Errors, MaxErrors)
+	require.Equal(t, 50, fe.Omitted)
+	require.Contains(t, err.Error(), "150 error(s)")
+	fields := fe.FieldErrors()
+	require.Equal(t, "line 2", fields[0].Field)
+	require.True(t, strings.HasPrefix(fields[0].Message, "amount: "), fields[0].Message)
+	require.Equal(t, "50 more error(s) not listed", fields[len(fields)-1].Message)
+}
+
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, errors.New("disk on fire") }
+
+func TestParseReadError(t *testing.T) {
+	t.Parallel()
+	_, err := Parse(failingReader{})
+	require.ErrorContains(t, err, "disk on fire")
+	var fe *FileError
+	require.False(t, errors.As(err, &fe), "a read failure is not the file's fault")
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(hdr + "2025-03-01,ch_1," + ref1 + ",1000.50,TRY,settled\n"))
+	f.Add([]byte(hdr + "2025-03-01,ch_1," + ref1 + ",15,JPY,settled\n2025-03-01,ch_1," + ref1 + ",15,JPY,settled\n"))
+	f.Add([]byte("\xEF\xBB\xBF" + hdr + `"2025-03-01","c""h",` + ref2 + `,"1.234",kwd,settled`))
+	f.Add([]byte("a,b\n\"unterminated"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		lines, err := Parse(bytes.NewReader(data))
+		if err != nil {
+			var fe *FileError
+			if !errors.As(err, &fe) || len(fe.Errors) == 0 {
+				t.Fatalf("want a *FileError listing problems, got %v", err)
+			}
+			return
+		}
+		seen := map[uuid.UUID]bool{}
+		for _, l := range lines {
+			if l.AmountMinor <= 0 || l.Status != StatusSettled || l.ProviderChargeID == "" || seen[l.Reference] {
+				t.Fatalf("accepted an invalid line %+v", l)
+			}
+			seen[l.Reference] = true
+		}
+		// What Parse accepts, Write renders back to the same lines.
+		var buf bytes.Buffer
+		if err := Write(&buf, lines); err != nil {
+			t.Fatal(err)
+		}
+		again, err := Parse(&buf)
+		if err != nil || len(again) != len(lines) {
+			t.Fatalf("re-parse of the rendered file: %v", err)
+		}
+		for i := range lines {
+			a, b := lines[i], again[i]
+			a.Number, b.Number = 0, 0
+			if a != b {
+				t.Fatalf("round trip changed line %d: %+v -> %+v", i, a, b)
+			}
+		}
+	})
+}

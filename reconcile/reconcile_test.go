@@ -1,0 +1,451 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+func init() { rereadDelay = time.Millisecond }
+
+// fakeBank is the store and the workflows at once: settling an unknown payment changes it the
+// way the payment workflow would.
+type fakeBank struct {
+	mu       sync.Mutex
+	payments map[uuid.UUID]*payment.Payment
+	settled  []workflows.Settlement // every settlement accepted
+	calls    int                    // every Settle call
+	// hooks
+	onSettle  func(p *payment.Payment) error // runs before the workflow's check; an error is returned as is
+	byIDErr   error
+	createdIn [][2]time.Time
+}
+
+func newFakeBank() *fakeBank { return &fakeBank{payments: map[uuid.UUID]*payment.Payment{}} }
+
+var (
+	day     = time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+	merchA  = uuid.MustParse("0192f1f0-0000-7000-8000-00000000000a")
+	merchB  = uuid.MustParse("0192f1f0-0000-7000-8000-00000000000b")
+	keySeq  int
+	keySeqM sync.Mutex
+)
+
+// add stores a payment created at `created` and last changed at `updated`.
+func (b *fakeBank) add(m uuid.UUID, st payment.Status, amount int64, currency string, created, updated time.Time) payment.Payment {
+	keySeqM.Lock()
+	keySeq++
+	k := fmt.Sprintf("key-%d", keySeq)
+	keySeqM.Unlock()
+	p := payment.Payment{ID: payment.NewID(), MerchantID: m, IdempotencyKey: k, AmountMinor: amount, Currency: currency,
+		Status: st, CreatedAt: created, UpdatedAt: updated}
+	switch st {
+	case payment.StatusSucceeded:
+		p.ProviderReference = "ch_" + p.ID.String()[:8]
+	case payment.StatusFailed:
+		p.FailureCode = payment.FailureDeclined
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.payments[p.ID] = &p
+	return p
+}
+
+func (b *fakeBank) get(id uuid.UUID) payment.Payment {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return *b.payments[id]
+}
+
+func (b *fakeBank) PaymentsByID(_ context.Context, ids []uuid.UUID) ([]payment.Payment, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byIDErr != nil {
+		return nil, b.byIDErr
+	}
+	var out []payment.Payment
+	for _, id := range ids {
+		if p, ok := b.payments[id]; ok {
+			out = append(out, *p)
+		}
+	}
+	return out, nil
+}
+
+func (b *fakeBank) Payment(_ context.Context, id uuid.UUID) (payment.Payment, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, ok := b.payments[id]
+	if !ok {
+		return payment.Payment{}, payment.ErrNotFound
+	}
+	return *p, nil
+}
+
+func (b *fakeBank) EachPaymentCreated(_ context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Payment) error) error {
+	b.mu.Lock()
+	b.createdIn = append(b.createdIn, [2]time.Time{from, to})
+	var match []payment.Payment
+	for _, p := range b.payments {
+		if !p.CreatedAt.Before(from) && p.CreatedAt.Before(to) && slices.Contains(statuses, p.Status) &&
+			(len(merchants) == 0 || slices.Contains(merchants, p.MerchantID)) {
+			match = append(match, *p)
+		}
+	}
+	b.mu.Unlock()
+	for _, p := range match {
+		if err := fn(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *fakeBank) Settle(_ context.Context, workflowID string, s workflows.Settlement) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls++
+	var p *payment.Payment
+	for _, q := range b.payments {
+		if workflows.PaymentWorkflowID(q.MerchantID, q.IdempotencyKey) == workflowID {
+			p = q
+		}
+	}
+	if p == nil {
+		return "", fmt.Errorf("%w: workflow not found", workflows.ErrSettlementRejected)
+	}
+	if b.onSettle != nil {
+		if err := b.onSettle(p); err != nil {
+			return "", err
+		}
+	}
+	if p.Status != payment.StatusUnknown {
+		return "", fmt.Errorf("%w: payment is %s, not unknown: nothing to settle", workflows.ErrSettlementRejected, p.Status)
+	}
+	b.settled = append(b.settled, s)
+	if s.Outcome == workflows.OutcomeCharged {
+		p.Status, p.ProviderReference = payment.StatusSucceeded, s.ProviderReference
+	} else {
+		p.Status, p.FailureCode = payment.StatusFailed, payment.FailureDeclined
+	}
+	p.UpdatedAt = p.UpdatedAt.Add(time.Hour * 24 * 3) // settled days later
+	return string(p.Status), nil
+}
+
+func line(n int, p payment.Payment, d Day) Line {
+	return Line{Number: n, SettlementDate: d, ProviderChargeID: "ch_" + p.ID.String()[:8], Reference: p.ID,
+		AmountMinor: p.AmountMinor, Currency: p.Currency, Status: StatusSettled}
+}
+
+func kinds(r *Report) map[string]string {
+	out := map[string]string{}
+	for _, m := range r.Mismatches {
+		out[m.Reference] = m.Kind
+	}
+	return out
+}
+
+func TestReconcileClassifies(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	at := day.Add(10 * time.Hour)
+	soon := at.Add(time.Minute)
+	unknownListed := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, soon)
+	matched := b.add(merchA, payment.StatusSucceeded, 1000, "TRY", at, soon)
+	amount := b.add(merchA, payment.StatusSucceeded, 1000, "TRY", at, soon)
+	currency := b.add(merchA, payment.StatusSucceeded, 1000, "TRY", at, soon)
+	failed := b.add(merchA, payment.StatusFailed, 2000, "TRY", at, soon)
+	processing := b.add(merchA, payment.StatusProcessing, 3000, "TRY", at, soon)
+	otherCharge := b.add(merchA, payment.StatusSucceeded, 1000, "TRY", at, soon)
+	unknownAmount := b.add(merchA, payment.StatusUnknown, 500, "TRY", at, soon)
+	// Not listed:
+	unknownUnlisted := b.add(merchB, payment.StatusUnknown, 700, "TRY", at, soon)
+	succeededUnlisted := b.add(merchB, payment.StatusSucceeded, 800, "TRY", at, soon)
+	failedUnlisted := b.add(merchB, payment.StatusFailed, 900, "TRY", at, soon)
+	unknownOtherDay := b.add(merchB, payment.StatusUnknown, 100, "TRY", at.AddDate(0, 0, -1), soon.AddDate(0, 0, -1))
+	unknownAcrossMidnight := b.add(merchB, payment.StatusUnknown, 100, "TRY", day.Add(24*time.Hour-time.Second), day.Add(24*time.Hour+time.Second))
+	succeededAcrossMidnight := b.add(merchB, payment.StatusSucceeded, 100, "TRY", day.Add(24*time.Hour-time.Second), day.Add(24*time.Hour+time.Second))
+
+	const d = Day("2025-03-01")
+	ghost := Line{Number: 10, SettlementDate: d, ProviderChargeID: "ch_ghost", Reference: payment.NewID(), AmountMinor: 1, Currency: "TRY", Status: StatusSettled}
+	amountLine := line(4, amount, d)
+	amountLine.AmountMinor = 1001
+	currencyLine := line(5, currency, d)
+	currencyLine.Currency = "EUR"
+	otherChargeLine := line(8, otherCharge, d)
+	otherChargeLine.ProviderChargeID = "ch_second"
+	unknownAmountLine := line(9, unknownAmount, d)
+	unknownAmountLine.AmountMinor = 600
+	lines := []Line{line(2, unknownListed, d), line(3, matched, d), amountLine, currencyLine, line(6, failed, d),
+		line(7, processing, d), otherChargeLine, unknownAmountLine, ghost}
+
+	var progress [][2]int
+	r := &Reconciler{Store: b, Settler: b}
+	rep, err := r.Reconcile(context.Background(), lines, Options{Progress: func(done, total int) { progress = append(progress, [2]int{done, total}) }})
+	require.NoError(t, err)
+
+	require.Equal(t, []Day{d}, rep.Days)
+	require.Equal(t, 9, rep.Lines)
+	require.Equal(t, Counts{Matched: 1, ResolvedCharged: 1, ResolvedNotCharged: 1, Pending: 3, Mismatches: 7}, rep.Counts)
+	require.False(t, rep.OK())
+	require.Equal(t, map[string]string{
+		amount.ID.String():            KindAmountDiffers,
+		currency.ID.String():          KindCurrencyDiffers,
+		failed.ID.String():            KindChargedButFailed,
+		otherCharge.ID.String():       KindProviderReferenceDiffers,
+		unknownAmount.ID.String():     KindAmountDiffers,
+		ghost.Reference.String():      KindUnknownReference,
+		succeededUnlisted.ID.String(): KindSucceededButMissing,
+	}, kinds(rep))
+	require.Len(t, rep.Mismatches, 7)
+	require.Equal(t, [][2]int{{9, 9}}, progress)
+
+	// Effects: exactly the two unknown payments were settled, each once, and as the file says.
+	require.Equal(t, payment.StatusSucceeded, b.get(unknownListed.ID).Status)
+	require.Equal(t, "ch_"+unknownListed.ID.String()[:8], b.get(unknownListed.ID).ProviderReference, "the bank's charge id is recorded")
+	require.Equal(t, payment.StatusFailed, b.get(unknownUnlisted.ID).Status)
+	require.Len(t, b.settled, 2)
+	for _, s := range b.settled {
+		require.Contains(t, s.Note, "reconciliation")
+	}
+	for _, p := range []payment.Payment{failed, amount, currency, processing, otherCharge, unknownAmount, succeededUnlisted,
+		failedUnlisted, unknownOtherDay, unknownAcrossMidnight, succeededAcrossMidnight} {
+		require.Equal(t, p, b.get(p.ID), "never changed silently")
+	}
+
+	// Lines first (by line number), then the coverage findings.
+	require.Equal(t, 4, rep.Mismatches[0].Line)
+	require.Equal(t, 0, rep.Mismatches[len(rep.Mismatches)-1].Line)
+	fm := rep.Mismatches[2]
+	require.Equal(t, KindChargedButFailed, fm.Kind)
+	require.Equal(t, Mismatch{Kind: KindChargedButFailed, Line: 6, Reference: failed.ID.String(), PaymentID: failed.ID.String(),
+		MerchantID: merchA.String(), WorkflowID: workflows.PaymentWorkflowID(merchA, failed.IdempotencyKey),
+		ProviderChargeID: "ch_" + failed.ID.String()[:8], Expected: "failed (declined) 20.00 TRY",
+		Found: "settled 20.00 TRY on 2025-03-01, charge ch_" + failed.ID.String()[:8]}, fm)
+
+	pend := map[string]string{}
+	for _, p := range rep.Pending {
+		pend[p.Reference] = p.Reason
+	}
+	require.Equal(t, map[string]string{
+		processing.ID.String():              ReasonProcessing,
+		unknownAcrossMidnight.ID.String():   ReasonWindowNotCovered,
+		succeededAcrossMidnight.ID.String(): ReasonWindowNotCovered,
+	}, pend)
+}
+
+func TestReconcileTwiceChangesNothing(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	at := day.Add(time.Hour)
+	listed := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
+	unlisted := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
+	ok := b.add(merchA, payment.StatusSucceeded, 1000, "TRY", at, at.Add(time.Second))
+	lines := []Line{line(2, listed, "2025-03-01"), line(3, ok, "2025-03-01")}
+	r := &Reconciler{Store: b, Settler: b}
+
+	first, err := r.Reconcile(context.Background(), lines, Options{})
+	require.NoError(t, err)
+	require.True(t, first.OK(), "%+v", first.Mismatches)
+	require.Equal(t, Counts{Matched: 1, ResolvedCharged: 1, ResolvedNotCharged: 1}, first.Counts)
+
+	snapshot := map[uuid.UUID]payment.Payment{}
+	for _, p := range []payment.Payment{listed, unlisted, ok} {
+		snapshot[p.ID] = b.get(p.ID)
+	}
+	calls := b.calls
+	second, err := r.Reconcile(context.Background(), lines, Options{})
+	require.NoError(t, err)
+	require.True(t, second.OK(), "%+v", second.Mismatches)
+	require.Equal(t, Counts{Matched: 2}, second.Counts, "the resolved payment now simply matches")
+	require.Equal(t, calls, b.calls, "nothing left to settle")
+	for id, p := range snapshot {
+		require.Equal(t, p, b.get(id))
+	}
+}
+
+func TestReconcileRefusedSettlementIsNotAnError(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	at := day.Add(time.Hour)
+	// Another import (or an operator) settles the payments between our read and our update.
+	listed := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
+	unlistedCharged := b.add(merchA, payment.StatusUnknown, 500, "TRY", at, at.Add(time.Second))
+	unlistedReleased := b.add(merchA, payment.StatusUnknown, 600, "TRY", at, at.Add(time.Second))
+	b.onSettle = func(p *payment.Payment) error {
+		switch p.ID {
+		case listed.ID:
+			p.Status, p.ProviderReference = payment.StatusSucceeded, "ch_"+p.ID.String()[:8]
+		case unlistedCharged.ID:
+			p.Status, p.ProviderReference = payment.StatusSucceeded, "ch_by_operator"
+		case unlistedReleased.ID:
+			p.Status, p.FailureCode = payment.StatusFailed, payment.FailureDeclined
+		}
+		return nil
+	}
+	rep, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), []Line{line(2, listed, "2025-03-01")}, Options{})
+	require.NoError(t, err)
+	require.Equal(t, Counts{Matched: 1, Mismatches: 1}, rep.Counts)
+	require.Equal(t, map[string]string{unlistedCharged.ID.String(): KindSucceededButMissing}, kinds(rep),
+		"settled as charged by someone else, yet the bank does not list it")
+	require.Empty(t, b.settled)
+}
+
+func TestReconcileSettleFailures(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	at := day.Add(time.Hour)
+	stuck := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
+	slow := b.add(merchA, payment.StatusUnknown, 500, "TRY", at, at.Add(time.Second))
+	broken := b.add(merchA, payment.StatusUnknown, 600, "TRY", at, at.Add(time.Second))
+	b.onSettle = func(p *payment.Payment) error {
+		if p.ID == stuck.ID {
+			// refused although the database still says unknown (the workflow is not parked yet)
+			return fmt.Errorf("%w: payment is processing, not unknown", workflows.ErrSettlementRejected)
+		}
+		return errors.New("workflow task failed")
+	}
+	r := &Reconciler{Store: b, Settler: slowSettler{b, workflows.PaymentWorkflowID(merchA, slow.IdempotencyKey)}, SettleTimeout: 50 * time.Millisecond}
+	rep, err := r.Reconcile(context.Background(), []Line{line(2, stuck, "2025-03-01")}, Options{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{stuck.ID.String(): KindSettleFailed, slow.ID.String(): KindSettleFailed,
+		broken.ID.String(): KindSettleFailed}, kinds(rep))
+	require.False(t, rep.OK())
+	for _, p := range []payment.Payment{stuck, slow, broken} {
+		require.Equal(t, payment.StatusUnknown, b.get(p.ID).Status)
+	}
+}
+
+// slowSettler never answers for one workflow (no worker polls its task queue).
+type slowSettler struct {
+	*fakeBank
+	stuck string
+}
+
+func (s slowSettler) Settle(ctx context.Context, workflowID string, st workflows.Settlement) (string, error) {
+	if workflowID == s.stuck {
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return s.fakeBank.Settle(ctx, workflowID, st)
+}
+
+func TestReconcileAbortsWhenUnavailable(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	at := day.Add(time.Hour)
+	p := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
+	b.onSettle = func(*payment.Payment) error { return serviceerror.NewUnavailable("temporal is down") }
+	_, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), []Line{line(2, p, "2025-03-01")}, Options{})
+	require.ErrorContains(t, err, "temporal is down")
+
+	b2 := newFakeBank()
+	b2.byIDErr = payment.ErrUnavailable
+	_, err = (&Reconciler{Store: b2, Settler: b2}).Reconcile(context.Background(), []Line{line(2, p, "2025-03-01")}, Options{})
+	require.ErrorIs(t, err, payment.ErrUnavailable)
+}
+
+func TestReconcileDeclaredDaysAndMerchants(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	at := day.Add(time.Hour)
+	a := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
+	other := b.add(merchB, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
+	r := &Reconciler{Store: b, Settler: b}
+
+	// A file with no lines covers no day unless the day is declared.
+	rep, err := r.Reconcile(context.Background(), nil, Options{})
+	require.NoError(t, err)
+	require.Empty(t, rep.Days)
+	require.Equal(t, Counts{}, rep.Counts)
+	require.Empty(t, b.createdIn)
+
+	rep, err = r.Reconcile(context.Background(), nil, Options{Days: []Day{"2025-03-01"}, Merchants: []uuid.UUID{merchA}})
+	require.NoError(t, err)
+	require.Equal(t, Counts{ResolvedNotCharged: 1}, rep.Counts)
+	require.Equal(t, []string{merchA.String()}, rep.Merchants)
+	require.Equal(t, payment.StatusFailed, b.get(a.ID).Status)
+	require.Equal(t, payment.StatusUnknown, b.get(other.ID).Status, "another merchant's payment is out of scope")
+	require.Equal(t, [2]time.Time{day, day.Add(24 * time.Hour)}, b.createdIn[0])
+
+	_, err = r.Reconcile(context.Background(), []Line{line(7, other, "2025-03-02")}, Options{Days: []Day{"2025-03-01"}})
+	var fe *FileError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "line 7: settlement_date: 2025-03-02 is not one of the declared days", fe.Errors[0].Error())
+	require.Equal(t, payment.StatusUnknown, b.get(other.ID).Status)
+}
+
+func TestImportRejectsBadFileBeforeTouchingAnything(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	p := b.add(merchA, payment.StatusUnknown, 4000, "TRY", day.Add(time.Hour), day.Add(time.Hour))
+	in := hdr + "2025-03-01,ch_1," + p.ID.String() + ",40.00,TRY,settled\n2025-03-01,ch_2,x,1,TRY,settled\n"
+	_, err := (&Reconciler{Store: b, Settler: b}).Import(context.Background(), strings.NewReader(in), Options{})
+	var fe *FileError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, 0, b.calls)
+	require.Equal(t, payment.StatusUnknown, b.get(p.ID).Status)
+}
+
+func TestReportJSON(t *testing.T) {
+	t.Parallel()
+	b, err := json.Marshal(&Report{})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"ok":true,"days":[],"lines":0,"counts":{"matched":0,"resolved_charged":0,"resolved_not_charged":0,"pending":0,"mismatches":0},"mismatches":[],"pending":[]}`, string(b))
+
+	rep := Report{Days: []Day{"2025-03-01"}, Lines: 1, Mismatches: []Mismatch{{Kind: KindUnknownReference, Line: 2, Reference: ref1, Expected: "no payment with this id", Found: "settled"}}}
+	rep.sort()
+	b, err = json.Marshal(rep)
+	require.NoError(t, err)
+	var back map[string]any
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, false, back["ok"])
+	require.Equal(t, float64(1), back["counts"].(map[string]any)["mismatches"])
+	require.Equal(t, "unknown_reference", back["mismatches"].([]any)[0].(map[string]any)["kind"])
+}
+
+func TestReconcileConcurrentImportsSettleOnce(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	at := day.Add(time.Hour)
+	var lines []Line
+	for i := range 50 {
+		p := b.add(merchA, payment.StatusUnknown, int64(100+i), "TRY", at, at.Add(time.Second))
+		if i%2 == 0 {
+			lines = append(lines, line(i+2, p, "2025-03-01"))
+		}
+	}
+	r := &Reconciler{Store: b, Settler: b, Concurrency: 4}
+	var wg sync.WaitGroup
+	reports := make([]*Report, 3)
+	for i := range reports {
+		wg.Go(func() {
+			rep, err := r.Reconcile(context.Background(), lines, Options{})
+			require.NoError(t, err)
+			reports[i] = rep
+		})
+	}
+	wg.Wait()
+	require.Len(t, b.settled, 50, "each payment settled exactly once")
+	var charged, released int
+	for _, rep := range reports {
+		require.True(t, rep.OK(), "%+v", rep.Mismatches)
+		charged += rep.Counts.ResolvedCharged
+		released += rep.Counts.ResolvedNotCharged
+	}
+	require.Equal(t, 25, charged)
+	require.Equal(t, 25, released)
+}

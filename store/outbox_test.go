@@ -1,0 +1,393 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+)
+
+// The outbox tests below do not call t.Parallel: RelayOutbox and ClaimDeliveries work on every
+// row of the database, and sequential tests never overlap the package's parallel ones.
+
+// webhookMerchant makes a merchant with a webhook URL (empty: none) and a funded TRY account.
+func webhookMerchant(t *testing.T, url string) (merchantID, accountID uuid.UUID) {
+	t.Helper()
+	ctx := context.Background()
+	m := payment.Merchant{ID: payment.NewID(), Name: "hooks", WebhookURL: url}
+	require.NoError(t, db.CreateMerchant(ctx, m, payment.NewSecret("sk_"), "whsec_test"))
+	a, err := db.CreateAccount(ctx, m.ID, "TRY")
+	require.NoError(t, err)
+	_, _, err = db.Deposit(ctx, a.ID, "seed", 1_000_000)
+	require.NoError(t, err)
+	return m.ID, a.ID
+}
+
+// settle runs a payment to succeeded, through unknown first when viaUnknown.
+func settle(t *testing.T, mID, aID uuid.UUID, viaUnknown bool) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	key := uuid.NewString()
+	_, p, ok, err := begin(t, mID, aID, key, key, 100)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, db.Reserve(ctx, p.ID))
+	if viaUnknown {
+		_, err = db.MarkUnknown(ctx, p.ID)
+		require.NoError(t, err)
+	}
+	_, err = db.Finalize(ctx, p.ID, "ch_"+key)
+	require.NoError(t, err)
+	return p.ID
+}
+
+// publishAll relays every claimable event (marking it), returning them in relay order.
+func publishAll(t *testing.T) []store.OutboxEvent {
+	t.Helper()
+	var all []store.OutboxEvent
+	for {
+		var batch []store.OutboxEvent
+		_, _, err := db.RelayOutbox(context.Background(), 500, func(_ context.Context, evs []store.OutboxEvent) ([]uuid.UUID, error) {
+			batch = evs
+			ids := make([]uuid.UUID, len(evs))
+			for i, e := range evs {
+				ids[i] = e.ID
+			}
+			return ids, nil
+		})
+		require.NoError(t, err)
+		if len(batch) == 0 {
+			return all
+		}
+		all = append(all, batch...)
+	}
+}
+
+func eventsOf(evs []store.OutboxEvent, aggregate uuid.UUID) []store.OutboxEvent {
+	var out []store.OutboxEvent
+	for _, e := range evs {
+		if e.AggregateID == aggregate {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func TestRelayOutboxOneEventPerAggregateAndSkipLocked(t *testing.T) {
+	ctx := context.Background()
+	publishAll(t) // whatever earlier tests left
+	mID, aID := webhookMerchant(t, "")
+	p1 := settle(t, mID, aID, true) // unknown, then succeeded
+	p2 := settle(t, mID, aID, false)
+
+	// Relay A claims and holds its batch while relay B claims: B must skip A's rows and must not
+	// take p1's second event before its first is published.
+	holding, release := make(chan []store.OutboxEvent), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, published, err := db.RelayOutbox(ctx, 100, func(_ context.Context, evs []store.OutboxEvent) ([]uuid.UUID, error) {
+			holding <- evs
+			<-release
+			ids := []uuid.UUID{}
+			for _, e := range evs {
+				ids = append(ids, e.ID)
+			}
+			return ids, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, 2, published)
+	}()
+	a := <-holding
+	require.Len(t, a, 2, "one event per payment: p1's first and p2's only")
+	require.Equal(t, "payment.unknown", eventsOf(a, p1)[0].Type)
+	require.Len(t, eventsOf(a, p2), 1)
+
+	claimedByB, _, err := db.RelayOutbox(ctx, 100, func(_ context.Context, evs []store.OutboxEvent) ([]uuid.UUID, error) {
+		return nil, nil
+	})
+	require.NoError(t, err)
+	require.Zero(t, claimedByB, "rows locked by A are skipped and p1's next event waits for its first")
+	close(release)
+	wg.Wait()
+
+	rest := publishAll(t)
+	require.Len(t, eventsOf(rest, p1), 1)
+	require.Equal(t, "payment.succeeded", eventsOf(rest, p1)[0].Type)
+	n, oldest, err := db.OutboxBacklog(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.True(t, oldest.IsZero())
+}
+
+func TestRelayOutboxMarksOnlyAcknowledged(t *testing.T) {
+	ctx := context.Background()
+	publishAll(t)
+	mID, aID := webhookMerchant(t, "")
+	p1, p2 := settle(t, mID, aID, false), settle(t, mID, aID, false)
+	claimed, published, err := db.RelayOutbox(ctx, 100, func(_ context.Context, evs []store.OutboxEvent) ([]uuid.UUID, error) {
+		return []uuid.UUID{eventsOf(evs, p1)[0].ID}, fmt.Errorf("broker lost the other one")
+	})
+	require.ErrorContains(t, err, "broker lost")
+	require.Equal(t, 2, claimed)
+	require.Equal(t, 1, published)
+	rest := publishAll(t)
+	require.Len(t, rest, 1)
+	require.Equal(t, p2, rest[0].AggregateID)
+}
+
+func newDelivery(e store.OutboxEvent) store.NewDelivery {
+	return store.NewDelivery{EventID: e.ID, AggregateID: e.AggregateID, Type: e.Type, CreatedAt: e.CreatedAt, Body: []byte(`{"id":"` + e.ID.String() + `"}`)}
+}
+
+func TestAcceptEventOnceInOrder(t *testing.T) {
+	ctx := context.Background()
+	publishAll(t)
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	p := settle(t, mID, aID, true)
+	noURL, noURLAccount := webhookMerchant(t, "")
+	q := settle(t, noURL, noURLAccount, false)
+	evs := publishAll(t)
+	pe, qe := eventsOf(evs, p), eventsOf(evs, q)
+	require.Len(t, pe, 2)
+
+	// The succeeded event waits for the unknown one.
+	acc, err := db.AcceptEvent(ctx, "test", newDelivery(pe[1]), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, store.AcceptedDeferred, acc)
+	// ... unless the earlier one was published longer ago than the grace period.
+	acc, err = db.AcceptEvent(ctx, "other", newDelivery(pe[1]), time.Nanosecond)
+	require.NoError(t, err)
+	require.Equal(t, store.AcceptedPending, acc)
+
+	acc, err = db.AcceptEvent(ctx, "test", newDelivery(pe[0]), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, store.AcceptedPending, acc)
+	acc, err = db.AcceptEvent(ctx, "test", newDelivery(pe[1]), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, store.AcceptedDuplicate, acc, "new to this inbox, but its delivery exists (made through the other inbox)")
+	for range 3 {
+		acc, err = db.AcceptEvent(ctx, "test", newDelivery(pe[1]), time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, store.AcceptedDuplicate, acc)
+	}
+
+	acc, err = db.AcceptEvent(ctx, "test", newDelivery(qe[0]), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, store.AcceptedSkipped, acc)
+	ignored := newDelivery(qe[0])
+	ignored.EventID, ignored.Body = payment.NewID(), nil
+	acc, err = db.AcceptEvent(ctx, "test", ignored, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, store.AcceptedIgnored, acc)
+	orphan := newDelivery(qe[0])
+	orphan.EventID, orphan.AggregateID = payment.NewID(), payment.NewID()
+	acc, err = db.AcceptEvent(ctx, "test", orphan, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, store.AcceptedOrphan, acc)
+
+	ds, err := db.PaymentDeliveries(ctx, p)
+	require.NoError(t, err)
+	require.Len(t, ds, 2, "one delivery per event id whatever the redeliveries")
+	require.Equal(t, pe[0].ID, ds[0].ID, "in event order")
+	require.Equal(t, pe[1].ID, ds[1].ID)
+	require.Equal(t, store.DeliveryPending, ds[0].Status)
+	require.Equal(t, "http://127.0.0.1:9/hook", ds[0].URL)
+	ds, err = db.MerchantDeliveries(ctx, noURL, 10)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, store.DeliverySkipped, ds[0].Status)
+	_, err = db.MerchantDeliveries(ctx, payment.NewID(), 10)
+	require.ErrorIs(t, err, payment.ErrNotFound)
+}
+
+// accepted relays the merchant's events into deliveries through one inbox, in order.
+func accepted(t *testing.T) {
+	t.Helper()
+	for _, e := range publishAll(t) {
+		_, err := db.AcceptEvent(context.Background(), "test-sender", newDelivery(e), time.Minute)
+		require.NoError(t, err)
+	}
+}
+
+// claimFor claims every due delivery and returns those of the merchant (other tests' stay leased).
+func claimFor(t *testing.T, merchantID uuid.UUID, limit, perMerchant int, lease time.Duration) []store.ClaimedDelivery {
+	t.Helper()
+	all, err := db.ClaimDeliveries(context.Background(), limit, perMerchant, lease)
+	require.NoError(t, err)
+	var mine []store.ClaimedDelivery
+	for _, d := range all {
+		if d.MerchantID == merchantID {
+			mine = append(mine, d)
+		}
+	}
+	return mine
+}
+
+func TestClaimDeliveriesLeaseFencingAndLimits(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	var payments []uuid.UUID
+	for range 5 {
+		payments = append(payments, settle(t, mID, aID, false))
+	}
+	accepted(t)
+
+	got := claimFor(t, mID, 100, 2, 300*time.Millisecond)
+	require.Len(t, got, 2, "at most two in flight for the merchant")
+	require.Equal(t, 1, got[0].Attempt)
+	require.Equal(t, "whsec_test", got[0].Secret, "the webhook secret is decrypted for signing")
+	require.Equal(t, `{"id":"`+got[0].ID.String()+`"}`, string(got[0].Body))
+	require.Empty(t, claimFor(t, mID, 100, 2, time.Minute), "the merchant is at its limit")
+
+	// The first is delivered; the second's sender "crashes": its lease runs out.
+	first, second := got[0], got[1]
+	status, attempts, superseded, err := db.RecordAttempt(ctx, store.AttemptResult{
+		DeliveryID: first.ID, Attempt: 1, StartedAt: time.Now(), Duration: 5 * time.Millisecond, StatusCode: 204, Delivered: true,
+	})
+	require.NoError(t, err)
+	require.False(t, superseded)
+	require.Equal(t, store.DeliveryDelivered, status)
+	require.Equal(t, 1, attempts)
+
+	time.Sleep(400 * time.Millisecond)
+	again := claimFor(t, mID, 100, 1, time.Minute)
+	require.Len(t, again, 1)
+	var retaken *store.ClaimedDelivery
+	if again[0].ID == second.ID {
+		retaken = &again[0]
+	}
+	require.NotNil(t, retaken, "the expired lease is claimed first (it is the oldest due)")
+	require.Equal(t, 2, retaken.Attempt, "same event id, next attempt")
+
+	// The crashed attempt reports late: it no longer owns the delivery.
+	_, _, superseded, err = db.RecordAttempt(ctx, store.AttemptResult{
+		DeliveryID: second.ID, Attempt: 1, StartedAt: time.Now(), StatusCode: 500, Error: "HTTP 500", RetryIn: time.Millisecond, RetryFor: time.Hour,
+	})
+	require.NoError(t, err)
+	require.True(t, superseded)
+	status, _, superseded, err = db.RecordAttempt(ctx, store.AttemptResult{
+		DeliveryID: second.ID, Attempt: 2, StartedAt: time.Now(), StatusCode: 503, Error: "HTTP 503", RetryIn: time.Hour, RetryFor: 72 * time.Hour,
+	})
+	require.NoError(t, err)
+	require.False(t, superseded)
+	require.Equal(t, store.DeliveryPending, status)
+
+	d, err := db.Delivery(ctx, second.ID)
+	require.NoError(t, err)
+	require.Equal(t, 2, d.AttemptCount)
+	require.Nil(t, d.ClaimedUntil)
+	require.True(t, d.NextAttemptAt.After(time.Now().Add(30*time.Minute)), "backing off")
+	require.Equal(t, 503, d.LastStatusCode)
+	require.Len(t, d.Attempts, 2, "both attempts are logged, the superseded one too")
+	require.Equal(t, 500, d.Attempts[0].StatusCode)
+	require.Equal(t, 503, d.Attempts[1].StatusCode)
+
+	// The other three are due; the one backing off is not.
+	rest := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, rest, 3)
+	for _, c := range rest {
+		require.NotEqual(t, second.ID, c.ID)
+		_, _, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: c.ID, Attempt: c.Attempt, StartedAt: time.Now(), StatusCode: 200, Delivered: true})
+		require.NoError(t, err)
+	}
+	_ = payments
+}
+
+func TestClaimDeliveriesKeepsPaymentOrder(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	p := settle(t, mID, aID, true)
+	accepted(t)
+	got := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, got, 1, "the succeeded event waits while the unknown one is pending")
+	require.Equal(t, "payment.unknown", got[0].EventType)
+	_, _, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: 1, StartedAt: time.Now(),
+		Error: "timeout", RetryIn: 0, RetryFor: time.Hour})
+	require.NoError(t, err)
+	got = claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, got, 1, "a failed attempt keeps it first in line")
+	require.Equal(t, "payment.unknown", got[0].EventType)
+	_, _, _, err = db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: 2, StartedAt: time.Now(), StatusCode: 200, Delivered: true})
+	require.NoError(t, err)
+	got = claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, got, 1)
+	require.Equal(t, "payment.succeeded", got[0].EventType)
+	require.Equal(t, p, got[0].AggregateID)
+	_, _, _, err = db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: 1, StartedAt: time.Now(), StatusCode: 200, Delivered: true})
+	require.NoError(t, err)
+}
+
+func TestDeliveryGivesUpAndRedelivers(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	settle(t, mID, aID, false)
+	accepted(t)
+	got := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, got, 1)
+	status, _, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: 1, StartedAt: time.Now(),
+		StatusCode: 500, Error: "HTTP 500", RetryIn: time.Second, RetryFor: time.Millisecond})
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryFailed, status, "the next attempt would fall after the retry window")
+	require.Empty(t, claimFor(t, mID, 100, 10, time.Minute))
+
+	d, err := db.Redeliver(ctx, got[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryPending, d.Status)
+	again := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, again, 1)
+	require.Equal(t, got[0].ID, again[0].ID, "the same event id")
+	require.Equal(t, got[0].Body, again[0].Body, "the same body")
+	status, attempts, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: again[0].ID, Attempt: again[0].Attempt, StartedAt: time.Now(), StatusCode: 200, Delivered: true})
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryDelivered, status)
+	require.Equal(t, 2, attempts)
+
+	_, err = db.Redeliver(ctx, payment.NewID())
+	require.ErrorIs(t, err, payment.ErrNotFound)
+	noURL, noURLAccount := webhookMerchant(t, "")
+	settle(t, noURL, noURLAccount, false)
+	accepted(t)
+	ds, err := db.MerchantDeliveries(ctx, noURL, 10)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	_, err = db.Redeliver(ctx, ds[0].ID)
+	var ve *payment.ValidationError
+	require.ErrorAs(t, err, &ve, "a merchant without a webhook URL has nowhere to redeliver to")
+}
+
+func TestPurgeEventsInBatches(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := webhookMerchant(t, "")
+	for range 3 {
+		settle(t, mID, aID, false)
+	}
+	accepted(t) // published, and in the inbox
+	o, i, err := db.PurgeEvents(ctx, time.Hour, 1)
+	require.NoError(t, err)
+	require.Zero(t, o+i, "nothing is old enough")
+	o, i, err = db.PurgeEvents(ctx, 0, 1)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, o, int64(3))
+	require.GreaterOrEqual(t, i, int64(3))
+	o, i, err = db.PurgeEvents(ctx, 0, 1)
+	require.NoError(t, err)
+	require.Zero(t, o+i)
+
+	// Unpublished rows are never purged.
+	settle(t, mID, aID, false)
+	_, _, err = db.PurgeEvents(ctx, 0, 1000)
+	require.NoError(t, err)
+	n, _, err := db.OutboxBacklog(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	publishAll(t)
+}

@@ -1,0 +1,71 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+func TestReconciliationReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mA, aA := fixture(t, 10_000)
+	mB, aB := fixture(t, 10_000)
+
+	_, unknownA, _, err := begin(t, mA, aA, "u", "inv-u", 100)
+	require.NoError(t, err)
+	require.NoError(t, db.Reserve(ctx, unknownA.ID))
+	_, err = db.MarkUnknown(ctx, unknownA.ID)
+	require.NoError(t, err)
+	_, okA, _, err := begin(t, mA, aA, "s", "inv-s", 200)
+	require.NoError(t, err)
+	require.NoError(t, db.Reserve(ctx, okA.ID))
+	_, err = db.Finalize(ctx, okA.ID, "ch_1")
+	require.NoError(t, err)
+	_, procA, _, err := begin(t, mA, aA, "p", "inv-p", 300)
+	require.NoError(t, err)
+	_, unknownB, _, err := begin(t, mB, aB, "u", "inv-u", 400)
+	require.NoError(t, err)
+	require.NoError(t, db.Reserve(ctx, unknownB.ID))
+	_, err = db.MarkUnknown(ctx, unknownB.ID)
+	require.NoError(t, err)
+
+	got, err := db.PaymentsByID(ctx, []uuid.UUID{unknownA.ID, okA.ID, payment.NewID()})
+	require.NoError(t, err)
+	byID := map[uuid.UUID]payment.Payment{}
+	for _, p := range got {
+		byID[p.ID] = p
+	}
+	require.Len(t, byID, 2, "the id nobody has is simply absent")
+	require.Equal(t, payment.StatusUnknown, byID[unknownA.ID].Status)
+	require.Equal(t, "ch_1", byID[okA.ID].ProviderReference)
+	require.Equal(t, mA, byID[okA.ID].MerchantID)
+	require.Equal(t, "s", byID[okA.ID].IdempotencyKey)
+
+	collect := func(from, to time.Time, merchants ...uuid.UUID) map[uuid.UUID]payment.Status {
+		out := map[uuid.UUID]payment.Status{}
+		err := db.EachPaymentCreated(ctx, from, to, []payment.Status{payment.StatusUnknown, payment.StatusSucceeded}, merchants,
+			func(p payment.Payment) error {
+				out[p.ID] = p.Status
+				return nil
+			})
+		require.NoError(t, err)
+		return out
+	}
+	day := time.Now().UTC().Truncate(24 * time.Hour)
+	scoped := collect(day.Add(-24*time.Hour), day.Add(48*time.Hour), mA)
+	require.Equal(t, map[uuid.UUID]payment.Status{unknownA.ID: payment.StatusUnknown, okA.ID: payment.StatusSucceeded}, scoped,
+		"only merchant A's unknown and succeeded payments; processing ones are not returned")
+	require.NotContains(t, scoped, procA.ID)
+
+	all := collect(day.Add(-24*time.Hour), day.Add(48*time.Hour))
+	require.Contains(t, all, unknownB.ID, "no merchants: every merchant")
+	require.Contains(t, all, okA.ID)
+
+	require.Empty(t, collect(day.Add(-48*time.Hour), day.Add(-24*time.Hour), mA, mB), "nothing created on another day")
+}

@@ -1,0 +1,302 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/outbox"
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// The event tests do not call t.Parallel: their relay publishes every outbox row of the shared
+// database (other tests' merchants have no webhook URL: their events are recorded as skipped).
+
+// sink is a merchant's webhook endpoint recording every request.
+type sink struct {
+	*httptest.Server
+	mu   sync.Mutex
+	reqs []sinkRequest
+}
+
+type sinkRequest struct {
+	EventID, Signature, ContentType string
+	Body                            []byte
+}
+
+func newSink(t *testing.T) *sink {
+	t.Helper()
+	s := &sink{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		s.reqs = append(s.reqs, sinkRequest{r.Header.Get(outbox.HeaderEventID), r.Header.Get(outbox.HeaderSignature), r.Header.Get("Content-Type"), body})
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *sink) requests() []sinkRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sinkRequest(nil), s.reqs...)
+}
+
+// startEventPipeline runs an embedded broker, a relay, the webhook consumer and sender (as
+// `kasa dev` does) until the test ends.
+func startEventPipeline(t *testing.T) *prometheus.Registry {
+	t.Helper()
+	url, stopBroker, err := outbox.StartEmbedded(t.TempDir())
+	require.NoError(t, err)
+	nc, js, err := outbox.Connect(url, "events-test")
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	metrics := outbox.NewMetrics(reg)
+	quiet := slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithCancel(context.Background())
+	runners := []interface{ Run(context.Context) error }{
+		outbox.NewRelay(outbox.RelayOptions{Store: db, JetStream: js, PollInterval: 20 * time.Millisecond, Metrics: metrics, Logger: quiet}),
+		outbox.NewWebhookConsumer(outbox.WebhookConsumerOptions{Store: db, JetStream: js, DeferDelay: 20 * time.Millisecond, Metrics: metrics, Logger: quiet}),
+		outbox.NewWebhookSender(outbox.WebhookSenderOptions{Store: db, PollInterval: 20 * time.Millisecond, PerMerchant: 8,
+			BackoffBase: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Metrics: metrics, Logger: quiet}),
+	}
+	var wg sync.WaitGroup
+	for _, r := range runners {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = r.Run(ctx) }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		nc.Close()
+		stopBroker()
+	})
+	return reg
+}
+
+// eventMerchant is a merchant made through the store, with a webhook URL and a funded account.
+type eventMerchant struct {
+	id, account uuid.UUID
+	secret      string
+}
+
+func newEventMerchant(t *testing.T, url string) eventMerchant {
+	t.Helper()
+	ctx := context.Background()
+	m := eventMerchant{id: payment.NewID(), secret: payment.NewSecret("whsec_")}
+	require.NoError(t, db.CreateMerchant(ctx, payment.Merchant{ID: m.id, Name: "events", WebhookURL: url}, payment.NewSecret("sk_"), m.secret))
+	a, err := db.CreateAccount(ctx, m.id, "TRY")
+	require.NoError(t, err)
+	_, _, err = db.Deposit(ctx, a.ID, "seed", 100_000_000)
+	require.NoError(t, err)
+	m.account = a.ID
+	return m
+}
+
+// storePayment runs a payment through the store's steps to succeeded, through unknown first
+// when asked: one outbox row per status change.
+func storePayment(ctx context.Context, m eventMerchant, viaUnknown bool) (uuid.UUID, error) {
+	key := uuid.NewString()
+	req := payment.Request{InvoiceID: key, AmountMinor: 1_00, Currency: "TRY", AccountID: m.account, PaymentType: "purchase"}
+	_, p, _, err := db.Begin(ctx, store.BeginInput{MerchantID: m.id, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	if err != nil {
+		return uuid.Nil, err
+	}
+	if err := db.Reserve(ctx, p.ID); err != nil {
+		return uuid.Nil, err
+	}
+	if viaUnknown {
+		if _, err := db.MarkUnknown(ctx, p.ID); err != nil {
+			return uuid.Nil, err
+		}
+	}
+	_, err = db.Finalize(ctx, p.ID, "ch_"+key)
+	return p.ID, err
+}
+
+type receivedWebhook struct {
+	ID        string           `json:"id"`
+	Type      string           `json:"type"`
+	CreatedAt string           `json:"created_at"`
+	Data      payment.Resource `json:"data"`
+}
+
+func decodeWebhook(t *testing.T, body []byte) receivedWebhook {
+	t.Helper()
+	var w receivedWebhook
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&w), "%s", body)
+	return w
+}
+
+// 4. A burst of 1,000 outbox rows: the backlog drains, every event reaches its merchant once,
+// and each payment's events arrive in order (unknown before succeeded).
+func TestEventBurstDeliveredOnceInOrder(t *testing.T) {
+	ctx := context.Background()
+	sinks := []*sink{newSink(t), newSink(t)}
+	merchants := []eventMerchant{newEventMerchant(t, sinks[0].URL), newEventMerchant(t, sinks[1].URL)}
+	reg := startEventPipeline(t)
+
+	// 600 payments straight to succeeded and 200 through unknown: 1,000 events, produced by
+	// eight writers while the pipeline runs.
+	const direct, viaUnknown, writers = 600, 200, 8
+	jobs := make(chan bool, direct+viaUnknown)
+	for i := range direct + viaUnknown {
+		jobs <- i%4 == 0 && i/4 < viaUnknown
+	}
+	close(jobs)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for unknown := range jobs {
+				if _, err := storePayment(ctx, merchants[w%2], unknown); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	require.Eventually(t, func() bool {
+		n, _, err := db.OutboxBacklog(ctx)
+		return err == nil && n == 0
+	}, 60*time.Second, 50*time.Millisecond, "the backlog drains to zero")
+	const events = direct + 2*viaUnknown
+	require.Eventually(t, func() bool { return len(sinks[0].requests())+len(sinks[1].requests()) >= events },
+		60*time.Second, 50*time.Millisecond, "every event is delivered")
+	time.Sleep(300 * time.Millisecond)
+
+	seen := map[string]bool{}
+	statuses := map[string][]payment.Status{}
+	for i, s := range sinks {
+		for _, r := range s.requests() {
+			require.False(t, seen[r.EventID], "event %s delivered twice", r.EventID)
+			seen[r.EventID] = true
+			require.NoError(t, outbox.Verify(merchants[i].secret, r.Signature, r.Body, time.Minute))
+			w := decodeWebhook(t, r.Body)
+			require.Equal(t, r.EventID, w.ID)
+			require.Equal(t, "payment."+string(w.Data.Status), w.Type)
+			statuses[w.Data.ID] = append(statuses[w.Data.ID], w.Data.Status)
+		}
+	}
+	require.Len(t, seen, events, "each of the 1,000 events exactly once")
+	require.Len(t, statuses, direct+viaUnknown)
+	twoEvents := 0
+	for id, st := range statuses {
+		if len(st) == 2 {
+			twoEvents++
+			require.Equal(t, []payment.Status{payment.StatusUnknown, payment.StatusSucceeded}, st, "payment %s", id)
+		} else {
+			require.Equal(t, []payment.Status{payment.StatusSucceeded}, st, "payment %s", id)
+		}
+	}
+	require.Equal(t, viaUnknown, twoEvents)
+
+	// The database agrees: one delivered row per event, each on its first attempt.
+	for _, m := range merchants {
+		ds, err := db.MerchantDeliveries(ctx, m.id, 2*events)
+		require.NoError(t, err)
+		for _, d := range ds {
+			require.Equal(t, store.DeliveryDelivered, d.Status, "delivery %s", d.ID)
+			require.Equal(t, 1, d.AttemptCount)
+			require.True(t, seen[d.ID.String()])
+		}
+		require.NotEmpty(t, ds)
+	}
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	delivered := 0.0
+	for _, f := range families {
+		if f.GetName() == "kasa_webhook_deliveries_total" {
+			for _, m := range f.GetMetric() {
+				if m.GetLabel()[0].GetValue() == "delivered" {
+					delivered = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	require.Equal(t, float64(events), delivered)
+	requireVerified(t)
+}
+
+// A payment made through the REST API and the workflow reaches the merchant's webhook URL, signed
+// with the webhook secret the admin API returned, carrying the payment resource the API serves.
+// 5. The signature fails with another merchant's secret, a tampered body and an old timestamp.
+func TestEventWebhookOfARealPayment(t *testing.T) {
+	s := newStack(t, workflows.CapabilityIdempotent)
+	hook := newSink(t)
+	startEventPipeline(t)
+
+	r := s.do("POST", "/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Hooked","webhook_url":%q}`, hook.URL))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	created := r.json(t)
+	m := merchant{ID: created["id"].(string), APIKey: created["api_key"].(string)}
+	secret := created["webhook_secret"].(string)
+	other := s.do("POST", "/admin/v1/merchants", adminToken, `{"name":"Other"}`).json(t)["webhook_secret"].(string)
+	account := s.newAccount(m, "TRY", "500.00")
+
+	r = s.pay(m, "hook-1", payBody("inv-hook-1", "120.50", "TRY", account))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	paymentID := r.json(t)["id"].(string)
+
+	require.Eventually(t, func() bool { return len(hook.requests()) == 1 }, 30*time.Second, 20*time.Millisecond)
+	got := hook.requests()[0]
+	require.Equal(t, "application/json", got.ContentType)
+	w := decodeWebhook(t, got.Body)
+	require.Equal(t, got.EventID, w.ID)
+	require.Equal(t, "payment.succeeded", w.Type)
+	require.Equal(t, paymentID, w.Data.ID)
+	require.Equal(t, "120.50", w.Data.Amount)
+
+	// data is the resource GET /v1/payments/{id} answers.
+	res := s.do("GET", "/v1/payments/"+paymentID, m.APIKey, "")
+	require.Equal(t, http.StatusOK, res.Status)
+	var served, sent map[string]any
+	require.NoError(t, json.Unmarshal(res.Body, &served))
+	require.NoError(t, json.Unmarshal(got.Body, &sent))
+	require.Equal(t, served, sent["data"])
+
+	require.NoError(t, outbox.Verify(secret, got.Signature, got.Body, 5*time.Minute))
+	require.ErrorIs(t, outbox.Verify(other, got.Signature, got.Body, 5*time.Minute), outbox.ErrSignatureMismatch)
+	tampered := bytes.Replace(got.Body, []byte(`"120.50"`), []byte(`"920.50"`), 1)
+	require.NotEqual(t, got.Body, tampered)
+	require.ErrorIs(t, outbox.Verify(secret, got.Signature, tampered, 5*time.Minute), outbox.ErrSignatureMismatch)
+	old := outbox.Sign(secret, time.Now().Add(-time.Hour), got.Body)
+	require.ErrorIs(t, outbox.Verify(secret, old, got.Body, 5*time.Minute), outbox.ErrSignatureExpired)
+	require.True(t, strings.HasPrefix(got.Signature, "t="))
+
+	ds, err := db.PaymentDeliveries(context.Background(), mustUUID(t, paymentID))
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, got.EventID, ds[0].ID.String())
+	require.Eventually(t, func() bool {
+		d, err := db.Delivery(context.Background(), ds[0].ID)
+		return err == nil && d.Status == store.DeliveryDelivered
+	}, 5*time.Second, 20*time.Millisecond)
+}
