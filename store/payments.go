@@ -191,11 +191,13 @@ func scanPayment(row pgx.Row) (payment.Payment, error) {
 }
 
 const sqlStranded = `SELECT merchant_id, idempotency_key FROM idempotency_records
-WHERE NOT workflow_started AND locked_until < now() ORDER BY locked_until LIMIT $1`
+WHERE NOT workflow_started AND locked_until < now() AND ($2::uuid IS NULL OR merchant_id = $2)
+ORDER BY locked_until LIMIT $1`
 
-// Stranded lists records whose owner never started the workflow and whose lease has run out.
-func (s *Store) Stranded(ctx context.Context, limit int) ([]Record, error) {
-	rows, err := s.pool.Query(ctx, sqlStranded, limit)
+// Stranded lists records whose owner never started the workflow and whose lease has run out,
+// of one merchant when merchant is not nil.
+func (s *Store) Stranded(ctx context.Context, limit int, merchant *uuid.UUID) ([]Record, error) {
+	rows, err := s.pool.Query(ctx, sqlStranded, limit, merchant)
 	if err != nil {
 		return nil, translate(err)
 	}

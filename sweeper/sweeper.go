@@ -17,7 +17,7 @@ import (
 
 // Store is what the sweeper reads and claims.
 type Store interface {
-	Stranded(ctx context.Context, limit int) ([]store.Record, error)
+	Stranded(ctx context.Context, limit int, merchant *uuid.UUID) ([]store.Record, error)
 	TakeOver(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error)
 	PaymentByKey(ctx context.Context, merchantID uuid.UUID, key string) (payment.Payment, error)
 	WorkflowStarted(ctx context.Context, operationID uuid.UUID) error
@@ -38,6 +38,7 @@ type Sweeper struct {
 	Interval     time.Duration // default 5s
 	Lease        time.Duration // default 30s
 	Logger       *slog.Logger
+	Merchant     *uuid.UUID // sweep only this merchant's keys (tests, per-merchant operations); nil: all
 }
 
 // Run sweeps until ctx ends.
@@ -69,7 +70,7 @@ func (s *Sweeper) Run(ctx context.Context) {
 
 // Sweep starts every stranded operation it can claim and returns how many it started.
 func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
-	recs, err := s.Store.Stranded(ctx, 100)
+	recs, err := s.Store.Stranded(ctx, 100, s.Merchant)
 	if err != nil {
 		return 0, err
 	}

@@ -391,7 +391,8 @@ func TestSweeperStartsStrandedPayments(t *testing.T) {
 	require.True(t, created)
 	time.Sleep(50 * time.Millisecond)
 
-	sw := &sweeper.Sweeper{Store: db, Starter: workflows.Starter{Client: tc, TaskQueue: s.queue}, Capability: workflows.CapabilityIdempotent}
+	mid := mustUUID(t, m.ID) // the shared database holds other tests' stranded keys
+	sw := &sweeper.Sweeper{Store: db, Starter: workflows.Starter{Client: tc, TaskQueue: s.queue}, Capability: workflows.CapabilityIdempotent, Merchant: &mid}
 	require.Eventually(t, func() bool {
 		_, err := sw.Sweep(ctx)
 		require.NoError(t, err)
