@@ -67,7 +67,13 @@ func Connect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
 
 // EnsureStream creates the KASA_EVENTS stream, or updates it to these settings.
 func EnsureStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	// Create only when missing, never update: a stream update racing a consumer's creation is a
+	// data race inside nats-server v2.15.3 (seen under -race), and every relay and consumer
+	// calls this at start. Changing the stream's config is a deliberate, one-off operation.
+	if s, err := js.Stream(ctx, StreamName); err == nil {
+		return s, nil
+	}
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:        StreamName,
 		Description: "kasa domain events from the transactional outbox",
 		Subjects:    []string{SubjectPrefix + ">"},
@@ -77,6 +83,9 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream
 		Duplicates:  DuplicateWindow,
 		Discard:     jetstream.DiscardOld,
 	})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return js.Stream(ctx, StreamName) // another process created it first
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
 	}
