@@ -65,6 +65,8 @@ type statsSource interface {
 type dbCollector struct {
 	src                                        statsSource
 	unknown, reconcileAge, backlog, backlogAge *prometheus.Desc
+	reconcileLines, reconcileRuns              *prometheus.Desc
+	reconcileLast, reconcileLastMismatches     *prometheus.Desc
 }
 
 func newDBCollector(src statsSource) *dbCollector {
@@ -74,6 +76,11 @@ func newDBCollector(src statsSource) *dbCollector {
 		reconcileAge: prometheus.NewDesc("kasa_reconcile_age_seconds", "Age of the oldest unknown payment (reconcile_age); 0 when none.", nil, nil),
 		backlog:      prometheus.NewDesc("kasa_outbox_backlog", "Outbox events not yet published (outbox_backlog).", nil, nil),
 		backlogAge:   prometheus.NewDesc("kasa_outbox_oldest_age_seconds", "Age of the oldest unpublished outbox event; 0 when none.", nil, nil),
+		reconcileLines: prometheus.NewDesc("kasa_reconcile_outcomes_total",
+			"Settlement-file outcomes over every reconciliation run (kasa reconcile and the admin endpoint), by outcome: matched, resolved_charged, resolved_not_charged, pending, mismatch.", []string{"outcome"}, nil),
+		reconcileRuns:           prometheus.NewDesc("kasa_reconcile_runs_total", "Reconciliation runs finished.", nil, nil),
+		reconcileLast:           prometheus.NewDesc("kasa_reconcile_last_run_timestamp_seconds", "When the latest reconciliation finished (Unix time); 0 when never: alert when it is more than a day old.", nil, nil),
+		reconcileLastMismatches: prometheus.NewDesc("kasa_reconcile_last_mismatches", "Mismatches reported by the latest reconciliation run: each needs a person.", nil, nil),
 	}
 }
 
@@ -82,6 +89,10 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.reconcileAge
 	ch <- c.backlog
 	ch <- c.backlogAge
+	ch <- c.reconcileLines
+	ch <- c.reconcileRuns
+	ch <- c.reconcileLast
+	ch <- c.reconcileLastMismatches
 }
 
 func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
@@ -96,6 +107,18 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.reconcileAge, prometheus.GaugeValue, ageSeconds(st.OldestUnknown))
 	ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(st.OutboxBacklog))
 	ch <- prometheus.MustNewConstMetric(c.backlogAge, prometheus.GaugeValue, ageSeconds(st.OldestOutbox))
+	r := st.Reconcile
+	for outcome, n := range map[string]int64{"matched": r.Matched, "resolved_charged": r.ResolvedCharged,
+		"resolved_not_charged": r.ResolvedNotCharged, "pending": r.Pending, "mismatch": r.Mismatches} {
+		ch <- prometheus.MustNewConstMetric(c.reconcileLines, prometheus.CounterValue, float64(n), outcome)
+	}
+	ch <- prometheus.MustNewConstMetric(c.reconcileRuns, prometheus.CounterValue, float64(r.Runs))
+	var last float64
+	if !r.LastRun.IsZero() {
+		last = float64(r.LastRun.UnixNano()) / 1e9
+	}
+	ch <- prometheus.MustNewConstMetric(c.reconcileLast, prometheus.GaugeValue, last)
+	ch <- prometheus.MustNewConstMetric(c.reconcileLastMismatches, prometheus.GaugeValue, float64(r.LastMismatches))
 }
 
 func ageSeconds(t time.Time) float64 {

@@ -106,7 +106,7 @@ func (s *Server) answerExisting(c *gin.Context, rec store.Record, hash string) {
 // run starts the operation's workflow and waits up to SyncWait for its outcome.
 func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 	ctx := c.Request.Context()
-	in := workflows.InputFor(p, s.Capability, s.ChargeBudget)
+	in := workflows.InputFor(p, s.Charge)
 	if err := s.Workflows.StartPayment(ctx, p.IdempotencyKey, in); err != nil {
 		// The start may or may not have happened. Either way the record stays, with its lease
 		// expired, so the client's retry (or the sweeper) starts the same workflow: a second

@@ -51,16 +51,15 @@ type Workflows interface {
 
 // Options configure a Server.
 type Options struct {
-	Store        Store
-	Workflows    Workflows
-	AdminToken   string
-	SyncWait     time.Duration // how long POST /v1/payments waits for the outcome before 202
-	Capability   workflows.Capability
-	ChargeBudget time.Duration
-	Lease        time.Duration // how long a new record's owner has to start its workflow
-	Logger       *slog.Logger
-	Registry     *prometheus.Registry // default: a new one
-	Reconciler   Reconciler           // imports settlement files (POST /admin/v1/settlements)
+	Store      Store
+	Workflows  Workflows
+	AdminToken string
+	SyncWait   time.Duration          // how long POST /v1/payments waits for the outcome before 202
+	Charge     workflows.ChargePolicy // how the workflows it starts charge the provider
+	Lease      time.Duration          // how long a new record's owner has to start its workflow
+	Logger     *slog.Logger
+	Registry   *prometheus.Registry // default: a new one
+	Reconciler Reconciler           // imports settlement files (POST /admin/v1/settlements)
 }
 
 // Server serves the merchant and admin APIs.
@@ -82,8 +81,8 @@ func New(o Options) *Server {
 	if o.Lease == 0 {
 		o.Lease = 30 * time.Second
 	}
-	if o.Capability == "" {
-		o.Capability = workflows.CapabilityIdempotent
+	if o.Charge.Capability == "" {
+		o.Charge.Capability = workflows.CapabilityIdempotent
 	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{Options: o, log: o.Logger, metrics: newMetrics(o.Registry)}

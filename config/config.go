@@ -29,6 +29,10 @@ type Config struct {
 		Capability string        `mapstructure:"capability"`
 		URL        string        `mapstructure:"url"`
 		Timeout    time.Duration `mapstructure:"timeout"`
+		// ChargeTimeout bounds one charge attempt in the workflow (a silent worker or provider);
+		// ChargeBudget bounds all re-sends to an idempotent provider before the outcome is unknown.
+		ChargeTimeout time.Duration `mapstructure:"charge_timeout"`
+		ChargeBudget  time.Duration `mapstructure:"charge_budget"`
 	} `mapstructure:"provider"`
 	Database struct {
 		URL      string `mapstructure:"url"`
@@ -66,6 +70,8 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("provider.capability", "idempotent")
 	v.SetDefault("provider.url", "")
 	v.SetDefault("provider.timeout", "5s")
+	v.SetDefault("provider.charge_timeout", "30s")
+	v.SetDefault("provider.charge_budget", "2m")
 	v.SetDefault("database.url", "")
 	v.SetDefault("database.max_conns", 32)
 	v.SetDefault("postgres.port", 0)
@@ -118,6 +124,12 @@ func (c Config) Validate() error {
 	}
 	if !ok {
 		errs = append(errs, fmt.Errorf("provider.capability (KASA_PROVIDER_CAPABILITY) must be one of %v, got %q", Capabilities, c.Provider.Capability))
+	}
+	if c.Provider.Timeout <= 0 || c.Provider.ChargeTimeout <= c.Provider.Timeout {
+		errs = append(errs, fmt.Errorf("provider.charge_timeout (%s) must be longer than provider.timeout (%s), which must be positive: an attempt must outlive its HTTP call", c.Provider.ChargeTimeout, c.Provider.Timeout))
+	}
+	if c.Provider.ChargeBudget < c.Provider.ChargeTimeout {
+		errs = append(errs, fmt.Errorf("provider.charge_budget (%s) must be at least provider.charge_timeout (%s)", c.Provider.ChargeBudget, c.Provider.ChargeTimeout))
 	}
 	if c.API.SyncWait < 0 || c.API.SyncWait > time.Minute {
 		errs = append(errs, fmt.Errorf("api.sync_wait must be between 0 and 1m, got %s", c.API.SyncWait))

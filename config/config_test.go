@@ -20,6 +20,8 @@ func TestLoadDefaults(t *testing.T) {
 	require.Equal(t, "default", c.Temporal.Namespace)
 	require.Equal(t, "./.data", c.Data.Dir)
 	require.Equal(t, 5*time.Second, c.API.SyncWait)
+	require.Equal(t, 30*time.Second, c.Provider.ChargeTimeout)
+	require.Equal(t, 2*time.Minute, c.Provider.ChargeBudget)
 }
 
 func TestLoadFileThenEnv(t *testing.T) {
@@ -42,4 +44,24 @@ func TestValidateRejectsBadCapability(t *testing.T) {
 	t.Setenv("KASA_PROVIDER_CAPABILITY", "maybe")
 	_, err := Load()
 	require.ErrorContains(t, err, "KASA_PROVIDER_CAPABILITY")
+}
+
+func TestValidateRejectsBadSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		env        map[string]string
+	}{
+		{"charge timeout within the http timeout", "provider.charge_timeout", map[string]string{"KASA_PROVIDER_TIMEOUT": "10s", "KASA_PROVIDER_CHARGE_TIMEOUT": "10s"}},
+		{"budget shorter than one attempt", "provider.charge_budget", map[string]string{"KASA_PROVIDER_CHARGE_TIMEOUT": "1m", "KASA_PROVIDER_CHARGE_BUDGET": "30s"}},
+		{"negative sync wait", "api.sync_wait", map[string]string{"KASA_API_SYNC_WAIT": "-1s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Chdir(t.TempDir())
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			_, err := Load()
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
 }

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -55,6 +57,15 @@ type Reconciler struct {
 	// (no worker polls its task queue...) is reported as settle_failed. Default DefaultSettleTimeout.
 	SettleTimeout time.Duration
 	Logger        *slog.Logger
+	// Runs, when set, keeps every finished reconciliation (the audit trail and the outcome
+	// metrics); Source says who ran it ("cli" or "api").
+	Runs   RunRecorder
+	Source string
+}
+
+// RunRecorder keeps finished reconciliations (store.Store).
+type RunRecorder interface {
+	RecordReconciliation(ctx context.Context, r store.ReconciliationRun) error
 }
 
 // Options narrow one import.
@@ -175,7 +186,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, lines []Line, o Options) (*R
 		return nil, run.abort(err)
 	}
 	run.report.sort()
+	r.record(ctx, &run.report)
 	return &run.report, nil
+}
+
+// record keeps the run. The settlements it made have happened whatever this does, so a
+// failure is logged, not returned.
+func (r *Reconciler) record(ctx context.Context, rep *Report) {
+	if r.Runs == nil {
+		return
+	}
+	body, err := json.Marshal(rep)
+	if err == nil {
+		days := make([]time.Time, len(rep.Days))
+		for i, d := range rep.Days {
+			days[i] = d.Start()
+		}
+		c := rep.Counts
+		err = r.Runs.RecordReconciliation(ctx, store.ReconciliationRun{
+			ID: payment.NewID(), Source: r.Source, Days: days, Lines: rep.Lines,
+			Matched: c.Matched, ResolvedCharged: c.ResolvedCharged, ResolvedNotCharged: c.ResolvedNotCharged,
+			Pending: c.Pending, Mismatches: c.Mismatches, Report: body,
+		})
+	}
+	if err != nil {
+		r.logger().Warn("reconciliation finished but was not recorded", "error", err)
+	}
 }
 
 // coveredDays is the declared days, or the days of the lines; with declared days every line
@@ -408,9 +444,11 @@ func (run *run) reread(id uuid.UUID) (payment.Payment, error) {
 	return p, nil
 }
 
-func (run *run) log() *slog.Logger {
-	if run.r.Logger != nil {
-		return run.r.Logger
+func (run *run) log() *slog.Logger { return run.r.logger() }
+
+func (r *Reconciler) logger() *slog.Logger {
+	if r.Logger != nil {
+		return r.Logger
 	}
 	return slog.New(slog.DiscardHandler)
 }

@@ -7,3 +7,5 @@ func (s *Store) Exec(ctx context.Context, sql string, args ...any) error {
 	_, err := s.pool.Exec(ctx, sql, args...)
 	return translate(err)
 }
+
+var MinUUIDv7 = minUUIDv7

@@ -14,10 +14,12 @@ import (
 // settlement file's days should have listed.
 const (
 	sqlPaymentsByID = `SELECT ` + paymentColumns + ` FROM payments WHERE id = ANY($1::uuid[])`
-	// Without merchants ($4 NULL) every merchant's payments. A plain range on created_at: an
-	// index on payments (created_at) keeps this from scanning the table once it is large.
+	// Without merchants ($4 NULL) every merchant's payments. Payment ids are UUIDv7, minted
+	// when the payment is created, so a range of ids ($5, $6: the day widened by idClockSkew
+	// for the app's clock against the database's) is a range scan of the primary key, and
+	// payments needs no index on created_at.
 	sqlPaymentsCreated = `SELECT ` + paymentColumns + ` FROM payments
-WHERE created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
+WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
 AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
 ORDER BY created_at, id`
 )
@@ -49,7 +51,8 @@ func (s *Store) EachPaymentCreated(ctx context.Context, from, to time.Time, stat
 	if len(merchants) > 0 {
 		ms = uuidStrings(merchants)
 	}
-	rows, err := s.pool.Query(ctx, sqlPaymentsCreated, from, to, sts, ms)
+	rows, err := s.pool.Query(ctx, sqlPaymentsCreated, from, to, sts, ms,
+		minUUIDv7(from.Add(-idClockSkew)), minUUIDv7(to.Add(idClockSkew)))
 	if err != nil {
 		return translate(err)
 	}
@@ -66,4 +69,21 @@ func uuidStrings(ids []uuid.UUID) []string {
 		out[i] = id.String()
 	}
 	return out
+}
+
+// idClockSkew is how far the clock that minted a payment's id may be from the database's
+// clock that set its created_at.
+const idClockSkew = time.Hour
+
+// minUUIDv7 is the smallest UUIDv7 of millisecond t: every id minted at t or later sorts at or
+// above it (PostgreSQL compares uuids bytewise, and a UUIDv7 starts with its big-endian time).
+func minUUIDv7(t time.Time) uuid.UUID {
+	var u uuid.UUID
+	ms := uint64(t.UnixMilli())
+	for i := 0; i < 6; i++ {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	u[6] = 0x70 // version 7
+	u[8] = 0x80 // RFC 4122 variant
+	return u
 }

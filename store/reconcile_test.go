@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
 )
 
 func TestReconciliationReads(t *testing.T) {
@@ -68,4 +70,42 @@ func TestReconciliationReads(t *testing.T) {
 	require.Contains(t, all, okA.ID)
 
 	require.Empty(t, collect(day.Add(-48*time.Hour), day.Add(-24*time.Hour), mA, mB), "nothing created on another day")
+}
+
+func TestMinUUIDv7BoundsMintedIDs(t *testing.T) {
+	t.Parallel()
+	for range 1000 {
+		before := time.Now()
+		id := payment.NewID()
+		after := time.Now().Add(time.Millisecond)
+		lo, hi := store.MinUUIDv7(before), store.MinUUIDv7(after)
+		require.LessOrEqual(t, bytes.Compare(lo[:], id[:]), 0, "%s minted after %v", id, before)
+		require.Negative(t, bytes.Compare(id[:], hi[:]), "%s minted before %v", id, after)
+	}
+	require.Equal(t, "00000000-0000-7000-8000-000000000000", store.MinUUIDv7(time.UnixMilli(0)).String())
+	require.Equal(t, "01000000-0000-7000-8000-000000000000", store.MinUUIDv7(time.UnixMilli(1<<40)).String())
+}
+
+func TestReconciliationRunsAddUp(t *testing.T) {
+	ctx := context.Background()
+	before, err := db.ReconcileTotals(ctx)
+	require.NoError(t, err)
+	day := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+	for i, mismatches := range []int{2, 0} {
+		require.NoError(t, db.RecordReconciliation(ctx, store.ReconciliationRun{
+			ID: payment.NewID(), Source: "cli", Days: []time.Time{day, day.AddDate(0, 0, i)}, Lines: 10,
+			Matched: 5, ResolvedCharged: 1, ResolvedNotCharged: 2, Pending: 0, Mismatches: mismatches, Report: []byte(`{"ok":true}`),
+		}))
+	}
+	after, err := db.ReconcileTotals(ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.ReconcileTotals{Runs: 2, Lines: 20, Matched: 10, ResolvedCharged: 2, ResolvedNotCharged: 4, Mismatches: 2},
+		store.ReconcileTotals{Runs: after.Runs - before.Runs, Lines: after.Lines - before.Lines, Matched: after.Matched - before.Matched,
+			ResolvedCharged: after.ResolvedCharged - before.ResolvedCharged, ResolvedNotCharged: after.ResolvedNotCharged - before.ResolvedNotCharged,
+			Mismatches: after.Mismatches - before.Mismatches})
+	require.Zero(t, after.LastMismatches, "the latest run had none")
+	require.WithinDuration(t, time.Now(), after.LastRun, time.Minute)
+
+	err = db.RecordReconciliation(ctx, store.ReconciliationRun{ID: payment.NewID(), Source: "cron", Days: []time.Time{day}, Report: []byte(`{}`)})
+	require.Error(t, err, "an unknown source is refused by the schema")
 }

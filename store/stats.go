@@ -11,6 +11,7 @@ type Stats struct {
 	OldestUnknown time.Time // zero when there is none
 	OutboxBacklog int64
 	OldestOutbox  time.Time // zero when there is none
+	Reconcile     ReconcileTotals
 }
 
 const sqlStats = `SELECT
@@ -29,5 +30,9 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	if st.OldestOutbox.Unix() == 0 {
 		st.OldestOutbox = time.Time{}
 	}
-	return st, translate(err)
+	if err != nil {
+		return st, translate(err)
+	}
+	st.Reconcile, err = s.ReconcileTotals(ctx)
+	return st, err
 }

@@ -31,14 +31,13 @@ type Starter interface {
 
 // Sweeper periodically starts stranded operations.
 type Sweeper struct {
-	Store        Store
-	Starter      Starter
-	Capability   workflows.Capability
-	ChargeBudget time.Duration
-	Interval     time.Duration // default 5s
-	Lease        time.Duration // default 30s
-	Logger       *slog.Logger
-	Merchant     *uuid.UUID // sweep only this merchant's keys (tests, per-merchant operations); nil: all
+	Store    Store
+	Starter  Starter
+	Charge   workflows.ChargePolicy
+	Interval time.Duration // default 5s
+	Lease    time.Duration // default 30s
+	Logger   *slog.Logger
+	Merchant *uuid.UUID // sweep only this merchant's keys (tests, per-merchant operations); nil: all
 }
 
 // Run sweeps until ctx ends.
@@ -87,7 +86,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 		if err != nil {
 			return started, err
 		}
-		if err := s.Starter.StartPayment(ctx, r.Key, workflows.InputFor(p, s.Capability, s.ChargeBudget)); err != nil {
+		if err := s.Starter.StartPayment(ctx, r.Key, workflows.InputFor(p, s.Charge)); err != nil {
 			_ = s.Store.ExpireLease(context.WithoutCancel(ctx), p.ID)
 			return started, err
 		}

@@ -11,7 +11,8 @@ package tests
 // directory may be left.
 //
 // Time budget: a worker SIGKILLed during a charge is noticed by Temporal only when the charge's
-// StartToClose timeout (30s, workflows.chargeOptions) expires; that wait dominates these tests.
+// StartToClose timeout expires; these stacks set it (KASA_PROVIDER_CHARGE_TIMEOUT) to the provider
+// timeout plus 3s instead of the default 30s, and that wait still dominates these tests.
 
 import (
 	"context"
@@ -168,23 +169,32 @@ func (s *crashStack) crashTemporal() {
 // env is every KASA_* setting of the stack's processes, with overrides in pairs.
 func (s *crashStack) env(overrides ...string) []string {
 	vars := map[string]string{
-		"KASA_DATA_DIR":            filepath.Join(s.dir, "data"),
-		"KASA_SECRET_KEY":          secretKeyHex,
-		"KASA_ADMIN_TOKEN":         adminToken,
-		"KASA_API_ADDR":            s.apiAddr,
-		"KASA_BANKSIM_ADDR":        s.simAddr,
-		"KASA_PROVIDER_URL":        s.providerURL,
-		"KASA_PROVIDER_CAPABILITY": s.capability,
-		"KASA_PROVIDER_TIMEOUT":    s.providerTimeout,
-		"KASA_API_SYNC_WAIT":       s.syncWait,
-		"KASA_DATABASE_URL":        s.dbURL,
-		"KASA_TEMPORAL_ADDRESS":    s.temporal,
-		"KASA_TEMPORAL_TASK_QUEUE": s.queue,
+		"KASA_DATA_DIR":                filepath.Join(s.dir, "data"),
+		"KASA_SECRET_KEY":              secretKeyHex,
+		"KASA_ADMIN_TOKEN":             adminToken,
+		"KASA_API_ADDR":                s.apiAddr,
+		"KASA_BANKSIM_ADDR":            s.simAddr,
+		"KASA_PROVIDER_URL":            s.providerURL,
+		"KASA_PROVIDER_CAPABILITY":     s.capability,
+		"KASA_PROVIDER_TIMEOUT":        s.providerTimeout,
+		"KASA_PROVIDER_CHARGE_TIMEOUT": s.chargeTimeout(),
+		"KASA_API_SYNC_WAIT":           s.syncWait,
+		"KASA_DATABASE_URL":            s.dbURL,
+		"KASA_TEMPORAL_ADDRESS":        s.temporal,
+		"KASA_TEMPORAL_TASK_QUEUE":     s.queue,
 	}
 	for i := 0; i+1 < len(overrides); i += 2 {
 		vars[overrides[i]] = overrides[i+1]
 	}
 	return kasaEnv(vars)
+}
+
+// chargeTimeout is the provider timeout plus 3s: an attempt outlives its HTTP call (as config
+// requires) and a dead worker is noticed soon.
+func (s *crashStack) chargeTimeout() string {
+	d, err := time.ParseDuration(s.providerTimeout)
+	require.NoError(s.t, err)
+	return (d + 3*time.Second).String()
 }
 
 func (s *crashStack) apiURL() string { return "http://" + s.apiAddr }
@@ -384,7 +394,7 @@ func (s *crashStack) verify() {
 // completed. A new worker finishes the payment; the idempotent provider moved money once.
 func TestCrashWorkerKilledAfterReserve(t *testing.T) {
 	t.Parallel()
-	s := newCrashStack(t, crashConfig{capability: "idempotent", providerTimeout: "20s"})
+	s := newCrashStack(t, crashConfig{capability: "idempotent", providerTimeout: "8s"})
 	s.start()
 	m := s.merchant()
 	acct := s.account(m, "TRY", "100.00")
@@ -426,7 +436,7 @@ func TestCrashWorkerKilledAfterReserve(t *testing.T) {
 // Scenario 3: the worker is SIGKILLed while its charge is in flight, for every capability, in
 // two places: the request is held at the bank before any money moved ("held"), or the bank
 // charged and the answer never reached the worker ("lost"). All cases run side by side, so the
-// 30s charge timeout is waited for once.
+// charge timeout is waited for once.
 func TestCrashWorkerKilledDuringCharge(t *testing.T) {
 	t.Parallel()
 	type crashCase struct {
@@ -446,7 +456,7 @@ func TestCrashWorkerKilledDuringCharge(t *testing.T) {
 	// Phase 1, one case after the other: pay, SIGKILL the worker in the middle of the charge,
 	// start a new one.
 	for _, c := range cases {
-		s := newCrashStack(t, crashConfig{capability: c.capability, providerTimeout: "20s", syncWait: "500ms"})
+		s := newCrashStack(t, crashConfig{capability: c.capability, providerTimeout: "8s", syncWait: "500ms"})
 		c.s = s
 		s.startBanksim()
 		var proxy *chargeProxy
@@ -544,8 +554,8 @@ func TestCrashAPIKilledBeforeWorkflowStart(t *testing.T) {
 	s := newCrashStack(t, crashConfig{capability: "idempotent", syncWait: "5s"})
 	s.startBanksim()
 	s.startWorker()
-	// `kasa api` refuses to start while Temporal is unreachable (it dials eagerly), so the
-	// broken API reaches Temporal through a proxy that is then cut.
+	// The broken API reaches Temporal through a proxy that is then cut: its workflow starts fail
+	// after the idempotency record committed.
 	cut := newTCPProxy(t, s.temporal)
 	broken := s.startAPI("KASA_TEMPORAL_ADDRESS", cut.addr())
 	m := s.merchant()
@@ -819,5 +829,52 @@ func TestCrashTemporalRestart(t *testing.T) {
 	for _, p := range []*proc{s.sim, s.worker, s.api} {
 		require.False(t, p.exited(), "%s survived the Temporal outage: %v", p.name, p.err)
 	}
+	s.verify()
+}
+
+// `kasa api` started while Temporal is down serves: /healthz 200, /readyz 503, payments 503 with
+// Retry-After (the record is kept, nothing runs); when Temporal and a worker come up, the same
+// key completes the payment once, without restarting the API.
+func TestAPIStartsWhileTemporalIsDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newCrashStack(t, crashConfig{capability: "idempotent", ownTemporal: true})
+	s.crashTemporal()
+	s.startBanksim()
+	s.api = startProc(s.t, s.dir, s.bin, "api", s.env(), "api")
+	s.waitHTTP(s.api, s.apiURL()+"/healthz")
+
+	ready := s.mustCall("GET", s.apiURL()+"/readyz", "", "")
+	require.Equal(t, http.StatusServiceUnavailable, ready.Status, "%s", ready.Body)
+	require.Contains(t, string(ready.Body), "temporal")
+
+	m := s.merchant() // the admin API needs only the database
+	acct := s.account(m, "TRY", "100.00")
+	body := payBody("inv-down", "10.00", "TRY", acct)
+	r, err := s.pay(m, "while-down", body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	require.NotEmpty(t, r.Header.Get("Retry-After"))
+	require.Equal(t, "unavailable", r.json(t)["code"])
+	balance, reserved := s.balances(m, acct)
+	require.Equal(t, []string{"100.00", "0.00"}, []string{balance, reserved}, "nothing ran")
+
+	s.startTemporal(ctx)
+	s.startWorker()
+	s.waitHTTP(s.api, s.apiURL()+"/readyz")
+	r, err = s.pay(m, "while-down", body)
+	require.NoError(t, err)
+	if r.Status == http.StatusAccepted {
+		id := r.json(t)["id"].(string)
+		s.waitPayment(m, id, time.Now().Add(30*time.Second))
+		r, err = s.pay(m, "while-down", body)
+		require.NoError(t, err)
+	}
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	id := r.json(t)["id"].(string)
+	require.Equal(t, 1, s.simCount(id), "one charge")
+	balance, reserved = s.balances(m, acct)
+	require.Equal(t, []string{"90.00", "0.00"}, []string{balance, reserved})
+	require.False(t, s.api.exited(), "the API kept running: %v", s.api.err)
 	s.verify()
 }

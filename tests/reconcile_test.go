@@ -214,9 +214,20 @@ func TestReconcileReportsMismatchesWithoutChangingAnything(t *testing.T) {
 		fmt.Sprintf("%s,%s,%s,31.00,TRY,settled\n", today(), pc.ProviderReference, pc.ID) +
 		fmt.Sprintf("%s,ch_ghost,%s,5.00,TRY,settled\n", today(), ghost)
 	before := s.account(m, acct)
+	totals, err := db.ReconcileTotals(context.Background())
+	require.NoError(t, err)
 
 	rep, ok := decodeReport(t, s.importSettlements(m, file))
 	require.False(t, ok)
+	// The run is kept (other tests import in parallel: at least this run's counts were added).
+	after, err := db.ReconcileTotals(context.Background())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, after.Runs-totals.Runs, int64(1))
+	require.GreaterOrEqual(t, after.Mismatches-totals.Mismatches, int64(4))
+	require.False(t, after.LastRun.Before(totals.LastRun))
+	metrics := string(s.do("GET", "/metrics", "", "").Body)
+	require.Regexp(t, `kasa_reconcile_outcomes_total\{outcome="mismatch"\} [1-9]`, metrics)
+	require.Contains(t, metrics, "kasa_reconcile_last_run_timestamp_seconds ")
 	got := map[string]string{}
 	for _, mm := range rep.Mismatches {
 		got[mm.Reference] = mm.Kind

@@ -73,6 +73,17 @@ type PaymentInput struct {
 	// ChargeBudget bounds how long an idempotent provider is retried before the outcome is
 	// parked as unknown. Zero means DefaultChargeBudget.
 	ChargeBudget time.Duration
+	// ChargeTimeout is one charge or inquiry attempt's StartToClose: how long a silent worker
+	// or provider is waited for before the attempt counts as ambiguous. Zero means
+	// DefaultChargeTimeout. It must exceed the provider client's own timeout.
+	ChargeTimeout time.Duration
+}
+
+// ChargePolicy is the configured part of PaymentInput: how charges are sent.
+type ChargePolicy struct {
+	Capability Capability
+	Budget     time.Duration // see PaymentInput.ChargeBudget
+	Timeout    time.Duration // see PaymentInput.ChargeTimeout
 }
 
 // PaymentResult is the workflow's final answer.
@@ -123,9 +134,9 @@ const (
 
 // InputFor is the workflow input of a payment; the API and the sweeper build it the same way, so
 // whichever starts the workflow, it runs the same operation.
-func InputFor(p payment.Payment, c Capability, chargeBudget time.Duration) PaymentInput {
+func InputFor(p payment.Payment, c ChargePolicy) PaymentInput {
 	return PaymentInput{
 		OperationID: p.ID, MerchantID: p.MerchantID, AccountID: p.AccountID, AmountMinor: p.AmountMinor,
-		Currency: p.Currency, Capability: c, ChargeBudget: chargeBudget,
+		Currency: p.Currency, Capability: c.Capability, ChargeBudget: c.Budget, ChargeTimeout: c.Timeout,
 	}
 }

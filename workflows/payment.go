@@ -14,6 +14,9 @@ import (
 // DefaultChargeBudget bounds re-sends to an idempotent provider before the outcome is unknown.
 const DefaultChargeBudget = 2 * time.Minute
 
+// DefaultChargeTimeout is one charge attempt's StartToClose when the input names none.
+const DefaultChargeTimeout = 30 * time.Second
+
 // inquiryBackoff is how long the workflow waits before its first status inquiry, and the cap
 // of the growing interval between inquiries while a payment is unknown.
 const (
@@ -37,13 +40,16 @@ var stepOptions = workflow.ActivityOptions{
 // may see the same charge twice; for the others every send is a single attempt.
 func chargeOptions(in PaymentInput) workflow.ActivityOptions {
 	o := workflow.ActivityOptions{
-		StartToCloseTimeout: 30 * time.Second,
+		StartToCloseTimeout: in.ChargeTimeout,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:        200 * time.Millisecond,
 			BackoffCoefficient:     2,
 			MaximumInterval:        10 * time.Second,
 			NonRetryableErrorTypes: []string{ErrTypeDeclined, ErrTypeRejected, ErrTypeNotFound, ErrTypeInquiryNotAllowed},
 		},
+	}
+	if o.StartToCloseTimeout == 0 {
+		o.StartToCloseTimeout = DefaultChargeTimeout
 	}
 	if in.Capability == CapabilityIdempotent {
 		o.ScheduleToCloseTimeout = in.ChargeBudget
@@ -134,7 +140,7 @@ func (w *paymentRun) charge(ctx workflow.Context) (ChargeResult, error) {
 }
 
 func (w *paymentRun) inquire(ctx workflow.Context) (ChargeResult, error) {
-	o := chargeOptions(PaymentInput{Capability: CapabilityIdempotent, ChargeBudget: w.in.ChargeBudget})
+	o := chargeOptions(PaymentInput{Capability: CapabilityIdempotent, ChargeBudget: w.in.ChargeBudget, ChargeTimeout: w.in.ChargeTimeout})
 	var res ChargeResult
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), ActivityInquire, w.in.OperationID).Get(ctx, &res)
 	return res, err

@@ -139,7 +139,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	cleanup = append(cleanup, stopSim)
 
-	tc, err := dialTemporal(ctx, cfg, log)
+	tc, err := dialTemporal(ctx, cfg, log, false)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-// Command kasa runs kasa's processes: `kasa dev` (everything, locally), or one of api, worker,
+// Command kasa runs kasa"s processes: `kasa dev` (everything, locally), or one of api, worker,
 // banksim, migrate and verify.
 package main
 
@@ -105,13 +105,40 @@ func openStore(ctx context.Context, cfg config.Config, migrate bool) (*store.Sto
 	return store.Open(ctx, store.Options{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, SecretKey: key, Migrate: migrate})
 }
 
-func dialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger) (client.Client, error) {
+// dialTemporal connects to the frontend. A lazy client does not need Temporal to be up: `kasa
+// api` starts anyway, answers 503 while Temporal is away and recovers on its own when it returns.
+func dialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, lazy bool) (client.Client, error) {
 	addr := cfg.Temporal.Address
 	if addr == "" {
 		addr = "127.0.0.1:7233"
 	}
 	quiet := slog.New(&levelFloor{Handler: log.Handler(), min: slog.LevelWarn})
-	return client.DialContext(ctx, client.Options{HostPort: addr, Namespace: cfg.Temporal.Namespace, Logger: tlog.NewStructuredLogger(quiet)})
+	o := client.Options{HostPort: addr, Namespace: cfg.Temporal.Namespace, Logger: tlog.NewStructuredLogger(quiet)}
+	if lazy {
+		return client.NewLazyClient(o)
+	}
+	return client.DialContext(ctx, o)
+}
+
+// connect opens the store and a Temporal client, the two things api and worker share.
+func connect(ctx context.Context, cfg config.Config, log *slog.Logger, lazy bool) (*store.Store, client.Client, error) {
+	st, err := openStore(ctx, cfg, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	tc, err := dialTemporal(ctx, cfg, log, lazy)
+	if err != nil {
+		st.Close()
+		return nil, nil, fmt.Errorf("temporal at %s: %w", cfg.Temporal.Address, err)
+	}
+	return st, tc, nil
+}
+
+func chargePolicy(cfg config.Config) workflows.ChargePolicy {
+	return workflows.ChargePolicy{
+		Capability: workflows.Capability(cfg.Provider.Capability),
+		Budget:     cfg.Provider.ChargeBudget, Timeout: cfg.Provider.ChargeTimeout,
+	}
 }
 
 // levelFloor drops records below min: the SDK logs every poll at info.
@@ -132,8 +159,8 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, log *slog.Logg
 	return api.New(api.Options{
 		Store: st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
 		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait,
-		Capability: workflows.Capability(cfg.Provider.Capability), Logger: log,
-		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Logger: log},
+		Charge: chargePolicy(cfg), Logger: log,
+		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Logger: log, Runs: st, Source: "api"},
 	})
 }
 
@@ -143,7 +170,7 @@ func startSweeper(ctx context.Context, cfg config.Config, st *store.Store, tc cl
 	done := make(chan struct{})
 	sw := &sweeper.Sweeper{
 		Store: st, Starter: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
-		Capability: workflows.Capability(cfg.Provider.Capability), Logger: log,
+		Charge: chargePolicy(cfg), Logger: log,
 	}
 	go func() { defer close(done); sw.Run(ctx) }()
 	return func() { cancel(); <-done }
@@ -176,15 +203,11 @@ func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if cfg.Admin.Token == "" {
 		return errors.New("KASA_ADMIN_TOKEN is not set")
 	}
-	st, err := openStore(ctx, cfg, false)
+	st, tc, err := connect(ctx, cfg, log, true)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	tc, err := dialTemporal(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
 	defer tc.Close()
 	stop, err := serve(ctx, "api", cfg.API.Addr, newAPI(cfg, st, tc, log).Handler(), log)
 	if err != nil {
@@ -199,15 +222,11 @@ func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 }
 
 func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	st, err := openStore(ctx, cfg, false)
+	st, tc, err := connect(ctx, cfg, log, false)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	tc, err := dialTemporal(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
 	defer tc.Close()
 	w := worker.New(tc, cfg.Temporal.TaskQueue, newActivities(cfg, st))
 	if err := w.Start(); err != nil {

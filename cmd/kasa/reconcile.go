@@ -23,10 +23,10 @@ import (
 const reconcileUsage = `usage: kasa reconcile [--json] [--date YYYY-MM-DD]... [--merchant <id>]... <settlement.csv | ->
 
 Matches a provider settlement file (settlement_date,provider_charge_id,reference,amount,currency,status)
-to kasa's payments: settles unknown payments (charged when listed; not charged when the file covers
+to kasa"s payments: settles unknown payments (charged when listed; not charged when the file covers
 their day and does not list them) and reports every mismatch without changing it.
 
-  --json             print the report as JSON (the admin endpoint's body) instead of text
+  --json             print the report as JSON (the admin endpoint"s body) instead of text
   --date D           declare a UTC day the file covers (repeatable); needed for a file with no lines
   --merchant ID      limit the coverage checks to this merchant (repeatable; default: all merchants)
 
@@ -108,22 +108,17 @@ func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 	if cfg.Secret.Key == "" {
 		cfg.Secret.Key = strings.Repeat("0", 64) // reconciliation never touches secrets
 	}
-	st, err := openStore(ctx, cfg, false)
+	st, tc, err := connect(ctx, cfg, log, false)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kasa reconcile: %v\n", err)
 		return exitError(3)
 	}
 	defer st.Close()
-	tc, err := dialTemporal(ctx, cfg, log)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "kasa reconcile: temporal: %v\n", err)
-		return exitError(3)
-	}
 	defer tc.Close()
 
 	bar := newProgressBar(os.Stderr, len(lines))
 	opts.Progress = bar.update
-	r := &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Logger: log}
+	r := &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Logger: log, Runs: st, Source: "cli"}
 	report, err := r.Reconcile(ctx, lines, opts)
 	bar.done()
 	if errors.As(err, &fe) { // a line outside the declared --date days

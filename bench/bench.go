@@ -1,0 +1,628 @@
+// Package bench is kasa's HTTP load generator. It drives the real REST API (CONTRACT §2, §3) over
+// keep-alive connections, either closed loop (N clients sending back to back) or open loop
+// (arrivals on a fixed schedule, latency measured from the intended send time so a stalled server
+// cannot hide its queue: no coordinated omission), and reports throughput, latency quantiles from
+// a log-linear histogram, the answers by status and code, and a per-second series.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Options describe one run. Zero values get the defaults noted.
+type Options struct {
+	APIURL      string        // kasa API base URL, e.g. http://127.0.0.1:8080
+	AdminToken  string        // KASA_ADMIN_TOKEN, for Setup
+	Duration    time.Duration // measured window; default 10s
+	Warmup      time.Duration // sent before the window and not recorded
+	Concurrency int           // closed loop: clients sending back to back; open loop: cap on requests in flight. Default 16 (open loop 256)
+	Rate        float64       // > 0: open loop at this many arrivals per second
+	Merchants   int           // merchants Setup creates (each has one hot settlement account); default 1
+	Payers      int           // payer accounts per merchant; default 1
+	Currency    string        // default TRY; one of TRY, USD, EUR, JPY, KWD
+	MinAmount   int64         // payment amount in minor units, uniform in [MinAmount, MaxAmount]; default 100
+	MaxAmount   int64         // default max(MinAmount, 10000)
+
+	// DuplicateRatio is the share of requests that are duplicates: half of them re-send one of the
+	// client's earlier requests byte for byte (a retry: a replay, or 409 while it still runs), the
+	// other half send a new payment together with a parallel second copy (a race on the key).
+	DuplicateRatio float64
+	// InsufficientShare is the share of new payments for more than the payer ever had (402 insufficient_funds).
+	InsufficientShare float64
+
+	// Path selects what is driven: "payments" (default, POST /v1/payments), "replay" (only re-sends
+	// of already finished payments: the idempotency replay path), or a raw path such as "/healthz"
+	// (GET without auth: the HTTP ceiling of the API process).
+	Path string
+	Seed int64 // seeds amounts, payers and duplicates; keys are random UUIDs regardless, so runs never collide
+}
+
+// Result is what a run measured. Only requests whose (intended) send time falls in the measured
+// window are counted.
+type Result struct {
+	Path        string  `json:"path"`
+	Mode        string  `json:"mode"` // "closed" or "open"
+	Concurrency int     `json:"concurrency"`
+	Rate        float64 `json:"rate,omitempty"`
+	Merchants   int     `json:"merchants,omitempty"`
+	Payers      int     `json:"payers,omitempty"`
+
+	Duration       float64          `json:"duration_s"`
+	Requests       int64            `json:"requests"`         // answered, whatever the status
+	Errors         int64            `json:"errors"`           // transport errors: no HTTP answer
+	Unsent         int64            `json:"unsent,omitempty"` // open loop: due arrivals never sent because every client stayed busy to the end
+	Throughput     float64          `json:"throughput_rps"`   // Requests / Duration
+	NewPayments    int64            `json:"new_payments"`     // new keys answered with a payment (201, 402, 202)
+	NewPaymentRate float64          `json:"new_payments_per_s"`
+	Latency        Latency          `json:"latency_ms"`
+	Answers        map[string]int64 `json:"answers"` // "201 succeeded", "402 insufficient_funds", "409 idempotency_key_in_use", "201 replayed", ...
+	FirstError     string           `json:"first_error,omitempty"`
+	Series         []Second         `json:"series"`
+
+	// Payments maps every payment id seen in an answer (warmup included) to its latest status, so
+	// the caller can check charge counts at the simulator. Kept out of the JSON: it can be large.
+	Payments map[string]string `json:"-"`
+}
+
+// Latency quantiles in milliseconds, measured from the intended send time to the last body byte.
+type Latency struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// Second is one second of the measured window, by send time.
+type Second struct {
+	Second   int     `json:"second"`
+	Requests int64   `json:"requests"`
+	Errors   int64   `json:"errors,omitempty"`
+	P99      float64 `json:"p99_ms"`
+}
+
+// PaymentIDs returns the sorted ids of the payments last seen in one of the statuses (all without any).
+func (r Result) PaymentIDs(statuses ...string) []string {
+	var ids []string
+	for id, st := range r.Payments {
+		if len(statuses) == 0 || slices.Contains(statuses, st) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+const (
+	requestTimeout = 60 * time.Second
+	recentKeys     = 64  // earlier requests a client remembers for retries
+	replayPool     = 200 // finished payments the replay path re-sends
+	errorPause     = 10 * time.Millisecond
+)
+
+// exponents are the ISO 4217 minor units of the currencies a bench can use.
+var exponents = map[string]int{"TRY": 2, "USD": 2, "EUR": 2, "JPY": 0, "KWD": 3}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.APIURL == "" {
+		return o, errors.New("bench: APIURL is required")
+	}
+	o.APIURL = strings.TrimRight(o.APIURL, "/")
+	if o.Duration <= 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 16
+		if o.Rate > 0 {
+			o.Concurrency = 256
+		}
+	}
+	o.Merchants, o.Payers = max(o.Merchants, 1), max(o.Payers, 1)
+	if o.Currency == "" {
+		o.Currency = "TRY"
+	}
+	o.Currency = strings.ToUpper(o.Currency)
+	if _, ok := exponents[o.Currency]; !ok {
+		return o, fmt.Errorf("bench: unsupported currency %q", o.Currency)
+	}
+	if o.MinAmount <= 0 {
+		o.MinAmount = 100
+	}
+	if o.MaxAmount < o.MinAmount {
+		o.MaxAmount = max(o.MinAmount, 10000)
+	}
+	// Deposits are MaxAmount × depositPayments and an insufficient payment adds up to MaxAmount more.
+	if o.MaxAmount > math.MaxInt64/(2*depositPayments) {
+		return o, fmt.Errorf("bench: MaxAmount %d too large", o.MaxAmount)
+	}
+	o.DuplicateRatio = min(max(o.DuplicateRatio, 0), 1)
+	o.InsufficientShare = min(max(o.InsufficientShare, 0), 1)
+	if o.Path == "" {
+		o.Path = "payments"
+	}
+	if o.Path != "payments" && o.Path != "replay" && !strings.HasPrefix(o.Path, "/") {
+		return o, fmt.Errorf("bench: unknown path %q (payments, replay or /raw/path)", o.Path)
+	}
+	return o, nil
+}
+
+// newClient returns one client for a whole run: HTTP/1.1 keep-alive with enough idle connections
+// that no client ever dials again after the first request.
+func newClient(conns int) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // measure kasa, not a proxy picked up from the environment
+	t.MaxIdleConns = 2*conns + 16
+	t.MaxIdleConnsPerHost = t.MaxIdleConns // a race copy may hold a second connection per client
+	t.DisableCompression = true
+	t.ForceAttemptHTTP2 = false
+	return &http.Client{Transport: t, Timeout: requestTimeout}
+}
+
+// request is one HTTP request; payment requests keep their exact bytes so a retry is identical.
+type request struct {
+	method, url, token, key string
+	body                    []byte
+	isNew                   bool // the first request for its key
+}
+
+type outcome struct {
+	ans  answer
+	done time.Time
+	err  error
+}
+
+// answer is a classified HTTP answer.
+type answer struct {
+	label     string // "201 succeeded", "402 insufficient_funds", "409 idempotency_key_in_use", "201 replayed", "200"
+	paymentID string
+	status    string // payment status when the body is a payment resource
+	replayed  bool
+}
+
+// classify names an answer by its HTTP status and, in that order, the Idempotent-Replayed header,
+// the `code` of a problem+json body, or the `status` (failed: the `failure_code`) of a payment resource.
+func classify(code int, h http.Header, body []byte) answer {
+	a := answer{replayed: h.Get("Idempotent-Replayed") == "true"}
+	var what string
+	var v struct {
+		ID          string          `json:"id"`
+		Status      json.RawMessage `json:"status"` // a string in payments, a number in problems
+		Code        string          `json:"code"`
+		FailureCode string          `json:"failure_code"`
+	}
+	if bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) && json.Unmarshal(body, &v) == nil {
+		var st string
+		switch {
+		case v.Code != "":
+			what = v.Code
+		case json.Unmarshal(v.Status, &st) == nil && st != "":
+			a.paymentID, a.status, what = v.ID, st, st
+			if st == "failed" && v.FailureCode != "" {
+				what = v.FailureCode
+			}
+		}
+	}
+	if a.replayed {
+		what = "replayed"
+	}
+	a.label = strconv.Itoa(code)
+	if what != "" {
+		a.label += " " + what
+	}
+	return a
+}
+
+func send(ctx context.Context, hc *http.Client, r request) outcome {
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, r.url, body)
+	if err != nil {
+		return outcome{err: err, done: time.Now()}
+	}
+	if r.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if r.token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.token)
+	}
+	if r.key != "" {
+		req.Header.Set("Idempotency-Key", r.key)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return outcome{err: err, done: time.Now()}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body) // read to EOF so the connection is reused
+	}
+	if err != nil {
+		return outcome{err: err, done: time.Now()}
+	}
+	return outcome{ans: classify(resp.StatusCode, resp.Header, b), done: time.Now()}
+}
+
+// runner is the shared state of one run.
+type runner struct {
+	opts                 Options
+	fx                   *Fixture
+	hc                   *http.Client
+	exp                  int
+	rawPath, replayPath  bool
+	pool                 []request // replay path: finished payments
+	start, measured, end time.Time
+	series               []histogram // one per second of the window, shared by all clients
+	seriesErrors         []atomic.Int64
+}
+
+// worker is one client. Everything it records is its own and merged after the run.
+type worker struct {
+	r           *runner
+	rng         *rand.Rand
+	recent      []request
+	sent        int
+	hist        histogram
+	answers     map[string]int64
+	errors      int64
+	newPayments int64
+	firstErr    string
+	payments    map[string]string
+}
+
+// Run drives the API for opts.Warmup + opts.Duration and returns what it measured. fx comes from
+// Setup and may be nil for a raw path. If ctx ends first, Run returns what it measured so far and
+// ctx's error.
+func Run(ctx context.Context, opts Options, fx *Fixture) (Result, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return Result{}, err
+	}
+	r := &runner{opts: opts, fx: fx, hc: newClient(opts.Concurrency), exp: exponents[opts.Currency]}
+	defer r.hc.CloseIdleConnections()
+	r.rawPath, r.replayPath = strings.HasPrefix(opts.Path, "/"), opts.Path == "replay"
+	if !r.rawPath {
+		if fx == nil || len(fx.Merchants) == 0 || len(fx.Merchants[0].Payers) == 0 {
+			return Result{}, fmt.Errorf("bench: path %q needs a Fixture from Setup", opts.Path)
+		}
+		r.exp = exponents[fx.Currency]
+	}
+	seen := map[string]string{}
+	if r.replayPath {
+		if r.pool, err = r.prime(ctx, seen); err != nil {
+			return Result{}, err
+		}
+	}
+
+	r.start = time.Now()
+	r.measured = r.start.Add(opts.Warmup)
+	r.end = r.measured.Add(opts.Duration)
+	seconds := int((opts.Duration + time.Second - 1) / time.Second)
+	r.series = make([]histogram, seconds)
+	r.seriesErrors = make([]atomic.Int64, seconds)
+	workers := make([]*worker, opts.Concurrency)
+	for i := range workers {
+		workers[i] = &worker{
+			r: r, rng: rand.New(rand.NewPCG(uint64(opts.Seed), uint64(i))),
+			answers: map[string]int64{}, payments: map[string]string{},
+		}
+	}
+	var unsent int64
+	if opts.Rate > 0 {
+		unsent = r.openLoop(ctx, workers)
+	} else {
+		r.closedLoop(ctx, workers)
+	}
+	window := opts.Duration
+	if ctx.Err() != nil {
+		window = min(max(time.Since(r.measured), 0), window)
+	}
+	return r.result(workers, unsent, seen, window), ctx.Err()
+}
+
+func (r *runner) closedLoop(ctx context.Context, workers []*worker) {
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				now := time.Now()
+				if !now.Before(r.end) {
+					return
+				}
+				if !w.fire(ctx, now) {
+					// A refused connection fails at once: pause instead of spinning a core.
+					select {
+					case <-time.After(errorPause):
+					case <-ctx.Done():
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// openLoop hands arrival times to free clients. When every client is busy an arrival waits, and
+// its latency still counts from its scheduled time, so queueing shows in the quantiles.
+func (r *runner) openLoop(ctx context.Context, workers []*worker) int64 {
+	arrivals := make(chan time.Time)
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(func() {
+			for t := range arrivals {
+				w.fire(ctx, t)
+			}
+		})
+	}
+	unsent := r.schedule(ctx, arrivals)
+	close(arrivals)
+	wg.Wait()
+	return unsent
+}
+
+// schedule sends arrival i at start + i/Rate (computed from i, so sleep overshoot never drifts the
+// schedule) and returns how many arrivals of the measured window were due but never taken.
+func (r *runner) schedule(ctx context.Context, arrivals chan<- time.Time) int64 {
+	at := func(i int64) time.Time { return r.start.Add(time.Duration(float64(i) * float64(time.Second) / r.opts.Rate)) }
+	wait := time.NewTimer(time.Hour)
+	defer wait.Stop()
+	over := time.NewTimer(time.Until(r.end))
+	defer over.Stop()
+	for i := int64(0); ; i++ {
+		t := at(i)
+		if !t.Before(r.end) {
+			return 0
+		}
+		if d := time.Until(t); d > 0 {
+			wait.Reset(d)
+			select {
+			case <-wait.C:
+			case <-ctx.Done():
+				return 0
+			}
+		}
+		select {
+		case arrivals <- t:
+		case <-ctx.Done():
+			return 0
+		case <-over.C:
+			var n int64
+			for ; at(i).Before(r.end); i++ {
+				if !at(i).Before(r.measured) {
+					n++
+				}
+			}
+			return n
+		}
+	}
+}
+
+// fire sends the client's next request (two in parallel for a race) as of the intended time and
+// records the outcome. It returns false on a transport error.
+func (w *worker) fire(ctx context.Context, intended time.Time) bool {
+	reqs := w.next()
+	outs := make([]outcome, len(reqs))
+	var wg sync.WaitGroup
+	for i := 1; i < len(reqs); i++ {
+		wg.Go(func() { outs[i] = send(ctx, w.r.hc, reqs[i]) })
+	}
+	outs[0] = send(ctx, w.r.hc, reqs[0])
+	wg.Wait()
+	ok := true
+	for i := range reqs {
+		ok = w.record(ctx, intended, reqs[i], outs[i]) && ok
+	}
+	return ok
+}
+
+func (w *worker) record(ctx context.Context, intended time.Time, req request, o outcome) bool {
+	if o.err != nil && ctx.Err() != nil {
+		return true // stopped by the caller, not a failure of the server
+	}
+	if o.ans.paymentID != "" {
+		notePayment(w.payments, o.ans.paymentID, o.ans.status)
+	}
+	if intended.Before(w.r.measured) || !intended.Before(w.r.end) {
+		return o.err == nil
+	}
+	sec := int(intended.Sub(w.r.measured) / time.Second)
+	if o.err != nil {
+		w.errors++
+		w.r.seriesErrors[sec].Add(1)
+		if w.firstErr == "" {
+			w.firstErr = o.err.Error()
+		}
+		return false
+	}
+	lat := o.done.Sub(intended)
+	w.hist.record(lat)
+	w.r.series[sec].record(lat)
+	w.answers[o.ans.label]++
+	if req.isNew && o.ans.paymentID != "" && !o.ans.replayed {
+		w.newPayments++
+	}
+	return true
+}
+
+// notePayment keeps a payment's most final status: a later "processing" never hides an outcome.
+func notePayment(m map[string]string, id, status string) {
+	if old, ok := m[id]; !ok || old == "processing" {
+		m[id] = status
+	}
+}
+
+// next returns the client's next request(s).
+func (w *worker) next() []request {
+	o := w.r.opts
+	switch {
+	case w.r.rawPath:
+		return []request{{method: http.MethodGet, url: o.APIURL + o.Path}}
+	case w.r.replayPath:
+		return []request{w.r.pool[w.rng.IntN(len(w.r.pool))]}
+	}
+	if len(w.recent) > 0 && w.rng.Float64() < o.DuplicateRatio {
+		if w.rng.IntN(2) == 0 {
+			old := w.recent[w.rng.IntN(len(w.recent))]
+			old.isNew = false
+			return []request{old}
+		}
+		p := w.r.newPayment(w.rng)
+		w.remember(p)
+		twin := p
+		twin.isNew = false
+		return []request{p, twin}
+	}
+	p := w.r.newPayment(w.rng)
+	w.remember(p)
+	return []request{p}
+}
+
+func (w *worker) remember(p request) {
+	if len(w.recent) < recentKeys {
+		w.recent = append(w.recent, p)
+	} else {
+		w.recent[w.sent%recentKeys] = p
+	}
+	w.sent++
+}
+
+type paymentBody struct {
+	InvoiceID string `json:"invoice_id"`
+	Amount    string `json:"amount"`
+	Currency  string `json:"currency"`
+	AccountID string `json:"account_id"`
+}
+
+// newPayment builds a payment with a fresh key for a random payer of a random merchant.
+func (r *runner) newPayment(rng *rand.Rand) request {
+	m := &r.fx.Merchants[rng.IntN(len(r.fx.Merchants))]
+	amount := r.opts.MinAmount + rng.Int64N(r.opts.MaxAmount-r.opts.MinAmount+1)
+	if rng.Float64() < r.opts.InsufficientShare {
+		amount += r.fx.Deposit // more than the payer ever had: balances only shrink during a run
+	}
+	key := uuid.NewString()
+	body, _ := json.Marshal(paymentBody{
+		InvoiceID: key, // unique, so no payment is ever a duplicate_payment of another
+		Amount:    formatAmount(amount, r.exp),
+		Currency:  r.fx.Currency,
+		AccountID: m.Payers[rng.IntN(len(m.Payers))],
+	})
+	return request{method: http.MethodPost, url: r.opts.APIURL + "/v1/payments", token: m.APIKey, key: key, body: body, isNew: true}
+}
+
+// prime creates the payments the replay path re-sends, keeping those that finished (201/402).
+func (r *runner) prime(ctx context.Context, seen map[string]string) ([]request, error) {
+	rng := rand.New(rand.NewPCG(uint64(r.opts.Seed), math.MaxUint64))
+	reqs := make([]request, replayPool)
+	for i := range reqs {
+		reqs[i] = r.newPayment(rng)
+	}
+	outs := make([]outcome, len(reqs))
+	err := parallel(ctx, len(reqs), r.opts.Concurrency, func(ctx context.Context, i int) error {
+		outs[i] = send(ctx, r.hc, reqs[i])
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var pool []request
+	for i, o := range outs {
+		if o.ans.paymentID != "" {
+			notePayment(seen, o.ans.paymentID, o.ans.status)
+		}
+		if o.err == nil && (o.ans.status == "succeeded" || o.ans.status == "failed") {
+			reqs[i].isNew = false
+			pool = append(pool, reqs[i])
+		}
+	}
+	if len(pool) == 0 {
+		label := "no answer"
+		if outs[0].err != nil {
+			label = outs[0].err.Error()
+		} else if outs[0].ans.label != "" {
+			label = outs[0].ans.label
+		}
+		return nil, fmt.Errorf("bench: replay path: none of %d payments finished within the sync wait (first answer: %s)", len(reqs), label)
+	}
+	return pool, nil
+}
+
+func (r *runner) result(workers []*worker, unsent int64, payments map[string]string, window time.Duration) Result {
+	o := r.opts
+	res := Result{
+		Path: o.Path, Mode: "closed", Concurrency: o.Concurrency, Unsent: unsent,
+		Answers: map[string]int64{}, Payments: payments,
+	}
+	if o.Rate > 0 {
+		res.Mode, res.Rate = "open", o.Rate
+	}
+	if !r.rawPath {
+		res.Merchants, res.Payers = len(r.fx.Merchants), len(r.fx.Merchants[0].Payers)
+	}
+	var h histogram
+	for _, w := range workers {
+		h.merge(&w.hist)
+		for k, n := range w.answers {
+			res.Answers[k] += n
+		}
+		for id, st := range w.payments {
+			notePayment(res.Payments, id, st)
+		}
+		res.Errors += w.errors
+		res.NewPayments += w.newPayments
+		if res.FirstError == "" {
+			res.FirstError = w.firstErr
+		}
+	}
+	res.Duration = window.Seconds()
+	res.Requests = h.count()
+	if window > 0 {
+		res.Throughput = float64(res.Requests) / window.Seconds()
+		res.NewPaymentRate = float64(res.NewPayments) / window.Seconds()
+	}
+	res.Latency = Latency{
+		P50: ms(h.quantile(0.50)), P90: ms(h.quantile(0.90)), P95: ms(h.quantile(0.95)),
+		P99: ms(h.quantile(0.99)), Max: ms(h.maximum()),
+	}
+	seconds := int((window + time.Second - 1) / time.Second)
+	res.Series = make([]Second, 0, seconds)
+	for i := range seconds {
+		res.Series = append(res.Series, Second{
+			Second: i, Requests: r.series[i].count(), Errors: r.seriesErrors[i].Load(),
+			P99: ms(r.series[i].quantile(0.99)),
+		})
+	}
+	return res
+}
+
+func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
+
+// formatAmount renders positive minor units as a decimal string with exp fraction digits.
+func formatAmount(minor int64, exp int) string {
+	s := strconv.FormatInt(minor, 10)
+	if exp == 0 {
+		return s
+	}
+	if len(s) <= exp {
+		s = strings.Repeat("0", exp-len(s)+1) + s
+	}
+	return s[:len(s)-exp] + "." + s[len(s)-exp:]
+}
