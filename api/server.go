@@ -106,6 +106,8 @@ func New(o Options) *Server {
 	admin.POST("/accounts", s.createAccount)
 	admin.POST("/accounts/:id/deposits", s.deposit)
 	admin.POST("/settlements", s.settlements)
+	admin.GET("/merchants/:id/deliveries", s.merchantDeliveries)
+	admin.POST("/deliveries/:id/redeliver", s.redeliver)
 
 	v1 := e.Group("/v1", s.merchantAuth)
 	v1.POST("/payments", s.createPayment)

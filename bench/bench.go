@@ -35,7 +35,7 @@ type Options struct {
 	Rate        float64       // > 0: open loop at this many arrivals per second
 	Merchants   int           // merchants Setup creates (each has one hot settlement account); default 1
 	Payers      int           // payer accounts per merchant; default 1
-	Currency    string        // default TRY; one of TRY, USD, EUR, JPY, KWD
+	Currency    string        // of the accounts Setup creates (Run uses the Fixture's); default TRY; one of TRY, USD, EUR, JPY, KWD
 	MinAmount   int64         // payment amount in minor units, uniform in [MinAmount, MaxAmount]; default 100
 	MaxAmount   int64         // default max(MinAmount, 10000)
 
@@ -64,7 +64,7 @@ type Result struct {
 	Payers      int     `json:"payers,omitempty"`
 
 	Duration       float64          `json:"duration_s"`
-	Requests       int64            `json:"requests"`         // answered, whatever the status
+	Requests       int64            `json:"requests"`         // answered, whatever the status (a race sends two)
 	Errors         int64            `json:"errors"`           // transport errors: no HTTP answer
 	Unsent         int64            `json:"unsent,omitempty"` // open loop: due arrivals never sent because every client stayed busy to the end
 	Throughput     float64          `json:"throughput_rps"`   // Requests / Duration
@@ -296,7 +296,7 @@ func Run(ctx context.Context, opts Options, fx *Fixture) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	r := &runner{opts: opts, fx: fx, hc: newClient(opts.Concurrency), exp: exponents[opts.Currency]}
+	r := &runner{opts: opts, fx: fx, hc: newClient(opts.Concurrency)}
 	defer r.hc.CloseIdleConnections()
 	r.rawPath, r.replayPath = strings.HasPrefix(opts.Path, "/"), opts.Path == "replay"
 	if !r.rawPath {
@@ -381,7 +381,9 @@ func (r *runner) openLoop(ctx context.Context, workers []*worker) int64 {
 // schedule sends arrival i at start + i/Rate (computed from i, so sleep overshoot never drifts the
 // schedule) and returns how many arrivals of the measured window were due but never taken.
 func (r *runner) schedule(ctx context.Context, arrivals chan<- time.Time) int64 {
-	at := func(i int64) time.Time { return r.start.Add(time.Duration(float64(i) * float64(time.Second) / r.opts.Rate)) }
+	at := func(i int64) time.Time {
+		return r.start.Add(time.Duration(float64(i) * float64(time.Second) / r.opts.Rate))
+	}
 	wait := time.NewTimer(time.Hour)
 	defer wait.Stop()
 	over := time.NewTimer(time.Until(r.end))

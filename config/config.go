@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -57,6 +58,21 @@ type Config struct {
 	Log struct {
 		Level string `mapstructure:"level"`
 	} `mapstructure:"log"`
+	NATS struct {
+		URL string `mapstructure:"url"` // empty: an embedded JetStream server under the data dir
+	} `mapstructure:"nats"`
+	Webhook struct {
+		Timeout     time.Duration `mapstructure:"timeout"`      // one delivery attempt
+		Concurrency int           `mapstructure:"concurrency"`  // attempts in flight per sender
+		PerMerchant int           `mapstructure:"per_merchant"` // attempts in flight per merchant
+		RetryFor    time.Duration `mapstructure:"retry_for"`    // how long a failing delivery is retried
+	} `mapstructure:"webhook"`
+	Events struct {
+		Retention time.Duration `mapstructure:"retention"` // published outbox, inbox and finished deliveries are kept this long
+	} `mapstructure:"events"`
+	Relay struct {
+		MetricsAddr string `mapstructure:"metrics_addr"` // `kasa relay`'s /metrics and /healthz
+	} `mapstructure:"relay"`
 }
 
 // Capabilities the provider may have (CONTRACT §5).
@@ -83,6 +99,13 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("data.dir", "./.data")
 	v.SetDefault("secret.key", "")
 	v.SetDefault("log.level", "info")
+	v.SetDefault("nats.url", "")
+	v.SetDefault("webhook.timeout", "10s")
+	v.SetDefault("webhook.concurrency", 32)
+	v.SetDefault("webhook.per_merchant", 4)
+	v.SetDefault("webhook.retry_for", "72h")
+	v.SetDefault("events.retention", "168h")
+	v.SetDefault("relay.metrics_addr", "127.0.0.1:8092")
 }
 
 // Load reads defaults, then kasa.yaml (or the file named by KASA_CONFIG) if present, then KASA_* env.
@@ -131,6 +154,15 @@ func (c Config) Validate() error {
 	if c.Provider.ChargeBudget < c.Provider.ChargeTimeout {
 		errs = append(errs, fmt.Errorf("provider.charge_budget (%s) must be at least provider.charge_timeout (%s)", c.Provider.ChargeBudget, c.Provider.ChargeTimeout))
 	}
+	if c.Webhook.RetryFor < 24*time.Hour {
+		errs = append(errs, fmt.Errorf("webhook.retry_for must be at least 24h (CONTRACT §7), got %s", c.Webhook.RetryFor))
+	}
+	if c.Webhook.Timeout <= 0 || c.Webhook.Concurrency < 1 || c.Webhook.PerMerchant < 1 {
+		errs = append(errs, errors.New("webhook.timeout, webhook.concurrency and webhook.per_merchant must be positive"))
+	}
+	if c.Events.Retention < time.Hour {
+		errs = append(errs, fmt.Errorf("events.retention must be at least 1h, got %s", c.Events.Retention))
+	}
 	if c.API.SyncWait < 0 || c.API.SyncWait > time.Minute {
 		errs = append(errs, fmt.Errorf("api.sync_wait must be between 0 and 1m, got %s", c.API.SyncWait))
 	}
@@ -158,4 +190,16 @@ func (c Config) SecretKey() []byte {
 		return nil
 	}
 	return b
+}
+
+// EnvVars lists the environment variable of every setting (KASA_<KEY>, dots as underscores).
+func EnvVars() []string {
+	v := viper.New()
+	setDefaults(v)
+	var out []string
+	for _, k := range v.AllKeys() {
+		out = append(out, "KASA_"+strings.ToUpper(strings.ReplaceAll(k, ".", "_")))
+	}
+	sort.Strings(out)
+	return out
 }

@@ -54,6 +54,9 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 		{"charge timeout within the http timeout", "provider.charge_timeout", map[string]string{"KASA_PROVIDER_TIMEOUT": "10s", "KASA_PROVIDER_CHARGE_TIMEOUT": "10s"}},
 		{"budget shorter than one attempt", "provider.charge_budget", map[string]string{"KASA_PROVIDER_CHARGE_TIMEOUT": "1m", "KASA_PROVIDER_CHARGE_BUDGET": "30s"}},
 		{"negative sync wait", "api.sync_wait", map[string]string{"KASA_API_SYNC_WAIT": "-1s"}},
+		{"webhooks retried for less than a day", "webhook.retry_for", map[string]string{"KASA_WEBHOOK_RETRY_FOR": "2h"}},
+		{"no webhook concurrency", "webhook.concurrency", map[string]string{"KASA_WEBHOOK_CONCURRENCY": "0"}},
+		{"retention shorter than an hour", "events.retention", map[string]string{"KASA_EVENTS_RETENTION": "5m"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Chdir(t.TempDir())
@@ -63,5 +66,14 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 			_, err := Load()
 			require.ErrorContains(t, err, tc.want)
 		})
+	}
+}
+
+// Every setting is documented in the README's configuration table.
+func TestEveryEnvVarIsDocumented(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	for _, k := range EnvVars() {
+		require.Contains(t, string(readme), "`"+k+"`", "README's configuration table misses %s", k)
 	}
 }

@@ -16,23 +16,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
+
+	"github.com/kasa-pay/kasa/config"
 )
 
-// knownEnv is every KASA_* key kasa reads from its environment (CONTRACT §1 and config/).
-// A key outside this list in docker-compose.yml is a typo that kasa would silently ignore.
-var knownEnv = []string{
-	"KASA_API_ADDR",
-	"KASA_BANKSIM_ADDR",
-	"KASA_ADMIN_TOKEN",
-	"KASA_PROVIDER_CAPABILITY",
-	"KASA_PROVIDER_URL",
-	"KASA_DATABASE_URL",
-	"KASA_TEMPORAL_ADDRESS",
-	"KASA_TEMPORAL_NAMESPACE",
-	"KASA_DATA_DIR",
-	"KASA_SECRET_KEY",
-	"KASA_NATS_URL",
-}
+// knownEnv is every KASA_* key kasa reads from its environment (config.EnvVars). A key outside
+// it in docker-compose.yml is a typo that kasa would silently ignore.
+var knownEnv = config.EnvVars()
 
 // kasaServices maps each compose service that runs the kasa binary to its subcommand.
 var kasaServices = map[string]string{
@@ -40,6 +30,7 @@ var kasaServices = map[string]string{
 	"banksim": "banksim",
 	"worker":  "worker",
 	"api":     "api",
+	"relay":   "relay",
 }
 
 // testVars stands in for the operator's shell when the test interpolates ${VAR} references.
@@ -241,7 +232,7 @@ func TestComposeServicesExist(t *testing.T) {
 	c := loadCompose(t)
 	_, hasVersion := c.doc["version"]
 	require.False(t, hasVersion, "the compose spec has no top-level version key")
-	for _, name := range []string{"postgres", "temporal", "migrate", "banksim", "worker", "api"} {
+	for _, name := range []string{"postgres", "temporal", "migrate", "banksim", "worker", "api", "nats", "relay"} {
 		t.Run(name, func(t *testing.T) {
 			c.service(t, name)
 		})

@@ -49,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"stage"}),
 		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_events_purged_total",
-			Help: "Rows deleted by retention, by table (outbox, inbox).",
+			Help: "Rows deleted by retention, by table (outbox, inbox, webhook_deliveries).",
 		}, []string{"table"}),
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_webhook_events_consumed_total",

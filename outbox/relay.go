@@ -19,7 +19,7 @@ import (
 type RelayStore interface {
 	RelayOutbox(ctx context.Context, limit int, publish func(context.Context, []store.OutboxEvent) ([]uuid.UUID, error)) (claimed, published int, err error)
 	OutboxBacklog(ctx context.Context) (count int64, oldest time.Time, err error)
-	PurgeEvents(ctx context.Context, olderThan time.Duration, batch int) (outbox, inbox int64, err error)
+	PurgeEvents(ctx context.Context, olderThan time.Duration, batch int) (store.Purged, error)
 }
 
 // RelayOptions configure a Relay. Zero values take the defaults shown.
@@ -195,18 +195,20 @@ func (r *Relay) observeBacklog(ctx context.Context) {
 	r.o.Metrics.oldestAge.Set(age)
 }
 
-// Purge applies retention once: published outbox rows and inbox rows older than Retention go,
+// Purge applies retention once: published outbox rows, inbox rows and finished webhook
+// deliveries older than Retention go,
 // RetentionBatch rows per statement.
 func (r *Relay) Purge(ctx context.Context) {
-	o, i, err := r.o.Store.PurgeEvents(ctx, r.o.Retention, r.o.RetentionBatch)
-	r.o.Metrics.purged.WithLabelValues("outbox").Add(float64(o))
-	r.o.Metrics.purged.WithLabelValues("inbox").Add(float64(i))
+	p, err := r.o.Store.PurgeEvents(ctx, r.o.Retention, r.o.RetentionBatch)
+	r.o.Metrics.purged.WithLabelValues("outbox").Add(float64(p.Outbox))
+	r.o.Metrics.purged.WithLabelValues("inbox").Add(float64(p.Inbox))
+	r.o.Metrics.purged.WithLabelValues("webhook_deliveries").Add(float64(p.Deliveries))
 	if err != nil && ctx.Err() == nil {
 		r.o.Metrics.relayErrors.WithLabelValues("purge").Inc()
 		r.o.Logger.Warn("relay: retention failed", "error", err)
 	}
-	if o+i > 0 {
-		r.o.Logger.Info("relay: retention", "outbox_deleted", o, "inbox_deleted", i)
+	if p.Outbox+p.Inbox+p.Deliveries > 0 {
+		r.o.Logger.Info("relay: retention", "outbox_deleted", p.Outbox, "inbox_deleted", p.Inbox, "deliveries_deleted", p.Deliveries)
 	}
 }
 

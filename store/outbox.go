@@ -38,6 +38,9 @@ FOR UPDATE OF o SKIP LOCKED`
 WHERE published_at < now() - $1::float8 * interval '1 second' ORDER BY published_at LIMIT $2)`
 	sqlPurgeInbox = `DELETE FROM inbox WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM inbox
 WHERE processed_at < now() - $1::float8 * interval '1 second' ORDER BY processed_at LIMIT $2)`
+	// Finished deliveries only: a pending one is still owed to the merchant. Attempts cascade.
+	sqlPurgeDeliveries = `DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries
+WHERE status IN ('delivered', 'failed', 'skipped') AND updated_at < now() - $1::float8 * interval '1 second' LIMIT $2)`
 
 	// An earlier event of the aggregate, published within the grace period (or not yet
 	// published), that this consumer has not processed: the event must wait for it.
@@ -170,27 +173,33 @@ func (s *Store) OutboxBacklog(ctx context.Context) (count int64, oldest time.Tim
 	return count, oldest, translate(err)
 }
 
-// PurgeEvents deletes published outbox rows and inbox rows older than olderThan, batch rows per
-// statement (each its own short transaction, so neither table is locked for long).
-func (s *Store) PurgeEvents(ctx context.Context, olderThan time.Duration, batch int) (outbox, inbox int64, err error) {
-	purge := func(sql string) (int64, error) {
-		var total int64
+// Purged counts the rows one retention pass deleted.
+type Purged struct{ Outbox, Inbox, Deliveries int64 }
+
+// PurgeEvents deletes published outbox rows, inbox rows and finished webhook deliveries (with
+// their attempts) older than olderThan, batch rows per statement (each its own short
+// transaction, so no table is locked for long).
+func (s *Store) PurgeEvents(ctx context.Context, olderThan time.Duration, batch int) (Purged, error) {
+	purge := func(sql string, total *int64) error {
 		for {
 			tag, err := s.pool.Exec(ctx, sql, olderThan.Seconds(), batch)
 			if err != nil {
-				return total, translate(err)
+				return translate(err)
 			}
-			total += tag.RowsAffected()
+			*total += tag.RowsAffected()
 			if tag.RowsAffected() < int64(batch) {
-				return total, nil
+				return nil
 			}
 		}
 	}
-	if outbox, err = purge(sqlPurgeOutbox); err != nil {
-		return outbox, 0, err
+	var p Purged
+	if err := purge(sqlPurgeOutbox, &p.Outbox); err != nil {
+		return p, err
 	}
-	inbox, err = purge(sqlPurgeInbox)
-	return outbox, inbox, err
+	if err := purge(sqlPurgeInbox, &p.Inbox); err != nil {
+		return p, err
+	}
+	return p, purge(sqlPurgeDeliveries, &p.Deliveries)
 }
 
 // Acceptance is what a consumer's inbox made of a message.

@@ -370,22 +370,33 @@ func TestPurgeEventsInBatches(t *testing.T) {
 	for range 3 {
 		settle(t, mID, aID, false)
 	}
-	accepted(t) // published, and in the inbox
-	o, i, err := db.PurgeEvents(ctx, time.Hour, 1)
+	accepted(t) // published, in the inbox, and a skipped (finished) delivery each
+	p, err := db.PurgeEvents(ctx, time.Hour, 1)
 	require.NoError(t, err)
-	require.Zero(t, o+i, "nothing is old enough")
-	o, i, err = db.PurgeEvents(ctx, 0, 1)
+	require.Zero(t, p, "nothing is old enough")
+	p, err = db.PurgeEvents(ctx, 0, 1)
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, o, int64(3))
-	require.GreaterOrEqual(t, i, int64(3))
-	o, i, err = db.PurgeEvents(ctx, 0, 1)
+	require.GreaterOrEqual(t, p.Outbox, int64(3))
+	require.GreaterOrEqual(t, p.Inbox, int64(3))
+	require.GreaterOrEqual(t, p.Deliveries, int64(3))
+	ds, err := db.MerchantDeliveries(ctx, mID, 10)
 	require.NoError(t, err)
-	require.Zero(t, o+i)
+	require.Empty(t, ds, "finished deliveries are gone")
+	p, err = db.PurgeEvents(ctx, 0, 1)
+	require.NoError(t, err)
+	require.Zero(t, p)
 
-	// Unpublished rows are never purged.
+	// Unpublished rows and pending deliveries are never purged.
+	hooked, hookedAccount := webhookMerchant(t, "http://127.0.0.1:1/hook")
+	settle(t, hooked, hookedAccount, false)
+	accepted(t)
 	settle(t, mID, aID, false)
-	_, _, err = db.PurgeEvents(ctx, 0, 1000)
+	_, err = db.PurgeEvents(ctx, 0, 1000)
 	require.NoError(t, err)
+	ds, err = db.MerchantDeliveries(ctx, hooked, 10)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, store.DeliveryPending, ds[0].Status, "still owed to the merchant")
 	n, _, err := db.OutboxBacklog(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)

@@ -299,4 +299,40 @@ func TestEventWebhookOfARealPayment(t *testing.T) {
 		d, err := db.Delivery(context.Background(), ds[0].ID)
 		return err == nil && d.Status == store.DeliveryDelivered
 	}, 5*time.Second, 20*time.Millisecond)
+
+	// The operators' view: GET /admin/v1/merchants/{id}/deliveries, then a redelivery on purpose.
+	list := s.do("GET", "/admin/v1/merchants/"+m.ID+"/deliveries?limit=10", adminToken, "")
+	require.Equal(t, http.StatusOK, list.Status, "%s", list.Body)
+	var listed struct {
+		MerchantID string `json:"merchant_id"`
+		Deliveries []struct {
+			ID, Status, PaymentID string
+			EventType             string `json:"event_type"`
+			Attempts              []struct {
+				Attempt    int  `json:"attempt"`
+				StatusCode *int `json:"status_code"`
+			} `json:"attempts"`
+		} `json:"deliveries"`
+	}
+	require.NoError(t, json.Unmarshal(list.Body, &listed))
+	require.Equal(t, m.ID, listed.MerchantID)
+	require.Len(t, listed.Deliveries, 1)
+	require.Equal(t, got.EventID, listed.Deliveries[0].ID)
+	require.Equal(t, "delivered", listed.Deliveries[0].Status)
+	require.Equal(t, "payment.succeeded", listed.Deliveries[0].EventType)
+	require.Len(t, listed.Deliveries[0].Attempts, 1)
+	require.Equal(t, http.StatusOK, *listed.Deliveries[0].Attempts[0].StatusCode)
+	require.Equal(t, http.StatusBadRequest, s.do("GET", "/admin/v1/merchants/"+m.ID+"/deliveries?limit=0", adminToken, "").Status)
+	require.Equal(t, http.StatusUnauthorized, s.do("GET", "/admin/v1/merchants/"+m.ID+"/deliveries", m.APIKey, "").Status)
+
+	re := s.do("POST", "/admin/v1/deliveries/"+got.EventID+"/redeliver", adminToken, "")
+	require.Equal(t, http.StatusAccepted, re.Status, "%s", re.Body)
+	require.Equal(t, "pending", re.json(t)["status"])
+	require.Eventually(t, func() bool { return len(hook.requests()) == 2 }, 30*time.Second, 20*time.Millisecond)
+	again := hook.requests()[1]
+	require.Equal(t, got.EventID, again.EventID, "the same event, again")
+	require.Equal(t, got.Body, again.Body, "byte for byte")
+	require.NoError(t, outbox.Verify(secret, again.Signature, again.Body, 5*time.Minute))
+	require.Equal(t, http.StatusNotFound, s.do("POST", "/admin/v1/deliveries/"+payment.NewID().String()+"/redeliver", adminToken, "").Status)
+	require.Equal(t, 1, s.simCount(paymentID), "webhooks never touch the money")
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kasa-pay/kasa/banksim"
 	"github.com/kasa-pay/kasa/config"
@@ -150,7 +151,15 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	cleanup = append(cleanup, w.Stop)
 
-	stopAPI, err := serve(ctx, "api", cfg.API.Addr, newAPI(cfg, st, tc, log).Handler(), log)
+	// One registry: the API's /metrics shows the relay's and the webhooks' figures too.
+	reg := prometheus.NewRegistry()
+	stopEvents, err := startEvents(ctx, cfg, st, reg, log)
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, stopEvents)
+
+	stopAPI, err := serve(ctx, "api", cfg.API.Addr, newAPI(cfg, st, tc, reg, log).Handler(), log)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
@@ -35,9 +36,11 @@ const usage = `kasa — exactly-once payments on Temporal and PostgreSQL
 usage: kasa <command>
 
 commands:
-  dev       run everything locally: PostgreSQL, Temporal dev server + UI, bank simulator, worker, API
+  dev       run everything locally: PostgreSQL, Temporal dev server + UI, bank simulator, worker, relay, API
   api       run the REST API (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_ADMIN_TOKEN, KASA_SECRET_KEY)
   worker    run the Temporal worker (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_PROVIDER_URL, KASA_SECRET_KEY)
+  relay     run the event pipeline: outbox -> NATS JetStream (embedded unless KASA_NATS_URL) -> signed
+            merchant webhooks, with retention; /metrics on KASA_RELAY_METRICS_ADDR (needs KASA_DATABASE_URL, KASA_SECRET_KEY)
   banksim   run the bank simulator on KASA_BANKSIM_ADDR
   migrate   apply database migrations and exit
   verify    check the ledger and balance invariants; exit 1 listing every violation
@@ -65,7 +68,7 @@ func main() {
 
 	cmds := map[string]func(context.Context, config.Config, *slog.Logger) error{
 		"dev": runDev, "api": runAPI, "worker": runWorker, "banksim": runBanksim,
-		"migrate": runMigrate, "verify": runVerify, "reconcile": runReconcile,
+		"migrate": runMigrate, "verify": runVerify, "reconcile": runReconcile, "relay": runRelay,
 	}
 	run, ok := cmds[os.Args[1]]
 	if !ok {
@@ -155,9 +158,10 @@ func newActivities(cfg config.Config, st *store.Store) *activities.Activities {
 	return &activities.Activities{Store: st, Provider: provider.New(cfg.Provider.URL, cfg.Provider.Timeout)}
 }
 
-func newAPI(cfg config.Config, st *store.Store, tc client.Client, log *slog.Logger) *api.Server {
+func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheus.Registry, log *slog.Logger) *api.Server {
 	return api.New(api.Options{
-		Store: st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
+		Registry: reg,
+		Store:    st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
 		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait,
 		Charge: chargePolicy(cfg), Logger: log,
 		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Logger: log, Runs: st, Source: "api"},
@@ -209,7 +213,7 @@ func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer st.Close()
 	defer tc.Close()
-	stop, err := serve(ctx, "api", cfg.API.Addr, newAPI(cfg, st, tc, log).Handler(), log)
+	stop, err := serve(ctx, "api", cfg.API.Addr, newAPI(cfg, st, tc, nil, log).Handler(), log)
 	if err != nil {
 		return err
 	}

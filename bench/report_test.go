@@ -1,0 +1,87 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func sampleResult(path string, seconds int) Result {
+	r := Result{
+		Path: path, Mode: "open", Concurrency: 64, Rate: 200, Merchants: 10, Duration: float64(seconds),
+		Requests: 1000, Errors: 3, FirstError: "dial tcp: connection refused | twice\nthen", Throughput: 100, NewPayments: 900, NewPaymentRate: 90,
+		Latency: Latency{P50: 12.5, P90: 30, P95: 41, P99: 80.25, Max: 400},
+		Answers: map[string]int64{"201 succeeded": 800, "402 insufficient_funds": 100, "201 replayed": 100},
+	}
+	for i := range seconds {
+		r.Series = append(r.Series, Second{Second: i, Requests: int64(90 + i%20), P99: float64(50 + 7*i%40)})
+	}
+	return r
+}
+
+func TestWriteMarkdown(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	require.NoError(t, WriteMarkdown(&b, "kasa bench", sampleResult("payments", 10), sampleResult("/a|b", 3)))
+	out := b.String()
+	require.True(t, strings.HasPrefix(out, "## kasa bench\n"))
+	require.Contains(t, out, "| 402 insufficient_funds | 100 | 10.0% |")
+	// Every row of a table has as many cell separators as its header (escaped pipes aside).
+	for _, table := range strings.Split(out, "\n\n")[1:] {
+		lines := strings.Split(strings.TrimSpace(table), "\n")
+		require.GreaterOrEqual(t, len(lines), 3)
+		want := strings.Count(lines[0], "|")
+		for _, l := range lines {
+			require.True(t, strings.HasPrefix(l, "|") && strings.HasSuffix(l, "|"), l)
+			require.Equal(t, want, strings.Count(l, "|")-strings.Count(l, `\|`), l)
+		}
+	}
+}
+
+func TestWriteSVG(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		series    []Second
+		polylines int
+	}{
+		{"a minute", sampleResult("payments", 60).Series, 2},
+		{"one second", sampleResult("payments", 1).Series, 2},
+		{"no data", nil, 0},
+		{"all zero", []Second{{Second: 0}, {Second: 1}}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var b bytes.Buffer
+			require.NoError(t, WriteSVG(&b, `payments <&> "quoted"`, tt.series))
+			require.NotContains(t, b.String(), "NaN")
+			dec := xml.NewDecoder(&b)
+			var root string
+			polylines := 0
+			for {
+				tok, err := dec.Token()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				require.NoError(t, err)
+				if se, ok := tok.(xml.StartElement); ok {
+					if root == "" {
+						root = se.Name.Local
+						require.Equal(t, "http://www.w3.org/2000/svg", se.Name.Space)
+					}
+					if se.Name.Local == "polyline" {
+						polylines++
+					}
+				}
+			}
+			require.Equal(t, "svg", root)
+			require.Equal(t, tt.polylines, polylines)
+		})
+	}
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kasa-pay/kasa/config"
+	"github.com/kasa-pay/kasa/outbox"
+	"github.com/kasa-pay/kasa/store"
+)
+
+// startEvents runs the event pipeline until stop is called: the broker (embedded under the data
+// dir unless nats.url names one), the outbox relay, the webhook consumer and the webhook sender.
+// Each part is safe to run in several processes at once.
+func startEvents(ctx context.Context, cfg config.Config, st *store.Store, reg prometheus.Registerer, log *slog.Logger) (stop func(), err error) {
+	var cleanup []func()
+	undo := func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}
+	url := cfg.NATS.URL
+	if url == "" {
+		var stopBroker func()
+		url, stopBroker, err = outbox.StartEmbedded(filepath.Join(cfg.Data.Dir, "nats"))
+		if err != nil {
+			return nil, err
+		}
+		cleanup = append(cleanup, func() { log.Info("stopping the embedded NATS server"); stopBroker() })
+		log.Info("embedded NATS JetStream", "url", url, "dir", filepath.Join(cfg.Data.Dir, "nats"))
+	}
+	nc, js, err := outbox.Connect(url, "kasa-relay")
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	cleanup = append(cleanup, nc.Close)
+
+	metrics := outbox.NewMetrics(reg)
+	runners := map[string]interface{ Run(context.Context) error }{
+		"relay": outbox.NewRelay(outbox.RelayOptions{Store: st, JetStream: js, Retention: cfg.Events.Retention, Metrics: metrics, Logger: log}),
+		"webhook consumer": outbox.NewWebhookConsumer(outbox.WebhookConsumerOptions{
+			Store: st, JetStream: js, Metrics: metrics, Logger: log,
+		}),
+		"webhook sender": outbox.NewWebhookSender(outbox.WebhookSenderOptions{
+			Store: st, Timeout: cfg.Webhook.Timeout, Concurrency: cfg.Webhook.Concurrency,
+			PerMerchant: cfg.Webhook.PerMerchant, RetryFor: cfg.Webhook.RetryFor, Metrics: metrics, Logger: log,
+		}),
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for name, r := range runners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Run(ctx); err != nil && ctx.Err() == nil {
+				log.Error(name+" stopped", "error", err)
+			}
+		}()
+	}
+	cleanup = append(cleanup, func() { cancel(); wg.Wait() })
+	return undo, nil
+}
+
+// runRelay is `kasa relay`: the event pipeline on its own, with /metrics and /healthz.
+func runRelay(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	st, err := openStore(ctx, cfg, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	stopEvents, err := startEvents(ctx, cfg, st, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopEvents()
+	if cfg.Relay.MetricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"status":"ok"}`)) })
+		stop, err := serve(ctx, "relay metrics", cfg.Relay.MetricsAddr, mux, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	<-ctx.Done()
+	log.Info("shutting down relay")
+	return nil
+}
