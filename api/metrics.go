@@ -67,6 +67,7 @@ type dbCollector struct {
 	unknown, reconcileAge, backlog, backlogAge *prometheus.Desc
 	reconcileLines, reconcileRuns              *prometheus.Desc
 	reconcileLast, reconcileLastMismatches     *prometheus.Desc
+	lockWaiting, hotPostings, hotShare         *prometheus.Desc
 }
 
 func newDBCollector(src statsSource) *dbCollector {
@@ -81,6 +82,10 @@ func newDBCollector(src statsSource) *dbCollector {
 		reconcileRuns:           prometheus.NewDesc("kasa_reconcile_runs_total", "Reconciliation runs finished.", nil, nil),
 		reconcileLast:           prometheus.NewDesc("kasa_reconcile_last_run_timestamp_seconds", "When the latest reconciliation finished (Unix time); 0 when never: alert when it is more than a day old.", nil, nil),
 		reconcileLastMismatches: prometheus.NewDesc("kasa_reconcile_last_mismatches", "Mismatches reported by the latest reconciliation run: each needs a person.", nil, nil),
+		lockWaiting: prometheus.NewDesc("kasa_db_lock_waiting",
+			"Sessions waiting for a lock at scrape time (db_lock_wait), by relation: a table's name, or transactionid for a row another transaction holds (hot rows).", []string{"relation"}, nil),
+		hotPostings: prometheus.NewDesc("kasa_hot_account_postings_per_minute", "Ledger entries of the busiest account in the last minute (hot_account_rate).", nil, nil),
+		hotShare:    prometheus.NewDesc("kasa_hot_account_share", "The busiest account's share of all ledger entries in the last minute (0..1).", nil, nil),
 	}
 }
 
@@ -93,6 +98,9 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.reconcileRuns
 	ch <- c.reconcileLast
 	ch <- c.reconcileLastMismatches
+	ch <- c.lockWaiting
+	ch <- c.hotPostings
+	ch <- c.hotShare
 }
 
 func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
@@ -119,6 +127,11 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.reconcileLast, prometheus.GaugeValue, last)
 	ch <- prometheus.MustNewConstMetric(c.reconcileLastMismatches, prometheus.GaugeValue, float64(r.LastMismatches))
+	for rel, n := range st.LockWaits {
+		ch <- prometheus.MustNewConstMetric(c.lockWaiting, prometheus.GaugeValue, float64(n), rel)
+	}
+	ch <- prometheus.MustNewConstMetric(c.hotPostings, prometheus.GaugeValue, float64(st.HotAccountPostings))
+	ch <- prometheus.MustNewConstMetric(c.hotShare, prometheus.GaugeValue, st.HotAccountShare)
 }
 
 func ageSeconds(t time.Time) float64 {

@@ -115,9 +115,11 @@ func TestDevLifecycle(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	require.Eventually(t, func() bool { return len(hook.requests()) == 1 }, 30*time.Second, 50*time.Millisecond, "the webhook of a kasa dev payment")
 	require.Equal(t, r.json(t)["id"], decodeWebhook(t, hook.requests()[0].Body).Data.ID)
-	metrics := string(httpDo(t, "GET", apiURL+"/metrics", "", "").Body)
-	require.Contains(t, metrics, "kasa_relay_backlog ")
-	require.Contains(t, metrics, `kasa_webhook_deliveries_total{outcome="delivered"} 1`)
+	// The sender counts the delivery once the merchant's answer is recorded, just after it arrived.
+	require.Eventually(t, func() bool {
+		metrics := string(httpDo(t, "GET", apiURL+"/metrics", "", "").Body)
+		return strings.Contains(metrics, "kasa_relay_backlog ") && strings.Contains(metrics, `kasa_webhook_deliveries_total{outcome="delivered"} 1`)
+	}, 10*time.Second, 50*time.Millisecond, "the relay's metrics on the API's /metrics")
 	stop(cmd, logs)
 
 	cmd, st2, logs := start()

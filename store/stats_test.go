@@ -1,0 +1,38 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The db_lock_wait and hot_account_rate figures see a blocked row update and fresh postings.
+func TestStatsSeeLockWaitsAndHotAccounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	_, p, _, err := begin(t, mID, aID, "stats", "inv-stats", 100)
+	require.NoError(t, err)
+	require.NoError(t, db.Reserve(ctx, p.ID))
+	_, err = db.Finalize(ctx, p.ID, "ch_stats")
+	require.NoError(t, err)
+
+	st, err := db.Stats(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, st.HotAccountPostings, int64(1), "this minute's postings")
+	require.Greater(t, st.HotAccountShare, 0.0)
+	require.LessOrEqual(t, st.HotAccountShare, 1.0)
+
+	release, err := db.HoldRowLock(ctx, aID)
+	require.NoError(t, err)
+	blocked := make(chan error, 1)
+	go func() { blocked <- db.Exec(ctx, `UPDATE accounts SET updated_at = now() WHERE id = $1`, aID) }()
+	require.Eventually(t, func() bool {
+		st, err := db.Stats(ctx)
+		return err == nil && st.LockWaits["transactionid"] >= 1
+	}, 10*time.Second, 20*time.Millisecond, "the blocked UPDATE waits on the holder's transaction")
+	release()
+	require.NoError(t, <-blocked)
+}

@@ -1,0 +1,72 @@
+package workflows
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+)
+
+// The Temporal ceiling of `kasa bench` (ceiling T) is a workflow with the payment workflow's
+// shape and no work in its steps: what Temporal alone allows for that shape on these servers.
+
+// StepKind is how one workflow step runs.
+type StepKind string
+
+const (
+	StepRegular StepKind = "R" // a regular activity: its own task, scheduled and completed through the server
+	StepLocal   StepKind = "L" // a local activity: run inside the workflow task by the worker that holds it
+)
+
+// Shape is a workflow's skeleton: its steps in order, and whether it starts eagerly (the first
+// workflow task handed to the starting process's own worker, skipping a round trip).
+type Shape struct {
+	Steps []StepKind
+	Eager bool
+}
+
+func (s Shape) String() string {
+	var b strings.Builder
+	for _, k := range s.Steps {
+		b.WriteString(string(k))
+	}
+	if s.Eager {
+		b.WriteString("+eager")
+	}
+	return b.String()
+}
+
+// PaymentShape is PaymentWorkflow's happy path: reserve, charge, finalize, each a regular
+// activity. shape_test.go checks it against a recorded payment history.
+var PaymentShape = Shape{Steps: []StepKind{StepRegular, StepRegular, StepRegular}}
+
+// LeanestShape is the fastest shape Temporal allows for three steps: one workflow task.
+var LeanestShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true}
+
+// Names of the ceiling workflow and its step.
+const (
+	WorkflowShape = "bench.shape"
+	ActivityNoop  = "bench.noop"
+)
+
+// Noop is the ceiling's step: nothing.
+func Noop(context.Context) error { return nil }
+
+// ShapeWorkflow runs s's steps, each the no-op activity.
+func ShapeWorkflow(ctx workflow.Context, s Shape) error {
+	local := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	regular := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	for _, k := range s.Steps {
+		var err error
+		if k == StepLocal {
+			err = workflow.ExecuteLocalActivity(local, Noop).Get(ctx, nil)
+		} else {
+			err = workflow.ExecuteActivity(regular, ActivityNoop).Get(ctx, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,41 @@
+package workflows_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// PaymentShape, which the benchmark's Temporal ceiling copies, is the shape a succeeded payment
+// really has in its recorded history: one regular activity per step, no local ones.
+func TestPaymentShapeMatchesARecordedPayment(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "payment_succeeded.json"))
+	require.NoError(t, err)
+	h, err := client.HistoryFromJSON(bytes.NewReader(b), client.HistoryJSONOptions{})
+	require.NoError(t, err)
+	require.Equal(t, workflows.PaymentShape.String(), shapeOf(h))
+	require.Equal(t, "LLL+eager", workflows.LeanestShape.String())
+}
+
+func shapeOf(h *historypb.History) string {
+	s := ""
+	for _, e := range h.GetEvents() {
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			s += string(workflows.StepRegular)
+		case enumspb.EVENT_TYPE_MARKER_RECORDED:
+			if e.GetMarkerRecordedEventAttributes().GetMarkerName() == "LocalActivity" {
+				s += string(workflows.StepLocal)
+			}
+		}
+	}
+	return s
+}
