@@ -8,7 +8,7 @@ TEMPORAL := $(BIN)/temporal
 RACE := $(shell $(GO) env CGO_ENABLED | grep -q 1 && echo -race)
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test lint temporal-cli fuzz clean
+.PHONY: help build run test bench lint temporal-cli fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -28,6 +28,11 @@ run: build temporal-cli ## run the whole system locally (PostgreSQL, Temporal + 
 test: temporal-cli ## run every test: unit, integration (real PostgreSQL + Temporal) and end-to-end
 	$(GO) vet ./...
 	$(GO) test $(RACE) -count=1 -timeout 30m ./...
+
+# The standard suite: about 5 minutes here, plus the preload (see README "Benchmarks").
+BENCH_PRELOAD ?= 1000000
+bench: build temporal-cli ## measure: ceilings, targets and correctness; writes bench/results/<date>.{md,json,svg} and README's table
+	$(BIN)/kasa bench --suite --preload $(BENCH_PRELOAD) --out bench/results --readme README.md
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

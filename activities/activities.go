@@ -5,6 +5,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/temporal"
@@ -20,6 +21,7 @@ type Store interface {
 	Finalize(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error)
 	Release(ctx context.Context, operationID uuid.UUID, failureCode string) (payment.Payment, error)
 	MarkUnknown(ctx context.Context, operationID uuid.UUID) (payment.Payment, error)
+	BeginChargeAttempt(ctx context.Context, operationID uuid.UUID) (int, error)
 }
 
 // Provider is the bank.
@@ -40,7 +42,30 @@ func (a *Activities) ReserveFunds(ctx context.Context, operationID uuid.UUID) er
 }
 
 // Charge asks the provider to move the money, with the operation id as idempotency key.
+//
+// A repeated attempt (a local activity run again after its worker died) must not do what the
+// capability forbids: with "none" it never re-sends (the payment becomes unknown), with
+// "inquiry" it asks the provider first and re-sends only when the provider has no charge. So
+// for those two every attempt is recorded before anything is sent. An idempotent provider
+// answers a re-send with the first result, so it needs no record.
 func (a *Activities) Charge(ctx context.Context, in workflows.ChargeInput) (workflows.ChargeResult, error) {
+	if in.Capability == workflows.CapabilityNone || in.Capability == workflows.CapabilityInquiry {
+		attempt, err := a.Store.BeginChargeAttempt(ctx, in.OperationID)
+		if err != nil {
+			return workflows.ChargeResult{}, classify(err)
+		}
+		if attempt > 1 && in.Capability == workflows.CapabilityNone {
+			return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("an earlier charge attempt (%d so far) may have reached the provider, which cannot be asked", attempt-1),
+				workflows.ErrTypeAmbiguous, nil)
+		}
+		if attempt > 1 {
+			res, err := a.InquireCharge(ctx, in.OperationID)
+			if !hasType(err, workflows.ErrTypeNotFound) {
+				return res, err // the earlier attempt's charge, or no answer yet: never re-send
+			}
+		}
+	}
 	ch, err := a.Provider.Charge(ctx, in.OperationID.String(), provider.ChargeRequest{
 		Reference: in.OperationID.String(), AmountMinor: in.AmountMinor, Currency: in.Currency, AccountID: in.AccountID.String(),
 	})
@@ -60,6 +85,11 @@ func (a *Activities) InquireCharge(ctx context.Context, operationID uuid.UUID) (
 		return workflows.ChargeResult{}, classify(err)
 	}
 	return workflows.ChargeResult{ProviderReference: ch.ID, Succeeded: ch.Succeeded()}, nil
+}
+
+func hasType(err error, typ string) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == typ
 }
 
 // Finalize captures the payment in the ledger.

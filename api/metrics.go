@@ -68,6 +68,7 @@ type dbCollector struct {
 	reconcileLines, reconcileRuns              *prometheus.Desc
 	reconcileLast, reconcileLastMismatches     *prometheus.Desc
 	lockWaiting, hotPostings, hotShare         *prometheus.Desc
+	tableBytes, indexBytes                     *prometheus.Desc
 }
 
 func newDBCollector(src statsSource) *dbCollector {
@@ -86,6 +87,8 @@ func newDBCollector(src statsSource) *dbCollector {
 			"Sessions waiting for a lock at scrape time (db_lock_wait), by relation: a table's name, or transactionid for a row another transaction holds (hot rows).", []string{"relation"}, nil),
 		hotPostings: prometheus.NewDesc("kasa_hot_account_postings_per_minute", "Ledger entries of the busiest account in the last minute (hot_account_rate).", nil, nil),
 		hotShare:    prometheus.NewDesc("kasa_hot_account_share", "The busiest account's share of all ledger entries in the last minute (0..1).", nil, nil),
+		tableBytes:  prometheus.NewDesc("kasa_db_table_bytes", "Bytes of each kasa table (heap and TOAST).", []string{"table"}, nil),
+		indexBytes:  prometheus.NewDesc("kasa_db_index_bytes", "Bytes of each kasa table's indexes (index_size).", []string{"table"}, nil),
 	}
 }
 
@@ -101,6 +104,8 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.lockWaiting
 	ch <- c.hotPostings
 	ch <- c.hotShare
+	ch <- c.tableBytes
+	ch <- c.indexBytes
 }
 
 func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
@@ -132,6 +137,10 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.hotPostings, prometheus.GaugeValue, float64(st.HotAccountPostings))
 	ch <- prometheus.MustNewConstMetric(c.hotShare, prometheus.GaugeValue, st.HotAccountShare)
+	for _, t := range st.Tables {
+		ch <- prometheus.MustNewConstMetric(c.tableBytes, prometheus.GaugeValue, float64(t.TableBytes), t.Table)
+		ch <- prometheus.MustNewConstMetric(c.indexBytes, prometheus.GaugeValue, float64(t.IndexBytes), t.Table)
+	}
 }
 
 func ageSeconds(t time.Time) float64 {

@@ -2,7 +2,9 @@ package deploy
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -232,7 +234,7 @@ func TestComposeServicesExist(t *testing.T) {
 	c := loadCompose(t)
 	_, hasVersion := c.doc["version"]
 	require.False(t, hasVersion, "the compose spec has no top-level version key")
-	for _, name := range []string{"postgres", "temporal", "migrate", "banksim", "worker", "api", "nats", "relay"} {
+	for _, name := range []string{"postgres", "temporal", "migrate", "banksim", "worker", "api", "nats", "relay", "prometheus", "grafana"} {
 		t.Run(name, func(t *testing.T) {
 			c.service(t, name)
 		})
@@ -272,6 +274,8 @@ func TestComposePublishedPorts(t *testing.T) {
 		{"banksim", "8090", true},
 		{"temporal", "7233", true},
 		{"temporal", "8233", true},
+		{"prometheus", "9090", true},
+		{"grafana", "3000", true},
 		{"postgres", "5432", false},
 	}
 	for _, tt := range tests {
@@ -718,6 +722,433 @@ func TestInterpolate(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestComposePublishesOnLoopbackByDefault(t *testing.T) {
+	c := loadCompose(t)
+	for name := range c.services {
+		for _, p := range c.ports(t, name) {
+			t.Run(name+"/"+p.target, func(t *testing.T) {
+				require.NotEmptyf(t, p.published, "%s: publish container port %s on an explicit host port", name, p.target)
+				require.Equalf(t, "127.0.0.1", p.hostIP,
+					"%s publishes %s on %q without KASA_PUBLISH_IP: use ${KASA_PUBLISH_IP:-127.0.0.1}", name, p.published, p.hostIP)
+			})
+		}
+		list, _ := c.service(t, name)["ports"].([]any)
+		for _, raw := range list {
+			if s, ok := raw.(string); ok {
+				require.Truef(t, strings.HasPrefix(s, "${KASA_PUBLISH_IP:-127.0.0.1}:"),
+					"%s: port %q must honour KASA_PUBLISH_IP", name, s)
+			}
+		}
+	}
+}
+
+type mount struct {
+	source, target string
+	readOnly       bool
+}
+
+// bind reports whether the mount is a host path rather than a named volume.
+func (m mount) bind() bool {
+	return strings.HasPrefix(m.source, ".") || strings.HasPrefix(m.source, "/") || strings.HasPrefix(m.source, "~")
+}
+
+// mounts returns the service's volumes, short ("src:dst[:mode]") or long syntax.
+func (c compose) mounts(t *testing.T, name string) []mount {
+	t.Helper()
+	list, _ := c.service(t, name)["volumes"].([]any)
+	var out []mount
+	for _, v := range list {
+		switch v := v.(type) {
+		case string:
+			parts := strings.Split(v, ":")
+			require.GreaterOrEqualf(t, len(parts), 2, "%s: volume %q has no target", name, v)
+			m := mount{source: parts[0], target: parts[1]}
+			if len(parts) > 2 {
+				m.readOnly = slices.Contains(strings.Split(parts[2], ","), "ro")
+			}
+			out = append(out, m)
+		case map[string]any:
+			ro, _ := v["read_only"].(bool)
+			out = append(out, mount{source: fmt.Sprint(v["source"]), target: fmt.Sprint(v["target"]), readOnly: ro})
+		default:
+			t.Fatalf("service %s: volume entry has unexpected type %T", name, v)
+		}
+	}
+	return out
+}
+
+// mountOf returns the service's mount of the repository path source ("./deploy/x.yml").
+func (c compose) mountOf(t *testing.T, name, source string) mount {
+	t.Helper()
+	for _, m := range c.mounts(t, name) {
+		if filepath.Clean(m.source) == filepath.Clean(source) {
+			return m
+		}
+	}
+	t.Fatalf("service %s does not mount %s", name, source)
+	return mount{}
+}
+
+func TestComposeBindMountsExist(t *testing.T) {
+	c := loadCompose(t)
+	root := repoRoot(t)
+	n := 0
+	for name := range c.services {
+		for _, m := range c.mounts(t, name) {
+			if !m.bind() {
+				continue
+			}
+			n++
+			t.Run(name+"/"+m.target, func(t *testing.T) {
+				require.Truef(t, strings.HasPrefix(m.source, "./"), "%s mounts %s: mount files from the repository (./...) only", name, m.source)
+				_, err := os.Stat(filepath.Join(root, m.source))
+				require.NoErrorf(t, err, "%s mounts %s, which is not in the repository", name, m.source)
+				require.Truef(t, m.readOnly, "%s mounts %s writable: repository files are mounted :ro", name, m.source)
+			})
+		}
+	}
+	require.NotZero(t, n, "prometheus and grafana mount their configuration from the repository")
+}
+
+// flagValue returns the value of --name=value (or --name value) in args.
+func flagValue(t *testing.T, args []string, name string) string {
+	t.Helper()
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+		if a == "--"+name && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	t.Fatalf("flag --%s not found in %v", name, args)
+	return ""
+}
+
+type prometheusConfig struct {
+	Global struct {
+		ScrapeInterval     string `yaml:"scrape_interval"`
+		EvaluationInterval string `yaml:"evaluation_interval"`
+	} `yaml:"global"`
+	ScrapeConfigs []struct {
+		JobName        string `yaml:"job_name"`
+		ScrapeInterval string `yaml:"scrape_interval"`
+		MetricsPath    string `yaml:"metrics_path"`
+		Scheme         string `yaml:"scheme"`
+		StaticConfigs  []struct {
+			Targets []string `yaml:"targets"`
+		} `yaml:"static_configs"`
+	} `yaml:"scrape_configs"`
+}
+
+func TestPrometheus(t *testing.T) {
+	c := loadCompose(t)
+	var cfg prometheusConfig
+	dec := yaml.NewDecoder(strings.NewReader(readRepoFile(t, "deploy/prometheus.yml")))
+	dec.KnownFields(true) // a misspelt key is an error here, as it is for Prometheus
+	require.NoError(t, dec.Decode(&cfg), "deploy/prometheus.yml")
+
+	args := c.command(t, "prometheus")
+	require.Equal(t, c.mountOf(t, "prometheus", "./deploy/prometheus.yml").target, flagValue(t, args, "config.file"),
+		"prometheus must read the mounted deploy/prometheus.yml")
+	require.Contains(t, c.mounts(t, "prometheus"), mount{source: "prometheus-data", target: flagValue(t, args, "storage.tsdb.path")},
+		"the TSDB must live on the prometheus-data volume")
+
+	// job -> host:port, checked against where each compose service listens.
+	targets := map[string][]string{}
+	for _, sc := range cfg.ScrapeConfigs {
+		interval := sc.ScrapeInterval
+		if interval == "" {
+			interval = cfg.Global.ScrapeInterval
+		}
+		require.Equalf(t, "5s", interval, "job %s: scrape interval", sc.JobName)
+		require.Containsf(t, []string{"", "/metrics"}, sc.MetricsPath, "job %s: metrics path", sc.JobName)
+		require.Containsf(t, []string{"", "http"}, sc.Scheme, "job %s: scheme", sc.JobName)
+		for _, st := range sc.StaticConfigs {
+			targets[sc.JobName] = append(targets[sc.JobName], st.Targets...)
+		}
+	}
+	for _, tt := range []struct{ job, service, key string }{
+		{"api", "api", "KASA_API_ADDR"},
+		{"relay", "relay", "KASA_RELAY_METRICS_ADDR"},
+	} {
+		t.Run(tt.job, func(t *testing.T) {
+			host, listenPort := hostPort(t, c.resolvedEnv(t, tt.service)[tt.key])
+			require.Containsf(t, []string{"", "0.0.0.0", "::"}, host, "%s must listen on all interfaces for Prometheus to reach it", tt.key)
+			require.Equalf(t, []string{tt.service + ":" + listenPort}, targets[tt.job],
+				"job %s must scrape the %s service where %s listens", tt.job, tt.service, tt.key)
+		})
+	}
+	for _, ts := range targets {
+		for _, target := range ts {
+			h, _ := hostPort(t, target)
+			c.service(t, h) // every target is a compose service
+		}
+	}
+}
+
+// grafanaDatasourceUID is the uid of the provisioned Prometheus datasource; every dashboard panel uses it.
+const grafanaDatasourceUID = "prometheus"
+
+type grafanaDatasources struct {
+	APIVersion  int `yaml:"apiVersion"`
+	Datasources []struct {
+		Name      string `yaml:"name"`
+		Type      string `yaml:"type"`
+		UID       string `yaml:"uid"`
+		Access    string `yaml:"access"`
+		URL       string `yaml:"url"`
+		IsDefault bool   `yaml:"isDefault"`
+	} `yaml:"datasources"`
+}
+
+type grafanaDashboardProviders struct {
+	APIVersion int `yaml:"apiVersion"`
+	Providers  []struct {
+		Name    string `yaml:"name"`
+		Type    string `yaml:"type"`
+		Options struct {
+			Path string `yaml:"path"`
+		} `yaml:"options"`
+	} `yaml:"providers"`
+}
+
+func TestGrafana(t *testing.T) {
+	c := loadCompose(t)
+	const provisioning = "/etc/grafana/provisioning/"
+	dsMount := c.mountOf(t, "grafana", "./deploy/grafana/provisioning/datasources")
+	require.Equal(t, provisioning+"datasources", dsMount.target)
+	dbMount := c.mountOf(t, "grafana", "./deploy/grafana/provisioning/dashboards")
+	require.Equal(t, provisioning+"dashboards", dbMount.target)
+
+	t.Run("datasource", func(t *testing.T) {
+		var ds grafanaDatasources
+		require.NoError(t, yaml.Unmarshal([]byte(readRepoFile(t, "deploy/grafana/provisioning/datasources/prometheus.yml")), &ds))
+		require.Equal(t, 1, ds.APIVersion)
+		require.Len(t, ds.Datasources, 1)
+		d := ds.Datasources[0]
+		require.Equal(t, "prometheus", d.Type)
+		require.Equal(t, grafanaDatasourceUID, d.UID, "the dashboard refers to the datasource by this uid")
+		require.Equal(t, "proxy", d.Access, "the browser cannot resolve the prometheus service name: Grafana's server must query it")
+		require.True(t, d.IsDefault)
+		u, err := url.Parse(d.URL)
+		require.NoError(t, err)
+		require.Equal(t, "http", u.Scheme)
+		require.Equal(t, "prometheus", u.Hostname(), "datasource url host is the prometheus service")
+		_, ok := c.publishes(t, "prometheus", u.Port())
+		require.Truef(t, ok, "datasource port %s is not the port prometheus listens on", u.Port())
+	})
+
+	t.Run("dashboards", func(t *testing.T) {
+		var dp grafanaDashboardProviders
+		require.NoError(t, yaml.Unmarshal([]byte(readRepoFile(t, "deploy/grafana/provisioning/dashboards/kasa.yml")), &dp))
+		require.Equal(t, 1, dp.APIVersion)
+		require.Len(t, dp.Providers, 1)
+		p := dp.Providers[0]
+		require.Equal(t, "file", p.Type)
+		docs := c.mountOf(t, "grafana", "./docs/grafana")
+		require.Equal(t, docs.target, p.Options.Path, "the provider must read the folder docs/grafana is mounted on")
+		home := c.env(t, "grafana")["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+		rel, ok := strings.CutPrefix(home, docs.target+"/")
+		require.Truef(t, ok, "home dashboard %q is not in the mounted docs/grafana (%s)", home, docs.target)
+		_, err := os.Stat(filepath.Join(repoRoot(t), "docs/grafana", rel))
+		require.NoError(t, err, "home dashboard")
+	})
+
+	t.Run("anonymous viewers", func(t *testing.T) {
+		env := c.env(t, "grafana")
+		require.Equal(t, "true", env["GF_AUTH_ANONYMOUS_ENABLED"])
+		require.Equal(t, "Viewer", env["GF_AUTH_ANONYMOUS_ORG_ROLE"], "anonymous users must not edit")
+	})
+
+	t.Run("starts after prometheus", func(t *testing.T) {
+		_, ok := c.dependsOn(t, "grafana")["prometheus"]
+		require.True(t, ok)
+	})
+}
+
+// metricKind is how a dashboard may use a metric: histograms through their _bucket/_count/_sum series.
+type metricKind int
+
+const (
+	counter metricKind = iota
+	gauge
+	histogram
+)
+
+// dashboardMetrics is every metric docs/grafana/kasa-dashboard.json queries. Each must be
+// registered by kasa's code (TestDashboard greps api/ and outbox/ for its name), unless it is
+// listed in pendingMetrics.
+var dashboardMetrics = map[string]metricKind{
+	"kasa_http_request_duration_seconds":        histogram,
+	"kasa_payment_sync_duration_seconds":        histogram,
+	"kasa_idempotency_requests_total":           counter,
+	"kasa_unique_conflicts_total":               counter,
+	"kasa_db_lock_waiting":                      gauge,
+	"kasa_hot_account_postings_per_minute":      gauge,
+	"kasa_hot_account_share":                    gauge,
+	"kasa_db_table_bytes":                       gauge,
+	"kasa_db_index_bytes":                       gauge,
+	"kasa_unknown_payments":                     gauge,
+	"kasa_reconcile_age_seconds":                gauge,
+	"kasa_reconcile_last_mismatches":            gauge,
+	"kasa_reconcile_last_run_timestamp_seconds": gauge,
+	"kasa_reconcile_outcomes_total":             counter,
+	"kasa_outbox_backlog":                       gauge,
+	"kasa_outbox_oldest_age_seconds":            gauge,
+	"kasa_relay_backlog":                        gauge,
+	"kasa_outbox_publish_latency_seconds":       histogram,
+	"kasa_webhook_deliveries_total":             counter,
+	"kasa_webhook_attempts_per_delivery":        histogram,
+}
+
+// pendingMetrics are dashboard metrics the code does not register yet. The test fails once one
+// of them is registered, so that this list only ever shrinks to nothing.
+var pendingMetrics = []string{}
+
+// dashboardRows are the dashboard's rows, in order: the questions of the seed's metrics table.
+var dashboardRows = []string{"Throughput and latency", "Duplicates and conflicts", "Database", "Money at risk", "Events"}
+
+type grafanaDatasourceRef struct {
+	Type string `json:"type"`
+	UID  string `json:"uid"`
+}
+
+type grafanaPanel struct {
+	ID          int                      `json:"id"`
+	Type        string                   `json:"type"`
+	Title       string                   `json:"title"`
+	Description string                   `json:"description"`
+	Datasource  *grafanaDatasourceRef    `json:"datasource"`
+	GridPos     struct{ H, W, X, Y int } `json:"gridPos"`
+	Targets     []struct {
+		Datasource *grafanaDatasourceRef `json:"datasource"`
+		Expr       string                `json:"expr"`
+		RefID      string                `json:"refId"`
+	} `json:"targets"`
+	Panels []grafanaPanel `json:"panels"` // a collapsed row's panels
+}
+
+var (
+	metricRef     = regexp.MustCompile(`kasa_[a-z_]+`)
+	metricLiteral = regexp.MustCompile(`"(kasa_[a-z_]+)"`)
+	byClause      = regexp.MustCompile(`by \(([^)]*)\)`)
+)
+
+// registeredMetrics returns the "kasa_..." string literals in the non-test Go files under dirs.
+func registeredMetrics(t *testing.T, dirs ...string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, dir := range dirs {
+		err := filepath.WalkDir(filepath.Join(repoRoot(t), dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range metricLiteral.FindAllStringSubmatch(string(b), -1) {
+				out[m[1]] = true
+			}
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	require.NotEmpty(t, out, "no metric names found in %v", dirs)
+	return out
+}
+
+func TestDashboard(t *testing.T) {
+	var dash struct {
+		UID           string         `json:"uid"`
+		Title         string         `json:"title"`
+		SchemaVersion int            `json:"schemaVersion"`
+		Panels        []grafanaPanel `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(readRepoFile(t, "docs/grafana/kasa-dashboard.json")), &dash))
+	require.NotEmpty(t, dash.UID, "a stable uid keeps the dashboard's URL across provisioning")
+	require.NotEmpty(t, dash.Title)
+	require.GreaterOrEqual(t, dash.SchemaVersion, 36, "schema version")
+
+	var all []grafanaPanel
+	var rows []string
+	for _, p := range dash.Panels {
+		all = append(all, p)
+		all = append(all, p.Panels...)
+		if p.Type == "row" {
+			rows = append(rows, p.Title)
+		}
+	}
+	require.Equal(t, dashboardRows, rows)
+
+	ids := map[int]string{}
+	used := map[string]bool{}
+	for _, p := range all {
+		require.NotZerof(t, p.ID, "panel %q has no id", p.Title)
+		prev, dup := ids[p.ID]
+		require.Falsef(t, dup, "panels %q and %q share id %d", prev, p.Title, p.ID)
+		ids[p.ID] = p.Title
+		require.LessOrEqualf(t, p.GridPos.X+p.GridPos.W, 24, "panel %q is wider than the grid", p.Title)
+		if p.Type == "row" {
+			continue
+		}
+		t.Run(p.Title, func(t *testing.T) {
+			require.NotEmpty(t, strings.TrimSpace(p.Description), "say which question the panel answers")
+			require.NotNil(t, p.Datasource)
+			require.Equal(t, grafanaDatasourceRef{Type: "prometheus", UID: grafanaDatasourceUID}, *p.Datasource)
+			require.NotEmpty(t, p.Targets)
+			for _, tg := range p.Targets {
+				if tg.Datasource != nil {
+					require.Equal(t, grafanaDatasourceUID, tg.Datasource.UID, "target %s datasource", tg.RefID)
+				}
+				require.NotEmpty(t, tg.Expr, "target %s", tg.RefID)
+				names := metricRef.FindAllString(tg.Expr, -1)
+				require.NotEmptyf(t, names, "target %s queries no kasa metric: %s", tg.RefID, tg.Expr)
+				for _, name := range names {
+					base, kind := name, metricKind(-1)
+					if k, ok := dashboardMetrics[name]; ok {
+						kind = k
+					} else {
+						for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+							b, ok := strings.CutSuffix(name, suffix)
+							if k, known := dashboardMetrics[b]; ok && known && k == histogram {
+								base, kind = b, histogram
+							}
+						}
+					}
+					require.NotEqualf(t, metricKind(-1), kind, "%s (in %s) is not in dashboardMetrics", name, tg.Expr)
+					require.Falsef(t, kind == histogram && base == name,
+						"%s is a histogram: query its _bucket, _count or _sum series", name)
+					if strings.HasSuffix(name, "_bucket") && kind == histogram {
+						require.Contains(t, tg.Expr, "histogram_quantile(", "a _bucket series is only meaningful in histogram_quantile")
+						for _, by := range byClause.FindAllStringSubmatch(tg.Expr, -1) {
+							require.Containsf(t, strings.Split(strings.ReplaceAll(by[1], " ", ""), ","), "le",
+								"aggregating %s without le breaks histogram_quantile: %s", name, tg.Expr)
+						}
+					}
+					used[base] = true
+				}
+			}
+		})
+	}
+
+	for name := range dashboardMetrics {
+		require.Truef(t, used[name], "%s is in dashboardMetrics but no panel queries it", name)
+	}
+
+	registered := registeredMetrics(t, "api", "outbox")
+	for name := range dashboardMetrics {
+		t.Run("registered/"+name, func(t *testing.T) {
+			if slices.Contains(pendingMetrics, name) {
+				require.Falsef(t, registered[name], "%s is registered now: remove it from pendingMetrics", name)
+				return
+			}
+			require.Truef(t, registered[name], "the dashboard queries %s, which no code under api/ or outbox/ registers", name)
 		})
 	}
 }

@@ -21,6 +21,7 @@ type Stats struct {
 	// minute, and HotAccountShare its share of all entries then (0 when there were none).
 	HotAccountPostings int64
 	HotAccountShare    float64
+	Tables             []TableSize // index_size of the seed's table, and the tables' own
 }
 
 const sqlStats = `SELECT
@@ -53,7 +54,11 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	if total > 0 {
 		st.HotAccountShare = float64(st.HotAccountPostings) / float64(total)
 	}
-	return st, translate(err)
+	if err != nil {
+		return st, translate(err)
+	}
+	st.Tables, err = s.Sizes(ctx)
+	return st, err
 }
 
 const (

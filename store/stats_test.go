@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
 )
 
 // The db_lock_wait and hot_account_rate figures see a blocked row update and fresh postings.
@@ -35,4 +37,19 @@ func TestStatsSeeLockWaitsAndHotAccounts(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the blocked UPDATE waits on the holder's transaction")
 	release()
 	require.NoError(t, <-blocked)
+}
+
+func TestBeginChargeAttemptCounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	_, p, _, err := begin(t, mID, aID, "attempts", "inv-attempts", 100)
+	require.NoError(t, err)
+	for want := 1; want <= 3; want++ {
+		n, err := db.BeginChargeAttempt(ctx, p.ID)
+		require.NoError(t, err)
+		require.Equal(t, want, n)
+	}
+	_, err = db.BeginChargeAttempt(ctx, payment.NewID())
+	require.ErrorIs(t, err, payment.ErrNotFound)
 }

@@ -35,6 +35,19 @@ WHERE id = $1 AND status = ANY($5) RETURNING ` + paymentColumns
 	sqlInsertOutbox = `INSERT INTO outbox (id, aggregate_id, type, payload) VALUES ($1, $2, $3, $4)`
 )
 
+const sqlBeginChargeAttempt = `UPDATE payments SET charge_attempts = charge_attempts + 1 WHERE id = $1 RETURNING charge_attempts`
+
+// BeginChargeAttempt records, durably, that a charge of the operation is about to be sent, and
+// returns which attempt this is (1 for the first).
+func (s *Store) BeginChargeAttempt(ctx context.Context, operationID uuid.UUID) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, sqlBeginChargeAttempt, operationID).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, payment.ErrNotFound
+	}
+	return n, translate(err)
+}
+
 // Reserve holds the payment's amount on the payer's account. payment.ErrInsufficientFunds when
 // the available balance is too small (nothing is written then).
 func (s *Store) Reserve(ctx context.Context, operationID uuid.UUID) error {

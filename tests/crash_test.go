@@ -231,7 +231,7 @@ func (s *crashStack) waitHTTP(p *proc, url string) {
 	s.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		require.False(s.t, p.exited(), "%s exited: %v\n%s", p.name, p.err, tail(p.log, 30))
+		p.requireRunning(s.t, "waiting for "+url)
 		if r, err := s.call("GET", url, "", ""); err == nil && r.Status == http.StatusOK {
 			return
 		}
@@ -787,7 +787,7 @@ func TestCrashPostgresRestart(t *testing.T) {
 	t.Logf("all 20 payments succeeded %v after the crash", time.Since(crashed).Round(time.Second))
 	require.Equal(t, http.StatusOK, s.mustCall("GET", s.apiURL()+"/readyz", "", "").Status)
 	for _, p := range []*proc{s.sim, s.worker, s.api} {
-		require.False(t, p.exited(), "%s survived the database outage: %v", p.name, p.err)
+		p.requireRunning(t, "the database outage is survived")
 	}
 	s.verify()
 }
@@ -827,7 +827,7 @@ func TestCrashTemporalRestart(t *testing.T) {
 	s.requireBatchSucceeded(m, acct, "1000.00", append(before, after...), 100*time.Second)
 	t.Logf("all 20 payments succeeded %v after the crash", time.Since(crashed).Round(time.Second))
 	for _, p := range []*proc{s.sim, s.worker, s.api} {
-		require.False(t, p.exited(), "%s survived the Temporal outage: %v", p.name, p.err)
+		p.requireRunning(t, "the Temporal outage is survived")
 	}
 	s.verify()
 }
@@ -875,6 +875,6 @@ func TestAPIStartsWhileTemporalIsDown(t *testing.T) {
 	require.Equal(t, 1, s.simCount(id), "one charge")
 	balance, reserved = s.balances(m, acct)
 	require.Equal(t, []string{"90.00", "0.00"}, []string{balance, reserved})
-	require.False(t, s.api.exited(), "the API kept running: %v", s.api.err)
+	s.api.requireRunning(t, "the API keeps running")
 	s.verify()
 }

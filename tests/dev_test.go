@@ -54,6 +54,13 @@ func TestDevLifecycle(t *testing.T) {
 		require.NoError(t, err)
 		cmd.Stderr = &logs
 		require.NoError(t, cmd.Start())
+		// A failing test still stops kasa dev gracefully, so it takes its children with it.
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				_ = cmd.Wait()
+			}
+		})
 		banner := make(chan string, 1)
 		go func() {
 			sc := bufio.NewScanner(pipe)

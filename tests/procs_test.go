@@ -155,6 +155,15 @@ func startProc(t *testing.T, dir, bin, name string, env []string, args ...string
 	return p
 }
 
+// requireRunning fails the test when the process has exited, with its exit error and log (read
+// only once it has exited: p.err is written by the goroutine that waits for it).
+func (p *proc) requireRunning(t *testing.T, what string) {
+	t.Helper()
+	if p.exited() {
+		t.Fatalf("%s: %s exited: %v\n%s", what, p.name, p.err, tail(p.log, 30))
+	}
+}
+
 func (p *proc) exited() bool {
 	select {
 	case <-p.done:
@@ -168,7 +177,7 @@ func (p *proc) exited() bool {
 // shutdown, no flushed buffer.
 func (p *proc) kill() {
 	p.t.Helper()
-	require.False(p.t, p.exited(), "%s exited before it could be killed: %v\n%s", p.name, p.err, tail(p.log, 30))
+	p.requireRunning(p.t, "before the kill")
 	require.NoError(p.t, p.cmd.Process.Signal(syscall.SIGKILL))
 	select {
 	case <-p.done:

@@ -37,6 +37,10 @@ func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) 
 		TaskQueue:                s.queue(),
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		// When this process also runs a worker on the queue (kasa dev), the server hands the
+		// first workflow task straight back with the start: with local steps the whole payment
+		// then runs in that one task. Without a local worker the option does nothing.
+		EnableEagerStart: true,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			SearchPaymentStatus.ValueSet("processing"),
 			SearchMerchantID.ValueSet(in.MerchantID.String()),

@@ -99,6 +99,12 @@ type ChargeInput struct {
 	AccountID   uuid.UUID
 	AmountMinor int64
 	Currency    string
+	// Capability tells the activity what a repeated attempt may do. A charge run as a local
+	// activity is run again when its worker dies before the workflow task completes, so the
+	// activity records each attempt durably before sending: a repeat never re-sends to a
+	// provider without idempotency ("none"), and asks first with "inquiry". Empty (histories
+	// from before local steps): send, as a regular activity limited to one attempt did.
+	Capability Capability
 }
 
 // ChargeResult is a definite answer from the provider.

@@ -25,7 +25,23 @@ const (
 	maxInquirySend = 3 // charge sends allowed with capability inquiry, each preceded by an inquiry
 )
 
+// changeLocalSteps versions the switch from regular to local activities (one workflow task for
+// a whole payment instead of one per step). Payments started before it replay as they ran.
+const changeLocalSteps = "local-steps"
+
 // Database steps are idempotent and must eventually happen: retried without an attempt limit.
+// As local activities they are retried by the worker, and run again by another worker if this
+// one dies: idempotence is what makes both safe.
+var localStepOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout: 15 * time.Second,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:        100 * time.Millisecond,
+		BackoffCoefficient:     2,
+		MaximumInterval:        10 * time.Second,
+		NonRetryableErrorTypes: []string{ErrTypeInsufficientFunds, ErrTypeInconsistent},
+	},
+}
+
 var stepOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: 15 * time.Second,
 	RetryPolicy: &temporal.RetryPolicy{
@@ -66,6 +82,7 @@ func chargeOptions(in PaymentInput) workflow.ActivityOptions {
 // that cannot be known is parked as unknown until a settlement signal resolves it.
 func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, error) {
 	w := &paymentRun{in: in, status: payment.StatusProcessing}
+	w.local = workflow.GetVersion(ctx, changeLocalSteps, workflow.DefaultVersion, 1) == 1
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (string, error) { return string(w.status), nil }); err != nil {
 		return PaymentResult{}, err
 	}
@@ -84,9 +101,7 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 	); err != nil {
 		return PaymentResult{}, err
 	}
-	steps := workflow.WithActivityOptions(ctx, stepOptions)
-
-	err := workflow.ExecuteActivity(steps, ActivityReserveFunds, in.OperationID).Get(ctx, nil)
+	err := w.exec(ctx, ActivityReserveFunds, in.OperationID).Get(ctx, nil)
 	if hasType(err, ErrTypeInsufficientFunds) {
 		return w.fail(ctx, payment.FailureInsufficientFunds)
 	}
@@ -108,16 +123,38 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 
 type paymentRun struct {
 	in      PaymentInput
+	local   bool // steps are local activities (changeLocalSteps)
 	status  payment.Status
 	pending *Settlement // accepted settlement, applied by parkUnknown
+}
+
+// exec runs one database step.
+func (w *paymentRun) exec(ctx workflow.Context, name string, arg any) workflow.Future {
+	if w.local {
+		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, localStepOptions), name, arg)
+	}
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, stepOptions), name, arg)
+}
+
+// execProvider runs one provider call with the options of in's capability.
+func (w *paymentRun) execProvider(ctx workflow.Context, in PaymentInput, name string, arg any) workflow.Future {
+	o := chargeOptions(in)
+	if w.local {
+		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			StartToCloseTimeout: o.StartToCloseTimeout, ScheduleToCloseTimeout: o.ScheduleToCloseTimeout, RetryPolicy: o.RetryPolicy,
+		}), name, arg)
+	}
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), name, arg)
 }
 
 // charge asks the provider with the strategy its capability allows.
 func (w *paymentRun) charge(ctx workflow.Context) (ChargeResult, error) {
 	in := ChargeInput{OperationID: w.in.OperationID, AccountID: w.in.AccountID, AmountMinor: w.in.AmountMinor, Currency: w.in.Currency}
-	cctx := workflow.WithActivityOptions(ctx, chargeOptions(w.in))
+	if w.local {
+		in.Capability = w.in.Capability
+	}
 	var res ChargeResult
-	err := workflow.ExecuteActivity(cctx, ActivityCharge, in).Get(ctx, &res)
+	err := w.execProvider(ctx, w.in, ActivityCharge, in).Get(ctx, &res)
 	if w.in.Capability != CapabilityInquiry || err == nil || !isAmbiguous(err) {
 		return res, err
 	}
@@ -132,7 +169,7 @@ func (w *paymentRun) charge(ctx workflow.Context) (ChargeResult, error) {
 		if sends >= maxInquirySend {
 			return res, err
 		}
-		err = workflow.ExecuteActivity(cctx, ActivityCharge, in).Get(ctx, &res)
+		err = w.execProvider(ctx, w.in, ActivityCharge, in).Get(ctx, &res)
 		if err == nil || !isAmbiguous(err) {
 			return res, err
 		}
@@ -140,9 +177,10 @@ func (w *paymentRun) charge(ctx workflow.Context) (ChargeResult, error) {
 }
 
 func (w *paymentRun) inquire(ctx workflow.Context) (ChargeResult, error) {
-	o := chargeOptions(PaymentInput{Capability: CapabilityIdempotent, ChargeBudget: w.in.ChargeBudget, ChargeTimeout: w.in.ChargeTimeout})
+	// An inquiry changes nothing at the provider: retried like an idempotent charge.
+	o := PaymentInput{Capability: CapabilityIdempotent, ChargeBudget: w.in.ChargeBudget, ChargeTimeout: w.in.ChargeTimeout}
 	var res ChargeResult
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), ActivityInquire, w.in.OperationID).Get(ctx, &res)
+	err := w.execProvider(ctx, o, ActivityInquire, w.in.OperationID).Get(ctx, &res)
 	return res, err
 }
 
@@ -150,8 +188,7 @@ func (w *paymentRun) inquire(ctx workflow.Context) (ChargeResult, error) {
 // inquiry, keeps asking the provider on a growing timer. It never treats the payment as failed
 // by itself.
 func (w *paymentRun) parkUnknown(ctx workflow.Context) (PaymentResult, error) {
-	steps := workflow.WithActivityOptions(ctx, stepOptions)
-	if err := workflow.ExecuteActivity(steps, ActivityMarkUnknown, w.in.OperationID).Get(ctx, nil); err != nil {
+	if err := w.exec(ctx, ActivityMarkUnknown, w.in.OperationID).Get(ctx, nil); err != nil {
 		return PaymentResult{}, err
 	}
 	w.setStatus(ctx, payment.StatusUnknown)
@@ -213,9 +250,8 @@ func (w *paymentRun) receiveSettlements(ctx workflow.Context) {
 }
 
 func (w *paymentRun) finalize(ctx workflow.Context, providerRef string) (PaymentResult, error) {
-	steps := workflow.WithActivityOptions(ctx, stepOptions)
 	in := FinalizeInput{OperationID: w.in.OperationID, ProviderReference: providerRef}
-	if err := workflow.ExecuteActivity(steps, ActivityFinalize, in).Get(ctx, nil); err != nil {
+	if err := w.exec(ctx, ActivityFinalize, in).Get(ctx, nil); err != nil {
 		return PaymentResult{}, err
 	}
 	w.setStatus(ctx, payment.StatusSucceeded)
@@ -223,9 +259,8 @@ func (w *paymentRun) finalize(ctx workflow.Context, providerRef string) (Payment
 }
 
 func (w *paymentRun) fail(ctx workflow.Context, code string) (PaymentResult, error) {
-	steps := workflow.WithActivityOptions(ctx, stepOptions)
 	in := ReleaseInput{OperationID: w.in.OperationID, FailureCode: code}
-	if err := workflow.ExecuteActivity(steps, ActivityRelease, in).Get(ctx, nil); err != nil {
+	if err := w.exec(ctx, ActivityRelease, in).Get(ctx, nil); err != nil {
 		return PaymentResult{}, err
 	}
 	w.setStatus(ctx, payment.StatusFailed)

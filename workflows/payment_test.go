@@ -29,7 +29,6 @@ var (
 	opID       = uuid.MustParse("0b6f3c1e-6a55-4a43-9a39-3f1f4f8d2a01")
 	merchantID = uuid.MustParse("5d0c2f6e-2b0f-4a8e-8f0c-9a3e7b1c4d02")
 	accountID  = uuid.MustParse("9e8d7c6b-5a49-4382-a716-b5c4d3e2f103")
-	startTime  = time.Date(2025, 3, 14, 9, 0, 0, 0, time.UTC)
 )
 
 const (
@@ -130,8 +129,10 @@ func paymentInput(c workflows.Capability) workflows.PaymentInput {
 	}
 }
 
-func wantChargeInput() workflows.ChargeInput {
-	return workflows.ChargeInput{OperationID: opID, AccountID: accountID, AmountMinor: 12_345, Currency: "EUR"}
+// wantChargeInput is what the workflow sends the charge: with local steps it names the
+// capability, so a repeated attempt knows what it may do.
+func wantChargeInput(c workflows.Capability) workflows.ChargeInput {
+	return workflows.ChargeInput{OperationID: opID, AccountID: accountID, AmountMinor: 12_345, Currency: "EUR", Capability: c}
 }
 
 // harness is one test workflow environment with the payment workflow and stub activities
@@ -139,6 +140,8 @@ func wantChargeInput() workflows.ChargeInput {
 type harness struct {
 	t   *testing.T
 	env *testsuite.TestWorkflowEnvironment
+
+	start time.Time // the test clock when the workflow started
 
 	mu       sync.Mutex
 	statuses []string               // PaymentStatus values upserted, in order
@@ -158,7 +161,8 @@ func newHarness(t *testing.T) *harness {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	env := suite.NewTestWorkflowEnvironment()
-	env.SetStartTime(startTime)
+	// No SetStartTime: the SDK checks a local activity's deadline, computed on the test clock,
+	// against the wall clock, so a test clock in the past times every retried local step out.
 	env.SetTestTimeout(30 * time.Second) // wall clock; a stuck workflow fails instead of hanging
 	env.RegisterWorkflowWithOptions(workflows.PaymentWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowPayment})
 	for name, fn := range stubActivities {
@@ -169,7 +173,7 @@ func newHarness(t *testing.T) *harness {
 		workflows.SearchPaymentStatus.ValueSet(statusProcessing),
 		workflows.SearchMerchantID.ValueSet(merchantID.String()),
 	)))
-	h := &harness{t: t, env: env, calledAt: map[string][]time.Time{}}
+	h := &harness{t: t, env: env, start: env.Now(), calledAt: map[string][]time.Time{}}
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
 		sa, ok := args.Get(0).(temporal.SearchAttributes)
 		if !ok {
@@ -290,7 +294,7 @@ func (h *harness) offsets(name string) []time.Duration {
 	defer h.mu.Unlock()
 	var out []time.Duration
 	for _, at := range h.calledAt[name] {
-		out = append(out, at.Sub(startTime))
+		out = append(out, at.Sub(h.start))
 	}
 	return out
 }
@@ -331,7 +335,7 @@ func runPaymentCases(t *testing.T, cases []paymentCase) {
 				h.env.AssertActivityCalled(t, workflows.ActivityReserveFunds, mock.Anything, opID)
 			}
 			if tc.calls[workflows.ActivityCharge] > 0 {
-				h.env.AssertActivityCalled(t, workflows.ActivityCharge, mock.Anything, wantChargeInput())
+				h.env.AssertActivityCalled(t, workflows.ActivityCharge, mock.Anything, wantChargeInput(tc.in.Capability))
 			}
 			if tc.calls[workflows.ActivityInquire] > 0 {
 				h.env.AssertActivityCalled(t, workflows.ActivityInquire, mock.Anything, opID)

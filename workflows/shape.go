@@ -37,9 +37,10 @@ func (s Shape) String() string {
 	return b.String()
 }
 
-// PaymentShape is PaymentWorkflow's happy path: reserve, charge, finalize, each a regular
-// activity. shape_test.go checks it against a recorded payment history.
-var PaymentShape = Shape{Steps: []StepKind{StepRegular, StepRegular, StepRegular}}
+// PaymentShape is PaymentWorkflow's happy path: reserve, charge, finalize, each a local
+// activity, started eagerly when the starting process runs a worker (Starter.StartPayment).
+// shape_test.go checks the steps against a recorded payment history.
+var PaymentShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true}
 
 // LeanestShape is the fastest shape Temporal allows for three steps: one workflow task.
 var LeanestShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true}

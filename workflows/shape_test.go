@@ -15,13 +15,17 @@ import (
 )
 
 // PaymentShape, which the benchmark's Temporal ceiling copies, is the shape a succeeded payment
-// really has in its recorded history: one regular activity per step, no local ones.
+// really has in its recorded history (payments from before changeLocalSteps had three regular
+// activities).
 func TestPaymentShapeMatchesARecordedPayment(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("testdata", "payment_succeeded.json"))
-	require.NoError(t, err)
-	h, err := client.HistoryFromJSON(bytes.NewReader(b), client.HistoryJSONOptions{})
-	require.NoError(t, err)
-	require.Equal(t, workflows.PaymentShape.String(), shapeOf(h))
+	steps := workflows.Shape{Steps: workflows.PaymentShape.Steps}.String()
+	for file, want := range map[string]string{"payment_succeeded.json": steps, "payment_succeeded_regular_steps.json": "RRR"} {
+		b, err := os.ReadFile(filepath.Join("testdata", file))
+		require.NoError(t, err)
+		h, err := client.HistoryFromJSON(bytes.NewReader(b), client.HistoryJSONOptions{})
+		require.NoError(t, err)
+		require.Equal(t, want, shapeOf(h), file)
+	}
 	require.Equal(t, "LLL+eager", workflows.LeanestShape.String())
 }
 

@@ -30,6 +30,9 @@ type devState struct {
 	DemoMerchantID uuid.UUID `json:"demo_merchant_id"`
 	DemoAPIKey     string    `json:"demo_api_key"`
 	DemoAccountID  uuid.UUID `json:"demo_account_id"`
+	// Where this run's servers are (rewritten at every start; `kasa bench` reads them).
+	DatabaseURL     string `json:"database_url"`
+	TemporalAddress string `json:"temporal_address"`
 }
 
 func loadDevState(path string) (devState, error) {
@@ -168,6 +171,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := seedDemo(ctx, st, &state); err != nil {
 		return fmt.Errorf("seed demo merchant: %w", err)
 	}
+	state.DatabaseURL, state.TemporalAddress = cfg.Database.URL, cfg.Temporal.Address
 	if err := state.save(statePath); err != nil {
 		return err
 	}

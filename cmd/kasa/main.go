@@ -48,6 +48,10 @@ commands:
             match a provider settlement file to payments, settle unknown ones, report mismatches
             (exit 0 ok, 1 mismatches, 2 invalid file; see docs/operations.md)
 
+  bench     [flags] measure a throwaway kasa (a "kasa dev" child on free ports): one load run, or
+            --suite for the standard suite with ceilings, targets and correctness checks (make bench);
+            "kasa bench -h" lists the flags
+
 configuration: kasa.yaml and KASA_* environment variables (see README).
 `
 
@@ -68,7 +72,7 @@ func main() {
 
 	cmds := map[string]func(context.Context, config.Config, *slog.Logger) error{
 		"dev": runDev, "api": runAPI, "worker": runWorker, "banksim": runBanksim,
-		"migrate": runMigrate, "verify": runVerify, "reconcile": runReconcile, "relay": runRelay,
+		"migrate": runMigrate, "verify": runVerify, "reconcile": runReconcile, "relay": runRelay, "bench": runBench,
 	}
 	run, ok := cmds[os.Args[1]]
 	if !ok {

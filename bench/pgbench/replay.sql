@@ -1,0 +1,17 @@
+-- mirrors store.sqlRecord
+--
+-- The replay lookup: one pgbench transaction is the single query that finds a finished payment's
+-- idempotency record, with its stored answer, by (merchant, key). Over -D records=N completed
+-- records of merchant -D merchant_id under the keys key_base .. key_base+N-1 (setup.sql).
+-- pgbench variables hold numbers, not text, so the keys are 19-digit numbers where kasa's HTTP
+-- bench sends 36-character UUIDs, and every record is one merchant's: the index has the same
+-- depth, its entries are a little shorter. Run with -M prepared and the fixture schema as the
+-- search_path. TestPGBenchScriptsMirrorStore keeps the statement equal to the Go constant.
+
+\set k random(:key_base, :key_base + :records - 1)
+
+-- store.sqlRecord
+SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(response_status, 0),
+response_body, coalesce(locked_until, 'epoch'), workflow_started
+FROM idempotency_records WHERE merchant_id = :merchant_id AND idempotency_key = :k
+\gset record_

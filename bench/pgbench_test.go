@@ -1,0 +1,501 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+)
+
+// scriptStatement is one SQL statement of a pgbench script with the store constant it mirrors
+// ("-" for a statement marked "-- not in kasa:"). BEGIN, COMMIT and ROLLBACK are left out.
+type scriptStatement struct {
+	mirrors string
+	sql     string
+	line    int
+}
+
+var (
+	reMirrorsHeader = regexp.MustCompile(`^-- mirrors (.+)$`)
+	reMirrorMarker  = regexp.MustCompile(`^-- store\.(sql\w+)$`)
+)
+
+// parseScript splits a pgbench script into the constants its leading comment says it mirrors and
+// its SQL statements. A statement ends with ';' or with a \gset line; meta-commands are skipped.
+func parseScript(t *testing.T, name, text string) (header []string, stmts []scriptStatement) {
+	t.Helper()
+	lines := strings.Split(text, "\n")
+	for _, line := range lines {
+		if !strings.HasPrefix(line, "--") {
+			break
+		}
+		if m := reMirrorsHeader.FindStringSubmatch(line); m != nil {
+			for _, c := range strings.Split(m[1], ",") {
+				if c = strings.TrimSpace(c); c != "" {
+					header = append(header, strings.TrimPrefix(c, "store."))
+				}
+			}
+		}
+	}
+	var marker string
+	var buf []string
+	start := 0
+	end := func() {
+		sql := strings.TrimSuffix(strings.TrimSpace(strings.Join(buf, "\n")), ";")
+		buf = nil
+		switch strings.ToUpper(sql) {
+		case "BEGIN", "COMMIT", "ROLLBACK":
+			require.Empty(t, marker, "%s:%d: a transaction command carries a marker", name, start)
+			return
+		}
+		require.NotEmpty(t, marker, "%s:%d: statement mirrors no store constant: mark it \"-- store.sqlX\" or \"-- not in kasa: why\"", name, start)
+		stmts = append(stmts, scriptStatement{mirrors: marker, sql: sql, line: start})
+		marker = ""
+	}
+	for i, line := range lines {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case buf != nil && strings.HasPrefix(trimmed, `\gset`):
+			end()
+		case buf != nil:
+			buf = append(buf, line)
+			if strings.HasSuffix(trimmed, ";") {
+				end()
+			}
+		case strings.HasPrefix(trimmed, "--"):
+			if m := reMirrorMarker.FindStringSubmatch(trimmed); m != nil {
+				marker = m[1]
+			} else if strings.HasPrefix(trimmed, "-- not in kasa:") {
+				marker = "-"
+			}
+		case trimmed == "" || strings.HasPrefix(trimmed, `\`):
+		default:
+			start, buf = i+1, []string{line}
+			if strings.HasSuffix(trimmed, ";") {
+				end()
+			}
+		}
+	}
+	require.Nil(t, buf, "%s: unterminated statement at line %d", name, start)
+	return header, stmts
+}
+
+// normalizeSQL collapses whitespace and turns parameters ($n in Go, :name in pgbench; not inside
+// string literals, not the :: of a cast) into '?', returning them in order.
+func normalizeSQL(sql string) (string, []string) {
+	sql = strings.Join(strings.Fields(sql), " ")
+	var b strings.Builder
+	var params []string
+	ident := func(c byte) bool {
+		return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+	}
+	for i := 0; i < len(sql); i++ {
+		c := sql[i]
+		switch {
+		case c == '\'':
+			j := strings.IndexByte(sql[i+1:], '\'')
+			if j < 0 {
+				j = len(sql) - i - 1
+			}
+			b.WriteString(sql[i : i+j+2])
+			i += j + 1
+		case c == ':' && i+1 < len(sql) && sql[i+1] == ':':
+			b.WriteString("::")
+			i++
+		case (c == ':' || c == '$') && i+1 < len(sql) && ident(sql[i+1]):
+			j := i + 1
+			for j < len(sql) && ident(sql[j]) {
+				j++
+			}
+			params = append(params, sql[i+1:j])
+			b.WriteByte('?')
+			i = j - 1
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), params
+}
+
+// storePackage parses kasa's store package as text: its string constants (evaluated, since some
+// are concatenations such as `SELECT ` + paymentColumns + ...) and, per function and method, the
+// constants and package functions it names. Nothing in store has to be exported for this.
+type storePackage struct {
+	consts map[string]string
+	uses   map[string][]string // function or method name -> sql constants and functions it names
+}
+
+func parseStore(t *testing.T) storePackage {
+	t.Helper()
+	files, err := filepath.Glob("../store/*.go")
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	exprs := map[string]ast.Expr{}
+	var funcs []*ast.FuncDecl
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.GenDecl:
+				if d.Tok != token.CONST {
+					continue
+				}
+				for _, s := range d.Specs {
+					vs := s.(*ast.ValueSpec)
+					for i, n := range vs.Names {
+						if i < len(vs.Values) {
+							exprs[n.Name] = vs.Values[i]
+						}
+					}
+				}
+			case *ast.FuncDecl:
+				funcs = append(funcs, d)
+			}
+		}
+	}
+	p := storePackage{consts: map[string]string{}, uses: map[string][]string{}}
+	var eval func(ast.Expr) (string, bool)
+	eval = func(e ast.Expr) (string, bool) {
+		switch e := e.(type) {
+		case *ast.BasicLit:
+			if e.Kind != token.STRING {
+				return "", false
+			}
+			s, err := strconv.Unquote(e.Value)
+			return s, err == nil
+		case *ast.ParenExpr:
+			return eval(e.X)
+		case *ast.Ident:
+			if x, ok := exprs[e.Name]; ok {
+				return eval(x)
+			}
+		case *ast.BinaryExpr:
+			if e.Op == token.ADD {
+				l, ok1 := eval(e.X)
+				r, ok2 := eval(e.Y)
+				return l + r, ok1 && ok2
+			}
+		}
+		return "", false
+	}
+	for name, e := range exprs {
+		if s, ok := eval(e); ok {
+			p.consts[name] = s
+		}
+	}
+	declared := map[string]bool{}
+	for _, f := range funcs {
+		declared[f.Name.Name] = true
+	}
+	for _, f := range funcs {
+		if f.Body == nil {
+			continue
+		}
+		ast.Inspect(f.Body, func(n ast.Node) bool {
+			var name string
+			switch n := n.(type) {
+			case *ast.Ident:
+				name = n.Name
+			case *ast.SelectorExpr:
+				name = n.Sel.Name
+			default:
+				return true
+			}
+			if _, isSQL := p.consts[name]; (isSQL && strings.HasPrefix(name, "sql")) || declared[name] {
+				p.uses[f.Name.Name] = append(p.uses[f.Name.Name], name)
+			}
+			return true
+		})
+	}
+	return p
+}
+
+// reach lists the sql constants the functions run, directly or through other store functions.
+func (p storePackage) reach(roots ...string) map[string]bool {
+	seen, out := map[string]bool{}, map[string]bool{}
+	var walk func(string)
+	walk = func(name string) {
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		if _, ok := p.consts[name]; ok {
+			out[name] = true
+			return
+		}
+		for _, u := range p.uses[name] {
+			walk(u)
+		}
+	}
+	for _, r := range roots {
+		walk(r)
+	}
+	return out
+}
+
+// TestPGBenchScriptsMirrorStore fails when a pgbench script and kasa's SQL drift apart: every
+// marked statement must equal its store constant up to whitespace and parameter names (with one
+// script variable per Go parameter), and the payment script must run every statement of the
+// store methods one successful payment calls.
+func TestPGBenchScriptsMirrorStore(t *testing.T) {
+	t.Parallel()
+	st := parseStore(t)
+	require.Contains(t, st.consts, "sqlRecord", "store constants were not found")
+	entries, err := pgbenchScripts.ReadDir("pgbench")
+	require.NoError(t, err)
+	var scripts []string
+	for _, e := range entries {
+		if e.Name() != "setup.sql" {
+			scripts = append(scripts, e.Name())
+		}
+	}
+	require.ElementsMatch(t, []string{"payment.sql", "replay.sql", "replay-path.sql"}, scripts)
+	for _, name := range scripts {
+		t.Run(name, func(t *testing.T) {
+			text, err := pgbenchScripts.ReadFile("pgbench/" + name)
+			require.NoError(t, err)
+			header, stmts := parseScript(t, name, string(text))
+			require.NotEmpty(t, header, "%s must start with \"-- mirrors store.sqlX, ...\"", name)
+			marked := map[string]bool{}
+			require.True(t, strings.HasPrefix(string(text), "-- mirrors "), "%s must start with \"-- mirrors store.sqlX, ...\"", name)
+			for _, s := range stmts {
+				if s.mirrors == "-" {
+					continue
+				}
+				marked[s.mirrors] = true
+				goSQL, ok := st.consts[s.mirrors]
+				require.True(t, ok, "%s:%d: no constant store.%s", name, s.line, s.mirrors)
+				want, goParams := normalizeSQL(goSQL)
+				got, scriptParams := normalizeSQL(s.sql)
+				require.Equal(t, want, got, "%s:%d differs from store.%s", name, s.line, s.mirrors)
+				// $n and the script's variables must correspond one to one.
+				toVar, toParam := map[string]string{}, map[string]string{}
+				for i := range goParams {
+					if v, ok := toVar[goParams[i]]; ok {
+						require.Equal(t, v, scriptParams[i], "%s:%d: $%s is two variables", name, s.line, goParams[i])
+					}
+					if p, ok := toParam[scriptParams[i]]; ok {
+						require.Equal(t, p, goParams[i], "%s:%d: :%s stands for two parameters", name, s.line, scriptParams[i])
+					}
+					toVar[goParams[i]], toParam[scriptParams[i]] = scriptParams[i], goParams[i]
+				}
+			}
+			require.ElementsMatch(t, slices.Sorted(maps.Keys(marked)), dedupe(header),
+				"%s: the header's mirrored constants and the marked statements differ", name)
+		})
+	}
+	t.Run("payment.sql runs every statement of a successful payment", func(t *testing.T) {
+		// The store methods one new payment calls, in order: the API (merchantAuth, createPayment,
+		// run, storedResponse), then the worker's ReserveFunds and Finalize activities.
+		reached := st.reach("MerchantByAPIKey", "Begin", "WorkflowStarted", "Reserve", "Finalize", "Record", "Payment", "SaveResponse")
+		// Branches a successful first attempt does not take.
+		for _, c := range []string{
+			"sqlLivePayment",       // Begin: an invoice with a live payment (duplicate_payment)
+			"sqlReservationStatus", // Reserve: a retried activity that finds the reservation made
+		} {
+			require.True(t, reached[c], "store no longer uses %s: update this list", c)
+			delete(reached, c)
+		}
+		text, err := pgbenchScripts.ReadFile("pgbench/payment.sql")
+		require.NoError(t, err)
+		header, _ := parseScript(t, "payment.sql", string(text))
+		require.ElementsMatch(t, slices.Sorted(maps.Keys(reached)), dedupe(header),
+			"payment.sql must run exactly the statements of a successful payment")
+	})
+}
+
+func dedupe(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+func TestNormalizeSQL(t *testing.T) {
+	t.Parallel()
+	got, params := normalizeSQL("SELECT a ,\n  b FROM t WHERE x = :x_1 AND y = now() + :lease::interval AND z = 'a:b $1'")
+	require.Equal(t, "SELECT a , b FROM t WHERE x = ? AND y = now() + ?::interval AND z = 'a:b $1'", got)
+	require.Equal(t, []string{"x_1", "lease"}, params)
+	got, params = normalizeSQL("UPDATE t SET a = $2 WHERE id = $1 AND s = ANY($5)")
+	require.Equal(t, "UPDATE t SET a = ? WHERE id = ? AND s = ANY(?)", got)
+	require.Equal(t, []string{"2", "1", "5"}, params)
+}
+
+func TestParsePGBenchOutput(t *testing.T) {
+	t.Parallel()
+	out := `pgbench (15.18 (Debian 15.18-0+deb12u1))
+transaction type: /tmp/kasa-pgbench-1/payment.sql
+scaling factor: 1
+query mode: prepared
+number of clients: 4
+number of threads: 2
+maximum number of tries: 1
+duration: 2 s
+number of transactions actually processed: 1475
+number of failed transactions: 3 (0.203%)
+latency average = 5.319 ms
+initial connection time = 59.121 ms
+tps = 752.075601 (without initial connection time)
+`
+	r, err := parsePGBenchOutput(out)
+	require.NoError(t, err)
+	require.Equal(t, PGBenchResult{Transactions: 1475, Failed: 3, LatencyAvgMS: 5.319, TPS: 752.075601}, r)
+	_, err = parsePGBenchOutput("pgbench: error: connection to server failed\n")
+	require.Error(t, err)
+}
+
+func TestReadPGBenchLogs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	prefix := filepath.Join(dir, "tx")
+	require.NoError(t, os.WriteFile(prefix+".100", []byte("0 1 1500 0 1700000000 1\n0 2 failed 0 1700000000 2\n"), 0o644))
+	require.NoError(t, os.WriteFile(prefix+".100.1", []byte("1 1 500 0 1700000000 3\n1 2 2500 0 1700000000 4\n"), 0o644))
+	lat, failed, err := readPGBenchLogs(prefix)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), failed)
+	slices.Sort(lat)
+	require.Equal(t, []int64{500, 1500, 2500}, lat)
+	require.Equal(t, 1.5, quantileMS(lat, 0.5))
+	require.Equal(t, 2.5, quantileMS(lat, 0.99))
+	require.Equal(t, 0.5, quantileMS(lat, 0))
+	_, _, err = readPGBenchLogs(filepath.Join(dir, "none"))
+	require.Error(t, err)
+}
+
+func TestWithSearchPath(t *testing.T) {
+	t.Parallel()
+	got, err := withSearchPath("postgres://u:p@127.0.0.1:5432/kasa?sslmode=disable&options=-cstatement_timeout%3D0", "kasa_pgbench_x")
+	require.NoError(t, err)
+	require.Equal(t, "postgres://u:p@127.0.0.1:5432/kasa?options=-cstatement_timeout%3D0%20-c%20search_path%3Dkasa_pgbench_x&sslmode=disable", got)
+	_, err = withSearchPath("host=127.0.0.1 dbname=kasa", "s")
+	require.ErrorContains(t, err, "postgres:// URL")
+}
+
+// TestPGBench runs every script against a throwaway PostgreSQL with kasa's schema and a little
+// real data, and checks that only the fixture schema was written, and that it is gone afterwards.
+func TestPGBench(t *testing.T) {
+	ctx := context.Background()
+	env, err := devenv.StartTestEnv(ctx, devenv.TestNeeds{})
+	require.NoError(t, err)
+	defer env.Stop()
+	db, err := store.Open(ctx, store.Options{URL: env.DatabaseURL, SecretKey: bytes.Repeat([]byte{1}, 32), Migrate: true})
+	require.NoError(t, err)
+	defer db.Close()
+
+	// Some real rows, so that "untouched" means something.
+	m := payment.Merchant{ID: payment.NewID(), Name: "real"}
+	require.NoError(t, db.CreateMerchant(ctx, m, payment.NewSecret("sk_"), "whsec"))
+	acct, err := db.CreateAccount(ctx, m.ID, "TRY")
+	require.NoError(t, err)
+	_, _, err = db.Deposit(ctx, acct.ID, "seed", 10_000)
+	require.NoError(t, err)
+	req := payment.Request{InvoiceID: "inv-1", AmountMinor: 100, Currency: "TRY", AccountID: acct.ID, PaymentType: payment.DefaultPaymentType}
+	_, p, _, err := db.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: "k1", Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, db.Reserve(ctx, p.ID))
+	_, err = db.Finalize(ctx, p.ID, "ch_1")
+	require.NoError(t, err)
+
+	snapshot := func() string {
+		out, err := psql(ctx, env.DatabaseURL, nil, "-A", "-t", "-c", `SELECT concat_ws(' ',
+			(SELECT count(*) FROM merchants), (SELECT count(*) FROM accounts), (SELECT sum(balance) || '/' || sum(reserved) FROM accounts),
+			(SELECT count(*) FROM idempotency_records), (SELECT count(*) FROM payments), (SELECT count(*) FROM balance_reservations),
+			(SELECT count(*) FROM ledger_postings), (SELECT count(*) FROM ledger_entries), (SELECT count(*) FROM outbox),
+			(SELECT max(updated_at) FROM accounts), (SELECT max(updated_at) FROM idempotency_records))`)
+		require.NoError(t, err)
+		return strings.TrimSpace(out)
+	}
+	schemas := func() string {
+		out, err := psql(ctx, env.DatabaseURL, nil, "-A", "-t", "-c", `SELECT string_agg(nspname, ',') FROM pg_namespace WHERE nspname LIKE 'kasa\_pgbench%'`)
+		require.NoError(t, err)
+		return strings.TrimSpace(out)
+	}
+	before := snapshot()
+	require.True(t, strings.HasPrefix(before, "1 3 "), "real rows: %s", before)
+
+	t.Run("fixture clones constraints, foreign keys and triggers", func(t *testing.T) {
+		o := PGBenchOptions{DatabaseURL: env.DatabaseURL, Rows: 3, Payers: 2}.withDefaults()
+		schema, err := newPGBenchSchema()
+		require.NoError(t, err)
+		require.NoError(t, setupPGBenchFixture(ctx, o, schema))
+		defer func() { require.NoError(t, dropPGBenchSchema(ctx, env.DatabaseURL, schema)) }()
+		u, err := withSearchPath(env.DatabaseURL, schema)
+		require.NoError(t, err)
+		q := func(sql string) (string, error) {
+			out, err := psql(ctx, u, nil, "-A", "-t", "-c", sql)
+			return strings.TrimSpace(out), err
+		}
+		out, err := q(`SELECT (SELECT count(*) FROM merchants), (SELECT count(*) FROM accounts), (SELECT count(*) FROM idempotency_records)`)
+		require.NoError(t, err)
+		require.Equal(t, "3|9|3", out)
+		// The -D values PGBench passes to the replay scripts are merchant 1's.
+		out, err = q(`SELECT m.id || ' ' || a.id || ' ' || m.api_key_hash FROM merchants m JOIN accounts a ON a.merchant_id = m.id
+			WHERE m.name = 'bench-1' AND a.kind = 'customer' AND a.id = md5('payer/1/1')::uuid`)
+		require.NoError(t, err)
+		vars := strings.Join(pgbenchVariables(o), " ")
+		f := strings.Fields(out)
+		require.Len(t, f, 3)
+		require.Contains(t, vars, "merchant_id="+f[0])
+		require.Contains(t, vars, "account_id="+f[1])
+		require.Contains(t, vars, "api_key_hash="+f[2])
+		_, err = q(`BEGIN; INSERT INTO ledger_postings (id, kind, reference) VALUES (gen_random_uuid(), 'payment', 'x');
+			INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
+			SELECT gen_random_uuid(), id, md5('payer/1/1')::uuid, 'TRY', 5 FROM ledger_postings; COMMIT;`)
+		require.ErrorContains(t, err, "does not balance")
+		_, err = q(`INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status)
+			VALUES (gen_random_uuid(), md5('merchant/1')::uuid, 'no-record', md5('payer/1/1')::uuid, 1, 'TRY', 'i', 'purchase', 'processing')`)
+		require.ErrorContains(t, err, "foreign key")
+		_, err = q(`UPDATE accounts SET reserved = balance + 1 WHERE id = md5('payer/1/1')::uuid`)
+		require.ErrorContains(t, err, "accounts_funds")
+	})
+
+	for _, script := range []string{PGBenchPayment, PGBenchReplay, PGBenchReplayPath} {
+		t.Run(script, func(t *testing.T) {
+			r, err := PGBench(ctx, PGBenchOptions{DatabaseURL: env.DatabaseURL, Clients: 4, Duration: 2 * time.Second, Script: script, Rows: 100})
+			require.NoError(t, err)
+			t.Logf("%s: %.0f tx/s, avg %.2f ms, p50 %.2f ms, p99 %.2f ms, %d transactions", script, r.TPS, r.LatencyAvgMS, r.P50MS, r.P99MS, r.Transactions)
+			require.Equal(t, script, r.Script)
+			require.Equal(t, 4, r.Clients)
+			require.Greater(t, r.TPS, 0.0)
+			require.Positive(t, r.Transactions)
+			require.Zero(t, r.Failed)
+			require.Positive(t, r.P50MS)
+			require.GreaterOrEqual(t, r.P99MS, r.P50MS)
+			require.Equal(t, before, snapshot(), "kasa's tables were written")
+			require.Empty(t, schemas(), "fixture schema left behind")
+		})
+	}
+
+	t.Run("errors", func(t *testing.T) {
+		_, err := PGBench(ctx, PGBenchOptions{DatabaseURL: env.DatabaseURL, Script: "setup"})
+		require.ErrorContains(t, err, "unknown script")
+		// More clients than max_connections: pgbench fails, and says why.
+		_, err = PGBench(ctx, PGBenchOptions{DatabaseURL: env.DatabaseURL, Script: PGBenchReplay, Clients: 300, Duration: time.Second, Rows: 1})
+		require.ErrorContains(t, err, "too many clients")
+		require.Empty(t, schemas(), "fixture schema left behind")
+	})
+
+	problems, err := db.Verify(ctx)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+	require.Equal(t, before, snapshot())
+}

@@ -1,0 +1,269 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// Stack is a running kasa to measure, and what the suite needs to reach around it.
+type Stack struct {
+	APIURL, SimURL, AdminToken, DatabaseURL string
+	Temporal                                client.Client
+	// Verify runs kasa verify: the invariant violations it finds.
+	Verify func(ctx context.Context) ([]string, error)
+	// Preload bulk-loads n finished payments with their idempotency records for the merchants.
+	Preload func(ctx context.Context, merchants []string, n int) error
+	// Sizes describes the tables (rows, table and index bytes) for the report.
+	Sizes func(ctx context.Context) ([]TableSize, error)
+}
+
+// TableSize is one table's footprint.
+type TableSize struct {
+	Table      string `json:"table"`
+	Rows       int64  `json:"rows"`
+	TableBytes int64  `json:"table_bytes"`
+	IndexBytes int64  `json:"index_bytes"`
+}
+
+// SuiteOptions shape the standard suite. Zero values take the defaults noted.
+type SuiteOptions struct {
+	Duration     time.Duration // measured window of each run (15s)
+	Warmup       time.Duration // before each window (3s)
+	Concurrency  int           // clients of every closed-loop run, and pgbench clients (16)
+	Merchants    int           // merchants of the spread load (1000); the hot load has one
+	Duplicates   float64       // duplicate share of the payment runs (0.05)
+	Insufficient float64       // insufficient-funds share of new payments (0.05)
+	Preload      int           // stored payments for the large-table runs; 0 skips them
+	Progress     func(format string, args ...any)
+}
+
+func (o SuiteOptions) withDefaults() SuiteOptions {
+	if o.Duration <= 0 {
+		o.Duration = 15 * time.Second
+	}
+	if o.Warmup <= 0 {
+		o.Warmup = 3 * time.Second
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 16
+	}
+	if o.Merchants <= 0 {
+		o.Merchants = 1000
+	}
+	if o.Progress == nil {
+		o.Progress = func(string, ...any) {}
+	}
+	return o
+}
+
+// Report is one suite run: every measurement, the ratios the targets ask for, and whether the
+// run was correct (no double charge, no invariant violation). A run that is not correct failed,
+// whatever its speed.
+type Report struct {
+	Started  time.Time                `json:"started"`
+	Machine  string                   `json:"machine"`
+	Commit   string                   `json:"commit"`
+	Options  SuiteOptions             `json:"options"`
+	Runs     []Result                 `json:"runs"`
+	PGBench  map[string]PGBenchResult `json:"pgbench"`
+	Targets  []Target                 `json:"targets"`
+	Sizes    []TableSize              `json:"sizes,omitempty"`
+	Checked  int                      `json:"payments_checked"` // payments whose charges were counted at the simulator
+	Doubles  int                      `json:"double_charges"`
+	Problems []string                 `json:"verify_problems"`
+	Correct  bool                     `json:"correct"`
+}
+
+// Target is one of the issue's ratios with its inputs.
+type Target struct {
+	Name      string  `json:"name"`
+	Formula   string  `json:"formula"`
+	Value     float64 `json:"value"`
+	Threshold float64 `json:"threshold"`
+	Met       bool    `json:"met"`
+	Inputs    string  `json:"inputs"`
+}
+
+// Run names, in the order the suite runs them.
+const (
+	RunHTTP        = "H: GET /healthz"
+	RunTOwn        = "T: payment shape"
+	RunTLean       = "T: leanest shape"
+	RunSpread      = "payments, spread"
+	RunHot         = "payments, one merchant"
+	RunReplay      = "replays"
+	RunOpenHalf    = "payments, open loop at half the max"
+	RunReplayLarge = "replays, large table"
+	RunSpreadLarge = "payments, large table"
+)
+
+// RunSuite runs the standard suite against s.
+func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
+	o = o.withDefaults()
+	rep := &Report{Started: time.Now().UTC(), Options: o, PGBench: map[string]PGBenchResult{}}
+	byName := map[string]Result{}
+	payments := map[string]string{}
+	record := func(name string, r Result) {
+		r.Path = name + " (" + r.Path + ")"
+		rep.Runs = append(rep.Runs, r)
+		byName[name] = r
+		for id, st := range r.Payments {
+			notePayment(payments, id, st)
+		}
+		o.Progress("%-40s %8.1f req/s  %8.1f new/s  p50 %7.1f ms  p99 %7.1f ms  errors %d",
+			name, r.Throughput, r.NewPaymentRate, r.Latency.P50, r.Latency.P99, r.Errors)
+	}
+	load := func(name string, opts Options, fx *Fixture) error {
+		opts.APIURL, opts.AdminToken = s.APIURL, s.AdminToken
+		opts.Duration, opts.Warmup = o.Duration, o.Warmup
+		if opts.Concurrency == 0 {
+			opts.Concurrency = o.Concurrency
+		}
+		r, err := Run(ctx, opts, fx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		record(name, r)
+		return nil
+	}
+	payOpts := Options{DuplicateRatio: o.Duplicates, InsufficientShare: o.Insufficient}
+
+	// Ceilings first, on a quiet system.
+	if err := load(RunHTTP, Options{Path: "/healthz"}, nil); err != nil {
+		return nil, err
+	}
+	for _, c := range []struct {
+		name  string
+		shape workflows.Shape
+	}{{RunTOwn, workflows.PaymentShape}, {RunTLean, workflows.LeanestShape}} {
+		r, err := WorkflowCeiling(ctx, s.Temporal, c.shape, o.Concurrency, o.Warmup, o.Duration)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.name, err)
+		}
+		record(c.name, r)
+	}
+
+	o.Progress("setting up %d merchants (spread) and 1 merchant (hot)", o.Merchants)
+	spread, err := Setup(ctx, Options{APIURL: s.APIURL, AdminToken: s.AdminToken, Merchants: o.Merchants, Payers: 1})
+	if err != nil {
+		return nil, err
+	}
+	hot, err := Setup(ctx, Options{APIURL: s.APIURL, AdminToken: s.AdminToken, Merchants: 1, Payers: 100})
+	if err != nil {
+		return nil, err
+	}
+	if err := load(RunSpread, payOpts, spread); err != nil {
+		return nil, err
+	}
+	if err := load(RunHot, payOpts, hot); err != nil {
+		return nil, err
+	}
+	if err := load(RunReplay, Options{Path: "replay"}, hot); err != nil {
+		return nil, err
+	}
+	for _, script := range []string{"payment", "replay"} {
+		r, err := PGBench(ctx, PGBenchOptions{DatabaseURL: s.DatabaseURL, Clients: o.Concurrency, Duration: o.Duration, Script: script, Rows: 10_000})
+		if err != nil {
+			return nil, fmt.Errorf("pgbench %s: %w", script, err)
+		}
+		rep.PGBench[script] = r
+		o.Progress("%-40s %8.1f tps  p50 %7.2f ms  p99 %7.2f ms", "pgbench "+script, r.TPS, r.P50MS, r.P99MS)
+	}
+	// Half the maximum sustained rate, open loop: latency without coordinated omission.
+	half := byName[RunSpread].NewPaymentRate / 2
+	if err := load(RunOpenHalf, Options{Rate: max(half, 1), Concurrency: 256, DuplicateRatio: 0, InsufficientShare: o.Insufficient}, spread); err != nil {
+		return nil, err
+	}
+
+	if o.Preload > 0 && s.Preload != nil {
+		o.Progress("preloading %d payments with their idempotency records (COPY)", o.Preload)
+		ids := make([]string, len(spread.Merchants))
+		for i, m := range spread.Merchants {
+			ids[i] = m.ID
+		}
+		if err := s.Preload(ctx, ids, o.Preload); err != nil {
+			return nil, fmt.Errorf("preload: %w", err)
+		}
+		if err := load(RunReplayLarge, Options{Path: "replay"}, hot); err != nil {
+			return nil, err
+		}
+		if err := load(RunSpreadLarge, payOpts, spread); err != nil {
+			return nil, err
+		}
+	}
+	if s.Sizes != nil {
+		if rep.Sizes, err = s.Sizes(ctx); err != nil {
+			return nil, fmt.Errorf("sizes: %w", err)
+		}
+	}
+
+	// Correctness: a fast run that charged twice or broke an invariant failed.
+	var charged []string
+	for id, st := range payments {
+		if st != "failed" {
+			charged = append(charged, id)
+		}
+	}
+	o.Progress("checking %d payments at the bank simulator and running kasa verify", len(charged))
+	if rep.Doubles, err = CheckCharges(ctx, s.SimURL, charged); err != nil {
+		return nil, fmt.Errorf("check charges: %w", err)
+	}
+	rep.Checked = len(charged)
+	if rep.Problems, err = s.Verify(ctx); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	rep.Correct = rep.Doubles == 0 && len(rep.Problems) == 0
+	rep.Targets = targets(byName, rep.PGBench)
+	return rep, nil
+}
+
+// targets computes the issue's ratios from one run's measurements.
+func targets(runs map[string]Result, pg map[string]PGBenchResult) []Target {
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	spread, hot, tOwn, tLean := runs[RunSpread], runs[RunHot], runs[RunTOwn], runs[RunTLean]
+	replay, h, r := runs[RunReplay], runs[RunHTTP], pg["replay"]
+	open := runs[RunOpenHalf]
+	out := []Target{
+		{Name: "1a new payments vs Temporal, kasa's shape", Formula: "payments/s ÷ T(" + workflows.PaymentShape.String() + ")",
+			Value: ratio(spread.NewPaymentRate, tOwn.Throughput), Threshold: 0.8,
+			Inputs: fmt.Sprintf("%.1f ÷ %.1f", spread.NewPaymentRate, tOwn.Throughput)},
+		{Name: "1b new payments vs Temporal, leanest shape", Formula: "payments/s ÷ T(" + workflows.LeanestShape.String() + ")",
+			Value: ratio(spread.NewPaymentRate, tLean.Throughput), Threshold: 0.5,
+			Inputs: fmt.Sprintf("%.1f ÷ %.1f", spread.NewPaymentRate, tLean.Throughput)},
+		{Name: "2 replays vs min(R, H)", Formula: "replays/s ÷ min(pgbench replay tps, GET /healthz req/s)",
+			Value: ratio(replay.Throughput, min(r.TPS, h.Throughput)), Threshold: 0.5,
+			Inputs: fmt.Sprintf("%.1f ÷ min(%.1f, %.1f)", replay.Throughput, r.TPS, h.Throughput)},
+		{Name: "3 one hot merchant vs many", Formula: "payments/s with 1 merchant ÷ with many",
+			Value: ratio(hot.NewPaymentRate, spread.NewPaymentRate), Threshold: 0.9,
+			Inputs: fmt.Sprintf("%.1f ÷ %.1f", hot.NewPaymentRate, spread.NewPaymentRate)},
+	}
+	if large, ok := runs[RunReplayLarge]; ok {
+		out = append(out, Target{Name: "4 replays with a large table", Formula: "replays/s large ÷ replays/s small",
+			Value: ratio(large.Throughput, replay.Throughput), Threshold: 0.9,
+			Inputs: fmt.Sprintf("%.1f ÷ %.1f", large.Throughput, replay.Throughput)})
+	}
+	if large, ok := runs[RunSpreadLarge]; ok {
+		out = append(out, Target{Name: "4 new payments with a large table", Formula: "payments/s large ÷ payments/s small",
+			Value: ratio(large.NewPaymentRate, spread.NewPaymentRate), Threshold: 0.9,
+			Inputs: fmt.Sprintf("%.1f ÷ %.1f", large.NewPaymentRate, spread.NewPaymentRate)})
+	}
+	// Target 5 is an upper bound: p99 within 3 × p50.
+	p99p50 := ratio(open.Latency.P99, open.Latency.P50)
+	out = append(out, Target{Name: "5 tail at half the max rate", Formula: "p99 ÷ p50 (at most)",
+		Value: p99p50, Threshold: 3, Met: p99p50 > 0 && p99p50 <= 3,
+		Inputs: fmt.Sprintf("%.1f ms ÷ %.1f ms at %.1f/s", open.Latency.P99, open.Latency.P50, open.Rate)})
+	for i := range out[:len(out)-1] {
+		out[i].Met = out[i].Value >= out[i].Threshold
+	}
+	return out
+}
