@@ -36,6 +36,15 @@ func (s *Server) createPayment(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	// Most repeated keys are retries of finished payments: one read answers them, without the
+	// write transaction that decides a new key's owner.
+	if rec, err := s.Store.Record(ctx, m.ID, key); err == nil {
+		s.answerExisting(c, rec, req.Hash())
+		return
+	} else if !errors.Is(err, payment.ErrNotFound) {
+		s.writeError(c, err)
+		return
+	}
 	start := time.Now()
 	rec, p, created, err := s.Store.Begin(ctx, store.BeginInput{
 		MerchantID: m.ID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease,

@@ -65,9 +65,10 @@ type Options struct {
 // Server serves the merchant and admin APIs.
 type Server struct {
 	Options
-	log     *slog.Logger
-	metrics *metrics
-	engine  *gin.Engine
+	log       *slog.Logger
+	metrics   *metrics
+	engine    *gin.Engine
+	merchants merchantCache
 }
 
 // New builds the router.
@@ -169,7 +170,7 @@ func (s *Server) merchantAuth(c *gin.Context) {
 		s.writeError(c, payment.ErrUnauthorized)
 		return
 	}
-	m, err := s.Store.MerchantByAPIKey(c.Request.Context(), key)
+	m, err := s.merchants.lookup(c.Request.Context(), key, s.Store.MerchantByAPIKey)
 	if err != nil {
 		s.writeError(c, err)
 		return

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -45,9 +46,12 @@ func WorkflowCeiling(ctx context.Context, tc client.Client, shape workflows.Shap
 				if !sent.Before(end) {
 					return
 				}
-				run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-					ID: "bench-shape-" + uuid.NewString(), TaskQueue: queue, EnableEagerStart: shape.Eager,
-				}, workflows.WorkflowShape, shape)
+				o := client.StartWorkflowOptions{ID: "bench-shape-" + uuid.NewString(), TaskQueue: queue, EnableEagerStart: shape.Eager}
+				if shape.SearchAttributes {
+					o.TypedSearchAttributes = temporal.NewSearchAttributes(
+						workflows.SearchPaymentStatus.ValueSet("processing"), workflows.SearchMerchantID.ValueSet("bench"))
+				}
+				run, err := tc.ExecuteWorkflow(ctx, o, workflows.WorkflowShape, shape)
 				if err == nil {
 					err = run.Get(ctx, nil)
 				}

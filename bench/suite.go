@@ -32,14 +32,14 @@ type TableSize struct {
 
 // SuiteOptions shape the standard suite. Zero values take the defaults noted.
 type SuiteOptions struct {
-	Duration     time.Duration // measured window of each run (15s)
-	Warmup       time.Duration // before each window (3s)
-	Concurrency  int           // clients of every closed-loop run, and pgbench clients (16)
-	Merchants    int           // merchants of the spread load (1000); the hot load has one
-	Duplicates   float64       // duplicate share of the payment runs (0.05)
-	Insufficient float64       // insufficient-funds share of new payments (0.05)
-	Preload      int           // stored payments for the large-table runs; 0 skips them
-	Progress     func(format string, args ...any)
+	Duration     time.Duration                    // measured window of each run (15s)
+	Warmup       time.Duration                    // before each window (3s)
+	Concurrency  int                              // clients of every closed-loop run, and pgbench clients (16)
+	Merchants    int                              // merchants of the spread load (1000); the hot load has one
+	Duplicates   float64                          // duplicate share of the payment runs (0.05)
+	Insufficient float64                          // insufficient-funds share of new payments (0.05)
+	Preload      int                              // stored payments for the large-table runs; 0 skips them
+	Progress     func(format string, args ...any) `json:"-"`
 }
 
 func (o SuiteOptions) withDefaults() SuiteOptions {

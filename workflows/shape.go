@@ -24,6 +24,9 @@ const (
 type Shape struct {
 	Steps []StepKind
 	Eager bool
+	// SearchAttributes: started with PaymentStatus and MerchantId set, PaymentStatus upserted
+	// once at the end, as a payment is (each is a visibility write in Temporal).
+	SearchAttributes bool
 }
 
 func (s Shape) String() string {
@@ -34,13 +37,16 @@ func (s Shape) String() string {
 	if s.Eager {
 		b.WriteString("+eager")
 	}
+	if s.SearchAttributes {
+		b.WriteString("+search-attributes")
+	}
 	return b.String()
 }
 
 // PaymentShape is PaymentWorkflow's happy path: reserve, charge, finalize, each a local
 // activity, started eagerly when the starting process runs a worker (Starter.StartPayment).
 // shape_test.go checks the steps against a recorded payment history.
-var PaymentShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true}
+var PaymentShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true, SearchAttributes: true}
 
 // LeanestShape is the fastest shape Temporal allows for three steps: one workflow task.
 var LeanestShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true}
@@ -68,6 +74,9 @@ func ShapeWorkflow(ctx workflow.Context, s Shape) error {
 		if err != nil {
 			return err
 		}
+	}
+	if s.SearchAttributes {
+		return workflow.UpsertTypedSearchAttributes(ctx, SearchPaymentStatus.ValueSet("succeeded"))
 	}
 	return nil
 }

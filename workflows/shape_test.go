@@ -27,6 +27,7 @@ func TestPaymentShapeMatchesARecordedPayment(t *testing.T) {
 		require.Equal(t, want, shapeOf(h), file)
 	}
 	require.Equal(t, "LLL+eager", workflows.LeanestShape.String())
+	require.Equal(t, "LLL+eager+search-attributes", workflows.PaymentShape.String())
 }
 
 func shapeOf(h *historypb.History) string {
