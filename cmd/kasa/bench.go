@@ -169,8 +169,10 @@ func startBenchStack(ctx context.Context, cfg config.Config, log *slog.Logger) (
 		fmt.Sprintf("KASA_TEMPORAL_PORT=%d", ports[2]), "KASA_PROVIDER_CAPABILITY=" + cfg.Provider.Capability,
 		"KASA_DATABASE_MAX_CONNS=" + fmt.Sprint(cfg.Database.MaxConns),
 	}
+	// The child gets none of the user's KASA_* settings (it must not touch their database or
+	// Temporal), except where to find the Temporal CLI.
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KASA_") {
+		if !strings.HasPrefix(kv, "KASA_") || strings.HasPrefix(kv, "KASA_TEMPORAL_CLI=") {
 			env = append(env, kv)
 		}
 	}

@@ -1,0 +1,80 @@
+package tests
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/bench"
+	"github.com/kasa-pay/kasa/internal/devenv"
+)
+
+// `kasa bench` measures a throwaway kasa dev of its own and checks its correctness: one run,
+// then the suite `make bench` runs (tiny durations), with its files and the README section.
+func TestBenchCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := kasaBinary(t, dir)
+	cli, err := devenv.FindTemporalCLI()
+	require.NoError(t, err)
+	run := func(args ...string) (stdout, stderr string) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"bench"}, args...)...)
+		cmd.Env = kasaEnv(map[string]string{"KASA_TEMPORAL_CLI": cli})
+		var out, errOut strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		require.NoError(t, cmd.Run(), "kasa bench %v:\n%s", args, errOut.String())
+		return out.String(), errOut.String()
+	}
+
+	out, errOut := run("--duration", "2s", "--warmup", "1s", "--merchants", "3", "--payers", "2", "--concurrency", "4")
+	require.Contains(t, out, "| payments | closed | 4 |")
+	require.Contains(t, out, "201 succeeded")
+	require.Contains(t, errOut, "correct: no double charge, kasa verify ok")
+
+	readme := filepath.Join(dir, "README.md")
+	require.NoError(t, os.WriteFile(readme, []byte("# x\n\n<!-- bench:start -->\nold\n<!-- bench:end -->\n\nrest\n"), 0o644))
+	results := filepath.Join(dir, "results")
+	run("--suite", "--duration", "2s", "--warmup", "1s", "--merchants", "5", "--concurrency", "4", "--preload", "2000",
+		"--out", results, "--readme", readme)
+
+	files, err := filepath.Glob(filepath.Join(results, "*.json"))
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	b, err := os.ReadFile(files[0])
+	require.NoError(t, err)
+	var rep bench.Report
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.True(t, rep.Correct, "no double charge, no invariant violation")
+	require.Zero(t, rep.Doubles)
+	require.Positive(t, rep.Checked)
+	names := map[string]bench.Result{}
+	for _, r := range rep.Runs {
+		names[strings.SplitN(r.Path, " (", 2)[0]] = r
+	}
+	for _, n := range []string{bench.RunHTTP, bench.RunTOwn, bench.RunTLean, bench.RunSpread, bench.RunHot, bench.RunReplay,
+		bench.RunOpenHalf, bench.RunReplayLarge, bench.RunSpreadLarge} {
+		require.Contains(t, names, n)
+		require.Positive(t, names[n].Requests, n)
+	}
+	require.Positive(t, rep.PGBench["payment"].TPS)
+	require.Positive(t, rep.PGBench["replay"].TPS)
+	require.Len(t, rep.Targets, 7)
+	for _, tg := range rep.Targets {
+		require.Positive(t, tg.Value, tg.Name)
+	}
+	for _, ext := range []string{".md", ".svg"} {
+		_, err := os.Stat(strings.TrimSuffix(files[0], ".json") + ext)
+		require.NoError(t, err)
+	}
+	text, err := os.ReadFile(readme)
+	require.NoError(t, err)
+	require.NotContains(t, string(text), "old")
+	require.Contains(t, string(text), "| 3 one hot merchant vs many |")
+	require.True(t, strings.HasSuffix(string(text), "<!-- bench:end -->\n\nrest\n"))
+}
