@@ -38,7 +38,12 @@ func (s *Server) createPayment(c *gin.Context) {
 	}
 	// Most repeated keys are retries of finished payments: one read answers them, without the
 	// write transaction that decides a new key's owner.
+	if rec, ok := s.replays.get(m.ID, key); ok {
+		s.answerExisting(c, rec, req.Hash())
+		return
+	}
 	if rec, err := s.Store.Record(ctx, m.ID, key); err == nil {
+		s.replays.put(rec)
 		s.answerExisting(c, rec, req.Hash())
 		return
 	} else if !errors.Is(err, payment.ErrNotFound) {

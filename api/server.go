@@ -57,9 +57,12 @@ type Options struct {
 	SyncWait   time.Duration          // how long POST /v1/payments waits for the outcome before 202
 	Charge     workflows.ChargePolicy // how the workflows it starts charge the provider
 	Lease      time.Duration          // how long a new record's owner has to start its workflow
-	Logger     *slog.Logger
-	Registry   *prometheus.Registry // default: a new one
-	Reconciler Reconciler           // imports settlement files (POST /admin/v1/settlements)
+	// ReplayCache is how many completed idempotency records are kept in memory per generation
+	// (two generations); 0 turns the cache off and every replay reads the database.
+	ReplayCache int
+	Logger      *slog.Logger
+	Registry    *prometheus.Registry // default: a new one
+	Reconciler  Reconciler           // imports settlement files (POST /admin/v1/settlements)
 }
 
 // Server serves the merchant and admin APIs.
@@ -69,6 +72,7 @@ type Server struct {
 	metrics   *metrics
 	engine    *gin.Engine
 	merchants merchantCache
+	replays   replayCache
 }
 
 // New builds the router.
@@ -86,7 +90,7 @@ func New(o Options) *Server {
 		o.Charge.Capability = workflows.CapabilityIdempotent
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{Options: o, log: o.Logger, metrics: newMetrics(o.Registry)}
+	s := &Server{Options: o, log: o.Logger, metrics: newMetrics(o.Registry), replays: replayCache{size: o.ReplayCache}}
 	if src, ok := o.Store.(statsSource); ok {
 		o.Registry.MustRegister(newDBCollector(src))
 	}

@@ -367,17 +367,22 @@ func TestReadPGBenchLogs(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	prefix := filepath.Join(dir, "tx")
-	require.NoError(t, os.WriteFile(prefix+".100", []byte("0 1 1500 0 1700000000 1\n0 2 failed 0 1700000000 2\n"), 0o644))
-	require.NoError(t, os.WriteFile(prefix+".100.1", []byte("1 1 500 0 1700000000 3\n1 2 2500 0 1700000000 4\n"), 0o644))
-	lat, failed, err := readPGBenchLogs(prefix)
+	// The run starts at 1000.000000 (the first transaction: 1000.500 minus 500 ms) and ends at
+	// 1003.000000 (the last one); the window after a 1 s warmup is [1001, 1003].
+	require.NoError(t, os.WriteFile(prefix+".100", []byte(
+		"0 1 500000 0 1000 500000\n"+ // warmup
+			"0 2 1500 0 1001 100000\n"+
+			"0 3 failed 0 1001 200000\n"+
+			"0 4 skipped 0 1001 300000\n"+
+			"0 5 900 0 1003 0\n"), 0o644))
+	require.NoError(t, os.WriteFile(prefix+".100.1", []byte("1 1 500 0 1001 0\n1 2 2500 0 1002 999999\n"), 0o644))
+	txs, err := readPGBenchLogs(prefix)
 	require.NoError(t, err)
-	require.Equal(t, int64(1), failed)
-	slices.Sort(lat)
-	require.Equal(t, []int64{500, 1500, 2500}, lat)
-	require.Equal(t, 1.5, quantileMS(lat, 0.5))
-	require.Equal(t, 2.5, quantileMS(lat, 0.99))
-	require.Equal(t, 0.5, quantileMS(lat, 0))
-	_, _, err = readPGBenchLogs(filepath.Join(dir, "none"))
+	require.Len(t, txs, 6)
+	r := summarize(txs, time.Second)
+	require.Equal(t, PGBenchResult{Duration: 2, TPS: 2, LatencyAvgMS: 1.35, P50MS: 0.9, P99MS: 2.5, MaxMS: 2.5, Transactions: 4, Failed: 1}, r)
+	require.Equal(t, 0.5, quantileMS([]int64{500, 1500, 2500}, 0))
+	_, err = readPGBenchLogs(filepath.Join(dir, "none"))
 	require.Error(t, err)
 }
 
@@ -470,7 +475,7 @@ func TestPGBench(t *testing.T) {
 
 	for _, script := range []string{PGBenchPayment, PGBenchReplay, PGBenchReplayPath} {
 		t.Run(script, func(t *testing.T) {
-			r, err := PGBench(ctx, PGBenchOptions{DatabaseURL: env.DatabaseURL, Clients: 4, Duration: 2 * time.Second, Script: script, Rows: 100})
+			r, err := PGBench(ctx, PGBenchOptions{DatabaseURL: env.DatabaseURL, Clients: 4, Duration: 2 * time.Second, Warmup: time.Second, Script: script, Rows: 100})
 			require.NoError(t, err)
 			t.Logf("%s: %.0f tx/s, avg %.2f ms, p50 %.2f ms, p99 %.2f ms, %d transactions", script, r.TPS, r.LatencyAvgMS, r.P50MS, r.P99MS, r.Transactions)
 			require.Equal(t, script, r.Script)
@@ -479,6 +484,8 @@ func TestPGBench(t *testing.T) {
 			require.Positive(t, r.Transactions)
 			require.Zero(t, r.Failed)
 			require.Positive(t, r.P50MS)
+			require.Positive(t, r.PGBenchTPS)
+			require.InDelta(t, 2, r.Duration, 0.2)
 			require.GreaterOrEqual(t, r.P99MS, r.P50MS)
 			require.Equal(t, before, snapshot(), "kasa's tables were written")
 			require.Empty(t, schemas(), "fixture schema left behind")

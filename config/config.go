@@ -17,8 +17,9 @@ import (
 // Config is every setting kasa reads.
 type Config struct {
 	API struct {
-		Addr     string        `mapstructure:"addr"`
-		SyncWait time.Duration `mapstructure:"sync_wait"`
+		Addr        string        `mapstructure:"addr"`
+		SyncWait    time.Duration `mapstructure:"sync_wait"`
+		ReplayCache int           `mapstructure:"replay_cache"` // completed records kept in memory per generation
 	} `mapstructure:"api"`
 	Banksim struct {
 		Addr string `mapstructure:"addr"`
@@ -81,6 +82,7 @@ var Capabilities = []string{"idempotent", "inquiry", "none"}
 func setDefaults(v *viper.Viper) {
 	v.SetDefault("api.addr", "127.0.0.1:8080")
 	v.SetDefault("api.sync_wait", "5s")
+	v.SetDefault("api.replay_cache", 50000)
 	v.SetDefault("banksim.addr", "127.0.0.1:8090")
 	v.SetDefault("admin.token", "")
 	v.SetDefault("provider.capability", "idempotent")
@@ -162,6 +164,9 @@ func (c Config) Validate() error {
 	}
 	if c.Events.Retention < time.Hour {
 		errs = append(errs, fmt.Errorf("events.retention must be at least 1h, got %s", c.Events.Retention))
+	}
+	if c.API.ReplayCache < 0 {
+		errs = append(errs, fmt.Errorf("api.replay_cache must be 0 (off) or more, got %d", c.API.ReplayCache))
 	}
 	if c.API.SyncWait < 0 || c.API.SyncWait > time.Minute {
 		errs = append(errs, fmt.Errorf("api.sync_wait must be between 0 and 1m, got %s", c.API.SyncWait))

@@ -99,7 +99,7 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	require.NoError(t, w.Start())
 	srv := api.New(api.Options{
 		Store: db, Workflows: workflows.Starter{Client: tc, TaskQueue: queue}, AdminToken: adminToken,
-		SyncWait: 15 * time.Second, Charge: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second},
+		SyncWait: 15 * time.Second, Charge: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second}, ReplayCache: 1000,
 		Logger:     slog.New(slog.DiscardHandler),
 		Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, Runs: db, Source: "api"},
 	})

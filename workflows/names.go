@@ -77,6 +77,12 @@ type PaymentInput struct {
 	// or provider is waited for before the attempt counts as ambiguous. Zero means
 	// DefaultChargeTimeout. It must exceed the provider client's own timeout.
 	ChargeTimeout time.Duration
+	// LocalSteps runs the steps as local activities: the whole payment in one workflow task
+	// instead of one per step. Every payment started now has it; payments started before it
+	// existed decode it as false and replay as they ran. (The input, not workflow.GetVersion,
+	// carries the switch: GetVersion upserts a search attribute, one more visibility write per
+	// payment.)
+	LocalSteps bool
 }
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.
@@ -144,5 +150,6 @@ func InputFor(p payment.Payment, c ChargePolicy) PaymentInput {
 	return PaymentInput{
 		OperationID: p.ID, MerchantID: p.MerchantID, AccountID: p.AccountID, AmountMinor: p.AmountMinor,
 		Currency: p.Currency, Capability: c.Capability, ChargeBudget: c.Budget, ChargeTimeout: c.Timeout,
+		LocalSteps: true,
 	}
 }

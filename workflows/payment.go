@@ -25,10 +25,6 @@ const (
 	maxInquirySend = 3 // charge sends allowed with capability inquiry, each preceded by an inquiry
 )
 
-// changeLocalSteps versions the switch from regular to local activities (one workflow task for
-// a whole payment instead of one per step). Payments started before it replay as they ran.
-const changeLocalSteps = "local-steps"
-
 // Database steps are idempotent and must eventually happen: retried without an attempt limit.
 // As local activities they are retried by the worker, and run again by another worker if this
 // one dies: idempotence is what makes both safe.
@@ -82,7 +78,7 @@ func chargeOptions(in PaymentInput) workflow.ActivityOptions {
 // that cannot be known is parked as unknown until a settlement signal resolves it.
 func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, error) {
 	w := &paymentRun{in: in, status: payment.StatusProcessing}
-	w.local = workflow.GetVersion(ctx, changeLocalSteps, workflow.DefaultVersion, 1) == 1
+	w.local = in.LocalSteps
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (string, error) { return string(w.status), nil }); err != nil {
 		return PaymentResult{}, err
 	}
@@ -123,7 +119,7 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 
 type paymentRun struct {
 	in      PaymentInput
-	local   bool // steps are local activities (changeLocalSteps)
+	local   bool // steps are local activities (PaymentInput.LocalSteps)
 	status  payment.Status
 	pending *Settlement // accepted settlement, applied by parkUnknown
 }

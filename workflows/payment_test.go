@@ -131,8 +131,12 @@ func paymentInput(c workflows.Capability) workflows.PaymentInput {
 
 // wantChargeInput is what the workflow sends the charge: with local steps it names the
 // capability, so a repeated attempt knows what it may do.
-func wantChargeInput(c workflows.Capability) workflows.ChargeInput {
-	return workflows.ChargeInput{OperationID: opID, AccountID: accountID, AmountMinor: 12_345, Currency: "EUR", Capability: c}
+func wantChargeInput(in workflows.PaymentInput) workflows.ChargeInput {
+	want := workflows.ChargeInput{OperationID: opID, AccountID: accountID, AmountMinor: 12_345, Currency: "EUR"}
+	if in.LocalSteps {
+		want.Capability = in.Capability
+	}
+	return want
 }
 
 // harness is one test workflow environment with the payment workflow and stub activities
@@ -317,9 +321,23 @@ var allActivities = []string{
 	workflows.ActivityFinalize, workflows.ActivityRelease, workflows.ActivityMarkUnknown,
 }
 
+// runPaymentCases runs every case twice: with local steps (every new payment) and with regular
+// activities (payments started before LocalSteps existed, still replayed and resumed).
 func runPaymentCases(t *testing.T, cases []paymentCase) {
 	t.Helper()
-	for _, tc := range cases {
+	for _, local := range []bool{true, false} {
+		t.Run(map[bool]string{true: "local", false: "regular"}[local], func(t *testing.T) {
+			for _, tc := range cases {
+				tc.in.LocalSteps = local
+				runPaymentCase(t, tc)
+			}
+		})
+	}
+}
+
+func runPaymentCase(t *testing.T, tc paymentCase) {
+	t.Helper()
+	{
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
 			if tc.setup != nil {
@@ -335,7 +353,7 @@ func runPaymentCases(t *testing.T, cases []paymentCase) {
 				h.env.AssertActivityCalled(t, workflows.ActivityReserveFunds, mock.Anything, opID)
 			}
 			if tc.calls[workflows.ActivityCharge] > 0 {
-				h.env.AssertActivityCalled(t, workflows.ActivityCharge, mock.Anything, wantChargeInput(tc.in.Capability))
+				h.env.AssertActivityCalled(t, workflows.ActivityCharge, mock.Anything, wantChargeInput(tc.in))
 			}
 			if tc.calls[workflows.ActivityInquire] > 0 {
 				h.env.AssertActivityCalled(t, workflows.ActivityInquire, mock.Anything, opID)

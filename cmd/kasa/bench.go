@@ -267,10 +267,17 @@ func preload(ctx context.Context, db *store.Store, merchants []string, n int) er
 		}
 	}
 	started := time.Now()
-	res, err := db.Preload(ctx, store.PreloadOptions{Merchants: ids, N: n, Progress: func(done, total int) {
-		fmt.Fprintf(os.Stderr, "\rkasa bench: preloaded %d/%d", done, total)
-	}})
-	fmt.Fprintln(os.Stderr)
+	// A progress line redrawn in place on a terminal; nothing in between into a file.
+	progress := func(int, int) {}
+	fi, err := os.Stderr.Stat()
+	terminal := err == nil && fi.Mode()&os.ModeCharDevice != 0
+	if terminal {
+		progress = func(done, total int) { fmt.Fprintf(os.Stderr, "\rkasa bench: preloaded %d/%d", done, total) }
+	}
+	res, err := db.Preload(ctx, store.PreloadOptions{Merchants: ids, N: n, Progress: progress})
+	if terminal {
+		fmt.Fprintln(os.Stderr)
+	}
 	if err == nil {
 		fmt.Fprintf(os.Stderr, "kasa bench: preloaded %d payments in %s\n", res.Rows, time.Since(started).Round(time.Second))
 	}

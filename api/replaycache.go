@@ -1,0 +1,61 @@
+package api
+
+import (
+	"sync"
+
+	"github.com/google/uuid"
+
+	"github.com/kasa-pay/kasa/store"
+)
+
+// replayCache keeps completed idempotency records in memory. A completed record never changes
+// (its stored answer is final and byte-identical forever), so a cached copy is always right;
+// it is filled only from records read from the database after they completed, and a miss only
+// means "ask the database". It holds up to 2×size records in two generations: when the current
+// one is full it becomes the previous one and the oldest generation is dropped, which keeps
+// recently used records without per-entry bookkeeping.
+type replayCache struct {
+	size int // records per generation; 0 disables the cache
+
+	mu        sync.Mutex
+	cur, prev map[replayKey]store.Record
+}
+
+type replayKey struct {
+	merchant uuid.UUID
+	key      string
+}
+
+func (c *replayCache) get(merchant uuid.UUID, key string) (store.Record, bool) {
+	if c.size == 0 {
+		return store.Record{}, false
+	}
+	k := replayKey{merchant, key}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.cur[k]; ok {
+		return r, true
+	}
+	r, ok := c.prev[k]
+	if ok {
+		c.putLocked(k, r) // still in use: keep it when prev is dropped
+	}
+	return r, ok
+}
+
+// put remembers rec if it is completed with its answer stored.
+func (c *replayCache) put(rec store.Record) {
+	if c.size == 0 || rec.Status != store.RecordCompleted || rec.ResponseBody == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.putLocked(replayKey{rec.MerchantID, rec.Key}, rec)
+}
+
+func (c *replayCache) putLocked(k replayKey, rec store.Record) {
+	if c.cur == nil || len(c.cur) >= c.size {
+		c.prev, c.cur = c.cur, make(map[replayKey]store.Record, c.size)
+	}
+	c.cur[k] = rec
+}

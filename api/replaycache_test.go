@@ -1,0 +1,49 @@
+package api
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+)
+
+func TestReplayCacheKeepsOnlyFinalAnswers(t *testing.T) {
+	m := payment.NewID()
+	done := func(key string) store.Record {
+		return store.Record{MerchantID: m, Key: key, Status: store.RecordCompleted, ResponseStatus: 201, ResponseBody: []byte(`{}`)}
+	}
+	c := replayCache{size: 2}
+	c.put(store.Record{MerchantID: m, Key: "running", Status: store.RecordProcessing})
+	c.put(store.Record{MerchantID: m, Key: "parked", Status: store.RecordUnknown})
+	c.put(store.Record{MerchantID: m, Key: "unsaved", Status: store.RecordCompleted})
+	for _, k := range []string{"running", "parked", "unsaved"} {
+		_, ok := c.get(m, k)
+		require.False(t, ok, "%s: only completed records with their stored answer", k)
+	}
+
+	c.put(done("a"))
+	c.put(done("b"))
+	got, ok := c.get(m, "a")
+	require.True(t, ok)
+	require.Equal(t, done("a"), got)
+	_, ok = c.get(payment.NewID(), "a")
+	require.False(t, ok, "keys are per merchant")
+
+	c.put(done("c")) // a new generation: a and b are previous
+	_, ok = c.get(m, "a") // used: carried into the current generation
+	require.True(t, ok)
+	c.put(done("d")) // current (c, a) full: b is dropped
+	_, ok = c.get(m, "b")
+	require.False(t, ok, "unused records age out")
+	for _, k := range []string{"a", "c", "d"} {
+		_, ok := c.get(m, k)
+		require.True(t, ok, k)
+	}
+
+	off := replayCache{}
+	off.put(done("a"))
+	_, ok = off.get(m, "a")
+	require.False(t, ok, "size 0: off")
+}
