@@ -14,7 +14,7 @@ help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
 
 build: ## build ./bin/kasa
-	$(GO) build -o $(BIN)/kasa ./cmd/kasa
+	$(GO) build -buildvcs=auto -o $(BIN)/kasa ./cmd/kasa
 
 $(TEMPORAL):
 	@echo "building the Temporal CLI $(TEMPORAL_CLI_VERSION) into ./bin (first time only, ~3 min)"

@@ -120,7 +120,10 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	}
 	load := func(name string, opts Options, fx *Fixture) error {
 		opts.APIURL, opts.AdminToken = s.APIURL, s.AdminToken
-		opts.Duration, opts.Warmup = o.Duration, o.Warmup
+		if opts.Duration == 0 {
+			opts.Duration = o.Duration
+		}
+		opts.Warmup = o.Warmup
 		if opts.Concurrency == 0 {
 			opts.Concurrency = o.Concurrency
 		}
@@ -174,9 +177,10 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 		rep.PGBench[script] = r
 		o.Progress("%-40s %8.1f tps  p50 %7.2f ms  p99 %7.2f ms", "pgbench "+script, r.TPS, r.P50MS, r.P99MS)
 	}
-	// Half the maximum sustained rate, open loop: latency without coordinated omission.
+	// Half the maximum sustained rate, open loop: latency without coordinated omission. Twice
+	// as long as the other runs: at half the rate a p99 needs the samples.
 	half := byName[RunSpread].NewPaymentRate / 2
-	if err := load(RunOpenHalf, Options{Rate: max(half, 1), Concurrency: 256, DuplicateRatio: 0, InsufficientShare: o.Insufficient}, spread); err != nil {
+	if err := load(RunOpenHalf, Options{Rate: max(half, 1), Concurrency: 256, InsufficientShare: o.Insufficient, Duration: 2 * o.Duration}, spread); err != nil {
 		return nil, err
 	}
 
