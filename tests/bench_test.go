@@ -32,6 +32,10 @@ func TestBenchCommand(t *testing.T) {
 		return out.String(), errOut.String()
 	}
 
+	_, help := run("-h")
+	require.Contains(t, help, "-suite")
+	require.Contains(t, help, "-preload")
+
 	out, errOut := run("--duration", "2s", "--warmup", "1s", "--merchants", "3", "--payers", "2", "--concurrency", "4")
 	require.Contains(t, out, "| payments | closed | 4 |")
 	require.Contains(t, out, "201 succeeded")

@@ -46,7 +46,9 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	preload := fs.Int("preload", 0, "load this many stored payments and idempotency records (COPY) before measuring")
 	faults := fs.String("faults", "", `bank simulator fault rules, as PUT /_sim/faults takes them, e.g. {"rules":[{"on":"charge","action":"delay","delay_ms":50}]}`)
 	asJSON := fs.Bool("json", false, "one run: print its result as JSON")
-	if err := fs.Parse(os.Args[2:]); err != nil {
+	if err := fs.Parse(os.Args[2:]); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
 		return exitError(2)
 	}
 
