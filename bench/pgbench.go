@@ -48,10 +48,11 @@ type PGBenchOptions struct {
 	DatabaseURL string        // postgres:// URL of kasa's database; the fixture lives in a schema of its own there
 	Clients     int           // pgbench clients (connections); default 16
 	Duration    time.Duration // measured window; Warmup+Duration is rounded up to whole seconds; default 10s
-	// Warmup runs before the measured window and is not counted: each connection's first
-	// transactions prepare every statement and fill the backend's caches, which kasa's pooled
-	// connections did long before (at 64 clients here, the first payment of every client takes
-	// over a second). Default 2s; negative for none.
+	// Warmup runs before the measured window and is not counted. The window also waits for every
+	// client's first five transactions: PostgreSQL plans a prepared statement afresh on each of its
+	// first five executions before it settles on a generic plan, and the backend fills its caches,
+	// which kasa's long-lived pooled connections did long before (at 64 clients here, the first
+	// payment of every client takes over a second). Default 1s; negative for none.
 	Warmup time.Duration
 	Script string // PGBenchPayment, PGBenchReplay or PGBenchReplayPath
 	// Rows sizes the fixture: merchants, each with a settlement account and Payers payer accounts,
@@ -91,7 +92,7 @@ const (
 // PGBench prepares a fixture in a schema of its own (a clone of the tables a payment touches, with
 // their indexes, constraints, foreign keys and triggers; kasa's tables are never written), runs
 // pgbench with the script at the client count, and drops the schema again.
-func PGBench(ctx context.Context, o PGBenchOptions) (PGBenchResult, error) {
+func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error) {
 	o = o.withDefaults()
 	script, err := pgbenchScripts.ReadFile("pgbench/" + o.Script + ".sql")
 	if err != nil || o.Script == "setup" {
@@ -116,7 +117,9 @@ func PGBench(ctx context.Context, o PGBenchOptions) (PGBenchResult, error) {
 		// Also after a cancelled run: the fixture must not outlive it.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_ = dropPGBenchSchema(cctx, o.DatabaseURL, schema)
+		if derr := dropPGBenchSchema(cctx, o.DatabaseURL, schema); derr != nil && err == nil {
+			err = fmt.Errorf("pgbench: drop the fixture schema %s: %w", schema, derr)
+		}
 	}()
 	// The scripts' unqualified names must reach the clones, never kasa's tables.
 	got, err := psql(ctx, benchURL, nil, "-A", "-t", "-c", "SELECT current_schema()")
@@ -163,6 +166,9 @@ func PGBench(ctx context.Context, o PGBenchOptions) (PGBenchResult, error) {
 		return PGBenchResult{}, err
 	}
 	r := summarize(txs, o.Warmup)
+	if r.Transactions == 0 {
+		return PGBenchResult{}, fmt.Errorf("pgbench %s: no transaction completed after the warmup (%d in all): lengthen Duration", o.Script, summary.Transactions)
+	}
 	r.Script, r.Clients, r.PGBenchTPS = o.Script, o.Clients, summary.TPS
 	r.Failed = max(r.Failed, summary.Failed)
 	return r, nil
@@ -177,7 +183,7 @@ func (o PGBenchOptions) withDefaults() PGBenchOptions {
 	}
 	switch {
 	case o.Warmup == 0:
-		o.Warmup = 2 * time.Second
+		o.Warmup = time.Second
 	case o.Warmup < 0:
 		o.Warmup = 0
 	}
@@ -342,10 +348,15 @@ func parsePGBenchOutput(out string) (PGBenchResult, error) {
 
 // pgbenchTx is one line of pgbench's per-transaction log.
 type pgbenchTx struct {
-	end     time.Time
-	latency time.Duration
-	failed  bool
+	client, n int // the client's n-th transaction, from 1
+	end       time.Time
+	latency   time.Duration
+	failed    bool
 }
+
+// warmTransactions are the transactions of each client that run before the measured window: the
+// plan cache makes custom plans for a prepared statement's first five executions.
+const warmTransactions = 5
 
 // readPGBenchLogs reads the per-transaction logs pgbench -l wrote (prefix.pid, prefix.pid.thread):
 // "client_id transaction_no time script_no time_epoch time_us", time being the latency in µs or
@@ -371,12 +382,14 @@ func readPGBenchLogs(prefix string) ([]pgbenchTx, error) {
 			if len(fields) < 6 || fields[2] == "skipped" {
 				continue
 			}
-			sec, err1 := strconv.ParseInt(fields[4], 10, 64)
-			usec, err2 := strconv.ParseInt(fields[5], 10, 64)
-			if err1 != nil || err2 != nil {
-				continue
+			client, err1 := strconv.Atoi(fields[0])
+			n, err2 := strconv.Atoi(fields[1])
+			sec, err3 := strconv.ParseInt(fields[4], 10, 64)
+			usec, err4 := strconv.ParseInt(fields[5], 10, 64)
+			if err := errors.Join(err1, err2, err3, err4); err != nil {
+				return nil, fmt.Errorf("pgbench log %s: %q: %w", name, sc.Text(), err)
 			}
-			tx := pgbenchTx{end: time.Unix(sec, usec*1000)}
+			tx := pgbenchTx{client: client, n: n, end: time.Unix(sec, usec*1000)}
 			if us, err := strconv.ParseInt(fields[2], 10, 64); err == nil {
 				tx.latency = time.Duration(us) * time.Microsecond
 			} else {
@@ -393,8 +406,9 @@ func readPGBenchLogs(prefix string) ([]pgbenchTx, error) {
 	return txs, nil
 }
 
-// summarize measures the transactions that ended in the window from warmup after the run's first
-// transaction began to the end of its last one.
+// summarize measures the transactions that ended in the window that opens when warmup has passed
+// since the run's first transaction began and every client has done its warmTransactions, and
+// closes when the last transaction ends.
 func summarize(txs []pgbenchTx, warmup time.Duration) PGBenchResult {
 	var r PGBenchResult
 	if len(txs) == 0 {
@@ -410,11 +424,16 @@ func summarize(txs []pgbenchTx, warmup time.Duration) PGBenchResult {
 		}
 	}
 	from := start.Add(warmup)
+	for _, tx := range txs {
+		if tx.n == warmTransactions && tx.end.After(from) {
+			from = tx.end
+		}
+	}
 	r.Duration = to.Sub(from).Seconds()
 	var lat []int64
 	var sum int64
 	for _, tx := range txs {
-		if tx.end.Before(from) {
+		if !tx.end.After(from) {
 			continue
 		}
 		if tx.failed {

@@ -367,20 +367,35 @@ func TestReadPGBenchLogs(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	prefix := filepath.Join(dir, "tx")
-	// The run starts at 1000.000000 (the first transaction: 1000.500 minus 500 ms) and ends at
-	// 1003.000000 (the last one); the window after a 1 s warmup is [1001, 1003].
-	require.NoError(t, os.WriteFile(prefix+".100", []byte(
-		"0 1 500000 0 1000 500000\n"+ // warmup
-			"0 2 1500 0 1001 100000\n"+
-			"0 3 failed 0 1001 200000\n"+
-			"0 4 skipped 0 1001 300000\n"+
-			"0 5 900 0 1003 0\n"), 0o644))
-	require.NoError(t, os.WriteFile(prefix+".100.1", []byte("1 1 500 0 1001 0\n1 2 2500 0 1002 999999\n"), 0o644))
+	// The run starts at 1000.0 (client 0's first transaction: 1000.5 minus 500 ms) and ends at
+	// 1003.0 (the last one). With a 1 s warmup the window opens at 1001.5, when client 1 has done
+	// its fifth transaction.
+	require.NoError(t, os.WriteFile(prefix+".100", []byte(`0 1 500000 0 1000 500000
+0 2 1000 0 1000 600000
+0 3 1000 0 1000 700000
+0 4 1000 0 1000 800000
+0 5 1000 0 1000 900000
+0 6 1500 0 1001 100000
+0 7 failed 0 1002 0
+0 8 skipped 0 1002 100000
+0 9 900 0 1003 0
+`), 0o644))
+	require.NoError(t, os.WriteFile(prefix+".100.1", []byte(`1 1 100 0 1000 100000
+1 2 100 0 1000 200000
+1 3 100 0 1000 300000
+1 4 100 0 1000 400000
+1 5 100 0 1001 500000
+1 6 2500 0 1002 999999
+`), 0o644))
 	txs, err := readPGBenchLogs(prefix)
 	require.NoError(t, err)
-	require.Len(t, txs, 6)
+	require.Len(t, txs, 14)
 	r := summarize(txs, time.Second)
-	require.Equal(t, PGBenchResult{Duration: 2, TPS: 2, LatencyAvgMS: 1.35, P50MS: 0.9, P99MS: 2.5, MaxMS: 2.5, Transactions: 4, Failed: 1}, r)
+	require.InDelta(t, 2/1.5, r.TPS, 1e-9)
+	r.TPS = 0
+	require.Equal(t, PGBenchResult{Duration: 1.5, LatencyAvgMS: 1.7, P50MS: 0.9, P99MS: 2.5, MaxMS: 2.5, Transactions: 2, Failed: 1}, r)
+	// Without a warmup the window opens at the last client's fifth transaction all the same.
+	require.Equal(t, int64(2), summarize(txs, 0).Transactions)
 	require.Equal(t, 0.5, quantileMS([]int64{500, 1500, 2500}, 0))
 	_, err = readPGBenchLogs(filepath.Join(dir, "none"))
 	require.Error(t, err)

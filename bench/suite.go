@@ -69,7 +69,7 @@ type Report struct {
 	Machine  string                   `json:"machine"`
 	Commit   string                   `json:"commit"`
 	Options  SuiteOptions             `json:"options"`
-	Runs     []Result                 `json:"runs"`
+	Runs     []Result                 `json:"runs"` // ceilings twice (#1 first, #2 after the payment runs); the targets use the higher
 	PGBench  map[string]PGBenchResult `json:"pgbench"`
 	Targets  []Target                 `json:"targets"`
 	Sizes    []TableSize              `json:"sizes,omitempty"`
@@ -136,19 +136,27 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	}
 	payOpts := Options{DuplicateRatio: o.Duplicates, InsufficientShare: o.Insufficient}
 
-	// Ceilings first, on a quiet system.
-	if err := load(RunHTTP, Options{Path: "/healthz"}, nil); err != nil {
-		return nil, err
-	}
-	for _, c := range []struct {
-		name  string
-		shape workflows.Shape
-	}{{RunTOwn, workflows.PaymentShape}, {RunTLean, workflows.LeanestShape}} {
-		r, err := WorkflowCeiling(ctx, s.Temporal, c.shape, o.Concurrency, o.Warmup, o.Duration)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", c.name, err)
+	// The ceilings run twice, before and after the payment runs, and the higher of the two
+	// counts: on a shared machine a ceiling measured during someone else's load would flatter
+	// every ratio against it.
+	ceilings := func(pass string) error {
+		if err := load(RunHTTP+pass, Options{Path: "/healthz"}, nil); err != nil {
+			return err
 		}
-		record(c.name, r)
+		for _, c := range []struct {
+			name  string
+			shape workflows.Shape
+		}{{RunTOwn, workflows.PaymentShape}, {RunTLean, workflows.LeanestShape}} {
+			r, err := WorkflowCeiling(ctx, s.Temporal, c.shape, o.Concurrency, o.Warmup, o.Duration)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			record(c.name+pass, r)
+		}
+		return nil
+	}
+	if err := ceilings(" #1"); err != nil {
+		return nil, err
 	}
 
 	o.Progress("setting up %d merchants (spread) and 1 merchant (hot)", o.Merchants)
@@ -182,6 +190,17 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	half := byName[RunSpread].NewPaymentRate / 2
 	if err := load(RunOpenHalf, Options{Rate: max(half, 1), Concurrency: 256, InsufficientShare: o.Insufficient, Duration: 2 * o.Duration}, spread); err != nil {
 		return nil, err
+	}
+
+	if err := ceilings(" #2"); err != nil {
+		return nil, err
+	}
+	for _, name := range []string{RunHTTP, RunTOwn, RunTLean} {
+		best := byName[name+" #1"]
+		if second := byName[name+" #2"]; second.Throughput > best.Throughput {
+			best = second
+		}
+		byName[name] = best
 	}
 
 	if o.Preload > 0 && s.Preload != nil {

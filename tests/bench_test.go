@@ -61,7 +61,7 @@ func TestBenchCommand(t *testing.T) {
 	for _, r := range rep.Runs {
 		names[strings.SplitN(r.Path, " (", 2)[0]] = r
 	}
-	for _, n := range []string{bench.RunHTTP, bench.RunTOwn, bench.RunTLean, bench.RunSpread, bench.RunHot, bench.RunReplay,
+	for _, n := range []string{bench.RunHTTP + " #1", bench.RunTOwn + " #1", bench.RunTLean + " #2", bench.RunSpread, bench.RunHot, bench.RunReplay,
 		bench.RunOpenHalf, bench.RunReplayLarge, bench.RunSpreadLarge} {
 		require.Contains(t, names, n)
 		require.Positive(t, names[n].Requests, n)
