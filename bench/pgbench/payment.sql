@@ -6,10 +6,14 @@
 --
 -- One pgbench transaction is the whole database work of one new payment that succeeds, statement
 -- for statement and transaction for transaction, in the order kasa runs it: the API
--- (authenticate, store.Begin, store.WorkflowStarted), the worker's activities (store.Reserve,
--- store.Finalize) and the API again (store.Record, the first rendering of the answer:
--- store.Payment, store.SaveResponse). Left out: the API's 250 ms polls of the record while it
--- waits (none when the workflow finishes first) and the relay's later work on the outbox row.
+-- (authenticate, store.Record that finds no record for the new key, store.Begin,
+-- store.WorkflowStarted), the worker's activities (store.Reserve, store.Finalize) and the API
+-- again (store.Record, the first rendering of the answer: store.Payment, store.SaveResponse).
+-- Left out: store.BeginChargeAttempt (the Charge activity writes it only for a provider without
+-- idempotency; the default provider capability is idempotent), the API's 250 ms polls of the
+-- record while it waits (none when the workflow finishes first) and the relay's later work on
+-- the outbox row. TestPGBenchScriptsMirrorStore also checks that the API and the activities call
+-- no store method this list does not account for.
 --
 -- Every statement marked "-- store.sqlX" must equal that Go constant up to whitespace and
 -- parameter names: bench's TestPGBenchScriptsMirrorStore checks it. Run with -M prepared (pgx
@@ -46,6 +50,12 @@ FROM (SELECT md5('merchant/' || :m::int)::uuid AS merchant_id, sha256(convert_to
 -- store.sqlMerchantByKey
 SELECT id, name, coalesce(webhook_url, '') FROM merchants WHERE api_key_hash = :api_key_hash
 \gset auth_
+
+-- API: a repeated key is answered from its record (createPayment); a new key finds none.
+-- store.sqlRecord
+SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(response_status, 0),
+response_body, coalesce(locked_until, 'epoch'), workflow_started
+FROM idempotency_records WHERE merchant_id = :merchant_id AND idempotency_key = :idempotency_key;
 
 -- API: store.Begin, the idempotency record and the payment in one short transaction.
 BEGIN;
