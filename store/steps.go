@@ -104,10 +104,12 @@ func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef
 		if err := insertPosting(ctx, tx, postingID, "payment", operationID.String()); err != nil {
 			return err
 		}
-		if err := postEntries(ctx, tx, postingID, p.Currency, []entry{{account, -amount}, {settlement, amount}}); err != nil {
+		if err := completeRecord(ctx, tx, p, RecordCompleted); err != nil {
 			return err
 		}
-		return completeRecord(ctx, tx, p, RecordCompleted)
+		// Last: crediting the merchant's settlement account locks its row, which every payment
+		// to this merchant needs; holding it only until the commit keeps a hot account moving.
+		return postEntries(ctx, tx, postingID, p.Currency, []entry{{account, -amount}, {settlement, amount}})
 	})
 	return p, err
 }
@@ -128,14 +130,8 @@ func (s *Store) Release(ctx context.Context, operationID uuid.UUID, failureCode 
 				return err
 			}
 		}
-		p, err = setStatus(ctx, tx, operationID, payment.StatusFailed, failureCode, "")
-		if errors.Is(err, payment.ErrNotFound) {
-			return s.alreadyDone(ctx, tx, operationID, payment.StatusFailed, &p)
-		}
-		if err != nil {
-			return err
-		}
-		return completeRecord(ctx, tx, p, RecordCompleted)
+		p, err = s.transition(ctx, tx, operationID, payment.StatusFailed, failureCode, RecordCompleted)
+		return err
 	})
 	return p, err
 }
@@ -146,16 +142,24 @@ func (s *Store) MarkUnknown(ctx context.Context, operationID uuid.UUID) (payment
 	var p payment.Payment
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		var err error
-		p, err = setStatus(ctx, tx, operationID, payment.StatusUnknown, "", "")
-		if errors.Is(err, payment.ErrNotFound) {
-			return s.alreadyDone(ctx, tx, operationID, payment.StatusUnknown, &p)
-		}
-		if err != nil {
-			return err
-		}
-		return completeRecord(ctx, tx, p, RecordUnknown)
+		p, err = s.transition(ctx, tx, operationID, payment.StatusUnknown, "", RecordUnknown)
+		return err
 	})
 	return p, err
+}
+
+// transition moves a payment (and its record) to status `to`, or finds it there already from an
+// earlier run of the same step.
+func (s *Store) transition(ctx context.Context, tx pgx.Tx, id uuid.UUID, to payment.Status, failureCode string, rs RecordStatus) (payment.Payment, error) {
+	p, err := setStatus(ctx, tx, id, to, failureCode, "")
+	if errors.Is(err, payment.ErrNotFound) {
+		err = s.alreadyDone(ctx, tx, id, to, &p)
+		return p, err
+	}
+	if err != nil {
+		return p, err
+	}
+	return p, completeRecord(ctx, tx, p, rs)
 }
 
 // alreadyDone makes a repeated step a no-op when the payment already has the wanted status, and

@@ -28,25 +28,17 @@ const (
 // Database steps are idempotent and must eventually happen: retried without an attempt limit.
 // As local activities they are retried by the worker, and run again by another worker if this
 // one dies: idempotence is what makes both safe.
-var localStepOptions = workflow.LocalActivityOptions{
-	StartToCloseTimeout: 15 * time.Second,
-	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval:        100 * time.Millisecond,
-		BackoffCoefficient:     2,
-		MaximumInterval:        10 * time.Second,
-		NonRetryableErrorTypes: []string{ErrTypeInsufficientFunds, ErrTypeInconsistent},
-	},
+var stepRetry = &temporal.RetryPolicy{
+	InitialInterval:        100 * time.Millisecond,
+	BackoffCoefficient:     2,
+	MaximumInterval:        10 * time.Second,
+	NonRetryableErrorTypes: []string{ErrTypeInsufficientFunds, ErrTypeInconsistent},
 }
 
-var stepOptions = workflow.ActivityOptions{
-	StartToCloseTimeout: 15 * time.Second,
-	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval:        100 * time.Millisecond,
-		BackoffCoefficient:     2,
-		MaximumInterval:        10 * time.Second,
-		NonRetryableErrorTypes: []string{ErrTypeInsufficientFunds, ErrTypeInconsistent},
-	},
-}
+var (
+	localStepOptions = workflow.LocalActivityOptions{StartToCloseTimeout: 15 * time.Second, RetryPolicy: stepRetry}
+	stepOptions      = workflow.ActivityOptions{StartToCloseTimeout: 15 * time.Second, RetryPolicy: stepRetry}
+)
 
 // chargeOptions returns the provider call's options for a capability. Only an idempotent provider
 // may see the same charge twice; for the others every send is a single attempt.
