@@ -29,7 +29,7 @@ import (
 
 // runBench is `kasa bench`: it starts a throwaway kasa (a `kasa dev` child process on free ports
 // with its own data directory, so nothing of the user's is touched) and measures it.
-func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
 	fs := flag.NewFlagSet("kasa bench", flag.ContinueOnError)
 	suite := fs.Bool("suite", false, "run the standard suite (ceilings, targets, correctness) and write its results")
 	out := fs.String("out", "bench/results", "--suite: directory for <date>.md, <date>.json and <date>.svg")
@@ -56,7 +56,10 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer st.stop()
+	defer func() {
+		st.keep = err != nil
+		st.stop()
+	}()
 	if *faults != "" {
 		if err := putFaults(ctx, st.SimURL, *faults); err != nil {
 			return err
@@ -138,6 +141,8 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 type benchStack struct {
 	bench.Stack
 	stop func()
+	dir  string
+	keep bool // a failed run keeps the child's data directory
 }
 
 // startBenchStack starts `kasa dev` in a temporary data directory on free ports (Temporal UI
@@ -157,7 +162,14 @@ func startBenchStack(ctx context.Context, cfg config.Config, log *slog.Logger) (
 			cleanup[i]()
 		}
 	}
-	cleanup = append(cleanup, func() { _ = os.RemoveAll(dir) })
+	s := &benchStack{dir: dir}
+	cleanup = append(cleanup, func() {
+		if s.keep {
+			fmt.Fprintf(os.Stderr, "kasa bench: kept %s (its dev.log and temporal.log) for a look\n", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
 	ports := make([]int, 3)
 	for i := range ports {
 		if ports[i], err = devenv.FreePort(); err != nil {
@@ -238,7 +250,7 @@ func startBenchStack(ctx context.Context, cfg config.Config, log *slog.Logger) (
 		stop()
 		return nil, fmt.Errorf("read the child's dev.json: %w", err)
 	}
-	s := &benchStack{stop: stop}
+	s.stop = stop
 	s.APIURL, s.SimURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	s.AdminToken, s.DatabaseURL = state.AdminToken, state.DatabaseURL
 
