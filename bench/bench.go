@@ -600,10 +600,7 @@ func (r *runner) result(workers []*worker, unsent int64, payments map[string]str
 		res.Throughput = float64(res.Requests) / window.Seconds()
 		res.NewPaymentRate = float64(res.NewPayments) / window.Seconds()
 	}
-	res.Latency = Latency{
-		P50: ms(h.quantile(0.50)), P90: ms(h.quantile(0.90)), P95: ms(h.quantile(0.95)),
-		P99: ms(h.quantile(0.99)), Max: ms(h.maximum()),
-	}
+	res.Latency = h.latency()
 	seconds := int((window + time.Second - 1) / time.Second)
 	res.Series = make([]Second, 0, seconds)
 	for i := range seconds {

@@ -93,10 +93,7 @@ func WorkflowCeiling(ctx context.Context, tc client.Client, shape workflows.Shap
 	res.Answers["completed"] = res.Requests
 	res.Throughput = float64(res.Requests) / duration.Seconds()
 	res.NewPayments, res.NewPaymentRate = res.Requests, res.Throughput
-	res.Latency = Latency{
-		P50: ms(h.quantile(0.50)), P90: ms(h.quantile(0.90)), P95: ms(h.quantile(0.95)),
-		P99: ms(h.quantile(0.99)), Max: ms(h.maximum()),
-	}
+	res.Latency = h.latency()
 	for i := range series {
 		res.Series = append(res.Series, Second{Second: i, Requests: series[i].count(), P99: ms(series[i].quantile(0.99))})
 	}

@@ -98,3 +98,11 @@ func (h *histogram) quantile(q float64) time.Duration {
 	}
 	return h.maximum()
 }
+
+// latency is the report's quantiles of h.
+func (h *histogram) latency() Latency {
+	return Latency{
+		P50: ms(h.quantile(0.50)), P90: ms(h.quantile(0.90)), P95: ms(h.quantile(0.95)),
+		P99: ms(h.quantile(0.99)), Max: ms(h.maximum()),
+	}
+}
