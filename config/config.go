@@ -74,6 +74,9 @@ type Config struct {
 	Relay struct {
 		MetricsAddr string `mapstructure:"metrics_addr"` // `kasa relay`'s /metrics and /healthz
 	} `mapstructure:"relay"`
+	Debug struct {
+		PprofAddr string `mapstructure:"pprof_addr"` // Go's /debug/pprof/ for any kasa process; empty: off
+	} `mapstructure:"debug"`
 }
 
 // Capabilities the provider may have (CONTRACT §5).
@@ -108,6 +111,7 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("webhook.retry_for", "72h")
 	v.SetDefault("events.retention", "168h")
 	v.SetDefault("relay.metrics_addr", "127.0.0.1:8092")
+	v.SetDefault("debug.pprof_addr", "")
 }
 
 // Load reads defaults, then kasa.yaml (or the file named by KASA_CONFIG) if present, then KASA_* env.

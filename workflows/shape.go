@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -79,4 +80,29 @@ func ShapeWorkflow(ctx workflow.Context, s Shape) error {
 		return workflow.UpsertTypedSearchAttributes(ctx, SearchPaymentStatus.ValueSet("succeeded"))
 	}
 	return nil
+}
+
+// ParseShape reads a Shape's String form, e.g. "LLL+eager+search-attributes" or "RRR".
+func ParseShape(s string) (Shape, error) {
+	parts := strings.Split(s, "+")
+	var sh Shape
+	for _, c := range parts[0] {
+		switch k := StepKind(c); k {
+		case StepLocal, StepRegular:
+			sh.Steps = append(sh.Steps, k)
+		default:
+			return Shape{}, fmt.Errorf("shape %q: step %q is neither L (local) nor R (regular)", s, c)
+		}
+	}
+	for _, p := range parts[1:] {
+		switch p {
+		case "eager":
+			sh.Eager = true
+		case "search-attributes":
+			sh.SearchAttributes = true
+		default:
+			return Shape{}, fmt.Errorf("shape %q: unknown option %q (eager, search-attributes)", s, p)
+		}
+	}
+	return sh, nil
 }

@@ -44,3 +44,17 @@ func shapeOf(h *historypb.History) string {
 	}
 	return s
 }
+
+func TestParseShape(t *testing.T) {
+	for _, sh := range []workflows.Shape{workflows.PaymentShape, workflows.LeanestShape, {Steps: []workflows.StepKind{workflows.StepRegular, workflows.StepLocal, workflows.StepRegular}}} {
+		got, err := workflows.ParseShape(sh.String())
+		if err != nil || got.String() != sh.String() {
+			t.Errorf("workflows.ParseShape(%q) = %v, %v", sh, got, err)
+		}
+	}
+	for _, bad := range []string{"LXL", "LLL+fast", "LLL+"} {
+		if _, err := workflows.ParseShape(bad); err == nil {
+			t.Errorf("workflows.ParseShape(%q): no error", bad)
+		}
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/kasa-pay/kasa/config"
 	"github.com/kasa-pay/kasa/internal/devenv"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/workflows"
 )
 
 // runBench is `kasa bench`: it starts a throwaway kasa (a `kasa dev` child process on free ports
@@ -42,17 +43,18 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) (err err
 	payers := fs.Int("payers", 1, "payer accounts per merchant")
 	dups := fs.Float64("duplicates", 0.05, "share of requests that retry an earlier key (some in parallel)")
 	insufficient := fs.Float64("insufficient", 0.05, "share of new payments the payer cannot afford")
-	path := fs.String("path", "payments", `what one run drives: "payments", "replay", or a raw path such as "/healthz"`)
+	path := fs.String("path", "payments", `what one run drives: "payments", "replay", a raw path such as "/healthz", or "temporal:<shape>" (ceiling T, e.g. temporal:LLL+eager+search-attributes)`)
 	preload := fs.Int("preload", 0, "load this many stored payments and idempotency records (COPY) before measuring")
 	faults := fs.String("faults", "", `bank simulator fault rules, as PUT /_sim/faults takes them, e.g. {"rules":[{"on":"charge","action":"delay","delay_ms":50}]}`)
 	asJSON := fs.Bool("json", false, "one run: print its result as JSON")
+	childPprof := fs.String("child-pprof", "", "serve the measured kasa dev child's /debug/pprof/ on this address, e.g. 127.0.0.1:6061")
 	if err := fs.Parse(os.Args[2:]); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
 		return exitError(2)
 	}
 
-	st, err := startBenchStack(ctx, cfg, log)
+	st, err := startBenchStack(ctx, cfg, *childPprof, log)
 	if err != nil {
 		return err
 	}
@@ -86,6 +88,18 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) (err err
 		return nil
 	}
 
+	if shape, ok := strings.CutPrefix(*path, "temporal:"); ok {
+		sh, err := workflows.ParseShape(shape)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kasa bench:", err)
+			return exitError(2)
+		}
+		res, err := bench.WorkflowCeiling(ctx, st.Temporal, sh, *concurrency, *warmup, *duration)
+		if err != nil {
+			return err
+		}
+		return writeResult(res, *asJSON)
+	}
 	opts := bench.Options{
 		APIURL: st.APIURL, AdminToken: st.AdminToken, Duration: *duration, Warmup: *warmup,
 		Concurrency: *concurrency, Rate: *rate, Merchants: *merchants, Payers: *payers,
@@ -120,13 +134,7 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) (err err
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
-			return err
-		}
-	} else if err := bench.WriteMarkdown(os.Stdout, "kasa bench", res); err != nil {
+	if err := writeResult(res, *asJSON); err != nil {
 		return err
 	}
 	if doubles > 0 || len(problems) > 0 {
@@ -135,6 +143,15 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) (err err
 	}
 	fmt.Fprintln(os.Stderr, "kasa bench: correct: no double charge, kasa verify ok")
 	return nil
+}
+
+func writeResult(res bench.Result, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	return bench.WriteMarkdown(os.Stdout, "kasa bench", res)
 }
 
 // benchStack is the `kasa dev` child and what the suite needs of it.
@@ -147,7 +164,7 @@ type benchStack struct {
 
 // startBenchStack starts `kasa dev` in a temporary data directory on free ports (Temporal UI
 // off, logs at warn) and waits until it is ready.
-func startBenchStack(ctx context.Context, cfg config.Config, log *slog.Logger) (*benchStack, error) {
+func startBenchStack(ctx context.Context, cfg config.Config, pprofAddr string, log *slog.Logger) (*benchStack, error) {
 	bin, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -181,7 +198,7 @@ func startBenchStack(ctx context.Context, cfg config.Config, log *slog.Logger) (
 		"KASA_DATA_DIR=" + dir, "KASA_LOG_LEVEL=warn", "KASA_TEMPORAL_UI_PORT=0",
 		fmt.Sprintf("KASA_API_ADDR=127.0.0.1:%d", ports[0]), fmt.Sprintf("KASA_BANKSIM_ADDR=127.0.0.1:%d", ports[1]),
 		fmt.Sprintf("KASA_TEMPORAL_PORT=%d", ports[2]), "KASA_PROVIDER_CAPABILITY=" + cfg.Provider.Capability,
-		"KASA_DATABASE_MAX_CONNS=" + fmt.Sprint(cfg.Database.MaxConns),
+		"KASA_DATABASE_MAX_CONNS=" + fmt.Sprint(cfg.Database.MaxConns), "KASA_DEBUG_PPROF_ADDR=" + pprofAddr,
 	}
 	// The child gets none of the user's KASA_* settings (it must not touch their database or
 	// Temporal), except where to find the Temporal CLI.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -78,6 +79,22 @@ func main() {
 	if !ok {
 		fmt.Fprintf(os.Stderr, "kasa: unknown command %q\n\n%s", os.Args[1], usage)
 		os.Exit(2)
+	}
+	if cfg.Debug.PprofAddr != "" {
+		// Profiles on demand (go tool pprof http://ADDR/debug/pprof/profile): off unless asked for,
+		// and never on the API's own listener.
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		stopPprof, err := serve(ctx, "pprof", cfg.Debug.PprofAddr, mux, log)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kasa:", err)
+			os.Exit(2)
+		}
+		defer stopPprof()
 	}
 	if err := run(ctx, cfg, log); err != nil {
 		var exit exitError
