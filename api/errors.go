@@ -88,7 +88,7 @@ func (s *Server) writeError(c *gin.Context, err error) {
 type problemRender struct{ p problem }
 
 func (r problemRender) Render(w http.ResponseWriter) error {
-	b, err := jsonBytes(r.p)
+	b, err := payment.JSON(r.p)
 	if err != nil {
 		return err
 	}

@@ -131,9 +131,8 @@ func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 		s.writeError(c, fmt.Errorf("%w: start workflow: %v", payment.ErrUnavailable, err))
 		return
 	}
-	if err := s.Store.WorkflowStarted(ctx, p.ID); err != nil {
-		s.log.Warn("mark workflow started", "operation_id", p.ID, "error", err)
-	}
+	// No write here to say the workflow started: its first step (store.Reserve) records that,
+	// and until then a second start for the key (after the lease) is deduplicated anyway.
 	s.awaitOutcome(ctx, p)
 	// The database, not the workflow result, is the answer: it is what every replay returns.
 	rec, err := s.Store.Record(ctx, p.MerchantID, p.IdempotencyKey)
@@ -207,7 +206,8 @@ func (s *Server) replay(c *gin.Context, rec store.Record) {
 	c.Data(status, "application/json", body)
 }
 
-// storedResponse renders a completed operation's answer once and stores it; later calls read it.
+// storedResponse is a completed operation's stored answer. The transaction that finishes a
+// payment stores it; a record completed before that was so gets it rendered and stored here once.
 func (s *Server) storedResponse(c *gin.Context, rec store.Record) (int, []byte, error) {
 	if rec.ResponseBody != nil {
 		return rec.ResponseStatus, rec.ResponseBody, nil
@@ -217,21 +217,11 @@ func (s *Server) storedResponse(c *gin.Context, rec store.Record) (int, []byte, 
 	if err != nil {
 		return 0, nil, err
 	}
-	body, err := jsonBytes(p.Resource())
+	status, body, err := p.Answer()
 	if err != nil {
 		return 0, nil, err
 	}
-	return s.Store.SaveResponse(ctx, rec.MerchantID, rec.Key, finalStatus(p), body)
-}
-
-func finalStatus(p payment.Payment) int {
-	switch p.Status {
-	case payment.StatusSucceeded:
-		return http.StatusCreated
-	case payment.StatusFailed:
-		return http.StatusPaymentRequired
-	}
-	return http.StatusAccepted
+	return s.Store.SaveResponse(ctx, rec.MerchantID, rec.Key, status, body)
 }
 
 // writePayment answers with the current payment resource; non-final states carry Retry-After.

@@ -3,10 +3,8 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -35,7 +33,6 @@ type Store interface {
 	Begin(ctx context.Context, in store.BeginInput) (store.Record, payment.Payment, bool, error)
 	Record(ctx context.Context, merchantID uuid.UUID, key string) (store.Record, error)
 	TakeOver(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error)
-	WorkflowStarted(ctx context.Context, operationID uuid.UUID) error
 	ExpireLease(ctx context.Context, operationID uuid.UUID) error
 	SaveResponse(ctx context.Context, merchantID uuid.UUID, key string, status int, body []byte) (int, []byte, error)
 	Payment(ctx context.Context, id uuid.UUID) (payment.Payment, error)
@@ -213,19 +210,8 @@ type panicError struct{}
 
 func (*panicError) Error() string { return "panic" }
 
-// jsonBytes renders v as compact JSON with a trailing newline, without HTML escaping.
-func jsonBytes(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
 func writeJSON(c *gin.Context, status int, v any) {
-	b, err := jsonBytes(v)
+	b, err := payment.JSON(v)
 	if err != nil {
 		panic(err) // our own response types always encode
 	}

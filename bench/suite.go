@@ -168,9 +168,12 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := load(RunSpread, payOpts, spread); err != nil {
+	// Like the ceilings, the main payment run is measured twice, once early and once late, and
+	// the better counts: a single run against the best of two ceilings would tilt ratio 1.
+	if err := load(RunSpread+" #1", payOpts, spread); err != nil {
 		return nil, err
 	}
+	byName[RunSpread] = byName[RunSpread+" #1"]
 	if err := load(RunHot, payOpts, hot); err != nil {
 		return nil, err
 	}
@@ -192,12 +195,15 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 		return nil, err
 	}
 
+	if err := load(RunSpread+" #2", payOpts, spread); err != nil {
+		return nil, err
+	}
 	if err := ceilings(" #2"); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{RunHTTP, RunTOwn, RunTLean} {
+	for _, name := range []string{RunHTTP, RunTOwn, RunTLean, RunSpread} {
 		best := byName[name+" #1"]
-		if second := byName[name+" #2"]; second.Throughput > best.Throughput {
+		if second := byName[name+" #2"]; rate(second) > rate(best) {
 			best = second
 		}
 		byName[name] = best
@@ -243,6 +249,14 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	rep.Correct = rep.Doubles == 0 && len(rep.Problems) == 0
 	rep.Targets = targets(byName, rep.PGBench)
 	return rep, nil
+}
+
+// rate is what a run is compared by: new payments per second for a payment run, else requests.
+func rate(r Result) float64 {
+	if r.NewPaymentRate > 0 {
+		return r.NewPaymentRate
+	}
+	return r.Throughput
 }
 
 // targets computes the ratios from one run's measurements.

@@ -1,9 +1,13 @@
 package payment
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -93,4 +97,32 @@ type Merchant struct {
 	ID         uuid.UUID
 	Name       string
 	WebhookURL string
+}
+
+// Answer is a finished payment's stored response: what the request that created it is answered
+// and what every replay of its idempotency key repeats, byte for byte (CONTRACT §2): 201 with the
+// resource when it succeeded, 402 when it failed. It is stored in the same transaction that
+// finishes the payment, so it exists exactly when the payment is final.
+func (p Payment) Answer() (status int, body []byte, err error) {
+	switch p.Status {
+	case StatusSucceeded:
+		status = http.StatusCreated
+	case StatusFailed:
+		status = http.StatusPaymentRequired
+	default:
+		return 0, nil, fmt.Errorf("payment %s is %s: only a final payment has a stored answer", p.ID, p.Status)
+	}
+	body, err = JSON(p.Resource())
+	return status, body, err
+}
+
+// JSON renders v as the API does: compact, a trailing newline, no HTML escaping.
+func JSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

@@ -16,7 +16,13 @@ import (
 // the step done (by the reservation's or the payment's status) and changes nothing. No row lock
 // is ever held across a call to the provider.
 const (
-	sqlInsertReservation = `INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status)
+	// The workflow's first step also records that the workflow runs: from now on the lease of
+	// the idempotency record no longer matters (no takeover, no sweep).
+	sqlInsertReservation = `WITH started AS (
+  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
+  WHERE operation_id = $1 AND NOT workflow_started
+)
+INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status)
 SELECT $2, p.id, p.account_id, p.amount_minor, 'active' FROM payments p WHERE p.id = $1
 ON CONFLICT (operation_id) DO NOTHING RETURNING account_id, amount_minor`
 	// The check and the change in one statement: concurrent reservations re-evaluate the
@@ -27,11 +33,15 @@ WHERE id = $1 AND balance - reserved >= $2`
 WHERE operation_id = $1 AND status = 'active' RETURNING account_id, amount_minor`
 	sqlReservationStatus = `SELECT status FROM balance_reservations WHERE operation_id = $1`
 	sqlUnreserve         = `UPDATE accounts SET reserved = reserved - $2, updated_at = now() WHERE id = $1`
-	sqlSettlementAccount = `SELECT id FROM accounts WHERE merchant_id = $1 AND currency = $2 AND kind = 'settlement'`
-	sqlSetStatus         = `UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
+	sqlSettlementAccount = `SELECT a.id FROM payments p
+JOIN accounts a ON a.merchant_id = p.merchant_id AND a.currency = p.currency AND a.kind = 'settlement'
+WHERE p.id = $1`
+	sqlSetStatus = `UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
 WHERE id = $1 AND status = ANY($5) RETURNING ` + paymentColumns
-	sqlRecordStatus = `UPDATE idempotency_records SET status = $2, updated_at = now() WHERE operation_id = $1`
+	// A completed record gets its stored answer in the same statement; an earlier one is kept.
+	sqlRecordStatus = `UPDATE idempotency_records SET status = $2, response_status = coalesce(response_status, $3),
+response_body = coalesce(response_body, $4), updated_at = now() WHERE operation_id = $1`
 	sqlInsertOutbox = `INSERT INTO outbox (id, aggregate_id, type, payload) VALUES ($1, $2, $3, $4)`
 )
 
@@ -80,36 +90,48 @@ func (s *Store) Reserve(ctx context.Context, operationID uuid.UUID) error {
 func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error) {
 	var p payment.Payment
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		var account uuid.UUID
+		// Two round trips: what the rest depends on, then the rest. They are pipelined batches
+		// in one transaction, so a surprise in the first returns before the second is sent and
+		// rolls everything back.
+		var account, settlement uuid.UUID
 		var amount int64
-		err := tx.QueryRow(ctx, sqlCloseReservation, operationID, "finalized").Scan(&account, &amount)
-		if errors.Is(err, pgx.ErrNoRows) {
+		b := &pgx.Batch{}
+		b.Queue(sqlCloseReservation, operationID, "finalized")
+		b.Queue(sqlSetStatus, operationID, payment.StatusSucceeded, "", providerRef, fromStatuses(payment.StatusSucceeded))
+		b.Queue(sqlSettlementAccount, operationID)
+		br := tx.SendBatch(ctx, b)
+		closeErr := br.QueryRow().Scan(&account, &amount)
+		p2, setErr := scanPayment(br.QueryRow())
+		settleErr := br.QueryRow().Scan(&settlement)
+		if err := br.Close(); err != nil {
+			return err
+		}
+		if errors.Is(closeErr, pgx.ErrNoRows) {
+			if setErr == nil {
+				return fmt.Errorf("%w: payment %s was %s without an active reservation", ErrInconsistent, operationID, payment.StatusProcessing)
+			}
 			return s.alreadyDone(ctx, tx, operationID, payment.StatusSucceeded, &p)
 		}
-		if err != nil {
-			return err
+		for _, err := range []error{closeErr, setErr} {
+			if err != nil {
+				return err
+			}
 		}
-		if _, err := tx.Exec(ctx, sqlUnreserve, account, amount); err != nil {
-			return err
+		p = p2
+		if settleErr != nil {
+			return fmt.Errorf("settlement account of merchant %s in %s: %w", p.MerchantID, p.Currency, settleErr)
 		}
-		p, err = setStatus(ctx, tx, operationID, payment.StatusSucceeded, "", providerRef)
-		if err != nil {
-			return err
-		}
-		var settlement uuid.UUID
-		if err := tx.QueryRow(ctx, sqlSettlementAccount, p.MerchantID, p.Currency).Scan(&settlement); err != nil {
-			return fmt.Errorf("settlement account of merchant %s in %s: %w", p.MerchantID, p.Currency, err)
-		}
+		b = &pgx.Batch{}
+		b.Queue(sqlUnreserve, account, amount)
 		postingID := payment.NewID()
-		if err := insertPosting(ctx, tx, postingID, "payment", operationID.String()); err != nil {
-			return err
-		}
-		if err := completeRecord(ctx, tx, p, RecordCompleted); err != nil {
+		b.Queue(sqlInsertPosting, postingID, "payment", operationID.String())
+		if err := queueComplete(b, p, RecordCompleted); err != nil {
 			return err
 		}
 		// Last: crediting the merchant's settlement account locks its row, which every payment
 		// to this merchant needs; holding it only until the commit keeps a hot account moving.
-		return postEntries(ctx, tx, postingID, p.Currency, []entry{{account, -amount}, {settlement, amount}})
+		queueEntries(b, postingID, p.Currency, []entry{{account, -amount}, {settlement, amount}})
+		return tx.SendBatch(ctx, b).Close()
 	})
 	return p, err
 }
@@ -177,24 +199,45 @@ func (s *Store) alreadyDone(ctx context.Context, tx pgx.Tx, operationID uuid.UUI
 }
 
 func setStatus(ctx context.Context, tx pgx.Tx, id uuid.UUID, to payment.Status, failureCode, providerRef string) (payment.Payment, error) {
+	return scanPayment(tx.QueryRow(ctx, sqlSetStatus, id, to, failureCode, providerRef, fromStatuses(to)))
+}
+
+// fromStatuses are the non-final statuses a payment may become `to` from.
+func fromStatuses(to payment.Status) []string {
 	var from []string
 	for _, st := range []payment.Status{payment.StatusProcessing, payment.StatusUnknown} {
 		if st.CanBecome(to) {
 			from = append(from, string(st))
 		}
 	}
-	return scanPayment(tx.QueryRow(ctx, sqlSetStatus, id, to, failureCode, providerRef, from))
+	return from
 }
 
-// completeRecord moves the idempotency record along with the payment and queues the event.
+// completeRecord moves the idempotency record along with the payment (with its stored answer
+// when it is completed) and queues the event.
 func completeRecord(ctx context.Context, tx pgx.Tx, p payment.Payment, rs RecordStatus) error {
-	if _, err := tx.Exec(ctx, sqlRecordStatus, p.ID, rs); err != nil {
+	b := &pgx.Batch{}
+	if err := queueComplete(b, p, rs); err != nil {
 		return err
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+func queueComplete(b *pgx.Batch, p payment.Payment, rs RecordStatus) error {
+	var status *int
+	var body []byte
+	if rs == RecordCompleted {
+		st, bd, err := p.Answer()
+		if err != nil {
+			return err
+		}
+		status, body = &st, bd
 	}
 	payload, err := json.Marshal(p.Resource())
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, sqlInsertOutbox, payment.NewID(), p.ID, "payment."+string(p.Status), payload)
-	return err
+	b.Queue(sqlRecordStatus, p.ID, rs, status, body)
+	b.Queue(sqlInsertOutbox, payment.NewID(), p.ID, "payment."+string(p.Status), payload)
+	return nil
 }

@@ -177,12 +177,36 @@ func TestFinalizeAndReleaseAreIdempotent(t *testing.T) {
 	mID, aID := fixture(t, 10_000)
 	_, p, _, err := begin(t, mID, aID, "k", "inv", 2_500)
 	require.NoError(t, err)
+	rec, err := db.Record(ctx, mID, "k")
+	require.NoError(t, err)
+	require.False(t, rec.WorkflowStarted)
 	require.NoError(t, db.Reserve(ctx, p.ID))
-	for range 3 {
+	rec, err = db.Record(ctx, mID, "k")
+	require.NoError(t, err)
+	require.True(t, rec.WorkflowStarted, "the workflow's first step records that it runs")
+	var first payment.Payment
+	for i := range 3 {
 		got, err := db.Finalize(ctx, p.ID, "ch_1")
 		require.NoError(t, err)
 		require.Equal(t, payment.StatusSucceeded, got.Status)
+		if i == 0 {
+			first = got
+		}
 	}
+	// The answer is stored with the payment, once: a repeated finalize keeps the first one.
+	rec, err = db.Record(ctx, mID, "k")
+	require.NoError(t, err)
+	require.Equal(t, store.RecordCompleted, rec.Status)
+	status, body, err := first.Answer()
+	require.NoError(t, err)
+	require.Equal(t, 201, status)
+	require.Equal(t, status, rec.ResponseStatus)
+	require.Equal(t, string(body), string(rec.ResponseBody))
+	stored, err := db.Payment(ctx, p.ID)
+	require.NoError(t, err)
+	_, again, err := stored.Answer()
+	require.NoError(t, err)
+	require.Equal(t, string(body), string(again), "the stored answer is what the payment row renders")
 	entries, err := db.LedgerEntries(ctx, p.ID.String())
 	require.NoError(t, err)
 	require.Len(t, entries, 2, "one posting however often finalize runs")
@@ -210,12 +234,18 @@ func TestUnknownKeepsReservationUntilResolved(t *testing.T) {
 	rec, err := db.Record(ctx, mID, "k")
 	require.NoError(t, err)
 	require.Equal(t, store.RecordUnknown, rec.Status)
+	require.Nil(t, rec.ResponseBody, "an unknown payment has no final answer")
 	a, _ := db.Account(ctx, aID)
 	require.Equal(t, int64(4_000), a.Reserved)
 	requireVerified(t)
 
 	_, err = db.Release(ctx, p.ID, payment.FailureDeclined)
 	require.NoError(t, err)
+	rec, err = db.Record(ctx, mID, "k")
+	require.NoError(t, err)
+	require.Equal(t, store.RecordCompleted, rec.Status)
+	require.Equal(t, 402, rec.ResponseStatus)
+	require.Contains(t, string(rec.ResponseBody), `"failure_code":"declined"`)
 	a, _ = db.Account(ctx, aID)
 	require.Equal(t, int64(0), a.Reserved)
 	require.Equal(t, int64(10_000), a.Balance)

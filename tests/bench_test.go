@@ -41,6 +41,11 @@ func TestBenchCommand(t *testing.T) {
 	require.Contains(t, out, "201 succeeded")
 	require.Contains(t, errOut, "correct: no double charge, kasa verify ok")
 
+	// Ceiling T alone, in a shape given on the command line.
+	out, _ = run("--path", "temporal:LL+eager", "--duration", "1s", "--warmup", "0s", "--concurrency", "2")
+	require.Contains(t, out, "| temporal:LL+eager | closed | 2 |")
+	require.Contains(t, out, "| completed |")
+
 	readme := filepath.Join(dir, "README.md")
 	require.NoError(t, os.WriteFile(readme, []byte("# x\n\n<!-- bench:start -->\nold\n<!-- bench:end -->\n\nrest\n"), 0o644))
 	results := filepath.Join(dir, "results")
@@ -61,7 +66,7 @@ func TestBenchCommand(t *testing.T) {
 	for _, r := range rep.Runs {
 		names[strings.SplitN(r.Path, " (", 2)[0]] = r
 	}
-	for _, n := range []string{bench.RunHTTP + " #1", bench.RunTOwn + " #1", bench.RunTLean + " #2", bench.RunSpread, bench.RunHot, bench.RunReplay,
+	for _, n := range []string{bench.RunHTTP + " #1", bench.RunTOwn + " #1", bench.RunTLean + " #2", bench.RunSpread + " #1", bench.RunSpread + " #2", bench.RunHot, bench.RunReplay,
 		bench.RunOpenHalf, bench.RunReplayLarge, bench.RunSpreadLarge} {
 		require.Contains(t, names, n)
 		require.Positive(t, names[n].Requests, n)
