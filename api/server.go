@@ -41,8 +41,8 @@ type Store interface {
 
 // Workflows is how the API talks to Temporal.
 type Workflows interface {
-	StartPayment(ctx context.Context, key string, in workflows.PaymentInput) error
-	AwaitPayment(ctx context.Context, merchantID uuid.UUID, key string) (workflows.PaymentResult, error)
+	StartPayment(ctx context.Context, key string, in workflows.PaymentInput) (runID string, err error)
+	AwaitPayment(ctx context.Context, merchantID uuid.UUID, key, runID string) (workflows.PaymentResult, error)
 	Ready(ctx context.Context) error
 }
 

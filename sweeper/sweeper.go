@@ -26,7 +26,7 @@ type Store interface {
 
 // Starter starts payment workflows.
 type Starter interface {
-	StartPayment(ctx context.Context, key string, in workflows.PaymentInput) error
+	StartPayment(ctx context.Context, key string, in workflows.PaymentInput) (runID string, err error)
 }
 
 // Sweeper periodically starts stranded operations.
@@ -86,7 +86,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 		if err != nil {
 			return started, err
 		}
-		if err := s.Starter.StartPayment(ctx, r.Key, workflows.InputFor(p, s.Charge)); err != nil {
+		if _, err := s.Starter.StartPayment(ctx, r.Key, workflows.InputFor(p, s.Charge)); err != nil {
 			_ = s.Store.ExpireLease(context.WithoutCancel(ctx), p.ID)
 			return started, err
 		}

@@ -30,8 +30,8 @@ func (s Starter) queue() string {
 
 // StartPayment starts the operation's workflow, or finds the one already started for the key:
 // REJECT_DUPLICATE and USE_EXISTING make a second start for the same key a no-op, so a retried
-// start after a crash can never run a payment twice.
-func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) error {
+// start after a crash can never run a payment twice. It returns the run's id.
+func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) (string, error) {
 	opts := client.StartWorkflowOptions{
 		ID:                       PaymentWorkflowID(in.MerchantID, key),
 		TaskQueue:                s.queue(),
@@ -46,16 +46,18 @@ func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) 
 			SearchMerchantID.ValueSet(in.MerchantID.String()),
 		),
 	}
-	if _, err := s.Client.ExecuteWorkflow(ctx, opts, WorkflowPayment, in); err != nil {
-		return fmt.Errorf("start payment workflow: %w", err)
+	run, err := s.Client.ExecuteWorkflow(ctx, opts, WorkflowPayment, in)
+	if err != nil {
+		return "", fmt.Errorf("start payment workflow: %w", err)
 	}
-	return nil
+	return run.GetRunID(), nil
 }
 
-// AwaitPayment waits for the workflow's result until ctx ends (then ErrStillRunning).
-func (s Starter) AwaitPayment(ctx context.Context, merchantID uuid.UUID, key string) (PaymentResult, error) {
+// AwaitPayment waits for the result of the workflow's run until ctx ends (then ErrStillRunning).
+// Naming the run spares the server finding the current one on every poll.
+func (s Starter) AwaitPayment(ctx context.Context, merchantID uuid.UUID, key, runID string) (PaymentResult, error) {
 	var res PaymentResult
-	err := s.Client.GetWorkflow(ctx, PaymentWorkflowID(merchantID, key), "").Get(ctx, &res)
+	err := s.Client.GetWorkflow(ctx, PaymentWorkflowID(merchantID, key), runID).Get(ctx, &res)
 	if err != nil && ctx.Err() != nil {
 		return res, ErrStillRunning
 	}
