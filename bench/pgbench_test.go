@@ -331,7 +331,6 @@ func TestPGBenchScriptsMirrorStore(t *testing.T) {
 		// Branches of those methods a successful first attempt does not take.
 		for _, c := range []string{
 			"sqlLivePayment",       // Begin: an invoice with a live payment (duplicate_payment)
-			"sqlReservationStatus", // Reserve: a retried activity that finds the reservation made
 			"sqlPayment",           // Finalize: a retried activity that finds the payment final
 			"sqlWorkflowStarted",   // reached by name only (Record scans the WorkflowStarted field)
 		} {

@@ -16,22 +16,32 @@ import (
 // the step done (by the reservation's or the payment's status) and changes nothing. No row lock
 // is ever held across a call to the provider.
 const (
-	// The workflow's first step also records that the workflow runs: from now on the lease of
-	// the idempotency record no longer matters (no takeover, no sweep).
-	sqlInsertReservation = `WITH started AS (
+	// Reserve in one statement, so one round trip and no explicit transaction. The workflow's
+	// first step also records that the workflow runs: from now on the lease of the idempotency
+	// record no longer matters (no takeover, no sweep). The balance check and the hold are one
+	// UPDATE: concurrent reservations re-evaluate the condition on the latest row version, so the
+	// account can never be overdrawn. A reservation is inserted only with its hold; two first
+	// attempts racing for one payment both hold, but the second insert violates the reservation's
+	// unique operation_id and its whole statement (hold included) is undone.
+	sqlReserveFunds = `WITH started AS (
   UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
   WHERE operation_id = $1 AND NOT workflow_started
+), p AS (
+  SELECT id, account_id, amount_minor FROM payments WHERE id = $1
+), existing AS (
+  SELECT 1 FROM balance_reservations WHERE operation_id = $1
+), held AS (
+  UPDATE accounts a SET reserved = a.reserved + p.amount_minor, updated_at = now()
+  FROM p WHERE a.id = p.account_id AND a.balance - a.reserved >= p.amount_minor AND NOT EXISTS (SELECT 1 FROM existing)
+  RETURNING a.id
+), inserted AS (
+  INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status)
+  SELECT $2, p.id, p.account_id, p.amount_minor, 'active' FROM p, held
+  RETURNING id
 )
-INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status)
-SELECT $2, p.id, p.account_id, p.amount_minor, 'active' FROM payments p WHERE p.id = $1
-ON CONFLICT (operation_id) DO NOTHING RETURNING account_id, amount_minor`
-	// The check and the change in one statement: concurrent reservations re-evaluate the
-	// condition on the latest row version, so the account can never be overdrawn.
-	sqlReserve = `UPDATE accounts SET reserved = reserved + $2, updated_at = now()
-WHERE id = $1 AND balance - reserved >= $2`
+SELECT EXISTS (SELECT 1 FROM p), EXISTS (SELECT 1 FROM existing), EXISTS (SELECT 1 FROM inserted)`
 	sqlCloseReservation = `UPDATE balance_reservations SET status = $2, updated_at = now()
 WHERE operation_id = $1 AND status = 'active' RETURNING account_id, amount_minor`
-	sqlReservationStatus = `SELECT status FROM balance_reservations WHERE operation_id = $1`
 	sqlUnreserve         = `UPDATE accounts SET reserved = reserved - $2, updated_at = now() WHERE id = $1`
 	sqlSettlementAccount = `SELECT a.id FROM payments p
 JOIN accounts a ON a.merchant_id = p.merchant_id AND a.currency = p.currency AND a.kind = 'settlement'
@@ -58,30 +68,21 @@ func (s *Store) BeginChargeAttempt(ctx context.Context, operationID uuid.UUID) (
 	return n, translate(err)
 }
 
-// Reserve holds the payment's amount on the payer's account. payment.ErrInsufficientFunds when
-// the available balance is too small (nothing is written then).
+// Reserve holds the payment's amount on the payer's account. A repeated call finds the
+// reservation made and changes nothing. payment.ErrInsufficientFunds when the available balance
+// is too small (nothing is held then).
 func (s *Store) Reserve(ctx context.Context, operationID uuid.UUID) error {
-	return s.tx(ctx, func(tx pgx.Tx) error {
-		var account uuid.UUID
-		var amount int64
-		err := tx.QueryRow(ctx, sqlInsertReservation, operationID, payment.NewID()).Scan(&account, &amount)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// Already reserved (a retry), or no such payment.
-			var status string
-			return tx.QueryRow(ctx, sqlReservationStatus, operationID).Scan(&status)
-		}
-		if err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, sqlReserve, account, amount)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return payment.ErrInsufficientFunds
-		}
+	var found, already, reserved bool
+	if err := s.pool.QueryRow(ctx, sqlReserveFunds, operationID, payment.NewID()).Scan(&found, &already, &reserved); err != nil {
+		return translate(err)
+	}
+	switch {
+	case !found:
+		return payment.ErrNotFound
+	case already || reserved:
 		return nil
-	})
+	}
+	return payment.ErrInsufficientFunds
 }
 
 // Finalize captures a reserved payment: one balanced posting moves the amount from the payer to

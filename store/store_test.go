@@ -123,6 +123,43 @@ func TestBusinessKeyBlocksLivePaymentsOnly(t *testing.T) {
 	require.True(t, ok, "a failed payment does not block a new attempt")
 }
 
+// A local activity can run twice at once (its worker seemed dead, another took over): the
+// payment is still held once.
+func TestConcurrentReservesOfOnePaymentHoldOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 100_000)
+	_, p, _, err := begin(t, mID, aID, "k", "inv", 30_000)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() { errs[i] = db.Reserve(ctx, p.ID) })
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		}
+	}
+	require.Positive(t, ok, "errors: %v", errs)
+	require.NoError(t, db.Reserve(ctx, p.ID), "a retry after the race finds the hold")
+	a, err := db.Account(ctx, aID)
+	require.NoError(t, err)
+	require.Equal(t, int64(30_000), a.Reserved)
+	require.Equal(t, int64(100_000), a.Balance)
+	_, err = db.Finalize(ctx, p.ID, "ch_1")
+	require.NoError(t, err)
+	a, err = db.Account(ctx, aID)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), a.Reserved)
+	require.Equal(t, int64(70_000), a.Balance)
+	requireVerified(t)
+
+	require.ErrorIs(t, db.Reserve(ctx, payment.NewID()), payment.ErrNotFound)
+}
+
 func TestReserveNeverOverdraws(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

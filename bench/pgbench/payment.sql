@@ -1,5 +1,5 @@
 -- mirrors store.sqlMerchantByKey, store.sqlCustomerAccount, store.sqlAcquire, store.sqlInsertPayment,
--- mirrors store.sqlInsertReservation, store.sqlReserve, store.sqlCloseReservation,
+-- mirrors store.sqlReserveFunds, store.sqlCloseReservation,
 -- mirrors store.sqlUnreserve, store.sqlSetStatus, store.sqlSettlementAccount, store.sqlInsertPosting,
 -- mirrors store.sqlInsertEntry, store.sqlCredit, store.sqlRecordStatus, store.sqlInsertOutbox,
 -- mirrors store.sqlRecord
@@ -74,21 +74,25 @@ RETURNING created_at, updated_at
 \gset inserted_
 COMMIT;
 
--- Worker, ReserveFunds: store.Reserve.
-BEGIN;
--- store.sqlInsertReservation
+-- Worker, ReserveFunds: store.Reserve, one statement.
+-- store.sqlReserveFunds
 WITH started AS (
   UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
   WHERE operation_id = :op_id AND NOT workflow_started
+), p AS (
+  SELECT id, account_id, amount_minor FROM payments WHERE id = :op_id
+), existing AS (
+  SELECT 1 FROM balance_reservations WHERE operation_id = :op_id
+), held AS (
+  UPDATE accounts a SET reserved = a.reserved + p.amount_minor, updated_at = now()
+  FROM p WHERE a.id = p.account_id AND a.balance - a.reserved >= p.amount_minor AND NOT EXISTS (SELECT 1 FROM existing)
+  RETURNING a.id
+), inserted AS (
+  INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status)
+  SELECT :reservation_id, p.id, p.account_id, p.amount_minor, 'active' FROM p, held
+  RETURNING id
 )
-INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status)
-SELECT :reservation_id, p.id, p.account_id, p.amount_minor, 'active' FROM payments p WHERE p.id = :op_id
-ON CONFLICT (operation_id) DO NOTHING RETURNING account_id, amount_minor
-\gset reserve_
--- store.sqlReserve
-UPDATE accounts SET reserved = reserved + :reserve_amount_minor, updated_at = now()
-WHERE id = :reserve_account_id AND balance - reserved >= :reserve_amount_minor;
-COMMIT;
+SELECT EXISTS (SELECT 1 FROM p), EXISTS (SELECT 1 FROM existing), EXISTS (SELECT 1 FROM inserted);
 
 -- Worker, Finalize (after the charge): store.Finalize, the posting, the payment, the record with
 -- its stored answer and the outbox event in one transaction, sent as two pgx batches: what the
