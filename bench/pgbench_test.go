@@ -330,9 +330,9 @@ func TestPGBenchScriptsMirrorStore(t *testing.T) {
 		reached := st.reach(onPath...)
 		// Branches of those methods a successful first attempt does not take.
 		for _, c := range []string{
-			"sqlLivePayment",       // Begin: an invoice with a live payment (duplicate_payment)
-			"sqlPayment",           // Finalize: a retried activity that finds the payment final
-			"sqlWorkflowStarted",   // reached by name only (Record scans the WorkflowStarted field)
+			"sqlLivePayment",     // Begin: an invoice with a live payment (duplicate_payment)
+			"sqlPayment",         // Finalize: a retried activity that finds the payment final
+			"sqlWorkflowStarted", // reached by name only (Record scans the WorkflowStarted field)
 		} {
 			require.True(t, reached[c], "store no longer uses %s: update this list", c)
 			delete(reached, c)

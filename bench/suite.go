@@ -168,18 +168,24 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Like the ceilings, the main payment run is measured twice, once early and once late, and
-	// the better counts: a single run against the best of two ceilings would tilt ratio 1.
-	if err := load(RunSpread+" #1", payOpts, spread); err != nil {
+	// Like the ceilings, kasa's closed-loop runs are measured twice, one pass early and one
+	// late, and the better of each counts: the same rule on both sides of every ratio.
+	kasaRuns := func(pass string) error {
+		for _, r := range []struct {
+			name string
+			opts Options
+			fx   *Fixture
+		}{{RunSpread, payOpts, spread}, {RunHot, payOpts, hot}, {RunReplay, Options{Path: "replay"}, hot}} {
+			if err := load(r.name+pass, r.opts, r.fx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := kasaRuns(" #1"); err != nil {
 		return nil, err
 	}
 	byName[RunSpread] = byName[RunSpread+" #1"]
-	if err := load(RunHot, payOpts, hot); err != nil {
-		return nil, err
-	}
-	if err := load(RunReplay, Options{Path: "replay"}, hot); err != nil {
-		return nil, err
-	}
 	for _, script := range []string{"payment", "replay"} {
 		r, err := PGBench(ctx, PGBenchOptions{DatabaseURL: s.DatabaseURL, Clients: o.Concurrency, Duration: o.Duration, Script: script, Rows: 10_000})
 		if err != nil {
@@ -188,20 +194,20 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 		rep.PGBench[script] = r
 		o.Progress("%-40s %8.1f tps  p50 %7.2f ms  p99 %7.2f ms", "pgbench "+script, r.TPS, r.P50MS, r.P99MS)
 	}
-	// Half the maximum sustained rate, open loop: latency without coordinated omission. Twice
-	// as long as the other runs: at half the rate a p99 needs the samples.
+	// Half the maximum sustained rate, open loop: latency without coordinated omission. Three
+	// times as long as the other runs: at half the rate a p99 needs the samples.
 	half := byName[RunSpread].NewPaymentRate / 2
-	if err := load(RunOpenHalf, Options{Rate: max(half, 1), Concurrency: 256, InsufficientShare: o.Insufficient, Duration: 2 * o.Duration}, spread); err != nil {
+	if err := load(RunOpenHalf, Options{Rate: max(half, 1), Concurrency: 256, InsufficientShare: o.Insufficient, Duration: 3 * o.Duration}, spread); err != nil {
 		return nil, err
 	}
 
-	if err := load(RunSpread+" #2", payOpts, spread); err != nil {
+	if err := kasaRuns(" #2"); err != nil {
 		return nil, err
 	}
 	if err := ceilings(" #2"); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{RunHTTP, RunTOwn, RunTLean, RunSpread} {
+	for _, name := range []string{RunHTTP, RunTOwn, RunTLean, RunSpread, RunHot, RunReplay} {
 		best := byName[name+" #1"]
 		if second := byName[name+" #2"]; rate(second) > rate(best) {
 			best = second

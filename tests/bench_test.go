@@ -66,7 +66,7 @@ func TestBenchCommand(t *testing.T) {
 	for _, r := range rep.Runs {
 		names[strings.SplitN(r.Path, " (", 2)[0]] = r
 	}
-	for _, n := range []string{bench.RunHTTP + " #1", bench.RunTOwn + " #1", bench.RunTLean + " #2", bench.RunSpread + " #1", bench.RunSpread + " #2", bench.RunHot, bench.RunReplay,
+	for _, n := range []string{bench.RunHTTP + " #1", bench.RunTOwn + " #1", bench.RunTLean + " #2", bench.RunSpread + " #1", bench.RunSpread + " #2", bench.RunHot + " #1", bench.RunReplay + " #2",
 		bench.RunOpenHalf, bench.RunReplayLarge, bench.RunSpreadLarge} {
 		require.Contains(t, names, n)
 		require.Positive(t, names[n].Requests, n)

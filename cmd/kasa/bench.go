@@ -272,7 +272,8 @@ func startBenchStack(ctx context.Context, cfg config.Config, pprofAddr string, l
 	s.AdminToken, s.DatabaseURL = state.AdminToken, state.DatabaseURL
 
 	cfg.Database.URL, cfg.Temporal.Address, cfg.Secret.Key = state.DatabaseURL, state.TemporalAddress, state.SecretKey
-	db, tc, err := connect(ctx, cfg, log, false)
+	// The Temporal SDK logs every ceiling worker's start and stop at info: not bench output.
+	db, tc, err := connect(ctx, cfg, newLogger("warn"), false)
 	if err != nil {
 		stop()
 		return nil, err
