@@ -104,16 +104,24 @@ func (s *Store) Preload(ctx context.Context, o PreloadOptions) (PreloadResult, e
 			o.Progress(end, o.N)
 		}
 	}
-	// Settle what the load left behind now rather than during whatever is measured next:
-	// autovacuum's first pass over the new rows, and the checkpoint of their WAL (which needs
-	// superuser or pg_checkpoint; without it the server checkpoints in its own time).
-	if _, err := s.pool.Exec(ctx, `VACUUM (ANALYZE) idempotency_records, payments`); err != nil {
-		res.Elapsed = time.Since(started)
-		return res, fmt.Errorf("preload: vacuum: %w", translate(err))
+	err := s.Settle(ctx)
+	res.Elapsed = time.Since(started)
+	if err != nil {
+		return res, fmt.Errorf("preload: %w", err)
+	}
+	return res, nil
+}
+
+// Settle does now what a bulk of writes leaves for later, so that it does not happen during
+// whatever is measured next: autovacuum's pass over the new and dead rows (with the planner
+// statistics), and the checkpoint of their WAL (which needs superuser or pg_checkpoint; without
+// it the server checkpoints in its own time).
+func (s *Store) Settle(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, `VACUUM (ANALYZE)`); err != nil {
+		return fmt.Errorf("vacuum: %w", translate(err))
 	}
 	_, _ = s.pool.Exec(ctx, `CHECKPOINT`)
-	res.Elapsed = time.Since(started)
-	return res, nil
+	return nil
 }
 
 const sqlPreloadPayer = `SELECT id, currency FROM accounts WHERE merchant_id = $1 AND kind = 'customer'

@@ -120,6 +120,8 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) (err err
 			if err := st.Preload(ctx, ids, *preload); err != nil {
 				return err
 			}
+		} else if err := st.Settle(ctx); err != nil {
+			return err
 		}
 	}
 	res, err := bench.Run(ctx, opts, fx)
@@ -283,6 +285,7 @@ func startBenchStack(ctx context.Context, cfg config.Config, pprofAddr string, l
 	s.Verify = db.Verify
 	s.Preload = func(ctx context.Context, merchants []string, n int) error { return preload(ctx, db, merchants, n) }
 	s.Sizes = func(ctx context.Context) ([]bench.TableSize, error) { return sizes(ctx, db) }
+	s.Settle = db.Settle
 	if err := waitReady(ctx, s.APIURL+"/readyz"); err != nil {
 		stop()
 		return nil, err
