@@ -769,10 +769,8 @@ func TestCrashPostgresRestart(t *testing.T) {
 	require.Positive(t, unavailable, "payments sent during the outage were answered 503")
 	t.Logf("payments sent during the outage were answered 503 %d times before they were taken", unavailable)
 	if internal > 0 {
-		// Known bug (crash-test report): a query cut by the crash fails with a bare
-		// io.ErrUnexpectedEOF/io.EOF from pgconn, which store.translate does not map to
-		// ErrUnavailable, so the API answers 500 instead of 503. Make this a
-		// require.Zero(t, internal) once store.translate is fixed.
+		// A query cut by the crash must still be a 503 (store.translate maps a lost
+		// connection to ErrUnavailable); list the logged causes to say which one was not.
 		b, _ := os.ReadFile(s.api.log)
 		causes := map[string]bool{}
 		for _, line := range strings.Split(string(b), "\n") {
