@@ -418,10 +418,15 @@ func summarize(txs []pgbenchTx, warmup time.Duration) PGBenchResult {
 		}
 	}
 	from := start.Add(warmup)
+	warm := from
 	for _, tx := range txs {
-		if tx.n == warmTransactions && tx.end.After(from) {
-			from = tx.end
+		if tx.n == warmTransactions && tx.end.After(warm) {
+			warm = tx.end
 		}
+	}
+	// On a machine too busy for every client to warm up within the run, the time alone counts.
+	if warm.Before(to) {
+		from = warm
 	}
 	r.Duration = to.Sub(from).Seconds()
 	var lat []int64

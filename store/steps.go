@@ -20,9 +20,10 @@ const (
 	// first step also records that the workflow runs: from now on the lease of the idempotency
 	// record no longer matters (no takeover, no sweep). The balance check and the hold are one
 	// UPDATE: concurrent reservations re-evaluate the condition on the latest row version, so the
-	// account can never be overdrawn. A reservation is inserted only with its hold; two first
-	// attempts racing for one payment both hold, but the second insert violates the reservation's
-	// unique operation_id and its whole statement (hold included) is undone.
+	// account can never be overdrawn. A reservation is inserted only with its hold. Of two
+	// attempts racing for one payment, the second either holds too and then fails on the
+	// reservation's unique operation_id (its whole statement, hold included, is undone), or finds
+	// the balance taken by the first hold: Reserve then looks again before calling it a decline.
 	sqlReserveFunds = `WITH started AS (
   UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
   WHERE operation_id = $1 AND NOT workflow_started
@@ -40,7 +41,8 @@ const (
   RETURNING id
 )
 SELECT EXISTS (SELECT 1 FROM p), EXISTS (SELECT 1 FROM existing), EXISTS (SELECT 1 FROM inserted)`
-	sqlCloseReservation = `UPDATE balance_reservations SET status = $2, updated_at = now()
+	sqlReservationExists = `SELECT EXISTS (SELECT 1 FROM balance_reservations WHERE operation_id = $1)`
+	sqlCloseReservation  = `UPDATE balance_reservations SET status = $2, updated_at = now()
 WHERE operation_id = $1 AND status = 'active' RETURNING account_id, amount_minor`
 	sqlUnreserve         = `UPDATE accounts SET reserved = reserved - $2, updated_at = now() WHERE id = $1`
 	sqlSettlementAccount = `SELECT a.id FROM payments p
@@ -80,6 +82,14 @@ func (s *Store) Reserve(ctx context.Context, operationID uuid.UUID) error {
 	case !found:
 		return payment.ErrNotFound
 	case already || reserved:
+		return nil
+	}
+	// Not held, but perhaps because a concurrent attempt for this payment held it first: the
+	// statement's snapshot did not see that reservation, while its balance check saw the hold.
+	if err := s.pool.QueryRow(ctx, sqlReservationExists, operationID).Scan(&already); err != nil {
+		return translate(err)
+	}
+	if already {
 		return nil
 	}
 	return payment.ErrInsufficientFunds

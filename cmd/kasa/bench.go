@@ -380,12 +380,17 @@ func writeSuite(rep *bench.Report, out, readme string) error {
 	if err != nil {
 		return err
 	}
+	// The chart shows the spread payment run that counted: the faster of its two passes.
+	var spread *bench.Result
+	for i, r := range rep.Runs {
+		if strings.HasPrefix(r.Path, bench.RunSpread+" ") && (spread == nil || r.NewPaymentRate > spread.NewPaymentRate) {
+			spread = &rep.Runs[i]
+		}
+	}
 	var svg strings.Builder
-	for _, r := range rep.Runs {
-		if strings.HasPrefix(r.Path, bench.RunSpread+" ") {
-			if err := bench.WriteSVG(&svg, "new payments, "+r.Path, r.Series); err != nil {
-				return err
-			}
+	if spread != nil {
+		if err := bench.WriteSVG(&svg, "new payments, "+spread.Path, spread.Series); err != nil {
+			return err
 		}
 	}
 	for name, content := range map[string]string{base + ".md": md.String(), base + ".json": string(b) + "\n", base + ".svg": svg.String()} {
