@@ -143,34 +143,24 @@ type storePackage struct {
 
 func parseStore(t *testing.T) storePackage {
 	t.Helper()
-	files, err := filepath.Glob("../store/*.go")
-	require.NoError(t, err)
-	fset := token.NewFileSet()
 	exprs := map[string]ast.Expr{}
 	var funcs []*ast.FuncDecl
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		require.NoError(t, err)
-		for _, d := range f.Decls {
-			switch d := d.(type) {
-			case *ast.GenDecl:
-				if d.Tok != token.CONST {
-					continue
-				}
-				for _, s := range d.Specs {
-					vs := s.(*ast.ValueSpec)
-					for i, n := range vs.Names {
-						if i < len(vs.Values) {
-							exprs[n.Name] = vs.Values[i]
-						}
+	for _, d := range packageDecls(t, "../store") {
+		switch d := d.(type) {
+		case *ast.GenDecl:
+			if d.Tok != token.CONST {
+				continue
+			}
+			for _, s := range d.Specs {
+				vs := s.(*ast.ValueSpec)
+				for i, n := range vs.Names {
+					if i < len(vs.Values) {
+						exprs[n.Name] = vs.Values[i]
 					}
 				}
-			case *ast.FuncDecl:
-				funcs = append(funcs, d)
 			}
+		case *ast.FuncDecl:
+			funcs = append(funcs, d)
 		}
 	}
 	p := storePackage{consts: map[string]string{}, uses: map[string][]string{}}
@@ -346,24 +336,33 @@ func TestPGBenchScriptsMirrorStore(t *testing.T) {
 	})
 }
 
-// storeCalls lists the methods called on a Store field (x.Store.M) by the package in dir, from the
-// roots (every function when none) and the package's own functions they call, by name.
-func storeCalls(t *testing.T, dir string, roots ...string) map[string]bool {
+// packageDecls parses the Go files of the package in dir (tests left out) and returns their
+// top-level declarations.
+func packageDecls(t *testing.T, dir string) []ast.Decl {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	require.NoError(t, err)
 	fset := token.NewFileSet()
-	funcs := map[string][]*ast.FuncDecl{}
+	var decls []ast.Decl
 	for _, name := range files {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
 		}
 		f, err := parser.ParseFile(fset, name, nil, 0)
 		require.NoError(t, err)
-		for _, d := range f.Decls {
-			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
-				funcs[fd.Name.Name] = append(funcs[fd.Name.Name], fd)
-			}
+		decls = append(decls, f.Decls...)
+	}
+	return decls
+}
+
+// storeCalls lists the methods called on a Store field (x.Store.M) by the package in dir, from the
+// roots (every function when none) and the package's own functions they call, by name.
+func storeCalls(t *testing.T, dir string, roots ...string) map[string]bool {
+	t.Helper()
+	funcs := map[string][]*ast.FuncDecl{}
+	for _, d := range packageDecls(t, dir) {
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+			funcs[fd.Name.Name] = append(funcs[fd.Name.Name], fd)
 		}
 	}
 	if len(roots) == 0 {

@@ -76,13 +76,8 @@ func WebhookBody(e Event) ([]byte, error) {
 	}{e.ID.String(), e.Type, payment.FormatTime(e.CreatedAt), data})
 }
 
-// marshal encodes compactly without HTML escaping and without a trailing newline.
+// marshal encodes as the API does (payment.JSON), without the trailing newline.
 func marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	b, err := payment.JSON(v)
+	return bytes.TrimRight(b, "\n"), err
 }

@@ -123,10 +123,11 @@ func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef
 			}
 			return s.alreadyDone(ctx, tx, operationID, payment.StatusSucceeded, &p)
 		}
-		for _, err := range []error{closeErr, setErr} {
-			if err != nil {
-				return err
-			}
+		if closeErr != nil {
+			return closeErr
+		}
+		if setErr != nil {
+			return setErr
 		}
 		p = p2
 		if settleErr != nil {

@@ -18,7 +18,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -203,7 +202,7 @@ func (s *crashStack) simURL() string { return "http://" + s.simAddr }
 func (s *crashStack) startBanksim() {
 	s.t.Helper()
 	s.sim = startProc(s.t, s.dir, s.bin, "banksim", s.env(), "banksim")
-	s.waitHTTP(s.sim, s.simURL()+"/_sim/healthz")
+	s.sim.waitHTTP(s.simURL() + "/_sim/healthz")
 }
 
 func (s *crashStack) startWorker() {
@@ -215,7 +214,7 @@ func (s *crashStack) startWorker() {
 func (s *crashStack) startAPI(overrides ...string) *proc {
 	s.t.Helper()
 	s.api = startProc(s.t, s.dir, s.bin, "api", s.env(overrides...), "api")
-	s.waitHTTP(s.api, s.apiURL()+"/readyz")
+	s.api.waitHTTP(s.apiURL() + "/readyz")
 	return s.api
 }
 
@@ -226,49 +225,9 @@ func (s *crashStack) start() {
 	s.startAPI()
 }
 
-// waitHTTP waits until url answers 200, failing at once if p died.
-func (s *crashStack) waitHTTP(p *proc, url string) {
-	s.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		p.requireRunning(s.t, "waiting for "+url)
-		if r, err := s.call("GET", url, "", ""); err == nil && r.Status == http.StatusOK {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	s.t.Fatalf("%s never answered 200\n%s", url, tail(p.log, 30))
-}
-
-var crashClient = &http.Client{Timeout: 30 * time.Second}
-
-// call is one HTTP request; a transport error is returned, not fatal (processes get killed).
-func (s *crashStack) call(method, url, bearer, body string, headers ...string) (response, error) {
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		return response{}, err
-	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := crashClient.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
-}
-
 func (s *crashStack) mustCall(method, url, bearer, body string, headers ...string) response {
 	s.t.Helper()
-	r, err := s.call(method, url, bearer, body, headers...)
+	r, err := httpCall(method, url, bearer, body, headers...)
 	require.NoError(s.t, err, "%s %s", method, url)
 	return r
 }
@@ -301,7 +260,7 @@ func (s *crashStack) balances(m merchant, acct string) (balance, reserved string
 }
 
 func (s *crashStack) pay(m merchant, key, body string) (response, error) {
-	return s.call("POST", s.apiURL()+"/v1/payments", m.APIKey, body, "Idempotency-Key", key)
+	return httpCall("POST", s.apiURL()+"/v1/payments", m.APIKey, body, "Idempotency-Key", key)
 }
 
 func (s *crashStack) payment(m merchant, id string) map[string]any {
@@ -840,7 +799,7 @@ func TestAPIStartsWhileTemporalIsDown(t *testing.T) {
 	s.crashTemporal()
 	s.startBanksim()
 	s.api = startProc(s.t, s.dir, s.bin, "api", s.env(), "api")
-	s.waitHTTP(s.api, s.apiURL()+"/healthz")
+	s.api.waitHTTP(s.apiURL() + "/healthz")
 
 	ready := s.mustCall("GET", s.apiURL()+"/readyz", "", "")
 	require.Equal(t, http.StatusServiceUnavailable, ready.Status, "%s", ready.Body)
@@ -859,7 +818,7 @@ func TestAPIStartsWhileTemporalIsDown(t *testing.T) {
 
 	s.startTemporal(ctx)
 	s.startWorker()
-	s.waitHTTP(s.api, s.apiURL()+"/readyz")
+	s.api.waitHTTP(s.apiURL() + "/readyz")
 	r, err = s.pay(m, "while-down", body)
 	require.NoError(t, err)
 	if r.Status == http.StatusAccepted {

@@ -134,8 +134,20 @@ func (s *stack) do(method, path, bearer string, body string, headers ...string) 
 
 func httpDo(t *testing.T, method, url, bearer string, body string, headers ...string) response {
 	t.Helper()
+	r, err := httpCall(method, url, bearer, body, headers...)
+	require.NoError(t, err, "%s %s", method, url)
+	return r
+}
+
+var testClient = &http.Client{Timeout: 30 * time.Second}
+
+// httpCall is one HTTP request; a transport error is returned, not fatal (a process may be
+// down on purpose). Headers come in pairs.
+func httpCall(method, url, bearer, body string, headers ...string) (response, error) {
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	require.NoError(t, err)
+	if err != nil {
+		return response{}, err
+	}
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
@@ -145,12 +157,13 @@ func httpDo(t *testing.T, method, url, bearer string, body string, headers ...st
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	resp, err := testClient.Do(req)
+	if err != nil {
+		return response{}, err
+	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
 }
 
 type merchant struct {

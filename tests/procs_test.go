@@ -164,6 +164,20 @@ func (p *proc) requireRunning(t *testing.T, what string) {
 	}
 }
 
+// waitHTTP waits until url answers 200, failing at once if the process died.
+func (p *proc) waitHTTP(url string) {
+	p.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		p.requireRunning(p.t, "waiting for "+url)
+		if r, err := httpCall("GET", url, "", ""); err == nil && r.Status == http.StatusOK {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.t.Fatalf("%s never answered 200\n%s", url, tail(p.log, 30))
+}
+
 func (p *proc) exited() bool {
 	select {
 	case <-p.done:

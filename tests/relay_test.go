@@ -19,7 +19,7 @@ func TestRelayProcessSurvivesKillAndStopsOnSIGTERM(t *testing.T) {
 	metricsAddr := freeAddr(t)
 	relayEnv := s.env("KASA_RELAY_METRICS_ADDR", metricsAddr)
 	relay := startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
-	s.waitHTTP(relay, "http://"+metricsAddr+"/healthz")
+	relay.waitHTTP("http://" + metricsAddr + "/healthz")
 
 	hook := newSink(t)
 	r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Relay","webhook_url":%q}`, hook.URL))
