@@ -22,6 +22,7 @@ func TestLoadDefaults(t *testing.T) {
 	require.Equal(t, 5*time.Second, c.API.SyncWait)
 	require.Equal(t, 30*time.Second, c.Provider.ChargeTimeout)
 	require.Equal(t, 2*time.Minute, c.Provider.ChargeBudget)
+	require.False(t, c.Temporal.Gzip)
 }
 
 func TestLoadFileThenEnv(t *testing.T) {
@@ -31,12 +32,14 @@ func TestLoadFileThenEnv(t *testing.T) {
 	t.Setenv("KASA_PROVIDER_CAPABILITY", "inquiry")
 	t.Setenv("KASA_DATABASE_URL", "postgres://x/y")
 	t.Setenv("KASA_API_SYNC_WAIT", "250ms")
+	t.Setenv("KASA_TEMPORAL_GZIP", "true")
 	c, err := Load()
 	require.NoError(t, err)
 	require.Equal(t, "0.0.0.0:9000", c.API.Addr)
 	require.Equal(t, "inquiry", c.Provider.Capability, "env overrides the file")
 	require.Equal(t, "postgres://x/y", c.Database.URL)
 	require.Equal(t, 250*time.Millisecond, c.API.SyncWait)
+	require.True(t, c.Temporal.Gzip)
 }
 
 func TestValidateRejectsBadCapability(t *testing.T) {

@@ -201,6 +201,8 @@ func startBenchStack(ctx context.Context, cfg config.Config, pprofAddr string, l
 		fmt.Sprintf("KASA_API_ADDR=127.0.0.1:%d", ports[0]), fmt.Sprintf("KASA_BANKSIM_ADDR=127.0.0.1:%d", ports[1]),
 		fmt.Sprintf("KASA_TEMPORAL_PORT=%d", ports[2]), "KASA_PROVIDER_CAPABILITY=" + cfg.Provider.Capability,
 		"KASA_DATABASE_MAX_CONNS=" + fmt.Sprint(cfg.Database.MaxConns), "KASA_DEBUG_PPROF_ADDR=" + pprofAddr,
+		// The child's clients and the ceilings' client talk to Temporal alike.
+		fmt.Sprintf("KASA_TEMPORAL_GZIP=%t", cfg.Temporal.Gzip),
 	}
 	// The child gets none of the user's KASA_* settings (it must not touch their database or
 	// Temporal), except where to find the Temporal CLI.

@@ -136,12 +136,22 @@ func dialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, lazy
 	if addr == "" {
 		addr = "127.0.0.1:7233"
 	}
-	quiet := slog.New(&levelFloor{Handler: log.Handler(), min: slog.LevelWarn})
-	o := client.Options{HostPort: addr, Namespace: cfg.Temporal.Namespace, Logger: tlog.NewStructuredLogger(quiet)}
+	o := temporalOptions(cfg, log)
+	o.HostPort = addr
 	if lazy {
 		return client.NewLazyClient(o)
 	}
 	return client.DialContext(ctx, o)
+}
+
+// temporalOptions are every client's options but the address.
+func temporalOptions(cfg config.Config, log *slog.Logger) client.Options {
+	quiet := slog.New(&levelFloor{Handler: log.Handler(), min: slog.LevelWarn})
+	o := client.Options{Namespace: cfg.Temporal.Namespace, Logger: tlog.NewStructuredLogger(quiet)}
+	if !cfg.Temporal.Gzip {
+		o.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
+	}
+	return o
 }
 
 // connect opens the store and a Temporal client, the two things api and worker share.
