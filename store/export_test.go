@@ -26,3 +26,8 @@ func (s *Store) HoldRowLock(ctx context.Context, account uuid.UUID) (release fun
 	}
 	return func() { _ = tx.Rollback(ctx) }, nil
 }
+
+// QueryRow runs one query and scans its single row; tests use it to check type handling.
+func (s *Store) QueryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	return s.pool.QueryRow(ctx, sql, args...).Scan(dest...)
+}

@@ -39,6 +39,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
+	cfg.AfterConnect = registerUUID
 	if len(o.SecretKey) != 32 {
 		return nil, errors.New("secret key must be 32 bytes")
 	}
