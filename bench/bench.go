@@ -74,6 +74,7 @@ type Result struct {
 	Answers        map[string]int64 `json:"answers"` // "201 succeeded", "402 insufficient_funds", "409 idempotency_key_in_use", "201 replayed", ...
 	FirstError     string           `json:"first_error,omitempty"`
 	Series         []Second         `json:"series"`
+	Probe          float64          `json:"probe_blocks_per_s,omitempty"` // the machine's speed just before the run (Probe); suites only
 
 	// Payments maps every payment id seen in an answer (warmup included) to its latest status, so
 	// the caller can check charge counts at the simulator. Kept out of the JSON: it can be large.

@@ -15,16 +15,21 @@ import (
 func WriteMarkdown(w io.Writer, title string, runs ...Result) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "## %s\n\n", title)
-	b.WriteString("| # | path | mode | clients | rate/s | merchants | s | requests | req/s | new payments/s | p50 ms | p90 ms | p95 ms | p99 ms | max ms | errors | unsent |\n")
-	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| # | path | mode | clients | rate/s | merchants | s | requests | req/s | new payments/s | p50 ms | p90 ms | p95 ms | p99 ms | max ms | errors | unsent | machine speed |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	speeds := machineSpeeds(runs)
 	for i, r := range runs {
 		rate := "-"
 		if r.Rate > 0 {
 			rate = fmt.Sprintf("%g", r.Rate)
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %d | %s | %d | %.1f | %d | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %d |\n",
+		speed := "-"
+		if speeds[i] > 0 {
+			speed = fmt.Sprintf("%.0f%%", 100*speeds[i])
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %d | %s | %d | %.1f | %d | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %d | %s |\n",
 			i+1, cell(r.Path), r.Mode, r.Concurrency, rate, r.Merchants, r.Duration, r.Requests, r.Throughput,
-			r.NewPaymentRate, r.Latency.P50, r.Latency.P90, r.Latency.P95, r.Latency.P99, r.Latency.Max, r.Errors, r.Unsent)
+			r.NewPaymentRate, r.Latency.P50, r.Latency.P90, r.Latency.P95, r.Latency.P99, r.Latency.Max, r.Errors, r.Unsent, speed)
 	}
 	b.WriteString("\n| # | answer | count | share |\n|---|---|---:|---:|\n")
 	for i, r := range runs {
@@ -37,6 +42,21 @@ func WriteMarkdown(w io.Writer, title string, runs ...Result) error {
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// machineSpeeds is each run's probe as a share of the fastest probe among runs (0: not probed).
+func machineSpeeds(runs []Result) []float64 {
+	var fastest float64
+	for _, r := range runs {
+		fastest = max(fastest, r.Probe)
+	}
+	out := make([]float64, len(runs))
+	for i, r := range runs {
+		if fastest > 0 {
+			out[i] = r.Probe / fastest
+		}
+	}
+	return out
 }
 
 // cell keeps a value from breaking its table row.

@@ -42,6 +42,7 @@ type SuiteOptions struct {
 	Duplicates   float64                          // duplicate share of the payment runs (0.05)
 	Insufficient float64                          // insufficient-funds share of new payments (0.05)
 	Preload      int                              // stored payments for the large-table runs; 0 skips them
+	SteadyWait   time.Duration                    // waiting for slow spells of the machine, over the whole suite (0: none)
 	Progress     func(format string, args ...any) `json:"-"`
 }
 
@@ -111,8 +112,19 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	rep := &Report{Started: time.Now().UTC(), Options: o, PGBench: map[string]PGBenchResult{}}
 	byName := map[string]Result{}
 	payments := map[string]string{}
+	// Every run is preceded by a CPU probe; while the machine runs below 80% of its fastest
+	// probe the suite waits a little (the report shows each run's probe either way).
+	steady := &steadiness{probe: func() float64 { return Probe(300 * time.Millisecond) }, budget: o.SteadyWait,
+		pause: 5 * time.Second, slow: 0.8, progress: o.Progress}
+	var probe float64
+	before := func() error {
+		var err error
+		probe, err = steady.wait(ctx)
+		return err
+	}
 	record := func(name string, r Result) {
 		r.Path = name + " (" + r.Path + ")"
+		r.Probe = probe
 		rep.Runs = append(rep.Runs, r)
 		byName[name] = r
 		for id, st := range r.Payments {
@@ -129,6 +141,9 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 		opts.Warmup = o.Warmup
 		if opts.Concurrency == 0 {
 			opts.Concurrency = o.Concurrency
+		}
+		if err := before(); err != nil {
+			return err
 		}
 		r, err := Run(ctx, opts, fx)
 		if err != nil {
@@ -150,6 +165,9 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 			name  string
 			shape workflows.Shape
 		}{{RunTOwn, workflows.PaymentShape}, {RunTLean, workflows.LeanestShape}} {
+			if err := before(); err != nil {
+				return err
+			}
 			r, err := WorkflowCeiling(ctx, s.Temporal, c.shape, o.Concurrency, o.Warmup, o.Duration)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // WriteSuiteMarkdown writes a suite's report: verdict, targets with their inputs, every run,
@@ -36,6 +37,16 @@ func WriteSuiteMarkdown(w io.Writer, rep *Report) error {
 		fmt.Fprintf(&b, "| %s | %s | %s | %.2f | %s | %s |\n", cell(t.Name), cell(t.Formula), cell(t.Inputs), t.Value, goal, met)
 	}
 	b.WriteString("\n")
+	var slow []string
+	for i, sp := range machineSpeeds(rep.Runs) {
+		if sp > 0 && sp < 0.8 {
+			slow = append(slow, fmt.Sprintf("#%d (%.0f%%)", i+1, 100*sp))
+		}
+	}
+	if len(slow) > 0 {
+		fmt.Fprintf(&b, "**The machine was slow during some runs**, by a CPU probe taken just before each run (share of the fastest probe): %s. "+
+			"A ratio between a run in a slow spell and one outside it measures the machine, not kasa.\n\n", strings.Join(slow, ", "))
+	}
 	if err := WriteMarkdown(&b, "Runs", rep.Runs...); err != nil {
 		return err
 	}

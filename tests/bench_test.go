@@ -50,7 +50,7 @@ func TestBenchCommand(t *testing.T) {
 	require.NoError(t, os.WriteFile(readme, []byte("# x\n\n<!-- bench:start -->\nold\n<!-- bench:end -->\n\nrest\n"), 0o644))
 	results := filepath.Join(dir, "results")
 	run("--suite", "--duration", "2s", "--warmup", "1s", "--merchants", "5", "--concurrency", "4", "--preload", "2000",
-		"--out", results, "--readme", readme)
+		"--steady-wait", "0s", "--out", results, "--readme", readme)
 
 	files, err := filepath.Glob(filepath.Join(results, "*.json"))
 	require.NoError(t, err)
@@ -70,6 +70,7 @@ func TestBenchCommand(t *testing.T) {
 		bench.RunOpenHalf, bench.RunReplayLarge + " #1", bench.RunSpreadLarge + " #2"} {
 		require.Contains(t, names, n)
 		require.Positive(t, names[n].Requests, n)
+		require.Positive(t, names[n].Probe, "every suite run is preceded by a machine probe: %s", n)
 	}
 	require.Positive(t, rep.PGBench["payment"].TPS)
 	require.Positive(t, rep.PGBench["replay"].TPS)

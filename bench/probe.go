@@ -1,0 +1,63 @@
+package bench
+
+import (
+	"context"
+	"crypto/sha256"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Probe measures how fast this machine runs a fixed CPU workload right now: SHA-256 blocks
+// per second over every core, for d. A shared machine can run at half speed for minutes; a
+// ratio whose two sides were measured in different spells compares the machine, not kasa.
+func Probe(d time.Duration) float64 {
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(d)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			var buf [4096]byte
+			var n int64
+			for time.Now().Before(deadline) {
+				for range 8 {
+					sum := sha256.Sum256(buf[:])
+					buf[0] = sum[0]
+					n++
+				}
+			}
+			total.Add(n)
+		})
+	}
+	wg.Wait()
+	return float64(total.Load()) / d.Seconds()
+}
+
+// steadiness probes the machine before each run of a suite and, while it runs well below the
+// fastest probe seen, waits for the slow spell to pass, within a budget for the whole suite.
+type steadiness struct {
+	probe    func() float64
+	fastest  float64
+	budget   time.Duration // waiting left
+	pause    time.Duration
+	slow     float64 // a probe below slow × fastest is a slow spell
+	progress func(format string, args ...any)
+}
+
+func (s *steadiness) wait(ctx context.Context) (float64, error) {
+	for {
+		p := s.probe()
+		s.fastest = max(s.fastest, p)
+		if p >= s.slow*s.fastest || s.budget < s.pause {
+			return p, nil
+		}
+		s.progress("the machine runs at %.0f%% of its fastest probe: waiting %s for the slow spell to pass", 100*p/s.fastest, s.pause)
+		s.budget -= s.pause
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(s.pause):
+		}
+	}
+}
