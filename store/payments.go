@@ -37,11 +37,16 @@ const (
 	sqlCustomerAccount = `SELECT merchant_id, currency FROM accounts WHERE id = $1 AND kind = 'customer'`
 	// ON CONFLICT DO NOTHING RETURNING: exactly one concurrent inserter gets a row back and owns
 	// the operation; the others read the winner's record.
+	// Guarded by the payer account, as Begin sends all three statements at once: an account that
+	// is not the merchant's in the request's currency creates nothing.
 	sqlAcquire = `INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id, locked_until)
-VALUES ($1, $2, $3, 'processing', $4, now() + $5::interval)
+SELECT $1, $2, $3, 'processing', $4, now() + $5::interval
+WHERE EXISTS (SELECT 1 FROM accounts WHERE id = $6 AND kind = 'customer' AND merchant_id = $1 AND currency = $7)
 ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING operation_id`
+	// Guarded by the record: only the operation that acquired the key gets a payment row.
 	sqlInsertPayment = `INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'processing')
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'processing'
+WHERE EXISTS (SELECT 1 FROM idempotency_records WHERE operation_id = $1)
 RETURNING created_at, updated_at`
 	sqlLivePayment = `SELECT id FROM payments WHERE merchant_id = $1 AND invoice_id = $2 AND payment_type = $3
 AND status IN ('processing', 'unknown', 'succeeded')`
@@ -84,31 +89,39 @@ func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment
 		AmountMinor: r.AmountMinor, Currency: r.Currency, InvoiceID: r.InvoiceID, PaymentType: r.PaymentType,
 		Status: payment.StatusProcessing,
 	}
-	err = s.tx(ctx, func(tx pgx.Tx) error {
-		var owner uuid.UUID
+	// One round trip: the three statements are one pipelined batch, which PostgreSQL runs as one
+	// implicit transaction (an error in any of them rolls back all). The later statements guard
+	// themselves in SQL on what the earlier ones found.
+	err = translate(func() error {
+		b := &pgx.Batch{}
+		b.Queue(sqlCustomerAccount, r.AccountID)
+		b.Queue(sqlAcquire, in.MerchantID, in.Key, r.Hash(), in.OperationID, in.Lease.String(), r.AccountID, r.Currency)
+		b.Queue(sqlInsertPayment, p.ID, p.MerchantID, p.IdempotencyKey, p.AccountID, p.AmountMinor, p.Currency, p.InvoiceID, p.PaymentType)
+		br := s.pool.SendBatch(ctx, b)
+		var owner, op uuid.UUID
 		var currency string
-		err := tx.QueryRow(ctx, sqlCustomerAccount, r.AccountID).Scan(&owner, &currency)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != in.MerchantID) {
+		accountErr := br.QueryRow().Scan(&owner, &currency)
+		acquireErr := br.QueryRow().Scan(&op)
+		insertErr := br.QueryRow().Scan(&p.CreatedAt, &p.UpdatedAt)
+		if err := br.Close(); err != nil {
+			return err
+		}
+		switch {
+		case errors.Is(accountErr, pgx.ErrNoRows) || (accountErr == nil && owner != in.MerchantID):
 			return &payment.ValidationError{Fields: []payment.FieldError{{Field: "account_id", Message: "no such account"}}}
-		}
-		if err != nil {
-			return err
-		}
-		if currency != r.Currency {
+		case accountErr != nil:
+			return accountErr
+		case currency != r.Currency:
 			return &payment.ValidationError{Fields: []payment.FieldError{{Field: "currency", Message: payment.ErrCurrencyMismatch.Error() + " (" + currency + ")"}}}
-		}
-		var op uuid.UUID
-		err = tx.QueryRow(ctx, sqlAcquire, in.MerchantID, in.Key, r.Hash(), in.OperationID, in.Lease.String()).Scan(&op)
-		if errors.Is(err, pgx.ErrNoRows) {
+		case errors.Is(acquireErr, pgx.ErrNoRows):
 			return errReplay
+		case acquireErr != nil:
+			return acquireErr
+		case insertErr != nil:
+			return insertErr // no rows here would mean the record vanished within the transaction
 		}
-		if err != nil {
-			return err
-		}
-		created = true
-		return tx.QueryRow(ctx, sqlInsertPayment, p.ID, p.MerchantID, p.IdempotencyKey, p.AccountID, p.AmountMinor,
-			p.Currency, p.InvoiceID, p.PaymentType).Scan(&p.CreatedAt, &p.UpdatedAt)
-	})
+		return nil
+	}())
 	switch {
 	case err == nil:
 		rec = Record{MerchantID: in.MerchantID, Key: in.Key, RequestHash: r.Hash(), Status: RecordProcessing, OperationID: in.OperationID}

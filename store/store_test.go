@@ -397,3 +397,45 @@ func TestVerifyReportsViolations(t *testing.T) {
 	require.Contains(t, problems[0], "balance equals the ledger sum")
 	require.Contains(t, problems[1], "reserved equals active reservations")
 }
+
+// Begin's three statements run as one batch: an account that is not the merchant's, or not in
+// the request's currency, is refused and nothing is written, whatever the key.
+func TestBeginRefusesOtherAccountsAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	_, otherAccount := fixture(t, 10_000)
+	existing, _, ok, err := begin(t, mID, aID, "taken", "inv-taken", 100)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	for _, tc := range []struct {
+		name, key, currency string
+		account             uuid.UUID
+		field               string
+	}{
+		{name: "another merchant's account", key: "k-other", currency: "TRY", account: otherAccount, field: "account_id"},
+		{name: "no such account", key: "k-none", currency: "TRY", account: payment.NewID(), field: "account_id"},
+		{name: "other currency", key: "k-usd", currency: "USD", account: aID, field: "currency"},
+		{name: "taken key, another merchant's account", key: "taken", currency: "TRY", account: otherAccount, field: "account_id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := payment.Request{InvoiceID: "inv-" + tc.key, AmountMinor: 100, Currency: tc.currency, AccountID: tc.account, PaymentType: "purchase"}
+			_, _, ok, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: tc.key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+			var ve *payment.ValidationError
+			require.ErrorAs(t, err, &ve)
+			require.Equal(t, tc.field, ve.Fields[0].Field)
+			require.False(t, ok)
+			if tc.key == "taken" {
+				rec, err := db.Record(ctx, mID, tc.key)
+				require.NoError(t, err)
+				require.Equal(t, existing.OperationID, rec.OperationID, "the key's record is untouched")
+				return
+			}
+			_, err = db.Record(ctx, mID, tc.key)
+			require.ErrorIs(t, err, payment.ErrNotFound, "no idempotency record")
+			_, err = db.PaymentByKey(ctx, mID, tc.key)
+			require.ErrorIs(t, err, payment.ErrNotFound, "no payment")
+		})
+	}
+}

@@ -57,22 +57,22 @@ SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesc
 response_body, coalesce(locked_until, 'epoch'), workflow_started
 FROM idempotency_records WHERE merchant_id = :merchant_id AND idempotency_key = :idempotency_key;
 
--- API: store.Begin, the idempotency record and the payment in one short transaction.
-BEGIN;
+-- API: store.Begin, the idempotency record and the payment: one pipelined batch, which PostgreSQL
+-- runs as one implicit transaction.
+\startpipeline
 -- store.sqlCustomerAccount
-SELECT merchant_id, currency FROM accounts WHERE id = :account_id AND kind = 'customer'
-\gset payer_
+SELECT merchant_id, currency FROM accounts WHERE id = :account_id AND kind = 'customer';
 -- store.sqlAcquire
 INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id, locked_until)
-VALUES (:merchant_id, :idempotency_key, :request_hash, 'processing', :op_id, now() + :lease::interval)
-ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING operation_id
-\gset acquired_
+SELECT :merchant_id, :idempotency_key, :request_hash, 'processing', :op_id, now() + :lease::interval
+WHERE EXISTS (SELECT 1 FROM accounts WHERE id = :account_id AND kind = 'customer' AND merchant_id = :merchant_id AND currency = :currency)
+ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING operation_id;
 -- store.sqlInsertPayment
 INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status)
-VALUES (:op_id, :merchant_id, :idempotency_key, :account_id, :amount, :currency, :invoice_id, :payment_type, 'processing')
-RETURNING created_at, updated_at
-\gset inserted_
-COMMIT;
+SELECT :op_id, :merchant_id, :idempotency_key, :account_id, :amount, :currency, :invoice_id, :payment_type, 'processing'
+WHERE EXISTS (SELECT 1 FROM idempotency_records WHERE operation_id = :op_id)
+RETURNING created_at, updated_at;
+\endpipeline
 
 -- Worker, ReserveFunds: store.Reserve, one statement.
 -- store.sqlReserveFunds
