@@ -121,6 +121,13 @@ func (s *Server) answerExisting(c *gin.Context, rec store.Record, hash string) {
 func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 	ctx := c.Request.Context()
 	in := workflows.InputFor(p, s.Charge)
+	var announced <-chan struct{}
+	if s.Outcomes != nil {
+		// Watched before the start: with eager start the payment may finish before it returns.
+		done, stop := s.Outcomes.WatchOutcome(p.ID)
+		defer stop()
+		announced = done
+	}
 	runID, err := s.Workflows.StartPayment(ctx, p.IdempotencyKey, in)
 	if err != nil {
 		// The start may or may not have happened. Either way the record stays, with its lease
@@ -134,7 +141,7 @@ func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 	}
 	// No write here to say the workflow started: its first step (store.Reserve) records that,
 	// and until then a second start for the key (after the lease) is deduplicated anyway.
-	s.awaitOutcome(ctx, p, runID)
+	s.awaitOutcome(ctx, p, runID, announced)
 	// The database, not the workflow result, is the answer: it is what every replay returns.
 	rec, err := s.Store.Record(ctx, p.MerchantID, p.IdempotencyKey)
 	if err != nil {
@@ -154,23 +161,30 @@ func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 	s.writePayment(c, http.StatusAccepted, cur)
 }
 
-// awaitOutcome waits up to SyncWait for the payment to leave processing: for its workflow to
-// finish, or (since an unknown payment's workflow keeps waiting for reconciliation) for the
-// payment to become unknown, checked in the database every 250ms after the first second.
-// Almost every payment finishes within that second and never costs a poll.
-func (s *Server) awaitOutcome(ctx context.Context, p payment.Payment, runID string) {
+// awaitOutcome waits up to SyncWait for the payment to leave processing: for the outcome to be
+// announced in this process when the worker runs here, else for its workflow to finish; and
+// (since an unknown payment's workflow keeps waiting for reconciliation, and a worker elsewhere
+// announces nothing here) for the record to leave processing, checked in the database every
+// 250ms after the first second. Almost every payment finishes within that second and never
+// costs a poll.
+func (s *Server) awaitOutcome(ctx context.Context, p payment.Payment, runID string, announced <-chan struct{}) {
 	ctx, cancel := context.WithTimeout(ctx, s.SyncWait)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.Workflows.AwaitPayment(ctx, p.MerchantID, p.IdempotencyKey, runID)
-		done <- err
-	}()
+	var done chan error
+	if announced == nil {
+		done = make(chan error, 1)
+		go func() {
+			_, err := s.Workflows.AwaitPayment(ctx, p.MerchantID, p.IdempotencyKey, runID)
+			done <- err
+		}()
+	}
 	first := time.NewTimer(time.Second)
 	defer first.Stop()
 	var tick <-chan time.Time // no polls in the first second
 	for {
 		select {
+		case <-announced:
+			return
 		case err := <-done:
 			if err != nil && !errors.Is(err, workflows.ErrStillRunning) {
 				s.log.Warn("awaiting payment workflow", "operation_id", p.ID, "error", err)

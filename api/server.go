@@ -60,6 +60,15 @@ type Options struct {
 	Logger      *slog.Logger
 	Registry    *prometheus.Registry // default: a new one
 	Reconciler  Reconciler           // imports settlement files (POST /admin/v1/settlements)
+	// Outcomes, when the payment worker runs in this process on the same store, announces that
+	// an operation left processing: the API waits for that instead of asking Temporal for every
+	// workflow's result (one long poll fewer on the Temporal server per payment).
+	Outcomes Outcomes
+}
+
+// Outcomes announces committed outcomes in this process (store.Store.WatchOutcome).
+type Outcomes interface {
+	WatchOutcome(operationID uuid.UUID) (done <-chan struct{}, stop func())
 }
 
 // Server serves the merchant and admin APIs.

@@ -145,6 +145,9 @@ func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef
 		queueEntries(b, postingID, p.Currency, []entry{{account, -amount}, {settlement, amount}})
 		return tx.SendBatch(ctx, b).Close()
 	})
+	if err == nil {
+		s.announce(operationID)
+	}
 	return p, err
 }
 
@@ -167,6 +170,9 @@ func (s *Store) Release(ctx context.Context, operationID uuid.UUID, failureCode 
 		p, err = s.transition(ctx, tx, operationID, payment.StatusFailed, failureCode, RecordCompleted)
 		return err
 	})
+	if err == nil {
+		s.announce(operationID)
+	}
 	return p, err
 }
 
@@ -179,6 +185,9 @@ func (s *Store) MarkUnknown(ctx context.Context, operationID uuid.UUID) (payment
 		p, err = s.transition(ctx, tx, operationID, payment.StatusUnknown, "", RecordUnknown)
 		return err
 	})
+	if err == nil {
+		s.announce(operationID)
+	}
 	return p, err
 }
 

@@ -20,6 +20,7 @@ import (
 type Store struct {
 	pool *pgxpool.Pool
 	aead cipher.AEAD // encrypts merchants' webhook secrets at rest
+	outcomes
 }
 
 // Options configure Open.

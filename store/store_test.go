@@ -439,3 +439,49 @@ func TestBeginRefusesOtherAccountsAndWritesNothing(t *testing.T) {
 		})
 	}
 }
+
+// The outcome of an operation is announced in-process once Finalize, Release or MarkUnknown
+// commits it, to every watcher of that operation and no other.
+func TestWatchOutcomeAnnouncesCommittedOutcomes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, step := range []struct {
+		name string
+		run  func(id uuid.UUID) error
+	}{
+		{"finalize", func(id uuid.UUID) error { _, err := db.Finalize(ctx, id, "ref-1"); return err }},
+		{"release", func(id uuid.UUID) error { _, err := db.Release(ctx, id, payment.FailureDeclined); return err }},
+		{"mark unknown", func(id uuid.UUID) error { _, err := db.MarkUnknown(ctx, id); return err }},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			_, p, ok, err := begin(t, mID, aID, "watch-"+step.name, "inv-watch-"+step.name, 100)
+			require.NoError(t, err)
+			require.True(t, ok)
+			first, stop1 := db.WatchOutcome(p.ID)
+			defer stop1()
+			second, stop2 := db.WatchOutcome(p.ID)
+			defer stop2()
+			other, stopOther := db.WatchOutcome(payment.NewID())
+			defer stopOther()
+			gone, stopGone := db.WatchOutcome(p.ID)
+			stopGone()
+
+			require.NoError(t, db.Reserve(ctx, p.ID))
+			require.False(t, closed(first), "reserving is no outcome")
+			require.NoError(t, step.run(p.ID))
+			require.True(t, closed(first))
+			require.True(t, closed(second))
+			require.False(t, closed(other), "another operation's watcher")
+			require.False(t, closed(gone), "a stopped watch")
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,10 +73,11 @@ func run(m *testing.M) int {
 // stack is one isolated kasa: its own simulator, worker task queue and API server, sharing the
 // package's database and Temporal.
 type stack struct {
-	t     *testing.T
-	api   *httptest.Server
-	sim   *httptest.Server
-	queue string
+	t      *testing.T
+	api    *httptest.Server
+	sim    *httptest.Server
+	queue  string
+	awaits *atomic.Int32 // the API's calls for a workflow's result
 }
 
 func newStack(t *testing.T, capability workflows.Capability) *stack {
@@ -86,6 +88,20 @@ func newStack(t *testing.T, capability workflows.Capability) *stack {
 type stackOptions struct {
 	capability workflows.Capability
 	temporal   client.Client
+	// remoteWorker: the API does not learn outcomes from the worker's store (as `kasa api` with
+	// the worker in another process) and asks Temporal for each workflow's result.
+	remoteWorker bool
+}
+
+// awaitCounter counts the API's calls for a workflow's result.
+type awaitCounter struct {
+	workflows.Starter
+	n *atomic.Int32
+}
+
+func (a awaitCounter) AwaitPayment(ctx context.Context, merchantID uuid.UUID, key, runID string) (workflows.PaymentResult, error) {
+	a.n.Add(1)
+	return a.Starter.AwaitPayment(ctx, merchantID, key, runID)
 }
 
 func newStackWith(t *testing.T, o stackOptions) *stack {
@@ -97,8 +113,14 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	queue := "payments-test-" + uuid.NewString()
 	w := worker.New(tc, queue, &activities.Activities{Store: db, Provider: provider.New(simSrv.URL, 5*time.Second)})
 	require.NoError(t, w.Start())
+	var outcomes api.Outcomes = db // as in kasa dev: the worker runs here, on the same store
+	if o.remoteWorker {
+		outcomes = nil
+	}
+	awaits := &atomic.Int32{}
 	srv := api.New(api.Options{
-		Store: db, Workflows: workflows.Starter{Client: tc, TaskQueue: queue}, AdminToken: adminToken,
+		Outcomes: outcomes,
+		Store:    db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits}, AdminToken: adminToken,
 		SyncWait: 15 * time.Second, Charge: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second}, ReplayCache: 1000,
 		Logger:     slog.New(slog.DiscardHandler),
 		Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, Runs: db, Source: "api"},
@@ -110,7 +132,7 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 		simSrv.Close()
 		_ = sim.Close()
 	})
-	return &stack{t: t, api: apiSrv, sim: simSrv, queue: queue}
+	return &stack{t: t, api: apiSrv, sim: simSrv, queue: queue, awaits: awaits}
 }
 
 type response struct {

@@ -196,3 +196,41 @@ func TestAuthAndIsolation(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, s.do("GET", "/v1/payments/"+id, m2.APIKey, "").Status)
 	requireVerified(t)
 }
+
+// The API learns a payment's outcome from the worker's store when both run in one process (kasa
+// dev), with no call to Temporal for the workflow's result, and asks Temporal otherwise (kasa
+// api with workers elsewhere). The answers are the same either way.
+func TestAPIAwaitsOutcomesInProcessOrThroughTemporal(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		remote bool
+		awaits int32
+	}{
+		{name: "in process", remote: false, awaits: 0},
+		{name: "through temporal", remote: true, awaits: 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, remoteWorker: c.remote})
+			m := s.newMerchant()
+			acct := s.newAccount(m, "TRY", "100.00")
+
+			r := s.pay(m, "k-paid", payBody("inv-1", "60.00", "TRY", acct))
+			require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+			paid := r.json(t)
+			require.Equal(t, "succeeded", paid["status"])
+			require.Equal(t, 1, s.simCount(paid["id"].(string)))
+
+			r = s.pay(m, "k-poor", payBody("inv-2", "60.00", "TRY", acct))
+			require.Equal(t, http.StatusPaymentRequired, r.Status, "%s", r.Body)
+			require.Equal(t, "insufficient_funds", r.json(t)["failure_code"])
+
+			require.Equal(t, c.awaits, s.awaits.Load(), "calls to Temporal for a workflow's result")
+			a := s.account(m, acct)
+			require.Equal(t, "40.00", a["balance"])
+			require.Equal(t, "0.00", a["reserved"])
+			requireVerified(t)
+		})
+	}
+}

@@ -189,8 +189,15 @@ func newActivities(cfg config.Config, st *store.Store) *activities.Activities {
 	return &activities.Activities{Store: st, Provider: provider.New(cfg.Provider.URL, cfg.Provider.Timeout)}
 }
 
-func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheus.Registry, log *slog.Logger) *api.Server {
+// newAPI builds the API. localWorker: the payment worker runs in this process on st, so the API
+// learns outcomes from st and need not ask Temporal for each workflow's result.
+func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheus.Registry, log *slog.Logger, localWorker bool) *api.Server {
+	var outcomes api.Outcomes
+	if localWorker {
+		outcomes = st
+	}
 	return api.New(api.Options{
+		Outcomes: outcomes,
 		Registry: reg,
 		Store:    st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
 		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait,
@@ -244,7 +251,7 @@ func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer st.Close()
 	defer tc.Close()
-	stop, err := serve(ctx, "api", cfg.API.Addr, newAPI(cfg, st, tc, nil, log).Handler(), log)
+	stop, err := serve(ctx, "api", cfg.API.Addr, newAPI(cfg, st, tc, nil, log, false).Handler(), log)
 	if err != nil {
 		return err
 	}
