@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // Exec runs one statement; tests use it to prove the schema guards itself.
@@ -30,4 +31,19 @@ func (s *Store) HoldRowLock(ctx context.Context, account uuid.UUID) (release fun
 // QueryRow runs one query and scans its single row; tests use it to check type handling.
 func (s *Store) QueryRow(ctx context.Context, sql string, args []any, dest ...any) error {
 	return s.pool.QueryRow(ctx, sql, args...).Scan(dest...)
+}
+
+// Pipelined runs fn in a pipelined transaction (BEGIN with the first batch, COMMIT with the
+// last), each batch here one statement.
+func (s *Store) Pipelined(ctx context.Context, fn func(send, commit func(sql string) error, wroteNothing func()) error) error {
+	return s.pipelined(ctx, func(tx *pipeTx) error {
+		one := func(sql string) *pgx.Batch {
+			b := &pgx.Batch{}
+			b.Queue(sql)
+			return b
+		}
+		send := func(sql string) error { return tx.send(ctx, one(sql)).Close() }
+		commit := func(sql string) error { return tx.commit(ctx, one(sql)) }
+		return fn(send, commit, tx.wroteNothing)
+	})
 }

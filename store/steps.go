@@ -100,17 +100,16 @@ func (s *Store) Reserve(ctx context.Context, operationID uuid.UUID) error {
 // completed, and the event is queued in the outbox, all in one transaction.
 func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error) {
 	var p payment.Payment
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		// Two round trips: what the rest depends on, then the rest. They are pipelined batches
-		// in one transaction, so a surprise in the first returns before the second is sent and
-		// rolls everything back.
+	err := s.pipelined(ctx, func(tx *pipeTx) error {
+		// Two round trips: what the rest depends on (with BEGIN), then the rest (with COMMIT).
+		// A surprise in the first returns before the second is sent and rolls everything back.
 		var account, settlement uuid.UUID
 		var amount int64
 		b := &pgx.Batch{}
 		b.Queue(sqlCloseReservation, operationID, "finalized")
 		b.Queue(sqlSetStatus, operationID, payment.StatusSucceeded, "", providerRef, fromStatuses(payment.StatusSucceeded))
 		b.Queue(sqlSettlementAccount, operationID)
-		br := tx.SendBatch(ctx, b)
+		br := tx.send(ctx, b)
 		closeErr := br.QueryRow().Scan(&account, &amount)
 		p2, setErr := scanPayment(br.QueryRow())
 		settleErr := br.QueryRow().Scan(&settlement)
@@ -121,6 +120,7 @@ func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef
 			if setErr == nil {
 				return fmt.Errorf("%w: payment %s was %s without an active reservation", ErrInconsistent, operationID, payment.StatusProcessing)
 			}
+			tx.wroteNothing()
 			return s.alreadyDone(ctx, tx, operationID, payment.StatusSucceeded, &p)
 		}
 		if closeErr != nil {
@@ -143,7 +143,7 @@ func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef
 		// Last: crediting the merchant's settlement account locks its row, which every payment
 		// to this merchant needs; holding it only until the commit keeps a hot account moving.
 		queueEntries(b, postingID, p.Currency, []entry{{account, -amount}, {settlement, amount}})
-		return tx.SendBatch(ctx, b).Close()
+		return tx.commit(ctx, b)
 	})
 	if err == nil {
 		s.announce(operationID)
@@ -205,9 +205,14 @@ func (s *Store) transition(ctx context.Context, tx pgx.Tx, id uuid.UUID, to paym
 	return p, completeRecord(ctx, tx, p, rs)
 }
 
+// rowQuerier runs a query of one row: a pgx.Tx or a pipeTx.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // alreadyDone makes a repeated step a no-op when the payment already has the wanted status, and
 // an ErrInconsistent when it has a contradicting one.
-func (s *Store) alreadyDone(ctx context.Context, tx pgx.Tx, operationID uuid.UUID, want payment.Status, p *payment.Payment) error {
+func (s *Store) alreadyDone(ctx context.Context, tx rowQuerier, operationID uuid.UUID, want payment.Status, p *payment.Payment) error {
 	cur, err := scanPayment(tx.QueryRow(ctx, sqlPayment, operationID))
 	if err != nil {
 		return err

@@ -96,8 +96,8 @@ SELECT EXISTS (SELECT 1 FROM p), EXISTS (SELECT 1 FROM existing), EXISTS (SELECT
 
 -- Worker, Finalize (after the charge): store.Finalize, the posting, the payment, the record with
 -- its stored answer and the outbox event in one transaction, sent as two pgx batches: what the
--- rest depends on, then the rest. pgbench cannot \gset inside a pipeline, so the first batch is
--- three round trips here where kasa needs one.
+-- rest depends on (with BEGIN), then the rest (with COMMIT). pgbench cannot \gset inside a
+-- pipeline, so BEGIN and the first batch are four round trips here where kasa needs one.
 BEGIN;
 -- store.sqlCloseReservation
 UPDATE balance_reservations SET status = :reservation_status, updated_at = now()

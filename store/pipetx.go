@@ -1,0 +1,120 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// pipeTx is a transaction whose BEGIN travels with its first batch and whose COMMIT travels
+// with its last: two dependent batches cost two round trips where pgx.BeginFunc needs four.
+// A connection returned to the pool inside a transaction is closed by the pool, so a mistake
+// here loses a connection, never leaves a transaction open.
+type pipeTx struct {
+	conn      *pgxpool.Conn
+	begun     bool
+	committed bool
+	readOnly  bool  // wrote nothing: ends with a rollback, no commit needed
+	broken    error // BEGIN failed (or never ran): nothing more may be sent
+}
+
+// pipelined runs fn in a pipeTx; fn must end with commit, or say it wrote nothing. Any error
+// rolls back.
+func (s *Store) pipelined(ctx context.Context, fn func(*pipeTx) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return translate(err)
+	}
+	defer conn.Release()
+	t := &pipeTx{conn: conn}
+	err = fn(t)
+	if err == nil && !t.committed && !t.readOnly {
+		err = errors.New("pipelined transaction ended without commit")
+	}
+	if t.begun && !t.committed {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+	return translate(err)
+}
+
+// send sends b, opening the transaction first if it is not open yet. The results are b's.
+func (t *pipeTx) send(ctx context.Context, b *pgx.Batch) batchResults {
+	if t.broken != nil {
+		return failedResults{t.broken}
+	}
+	if t.begun {
+		return t.conn.SendBatch(ctx, b)
+	}
+	t.begun = true
+	withBegin := &pgx.Batch{}
+	withBegin.Queue("BEGIN")
+	withBegin.QueuedQueries = append(withBegin.QueuedQueries, b.QueuedQueries...)
+	br := t.conn.SendBatch(ctx, withBegin)
+	// BEGIN's own result. If it failed, or never ran (pgx prepares a batch's new statements
+	// first, and a statement that does not parse stops the batch before BEGIN is sent), the
+	// batch's results fail too, and nothing later may run: it would run outside a transaction.
+	if _, err := br.Exec(); err != nil {
+		t.broken = err
+	}
+	return br
+}
+
+// batchResults is what pipeTx's callers read of a batch (pgx.BatchResults, or failedResults).
+type batchResults interface {
+	Exec() (pgconn.CommandTag, error)
+	QueryRow() pgx.Row
+	Close() error
+}
+
+// failedResults answers every result of a batch that was not sent with its error.
+type failedResults struct{ err error }
+
+func (f failedResults) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, f.err }
+func (f failedResults) Query() (pgx.Rows, error)         { return nil, f.err }
+func (f failedResults) QueryRow() pgx.Row                { return failedRow(f) }
+func (f failedResults) Close() error                     { return f.err }
+
+type failedRow struct{ err error }
+
+func (f failedRow) Scan(...any) error { return f.err }
+
+// wroteNothing ends the transaction without a commit: what it found needs no change.
+func (t *pipeTx) wroteNothing() { t.readOnly = true }
+
+// QueryRow runs one query inside the open transaction.
+func (t *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return t.conn.QueryRow(ctx, sql, args...)
+}
+
+// commit sends b with COMMIT after it: all of it commits, or none.
+func (t *pipeTx) commit(ctx context.Context, b *pgx.Batch) error {
+	b.Queue("COMMIT")
+	br := t.send(ctx, b)
+	if t.broken != nil {
+		br.Close()
+		return t.broken
+	}
+	var tag pgconn.CommandTag
+	var err error
+	for range b.QueuedQueries {
+		if tag, err = br.Exec(); err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	// COMMIT in a transaction an earlier error aborted answers ROLLBACK, without an error.
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("transaction rolled back at commit (%s)", tag)
+	}
+	t.committed = true
+	return nil
+}
