@@ -47,7 +47,7 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) (err err
 	preload := fs.Int("preload", 0, "load this many stored payments and idempotency records (COPY) before measuring")
 	faults := fs.String("faults", "", `bank simulator fault rules, as PUT /_sim/faults takes them, e.g. {"rules":[{"on":"charge","action":"delay","delay_ms":50}]}`)
 	asJSON := fs.Bool("json", false, "one run: print its result as JSON")
-	steadyWait := fs.Duration("steady-wait", time.Minute, "--suite: how long, over the whole suite, to wait for slow spells of a shared machine before a run")
+	steadyWait := fs.Duration("steady-wait", 40*time.Second, "--suite: how long, over the whole suite, to wait for slow spells of a shared machine before a run")
 	childPprof := fs.String("child-pprof", "", "serve the measured kasa dev child's /debug/pprof/ on this address, e.g. 127.0.0.1:6061")
 	if err := fs.Parse(os.Args[2:]); errors.Is(err, flag.ErrHelp) {
 		return nil
