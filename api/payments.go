@@ -161,26 +161,29 @@ func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 	s.writePayment(c, http.StatusAccepted, cur)
 }
 
-// awaitOutcome waits up to SyncWait for the payment to leave processing: for the outcome to be
-// announced in this process when the worker runs here, else for its workflow to finish; and
-// (since an unknown payment's workflow keeps waiting for reconciliation, and a worker elsewhere
-// announces nothing here) for the record to leave processing, checked in the database every
-// 250ms after the first second. Almost every payment finishes within that second and never
-// costs a poll.
+// awaitOutcome waits up to SyncWait for the payment to leave processing. When the worker runs in
+// this process, the store announces the committed outcome; else, or if nothing is announced
+// within PollAfter (the workflow ran on a worker elsewhere, or ended without an outcome), it
+// asks Temporal for the workflow's result. After PollAfter it also reads the record every 250ms:
+// an unknown payment's workflow keeps waiting for reconciliation and never ends. Almost every
+// payment finishes within that second and costs neither a call nor a poll.
 func (s *Server) awaitOutcome(ctx context.Context, p payment.Payment, runID string, announced <-chan struct{}) {
 	ctx, cancel := context.WithTimeout(ctx, s.SyncWait)
 	defer cancel()
 	var done chan error
-	if announced == nil {
+	await := func() {
 		done = make(chan error, 1)
 		go func() {
 			_, err := s.Workflows.AwaitPayment(ctx, p.MerchantID, p.IdempotencyKey, runID)
 			done <- err
 		}()
 	}
-	first := time.NewTimer(time.Second)
+	if announced == nil {
+		await()
+	}
+	first := time.NewTimer(s.PollAfter)
 	defer first.Stop()
-	var tick <-chan time.Time // no polls in the first second
+	var tick <-chan time.Time // no polls before PollAfter
 	for {
 		select {
 		case <-announced:
@@ -191,6 +194,9 @@ func (s *Server) awaitOutcome(ctx context.Context, p payment.Payment, runID stri
 			}
 			return
 		case <-first.C:
+			if done == nil {
+				await()
+			}
 			t := time.NewTicker(250 * time.Millisecond)
 			defer t.Stop()
 			tick = t.C

@@ -64,6 +64,9 @@ type Options struct {
 	// an operation left processing: the API waits for that instead of asking Temporal for every
 	// workflow's result (one long poll fewer on the Temporal server per payment).
 	Outcomes Outcomes
+	// PollAfter is how long a new payment's request waits for an announced outcome before it
+	// also asks Temporal for the workflow's result and reads the record every 250ms (1s).
+	PollAfter time.Duration
 }
 
 // Outcomes announces committed outcomes in this process (store.Store.WatchOutcome).
@@ -91,6 +94,9 @@ func New(o Options) *Server {
 	}
 	if o.Lease == 0 {
 		o.Lease = 30 * time.Second
+	}
+	if o.PollAfter == 0 {
+		o.PollAfter = time.Second
 	}
 	if o.Charge.Capability == "" {
 		o.Charge.Capability = workflows.CapabilityIdempotent

@@ -21,6 +21,7 @@ func TestSteadinessWaitsForSlowSpells(t *testing.T) {
 		name   string
 		probes []float64
 		budget time.Duration
+		until  time.Time
 		want   []float64 // what each wait returns
 		polls  int       // probes taken
 	}{
@@ -28,6 +29,7 @@ func TestSteadinessWaitsForSlowSpells(t *testing.T) {
 		{name: "slow spell passes", probes: []float64{100, 50, 60, 85}, budget: time.Second, want: []float64{100, 85}, polls: 4},
 		{name: "budget runs out", probes: []float64{100, 50, 40, 30}, budget: 2 * time.Millisecond, want: []float64{100, 30}, polls: 4},
 		{name: "no budget", probes: []float64{100, 50}, budget: 0, want: []float64{100, 50}, polls: 2},
+		{name: "too late in the suite", probes: []float64{100, 50}, budget: time.Second, until: time.Now().Add(-time.Second), want: []float64{100, 50}, polls: 2},
 		{name: "a faster machine raises the bar", probes: []float64{100, 200, 150, 170}, budget: time.Second, want: []float64{100, 200, 170}, polls: 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -35,6 +37,7 @@ func TestSteadinessWaitsForSlowSpells(t *testing.T) {
 			s := &steadiness{
 				probe:    func() float64 { polls++; return tc.probes[polls-1] },
 				budget:   tc.budget,
+				until:    tc.until,
 				pause:    time.Millisecond,
 				slow:     0.8,
 				progress: func(string, ...any) {},

@@ -35,7 +35,7 @@ func (s *Store) QueryRow(ctx context.Context, sql string, args []any, dest ...an
 
 // Pipelined runs fn in a pipelined transaction (BEGIN with the first batch, COMMIT with the
 // last), each batch here one statement.
-func (s *Store) Pipelined(ctx context.Context, fn func(send, commit func(sql string) error, wroteNothing func()) error) error {
+func (s *Store) Pipelined(ctx context.Context, fn func(send, commit func(sql string) error, nothingToCommit func()) error) error {
 	return s.pipelined(ctx, func(tx *pipeTx) error {
 		one := func(sql string) *pgx.Batch {
 			b := &pgx.Batch{}
@@ -44,6 +44,6 @@ func (s *Store) Pipelined(ctx context.Context, fn func(send, commit func(sql str
 		}
 		send := func(sql string) error { return tx.send(ctx, one(sql)).Close() }
 		commit := func(sql string) error { return tx.commit(ctx, one(sql)) }
-		return fn(send, commit, tx.wroteNothing)
+		return fn(send, commit, tx.nothingToCommit)
 	})
 }

@@ -89,39 +89,7 @@ func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment
 		AmountMinor: r.AmountMinor, Currency: r.Currency, InvoiceID: r.InvoiceID, PaymentType: r.PaymentType,
 		Status: payment.StatusProcessing,
 	}
-	// One round trip: the three statements are one pipelined batch, which PostgreSQL runs as one
-	// implicit transaction (an error in any of them rolls back all). The later statements guard
-	// themselves in SQL on what the earlier ones found.
-	err = translate(func() error {
-		b := &pgx.Batch{}
-		b.Queue(sqlCustomerAccount, r.AccountID)
-		b.Queue(sqlAcquire, in.MerchantID, in.Key, r.Hash(), in.OperationID, in.Lease.String(), r.AccountID, r.Currency)
-		b.Queue(sqlInsertPayment, p.ID, p.MerchantID, p.IdempotencyKey, p.AccountID, p.AmountMinor, p.Currency, p.InvoiceID, p.PaymentType)
-		br := s.pool.SendBatch(ctx, b)
-		var owner, op uuid.UUID
-		var currency string
-		accountErr := br.QueryRow().Scan(&owner, &currency)
-		acquireErr := br.QueryRow().Scan(&op)
-		insertErr := br.QueryRow().Scan(&p.CreatedAt, &p.UpdatedAt)
-		if err := br.Close(); err != nil {
-			return err
-		}
-		switch {
-		case errors.Is(accountErr, pgx.ErrNoRows) || (accountErr == nil && owner != in.MerchantID):
-			return &payment.ValidationError{Fields: []payment.FieldError{{Field: "account_id", Message: "no such account"}}}
-		case accountErr != nil:
-			return accountErr
-		case currency != r.Currency:
-			return &payment.ValidationError{Fields: []payment.FieldError{{Field: "currency", Message: payment.ErrCurrencyMismatch.Error() + " (" + currency + ")"}}}
-		case errors.Is(acquireErr, pgx.ErrNoRows):
-			return errReplay
-		case acquireErr != nil:
-			return acquireErr
-		case insertErr != nil:
-			return insertErr // no rows here would mean the record vanished within the transaction
-		}
-		return nil
-	}())
+	err = s.beginBatch(ctx, in, &p)
 	switch {
 	case err == nil:
 		rec = Record{MerchantID: in.MerchantID, Key: in.Key, RequestHash: r.Hash(), Status: RecordProcessing, OperationID: in.OperationID}
@@ -137,6 +105,42 @@ func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment
 		return rec, p, false, &payment.DuplicatePaymentError{PaymentID: existing.String()}
 	}
 	return rec, p, false, err
+}
+
+// beginBatch is Begin's one round trip: its three statements are one pipelined batch, which
+// PostgreSQL runs as one implicit transaction (an error in any of them rolls back all). The
+// later statements guard themselves in SQL on what the earlier ones found.
+func (s *Store) beginBatch(ctx context.Context, in BeginInput, p *payment.Payment) error {
+	r := in.Request
+	b := &pgx.Batch{}
+	b.Queue(sqlCustomerAccount, r.AccountID)
+	b.Queue(sqlAcquire, in.MerchantID, in.Key, r.Hash(), in.OperationID, in.Lease.String(), r.AccountID, r.Currency)
+	b.Queue(sqlInsertPayment, p.ID, p.MerchantID, p.IdempotencyKey, p.AccountID, p.AmountMinor, p.Currency, p.InvoiceID, p.PaymentType)
+	br := s.pool.SendBatch(ctx, b)
+	var owner, op uuid.UUID
+	var currency string
+	accountErr := br.QueryRow().Scan(&owner, &currency)
+	acquireErr := br.QueryRow().Scan(&op)
+	insertErr := br.QueryRow().Scan(&p.CreatedAt, &p.UpdatedAt)
+	if err := br.Close(); err != nil {
+		return translate(err)
+	}
+	switch {
+	case acquireErr == nil && insertErr == nil:
+		// Committed: whatever the first statement saw, the guards let this operation in.
+		return nil
+	case errors.Is(accountErr, pgx.ErrNoRows) || (accountErr == nil && owner != in.MerchantID):
+		return &payment.ValidationError{Fields: []payment.FieldError{{Field: "account_id", Message: "no such account"}}}
+	case accountErr != nil:
+		return translate(accountErr)
+	case currency != r.Currency:
+		return &payment.ValidationError{Fields: []payment.FieldError{{Field: "currency", Message: payment.ErrCurrencyMismatch.Error() + " (" + currency + ")"}}}
+	case errors.Is(acquireErr, pgx.ErrNoRows):
+		return errReplay
+	case acquireErr != nil:
+		return translate(acquireErr)
+	}
+	return translate(insertErr) // no rows here would mean the record vanished within the transaction
 }
 
 // Record reads an idempotency record.

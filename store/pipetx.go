@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,12 +19,12 @@ type pipeTx struct {
 	conn      *pgxpool.Conn
 	begun     bool
 	committed bool
-	readOnly  bool  // wrote nothing: ends with a rollback, no commit needed
+	noCommit  bool  // nothing to commit: ending with a rollback is success
 	broken    error // BEGIN failed (or never ran): nothing more may be sent
 }
 
-// pipelined runs fn in a pipeTx; fn must end with commit, or say it wrote nothing. Any error
-// rolls back.
+// pipelined runs fn in a pipeTx; fn must end with commit, or say there is nothing to commit.
+// Any error rolls back.
 func (s *Store) pipelined(ctx context.Context, fn func(*pipeTx) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -32,19 +33,22 @@ func (s *Store) pipelined(ctx context.Context, fn func(*pipeTx) error) error {
 	defer conn.Release()
 	t := &pipeTx{conn: conn}
 	err = fn(t)
-	if err == nil && !t.committed && !t.readOnly {
+	if err == nil && !t.committed && !t.noCommit {
 		err = errors.New("pipelined transaction ended without commit")
 	}
 	if t.begun && !t.committed {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		// Bounded: on a dead connection the pool then closes it rather than wait for TCP.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, _ = conn.Exec(rctx, "ROLLBACK")
+		cancel()
 	}
 	return translate(err)
 }
 
 // send sends b, opening the transaction first if it is not open yet. The results are b's.
-func (t *pipeTx) send(ctx context.Context, b *pgx.Batch) batchResults {
+func (t *pipeTx) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if t.broken != nil {
-		return failedResults{t.broken}
+		return pgx.FailedBatchResults(b, t.broken)
 	}
 	if t.begun {
 		return t.conn.SendBatch(ctx, b)
@@ -63,32 +67,23 @@ func (t *pipeTx) send(ctx context.Context, b *pgx.Batch) batchResults {
 	return br
 }
 
-// batchResults is what pipeTx's callers read of a batch (pgx.BatchResults, or failedResults).
-type batchResults interface {
-	Exec() (pgconn.CommandTag, error)
-	QueryRow() pgx.Row
-	Close() error
+// nothingToCommit ends the transaction with a rollback, as a success: what it found needs no change.
+func (t *pipeTx) nothingToCommit() { t.noCommit = true }
+
+// QueryRow runs one query inside the open transaction.
+func (t *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.broken != nil {
+		return failedRow{t.broken}
+	}
+	if !t.begun {
+		return failedRow{errors.New("no transaction is open before the first batch")}
+	}
+	return t.conn.QueryRow(ctx, sql, args...)
 }
-
-// failedResults answers every result of a batch that was not sent with its error.
-type failedResults struct{ err error }
-
-func (f failedResults) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, f.err }
-func (f failedResults) Query() (pgx.Rows, error)         { return nil, f.err }
-func (f failedResults) QueryRow() pgx.Row                { return failedRow(f) }
-func (f failedResults) Close() error                     { return f.err }
 
 type failedRow struct{ err error }
 
 func (f failedRow) Scan(...any) error { return f.err }
-
-// wroteNothing ends the transaction without a commit: what it found needs no change.
-func (t *pipeTx) wroteNothing() { t.readOnly = true }
-
-// QueryRow runs one query inside the open transaction.
-func (t *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return t.conn.QueryRow(ctx, sql, args...)
-}
 
 // commit sends b with COMMIT after it: all of it commits, or none.
 func (t *pipeTx) commit(ctx context.Context, b *pgx.Batch) error {

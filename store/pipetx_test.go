@@ -22,7 +22,7 @@ func TestPipelinedTransactionIsAllOrNothing(t *testing.T) {
 	insert := func(id int) string { return fmt.Sprintf(`INSERT INTO pipetx_test VALUES (%d)`, id) }
 	for _, tc := range []struct {
 		name    string
-		fn      func(send, commit func(string) error, wroteNothing func()) error
+		fn      func(send, commit func(string) error, nothingToCommit func()) error
 		wantErr string
 		want    []int
 	}{
@@ -72,11 +72,11 @@ func TestPipelinedTransactionIsAllOrNothing(t *testing.T) {
 		{name: "no commit is a mistake", wantErr: "without commit", want: []int{1, 2},
 			fn: func(send, _ func(string) error, _ func()) error { return send(insert(8)) }},
 		{name: "a read that needs no change", want: []int{1, 2},
-			fn: func(send, _ func(string) error, wroteNothing func()) error {
+			fn: func(send, _ func(string) error, nothingToCommit func()) error {
 				if err := send(`SELECT 1`); err != nil {
 					return err
 				}
-				wroteNothing()
+				nothingToCommit()
 				return nil
 			}},
 	} {

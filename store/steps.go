@@ -120,7 +120,7 @@ func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef
 			if setErr == nil {
 				return fmt.Errorf("%w: payment %s was %s without an active reservation", ErrInconsistent, operationID, payment.StatusProcessing)
 			}
-			tx.wroteNothing()
+			tx.nothingToCommit()
 			return s.alreadyDone(ctx, tx, operationID, payment.StatusSucceeded, &p)
 		}
 		if closeErr != nil {

@@ -18,9 +18,9 @@ import (
 
 // Store wraps a connection pool.
 type Store struct {
-	pool *pgxpool.Pool
-	aead cipher.AEAD // encrypts merchants' webhook secrets at rest
-	outcomes
+	pool     *pgxpool.Pool
+	aead     cipher.AEAD // encrypts merchants' webhook secrets at rest
+	outcomes outcomes    // committed outcomes, announced in process (WatchOutcome)
 }
 
 // Options configure Open.

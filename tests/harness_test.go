@@ -91,6 +91,7 @@ type stackOptions struct {
 	// remoteWorker: the API does not learn outcomes from the worker's store (as `kasa api` with
 	// the worker in another process) and asks Temporal for each workflow's result.
 	remoteWorker bool
+	pollAfter    time.Duration // api.Options.PollAfter (default 1s)
 }
 
 // awaitCounter counts the API's calls for a workflow's result.
@@ -119,8 +120,8 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	}
 	awaits := &atomic.Int32{}
 	srv := api.New(api.Options{
-		Outcomes: outcomes,
-		Store:    db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits}, AdminToken: adminToken,
+		Outcomes: outcomes, PollAfter: o.pollAfter,
+		Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits}, AdminToken: adminToken,
 		SyncWait: 15 * time.Second, Charge: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second}, ReplayCache: 1000,
 		Logger:     slog.New(slog.DiscardHandler),
 		Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, Runs: db, Source: "api"},

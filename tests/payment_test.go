@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -199,7 +200,8 @@ func TestAuthAndIsolation(t *testing.T) {
 
 // The API learns a payment's outcome from the worker's store when both run in one process (kasa
 // dev), with no call to Temporal for the workflow's result, and asks Temporal otherwise (kasa
-// api with workers elsewhere). The answers are the same either way.
+// api with workers elsewhere). The answers are the same either way. In process, the fallback
+// (ask Temporal after PollAfter) is set long, so that only a missing announcement calls it.
 func TestAPIAwaitsOutcomesInProcessOrThroughTemporal(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -212,7 +214,7 @@ func TestAPIAwaitsOutcomesInProcessOrThroughTemporal(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, remoteWorker: c.remote})
+			s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, remoteWorker: c.remote, pollAfter: 10 * time.Second})
 			m := s.newMerchant()
 			acct := s.newAccount(m, "TRY", "100.00")
 
