@@ -229,30 +229,43 @@ type NewDelivery struct {
 // been through this inbox yet.
 func (s *Store) AcceptEvent(ctx context.Context, consumer string, e NewDelivery, orderGrace time.Duration) (Acceptance, error) {
 	var out Acceptance
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	err := s.pipelined(ctx, func(tx *pipeTx) error {
+		// Two round trips: the order check, the inbox row and the delivery go with BEGIN, and
+		// COMMIT after them. A deferred or duplicate event rolls its inserts back.
+		b := &pgx.Batch{}
+		b.Queue(sqlPredecessorPending, e.AggregateID, e.CreatedAt, e.EventID, consumer, orderGrace.Seconds())
+		b.Queue(sqlInsertInbox, consumer, e.EventID)
+		if e.Body != nil {
+			b.Queue(sqlInsertDelivery, e.EventID, e.AggregateID, e.Type, e.CreatedAt, e.Body)
+		}
+		br := tx.send(ctx, b)
 		var waiting bool
-		if err := tx.QueryRow(ctx, sqlPredecessorPending, e.AggregateID, e.CreatedAt, e.EventID, consumer, orderGrace.Seconds()).Scan(&waiting); err != nil {
-			return err
-		}
-		if waiting {
-			out = AcceptedDeferred
-			return nil
-		}
-		tag, err := tx.Exec(ctx, sqlInsertInbox, consumer, e.EventID)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			out = AcceptedDuplicate
-			return nil
-		}
-		if e.Body == nil {
-			out = AcceptedIgnored
-			return nil
-		}
+		waitErr := br.QueryRow().Scan(&waiting)
+		inbox, inboxErr := br.Exec()
 		var status string
-		err = tx.QueryRow(ctx, sqlInsertDelivery, e.EventID, e.AggregateID, e.Type, e.CreatedAt, e.Body).Scan(&status)
-		if errors.Is(err, pgx.ErrNoRows) {
+		var deliveryErr error
+		if e.Body != nil {
+			deliveryErr = br.QueryRow().Scan(&status)
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		switch {
+		case waitErr != nil:
+			return waitErr
+		case waiting:
+			out = AcceptedDeferred
+			tx.nothingToCommit()
+			return nil
+		case inboxErr != nil:
+			return inboxErr
+		case inbox.RowsAffected() == 0:
+			out = AcceptedDuplicate
+			tx.nothingToCommit()
+			return nil
+		case e.Body == nil:
+			out = AcceptedIgnored
+		case errors.Is(deliveryErr, pgx.ErrNoRows):
 			var exists bool
 			if err := tx.QueryRow(ctx, sqlDeliveryExists, e.EventID).Scan(&exists); err != nil {
 				return err
@@ -261,10 +274,12 @@ func (s *Store) AcceptEvent(ctx context.Context, consumer string, e NewDelivery,
 			if exists { // the inbox row was purged, the delivery was not
 				out = AcceptedDuplicate
 			}
-			return nil
+		case deliveryErr != nil:
+			return deliveryErr
+		default:
+			out = Acceptance(status)
 		}
-		out = Acceptance(status)
-		return err
+		return tx.commit(ctx, &pgx.Batch{})
 	})
 	return out, err
 }
