@@ -73,12 +73,7 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		}
 	}
 	args := []string{"-D", dir, "-p", strconv.Itoa(o.Port), "-k", dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
-		// Inserts at random places in big unique indexes (merchants' idempotency keys) write a
-		// full page image to the WAL for each page's first change after a checkpoint: fewer
-		// checkpoints and compressed images keep that cost from growing with the table.
-		"-c", "wal_compression=on", "-c", "max_wal_size=2GB", "-c", "checkpoint_timeout=15min",
-		"-c", "shared_buffers=256MB"}
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"}
 	if o.Ephemeral {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off")
 	}
