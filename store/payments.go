@@ -36,9 +36,9 @@ type Record struct {
 const (
 	sqlCustomerAccount = `SELECT merchant_id, currency FROM accounts WHERE id = $1 AND kind = 'customer'`
 	// ON CONFLICT DO NOTHING RETURNING: exactly one concurrent inserter gets a row back and owns
-	// the operation; the others read the winner's record.
-	// Guarded by the payer account, as Begin sends all three statements at once: an account that
-	// is not the merchant's in the request's currency creates nothing.
+	// the operation; the others read the winner's record. Guarded by the payer account, as Begin
+	// sends all three statements at once: an account that is not the merchant's in the
+	// request's currency creates nothing.
 	sqlAcquire = `INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id, locked_until)
 SELECT $1, $2, $3, 'processing', $4, now() + $5::interval
 WHERE EXISTS (SELECT 1 FROM accounts WHERE id = $6 AND kind = 'customer' AND merchant_id = $1 AND currency = $7)
