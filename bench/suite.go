@@ -155,27 +155,26 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	}
 	payOpts := Options{DuplicateRatio: o.Duplicates, InsufficientShare: o.Insufficient}
 
+	workflowCeiling := func(name string, shape workflows.Shape) error {
+		if err := before(); err != nil {
+			return err
+		}
+		r, err := WorkflowCeiling(ctx, s.Temporal, shape, o.Concurrency, o.Warmup, o.Duration)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		record(name, r)
+		return nil
+	}
 	// The ceilings run twice, before and after the payment runs, and the higher of the two
 	// counts: on a shared machine a ceiling measured during someone else's load would flatter
-	// every ratio against it.
+	// every ratio against it. T of kasa's own shape is not among them: it runs right beside
+	// each pass of kasa's payments (see kasaRuns).
 	ceilings := func(pass string) error {
 		if err := load(RunHTTP+pass, Options{Path: "/healthz"}, nil); err != nil {
 			return err
 		}
-		for _, c := range []struct {
-			name  string
-			shape workflows.Shape
-		}{{RunTOwn, workflows.PaymentShape}, {RunTLean, workflows.LeanestShape}} {
-			if err := before(); err != nil {
-				return err
-			}
-			r, err := WorkflowCeiling(ctx, s.Temporal, c.shape, o.Concurrency, o.Warmup, o.Duration)
-			if err != nil {
-				return fmt.Errorf("%s: %w", c.name, err)
-			}
-			record(c.name+pass, r)
-		}
-		return nil
+		return workflowCeiling(RunTLean+pass, workflows.LeanestShape)
 	}
 	if err := ceilings(" #1"); err != nil {
 		return nil, err
@@ -198,22 +197,33 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 		}
 		return s.Settle(ctx)
 	}
-	kasaRuns := func(pass string) error {
+	// Target 1a compares kasa's payments with T of its own shape, so each pass of one runs right
+	// beside a pass of the other (T first in pass #1, second in pass #2): the machine's speed
+	// drifts by tens of percent over minutes here, and a ratio of two runs minutes apart
+	// measured the drift as much as kasa.
+	kasaRuns := func(pass string, tFirst bool) error {
 		if err := settle(); err != nil {
 			return err
 		}
-		for _, r := range []struct {
-			name string
-			opts Options
-			fx   *Fixture
-		}{{RunSpread, payOpts, spread}, {RunHot, payOpts, hot}, {RunReplay, Options{Path: "replay"}, hot}} {
-			if err := load(r.name+pass, r.opts, r.fx); err != nil {
+		if tFirst {
+			if err := workflowCeiling(RunTOwn+pass, workflows.PaymentShape); err != nil {
 				return err
 			}
 		}
-		return nil
+		if err := load(RunSpread+pass, payOpts, spread); err != nil {
+			return err
+		}
+		if !tFirst {
+			if err := workflowCeiling(RunTOwn+pass, workflows.PaymentShape); err != nil {
+				return err
+			}
+		}
+		if err := load(RunHot+pass, payOpts, hot); err != nil {
+			return err
+		}
+		return load(RunReplay+pass, Options{Path: "replay"}, hot)
 	}
-	if err := kasaRuns(" #1"); err != nil {
+	if err := kasaRuns(" #1", true); err != nil {
 		return nil, err
 	}
 	byName[RunSpread] = byName[RunSpread+" #1"]
@@ -235,7 +245,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 		return nil, err
 	}
 
-	if err := kasaRuns(" #2"); err != nil {
+	if err := kasaRuns(" #2", false); err != nil {
 		return nil, err
 	}
 	if err := ceilings(" #2"); err != nil {
@@ -319,13 +329,24 @@ func targets(runs map[string]Result, pg map[string]PGBenchResult) []Target {
 		}
 		return a / b
 	}
-	spread, hot, tOwn, tLean := runs[RunSpread], runs[RunHot], runs[RunTOwn], runs[RunTLean]
+	spread, hot, tLean := runs[RunSpread], runs[RunHot], runs[RunTLean]
 	replay, h, r := runs[RunReplay], runs[RunHTTP], pg["replay"]
 	open := runs[RunOpenHalf]
+	// 1a pairs each pass of kasa's payments with the T pass run beside it; kasa's faster pass
+	// and its own T count, and the other pair is shown with them.
+	pass, other := " #1", " #2"
+	if runs[RunSpread+other].NewPaymentRate > runs[RunSpread+pass].NewPaymentRate {
+		pass, other = other, pass
+	}
+	pair := func(pass string) (kasa, t float64) {
+		return runs[RunSpread+pass].NewPaymentRate, runs[RunTOwn+pass].Throughput
+	}
+	k, t := pair(pass)
+	ko, to := pair(other)
 	out := []Target{
-		{Name: "1a new payments vs Temporal, kasa's shape", Formula: "payments/s ÷ T(" + workflows.PaymentShape.String() + ")",
-			Value: ratio(spread.NewPaymentRate, tOwn.Throughput), Threshold: 0.8,
-			Inputs: fmt.Sprintf("%.1f ÷ %.1f", spread.NewPaymentRate, tOwn.Throughput)},
+		{Name: "1a new payments vs Temporal, kasa's shape", Formula: "payments/s ÷ T(" + workflows.PaymentShape.String() + ") run beside it",
+			Value: ratio(k, t), Threshold: 0.8,
+			Inputs: fmt.Sprintf("%.1f ÷ %.1f (pass%s; pass%s: %.1f ÷ %.1f = %.2f)", k, t, pass, other, ko, to, ratio(ko, to))},
 		{Name: "1b new payments vs Temporal, leanest shape", Formula: "payments/s ÷ T(" + workflows.LeanestShape.String() + ")",
 			Value: ratio(spread.NewPaymentRate, tLean.Throughput), Threshold: 0.5,
 			Inputs: fmt.Sprintf("%.1f ÷ %.1f", spread.NewPaymentRate, tLean.Throughput)},
