@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -197,33 +198,33 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 		}
 		return s.Settle(ctx)
 	}
-	// Target 1a compares kasa's payments with T of its own shape, so each pass of one runs right
-	// beside a pass of the other (T first in pass #1, second in pass #2): the machine's speed
-	// drifts by tens of percent over minutes here, and a ratio of two runs minutes apart
-	// measured the drift as much as kasa.
-	kasaRuns := func(pass string, tFirst bool) error {
+	// The targets between kasa's runs, and 1a between kasa and T of its own shape, compare runs
+	// that ran side by side: the machine's speed drifts by tens of percent over minutes here, and
+	// a ratio of two runs minutes apart measures the drift as much as kasa. So each pass runs T,
+	// new payments with many merchants, with one, and replays, one after the other, and the
+	// second pass runs them in mirror order (the drift over the two passes then weighs both
+	// sides of each ratio alike).
+	kasaRuns := func(pass string, mirrored bool) error {
 		if err := settle(); err != nil {
 			return err
 		}
-		if tFirst {
-			if err := workflowCeiling(RunTOwn+pass, workflows.PaymentShape); err != nil {
+		steps := []func() error{
+			func() error { return workflowCeiling(RunTOwn+pass, workflows.PaymentShape) },
+			func() error { return load(RunSpread+pass, payOpts, spread) },
+			func() error { return load(RunHot+pass, payOpts, hot) },
+			func() error { return load(RunReplay+pass, Options{Path: "replay"}, hot) },
+		}
+		if mirrored {
+			slices.Reverse(steps)
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
 				return err
 			}
 		}
-		if err := load(RunSpread+pass, payOpts, spread); err != nil {
-			return err
-		}
-		if !tFirst {
-			if err := workflowCeiling(RunTOwn+pass, workflows.PaymentShape); err != nil {
-				return err
-			}
-		}
-		if err := load(RunHot+pass, payOpts, hot); err != nil {
-			return err
-		}
-		return load(RunReplay+pass, Options{Path: "replay"}, hot)
+		return nil
 	}
-	if err := kasaRuns(" #1", true); err != nil {
+	if err := kasaRuns(" #1", false); err != nil {
 		return nil, err
 	}
 	byName[RunSpread] = byName[RunSpread+" #1"]
@@ -245,7 +246,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 		return nil, err
 	}
 
-	if err := kasaRuns(" #2", false); err != nil {
+	if err := kasaRuns(" #2", true); err != nil {
 		return nil, err
 	}
 	if err := ceilings(" #2"); err != nil {
@@ -306,56 +307,59 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	return rep, nil
 }
 
-// best is the faster of two runs of one kind: by new payments per second for payment runs,
-// else by requests per second.
+// best is the faster of two runs of one kind.
 func best(a, b Result) Result {
-	rate := func(r Result) float64 {
-		if r.NewPaymentRate > 0 {
-			return r.NewPaymentRate
-		}
-		return r.Throughput
-	}
 	if rate(b) > rate(a) {
 		return b
 	}
 	return a
 }
 
-// targets computes the ratios from one run's measurements.
-func targets(runs map[string]Result, pg map[string]PGBenchResult) []Target {
-	ratio := func(a, b float64) float64 {
-		if b == 0 {
-			return 0
-		}
-		return a / b
+// rate is how fast a run went: new payments per second for payment runs, else requests per second.
+func rate(r Result) float64 {
+	if r.NewPaymentRate > 0 {
+		return r.NewPaymentRate
 	}
-	spread, hot, tLean := runs[RunSpread], runs[RunHot], runs[RunTLean]
-	replay, h, r := runs[RunReplay], runs[RunHTTP], pg["replay"]
-	open := runs[RunOpenHalf]
-	// 1a pairs each pass of kasa's payments with the T pass run beside it; kasa's faster pass
-	// and its own T count, and the other pair is shown with them.
+	return r.Throughput
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// paired divides run num by run den of the same pass, the two having run side by side. The
+// pass in which num ran faster counts; the other pass's ratio is shown with it.
+func paired(runs map[string]Result, num, den string) (value float64, inputs string) {
 	pass, other := " #1", " #2"
-	if runs[RunSpread+other].NewPaymentRate > runs[RunSpread+pass].NewPaymentRate {
+	if rate(runs[num+other]) > rate(runs[num+pass]) {
 		pass, other = other, pass
 	}
-	pair := func(pass string) (kasa, t float64) {
-		return runs[RunSpread+pass].NewPaymentRate, runs[RunTOwn+pass].Throughput
-	}
-	k, t := pair(pass)
-	ko, to := pair(other)
+	n, d := rate(runs[num+pass]), rate(runs[den+pass])
+	no, do := rate(runs[num+other]), rate(runs[den+other])
+	return ratio(n, d), fmt.Sprintf("%.1f ÷ %.1f (pass%s; pass%s: %.1f ÷ %.1f = %.2f)", n, d, pass, other, no, do, ratio(no, do))
+}
+
+// targets computes the ratios from one run's measurements.
+func targets(runs map[string]Result, pg map[string]PGBenchResult) []Target {
+	spread, tLean := runs[RunSpread], runs[RunTLean]
+	replay, h, r := runs[RunReplay], runs[RunHTTP], pg["replay"]
+	open := runs[RunOpenHalf]
+	own, ownInputs := paired(runs, RunSpread, RunTOwn)
+	hot, hotInputs := paired(runs, RunHot, RunSpread)
 	out := []Target{
 		{Name: "1a new payments vs Temporal, kasa's shape", Formula: "payments/s ÷ T(" + workflows.PaymentShape.String() + ") run beside it",
-			Value: ratio(k, t), Threshold: 0.8,
-			Inputs: fmt.Sprintf("%.1f ÷ %.1f (pass%s; pass%s: %.1f ÷ %.1f = %.2f)", k, t, pass, other, ko, to, ratio(ko, to))},
+			Value: own, Threshold: 0.8, Inputs: ownInputs},
 		{Name: "1b new payments vs Temporal, leanest shape", Formula: "payments/s ÷ T(" + workflows.LeanestShape.String() + ")",
 			Value: ratio(spread.NewPaymentRate, tLean.Throughput), Threshold: 0.5,
 			Inputs: fmt.Sprintf("%.1f ÷ %.1f", spread.NewPaymentRate, tLean.Throughput)},
 		{Name: "2 replays vs min(R, H)", Formula: "replays/s ÷ min(pgbench replay tps, GET /healthz req/s)",
 			Value: ratio(replay.Throughput, min(r.TPS, h.Throughput)), Threshold: 0.5,
 			Inputs: fmt.Sprintf("%.1f ÷ min(%.1f, %.1f)", replay.Throughput, r.TPS, h.Throughput)},
-		{Name: "3 one hot merchant vs many", Formula: "payments/s with 1 merchant ÷ with many",
-			Value: ratio(hot.NewPaymentRate, spread.NewPaymentRate), Threshold: 0.9,
-			Inputs: fmt.Sprintf("%.1f ÷ %.1f", hot.NewPaymentRate, spread.NewPaymentRate)},
+		{Name: "3 one hot merchant vs many", Formula: "payments/s with 1 merchant ÷ with many, run beside it",
+			Value: hot, Threshold: 0.9, Inputs: hotInputs},
 	}
 	if large, ok := runs[RunReplayLarge]; ok {
 		out = append(out, Target{Name: "4 replays with a large table", Formula: "replays/s large ÷ replays/s small",

@@ -7,8 +7,9 @@ import (
 )
 
 // Target 1a divides kasa's faster payments pass by the T pass run beside it, never by a T pass
-// from another moment of the machine.
-func TestTarget1aPairsEachPassWithItsOwnT(t *testing.T) {
+// from another moment of the machine; target 3 likewise divides the faster one-merchant pass by
+// the many-merchant run of its pass.
+func TestPairedTargetsDivideRunsOfOnePass(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name       string
@@ -38,6 +39,17 @@ func TestTarget1aPairsEachPassWithItsOwnT(t *testing.T) {
 			require.Contains(t, got.Name, "1a")
 			require.InDelta(t, tc.want, got.Value, 1e-9)
 			require.Equal(t, tc.wantMet, got.Met)
+			require.Equal(t, tc.wantInputs, got.Inputs)
+
+			// The same pairs as target 3's: kasa's one-merchant runs over its many-merchant runs.
+			runs = map[string]Result{
+				RunHot + " #1": {NewPaymentRate: tc.kasa1}, RunSpread + " #1": {NewPaymentRate: tc.t1},
+				RunHot + " #2": {NewPaymentRate: tc.kasa2}, RunSpread + " #2": {NewPaymentRate: tc.t2},
+			}
+			got = targets(runs, nil)[3]
+			require.Contains(t, got.Name, "3 one hot merchant")
+			require.InDelta(t, tc.want, got.Value, 1e-9)
+			require.Equal(t, tc.want >= 0.9, got.Met)
 			require.Equal(t, tc.wantInputs, got.Inputs)
 		})
 	}
