@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -252,7 +253,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	if err := ceilings(" #2"); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{RunHTTP, RunTOwn, RunTLean, RunSpread, RunHot, RunReplay} {
+	for _, name := range []string{RunHTTP, RunTLean, RunSpread, RunReplay} {
 		byName[name] = best(byName[name+" #1"], byName[name+" #2"])
 	}
 
@@ -330,16 +331,17 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// paired divides run num by run den of the same pass, the two having run side by side. The
-// pass in which num ran faster counts; the other pass's ratio is shown with it.
+// paired divides run num by run den of the same pass, the two having run side by side, and
+// averages the two passes' ratios: the second pass runs in mirror order, so a steady drift of
+// the machine's speed over the passes weighs on both sides alike.
 func paired(runs map[string]Result, num, den string) (value float64, inputs string) {
-	pass, other := " #1", " #2"
-	if rate(runs[num+other]) > rate(runs[num+pass]) {
-		pass, other = other, pass
+	var parts []string
+	for _, pass := range []string{" #1", " #2"} {
+		n, d := rate(runs[num+pass]), rate(runs[den+pass])
+		value += ratio(n, d) / 2
+		parts = append(parts, fmt.Sprintf("%.1f ÷ %.1f = %.2f", n, d, ratio(n, d)))
 	}
-	n, d := rate(runs[num+pass]), rate(runs[den+pass])
-	no, do := rate(runs[num+other]), rate(runs[den+other])
-	return ratio(n, d), fmt.Sprintf("%.1f ÷ %.1f (pass%s; pass%s: %.1f ÷ %.1f = %.2f)", n, d, pass, other, no, do, ratio(no, do))
+	return value, "mean of " + strings.Join(parts, " and ")
 }
 
 // targets computes the ratios from one run's measurements.

@@ -6,51 +6,49 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Target 1a divides kasa's faster payments pass by the T pass run beside it, never by a T pass
-// from another moment of the machine; target 3 likewise divides the faster one-merchant pass by
-// the many-merchant run of its pass.
+// Targets 1a and 3 divide each pass's run by the run beside it, never by a run from another
+// moment of the machine, and average the two passes' ratios.
 func TestPairedTargetsDivideRunsOfOnePass(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name       string
-		kasa1, t1  float64
-		kasa2, t2  float64
+		num1, den1 float64
+		num2, den2 float64
 		want       float64
-		wantMet    bool
 		wantInputs string
 	}{
-		{name: "second pass faster", kasa1: 50, t1: 80, kasa2: 60, t2: 70, want: 60.0 / 70, wantMet: true,
-			wantInputs: "60.0 ÷ 70.0 (pass #2; pass #1: 50.0 ÷ 80.0 = 0.62)"},
-		{name: "first pass faster, its T slower than the other", kasa1: 62, t1: 70, kasa2: 55, t2: 80, want: 62.0 / 70, wantMet: true,
-			wantInputs: "62.0 ÷ 70.0 (pass #1; pass #2: 55.0 ÷ 80.0 = 0.69)"},
-		// The best kasa pass against the best T would give 62 ÷ 70 = 0.89; beside its own T it is 0.78.
-		{name: "faster kasa pass beside a fast T", kasa1: 62, t1: 80, kasa2: 50, t2: 70, want: 62.0 / 80, wantMet: false,
-			wantInputs: "62.0 ÷ 80.0 (pass #1; pass #2: 50.0 ÷ 70.0 = 0.71)"},
-		{name: "no T measured", kasa1: 62, kasa2: 50, want: 0, wantMet: false,
-			wantInputs: "62.0 ÷ 0.0 (pass #1; pass #2: 50.0 ÷ 0.0 = 0.00)"},
+		{name: "both passes alike", num1: 60, den1: 75, num2: 64, den2: 80, want: 0.8,
+			wantInputs: "mean of 60.0 ÷ 75.0 = 0.80 and 64.0 ÷ 80.0 = 0.80"},
+		// The faster numerator over the faster denominator (62 ÷ 80) would miss the goal here.
+		{name: "the machine slowed between the passes", num1: 62, den1: 80, num2: 50, den2: 60, want: (62.0/80 + 50.0/60) / 2,
+			wantInputs: "mean of 62.0 ÷ 80.0 = 0.78 and 50.0 ÷ 60.0 = 0.83"},
+		{name: "a fast numerator beside a fast denominator", num1: 62, den1: 80, num2: 50, den2: 70, want: (62.0/80 + 50.0/70) / 2,
+			wantInputs: "mean of 62.0 ÷ 80.0 = 0.78 and 50.0 ÷ 70.0 = 0.71"},
+		{name: "a denominator missing", num1: 62, den1: 0, num2: 50, den2: 50, want: 0.5,
+			wantInputs: "mean of 62.0 ÷ 0.0 = 0.00 and 50.0 ÷ 50.0 = 1.00"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			runs := map[string]Result{
-				RunSpread + " #1": {NewPaymentRate: tc.kasa1}, RunTOwn + " #1": {Throughput: tc.t1},
-				RunSpread + " #2": {NewPaymentRate: tc.kasa2}, RunTOwn + " #2": {Throughput: tc.t2},
+			for _, target := range []struct {
+				index     int
+				name      string
+				num, den  string
+				threshold float64
+				denRate   func(float64) Result
+			}{
+				{0, "1a new payments vs Temporal", RunSpread, RunTOwn, 0.8, func(v float64) Result { return Result{Throughput: v} }},
+				{3, "3 one hot merchant vs many", RunHot, RunSpread, 0.9, func(v float64) Result { return Result{NewPaymentRate: v} }},
+			} {
+				runs := map[string]Result{
+					target.num + " #1": {NewPaymentRate: tc.num1}, target.den + " #1": target.denRate(tc.den1),
+					target.num + " #2": {NewPaymentRate: tc.num2}, target.den + " #2": target.denRate(tc.den2),
+				}
+				got := targets(runs, nil)[target.index]
+				require.Contains(t, got.Name, target.name)
+				require.InDelta(t, tc.want, got.Value, 1e-9)
+				require.Equal(t, tc.want >= target.threshold-1e-9, got.Met)
+				require.Equal(t, tc.wantInputs, got.Inputs)
 			}
-			got := targets(runs, nil)[0]
-			require.Contains(t, got.Name, "1a")
-			require.InDelta(t, tc.want, got.Value, 1e-9)
-			require.Equal(t, tc.wantMet, got.Met)
-			require.Equal(t, tc.wantInputs, got.Inputs)
-
-			// The same pairs as target 3's: kasa's one-merchant runs over its many-merchant runs.
-			runs = map[string]Result{
-				RunHot + " #1": {NewPaymentRate: tc.kasa1}, RunSpread + " #1": {NewPaymentRate: tc.t1},
-				RunHot + " #2": {NewPaymentRate: tc.kasa2}, RunSpread + " #2": {NewPaymentRate: tc.t2},
-			}
-			got = targets(runs, nil)[3]
-			require.Contains(t, got.Name, "3 one hot merchant")
-			require.InDelta(t, tc.want, got.Value, 1e-9)
-			require.Equal(t, tc.want >= 0.9, got.Met)
-			require.Equal(t, tc.wantInputs, got.Inputs)
 		})
 	}
 }
