@@ -31,6 +31,7 @@ import (
 // runBench is `kasa bench`: it starts a throwaway kasa (a `kasa dev` child process on free ports
 // with its own data directory, so nothing of the user's is touched) and measures it.
 func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
+	relaxGC()
 	fs := flag.NewFlagSet("kasa bench", flag.ContinueOnError)
 	suite := fs.Bool("suite", false, "run the standard suite (ceilings, targets, correctness) and write its results")
 	out := fs.String("out", "bench/results", "--suite: directory for <date>.md, <date>.json and <date>.svg")
