@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +16,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
 
 	"github.com/kasa-pay/kasa/internal/devenv"
 )
@@ -107,6 +111,9 @@ func TestDevLifecycle(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	r = httpDo(t, "GET", apiURL+"/v1/accounts/"+st.DemoAccountID, st.DemoAPIKey, "")
 	require.Contains(t, string(r.Body), `"balance":"9900.00"`)
+	// Operators find it in the Web UI by its search attributes, though the payment ran seconds
+	// after the server started (the server caches the attribute definitions).
+	requireListed(t, ports[2], fmt.Sprintf("PaymentStatus = 'succeeded' AND MerchantId = '%s'", st.DemoMerchantID), 1)
 
 	// The relay runs inside kasa dev: a merchant with a webhook URL hears of its payment.
 	hook := newSink(t)
@@ -134,7 +141,31 @@ func TestDevLifecycle(t *testing.T) {
 	require.Equal(t, st.DemoAccountID, st2.DemoAccountID, "a second run finds the same data")
 	r = httpDo(t, "GET", apiURL+"/v1/accounts/"+st.DemoAccountID, st.DemoAPIKey, "")
 	require.Contains(t, string(r.Body), `"balance":"9900.00"`)
+	r = httpDo(t, "POST", apiURL+"/v1/payments", st.DemoAPIKey, payBody("dev-inv-2", "1.00", "TRY", st.DemoAccountID),
+		"Idempotency-Key", "dev-test-2")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	requireListed(t, ports[2], fmt.Sprintf("PaymentStatus = 'succeeded' AND MerchantId = '%s'", st.DemoMerchantID), 2)
 	stop(cmd, logs)
+}
+
+// requireListed waits until Temporal's visibility lists n workflows for the query.
+func requireListed(t *testing.T, temporalPort int, query string, n int) {
+	t.Helper()
+	c, err := client.Dial(client.Options{HostPort: fmt.Sprintf("127.0.0.1:%d", temporalPort), Logger: tlog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	require.NoError(t, err)
+	defer c.Close()
+	var last string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := c.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: query})
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		if last = fmt.Sprintf("%d listed", len(resp.GetExecutions())); len(resp.GetExecutions()) == n {
+			return
+		}
+	}
+	t.Fatalf("visibility query %q: want %d listed, last: %s", query, n, last)
 }
 
 type devState struct {
