@@ -106,6 +106,7 @@ const (
 	RunOpenHalf    = "payments, open loop at half the max"
 	RunReplayLarge = "replays, large table"
 	RunSpreadLarge = "payments, large table"
+	RunTLarge      = "T: payment shape, beside the large table"
 )
 
 // RunSuite runs the standard suite against s.
@@ -157,11 +158,11 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	}
 	payOpts := Options{DuplicateRatio: o.Duplicates, InsufficientShare: o.Insufficient}
 
-	workflowCeiling := func(name string, shape workflows.Shape) error {
+	workflowCeiling := func(name string, shape workflows.Shape, window time.Duration) error {
 		if err := before(); err != nil {
 			return err
 		}
-		r, err := WorkflowCeiling(ctx, s.Temporal, shape, o.Concurrency, o.Warmup, o.Duration)
+		r, err := WorkflowCeiling(ctx, s.Temporal, shape, o.Concurrency, o.Warmup, window)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -176,7 +177,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 		if err := load(RunHTTP+pass, Options{Path: "/healthz"}, nil); err != nil {
 			return err
 		}
-		return workflowCeiling(RunTLean+pass, workflows.LeanestShape)
+		return workflowCeiling(RunTLean+pass, workflows.LeanestShape, o.Duration)
 	}
 	if err := ceilings(" #1"); err != nil {
 		return nil, err
@@ -210,7 +211,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 			return err
 		}
 		steps := []func() error{
-			func() error { return workflowCeiling(RunTOwn+pass, workflows.PaymentShape) },
+			func() error { return workflowCeiling(RunTOwn+pass, workflows.PaymentShape, o.Duration) },
 			func() error { return load(RunSpread+pass, payOpts, spread) },
 			func() error { return load(RunHot+pass, payOpts, hot) },
 			func() error { return load(RunReplay+pass, Options{Path: "replay"}, hot) },
@@ -230,7 +231,8 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	}
 	byName[RunSpread] = byName[RunSpread+" #1"]
 	for _, script := range []string{"payment", "replay"} {
-		r, err := PGBench(ctx, PGBenchOptions{DatabaseURL: s.DatabaseURL, Clients: o.Concurrency, Duration: o.Duration, Script: script, Rows: 10_000})
+		// Shorter than the other runs: no target divides by P, and R is far above H.
+		r, err := PGBench(ctx, PGBenchOptions{DatabaseURL: s.DatabaseURL, Clients: o.Concurrency, Duration: min(o.Duration, 10*time.Second), Script: script, Rows: 10_000})
 		if err != nil {
 			return nil, fmt.Errorf("pgbench %s: %w", script, err)
 		}
@@ -266,21 +268,32 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 		if err := s.Preload(ctx, ids, o.Preload); err != nil {
 			return nil, fmt.Errorf("preload: %w", err)
 		}
-		// Twice each, the better counting, as on the small table.
+		// Minutes and a preload lie between the small table's new payments and these, and the
+		// machine's speed moves in minutes. So each side is taken relative to the T run beside
+		// it (the small side's are 1a's pairs), in passes of mirror order as there. These T
+		// runs have half the window: they only read the machine's pace. Replays, served from
+		// the API's cache of completed records on either table, keep the better of two runs.
 		for _, pass := range []string{" #1", " #2"} {
 			if err := settle(); err != nil {
 				return nil, err
 			}
-			if err := load(RunReplayLarge+pass, Options{Path: "replay"}, hot); err != nil {
-				return nil, err
+			steps := []func() error{
+				func() error {
+					return workflowCeiling(RunTLarge+pass, workflows.PaymentShape, max(o.Duration/2, time.Second))
+				},
+				func() error { return load(RunSpreadLarge+pass, payOpts, spread) },
+				func() error { return load(RunReplayLarge+pass, Options{Path: "replay"}, hot) },
 			}
-			if err := load(RunSpreadLarge+pass, payOpts, spread); err != nil {
-				return nil, err
+			if pass == " #2" {
+				slices.Reverse(steps)
+			}
+			for _, step := range steps {
+				if err := step(); err != nil {
+					return nil, err
+				}
 			}
 		}
-		for _, name := range []string{RunReplayLarge, RunSpreadLarge} {
-			byName[name] = best(byName[name+" #1"], byName[name+" #2"])
-		}
+		byName[RunReplayLarge] = best(byName[RunReplayLarge+" #1"], byName[RunReplayLarge+" #2"])
 	}
 	if s.Sizes != nil {
 		if rep.Sizes, err = s.Sizes(ctx); err != nil {
@@ -368,10 +381,10 @@ func targets(runs map[string]Result, pg map[string]PGBenchResult) []Target {
 			Value: ratio(large.Throughput, replay.Throughput), Threshold: 0.9,
 			Inputs: fmt.Sprintf("%.1f ÷ %.1f", large.Throughput, replay.Throughput)})
 	}
-	if large, ok := runs[RunSpreadLarge]; ok {
-		out = append(out, Target{Name: "4 new payments with a large table", Formula: "payments/s large ÷ payments/s small",
-			Value: ratio(large.NewPaymentRate, spread.NewPaymentRate), Threshold: 0.9,
-			Inputs: fmt.Sprintf("%.1f ÷ %.1f", large.NewPaymentRate, spread.NewPaymentRate)})
+	if _, ok := runs[RunSpreadLarge+" #1"]; ok {
+		large, largeInputs := paired(runs, RunSpreadLarge, RunTLarge)
+		out = append(out, Target{Name: "4 new payments with a large table", Formula: "(payments/s large ÷ T beside it) ÷ (payments/s small ÷ T beside it)",
+			Value: ratio(large, own), Threshold: 0.9, Inputs: fmt.Sprintf("(%s) ÷ (%s)", largeInputs, ownInputs)})
 	}
 	// Target 5 is an upper bound: p99 within 3 × p50.
 	p99p50 := ratio(open.Latency.P99, open.Latency.P50)
