@@ -67,7 +67,7 @@ func TestBenchCommand(t *testing.T) {
 		names[strings.SplitN(r.Path, " (", 2)[0]] = r
 	}
 	for _, n := range []string{bench.RunHTTP + " #1", bench.RunTOwn + " #1", bench.RunTLean + " #2", bench.RunSpread + " #1", bench.RunSpread + " #2", bench.RunHot + " #1", bench.RunReplay + " #2",
-		bench.RunOpenHalf, bench.RunReplayLarge + " #1", bench.RunSpreadLarge + " #2", bench.RunTLarge + " #1", bench.RunTLarge + " #2"} {
+		bench.RunOpenHalf, bench.RunReplayLarge + " #1", bench.RunSpreadLarge + " #2", bench.RunTLarge + " #1", bench.RunTLarge + " #2", bench.RunHLarge + " #1", bench.RunHLarge + " #2", bench.RunHTTP + " #2"} {
 		require.Contains(t, names, n)
 		require.Positive(t, names[n].Requests, n)
 		require.Positive(t, names[n].Probe, "every suite run is preceded by a machine probe: %s", n)
