@@ -75,7 +75,7 @@ type Report struct {
 	Machine  string                   `json:"machine"`
 	Commit   string                   `json:"commit"`
 	Options  SuiteOptions             `json:"options"`
-	Runs     []Result                 `json:"runs"` // closed-loop runs twice (passes #1 and #2); the targets use the better
+	Runs     []Result                 `json:"runs"` // in the order run; most twice (passes #1 and #2), see targets
 	PGBench  map[string]PGBenchResult `json:"pgbench"`
 	Targets  []Target                 `json:"targets"`
 	Sizes    []TableSize              `json:"sizes,omitempty"`
