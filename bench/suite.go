@@ -190,8 +190,6 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Like the ceilings, kasa's closed-loop runs are measured twice, one pass early and one
-	// late, and the better of each counts: the same rule on both sides of every ratio.
 	settle := func() error {
 		if s.Settle == nil {
 			return nil
@@ -215,15 +213,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 			func() error { return load(RunReplay+pass, Options{Path: "replay"}, hot) },
 			func() error { return load(RunHTTP+pass, Options{Path: "/healthz"}, nil) },
 		}
-		if mirrored {
-			slices.Reverse(steps)
-		}
-		for _, step := range steps {
-			if err := step(); err != nil {
-				return err
-			}
-		}
-		return nil
+		return inOrder(steps, mirrored)
 	}
 	if err := kasaRuns(" #1", false); err != nil {
 		return nil, err
@@ -286,13 +276,8 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 					return load(RunHLarge+pass, Options{Path: "/healthz", Duration: max(o.Duration/3, time.Second)}, nil)
 				},
 			}
-			if pass == " #2" {
-				slices.Reverse(steps)
-			}
-			for _, step := range steps {
-				if err := step(); err != nil {
-					return nil, err
-				}
+			if err := inOrder(steps, pass == " #2"); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -320,6 +305,20 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	rep.Correct = rep.Doubles == 0 && len(rep.Problems) == 0
 	rep.Targets = targets(byName, rep.PGBench)
 	return rep, nil
+}
+
+// inOrder runs a pass's steps one after the other, or in mirror order, until one fails.
+func inOrder(steps []func() error, mirrored bool) error {
+	if mirrored {
+		steps = slices.Clone(steps)
+		slices.Reverse(steps)
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // best is the faster of two runs of one kind.
