@@ -20,6 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/kasa-pay/kasa/config"
+	"github.com/kasa-pay/kasa/internal/devenv"
 )
 
 // knownEnv is every KASA_* key kasa reads from its environment (config.EnvVars). A key outside
@@ -459,6 +460,9 @@ func TestComposeTemporal(t *testing.T) {
 		"--db-filename /data/",
 	} {
 		require.Contains(t, args, want)
+	}
+	for _, kv := range devenv.DynamicConfig {
+		require.Contains(t, args, "--dynamic-config-value "+kv, "the dev server's tuning must match kasa dev's (internal/devenv)")
 	}
 	require.Contains(t, c.service(t, "temporal")["volumes"], "temporal-data:/data", "the Temporal database must live on a volume")
 }

@@ -44,6 +44,30 @@ const RelaxedGOGC = 400
 // SearchAttributes are registered on every dev server: operators filter payments by them.
 var SearchAttributes = []string{"PaymentStatus=Keyword", "MerchantId=Keyword"}
 
+// DynamicConfig is the dev server's tuning (`--dynamic-config-value KEY=VALUE`), the same in
+// docker-compose.yml (deploy's tests check it). Each value was measured on the payment path.
+var DynamicConfig = []string{
+	// The CLI turns the search attribute cache off unless this is given (a test convenience:
+	// attributes added at run time show at once), and then every start, upsert and visibility
+	// write reads the cluster metadata from the database: about ten queries per payment on the
+	// dev server's one SQLite connection, in the way of everything else. Measured: ceiling T of
+	// the payment shape from 61–85 to 106–120 workflows/s. The attributes kasa uses are all
+	// registered at start (SearchAttributes), before any is read.
+	"system.forceSearchAttributesCacheRefreshOnRead=false",
+	// The default (20) adds up to 50 ms to every hop through the transfer queue.
+	"history.transferProcessorMaxPollRPS=1000",
+	// Visibility tasks read at most 5 times a second, up to 1,000 at a time. A workflow that has
+	// closed by the time its start task is read gets no separate "running" row, only its closed
+	// one: a payment lives about 0.2 s in Temporal, and this lowered the visibility inserts per
+	// payment from 1.5 to 1.3 on the one SQLite connection. A payment shows in the Web UI's list
+	// up to 0.2 s later; one that waits (unknown) shows as running as before.
+	"history.visibilityProcessorMaxPollRPS=5",
+	"history.visibilityTaskBatchSize=1000",
+	// One partition: with few pollers, several partitions left multi-second tails.
+	"matching.numTaskqueueReadPartitions=1",
+	"matching.numTaskqueueWritePartitions=1",
+}
+
 // StartTemporal starts the dev server with the latency settings measured on this machine
 // (ENGINEERING.md §4) and waits until it answers.
 func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
@@ -77,17 +101,9 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 			return nil, err
 		}
 	}
-	args := []string{
-		// The CLI turns the search attribute cache off unless this is given (a test convenience:
-		// attributes added at run time show at once), and then every start, upsert and
-		// visibility write reads the cluster metadata from the database: about ten queries per
-		// payment on the dev server's one SQLite connection, in the way of everything else.
-		// Measured: ceiling T of the payment shape from 61–85 to 106–120 workflows/s. The
-		// attributes kasa uses are all registered at start (below), before any is read.
-		"--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false",
-		"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
-		"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
-		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+	var args []string
+	for _, kv := range DynamicConfig {
+		args = append(args, "--dynamic-config-value", kv)
 	}
 	for _, sa := range SearchAttributes {
 		args = append(args, "--search-attribute", sa)
