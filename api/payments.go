@@ -36,22 +36,14 @@ func (s *Server) createPayment(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	// Most repeated keys are retries of finished payments: one read answers them, without the
-	// write transaction that decides a new key's owner.
+	// Most repeated keys are retries of finished payments, answered from memory. Begin answers
+	// the others in the same round trip that decides a new key's owner.
 	if rec, ok := s.replays.get(m.ID, key); ok {
 		s.answerExisting(c, rec, req.Hash())
 		return
 	}
-	if rec, err := s.Store.Record(ctx, m.ID, key); err == nil {
-		s.replays.put(rec)
-		s.answerExisting(c, rec, req.Hash())
-		return
-	} else if !errors.Is(err, payment.ErrNotFound) {
-		s.writeError(c, err)
-		return
-	}
 	start := time.Now()
-	rec, p, created, err := s.Store.Begin(ctx, store.BeginInput{
+	rec, p, began, err := s.Store.Begin(ctx, store.BeginInput{
 		MerchantID: m.ID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease,
 	})
 	var dup *payment.DuplicatePaymentError
@@ -63,8 +55,11 @@ func (s *Server) createPayment(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	if !created {
+	if began == store.BeganRaced {
 		s.metrics.conflicts.WithLabelValues("idempotency_records_pkey").Inc()
+	}
+	if began != store.BeganNew {
+		s.replays.put(rec)
 		s.answerExisting(c, rec, req.Hash())
 		return
 	}

@@ -212,9 +212,9 @@ func settle(t *testing.T, m merchant, viaUnknown bool) uuid.UUID {
 	ctx := context.Background()
 	key := uuid.NewString()
 	req := payment.Request{InvoiceID: key, AmountMinor: 100, Currency: "TRY", AccountID: m.account, PaymentType: "purchase"}
-	_, p, ok, err := db.Begin(ctx, store.BeginInput{MerchantID: m.id, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: m.id, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
 	require.NoError(t, err)
-	require.True(t, ok)
+	require.Equal(t, store.BeganNew, began)
 	require.NoError(t, db.Reserve(ctx, p.ID))
 	if viaUnknown {
 		_, err = db.MarkUnknown(ctx, p.ID)

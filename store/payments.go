@@ -79,44 +79,60 @@ type BeginInput struct {
 }
 
 // Begin commits, in one short transaction, the idempotency record (processing, leased) and the
-// payment row. When the key exists it writes nothing and returns the existing record with
-// created=false. The payer account must be the merchant's and in the request's currency (else
+// payment row. When the key exists it writes nothing and returns the existing record (not
+// BeganNew), whatever the request says: the caller compares it with the record. Else the
+// payer account must be the merchant's and in the request's currency (else
 // *payment.ValidationError); an invoice with a live payment is *payment.DuplicatePaymentError.
-func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment.Payment, created bool, err error) {
+func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment.Payment, began Began, err error) {
 	r := in.Request
 	p = payment.Payment{
 		ID: in.OperationID, MerchantID: in.MerchantID, IdempotencyKey: in.Key, AccountID: r.AccountID,
 		AmountMinor: r.AmountMinor, Currency: r.Currency, InvoiceID: r.InvoiceID, PaymentType: r.PaymentType,
 		Status: payment.StatusProcessing,
 	}
-	err = s.beginBatch(ctx, in, &p)
+	err = s.beginBatch(ctx, in, &p, &rec)
 	switch {
 	case err == nil:
 		rec = Record{MerchantID: in.MerchantID, Key: in.Key, RequestHash: r.Hash(), Status: RecordProcessing, OperationID: in.OperationID}
-		return rec, p, true, nil
-	case errors.Is(err, errReplay):
+		return rec, p, BeganNew, nil
+	case errors.Is(err, errExisting):
+		return rec, payment.Payment{}, BeganExisting, nil
+	case errors.Is(err, errReplay): // a concurrent request committed the key after the batch's read
 		rec, err = s.Record(ctx, in.MerchantID, in.Key)
-		return rec, payment.Payment{}, false, err
+		return rec, payment.Payment{}, BeganRaced, err
 	case isUnique(err, "payments_business_key"):
 		var existing uuid.UUID
 		if err := s.pool.QueryRow(ctx, sqlLivePayment, in.MerchantID, r.InvoiceID, r.PaymentType).Scan(&existing); err != nil {
-			return rec, p, false, translate(err)
+			return rec, p, 0, translate(err)
 		}
-		return rec, p, false, &payment.DuplicatePaymentError{PaymentID: existing.String()}
+		return rec, p, 0, &payment.DuplicatePaymentError{PaymentID: existing.String()}
 	}
-	return rec, p, false, err
+	return rec, p, 0, err
 }
 
-// beginBatch is Begin's one round trip: its three statements are one pipelined batch, which
+// Began says what Begin did with the key.
+type Began int
+
+const (
+	BeganNew      Began = iota + 1 // the key is new: the caller owns the operation
+	BeganExisting                  // the key had a record: nothing was written
+	BeganRaced                     // a concurrent request committed the key first: nothing was written
+)
+
+// beginBatch is Begin's one round trip: its four statements are one pipelined batch, which
 // PostgreSQL runs as one implicit transaction (an error in any of them rolls back all). The
-// later statements guard themselves in SQL on what the earlier ones found.
-func (s *Store) beginBatch(ctx context.Context, in BeginInput, p *payment.Payment) error {
+// first reads the key's record: most repeated keys are retries, answered by that read (into
+// existing, as errExisting), for which the writes after it change nothing. The later
+// statements guard themselves in SQL on what the earlier ones found.
+func (s *Store) beginBatch(ctx context.Context, in BeginInput, p *payment.Payment, existing *Record) error {
 	r := in.Request
 	b := &pgx.Batch{}
+	b.Queue(sqlRecord, in.MerchantID, in.Key)
 	b.Queue(sqlCustomerAccount, r.AccountID)
 	b.Queue(sqlAcquire, in.MerchantID, in.Key, r.Hash(), in.OperationID, in.Lease.String(), r.AccountID, r.Currency)
 	b.Queue(sqlInsertPayment, p.ID, p.MerchantID, p.IdempotencyKey, p.AccountID, p.AmountMinor, p.Currency, p.InvoiceID, p.PaymentType)
 	br := s.pool.SendBatch(ctx, b)
+	recordErr := scanRecord(br.QueryRow(), existing)
 	var owner, op uuid.UUID
 	var currency string
 	accountErr := br.QueryRow().Scan(&owner, &currency)
@@ -125,9 +141,15 @@ func (s *Store) beginBatch(ctx context.Context, in BeginInput, p *payment.Paymen
 	if err := br.Close(); err != nil {
 		return translate(err)
 	}
+	if recordErr == nil {
+		return errExisting
+	}
+	if !errors.Is(recordErr, pgx.ErrNoRows) {
+		return translate(recordErr)
+	}
 	switch {
 	case acquireErr == nil && insertErr == nil:
-		// Committed: whatever the first statement saw, the guards let this operation in.
+		// Committed: whatever the account read saw, the guards let this operation in.
 		return nil
 	case errors.Is(accountErr, pgx.ErrNoRows) || (accountErr == nil && owner != in.MerchantID):
 		return &payment.ValidationError{Fields: []payment.FieldError{{Field: "account_id", Message: "no such account"}}}
@@ -143,12 +165,19 @@ func (s *Store) beginBatch(ctx context.Context, in BeginInput, p *payment.Paymen
 	return translate(insertErr) // no rows here would mean the record vanished within the transaction
 }
 
+// errExisting: Begin found the key's record; it wrote nothing.
+var errExisting = errors.New("idempotency key exists")
+
 // Record reads an idempotency record.
 func (s *Store) Record(ctx context.Context, merchantID uuid.UUID, key string) (Record, error) {
 	var r Record
-	err := s.pool.QueryRow(ctx, sqlRecord, merchantID, key).Scan(&r.MerchantID, &r.Key, &r.RequestHash, &r.Status,
-		&r.OperationID, &r.ResponseStatus, &r.ResponseBody, &r.LockedUntil, &r.WorkflowStarted)
+	err := scanRecord(s.pool.QueryRow(ctx, sqlRecord, merchantID, key), &r)
 	return r, translate(err)
+}
+
+func scanRecord(row pgx.Row, r *Record) error {
+	return row.Scan(&r.MerchantID, &r.Key, &r.RequestHash, &r.Status,
+		&r.OperationID, &r.ResponseStatus, &r.ResponseBody, &r.LockedUntil, &r.WorkflowStarted)
 }
 
 // TakeOver claims the expired lease of a record whose workflow was never started (its owner

@@ -81,9 +81,9 @@ func TestPreloadLoadsFinishedPairsThatKeepInvariants(t *testing.T) {
 	// The same request again is a replay of exactly the stored bytes: the idempotency path works on preloaded rows.
 	req := payment.Request{InvoiceID: p.InvoiceID, AmountMinor: p.AmountMinor, Currency: p.Currency, AccountID: p.AccountID, PaymentType: p.PaymentType}
 	require.Equal(t, req.Hash(), rec.RequestHash)
-	again, _, created, err := db.Begin(ctx, store.BeginInput{MerchantID: m2, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	again, _, began, err := db.Begin(ctx, store.BeginInput{MerchantID: m2, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
 	require.NoError(t, err)
-	require.False(t, created)
+	require.Equal(t, store.BeganExisting, began)
 	require.Equal(t, rec, again)
 	status, replayed, err := db.SaveResponse(ctx, m2, key, http.StatusCreated, []byte(`{}`))
 	require.NoError(t, err)

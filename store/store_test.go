@@ -64,8 +64,10 @@ func fixture(t *testing.T, deposit int64) (merchantID, accountID uuid.UUID) {
 
 func begin(t *testing.T, merchantID, accountID uuid.UUID, key, invoice string, amount int64) (store.Record, payment.Payment, bool, error) {
 	t.Helper()
+	t.Helper()
 	req := payment.Request{InvoiceID: invoice, AmountMinor: amount, Currency: "TRY", AccountID: accountID, PaymentType: "purchase"}
-	return db.Begin(context.Background(), store.BeginInput{MerchantID: merchantID, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	rec, p, began, err := db.Begin(context.Background(), store.BeginInput{MerchantID: merchantID, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	return rec, p, began == store.BeganNew, err
 }
 
 func requireVerified(t *testing.T) {
@@ -336,9 +338,9 @@ func TestLeaseTakeOverHasOneWinner(t *testing.T) {
 	ctx := context.Background()
 	mID, aID := fixture(t, 10_000)
 	req := payment.Request{InvoiceID: "inv", AmountMinor: 100, Currency: "TRY", AccountID: aID, PaymentType: "purchase"}
-	_, _, ok, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: "k", Request: req, OperationID: payment.NewID(), Lease: time.Millisecond})
+	_, _, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: "k", Request: req, OperationID: payment.NewID(), Lease: time.Millisecond})
 	require.NoError(t, err)
-	require.True(t, ok)
+	require.Equal(t, store.BeganNew, began)
 	time.Sleep(20 * time.Millisecond)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -398,8 +400,9 @@ func TestVerifyReportsViolations(t *testing.T) {
 	require.Contains(t, problems[1], "reserved equals active reservations")
 }
 
-// Begin's three statements run as one batch: an account that is not the merchant's, or not in
-// the request's currency, is refused and nothing is written, whatever the key.
+// Begin's statements run as one batch: an account that is not the merchant's, or not in the
+// request's currency, is refused and nothing is written. A key that exists is answered with its
+// record first, whatever the request says (the API then compares it), and is left untouched.
 func TestBeginRefusesOtherAccountsAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -417,21 +420,28 @@ func TestBeginRefusesOtherAccountsAndWritesNothing(t *testing.T) {
 		{name: "another merchant's account", key: "k-other", currency: "TRY", account: otherAccount, field: "account_id"},
 		{name: "no such account", key: "k-none", currency: "TRY", account: payment.NewID(), field: "account_id"},
 		{name: "other currency", key: "k-usd", currency: "USD", account: aID, field: "currency"},
-		{name: "taken key, another merchant's account", key: "taken", currency: "TRY", account: otherAccount, field: "account_id"},
+		{name: "taken key, another merchant's account", key: "taken", currency: "TRY", account: otherAccount},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := payment.Request{InvoiceID: "inv-" + tc.key, AmountMinor: 100, Currency: tc.currency, AccountID: tc.account, PaymentType: "purchase"}
-			_, _, ok, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: tc.key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
-			var ve *payment.ValidationError
-			require.ErrorAs(t, err, &ve)
-			require.Equal(t, tc.field, ve.Fields[0].Field)
-			require.False(t, ok)
+			got, _, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: tc.key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
 			if tc.key == "taken" {
+				require.NoError(t, err)
+				require.Equal(t, store.BeganExisting, began)
+				require.Equal(t, existing.OperationID, got.OperationID, "the existing record is the answer")
+				require.NotEqual(t, req.Hash(), got.RequestHash, "the caller sees the key was used for another request")
 				rec, err := db.Record(ctx, mID, tc.key)
 				require.NoError(t, err)
 				require.Equal(t, existing.OperationID, rec.OperationID, "the key's record is untouched")
+				require.Equal(t, existing.RequestHash, rec.RequestHash, "the key's record is untouched")
+				_, err = db.PaymentByKey(ctx, mID, tc.key)
+				require.NoError(t, err, "the key's payment is the first request's")
 				return
 			}
+			var ve *payment.ValidationError
+			require.ErrorAs(t, err, &ve)
+			require.Equal(t, tc.field, ve.Fields[0].Field)
+			require.Zero(t, began)
 			_, err = db.Record(ctx, mID, tc.key)
 			require.ErrorIs(t, err, payment.ErrNotFound, "no idempotency record")
 			_, err = db.PaymentByKey(ctx, mID, tc.key)

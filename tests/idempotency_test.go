@@ -385,10 +385,10 @@ func TestSweeperStartsStrandedPayments(t *testing.T) {
 	req, err := payment.ParseRequest([]byte(payBody("inv-s", "25.00", "TRY", acct)))
 	require.NoError(t, err)
 	// What the API commits before it would start the workflow; then it "dies".
-	_, p, created, err := db.Begin(ctx, store.BeginInput{MerchantID: mustUUID(t, m.ID), Key: "stranded", Request: req,
+	_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mustUUID(t, m.ID), Key: "stranded", Request: req,
 		OperationID: payment.NewID(), Lease: 10 * time.Millisecond})
 	require.NoError(t, err)
-	require.True(t, created)
+	require.Equal(t, store.BeganNew, began)
 	time.Sleep(50 * time.Millisecond)
 
 	mid := mustUUID(t, m.ID) // the shared database holds other tests' stranded keys
