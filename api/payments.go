@@ -116,7 +116,7 @@ func (s *Server) answerExisting(c *gin.Context, rec store.Record, hash string) {
 func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 	ctx := c.Request.Context()
 	in := workflows.InputFor(p, s.Charge)
-	var announced <-chan struct{}
+	var announced <-chan store.Answer
 	if s.Outcomes != nil {
 		// Watched before the start: with eager start the payment may finish before it returns.
 		done, stop := s.Outcomes.WatchOutcome(p.ID)
@@ -136,8 +136,12 @@ func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 	}
 	// No write here to say the workflow started: its first step (store.Reserve) records that,
 	// and until then a second start for the key (after the lease) is deduplicated anyway.
-	s.awaitOutcome(ctx, p, runID, announced)
 	// The database, not the workflow result, is the answer: it is what every replay returns.
+	if a, ok := s.awaitOutcome(ctx, p, runID, announced); ok {
+		s.metrics.paymentTime.Observe(time.Since(start).Seconds())
+		s.replayFirst(c, store.Record{OperationID: p.ID, Status: store.RecordCompleted, ResponseStatus: a.Status, ResponseBody: a.Body})
+		return
+	}
 	rec, err := s.Store.Record(ctx, p.MerchantID, p.IdempotencyKey)
 	if err != nil {
 		s.writeError(c, err)
@@ -157,12 +161,13 @@ func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 }
 
 // awaitOutcome waits up to SyncWait for the payment to leave processing. When the worker runs in
-// this process, the store announces the committed outcome; else, or if nothing is announced
-// within PollAfter (the workflow ran on a worker elsewhere, or ended without an outcome), it
-// asks Temporal for the workflow's result. After PollAfter it also reads the record every 250ms:
-// an unknown payment's workflow keeps waiting for reconciliation and never ends. Almost every
-// payment finishes within that second and costs neither a call nor a poll.
-func (s *Server) awaitOutcome(ctx context.Context, p payment.Payment, runID string, announced <-chan struct{}) {
+// this process, the store announces the committed outcome, with the stored answer when the
+// commit completed the payment (then ok); else, or if nothing is announced within PollAfter
+// (the workflow ran on a worker elsewhere, or ended without an outcome), it asks Temporal for
+// the workflow's result. After PollAfter it also reads the record every 250ms: an unknown
+// payment's workflow keeps waiting for reconciliation and never ends. Almost every payment
+// finishes within that second and costs neither a call nor a poll.
+func (s *Server) awaitOutcome(ctx context.Context, p payment.Payment, runID string, announced <-chan store.Answer) (answer store.Answer, ok bool) {
 	ctx, cancel := context.WithTimeout(ctx, s.SyncWait)
 	defer cancel()
 	var done chan error
@@ -181,8 +186,8 @@ func (s *Server) awaitOutcome(ctx context.Context, p payment.Payment, runID stri
 	var tick <-chan time.Time // no polls before PollAfter
 	for {
 		select {
-		case <-announced:
-			return
+		case answer, ok = <-announced:
+			return answer, ok
 		case err := <-done:
 			if err != nil && !errors.Is(err, workflows.ErrStillRunning) {
 				s.log.Warn("awaiting payment workflow", "operation_id", p.ID, "error", err)

@@ -61,8 +61,9 @@ type Options struct {
 	Registry    *prometheus.Registry // default: a new one
 	Reconciler  Reconciler           // imports settlement files (POST /admin/v1/settlements)
 	// Outcomes, when the payment worker runs in this process on the same store, announces that
-	// an operation left processing: the API waits for that instead of asking Temporal for every
-	// workflow's result (one long poll fewer on the Temporal server per payment).
+	// an operation left processing, with the answer its commit stored: the API waits for that
+	// instead of asking Temporal for every workflow's result (one long poll fewer on the Temporal
+	// server per payment) and answers without reading the record back.
 	Outcomes Outcomes
 	// PollAfter is how long a new payment's request waits for an announced outcome before it
 	// also asks Temporal for the workflow's result and reads the record every 250ms (1s).
@@ -71,7 +72,7 @@ type Options struct {
 
 // Outcomes announces committed outcomes in this process (store.Store.WatchOutcome).
 type Outcomes interface {
-	WatchOutcome(operationID uuid.UUID) (done <-chan struct{}, stop func())
+	WatchOutcome(operationID uuid.UUID) (done <-chan store.Answer, stop func())
 }
 
 // Server serves the merchant and admin APIs.

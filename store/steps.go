@@ -100,7 +100,9 @@ func (s *Store) Reserve(ctx context.Context, operationID uuid.UUID) error {
 // completed, and the event is queued in the outbox, all in one transaction.
 func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error) {
 	var p payment.Payment
+	var answer *Answer
 	err := s.pipelined(ctx, func(tx *pipeTx) error {
+		answer = nil
 		// Two round trips: what the rest depends on (with BEGIN), then the rest (with COMMIT).
 		// A surprise in the first returns before the second is sent and rolls everything back.
 		var account, settlement uuid.UUID
@@ -137,16 +139,18 @@ func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef
 		b.Queue(sqlUnreserve, account, amount)
 		postingID := payment.NewID()
 		b.Queue(sqlInsertPosting, postingID, "payment", operationID.String())
-		if err := queueComplete(b, p, RecordCompleted); err != nil {
+		a, err := queueComplete(b, p, RecordCompleted)
+		if err != nil {
 			return err
 		}
+		answer = a
 		// Last: crediting the merchant's settlement account locks its row, which every payment
 		// to this merchant needs; holding it only until the commit keeps a hot account moving.
 		queueEntries(b, postingID, p.Currency, []entry{{account, -amount}, {settlement, amount}})
 		return tx.commit(ctx, b)
 	})
 	if err == nil {
-		s.announce(operationID)
+		s.announce(operationID, answer)
 	}
 	return p, err
 }
@@ -154,6 +158,7 @@ func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef
 // Release fails a payment with a code and gives its reservation (if any) back to the payer.
 func (s *Store) Release(ctx context.Context, operationID uuid.UUID, failureCode string) (payment.Payment, error) {
 	var p payment.Payment
+	var answer *Answer
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		var account uuid.UUID
 		var amount int64
@@ -167,11 +172,11 @@ func (s *Store) Release(ctx context.Context, operationID uuid.UUID, failureCode 
 				return err
 			}
 		}
-		p, err = s.transition(ctx, tx, operationID, payment.StatusFailed, failureCode, RecordCompleted)
+		p, answer, err = s.transition(ctx, tx, operationID, payment.StatusFailed, failureCode, RecordCompleted)
 		return err
 	})
 	if err == nil {
-		s.announce(operationID)
+		s.announce(operationID, answer)
 	}
 	return p, err
 }
@@ -182,27 +187,28 @@ func (s *Store) MarkUnknown(ctx context.Context, operationID uuid.UUID) (payment
 	var p payment.Payment
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		var err error
-		p, err = s.transition(ctx, tx, operationID, payment.StatusUnknown, "", RecordUnknown)
+		p, _, err = s.transition(ctx, tx, operationID, payment.StatusUnknown, "", RecordUnknown)
 		return err
 	})
 	if err == nil {
-		s.announce(operationID)
+		s.announce(operationID, nil)
 	}
 	return p, err
 }
 
 // transition moves a payment (and its record) to status `to`, or finds it there already from an
-// earlier run of the same step.
-func (s *Store) transition(ctx context.Context, tx pgx.Tx, id uuid.UUID, to payment.Status, failureCode string, rs RecordStatus) (payment.Payment, error) {
+// earlier run of the same step. A move that completes the record returns the answer it stored.
+func (s *Store) transition(ctx context.Context, tx pgx.Tx, id uuid.UUID, to payment.Status, failureCode string, rs RecordStatus) (payment.Payment, *Answer, error) {
 	p, err := setStatus(ctx, tx, id, to, failureCode, "")
 	if errors.Is(err, payment.ErrNotFound) {
 		err = s.alreadyDone(ctx, tx, id, to, &p)
-		return p, err
+		return p, nil, err
 	}
 	if err != nil {
-		return p, err
+		return p, nil, err
 	}
-	return p, completeRecord(ctx, tx, p, rs)
+	a, err := completeRecord(ctx, tx, p, rs)
+	return p, a, err
 }
 
 // rowQuerier runs a query of one row: a pgx.Tx or a pipeTx.
@@ -241,29 +247,34 @@ func fromStatuses(to payment.Status) []string {
 
 // completeRecord moves the idempotency record along with the payment (with its stored answer
 // when it is completed) and queues the event.
-func completeRecord(ctx context.Context, tx pgx.Tx, p payment.Payment, rs RecordStatus) error {
+func completeRecord(ctx context.Context, tx pgx.Tx, p payment.Payment, rs RecordStatus) (*Answer, error) {
 	b := &pgx.Batch{}
-	if err := queueComplete(b, p, rs); err != nil {
-		return err
+	a, err := queueComplete(b, p, rs)
+	if err != nil {
+		return nil, err
 	}
-	return tx.SendBatch(ctx, b).Close()
+	return a, tx.SendBatch(ctx, b).Close()
 }
 
-func queueComplete(b *pgx.Batch, p payment.Payment, rs RecordStatus) error {
+// queueComplete queues the record's move to rs and the payment's event. Moving to completed, it
+// returns the answer it stores: the record had none, as only a completed record has one and
+// the payment was not final until this transaction.
+func queueComplete(b *pgx.Batch, p payment.Payment, rs RecordStatus) (*Answer, error) {
+	var a *Answer
 	var status *int
 	var body []byte
 	if rs == RecordCompleted {
 		st, bd, err := p.Answer()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		status, body = &st, bd
+		status, body, a = &st, bd, &Answer{Status: st, Body: bd}
 	}
 	payload, err := json.Marshal(p.Resource())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b.Queue(sqlRecordStatus, p.ID, rs, status, body)
 	b.Queue(sqlInsertOutbox, payment.NewID(), p.ID, "payment."+string(p.Status), payload)
-	return nil
+	return a, nil
 }

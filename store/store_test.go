@@ -451,29 +451,39 @@ func TestBeginRefusesOtherAccountsAndWritesNothing(t *testing.T) {
 }
 
 // The outcome of an operation is announced in-process once Finalize, Release or MarkUnknown
-// commits it, to every watcher of that operation and no other.
+// commits it, to every watcher of that operation and no other, with the answer the commit
+// stored when it completed the payment.
 func TestWatchOutcomeAnnouncesCommittedOutcomes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	mID, aID := fixture(t, 10_000)
-	closed := func(ch <-chan struct{}) bool {
-		select {
-		case <-ch:
-			return true
-		default:
-			return false
+	// announced is nil while ch is open and empty, else what it gave before closing.
+	announced := func(ch <-chan store.Answer) *[]store.Answer {
+		got := []store.Answer{}
+		for {
+			select {
+			case a, ok := <-ch:
+				if !ok {
+					return &got
+				}
+				got = append(got, a)
+			default:
+				return nil
+			}
 		}
 	}
 	for _, step := range []struct {
-		name string
-		run  func(id uuid.UUID) error
+		name    string
+		run     func(id uuid.UUID) error
+		answers bool
 	}{
-		{"finalize", func(id uuid.UUID) error { _, err := db.Finalize(ctx, id, "ref-1"); return err }},
-		{"release", func(id uuid.UUID) error { _, err := db.Release(ctx, id, payment.FailureDeclined); return err }},
-		{"mark unknown", func(id uuid.UUID) error { _, err := db.MarkUnknown(ctx, id); return err }},
+		{"finalize", func(id uuid.UUID) error { _, err := db.Finalize(ctx, id, "ref-1"); return err }, true},
+		{"release", func(id uuid.UUID) error { _, err := db.Release(ctx, id, payment.FailureDeclined); return err }, true},
+		{"mark unknown", func(id uuid.UUID) error { _, err := db.MarkUnknown(ctx, id); return err }, false},
 	} {
 		t.Run(step.name, func(t *testing.T) {
-			_, p, ok, err := begin(t, mID, aID, "watch-"+step.name, "inv-watch-"+step.name, 100)
+			key := "watch-" + step.name
+			_, p, ok, err := begin(t, mID, aID, key, "inv-watch-"+step.name, 100)
 			require.NoError(t, err)
 			require.True(t, ok)
 			first, stop1 := db.WatchOutcome(p.ID)
@@ -486,12 +496,25 @@ func TestWatchOutcomeAnnouncesCommittedOutcomes(t *testing.T) {
 			stopGone()
 
 			require.NoError(t, db.Reserve(ctx, p.ID))
-			require.False(t, closed(first), "reserving is no outcome")
+			require.Nil(t, announced(first), "reserving is no outcome")
 			require.NoError(t, step.run(p.ID))
-			require.True(t, closed(first))
-			require.True(t, closed(second))
-			require.False(t, closed(other), "another operation's watcher")
-			require.False(t, closed(gone), "a stopped watch")
+			want := []store.Answer{}
+			if step.answers {
+				rec, err := db.Record(ctx, mID, key)
+				require.NoError(t, err)
+				require.NotNil(t, rec.ResponseBody)
+				want = append(want, store.Answer{Status: rec.ResponseStatus, Body: rec.ResponseBody})
+			}
+			require.Equal(t, &want, announced(first), "the stored answer, byte for byte, then closed")
+			require.Equal(t, &want, announced(second))
+			require.Nil(t, announced(other), "another operation's watcher")
+			require.Nil(t, announced(gone), "a stopped watch")
+
+			// A step run again finds its work done: announced, with no answer to hand over.
+			again, stopAgain := db.WatchOutcome(p.ID)
+			defer stopAgain()
+			require.NoError(t, step.run(p.ID))
+			require.Equal(t, &[]store.Answer{}, announced(again))
 		})
 	}
 }
