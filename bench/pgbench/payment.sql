@@ -6,9 +6,9 @@
 --
 -- One pgbench transaction is the whole database work of one new payment that succeeds, statement
 -- for statement and transaction for transaction, in the order kasa runs it: the API
--- (authenticate, store.Record that finds no record for the new key, store.Begin), the worker's
--- activities (store.Reserve, which also marks the workflow started; store.Finalize, which also
--- stores the answer) and the API again (store.Record, whose stored answer is the response).
+-- (authenticate, store.Begin, whose batch first reads the key's record and finds none) and the
+-- worker's activities (store.Reserve, which also marks the workflow started; store.Finalize,
+-- which also stores the answer, handed in process to the API as its response).
 -- Left out: store.BeginChargeAttempt (the Charge activity writes it only for a provider without
 -- idempotency; the default provider capability is idempotent), the API's 250 ms polls of the
 -- record while it waits (none when the workflow finishes first) and the relay's later work on
@@ -51,15 +51,14 @@ FROM (SELECT md5('merchant/' || :m::int)::uuid AS merchant_id, sha256(convert_to
 SELECT id, name, coalesce(webhook_url, '') FROM merchants WHERE api_key_hash = :api_key_hash
 \gset auth_
 
--- API: a repeated key is answered from its record (createPayment); a new key finds none.
+-- API: store.Begin, the idempotency record and the payment: one pipelined batch, which PostgreSQL
+-- runs as one implicit transaction. Its first statement reads the key's record: a repeated key is
+-- answered from it; a new key finds none.
+\startpipeline
 -- store.sqlRecord
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(response_status, 0),
 response_body, coalesce(locked_until, 'epoch'), workflow_started
 FROM idempotency_records WHERE merchant_id = :merchant_id AND idempotency_key = :idempotency_key;
-
--- API: store.Begin, the idempotency record and the payment: one pipelined batch, which PostgreSQL
--- runs as one implicit transaction.
-\startpipeline
 -- store.sqlCustomerAccount
 SELECT merchant_id, currency FROM accounts WHERE id = :account_id AND kind = 'customer';
 -- store.sqlAcquire
@@ -134,10 +133,3 @@ INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor) 
 UPDATE accounts SET balance = balance + :amount, updated_at = now() WHERE id = :settlement_id;
 \endpipeline
 COMMIT;
-
--- API: the outcome (store.Record): its stored answer is the response.
--- store.sqlRecord
-SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(response_status, 0),
-response_body, coalesce(locked_until, 'epoch'), workflow_started
-FROM idempotency_records WHERE merchant_id = :merchant_id AND idempotency_key = :idempotency_key
-\gset record_
