@@ -458,6 +458,63 @@ func TestMerchantWithoutWebhookURLIsSkipped(t *testing.T) {
 	require.GreaterOrEqual(t, value(t, p.metrics.deliveries.WithLabelValues("skipped")), 1.0)
 }
 
+// countingStore counts the consumer's transactions and their sizes.
+type countingStore struct {
+	ConsumerStore
+	mu          sync.Mutex
+	calls, most int
+}
+
+func (c *countingStore) AcceptEvents(ctx context.Context, consumer string, es []store.NewDelivery, grace time.Duration) ([]store.Acceptance, error) {
+	c.mu.Lock()
+	c.calls, c.most = c.calls+1, max(c.most, len(es))
+	c.mu.Unlock()
+	return c.ConsumerStore.AcceptEvents(ctx, consumer, es, grace)
+}
+
+// A backlog is taken in batches (one transaction each, at most Batch events), each event once.
+func TestConsumerTakesABacklogInBatches(t *testing.T) {
+	ctx := context.Background()
+	b := newBroker(t)
+	m := newMerchant(t, "")
+	const n, batch = 100, 16
+	var pids []uuid.UUID
+	for range n {
+		pids = append(pids, settle(t, m, false))
+	}
+	relay := NewRelay(RelayOptions{Store: db, JetStream: b.js, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: quiet})
+	for {
+		claimed, err := relay.RelayOnce(ctx)
+		require.NoError(t, err)
+		if claimed == 0 {
+			break
+		}
+	}
+
+	cs := &countingStore{ConsumerStore: db}
+	cctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = NewWebhookConsumer(WebhookConsumerOptions{Store: cs, JetStream: b.js, Batch: batch, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: quiet}).Run(cctx)
+	}()
+	t.Cleanup(func() { cancel(); <-stopped })
+	require.Eventually(t, func() bool { return b.consumerIdle(t) }, 20*time.Second, 20*time.Millisecond)
+
+	for _, pid := range pids {
+		ds, err := db.PaymentDeliveries(ctx, pid)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.Equal(t, store.DeliverySkipped, ds[0].Status)
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	require.LessOrEqual(t, cs.most, batch)
+	require.Greater(t, cs.most, 1, "events waiting together are recorded together")
+	require.Less(t, cs.calls, n/2, "%d transactions for %d events", cs.calls, n)
+	t.Logf("%d events in %d transactions, at most %d in one", n, cs.calls, cs.most)
+}
+
 // Retries stop once the retry window is over; an operator's redelivery sends the same event.
 func TestGivesUpAfterTheRetryWindowThenRedelivers(t *testing.T) {
 	ctx := context.Background()

@@ -22,7 +22,7 @@ import (
 
 // ConsumerStore is what the webhook consumer needs from the database.
 type ConsumerStore interface {
-	AcceptEvent(ctx context.Context, consumer string, e store.NewDelivery, orderGrace time.Duration) (store.Acceptance, error)
+	AcceptEvents(ctx context.Context, consumer string, es []store.NewDelivery, orderGrace time.Duration) ([]store.Acceptance, error)
 }
 
 // WebhookConsumerOptions configure a WebhookConsumer. Zero values take the defaults shown.
@@ -34,6 +34,7 @@ type WebhookConsumerOptions struct {
 	DeferDelay time.Duration // redelivery delay while it waits (250ms)
 	RetryDelay time.Duration // redelivery delay after a database error (1s)
 	AckWait    time.Duration // the broker redelivers an unacked message after this (30s)
+	Batch      int           // most messages recorded in one transaction (64)
 	Metrics    *Metrics
 	Logger     *slog.Logger
 }
@@ -60,6 +61,9 @@ func NewWebhookConsumer(o WebhookConsumerOptions) *WebhookConsumer {
 	if o.AckWait <= 0 {
 		o.AckWait = 30 * time.Second
 	}
+	if o.Batch <= 0 {
+		o.Batch = 64
+	}
 	if o.Metrics == nil {
 		o.Metrics = unregistered()
 	}
@@ -70,7 +74,7 @@ func NewWebhookConsumer(o WebhookConsumerOptions) *WebhookConsumer {
 }
 
 // Run creates the stream and the durable pull consumer if missing and handles messages in
-// stream order until ctx is cancelled; the message in hand is finished first.
+// stream order until ctx is cancelled; the messages in hand are finished first.
 func (c *WebhookConsumer) Run(ctx context.Context) error {
 	var cons jetstream.Consumer
 	for {
@@ -88,7 +92,7 @@ func (c *WebhookConsumer) Run(ctx context.Context) error {
 	}
 	c.o.Logger.Info("webhook consumer running", "consumer", c.o.Name)
 	for ctx.Err() == nil {
-		it, err := cons.Messages(jetstream.PullMaxMessages(64))
+		it, err := cons.Messages(jetstream.PullMaxMessages(2 * c.o.Batch))
 		if err != nil {
 			c.o.Logger.Warn("webhook consumer: pull", "error", err)
 			sleep(ctx, time.Second)
@@ -118,36 +122,112 @@ func (c *WebhookConsumer) consumer(ctx context.Context) (jetstream.Consumer, err
 	})
 }
 
-// drain handles messages until ctx ends or the iterator breaks.
+// drain handles messages until ctx ends or the iterator breaks. It waits for one message,
+// then takes those already arrived behind it (up to Batch) and records them together: under
+// load the transactions grow instead of queueing up, and a lone message waits for nothing.
 func (c *WebhookConsumer) drain(ctx context.Context, it jetstream.MessagesContext) {
+	arrived := make(chan jetstream.Msg, c.o.Batch)
+	stop, pumped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(pumped)
+		defer close(arrived)
+		for {
+			msg, err := it.Next(jetstream.NextContext(ctx))
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+			if err != nil {
+				c.o.Logger.Debug("webhook consumer: next", "error", err)
+				continue
+			}
+			select {
+			case arrived <- msg:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	// Messages taken but not handled when ctx ends are neither acked nor lost: the broker
+	// redelivers them.
+	defer func() {
+		close(stop)
+		it.Stop()
+		<-pumped
+	}()
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if ctx.Err() != nil {
+		msg, ok := <-arrived
+		if !ok || ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-			return
-		}
-		if err != nil {
-			c.o.Logger.Debug("webhook consumer: next", "error", err)
-			continue
+		msgs := []jetstream.Msg{msg}
+	more:
+		for len(msgs) < c.o.Batch {
+			select {
+			case m, ok := <-arrived:
+				if !ok {
+					break more
+				}
+				msgs = append(msgs, m)
+			default:
+				break more
+			}
 		}
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-		c.Handle(hctx, msg)
+		c.handle(hctx, msgs)
 		cancel()
 	}
 }
 
-// Handle processes one message: the inbox row and the delivery commit together, then the
-// message is acked. A message already in the inbox is acked and ignored; a database error or an
-// awaited earlier event leaves it to the broker's redelivery.
-func (c *WebhookConsumer) Handle(ctx context.Context, msg jetstream.Msg) {
+// handle processes messages in stream order: their inbox rows and deliveries commit together,
+// then each is acked. A message already in the inbox is acked and ignored; a database error, or
+// an awaited earlier event, leaves a message to the broker's redelivery.
+func (c *WebhookConsumer) handle(ctx context.Context, msgs []jetstream.Msg) {
+	var took []jetstream.Msg
+	var nds []store.NewDelivery
+	for _, msg := range msgs {
+		if nd, ok := c.parse(msg); ok {
+			took, nds = append(took, msg), append(nds, nd)
+		}
+	}
+	if len(nds) == 0 {
+		return
+	}
+	accs, err := c.o.Store.AcceptEvents(ctx, c.o.Name, nds, c.o.OrderGrace)
+	if err != nil {
+		c.o.Logger.Warn("webhook consumer: cannot record events; will retry", "events", len(nds), "error", err)
+		c.o.Metrics.consumed.WithLabelValues("error").Add(float64(len(nds)))
+		for _, msg := range took {
+			_ = msg.NakWithDelay(c.o.RetryDelay)
+		}
+		return
+	}
+	for i, acc := range accs {
+		msg, e := took[i], nds[i]
+		c.o.Metrics.consumed.WithLabelValues(string(acc)).Inc()
+		switch acc {
+		case store.AcceptedDeferred:
+			_ = msg.NakWithDelay(c.o.DeferDelay)
+			continue
+		case store.AcceptedSkipped:
+			c.o.Metrics.deliveries.WithLabelValues("skipped").Inc()
+		case store.AcceptedOrphan:
+			c.o.Logger.Error("webhook consumer: event of an unknown payment; recorded, not delivered", "event_id", e.EventID, "payment_id", e.AggregateID)
+		}
+		// Acked only now, after the commit. A lost ack means a redelivery the inbox absorbs.
+		if err := msg.Ack(); err != nil {
+			c.o.Logger.Debug("webhook consumer: ack", "event_id", e.EventID, "error", err)
+		}
+	}
+}
+
+// parse reads a message's event and its webhook body. An invalid one is dropped (terminated).
+func (c *WebhookConsumer) parse(msg jetstream.Msg) (store.NewDelivery, bool) {
 	var e Event
 	if err := json.Unmarshal(msg.Data(), &e); err != nil || e.ID == uuid.Nil || e.AggregateID == uuid.Nil {
 		c.o.Logger.Error("webhook consumer: invalid event; dropped", "subject", msg.Subject(), "error", err)
 		c.o.Metrics.consumed.WithLabelValues("invalid").Inc()
 		_ = msg.TermWithReason("invalid event")
-		return
+		return store.NewDelivery{}, false
 	}
 	nd := store.NewDelivery{EventID: e.ID, AggregateID: e.AggregateID, Type: e.Type, CreatedAt: e.CreatedAt}
 	if webhookTypes[e.Type] {
@@ -156,31 +236,11 @@ func (c *WebhookConsumer) Handle(ctx context.Context, msg jetstream.Msg) {
 			c.o.Logger.Error("webhook consumer: event data is not JSON; dropped", "event_id", e.ID, "error", err)
 			c.o.Metrics.consumed.WithLabelValues("invalid").Inc()
 			_ = msg.TermWithReason("invalid event data")
-			return
+			return store.NewDelivery{}, false
 		}
 		nd.Body = body
 	}
-	acc, err := c.o.Store.AcceptEvent(ctx, c.o.Name, nd, c.o.OrderGrace)
-	if err != nil {
-		c.o.Logger.Warn("webhook consumer: cannot record event; will retry", "event_id", e.ID, "error", err)
-		c.o.Metrics.consumed.WithLabelValues("error").Inc()
-		_ = msg.NakWithDelay(c.o.RetryDelay)
-		return
-	}
-	c.o.Metrics.consumed.WithLabelValues(string(acc)).Inc()
-	switch acc {
-	case store.AcceptedDeferred:
-		_ = msg.NakWithDelay(c.o.DeferDelay)
-		return
-	case store.AcceptedSkipped:
-		c.o.Metrics.deliveries.WithLabelValues("skipped").Inc()
-	case store.AcceptedOrphan:
-		c.o.Logger.Error("webhook consumer: event of an unknown payment; recorded, not delivered", "event_id", e.ID, "payment_id", e.AggregateID)
-	}
-	// Acked only now, after the commit. A lost ack means a redelivery the inbox absorbs.
-	if err := msg.Ack(); err != nil {
-		c.o.Logger.Debug("webhook consumer: ack", "event_id", e.ID, "error", err)
-	}
+	return nd, true
 }
 
 // SenderStore is what the webhook sender needs from the database.

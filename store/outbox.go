@@ -42,19 +42,30 @@ WHERE processed_at < now() - $1::float8 * interval '1 second' ORDER BY processed
 	sqlPurgeDeliveries = `DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries
 WHERE status IN ('delivered', 'failed', 'skipped') AND updated_at < now() - $1::float8 * interval '1 second' LIMIT $2)`
 
-	// An earlier event of the aggregate, published within the grace period (or not yet
-	// published), that this consumer has not processed: the event must wait for it.
-	sqlPredecessorPending = `SELECT EXISTS (SELECT 1 FROM outbox o
-WHERE o.aggregate_id = $1 AND (o.created_at, o.id) < ($2, $3)
-  AND coalesce(o.published_at, o.created_at) > now() - $5::float8 * interval '1 second'
-  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $4 AND i.message_id = o.id))`
-	sqlInsertInbox    = `INSERT INTO inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
-	sqlInsertDelivery = `INSERT INTO webhook_deliveries (id, merchant_id, aggregate_id, event_type, event_created_at, url, body, status)
-SELECT $1, p.merchant_id, p.id, $3, $4, m.webhook_url, $5,
-       CASE WHEN m.webhook_url IS NULL THEN 'skipped' ELSE 'pending' END
-FROM payments p JOIN merchants m ON m.id = p.merchant_id WHERE p.id = $2
-ON CONFLICT (id) DO NOTHING RETURNING status`
-	sqlDeliveryExists = `SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE id = $1)`
+	// One event through a consumer's inbox, in one statement. It waits (writes nothing) while an
+	// earlier event of the aggregate, published within the grace period (or not yet published),
+	// has not been through this inbox; the inbox row goes in only then, and the delivery only
+	// with a new inbox row. Every part reads the statement's snapshot, which holds the batch's
+	// earlier statements: an earlier event of the same batch counts as processed. The last
+	// column says whether the delivery existed before (the inbox row was purged, it was not).
+	sqlAcceptEvent = `WITH waiting AS (
+  SELECT EXISTS (SELECT 1 FROM outbox o
+    WHERE o.aggregate_id = $2 AND (o.created_at, o.id) < ($4, $1)
+      AND coalesce(o.published_at, o.created_at) > now() - $7::float8 * interval '1 second'
+      AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $6 AND i.message_id = o.id)) AS w
+), inboxed AS (
+  INSERT INTO inbox (consumer, message_id) SELECT $6, $1 FROM waiting WHERE NOT w
+  ON CONFLICT DO NOTHING RETURNING 1
+), delivered AS (
+  INSERT INTO webhook_deliveries (id, merchant_id, aggregate_id, event_type, event_created_at, url, body, status)
+  SELECT $1, p.merchant_id, p.id, $3, $4, m.webhook_url, $5,
+         CASE WHEN m.webhook_url IS NULL THEN 'skipped' ELSE 'pending' END
+  FROM payments p JOIN merchants m ON m.id = p.merchant_id
+  WHERE p.id = $2 AND $5::bytea IS NOT NULL AND EXISTS (SELECT 1 FROM inboxed)
+  ON CONFLICT (id) DO NOTHING RETURNING status
+)
+SELECT (SELECT w FROM waiting), EXISTS (SELECT 1 FROM inboxed), coalesce((SELECT status FROM delivered), ''),
+       EXISTS (SELECT 1 FROM webhook_deliveries WHERE id = $1)`
 
 	// Claim due deliveries: at most $2 in flight per merchant (counting other senders' live
 	// leases), the earliest pending event of each aggregate only, then lease them ($3 seconds)
@@ -223,65 +234,61 @@ type NewDelivery struct {
 	Body        []byte    // nil: nothing to deliver, only record the message
 }
 
-// AcceptEvent records the message in consumer's inbox and creates its delivery in the same
-// transaction; a message already in the inbox changes nothing. An event is deferred (nothing
-// written) while an earlier event of its payment published less than orderGrace ago has not
-// been through this inbox yet.
+// AcceptEvent is AcceptEvents for one message.
 func (s *Store) AcceptEvent(ctx context.Context, consumer string, e NewDelivery, orderGrace time.Duration) (Acceptance, error) {
-	var out Acceptance
+	acc, err := s.AcceptEvents(ctx, consumer, []NewDelivery{e}, orderGrace)
+	if err != nil {
+		return "", err
+	}
+	return acc[0], nil
+}
+
+// AcceptEvents records messages in consumer's inbox and creates their deliveries, in order and
+// in one transaction (one round trip), and says what became of each. A message already in the
+// inbox changes nothing. An event is deferred (nothing written for it) while an earlier event
+// of its payment, published less than orderGrace ago, has not been through this inbox yet; an
+// earlier event in the same batch counts once it is accepted. Any error writes nothing.
+func (s *Store) AcceptEvents(ctx context.Context, consumer string, es []NewDelivery, orderGrace time.Duration) ([]Acceptance, error) {
+	out := make([]Acceptance, len(es))
 	err := s.pipelined(ctx, func(tx *pipeTx) error {
-		// Two round trips: the order check, the inbox row and the delivery go with BEGIN, and
-		// COMMIT after them. A deferred or duplicate event rolls its inserts back.
 		b := &pgx.Batch{}
-		b.Queue(sqlPredecessorPending, e.AggregateID, e.CreatedAt, e.EventID, consumer, orderGrace.Seconds())
-		b.Queue(sqlInsertInbox, consumer, e.EventID)
-		if e.Body != nil {
-			b.Queue(sqlInsertDelivery, e.EventID, e.AggregateID, e.Type, e.CreatedAt, e.Body)
+		for _, e := range es {
+			// A nil Body goes as NULL: the inbox row only.
+			b.Queue(sqlAcceptEvent, e.EventID, e.AggregateID, e.Type, e.CreatedAt, e.Body, consumer, orderGrace.Seconds())
 		}
-		br := tx.send(ctx, b)
-		var waiting bool
-		waitErr := br.QueryRow().Scan(&waiting)
-		inbox, inboxErr := br.Exec()
-		var status string
-		var deliveryErr error
-		if e.Body != nil {
-			deliveryErr = br.QueryRow().Scan(&status)
-		}
-		if err := br.Close(); err != nil {
-			return err
-		}
-		switch {
-		case waitErr != nil:
-			return waitErr
-		case waiting:
-			out = AcceptedDeferred
-			tx.nothingToCommit()
-			return nil
-		case inboxErr != nil:
-			return inboxErr
-		case inbox.RowsAffected() == 0:
-			out = AcceptedDuplicate
-			tx.nothingToCommit()
-			return nil
-		case e.Body == nil:
-			out = AcceptedIgnored
-		case errors.Is(deliveryErr, pgx.ErrNoRows):
-			var exists bool
-			if err := tx.QueryRow(ctx, sqlDeliveryExists, e.EventID).Scan(&exists); err != nil {
-				return err
+		return tx.commitWith(ctx, b, func(br pgx.BatchResults) error {
+			for i, e := range es {
+				var waiting, inboxed, existed bool
+				var status string
+				if err := br.QueryRow().Scan(&waiting, &inboxed, &status, &existed); err != nil {
+					return err
+				}
+				out[i] = acceptance(e, waiting, inboxed, status, existed)
 			}
-			out = AcceptedOrphan
-			if exists { // the inbox row was purged, the delivery was not
-				out = AcceptedDuplicate
-			}
-		case deliveryErr != nil:
-			return deliveryErr
-		default:
-			out = Acceptance(status)
-		}
-		return tx.commit(ctx, &pgx.Batch{})
+			return nil
+		})
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func acceptance(e NewDelivery, waiting, inboxed bool, status string, existed bool) Acceptance {
+	switch {
+	case waiting:
+		return AcceptedDeferred
+	case !inboxed:
+		return AcceptedDuplicate
+	case e.Body == nil:
+		return AcceptedIgnored
+	case status != "":
+		return Acceptance(status)
+	case existed: // the inbox row was purged, the delivery was not
+		return AcceptedDuplicate
+	default:
+		return AcceptedOrphan
+	}
 }
 
 // ClaimedDelivery is a delivery a sender holds until its lease runs out.

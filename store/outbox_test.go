@@ -209,6 +209,57 @@ func TestAcceptEventOnceInOrder(t *testing.T) {
 	require.ErrorIs(t, err, payment.ErrNotFound)
 }
 
+func TestAcceptEventsInOneTransaction(t *testing.T) {
+	ctx := context.Background()
+	publishAll(t)
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	p := settle(t, mID, aID, true)
+	q := settle(t, mID, aID, true)
+	evs := publishAll(t)
+	pe, qe := eventsOf(evs, p), eventsOf(evs, q)
+	require.Len(t, pe, 2)
+	require.Len(t, qe, 2)
+	deliveries := func(id uuid.UUID) []uuid.UUID {
+		ds, err := db.PaymentDeliveries(ctx, id)
+		require.NoError(t, err)
+		var ids []uuid.UUID
+		for _, d := range ds {
+			ids = append(ids, d.ID)
+		}
+		return ids
+	}
+
+	// Out of order: the later event waits for the earlier one, even in the same batch.
+	acc, err := db.AcceptEvents(ctx, "batch", []store.NewDelivery{newDelivery(pe[1]), newDelivery(pe[0])}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []store.Acceptance{store.AcceptedDeferred, store.AcceptedPending}, acc)
+	require.Equal(t, []uuid.UUID{pe[0].ID}, deliveries(p))
+
+	// In order, the earlier event accepted in the batch lets the later one through; a message
+	// seen before, or twice in one batch, is a duplicate.
+	acc, err = db.AcceptEvents(ctx, "batch", []store.NewDelivery{
+		newDelivery(qe[0]), newDelivery(qe[1]), newDelivery(pe[0]), newDelivery(pe[1]), newDelivery(qe[1]),
+	}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []store.Acceptance{
+		store.AcceptedPending, store.AcceptedPending, store.AcceptedDuplicate, store.AcceptedPending, store.AcceptedDuplicate,
+	}, acc)
+	require.Equal(t, []uuid.UUID{pe[0].ID, pe[1].ID}, deliveries(p))
+	require.Equal(t, []uuid.UUID{qe[0].ID, qe[1].ID}, deliveries(q))
+
+	// A statement that fails undoes the whole batch: the event before it is not in the inbox.
+	r := settle(t, mID, aID, false)
+	re := eventsOf(publishAll(t), r)
+	bad := newDelivery(re[0])
+	bad.EventID, bad.Type = payment.NewID(), "payment.\xff"
+	_, err = db.AcceptEvents(ctx, "batch", []store.NewDelivery{newDelivery(re[0]), bad}, time.Minute)
+	require.Error(t, err)
+	require.Empty(t, deliveries(r))
+	acc, err = db.AcceptEvents(ctx, "batch", []store.NewDelivery{newDelivery(re[0])}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []store.Acceptance{store.AcceptedPending}, acc, "not a duplicate: the failed batch left no inbox row")
+}
+
 // accepted relays the merchant's events into deliveries through one inbox, in order.
 func accepted(t *testing.T) {
 	t.Helper()

@@ -87,18 +87,30 @@ func (f failedRow) Scan(...any) error { return f.err }
 
 // commit sends b with COMMIT after it: all of it commits, or none.
 func (t *pipeTx) commit(ctx context.Context, b *pgx.Batch) error {
+	n := len(b.QueuedQueries)
+	return t.commitWith(ctx, b, func(br pgx.BatchResults) error {
+		for range n {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// commitWith sends b with COMMIT after it; read takes b's own results, in order, before the
+// COMMIT's is checked. All of it commits, or none.
+func (t *pipeTx) commitWith(ctx context.Context, b *pgx.Batch, read func(pgx.BatchResults) error) error {
 	b.Queue("COMMIT")
 	br := t.send(ctx, b)
 	if t.broken != nil {
 		br.Close()
 		return t.broken
 	}
+	err := read(br)
 	var tag pgconn.CommandTag
-	var err error
-	for range b.QueuedQueries {
-		if tag, err = br.Exec(); err != nil {
-			break
-		}
+	if err == nil {
+		tag, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
