@@ -17,6 +17,9 @@ type entry struct {
 const (
 	sqlInsertPosting = `INSERT INTO ledger_postings (id, kind, reference) VALUES ($1, $2, $3)`
 	sqlInsertEntry   = `INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor) VALUES ($1, $2, $3, $4, $5)`
+	// A two-entry posting in one statement; the caller applies the balances.
+	sqlInsertEntryPair = `INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
+VALUES ($1, $2, $3, $4, $5), ($6, $2, $7, $4, $8)`
 )
 
 func insertPosting(ctx context.Context, tx pgx.Tx, id uuid.UUID, kind, reference string) error {

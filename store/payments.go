@@ -229,10 +229,11 @@ func (s *Store) PaymentByKey(ctx context.Context, merchantID uuid.UUID, key stri
 	return scanPayment(s.pool.QueryRow(ctx, sqlPaymentByKey, merchantID, key))
 }
 
-func scanPayment(row pgx.Row) (payment.Payment, error) {
+// scanPayment scans paymentColumns, then into extra the columns after them.
+func scanPayment(row pgx.Row, extra ...any) (payment.Payment, error) {
 	var p payment.Payment
-	err := row.Scan(&p.ID, &p.MerchantID, &p.IdempotencyKey, &p.AccountID, &p.AmountMinor, &p.Currency, &p.InvoiceID,
-		&p.PaymentType, &p.Status, &p.FailureCode, &p.ProviderReference, &p.CreatedAt, &p.UpdatedAt)
+	err := row.Scan(append([]any{&p.ID, &p.MerchantID, &p.IdempotencyKey, &p.AccountID, &p.AmountMinor, &p.Currency, &p.InvoiceID,
+		&p.PaymentType, &p.Status, &p.FailureCode, &p.ProviderReference, &p.CreatedAt, &p.UpdatedAt}, extra...)...)
 	return p, translate(err)
 }
 

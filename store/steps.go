@@ -44,13 +44,16 @@ SELECT EXISTS (SELECT 1 FROM p), EXISTS (SELECT 1 FROM existing), EXISTS (SELECT
 	sqlReservationExists = `SELECT EXISTS (SELECT 1 FROM balance_reservations WHERE operation_id = $1)`
 	sqlCloseReservation  = `UPDATE balance_reservations SET status = $2, updated_at = now()
 WHERE operation_id = $1 AND status = 'active' RETURNING account_id, amount_minor`
-	sqlUnreserve         = `UPDATE accounts SET reserved = reserved - $2, updated_at = now() WHERE id = $1`
-	sqlSettlementAccount = `SELECT a.id FROM payments p
-JOIN accounts a ON a.merchant_id = p.merchant_id AND a.currency = p.currency AND a.kind = 'settlement'
-WHERE p.id = $1`
+	sqlUnreserve = `UPDATE accounts SET reserved = reserved - $2, updated_at = now() WHERE id = $1`
+	// Capture releases the hold and debits the payer in one row version.
+	sqlCapture   = `UPDATE accounts SET reserved = reserved - $2, balance = balance - $2, updated_at = now() WHERE id = $1`
 	sqlSetStatus = `UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
 WHERE id = $1 AND status = ANY($5) RETURNING ` + paymentColumns
+	// sqlSetStatus that also returns the merchant's settlement account in the payment's currency
+	// (NULL if it has none), which the capture credits.
+	sqlSetStatusSettlement = sqlSetStatus + `, (SELECT a.id FROM accounts a
+WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id`
 	// A completed record gets its stored answer in the same statement; an earlier one is kept.
 	sqlRecordStatus = `UPDATE idempotency_records SET status = $2, response_status = coalesce(response_status, $3),
 response_body = coalesce(response_body, $4), updated_at = now() WHERE operation_id = $1`
@@ -105,16 +108,15 @@ func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef
 		answer = nil
 		// Two round trips: what the rest depends on (with BEGIN), then the rest (with COMMIT).
 		// A surprise in the first returns before the second is sent and rolls everything back.
-		var account, settlement uuid.UUID
+		var account uuid.UUID
+		var settlement *uuid.UUID
 		var amount int64
 		b := &pgx.Batch{}
 		b.Queue(sqlCloseReservation, operationID, "finalized")
-		b.Queue(sqlSetStatus, operationID, payment.StatusSucceeded, "", providerRef, fromStatuses(payment.StatusSucceeded))
-		b.Queue(sqlSettlementAccount, operationID)
+		b.Queue(sqlSetStatusSettlement, operationID, payment.StatusSucceeded, "", providerRef, fromStatuses(payment.StatusSucceeded))
 		br := tx.send(ctx, b)
 		closeErr := br.QueryRow().Scan(&account, &amount)
-		p2, setErr := scanPayment(br.QueryRow())
-		settleErr := br.QueryRow().Scan(&settlement)
+		p2, setErr := scanPayment(br.QueryRow(), &settlement)
 		if err := br.Close(); err != nil {
 			return err
 		}
@@ -132,11 +134,11 @@ func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef
 			return setErr
 		}
 		p = p2
-		if settleErr != nil {
-			return fmt.Errorf("settlement account of merchant %s in %s: %w", p.MerchantID, p.Currency, settleErr)
+		if settlement == nil { // retried: an operator may still open it
+			return fmt.Errorf("merchant %s has no settlement account in %s", p.MerchantID, p.Currency)
 		}
 		b = &pgx.Batch{}
-		b.Queue(sqlUnreserve, account, amount)
+		b.Queue(sqlCapture, account, amount)
 		postingID := payment.NewID()
 		b.Queue(sqlInsertPosting, postingID, "payment", operationID.String())
 		a, err := queueComplete(b, p, RecordCompleted)
@@ -144,9 +146,10 @@ func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef
 			return err
 		}
 		answer = a
+		b.Queue(sqlInsertEntryPair, payment.NewID(), postingID, account, p.Currency, -amount, payment.NewID(), *settlement, amount)
 		// Last: crediting the merchant's settlement account locks its row, which every payment
 		// to this merchant needs; holding it only until the commit keeps a hot account moving.
-		queueEntries(b, postingID, p.Currency, []entry{{account, -amount}, {settlement, amount}})
+		b.Queue(sqlCredit, *settlement, amount)
 		return tx.commit(ctx, b)
 	})
 	if err == nil {

@@ -1,7 +1,7 @@
 -- mirrors store.sqlMerchantByKey, store.sqlCustomerAccount, store.sqlAcquire, store.sqlInsertPayment,
 -- mirrors store.sqlReserveFunds, store.sqlCloseReservation,
--- mirrors store.sqlUnreserve, store.sqlSetStatus, store.sqlSettlementAccount, store.sqlInsertPosting,
--- mirrors store.sqlInsertEntry, store.sqlCredit, store.sqlRecordStatus, store.sqlInsertOutbox,
+-- mirrors store.sqlSetStatusSettlement, store.sqlCapture, store.sqlInsertPosting,
+-- mirrors store.sqlInsertEntryPair, store.sqlCredit, store.sqlRecordStatus, store.sqlInsertOutbox,
 -- mirrors store.sqlRecord
 --
 -- One pgbench transaction is the whole database work of one new payment that succeeds, statement
@@ -102,20 +102,16 @@ BEGIN;
 UPDATE balance_reservations SET status = :reservation_status, updated_at = now()
 WHERE operation_id = :op_id AND status = 'active' RETURNING account_id, amount_minor
 \gset close_
--- store.sqlSetStatus
+-- store.sqlSetStatusSettlement
 UPDATE payments SET status = :succeeded_status, failure_code = NULLIF(:failure_code, ''),
 provider_reference = coalesce(NULLIF(:provider_reference, ''), provider_reference), updated_at = now()
 WHERE id = :op_id AND status = ANY(:from_statuses) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, ''), coalesce(provider_reference, ''), created_at, updated_at
+status, coalesce(failure_code, ''), coalesce(provider_reference, ''), created_at, updated_at, (SELECT a.id FROM accounts a
+WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
 \gset finalized_
--- store.sqlSettlementAccount
-SELECT a.id FROM payments p
-JOIN accounts a ON a.merchant_id = p.merchant_id AND a.currency = p.currency AND a.kind = 'settlement'
-WHERE p.id = :op_id
-\gset settlement_
 \startpipeline
--- store.sqlUnreserve
-UPDATE accounts SET reserved = reserved - :close_amount_minor, updated_at = now() WHERE id = :close_account_id;
+-- store.sqlCapture
+UPDATE accounts SET reserved = reserved - :close_amount_minor, balance = balance - :close_amount_minor, updated_at = now() WHERE id = :close_account_id;
 -- store.sqlInsertPosting
 INSERT INTO ledger_postings (id, kind, reference) VALUES (:posting_id, :posting_kind, :op_id);
 -- store.sqlRecordStatus
@@ -123,13 +119,10 @@ UPDATE idempotency_records SET status = :completed_status, response_status = coa
 response_body = coalesce(response_body, :body), updated_at = now() WHERE operation_id = :op_id;
 -- store.sqlInsertOutbox
 INSERT INTO outbox (id, aggregate_id, type, payload) VALUES (:outbox_id, :op_id, :event_type, :body);
--- store.sqlInsertEntry
-INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor) VALUES (:entry1_id, :posting_id, :close_account_id, :currency, :neg_amount);
+-- store.sqlInsertEntryPair
+INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
+VALUES (:entry1_id, :posting_id, :close_account_id, :currency, :neg_amount), (:entry2_id, :posting_id, :finalized_settlement_id, :currency, :amount);
 -- store.sqlCredit
-UPDATE accounts SET balance = balance + :neg_amount, updated_at = now() WHERE id = :close_account_id;
--- store.sqlInsertEntry
-INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor) VALUES (:entry2_id, :posting_id, :settlement_id, :currency, :amount);
--- store.sqlCredit
-UPDATE accounts SET balance = balance + :amount, updated_at = now() WHERE id = :settlement_id;
+UPDATE accounts SET balance = balance + :amount, updated_at = now() WHERE id = :finalized_settlement_id;
 \endpipeline
 COMMIT;
