@@ -99,7 +99,6 @@ func (c *WebhookConsumer) Run(ctx context.Context) error {
 			continue
 		}
 		c.drain(ctx, it)
-		it.Stop()
 		sleep(ctx, 100*time.Millisecond) // the iterator broke (connection lost): do not spin
 	}
 	c.o.Logger.Info("webhook consumer stopped")
@@ -122,9 +121,10 @@ func (c *WebhookConsumer) consumer(ctx context.Context) (jetstream.Consumer, err
 	})
 }
 
-// drain handles messages until ctx ends or the iterator breaks. It waits for one message,
-// then takes those already arrived behind it (up to Batch) and records them together: under
-// load the transactions grow instead of queueing up, and a lone message waits for nothing.
+// drain handles messages until ctx ends or the iterator breaks, then stops it. It waits for
+// one message, then takes those already arrived behind it (up to Batch) and records them
+// together: under load the transactions grow instead of queueing up, and a lone message waits
+// for nothing.
 func (c *WebhookConsumer) drain(ctx context.Context, it jetstream.MessagesContext) {
 	arrived := make(chan jetstream.Msg, c.o.Batch)
 	stop, pumped := make(chan struct{}), make(chan struct{})
