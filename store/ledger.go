@@ -31,15 +31,11 @@ func insertPosting(ctx context.Context, tx pgx.Tx, id uuid.UUID, kind, reference
 // The database rejects the commit if they do not sum to zero.
 func postEntries(ctx context.Context, tx pgx.Tx, postingID uuid.UUID, currency string, entries []entry) error {
 	b := &pgx.Batch{}
-	queueEntries(b, postingID, currency, entries)
-	return tx.SendBatch(ctx, b).Close()
-}
-
-func queueEntries(b *pgx.Batch, postingID uuid.UUID, currency string, entries []entry) {
 	for _, e := range entries {
 		b.Queue(sqlInsertEntry, payment.NewID(), postingID, e.account, currency, e.amount)
 		b.Queue(sqlCredit, e.account, e.amount)
 	}
+	return tx.SendBatch(ctx, b).Close()
 }
 
 // LedgerEntry is one line of a posting.
