@@ -16,6 +16,7 @@ type metrics struct {
 	httpDuration *prometheus.HistogramVec
 	idempotency  *prometheus.CounterVec
 	paymentTime  prometheus.Histogram
+	startTime    prometheus.Histogram
 	conflicts    *prometheus.CounterVec
 }
 
@@ -35,12 +36,17 @@ func newMetrics(r *prometheus.Registry) *metrics {
 			Help:    "Time from a new payment request to its final answer, for payments answered synchronously.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
 		}),
+		startTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kasa_workflow_start_duration_seconds",
+			Help:    "Time Temporal takes to accept a new payment's workflow (the start call), the part of the payment time that is Temporal's.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
 	}
 	m.conflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kasa_unique_conflicts_total",
 		Help: "Unique-constraint conflicts that decided a race (idempotency key, business key); a spike means a retry storm or a faulty client.",
 	}, []string{"constraint"})
-	r.MustRegister(m.httpDuration, m.idempotency, m.paymentTime, m.conflicts,
+	r.MustRegister(m.httpDuration, m.idempotency, m.paymentTime, m.startTime, m.conflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -123,6 +123,7 @@ func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 		defer stop()
 		announced = done
 	}
+	startCall := time.Now()
 	runID, err := s.Workflows.StartPayment(ctx, p.IdempotencyKey, in)
 	if err != nil {
 		// The start may or may not have happened. Either way the record stays, with its lease
@@ -134,6 +135,7 @@ func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 		s.writeError(c, fmt.Errorf("%w: start workflow: %v", payment.ErrUnavailable, err))
 		return
 	}
+	s.metrics.startTime.Observe(time.Since(startCall).Seconds())
 	// No write here to say the workflow started: its first step (store.Reserve) records that,
 	// and until then a second start for the key (after the lease) is deduplicated anyway.
 	// The database, not the workflow result, is the answer: it is what every replay returns.

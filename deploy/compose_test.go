@@ -989,6 +989,7 @@ const (
 var dashboardMetrics = map[string]metricKind{
 	"kasa_http_request_duration_seconds":        histogram,
 	"kasa_payment_sync_duration_seconds":        histogram,
+	"kasa_workflow_start_duration_seconds":      histogram,
 	"kasa_idempotency_requests_total":           counter,
 	"kasa_unique_conflicts_total":               counter,
 	"kasa_db_lock_waiting":                      gauge,

@@ -47,6 +47,7 @@ func TestSameKeySequential(t *testing.T) {
 	require.Contains(t, metrics, `kasa_idempotency_requests_total{outcome="new"} 1`)
 	require.Contains(t, metrics, `kasa_idempotency_requests_total{outcome="replayed"} 99`)
 	require.Contains(t, metrics, `kasa_http_request_duration_seconds_count{method="POST",route="/v1/payments",status="201"} 100`)
+	require.Contains(t, metrics, "kasa_workflow_start_duration_seconds_count 1\n", "one workflow started")
 	require.Contains(t, metrics, "kasa_unknown_payments ")
 	requireVerified(t)
 }
