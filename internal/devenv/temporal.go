@@ -66,8 +66,8 @@ var DynamicConfig = []string{
 	// One worker writes a read's visibility tasks one after another. With the default 512 the
 	// whole read (7–14 writes at half load) queued at once for the one SQLite connection, and a
 	// start arriving then waited behind all of them: starts were slowest every 0.2 s, on the
-	// reads. Measured at half load, open loop: the start's p99 from 26–30 ms to 16–17 ms and the
-	// payments' p99 ÷ p50 from 2.8–3.2 to 2.2; closed loop, new payments/s no lower.
+	// reads. Measured at half load, open loop: the start's p99 from 26–30 ms to 16–22 ms and the
+	// payments' p99 ÷ p50 from 2.8–3.2 to 2.2–2.7; closed loop, new payments/s no lower.
 	"history.visibilityProcessorSchedulerWorkerCount=1",
 	// One partition: with few pollers, several partitions left multi-second tails.
 	"matching.numTaskqueueReadPartitions=1",
