@@ -499,6 +499,16 @@ func TestConsumerTakesABacklogInBatches(t *testing.T) {
 		_ = NewWebhookConsumer(WebhookConsumerOptions{Store: cs, JetStream: b.js, Batch: batch, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: quiet}).Run(cctx)
 	}()
 	t.Cleanup(func() { cancel(); <-stopped })
+	// The effect itself first: once, in CI, the consumer read as idle while an event still had
+	// no delivery. Idle is then checked for the counts below.
+	require.Eventually(t, func() bool {
+		for _, pid := range pids {
+			if ds, err := db.PaymentDeliveries(ctx, pid); err != nil || len(ds) == 0 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 20*time.Millisecond, "every event recorded")
 	require.Eventually(t, func() bool { return b.consumerIdle(t) }, 20*time.Second, 20*time.Millisecond)
 
 	for _, pid := range pids {
