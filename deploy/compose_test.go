@@ -461,6 +461,9 @@ func TestComposeTemporal(t *testing.T) {
 	} {
 		require.Contains(t, args, want)
 	}
+	for _, p := range devenv.SQLitePragmas {
+		require.Contains(t, args, "--sqlite-pragma "+p, "the dev server's SQLite settings must match kasa dev's (internal/devenv)")
+	}
 	for _, kv := range devenv.DynamicConfig {
 		require.Contains(t, args, "--dynamic-config-value "+kv, "the dev server's tuning must match kasa dev's (internal/devenv)")
 	}
