@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +22,7 @@ func WriteMarkdown(w io.Writer, title string, runs ...Result) error {
 	for i, r := range runs {
 		rate := "-"
 		if r.Rate > 0 {
-			rate = fmt.Sprintf("%g", r.Rate)
+			rate = strconv.FormatFloat(math.Round(r.Rate*10)/10, 'f', -1, 64) // the suite's half rate is a quotient
 		}
 		speed := "-"
 		if speeds[i] > 0 {

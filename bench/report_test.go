@@ -31,6 +31,12 @@ func TestWriteMarkdown(t *testing.T) {
 	out := b.String()
 	require.True(t, strings.HasPrefix(out, "## kasa bench\n"))
 	require.Contains(t, out, "| 402 insufficient_funds | 100 | 10.0% |")
+	require.Contains(t, out, "| open | 64 | 200 | 10 |")
+	third := sampleResult("payments", 10)
+	third.Rate = 100.0 / 3
+	b.Reset()
+	require.NoError(t, WriteMarkdown(&b, "kasa bench", third))
+	require.Contains(t, b.String(), "| open | 64 | 33.3 | 10 |", "a rate is shown to one decimal")
 	// Every row of a table has as many cell separators as its header (escaped pipes aside).
 	for _, table := range strings.Split(out, "\n\n")[1:] {
 		lines := strings.Split(strings.TrimSpace(table), "\n")
