@@ -1,12 +1,16 @@
 package tests
 
 import (
+	"bufio"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -87,4 +91,53 @@ func TestBenchCommand(t *testing.T) {
 	require.NotContains(t, string(text), "old")
 	require.Contains(t, string(text), "| 3 one hot merchant vs many |")
 	require.True(t, strings.HasSuffix(string(text), "<!-- bench:end -->\n\nrest\n"))
+}
+
+// A kasa bench killed outright (SIGKILL, or SIGPIPE when its output is piped into head) takes its
+// throwaway kasa dev with it, and so that one's PostgreSQL and Temporal.
+func TestBenchKilledLeavesNothingRunning(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := kasaBinary(t, dir)
+	cli, err := devenv.FindTemporalCLI()
+	require.NoError(t, err)
+	tmp := filepath.Join(dir, "tmp") // the stack's directory, so its PostgreSQL and Temporal mention dir
+	require.NoError(t, os.MkdirAll(tmp, 0o755))
+
+	cmd := exec.Command(bin, "bench", "--duration", "5m", "--warmup", "0s", "--merchants", "1", "--payers", "1", "--concurrency", "1")
+	cmd.Env = append(kasaEnv(map[string]string{"KASA_TEMPORAL_CLI": cli}), "TMPDIR="+tmp)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { // if the test fails, stop what it left
+		for _, p := range processesMentioning(dir + "/") {
+			if pid, err := strconv.Atoi(strings.SplitN(p, ":", 2)[0]); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	loading := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		once := false
+		for sc.Scan() {
+			if !once && strings.Contains(sc.Text(), "setting up") { // the stack is up
+				once = true
+				close(loading)
+			}
+		}
+	}()
+	select {
+	case <-loading:
+	case <-time.After(3 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatal("kasa bench's stack did not start within 3 minutes")
+	}
+	running := processesMentioning(dir + "/")
+	require.GreaterOrEqual(t, len(running), 3, "kasa bench, its kasa dev, PostgreSQL and Temporal: %v", running)
+
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	require.Eventually(t, func() bool { return len(processesMentioning(dir+"/")) == 0 }, 90*time.Second, 200*time.Millisecond,
+		"left running after kasa bench was killed: %v", processesMentioning(dir+"/"))
 }

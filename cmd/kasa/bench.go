@@ -225,12 +225,25 @@ func startBenchStack(ctx context.Context, cfg config.Config, pprofAddr string, l
 		stop()
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	dieWithParent(cmd)
+	exited := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		// The parent-death signal follows the thread that started the child, and Go ends a
+		// thread only when a goroutine locked to it returns: this one returns once the child has.
+		runtime.LockOSThread()
+		defer close(exited)
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+	}()
+	if err := <-started; err != nil {
 		stop()
 		return nil, err
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	cleanup = append(cleanup, func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
