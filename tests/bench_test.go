@@ -6,9 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -97,7 +95,7 @@ func TestBenchCommand(t *testing.T) {
 // throwaway kasa dev with it, and so that one's PostgreSQL and Temporal.
 func TestBenchKilledLeavesNothingRunning(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	dir := crashDir(t)
 	bin := kasaBinary(t, dir)
 	cli, err := devenv.FindTemporalCLI()
 	require.NoError(t, err)
@@ -109,13 +107,6 @@ func TestBenchKilledLeavesNothingRunning(t *testing.T) {
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { // if the test fails, stop what it left
-		for _, p := range processesMentioning(dir + "/") {
-			if pid, err := strconv.Atoi(strings.SplitN(p, ":", 2)[0]); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
 	loading := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stderr)
