@@ -132,3 +132,21 @@ func TestBenchKilledLeavesNothingRunning(t *testing.T) {
 	require.Eventually(t, func() bool { return len(processesMentioning(dir+"/")) == 0 }, 90*time.Second, 200*time.Millisecond,
 		"left running after kasa bench was killed: %v", processesMentioning(dir+"/"))
 }
+
+// When its kasa dev cannot start, kasa bench fails with that kasa dev's own reason.
+func TestBenchShowsWhyItsStackDidNotStart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := kasaBinary(t, dir)
+	missing := filepath.Join(dir, "no-such-temporal")
+
+	cmd := exec.Command(bin, "bench", "--duration", "1s", "--warmup", "0s", "--merchants", "1")
+	cmd.Env = append(kasaEnv(map[string]string{"KASA_TEMPORAL_CLI": missing}), "TMPDIR="+dir)
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "%s", out)
+	require.Contains(t, string(out), "kasa dev exited while starting")
+	require.Contains(t, string(out), missing, "the child's log names what it could not start")
+	left, err := filepath.Glob(filepath.Join(dir, "kasa-bench-*"))
+	require.NoError(t, err)
+	require.Empty(t, left, "the failed stack's directory is removed")
+}

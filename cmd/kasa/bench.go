@@ -267,11 +267,13 @@ func startBenchStack(ctx context.Context, cfg config.Config, pprofAddr string, l
 	select {
 	case <-banner:
 	case <-exited:
+		log := tailFile(logFile.Name()) // before stop removes it
 		stop()
-		return nil, fmt.Errorf("kasa dev exited while starting; its log:\n%s", tailFile(logFile.Name()))
+		return nil, fmt.Errorf("kasa dev exited while starting; its log:\n%s", log)
 	case <-time.After(3 * time.Minute):
+		log := tailFile(logFile.Name())
 		stop()
-		return nil, errors.New("kasa dev did not start within 3 minutes")
+		return nil, fmt.Errorf("kasa dev did not start within 3 minutes; its log:\n%s", log)
 	case <-ctx.Done():
 		stop()
 		return nil, ctx.Err()
