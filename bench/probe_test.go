@@ -54,6 +54,32 @@ func TestSteadinessWaitsForSlowSpells(t *testing.T) {
 	}
 }
 
+// The probe waits for the previous run's tail to finish, and a cancelled suite does not probe.
+func TestSteadinessProbesAfterTheQuietGap(t *testing.T) {
+	t.Parallel()
+	var probedAfter time.Duration
+	start := time.Now()
+	s := &steadiness{
+		probe:    func() float64 { probedAfter = time.Since(start); return 100 },
+		budget:   time.Second,
+		pause:    time.Millisecond,
+		quiet:    50 * time.Millisecond,
+		slow:     0.8,
+		progress: func(string, ...any) {},
+	}
+	p, err := s.wait(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 100.0, p)
+	require.GreaterOrEqual(t, probedAfter, 50*time.Millisecond)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	probedAfter = 0
+	_, err = s.wait(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Zero(t, probedAfter, "no probe once the suite is cancelled")
+}
+
 func TestSuiteReportNamesSlowRuns(t *testing.T) {
 	t.Parallel()
 	rep := &Report{Correct: true}

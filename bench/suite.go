@@ -120,7 +120,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	// probe the suite waits a little, and not at all after its first 6 minutes, so that it
 	// stays within 10 (the report shows each run's probe either way).
 	steady := &steadiness{probe: func() float64 { return Probe(300 * time.Millisecond) }, budget: o.SteadyWait,
-		until: time.Now().Add(6 * time.Minute), pause: 5 * time.Second, slow: 0.8, progress: o.Progress}
+		until: time.Now().Add(6 * time.Minute), pause: 5 * time.Second, quiet: time.Second, slow: 0.8, progress: o.Progress}
 	var probe float64
 	before := func() error {
 		var err error
