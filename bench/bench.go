@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/kasa-pay/kasa/payment"
 )
 
 // Options describe one run. Zero values get the defaults noted.
@@ -119,6 +121,32 @@ const (
 
 // exponents are the ISO 4217 minor units of the currencies a bench can use.
 var exponents = map[string]int{"TRY": 2, "USD": 2, "EUR": 2, "JPY": 0, "KWD": 3}
+
+// ParseAmounts reads a range of payment amounts in the currency's major units, "MIN-MAX" such
+// as "1-100" or "0.50-20.00" (or one amount for both), into minor units for Options.
+func ParseAmounts(s, currency string) (minAmount, maxAmount int64, err error) {
+	currency = strings.ToUpper(currency)
+	if _, ok := exponents[currency]; !ok {
+		return 0, 0, fmt.Errorf("unsupported currency %q (TRY, USD, EUR, JPY or KWD)", currency)
+	}
+	lo, hi, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	if !isRange {
+		hi = lo
+	}
+	if minAmount, err = payment.ParseAmount(strings.TrimSpace(lo), currency); err != nil {
+		return 0, 0, fmt.Errorf("amounts %q in %s: %q: %w", s, currency, lo, err)
+	}
+	if maxAmount, err = payment.ParseAmount(strings.TrimSpace(hi), currency); err != nil {
+		return 0, 0, fmt.Errorf("amounts %q in %s: %q: %w", s, currency, hi, err)
+	}
+	if maxAmount < minAmount {
+		return 0, 0, fmt.Errorf("amounts %q: the maximum is below the minimum", s)
+	}
+	if maxAmount > math.MaxInt64/(2*depositPayments) {
+		return 0, 0, fmt.Errorf("amounts %q: the maximum is too large to fund", s)
+	}
+	return minAmount, maxAmount, nil
+}
 
 func (o Options) withDefaults() (Options, error) {
 	if o.APIURL == "" {

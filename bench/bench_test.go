@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ type fakeAPI struct {
 	records   map[string]*fakeRecord
 	payments  map[string]string // payment id -> status
 	invoices  map[string]bool
+	charged   []int64 // amounts of the payments that succeeded
 }
 
 type fakeRecord struct {
@@ -145,6 +147,7 @@ func (f *fakeAPI) payment(w http.ResponseWriter, r *http.Request) {
 		p["status"], p["failure_code"], rec.status = "failed", "insufficient_funds", 402
 	} else {
 		f.accounts[in.AccountID] -= amount
+		f.charged = append(f.charged, amount)
 	}
 	rec.answer, _ = json.Marshal(p)
 	rec.done = true
@@ -304,6 +307,45 @@ func TestSetupAndClosedLoop(t *testing.T) {
 	created, _, _ := f.snapshot()
 	require.Equal(t, created, res.Payments)
 	require.Len(t, res.PaymentIDs("succeeded", "failed"), len(created))
+
+	// The payments that went through are for amounts within the range asked for, and span it.
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.NotEmpty(t, f.charged)
+	require.GreaterOrEqual(t, slices.Min(f.charged), opts.MinAmount)
+	require.LessOrEqual(t, slices.Max(f.charged), opts.MaxAmount)
+	require.Less(t, slices.Min(f.charged), int64(1000))
+	require.Greater(t, slices.Max(f.charged), int64(4000))
+}
+
+func TestParseAmounts(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in, currency string
+		min, max     int64
+		err          string
+	}{
+		{"1-100", "TRY", 100, 10000, ""},
+		{"0.50-20.00", "usd", 50, 2000, ""},
+		{" 7 - 9 ", "JPY", 7, 9, ""},
+		{"0.001-1", "KWD", 1, 1000, ""},
+		{"5", "EUR", 500, 500, ""},
+		{"1.5-3", "JPY", 0, 0, "more fraction digits"},
+		{"5-x", "TRY", 0, 0, "decimal number"},
+		{"0-10", "TRY", 0, 0, "greater than zero"},
+		{"-5", "TRY", 0, 0, "decimal number"},
+		{"10-2", "TRY", 0, 0, "below the minimum"},
+		{"1-999999999999999", "TRY", 0, 0, "too large"},
+		{"1-100", "XYZ", 0, 0, "unsupported currency"},
+	} {
+		lo, hi, err := ParseAmounts(c.in, c.currency)
+		if c.err != "" {
+			require.ErrorContains(t, err, c.err, c.in)
+			continue
+		}
+		require.NoError(t, err, c.in)
+		require.Equal(t, [2]int64{c.min, c.max}, [2]int64{lo, hi}, c.in)
+	}
 }
 
 func TestReplayPath(t *testing.T) {

@@ -44,6 +44,8 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) (err err
 	payers := fs.Int("payers", 1, "payer accounts per merchant")
 	dups := fs.Float64("duplicates", 0.05, "share of requests that retry an earlier key (some in parallel)")
 	insufficient := fs.Float64("insufficient", 0.05, "share of new payments the payer cannot afford")
+	currency := fs.String("currency", "TRY", "one run: currency of the accounts and payments (TRY, USD, EUR, JPY or KWD)")
+	amounts := fs.String("amounts", "1-100", `one run: payment amounts, uniform in MIN-MAX major units of --currency, e.g. "0.50-20.00"`)
 	path := fs.String("path", "payments", `what one run drives: "payments", "replay", a raw path such as "/healthz", or "temporal:<shape>" (ceiling T, e.g. temporal:LLL+eager+search-attributes)`)
 	preload := fs.Int("preload", 0, "load this many stored payments and idempotency records (COPY) before measuring")
 	faults := fs.String("faults", "", `bank simulator fault rules, as PUT /_sim/faults takes them, e.g. {"rules":[{"on":"charge","action":"delay","delay_ms":50}]}`)
@@ -53,6 +55,15 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) (err err
 	if err := fs.Parse(os.Args[2:]); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
+		return exitError(2)
+	}
+	minAmount, maxAmount, err := bench.ParseAmounts(*amounts, *currency)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kasa bench:", err)
+		return exitError(2)
+	}
+	if *suite && (flagSet(fs, "currency") || flagSet(fs, "amounts")) {
+		fmt.Fprintln(os.Stderr, "kasa bench: --currency and --amounts shape one run; the standard suite (--suite) keeps its own")
 		return exitError(2)
 	}
 
@@ -106,6 +117,7 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) (err err
 		APIURL: st.APIURL, AdminToken: st.AdminToken, Duration: *duration, Warmup: *warmup,
 		Concurrency: *concurrency, Rate: *rate, Merchants: *merchants, Payers: *payers,
 		DuplicateRatio: *dups, InsufficientShare: *insufficient, Path: *path,
+		Currency: *currency, MinAmount: minAmount, MaxAmount: maxAmount,
 	}
 	var fx *bench.Fixture
 	if !strings.HasPrefix(*path, "/") {
@@ -147,6 +159,12 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) (err err
 	}
 	fmt.Fprintln(os.Stderr, "kasa bench: correct: no double charge, kasa verify ok")
 	return nil
+}
+
+// flagSet says whether the command line set the flag.
+func flagSet(fs *flag.FlagSet, name string) (set bool) {
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func writeResult(res bench.Result, asJSON bool) error {
