@@ -53,6 +53,8 @@ type Options struct {
 	// (GET without auth: the HTTP ceiling of the API process).
 	Path string
 	Seed int64 // seeds amounts, payers and duplicates; keys are random UUIDs regardless, so runs never collide
+
+	CPU CPU // if set, the run reports the CPU its measured window cost, by process class
 }
 
 // Result is what a run measured. Only requests whose (intended) send time falls in the measured
@@ -77,6 +79,7 @@ type Result struct {
 	FirstError     string           `json:"first_error,omitempty"`
 	Series         []Second         `json:"series"`
 	Probe          float64          `json:"probe_blocks_per_s,omitempty"` // the machine's speed just before the run (Probe); suites only
+	CPU            *CPUUse          `json:"cpu,omitempty"`                // what the measured window cost, with Options.CPU
 
 	// Payments maps every payment id seen in an answer (warmup included) to its latest status, so
 	// the caller can check charge counts at the simulator. Kept out of the JSON: it can be large.
@@ -347,6 +350,7 @@ func Run(ctx context.Context, opts Options, fx *Fixture) (Result, error) {
 	seconds := int((opts.Duration + time.Second - 1) / time.Second)
 	r.series = make([]histogram, seconds)
 	r.seriesErrors = make([]atomic.Int64, seconds)
+	cpuUsed := cpuWindow(ctx, opts.CPU, r.measured, r.end)
 	workers := make([]*worker, opts.Concurrency)
 	for i := range workers {
 		workers[i] = &worker{
@@ -364,7 +368,13 @@ func Run(ctx context.Context, opts Options, fx *Fixture) (Result, error) {
 	if ctx.Err() != nil {
 		window = min(max(time.Since(r.measured), 0), window)
 	}
-	return r.result(workers, unsent, seen, window), ctx.Err()
+	res := r.result(workers, unsent, seen, window)
+	if res.NewPayments > 0 {
+		res.CPU = cpuUse(cpuUsed(), opts.Duration, "new payment", res.NewPayments)
+	} else {
+		res.CPU = cpuUse(cpuUsed(), opts.Duration, "request", res.Requests)
+	}
+	return res, ctx.Err()
 }
 
 func (r *runner) closedLoop(ctx context.Context, workers []*worker) {

@@ -19,8 +19,8 @@ import (
 // WorkflowCeiling is ceiling T: workflows of the given shape with no work in their steps,
 // started and awaited back to back by concurrency clients for warmup+duration, on a task queue
 // of their own served by a worker in this process. Its Result is shaped like a load run's, with
-// Path "temporal:<shape>".
-func WorkflowCeiling(ctx context.Context, tc client.Client, shape workflows.Shape, concurrency int, warmup, duration time.Duration) (Result, error) {
+// Path "temporal:<shape>". With cpu, it also reports what its measured window cost.
+func WorkflowCeiling(ctx context.Context, tc client.Client, shape workflows.Shape, concurrency int, warmup, duration time.Duration, cpu CPU) (Result, error) {
 	queue := "bench-shape-" + uuid.NewString()
 	w := sdkworker.New(tc, queue, sdkworker.Options{})
 	w.RegisterWorkflowWithOptions(workflows.ShapeWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowShape})
@@ -32,6 +32,7 @@ func WorkflowCeiling(ctx context.Context, tc client.Client, shape workflows.Shap
 
 	start := time.Now()
 	measured, end := start.Add(warmup), start.Add(warmup+duration)
+	cpuUsed := cpuWindow(ctx, cpu, measured, end)
 	seconds := int((duration + time.Second - 1) / time.Second)
 	series := make([]histogram, seconds)
 	hists := make([]histogram, concurrency)
@@ -94,6 +95,7 @@ func WorkflowCeiling(ctx context.Context, tc client.Client, shape workflows.Shap
 	res.Throughput = float64(res.Requests) / duration.Seconds()
 	res.NewPayments, res.NewPaymentRate = res.Requests, res.Throughput
 	res.Latency = h.latency()
+	res.CPU = cpuUse(cpuUsed(), duration, "workflow", res.Requests)
 	for i := range series {
 		res.Series = append(res.Series, Second{Second: i, Requests: series[i].count(), P99: ms(series[i].quantile(0.99))})
 	}

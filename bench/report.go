@@ -41,8 +41,33 @@ func WriteMarkdown(w io.Writer, title string, runs ...Result) error {
 			fmt.Fprintf(&b, "| %d | transport error: %s | %d | |\n", i+1, cell(r.FirstError), r.Errors)
 		}
 	}
+	writeCPU(&b, runs)
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// writeCPU writes what an operation of each run cost in CPU, by process class, if any run measured it.
+func writeCPU(b *bytes.Buffer, runs []Result) {
+	if !slices.ContainsFunc(runs, func(r Result) bool { return r.CPU != nil }) {
+		return
+	}
+	b.WriteString("\nCPU per operation, in milliseconds, over each run's measured window (kasa: the measured `kasa dev`; bench: the load generator, and T's worker in T runs):\n\n")
+	b.WriteString("| # | per | kasa | postgres | temporal | bench | other | all | cores busy |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for i, r := range runs {
+		if r.CPU == nil {
+			continue
+		}
+		var other, all float64
+		for class, ms := range r.CPU.MS {
+			all += ms
+			if !slices.Contains([]string{ClassKasa, ClassPostgres, ClassTemporal, ClassBench}, class) {
+				other += ms
+			}
+		}
+		m := r.CPU.MS
+		fmt.Fprintf(b, "| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+			i+1, r.CPU.Per, m[ClassKasa], m[ClassPostgres], m[ClassTemporal], m[ClassBench], other, all, r.CPU.Cores)
+	}
 }
 
 // machineSpeeds is each run's probe as a share of the fastest probe among runs (0: not probed).

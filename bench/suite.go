@@ -25,6 +25,9 @@ type Stack struct {
 	// Settle vacuums, analyzes and checkpoints the database, so that a measurement does not
 	// pay for the writes before it.
 	Settle func(ctx context.Context) error
+	// CPU, if set, reads the stack's CPU time by process class, so that each run reports the CPU
+	// an operation costs: a measure a shared machine's speed moves far less than throughput.
+	CPU CPU
 }
 
 // TableSize is one table's footprint.
@@ -139,7 +142,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 			name, r.Throughput, r.NewPaymentRate, r.Latency.P50, r.Latency.P99, r.Errors)
 	}
 	load := func(name string, opts Options, fx *Fixture) error {
-		opts.APIURL, opts.AdminToken = s.APIURL, s.AdminToken
+		opts.APIURL, opts.AdminToken, opts.CPU = s.APIURL, s.AdminToken, s.CPU
 		if opts.Duration == 0 {
 			opts.Duration = o.Duration
 		}
@@ -163,7 +166,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 		if err := before(); err != nil {
 			return err
 		}
-		r, err := WorkflowCeiling(ctx, s.Temporal, shape, o.Concurrency, o.Warmup, window)
+		r, err := WorkflowCeiling(ctx, s.Temporal, shape, o.Concurrency, o.Warmup, window, s.CPU)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}

@@ -51,6 +51,12 @@ func TestBenchCommand(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &one), out)
 	require.Positive(t, one.Requests)
 	require.Equal(t, map[string]int64{"201 succeeded": one.Requests}, one.Answers)
+	// What the window cost in CPU, found in each of the stack's processes.
+	require.NotNil(t, one.CPU)
+	require.Equal(t, "new payment", one.CPU.Per)
+	for _, class := range []string{bench.ClassKasa, bench.ClassPostgres, bench.ClassTemporal} {
+		require.Positive(t, one.CPU.MS[class], class)
+	}
 	require.Contains(t, errOut, "correct: no double charge, kasa verify ok")
 
 	// A range that cannot be paid is refused before anything starts.
@@ -67,6 +73,7 @@ func TestBenchCommand(t *testing.T) {
 	out, _ = run("--path", "temporal:LL+eager", "--duration", "1s", "--warmup", "0s", "--concurrency", "2")
 	require.Contains(t, out, "| temporal:LL+eager | closed | 2 |")
 	require.Contains(t, out, "| completed |")
+	require.Contains(t, out, "| 1 | workflow |", "T's CPU per workflow")
 
 	readme := filepath.Join(dir, "README.md")
 	require.NoError(t, os.WriteFile(readme, []byte("# x\n\n<!-- bench:start -->\nold\n<!-- bench:end -->\n\nrest\n"), 0o644))
@@ -93,6 +100,7 @@ func TestBenchCommand(t *testing.T) {
 		require.Contains(t, names, n)
 		require.Positive(t, names[n].Requests, n)
 		require.Positive(t, names[n].Probe, "every suite run is preceded by a machine probe: %s", n)
+		require.NotNil(t, names[n].CPU, "every suite run reports its CPU: %s", n)
 	}
 	require.Positive(t, rep.PGBench["payment"].TPS)
 	require.Positive(t, rep.PGBench["replay"].TPS)
@@ -108,6 +116,8 @@ func TestBenchCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(text), "old")
 	require.Contains(t, string(text), "| 3 one hot merchant vs many |")
+	require.Regexp(t, `- payments, spread #1: [0-9.]+ ms per new payment: (bench [0-9.]+, )?kasa [0-9.]+, postgres [0-9.]+, temporal [0-9.]+`, string(text))
+	require.Regexp(t, `- T: payment shape #2: [0-9.]+ ms per workflow: `, string(text))
 	require.True(t, strings.HasSuffix(string(text), "<!-- bench:end -->\n\nrest\n"))
 }
 
