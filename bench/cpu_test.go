@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -30,45 +28,6 @@ func TestParseStat(t *testing.T) {
 		require.Equal(t, c.ok, ok, c.line)
 		require.Equal(t, c.want, got, c.line)
 	}
-}
-
-// StackCPU counts the processes under the root by their executable's name, and nothing outside it.
-func TestStackCPUFollowsTheProcessTree(t *testing.T) {
-	t.Parallel()
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("no /proc here")
-	}
-	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	require.NoError(t, err)
-	defer devnull.Close()
-	start := func(name string, args ...string) *exec.Cmd {
-		cmd := exec.Command(name, args...)
-		cmd.Stdout = devnull
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd
-	}
-	root := start("sh", "-c", "yes & wait") // the busy `yes` is the root's child
-	outside := start("cat", "/dev/zero")    // busy too, but not under the root
-	cpu := StackCPU(root.Process.Pid)
-	require.NotNil(t, cpu)
-
-	first := cpu()
-	var last map[string]time.Duration
-	require.Eventually(t, func() bool {
-		last = cpu()
-		return last["yes"]-first["yes"] >= 50*time.Millisecond
-	}, 10*time.Second, 50*time.Millisecond, "the root's busy child is counted under its name")
-	require.Contains(t, last, ClassKasa, "the root itself is the kasa class")
-	require.NotContains(t, last, "cat", "a process outside the tree is not counted")
-	own, ok := readProcs()[outside.Process.Pid]
-	require.True(t, ok)
-	require.Positive(t, own.own, "the process left out did use CPU")
-
-	busy := time.Now().Add(100 * time.Millisecond) // this process is the bench class
-	for time.Now().Before(busy) {
-	}
-	require.Positive(t, cpu()[ClassBench])
 }
 
 func TestCPUWindow(t *testing.T) {
