@@ -25,8 +25,8 @@ type Stack struct {
 	// Settle vacuums, analyzes and checkpoints the database, so that a measurement does not
 	// pay for the writes before it.
 	Settle func(ctx context.Context) error
-	// CPU, if set, reads the stack's CPU time by process class, so that each run reports the CPU
-	// an operation costs: a measure a shared machine's speed moves far less than throughput.
+	// CPU, if set, reads the stack's CPU time by process class, so that each run reports what an
+	// operation costs in CPU and in which process.
 	CPU CPU
 }
 

@@ -465,7 +465,7 @@ func writeSuite(rep *bench.Report, out, readme string) error {
 	}
 	fmt.Fprintf(&summary, "\nCorrect: %v (%d payments checked, %d double charges, %d invariant violations).\n\n",
 		rep.Correct, rep.Checked, rep.Doubles, len(rep.Problems))
-	// What 1a compares, in CPU: a measure the machine's speed moves far less than throughput.
+	// What 1a compares, in CPU: where a payment's cost goes beside T's workflow.
 	var cpu []string
 	for _, r := range rep.Runs {
 		if r.CPU != nil && (strings.HasPrefix(r.Path, bench.RunSpread+" #") || strings.HasPrefix(r.Path, bench.RunTOwn+" #")) {
