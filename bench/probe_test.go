@@ -95,4 +95,11 @@ func TestSuiteReportNamesSlowRuns(t *testing.T) {
 	require.Contains(t, out, ": #3 (50%).")
 	require.Contains(t, out, "| 0 | 95% |")
 	require.Contains(t, out, "| 0 | - |")
+	require.NotContains(t, out, "Provider capability", "no capability recorded, none claimed")
+
+	rep.Capability = "none"
+	b.Reset()
+	require.NoError(t, WriteSuiteMarkdown(&b, rep))
+	require.Contains(t, b.String(), "Provider capability: none. kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: "+
+		"`idempotent` LLL+eager+search-attributes, `inquiry` LLL+eager+search-attributes, `none` LLL+eager+search-attributes.")
 }

@@ -74,18 +74,19 @@ func (o SuiteOptions) withDefaults() SuiteOptions {
 // run was correct (no double charge, no invariant violation). A run that is not correct failed,
 // whatever its speed.
 type Report struct {
-	Started  time.Time                `json:"started"`
-	Machine  string                   `json:"machine"`
-	Commit   string                   `json:"commit"`
-	Options  SuiteOptions             `json:"options"`
-	Runs     []Result                 `json:"runs"` // in the order run; most twice (passes #1 and #2), see targets
-	PGBench  map[string]PGBenchResult `json:"pgbench"`
-	Targets  []Target                 `json:"targets"`
-	Sizes    []TableSize              `json:"sizes,omitempty"`
-	Checked  int                      `json:"payments_checked"` // payments whose charges were counted at the simulator
-	Doubles  int                      `json:"double_charges"`
-	Problems []string                 `json:"verify_problems"`
-	Correct  bool                     `json:"correct"`
+	Started    time.Time                `json:"started"`
+	Machine    string                   `json:"machine"`
+	Commit     string                   `json:"commit"`
+	Capability string                   `json:"provider_capability,omitempty"` // KASA_PROVIDER_CAPABILITY of the measured kasa
+	Options    SuiteOptions             `json:"options"`
+	Runs       []Result                 `json:"runs"` // in the order run; most twice (passes #1 and #2), see targets
+	PGBench    map[string]PGBenchResult `json:"pgbench"`
+	Targets    []Target                 `json:"targets"`
+	Sizes      []TableSize              `json:"sizes,omitempty"`
+	Checked    int                      `json:"payments_checked"` // payments whose charges were counted at the simulator
+	Doubles    int                      `json:"double_charges"`
+	Problems   []string                 `json:"verify_problems"`
+	Correct    bool                     `json:"correct"`
 }
 
 // Target is one of the issue's ratios with its inputs.

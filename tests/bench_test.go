@@ -89,6 +89,7 @@ func TestBenchCommand(t *testing.T) {
 	var rep bench.Report
 	require.NoError(t, json.Unmarshal(b, &rep))
 	require.True(t, rep.Correct, "no double charge, no invariant violation")
+	require.Equal(t, "idempotent", rep.Capability, "the measured kasa's provider capability")
 	require.Zero(t, rep.Doubles)
 	require.Positive(t, rep.Checked)
 	names := map[string]bench.Result{}
@@ -116,6 +117,7 @@ func TestBenchCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(text), "old")
 	require.Contains(t, string(text), "| 3 one hot merchant vs many |")
+	require.Contains(t, string(text), "Provider capability: idempotent. kasa's workflow shape")
 	require.Regexp(t, `- payments, spread #1: [0-9.]+ ms per new payment: (bench [0-9.]+, )?kasa [0-9.]+, postgres [0-9.]+, temporal [0-9.]+`, string(text))
 	require.Regexp(t, `- T: payment shape #2: [0-9.]+ ms per workflow: `, string(text))
 	require.True(t, strings.HasSuffix(string(text), "<!-- bench:end -->\n\nrest\n"))

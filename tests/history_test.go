@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	historypb "go.temporal.io/api/history/v1"
@@ -69,8 +70,13 @@ func TestRecordHistories(t *testing.T) {
 	}
 }
 
+// fetchHistory returns the workflow's whole history once it has closed. It waits: the API answers
+// a payment as soon as its outcome commits, before the workflow's last task reaches Temporal.
 func fetchHistory(t *testing.T, ctx context.Context, workflowID string) *historypb.History {
 	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, tc.GetWorkflow(wctx, workflowID, "").Get(wctx, nil), "%s did not close", workflowID)
 	it := tc.GetWorkflowHistory(ctx, workflowID, "", false, 0)
 	var h historypb.History
 	for it.HasNext() {
@@ -80,4 +86,26 @@ func fetchHistory(t *testing.T, ctx context.Context, workflowID string) *history
 	}
 	require.NotEmpty(t, h.Events)
 	return &h
+}
+
+// With every provider capability, a payment that succeeds at its first charge runs the shape
+// workflows.ShapeFor names: the one ceiling T copies and the bench's report states. Eager start
+// is not in a history; the provider must have seen the charge exactly once.
+func TestShapeForEveryCapability(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, c := range workflows.Capabilities {
+		s := newStack(t, c)
+		m := s.newMerchant()
+		acct := s.newAccount(m, "TRY", "100.00")
+		key := "shape-" + string(c)
+		r := s.pay(m, key, payBody(key, "10.00", "TRY", acct))
+		require.Equal(t, http.StatusCreated, r.Status, "%s: %s", c, r.Body)
+		require.Equal(t, 1, s.simCount(r.json(t)["id"].(string)), c)
+
+		want := workflows.ShapeFor(c)
+		want.Eager = false
+		got := workflows.HistoryShape(fetchHistory(t, ctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), key)))
+		require.Equal(t, want.String(), got.String(), c)
+	}
 }

@@ -55,6 +55,9 @@ const (
 	CapabilityNone       Capability = "none"
 )
 
+// Capabilities lists every provider capability, in CONTRACT §5's order.
+var Capabilities = []Capability{CapabilityIdempotent, CapabilityInquiry, CapabilityNone}
+
 // PaymentWorkflowID is `payment/<merchant id>/<idempotency key>`: Temporal itself refuses a second
 // workflow for the same key.
 func PaymentWorkflowID(merchantID uuid.UUID, key string) string {

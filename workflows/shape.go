@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -48,6 +50,41 @@ func (s Shape) String() string {
 // activity, started eagerly when the starting process runs a worker (Starter.StartPayment).
 // shape_test.go checks the steps against a recorded payment history.
 var PaymentShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true, SearchAttributes: true}
+
+// ShapeFor is the shape of a payment that succeeds at its first charge with a provider of the
+// given capability: PaymentShape for all three. The charge is a local activity whatever the provider,
+// because it commits an attempt counter before each send to a provider without idempotency (see
+// ChargeInput.Capability); the capabilities differ only when an attempt has to be repeated (sent
+// again with the same key, inquired first, or parked unknown). TestShapeForEveryCapability checks
+// it against real payments' histories.
+func ShapeFor(Capability) Shape { return PaymentShape }
+
+// HistoryShape is the shape a recorded workflow history shows: its steps, and whether it was
+// started with search attributes and upserted them. Eager start is not recorded in a history,
+// so Eager is always false.
+func HistoryShape(h *historypb.History) Shape {
+	var s Shape
+	started, upserts := false, 0
+	for _, e := range h.GetEvents() {
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+			started = len(e.GetWorkflowExecutionStartedEventAttributes().GetSearchAttributes().GetIndexedFields()) > 0
+		case enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+			upserts++
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			s.Steps = append(s.Steps, StepRegular)
+		case enumspb.EVENT_TYPE_MARKER_RECORDED:
+			if e.GetMarkerRecordedEventAttributes().GetMarkerName() == localActivityMarker {
+				s.Steps = append(s.Steps, StepLocal)
+			}
+		}
+	}
+	s.SearchAttributes = started && upserts == 1
+	return s
+}
+
+// localActivityMarker names the marker the SDK records for each local activity's result.
+const localActivityMarker = "LocalActivity"
 
 // LeanestShape is the fastest shape Temporal allows for three steps: one workflow task.
 var LeanestShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true}
