@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/workflows"
 )
 
 func TestLoadDefaults(t *testing.T) {
@@ -79,4 +81,13 @@ func TestEveryEnvVarIsDocumented(t *testing.T) {
 	for _, k := range EnvVars() {
 		require.Contains(t, string(readme), "`"+k+"`", "README's configuration table misses %s", k)
 	}
+}
+
+// The configuration accepts exactly the capabilities the workflow knows (and the bench reports).
+func TestCapabilitiesMatchTheWorkflows(t *testing.T) {
+	want := make([]string, len(workflows.Capabilities))
+	for i, c := range workflows.Capabilities {
+		want[i] = string(c)
+	}
+	require.Equal(t, want, Capabilities)
 }
