@@ -11,14 +11,19 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-// ShapesByCapability says which workflow shape a new payment runs with each provider capability
-// (workflows.ShapeFor): the shape ceiling T copies.
-func ShapesByCapability() string {
+// CapabilityLine names the provider capability a suite ran with and the workflow shape a new
+// payment runs with each capability (workflows.ShapeFor): the shape ceiling T copies. Empty when
+// the report records no capability.
+func (rep *Report) CapabilityLine() string {
+	if rep.Capability == "" {
+		return ""
+	}
 	parts := make([]string, len(workflows.Capabilities))
 	for i, c := range workflows.Capabilities {
 		parts[i] = fmt.Sprintf("`%s` %s", c, workflows.ShapeFor(c))
 	}
-	return "kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: " + strings.Join(parts, ", ") + "."
+	return fmt.Sprintf("Provider capability: %s. kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: %s.\n\n",
+		rep.Capability, strings.Join(parts, ", "))
 }
 
 // WriteSuiteMarkdown writes a suite's report: verdict, targets with their inputs, every run,
@@ -28,9 +33,7 @@ func WriteSuiteMarkdown(w io.Writer, rep *Report) error {
 	fmt.Fprintf(&b, "# kasa bench, %s\n\n", rep.Started.Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "Machine: %s. Commit: %s. Each run: %s measured after %s of warm-up, %d clients.\n\n",
 		rep.Machine, rep.Commit, rep.Options.Duration, rep.Options.Warmup, rep.Options.Concurrency)
-	if rep.Capability != "" {
-		fmt.Fprintf(&b, "Provider capability: %s. %s\n\n", rep.Capability, ShapesByCapability())
-	}
+	b.WriteString(rep.CapabilityLine())
 	verdict := "**correct**: no payment was charged twice and `kasa verify` found no problem"
 	if !rep.Correct {
 		verdict = fmt.Sprintf("**FAILED**: %d double charge(s), %d invariant violation(s)", rep.Doubles, len(rep.Problems))

@@ -451,9 +451,7 @@ func writeSuite(rep *bench.Report, out, readme string) error {
 	var summary strings.Builder
 	fmt.Fprintf(&summary, "Latest `make bench` (%s, %s, commit %s; full report: [%s](%s)):\n\n",
 		rep.Started.Format("2006-01-02"), rep.Machine, rep.Commit, filepath.ToSlash(base)+".md", filepath.ToSlash(base)+".md")
-	if rep.Capability != "" {
-		fmt.Fprintf(&summary, "Provider capability: %s. %s\n\n", rep.Capability, bench.ShapesByCapability())
-	}
+	summary.WriteString(rep.CapabilityLine())
 	summary.WriteString("| target | inputs | ratio | goal | met |\n|---|---|---:|---:|---|\n")
 	for _, t := range rep.Targets {
 		goal := fmt.Sprintf("≥ %.2f", t.Threshold)
