@@ -1,4 +1,4 @@
-// Package banksim simulates a bank / payment provider over HTTP (CONTRACT.md §6).
+// Package banksim simulates a bank / payment provider over HTTP.
 // Only the CLI (`kasa banksim`) and tests import it; production code never does.
 //
 // Like a real bank it never forgets: every charge is appended to

@@ -82,7 +82,7 @@ type Config struct {
 	} `mapstructure:"debug"`
 }
 
-// Capabilities the provider may have (CONTRACT §5).
+// Capabilities the provider may have; each picks a charge strategy (docs/operations.md).
 var Capabilities = []string{"idempotent", "inquiry", "none"}
 
 func setDefaults(v *viper.Viper) {

@@ -1013,7 +1013,7 @@ var dashboardMetrics = map[string]metricKind{
 	"kasa_webhook_attempts_per_delivery":        histogram,
 }
 
-// dashboardRows are the dashboard's rows, in order: the questions of the seed's metrics table.
+// dashboardRows are the dashboard's rows, in order: the questions of the metrics table in docs/operations.md.
 var dashboardRows = []string{"Throughput and latency", "Duplicates and conflicts", "Database", "Money at risk", "Events"}
 
 type grafanaDatasourceRef struct {

@@ -16,7 +16,7 @@ import (
 
 var goBlock = regexp.MustCompile("(?s)```go\n(.*?)```")
 
-// The verification snippets merchants copy (README.md, docs/webhooks.md) compile and agree with
+// The verification snippet merchants copy (docs/webhooks.md) compiles and agrees with
 // kasa's signer: a good signature passes, another secret, a changed body and an old timestamp fail.
 func TestMerchantSnippetsVerifyKasaSignatures(t *testing.T) {
 	t.Parallel()
@@ -48,7 +48,7 @@ func TestSnippet(t *testing.T) {
 }
 `, body, secret, good, good, secret, good, secret, old, secret)
 
-	for _, doc := range []string{"../README.md", "../docs/webhooks.md"} {
+	for _, doc := range []string{"../docs/webhooks.md"} {
 		t.Run(filepath.Base(doc), func(t *testing.T) {
 			t.Parallel()
 			text, err := os.ReadFile(doc)

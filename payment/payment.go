@@ -30,7 +30,7 @@ type Payment struct {
 	UpdatedAt         time.Time
 }
 
-// Resource is the payment as merchants see it, in the API and in webhook events (CONTRACT §2).
+// Resource is the payment as merchants see it, in the API and in webhook events (docs/api.md).
 type Resource struct {
 	ID                string  `json:"id"`
 	Status            Status  `json:"status"`
@@ -100,7 +100,7 @@ type Merchant struct {
 }
 
 // Answer is a finished payment's stored response: what the request that created it is answered
-// and what every replay of its idempotency key repeats, byte for byte (CONTRACT §2): 201 with the
+// and what every replay of its idempotency key repeats, byte for byte (docs/api.md): 201 with the
 // resource when it succeeded, 402 when it failed. It is stored in the same transaction that
 // finishes the payment, so it exists exactly when the payment is final.
 func (p Payment) Answer() (status int, body []byte, err error) {

@@ -1,4 +1,4 @@
-// Package provider is the client of the bank/payment provider API (CONTRACT §6).
+// Package provider is the client of the bank/payment provider API (the one banksim serves).
 package provider
 
 import (

@@ -631,8 +631,8 @@ func (s *crashStack) payBatch(m merchant, acct string, keys, amounts []string, u
 				case r.Status == http.StatusServiceUnavailable:
 					res.unavailable++
 				case r.Status == http.StatusInternalServerError:
-					// A careful client retries any 5xx with the same key; the contract's answer for
-					// a database outage is 503, and the test reports every 500 it saw.
+					// A careful client retries any 5xx with the same key; kasa's answer for
+					// a database outage is 503 (docs/api.md), and the test reports every 500 it saw.
 					res.internal++
 				case r.Status == http.StatusConflict && strings.Contains(string(r.Body), "idempotency_key_in_use"):
 				default:

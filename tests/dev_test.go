@@ -105,7 +105,7 @@ func TestDevLifecycle(t *testing.T) {
 	}
 
 	cmd, st, logs := start()
-	// The README's walk-through: pay 100.00 TRY with the demo merchant.
+	// The walk-through of README.md: pay 100.00 TRY with the demo merchant.
 	r := httpDo(t, "POST", apiURL+"/v1/payments", st.DemoAPIKey, payBody("dev-inv-1", "100.00", "TRY", st.DemoAccountID),
 		"Idempotency-Key", "dev-test-1")
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)

@@ -20,7 +20,7 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-// Seed test plan row 1: same key, 100 sequential requests -> one financial effect, 99 identical answers.
+// Same key, 100 sequential requests -> one financial effect, 99 identical answers.
 func TestSameKeySequential(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, workflows.CapabilityIdempotent)
@@ -52,7 +52,7 @@ func TestSameKeySequential(t *testing.T) {
 	requireVerified(t)
 }
 
-// Seed test plan row 2: same key, 100 parallel requests -> one financial effect; the others are
+// Same key, 100 parallel requests -> one financial effect; the others are
 // 409 with Retry-After or an identical replay.
 func TestSameKeyParallel(t *testing.T) {
 	t.Parallel()
@@ -94,7 +94,7 @@ func TestSameKeyParallel(t *testing.T) {
 	requireVerified(t)
 }
 
-// Seed test plan row 3: same key, different payload -> 422; the first payment is unaffected.
+// Same key, different payload -> 422; the first payment is unaffected.
 func TestSameKeyDifferentRequest(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, workflows.CapabilityIdempotent)
@@ -128,7 +128,7 @@ func TestSameKeyDifferentRequest(t *testing.T) {
 	requireVerified(t)
 }
 
-// Seed test plan row 4: four different keys x 1,000.00 on a 2,000.00 account -> at most two succeed.
+// Four different keys x 1,000.00 on a 2,000.00 account -> at most two succeed.
 func TestConcurrentPaymentsNeverOverdraw(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, workflows.CapabilityIdempotent)
@@ -256,7 +256,7 @@ func TestDuplicateInvoice(t *testing.T) {
 	requireVerified(t)
 }
 
-// Bad input gets the contract's error and writes nothing.
+// Bad input gets the documented error (docs/api.md) and writes nothing.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, workflows.CapabilityIdempotent)

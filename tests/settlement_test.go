@@ -10,8 +10,8 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-// Seed row "settlement signal sent twice, or for a payment that is not unknown": no second
-// effect, and a clear rejection for the sender.
+// A settlement sent twice, or for a payment that is not unknown, has no second effect, and its
+// sender gets a clear rejection.
 func TestSettlementIsChecked(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -46,7 +46,7 @@ var (
 	SearchMerchantID    = temporal.NewSearchAttributeKeyKeyword("MerchantId")
 )
 
-// Capability is what the provider supports (CONTRACT §5); it picks the charge strategy.
+// Capability is what the provider supports; it picks the charge strategy.
 type Capability string
 
 const (
@@ -55,7 +55,7 @@ const (
 	CapabilityNone       Capability = "none"
 )
 
-// Capabilities lists every provider capability, in CONTRACT §5's order.
+// Capabilities lists every provider capability, from the most to the least the provider offers.
 var Capabilities = []Capability{CapabilityIdempotent, CapabilityInquiry, CapabilityNone}
 
 // PaymentWorkflowID is `payment/<merchant id>/<idempotency key>`: Temporal itself refuses a second
@@ -134,7 +134,7 @@ type ReleaseInput struct {
 	FailureCode string
 }
 
-// Settlement is the `settlement` signal's payload (CONTRACT §5).
+// Settlement is the `settlement` signal's payload (docs/operations.md shows operators how to send it).
 type Settlement struct {
 	Outcome           string `json:"outcome"` // "charged" or "not_charged"
 	ProviderReference string `json:"provider_reference,omitempty"`

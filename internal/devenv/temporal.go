@@ -51,36 +51,33 @@ var SearchAttributes = []string{"PaymentStatus=Keyword", "MerchantId=Keyword"}
 // consistent), so a workflow started just before could be lost either way; with `off` it may also
 // corrupt the file. What `normal` costs is an fsync at every WAL checkpoint, a few times a second
 // under load, made while holding the server's one SQLite connection, so every start and task
-// completion waits for the disk. Measured at 40 payments/s, open loop, alternating 45 s runs:
-// p99 ÷ p50 from 3.9–5.8 (normal) to 2.7–3.4 (off); closed loop, new payments/s ~11% higher and
-// Temporal's own ceiling ~20% higher. A dev server is a development tool: a production
-// deployment runs a Temporal cluster on a database with its own durability settings.
+// completion waits for the disk: it set the payments' tail (docs/performance.md). A dev server is
+// a development tool: a production deployment runs a Temporal cluster on a database with its own
+// durability settings.
 var SQLitePragmas = []string{"journal_mode=wal", "synchronous=off"}
 
 // DynamicConfig is the dev server's tuning (`--dynamic-config-value KEY=VALUE`), the same in
-// docker-compose.yml (deploy's tests check it). Each value was measured on the payment path.
+// docker-compose.yml (deploy's tests check it). Each value was measured on the payment path;
+// docs/performance.md has the figures.
 var DynamicConfig = []string{
 	// The CLI turns the search attribute cache off unless this is given (a test convenience:
 	// attributes added at run time show at once), and then every start, upsert and visibility
 	// write reads the cluster metadata from the database: about ten queries per payment on the
-	// dev server's one SQLite connection, in the way of everything else. Measured: ceiling T of
-	// the payment shape from 61–85 to 106–120 workflows/s. The attributes kasa uses are all
-	// registered at start (SearchAttributes), before any is read.
+	// dev server's one SQLite connection, in the way of everything else. The attributes kasa
+	// uses are all registered at start (SearchAttributes), before any is read.
 	"system.forceSearchAttributesCacheRefreshOnRead=false",
-	// The default (20) adds up to 50 ms to every hop through the transfer queue.
+	// The default (20 polls a second) delays every hop through the transfer queue.
 	"history.transferProcessorMaxPollRPS=1000",
 	// Visibility tasks read at most 5 times a second, up to 1,000 at a time. A workflow that has
 	// closed by the time its start task is read gets no separate "running" row, only its closed
-	// one: a payment lives about 0.2 s in Temporal, and this lowered the visibility inserts per
-	// payment from 1.5 to 1.3 on the one SQLite connection. A payment shows in the Web UI's list
-	// up to 0.2 s later; one that waits (unknown) shows as running as before.
+	// one: most payments finish within a read's interval, so fewer visibility rows are written
+	// on the one SQLite connection. A payment shows in the Web UI's list up to 0.2 s later; one
+	// that waits (unknown) shows as running as before.
 	"history.visibilityProcessorMaxPollRPS=5",
 	"history.visibilityTaskBatchSize=1000",
 	// One worker writes a read's visibility tasks one after another. With the default 512 the
-	// whole read (7–14 writes at half load) queued at once for the one SQLite connection, and a
-	// start arriving then waited behind all of them: starts were slowest every 0.2 s, on the
-	// reads. Measured at half load, open loop: the start's p99 from 26–30 ms to 16–22 ms and the
-	// payments' p99 ÷ p50 from 2.8–3.2 to 2.2–2.7; closed loop, new payments/s no lower.
+	// whole read queued at once for the one SQLite connection, and a start arriving then waited
+	// behind all of them: starts were slowest on the reads, and set the payments' tail.
 	"history.visibilityProcessorSchedulerWorkerCount=1",
 	// One partition: with few pollers, several partitions left multi-second tails.
 	"matching.numTaskqueueReadPartitions=1",
@@ -88,7 +85,7 @@ var DynamicConfig = []string{
 }
 
 // StartTemporal starts the dev server with the latency settings measured on this machine
-// (ENGINEERING.md §4) and waits until it answers.
+// (docs/performance.md) and waits until it answers.
 func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 	var err error
 	if o.CLIPath == "" {
@@ -110,10 +107,10 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	// The server's live heap is small (tens of MB) but churns: under load, with Go's default
-	// GOGC it collected every 2–3 s, each mark phase taking 35–95 ms of one of the two cores,
-	// and the requests in flight then waited. Measured: most of kasa's p99 at half load. Four
-	// times the heap between collections makes them four times rarer, for a few hundred MB.
+	// The server's live heap is small (tens of MB) but churns: with Go's default GOGC its
+	// frequent collections each took a core's time while requests in flight waited, and showed
+	// in the payments' p99. Four times the heap between collections makes them four times
+	// rarer, for a few hundred MB.
 	// The SDK starts the server with this process's environment, and a GOGC of the user's wins.
 	if _, set := os.LookupEnv("GOGC"); !set {
 		if err := os.Setenv("GOGC", strconv.Itoa(RelaxedGOGC)); err != nil {
