@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-
-	"github.com/kasa-pay/kasa/workflows"
 )
 
 // Stack is a running kasa to measure, and what the suite needs to reach around it.
@@ -163,7 +161,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	}
 	payOpts := Options{DuplicateRatio: o.Duplicates, InsufficientShare: o.Insufficient}
 
-	workflowCeiling := func(name string, shape workflows.Shape, window time.Duration) error {
+	workflowCeiling := func(name string, shape Shape, window time.Duration) error {
 		if err := before(); err != nil {
 			return err
 		}
@@ -179,7 +177,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	// every ratio against it. T of kasa's own shape and H are not among them: they run right
 	// beside each pass of kasa's payments and replays (see kasaRuns).
 	ceilings := func(pass string) error {
-		return workflowCeiling(RunTLean+pass, workflows.LeanestShape, o.Duration)
+		return workflowCeiling(RunTLean+pass, LeanestShape, o.Duration)
 	}
 	if err := ceilings(" #1"); err != nil {
 		return nil, err
@@ -211,7 +209,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 			return err
 		}
 		steps := []func() error{
-			func() error { return workflowCeiling(RunTOwn+pass, workflows.PaymentShape, o.Duration) },
+			func() error { return workflowCeiling(RunTOwn+pass, PaymentShape, o.Duration) },
 			func() error { return load(RunSpread+pass, payOpts, spread) },
 			func() error { return load(RunHot+pass, payOpts, hot) },
 			func() error { return load(RunReplay+pass, Options{Path: "replay"}, hot) },
@@ -272,7 +270,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 			}
 			steps := []func() error{
 				func() error {
-					return workflowCeiling(RunTLarge+pass, workflows.PaymentShape, max(o.Duration/2, time.Second))
+					return workflowCeiling(RunTLarge+pass, PaymentShape, max(o.Duration/2, time.Second))
 				},
 				func() error { return load(RunSpreadLarge+pass, payOpts, spread) },
 				func() error { return load(RunReplayLarge+pass, Options{Path: "replay"}, hot) },
@@ -369,9 +367,9 @@ func targets(runs map[string]Result, pg map[string]PGBenchResult) []Target {
 	own, ownInputs := paired(runs, RunSpread, RunTOwn)
 	hot, hotInputs := paired(runs, RunHot, RunSpread)
 	out := []Target{
-		{Name: "1a new payments vs Temporal, kasa's shape", Formula: "payments/s ÷ T(" + workflows.PaymentShape.String() + ") run beside it",
+		{Name: "1a new payments vs Temporal, kasa's shape", Formula: "payments/s ÷ T(" + PaymentShape.String() + ") run beside it",
 			Value: own, Threshold: 0.8, Inputs: ownInputs},
-		{Name: "1b new payments vs Temporal, leanest shape", Formula: "payments/s ÷ T(" + workflows.LeanestShape.String() + ")",
+		{Name: "1b new payments vs Temporal, leanest shape", Formula: "payments/s ÷ T(" + LeanestShape.String() + ")",
 			Value: ratio(spread.NewPaymentRate, tLean.Throughput), Threshold: 0.5,
 			Inputs: fmt.Sprintf("%.1f ÷ %.1f", spread.NewPaymentRate, tLean.Throughput)},
 		{Name: "2 replays vs min(R, H)", Formula: "replays/s ÷ min(pgbench replay tps, GET /healthz req/s)",

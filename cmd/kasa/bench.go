@@ -25,7 +25,6 @@ import (
 	"github.com/kasa-pay/kasa/config"
 	"github.com/kasa-pay/kasa/internal/devenv"
 	"github.com/kasa-pay/kasa/store"
-	"github.com/kasa-pay/kasa/workflows"
 )
 
 // runBench is `kasa bench`: it starts a throwaway kasa (a `kasa dev` child process on free ports
@@ -102,7 +101,7 @@ func runBench(ctx context.Context, cfg config.Config, log *slog.Logger) (err err
 	}
 
 	if shape, ok := strings.CutPrefix(*path, "temporal:"); ok {
-		sh, err := workflows.ParseShape(shape)
+		sh, err := bench.ParseShape(shape)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "kasa bench:", err)
 			return exitError(2)
