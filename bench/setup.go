@@ -30,6 +30,15 @@ type Merchant struct {
 	Payers []string // payer account ids
 }
 
+// MerchantIDs lists the fixture's merchant ids.
+func (fx *Fixture) MerchantIDs() []string {
+	ids := make([]string, len(fx.Merchants))
+	for i, m := range fx.Merchants {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
 const (
 	// depositPayments is how many maximal payments every payer can afford: far more than any run
 	// here sends (a few hundred payments/s over all payers), so only InsufficientShare fails.

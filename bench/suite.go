@@ -251,12 +251,8 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	}
 
 	if o.Preload > 0 && s.Preload != nil {
-		o.Progress("preloading %d payments with their idempotency records (COPY)", o.Preload)
-		ids := make([]string, len(spread.Merchants))
-		for i, m := range spread.Merchants {
-			ids[i] = m.ID
-		}
-		if err := s.Preload(ctx, ids, o.Preload); err != nil {
+		o.Progress("preloading %d payments with their idempotency records", o.Preload)
+		if err := s.Preload(ctx, spread.MerchantIDs(), o.Preload); err != nil {
 			return nil, fmt.Errorf("preload: %w", err)
 		}
 		// Minutes and a preload lie between the small table's runs and these, and the machine's
