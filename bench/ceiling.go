@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -166,74 +165,18 @@ func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, concurr
 	}
 	defer w.Stop()
 
-	start := time.Now()
-	measured, end := start.Add(warmup), start.Add(warmup+duration)
-	cpuUsed := cpuWindow(ctx, cpu, measured, end)
-	seconds := int((duration + time.Second - 1) / time.Second)
-	series := make([]histogram, seconds)
-	hists := make([]histogram, concurrency)
-	errs := make([]int64, concurrency)
-	var firstErr error
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i := range concurrency {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				sent := time.Now()
-				if !sent.Before(end) {
-					return
-				}
-				o := client.StartWorkflowOptions{ID: "bench-shape-" + uuid.NewString(), TaskQueue: queue, EnableEagerStart: shape.Eager}
-				if shape.SearchAttributes {
-					o.TypedSearchAttributes = temporal.NewSearchAttributes(
-						workflows.SearchPaymentStatus.ValueSet("processing"), workflows.SearchMerchantID.ValueSet("bench"))
-				}
-				run, err := tc.ExecuteWorkflow(ctx, o, WorkflowShape, shape)
-				if err == nil {
-					err = run.Get(ctx, nil)
-				}
-				if sent.Before(measured) {
-					continue
-				}
-				if err != nil {
-					errs[i]++
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					continue
-				}
-				d := time.Since(sent)
-				hists[i].record(d)
-				if s := int(sent.Sub(measured) / time.Second); s < seconds {
-					series[s].record(d)
-				}
-			}
-		})
+	r := &runner{opts: Options{Path: "temporal:" + shape.String(), Concurrency: concurrency, Warmup: warmup, Duration: duration, CPU: cpu}}
+	r.op = func(ctx context.Context) outcome {
+		o := client.StartWorkflowOptions{ID: "bench-shape-" + uuid.NewString(), TaskQueue: queue, EnableEagerStart: shape.Eager}
+		if shape.SearchAttributes {
+			o.TypedSearchAttributes = temporal.NewSearchAttributes(
+				workflows.SearchPaymentStatus.ValueSet("processing"), workflows.SearchMerchantID.ValueSet("bench"))
+		}
+		run, err := tc.ExecuteWorkflow(ctx, o, WorkflowShape, shape)
+		if err == nil {
+			err = run.Get(ctx, nil)
+		}
+		return outcome{ans: answer{label: "completed"}, done: time.Now(), err: err}
 	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return Result{}, err
-	}
-
-	res := Result{Path: "temporal:" + shape.String(), Mode: "closed", Concurrency: concurrency, Duration: duration.Seconds(), Answers: map[string]int64{}}
-	var h histogram
-	for i := range hists {
-		h.merge(&hists[i])
-		res.Errors += errs[i]
-	}
-	if firstErr != nil {
-		res.FirstError = firstErr.Error()
-	}
-	res.Requests = h.count()
-	res.Answers["completed"] = res.Requests
-	res.Throughput = float64(res.Requests) / duration.Seconds()
-	res.NewPayments, res.NewPaymentRate = res.Requests, res.Throughput
-	res.Latency = h.latency()
-	res.CPU = cpuUse(cpuUsed(), duration, "workflow", res.Requests)
-	for i := range series {
-		res.Series = append(res.Series, Second{Second: i, Requests: series[i].count(), P99: ms(series[i].quantile(0.99))})
-	}
-	return res, nil
+	return r.measure(ctx, map[string]string{})
 }
