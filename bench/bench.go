@@ -1,4 +1,4 @@
-// Package bench is kasa's HTTP load generator. It drives the real REST API (CONTRACT §2, §3) over
+// Package bench is kasa's HTTP load generator. It drives the real REST API (docs/openapi.yaml) over
 // keep-alive connections, either closed loop (N clients sending back to back) or open loop
 // (arrivals on a fixed schedule, latency measured from the intended send time so a stalled server
 // cannot hide its queue: no coordinated omission), and reports throughput, latency quantiles from

@@ -20,7 +20,7 @@ import (
 	"github.com/kasa-pay/kasa/payment"
 )
 
-// fakeAPI is a small in-memory stand-in for kasa's admin and payment API (CONTRACT §2, §3): enough
+// fakeAPI is a small in-memory stand-in for kasa's admin and payment API (docs/openapi.yaml): enough
 // to drive the generator and check what it sent.
 type fakeAPI struct {
 	delay time.Duration // time a new payment stays processing

@@ -87,7 +87,7 @@ type Report struct {
 	Correct    bool                     `json:"correct"`
 }
 
-// Target is one of the issue's ratios with its inputs.
+// Target is one of the benchmark's goals, a ratio of measurements, with its inputs.
 type Target struct {
 	Name      string  `json:"name"`
 	Formula   string  `json:"formula"`
@@ -355,7 +355,7 @@ func paired(runs map[string]Result, num, den string) (value float64, inputs stri
 	return value, "mean of " + strings.Join(parts, " and ")
 }
 
-// targets computes the issue's ratios from one run's measurements.
+// targets computes the goals' ratios from one suite's measurements.
 func targets(runs map[string]Result, pg map[string]PGBenchResult) []Target {
 	spread, tLean := runs[RunSpread], runs[RunTLean]
 	replay, h, r := runs[RunReplay], runs[RunHTTP], pg["replay"]
