@@ -31,8 +31,8 @@ test: temporal-cli ## run every test: unit, integration (real PostgreSQL + Tempo
 
 # The standard suite: about 5 minutes here, plus the preload (see README "Benchmarks").
 BENCH_PRELOAD ?= 1000000
-bench: build temporal-cli ## measure: ceilings, targets and correctness; writes bench/results/<date>.{md,json,svg} and README's table
-	$(BIN)/kasa bench --suite --preload $(BENCH_PRELOAD) --out bench/results --readme README.md
+bench: build temporal-cli ## measure: ceilings, targets and correctness; writes bench/results/<date>.{md,json,svg}
+	$(BIN)/kasa bench --suite --preload $(BENCH_PRELOAD) --out bench/results
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -1,4 +1,4 @@
-// Package bench is kasa's HTTP load generator. It drives the real REST API (CONTRACT §2, §3) over
+// Package bench is kasa's HTTP load generator. It drives the real REST API (docs/openapi.yaml) over
 // keep-alive connections, either closed loop (N clients sending back to back) or open loop
 // (arrivals on a fixed schedule, latency measured from the intended send time so a stalled server
 // cannot hide its queue: no coordinated omission), and reports throughput, latency quantiles from
@@ -122,14 +122,14 @@ const (
 	errorPause     = 10 * time.Millisecond
 )
 
-// exponents are the ISO 4217 minor units of the currencies a bench can use.
-var exponents = map[string]int{"TRY": 2, "USD": 2, "EUR": 2, "JPY": 0, "KWD": 3}
+// currencies are the ones a bench can use (the harness's preload.sql knows their minor units).
+var currencies = map[string]bool{"TRY": true, "USD": true, "EUR": true, "JPY": true, "KWD": true}
 
 // ParseAmounts reads a range of payment amounts in the currency's major units, "MIN-MAX" such
 // as "1-100" or "0.50-20.00" (or one amount for both), into minor units for Options.
 func ParseAmounts(s, currency string) (minAmount, maxAmount int64, err error) {
 	currency = strings.ToUpper(currency)
-	if _, ok := exponents[currency]; !ok {
+	if !currencies[currency] {
 		return 0, 0, fmt.Errorf("unsupported currency %q (TRY, USD, EUR, JPY or KWD)", currency)
 	}
 	lo, hi, isRange := strings.Cut(strings.TrimSpace(s), "-")
@@ -170,7 +170,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Currency = "TRY"
 	}
 	o.Currency = strings.ToUpper(o.Currency)
-	if _, ok := exponents[o.Currency]; !ok {
+	if !currencies[o.Currency] {
 		return o, fmt.Errorf("bench: unsupported currency %q", o.Currency)
 	}
 	if o.MinAmount <= 0 {
@@ -298,12 +298,12 @@ type runner struct {
 	opts                 Options
 	fx                   *Fixture
 	hc                   *http.Client
-	exp                  int
 	rawPath, replayPath  bool
 	pool                 []request // replay path: finished payments
 	start, measured, end time.Time
 	series               []histogram // one per second of the window, shared by all clients
 	seriesErrors         []atomic.Int64
+	op                   func(context.Context) outcome // if set, what a client does instead of HTTP requests
 }
 
 // worker is one client. Everything it records is its own and merged after the run.
@@ -335,7 +335,6 @@ func Run(ctx context.Context, opts Options, fx *Fixture) (Result, error) {
 		if fx == nil || len(fx.Merchants) == 0 || len(fx.Merchants[0].Payers) == 0 {
 			return Result{}, fmt.Errorf("bench: path %q needs a Fixture from Setup", opts.Path)
 		}
-		r.exp = exponents[fx.Currency]
 	}
 	seen := map[string]string{}
 	if r.replayPath {
@@ -344,6 +343,12 @@ func Run(ctx context.Context, opts Options, fx *Fixture) (Result, error) {
 		}
 	}
 
+	return r.measure(ctx, seen)
+}
+
+// measure runs the clients for the warmup and the window, and sums up what they recorded.
+func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, error) {
+	opts := r.opts
 	r.start = time.Now()
 	r.measured = r.start.Add(opts.Warmup)
 	r.end = r.measured.Add(opts.Duration)
@@ -369,11 +374,15 @@ func Run(ctx context.Context, opts Options, fx *Fixture) (Result, error) {
 		window = min(max(time.Since(r.measured), 0), window)
 	}
 	res := r.result(workers, unsent, seen, window)
-	if res.NewPayments > 0 {
-		res.CPU = cpuUse(cpuUsed(), opts.Duration, "new payment", res.NewPayments)
-	} else {
-		res.CPU = cpuUse(cpuUsed(), opts.Duration, "request", res.Requests)
+	per, ops := "request", res.Requests
+	switch {
+	case r.op != nil:
+		per = "workflow"
+		res.NewPayments, res.NewPaymentRate = res.Requests, res.Throughput
+	case res.NewPayments > 0:
+		per, ops = "new payment", res.NewPayments
 	}
+	res.CPU = cpuUse(cpuUsed(), opts.Duration, per, ops)
 	return res, ctx.Err()
 }
 
@@ -459,6 +468,9 @@ func (r *runner) schedule(ctx context.Context, arrivals chan<- time.Time) int64 
 // fire sends the client's next request (two in parallel for a race) as of the intended time and
 // records the outcome. It returns false on a transport error.
 func (w *worker) fire(ctx context.Context, intended time.Time) bool {
+	if w.r.op != nil {
+		return w.record(ctx, intended, request{}, w.r.op(ctx))
+	}
 	reqs := w.next()
 	outs := make([]outcome, len(reqs))
 	var wg sync.WaitGroup
@@ -562,7 +574,7 @@ func (r *runner) newPayment(rng *rand.Rand) request {
 	key := uuid.NewString()
 	body, _ := json.Marshal(paymentBody{
 		InvoiceID: key, // unique, so no payment is ever a duplicate_payment of another
-		Amount:    formatAmount(amount, r.exp),
+		Amount:    payment.FormatAmount(amount, r.fx.Currency),
 		Currency:  r.fx.Currency,
 		AccountID: m.Payers[rng.IntN(len(m.Payers))],
 	})
@@ -615,7 +627,7 @@ func (r *runner) result(workers []*worker, unsent int64, payments map[string]str
 	if o.Rate > 0 {
 		res.Mode, res.Rate = "open", o.Rate
 	}
-	if !r.rawPath {
+	if r.fx != nil {
 		res.Merchants, res.Payers = len(r.fx.Merchants), len(r.fx.Merchants[0].Payers)
 	}
 	var h histogram
@@ -652,15 +664,3 @@ func (r *runner) result(workers []*worker, unsent int64, payments map[string]str
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
-
-// formatAmount renders positive minor units as a decimal string with exp fraction digits.
-func formatAmount(minor int64, exp int) string {
-	s := strconv.FormatInt(minor, 10)
-	if exp == 0 {
-		return s
-	}
-	if len(s) <= exp {
-		s = strings.Repeat("0", exp-len(s)+1) + s
-	}
-	return s[:len(s)-exp] + "." + s[len(s)-exp:]
-}

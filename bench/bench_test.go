@@ -16,9 +16,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
 )
 
-// fakeAPI is a small in-memory stand-in for kasa's admin and payment API (CONTRACT §2, §3): enough
+// fakeAPI is a small in-memory stand-in for kasa's admin and payment API (docs/openapi.yaml): enough
 // to drive the generator and check what it sent.
 type fakeAPI struct {
 	delay time.Duration // time a new payment stays processing
@@ -246,14 +248,14 @@ func TestClassify(t *testing.T) {
 func TestFormatAmount(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		minor int64
-		exp   int
-		want  string
+		minor    int64
+		currency string
+		want     string
 	}{
-		{12345, 2, "123.45"}, {5, 2, "0.05"}, {100, 2, "1.00"}, {100, 0, "100"}, {1, 3, "0.001"}, {1000, 3, "1.000"},
+		{12345, "TRY", "123.45"}, {5, "TRY", "0.05"}, {100, "TRY", "1.00"}, {100, "JPY", "100"}, {1, "KWD", "0.001"}, {1000, "KWD", "1.000"},
 	}
 	for _, tt := range tests {
-		require.Equal(t, tt.want, formatAmount(tt.minor, tt.exp), "%d exp %d", tt.minor, tt.exp)
+		require.Equal(t, tt.want, payment.FormatAmount(tt.minor, tt.currency), "%d %s", tt.minor, tt.currency)
 	}
 }
 

@@ -3,10 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -16,88 +18,165 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
+// Ceiling T is a workflow with the payment workflow's shape and no work in its steps: what
+// Temporal alone allows for that shape on these servers.
+
+// StepKind is how one workflow step runs.
+type StepKind string
+
+const (
+	StepRegular StepKind = "R" // a regular activity: its own task, scheduled and completed through the server
+	StepLocal   StepKind = "L" // a local activity: run inside the workflow task by the worker that holds it
+)
+
+// Shape is a workflow's skeleton: its steps in order, and whether it starts eagerly (the first
+// workflow task handed to the starting process's own worker, skipping a round trip).
+type Shape struct {
+	Steps []StepKind
+	Eager bool
+	// SearchAttributes: started with PaymentStatus and MerchantId set, PaymentStatus upserted
+	// once at the end, as a payment is (each is a visibility write in Temporal).
+	SearchAttributes bool
+}
+
+func (s Shape) String() string {
+	var b strings.Builder
+	for _, k := range s.Steps {
+		b.WriteString(string(k))
+	}
+	if s.Eager {
+		b.WriteString("+eager")
+	}
+	if s.SearchAttributes {
+		b.WriteString("+search-attributes")
+	}
+	return b.String()
+}
+
+// PaymentShape is PaymentWorkflow's happy path: reserve, charge, finalize, each a local
+// activity, started eagerly when the starting process runs a worker (Starter.StartPayment).
+// TestPaymentShapeMatchesARecordedPayment checks the steps against a recorded payment history.
+var PaymentShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true, SearchAttributes: true}
+
+// ShapeFor is the shape of a payment that succeeds at its first charge with a provider of the
+// given capability: PaymentShape for all three. The charge is a local activity whatever the provider,
+// because it commits an attempt counter before each send to a provider without idempotency (see
+// workflows.ChargeInput.Capability); the capabilities differ only when an attempt has to be repeated (sent
+// again with the same key, inquired first, or parked unknown). TestShapeForEveryCapability checks
+// it against real payments' histories.
+func ShapeFor(workflows.Capability) Shape { return PaymentShape }
+
+// HistoryShape is the shape a recorded workflow history shows: its steps, and whether it was
+// started with search attributes and upserted them. Eager start is not recorded in a history,
+// so Eager is always false.
+func HistoryShape(h *historypb.History) Shape {
+	var s Shape
+	started, upserts := false, 0
+	for _, e := range h.GetEvents() {
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+			started = len(e.GetWorkflowExecutionStartedEventAttributes().GetSearchAttributes().GetIndexedFields()) > 0
+		case enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+			upserts++
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			s.Steps = append(s.Steps, StepRegular)
+		case enumspb.EVENT_TYPE_MARKER_RECORDED:
+			if e.GetMarkerRecordedEventAttributes().GetMarkerName() == localActivityMarker {
+				s.Steps = append(s.Steps, StepLocal)
+			}
+		}
+	}
+	s.SearchAttributes = started && upserts == 1
+	return s
+}
+
+// localActivityMarker names the marker the SDK records for each local activity's result.
+const localActivityMarker = "LocalActivity"
+
+// LeanestShape is the fastest shape Temporal allows for three steps: one workflow task.
+var LeanestShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true}
+
+// Names of the ceiling workflow and its step.
+const (
+	WorkflowShape = "bench.shape"
+	ActivityNoop  = "bench.noop"
+)
+
+// Noop is the ceiling's step: nothing.
+func Noop(context.Context) error { return nil }
+
+// ShapeWorkflow runs s's steps, each the no-op activity.
+func ShapeWorkflow(ctx workflow.Context, s Shape) error {
+	local := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	regular := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	for _, k := range s.Steps {
+		var err error
+		if k == StepLocal {
+			err = workflow.ExecuteLocalActivity(local, Noop).Get(ctx, nil)
+		} else {
+			err = workflow.ExecuteActivity(regular, ActivityNoop).Get(ctx, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if s.SearchAttributes {
+		return workflow.UpsertTypedSearchAttributes(ctx, workflows.SearchPaymentStatus.ValueSet("succeeded"))
+	}
+	return nil
+}
+
+// ParseShape reads a Shape's String form, e.g. "LLL+eager+search-attributes" or "RRR".
+func ParseShape(s string) (Shape, error) {
+	parts := strings.Split(s, "+")
+	var sh Shape
+	for _, c := range parts[0] {
+		switch k := StepKind(c); k {
+		case StepLocal, StepRegular:
+			sh.Steps = append(sh.Steps, k)
+		default:
+			return Shape{}, fmt.Errorf("shape %q: step %q is neither L (local) nor R (regular)", s, c)
+		}
+	}
+	for _, p := range parts[1:] {
+		switch p {
+		case "eager":
+			sh.Eager = true
+		case "search-attributes":
+			sh.SearchAttributes = true
+		default:
+			return Shape{}, fmt.Errorf("shape %q: unknown option %q (eager, search-attributes)", s, p)
+		}
+	}
+	return sh, nil
+}
+
 // WorkflowCeiling is ceiling T: workflows of the given shape with no work in their steps,
 // started and awaited back to back by concurrency clients for warmup+duration, on a task queue
 // of their own served by a worker in this process. Its Result is shaped like a load run's, with
 // Path "temporal:<shape>". With cpu, it also reports what its measured window cost.
-func WorkflowCeiling(ctx context.Context, tc client.Client, shape workflows.Shape, concurrency int, warmup, duration time.Duration, cpu CPU) (Result, error) {
+func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, concurrency int, warmup, duration time.Duration, cpu CPU) (Result, error) {
 	queue := "bench-shape-" + uuid.NewString()
 	w := sdkworker.New(tc, queue, sdkworker.Options{})
-	w.RegisterWorkflowWithOptions(workflows.ShapeWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowShape})
-	w.RegisterActivityWithOptions(workflows.Noop, activity.RegisterOptions{Name: workflows.ActivityNoop})
+	w.RegisterWorkflowWithOptions(ShapeWorkflow, workflow.RegisterOptions{Name: WorkflowShape})
+	w.RegisterActivityWithOptions(Noop, activity.RegisterOptions{Name: ActivityNoop})
 	if err := w.Start(); err != nil {
 		return Result{}, fmt.Errorf("ceiling worker: %w", err)
 	}
 	defer w.Stop()
 
-	start := time.Now()
-	measured, end := start.Add(warmup), start.Add(warmup+duration)
-	cpuUsed := cpuWindow(ctx, cpu, measured, end)
-	seconds := int((duration + time.Second - 1) / time.Second)
-	series := make([]histogram, seconds)
-	hists := make([]histogram, concurrency)
-	errs := make([]int64, concurrency)
-	var firstErr error
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i := range concurrency {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				sent := time.Now()
-				if !sent.Before(end) {
-					return
-				}
-				o := client.StartWorkflowOptions{ID: "bench-shape-" + uuid.NewString(), TaskQueue: queue, EnableEagerStart: shape.Eager}
-				if shape.SearchAttributes {
-					o.TypedSearchAttributes = temporal.NewSearchAttributes(
-						workflows.SearchPaymentStatus.ValueSet("processing"), workflows.SearchMerchantID.ValueSet("bench"))
-				}
-				run, err := tc.ExecuteWorkflow(ctx, o, workflows.WorkflowShape, shape)
-				if err == nil {
-					err = run.Get(ctx, nil)
-				}
-				if sent.Before(measured) {
-					continue
-				}
-				if err != nil {
-					errs[i]++
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					continue
-				}
-				d := time.Since(sent)
-				hists[i].record(d)
-				if s := int(sent.Sub(measured) / time.Second); s < seconds {
-					series[s].record(d)
-				}
-			}
-		})
+	r := &runner{opts: Options{Path: "temporal:" + shape.String(), Concurrency: concurrency, Warmup: warmup, Duration: duration, CPU: cpu}}
+	r.op = func(ctx context.Context) outcome {
+		o := client.StartWorkflowOptions{ID: "bench-shape-" + uuid.NewString(), TaskQueue: queue, EnableEagerStart: shape.Eager}
+		if shape.SearchAttributes {
+			o.TypedSearchAttributes = temporal.NewSearchAttributes(
+				workflows.SearchPaymentStatus.ValueSet("processing"), workflows.SearchMerchantID.ValueSet("bench"))
+		}
+		run, err := tc.ExecuteWorkflow(ctx, o, WorkflowShape, shape)
+		if err == nil {
+			err = run.Get(ctx, nil)
+		}
+		return outcome{ans: answer{label: "completed"}, done: time.Now(), err: err}
 	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return Result{}, err
-	}
-
-	res := Result{Path: "temporal:" + shape.String(), Mode: "closed", Concurrency: concurrency, Duration: duration.Seconds(), Answers: map[string]int64{}}
-	var h histogram
-	for i := range hists {
-		h.merge(&hists[i])
-		res.Errors += errs[i]
-	}
-	if firstErr != nil {
-		res.FirstError = firstErr.Error()
-	}
-	res.Requests = h.count()
-	res.Answers["completed"] = res.Requests
-	res.Throughput = float64(res.Requests) / duration.Seconds()
-	res.NewPayments, res.NewPaymentRate = res.Requests, res.Throughput
-	res.Latency = h.latency()
-	res.CPU = cpuUse(cpuUsed(), duration, "workflow", res.Requests)
-	for i := range series {
-		res.Series = append(res.Series, Second{Second: i, Requests: series[i].count(), P99: ms(series[i].quantile(0.99))})
-	}
-	return res, nil
+	return r.measure(ctx, map[string]string{})
 }

@@ -6,9 +6,10 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // CPU reads how much CPU time each class of a stack's processes has used so far.
@@ -59,53 +60,24 @@ type proc struct {
 	children time.Duration // cutime + cstime: children waited for
 }
 
-// readProcs reads every process's /proc/<pid>/stat. Processes that end while it reads are left out.
+// readProcs reads every process's CPU times. Processes that end while it reads are left out.
 func readProcs() map[int]proc {
-	entries, err := os.ReadDir("/proc")
+	all, err := procfs.AllProcs()
 	if err != nil {
 		return nil
 	}
-	procs := make(map[int]proc, len(entries))
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	procs := make(map[int]proc, len(all))
+	for _, p := range all {
+		st, err := p.Stat()
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		if p, ok := parseStat(string(b)); ok {
-			procs[pid] = p
+		procs[p.PID] = proc{
+			comm: st.Comm, ppid: st.PPID,
+			own: time.Duration(st.UTime+st.STime) * clockTick, children: time.Duration(st.CUTime+st.CSTime) * clockTick,
 		}
 	}
 	return procs
-}
-
-// parseStat reads the fields of /proc/<pid>/stat that CPU needs: "pid (comm) state ppid ...
-// utime stime cutime cstime ...". The command name may hold spaces and parentheses, so the
-// fields are counted from its last ')'.
-func parseStat(s string) (proc, bool) {
-	open, shut := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || shut < open {
-		return proc{}, false
-	}
-	f := strings.Fields(s[shut+1:])
-	if len(f) < 15 {
-		return proc{}, false
-	}
-	var n [5]int64
-	for i, idx := range []int{1, 11, 12, 13, 14} { // ppid, utime, stime, cutime, cstime
-		v, err := strconv.ParseInt(f[idx], 10, 64)
-		if err != nil {
-			return proc{}, false
-		}
-		n[i] = v
-	}
-	return proc{
-		comm: s[open+1 : shut], ppid: int(n[0]),
-		own: time.Duration(n[1]+n[2]) * clockTick, children: time.Duration(n[3]+n[4]) * clockTick,
-	}, true
 }
 
 // descends says whether pid is a descendant of root.

@@ -8,28 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestParseStat(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		line string
-		want proc
-		ok   bool
-	}{
-		{"42 (postgres) S 7 42 42 0 -1 4194560 100 0 0 0 150 25 3 4 20 0 1 0 100 1000 10 18446744073709551615",
-			proc{comm: "postgres", ppid: 7, own: 1750 * time.Millisecond, children: 70 * time.Millisecond}, true},
-		// A command name may hold spaces and parentheses: the fields count from its last ')'.
-		{"9 (a (b) c) R 1 9 9 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0",
-			proc{comm: "a (b) c", ppid: 1, own: 30 * time.Millisecond}, true},
-		{"9 (short) R 1 9", proc{}, false},
-		{"no parentheses at all", proc{}, false},
-		{"9 (x) R 1 9 9 0 -1 0 0 0 0 0 ten 2 0 0 20", proc{}, false},
-	} {
-		got, ok := parseStat(c.line)
-		require.Equal(t, c.ok, ok, c.line)
-		require.Equal(t, c.want, got, c.line)
-	}
-}
-
 func TestCPUWindow(t *testing.T) {
 	t.Parallel()
 	t0 := time.Now()

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 
 	"github.com/google/uuid"
+
+	"github.com/kasa-pay/kasa/payment"
 )
 
 // Fixture is what Setup created: the merchants, their API keys and funded payer accounts.
@@ -28,6 +30,15 @@ type Merchant struct {
 	ID     string
 	APIKey string
 	Payers []string // payer account ids
+}
+
+// MerchantIDs lists the fixture's merchant ids.
+func (fx *Fixture) MerchantIDs() []string {
+	ids := make([]string, len(fx.Merchants))
+	for i, m := range fx.Merchants {
+		ids[i] = m.ID
+	}
+	return ids
 }
 
 const (
@@ -68,7 +79,7 @@ func Setup(ctx context.Context, opts Options) (*Fixture, error) {
 	if err != nil {
 		return nil, err
 	}
-	amount := formatAmount(fx.Deposit, exponents[fx.Currency])
+	amount := payment.FormatAmount(fx.Deposit, fx.Currency)
 	err = parallel(ctx, opts.Merchants*opts.Payers, setupParallel, func(ctx context.Context, i int) error {
 		m := &fx.Merchants[i/opts.Payers]
 		var acct struct {

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-
-	"github.com/kasa-pay/kasa/workflows"
 )
 
 // Stack is a running kasa to measure, and what the suite needs to reach around it.
@@ -89,7 +87,7 @@ type Report struct {
 	Correct    bool                     `json:"correct"`
 }
 
-// Target is one of the issue's ratios with its inputs.
+// Target is one of the benchmark's goals, a ratio of measurements, with its inputs.
 type Target struct {
 	Name      string  `json:"name"`
 	Formula   string  `json:"formula"`
@@ -163,7 +161,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	}
 	payOpts := Options{DuplicateRatio: o.Duplicates, InsufficientShare: o.Insufficient}
 
-	workflowCeiling := func(name string, shape workflows.Shape, window time.Duration) error {
+	workflowCeiling := func(name string, shape Shape, window time.Duration) error {
 		if err := before(); err != nil {
 			return err
 		}
@@ -179,7 +177,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	// every ratio against it. T of kasa's own shape and H are not among them: they run right
 	// beside each pass of kasa's payments and replays (see kasaRuns).
 	ceilings := func(pass string) error {
-		return workflowCeiling(RunTLean+pass, workflows.LeanestShape, o.Duration)
+		return workflowCeiling(RunTLean+pass, LeanestShape, o.Duration)
 	}
 	if err := ceilings(" #1"); err != nil {
 		return nil, err
@@ -211,7 +209,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 			return err
 		}
 		steps := []func() error{
-			func() error { return workflowCeiling(RunTOwn+pass, workflows.PaymentShape, o.Duration) },
+			func() error { return workflowCeiling(RunTOwn+pass, PaymentShape, o.Duration) },
 			func() error { return load(RunSpread+pass, payOpts, spread) },
 			func() error { return load(RunHot+pass, payOpts, hot) },
 			func() error { return load(RunReplay+pass, Options{Path: "replay"}, hot) },
@@ -253,12 +251,8 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	}
 
 	if o.Preload > 0 && s.Preload != nil {
-		o.Progress("preloading %d payments with their idempotency records (COPY)", o.Preload)
-		ids := make([]string, len(spread.Merchants))
-		for i, m := range spread.Merchants {
-			ids[i] = m.ID
-		}
-		if err := s.Preload(ctx, ids, o.Preload); err != nil {
+		o.Progress("preloading %d payments with their idempotency records", o.Preload)
+		if err := s.Preload(ctx, spread.MerchantIDs(), o.Preload); err != nil {
 			return nil, fmt.Errorf("preload: %w", err)
 		}
 		// Minutes and a preload lie between the small table's runs and these, and the machine's
@@ -272,7 +266,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 			}
 			steps := []func() error{
 				func() error {
-					return workflowCeiling(RunTLarge+pass, workflows.PaymentShape, max(o.Duration/2, time.Second))
+					return workflowCeiling(RunTLarge+pass, PaymentShape, max(o.Duration/2, time.Second))
 				},
 				func() error { return load(RunSpreadLarge+pass, payOpts, spread) },
 				func() error { return load(RunReplayLarge+pass, Options{Path: "replay"}, hot) },
@@ -361,7 +355,7 @@ func paired(runs map[string]Result, num, den string) (value float64, inputs stri
 	return value, "mean of " + strings.Join(parts, " and ")
 }
 
-// targets computes the issue's ratios from one run's measurements.
+// targets computes the goals' ratios from one suite's measurements.
 func targets(runs map[string]Result, pg map[string]PGBenchResult) []Target {
 	spread, tLean := runs[RunSpread], runs[RunTLean]
 	replay, h, r := runs[RunReplay], runs[RunHTTP], pg["replay"]
@@ -369,9 +363,9 @@ func targets(runs map[string]Result, pg map[string]PGBenchResult) []Target {
 	own, ownInputs := paired(runs, RunSpread, RunTOwn)
 	hot, hotInputs := paired(runs, RunHot, RunSpread)
 	out := []Target{
-		{Name: "1a new payments vs Temporal, kasa's shape", Formula: "payments/s ÷ T(" + workflows.PaymentShape.String() + ") run beside it",
+		{Name: "1a new payments vs Temporal, kasa's shape", Formula: "payments/s ÷ T(" + PaymentShape.String() + ") run beside it",
 			Value: own, Threshold: 0.8, Inputs: ownInputs},
-		{Name: "1b new payments vs Temporal, leanest shape", Formula: "payments/s ÷ T(" + workflows.LeanestShape.String() + ")",
+		{Name: "1b new payments vs Temporal, leanest shape", Formula: "payments/s ÷ T(" + LeanestShape.String() + ")",
 			Value: ratio(spread.NewPaymentRate, tLean.Throughput), Threshold: 0.5,
 			Inputs: fmt.Sprintf("%.1f ÷ %.1f", spread.NewPaymentRate, tLean.Throughput)},
 		{Name: "2 replays vs min(R, H)", Formula: "replays/s ÷ min(pgbench replay tps, GET /healthz req/s)",

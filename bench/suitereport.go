@@ -12,7 +12,7 @@ import (
 )
 
 // CapabilityLine names the provider capability a suite ran with and the workflow shape a new
-// payment runs with each capability (workflows.ShapeFor): the shape ceiling T copies. Empty when
+// payment runs with each capability (ShapeFor): the shape ceiling T copies. Empty when
 // the report records no capability.
 func (rep *Report) CapabilityLine() string {
 	if rep.Capability == "" {
@@ -20,7 +20,7 @@ func (rep *Report) CapabilityLine() string {
 	}
 	parts := make([]string, len(workflows.Capabilities))
 	for i, c := range workflows.Capabilities {
-		parts[i] = fmt.Sprintf("`%s` %s", c, workflows.ShapeFor(c))
+		parts[i] = fmt.Sprintf("`%s` %s", c, ShapeFor(c))
 	}
 	return fmt.Sprintf("Provider capability: %s. kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: %s.\n\n",
 		rep.Capability, strings.Join(parts, ", "))

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/kasa-pay/kasa/bench"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -89,7 +90,7 @@ func fetchHistory(t *testing.T, ctx context.Context, workflowID string) *history
 }
 
 // With every provider capability, a payment that succeeds at its first charge runs the shape
-// workflows.ShapeFor names: the one ceiling T copies and the bench's report states. Eager start
+// bench.ShapeFor names: the one ceiling T copies and the bench's report states. Eager start
 // is not in a history; the provider must have seen the charge exactly once.
 func TestShapeForEveryCapability(t *testing.T) {
 	t.Parallel()
@@ -103,9 +104,9 @@ func TestShapeForEveryCapability(t *testing.T) {
 		require.Equal(t, http.StatusCreated, r.Status, "%s: %s", c, r.Body)
 		require.Equal(t, 1, s.simCount(r.json(t)["id"].(string)), c)
 
-		want := workflows.ShapeFor(c)
+		want := bench.ShapeFor(c)
 		want.Eager = false
-		got := workflows.HistoryShape(fetchHistory(t, ctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), key)))
+		got := bench.HistoryShape(fetchHistory(t, ctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), key)))
 		require.Equal(t, want.String(), got.String(), c)
 	}
 }

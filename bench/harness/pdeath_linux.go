@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"os/exec"
@@ -9,8 +9,5 @@ import (
 // that a kasa bench killed outright (SIGKILL, or SIGPIPE on a closed output) does not leave its
 // kasa dev, and that one's PostgreSQL and Temporal, running.
 func dieWithParent(cmd *exec.Cmd) {
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGTERM
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 }

@@ -1,31 +1,78 @@
-package store_test
+package harness
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
-	"net/http"
+	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/internal/devenv"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 )
 
+var (
+	testURL string
+	db      *store.Store
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	env, err := devenv.StartTestEnv(ctx, devenv.TestNeeds{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "harness tests:", err)
+		return 1
+	}
+	defer env.Stop()
+	testURL = env.DatabaseURL
+	db, err = store.Open(ctx, store.Options{URL: env.DatabaseURL, SecretKey: bytes.Repeat([]byte{1}, 32), Migrate: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "harness tests:", err)
+		return 1
+	}
+	defer db.Close()
+	return m.Run()
+}
+
+// fixture makes a merchant with one funded TRY account.
+func fixture(t *testing.T, deposit int64) (merchantID, accountID uuid.UUID) {
+	t.Helper()
+	ctx := context.Background()
+	m := payment.Merchant{ID: payment.NewID(), Name: "m"}
+	require.NoError(t, db.CreateMerchant(ctx, m, payment.NewSecret("sk_"), "whsec"))
+	a, err := db.CreateAccount(ctx, m.ID, "TRY")
+	require.NoError(t, err)
+	if deposit > 0 {
+		_, _, err = db.Deposit(ctx, a.ID, "seed", deposit)
+		require.NoError(t, err)
+	}
+	return m.ID, a.ID
+}
+
 // pairCounts counts the merchants' payments and idempotency records (other tests share the database).
 func pairCounts(t *testing.T, merchants ...uuid.UUID) (payments, records int64) {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testURL)
+	ids := make([]string, len(merchants))
+	for i, m := range merchants {
+		ids[i] = m.String()
+	}
+	out, err := psql(context.Background(), testURL, nil, "-A", "-t", "-F", " ", "-c", `SELECT
+  (SELECT count(*) FROM payments WHERE merchant_id = ANY('{`+strings.Join(ids, ",")+`}')),
+  (SELECT count(*) FROM idempotency_records WHERE merchant_id = ANY('{`+strings.Join(ids, ",")+`}'))`)
 	require.NoError(t, err)
-	defer conn.Close(ctx)
-	require.NoError(t, conn.QueryRow(ctx, `SELECT
-  (SELECT count(*) FROM payments WHERE merchant_id = ANY($1)),
-  (SELECT count(*) FROM idempotency_records WHERE merchant_id = ANY($1))`, merchants).Scan(&payments, &records))
+	_, err = fmt.Sscan(out, &payments, &records)
+	require.NoError(t, err)
 	return payments, records
 }
 
@@ -39,14 +86,11 @@ func TestPreloadLoadsFinishedPairsThatKeepInvariants(t *testing.T) {
 	p0, r0 := pairCounts(t, m1, m2)
 
 	var progress []int
-	res, err := db.Preload(ctx, store.PreloadOptions{Merchants: []uuid.UUID{m1, m2}, N: 20_000, Chunk: 3_000,
-		Progress: func(done, total int) {
-			require.Equal(t, 20_000, total)
-			progress = append(progress, done)
-		}})
+	prefix, err := preload(ctx, testURL, []string{m1.String(), m2.String()}, 20_000, 3_000, func(done, total int) {
+		require.Equal(t, 20_000, total)
+		progress = append(progress, done)
+	})
 	require.NoError(t, err)
-	require.Equal(t, 20_000, res.Rows)
-	require.Positive(t, res.Elapsed)
 	require.Equal(t, []int{3_000, 6_000, 9_000, 12_000, 15_000, 18_000, 20_000}, progress)
 
 	p1, r1 := pairCounts(t, m1, m2)
@@ -57,25 +101,27 @@ func TestPreloadLoadsFinishedPairsThatKeepInvariants(t *testing.T) {
 	require.Equal(t, int64(10_000), r2)
 
 	// Row 12,345 is m2's (odd rows); its payment is failed and found by its key.
-	key := res.KeyPrefix + strconv.Itoa(12_345)
+	key := prefix + strconv.Itoa(12_345)
 	p, err := db.PaymentByKey(ctx, m2, key)
 	require.NoError(t, err)
 	require.Equal(t, payment.StatusFailed, p.Status)
 	require.Equal(t, payment.FailureDeclined, p.FailureCode)
 	require.Equal(t, "inv-"+key, p.InvoiceID)
+	require.Equal(t, int64(100+12_345*7919%1_000_000), p.AmountMinor)
+	require.Equal(t, byte(7), p.ID[6]>>4, "a UUIDv7, as payment.NewID mints")
 	_, err = db.PaymentByKey(ctx, m1, key)
 	require.ErrorIs(t, err, payment.ErrNotFound, "each row belongs to one merchant")
 
-	// Its record is completed with the response the API would have stored.
+	// Its record is completed with the answer the API would have stored, byte for byte.
 	rec, err := db.Record(ctx, m2, key)
 	require.NoError(t, err)
 	require.Equal(t, store.RecordCompleted, rec.Status)
 	require.Equal(t, p.ID, rec.OperationID)
 	require.True(t, rec.WorkflowStarted)
-	require.Equal(t, http.StatusPaymentRequired, rec.ResponseStatus)
-	var body payment.Resource
-	require.NoError(t, json.Unmarshal(rec.ResponseBody, &body))
-	require.Equal(t, p.Resource(), body)
+	status, body, err := p.Answer()
+	require.NoError(t, err)
+	require.Equal(t, status, rec.ResponseStatus)
+	require.Equal(t, string(body), string(rec.ResponseBody))
 	require.Greater(t, len(rec.ResponseBody), 300)
 
 	// The same request again is a replay of exactly the stored bytes: the idempotency path works on preloaded rows.
@@ -85,16 +131,18 @@ func TestPreloadLoadsFinishedPairsThatKeepInvariants(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.BeganExisting, began)
 	require.Equal(t, rec, again)
-	status, replayed, err := db.SaveResponse(ctx, m2, key, http.StatusCreated, []byte(`{}`))
+	stored, replayed, err := db.SaveResponse(ctx, m2, key, 201, []byte(`{}`))
 	require.NoError(t, err)
-	require.Equal(t, http.StatusPaymentRequired, status, "a stored response is never overwritten")
+	require.Equal(t, status, stored, "a stored response is never overwritten")
 	require.Equal(t, rec.ResponseBody, replayed)
 
 	// Failed payments move no money: balances are untouched and every invariant holds.
 	a1After, err := db.Account(ctx, a1)
 	require.NoError(t, err)
 	require.Equal(t, a1Before, a1After)
-	requireVerified(t)
+	problems, err := db.Verify(ctx)
+	require.NoError(t, err)
+	require.Empty(t, problems)
 
 	sizes, err := db.Sizes(ctx)
 	require.NoError(t, err)
@@ -117,11 +165,13 @@ func TestPreloadNeedsCustomerAccounts(t *testing.T) {
 	ctx := context.Background()
 	m := payment.Merchant{ID: payment.NewID(), Name: "m"}
 	require.NoError(t, db.CreateMerchant(ctx, m, payment.NewSecret("sk_"), "whsec"))
-	_, err := db.Preload(ctx, store.PreloadOptions{Merchants: []uuid.UUID{m.ID}, N: 10})
-	require.ErrorIs(t, err, payment.ErrNotFound)
-	_, err = db.Preload(ctx, store.PreloadOptions{N: 10})
+	none := func(int, int) { t.Error("no chunk may commit") }
+	_, err := preload(ctx, testURL, []string{m.ID.String()}, 10, preloadChunk, none)
+	require.ErrorContains(t, err, "merchant "+m.ID.String()+" has no customer account")
+	_, err = preload(ctx, testURL, nil, 10, preloadChunk, none)
 	require.Error(t, err)
-	res, err := db.Preload(ctx, store.PreloadOptions{Merchants: []uuid.UUID{m.ID}})
+	_, err = preload(ctx, testURL, []string{m.ID.String()}, 0, preloadChunk, none)
 	require.NoError(t, err)
-	require.Zero(t, res.Rows)
+	p, r := pairCounts(t, m.ID)
+	require.Zero(t, p+r)
 }

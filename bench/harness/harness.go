@@ -1,0 +1,263 @@
+// Package harness is `kasa bench`: it starts a throwaway kasa (a `kasa dev` child process on free
+// ports with its own data directory, so nothing of the user's is touched), measures it with
+// package bench, checks that it stayed correct, and writes the results.
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/prometheus/procfs"
+	"go.temporal.io/sdk/client"
+
+	"github.com/kasa-pay/kasa/bench"
+)
+
+// Config is what the measured kasa takes over from the caller's configuration.
+type Config struct {
+	Capability string // KASA_PROVIDER_CAPABILITY
+	MaxConns   int32  // KASA_DATABASE_MAX_CONNS
+	Gzip       bool   // KASA_TEMPORAL_GZIP
+	// Dial connects to the child's Temporal frontend for the ceilings, as kasa's own clients do.
+	Dial func(ctx context.Context, address string) (client.Client, error)
+}
+
+var (
+	// ErrUsage: the command line was wrong (exit 2).
+	ErrUsage = errors.New("usage")
+	// ErrIncorrect: the measured kasa charged a payment twice or broke an invariant (exit 1).
+	ErrIncorrect = errors.New("not correct")
+)
+
+// Main runs `kasa bench` with its arguments.
+func Main(ctx context.Context, args []string, cfg Config) (err error) {
+	fs := flag.NewFlagSet("kasa bench", flag.ContinueOnError)
+	suite := fs.Bool("suite", false, "run the standard suite (ceilings, targets, correctness) and write its results")
+	out := fs.String("out", "bench/results", "--suite: directory for <date>.md, <date>.json and <date>.svg")
+	duration := fs.Duration("duration", 15*time.Second, "measured window of each run")
+	warmup := fs.Duration("warmup", 3*time.Second, "load before each window, not measured")
+	concurrency := fs.Int("concurrency", 16, "clients (closed loop), or the cap on requests in flight (open loop)")
+	rate := fs.Float64("rate", 0, "open loop: arrivals per second (0: closed loop)")
+	merchants := fs.Int("merchants", 1000, "merchants, each with its own settlement account (1: one hot account)")
+	payers := fs.Int("payers", 1, "payer accounts per merchant")
+	dups := fs.Float64("duplicates", 0.05, "share of requests that retry an earlier key (some in parallel)")
+	insufficient := fs.Float64("insufficient", 0.05, "share of new payments the payer cannot afford")
+	currency := fs.String("currency", "TRY", "one run: currency of the accounts and payments (TRY, USD, EUR, JPY or KWD)")
+	amounts := fs.String("amounts", "1-100", `one run: payment amounts, uniform in MIN-MAX major units of --currency, e.g. "0.50-20.00"`)
+	path := fs.String("path", "payments", `what one run drives: "payments", "replay", a raw path such as "/healthz", or "temporal:<shape>" (ceiling T, e.g. temporal:LLL+eager+search-attributes)`)
+	preload := fs.Int("preload", 0, "load this many stored payments and idempotency records before measuring")
+	faults := fs.String("faults", "", `bank simulator fault rules, as PUT /_sim/faults takes them, e.g. {"rules":[{"on":"charge","action":"delay","delay_ms":50}]}`)
+	asJSON := fs.Bool("json", false, "one run: print its result as JSON")
+	steadyWait := fs.Duration("steady-wait", 40*time.Second, "--suite: how long, over the whole suite, to wait for slow spells of a shared machine before a run")
+	childPprof := fs.String("child-pprof", "", "serve the measured kasa dev child's /debug/pprof/ on this address, e.g. 127.0.0.1:6061")
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return ErrUsage
+	}
+	minAmount, maxAmount, err := bench.ParseAmounts(*amounts, *currency)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kasa bench:", err)
+		return ErrUsage
+	}
+	var shape *bench.Shape
+	if s, ok := strings.CutPrefix(*path, "temporal:"); ok {
+		sh, err := bench.ParseShape(s)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kasa bench:", err)
+			return ErrUsage
+		}
+		shape = &sh
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *suite && (set["currency"] || set["amounts"]) {
+		fmt.Fprintln(os.Stderr, "kasa bench: --currency and --amounts shape one run; the standard suite (--suite) keeps its own")
+		return ErrUsage
+	}
+
+	st, err := startStack(ctx, cfg, *childPprof)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		st.keep = err != nil
+		st.stop()
+	}()
+	if *faults != "" {
+		if err := putFaults(ctx, st.SimURL, *faults); err != nil {
+			return err
+		}
+	}
+	progress := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "kasa bench: "+format+"\n", args...) }
+
+	if *suite {
+		rep, err := bench.RunSuite(ctx, st.Stack, bench.SuiteOptions{
+			Duration: *duration, Warmup: *warmup, Concurrency: *concurrency, Merchants: *merchants,
+			Duplicates: *dups, Insufficient: *insufficient, Preload: *preload, SteadyWait: *steadyWait, Progress: progress,
+		})
+		if err != nil {
+			return err
+		}
+		rep.Machine, rep.Commit, rep.Capability = machine(), commit(), cfg.Capability
+		if err := writeSuite(rep, *out); err != nil {
+			return err
+		}
+		if !rep.Correct {
+			fmt.Fprintln(os.Stderr, "kasa bench: the run was NOT correct (double charges or invariant violations): see the report")
+			return ErrIncorrect
+		}
+		return nil
+	}
+
+	if shape != nil {
+		res, err := bench.WorkflowCeiling(ctx, st.Temporal, *shape, *concurrency, *warmup, *duration, st.CPU)
+		if err != nil {
+			return err
+		}
+		return writeResult(res, *asJSON)
+	}
+	opts := bench.Options{
+		APIURL: st.APIURL, AdminToken: st.AdminToken, Duration: *duration, Warmup: *warmup,
+		Concurrency: *concurrency, Rate: *rate, Merchants: *merchants, Payers: *payers,
+		DuplicateRatio: *dups, InsufficientShare: *insufficient, Path: *path,
+		Currency: *currency, MinAmount: minAmount, MaxAmount: maxAmount, CPU: st.CPU,
+	}
+	var fx *bench.Fixture
+	if !strings.HasPrefix(*path, "/") {
+		progress("setting up %d merchant(s) with %d payer(s) each", *merchants, *payers)
+		if fx, err = bench.Setup(ctx, opts); err != nil {
+			return err
+		}
+		if *preload > 0 {
+			progress("preloading %d stored payments", *preload)
+			err = st.Preload(ctx, fx.MerchantIDs(), *preload)
+		} else {
+			err = st.Settle(ctx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	res, err := bench.Run(ctx, opts, fx)
+	if err != nil {
+		return err
+	}
+	doubles, err := bench.CheckCharges(ctx, st.SimURL, res.PaymentIDs("succeeded", "processing", "unknown"))
+	if err != nil {
+		return err
+	}
+	problems, err := st.Verify(ctx)
+	if err != nil {
+		return err
+	}
+	if err := writeResult(res, *asJSON); err != nil {
+		return err
+	}
+	if doubles > 0 || len(problems) > 0 {
+		fmt.Fprintf(os.Stderr, "kasa bench: NOT correct: %d double charge(s), invariant violations: %v\n", doubles, problems)
+		return ErrIncorrect
+	}
+	fmt.Fprintln(os.Stderr, "kasa bench: correct: no double charge, kasa verify ok")
+	return nil
+}
+
+func writeResult(res bench.Result, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	return bench.WriteMarkdown(os.Stdout, "kasa bench", res)
+}
+
+func putFaults(ctx context.Context, simURL, rules string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, simURL+"/_sim/faults", strings.NewReader(rules))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	r.Body.Close()
+	if r.StatusCode/100 != 2 {
+		return fmt.Errorf("PUT /_sim/faults: %s", r.Status)
+	}
+	return nil
+}
+
+// writeSuite writes <out>/<date>.md, .json and .svg.
+func writeSuite(rep *bench.Report, out string) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	base := filepath.Join(out, rep.Started.Format("2006-01-02"))
+	var md, svg strings.Builder
+	if err := bench.WriteSuiteMarkdown(&md, rep); err != nil {
+		return err
+	}
+	md.WriteString("\n![throughput and p99 per second of the spread payment run](" + filepath.Base(base) + ".svg)\n")
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	// The chart shows the spread payment run that counted: the faster of its two passes.
+	var spread *bench.Result
+	for i, r := range rep.Runs {
+		if strings.HasPrefix(r.Path, bench.RunSpread+" ") && (spread == nil || r.NewPaymentRate > spread.NewPaymentRate) {
+			spread = &rep.Runs[i]
+		}
+	}
+	if spread != nil {
+		if err := bench.WriteSVG(&svg, "new payments, "+spread.Path, spread.Series); err != nil {
+			return err
+		}
+	}
+	for name, content := range map[string]string{base + ".md": md.String(), base + ".json": string(b) + "\n", base + ".svg": svg.String()} {
+		if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "kasa bench: wrote %s.md, .json and .svg\n", base)
+	return nil
+}
+
+func machine() string {
+	mem := ""
+	if mi, err := procfs.NewDefaultFS(); err == nil {
+		if m, err := mi.Meminfo(); err == nil && m.MemTotal != nil {
+			mem = fmt.Sprintf(", %d GiB", (*m.MemTotal+1<<19)>>20)
+		}
+	}
+	return fmt.Sprintf("%s/%s, %d cores%s, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), mem, runtime.Version())
+}
+
+// commit is the VCS revision the binary was built from (go build records it).
+func commit() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "unknown", ""
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision" && len(s.Value) >= 12:
+			rev = s.Value[:12]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "+changes"
+		}
+	}
+	return rev + dirty
+}
