@@ -17,7 +17,7 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-// createPayment implements POST /v1/payments and every row of CONTRACT §2's answers table.
+// createPayment implements POST /v1/payments: every row of the answers table in docs/openapi.yaml.
 func (s *Server) createPayment(c *gin.Context) {
 	ctx := c.Request.Context()
 	m := merchantOf(c)
@@ -86,7 +86,7 @@ func (s *Server) answerExisting(c *gin.Context, rec store.Record, hash string) {
 			s.writeError(c, err)
 			return
 		}
-		s.writePayment(c, http.StatusAccepted, p)
+		s.writePending(c, p)
 	default:
 		// Processing. If its owner died before starting the workflow and the lease ran out,
 		// exactly one retry takes the operation over and starts the (deduplicated) workflow.
@@ -141,7 +141,7 @@ func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 	// The database, not the workflow result, is the answer: it is what every replay returns.
 	if a, ok := s.awaitOutcome(ctx, p, runID, announced); ok {
 		s.metrics.paymentTime.Observe(time.Since(start).Seconds())
-		s.replayFirst(c, store.Record{OperationID: p.ID, Status: store.RecordCompleted, ResponseStatus: a.Status, ResponseBody: a.Body})
+		s.replayFirst(c, announcedRecord(p.ID, a))
 		return
 	}
 	rec, err := s.Store.Record(ctx, p.MerchantID, p.IdempotencyKey)
@@ -159,7 +159,7 @@ func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 		s.writeError(c, err)
 		return
 	}
-	s.writePayment(c, http.StatusAccepted, cur)
+	s.writePending(c, cur)
 }
 
 // awaitOutcome waits up to SyncWait for the payment to leave processing. When the worker runs in
@@ -210,56 +210,6 @@ func (s *Server) awaitOutcome(ctx context.Context, p payment.Payment, runID stri
 			return
 		}
 	}
-}
-
-// replayFirst answers the first request of a completed operation with exactly what every later
-// replay will get.
-func (s *Server) replayFirst(c *gin.Context, rec store.Record) {
-	status, body, err := s.storedResponse(c, rec)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	c.Header("Location", "/v1/payments/"+rec.OperationID.String())
-	c.Data(status, "application/json", body)
-}
-
-func (s *Server) replay(c *gin.Context, rec store.Record) {
-	status, body, err := s.storedResponse(c, rec)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	c.Header("Idempotent-Replayed", "true")
-	c.Header("Location", "/v1/payments/"+rec.OperationID.String())
-	c.Data(status, "application/json", body)
-}
-
-// storedResponse is a completed operation's stored answer. The transaction that finishes a
-// payment stores it; a record completed before that was so gets it rendered and stored here once.
-func (s *Server) storedResponse(c *gin.Context, rec store.Record) (int, []byte, error) {
-	if rec.ResponseBody != nil {
-		return rec.ResponseStatus, rec.ResponseBody, nil
-	}
-	ctx := c.Request.Context()
-	p, err := s.Store.Payment(ctx, rec.OperationID)
-	if err != nil {
-		return 0, nil, err
-	}
-	status, body, err := p.Answer()
-	if err != nil {
-		return 0, nil, err
-	}
-	return s.Store.SaveResponse(ctx, rec.MerchantID, rec.Key, status, body)
-}
-
-// writePayment answers with the current payment resource; non-final states carry Retry-After.
-func (s *Server) writePayment(c *gin.Context, status int, p payment.Payment) {
-	c.Header("Location", "/v1/payments/"+p.ID.String())
-	if !p.Status.Final() {
-		setRetryAfter(c)
-	}
-	writeJSON(c, status, p.Resource())
 }
 
 func (s *Server) getPayment(c *gin.Context) {

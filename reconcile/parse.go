@@ -1,4 +1,4 @@
-// Package reconcile matches a provider's settlement file to kasa's payments (CONTRACT §5): it
+// Package reconcile matches a provider's settlement file to kasa's payments (docs/operations.md): it
 // resolves unknown payments through the workflow's checked `settle` update and reports every
 // disagreement between the bank and kasa without changing it silently.
 package reconcile

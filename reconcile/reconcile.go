@@ -92,7 +92,7 @@ func (r *Reconciler) Import(ctx context.Context, f io.Reader, o Options) (*Repor
 	return r.Reconcile(ctx, lines, o)
 }
 
-// Reconcile matches parsed lines to payments (see the package documentation and CONTRACT §5):
+// Reconcile matches parsed lines to payments (see the package documentation and docs/operations.md):
 //
 //   - listed and unknown: settled as charged (provider_reference = provider_charge_id);
 //   - listed and succeeded with the same amount and currency: matched;

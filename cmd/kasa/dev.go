@@ -250,8 +250,8 @@ func portFree(port int) bool {
 
 // relaxGC makes this process collect at devenv.RelaxedGOGC unless GOGC is set. kasa dev and kasa
 // bench share the machine with the Temporal dev server and PostgreSQL, and their live heaps are
-// tens of MB: collecting a quarter as often costs a few hundred MB, and the p99 of payments at
-// half load was lower in each of six interleaved runs against GOGC=100 (by 1–29%, see issue 6).
+// tens of MB: collecting a quarter as often costs a few hundred MB and lowers the payments'
+// tail latency under load.
 func relaxGC() {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(devenv.RelaxedGOGC)

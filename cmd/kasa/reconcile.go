@@ -10,8 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -116,11 +114,11 @@ func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 	defer st.Close()
 	defer tc.Close()
 
-	bar := newProgressBar(os.Stderr, len(lines))
-	opts.Progress = bar.update
+	bar := reconcile.NewProgressBar(os.Stderr, len(lines))
+	opts.Progress = bar.Update
 	r := &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Logger: log, Runs: st, Source: "cli"}
 	report, err := r.Reconcile(ctx, lines, opts)
-	bar.done()
+	bar.Done()
 	if errors.As(err, &fe) { // a line outside the declared --date days
 		for _, le := range fe.Errors {
 			fmt.Fprintln(os.Stderr, "  "+le.Error())
@@ -138,7 +136,7 @@ func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 			return err
 		}
 	} else {
-		printReport(os.Stdout, files[0], report)
+		report.WriteText(os.Stdout, files[0])
 	}
 	if !report.OK() {
 		return exitError(1)
@@ -156,95 +154,4 @@ func parseFile(name string) ([]reconcile.Line, error) {
 	}
 	defer f.Close()
 	return reconcile.Parse(f)
-}
-
-func printReport(w io.Writer, name string, r *reconcile.Report) {
-	days := make([]string, len(r.Days))
-	for i, d := range r.Days {
-		days[i] = string(d)
-	}
-	scope := "all merchants"
-	if len(r.Merchants) > 0 {
-		scope = "merchants " + strings.Join(r.Merchants, ", ")
-	}
-	covered := strings.Join(days, ", ")
-	if covered == "" {
-		covered = "none (the file has no lines; declare the day with --date)"
-	}
-	fmt.Fprintf(w, "reconcile %s: %d line(s), covering %s (%s)\n", name, r.Lines, covered, scope)
-	c := r.Counts
-	for _, row := range []struct {
-		name string
-		n    int
-	}{
-		{"matched", c.Matched}, {"resolved as charged", c.ResolvedCharged}, {"resolved as not charged", c.ResolvedNotCharged},
-		{"pending", c.Pending}, {"mismatches", c.Mismatches},
-	} {
-		fmt.Fprintf(w, "  %-24s %d\n", row.name, row.n)
-	}
-	if len(r.Mismatches) > 0 {
-		fmt.Fprintln(w, "\nmismatches (nothing was changed for these; a person must look):")
-		for _, m := range r.Mismatches {
-			where := "coverage"
-			if m.Line > 0 {
-				where = fmt.Sprintf("line %d", m.Line)
-			}
-			fmt.Fprintf(w, "  %-9s %-26s reference %s\n", where, m.Kind, m.Reference)
-			if m.WorkflowID != "" {
-				fmt.Fprintf(w, "            workflow  %s\n", m.WorkflowID)
-			}
-			fmt.Fprintf(w, "            kasa:     %s\n            bank:     %s\n", m.Expected, m.Found)
-		}
-	}
-	if len(r.Pending) > 0 {
-		fmt.Fprintln(w, "\npending (not a mismatch; reconcile again later):")
-		for _, p := range r.Pending {
-			where := "coverage"
-			if p.Line > 0 {
-				where = fmt.Sprintf("line %d", p.Line)
-			}
-			fmt.Fprintf(w, "  %-9s %-26s %s (%s) %s\n", where, p.Reason, p.Reference, p.Status, p.Detail)
-		}
-	}
-	if r.OK() {
-		fmt.Fprintln(w, "\nresult: OK")
-	} else {
-		fmt.Fprintf(w, "\nresult: NOT OK, %d unresolved mismatch(es)\n", len(r.Mismatches))
-	}
-}
-
-// progressBar draws on a terminal only; elsewhere it is silent.
-type progressBar struct {
-	w     io.Writer
-	total int
-	on    bool
-	mu    sync.Mutex
-	last  time.Time
-}
-
-func newProgressBar(f *os.File, total int) *progressBar {
-	fi, err := f.Stat()
-	on := err == nil && fi.Mode()&os.ModeCharDevice != 0 && total > 0
-	return &progressBar{w: f, total: total, on: on}
-}
-
-func (p *progressBar) update(done, total int) {
-	if !p.on {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if done < total && time.Since(p.last) < 100*time.Millisecond {
-		return
-	}
-	p.last = time.Now()
-	const width = 40
-	filled := width * done / max(total, 1)
-	fmt.Fprintf(p.w, "\r[%s%s] %d/%d lines", strings.Repeat("=", filled), strings.Repeat(" ", width-filled), done, total)
-}
-
-func (p *progressBar) done() {
-	if p.on {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
 }

@@ -1,0 +1,418 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// Fixed ids and times, so that every answer is the same on every run.
+var (
+	merchantA = uuid.MustParse("0192f1f0-0000-7000-8000-00000000000a")
+	merchantB = uuid.MustParse("0192f1f0-0000-7000-8000-00000000000b")
+	accountA  = uuid.MustParse("0192f1f0-0000-7000-8000-0000000000a1") // merchant A's, TRY
+	accountB  = uuid.MustParse("0192f1f0-0000-7000-8000-0000000000b1") // merchant B's, TRY
+	eventID   = uuid.MustParse("0192f1f0-0000-7000-8000-0000000000e1")
+	t0        = time.Date(2025, 3, 1, 12, 0, 0, 123456000, time.UTC)
+)
+
+// fakeID is the n-th id the fake store mints.
+func fakeID(n int) uuid.UUID {
+	return uuid.MustParse(fmt.Sprintf("0192f1f0-0000-7000-9000-%012d", n))
+}
+
+// completed is the completed record, and the answer its commit stores, of a payment that
+// reached a final outcome. Every stored answer of the fakes is built here.
+func completed(rec store.Record, p payment.Payment) (store.Record, store.Answer) {
+	status, body, err := p.Answer()
+	if err != nil {
+		panic(err)
+	}
+	a := store.Answer{Status: status, Body: body}
+	rec.Status, rec.ResponseStatus, rec.ResponseBody = store.RecordCompleted, a.Status, a.Body
+	return rec, a
+}
+
+// errPanicNow, set as a fake's failure, makes the call panic instead of returning.
+var errPanicNow = errors.New("fake panics")
+
+type recordKey struct {
+	merchant uuid.UUID
+	key      string
+}
+
+// fakeStore keeps the API's data in maps and behaves like store.Store where the API can tell.
+type fakeStore struct {
+	mu         sync.Mutex
+	merchants  map[string]payment.Merchant // by API key
+	accounts   map[uuid.UUID]payment.Account
+	records    map[recordKey]store.Record
+	payments   map[uuid.UUID]payment.Payment
+	deposits   map[recordKey]store.Deposit // by account id and key
+	deliveries []store.Delivery
+	watchers   map[uuid.UUID][]chan store.Answer
+	fail       map[string]error // method name -> the error it returns
+	calls      map[string]int
+	minted     map[string]string // random values the server made -> placeholder in golden files
+	ids        int
+}
+
+func newFakeStore() *fakeStore {
+	f := &fakeStore{
+		merchants: map[string]payment.Merchant{
+			"sk_a": {ID: merchantA, Name: "Acme", WebhookURL: "https://acme.example/hooks"},
+			"sk_b": {ID: merchantB, Name: "Bodega"},
+		},
+		accounts: map[uuid.UUID]payment.Account{
+			accountA: {ID: accountA, MerchantID: merchantA, Kind: "customer", Currency: "TRY", Balance: 100000, Reserved: 2500},
+			accountB: {ID: accountB, MerchantID: merchantB, Kind: "customer", Currency: "TRY", Balance: 5000},
+		},
+		records:  map[recordKey]store.Record{},
+		payments: map[uuid.UUID]payment.Payment{},
+		deposits: map[recordKey]store.Deposit{},
+		watchers: map[uuid.UUID][]chan store.Answer{},
+		fail:     map[string]error{},
+		calls:    map[string]int{},
+		minted:   map[string]string{},
+	}
+	f.deliveries = []store.Delivery{{
+		ID: eventID, MerchantID: merchantA, AggregateID: fakeID(900), EventType: "payment.succeeded",
+		EventCreatedAt: t0, URL: "https://acme.example/hooks", Status: store.DeliveryFailed, AttemptCount: 1,
+		LastStatusCode: 500, LastError: "HTTP 500", CreatedAt: t0, UpdatedAt: t0.Add(time.Second),
+		Attempts: []store.DeliveryAttempt{{Attempt: 1, StartedAt: t0, Duration: 42 * time.Millisecond, StatusCode: 500, Error: "HTTP 500"}},
+	}}
+	return f
+}
+
+// call counts a call and returns the failure set for it.
+func (f *fakeStore) call(name string) error {
+	f.calls[name]++
+	err := f.fail[name]
+	if errors.Is(err, errPanicNow) {
+		panic("fake " + name)
+	}
+	return err
+}
+
+func (f *fakeStore) Ping(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.call("Ping")
+}
+
+func (f *fakeStore) CreateMerchant(_ context.Context, m payment.Merchant, apiKey, webhookSecret string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("CreateMerchant"); err != nil {
+		return err
+	}
+	f.merchants[apiKey] = m
+	f.minted[m.ID.String()], f.minted[apiKey], f.minted[webhookSecret] = "<merchant-id>", "<api-key>", "<webhook-secret>"
+	return nil
+}
+
+func (f *fakeStore) MerchantByAPIKey(_ context.Context, apiKey string) (payment.Merchant, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("MerchantByAPIKey"); err != nil {
+		return payment.Merchant{}, err
+	}
+	m, ok := f.merchants[apiKey]
+	if !ok {
+		return m, payment.ErrUnauthorized
+	}
+	return m, nil
+}
+
+func (f *fakeStore) CreateAccount(_ context.Context, merchantID uuid.UUID, currency string) (payment.Account, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("CreateAccount"); err != nil {
+		return payment.Account{}, err
+	}
+	if merchantID != merchantA && merchantID != merchantB {
+		return payment.Account{}, payment.ErrNotFound
+	}
+	f.ids++
+	a := payment.Account{ID: fakeID(f.ids), MerchantID: merchantID, Kind: "customer", Currency: currency}
+	f.accounts[a.ID] = a
+	return a, nil
+}
+
+func (f *fakeStore) Account(_ context.Context, id uuid.UUID) (payment.Account, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("Account"); err != nil {
+		return payment.Account{}, err
+	}
+	a, ok := f.accounts[id]
+	if !ok {
+		return a, payment.ErrNotFound
+	}
+	return a, nil
+}
+
+func (f *fakeStore) Deposit(_ context.Context, accountID uuid.UUID, key string, amount int64) (store.Deposit, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("Deposit"); err != nil {
+		return store.Deposit{}, false, err
+	}
+	k := recordKey{accountID, key}
+	if d, ok := f.deposits[k]; ok {
+		if d.AmountMinor != amount {
+			return store.Deposit{}, false, payment.ErrIdempotencyReused
+		}
+		return d, true, nil
+	}
+	f.ids++
+	d := store.Deposit{ID: fakeID(f.ids), AccountID: accountID, AmountMinor: amount, Currency: f.accounts[accountID].Currency, CreatedAt: payment.FormatTime(t0)}
+	f.deposits[k] = d
+	return d, false, nil
+}
+
+// Begin decides the key's owner like store.Store.Begin: an existing record is returned as it
+// is, else the payer account and the business key are checked before anything is written.
+func (f *fakeStore) Begin(_ context.Context, in store.BeginInput) (store.Record, payment.Payment, store.Began, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("Begin"); err != nil {
+		return store.Record{}, payment.Payment{}, 0, err
+	}
+	rec, p, began, err := f.begin(in, time.Now().Add(in.Lease))
+	return rec, p, began, err
+}
+
+func (f *fakeStore) begin(in store.BeginInput, lockedUntil time.Time) (store.Record, payment.Payment, store.Began, error) {
+	if rec, ok := f.records[recordKey{in.MerchantID, in.Key}]; ok {
+		return rec, payment.Payment{}, store.BeganExisting, nil
+	}
+	r := in.Request
+	acct, ok := f.accounts[r.AccountID]
+	if !ok || acct.MerchantID != in.MerchantID {
+		return store.Record{}, payment.Payment{}, 0, &payment.ValidationError{Fields: []payment.FieldError{{Field: "account_id", Message: "no such account"}}}
+	}
+	if acct.Currency != r.Currency {
+		return store.Record{}, payment.Payment{}, 0, &payment.ValidationError{Fields: []payment.FieldError{{Field: "currency", Message: payment.ErrCurrencyMismatch.Error() + " (" + acct.Currency + ")"}}}
+	}
+	for _, p := range f.payments {
+		if p.MerchantID == in.MerchantID && p.InvoiceID == r.InvoiceID && p.PaymentType == r.PaymentType && p.Status != payment.StatusFailed {
+			return store.Record{}, payment.Payment{}, 0, &payment.DuplicatePaymentError{PaymentID: p.ID.String()}
+		}
+	}
+	f.ids++
+	p := payment.Payment{
+		ID: fakeID(f.ids), MerchantID: in.MerchantID, IdempotencyKey: in.Key, AccountID: r.AccountID,
+		AmountMinor: r.AmountMinor, Currency: r.Currency, InvoiceID: r.InvoiceID, PaymentType: r.PaymentType,
+		Status: payment.StatusProcessing, CreatedAt: t0, UpdatedAt: t0,
+	}
+	rec := store.Record{
+		MerchantID: in.MerchantID, Key: in.Key, RequestHash: r.Hash(), Status: store.RecordProcessing,
+		OperationID: p.ID, LockedUntil: lockedUntil,
+	}
+	f.payments[p.ID], f.records[recordKey{in.MerchantID, in.Key}] = p, rec
+	return rec, p, store.BeganNew, nil
+}
+
+// finish moves a processing payment to status, as the worker's commit would: a final status
+// completes its record with the stored answer and announces it to watchers.
+func (f *fakeStore) finish(id uuid.UUID, status payment.Status) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.payments[id]
+	p.Status, p.UpdatedAt = status, t0.Add(time.Second)
+	switch status {
+	case payment.StatusSucceeded:
+		p.ProviderReference = "ch_" + id.String()[24:]
+	case payment.StatusFailed:
+		p.FailureCode = payment.FailureInsufficientFunds
+	}
+	f.payments[id] = p
+	k := recordKey{p.MerchantID, p.IdempotencyKey}
+	rec := f.records[k]
+	rec.WorkflowStarted, rec.LockedUntil = true, time.Time{}
+	var a *store.Answer
+	switch {
+	case status.Final():
+		var answer store.Answer
+		rec, answer = completed(rec, p)
+		a = &answer
+	case status == payment.StatusUnknown:
+		rec.Status = store.RecordUnknown
+	}
+	f.records[k] = rec
+	for _, w := range f.watchers[id] {
+		if a != nil {
+			w <- *a
+		}
+		close(w)
+	}
+	delete(f.watchers, id)
+}
+
+func (f *fakeStore) Record(_ context.Context, merchantID uuid.UUID, key string) (store.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("Record"); err != nil {
+		return store.Record{}, err
+	}
+	rec, ok := f.records[recordKey{merchantID, key}]
+	if !ok {
+		return rec, payment.ErrNotFound
+	}
+	return rec, nil
+}
+
+func (f *fakeStore) TakeOver(_ context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("TakeOver"); err != nil {
+		return false, err
+	}
+	k := recordKey{merchantID, key}
+	rec := f.records[k]
+	if rec.WorkflowStarted || time.Now().Before(rec.LockedUntil) {
+		return false, nil
+	}
+	rec.LockedUntil = time.Now().Add(lease)
+	f.records[k] = rec
+	return true, nil
+}
+
+func (f *fakeStore) ExpireLease(_ context.Context, operationID uuid.UUID) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.call("ExpireLease")
+}
+
+func (f *fakeStore) SaveResponse(_ context.Context, merchantID uuid.UUID, key string, status int, body []byte) (int, []byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("SaveResponse"); err != nil {
+		return 0, nil, err
+	}
+	k := recordKey{merchantID, key}
+	rec := f.records[k]
+	if rec.Status == store.RecordCompleted && rec.ResponseBody == nil {
+		rec.ResponseStatus, rec.ResponseBody = status, body
+		f.records[k] = rec
+	}
+	return rec.ResponseStatus, rec.ResponseBody, nil
+}
+
+func (f *fakeStore) Payment(_ context.Context, id uuid.UUID) (payment.Payment, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("Payment"); err != nil {
+		return payment.Payment{}, err
+	}
+	p, ok := f.payments[id]
+	if !ok {
+		return p, payment.ErrNotFound
+	}
+	return p, nil
+}
+
+func (f *fakeStore) PaymentByKey(_ context.Context, merchantID uuid.UUID, key string) (payment.Payment, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("PaymentByKey"); err != nil {
+		return payment.Payment{}, err
+	}
+	rec, ok := f.records[recordKey{merchantID, key}]
+	if !ok {
+		return payment.Payment{}, payment.ErrNotFound
+	}
+	return f.payments[rec.OperationID], nil
+}
+
+func (f *fakeStore) MerchantDeliveries(_ context.Context, merchantID uuid.UUID, limit int) ([]store.Delivery, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("MerchantDeliveries"); err != nil {
+		return nil, err
+	}
+	var out []store.Delivery
+	for _, d := range f.deliveries {
+		if d.MerchantID == merchantID && len(out) < limit {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) Redeliver(_ context.Context, id uuid.UUID) (store.Delivery, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("Redeliver"); err != nil {
+		return store.Delivery{}, err
+	}
+	for i, d := range f.deliveries {
+		if d.ID != id {
+			continue
+		}
+		d.Status, d.NextAttemptAt, d.UpdatedAt = store.DeliveryPending, t0.Add(time.Minute), t0.Add(time.Minute)
+		f.deliveries[i] = d
+		return d, nil
+	}
+	return store.Delivery{}, payment.ErrNotFound
+}
+
+// WatchOutcome announces what finish commits, like store.Store.WatchOutcome.
+func (f *fakeStore) WatchOutcome(operationID uuid.UUID) (<-chan store.Answer, func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := make(chan store.Answer, 1)
+	f.watchers[operationID] = append(f.watchers[operationID], ch)
+	return ch, func() {}
+}
+
+// storeOnly hides the fake's delivery methods: a store that cannot list deliveries.
+type storeOnly struct{ Store }
+
+// fakeWorkflows plays Temporal and the payment worker: a started workflow takes its payment to
+// outcome at once ("" leaves it processing, as a workflow still running at the deadline).
+type fakeWorkflows struct {
+	st       *fakeStore
+	outcome  payment.Status
+	startErr error
+	ready    error
+	mu       sync.Mutex
+	starts   int
+}
+
+func (w *fakeWorkflows) StartPayment(_ context.Context, key string, in workflows.PaymentInput) (string, error) {
+	w.mu.Lock()
+	w.starts++
+	w.mu.Unlock()
+	if w.startErr != nil {
+		return "", w.startErr
+	}
+	if w.outcome != "" {
+		w.st.finish(in.OperationID, w.outcome)
+	}
+	return "run-" + key, nil
+}
+
+// AwaitPayment returns once the payment left processing; an unknown payment's workflow waits for
+// reconciliation, and a running one for its outcome, beyond the caller's wait.
+func (w *fakeWorkflows) AwaitPayment(ctx context.Context, merchantID uuid.UUID, key, _ string) (workflows.PaymentResult, error) {
+	w.st.mu.Lock()
+	rec := w.st.records[recordKey{merchantID, key}]
+	w.st.mu.Unlock()
+	if rec.Status == store.RecordCompleted {
+		return workflows.PaymentResult{}, nil
+	}
+	<-ctx.Done()
+	return workflows.PaymentResult{}, workflows.ErrStillRunning
+}
+
+func (w *fakeWorkflows) Ready(context.Context) error { return w.ready }

@@ -1,0 +1,344 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden answers in testdata/ from what the handlers answer now")
+
+// A payment request of merchant A, and the same key's request with another amount.
+const (
+	payBody      = `{"invoice_id":"inv-1","amount":"10.00","currency":"TRY","account_id":"0192f1f0-0000-7000-8000-0000000000a1"}`
+	otherPayBody = `{"invoice_id":"inv-1","amount":"20.00","currency":"TRY","account_id":"0192f1f0-0000-7000-8000-0000000000a1"}`
+)
+
+// goldenHeaders are the headers an answer is compared on (with its status and body).
+var goldenHeaders = []string{"Content-Type", "Location", "Retry-After", "Idempotent-Replayed", "WWW-Authenticate", "X-Request-Id"}
+
+// request is one HTTP request of a case. Unless header says otherwise it carries merchant A's
+// key (the admin token under /admin), a JSON content type when it has a body, a fixed request
+// id, and for POST /v1/payments the Idempotency-Key "k1". A header set to "" is left out.
+type request struct {
+	method, path string
+	header       map[string]string
+	body         string
+}
+
+func (r request) build() *http.Request {
+	method, path := r.method, r.path
+	if method == "" {
+		method, path = http.MethodPost, "/v1/payments"
+	}
+	req := httptest.NewRequest(method, path, strings.NewReader(r.body))
+	h := map[string]string{"Authorization": "Bearer sk_a", "X-Request-Id": "req-1"}
+	if strings.HasPrefix(path, "/admin/") {
+		h["Authorization"] = "Bearer adm"
+	}
+	if r.body != "" {
+		h["Content-Type"] = "application/json"
+	}
+	if method == http.MethodPost && path == "/v1/payments" {
+		h["Idempotency-Key"] = "k1"
+	}
+	for k, v := range r.header {
+		h[k] = v
+	}
+	for k, v := range h {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	return req
+}
+
+// fixture is a case's server and its fakes.
+type fixture struct {
+	st      *fakeStore
+	wf      *fakeWorkflows
+	opts    Options
+	reconc  *parseOnly
+	handler http.Handler
+}
+
+// seed records a payment of merchant A under key, as an earlier request left it: processing
+// (workflow started unless lease is set), or with status as its outcome.
+func (f *fixture) seed(key, body string, status payment.Status, lease time.Time) store.Record {
+	req, err := payment.ParseRequest([]byte(body))
+	if err != nil {
+		panic(err)
+	}
+	f.st.mu.Lock()
+	rec, p, _, err := f.st.begin(store.BeginInput{MerchantID: merchantA, Key: key, Request: req}, lease)
+	if err != nil {
+		panic(err)
+	}
+	if lease.IsZero() {
+		rec.WorkflowStarted = true
+		f.st.records[recordKey{merchantA, key}] = rec
+	}
+	f.st.mu.Unlock()
+	if status != payment.StatusProcessing {
+		f.st.finish(p.ID, status)
+	}
+	f.st.mu.Lock()
+	defer f.st.mu.Unlock()
+	return f.st.records[recordKey{merchantA, key}]
+}
+
+// seedUnsaved records key k1's payment with outcome status and a completed record without
+// its answer, as records completed before answers were stored are.
+func (f *fixture) seedUnsaved(status payment.Status) {
+	rec := f.seed("k1", payBody, status, time.Time{})
+	rec.ResponseStatus, rec.ResponseBody = 0, nil
+	f.st.records[recordKey{merchantA, "k1"}] = rec
+}
+
+type handlerCase struct {
+	name   string
+	before []request // sent first; their answers are not compared
+	req    request
+	setup  func(f *fixture)
+	check  func(t *testing.T, f *fixture) // effects beyond the answer
+}
+
+// handlerCases are every answer the payment table can give, every problem code, and the other
+// routes' answers. Each case's answer is testdata/<name>.golden.
+var handlerCases = []handlerCase{
+	// POST /v1/payments: a new key.
+	{name: "payment_succeeded_201", req: request{body: payBody}},
+	{name: "payment_failed_402", req: request{body: payBody},
+		setup: func(f *fixture) { f.wf.outcome = payment.StatusFailed }},
+	{name: "payment_succeeded_announced_201", req: request{body: payBody},
+		setup: func(f *fixture) { f.opts.Outcomes = f.st },
+		check: func(t *testing.T, f *fixture) {
+			require.Zero(t, f.st.calls["Record"], "an announced answer needs no read")
+		}},
+	{name: "payment_processing_202", req: request{body: payBody},
+		setup: func(f *fixture) { f.wf.outcome = "" }},
+	{name: "payment_unknown_202", req: request{body: payBody},
+		setup: func(f *fixture) { f.wf.outcome = payment.StatusUnknown }},
+	{name: "payment_unknown_announced_202", req: request{body: payBody},
+		setup: func(f *fixture) { f.wf.outcome, f.opts.Outcomes = payment.StatusUnknown, f.st }},
+	// POST /v1/payments: a key seen before.
+	{name: "replay_succeeded_201", req: request{body: payBody},
+		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusSucceeded, time.Time{}) },
+		check: func(t *testing.T, f *fixture) { require.Zero(t, f.wf.starts, "a replay executes nothing") }},
+	{name: "replay_failed_402", req: request{body: payBody},
+		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusFailed, time.Time{}) }},
+	{name: "replay_equivalent_request_201", req: request{body: `{"account_id":"0192f1f0-0000-7000-8000-0000000000a1","currency":"try","amount":10,"invoice_id":"inv-1","payment_type":"purchase"}`},
+		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusSucceeded, time.Time{}) }},
+	{name: "replay_unsaved_answer_201", req: request{body: payBody},
+		setup: func(f *fixture) { f.seedUnsaved(payment.StatusSucceeded) },
+		check: func(t *testing.T, f *fixture) { require.Equal(t, 1, f.st.calls["SaveResponse"]) }},
+	{name: "replay_unsaved_answer_402", req: request{body: payBody},
+		setup: func(f *fixture) { f.seedUnsaved(payment.StatusFailed) }},
+	{name: "replay_from_memory_201", before: []request{{body: payBody}, {body: payBody}}, req: request{body: payBody},
+		setup: func(f *fixture) { f.opts.ReplayCache = 10 },
+		check: func(t *testing.T, f *fixture) {
+			require.Equal(t, 2, f.st.calls["Begin"], "the third request is answered from memory")
+		}},
+	{name: "replay_unknown_202", req: request{body: payBody},
+		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusUnknown, time.Time{}) }},
+	{name: "replay_processing_409", req: request{body: payBody},
+		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusProcessing, time.Time{}) }},
+	{name: "replay_leased_409", req: request{body: payBody},
+		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusProcessing, time.Now().Add(time.Hour)) }},
+	{name: "replay_lease_expired_taken_over_201", req: request{body: payBody},
+		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusProcessing, time.Now().Add(-time.Second)) },
+		check: func(t *testing.T, f *fixture) { require.Equal(t, 1, f.wf.starts, "the retry starts the workflow") }},
+	{name: "reused_key_422", req: request{body: payBody},
+		setup: func(f *fixture) { f.seed("k1", otherPayBody, payment.StatusSucceeded, time.Time{}) }},
+	{name: "duplicate_payment_409", req: request{body: payBody, header: map[string]string{"Idempotency-Key": "k2"}},
+		setup: func(f *fixture) { f.seed("k1", otherPayBody, payment.StatusSucceeded, time.Time{}) }},
+	// POST /v1/payments: rejected before anything is written, in the order they are checked.
+	{name: "unauthorized_no_key_401", req: request{body: payBody, header: map[string]string{"Authorization": ""}}},
+	{name: "unauthorized_wrong_key_401", req: request{body: payBody, header: map[string]string{"Authorization": "Bearer sk_nobody"}}},
+	{name: "idempotency_key_missing_400", req: request{body: payBody, header: map[string]string{"Idempotency-Key": ""}}},
+	{name: "idempotency_key_invalid_400", req: request{body: payBody, header: map[string]string{"Idempotency-Key": "has space"}}},
+	{name: "unsupported_media_type_415", req: request{body: payBody, header: map[string]string{"Content-Type": "text/plain"}}},
+	{name: "body_too_large_413", req: request{body: `{"invoice_id":"` + strings.Repeat("x", payment.MaxBodyBytes) + `"}`}},
+	{name: "invalid_body_400", req: request{body: `{"invoice_id":"inv 1","amount":"10.001","currency":"XXX","extra":1}`}},
+	{name: "invalid_json_400", req: request{body: `[1,2]`}},
+	{name: "not_my_account_400", req: request{body: strings.Replace(payBody, "0000000000a1", "0000000000b1", 1)}},
+	{name: "currency_mismatch_400", req: request{body: strings.Replace(payBody, "TRY", "EUR", 1)}},
+	// POST /v1/payments: a dependency fails.
+	{name: "database_unavailable_503", req: request{body: payBody},
+		setup: func(f *fixture) { f.st.fail["Begin"] = fmt.Errorf("begin: %w", payment.ErrUnavailable) }},
+	{name: "serialization_conflict_503", req: request{body: payBody},
+		setup: func(f *fixture) { f.st.fail["Begin"] = store.ErrConflict }},
+	{name: "workflow_start_failed_503", req: request{body: payBody},
+		setup: func(f *fixture) { f.wf.startErr = serviceerror.NewUnavailable("frontend down") },
+		check: func(t *testing.T, f *fixture) {
+			require.Equal(t, 1, f.st.calls["ExpireLease"], "the next retry may take over at once")
+		}},
+	{name: "internal_error_500", req: request{body: payBody},
+		setup: func(f *fixture) {
+			f.st.fail["Begin"] = errors.New("relation payments: disk full at /var/lib/postgresql")
+		}},
+	{name: "panic_500", req: request{body: payBody},
+		setup: func(f *fixture) { f.st.fail["Begin"] = errPanicNow }},
+
+	// Reading payments and accounts.
+	{name: "get_payment_200", req: request{method: "GET", path: "/v1/payments/" + fakeID(1).String()},
+		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusSucceeded, time.Time{}) }},
+	{name: "get_payment_other_merchant_404", req: request{method: "GET", path: "/v1/payments/" + fakeID(1).String(), header: map[string]string{"Authorization": "Bearer sk_b"}},
+		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusSucceeded, time.Time{}) }},
+	{name: "get_payment_bad_id_404", req: request{method: "GET", path: "/v1/payments/nope"}},
+	{name: "get_payment_timeout_503", req: request{method: "GET", path: "/v1/payments/" + fakeID(1).String()},
+		setup: func(f *fixture) { f.st.fail["Payment"] = context.DeadlineExceeded }},
+	{name: "payment_by_key_200", req: request{method: "GET", path: "/v1/payments?idempotency_key=k1"},
+		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusFailed, time.Time{}) }},
+	{name: "payment_by_key_missing_400", req: request{method: "GET", path: "/v1/payments"}},
+	{name: "payment_by_key_unknown_404", req: request{method: "GET", path: "/v1/payments?idempotency_key=k9"}},
+	{name: "get_account_200", req: request{method: "GET", path: "/v1/accounts/" + accountA.String()}},
+	{name: "get_account_other_merchant_404", req: request{method: "GET", path: "/v1/accounts/" + accountB.String()}},
+	{name: "route_not_found_404", req: request{method: "GET", path: "/v2/payments"}},
+	{name: "method_not_allowed_405", req: request{method: "DELETE", path: "/v1/payments"}},
+
+	// Admin routes.
+	{name: "admin_unauthorized_401", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"Acme"}`, header: map[string]string{"Authorization": "Bearer sk_a"}}},
+	{name: "create_merchant_201", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":" Cafe ","webhook_url":"https://cafe.example/hooks"}`}},
+	{name: "create_merchant_invalid_400", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"","webhook_url":"ftp://x"}`}},
+	{name: "create_merchant_unknown_field_400", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"Cafe","plan":"gold"}`}},
+	{name: "create_account_201", req: request{method: "POST", path: "/admin/v1/accounts", body: `{"merchant_id":"0192f1f0-0000-7000-8000-00000000000b","currency":"kwd"}`}},
+	{name: "create_account_no_merchant_400", req: request{method: "POST", path: "/admin/v1/accounts", body: `{"merchant_id":"0192f1f0-0000-7000-8000-0000000000ff","currency":"TRY"}`}},
+	{name: "deposit_201", req: request{method: "POST", path: "/admin/v1/accounts/" + accountA.String() + "/deposits", body: `{"amount":"5.50"}`, header: map[string]string{"Idempotency-Key": "d1"}}},
+	{name: "deposit_replayed_201", before: []request{{method: "POST", path: "/admin/v1/accounts/" + accountA.String() + "/deposits", body: `{"amount":"5.50"}`, header: map[string]string{"Idempotency-Key": "d1"}}},
+		req: request{method: "POST", path: "/admin/v1/accounts/" + accountA.String() + "/deposits", body: `{"amount":5.5}`, header: map[string]string{"Idempotency-Key": "d1"}}},
+	{name: "deposit_reused_key_422", before: []request{{method: "POST", path: "/admin/v1/accounts/" + accountA.String() + "/deposits", body: `{"amount":"5.50"}`, header: map[string]string{"Idempotency-Key": "d1"}}},
+		req: request{method: "POST", path: "/admin/v1/accounts/" + accountA.String() + "/deposits", body: `{"amount":"6"}`, header: map[string]string{"Idempotency-Key": "d1"}}},
+	{name: "deposit_no_key_400", req: request{method: "POST", path: "/admin/v1/accounts/" + accountA.String() + "/deposits", body: `{"amount":"5.50"}`}},
+	{name: "deposit_no_account_404", req: request{method: "POST", path: "/admin/v1/accounts/" + fakeID(99).String() + "/deposits", body: `{"amount":"5.50"}`, header: map[string]string{"Idempotency-Key": "d1"}}},
+	{name: "deposit_bad_amount_400", req: request{method: "POST", path: "/admin/v1/accounts/" + accountA.String() + "/deposits", body: `{"amount":"-1"}`, header: map[string]string{"Idempotency-Key": "d1"}}},
+	{name: "deliveries_200", req: request{method: "GET", path: "/admin/v1/merchants/" + merchantA.String() + "/deliveries"}},
+	{name: "deliveries_bad_limit_400", req: request{method: "GET", path: "/admin/v1/merchants/" + merchantA.String() + "/deliveries?limit=0"}},
+	{name: "deliveries_not_available_500", req: request{method: "GET", path: "/admin/v1/merchants/" + merchantA.String() + "/deliveries"},
+		setup: func(f *fixture) { f.opts.Store = storeOnly{f.st} }},
+	{name: "redeliver_202", req: request{method: "POST", path: "/admin/v1/deliveries/" + eventID.String() + "/redeliver"}},
+	{name: "redeliver_unknown_404", req: request{method: "POST", path: "/admin/v1/deliveries/" + fakeID(99).String() + "/redeliver"}},
+	{name: "settlements_200", req: request{method: "POST", path: "/admin/v1/settlements?date=2025-03-01", body: settlementCSV, header: map[string]string{"Content-Type": "text/csv"}}},
+	{name: "settlements_invalid_file_400", req: request{method: "POST", path: "/admin/v1/settlements", header: map[string]string{"Content-Type": "text/csv"},
+		body: settlementCSV + "2025-03-01,ch_3,nope,1,TRY,paid\n"}},
+	{name: "settlements_not_csv_415", req: request{method: "POST", path: "/admin/v1/settlements", body: settlementCSV}},
+	{name: "settlements_not_configured_500", req: request{method: "POST", path: "/admin/v1/settlements", body: settlementCSV, header: map[string]string{"Content-Type": "text/csv"}},
+		setup: func(f *fixture) { f.opts.Reconciler = nil }},
+
+	// Health.
+	{name: "healthz_200", req: request{method: "GET", path: "/healthz"}},
+	{name: "readyz_200", req: request{method: "GET", path: "/readyz"}},
+	{name: "readyz_503", req: request{method: "GET", path: "/readyz"},
+		setup: func(f *fixture) {
+			f.st.fail["Ping"] = errors.New("database: connection refused")
+			f.wf.ready = errors.New("temporal: no poller on the payment task queue")
+		}},
+}
+
+// TestHandlers compares each case's status, headers and body byte for byte with its golden
+// answer; go test ./api -run TestHandlers -update rewrites them.
+func TestHandlers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range handlerCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := newFakeStore()
+			f := &fixture{st: st, wf: &fakeWorkflows{st: st, outcome: payment.StatusSucceeded}, reconc: &parseOnly{}}
+			f.opts = Options{
+				Store: st, Workflows: f.wf, AdminToken: "adm", Reconciler: f.reconc,
+				SyncWait: 50 * time.Millisecond, PollAfter: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+			}
+			if tc.setup != nil {
+				tc.setup(f)
+			}
+			h := New(f.opts).Handler()
+			for _, r := range tc.before {
+				h.ServeHTTP(httptest.NewRecorder(), r.build())
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, tc.req.build())
+			got := render(rec, st.minted)
+
+			path := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				require.NoError(t, os.WriteFile(path, got, 0o644))
+			}
+			want, err := os.ReadFile(path)
+			require.NoError(t, err, "no golden answer: run go test ./api -run TestHandlers -update")
+			require.Equal(t, string(want), string(got))
+			if tc.check != nil {
+				tc.check(t, f)
+			}
+		})
+	}
+}
+
+// render writes an answer as its golden file holds it: the status line, the compared headers
+// and the body, with the random values the server minted replaced by placeholders.
+func render(rec *httptest.ResponseRecorder, minted map[string]string) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%d %s\n", rec.Code, http.StatusText(rec.Code))
+	for _, h := range goldenHeaders {
+		for _, v := range rec.Header().Values(h) {
+			fmt.Fprintf(&b, "%s: %s\n", h, v)
+		}
+	}
+	b.WriteString("\n")
+	b.Write(rec.Body.Bytes())
+	out := b.String()
+	values := make([]string, 0, len(minted))
+	for v := range minted {
+		values = append(values, v)
+	}
+	sort.Strings(values)
+	for _, v := range values {
+		out = strings.ReplaceAll(out, v, minted[v])
+	}
+	return []byte(out)
+}
+
+// problemCode finds the codes writeError assigns (`p.Status, p.Code, ... = 400, "invalid_request", ...`).
+var problemCode = regexp.MustCompile(`= \d{3}, "([a-z_]+)"`)
+
+// TestHandlerCasesCoverEveryProblemCode keeps the table complete: every code writeError can
+// answer has a golden answer.
+func TestHandlerCasesCoverEveryProblemCode(t *testing.T) {
+	src, err := os.ReadFile("errors.go")
+	require.NoError(t, err)
+	var codes []string
+	for _, m := range problemCode.FindAllSubmatch(src, -1) {
+		codes = append(codes, string(m[1]))
+	}
+	require.Len(t, codes, 14, "errors.go's problem codes are no longer found: adapt problemCode")
+	seen := map[string]bool{}
+	for _, tc := range handlerCases {
+		b, err := os.ReadFile(filepath.Join("testdata", tc.name+".golden"))
+		require.NoError(t, err)
+		for _, c := range codes {
+			if bytes.Contains(b, []byte(`"code":"`+c+`"`)) {
+				seen[c] = true
+			}
+		}
+	}
+	for _, c := range codes {
+		require.True(t, seen[c], "no handler case answers problem code %s", c)
+	}
+}

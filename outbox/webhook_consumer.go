@@ -1,0 +1,237 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kasa-pay/kasa/store"
+)
+
+// ConsumerStore is what the webhook consumer needs from the database.
+type ConsumerStore interface {
+	AcceptEvents(ctx context.Context, consumer string, es []store.NewDelivery, orderGrace time.Duration) ([]store.Acceptance, error)
+}
+
+// WebhookConsumerOptions configure a WebhookConsumer. Zero values take the defaults shown.
+type WebhookConsumerOptions struct {
+	Store      ConsumerStore
+	JetStream  jetstream.JetStream
+	Name       string        // durable consumer and inbox name (WebhooksConsumer)
+	OrderGrace time.Duration // how long an event waits for an earlier event of its payment (1m)
+	DeferDelay time.Duration // redelivery delay while it waits (250ms)
+	RetryDelay time.Duration // redelivery delay after a database error (1s)
+	AckWait    time.Duration // the broker redelivers an unacked message after this (30s)
+	Batch      int           // most messages recorded in one transaction (64)
+	Metrics    *Metrics
+	Logger     *slog.Logger
+}
+
+// WebhookConsumer turns broker messages into webhook deliveries, once per event id.
+type WebhookConsumer struct {
+	o WebhookConsumerOptions
+}
+
+// NewWebhookConsumer applies the defaults.
+func NewWebhookConsumer(o WebhookConsumerOptions) *WebhookConsumer {
+	if o.Name == "" {
+		o.Name = WebhooksConsumer
+	}
+	if o.OrderGrace <= 0 {
+		o.OrderGrace = time.Minute
+	}
+	if o.DeferDelay <= 0 {
+		o.DeferDelay = 250 * time.Millisecond
+	}
+	if o.RetryDelay <= 0 {
+		o.RetryDelay = time.Second
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = 30 * time.Second
+	}
+	if o.Batch <= 0 {
+		o.Batch = 64
+	}
+	if o.Metrics == nil {
+		o.Metrics = unregistered()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &WebhookConsumer{o: o}
+}
+
+// Run creates the stream and the durable pull consumer if missing and handles messages in
+// stream order until ctx is cancelled; the messages in hand are finished first.
+func (c *WebhookConsumer) Run(ctx context.Context) error {
+	var cons jetstream.Consumer
+	for {
+		var err error
+		if cons, err = c.consumer(ctx); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.o.Logger.Warn("webhook consumer: broker not ready", "error", err)
+		if !sleep(ctx, time.Second) {
+			return nil
+		}
+	}
+	c.o.Logger.Info("webhook consumer running", "consumer", c.o.Name)
+	for ctx.Err() == nil {
+		it, err := cons.Messages(jetstream.PullMaxMessages(2 * c.o.Batch))
+		if err != nil {
+			c.o.Logger.Warn("webhook consumer: pull", "error", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		c.drain(ctx, it)
+		sleep(ctx, 100*time.Millisecond) // the iterator broke (connection lost): do not spin
+	}
+	c.o.Logger.Info("webhook consumer stopped")
+	return nil
+}
+
+func (c *WebhookConsumer) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	if _, err := EnsureStream(ctx, c.o.JetStream); err != nil {
+		return nil, err
+	}
+	return c.o.JetStream.CreateOrUpdateConsumer(ctx, StreamName, jetstream.ConsumerConfig{
+		Durable:       c.o.Name,
+		Description:   "kasa webhook deliveries (inbox " + c.o.Name + ")",
+		FilterSubject: webhookSubjects,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.o.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 1000,
+	})
+}
+
+// drain handles messages until ctx ends or the iterator breaks, then stops it. It waits for
+// one message, then takes those already arrived behind it (up to Batch) and records them
+// together: under load the transactions grow instead of queueing up, and a lone message waits
+// for nothing.
+func (c *WebhookConsumer) drain(ctx context.Context, it jetstream.MessagesContext) {
+	arrived := make(chan jetstream.Msg, c.o.Batch)
+	stop, pumped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(pumped)
+		defer close(arrived)
+		for {
+			msg, err := it.Next(jetstream.NextContext(ctx))
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+			if err != nil {
+				c.o.Logger.Debug("webhook consumer: next", "error", err)
+				continue
+			}
+			select {
+			case arrived <- msg:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	// Messages taken but not handled when ctx ends are neither acked nor lost: the broker
+	// redelivers them.
+	defer func() {
+		close(stop)
+		it.Stop()
+		<-pumped
+	}()
+	for {
+		msg, ok := <-arrived
+		if !ok || ctx.Err() != nil {
+			return
+		}
+		msgs := []jetstream.Msg{msg}
+	more:
+		for len(msgs) < c.o.Batch {
+			select {
+			case m, ok := <-arrived:
+				if !ok {
+					break more
+				}
+				msgs = append(msgs, m)
+			default:
+				break more
+			}
+		}
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		c.handle(hctx, msgs)
+		cancel()
+	}
+}
+
+// handle processes messages in stream order: their inbox rows and deliveries commit together,
+// then each is acked. A message already in the inbox is acked and ignored; a database error, or
+// an awaited earlier event, leaves a message to the broker's redelivery.
+func (c *WebhookConsumer) handle(ctx context.Context, msgs []jetstream.Msg) {
+	var took []jetstream.Msg
+	var nds []store.NewDelivery
+	for _, msg := range msgs {
+		if nd, ok := c.parse(msg); ok {
+			took, nds = append(took, msg), append(nds, nd)
+		}
+	}
+	if len(nds) == 0 {
+		return
+	}
+	accs, err := c.o.Store.AcceptEvents(ctx, c.o.Name, nds, c.o.OrderGrace)
+	if err != nil {
+		c.o.Logger.Warn("webhook consumer: cannot record events; will retry", "events", len(nds), "error", err)
+		c.o.Metrics.consumed.WithLabelValues("error").Add(float64(len(nds)))
+		for _, msg := range took {
+			_ = msg.NakWithDelay(c.o.RetryDelay)
+		}
+		return
+	}
+	for i, acc := range accs {
+		msg, e := took[i], nds[i]
+		c.o.Metrics.consumed.WithLabelValues(string(acc)).Inc()
+		switch acc {
+		case store.AcceptedDeferred:
+			_ = msg.NakWithDelay(c.o.DeferDelay)
+			continue
+		case store.AcceptedSkipped:
+			c.o.Metrics.deliveries.WithLabelValues("skipped").Inc()
+		case store.AcceptedOrphan:
+			c.o.Logger.Error("webhook consumer: event of an unknown payment; recorded, not delivered", "event_id", e.EventID, "payment_id", e.AggregateID)
+		}
+		// Acked only now, after the commit. A lost ack means a redelivery the inbox absorbs.
+		if err := msg.Ack(); err != nil {
+			c.o.Logger.Debug("webhook consumer: ack", "event_id", e.EventID, "error", err)
+		}
+	}
+}
+
+// parse reads a message's event and its webhook body. An invalid one is dropped (terminated).
+func (c *WebhookConsumer) parse(msg jetstream.Msg) (store.NewDelivery, bool) {
+	var e Event
+	if err := json.Unmarshal(msg.Data(), &e); err != nil || e.ID == uuid.Nil || e.AggregateID == uuid.Nil {
+		c.o.Logger.Error("webhook consumer: invalid event; dropped", "subject", msg.Subject(), "error", err)
+		c.o.Metrics.consumed.WithLabelValues("invalid").Inc()
+		_ = msg.TermWithReason("invalid event")
+		return store.NewDelivery{}, false
+	}
+	nd := store.NewDelivery{EventID: e.ID, AggregateID: e.AggregateID, Type: e.Type, CreatedAt: e.CreatedAt}
+	if webhookTypes[e.Type] {
+		body, err := WebhookBody(e)
+		if err != nil {
+			c.o.Logger.Error("webhook consumer: event data is not JSON; dropped", "event_id", e.ID, "error", err)
+			c.o.Metrics.consumed.WithLabelValues("invalid").Inc()
+			_ = msg.TermWithReason("invalid event data")
+			return store.NewDelivery{}, false
+		}
+		nd.Body = body
+	}
+	return nd, true
+}

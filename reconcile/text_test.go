@@ -1,0 +1,65 @@
+package reconcile
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestWriteText(t *testing.T) {
+	r := &Report{
+		Days: []Day{"2025-03-01", "2025-03-02"}, Lines: 3,
+		Counts: Counts{Matched: 1, ResolvedCharged: 1, Pending: 1, Mismatches: 1},
+		Mismatches: []Mismatch{{Kind: KindAmountDiffers, Line: 2, Reference: "ref-2", WorkflowID: "payment/m/k2",
+			Expected: "succeeded 10.00 TRY", Found: "settled 11.00 TRY"}},
+		Pending: []Pending{{Reason: ReasonProcessing, Line: 3, Reference: "ref-3", Status: "processing", Detail: "still running"}},
+	}
+	var b strings.Builder
+	r.WriteText(&b, "s.csv")
+	require.Equal(t, `reconcile s.csv: 3 line(s), covering 2025-03-01, 2025-03-02 (all merchants)
+  matched                  1
+  resolved as charged      1
+  resolved as not charged  0
+  pending                  1
+  mismatches               1
+
+mismatches (nothing was changed for these; a person must look):
+  line 2    amount_differs             reference ref-2
+            workflow  payment/m/k2
+            kasa:     succeeded 10.00 TRY
+            bank:     settled 11.00 TRY
+
+pending (not a mismatch; reconcile again later):
+  line 3    processing                 ref-3 (processing) still running
+
+result: NOT OK, 1 unresolved mismatch(es)
+`, b.String())
+
+	b.Reset()
+	(&Report{Merchants: []string{"m1"}}).WriteText(&b, "-")
+	require.Equal(t, `reconcile -: 0 line(s), covering none (the file has no lines; declare the day with --date) (merchants m1)
+  matched                  0
+  resolved as charged      0
+  resolved as not charged  0
+  pending                  0
+  mismatches               0
+
+result: OK
+`, b.String())
+}
+
+func TestProgressBarIsSilentOffTerminal(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "progress"))
+	require.NoError(t, err)
+	defer f.Close()
+	bar := NewProgressBar(f, 10)
+	bar.Update(5, 10)
+	bar.Update(10, 10)
+	bar.Done()
+	fi, err := f.Stat()
+	require.NoError(t, err)
+	require.Zero(t, fi.Size())
+}
