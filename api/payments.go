@@ -141,7 +141,7 @@ func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
 	// The database, not the workflow result, is the answer: it is what every replay returns.
 	if a, ok := s.awaitOutcome(ctx, p, runID, announced); ok {
 		s.metrics.paymentTime.Observe(time.Since(start).Seconds())
-		s.replayFirst(c, store.Record{OperationID: p.ID, Status: store.RecordCompleted, ResponseStatus: a.Status, ResponseBody: a.Body})
+		s.replayFirst(c, store.Record{OperationID: p.ID, Status: store.RecordCompleted, Outcome: a.Outcome, ResponseBody: a.Body})
 		return
 	}
 	rec, err := s.Store.Record(ctx, p.MerchantID, p.IdempotencyKey)
@@ -239,18 +239,28 @@ func (s *Server) replay(c *gin.Context, rec store.Record) {
 // payment stores it; a record completed before that was so gets it rendered and stored here once.
 func (s *Server) storedResponse(c *gin.Context, rec store.Record) (int, []byte, error) {
 	if rec.ResponseBody != nil {
-		return rec.ResponseStatus, rec.ResponseBody, nil
+		return outcomeStatus(rec.Outcome), rec.ResponseBody, nil
 	}
 	ctx := c.Request.Context()
 	p, err := s.Store.Payment(ctx, rec.OperationID)
 	if err != nil {
 		return 0, nil, err
 	}
-	status, body, err := p.Answer()
+	body, err := p.AnswerBody()
 	if err != nil {
 		return 0, nil, err
 	}
-	return s.Store.SaveResponse(ctx, rec.MerchantID, rec.Key, status, body)
+	outcome, body, err := s.Store.SaveResponse(ctx, rec.MerchantID, rec.Key, p.Status, body)
+	return outcomeStatus(outcome), body, err
+}
+
+// outcomeStatus is the HTTP status of a finished payment's answer: 201 when it succeeded, 402
+// when it failed.
+func outcomeStatus(outcome payment.Status) int {
+	if outcome == payment.StatusSucceeded {
+		return http.StatusCreated
+	}
+	return http.StatusPaymentRequired
 }
 
 // writePayment answers with the current payment resource; non-final states carry Retry-After.

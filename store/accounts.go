@@ -78,7 +78,7 @@ type Deposit struct {
 	AccountID   uuid.UUID
 	AmountMinor int64
 	Currency    string
-	CreatedAt   string
+	CreatedAt   time.Time
 }
 
 // Deposit credits an account once per (account, idempotency key) with a balanced posting against
@@ -99,15 +99,13 @@ func (s *Store) Deposit(ctx context.Context, accountID uuid.UUID, key string, am
 		if err := insertPosting(ctx, tx, postingID, "deposit", d.ID.String()); err != nil {
 			return err
 		}
-		var created time.Time
-		err := tx.QueryRow(ctx, sqlInsertDeposit, d.ID, accountID, key, amount, postingID).Scan(&created)
+		err := tx.QueryRow(ctx, sqlInsertDeposit, d.ID, accountID, key, amount, postingID).Scan(&d.CreatedAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errReplay // roll back the posting; the key was used before
 		}
 		if err != nil {
 			return err
 		}
-		d.CreatedAt = payment.FormatTime(created)
 		inserted = true
 		if _, err := tx.Exec(ctx, sqlEnsureExternal, payment.NewID(), acct.Currency); err != nil {
 			return err
@@ -122,12 +120,10 @@ func (s *Store) Deposit(ctx context.Context, accountID uuid.UUID, key string, am
 		return d, false, err
 	}
 	var first Deposit
-	var created time.Time
 	first.AccountID, first.Currency = accountID, acct.Currency
-	if err := s.pool.QueryRow(ctx, sqlDeposit, accountID, key).Scan(&first.ID, &first.AmountMinor, &created); err != nil {
+	if err := s.pool.QueryRow(ctx, sqlDeposit, accountID, key).Scan(&first.ID, &first.AmountMinor, &first.CreatedAt); err != nil {
 		return d, false, translate(err)
 	}
-	first.CreatedAt = payment.FormatTime(created)
 	if first.AmountMinor != amount {
 		return first, false, payment.ErrIdempotencyReused
 	}

@@ -27,7 +27,7 @@ type Record struct {
 	RequestHash     string
 	Status          RecordStatus
 	OperationID     uuid.UUID
-	ResponseStatus  int
+	Outcome         payment.Status // a completed record's: succeeded or failed; empty before
 	ResponseBody    []byte
 	LockedUntil     time.Time
 	WorkflowStarted bool
@@ -50,7 +50,7 @@ WHERE EXISTS (SELECT 1 FROM idempotency_records WHERE operation_id = $1)
 RETURNING created_at, updated_at`
 	sqlLivePayment = `SELECT id FROM payments WHERE merchant_id = $1 AND invoice_id = $2 AND payment_type = $3
 AND status IN ('processing', 'unknown', 'succeeded')`
-	sqlRecord = `SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(response_status, 0),
+	sqlRecord = `SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, ''),
 response_body, coalesce(locked_until, 'epoch'), workflow_started
 FROM idempotency_records WHERE merchant_id = $1 AND idempotency_key = $2`
 	// Atomic takeover: only an expired lease of a workflow nobody started can be taken, by one caller.
@@ -61,7 +61,7 @@ RETURNING operation_id`
 WHERE operation_id = $1 AND NOT workflow_started`
 	sqlExpireLease = `UPDATE idempotency_records SET locked_until = now(), updated_at = now()
 WHERE operation_id = $1 AND NOT workflow_started`
-	sqlSaveResponse = `UPDATE idempotency_records SET response_status = $3, response_body = $4, updated_at = now()
+	sqlSaveResponse = `UPDATE idempotency_records SET outcome = $3, response_body = $4, updated_at = now()
 WHERE merchant_id = $1 AND idempotency_key = $2 AND status = 'completed' AND response_body IS NULL`
 	paymentColumns = `id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, ''), coalesce(provider_reference, ''), created_at, updated_at`
@@ -177,7 +177,7 @@ func (s *Store) Record(ctx context.Context, merchantID uuid.UUID, key string) (R
 
 func scanRecord(row pgx.Row, r *Record) error {
 	return row.Scan(&r.MerchantID, &r.Key, &r.RequestHash, &r.Status,
-		&r.OperationID, &r.ResponseStatus, &r.ResponseBody, &r.LockedUntil, &r.WorkflowStarted)
+		&r.OperationID, &r.Outcome, &r.ResponseBody, &r.LockedUntil, &r.WorkflowStarted)
 }
 
 // TakeOver claims the expired lease of a record whose workflow was never started (its owner
@@ -203,20 +203,20 @@ func (s *Store) ExpireLease(ctx context.Context, operationID uuid.UUID) error {
 	return translate(err)
 }
 
-// SaveResponse stores the first rendering of a completed operation's answer; every later
-// answer for the key replays exactly the stored bytes, which it returns.
-func (s *Store) SaveResponse(ctx context.Context, merchantID uuid.UUID, key string, status int, body []byte) (int, []byte, error) {
-	if _, err := s.pool.Exec(ctx, sqlSaveResponse, merchantID, key, status, body); err != nil {
-		return 0, nil, translate(err)
+// SaveResponse stores the first rendering of a completed operation's answer with its outcome;
+// every later answer for the key replays exactly the stored bytes, which it returns.
+func (s *Store) SaveResponse(ctx context.Context, merchantID uuid.UUID, key string, outcome payment.Status, body []byte) (payment.Status, []byte, error) {
+	if _, err := s.pool.Exec(ctx, sqlSaveResponse, merchantID, key, outcome, body); err != nil {
+		return "", nil, translate(err)
 	}
 	rec, err := s.Record(ctx, merchantID, key)
 	if err != nil {
-		return 0, nil, err
+		return "", nil, err
 	}
 	if rec.ResponseBody == nil {
-		return 0, nil, ErrInconsistent
+		return "", nil, ErrInconsistent
 	}
-	return rec.ResponseStatus, rec.ResponseBody, nil
+	return rec.Outcome, rec.ResponseBody, nil
 }
 
 // Payment reads a payment by operation id.

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -129,7 +128,7 @@ ORDER BY created_at, id LIMIT 1`
 
 var (
 	preloadRecordColumns = []string{"merchant_id", "idempotency_key", "request_hash", "status", "operation_id",
-		"response_status", "response_body", "locked_until", "workflow_started", "created_at", "updated_at"}
+		"outcome", "response_body", "locked_until", "workflow_started", "created_at", "updated_at"}
 	preloadPaymentColumns = []string{"id", "merchant_id", "idempotency_key", "account_id", "amount_minor", "currency",
 		"invoice_id", "payment_type", "status", "failure_code", "provider_reference", "created_at", "updated_at"}
 )
@@ -207,7 +206,7 @@ func (s *preloadSource) Values() ([]any, error) {
 		return nil, err
 	}
 	s.row = append(s.row[:0], [16]byte(p.MerchantID), p.IdempotencyKey, req.Hash(), string(RecordCompleted), [16]byte(p.ID),
-		int32(http.StatusPaymentRequired), s.body.Bytes(), nil, true, p.CreatedAt, p.UpdatedAt)
+		string(payment.StatusFailed), s.body.Bytes(), nil, true, p.CreatedAt, p.UpdatedAt)
 	return s.row, nil
 }
 

@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"strconv"
 	"testing"
 	"time"
@@ -72,7 +71,7 @@ func TestPreloadLoadsFinishedPairsThatKeepInvariants(t *testing.T) {
 	require.Equal(t, store.RecordCompleted, rec.Status)
 	require.Equal(t, p.ID, rec.OperationID)
 	require.True(t, rec.WorkflowStarted)
-	require.Equal(t, http.StatusPaymentRequired, rec.ResponseStatus)
+	require.Equal(t, payment.StatusFailed, rec.Outcome)
 	var body payment.Resource
 	require.NoError(t, json.Unmarshal(rec.ResponseBody, &body))
 	require.Equal(t, p.Resource(), body)
@@ -85,9 +84,9 @@ func TestPreloadLoadsFinishedPairsThatKeepInvariants(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.BeganExisting, began)
 	require.Equal(t, rec, again)
-	status, replayed, err := db.SaveResponse(ctx, m2, key, http.StatusCreated, []byte(`{}`))
+	status, replayed, err := db.SaveResponse(ctx, m2, key, payment.StatusSucceeded, []byte(`{}`))
 	require.NoError(t, err)
-	require.Equal(t, http.StatusPaymentRequired, status, "a stored response is never overwritten")
+	require.Equal(t, payment.StatusFailed, status, "a stored response is never overwritten")
 	require.Equal(t, rec.ResponseBody, replayed)
 
 	// Failed payments move no money: balances are untouched and every invariant holds.

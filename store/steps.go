@@ -55,7 +55,7 @@ WHERE id = $1 AND status = ANY($5) RETURNING ` + paymentColumns
 	sqlSetStatusSettlement = sqlSetStatus + `, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id`
 	// A completed record gets its stored answer in the same statement; an earlier one is kept.
-	sqlRecordStatus = `UPDATE idempotency_records SET status = $2, response_status = coalesce(response_status, $3),
+	sqlRecordStatus = `UPDATE idempotency_records SET status = $2, outcome = coalesce(outcome, $3),
 response_body = coalesce(response_body, $4), updated_at = now() WHERE operation_id = $1`
 	sqlInsertOutbox = `INSERT INTO outbox (id, aggregate_id, type, payload) VALUES ($1, $2, $3, $4)`
 )
@@ -264,20 +264,20 @@ func completeRecord(ctx context.Context, tx pgx.Tx, p payment.Payment, rs Record
 // the payment was not final until this transaction.
 func queueComplete(b *pgx.Batch, p payment.Payment, rs RecordStatus) (*Answer, error) {
 	var a *Answer
-	var status *int
+	var outcome *payment.Status
 	var body []byte
 	if rs == RecordCompleted {
-		st, bd, err := p.Answer()
+		bd, err := p.AnswerBody()
 		if err != nil {
 			return nil, err
 		}
-		status, body, a = &st, bd, &Answer{Status: st, Body: bd}
+		outcome, body, a = &p.Status, bd, &Answer{Outcome: p.Status, Body: bd}
 	}
 	payload, err := json.Marshal(p.Resource())
 	if err != nil {
 		return nil, err
 	}
-	b.Queue(sqlRecordStatus, p.ID, rs, status, body)
+	b.Queue(sqlRecordStatus, p.ID, rs, outcome, body)
 	b.Queue(sqlInsertOutbox, payment.NewID(), p.ID, "payment."+string(p.Status), payload)
 	return a, nil
 }

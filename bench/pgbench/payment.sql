@@ -34,7 +34,7 @@ SELECT merchant_id, api_key_hash, account_id, op_id, reservation_id, posting_id,
     'TRY' AS currency, 'purchase' AS payment_type, '1m0s' AS lease,
     'finalized' AS reservation_status, 'succeeded' AS succeeded_status, '' AS failure_code, 'ch_' || op_id AS provider_reference,
     '{processing,unknown}' AS from_statuses, 'payment' AS posting_kind, 'completed' AS completed_status,
-    'payment.succeeded' AS event_type, 201 AS response_status,
+    'payment.succeeded' AS event_type, 'succeeded' AS outcome,
     json_build_object('id', op_id, 'status', 'succeeded', 'amount', to_char(:amount::bigint / 100.0, 'FM999999999990.00'),
         'currency', 'TRY', 'invoice_id', k, 'payment_type', 'purchase', 'account_id', account_id,
         'failure_code', NULL, 'provider_reference', 'ch_' || op_id,
@@ -56,7 +56,7 @@ SELECT id, name, coalesce(webhook_url, '') FROM merchants WHERE api_key_hash = :
 -- answered from it; a new key finds none.
 \startpipeline
 -- store.sqlRecord
-SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(response_status, 0),
+SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, ''),
 response_body, coalesce(locked_until, 'epoch'), workflow_started
 FROM idempotency_records WHERE merchant_id = :merchant_id AND idempotency_key = :idempotency_key;
 -- store.sqlCustomerAccount
@@ -115,7 +115,7 @@ UPDATE accounts SET reserved = reserved - :close_amount_minor, balance = balance
 -- store.sqlInsertPosting
 INSERT INTO ledger_postings (id, kind, reference) VALUES (:posting_id, :posting_kind, :op_id);
 -- store.sqlRecordStatus
-UPDATE idempotency_records SET status = :completed_status, response_status = coalesce(response_status, :response_status),
+UPDATE idempotency_records SET status = :completed_status, outcome = coalesce(outcome, :outcome),
 response_body = coalesce(response_body, :body), updated_at = now() WHERE operation_id = :op_id;
 -- store.sqlInsertOutbox
 INSERT INTO outbox (id, aggregate_id, type, payload) VALUES (:outbox_id, :op_id, :event_type, :body);

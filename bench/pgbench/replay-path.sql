@@ -22,7 +22,7 @@ SELECT id, name, coalesce(webhook_url, '') FROM merchants WHERE api_key_hash = :
 \gset auth_
 \startpipeline
 -- store.sqlRecord
-SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(response_status, 0),
+SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, ''),
 response_body, coalesce(locked_until, 'epoch'), workflow_started
 FROM idempotency_records WHERE merchant_id = :merchant_id AND idempotency_key = :k;
 -- store.sqlCustomerAccount
