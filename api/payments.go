@@ -17,7 +17,7 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-// createPayment implements POST /v1/payments and every row of CONTRACT §2's answers table.
+// createPayment implements POST /v1/payments with every answer docs/openapi.yaml lists for it.
 func (s *Server) createPayment(c *gin.Context) {
 	ctx := c.Request.Context()
 	m := merchantOf(c)

@@ -1,5 +1,5 @@
 // Package api is kasa's HTTP transport: routes, authentication, request/response bodies, the
-// idempotency answers of CONTRACT §2, and the single error-to-HTTP mapping.
+// idempotency answers (docs/openapi.yaml), and the single error-to-HTTP mapping.
 package api
 
 import (

@@ -29,7 +29,7 @@ type Payment struct {
 	UpdatedAt         time.Time
 }
 
-// Resource is the payment as merchants see it, in the API and in webhook events (CONTRACT §2).
+// Resource is the payment as merchants see it, in the API and in webhook events (docs/openapi.yaml).
 type Resource struct {
 	ID                string  `json:"id"`
 	Status            Status  `json:"status"`
