@@ -120,16 +120,12 @@ func TestPGBench(t *testing.T) {
 	require.NoError(t, err)
 
 	snapshot := func() string {
-		out, err := psql(ctx, env.DatabaseURL, nil, "-A", "-t", "-c", `SELECT concat_ws(' ',
-			(SELECT count(*) FROM merchants), (SELECT count(*) FROM accounts), (SELECT sum(balance) || '/' || sum(reserved) FROM accounts),
-			(SELECT count(*) FROM idempotency_records), (SELECT count(*) FROM payments), (SELECT count(*) FROM balance_reservations),
-			(SELECT count(*) FROM ledger_postings), (SELECT count(*) FROM ledger_entries), (SELECT count(*) FROM outbox),
-			(SELECT max(updated_at) FROM accounts), (SELECT max(updated_at) FROM idempotency_records))`)
+		out, err := psql(ctx, env.DatabaseURL, testSQL(t, "snapshot"), "-A", "-t", "-f", "-")
 		require.NoError(t, err)
 		return strings.TrimSpace(out)
 	}
 	schemas := func() string {
-		out, err := psql(ctx, env.DatabaseURL, nil, "-A", "-t", "-c", `SELECT string_agg(nspname, ',') FROM pg_namespace WHERE nspname LIKE 'kasa\_pgbench%'`)
+		out, err := psql(ctx, env.DatabaseURL, testSQL(t, "schemas"), "-A", "-t", "-f", "-")
 		require.NoError(t, err)
 		return strings.TrimSpace(out)
 	}
@@ -144,29 +140,26 @@ func TestPGBench(t *testing.T) {
 		defer func() { require.NoError(t, dropPGBenchSchema(ctx, env.DatabaseURL, schema)) }()
 		u, err := withSearchPath(env.DatabaseURL, schema)
 		require.NoError(t, err)
-		q := func(sql string) (string, error) {
-			out, err := psql(ctx, u, nil, "-A", "-t", "-c", sql)
+		q := func(name string) (string, error) {
+			out, err := psql(ctx, u, testSQL(t, name), "-A", "-t", "-f", "-")
 			return strings.TrimSpace(out), err
 		}
-		out, err := q(`SELECT (SELECT count(*) FROM merchants), (SELECT count(*) FROM accounts), (SELECT count(*) FROM idempotency_records)`)
+		out, err := q("fixture-counts")
 		require.NoError(t, err)
 		require.Equal(t, "3|9|3", out)
 		// The -D values PGBench passes to the replay scripts are merchant 1's.
-		out, err = q(`SELECT m.id || ' ' || m.api_key_hash FROM merchants m WHERE m.name = 'bench-1'`)
+		out, err = q("merchant-1")
 		require.NoError(t, err)
 		vars := strings.Join(pgbenchVariables(o), " ")
 		f := strings.Fields(out)
 		require.Len(t, f, 2)
 		require.Contains(t, vars, "merchant_id="+f[0])
 		require.Contains(t, vars, "api_key_hash="+f[1])
-		_, err = q(`BEGIN; INSERT INTO ledger_postings (id, kind, reference) VALUES (gen_random_uuid(), 'payment', 'x');
-			INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
-			SELECT gen_random_uuid(), id, md5('payer/1/1')::uuid, 'TRY', 5 FROM ledger_postings; COMMIT;`)
+		_, err = q("unbalanced-posting")
 		require.ErrorContains(t, err, "does not balance")
-		_, err = q(`INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status)
-			VALUES (gen_random_uuid(), md5('merchant/1')::uuid, 'no-record', md5('payer/1/1')::uuid, 1, 'TRY', 'i', 'purchase', 'processing')`)
+		_, err = q("payment-without-record")
 		require.ErrorContains(t, err, "foreign key")
-		_, err = q(`UPDATE accounts SET reserved = balance + 1 WHERE id = md5('payer/1/1')::uuid`)
+		_, err = q("overdraw")
 		require.ErrorContains(t, err, "accounts_funds")
 	})
 
@@ -202,4 +195,12 @@ func TestPGBench(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, problems)
 	require.Equal(t, before, snapshot())
+}
+
+// testSQL reads testdata/pgbench/name.sql, a statement the tests run through psql.
+func testSQL(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "pgbench", name+".sql"))
+	require.NoError(t, err)
+	return b
 }

@@ -146,8 +146,8 @@ func scanDelivery(r pgx.CollectableRow) (Delivery, error) {
 // MerchantDeliveries lists a merchant's most recent deliveries (newest first) with their
 // attempts. payment.ErrNotFound when there is no such merchant.
 func (s *Store) MerchantDeliveries(ctx context.Context, merchantID uuid.UUID, limit int) ([]Delivery, error) {
-	var exists bool
-	if err := s.pool.QueryRow(ctx, dbsqlc.MerchantExists, merchantID).Scan(&exists); err != nil {
+	exists, err := s.q.MerchantExists(ctx, merchantID)
+	if err != nil {
 		return nil, translate(err)
 	}
 	if !exists {
@@ -207,8 +207,7 @@ func (s *Store) deliveries(ctx context.Context, sql string, args ...any) ([]Deli
 // id and body, and a fresh retry window. payment.ErrNotFound for no such delivery; a
 // *payment.ValidationError when the merchant has no webhook URL.
 func (s *Store) Redeliver(ctx context.Context, id uuid.UUID) (Delivery, error) {
-	var got uuid.UUID
-	err := s.pool.QueryRow(ctx, dbsqlc.Redeliver, id).Scan(&got)
+	_, err := s.q.Redeliver(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if _, err := s.Delivery(ctx, id); err != nil {
 			return Delivery{}, err

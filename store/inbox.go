@@ -33,15 +33,6 @@ type NewDelivery struct {
 	Body        []byte    // nil: nothing to deliver, only record the message
 }
 
-// AcceptEvent is AcceptEvents for one message.
-func (s *Store) AcceptEvent(ctx context.Context, consumer string, e NewDelivery, orderGrace time.Duration) (Acceptance, error) {
-	acc, err := s.AcceptEvents(ctx, consumer, []NewDelivery{e}, orderGrace)
-	if err != nil {
-		return "", err
-	}
-	return acc[0], nil
-}
-
 // AcceptEvents records messages in consumer's inbox and creates their deliveries, in order and
 // in one transaction (one round trip), and says what became of each. A message already in the
 // inbox changes nothing. An event is deferred (nothing written for it) while an earlier event

@@ -51,8 +51,8 @@ func (s *Store) RelayOutbox(ctx context.Context, limit int, publish func(context
 		if len(acked) == 0 {
 			return nil
 		}
-		tag, err := tx.Exec(ctx, dbsqlc.MarkPublished, acked)
-		published = int(tag.RowsAffected())
+		n, err := s.q.WithTx(tx).MarkPublished(ctx, acked)
+		published = int(n)
 		return err
 	})
 	if err != nil {

@@ -158,14 +158,12 @@ func (s *Store) TakeOver(ctx context.Context, merchantID uuid.UUID, key string, 
 
 // WorkflowStarted records that the workflow owns the operation now; the lease no longer matters.
 func (s *Store) WorkflowStarted(ctx context.Context, operationID uuid.UUID) error {
-	_, err := s.pool.Exec(ctx, dbsqlc.MarkWorkflowStarted, operationID)
-	return translate(err)
+	return translate(s.q.MarkWorkflowStarted(ctx, operationID))
 }
 
 // ExpireLease lets the next retry take over at once after a failed workflow start.
 func (s *Store) ExpireLease(ctx context.Context, operationID uuid.UUID) error {
-	_, err := s.pool.Exec(ctx, dbsqlc.ExpireLease, operationID)
-	return translate(err)
+	return translate(s.q.ExpireLease(ctx, operationID))
 }
 
 // SaveResponse stores the first rendering of a completed operation's answer with its outcome;

@@ -20,12 +20,11 @@ import (
 // BeginChargeAttempt records, durably, that a charge of the operation is about to be sent, and
 // returns which attempt this is (1 for the first).
 func (s *Store) BeginChargeAttempt(ctx context.Context, operationID uuid.UUID) (int, error) {
-	var n int
-	err := s.pool.QueryRow(ctx, dbsqlc.BeginChargeAttempt, operationID).Scan(&n)
+	n, err := s.q.BeginChargeAttempt(ctx, operationID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, payment.ErrNotFound
 	}
-	return n, translate(err)
+	return int(n), translate(err)
 }
 
 // Reserve holds the payment's amount on the payer's account. A repeated call finds the
@@ -44,7 +43,8 @@ func (s *Store) Reserve(ctx context.Context, operationID uuid.UUID) error {
 	}
 	// Not held, but perhaps because a concurrent attempt for this payment held it first: the
 	// statement's snapshot did not see that reservation, while its balance check saw the hold.
-	if err := s.pool.QueryRow(ctx, dbsqlc.ReservationExists, operationID).Scan(&already); err != nil {
+	already, err := s.q.ReservationExists(ctx, operationID)
+	if err != nil {
 		return translate(err)
 	}
 	if already {

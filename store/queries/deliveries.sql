@@ -46,7 +46,7 @@ d.created_at, d.updated_at, d.delivered_at FROM webhook_deliveries d WHERE d.agg
 
 -- name: AttemptsOf :many
 SELECT delivery_id, attempt, started_at, duration_ms, coalesce(status_code, 0), coalesce(error, '')
-FROM webhook_attempts WHERE delivery_id = ANY($1) ORDER BY delivery_id, attempt, started_at;
+FROM webhook_attempts WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, attempt, started_at;
 
 -- name: Redeliver :one
 -- Redelivery sends the same event (same id and body) to the merchant's current URL, now, and

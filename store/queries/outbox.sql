@@ -17,7 +17,7 @@ LIMIT $1
 FOR UPDATE OF o SKIP LOCKED;
 
 -- name: MarkPublished :execrows
-UPDATE outbox SET published_at = now() WHERE id = ANY($1) AND published_at IS NULL;
+UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[]) AND published_at IS NULL;
 
 -- name: OutboxBacklog :one
 SELECT count(*), coalesce(min(created_at), 'epoch') FROM outbox WHERE published_at IS NULL;

@@ -22,7 +22,7 @@ status, coalesce(failure_code, ''), coalesce(provider_reference, ''), created_at
 -- name: SetPaymentStatus :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
-WHERE id = $1 AND status = ANY($5) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
+WHERE id = $1 AND status = ANY($5::text[]) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, ''), coalesce(provider_reference, ''), created_at, updated_at;
 
 -- name: SetPaymentStatusSettlement :one
@@ -30,7 +30,7 @@ status, coalesce(failure_code, ''), coalesce(provider_reference, ''), created_at
 -- (NULL if it has none), which the capture credits.
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
-WHERE payments.id = $1 AND payments.status = ANY($5) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor,
+WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor,
 payments.currency, payments.invoice_id, payments.payment_type, payments.status, coalesce(payments.failure_code, ''), coalesce(payments.provider_reference, ''),
 payments.created_at, payments.updated_at, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id;

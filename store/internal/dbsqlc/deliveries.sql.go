@@ -53,7 +53,7 @@ func (q *Queries) AttemptFailed(ctx context.Context, arg AttemptFailedParams) (A
 
 const AttemptsOf = `-- name: AttemptsOf :many
 SELECT delivery_id, attempt, started_at, duration_ms, coalesce(status_code, 0), coalesce(error, '')
-FROM webhook_attempts WHERE delivery_id = ANY($1) ORDER BY delivery_id, attempt, started_at
+FROM webhook_attempts WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, attempt, started_at
 `
 
 type AttemptsOfRow struct {
@@ -65,8 +65,8 @@ type AttemptsOfRow struct {
 	Error      string
 }
 
-func (q *Queries) AttemptsOf(ctx context.Context, deliveryID uuid.UUID) ([]AttemptsOfRow, error) {
-	rows, err := q.db.Query(ctx, AttemptsOf, deliveryID)
+func (q *Queries) AttemptsOf(ctx context.Context, dollar_1 []uuid.UUID) ([]AttemptsOfRow, error) {
+	rows, err := q.db.Query(ctx, AttemptsOf, dollar_1)
 	if err != nil {
 		return nil, err
 	}

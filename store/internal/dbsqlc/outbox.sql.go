@@ -84,11 +84,11 @@ func (q *Queries) InsertOutboxEvent(ctx context.Context, arg InsertOutboxEventPa
 }
 
 const MarkPublished = `-- name: MarkPublished :execrows
-UPDATE outbox SET published_at = now() WHERE id = ANY($1) AND published_at IS NULL
+UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[]) AND published_at IS NULL
 `
 
-func (q *Queries) MarkPublished(ctx context.Context, id uuid.UUID) (int64, error) {
-	result, err := q.db.Exec(ctx, MarkPublished, id)
+func (q *Queries) MarkPublished(ctx context.Context, dollar_1 []uuid.UUID) (int64, error) {
+	result, err := q.db.Exec(ctx, MarkPublished, dollar_1)
 	if err != nil {
 		return 0, err
 	}

@@ -175,16 +175,16 @@ func (q *Queries) LivePayment(ctx context.Context, arg LivePaymentParams) (uuid.
 const SetPaymentStatus = `-- name: SetPaymentStatus :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
-WHERE id = $1 AND status = ANY($5) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
+WHERE id = $1 AND status = ANY($5::text[]) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, ''), coalesce(provider_reference, ''), created_at, updated_at
 `
 
 type SetPaymentStatusParams struct {
-	ID       uuid.UUID
-	Status   string
-	Column3  interface{}
-	Column4  interface{}
-	Status_2 string
+	ID      uuid.UUID
+	Status  string
+	Column3 interface{}
+	Column4 interface{}
+	Column5 []string
 }
 
 type SetPaymentStatusRow struct {
@@ -209,7 +209,7 @@ func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusPara
 		arg.Status,
 		arg.Column3,
 		arg.Column4,
-		arg.Status_2,
+		arg.Column5,
 	)
 	var i SetPaymentStatusRow
 	err := row.Scan(
@@ -233,18 +233,18 @@ func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusPara
 const SetPaymentStatusSettlement = `-- name: SetPaymentStatusSettlement :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
-WHERE payments.id = $1 AND payments.status = ANY($5) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor,
+WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor,
 payments.currency, payments.invoice_id, payments.payment_type, payments.status, coalesce(payments.failure_code, ''), coalesce(payments.provider_reference, ''),
 payments.created_at, payments.updated_at, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
 `
 
 type SetPaymentStatusSettlementParams struct {
-	ID       uuid.UUID
-	Status   string
-	Column3  interface{}
-	Column4  interface{}
-	Status_2 string
+	ID      uuid.UUID
+	Status  string
+	Column3 interface{}
+	Column4 interface{}
+	Column5 []string
 }
 
 type SetPaymentStatusSettlementRow struct {
@@ -272,7 +272,7 @@ func (q *Queries) SetPaymentStatusSettlement(ctx context.Context, arg SetPayment
 		arg.Status,
 		arg.Column3,
 		arg.Column4,
-		arg.Status_2,
+		arg.Column5,
 	)
 	var i SetPaymentStatusSettlementRow
 	err := row.Scan(
