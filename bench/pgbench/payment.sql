@@ -52,8 +52,8 @@ SELECT id, name, coalesce(webhook_url, '') FROM merchants WHERE api_key_hash = :
 -- answered from it; a new key finds none.
 \startpipeline
 -- store/queries/records.sql: GetRecord
-SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, ''),
-response_body, coalesce(locked_until, 'epoch'), workflow_started
+SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started
 FROM idempotency_records WHERE merchant_id = :merchant_id AND idempotency_key = :idempotency_key;
 -- store/queries/records.sql: CustomerAccount
 SELECT merchant_id, currency FROM accounts WHERE id = :account_id AND kind = 'customer';
@@ -102,7 +102,8 @@ WHERE operation_id = :op_id AND status = 'active' RETURNING account_id, amount_m
 UPDATE payments SET status = :succeeded_status, failure_code = NULLIF(:failure_code, ''),
 provider_reference = coalesce(NULLIF(:provider_reference, ''), provider_reference), updated_at = now()
 WHERE payments.id = :op_id AND payments.status = ANY(:from_statuses::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor,
-payments.currency, payments.invoice_id, payments.payment_type, payments.status, coalesce(payments.failure_code, ''), coalesce(payments.provider_reference, ''),
+payments.currency, payments.invoice_id, payments.payment_type, payments.status, coalesce(payments.failure_code, '') AS failure_code,
+coalesce(payments.provider_reference, '') AS provider_reference,
 payments.created_at, payments.updated_at, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
 \gset finalized_

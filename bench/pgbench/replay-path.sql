@@ -21,8 +21,8 @@ SELECT id, name, coalesce(webhook_url, '') FROM merchants WHERE api_key_hash = :
 \gset auth_
 \startpipeline
 -- store/queries/records.sql: GetRecord
-SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, ''),
-response_body, coalesce(locked_until, 'epoch'), workflow_started
+SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started
 FROM idempotency_records WHERE merchant_id = :merchant_id AND idempotency_key = :k;
 -- store/queries/records.sql: CustomerAccount
 SELECT merchant_id, currency FROM accounts WHERE id = :account_id AND kind = 'customer';

@@ -11,7 +11,7 @@
 \set k random(:key_base, :key_base + :records - 1)
 
 -- store/queries/records.sql: GetRecord
-SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, ''),
-response_body, coalesce(locked_until, 'epoch'), workflow_started
+SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started
 FROM idempotency_records WHERE merchant_id = :merchant_id AND idempotency_key = :k
 \gset record_

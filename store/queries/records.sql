@@ -15,8 +15,8 @@ WHERE EXISTS (SELECT 1 FROM accounts WHERE id = $6 AND kind = 'customer' AND mer
 ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING operation_id;
 
 -- name: GetRecord :one
-SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, ''),
-response_body, coalesce(locked_until, 'epoch'), workflow_started
+SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started
 FROM idempotency_records WHERE merchant_id = $1 AND idempotency_key = $2;
 
 -- name: TakeOver :one

@@ -51,7 +51,8 @@ func (q *Queries) InsertReconciliationRun(ctx context.Context, arg InsertReconci
 const PaymentsByID = `-- name: PaymentsByID :many
 
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, ''), coalesce(provider_reference, ''), created_at, updated_at FROM payments WHERE id = ANY($1::uuid[])
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at FROM payments WHERE id = ANY($1::uuid[])
 `
 
 type PaymentsByIDRow struct {
@@ -108,7 +109,8 @@ func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Pay
 
 const PaymentsCreated = `-- name: PaymentsCreated :many
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, ''), coalesce(provider_reference, ''), created_at, updated_at FROM payments
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at FROM payments
 WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
 AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
 ORDER BY created_at, id

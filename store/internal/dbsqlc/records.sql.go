@@ -79,8 +79,8 @@ func (q *Queries) ExpireLease(ctx context.Context, operationID uuid.UUID) error 
 }
 
 const GetRecord = `-- name: GetRecord :one
-SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, ''),
-response_body, coalesce(locked_until, 'epoch'), workflow_started
+SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started
 FROM idempotency_records WHERE merchant_id = $1 AND idempotency_key = $2
 `
 
