@@ -43,14 +43,13 @@ type LedgerEntry struct {
 // LedgerEntries lists the entries of every posting with the reference (an operation id for a
 // payment): what an auditor asks first.
 func (s *Store) LedgerEntries(ctx context.Context, reference string) ([]LedgerEntry, error) {
-	rows, err := s.pool.Query(ctx, dbsqlc.EntriesFor, reference)
+	rows, err := s.q.EntriesFor(ctx, reference)
 	if err != nil {
 		return nil, translate(err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LedgerEntry, error) {
-		var e LedgerEntry
-		err := r.Scan(&e.PostingID, &e.Kind, &e.AccountID, &e.Currency, &e.AmountMinor)
-		return e, err
-	})
-	return out, translate(err)
+	out := make([]LedgerEntry, len(rows))
+	for i, r := range rows {
+		out[i] = LedgerEntry{PostingID: r.ID, Kind: r.Kind, AccountID: r.AccountID, Currency: r.Currency, AmountMinor: r.AmountMinor}
+	}
+	return out, nil
 }

@@ -204,14 +204,13 @@ func scanPayment(row pgx.Row, extra ...any) (payment.Payment, error) {
 // Stranded lists records whose owner never started the workflow and whose lease has run out,
 // of one merchant when merchant is not nil.
 func (s *Store) Stranded(ctx context.Context, limit int, merchant *uuid.UUID) ([]Record, error) {
-	rows, err := s.pool.Query(ctx, dbsqlc.Stranded, limit, merchant)
+	rows, err := s.q.Stranded(ctx, dbsqlc.StrandedParams{MerchantID: merchant, MaxRows: int32(limit)})
 	if err != nil {
 		return nil, translate(err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Record, error) {
-		var rec Record
-		err := r.Scan(&rec.MerchantID, &rec.Key)
-		return rec, err
-	})
-	return out, translate(err)
+	out := make([]Record, len(rows))
+	for i, r := range rows {
+		out[i] = Record{MerchantID: r.MerchantID, Key: r.IdempotencyKey}
+	}
+	return out, nil
 }

@@ -39,8 +39,9 @@ WHERE merchant_id = $1 AND idempotency_key = $2 AND status = 'completed' AND res
 
 -- name: Stranded :many
 SELECT merchant_id, idempotency_key FROM idempotency_records
-WHERE NOT workflow_started AND locked_until < now() AND ($2::uuid IS NULL OR merchant_id = $2)
-ORDER BY locked_until LIMIT $1;
+WHERE NOT workflow_started AND locked_until < now()
+  AND (sqlc.narg(merchant_id)::uuid IS NULL OR merchant_id = sqlc.narg(merchant_id))
+ORDER BY locked_until LIMIT sqlc.arg(max_rows);
 
 -- name: SetRecordStatus :exec
 -- A completed record gets its stored answer in the same statement; an earlier one is kept.

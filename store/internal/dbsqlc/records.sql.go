@@ -175,13 +175,14 @@ func (q *Queries) SetRecordStatus(ctx context.Context, arg SetRecordStatusParams
 
 const Stranded = `-- name: Stranded :many
 SELECT merchant_id, idempotency_key FROM idempotency_records
-WHERE NOT workflow_started AND locked_until < now() AND ($2::uuid IS NULL OR merchant_id = $2)
-ORDER BY locked_until LIMIT $1
+WHERE NOT workflow_started AND locked_until < now()
+  AND ($1::uuid IS NULL OR merchant_id = $1)
+ORDER BY locked_until LIMIT $2
 `
 
 type StrandedParams struct {
-	Limit   int32
-	Column2 uuid.UUID
+	MerchantID *uuid.UUID
+	MaxRows    int32
 }
 
 type StrandedRow struct {
@@ -190,7 +191,7 @@ type StrandedRow struct {
 }
 
 func (q *Queries) Stranded(ctx context.Context, arg StrandedParams) ([]StrandedRow, error) {
-	rows, err := q.db.Query(ctx, Stranded, arg.Limit, arg.Column2)
+	rows, err := q.db.Query(ctx, Stranded, arg.MerchantID, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
