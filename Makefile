@@ -8,7 +8,7 @@ TEMPORAL := $(BIN)/temporal
 RACE := $(shell $(GO) env CGO_ENABLED | grep -q 1 && echo -race)
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test bench lint temporal-cli fuzz clean
+.PHONY: help build run test bench lint temporal-cli fuzz clean generate check-generated
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -37,6 +37,14 @@ bench: build temporal-cli ## measure: ceilings, targets and correctness; writes 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+generate: ## regenerate store/internal/dbsqlc (sqlc) and bench/pgbench/*.sql from store/queries
+	$(GO) tool sqlc generate -f store/sqlc.yaml
+	$(GO) run bench/pgbench/gen.go
+
+check-generated: generate ## fail when the generated code is not what make generate writes
+	@git diff --exit-code -- store/internal/dbsqlc bench/pgbench || { echo "generated code is out of date: run make generate and commit"; exit 1; }
+	@out=$$(git status --porcelain --untracked-files=all -- store/internal/dbsqlc bench/pgbench); if [ -n "$$out" ]; then echo "untracked generated files:"; echo "$$out"; exit 1; fi
 
 fuzz: ## run each fuzz target for 20s
 	$(GO) test ./payment -run '^$$' -fuzz FuzzParseRequest -fuzztime 20s

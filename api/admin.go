@@ -162,6 +162,6 @@ func (s *Server) deposit(c *gin.Context) {
 	}
 	writeJSON(c, http.StatusCreated, depositBody{
 		ID: d.ID.String(), AccountID: d.AccountID.String(), Amount: payment.FormatAmount(d.AmountMinor, d.Currency),
-		Currency: d.Currency, CreatedAt: d.CreatedAt,
+		Currency: d.Currency, CreatedAt: payment.FormatTime(d.CreatedAt),
 	})
 }

@@ -25,7 +25,7 @@ func answerStatus(s payment.Status) int {
 
 // announcedRecord is the completed record an outcome announced in this process stands for.
 func announcedRecord(operationID uuid.UUID, a store.Answer) store.Record {
-	return store.Record{OperationID: operationID, Status: store.RecordCompleted, ResponseStatus: a.Status, ResponseBody: a.Body}
+	return store.Record{OperationID: operationID, Status: store.RecordCompleted, Outcome: a.Outcome, ResponseBody: a.Body}
 }
 
 // replayFirst answers the first request of a completed operation with exactly what every later
@@ -56,18 +56,19 @@ func (s *Server) replay(c *gin.Context, rec store.Record) {
 // payment stores it; a record completed before that was so gets it rendered and stored here once.
 func (s *Server) storedResponse(c *gin.Context, rec store.Record) (int, []byte, error) {
 	if rec.ResponseBody != nil {
-		return rec.ResponseStatus, rec.ResponseBody, nil
+		return answerStatus(rec.Outcome), rec.ResponseBody, nil
 	}
 	ctx := c.Request.Context()
 	p, err := s.Store.Payment(ctx, rec.OperationID)
 	if err != nil {
 		return 0, nil, err
 	}
-	_, body, err := p.Answer() // fails unless the payment is final
+	body, err := p.AnswerBody() // fails unless the payment is final
 	if err != nil {
 		return 0, nil, err
 	}
-	return s.Store.SaveResponse(ctx, rec.MerchantID, rec.Key, answerStatus(p.Status), body)
+	outcome, body, err := s.Store.SaveResponse(ctx, rec.MerchantID, rec.Key, p.Status, body)
+	return answerStatus(outcome), body, err
 }
 
 // writePending answers a request whose operation has no stored answer yet with the payment as

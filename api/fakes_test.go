@@ -32,12 +32,12 @@ func fakeID(n int) uuid.UUID {
 // completed is the completed record, and the answer its commit stores, of a payment that
 // reached a final outcome. Every stored answer of the fakes is built here.
 func completed(rec store.Record, p payment.Payment) (store.Record, store.Answer) {
-	status, body, err := p.Answer()
+	body, err := p.AnswerBody()
 	if err != nil {
 		panic(err)
 	}
-	a := store.Answer{Status: status, Body: body}
-	rec.Status, rec.ResponseStatus, rec.ResponseBody = store.RecordCompleted, a.Status, a.Body
+	a := store.Answer{Outcome: p.Status, Body: body}
+	rec.Status, rec.Outcome, rec.ResponseBody = store.RecordCompleted, a.Outcome, a.Body
 	return rec, a
 }
 
@@ -174,7 +174,7 @@ func (f *fakeStore) Deposit(_ context.Context, accountID uuid.UUID, key string, 
 		return d, true, nil
 	}
 	f.ids++
-	d := store.Deposit{ID: fakeID(f.ids), AccountID: accountID, AmountMinor: amount, Currency: f.accounts[accountID].Currency, CreatedAt: payment.FormatTime(t0)}
+	d := store.Deposit{ID: fakeID(f.ids), AccountID: accountID, AmountMinor: amount, Currency: f.accounts[accountID].Currency, CreatedAt: t0}
 	f.deposits[k] = d
 	return d, false, nil
 }
@@ -293,19 +293,19 @@ func (f *fakeStore) ExpireLease(_ context.Context, operationID uuid.UUID) error 
 	return f.call("ExpireLease")
 }
 
-func (f *fakeStore) SaveResponse(_ context.Context, merchantID uuid.UUID, key string, status int, body []byte) (int, []byte, error) {
+func (f *fakeStore) SaveResponse(_ context.Context, merchantID uuid.UUID, key string, outcome payment.Status, body []byte) (payment.Status, []byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("SaveResponse"); err != nil {
-		return 0, nil, err
+		return "", nil, err
 	}
 	k := recordKey{merchantID, key}
 	rec := f.records[k]
 	if rec.Status == store.RecordCompleted && rec.ResponseBody == nil {
-		rec.ResponseStatus, rec.ResponseBody = status, body
+		rec.Outcome, rec.ResponseBody = outcome, body
 		f.records[k] = rec
 	}
-	return rec.ResponseStatus, rec.ResponseBody, nil
+	return rec.Outcome, rec.ResponseBody, nil
 }
 
 func (f *fakeStore) Payment(_ context.Context, id uuid.UUID) (payment.Payment, error) {

@@ -109,7 +109,7 @@ func (f *fixture) seed(key, body string, status payment.Status, lease time.Time)
 // its answer, as records completed before answers were stored are.
 func (f *fixture) seedUnsaved(status payment.Status) {
 	rec := f.seed("k1", payBody, status, time.Time{})
-	rec.ResponseStatus, rec.ResponseBody = 0, nil
+	rec.Outcome, rec.ResponseBody = "", nil
 	f.st.records[recordKey{merchantA, "k1"}] = rec
 }
 

@@ -12,7 +12,7 @@ import (
 func TestReplayCacheKeepsOnlyFinalAnswers(t *testing.T) {
 	m := payment.NewID()
 	done := func(key string) store.Record {
-		return store.Record{MerchantID: m, Key: key, Status: store.RecordCompleted, ResponseStatus: 201, ResponseBody: []byte(`{}`)}
+		return store.Record{MerchantID: m, Key: key, Status: store.RecordCompleted, Outcome: payment.StatusSucceeded, ResponseBody: []byte(`{}`)}
 	}
 	c := replayCache{size: 2}
 	c.put(store.Record{MerchantID: m, Key: "running", Status: store.RecordProcessing})

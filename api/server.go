@@ -34,7 +34,7 @@ type Store interface {
 	Record(ctx context.Context, merchantID uuid.UUID, key string) (store.Record, error)
 	TakeOver(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error)
 	ExpireLease(ctx context.Context, operationID uuid.UUID) error
-	SaveResponse(ctx context.Context, merchantID uuid.UUID, key string, status int, body []byte) (int, []byte, error)
+	SaveResponse(ctx context.Context, merchantID uuid.UUID, key string, outcome payment.Status, body []byte) (payment.Status, []byte, error)
 	Payment(ctx context.Context, id uuid.UUID) (payment.Payment, error)
 	PaymentByKey(ctx context.Context, merchantID uuid.UUID, key string) (payment.Payment, error)
 }

@@ -24,10 +24,11 @@ import (
 )
 
 // The database ceilings of a benchmark: pgbench runs kasa's own SQL, statement for statement, with
-// nothing else in the way (no HTTP, no Temporal). See pgbench/*.sql: each script names the store
-// constants it mirrors, and TestPGBenchScriptsMirrorStore fails when they drift apart.
+// nothing else in the way (no HTTP, no Temporal). The scripts pgbench/*.sql are generated from
+// pgbench/src/*.sql and store/queries/*.sql (make generate), so they run the very statements
+// kasa runs.
 //
-//go:embed pgbench/*.sql
+//go:embed pgbench/*.sql pgbench/psql/*.sql
 var pgbenchScripts embed.FS
 
 // PGBench scripts.
@@ -121,7 +122,11 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 		}
 	}()
 	// The scripts' unqualified names must reach the clones, never kasa's tables.
-	got, err := psql(ctx, benchURL, nil, "-A", "-t", "-c", "SELECT current_schema()")
+	q, err := pgbenchScripts.ReadFile("pgbench/psql/current-schema.sql")
+	if err != nil {
+		return PGBenchResult{}, err
+	}
+	got, err := psql(ctx, benchURL, q, "-A", "-t", "-f", "-")
 	if err != nil {
 		return PGBenchResult{}, err
 	}
@@ -264,7 +269,11 @@ func setupPGBenchFixture(ctx context.Context, o PGBenchOptions, schema string) e
 }
 
 func dropPGBenchSchema(ctx context.Context, dbURL, schema string) error {
-	_, err := psql(ctx, dbURL, nil, "-c", `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`)
+	q, err := pgbenchScripts.ReadFile("pgbench/psql/drop.sql")
+	if err != nil {
+		return err
+	}
+	_, err = psql(ctx, dbURL, q, "-v", "schema="+schema, "-f", "-")
 	return err
 }
 

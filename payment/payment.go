@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -99,21 +98,15 @@ type Merchant struct {
 	WebhookURL string
 }
 
-// Answer is a finished payment's stored response: what the request that created it is answered
-// and what every replay of its idempotency key repeats, byte for byte (docs/api.md): 201 with the
-// resource when it succeeded, 402 when it failed. It is stored in the same transaction that
-// finishes the payment, so it exists exactly when the payment is final.
-func (p Payment) Answer() (status int, body []byte, err error) {
-	switch p.Status {
-	case StatusSucceeded:
-		status = http.StatusCreated
-	case StatusFailed:
-		status = http.StatusPaymentRequired
-	default:
-		return 0, nil, fmt.Errorf("payment %s is %s: only a final payment has a stored answer", p.ID, p.Status)
+// AnswerBody is a finished payment's stored answer: the resource that the request that created
+// it is answered with and that every replay of its idempotency key repeats, byte for byte. It is
+// stored in the same transaction that finishes the payment, so it exists exactly when the payment
+// is final.
+func (p Payment) AnswerBody() ([]byte, error) {
+	if !p.Status.Final() {
+		return nil, fmt.Errorf("payment %s is %s: only a final payment has a stored answer", p.ID, p.Status)
 	}
-	body, err = JSON(p.Resource())
-	return status, body, err
+	return JSON(p.Resource())
 }
 
 // JSON renders v as the API does: compact, a trailing newline, no HTML escaping.

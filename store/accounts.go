@@ -9,35 +9,19 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kasa-pay/kasa/payment"
-)
-
-const (
-	sqlInsertMerchant = `INSERT INTO merchants (id, name, api_key_hash, webhook_url, webhook_secret_enc)
-VALUES ($1, $2, $3, NULLIF($4, ''), $5)`
-	sqlMerchantByKey = `SELECT id, name, coalesce(webhook_url, '') FROM merchants WHERE api_key_hash = $1`
-	sqlInsertAccount = `INSERT INTO accounts (id, merchant_id, kind, currency) VALUES ($1, $2, $3, $4)`
-	// Every merchant gets one settlement account per currency it takes payments in.
-	sqlEnsureSettlement = `INSERT INTO accounts (id, merchant_id, kind, currency) VALUES ($1, $2, 'settlement', $3)
-ON CONFLICT (merchant_id, currency) WHERE kind = 'settlement' DO NOTHING`
-	sqlAccount         = `SELECT id, coalesce(merchant_id, '00000000-0000-0000-0000-000000000000'), kind, currency, balance, reserved FROM accounts WHERE id = $1`
-	sqlEnsureExternal  = `INSERT INTO accounts (id, kind, currency) VALUES ($1, 'external', $2) ON CONFLICT (currency) WHERE kind = 'external' DO NOTHING`
-	sqlExternalAccount = `SELECT id FROM accounts WHERE kind = 'external' AND currency = $1`
-	sqlInsertDeposit   = `INSERT INTO deposits (id, account_id, idempotency_key, amount_minor, posting_id)
-VALUES ($1, $2, $3, $4, $5) ON CONFLICT (account_id, idempotency_key) DO NOTHING RETURNING created_at`
-	sqlDeposit = `SELECT id, amount_minor, created_at FROM deposits WHERE account_id = $1 AND idempotency_key = $2`
-	sqlCredit  = `UPDATE accounts SET balance = balance + $2, updated_at = now() WHERE id = $1`
+	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 )
 
 // CreateMerchant stores a merchant with its API key hashed and its webhook secret encrypted.
 func (s *Store) CreateMerchant(ctx context.Context, m payment.Merchant, apiKey, webhookSecret string) error {
-	_, err := s.pool.Exec(ctx, sqlInsertMerchant, m.ID, m.Name, payment.HashAPIKey(apiKey), m.WebhookURL, s.seal(webhookSecret))
+	_, err := s.pool.Exec(ctx, dbsqlc.InsertMerchant, m.ID, m.Name, payment.HashAPIKey(apiKey), m.WebhookURL, s.seal(webhookSecret))
 	return translate(err)
 }
 
 // MerchantByAPIKey authenticates a merchant; unknown keys are payment.ErrUnauthorized.
 func (s *Store) MerchantByAPIKey(ctx context.Context, apiKey string) (payment.Merchant, error) {
 	var m payment.Merchant
-	err := s.pool.QueryRow(ctx, sqlMerchantByKey, payment.HashAPIKey(apiKey)).Scan(&m.ID, &m.Name, &m.WebhookURL)
+	err := s.pool.QueryRow(ctx, dbsqlc.MerchantByAPIKey, payment.HashAPIKey(apiKey)).Scan(&m.ID, &m.Name, &m.WebhookURL)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, payment.ErrUnauthorized
 	}
@@ -49,13 +33,10 @@ func (s *Store) MerchantByAPIKey(ctx context.Context, apiKey string) (payment.Me
 func (s *Store) CreateAccount(ctx context.Context, merchantID uuid.UUID, currency string) (payment.Account, error) {
 	a := payment.Account{ID: payment.NewID(), MerchantID: merchantID, Kind: "customer", Currency: currency}
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlInsertAccount, a.ID, merchantID, a.Kind, currency); err != nil {
-			if isFKViolation(err) {
-				return payment.ErrNotFound
-			}
-			return err
+		if _, err := tx.Exec(ctx, dbsqlc.InsertAccount, a.ID, merchantID, a.Kind, currency); err != nil {
+			return err // payment.ErrNotFound for no such merchant, once s.tx translates it
 		}
-		_, err := tx.Exec(ctx, sqlEnsureSettlement, payment.NewID(), merchantID, currency)
+		_, err := tx.Exec(ctx, dbsqlc.EnsureSettlementAccount, payment.NewID(), merchantID, currency)
 		return err
 	})
 	return a, err
@@ -63,7 +44,7 @@ func (s *Store) CreateAccount(ctx context.Context, merchantID uuid.UUID, currenc
 
 // Account reads one account.
 func (s *Store) Account(ctx context.Context, id uuid.UUID) (payment.Account, error) {
-	return scanAccount(s.pool.QueryRow(ctx, sqlAccount, id))
+	return scanAccount(s.pool.QueryRow(ctx, dbsqlc.GetAccount, id))
 }
 
 func scanAccount(row pgx.Row) (payment.Account, error) {
@@ -78,7 +59,7 @@ type Deposit struct {
 	AccountID   uuid.UUID
 	AmountMinor int64
 	Currency    string
-	CreatedAt   string
+	CreatedAt   time.Time
 }
 
 // Deposit credits an account once per (account, idempotency key) with a balanced posting against
@@ -99,21 +80,19 @@ func (s *Store) Deposit(ctx context.Context, accountID uuid.UUID, key string, am
 		if err := insertPosting(ctx, tx, postingID, "deposit", d.ID.String()); err != nil {
 			return err
 		}
-		var created time.Time
-		err := tx.QueryRow(ctx, sqlInsertDeposit, d.ID, accountID, key, amount, postingID).Scan(&created)
+		err := tx.QueryRow(ctx, dbsqlc.InsertDeposit, d.ID, accountID, key, amount, postingID).Scan(&d.CreatedAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errReplay // roll back the posting; the key was used before
 		}
 		if err != nil {
 			return err
 		}
-		d.CreatedAt = payment.FormatTime(created)
 		inserted = true
-		if _, err := tx.Exec(ctx, sqlEnsureExternal, payment.NewID(), acct.Currency); err != nil {
+		if _, err := tx.Exec(ctx, dbsqlc.EnsureExternalAccount, payment.NewID(), acct.Currency); err != nil {
 			return err
 		}
 		var external uuid.UUID
-		if err := tx.QueryRow(ctx, sqlExternalAccount, acct.Currency).Scan(&external); err != nil {
+		if err := tx.QueryRow(ctx, dbsqlc.ExternalAccount, acct.Currency).Scan(&external); err != nil {
 			return err
 		}
 		return postEntries(ctx, tx, postingID, acct.Currency, []entry{{accountID, amount}, {external, -amount}})
@@ -122,12 +101,10 @@ func (s *Store) Deposit(ctx context.Context, accountID uuid.UUID, key string, am
 		return d, false, err
 	}
 	var first Deposit
-	var created time.Time
 	first.AccountID, first.Currency = accountID, acct.Currency
-	if err := s.pool.QueryRow(ctx, sqlDeposit, accountID, key).Scan(&first.ID, &first.AmountMinor, &created); err != nil {
+	if err := s.pool.QueryRow(ctx, dbsqlc.GetDeposit, accountID, key).Scan(&first.ID, &first.AmountMinor, &first.CreatedAt); err != nil {
 		return d, false, translate(err)
 	}
-	first.CreatedAt = payment.FormatTime(created)
 	if first.AmountMinor != amount {
 		return first, false, payment.ErrIdempotencyReused
 	}

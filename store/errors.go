@@ -40,6 +40,14 @@ func translate(err error) error {
 			if pgErr.ConstraintName == "accounts_funds" {
 				return payment.ErrInsufficientFunds
 			}
+		case "23505":
+			if pgErr.ConstraintName == "payments_business_key" {
+				return fmt.Errorf("%w: %s", errLivePayment, pgErr.Message)
+			}
+		case "23503":
+			if pgErr.ConstraintName == "accounts_merchant_id_fkey" {
+				return payment.ErrNotFound // an account for a merchant that does not exist
+			}
 		case "57P01", "57P02", "57P03", "53300":
 			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Message)
 		}
@@ -59,12 +67,5 @@ func translate(err error) error {
 	return err
 }
 
-func isUnique(err error, constraint string) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == constraint
-}
-
-func isFKViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23503"
-}
+// errLivePayment: the invoice has a live payment already (Begin looks it up).
+var errLivePayment = errors.New("invoice has a live payment")

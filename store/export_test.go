@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -46,4 +47,13 @@ func (s *Store) Pipelined(ctx context.Context, fn func(send, commit func(sql str
 		commit := func(sql string) error { return tx.commit(ctx, one(sql)) }
 		return fn(send, commit, tx.nothingToCommit)
 	})
+}
+
+// AcceptEvent is AcceptEvents for one message.
+func (s *Store) AcceptEvent(ctx context.Context, consumer string, e NewDelivery, orderGrace time.Duration) (Acceptance, error) {
+	acc, err := s.AcceptEvents(ctx, consumer, []NewDelivery{e}, orderGrace)
+	if err != nil {
+		return "", err
+	}
+	return acc[0], nil
 }

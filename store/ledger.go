@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 )
 
 type entry struct {
@@ -14,16 +15,8 @@ type entry struct {
 	amount  int64 // positive: kasa owes the account more
 }
 
-const (
-	sqlInsertPosting = `INSERT INTO ledger_postings (id, kind, reference) VALUES ($1, $2, $3)`
-	sqlInsertEntry   = `INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor) VALUES ($1, $2, $3, $4, $5)`
-	// A two-entry posting in one statement; the caller applies the balances.
-	sqlInsertEntryPair = `INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
-VALUES ($1, $2, $3, $4, $5), ($6, $2, $7, $4, $8)`
-)
-
 func insertPosting(ctx context.Context, tx pgx.Tx, id uuid.UUID, kind, reference string) error {
-	_, err := tx.Exec(ctx, sqlInsertPosting, id, kind, reference)
+	_, err := tx.Exec(ctx, dbsqlc.InsertPosting, id, kind, reference)
 	return err
 }
 
@@ -32,8 +25,8 @@ func insertPosting(ctx context.Context, tx pgx.Tx, id uuid.UUID, kind, reference
 func postEntries(ctx context.Context, tx pgx.Tx, postingID uuid.UUID, currency string, entries []entry) error {
 	b := &pgx.Batch{}
 	for _, e := range entries {
-		b.Queue(sqlInsertEntry, payment.NewID(), postingID, e.account, currency, e.amount)
-		b.Queue(sqlCredit, e.account, e.amount)
+		b.Queue(dbsqlc.InsertEntry, payment.NewID(), postingID, e.account, currency, e.amount)
+		b.Queue(dbsqlc.Credit, e.account, e.amount)
 	}
 	return tx.SendBatch(ctx, b).Close()
 }
@@ -47,21 +40,16 @@ type LedgerEntry struct {
 	AmountMinor int64
 }
 
-const sqlEntriesFor = `SELECT p.id, p.kind, e.account_id, e.currency, e.amount_minor
-FROM ledger_postings p JOIN ledger_entries e ON e.posting_id = p.id
-WHERE p.reference = $1 ORDER BY e.id`
-
 // LedgerEntries lists the entries of every posting with the reference (an operation id for a
 // payment): what an auditor asks first.
 func (s *Store) LedgerEntries(ctx context.Context, reference string) ([]LedgerEntry, error) {
-	rows, err := s.pool.Query(ctx, sqlEntriesFor, reference)
+	rows, err := s.q.EntriesFor(ctx, reference)
 	if err != nil {
 		return nil, translate(err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LedgerEntry, error) {
-		var e LedgerEntry
-		err := r.Scan(&e.PostingID, &e.Kind, &e.AccountID, &e.Currency, &e.AmountMinor)
-		return e, err
-	})
-	return out, translate(err)
+	out := make([]LedgerEntry, len(rows))
+	for i, r := range rows {
+		out[i] = LedgerEntry{PostingID: r.ID, Kind: r.Kind, AccountID: r.AccountID, Currency: r.Currency, AmountMinor: r.AmountMinor}
+	}
+	return out, nil
 }

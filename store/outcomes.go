@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+
+	"github.com/kasa-pay/kasa/payment"
 )
 
 // outcomes tells waiters in this process that an operation's record left processing through
@@ -17,8 +19,8 @@ type outcomes struct {
 // Answer is a completed operation's stored answer, as the commit that completed it wrote it:
 // what every replay of its key returns.
 type Answer struct {
-	Status int
-	Body   []byte
+	Outcome payment.Status // succeeded or failed
+	Body    []byte
 }
 
 // WatchOutcome returns a channel closed once this Store commits the operation's outcome, and a

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 )
 
 // RecordStatus is the idempotency record's state: processing -> completed | unknown (-> completed).
@@ -27,47 +28,11 @@ type Record struct {
 	RequestHash     string
 	Status          RecordStatus
 	OperationID     uuid.UUID
-	ResponseStatus  int
+	Outcome         payment.Status // a completed record's: succeeded or failed; empty before
 	ResponseBody    []byte
 	LockedUntil     time.Time
 	WorkflowStarted bool
 }
-
-const (
-	sqlCustomerAccount = `SELECT merchant_id, currency FROM accounts WHERE id = $1 AND kind = 'customer'`
-	// ON CONFLICT DO NOTHING RETURNING: exactly one concurrent inserter gets a row back and owns
-	// the operation; the others read the winner's record. Guarded by the payer account, as Begin
-	// sends all three statements at once: an account that is not the merchant's in the
-	// request's currency creates nothing.
-	sqlAcquire = `INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id, locked_until)
-SELECT $1, $2, $3, 'processing', $4, now() + $5::interval
-WHERE EXISTS (SELECT 1 FROM accounts WHERE id = $6 AND kind = 'customer' AND merchant_id = $1 AND currency = $7)
-ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING operation_id`
-	// Guarded by the record: only the operation that acquired the key gets a payment row.
-	sqlInsertPayment = `INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'processing'
-WHERE EXISTS (SELECT 1 FROM idempotency_records WHERE operation_id = $1)
-RETURNING created_at, updated_at`
-	sqlLivePayment = `SELECT id FROM payments WHERE merchant_id = $1 AND invoice_id = $2 AND payment_type = $3
-AND status IN ('processing', 'unknown', 'succeeded')`
-	sqlRecord = `SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(response_status, 0),
-response_body, coalesce(locked_until, 'epoch'), workflow_started
-FROM idempotency_records WHERE merchant_id = $1 AND idempotency_key = $2`
-	// Atomic takeover: only an expired lease of a workflow nobody started can be taken, by one caller.
-	sqlTakeOver = `UPDATE idempotency_records SET locked_until = now() + $3::interval, updated_at = now()
-WHERE merchant_id = $1 AND idempotency_key = $2 AND NOT workflow_started AND locked_until < now()
-RETURNING operation_id`
-	sqlWorkflowStarted = `UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
-WHERE operation_id = $1 AND NOT workflow_started`
-	sqlExpireLease = `UPDATE idempotency_records SET locked_until = now(), updated_at = now()
-WHERE operation_id = $1 AND NOT workflow_started`
-	sqlSaveResponse = `UPDATE idempotency_records SET response_status = $3, response_body = $4, updated_at = now()
-WHERE merchant_id = $1 AND idempotency_key = $2 AND status = 'completed' AND response_body IS NULL`
-	paymentColumns = `id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, ''), coalesce(provider_reference, ''), created_at, updated_at`
-	sqlPayment      = `SELECT ` + paymentColumns + ` FROM payments WHERE id = $1`
-	sqlPaymentByKey = `SELECT ` + paymentColumns + ` FROM payments WHERE merchant_id = $1 AND idempotency_key = $2`
-)
 
 // BeginInput is a validated request about to become an operation.
 type BeginInput struct {
@@ -100,9 +65,9 @@ func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment
 	case errors.Is(err, errReplay): // a concurrent request committed the key after the batch's read
 		rec, err = s.Record(ctx, in.MerchantID, in.Key)
 		return rec, payment.Payment{}, BeganRaced, err
-	case isUnique(err, "payments_business_key"):
+	case errors.Is(err, errLivePayment):
 		var existing uuid.UUID
-		if err := s.pool.QueryRow(ctx, sqlLivePayment, in.MerchantID, r.InvoiceID, r.PaymentType).Scan(&existing); err != nil {
+		if err := s.pool.QueryRow(ctx, dbsqlc.LivePayment, in.MerchantID, r.InvoiceID, r.PaymentType).Scan(&existing); err != nil {
 			return rec, p, 0, translate(err)
 		}
 		return rec, p, 0, &payment.DuplicatePaymentError{PaymentID: existing.String()}
@@ -127,10 +92,10 @@ const (
 func (s *Store) beginBatch(ctx context.Context, in BeginInput, p *payment.Payment, existing *Record) error {
 	r := in.Request
 	b := &pgx.Batch{}
-	b.Queue(sqlRecord, in.MerchantID, in.Key)
-	b.Queue(sqlCustomerAccount, r.AccountID)
-	b.Queue(sqlAcquire, in.MerchantID, in.Key, r.Hash(), in.OperationID, in.Lease.String(), r.AccountID, r.Currency)
-	b.Queue(sqlInsertPayment, p.ID, p.MerchantID, p.IdempotencyKey, p.AccountID, p.AmountMinor, p.Currency, p.InvoiceID, p.PaymentType)
+	b.Queue(dbsqlc.GetRecord, in.MerchantID, in.Key)
+	b.Queue(dbsqlc.CustomerAccount, r.AccountID)
+	b.Queue(dbsqlc.AcquireKey, in.MerchantID, in.Key, r.Hash(), in.OperationID, in.Lease.String(), r.AccountID, r.Currency)
+	b.Queue(dbsqlc.InsertPayment, p.ID, p.MerchantID, p.IdempotencyKey, p.AccountID, p.AmountMinor, p.Currency, p.InvoiceID, p.PaymentType)
 	br := s.pool.SendBatch(ctx, b)
 	recordErr := scanRecord(br.QueryRow(), existing)
 	var owner, op uuid.UUID
@@ -171,20 +136,20 @@ var errExisting = errors.New("idempotency key exists")
 // Record reads an idempotency record.
 func (s *Store) Record(ctx context.Context, merchantID uuid.UUID, key string) (Record, error) {
 	var r Record
-	err := scanRecord(s.pool.QueryRow(ctx, sqlRecord, merchantID, key), &r)
+	err := scanRecord(s.pool.QueryRow(ctx, dbsqlc.GetRecord, merchantID, key), &r)
 	return r, translate(err)
 }
 
 func scanRecord(row pgx.Row, r *Record) error {
 	return row.Scan(&r.MerchantID, &r.Key, &r.RequestHash, &r.Status,
-		&r.OperationID, &r.ResponseStatus, &r.ResponseBody, &r.LockedUntil, &r.WorkflowStarted)
+		&r.OperationID, &r.Outcome, &r.ResponseBody, &r.LockedUntil, &r.WorkflowStarted)
 }
 
 // TakeOver claims the expired lease of a record whose workflow was never started (its owner
 // died or failed between commit and start). At most one caller gets true.
 func (s *Store) TakeOver(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error) {
 	var op uuid.UUID
-	err := s.pool.QueryRow(ctx, sqlTakeOver, merchantID, key, lease.String()).Scan(&op)
+	err := s.pool.QueryRow(ctx, dbsqlc.TakeOver, merchantID, key, lease.String()).Scan(&op)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -193,43 +158,42 @@ func (s *Store) TakeOver(ctx context.Context, merchantID uuid.UUID, key string, 
 
 // WorkflowStarted records that the workflow owns the operation now; the lease no longer matters.
 func (s *Store) WorkflowStarted(ctx context.Context, operationID uuid.UUID) error {
-	_, err := s.pool.Exec(ctx, sqlWorkflowStarted, operationID)
-	return translate(err)
+	return translate(s.q.MarkWorkflowStarted(ctx, operationID))
 }
 
 // ExpireLease lets the next retry take over at once after a failed workflow start.
 func (s *Store) ExpireLease(ctx context.Context, operationID uuid.UUID) error {
-	_, err := s.pool.Exec(ctx, sqlExpireLease, operationID)
-	return translate(err)
+	return translate(s.q.ExpireLease(ctx, operationID))
 }
 
-// SaveResponse stores the first rendering of a completed operation's answer; every later
-// answer for the key replays exactly the stored bytes, which it returns.
-func (s *Store) SaveResponse(ctx context.Context, merchantID uuid.UUID, key string, status int, body []byte) (int, []byte, error) {
-	if _, err := s.pool.Exec(ctx, sqlSaveResponse, merchantID, key, status, body); err != nil {
-		return 0, nil, translate(err)
+// SaveResponse stores the first rendering of a completed operation's answer with its outcome;
+// every later answer for the key replays exactly the stored bytes, which it returns.
+func (s *Store) SaveResponse(ctx context.Context, merchantID uuid.UUID, key string, outcome payment.Status, body []byte) (payment.Status, []byte, error) {
+	if _, err := s.pool.Exec(ctx, dbsqlc.SaveResponse, merchantID, key, outcome, body); err != nil {
+		return "", nil, translate(err)
 	}
 	rec, err := s.Record(ctx, merchantID, key)
 	if err != nil {
-		return 0, nil, err
+		return "", nil, err
 	}
 	if rec.ResponseBody == nil {
-		return 0, nil, ErrInconsistent
+		return "", nil, ErrInconsistent
 	}
-	return rec.ResponseStatus, rec.ResponseBody, nil
+	return rec.Outcome, rec.ResponseBody, nil
 }
 
 // Payment reads a payment by operation id.
 func (s *Store) Payment(ctx context.Context, id uuid.UUID) (payment.Payment, error) {
-	return scanPayment(s.pool.QueryRow(ctx, sqlPayment, id))
+	return scanPayment(s.pool.QueryRow(ctx, dbsqlc.GetPayment, id))
 }
 
 // PaymentByKey reads the payment a merchant's idempotency key created.
 func (s *Store) PaymentByKey(ctx context.Context, merchantID uuid.UUID, key string) (payment.Payment, error) {
-	return scanPayment(s.pool.QueryRow(ctx, sqlPaymentByKey, merchantID, key))
+	return scanPayment(s.pool.QueryRow(ctx, dbsqlc.GetPaymentByKey, merchantID, key))
 }
 
-// scanPayment scans paymentColumns, then into extra the columns after them.
+// scanPayment scans a payment row (the columns of dbsqlc.GetPayment), then into extra the
+// columns after them.
 func scanPayment(row pgx.Row, extra ...any) (payment.Payment, error) {
 	var p payment.Payment
 	err := row.Scan(append([]any{&p.ID, &p.MerchantID, &p.IdempotencyKey, &p.AccountID, &p.AmountMinor, &p.Currency, &p.InvoiceID,
@@ -237,21 +201,16 @@ func scanPayment(row pgx.Row, extra ...any) (payment.Payment, error) {
 	return p, translate(err)
 }
 
-const sqlStranded = `SELECT merchant_id, idempotency_key FROM idempotency_records
-WHERE NOT workflow_started AND locked_until < now() AND ($2::uuid IS NULL OR merchant_id = $2)
-ORDER BY locked_until LIMIT $1`
-
 // Stranded lists records whose owner never started the workflow and whose lease has run out,
 // of one merchant when merchant is not nil.
 func (s *Store) Stranded(ctx context.Context, limit int, merchant *uuid.UUID) ([]Record, error) {
-	rows, err := s.pool.Query(ctx, sqlStranded, limit, merchant)
+	rows, err := s.q.Stranded(ctx, dbsqlc.StrandedParams{MerchantID: merchant, MaxRows: int32(limit)})
 	if err != nil {
 		return nil, translate(err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Record, error) {
-		var rec Record
-		err := r.Scan(&rec.MerchantID, &rec.Key)
-		return rec, err
-	})
-	return out, translate(err)
+	out := make([]Record, len(rows))
+	for i, r := range rows {
+		out[i] = Record{MerchantID: r.MerchantID, Key: r.IdempotencyKey}
+	}
+	return out, nil
 }

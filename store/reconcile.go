@@ -8,28 +8,18 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 )
 
 // Reconciliation reads: payments by the references of a settlement file, and the payments a
 // settlement file's days should have listed.
-const (
-	sqlPaymentsByID = `SELECT ` + paymentColumns + ` FROM payments WHERE id = ANY($1::uuid[])`
-	// Without merchants ($4 NULL) every merchant's payments. Payment ids are UUIDv7, minted
-	// when the payment is created, so a range of ids ($5, $6: the day widened by idClockSkew
-	// for the app's clock against the database's) is a range scan of the primary key, and
-	// payments needs no index on created_at.
-	sqlPaymentsCreated = `SELECT ` + paymentColumns + ` FROM payments
-WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
-AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
-ORDER BY created_at, id`
-)
 
 // PaymentsByID reads the payments among ids that exist, in no particular order.
 func (s *Store) PaymentsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Payment, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, sqlPaymentsByID, uuidStrings(ids))
+	rows, err := s.pool.Query(ctx, dbsqlc.PaymentsByID, uuidStrings(ids))
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -51,7 +41,7 @@ func (s *Store) EachPaymentCreated(ctx context.Context, from, to time.Time, stat
 	if len(merchants) > 0 {
 		ms = uuidStrings(merchants)
 	}
-	rows, err := s.pool.Query(ctx, sqlPaymentsCreated, from, to, sts, ms,
+	rows, err := s.pool.Query(ctx, dbsqlc.PaymentsCreated, from, to, sts, ms,
 		minUUIDv7(from.Add(-idClockSkew)), minUUIDv7(to.Add(idClockSkew)))
 	if err != nil {
 		return translate(err)

@@ -14,13 +14,15 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/kasa-pay/kasa/schema"
+	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 )
 
 // Store wraps a connection pool.
 type Store struct {
 	pool     *pgxpool.Pool
-	aead     cipher.AEAD // encrypts merchants' webhook secrets at rest
-	outcomes outcomes    // committed outcomes, announced in process (WatchOutcome)
+	aead     cipher.AEAD     // encrypts merchants' webhook secrets at rest
+	outcomes outcomes        // committed outcomes, announced in process (WatchOutcome)
+	q        *dbsqlc.Queries // sqlc's methods for the statements of store/queries
 }
 
 // Options configure Open.
@@ -56,7 +58,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	s := &Store{pool: pool, aead: aead}
+	s := &Store{pool: pool, aead: aead, q: dbsqlc.New(pool)}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("%w: database: %v", ErrUnavailable, err)

@@ -44,7 +44,7 @@ FROM (
 ) r;
 
 INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id,
-    response_status, response_body, locked_until, workflow_started, created_at, updated_at)
+    outcome, response_body, locked_until, workflow_started, created_at, updated_at)
 SELECT merchant_id, key,
     encode(sha256(
         int8send(octet_length(invoice)) || convert_to(invoice, 'UTF8') ||
@@ -53,7 +53,7 @@ SELECT merchant_id, key,
         int8send(octet_length(payment_type)) || convert_to(payment_type, 'UTF8') ||
         int8send(amount)), 'hex'),
     'completed', id,
-    402, -- the stored answer of a failed payment
+    'failed', -- the stored answer of a failed payment
     convert_to('{"id":"' || id || '","status":"failed","amount":"' || round(amount / power(10::numeric, exponent), exponent) ||
         '","currency":"' || currency || '","invoice_id":"' || invoice || '","payment_type":"' || payment_type || '","account_id":"' ||
         account_id || '","failure_code":"declined","provider_reference":null,"created_at":"' || at ||

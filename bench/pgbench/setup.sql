@@ -76,9 +76,9 @@ FROM generate_series(1, :merchants) n, generate_series(1, :payers) p;
 -- The finished payments a replay looks up: merchant 1's records under the keys key_base ..
 -- key_base+records-1, completed, with a stored 201 answer the size of a payment resource.
 INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id,
-    response_status, response_body, locked_until, workflow_started)
+    outcome, response_body, locked_until, workflow_started)
 SELECT md5('merchant/1')::uuid, k::text, encode(sha256(convert_to(k::text, 'UTF8')), 'hex'), 'completed', op,
-    201, convert_to(json_build_object('id', op, 'status', 'succeeded', 'amount', '100.00', 'currency', 'TRY',
+    'succeeded', convert_to(json_build_object('id', op, 'status', 'succeeded', 'amount', '100.00', 'currency', 'TRY',
         'invoice_id', k::text, 'payment_type', 'purchase', 'account_id', md5('payer/1/1')::uuid,
         'failure_code', NULL, 'provider_reference', 'ch_' || op,
         'created_at', now(),

@@ -1,0 +1,2 @@
+-- Drops a fixture schema (psql variable schema) with everything in it.
+DROP SCHEMA IF EXISTS :"schema" CASCADE;

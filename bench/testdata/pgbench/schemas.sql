@@ -1,0 +1,1 @@
+SELECT string_agg(nspname, ',') FROM pg_namespace WHERE nspname LIKE 'kasa\_pgbench%';

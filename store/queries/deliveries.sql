@@ -1,0 +1,56 @@
+-- Webhook deliveries and their attempt log. The sender claims a delivery only when no earlier
+-- delivery of its aggregate is pending.
+
+-- name: PurgeDeliveries :execrows
+-- Finished deliveries only: a pending one is still owed to the merchant. Attempts cascade.
+DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries
+WHERE status IN ('delivered', 'failed', 'skipped') AND updated_at < now() - $1::float8 * interval '1 second' LIMIT $2);
+
+-- name: InsertAttempt :exec
+INSERT INTO webhook_attempts (id, delivery_id, attempt, started_at, duration_ms, status_code, error)
+VALUES ($1, $2, $3, $4, $5, NULLIF($6, 0), NULLIF($7, ''));
+
+-- name: MarkDelivered :one
+-- A 2xx wins whoever holds the lease now.
+UPDATE webhook_deliveries SET status = 'delivered', delivered_at = now(), claimed_until = NULL,
+last_status_code = NULLIF($2, 0), last_error = NULL, updated_at = now()
+WHERE id = $1 AND status = 'pending' RETURNING status, attempts;
+
+-- name: AttemptFailed :one
+-- A failure reschedules only if this attempt still owns the row; it gives up once the next
+-- attempt would fall after the retry window.
+UPDATE webhook_deliveries SET
+  status = CASE WHEN now() + $3::float8 * interval '1 second' > retry_since + $4::float8 * interval '1 second'
+                THEN 'failed' ELSE 'pending' END,
+  next_attempt_at = now() + $3::float8 * interval '1 second', claimed_until = NULL,
+  last_status_code = NULLIF($5, 0), last_error = NULLIF($6, ''), updated_at = now()
+WHERE id = $1 AND status = 'pending' AND attempts = $2 RETURNING status, attempts;
+
+-- name: MerchantExists :one
+SELECT EXISTS (SELECT 1 FROM merchants WHERE id = $1);
+
+-- name: MerchantDeliveries :many
+SELECT d.id, d.merchant_id, d.aggregate_id, d.event_type, d.event_created_at, coalesce(d.url, ''), d.status,
+d.attempts, d.next_attempt_at, d.claimed_until, d.retry_since, coalesce(d.last_status_code, 0), coalesce(d.last_error, ''),
+d.created_at, d.updated_at, d.delivered_at FROM webhook_deliveries d WHERE d.merchant_id = $1 ORDER BY d.id DESC LIMIT $2;
+
+-- name: GetDelivery :many
+SELECT d.id, d.merchant_id, d.aggregate_id, d.event_type, d.event_created_at, coalesce(d.url, ''), d.status,
+d.attempts, d.next_attempt_at, d.claimed_until, d.retry_since, coalesce(d.last_status_code, 0), coalesce(d.last_error, ''),
+d.created_at, d.updated_at, d.delivered_at FROM webhook_deliveries d WHERE d.id = $1;
+
+-- name: PaymentDeliveries :many
+SELECT d.id, d.merchant_id, d.aggregate_id, d.event_type, d.event_created_at, coalesce(d.url, ''), d.status,
+d.attempts, d.next_attempt_at, d.claimed_until, d.retry_since, coalesce(d.last_status_code, 0), coalesce(d.last_error, ''),
+d.created_at, d.updated_at, d.delivered_at FROM webhook_deliveries d WHERE d.aggregate_id = $1 ORDER BY d.event_created_at, d.id;
+
+-- name: AttemptsOf :many
+SELECT delivery_id, attempt, started_at, duration_ms, coalesce(status_code, 0), coalesce(error, '')
+FROM webhook_attempts WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, attempt, started_at;
+
+-- name: Redeliver :one
+-- Redelivery sends the same event (same id and body) to the merchant's current URL, now, and
+-- opens a new retry window. A pending delivery keeps its lease: no second concurrent send.
+UPDATE webhook_deliveries d SET status = 'pending', url = m.webhook_url, next_attempt_at = now(),
+claimed_until = CASE WHEN d.status = 'pending' THEN d.claimed_until END, retry_since = now(), updated_at = now()
+FROM merchants m WHERE d.id = $1 AND m.id = d.merchant_id AND m.webhook_url IS NOT NULL RETURNING d.id;

@@ -1,0 +1,43 @@
+-- Payments: the operation's row, its status moves and its charge attempts.
+
+-- name: InsertPayment :one
+-- Guarded by the record: only the operation that acquired the key gets a payment row.
+INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'processing'
+WHERE EXISTS (SELECT 1 FROM idempotency_records WHERE operation_id = $1)
+RETURNING created_at, updated_at;
+
+-- name: LivePayment :one
+SELECT id FROM payments WHERE merchant_id = $1 AND invoice_id = $2 AND payment_type = $3
+AND status IN ('processing', 'unknown', 'succeeded');
+
+-- name: GetPayment :one
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at FROM payments WHERE id = $1;
+
+-- name: GetPaymentByKey :one
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at FROM payments WHERE merchant_id = $1 AND idempotency_key = $2;
+
+-- name: SetPaymentStatus :one
+UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
+provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
+WHERE id = $1 AND status = ANY($5::text[]) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at;
+
+-- name: SetPaymentStatusSettlement :one
+-- SetPaymentStatus that also returns the merchant's settlement account in the payment's currency
+-- (NULL if it has none), which the capture credits.
+UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
+provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
+WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor,
+payments.currency, payments.invoice_id, payments.payment_type, payments.status, coalesce(payments.failure_code, '') AS failure_code,
+coalesce(payments.provider_reference, '') AS provider_reference,
+payments.created_at, payments.updated_at, (SELECT a.id FROM accounts a
+WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id;
+
+-- name: BeginChargeAttempt :one
+UPDATE payments SET charge_attempts = charge_attempts + 1 WHERE id = $1 RETURNING charge_attempts;

@@ -1,0 +1,32 @@
+-- Reconciliation: payments by the references of a settlement file, the payments a settlement
+-- file's days should have listed, and the finished runs.
+
+-- name: PaymentsByID :many
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at FROM payments WHERE id = ANY($1::uuid[]);
+
+-- name: PaymentsCreated :many
+-- Without merchants ($4 NULL) every merchant's payments. Payment ids are UUIDv7, minted
+-- when the payment is created, so a range of ids ($5, $6: the day widened by idClockSkew
+-- for the app's clock against the database's) is a range scan of the primary key, and
+-- payments needs no index on created_at.
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at FROM payments
+WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
+AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
+ORDER BY created_at, id;
+
+-- name: InsertReconciliationRun :exec
+INSERT INTO reconciliation_runs
+(id, source, days, lines, matched, resolved_charged, resolved_not_charged, pending, mismatches, report)
+VALUES ($1, $2, $3::date[], $4, $5, $6, $7, $8, $9, $10);
+
+-- name: ReconcileTotals :one
+-- One row a day or so: summing them at scrape time is cheap for decades.
+SELECT count(*), coalesce(sum(lines), 0), coalesce(sum(matched), 0),
+  coalesce(sum(resolved_charged), 0), coalesce(sum(resolved_not_charged), 0), coalesce(sum(pending), 0),
+  coalesce(sum(mismatches), 0), coalesce(max(finished_at), 'epoch'),
+  coalesce((SELECT mismatches FROM reconciliation_runs ORDER BY finished_at DESC, id DESC LIMIT 1), 0)
+FROM reconciliation_runs;

@@ -1,0 +1,49 @@
+-- Idempotency records: the key's state machine, processing -> completed | unknown (-> completed),
+-- with the lease of whoever must start the workflow and the stored answer of a completed operation.
+
+-- name: CustomerAccount :one
+SELECT merchant_id, currency FROM accounts WHERE id = $1 AND kind = 'customer';
+
+-- name: AcquireKey :one
+-- ON CONFLICT DO NOTHING RETURNING: exactly one concurrent inserter gets a row back and owns
+-- the operation; the others read the winner's record. Guarded by the payer account, as Begin
+-- sends all three statements at once: an account that is not the merchant's in the
+-- request's currency creates nothing.
+INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id, locked_until)
+SELECT $1, $2, $3, 'processing', $4, now() + $5::interval
+WHERE EXISTS (SELECT 1 FROM accounts WHERE id = $6 AND kind = 'customer' AND merchant_id = $1 AND currency = $7)
+ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING operation_id;
+
+-- name: GetRecord :one
+SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started
+FROM idempotency_records WHERE merchant_id = $1 AND idempotency_key = $2;
+
+-- name: TakeOver :one
+-- Atomic takeover: only an expired lease of a workflow nobody started can be taken, by one caller.
+UPDATE idempotency_records SET locked_until = now() + $3::interval, updated_at = now()
+WHERE merchant_id = $1 AND idempotency_key = $2 AND NOT workflow_started AND locked_until < now()
+RETURNING operation_id;
+
+-- name: MarkWorkflowStarted :exec
+UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
+WHERE operation_id = $1 AND NOT workflow_started;
+
+-- name: ExpireLease :exec
+UPDATE idempotency_records SET locked_until = now(), updated_at = now()
+WHERE operation_id = $1 AND NOT workflow_started;
+
+-- name: SaveResponse :exec
+UPDATE idempotency_records SET outcome = $3, response_body = $4, updated_at = now()
+WHERE merchant_id = $1 AND idempotency_key = $2 AND status = 'completed' AND response_body IS NULL;
+
+-- name: Stranded :many
+SELECT merchant_id, idempotency_key FROM idempotency_records
+WHERE NOT workflow_started AND locked_until < now()
+  AND (sqlc.narg(merchant_id)::uuid IS NULL OR merchant_id = sqlc.narg(merchant_id))
+ORDER BY locked_until LIMIT sqlc.arg(max_rows);
+
+-- name: SetRecordStatus :exec
+-- A completed record gets its stored answer in the same statement; an earlier one is kept.
+UPDATE idempotency_records SET status = $2, outcome = coalesce(outcome, $3),
+response_body = coalesce(response_body, $4), updated_at = now() WHERE operation_id = $1;

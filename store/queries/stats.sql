@@ -1,0 +1,13 @@
+-- Health figures read at scrape time.
+
+-- name: Stats :one
+SELECT
+  (SELECT count(*) FROM payments WHERE status = 'unknown'),
+  (SELECT coalesce(min(updated_at), 'epoch') FROM payments WHERE status = 'unknown'),
+  (SELECT count(*) FROM outbox WHERE published_at IS NULL),
+  (SELECT coalesce(min(created_at), 'epoch') FROM outbox WHERE published_at IS NULL);
+
+-- name: HotAccount :one
+-- Entry ids are UUIDv7: the last minute is a primary-key range, however large the ledger.
+SELECT coalesce(max(n), 0), coalesce(sum(n), 0)
+FROM (SELECT count(*) AS n FROM ledger_entries WHERE id >= $1 GROUP BY account_id) per_account;
