@@ -14,6 +14,7 @@ var embedded embed.FS
 var (
 	queryClaimDeliveries = embeddedQuery("claim_deliveries")
 	queryLockWaits       = embeddedQuery("lock_waits")
+	queryTableSizes      = embeddedQuery("table_sizes")
 )
 
 func embeddedQuery(name string) string {

@@ -14,19 +14,10 @@ type TableSize struct {
 	IndexBytes int64 // pg_indexes_size: every index of the table
 }
 
-const sqlSizes = `SELECT c.relname,
-  CASE WHEN c.reltuples >= 0 THEN c.reltuples::bigint ELSE coalesce(st.n_live_tup, 0) END,
-  pg_table_size(c.oid), pg_indexes_size(c.oid)
-FROM pg_class c
-JOIN pg_namespace n ON n.oid = c.relnamespace
-LEFT JOIN pg_stat_user_tables st ON st.relid = c.oid
-WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
-ORDER BY pg_total_relation_size(c.oid) DESC, c.relname`
-
 // Sizes reports table and index bytes of kasa's tables (largest first) with row estimates;
 // it reads catalog statistics only, so it is cheap on any table size.
 func (s *Store) Sizes(ctx context.Context) ([]TableSize, error) {
-	rows, err := s.pool.Query(ctx, sqlSizes)
+	rows, err := s.pool.Query(ctx, queryTableSizes)
 	if err != nil {
 		return nil, translate(err)
 	}
