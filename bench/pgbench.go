@@ -126,7 +126,7 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 	if err != nil {
 		return PGBenchResult{}, err
 	}
-	got, err := psql(ctx, benchURL, q, "-A", "-t", "-f", "-")
+	got, err := PSQL(ctx, benchURL, q, "-A", "-t", "-f", "-")
 	if err != nil {
 		return PGBenchResult{}, err
 	}
@@ -255,7 +255,7 @@ func setupPGBenchFixture(ctx context.Context, o PGBenchOptions, schema string) e
 	if err != nil {
 		return err
 	}
-	_, err = psql(ctx, o.DatabaseURL, sql, "-1",
+	_, err = PSQL(ctx, o.DatabaseURL, sql, "-1",
 		"-v", "schema="+schema,
 		"-v", "merchants="+strconv.Itoa(o.Rows),
 		"-v", "payers="+strconv.Itoa(o.Payers),
@@ -273,12 +273,12 @@ func dropPGBenchSchema(ctx context.Context, dbURL, schema string) error {
 	if err != nil {
 		return err
 	}
-	_, err = psql(ctx, dbURL, q, "-v", "schema="+schema, "-f", "-")
+	_, err = PSQL(ctx, dbURL, q, "-v", "schema="+schema, "-f", "-")
 	return err
 }
 
-// psql runs psql without ~/.psqlrc, stopping at the first error, with stdin when given.
-func psql(ctx context.Context, dbURL string, stdin []byte, args ...string) (string, error) {
+// PSQL runs psql without ~/.psqlrc, stopping at the first error, with stdin when given.
+func PSQL(ctx context.Context, dbURL string, stdin []byte, args ...string) (string, error) {
 	bin, err := pgTool("psql")
 	if err != nil {
 		return "", err

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/bench"
 	"github.com/kasa-pay/kasa/internal/devenv"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
@@ -67,9 +68,10 @@ func pairCounts(t *testing.T, merchants ...uuid.UUID) (payments, records int64) 
 	for i, m := range merchants {
 		ids[i] = m.String()
 	}
-	out, err := psql(context.Background(), testURL, nil, "-A", "-t", "-F", " ", "-c", `SELECT
-  (SELECT count(*) FROM payments WHERE merchant_id = ANY('{`+strings.Join(ids, ",")+`}')),
-  (SELECT count(*) FROM idempotency_records WHERE merchant_id = ANY('{`+strings.Join(ids, ",")+`}'))`)
+	sql, err := os.ReadFile("testdata/pair_counts.sql")
+	require.NoError(t, err)
+	out, err := bench.PSQL(context.Background(), testURL, sql, "-A", "-t", "-F", " ",
+		"-v", "merchants={"+strings.Join(ids, ",")+"}", "-f", "-")
 	require.NoError(t, err)
 	_, err = fmt.Sscan(out, &payments, &records)
 	require.NoError(t, err)
