@@ -175,7 +175,10 @@ func TestPGBench(t *testing.T) {
 			require.Zero(t, r.Failed)
 			require.Positive(t, r.P50MS)
 			require.Positive(t, r.PGBenchTPS)
-			require.InDelta(t, 2, r.Duration, 0.2)
+			// The window excludes the warm-up (else it would read ~3 s); it spans the first to the
+			// last logged transaction, so a loaded machine starting late shortens it a little.
+			require.LessOrEqual(t, r.Duration, 2.2)
+			require.Greater(t, r.Duration, 1.0)
 			require.GreaterOrEqual(t, r.P99MS, r.P50MS)
 			require.Equal(t, before, snapshot(), "kasa's tables were written")
 			require.Empty(t, schemas(), "fixture schema left behind")
