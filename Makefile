@@ -29,7 +29,7 @@ test: temporal-cli ## run every test: unit, integration (real PostgreSQL + Tempo
 	$(GO) vet ./...
 	$(GO) test $(RACE) -count=1 -timeout 30m ./...
 
-# The standard suite: about 5 minutes here, plus the preload (see README "Benchmarks").
+# The standard suite: about 5 minutes here, plus the preload (docs/performance.md).
 BENCH_PRELOAD ?= 1000000
 bench: build temporal-cli ## measure: ceilings, targets and correctness; writes bench/results/<date>.{md,json,svg}
 	$(BIN)/kasa bench --suite --preload $(BENCH_PRELOAD) --out bench/results

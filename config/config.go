@@ -165,7 +165,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("provider.charge_budget (%s) must be at least provider.charge_timeout (%s)", c.Provider.ChargeBudget, c.Provider.ChargeTimeout))
 	}
 	if c.Webhook.RetryFor < 24*time.Hour {
-		errs = append(errs, fmt.Errorf("webhook.retry_for must be at least 24h (CONTRACT §7), got %s", c.Webhook.RetryFor))
+		errs = append(errs, fmt.Errorf("webhook.retry_for must be at least 24h (docs/webhooks.md), got %s", c.Webhook.RetryFor))
 	}
 	if c.Webhook.Timeout <= 0 || c.Webhook.Concurrency < 1 || c.Webhook.PerMerchant < 1 {
 		errs = append(errs, errors.New("webhook.timeout, webhook.concurrency and webhook.per_merchant must be positive"))

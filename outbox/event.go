@@ -1,5 +1,5 @@
 // Package outbox moves events from the transactional outbox to the broker and from the broker to
-// merchants (CONTRACT §7):
+// merchants (docs/webhooks.md):
 //
 //   - Relay: claims unpublished outbox rows (FOR UPDATE SKIP LOCKED), publishes each to JetStream
 //     subject kasa.events.<type> of stream KASA_EVENTS with Nats-Msg-Id = the row id, and marks
@@ -49,7 +49,7 @@ type Event struct {
 	Data        json.RawMessage `json:"data"`
 }
 
-// WebhookBody renders the body merchants receive (CONTRACT §7):
+// WebhookBody renders the body merchants receive (docs/webhooks.md):
 // {"id": "<event id>", "type": "payment.succeeded", "created_at": "...", "data": <payment resource>}.
 // The payment resource is re-encoded in the API's field order when it decodes as one.
 func WebhookBody(e Event) ([]byte, error) {

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Headers of a webhook request (CONTRACT §7).
+// Headers of a webhook request (docs/webhooks.md).
 const (
 	HeaderEventID   = "Kasa-Event-Id"
 	HeaderSignature = "Kasa-Signature"

@@ -53,7 +53,7 @@ commands:
             --suite for the standard suite with ceilings, targets and correctness checks (make bench);
             "kasa bench -h" lists the flags
 
-configuration: kasa.yaml and KASA_* environment variables (see README).
+configuration: kasa.yaml and KASA_* environment variables (docs/operations.md).
 `
 
 func main() {
