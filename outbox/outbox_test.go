@@ -5,12 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 )
@@ -33,24 +31,7 @@ import (
 var db *store.Store
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx := context.Background()
-	env, err := devenv.StartTestEnv(ctx, devenv.TestNeeds{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "outbox tests:", err)
-		return 1
-	}
-	defer env.Stop()
-	db, err = store.Open(ctx, store.Options{URL: env.DatabaseURL, SecretKey: bytes.Repeat([]byte{3}, 32), Migrate: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "outbox tests:", err)
-		return 1
-	}
-	defer db.Close()
-	return m.Run()
+	testkit.Main(m, testkit.Options{}, func(e *testkit.Env) { db = e.Store })
 }
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -188,41 +169,17 @@ func startPipeline(t *testing.T, b *broker, o pipelineOptions) *pipeline {
 	return p
 }
 
-type merchant struct {
-	id, account uuid.UUID
-	secret      string
-}
-
-func newMerchant(t *testing.T, url string) merchant {
+func newMerchant(t *testing.T, url string) testkit.Merchant {
 	t.Helper()
-	ctx := context.Background()
-	m := merchant{id: payment.NewID(), secret: payment.NewSecret("whsec_")}
-	require.NoError(t, db.CreateMerchant(ctx, payment.Merchant{ID: m.id, Name: "m", WebhookURL: url}, payment.NewSecret("sk_"), m.secret))
-	a, err := db.CreateAccount(ctx, m.id, "TRY")
-	require.NoError(t, err)
-	_, _, err = db.Deposit(ctx, a.ID, "seed", 10_000_000)
-	require.NoError(t, err)
-	m.account = a.ID
-	return m
+	return testkit.NewMerchant(t, db, testkit.MerchantOptions{WebhookURL: url, Deposit: 10_000_000})
 }
 
 // settle takes a payment through the store to succeeded (through unknown first when asked).
-func settle(t *testing.T, m merchant, viaUnknown bool) uuid.UUID {
+func settle(t *testing.T, m testkit.Merchant, viaUnknown bool) uuid.UUID {
 	t.Helper()
-	ctx := context.Background()
-	key := uuid.NewString()
-	req := payment.Request{InvoiceID: key, AmountMinor: 100, Currency: "TRY", AccountID: m.account, PaymentType: "purchase"}
-	_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: m.id, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	id, err := testkit.Settle(context.Background(), db, m, viaUnknown)
 	require.NoError(t, err)
-	require.Equal(t, store.BeganNew, began)
-	require.NoError(t, db.Reserve(ctx, p.ID))
-	if viaUnknown {
-		_, err = db.MarkUnknown(ctx, p.ID)
-		require.NoError(t, err)
-	}
-	_, err = db.Finalize(ctx, p.ID, "ch_"+key)
-	require.NoError(t, err)
-	return p.ID
+	return id
 }
 
 // peek returns the first unpublished event of a payment without marking anything.
@@ -399,8 +356,8 @@ func TestRetriesUntilDeliveredAndAHangingMerchantDelaysNobody(t *testing.T) {
 		require.Equal(t, reqs[0].EventID, r.EventID, "the same event id on every attempt")
 		require.Equal(t, reqs[0].Body, r.Body, "the same body on every attempt")
 		require.Equal(t, "application/json", r.Type)
-		require.NoError(t, Verify(mFlaky.secret, r.Signature, r.Body, 5*time.Minute))
-		require.ErrorIs(t, Verify(mFast.secret, r.Signature, r.Body, 5*time.Minute), ErrSignatureMismatch)
+		require.NoError(t, Verify(mFlaky.WebhookSecret, r.Signature, r.Body, 5*time.Minute))
+		require.ErrorIs(t, Verify(mFast.WebhookSecret, r.Signature, r.Body, 5*time.Minute), ErrSignatureMismatch)
 	}
 	w := parseWebhook(t, reqs[0].Body)
 	require.Equal(t, reqs[0].EventID, w.ID)
@@ -451,7 +408,7 @@ func TestMerchantWithoutWebhookURLIsSkipped(t *testing.T) {
 		ds, err := db.PaymentDeliveries(ctx, pid)
 		return err == nil && len(ds) == 1 && ds[0].Status == store.DeliverySkipped
 	}, 10*time.Second, 20*time.Millisecond)
-	ds, err := db.MerchantDeliveries(ctx, m.id, 10)
+	ds, err := db.MerchantDeliveries(ctx, m.ID, 10)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.Empty(t, ds[0].Attempts)
@@ -562,7 +519,7 @@ func TestGivesUpAfterTheRetryWindowThenRedelivers(t *testing.T) {
 	reqs := h.requests()
 	require.Equal(t, reqs[0].EventID, reqs[tries].EventID)
 	require.Equal(t, reqs[0].Body, reqs[tries].Body)
-	require.NoError(t, Verify(m.secret, reqs[tries].Signature, reqs[tries].Body, time.Minute))
+	require.NoError(t, Verify(m.WebhookSecret, reqs[tries].Signature, reqs[tries].Body, time.Minute))
 	require.Eventually(t, func() bool {
 		d, err := db.Delivery(ctx, ds[0].ID)
 		return err == nil && d.Status == store.DeliveryDelivered
@@ -599,7 +556,7 @@ func TestPerPaymentOrderWithTwoRelays(t *testing.T) {
 	for _, r := range reqs {
 		require.False(t, seen[r.EventID], "event %s delivered twice", r.EventID)
 		seen[r.EventID] = true
-		require.NoError(t, Verify(m.secret, r.Signature, r.Body, time.Minute))
+		require.NoError(t, Verify(m.WebhookSecret, r.Signature, r.Body, time.Minute))
 		w := parseWebhook(t, r.Body)
 		order[w.Data.ID] = append(order[w.Data.ID], w.Data.Status)
 	}
