@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"go.temporal.io/sdk/client"
@@ -55,8 +54,7 @@ func Main(m *testing.M, o Options, setup func(*Env)) {
 func run(m *testing.M, o Options, setup func(*Env)) int {
 	e, err := start(context.Background(), o)
 	if err != nil {
-		name := strings.TrimSuffix(filepath.Base(os.Args[0]), ".test")
-		fmt.Fprintf(os.Stderr, "%s tests: cannot start the test infrastructure: %v\n", name, err)
+		fmt.Fprintf(os.Stderr, "%s: cannot start the test infrastructure: %v\n", filepath.Base(os.Args[0]), err)
 		return 1
 	}
 	defer e.stop()
