@@ -95,7 +95,6 @@ type pipeline struct {
 // startPipeline runs relays, the webhook consumer and the sender against b until the test ends.
 func startPipeline(t *testing.T, b *broker, o pipelineOptions) *pipeline {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	p := &pipeline{metrics: NewMetrics(prometheus.NewRegistry())}
 	p.relay = NewRelay(RelayOptions{Store: db, JetStream: b.js, PollInterval: 20 * time.Millisecond, Metrics: p.metrics, Logger: quiet})
 	so := o.sender
@@ -106,28 +105,14 @@ func startPipeline(t *testing.T, b *broker, o pipelineOptions) *pipeline {
 	if so.BackoffBase == 0 {
 		so.BackoffBase, so.BackoffMax = 50*time.Millisecond, 200*time.Millisecond
 	}
-	runners := []interface{ Run(context.Context) error }{
+	runners := []testkit.Runner{
 		NewWebhookConsumer(WebhookConsumerOptions{Store: db, JetStream: b.js, DeferDelay: 20 * time.Millisecond, RetryDelay: 100 * time.Millisecond, Metrics: p.metrics, Logger: quiet}),
 		NewWebhookSender(so),
 	}
 	for range o.relays {
 		runners = append(runners, NewRelay(RelayOptions{Store: db, JetStream: b.js, PollInterval: 20 * time.Millisecond, Metrics: p.metrics, Logger: quiet}))
 	}
-	var wg sync.WaitGroup
-	for _, r := range runners {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = r.Run(ctx) }()
-	}
-	t.Cleanup(func() {
-		cancel()
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("the pipeline did not stop within 20s of its context's cancellation")
-		}
-	})
+	testkit.RunUntilEnd(t, runners...)
 	return p
 }
 

@@ -39,27 +39,17 @@ func startEventPipeline(t *testing.T) *prometheus.Registry {
 	require.NoError(t, err)
 	nc, js, err := outbox.Connect(url, "events-test")
 	require.NoError(t, err)
+	t.Cleanup(func() { nc.Close(); stopBroker() }) // after the runners have stopped
 	reg := prometheus.NewRegistry()
 	metrics := outbox.NewMetrics(reg)
 	quiet := slog.New(slog.DiscardHandler)
-	ctx, cancel := context.WithCancel(context.Background())
-	runners := []interface{ Run(context.Context) error }{
+	runners := []testkit.Runner{
 		outbox.NewRelay(outbox.RelayOptions{Store: db, JetStream: js, PollInterval: 20 * time.Millisecond, Metrics: metrics, Logger: quiet}),
 		outbox.NewWebhookConsumer(outbox.WebhookConsumerOptions{Store: db, JetStream: js, DeferDelay: 20 * time.Millisecond, Metrics: metrics, Logger: quiet}),
 		outbox.NewWebhookSender(outbox.WebhookSenderOptions{Store: db, PollInterval: 20 * time.Millisecond, PerMerchant: 8,
 			BackoffBase: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Metrics: metrics, Logger: quiet}),
 	}
-	var wg sync.WaitGroup
-	for _, r := range runners {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = r.Run(ctx) }()
-	}
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		nc.Close()
-		stopBroker()
-	})
+	testkit.RunUntilEnd(t, runners...)
 	return reg
 }
 

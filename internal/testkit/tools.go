@@ -1,12 +1,15 @@
 package testkit
 
 import (
+	"context"
 	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -66,4 +69,29 @@ func FreeAddr(t testing.TB) string {
 	port, err := devenv.FreePort()
 	require.NoError(t, err)
 	return "127.0.0.1:" + strconv.Itoa(port)
+}
+
+// Runner is a loop (relay, consumer, sender...) that runs until its context is cancelled.
+type Runner interface{ Run(context.Context) error }
+
+// RunUntilEnd runs each runner in its own goroutine until the test ends; then it cancels them
+// and fails the test if they have not all stopped within 20 s.
+func RunUntilEnd(t testing.TB, runners ...Runner) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, r := range runners {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = r.Run(ctx) }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("the runners did not stop within 20s of their context's cancellation")
+		}
+	})
 }
