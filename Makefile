@@ -29,14 +29,24 @@ test: temporal-cli ## run every test: unit, integration (real PostgreSQL + Tempo
 	$(GO) vet ./...
 	$(GO) test $(RACE) -count=1 -timeout 30m ./...
 
+# What test-fast leaves to test: the end-to-end tests (Temporal, kasa processes), the outbox
+# (PostgreSQL + NATS, timed deliveries) and the benchmark (pgbench runs).
+SLOW_PKGS := /(tests|outbox|bench)(/|$$)
+.PHONY: test-fast
+test-fast: ## unit, store and api tests: everything but the end-to-end, outbox and bench packages
+	$(GO) test $(RACE) -count=1 $$($(GO) list ./... | grep -Ev '$(SLOW_PKGS)')
+
 # The standard suite: about 5 minutes here, plus the preload (docs/performance.md).
 BENCH_PRELOAD ?= 1000000
 bench: build temporal-cli ## measure: ceilings, targets and correctness; writes bench/results/<date>.{md,json,svg}
 	$(BIN)/kasa bench --suite --preload $(BENCH_PRELOAD) --out bench/results
 
-lint: ## gofmt and go vet
+# staticcheck and workflowcheck are tools of go.mod: `go tool` builds the pinned versions.
+lint: ## gofmt, go vet, staticcheck, and Temporal's workflowcheck over the workflows
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+	$(GO) tool workflowcheck ./workflows/...
 
 generate: ## regenerate store/internal/dbsqlc (sqlc) and bench/pgbench/*.sql from store/queries
 	$(GO) tool sqlc generate -f store/sqlc.yaml

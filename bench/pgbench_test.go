@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 )
@@ -98,21 +97,12 @@ func TestWithSearchPath(t *testing.T) {
 // real data, and checks that only the fixture schema was written, and that it is gone afterwards.
 func TestPGBench(t *testing.T) {
 	ctx := context.Background()
-	env, err := devenv.StartTestEnv(ctx, devenv.TestNeeds{})
-	require.NoError(t, err)
-	defer env.Stop()
-	db, err := store.Open(ctx, store.Options{URL: env.DatabaseURL, SecretKey: bytes.Repeat([]byte{1}, 32), Migrate: true})
-	require.NoError(t, err)
-	defer db.Close()
+	env := testkit.Start(t, testkit.Options{})
+	db := env.Store
 
 	// Some real rows, so that "untouched" means something.
-	m := payment.Merchant{ID: payment.NewID(), Name: "real"}
-	require.NoError(t, db.CreateMerchant(ctx, m, payment.NewSecret("sk_"), "whsec"))
-	acct, err := db.CreateAccount(ctx, m.ID, "TRY")
-	require.NoError(t, err)
-	_, _, err = db.Deposit(ctx, acct.ID, "seed", 10_000)
-	require.NoError(t, err)
-	req := payment.Request{InvoiceID: "inv-1", AmountMinor: 100, Currency: "TRY", AccountID: acct.ID, PaymentType: payment.DefaultPaymentType}
+	m := testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: "real", Deposit: 10_000})
+	req := payment.Request{InvoiceID: "inv-1", AmountMinor: 100, Currency: "TRY", AccountID: m.Account, PaymentType: payment.DefaultPaymentType}
 	_, p, _, err := db.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: "k1", Request: req, OperationID: payment.NewID(), Lease: time.Minute})
 	require.NoError(t, err)
 	require.NoError(t, db.Reserve(ctx, p.ID))

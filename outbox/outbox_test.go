@@ -1,16 +1,10 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 )
@@ -33,43 +27,10 @@ import (
 var db *store.Store
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx := context.Background()
-	env, err := devenv.StartTestEnv(ctx, devenv.TestNeeds{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "outbox tests:", err)
-		return 1
-	}
-	defer env.Stop()
-	db, err = store.Open(ctx, store.Options{URL: env.DatabaseURL, SecretKey: bytes.Repeat([]byte{3}, 32), Migrate: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "outbox tests:", err)
-		return 1
-	}
-	defer db.Close()
-	return m.Run()
+	testkit.Main(m, testkit.Options{}, func(e *testkit.Env) { db = e.Store })
 }
 
 var quiet = slog.New(slog.DiscardHandler)
-
-// hook is a merchant endpoint that records every request.
-type hook struct {
-	*httptest.Server
-	mu      sync.Mutex
-	reqs    []hookReq
-	respond func(n int, w http.ResponseWriter, r *http.Request)
-}
-
-type hookReq struct {
-	EventID   string
-	Signature string
-	Type      string
-	Body      []byte
-	At        time.Time
-}
 
 func answer(status int) func(int, http.ResponseWriter, *http.Request) {
 	return func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }
@@ -78,29 +39,11 @@ func answer(status int) func(int, http.ResponseWriter, *http.Request) {
 // hang never answers until the client gives up.
 func hang(_ int, _ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
 
-func newHook(t *testing.T, respond func(n int, w http.ResponseWriter, r *http.Request)) *hook {
+// newHook is a merchant endpoint that records every request.
+func newHook(t *testing.T, respond func(n int, w http.ResponseWriter, r *http.Request)) *testkit.Hook {
 	t.Helper()
-	h := &hook{respond: respond}
-	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		h.mu.Lock()
-		h.reqs = append(h.reqs, hookReq{EventID: r.Header.Get(HeaderEventID), Signature: r.Header.Get(HeaderSignature),
-			Type: r.Header.Get("Content-Type"), Body: body, At: time.Now()})
-		n := len(h.reqs)
-		h.mu.Unlock()
-		h.respond(n, w, r)
-	}))
-	t.Cleanup(h.Close)
-	return h
+	return testkit.NewHook(t, testkit.HookOptions{EventIDHeader: HeaderEventID, SignatureHeader: HeaderSignature, Respond: respond})
 }
-
-func (h *hook) requests() []hookReq {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]hookReq(nil), h.reqs...)
-}
-
-func (h *hook) count() int { return len(h.requests()) }
 
 type broker struct {
 	js jetstream.JetStream
@@ -152,7 +95,6 @@ type pipeline struct {
 // startPipeline runs relays, the webhook consumer and the sender against b until the test ends.
 func startPipeline(t *testing.T, b *broker, o pipelineOptions) *pipeline {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	p := &pipeline{metrics: NewMetrics(prometheus.NewRegistry())}
 	p.relay = NewRelay(RelayOptions{Store: db, JetStream: b.js, PollInterval: 20 * time.Millisecond, Metrics: p.metrics, Logger: quiet})
 	so := o.sender
@@ -163,66 +105,28 @@ func startPipeline(t *testing.T, b *broker, o pipelineOptions) *pipeline {
 	if so.BackoffBase == 0 {
 		so.BackoffBase, so.BackoffMax = 50*time.Millisecond, 200*time.Millisecond
 	}
-	runners := []interface{ Run(context.Context) error }{
+	runners := []testkit.Runner{
 		NewWebhookConsumer(WebhookConsumerOptions{Store: db, JetStream: b.js, DeferDelay: 20 * time.Millisecond, RetryDelay: 100 * time.Millisecond, Metrics: p.metrics, Logger: quiet}),
 		NewWebhookSender(so),
 	}
 	for range o.relays {
 		runners = append(runners, NewRelay(RelayOptions{Store: db, JetStream: b.js, PollInterval: 20 * time.Millisecond, Metrics: p.metrics, Logger: quiet}))
 	}
-	var wg sync.WaitGroup
-	for _, r := range runners {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = r.Run(ctx) }()
-	}
-	t.Cleanup(func() {
-		cancel()
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("the pipeline did not stop within 20s of its context's cancellation")
-		}
-	})
+	testkit.RunUntilEnd(t, runners...)
 	return p
 }
 
-type merchant struct {
-	id, account uuid.UUID
-	secret      string
-}
-
-func newMerchant(t *testing.T, url string) merchant {
+func newMerchant(t *testing.T, url string) testkit.Merchant {
 	t.Helper()
-	ctx := context.Background()
-	m := merchant{id: payment.NewID(), secret: payment.NewSecret("whsec_")}
-	require.NoError(t, db.CreateMerchant(ctx, payment.Merchant{ID: m.id, Name: "m", WebhookURL: url}, payment.NewSecret("sk_"), m.secret))
-	a, err := db.CreateAccount(ctx, m.id, "TRY")
-	require.NoError(t, err)
-	_, _, err = db.Deposit(ctx, a.ID, "seed", 10_000_000)
-	require.NoError(t, err)
-	m.account = a.ID
-	return m
+	return testkit.NewMerchant(t, db, testkit.MerchantOptions{WebhookURL: url, Deposit: 10_000_000})
 }
 
 // settle takes a payment through the store to succeeded (through unknown first when asked).
-func settle(t *testing.T, m merchant, viaUnknown bool) uuid.UUID {
+func settle(t *testing.T, m testkit.Merchant, viaUnknown bool) uuid.UUID {
 	t.Helper()
-	ctx := context.Background()
-	key := uuid.NewString()
-	req := payment.Request{InvoiceID: key, AmountMinor: 100, Currency: "TRY", AccountID: m.account, PaymentType: "purchase"}
-	_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: m.id, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	id, err := testkit.Settle(context.Background(), db, m, viaUnknown)
 	require.NoError(t, err)
-	require.Equal(t, store.BeganNew, began)
-	require.NoError(t, db.Reserve(ctx, p.ID))
-	if viaUnknown {
-		_, err = db.MarkUnknown(ctx, p.ID)
-		require.NoError(t, err)
-	}
-	_, err = db.Finalize(ctx, p.ID, "ch_"+key)
-	require.NoError(t, err)
-	return p.ID
+	return id
 }
 
 // peek returns the first unpublished event of a payment without marking anything.
@@ -248,23 +152,6 @@ func requireBacklogEmpty(t *testing.T) {
 		n, _, err := db.OutboxBacklog(context.Background())
 		return err == nil && n == 0
 	}, 20*time.Second, 20*time.Millisecond, "the outbox backlog drains")
-}
-
-// webhook is a delivered body as merchants parse it.
-type webhook struct {
-	ID        string           `json:"id"`
-	Type      string           `json:"type"`
-	CreatedAt string           `json:"created_at"`
-	Data      payment.Resource `json:"data"`
-}
-
-func parseWebhook(t *testing.T, body []byte) webhook {
-	t.Helper()
-	var w webhook
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	require.NoError(t, dec.Decode(&w), "%s", body)
-	return w
 }
 
 // 1. The same message published ten times with the broker's de-duplication, then ten times
@@ -294,10 +181,10 @@ func TestDuplicatePublishesDeliverOnce(t *testing.T) {
 	require.Equal(t, uint64(11), b.streamMsgs(t))
 
 	p := startPipeline(t, b, pipelineOptions{})
-	require.Eventually(t, func() bool { return b.consumerIdle(t) && h.count() == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return b.consumerIdle(t) && h.Count() == 1 }, 10*time.Second, 20*time.Millisecond)
 	time.Sleep(200 * time.Millisecond)
-	require.Equal(t, 1, h.count(), "exactly one webhook")
-	require.Equal(t, ev.ID.String(), h.requests()[0].EventID)
+	require.Equal(t, 1, h.Count(), "exactly one webhook")
+	require.Equal(t, ev.ID.String(), h.Requests()[0].EventID)
 	require.Equal(t, 10.0, value(t, p.metrics.consumed.WithLabelValues("duplicate")), "the inbox absorbed the ten copies")
 
 	ds, err := db.PaymentDeliveries(ctx, pid)
@@ -344,7 +231,7 @@ func TestRelayKilledBeforeMarkingIsDeduplicated(t *testing.T) {
 	require.Equal(t, int64(claimed), backlog, "nothing was marked")
 	inStream := b.streamMsgs(t)
 
-	require.Eventually(t, func() bool { return h.count() == 3 }, 10*time.Second, 20*time.Millisecond, "the published copies are delivered")
+	require.Eventually(t, func() bool { return h.Count() == 3 }, 10*time.Second, 20*time.Millisecond, "the published copies are delivered")
 
 	again, err := p.relay.RelayOnce(ctx)
 	require.NoError(t, err)
@@ -353,7 +240,7 @@ func TestRelayKilledBeforeMarkingIsDeduplicated(t *testing.T) {
 	require.Equal(t, inStream, b.streamMsgs(t), "the broker de-duplicated the republished messages")
 	require.Eventually(t, func() bool { return b.consumerIdle(t) }, 10*time.Second, 20*time.Millisecond)
 	time.Sleep(200 * time.Millisecond)
-	require.Equal(t, 3, h.count(), "nothing delivered twice")
+	require.Equal(t, 3, h.Count(), "nothing delivered twice")
 	for _, pid := range pids {
 		ds, err := db.PaymentDeliveries(ctx, pid)
 		require.NoError(t, err)
@@ -384,25 +271,25 @@ func TestRetriesUntilDeliveredAndAHangingMerchantDelaysNobody(t *testing.T) {
 	for range 6 { // older than the others: first in line
 		stuckPayments = append(stuckPayments, settle(t, mStuck, false))
 	}
-	require.Eventually(t, func() bool { return stuck.count() == 2 }, 5*time.Second, 10*time.Millisecond, "the hanging merchant gets its two slots")
+	require.Eventually(t, func() bool { return stuck.Count() == 2 }, 5*time.Second, 10*time.Millisecond, "the hanging merchant gets its two slots")
 	start := time.Now()
 	flakyPayment := settle(t, mFlaky, false)
 	for range 5 {
 		settle(t, mFast, false)
 	}
-	require.Eventually(t, func() bool { return flaky.count() == 3 && fast.count() == 5 }, timeout, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return flaky.Count() == 3 && fast.Count() == 5 }, timeout, 10*time.Millisecond)
 	require.Less(t, time.Since(start), timeout, "delivered before a single attempt at the hanging endpoint timed out")
-	require.Equal(t, 2, stuck.count(), "the hanging merchant never holds more than its share")
+	require.Equal(t, 2, stuck.Count(), "the hanging merchant never holds more than its share")
 
-	reqs := flaky.requests()
+	reqs := flaky.Requests()
 	for _, r := range reqs {
 		require.Equal(t, reqs[0].EventID, r.EventID, "the same event id on every attempt")
 		require.Equal(t, reqs[0].Body, r.Body, "the same body on every attempt")
-		require.Equal(t, "application/json", r.Type)
-		require.NoError(t, Verify(mFlaky.secret, r.Signature, r.Body, 5*time.Minute))
-		require.ErrorIs(t, Verify(mFast.secret, r.Signature, r.Body, 5*time.Minute), ErrSignatureMismatch)
+		require.Equal(t, "application/json", r.ContentType)
+		require.NoError(t, Verify(mFlaky.WebhookSecret, r.Signature, r.Body, 5*time.Minute))
+		require.ErrorIs(t, Verify(mFast.WebhookSecret, r.Signature, r.Body, 5*time.Minute), ErrSignatureMismatch)
 	}
-	w := parseWebhook(t, reqs[0].Body)
+	w := testkit.DecodeWebhook(t, reqs[0].Body)
 	require.Equal(t, reqs[0].EventID, w.ID)
 	require.Equal(t, "payment.succeeded", w.Type)
 	require.Equal(t, flakyPayment.String(), w.Data.ID)
@@ -451,7 +338,7 @@ func TestMerchantWithoutWebhookURLIsSkipped(t *testing.T) {
 		ds, err := db.PaymentDeliveries(ctx, pid)
 		return err == nil && len(ds) == 1 && ds[0].Status == store.DeliverySkipped
 	}, 10*time.Second, 20*time.Millisecond)
-	ds, err := db.MerchantDeliveries(ctx, m.id, 10)
+	ds, err := db.MerchantDeliveries(ctx, m.ID, 10)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.Empty(t, ds[0].Attempts)
@@ -545,24 +432,24 @@ func TestGivesUpAfterTheRetryWindowThenRedelivers(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	ds, err := db.PaymentDeliveries(ctx, pid)
 	require.NoError(t, err)
-	tries := h.count()
+	tries := h.Count()
 	require.Greater(t, tries, 1)
 	require.Len(t, ds[0].Attempts, tries)
 	require.Equal(t, 502, ds[0].LastStatusCode)
 	require.GreaterOrEqual(t, value(t, p.metrics.deliveries.WithLabelValues("failed")), 1.0)
 	time.Sleep(300 * time.Millisecond)
-	require.Equal(t, tries, h.count(), "no attempt after giving up")
+	require.Equal(t, tries, h.Count(), "no attempt after giving up")
 
 	healthy.Lock()
 	status = http.StatusOK
 	healthy.Unlock()
 	_, err = db.Redeliver(ctx, ds[0].ID)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return h.count() == tries+1 }, 5*time.Second, 10*time.Millisecond)
-	reqs := h.requests()
+	require.Eventually(t, func() bool { return h.Count() == tries+1 }, 5*time.Second, 10*time.Millisecond)
+	reqs := h.Requests()
 	require.Equal(t, reqs[0].EventID, reqs[tries].EventID)
 	require.Equal(t, reqs[0].Body, reqs[tries].Body)
-	require.NoError(t, Verify(m.secret, reqs[tries].Signature, reqs[tries].Body, time.Minute))
+	require.NoError(t, Verify(m.WebhookSecret, reqs[tries].Signature, reqs[tries].Body, time.Minute))
 	require.Eventually(t, func() bool {
 		d, err := db.Delivery(ctx, ds[0].ID)
 		return err == nil && d.Status == store.DeliveryDelivered
@@ -589,18 +476,18 @@ func TestPerPaymentOrderWithTwoRelays(t *testing.T) {
 	}
 	wg.Wait()
 	want := payments + payments/2
-	require.Eventually(t, func() bool { return h.count() >= want }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return h.Count() >= want }, 20*time.Second, 20*time.Millisecond)
 	requireBacklogEmpty(t)
 	time.Sleep(200 * time.Millisecond)
-	reqs := h.requests()
+	reqs := h.Requests()
 	require.Len(t, reqs, want)
 	seen := map[string]bool{}
 	order := map[string][]payment.Status{}
 	for _, r := range reqs {
 		require.False(t, seen[r.EventID], "event %s delivered twice", r.EventID)
 		seen[r.EventID] = true
-		require.NoError(t, Verify(m.secret, r.Signature, r.Body, time.Minute))
-		w := parseWebhook(t, r.Body)
+		require.NoError(t, Verify(m.WebhookSecret, r.Signature, r.Body, time.Minute))
+		w := testkit.DecodeWebhook(t, r.Body)
 		order[w.Data.ID] = append(order[w.Data.ID], w.Data.Status)
 	}
 	require.Len(t, order, payments)

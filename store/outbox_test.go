@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 )
@@ -20,32 +21,8 @@ import (
 // webhookMerchant makes a merchant with a webhook URL (empty: none) and a funded TRY account.
 func webhookMerchant(t *testing.T, url string) (merchantID, accountID uuid.UUID) {
 	t.Helper()
-	ctx := context.Background()
-	m := payment.Merchant{ID: payment.NewID(), Name: "hooks", WebhookURL: url}
-	require.NoError(t, db.CreateMerchant(ctx, m, payment.NewSecret("sk_"), "whsec_test"))
-	a, err := db.CreateAccount(ctx, m.ID, "TRY")
-	require.NoError(t, err)
-	_, _, err = db.Deposit(ctx, a.ID, "seed", 1_000_000)
-	require.NoError(t, err)
-	return m.ID, a.ID
-}
-
-// settle runs a payment to succeeded, through unknown first when viaUnknown.
-func settle(t *testing.T, mID, aID uuid.UUID, viaUnknown bool) uuid.UUID {
-	t.Helper()
-	ctx := context.Background()
-	key := uuid.NewString()
-	_, p, ok, err := begin(t, mID, aID, key, key, 100)
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.NoError(t, db.Reserve(ctx, p.ID))
-	if viaUnknown {
-		_, err = db.MarkUnknown(ctx, p.ID)
-		require.NoError(t, err)
-	}
-	_, err = db.Finalize(ctx, p.ID, "ch_"+key)
-	require.NoError(t, err)
-	return p.ID
+	m := testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: "hooks", WebhookURL: url, WebhookSecret: "whsec_test", Deposit: 1_000_000})
+	return m.ID, m.Account
 }
 
 // publishAll relays every claimable event (marking it), returning them in relay order.

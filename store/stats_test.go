@@ -15,11 +15,7 @@ func TestStatsSeeLockWaitsAndHotAccounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	mID, aID := fixture(t, 10_000)
-	_, p, _, err := begin(t, mID, aID, "stats", "inv-stats", 100)
-	require.NoError(t, err)
-	require.NoError(t, db.Reserve(ctx, p.ID))
-	_, err = db.Finalize(ctx, p.ID, "ch_stats")
-	require.NoError(t, err)
+	settle(t, mID, aID, false)
 
 	st, err := db.Stats(ctx)
 	require.NoError(t, err)

@@ -1,13 +1,9 @@
 package store_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,51 +11,34 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 )
 
 var (
+	env     *testkit.Env
 	db      *store.Store
 	testURL string
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx := context.Background()
-	env, err := devenv.StartTestEnv(ctx, devenv.TestNeeds{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "store tests:", err)
-		return 1
-	}
-	defer env.Stop()
-	testURL = env.DatabaseURL
-	db, err = store.Open(ctx, store.Options{URL: env.DatabaseURL, SecretKey: bytes.Repeat([]byte{1}, 32), Migrate: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "store tests:", err)
-		return 1
-	}
-	defer db.Close()
-	return m.Run()
+	testkit.Main(m, testkit.Options{}, func(e *testkit.Env) { env, db, testURL = e, e.Store, e.DatabaseURL })
 }
 
 // fixture makes a merchant with one funded TRY account.
 func fixture(t *testing.T, deposit int64) (merchantID, accountID uuid.UUID) {
 	t.Helper()
-	ctx := context.Background()
-	m := payment.Merchant{ID: payment.NewID(), Name: "m"}
-	require.NoError(t, db.CreateMerchant(ctx, m, payment.NewSecret("sk_"), "whsec"))
-	a, err := db.CreateAccount(ctx, m.ID, "TRY")
+	m := testkit.NewMerchant(t, db, testkit.MerchantOptions{WebhookSecret: "whsec", Deposit: deposit})
+	return m.ID, m.Account
+}
+
+// settle runs a payment to succeeded, through unknown first when viaUnknown.
+func settle(t *testing.T, mID, aID uuid.UUID, viaUnknown bool) uuid.UUID {
+	t.Helper()
+	id, err := testkit.Settle(context.Background(), db, testkit.Merchant{ID: mID, Account: aID}, viaUnknown)
 	require.NoError(t, err)
-	if deposit > 0 {
-		_, _, err = db.Deposit(ctx, a.ID, "seed", deposit)
-		require.NoError(t, err)
-	}
-	return m.ID, a.ID
+	return id
 }
 
 func begin(t *testing.T, merchantID, accountID uuid.UUID, key, invoice string, amount int64) (store.Record, payment.Payment, bool, error) {
@@ -371,12 +350,7 @@ func TestLeaseTakeOverHasOneWinner(t *testing.T) {
 func TestVerifyReportsViolations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	name := "verify_" + strings.ReplaceAll(uuid.NewString(), "-", "")
-	require.NoError(t, db.Exec(ctx, "CREATE DATABASE "+name))
-	u, err := url.Parse(testURL)
-	require.NoError(t, err)
-	u.Path = "/" + name
-	own, err := store.Open(ctx, store.Options{URL: u.String(), SecretKey: bytes.Repeat([]byte{1}, 32), Migrate: true})
+	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
 	require.NoError(t, err)
 	defer own.Close()
 

@@ -33,6 +33,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/workflows"
@@ -88,7 +89,7 @@ func newCrashStack(t *testing.T, c crashConfig) *crashStack {
 		t: t, dir: dir, bin: kasaBinary(t, dir), capability: c.capability,
 		queue: "crash-" + uuid.NewString(), temporal: env.TemporalAddress,
 		syncWait: c.syncWait, providerTimeout: c.providerTimeout,
-		apiAddr: freeAddr(t), simAddr: freeAddr(t),
+		apiAddr: testkit.FreeAddr(t), simAddr: testkit.FreeAddr(t),
 	}
 	s.providerURL = "http://" + s.simAddr
 	ctx := context.Background()
@@ -110,7 +111,7 @@ func newCrashStack(t *testing.T, c crashConfig) *crashStack {
 		s.startPostgres(ctx)
 		s.dbURL = s.pg.URL
 	} else {
-		s.dbURL = ownDatabase(t)
+		s.dbURL = env.OwnDatabase(t)
 	}
 	if c.ownTemporal {
 		var err error
@@ -169,7 +170,7 @@ func (s *crashStack) crashTemporal() {
 func (s *crashStack) env(overrides ...string) []string {
 	vars := map[string]string{
 		"KASA_DATA_DIR":                filepath.Join(s.dir, "data"),
-		"KASA_SECRET_KEY":              secretKeyHex,
+		"KASA_SECRET_KEY":              testkit.SecretKeyHex,
 		"KASA_ADMIN_TOKEN":             adminToken,
 		"KASA_API_ADDR":                s.apiAddr,
 		"KASA_BANKSIM_ADDR":            s.simAddr,
@@ -335,7 +336,7 @@ func (s *crashStack) waitFaultsUsed() {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	s.t.Fatalf("the charge never reached the bank\n%s", tail(s.worker.log, 30))
+	s.t.Fatalf("the charge never reached the bank\n%s", testkit.Tail(s.worker.log, 30))
 }
 
 // verify runs `kasa verify` against the stack's database, and the same checks in process.
@@ -439,7 +440,7 @@ func TestCrashWorkerKilledDuringCharge(t *testing.T) {
 			select {
 			case <-proxy.charged:
 			case <-time.After(15 * time.Second):
-				t.Fatalf("%s: the charge never reached the bank\n%s", c.key, tail(s.worker.log, 30))
+				t.Fatalf("%s: the charge never reached the bank\n%s", c.key, testkit.Tail(s.worker.log, 30))
 			}
 			want = 1
 		} else {

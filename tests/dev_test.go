@@ -21,6 +21,7 @@ import (
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/internal/testkit"
 )
 
 // TestDevLifecycle is `make run` as a newcomer uses it: `kasa dev` starts PostgreSQL, Temporal
@@ -127,8 +128,8 @@ func TestDevLifecycle(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	r = httpDo(t, "POST", apiURL+"/v1/payments", hooked["api_key"].(string), payBody("dev-hook-1", "20.00", "TRY", acct), "Idempotency-Key", "dev-hook-1")
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-	require.Eventually(t, func() bool { return len(hook.requests()) == 1 }, 30*time.Second, 50*time.Millisecond, "the webhook of a kasa dev payment")
-	require.Equal(t, r.json(t)["id"], decodeWebhook(t, hook.requests()[0].Body).Data.ID)
+	require.Eventually(t, func() bool { return len(hook.Requests()) == 1 }, 30*time.Second, 50*time.Millisecond, "the webhook of a kasa dev payment")
+	require.Equal(t, r.json(t)["id"], testkit.DecodeWebhook(t, hook.Requests()[0].Body).Data.ID)
 	// The sender counts the delivery once the merchant's answer is recorded, just after it arrived.
 	require.Eventually(t, func() bool {
 		metrics := string(httpDo(t, "GET", apiURL+"/metrics", "", "").Body)

@@ -5,19 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/outbox"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
@@ -27,36 +25,10 @@ import (
 // The event tests do not call t.Parallel: their relay publishes every outbox row of the shared
 // database (other tests' merchants have no webhook URL: their events are recorded as skipped).
 
-// sink is a merchant's webhook endpoint recording every request.
-type sink struct {
-	*httptest.Server
-	mu   sync.Mutex
-	reqs []sinkRequest
-}
-
-type sinkRequest struct {
-	EventID, Signature, ContentType string
-	Body                            []byte
-}
-
-func newSink(t *testing.T) *sink {
+// newSink is a merchant's webhook endpoint recording every request.
+func newSink(t *testing.T) *testkit.Hook {
 	t.Helper()
-	s := &sink{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		s.mu.Lock()
-		s.reqs = append(s.reqs, sinkRequest{r.Header.Get(outbox.HeaderEventID), r.Header.Get(outbox.HeaderSignature), r.Header.Get("Content-Type"), body})
-		s.mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *sink) requests() []sinkRequest {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]sinkRequest(nil), s.reqs...)
+	return testkit.NewHook(t, testkit.HookOptions{EventIDHeader: outbox.HeaderEventID, SignatureHeader: outbox.HeaderSignature})
 }
 
 // startEventPipeline runs an embedded broker, a relay, the webhook consumer and sender (as
@@ -67,92 +39,32 @@ func startEventPipeline(t *testing.T) *prometheus.Registry {
 	require.NoError(t, err)
 	nc, js, err := outbox.Connect(url, "events-test")
 	require.NoError(t, err)
+	t.Cleanup(func() { nc.Close(); stopBroker() }) // after the runners have stopped
 	reg := prometheus.NewRegistry()
 	metrics := outbox.NewMetrics(reg)
 	quiet := slog.New(slog.DiscardHandler)
-	ctx, cancel := context.WithCancel(context.Background())
-	runners := []interface{ Run(context.Context) error }{
+	runners := []testkit.Runner{
 		outbox.NewRelay(outbox.RelayOptions{Store: db, JetStream: js, PollInterval: 20 * time.Millisecond, Metrics: metrics, Logger: quiet}),
 		outbox.NewWebhookConsumer(outbox.WebhookConsumerOptions{Store: db, JetStream: js, DeferDelay: 20 * time.Millisecond, Metrics: metrics, Logger: quiet}),
 		outbox.NewWebhookSender(outbox.WebhookSenderOptions{Store: db, PollInterval: 20 * time.Millisecond, PerMerchant: 8,
 			BackoffBase: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Metrics: metrics, Logger: quiet}),
 	}
-	var wg sync.WaitGroup
-	for _, r := range runners {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = r.Run(ctx) }()
-	}
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		nc.Close()
-		stopBroker()
-	})
+	testkit.RunUntilEnd(t, runners...)
 	return reg
 }
 
-// eventMerchant is a merchant made through the store, with a webhook URL and a funded account.
-type eventMerchant struct {
-	id, account uuid.UUID
-	secret      string
-}
-
-func newEventMerchant(t *testing.T, url string) eventMerchant {
+// newEventMerchant is a merchant made through the store, with a webhook URL and a funded account.
+func newEventMerchant(t *testing.T, url string) testkit.Merchant {
 	t.Helper()
-	ctx := context.Background()
-	m := eventMerchant{id: payment.NewID(), secret: payment.NewSecret("whsec_")}
-	require.NoError(t, db.CreateMerchant(ctx, payment.Merchant{ID: m.id, Name: "events", WebhookURL: url}, payment.NewSecret("sk_"), m.secret))
-	a, err := db.CreateAccount(ctx, m.id, "TRY")
-	require.NoError(t, err)
-	_, _, err = db.Deposit(ctx, a.ID, "seed", 100_000_000)
-	require.NoError(t, err)
-	m.account = a.ID
-	return m
-}
-
-// storePayment runs a payment through the store's steps to succeeded, through unknown first
-// when asked: one outbox row per status change.
-func storePayment(ctx context.Context, m eventMerchant, viaUnknown bool) (uuid.UUID, error) {
-	key := uuid.NewString()
-	req := payment.Request{InvoiceID: key, AmountMinor: 1_00, Currency: "TRY", AccountID: m.account, PaymentType: "purchase"}
-	_, p, _, err := db.Begin(ctx, store.BeginInput{MerchantID: m.id, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
-	if err != nil {
-		return uuid.Nil, err
-	}
-	if err := db.Reserve(ctx, p.ID); err != nil {
-		return uuid.Nil, err
-	}
-	if viaUnknown {
-		if _, err := db.MarkUnknown(ctx, p.ID); err != nil {
-			return uuid.Nil, err
-		}
-	}
-	_, err = db.Finalize(ctx, p.ID, "ch_"+key)
-	return p.ID, err
-}
-
-type receivedWebhook struct {
-	ID        string           `json:"id"`
-	Type      string           `json:"type"`
-	CreatedAt string           `json:"created_at"`
-	Data      payment.Resource `json:"data"`
-}
-
-func decodeWebhook(t *testing.T, body []byte) receivedWebhook {
-	t.Helper()
-	var w receivedWebhook
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	require.NoError(t, dec.Decode(&w), "%s", body)
-	return w
+	return testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: "events", WebhookURL: url, Deposit: 100_000_000})
 }
 
 // 4. A burst of 1,000 outbox rows: the backlog drains, every event reaches its merchant once,
 // and each payment's events arrive in order (unknown before succeeded).
 func TestEventBurstDeliveredOnceInOrder(t *testing.T) {
 	ctx := context.Background()
-	sinks := []*sink{newSink(t), newSink(t)}
-	merchants := []eventMerchant{newEventMerchant(t, sinks[0].URL), newEventMerchant(t, sinks[1].URL)}
+	sinks := []*testkit.Hook{newSink(t), newSink(t)}
+	merchants := []testkit.Merchant{newEventMerchant(t, sinks[0].URL), newEventMerchant(t, sinks[1].URL)}
 	reg := startEventPipeline(t)
 
 	// 600 payments straight to succeeded and 200 through unknown: 1,000 events, produced by
@@ -170,7 +82,7 @@ func TestEventBurstDeliveredOnceInOrder(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for unknown := range jobs {
-				if _, err := storePayment(ctx, merchants[w%2], unknown); err != nil {
+				if _, err := testkit.Settle(ctx, db, merchants[w%2], unknown); err != nil {
 					errs <- err
 					return
 				}
@@ -188,18 +100,18 @@ func TestEventBurstDeliveredOnceInOrder(t *testing.T) {
 		return err == nil && n == 0
 	}, 60*time.Second, 50*time.Millisecond, "the backlog drains to zero")
 	const events = direct + 2*viaUnknown
-	require.Eventually(t, func() bool { return len(sinks[0].requests())+len(sinks[1].requests()) >= events },
+	require.Eventually(t, func() bool { return len(sinks[0].Requests())+len(sinks[1].Requests()) >= events },
 		60*time.Second, 50*time.Millisecond, "every event is delivered")
 	time.Sleep(300 * time.Millisecond)
 
 	seen := map[string]bool{}
 	statuses := map[string][]payment.Status{}
 	for i, s := range sinks {
-		for _, r := range s.requests() {
+		for _, r := range s.Requests() {
 			require.False(t, seen[r.EventID], "event %s delivered twice", r.EventID)
 			seen[r.EventID] = true
-			require.NoError(t, outbox.Verify(merchants[i].secret, r.Signature, r.Body, time.Minute))
-			w := decodeWebhook(t, r.Body)
+			require.NoError(t, outbox.Verify(merchants[i].WebhookSecret, r.Signature, r.Body, time.Minute))
+			w := testkit.DecodeWebhook(t, r.Body)
 			require.Equal(t, r.EventID, w.ID)
 			require.Equal(t, "payment."+string(w.Data.Status), w.Type)
 			statuses[w.Data.ID] = append(statuses[w.Data.ID], w.Data.Status)
@@ -220,7 +132,7 @@ func TestEventBurstDeliveredOnceInOrder(t *testing.T) {
 
 	// The database agrees: one delivered row per event, each on its first attempt.
 	for _, m := range merchants {
-		ds, err := db.MerchantDeliveries(ctx, m.id, 2*events)
+		ds, err := db.MerchantDeliveries(ctx, m.ID, 2*events)
 		require.NoError(t, err)
 		for _, d := range ds {
 			require.Equal(t, store.DeliveryDelivered, d.Status, "delivery %s", d.ID)
@@ -265,10 +177,10 @@ func TestEventWebhookOfARealPayment(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	paymentID := r.json(t)["id"].(string)
 
-	require.Eventually(t, func() bool { return len(hook.requests()) == 1 }, 30*time.Second, 20*time.Millisecond)
-	got := hook.requests()[0]
+	require.Eventually(t, func() bool { return len(hook.Requests()) == 1 }, 30*time.Second, 20*time.Millisecond)
+	got := hook.Requests()[0]
 	require.Equal(t, "application/json", got.ContentType)
-	w := decodeWebhook(t, got.Body)
+	w := testkit.DecodeWebhook(t, got.Body)
 	require.Equal(t, got.EventID, w.ID)
 	require.Equal(t, "payment.succeeded", w.Type)
 	require.Equal(t, paymentID, w.Data.ID)
@@ -328,8 +240,8 @@ func TestEventWebhookOfARealPayment(t *testing.T) {
 	re := s.do("POST", "/admin/v1/deliveries/"+got.EventID+"/redeliver", adminToken, "")
 	require.Equal(t, http.StatusAccepted, re.Status, "%s", re.Body)
 	require.Equal(t, "pending", re.json(t)["status"])
-	require.Eventually(t, func() bool { return len(hook.requests()) == 2 }, 30*time.Second, 20*time.Millisecond)
-	again := hook.requests()[1]
+	require.Eventually(t, func() bool { return len(hook.Requests()) == 2 }, 30*time.Second, 20*time.Millisecond)
+	again := hook.Requests()[1]
 	require.Equal(t, got.EventID, again.EventID, "the same event, again")
 	require.Equal(t, got.Body, again.Body, "byte for byte")
 	require.NoError(t, outbox.Verify(secret, again.Signature, again.Body, 5*time.Minute))

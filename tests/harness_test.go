@@ -4,7 +4,6 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,12 +19,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 
 	"github.com/kasa-pay/kasa/activities"
 	"github.com/kasa-pay/kasa/api"
 	"github.com/kasa-pay/kasa/banksim"
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/provider"
 	"github.com/kasa-pay/kasa/reconcile"
 	"github.com/kasa-pay/kasa/store"
@@ -35,39 +32,15 @@ import (
 )
 
 var (
-	env *devenv.TestEnv
+	env *testkit.Env
 	db  *store.Store
 	tc  client.Client
 )
 
 const adminToken = "adm_test_token"
 
-var secretKey = bytes.Repeat([]byte{7}, 32)
-
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx := context.Background()
-	var err error
-	if env, err = devenv.StartTestEnv(ctx, devenv.TestNeeds{Temporal: true}); err != nil {
-		fmt.Fprintln(os.Stderr, "tests: cannot start the test infrastructure:", err)
-		return 1
-	}
-	defer env.Stop()
-	if db, err = store.Open(ctx, store.Options{URL: env.DatabaseURL, SecretKey: secretKey, Migrate: true}); err != nil {
-		fmt.Fprintln(os.Stderr, "tests: database:", err)
-		return 1
-	}
-	defer db.Close()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if tc, err = client.Dial(client.Options{HostPort: env.TemporalAddress, Logger: tlog.NewStructuredLogger(quiet)}); err != nil {
-		fmt.Fprintln(os.Stderr, "tests: temporal:", err)
-		return 1
-	}
-	defer tc.Close()
-	return m.Run()
+	testkit.Main(m, testkit.Options{Temporal: true}, func(e *testkit.Env) { env, db, tc = e, e.Store, e.Temporal })
 }
 
 // stack is one isolated kasa: its own simulator, worker task queue and API server, sharing the

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/sweeper"
@@ -342,7 +343,7 @@ func TestTemporalUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{Port: port})
 	require.NoError(t, err)
-	own, err := client.Dial(client.Options{HostPort: tmp.Address, Logger: quietLogger()})
+	own, err := client.Dial(client.Options{HostPort: tmp.Address, Logger: testkit.QuietTemporalLogger()})
 	require.NoError(t, err)
 	t.Cleanup(own.Close)
 	s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: own})

@@ -1,14 +1,13 @@
 package tests
 
 import (
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/internal/testkit"
 )
 
 // TestPprofOnlyWhenAsked: KASA_DEBUG_PPROF_ADDR serves Go's profiles on its own listener, and
@@ -17,18 +16,16 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	bin := kasaBinary(t, dir)
-	simPort, err := devenv.FreePort()
-	require.NoError(t, err)
-	pprofPort, err := devenv.FreePort()
-	require.NoError(t, err)
-	sim := fmt.Sprintf("http://127.0.0.1:%d", simPort)
+	simAddr, pprofAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
+	sim := "http://" + simAddr
 	p := startProc(t, dir, bin, "banksim", kasaEnv(map[string]string{
-		"KASA_BANKSIM_ADDR": fmt.Sprintf("127.0.0.1:%d", simPort), "KASA_DATA_DIR": dir,
-		"KASA_DEBUG_PPROF_ADDR": fmt.Sprintf("127.0.0.1:%d", pprofPort),
+		"KASA_BANKSIM_ADDR": simAddr, "KASA_DATA_DIR": dir, "KASA_DEBUG_PPROF_ADDR": pprofAddr,
 	}), "banksim")
 
-	pprof := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", pprofPort)
+	pprof := "http://" + pprofAddr + "/debug/pprof"
+	// The two listeners come up one after the other: wait for both.
 	p.waitHTTP(pprof + "/cmdline")
+	p.waitHTTP(sim + "/_sim/healthz")
 	cmdline := httpDo(t, "GET", pprof+"/cmdline", "", "")
 	require.True(t, strings.HasSuffix(strings.TrimRight(string(cmdline.Body), "\x00"), "banksim"), "cmdline: %q", cmdline.Body)
 	require.Equal(t, http.StatusOK, httpDo(t, "GET", pprof+"/heap?debug=1", "", "").Status)

@@ -6,14 +6,12 @@ package tests
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,10 +23,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/store"
 )
 
@@ -149,7 +146,7 @@ func startProc(t *testing.T, dir, bin, name string, env []string, args ...string
 	t.Cleanup(func() {
 		p.terminate()
 		if t.Failed() {
-			t.Logf("---- %s log (tail) ----\n%s", name, tail(logPath, 40))
+			t.Logf("---- %s log (tail) ----\n%s", name, testkit.Tail(logPath, 40))
 		}
 	})
 	return p
@@ -160,7 +157,7 @@ func startProc(t *testing.T, dir, bin, name string, env []string, args ...string
 func (p *proc) requireRunning(t *testing.T, what string) {
 	t.Helper()
 	if p.exited() {
-		t.Fatalf("%s: %s exited: %v\n%s", what, p.name, p.err, tail(p.log, 30))
+		t.Fatalf("%s: %s exited: %v\n%s", what, p.name, p.err, testkit.Tail(p.log, 30))
 	}
 }
 
@@ -175,7 +172,7 @@ func (p *proc) waitHTTP(url string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	p.t.Fatalf("%s never answered 200\n%s", url, tail(p.log, 30))
+	p.t.Fatalf("%s never answered 200\n%s", url, testkit.Tail(p.log, 30))
 }
 
 func (p *proc) exited() bool {
@@ -232,71 +229,14 @@ func runKasa(t *testing.T, dir, bin string, env []string, args ...string) (strin
 	return string(out), 0
 }
 
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	port, err := devenv.FreePort()
-	require.NoError(t, err)
-	return "127.0.0.1:" + strconv.Itoa(port)
-}
-
-// ownDatabase creates a database of the test's own on the package's PostgreSQL server, so that
-// the sweeper inside a `kasa api` process can only ever see this test's idempotency records.
-// It is dropped when the test ends.
-func ownDatabase(t *testing.T) string {
-	t.Helper()
-	u, err := url.Parse(env.DatabaseURL)
-	require.NoError(t, err)
-	name := "crash_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
-	args := []string{"-h", u.Hostname(), "-p", u.Port()}
-	if user := u.User.Username(); user != "" {
-		args = append(args, "-U", user)
-	}
-	out, err := exec.Command(pgTool(t, "createdb"), append(args, name)...).CombinedOutput()
-	require.NoError(t, err, "createdb: %s", out)
-	t.Cleanup(func() {
-		if out, err := exec.Command(pgTool(t, "dropdb"), append(args, "--force", name)...).CombinedOutput(); err != nil {
-			t.Logf("dropdb %s: %v: %s", name, err, out)
-		}
-	})
-	u.Path = "/" + name
-	return u.String()
-}
-
-func pgTool(t *testing.T, name string) string {
-	t.Helper()
-	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
-		p := filepath.Join(strings.TrimSpace(string(out)), name)
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	p, err := exec.LookPath(name)
-	require.NoError(t, err, "PostgreSQL client tools (%s) not found: install PostgreSQL 15+", name)
-	return p
-}
-
 // openStore opens a store on a test's own database, for reading effects and verifying invariants.
 func openStore(t *testing.T, dbURL string) *store.Store {
 	t.Helper()
-	st, err := store.Open(context.Background(), store.Options{URL: dbURL, SecretKey: secretKey, MaxConns: 4})
+	st, err := store.Open(context.Background(), store.Options{URL: dbURL, SecretKey: testkit.SecretKey, MaxConns: 4})
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	return st
 }
-
-var secretKeyHex = hex.EncodeToString(secretKey)
 
 // tcpProxy forwards TCP connections to a target until cut: then it refuses new connections and
 // drops the open ones, like a network partition.

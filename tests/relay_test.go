@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/internal/testkit"
 )
 
 // `kasa relay` as its own process, with its embedded broker under the data dir: payments made
@@ -16,7 +18,7 @@ func TestRelayProcessSurvivesKillAndStopsOnSIGTERM(t *testing.T) {
 	t.Parallel()
 	s := newCrashStack(t, crashConfig{capability: "idempotent"})
 	s.start()
-	metricsAddr := freeAddr(t)
+	metricsAddr := testkit.FreeAddr(t)
 	relayEnv := s.env("KASA_RELAY_METRICS_ADDR", metricsAddr)
 	relay := startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
 	relay.waitHTTP("http://" + metricsAddr + "/healthz")
@@ -35,8 +37,8 @@ func TestRelayProcessSurvivesKillAndStopsOnSIGTERM(t *testing.T) {
 	}
 	eventsOf := func() map[string]map[string]bool { // payment id -> event ids received
 		out := map[string]map[string]bool{}
-		for _, req := range hook.requests() {
-			w := decodeWebhook(t, req.Body)
+		for _, req := range hook.Requests() {
+			w := testkit.DecodeWebhook(t, req.Body)
 			if out[w.Data.ID] == nil {
 				out[w.Data.ID] = map[string]bool{}
 			}
@@ -55,7 +57,7 @@ func TestRelayProcessSurvivesKillAndStopsOnSIGTERM(t *testing.T) {
 
 	relay = startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
 	require.Eventually(t, func() bool { return len(eventsOf()) == 5 }, 60*time.Second, 50*time.Millisecond,
-		"every payment is announced once the relay is back\n%s", tail(relay.log, 30))
+		"every payment is announced once the relay is back\n%s", testkit.Tail(relay.log, 30))
 	for _, id := range ids {
 		require.Len(t, eventsOf()[id], 1, "payment %s: one event id however often it is delivered", id)
 		require.Equal(t, 1, s.simCount(id))
@@ -64,6 +66,6 @@ func TestRelayProcessSurvivesKillAndStopsOnSIGTERM(t *testing.T) {
 	require.Contains(t, string(metrics.Body), "kasa_outbox_published_total")
 
 	relay.terminate()
-	require.NoError(t, relay.err, "kasa relay exits 0 on SIGTERM\n%s", tail(relay.log, 30))
+	require.NoError(t, relay.err, "kasa relay exits 0 on SIGTERM\n%s", testkit.Tail(relay.log, 30))
 	s.verify()
 }

@@ -4,11 +4,9 @@ import (
 	"testing"
 
 	"encoding/json"
-	"log/slog"
 	"net/http"
 
 	"github.com/google/uuid"
-	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/kasa-pay/kasa/workflows"
@@ -27,7 +25,3 @@ func workflowOptions() workflow.RegisterOptions {
 }
 
 func jsonDecode(resp *http.Response, v any) error { return json.NewDecoder(resp.Body).Decode(v) }
-
-func quietLogger() tlog.Logger {
-	return tlog.NewStructuredLogger(slog.New(slog.DiscardHandler))
-}

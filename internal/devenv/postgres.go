@@ -248,3 +248,19 @@ func FreePortAt(port int) (int, error) {
 	defer l.Close()
 	return port, nil
 }
+
+// PostgresTool finds a PostgreSQL client program (createdb, psql, pgbench...): in pg_config's
+// bindir, where Debian keeps the ones not on PATH, else on PATH.
+func PostgresTool(name string) (string, error) {
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		p := filepath.Join(strings.TrimSpace(string(out)), name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("PostgreSQL client program %s not found: install PostgreSQL 15+ "+
+		"(Debian: apt-get install postgresql) or put $(pg_config --bindir) on PATH", name)
+}
