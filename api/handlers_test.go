@@ -73,11 +73,10 @@ func (r request) build() *http.Request {
 
 // fixture is a case's server and its fakes.
 type fixture struct {
-	st      *fakeStore
-	wf      *fakeWorkflows
-	opts    Options
-	reconc  *parseOnly
-	handler http.Handler
+	st     *fakeStore
+	wf     *fakeWorkflows
+	opts   Options
+	reconc *parseOnly
 }
 
 // seed records a payment of merchant A under key, as an earlier request left it: processing
