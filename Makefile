@@ -31,7 +31,7 @@ test: temporal-cli ## run every test: unit, integration (real PostgreSQL + Tempo
 
 # The standard suite: about 5 minutes here, plus the preload (see README "Benchmarks").
 BENCH_PRELOAD ?= 1000000
-bench: build temporal-cli ## measure: ceilings, targets and correctness; writes bench/results/<date>.{md,json,svg}
+bench: build temporal-cli ## measure: ceilings, targets and correctness; writes bench/results/<date>.{md,json}
 	$(BIN)/kasa bench --suite --preload $(BENCH_PRELOAD) --out bench/results
 
 lint: ## gofmt and go vet

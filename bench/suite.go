@@ -45,23 +45,12 @@ type SuiteOptions struct {
 	Duplicates   float64                          // duplicate share of the payment runs (0.05)
 	Insufficient float64                          // insufficient-funds share of new payments (0.05)
 	Preload      int                              // stored payments for the large-table runs; 0 skips them
-	SteadyWait   time.Duration                    // waiting for slow spells of the machine, over the whole suite (0: none)
 	Progress     func(format string, args ...any) `json:"-"`
 }
 
 func (o SuiteOptions) withDefaults() SuiteOptions {
-	if o.Duration <= 0 {
-		o.Duration = 15 * time.Second
-	}
-	if o.Warmup <= 0 {
-		o.Warmup = 3 * time.Second
-	}
-	if o.Concurrency <= 0 {
-		o.Concurrency = 16
-	}
-	if o.Merchants <= 0 {
-		o.Merchants = 1000
-	}
+	o.Duration, o.Warmup = cmp(o.Duration, 15*time.Second), cmp(o.Warmup, 3*time.Second)
+	o.Concurrency, o.Merchants = cmp(o.Concurrency, 16), cmp(o.Merchants, 1000)
 	if o.Progress == nil {
 		o.Progress = func(string, ...any) {}
 	}
@@ -118,20 +107,11 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	rep := &Report{Started: time.Now().UTC(), Options: o, PGBench: map[string]PGBenchResult{}}
 	byName := map[string]Result{}
 	payments := map[string]string{}
-	// Every run is preceded by a CPU probe; while the machine runs below 80% of its fastest
-	// probe the suite waits a little, and not at all after its first 6 minutes, so that it
-	// stays within 10 (the report shows each run's probe either way).
-	steady := &steadiness{probe: func() float64 { return Probe(300 * time.Millisecond) }, budget: o.SteadyWait,
-		until: time.Now().Add(6 * time.Minute), pause: 5 * time.Second, quiet: time.Second, slow: 0.8, progress: o.Progress}
-	var probe float64
-	before := func() error {
-		var err error
-		probe, err = steady.wait(ctx)
-		return err
-	}
-	record := func(name string, r Result) {
+	record := func(name string, r Result, err error) error {
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
 		r.Path = name + " (" + r.Path + ")"
-		r.Probe = probe
 		rep.Runs = append(rep.Runs, r)
 		byName[name] = r
 		for id, st := range r.Payments {
@@ -139,47 +119,25 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 		}
 		o.Progress("%-40s %8.1f req/s  %8.1f new/s  p50 %7.1f ms  p99 %7.1f ms  errors %d",
 			name, r.Throughput, r.NewPaymentRate, r.Latency.P50, r.Latency.P99, r.Errors)
+		return nil
 	}
 	load := func(name string, opts Options, fx *Fixture) error {
-		opts.APIURL, opts.AdminToken, opts.CPU = s.APIURL, s.AdminToken, s.CPU
-		if opts.Duration == 0 {
-			opts.Duration = o.Duration
-		}
-		opts.Warmup = o.Warmup
-		if opts.Concurrency == 0 {
-			opts.Concurrency = o.Concurrency
-		}
-		if err := before(); err != nil {
-			return err
-		}
+		opts.APIURL, opts.AdminToken, opts.CPU, opts.Warmup = s.APIURL, s.AdminToken, s.CPU, o.Warmup
+		opts.Duration, opts.Concurrency = cmp(opts.Duration, o.Duration), cmp(opts.Concurrency, o.Concurrency)
 		r, err := Run(ctx, opts, fx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		record(name, r)
-		return nil
+		return record(name, r, err)
 	}
 	payOpts := Options{DuplicateRatio: o.Duplicates, InsufficientShare: o.Insufficient}
 
 	workflowCeiling := func(name string, shape Shape, window time.Duration) error {
-		if err := before(); err != nil {
-			return err
-		}
 		r, err := WorkflowCeiling(ctx, s.Temporal, shape, o.Concurrency, o.Warmup, window, s.CPU)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		record(name, r)
-		return nil
+		return record(name, r, err)
 	}
 	// The ceilings run twice, before and after the payment runs, and the higher of the two
 	// counts: on a shared machine a ceiling measured during someone else's load would flatter
 	// every ratio against it. T of kasa's own shape and H are not among them: they run right
 	// beside each pass of kasa's payments and replays (see kasaRuns).
-	ceilings := func(pass string) error {
-		return workflowCeiling(RunTLean+pass, LeanestShape, o.Duration)
-	}
-	if err := ceilings(" #1"); err != nil {
+	if err := workflowCeiling(RunTLean+" #1", LeanestShape, o.Duration); err != nil {
 		return nil, err
 	}
 
@@ -243,7 +201,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	if err := kasaRuns(" #2", true); err != nil {
 		return nil, err
 	}
-	if err := ceilings(" #2"); err != nil {
+	if err := workflowCeiling(RunTLean+" #2", LeanestShape, o.Duration); err != nil {
 		return nil, err
 	}
 	for _, name := range []string{RunHTTP, RunTLean, RunSpread, RunReplay} {

@@ -43,7 +43,7 @@ var (
 func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	fs := flag.NewFlagSet("kasa bench", flag.ContinueOnError)
 	suite := fs.Bool("suite", false, "run the standard suite (ceilings, targets, correctness) and write its results")
-	out := fs.String("out", "bench/results", "--suite: directory for <date>.md, <date>.json and <date>.svg")
+	out := fs.String("out", "bench/results", "--suite: directory for <date>.md and <date>.json")
 	duration := fs.Duration("duration", 15*time.Second, "measured window of each run")
 	warmup := fs.Duration("warmup", 3*time.Second, "load before each window, not measured")
 	concurrency := fs.Int("concurrency", 16, "clients (closed loop), or the cap on requests in flight (open loop)")
@@ -58,7 +58,6 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	preload := fs.Int("preload", 0, "load this many stored payments and idempotency records before measuring")
 	faults := fs.String("faults", "", `bank simulator fault rules, as PUT /_sim/faults takes them, e.g. {"rules":[{"on":"charge","action":"delay","delay_ms":50}]}`)
 	asJSON := fs.Bool("json", false, "one run: print its result as JSON")
-	steadyWait := fs.Duration("steady-wait", 40*time.Second, "--suite: how long, over the whole suite, to wait for slow spells of a shared machine before a run")
 	childPprof := fs.String("child-pprof", "", "serve the measured kasa dev child's /debug/pprof/ on this address, e.g. 127.0.0.1:6061")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -104,15 +103,20 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	if *suite {
 		rep, err := bench.RunSuite(ctx, st.Stack, bench.SuiteOptions{
 			Duration: *duration, Warmup: *warmup, Concurrency: *concurrency, Merchants: *merchants,
-			Duplicates: *dups, Insufficient: *insufficient, Preload: *preload, SteadyWait: *steadyWait, Progress: progress,
+			Duplicates: *dups, Insufficient: *insufficient, Preload: *preload, Progress: progress,
 		})
 		if err != nil {
 			return err
 		}
 		rep.Machine, rep.Commit, rep.Capability = machine(), commit(), cfg.Capability
-		if err := writeSuite(rep, *out); err != nil {
+		var md strings.Builder
+		js, err := json.MarshalIndent(rep, "", "  ")
+		base := filepath.Join(*out, rep.Started.Format("2006-01-02"))
+		if err := errors.Join(err, bench.WriteSuiteMarkdown(&md, rep), os.MkdirAll(*out, 0o755),
+			os.WriteFile(base+".md", []byte(md.String()), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644)); err != nil {
 			return err
 		}
+		progress("wrote %s.md and .json", base)
 		if !rep.Correct {
 			fmt.Fprintln(os.Stderr, "kasa bench: the run was NOT correct (double charges or invariant violations): see the report")
 			return ErrIncorrect
@@ -195,42 +199,6 @@ func putFaults(ctx context.Context, simURL, rules string) error {
 	if r.StatusCode/100 != 2 {
 		return fmt.Errorf("PUT /_sim/faults: %s", r.Status)
 	}
-	return nil
-}
-
-// writeSuite writes <out>/<date>.md, .json and .svg.
-func writeSuite(rep *bench.Report, out string) error {
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
-	base := filepath.Join(out, rep.Started.Format("2006-01-02"))
-	var md, svg strings.Builder
-	if err := bench.WriteSuiteMarkdown(&md, rep); err != nil {
-		return err
-	}
-	md.WriteString("\n![throughput and p99 per second of the spread payment run](" + filepath.Base(base) + ".svg)\n")
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	// The chart shows the spread payment run that counted: the faster of its two passes.
-	var spread *bench.Result
-	for i, r := range rep.Runs {
-		if strings.HasPrefix(r.Path, bench.RunSpread+" ") && (spread == nil || r.NewPaymentRate > spread.NewPaymentRate) {
-			spread = &rep.Runs[i]
-		}
-	}
-	if spread != nil {
-		if err := bench.WriteSVG(&svg, "new payments, "+spread.Path, spread.Series); err != nil {
-			return err
-		}
-	}
-	for name, content := range map[string]string{base + ".md": md.String(), base + ".json": string(b) + "\n", base + ".svg": svg.String()} {
-		if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(os.Stderr, "kasa bench: wrote %s.md, .json and .svg\n", base)
 	return nil
 }
 
