@@ -317,7 +317,9 @@ func Run(ctx context.Context, opts Options, fx *Fixture) (Result, error) {
 	return r.measure(ctx, seen)
 }
 
-// measure runs the clients for the warmup and the window, and sums up what they recorded.
+// measure runs the clients for the warmup and the window, and sums up what they recorded. In the
+// open loop a free client takes the next arrival; when every client is busy an arrival waits,
+// and its latency still counts from its scheduled time, so queueing shows in the quantiles.
 func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, error) {
 	o := r.opts
 	r.start = time.Now()
@@ -326,22 +328,70 @@ func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, e
 	seconds := int((o.Duration + time.Second - 1) / time.Second)
 	cpuUsed := cpuWindow(ctx, o.CPU, r.measured, r.end)
 	workers := make([]*worker, o.Concurrency)
+	arrivals := make(chan time.Time)
+	var wg sync.WaitGroup
 	for i := range workers {
-		workers[i] = &worker{r: r, rng: rand.New(rand.NewPCG(uint64(o.Seed), uint64(i))),
+		w := &worker{r: r, rng: rand.New(rand.NewPCG(uint64(o.Seed), uint64(i))),
 			lat: make([][]time.Duration, seconds), errs: make([]int64, seconds),
 			answers: map[string]int64{}, payments: map[string]string{}}
+		workers[i] = w
+		wg.Go(func() {
+			for t := range arrivals {
+				w.fire(ctx, t)
+			}
+			for now := time.Now(); o.Rate <= 0 && ctx.Err() == nil && now.Before(r.end); now = time.Now() {
+				if !w.fire(ctx, now) {
+					sleep(ctx, 10*time.Millisecond) // a refused connection fails at once: do not spin a core
+				}
+			}
+		})
 	}
 	var unsent int64
 	if o.Rate > 0 {
-		unsent = r.openLoop(ctx, workers)
-	} else {
-		r.closedLoop(ctx, workers)
+		unsent = r.schedule(ctx, arrivals)
 	}
+	close(arrivals)
+	wg.Wait()
+
 	window := o.Duration
 	if ctx.Err() != nil {
 		window = min(max(time.Since(r.measured), 0), window)
 	}
-	res := r.result(workers, unsent, seen, window)
+	res := Result{Path: o.Path, Mode: "closed", Concurrency: o.Concurrency, Unsent: unsent, Answers: map[string]int64{}, Payments: seen}
+	if o.Rate > 0 {
+		res.Mode, res.Rate = "open", o.Rate
+	}
+	if r.fx != nil {
+		res.Merchants, res.Payers = len(r.fx.Merchants), len(r.fx.Merchants[0].Payers)
+	}
+	var all []time.Duration
+	for i := range int((window + time.Second - 1) / time.Second) {
+		var lat []time.Duration
+		var errs int64
+		for _, w := range workers {
+			lat, errs = append(lat, w.lat[i]...), errs+w.errs[i]
+		}
+		slices.Sort(lat)
+		res.Series = append(res.Series, Second{Second: i, Requests: int64(len(lat)), Errors: errs, P99: ms(quantile(lat, 0.99))})
+		all, res.Errors = append(all, lat...), res.Errors+errs
+	}
+	for _, w := range workers {
+		for k, n := range w.answers {
+			res.Answers[k] += n
+		}
+		for id, st := range w.payments {
+			notePayment(res.Payments, id, st)
+		}
+		res.NewPayments += w.newPayments
+		res.FirstError = cmp(res.FirstError, w.firstErr)
+	}
+	slices.Sort(all)
+	res.Duration, res.Requests = window.Seconds(), int64(len(all))
+	if window > 0 {
+		res.Throughput, res.NewPaymentRate = float64(res.Requests)/window.Seconds(), float64(res.NewPayments)/window.Seconds()
+	}
+	res.Latency = Latency{P50: ms(quantile(all, 0.5)), P90: ms(quantile(all, 0.9)), P95: ms(quantile(all, 0.95)),
+		P99: ms(quantile(all, 0.99)), Max: ms(quantile(all, 1))}
 	per, ops := "request", res.Requests
 	switch {
 	case r.op != nil:
@@ -352,38 +402,6 @@ func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, e
 	}
 	res.CPU = cpuUse(cpuUsed(), o.Duration, per, ops)
 	return res, ctx.Err()
-}
-
-func (r *runner) closedLoop(ctx context.Context, workers []*worker) {
-	var wg sync.WaitGroup
-	for _, w := range workers {
-		wg.Go(func() {
-			for now := time.Now(); ctx.Err() == nil && now.Before(r.end); now = time.Now() {
-				if !w.fire(ctx, now) {
-					sleep(ctx, 10*time.Millisecond) // a refused connection fails at once: do not spin a core
-				}
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// openLoop hands arrival times to free clients. When every client is busy an arrival waits, and
-// its latency still counts from its scheduled time, so queueing shows in the quantiles.
-func (r *runner) openLoop(ctx context.Context, workers []*worker) int64 {
-	arrivals := make(chan time.Time)
-	var wg sync.WaitGroup
-	for _, w := range workers {
-		wg.Go(func() {
-			for t := range arrivals {
-				w.fire(ctx, t)
-			}
-		})
-	}
-	unsent := r.schedule(ctx, arrivals)
-	close(arrivals)
-	wg.Wait()
-	return unsent
 }
 
 // schedule sends arrival i at start + i/Rate (computed from i, so sleep overshoot never drifts the
@@ -553,55 +571,6 @@ func (r *runner) prime(ctx context.Context, seen map[string]string) ([]request, 
 		return nil, fmt.Errorf("bench: replay path: none of %d payments finished within the sync wait (first answer: %s)", len(reqs), first)
 	}
 	return pool, nil
-}
-
-func (r *runner) result(workers []*worker, unsent int64, payments map[string]string, window time.Duration) Result {
-	o := r.opts
-	res := Result{Path: o.Path, Mode: "closed", Concurrency: o.Concurrency, Unsent: unsent, Answers: map[string]int64{}, Payments: payments}
-	if o.Rate > 0 {
-		res.Mode, res.Rate = "open", o.Rate
-	}
-	if r.fx != nil {
-		res.Merchants, res.Payers = len(r.fx.Merchants), len(r.fx.Merchants[0].Payers)
-	}
-	seconds := int((window + time.Second - 1) / time.Second)
-	var all []time.Duration
-	for i := range seconds {
-		var lat []time.Duration
-		var errs int64
-		for _, w := range workers {
-			lat, errs = append(lat, w.lat[i]...), errs+w.errs[i]
-		}
-		slices.Sort(lat)
-		res.Series = append(res.Series, Second{Second: i, Requests: int64(len(lat)), Errors: errs, P99: ms(quantile(lat, 0.99))})
-		all = append(all, lat...)
-	}
-	for _, w := range workers {
-		for k, n := range w.answers {
-			res.Answers[k] += n
-		}
-		for id, st := range w.payments {
-			notePayment(res.Payments, id, st)
-		}
-		res.Errors += slicesSum(w.errs)
-		res.NewPayments += w.newPayments
-		res.FirstError = cmp(res.FirstError, w.firstErr)
-	}
-	slices.Sort(all)
-	res.Duration, res.Requests = window.Seconds(), int64(len(all))
-	if window > 0 {
-		res.Throughput, res.NewPaymentRate = float64(res.Requests)/window.Seconds(), float64(res.NewPayments)/window.Seconds()
-	}
-	res.Latency = Latency{P50: ms(quantile(all, 0.5)), P90: ms(quantile(all, 0.9)), P95: ms(quantile(all, 0.95)),
-		P99: ms(quantile(all, 0.99)), Max: ms(quantile(all, 1))}
-	return res
-}
-
-func slicesSum(s []int64) (n int64) {
-	for _, v := range s {
-		n += v
-	}
-	return n
 }
 
 // quantile is the nearest-rank q-quantile of sorted values (the one of rank ceil(q·n)); 0 without any.

@@ -18,9 +18,6 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-// Ceiling T is a workflow with the payment workflow's shape and no work in its steps: what
-// Temporal alone allows for that shape on these servers.
-
 // StepKind is how one workflow step runs.
 type StepKind string
 
@@ -29,14 +26,13 @@ const (
 	StepLocal   StepKind = "L" // a local activity: run inside the workflow task by the worker that holds it
 )
 
-// Shape is a workflow's skeleton: its steps in order, and whether it starts eagerly (the first
-// workflow task handed to the starting process's own worker, skipping a round trip).
+// Shape is a workflow's skeleton: its steps in order, whether it starts eagerly (the first
+// workflow task handed to the starting process's own worker, skipping a round trip), and whether
+// it is started with PaymentStatus and MerchantId set and upserts PaymentStatus once at the end,
+// as a payment does (each a visibility write in Temporal).
 type Shape struct {
-	Steps []StepKind
-	Eager bool
-	// SearchAttributes: started with PaymentStatus and MerchantId set, PaymentStatus upserted
-	// once at the end, as a payment is (each is a visibility write in Temporal).
-	SearchAttributes bool
+	Steps                   []StepKind
+	Eager, SearchAttributes bool
 }
 
 func (s Shape) String() string {
@@ -81,7 +77,7 @@ func HistoryShape(h *historypb.History) Shape {
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 			s.Steps = append(s.Steps, StepRegular)
 		case enumspb.EVENT_TYPE_MARKER_RECORDED:
-			if e.GetMarkerRecordedEventAttributes().GetMarkerName() == localActivityMarker {
+			if e.GetMarkerRecordedEventAttributes().GetMarkerName() == "LocalActivity" { // the SDK's marker of a local activity's result
 				s.Steps = append(s.Steps, StepLocal)
 			}
 		}
@@ -90,17 +86,8 @@ func HistoryShape(h *historypb.History) Shape {
 	return s
 }
 
-// localActivityMarker names the marker the SDK records for each local activity's result.
-const localActivityMarker = "LocalActivity"
-
 // LeanestShape is the fastest shape Temporal allows for three steps: one workflow task.
 var LeanestShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true}
-
-// Names of the ceiling workflow and its step.
-const (
-	WorkflowShape = "bench.shape"
-	ActivityNoop  = "bench.noop"
-)
 
 // Noop is the ceiling's step: nothing.
 func Noop(context.Context) error { return nil }
@@ -114,7 +101,7 @@ func ShapeWorkflow(ctx workflow.Context, s Shape) error {
 		if k == StepLocal {
 			err = workflow.ExecuteLocalActivity(local, Noop).Get(ctx, nil)
 		} else {
-			err = workflow.ExecuteActivity(regular, ActivityNoop).Get(ctx, nil)
+			err = workflow.ExecuteActivity(regular, "bench.noop").Get(ctx, nil)
 		}
 		if err != nil {
 			return err
@@ -128,25 +115,18 @@ func ShapeWorkflow(ctx workflow.Context, s Shape) error {
 
 // ParseShape reads a Shape's String form, e.g. "LLL+eager+search-attributes" or "RRR".
 func ParseShape(s string) (Shape, error) {
-	parts := strings.Split(s, "+")
+	steps, opts, _ := strings.Cut(s, "+")
 	var sh Shape
-	for _, c := range parts[0] {
-		switch k := StepKind(c); k {
-		case StepLocal, StepRegular:
-			sh.Steps = append(sh.Steps, k)
-		default:
+	for _, c := range steps {
+		if k := StepKind(c); k != StepLocal && k != StepRegular {
 			return Shape{}, fmt.Errorf("shape %q: step %q is neither L (local) nor R (regular)", s, c)
 		}
+		sh.Steps = append(sh.Steps, StepKind(c))
 	}
-	for _, p := range parts[1:] {
-		switch p {
-		case "eager":
-			sh.Eager = true
-		case "search-attributes":
-			sh.SearchAttributes = true
-		default:
-			return Shape{}, fmt.Errorf("shape %q: unknown option %q (eager, search-attributes)", s, p)
-		}
+	sh.Eager = strings.Contains("+"+opts+"+", "+eager+")
+	sh.SearchAttributes = strings.Contains("+"+opts+"+", "+search-attributes+")
+	if sh.String() != s {
+		return Shape{}, fmt.Errorf("shape %q: unknown options (eager, search-attributes, in that order)", s)
 	}
 	return sh, nil
 }
@@ -158,8 +138,8 @@ func ParseShape(s string) (Shape, error) {
 func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, concurrency int, warmup, duration time.Duration, cpu CPU) (Result, error) {
 	queue := "bench-shape-" + uuid.NewString()
 	w := sdkworker.New(tc, queue, sdkworker.Options{})
-	w.RegisterWorkflowWithOptions(ShapeWorkflow, workflow.RegisterOptions{Name: WorkflowShape})
-	w.RegisterActivityWithOptions(Noop, activity.RegisterOptions{Name: ActivityNoop})
+	w.RegisterWorkflowWithOptions(ShapeWorkflow, workflow.RegisterOptions{Name: "bench.shape"})
+	w.RegisterActivityWithOptions(Noop, activity.RegisterOptions{Name: "bench.noop"})
 	if err := w.Start(); err != nil {
 		return Result{}, fmt.Errorf("ceiling worker: %w", err)
 	}
@@ -172,7 +152,7 @@ func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, concurr
 			o.TypedSearchAttributes = temporal.NewSearchAttributes(
 				workflows.SearchPaymentStatus.ValueSet("processing"), workflows.SearchMerchantID.ValueSet("bench"))
 		}
-		run, err := tc.ExecuteWorkflow(ctx, o, WorkflowShape, shape)
+		run, err := tc.ExecuteWorkflow(ctx, o, "bench.shape", shape)
 		if err == nil {
 			err = run.Get(ctx, nil)
 		}
