@@ -248,7 +248,8 @@ func pgTool(name string) (string, error) {
 		return p, nil
 	}
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
-		if p := filepath.Join(strings.TrimSpace(string(out)), name); fileExists(p) {
+		p := filepath.Join(strings.TrimSpace(string(out)), name)
+		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}
 	}
@@ -258,17 +259,11 @@ func pgTool(name string) (string, error) {
 	return "", fmt.Errorf("%s not found: install the PostgreSQL client programs (Debian: apt-get install postgresql-client) or put $(pg_config --bindir) on PATH", name)
 }
 
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
 // pgbenchTx is one line of pgbench's per-transaction log.
 type pgbenchTx struct {
-	client, n int // the client's n-th transaction, from 1
-	end       time.Time
-	latency   time.Duration
-	failed    bool
+	client, n    int           // the client's n-th transaction, from 1
+	end, latency time.Duration // end: since the Unix epoch
+	failed       bool
 }
 
 // warmTransactions are the transactions of each client that run before the measured window: the
@@ -302,7 +297,7 @@ func readPGBenchLogs(prefix string) ([]pgbenchTx, error) {
 			if lat == "skipped" {
 				continue
 			}
-			tx.end, tx.latency, tx.failed = time.Unix(sec, usec*1000), time.Duration(us)*time.Microsecond, err != nil
+			tx.end, tx.latency, tx.failed = time.Duration(sec)*time.Second+time.Duration(usec)*time.Microsecond, time.Duration(us)*time.Microsecond, err != nil
 			txs = append(txs, tx)
 		}
 	}
@@ -317,23 +312,23 @@ func summarize(txs []pgbenchTx, warmup time.Duration) PGBenchResult {
 	if len(txs) == 0 {
 		return r
 	}
-	start, to, warm := txs[0].end, txs[0].end, time.Time{}
+	start, to, warm := txs[0].end, txs[0].end, time.Duration(0)
 	for _, tx := range txs {
-		start, to = minTime(start, tx.end.Add(-tx.latency)), maxTime(to, tx.end)
+		start, to = min(start, tx.end-tx.latency), max(to, tx.end)
 		if tx.n == warmTransactions {
-			warm = maxTime(warm, tx.end)
+			warm = max(warm, tx.end)
 		}
 	}
-	from := maxTime(start.Add(warmup), warm)
-	if !from.Before(to) { // a machine too busy for every client to warm up within the run: the time alone counts
-		from = start.Add(warmup)
+	from := max(start+warmup, warm)
+	if from >= to { // a machine too busy for every client to warm up within the run: the time alone counts
+		from = start + warmup
 	}
-	r.Duration = to.Sub(from).Seconds()
+	r.Duration = (to - from).Seconds()
 	var lat []time.Duration
 	var sum time.Duration
 	for _, tx := range txs {
 		switch {
-		case !tx.end.After(from):
+		case tx.end <= from:
 		case tx.failed:
 			r.Failed++
 		default:
@@ -348,18 +343,4 @@ func summarize(txs []pgbenchTx, warmup time.Duration) PGBenchResult {
 	r.TPS, r.LatencyAvgMS = float64(len(lat))/r.Duration, float64(sum)/float64(len(lat))/1e6
 	r.P50MS, r.P99MS, r.MaxMS = ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99)), ms(quantile(lat, 1))
 	return r
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

@@ -29,25 +29,14 @@ type TableSize struct {
 	IndexBytes int64  `json:"index_bytes"`
 }
 
-// SuiteOptions shape the standard suite. Zero values take the defaults noted.
+// SuiteOptions shape the standard suite (`kasa bench --suite` sets every one).
 type SuiteOptions struct {
-	Duration     time.Duration                    // measured window of each run (15s)
-	Warmup       time.Duration                    // before each window (3s)
-	Concurrency  int                              // clients of every closed-loop run, and pgbench clients (16)
-	Merchants    int                              // merchants of the spread load (1000); the hot load has one
-	Duplicates   float64                          // duplicate share of the payment runs (0.05)
-	Insufficient float64                          // insufficient-funds share of new payments (0.05)
-	Preload      int                              // stored payments for the large-table runs; 0 skips them
-	Progress     func(format string, args ...any) `json:"-"`
-}
-
-func (o SuiteOptions) withDefaults() SuiteOptions {
-	o.Duration, o.Warmup = cmp(o.Duration, 15*time.Second), cmp(o.Warmup, 3*time.Second)
-	o.Concurrency, o.Merchants = cmp(o.Concurrency, 16), cmp(o.Merchants, 1000)
-	if o.Progress == nil {
-		o.Progress = func(string, ...any) {}
-	}
-	return o
+	Duration, Warmup         time.Duration                    // measured window of each run, and load before it
+	Concurrency              int                              // clients of every closed-loop run, and pgbench clients
+	Merchants                int                              // merchants of the spread load; the hot load has one
+	Duplicates, Insufficient float64                          // shares of the payment runs, as in Options
+	Preload                  int                              // stored payments for the large-table runs; 0 skips them
+	Progress                 func(format string, args ...any) `json:"-"`
 }
 
 // Report is one suite run: every measurement, the ratios the targets ask for, and whether the
@@ -104,7 +93,6 @@ type step struct {
 
 // RunSuite runs the standard suite against s.
 func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
-	o = o.withDefaults()
 	rep := &Report{Started: time.Now().UTC(), Options: o, PGBench: map[string]PGBenchResult{}}
 	byName, payments := map[string]Result{}, map[string]string{}
 	// pass runs its steps one after the other, or in mirror order, after settling the database
