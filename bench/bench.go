@@ -141,15 +141,15 @@ const maxAmount = math.MaxInt64 / (2 * depositPayments)
 
 func (o Options) withDefaults() (Options, error) {
 	o.APIURL = strings.TrimRight(o.APIURL, "/")
-	o.Currency = strings.ToUpper(cmp(o.Currency, "TRY"))
-	o.Path = cmp(o.Path, "payments")
-	o.Duration = cmp(o.Duration, 10*time.Second)
-	o.Concurrency = cmp(o.Concurrency, 16)
+	o.Currency = strings.ToUpper(orDefault(o.Currency, "TRY"))
+	o.Path = orDefault(o.Path, "payments")
+	o.Duration = orDefault(o.Duration, 10*time.Second)
 	if o.Rate > 0 {
-		o.Concurrency = cmp(o.Concurrency, 256)
+		o.Concurrency = orDefault(o.Concurrency, 256)
 	}
+	o.Concurrency = orDefault(o.Concurrency, 16)
 	o.Merchants, o.Payers = max(o.Merchants, 1), max(o.Payers, 1)
-	o.MinAmount = cmp(o.MinAmount, 100)
+	o.MinAmount = orDefault(o.MinAmount, 100)
 	if o.MaxAmount < o.MinAmount {
 		o.MaxAmount = max(o.MinAmount, 10000)
 	}
@@ -167,8 +167,8 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// cmp is v, or def when v is not positive (or empty).
-func cmp[T int | int64 | float64 | time.Duration | string](v, def T) T {
+// orDefault is v, or def when v is not positive (or empty).
+func orDefault[T int | int64 | float64 | time.Duration | string](v, def T) T {
 	var zero T
 	if v <= zero {
 		return def
@@ -383,7 +383,7 @@ func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, e
 			notePayment(res.Payments, id, st)
 		}
 		res.NewPayments += w.newPayments
-		res.FirstError = cmp(res.FirstError, w.firstErr)
+		res.FirstError = orDefault(res.FirstError, w.firstErr)
 	}
 	slices.Sort(all)
 	res.Duration, res.Requests = window.Seconds(), int64(len(all))
@@ -467,7 +467,7 @@ func (w *worker) record(ctx context.Context, intended time.Time, req request, o 
 	sec := int(intended.Sub(w.r.measured) / time.Second)
 	if o.err != nil {
 		w.errs[sec]++
-		w.firstErr = cmp(w.firstErr, o.err.Error())
+		w.firstErr = orDefault(w.firstErr, o.err.Error())
 		return false
 	}
 	w.lat[sec] = append(w.lat[sec], o.done.Sub(intended))
@@ -564,7 +564,7 @@ func (r *runner) prime(ctx context.Context, seen map[string]string) ([]request, 
 		}
 	}
 	if len(pool) == 0 {
-		first := cmp(outs[0].ans.label, "no answer")
+		first := orDefault(outs[0].ans.label, "no answer")
 		if outs[0].err != nil {
 			first = outs[0].err.Error()
 		}

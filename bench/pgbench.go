@@ -151,7 +151,7 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 }
 
 func (o PGBenchOptions) withDefaults() PGBenchOptions {
-	o.Clients, o.Duration, o.Rows, o.Payers = cmp(o.Clients, 16), cmp(o.Duration, 10*time.Second), cmp(o.Rows, 1000), cmp(o.Payers, 1)
+	o.Clients, o.Duration, o.Rows, o.Payers = orDefault(o.Clients, 16), orDefault(o.Duration, 10*time.Second), orDefault(o.Rows, 1000), orDefault(o.Payers, 1)
 	if o.Warmup == 0 {
 		o.Warmup = time.Second
 	}

@@ -109,7 +109,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 		for _, st := range steps {
 			opts := st.opts
 			opts.APIURL, opts.AdminToken, opts.CPU, opts.Warmup = s.APIURL, s.AdminToken, s.CPU, o.Warmup
-			opts.Duration, opts.Concurrency = cmp(opts.Duration, o.Duration), cmp(opts.Concurrency, o.Concurrency)
+			opts.Duration, opts.Concurrency = orDefault(opts.Duration, o.Duration), orDefault(opts.Concurrency, o.Concurrency)
 			var r Result
 			var err error
 			if st.shape != nil {
