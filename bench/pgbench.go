@@ -30,16 +30,13 @@ import (
 //go:embed pgbench/*.sql pgbench/psql/*.sql
 var pgbenchScripts embed.FS
 
-// PGBench scripts.
+// PGBench scripts: one new payment's whole database work (API, worker, API) as one pgbench
+// transaction; the replay lookup, the single query that finds a finished payment's idempotency
+// record and stored answer; and all of a replayed request's database work when it misses the
+// API's cache of completed records (the API key lookup and the replay lookup).
 const (
-	// PGBenchPayment is one new payment's whole database work (API, worker, API), as one pgbench
-	// transaction made of its several database transactions.
-	PGBenchPayment = "payment"
-	// PGBenchReplay is the replay lookup: the single query that finds a finished payment's
-	// idempotency record and stored answer by (merchant, key).
-	PGBenchReplay = "replay"
-	// PGBenchReplayPath is all of a replayed request's database work when it misses the API's
-	// in-memory cache of completed records: the API key lookup and the replay lookup.
+	PGBenchPayment    = "payment"
+	PGBenchReplay     = "replay"
 	PGBenchReplayPath = "replay-path"
 )
 
@@ -135,7 +132,7 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 	}
 	cmd := exec.CommandContext(ctx, pgbench, append(args, benchURL)...)
 	cmd.Dir = dir
-	if _, err := run(ctx, cmd, nil); err != nil {
+	if _, err := runCmd(ctx, cmd, nil); err != nil {
 		return PGBenchResult{}, fmt.Errorf("pgbench %s: %w", o.Script, err)
 	}
 	txs, err := readPGBenchLogs(filepath.Join(dir, "tx"))
@@ -221,15 +218,15 @@ func PSQL(ctx context.Context, dbURL string, stdin []byte, args ...string) (stri
 	if err != nil {
 		return "", err
 	}
-	out, err := run(ctx, exec.CommandContext(ctx, bin, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbURL}, args...)...), stdin)
+	out, err := runCmd(ctx, exec.CommandContext(ctx, bin, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbURL}, args...)...), stdin)
 	if err != nil {
 		return "", fmt.Errorf("psql: %w", err)
 	}
 	return out, nil
 }
 
-// run runs cmd with stdin and returns its output, or an error ending with its last 4 KiB of stderr.
-func run(ctx context.Context, cmd *exec.Cmd, stdin []byte) (string, error) {
+// runCmd runs cmd with stdin and returns its output, or an error ending with its last 4 KiB of stderr.
+func runCmd(ctx context.Context, cmd *exec.Cmd, stdin []byte) (string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), &stdout, &stderr
 	if err := cmd.Run(); err != nil {
