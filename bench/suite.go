@@ -83,6 +83,19 @@ const (
 	RunHLarge      = "H: GET /healthz, beside the large table"
 )
 
+// Check counts at the bank simulator the charges of every payment that may have moved money (any
+// not failed), and runs kasa verify.
+func (s Stack) Check(ctx context.Context, payments map[string]string) (checked, doubles int, problems []string, err error) {
+	ids := Result{Payments: payments}.PaymentIDs("processing", "succeeded", "unknown")
+	if doubles, err = CheckCharges(ctx, s.SimURL, ids); err != nil {
+		return 0, 0, nil, fmt.Errorf("check charges: %w", err)
+	}
+	if problems, err = s.Verify(ctx); err != nil {
+		return 0, 0, nil, fmt.Errorf("verify: %w", err)
+	}
+	return len(ids), doubles, problems, nil
+}
+
 // step is one run of the suite: ceiling T of a shape, or a load run with opts against fx.
 type step struct {
 	name  string
@@ -206,19 +219,9 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	}
 
 	// Correctness: a fast run that charged twice or broke an invariant failed.
-	var charged []string
-	for id, st := range payments {
-		if st != "failed" {
-			charged = append(charged, id)
-		}
-	}
-	o.Progress("checking %d payments at the bank simulator and running kasa verify", len(charged))
-	if rep.Doubles, err = CheckCharges(ctx, s.SimURL, charged); err != nil {
-		return nil, fmt.Errorf("check charges: %w", err)
-	}
-	rep.Checked = len(charged)
-	if rep.Problems, err = s.Verify(ctx); err != nil {
-		return nil, fmt.Errorf("verify: %w", err)
+	o.Progress("checking the payments at the bank simulator and running kasa verify")
+	if rep.Checked, rep.Doubles, rep.Problems, err = s.Check(ctx, payments); err != nil {
+		return nil, err
 	}
 	rep.Correct = rep.Doubles == 0 && len(rep.Problems) == 0
 	rep.Targets = targets(byName, rep.PGBench)

@@ -127,11 +127,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	doubles, err := bench.CheckCharges(ctx, st.SimURL, res.PaymentIDs("succeeded", "processing", "unknown"))
-	if err != nil {
-		return err
-	}
-	problems, err := st.Verify(ctx)
+	_, doubles, problems, err := st.Check(ctx, res.Payments)
 	if err != nil {
 		return err
 	}
