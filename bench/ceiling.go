@@ -18,41 +18,32 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-// StepKind is how one workflow step runs.
-type StepKind string
-
-const (
-	StepRegular StepKind = "R" // a regular activity: its own task, scheduled and completed through the server
-	StepLocal   StepKind = "L" // a local activity: run inside the workflow task by the worker that holds it
-)
-
-// Shape is a workflow's skeleton: its steps in order, whether it starts eagerly (the first
-// workflow task handed to the starting process's own worker, skipping a round trip), and whether
-// it is started with PaymentStatus and MerchantId set and upserts PaymentStatus once at the end,
-// as a payment does (each a visibility write in Temporal).
+// Shape is a workflow's skeleton: its steps in order, each L (a local activity, run inside the
+// workflow task by the worker that holds it) or R (a regular activity: its own task, scheduled and
+// completed through the server); whether it starts eagerly (the first workflow task handed to the
+// starting process's own worker, skipping a round trip); and whether it is started with
+// PaymentStatus and MerchantId set and upserts PaymentStatus once at the end, as a payment does
+// (each a visibility write in Temporal).
 type Shape struct {
-	Steps                   []StepKind
+	Steps                   string
 	Eager, SearchAttributes bool
 }
 
 func (s Shape) String() string {
-	var b strings.Builder
-	for _, k := range s.Steps {
-		b.WriteString(string(k))
-	}
+	out := s.Steps
 	if s.Eager {
-		b.WriteString("+eager")
+		out += "+eager"
 	}
 	if s.SearchAttributes {
-		b.WriteString("+search-attributes")
+		out += "+search-attributes"
 	}
-	return b.String()
+	return out
 }
 
 // PaymentShape is PaymentWorkflow's happy path: reserve, charge, finalize, each a local
 // activity, started eagerly when the starting process runs a worker (Starter.StartPayment).
 // TestPaymentShapeMatchesARecordedPayment checks the steps against a recorded payment history.
-var PaymentShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true, SearchAttributes: true}
+var PaymentShape = Shape{Steps: "LLL", Eager: true, SearchAttributes: true}
 
 // ShapeFor is the shape of a payment that succeeds at its first charge with a provider of the
 // given capability: PaymentShape for all three. The charge is a local activity whatever the provider,
@@ -75,10 +66,10 @@ func HistoryShape(h *historypb.History) Shape {
 		case enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
 			upserts++
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-			s.Steps = append(s.Steps, StepRegular)
+			s.Steps += "R"
 		case enumspb.EVENT_TYPE_MARKER_RECORDED:
 			if e.GetMarkerRecordedEventAttributes().GetMarkerName() == "LocalActivity" { // the SDK's marker of a local activity's result
-				s.Steps = append(s.Steps, StepLocal)
+				s.Steps += "L"
 			}
 		}
 	}
@@ -87,7 +78,7 @@ func HistoryShape(h *historypb.History) Shape {
 }
 
 // LeanestShape is the fastest shape Temporal allows for three steps: one workflow task.
-var LeanestShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true}
+var LeanestShape = Shape{Steps: "LLL", Eager: true}
 
 // Noop is the ceiling's step: nothing.
 func Noop(context.Context) error { return nil }
@@ -98,7 +89,7 @@ func ShapeWorkflow(ctx workflow.Context, s Shape) error {
 	regular := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
 	for _, k := range s.Steps {
 		var err error
-		if k == StepLocal {
+		if k == 'L' {
 			err = workflow.ExecuteLocalActivity(local, Noop).Get(ctx, nil)
 		} else {
 			err = workflow.ExecuteActivity(regular, "bench.noop").Get(ctx, nil)
@@ -116,15 +107,10 @@ func ShapeWorkflow(ctx workflow.Context, s Shape) error {
 // ParseShape reads a Shape's String form, e.g. "LLL+eager+search-attributes" or "RRR".
 func ParseShape(s string) (Shape, error) {
 	steps, opts, _ := strings.Cut(s, "+")
-	var sh Shape
-	for _, c := range steps {
-		if k := StepKind(c); k != StepLocal && k != StepRegular {
-			return Shape{}, fmt.Errorf("shape %q: step %q is neither L (local) nor R (regular)", s, c)
-		}
-		sh.Steps = append(sh.Steps, StepKind(c))
+	if strings.Trim(steps, "LR") != "" {
+		return Shape{}, fmt.Errorf("shape %q: a step is neither L (local) nor R (regular)", s)
 	}
-	sh.Eager = strings.Contains("+"+opts+"+", "+eager+")
-	sh.SearchAttributes = strings.Contains("+"+opts+"+", "+search-attributes+")
+	sh := Shape{Steps: steps, Eager: strings.Contains("+"+opts+"+", "+eager+"), SearchAttributes: strings.Contains("+"+opts+"+", "+search-attributes+")}
 	if sh.String() != s {
 		return Shape{}, fmt.Errorf("shape %q: unknown options (eager, search-attributes, in that order)", s)
 	}
