@@ -38,7 +38,7 @@ test-fast: ## unit, store and api tests: everything but the end-to-end, outbox a
 
 # The standard suite: about 5 minutes here, plus the preload (docs/performance.md).
 BENCH_PRELOAD ?= 1000000
-bench: build temporal-cli ## measure: ceilings, targets and correctness; writes bench/results/<date>.{md,json,svg}
+bench: build temporal-cli ## measure: ceilings, targets and correctness; writes bench/results/<date>.{md,json}
 	$(BIN)/kasa bench --suite --preload $(BENCH_PRELOAD) --out bench/results
 
 # staticcheck and workflowcheck are tools of go.mod: `go tool` builds the pinned versions.

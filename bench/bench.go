@@ -1,8 +1,8 @@
 // Package bench is kasa's HTTP load generator. It drives the real REST API (docs/openapi.yaml) over
 // keep-alive connections, either closed loop (N clients sending back to back) or open loop
 // (arrivals on a fixed schedule, latency measured from the intended send time so a stalled server
-// cannot hide its queue: no coordinated omission), and reports throughput, latency quantiles from
-// a log-linear histogram, the answers by status and code, and a per-second series.
+// cannot hide its queue: no coordinated omission), and reports throughput, latency quantiles, the
+// answers by status and code, and a per-second series.
 package bench
 
 import (
@@ -19,7 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,64 +28,51 @@ import (
 
 // Options describe one run. Zero values get the defaults noted.
 type Options struct {
-	APIURL      string        // kasa API base URL, e.g. http://127.0.0.1:8080
-	AdminToken  string        // KASA_ADMIN_TOKEN, for Setup
-	Duration    time.Duration // measured window; default 10s
-	Warmup      time.Duration // sent before the window and not recorded
-	Concurrency int           // closed loop: clients sending back to back; open loop: cap on requests in flight. Default 16 (open loop 256)
-	Rate        float64       // > 0: open loop at this many arrivals per second
-	Merchants   int           // merchants Setup creates (each has one hot settlement account); default 1
-	Payers      int           // payer accounts per merchant; default 1
-	Currency    string        // of the accounts Setup creates (Run uses the Fixture's); default TRY; one of TRY, USD, EUR, JPY, KWD
-	MinAmount   int64         // payment amount in minor units, uniform in [MinAmount, MaxAmount]; default 100
-	MaxAmount   int64         // default max(MinAmount, 10000)
-
-	// DuplicateRatio is the share of requests that are duplicates: half of them re-send one of the
-	// client's earlier requests byte for byte (a retry: a replay, or 409 while it still runs), the
-	// other half send a new payment together with a parallel second copy (a race on the key).
-	DuplicateRatio float64
-	// InsufficientShare is the share of new payments for more than the payer ever had (402 insufficient_funds).
-	InsufficientShare float64
-
-	// Path selects what is driven: "payments" (default, POST /v1/payments), "replay" (only re-sends
-	// of already finished payments: the idempotency replay path), or a raw path such as "/healthz"
-	// (GET without auth: the HTTP ceiling of the API process).
+	APIURL, AdminToken string        // kasa API base URL; KASA_ADMIN_TOKEN, for Setup
+	Duration, Warmup   time.Duration // measured window (default 10s), and load before it not recorded
+	Concurrency        int           // clients (closed loop) or cap on requests in flight (open loop); default 16 (open loop 256)
+	Rate               float64       // > 0: open loop at this many arrivals per second
+	Merchants, Payers  int           // Setup: merchants, and payer accounts per merchant; default 1 each
+	Currency           string        // of the accounts Setup creates; default TRY
+	MinAmount          int64         // amount in minor units, uniform in [MinAmount, MaxAmount]; default 100
+	MaxAmount          int64         // default max(MinAmount, 10000)
+	// DuplicateRatio is the share of requests that are duplicates: half re-send an earlier request
+	// byte for byte (a retry), half send a new payment with a parallel second copy (a race on the key).
+	DuplicateRatio    float64
+	InsufficientShare float64 // share of new payments for more than the payer ever had
+	// Path: "payments" (default, POST /v1/payments), "replay" (re-sends of finished payments only),
+	// or a raw path such as "/healthz" (GET without auth).
 	Path string
-	Seed int64 // seeds amounts, payers and duplicates; keys are random UUIDs regardless, so runs never collide
-
-	CPU CPU // if set, the run reports the CPU its measured window cost, by process class
+	Seed int64 // seeds amounts, payers and duplicates; keys are random UUIDs regardless
+	CPU  CPU   // if set, the run reports the CPU its measured window cost, by process class
 }
 
-// Result is what a run measured. Only requests whose (intended) send time falls in the measured
-// window are counted.
+// Result is what a run measured: only requests whose (intended) send time falls in the window count.
 type Result struct {
-	Path        string  `json:"path"`
-	Mode        string  `json:"mode"` // "closed" or "open"
-	Concurrency int     `json:"concurrency"`
-	Rate        float64 `json:"rate,omitempty"`
-	Merchants   int     `json:"merchants,omitempty"`
-	Payers      int     `json:"payers,omitempty"`
-
+	Path           string           `json:"path"`
+	Mode           string           `json:"mode"` // "closed" or "open"
+	Concurrency    int              `json:"concurrency"`
+	Rate           float64          `json:"rate,omitempty"`
+	Merchants      int              `json:"merchants,omitempty"`
+	Payers         int              `json:"payers,omitempty"`
 	Duration       float64          `json:"duration_s"`
 	Requests       int64            `json:"requests"`         // answered, whatever the status (a race sends two)
 	Errors         int64            `json:"errors"`           // transport errors: no HTTP answer
-	Unsent         int64            `json:"unsent,omitempty"` // open loop: due arrivals never sent because every client stayed busy to the end
-	Throughput     float64          `json:"throughput_rps"`   // Requests / Duration
-	NewPayments    int64            `json:"new_payments"`     // new keys answered with a payment (201, 402, 202)
+	Unsent         int64            `json:"unsent,omitempty"` // open loop: due arrivals never sent, every client busy to the end
+	Throughput     float64          `json:"throughput_rps"`
+	NewPayments    int64            `json:"new_payments"` // new keys answered with a payment (201, 402, 202)
 	NewPaymentRate float64          `json:"new_payments_per_s"`
 	Latency        Latency          `json:"latency_ms"`
-	Answers        map[string]int64 `json:"answers"` // "201 succeeded", "402 insufficient_funds", "409 idempotency_key_in_use", "201 replayed", ...
+	Answers        map[string]int64 `json:"answers"` // "201 succeeded", "409 idempotency_key_in_use", "201 replayed", ...
 	FirstError     string           `json:"first_error,omitempty"`
 	Series         []Second         `json:"series"`
-	Probe          float64          `json:"probe_blocks_per_s,omitempty"` // the machine's speed just before the run (Probe); suites only
-	CPU            *CPUUse          `json:"cpu,omitempty"`                // what the measured window cost, with Options.CPU
-
-	// Payments maps every payment id seen in an answer (warmup included) to its latest status, so
-	// the caller can check charge counts at the simulator. Kept out of the JSON: it can be large.
+	CPU            *CPUUse          `json:"cpu,omitempty"`
+	// Payments maps every payment id seen in an answer (warmup included) to its latest status,
+	// for the charge counts at the simulator. Kept out of the JSON: it can be large.
 	Payments map[string]string `json:"-"`
 }
 
-// Latency quantiles in milliseconds, measured from the intended send time to the last body byte.
+// Latency quantiles in milliseconds, from the intended send time to the last body byte.
 type Latency struct {
 	P50 float64 `json:"p50"`
 	P90 float64 `json:"p90"`
@@ -116,94 +102,89 @@ func (r Result) PaymentIDs(statuses ...string) []string {
 }
 
 const (
-	requestTimeout = 60 * time.Second
-	recentKeys     = 64  // earlier requests a client remembers for retries
-	replayPool     = 200 // finished payments the replay path re-sends
-	errorPause     = 10 * time.Millisecond
+	recentKeys = 64  // earlier requests a client remembers for retries
+	replayPool = 200 // finished payments the replay path re-sends
 )
 
 // currencies are the ones a bench can use (the harness's preload.sql knows their minor units).
 var currencies = map[string]bool{"TRY": true, "USD": true, "EUR": true, "JPY": true, "KWD": true}
 
-// ParseAmounts reads a range of payment amounts in the currency's major units, "MIN-MAX" such
-// as "1-100" or "0.50-20.00" (or one amount for both), into minor units for Options.
-func ParseAmounts(s, currency string) (minAmount, maxAmount int64, err error) {
+// ParseAmounts reads "MIN-MAX" (or one amount) in the currency's major units into minor units.
+func ParseAmounts(s, currency string) (lo, hi int64, err error) {
 	currency = strings.ToUpper(currency)
 	if !currencies[currency] {
 		return 0, 0, fmt.Errorf("unsupported currency %q (TRY, USD, EUR, JPY or KWD)", currency)
 	}
-	lo, hi, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	a, b, isRange := strings.Cut(strings.TrimSpace(s), "-")
 	if !isRange {
-		hi = lo
+		b = a
 	}
-	if minAmount, err = payment.ParseAmount(strings.TrimSpace(lo), currency); err != nil {
-		return 0, 0, fmt.Errorf("amounts %q in %s: %q: %w", s, currency, lo, err)
-	}
-	if maxAmount, err = payment.ParseAmount(strings.TrimSpace(hi), currency); err != nil {
-		return 0, 0, fmt.Errorf("amounts %q in %s: %q: %w", s, currency, hi, err)
-	}
-	if maxAmount < minAmount {
-		return 0, 0, fmt.Errorf("amounts %q: the maximum is below the minimum", s)
-	}
-	if maxAmount > math.MaxInt64/(2*depositPayments) {
-		return 0, 0, fmt.Errorf("amounts %q: the maximum is too large to fund", s)
-	}
-	return minAmount, maxAmount, nil
-}
-
-func (o Options) withDefaults() (Options, error) {
-	if o.APIURL == "" {
-		return o, errors.New("bench: APIURL is required")
-	}
-	o.APIURL = strings.TrimRight(o.APIURL, "/")
-	if o.Duration <= 0 {
-		o.Duration = 10 * time.Second
-	}
-	if o.Concurrency <= 0 {
-		o.Concurrency = 16
-		if o.Rate > 0 {
-			o.Concurrency = 256
+	for _, p := range []struct {
+		text string
+		to   *int64
+	}{{a, &lo}, {b, &hi}} {
+		if *p.to, err = payment.ParseAmount(strings.TrimSpace(p.text), currency); err != nil {
+			return 0, 0, fmt.Errorf("amounts %q in %s: %q: %w", s, currency, p.text, err)
 		}
 	}
+	if hi < lo {
+		return 0, 0, fmt.Errorf("amounts %q: the maximum is below the minimum", s)
+	}
+	if hi > maxAmount {
+		return 0, 0, fmt.Errorf("amounts %q: the maximum is too large to fund", s)
+	}
+	return lo, hi, nil
+}
+
+// maxAmount keeps deposits (MaxAmount × depositPayments) plus an insufficient payment within int64.
+const maxAmount = math.MaxInt64 / (2 * depositPayments)
+
+func (o Options) withDefaults() (Options, error) {
+	o.APIURL = strings.TrimRight(o.APIURL, "/")
+	o.Currency = strings.ToUpper(orDefault(o.Currency, "TRY"))
+	o.Path = orDefault(o.Path, "payments")
+	o.Duration = orDefault(o.Duration, 10*time.Second)
+	if o.Rate > 0 {
+		o.Concurrency = orDefault(o.Concurrency, 256)
+	}
+	o.Concurrency = orDefault(o.Concurrency, 16)
 	o.Merchants, o.Payers = max(o.Merchants, 1), max(o.Payers, 1)
-	if o.Currency == "" {
-		o.Currency = "TRY"
-	}
-	o.Currency = strings.ToUpper(o.Currency)
-	if !currencies[o.Currency] {
-		return o, fmt.Errorf("bench: unsupported currency %q", o.Currency)
-	}
-	if o.MinAmount <= 0 {
-		o.MinAmount = 100
-	}
+	o.MinAmount = orDefault(o.MinAmount, 100)
 	if o.MaxAmount < o.MinAmount {
 		o.MaxAmount = max(o.MinAmount, 10000)
 	}
-	// Deposits are MaxAmount × depositPayments and an insufficient payment adds up to MaxAmount more.
-	if o.MaxAmount > math.MaxInt64/(2*depositPayments) {
+	o.DuplicateRatio, o.InsufficientShare = min(max(o.DuplicateRatio, 0), 1), min(max(o.InsufficientShare, 0), 1)
+	switch {
+	case o.APIURL == "":
+		return o, errors.New("bench: APIURL is required")
+	case !currencies[o.Currency]:
+		return o, fmt.Errorf("bench: unsupported currency %q", o.Currency)
+	case o.MaxAmount > maxAmount:
 		return o, fmt.Errorf("bench: MaxAmount %d too large", o.MaxAmount)
-	}
-	o.DuplicateRatio = min(max(o.DuplicateRatio, 0), 1)
-	o.InsufficientShare = min(max(o.InsufficientShare, 0), 1)
-	if o.Path == "" {
-		o.Path = "payments"
-	}
-	if o.Path != "payments" && o.Path != "replay" && !strings.HasPrefix(o.Path, "/") {
+	case o.Path != "payments" && o.Path != "replay" && !strings.HasPrefix(o.Path, "/"):
 		return o, fmt.Errorf("bench: unknown path %q (payments, replay or /raw/path)", o.Path)
 	}
 	return o, nil
 }
 
+// orDefault is v, or def when v is not positive (or empty).
+func orDefault[T int | int64 | float64 | time.Duration | string](v, def T) T {
+	var zero T
+	if v <= zero {
+		return def
+	}
+	return v
+}
+
 // newClient returns one client for a whole run: HTTP/1.1 keep-alive with enough idle connections
-// that no client ever dials again after the first request.
+// that no client dials again after its first request.
 func newClient(conns int) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil // measure kasa, not a proxy picked up from the environment
 	t.MaxIdleConns = 2*conns + 16
 	t.MaxIdleConnsPerHost = t.MaxIdleConns // a race copy may hold a second connection per client
-	t.DisableCompression = true
-	t.ForceAttemptHTTP2 = false
-	return &http.Client{Transport: t, Timeout: requestTimeout}
+	t.DisableCompression, t.ForceAttemptHTTP2 = true, false
+	return &http.Client{Transport: t, Timeout: time.Minute}
 }
 
 // request is one HTTP request; payment requests keep their exact bytes so a retry is identical.
@@ -215,6 +196,7 @@ type request struct {
 
 type outcome struct {
 	ans  answer
+	code int
 	done time.Time
 	err  error
 }
@@ -228,16 +210,16 @@ type answer struct {
 }
 
 // classify names an answer by its HTTP status and, in that order, the Idempotent-Replayed header,
-// the `code` of a problem+json body, or the `status` (failed: the `failure_code`) of a payment resource.
+// the `code` of a problem+json body, or the `status` (failed: the `failure_code`) of a payment.
 func classify(code int, h http.Header, body []byte) answer {
-	a := answer{replayed: h.Get("Idempotent-Replayed") == "true"}
-	var what string
+	a := answer{replayed: h.Get("Idempotent-Replayed") == "true", label: strconv.Itoa(code)}
 	var v struct {
 		ID          string          `json:"id"`
 		Status      json.RawMessage `json:"status"` // a string in payments, a number in problems
 		Code        string          `json:"code"`
 		FailureCode string          `json:"failure_code"`
 	}
+	what := ""
 	if bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) && json.Unmarshal(body, &v) == nil {
 		var st string
 		switch {
@@ -253,21 +235,17 @@ func classify(code int, h http.Header, body []byte) answer {
 	if a.replayed {
 		what = "replayed"
 	}
-	a.label = strconv.Itoa(code)
 	if what != "" {
 		a.label += " " + what
 	}
 	return a
 }
 
-func send(ctx context.Context, hc *http.Client, r request) outcome {
-	var body io.Reader
-	if r.body != nil {
-		body = bytes.NewReader(r.body)
-	}
-	req, err := http.NewRequestWithContext(ctx, r.method, r.url, body)
+// send sends r and classifies its answer; it also returns the body.
+func send(ctx context.Context, hc *http.Client, r request) (outcome, []byte) {
+	req, err := http.NewRequestWithContext(ctx, r.method, r.url, bytes.NewReader(r.body))
 	if err != nil {
-		return outcome{err: err, done: time.Now()}
+		return outcome{err: err, done: time.Now()}, nil
 	}
 	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -280,7 +258,7 @@ func send(ctx context.Context, hc *http.Client, r request) outcome {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return outcome{err: err, done: time.Now()}
+		return outcome{err: err, done: time.Now()}, nil
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -288,9 +266,9 @@ func send(ctx context.Context, hc *http.Client, r request) outcome {
 		_, err = io.Copy(io.Discard, resp.Body) // read to EOF so the connection is reused
 	}
 	if err != nil {
-		return outcome{err: err, done: time.Now()}
+		return outcome{err: err, done: time.Now()}, nil
 	}
-	return outcome{ans: classify(resp.StatusCode, resp.Header, b), done: time.Now()}
+	return outcome{ans: classify(resp.StatusCode, resp.Header, b), code: resp.StatusCode, done: time.Now()}, b
 }
 
 // runner is the shared state of one run.
@@ -298,11 +276,8 @@ type runner struct {
 	opts                 Options
 	fx                   *Fixture
 	hc                   *http.Client
-	rawPath, replayPath  bool
 	pool                 []request // replay path: finished payments
 	start, measured, end time.Time
-	series               []histogram // one per second of the window, shared by all clients
-	seriesErrors         []atomic.Int64
 	op                   func(context.Context) outcome // if set, what a client does instead of HTTP requests
 }
 
@@ -312,9 +287,9 @@ type worker struct {
 	rng         *rand.Rand
 	recent      []request
 	sent        int
-	hist        histogram
+	lat         [][]time.Duration // by second of the window
+	errs        []int64           // by second of the window
 	answers     map[string]int64
-	errors      int64
 	newPayments int64
 	firstErr    string
 	payments    map[string]string
@@ -330,50 +305,93 @@ func Run(ctx context.Context, opts Options, fx *Fixture) (Result, error) {
 	}
 	r := &runner{opts: opts, fx: fx, hc: newClient(opts.Concurrency)}
 	defer r.hc.CloseIdleConnections()
-	r.rawPath, r.replayPath = strings.HasPrefix(opts.Path, "/"), opts.Path == "replay"
-	if !r.rawPath {
-		if fx == nil || len(fx.Merchants) == 0 || len(fx.Merchants[0].Payers) == 0 {
-			return Result{}, fmt.Errorf("bench: path %q needs a Fixture from Setup", opts.Path)
-		}
+	if !strings.HasPrefix(opts.Path, "/") && (fx == nil || len(fx.Merchants) == 0 || len(fx.Merchants[0].Payers) == 0) {
+		return Result{}, fmt.Errorf("bench: path %q needs a Fixture from Setup", opts.Path)
 	}
 	seen := map[string]string{}
-	if r.replayPath {
+	if opts.Path == "replay" {
 		if r.pool, err = r.prime(ctx, seen); err != nil {
 			return Result{}, err
 		}
 	}
-
 	return r.measure(ctx, seen)
 }
 
-// measure runs the clients for the warmup and the window, and sums up what they recorded.
+// measure runs the clients for the warmup and the window, and sums up what they recorded. In the
+// open loop a free client takes the next arrival; when every client is busy an arrival waits,
+// and its latency still counts from its scheduled time, so queueing shows in the quantiles.
 func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, error) {
-	opts := r.opts
+	o := r.opts
 	r.start = time.Now()
-	r.measured = r.start.Add(opts.Warmup)
-	r.end = r.measured.Add(opts.Duration)
-	seconds := int((opts.Duration + time.Second - 1) / time.Second)
-	r.series = make([]histogram, seconds)
-	r.seriesErrors = make([]atomic.Int64, seconds)
-	cpuUsed := cpuWindow(ctx, opts.CPU, r.measured, r.end)
-	workers := make([]*worker, opts.Concurrency)
+	r.measured = r.start.Add(o.Warmup)
+	r.end = r.measured.Add(o.Duration)
+	seconds := int((o.Duration + time.Second - 1) / time.Second)
+	cpuUsed := cpuWindow(ctx, o.CPU, r.measured, r.end)
+	workers := make([]*worker, o.Concurrency)
+	arrivals := make(chan time.Time)
+	var wg sync.WaitGroup
 	for i := range workers {
-		workers[i] = &worker{
-			r: r, rng: rand.New(rand.NewPCG(uint64(opts.Seed), uint64(i))),
-			answers: map[string]int64{}, payments: map[string]string{},
-		}
+		w := &worker{r: r, rng: rand.New(rand.NewPCG(uint64(o.Seed), uint64(i))),
+			lat: make([][]time.Duration, seconds), errs: make([]int64, seconds),
+			answers: map[string]int64{}, payments: map[string]string{}}
+		workers[i] = w
+		wg.Go(func() {
+			for t := range arrivals {
+				w.fire(ctx, t)
+			}
+			for now := time.Now(); o.Rate <= 0 && ctx.Err() == nil && now.Before(r.end); now = time.Now() {
+				if !w.fire(ctx, now) {
+					sleep(ctx, 10*time.Millisecond) // a refused connection fails at once: do not spin a core
+				}
+			}
+		})
 	}
 	var unsent int64
-	if opts.Rate > 0 {
-		unsent = r.openLoop(ctx, workers)
-	} else {
-		r.closedLoop(ctx, workers)
+	if o.Rate > 0 {
+		unsent = r.schedule(ctx, arrivals)
 	}
-	window := opts.Duration
+	close(arrivals)
+	wg.Wait()
+
+	window := o.Duration
 	if ctx.Err() != nil {
 		window = min(max(time.Since(r.measured), 0), window)
 	}
-	res := r.result(workers, unsent, seen, window)
+	res := Result{Path: o.Path, Mode: "closed", Concurrency: o.Concurrency, Unsent: unsent, Answers: map[string]int64{}, Payments: seen}
+	if o.Rate > 0 {
+		res.Mode, res.Rate = "open", o.Rate
+	}
+	if r.fx != nil {
+		res.Merchants, res.Payers = len(r.fx.Merchants), len(r.fx.Merchants[0].Payers)
+	}
+	var all []time.Duration
+	for i := range int((window + time.Second - 1) / time.Second) {
+		var lat []time.Duration
+		var errs int64
+		for _, w := range workers {
+			lat, errs = append(lat, w.lat[i]...), errs+w.errs[i]
+		}
+		slices.Sort(lat)
+		res.Series = append(res.Series, Second{Second: i, Requests: int64(len(lat)), Errors: errs, P99: ms(quantile(lat, 0.99))})
+		all, res.Errors = append(all, lat...), res.Errors+errs
+	}
+	for _, w := range workers {
+		for k, n := range w.answers {
+			res.Answers[k] += n
+		}
+		for id, st := range w.payments {
+			notePayment(res.Payments, id, st)
+		}
+		res.NewPayments += w.newPayments
+		res.FirstError = orDefault(res.FirstError, w.firstErr)
+	}
+	slices.Sort(all)
+	res.Duration, res.Requests = window.Seconds(), int64(len(all))
+	if window > 0 {
+		res.Throughput, res.NewPaymentRate = float64(res.Requests)/window.Seconds(), float64(res.NewPayments)/window.Seconds()
+	}
+	res.Latency = Latency{P50: ms(quantile(all, 0.5)), P90: ms(quantile(all, 0.9)), P95: ms(quantile(all, 0.95)),
+		P99: ms(quantile(all, 0.99)), Max: ms(quantile(all, 1))}
 	per, ops := "request", res.Requests
 	switch {
 	case r.op != nil:
@@ -382,48 +400,8 @@ func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, e
 	case res.NewPayments > 0:
 		per, ops = "new payment", res.NewPayments
 	}
-	res.CPU = cpuUse(cpuUsed(), opts.Duration, per, ops)
+	res.CPU = cpuUse(cpuUsed(), o.Duration, per, ops)
 	return res, ctx.Err()
-}
-
-func (r *runner) closedLoop(ctx context.Context, workers []*worker) {
-	var wg sync.WaitGroup
-	for _, w := range workers {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				now := time.Now()
-				if !now.Before(r.end) {
-					return
-				}
-				if !w.fire(ctx, now) {
-					// A refused connection fails at once: pause instead of spinning a core.
-					select {
-					case <-time.After(errorPause):
-					case <-ctx.Done():
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// openLoop hands arrival times to free clients. When every client is busy an arrival waits, and
-// its latency still counts from its scheduled time, so queueing shows in the quantiles.
-func (r *runner) openLoop(ctx context.Context, workers []*worker) int64 {
-	arrivals := make(chan time.Time)
-	var wg sync.WaitGroup
-	for _, w := range workers {
-		wg.Go(func() {
-			for t := range arrivals {
-				w.fire(ctx, t)
-			}
-		})
-	}
-	unsent := r.schedule(ctx, arrivals)
-	close(arrivals)
-	wg.Wait()
-	return unsent
 }
 
 // schedule sends arrival i at start + i/Rate (computed from i, so sleep overshoot never drifts the
@@ -432,25 +410,14 @@ func (r *runner) schedule(ctx context.Context, arrivals chan<- time.Time) int64 
 	at := func(i int64) time.Time {
 		return r.start.Add(time.Duration(float64(i) * float64(time.Second) / r.opts.Rate))
 	}
-	wait := time.NewTimer(time.Hour)
-	defer wait.Stop()
 	over := time.NewTimer(time.Until(r.end))
 	defer over.Stop()
-	for i := int64(0); ; i++ {
-		t := at(i)
-		if !t.Before(r.end) {
+	for i := int64(0); at(i).Before(r.end); i++ {
+		if sleep(ctx, time.Until(at(i))) != nil {
 			return 0
 		}
-		if d := time.Until(t); d > 0 {
-			wait.Reset(d)
-			select {
-			case <-wait.C:
-			case <-ctx.Done():
-				return 0
-			}
-		}
 		select {
-		case arrivals <- t:
+		case arrivals <- at(i):
 		case <-ctx.Done():
 			return 0
 		case <-over.C:
@@ -463,6 +430,7 @@ func (r *runner) schedule(ctx context.Context, arrivals chan<- time.Time) int64 
 			return n
 		}
 	}
+	return 0
 }
 
 // fire sends the client's next request (two in parallel for a race) as of the intended time and
@@ -475,9 +443,9 @@ func (w *worker) fire(ctx context.Context, intended time.Time) bool {
 	outs := make([]outcome, len(reqs))
 	var wg sync.WaitGroup
 	for i := 1; i < len(reqs); i++ {
-		wg.Go(func() { outs[i] = send(ctx, w.r.hc, reqs[i]) })
+		wg.Go(func() { outs[i], _ = send(ctx, w.r.hc, reqs[i]) })
 	}
-	outs[0] = send(ctx, w.r.hc, reqs[0])
+	outs[0], _ = send(ctx, w.r.hc, reqs[0])
 	wg.Wait()
 	ok := true
 	for i := range reqs {
@@ -498,16 +466,11 @@ func (w *worker) record(ctx context.Context, intended time.Time, req request, o 
 	}
 	sec := int(intended.Sub(w.r.measured) / time.Second)
 	if o.err != nil {
-		w.errors++
-		w.r.seriesErrors[sec].Add(1)
-		if w.firstErr == "" {
-			w.firstErr = o.err.Error()
-		}
+		w.errs[sec]++
+		w.firstErr = orDefault(w.firstErr, o.err.Error())
 		return false
 	}
-	lat := o.done.Sub(intended)
-	w.hist.record(lat)
-	w.r.series[sec].record(lat)
+	w.lat[sec] = append(w.lat[sec], o.done.Sub(intended))
 	w.answers[o.ans.label]++
 	if req.isNew && o.ans.paymentID != "" && !o.ans.replayed {
 		w.newPayments++
@@ -526,35 +489,30 @@ func notePayment(m map[string]string, id, status string) {
 func (w *worker) next() []request {
 	o := w.r.opts
 	switch {
-	case w.r.rawPath:
+	case strings.HasPrefix(o.Path, "/"):
 		return []request{{method: http.MethodGet, url: o.APIURL + o.Path}}
-	case w.r.replayPath:
+	case o.Path == "replay":
 		return []request{w.r.pool[w.rng.IntN(len(w.r.pool))]}
 	}
-	if len(w.recent) > 0 && w.rng.Float64() < o.DuplicateRatio {
-		if w.rng.IntN(2) == 0 {
-			old := w.recent[w.rng.IntN(len(w.recent))]
-			old.isNew = false
-			return []request{old}
-		}
-		p := w.r.newPayment(w.rng)
-		w.remember(p)
-		twin := p
-		twin.isNew = false
-		return []request{p, twin}
+	dup := len(w.recent) > 0 && w.rng.Float64() < o.DuplicateRatio
+	if dup && w.rng.IntN(2) == 0 {
+		old := w.recent[w.rng.IntN(len(w.recent))]
+		old.isNew = false
+		return []request{old}
 	}
 	p := w.r.newPayment(w.rng)
-	w.remember(p)
-	return []request{p}
-}
-
-func (w *worker) remember(p request) {
 	if len(w.recent) < recentKeys {
 		w.recent = append(w.recent, p)
 	} else {
 		w.recent[w.sent%recentKeys] = p
 	}
 	w.sent++
+	if dup { // a race: the same request twice at once
+		twin := p
+		twin.isNew = false
+		return []request{p, twin}
+	}
+	return []request{p}
 }
 
 type paymentBody struct {
@@ -574,8 +532,7 @@ func (r *runner) newPayment(rng *rand.Rand) request {
 	key := uuid.NewString()
 	body, _ := json.Marshal(paymentBody{
 		InvoiceID: key, // unique, so no payment is ever a duplicate_payment of another
-		Amount:    payment.FormatAmount(amount, r.fx.Currency),
-		Currency:  r.fx.Currency,
+		Amount:    payment.FormatAmount(amount, r.fx.Currency), Currency: r.fx.Currency,
 		AccountID: m.Payers[rng.IntN(len(m.Payers))],
 	})
 	return request{method: http.MethodPost, url: r.opts.APIURL + "/v1/payments", token: m.APIKey, key: key, body: body, isNew: true}
@@ -590,7 +547,7 @@ func (r *runner) prime(ctx context.Context, seen map[string]string) ([]request, 
 	}
 	outs := make([]outcome, len(reqs))
 	err := parallel(ctx, len(reqs), r.opts.Concurrency, func(ctx context.Context, i int) error {
-		outs[i] = send(ctx, r.hc, reqs[i])
+		outs[i], _ = send(ctx, r.hc, reqs[i])
 		return nil
 	})
 	if err != nil {
@@ -607,60 +564,32 @@ func (r *runner) prime(ctx context.Context, seen map[string]string) ([]request, 
 		}
 	}
 	if len(pool) == 0 {
-		label := "no answer"
+		first := orDefault(outs[0].ans.label, "no answer")
 		if outs[0].err != nil {
-			label = outs[0].err.Error()
-		} else if outs[0].ans.label != "" {
-			label = outs[0].ans.label
+			first = outs[0].err.Error()
 		}
-		return nil, fmt.Errorf("bench: replay path: none of %d payments finished within the sync wait (first answer: %s)", len(reqs), label)
+		return nil, fmt.Errorf("bench: replay path: none of %d payments finished within the sync wait (first answer: %s)", len(reqs), first)
 	}
 	return pool, nil
 }
 
-func (r *runner) result(workers []*worker, unsent int64, payments map[string]string, window time.Duration) Result {
-	o := r.opts
-	res := Result{
-		Path: o.Path, Mode: "closed", Concurrency: o.Concurrency, Unsent: unsent,
-		Answers: map[string]int64{}, Payments: payments,
+// quantile is the nearest-rank q-quantile of sorted values (the one of rank ceil(q·n)); 0 without any.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
 	}
-	if o.Rate > 0 {
-		res.Mode, res.Rate = "open", o.Rate
-	}
-	if r.fx != nil {
-		res.Merchants, res.Payers = len(r.fx.Merchants), len(r.fx.Merchants[0].Payers)
-	}
-	var h histogram
-	for _, w := range workers {
-		h.merge(&w.hist)
-		for k, n := range w.answers {
-			res.Answers[k] += n
-		}
-		for id, st := range w.payments {
-			notePayment(res.Payments, id, st)
-		}
-		res.Errors += w.errors
-		res.NewPayments += w.newPayments
-		if res.FirstError == "" {
-			res.FirstError = w.firstErr
-		}
-	}
-	res.Duration = window.Seconds()
-	res.Requests = h.count()
-	if window > 0 {
-		res.Throughput = float64(res.Requests) / window.Seconds()
-		res.NewPaymentRate = float64(res.NewPayments) / window.Seconds()
-	}
-	res.Latency = h.latency()
-	seconds := int((window + time.Second - 1) / time.Second)
-	res.Series = make([]Second, 0, seconds)
-	for i := range seconds {
-		res.Series = append(res.Series, Second{
-			Second: i, Requests: r.series[i].count(), Errors: r.seriesErrors[i].Load(),
-			P99: ms(r.series[i].quantile(0.99)),
-		})
-	}
-	return res
+	return sorted[min(max(int(math.Ceil(q*float64(len(sorted))))-1, 0), len(sorted)-1)]
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

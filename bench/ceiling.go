@@ -18,45 +18,32 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-// Ceiling T is a workflow with the payment workflow's shape and no work in its steps: what
-// Temporal alone allows for that shape on these servers.
-
-// StepKind is how one workflow step runs.
-type StepKind string
-
-const (
-	StepRegular StepKind = "R" // a regular activity: its own task, scheduled and completed through the server
-	StepLocal   StepKind = "L" // a local activity: run inside the workflow task by the worker that holds it
-)
-
-// Shape is a workflow's skeleton: its steps in order, and whether it starts eagerly (the first
-// workflow task handed to the starting process's own worker, skipping a round trip).
+// Shape is a workflow's skeleton: its steps in order, each L (a local activity, run inside the
+// workflow task by the worker that holds it) or R (a regular activity: its own task, scheduled and
+// completed through the server); whether it starts eagerly (the first workflow task handed to the
+// starting process's own worker, skipping a round trip); and whether it is started with
+// PaymentStatus and MerchantId set and upserts PaymentStatus once at the end, as a payment does
+// (each a visibility write in Temporal).
 type Shape struct {
-	Steps []StepKind
-	Eager bool
-	// SearchAttributes: started with PaymentStatus and MerchantId set, PaymentStatus upserted
-	// once at the end, as a payment is (each is a visibility write in Temporal).
-	SearchAttributes bool
+	Steps                   string
+	Eager, SearchAttributes bool
 }
 
 func (s Shape) String() string {
-	var b strings.Builder
-	for _, k := range s.Steps {
-		b.WriteString(string(k))
-	}
+	out := s.Steps
 	if s.Eager {
-		b.WriteString("+eager")
+		out += "+eager"
 	}
 	if s.SearchAttributes {
-		b.WriteString("+search-attributes")
+		out += "+search-attributes"
 	}
-	return b.String()
+	return out
 }
 
 // PaymentShape is PaymentWorkflow's happy path: reserve, charge, finalize, each a local
 // activity, started eagerly when the starting process runs a worker (Starter.StartPayment).
 // TestPaymentShapeMatchesARecordedPayment checks the steps against a recorded payment history.
-var PaymentShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true, SearchAttributes: true}
+var PaymentShape = Shape{Steps: "LLL", Eager: true, SearchAttributes: true}
 
 // ShapeFor is the shape of a payment that succeeds at its first charge with a provider of the
 // given capability: PaymentShape for all three. The charge is a local activity whatever the provider,
@@ -79,10 +66,10 @@ func HistoryShape(h *historypb.History) Shape {
 		case enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
 			upserts++
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-			s.Steps = append(s.Steps, StepRegular)
+			s.Steps += "R"
 		case enumspb.EVENT_TYPE_MARKER_RECORDED:
-			if e.GetMarkerRecordedEventAttributes().GetMarkerName() == localActivityMarker {
-				s.Steps = append(s.Steps, StepLocal)
+			if e.GetMarkerRecordedEventAttributes().GetMarkerName() == "LocalActivity" { // the SDK's marker of a local activity's result
+				s.Steps += "L"
 			}
 		}
 	}
@@ -90,17 +77,8 @@ func HistoryShape(h *historypb.History) Shape {
 	return s
 }
 
-// localActivityMarker names the marker the SDK records for each local activity's result.
-const localActivityMarker = "LocalActivity"
-
 // LeanestShape is the fastest shape Temporal allows for three steps: one workflow task.
-var LeanestShape = Shape{Steps: []StepKind{StepLocal, StepLocal, StepLocal}, Eager: true}
-
-// Names of the ceiling workflow and its step.
-const (
-	WorkflowShape = "bench.shape"
-	ActivityNoop  = "bench.noop"
-)
+var LeanestShape = Shape{Steps: "LLL", Eager: true}
 
 // Noop is the ceiling's step: nothing.
 func Noop(context.Context) error { return nil }
@@ -111,10 +89,10 @@ func ShapeWorkflow(ctx workflow.Context, s Shape) error {
 	regular := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
 	for _, k := range s.Steps {
 		var err error
-		if k == StepLocal {
+		if k == 'L' {
 			err = workflow.ExecuteLocalActivity(local, Noop).Get(ctx, nil)
 		} else {
-			err = workflow.ExecuteActivity(regular, ActivityNoop).Get(ctx, nil)
+			err = workflow.ExecuteActivity(regular, "bench.noop").Get(ctx, nil)
 		}
 		if err != nil {
 			return err
@@ -128,25 +106,13 @@ func ShapeWorkflow(ctx workflow.Context, s Shape) error {
 
 // ParseShape reads a Shape's String form, e.g. "LLL+eager+search-attributes" or "RRR".
 func ParseShape(s string) (Shape, error) {
-	parts := strings.Split(s, "+")
-	var sh Shape
-	for _, c := range parts[0] {
-		switch k := StepKind(c); k {
-		case StepLocal, StepRegular:
-			sh.Steps = append(sh.Steps, k)
-		default:
-			return Shape{}, fmt.Errorf("shape %q: step %q is neither L (local) nor R (regular)", s, c)
-		}
+	steps, opts, _ := strings.Cut(s, "+")
+	if strings.Trim(steps, "LR") != "" {
+		return Shape{}, fmt.Errorf("shape %q: a step is neither L (local) nor R (regular)", s)
 	}
-	for _, p := range parts[1:] {
-		switch p {
-		case "eager":
-			sh.Eager = true
-		case "search-attributes":
-			sh.SearchAttributes = true
-		default:
-			return Shape{}, fmt.Errorf("shape %q: unknown option %q (eager, search-attributes)", s, p)
-		}
+	sh := Shape{Steps: steps, Eager: strings.Contains("+"+opts+"+", "+eager+"), SearchAttributes: strings.Contains("+"+opts+"+", "+search-attributes+")}
+	if sh.String() != s {
+		return Shape{}, fmt.Errorf("shape %q: unknown options (eager, search-attributes, in that order)", s)
 	}
 	return sh, nil
 }
@@ -158,8 +124,8 @@ func ParseShape(s string) (Shape, error) {
 func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, concurrency int, warmup, duration time.Duration, cpu CPU) (Result, error) {
 	queue := "bench-shape-" + uuid.NewString()
 	w := sdkworker.New(tc, queue, sdkworker.Options{})
-	w.RegisterWorkflowWithOptions(ShapeWorkflow, workflow.RegisterOptions{Name: WorkflowShape})
-	w.RegisterActivityWithOptions(Noop, activity.RegisterOptions{Name: ActivityNoop})
+	w.RegisterWorkflowWithOptions(ShapeWorkflow, workflow.RegisterOptions{Name: "bench.shape"})
+	w.RegisterActivityWithOptions(Noop, activity.RegisterOptions{Name: "bench.noop"})
 	if err := w.Start(); err != nil {
 		return Result{}, fmt.Errorf("ceiling worker: %w", err)
 	}
@@ -172,7 +138,7 @@ func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, concurr
 			o.TypedSearchAttributes = temporal.NewSearchAttributes(
 				workflows.SearchPaymentStatus.ValueSet("processing"), workflows.SearchMerchantID.ValueSet("bench"))
 		}
-		run, err := tc.ExecuteWorkflow(ctx, o, WorkflowShape, shape)
+		run, err := tc.ExecuteWorkflow(ctx, o, "bench.shape", shape)
 		if err == nil {
 			err = run.Get(ctx, nil)
 		}

@@ -2,11 +2,7 @@ package bench
 
 import (
 	"context"
-	"fmt"
-	"maps"
 	"os"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -23,74 +19,57 @@ const (
 	ClassBench    = "bench"    // this process: the load generator, and in a T run its worker
 )
 
-// clockTick is the unit of /proc's CPU times (USER_HZ, 100 on every Linux architecture Go runs on).
-const clockTick = 10 * time.Millisecond
-
-// StackCPU reads the CPU time of root (class kasa), of every process descended from it
-// (PostgreSQL, Temporal), and of this process (class bench), from /proc. A process's time
-// includes its children that have ended and been waited for (PostgreSQL's backends that
-// closed), except for this process's: pgbench and the like are not the load generator. Nil
-// where there is no /proc.
+// StackCPU reads from /proc the CPU time of root (class kasa), of every process descended from it
+// (PostgreSQL, Temporal), and of this process (class bench). A process's time includes its ended
+// children (PostgreSQL's closed backends), except for this process's: pgbench is not the load
+// generator. Nil where there is no /proc.
 func StackCPU(root int) CPU {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		return nil
 	}
 	self := os.Getpid()
+	const tick = 10 * time.Millisecond // USER_HZ, the unit of /proc's CPU times
 	return func() map[string]time.Duration {
-		procs := readProcs()
+		stats := readProcs()
 		use := map[string]time.Duration{}
-		for pid, p := range procs {
+		for pid, st := range stats {
+			own, children := time.Duration(st.UTime+st.STime)*tick, time.Duration(st.CUTime+st.CSTime)*tick
 			switch {
 			case pid == self:
-				use[ClassBench] += p.own
+				use[ClassBench] += own
 			case pid == root:
-				use[ClassKasa] += p.own + p.children
-			case descends(procs, pid, root):
-				use[p.comm] += p.own + p.children
+				use[ClassKasa] += own + children
+			case descends(stats, pid, root):
+				use[st.Comm] += own + children
 			}
 		}
 		return use
 	}
 }
 
-type proc struct {
-	comm     string
-	ppid     int
-	own      time.Duration // utime + stime
-	children time.Duration // cutime + cstime: children waited for
-}
-
-// readProcs reads every process's CPU times. Processes that end while it reads are left out.
-func readProcs() map[int]proc {
-	all, err := procfs.AllProcs()
-	if err != nil {
-		return nil
-	}
-	procs := make(map[int]proc, len(all))
+// readProcs reads every process's stat. Processes that end while it reads are left out.
+func readProcs() map[int]procfs.ProcStat {
+	all, _ := procfs.AllProcs()
+	stats := make(map[int]procfs.ProcStat, len(all))
 	for _, p := range all {
-		st, err := p.Stat()
-		if err != nil {
-			continue
-		}
-		procs[p.PID] = proc{
-			comm: st.Comm, ppid: st.PPID,
-			own: time.Duration(st.UTime+st.STime) * clockTick, children: time.Duration(st.CUTime+st.CSTime) * clockTick,
+		if st, err := p.Stat(); err == nil {
+			stats[p.PID] = st
 		}
 	}
-	return procs
+	return stats
 }
 
 // descends says whether pid is a descendant of root.
-func descends(procs map[int]proc, pid, root int) bool {
+func descends(stats map[int]procfs.ProcStat, pid, root int) bool {
 	for range 64 { // a process tree is shallow; a cycle would be a bug in /proc, not a loop here
-		p, ok := procs[pid]
-		if !ok || p.ppid <= 1 {
+		st, ok := stats[pid]
+		if !ok || st.PPID <= 1 {
 			return false
 		}
-		if p.ppid == root {
+		if st.PPID == root {
 			return true
 		}
-		pid = p.ppid
+		pid = st.PPID
 	}
 	return false
 }
@@ -99,12 +78,9 @@ func descends(procs map[int]proc, pid, root int) bool {
 // for the second sample and gives each class's CPU time between the two; nil when cpu is nil or
 // ctx ends first.
 func cpuWindow(ctx context.Context, cpu CPU, from, to time.Time) func() map[string]time.Duration {
-	if cpu == nil {
-		return func() map[string]time.Duration { return nil }
-	}
 	done := make(chan map[string]time.Duration, 1)
 	go func() {
-		if sleep(ctx, time.Until(from)) != nil {
+		if cpu == nil || sleep(ctx, time.Until(from)) != nil {
 			done <- nil
 			return
 		}
@@ -113,9 +89,8 @@ func cpuWindow(ctx context.Context, cpu CPU, from, to time.Time) func() map[stri
 			done <- nil
 			return
 		}
-		b := cpu()
 		used := map[string]time.Duration{}
-		for class, t := range b {
+		for class, t := range cpu() {
 			if d := t - a[class]; d > 0 {
 				used[class] = d
 			}
@@ -145,15 +120,4 @@ func cpuUse(used map[string]time.Duration, window time.Duration, per string, ops
 	}
 	u.Cores = total.Seconds() / window.Seconds()
 	return u
-}
-
-// String reads "19.05 ms per new payment: kasa 4.53, postgres 3.48, temporal 10.71, bench 0.33".
-func (u *CPUUse) String() string {
-	var total float64
-	var parts []string
-	for _, class := range slices.Sorted(maps.Keys(u.MS)) {
-		total += u.MS[class]
-		parts = append(parts, fmt.Sprintf("%s %.2f", class, u.MS[class]))
-	}
-	return fmt.Sprintf("%.2f ms per %s: %s", total, u.Per, strings.Join(parts, ", "))
 }

@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,16 +30,13 @@ import (
 //go:embed pgbench/*.sql pgbench/psql/*.sql
 var pgbenchScripts embed.FS
 
-// PGBench scripts.
+// PGBench scripts: one new payment's whole database work (API, worker, API) as one pgbench
+// transaction; the replay lookup, the single query that finds a finished payment's idempotency
+// record and stored answer; and all of a replayed request's database work when it misses the
+// API's cache of completed records (the API key lookup and the replay lookup).
 const (
-	// PGBenchPayment is one new payment's whole database work (API, worker, API), as one pgbench
-	// transaction made of its several database transactions.
-	PGBenchPayment = "payment"
-	// PGBenchReplay is the replay lookup: the single query that finds a finished payment's
-	// idempotency record and stored answer by (merchant, key).
-	PGBenchReplay = "replay"
-	// PGBenchReplayPath is all of a replayed request's database work when it misses the API's
-	// in-memory cache of completed records: the API key lookup and the replay lookup.
+	PGBenchPayment    = "payment"
+	PGBenchReplay     = "replay"
 	PGBenchReplayPath = "replay-path"
 )
 
@@ -52,19 +48,17 @@ type PGBenchOptions struct {
 	// Warmup runs before the measured window and is not counted. The window also waits for every
 	// client's first five transactions: PostgreSQL plans a prepared statement afresh on each of its
 	// first five executions before it settles on a generic plan, and the backend fills its caches,
-	// which kasa's long-lived pooled connections did long before (at 64 clients here, the first
-	// payment of every client takes over a second). Default 1s; negative for none.
+	// which kasa's long-lived pooled connections did long before. Default 1s; negative for none.
 	Warmup time.Duration
 	Script string // PGBenchPayment, PGBenchReplay or PGBenchReplayPath
 	// Rows sizes the fixture: merchants, each with a settlement account and Payers payer accounts,
-	// for the payment script; finished payments (completed idempotency records) to replay. Default 1000.
+	// for the payment script; finished payments to replay. Default 1000.
 	Rows   int
 	Payers int // payer accounts per merchant; default 1
 }
 
 // PGBenchResult is what pgbench measured in the window after the warmup, from its
-// per-transaction log (pgbench -l). One transaction is one run of the script: for the payment
-// script a whole payment (several database transactions).
+// per-transaction log (pgbench -l). One transaction is one run of the script.
 type PGBenchResult struct {
 	Script       string  `json:"script"`
 	Clients      int     `json:"clients"`
@@ -75,19 +69,11 @@ type PGBenchResult struct {
 	P99MS        float64 `json:"p99_ms"`
 	MaxMS        float64 `json:"max_ms"`
 	Transactions int64   `json:"transactions"` // completed in the window
-	Failed       int64   `json:"failed"`       // failed in the window (pgbench's count for the whole run when higher)
-	// PGBenchTPS is pgbench's own figure for the whole run, warmup included (without the initial
-	// connection time).
-	PGBenchTPS float64 `json:"pgbench_tps"`
+	Failed       int64   `json:"failed"`       // failed in the window
 }
 
-const (
-	pgbenchSchemaPrefix = "kasa_pgbench_"
-	// Replay keys are numbers (pgbench variables hold numbers): 19 digits, like key_base+i.
-	pgbenchKeyBase = 1_000_000_000_000_000_000
-	cleanupTimeout = time.Minute
-	maxStderr      = 4 << 10
-)
+// Replay keys are numbers (pgbench variables hold numbers): 19 digits, like key_base+i.
+const pgbenchKeyBase = 1_000_000_000_000_000_000
 
 // PGBench prepares a fixture in a schema of its own (a clone of the tables a payment touches, with
 // their indexes, constraints, foreign keys and triggers; kasa's tables are never written), runs
@@ -115,18 +101,14 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 	}
 	defer func() {
 		// Also after a cancelled run: the fixture must not outlive it.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		if derr := dropPGBenchSchema(cctx, o.DatabaseURL, schema); derr != nil && err == nil {
 			err = fmt.Errorf("pgbench: drop the fixture schema %s: %w", schema, derr)
 		}
 	}()
 	// The scripts' unqualified names must reach the clones, never kasa's tables.
-	q, err := pgbenchScripts.ReadFile("pgbench/psql/current-schema.sql")
-	if err != nil {
-		return PGBenchResult{}, err
-	}
-	got, err := PSQL(ctx, benchURL, q, "-A", "-t", "-f", "-")
+	got, err := psqlScript(ctx, benchURL, "psql/current-schema", "-A", "-t")
 	if err != nil {
 		return PGBenchResult{}, err
 	}
@@ -143,27 +125,15 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 	if err := os.WriteFile(file, script, 0o644); err != nil {
 		return PGBenchResult{}, err
 	}
-	secs := int(math.Ceil((o.Warmup + o.Duration).Seconds()))
-	args := []string{"-n", "-M", "prepared", "-f", file,
-		"-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(min(o.Clients, 2)), "-T", strconv.Itoa(secs),
-		"-l", "--log-prefix", filepath.Join(dir, "tx")}
+	args := []string{"-n", "-M", "prepared", "-f", file, "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(min(o.Clients, 2)),
+		"-T", strconv.Itoa(int(math.Ceil((o.Warmup + o.Duration).Seconds()))), "-l", "--log-prefix", filepath.Join(dir, "tx")}
 	for _, kv := range pgbenchVariables(o) {
 		args = append(args, "-D", kv)
 	}
-	args = append(args, benchURL)
-	cmd := exec.CommandContext(ctx, pgbench, args...)
+	cmd := exec.CommandContext(ctx, pgbench, append(args, benchURL)...)
 	cmd.Dir = dir
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return PGBenchResult{}, ctx.Err()
-		}
-		return PGBenchResult{}, fmt.Errorf("pgbench %s: %w: %s", o.Script, err, tail(stderr.String()))
-	}
-	summary, err := parsePGBenchOutput(stdout.String())
-	if err != nil {
-		return PGBenchResult{}, fmt.Errorf("%w\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), tail(stderr.String()))
+	if _, err := runCmd(ctx, cmd, nil); err != nil {
+		return PGBenchResult{}, fmt.Errorf("pgbench %s: %w", o.Script, err)
 	}
 	txs, err := readPGBenchLogs(filepath.Join(dir, "tx"))
 	if err != nil {
@@ -171,32 +141,18 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 	}
 	r := summarize(txs, o.Warmup)
 	if r.Transactions == 0 {
-		return PGBenchResult{}, fmt.Errorf("pgbench %s: no transaction completed after the warmup (%d in all): lengthen Duration", o.Script, summary.Transactions)
+		return PGBenchResult{}, fmt.Errorf("pgbench %s: no transaction completed after the warmup (%d in all): lengthen Duration", o.Script, len(txs))
 	}
-	r.Script, r.Clients, r.PGBenchTPS = o.Script, o.Clients, summary.TPS
-	r.Failed = max(r.Failed, summary.Failed)
+	r.Script, r.Clients = o.Script, o.Clients
 	return r, nil
 }
 
 func (o PGBenchOptions) withDefaults() PGBenchOptions {
-	if o.Clients <= 0 {
-		o.Clients = 16
-	}
-	if o.Duration <= 0 {
-		o.Duration = 10 * time.Second
-	}
-	switch {
-	case o.Warmup == 0:
+	o.Clients, o.Duration, o.Rows, o.Payers = orDefault(o.Clients, 16), orDefault(o.Duration, 10*time.Second), orDefault(o.Rows, 1000), orDefault(o.Payers, 1)
+	if o.Warmup == 0 {
 		o.Warmup = time.Second
-	case o.Warmup < 0:
-		o.Warmup = 0
 	}
-	if o.Rows <= 0 {
-		o.Rows = 1000
-	}
-	if o.Payers <= 0 {
-		o.Payers = 1
-	}
+	o.Warmup = max(o.Warmup, 0)
 	return o
 }
 
@@ -204,64 +160,38 @@ func (o PGBenchOptions) withDefaults() PGBenchOptions {
 // replay scripts, merchant 1's values as setup.sql derives them.
 func pgbenchVariables(o PGBenchOptions) []string {
 	sum := sha256.Sum256([]byte("sk_bench_1"))
+	m := md5.Sum([]byte("merchant/1"))
+	h := hex.EncodeToString(m[:])
 	return []string{
-		"merchants=" + strconv.Itoa(o.Rows),
-		"payers=" + strconv.Itoa(o.Payers),
-		"records=" + strconv.Itoa(o.Rows),
+		"merchants=" + strconv.Itoa(o.Rows), "payers=" + strconv.Itoa(o.Payers), "records=" + strconv.Itoa(o.Rows),
 		"key_base=" + strconv.FormatInt(pgbenchKeyBase, 10),
-		"merchant_id=" + md5UUID("merchant/1"),
+		"merchant_id=" + h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], // md5('merchant/1')::uuid
 		"api_key_hash=\\x" + hex.EncodeToString(sum[:]),
 	}
 }
 
-// md5UUID is PostgreSQL's md5(s)::uuid.
-func md5UUID(s string) string {
-	h := md5.Sum([]byte(s))
-	x := hex.EncodeToString(h[:])
-	return x[:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:]
-}
-
 func newPGBenchSchema() (string, error) {
 	b := make([]byte, 4)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return pgbenchSchemaPrefix + hex.EncodeToString(b), nil
+	_, err := rand.Read(b)
+	return "kasa_pgbench_" + hex.EncodeToString(b), err
 }
 
 // withSearchPath returns the URL with the schema as the sessions' search_path (libpq's options).
 func withSearchPath(raw, schema string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("pgbench: database url must be a postgres:// URL, got %q", redact(raw))
+		return "", errors.New("pgbench: the database url must be a postgres:// URL")
 	}
 	q := u.Query()
-	opts := strings.TrimSpace(q.Get("options") + " -c search_path=" + schema)
-	q.Set("options", opts)
+	q.Set("options", strings.TrimSpace(q.Get("options")+" -c search_path="+schema))
 	// libpq decodes %XX in a URI, not '+': spaces must be %20 (Encode writes a '+' itself as %2B).
 	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	return u.String(), nil
 }
 
-func redact(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		return u.Redacted()
-	}
-	return raw
-}
-
 func setupPGBenchFixture(ctx context.Context, o PGBenchOptions, schema string) error {
-	sql, err := pgbenchScripts.ReadFile("pgbench/setup.sql")
-	if err != nil {
-		return err
-	}
-	_, err = PSQL(ctx, o.DatabaseURL, sql, "-1",
-		"-v", "schema="+schema,
-		"-v", "merchants="+strconv.Itoa(o.Rows),
-		"-v", "payers="+strconv.Itoa(o.Payers),
-		"-v", "records="+strconv.Itoa(o.Rows),
-		"-v", "key_base="+strconv.FormatInt(pgbenchKeyBase, 10),
-		"-f", "-")
+	_, err := psqlScript(ctx, o.DatabaseURL, "setup", "-1", "-v", "schema="+schema, "-v", "merchants="+strconv.Itoa(o.Rows),
+		"-v", "payers="+strconv.Itoa(o.Payers), "-v", "records="+strconv.Itoa(o.Rows), "-v", "key_base="+strconv.FormatInt(pgbenchKeyBase, 10))
 	if err != nil {
 		return fmt.Errorf("pgbench fixture: %w", err)
 	}
@@ -269,12 +199,17 @@ func setupPGBenchFixture(ctx context.Context, o PGBenchOptions, schema string) e
 }
 
 func dropPGBenchSchema(ctx context.Context, dbURL, schema string) error {
-	q, err := pgbenchScripts.ReadFile("pgbench/psql/drop.sql")
-	if err != nil {
-		return err
-	}
-	_, err = PSQL(ctx, dbURL, q, "-v", "schema="+schema, "-f", "-")
+	_, err := psqlScript(ctx, dbURL, "psql/drop", "-v", "schema="+schema)
 	return err
+}
+
+// psqlScript runs the embedded pgbench/name.sql through psql.
+func psqlScript(ctx context.Context, dbURL, name string, args ...string) (string, error) {
+	sql, err := pgbenchScripts.ReadFile("pgbench/" + name + ".sql")
+	if err != nil {
+		return "", err
+	}
+	return PSQL(ctx, dbURL, sql, append(args, "-f", "-")...)
 }
 
 // PSQL runs psql without ~/.psqlrc, stopping at the first error, with stdin when given.
@@ -283,14 +218,23 @@ func PSQL(ctx context.Context, dbURL string, stdin []byte, args ...string) (stri
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, bin, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbURL}, args...)...)
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
+	out, err := runCmd(ctx, exec.CommandContext(ctx, bin, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbURL}, args...)...), stdin)
+	if err != nil {
+		return "", fmt.Errorf("psql: %w", err)
 	}
+	return out, nil
+}
+
+// runCmd runs cmd with stdin and returns its output, or an error ending with its last 4 KiB of stderr.
+func runCmd(ctx context.Context, cmd *exec.Cmd, stdin []byte) (string, error) {
 	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("psql: %w: %s", err, tail(stderr.String()))
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		msg := strings.TrimSpace(stderr.String())
+		return "", fmt.Errorf("%w: %s", err, msg[max(0, len(msg)-4<<10):])
 	}
 	return stdout.String(), nil
 }
@@ -312,49 +256,11 @@ func pgTool(name string) (string, error) {
 	return "", fmt.Errorf("%s not found: install the PostgreSQL client programs (Debian: apt-get install postgresql-client) or put $(pg_config --bindir) on PATH", name)
 }
 
-func tail(s string) string {
-	s = strings.TrimSpace(s)
-	if len(s) > maxStderr {
-		s = "..." + s[len(s)-maxStderr:]
-	}
-	return s
-}
-
-var (
-	rePGBenchProcessed = regexp.MustCompile(`(?m)^number of transactions actually processed: (\d+)`)
-	rePGBenchFailed    = regexp.MustCompile(`(?m)^number of failed transactions: (\d+)`)
-	rePGBenchLatency   = regexp.MustCompile(`(?m)^latency average = ([0-9.]+) ms`)
-	rePGBenchTPS       = regexp.MustCompile(`(?m)^tps = ([0-9.]+)`)
-)
-
-// parsePGBenchOutput reads pgbench's summary (PostgreSQL 14+: one tps line, failed transactions).
-func parsePGBenchOutput(out string) (PGBenchResult, error) {
-	var r PGBenchResult
-	m := rePGBenchProcessed.FindStringSubmatch(out)
-	if m == nil {
-		return r, errors.New("pgbench: no \"number of transactions actually processed\" in its output")
-	}
-	r.Transactions, _ = strconv.ParseInt(m[1], 10, 64)
-	if m := rePGBenchFailed.FindStringSubmatch(out); m != nil {
-		r.Failed, _ = strconv.ParseInt(m[1], 10, 64)
-	}
-	if m := rePGBenchLatency.FindStringSubmatch(out); m != nil {
-		r.LatencyAvgMS, _ = strconv.ParseFloat(m[1], 64)
-	}
-	m = rePGBenchTPS.FindStringSubmatch(out)
-	if m == nil {
-		return r, errors.New("pgbench: no \"tps = \" in its output")
-	}
-	r.TPS, _ = strconv.ParseFloat(m[1], 64)
-	return r, nil
-}
-
 // pgbenchTx is one line of pgbench's per-transaction log.
 type pgbenchTx struct {
-	client, n int // the client's n-th transaction, from 1
-	end       time.Time
-	latency   time.Duration
-	failed    bool
+	client, n    int           // the client's n-th transaction, from 1
+	end, latency time.Duration // end: since the Unix epoch
+	failed       bool
 }
 
 // warmTransactions are the transactions of each client that run before the measured window: the
@@ -366,44 +272,30 @@ const warmTransactions = 5
 // a word (failed, serialization, deadlock, skipped) for a transaction that did not complete, and
 // time_epoch.time_us when it ended.
 func readPGBenchLogs(prefix string) ([]pgbenchTx, error) {
-	files, err := filepath.Glob(prefix + ".*")
-	if err != nil {
-		return nil, err
-	}
+	files, _ := filepath.Glob(prefix + ".*")
 	if len(files) == 0 {
 		return nil, errors.New("pgbench: no transaction log written")
 	}
 	var txs []pgbenchTx
 	for _, name := range files {
-		f, err := os.Open(name)
+		b, err := os.ReadFile(name)
 		if err != nil {
 			return nil, err
 		}
-		sc := bufio.NewScanner(f)
+		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) < 6 || fields[2] == "skipped" {
-				continue
-			}
-			client, err1 := strconv.Atoi(fields[0])
-			n, err2 := strconv.Atoi(fields[1])
-			sec, err3 := strconv.ParseInt(fields[4], 10, 64)
-			usec, err4 := strconv.ParseInt(fields[5], 10, 64)
-			if err := errors.Join(err1, err2, err3, err4); err != nil {
+			var tx pgbenchTx
+			var lat string
+			var script, sec, usec int64
+			if _, err := fmt.Sscan(sc.Text(), &tx.client, &tx.n, &lat, &script, &sec, &usec); err != nil {
 				return nil, fmt.Errorf("pgbench log %s: %q: %w", name, sc.Text(), err)
 			}
-			tx := pgbenchTx{client: client, n: n, end: time.Unix(sec, usec*1000)}
-			if us, err := strconv.ParseInt(fields[2], 10, 64); err == nil {
-				tx.latency = time.Duration(us) * time.Microsecond
-			} else {
-				tx.failed = true
+			us, err := strconv.ParseInt(lat, 10, 64)
+			if lat == "skipped" {
+				continue
 			}
+			tx.end, tx.latency, tx.failed = time.Duration(sec)*time.Second+time.Duration(usec)*time.Microsecond, time.Duration(us)*time.Microsecond, err != nil
 			txs = append(txs, tx)
-		}
-		err = sc.Err()
-		f.Close()
-		if err != nil {
-			return nil, err
 		}
 	}
 	return txs, nil
@@ -417,55 +309,35 @@ func summarize(txs []pgbenchTx, warmup time.Duration) PGBenchResult {
 	if len(txs) == 0 {
 		return r
 	}
-	start, to := txs[0].end.Add(-txs[0].latency), txs[0].end
+	start, to, warm := txs[0].end, txs[0].end, time.Duration(0)
 	for _, tx := range txs {
-		if b := tx.end.Add(-tx.latency); b.Before(start) {
-			start = b
-		}
-		if tx.end.After(to) {
-			to = tx.end
+		start, to = min(start, tx.end-tx.latency), max(to, tx.end)
+		if tx.n == warmTransactions {
+			warm = max(warm, tx.end)
 		}
 	}
-	from := start.Add(warmup)
-	warm := from
-	for _, tx := range txs {
-		if tx.n == warmTransactions && tx.end.After(warm) {
-			warm = tx.end
-		}
+	from := max(start+warmup, warm)
+	if from >= to { // a machine too busy for every client to warm up within the run: the time alone counts
+		from = start + warmup
 	}
-	// On a machine too busy for every client to warm up within the run, the time alone counts.
-	if warm.Before(to) {
-		from = warm
-	}
-	r.Duration = to.Sub(from).Seconds()
-	var lat []int64
-	var sum int64
+	r.Duration = (to - from).Seconds()
+	var lat []time.Duration
+	var sum time.Duration
 	for _, tx := range txs {
-		if !tx.end.After(from) {
-			continue
-		}
-		if tx.failed {
+		switch {
+		case tx.end <= from:
+		case tx.failed:
 			r.Failed++
-			continue
+		default:
+			lat, sum = append(lat, tx.latency), sum+tx.latency
 		}
-		us := tx.latency.Microseconds()
-		lat = append(lat, us)
-		sum += us
 	}
 	r.Transactions = int64(len(lat))
 	if len(lat) == 0 || r.Duration <= 0 {
 		return r
 	}
-	r.TPS = float64(len(lat)) / r.Duration
-	r.LatencyAvgMS = float64(sum) / float64(len(lat)) / 1000
 	slices.Sort(lat)
-	r.P50MS, r.P99MS, r.MaxMS = quantileMS(lat, 0.50), quantileMS(lat, 0.99), quantileMS(lat, 1)
+	r.TPS, r.LatencyAvgMS = float64(len(lat))/r.Duration, float64(sum)/float64(len(lat))/1e6
+	r.P50MS, r.P99MS, r.MaxMS = ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99)), ms(quantile(lat, 1))
 	return r
-}
-
-// quantileMS is the nearest-rank q-quantile of sorted latencies in µs, in ms.
-func quantileMS(latencies []int64, q float64) float64 {
-	i := int(math.Ceil(q*float64(len(latencies)))) - 1
-	i = min(max(i, 0), len(latencies)-1)
-	return float64(latencies[i]) / 1000
 }

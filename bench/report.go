@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"encoding/xml"
 	"fmt"
 	"io"
 	"maps"
@@ -10,27 +9,25 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kasa-pay/kasa/workflows"
 )
 
-// WriteMarkdown writes a summary table with one row per run, then the answers of every run.
+// WriteMarkdown writes a summary table with one row per run, the answers of every run, and what an
+// operation of each run cost in CPU by process class, if any run measured it.
 func WriteMarkdown(w io.Writer, title string, runs ...Result) error {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "## %s\n\n", title)
-	b.WriteString("| # | path | mode | clients | rate/s | merchants | s | requests | req/s | new payments/s | p50 ms | p90 ms | p95 ms | p99 ms | max ms | errors | unsent | machine speed |\n")
-	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	speeds := machineSpeeds(runs)
+	fmt.Fprintf(&b, "## %s\n\n| # | path | mode | clients | rate/s | merchants | s | requests | req/s | new payments/s | p50 ms | p90 ms | p95 ms | p99 ms | max ms | errors | unsent |\n", title)
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i, r := range runs {
 		rate := "-"
 		if r.Rate > 0 {
 			rate = strconv.FormatFloat(math.Round(r.Rate*10)/10, 'f', -1, 64) // the suite's half rate is a quotient
 		}
-		speed := "-"
-		if speeds[i] > 0 {
-			speed = fmt.Sprintf("%.0f%%", 100*speeds[i])
-		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %d | %s | %d | %.1f | %d | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %d | %s |\n",
+		l := r.Latency
+		fmt.Fprintf(&b, "| %d | %s | %s | %d | %s | %d | %.1f | %d | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %d |\n",
 			i+1, cell(r.Path), r.Mode, r.Concurrency, rate, r.Merchants, r.Duration, r.Requests, r.Throughput,
-			r.NewPaymentRate, r.Latency.P50, r.Latency.P90, r.Latency.P95, r.Latency.P99, r.Latency.Max, r.Errors, r.Unsent, speed)
+			r.NewPaymentRate, l.P50, l.P90, l.P95, l.P99, l.Max, r.Errors, r.Unsent)
 	}
 	b.WriteString("\n| # | answer | count | share |\n|---|---|---:|---:|\n")
 	for i, r := range runs {
@@ -41,48 +38,24 @@ func WriteMarkdown(w io.Writer, title string, runs ...Result) error {
 			fmt.Fprintf(&b, "| %d | transport error: %s | %d | |\n", i+1, cell(r.FirstError), r.Errors)
 		}
 	}
-	writeCPU(&b, runs)
-	_, err := w.Write(b.Bytes())
-	return err
-}
-
-// writeCPU writes what an operation of each run cost in CPU, by process class, if any run measured it.
-func writeCPU(b *bytes.Buffer, runs []Result) {
-	if !slices.ContainsFunc(runs, func(r Result) bool { return r.CPU != nil }) {
-		return
+	if slices.ContainsFunc(runs, func(r Result) bool { return r.CPU != nil }) {
+		b.WriteString("\nCPU per operation, in milliseconds, over each run's measured window (kasa: the measured `kasa dev`; bench: the load generator, and T's worker in T runs):\n\n")
+		b.WriteString("| # | per | kasa | postgres | temporal | bench | other | all | cores busy |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	}
-	b.WriteString("\nCPU per operation, in milliseconds, over each run's measured window (kasa: the measured `kasa dev`; bench: the load generator, and T's worker in T runs):\n\n")
-	b.WriteString("| # | per | kasa | postgres | temporal | bench | other | all | cores busy |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i, r := range runs {
 		if r.CPU == nil {
 			continue
 		}
-		var other, all float64
-		for class, ms := range r.CPU.MS {
+		m, all := r.CPU.MS, 0.0
+		for _, ms := range m {
 			all += ms
-			if !slices.Contains([]string{ClassKasa, ClassPostgres, ClassTemporal, ClassBench}, class) {
-				other += ms
-			}
 		}
-		m := r.CPU.MS
-		fmt.Fprintf(b, "| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+		other := all - m[ClassKasa] - m[ClassPostgres] - m[ClassTemporal] - m[ClassBench]
+		fmt.Fprintf(&b, "| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
 			i+1, r.CPU.Per, m[ClassKasa], m[ClassPostgres], m[ClassTemporal], m[ClassBench], other, all, r.CPU.Cores)
 	}
-}
-
-// machineSpeeds is each run's probe as a share of the fastest probe among runs (0: not probed).
-func machineSpeeds(runs []Result) []float64 {
-	var fastest float64
-	for _, r := range runs {
-		fastest = max(fastest, r.Probe)
-	}
-	out := make([]float64, len(runs))
-	for i, r := range runs {
-		if fastest > 0 {
-			out[i] = r.Probe / fastest
-		}
-	}
-	return out
+	_, err := w.Write(b.Bytes())
+	return err
 }
 
 // cell keeps a value from breaking its table row.
@@ -90,81 +63,62 @@ func cell(s string) string {
 	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
 }
 
-// WriteSVG draws requests per second (left axis) and p99 latency (right axis) over the seconds of
-// a run as a self-contained SVG line chart.
-func WriteSVG(w io.Writer, title string, series []Second) error {
-	const (
-		width, height         = 800, 320
-		left, right, top, bot = 60, 60, 40, 40
-		plotW, plotH          = width - left - right, height - top - bot
-	)
-	var maxReq int64
-	var maxP99 float64
-	for _, s := range series {
-		maxReq, maxP99 = max(maxReq, s.Requests), max(maxP99, s.P99)
+// CapabilityLine names the provider capability a suite ran with and the workflow shape a new
+// payment runs with each capability (ShapeFor): the shape ceiling T copies. Empty when the report
+// records no capability.
+func (rep *Report) CapabilityLine() string {
+	if rep.Capability == "" {
+		return ""
 	}
-	yReq, yP99 := niceCeil(float64(maxReq)), niceCeil(maxP99)
-	x := func(i int) float64 {
-		if len(series) < 2 {
-			return left + plotW/2
-		}
-		return left + float64(i)*plotW/float64(len(series)-1)
+	parts := make([]string, len(workflows.Capabilities))
+	for i, c := range workflows.Capabilities {
+		parts[i] = fmt.Sprintf("`%s` %s", c, ShapeFor(c))
 	}
-	y := func(v, ceil float64) float64 { return top + plotH - v/ceil*plotH }
+	return fmt.Sprintf("Provider capability: %s. kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: %s.\n\n",
+		rep.Capability, strings.Join(parts, ", "))
+}
 
+// WriteSuiteMarkdown writes a suite's report: verdict, targets with their inputs, every run, the
+// database ceilings and the table sizes.
+func WriteSuiteMarkdown(w io.Writer, rep *Report) error {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
-	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", left, esc(title))
-	for k := 0; k <= 4; k++ { // grid lines with both axes' labels
-		gy := top + plotH - float64(k)*plotH/4
-		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>`+"\n", left, gy, left+plotW, gy)
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" fill="#1f77b4">%s</text>`+"\n", left-6, gy+4, num(yReq*float64(k)/4))
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" fill="#d62728">%s</text>`+"\n", left+plotW+6, gy+4, num(yP99*float64(k)/4))
+	fmt.Fprintf(&b, "# kasa bench, %s\n\nMachine: %s. Commit: %s. Each run: %s measured after %s of warm-up, %d clients.\n\n%s",
+		rep.Started.Format("2006-01-02 15:04 UTC"), rep.Machine, rep.Commit, rep.Options.Duration, rep.Options.Warmup, rep.Options.Concurrency, rep.CapabilityLine())
+	verdict := "**correct**: no payment was charged twice and `kasa verify` found no problem"
+	if !rep.Correct {
+		verdict = fmt.Sprintf("**FAILED**: %d double charge(s), %d invariant violation(s)", rep.Doubles, len(rep.Problems))
 	}
-	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#888"/>`+"\n", left, top, plotW, plotH)
-	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">second</text>`+"\n", left+plotW/2, height-8)
-	if n := len(series); n > 0 {
-		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%d</text>`+"\n", left, top+plotH+16, series[0].Second)
-		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%d</text>`+"\n", left+plotW, top+plotH+16, series[n-1].Second)
+	fmt.Fprintf(&b, "Correctness: %s (%d payments checked at the bank simulator).\n\n", verdict, rep.Checked)
+	for _, p := range rep.Problems {
+		fmt.Fprintf(&b, "- %s\n", cell(p))
 	}
-	line := func(color string, v func(Second) float64, ceil float64) {
-		if len(series) == 0 {
-			return
+	b.WriteString("## Targets\n\n| target | formula | inputs | ratio | goal | met |\n|---|---|---|---:|---:|---|\n")
+	for _, t := range rep.Targets {
+		goal, met := fmt.Sprintf("≥ %.2f", t.Threshold), map[bool]string{true: "yes", false: "no"}[t.Met]
+		if t.Name[0] == '5' {
+			goal = fmt.Sprintf("≤ %.0f", t.Threshold)
 		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="`, color)
-		for i, s := range series {
-			fmt.Fprintf(&b, "%.1f,%.1f ", x(i), y(v(s), ceil))
-		}
-		b.WriteString("\"/>\n")
+		fmt.Fprintf(&b, "| %s | %s | %s | %.2f | %s | %s |\n", cell(t.Name), cell(t.Formula), cell(t.Inputs), t.Value, goal, met)
 	}
-	line("#1f77b4", func(s Second) float64 { return float64(s.Requests) }, yReq)
-	line("#d62728", func(s Second) float64 { return s.P99 }, yP99)
-	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#1f77b4">requests/s</text>`+"\n", left+plotW-200, top-8)
-	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#d62728">p99 ms</text>`+"\n", left+plotW-100, top-8)
-	b.WriteString("</svg>\n")
+	b.WriteString("\n")
+	if err := WriteMarkdown(&b, "Runs", rep.Runs...); err != nil {
+		return err
+	}
+	b.WriteString("\n## Database ceilings (pgbench, same PostgreSQL, same client count)\n\n| script | clients | tps | avg ms | p50 ms | p99 ms | failed |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, name := range slices.Sorted(maps.Keys(rep.PGBench)) {
+		r := rep.PGBench[name]
+		fmt.Fprintf(&b, "| %s | %d | %.1f | %.2f | %.2f | %.2f | %d |\n", name, r.Clients, r.TPS, r.LatencyAvgMS, r.P50MS, r.P99MS, r.Failed)
+	}
+	if len(rep.Sizes) > 0 {
+		b.WriteString("\n## Tables\n\n| table | rows | table bytes | index bytes | bytes/row (table + indexes) |\n|---|---:|---:|---:|---:|\n")
+	}
+	for _, s := range rep.Sizes {
+		per := "-"
+		if s.Rows > 0 {
+			per = fmt.Sprintf("%.0f", float64(s.TableBytes+s.IndexBytes)/float64(s.Rows))
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %s |\n", s.Table, s.Rows, s.TableBytes, s.IndexBytes, per)
+	}
 	_, err := w.Write(b.Bytes())
 	return err
-}
-
-// niceCeil rounds an axis maximum up to 1, 2 or 5 times a power of ten (at least 1).
-func niceCeil(v float64) float64 {
-	m := 1.0
-	for m*10 <= v {
-		m *= 10
-	}
-	for _, f := range []float64{1, 2, 5, 10} {
-		if f*m >= v {
-			return f * m
-		}
-	}
-	return 10 * m
-}
-
-func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-
-func esc(s string) string {
-	var b strings.Builder
-	_ = xml.EscapeText(&b, []byte(s))
-	return b.String()
 }

@@ -2,9 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"encoding/xml"
-	"errors"
-	"io"
 	"strings"
 	"testing"
 
@@ -59,45 +56,16 @@ func TestWriteMarkdown(t *testing.T) {
 	}
 }
 
-func TestWriteSVG(t *testing.T) {
+func TestSuiteReportNamesTheCapability(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name      string
-		series    []Second
-		polylines int
-	}{
-		{"a minute", sampleResult("payments", 60).Series, 2},
-		{"one second", sampleResult("payments", 1).Series, 2},
-		{"no data", nil, 0},
-		{"all zero", []Second{{Second: 0}, {Second: 1}}, 2},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			var b bytes.Buffer
-			require.NoError(t, WriteSVG(&b, `payments <&> "quoted"`, tt.series))
-			require.NotContains(t, b.String(), "NaN")
-			dec := xml.NewDecoder(&b)
-			var root string
-			polylines := 0
-			for {
-				tok, err := dec.Token()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				require.NoError(t, err)
-				if se, ok := tok.(xml.StartElement); ok {
-					if root == "" {
-						root = se.Name.Local
-						require.Equal(t, "http://www.w3.org/2000/svg", se.Name.Space)
-					}
-					if se.Name.Local == "polyline" {
-						polylines++
-					}
-				}
-			}
-			require.Equal(t, "svg", root)
-			require.Equal(t, tt.polylines, polylines)
-		})
-	}
+	rep := &Report{Correct: true, Runs: []Result{sampleResult("run", 2)}}
+	var b bytes.Buffer
+	require.NoError(t, WriteSuiteMarkdown(&b, rep))
+	require.NotContains(t, b.String(), "Provider capability", "no capability recorded, none claimed")
+
+	rep.Capability = "none"
+	b.Reset()
+	require.NoError(t, WriteSuiteMarkdown(&b, rep))
+	require.Contains(t, b.String(), "Provider capability: none. kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: "+
+		"`idempotent` LLL+eager+search-attributes, `inquiry` LLL+eager+search-attributes, `none` LLL+eager+search-attributes.")
 }

@@ -14,18 +14,11 @@ import (
 type Stack struct {
 	APIURL, SimURL, AdminToken, DatabaseURL string
 	Temporal                                client.Client
-	// Verify runs kasa verify: the invariant violations it finds.
-	Verify func(ctx context.Context) ([]string, error)
-	// Preload bulk-loads n finished payments with their idempotency records for the merchants.
-	Preload func(ctx context.Context, merchants []string, n int) error
-	// Sizes describes the tables (rows, table and index bytes) for the report.
-	Sizes func(ctx context.Context) ([]TableSize, error)
-	// Settle vacuums, analyzes and checkpoints the database, so that a measurement does not
-	// pay for the writes before it.
-	Settle func(ctx context.Context) error
-	// CPU, if set, reads the stack's CPU time by process class, so that each run reports what an
-	// operation costs in CPU and in which process.
-	CPU CPU
+	Verify                                  func(ctx context.Context) ([]string, error)                // kasa verify: the invariant violations
+	Preload                                 func(ctx context.Context, merchants []string, n int) error // n finished payments for the merchants
+	Sizes                                   func(ctx context.Context) ([]TableSize, error)             // the tables' rows and bytes
+	Settle                                  func(ctx context.Context) error                            // vacuum, analyze and checkpoint
+	CPU                                     CPU                                                        // if set, each run reports its CPU by process class
 }
 
 // TableSize is one table's footprint.
@@ -36,36 +29,14 @@ type TableSize struct {
 	IndexBytes int64  `json:"index_bytes"`
 }
 
-// SuiteOptions shape the standard suite. Zero values take the defaults noted.
+// SuiteOptions shape the standard suite (`kasa bench --suite` sets every one).
 type SuiteOptions struct {
-	Duration     time.Duration                    // measured window of each run (15s)
-	Warmup       time.Duration                    // before each window (3s)
-	Concurrency  int                              // clients of every closed-loop run, and pgbench clients (16)
-	Merchants    int                              // merchants of the spread load (1000); the hot load has one
-	Duplicates   float64                          // duplicate share of the payment runs (0.05)
-	Insufficient float64                          // insufficient-funds share of new payments (0.05)
-	Preload      int                              // stored payments for the large-table runs; 0 skips them
-	SteadyWait   time.Duration                    // waiting for slow spells of the machine, over the whole suite (0: none)
-	Progress     func(format string, args ...any) `json:"-"`
-}
-
-func (o SuiteOptions) withDefaults() SuiteOptions {
-	if o.Duration <= 0 {
-		o.Duration = 15 * time.Second
-	}
-	if o.Warmup <= 0 {
-		o.Warmup = 3 * time.Second
-	}
-	if o.Concurrency <= 0 {
-		o.Concurrency = 16
-	}
-	if o.Merchants <= 0 {
-		o.Merchants = 1000
-	}
-	if o.Progress == nil {
-		o.Progress = func(string, ...any) {}
-	}
-	return o
+	Duration, Warmup         time.Duration                    // measured window of each run, and load before it
+	Concurrency              int                              // clients of every closed-loop run, and pgbench clients
+	Merchants                int                              // merchants of the spread load; the hot load has one
+	Duplicates, Insufficient float64                          // shares of the payment runs, as in Options
+	Preload                  int                              // stored payments for the large-table runs; 0 skips them
+	Progress                 func(format string, args ...any) `json:"-"`
 }
 
 // Report is one suite run: every measurement, the ratios the targets ask for, and whether the
@@ -112,77 +83,72 @@ const (
 	RunHLarge      = "H: GET /healthz, beside the large table"
 )
 
+// Check counts at the bank simulator the charges of every payment that may have moved money (any
+// not failed), and runs kasa verify.
+func (s Stack) Check(ctx context.Context, payments map[string]string) (checked, doubles int, problems []string, err error) {
+	ids := Result{Payments: payments}.PaymentIDs("processing", "succeeded", "unknown")
+	if doubles, err = CheckCharges(ctx, s.SimURL, ids); err != nil {
+		return 0, 0, nil, fmt.Errorf("check charges: %w", err)
+	}
+	if problems, err = s.Verify(ctx); err != nil {
+		return 0, 0, nil, fmt.Errorf("verify: %w", err)
+	}
+	return len(ids), doubles, problems, nil
+}
+
+// step is one run of the suite: ceiling T of a shape, or a load run with opts against fx.
+type step struct {
+	name  string
+	shape *Shape
+	opts  Options
+	fx    *Fixture
+}
+
 // RunSuite runs the standard suite against s.
 func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
-	o = o.withDefaults()
 	rep := &Report{Started: time.Now().UTC(), Options: o, PGBench: map[string]PGBenchResult{}}
-	byName := map[string]Result{}
-	payments := map[string]string{}
-	// Every run is preceded by a CPU probe; while the machine runs below 80% of its fastest
-	// probe the suite waits a little, and not at all after its first 6 minutes, so that it
-	// stays within 10 (the report shows each run's probe either way).
-	steady := &steadiness{probe: func() float64 { return Probe(300 * time.Millisecond) }, budget: o.SteadyWait,
-		until: time.Now().Add(6 * time.Minute), pause: 5 * time.Second, quiet: time.Second, slow: 0.8, progress: o.Progress}
-	var probe float64
-	before := func() error {
-		var err error
-		probe, err = steady.wait(ctx)
-		return err
-	}
-	record := func(name string, r Result) {
-		r.Path = name + " (" + r.Path + ")"
-		r.Probe = probe
-		rep.Runs = append(rep.Runs, r)
-		byName[name] = r
-		for id, st := range r.Payments {
-			notePayment(payments, id, st)
+	byName, payments := map[string]Result{}, map[string]string{}
+	// pass runs its steps one after the other, or in mirror order, after settling the database
+	// if asked, so that a measurement does not pay for the writes before it.
+	pass := func(settle, mirrored bool, steps ...step) error {
+		if settle {
+			if err := s.Settle(ctx); err != nil {
+				return err
+			}
 		}
-		o.Progress("%-40s %8.1f req/s  %8.1f new/s  p50 %7.1f ms  p99 %7.1f ms  errors %d",
-			name, r.Throughput, r.NewPaymentRate, r.Latency.P50, r.Latency.P99, r.Errors)
-	}
-	load := func(name string, opts Options, fx *Fixture) error {
-		opts.APIURL, opts.AdminToken, opts.CPU = s.APIURL, s.AdminToken, s.CPU
-		if opts.Duration == 0 {
-			opts.Duration = o.Duration
+		if mirrored {
+			slices.Reverse(steps)
 		}
-		opts.Warmup = o.Warmup
-		if opts.Concurrency == 0 {
-			opts.Concurrency = o.Concurrency
+		for _, st := range steps {
+			opts := st.opts
+			opts.APIURL, opts.AdminToken, opts.CPU, opts.Warmup = s.APIURL, s.AdminToken, s.CPU, o.Warmup
+			opts.Duration, opts.Concurrency = orDefault(opts.Duration, o.Duration), orDefault(opts.Concurrency, o.Concurrency)
+			var r Result
+			var err error
+			if st.shape != nil {
+				r, err = WorkflowCeiling(ctx, s.Temporal, *st.shape, opts.Concurrency, opts.Warmup, opts.Duration, s.CPU)
+			} else {
+				r, err = Run(ctx, opts, st.fx)
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", st.name, err)
+			}
+			r.Path = st.name + " (" + r.Path + ")"
+			rep.Runs, byName[st.name] = append(rep.Runs, r), r
+			for id, status := range r.Payments {
+				notePayment(payments, id, status)
+			}
+			o.Progress("%-40s %8.1f req/s  %8.1f new/s  p50 %7.1f ms  p99 %7.1f ms  errors %d",
+				st.name, r.Throughput, r.NewPaymentRate, r.Latency.P50, r.Latency.P99, r.Errors)
 		}
-		if err := before(); err != nil {
-			return err
-		}
-		r, err := Run(ctx, opts, fx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		record(name, r)
 		return nil
 	}
-	payOpts := Options{DuplicateRatio: o.Duplicates, InsufficientShare: o.Insufficient}
-
-	workflowCeiling := func(name string, shape Shape, window time.Duration) error {
-		if err := before(); err != nil {
-			return err
-		}
-		r, err := WorkflowCeiling(ctx, s.Temporal, shape, o.Concurrency, o.Warmup, window, s.CPU)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		record(name, r)
-		return nil
-	}
-	// The ceilings run twice, before and after the payment runs, and the higher of the two
-	// counts: on a shared machine a ceiling measured during someone else's load would flatter
-	// every ratio against it. T of kasa's own shape and H are not among them: they run right
-	// beside each pass of kasa's payments and replays (see kasaRuns).
-	ceilings := func(pass string) error {
-		return workflowCeiling(RunTLean+pass, LeanestShape, o.Duration)
-	}
-	if err := ceilings(" #1"); err != nil {
+	// Ceiling T of the leanest shape runs before and after the payment runs, and the higher of the
+	// two counts: on a shared machine a ceiling measured during someone else's load would flatter
+	// every ratio against it.
+	if err := pass(false, false, step{name: RunTLean + " #1", shape: &LeanestShape}); err != nil {
 		return nil, err
 	}
-
 	o.Progress("setting up %d merchants (spread) and 1 merchant (hot)", o.Merchants)
 	spread, err := Setup(ctx, Options{APIURL: s.APIURL, AdminToken: s.AdminToken, Merchants: o.Merchants, Payers: 1})
 	if err != nil {
@@ -192,36 +158,21 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	settle := func() error {
-		if s.Settle == nil {
-			return nil
-		}
-		return s.Settle(ctx)
+	payOpts := Options{DuplicateRatio: o.Duplicates, InsufficientShare: o.Insufficient}
+	// The targets compare runs that ran side by side: the machine's speed drifts by tens of
+	// percent over minutes here, and a ratio of two runs minutes apart measures the drift as much
+	// as kasa. So each pass runs T of kasa's shape, new payments with many merchants, with one,
+	// replays and H one after the other, and the second pass runs them in mirror order (the drift
+	// over the two passes then weighs both sides of each ratio alike).
+	kasaRuns := func(p string) []step {
+		return []step{{name: RunTOwn + p, shape: &PaymentShape}, {name: RunSpread + p, opts: payOpts, fx: spread},
+			{name: RunHot + p, opts: payOpts, fx: hot}, {name: RunReplay + p, opts: Options{Path: "replay"}, fx: hot},
+			{name: RunHTTP + p, opts: Options{Path: "/healthz"}}}
 	}
-	// The targets between kasa's runs, and 1a between kasa and T of its own shape, compare runs
-	// that ran side by side: the machine's speed drifts by tens of percent over minutes here, and
-	// a ratio of two runs minutes apart measures the drift as much as kasa. So each pass runs T,
-	// new payments with many merchants, with one, and replays, one after the other, and the
-	// second pass runs them in mirror order (the drift over the two passes then weighs both
-	// sides of each ratio alike).
-	kasaRuns := func(pass string, mirrored bool) error {
-		if err := settle(); err != nil {
-			return err
-		}
-		steps := []func() error{
-			func() error { return workflowCeiling(RunTOwn+pass, PaymentShape, o.Duration) },
-			func() error { return load(RunSpread+pass, payOpts, spread) },
-			func() error { return load(RunHot+pass, payOpts, hot) },
-			func() error { return load(RunReplay+pass, Options{Path: "replay"}, hot) },
-			func() error { return load(RunHTTP+pass, Options{Path: "/healthz"}, nil) },
-		}
-		return inOrder(steps, mirrored)
-	}
-	if err := kasaRuns(" #1", false); err != nil {
+	if err := pass(true, false, kasaRuns(" #1")...); err != nil {
 		return nil, err
 	}
-	byName[RunSpread] = byName[RunSpread+" #1"]
-	for _, script := range []string{"payment", "replay"} {
+	for _, script := range []string{PGBenchPayment, PGBenchReplay} {
 		// Shorter than the other runs: no target divides by P, and R is far above H.
 		r, err := PGBench(ctx, PGBenchOptions{DatabaseURL: s.DatabaseURL, Clients: o.Concurrency, Duration: min(o.Duration, 10*time.Second), Script: script, Rows: 10_000})
 		if err != nil {
@@ -232,91 +183,49 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	}
 	// Half the maximum sustained rate, open loop: latency without coordinated omission. Three
 	// times as long as the other runs: at half the rate a p99 needs the samples.
-	half := byName[RunSpread].NewPaymentRate / 2
-	if err := settle(); err != nil {
+	half := Options{Rate: max(byName[RunSpread+" #1"].NewPaymentRate/2, 1), Concurrency: 256, InsufficientShare: o.Insufficient, Duration: 3 * o.Duration}
+	if err := pass(true, false, step{name: RunOpenHalf, opts: half, fx: spread}); err != nil {
 		return nil, err
 	}
-	if err := load(RunOpenHalf, Options{Rate: max(half, 1), Concurrency: 256, InsufficientShare: o.Insufficient, Duration: 3 * o.Duration}, spread); err != nil {
+	if err := pass(true, true, kasaRuns(" #2")...); err != nil {
 		return nil, err
 	}
-
-	if err := kasaRuns(" #2", true); err != nil {
-		return nil, err
-	}
-	if err := ceilings(" #2"); err != nil {
+	if err := pass(false, false, step{name: RunTLean + " #2", shape: &LeanestShape}); err != nil {
 		return nil, err
 	}
 	for _, name := range []string{RunHTTP, RunTLean, RunSpread, RunReplay} {
 		byName[name] = best(byName[name+" #1"], byName[name+" #2"])
 	}
 
-	if o.Preload > 0 && s.Preload != nil {
+	if o.Preload > 0 {
 		o.Progress("preloading %d payments with their idempotency records", o.Preload)
 		if err := s.Preload(ctx, spread.MerchantIDs(), o.Preload); err != nil {
 			return nil, fmt.Errorf("preload: %w", err)
 		}
-		// Minutes and a preload lie between the small table's runs and these, and the machine's
-		// speed moves in minutes. So each side is taken relative to a run beside it, in passes
-		// of mirror order: new payments to T, replays to H (on the small table, 1a's T runs
-		// and the H runs). These T and H runs have shorter windows: they only read the
-		// machine's pace.
-		for _, pass := range []string{" #1", " #2"} {
-			if err := settle(); err != nil {
-				return nil, err
-			}
-			steps := []func() error{
-				func() error {
-					return workflowCeiling(RunTLarge+pass, PaymentShape, max(o.Duration/2, time.Second))
-				},
-				func() error { return load(RunSpreadLarge+pass, payOpts, spread) },
-				func() error { return load(RunReplayLarge+pass, Options{Path: "replay"}, hot) },
-				func() error {
-					return load(RunHLarge+pass, Options{Path: "/healthz", Duration: max(o.Duration/3, time.Second)}, nil)
-				},
-			}
-			if err := inOrder(steps, pass == " #2"); err != nil {
+		// Minutes and a preload lie between the small table's runs and these, so each side is taken
+		// relative to a run beside it, in passes of mirror order: new payments to T, replays to H.
+		// These T and H runs have shorter windows: they only read the machine's pace.
+		for _, p := range []string{" #1", " #2"} {
+			err := pass(true, p == " #2", step{name: RunTLarge + p, shape: &PaymentShape, opts: Options{Duration: max(o.Duration/2, time.Second)}},
+				step{name: RunSpreadLarge + p, opts: payOpts, fx: spread}, step{name: RunReplayLarge + p, opts: Options{Path: "replay"}, fx: hot},
+				step{name: RunHLarge + p, opts: Options{Path: "/healthz", Duration: max(o.Duration/3, time.Second)}})
+			if err != nil {
 				return nil, err
 			}
 		}
 	}
-	if s.Sizes != nil {
-		if rep.Sizes, err = s.Sizes(ctx); err != nil {
-			return nil, fmt.Errorf("sizes: %w", err)
-		}
+	if rep.Sizes, err = s.Sizes(ctx); err != nil {
+		return nil, fmt.Errorf("sizes: %w", err)
 	}
 
 	// Correctness: a fast run that charged twice or broke an invariant failed.
-	var charged []string
-	for id, st := range payments {
-		if st != "failed" {
-			charged = append(charged, id)
-		}
-	}
-	o.Progress("checking %d payments at the bank simulator and running kasa verify", len(charged))
-	if rep.Doubles, err = CheckCharges(ctx, s.SimURL, charged); err != nil {
-		return nil, fmt.Errorf("check charges: %w", err)
-	}
-	rep.Checked = len(charged)
-	if rep.Problems, err = s.Verify(ctx); err != nil {
-		return nil, fmt.Errorf("verify: %w", err)
+	o.Progress("checking the payments at the bank simulator and running kasa verify")
+	if rep.Checked, rep.Doubles, rep.Problems, err = s.Check(ctx, payments); err != nil {
+		return nil, err
 	}
 	rep.Correct = rep.Doubles == 0 && len(rep.Problems) == 0
 	rep.Targets = targets(byName, rep.PGBench)
 	return rep, nil
-}
-
-// inOrder runs a pass's steps one after the other, or in mirror order, until one fails.
-func inOrder(steps []func() error, mirrored bool) error {
-	if mirrored {
-		steps = slices.Clone(steps)
-		slices.Reverse(steps)
-	}
-	for _, step := range steps {
-		if err := step(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // best is the faster of two runs of one kind.

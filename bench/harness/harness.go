@@ -33,56 +33,53 @@ type Config struct {
 }
 
 var (
-	// ErrUsage: the command line was wrong (exit 2).
-	ErrUsage = errors.New("usage")
-	// ErrIncorrect: the measured kasa charged a payment twice or broke an invariant (exit 1).
-	ErrIncorrect = errors.New("not correct")
+	ErrUsage     = errors.New("usage")       // the command line was wrong (exit 2)
+	ErrIncorrect = errors.New("not correct") // a payment charged twice or an invariant broken (exit 1)
 )
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "kasa bench: "+format+"\n", args...)
+}
 
 // Main runs `kasa bench` with its arguments.
 func Main(ctx context.Context, args []string, cfg Config) (err error) {
+	var o bench.Options
 	fs := flag.NewFlagSet("kasa bench", flag.ContinueOnError)
 	suite := fs.Bool("suite", false, "run the standard suite (ceilings, targets, correctness) and write its results")
-	out := fs.String("out", "bench/results", "--suite: directory for <date>.md, <date>.json and <date>.svg")
-	duration := fs.Duration("duration", 15*time.Second, "measured window of each run")
-	warmup := fs.Duration("warmup", 3*time.Second, "load before each window, not measured")
-	concurrency := fs.Int("concurrency", 16, "clients (closed loop), or the cap on requests in flight (open loop)")
-	rate := fs.Float64("rate", 0, "open loop: arrivals per second (0: closed loop)")
-	merchants := fs.Int("merchants", 1000, "merchants, each with its own settlement account (1: one hot account)")
-	payers := fs.Int("payers", 1, "payer accounts per merchant")
-	dups := fs.Float64("duplicates", 0.05, "share of requests that retry an earlier key (some in parallel)")
-	insufficient := fs.Float64("insufficient", 0.05, "share of new payments the payer cannot afford")
-	currency := fs.String("currency", "TRY", "one run: currency of the accounts and payments (TRY, USD, EUR, JPY or KWD)")
+	out := fs.String("out", "bench/results", "--suite: directory for <date>.md and <date>.json")
+	fs.DurationVar(&o.Duration, "duration", 15*time.Second, "measured window of each run")
+	fs.DurationVar(&o.Warmup, "warmup", 3*time.Second, "load before each window, not measured")
+	fs.IntVar(&o.Concurrency, "concurrency", 16, "clients (closed loop), or the cap on requests in flight (open loop)")
+	fs.Float64Var(&o.Rate, "rate", 0, "open loop: arrivals per second (0: closed loop)")
+	fs.IntVar(&o.Merchants, "merchants", 1000, "merchants, each with its own settlement account (1: one hot account)")
+	fs.IntVar(&o.Payers, "payers", 1, "payer accounts per merchant")
+	fs.Float64Var(&o.DuplicateRatio, "duplicates", 0.05, "share of requests that retry an earlier key (some in parallel)")
+	fs.Float64Var(&o.InsufficientShare, "insufficient", 0.05, "share of new payments the payer cannot afford")
+	fs.StringVar(&o.Currency, "currency", "TRY", "one run: currency of the accounts and payments (TRY, USD, EUR, JPY or KWD)")
 	amounts := fs.String("amounts", "1-100", `one run: payment amounts, uniform in MIN-MAX major units of --currency, e.g. "0.50-20.00"`)
-	path := fs.String("path", "payments", `what one run drives: "payments", "replay", a raw path such as "/healthz", or "temporal:<shape>" (ceiling T, e.g. temporal:LLL+eager+search-attributes)`)
+	fs.StringVar(&o.Path, "path", "payments", `what one run drives: "payments", "replay", a raw path such as "/healthz", or "temporal:<shape>" (ceiling T, e.g. temporal:LLL+eager+search-attributes)`)
 	preload := fs.Int("preload", 0, "load this many stored payments and idempotency records before measuring")
 	faults := fs.String("faults", "", `bank simulator fault rules, as PUT /_sim/faults takes them, e.g. {"rules":[{"on":"charge","action":"delay","delay_ms":50}]}`)
 	asJSON := fs.Bool("json", false, "one run: print its result as JSON")
-	steadyWait := fs.Duration("steady-wait", 40*time.Second, "--suite: how long, over the whole suite, to wait for slow spells of a shared machine before a run")
 	childPprof := fs.String("child-pprof", "", "serve the measured kasa dev child's /debug/pprof/ on this address, e.g. 127.0.0.1:6061")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
 		return ErrUsage
 	}
-	minAmount, maxAmount, err := bench.ParseAmounts(*amounts, *currency)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kasa bench:", err)
-		return ErrUsage
-	}
-	var shape *bench.Shape
-	if s, ok := strings.CutPrefix(*path, "temporal:"); ok {
-		sh, err := bench.ParseShape(s)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "kasa bench:", err)
-			return ErrUsage
-		}
-		shape = &sh
+	var shape bench.Shape
+	spec, isShape := strings.CutPrefix(o.Path, "temporal:")
+	o.MinAmount, o.MaxAmount, err = bench.ParseAmounts(*amounts, o.Currency)
+	if err == nil && isShape {
+		shape, err = bench.ParseShape(spec)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if *suite && (set["currency"] || set["amounts"]) {
-		fmt.Fprintln(os.Stderr, "kasa bench: --currency and --amounts shape one run; the standard suite (--suite) keeps its own")
+	if err == nil && *suite && (set["currency"] || set["amounts"]) {
+		err = errors.New("--currency and --amounts shape one run; the standard suite (--suite) keeps its own")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kasa bench:", err)
 		return ErrUsage
 	}
 
@@ -99,44 +96,21 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 			return err
 		}
 	}
-	progress := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "kasa bench: "+format+"\n", args...) }
-
-	if *suite {
-		rep, err := bench.RunSuite(ctx, st.Stack, bench.SuiteOptions{
-			Duration: *duration, Warmup: *warmup, Concurrency: *concurrency, Merchants: *merchants,
-			Duplicates: *dups, Insufficient: *insufficient, Preload: *preload, SteadyWait: *steadyWait, Progress: progress,
-		})
-		if err != nil {
-			return err
-		}
-		rep.Machine, rep.Commit, rep.Capability = machine(), commit(), cfg.Capability
-		if err := writeSuite(rep, *out); err != nil {
-			return err
-		}
-		if !rep.Correct {
-			fmt.Fprintln(os.Stderr, "kasa bench: the run was NOT correct (double charges or invariant violations): see the report")
-			return ErrIncorrect
-		}
-		return nil
-	}
-
-	if shape != nil {
-		res, err := bench.WorkflowCeiling(ctx, st.Temporal, *shape, *concurrency, *warmup, *duration, st.CPU)
+	switch {
+	case *suite:
+		return runSuite(ctx, st, o, *preload, *out, cfg.Capability)
+	case isShape:
+		res, err := bench.WorkflowCeiling(ctx, st.Temporal, shape, o.Concurrency, o.Warmup, o.Duration, st.CPU)
 		if err != nil {
 			return err
 		}
 		return writeResult(res, *asJSON)
 	}
-	opts := bench.Options{
-		APIURL: st.APIURL, AdminToken: st.AdminToken, Duration: *duration, Warmup: *warmup,
-		Concurrency: *concurrency, Rate: *rate, Merchants: *merchants, Payers: *payers,
-		DuplicateRatio: *dups, InsufficientShare: *insufficient, Path: *path,
-		Currency: *currency, MinAmount: minAmount, MaxAmount: maxAmount, CPU: st.CPU,
-	}
+	o.APIURL, o.AdminToken, o.CPU = st.APIURL, st.AdminToken, st.CPU
 	var fx *bench.Fixture
-	if !strings.HasPrefix(*path, "/") {
-		progress("setting up %d merchant(s) with %d payer(s) each", *merchants, *payers)
-		if fx, err = bench.Setup(ctx, opts); err != nil {
+	if !strings.HasPrefix(o.Path, "/") {
+		progress("setting up %d merchant(s) with %d payer(s) each", o.Merchants, o.Payers)
+		if fx, err = bench.Setup(ctx, o); err != nil {
 			return err
 		}
 		if *preload > 0 {
@@ -149,15 +123,11 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 			return err
 		}
 	}
-	res, err := bench.Run(ctx, opts, fx)
+	res, err := bench.Run(ctx, o, fx)
 	if err != nil {
 		return err
 	}
-	doubles, err := bench.CheckCharges(ctx, st.SimURL, res.PaymentIDs("succeeded", "processing", "unknown"))
-	if err != nil {
-		return err
-	}
-	problems, err := st.Verify(ctx)
+	_, doubles, problems, err := st.Check(ctx, res.Payments)
 	if err != nil {
 		return err
 	}
@@ -165,20 +135,50 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		return err
 	}
 	if doubles > 0 || len(problems) > 0 {
-		fmt.Fprintf(os.Stderr, "kasa bench: NOT correct: %d double charge(s), invariant violations: %v\n", doubles, problems)
+		progress("NOT correct: %d double charge(s), invariant violations: %v", doubles, problems)
 		return ErrIncorrect
 	}
-	fmt.Fprintln(os.Stderr, "kasa bench: correct: no double charge, kasa verify ok")
+	progress("correct: no double charge, kasa verify ok")
+	return nil
+}
+
+// runSuite runs the standard suite and writes its report to out/<date>.md and .json.
+func runSuite(ctx context.Context, st *stack, o bench.Options, preload int, out, capability string) error {
+	rep, err := bench.RunSuite(ctx, st.Stack, bench.SuiteOptions{
+		Duration: o.Duration, Warmup: o.Warmup, Concurrency: o.Concurrency, Merchants: o.Merchants,
+		Duplicates: o.DuplicateRatio, Insufficient: o.InsufficientShare, Preload: preload, Progress: progress,
+	})
+	if err != nil {
+		return err
+	}
+	rep.Machine, rep.Commit, rep.Capability = machine(), commit(), capability
+	var md strings.Builder
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err == nil {
+		err = bench.WriteSuiteMarkdown(&md, rep)
+	}
+	base := filepath.Join(out, rep.Started.Format("2006-01-02"))
+	if err := errors.Join(err, os.MkdirAll(out, 0o755)); err != nil {
+		return err
+	}
+	if err := errors.Join(os.WriteFile(base+".md", []byte(md.String()), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644)); err != nil {
+		return err
+	}
+	progress("wrote %s.md and .json", base)
+	if !rep.Correct {
+		progress("the run was NOT correct (double charges or invariant violations): see the report")
+		return ErrIncorrect
+	}
 	return nil
 }
 
 func writeResult(res bench.Result, asJSON bool) error {
-	if asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+	if !asJSON {
+		return bench.WriteMarkdown(os.Stdout, "kasa bench", res)
 	}
-	return bench.WriteMarkdown(os.Stdout, "kasa bench", res)
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
 }
 
 func putFaults(ctx context.Context, simURL, rules string) error {
@@ -198,46 +198,10 @@ func putFaults(ctx context.Context, simURL, rules string) error {
 	return nil
 }
 
-// writeSuite writes <out>/<date>.md, .json and .svg.
-func writeSuite(rep *bench.Report, out string) error {
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
-	base := filepath.Join(out, rep.Started.Format("2006-01-02"))
-	var md, svg strings.Builder
-	if err := bench.WriteSuiteMarkdown(&md, rep); err != nil {
-		return err
-	}
-	md.WriteString("\n![throughput and p99 per second of the spread payment run](" + filepath.Base(base) + ".svg)\n")
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	// The chart shows the spread payment run that counted: the faster of its two passes.
-	var spread *bench.Result
-	for i, r := range rep.Runs {
-		if strings.HasPrefix(r.Path, bench.RunSpread+" ") && (spread == nil || r.NewPaymentRate > spread.NewPaymentRate) {
-			spread = &rep.Runs[i]
-		}
-	}
-	if spread != nil {
-		if err := bench.WriteSVG(&svg, "new payments, "+spread.Path, spread.Series); err != nil {
-			return err
-		}
-	}
-	for name, content := range map[string]string{base + ".md": md.String(), base + ".json": string(b) + "\n", base + ".svg": svg.String()} {
-		if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(os.Stderr, "kasa bench: wrote %s.md, .json and .svg\n", base)
-	return nil
-}
-
 func machine() string {
 	mem := ""
-	if mi, err := procfs.NewDefaultFS(); err == nil {
-		if m, err := mi.Meminfo(); err == nil && m.MemTotal != nil {
+	if fs, err := procfs.NewDefaultFS(); err == nil {
+		if m, err := fs.Meminfo(); err == nil && m.MemTotal != nil {
 			mem = fmt.Sprintf(", %d GiB", (*m.MemTotal+1<<19)>>20)
 		}
 	}
@@ -246,11 +210,11 @@ func machine() string {
 
 // commit is the VCS revision the binary was built from (go build records it).
 func commit() string {
+	rev, dirty := "unknown", ""
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "unknown"
+		return rev
 	}
-	rev, dirty := "unknown", ""
 	for _, s := range info.Settings {
 		switch {
 		case s.Key == "vcs.revision" && len(s.Value) >= 12:

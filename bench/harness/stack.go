@@ -23,23 +23,21 @@ import (
 // stack is a throwaway `kasa dev` child and what the suite needs of it.
 type stack struct {
 	bench.Stack
-	stop func()
-	keep bool // a failed run keeps the child's data directory
+	cleanup []func() // run in reverse order by stop
+	keep    bool     // a failed run keeps the child's data directory
 }
 
-// childState is what the child writes to its dev.json: where its servers are.
-type childState struct {
-	AdminToken      string `json:"admin_token"`
-	SecretKey       string `json:"secret_key"`
-	DatabaseURL     string `json:"database_url"`
-	TemporalAddress string `json:"temporal_address"`
+func (s *stack) stop() {
+	for i := len(s.cleanup) - 1; i >= 0; i-- {
+		s.cleanup[i]()
+	}
 }
 
 // startStack starts this binary's `kasa dev` in a temporary data directory on free ports
 // (Temporal UI off, logs at warn) and waits until it is ready. The child gets none of the
 // user's KASA_* settings (it must not touch their database or Temporal) but the Temporal CLI's
 // path and what cfg passes on.
-func startStack(ctx context.Context, cfg Config, pprofAddr string) (*stack, error) {
+func startStack(ctx context.Context, cfg Config, pprofAddr string) (_ *stack, err error) {
 	bin, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -49,27 +47,22 @@ func startStack(ctx context.Context, cfg Config, pprofAddr string) (*stack, erro
 		return nil, err
 	}
 	s := &stack{}
-	var cleanup []func()
-	s.stop = func() {
-		for i := len(cleanup) - 1; i >= 0; i-- {
-			cleanup[i]()
-		}
-	}
-	cleanup = append(cleanup, func() {
+	s.cleanup = append(s.cleanup, func() {
 		if s.keep {
-			fmt.Fprintf(os.Stderr, "kasa bench: kept %s (its dev.log and temporal.log) for a look\n", dir)
+			progress("kept %s (its dev.log and temporal.log) for a look", dir)
 			return
 		}
 		_ = os.RemoveAll(dir)
 	})
-	fail := func(err error) (*stack, error) {
-		s.stop()
-		return nil, err
-	}
+	defer func() {
+		if err != nil {
+			s.stop()
+		}
+	}()
 	var ports [3]int
 	for i := range ports {
 		if ports[i], err = devenv.FreePort(); err != nil {
-			return fail(err)
+			return nil, err
 		}
 	}
 	env := []string{
@@ -86,13 +79,13 @@ func startStack(ctx context.Context, cfg Config, pprofAddr string) (*stack, erro
 	}
 	logFile, err := os.Create(filepath.Join(dir, "dev.log"))
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	cmd := exec.Command(bin, "dev")
 	cmd.Env, cmd.Stderr = env, logFile
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	dieWithParent(cmd)
 	exited, started := make(chan struct{}), make(chan error, 1)
@@ -101,17 +94,13 @@ func startStack(ctx context.Context, cfg Config, pprofAddr string) (*stack, erro
 		// thread only when a goroutine locked to it returns: this one returns once the child has.
 		runtime.LockOSThread()
 		defer close(exited)
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
+		started <- cmd.Start()
 		_ = cmd.Wait()
 	}()
 	if err := <-started; err != nil {
-		return fail(err)
+		return nil, err
 	}
-	cleanup = append(cleanup, func() {
+	s.cleanup = append(s.cleanup, func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -121,7 +110,7 @@ func startStack(ctx context.Context, cfg Config, pprofAddr string) (*stack, erro
 		}
 		logFile.Close()
 	})
-	fmt.Fprintf(os.Stderr, "kasa bench: starting a throwaway kasa dev in %s\n", dir)
+	progress("starting a throwaway kasa dev in %s", dir)
 	banner := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -131,43 +120,58 @@ func startStack(ctx context.Context, cfg Config, pprofAddr string) (*stack, erro
 			}
 		}
 	}()
+	logTail := func() string {
+		b, _ := os.ReadFile(logFile.Name())
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		return strings.Join(lines[max(0, len(lines)-30):], "\n")
+	}
 	select {
 	case <-banner:
 	case <-exited:
-		return fail(fmt.Errorf("kasa dev exited while starting; its log:\n%s", tailFile(logFile.Name())))
+		return nil, fmt.Errorf("kasa dev exited while starting; its log:\n%s", logTail())
 	case <-time.After(3 * time.Minute):
-		return fail(fmt.Errorf("kasa dev did not start within 3 minutes; its log:\n%s", tailFile(logFile.Name())))
+		return nil, fmt.Errorf("kasa dev did not start within 3 minutes; its log:\n%s", logTail())
 	case <-ctx.Done():
-		return fail(ctx.Err())
+		return nil, ctx.Err()
 	}
 
-	var st childState
+	// The child's dev.json says where its servers are.
+	var st struct {
+		AdminToken      string `json:"admin_token"`
+		SecretKey       string `json:"secret_key"`
+		DatabaseURL     string `json:"database_url"`
+		TemporalAddress string `json:"temporal_address"`
+	}
 	b, err := os.ReadFile(filepath.Join(dir, "dev.json"))
 	if err == nil {
 		err = json.Unmarshal(b, &st)
 	}
 	if err != nil {
-		return fail(fmt.Errorf("read the child's dev.json: %w", err))
+		return nil, fmt.Errorf("read the child's dev.json: %w", err)
 	}
 	key, err := hex.DecodeString(st.SecretKey)
 	if err != nil {
-		return fail(fmt.Errorf("the child's secret key: %w", err))
+		return nil, fmt.Errorf("the child's secret key: %w", err)
 	}
 	db, err := store.Open(ctx, store.Options{URL: st.DatabaseURL, SecretKey: key})
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	cleanup = append(cleanup, db.Close)
+	s.cleanup = append(s.cleanup, db.Close)
 	if s.Temporal, err = cfg.Dial(ctx, st.TemporalAddress); err != nil {
-		return fail(fmt.Errorf("temporal at %s: %w", st.TemporalAddress, err))
+		return nil, fmt.Errorf("temporal at %s: %w", st.TemporalAddress, err)
 	}
-	cleanup = append(cleanup, s.Temporal.Close)
+	s.cleanup = append(s.cleanup, s.Temporal.Close)
 
 	s.APIURL, s.SimURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	s.AdminToken, s.DatabaseURL = st.AdminToken, st.DatabaseURL
-	s.Verify = db.Verify
+	s.AdminToken, s.DatabaseURL, s.Verify, s.CPU = st.AdminToken, st.DatabaseURL, db.Verify, bench.StackCPU(cmd.Process.Pid)
 	s.Preload = func(ctx context.Context, merchants []string, n int) error {
-		return preloadShown(ctx, st.DatabaseURL, merchants, n)
+		started := time.Now()
+		_, err := preload(ctx, st.DatabaseURL, merchants, n, preloadChunk, func(done, total int) { progress("preloaded %d/%d", done, total) })
+		if err == nil {
+			progress("preloaded %d payments in %s", n, time.Since(started).Round(time.Second))
+		}
+		return err
 	}
 	s.Sizes = func(ctx context.Context) ([]bench.TableSize, error) {
 		ts, err := db.Sizes(ctx)
@@ -178,54 +182,15 @@ func startStack(ctx context.Context, cfg Config, pprofAddr string) (*stack, erro
 		return out, err
 	}
 	s.Settle = func(ctx context.Context) error { return settle(ctx, st.DatabaseURL) }
-	s.CPU = bench.StackCPU(cmd.Process.Pid)
-	if err := waitReady(ctx, s.APIURL+"/readyz"); err != nil {
-		return fail(err)
-	}
-	return s, nil
-}
-
-// preloadShown is preload with its progress redrawn in place on a terminal (nothing in between
-// into a file) and its time reported.
-func preloadShown(ctx context.Context, dbURL string, merchants []string, n int) error {
-	started := time.Now()
-	fi, err := os.Stderr.Stat()
-	terminal := err == nil && fi.Mode()&os.ModeCharDevice != 0
-	_, err = preload(ctx, dbURL, merchants, n, preloadChunk, func(done, total int) {
-		if terminal {
-			fmt.Fprintf(os.Stderr, "\rkasa bench: preloaded %d/%d", done, total)
-		}
-	})
-	if terminal {
-		fmt.Fprintln(os.Stderr)
-	}
-	if err == nil {
-		fmt.Fprintf(os.Stderr, "kasa bench: preloaded %d payments in %s\n", n, time.Since(started).Round(time.Second))
-	}
-	return err
-}
-
-func waitReady(ctx context.Context, url string) error {
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		if r, err := http.Get(url); err == nil {
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if r, err := http.Get(s.APIURL + "/readyz"); err == nil {
 			r.Body.Close()
 			if r.StatusCode == http.StatusOK {
-				return nil
+				return s, nil
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("%s/readyz never answered 200", s.APIURL)
 		}
 	}
-	return fmt.Errorf("%s never answered 200", url)
-}
-
-// tailFile is the last 30 lines of a file.
-func tailFile(path string) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return strings.Join(lines[max(0, len(lines)-30):], "\n")
 }
