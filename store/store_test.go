@@ -17,13 +17,12 @@ import (
 )
 
 var (
-	env     *testkit.Env
-	db      *store.Store
-	testURL string
+	env *testkit.Env
+	db  *store.Store
 )
 
 func TestMain(m *testing.M) {
-	testkit.Main(m, testkit.Options{}, func(e *testkit.Env) { env, db, testURL = e, e.Store, e.DatabaseURL })
+	testkit.Main(m, testkit.Options{}, func(e *testkit.Env) { env, db = e, e.Store })
 }
 
 // fixture makes a merchant with one funded TRY account.
