@@ -35,6 +35,9 @@ type Config struct {
 		// ChargeBudget bounds all re-sends to an idempotent provider before the outcome is unknown.
 		ChargeTimeout time.Duration `mapstructure:"charge_timeout"`
 		ChargeBudget  time.Duration `mapstructure:"charge_budget"`
+		// BookingWindow is how long the bank may take to book a charge after kasa stopped waiting:
+		// an inquiry re-sends, and a settlement file releases, only after it has passed.
+		BookingWindow time.Duration `mapstructure:"booking_window"`
 	} `mapstructure:"provider"`
 	Database struct {
 		URL      string `mapstructure:"url"`
@@ -96,6 +99,7 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("provider.timeout", "5s")
 	v.SetDefault("provider.charge_timeout", "30s")
 	v.SetDefault("provider.charge_budget", "2m")
+	v.SetDefault("provider.booking_window", "30s")
 	v.SetDefault("database.url", "")
 	v.SetDefault("database.max_conns", 32)
 	v.SetDefault("postgres.port", 0)
@@ -163,6 +167,9 @@ func (c Config) Validate() error {
 	}
 	if c.Provider.ChargeBudget < c.Provider.ChargeTimeout {
 		errs = append(errs, fmt.Errorf("provider.charge_budget (%s) must be at least provider.charge_timeout (%s)", c.Provider.ChargeBudget, c.Provider.ChargeTimeout))
+	}
+	if c.Provider.BookingWindow <= 0 {
+		errs = append(errs, fmt.Errorf("provider.booking_window (KASA_PROVIDER_BOOKING_WINDOW) must be positive, got %s", c.Provider.BookingWindow))
 	}
 	if c.Webhook.RetryFor < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("webhook.retry_for must be at least 24h (docs/webhooks.md), got %s", c.Webhook.RetryFor))

@@ -24,6 +24,7 @@ func TestLoadDefaults(t *testing.T) {
 	require.Equal(t, 5*time.Second, c.API.SyncWait)
 	require.Equal(t, 30*time.Second, c.Provider.ChargeTimeout)
 	require.Equal(t, 2*time.Minute, c.Provider.ChargeBudget)
+	require.Equal(t, 30*time.Second, c.Provider.BookingWindow)
 	require.False(t, c.Temporal.Gzip)
 }
 
@@ -58,6 +59,7 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 	}{
 		{"charge timeout within the http timeout", "provider.charge_timeout", map[string]string{"KASA_PROVIDER_TIMEOUT": "10s", "KASA_PROVIDER_CHARGE_TIMEOUT": "10s"}},
 		{"budget shorter than one attempt", "provider.charge_budget", map[string]string{"KASA_PROVIDER_CHARGE_TIMEOUT": "1m", "KASA_PROVIDER_CHARGE_BUDGET": "30s"}},
+		{"no booking window", "KASA_PROVIDER_BOOKING_WINDOW", map[string]string{"KASA_PROVIDER_BOOKING_WINDOW": "0s"}},
 		{"negative sync wait", "api.sync_wait", map[string]string{"KASA_API_SYNC_WAIT": "-1s"}},
 		{"webhooks retried for less than a day", "webhook.retry_for", map[string]string{"KASA_WEBHOOK_RETRY_FOR": "2h"}},
 		{"no webhook concurrency", "webhook.concurrency", map[string]string{"KASA_WEBHOOK_CONCURRENCY": "0"}},
