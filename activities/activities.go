@@ -72,7 +72,7 @@ func (a *Activities) Charge(ctx context.Context, in workflows.ChargeInput) (work
 	if err != nil {
 		return workflows.ChargeResult{}, classify(err)
 	}
-	if !ch.Succeeded() {
+	if ch.Status == provider.StatusDeclined {
 		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError("charge declined", workflows.ErrTypeDeclined, nil, ch.ID)
 	}
 	return workflows.ChargeResult{ProviderReference: ch.ID, Succeeded: true}, nil
@@ -118,8 +118,6 @@ func classify(err error) error {
 		return nil
 	case errors.Is(err, payment.ErrInsufficientFunds):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInsufficientFunds, err)
-	case errors.Is(err, provider.ErrRejected):
-		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeRejected, err)
 	case errors.Is(err, provider.ErrNotFound):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeNotFound, err)
 	case errors.Is(err, provider.ErrInquiryUnsupported):

@@ -13,12 +13,13 @@ import (
 	"time"
 )
 
-// Errors classify every answer: only a definite one may decide a payment.
+// Errors classify every answer: only a definite one may decide a payment. A decline is not an
+// error: it is a Charge whose Status is "declined".
 var (
-	// ErrAmbiguous: the charge may or may not have happened (timeout, reset, 5xx).
+	// ErrAmbiguous: the charge may or may not have happened. Every answer but a charge with a
+	// known status is this, 4xx included: a real provider answers 409 "in progress" or 429 while
+	// the money may still move.
 	ErrAmbiguous = errors.New("provider outcome unknown")
-	// ErrRejected: the provider refused the request itself (4xx); no money moved.
-	ErrRejected = errors.New("provider rejected the request")
 	// ErrNotFound: an inquiry found no charge for the reference.
 	ErrNotFound = errors.New("provider has no such charge")
 	// ErrInquiryUnsupported: the provider offers no status inquiry.
@@ -40,8 +41,18 @@ type Charge struct {
 	Status    string `json:"status"` // "succeeded" or "declined"
 }
 
+// Charge statuses; any other is an answer kasa cannot read.
+const (
+	StatusSucceeded = "succeeded"
+	StatusDeclined  = "declined"
+)
+
 // Succeeded reports whether money moved.
-func (c Charge) Succeeded() bool { return c.Status == "succeeded" }
+func (c Charge) Succeeded() bool { return c.Status == StatusSucceeded }
+
+// maxErrorBody bounds how much of a provider's answer reaches an error, and through it the
+// workflow history and the logs: a misbehaving provider must not fill either.
+const maxErrorBody = 200
 
 // Client talks HTTP to the provider.
 type Client struct {
@@ -84,7 +95,7 @@ func (c *Client) Inquire(ctx context.Context, reference string) (Charge, error) 
 	return ch, c.do(req, http.StatusOK, &ch)
 }
 
-func (c *Client) do(req *http.Request, want int, out any) error {
+func (c *Client) do(req *http.Request, want int, out *Charge) error {
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrAmbiguous, err)
@@ -97,16 +108,26 @@ func (c *Client) do(req *http.Request, want int, out any) error {
 	switch {
 	case resp.StatusCode == want:
 		if err := json.Unmarshal(body, out); err != nil {
-			return fmt.Errorf("%w: undecodable answer: %v", ErrAmbiguous, err)
+			return fmt.Errorf("%w: undecodable answer %s: %v", ErrAmbiguous, excerpt(body), err)
+		}
+		if out.Status != StatusSucceeded && out.Status != StatusDeclined {
+			return fmt.Errorf("%w: charge with unknown status in %s", ErrAmbiguous, excerpt(body))
 		}
 		return nil
 	case resp.StatusCode == http.StatusNotFound && req.Method == http.MethodGet:
 		return ErrNotFound
 	case resp.StatusCode == http.StatusNotImplemented && req.Method == http.MethodGet:
 		return ErrInquiryUnsupported
-	case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests:
-		return fmt.Errorf("%w: %s: %s", ErrRejected, resp.Status, bytes.TrimSpace(body))
 	default:
-		return fmt.Errorf("%w: %s", ErrAmbiguous, resp.Status)
+		return fmt.Errorf("%w: %s: %s", ErrAmbiguous, resp.Status, excerpt(body))
 	}
+}
+
+// excerpt quotes the start of a provider's answer for an error message.
+func excerpt(body []byte) string {
+	b := bytes.TrimSpace(body)
+	if len(b) > maxErrorBody {
+		return fmt.Sprintf("%q (%d bytes)", b[:maxErrorBody], len(b))
+	}
+	return fmt.Sprintf("%q", b)
 }

@@ -33,8 +33,10 @@ const (
 const (
 	ErrTypeInsufficientFunds = "InsufficientFunds"
 	ErrTypeDeclined          = "Declined"
-	ErrTypeAmbiguous         = "ProviderAmbiguous"  // the charge may or may not have happened
-	ErrTypeRejected          = "ProviderRejected"   // the provider refused the request itself (4xx)
+	ErrTypeAmbiguous         = "ProviderAmbiguous" // the charge may or may not have happened
+	// ErrTypeRejected is no longer returned (a 4xx is ambiguous: a 409 "in progress" may still
+	// move money); kept for histories recorded when it counted as a decline.
+	ErrTypeRejected          = "ProviderRejected"
 	ErrTypeNotFound          = "ChargeNotFound"     // an inquiry found no charge
 	ErrTypeInconsistent      = "InconsistentState"  // the database contradicts the step; a person must look
 	ErrTypeInquiryNotAllowed = "InquiryUnsupported" // the provider has no status inquiry

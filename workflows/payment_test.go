@@ -467,7 +467,7 @@ func TestPaymentWorkflowDefiniteOutcomes(t *testing.T) {
 			statuses: []string{statusFailed},
 		},
 		{
-			name: "rejected by provider idempotent is not retried",
+			name: "a rejection recorded before 4xx became ambiguous still fails",
 			in:   paymentInput(workflows.CapabilityIdempotent),
 			setup: func(h *harness) {
 				h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, rejected())

@@ -1,0 +1,82 @@
+package provider_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/provider"
+)
+
+// Only a charge with a known status is an answer; every other reply leaves the outcome open.
+func TestAnswersClassified(t *testing.T) {
+	long := strings.Repeat("x", 5000)
+	for _, tc := range []struct {
+		name    string
+		inquiry bool
+		status  int
+		body    string
+		want    string // the charge status, or the error
+	}{
+		{"charged", false, 201, `{"id":"ch_1","reference":"r","status":"succeeded"}`, "succeeded"},
+		{"declined", false, 201, `{"id":"ch_1","reference":"r","status":"declined"}`, "declined"},
+		{"201 without a status", false, 201, `{"id":"ch_1"}`, "provider outcome unknown"},
+		{"201 with an unknown status", false, 201, `{"id":"ch_1","status":"pending"}`, "provider outcome unknown"},
+		{"200 with a body that is not JSON", false, 200, "<html>oops", "provider outcome unknown"},
+		{"201 with a body that is not JSON", false, 201, "\x00\x01garbage", "provider outcome unknown"},
+		{"409 in progress", false, 409, `{"error":"a request with this key is in progress"}`, "provider outcome unknown"},
+		{"400", false, 400, `{"error":"bad"}`, "provider outcome unknown"},
+		{"422", false, 422, `{}`, "provider outcome unknown"},
+		{"429", false, 429, ``, "provider outcome unknown"},
+		{"500", false, 500, ``, "provider outcome unknown"},
+		{"503", false, 503, ``, "provider outcome unknown"},
+		{"404 on a charge", false, 404, ``, "provider outcome unknown"},
+		{"inquiry found", true, 200, `{"id":"ch_1","status":"succeeded"}`, "succeeded"},
+		{"inquiry found declined", true, 200, `{"id":"ch_1","status":"declined"}`, "declined"},
+		{"inquiry not found", true, 404, ``, provider.ErrNotFound.Error()},
+		{"inquiry unsupported", true, 501, ``, provider.ErrInquiryUnsupported.Error()},
+		{"inquiry garbage", true, 200, `not json`, "provider outcome unknown"},
+		{"inquiry 409", true, 409, `{}`, "provider outcome unknown"},
+		{"inquiry 503", true, 503, ``, "provider outcome unknown"},
+		{"a long error body is cut short", false, 503, long, "(5000 bytes)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.WriteHeader(tc.status)
+				_, _ = w.Write([]byte(tc.body))
+			}))
+			defer srv.Close()
+			c := provider.New(srv.URL, 5*time.Second)
+			var ch provider.Charge
+			var err error
+			if tc.inquiry {
+				ch, err = c.Inquire(context.Background(), "r")
+			} else {
+				ch, err = c.Charge(context.Background(), "k", provider.ChargeRequest{Reference: "r", AmountMinor: 1, Currency: "EUR"})
+			}
+			if err != nil {
+				require.Contains(t, err.Error(), tc.want)
+				require.Less(t, len(err.Error()), 400, "the error carries at most an excerpt of the body")
+				return
+			}
+			require.Equal(t, tc.want, ch.Status)
+		})
+	}
+}
+
+// A connection closed without an answer is ambiguous, never a decline.
+func TestDroppedConnectionIsAmbiguous(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		require.NoError(t, err)
+		_ = conn.Close()
+	}))
+	defer srv.Close()
+	_, err := provider.New(srv.URL, 5*time.Second).Charge(context.Background(), "k", provider.ChargeRequest{Reference: "r"})
+	require.ErrorIs(t, err, provider.ErrAmbiguous)
+}
