@@ -71,6 +71,7 @@ type statsSource interface {
 type dbCollector struct {
 	src                                        statsSource
 	unknown, reconcileAge, backlog, backlogAge *prometheus.Desc
+	stuck                                      *prometheus.Desc
 	reconcileLines, reconcileRuns              *prometheus.Desc
 	reconcileLast, reconcileLastMismatches     *prometheus.Desc
 	lockWaiting, hotPostings, hotShare         *prometheus.Desc
@@ -79,8 +80,10 @@ type dbCollector struct {
 
 func newDBCollector(src statsSource) *dbCollector {
 	return &dbCollector{
-		src:          src,
-		unknown:      prometheus.NewDesc("kasa_unknown_payments", "Payments whose outcome is unknown, parked for reconciliation (unknown_count): money at risk.", nil, nil),
+		src:     src,
+		unknown: prometheus.NewDesc("kasa_unknown_payments", "Payments whose outcome is unknown, parked for reconciliation (unknown_count): money at risk.", nil, nil),
+		stuck: prometheus.NewDesc("kasa_payments_stuck",
+			"Payments that need an operator: flagged by a workflow that cannot go on, or still processing after an hour. Alert when above 0 (docs/operations.md, runbook).", nil, nil),
 		reconcileAge: prometheus.NewDesc("kasa_reconcile_age_seconds", "Age of the oldest unknown payment (reconcile_age); 0 when none.", nil, nil),
 		backlog:      prometheus.NewDesc("kasa_outbox_backlog", "Outbox events not yet published (outbox_backlog).", nil, nil),
 		backlogAge:   prometheus.NewDesc("kasa_outbox_oldest_age_seconds", "Age of the oldest unpublished outbox event; 0 when none.", nil, nil),
@@ -100,6 +103,7 @@ func newDBCollector(src statsSource) *dbCollector {
 
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.unknown
+	ch <- c.stuck
 	ch <- c.reconcileAge
 	ch <- c.backlog
 	ch <- c.backlogAge
@@ -123,6 +127,7 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.unknown, prometheus.GaugeValue, float64(st.UnknownCount))
+	ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(st.Stuck))
 	ch <- prometheus.MustNewConstMetric(c.reconcileAge, prometheus.GaugeValue, ageSeconds(st.OldestUnknown))
 	ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(st.OutboxBacklog))
 	ch <- prometheus.MustNewConstMetric(c.backlogAge, prometheus.GaugeValue, ageSeconds(st.OldestOutbox))

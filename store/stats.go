@@ -14,6 +14,9 @@ type Stats struct {
 	OldestUnknown time.Time // zero when there is none
 	OutboxBacklog int64
 	OldestOutbox  time.Time // zero when there is none
+	// Stuck counts payments flagged by their workflow as needing an operator, and payments
+	// still processing after StuckAfter (their workflow is gone or cannot go on).
+	Stuck int64
 	Reconcile     ReconcileTotals
 	// LockWaits counts sessions waiting for a lock, by what they wait on: a table's name for
 	// table and tuple locks, "transactionid" for a row held by another transaction (a hot row).
@@ -25,10 +28,14 @@ type Stats struct {
 	Tables             []TableSize // every table's size and its indexes' size
 }
 
-// Stats reads the figures; both counts use partial indexes, so this stays cheap.
+// StuckAfter is how long a payment may stay processing before it counts as stuck: far beyond
+// every charge strategy's budget.
+const StuckAfter = time.Hour
+
+// Stats reads the figures; the counts use partial indexes, so this stays cheap.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
-	err := s.pool.QueryRow(ctx, dbsqlc.Stats).Scan(&st.UnknownCount, &st.OldestUnknown, &st.OutboxBacklog, &st.OldestOutbox)
+	err := s.pool.QueryRow(ctx, dbsqlc.Stats, StuckAfter.Seconds()).Scan(&st.UnknownCount, &st.OldestUnknown, &st.OutboxBacklog, &st.OldestOutbox, &st.Stuck)
 	if st.OldestUnknown.Unix() == 0 {
 		st.OldestUnknown = time.Time{}
 	}

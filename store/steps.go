@@ -27,6 +27,24 @@ func (s *Store) BeginChargeAttempt(ctx context.Context, operationID uuid.UUID) (
 	return int(n), translate(err)
 }
 
+// BeginChargeSend records, durably, that the workflow's send number send (1 for the first) of
+// the operation's charge is about to go out. It reports false when that send was begun before:
+// this is a repeat of it by a new worker, and the earlier one may have reached the provider.
+func (s *Store) BeginChargeSend(ctx context.Context, operationID uuid.UUID, send int) (bool, error) {
+	n, err := s.q.BeginChargeSend(ctx, dbsqlc.BeginChargeSendParams{ID: operationID, Send: int32(send)})
+	return n == 1, translate(err)
+}
+
+// FlagStuck marks the payment as needing an operator, with the reason; an empty reason clears
+// the mark. payment.ErrNotFound when there is no such payment.
+func (s *Store) FlagStuck(ctx context.Context, operationID uuid.UUID, reason string) error {
+	n, err := s.q.FlagStuck(ctx, dbsqlc.FlagStuckParams{ID: operationID, Reason: reason})
+	if err == nil && n == 0 {
+		return payment.ErrNotFound
+	}
+	return translate(err)
+}
+
 // Reserve holds the payment's amount on the payer's account. A repeated call finds the
 // reservation made and changes nothing. payment.ErrInsufficientFunds when the available balance
 // is too small (nothing is held then).

@@ -41,3 +41,13 @@ WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AN
 
 -- name: BeginChargeAttempt :one
 UPDATE payments SET charge_attempts = charge_attempts + 1 WHERE id = $1 RETURNING charge_attempts;
+
+-- name: BeginChargeSend :execrows
+-- Records that the workflow's send number $2 is about to go out; no row when it already was.
+UPDATE payments SET charge_attempts = @send::int WHERE id = @id AND charge_attempts < @send::int;
+
+-- name: FlagStuck :execrows
+-- An empty reason clears the flag.
+UPDATE payments SET stuck_since = CASE WHEN @reason::text = '' THEN NULL ELSE coalesce(stuck_since, now()) END,
+  stuck_reason = NULLIF(@reason::text, '')
+WHERE id = @id;

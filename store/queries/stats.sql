@@ -5,7 +5,9 @@ SELECT
   (SELECT count(*) FROM payments WHERE status = 'unknown'),
   (SELECT coalesce(min(updated_at), 'epoch') FROM payments WHERE status = 'unknown'),
   (SELECT count(*) FROM outbox WHERE published_at IS NULL),
-  (SELECT coalesce(min(created_at), 'epoch') FROM outbox WHERE published_at IS NULL);
+  (SELECT coalesce(min(created_at), 'epoch') FROM outbox WHERE published_at IS NULL),
+  (SELECT count(*) FROM payments WHERE stuck_since IS NOT NULL
+     OR (status = 'processing' AND created_at < now() - @processing_secs::float8 * interval '1 second'));
 
 -- name: HotAccount :one
 -- Entry ids are UUIDv7: the last minute is a primary-key range, however large the ledger.

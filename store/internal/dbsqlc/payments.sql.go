@@ -23,6 +23,44 @@ func (q *Queries) BeginChargeAttempt(ctx context.Context, id uuid.UUID) (int32, 
 	return charge_attempts, err
 }
 
+const BeginChargeSend = `-- name: BeginChargeSend :execrows
+UPDATE payments SET charge_attempts = $1::int WHERE id = $2 AND charge_attempts < $1::int
+`
+
+type BeginChargeSendParams struct {
+	Send int32
+	ID   uuid.UUID
+}
+
+// Records that the workflow's send number $2 is about to go out; no row when it already was.
+func (q *Queries) BeginChargeSend(ctx context.Context, arg BeginChargeSendParams) (int64, error) {
+	result, err := q.db.Exec(ctx, BeginChargeSend, arg.Send, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const FlagStuck = `-- name: FlagStuck :execrows
+UPDATE payments SET stuck_since = CASE WHEN $1::text = '' THEN NULL ELSE coalesce(stuck_since, now()) END,
+  stuck_reason = NULLIF($1::text, '')
+WHERE id = $2
+`
+
+type FlagStuckParams struct {
+	Reason string
+	ID     uuid.UUID
+}
+
+// An empty reason clears the flag.
+func (q *Queries) FlagStuck(ctx context.Context, arg FlagStuckParams) (int64, error) {
+	result, err := q.db.Exec(ctx, FlagStuck, arg.Reason, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const GetPayment = `-- name: GetPayment :one
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,

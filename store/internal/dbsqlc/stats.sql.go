@@ -9,6 +9,7 @@ import (
 	"context"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const HotAccount = `-- name: HotAccount :one
@@ -35,7 +36,9 @@ SELECT
   (SELECT count(*) FROM payments WHERE status = 'unknown'),
   (SELECT coalesce(min(updated_at), 'epoch') FROM payments WHERE status = 'unknown'),
   (SELECT count(*) FROM outbox WHERE published_at IS NULL),
-  (SELECT coalesce(min(created_at), 'epoch') FROM outbox WHERE published_at IS NULL)
+  (SELECT coalesce(min(created_at), 'epoch') FROM outbox WHERE published_at IS NULL),
+  (SELECT count(*) FROM payments WHERE stuck_since IS NOT NULL
+     OR (status = 'processing' AND created_at < now() - $1::interval))
 `
 
 type StatsRow struct {
@@ -43,17 +46,19 @@ type StatsRow struct {
 	Coalesce   interface{}
 	Count_2    int64
 	Coalesce_2 interface{}
+	Count_3    int64
 }
 
 // Health figures read at scrape time.
-func (q *Queries) Stats(ctx context.Context) (StatsRow, error) {
-	row := q.db.QueryRow(ctx, Stats)
+func (q *Queries) Stats(ctx context.Context, processingFor pgtype.Interval) (StatsRow, error) {
+	row := q.db.QueryRow(ctx, Stats, processingFor)
 	var i StatsRow
 	err := row.Scan(
 		&i.Count,
 		&i.Coalesce,
 		&i.Count_2,
 		&i.Coalesce_2,
+		&i.Count_3,
 	)
 	return i, err
 }
