@@ -5,7 +5,6 @@ package activities
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/temporal"
@@ -22,6 +21,8 @@ type Store interface {
 	Release(ctx context.Context, operationID uuid.UUID, failureCode string) (payment.Payment, error)
 	MarkUnknown(ctx context.Context, operationID uuid.UUID) (payment.Payment, error)
 	BeginChargeAttempt(ctx context.Context, operationID uuid.UUID) (int, error)
+	BeginChargeSend(ctx context.Context, operationID uuid.UUID, send int) (bool, error)
+	FlagStuck(ctx context.Context, operationID uuid.UUID, reason string) error
 }
 
 // Provider is the bank.
@@ -45,24 +46,29 @@ func (a *Activities) ReserveFunds(ctx context.Context, operationID uuid.UUID) er
 //
 // A repeated attempt (a local activity run again after its worker died) must not do what the
 // capability forbids: with "none" it never re-sends (the payment becomes unknown), with
-// "inquiry" it asks the provider first and re-sends only when the provider has no charge. So
-// for those two every attempt is recorded before anything is sent. An idempotent provider
-// answers a re-send with the first result, so it needs no record.
+// "inquiry" it asks the provider first and never re-sends itself: the earlier attempt's charge
+// may be booked late, and only the workflow, after the booking window, may send again. So for
+// those two every send is recorded before it goes out. An idempotent provider answers a
+// re-send with the first result, so it needs no record.
 func (a *Activities) Charge(ctx context.Context, in workflows.ChargeInput) (workflows.ChargeResult, error) {
 	if in.Capability == workflows.CapabilityNone || in.Capability == workflows.CapabilityInquiry {
-		attempt, err := a.Store.BeginChargeAttempt(ctx, in.OperationID)
+		repeat, err := a.repeatedSend(ctx, in)
 		if err != nil {
 			return workflows.ChargeResult{}, classify(err)
 		}
-		if attempt > 1 && in.Capability == workflows.CapabilityNone {
+		if repeat && in.Capability == workflows.CapabilityNone {
 			return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("an earlier charge attempt (%d so far) may have reached the provider, which cannot be asked", attempt-1),
+				"an earlier attempt of this charge may have reached the provider, which cannot be asked",
 				workflows.ErrTypeAmbiguous, nil)
 		}
-		if attempt > 1 {
+		if repeat {
 			res, err := a.InquireCharge(ctx, in.OperationID)
 			if !hasType(err, workflows.ErrTypeNotFound) {
 				return res, err // the earlier attempt's charge, or no answer yet: never re-send
+			}
+			if in.Send > 0 {
+				return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError(
+					"an earlier attempt of this charge is not booked yet, and may still be", workflows.ErrTypeAmbiguous, nil)
 			}
 		}
 	}
@@ -76,6 +82,16 @@ func (a *Activities) Charge(ctx context.Context, in workflows.ChargeInput) (work
 		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError("charge declined", workflows.ErrTypeDeclined, nil, ch.ID)
 	}
 	return workflows.ChargeResult{ProviderReference: ch.ID, Succeeded: true}, nil
+}
+
+// repeatedSend records the send about to go out, and reports whether it went out before.
+func (a *Activities) repeatedSend(ctx context.Context, in workflows.ChargeInput) (bool, error) {
+	if in.Send > 0 {
+		first, err := a.Store.BeginChargeSend(ctx, in.OperationID, in.Send)
+		return !first, err
+	}
+	attempt, err := a.Store.BeginChargeAttempt(ctx, in.OperationID)
+	return attempt > 1, err
 }
 
 // InquireCharge asks the provider whether a charge exists for the operation.
@@ -108,6 +124,11 @@ func (a *Activities) Release(ctx context.Context, in workflows.ReleaseInput) err
 func (a *Activities) MarkUnknown(ctx context.Context, operationID uuid.UUID) error {
 	_, err := a.Store.MarkUnknown(ctx, operationID)
 	return classify(err)
+}
+
+// FlagStuck marks the payment as needing an operator (an empty reason clears the mark).
+func (a *Activities) FlagStuck(ctx context.Context, in workflows.FlagInput) error {
+	return classify(a.Store.FlagStuck(ctx, in.OperationID, in.Reason))
 }
 
 // classify turns errors into application errors with stable types; anything unrecognised stays

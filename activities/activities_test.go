@@ -15,7 +15,8 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-// attempts counts BeginChargeAttempt like the payments.charge_attempts column does.
+// attempts counts BeginChargeAttempt and BeginChargeSend like the payments.charge_attempts
+// column does.
 type attempts struct {
 	activities.Store
 	n int
@@ -24,6 +25,14 @@ type attempts struct {
 func (a *attempts) BeginChargeAttempt(context.Context, uuid.UUID) (int, error) {
 	a.n++
 	return a.n, nil
+}
+
+func (a *attempts) BeginChargeSend(_ context.Context, _ uuid.UUID, send int) (bool, error) {
+	if a.n >= send {
+		return false, nil
+	}
+	a.n = send
+	return true, nil
 }
 
 // bank records what reached it.
@@ -51,6 +60,7 @@ func TestChargeRepeatedAttempts(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		capability     workflows.Capability
+		send           int // the workflow's send number (0: histories before numbered sends)
 		before         int // attempts already recorded
 		existing       *provider.Charge
 		sends, inquire int
@@ -58,19 +68,25 @@ func TestChargeRepeatedAttempts(t *testing.T) {
 		wantRef        string
 		wantErrType    string
 	}{
-		{"none, first attempt sends", workflows.CapabilityNone, 0, nil, 1, 0, 1, "ch_", ""},
-		{"none, repeat never re-sends", workflows.CapabilityNone, 1, nil, 0, 0, 2, "", workflows.ErrTypeAmbiguous},
-		{"inquiry, first attempt sends without asking", workflows.CapabilityInquiry, 0, nil, 1, 0, 1, "ch_", ""},
-		{"inquiry, repeat finds the earlier charge", workflows.CapabilityInquiry, 1, earlier, 0, 1, 2, "ch_earlier", ""},
-		{"inquiry, repeat re-sends when the bank has none", workflows.CapabilityInquiry, 1, nil, 1, 1, 2, "ch_", ""},
-		{"idempotent re-sends with the same key, nothing recorded", workflows.CapabilityIdempotent, 0, nil, 1, 0, 0, "ch_", ""},
-		{"history from before local steps: sends, nothing recorded", "", 0, nil, 1, 0, 0, "ch_", ""},
+		{"none, first attempt sends", workflows.CapabilityNone, 0, 0, nil, 1, 0, 1, "ch_", ""},
+		{"none, repeat never re-sends", workflows.CapabilityNone, 0, 1, nil, 0, 0, 2, "", workflows.ErrTypeAmbiguous},
+		{"inquiry, first attempt sends without asking", workflows.CapabilityInquiry, 0, 0, nil, 1, 0, 1, "ch_", ""},
+		{"inquiry, repeat finds the earlier charge", workflows.CapabilityInquiry, 0, 1, earlier, 0, 1, 2, "ch_earlier", ""},
+		{"inquiry, repeat re-sends when the bank has none (before numbered sends)", workflows.CapabilityInquiry, 0, 1, nil, 1, 1, 2, "ch_", ""},
+		{"idempotent re-sends with the same key, nothing recorded", workflows.CapabilityIdempotent, 0, 0, nil, 1, 0, 0, "ch_", ""},
+		{"history from before local steps: sends, nothing recorded", "", 0, 0, nil, 1, 0, 0, "ch_", ""},
+		{"none, send 1 goes out", workflows.CapabilityNone, 1, 0, nil, 1, 0, 1, "ch_", ""},
+		{"none, send 1 repeated never re-sends", workflows.CapabilityNone, 1, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
+		{"inquiry, send 2 goes out after send 1", workflows.CapabilityInquiry, 2, 1, nil, 1, 0, 2, "ch_", ""},
+		{"inquiry, send 2 repeated finds the earlier charge", workflows.CapabilityInquiry, 2, 2, earlier, 0, 1, 2, "ch_earlier", ""},
+		// The earlier attempt may be booked late: only the workflow re-sends, after the window.
+		{"inquiry, send 2 repeated does not re-send when the bank has none yet", workflows.CapabilityInquiry, 2, 2, nil, 0, 1, 2, "", workflows.ErrTypeAmbiguous},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, b := &attempts{n: tc.before}, &bank{existing: tc.existing}
 			a := &activities.Activities{Store: st, Provider: b}
 			res, err := a.Charge(context.Background(), workflows.ChargeInput{
-				OperationID: payment.NewID(), AccountID: payment.NewID(), AmountMinor: 100, Currency: "TRY", Capability: tc.capability,
+				OperationID: payment.NewID(), AccountID: payment.NewID(), AmountMinor: 100, Currency: "TRY", Capability: tc.capability, Send: tc.send,
 			})
 			require.Equal(t, tc.sends, b.sends, "charges sent")
 			require.Equal(t, tc.inquire, b.inquiries, "inquiries")

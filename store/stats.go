@@ -16,8 +16,8 @@ type Stats struct {
 	OldestOutbox  time.Time // zero when there is none
 	// Stuck counts payments flagged by their workflow as needing an operator, and payments
 	// still processing after StuckAfter (their workflow is gone or cannot go on).
-	Stuck int64
-	Reconcile     ReconcileTotals
+	Stuck     int64
+	Reconcile ReconcileTotals
 	// LockWaits counts sessions waiting for a lock, by what they wait on: a table's name for
 	// table and tuple locks, "transactionid" for a row held by another transaction (a hot row).
 	LockWaits map[string]int64

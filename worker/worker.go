@@ -28,6 +28,7 @@ func Register(r Registry, a *activities.Activities) {
 		workflows.ActivityFinalize:     a.Finalize,
 		workflows.ActivityRelease:      a.Release,
 		workflows.ActivityMarkUnknown:  a.MarkUnknown,
+		workflows.ActivityFlagStuck:    a.FlagStuck,
 	} {
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}

@@ -23,11 +23,19 @@ const (
 	ActivityFinalize     = "Finalize"
 	ActivityRelease      = "Release"
 	ActivityMarkUnknown  = "MarkUnknown"
+	ActivityFlagStuck    = "FlagStuck"
 
 	SignalSettlement = "settlement"
 	UpdateSettle     = "settle" // the checked form of the settlement signal
 	QueryStatus      = "status"
+	// SignalRetry tells a stuck payment's workflow that an operator fixed the cause: it runs the
+	// failed step again (docs/operations.md, "Stuck payments").
+	SignalRetry = "retry"
 )
+
+// StatusStuck is the PaymentStatus search attribute of a payment whose workflow waits for an
+// operator; the payment itself keeps its status.
+const StatusStuck = "stuck"
 
 // Application error types: activities classify, the workflow switches on these.
 const (
@@ -88,13 +96,30 @@ type PaymentInput struct {
 	// carries the switch: GetVersion upserts a search attribute, one more visibility write per
 	// payment.)
 	LocalSteps bool
+	// BookingWindow is how long the bank may take to book a charge after kasa stopped waiting:
+	// with capability inquiry, a charge still not found is re-sent only once it has passed since
+	// the send ended. Zero means DefaultBookingWindow (from Revision 1 on).
+	BookingWindow time.Duration
+	// Revision is the version of the workflow's rules the payment started under; a running
+	// payment keeps it, since its history replays the rules it recorded. 0: before the booking
+	// window, numbered sends, the stuck state and ContinueAsNew. InputFor sets CurrentRevision.
+	Revision int
+	// Parked starts a run continued from one that waited, unknown, for a settlement: it goes
+	// straight back to waiting, the next inquiry after InquiryWait.
+	Parked      bool
+	InquiryWait time.Duration
 }
+
+// CurrentRevision is the Revision of every payment started now.
+const CurrentRevision = 1
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.
 type ChargePolicy struct {
 	Capability Capability
 	Budget     time.Duration // see PaymentInput.ChargeBudget
 	Timeout    time.Duration // see PaymentInput.ChargeTimeout
+	// BookingWindow: see PaymentInput.BookingWindow.
+	BookingWindow time.Duration
 }
 
 // PaymentResult is the workflow's final answer.
@@ -116,6 +141,16 @@ type ChargeInput struct {
 	// provider without idempotency ("none"), and asks first with "inquiry". Empty (histories
 	// from before local steps): send, as a regular activity limited to one attempt did.
 	Capability Capability
+	// Send numbers the workflow's sends of this charge (1 for the first). A repeat of the same
+	// send, run by a new worker, never re-sends: it inquires, and leaves a re-send to the
+	// workflow's booking window. Zero (histories before numbered sends): the attempt count decides.
+	Send int
+}
+
+// FlagInput marks a payment as stuck with the reason, or clears the mark (empty reason).
+type FlagInput struct {
+	OperationID uuid.UUID
+	Reason      string
 }
 
 // ChargeResult is a definite answer from the provider.
@@ -155,6 +190,6 @@ func InputFor(p payment.Payment, c ChargePolicy) PaymentInput {
 	return PaymentInput{
 		OperationID: p.ID, MerchantID: p.MerchantID, AccountID: p.AccountID, AmountMinor: p.AmountMinor,
 		Currency: p.Currency, Capability: c.Capability, ChargeBudget: c.Budget, ChargeTimeout: c.Timeout,
-		LocalSteps: true,
+		LocalSteps: true, BookingWindow: c.BookingWindow, Revision: CurrentRevision,
 	}
 }

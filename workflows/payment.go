@@ -17,6 +17,13 @@ const DefaultChargeBudget = 2 * time.Minute
 // DefaultChargeTimeout is one charge attempt's StartToClose when the input names none.
 const DefaultChargeTimeout = 30 * time.Second
 
+// DefaultBookingWindow is PaymentInput.BookingWindow when the input names none.
+const DefaultBookingWindow = 30 * time.Second
+
+// parkedRoundsPerRun bounds the inquiries of one run of an unknown payment: then it continues
+// as a new run, so a history never grows without bound however long the bank takes.
+const parkedRoundsPerRun = 100
+
 // inquiryBackoff is how long the workflow waits before its first status inquiry, and the cap
 // of the growing interval between inquiries while a payment is unknown.
 const (
@@ -71,6 +78,9 @@ func chargeOptions(in PaymentInput) workflow.ActivityOptions {
 func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, error) {
 	w := &paymentRun{in: in, status: payment.StatusProcessing}
 	w.local = in.LocalSteps
+	if in.Parked {
+		w.status = payment.StatusUnknown
+	}
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (string, error) { return string(w.status), nil }); err != nil {
 		return PaymentResult{}, err
 	}
@@ -89,7 +99,10 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 	); err != nil {
 		return PaymentResult{}, err
 	}
-	err := w.exec(ctx, ActivityReserveFunds, in.OperationID).Get(ctx, nil)
+	if in.Parked {
+		return w.waitSettlement(ctx, in.InquiryWait)
+	}
+	err := w.step(ctx, ActivityReserveFunds, in.OperationID)
 	if hasType(err, ErrTypeInsufficientFunds) {
 		return w.fail(ctx, payment.FailureInsufficientFunds)
 	}
@@ -114,6 +127,38 @@ type paymentRun struct {
 	local   bool // steps are local activities (PaymentInput.LocalSteps)
 	status  payment.Status
 	pending *Settlement // accepted settlement, applied by parkUnknown
+}
+
+// step runs one database step. From Revision 1, a step the data contradicts does not fail the
+// workflow (which would leave the payment processing, its hold kept, and nobody told): the
+// payment is flagged stuck and the step runs again when an operator signals retry.
+func (w *paymentRun) step(ctx workflow.Context, name string, arg any) error {
+	for {
+		err := w.exec(ctx, name, arg).Get(ctx, nil)
+		if err == nil || w.in.Revision < 1 || !hasType(err, ErrTypeInconsistent) {
+			return err
+		}
+		if err := w.waitOperator(ctx, name, err); err != nil {
+			return err
+		}
+	}
+}
+
+// waitOperator flags the payment stuck (database and search attribute), waits for the retry
+// signal, and clears the flag.
+func (w *paymentRun) waitOperator(ctx workflow.Context, name string, cause error) error {
+	workflow.GetLogger(ctx).Error("payment stuck: waiting for an operator's retry signal", "step", name, "error", cause)
+	reason := fmt.Sprintf("%s: %v", name, cause)
+	if err := w.exec(ctx, ActivityFlagStuck, FlagInput{OperationID: w.in.OperationID, Reason: reason}).Get(ctx, nil); err != nil {
+		return err
+	}
+	w.upsertStatus(ctx, StatusStuck)
+	retry := workflow.GetSignalChannel(ctx, SignalRetry)
+	for retry.ReceiveAsync(nil) { // a retry sent before the payment got stuck is not for this
+	}
+	retry.Receive(ctx, nil)
+	w.upsertStatus(ctx, string(w.status))
+	return w.exec(ctx, ActivityFlagStuck, FlagInput{OperationID: w.in.OperationID}).Get(ctx, nil)
 }
 
 // exec runs one database step.
@@ -141,6 +186,9 @@ func (w *paymentRun) charge(ctx workflow.Context) (ChargeResult, error) {
 	if w.local {
 		in.Capability = w.in.Capability
 	}
+	if w.in.Revision >= 1 {
+		in.Send = 1
+	}
 	var res ChargeResult
 	err := w.execProvider(ctx, w.in, ActivityCharge, in).Get(ctx, &res)
 	if w.in.Capability != CapabilityInquiry || err == nil || !isAmbiguous(err) {
@@ -149,18 +197,40 @@ func (w *paymentRun) charge(ctx workflow.Context) (ChargeResult, error) {
 	// Inquiry: never re-send while a charge may exist; re-send only when the provider says it
 	// has none.
 	for sends := 1; ; sends++ {
-		_ = workflow.Sleep(ctx, inquiryDelay)
-		res, ierr := w.inquire(ctx)
+		res, ierr := w.awaitBooking(ctx, workflow.Now(ctx))
 		if ierr == nil || !hasType(ierr, ErrTypeNotFound) {
 			return res, ierr
 		}
 		if sends >= maxInquirySend {
 			return res, err
 		}
+		if in.Send > 0 {
+			in.Send++
+		}
 		err = w.execProvider(ctx, w.in, ActivityCharge, in).Get(ctx, &res)
 		if err == nil || !isAmbiguous(err) {
 			return res, err
 		}
+	}
+}
+
+// awaitBooking inquires after a send that ended without an answer at sentAt, until the charge is
+// found or the booking window has passed: a bank may book a charge after the connection died.
+// (Revision 0 asked once.)
+func (w *paymentRun) awaitBooking(ctx workflow.Context, sentAt time.Time) (ChargeResult, error) {
+	window := w.in.BookingWindow
+	if window == 0 {
+		window = DefaultBookingWindow
+	}
+	deadline := sentAt.Add(window)
+	wait := inquiryDelay
+	for {
+		_ = workflow.Sleep(ctx, wait)
+		res, err := w.inquire(ctx)
+		if !hasType(err, ErrTypeNotFound) || w.in.Revision < 1 || !workflow.Now(ctx).Before(deadline) {
+			return res, err
+		}
+		wait = min(wait*2, deadline.Sub(workflow.Now(ctx)))
 	}
 }
 
@@ -176,12 +246,24 @@ func (w *paymentRun) inquire(ctx workflow.Context) (ChargeResult, error) {
 // inquiry, keeps asking the provider on a growing timer. It never treats the payment as failed
 // by itself.
 func (w *paymentRun) parkUnknown(ctx workflow.Context) (PaymentResult, error) {
-	if err := w.exec(ctx, ActivityMarkUnknown, w.in.OperationID).Get(ctx, nil); err != nil {
+	if err := w.step(ctx, ActivityMarkUnknown, w.in.OperationID); err != nil {
 		return PaymentResult{}, err
 	}
 	w.setStatus(ctx, payment.StatusUnknown)
-	wait := inquiryDelay
-	for {
+	return w.waitSettlement(ctx, inquiryDelay)
+}
+
+// waitSettlement is the unknown payment's wait; wait is the time to the next inquiry.
+func (w *paymentRun) waitSettlement(ctx workflow.Context, wait time.Duration) (PaymentResult, error) {
+	if wait == 0 {
+		wait = inquiryDelay
+	}
+	for rounds := 0; ; rounds++ {
+		if w.in.Revision >= 1 && rounds >= parkedRoundsPerRun {
+			if err := w.continueParked(ctx, wait); err != nil {
+				return PaymentResult{}, err
+			}
+		}
 		if w.in.Capability == CapabilityInquiry {
 			if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return w.pending != nil }); err != nil {
 				return PaymentResult{}, err
@@ -208,6 +290,25 @@ func (w *paymentRun) parkUnknown(ctx workflow.Context) (PaymentResult, error) {
 	}
 }
 
+// continueParked ends this run and waits on in a new one, unless a settlement is on its way:
+// one already accepted, or a signal not yet taken from the channel.
+func (w *paymentRun) continueParked(ctx workflow.Context, wait time.Duration) error {
+	ch := workflow.GetSignalChannel(ctx, SignalSettlement)
+	for w.pending == nil {
+		var s Settlement
+		if !ch.ReceiveAsync(&s) {
+			break
+		}
+		w.accept(ctx, s)
+	}
+	if w.pending != nil || !workflow.AllHandlersFinished(ctx) {
+		return nil
+	}
+	next := w.in
+	next.Parked, next.InquiryWait = true, wait
+	return workflow.NewContinueAsNewError(ctx, WorkflowPayment, next)
+}
+
 // checkSettlement accepts a settlement only for an unknown payment that has none yet: an early,
 // late, repeated or malformed settlement must never change a payment.
 func (w *paymentRun) checkSettlement(s Settlement) error {
@@ -222,24 +323,29 @@ func (w *paymentRun) checkSettlement(s Settlement) error {
 	return nil
 }
 
-// receiveSettlements turns settlement signals into the pending settlement, ignoring (and logging)
-// the ones checkSettlement refuses: a signal cannot be refused to its sender, only not acted on.
+// receiveSettlements turns settlement signals into the pending settlement.
 func (w *paymentRun) receiveSettlements(ctx workflow.Context) {
 	ch := workflow.GetSignalChannel(ctx, SignalSettlement)
 	for {
 		var s Settlement
 		ch.Receive(ctx, &s) // an undecodable payload arrives as a zero Settlement
-		if err := w.checkSettlement(s); err != nil {
-			workflow.GetLogger(ctx).Warn("ignoring settlement signal", "reason", err.Error())
-			continue
-		}
-		w.pending = &s
+		w.accept(ctx, s)
 	}
+}
+
+// accept takes a settlement signal unless checkSettlement refuses it; a refused one is logged:
+// a signal cannot be refused to its sender, only not acted on.
+func (w *paymentRun) accept(ctx workflow.Context, s Settlement) {
+	if err := w.checkSettlement(s); err != nil {
+		workflow.GetLogger(ctx).Warn("ignoring settlement signal", "reason", err.Error())
+		return
+	}
+	w.pending = &s
 }
 
 func (w *paymentRun) finalize(ctx workflow.Context, providerRef string) (PaymentResult, error) {
 	in := FinalizeInput{OperationID: w.in.OperationID, ProviderReference: providerRef}
-	if err := w.exec(ctx, ActivityFinalize, in).Get(ctx, nil); err != nil {
+	if err := w.step(ctx, ActivityFinalize, in); err != nil {
 		return PaymentResult{}, err
 	}
 	w.setStatus(ctx, payment.StatusSucceeded)
@@ -248,7 +354,7 @@ func (w *paymentRun) finalize(ctx workflow.Context, providerRef string) (Payment
 
 func (w *paymentRun) fail(ctx workflow.Context, code string) (PaymentResult, error) {
 	in := ReleaseInput{OperationID: w.in.OperationID, FailureCode: code}
-	if err := w.exec(ctx, ActivityRelease, in).Get(ctx, nil); err != nil {
+	if err := w.step(ctx, ActivityRelease, in); err != nil {
 		return PaymentResult{}, err
 	}
 	w.setStatus(ctx, payment.StatusFailed)
@@ -257,7 +363,11 @@ func (w *paymentRun) fail(ctx workflow.Context, code string) (PaymentResult, err
 
 func (w *paymentRun) setStatus(ctx workflow.Context, s payment.Status) {
 	w.status = s
-	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchPaymentStatus.ValueSet(string(s))); err != nil {
+	w.upsertStatus(ctx, string(s))
+}
+
+func (w *paymentRun) upsertStatus(ctx workflow.Context, s string) {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchPaymentStatus.ValueSet(s)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert PaymentStatus", "error", err)
 	}
 }

@@ -69,6 +69,10 @@ func stubMarkUnknown(context.Context, uuid.UUID) error {
 	return errUnexpected(workflows.ActivityMarkUnknown)
 }
 
+func stubFlagStuck(context.Context, workflows.FlagInput) error {
+	return errUnexpected(workflows.ActivityFlagStuck)
+}
+
 var stubActivities = map[string]any{
 	workflows.ActivityReserveFunds: stubReserveFunds,
 	workflows.ActivityCharge:       stubCharge,
@@ -76,6 +80,7 @@ var stubActivities = map[string]any{
 	workflows.ActivityFinalize:     stubFinalize,
 	workflows.ActivityRelease:      stubRelease,
 	workflows.ActivityMarkUnknown:  stubMarkUnknown,
+	workflows.ActivityFlagStuck:    stubFlagStuck,
 }
 
 // The stubs must keep the real activities' signatures, or the mocks would test a different
@@ -89,6 +94,7 @@ func TestStubActivitySignaturesMatchActivities(t *testing.T) {
 		workflows.ActivityFinalize:     a.Finalize,
 		workflows.ActivityRelease:      a.Release,
 		workflows.ActivityMarkUnknown:  a.MarkUnknown,
+		workflows.ActivityFlagStuck:    a.FlagStuck,
 	}
 	require.Len(t, stubActivities, len(real))
 	for name, fn := range real {
@@ -135,6 +141,9 @@ func wantChargeInput(in workflows.PaymentInput) workflows.ChargeInput {
 	want := workflows.ChargeInput{OperationID: opID, AccountID: accountID, AmountMinor: 12_345, Currency: "EUR"}
 	if in.LocalSteps {
 		want.Capability = in.Capability
+	}
+	if in.Revision >= 1 {
+		want.Send = 1
 	}
 	return want
 }
@@ -236,6 +245,7 @@ func (h *harness) fallbacks() {
 	h.on(workflows.ActivityFinalize).Return(nil)
 	h.on(workflows.ActivityRelease).Return(nil)
 	h.on(workflows.ActivityMarkUnknown).Return(nil)
+	h.on(workflows.ActivityFlagStuck).Return(nil)
 	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, errUnexpected(workflows.ActivityCharge))
 	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, errUnexpected(workflows.ActivityInquire))
 }
@@ -318,7 +328,7 @@ type paymentCase struct {
 
 var allActivities = []string{
 	workflows.ActivityReserveFunds, workflows.ActivityCharge, workflows.ActivityInquire,
-	workflows.ActivityFinalize, workflows.ActivityRelease, workflows.ActivityMarkUnknown,
+	workflows.ActivityFinalize, workflows.ActivityRelease, workflows.ActivityMarkUnknown, workflows.ActivityFlagStuck,
 }
 
 // runPaymentCases runs every case twice: with local steps (every new payment) and with regular

@@ -172,6 +172,7 @@ func chargePolicy(cfg config.Config) workflows.ChargePolicy {
 	return workflows.ChargePolicy{
 		Capability: workflows.Capability(cfg.Provider.Capability),
 		Budget:     cfg.Provider.ChargeBudget, Timeout: cfg.Provider.ChargeTimeout,
+		BookingWindow: cfg.Provider.BookingWindow,
 	}
 }
 
