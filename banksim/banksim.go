@@ -4,7 +4,12 @@
 // Like a real bank it never forgets: every charge is appended to
 // <DataDir>/charges.jsonl and fsynced before the response is written, and the
 // log is replayed on start. Fault rules (/_sim/faults) reproduce the failures
-// a payment system must survive: lost responses, 500s, delays, declines, hangs.
+// a payment system must survive: lost responses, error answers, unparseable
+// bodies, delays, declines, hangs, and charges the bank books only later.
+//
+// A late booking is logged when it arrives, with its created_at set to the
+// time it books: every read (inquiry, /_sim/charges, settlement files) skips
+// records whose time has not come, so a restart in between books it on time.
 package banksim
 
 import (
@@ -62,7 +67,13 @@ type charge struct {
 type record struct {
 	charge
 	IdempotencyKey string `json:"idempotency_key"`
+	// ReceivedAt is set for a late booking only: when the request arrived.
+	// CreatedAt is then the later time the charge books.
+	ReceivedAt *time.Time `json:"received_at,omitempty"`
 }
+
+// bookedBy reports whether the charge has taken effect at now.
+func (r record) bookedBy(now time.Time) bool { return !r.CreatedAt.After(now) }
 
 // Sim is the simulator. All state is guarded by mu.
 type Sim struct {
@@ -213,19 +224,27 @@ func (s *Sim) appendLog(rec record) error {
 	return nil
 }
 
-var errKeyReuse = errors.New("idempotency key reused with a different request")
+var (
+	errKeyReuse   = errors.New("idempotency key reused with a different request")
+	errInProgress = errors.New("a request with this key is in progress")
+)
 
-// doCharge decides and records a charge. The lock is held across the decision
-// and the durable append, so parallel requests with one key move money once.
-func (s *Sim) doCharge(key string, req chargeRequest, decline bool) (record, error) {
+// doCharge decides and records a charge; a late > 0 books it that much later.
+// The lock is held across the decision and the durable append, so parallel
+// requests with one key move money once.
+func (s *Sim) doCharge(key string, req chargeRequest, decline bool, late time.Duration) (record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now().UTC()
 	if s.capability == CapabilityIdempotent {
 		if i, ok := s.byKey[key]; ok {
 			prev := s.records[i]
 			if prev.Reference != req.Reference || prev.AmountMinor != req.AmountMinor ||
 				prev.Currency != req.Currency || prev.AccountID != req.AccountID {
 				return record{}, errKeyReuse
+			}
+			if !prev.bookedBy(now) {
+				return record{}, errInProgress
 			}
 			return prev, nil
 		}
@@ -242,31 +261,40 @@ func (s *Sim) doCharge(key string, req chargeRequest, decline bool) (record, err
 			Currency:    req.Currency,
 			AccountID:   req.AccountID,
 			Status:      status,
-			CreatedAt:   s.now().UTC(),
+			CreatedAt:   now.Add(late),
 		},
 		IdempotencyKey: key,
+	}
+	if late > 0 {
+		rec.ReceivedAt = &now
 	}
 	if err := s.appendLog(rec); err != nil {
 		return record{}, err
 	}
 	s.index(rec)
 	s.log.Info("banksim charge", "id", rec.ID, "reference", rec.Reference,
-		"amount_minor", rec.AmountMinor, "currency", rec.Currency, "status", rec.Status)
+		"amount_minor", rec.AmountMinor, "currency", rec.Currency, "status", rec.Status,
+		"books_at", rec.CreatedAt)
 	return rec, nil
 }
 
-// lookup returns the latest charge for ref, preferring a succeeded one.
+// lookup returns the latest booked charge for ref, preferring a succeeded one.
 func (s *Sim) lookup(ref string) (charge, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	idx := s.byRef[ref]
-	for i := len(idx) - 1; i >= 0; i-- {
-		if s.records[idx[i]].Status == statusSucceeded {
-			return s.records[idx[i]].charge, true
+	now := s.now()
+	var found *charge
+	for _, i := range s.byRef[ref] {
+		rec := &s.records[i]
+		if !rec.bookedBy(now) {
+			continue
+		}
+		if found == nil || rec.Status == statusSucceeded || found.Status != statusSucceeded {
+			found = &rec.charge
 		}
 	}
-	if len(idx) == 0 {
+	if found == nil {
 		return charge{}, false
 	}
-	return s.records[idx[len(idx)-1]].charge, true
+	return *found, true
 }

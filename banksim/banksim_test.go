@@ -86,6 +86,7 @@ func (e *env) charge(t *testing.T, key string, req any) (int, charge) {
 type simCharges struct {
 	Count   int      `json:"count"`
 	Charges []record `json:"charges"`
+	Pending int      `json:"pending"`
 }
 
 func (e *env) moved(t *testing.T, ref string) simCharges {

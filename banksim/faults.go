@@ -1,23 +1,38 @@
 package banksim
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 )
 
 const (
 	onCharge  = "charge"
 	onInquiry = "inquiry"
+	onRefund  = "refund"
 
 	actDropResponse = "drop_response"
 	actError500     = "error_500"
 	actDelay        = "delay"
 	actDecline      = "decline"
 	actHang         = "hang"
+	actLateBooking  = "late_booking"
+	actError409     = "error_409"
+	actError503     = "error_503"
+	actError429     = "error_429"
+	actGarbage      = "garbage"
+
+	// defaultLateBooking is how late a late_booking books without delay_ms.
+	defaultLateBooking = 2 * time.Second
 )
+
+var actions = []string{actDropResponse, actError500, actDelay, actDecline, actHang,
+	actLateBooking, actError409, actError503, actError429, actGarbage}
 
 // faultRule is one rule as sent to PUT /_sim/faults.
 type faultRule struct {
@@ -37,19 +52,21 @@ type faultState struct {
 func (r faultRule) validate() error {
 	switch r.On {
 	case onCharge, onInquiry:
+	case onRefund:
+		return errors.New(`on "refund": the simulator has no refunds yet (want charge or inquiry)`)
 	default:
 		return fmt.Errorf("unknown on %q (want charge or inquiry)", r.On)
 	}
-	switch r.Action {
-	case actDropResponse, actError500, actDelay, actHang:
-	case actDecline:
-		if r.On != onCharge {
-			return errors.New("decline applies only to charge")
-		}
-	default:
-		return fmt.Errorf("unknown action %q", r.Action)
+	if !slices.Contains(actions, r.Action) {
+		return fmt.Errorf("unknown action %q (want one of %s)", r.Action, strings.Join(actions, ", "))
 	}
-	if r.DelayMS < 0 || (r.Action == actDelay && r.DelayMS == 0) {
+	if r.Action == actDecline && r.On != onCharge {
+		return errors.New("decline applies only to charge")
+	}
+	if r.DelayMS < 0 {
+		return errors.New("delay_ms must be >= 0")
+	}
+	if r.Action == actDelay && r.DelayMS == 0 {
 		return errors.New("delay needs delay_ms > 0")
 	}
 	if r.Count != nil && *r.Count < 1 {
@@ -83,19 +100,32 @@ func (s *Sim) pickFault(on string) *faultRule {
 	return nil
 }
 
-// applyFault runs the part of a fault that happens before the request is
-// served. It returns the action the handler still has to honour
-// (drop_response, decline) and whether the request is already finished.
-func (s *Sim) applyFault(w http.ResponseWriter, r *http.Request, on string) (action string, done bool) {
-	f := s.pickFault(on)
-	if f == nil {
-		return "", false
+// lateBy is how much later a late_booking books.
+func (r faultRule) lateBy() time.Duration {
+	if r.DelayMS == 0 {
+		return defaultLateBooking
 	}
+	return time.Duration(r.DelayMS) * time.Millisecond
+}
+
+// applyFault runs the part of a fault that happens before the request is
+// served. It returns the action the handler still has to honour (those
+// answerFault handles, and decline) and whether the request is already finished.
+func (s *Sim) applyFault(w http.ResponseWriter, r *http.Request, on string) (f faultRule, done bool) {
+	p := s.pickFault(on)
+	if p == nil {
+		return faultRule{}, false
+	}
+	f = *p
 	s.log.Info("banksim fault", "on", on, "action", f.Action, "path", r.URL.Path)
 	switch f.Action {
 	case actError500:
 		writeError(w, http.StatusInternalServerError, "simulated internal error")
-		return "", true
+		return faultRule{}, true
+	case actError429:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, "too many requests")
+		return faultRule{}, true
 	case actHang:
 		select {
 		case <-r.Context().Done():
@@ -103,18 +133,42 @@ func (s *Sim) applyFault(w http.ResponseWriter, r *http.Request, on string) (act
 		}
 		// Returning normally would send an empty 200; hang up instead.
 		dropConn(w)
-		return "", true
+		return faultRule{}, true
 	case actDelay:
 		t := time.NewTimer(time.Duration(f.DelayMS) * time.Millisecond)
 		defer t.Stop()
 		select {
 		case <-t.C:
-			return "", false
+			return faultRule{}, false
 		case <-r.Context().Done():
-			return "", true // client gone: do nothing, like a bank that never saw it
+			return faultRule{}, true // client gone: do nothing, like a bank that never saw it
 		}
 	}
-	return f.Action, false
+	return f, false
+}
+
+// answerFault answers the request as the fault says, after the handler did
+// its work; body is the JSON the answer would have carried. It reports
+// false when the fault does not change the answer.
+func answerFault(w http.ResponseWriter, action string, body any) bool {
+	switch action {
+	case actDropResponse, actLateBooking:
+		dropConn(w)
+	case actError409:
+		writeError(w, http.StatusConflict, errInProgress.Error())
+	case actError503:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "service unavailable")
+	case actGarbage:
+		// The real answer cut in half, as a proxy that lost the rest would pass it on.
+		b, _ := json.Marshal(body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b[:len(b)/2])
+	default:
+		return false
+	}
+	return true
 }
 
 // dropConn closes the connection without a response, so the client cannot

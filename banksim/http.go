@@ -76,22 +76,29 @@ func (s *Sim) postCharge(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	action, done := s.applyFault(w, r, onCharge)
+	fault, done := s.applyFault(w, r, onCharge)
 	if done {
 		return
 	}
-	rec, err := s.doCharge(key, req, action == actDecline)
+	var late time.Duration
+	if fault.Action == actLateBooking {
+		late = fault.lateBy()
+	}
+	rec, err := s.doCharge(key, req, fault.Action == actDecline, late)
 	switch {
 	case errors.Is(err, errKeyReuse):
 		writeError(w, http.StatusUnprocessableEntity, err.Error())
+		return
+	case errors.Is(err, errInProgress):
+		writeError(w, http.StatusConflict, err.Error())
 		return
 	case err != nil:
 		s.log.Error("banksim: recording charge", "err", err)
 		writeError(w, http.StatusInternalServerError, "could not record charge")
 		return
 	}
-	if action == actDropResponse {
-		dropConn(w) // the money has moved and is on disk; the answer is lost
+	// The charge is on disk (or will book at its time); only the answer is at fault.
+	if answerFault(w, fault.Action, rec.charge) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, rec.charge)
@@ -107,20 +114,19 @@ func (s *Sim) getCharge(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "reference is required")
 		return
 	}
-	action, done := s.applyFault(w, r, onInquiry)
+	fault, done := s.applyFault(w, r, onInquiry)
 	if done {
 		return
 	}
-	c, ok := s.lookup(ref)
-	if action == actDropResponse {
-		dropConn(w)
-		return
+	status, body := http.StatusOK, any(nil)
+	if c, ok := s.lookup(ref); ok {
+		body = c
+	} else {
+		status, body = http.StatusNotFound, map[string]string{"error": "not found"}
 	}
-	if !ok {
-		writeError(w, http.StatusNotFound, "not found")
-		return
+	if !answerFault(w, fault.Action, body) {
+		writeJSON(w, status, body)
 	}
-	writeJSON(w, http.StatusOK, c)
 }
 
 func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
@@ -131,8 +137,9 @@ func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
 	}
 	rows := [][]string{{"settlement_date", "provider_charge_id", "reference", "amount", "currency", "status"}}
 	s.mu.Lock()
+	now := s.now()
 	for _, rec := range s.records {
-		if rec.Status == statusSucceeded && rec.CreatedAt.UTC().Format(time.DateOnly) == date {
+		if rec.Status == statusSucceeded && rec.bookedBy(now) && rec.CreatedAt.UTC().Format(time.DateOnly) == date {
 			rows = append(rows, []string{date, rec.ID, rec.Reference,
 				formatAmount(rec.AmountMinor, currencyExponent(rec.Currency)), rec.Currency, "settled"})
 		}
@@ -222,10 +229,16 @@ func (s *Sim) simCharges(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Count   int      `json:"count"`
 		Charges []record `json:"charges"`
+		Pending int      `json:"pending"` // late bookings whose time has not come
 	}{Charges: []record{}}
 	s.mu.Lock()
+	now := s.now()
 	for _, rec := range s.records {
 		if ref != "" && rec.Reference != ref {
+			continue
+		}
+		if !rec.bookedBy(now) {
+			out.Pending++
 			continue
 		}
 		out.Charges = append(out.Charges, rec)
