@@ -7,7 +7,7 @@ SELECT
   (SELECT count(*) FROM outbox WHERE published_at IS NULL),
   (SELECT coalesce(min(created_at), 'epoch') FROM outbox WHERE published_at IS NULL),
   (SELECT count(*) FROM payments WHERE stuck_since IS NOT NULL
-     OR (status = 'processing' AND created_at < now() - @processing_secs::float8 * interval '1 second'));
+     OR (status = 'processing' AND created_at < now() - $1::float8 * interval '1 second'));
 
 -- name: HotAccount :one
 -- Entry ids are UUIDv7: the last minute is a primary-key range, however large the ledger.

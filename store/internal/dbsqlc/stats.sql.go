@@ -9,7 +9,6 @@ import (
 	"context"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const HotAccount = `-- name: HotAccount :one
@@ -38,7 +37,7 @@ SELECT
   (SELECT count(*) FROM outbox WHERE published_at IS NULL),
   (SELECT coalesce(min(created_at), 'epoch') FROM outbox WHERE published_at IS NULL),
   (SELECT count(*) FROM payments WHERE stuck_since IS NOT NULL
-     OR (status = 'processing' AND created_at < now() - $1::interval))
+     OR (status = 'processing' AND created_at < now() - $1::float8 * interval '1 second'))
 `
 
 type StatsRow struct {
@@ -50,8 +49,8 @@ type StatsRow struct {
 }
 
 // Health figures read at scrape time.
-func (q *Queries) Stats(ctx context.Context, processingFor pgtype.Interval) (StatsRow, error) {
-	row := q.db.QueryRow(ctx, Stats, processingFor)
+func (q *Queries) Stats(ctx context.Context, dollar_1 float64) (StatsRow, error) {
+	row := q.db.QueryRow(ctx, Stats, dollar_1)
 	var i StatsRow
 	err := row.Scan(
 		&i.Count,
