@@ -65,6 +65,8 @@ type stackOptions struct {
 	// the worker in another process) and asks Temporal for each workflow's result.
 	remoteWorker bool
 	pollAfter    time.Duration // api.Options.PollAfter (default 1s)
+	// bookingWindow is the workflows' booking window (default: the workflows' default).
+	bookingWindow time.Duration
 }
 
 // awaitCounter counts the API's calls for a workflow's result.
@@ -95,7 +97,7 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	srv := api.New(api.Options{
 		Outcomes: outcomes, PollAfter: o.pollAfter,
 		Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits}, AdminToken: adminToken,
-		SyncWait: 15 * time.Second, Charge: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second}, ReplayCache: 1000,
+		SyncWait: 15 * time.Second, Charge: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second, BookingWindow: o.bookingWindow}, ReplayCache: 1000,
 		Logger:     slog.New(slog.DiscardHandler),
 		Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, Runs: db, Source: "api"},
 	})

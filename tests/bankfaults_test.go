@@ -1,0 +1,81 @@
+package tests
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// A bank that behaves like a real one: it books a charge after the connection died, answers 409
+// "in progress", 503 or 429, or a body that is not JSON. Only a decline may fail a payment, and
+// no answer may make kasa move the money twice.
+func TestRealisticBankFaults(t *testing.T) {
+	t.Parallel()
+	const (
+		idem    = workflows.CapabilityIdempotent
+		inquiry = workflows.CapabilityInquiry
+		none    = workflows.CapabilityNone
+	)
+	// The late booking lands after the first inquiry (at 2 s) and inside the window (4 s).
+	late := `{"on":"charge","action":"late_booking","delay_ms":2500,"count":1}`
+	for _, c := range []struct {
+		capability workflows.Capability
+		rules      string
+		status     string // the payment's final status
+		moves      int    // times the bank moved the money
+	}{
+		{idem, late, "succeeded", 1},
+		{idem, `{"on":"charge","action":"error_409","count":1}`, "succeeded", 1},
+		{idem, `{"on":"charge","action":"error_503","count":1}`, "succeeded", 1},
+		{idem, `{"on":"charge","action":"error_429","count":1}`, "succeeded", 1},
+		{idem, `{"on":"charge","action":"garbage","count":1}`, "succeeded", 1},
+		{inquiry, late, "succeeded", 1},
+		{inquiry, `{"on":"charge","action":"error_409","count":1}`, "succeeded", 1},
+		{inquiry, `{"on":"charge","action":"error_503","count":1}`, "succeeded", 1},
+		// No money moved: the charge is re-sent once the window has passed.
+		{inquiry, `{"on":"charge","action":"error_429","count":1}`, "succeeded", 1},
+		{inquiry, `{"on":"charge","action":"garbage","count":1}`, "succeeded", 1},
+		// Inquiries answered badly are retried, never read as "no charge".
+		{inquiry, `{"on":"charge","action":"drop_response","count":1},{"on":"inquiry","action":"error_409","count":2}`, "succeeded", 1},
+		{inquiry, `{"on":"charge","action":"drop_response","count":1},{"on":"inquiry","action":"error_503","count":2}`, "succeeded", 1},
+		{inquiry, `{"on":"charge","action":"drop_response","count":1},{"on":"inquiry","action":"garbage","count":2}`, "succeeded", 1},
+		{inquiry, `{"on":"charge","action":"drop_response","count":1},{"on":"inquiry","action":"error_429","count":2}`, "succeeded", 1},
+		{none, late, "unknown", 1},
+		{none, `{"on":"charge","action":"error_409","count":1}`, "unknown", 1},
+		{none, `{"on":"charge","action":"error_503","count":1}`, "unknown", 1},
+		{none, `{"on":"charge","action":"error_429","count":1}`, "unknown", 0},
+		{none, `{"on":"charge","action":"garbage","count":1}`, "unknown", 1},
+	} {
+		t.Run(fmt.Sprintf("%s %s", c.capability, c.rules), func(t *testing.T) {
+			t.Parallel()
+			s := newStackWith(t, stackOptions{capability: c.capability, temporal: tc, bookingWindow: 4 * time.Second})
+			m := s.newMerchant()
+			acct := s.newAccount(m, "TRY", "100.00")
+			s.setFaults(`{"rules":[` + c.rules + `]}`)
+
+			r := s.pay(m, "key-1", payBody("inv-1", "40.00", "TRY", acct))
+			want := map[string]int{"succeeded": http.StatusCreated, "unknown": http.StatusAccepted}[c.status]
+			require.Equal(t, want, r.Status, "%s", r.Body)
+			p := r.json(t)
+			require.Equal(t, c.status, p["status"])
+			id := p["id"].(string)
+			// A late booking lands after the answer: wait past it before counting.
+			time.Sleep(3 * time.Second)
+			require.Equal(t, c.moves, s.simCount(id), "times the bank moved the money")
+			a := s.account(m, acct)
+			if c.status == "succeeded" {
+				require.Equal(t, "60.00", a["balance"])
+				require.Equal(t, "0.00", a["reserved"])
+			} else {
+				require.Equal(t, "100.00", a["balance"])
+				require.Equal(t, "40.00", a["reserved"], "an unknown payment keeps its hold")
+			}
+			requireVerified(t)
+		})
+	}
+}
