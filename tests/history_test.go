@@ -58,6 +58,16 @@ func TestRecordHistories(t *testing.T) {
 	require.Equal(t, "succeeded", status)
 	histories["unknown_settled"] = fetchHistory(t, ctx, wfID)
 
+	// Inquiry: the bank books the charge after the connection died; inquiries find it within
+	// the booking window, and nothing is sent again.
+	q := newStackWith(t, stackOptions{capability: workflows.CapabilityInquiry, temporal: tc, bookingWindow: 4 * time.Second})
+	qm := q.newMerchant()
+	qacct := q.newAccount(qm, "TRY", "100.00")
+	q.setFaults(`{"rules":[{"on":"charge","action":"late_booking","delay_ms":2500,"count":1}]}`)
+	r = q.pay(qm, "hist-late", payBody("hist-late", "10.00", "TRY", qacct))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	histories["inquiry_late_booking"] = fetchHistory(t, ctx, workflows.PaymentWorkflowID(mustUUID(t, qm.ID), "hist-late"))
+
 	for name, hist := range histories {
 		replayer := worker.NewWorkflowReplayer()
 		replayer.RegisterWorkflowWithOptions(workflows.PaymentWorkflow, workflowOptions())
