@@ -67,6 +67,9 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 			return nil, fmt.Errorf("initdb %s: %w\n%s", dir, err, out)
 		}
 	}
+	if err := clearStaleLocks(ctx, dir, o.Logger); err != nil {
+		return nil, err
+	}
 	if o.Port == 0 {
 		if o.Port, err = FreePort(); err != nil {
 			return nil, err

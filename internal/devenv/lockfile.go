@@ -1,0 +1,164 @@
+package devenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A PostgreSQL server keeps lock files naming its postmaster's pid: postmaster.pid in the data
+// directory and .s.PGSQL.<port>.lock beside its socket (the data directory too, here). A killed
+// server leaves them behind, and postgres refuses to start while the pid they name answers
+// kill(pid, 0): a zombie nobody has reaped yet, or a process of the postgres user that reused
+// the pid. clearStaleLocks removes the ones that are provably stale before a start.
+
+// lockState is what a lock file says about its owner.
+type lockState int
+
+const (
+	lockAbsent  lockState = iota
+	lockLive              // a postgres process working in the data directory holds it
+	lockStale             // its pid is gone, a zombie, or not a postgres working in the data directory
+	lockUnknown           // not a pid, or a process we may not inspect: postgres decides itself
+)
+
+// lockOwner says whether the lock file at path belongs to a live server of the cluster in
+// dataDir, and which pid it names.
+func lockOwner(path, dataDir string) (lockState, int) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return lockAbsent, 0
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid == 0 {
+		return lockUnknown, 0 // empty while a server starts, or not postgres's
+	}
+	if pid < 0 {
+		pid = -pid // a single-user backend writes its pid negated
+	}
+	proc := "/proc/" + strconv.Itoa(pid)
+	stat, err := os.ReadFile(proc + "/stat")
+	if errors.Is(err, os.ErrNotExist) {
+		return lockStale, pid
+	}
+	if err != nil {
+		return lockUnknown, pid
+	}
+	// The state follows the command name, which is in parentheses and may hold any byte.
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+		return lockStale, pid // it has exited; only its parent has not collected it
+	}
+	exe, err := os.Readlink(proc + "/exe")
+	if err != nil {
+		return gone(err, pid)
+	}
+	cwd, err := os.Readlink(proc + "/cwd")
+	if err != nil {
+		return gone(err, pid)
+	}
+	if real, err := filepath.EvalSymlinks(dataDir); err == nil {
+		dataDir = real
+	}
+	// The postmaster and every backend work in their data directory.
+	if filepath.Base(strings.TrimSuffix(exe, " (deleted)")) == "postgres" && cwd == dataDir {
+		return lockLive, pid
+	}
+	return lockStale, pid
+}
+
+// gone reads an error inspecting pid's /proc entry: the process exited meanwhile (or is a
+// kernel thread), or it is another user's.
+func gone(err error, pid int) (lockState, int) {
+	if errors.Is(err, os.ErrNotExist) {
+		return lockStale, pid
+	}
+	return lockUnknown, pid
+}
+
+// clearStaleLocks removes the lock files a killed server left in dir, so that a start right after
+// a SIGKILL works, and fails when a server still runs on dir. A file is removed only when its pid
+// is provably not a postgres of dir, and once no process is attached to the shared memory that
+// postmaster.pid names: backends outliving their postmaster keep it attached until they notice,
+// and postgres refuses to start beside them.
+func clearStaleLocks(ctx context.Context, dir string, log *slog.Logger) error {
+	if runtime.GOOS != "linux" {
+		return nil // no /proc to tell: postgres decides alone
+	}
+	pidFile := filepath.Join(dir, "postmaster.pid")
+	sockets, _ := filepath.Glob(filepath.Join(dir, ".s.PGSQL.*.lock"))
+	for _, path := range append([]string{pidFile}, sockets...) {
+		state, pid := lockOwner(path, dir)
+		switch state {
+		case lockLive:
+			return fmt.Errorf("PostgreSQL (pid %d) is already running on %s: stop it (kill -INT %d) or use another data directory", pid, dir, pid)
+		case lockUnknown:
+			return nil
+		case lockStale:
+			if path == pidFile {
+				if err := waitDetached(ctx, pidFile); err != nil {
+					return err
+				}
+			}
+			log.Info("removing the lock file of a stopped PostgreSQL", "file", path, "pid", pid)
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// waitDetached waits, for a few seconds, until no process is attached to the System V shared
+// memory segment whose key and id are on the seventh line of postmaster.pid.
+func waitDetached(ctx context.Context, pidFile string) error {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return err
+	}
+	var key, id int64
+	if lines := strings.Split(string(b), "\n"); len(lines) < 7 {
+		return nil // the server died before it made its shared memory
+	} else if _, err := fmt.Sscan(lines[6], &key, &id); err != nil {
+		return nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := shmAttached(id)
+		if err != nil || n == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d processes of a killed PostgreSQL server still use its shared memory (id %d): stop the postgres processes working in %s", n, id, filepath.Dir(pidFile))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// shmAttached counts the processes attached to the shared memory segment id (0 once it is gone).
+func shmAttached(id int64) (int, error) {
+	b, err := os.ReadFile("/proc/sysvipc/shm")
+	if err != nil {
+		return 0, err
+	}
+	want := strconv.FormatInt(id, 10)
+	for _, line := range strings.Split(string(b), "\n") {
+		// key shmid perms size cpid lpid nattch ...
+		if f := strings.Fields(line); len(f) > 6 && f[1] == want {
+			return strconv.Atoi(f[6])
+		}
+	}
+	return 0, nil
+}
