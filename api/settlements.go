@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
@@ -41,8 +42,9 @@ var errNoReconciler = errors.New("settlement import is not configured on this se
 // 200 whatever it found (report.ok says whether mismatches are left), 400
 // invalid_settlement_file listing every line error (nothing changed then).
 //
-// Query parameters, both optional and repeatable: date=YYYY-MM-DD declares the days the file
-// covers (needed for a file without lines); merchant_id limits the coverage checks to merchants.
+// Query parameters, optional: date=YYYY-MM-DD (repeatable) declares the days the file covers;
+// merchant_id (repeatable) limits the coverage checks to merchants; dry_run=true reports what
+// the import would do and changes nothing.
 func (s *Server) settlements(c *gin.Context) {
 	if s.Reconciler == nil {
 		s.writeError(c, errNoReconciler)
@@ -71,6 +73,13 @@ func (s *Server) settlements(c *gin.Context) {
 		}
 		opts.Merchants = append(opts.Merchants, id)
 	}
+	if v := c.Query("dry_run"); v != "" {
+		dry, err := strconv.ParseBool(v)
+		if err != nil {
+			ve.Fields = append(ve.Fields, payment.FieldError{Field: "dry_run", Message: "must be true or false"})
+		}
+		opts.DryRun = dry
+	}
 	if len(ve.Fields) > 0 {
 		s.writeError(c, &ve)
 		return
@@ -90,7 +99,7 @@ func (s *Server) settlements(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	s.log.Info("settlement file imported", "request_id", requestID(c), "days", report.Days, "lines", report.Lines,
+	s.log.Info("settlement file imported", "request_id", requestID(c), "dry_run", report.DryRun, "days", report.Days, "lines", report.Lines,
 		"ok", report.OK(), "resolved_charged", report.Counts.ResolvedCharged,
 		"resolved_not_charged", report.Counts.ResolvedNotCharged, "mismatches", report.Counts.Mismatches)
 	writeJSON(c, http.StatusOK, report)

@@ -33,7 +33,7 @@ func (p *parseOnly) Import(_ context.Context, f io.Reader, o reconcile.Options) 
 	if err != nil {
 		return nil, err
 	}
-	r := &reconcile.Report{Days: o.Days, Lines: len(lines)}
+	r := &reconcile.Report{DryRun: o.DryRun, Days: o.Days, Lines: len(lines)}
 	r.Counts.Matched = len(lines)
 	return r, nil
 }
@@ -67,6 +67,13 @@ func TestSettlementsEndpoint(t *testing.T) {
 	require.Equal(t, float64(1), body["lines"])
 	require.Equal(t, []reconcile.Day{"2025-03-01"}, rc.got.Days)
 	require.Equal(t, "0192f1f0-0000-7000-8000-00000000000a", rc.got.Merchants[0].String())
+	require.False(t, rc.got.DryRun)
+	require.Equal(t, false, body["dry_run"])
+
+	rec, body = postSettlement(t, h, "?dry_run=true", "text/csv", settlementCSV)
+	require.Equal(t, http.StatusOK, rec.Code, "%s", rec.Body)
+	require.True(t, rc.got.DryRun)
+	require.Equal(t, true, body["dry_run"], "the report says it was a dry run")
 
 	bad := settlementCSV + "2025-03-01,ch_2,0192f1f0-7d0c-7a39-9c5e-8f6a8b0a1c02,10.001,TRY,settled\n2025-03-01,ch_3,nope,1,TRY,paid\n"
 	rec, body = postSettlement(t, h, "", "text/csv", bad)
@@ -87,10 +94,11 @@ func TestSettlementsEndpoint(t *testing.T) {
 	rec, _ = postSettlement(t, h, "", "", settlementCSV)
 	require.Equal(t, http.StatusUnsupportedMediaType, rec.Code)
 
-	rec, body = postSettlement(t, h, "?date=yesterday&merchant_id=acme", "text/csv", settlementCSV)
+	rec, body = postSettlement(t, h, "?date=yesterday&merchant_id=acme&dry_run=maybe", "text/csv", settlementCSV)
 	require.Equal(t, http.StatusBadRequest, rec.Code)
 	require.Equal(t, "invalid_request", body["code"])
-	require.Len(t, body["errors"], 2)
+	require.Len(t, body["errors"], 3)
+	require.Equal(t, map[string]any{"field": "dry_run", "message": "must be true or false"}, body["errors"].([]any)[2])
 
 	big := settlementCSV + strings.Repeat("x", MaxSettlementBytes)
 	rec, body = postSettlement(t, h, "", "text/csv", big)

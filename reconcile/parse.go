@@ -26,6 +26,12 @@ var Header = []string{"settlement_date", "provider_charge_id", "reference", "amo
 // StatusSettled is the only status a settlement line may carry.
 const StatusSettled = "settled"
 
+// TrailerTag starts a trailer row: `trailer,<YYYY-MM-DD>,<lines>,<as_of>` says the file holds
+// every settlement the bank booked on that day up to as_of (RFC 3339), and how many lines that
+// is. Only a day with a trailer can prove that an unlisted payment was not charged: a file cut
+// short at a line boundary still parses, but loses its trailer (docs/operations.md).
+const TrailerTag = "trailer"
+
 // MaxErrors bounds how many line errors a FileError lists; the rest are only counted.
 const MaxErrors = 100
 
@@ -40,6 +46,12 @@ func (d Day) Start() time.Time {
 	t, _ := time.Parse(time.DateOnly, string(d))
 	return t
 }
+
+// End is the next day's first instant (UTC).
+func (d Day) End() time.Time { return d.Start().AddDate(0, 0, 1) }
+
+// Next is the following day.
+func (d Day) Next() Day { return DayOf(d.End()) }
 
 // ParseDay accepts exactly YYYY-MM-DD.
 func ParseDay(s string) (Day, error) {
@@ -66,6 +78,22 @@ type Line struct {
 
 // Amount renders the line's amount in major units.
 func (l Line) Amount() string { return payment.FormatAmount(l.AmountMinor, l.Currency) }
+
+// Trailer is a file's declaration that it is complete for Day up to AsOf: it lists every
+// settlement the bank booked on Day until then, Lines of them.
+type Trailer struct {
+	Number int       `json:"line"` // line number in the file
+	Day    Day       `json:"day"`
+	Lines  int       `json:"lines"`
+	AsOf   time.Time `json:"as_of"`
+}
+
+// File is a parsed settlement file: its lines and the trailers declaring it complete (none in
+// a file without trailers, which can only say what was charged).
+type File struct {
+	Lines    []Line
+	Trailers []Trailer
+}
 
 // LineError is one problem of a settlement file, at a line (0: the file as a whole).
 type LineError struct {
@@ -135,20 +163,31 @@ func (e *FileError) add(line int, field, msg string) {
 	e.Errors = append(e.Errors, LineError{Line: line, Field: field, Message: msg})
 }
 
-// Parse reads a settlement CSV strictly: the header row exactly as Header (a UTF-8 byte order
-// mark before it is tolerated), six fields on every line, each validated, amounts parsed
-// exactly for the currency's exponent, and each reference at most once. Every problem is
-// collected with its line number into a *FileError; a read failure is returned as is.
+// Parse reads a settlement file's lines (ParseFile without the trailers).
 func Parse(r io.Reader) ([]Line, error) {
+	f, err := ParseFile(r)
+	if err != nil {
+		return nil, err
+	}
+	return f.Lines, nil
+}
+
+// ParseFile reads a settlement CSV strictly: the header row exactly as Header (a UTF-8 byte
+// order mark before it is tolerated), six fields on every line, each validated, amounts parsed
+// exactly for the currency's exponent, and each reference at most once; then the trailers, if
+// any: at most one per day, each counting exactly its day's lines, and every line's day with a
+// trailer. Every problem is collected with its line number into a *FileError; a read failure is
+// returned as is.
+func ParseFile(r io.Reader) (*File, error) {
 	br := &bomSkipper{r: r}
 	cr := csv.NewReader(br)
-	cr.FieldsPerRecord = len(Header)
+	cr.FieldsPerRecord = -1 // a trailer may be shorter; counted below
 	cr.ReuseRecord = true
 
 	var (
-		fe    FileError
-		lines []Line
-		seen  = map[uuid.UUID]int{}
+		fe   FileError
+		f    File
+		seen = map[uuid.UUID]int{}
 	)
 	header := true
 	for {
@@ -160,14 +199,20 @@ func Parse(r io.Reader) ([]Line, error) {
 		if err != nil && !errors.As(err, &pe) {
 			return nil, fmt.Errorf("read settlement file: %w", err)
 		}
-		if err != nil && !errors.Is(pe.Err, csv.ErrFieldCount) {
+		if err != nil {
 			// A syntax error (a stray quote...): the rest of the file cannot be trusted to be
 			// split into the same records, so stop here.
 			fe.add(pe.StartLine, "", "malformed CSV: "+pe.Err.Error())
 			break
 		}
 		num, _ := cr.FieldPos(0)
-		if err != nil {
+		if !header && rec[0] == TrailerTag {
+			if t, ok := parseTrailer(num, rec, &fe); ok {
+				f.Trailers = append(f.Trailers, t)
+			}
+			continue
+		}
+		if len(rec) != len(Header) {
 			fe.add(num, "", fmt.Sprintf("want %d fields, got %d", len(Header), len(rec)))
 			header = false
 			continue
@@ -188,15 +233,77 @@ func Parse(r io.Reader) ([]Line, error) {
 			continue
 		}
 		seen[l.Reference] = num
-		lines = append(lines, l)
+		f.Lines = append(f.Lines, l)
 	}
 	if header {
 		fe.add(1, "header", "missing: the file is empty (want "+strings.Join(Header, ",")+")")
 	}
+	if len(fe.Errors) == 0 {
+		checkTrailers(&f, &fe)
+	}
 	if len(fe.Errors) > 0 {
 		return nil, &fe
 	}
-	return lines, nil
+	return &f, nil
+}
+
+// parseTrailer reads `trailer,<day>,<lines>,<as_of>`; further fields, if any, must be empty
+// (a trailer written with as many fields as the header).
+func parseTrailer(num int, rec []string, fe *FileError) (Trailer, bool) {
+	t := Trailer{Number: num}
+	before := len(fe.Errors) + fe.Omitted
+	if len(rec) < 4 || strings.Join(rec[4:], "") != "" {
+		fe.add(num, TrailerTag, "want "+TrailerTag+",<YYYY-MM-DD>,<number of lines>,<as_of RFC 3339>")
+		return t, false
+	}
+	if d, err := ParseDay(rec[1]); err != nil {
+		fe.add(num, TrailerTag, "day: "+err.Error())
+	} else {
+		t.Day = d
+	}
+	if n, err := strconv.Atoi(rec[2]); err != nil || n < 0 || strconv.Itoa(n) != rec[2] {
+		fe.add(num, TrailerTag, fmt.Sprintf("lines: %q must be a whole number", rec[2]))
+	} else {
+		t.Lines = n
+	}
+	switch at, err := time.Parse(time.RFC3339Nano, rec[3]); {
+	case err != nil:
+		fe.add(num, TrailerTag, fmt.Sprintf("as_of: %q must be an RFC 3339 time", rec[3]))
+	case t.Day != "" && at.Before(t.Day.Start()):
+		fe.add(num, TrailerTag, fmt.Sprintf("as_of: %s is before %s begins", rec[3], t.Day))
+	default:
+		t.AsOf = at.UTC()
+	}
+	return t, len(fe.Errors)+fe.Omitted == before
+}
+
+// checkTrailers holds a file with trailers to them: one per day, each counting its day's lines
+// exactly, and no line on a day without one. A file whose trailer disagrees with its lines was
+// damaged or assembled wrongly; it is refused whole.
+func checkTrailers(f *File, fe *FileError) {
+	if len(f.Trailers) == 0 {
+		return
+	}
+	perDay := map[Day]int{}
+	for _, l := range f.Lines {
+		perDay[l.SettlementDate]++
+	}
+	declared := map[Day]int{}
+	for _, t := range f.Trailers {
+		if first, dup := declared[t.Day]; dup {
+			fe.add(t.Number, TrailerTag, fmt.Sprintf("a second trailer for %s (the first is on line %d)", t.Day, first))
+			continue
+		}
+		declared[t.Day] = t.Number
+		if n := perDay[t.Day]; n != t.Lines {
+			fe.add(t.Number, TrailerTag, fmt.Sprintf("declares %d line(s) for %s, the file has %d: it is incomplete or damaged", t.Lines, t.Day, n))
+		}
+	}
+	for _, l := range f.Lines {
+		if _, ok := declared[l.SettlementDate]; !ok {
+			fe.add(l.Number, "settlement_date", fmt.Sprintf("%s has no trailer, but the file has trailers for other days", l.SettlementDate))
+		}
+	}
 }
 
 func parseLine(num int, rec []string, fe *FileError) (Line, bool) {
@@ -297,8 +404,9 @@ func (b *bomSkipper) Read(p []byte) (int, error) {
 	return b.r.Read(p)
 }
 
-// Write renders lines as a settlement CSV (header included), the inverse of Parse.
-func Write(w io.Writer, lines []Line) error {
+// Write renders lines as a settlement CSV (header included) followed by the trailers, the
+// inverse of ParseFile.
+func Write(w io.Writer, lines []Line, trailers ...Trailer) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(Header); err != nil {
 		return err
@@ -308,6 +416,16 @@ func Write(w io.Writer, lines []Line) error {
 			return err
 		}
 	}
+	for _, t := range trailers {
+		if err := cw.Write(TrailerRow(t.Day, t.Lines, t.AsOf)); err != nil {
+			return err
+		}
+	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// TrailerRow is the trailer for day: n lines, complete up to asOf (as many fields as the header).
+func TrailerRow(day Day, n int, asOf time.Time) []string {
+	return []string{TrailerTag, string(day), strconv.Itoa(n), asOf.UTC().Format(time.RFC3339Nano), "", ""}
 }

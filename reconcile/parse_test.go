@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -40,6 +41,33 @@ func TestParseValid(t *testing.T) {
 		again[i].Number = lines[i].Number
 	}
 	require.Equal(t, lines, again, "Write is Parse's inverse")
+}
+
+func TestParseTrailers(t *testing.T) {
+	t.Parallel()
+	in := hdr + "2025-03-01,ch_1," + ref1 + ",10.00,TRY,settled\n" +
+		"2025-03-02,ch_2," + ref2 + ",10.00,TRY,settled\n" +
+		"trailer,2025-03-01,1,2025-03-02T00:05:00Z,,\n" +
+		"trailer,2025-03-02,1,2025-03-02T12:00:00.5+03:00\n" + // as many fields as the header, or four
+		"trailer,2025-03-03,0,2025-03-04T00:00:00Z,,\n" // nothing settled that day
+	f, err := ParseFile(strings.NewReader(in))
+	require.NoError(t, err)
+	require.Len(t, f.Lines, 2)
+	require.Equal(t, []Trailer{
+		{Number: 4, Day: "2025-03-01", Lines: 1, AsOf: time.Date(2025, 3, 2, 0, 5, 0, 0, time.UTC)},
+		{Number: 5, Day: "2025-03-02", Lines: 1, AsOf: time.Date(2025, 3, 2, 9, 0, 0, 5e8, time.UTC)},
+		{Number: 6, Day: "2025-03-03", Lines: 0, AsOf: time.Date(2025, 3, 4, 0, 0, 0, 0, time.UTC)},
+	}, f.Trailers)
+
+	var buf bytes.Buffer
+	require.NoError(t, Write(&buf, f.Lines, f.Trailers...))
+	again, err := ParseFile(&buf)
+	require.NoError(t, err)
+	require.Equal(t, f, again, "Write is ParseFile's inverse")
+
+	f, err = ParseFile(strings.NewReader(hdr + "2025-03-01,ch_1," + ref1 + ",10.00,TRY,settled\n"))
+	require.NoError(t, err)
+	require.Empty(t, f.Trailers, "a file without a trailer parses: it lists charges, and proves nothing complete")
 }
 
 func TestParseHeaderOnly(t *testing.T) {
@@ -83,6 +111,19 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate reference", hdr + ok(ref1) + ok(ref2) + strings.Replace(ok(ref1), "ch_1", "ch_9", 1),
 			[]string{"line 4: reference: " + ref1 + " is also on line 2"}},
 		{"stray quote", hdr + ok(ref1) + "2025-03-01,ch\"2," + ref2 + ",10.00,TRY,settled\n", []string{"line 3: malformed CSV"}},
+		{"trailer too short", hdr + ok(ref1) + "trailer,2025-03-01,1\n", []string{"line 3: trailer: want trailer,<YYYY-MM-DD>,<number of lines>,<as_of RFC 3339>"}},
+		{"trailer with more", hdr + ok(ref1) + "trailer,2025-03-01,1,2025-03-02T00:00:00Z,x,\n", []string{"line 3: trailer: want"}},
+		{"trailer fields", hdr + "trailer,2025-3-1,-1,yesterday\n",
+			[]string{"line 2: trailer: day:", `line 2: trailer: lines: "-1"`, `line 2: trailer: as_of: "yesterday"`}},
+		{"trailer before its day", hdr + ok(ref1) + "trailer,2025-03-01,1,2025-02-28T23:59:59Z\n", []string{"line 3: trailer: as_of: 2025-02-28T23:59:59Z is before 2025-03-01"}},
+		{"trailer counts more lines: cut short", hdr + ok(ref1) + "trailer,2025-03-01,2,2025-03-02T00:00:00Z,,\n",
+			[]string{"line 3: trailer: declares 2 line(s) for 2025-03-01, the file has 1: it is incomplete or damaged"}},
+		{"trailer counts fewer lines", hdr + ok(ref1) + ok(ref2) + "trailer,2025-03-01,1,2025-03-02T00:00:00Z,,\n", []string{"line 4: trailer: declares 1 line(s)"}},
+		{"trailer for another day", hdr + ok(ref1) + "trailer,2025-03-02,0,2025-03-03T00:00:00Z,,\n",
+			[]string{"line 2: settlement_date: 2025-03-01 has no trailer, but the file has trailers for other days"}},
+		{"two trailers for a day", hdr + "trailer,2025-03-01,0,2025-03-02T00:00:00Z\ntrailer,2025-03-01,0,2025-03-02T00:00:00Z\n",
+			[]string{"line 3: trailer: a second trailer for 2025-03-01 (the first is on line 2)"}},
+		{"trailer instead of the header", "trailer,2025-03-01,0,2025-03-02T00:00:00Z\n", []string{"line 1: want 6 fields, got 4"}},
 		{"every problem of a line and of every line", hdr +
 			"2025-13-01,ch_1,nope,10.00,XXX,paid\n" + ok(ref1) + "2025-03-01,ch_2," + ref2 + ",abc,TRY,settled\n",
 			[]string{"line 2: settlement_date:", "line 2: reference:", "line 2: currency:", "line 2: status:", "line 4: amount:"}},
@@ -138,10 +179,11 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(hdr + "2025-03-01,ch_1," + ref1 + ",1000.50,TRY,settled\n"))
 	f.Add([]byte(hdr + "2025-03-01,ch_1," + ref1 + ",15,JPY,settled\n2025-03-01,ch_1," + ref1 + ",15,JPY,settled\n"))
 	f.Add([]byte("\xEF\xBB\xBF" + hdr + `"2025-03-01","c""h",` + ref2 + `,"1.234",kwd,settled`))
+	f.Add([]byte(hdr + "2025-03-01,ch_1," + ref1 + ",15,JPY,settled\ntrailer,2025-03-01,1,2025-03-02T00:00:00Z,,\n"))
 	f.Add([]byte("a,b\n\"unterminated"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		lines, err := Parse(bytes.NewReader(data))
+		f, err := ParseFile(bytes.NewReader(data))
 		if err != nil {
 			var fe *FileError
 			if !errors.As(err, &fe) || len(fe.Errors) == 0 {
@@ -149,6 +191,7 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
+		lines := f.Lines
 		seen := map[uuid.UUID]bool{}
 		for _, l := range lines {
 			if l.AmountMinor <= 0 || l.Status != StatusSettled || l.ProviderChargeID == "" || seen[l.Reference] {
@@ -158,13 +201,14 @@ func FuzzParse(f *testing.F) {
 		}
 		// What Parse accepts, Write renders back to the same lines.
 		var buf bytes.Buffer
-		if err := Write(&buf, lines); err != nil {
+		if err := Write(&buf, lines, f.Trailers...); err != nil {
 			t.Fatal(err)
 		}
-		again, err := Parse(&buf)
-		if err != nil || len(again) != len(lines) {
+		back, err := ParseFile(&buf)
+		if err != nil || len(back.Lines) != len(lines) || len(back.Trailers) != len(f.Trailers) {
 			t.Fatalf("re-parse of the rendered file: %v", err)
 		}
+		again := back.Lines
 		for i := range lines {
 			a, b := lines[i], again[i]
 			a.Number, b.Number = 0, 0

@@ -40,6 +40,7 @@ type Settler interface {
 const (
 	DefaultConcurrency   = 8
 	DefaultSettleTimeout = time.Minute
+	DefaultBookingWindow = 30 * time.Second
 	batchSize            = 500
 )
 
@@ -56,6 +57,10 @@ type Reconciler struct {
 	// SettleTimeout bounds one settle update; a payment whose workflow does not answer in time
 	// (no worker polls its task queue...) is reported as settle_failed. Default DefaultSettleTimeout.
 	SettleTimeout time.Duration
+	// BookingWindow is how long the bank may take to book a charge after kasa stopped waiting
+	// for it (KASA_PROVIDER_BOOKING_WINDOW); an unlisted payment is decided only once the file
+	// covers that long after its last change. Default DefaultBookingWindow.
+	BookingWindow time.Duration
 	Logger        *slog.Logger
 	// Runs, when set, keeps every finished reconciliation (the audit trail and the outcome
 	// metrics); Source says who ran it ("cli" or "api").
@@ -80,16 +85,19 @@ type Options struct {
 	Merchants []uuid.UUID
 	// Progress, when set, is called as lines are matched (done of total).
 	Progress func(done, total int)
+	// DryRun matches everything and reports what the import would do, but settles nothing and
+	// records no run.
+	DryRun bool
 }
 
 // Import parses a settlement file and reconciles it. A file that does not parse is a
 // *FileError and changes nothing.
 func (r *Reconciler) Import(ctx context.Context, f io.Reader, o Options) (*Report, error) {
-	lines, err := Parse(f)
+	file, err := ParseFile(f)
 	if err != nil {
 		return nil, err
 	}
-	return r.Reconcile(ctx, lines, o)
+	return r.Reconcile(ctx, file, o)
 }
 
 // Reconcile matches parsed lines to payments (see the package documentation and docs/operations.md):
@@ -99,26 +107,39 @@ func (r *Reconciler) Import(ctx context.Context, f io.Reader, o Options) (*Repor
 //   - listed with another amount or currency, listed but failed, or listed without a payment:
 //     a mismatch, and the payment is left as it is;
 //   - listed and processing: pending;
-//   - unknown, created on a covered day, whose whole charge window (creation to being marked
-//     unknown) lies in covered days, and not listed: settled as not charged;
-//   - succeeded with its whole charge window in covered days, and not listed: a mismatch.
+//   - not listed, unknown or succeeded, created on a covered day: its charge window runs from
+//     its creation to the booking window after its last change (when it became unknown, or
+//     succeeded). Only once the file covers that whole window is it decided: unknown and every
+//     day of the window complete by a trailer: settled as not charged; succeeded: a mismatch.
+//     Otherwise it is pending, with the reason.
 //
 // A settlement the workflow refuses because the payment is no longer unknown (a concurrent or
 // earlier import, an operator) is not an error: the payment is re-read and matched as it is now.
 // The error is non-nil only when the import could not run (database or Temporal unavailable);
 // what it settled before that stays settled, and a re-run continues safely.
-func (r *Reconciler) Reconcile(ctx context.Context, lines []Line, o Options) (*Report, error) {
-	days, err := coveredDays(lines, o.Days)
+func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report, error) {
+	lines := f.Lines
+	days, err := coveredDays(f, o.Days)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	run := &run{r: r, ctx: ctx, cancel: cancel, covered: map[Day]bool{}, listed: make(map[uuid.UUID]bool, len(lines))}
+	run := &run{r: r, ctx: ctx, cancel: cancel, dry: o.DryRun, now: time.Now(), window: r.BookingWindow,
+		covered: map[Day]bool{}, complete: map[Day]time.Time{}, listed: make(map[uuid.UUID]bool, len(lines))}
+	if run.window <= 0 {
+		run.window = DefaultBookingWindow
+	}
+	run.report.DryRun = o.DryRun
 	run.report.Days = days
 	run.report.Lines = len(lines)
 	for _, d := range days {
 		run.covered[d] = true
+	}
+	for _, t := range f.Trailers {
+		// The file cannot know what was booked after it was read.
+		run.complete[t.Day] = earliest(t.AsOf, run.now)
+		run.report.Complete = append(run.report.Complete, Completeness{Day: t.Day, AsOf: t.AsOf})
 	}
 	for _, m := range o.Merchants {
 		run.report.Merchants = append(run.report.Merchants, m.String())
@@ -186,7 +207,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, lines []Line, o Options) (*R
 		return nil, run.abort(err)
 	}
 	run.report.sort()
-	r.record(ctx, &run.report)
+	if !o.DryRun {
+		r.record(ctx, &run.report)
+	}
 	return &run.report, nil
 }
 
@@ -214,9 +237,9 @@ func (r *Reconciler) record(ctx context.Context, rep *Report) {
 	}
 }
 
-// coveredDays is the declared days, or the days of the lines; with declared days every line
-// must fall on one of them.
-func coveredDays(lines []Line, declared []Day) ([]Day, error) {
+// coveredDays is the declared days, or the days of the lines and trailers; with declared days
+// every line and trailer must fall on one of them.
+func coveredDays(f *File, declared []Day) ([]Day, error) {
 	set := map[Day]bool{}
 	for _, d := range declared {
 		if _, err := ParseDay(string(d)); err != nil {
@@ -226,17 +249,25 @@ func coveredDays(lines []Line, declared []Day) ([]Day, error) {
 	}
 	if len(declared) > 0 {
 		var fe FileError
-		for _, l := range lines {
+		for _, l := range f.Lines {
 			if !set[l.SettlementDate] {
 				fe.add(l.Number, "settlement_date", fmt.Sprintf("%s is not one of the declared days", l.SettlementDate))
+			}
+		}
+		for _, t := range f.Trailers {
+			if !set[t.Day] {
+				fe.add(t.Number, TrailerTag, fmt.Sprintf("the file is for %s, not one of the declared days", t.Day))
 			}
 		}
 		if len(fe.Errors) > 0 {
 			return nil, &fe
 		}
 	} else {
-		for _, l := range lines {
+		for _, l := range f.Lines {
 			set[l.SettlementDate] = true
+		}
+		for _, t := range f.Trailers {
+			set[t.Day] = true
 		}
 	}
 	days := make([]Day, 0, len(set))
@@ -249,13 +280,17 @@ func coveredDays(lines []Line, declared []Day) ([]Day, error) {
 
 // run is one import in progress.
 type run struct {
-	r       *Reconciler
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	covered map[Day]bool
-	listed  map[uuid.UUID]bool
-	sem     chan struct{}
-	wg      sync.WaitGroup
+	r        *Reconciler
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	dry      bool
+	now      time.Time
+	window   time.Duration
+	covered  map[Day]bool
+	complete map[Day]time.Time // days with a trailer: complete up to then (never after now)
+	listed   map[uuid.UUID]bool
+	sem      chan struct{}
+	wg       sync.WaitGroup
 
 	mu     sync.Mutex
 	report Report
@@ -283,6 +318,20 @@ func (run *run) count(f func(*Counts)) {
 	run.mu.Lock()
 	defer run.mu.Unlock()
 	f(&run.report.Counts)
+}
+
+// resolved records a payment settled (or, in a dry run, that would be).
+func (run *run) resolved(p payment.Payment, st workflows.Settlement, line int, chargeID string) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if st.Outcome == workflows.OutcomeCharged {
+		run.report.Counts.ResolvedCharged++
+	} else {
+		run.report.Counts.ResolvedNotCharged++
+	}
+	ref := p.ID.String()
+	run.report.Resolved = append(run.report.Resolved, Resolution{Outcome: st.Outcome, Line: line, Reference: ref, PaymentID: ref,
+		MerchantID: p.MerchantID.String(), WorkflowID: workflowID(p), ProviderChargeID: chargeID})
 }
 
 // matchLine classifies a listed payment; settle is false once a settlement was refused (the
@@ -316,7 +365,7 @@ func (run *run) matchLine(l Line, p payment.Payment, settle bool) {
 			Note: fmt.Sprintf("reconciliation: settlement file line %d, settled %s", l.Number, l.SettlementDate)}
 		run.settle(p, st, func(status string) {
 			if status == string(payment.StatusSucceeded) {
-				run.count(func(c *Counts) { c.ResolvedCharged++ })
+				run.resolved(p, st, l.Number, l.ProviderChargeID)
 				return
 			}
 			m.Kind, m.Expected, m.Found = KindSettleFailed, "unknown, settled as charged", "the workflow answered "+status
@@ -329,24 +378,52 @@ func (run *run) matchLine(l Line, p payment.Payment, settle bool) {
 }
 
 // checkUnlisted handles an unknown or succeeded payment created on a covered day that the file
-// does not list.
+// does not list. Its charge, if any, was booked between its creation and the booking window
+// after its last change (payments.updated_at: when it became unknown, or succeeded; kasa
+// records no later attempt). The file decides it only if it covers that whole window, and
+// releases it only if every day of the window is complete by a trailer.
 func (run *run) checkUnlisted(p payment.Payment) {
-	from, to := DayOf(p.CreatedAt), DayOf(p.UpdatedAt)
-	var missing []Day
-	for d := from; d <= to; d = DayOf(d.Start().AddDate(0, 0, 1)) {
+	bookBy := p.UpdatedAt.Add(run.window)
+	var missing, open, unproven []Day
+	for d := DayOf(p.CreatedAt); d <= DayOf(bookBy); d = d.Next() {
 		if !run.covered[d] {
 			missing = append(missing, d)
+			continue
+		}
+		asOf, ok := run.complete[d]
+		if !ok {
+			asOf = run.now
+			unproven = append(unproven, d)
+		}
+		if asOf.Before(earliest(d.End(), bookBy)) {
+			open = append(open, d)
 		}
 	}
 	ref := p.ID.String()
 	m := Mismatch{Reference: ref, PaymentID: ref, MerchantID: p.MerchantID.String(), WorkflowID: workflowID(p)}
-	if len(missing) > 0 {
+	pend := Pending{Reference: ref, PaymentID: ref, MerchantID: m.MerchantID, WorkflowID: m.WorkflowID, Status: string(p.Status)}
+	window := fmt.Sprintf("created %s, last changed %s, the bank may book it until %s",
+		payment.FormatTime(p.CreatedAt), payment.FormatTime(p.UpdatedAt), payment.FormatTime(bookBy))
+	switch {
+	case len(missing) > 0:
 		// The charge may have happened on a day this file does not cover: deciding "not
 		// charged" (or "missing") from it could release money the bank did take.
-		run.pending(Pending{Reason: ReasonWindowNotCovered, Reference: ref, PaymentID: ref, MerchantID: m.MerchantID,
-			WorkflowID: m.WorkflowID, Status: string(p.Status),
-			Detail: fmt.Sprintf("created %s, last changed %s: the file does not cover %s",
-				payment.FormatTime(p.CreatedAt), payment.FormatTime(p.UpdatedAt), joinDays(missing))})
+		pend.Reason, pend.Detail = ReasonWindowNotCovered, window+": the file does not cover "+joinDays(missing)
+		run.pending(pend)
+		return
+	case len(open) > 0:
+		// The bank may still book it, or booked it after the file was made.
+		pend.Reason, pend.Detail = ReasonBookingWindow, window+": import a file made after that"
+		if run.now.Before(bookBy) {
+			pend.Detail = window + ": import again after that"
+		}
+		run.pending(pend)
+		return
+	case p.Status == payment.StatusUnknown && len(unproven) > 0:
+		// Without a trailer the file may have been cut short: its silence proves nothing.
+		pend.Reason, pend.Detail = ReasonFileNotComplete, "the file has no trailer for "+joinDays(unproven)+
+			": it may be cut short, so it cannot prove the payment was not charged"
+		run.pending(pend)
 		return
 	}
 	switch p.Status {
@@ -358,7 +435,7 @@ func (run *run) checkUnlisted(p payment.Payment) {
 			Note: "reconciliation: not in the settlement file for " + joinDays(run.report.Days)}
 		run.settle(p, st, func(status string) {
 			if status == string(payment.StatusFailed) {
-				run.count(func(c *Counts) { c.ResolvedNotCharged++ })
+				run.resolved(p, st, 0, "")
 				return
 			}
 			m.Kind, m.Expected, m.Found = KindSettleFailed, "unknown, settled as not charged", "the workflow answered "+status
@@ -382,6 +459,15 @@ func (run *run) checkUnlisted(p payment.Payment) {
 // settlement because the payment is no longer unknown. Other failures are settle_failed
 // mismatches built on m; an unavailable Temporal or database aborts the import.
 func (run *run) settle(p payment.Payment, st workflows.Settlement, done func(status string), refused func(payment.Payment), m *Mismatch) {
+	if run.dry {
+		// What the workflow answers when it accepts the settlement.
+		if st.Outcome == workflows.OutcomeCharged {
+			done(string(payment.StatusSucceeded))
+		} else {
+			done(string(payment.StatusFailed))
+		}
+		return
+	}
 	select {
 	case run.sem <- struct{}{}:
 	case <-run.ctx.Done():
@@ -471,6 +557,13 @@ func describePayment(p payment.Payment) string {
 
 func describeLine(l Line) string {
 	return fmt.Sprintf("%s %s %s on %s, charge %s", l.Status, l.Amount(), l.Currency, l.SettlementDate, l.ProviderChargeID)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func joinDays(days []Day) string {

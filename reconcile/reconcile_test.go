@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -150,6 +151,21 @@ func line(n int, p payment.Payment, d Day) Line {
 		AmountMinor: p.AmountMinor, Currency: p.Currency, Status: StatusSettled}
 }
 
+// fileOf is a file of lines with a trailer for each of days: complete for the whole day.
+func fileOf(lines []Line, days ...Day) *File {
+	f := &File{Lines: lines}
+	for _, d := range days {
+		n := 0
+		for _, l := range lines {
+			if l.SettlementDate == d {
+				n++
+			}
+		}
+		f.Trailers = append(f.Trailers, Trailer{Day: d, Lines: n, AsOf: d.End().Add(time.Hour)})
+	}
+	return f
+}
+
 func kinds(r *Report) map[string]string {
 	out := map[string]string{}
 	for _, m := range r.Mismatches {
@@ -194,7 +210,7 @@ func TestReconcileClassifies(t *testing.T) {
 
 	var progress [][2]int
 	r := &Reconciler{Store: b, Settler: b}
-	rep, err := r.Reconcile(context.Background(), lines, Options{Progress: func(done, total int) { progress = append(progress, [2]int{done, total}) }})
+	rep, err := r.Reconcile(context.Background(), fileOf(lines, d), Options{Progress: func(done, total int) { progress = append(progress, [2]int{done, total}) }})
 	require.NoError(t, err)
 
 	require.Equal(t, []Day{d}, rep.Days)
@@ -257,7 +273,7 @@ func TestReconcileTwiceChangesNothing(t *testing.T) {
 	lines := []Line{line(2, listed, "2025-03-01"), line(3, ok, "2025-03-01")}
 	r := &Reconciler{Store: b, Settler: b}
 
-	first, err := r.Reconcile(context.Background(), lines, Options{})
+	first, err := r.Reconcile(context.Background(), fileOf(lines, "2025-03-01"), Options{})
 	require.NoError(t, err)
 	require.True(t, first.OK(), "%+v", first.Mismatches)
 	require.Equal(t, Counts{Matched: 1, ResolvedCharged: 1, ResolvedNotCharged: 1}, first.Counts)
@@ -267,7 +283,7 @@ func TestReconcileTwiceChangesNothing(t *testing.T) {
 		snapshot[p.ID] = b.get(p.ID)
 	}
 	calls := b.calls
-	second, err := r.Reconcile(context.Background(), lines, Options{})
+	second, err := r.Reconcile(context.Background(), fileOf(lines, "2025-03-01"), Options{})
 	require.NoError(t, err)
 	require.True(t, second.OK(), "%+v", second.Mismatches)
 	require.Equal(t, Counts{Matched: 2}, second.Counts, "the resolved payment now simply matches")
@@ -296,7 +312,7 @@ func TestReconcileRefusedSettlementIsNotAnError(t *testing.T) {
 		}
 		return nil
 	}
-	rep, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), []Line{line(2, listed, "2025-03-01")}, Options{})
+	rep, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), fileOf([]Line{line(2, listed, "2025-03-01")}, "2025-03-01"), Options{})
 	require.NoError(t, err)
 	require.Equal(t, Counts{Matched: 1, Mismatches: 1}, rep.Counts)
 	require.Equal(t, map[string]string{unlistedCharged.ID.String(): KindSucceededButMissing}, kinds(rep),
@@ -319,7 +335,7 @@ func TestReconcileSettleFailures(t *testing.T) {
 		return errors.New("workflow task failed")
 	}
 	r := &Reconciler{Store: b, Settler: slowSettler{b, workflows.PaymentWorkflowID(merchA, slow.IdempotencyKey)}, SettleTimeout: 50 * time.Millisecond}
-	rep, err := r.Reconcile(context.Background(), []Line{line(2, stuck, "2025-03-01")}, Options{})
+	rep, err := r.Reconcile(context.Background(), fileOf([]Line{line(2, stuck, "2025-03-01")}, "2025-03-01"), Options{})
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{stuck.ID.String(): KindSettleFailed, slow.ID.String(): KindSettleFailed,
 		broken.ID.String(): KindSettleFailed}, kinds(rep))
@@ -349,12 +365,12 @@ func TestReconcileAbortsWhenUnavailable(t *testing.T) {
 	at := day.Add(time.Hour)
 	p := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
 	b.onSettle = func(*payment.Payment) error { return serviceerror.NewUnavailable("temporal is down") }
-	_, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), []Line{line(2, p, "2025-03-01")}, Options{})
+	_, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), fileOf([]Line{line(2, p, "2025-03-01")}), Options{})
 	require.ErrorContains(t, err, "temporal is down")
 
 	b2 := newFakeBank()
 	b2.byIDErr = payment.ErrUnavailable
-	_, err = (&Reconciler{Store: b2, Settler: b2}).Reconcile(context.Background(), []Line{line(2, p, "2025-03-01")}, Options{})
+	_, err = (&Reconciler{Store: b2, Settler: b2}).Reconcile(context.Background(), fileOf([]Line{line(2, p, "2025-03-01")}), Options{})
 	require.ErrorIs(t, err, payment.ErrUnavailable)
 }
 
@@ -367,13 +383,21 @@ func TestReconcileDeclaredDaysAndMerchants(t *testing.T) {
 	r := &Reconciler{Store: b, Settler: b}
 
 	// A file with no lines covers no day unless the day is declared.
-	rep, err := r.Reconcile(context.Background(), nil, Options{})
+	rep, err := r.Reconcile(context.Background(), &File{}, Options{})
 	require.NoError(t, err)
 	require.Empty(t, rep.Days)
 	require.Equal(t, Counts{}, rep.Counts)
 	require.Empty(t, b.createdIn)
 
-	rep, err = r.Reconcile(context.Background(), nil, Options{Days: []Day{"2025-03-01"}, Merchants: []uuid.UUID{merchA}})
+	// Declared, but without a trailer the file may be cut short: nothing is released.
+	rep, err = r.Reconcile(context.Background(), &File{}, Options{Days: []Day{"2025-03-01"}, Merchants: []uuid.UUID{merchA}})
+	require.NoError(t, err)
+	require.Equal(t, Counts{Pending: 1}, rep.Counts)
+	require.Equal(t, ReasonFileNotComplete, rep.Pending[0].Reason)
+	require.Equal(t, payment.StatusUnknown, b.get(a.ID).Status)
+
+	// A trailer declares the day (with or without --date) and proves the file complete.
+	rep, err = r.Reconcile(context.Background(), fileOf(nil, "2025-03-01"), Options{Days: []Day{"2025-03-01"}, Merchants: []uuid.UUID{merchA}})
 	require.NoError(t, err)
 	require.Equal(t, Counts{ResolvedNotCharged: 1}, rep.Counts)
 	require.Equal(t, []string{merchA.String()}, rep.Merchants)
@@ -381,10 +405,15 @@ func TestReconcileDeclaredDaysAndMerchants(t *testing.T) {
 	require.Equal(t, payment.StatusUnknown, b.get(other.ID).Status, "another merchant's payment is out of scope")
 	require.Equal(t, [2]time.Time{day, day.Add(24 * time.Hour)}, b.createdIn[0])
 
-	_, err = r.Reconcile(context.Background(), []Line{line(7, other, "2025-03-02")}, Options{Days: []Day{"2025-03-01"}})
-	var fe *FileError
-	require.ErrorAs(t, err, &fe)
-	require.Equal(t, "line 7: settlement_date: 2025-03-02 is not one of the declared days", fe.Errors[0].Error())
+	// A file for another day than declared is refused whole: by its lines, or by its trailer.
+	for _, f := range []*File{fileOf([]Line{line(7, other, "2025-03-02")}), fileOf(nil, "2025-03-02")} {
+		_, err = r.Reconcile(context.Background(), f, Options{Days: []Day{"2025-03-01"}})
+		var fe *FileError
+		require.ErrorAs(t, err, &fe)
+		require.Len(t, fe.Errors, 1)
+		require.Contains(t, fe.Errors[0].Error(), "2025-03-02")
+		require.Contains(t, fe.Errors[0].Error(), "not one of the declared days")
+	}
 	require.Equal(t, payment.StatusUnknown, b.get(other.ID).Status)
 }
 
@@ -404,7 +433,7 @@ func TestReportJSON(t *testing.T) {
 	t.Parallel()
 	b, err := json.Marshal(&Report{})
 	require.NoError(t, err)
-	require.JSONEq(t, `{"ok":true,"days":[],"lines":0,"counts":{"matched":0,"resolved_charged":0,"resolved_not_charged":0,"pending":0,"mismatches":0},"mismatches":[],"pending":[]}`, string(b))
+	require.JSONEq(t, `{"ok":true,"dry_run":false,"days":[],"complete":[],"lines":0,"counts":{"matched":0,"resolved_charged":0,"resolved_not_charged":0,"pending":0,"mismatches":0},"resolved":[],"mismatches":[],"pending":[]}`, string(b))
 
 	rep := Report{Days: []Day{"2025-03-01"}, Lines: 1, Mismatches: []Mismatch{{Kind: KindUnknownReference, Line: 2, Reference: ref1, Expected: "no payment with this id", Found: "settled"}}}
 	rep.sort()
@@ -433,7 +462,7 @@ func TestReconcileConcurrentImportsSettleOnce(t *testing.T) {
 	reports := make([]*Report, 3)
 	for i := range reports {
 		wg.Go(func() {
-			rep, err := r.Reconcile(context.Background(), lines, Options{})
+			rep, err := r.Reconcile(context.Background(), fileOf(lines, "2025-03-01"), Options{})
 			require.NoError(t, err)
 			reports[i] = rep
 		})
@@ -448,4 +477,127 @@ func TestReconcileConcurrentImportsSettleOnce(t *testing.T) {
 	}
 	require.Equal(t, 25, charged)
 	require.Equal(t, 25, released)
+}
+
+// An unlisted payment is decided only from a file that covers its whole charge window, from its
+// creation to the booking window after its last change; an unknown one is released only when
+// every day of that window is complete by a trailer.
+func TestReconcileUnlistedNeedsTheWholeWindow(t *testing.T) {
+	t.Parallel()
+	const window = 30 * time.Second
+	d, next := Day("2025-03-01"), Day("2025-03-02")
+	created, changed := day.Add(10*time.Hour), day.Add(10*time.Hour+time.Minute)
+	now := time.Now().UTC()
+	yesterday, today := DayOf(now.AddDate(0, 0, -1)), DayOf(now)
+	trailer := func(d Day, asOf time.Time) Trailer { return Trailer{Day: d, AsOf: asOf} }
+	tests := []struct {
+		name             string
+		status           payment.Status
+		created, changed time.Time
+		file             File
+		days             []Day  // declared
+		want             string // a pending reason, or the outcome
+	}{
+		{"complete day", payment.StatusUnknown, created, changed, File{Trailers: []Trailer{trailer(d, next.Start())}}, nil, "released"},
+		{"no trailer", payment.StatusUnknown, created, changed, File{}, []Day{d}, ReasonFileNotComplete},
+		{"no trailer, succeeded", payment.StatusSucceeded, created, changed, File{}, []Day{d}, KindSucceededButMissing},
+		{"file made within the booking window", payment.StatusUnknown, created, changed,
+			File{Trailers: []Trailer{trailer(d, changed.Add(window-time.Second))}}, nil, ReasonBookingWindow},
+		{"file made within the booking window, succeeded", payment.StatusSucceeded, created, changed,
+			File{Trailers: []Trailer{trailer(d, changed.Add(window-time.Second))}}, nil, ReasonBookingWindow},
+		{"file made after the booking window", payment.StatusUnknown, created, changed,
+			File{Trailers: []Trailer{trailer(d, changed.Add(window+time.Second))}}, nil, "released"},
+		{"window runs past midnight", payment.StatusUnknown, created, next.Start().Add(-window / 2),
+			File{Trailers: []Trailer{trailer(d, next.Start().Add(time.Hour))}}, nil, ReasonWindowNotCovered},
+		{"window runs past midnight, next day declared without trailer", payment.StatusUnknown, created, next.Start().Add(-window / 2),
+			File{Trailers: []Trailer{trailer(d, next.Start().Add(time.Hour))}}, []Day{d, next}, ReasonFileNotComplete},
+		{"window runs past midnight, both days complete", payment.StatusUnknown, created, next.Start().Add(-window / 2),
+			File{Trailers: []Trailer{trailer(d, next.End()), trailer(next, next.End())}}, nil, "released"},
+		{"file for the day before", payment.StatusUnknown, created, changed,
+			File{Trailers: []Trailer{trailer(DayOf(day.AddDate(0, 0, -1)), next.Start())}}, nil, "untouched"},
+		{"younger than the booking window", payment.StatusUnknown, now.Add(-2 * time.Second), now.Add(-time.Second),
+			File{Trailers: []Trailer{trailer(yesterday, now.Add(time.Hour)), trailer(today, now.Add(time.Hour))}}, nil, ReasonBookingWindow},
+		{"older than the booking window", payment.StatusUnknown, now.Add(-window - 2*time.Second), now.Add(-window - time.Second),
+			File{Trailers: []Trailer{trailer(yesterday, now.Add(time.Hour)), trailer(today, now.Add(time.Hour))}}, nil, "released"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := newFakeBank()
+			p := b.add(merchA, tt.status, 700, "TRY", tt.created, tt.changed)
+			rep, err := (&Reconciler{Store: b, Settler: b, BookingWindow: window}).Reconcile(context.Background(), &tt.file, Options{Days: tt.days})
+			require.NoError(t, err)
+			now := b.get(p.ID)
+			switch tt.want {
+			case "released":
+				require.Equal(t, Counts{ResolvedNotCharged: 1}, rep.Counts, "%+v", rep.Pending)
+				require.Equal(t, payment.StatusFailed, now.Status)
+				require.Equal(t, []Resolution{{Outcome: workflows.OutcomeNotCharged, Reference: p.ID.String(), PaymentID: p.ID.String(),
+					MerchantID: merchA.String(), WorkflowID: workflowID(p)}}, rep.Resolved)
+			case "untouched":
+				require.Equal(t, Counts{}, rep.Counts)
+				require.Equal(t, p, now)
+			case KindSucceededButMissing:
+				require.Equal(t, map[string]string{p.ID.String(): tt.want}, kinds(rep))
+				require.Equal(t, p, now)
+			default:
+				require.Equal(t, Counts{Pending: 1}, rep.Counts, "%+v", rep.Mismatches)
+				require.Equal(t, tt.want, rep.Pending[0].Reason, rep.Pending[0].Detail)
+				require.Equal(t, p, now, "a pending payment is left as it is")
+				require.Zero(t, b.calls)
+			}
+		})
+	}
+}
+
+// runLog keeps the recorded runs.
+type runLog struct {
+	mu   sync.Mutex
+	runs []store.ReconciliationRun
+}
+
+func (l *runLog) RecordReconciliation(_ context.Context, r store.ReconciliationRun) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.runs = append(l.runs, r)
+	return nil
+}
+
+// A dry run reports exactly what the import then does, and changes nothing.
+func TestReconcileDryRun(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	at := day.Add(time.Hour)
+	listed := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
+	unlisted := b.add(merchA, payment.StatusUnknown, 500, "TRY", at, at.Add(time.Second))
+	succeeded := b.add(merchA, payment.StatusSucceeded, 600, "TRY", at, at.Add(time.Second))
+	missing := b.add(merchA, payment.StatusSucceeded, 700, "TRY", at, at.Add(time.Second))
+	processing := b.add(merchA, payment.StatusProcessing, 800, "TRY", at, at.Add(time.Second))
+	file := fileOf([]Line{line(2, listed, "2025-03-01"), line(3, succeeded, "2025-03-01"), line(4, processing, "2025-03-01")}, "2025-03-01")
+	runs := &runLog{}
+	r := &Reconciler{Store: b, Settler: b, Runs: runs}
+
+	dry, err := r.Reconcile(context.Background(), file, Options{DryRun: true})
+	require.NoError(t, err)
+	require.True(t, dry.DryRun)
+	require.Zero(t, b.calls, "no settlement sent")
+	require.Empty(t, runs.runs, "no run recorded")
+	for _, p := range []payment.Payment{listed, unlisted, succeeded, missing, processing} {
+		require.Equal(t, p, b.get(p.ID))
+	}
+	require.Equal(t, Counts{Matched: 1, ResolvedCharged: 1, ResolvedNotCharged: 1, Pending: 1, Mismatches: 1}, dry.Counts)
+	require.Equal(t, []Resolution{
+		{Outcome: workflows.OutcomeCharged, Line: 2, Reference: listed.ID.String(), PaymentID: listed.ID.String(), MerchantID: merchA.String(),
+			WorkflowID: workflowID(listed), ProviderChargeID: "ch_" + listed.ID.String()[:8]},
+		{Outcome: workflows.OutcomeNotCharged, Reference: unlisted.ID.String(), PaymentID: unlisted.ID.String(), MerchantID: merchA.String(),
+			WorkflowID: workflowID(unlisted)},
+	}, dry.Resolved)
+
+	done, err := r.Reconcile(context.Background(), file, Options{})
+	require.NoError(t, err)
+	require.False(t, done.DryRun)
+	require.Len(t, runs.runs, 1)
+	require.Equal(t, 2, b.calls)
+	dry.DryRun = false
+	require.Equal(t, dry, done, "the dry run said what the import did")
 }

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"encoding/json"
 	"sort"
+	"time"
 )
 
 // Mismatch kinds: a disagreement between the bank's file and kasa that a person must look at.
@@ -32,6 +33,12 @@ const (
 	// The payment's charge may have happened on a day the file does not cover (it was created
 	// near midnight, or stayed in flight across days): reconcile with a file covering those days.
 	ReasonWindowNotCovered = "charge_window_not_covered"
+	// The bank may still book the payment's charge (its booking window has not passed), or booked
+	// it after the file was made: reconcile with a file made after the window.
+	ReasonBookingWindow = "booking_window_open"
+	// An unknown payment the file does not list, on a day the file does not prove complete (no
+	// trailer: it may have been cut short): reconcile with the bank's complete file.
+	ReasonFileNotComplete = "file_not_complete"
 )
 
 // Counts tallies the outcomes of one import.
@@ -57,6 +64,24 @@ type Mismatch struct {
 	Found            string `json:"found"`
 }
 
+// Resolution is an unknown payment this import settled (in a dry run: would settle).
+type Resolution struct {
+	Outcome          string `json:"outcome"`        // charged or not_charged
+	Line             int    `json:"line,omitempty"` // 0: not listed (not charged)
+	Reference        string `json:"reference"`
+	PaymentID        string `json:"payment_id"`
+	MerchantID       string `json:"merchant_id"`
+	WorkflowID       string `json:"workflow_id"`
+	ProviderChargeID string `json:"provider_charge_id,omitempty"`
+}
+
+// Completeness is a day the file declares complete by its trailer: every settlement the bank
+// booked on Day up to AsOf.
+type Completeness struct {
+	Day  Day       `json:"day"`
+	AsOf time.Time `json:"as_of"`
+}
+
 // Pending is a payment this import could not reconcile yet, without anything being wrong.
 type Pending struct {
 	Reason     string `json:"reason"`
@@ -72,12 +97,15 @@ type Pending struct {
 // Report is the result of one import; it renders as the admin endpoint's JSON body and
 // `kasa reconcile --json`.
 type Report struct {
-	Days       []Day      `json:"days"`                // the UTC days the file covers
-	Merchants  []string   `json:"merchants,omitempty"` // coverage limited to these merchants (empty: all)
-	Lines      int        `json:"lines"`
-	Counts     Counts     `json:"counts"`
-	Mismatches []Mismatch `json:"mismatches"`
-	Pending    []Pending  `json:"pending"`
+	DryRun     bool           `json:"dry_run"`             // nothing was changed: the report says what an import would do
+	Days       []Day          `json:"days"`                // the UTC days the file covers
+	Complete   []Completeness `json:"complete"`            // the days its trailers prove complete
+	Merchants  []string       `json:"merchants,omitempty"` // coverage limited to these merchants (empty: all)
+	Lines      int            `json:"lines"`
+	Counts     Counts         `json:"counts"`
+	Resolved   []Resolution   `json:"resolved"`
+	Mismatches []Mismatch     `json:"mismatches"`
+	Pending    []Pending      `json:"pending"`
 }
 
 // OK reports whether no mismatch is left unresolved (pending payments are not mismatches).
@@ -99,30 +127,40 @@ func (r Report) MarshalJSON() ([]byte, error) {
 	if out.Days == nil {
 		out.Days = []Day{}
 	}
+	if out.Complete == nil {
+		out.Complete = []Completeness{}
+	}
+	if out.Resolved == nil {
+		out.Resolved = []Resolution{}
+	}
 	return json.Marshal(out)
 }
 
 func (r *Report) sort() {
 	sort.SliceStable(r.Mismatches, func(i, j int) bool {
 		a, b := r.Mismatches[i], r.Mismatches[j]
-		if (a.Line == 0) != (b.Line == 0) {
-			return a.Line != 0 // lines first, then the coverage findings
-		}
-		if a.Line != b.Line {
-			return a.Line < b.Line
-		}
-		return a.Reference < b.Reference
+		return before(a.Line, a.Reference, b.Line, b.Reference)
+	})
+	sort.SliceStable(r.Resolved, func(i, j int) bool {
+		a, b := r.Resolved[i], r.Resolved[j]
+		return before(a.Line, a.Reference, b.Line, b.Reference)
 	})
 	sort.SliceStable(r.Pending, func(i, j int) bool {
 		a, b := r.Pending[i], r.Pending[j]
-		if (a.Line == 0) != (b.Line == 0) {
-			return a.Line != 0
-		}
-		if a.Line != b.Line {
-			return a.Line < b.Line
-		}
-		return a.Reference < b.Reference
+		return before(a.Line, a.Reference, b.Line, b.Reference)
 	})
 	r.Counts.Mismatches = len(r.Mismatches)
 	r.Counts.Pending = len(r.Pending)
+}
+
+// before orders report entries: lines first (by number), then the coverage findings (line 0),
+// each by reference.
+func before(aLine int, aRef string, bLine int, bRef string) bool {
+	if (aLine == 0) != (bLine == 0) {
+		return aLine != 0
+	}
+	if aLine != bLine {
+		return aLine < bLine
+	}
+	return aRef < bRef
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kasa-pay/kasa/payment"
 )
 
 // WriteText writes the report for a person at a terminal: the counts, then every mismatch and
@@ -22,9 +24,20 @@ func (r *Report) WriteText(w io.Writer, name string) {
 	}
 	covered := strings.Join(days, ", ")
 	if covered == "" {
-		covered = "none (the file has no lines; declare the day with --date)"
+		covered = "none (the file has no lines; declare the day with a trailer or --date)"
+	}
+	if r.DryRun {
+		fmt.Fprintln(w, "DRY RUN: nothing was changed; this is what the import would do")
 	}
 	fmt.Fprintf(w, "reconcile %s: %d line(s), covering %s (%s)\n", name, r.Lines, covered, scope)
+	complete := make([]string, len(r.Complete))
+	for i, c := range r.Complete {
+		complete[i] = string(c.Day) + " as of " + payment.FormatTime(c.AsOf)
+	}
+	if len(complete) == 0 {
+		complete = []string{"none (no trailer: unlisted unknown payments are not released)"}
+	}
+	fmt.Fprintf(w, "complete: %s\n", strings.Join(complete, ", "))
 	c := r.Counts
 	for _, row := range []struct {
 		name string
@@ -34,6 +47,20 @@ func (r *Report) WriteText(w io.Writer, name string) {
 		{"pending", c.Pending}, {"mismatches", c.Mismatches},
 	} {
 		fmt.Fprintf(w, "  %-24s %d\n", row.name, row.n)
+	}
+	if len(r.Resolved) > 0 {
+		verb := "settled"
+		if r.DryRun {
+			verb = "would settle"
+		}
+		fmt.Fprintf(w, "\n%s:\n", verb)
+		for _, s := range r.Resolved {
+			where := "coverage"
+			if s.Line > 0 {
+				where = fmt.Sprintf("line %d", s.Line)
+			}
+			fmt.Fprintf(w, "  %-9s %-26s %s (workflow %s)\n", where, s.Outcome, s.Reference, s.WorkflowID)
+		}
 	}
 	if len(r.Mismatches) > 0 {
 		fmt.Fprintln(w, "\nmismatches (nothing was changed for these; a person must look):")
@@ -59,10 +86,14 @@ func (r *Report) WriteText(w io.Writer, name string) {
 			fmt.Fprintf(w, "  %-9s %-26s %s (%s) %s\n", where, p.Reason, p.Reference, p.Status, p.Detail)
 		}
 	}
+	result := "result"
+	if r.DryRun {
+		result = "result (dry run, nothing changed)"
+	}
 	if r.OK() {
-		fmt.Fprintln(w, "\nresult: OK")
+		fmt.Fprintf(w, "\n%s: OK\n", result)
 	} else {
-		fmt.Fprintf(w, "\nresult: NOT OK, %d unresolved mismatch(es)\n", len(r.Mismatches))
+		fmt.Fprintf(w, "\n%s: NOT OK, %d unresolved mismatch(es)\n", result, len(r.Mismatches))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -20,6 +21,7 @@ func TestWriteText(t *testing.T) {
 	var b strings.Builder
 	r.WriteText(&b, "s.csv")
 	require.Equal(t, `reconcile s.csv: 3 line(s), covering 2025-03-01, 2025-03-02 (all merchants)
+complete: none (no trailer: unlisted unknown payments are not released)
   matched                  1
   resolved as charged      1
   resolved as not charged  0
@@ -40,7 +42,8 @@ result: NOT OK, 1 unresolved mismatch(es)
 
 	b.Reset()
 	(&Report{Merchants: []string{"m1"}}).WriteText(&b, "-")
-	require.Equal(t, `reconcile -: 0 line(s), covering none (the file has no lines; declare the day with --date) (merchants m1)
+	require.Equal(t, `reconcile -: 0 line(s), covering none (the file has no lines; declare the day with a trailer or --date) (merchants m1)
+complete: none (no trailer: unlisted unknown payments are not released)
   matched                  0
   resolved as charged      0
   resolved as not charged  0
@@ -48,6 +51,29 @@ result: NOT OK, 1 unresolved mismatch(es)
   mismatches               0
 
 result: OK
+`, b.String())
+
+	b.Reset()
+	(&Report{DryRun: true, Days: []Day{"2025-03-01"}, Lines: 1,
+		Complete: []Completeness{{Day: "2025-03-01", AsOf: time.Date(2025, 3, 2, 0, 5, 0, 0, time.UTC)}},
+		Counts:   Counts{ResolvedCharged: 1, ResolvedNotCharged: 1},
+		Resolved: []Resolution{{Outcome: "charged", Line: 2, Reference: "ref-2", WorkflowID: "payment/m/k2"},
+			{Outcome: "not_charged", Reference: "ref-9", WorkflowID: "payment/m/k9"}},
+	}).WriteText(&b, "s.csv")
+	require.Equal(t, `DRY RUN: nothing was changed; this is what the import would do
+reconcile s.csv: 1 line(s), covering 2025-03-01 (all merchants)
+complete: 2025-03-01 as of 2025-03-02T00:05:00.000000Z
+  matched                  0
+  resolved as charged      1
+  resolved as not charged  1
+  pending                  0
+  mismatches               0
+
+would settle:
+  line 2    charged                    ref-2 (workflow payment/m/k2)
+  coverage  not_charged                ref-9 (workflow payment/m/k9)
+
+result (dry run, nothing changed): OK
 `, b.String())
 }
 

@@ -39,6 +39,9 @@ var (
 
 const adminToken = "adm_test_token"
 
+// bookingWindow is the stacks' KASA_PROVIDER_BOOKING_WINDOW: short, so that tests can wait it out.
+const bookingWindow = time.Second
+
 func TestMain(m *testing.M) {
 	testkit.Main(m, testkit.Options{Temporal: true}, func(e *testkit.Env) { env, db, tc = e, e.Store, e.Temporal })
 }
@@ -99,7 +102,7 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 		Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits}, AdminToken: adminToken,
 		SyncWait: 15 * time.Second, Charge: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second, BookingWindow: o.bookingWindow}, ReplayCache: 1000,
 		Logger:     slog.New(slog.DiscardHandler),
-		Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, Runs: db, Source: "api"},
+		Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow, Runs: db, Source: "api"},
 	})
 	apiSrv := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/reconcile"
@@ -32,6 +33,20 @@ func (s *stack) settlementFile(day string) string {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(s.t, err)
 	return string(b)
+}
+
+// complete is file with a trailer declaring it complete for day as of asOf (the bank's file as
+// the bank would send it); a file that already has a trailer is returned as it is.
+func complete(t *testing.T, file, day string, asOf time.Time) string {
+	t.Helper()
+	f, err := reconcile.ParseFile(strings.NewReader(file))
+	require.NoError(t, err)
+	if len(f.Trailers) > 0 {
+		return file
+	}
+	var b strings.Builder
+	require.NoError(t, reconcile.Write(&b, f.Lines, reconcile.Trailer{Day: reconcile.Day(day), Lines: len(f.Lines), AsOf: asOf}))
+	return b.String()
 }
 
 // importSettlements posts a settlement file to the admin endpoint.
@@ -75,6 +90,15 @@ func paymentByKey(t *testing.T, m merchant, key string) payment.Payment {
 }
 
 func today() string { return time.Now().UTC().Format(time.DateOnly) }
+
+// waitingForSettlement reports whether the payment's workflow is still running (parked until a
+// settlement arrives).
+func waitingForSettlement(t *testing.T, m merchant, key string) bool {
+	t.Helper()
+	d, err := tc.DescribeWorkflow(context.Background(), workflows.PaymentWorkflowID(mustUUID(t, m.ID), key), "")
+	require.NoError(t, err)
+	return d.Status == enums.WORKFLOW_EXECUTION_STATUS_RUNNING
+}
 
 // A charge the bank made but whose answer was lost: the bank's own settlement file resolves it
 // as charged, exactly once, and a second import of the same file changes nothing.
@@ -145,11 +169,14 @@ func TestReconcileReleasesUnknownMissingFromCoveredDay(t *testing.T) {
 	require.Equal(t, 0, s.simCount(unknown.ID.String()), "the bank answered 500 without moving money")
 	require.Equal(t, "40.00", s.account(m, acct)["reserved"])
 
-	file := s.settlementFile(today())
+	time.Sleep(bookingWindow) // the bank could still book it until then
+	file := complete(t, s.settlementFile(today()), today(), time.Now())
 	require.NotContains(t, file, unknown.ID.String())
 	rep, ok := decodeReport(t, s.importSettlements(m, file))
 	require.True(t, ok, "%+v", rep.Mismatches)
 	require.Equal(t, reconcile.Counts{Matched: 1, ResolvedNotCharged: 1}, rep.Counts)
+	require.Equal(t, []reconcile.Resolution{{Outcome: workflows.OutcomeNotCharged, Reference: unknown.ID.String(), PaymentID: unknown.ID.String(),
+		MerchantID: m.ID, WorkflowID: workflows.PaymentWorkflowID(mustUUID(t, m.ID), "timeout")}}, rep.Resolved)
 
 	p := paymentByKey(t, m, "timeout")
 	require.Equal(t, payment.StatusFailed, p.Status)
@@ -166,14 +193,15 @@ func TestReconcileReleasesUnknownMissingFromCoveredDay(t *testing.T) {
 	require.Equal(t, p, paymentByKey(t, m, "timeout"))
 }
 
-// A file with no lines covers no day unless the day is declared (?date=): then it releases
-// that day's unknown payments.
+// A file with no lines covers no day unless it declares one: ?date= makes it cover the day, but
+// only a trailer proves it complete and releases that day's unknown payments.
 func TestReconcileEmptyFileWithDeclaredDay(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, workflows.CapabilityNone)
 	m := s.newMerchant()
 	acct := s.newAccount(m, "TRY", "100.00")
 	unknown := s.payUnknown(m, "timeout", payBody("inv-1", "40.00", "TRY", acct), "error_500")
+	time.Sleep(bookingWindow)
 	file := s.settlementFile(today())
 	require.Equal(t, strings.Join(reconcile.Header, ",")+"\n", file, "nothing settled today")
 
@@ -186,6 +214,14 @@ func TestReconcileEmptyFileWithDeclaredDay(t *testing.T) {
 	r := s.do("POST", "/admin/v1/settlements?merchant_id="+m.ID+"&date="+today(), adminToken, file, "Content-Type", "text/csv")
 	rep, ok = decodeReport(t, r)
 	require.True(t, ok)
+	require.Equal(t, reconcile.Counts{Pending: 1}, rep.Counts)
+	require.Equal(t, reconcile.ReasonFileNotComplete, rep.Pending[0].Reason)
+	require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "timeout").Status, "no trailer: the file may be cut short")
+	require.Equal(t, "40.00", s.account(m, acct)["reserved"])
+
+	rep, ok = decodeReport(t, s.importSettlements(m, complete(t, file, today(), time.Now())))
+	require.True(t, ok)
+	require.Equal(t, []reconcile.Day{reconcile.Day(today())}, rep.Days)
 	require.Equal(t, reconcile.Counts{ResolvedNotCharged: 1}, rep.Counts)
 	require.Equal(t, payment.StatusFailed, paymentByKey(t, m, "timeout").Status)
 	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
@@ -214,6 +250,7 @@ func TestReconcileReportsMismatchesWithoutChangingAnything(t *testing.T) {
 		fmt.Sprintf("%s,%s,%s,31.00,TRY,settled\n", today(), pc.ProviderReference, pc.ID) +
 		fmt.Sprintf("%s,ch_ghost,%s,5.00,TRY,settled\n", today(), ghost)
 	before := s.account(m, acct)
+	time.Sleep(bookingWindow) // a missing charge is reported once the bank cannot book it any more
 	totals, err := db.ReconcileTotals(context.Background())
 	require.NoError(t, err)
 
@@ -284,4 +321,187 @@ func TestReconcileRejectsInvalidFiles(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, r.Status, "merchants cannot import settlements")
 	require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "lost").Status)
 	require.Equal(t, "40.00", s.account(m, acct)["reserved"])
+}
+
+// An unknown payment the file does not list is released only once the bank can no longer book
+// it: the payment is older than the booking window, and the file was made after that.
+func TestReconcileWaitsForTheBookingWindow(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	unknown := s.payUnknown(m, "late", payBody("inv-1", "40.00", "TRY", acct), "error_500")
+	stillWaiting := func() {
+		t.Helper()
+		require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "late").Status)
+		require.Equal(t, "40.00", s.account(m, acct)["reserved"], "the hold stays")
+		require.True(t, waitingForSettlement(t, m, "late"), "the workflow still waits for a settlement")
+	}
+
+	// Younger than the window (an hour here): the bank may still book it.
+	young := &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: s.queue}, BookingWindow: time.Hour}
+	first, err := young.Import(context.Background(), strings.NewReader(complete(t, s.settlementFile(today()), today(), time.Now())),
+		reconcile.Options{Merchants: []uuid.UUID{mustUUID(t, m.ID)}})
+	require.NoError(t, err)
+	require.Equal(t, reconcile.Counts{Pending: 1}, first.Counts)
+	require.Equal(t, reconcile.ReasonBookingWindow, first.Pending[0].Reason, first.Pending[0].Detail)
+	require.Equal(t, unknown.ID.String(), first.Pending[0].PaymentID)
+	stillWaiting()
+
+	// Past the window, but the file was made within it (a late booking would be missing from it).
+	time.Sleep(bookingWindow)
+	stale := complete(t, s.settlementFile(today()), today(), unknown.UpdatedAt.Add(bookingWindow/2))
+	rep, ok := decodeReport(t, s.importSettlements(m, stale))
+	require.True(t, ok)
+	require.Equal(t, reconcile.Counts{Pending: 1}, rep.Counts)
+	require.Equal(t, reconcile.ReasonBookingWindow, rep.Pending[0].Reason, rep.Pending[0].Detail)
+	stillWaiting()
+
+	// A file made after the window: released.
+	rep, ok = decodeReport(t, s.importSettlements(m, complete(t, s.settlementFile(today()), today(), time.Now())))
+	require.True(t, ok, "%+v", rep.Mismatches)
+	require.Equal(t, reconcile.Counts{ResolvedNotCharged: 1}, rep.Counts)
+	require.Equal(t, payment.StatusFailed, paymentByKey(t, m, "late").Status)
+	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
+	require.False(t, waitingForSettlement(t, m, "late"))
+	requireVerified(t)
+}
+
+// A dry run reports what the import would do, and does nothing: no payment, hold or workflow
+// changes. The import that follows does exactly what it said.
+func TestReconcileDryRunChangesNothing(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	require.Equal(t, http.StatusCreated, s.pay(m, "paid", payBody("inv-0", "10.00", "TRY", acct)).Status)
+	charged := s.payUnknown(m, "lost", payBody("inv-1", "20.00", "TRY", acct), "drop_response")
+	notCharged := s.payUnknown(m, "timeout", payBody("inv-2", "30.00", "TRY", acct), "error_500")
+	time.Sleep(bookingWindow)
+	file := complete(t, s.settlementFile(today()), today(), time.Now())
+	payments := func() []payment.Payment {
+		return []payment.Payment{paymentByKey(t, m, "paid"), paymentByKey(t, m, "lost"), paymentByKey(t, m, "timeout")}
+	}
+	before, account := payments(), s.account(m, acct)
+	require.Equal(t, "50.00", account["reserved"])
+
+	r := s.do("POST", "/admin/v1/settlements?dry_run=true&merchant_id="+m.ID, adminToken, file, "Content-Type", "text/csv")
+	dry, ok := decodeReport(t, r)
+	require.True(t, ok, "%+v", dry.Mismatches)
+	require.True(t, dry.DryRun, "the report says it was a dry run")
+	require.Equal(t, reconcile.Counts{Matched: 1, ResolvedCharged: 1, ResolvedNotCharged: 1}, dry.Counts)
+	require.Len(t, dry.Resolved, 2)
+	require.Equal(t, charged.ID.String(), dry.Resolved[0].PaymentID)
+	require.Equal(t, workflows.OutcomeCharged, dry.Resolved[0].Outcome)
+	require.Equal(t, notCharged.ID.String(), dry.Resolved[1].PaymentID)
+	require.Equal(t, workflows.OutcomeNotCharged, dry.Resolved[1].Outcome)
+
+	require.Equal(t, before, payments(), "no payment changed")
+	require.Equal(t, account, s.account(m, acct), "no hold released or captured")
+	require.True(t, waitingForSettlement(t, m, "lost"))
+	require.True(t, waitingForSettlement(t, m, "timeout"))
+	require.Equal(t, 1, s.simCount(charged.ID.String()))
+
+	done, ok := decodeReport(t, s.importSettlements(m, file))
+	require.True(t, ok, "%+v", done.Mismatches)
+	require.False(t, done.DryRun)
+	dry.DryRun = false
+	require.Equal(t, dry, done, "the import did what the dry run said")
+	require.Equal(t, payment.StatusSucceeded, paymentByKey(t, m, "lost").Status)
+	require.Equal(t, payment.StatusFailed, paymentByKey(t, m, "timeout").Status)
+	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
+	requireVerified(t)
+}
+
+// A file cut short at a line boundary still parses, but has lost its trailer: it settles what
+// it lists as charged and releases nothing, so a charge it lost never frees a hold. A file whose
+// trailer disagrees with its lines is refused whole.
+func TestReconcileTruncatedFileReleasesNothing(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	first := s.payUnknown(m, "first", payBody("inv-1", "10.00", "TRY", acct), "drop_response")
+	second := s.payUnknown(m, "second", payBody("inv-2", "20.00", "TRY", acct), "drop_response")
+	s.payUnknown(m, "never", payBody("inv-3", "30.00", "TRY", acct), "error_500")
+	time.Sleep(bookingWindow)
+	full := complete(t, s.settlementFile(today()), today(), time.Now())
+	rows := strings.SplitAfter(full, "\n")
+	require.Len(t, rows, 5, "header, two charges, the trailer and the empty rest:\n%s", full)
+	require.Contains(t, rows[1], first.ID.String())
+	require.Contains(t, rows[2], second.ID.String())
+
+	// A line lost in the middle, trailer kept: refused, nothing changed.
+	r := s.importSettlements(m, rows[0]+rows[1]+rows[3])
+	require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+	require.Contains(t, string(r.Body), "declares 2 line(s)")
+	require.Equal(t, "60.00", s.account(m, acct)["reserved"])
+
+	// Cut after the first charge.
+	rep, ok := decodeReport(t, s.importSettlements(m, rows[0]+rows[1]))
+	require.True(t, ok, "%+v", rep.Mismatches)
+	require.Empty(t, rep.Complete)
+	require.Equal(t, reconcile.Counts{ResolvedCharged: 1, Pending: 2}, rep.Counts)
+	for _, p := range rep.Pending {
+		require.Equal(t, reconcile.ReasonFileNotComplete, p.Reason)
+	}
+	require.Equal(t, payment.StatusSucceeded, paymentByKey(t, m, "first").Status)
+	require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "second").Status, "charged by the bank: never released")
+	require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "never").Status)
+	a := s.account(m, acct)
+	require.Equal(t, "50.00", a["reserved"], "both holds stay")
+	require.True(t, waitingForSettlement(t, m, "second"))
+	require.True(t, waitingForSettlement(t, m, "never"))
+
+	// The whole file settles the rest.
+	rep, ok = decodeReport(t, s.importSettlements(m, full))
+	require.True(t, ok, "%+v", rep.Mismatches)
+	require.Equal(t, reconcile.Counts{Matched: 1, ResolvedCharged: 1, ResolvedNotCharged: 1}, rep.Counts)
+	require.Equal(t, payment.StatusSucceeded, paymentByKey(t, m, "second").Status)
+	require.Equal(t, payment.StatusFailed, paymentByKey(t, m, "never").Status)
+	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
+	require.Equal(t, 1, s.simCount(second.ID.String()))
+	requireVerified(t)
+}
+
+// A file for another day releases nothing of a day it does not cover: yesterday's complete
+// file, today's lines declared (or trailed) as yesterday's.
+func TestReconcileWrongDayFileReleasesNothing(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	require.Equal(t, http.StatusCreated, s.pay(m, "paid", payBody("inv-0", "10.00", "TRY", acct)).Status)
+	s.payUnknown(m, "timeout", payBody("inv-1", "40.00", "TRY", acct), "error_500")
+	time.Sleep(bookingWindow)
+	yesterday := time.Now().UTC().AddDate(0, 0, -1).Format(time.DateOnly)
+	todays := s.settlementFile(today())
+	unchanged := func() {
+		t.Helper()
+		require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "timeout").Status)
+		require.Equal(t, "40.00", s.account(m, acct)["reserved"])
+		require.True(t, waitingForSettlement(t, m, "timeout"))
+	}
+
+	rep, ok := decodeReport(t, s.importSettlements(m, complete(t, s.settlementFile(yesterday), yesterday, time.Now())))
+	require.True(t, ok)
+	require.Equal(t, []reconcile.Day{reconcile.Day(yesterday)}, rep.Days)
+	require.Equal(t, reconcile.Counts{}, rep.Counts)
+	unchanged()
+
+	r := s.do("POST", "/admin/v1/settlements?merchant_id="+m.ID+"&date="+yesterday, adminToken,
+		complete(t, todays, today(), time.Now()), "Content-Type", "text/csv")
+	require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+	require.Contains(t, string(r.Body), "not one of the declared days")
+	unchanged()
+
+	r = s.importSettlements(m, todays+"trailer,"+yesterday+",0,"+time.Now().UTC().Format(time.RFC3339)+",,\n")
+	require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+	require.Contains(t, string(r.Body), "has no trailer")
+	unchanged()
+
+	rep, ok = decodeReport(t, s.importSettlements(m, complete(t, todays, today(), time.Now())))
+	require.True(t, ok, "%+v", rep.Mismatches)
+	require.Equal(t, reconcile.Counts{Matched: 1, ResolvedNotCharged: 1}, rep.Counts, "the right file releases it")
+	requireVerified(t)
 }

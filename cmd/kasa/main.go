@@ -203,7 +203,8 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheu
 		Store:    st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
 		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait,
 		Charge: chargePolicy(cfg), Logger: log, ReplayCache: cfg.API.ReplayCache,
-		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Logger: log, Runs: st, Source: "api"},
+		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
+			BookingWindow: cfg.Provider.BookingWindow, Logger: log, Runs: st, Source: "api"},
 	})
 }
 

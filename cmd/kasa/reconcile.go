@@ -18,14 +18,16 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-const reconcileUsage = `usage: kasa reconcile [--json] [--date YYYY-MM-DD]... [--merchant <id>]... <settlement.csv | ->
+const reconcileUsage = `usage: kasa reconcile [--dry-run] [--json] [--date YYYY-MM-DD]... [--merchant <id>]... <settlement.csv | ->
 
-Matches a provider settlement file (settlement_date,provider_charge_id,reference,amount,currency,status)
-to kasa"s payments: settles unknown payments (charged when listed; not charged when the file covers
-their day and does not list them) and reports every mismatch without changing it.
+Matches a provider settlement file (settlement_date,provider_charge_id,reference,amount,currency,status,
+then a trailer line per day: trailer,<day>,<lines>,<as_of>) to kasa's payments: settles unknown payments
+(charged when listed; not charged when the file's trailer proves it complete for their day, past the
+booking window, and it does not list them) and reports every mismatch without changing it.
 
-  --json             print the report as JSON (the admin endpoint"s body) instead of text
-  --date D           declare a UTC day the file covers (repeatable); needed for a file with no lines
+  --dry-run          report what the import would do; settle nothing, record nothing
+  --json             print the report as JSON (the admin endpoint's body) instead of text
+  --date D           declare a UTC day the file covers (repeatable); every line and trailer must be on one
   --merchant ID      limit the coverage checks to this merchant (repeatable; default: all merchants)
 
 exit status: 0 no unresolved mismatch, 1 mismatches, 2 invalid file or usage, 3 could not run
@@ -42,6 +44,7 @@ func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "")
+	dryRun := fs.Bool("dry-run", false, "")
 	var dates, merchants listFlag
 	fs.Var(&dates, "date", "")
 	fs.Var(&merchants, "merchant", "")
@@ -67,7 +70,7 @@ func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 		fmt.Fprint(os.Stderr, "kasa reconcile: want exactly one settlement file\n\n"+reconcileUsage)
 		return exitError(2)
 	}
-	var opts reconcile.Options
+	opts := reconcile.Options{DryRun: *dryRun}
 	for _, d := range dates {
 		day, err := reconcile.ParseDay(d)
 		if err != nil {
@@ -86,7 +89,7 @@ func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 	}
 
 	// Parse first: an invalid file is reported without touching the database or Temporal.
-	lines, err := parseFile(files[0])
+	file, err := parseFile(files[0])
 	var fe *reconcile.FileError
 	if errors.As(err, &fe) {
 		fmt.Fprintf(os.Stderr, "kasa reconcile: %s: invalid settlement file, nothing was changed:\n", files[0])
@@ -114,12 +117,13 @@ func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 	defer st.Close()
 	defer tc.Close()
 
-	bar := reconcile.NewProgressBar(os.Stderr, len(lines))
+	bar := reconcile.NewProgressBar(os.Stderr, len(file.Lines))
 	opts.Progress = bar.Update
-	r := &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Logger: log, Runs: st, Source: "cli"}
-	report, err := r.Reconcile(ctx, lines, opts)
+	r := &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
+		BookingWindow: cfg.Provider.BookingWindow, Logger: log, Runs: st, Source: "cli"}
+	report, err := r.Reconcile(ctx, file, opts)
 	bar.Done()
-	if errors.As(err, &fe) { // a line outside the declared --date days
+	if errors.As(err, &fe) { // a line or trailer outside the declared --date days
 		for _, le := range fe.Errors {
 			fmt.Fprintln(os.Stderr, "  "+le.Error())
 		}
@@ -144,14 +148,14 @@ func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 	return nil
 }
 
-func parseFile(name string) ([]reconcile.Line, error) {
+func parseFile(name string) (*reconcile.File, error) {
 	if name == "-" {
-		return reconcile.Parse(os.Stdin)
+		return reconcile.ParseFile(os.Stdin)
 	}
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return reconcile.Parse(f)
+	return reconcile.ParseFile(f)
 }
