@@ -442,12 +442,14 @@ func TestSettlementCSV(t *testing.T) {
 		"2025-03-14," + try.ID + ",op-try,123.45,TRY,settled\n" +
 		"2025-03-14," + jpy.ID + ",op-jpy,500,JPY,settled\n" +
 		"2025-03-14," + kwd.ID + ",op-kwd,1.005,KWD,settled\n" +
-		"2025-03-14," + cents.ID + ",op-cents,0.07,EUR,settled\n"
+		"2025-03-14," + cents.ID + ",op-cents,0.07,EUR,settled\n" +
+		"trailer,2025-03-14,4,2025-03-15T00:00:00Z,,\n"
 	require.Equal(t, want, string(b))
 
 	code, b = e.do(t, http.MethodGet, "/v1/settlements/2025-03-16.csv", nil, nil)
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, "settlement_date,provider_charge_id,reference,amount,currency,status\n", string(b))
+	require.Equal(t, "settlement_date,provider_charge_id,reference,amount,currency,status\n"+
+		"trailer,2025-03-16,0,2025-03-15T00:00:00Z,,\n", string(b))
 
 	for _, bad := range []string{"2025-13-01.csv", "2025-03-14", "2025-3-14.csv", "today.csv"} {
 		code, _ = e.do(t, http.MethodGet, "/v1/settlements/"+bad, nil, nil)

@@ -248,20 +248,21 @@ func TestLateBookingSettlesOnItsBookingDay(t *testing.T) {
 	require.True(t, e.tryCharge(t, "op-late").dropped)
 
 	header := "settlement_date,provider_charge_id,reference,amount,currency,status\n"
-	for _, file := range []string{"2025-03-14.csv", "2025-03-15.csv"} {
-		code, b := e.do(t, http.MethodGet, "/v1/settlements/"+file, nil, nil)
+	for _, day := range []string{"2025-03-14", "2025-03-15"} {
+		code, b := e.do(t, http.MethodGet, "/v1/settlements/"+day+".csv", nil, nil)
 		require.Equal(t, http.StatusOK, code)
-		require.Equal(t, header, string(b), "not booked yet: in no file")
+		require.Equal(t, header+"trailer,"+day+",0,2025-03-14T23:59:59Z,,\n", string(b), "not booked yet: in no file")
 	}
 
 	e.sim.now = func() time.Time { return day.Add(2 * time.Second) }
 	id := e.moved(t, "op-late").Charges[0].ID
 	code, b := e.do(t, http.MethodGet, "/v1/settlements/2025-03-14.csv", nil, nil)
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, header, string(b), "received on the 14th, booked on the 15th")
+	require.Equal(t, header+"trailer,2025-03-14,0,2025-03-15T00:00:01Z,,\n", string(b), "received on the 14th, booked on the 15th")
 	code, b = e.do(t, http.MethodGet, "/v1/settlements/2025-03-15.csv", nil, nil)
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, header+"2025-03-15,"+id+",op-late,123.45,TRY,settled\n", string(b))
+	require.Equal(t, header+"2025-03-15,"+id+",op-late,123.45,TRY,settled\n"+
+		"trailer,2025-03-15,1,2025-03-15T00:00:01Z,,\n", string(b))
 }
 
 func TestLateBookingDefaultDelay(t *testing.T) {

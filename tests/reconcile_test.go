@@ -35,17 +35,24 @@ func (s *stack) settlementFile(day string) string {
 	return string(b)
 }
 
-// complete is file with a trailer declaring it complete for day as of asOf (the bank's file as
-// the bank would send it); a file that already has a trailer is returned as it is.
+// complete is file with a trailer declaring it complete for day as of asOf, in place of the
+// simulator's own: the bank's file as it would have been made at asOf.
 func complete(t *testing.T, file, day string, asOf time.Time) string {
 	t.Helper()
 	f, err := reconcile.ParseFile(strings.NewReader(file))
 	require.NoError(t, err)
-	if len(f.Trailers) > 0 {
-		return file
-	}
 	var b strings.Builder
 	require.NoError(t, reconcile.Write(&b, f.Lines, reconcile.Trailer{Day: reconcile.Day(day), Lines: len(f.Lines), AsOf: asOf}))
+	return b.String()
+}
+
+// linesOnly is file without its trailers: a file that does not prove itself complete.
+func linesOnly(t *testing.T, file string) string {
+	t.Helper()
+	f, err := reconcile.ParseFile(strings.NewReader(file))
+	require.NoError(t, err)
+	var b strings.Builder
+	require.NoError(t, reconcile.Write(&b, f.Lines))
 	return b.String()
 }
 
@@ -170,7 +177,7 @@ func TestReconcileReleasesUnknownMissingFromCoveredDay(t *testing.T) {
 	require.Equal(t, "40.00", s.account(m, acct)["reserved"])
 
 	time.Sleep(bookingWindow) // the bank could still book it until then
-	file := complete(t, s.settlementFile(today()), today(), time.Now())
+	file := s.settlementFile(today()) // the bank's file, complete (a trailer) as of now
 	require.NotContains(t, file, unknown.ID.String())
 	rep, ok := decodeReport(t, s.importSettlements(m, file))
 	require.True(t, ok, "%+v", rep.Mismatches)
@@ -202,7 +209,7 @@ func TestReconcileEmptyFileWithDeclaredDay(t *testing.T) {
 	acct := s.newAccount(m, "TRY", "100.00")
 	unknown := s.payUnknown(m, "timeout", payBody("inv-1", "40.00", "TRY", acct), "error_500")
 	time.Sleep(bookingWindow)
-	file := s.settlementFile(today())
+	file := linesOnly(t, s.settlementFile(today()))
 	require.Equal(t, strings.Join(reconcile.Header, ",")+"\n", file, "nothing settled today")
 
 	rep, ok := decodeReport(t, s.importSettlements(m, file))
@@ -475,7 +482,7 @@ func TestReconcileWrongDayFileReleasesNothing(t *testing.T) {
 	s.payUnknown(m, "timeout", payBody("inv-1", "40.00", "TRY", acct), "error_500")
 	time.Sleep(bookingWindow)
 	yesterday := time.Now().UTC().AddDate(0, 0, -1).Format(time.DateOnly)
-	todays := s.settlementFile(today())
+	todays := linesOnly(t, s.settlementFile(today()))
 	unchanged := func() {
 		t.Helper()
 		require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "timeout").Status)
