@@ -176,7 +176,7 @@ func TestReconcileReleasesUnknownMissingFromCoveredDay(t *testing.T) {
 	require.Equal(t, 0, s.simCount(unknown.ID.String()), "the bank answered 500 without moving money")
 	require.Equal(t, "40.00", s.account(m, acct)["reserved"])
 
-	time.Sleep(bookingWindow) // the bank could still book it until then
+	time.Sleep(bookingWindow)         // the bank could still book it until then
 	file := s.settlementFile(today()) // the bank's file, complete (a trailer) as of now
 	require.NotContains(t, file, unknown.ID.String())
 	rep, ok := decodeReport(t, s.importSettlements(m, file))
