@@ -1001,6 +1001,7 @@ var dashboardMetrics = map[string]metricKind{
 	"kasa_db_table_bytes":                       gauge,
 	"kasa_db_index_bytes":                       gauge,
 	"kasa_unknown_payments":                     gauge,
+	"kasa_payments_stuck":                       gauge,
 	"kasa_reconcile_age_seconds":                gauge,
 	"kasa_reconcile_last_mismatches":            gauge,
 	"kasa_reconcile_last_run_timestamp_seconds": gauge,
