@@ -2,7 +2,7 @@
 // keep-alive connections, either closed loop (N clients sending back to back) or open loop
 // (arrivals on a fixed schedule, latency measured from the intended send time so a stalled server
 // cannot hide its queue: no coordinated omission), and reports throughput, latency quantiles, the
-// answers by status and code, and a per-second series.
+// answers by status and code.
 package bench
 
 import (
@@ -26,25 +26,25 @@ import (
 	"github.com/kasa-pay/kasa/payment"
 )
 
-// Options describe one run. Zero values get the defaults noted.
+// Options describe one run, or the standard suite (RunSuite). Zero values get the defaults noted.
 type Options struct {
-	APIURL, AdminToken string        // kasa API base URL; KASA_ADMIN_TOKEN, for Setup
-	Duration, Warmup   time.Duration // measured window (default 10s), and load before it not recorded
-	Concurrency        int           // clients (closed loop) or cap on requests in flight (open loop); default 16 (open loop 256)
-	Rate               float64       // > 0: open loop at this many arrivals per second
-	Merchants, Payers  int           // Setup: merchants, and payer accounts per merchant; default 1 each
-	Currency           string        // of the accounts Setup creates; default TRY
-	MinAmount          int64         // amount in minor units, uniform in [MinAmount, MaxAmount]; default 100
-	MaxAmount          int64         // default max(MinAmount, 10000)
-	// DuplicateRatio is the share of requests that are duplicates: half re-send an earlier request
+	APIURL           string        `json:"-"` // kasa API base URL
+	AdminToken       string        `json:"-"` // KASA_ADMIN_TOKEN, for Setup: kept out of the results
+	Duration, Warmup time.Duration // measured window (default 10s), and load before it not recorded
+	Concurrency      int           // clients (closed loop) or cap on requests in flight (open loop); default 16 (open loop 256)
+	Rate             float64       `json:",omitempty"` // > 0: open loop at this many arrivals per second
+	Merchants        int           // Setup: merchants; default 1
+	Payers           int           `json:",omitempty"` // Setup: payer accounts per merchant; default 1
+	// Duplicates is the share of requests that are duplicates: half re-send an earlier request
 	// byte for byte (a retry), half send a new payment with a parallel second copy (a race on the key).
-	DuplicateRatio    float64
-	InsufficientShare float64 // share of new payments for more than the payer ever had
+	Duplicates   float64
+	Insufficient float64 // share of new payments for more than the payer ever had
 	// Path: "payments" (default, POST /v1/payments), "replay" (re-sends of finished payments only),
 	// or a raw path such as "/healthz" (GET without auth).
-	Path string
-	Seed int64 // seeds amounts, payers and duplicates; keys are random UUIDs regardless
-	CPU  CPU   // if set, the run reports the CPU its measured window cost, by process class
+	Path     string                           `json:",omitempty"`
+	Preload  int                              // RunSuite: stored payments for the large-table runs; 0 skips them
+	CPU      CPU                              `json:"-"` // if set, a run reports the CPU its measured window cost, by process class
+	Progress func(format string, args ...any) `json:"-"` // RunSuite's progress lines
 }
 
 // Result is what a run measured: only requests whose (intended) send time falls in the window count.
@@ -54,7 +54,6 @@ type Result struct {
 	Concurrency    int              `json:"concurrency"`
 	Rate           float64          `json:"rate,omitempty"`
 	Merchants      int              `json:"merchants,omitempty"`
-	Payers         int              `json:"payers,omitempty"`
 	Duration       float64          `json:"duration_s"`
 	Requests       int64            `json:"requests"`         // answered, whatever the status (a race sends two)
 	Errors         int64            `json:"errors"`           // transport errors: no HTTP answer
@@ -65,7 +64,6 @@ type Result struct {
 	Latency        Latency          `json:"latency_ms"`
 	Answers        map[string]int64 `json:"answers"` // "201 succeeded", "409 idempotency_key_in_use", "201 replayed", ...
 	FirstError     string           `json:"first_error,omitempty"`
-	Series         []Second         `json:"series"`
 	CPU            *CPUUse          `json:"cpu,omitempty"`
 	// Payments maps every payment id seen in an answer (warmup included) to its latest status,
 	// for the charge counts at the simulator. Kept out of the JSON: it can be large.
@@ -79,14 +77,6 @@ type Latency struct {
 	P95 float64 `json:"p95"`
 	P99 float64 `json:"p99"`
 	Max float64 `json:"max"`
-}
-
-// Second is one second of the measured window, by send time.
-type Second struct {
-	Second   int     `json:"second"`
-	Requests int64   `json:"requests"`
-	Errors   int64   `json:"errors,omitempty"`
-	P99      float64 `json:"p99_ms"`
 }
 
 // PaymentIDs returns the sorted ids of the payments last seen in one of the statuses (all without any).
@@ -104,44 +94,13 @@ func (r Result) PaymentIDs(statuses ...string) []string {
 const (
 	recentKeys = 64  // earlier requests a client remembers for retries
 	replayPool = 200 // finished payments the replay path re-sends
+	// The payments' currency and amounts in minor units, uniform in [minAmount, maxAmount].
+	currency             = "TRY"
+	minAmount, maxAmount = 100, 10_000
 )
-
-// currencies are the ones a bench can use (the harness's preload.sql knows their minor units).
-var currencies = map[string]bool{"TRY": true, "USD": true, "EUR": true, "JPY": true, "KWD": true}
-
-// ParseAmounts reads "MIN-MAX" (or one amount) in the currency's major units into minor units.
-func ParseAmounts(s, currency string) (lo, hi int64, err error) {
-	currency = strings.ToUpper(currency)
-	if !currencies[currency] {
-		return 0, 0, fmt.Errorf("unsupported currency %q (TRY, USD, EUR, JPY or KWD)", currency)
-	}
-	a, b, isRange := strings.Cut(strings.TrimSpace(s), "-")
-	if !isRange {
-		b = a
-	}
-	for _, p := range []struct {
-		text string
-		to   *int64
-	}{{a, &lo}, {b, &hi}} {
-		if *p.to, err = payment.ParseAmount(strings.TrimSpace(p.text), currency); err != nil {
-			return 0, 0, fmt.Errorf("amounts %q in %s: %q: %w", s, currency, p.text, err)
-		}
-	}
-	if hi < lo {
-		return 0, 0, fmt.Errorf("amounts %q: the maximum is below the minimum", s)
-	}
-	if hi > maxAmount {
-		return 0, 0, fmt.Errorf("amounts %q: the maximum is too large to fund", s)
-	}
-	return lo, hi, nil
-}
-
-// maxAmount keeps deposits (MaxAmount × depositPayments) plus an insufficient payment within int64.
-const maxAmount = math.MaxInt64 / (2 * depositPayments)
 
 func (o Options) withDefaults() (Options, error) {
 	o.APIURL = strings.TrimRight(o.APIURL, "/")
-	o.Currency = strings.ToUpper(orDefault(o.Currency, "TRY"))
 	o.Path = orDefault(o.Path, "payments")
 	o.Duration = orDefault(o.Duration, 10*time.Second)
 	if o.Rate > 0 {
@@ -149,18 +108,10 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	o.Concurrency = orDefault(o.Concurrency, 16)
 	o.Merchants, o.Payers = max(o.Merchants, 1), max(o.Payers, 1)
-	o.MinAmount = orDefault(o.MinAmount, 100)
-	if o.MaxAmount < o.MinAmount {
-		o.MaxAmount = max(o.MinAmount, 10000)
-	}
-	o.DuplicateRatio, o.InsufficientShare = min(max(o.DuplicateRatio, 0), 1), min(max(o.InsufficientShare, 0), 1)
+	o.Duplicates, o.Insufficient = min(max(o.Duplicates, 0), 1), min(max(o.Insufficient, 0), 1)
 	switch {
 	case o.APIURL == "":
 		return o, errors.New("bench: APIURL is required")
-	case !currencies[o.Currency]:
-		return o, fmt.Errorf("bench: unsupported currency %q", o.Currency)
-	case o.MaxAmount > maxAmount:
-		return o, fmt.Errorf("bench: MaxAmount %d too large", o.MaxAmount)
 	case o.Path != "payments" && o.Path != "replay" && !strings.HasPrefix(o.Path, "/"):
 		return o, fmt.Errorf("bench: unknown path %q (payments, replay or /raw/path)", o.Path)
 	}
@@ -284,11 +235,10 @@ type runner struct {
 // worker is one client. Everything it records is its own and merged after the run.
 type worker struct {
 	r           *runner
-	rng         *rand.Rand
 	recent      []request
 	sent        int
-	lat         [][]time.Duration // by second of the window
-	errs        []int64           // by second of the window
+	lat         []time.Duration
+	errs        int64
 	answers     map[string]int64
 	newPayments int64
 	firstErr    string
@@ -325,15 +275,12 @@ func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, e
 	r.start = time.Now()
 	r.measured = r.start.Add(o.Warmup)
 	r.end = r.measured.Add(o.Duration)
-	seconds := int((o.Duration + time.Second - 1) / time.Second)
 	cpuUsed := cpuWindow(ctx, o.CPU, r.measured, r.end)
 	workers := make([]*worker, o.Concurrency)
 	arrivals := make(chan time.Time)
 	var wg sync.WaitGroup
 	for i := range workers {
-		w := &worker{r: r, rng: rand.New(rand.NewPCG(uint64(o.Seed), uint64(i))),
-			lat: make([][]time.Duration, seconds), errs: make([]int64, seconds),
-			answers: map[string]int64{}, payments: map[string]string{}}
+		w := &worker{r: r, answers: map[string]int64{}, payments: map[string]string{}}
 		workers[i] = w
 		wg.Go(func() {
 			for t := range arrivals {
@@ -362,20 +309,11 @@ func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, e
 		res.Mode, res.Rate = "open", o.Rate
 	}
 	if r.fx != nil {
-		res.Merchants, res.Payers = len(r.fx.Merchants), len(r.fx.Merchants[0].Payers)
+		res.Merchants = len(r.fx.Merchants)
 	}
 	var all []time.Duration
-	for i := range int((window + time.Second - 1) / time.Second) {
-		var lat []time.Duration
-		var errs int64
-		for _, w := range workers {
-			lat, errs = append(lat, w.lat[i]...), errs+w.errs[i]
-		}
-		slices.Sort(lat)
-		res.Series = append(res.Series, Second{Second: i, Requests: int64(len(lat)), Errors: errs, P99: ms(quantile(lat, 0.99))})
-		all, res.Errors = append(all, lat...), res.Errors+errs
-	}
 	for _, w := range workers {
+		all, res.Errors = append(all, w.lat...), res.Errors+w.errs
 		for k, n := range w.answers {
 			res.Answers[k] += n
 		}
@@ -464,13 +402,12 @@ func (w *worker) record(ctx context.Context, intended time.Time, req request, o 
 	if intended.Before(w.r.measured) || !intended.Before(w.r.end) {
 		return o.err == nil
 	}
-	sec := int(intended.Sub(w.r.measured) / time.Second)
 	if o.err != nil {
-		w.errs[sec]++
+		w.errs++
 		w.firstErr = orDefault(w.firstErr, o.err.Error())
 		return false
 	}
-	w.lat[sec] = append(w.lat[sec], o.done.Sub(intended))
+	w.lat = append(w.lat, o.done.Sub(intended))
 	w.answers[o.ans.label]++
 	if req.isNew && o.ans.paymentID != "" && !o.ans.replayed {
 		w.newPayments++
@@ -492,15 +429,15 @@ func (w *worker) next() []request {
 	case strings.HasPrefix(o.Path, "/"):
 		return []request{{method: http.MethodGet, url: o.APIURL + o.Path}}
 	case o.Path == "replay":
-		return []request{w.r.pool[w.rng.IntN(len(w.r.pool))]}
+		return []request{w.r.pool[rand.IntN(len(w.r.pool))]}
 	}
-	dup := len(w.recent) > 0 && w.rng.Float64() < o.DuplicateRatio
-	if dup && w.rng.IntN(2) == 0 {
-		old := w.recent[w.rng.IntN(len(w.recent))]
+	dup := len(w.recent) > 0 && rand.Float64() < o.Duplicates
+	if dup && rand.IntN(2) == 0 {
+		old := w.recent[rand.IntN(len(w.recent))]
 		old.isNew = false
 		return []request{old}
 	}
-	p := w.r.newPayment(w.rng)
+	p := w.r.newPayment()
 	if len(w.recent) < recentKeys {
 		w.recent = append(w.recent, p)
 	} else {
@@ -523,27 +460,26 @@ type paymentBody struct {
 }
 
 // newPayment builds a payment with a fresh key for a random payer of a random merchant.
-func (r *runner) newPayment(rng *rand.Rand) request {
-	m := &r.fx.Merchants[rng.IntN(len(r.fx.Merchants))]
-	amount := r.opts.MinAmount + rng.Int64N(r.opts.MaxAmount-r.opts.MinAmount+1)
-	if rng.Float64() < r.opts.InsufficientShare {
+func (r *runner) newPayment() request {
+	m := &r.fx.Merchants[rand.IntN(len(r.fx.Merchants))]
+	amount := minAmount + rand.Int64N(maxAmount-minAmount+1)
+	if rand.Float64() < r.opts.Insufficient {
 		amount += r.fx.Deposit // more than the payer ever had: balances only shrink during a run
 	}
 	key := uuid.NewString()
 	body, _ := json.Marshal(paymentBody{
 		InvoiceID: key, // unique, so no payment is ever a duplicate_payment of another
-		Amount:    payment.FormatAmount(amount, r.fx.Currency), Currency: r.fx.Currency,
-		AccountID: m.Payers[rng.IntN(len(m.Payers))],
+		Amount:    payment.FormatAmount(amount, currency), Currency: currency,
+		AccountID: m.Payers[rand.IntN(len(m.Payers))],
 	})
 	return request{method: http.MethodPost, url: r.opts.APIURL + "/v1/payments", token: m.APIKey, key: key, body: body, isNew: true}
 }
 
 // prime creates the payments the replay path re-sends, keeping those that finished (201/402).
 func (r *runner) prime(ctx context.Context, seen map[string]string) ([]request, error) {
-	rng := rand.New(rand.NewPCG(uint64(r.opts.Seed), math.MaxUint64))
 	reqs := make([]request, replayPool)
 	for i := range reqs {
-		reqs[i] = r.newPayment(rng)
+		reqs[i] = r.newPayment()
 	}
 	outs := make([]outcome, len(reqs))
 	err := parallel(ctx, len(reqs), r.opts.Concurrency, func(ctx context.Context, i int) error {

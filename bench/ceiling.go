@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -104,24 +103,11 @@ func ShapeWorkflow(ctx workflow.Context, s Shape) error {
 	return nil
 }
 
-// ParseShape reads a Shape's String form, e.g. "LLL+eager+search-attributes" or "RRR".
-func ParseShape(s string) (Shape, error) {
-	steps, opts, _ := strings.Cut(s, "+")
-	if strings.Trim(steps, "LR") != "" {
-		return Shape{}, fmt.Errorf("shape %q: a step is neither L (local) nor R (regular)", s)
-	}
-	sh := Shape{Steps: steps, Eager: strings.Contains("+"+opts+"+", "+eager+"), SearchAttributes: strings.Contains("+"+opts+"+", "+search-attributes+")}
-	if sh.String() != s {
-		return Shape{}, fmt.Errorf("shape %q: unknown options (eager, search-attributes, in that order)", s)
-	}
-	return sh, nil
-}
-
 // WorkflowCeiling is ceiling T: workflows of the given shape with no work in their steps,
-// started and awaited back to back by concurrency clients for warmup+duration, on a task queue
-// of their own served by a worker in this process. Its Result is shaped like a load run's, with
-// Path "temporal:<shape>". With cpu, it also reports what its measured window cost.
-func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, concurrency int, warmup, duration time.Duration, cpu CPU) (Result, error) {
+// started and awaited back to back by o.Concurrency clients for o.Warmup+o.Duration, on a task
+// queue of their own served by a worker in this process. Its Result is shaped like a load run's,
+// with Path "temporal:<shape>". With o.CPU, it also reports what its measured window cost.
+func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, o Options) (Result, error) {
 	queue := "bench-shape-" + uuid.NewString()
 	w := sdkworker.New(tc, queue, sdkworker.Options{})
 	w.RegisterWorkflowWithOptions(ShapeWorkflow, workflow.RegisterOptions{Name: "bench.shape"})
@@ -131,7 +117,8 @@ func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, concurr
 	}
 	defer w.Stop()
 
-	r := &runner{opts: Options{Path: "temporal:" + shape.String(), Concurrency: concurrency, Warmup: warmup, Duration: duration, CPU: cpu}}
+	o.Path = "temporal:" + shape.String()
+	r := &runner{opts: o}
 	r.op = func(ctx context.Context) outcome {
 		o := client.StartWorkflowOptions{ID: "bench-shape-" + uuid.NewString(), TaskQueue: queue, EnableEagerStart: shape.Eager}
 		if shape.SearchAttributes {

@@ -1,17 +1,15 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/md5"
-	"crypto/rand"
-	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"os/exec"
@@ -20,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kasa-pay/kasa/internal/devenv"
 )
 
 // The database ceilings of a benchmark: pgbench runs kasa's own SQL, statement for statement, with
@@ -31,31 +31,29 @@ import (
 var pgbenchScripts embed.FS
 
 // PGBench scripts: one new payment's whole database work (API, worker, API) as one pgbench
-// transaction; the replay lookup, the single query that finds a finished payment's idempotency
-// record and stored answer; and all of a replayed request's database work when it misses the
-// API's cache of completed records (the API key lookup and the replay lookup).
+// transaction; and the replay lookup, the single query that finds a finished payment's
+// idempotency record and stored answer.
 const (
-	PGBenchPayment    = "payment"
-	PGBenchReplay     = "replay"
-	PGBenchReplayPath = "replay-path"
+	PGBenchPayment = "payment"
+	PGBenchReplay  = "replay"
 )
 
 // PGBenchOptions describe one pgbench run. Zero values get the defaults noted.
 type PGBenchOptions struct {
 	DatabaseURL string        // postgres:// URL of kasa's database; the fixture lives in a schema of its own there
 	Clients     int           // pgbench clients (connections); default 16
-	Duration    time.Duration // measured window; Warmup+Duration is rounded up to whole seconds; default 10s
-	// Warmup runs before the measured window and is not counted. The window also waits for every
-	// client's first five transactions: PostgreSQL plans a prepared statement afresh on each of its
-	// first five executions before it settles on a generic plan, and the backend fills its caches,
-	// which kasa's long-lived pooled connections did long before. Default 1s; negative for none.
-	Warmup time.Duration
-	Script string // PGBenchPayment, PGBenchReplay or PGBenchReplayPath
-	// Rows sizes the fixture: merchants, each with a settlement account and Payers payer accounts,
-	// for the payment script; finished payments to replay. Default 1000.
-	Rows   int
-	Payers int // payer accounts per merchant; default 1
+	Duration    time.Duration // measured window, after pgbenchWarmup; default 10s
+	Script      string        // PGBenchPayment or PGBenchReplay
+	// Rows sizes the fixture: merchants, each with a settlement and a payer account, for the
+	// payment script; finished payments to replay. Default 1000.
+	Rows int
 }
+
+// pgbenchWarmup runs before the measured window and is not counted. The window also waits for
+// every client's first warmTransactions: PostgreSQL plans a prepared statement afresh on each of
+// its first five executions before it settles on a generic plan, and the backend fills its
+// caches, which kasa's long-lived pooled connections did long before.
+const pgbenchWarmup = time.Second
 
 // PGBenchResult is what pgbench measured in the window after the warmup, from its
 // per-transaction log (pgbench -l). One transaction is one run of the script.
@@ -79,31 +77,28 @@ const pgbenchKeyBase = 1_000_000_000_000_000_000
 // their indexes, constraints, foreign keys and triggers; kasa's tables are never written), runs
 // pgbench with the script at the client count, and drops the schema again.
 func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error) {
-	o = o.withDefaults()
+	o.Clients, o.Duration, o.Rows = orDefault(o.Clients, 16), orDefault(o.Duration, 10*time.Second), orDefault(o.Rows, 1000)
 	script, err := pgbenchScripts.ReadFile("pgbench/" + o.Script + ".sql")
-	if err != nil || o.Script == "setup" {
-		return PGBenchResult{}, fmt.Errorf("pgbench: unknown script %q (%s, %s or %s)", o.Script, PGBenchPayment, PGBenchReplay, PGBenchReplayPath)
+	if err != nil || (o.Script != PGBenchPayment && o.Script != PGBenchReplay) {
+		return PGBenchResult{}, fmt.Errorf("pgbench: unknown script %q (%s or %s)", o.Script, PGBenchPayment, PGBenchReplay)
 	}
-	pgbench, err := pgTool("pgbench")
+	pgbench, err := devenv.PostgresTool("pgbench")
 	if err != nil {
 		return PGBenchResult{}, err
 	}
-	schema, err := newPGBenchSchema()
-	if err != nil {
-		return PGBenchResult{}, err
-	}
+	schema, vars := fmt.Sprintf("kasa_pgbench_%08x", rand.Uint32()), pgbenchVariables(o.Rows)
 	benchURL, err := withSearchPath(o.DatabaseURL, schema)
 	if err != nil {
 		return PGBenchResult{}, err
 	}
-	if err := setupPGBenchFixture(ctx, o, schema); err != nil {
+	if err := setupPGBenchFixture(ctx, o.DatabaseURL, schema, vars); err != nil {
 		return PGBenchResult{}, err
 	}
 	defer func() {
 		// Also after a cancelled run: the fixture must not outlive it.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if derr := dropPGBenchSchema(cctx, o.DatabaseURL, schema); derr != nil && err == nil {
+		if _, derr := psqlScript(cctx, o.DatabaseURL, "psql/drop", "-v", "schema="+schema); derr != nil && err == nil {
 			err = fmt.Errorf("pgbench: drop the fixture schema %s: %w", schema, derr)
 		}
 	}()
@@ -121,25 +116,19 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 		return PGBenchResult{}, err
 	}
 	defer os.RemoveAll(dir)
-	file := filepath.Join(dir, o.Script+".sql")
-	if err := os.WriteFile(file, script, 0o644); err != nil {
-		return PGBenchResult{}, err
-	}
-	args := []string{"-n", "-M", "prepared", "-f", file, "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(min(o.Clients, 2)),
-		"-T", strconv.Itoa(int(math.Ceil((o.Warmup + o.Duration).Seconds()))), "-l", "--log-prefix", filepath.Join(dir, "tx")}
-	for _, kv := range pgbenchVariables(o) {
+	args := []string{"-n", "-M", "prepared", "-f", "-", "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(min(o.Clients, 2)),
+		"-T", strconv.Itoa(int(math.Ceil((pgbenchWarmup + o.Duration).Seconds()))), "-l", "--log-prefix", filepath.Join(dir, "tx")}
+	for _, kv := range vars {
 		args = append(args, "-D", kv)
 	}
-	cmd := exec.CommandContext(ctx, pgbench, append(args, benchURL)...)
-	cmd.Dir = dir
-	if _, err := runCmd(ctx, cmd, nil); err != nil {
+	if _, err := runCmd(ctx, exec.CommandContext(ctx, pgbench, append(args, benchURL)...), script); err != nil {
 		return PGBenchResult{}, fmt.Errorf("pgbench %s: %w", o.Script, err)
 	}
 	txs, err := readPGBenchLogs(filepath.Join(dir, "tx"))
 	if err != nil {
 		return PGBenchResult{}, err
 	}
-	r := summarize(txs, o.Warmup)
+	r := summarize(txs, pgbenchWarmup)
 	if r.Transactions == 0 {
 		return PGBenchResult{}, fmt.Errorf("pgbench %s: no transaction completed after the warmup (%d in all): lengthen Duration", o.Script, len(txs))
 	}
@@ -147,33 +136,15 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 	return r, nil
 }
 
-func (o PGBenchOptions) withDefaults() PGBenchOptions {
-	o.Clients, o.Duration, o.Rows, o.Payers = orDefault(o.Clients, 16), orDefault(o.Duration, 10*time.Second), orDefault(o.Rows, 1000), orDefault(o.Payers, 1)
-	if o.Warmup == 0 {
-		o.Warmup = time.Second
-	}
-	o.Warmup = max(o.Warmup, 0)
-	return o
-}
-
-// pgbenchVariables are the -D definitions every script may use: the fixture's sizes and, for the
-// replay scripts, merchant 1's values as setup.sql derives them.
-func pgbenchVariables(o PGBenchOptions) []string {
-	sum := sha256.Sum256([]byte("sk_bench_1"))
+// pgbenchVariables are the fixture's sizes as setup.sql takes them and every script may use, and
+// for the replay script, merchant 1's id as setup.sql derives it.
+func pgbenchVariables(rows int) []string {
 	m := md5.Sum([]byte("merchant/1"))
 	h := hex.EncodeToString(m[:])
 	return []string{
-		"merchants=" + strconv.Itoa(o.Rows), "payers=" + strconv.Itoa(o.Payers), "records=" + strconv.Itoa(o.Rows),
-		"key_base=" + strconv.FormatInt(pgbenchKeyBase, 10),
+		"merchants=" + strconv.Itoa(rows), "payers=1", "records=" + strconv.Itoa(rows), "key_base=" + strconv.FormatInt(pgbenchKeyBase, 10),
 		"merchant_id=" + h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], // md5('merchant/1')::uuid
-		"api_key_hash=\\x" + hex.EncodeToString(sum[:]),
 	}
-}
-
-func newPGBenchSchema() (string, error) {
-	b := make([]byte, 4)
-	_, err := rand.Read(b)
-	return "kasa_pgbench_" + hex.EncodeToString(b), err
 }
 
 // withSearchPath returns the URL with the schema as the sessions' search_path (libpq's options).
@@ -189,18 +160,16 @@ func withSearchPath(raw, schema string) (string, error) {
 	return u.String(), nil
 }
 
-func setupPGBenchFixture(ctx context.Context, o PGBenchOptions, schema string) error {
-	_, err := psqlScript(ctx, o.DatabaseURL, "setup", "-1", "-v", "schema="+schema, "-v", "merchants="+strconv.Itoa(o.Rows),
-		"-v", "payers="+strconv.Itoa(o.Payers), "-v", "records="+strconv.Itoa(o.Rows), "-v", "key_base="+strconv.FormatInt(pgbenchKeyBase, 10))
-	if err != nil {
+// setupPGBenchFixture creates the schema and its fixture, of the sizes vars gives.
+func setupPGBenchFixture(ctx context.Context, dbURL, schema string, vars []string) error {
+	args := []string{"-1", "-v", "schema=" + schema}
+	for _, kv := range vars {
+		args = append(args, "-v", kv)
+	}
+	if _, err := psqlScript(ctx, dbURL, "setup", args...); err != nil {
 		return fmt.Errorf("pgbench fixture: %w", err)
 	}
 	return nil
-}
-
-func dropPGBenchSchema(ctx context.Context, dbURL, schema string) error {
-	_, err := psqlScript(ctx, dbURL, "psql/drop", "-v", "schema="+schema)
-	return err
 }
 
 // psqlScript runs the embedded pgbench/name.sql through psql.
@@ -214,7 +183,7 @@ func psqlScript(ctx context.Context, dbURL, name string, args ...string) (string
 
 // PSQL runs psql without ~/.psqlrc, stopping at the first error, with stdin when given.
 func PSQL(ctx context.Context, dbURL string, stdin []byte, args ...string) (string, error) {
-	bin, err := pgTool("psql")
+	bin, err := devenv.PostgresTool("psql")
 	if err != nil {
 		return "", err
 	}
@@ -237,23 +206,6 @@ func runCmd(ctx context.Context, cmd *exec.Cmd, stdin []byte) (string, error) {
 		return "", fmt.Errorf("%w: %s", err, msg[max(0, len(msg)-4<<10):])
 	}
 	return stdout.String(), nil
-}
-
-// pgTool finds a PostgreSQL client program: on PATH, else in pg_config's bindir.
-func pgTool(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
-		p := filepath.Join(strings.TrimSpace(string(out)), name)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/" + name); len(m) > 0 {
-		return m[len(m)-1], nil
-	}
-	return "", fmt.Errorf("%s not found: install the PostgreSQL client programs (Debian: apt-get install postgresql-client) or put $(pg_config --bindir) on PATH", name)
 }
 
 // pgbenchTx is one line of pgbench's per-transaction log.
@@ -282,13 +234,12 @@ func readPGBenchLogs(prefix string) ([]pgbenchTx, error) {
 		if err != nil {
 			return nil, err
 		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
+		for line := range strings.Lines(string(b)) {
 			var tx pgbenchTx
 			var lat string
 			var script, sec, usec int64
-			if _, err := fmt.Sscan(sc.Text(), &tx.client, &tx.n, &lat, &script, &sec, &usec); err != nil {
-				return nil, fmt.Errorf("pgbench log %s: %q: %w", name, sc.Text(), err)
+			if _, err := fmt.Sscan(line, &tx.client, &tx.n, &lat, &script, &sec, &usec); err != nil {
+				return nil, fmt.Errorf("pgbench log %s: %q: %w", name, line, err)
 			}
 			us, err := strconv.ParseInt(lat, 10, 64)
 			if lat == "skipped" {

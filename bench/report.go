@@ -79,7 +79,7 @@ func (rep *Report) CapabilityLine() string {
 }
 
 // WriteSuiteMarkdown writes a suite's report: verdict, targets with their inputs, every run, the
-// database ceilings and the table sizes.
+// database ceilings.
 func WriteSuiteMarkdown(w io.Writer, rep *Report) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# kasa bench, %s\n\nMachine: %s. Commit: %s. Each run: %s measured after %s of warm-up, %d clients.\n\n%s",
@@ -108,16 +108,6 @@ func WriteSuiteMarkdown(w io.Writer, rep *Report) error {
 	for _, name := range slices.Sorted(maps.Keys(rep.PGBench)) {
 		r := rep.PGBench[name]
 		fmt.Fprintf(&b, "| %s | %d | %.1f | %.2f | %.2f | %.2f | %d |\n", name, r.Clients, r.TPS, r.LatencyAvgMS, r.P50MS, r.P99MS, r.Failed)
-	}
-	if len(rep.Sizes) > 0 {
-		b.WriteString("\n## Tables\n\n| table | rows | table bytes | index bytes | bytes/row (table + indexes) |\n|---|---:|---:|---:|---:|\n")
-	}
-	for _, s := range rep.Sizes {
-		per := "-"
-		if s.Rows > 0 {
-			per = fmt.Sprintf("%.0f", float64(s.TableBytes+s.IndexBytes)/float64(s.Rows))
-		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %s |\n", s.Table, s.Rows, s.TableBytes, s.IndexBytes, per)
 	}
 	_, err := w.Write(b.Bytes())
 	return err

@@ -17,7 +17,6 @@ import (
 
 // Fixture is what Setup created: the merchants, their API keys and funded payer accounts.
 type Fixture struct {
-	Currency  string
 	Deposit   int64 // minor units deposited into every payer account
 	Merchants []Merchant
 }
@@ -40,7 +39,7 @@ func (fx *Fixture) MerchantIDs() []string {
 
 const (
 	// depositPayments is how many maximal payments every payer can afford: far more than any run
-	// here sends, so only InsufficientShare fails.
+	// here sends, so only Insufficient fails.
 	depositPayments = 100_000
 	setupParallel   = 32 // concurrent admin calls; Setup of 1000 merchants takes seconds
 )
@@ -54,7 +53,7 @@ func Setup(ctx context.Context, opts Options) (*Fixture, error) {
 	}
 	hc := newClient(setupParallel)
 	defer hc.CloseIdleConnections()
-	fx := &Fixture{Currency: opts.Currency, Deposit: opts.MaxAmount * depositPayments, Merchants: make([]Merchant, opts.Merchants)}
+	fx := &Fixture{Deposit: maxAmount * depositPayments, Merchants: make([]Merchant, opts.Merchants)}
 	admin := func(ctx context.Context, path, key string, in map[string]string, out any) error {
 		body, _ := json.Marshal(in)
 		r := request{method: http.MethodPost, url: opts.APIURL + "/admin/v1" + path, token: opts.AdminToken, key: key, body: body}
@@ -74,11 +73,11 @@ func Setup(ctx context.Context, opts Options) (*Fixture, error) {
 	if err != nil {
 		return nil, err
 	}
-	amount := payment.FormatAmount(fx.Deposit, fx.Currency)
+	amount := payment.FormatAmount(fx.Deposit, currency)
 	err = parallel(ctx, opts.Merchants*opts.Payers, setupParallel, func(ctx context.Context, i int) error {
 		m := &fx.Merchants[i/opts.Payers]
 		var acct struct{ ID string }
-		if err := admin(ctx, "/accounts", "", map[string]string{"merchant_id": m.ID, "currency": fx.Currency}, &acct); err != nil {
+		if err := admin(ctx, "/accounts", "", map[string]string{"merchant_id": m.ID, "currency": currency}, &acct); err != nil {
 			return fmt.Errorf("bench: create account: %w", err)
 		}
 		if err := admin(ctx, "/accounts/"+acct.ID+"/deposits", uuid.NewString(), map[string]string{"amount": amount}, nil); err != nil {

@@ -16,27 +16,8 @@ type Stack struct {
 	Temporal                                client.Client
 	Verify                                  func(ctx context.Context) ([]string, error)                // kasa verify: the invariant violations
 	Preload                                 func(ctx context.Context, merchants []string, n int) error // n finished payments for the merchants
-	Sizes                                   func(ctx context.Context) ([]TableSize, error)             // the tables' rows and bytes
 	Settle                                  func(ctx context.Context) error                            // vacuum, analyze and checkpoint
 	CPU                                     CPU                                                        // if set, each run reports its CPU by process class
-}
-
-// TableSize is one table's footprint.
-type TableSize struct {
-	Table      string `json:"table"`
-	Rows       int64  `json:"rows"`
-	TableBytes int64  `json:"table_bytes"`
-	IndexBytes int64  `json:"index_bytes"`
-}
-
-// SuiteOptions shape the standard suite (`kasa bench --suite` sets every one).
-type SuiteOptions struct {
-	Duration, Warmup         time.Duration                    // measured window of each run, and load before it
-	Concurrency              int                              // clients of every closed-loop run, and pgbench clients
-	Merchants                int                              // merchants of the spread load; the hot load has one
-	Duplicates, Insufficient float64                          // shares of the payment runs, as in Options
-	Preload                  int                              // stored payments for the large-table runs; 0 skips them
-	Progress                 func(format string, args ...any) `json:"-"`
 }
 
 // Report is one suite run: every measurement, the ratios the targets ask for, and whether the
@@ -47,11 +28,10 @@ type Report struct {
 	Machine    string                   `json:"machine"`
 	Commit     string                   `json:"commit"`
 	Capability string                   `json:"provider_capability,omitempty"` // KASA_PROVIDER_CAPABILITY of the measured kasa
-	Options    SuiteOptions             `json:"options"`
+	Options    Options                  `json:"options"`
 	Runs       []Result                 `json:"runs"` // in the order run; most twice (passes #1 and #2), see targets
 	PGBench    map[string]PGBenchResult `json:"pgbench"`
 	Targets    []Target                 `json:"targets"`
-	Sizes      []TableSize              `json:"sizes,omitempty"`
 	Checked    int                      `json:"payments_checked"` // payments whose charges were counted at the simulator
 	Doubles    int                      `json:"double_charges"`
 	Problems   []string                 `json:"verify_problems"`
@@ -104,8 +84,10 @@ type step struct {
 	fx    *Fixture
 }
 
-// RunSuite runs the standard suite against s.
-func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
+// RunSuite runs the standard suite against s: o's Duration, Warmup, Concurrency (of every
+// closed-loop run, and of pgbench), Merchants (of the spread load; the hot load has one),
+// Duplicates, Insufficient and Preload shape it.
+func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	rep := &Report{Started: time.Now().UTC(), Options: o, PGBench: map[string]PGBenchResult{}}
 	byName, payments := map[string]Result{}, map[string]string{}
 	// pass runs its steps one after the other, or in mirror order, after settling the database
@@ -126,7 +108,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 			var r Result
 			var err error
 			if st.shape != nil {
-				r, err = WorkflowCeiling(ctx, s.Temporal, *st.shape, opts.Concurrency, opts.Warmup, opts.Duration, s.CPU)
+				r, err = WorkflowCeiling(ctx, s.Temporal, *st.shape, opts)
 			} else {
 				r, err = Run(ctx, opts, st.fx)
 			}
@@ -158,7 +140,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	payOpts := Options{DuplicateRatio: o.Duplicates, InsufficientShare: o.Insufficient}
+	payOpts := Options{Duplicates: o.Duplicates, Insufficient: o.Insufficient}
 	// The targets compare runs that ran side by side: the machine's speed drifts by tens of
 	// percent over minutes here, and a ratio of two runs minutes apart measures the drift as much
 	// as kasa. So each pass runs T of kasa's shape, new payments with many merchants, with one,
@@ -183,7 +165,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	}
 	// Half the maximum sustained rate, open loop: latency without coordinated omission. Three
 	// times as long as the other runs: at half the rate a p99 needs the samples.
-	half := Options{Rate: max(byName[RunSpread+" #1"].NewPaymentRate/2, 1), Concurrency: 256, InsufficientShare: o.Insufficient, Duration: 3 * o.Duration}
+	half := Options{Rate: max(byName[RunSpread+" #1"].NewPaymentRate/2, 1), Concurrency: 256, Insufficient: o.Insufficient, Duration: 3 * o.Duration}
 	if err := pass(true, false, step{name: RunOpenHalf, opts: half, fx: spread}); err != nil {
 		return nil, err
 	}
@@ -214,10 +196,6 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 			}
 		}
 	}
-	if rep.Sizes, err = s.Sizes(ctx); err != nil {
-		return nil, fmt.Errorf("sizes: %w", err)
-	}
-
 	// Correctness: a fast run that charged twice or broke an invariant failed.
 	o.Progress("checking the payments at the bank simulator and running kasa verify")
 	if rep.Checked, rep.Doubles, rep.Problems, err = s.Check(ctx, payments); err != nil {

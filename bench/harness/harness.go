@@ -9,7 +9,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -41,7 +40,7 @@ func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "kasa bench: "+format+"\n", args...)
 }
 
-// Main runs `kasa bench` with its arguments.
+// Main runs `kasa bench` with its arguments: one run, or the standard suite (--suite).
 func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	var o bench.Options
 	fs := flag.NewFlagSet("kasa bench", flag.ContinueOnError)
@@ -53,37 +52,16 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	fs.Float64Var(&o.Rate, "rate", 0, "open loop: arrivals per second (0: closed loop)")
 	fs.IntVar(&o.Merchants, "merchants", 1000, "merchants, each with its own settlement account (1: one hot account)")
 	fs.IntVar(&o.Payers, "payers", 1, "payer accounts per merchant")
-	fs.Float64Var(&o.DuplicateRatio, "duplicates", 0.05, "share of requests that retry an earlier key (some in parallel)")
-	fs.Float64Var(&o.InsufficientShare, "insufficient", 0.05, "share of new payments the payer cannot afford")
-	fs.StringVar(&o.Currency, "currency", "TRY", "one run: currency of the accounts and payments (TRY, USD, EUR, JPY or KWD)")
-	amounts := fs.String("amounts", "1-100", `one run: payment amounts, uniform in MIN-MAX major units of --currency, e.g. "0.50-20.00"`)
-	fs.StringVar(&o.Path, "path", "payments", `what one run drives: "payments", "replay", a raw path such as "/healthz", or "temporal:<shape>" (ceiling T, e.g. temporal:LLL+eager+search-attributes)`)
-	preload := fs.Int("preload", 0, "load this many stored payments and idempotency records before measuring")
-	faults := fs.String("faults", "", `bank simulator fault rules, as PUT /_sim/faults takes them, e.g. {"rules":[{"on":"charge","action":"delay","delay_ms":50}]}`)
-	asJSON := fs.Bool("json", false, "one run: print its result as JSON")
-	childPprof := fs.String("child-pprof", "", "serve the measured kasa dev child's /debug/pprof/ on this address, e.g. 127.0.0.1:6061")
+	fs.Float64Var(&o.Duplicates, "duplicates", 0.05, "share of requests that retry an earlier key (some in parallel)")
+	fs.Float64Var(&o.Insufficient, "insufficient", 0.05, "share of new payments the payer cannot afford")
+	fs.StringVar(&o.Path, "path", "payments", `what one run drives: "payments", "replay" or a raw path such as "/healthz"`)
+	fs.IntVar(&o.Preload, "preload", 0, "load this many stored payments and idempotency records before measuring")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
 		return ErrUsage
 	}
-	var shape bench.Shape
-	spec, isShape := strings.CutPrefix(o.Path, "temporal:")
-	o.MinAmount, o.MaxAmount, err = bench.ParseAmounts(*amounts, o.Currency)
-	if err == nil && isShape {
-		shape, err = bench.ParseShape(spec)
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if err == nil && *suite && (set["currency"] || set["amounts"]) {
-		err = errors.New("--currency and --amounts shape one run; the standard suite (--suite) keeps its own")
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kasa bench:", err)
-		return ErrUsage
-	}
-
-	st, err := startStack(ctx, cfg, *childPprof)
+	st, err := startStack(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -91,31 +69,18 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		st.keep = err != nil
 		st.stop()
 	}()
-	if *faults != "" {
-		if err := putFaults(ctx, st.SimURL, *faults); err != nil {
-			return err
-		}
+	o.APIURL, o.AdminToken, o.CPU, o.Progress = st.APIURL, st.AdminToken, st.CPU, progress
+	if *suite {
+		return runSuite(ctx, st, o, *out, cfg.Capability)
 	}
-	switch {
-	case *suite:
-		return runSuite(ctx, st, o, *preload, *out, cfg.Capability)
-	case isShape:
-		res, err := bench.WorkflowCeiling(ctx, st.Temporal, shape, o.Concurrency, o.Warmup, o.Duration, st.CPU)
-		if err != nil {
-			return err
-		}
-		return writeResult(res, *asJSON)
-	}
-	o.APIURL, o.AdminToken, o.CPU = st.APIURL, st.AdminToken, st.CPU
 	var fx *bench.Fixture
 	if !strings.HasPrefix(o.Path, "/") {
 		progress("setting up %d merchant(s) with %d payer(s) each", o.Merchants, o.Payers)
 		if fx, err = bench.Setup(ctx, o); err != nil {
 			return err
 		}
-		if *preload > 0 {
-			progress("preloading %d stored payments", *preload)
-			err = st.Preload(ctx, fx.MerchantIDs(), *preload)
+		if o.Preload > 0 {
+			err = st.Preload(ctx, fx.MerchantIDs(), o.Preload)
 		} else {
 			err = st.Settle(ctx)
 		}
@@ -128,10 +93,10 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		return err
 	}
 	_, doubles, problems, err := st.Check(ctx, res.Payments)
-	if err != nil {
-		return err
+	if err == nil {
+		err = bench.WriteMarkdown(os.Stdout, "kasa bench", res)
 	}
-	if err := writeResult(res, *asJSON); err != nil {
+	if err != nil {
 		return err
 	}
 	if doubles > 0 || len(problems) > 0 {
@@ -143,11 +108,9 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 }
 
 // runSuite runs the standard suite and writes its report to out/<date>.md and .json.
-func runSuite(ctx context.Context, st *stack, o bench.Options, preload int, out, capability string) error {
-	rep, err := bench.RunSuite(ctx, st.Stack, bench.SuiteOptions{
-		Duration: o.Duration, Warmup: o.Warmup, Concurrency: o.Concurrency, Merchants: o.Merchants,
-		Duplicates: o.DuplicateRatio, Insufficient: o.InsufficientShare, Preload: preload, Progress: progress,
-	})
+func runSuite(ctx context.Context, st *stack, o bench.Options, out, capability string) error {
+	o.Path, o.Payers, o.Rate = "", 0, 0 // one run's flags, which the suite does not read
+	rep, err := bench.RunSuite(ctx, st.Stack, o)
 	if err != nil {
 		return err
 	}
@@ -168,32 +131,6 @@ func runSuite(ctx context.Context, st *stack, o bench.Options, preload int, out,
 	if !rep.Correct {
 		progress("the run was NOT correct (double charges or invariant violations): see the report")
 		return ErrIncorrect
-	}
-	return nil
-}
-
-func writeResult(res bench.Result, asJSON bool) error {
-	if !asJSON {
-		return bench.WriteMarkdown(os.Stdout, "kasa bench", res)
-	}
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(res)
-}
-
-func putFaults(ctx context.Context, simURL, rules string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, simURL+"/_sim/faults", strings.NewReader(rules))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	r, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	r.Body.Close()
-	if r.StatusCode/100 != 2 {
-		return fmt.Errorf("PUT /_sim/faults: %s", r.Status)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -37,7 +36,7 @@ func (s *stack) stop() {
 // (Temporal UI off, logs at warn) and waits until it is ready. The child gets none of the
 // user's KASA_* settings (it must not touch their database or Temporal) but the Temporal CLI's
 // path and what cfg passes on.
-func startStack(ctx context.Context, cfg Config, pprofAddr string) (_ *stack, err error) {
+func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	bin, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -69,7 +68,7 @@ func startStack(ctx context.Context, cfg Config, pprofAddr string) (_ *stack, er
 		"KASA_DATA_DIR=" + dir, "KASA_LOG_LEVEL=warn", "KASA_TEMPORAL_UI_PORT=0",
 		fmt.Sprintf("KASA_API_ADDR=127.0.0.1:%d", ports[0]), fmt.Sprintf("KASA_BANKSIM_ADDR=127.0.0.1:%d", ports[1]),
 		fmt.Sprintf("KASA_TEMPORAL_PORT=%d", ports[2]), "KASA_PROVIDER_CAPABILITY=" + cfg.Capability,
-		fmt.Sprintf("KASA_DATABASE_MAX_CONNS=%d", cfg.MaxConns), "KASA_DEBUG_PPROF_ADDR=" + pprofAddr,
+		fmt.Sprintf("KASA_DATABASE_MAX_CONNS=%d", cfg.MaxConns),
 		fmt.Sprintf("KASA_TEMPORAL_GZIP=%t", cfg.Gzip), // the child's clients and the ceilings' client alike
 	}
 	for _, kv := range os.Environ() {
@@ -81,73 +80,55 @@ func startStack(ctx context.Context, cfg Config, pprofAddr string) (_ *stack, er
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "dev")
-	cmd.Env, cmd.Stderr = env, logFile
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
+	// Stopping sends SIGTERM, and SIGKILL a minute later if the child is still running.
+	stopCtx, stopChild := context.WithCancel(context.WithoutCancel(ctx))
+	cmd := exec.CommandContext(stopCtx, bin, "dev")
+	cmd.Env, cmd.Stdout, cmd.Stderr, cmd.WaitDelay = env, logFile, logFile, time.Minute
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	dieWithParent(cmd)
-	exited, started := make(chan struct{}), make(chan error, 1)
+	started, exited := make(chan error, 1), make(chan struct{})
 	go func() {
 		// The parent-death signal follows the thread that started the child, and Go ends a
 		// thread only when a goroutine locked to it returns: this one returns once the child has.
 		runtime.LockOSThread()
 		defer close(exited)
-		started <- cmd.Start()
-		_ = cmd.Wait()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			_ = cmd.Wait()
+		}
 	}()
 	if err := <-started; err != nil {
+		stopChild()
 		return nil, err
 	}
-	s.cleanup = append(s.cleanup, func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		logFile.Close()
-	})
+	s.cleanup = append(s.cleanup, func() { stopChild(); <-exited; logFile.Close() })
 	progress("starting a throwaway kasa dev in %s", dir)
-	banner := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "Ctrl-C stops everything") {
-				close(banner)
-			}
-		}
-	}()
-	logTail := func() string {
-		b, _ := os.ReadFile(logFile.Name())
-		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		return strings.Join(lines[max(0, len(lines)-30):], "\n")
-	}
-	select {
-	case <-banner:
-	case <-exited:
-		return nil, fmt.Errorf("kasa dev exited while starting; its log:\n%s", logTail())
-	case <-time.After(3 * time.Minute):
-		return nil, fmt.Errorf("kasa dev did not start within 3 minutes; its log:\n%s", logTail())
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 
-	// The child's dev.json says where its servers are.
+	// The child writes dev.json, which says where its servers are, once all of them run.
 	var st struct {
 		AdminToken      string `json:"admin_token"`
 		SecretKey       string `json:"secret_key"`
 		DatabaseURL     string `json:"database_url"`
 		TemporalAddress string `json:"temporal_address"`
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "dev.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &st)
+	s.APIURL, s.SimURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	failed := func(why string) error {
+		b, _ := os.ReadFile(logFile.Name())
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		return fmt.Errorf("kasa dev %s; its log:\n%s", why, strings.Join(lines[max(0, len(lines)-30):], "\n"))
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read the child's dev.json: %w", err)
+	for deadline := time.Now().Add(3 * time.Minute); !ready(filepath.Join(dir, "dev.json"), &st, s.APIURL); {
+		select {
+		case <-exited:
+			return nil, failed("exited while starting")
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return nil, failed("did not start within 3 minutes")
+		}
 	}
 	key, err := hex.DecodeString(st.SecretKey)
 	if err != nil {
@@ -162,8 +143,6 @@ func startStack(ctx context.Context, cfg Config, pprofAddr string) (_ *stack, er
 		return nil, fmt.Errorf("temporal at %s: %w", st.TemporalAddress, err)
 	}
 	s.cleanup = append(s.cleanup, s.Temporal.Close)
-
-	s.APIURL, s.SimURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	s.AdminToken, s.DatabaseURL, s.Verify, s.CPU = st.AdminToken, st.DatabaseURL, db.Verify, bench.StackCPU(cmd.Process.Pid)
 	s.Preload = func(ctx context.Context, merchants []string, n int) error {
 		started := time.Now()
@@ -173,24 +152,20 @@ func startStack(ctx context.Context, cfg Config, pprofAddr string) (_ *stack, er
 		}
 		return err
 	}
-	s.Sizes = func(ctx context.Context) ([]bench.TableSize, error) {
-		ts, err := db.Sizes(ctx)
-		out := make([]bench.TableSize, len(ts))
-		for i, t := range ts {
-			out[i] = bench.TableSize(t)
-		}
-		return out, err
-	}
 	s.Settle = func(ctx context.Context) error { return settle(ctx, st.DatabaseURL) }
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if r, err := http.Get(s.APIURL + "/readyz"); err == nil {
-			r.Body.Close()
-			if r.StatusCode == http.StatusOK {
-				return s, nil
-			}
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, fmt.Errorf("%s/readyz never answered 200", s.APIURL)
-		}
+	return s, nil
+}
+
+// ready reads the child's dev.json into st, and asks its API's /readyz.
+func ready(devJSON string, st any, apiURL string) bool {
+	b, err := os.ReadFile(devJSON)
+	if err != nil || json.Unmarshal(b, st) != nil {
+		return false
 	}
+	r, err := http.Get(apiURL + "/readyz")
+	if err != nil {
+		return false
+	}
+	r.Body.Close()
+	return r.StatusCode == http.StatusOK
 }
