@@ -7,9 +7,9 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -79,18 +79,6 @@ type Latency struct {
 	Max float64 `json:"max"`
 }
 
-// PaymentIDs returns the sorted ids of the payments last seen in one of the statuses (all without any).
-func (r Result) PaymentIDs(statuses ...string) []string {
-	var ids []string
-	for id, st := range r.Payments {
-		if len(statuses) == 0 || slices.Contains(statuses, st) {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return ids
-}
-
 const (
 	recentKeys = 64  // earlier requests a client remembers for retries
 	replayPool = 200 // finished payments the replay path re-sends
@@ -108,18 +96,14 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	o.Concurrency = orDefault(o.Concurrency, 16)
 	o.Merchants, o.Payers = max(o.Merchants, 1), max(o.Payers, 1)
-	o.Duplicates, o.Insufficient = min(max(o.Duplicates, 0), 1), min(max(o.Insufficient, 0), 1)
-	switch {
-	case o.APIURL == "":
-		return o, errors.New("bench: APIURL is required")
-	case o.Path != "payments" && o.Path != "replay" && !strings.HasPrefix(o.Path, "/"):
+	if o.Path != "payments" && o.Path != "replay" && !strings.HasPrefix(o.Path, "/") {
 		return o, fmt.Errorf("bench: unknown path %q (payments, replay or /raw/path)", o.Path)
 	}
 	return o, nil
 }
 
 // orDefault is v, or def when v is not positive (or empty).
-func orDefault[T int | int64 | float64 | time.Duration | string](v, def T) T {
+func orDefault[T int | time.Duration | string](v, def T) T {
 	var zero T
 	if v <= zero {
 		return def
@@ -145,9 +129,11 @@ type request struct {
 	isNew                   bool // the first request for its key
 }
 
+// outcome is what became of a request: its classified answer and body, or a transport error.
 type outcome struct {
 	ans  answer
 	code int
+	body []byte
 	done time.Time
 	err  error
 }
@@ -192,11 +178,12 @@ func classify(code int, h http.Header, body []byte) answer {
 	return a
 }
 
-// send sends r and classifies its answer; it also returns the body.
-func send(ctx context.Context, hc *http.Client, r request) (outcome, []byte) {
+// send sends r and classifies its answer.
+func send(ctx context.Context, hc *http.Client, r request) (o outcome) {
+	defer func() { o.done = time.Now() }()
 	req, err := http.NewRequestWithContext(ctx, r.method, r.url, bytes.NewReader(r.body))
 	if err != nil {
-		return outcome{err: err, done: time.Now()}, nil
+		return outcome{err: err}
 	}
 	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -209,7 +196,7 @@ func send(ctx context.Context, hc *http.Client, r request) (outcome, []byte) {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return outcome{err: err, done: time.Now()}, nil
+		return outcome{err: err}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -217,12 +204,12 @@ func send(ctx context.Context, hc *http.Client, r request) (outcome, []byte) {
 		_, err = io.Copy(io.Discard, resp.Body) // read to EOF so the connection is reused
 	}
 	if err != nil {
-		return outcome{err: err, done: time.Now()}, nil
+		return outcome{err: err}
 	}
-	return outcome{ans: classify(resp.StatusCode, resp.Header, b), code: resp.StatusCode, done: time.Now()}, b
+	return outcome{ans: classify(resp.StatusCode, resp.Header, b), code: resp.StatusCode, body: b}
 }
 
-// runner is the shared state of one run.
+// runner is one run: its options, and what its clients recorded (under mu).
 type runner struct {
 	opts                 Options
 	fx                   *Fixture
@@ -230,19 +217,14 @@ type runner struct {
 	pool                 []request // replay path: finished payments
 	start, measured, end time.Time
 	op                   func(context.Context) outcome // if set, what a client does instead of HTTP requests
+
+	mu  sync.Mutex
+	res Result          // the answers, errors, new payments and payments seen
+	lat []time.Duration // of the requests sent in the window
 }
 
-// worker is one client. Everything it records is its own and merged after the run.
-type worker struct {
-	r           *runner
-	recent      []request
-	sent        int
-	lat         []time.Duration
-	errs        int64
-	answers     map[string]int64
-	newPayments int64
-	firstErr    string
-	payments    map[string]string
+func newRunner(opts Options, fx *Fixture) *runner {
+	return &runner{opts: opts, fx: fx, res: Result{Answers: map[string]int64{}, Payments: map[string]string{}}}
 }
 
 // Run drives the API for opts.Warmup + opts.Duration and returns what it measured. fx comes from
@@ -253,35 +235,32 @@ func Run(ctx context.Context, opts Options, fx *Fixture) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	r := &runner{opts: opts, fx: fx, hc: newClient(opts.Concurrency)}
-	defer r.hc.CloseIdleConnections()
-	if !strings.HasPrefix(opts.Path, "/") && (fx == nil || len(fx.Merchants) == 0 || len(fx.Merchants[0].Payers) == 0) {
+	if !strings.HasPrefix(opts.Path, "/") && fx == nil {
 		return Result{}, fmt.Errorf("bench: path %q needs a Fixture from Setup", opts.Path)
 	}
-	seen := map[string]string{}
+	r := newRunner(opts, fx)
+	r.hc = newClient(opts.Concurrency)
+	defer r.hc.CloseIdleConnections()
 	if opts.Path == "replay" {
-		if r.pool, err = r.prime(ctx, seen); err != nil {
+		if err := r.prime(ctx); err != nil {
 			return Result{}, err
 		}
 	}
-	return r.measure(ctx, seen)
+	return r.measure(ctx)
 }
 
 // measure runs the clients for the warmup and the window, and sums up what they recorded. In the
 // open loop a free client takes the next arrival; when every client is busy an arrival waits,
 // and its latency still counts from its scheduled time, so queueing shows in the quantiles.
-func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, error) {
+func (r *runner) measure(ctx context.Context) (Result, error) {
 	o := r.opts
 	r.start = time.Now()
 	r.measured = r.start.Add(o.Warmup)
 	r.end = r.measured.Add(o.Duration)
-	cpuUsed := cpuWindow(ctx, o.CPU, r.measured, r.end)
-	workers := make([]*worker, o.Concurrency)
 	arrivals := make(chan time.Time)
 	var wg sync.WaitGroup
-	for i := range workers {
-		w := &worker{r: r, answers: map[string]int64{}, payments: map[string]string{}}
-		workers[i] = w
+	for range o.Concurrency {
+		w := &worker{r: r}
 		wg.Go(func() {
 			for t := range arrivals {
 				w.fire(ctx, t)
@@ -293,43 +272,34 @@ func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, e
 			}
 		})
 	}
-	var unsent int64
-	if o.Rate > 0 {
-		unsent = r.schedule(ctx, arrivals)
-	}
-	close(arrivals)
+	go func() {
+		if o.Rate > 0 {
+			r.res.Unsent = r.schedule(ctx, arrivals)
+		}
+		close(arrivals) // after Unsent is set: the clients end, and wg.Wait returns, after this
+	}()
+	used := cpuBetween(ctx, o.CPU, r.measured, r.end)
 	wg.Wait()
 
 	window := o.Duration
 	if ctx.Err() != nil {
 		window = min(max(time.Since(r.measured), 0), window)
 	}
-	res := Result{Path: o.Path, Mode: "closed", Concurrency: o.Concurrency, Unsent: unsent, Answers: map[string]int64{}, Payments: seen}
+	res := r.res
+	res.Path, res.Mode, res.Concurrency = o.Path, "closed", o.Concurrency
 	if o.Rate > 0 {
 		res.Mode, res.Rate = "open", o.Rate
 	}
 	if r.fx != nil {
 		res.Merchants = len(r.fx.Merchants)
 	}
-	var all []time.Duration
-	for _, w := range workers {
-		all, res.Errors = append(all, w.lat...), res.Errors+w.errs
-		for k, n := range w.answers {
-			res.Answers[k] += n
-		}
-		for id, st := range w.payments {
-			notePayment(res.Payments, id, st)
-		}
-		res.NewPayments += w.newPayments
-		res.FirstError = orDefault(res.FirstError, w.firstErr)
-	}
-	slices.Sort(all)
-	res.Duration, res.Requests = window.Seconds(), int64(len(all))
+	slices.Sort(r.lat)
+	res.Duration, res.Requests = window.Seconds(), int64(len(r.lat))
 	if window > 0 {
 		res.Throughput, res.NewPaymentRate = float64(res.Requests)/window.Seconds(), float64(res.NewPayments)/window.Seconds()
 	}
-	res.Latency = Latency{P50: ms(quantile(all, 0.5)), P90: ms(quantile(all, 0.9)), P95: ms(quantile(all, 0.95)),
-		P99: ms(quantile(all, 0.99)), Max: ms(quantile(all, 1))}
+	q := func(q float64) float64 { return ms(quantile(r.lat, q)) }
+	res.Latency = Latency{P50: q(0.5), P90: q(0.9), P95: q(0.95), P99: q(0.99), Max: q(1)}
 	per, ops := "request", res.Requests
 	switch {
 	case r.op != nil:
@@ -338,7 +308,7 @@ func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, e
 	case res.NewPayments > 0:
 		per, ops = "new payment", res.NewPayments
 	}
-	res.CPU = cpuUse(cpuUsed(), o.Duration, per, ops)
+	res.CPU = cpuUse(used, o.Duration, per, ops)
 	return res, ctx.Err()
 }
 
@@ -371,46 +341,54 @@ func (r *runner) schedule(ctx context.Context, arrivals chan<- time.Time) int64 
 	return 0
 }
 
+// worker is one of a run's clients: it remembers its recent requests, to retry one.
+type worker struct {
+	r      *runner
+	recent []request
+}
+
 // fire sends the client's next request (two in parallel for a race) as of the intended time and
 // records the outcome. It returns false on a transport error.
 func (w *worker) fire(ctx context.Context, intended time.Time) bool {
 	if w.r.op != nil {
-		return w.record(ctx, intended, request{}, w.r.op(ctx))
+		return w.r.record(ctx, intended, request{}, w.r.op(ctx))
 	}
 	reqs := w.next()
 	outs := make([]outcome, len(reqs))
 	var wg sync.WaitGroup
 	for i := 1; i < len(reqs); i++ {
-		wg.Go(func() { outs[i], _ = send(ctx, w.r.hc, reqs[i]) })
+		wg.Go(func() { outs[i] = send(ctx, w.r.hc, reqs[i]) })
 	}
-	outs[0], _ = send(ctx, w.r.hc, reqs[0])
+	outs[0] = send(ctx, w.r.hc, reqs[0])
 	wg.Wait()
 	ok := true
 	for i := range reqs {
-		ok = w.record(ctx, intended, reqs[i], outs[i]) && ok
+		ok = w.r.record(ctx, intended, reqs[i], outs[i]) && ok
 	}
 	return ok
 }
 
-func (w *worker) record(ctx context.Context, intended time.Time, req request, o outcome) bool {
+func (r *runner) record(ctx context.Context, intended time.Time, req request, o outcome) bool {
 	if o.err != nil && ctx.Err() != nil {
 		return true // stopped by the caller, not a failure of the server
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if o.ans.paymentID != "" {
-		notePayment(w.payments, o.ans.paymentID, o.ans.status)
+		notePayment(r.res.Payments, o.ans.paymentID, o.ans.status)
 	}
-	if intended.Before(w.r.measured) || !intended.Before(w.r.end) {
+	if intended.Before(r.measured) || !intended.Before(r.end) {
 		return o.err == nil
 	}
 	if o.err != nil {
-		w.errs++
-		w.firstErr = orDefault(w.firstErr, o.err.Error())
+		r.res.Errors++
+		r.res.FirstError = orDefault(r.res.FirstError, o.err.Error())
 		return false
 	}
-	w.lat = append(w.lat, o.done.Sub(intended))
-	w.answers[o.ans.label]++
+	r.lat = append(r.lat, o.done.Sub(intended))
+	r.res.Answers[o.ans.label]++
 	if req.isNew && o.ans.paymentID != "" && !o.ans.replayed {
-		w.newPayments++
+		r.res.NewPayments++
 	}
 	return true
 }
@@ -438,12 +416,9 @@ func (w *worker) next() []request {
 		return []request{old}
 	}
 	p := w.r.newPayment()
-	if len(w.recent) < recentKeys {
-		w.recent = append(w.recent, p)
-	} else {
-		w.recent[w.sent%recentKeys] = p
+	if w.recent = append(w.recent, p); len(w.recent) > recentKeys {
+		w.recent = w.recent[1:]
 	}
-	w.sent++
 	if dup { // a race: the same request twice at once
 		twin := p
 		twin.isNew = false
@@ -452,61 +427,43 @@ func (w *worker) next() []request {
 	return []request{p}
 }
 
-type paymentBody struct {
-	InvoiceID string `json:"invoice_id"`
-	Amount    string `json:"amount"`
-	Currency  string `json:"currency"`
-	AccountID string `json:"account_id"`
-}
-
 // newPayment builds a payment with a fresh key for a random payer of a random merchant.
 func (r *runner) newPayment() request {
 	m := &r.fx.Merchants[rand.IntN(len(r.fx.Merchants))]
 	amount := minAmount + rand.Int64N(maxAmount-minAmount+1)
 	if rand.Float64() < r.opts.Insufficient {
-		amount += r.fx.Deposit // more than the payer ever had: balances only shrink during a run
+		amount += deposit // more than the payer ever had: balances only shrink during a run
 	}
-	key := uuid.NewString()
-	body, _ := json.Marshal(paymentBody{
-		InvoiceID: key, // unique, so no payment is ever a duplicate_payment of another
-		Amount:    payment.FormatAmount(amount, currency), Currency: currency,
-		AccountID: m.Payers[rand.IntN(len(m.Payers))],
-	})
+	key := uuid.NewString() // also the invoice: unique, so no payment is ever a duplicate_payment of another
+	body, _ := json.Marshal(map[string]string{"invoice_id": key, "amount": payment.FormatAmount(amount, currency),
+		"currency": currency, "account_id": m.Payers[rand.IntN(len(m.Payers))]})
 	return request{method: http.MethodPost, url: r.opts.APIURL + "/v1/payments", token: m.APIKey, key: key, body: body, isNew: true}
 }
 
 // prime creates the payments the replay path re-sends, keeping those that finished (201/402).
-func (r *runner) prime(ctx context.Context, seen map[string]string) ([]request, error) {
-	reqs := make([]request, replayPool)
+func (r *runner) prime(ctx context.Context) error {
+	reqs, outs := make([]request, replayPool), make([]outcome, replayPool)
 	for i := range reqs {
 		reqs[i] = r.newPayment()
 	}
-	outs := make([]outcome, len(reqs))
 	err := parallel(ctx, len(reqs), r.opts.Concurrency, func(ctx context.Context, i int) error {
-		outs[i], _ = send(ctx, r.hc, reqs[i])
+		outs[i] = send(ctx, r.hc, reqs[i])
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	var pool []request
 	for i, o := range outs {
 		if o.ans.paymentID != "" {
-			notePayment(seen, o.ans.paymentID, o.ans.status)
+			notePayment(r.res.Payments, o.ans.paymentID, o.ans.status)
 		}
-		if o.err == nil && (o.ans.status == "succeeded" || o.ans.status == "failed") {
+		if o.ans.status == "succeeded" || o.ans.status == "failed" {
 			reqs[i].isNew = false
-			pool = append(pool, reqs[i])
+			r.pool = append(r.pool, reqs[i])
 		}
 	}
-	if len(pool) == 0 {
-		first := orDefault(outs[0].ans.label, "no answer")
-		if outs[0].err != nil {
-			first = outs[0].err.Error()
-		}
-		return nil, fmt.Errorf("bench: replay path: none of %d payments finished within the sync wait (first answer: %s)", len(reqs), first)
+	if err == nil && len(r.pool) == 0 {
+		err = fmt.Errorf("bench: replay path: none of %d payments finished within the sync wait (first answer: %s)",
+			len(reqs), cmp.Or(outs[0].ans.label, fmt.Sprint(outs[0].err)))
 	}
-	return pool, nil
+	return err
 }
 
 // quantile is the nearest-rank q-quantile of sorted values (the one of rank ceil(q·n)); 0 without any.
@@ -520,12 +477,10 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
 
 func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.C:
+	case <-time.After(d):
 		return nil
 	}
 }

@@ -99,7 +99,12 @@ func (f *fakeAPI) handler() http.Handler {
 
 func (f *fakeAPI) payment(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
-	var in paymentBody
+	var in struct {
+		InvoiceID string `json:"invoice_id"`
+		Amount    string `json:"amount"`
+		Currency  string `json:"currency"`
+		AccountID string `json:"account_id"`
+	}
 	key := r.Header.Get("Idempotency-Key")
 	if json.Unmarshal(raw, &in) != nil || key == "" || r.Header.Get("Content-Type") != "application/json" {
 		problem(w, 400, "invalid_request")
@@ -277,7 +282,7 @@ func TestSetupAndClosedLoop(t *testing.T) {
 	require.Equal(t, 6, accounts)
 	require.Len(t, deposits, 6, "one deposit per payer, each under its own key")
 	for _, amount := range deposits {
-		require.Equal(t, fx.Deposit, amount)
+		require.Equal(t, int64(deposit), amount)
 	}
 	for _, m := range fx.Merchants {
 		require.Len(t, m.Payers, 2)
@@ -303,7 +308,6 @@ func TestSetupAndClosedLoop(t *testing.T) {
 	// Every payment the fake created was answered to the client, warmup included, with its status.
 	created, _, _ := f.snapshot()
 	require.Equal(t, created, res.Payments)
-	require.Len(t, res.PaymentIDs("succeeded", "failed"), len(created))
 
 	// The payments that went through are for amounts within the range asked for, and span it.
 	f.mu.Lock()

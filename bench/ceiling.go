@@ -17,12 +17,10 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-// Shape is a workflow's skeleton: its steps in order, each L (a local activity, run inside the
-// workflow task by the worker that holds it) or R (a regular activity: its own task, scheduled and
-// completed through the server); whether it starts eagerly (the first workflow task handed to the
-// starting process's own worker, skipping a round trip); and whether it is started with
-// PaymentStatus and MerchantId set and upserts PaymentStatus once at the end, as a payment does
-// (each a visibility write in Temporal).
+// Shape is a workflow's skeleton: its steps, each L (a local activity, run inside the workflow
+// task) or R (a regular activity, a task of its own through the server); whether it starts
+// eagerly (its first workflow task handed to the starting process's worker); and whether it is
+// started with search attributes and upserts PaymentStatus once at the end, as a payment does.
 type Shape struct {
 	Steps                   string
 	Eager, SearchAttributes bool
@@ -45,16 +43,12 @@ func (s Shape) String() string {
 var PaymentShape = Shape{Steps: "LLL", Eager: true, SearchAttributes: true}
 
 // ShapeFor is the shape of a payment that succeeds at its first charge with a provider of the
-// given capability: PaymentShape for all three. The charge is a local activity whatever the provider,
-// because it commits an attempt counter before each send to a provider without idempotency (see
-// workflows.ChargeInput.Capability); the capabilities differ only when an attempt has to be repeated (sent
-// again with the same key, inquired first, or parked unknown). TestShapeForEveryCapability checks
-// it against real payments' histories.
+// given capability: PaymentShape for all three, as the capabilities differ only when an attempt
+// is repeated (workflows.ChargeInput.Capability). TestShapeForEveryCapability checks it.
 func ShapeFor(workflows.Capability) Shape { return PaymentShape }
 
-// HistoryShape is the shape a recorded workflow history shows: its steps, and whether it was
-// started with search attributes and upserted them. Eager start is not recorded in a history,
-// so Eager is always false.
+// HistoryShape is the shape a recorded workflow history shows. Eager start is not recorded in a
+// history, so Eager is always false.
 func HistoryShape(h *historypb.History) Shape {
 	var s Shape
 	started, upserts := false, 0
@@ -118,7 +112,7 @@ func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, o Optio
 	defer w.Stop()
 
 	o.Path = "temporal:" + shape.String()
-	r := &runner{opts: o}
+	r := newRunner(o, nil)
 	r.op = func(ctx context.Context) outcome {
 		o := client.StartWorkflowOptions{ID: "bench-shape-" + uuid.NewString(), TaskQueue: queue, EnableEagerStart: shape.Eager}
 		if shape.SearchAttributes {
@@ -131,5 +125,5 @@ func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, o Optio
 		}
 		return outcome{ans: answer{label: "completed"}, done: time.Now(), err: err}
 	}
-	return r.measure(ctx, map[string]string{})
+	return r.measure(ctx)
 }

@@ -74,30 +74,23 @@ func descends(stats map[int]procfs.ProcStat, pid, root int) bool {
 	return false
 }
 
-// cpuWindow samples cpu at from and at to, in the background. The function it returns waits
-// for the second sample and gives each class's CPU time between the two; nil when cpu is nil or
-// ctx ends first.
-func cpuWindow(ctx context.Context, cpu CPU, from, to time.Time) func() map[string]time.Duration {
-	done := make(chan map[string]time.Duration, 1)
-	go func() {
-		if cpu == nil || sleep(ctx, time.Until(from)) != nil {
-			done <- nil
-			return
+// cpuBetween samples cpu at from and at to, and gives each class's CPU time between the two; nil
+// when cpu is nil or ctx ends first.
+func cpuBetween(ctx context.Context, cpu CPU, from, to time.Time) map[string]time.Duration {
+	if cpu == nil || sleep(ctx, time.Until(from)) != nil {
+		return nil
+	}
+	a := cpu()
+	if sleep(ctx, time.Until(to)) != nil {
+		return nil
+	}
+	used := map[string]time.Duration{}
+	for class, t := range cpu() {
+		if d := t - a[class]; d > 0 {
+			used[class] = d
 		}
-		a := cpu()
-		if sleep(ctx, time.Until(to)) != nil {
-			done <- nil
-			return
-		}
-		used := map[string]time.Duration{}
-		for class, t := range cpu() {
-			if d := t - a[class]; d > 0 {
-				used[class] = d
-			}
-		}
-		done <- used
-	}()
-	return func() map[string]time.Duration { return <-done }
+	}
+	return used
 }
 
 // CPUUse is the CPU a run's window cost, by process class.

@@ -49,12 +49,6 @@ type PGBenchOptions struct {
 	Rows int
 }
 
-// pgbenchWarmup runs before the measured window and is not counted. The window also waits for
-// every client's first warmTransactions: PostgreSQL plans a prepared statement afresh on each of
-// its first five executions before it settles on a generic plan, and the backend fills its
-// caches, which kasa's long-lived pooled connections did long before.
-const pgbenchWarmup = time.Second
-
 // PGBenchResult is what pgbench measured in the window after the warmup, from its
 // per-transaction log (pgbench -l). One transaction is one run of the script.
 type PGBenchResult struct {
@@ -70,8 +64,15 @@ type PGBenchResult struct {
 	Failed       int64   `json:"failed"`       // failed in the window
 }
 
-// Replay keys are numbers (pgbench variables hold numbers): 19 digits, like key_base+i.
-const pgbenchKeyBase = 1_000_000_000_000_000_000
+const (
+	// pgbenchWarmup runs before the measured window, which also waits for each client's first
+	// warmTransactions: PostgreSQL plans a prepared statement afresh on its first five executions,
+	// and a new backend fills its caches, which kasa's long-lived pooled connections did long before.
+	pgbenchWarmup    = time.Second
+	warmTransactions = 5
+	// Replay keys are numbers (pgbench variables hold numbers): 19 digits, like key_base+i.
+	pgbenchKeyBase = 1_000_000_000_000_000_000
+)
 
 // PGBench prepares a fixture in a schema of its own (a clone of the tables a payment touches, with
 // their indexes, constraints, foreign keys and triggers; kasa's tables are never written), runs
@@ -110,7 +111,6 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 	if got = strings.TrimSpace(got); got != schema {
 		return PGBenchResult{}, fmt.Errorf("pgbench: sessions would use schema %q, not the fixture's %q: does the database URL set options=-csearch_path?", got, schema)
 	}
-
 	dir, err := os.MkdirTemp("", "kasa-pgbench-")
 	if err != nil {
 		return PGBenchResult{}, err
@@ -178,16 +178,16 @@ func psqlScript(ctx context.Context, dbURL, name string, args ...string) (string
 	if err != nil {
 		return "", err
 	}
-	return PSQL(ctx, dbURL, sql, append(args, "-f", "-")...)
+	return PSQL(ctx, dbURL, sql, args...)
 }
 
-// PSQL runs psql without ~/.psqlrc, stopping at the first error, with stdin when given.
-func PSQL(ctx context.Context, dbURL string, stdin []byte, args ...string) (string, error) {
+// PSQL runs the script sql through psql, without ~/.psqlrc and stopping at the first error.
+func PSQL(ctx context.Context, dbURL string, sql []byte, args ...string) (string, error) {
 	bin, err := devenv.PostgresTool("psql")
 	if err != nil {
 		return "", err
 	}
-	out, err := runCmd(ctx, exec.CommandContext(ctx, bin, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbURL}, args...)...), stdin)
+	out, err := runCmd(ctx, exec.CommandContext(ctx, bin, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbURL, "-f", "-"}, args...)...), sql)
 	if err != nil {
 		return "", fmt.Errorf("psql: %w", err)
 	}
@@ -215,10 +215,6 @@ type pgbenchTx struct {
 	failed       bool
 }
 
-// warmTransactions are the transactions of each client that run before the measured window: the
-// plan cache makes custom plans for a prepared statement's first five executions.
-const warmTransactions = 5
-
 // readPGBenchLogs reads the per-transaction logs pgbench -l wrote (prefix.pid, prefix.pid.thread):
 // "client_id transaction_no time script_no time_epoch time_us", time being the latency in µs or
 // a word (failed, serialization, deadlock, skipped) for a transaction that did not complete, and
@@ -242,11 +238,10 @@ func readPGBenchLogs(prefix string) ([]pgbenchTx, error) {
 				return nil, fmt.Errorf("pgbench log %s: %q: %w", name, line, err)
 			}
 			us, err := strconv.ParseInt(lat, 10, 64)
-			if lat == "skipped" {
-				continue
+			if lat != "skipped" {
+				tx.end, tx.latency, tx.failed = time.Duration(sec)*time.Second+time.Duration(usec)*time.Microsecond, time.Duration(us)*time.Microsecond, err != nil
+				txs = append(txs, tx)
 			}
-			tx.end, tx.latency, tx.failed = time.Duration(sec)*time.Second+time.Duration(usec)*time.Microsecond, time.Duration(us)*time.Microsecond, err != nil
-			txs = append(txs, tx)
 		}
 	}
 	return txs, nil
@@ -255,8 +250,7 @@ func readPGBenchLogs(prefix string) ([]pgbenchTx, error) {
 // summarize measures the transactions that ended in the window that opens when warmup has passed
 // since the run's first transaction began and every client has done its warmTransactions, and
 // closes when the last transaction ends.
-func summarize(txs []pgbenchTx, warmup time.Duration) PGBenchResult {
-	var r PGBenchResult
+func summarize(txs []pgbenchTx, warmup time.Duration) (r PGBenchResult) {
 	if len(txs) == 0 {
 		return r
 	}
@@ -283,8 +277,7 @@ func summarize(txs []pgbenchTx, warmup time.Duration) PGBenchResult {
 			lat, sum = append(lat, tx.latency), sum+tx.latency
 		}
 	}
-	r.Transactions = int64(len(lat))
-	if len(lat) == 0 || r.Duration <= 0 {
+	if r.Transactions = int64(len(lat)); len(lat) == 0 || r.Duration <= 0 {
 		return r
 	}
 	slices.Sort(lat)

@@ -87,12 +87,12 @@ func TestPGBench(t *testing.T) {
 	require.NoError(t, err)
 
 	snapshot := func() string {
-		out, err := PSQL(ctx, env.DatabaseURL, testSQL(t, "snapshot"), "-A", "-t", "-f", "-")
+		out, err := PSQL(ctx, env.DatabaseURL, testSQL(t, "snapshot"), "-A", "-t")
 		require.NoError(t, err)
 		return strings.TrimSpace(out)
 	}
 	schemas := func() string {
-		out, err := PSQL(ctx, env.DatabaseURL, testSQL(t, "schemas"), "-A", "-t", "-f", "-")
+		out, err := PSQL(ctx, env.DatabaseURL, testSQL(t, "schemas"), "-A", "-t")
 		require.NoError(t, err)
 		return strings.TrimSpace(out)
 	}
@@ -110,7 +110,7 @@ func TestPGBench(t *testing.T) {
 		u, err := withSearchPath(env.DatabaseURL, schema)
 		require.NoError(t, err)
 		q := func(name string) (string, error) {
-			out, err := PSQL(ctx, u, testSQL(t, name), "-A", "-t", "-f", "-")
+			out, err := PSQL(ctx, u, testSQL(t, name), "-A", "-t")
 			return strings.TrimSpace(out), err
 		}
 		out, err := q("fixture-counts")

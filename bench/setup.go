@@ -16,10 +16,7 @@ import (
 )
 
 // Fixture is what Setup created: the merchants, their API keys and funded payer accounts.
-type Fixture struct {
-	Deposit   int64 // minor units deposited into every payer account
-	Merchants []Merchant
-}
+type Fixture struct{ Merchants []Merchant }
 
 // Merchant is one benchmark merchant. All its payments credit its one settlement account, which
 // makes that account a hot row: more merchants spread the load.
@@ -38,10 +35,10 @@ func (fx *Fixture) MerchantIDs() []string {
 }
 
 const (
-	// depositPayments is how many maximal payments every payer can afford: far more than any run
+	// deposit, in every payer account, affords 100,000 maximal payments: far more than any run
 	// here sends, so only Insufficient fails.
-	depositPayments = 100_000
-	setupParallel   = 32 // concurrent admin calls; Setup of 1000 merchants takes seconds
+	deposit       = maxAmount * 100_000
+	setupParallel = 32 // concurrent admin calls; Setup of 1000 merchants takes seconds
 )
 
 // Setup creates opts.Merchants merchants with opts.Payers funded payer accounts each through the
@@ -53,7 +50,7 @@ func Setup(ctx context.Context, opts Options) (*Fixture, error) {
 	}
 	hc := newClient(setupParallel)
 	defer hc.CloseIdleConnections()
-	fx := &Fixture{Deposit: maxAmount * depositPayments, Merchants: make([]Merchant, opts.Merchants)}
+	fx := &Fixture{Merchants: make([]Merchant, opts.Merchants)}
 	admin := func(ctx context.Context, path, key string, in map[string]string, out any) error {
 		body, _ := json.Marshal(in)
 		r := request{method: http.MethodPost, url: opts.APIURL + "/admin/v1" + path, token: opts.AdminToken, key: key, body: body}
@@ -73,7 +70,7 @@ func Setup(ctx context.Context, opts Options) (*Fixture, error) {
 	if err != nil {
 		return nil, err
 	}
-	amount := payment.FormatAmount(fx.Deposit, currency)
+	amount := payment.FormatAmount(deposit, currency)
 	err = parallel(ctx, opts.Merchants*opts.Payers, setupParallel, func(ctx context.Context, i int) error {
 		m := &fx.Merchants[i/opts.Payers]
 		var acct struct{ ID string }
@@ -114,16 +111,16 @@ func CheckCharges(ctx context.Context, simURL string, ids []string) (doubles int
 
 // call sends r and decodes a 2xx JSON answer into out; anything else is an error quoting the body.
 func call(ctx context.Context, hc *http.Client, r request, out any) error {
-	o, body := send(ctx, hc, r)
+	o := send(ctx, hc, r)
 	switch {
 	case o.err != nil:
 		return o.err
 	case o.code/100 != 2:
-		return fmt.Errorf("%s %s: %d: %s", r.method, r.url, o.code, strings.TrimSpace(string(body)))
+		return fmt.Errorf("%s %s: %d: %s", r.method, r.url, o.code, strings.TrimSpace(string(o.body)))
 	case out == nil:
 		return nil
 	}
-	return json.Unmarshal(body, out)
+	return json.Unmarshal(o.body, out)
 }
 
 // parallel calls fn for 0..n-1 on at most workers goroutines and stops at the first error.

@@ -35,7 +35,7 @@ func preload(ctx context.Context, dbURL string, merchants []string, n, chunk int
 	for first := 0; first < n; first += chunk {
 		last := min(first+chunk, n)
 		_, err := bench.PSQL(ctx, dbURL, preloadSQL, "-1", "-v", "merchants={"+strings.Join(merchants, ",")+"}",
-			"-v", "prefix="+prefix, "-v", "first="+strconv.Itoa(first), "-v", "last="+strconv.Itoa(last), "-f", "-")
+			"-v", "prefix="+prefix, "-v", "first="+strconv.Itoa(first), "-v", "last="+strconv.Itoa(last))
 		if err != nil {
 			return prefix, fmt.Errorf("preload rows %d-%d: %w", first, last-1, err)
 		}
@@ -46,7 +46,7 @@ func preload(ctx context.Context, dbURL string, merchants []string, n, chunk int
 
 // settle runs settle.sql: the vacuum and checkpoint a bulk load leaves for later, done now.
 func settle(ctx context.Context, dbURL string) error {
-	if _, err := bench.PSQL(ctx, dbURL, settleSQL, "-f", "-"); err != nil {
+	if _, err := bench.PSQL(ctx, dbURL, settleSQL); err != nil {
 		return fmt.Errorf("vacuum: %w", err)
 	}
 	return nil

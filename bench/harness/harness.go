@@ -65,10 +65,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		st.keep = err != nil
-		st.stop()
-	}()
+	defer func() { st.stop(err != nil) }()
 	o.APIURL, o.AdminToken, o.CPU, o.Progress = st.APIURL, st.AdminToken, st.CPU, progress
 	if *suite {
 		return runSuite(ctx, st, o, *out, cfg.Capability)

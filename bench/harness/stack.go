@@ -22,13 +22,19 @@ import (
 // stack is a throwaway `kasa dev` child and what the suite needs of it.
 type stack struct {
 	bench.Stack
+	dir     string   // the child's data directory
 	cleanup []func() // run in reverse order by stop
-	keep    bool     // a failed run keeps the child's data directory
 }
 
-func (s *stack) stop() {
+// stop stops the child and removes its directory, unless keep (after a failed run, for a look).
+func (s *stack) stop(keep bool) {
 	for i := len(s.cleanup) - 1; i >= 0; i-- {
 		s.cleanup[i]()
+	}
+	if keep {
+		progress("kept %s (its dev.log and temporal.log) for a look", s.dir)
+	} else {
+		_ = os.RemoveAll(s.dir)
 	}
 }
 
@@ -45,17 +51,10 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &stack{}
-	s.cleanup = append(s.cleanup, func() {
-		if s.keep {
-			progress("kept %s (its dev.log and temporal.log) for a look", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
+	s := &stack{dir: dir}
 	defer func() {
 		if err != nil {
-			s.stop()
+			s.stop(false)
 		}
 	}()
 	var ports [3]int
@@ -86,22 +85,17 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	cmd.Env, cmd.Stdout, cmd.Stderr, cmd.WaitDelay = env, logFile, logFile, time.Minute
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	dieWithParent(cmd)
-	started, exited := make(chan error, 1), make(chan struct{})
+	var startErr error
+	exited := make(chan struct{})
 	go func() {
 		// The parent-death signal follows the thread that started the child, and Go ends a
 		// thread only when a goroutine locked to it returns: this one returns once the child has.
 		runtime.LockOSThread()
 		defer close(exited)
-		err := cmd.Start()
-		started <- err
-		if err == nil {
+		if startErr = cmd.Start(); startErr == nil {
 			_ = cmd.Wait()
 		}
 	}()
-	if err := <-started; err != nil {
-		stopChild()
-		return nil, err
-	}
 	s.cleanup = append(s.cleanup, func() { stopChild(); <-exited; logFile.Close() })
 	progress("starting a throwaway kasa dev in %s", dir)
 
@@ -121,6 +115,9 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	for deadline := time.Now().Add(3 * time.Minute); !ready(filepath.Join(dir, "dev.json"), &st, s.APIURL); {
 		select {
 		case <-exited:
+			if startErr != nil {
+				return nil, startErr
+			}
 			return nil, failed("exited while starting")
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -145,11 +142,7 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	s.cleanup = append(s.cleanup, s.Temporal.Close)
 	s.AdminToken, s.DatabaseURL, s.Verify, s.CPU = st.AdminToken, st.DatabaseURL, db.Verify, bench.StackCPU(cmd.Process.Pid)
 	s.Preload = func(ctx context.Context, merchants []string, n int) error {
-		started := time.Now()
 		_, err := preload(ctx, st.DatabaseURL, merchants, n, preloadChunk, func(done, total int) { progress("preloaded %d/%d", done, total) })
-		if err == nil {
-			progress("preloaded %d payments in %s", n, time.Since(started).Round(time.Second))
-		}
 		return err
 	}
 	s.Settle = func(ctx context.Context) error { return settle(ctx, st.DatabaseURL) }
