@@ -15,13 +15,16 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/kasa-pay/kasa/payment"
 )
@@ -31,7 +34,7 @@ type Options struct {
 	APIURL           string        `json:"-"` // kasa API base URL
 	AdminToken       string        `json:"-"` // KASA_ADMIN_TOKEN, for Setup: kept out of the results
 	Duration, Warmup time.Duration // measured window (default 10s), and load before it not recorded
-	Concurrency      int           // clients (closed loop) or cap on requests in flight (open loop); default 16 (open loop 256)
+	Concurrency      int           // clients (closed loop) or cap on requests in flight (open loop); default 16
 	Rate             float64       `json:",omitempty"` // > 0: open loop at this many arrivals per second
 	Merchants        int           // Setup: merchants; default 1
 	Payers           int           `json:",omitempty"` // Setup: payer accounts per merchant; default 1
@@ -90,11 +93,7 @@ const (
 func (o Options) withDefaults() (Options, error) {
 	o.APIURL = strings.TrimRight(o.APIURL, "/")
 	o.Path = orDefault(o.Path, "payments")
-	o.Duration = orDefault(o.Duration, 10*time.Second)
-	if o.Rate > 0 {
-		o.Concurrency = orDefault(o.Concurrency, 256)
-	}
-	o.Concurrency = orDefault(o.Concurrency, 16)
+	o.Duration, o.Concurrency = orDefault(o.Duration, 10*time.Second), orDefault(o.Concurrency, 16)
 	o.Merchants, o.Payers = max(o.Merchants, 1), max(o.Payers, 1)
 	if o.Path != "payments" && o.Path != "replay" && !strings.HasPrefix(o.Path, "/") {
 		return o, fmt.Errorf("bench: unknown path %q (payments, replay or /raw/path)", o.Path)
@@ -149,25 +148,18 @@ type answer struct {
 // classify names an answer by its HTTP status and, in that order, the Idempotent-Replayed header,
 // the `code` of a problem+json body, or the `status` (failed: the `failure_code`) of a payment.
 func classify(code int, h http.Header, body []byte) answer {
-	a := answer{replayed: h.Get("Idempotent-Replayed") == "true", label: strconv.Itoa(code)}
+	a := answer{label: strconv.Itoa(code), replayed: h.Get("Idempotent-Replayed") == "true"}
 	var v struct {
-		ID          string          `json:"id"`
-		Status      json.RawMessage `json:"status"` // a string in payments, a number in problems
-		Code        string          `json:"code"`
+		ID, Code    string
+		Status      json.RawMessage // a string in payments, a number in problems
 		FailureCode string          `json:"failure_code"`
 	}
-	what := ""
-	if bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) && json.Unmarshal(body, &v) == nil {
-		var st string
-		switch {
-		case v.Code != "":
-			what = v.Code
-		case json.Unmarshal(v.Status, &st) == nil && st != "":
-			a.paymentID, a.status, what = v.ID, st, st
-			if st == "failed" && v.FailureCode != "" {
-				what = v.FailureCode
-			}
-		}
+	if json.Unmarshal(body, &v) == nil && v.Code == "" && json.Unmarshal(v.Status, &a.status) == nil && a.status != "" {
+		a.paymentID = v.ID
+	}
+	what := cmp.Or(v.Code, a.status)
+	if a.status == "failed" {
+		what = cmp.Or(v.FailureCode, what)
 	}
 	if a.replayed {
 		what = "replayed"
@@ -260,13 +252,13 @@ func (r *runner) measure(ctx context.Context) (Result, error) {
 	arrivals := make(chan time.Time)
 	var wg sync.WaitGroup
 	for range o.Concurrency {
-		w := &worker{r: r}
 		wg.Go(func() {
+			var recent []request // this client's earlier payments, to retry one
 			for t := range arrivals {
-				w.fire(ctx, t)
+				r.fire(ctx, t, &recent)
 			}
 			for now := time.Now(); o.Rate <= 0 && ctx.Err() == nil && now.Before(r.end); now = time.Now() {
-				if !w.fire(ctx, now) {
+				if !r.fire(ctx, now, &recent) {
 					sleep(ctx, 10*time.Millisecond) // a refused connection fails at once: do not spin a core
 				}
 			}
@@ -341,29 +333,23 @@ func (r *runner) schedule(ctx context.Context, arrivals chan<- time.Time) int64 
 	return 0
 }
 
-// worker is one of a run's clients: it remembers its recent requests, to retry one.
-type worker struct {
-	r      *runner
-	recent []request
-}
-
-// fire sends the client's next request (two in parallel for a race) as of the intended time and
+// fire sends a client's next request (two in parallel for a race) as of the intended time and
 // records the outcome. It returns false on a transport error.
-func (w *worker) fire(ctx context.Context, intended time.Time) bool {
-	if w.r.op != nil {
-		return w.r.record(ctx, intended, request{}, w.r.op(ctx))
+func (r *runner) fire(ctx context.Context, intended time.Time, recent *[]request) bool {
+	if r.op != nil {
+		return r.record(ctx, intended, request{}, r.op(ctx))
 	}
-	reqs := w.next()
+	reqs := r.next(recent)
 	outs := make([]outcome, len(reqs))
 	var wg sync.WaitGroup
 	for i := 1; i < len(reqs); i++ {
-		wg.Go(func() { outs[i] = send(ctx, w.r.hc, reqs[i]) })
+		wg.Go(func() { outs[i] = send(ctx, r.hc, reqs[i]) })
 	}
-	outs[0] = send(ctx, w.r.hc, reqs[0])
+	outs[0] = send(ctx, r.hc, reqs[0])
 	wg.Wait()
 	ok := true
 	for i := range reqs {
-		ok = w.r.record(ctx, intended, reqs[i], outs[i]) && ok
+		ok = r.record(ctx, intended, reqs[i], outs[i]) && ok
 	}
 	return ok
 }
@@ -400,24 +386,24 @@ func notePayment(m map[string]string, id, status string) {
 	}
 }
 
-// next returns the client's next request(s).
-func (w *worker) next() []request {
-	o := w.r.opts
+// next returns a client's next request(s), remembering new payments in recent.
+func (r *runner) next(recent *[]request) []request {
+	o := r.opts
 	switch {
 	case strings.HasPrefix(o.Path, "/"):
 		return []request{{method: http.MethodGet, url: o.APIURL + o.Path}}
 	case o.Path == "replay":
-		return []request{w.r.pool[rand.IntN(len(w.r.pool))]}
+		return []request{r.pool[rand.IntN(len(r.pool))]}
 	}
-	dup := len(w.recent) > 0 && rand.Float64() < o.Duplicates
+	dup := len(*recent) > 0 && rand.Float64() < o.Duplicates
 	if dup && rand.IntN(2) == 0 {
-		old := w.recent[rand.IntN(len(w.recent))]
+		old := (*recent)[rand.IntN(len(*recent))]
 		old.isNew = false
 		return []request{old}
 	}
-	p := w.r.newPayment()
-	if w.recent = append(w.recent, p); len(w.recent) > recentKeys {
-		w.recent = w.recent[1:]
+	p := r.newPayment()
+	if *recent = append(*recent, p); len(*recent) > recentKeys {
+		*recent = (*recent)[1:]
 	}
 	if dup { // a race: the same request twice at once
 		twin := p
@@ -483,4 +469,113 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
+}
+
+// Fixture is what Setup created: the merchants, their API keys and funded payer accounts.
+type Fixture struct{ Merchants []Merchant }
+
+// Merchant is one benchmark merchant. All its payments credit its one settlement account, which
+// makes that account a hot row: more merchants spread the load.
+type Merchant struct {
+	ID     string
+	APIKey string   `json:"api_key"`
+	Payers []string // payer account ids
+}
+
+// MerchantIDs lists the fixture's merchant ids.
+func (fx *Fixture) MerchantIDs() []string {
+	ids := make([]string, len(fx.Merchants))
+	for i, m := range fx.Merchants {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+const (
+	// deposit, in every payer account, affords 100,000 maximal payments: far more than any run
+	// here sends, so only Insufficient fails.
+	deposit       = maxAmount * 100_000
+	setupParallel = 32 // concurrent admin calls; Setup of 1000 merchants takes seconds
+)
+
+// Setup creates opts.Merchants merchants with opts.Payers funded payer accounts each through the
+// admin API.
+func Setup(ctx context.Context, opts Options) (*Fixture, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	hc := newClient(setupParallel)
+	defer hc.CloseIdleConnections()
+	fx := &Fixture{Merchants: make([]Merchant, opts.Merchants)}
+	admin := func(ctx context.Context, path, key string, in map[string]string, out any) error {
+		body, _ := json.Marshal(in)
+		r := request{method: http.MethodPost, url: opts.APIURL + "/admin/v1" + path, token: opts.AdminToken, key: key, body: body}
+		return call(ctx, hc, r, out)
+	}
+	err = parallel(ctx, opts.Merchants, setupParallel, func(ctx context.Context, i int) error {
+		fx.Merchants[i].Payers = make([]string, opts.Payers)
+		return admin(ctx, "/merchants", "", map[string]string{"name": fmt.Sprintf("bench-%d", i)}, &fx.Merchants[i])
+	})
+	if err != nil {
+		return nil, err
+	}
+	amount := payment.FormatAmount(deposit, currency)
+	err = parallel(ctx, opts.Merchants*opts.Payers, setupParallel, func(ctx context.Context, i int) error {
+		m := &fx.Merchants[i/opts.Payers]
+		var acct struct{ ID string }
+		if err := admin(ctx, "/accounts", "", map[string]string{"merchant_id": m.ID, "currency": currency}, &acct); err != nil {
+			return err
+		}
+		m.Payers[i%opts.Payers] = acct.ID
+		return admin(ctx, "/accounts/"+acct.ID+"/deposits", uuid.NewString(), map[string]string{"amount": amount}, nil)
+	})
+	return fx, err
+}
+
+// CheckCharges asks the bank simulator how often money moved for each payment id and returns how
+// many were charged more than once.
+func CheckCharges(ctx context.Context, simURL string, ids []string) (doubles int, err error) {
+	hc := newClient(16)
+	defer hc.CloseIdleConnections()
+	base := strings.TrimRight(simURL, "/") + "/_sim/charges?reference="
+	var n atomic.Int64
+	err = parallel(ctx, len(ids), 16, func(ctx context.Context, i int) error {
+		var out struct{ Count *int }
+		if err := call(ctx, hc, request{method: http.MethodGet, url: base + url.QueryEscape(ids[i])}, &out); err != nil {
+			return fmt.Errorf("bench: charges of %s: %w", ids[i], err)
+		}
+		if out.Count == nil {
+			return fmt.Errorf("bench: charges of %s: answer without count", ids[i])
+		}
+		if *out.Count > 1 {
+			n.Add(1)
+		}
+		return nil
+	})
+	return int(n.Load()), err
+}
+
+// call sends r and decodes a 2xx JSON answer into out; anything else is an error quoting the body.
+func call(ctx context.Context, hc *http.Client, r request, out any) error {
+	o := send(ctx, hc, r)
+	switch {
+	case o.err != nil:
+		return o.err
+	case o.code/100 != 2:
+		return fmt.Errorf("%s %s: %d: %s", r.method, r.url, o.code, strings.TrimSpace(string(o.body)))
+	case out == nil:
+		return nil
+	}
+	return json.Unmarshal(o.body, out)
+}
+
+// parallel calls fn for 0..n-1 on at most workers goroutines and stops at the first error.
+func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	for i := range n {
+		g.Go(func() error { return fn(ctx, i) })
+	}
+	return g.Wait()
 }

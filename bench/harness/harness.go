@@ -48,14 +48,12 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	out := fs.String("out", "bench/results", "--suite: directory for <date>.md and <date>.json")
 	fs.DurationVar(&o.Duration, "duration", 15*time.Second, "measured window of each run")
 	fs.DurationVar(&o.Warmup, "warmup", 3*time.Second, "load before each window, not measured")
-	fs.IntVar(&o.Concurrency, "concurrency", 16, "clients (closed loop), or the cap on requests in flight (open loop)")
-	fs.Float64Var(&o.Rate, "rate", 0, "open loop: arrivals per second (0: closed loop)")
+	fs.IntVar(&o.Concurrency, "concurrency", 16, "clients of each closed-loop run")
 	fs.IntVar(&o.Merchants, "merchants", 1000, "merchants, each with its own settlement account (1: one hot account)")
-	fs.IntVar(&o.Payers, "payers", 1, "payer accounts per merchant")
+	fs.IntVar(&o.Payers, "payers", 1, "one run: payer accounts per merchant")
 	fs.Float64Var(&o.Duplicates, "duplicates", 0.05, "share of requests that retry an earlier key (some in parallel)")
 	fs.Float64Var(&o.Insufficient, "insufficient", 0.05, "share of new payments the payer cannot afford")
-	fs.StringVar(&o.Path, "path", "payments", `what one run drives: "payments", "replay" or a raw path such as "/healthz"`)
-	fs.IntVar(&o.Preload, "preload", 0, "load this many stored payments and idempotency records before measuring")
+	fs.IntVar(&o.Preload, "preload", 0, "--suite: load this many stored payments and idempotency records for the large-table runs")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
@@ -70,20 +68,13 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	if *suite {
 		return runSuite(ctx, st, o, *out, cfg.Capability)
 	}
-	var fx *bench.Fixture
-	if !strings.HasPrefix(o.Path, "/") {
-		progress("setting up %d merchant(s) with %d payer(s) each", o.Merchants, o.Payers)
-		if fx, err = bench.Setup(ctx, o); err != nil {
-			return err
-		}
-		if o.Preload > 0 {
-			err = st.Preload(ctx, fx.MerchantIDs(), o.Preload)
-		} else {
-			err = st.Settle(ctx)
-		}
-		if err != nil {
-			return err
-		}
+	progress("setting up %d merchant(s) with %d payer(s) each", o.Merchants, o.Payers)
+	fx, err := bench.Setup(ctx, o)
+	if err != nil {
+		return err
+	}
+	if err := st.Settle(ctx); err != nil {
+		return err
 	}
 	res, err := bench.Run(ctx, o, fx)
 	if err != nil {
@@ -106,7 +97,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 
 // runSuite runs the standard suite and writes its report to out/<date>.md and .json.
 func runSuite(ctx context.Context, st *stack, o bench.Options, out, capability string) error {
-	o.Path, o.Payers, o.Rate = "", 0, 0 // one run's flags, which the suite does not read
+	o.Payers = 0 // one run's flag, which the suite does not read
 	rep, err := bench.RunSuite(ctx, st.Stack, o)
 	if err != nil {
 		return err
@@ -146,11 +137,8 @@ func machine() string {
 func commit() string {
 	rev, dirty := "unknown", ""
 	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return rev
-	}
-	for _, s := range info.Settings {
-		switch {
+	for i := 0; ok && i < len(info.Settings); i++ {
+		switch s := info.Settings[i]; {
 		case s.Key == "vcs.revision" && len(s.Value) >= 12:
 			rev = s.Value[:12]
 		case s.Key == "vcs.modified" && s.Value == "true":
