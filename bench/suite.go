@@ -1,14 +1,11 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -27,9 +24,7 @@ type Stack struct {
 	CPU                                     CPU                                                        // if set, each run reports its CPU by process class
 }
 
-// Report is one suite run: every measurement, the ratios the targets ask for, and whether the
-// run was correct (no double charge, no invariant violation). A run that is not correct failed,
-// whatever its speed.
+// Report is one suite run: every measurement, the ratios the targets ask for, and its verdict.
 type Report struct {
 	Started    time.Time                `json:"started"`
 	Machine    string                   `json:"machine"`
@@ -39,10 +34,16 @@ type Report struct {
 	Runs       []Result                 `json:"runs"` // in the order run; most twice (passes #1 and #2), see targets
 	PGBench    map[string]PGBenchResult `json:"pgbench"`
 	Targets    []Target                 `json:"targets"`
-	Checked    int                      `json:"payments_checked"` // payments whose charges were counted at the simulator
-	Doubles    int                      `json:"double_charges"`
-	Problems   []string                 `json:"verify_problems"`
-	Correct    bool                     `json:"correct"`
+	Verdict
+}
+
+// Verdict says whether runs were correct: a run that charged a payment twice or broke an
+// invariant failed, whatever its speed.
+type Verdict struct {
+	Checked  int      `json:"payments_checked"` // payments whose charges were counted at the simulator
+	Doubles  int      `json:"double_charges"`
+	Problems []string `json:"verify_problems"` // kasa verify's
+	Correct  bool     `json:"correct"`
 }
 
 // Target is one of the benchmark's goals, a ratio of measurements, with its inputs.
@@ -72,20 +73,21 @@ const (
 
 // Check counts at the bank simulator the charges of every payment that may have moved money (any
 // not failed), and runs kasa verify.
-func (s Stack) Check(ctx context.Context, payments map[string]string) (checked, doubles int, problems []string, err error) {
+func (s Stack) Check(ctx context.Context, payments map[string]string) (v Verdict, err error) {
 	var ids []string
 	for id, status := range payments {
 		if status != "failed" {
 			ids = append(ids, id)
 		}
 	}
-	if doubles, err = CheckCharges(ctx, s.SimURL, ids); err != nil {
-		return 0, 0, nil, fmt.Errorf("check charges: %w", err)
+	if v.Doubles, err = CheckCharges(ctx, s.SimURL, ids); err != nil {
+		return v, fmt.Errorf("check charges: %w", err)
 	}
-	if problems, err = s.Verify(ctx); err != nil {
-		return 0, 0, nil, fmt.Errorf("verify: %w", err)
+	if v.Problems, err = s.Verify(ctx); err != nil {
+		return v, fmt.Errorf("verify: %w", err)
 	}
-	return len(ids), doubles, problems, nil
+	v.Checked, v.Correct = len(ids), v.Doubles == 0 && len(v.Problems) == 0
+	return v, nil
 }
 
 // step is one run of the suite: ceiling T of a shape, or a load run with opts against fx.
@@ -210,10 +212,9 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	}
 	// Correctness: a fast run that charged twice or broke an invariant failed.
 	o.Progress("checking the payments at the bank simulator and running kasa verify")
-	if rep.Checked, rep.Doubles, rep.Problems, err = s.Check(ctx, payments); err != nil {
+	if rep.Verdict, err = s.Check(ctx, payments); err != nil {
 		return nil, err
 	}
-	rep.Correct = rep.Doubles == 0 && len(rep.Problems) == 0
 	rep.Targets = targets(byName, rep.PGBench)
 	return rep, nil
 }
@@ -295,16 +296,16 @@ func targets(runs map[string]Result, pg map[string]PGBenchResult) []Target {
 	return out
 }
 
-// WriteMarkdown writes a summary table with one row per run, the answers of every run, and what an
+// Markdown is a summary table with one row per run, the answers of every run, and what an
 // operation of each run cost in CPU by process class, if any run measured it.
-func WriteMarkdown(w io.Writer, title string, runs ...Result) error {
-	var b bytes.Buffer
+func Markdown(title string, runs ...Result) string {
+	var b strings.Builder
 	fmt.Fprintf(&b, "## %s\n\n| # | path | mode | clients | rate/s | merchants | s | requests | req/s | new payments/s | p50 ms | p90 ms | p95 ms | p99 ms | max ms | errors | unsent |\n", title)
 	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i, r := range runs {
 		rate := "-"
 		if r.Rate > 0 {
-			rate = strconv.FormatFloat(math.Round(r.Rate*10)/10, 'f', -1, 64) // the suite's half rate is a quotient
+			rate = fmt.Sprint(math.Round(r.Rate*10) / 10) // the suite's half rate is a quotient
 		}
 		l := r.Latency
 		fmt.Fprintf(&b, "| %d | %s | %s | %d | %s | %d | %.1f | %d | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %d |\n",
@@ -336,8 +337,7 @@ func WriteMarkdown(w io.Writer, title string, runs ...Result) error {
 		fmt.Fprintf(&b, "| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
 			i+1, r.CPU.Per, m[ClassKasa], m[ClassPostgres], m[ClassTemporal], m[ClassBench], other, all, r.CPU.Cores)
 	}
-	_, err := w.Write(b.Bytes())
-	return err
+	return b.String()
 }
 
 // cell keeps a value from breaking its table row.
@@ -360,10 +360,10 @@ func (rep *Report) CapabilityLine() string {
 		rep.Capability, strings.Join(parts, ", "))
 }
 
-// WriteSuiteMarkdown writes a suite's report: verdict, targets with their inputs, every run, the
+// SuiteMarkdown is a suite's report: verdict, targets with their inputs, every run, the
 // database ceilings.
-func WriteSuiteMarkdown(w io.Writer, rep *Report) error {
-	var b bytes.Buffer
+func SuiteMarkdown(rep *Report) string {
+	var b strings.Builder
 	fmt.Fprintf(&b, "# kasa bench, %s\n\nMachine: %s. Commit: %s. Each run: %s measured after %s of warm-up, %d clients.\n\n%s",
 		rep.Started.Format("2006-01-02 15:04 UTC"), rep.Machine, rep.Commit, rep.Options.Duration, rep.Options.Warmup, rep.Options.Concurrency, rep.CapabilityLine())
 	verdict := "**correct**: no payment was charged twice and `kasa verify` found no problem"
@@ -383,14 +383,11 @@ func WriteSuiteMarkdown(w io.Writer, rep *Report) error {
 		fmt.Fprintf(&b, "| %s | %s | %s | %.2f | %s | %s |\n", cell(t.Name), cell(t.Formula), cell(t.Inputs), t.Value, goal, met)
 	}
 	b.WriteString("\n")
-	if err := WriteMarkdown(&b, "Runs", rep.Runs...); err != nil {
-		return err
-	}
+	b.WriteString(Markdown("Runs", rep.Runs...))
 	b.WriteString("\n## Database ceilings (pgbench, same PostgreSQL, same client count)\n\n| script | clients | tps | avg ms | p50 ms | p99 ms | failed |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, name := range slices.Sorted(maps.Keys(rep.PGBench)) {
 		r := rep.PGBench[name]
 		fmt.Fprintf(&b, "| %s | %d | %.1f | %.2f | %.2f | %.2f | %d |\n", name, r.Clients, r.TPS, r.LatencyAvgMS, r.P50MS, r.P99MS, r.Failed)
 	}
-	_, err := w.Write(b.Bytes())
-	return err
+	return b.String()
 }

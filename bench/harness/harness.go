@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -80,15 +79,18 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	_, doubles, problems, err := st.Check(ctx, res.Payments)
-	if err == nil {
-		err = bench.WriteMarkdown(os.Stdout, "kasa bench", res)
-	}
+	v, err := st.Check(ctx, res.Payments)
 	if err != nil {
 		return err
 	}
-	if doubles > 0 || len(problems) > 0 {
-		progress("NOT correct: %d double charge(s), invariant violations: %v", doubles, problems)
+	fmt.Print(bench.Markdown("kasa bench", res))
+	return verdict(v)
+}
+
+// verdict says whether the runs were correct, and is ErrIncorrect when they were not.
+func verdict(v bench.Verdict) error {
+	if !v.Correct {
+		progress("NOT correct: %d double charge(s), invariant violations: %v", v.Doubles, v.Problems)
 		return ErrIncorrect
 	}
 	progress("correct: no double charge, kasa verify ok")
@@ -103,24 +105,16 @@ func runSuite(ctx context.Context, st *stack, o bench.Options, out, capability s
 		return err
 	}
 	rep.Machine, rep.Commit, rep.Capability = machine(), commit(), capability
-	var md strings.Builder
 	js, err := json.MarshalIndent(rep, "", "  ")
-	if err == nil {
-		err = bench.WriteSuiteMarkdown(&md, rep)
-	}
 	base := filepath.Join(out, rep.Started.Format("2006-01-02"))
-	if err := errors.Join(err, os.MkdirAll(out, 0o755)); err != nil {
-		return err
+	if err = errors.Join(err, os.MkdirAll(out, 0o755)); err == nil {
+		err = errors.Join(os.WriteFile(base+".md", []byte(bench.SuiteMarkdown(rep)), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644))
 	}
-	if err := errors.Join(os.WriteFile(base+".md", []byte(md.String()), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644)); err != nil {
+	if err != nil {
 		return err
 	}
 	progress("wrote %s.md and .json", base)
-	if !rep.Correct {
-		progress("the run was NOT correct (double charges or invariant violations): see the report")
-		return ErrIncorrect
-	}
-	return nil
+	return verdict(rep.Verdict)
 }
 
 func machine() string {

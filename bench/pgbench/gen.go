@@ -21,16 +21,15 @@ func main() {
 	// Every named statement of the sqlc query files, without its leading comment lines and its
 	// final semicolon, with the file it came from.
 	reName, reParam := regexp.MustCompile(`(?m)^-- name: (\w+) :\w+.*\n`), regexp.MustCompile(`\$(\d+)`)
-	queries, files := map[string][2]string{}, must(filepath.Glob("store/queries/*.sql"))
-	for _, f := range files {
+	queries := map[string][2]string{}
+	for _, f := range must(filepath.Glob("store/queries/*.sql")) {
 		text := string(must(os.ReadFile(f)))
-		bodies := reName.Split(text, -1)[1:]
-		for i, m := range reName.FindAllStringSubmatch(text, -1) {
-			lines := strings.Split(bodies[i], "\n")
-			for len(lines) > 0 && strings.HasPrefix(lines[0], "--") {
-				lines = lines[1:]
+		names := reName.FindAllStringSubmatch(text, -1)
+		for i, body := range reName.Split(text, -1)[1:] {
+			for strings.HasPrefix(body, "--") {
+				_, body, _ = strings.Cut(body, "\n")
 			}
-			queries[m[1]] = [2]string{f, strings.TrimSuffix(strings.TrimSpace(strings.Join(lines, "\n")), ";")}
+			queries[names[i][1]] = [2]string{f, strings.TrimSuffix(strings.TrimSpace(body), ";")}
 		}
 	}
 	for _, tmpl := range must(filepath.Glob("bench/pgbench/src/*.sql")) {
