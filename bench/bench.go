@@ -1,8 +1,6 @@
-// Package bench is kasa's HTTP load generator. It drives the real REST API (docs/openapi.yaml) over
-// keep-alive connections, either closed loop (N clients sending back to back) or open loop
-// (arrivals on a fixed schedule, latency measured from the intended send time so a stalled server
-// cannot hide its queue: no coordinated omission), and reports throughput, latency quantiles, the
-// answers by status and code.
+// Package bench measures kasa: an HTTP load generator over the REST API (docs/openapi.yaml),
+// closed loop (clients back to back) or open loop (arrivals on a schedule, latency counted from
+// the intended send time: no coordinated omission), the ceilings it is held to, and the suite.
 package bench
 
 import (
@@ -219,9 +217,8 @@ func newRunner(opts Options, fx *Fixture) *runner {
 	return &runner{opts: opts, fx: fx, res: Result{Answers: map[string]int64{}, Payments: map[string]string{}}}
 }
 
-// Run drives the API for opts.Warmup + opts.Duration and returns what it measured. fx comes from
-// Setup and may be nil for a raw path. If ctx ends first, Run returns what it measured so far and
-// ctx's error.
+// Run drives the API for opts.Warmup + opts.Duration with fx from Setup (nil for a raw path). If
+// ctx ends first, it returns what it measured so far and ctx's error.
 func Run(ctx context.Context, opts Options, fx *Fixture) (Result, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -241,9 +238,8 @@ func Run(ctx context.Context, opts Options, fx *Fixture) (Result, error) {
 	return r.measure(ctx)
 }
 
-// measure runs the clients for the warmup and the window, and sums up what they recorded. In the
-// open loop a free client takes the next arrival; when every client is busy an arrival waits,
-// and its latency still counts from its scheduled time, so queueing shows in the quantiles.
+// measure runs the clients for the warmup and the window. In the open loop a free client takes
+// the next arrival, whose latency counts from its scheduled time: queueing shows in the quantiles.
 func (r *runner) measure(ctx context.Context) (Result, error) {
 	o := r.opts
 	r.start = time.Now()
@@ -498,8 +494,7 @@ const (
 	setupParallel = 32 // concurrent admin calls; Setup of 1000 merchants takes seconds
 )
 
-// Setup creates opts.Merchants merchants with opts.Payers funded payer accounts each through the
-// admin API.
+// Setup creates opts.Merchants merchants with opts.Payers funded payer accounts each (admin API).
 func Setup(ctx context.Context, opts Options) (*Fixture, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -533,8 +528,7 @@ func Setup(ctx context.Context, opts Options) (*Fixture, error) {
 	return fx, err
 }
 
-// CheckCharges asks the bank simulator how often money moved for each payment id and returns how
-// many were charged more than once.
+// CheckCharges asks the bank simulator how many of the payments were charged more than once.
 func CheckCharges(ctx context.Context, simURL string, ids []string) (doubles int, err error) {
 	hc := newClient(16)
 	defer hc.CloseIdleConnections()

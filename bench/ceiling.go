@@ -37,9 +37,8 @@ func (s Shape) String() string {
 	return out
 }
 
-// PaymentShape is PaymentWorkflow's happy path: reserve, charge, finalize, each a local
-// activity, started eagerly when the starting process runs a worker (Starter.StartPayment).
-// TestPaymentShapeMatchesARecordedPayment checks the steps against a recorded payment history.
+// PaymentShape is PaymentWorkflow's happy path: reserve, charge, finalize, each a local activity,
+// started eagerly (Starter.StartPayment). TestPaymentShapeMatchesARecordedPayment checks it.
 var PaymentShape = Shape{Steps: "LLL", Eager: true, SearchAttributes: true}
 
 // ShapeFor is the shape of a payment that succeeds at its first charge with a provider of the
@@ -97,10 +96,8 @@ func ShapeWorkflow(ctx workflow.Context, s Shape) error {
 	return nil
 }
 
-// WorkflowCeiling is ceiling T: workflows of the given shape with no work in their steps,
-// started and awaited back to back by o.Concurrency clients for o.Warmup+o.Duration, on a task
-// queue of their own served by a worker in this process. Its Result is shaped like a load run's,
-// with Path "temporal:<shape>". With o.CPU, it also reports what its measured window cost.
+// WorkflowCeiling is ceiling T: workflows of the shape with no-op steps, run back to back by
+// o.Concurrency clients on a task queue served by a worker in this process, measured as Run does.
 func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, o Options) (Result, error) {
 	queue := "bench-shape-" + uuid.NewString()
 	w := sdkworker.New(tc, queue, sdkworker.Options{})

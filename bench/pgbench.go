@@ -22,10 +22,8 @@ import (
 	"github.com/kasa-pay/kasa/internal/devenv"
 )
 
-// The database ceilings of a benchmark: pgbench runs kasa's own SQL, statement for statement, with
-// nothing else in the way (no HTTP, no Temporal). The scripts pgbench/*.sql are generated from
-// pgbench/src/*.sql and store/queries/*.sql (make generate), so they run the very statements
-// kasa runs.
+// The database ceilings: pgbench runs kasa's own SQL with nothing else in the way. The scripts
+// pgbench/*.sql are generated from pgbench/src/*.sql and store/queries/*.sql (make generate).
 //
 //go:embed pgbench/*.sql pgbench/psql/*.sql
 var pgbenchScripts embed.FS
@@ -74,9 +72,8 @@ const (
 	pgbenchKeyBase = 1_000_000_000_000_000_000
 )
 
-// PGBench prepares a fixture in a schema of its own (a clone of the tables a payment touches, with
-// their indexes, constraints, foreign keys and triggers; kasa's tables are never written), runs
-// pgbench with the script at the client count, and drops the schema again.
+// PGBench runs the script in a fixture schema of its own (clones of the tables a payment touches,
+// with their indexes, constraints, foreign keys and triggers: kasa's are never written).
 func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error) {
 	o.Clients, o.Duration, o.Rows = orDefault(o.Clients, 16), orDefault(o.Duration, 10*time.Second), orDefault(o.Rows, 1000)
 	script, err := pgbenchScripts.ReadFile("pgbench/" + o.Script + ".sql")
@@ -247,9 +244,8 @@ func readPGBenchLogs(prefix string) ([]pgbenchTx, error) {
 	return txs, nil
 }
 
-// summarize measures the transactions that ended in the window that opens when warmup has passed
-// since the run's first transaction began and every client has done its warmTransactions, and
-// closes when the last transaction ends.
+// summarize measures the transactions that ended in the window that opens once warmup has passed
+// and every client has done its warmTransactions, and closes when the last transaction ends.
 func summarize(txs []pgbenchTx, warmup time.Duration) (r PGBenchResult) {
 	if len(txs) == 0 {
 		return r

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -98,9 +99,8 @@ type step struct {
 	fx    *Fixture
 }
 
-// RunSuite runs the standard suite against s: o's Duration, Warmup, Concurrency (of every
-// closed-loop run, and of pgbench), Merchants (of the spread load; the hot load has one),
-// Duplicates, Insufficient and Preload shape it.
+// RunSuite runs the standard suite against s, shaped by o's Duration, Warmup, Concurrency,
+// Merchants (of the spread load; the hot load has one), Duplicates, Insufficient and Preload.
 func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	rep := &Report{Started: time.Now().UTC(), Options: o, PGBench: map[string]PGBenchResult{}}
 	byName, payments := map[string]Result{}, map[string]string{}
@@ -155,11 +155,9 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 		return nil, err
 	}
 	payOpts := Options{Duplicates: o.Duplicates, Insufficient: o.Insufficient}
-	// The targets compare runs that ran side by side: the machine's speed drifts by tens of
-	// percent over minutes here, and a ratio of two runs minutes apart measures the drift as much
-	// as kasa. So each pass runs T of kasa's shape, new payments with many merchants, with one,
-	// replays and H one after the other, and the second pass runs them in mirror order (the drift
-	// over the two passes then weighs both sides of each ratio alike).
+	// The targets compare runs that ran side by side: the machine's speed drifts by tens of percent
+	// over minutes here. So a pass runs T, new payments with many merchants, with one, replays and
+	// H one after the other, and the second pass mirrors the order, weighing a drift alike on both sides.
 	kasaRuns := func(p string) []step {
 		return []step{{name: RunTOwn + p, shape: &PaymentShape}, {name: RunSpread + p, opts: payOpts, fx: spread},
 			{name: RunHot + p, opts: payOpts, fx: hot}, {name: RunReplay + p, opts: Options{Path: "replay"}, fx: hot},
@@ -189,8 +187,8 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	if err := pass(false, false, step{name: RunTLean + " #2", shape: &LeanestShape}); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{RunHTTP, RunTLean, RunSpread, RunReplay} {
-		byName[name] = best(byName[name+" #1"], byName[name+" #2"])
+	for _, name := range []string{RunHTTP, RunTLean, RunSpread, RunReplay} { // the faster pass counts
+		byName[name] = slices.MaxFunc([]Result{byName[name+" #1"], byName[name+" #2"]}, func(a, b Result) int { return cmp.Compare(rate(a), rate(b)) })
 	}
 
 	if o.Preload > 0 {
@@ -198,9 +196,8 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 		if err := s.Preload(ctx, spread.MerchantIDs(), o.Preload); err != nil {
 			return nil, fmt.Errorf("preload: %w", err)
 		}
-		// Minutes and a preload lie between the small table's runs and these, so each side is taken
-		// relative to a run beside it, in passes of mirror order: new payments to T, replays to H.
-		// These T and H runs have shorter windows: they only read the machine's pace.
+		// Each side is taken relative to a run beside it (new payments to T, replays to H), in mirrored
+		// passes; these T and H runs are shorter: they only read the machine's pace.
 		for _, p := range []string{" #1", " #2"} {
 			err := pass(true, p == " #2", step{name: RunTLarge + p, shape: &PaymentShape, opts: Options{Duration: max(o.Duration/2, time.Second)}},
 				step{name: RunSpreadLarge + p, opts: payOpts, fx: spread}, step{name: RunReplayLarge + p, opts: Options{Path: "replay"}, fx: hot},
@@ -219,14 +216,6 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	return rep, nil
 }
 
-// best is the faster of two runs of one kind.
-func best(a, b Result) Result {
-	if rate(b) > rate(a) {
-		return b
-	}
-	return a
-}
-
 // rate is how fast a run went: new payments per second for payment runs, else requests per second.
 func rate(r Result) float64 {
 	if r.NewPaymentRate > 0 {
@@ -242,9 +231,8 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// paired divides run num by run den of the same pass, the two having run side by side, and
-// averages the two passes' ratios: the second pass runs in mirror order, so a steady drift of
-// the machine's speed over the passes weighs on both sides alike.
+// paired divides run num by run den of the same pass, which ran side by side, and averages the two
+// passes' ratios: the mirrored second pass makes a steady drift of the machine weigh alike on both.
 func paired(runs map[string]Result, num, den string) (value float64, inputs string) {
 	var parts []string
 	for _, pass := range []string{" #1", " #2"} {
@@ -345,27 +333,19 @@ func cell(s string) string {
 	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
 }
 
-// CapabilityLine names the provider capability a suite ran with and the workflow shape a new
-// payment runs with each capability (ShapeFor): the shape ceiling T copies. Empty when the report
-// records no capability.
-func (rep *Report) CapabilityLine() string {
-	if rep.Capability == "" {
-		return ""
-	}
-	parts := make([]string, len(workflows.Capabilities))
-	for i, c := range workflows.Capabilities {
-		parts[i] = fmt.Sprintf("`%s` %s", c, ShapeFor(c))
-	}
-	return fmt.Sprintf("Provider capability: %s. kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: %s.\n\n",
-		rep.Capability, strings.Join(parts, ", "))
-}
-
-// SuiteMarkdown is a suite's report: verdict, targets with their inputs, every run, the
-// database ceilings.
+// SuiteMarkdown is a suite's report: verdict, targets with their inputs, runs, database ceilings.
 func SuiteMarkdown(rep *Report) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# kasa bench, %s\n\nMachine: %s. Commit: %s. Each run: %s measured after %s of warm-up, %d clients.\n\n%s",
-		rep.Started.Format("2006-01-02 15:04 UTC"), rep.Machine, rep.Commit, rep.Options.Duration, rep.Options.Warmup, rep.Options.Concurrency, rep.CapabilityLine())
+	fmt.Fprintf(&b, "# kasa bench, %s\n\nMachine: %s. Commit: %s. Each run: %s measured after %s of warm-up, %d clients.\n\n",
+		rep.Started.Format("2006-01-02 15:04 UTC"), rep.Machine, rep.Commit, rep.Options.Duration, rep.Options.Warmup, rep.Options.Concurrency)
+	if rep.Capability != "" { // and the shape a payment has with each capability (ShapeFor), which ceiling T copies
+		var shapes []string
+		for _, c := range workflows.Capabilities {
+			shapes = append(shapes, fmt.Sprintf("`%s` %s", c, ShapeFor(c)))
+		}
+		fmt.Fprintf(&b, "Provider capability: %s. kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: %s.\n\n",
+			rep.Capability, strings.Join(shapes, ", "))
+	}
 	verdict := "**correct**: no payment was charged twice and `kasa verify` found no problem"
 	if !rep.Correct {
 		verdict = fmt.Sprintf("**FAILED**: %d double charge(s), %d invariant violation(s)", rep.Doubles, len(rep.Problems))
