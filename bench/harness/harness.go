@@ -76,7 +76,23 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	defer func() { st.stop(err != nil) }()
 	o.APIURL, o.AdminToken, o.CPU, o.Progress = st.APIURL, st.AdminToken, st.CPU, progress
 	if *suite {
-		return runSuite(ctx, st, o, *out, cfg.Capability)
+		// The suite writes its report to out/<date>.md and .json.
+		o.Payers = 0 // one run's flag, which the suite does not read
+		rep, err := bench.RunSuite(ctx, st.Stack, o)
+		if err != nil {
+			return err
+		}
+		rep.Machine, rep.Commit, rep.Capability = machine(), commit(), cfg.Capability
+		js, err := json.MarshalIndent(rep, "", "  ")
+		base := filepath.Join(*out, rep.Started.Format("2006-01-02"))
+		if err = errors.Join(err, os.MkdirAll(*out, 0o755)); err == nil {
+			err = errors.Join(os.WriteFile(base+".md", []byte(bench.SuiteMarkdown(rep)), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644))
+		}
+		if err != nil {
+			return err
+		}
+		progress("wrote %s.md and .json", base)
+		return verdict(rep.Verdict)
 	}
 	progress("setting up %d merchant(s) with %d payer(s) each", o.Merchants, o.Payers)
 	fx, err := bench.Setup(ctx, o)
@@ -106,26 +122,6 @@ func verdict(v bench.Verdict) error {
 	}
 	progress("correct: no double charge, kasa verify ok")
 	return nil
-}
-
-// runSuite runs the standard suite and writes its report to out/<date>.md and .json.
-func runSuite(ctx context.Context, st *stack, o bench.Options, out, capability string) error {
-	o.Payers = 0 // one run's flag, which the suite does not read
-	rep, err := bench.RunSuite(ctx, st.Stack, o)
-	if err != nil {
-		return err
-	}
-	rep.Machine, rep.Commit, rep.Capability = machine(), commit(), capability
-	js, err := json.MarshalIndent(rep, "", "  ")
-	base := filepath.Join(out, rep.Started.Format("2006-01-02"))
-	if err = errors.Join(err, os.MkdirAll(out, 0o755)); err == nil {
-		err = errors.Join(os.WriteFile(base+".md", []byte(bench.SuiteMarkdown(rep)), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644))
-	}
-	if err != nil {
-		return err
-	}
-	progress("wrote %s.md and .json", base)
-	return verdict(rep.Verdict)
 }
 
 func machine() string {
@@ -270,7 +266,11 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	}
 	s.cleanup = append(s.cleanup, s.Temporal.Close)
 	s.AdminToken, s.DatabaseURL, s.Verify, s.CPU = st.AdminToken, st.DatabaseURL, db.Verify, bench.StackCPU(cmd.Process.Pid)
-	s.Preload = func(ctx context.Context, merchants []string, n int) error {
+	s.Preload = func(ctx context.Context, fx *bench.Fixture, n int) error {
+		var merchants []string
+		for _, m := range fx.Merchants {
+			merchants = append(merchants, m.ID)
+		}
 		_, err := preload(ctx, st.DatabaseURL, merchants, n, preloadChunk, func(done, total int) { progress("preloaded %d/%d", done, total) })
 		return err
 	}
