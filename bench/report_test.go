@@ -16,7 +16,7 @@ func sampleResult(path string, seconds int) Result {
 	}
 }
 
-func TestWriteMarkdown(t *testing.T) {
+func TestMarkdown(t *testing.T) {
 	t.Parallel()
 	require.NotContains(t, Markdown("kasa bench", sampleResult("payments", 10), sampleResult("/a|b", 3)), "CPU per operation", "no CPU table without a measurement")
 	measured := sampleResult("payments", 10)
