@@ -1,50 +1,53 @@
-// Package bench is kasa's HTTP load generator. It drives the real REST API (docs/openapi.yaml) over
-// keep-alive connections, either closed loop (N clients sending back to back) or open loop
-// (arrivals on a fixed schedule, latency measured from the intended send time so a stalled server
-// cannot hide its queue: no coordinated omission), and reports throughput, latency quantiles, the
-// answers by status and code, and a per-second series.
+// Package bench measures kasa: an HTTP load generator over the REST API (docs/openapi.yaml),
+// closed loop (clients back to back) or open loop (arrivals on a schedule, latency counted from
+// the intended send time: no coordinated omission), the ceilings it is held to, and the suite.
 package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/procfs"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/kasa-pay/kasa/payment"
 )
 
-// Options describe one run. Zero values get the defaults noted.
+// Options describe one run, or the standard suite (RunSuite). Zero values get the defaults noted.
 type Options struct {
-	APIURL, AdminToken string        // kasa API base URL; KASA_ADMIN_TOKEN, for Setup
-	Duration, Warmup   time.Duration // measured window (default 10s), and load before it not recorded
-	Concurrency        int           // clients (closed loop) or cap on requests in flight (open loop); default 16 (open loop 256)
-	Rate               float64       // > 0: open loop at this many arrivals per second
-	Merchants, Payers  int           // Setup: merchants, and payer accounts per merchant; default 1 each
-	Currency           string        // of the accounts Setup creates; default TRY
-	MinAmount          int64         // amount in minor units, uniform in [MinAmount, MaxAmount]; default 100
-	MaxAmount          int64         // default max(MinAmount, 10000)
-	// DuplicateRatio is the share of requests that are duplicates: half re-send an earlier request
+	APIURL           string        `json:"-"` // kasa API base URL
+	AdminToken       string        `json:"-"` // KASA_ADMIN_TOKEN, for Setup: kept out of the results
+	Duration, Warmup time.Duration // measured window (default 10s), and load before it not recorded
+	Concurrency      int           // clients (closed loop) or cap on requests in flight (open loop); default 16
+	Rate             float64       `json:",omitempty"` // > 0: open loop at this many arrivals per second
+	Merchants        int           // Setup: merchants; default 1
+	Payers           int           `json:",omitempty"` // Setup: payer accounts per merchant; default 1
+	// Duplicates is the share of requests that are duplicates: half re-send an earlier request
 	// byte for byte (a retry), half send a new payment with a parallel second copy (a race on the key).
-	DuplicateRatio    float64
-	InsufficientShare float64 // share of new payments for more than the payer ever had
+	Duplicates   float64
+	Insufficient float64 // share of new payments for more than the payer ever had
 	// Path: "payments" (default, POST /v1/payments), "replay" (re-sends of finished payments only),
 	// or a raw path such as "/healthz" (GET without auth).
-	Path string
-	Seed int64 // seeds amounts, payers and duplicates; keys are random UUIDs regardless
-	CPU  CPU   // if set, the run reports the CPU its measured window cost, by process class
+	Path     string                           `json:",omitempty"`
+	Preload  int                              // RunSuite: stored payments for the large-table runs; 0 skips them
+	CPU      CPU                              `json:"-"` // if set, a run reports the CPU its measured window cost, by process class
+	Progress func(format string, args ...any) `json:"-"` // RunSuite's progress lines
 }
 
 // Result is what a run measured: only requests whose (intended) send time falls in the window count.
@@ -54,7 +57,6 @@ type Result struct {
 	Concurrency    int              `json:"concurrency"`
 	Rate           float64          `json:"rate,omitempty"`
 	Merchants      int              `json:"merchants,omitempty"`
-	Payers         int              `json:"payers,omitempty"`
 	Duration       float64          `json:"duration_s"`
 	Requests       int64            `json:"requests"`         // answered, whatever the status (a race sends two)
 	Errors         int64            `json:"errors"`           // transport errors: no HTTP answer
@@ -65,7 +67,6 @@ type Result struct {
 	Latency        Latency          `json:"latency_ms"`
 	Answers        map[string]int64 `json:"answers"` // "201 succeeded", "409 idempotency_key_in_use", "201 replayed", ...
 	FirstError     string           `json:"first_error,omitempty"`
-	Series         []Second         `json:"series"`
 	CPU            *CPUUse          `json:"cpu,omitempty"`
 	// Payments maps every payment id seen in an answer (warmup included) to its latest status,
 	// for the charge counts at the simulator. Kept out of the JSON: it can be large.
@@ -81,94 +82,27 @@ type Latency struct {
 	Max float64 `json:"max"`
 }
 
-// Second is one second of the measured window, by send time.
-type Second struct {
-	Second   int     `json:"second"`
-	Requests int64   `json:"requests"`
-	Errors   int64   `json:"errors,omitempty"`
-	P99      float64 `json:"p99_ms"`
-}
-
-// PaymentIDs returns the sorted ids of the payments last seen in one of the statuses (all without any).
-func (r Result) PaymentIDs(statuses ...string) []string {
-	var ids []string
-	for id, st := range r.Payments {
-		if len(statuses) == 0 || slices.Contains(statuses, st) {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return ids
-}
-
 const (
 	recentKeys = 64  // earlier requests a client remembers for retries
 	replayPool = 200 // finished payments the replay path re-sends
+	// The payments' currency and amounts in minor units, uniform in [minAmount, maxAmount].
+	currency             = "TRY"
+	minAmount, maxAmount = 100, 10_000
 )
-
-// currencies are the ones a bench can use (the harness's preload.sql knows their minor units).
-var currencies = map[string]bool{"TRY": true, "USD": true, "EUR": true, "JPY": true, "KWD": true}
-
-// ParseAmounts reads "MIN-MAX" (or one amount) in the currency's major units into minor units.
-func ParseAmounts(s, currency string) (lo, hi int64, err error) {
-	currency = strings.ToUpper(currency)
-	if !currencies[currency] {
-		return 0, 0, fmt.Errorf("unsupported currency %q (TRY, USD, EUR, JPY or KWD)", currency)
-	}
-	a, b, isRange := strings.Cut(strings.TrimSpace(s), "-")
-	if !isRange {
-		b = a
-	}
-	for _, p := range []struct {
-		text string
-		to   *int64
-	}{{a, &lo}, {b, &hi}} {
-		if *p.to, err = payment.ParseAmount(strings.TrimSpace(p.text), currency); err != nil {
-			return 0, 0, fmt.Errorf("amounts %q in %s: %q: %w", s, currency, p.text, err)
-		}
-	}
-	if hi < lo {
-		return 0, 0, fmt.Errorf("amounts %q: the maximum is below the minimum", s)
-	}
-	if hi > maxAmount {
-		return 0, 0, fmt.Errorf("amounts %q: the maximum is too large to fund", s)
-	}
-	return lo, hi, nil
-}
-
-// maxAmount keeps deposits (MaxAmount × depositPayments) plus an insufficient payment within int64.
-const maxAmount = math.MaxInt64 / (2 * depositPayments)
 
 func (o Options) withDefaults() (Options, error) {
 	o.APIURL = strings.TrimRight(o.APIURL, "/")
-	o.Currency = strings.ToUpper(orDefault(o.Currency, "TRY"))
 	o.Path = orDefault(o.Path, "payments")
-	o.Duration = orDefault(o.Duration, 10*time.Second)
-	if o.Rate > 0 {
-		o.Concurrency = orDefault(o.Concurrency, 256)
-	}
-	o.Concurrency = orDefault(o.Concurrency, 16)
+	o.Duration, o.Concurrency = orDefault(o.Duration, 10*time.Second), orDefault(o.Concurrency, 16)
 	o.Merchants, o.Payers = max(o.Merchants, 1), max(o.Payers, 1)
-	o.MinAmount = orDefault(o.MinAmount, 100)
-	if o.MaxAmount < o.MinAmount {
-		o.MaxAmount = max(o.MinAmount, 10000)
-	}
-	o.DuplicateRatio, o.InsufficientShare = min(max(o.DuplicateRatio, 0), 1), min(max(o.InsufficientShare, 0), 1)
-	switch {
-	case o.APIURL == "":
-		return o, errors.New("bench: APIURL is required")
-	case !currencies[o.Currency]:
-		return o, fmt.Errorf("bench: unsupported currency %q", o.Currency)
-	case o.MaxAmount > maxAmount:
-		return o, fmt.Errorf("bench: MaxAmount %d too large", o.MaxAmount)
-	case o.Path != "payments" && o.Path != "replay" && !strings.HasPrefix(o.Path, "/"):
+	if o.Path != "payments" && o.Path != "replay" && !strings.HasPrefix(o.Path, "/") {
 		return o, fmt.Errorf("bench: unknown path %q (payments, replay or /raw/path)", o.Path)
 	}
 	return o, nil
 }
 
 // orDefault is v, or def when v is not positive (or empty).
-func orDefault[T int | int64 | float64 | time.Duration | string](v, def T) T {
+func orDefault[T int | time.Duration | string](v, def T) T {
 	var zero T
 	if v <= zero {
 		return def
@@ -194,9 +128,11 @@ type request struct {
 	isNew                   bool // the first request for its key
 }
 
+// outcome is what became of a request: its classified answer and body, or a transport error.
 type outcome struct {
 	ans  answer
 	code int
+	body []byte
 	done time.Time
 	err  error
 }
@@ -212,25 +148,18 @@ type answer struct {
 // classify names an answer by its HTTP status and, in that order, the Idempotent-Replayed header,
 // the `code` of a problem+json body, or the `status` (failed: the `failure_code`) of a payment.
 func classify(code int, h http.Header, body []byte) answer {
-	a := answer{replayed: h.Get("Idempotent-Replayed") == "true", label: strconv.Itoa(code)}
+	a := answer{label: strconv.Itoa(code), replayed: h.Get("Idempotent-Replayed") == "true"}
 	var v struct {
-		ID          string          `json:"id"`
-		Status      json.RawMessage `json:"status"` // a string in payments, a number in problems
-		Code        string          `json:"code"`
+		ID, Code    string
+		Status      json.RawMessage // a string in payments, a number in problems
 		FailureCode string          `json:"failure_code"`
 	}
-	what := ""
-	if bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) && json.Unmarshal(body, &v) == nil {
-		var st string
-		switch {
-		case v.Code != "":
-			what = v.Code
-		case json.Unmarshal(v.Status, &st) == nil && st != "":
-			a.paymentID, a.status, what = v.ID, st, st
-			if st == "failed" && v.FailureCode != "" {
-				what = v.FailureCode
-			}
-		}
+	if json.Unmarshal(body, &v) == nil && v.Code == "" && json.Unmarshal(v.Status, &a.status) == nil && a.status != "" {
+		a.paymentID = v.ID
+	}
+	what := cmp.Or(v.Code, a.status)
+	if a.status == "failed" {
+		what = cmp.Or(v.FailureCode, what)
 	}
 	if a.replayed {
 		what = "replayed"
@@ -241,11 +170,12 @@ func classify(code int, h http.Header, body []byte) answer {
 	return a
 }
 
-// send sends r and classifies its answer; it also returns the body.
-func send(ctx context.Context, hc *http.Client, r request) (outcome, []byte) {
+// send sends r and classifies its answer.
+func send(ctx context.Context, hc *http.Client, r request) (o outcome) {
+	defer func() { o.done = time.Now() }()
 	req, err := http.NewRequestWithContext(ctx, r.method, r.url, bytes.NewReader(r.body))
 	if err != nil {
-		return outcome{err: err, done: time.Now()}, nil
+		return outcome{err: err}
 	}
 	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -258,7 +188,7 @@ func send(ctx context.Context, hc *http.Client, r request) (outcome, []byte) {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return outcome{err: err, done: time.Now()}, nil
+		return outcome{err: err}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -266,12 +196,12 @@ func send(ctx context.Context, hc *http.Client, r request) (outcome, []byte) {
 		_, err = io.Copy(io.Discard, resp.Body) // read to EOF so the connection is reused
 	}
 	if err != nil {
-		return outcome{err: err, done: time.Now()}, nil
+		return outcome{err: err}
 	}
-	return outcome{ans: classify(resp.StatusCode, resp.Header, b), code: resp.StatusCode, done: time.Now()}, b
+	return outcome{ans: classify(resp.StatusCode, resp.Header, b), code: resp.StatusCode, body: b}
 }
 
-// runner is the shared state of one run.
+// runner is one run: its options, and what its clients recorded (under mu).
 type runner struct {
 	opts                 Options
 	fx                   *Fixture
@@ -279,119 +209,84 @@ type runner struct {
 	pool                 []request // replay path: finished payments
 	start, measured, end time.Time
 	op                   func(context.Context) outcome // if set, what a client does instead of HTTP requests
+
+	mu  sync.Mutex
+	res Result          // the answers, errors, new payments and payments seen
+	lat []time.Duration // of the requests sent in the window
 }
 
-// worker is one client. Everything it records is its own and merged after the run.
-type worker struct {
-	r           *runner
-	rng         *rand.Rand
-	recent      []request
-	sent        int
-	lat         [][]time.Duration // by second of the window
-	errs        []int64           // by second of the window
-	answers     map[string]int64
-	newPayments int64
-	firstErr    string
-	payments    map[string]string
+func newRunner(opts Options, fx *Fixture) *runner {
+	return &runner{opts: opts, fx: fx, res: Result{Answers: map[string]int64{}, Payments: map[string]string{}}}
 }
 
-// Run drives the API for opts.Warmup + opts.Duration and returns what it measured. fx comes from
-// Setup and may be nil for a raw path. If ctx ends first, Run returns what it measured so far and
-// ctx's error.
+// Run drives the API for opts.Warmup + opts.Duration with fx from Setup (nil for a raw path). If
+// ctx ends first, it returns what it measured so far and ctx's error.
 func Run(ctx context.Context, opts Options, fx *Fixture) (Result, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return Result{}, err
 	}
-	r := &runner{opts: opts, fx: fx, hc: newClient(opts.Concurrency)}
-	defer r.hc.CloseIdleConnections()
-	if !strings.HasPrefix(opts.Path, "/") && (fx == nil || len(fx.Merchants) == 0 || len(fx.Merchants[0].Payers) == 0) {
+	if !strings.HasPrefix(opts.Path, "/") && fx == nil {
 		return Result{}, fmt.Errorf("bench: path %q needs a Fixture from Setup", opts.Path)
 	}
-	seen := map[string]string{}
+	r := newRunner(opts, fx)
+	r.hc = newClient(opts.Concurrency)
+	defer r.hc.CloseIdleConnections()
 	if opts.Path == "replay" {
-		if r.pool, err = r.prime(ctx, seen); err != nil {
+		if err := r.prime(ctx); err != nil {
 			return Result{}, err
 		}
 	}
-	return r.measure(ctx, seen)
+	return r.measure(ctx)
 }
 
-// measure runs the clients for the warmup and the window, and sums up what they recorded. In the
-// open loop a free client takes the next arrival; when every client is busy an arrival waits,
-// and its latency still counts from its scheduled time, so queueing shows in the quantiles.
-func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, error) {
+// measure runs the clients for the warmup and the window. In the open loop a free client takes
+// the next arrival, whose latency counts from its scheduled time: queueing shows in the quantiles.
+func (r *runner) measure(ctx context.Context) (Result, error) {
 	o := r.opts
 	r.start = time.Now()
 	r.measured = r.start.Add(o.Warmup)
 	r.end = r.measured.Add(o.Duration)
-	seconds := int((o.Duration + time.Second - 1) / time.Second)
-	cpuUsed := cpuWindow(ctx, o.CPU, r.measured, r.end)
-	workers := make([]*worker, o.Concurrency)
 	arrivals := make(chan time.Time)
 	var wg sync.WaitGroup
-	for i := range workers {
-		w := &worker{r: r, rng: rand.New(rand.NewPCG(uint64(o.Seed), uint64(i))),
-			lat: make([][]time.Duration, seconds), errs: make([]int64, seconds),
-			answers: map[string]int64{}, payments: map[string]string{}}
-		workers[i] = w
+	for range o.Concurrency {
 		wg.Go(func() {
+			var recent []request // this client's earlier payments, to retry one
 			for t := range arrivals {
-				w.fire(ctx, t)
+				r.fire(ctx, t, &recent)
 			}
 			for now := time.Now(); o.Rate <= 0 && ctx.Err() == nil && now.Before(r.end); now = time.Now() {
-				if !w.fire(ctx, now) {
+				if !r.fire(ctx, now, &recent) {
 					sleep(ctx, 10*time.Millisecond) // a refused connection fails at once: do not spin a core
 				}
 			}
 		})
 	}
-	var unsent int64
-	if o.Rate > 0 {
-		unsent = r.schedule(ctx, arrivals)
-	}
-	close(arrivals)
+	go func() {
+		if o.Rate > 0 {
+			r.res.Unsent = r.schedule(ctx, arrivals)
+		}
+		close(arrivals) // after Unsent is set: the clients end, and wg.Wait returns, after this
+	}()
+	used := cpuBetween(ctx, o.CPU, r.measured, r.end)
 	wg.Wait()
 
 	window := o.Duration
 	if ctx.Err() != nil {
 		window = min(max(time.Since(r.measured), 0), window)
 	}
-	res := Result{Path: o.Path, Mode: "closed", Concurrency: o.Concurrency, Unsent: unsent, Answers: map[string]int64{}, Payments: seen}
-	if o.Rate > 0 {
-		res.Mode, res.Rate = "open", o.Rate
-	}
+	res := r.res
+	res.Path, res.Mode, res.Concurrency, res.Rate = o.Path, map[bool]string{false: "closed", true: "open"}[o.Rate > 0], o.Concurrency, o.Rate
 	if r.fx != nil {
-		res.Merchants, res.Payers = len(r.fx.Merchants), len(r.fx.Merchants[0].Payers)
+		res.Merchants = len(r.fx.Merchants)
 	}
-	var all []time.Duration
-	for i := range int((window + time.Second - 1) / time.Second) {
-		var lat []time.Duration
-		var errs int64
-		for _, w := range workers {
-			lat, errs = append(lat, w.lat[i]...), errs+w.errs[i]
-		}
-		slices.Sort(lat)
-		res.Series = append(res.Series, Second{Second: i, Requests: int64(len(lat)), Errors: errs, P99: ms(quantile(lat, 0.99))})
-		all, res.Errors = append(all, lat...), res.Errors+errs
-	}
-	for _, w := range workers {
-		for k, n := range w.answers {
-			res.Answers[k] += n
-		}
-		for id, st := range w.payments {
-			notePayment(res.Payments, id, st)
-		}
-		res.NewPayments += w.newPayments
-		res.FirstError = orDefault(res.FirstError, w.firstErr)
-	}
-	slices.Sort(all)
-	res.Duration, res.Requests = window.Seconds(), int64(len(all))
+	slices.Sort(r.lat)
+	res.Duration, res.Requests = window.Seconds(), int64(len(r.lat))
 	if window > 0 {
 		res.Throughput, res.NewPaymentRate = float64(res.Requests)/window.Seconds(), float64(res.NewPayments)/window.Seconds()
 	}
-	res.Latency = Latency{P50: ms(quantile(all, 0.5)), P90: ms(quantile(all, 0.9)), P95: ms(quantile(all, 0.95)),
-		P99: ms(quantile(all, 0.99)), Max: ms(quantile(all, 1))}
+	q := func(q float64) float64 { return ms(quantile(r.lat, q)) }
+	res.Latency = Latency{P50: q(0.5), P90: q(0.9), P95: q(0.95), P99: q(0.99), Max: q(1)}
 	per, ops := "request", res.Requests
 	switch {
 	case r.op != nil:
@@ -400,7 +295,7 @@ func (r *runner) measure(ctx context.Context, seen map[string]string) (Result, e
 	case res.NewPayments > 0:
 		per, ops = "new payment", res.NewPayments
 	}
-	res.CPU = cpuUse(cpuUsed(), o.Duration, per, ops)
+	res.CPU = cpuUse(used, o.Duration, per, ops)
 	return res, ctx.Err()
 }
 
@@ -433,47 +328,48 @@ func (r *runner) schedule(ctx context.Context, arrivals chan<- time.Time) int64 
 	return 0
 }
 
-// fire sends the client's next request (two in parallel for a race) as of the intended time and
+// fire sends a client's next request (two in parallel for a race) as of the intended time and
 // records the outcome. It returns false on a transport error.
-func (w *worker) fire(ctx context.Context, intended time.Time) bool {
-	if w.r.op != nil {
-		return w.record(ctx, intended, request{}, w.r.op(ctx))
+func (r *runner) fire(ctx context.Context, intended time.Time, recent *[]request) bool {
+	if r.op != nil {
+		return r.record(ctx, intended, request{}, r.op(ctx))
 	}
-	reqs := w.next()
+	reqs := r.next(recent)
 	outs := make([]outcome, len(reqs))
 	var wg sync.WaitGroup
 	for i := 1; i < len(reqs); i++ {
-		wg.Go(func() { outs[i], _ = send(ctx, w.r.hc, reqs[i]) })
+		wg.Go(func() { outs[i] = send(ctx, r.hc, reqs[i]) })
 	}
-	outs[0], _ = send(ctx, w.r.hc, reqs[0])
+	outs[0] = send(ctx, r.hc, reqs[0])
 	wg.Wait()
 	ok := true
 	for i := range reqs {
-		ok = w.record(ctx, intended, reqs[i], outs[i]) && ok
+		ok = r.record(ctx, intended, reqs[i], outs[i]) && ok
 	}
 	return ok
 }
 
-func (w *worker) record(ctx context.Context, intended time.Time, req request, o outcome) bool {
+func (r *runner) record(ctx context.Context, intended time.Time, req request, o outcome) bool {
 	if o.err != nil && ctx.Err() != nil {
 		return true // stopped by the caller, not a failure of the server
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if o.ans.paymentID != "" {
-		notePayment(w.payments, o.ans.paymentID, o.ans.status)
+		notePayment(r.res.Payments, o.ans.paymentID, o.ans.status)
 	}
-	if intended.Before(w.r.measured) || !intended.Before(w.r.end) {
+	if intended.Before(r.measured) || !intended.Before(r.end) {
 		return o.err == nil
 	}
-	sec := int(intended.Sub(w.r.measured) / time.Second)
 	if o.err != nil {
-		w.errs[sec]++
-		w.firstErr = orDefault(w.firstErr, o.err.Error())
+		r.res.Errors++
+		r.res.FirstError = orDefault(r.res.FirstError, o.err.Error())
 		return false
 	}
-	w.lat[sec] = append(w.lat[sec], o.done.Sub(intended))
-	w.answers[o.ans.label]++
+	r.lat = append(r.lat, o.done.Sub(intended))
+	r.res.Answers[o.ans.label]++
 	if req.isNew && o.ans.paymentID != "" && !o.ans.replayed {
-		w.newPayments++
+		r.res.NewPayments++
 	}
 	return true
 }
@@ -485,28 +381,25 @@ func notePayment(m map[string]string, id, status string) {
 	}
 }
 
-// next returns the client's next request(s).
-func (w *worker) next() []request {
-	o := w.r.opts
+// next returns a client's next request(s), remembering new payments in recent.
+func (r *runner) next(recent *[]request) []request {
+	o := r.opts
 	switch {
 	case strings.HasPrefix(o.Path, "/"):
 		return []request{{method: http.MethodGet, url: o.APIURL + o.Path}}
 	case o.Path == "replay":
-		return []request{w.r.pool[w.rng.IntN(len(w.r.pool))]}
+		return []request{r.pool[rand.IntN(len(r.pool))]}
 	}
-	dup := len(w.recent) > 0 && w.rng.Float64() < o.DuplicateRatio
-	if dup && w.rng.IntN(2) == 0 {
-		old := w.recent[w.rng.IntN(len(w.recent))]
+	dup := len(*recent) > 0 && rand.Float64() < o.Duplicates
+	if dup && rand.IntN(2) == 0 {
+		old := (*recent)[rand.IntN(len(*recent))]
 		old.isNew = false
 		return []request{old}
 	}
-	p := w.r.newPayment(w.rng)
-	if len(w.recent) < recentKeys {
-		w.recent = append(w.recent, p)
-	} else {
-		w.recent[w.sent%recentKeys] = p
+	p := r.newPayment()
+	if *recent = append(*recent, p); len(*recent) > recentKeys {
+		*recent = (*recent)[1:]
 	}
-	w.sent++
 	if dup { // a race: the same request twice at once
 		twin := p
 		twin.isNew = false
@@ -515,62 +408,43 @@ func (w *worker) next() []request {
 	return []request{p}
 }
 
-type paymentBody struct {
-	InvoiceID string `json:"invoice_id"`
-	Amount    string `json:"amount"`
-	Currency  string `json:"currency"`
-	AccountID string `json:"account_id"`
-}
-
 // newPayment builds a payment with a fresh key for a random payer of a random merchant.
-func (r *runner) newPayment(rng *rand.Rand) request {
-	m := &r.fx.Merchants[rng.IntN(len(r.fx.Merchants))]
-	amount := r.opts.MinAmount + rng.Int64N(r.opts.MaxAmount-r.opts.MinAmount+1)
-	if rng.Float64() < r.opts.InsufficientShare {
-		amount += r.fx.Deposit // more than the payer ever had: balances only shrink during a run
+func (r *runner) newPayment() request {
+	m := &r.fx.Merchants[rand.IntN(len(r.fx.Merchants))]
+	amount := minAmount + rand.Int64N(maxAmount-minAmount+1)
+	if rand.Float64() < r.opts.Insufficient {
+		amount += deposit // more than the payer ever had: balances only shrink during a run
 	}
-	key := uuid.NewString()
-	body, _ := json.Marshal(paymentBody{
-		InvoiceID: key, // unique, so no payment is ever a duplicate_payment of another
-		Amount:    payment.FormatAmount(amount, r.fx.Currency), Currency: r.fx.Currency,
-		AccountID: m.Payers[rng.IntN(len(m.Payers))],
-	})
+	key := uuid.NewString() // also the invoice: unique, so no payment is ever a duplicate_payment of another
+	body, _ := json.Marshal(map[string]string{"invoice_id": key, "amount": payment.FormatAmount(amount, currency),
+		"currency": currency, "account_id": m.Payers[rand.IntN(len(m.Payers))]})
 	return request{method: http.MethodPost, url: r.opts.APIURL + "/v1/payments", token: m.APIKey, key: key, body: body, isNew: true}
 }
 
 // prime creates the payments the replay path re-sends, keeping those that finished (201/402).
-func (r *runner) prime(ctx context.Context, seen map[string]string) ([]request, error) {
-	rng := rand.New(rand.NewPCG(uint64(r.opts.Seed), math.MaxUint64))
-	reqs := make([]request, replayPool)
+func (r *runner) prime(ctx context.Context) error {
+	reqs, outs := make([]request, replayPool), make([]outcome, replayPool)
 	for i := range reqs {
-		reqs[i] = r.newPayment(rng)
+		reqs[i] = r.newPayment()
 	}
-	outs := make([]outcome, len(reqs))
 	err := parallel(ctx, len(reqs), r.opts.Concurrency, func(ctx context.Context, i int) error {
-		outs[i], _ = send(ctx, r.hc, reqs[i])
+		outs[i] = send(ctx, r.hc, reqs[i])
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	var pool []request
 	for i, o := range outs {
 		if o.ans.paymentID != "" {
-			notePayment(seen, o.ans.paymentID, o.ans.status)
+			notePayment(r.res.Payments, o.ans.paymentID, o.ans.status)
 		}
-		if o.err == nil && (o.ans.status == "succeeded" || o.ans.status == "failed") {
+		if o.ans.status == "succeeded" || o.ans.status == "failed" {
 			reqs[i].isNew = false
-			pool = append(pool, reqs[i])
+			r.pool = append(r.pool, reqs[i])
 		}
 	}
-	if len(pool) == 0 {
-		first := orDefault(outs[0].ans.label, "no answer")
-		if outs[0].err != nil {
-			first = outs[0].err.Error()
-		}
-		return nil, fmt.Errorf("bench: replay path: none of %d payments finished within the sync wait (first answer: %s)", len(reqs), first)
+	if err == nil && len(r.pool) == 0 {
+		err = fmt.Errorf("bench: replay path: none of %d payments finished within the sync wait (first answer: %s)",
+			len(reqs), cmp.Or(outs[0].ans.label, fmt.Sprint(outs[0].err)))
 	}
-	return pool, nil
+	return err
 }
 
 // quantile is the nearest-rank q-quantile of sorted values (the one of rank ceil(q·n)); 0 without any.
@@ -584,12 +458,215 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
 
 func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.C:
+	case <-time.After(d):
 		return nil
 	}
+}
+
+// Fixture is what Setup created: the merchants, their API keys and funded payer accounts.
+type Fixture struct{ Merchants []Merchant }
+
+// Merchant is one benchmark merchant. All its payments credit its one settlement account, which
+// makes that account a hot row: more merchants spread the load.
+type Merchant struct {
+	ID     string
+	APIKey string   `json:"api_key"`
+	Payers []string // payer account ids
+}
+
+const (
+	// deposit, in every payer account, affords 100,000 maximal payments: far more than any run
+	// here sends, so only Insufficient fails.
+	deposit       = maxAmount * 100_000
+	setupParallel = 32 // concurrent admin calls; Setup of 1000 merchants takes seconds
+)
+
+// Setup creates opts.Merchants merchants with opts.Payers funded payer accounts each (admin API).
+func Setup(ctx context.Context, opts Options) (*Fixture, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	hc := newClient(setupParallel)
+	defer hc.CloseIdleConnections()
+	fx := &Fixture{Merchants: make([]Merchant, opts.Merchants)}
+	admin := func(ctx context.Context, path, key string, in map[string]string, out any) error {
+		body, _ := json.Marshal(in)
+		r := request{method: http.MethodPost, url: opts.APIURL + "/admin/v1" + path, token: opts.AdminToken, key: key, body: body}
+		return call(ctx, hc, r, out)
+	}
+	err = parallel(ctx, opts.Merchants, setupParallel, func(ctx context.Context, i int) error {
+		fx.Merchants[i].Payers = make([]string, opts.Payers)
+		return admin(ctx, "/merchants", "", map[string]string{"name": fmt.Sprintf("bench-%d", i)}, &fx.Merchants[i])
+	})
+	if err != nil {
+		return nil, err
+	}
+	amount := payment.FormatAmount(deposit, currency)
+	err = parallel(ctx, opts.Merchants*opts.Payers, setupParallel, func(ctx context.Context, i int) error {
+		m := &fx.Merchants[i/opts.Payers]
+		var acct struct{ ID string }
+		if err := admin(ctx, "/accounts", "", map[string]string{"merchant_id": m.ID, "currency": currency}, &acct); err != nil {
+			return err
+		}
+		m.Payers[i%opts.Payers] = acct.ID
+		return admin(ctx, "/accounts/"+acct.ID+"/deposits", uuid.NewString(), map[string]string{"amount": amount}, nil)
+	})
+	return fx, err
+}
+
+// CheckCharges asks the bank simulator how many of the payments were charged more than once.
+func CheckCharges(ctx context.Context, simURL string, ids []string) (doubles int, err error) {
+	hc := newClient(16)
+	defer hc.CloseIdleConnections()
+	base := strings.TrimRight(simURL, "/") + "/_sim/charges?reference="
+	var n atomic.Int64
+	err = parallel(ctx, len(ids), 16, func(ctx context.Context, i int) error {
+		var out struct{ Count *int }
+		if err := call(ctx, hc, request{method: http.MethodGet, url: base + url.QueryEscape(ids[i])}, &out); err != nil {
+			return fmt.Errorf("bench: charges of %s: %w", ids[i], err)
+		}
+		if out.Count == nil {
+			return fmt.Errorf("bench: charges of %s: answer without count", ids[i])
+		}
+		if *out.Count > 1 {
+			n.Add(1)
+		}
+		return nil
+	})
+	return int(n.Load()), err
+}
+
+// call sends r and decodes a 2xx JSON answer into out; anything else is an error quoting the body.
+func call(ctx context.Context, hc *http.Client, r request, out any) error {
+	o := send(ctx, hc, r)
+	switch {
+	case o.err != nil:
+		return o.err
+	case o.code/100 != 2:
+		return fmt.Errorf("%s %s: %d: %s", r.method, r.url, o.code, strings.TrimSpace(string(o.body)))
+	case out == nil:
+		return nil
+	}
+	return json.Unmarshal(o.body, out)
+}
+
+// parallel calls fn for 0..n-1 on at most workers goroutines and stops at the first error.
+func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	for i := range n {
+		g.Go(func() error { return fn(ctx, i) })
+	}
+	return g.Wait()
+}
+
+// CPU reads how much CPU time each class of a stack's processes has used so far.
+type CPU func() map[string]time.Duration
+
+// The process classes CPU reports; any other process of the stack is named by its executable.
+const (
+	ClassKasa     = "kasa"     // the measured kasa dev: API, worker, relay, consumer, bank simulator
+	ClassPostgres = "postgres" // PostgreSQL's server processes
+	ClassTemporal = "temporal" // the Temporal dev server
+	ClassBench    = "bench"    // this process: the load generator, and in a T run its worker
+)
+
+// StackCPU reads from /proc the CPU time of root (class kasa), of every process descended from it
+// (PostgreSQL, Temporal), and of this process (class bench). A process's time includes its ended
+// children (PostgreSQL's closed backends), except for this process's: pgbench is not the load
+// generator. Nil where there is no /proc.
+func StackCPU(root int) CPU {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	const tick = 10 * time.Millisecond // USER_HZ, the unit of /proc's CPU times
+	return func() map[string]time.Duration {
+		stats := readProcs()
+		use := map[string]time.Duration{}
+		for pid, st := range stats {
+			own, children := time.Duration(st.UTime+st.STime)*tick, time.Duration(st.CUTime+st.CSTime)*tick
+			switch {
+			case pid == self:
+				use[ClassBench] += own
+			case pid == root:
+				use[ClassKasa] += own + children
+			case descends(stats, pid, root):
+				use[st.Comm] += own + children
+			}
+		}
+		return use
+	}
+}
+
+// readProcs reads every process's stat. Processes that end while it reads are left out.
+func readProcs() map[int]procfs.ProcStat {
+	all, _ := procfs.AllProcs()
+	stats := make(map[int]procfs.ProcStat, len(all))
+	for _, p := range all {
+		if st, err := p.Stat(); err == nil {
+			stats[p.PID] = st
+		}
+	}
+	return stats
+}
+
+// descends says whether pid is a descendant of root.
+func descends(stats map[int]procfs.ProcStat, pid, root int) bool {
+	for range 64 { // a process tree is shallow; a cycle would be a bug in /proc, not a loop here
+		st, ok := stats[pid]
+		if !ok || st.PPID <= 1 {
+			return false
+		}
+		if st.PPID == root {
+			return true
+		}
+		pid = st.PPID
+	}
+	return false
+}
+
+// cpuBetween samples cpu at from and at to, and gives each class's CPU time between the two; nil
+// when cpu is nil or ctx ends first.
+func cpuBetween(ctx context.Context, cpu CPU, from, to time.Time) map[string]time.Duration {
+	if cpu == nil || sleep(ctx, time.Until(from)) != nil {
+		return nil
+	}
+	a := cpu()
+	if sleep(ctx, time.Until(to)) != nil {
+		return nil
+	}
+	used := map[string]time.Duration{}
+	for class, t := range cpu() {
+		if d := t - a[class]; d > 0 {
+			used[class] = d
+		}
+	}
+	return used
+}
+
+// CPUUse is the CPU a run's window cost, by process class.
+type CPUUse struct {
+	Per   string             `json:"per"`   // the operation: "new payment", "workflow" or "request"
+	MS    map[string]float64 `json:"ms"`    // CPU milliseconds per operation, by process class
+	Cores float64            `json:"cores"` // all classes together: cores busy on average over the window
+}
+
+// cpuUse divides the window's CPU among its operations; nil without a measurement or operations.
+func cpuUse(used map[string]time.Duration, window time.Duration, per string, ops int64) *CPUUse {
+	if len(used) == 0 || ops <= 0 || window <= 0 {
+		return nil
+	}
+	u := &CPUUse{Per: per, MS: map[string]float64{}}
+	var total time.Duration
+	for class, d := range used {
+		u.MS[class] = float64(d) / float64(time.Millisecond) / float64(ops)
+		total += d
+	}
+	u.Cores = total.Seconds() / window.Seconds()
+	return u
 }

@@ -99,7 +99,12 @@ func (f *fakeAPI) handler() http.Handler {
 
 func (f *fakeAPI) payment(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
-	var in paymentBody
+	var in struct {
+		InvoiceID string `json:"invoice_id"`
+		Amount    string `json:"amount"`
+		Currency  string `json:"currency"`
+		AccountID string `json:"account_id"`
+	}
 	key := r.Header.Get("Idempotency-Key")
 	if json.Unmarshal(raw, &in) != nil || key == "" || r.Header.Get("Content-Type") != "application/json" {
 		problem(w, 400, "invalid_request")
@@ -267,7 +272,7 @@ func TestSetupAndClosedLoop(t *testing.T) {
 	opts := Options{
 		APIURL: srv.URL, AdminToken: "admin", Merchants: 3, Payers: 2, Concurrency: 4,
 		Warmup: 100 * time.Millisecond, Duration: 600 * time.Millisecond,
-		MinAmount: 100, MaxAmount: 5000, DuplicateRatio: 0.3, InsufficientShare: 0.2, Seed: 1,
+		Duplicates: 0.3, Insufficient: 0.2,
 	}
 	ctx := context.Background()
 	fx, err := Setup(ctx, opts)
@@ -277,7 +282,7 @@ func TestSetupAndClosedLoop(t *testing.T) {
 	require.Equal(t, 6, accounts)
 	require.Len(t, deposits, 6, "one deposit per payer, each under its own key")
 	for _, amount := range deposits {
-		require.Equal(t, fx.Deposit, amount)
+		require.Equal(t, int64(deposit), amount)
 	}
 	for _, m := range fx.Merchants {
 		require.Len(t, m.Payers, 2)
@@ -290,16 +295,11 @@ func TestSetupAndClosedLoop(t *testing.T) {
 	require.Equal(t, "closed", res.Mode)
 	require.Positive(t, res.Requests)
 	require.Positive(t, res.NewPayments)
-	var answered, perSecond int64
+	var answered int64
 	for _, n := range res.Answers {
 		answered += n
 	}
-	for _, s := range res.Series {
-		perSecond += s.Requests
-	}
 	require.Equal(t, res.Requests, answered)
-	require.Equal(t, res.Requests, perSecond)
-	require.Len(t, res.Series, 1)
 	for _, label := range []string{"201 succeeded", "402 insufficient_funds", "201 replayed", "409 idempotency_key_in_use"} {
 		require.Positive(t, res.Answers[label], "no %q in %v", label, res.Answers)
 	}
@@ -308,46 +308,15 @@ func TestSetupAndClosedLoop(t *testing.T) {
 	// Every payment the fake created was answered to the client, warmup included, with its status.
 	created, _, _ := f.snapshot()
 	require.Equal(t, created, res.Payments)
-	require.Len(t, res.PaymentIDs("succeeded", "failed"), len(created))
 
 	// The payments that went through are for amounts within the range asked for, and span it.
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	require.NotEmpty(t, f.charged)
-	require.GreaterOrEqual(t, slices.Min(f.charged), opts.MinAmount)
-	require.LessOrEqual(t, slices.Max(f.charged), opts.MaxAmount)
-	require.Less(t, slices.Min(f.charged), int64(1000))
-	require.Greater(t, slices.Max(f.charged), int64(4000))
-}
-
-func TestParseAmounts(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		in, currency string
-		min, max     int64
-		err          string
-	}{
-		{"1-100", "TRY", 100, 10000, ""},
-		{"0.50-20.00", "usd", 50, 2000, ""},
-		{" 7 - 9 ", "JPY", 7, 9, ""},
-		{"0.001-1", "KWD", 1, 1000, ""},
-		{"5", "EUR", 500, 500, ""},
-		{"1.5-3", "JPY", 0, 0, "more fraction digits"},
-		{"5-x", "TRY", 0, 0, "decimal number"},
-		{"0-10", "TRY", 0, 0, "greater than zero"},
-		{"-5", "TRY", 0, 0, "decimal number"},
-		{"10-2", "TRY", 0, 0, "below the minimum"},
-		{"1-999999999999999", "TRY", 0, 0, "too large"},
-		{"1-100", "XYZ", 0, 0, "unsupported currency"},
-	} {
-		lo, hi, err := ParseAmounts(c.in, c.currency)
-		if c.err != "" {
-			require.ErrorContains(t, err, c.err, c.in)
-			continue
-		}
-		require.NoError(t, err, c.in)
-		require.Equal(t, [2]int64{c.min, c.max}, [2]int64{lo, hi}, c.in)
-	}
+	require.GreaterOrEqual(t, slices.Min(f.charged), int64(minAmount))
+	require.LessOrEqual(t, slices.Max(f.charged), int64(maxAmount))
+	require.Less(t, slices.Min(f.charged), int64(2000))
+	require.Greater(t, slices.Max(f.charged), int64(8000))
 }
 
 func TestReplayPath(t *testing.T) {
@@ -355,7 +324,7 @@ func TestReplayPath(t *testing.T) {
 	f := newFakeAPI(0)
 	srv := httptest.NewServer(f.handler())
 	defer srv.Close()
-	opts := Options{APIURL: srv.URL, AdminToken: "admin", Path: "replay", Concurrency: 4, Duration: 300 * time.Millisecond, InsufficientShare: 0.1}
+	opts := Options{APIURL: srv.URL, AdminToken: "admin", Path: "replay", Concurrency: 4, Duration: 300 * time.Millisecond, Insufficient: 0.1}
 	fx, err := Setup(context.Background(), opts)
 	require.NoError(t, err)
 	res, err := Run(context.Background(), opts, fx)
@@ -383,7 +352,6 @@ func TestRawPathAndTransportErrors(t *testing.T) {
 	require.Zero(t, res.Requests)
 	require.Positive(t, res.Errors)
 	require.NotEmpty(t, res.FirstError)
-	require.Positive(t, res.Series[0].Errors)
 }
 
 func TestRunNeedsFixture(t *testing.T) {

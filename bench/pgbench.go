@@ -1,17 +1,15 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/md5"
-	"crypto/rand"
-	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"os/exec"
@@ -20,41 +18,33 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kasa-pay/kasa/internal/devenv"
 )
 
-// The database ceilings of a benchmark: pgbench runs kasa's own SQL, statement for statement, with
-// nothing else in the way (no HTTP, no Temporal). The scripts pgbench/*.sql are generated from
-// pgbench/src/*.sql and store/queries/*.sql (make generate), so they run the very statements
-// kasa runs.
+// The database ceilings: pgbench runs kasa's own SQL with nothing else in the way. The scripts
+// pgbench/*.sql are generated from pgbench/src/*.sql and store/queries/*.sql (make generate).
 //
 //go:embed pgbench/*.sql pgbench/psql/*.sql
 var pgbenchScripts embed.FS
 
 // PGBench scripts: one new payment's whole database work (API, worker, API) as one pgbench
-// transaction; the replay lookup, the single query that finds a finished payment's idempotency
-// record and stored answer; and all of a replayed request's database work when it misses the
-// API's cache of completed records (the API key lookup and the replay lookup).
+// transaction; and the replay lookup, the single query that finds a finished payment's
+// idempotency record and stored answer.
 const (
-	PGBenchPayment    = "payment"
-	PGBenchReplay     = "replay"
-	PGBenchReplayPath = "replay-path"
+	PGBenchPayment = "payment"
+	PGBenchReplay  = "replay"
 )
 
 // PGBenchOptions describe one pgbench run. Zero values get the defaults noted.
 type PGBenchOptions struct {
 	DatabaseURL string        // postgres:// URL of kasa's database; the fixture lives in a schema of its own there
 	Clients     int           // pgbench clients (connections); default 16
-	Duration    time.Duration // measured window; Warmup+Duration is rounded up to whole seconds; default 10s
-	// Warmup runs before the measured window and is not counted. The window also waits for every
-	// client's first five transactions: PostgreSQL plans a prepared statement afresh on each of its
-	// first five executions before it settles on a generic plan, and the backend fills its caches,
-	// which kasa's long-lived pooled connections did long before. Default 1s; negative for none.
-	Warmup time.Duration
-	Script string // PGBenchPayment, PGBenchReplay or PGBenchReplayPath
-	// Rows sizes the fixture: merchants, each with a settlement account and Payers payer accounts,
-	// for the payment script; finished payments to replay. Default 1000.
-	Rows   int
-	Payers int // payer accounts per merchant; default 1
+	Duration    time.Duration // measured window, after pgbenchWarmup; default 10s
+	Script      string        // PGBenchPayment or PGBenchReplay
+	// Rows sizes the fixture: merchants, each with a settlement and a payer account, for the
+	// payment script; finished payments to replay. Default 1000.
+	Rows int
 }
 
 // PGBenchResult is what pgbench measured in the window after the warmup, from its
@@ -72,38 +62,41 @@ type PGBenchResult struct {
 	Failed       int64   `json:"failed"`       // failed in the window
 }
 
-// Replay keys are numbers (pgbench variables hold numbers): 19 digits, like key_base+i.
-const pgbenchKeyBase = 1_000_000_000_000_000_000
+const (
+	// pgbenchWarmup runs before the measured window, which also waits for each client's first
+	// warmTransactions: PostgreSQL plans a prepared statement afresh on its first five executions,
+	// and a new backend fills its caches, which kasa's long-lived pooled connections did long before.
+	pgbenchWarmup    = time.Second
+	warmTransactions = 5
+	// Replay keys are numbers (pgbench variables hold numbers): 19 digits, like key_base+i.
+	pgbenchKeyBase = 1_000_000_000_000_000_000
+)
 
-// PGBench prepares a fixture in a schema of its own (a clone of the tables a payment touches, with
-// their indexes, constraints, foreign keys and triggers; kasa's tables are never written), runs
-// pgbench with the script at the client count, and drops the schema again.
+// PGBench runs the script in a fixture schema of its own (clones of the tables a payment touches,
+// with their indexes, constraints, foreign keys and triggers: kasa's are never written).
 func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error) {
-	o = o.withDefaults()
+	o.Clients, o.Duration, o.Rows = orDefault(o.Clients, 16), orDefault(o.Duration, 10*time.Second), orDefault(o.Rows, 1000)
 	script, err := pgbenchScripts.ReadFile("pgbench/" + o.Script + ".sql")
-	if err != nil || o.Script == "setup" {
-		return PGBenchResult{}, fmt.Errorf("pgbench: unknown script %q (%s, %s or %s)", o.Script, PGBenchPayment, PGBenchReplay, PGBenchReplayPath)
+	if err != nil || (o.Script != PGBenchPayment && o.Script != PGBenchReplay) {
+		return PGBenchResult{}, fmt.Errorf("pgbench: unknown script %q (%s or %s)", o.Script, PGBenchPayment, PGBenchReplay)
 	}
-	pgbench, err := pgTool("pgbench")
+	pgbench, err := devenv.PostgresTool("pgbench")
 	if err != nil {
 		return PGBenchResult{}, err
 	}
-	schema, err := newPGBenchSchema()
-	if err != nil {
-		return PGBenchResult{}, err
-	}
+	schema, vars := fmt.Sprintf("kasa_pgbench_%08x", rand.Uint32()), pgbenchVariables(o.Rows)
 	benchURL, err := withSearchPath(o.DatabaseURL, schema)
 	if err != nil {
 		return PGBenchResult{}, err
 	}
-	if err := setupPGBenchFixture(ctx, o, schema); err != nil {
+	if err := setupPGBenchFixture(ctx, o.DatabaseURL, schema, vars); err != nil {
 		return PGBenchResult{}, err
 	}
 	defer func() {
 		// Also after a cancelled run: the fixture must not outlive it.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if derr := dropPGBenchSchema(cctx, o.DatabaseURL, schema); derr != nil && err == nil {
+		if _, derr := psqlScript(cctx, o.DatabaseURL, "psql/drop", "-v", "schema="+schema); derr != nil && err == nil {
 			err = fmt.Errorf("pgbench: drop the fixture schema %s: %w", schema, derr)
 		}
 	}()
@@ -115,31 +108,24 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 	if got = strings.TrimSpace(got); got != schema {
 		return PGBenchResult{}, fmt.Errorf("pgbench: sessions would use schema %q, not the fixture's %q: does the database URL set options=-csearch_path?", got, schema)
 	}
-
 	dir, err := os.MkdirTemp("", "kasa-pgbench-")
 	if err != nil {
 		return PGBenchResult{}, err
 	}
 	defer os.RemoveAll(dir)
-	file := filepath.Join(dir, o.Script+".sql")
-	if err := os.WriteFile(file, script, 0o644); err != nil {
-		return PGBenchResult{}, err
-	}
-	args := []string{"-n", "-M", "prepared", "-f", file, "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(min(o.Clients, 2)),
-		"-T", strconv.Itoa(int(math.Ceil((o.Warmup + o.Duration).Seconds()))), "-l", "--log-prefix", filepath.Join(dir, "tx")}
-	for _, kv := range pgbenchVariables(o) {
+	args := []string{"-n", "-M", "prepared", "-f", "-", "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(min(o.Clients, 2)),
+		"-T", strconv.Itoa(int(math.Ceil((pgbenchWarmup + o.Duration).Seconds()))), "-l", "--log-prefix", filepath.Join(dir, "tx")}
+	for _, kv := range vars {
 		args = append(args, "-D", kv)
 	}
-	cmd := exec.CommandContext(ctx, pgbench, append(args, benchURL)...)
-	cmd.Dir = dir
-	if _, err := runCmd(ctx, cmd, nil); err != nil {
+	if _, err := runCmd(ctx, exec.CommandContext(ctx, pgbench, append(args, benchURL)...), script); err != nil {
 		return PGBenchResult{}, fmt.Errorf("pgbench %s: %w", o.Script, err)
 	}
 	txs, err := readPGBenchLogs(filepath.Join(dir, "tx"))
 	if err != nil {
 		return PGBenchResult{}, err
 	}
-	r := summarize(txs, o.Warmup)
+	r := summarize(txs, pgbenchWarmup)
 	if r.Transactions == 0 {
 		return PGBenchResult{}, fmt.Errorf("pgbench %s: no transaction completed after the warmup (%d in all): lengthen Duration", o.Script, len(txs))
 	}
@@ -147,33 +133,15 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 	return r, nil
 }
 
-func (o PGBenchOptions) withDefaults() PGBenchOptions {
-	o.Clients, o.Duration, o.Rows, o.Payers = orDefault(o.Clients, 16), orDefault(o.Duration, 10*time.Second), orDefault(o.Rows, 1000), orDefault(o.Payers, 1)
-	if o.Warmup == 0 {
-		o.Warmup = time.Second
-	}
-	o.Warmup = max(o.Warmup, 0)
-	return o
-}
-
-// pgbenchVariables are the -D definitions every script may use: the fixture's sizes and, for the
-// replay scripts, merchant 1's values as setup.sql derives them.
-func pgbenchVariables(o PGBenchOptions) []string {
-	sum := sha256.Sum256([]byte("sk_bench_1"))
+// pgbenchVariables are the fixture's sizes as setup.sql takes them and every script may use, and
+// for the replay script, merchant 1's id as setup.sql derives it.
+func pgbenchVariables(rows int) []string {
 	m := md5.Sum([]byte("merchant/1"))
 	h := hex.EncodeToString(m[:])
 	return []string{
-		"merchants=" + strconv.Itoa(o.Rows), "payers=" + strconv.Itoa(o.Payers), "records=" + strconv.Itoa(o.Rows),
-		"key_base=" + strconv.FormatInt(pgbenchKeyBase, 10),
+		"merchants=" + strconv.Itoa(rows), "payers=1", "records=" + strconv.Itoa(rows), "key_base=" + strconv.FormatInt(pgbenchKeyBase, 10),
 		"merchant_id=" + h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], // md5('merchant/1')::uuid
-		"api_key_hash=\\x" + hex.EncodeToString(sum[:]),
 	}
-}
-
-func newPGBenchSchema() (string, error) {
-	b := make([]byte, 4)
-	_, err := rand.Read(b)
-	return "kasa_pgbench_" + hex.EncodeToString(b), err
 }
 
 // withSearchPath returns the URL with the schema as the sessions' search_path (libpq's options).
@@ -189,18 +157,16 @@ func withSearchPath(raw, schema string) (string, error) {
 	return u.String(), nil
 }
 
-func setupPGBenchFixture(ctx context.Context, o PGBenchOptions, schema string) error {
-	_, err := psqlScript(ctx, o.DatabaseURL, "setup", "-1", "-v", "schema="+schema, "-v", "merchants="+strconv.Itoa(o.Rows),
-		"-v", "payers="+strconv.Itoa(o.Payers), "-v", "records="+strconv.Itoa(o.Rows), "-v", "key_base="+strconv.FormatInt(pgbenchKeyBase, 10))
-	if err != nil {
+// setupPGBenchFixture creates the schema and its fixture, of the sizes vars gives.
+func setupPGBenchFixture(ctx context.Context, dbURL, schema string, vars []string) error {
+	args := []string{"-1", "-v", "schema=" + schema}
+	for _, kv := range vars {
+		args = append(args, "-v", kv)
+	}
+	if _, err := psqlScript(ctx, dbURL, "setup", args...); err != nil {
 		return fmt.Errorf("pgbench fixture: %w", err)
 	}
 	return nil
-}
-
-func dropPGBenchSchema(ctx context.Context, dbURL, schema string) error {
-	_, err := psqlScript(ctx, dbURL, "psql/drop", "-v", "schema="+schema)
-	return err
 }
 
 // psqlScript runs the embedded pgbench/name.sql through psql.
@@ -209,16 +175,16 @@ func psqlScript(ctx context.Context, dbURL, name string, args ...string) (string
 	if err != nil {
 		return "", err
 	}
-	return PSQL(ctx, dbURL, sql, append(args, "-f", "-")...)
+	return PSQL(ctx, dbURL, sql, args...)
 }
 
-// PSQL runs psql without ~/.psqlrc, stopping at the first error, with stdin when given.
-func PSQL(ctx context.Context, dbURL string, stdin []byte, args ...string) (string, error) {
-	bin, err := pgTool("psql")
+// PSQL runs the script sql through psql, without ~/.psqlrc and stopping at the first error.
+func PSQL(ctx context.Context, dbURL string, sql []byte, args ...string) (string, error) {
+	bin, err := devenv.PostgresTool("psql")
 	if err != nil {
 		return "", err
 	}
-	out, err := runCmd(ctx, exec.CommandContext(ctx, bin, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbURL}, args...)...), stdin)
+	out, err := runCmd(ctx, exec.CommandContext(ctx, bin, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbURL, "-f", "-"}, args...)...), sql)
 	if err != nil {
 		return "", fmt.Errorf("psql: %w", err)
 	}
@@ -239,33 +205,12 @@ func runCmd(ctx context.Context, cmd *exec.Cmd, stdin []byte) (string, error) {
 	return stdout.String(), nil
 }
 
-// pgTool finds a PostgreSQL client program: on PATH, else in pg_config's bindir.
-func pgTool(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
-		p := filepath.Join(strings.TrimSpace(string(out)), name)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/" + name); len(m) > 0 {
-		return m[len(m)-1], nil
-	}
-	return "", fmt.Errorf("%s not found: install the PostgreSQL client programs (Debian: apt-get install postgresql-client) or put $(pg_config --bindir) on PATH", name)
-}
-
 // pgbenchTx is one line of pgbench's per-transaction log.
 type pgbenchTx struct {
 	client, n    int           // the client's n-th transaction, from 1
 	end, latency time.Duration // end: since the Unix epoch
 	failed       bool
 }
-
-// warmTransactions are the transactions of each client that run before the measured window: the
-// plan cache makes custom plans for a prepared statement's first five executions.
-const warmTransactions = 5
 
 // readPGBenchLogs reads the per-transaction logs pgbench -l wrote (prefix.pid, prefix.pid.thread):
 // "client_id transaction_no time script_no time_epoch time_us", time being the latency in µs or
@@ -282,30 +227,26 @@ func readPGBenchLogs(prefix string) ([]pgbenchTx, error) {
 		if err != nil {
 			return nil, err
 		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
+		for line := range strings.Lines(string(b)) {
 			var tx pgbenchTx
 			var lat string
 			var script, sec, usec int64
-			if _, err := fmt.Sscan(sc.Text(), &tx.client, &tx.n, &lat, &script, &sec, &usec); err != nil {
-				return nil, fmt.Errorf("pgbench log %s: %q: %w", name, sc.Text(), err)
+			if _, err := fmt.Sscan(line, &tx.client, &tx.n, &lat, &script, &sec, &usec); err != nil {
+				return nil, fmt.Errorf("pgbench log %s: %q: %w", name, line, err)
 			}
 			us, err := strconv.ParseInt(lat, 10, 64)
-			if lat == "skipped" {
-				continue
+			if lat != "skipped" {
+				tx.end, tx.latency, tx.failed = time.Duration(sec)*time.Second+time.Duration(usec)*time.Microsecond, time.Duration(us)*time.Microsecond, err != nil
+				txs = append(txs, tx)
 			}
-			tx.end, tx.latency, tx.failed = time.Duration(sec)*time.Second+time.Duration(usec)*time.Microsecond, time.Duration(us)*time.Microsecond, err != nil
-			txs = append(txs, tx)
 		}
 	}
 	return txs, nil
 }
 
-// summarize measures the transactions that ended in the window that opens when warmup has passed
-// since the run's first transaction began and every client has done its warmTransactions, and
-// closes when the last transaction ends.
-func summarize(txs []pgbenchTx, warmup time.Duration) PGBenchResult {
-	var r PGBenchResult
+// summarize measures the transactions that ended in the window that opens once warmup has passed
+// and every client has done its warmTransactions, and closes when the last transaction ends.
+func summarize(txs []pgbenchTx, warmup time.Duration) (r PGBenchResult) {
 	if len(txs) == 0 {
 		return r
 	}
@@ -332,8 +273,7 @@ func summarize(txs []pgbenchTx, warmup time.Duration) PGBenchResult {
 			lat, sum = append(lat, tx.latency), sum+tx.latency
 		}
 	}
-	r.Transactions = int64(len(lat))
-	if len(lat) == 0 || r.Duration <= 0 {
+	if r.Transactions = int64(len(lat)); len(lat) == 0 || r.Duration <= 0 {
 		return r
 	}
 	slices.Sort(lat)

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
@@ -9,28 +8,20 @@ import (
 )
 
 func sampleResult(path string, seconds int) Result {
-	r := Result{
+	return Result{
 		Path: path, Mode: "open", Concurrency: 64, Rate: 200, Merchants: 10, Duration: float64(seconds),
 		Requests: 1000, Errors: 3, FirstError: "dial tcp: connection refused | twice\nthen", Throughput: 100, NewPayments: 900, NewPaymentRate: 90,
 		Latency: Latency{P50: 12.5, P90: 30, P95: 41, P99: 80.25, Max: 400},
 		Answers: map[string]int64{"201 succeeded": 800, "402 insufficient_funds": 100, "201 replayed": 100},
 	}
-	for i := range seconds {
-		r.Series = append(r.Series, Second{Second: i, Requests: int64(90 + i%20), P99: float64(50 + 7*i%40)})
-	}
-	return r
 }
 
-func TestWriteMarkdown(t *testing.T) {
+func TestMarkdown(t *testing.T) {
 	t.Parallel()
-	var b bytes.Buffer
-	require.NoError(t, WriteMarkdown(&b, "kasa bench", sampleResult("payments", 10), sampleResult("/a|b", 3)))
-	require.NotContains(t, b.String(), "CPU per operation", "no CPU table without a measurement")
+	require.NotContains(t, Markdown("kasa bench", sampleResult("payments", 10), sampleResult("/a|b", 3)), "CPU per operation", "no CPU table without a measurement")
 	measured := sampleResult("payments", 10)
 	measured.CPU = &CPUUse{Per: "new payment", MS: map[string]float64{ClassKasa: 4.5, ClassPostgres: 3.25, ClassTemporal: 11, ClassBench: 0.3, "sh": 0.1, "yes": 0.05}, Cores: 1.8}
-	b.Reset()
-	require.NoError(t, WriteMarkdown(&b, "kasa bench", sampleResult("/a|b", 3), measured))
-	out := b.String()
+	out := Markdown("kasa bench", sampleResult("/a|b", 3), measured)
 	require.Contains(t, out, "| 2 | new payment | 4.50 | 3.25 | 11.00 | 0.30 | 0.15 | 19.20 | 1.80 |", "other sums the unnamed classes")
 	require.NotContains(t, out, "| 1 | new payment |", "a run without a measurement has no CPU row")
 	require.True(t, strings.HasPrefix(out, "## kasa bench\n"))
@@ -38,9 +29,7 @@ func TestWriteMarkdown(t *testing.T) {
 	require.Contains(t, out, "| open | 64 | 200 | 10 |")
 	third := sampleResult("payments", 10)
 	third.Rate = 100.0 / 3
-	b.Reset()
-	require.NoError(t, WriteMarkdown(&b, "kasa bench", third))
-	require.Contains(t, b.String(), "| open | 64 | 33.3 | 10 |", "a rate is shown to one decimal")
+	require.Contains(t, Markdown("kasa bench", third), "| open | 64 | 33.3 | 10 |", "a rate is shown to one decimal")
 	// Every row of a table has as many cell separators as its header (escaped pipes aside).
 	for _, table := range strings.Split(out, "\n\n")[1:] {
 		lines := strings.Split(strings.TrimSpace(table), "\n")
@@ -58,14 +47,10 @@ func TestWriteMarkdown(t *testing.T) {
 
 func TestSuiteReportNamesTheCapability(t *testing.T) {
 	t.Parallel()
-	rep := &Report{Correct: true, Runs: []Result{sampleResult("run", 2)}}
-	var b bytes.Buffer
-	require.NoError(t, WriteSuiteMarkdown(&b, rep))
-	require.NotContains(t, b.String(), "Provider capability", "no capability recorded, none claimed")
+	rep := &Report{Verdict: Verdict{Correct: true}, Runs: []Result{sampleResult("run", 2)}}
+	require.NotContains(t, SuiteMarkdown(rep), "Provider capability", "no capability recorded, none claimed")
 
 	rep.Capability = "none"
-	b.Reset()
-	require.NoError(t, WriteSuiteMarkdown(&b, rep))
-	require.Contains(t, b.String(), "Provider capability: none. kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: "+
+	require.Contains(t, SuiteMarkdown(rep), "Provider capability: none. kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: "+
 		"`idempotent` LLL+eager+search-attributes, `inquiry` LLL+eager+search-attributes, `none` LLL+eager+search-attributes.")
 }

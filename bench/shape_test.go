@@ -26,17 +26,3 @@ func TestPaymentShapeMatchesARecordedPayment(t *testing.T) {
 	require.Equal(t, "LLL+eager", LeanestShape.String())
 	require.Equal(t, "LLL+eager+search-attributes", PaymentShape.String())
 }
-
-func TestParseShape(t *testing.T) {
-	for _, sh := range []Shape{PaymentShape, LeanestShape, {Steps: "RLR"}} {
-		got, err := ParseShape(sh.String())
-		if err != nil || got.String() != sh.String() {
-			t.Errorf("ParseShape(%q) = %v, %v", sh, got, err)
-		}
-	}
-	for _, bad := range []string{"LXL", "LLL+fast", "LLL+"} {
-		if _, err := ParseShape(bad); err == nil {
-			t.Errorf("ParseShape(%q): no error", bad)
-		}
-	}
-}

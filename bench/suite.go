@@ -1,61 +1,57 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/kasa-pay/kasa/workflows"
 )
 
 // Stack is a running kasa to measure, and what the suite needs to reach around it.
 type Stack struct {
 	APIURL, SimURL, AdminToken, DatabaseURL string
 	Temporal                                client.Client
-	Verify                                  func(ctx context.Context) ([]string, error)                // kasa verify: the invariant violations
-	Preload                                 func(ctx context.Context, merchants []string, n int) error // n finished payments for the merchants
-	Sizes                                   func(ctx context.Context) ([]TableSize, error)             // the tables' rows and bytes
-	Settle                                  func(ctx context.Context) error                            // vacuum, analyze and checkpoint
-	CPU                                     CPU                                                        // if set, each run reports its CPU by process class
+	Verify                                  func(ctx context.Context) ([]string, error)         // kasa verify: the invariant violations
+	Preload                                 func(ctx context.Context, fx *Fixture, n int) error // n finished payments for fx's merchants
+	Settle                                  func(ctx context.Context) error                     // vacuum, analyze and checkpoint
+	CPU                                     CPU                                                 // if set, each run reports its CPU by process class
 }
 
-// TableSize is one table's footprint.
-type TableSize struct {
-	Table      string `json:"table"`
-	Rows       int64  `json:"rows"`
-	TableBytes int64  `json:"table_bytes"`
-	IndexBytes int64  `json:"index_bytes"`
-}
-
-// SuiteOptions shape the standard suite (`kasa bench --suite` sets every one).
-type SuiteOptions struct {
-	Duration, Warmup         time.Duration                    // measured window of each run, and load before it
-	Concurrency              int                              // clients of every closed-loop run, and pgbench clients
-	Merchants                int                              // merchants of the spread load; the hot load has one
-	Duplicates, Insufficient float64                          // shares of the payment runs, as in Options
-	Preload                  int                              // stored payments for the large-table runs; 0 skips them
-	Progress                 func(format string, args ...any) `json:"-"`
-}
-
-// Report is one suite run: every measurement, the ratios the targets ask for, and whether the
-// run was correct (no double charge, no invariant violation). A run that is not correct failed,
-// whatever its speed.
+// Report is one suite run: every measurement, the ratios the targets ask for, and its verdict.
 type Report struct {
 	Started    time.Time                `json:"started"`
 	Machine    string                   `json:"machine"`
 	Commit     string                   `json:"commit"`
 	Capability string                   `json:"provider_capability,omitempty"` // KASA_PROVIDER_CAPABILITY of the measured kasa
-	Options    SuiteOptions             `json:"options"`
+	Options    Options                  `json:"options"`
 	Runs       []Result                 `json:"runs"` // in the order run; most twice (passes #1 and #2), see targets
 	PGBench    map[string]PGBenchResult `json:"pgbench"`
 	Targets    []Target                 `json:"targets"`
-	Sizes      []TableSize              `json:"sizes,omitempty"`
-	Checked    int                      `json:"payments_checked"` // payments whose charges were counted at the simulator
-	Doubles    int                      `json:"double_charges"`
-	Problems   []string                 `json:"verify_problems"`
-	Correct    bool                     `json:"correct"`
+	Verdict
+}
+
+// Verdict says whether runs were correct: a run that charged a payment twice or broke an
+// invariant failed, whatever its speed.
+type Verdict struct {
+	Checked  int      `json:"payments_checked"` // payments whose charges were counted at the simulator
+	Doubles  int      `json:"double_charges"`
+	Problems []string `json:"verify_problems"` // kasa verify's
+	Correct  bool     `json:"correct"`
 }
 
 // Target is one of the benchmark's goals, a ratio of measurements, with its inputs.
@@ -85,15 +81,21 @@ const (
 
 // Check counts at the bank simulator the charges of every payment that may have moved money (any
 // not failed), and runs kasa verify.
-func (s Stack) Check(ctx context.Context, payments map[string]string) (checked, doubles int, problems []string, err error) {
-	ids := Result{Payments: payments}.PaymentIDs("processing", "succeeded", "unknown")
-	if doubles, err = CheckCharges(ctx, s.SimURL, ids); err != nil {
-		return 0, 0, nil, fmt.Errorf("check charges: %w", err)
+func (s Stack) Check(ctx context.Context, payments map[string]string) (v Verdict, err error) {
+	var ids []string
+	for id, status := range payments {
+		if status != "failed" {
+			ids = append(ids, id)
+		}
 	}
-	if problems, err = s.Verify(ctx); err != nil {
-		return 0, 0, nil, fmt.Errorf("verify: %w", err)
+	if v.Doubles, err = CheckCharges(ctx, s.SimURL, ids); err != nil {
+		return v, fmt.Errorf("check charges: %w", err)
 	}
-	return len(ids), doubles, problems, nil
+	if v.Problems, err = s.Verify(ctx); err != nil {
+		return v, fmt.Errorf("verify: %w", err)
+	}
+	v.Checked, v.Correct = len(ids), v.Doubles == 0 && len(v.Problems) == 0
+	return v, nil
 }
 
 // step is one run of the suite: ceiling T of a shape, or a load run with opts against fx.
@@ -104,8 +106,9 @@ type step struct {
 	fx    *Fixture
 }
 
-// RunSuite runs the standard suite against s.
-func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
+// RunSuite runs the standard suite against s, shaped by o's Duration, Warmup, Concurrency,
+// Merchants (of the spread load; the hot load has one), Duplicates, Insufficient and Preload.
+func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	rep := &Report{Started: time.Now().UTC(), Options: o, PGBench: map[string]PGBenchResult{}}
 	byName, payments := map[string]Result{}, map[string]string{}
 	// pass runs its steps one after the other, or in mirror order, after settling the database
@@ -126,7 +129,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 			var r Result
 			var err error
 			if st.shape != nil {
-				r, err = WorkflowCeiling(ctx, s.Temporal, *st.shape, opts.Concurrency, opts.Warmup, opts.Duration, s.CPU)
+				r, err = WorkflowCeiling(ctx, s.Temporal, *st.shape, opts)
 			} else {
 				r, err = Run(ctx, opts, st.fx)
 			}
@@ -158,12 +161,10 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	payOpts := Options{DuplicateRatio: o.Duplicates, InsufficientShare: o.Insufficient}
-	// The targets compare runs that ran side by side: the machine's speed drifts by tens of
-	// percent over minutes here, and a ratio of two runs minutes apart measures the drift as much
-	// as kasa. So each pass runs T of kasa's shape, new payments with many merchants, with one,
-	// replays and H one after the other, and the second pass runs them in mirror order (the drift
-	// over the two passes then weighs both sides of each ratio alike).
+	payOpts := Options{Duplicates: o.Duplicates, Insufficient: o.Insufficient}
+	// The targets compare runs that ran side by side: the machine's speed drifts by tens of percent
+	// over minutes here. So a pass runs T, new payments with many merchants, with one, replays and
+	// H one after the other, and the second pass mirrors the order, weighing a drift alike on both sides.
 	kasaRuns := func(p string) []step {
 		return []step{{name: RunTOwn + p, shape: &PaymentShape}, {name: RunSpread + p, opts: payOpts, fx: spread},
 			{name: RunHot + p, opts: payOpts, fx: hot}, {name: RunReplay + p, opts: Options{Path: "replay"}, fx: hot},
@@ -183,7 +184,7 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	}
 	// Half the maximum sustained rate, open loop: latency without coordinated omission. Three
 	// times as long as the other runs: at half the rate a p99 needs the samples.
-	half := Options{Rate: max(byName[RunSpread+" #1"].NewPaymentRate/2, 1), Concurrency: 256, InsufficientShare: o.Insufficient, Duration: 3 * o.Duration}
+	half := Options{Rate: max(byName[RunSpread+" #1"].NewPaymentRate/2, 1), Concurrency: 256, Insufficient: o.Insufficient, Duration: 3 * o.Duration}
 	if err := pass(true, false, step{name: RunOpenHalf, opts: half, fx: spread}); err != nil {
 		return nil, err
 	}
@@ -193,18 +194,17 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 	if err := pass(false, false, step{name: RunTLean + " #2", shape: &LeanestShape}); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{RunHTTP, RunTLean, RunSpread, RunReplay} {
-		byName[name] = best(byName[name+" #1"], byName[name+" #2"])
+	for _, name := range []string{RunHTTP, RunTLean, RunSpread, RunReplay} { // the faster pass counts
+		byName[name] = slices.MaxFunc([]Result{byName[name+" #1"], byName[name+" #2"]}, func(a, b Result) int { return cmp.Compare(rate(a), rate(b)) })
 	}
 
 	if o.Preload > 0 {
 		o.Progress("preloading %d payments with their idempotency records", o.Preload)
-		if err := s.Preload(ctx, spread.MerchantIDs(), o.Preload); err != nil {
+		if err := s.Preload(ctx, spread, o.Preload); err != nil {
 			return nil, fmt.Errorf("preload: %w", err)
 		}
-		// Minutes and a preload lie between the small table's runs and these, so each side is taken
-		// relative to a run beside it, in passes of mirror order: new payments to T, replays to H.
-		// These T and H runs have shorter windows: they only read the machine's pace.
+		// Each side is taken relative to a run beside it (new payments to T, replays to H), in mirrored
+		// passes; these T and H runs are shorter: they only read the machine's pace.
 		for _, p := range []string{" #1", " #2"} {
 			err := pass(true, p == " #2", step{name: RunTLarge + p, shape: &PaymentShape, opts: Options{Duration: max(o.Duration/2, time.Second)}},
 				step{name: RunSpreadLarge + p, opts: payOpts, fx: spread}, step{name: RunReplayLarge + p, opts: Options{Path: "replay"}, fx: hot},
@@ -214,26 +214,13 @@ func RunSuite(ctx context.Context, s Stack, o SuiteOptions) (*Report, error) {
 			}
 		}
 	}
-	if rep.Sizes, err = s.Sizes(ctx); err != nil {
-		return nil, fmt.Errorf("sizes: %w", err)
-	}
-
 	// Correctness: a fast run that charged twice or broke an invariant failed.
 	o.Progress("checking the payments at the bank simulator and running kasa verify")
-	if rep.Checked, rep.Doubles, rep.Problems, err = s.Check(ctx, payments); err != nil {
+	if rep.Verdict, err = s.Check(ctx, payments); err != nil {
 		return nil, err
 	}
-	rep.Correct = rep.Doubles == 0 && len(rep.Problems) == 0
 	rep.Targets = targets(byName, rep.PGBench)
 	return rep, nil
-}
-
-// best is the faster of two runs of one kind.
-func best(a, b Result) Result {
-	if rate(b) > rate(a) {
-		return b
-	}
-	return a
 }
 
 // rate is how fast a run went: new payments per second for payment runs, else requests per second.
@@ -251,9 +238,8 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// paired divides run num by run den of the same pass, the two having run side by side, and
-// averages the two passes' ratios: the second pass runs in mirror order, so a steady drift of
-// the machine's speed over the passes weighs on both sides alike.
+// paired divides run num by run den of the same pass, which ran side by side, and averages the two
+// passes' ratios: the mirrored second pass makes a steady drift of the machine weigh alike on both.
 func paired(runs map[string]Result, num, den string) (value float64, inputs string) {
 	var parts []string
 	for _, pass := range []string{" #1", " #2"} {
@@ -303,4 +289,200 @@ func targets(runs map[string]Result, pg map[string]PGBenchResult) []Target {
 		out[i].Met = out[i].Value >= out[i].Threshold
 	}
 	return out
+}
+
+// Shape is a workflow's skeleton: its steps, each L (a local activity, run inside the workflow
+// task) or R (a regular activity, a task of its own through the server); whether it starts
+// eagerly (its first workflow task handed to the starting process's worker); and whether it is
+// started with search attributes and upserts PaymentStatus once at the end, as a payment does.
+type Shape struct {
+	Steps                   string
+	Eager, SearchAttributes bool
+}
+
+func (s Shape) String() string {
+	out := s.Steps
+	if s.Eager {
+		out += "+eager"
+	}
+	if s.SearchAttributes {
+		out += "+search-attributes"
+	}
+	return out
+}
+
+// PaymentShape is PaymentWorkflow's happy path: reserve, charge, finalize, each a local activity,
+// started eagerly (Starter.StartPayment). TestPaymentShapeMatchesARecordedPayment checks it.
+var PaymentShape = Shape{Steps: "LLL", Eager: true, SearchAttributes: true}
+
+// ShapeFor is the shape of a payment that succeeds at its first charge with a provider of the
+// given capability: PaymentShape for all three, as the capabilities differ only when an attempt
+// is repeated (workflows.ChargeInput.Capability). TestShapeForEveryCapability checks it.
+func ShapeFor(workflows.Capability) Shape { return PaymentShape }
+
+// HistoryShape is the shape a recorded workflow history shows. Eager start is not recorded in a
+// history, so Eager is always false.
+func HistoryShape(h *historypb.History) Shape {
+	var s Shape
+	started, upserts := false, 0
+	for _, e := range h.GetEvents() {
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+			started = len(e.GetWorkflowExecutionStartedEventAttributes().GetSearchAttributes().GetIndexedFields()) > 0
+		case enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+			upserts++
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			s.Steps += "R"
+		case enumspb.EVENT_TYPE_MARKER_RECORDED:
+			if e.GetMarkerRecordedEventAttributes().GetMarkerName() == "LocalActivity" { // the SDK's marker of a local activity's result
+				s.Steps += "L"
+			}
+		}
+	}
+	s.SearchAttributes = started && upserts == 1
+	return s
+}
+
+// LeanestShape is the fastest shape Temporal allows for three steps: one workflow task.
+var LeanestShape = Shape{Steps: "LLL", Eager: true}
+
+// Noop is the ceiling's step: nothing.
+func Noop(context.Context) error { return nil }
+
+// ShapeWorkflow runs s's steps, each the no-op activity.
+func ShapeWorkflow(ctx workflow.Context, s Shape) error {
+	local := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	regular := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	for _, k := range s.Steps {
+		var err error
+		if k == 'L' {
+			err = workflow.ExecuteLocalActivity(local, Noop).Get(ctx, nil)
+		} else {
+			err = workflow.ExecuteActivity(regular, "bench.noop").Get(ctx, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if s.SearchAttributes {
+		return workflow.UpsertTypedSearchAttributes(ctx, workflows.SearchPaymentStatus.ValueSet("succeeded"))
+	}
+	return nil
+}
+
+// WorkflowCeiling is ceiling T: workflows of the shape with no-op steps, run back to back by
+// o.Concurrency clients on a task queue served by a worker in this process, measured as Run does.
+func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, o Options) (Result, error) {
+	queue := "bench-shape-" + uuid.NewString()
+	w := sdkworker.New(tc, queue, sdkworker.Options{})
+	w.RegisterWorkflowWithOptions(ShapeWorkflow, workflow.RegisterOptions{Name: "bench.shape"})
+	w.RegisterActivityWithOptions(Noop, activity.RegisterOptions{Name: "bench.noop"})
+	if err := w.Start(); err != nil {
+		return Result{}, fmt.Errorf("ceiling worker: %w", err)
+	}
+	defer w.Stop()
+
+	o.Path = "temporal:" + shape.String()
+	r := newRunner(o, nil)
+	r.op = func(ctx context.Context) outcome {
+		o := client.StartWorkflowOptions{ID: "bench-shape-" + uuid.NewString(), TaskQueue: queue, EnableEagerStart: shape.Eager}
+		if shape.SearchAttributes {
+			o.TypedSearchAttributes = temporal.NewSearchAttributes(
+				workflows.SearchPaymentStatus.ValueSet("processing"), workflows.SearchMerchantID.ValueSet("bench"))
+		}
+		run, err := tc.ExecuteWorkflow(ctx, o, "bench.shape", shape)
+		if err == nil {
+			err = run.Get(ctx, nil)
+		}
+		return outcome{ans: answer{label: "completed"}, done: time.Now(), err: err}
+	}
+	return r.measure(ctx)
+}
+
+// Markdown is a summary table with one row per run, the answers of every run, and what an
+// operation of each run cost in CPU by process class, if any run measured it.
+func Markdown(title string, runs ...Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## %s\n\n| # | path | mode | clients | rate/s | merchants | s | requests | req/s | new payments/s | p50 ms | p90 ms | p95 ms | p99 ms | max ms | errors | unsent |\n", title)
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for i, r := range runs {
+		rate := "-"
+		if r.Rate > 0 {
+			rate = fmt.Sprint(math.Round(r.Rate*10) / 10) // the suite's half rate is a quotient
+		}
+		l := r.Latency
+		fmt.Fprintf(&b, "| %d | %s | %s | %d | %s | %d | %.1f | %d | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %d |\n",
+			i+1, cell(r.Path), r.Mode, r.Concurrency, rate, r.Merchants, r.Duration, r.Requests, r.Throughput,
+			r.NewPaymentRate, l.P50, l.P90, l.P95, l.P99, l.Max, r.Errors, r.Unsent)
+	}
+	b.WriteString("\n| # | answer | count | share |\n|---|---|---:|---:|\n")
+	for i, r := range runs {
+		for _, k := range slices.Sorted(maps.Keys(r.Answers)) {
+			fmt.Fprintf(&b, "| %d | %s | %d | %.1f%% |\n", i+1, cell(k), r.Answers[k], 100*float64(r.Answers[k])/float64(max(r.Requests, 1)))
+		}
+		if r.Errors > 0 {
+			fmt.Fprintf(&b, "| %d | transport error: %s | %d | |\n", i+1, cell(r.FirstError), r.Errors)
+		}
+	}
+	if slices.ContainsFunc(runs, func(r Result) bool { return r.CPU != nil }) {
+		b.WriteString("\nCPU per operation, in milliseconds, over each run's measured window (kasa: the measured `kasa dev`; bench: the load generator, and T's worker in T runs):\n\n")
+		b.WriteString("| # | per | kasa | postgres | temporal | bench | other | all | cores busy |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	}
+	for i, r := range runs {
+		if r.CPU == nil {
+			continue
+		}
+		m, all := r.CPU.MS, 0.0
+		for _, ms := range m {
+			all += ms
+		}
+		other := all - m[ClassKasa] - m[ClassPostgres] - m[ClassTemporal] - m[ClassBench]
+		fmt.Fprintf(&b, "| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+			i+1, r.CPU.Per, m[ClassKasa], m[ClassPostgres], m[ClassTemporal], m[ClassBench], other, all, r.CPU.Cores)
+	}
+	return b.String()
+}
+
+// cell keeps a value from breaking its table row.
+func cell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}
+
+// SuiteMarkdown is a suite's report: verdict, targets with their inputs, runs, database ceilings.
+func SuiteMarkdown(rep *Report) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# kasa bench, %s\n\nMachine: %s. Commit: %s. Each run: %s measured after %s of warm-up, %d clients.\n\n",
+		rep.Started.Format("2006-01-02 15:04 UTC"), rep.Machine, rep.Commit, rep.Options.Duration, rep.Options.Warmup, rep.Options.Concurrency)
+	if rep.Capability != "" { // and the shape a payment has with each capability (ShapeFor), which ceiling T copies
+		var shapes []string
+		for _, c := range workflows.Capabilities {
+			shapes = append(shapes, fmt.Sprintf("`%s` %s", c, ShapeFor(c)))
+		}
+		fmt.Fprintf(&b, "Provider capability: %s. kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: %s.\n\n",
+			rep.Capability, strings.Join(shapes, ", "))
+	}
+	verdict := "**correct**: no payment was charged twice and `kasa verify` found no problem"
+	if !rep.Correct {
+		verdict = fmt.Sprintf("**FAILED**: %d double charge(s), %d invariant violation(s)", rep.Doubles, len(rep.Problems))
+	}
+	fmt.Fprintf(&b, "Correctness: %s (%d payments checked at the bank simulator).\n\n", verdict, rep.Checked)
+	for _, p := range rep.Problems {
+		fmt.Fprintf(&b, "- %s\n", cell(p))
+	}
+	b.WriteString("## Targets\n\n| target | formula | inputs | ratio | goal | met |\n|---|---|---|---:|---:|---|\n")
+	for _, t := range rep.Targets {
+		goal, met := fmt.Sprintf("≥ %.2f", t.Threshold), map[bool]string{true: "yes", false: "no"}[t.Met]
+		if t.Name[0] == '5' {
+			goal = fmt.Sprintf("≤ %.0f", t.Threshold)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %.2f | %s | %s |\n", cell(t.Name), cell(t.Formula), cell(t.Inputs), t.Value, goal, met)
+	}
+	b.WriteString("\n")
+	b.WriteString(Markdown("Runs", rep.Runs...))
+	b.WriteString("\n## Database ceilings (pgbench, same PostgreSQL, same client count)\n\n| script | clients | tps | avg ms | p50 ms | p99 ms | failed |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, name := range slices.Sorted(maps.Keys(rep.PGBench)) {
+		r := rep.PGBench[name]
+		fmt.Fprintf(&b, "| %s | %d | %.1f | %.2f | %.2f | %.2f | %d |\n", name, r.Clients, r.TPS, r.LatencyAvgMS, r.P50MS, r.P99MS, r.Failed)
+	}
+	return b.String()
 }

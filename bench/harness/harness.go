@@ -4,23 +4,32 @@
 package harness
 
 import (
+	"cmp"
 	"context"
+	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/procfs"
 	"go.temporal.io/sdk/client"
 
 	"github.com/kasa-pay/kasa/bench"
+	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/store"
 )
 
 // Config is what the measured kasa takes over from the caller's configuration.
@@ -41,7 +50,7 @@ func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "kasa bench: "+format+"\n", args...)
 }
 
-// Main runs `kasa bench` with its arguments.
+// Main runs `kasa bench` with its arguments: one run, or the standard suite (--suite).
 func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	var o bench.Options
 	fs := flag.NewFlagSet("kasa bench", flag.ContinueOnError)
@@ -49,152 +58,69 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	out := fs.String("out", "bench/results", "--suite: directory for <date>.md and <date>.json")
 	fs.DurationVar(&o.Duration, "duration", 15*time.Second, "measured window of each run")
 	fs.DurationVar(&o.Warmup, "warmup", 3*time.Second, "load before each window, not measured")
-	fs.IntVar(&o.Concurrency, "concurrency", 16, "clients (closed loop), or the cap on requests in flight (open loop)")
-	fs.Float64Var(&o.Rate, "rate", 0, "open loop: arrivals per second (0: closed loop)")
+	fs.IntVar(&o.Concurrency, "concurrency", 16, "clients of each closed-loop run")
 	fs.IntVar(&o.Merchants, "merchants", 1000, "merchants, each with its own settlement account (1: one hot account)")
-	fs.IntVar(&o.Payers, "payers", 1, "payer accounts per merchant")
-	fs.Float64Var(&o.DuplicateRatio, "duplicates", 0.05, "share of requests that retry an earlier key (some in parallel)")
-	fs.Float64Var(&o.InsufficientShare, "insufficient", 0.05, "share of new payments the payer cannot afford")
-	fs.StringVar(&o.Currency, "currency", "TRY", "one run: currency of the accounts and payments (TRY, USD, EUR, JPY or KWD)")
-	amounts := fs.String("amounts", "1-100", `one run: payment amounts, uniform in MIN-MAX major units of --currency, e.g. "0.50-20.00"`)
-	fs.StringVar(&o.Path, "path", "payments", `what one run drives: "payments", "replay", a raw path such as "/healthz", or "temporal:<shape>" (ceiling T, e.g. temporal:LLL+eager+search-attributes)`)
-	preload := fs.Int("preload", 0, "load this many stored payments and idempotency records before measuring")
-	faults := fs.String("faults", "", `bank simulator fault rules, as PUT /_sim/faults takes them, e.g. {"rules":[{"on":"charge","action":"delay","delay_ms":50}]}`)
-	asJSON := fs.Bool("json", false, "one run: print its result as JSON")
-	childPprof := fs.String("child-pprof", "", "serve the measured kasa dev child's /debug/pprof/ on this address, e.g. 127.0.0.1:6061")
+	fs.IntVar(&o.Payers, "payers", 1, "one run: payer accounts per merchant")
+	fs.Float64Var(&o.Duplicates, "duplicates", 0.05, "share of requests that retry an earlier key (some in parallel)")
+	fs.Float64Var(&o.Insufficient, "insufficient", 0.05, "share of new payments the payer cannot afford")
+	fs.IntVar(&o.Preload, "preload", 0, "--suite: load this many stored payments and idempotency records for the large-table runs")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
 		return ErrUsage
 	}
-	var shape bench.Shape
-	spec, isShape := strings.CutPrefix(o.Path, "temporal:")
-	o.MinAmount, o.MaxAmount, err = bench.ParseAmounts(*amounts, o.Currency)
-	if err == nil && isShape {
-		shape, err = bench.ParseShape(spec)
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if err == nil && *suite && (set["currency"] || set["amounts"]) {
-		err = errors.New("--currency and --amounts shape one run; the standard suite (--suite) keeps its own")
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kasa bench:", err)
-		return ErrUsage
-	}
-
-	st, err := startStack(ctx, cfg, *childPprof)
+	st, err := startStack(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		st.keep = err != nil
-		st.stop()
-	}()
-	if *faults != "" {
-		if err := putFaults(ctx, st.SimURL, *faults); err != nil {
-			return err
-		}
-	}
-	switch {
-	case *suite:
-		return runSuite(ctx, st, o, *preload, *out, cfg.Capability)
-	case isShape:
-		res, err := bench.WorkflowCeiling(ctx, st.Temporal, shape, o.Concurrency, o.Warmup, o.Duration, st.CPU)
+	defer func() { st.stop(err != nil) }()
+	o.APIURL, o.AdminToken, o.CPU, o.Progress = st.APIURL, st.AdminToken, st.CPU, progress
+	if *suite {
+		// The suite writes its report to out/<date>.md and .json.
+		o.Payers = 0 // one run's flag, which the suite does not read
+		rep, err := bench.RunSuite(ctx, st.Stack, o)
 		if err != nil {
 			return err
 		}
-		return writeResult(res, *asJSON)
-	}
-	o.APIURL, o.AdminToken, o.CPU = st.APIURL, st.AdminToken, st.CPU
-	var fx *bench.Fixture
-	if !strings.HasPrefix(o.Path, "/") {
-		progress("setting up %d merchant(s) with %d payer(s) each", o.Merchants, o.Payers)
-		if fx, err = bench.Setup(ctx, o); err != nil {
-			return err
-		}
-		if *preload > 0 {
-			progress("preloading %d stored payments", *preload)
-			err = st.Preload(ctx, fx.MerchantIDs(), *preload)
-		} else {
-			err = st.Settle(ctx)
+		rep.Machine, rep.Commit, rep.Capability = machine(), commit(), cfg.Capability
+		js, err := json.MarshalIndent(rep, "", "  ")
+		base := filepath.Join(*out, rep.Started.Format("2006-01-02"))
+		if err = errors.Join(err, os.MkdirAll(*out, 0o755)); err == nil {
+			err = errors.Join(os.WriteFile(base+".md", []byte(bench.SuiteMarkdown(rep)), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644))
 		}
 		if err != nil {
 			return err
 		}
+		progress("wrote %s.md and .json", base)
+		return verdict(rep.Verdict)
+	}
+	progress("setting up %d merchant(s) with %d payer(s) each", o.Merchants, o.Payers)
+	fx, err := bench.Setup(ctx, o)
+	if err != nil {
+		return err
+	}
+	if err := st.Settle(ctx); err != nil {
+		return err
 	}
 	res, err := bench.Run(ctx, o, fx)
 	if err != nil {
 		return err
 	}
-	_, doubles, problems, err := st.Check(ctx, res.Payments)
+	v, err := st.Check(ctx, res.Payments)
 	if err != nil {
 		return err
 	}
-	if err := writeResult(res, *asJSON); err != nil {
-		return err
-	}
-	if doubles > 0 || len(problems) > 0 {
-		progress("NOT correct: %d double charge(s), invariant violations: %v", doubles, problems)
+	fmt.Print(bench.Markdown("kasa bench", res))
+	return verdict(v)
+}
+
+// verdict says whether the runs were correct, and is ErrIncorrect when they were not.
+func verdict(v bench.Verdict) error {
+	if !v.Correct {
+		progress("NOT correct: %d double charge(s), invariant violations: %v", v.Doubles, v.Problems)
 		return ErrIncorrect
 	}
 	progress("correct: no double charge, kasa verify ok")
-	return nil
-}
-
-// runSuite runs the standard suite and writes its report to out/<date>.md and .json.
-func runSuite(ctx context.Context, st *stack, o bench.Options, preload int, out, capability string) error {
-	rep, err := bench.RunSuite(ctx, st.Stack, bench.SuiteOptions{
-		Duration: o.Duration, Warmup: o.Warmup, Concurrency: o.Concurrency, Merchants: o.Merchants,
-		Duplicates: o.DuplicateRatio, Insufficient: o.InsufficientShare, Preload: preload, Progress: progress,
-	})
-	if err != nil {
-		return err
-	}
-	rep.Machine, rep.Commit, rep.Capability = machine(), commit(), capability
-	var md strings.Builder
-	js, err := json.MarshalIndent(rep, "", "  ")
-	if err == nil {
-		err = bench.WriteSuiteMarkdown(&md, rep)
-	}
-	base := filepath.Join(out, rep.Started.Format("2006-01-02"))
-	if err := errors.Join(err, os.MkdirAll(out, 0o755)); err != nil {
-		return err
-	}
-	if err := errors.Join(os.WriteFile(base+".md", []byte(md.String()), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644)); err != nil {
-		return err
-	}
-	progress("wrote %s.md and .json", base)
-	if !rep.Correct {
-		progress("the run was NOT correct (double charges or invariant violations): see the report")
-		return ErrIncorrect
-	}
-	return nil
-}
-
-func writeResult(res bench.Result, asJSON bool) error {
-	if !asJSON {
-		return bench.WriteMarkdown(os.Stdout, "kasa bench", res)
-	}
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(res)
-}
-
-func putFaults(ctx context.Context, simURL, rules string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, simURL+"/_sim/faults", strings.NewReader(rules))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	r, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	r.Body.Close()
-	if r.StatusCode/100 != 2 {
-		return fmt.Errorf("PUT /_sim/faults: %s", r.Status)
-	}
 	return nil
 }
 
@@ -212,11 +138,8 @@ func machine() string {
 func commit() string {
 	rev, dirty := "unknown", ""
 	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return rev
-	}
-	for _, s := range info.Settings {
-		switch {
+	for i := 0; ok && i < len(info.Settings); i++ {
+		switch s := info.Settings[i]; {
 		case s.Key == "vcs.revision" && len(s.Value) >= 12:
 			rev = s.Value[:12]
 		case s.Key == "vcs.modified" && s.Value == "true":
@@ -224,4 +147,181 @@ func commit() string {
 		}
 	}
 	return rev + dirty
+}
+
+// stack is a throwaway `kasa dev` child and what the suite needs of it.
+type stack struct {
+	bench.Stack
+	dir     string   // the child's data directory
+	cleanup []func() // run in reverse order by stop
+}
+
+// stop stops the child and removes its directory, unless keep (after a failed run, for a look).
+func (s *stack) stop(keep bool) {
+	for i := len(s.cleanup) - 1; i >= 0; i-- {
+		s.cleanup[i]()
+	}
+	if keep {
+		progress("kept %s (its dev.log and temporal.log) for a look", s.dir)
+	} else {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+// startStack starts this binary's `kasa dev` in a temporary data directory on free ports and waits
+// until it is ready. The child gets none of the user's KASA_* settings (it must not touch their
+// database or Temporal) but the Temporal CLI's path and what cfg passes on.
+func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
+	bin, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "kasa-bench-")
+	if err != nil {
+		return nil, err
+	}
+	s := &stack{dir: dir}
+	defer func() {
+		if err != nil {
+			s.stop(false)
+		}
+	}()
+	var ports [3]int
+	for i := range ports {
+		if ports[i], err = devenv.FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	env := []string{
+		"KASA_DATA_DIR=" + dir, "KASA_LOG_LEVEL=warn", "KASA_TEMPORAL_UI_PORT=0",
+		fmt.Sprintf("KASA_API_ADDR=127.0.0.1:%d", ports[0]), fmt.Sprintf("KASA_BANKSIM_ADDR=127.0.0.1:%d", ports[1]),
+		fmt.Sprintf("KASA_TEMPORAL_PORT=%d", ports[2]), "KASA_PROVIDER_CAPABILITY=" + cfg.Capability,
+		fmt.Sprintf("KASA_DATABASE_MAX_CONNS=%d", cfg.MaxConns),
+		fmt.Sprintf("KASA_TEMPORAL_GZIP=%t", cfg.Gzip), // the child's clients and the ceilings' client alike
+	}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KASA_") || strings.HasPrefix(kv, "KASA_TEMPORAL_CLI=") {
+			env = append(env, kv)
+		}
+	}
+	logFile, err := os.Create(filepath.Join(dir, "dev.log"))
+	if err != nil {
+		return nil, err
+	}
+	// Stopping sends SIGTERM, and SIGKILL a minute later if the child is still running.
+	stopCtx, stopChild := context.WithCancel(context.WithoutCancel(ctx))
+	cmd := exec.CommandContext(stopCtx, bin, "dev")
+	cmd.Env, cmd.Stdout, cmd.Stderr, cmd.WaitDelay = env, logFile, logFile, time.Minute
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	dieWithParent(cmd)
+	var startErr error
+	exited := make(chan struct{})
+	go func() {
+		// The parent-death signal follows the thread that started the child, and Go ends a
+		// thread only when a goroutine locked to it returns: this one returns once the child has.
+		runtime.LockOSThread()
+		defer close(exited)
+		if startErr = cmd.Start(); startErr == nil {
+			_ = cmd.Wait()
+		}
+	}()
+	s.cleanup = append(s.cleanup, func() { stopChild(); <-exited; logFile.Close() })
+	progress("starting a throwaway kasa dev in %s", dir)
+
+	// The child writes dev.json, which says where its servers are, once all of them run.
+	var st struct {
+		AdminToken      string `json:"admin_token"`
+		SecretKey       string `json:"secret_key"`
+		DatabaseURL     string `json:"database_url"`
+		TemporalAddress string `json:"temporal_address"`
+	}
+	s.APIURL, s.SimURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	failed := func(why string) error {
+		b, _ := os.ReadFile(logFile.Name())
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		return fmt.Errorf("kasa dev %s; its log:\n%s", why, strings.Join(lines[max(0, len(lines)-30):], "\n"))
+	}
+	for deadline := time.After(3 * time.Minute); !ready(filepath.Join(dir, "dev.json"), &st, s.APIURL); {
+		select {
+		case <-exited:
+			return nil, cmp.Or(startErr, failed("exited while starting"))
+		case <-deadline:
+			return nil, failed("did not start within 3 minutes")
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	key, err := hex.DecodeString(st.SecretKey)
+	if err != nil {
+		return nil, fmt.Errorf("the child's secret key: %w", err)
+	}
+	db, err := store.Open(ctx, store.Options{URL: st.DatabaseURL, SecretKey: key})
+	if err != nil {
+		return nil, err
+	}
+	s.cleanup = append(s.cleanup, db.Close)
+	if s.Temporal, err = cfg.Dial(ctx, st.TemporalAddress); err != nil {
+		return nil, fmt.Errorf("temporal at %s: %w", st.TemporalAddress, err)
+	}
+	s.cleanup = append(s.cleanup, s.Temporal.Close)
+	s.AdminToken, s.DatabaseURL, s.Verify, s.CPU = st.AdminToken, st.DatabaseURL, db.Verify, bench.StackCPU(cmd.Process.Pid)
+	s.Preload = func(ctx context.Context, fx *bench.Fixture, n int) error {
+		var merchants []string
+		for _, m := range fx.Merchants {
+			merchants = append(merchants, m.ID)
+		}
+		_, err := preload(ctx, st.DatabaseURL, merchants, n, preloadChunk, func(done, total int) { progress("preloaded %d/%d", done, total) })
+		return err
+	}
+	s.Settle = func(ctx context.Context) error { return settle(ctx, st.DatabaseURL) }
+	return s, nil
+}
+
+// ready reads the child's dev.json into st, and asks its API's /readyz.
+func ready(devJSON string, st any, apiURL string) bool {
+	b, err := os.ReadFile(devJSON)
+	if err != nil || json.Unmarshal(b, st) != nil {
+		return false
+	}
+	r, err := http.Get(apiURL + "/readyz")
+	if err != nil {
+		return false
+	}
+	r.Body.Close()
+	return r.StatusCode == http.StatusOK
+}
+
+//go:embed preload.sql
+var preloadSQL []byte
+
+//go:embed settle.sql
+var settleSQL []byte
+
+// preloadChunk is how many rows one preload transaction loads.
+const preloadChunk = 100_000
+
+// preload bulk-loads n failed payments with their completed idempotency records for the merchants
+// (preload.sql) in transactions of chunk rows, then settles the database. Row i's key is prefix+i.
+func preload(ctx context.Context, dbURL string, merchants []string, n, chunk int, progress func(done, total int)) (prefix string, err error) {
+	if len(merchants) == 0 {
+		return "", errors.New("preload: no merchants")
+	}
+	prefix = fmt.Sprintf("preload-%08x-", rand.Uint32()) // repeated preloads never collide
+	for first := 0; first < n; first += chunk {
+		last := min(first+chunk, n)
+		_, err := bench.PSQL(ctx, dbURL, preloadSQL, "-1", "-v", "merchants={"+strings.Join(merchants, ",")+"}",
+			"-v", "prefix="+prefix, "-v", "first="+strconv.Itoa(first), "-v", "last="+strconv.Itoa(last))
+		if err != nil {
+			return prefix, fmt.Errorf("preload rows %d-%d: %w", first, last-1, err)
+		}
+		progress(last, n)
+	}
+	return prefix, settle(ctx, dbURL)
+}
+
+// settle runs settle.sql: the vacuum and checkpoint a bulk load leaves for later, done now.
+func settle(ctx context.Context, dbURL string) error {
+	_, err := bench.PSQL(ctx, dbURL, settleSQL)
+	return err
 }

@@ -71,7 +71,7 @@ func pairCounts(t *testing.T, merchants ...uuid.UUID) (payments, records int64) 
 	sql, err := os.ReadFile("testdata/pair_counts.sql")
 	require.NoError(t, err)
 	out, err := bench.PSQL(context.Background(), testURL, sql, "-A", "-t", "-F", " ",
-		"-v", "merchants={"+strings.Join(ids, ",")+"}", "-f", "-")
+		"-v", "merchants={"+strings.Join(ids, ",")+"}")
 	require.NoError(t, err)
 	_, err = fmt.Sscan(out, &payments, &records)
 	require.NoError(t, err)
