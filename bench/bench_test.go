@@ -415,13 +415,14 @@ func TestRunStopsWithContext(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(newFakeAPI(0).handler())
 	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// A second: long enough for requests to finish on a loaded machine, far from the minute asked.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	start := time.Now()
 	res, err := Run(ctx, Options{APIURL: srv.URL, Path: "/healthz", Duration: time.Minute}, nil)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, time.Since(start), 5*time.Second)
-	require.Less(t, res.Duration, 1.0)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Less(t, res.Duration, 3.0)
 	require.Positive(t, res.Requests)
 	require.Zero(t, res.Errors)
 }
