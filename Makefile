@@ -41,6 +41,13 @@ BENCH_PRELOAD ?= 1000000
 bench: build temporal-cli ## measure: ceilings, targets and correctness; writes bench/results/<date>.{md,json}
 	$(BIN)/kasa bench --suite --preload $(BENCH_PRELOAD) --out bench/results
 
+# The chaos soak (docs/operations.md): 10 minutes by default; pass kasa soak's flags in SOAK_FLAGS,
+# e.g. make soak SOAK_FLAGS="--duration 3m --seed 42".
+SOAK_FLAGS ?=
+.PHONY: soak
+soak: build temporal-cli ## chaos soak: processes, servers, bank and network fail under load; writes bench/results/soak-<date>.{md,json}
+	$(BIN)/kasa soak --out bench/results $(SOAK_FLAGS)
+
 # staticcheck and workflowcheck are tools of go.mod: `go tool` builds the pinned versions.
 lint: ## gofmt, go vet, staticcheck, and Temporal's workflowcheck over the workflows
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -169,7 +169,9 @@ type postgres struct {
 }
 
 func (p *postgres) start(ctx context.Context) error {
-	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: p.dir, Port: p.port, Ephemeral: true})
+	// Durable, not Ephemeral: with synchronous_commit off a crash loses commits kasa was told
+	// about, which no payment system can survive.
+	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: p.dir, Port: p.port})
 	if err != nil {
 		return err
 	}

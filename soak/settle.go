@@ -59,12 +59,13 @@ func (s *stack) settle(ctx context.Context, ld *load, started time.Time, rep *Re
 		k.mu.Unlock()
 	}
 
-	if err := s.poll(ctx, st, func(p *paid) bool { return p.res.Status != payment.StatusProcessing }); err != nil {
+	// One bound for the whole settling: a payment still unfinished at its end is a violation.
+	deadline := time.Now().Add(s.o.Settle)
+	if err := s.poll(ctx, st, deadline, func(p *paid) bool { return p.res.Status != payment.StatusProcessing }); err != nil {
 		return nil, err
 	}
 	// Unknown payments wait for the settlement file; kasa releases an unlisted one only once it is
 	// older than the booking window, so the import is repeated until none is left.
-	deadline := time.Now().Add(s.o.Settle)
 	for s.count(st, payment.StatusUnknown) > 0 && time.Now().Before(deadline) {
 		for _, day := range st.days {
 			run, err := s.reconcile(ctx, day)
@@ -73,11 +74,18 @@ func (s *stack) settle(ctx context.Context, ld *load, started time.Time, rep *Re
 			}
 			rep.Reconciles = append(rep.Reconciles, run)
 		}
-		if err := s.pollFor(ctx, st, 10*time.Second, (*paid).done); err != nil {
+		if err := s.poll(ctx, st, earliest(deadline, time.Now().Add(10*time.Second)), (*paid).done); err != nil {
 			return nil, err
 		}
 	}
-	return st, s.poll(ctx, st, (*paid).done)
+	return st, s.poll(ctx, st, deadline, (*paid).done)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func (s *stack) count(st *settled, status payment.Status) int {
@@ -90,13 +98,9 @@ func (s *stack) count(st *settled, status payment.Status) int {
 	return n
 }
 
-// poll reads every payment until each satisfies ok, for at most Options.Settle.
-func (s *stack) poll(ctx context.Context, st *settled, ok func(*paid) bool) error {
-	return s.pollFor(ctx, st, s.o.Settle, ok)
-}
-
-func (s *stack) pollFor(ctx context.Context, st *settled, within time.Duration, ok func(*paid) bool) error {
-	deadline := time.Now().Add(within)
+// poll reads the payments until each satisfies ok or the deadline passes; it reads every
+// payment at least once.
+func (s *stack) poll(ctx context.Context, st *settled, deadline time.Time, ok func(*paid) bool) error {
 	first := true
 	for {
 		var todo []*paid
@@ -110,13 +114,7 @@ func (s *stack) pollFor(ctx context.Context, st *settled, within time.Duration, 
 			return nil
 		}
 		s.refresh(todo)
-		left := 0
-		for _, p := range todo {
-			if !ok(p) {
-				left++
-			}
-		}
-		if left == 0 || time.Now().After(deadline) {
+		if time.Now().After(deadline) {
 			return nil
 		}
 		if err := sleep(ctx, time.Second); err != nil {
