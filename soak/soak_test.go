@@ -169,8 +169,8 @@ func newSoakState() *soakState {
 // The checks find each kind of violation in an otherwise consistent outcome, and nothing in it.
 func TestChecksFindViolations(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		check string // the check that must fail; "" for none
+		name   string
+		check  string // the check that must fail; "" for none
 		break_ func(s *soakState)
 	}{
 		{"consistent", "", func(*soakState) {}},
