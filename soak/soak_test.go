@@ -169,9 +169,9 @@ func newSoakState() *soakState {
 // The checks find each kind of violation in an otherwise consistent outcome, and nothing in it.
 func TestChecksFindViolations(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		check  string // the check that must fail; "" for none
-		break_ func(s *soakState)
+		name  string
+		check string // the check that must fail; "" for none
+		spoil func(s *soakState)
 	}{
 		{"consistent", "", func(*soakState) {}},
 		{"money moved twice", "bank", func(s *soakState) { s.fake.charges["p1"] = []string{"ch1", "ch1b"} }},
@@ -213,7 +213,7 @@ func TestChecksFindViolations(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			state := newSoakState()
-			tc.break_(state)
+			tc.spoil(state)
 			srv := httptest.NewServer(state.fake)
 			defer srv.Close()
 			s := &stack{o: Options{Settle: 100 * time.Millisecond}, hook: state.hook,
