@@ -297,14 +297,19 @@ func TestSoakStopsOnSIGTERM(t *testing.T) {
 	require.NoError(t, err)
 	dir := filepath.Join(t.TempDir(), "soak")
 	cmd := exec.Command(bin, "soak", "--duration", "10m", "--seed", "1", "--dir", dir, "--out", "")
-	cmd.Dir = t.TempDir()
 	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "soak: load started") },
-		3*time.Minute, 100*time.Millisecond, "%s", out.String())
+	for deadline := time.Now().Add(3 * time.Minute); !strings.Contains(out.String(), "soak: load started"); {
+		select {
+		case err := <-done:
+			t.Fatalf("kasa soak exited before its load started: %v\n%s", err, out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "the load never started:\n%s", out.String())
+	}
 	require.NotEmpty(t, processesUnder(dir), "the stack's processes run")
 	time.Sleep(3 * time.Second)
 
@@ -320,6 +325,11 @@ func TestSoakStopsOnSIGTERM(t *testing.T) {
 	require.Equal(t, 2, exit.ExitCode(), "%s", out.String())
 	require.Contains(t, out.String(), "interrupted")
 	require.Empty(t, processesUnder(dir), "every process of the soak stopped")
+	for _, name := range []string{"api", "worker-1", "worker-2", "relay"} {
+		b, err := os.ReadFile(filepath.Join(dir, name+".log"))
+		require.NoError(t, err)
+		require.Contains(t, string(b), "shutting down", "%s stopped on SIGTERM, not killed", name)
+	}
 }
 
 // processesUnder lists the live processes whose command line or working directory is in dir.
