@@ -27,7 +27,6 @@ type child struct {
 	want      bool // restart it when it exits
 	cmd       *exec.Cmd
 	done      chan struct{}
-	starts    int
 	unplanned []string // exits nobody asked for: "<time>: <status>"
 	stopping  bool
 }
@@ -60,7 +59,6 @@ func (c *child) spawnLocked() error {
 	}
 	done := make(chan struct{})
 	c.cmd, c.done = cmd, done
-	c.starts++
 	go func() {
 		err := cmd.Wait()
 		logf.Close()
@@ -136,21 +134,6 @@ func (c *child) stop() {
 	case <-time.After(15 * time.Second):
 		_ = cmd.Process.Kill()
 		<-done
-	}
-}
-
-// running says whether the process is up now.
-func (c *child) running() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cmd == nil {
-		return false
-	}
-	select {
-	case <-c.done:
-		return false
-	default:
-		return true
 	}
 }
 

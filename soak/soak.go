@@ -307,8 +307,8 @@ func (s *stack) merchants() ([]*merchant, error) {
 			APIKey        string `json:"api_key"`
 			WebhookSecret string `json:"webhook_secret"`
 		}
-		// The receiver knows the merchant by the path; its id is known only after creation, so the
-		// path carries an index that is replaced by the id right after.
+		// The receiver knows the merchant by its webhook URL's last segment, its index here: the
+		// merchant's id is known only once it exists.
 		name := fmt.Sprintf("soak merchant %d", i+1)
 		if err := s.api.adminCall("POST", "/admin/v1/merchants", map[string]string{"name": name, "webhook_url": s.hook.url + strconv.Itoa(i)}, &m); err != nil {
 			return nil, err
