@@ -269,14 +269,16 @@ func TestMain(m *testing.M) {
 // to the bank.
 const shortSeed = 279
 
-// The short soak: the real stack for a minute under a fixed schedule; any violation fails.
+// The short soak: the real stack for a minute under a fixed schedule; any violation fails. The
+// provider has neither idempotency nor inquiry, so that a lost answer parks the payment as
+// unknown and the settlement file has work to do.
 func TestShortSoak(t *testing.T) {
 	bin, err := kasaBinary()
 	require.NoError(t, err)
 	var log bytes.Buffer
 	start := time.Now()
 	rep, err := Run(context.Background(), Options{Binary: bin, Duration: time.Minute, Seed: shortSeed, Rate: 4,
-		Dir: filepath.Join(t.TempDir(), "soak"), Log: &log})
+		Capability: "none", Dir: filepath.Join(t.TempDir(), "soak"), Log: &log})
 	require.NoError(t, err, "%s", log.String())
 	t.Logf("short soak: %v\n%s", time.Since(start).Round(time.Second), log.String())
 	require.Zero(t, rep.Violations, "violations; logs in %s", rep.Dir)
@@ -286,6 +288,8 @@ func TestShortSoak(t *testing.T) {
 		require.Empty(t, f.Error, "%v", f)
 	}
 	require.Len(t, rep.Faults, len(rep.Plan))
+	require.Positive(t, rep.ViaUnknown, "lost answers park payments as unknown")
+	require.NotEmpty(t, rep.Reconciles, "the settlement file settled them")
 	for _, c := range rep.Checks {
 		require.Positive(t, c.Checked, c.Name)
 	}
