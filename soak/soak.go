@@ -106,7 +106,7 @@ type stack struct {
 }
 
 // Run runs one soak and returns its report; the report's Violations say whether kasa held.
-func Run(ctx context.Context, o Options) (*Report, error) {
+func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	o.defaults()
 	if o.Binary == "" {
 		return nil, errors.New("soak: no kasa binary")
@@ -124,9 +124,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return nil, err
 	}
-	defer s.teardown()
+	defer func() {
+		// A temporary directory goes unless it holds the logs of a failure.
+		s.remove = !keep && (errors.Is(err, ErrInterrupted) || err == nil && rep.Violations == 0)
+		s.teardown()
+	}()
 
-	rep := &Report{Started: time.Now().UTC(), Seed: o.Seed, Duration: o.Duration.String(), Rate: o.Rate,
+	rep = &Report{Started: time.Now().UTC(), Seed: o.Seed, Duration: o.Duration.String(), Rate: o.Rate,
 		Capability: o.Capability, Workers: workers, Dir: s.dir}
 	plan := Plan(o.planOptions())
 	rep.Plan = plan
@@ -190,7 +194,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	rep.WriteText(s.log)
-	s.remove = rep.Violations == 0 && !keep
 	return rep, nil
 }
 
