@@ -30,16 +30,23 @@ test: temporal-cli ## run every test: unit, integration (real PostgreSQL + Tempo
 	$(GO) test $(RACE) -count=1 -timeout 30m ./...
 
 # What test-fast leaves to test: the end-to-end tests (Temporal, kasa processes), the outbox
-# (PostgreSQL + NATS, timed deliveries) and the benchmark (pgbench runs).
-SLOW_PKGS := /(tests|outbox|bench)(/|$$)
+# (PostgreSQL + NATS, timed deliveries), the benchmark (pgbench runs) and the chaos soak.
+SLOW_PKGS := /(tests|outbox|bench|soak)(/|$$)
 .PHONY: test-fast
-test-fast: ## unit, store and api tests: everything but the end-to-end, outbox and bench packages
+test-fast: ## unit, store and api tests: everything but the end-to-end, outbox, bench and soak packages
 	$(GO) test $(RACE) -count=1 $$($(GO) list ./... | grep -Ev '$(SLOW_PKGS)')
 
 # The standard suite: about 5 minutes here, plus the preload (docs/performance.md).
 BENCH_PRELOAD ?= 1000000
 bench: build temporal-cli ## measure: ceilings, targets and correctness; writes bench/results/<date>.{md,json}
 	$(BIN)/kasa bench --suite --preload $(BENCH_PRELOAD) --out bench/results
+
+# The chaos soak (docs/operations.md): 10 minutes by default; pass kasa soak's flags in SOAK_FLAGS,
+# e.g. make soak SOAK_FLAGS="--duration 3m --seed 42".
+SOAK_FLAGS ?=
+.PHONY: soak
+soak: build temporal-cli ## chaos soak: processes, servers, bank and network fail under load; writes bench/results/soak-<date>.{md,json}
+	$(BIN)/kasa soak --out bench/results $(SOAK_FLAGS)
 
 # staticcheck and workflowcheck are tools of go.mod: `go tool` builds the pinned versions.
 lint: ## gofmt, go vet, staticcheck, and Temporal's workflowcheck over the workflows

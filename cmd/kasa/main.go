@@ -52,6 +52,7 @@ commands:
   bench     [flags] measure a throwaway kasa (a "kasa dev" child on free ports): one load run, or
             --suite for the standard suite with ceilings, targets and correctness checks (make bench);
             "kasa bench -h" lists the flags
+  soak      [flags] the chaos soak: every process under load and seeded faults, then the invariants (make soak)
 
 configuration: kasa.yaml and KASA_* environment variables (docs/operations.md).
 `
@@ -74,6 +75,7 @@ func main() {
 	cmds := map[string]func(context.Context, config.Config, *slog.Logger) error{
 		"dev": runDev, "api": runAPI, "worker": runWorker, "banksim": runBanksim,
 		"migrate": runMigrate, "verify": runVerify, "reconcile": runReconcile, "relay": runRelay, "bench": runBench,
+		"soak": runSoak,
 	}
 	run, ok := cmds[os.Args[1]]
 	if !ok {

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/kasa-pay/kasa/config"
+	"github.com/kasa-pay/kasa/soak"
+)
+
+const soakUsage = `usage: kasa soak [--duration 10m] [--seed N] [--rate R] [--capability C] [--faults K,K] [--out DIR] [--dir DIR]
+
+Runs kasa's processes (api, two workers, relay, banksim), PostgreSQL and the Temporal dev server
+under a steady load with duplicate retries while a seeded schedule of faults kills and restarts
+them, makes the bank misbehave and degrades the network; then lets everything settle and checks
+the invariants (docs/operations.md, "Chaos soak").
+
+  --duration D     how long the load runs (default 10m)
+  --seed N         the fault schedule's seed (default: from the clock; printed, replayable)
+  --rate R         new payments per second (default 5)
+  --capability C   the provider's capability: idempotent, inquiry or none (default KASA_PROVIDER_CAPABILITY)
+  --faults K,K     the fault kinds drawn from (default all): kill_worker, kill_api, kill_relay,
+                   restart_postgres, restart_temporal, bank_fault, net_fault
+  --out DIR        where soak-<date>.{md,json} go (default bench/results; "" for nowhere)
+  --dir DIR        working directory, kept (default: a temporary one, removed after a clean run)
+
+exit status: 0 every invariant held, 1 a violation (the report lists it), 2 usage or interrupted.
+`
+
+// runSoak is `kasa soak`, which lives in package soak.
+func runSoak(ctx context.Context, cfg config.Config, _ *slog.Logger) error {
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o := soak.Options{}
+	fs.DurationVar(&o.Duration, "duration", 10*time.Minute, "")
+	fs.Int64Var(&o.Seed, "seed", time.Now().UnixNano()%1_000_000, "")
+	fs.Float64Var(&o.Rate, "rate", 5, "")
+	fs.StringVar(&o.Capability, "capability", cfg.Provider.Capability, "")
+	faults := fs.String("faults", "", "")
+	fs.StringVar(&o.Out, "out", "bench/results", "")
+	fs.StringVar(&o.Dir, "dir", "", "")
+	if err := fs.Parse(os.Args[2:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Print(soakUsage)
+			return nil
+		}
+		fmt.Fprintf(os.Stderr, "kasa soak: %v\n\n%s", err, soakUsage)
+		return exitError(2)
+	}
+	kinds, err := soak.ParseKinds(*faults)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kasa soak: %v\n", err)
+		return exitError(2)
+	}
+	o.Kinds = kinds
+	if !slices.Contains(config.Capabilities, o.Capability) {
+		fmt.Fprintf(os.Stderr, "kasa soak: --capability must be one of %v\n", config.Capabilities)
+		return exitError(2)
+	}
+	if o.Binary, err = os.Executable(); err != nil {
+		return err
+	}
+	rep, err := soak.Run(ctx, o)
+	switch {
+	case errors.Is(err, soak.ErrInterrupted):
+		fmt.Fprintln(os.Stderr, "kasa soak: interrupted; every process it started is stopped")
+		return exitError(2)
+	case err != nil:
+		return err
+	case rep.Violations > 0:
+		fmt.Fprintf(os.Stderr, "kasa soak: %d violation(s); seed %d; logs in %s\n", rep.Violations, rep.Seed, rep.Dir)
+		return exitError(1)
+	}
+	return nil
+}

@@ -1,0 +1,324 @@
+package soak
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+// Check is one invariant's result: OK when nothing violated it.
+type Check struct {
+	Name       string   `json:"name"`
+	OK         bool     `json:"ok"`
+	Checked    int      `json:"checked"`    // how many things it looked at
+	Violations int      `json:"violations"` // how many broke it
+	Examples   []string `json:"examples,omitempty"`
+}
+
+const maxExamples = 20
+
+func (c *Check) fail(format string, args ...any) {
+	c.Violations++
+	if len(c.Examples) < maxExamples {
+		c.Examples = append(c.Examples, fmt.Sprintf(format, args...))
+	}
+}
+
+// check runs every invariant over the settled payments and adds the results to rep.
+func (s *stack) check(ctx context.Context, ld *load, st *settled, rep *Report) {
+	keys := ld.snapshot()
+	rep.Checks = append(rep.Checks,
+		s.checkKeys(keys, st),
+		s.checkSettled(st),
+		s.checkBank(st),
+		s.checkVerify(ctx),
+		s.checkReconcile(ctx, st, rep),
+		s.checkHolds(ld.merchants, st),
+		s.checkWebhooks(ctx, st),
+	)
+	for _, c := range rep.Checks {
+		rep.Violations += c.Violations
+	}
+}
+
+// checkKeys: every key has exactly one outcome. The client was only ever answered one payment
+// for it, never an answer a retry of the same request must not get, and replaying the request now
+// answers the same payment with its final status.
+func (s *stack) checkKeys(keys []*keyRecord, st *settled) Check {
+	c := Check{Name: "every idempotency key has exactly one outcome"}
+	var mu sync.Mutex
+	work := make(chan *keyRecord)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				problems := replayProblems(s.api, k, st)
+				mu.Lock()
+				c.Checked++
+				for _, p := range problems {
+					c.fail("key %s: %s", k.Key, p)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, k := range keys {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	c.OK = c.Violations == 0
+	return c
+}
+
+func replayProblems(a *api, k *keyRecord, st *settled) []string {
+	k.mu.Lock()
+	id, ids, unexpected := k.ID, len(k.ids), slices.Clone(k.unexpected)
+	k.mu.Unlock()
+	var out []string
+	for _, u := range unexpected {
+		out = append(out, "unexpected answer: "+u)
+	}
+	if ids > 1 {
+		out = append(out, fmt.Sprintf("answered %d different payments", ids))
+	}
+	if id == "" {
+		return append(out, "never answered with a payment, and none exists for it")
+	}
+	p := st.payments[id]
+	r, err := a.pay(k.Merchant.APIKey, k.Key, k.body)
+	if err != nil {
+		return append(out, "replay: "+err.Error())
+	}
+	// A payment left unfinished (reported by the settled check) is replayed as 202.
+	want := map[payment.Status]int{payment.StatusSucceeded: http.StatusCreated, payment.StatusFailed: http.StatusPaymentRequired}[p.res.Status]
+	if want == 0 {
+		want = http.StatusAccepted
+	}
+	var got payment.Resource
+	_ = json.Unmarshal(r.body, &got)
+	switch {
+	case want == http.StatusAccepted && r.status == want:
+		if got.ID != id {
+			out = append(out, fmt.Sprintf("replay answered payment %s, want %s", got.ID, id))
+		}
+	case r.status != want:
+		out = append(out, fmt.Sprintf("replay answered %d, want %d for a %s payment: %.200s", r.status, want, p.res.Status, r.body))
+	case r.header.Get("Idempotent-Replayed") != "true":
+		out = append(out, "replay without Idempotent-Replayed: true")
+	case got.ID != id || got.Status != p.res.Status:
+		out = append(out, fmt.Sprintf("replay answered payment %s %s, want %s %s", got.ID, got.Status, id, p.res.Status))
+	}
+	return out
+}
+
+// checkSettled: no payment is left processing or unknown once everything has settled.
+func (s *stack) checkSettled(st *settled) Check {
+	c := Check{Name: "every payment reached a final status"}
+	for _, p := range sortedPayments(st) {
+		c.Checked++
+		if !p.done() {
+			c.fail("payment %s (key %s) is %s", p.id, p.key.Key, p.res.Status)
+		}
+	}
+	c.OK = c.Violations == 0
+	return c
+}
+
+// checkBank: the simulator moved money at most once per operation, exactly once for each
+// succeeded payment (the charge the payment names) and never for a failed one.
+func (s *stack) checkBank(st *settled) Check {
+	c := Check{Name: "the bank moved money once per succeeded payment, never otherwise"}
+	ps := sortedPayments(st)
+	var mu sync.Mutex
+	work := make(chan *paid)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				n, ids, err := s.api.simCharges(p.id)
+				mu.Lock()
+				c.Checked++
+				switch {
+				case err != nil:
+					c.fail("payment %s: %v", p.id, err)
+				case n > 1:
+					c.fail("payment %s (%s): money moved %d times", p.id, p.res.Status, n)
+				case p.res.Status == payment.StatusSucceeded && n != 1:
+					c.fail("succeeded payment %s: money moved %d times", p.id, n)
+				case p.res.Status == payment.StatusSucceeded && (p.res.ProviderReference == nil || *p.res.ProviderReference != ids[0]):
+					c.fail("succeeded payment %s names charge %v, the bank's is %s", p.id, deref(p.res.ProviderReference), ids[0])
+				case p.res.Status == payment.StatusFailed && n != 0:
+					c.fail("failed payment %s (%s): the bank moved its money", p.id, deref(p.res.FailureCode))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, p := range ps {
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+	c.OK = c.Violations == 0
+	return c
+}
+
+// checkVerify runs `kasa verify`: the ledger and balance invariants.
+func (s *stack) checkVerify(ctx context.Context) Check {
+	c := Check{Name: "kasa verify is clean", Checked: 1}
+	out, err := s.tool(ctx, "verify")
+	if err != nil {
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			c.fail("%s", strings.TrimSpace(line))
+		}
+		if c.Violations == 0 {
+			c.fail("kasa verify: %v", err)
+		}
+	}
+	c.OK = c.Violations == 0
+	return c
+}
+
+// checkReconcile imports the settlement files once more, now that every payment is final: kasa
+// reconcile must find no mismatch (charged but failed, succeeded but missing from the file).
+// The imports that settled unknown payments must not have found one either.
+func (s *stack) checkReconcile(ctx context.Context, st *settled, rep *Report) Check {
+	c := Check{Name: "kasa reconcile finds no mismatch"}
+	for _, run := range rep.Reconciles {
+		c.Checked++
+		if run.Exit != 0 {
+			c.fail("settling unknowns, %s exited %d: %s", run.Day, run.Exit, lastLines(run.Output, 10))
+		}
+	}
+	for _, day := range st.days {
+		c.Checked++
+		run, err := s.reconcile(ctx, day)
+		switch {
+		case err != nil:
+			c.fail("%s: %v", day, err)
+		case run.Exit != 0:
+			c.fail("%s: exit %d: %s", day, run.Exit, lastLines(run.Output, 10))
+		}
+	}
+	c.OK = c.Violations == 0
+	return c
+}
+
+// checkHolds: no hold is left on a finished payment (every account's reserved amount is zero
+// once every payment is final), and each balance is its deposit less its succeeded payments.
+func (s *stack) checkHolds(merchants []*merchant, st *settled) Check {
+	c := Check{Name: "no hold left; balances are deposits less succeeded payments"}
+	spent := map[string]int64{}
+	for _, p := range st.payments {
+		if p.res.Status == payment.StatusSucceeded {
+			spent[p.key.Account] += p.key.Amount
+		}
+	}
+	for _, m := range merchants {
+		for _, a := range m.Accounts {
+			c.Checked++
+			balance, reserved, err := s.api.account(m.APIKey, a.ID)
+			switch {
+			case err != nil:
+				c.fail("account %s: %v", a.ID, err)
+			case reserved != "0.00":
+				c.fail("account %s: %s still reserved", a.ID, reserved)
+			case balance != formatTRY(a.Deposit-spent[a.ID]):
+				c.fail("account %s: balance %s, want %s (deposit %s less succeeded payments)", a.ID, balance, formatTRY(a.Deposit-spent[a.ID]), formatTRY(a.Deposit))
+			}
+		}
+	}
+	c.OK = c.Violations == 0
+	return c
+}
+
+// checkWebhooks waits (bounded) until each finished payment's final event has reached the receiver, then
+// checks that each state change's event arrived once: one event id per payment and status (an
+// event delivered again under its id counts once), the final one present, nothing unknown to
+// the soak, every delivery signed.
+func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
+	c := Check{Name: "every state change reached the merchant's webhook exactly once"}
+	final := func(events []event, p *paid) bool {
+		return slices.ContainsFunc(events, func(e event) bool { return e.Type == "payment."+string(p.res.Status) })
+	}
+	deadline := time.Now().Add(s.o.Settle)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		got := s.hook.byPayment()
+		missing := 0
+		for _, p := range st.payments {
+			if p.done() && !final(got[p.id], p) {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		_ = sleep(ctx, time.Second)
+	}
+	got := s.hook.byPayment()
+	for _, p := range sortedPayments(st) {
+		c.Checked++
+		events := got[p.id]
+		types := map[string][]string{}
+		for _, e := range events {
+			types[e.Type] = append(types[e.Type], e.ID)
+		}
+		for typ, ids := range types {
+			if len(ids) > 1 {
+				slices.Sort(ids)
+				c.fail("payment %s: %s arrived as %d different events %v", p.id, typ, len(ids), ids)
+			}
+		}
+		if !final(events, p) {
+			c.fail("payment %s: its final event payment.%s never arrived (got %v)", p.id, p.res.Status, slices.Sorted(maps.Keys(types)))
+		}
+	}
+	for id := range got {
+		if _, ok := st.payments[id]; !ok {
+			c.fail("events for payment %s, which no key of the soak made", id)
+		}
+	}
+	_, _, bad := s.hook.stats()
+	for _, b := range bad {
+		c.fail("%s", b)
+	}
+	c.OK = c.Violations == 0
+	return c
+}
+
+func sortedPayments(st *settled) []*paid {
+	out := make([]*paid, 0, len(st.payments))
+	for _, p := range st.payments {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *paid) int { return strings.Compare(a.id, b.id) })
+	return out
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "none"
+	}
+	return *s
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}

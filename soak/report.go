@@ -1,0 +1,188 @@
+package soak
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+// Report is what a soak did and found: bench/results/soak-<date>.{md,json}.
+type Report struct {
+	Started    time.Time `json:"started"`
+	Finished   time.Time `json:"finished"`
+	Seed       int64     `json:"seed"`
+	Duration   string    `json:"duration"`
+	Rate       float64   `json:"rate"`
+	Capability string    `json:"capability"`
+	Workers    int       `json:"workers"`
+	Dir        string    `json:"dir"`
+
+	Plan         []Fault        `json:"plan"`
+	Faults       []FaultResult  `json:"faults"`
+	FaultsByKind map[string]int `json:"faults_by_kind"` // injected, by kind ("bank_fault:hang", "net_fault:postgres:latency" too)
+
+	Keys         int            `json:"keys"`           // idempotency keys the load made
+	Skipped      int            `json:"skipped"`        // keys not sent: too many clients still retrying
+	DupNow       int            `json:"dup_concurrent"` // keys sent twice at once
+	DupLate      int            `json:"dup_later"`      // keys sent again after their answer
+	Sends        int            `json:"sends"`          // POST /v1/payments made
+	LearnedByKey int            `json:"learned_by_key"` // keys whose payment the client learned only by GET ?idempotency_key
+	Answers      map[string]int `json:"answers"`        // HTTP status of every POST ("none": no answer)
+	Payments     map[string]int `json:"payments"`       // by final outcome
+	ViaUnknown   int            `json:"via_unknown"`    // payments that were unknown on their way
+
+	Reconciles     []ReconcileRun      `json:"reconciles"` // imports that settled unknown payments
+	Deliveries     int                 `json:"webhook_deliveries"`
+	Events         int                 `json:"webhook_events"` // distinct event ids
+	UnplannedExits map[string][]string `json:"unplanned_exits,omitempty"`
+
+	Checks     []Check `json:"checks"`
+	Violations int     `json:"violations"`
+}
+
+// FaultResult is a planned fault as it went.
+type FaultResult struct {
+	Fault
+	Injected bool   `json:"injected"`
+	Took     string `json:"took,omitempty"` // from injection to recovery
+	Error    string `json:"error,omitempty"`
+}
+
+func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
+	r.FaultsByKind = map[string]int{}
+	for _, f := range r.Faults {
+		if !f.Injected {
+			continue
+		}
+		r.FaultsByKind[string(f.Kind)]++
+		switch f.Kind {
+		case BankFault:
+			r.FaultsByKind["bank_fault:"+f.Action]++
+		case NetFault:
+			r.FaultsByKind["net_fault:"+f.Target+":"+f.Toxic]++
+		}
+	}
+	keys := ld.snapshot()
+	ld.mu.Lock()
+	r.Keys, r.Skipped, r.DupNow, r.DupLate = len(keys), ld.skipped, ld.dupNow, ld.dupLate
+	ld.mu.Unlock()
+	r.Answers = map[string]int{}
+	for _, k := range keys {
+		k.mu.Lock()
+		r.Sends += k.Sends
+		for status, n := range k.Statuses {
+			name := strconv.Itoa(status)
+			if status == 0 {
+				name = "none"
+			}
+			r.Answers[name] += n
+		}
+		k.mu.Unlock()
+	}
+	r.Payments = map[string]int{}
+	for _, p := range st.payments {
+		outcome := string(p.res.Status)
+		if p.res.Status == payment.StatusFailed {
+			outcome += ":" + deref(p.res.FailureCode)
+		}
+		r.Payments[outcome]++
+		if p.viaUnknown {
+			r.ViaUnknown++
+		}
+	}
+	r.Deliveries, r.Events, _ = hook.stats()
+}
+
+// write saves the report as soak-<date>.json and .md in dir.
+func (r *Report) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	base := filepath.Join(dir, "soak-"+r.Started.Format(time.DateOnly))
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(base+".json", append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	var md bytes.Buffer
+	r.WriteText(&md)
+	return os.WriteFile(base+".md", md.Bytes(), 0o644)
+}
+
+// WriteText writes the report as Markdown.
+func (r *Report) WriteText(w io.Writer) {
+	verdict := "PASS: no invariant was violated"
+	if r.Violations > 0 {
+		verdict = fmt.Sprintf("FAIL: %d violation(s)", r.Violations)
+	}
+	fmt.Fprintf(w, "# Chaos soak %s\n\n%s\n\n", r.Started.Format("2006-01-02 15:04 UTC"), verdict)
+	fmt.Fprintf(w, "Seed %d (replay: `kasa soak --seed %d --duration %s --rate %g --capability %s`), load %s at %g payments/s, "+
+		"capability `%s`, %d workers; finished %s after the start.\n\n",
+		r.Seed, r.Seed, r.Duration, r.Rate, r.Capability, r.Duration, r.Rate, r.Capability, r.Workers,
+		r.Finished.Sub(r.Started).Round(time.Second))
+
+	fmt.Fprintf(w, "## Invariants\n\n| invariant | result | checked | violations |\n|---|---|---:|---:|\n")
+	for _, c := range r.Checks {
+		res := "ok"
+		if !c.OK {
+			res = "**VIOLATED**"
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d |\n", c.Name, res, c.Checked, c.Violations)
+	}
+	for _, c := range r.Checks {
+		if len(c.Examples) > 0 {
+			fmt.Fprintf(w, "\n%s:\n\n", c.Name)
+			for _, e := range c.Examples {
+				fmt.Fprintf(w, "- %s\n", e)
+			}
+		}
+	}
+
+	fmt.Fprintf(w, "\n## Faults injected\n\n| kind | count |\n|---|---:|\n")
+	for _, k := range slices.Sorted(maps.Keys(r.FaultsByKind)) {
+		fmt.Fprintf(w, "| %s | %d |\n", k, r.FaultsByKind[k])
+	}
+	var failed []string
+	for _, f := range r.Faults {
+		if f.Error != "" {
+			failed = append(failed, fmt.Sprintf("- %s %s at %s: %s", f.Kind, f.Target, clock(f.At), f.Error))
+		}
+	}
+	if len(failed) > 0 {
+		fmt.Fprintf(w, "\nFaults that did not go as planned:\n\n%s\n", strings.Join(failed, "\n"))
+	}
+
+	fmt.Fprintf(w, "\n## Payments\n\n%d keys (%d sent twice at once, %d sent again after their answer; %d not sent: too many clients retrying), "+
+		"%d requests; %d keys learned their payment only by `GET ?idempotency_key`.\n\n", r.Keys, r.DupNow, r.DupLate, r.Skipped, r.Sends, r.LearnedByKey)
+	fmt.Fprintf(w, "| outcome | payments |\n|---|---:|\n")
+	for _, k := range slices.Sorted(maps.Keys(r.Payments)) {
+		fmt.Fprintf(w, "| %s | %d |\n", k, r.Payments[k])
+	}
+	fmt.Fprintf(w, "| (of which were `unknown` on the way) | %d |\n", r.ViaUnknown)
+	fmt.Fprintf(w, "\nAnswers to `POST /v1/payments`:")
+	for _, k := range slices.Sorted(maps.Keys(r.Answers)) {
+		fmt.Fprintf(w, " %s ×%d", k, r.Answers[k])
+	}
+	fmt.Fprintf(w, ".\n\nWebhooks: %d deliveries of %d distinct events. Settlement imports while settling: %d.\n", r.Deliveries, r.Events, len(r.Reconciles))
+	if len(r.UnplannedExits) > 0 {
+		fmt.Fprintf(w, "\nProcesses that exited without being killed (restarted by the soak):\n\n")
+		for _, name := range slices.Sorted(maps.Keys(r.UnplannedExits)) {
+			fmt.Fprintf(w, "- %s: %s\n", name, strings.Join(r.UnplannedExits[name], "; "))
+		}
+	}
+	fmt.Fprintf(w, "\n## Fault schedule\n\n```\n")
+	PrintPlan(w, r.Plan)
+	fmt.Fprintf(w, "```\n")
+}

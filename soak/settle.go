@@ -1,0 +1,178 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+// paid is one payment as the soak last saw it.
+type paid struct {
+	id         string
+	res        payment.Resource
+	key        *keyRecord
+	viaUnknown bool
+}
+
+func (p *paid) done() bool {
+	return p.res.Status == payment.StatusSucceeded || p.res.Status == payment.StatusFailed
+}
+
+// settled is every payment of the soak's keys, by id.
+type settled struct {
+	payments map[string]*paid
+	days     []string // the UTC days the soak ran on: the settlement files it imports
+}
+
+// settle brings every payment to an end: it learns the payment of each key whose client never
+// heard back, waits until none is processing, imports the bank's settlement file for the
+// unknown ones, and waits until those are settled too. Each wait is bounded by Options.Settle.
+func (s *stack) settle(ctx context.Context, ld *load, started time.Time, rep *Report) (*settled, error) {
+	st := &settled{payments: map[string]*paid{}}
+	for d := started.UTC().Truncate(24 * time.Hour); !d.After(time.Now().UTC()); d = d.Add(24 * time.Hour) {
+		st.days = append(st.days, d.Format(time.DateOnly))
+	}
+	for _, k := range ld.snapshot() {
+		if !k.accepted() {
+			p, ok, err := s.api.paymentByKey(k.Merchant.APIKey, k.Key)
+			if err != nil {
+				return nil, fmt.Errorf("look up key %s: %w", k.Key, err)
+			}
+			if ok {
+				k.mu.Lock()
+				k.ID, k.ids[p.ID] = p.ID, true
+				k.mu.Unlock()
+				rep.LearnedByKey++
+			}
+		}
+		k.mu.Lock()
+		for id := range k.ids {
+			st.payments[id] = &paid{id: id, key: k, viaUnknown: k.sawUnknown}
+		}
+		k.mu.Unlock()
+	}
+
+	// One bound for the whole settling: a payment still unfinished at its end is a violation.
+	deadline := time.Now().Add(s.o.Settle)
+	if err := s.poll(ctx, st, deadline, func(p *paid) bool { return p.res.Status != payment.StatusProcessing }); err != nil {
+		return nil, err
+	}
+	// Unknown payments wait for the settlement file; kasa releases an unlisted one only once it is
+	// older than the booking window, so the import is repeated until none is left.
+	for s.count(st, payment.StatusUnknown) > 0 && time.Now().Before(deadline) {
+		for _, day := range st.days {
+			run, err := s.reconcile(ctx, day)
+			if err != nil {
+				return nil, err
+			}
+			rep.Reconciles = append(rep.Reconciles, run)
+		}
+		if err := s.poll(ctx, st, earliest(deadline, time.Now().Add(10*time.Second)), (*paid).done); err != nil {
+			return nil, err
+		}
+	}
+	return st, s.poll(ctx, st, deadline, (*paid).done)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func (s *stack) count(st *settled, status payment.Status) int {
+	n := 0
+	for _, p := range st.payments {
+		if p.res.Status == status {
+			n++
+		}
+	}
+	return n
+}
+
+// poll reads the payments until each satisfies ok or the deadline passes; it reads every
+// payment at least once.
+func (s *stack) poll(ctx context.Context, st *settled, deadline time.Time, ok func(*paid) bool) error {
+	first := true
+	for {
+		var todo []*paid
+		for _, p := range st.payments {
+			if first || !ok(p) {
+				todo = append(todo, p)
+			}
+		}
+		first = false
+		if len(todo) == 0 {
+			return nil
+		}
+		s.refresh(todo)
+		if time.Now().After(deadline) {
+			return nil
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+}
+
+// refresh reads each payment's current state, eight at a time; a failed read keeps the last one.
+func (s *stack) refresh(ps []*paid) {
+	work := make(chan *paid)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				if r, found, err := s.api.payment(p.key.Merchant.APIKey, p.id); err == nil && found {
+					p.res = r
+					p.viaUnknown = p.viaUnknown || r.Status == payment.StatusUnknown
+				}
+			}
+		}()
+	}
+	for _, p := range ps {
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+}
+
+// ReconcileRun is one `kasa reconcile` of a settlement file.
+type ReconcileRun struct {
+	Day    string `json:"day"`
+	Exit   int    `json:"exit"`
+	Output string `json:"output"`
+}
+
+// reconcile fetches the bank's settlement file of day and imports it with `kasa reconcile`.
+func (s *stack) reconcile(ctx context.Context, day string) (ReconcileRun, error) {
+	run := ReconcileRun{Day: day}
+	r, err := s.api.call("GET", s.api.sim+"/v1/settlements/"+day+".csv", "", nil)
+	if err != nil {
+		return run, fmt.Errorf("settlement file %s: %w", day, err)
+	}
+	if r.status != 200 {
+		return run, fmt.Errorf("settlement file %s: %d %s", day, r.status, r.body)
+	}
+	file := filepath.Join(s.dir, "settlement-"+day+".csv")
+	if err := os.WriteFile(file, r.body, 0o644); err != nil {
+		return run, err
+	}
+	out, err := s.tool(ctx, "reconcile", "--date", day, file)
+	run.Output = strings.TrimSpace(out)
+	if exit, ok := err.(*exec.ExitError); ok {
+		run.Exit = exit.ExitCode()
+	} else if err != nil {
+		return run, err
+	}
+	return run, nil
+}

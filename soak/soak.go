@@ -1,0 +1,508 @@
+// Package soak is the chaos soak (`kasa soak`, `make soak`): kasa's real processes (`kasa api`,
+// two `kasa worker`s, `kasa relay`, `kasa banksim`), PostgreSQL and the Temporal dev server run
+// for a bounded time under a steady load with duplicate retries, while a seeded schedule of
+// faults kills and restarts processes and servers, makes the bank misbehave and degrades the
+// network between kasa and PostgreSQL and between the workers and the bank. Then everything
+// settles (unknown payments are reconciled with the bank's settlement file) and the soak checks
+// that every key has one outcome, the bank moved money exactly as the payments say, the ledger
+// verifies, no hold is left, and every state change reached the merchant once.
+// docs/operations.md describes it.
+package soak
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kasa-pay/kasa/internal/devenv"
+)
+
+// ErrInterrupted is returned when the soak was stopped (SIGINT/SIGTERM) before its verdict.
+var ErrInterrupted = errors.New("soak interrupted: no verdict")
+
+// Options say how to run a soak.
+type Options struct {
+	Binary     string        // the kasa executable the processes run
+	Duration   time.Duration // of the load; default 10m
+	Seed       int64         // of the fault schedule and the load's choices
+	Rate       float64       // new payments per second; default 5
+	Capability string        // the provider's capability, for the simulator and kasa; default idempotent
+	Kinds      []Kind        // the fault kinds drawn from; empty: all
+	Out        string        // where the report goes (soak-<date>.{md,json}); empty: nowhere
+	Dir        string        // working directory (data, logs); empty: a temporary one, removed after a clean run
+	Settle     time.Duration // bound of each wait while settling; default 3m
+	Log        io.Writer     // progress; default os.Stdout
+}
+
+func (o *Options) defaults() {
+	if o.Duration <= 0 {
+		o.Duration = 10 * time.Minute
+	}
+	if o.Rate <= 0 {
+		o.Rate = 5
+	}
+	if o.Capability == "" {
+		o.Capability = "idempotent"
+	}
+	if o.Settle <= 0 {
+		o.Settle = 3 * time.Minute
+	}
+	if o.Log == nil {
+		o.Log = os.Stdout
+	}
+}
+
+// planOptions are the schedule's options for o: faults start after a warm-up and stop well
+// before the end of the load, so the last payments run on a healthy system.
+func (o Options) planOptions() PlanOptions {
+	quiet := min(30*time.Second, max(10*time.Second, o.Duration/6))
+	return PlanOptions{Seed: o.Seed, Duration: o.Duration, Warmup: 5 * time.Second, Quiet: quiet,
+		MinGap: 3 * time.Second, MaxGap: 10 * time.Second, Kinds: o.Kinds, Workers: workers}
+}
+
+const workers = 2
+
+// Settings of every kasa process: short timeouts so that a dead worker or a silent bank is
+// noticed within seconds, and a short charge budget so that long bank faults park payments as
+// unknown for the reconciliation to settle.
+var kasaSettings = map[string]string{
+	"KASA_PROVIDER_TIMEOUT":        "2s",
+	"KASA_PROVIDER_CHARGE_TIMEOUT": "5s",
+	"KASA_PROVIDER_CHARGE_BUDGET":  "20s",
+	"KASA_PROVIDER_BOOKING_WINDOW": "5s",
+	"KASA_API_SYNC_WAIT":           "1s",
+	"KASA_DATABASE_MAX_CONNS":      "16",
+	"KASA_WEBHOOK_TIMEOUT":         "5s",
+	"KASA_WEBHOOK_ALLOW_PRIVATE":   "true",
+	"KASA_LOG_LEVEL":               "info",
+}
+
+// stack is one soak's processes, servers and links.
+type stack struct {
+	o        Options
+	dir      string
+	log      io.Writer
+	pg       *postgres
+	tmp      *temporal
+	links    *links
+	children map[string]*child
+	api      *api
+	hook     *receiver
+	dbURL    string // direct, for the tools (migrate, verify, reconcile)
+	env      map[string]string
+	stops    []func()
+	remove   bool // the working directory, once everything stopped
+}
+
+// Run runs one soak and returns its report; the report's Violations say whether kasa held.
+func Run(ctx context.Context, o Options) (rep *Report, err error) {
+	o.defaults()
+	if o.Binary == "" {
+		return nil, errors.New("soak: no kasa binary")
+	}
+	s := &stack{o: o, log: o.Log, children: map[string]*child{}}
+	keep := o.Dir != ""
+	if o.Dir == "" {
+		d, err := os.MkdirTemp("", "kasa-soak-")
+		if err != nil {
+			return nil, err
+		}
+		o.Dir = d
+	}
+	s.dir = o.Dir
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, err
+	}
+	defer func() {
+		// A temporary directory goes unless it holds the logs of a failure.
+		s.remove = !keep && (errors.Is(err, ErrInterrupted) || err == nil && rep.Violations == 0)
+		s.teardown()
+	}()
+
+	rep = &Report{Started: time.Now().UTC(), Seed: o.Seed, Duration: o.Duration.String(), Rate: o.Rate,
+		Capability: o.Capability, Workers: workers, Dir: s.dir}
+	plan := Plan(o.planOptions())
+	rep.Plan = plan
+	fmt.Fprintf(s.log, "soak: seed %d, %s at %.1f payments/s, capability %s, working directory %s\n",
+		o.Seed, o.Duration, o.Rate, o.Capability, s.dir)
+	fmt.Fprintf(s.log, "soak: fault schedule (%d faults; replay with --seed %d --duration %s):\n", len(plan), o.Seed, o.Duration)
+	PrintPlan(s.log, plan)
+
+	if err := s.up(ctx); err != nil {
+		return nil, interrupted(ctx, fmt.Errorf("start the stack (logs in %s): %w", s.dir, err))
+	}
+	merchants, err := s.merchants()
+	if err != nil {
+		return nil, interrupted(ctx, err)
+	}
+
+	// The load runs for the duration; the faults run inside it. Clients still retrying when it
+	// ends go on until their key is taken, within the settle bound.
+	fmt.Fprintf(s.log, "soak: load started\n")
+	started := time.Now()
+	loadCtx, stopLoad := context.WithTimeout(ctx, o.Duration)
+	defer stopLoad()
+	retryCtx, stopRetries := context.WithCancel(ctx)
+	defer stopRetries()
+	ld := newLoad(s.api, o.Rate, o.Seed, merchants)
+	faults := s.runFaults(loadCtx, plan, started)
+	ld.run(loadCtx, retryCtx, fmt.Sprintf("soak%d-%s", o.Seed, started.UTC().Format("150405")))
+	rep.Faults = <-faults
+	if ctx.Err() != nil {
+		return nil, ErrInterrupted
+	}
+	fmt.Fprintf(s.log, "soak: load done (%d keys); faults over; settling\n", len(ld.snapshot()))
+	if err := s.heal(ctx); err != nil {
+		return nil, interrupted(ctx, err)
+	}
+	waitGroup(ctx, &ld.wg, o.Settle)
+	stopRetries()
+	ld.wg.Wait()
+
+	st, err := s.settle(ctx, ld, started, rep)
+	if err != nil {
+		return nil, interrupted(ctx, err)
+	}
+	s.check(ctx, ld, st, rep)
+	if ctx.Err() != nil {
+		return nil, ErrInterrupted
+	}
+	for name, c := range s.children {
+		if exits := c.unplannedExits(); len(exits) > 0 {
+			if rep.UnplannedExits == nil {
+				rep.UnplannedExits = map[string][]string{}
+			}
+			rep.UnplannedExits[name] = exits
+		}
+	}
+	rep.Finished = time.Now().UTC()
+	rep.summarise(ld, st, s.hook)
+	if o.Out != "" {
+		if err := rep.write(o.Out); err != nil {
+			return rep, err
+		}
+	}
+	rep.WriteText(s.log)
+	return rep, nil
+}
+
+func interrupted(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ErrInterrupted
+	}
+	return err
+}
+
+// up starts PostgreSQL, Temporal, the links, the webhook receiver and every kasa process, and
+// waits until the API is ready.
+func (s *stack) up(ctx context.Context) error {
+	ports := make([]int, 5)
+	for i := range ports {
+		p, err := devenv.FreePort()
+		if err != nil {
+			return err
+		}
+		ports[i] = p
+	}
+	s.pg = &postgres{dir: filepath.Join(s.dir, "postgres"), port: ports[0]}
+	if err := s.pg.start(ctx); err != nil {
+		return err
+	}
+	s.stops = append(s.stops, s.pg.stop)
+	s.dbURL = s.pg.url(s.pg.port)
+
+	tlog, err := os.OpenFile(filepath.Join(s.dir, "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	s.tmp = &temporal{dbFile: filepath.Join(s.dir, "temporal", "temporal.db"), port: ports[1], log: tlog}
+	if err := s.tmp.start(ctx); err != nil {
+		tlog.Close()
+		return err
+	}
+	s.stops = append(s.stops, func() { s.tmp.stop(); tlog.Close() })
+
+	simAddr, apiAddr := "127.0.0.1:"+strconv.Itoa(ports[2]), "127.0.0.1:"+strconv.Itoa(ports[3])
+	s.links = newLinks()
+	s.stops = append(s.stops, s.links.stop)
+	pgLink, err := s.links.add(LinkPostgres, "127.0.0.1:"+strconv.Itoa(s.pg.port))
+	if err != nil {
+		return err
+	}
+	bankLink, err := s.links.add(LinkBank, simAddr)
+	if err != nil {
+		return err
+	}
+	hook, err := startReceiver()
+	if err != nil {
+		return err
+	}
+	s.hook = hook
+	s.stops = append(s.stops, hook.close)
+
+	admin := "adm_" + randomHex(16)
+	s.env = map[string]string{
+		"KASA_DATA_DIR":            filepath.Join(s.dir, "data"),
+		"KASA_SECRET_KEY":          randomHex(32),
+		"KASA_ADMIN_TOKEN":         admin,
+		"KASA_API_ADDR":            apiAddr,
+		"KASA_BANKSIM_ADDR":        simAddr,
+		"KASA_PROVIDER_URL":        "http://" + bankLink,
+		"KASA_PROVIDER_CAPABILITY": s.o.Capability,
+		"KASA_DATABASE_URL":        s.pg.url(portOf(pgLink)),
+		"KASA_TEMPORAL_ADDRESS":    s.tmp.address(),
+		"KASA_RELAY_METRICS_ADDR":  "127.0.0.1:" + strconv.Itoa(ports[4]),
+	}
+	for k, v := range kasaSettings {
+		s.env[k] = v
+	}
+	if out, err := s.tool(ctx, "migrate"); err != nil {
+		return fmt.Errorf("kasa migrate: %w\n%s", err, out)
+	}
+	s.api = &api{base: "http://" + apiAddr, sim: "http://" + simAddr, admin: admin, http: &http.Client{Timeout: 15 * time.Second}}
+
+	env := s.environ(nil)
+	names := []string{"banksim", "relay", "api"}
+	for i := 1; i <= workers; i++ {
+		names = append(names, fmt.Sprintf("worker-%d", i))
+	}
+	for _, name := range names {
+		cmd, _, _ := strings.Cut(name, "-")
+		c := newChild(name, s.o.Binary, s.dir, env, cmd)
+		s.children[name] = c
+		if err := c.start(); err != nil {
+			return err
+		}
+	}
+	// Registered after the servers' stops: the processes stop first.
+	s.stops = append(s.stops, func() {
+		var wg sync.WaitGroup
+		for _, c := range s.children {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.stop() }()
+		}
+		wg.Wait()
+	})
+	if err := s.api.waitOK(s.api.sim+"/_sim/healthz", time.Minute); err != nil {
+		return err
+	}
+	return s.api.waitOK(s.api.base+"/readyz", 2*time.Minute)
+}
+
+// merchants makes two merchants with webhooks to the receiver: the first has a well-funded
+// account and one that runs dry, the second a well-funded one.
+func (s *stack) merchants() ([]*merchant, error) {
+	var out []*merchant
+	for i, deposits := range [][]int64{{100_000_000_00, 100_00}, {100_000_000_00}} {
+		var m struct {
+			ID            string `json:"id"`
+			APIKey        string `json:"api_key"`
+			WebhookSecret string `json:"webhook_secret"`
+		}
+		// The receiver knows the merchant by its webhook URL's last segment, its index here: the
+		// merchant's id is known only once it exists.
+		name := fmt.Sprintf("soak merchant %d", i+1)
+		if err := s.api.adminCall("POST", "/admin/v1/merchants", map[string]string{"name": name, "webhook_url": s.hook.url + strconv.Itoa(i)}, &m); err != nil {
+			return nil, err
+		}
+		s.hook.addMerchant(strconv.Itoa(i), m.WebhookSecret)
+		mc := &merchant{ID: m.ID, APIKey: m.APIKey, WebhookSecret: m.WebhookSecret}
+		for j, d := range deposits {
+			var a struct{ ID string }
+			if err := s.api.adminCall("POST", "/admin/v1/accounts", map[string]string{"merchant_id": m.ID, "currency": "TRY"}, &a); err != nil {
+				return nil, err
+			}
+			if err := s.api.adminCall("POST", "/admin/v1/accounts/"+a.ID+"/deposits", map[string]string{"amount": formatTRY(d)}, nil,
+				"Idempotency-Key", fmt.Sprintf("soak-seed-%d-%d", i, j)); err != nil {
+				return nil, err
+			}
+			mc.Accounts = append(mc.Accounts, account{ID: a.ID, Deposit: d})
+		}
+		out = append(out, mc)
+	}
+	return out, nil
+}
+
+// environ is the environment of a kasa process: the soak's settings, never the caller's KASA_*.
+func (s *stack) environ(overrides map[string]string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KASA_") {
+			out = append(out, kv)
+		}
+	}
+	for k, v := range s.env {
+		if o, ok := overrides[k]; ok {
+			v = o
+		}
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// tool runs a one-shot kasa command (migrate, verify, reconcile) on the database directly, not
+// through the faulty link.
+func (s *stack) tool(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, s.o.Binary, args...)
+	cmd.Dir, cmd.Env = s.dir, s.environ(map[string]string{"KASA_DATABASE_URL": s.dbURL})
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// runFaults runs the schedule from start, each fault in its own goroutine, and delivers every
+// fault's result once all are over.
+func (s *stack) runFaults(ctx context.Context, plan []Fault, start time.Time) <-chan []FaultResult {
+	out := make(chan []FaultResult, 1)
+	results := make([]FaultResult, len(plan))
+	var wg sync.WaitGroup
+	for i, f := range plan {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = FaultResult{Fault: f}
+			if sleep(ctx, time.Until(start.Add(f.At))) != nil {
+				results[i].Error = "not injected: the load ended"
+				return
+			}
+			fmt.Fprintln(s.log, strings.TrimSpace(fmt.Sprintf("soak: %s  %s %s %s", clock(time.Since(start)), f.Kind, f.Target, f.Detail())))
+			t0 := time.Now()
+			if err := s.inject(ctx, f); err != nil {
+				results[i].Error = err.Error()
+				fmt.Fprintf(s.log, "soak: %s %s: %v\n", f.Kind, f.Target, err)
+			}
+			results[i].Injected = true
+			results[i].Took = time.Since(t0).Round(time.Millisecond).String()
+		}()
+	}
+	go func() { wg.Wait(); out <- results }()
+	return out
+}
+
+// inject applies one fault, waits its duration, and undoes it.
+func (s *stack) inject(ctx context.Context, f Fault) error {
+	wait := func() { _ = sleep(ctx, f.Duration) }
+	switch f.Kind {
+	case KillWorker, KillAPI, KillRelay:
+		c := s.children[f.Target]
+		if err := c.kill(); err != nil {
+			return err
+		}
+		wait()
+		return c.resume()
+	case RestartPostgres:
+		if err := s.pg.crash(); err != nil {
+			return err
+		}
+		wait()
+		return retry(context.WithoutCancel(ctx), s.pg.start)
+	case RestartTemporal:
+		if err := s.tmp.crash(); err != nil {
+			return err
+		}
+		wait()
+		return retry(context.WithoutCancel(ctx), s.tmp.start)
+	case BankFault:
+		rule := map[string]any{"on": f.On, "action": f.Action, "probability": f.Probability}
+		if f.DelayMS > 0 {
+			rule["delay_ms"] = f.DelayMS
+		}
+		if err := s.api.setBankRules([]map[string]any{rule}); err != nil {
+			return err
+		}
+		wait()
+		return s.api.setBankRules(nil)
+	case NetFault:
+		if err := s.links.inject(f); err != nil {
+			return err
+		}
+		wait()
+		s.links.heal(f)
+		return nil
+	}
+	return fmt.Errorf("unknown fault kind %q", f.Kind)
+}
+
+// heal makes sure nothing is left broken after the faults: the bank answers normally, the links
+// carry no toxic, PostgreSQL, Temporal and every process run, and the API is ready.
+func (s *stack) heal(ctx context.Context) error {
+	if err := s.api.setBankRules(nil); err != nil {
+		return fmt.Errorf("clear the bank's faults: %w", err)
+	}
+	for _, name := range []string{LinkPostgres, LinkBank} {
+		s.links.heal(Fault{Target: name})
+	}
+	if !s.pg.running() {
+		if err := retry(ctx, s.pg.start); err != nil {
+			return err
+		}
+	}
+	if !s.tmp.running() {
+		if err := retry(ctx, s.tmp.start); err != nil {
+			return err
+		}
+	}
+	for _, c := range s.children {
+		if err := c.resume(); err != nil {
+			return err
+		}
+	}
+	return s.api.waitOK(s.api.base+"/readyz", s.o.Settle)
+}
+
+func (s *stack) teardown() {
+	for i := len(s.stops) - 1; i >= 0; i-- {
+		s.stops[i]()
+	}
+	if s.remove {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+// waitGroup waits for wg, at most d or until ctx ends.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}
+
+// retry starts a server, trying again a few times a second apart (a port may take a moment to
+// be free again after a crash).
+func retry(ctx context.Context, start func(context.Context) error) error {
+	var err error
+	for range 5 {
+		if err = start(ctx); err == nil || ctx.Err() != nil {
+			return err
+		}
+		_ = sleep(ctx, time.Second)
+	}
+	return err
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func portOf(addr string) int {
+	_, p, _ := strings.Cut(addr, ":")
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+func formatTRY(minor int64) string { return fmt.Sprintf("%d.%02d", minor/100, minor%100) }

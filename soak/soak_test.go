@@ -1,0 +1,371 @@
+package soak
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/banksim"
+	"github.com/kasa-pay/kasa/payment"
+)
+
+func TestPlan(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    PlanOptions
+	}{
+		{"short", PlanOptions{Seed: 279, Duration: time.Minute, Warmup: 5 * time.Second, Quiet: 10 * time.Second, MinGap: 3 * time.Second, MaxGap: 10 * time.Second, Workers: 2}},
+		{"long", PlanOptions{Seed: 7, Duration: 10 * time.Minute, Warmup: 5 * time.Second, Quiet: 30 * time.Second, MinGap: 3 * time.Second, MaxGap: 10 * time.Second, Workers: 2}},
+		{"some kinds", PlanOptions{Seed: 3, Duration: 5 * time.Minute, Warmup: 5 * time.Second, Quiet: 30 * time.Second, MinGap: 3 * time.Second, MaxGap: 10 * time.Second, Workers: 2, Kinds: []Kind{BankFault, KillWorker}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := Plan(tc.o)
+			require.NotEmpty(t, plan)
+			require.Equal(t, plan, Plan(tc.o), "the same seed gives the same schedule")
+			other := tc.o
+			other.Seed++
+			require.NotEqual(t, plan, Plan(other), "another seed gives another schedule")
+
+			free := map[string]time.Duration{}
+			for _, f := range plan {
+				require.GreaterOrEqual(t, f.At, tc.o.Warmup, "%v", f)
+				require.LessOrEqual(t, f.At+f.Duration, tc.o.Duration-tc.o.Quiet, "every fault is over before the quiet end: %v", f)
+				require.Positive(t, f.Duration, "%v", f)
+				require.GreaterOrEqual(t, f.At, free[f.Target], "one fault at a time per target: %v", f)
+				free[f.Target] = f.At + f.Duration
+				if len(tc.o.Kinds) > 0 {
+					require.Contains(t, tc.o.Kinds, f.Kind)
+				}
+				switch f.Kind {
+				case BankFault:
+					require.NotEmpty(t, f.Action)
+					require.NotEmpty(t, f.On)
+				case NetFault:
+					require.Contains(t, []string{LinkPostgres, LinkBank}, f.Target)
+					require.Contains(t, Toxics, f.Toxic)
+				}
+			}
+		})
+	}
+	long := Plan(PlanOptions{Seed: 7, Duration: 10 * time.Minute, Warmup: 5 * time.Second, Quiet: 30 * time.Second, MinGap: 3 * time.Second, MaxGap: 10 * time.Second, Workers: 2})
+	seen := map[Kind]bool{}
+	for _, f := range long {
+		seen[f.Kind] = true
+	}
+	require.Len(t, seen, len(Kinds), "a long schedule draws every kind")
+}
+
+func TestParseKinds(t *testing.T) {
+	k, err := ParseKinds("kill_worker, bank_fault")
+	require.NoError(t, err)
+	require.Equal(t, []Kind{KillWorker, BankFault}, k)
+	_, err = ParseKinds("kill_worker,meteor")
+	require.ErrorContains(t, err, "meteor")
+}
+
+// Every bank action of the soak's table is one the simulator accepts, on each request kind listed.
+func TestBankActionsAreTheSimulators(t *testing.T) {
+	sim, err := banksim.New(banksim.Options{DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sim.Close() })
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(srv.Close)
+	a := &api{sim: srv.URL, http: srv.Client()}
+	for _, act := range BankActions {
+		for _, on := range act.On {
+			rule := map[string]any{"on": on, "action": act.Name, "probability": 0.5}
+			if act.Delay {
+				rule["delay_ms"] = int(act.MinDelay.Milliseconds())
+			}
+			require.NoError(t, a.setBankRules([]map[string]any{rule}), "%s on %s", act.Name, on)
+		}
+	}
+	require.NoError(t, a.setBankRules(nil))
+}
+
+// fakeKasa answers what the checks ask kasa and the simulator, from a state the test breaks.
+type fakeKasa struct {
+	mu       sync.Mutex
+	replays  map[string]answer   // idempotency key → answer to the replay
+	charges  map[string][]string // reference → ids of charges that moved money
+	accounts map[string][2]string
+}
+
+func (f *fakeKasa) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case r.Method == "POST" && r.URL.Path == "/v1/payments":
+		a := f.replays[r.Header.Get("Idempotency-Key")]
+		for k, v := range a.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(a.status)
+		_, _ = w.Write(a.body)
+	case r.URL.Path == "/_sim/charges":
+		ids := f.charges[r.URL.Query().Get("reference")]
+		var cs []map[string]string
+		for _, id := range ids {
+			cs = append(cs, map[string]string{"id": id, "status": "succeeded"})
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"count": len(ids), "charges": cs})
+	case strings.HasPrefix(r.URL.Path, "/v1/accounts/"):
+		a := f.accounts[strings.TrimPrefix(r.URL.Path, "/v1/accounts/")]
+		_ = json.NewEncoder(w).Encode(map[string]string{"balance": a[0], "reserved": a[1]})
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// soakState is a small consistent outcome: key k1 paid 10.00 (succeeded, charge ch1), key k2
+// failed for insufficient funds; the account had 100.00; both final events arrived.
+type soakState struct {
+	fake *fakeKasa
+	m    *merchant
+	keys []*keyRecord
+	st   *settled
+	hook *receiver
+}
+
+func newSoakState() *soakState {
+	m := &merchant{ID: "m1", APIKey: "sk", Accounts: []account{{ID: "a1", Deposit: 100_00}}}
+	ref, code := "ch1", "insufficient_funds"
+	res := map[string]payment.Resource{
+		"p1": {ID: "p1", Status: payment.StatusSucceeded, Amount: "10.00", ProviderReference: &ref},
+		"p2": {ID: "p2", Status: payment.StatusFailed, Amount: "20.00", FailureCode: &code},
+	}
+	s := &soakState{
+		fake: &fakeKasa{replays: map[string]answer{}, charges: map[string][]string{"p1": {"ch1"}},
+			accounts: map[string][2]string{"a1": {"90.00", "0.00"}}},
+		m: m, st: &settled{payments: map[string]*paid{}}, hook: &receiver{secrets: map[string]string{}, events: map[string]*event{}},
+	}
+	for i, id := range []string{"p1", "p2"} {
+		k := &keyRecord{Key: fmt.Sprintf("k%d", i+1), Merchant: m, Account: "a1", Amount: []int64{10_00, 20_00}[i],
+			ID: id, ids: map[string]bool{id: true}, Statuses: map[int]int{}}
+		s.keys = append(s.keys, k)
+		s.st.payments[id] = &paid{id: id, res: res[id], key: k}
+		body, _ := json.Marshal(res[id])
+		status := map[string]int{"p1": 201, "p2": 402}[id]
+		s.fake.replays[k.Key] = answer{status: status, header: http.Header{"Idempotent-Replayed": {"true"}}, body: body}
+		s.hook.events["e"+id] = &event{ID: "e" + id, Type: "payment." + string(res[id].Status), Payment: res[id], Deliveries: 1}
+	}
+	return s
+}
+
+// The checks find each kind of violation in an otherwise consistent outcome, and nothing in it.
+func TestChecksFindViolations(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		check string // the check that must fail; "" for none
+		spoil func(s *soakState)
+	}{
+		{"consistent", "", func(*soakState) {}},
+		{"money moved twice", "bank", func(s *soakState) { s.fake.charges["p1"] = []string{"ch1", "ch1b"} }},
+		{"succeeded without a charge", "bank", func(s *soakState) { delete(s.fake.charges, "p1") }},
+		{"failed but charged", "bank", func(s *soakState) { s.fake.charges["p2"] = []string{"ch2"} }},
+		{"succeeded names another charge", "bank", func(s *soakState) { s.fake.charges["p1"] = []string{"ch9"} }},
+		{"replay answers another payment", "keys", func(s *soakState) {
+			a := s.fake.replays["k1"]
+			a.body = bytes.Replace(a.body, []byte(`"p1"`), []byte(`"p3"`), 1)
+			s.fake.replays["k1"] = a
+		}},
+		{"replay not marked replayed", "keys", func(s *soakState) { s.fake.replays["k2"] = answer{status: 402, body: s.fake.replays["k2"].body} }},
+		{"replay answers another status", "keys", func(s *soakState) {
+			a := s.fake.replays["k2"]
+			a.status = 201
+			s.fake.replays["k2"] = a
+		}},
+		{"two payments for one key", "keys", func(s *soakState) { s.keys[0].ids["p3"] = true }},
+		{"an answer a retry must not get", "keys", func(s *soakState) { s.keys[1].unexpected = []string{"422 idempotency_key_reused"} }},
+		{"still unknown", "settled", func(s *soakState) {
+			p := s.st.payments["p2"]
+			p.res.Status = payment.StatusUnknown
+			body, _ := json.Marshal(p.res)
+			s.fake.replays["k2"] = answer{status: 202, body: body}
+			s.hook.events["ep2"].Type = "payment.unknown"
+		}},
+		{"hold left", "holds", func(s *soakState) { s.fake.accounts["a1"] = [2]string{"90.00", "20.00"} }},
+		{"balance off", "holds", func(s *soakState) { s.fake.accounts["a1"] = [2]string{"70.00", "0.00"} }},
+		{"a state change as two events", "webhooks", func(s *soakState) {
+			e := *s.hook.events["ep1"]
+			e.ID = "ep1-again"
+			s.hook.events[e.ID] = &e
+		}},
+		{"final event missing", "webhooks", func(s *soakState) { delete(s.hook.events, "ep2") }},
+		{"event of a payment nobody made", "webhooks", func(s *soakState) {
+			s.hook.events["ep9"] = &event{ID: "ep9", Type: "payment.succeeded", Payment: payment.Resource{ID: "p9", Status: payment.StatusSucceeded}}
+		}},
+		{"badly signed delivery", "webhooks", func(s *soakState) { s.hook.bad = []string{"event ep1: signature does not verify"} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := newSoakState()
+			tc.spoil(state)
+			srv := httptest.NewServer(state.fake)
+			defer srv.Close()
+			s := &stack{o: Options{Settle: 100 * time.Millisecond}, hook: state.hook,
+				api: &api{base: srv.URL, sim: srv.URL, http: srv.Client()}}
+			results := map[string]Check{
+				"keys":     s.checkKeys(state.keys, state.st),
+				"settled":  s.checkSettled(state.st),
+				"bank":     s.checkBank(state.st),
+				"holds":    s.checkHolds([]*merchant{state.m}, state.st),
+				"webhooks": s.checkWebhooks(context.Background(), state.st),
+			}
+			for name, c := range results {
+				require.Positive(t, c.Checked, name)
+				if name == tc.check {
+					require.False(t, c.OK, "%s must find the violation", name)
+					require.Equal(t, 1, c.Violations, "%s: %v", name, c.Examples)
+					require.Len(t, c.Examples, 1)
+				} else {
+					require.True(t, c.OK, "%s: %v", name, c.Examples)
+				}
+			}
+		})
+	}
+}
+
+// kasaBinary builds cmd/kasa once for the package's tests.
+var kasaBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "kasa-soak-bin-")
+	if err != nil {
+		return "", err
+	}
+	binDir = dir
+	path := filepath.Join(dir, "kasa")
+	if out, err := exec.Command("go", "build", "-o", path, "../cmd/kasa").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ../cmd/kasa: %v\n%s", err, out)
+	}
+	return path, nil
+})
+
+// binDir is where kasaBinary built it, removed after the tests.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// shortSeed's schedule (60 s) crashes PostgreSQL and Temporal, kills the API and both workers,
+// loses the bank's answers after it charged, resets connections to PostgreSQL and slows the link
+// to the bank.
+const shortSeed = 279
+
+// The short soak: the real stack for a minute under a fixed schedule; any violation fails. The
+// provider has neither idempotency nor inquiry, so that a lost answer parks the payment as
+// unknown and the settlement file has work to do.
+func TestShortSoak(t *testing.T) {
+	bin, err := kasaBinary()
+	require.NoError(t, err)
+	var log bytes.Buffer
+	start := time.Now()
+	rep, err := Run(context.Background(), Options{Binary: bin, Duration: time.Minute, Seed: shortSeed, Rate: 4,
+		Capability: "none", Dir: filepath.Join(t.TempDir(), "soak"), Log: &log})
+	require.NoError(t, err, "%s", log.String())
+	t.Logf("short soak: %v\n%s", time.Since(start).Round(time.Second), log.String())
+	require.Zero(t, rep.Violations, "violations; logs in %s", rep.Dir)
+	require.Positive(t, rep.Keys)
+	for _, f := range rep.Faults {
+		require.True(t, f.Injected, "%v", f)
+		require.Empty(t, f.Error, "%v", f)
+	}
+	require.Len(t, rep.Faults, len(rep.Plan))
+	require.Positive(t, rep.ViaUnknown, "lost answers park payments as unknown")
+	require.NotEmpty(t, rep.Reconciles, "the settlement file settled them")
+	for _, c := range rep.Checks {
+		require.Positive(t, c.Checked, c.Name)
+	}
+}
+
+// SIGTERM to `kasa soak` stops every process it started and exits 2 without a verdict.
+func TestSoakStopsOnSIGTERM(t *testing.T) {
+	bin, err := kasaBinary()
+	require.NoError(t, err)
+	dir := filepath.Join(t.TempDir(), "soak")
+	cmd := exec.Command(bin, "soak", "--duration", "10m", "--seed", "1", "--dir", dir, "--out", "")
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for deadline := time.Now().Add(3 * time.Minute); !strings.Contains(out.String(), "soak: load started"); {
+		select {
+		case err := <-done:
+			t.Fatalf("kasa soak exited before its load started: %v\n%s", err, out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "the load never started:\n%s", out.String())
+	}
+	require.NotEmpty(t, processesUnder(dir), "the stack's processes run")
+	time.Sleep(3 * time.Second)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err = <-done:
+	case <-time.After(90 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("kasa soak did not stop within 90s of SIGTERM\n%s", out.String())
+	}
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out.String())
+	require.Equal(t, 2, exit.ExitCode(), "%s", out.String())
+	require.Contains(t, out.String(), "interrupted")
+	require.Empty(t, processesUnder(dir), "every process of the soak stopped")
+	for _, name := range []string{"api", "worker-1", "worker-2", "relay"} {
+		b, err := os.ReadFile(filepath.Join(dir, name+".log"))
+		require.NoError(t, err)
+		require.Contains(t, string(b), "shutting down", "%s stopped on SIGTERM, not killed", name)
+	}
+}
+
+// processesUnder lists the live processes whose command line or working directory is in dir.
+func processesUnder(dir string) []string {
+	entries, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range entries {
+		if _, err := fmt.Sscan(e.Name(), new(int)); err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if strings.Contains(string(cmdline), dir) || strings.HasPrefix(cwd, dir) {
+			out = append(out, e.Name()+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	return slices.Clip(out)
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
