@@ -836,3 +836,32 @@ func TestAPIStartsWhileTemporalIsDown(t *testing.T) {
 	s.api.requireRunning(t, "the API keeps running")
 	s.verify()
 }
+
+// `kasa worker` and `kasa api` started while PostgreSQL is down wait for it instead of exiting,
+// and serve once it is back: no supervisor is needed to bring them up after an outage.
+func TestProcessesWaitForTheDatabase(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{ownPostgres: true})
+	s.crashPostgres()
+	s.startBanksim()
+	s.startWorker()
+	s.api = startProc(t, s.dir, s.bin, "api", s.env(), "api")
+	time.Sleep(3 * time.Second)
+	for _, p := range []*proc{s.worker, s.api} {
+		p.requireRunning(t, "while the database is down")
+		b, err := os.ReadFile(p.log)
+		require.NoError(t, err)
+		require.Contains(t, string(b), "waiting for the database", p.name)
+	}
+
+	s.startPostgres(context.Background())
+	s.api.waitHTTP(s.apiURL() + "/readyz") // ready means a worker polls too
+	m := s.merchant()
+	acct := s.account(m, "TRY", "100.00")
+	r, err := s.pay(m, "after-outage", payBody("inv-1", "10.00", "TRY", acct))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	balance, reserved := s.balances(m, acct)
+	require.Equal(t, "90.00", balance)
+	require.Equal(t, "0.00", reserved)
+}

@@ -131,6 +131,26 @@ func openStore(ctx context.Context, cfg config.Config, migrate bool) (*store.Sto
 	return store.Open(ctx, store.Options{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, SecretKey: key, Migrate: migrate})
 }
 
+// waitStore opens the store, waiting for a database that cannot be reached yet (restarting, or
+// not up before kasa): a long-running process comes up when the database does, instead of
+// exiting and leaving a supervisor to retry. Configuration errors still end it at once.
+func waitStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*store.Store, error) {
+	wait := 500 * time.Millisecond
+	for {
+		st, err := openStore(ctx, cfg, false)
+		if !errors.Is(err, store.ErrUnavailable) {
+			return st, err
+		}
+		log.Warn("waiting for the database", "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
 // dialTemporal connects to the frontend. A lazy client does not need Temporal to be up: `kasa
 // api` starts anyway, answers 503 while Temporal is away and recovers on its own when it returns.
 func dialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, lazy bool) (client.Client, error) {
@@ -158,7 +178,7 @@ func temporalOptions(cfg config.Config, log *slog.Logger) client.Options {
 
 // connect opens the store and a Temporal client, the two things api and worker share.
 func connect(ctx context.Context, cfg config.Config, log *slog.Logger, lazy bool) (*store.Store, client.Client, error) {
-	st, err := openStore(ctx, cfg, false)
+	st, err := waitStore(ctx, cfg, log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -71,7 +71,7 @@ func startEvents(ctx context.Context, cfg config.Config, st *store.Store, reg pr
 
 // runRelay is `kasa relay`: the event pipeline on its own, with /metrics and /healthz.
 func runRelay(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	st, err := openStore(ctx, cfg, false)
+	st, err := waitStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
