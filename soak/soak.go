@@ -111,7 +111,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if o.Binary == "" {
 		return nil, errors.New("soak: no kasa binary")
 	}
-	s := &stack{o: o, log: o.Log, children: map[string]*child{}}
+	s := &stack{o: o, log: &lockedWriter{w: o.Log}, children: map[string]*child{}}
 	keep := o.Dir != ""
 	if o.Dir == "" {
 		d, err := os.MkdirTemp("", "kasa-soak-")
@@ -506,3 +506,15 @@ func portOf(addr string) int {
 }
 
 func formatTRY(minor int64) string { return fmt.Sprintf("%d.%02d", minor/100, minor%100) }
+
+// lockedWriter serialises writes: every fault's goroutine and the load report to one log.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
