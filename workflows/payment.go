@@ -42,9 +42,14 @@ var stepRetry = &temporal.RetryPolicy{
 	NonRetryableErrorTypes: []string{ErrTypeInsufficientFunds, ErrTypeInconsistent},
 }
 
+// stepPatience is how long a database step is retried: for as long as an outage lasts. It
+// must be explicit: a local activity's ScheduleToClose defaults to its StartToClose, which would
+// fail the workflow (and leave the payment processing) 15 s into a database outage.
+const stepPatience = 10 * 365 * 24 * time.Hour
+
 var (
-	localStepOptions = workflow.LocalActivityOptions{StartToCloseTimeout: 15 * time.Second, RetryPolicy: stepRetry}
-	stepOptions      = workflow.ActivityOptions{StartToCloseTimeout: 15 * time.Second, RetryPolicy: stepRetry}
+	localStepOptions = workflow.LocalActivityOptions{StartToCloseTimeout: 15 * time.Second, ScheduleToCloseTimeout: stepPatience, RetryPolicy: stepRetry}
+	stepOptions      = workflow.ActivityOptions{StartToCloseTimeout: 15 * time.Second, ScheduleToCloseTimeout: stepPatience, RetryPolicy: stepRetry}
 )
 
 // chargeOptions returns the provider call's options for a capability. Only an idempotent provider

@@ -437,6 +437,23 @@ func TestPaymentWorkflowDefiniteOutcomes(t *testing.T) {
 			statuses: []string{statusSucceeded},
 		},
 		{
+			// Longer than a step's StartToClose (15 s): a database outage delays a payment,
+			// it never fails it (local activities stop retrying at ScheduleToClose).
+			name: "a database outage longer than a step's timeout is waited out",
+			in:   paymentInput(workflows.CapabilityNone),
+			setup: func(h *harness) {
+				h.on(workflows.ActivityReserveFunds).Return(temporal.NewApplicationError("connection refused", "")).Times(8)
+				h.on(workflows.ActivityCharge).Return(charged("ch_ok"), nil)
+			},
+			want:     workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_ok"},
+			calls:    map[string]int{workflows.ActivityReserveFunds: 9, workflows.ActivityCharge: 1, workflows.ActivityFinalize: 1},
+			statuses: []string{statusSucceeded},
+			check: func(t *testing.T, h *harness) {
+				reserves := h.offsets(workflows.ActivityReserveFunds)
+				require.Greater(t, reserves[len(reserves)-1], 20*time.Second)
+			},
+		},
+		{
 			name: "insufficient funds",
 			in:   paymentInput(workflows.CapabilityIdempotent),
 			setup: func(h *harness) {
