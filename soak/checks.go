@@ -55,28 +55,15 @@ func (s *stack) check(ctx context.Context, ld *load, st *settled, rep *Report) {
 func (s *stack) checkKeys(keys []*keyRecord, st *settled) Check {
 	c := Check{Name: "every idempotency key has exactly one outcome"}
 	var mu sync.Mutex
-	work := make(chan *keyRecord)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := range work {
-				problems := replayProblems(s.api, k, st)
-				mu.Lock()
-				c.Checked++
-				for _, p := range problems {
-					c.fail("key %s: %s", k.Key, p)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	for _, k := range keys {
-		work <- k
-	}
-	close(work)
-	wg.Wait()
+	inParallel(keys, func(k *keyRecord) {
+		problems := replayProblems(s.api, k, st)
+		mu.Lock()
+		defer mu.Unlock()
+		c.Checked++
+		for _, p := range problems {
+			c.fail("key %s: %s", k.Key, p)
+		}
+	})
 	c.OK = c.Violations == 0
 	return c
 }
@@ -139,39 +126,25 @@ func (s *stack) checkSettled(st *settled) Check {
 // succeeded payment (the charge the payment names) and never for a failed one.
 func (s *stack) checkBank(st *settled) Check {
 	c := Check{Name: "the bank moved money once per succeeded payment, never otherwise"}
-	ps := sortedPayments(st)
 	var mu sync.Mutex
-	work := make(chan *paid)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range work {
-				n, ids, err := s.api.simCharges(p.id)
-				mu.Lock()
-				c.Checked++
-				switch {
-				case err != nil:
-					c.fail("payment %s: %v", p.id, err)
-				case n > 1:
-					c.fail("payment %s (%s): money moved %d times", p.id, p.res.Status, n)
-				case p.res.Status == payment.StatusSucceeded && n != 1:
-					c.fail("succeeded payment %s: money moved %d times", p.id, n)
-				case p.res.Status == payment.StatusSucceeded && (p.res.ProviderReference == nil || *p.res.ProviderReference != ids[0]):
-					c.fail("succeeded payment %s names charge %v, the bank's is %s", p.id, deref(p.res.ProviderReference), ids[0])
-				case p.res.Status == payment.StatusFailed && n != 0:
-					c.fail("failed payment %s (%s): the bank moved its money", p.id, deref(p.res.FailureCode))
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	for _, p := range ps {
-		work <- p
-	}
-	close(work)
-	wg.Wait()
+	inParallel(sortedPayments(st), func(p *paid) {
+		n, ids, err := s.api.simCharges(p.id)
+		mu.Lock()
+		defer mu.Unlock()
+		c.Checked++
+		switch {
+		case err != nil:
+			c.fail("payment %s: %v", p.id, err)
+		case n > 1:
+			c.fail("payment %s (%s): money moved %d times", p.id, p.res.Status, n)
+		case p.res.Status == payment.StatusSucceeded && n != 1:
+			c.fail("succeeded payment %s: money moved %d times", p.id, n)
+		case p.res.Status == payment.StatusSucceeded && (p.res.ProviderReference == nil || *p.res.ProviderReference != ids[0]):
+			c.fail("succeeded payment %s names charge %v, the bank's is %s", p.id, deref(p.res.ProviderReference), ids[0])
+		case p.res.Status == payment.StatusFailed && n != 0:
+			c.fail("failed payment %s (%s): the bank moved its money", p.id, deref(p.res.FailureCode))
+		}
+	})
 	c.OK = c.Violations == 0
 	return c
 }
@@ -321,4 +294,23 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
+}
+
+// inParallel calls f on every item, eight at a time: each call is one request to a kasa
+// process or the simulator.
+func inParallel[T any](items []T, f func(T)) {
+	work := make(chan T)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for it := range work {
+				f(it)
+			}
+		})
+	}
+	for _, it := range items {
+		work <- it
+	}
+	close(work)
+	wg.Wait()
 }

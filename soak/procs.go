@@ -174,19 +174,7 @@ func (p *postgres) crash() error {
 	if pg == nil {
 		return errors.New("postgres is not running")
 	}
-	b, err := os.ReadFile(filepath.Join(p.dir, "postmaster.pid"))
-	if err != nil {
-		return err
-	}
-	// The first line is the postmaster's pid.
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
-	if err != nil {
-		return err
-	}
-	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
-		return err
-	}
-	return pg.Stop() // reaps it
+	return pg.Crash()
 }
 
 func (p *postgres) stop() {

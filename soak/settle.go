@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -125,25 +124,12 @@ func (s *stack) poll(ctx context.Context, st *settled, deadline time.Time, ok fu
 
 // refresh reads each payment's current state, eight at a time; a failed read keeps the last one.
 func (s *stack) refresh(ps []*paid) {
-	work := make(chan *paid)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range work {
-				if r, found, err := s.api.payment(p.key.Merchant.APIKey, p.id); err == nil && found {
-					p.res = r
-					p.viaUnknown = p.viaUnknown || r.Status == payment.StatusUnknown
-				}
-			}
-		}()
-	}
-	for _, p := range ps {
-		work <- p
-	}
-	close(work)
-	wg.Wait()
+	inParallel(ps, func(p *paid) {
+		if r, found, err := s.api.payment(p.key.Merchant.APIKey, p.id); err == nil && found {
+			p.res = r
+			p.viaUnknown = p.viaUnknown || r.Status == payment.StatusUnknown
+		}
+	})
 }
 
 // ReconcileRun is one `kasa reconcile` of a settlement file.

@@ -23,7 +23,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -145,14 +144,7 @@ func (s *crashStack) startTemporal(ctx context.Context) {
 // backend is killed, nothing is checkpointed, the next start runs crash recovery).
 func (s *crashStack) crashPostgres() {
 	s.t.Helper()
-	// The first line of postmaster.pid is the postmaster's pid (a freshly forked backend still
-	// carries the postmaster's command line, so /proc cannot tell them apart).
-	b, err := os.ReadFile(filepath.Join(s.pgDir, "postmaster.pid"))
-	require.NoError(s.t, err)
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
-	require.NoError(s.t, err)
-	require.NoError(s.t, syscall.Kill(pid, syscall.SIGQUIT))
-	_ = s.pg.Stop() // reaps the process
+	require.NoError(s.t, s.pg.Crash())
 	s.pg = nil
 }
 

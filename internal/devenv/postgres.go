@@ -147,6 +147,17 @@ func (p *Postgres) Stop() error {
 	}
 }
 
+// Crash shuts the cluster down in immediate mode (SIGQUIT to the postmaster: every backend is
+// killed, nothing is checkpointed, the next start runs crash recovery), as a crash would.
+func (p *Postgres) Crash() error {
+	defer p.log.Close()
+	if err := p.cmd.Process.Signal(syscall.SIGQUIT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	<-p.done
+	return nil
+}
+
 func postgresBinDir() (string, error) {
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
 		dir := strings.TrimSpace(string(out))
