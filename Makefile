@@ -56,13 +56,14 @@ lint: ## gofmt, go vet, staticcheck, and Temporal's workflowcheck over the workf
 	$(GO) tool workflowcheck ./workflows/...
 	@$(MAKE) --no-print-directory check-generated
 
-generate: ## regenerate store/internal/dbsqlc (sqlc) and bench/pgbench/*.sql from store/queries
+generate: ## regenerate store/internal/dbsqlc (sqlc), bench/pgbench/*.sql and payment/currencies_gen.go (ISO 4217)
 	$(GO) tool sqlc generate -f store/sqlc.yaml
 	$(GO) run bench/pgbench/gen.go
+	$(GO) run payment/iso4217/gen.go
 
 check-generated: generate ## fail when the generated code is not what make generate writes
-	@git diff --exit-code -- store/internal/dbsqlc bench/pgbench || { echo "generated code is out of date: run make generate and commit"; exit 1; }
-	@out=$$(git status --porcelain --untracked-files=all -- store/internal/dbsqlc bench/pgbench); if [ -n "$$out" ]; then echo "untracked generated files:"; echo "$$out"; exit 1; fi
+	@git diff --exit-code -- store/internal/dbsqlc bench/pgbench payment/currencies_gen.go || { echo "generated code is out of date: run make generate and commit"; exit 1; }
+	@out=$$(git status --porcelain --untracked-files=all -- store/internal/dbsqlc bench/pgbench payment/currencies_gen.go); if [ -n "$$out" ]; then echo "untracked generated files:"; echo "$$out"; exit 1; fi
 
 fuzz: ## run each fuzz target for 20s
 	$(GO) test ./payment -run '^$$' -fuzz FuzzParseRequest -fuzztime 20s

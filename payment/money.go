@@ -5,8 +5,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-
-	"golang.org/x/text/currency"
 )
 
 // Money is an exact amount in the currency's minor units (kuruş, cents, fils...).
@@ -15,40 +13,37 @@ type Money struct {
 	Currency string // ISO 4217, upper case
 }
 
-// nonMonetary are ISO 4217 codes that name no spendable currency (metals, funds, testing).
-var nonMonetary = map[string]bool{
-	"XXX": true, "XTS": true, "XAU": true, "XAG": true, "XPT": true, "XPD": true, "XDR": true,
-	"XBA": true, "XBB": true, "XBC": true, "XBD": true, "XSU": true, "XUA": true,
+// currencyEntry is one code of ISO 4217 List One (currencies_gen.go, generated from
+// iso4217/list-one.xml).
+type currencyEntry struct {
+	numeric int
+	minor   int  // minor-unit digits; -1 where the list has none ("N.A.": metals, SDR, XXX, XTS...)
+	fund    bool // a fund code (CLF, USN, BOV...): a unit of account, not money a payer holds
 }
 
-// ParseCurrency accepts an ISO 4217 code in any case and returns it upper-cased.
+// ParseCurrency accepts an ISO 4217 code in any case and returns it upper-cased. Only the
+// current currencies of List One are payment currencies: withdrawn codes (DEM, TRL), codes
+// without minor units (XAU, XDR, XXX, XTS) and fund codes (CLF, USN) are refused.
 func ParseCurrency(code string) (string, error) {
 	if len(code) != 3 {
 		return "", ErrUnknownCurrency
 	}
 	up := strings.ToUpper(code)
-	for _, r := range up {
-		if r < 'A' || r > 'Z' {
-			return "", ErrUnknownCurrency
-		}
-	}
-	if nonMonetary[up] {
-		return "", ErrUnknownCurrency
-	}
-	if _, err := currency.ParseISO(up); err != nil {
+	e, ok := iso4217[up]
+	if !ok || e.minor < 0 || e.fund {
 		return "", ErrUnknownCurrency
 	}
 	return up, nil
 }
 
-// Exponent is the number of minor-unit digits of an ISO 4217 currency (TRY 2, JPY 0, KWD 3).
+// Exponent is the number of minor-unit digits of an ISO 4217 code as List One gives it
+// (TRY 2, JPY 0, KWD 3, IQD 3, CLF 4). A code the list does not give digits for (withdrawn,
+// XAU, DEM) gets 2, so that amounts already stored under such a code still format.
 func Exponent(code string) int {
-	u, err := currency.ParseISO(code)
-	if err != nil {
-		return 2
+	if e, ok := iso4217[code]; ok && e.minor >= 0 {
+		return e.minor
 	}
-	scale, _ := currency.Standard.Rounding(u)
-	return scale
+	return 2
 }
 
 // ParseAmount parses a positive decimal string ("1000", "1000.5", "1000.50") exactly into minor units.

@@ -193,6 +193,11 @@ func FuzzParseAmount(f *testing.F) {
 	for _, s := range []string{"1", "1.00", "0.001", "99999999999999999", "1e5"} {
 		f.Add(s, "TRY")
 	}
+	// One currency for each number of minor digits List One uses (0 to 4).
+	for _, cur := range []string{"JPY", "KWD", "IQD", "UYW"} {
+		f.Add("1.2345", cur)
+		f.Add("99999999999999", cur)
+	}
 	f.Fuzz(func(t *testing.T, s, cur string) {
 		c, err := ParseCurrency(cur)
 		if err != nil {
