@@ -123,6 +123,9 @@ func TestChargeValidation(t *testing.T) {
 		{"negative amount", "k3", `{"reference":"r","amount_minor":-5,"currency":"TRY","account_id":"a"}`, 400},
 		{"fractional amount", "k4", `{"reference":"r","amount_minor":1.5,"currency":"TRY","account_id":"a"}`, 400},
 		{"bad currency", "k5", `{"reference":"r","amount_minor":1,"currency":"try","account_id":"a"}`, 400},
+		{"withdrawn currency", "k5a", `{"reference":"r","amount_minor":1,"currency":"DEM","account_id":"a"}`, 400},
+		{"metal", "k5b", `{"reference":"r","amount_minor":1,"currency":"XAU","account_id":"a"}`, 400},
+		{"no such currency", "k5c", `{"reference":"r","amount_minor":1,"currency":"ABC","account_id":"a"}`, 400},
 		{"no reference", "k6", `{"amount_minor":1,"currency":"TRY","account_id":"a"}`, 400},
 		{"no account", "k7", `{"reference":"r","amount_minor":1,"currency":"TRY"}`, 400},
 		{"malformed", "k8", `{"reference":`, 400},
@@ -483,9 +486,14 @@ func TestFormatAmount(t *testing.T) {
 		{1, "KWD", "0.001"},
 		{1000, "BHD", "1.000"},
 		{-250, "USD", "-2.50"},
+		// The simulator's settlement files use kasa's ISO 4217 table.
+		{1500, "XOF", "1500"},
+		{1500, "IQD", "1.500"},
+		{125, "IRR", "1.25"},
+		{12345, "UYW", "1.2345"},
 	}
 	for _, tt := range tests {
-		require.Equal(t, tt.want, formatAmount(tt.minor, currencyExponent(tt.currency)), "%d %s", tt.minor, tt.currency)
+		require.Equal(t, tt.want, settlementAmount(tt.minor, tt.currency), "%d %s", tt.minor, tt.currency)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kasa-pay/kasa/payment"
 )
 
 // Handler serves the provider API (/v1) and the control API (/_sim).
@@ -49,16 +51,11 @@ func (c chargeRequest) validate() error {
 	return nil
 }
 
+// isCurrencyCode accepts the upper-case codes kasa accepts: the current currencies of
+// ISO 4217 List One, without funds and codes that have no minor unit.
 func isCurrencyCode(c string) bool {
-	if len(c) != 3 {
-		return false
-	}
-	for _, r := range c {
-		if r < 'A' || r > 'Z' {
-			return false
-		}
-	}
-	return true
+	up, err := payment.ParseCurrency(c)
+	return err == nil && up == c
 }
 
 func (s *Sim) postCharge(w http.ResponseWriter, r *http.Request) {
@@ -141,7 +138,7 @@ func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
 	for _, rec := range s.records {
 		if rec.Status == statusSucceeded && rec.bookedBy(now) && rec.CreatedAt.UTC().Format(time.DateOnly) == date {
 			rows = append(rows, []string{date, rec.ID, rec.Reference,
-				formatAmount(rec.AmountMinor, currencyExponent(rec.Currency)), rec.Currency, "settled"})
+				settlementAmount(rec.AmountMinor, rec.Currency), rec.Currency, "settled"})
 		}
 	}
 	s.mu.Unlock()
@@ -153,32 +150,10 @@ func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
 	_ = csv.NewWriter(w).WriteAll(rows)
 }
 
-// currencyExponent is the ISO 4217 minor-unit exponent for the currencies
-// that differ from the usual 2.
-func currencyExponent(currency string) int {
-	switch currency {
-	case "JPY", "KRW", "CLP", "VND", "ISK":
-		return 0
-	case "KWD", "BHD", "JOD", "OMR", "TND", "LYD", "IQD":
-		return 3
-	}
-	return 2
-}
-
-// formatAmount renders minor units as a major-unit decimal (12345, 2 → "123.45").
-func formatAmount(minor int64, exp int) string {
-	if exp == 0 {
-		return strconv.FormatInt(minor, 10)
-	}
-	sign := ""
-	if minor < 0 {
-		sign, minor = "-", -minor
-	}
-	p := int64(1)
-	for range exp {
-		p *= 10
-	}
-	return fmt.Sprintf("%s%d.%0*d", sign, minor/p, exp, minor%p)
+// settlementAmount renders a charge's minor units as the decimal of a settlement
+// file, with the minor digits ISO 4217 gives its currency (kasa's own table).
+func settlementAmount(minor int64, currency string) string {
+	return payment.FormatAmount(minor, currency)
 }
 
 func (s *Sim) putFaults(w http.ResponseWriter, r *http.Request) {
