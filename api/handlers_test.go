@@ -220,6 +220,7 @@ var handlerCases = []handlerCase{
 	{name: "create_merchant_invalid_400", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"","webhook_url":"ftp://x"}`}},
 	{name: "create_merchant_unknown_field_400", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"Cafe","plan":"gold"}`}},
 	{name: "create_account_201", req: request{method: "POST", path: "/admin/v1/accounts", body: `{"merchant_id":"0192f1f0-0000-7000-8000-00000000000b","currency":"kwd"}`}},
+	{name: "create_account_withdrawn_currency_400", req: request{method: "POST", path: "/admin/v1/accounts", body: `{"merchant_id":"0192f1f0-0000-7000-8000-00000000000b","currency":"DEM"}`}},
 	{name: "create_account_no_merchant_400", req: request{method: "POST", path: "/admin/v1/accounts", body: `{"merchant_id":"0192f1f0-0000-7000-8000-0000000000ff","currency":"TRY"}`}},
 	{name: "deposit_201", req: request{method: "POST", path: "/admin/v1/accounts/" + accountA.String() + "/deposits", body: `{"amount":"5.50"}`, header: map[string]string{"Idempotency-Key": "d1"}}},
 	{name: "deposit_replayed_201", before: []request{{method: "POST", path: "/admin/v1/accounts/" + accountA.String() + "/deposits", body: `{"amount":"5.50"}`, header: map[string]string{"Idempotency-Key": "d1"}}},

@@ -129,6 +129,10 @@ func TestParseRequestInvalid(t *testing.T) {
 		{"long invoice", `{"invoice_id":"` + strings.Repeat("a", 65) + `","amount":"1","currency":"TRY","account_id":"` + acct + `"}`, "invoice_id"},
 		{"fractional invoice", `{"invoice_id":1.5,"amount":"1","currency":"TRY","account_id":"` + acct + `"}`, "invoice_id"},
 		{"unknown currency", `{"invoice_id":"1","amount":"1","currency":"ABC","account_id":"` + acct + `"}`, "currency"},
+		{"withdrawn currency", `{"invoice_id":"1","amount":"1","currency":"TRL","account_id":"` + acct + `"}`, "currency"},
+		{"fund currency", `{"invoice_id":"1","amount":"1","currency":"CLF","account_id":"` + acct + `"}`, "currency"},
+		{"no minor unit", `{"invoice_id":"1","amount":"1","currency":"XDR","account_id":"` + acct + `"}`, "currency"},
+		{"IQD has 3 digits", `{"invoice_id":"1","amount":"1.0001","currency":"IQD","account_id":"` + acct + `"}`, "amount"},
 		{"bad account", `{"invoice_id":"1","amount":"1","currency":"TRY","account_id":"x"}`, "account_id"},
 	}
 	for _, tt := range tests {
