@@ -32,10 +32,10 @@ type cachedMerchant struct {
 }
 
 const (
-	authCacheTTL  = time.Second     // a revoked key is refused everywhere within this
-	authMissTTL   = 2 * time.Second // a wrong key is refused from memory this long
-	authCacheSize = 10_000          // keys; past it the cache starts over rather than grow
-	authMissSize  = 10_000          // wrong keys, apart so that a flood of them evicts no known key
+	authCacheTTL  = 750 * time.Millisecond // a revoked key is refused everywhere within this
+	authMissTTL   = 2 * time.Second        // a wrong key is refused from memory this long
+	authCacheSize = 10_000                 // keys; past it the cache starts over rather than grow
+	authMissSize  = 10_000                 // wrong keys, apart so that a flood of them evicts no known key
 )
 
 func (c *merchantCache) lookup(ctx context.Context, apiKey string, load func(context.Context, string) (payment.Merchant, error)) (payment.Merchant, error) {
