@@ -1,13 +1,13 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
@@ -15,21 +15,68 @@ import (
 	"github.com/kasa-pay/kasa/payment"
 )
 
-// decodeStrict decodes one JSON object into v, rejecting unknown fields and trailing data.
+// decodeStrict decodes one JSON object into v (a pointer to a struct) with the rules of payment
+// bodies: the JSON content type, at most 64 KiB, no duplicate or unknown fields, field names
+// exactly as documented (encoding/json alone would take "Name" for "name"), no trailing data.
 func decodeStrict(c *gin.Context, v any) error {
 	body, err := readJSONBody(c)
 	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	keys, err := payment.StrictObject(body)
+	if err != nil {
 		return &payment.ValidationError{Fields: []payment.FieldError{{Field: "body", Message: err.Error()}}}
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &payment.ValidationError{Fields: []payment.FieldError{{Field: "body", Message: "unexpected data after the JSON object"}}}
+	names := jsonNames(v)
+	var ve payment.ValidationError
+	for _, k := range keys {
+		if !names[k] {
+			ve.Fields = append(ve.Fields, payment.FieldError{Field: k, Message: "unknown field"})
+		}
+	}
+	if len(ve.Fields) > 0 {
+		return &ve
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return &payment.ValidationError{Fields: []payment.FieldError{{Field: te.Field, Message: "must be a JSON " + jsonKind(te.Type.Kind())}}}
+		}
+		return &payment.ValidationError{Fields: []payment.FieldError{{Field: "body", Message: "body is not valid JSON"}}}
 	}
 	return nil
+}
+
+// decodeNone accepts no body, or an empty JSON object, for calls that take no input.
+func decodeNone(c *gin.Context) error {
+	if c.Request.ContentLength == 0 {
+		return nil
+	}
+	var none struct{}
+	return decodeStrict(c, &none)
+}
+
+// jsonNames are the JSON field names of the struct v points to.
+func jsonNames(v any) map[string]bool {
+	t := reflect.TypeOf(v).Elem()
+	names := make(map[string]bool, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		names[name] = true
+	}
+	return names
+}
+
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int64, reflect.Float64:
+		return "number"
+	}
+	return "value of another type"
 }
 
 type merchantRequest struct {
@@ -42,10 +89,14 @@ type merchantCreated struct {
 	Name          string  `json:"name"`
 	WebhookURL    *string `json:"webhook_url"`
 	APIKey        string  `json:"api_key"`
+	APIKeyID      string  `json:"api_key_id"`
 	WebhookSecret string  `json:"webhook_secret"`
 }
 
 func (s *Server) createMerchant(c *gin.Context) {
+	if !s.queryOK(c) {
+		return
+	}
 	var req merchantRequest
 	if err := decodeStrict(c, &req); err != nil {
 		s.writeError(c, err)
@@ -67,12 +118,12 @@ func (s *Server) createMerchant(c *gin.Context) {
 		return
 	}
 	m := payment.Merchant{ID: payment.NewID(), Name: req.Name, WebhookURL: req.WebhookURL}
-	apiKey, secret := payment.NewSecret("sk_"), payment.NewSecret("whsec_")
-	if err := s.Store.CreateMerchant(c.Request.Context(), m, apiKey, secret); err != nil {
+	apiKey, secret, keyID := payment.NewSecret("sk_"), payment.NewSecret("whsec_"), payment.NewID()
+	if err := s.Store.CreateMerchantWithKey(c.Request.Context(), m, keyID, apiKey, secret); err != nil {
 		s.writeError(c, err)
 		return
 	}
-	out := merchantCreated{ID: m.ID.String(), Name: m.Name, APIKey: apiKey, WebhookSecret: secret}
+	out := merchantCreated{ID: m.ID.String(), Name: m.Name, APIKey: apiKey, APIKeyID: keyID.String(), WebhookSecret: secret}
 	if m.WebhookURL != "" {
 		out.WebhookURL = &m.WebhookURL
 	}
@@ -85,6 +136,9 @@ type accountRequest struct {
 }
 
 func (s *Server) createAccount(c *gin.Context) {
+	if !s.queryOK(c) {
+		return
+	}
 	var req accountRequest
 	if err := decodeStrict(c, &req); err != nil {
 		s.writeError(c, err)
@@ -127,6 +181,9 @@ type depositBody struct {
 }
 
 func (s *Server) deposit(c *gin.Context) {
+	if !s.queryOK(c) {
+		return
+	}
 	key, err := idempotencyKey(c)
 	if err != nil {
 		s.writeError(c, err)
@@ -164,4 +221,129 @@ func (s *Server) deposit(c *gin.Context) {
 		ID: d.ID.String(), AccountID: d.AccountID.String(), Amount: payment.FormatAmount(d.AmountMinor, d.Currency),
 		Currency: d.Currency, CreatedAt: payment.FormatTime(d.CreatedAt),
 	})
+}
+
+// webhookSecretOverlap is how long a replaced webhook secret keeps signing next to the new one.
+const webhookSecretOverlap = 24 * time.Hour
+
+type apiKeyCreated struct {
+	ID         string `json:"id"`
+	MerchantID string `json:"merchant_id"`
+	APIKey     string `json:"api_key"`
+}
+
+type apiKeyList struct {
+	MerchantID string       `json:"merchant_id"`
+	APIKeys    []apiKeyBody `json:"api_keys"`
+}
+
+type apiKeyBody struct {
+	ID        string  `json:"id"`
+	CreatedAt string  `json:"created_at"`
+	RevokedAt *string `json:"revoked_at"`
+}
+
+type webhookSecretCreated struct {
+	WebhookSecret           string `json:"webhook_secret"`
+	PreviousSecretExpiresAt string `json:"previous_secret_expires_at"`
+}
+
+// merchantParam is the merchant of the path; a malformed id is no such merchant.
+func merchantParam(c *gin.Context) (uuid.UUID, error) {
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return uuid.Nil, payment.ErrNotFound
+	}
+	return id, nil
+}
+
+// createAPIKey gives a merchant one more API key, shown once; its other keys keep working.
+func (s *Server) createAPIKey(c *gin.Context) {
+	if !s.queryOK(c) {
+		return
+	}
+	merchantID, err := merchantParam(c)
+	if err == nil {
+		err = decodeNone(c)
+	}
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	apiKey, keyID := payment.NewSecret("sk_"), payment.NewID()
+	if err := s.Store.AddAPIKey(c.Request.Context(), merchantID, keyID, apiKey); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	writeJSON(c, http.StatusCreated, apiKeyCreated{ID: keyID.String(), MerchantID: merchantID.String(), APIKey: apiKey})
+}
+
+// listAPIKeys lists a merchant's keys (never the keys themselves), revoked ones included.
+func (s *Server) listAPIKeys(c *gin.Context) {
+	if !s.queryOK(c) {
+		return
+	}
+	merchantID, err := merchantParam(c)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	keys, err := s.Store.APIKeys(c.Request.Context(), merchantID)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	out := apiKeyList{MerchantID: merchantID.String(), APIKeys: make([]apiKeyBody, 0, len(keys))}
+	for _, k := range keys {
+		out.APIKeys = append(out.APIKeys, apiKeyBody{ID: k.ID.String(), CreatedAt: payment.FormatTime(k.CreatedAt), RevokedAt: optionalTime(k.RevokedAt)})
+	}
+	writeJSON(c, http.StatusOK, out)
+}
+
+// revokeAPIKey revokes one of a merchant's keys: 204, also when it was revoked before; 404 for
+// a key that is not the merchant's. This instance refuses the key at once, the others within
+// authCacheTTL.
+func (s *Server) revokeAPIKey(c *gin.Context) {
+	if !s.queryOK(c) {
+		return
+	}
+	merchantID, err := merchantParam(c)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	keyID, err := uuid.Parse(c.Param("key_id"))
+	if err != nil {
+		s.writeError(c, payment.ErrNotFound)
+		return
+	}
+	if err := s.Store.RevokeAPIKey(c.Request.Context(), merchantID, keyID); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	s.merchants.forgetMerchant(merchantID)
+	c.Status(http.StatusNoContent)
+}
+
+// rotateWebhookSecret replaces a merchant's webhook secret, shown once; webhooks carry the old
+// secret's signature next to the new one's for webhookSecretOverlap.
+func (s *Server) rotateWebhookSecret(c *gin.Context) {
+	if !s.queryOK(c) {
+		return
+	}
+	merchantID, err := merchantParam(c)
+	if err == nil {
+		err = decodeNone(c)
+	}
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	secret := payment.NewSecret("whsec_")
+	until, err := s.Store.RotateWebhookSecret(c.Request.Context(), merchantID, secret, webhookSecretOverlap)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	writeJSON(c, http.StatusCreated, webhookSecretCreated{WebhookSecret: secret, PreviousSecretExpiresAt: payment.FormatTime(until)})
 }

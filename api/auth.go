@@ -2,19 +2,28 @@ package api
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/kasa-pay/kasa/payment"
 )
 
 // merchantCache remembers API key -> merchant for a short while: every merchant request
 // authenticates, and a replay is otherwise one query of its own plus this one. Keys are kept
-// hashed (payment.HashAPIKey), never in the clear. A key's merchant never changes and keys are
-// not revoked yet; when they are, revocation takes effect within authCacheTTL.
+// hashed (payment.HashAPIKey), never in the clear.
+//
+// A known key is trusted for authCacheTTL from the moment its lookup began, so a key revoked on
+// any instance is refused by every instance within that time without any instance telling the
+// others. A wrong key is refused from memory for authMissTTL, so a client repeating one costs a
+// query every authMissTTL rather than one per request; a key is random and only exists once it
+// is created, so no real key is ever tried before its creation.
 type merchantCache struct {
 	mu      sync.Mutex
 	entries map[string]cachedMerchant
+	misses  map[string]time.Time // key hash -> refused without a query until then
 }
 
 type cachedMerchant struct {
@@ -23,22 +32,37 @@ type cachedMerchant struct {
 }
 
 const (
-	authCacheTTL  = 30 * time.Second
-	authCacheSize = 10_000 // merchants; past it the cache starts over rather than grow
+	authCacheTTL  = 750 * time.Millisecond // a revoked key is refused everywhere within this
+	authMissTTL   = 2 * time.Second        // a wrong key is refused from memory this long
+	authCacheSize = 10_000                 // keys; past it the cache starts over rather than grow
+	authMissSize  = 10_000                 // wrong keys, apart so that a flood of them evicts no known key
 )
 
 func (c *merchantCache) lookup(ctx context.Context, apiKey string, load func(context.Context, string) (payment.Merchant, error)) (payment.Merchant, error) {
 	h := string(payment.HashAPIKey(apiKey))
-	now := time.Now()
+	now := time.Now() // before the query: what it reads may be revoked right after it started
 	c.mu.Lock()
 	e, ok := c.entries[h]
+	missUntil, missed := c.misses[h]
 	c.mu.Unlock()
 	if ok && now.Before(e.expires) {
 		return e.m, nil
 	}
+	if missed && now.Before(missUntil) {
+		return payment.Merchant{}, payment.ErrUnauthorized
+	}
 	m, err := load(ctx, apiKey)
+	if errors.Is(err, payment.ErrUnauthorized) {
+		c.mu.Lock()
+		if c.misses == nil || len(c.misses) >= authMissSize {
+			c.misses = map[string]time.Time{}
+		}
+		c.misses[h] = now.Add(authMissTTL)
+		c.mu.Unlock()
+		return m, err
+	}
 	if err != nil {
-		return m, err // failures are not cached: a wrong key costs its caller a query each time
+		return m, err // the database failed: asked again next time
 	}
 	c.mu.Lock()
 	if c.entries == nil || len(c.entries) >= authCacheSize {
@@ -47,4 +71,16 @@ func (c *merchantCache) lookup(ctx context.Context, apiKey string, load func(con
 	c.entries[h] = cachedMerchant{m: m, expires: now.Add(authCacheTTL)}
 	c.mu.Unlock()
 	return m, nil
+}
+
+// forgetMerchant drops every cached key of a merchant: the instance that revokes a key refuses
+// it at once (the others within authCacheTTL).
+func (c *merchantCache) forgetMerchant(id uuid.UUID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for h, e := range c.entries {
+		if e.m.ID == id {
+			delete(c.entries, h)
+		}
+	}
 }

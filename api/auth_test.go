@@ -3,6 +3,9 @@ package api
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -11,15 +14,18 @@ import (
 	"github.com/kasa-pay/kasa/payment"
 )
 
-func TestMerchantCacheLoadsOncePerTTLAndNeverCachesFailures(t *testing.T) {
+func TestMerchantCacheLoadsOncePerTTL(t *testing.T) {
 	var c merchantCache
 	loads := map[string]int{}
 	load := func(_ context.Context, key string) (payment.Merchant, error) {
 		loads[key]++
-		if key == "sk_wrong" {
+		switch key {
+		case "sk_wrong":
 			return payment.Merchant{}, payment.ErrUnauthorized
+		case "sk_down":
+			return payment.Merchant{}, payment.ErrUnavailable
 		}
-		return payment.Merchant{ID: payment.NewID(), Name: key}, nil
+		return payment.Merchant{ID: merchantA, Name: key}, nil
 	}
 	ctx := context.Background()
 	first, err := c.lookup(ctx, "sk_a", load)
@@ -33,19 +39,50 @@ func TestMerchantCacheLoadsOncePerTTLAndNeverCachesFailures(t *testing.T) {
 	for range 2 {
 		_, err := c.lookup(ctx, "sk_wrong", load)
 		require.True(t, errors.Is(err, payment.ErrUnauthorized))
+		_, err = c.lookup(ctx, "sk_down", load)
+		require.True(t, errors.Is(err, payment.ErrUnavailable))
 	}
-	require.Equal(t, 2, loads["sk_wrong"], "a failure is asked again")
+	require.Equal(t, 1, loads["sk_wrong"], "a wrong key is refused from memory")
+	require.Equal(t, 2, loads["sk_down"], "a database failure is asked again")
 
 	// Expired: asked again.
+	h := string(payment.HashAPIKey("sk_a"))
 	c.mu.Lock()
-	e := c.entries[string(payment.HashAPIKey("sk_a"))]
-	e.expires = time.Now().Add(-time.Second)
-	c.entries[string(payment.HashAPIKey("sk_a"))] = e
+	e := c.entries[h]
+	e.expires = time.Now().Add(-time.Millisecond)
+	c.entries[h] = e
+	c.misses[string(payment.HashAPIKey("sk_wrong"))] = time.Now().Add(-time.Millisecond)
 	c.mu.Unlock()
 	_, err = c.lookup(ctx, "sk_a", load)
 	require.NoError(t, err)
 	require.Equal(t, 2, loads["sk_a"])
+	_, err = c.lookup(ctx, "sk_wrong", load)
+	require.True(t, errors.Is(err, payment.ErrUnauthorized))
+	require.Equal(t, 2, loads["sk_wrong"], "a miss is remembered only briefly")
 	for k := range c.entries {
 		require.NotContains(t, k, "sk_a", "keys are kept hashed")
 	}
+	for k := range c.misses {
+		require.NotContains(t, k, "sk_wrong", "keys are kept hashed")
+	}
+
+	// Revoking on this instance forgets the merchant's keys at once.
+	c.forgetMerchant(first.ID)
+	require.Empty(t, c.entries)
+}
+
+// A flood of requests with one wrong key must not cost a database query each: the miss is
+// remembered briefly.
+func TestWrongKeyFloodCostsOneLookup(t *testing.T) {
+	t.Parallel()
+	st := newFakeStore()
+	h := New(Options{Store: st, Workflows: &fakeWorkflows{st: st}, AdminToken: "adm", Logger: slog.New(slog.DiscardHandler)}).Handler()
+	for range 100 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, request{method: "GET", path: "/v1/accounts/" + accountA.String(), header: map[string]string{"Authorization": "Bearer sk_nobody"}}.build())
+		require.Equal(t, http.StatusUnauthorized, rec.Code)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	require.Equal(t, 1, st.calls["MerchantByAPIKey"], "100 requests with one wrong key")
 }

@@ -111,6 +111,9 @@ func optionalTime(t *time.Time) *string {
 // merchantDeliveries lists a merchant's most recent webhook deliveries, newest first, each with
 // its attempt log. ?limit=1..200 (default 50).
 func (s *Server) merchantDeliveries(c *gin.Context) {
+	if !s.queryOK(c, "limit") {
+		return
+	}
 	ds, err := s.deliveryStore()
 	if err != nil {
 		s.writeError(c, err)
@@ -124,7 +127,7 @@ func (s *Server) merchantDeliveries(c *gin.Context) {
 	limit := defaultDeliveryLimit
 	if q, ok := c.GetQuery("limit"); ok {
 		n, err := strconv.Atoi(q)
-		if err != nil || n < 1 || n > maxDeliveryLimit {
+		if err != nil || n < 1 || n > maxDeliveryLimit || strconv.Itoa(n) != q { // digits only: no sign, no leading zeros
 			s.writeError(c, &payment.ValidationError{Fields: []payment.FieldError{{Field: "limit", Message: "must be an integer from 1 to 200"}}})
 			return
 		}
@@ -146,6 +149,9 @@ func (s *Server) merchantDeliveries(c *gin.Context) {
 // event id, same body, a fresh signature and a fresh retry window. 202 with the delivery (status
 // pending); 404 for no such delivery; 400 when the merchant has no webhook URL.
 func (s *Server) redeliver(c *gin.Context) {
+	if !s.queryOK(c) {
+		return
+	}
 	ds, err := s.deliveryStore()
 	if err != nil {
 		s.writeError(c, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -58,6 +59,7 @@ type fakeStore struct {
 	payments   map[uuid.UUID]payment.Payment
 	deposits   map[recordKey]store.Deposit // by account id and key
 	deliveries []store.Delivery
+	keys       map[uuid.UUID]*fakeKey
 	watchers   map[uuid.UUID][]chan store.Answer
 	fail       map[string]error // method name -> the error it returns
 	calls      map[string]int
@@ -75,6 +77,7 @@ func newFakeStore() *fakeStore {
 			accountA: {ID: accountA, MerchantID: merchantA, Kind: "customer", Currency: "TRY", Balance: 100000, Reserved: 2500},
 			accountB: {ID: accountB, MerchantID: merchantB, Kind: "customer", Currency: "TRY", Balance: 5000},
 		},
+		keys:     fakeKeys(),
 		records:  map[recordKey]store.Record{},
 		payments: map[uuid.UUID]payment.Payment{},
 		deposits: map[recordKey]store.Deposit{},
@@ -416,3 +419,105 @@ func (w *fakeWorkflows) AwaitPayment(ctx context.Context, merchantID uuid.UUID, 
 }
 
 func (w *fakeWorkflows) Ready(context.Context) error { return w.ready }
+
+// API keys: sk_a is merchant A's key keyA, sk_b merchant B's keyB.
+var (
+	keyA = uuid.MustParse("0192f1f0-0000-7000-8000-0000000000c1")
+	keyB = uuid.MustParse("0192f1f0-0000-7000-8000-0000000000c2")
+)
+
+// fakeKey is an API key as the fake stores it.
+type fakeKey struct {
+	merchant uuid.UUID
+	apiKey   string
+	created  time.Time
+	revoked  *time.Time
+}
+
+// fakeKeys are the keys of the fake's two merchants; the store's merchants map holds the valid ones.
+func fakeKeys() map[uuid.UUID]*fakeKey {
+	return map[uuid.UUID]*fakeKey{
+		keyA: {merchant: merchantA, apiKey: "sk_a", created: t0},
+		keyB: {merchant: merchantB, apiKey: "sk_b", created: t0},
+	}
+}
+
+func (f *fakeStore) CreateMerchantWithKey(ctx context.Context, m payment.Merchant, keyID uuid.UUID, apiKey, webhookSecret string) error {
+	if err := f.CreateMerchant(ctx, m, apiKey, webhookSecret); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keys[keyID] = &fakeKey{merchant: m.ID, apiKey: apiKey, created: t0}
+	f.minted[keyID.String()] = "<api-key-id>"
+	return nil
+}
+
+func (f *fakeStore) AddAPIKey(_ context.Context, merchantID, keyID uuid.UUID, apiKey string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("AddAPIKey"); err != nil {
+		return err
+	}
+	if merchantID != merchantA && merchantID != merchantB {
+		return payment.ErrNotFound
+	}
+	f.keys[keyID] = &fakeKey{merchant: merchantID, apiKey: apiKey, created: t0.Add(time.Hour)}
+	for _, m := range newFakeStore().merchants {
+		if m.ID == merchantID {
+			f.merchants[apiKey] = m
+		}
+	}
+	f.minted[keyID.String()], f.minted[apiKey] = "<api-key-id>", "<api-key>"
+	return nil
+}
+
+func (f *fakeStore) RevokeAPIKey(_ context.Context, merchantID, keyID uuid.UUID) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("RevokeAPIKey"); err != nil {
+		return err
+	}
+	k, ok := f.keys[keyID]
+	if !ok || k.merchant != merchantID {
+		return payment.ErrNotFound
+	}
+	if k.revoked == nil {
+		at := t0.Add(2 * time.Hour)
+		k.revoked = &at
+		delete(f.merchants, k.apiKey)
+	}
+	return nil
+}
+
+func (f *fakeStore) APIKeys(_ context.Context, merchantID uuid.UUID) ([]store.APIKey, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("APIKeys"); err != nil {
+		return nil, err
+	}
+	if merchantID != merchantA && merchantID != merchantB {
+		return nil, payment.ErrNotFound
+	}
+	out := []store.APIKey{}
+	for id, k := range f.keys {
+		if k.merchant == merchantID {
+			out = append(out, store.APIKey{ID: id, CreatedAt: k.created, RevokedAt: k.revoked})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID.String() < out[j].ID.String() })
+	return out, nil
+}
+
+func (f *fakeStore) RotateWebhookSecret(_ context.Context, merchantID uuid.UUID, secret string, overlap time.Duration) (time.Time, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("RotateWebhookSecret"); err != nil {
+		return time.Time{}, err
+	}
+	if merchantID != merchantA && merchantID != merchantB {
+		return time.Time{}, payment.ErrNotFound
+	}
+	f.minted[secret] = "<webhook-secret>"
+	return t0.Add(overlap), nil
+}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -243,6 +244,74 @@ var handlerCases = []handlerCase{
 	{name: "settlements_not_configured_500", req: request{method: "POST", path: "/admin/v1/settlements", body: settlementCSV, header: map[string]string{"Content-Type": "text/csv"}},
 		setup: func(f *fixture) { f.opts.Reconciler = nil }},
 
+	// API keys and webhook secrets of a merchant.
+	{name: "create_api_key_201", req: request{method: "POST", path: "/admin/v1/merchants/" + merchantA.String() + "/api-keys"},
+		check: func(t *testing.T, f *fixture) { require.Len(t, f.st.keys, 3) }},
+	{name: "create_api_key_empty_object_201", req: request{method: "POST", path: "/admin/v1/merchants/" + merchantA.String() + "/api-keys", body: `{}`}},
+	{name: "create_api_key_with_body_400", req: request{method: "POST", path: "/admin/v1/merchants/" + merchantA.String() + "/api-keys", body: `{"name":"ci"}`}},
+	{name: "create_api_key_no_merchant_404", req: request{method: "POST", path: "/admin/v1/merchants/" + fakeID(99).String() + "/api-keys"}},
+	{name: "create_api_key_bad_merchant_id_404", req: request{method: "POST", path: "/admin/v1/merchants/nope/api-keys"}},
+	{name: "new_api_key_works_200",
+		before: []request{{method: "POST", path: "/admin/v1/merchants/" + merchantA.String() + "/api-keys"}},
+		req:    request{method: "GET", path: "/v1/accounts/" + accountA.String()},
+		check: func(t *testing.T, f *fixture) {
+			var fresh string
+			for id, k := range f.st.keys {
+				if id != keyA && id != keyB {
+					fresh = k.apiKey
+				}
+			}
+			rec := httptest.NewRecorder()
+			New(f.opts).Handler().ServeHTTP(rec, request{method: "GET", path: "/v1/accounts/" + accountA.String(), header: map[string]string{"Authorization": "Bearer " + fresh}}.build())
+			require.Equal(t, http.StatusOK, rec.Code, "the new key works next to the old one")
+		}},
+	{name: "list_api_keys_200", before: []request{{method: "DELETE", path: "/admin/v1/merchants/" + merchantA.String() + "/api-keys/" + keyA.String()}},
+		req: request{method: "GET", path: "/admin/v1/merchants/" + merchantA.String() + "/api-keys"}},
+	{name: "list_api_keys_no_merchant_404", req: request{method: "GET", path: "/admin/v1/merchants/" + fakeID(99).String() + "/api-keys"}},
+	{name: "revoke_api_key_204", req: request{method: "DELETE", path: "/admin/v1/merchants/" + merchantA.String() + "/api-keys/" + keyA.String()},
+		check: func(t *testing.T, f *fixture) { require.NotNil(t, f.st.keys[keyA].revoked) }},
+	{name: "revoke_api_key_again_204", before: []request{{method: "DELETE", path: "/admin/v1/merchants/" + merchantA.String() + "/api-keys/" + keyA.String()}},
+		req: request{method: "DELETE", path: "/admin/v1/merchants/" + merchantA.String() + "/api-keys/" + keyA.String()}},
+	{name: "revoke_api_key_other_merchant_404", req: request{method: "DELETE", path: "/admin/v1/merchants/" + merchantB.String() + "/api-keys/" + keyA.String()}},
+	{name: "revoke_api_key_unknown_404", req: request{method: "DELETE", path: "/admin/v1/merchants/" + merchantA.String() + "/api-keys/" + fakeID(99).String()}},
+	{name: "revoke_api_key_bad_id_404", req: request{method: "DELETE", path: "/admin/v1/merchants/" + merchantA.String() + "/api-keys/nope"}},
+	{name: "revoked_api_key_401",
+		before: []request{
+			{method: "GET", path: "/v1/accounts/" + accountA.String()}, // cached before the revocation
+			{method: "DELETE", path: "/admin/v1/merchants/" + merchantA.String() + "/api-keys/" + keyA.String()},
+		},
+		req: request{method: "GET", path: "/v1/accounts/" + accountA.String()}},
+	{name: "rotate_webhook_secret_201", req: request{method: "POST", path: "/admin/v1/merchants/" + merchantA.String() + "/webhook-secret"}},
+	{name: "rotate_webhook_secret_no_merchant_404", req: request{method: "POST", path: "/admin/v1/merchants/" + fakeID(99).String() + "/webhook-secret"}},
+
+	// Admin bodies are as strict as payment bodies.
+	{name: "create_merchant_duplicate_field_400", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"Cafe","name":"Bar"}`}},
+	{name: "create_merchant_other_case_400", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"Name":"Cafe"}`}},
+	{name: "create_merchant_trailing_data_400", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"Cafe"} {"name":"Bar"}`}},
+	{name: "create_merchant_wrong_type_400", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":5}`}},
+	{name: "create_merchant_not_json_415", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"Cafe"}`, header: map[string]string{"Content-Type": "text/plain"}}},
+	{name: "create_merchant_too_large_413", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"` + strings.Repeat("x", payment.MaxBodyBytes) + `"}`}},
+	{name: "create_account_other_case_400", req: request{method: "POST", path: "/admin/v1/accounts", body: `{"merchant_id":"0192f1f0-0000-7000-8000-00000000000b","CURRENCY":"TRY"}`}},
+	{name: "deposit_duplicate_field_400", req: request{method: "POST", path: "/admin/v1/accounts/" + accountA.String() + "/deposits", body: `{"amount":"1","amount":"500"}`, header: map[string]string{"Idempotency-Key": "d1"}}},
+
+	// Query parameters.
+	{name: "payment_by_key_invalid_utf8_400", req: request{method: "GET", path: "/v1/payments?idempotency_key=%FF"}},
+	{name: "payment_by_key_nul_400", req: request{method: "GET", path: "/v1/payments?idempotency_key=%00"}},
+	{name: "payment_by_key_twice_400", req: request{method: "GET", path: "/v1/payments?idempotency_key=k1&idempotency_key=k2"}},
+	{name: "payment_by_key_unknown_param_400", req: request{method: "GET", path: "/v1/payments?idempotency_key=k1&status=failed"}},
+	{name: "payment_by_key_bad_escape_400", req: request{method: "GET", path: "/v1/payments?idempotency_key=%ZZ"}},
+	{name: "get_payment_unknown_param_400", req: request{method: "GET", path: "/v1/payments/" + fakeID(1).String() + "?expand=all"}},
+	{name: "create_payment_unknown_param_400", req: request{method: "POST", path: "/v1/payments?sync=false", body: payBody, header: map[string]string{"Idempotency-Key": "k1"}},
+		check: func(t *testing.T, f *fixture) {
+			require.Zero(t, f.st.calls["Begin"], "refused before anything is written")
+		}},
+	{name: "deliveries_limit_sign_400", req: request{method: "GET", path: "/admin/v1/merchants/" + merchantA.String() + "/deliveries?limit=+5"}},
+	{name: "deliveries_limit_twice_400", req: request{method: "GET", path: "/admin/v1/merchants/" + merchantA.String() + "/deliveries?limit=5&limit=6"}},
+	{name: "settlements_dry_run_not_boolean_400", req: request{method: "POST", path: "/admin/v1/settlements?dry_run=1", body: settlementCSV, header: map[string]string{"Content-Type": "text/csv"}},
+		check: func(t *testing.T, f *fixture) { require.Zero(t, f.reconc.calls, "nothing imported") }},
+	{name: "settlements_dry_run_empty_400", req: request{method: "POST", path: "/admin/v1/settlements?dry_run=", body: settlementCSV, header: map[string]string{"Content-Type": "text/csv"}}},
+	{name: "settlements_unknown_param_400", req: request{method: "POST", path: "/admin/v1/settlements?dryrun=true", body: settlementCSV, header: map[string]string{"Content-Type": "text/csv"}}},
+
 	// Health.
 	{name: "healthz_200", req: request{method: "GET", path: "/healthz"}},
 	{name: "readyz_200", req: request{method: "GET", path: "/readyz"}},
@@ -276,6 +345,9 @@ func TestHandlers(t *testing.T) {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, tc.req.build())
 			got := render(rec, st.minted)
+			if i := strings.LastIndex(tc.name, "_"); i > 0 {
+				require.Equal(t, tc.name[i+1:], strconv.Itoa(rec.Code), "the status the case's name promises")
+			}
 
 			path := filepath.Join("testdata", tc.name+".golden")
 			if *update {

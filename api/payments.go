@@ -7,6 +7,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -19,6 +22,9 @@ import (
 
 // createPayment implements POST /v1/payments: every row of the answers table in docs/openapi.yaml.
 func (s *Server) createPayment(c *gin.Context) {
+	if !s.queryOK(c) {
+		return
+	}
 	ctx := c.Request.Context()
 	m := merchantOf(c)
 	key, err := idempotencyKey(c)
@@ -213,6 +219,9 @@ func (s *Server) awaitOutcome(ctx context.Context, p payment.Payment, runID stri
 }
 
 func (s *Server) getPayment(c *gin.Context) {
+	if !s.queryOK(c) {
+		return
+	}
 	id, err := uuid.Parse(c.Param("id"))
 	if err != nil {
 		s.writeError(c, payment.ErrNotFound)
@@ -230,12 +239,20 @@ func (s *Server) getPayment(c *gin.Context) {
 }
 
 func (s *Server) paymentByKey(c *gin.Context) {
-	key, ok := c.GetQuery("idempotency_key")
-	if !ok {
-		s.writeError(c, &payment.ValidationError{Fields: []payment.FieldError{{Field: "idempotency_key", Message: "query parameter is required"}}})
+	if !s.queryOK(c, "idempotency_key") {
 		return
 	}
-	p, err := s.Store.PaymentByKey(c.Request.Context(), merchantOf(c).ID, key)
+	keys := c.Request.URL.Query()["idempotency_key"]
+	switch {
+	case len(keys) == 0:
+		s.writeError(c, &payment.ValidationError{Fields: []payment.FieldError{{Field: "idempotency_key", Message: "query parameter is required"}}})
+		return
+	case len(keys) > 1 || !payment.ValidKey(keys[0]):
+		// Checked here, not by the database: a byte sequence that is not UTF-8 is an error there.
+		s.writeError(c, payment.ErrKeyInvalid)
+		return
+	}
+	p, err := s.Store.PaymentByKey(c.Request.Context(), merchantOf(c).ID, keys[0])
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -243,7 +260,46 @@ func (s *Server) paymentByKey(c *gin.Context) {
 	writeJSON(c, http.StatusOK, p.Resource())
 }
 
+// queryOK checks the query string against the parameters a route takes (a trailing "*" marks
+// one that may repeat) and answers 400 invalid_request when it is malformed, names a parameter
+// the route does not take, or repeats one that may not repeat: a misspelt option is an error,
+// never silently ignored. Each handler validates the values.
+func (s *Server) queryOK(c *gin.Context, params ...string) bool {
+	raw := c.Request.URL.RawQuery
+	if raw == "" {
+		return true
+	}
+	values, err := url.ParseQuery(raw)
+	if err != nil {
+		s.writeError(c, &payment.ValidationError{Fields: []payment.FieldError{{Field: "query", Message: "malformed query string"}}})
+		return false
+	}
+	var ve payment.ValidationError
+	names := make([]string, 0, len(values))
+	for name := range values {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		switch {
+		case slices.Contains(params, name+"*"):
+		case !slices.Contains(params, name):
+			ve.Fields = append(ve.Fields, payment.FieldError{Field: name, Message: "unknown query parameter"})
+		case len(values[name]) > 1:
+			ve.Fields = append(ve.Fields, payment.FieldError{Field: name, Message: "may be given once"})
+		}
+	}
+	if len(ve.Fields) > 0 {
+		s.writeError(c, &ve)
+		return false
+	}
+	return true
+}
+
 func (s *Server) getAccount(c *gin.Context) {
+	if !s.queryOK(c) {
+		return
+	}
 	id, err := uuid.Parse(c.Param("id"))
 	if err != nil {
 		s.writeError(c, payment.ErrNotFound)

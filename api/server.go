@@ -25,8 +25,12 @@ import (
 // Store is what the API needs from the database.
 type Store interface {
 	Ping(ctx context.Context) error
-	CreateMerchant(ctx context.Context, m payment.Merchant, apiKey, webhookSecret string) error
+	CreateMerchantWithKey(ctx context.Context, m payment.Merchant, keyID uuid.UUID, apiKey, webhookSecret string) error
 	MerchantByAPIKey(ctx context.Context, apiKey string) (payment.Merchant, error)
+	AddAPIKey(ctx context.Context, merchantID, keyID uuid.UUID, apiKey string) error
+	RevokeAPIKey(ctx context.Context, merchantID, keyID uuid.UUID) error
+	APIKeys(ctx context.Context, merchantID uuid.UUID) ([]store.APIKey, error)
+	RotateWebhookSecret(ctx context.Context, merchantID uuid.UUID, secret string, overlap time.Duration) (time.Time, error)
 	CreateAccount(ctx context.Context, merchantID uuid.UUID, currency string) (payment.Account, error)
 	Account(ctx context.Context, id uuid.UUID) (payment.Account, error)
 	Deposit(ctx context.Context, accountID uuid.UUID, key string, amount int64) (store.Deposit, bool, error)
@@ -125,6 +129,10 @@ func New(o Options) *Server {
 	admin.POST("/accounts/:id/deposits", s.deposit)
 	admin.POST("/settlements", s.settlements)
 	admin.GET("/merchants/:id/deliveries", s.merchantDeliveries)
+	admin.POST("/merchants/:id/api-keys", s.createAPIKey)
+	admin.GET("/merchants/:id/api-keys", s.listAPIKeys)
+	admin.DELETE("/merchants/:id/api-keys/:key_id", s.revokeAPIKey)
+	admin.POST("/merchants/:id/webhook-secret", s.rotateWebhookSecret)
 	admin.POST("/deliveries/:id/redeliver", s.redeliver)
 
 	v1 := e.Group("/v1", s.merchantAuth)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strconv"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
@@ -44,10 +43,14 @@ var errNoReconciler = errors.New("settlement import is not configured on this se
 //
 // Query parameters, optional: date=YYYY-MM-DD (repeatable) declares the days the file covers;
 // merchant_id (repeatable) limits the coverage checks to merchants; dry_run=true reports what
-// the import would do and changes nothing.
+// the import would do and changes nothing (dry_run=false, the default, imports). Any other
+// parameter is refused.
 func (s *Server) settlements(c *gin.Context) {
 	if s.Reconciler == nil {
 		s.writeError(c, errNoReconciler)
+		return
+	}
+	if !s.queryOK(c, "date*", "merchant_id*", "dry_run") {
 		return
 	}
 	mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
@@ -73,12 +76,13 @@ func (s *Server) settlements(c *gin.Context) {
 		}
 		opts.Merchants = append(opts.Merchants, id)
 	}
-	if v := c.Query("dry_run"); v != "" {
-		dry, err := strconv.ParseBool(v)
-		if err != nil {
+	if v, ok := c.GetQuery("dry_run"); ok {
+		switch v { // exactly: strconv.ParseBool would also take 1, t, TRUE...
+		case "true", "false":
+			opts.DryRun = v == "true"
+		default:
 			ve.Fields = append(ve.Fields, payment.FieldError{Field: "dry_run", Message: "must be true or false"})
 		}
-		opts.DryRun = dry
 	}
 	if len(ve.Fields) > 0 {
 		s.writeError(c, &ve)

@@ -203,6 +203,23 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// MinAdminTokenLen is the shortest KASA_ADMIN_TOKEN a long-running `kasa api` accepts: the token
+// moves money (deposits) and mints merchant keys, so it must not be guessable.
+// `openssl rand -hex 24` gives 48 characters; `kasa dev` makes its own random one.
+const MinAdminTokenLen = 32
+
+// CheckAdminToken reports why the admin token cannot guard a deployed API: unset, or shorter than
+// MinAdminTokenLen.
+func (c Config) CheckAdminToken() error {
+	switch {
+	case c.Admin.Token == "":
+		return errors.New("KASA_ADMIN_TOKEN is not set: at least 32 random characters (e.g. `openssl rand -hex 24`)")
+	case len(c.Admin.Token) < MinAdminTokenLen:
+		return fmt.Errorf("KASA_ADMIN_TOKEN must be at least %d characters, got %d (e.g. `openssl rand -hex 24`)", MinAdminTokenLen, len(c.Admin.Token))
+	}
+	return nil
+}
+
 // SecretKey returns the decoded secret key, or nil when none is configured.
 func (c Config) SecretKey() []byte {
 	b, _ := hex.DecodeString(c.Secret.Key)

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,4 +93,25 @@ func TestCapabilitiesMatchTheWorkflows(t *testing.T) {
 		want[i] = string(c)
 	}
 	require.Equal(t, want, Capabilities)
+}
+
+func TestCheckAdminToken(t *testing.T) {
+	for _, tc := range []struct {
+		token string
+		ok    bool
+	}{
+		{"", false},
+		{"adm_test_token", false},
+		{strings.Repeat("a", MinAdminTokenLen-1), false},
+		{strings.Repeat("a", MinAdminTokenLen), true},
+		{"adm_" + strings.Repeat("0f", 16), true}, // what kasa dev makes
+	} {
+		var c Config
+		c.Admin.Token = tc.token
+		err := c.CheckAdminToken()
+		require.Equal(t, tc.ok, err == nil, "token %q: %v", tc.token, err)
+		if !tc.ok {
+			require.ErrorContains(t, err, "KASA_ADMIN_TOKEN")
+		}
+	}
 }

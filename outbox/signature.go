@@ -24,10 +24,18 @@ var (
 )
 
 // Sign returns the Kasa-Signature header value for body sent at t:
-// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>".
-func Sign(secret string, t time.Time, body []byte) string {
+// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>", followed by one more v1 per
+// non-empty previous secret: while a rotated secret is still honoured, a receiver that has only
+// the old one or already the new one can verify.
+func Sign(secret string, t time.Time, body []byte, previous ...string) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, body))
+	out := "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, body))
+	for _, p := range previous {
+		if p != "" {
+			out += ",v1=" + hex.EncodeToString(mac(p, ts, body))
+		}
+	}
+	return out
 }
 
 func mac(secret, ts string, body []byte) []byte {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,4 +103,15 @@ func TestWebhookBody(t *testing.T) {
 	require.Contains(t, string(body), `"data":{"x":1,"id":"p"}`)
 	_, err = WebhookBody(Event{ID: id, Data: json.RawMessage(`{"x":`)})
 	require.Error(t, err)
+}
+
+// While a secret is rotated both sign: the new one's v1 first; an empty previous is no v1.
+func TestSignWithPreviousSecret(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"id":"e1"}`)
+	at := time.Unix(1_700_000_000, 0)
+	one := strings.TrimPrefix(Sign("whsec_new", at, body), "t=1700000000,")
+	two := strings.TrimPrefix(Sign("whsec_old", at, body), "t=1700000000,")
+	require.Equal(t, "t=1700000000,"+one+","+two, Sign("whsec_new", at, body, "whsec_old"))
+	require.Equal(t, "t=1700000000,"+one, Sign("whsec_new", at, body, ""))
 }

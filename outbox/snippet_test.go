@@ -23,6 +23,7 @@ func TestMerchantSnippetsVerifyKasaSignatures(t *testing.T) {
 	secret, body := "whsec_snippet", []byte(`{"id":"evt","type":"payment.succeeded","data":{"amount":"10.00"}}`)
 	good := outbox.Sign(secret, time.Now(), body)
 	old := outbox.Sign(secret, time.Now().Add(-time.Hour), body)
+	rotated := outbox.Sign("whsec_new", time.Now(), body, secret) // during a rotation: both sign
 	check := fmt.Sprintf(`package main
 
 import (
@@ -35,6 +36,17 @@ func TestSnippet(t *testing.T) {
 	if err := verifyKasaSignature(%q, %q, body, 5*time.Minute); err != nil {
 		t.Fatalf("a good signature: %%v", err)
 	}
+	for _, s := range []string{%q, "whsec_new"} {
+		if err := verifyKasaSignature(s, %q, body, 5*time.Minute); err != nil {
+			t.Fatalf("rotated, with %%s: %%v", s, err)
+		}
+		if err := verifyWithAny([]string{"whsec_other", s}, %q, body, 5*time.Minute); err != nil {
+			t.Fatalf("rotated, any of two with %%s: %%v", s, err)
+		}
+	}
+	if verifyWithAny([]string{"whsec_other"}, %q, body, 5*time.Minute) == nil {
+		t.Errorf("rotated, another secret: accepted")
+	}
 	for name, err := range map[string]error{
 		"another secret": verifyKasaSignature("whsec_other", %q, body, 5*time.Minute),
 		"changed body":   verifyKasaSignature(%q, %q, append(body, ' '), 5*time.Minute),
@@ -46,7 +58,7 @@ func TestSnippet(t *testing.T) {
 		}
 	}
 }
-`, body, secret, good, good, secret, good, secret, old, secret)
+`, body, secret, good, secret, rotated, rotated, rotated, good, secret, good, secret, old, secret)
 
 	for _, doc := range []string{"../docs/webhooks.md"} {
 		t.Run(filepath.Base(doc), func(t *testing.T) {

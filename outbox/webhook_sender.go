@@ -202,7 +202,7 @@ func (s *WebhookSender) post(ctx context.Context, d store.ClaimedDelivery, at ti
 	req.Header.Set("User-Agent", "kasa-webhooks/1")
 	req.Header.Set(HeaderEventID, d.ID.String())
 	req.Header.Set("Kasa-Event-Type", d.EventType)
-	req.Header.Set(HeaderSignature, Sign(d.Secret, at, d.Body))
+	req.Header.Set(HeaderSignature, Sign(d.Secret, at, d.Body, d.PreviousSecret))
 	resp, err := s.o.Client.Do(req)
 	if err != nil {
 		return 0, err

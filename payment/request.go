@@ -143,6 +143,14 @@ func (o object) get(k string) (json.RawMessage, bool) {
 	return v, ok
 }
 
+// StrictObject checks that body is exactly one JSON object, without duplicate keys or trailing
+// data, as ParseRequest requires, and returns its keys in order: other decoders of JSON bodies
+// hold their input to the same rules.
+func StrictObject(body []byte) ([]string, error) {
+	o, err := decodeObject(body)
+	return o.order, err
+}
+
 // decodeObject reads exactly one JSON object, rejecting duplicate keys and trailing data, which
 // encoding/json alone silently accepts.
 func decodeObject(body []byte) (object, error) {

@@ -12,12 +12,6 @@ import (
 	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 )
 
-// CreateMerchant stores a merchant with its API key hashed and its webhook secret encrypted.
-func (s *Store) CreateMerchant(ctx context.Context, m payment.Merchant, apiKey, webhookSecret string) error {
-	_, err := s.pool.Exec(ctx, dbsqlc.InsertMerchant, m.ID, m.Name, payment.HashAPIKey(apiKey), m.WebhookURL, s.seal(webhookSecret))
-	return translate(err)
-}
-
 // MerchantByAPIKey authenticates a merchant; unknown keys are payment.ErrUnauthorized.
 func (s *Store) MerchantByAPIKey(ctx context.Context, apiKey string) (payment.Merchant, error) {
 	var m payment.Merchant

@@ -24,7 +24,9 @@ type ClaimedDelivery struct {
 	URL         string
 	Body        []byte
 	Secret      string // the merchant's webhook secret, decrypted
-	Attempt     int    // this attempt's number, 1-based; the fencing token of its result
+	// PreviousSecret is the secret it replaced, while both sign (after a rotation); else empty.
+	PreviousSecret string
+	Attempt        int // this attempt's number, 1-based; the fencing token of its result
 }
 
 // ClaimDeliveries leases up to limit due deliveries for lease and counts their attempt. A
@@ -37,11 +39,11 @@ func (s *Store) ClaimDeliveries(ctx context.Context, limit, perMerchant int, lea
 	}
 	type claimed struct {
 		ClaimedDelivery
-		sealed []byte
+		sealed, prevSealed []byte
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimed, error) {
 		var c claimed
-		err := r.Scan(&c.ID, &c.MerchantID, &c.AggregateID, &c.EventType, &c.URL, &c.Body, &c.Attempt, &c.sealed)
+		err := r.Scan(&c.ID, &c.MerchantID, &c.AggregateID, &c.EventType, &c.URL, &c.Body, &c.Attempt, &c.sealed, &c.prevSealed)
 		return c, err
 	})
 	if err != nil {
@@ -51,6 +53,11 @@ func (s *Store) ClaimDeliveries(ctx context.Context, limit, perMerchant int, lea
 	for _, c := range out {
 		if c.Secret, err = s.open(c.sealed); err != nil {
 			return nil, fmt.Errorf("%w: merchant %s: %v", ErrInconsistent, c.MerchantID, err)
+		}
+		if c.prevSealed != nil {
+			if c.PreviousSecret, err = s.open(c.prevSealed); err != nil {
+				return nil, fmt.Errorf("%w: merchant %s: previous secret: %v", ErrInconsistent, c.MerchantID, err)
+			}
 		}
 		ds = append(ds, c.ClaimedDelivery)
 	}

@@ -37,7 +37,7 @@ var (
 	tc  client.Client
 )
 
-const adminToken = "adm_test_token"
+const adminToken = "adm_test_token_0123456789abcdef0123" // kasa api wants 32 characters at least
 
 // bookingWindow is the stacks' KASA_PROVIDER_BOOKING_WINDOW: short, so that tests can wait it out.
 const bookingWindow = time.Second

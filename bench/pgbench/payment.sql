@@ -44,7 +44,9 @@ FROM (SELECT md5('merchant/' || :m::int)::uuid AS merchant_id, sha256(convert_to
 
 -- API: the merchant's API key (Server.merchantAuth -> store.MerchantByAPIKey).
 -- store/queries/accounts.sql: MerchantByAPIKey
-SELECT id, name, coalesce(webhook_url, '') FROM merchants WHERE api_key_hash = :api_key_hash
+SELECT m.id, m.name, coalesce(m.webhook_url, '')
+FROM api_keys k JOIN merchants m ON m.id = k.merchant_id
+WHERE k.key_hash = :api_key_hash AND k.revoked_at IS NULL
 \gset auth_
 
 -- API: store.Begin, the idempotency record and the payment: one pipelined batch, which PostgreSQL

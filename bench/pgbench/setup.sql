@@ -18,7 +18,7 @@ SET LOCAL search_path = :"schema";
 DO $$
 DECLARE
     s      text   := current_schema();
-    tables text[] := ARRAY['merchants', 'accounts', 'idempotency_records', 'payments',
+    tables text[] := ARRAY['merchants', 'api_keys', 'accounts', 'idempotency_records', 'payments',
                            'balance_reservations', 'ledger_postings', 'ledger_entries', 'outbox'];
     t      text;
     r      record;
@@ -61,8 +61,12 @@ $f$;
 -- Merchant n: id md5('merchant/n'), API key 'sk_bench_n'; its payers (customer accounts, funded
 -- far beyond any run) md5('payer/n/p') and its settlement account md5('settlement/n'), in TRY.
 -- The scripts derive the same values from the numbers.
-INSERT INTO merchants (id, name, api_key_hash, webhook_url, webhook_secret_enc)
-SELECT md5('merchant/' || n)::uuid, 'bench-' || n, sha256(convert_to('sk_bench_' || n, 'UTF8')), NULL, '\x00'::bytea
+INSERT INTO merchants (id, name, webhook_url, webhook_secret_enc)
+SELECT md5('merchant/' || n)::uuid, 'bench-' || n, NULL, '\x00'::bytea
+FROM generate_series(1, :merchants) n;
+
+INSERT INTO api_keys (id, merchant_id, key_hash)
+SELECT uuid7(), md5('merchant/' || n)::uuid, sha256(convert_to('sk_bench_' || n, 'UTF8'))
 FROM generate_series(1, :merchants) n;
 
 INSERT INTO accounts (id, merchant_id, kind, currency, balance)
@@ -86,4 +90,4 @@ SELECT md5('merchant/1')::uuid, k::text, encode(sha256(convert_to(k::text, 'UTF8
     NULL, true
 FROM (SELECT :key_base::bigint + i AS k, uuid7() AS op FROM generate_series(0, :records - 1) i) x;
 
-ANALYZE merchants, accounts, idempotency_records;
+ANALYZE merchants, api_keys, accounts, idempotency_records;

@@ -266,8 +266,8 @@ func serve(ctx context.Context, name, addr string, h http.Handler, log *slog.Log
 }
 
 func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	if cfg.Admin.Token == "" {
-		return errors.New("KASA_ADMIN_TOKEN is not set")
+	if err := cfg.CheckAdminToken(); err != nil {
+		return err
 	}
 	st, tc, err := connect(ctx, cfg, log, true)
 	if err != nil {

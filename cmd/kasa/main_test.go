@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,5 +25,20 @@ func TestTemporalOptionsCompression(t *testing.T) {
 		o := temporalOptions(cfg, slog.Default())
 		require.Equal(t, tc.want, o.ConnectionOptions.GrpcCompression, "gzip=%t", tc.gzip)
 		require.Equal(t, "default", o.Namespace)
+	}
+}
+
+// kasa api refuses an admin token anyone could guess before it connects to anything.
+func TestAPIRefusesAShortAdminToken(t *testing.T) {
+	for _, tc := range []struct{ token, want string }{
+		{"", "KASA_ADMIN_TOKEN is not set"},
+		{"adm_test_token", "KASA_ADMIN_TOKEN must be at least 32 characters"},
+		{strings.Repeat("x", 31), "KASA_ADMIN_TOKEN must be at least 32 characters"},
+	} {
+		var cfg config.Config
+		cfg.Admin.Token = tc.token
+		cfg.Database.URL = "postgres://127.0.0.1:1/never" // never reached
+		err := runAPI(context.Background(), cfg, slog.New(slog.DiscardHandler))
+		require.ErrorContains(t, err, tc.want, "token %q", tc.token)
 	}
 }

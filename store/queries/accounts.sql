@@ -1,11 +1,13 @@
 -- Merchants, accounts and deposits.
 
 -- name: InsertMerchant :exec
-INSERT INTO merchants (id, name, api_key_hash, webhook_url, webhook_secret_enc)
-VALUES ($1, $2, $3, NULLIF($4, ''), $5);
+INSERT INTO merchants (id, name, webhook_url, webhook_secret_enc)
+VALUES ($1, $2, NULLIF($3, ''), $4);
 
 -- name: MerchantByAPIKey :one
-SELECT id, name, coalesce(webhook_url, '') FROM merchants WHERE api_key_hash = $1;
+SELECT m.id, m.name, coalesce(m.webhook_url, '')
+FROM api_keys k JOIN merchants m ON m.id = k.merchant_id
+WHERE k.key_hash = $1 AND k.revoked_at IS NULL;
 
 -- name: InsertAccount :exec
 INSERT INTO accounts (id, merchant_id, kind, currency) VALUES ($1, $2, $3, $4);

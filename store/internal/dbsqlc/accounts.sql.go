@@ -166,15 +166,14 @@ func (q *Queries) InsertDeposit(ctx context.Context, arg InsertDepositParams) (t
 
 const InsertMerchant = `-- name: InsertMerchant :exec
 
-INSERT INTO merchants (id, name, api_key_hash, webhook_url, webhook_secret_enc)
-VALUES ($1, $2, $3, NULLIF($4, ''), $5)
+INSERT INTO merchants (id, name, webhook_url, webhook_secret_enc)
+VALUES ($1, $2, NULLIF($3, ''), $4)
 `
 
 type InsertMerchantParams struct {
 	ID               uuid.UUID
 	Name             string
-	ApiKeyHash       []byte
-	Column4          interface{}
+	Column3          interface{}
 	WebhookSecretEnc []byte
 }
 
@@ -183,15 +182,16 @@ func (q *Queries) InsertMerchant(ctx context.Context, arg InsertMerchantParams) 
 	_, err := q.db.Exec(ctx, InsertMerchant,
 		arg.ID,
 		arg.Name,
-		arg.ApiKeyHash,
-		arg.Column4,
+		arg.Column3,
 		arg.WebhookSecretEnc,
 	)
 	return err
 }
 
 const MerchantByAPIKey = `-- name: MerchantByAPIKey :one
-SELECT id, name, coalesce(webhook_url, '') FROM merchants WHERE api_key_hash = $1
+SELECT m.id, m.name, coalesce(m.webhook_url, '')
+FROM api_keys k JOIN merchants m ON m.id = k.merchant_id
+WHERE k.key_hash = $1 AND k.revoked_at IS NULL
 `
 
 type MerchantByAPIKeyRow struct {
@@ -200,8 +200,8 @@ type MerchantByAPIKeyRow struct {
 	WebhookUrl string
 }
 
-func (q *Queries) MerchantByAPIKey(ctx context.Context, apiKeyHash []byte) (MerchantByAPIKeyRow, error) {
-	row := q.db.QueryRow(ctx, MerchantByAPIKey, apiKeyHash)
+func (q *Queries) MerchantByAPIKey(ctx context.Context, keyHash []byte) (MerchantByAPIKeyRow, error) {
+	row := q.db.QueryRow(ctx, MerchantByAPIKey, keyHash)
 	var i MerchantByAPIKeyRow
 	err := row.Scan(&i.ID, &i.Name, &i.WebhookUrl)
 	return i, err

@@ -3,7 +3,8 @@
 --
 -- Claim due deliveries: at most $2 in flight per merchant (counting other senders' live
 -- leases), the earliest pending event of each aggregate only, then lease them ($3 seconds)
--- and count the attempt. The attempt number is the fencing token of the result.
+-- and count the attempt. The attempt number is the fencing token of the result. A webhook secret
+-- rotated less than its overlap ago comes with the previous one: both sign.
 WITH inflight AS (
     SELECT merchant_id, count(*) AS n FROM webhook_deliveries
     WHERE status = 'pending' AND claimed_until IS NOT NULL AND claimed_until > now() GROUP BY merchant_id
@@ -30,4 +31,5 @@ UPDATE webhook_deliveries d
 SET claimed_until = now() + $3::float8 * interval '1 second', attempts = d.attempts + 1, updated_at = now()
 FROM picked, merchants m
 WHERE d.id = picked.id AND m.id = d.merchant_id
-RETURNING d.id, d.merchant_id, d.aggregate_id, d.event_type, d.url, d.body, d.attempts, m.webhook_secret_enc;
+RETURNING d.id, d.merchant_id, d.aggregate_id, d.event_type, d.url, d.body, d.attempts, m.webhook_secret_enc,
+    CASE WHEN m.webhook_secret_prev_until > now() THEN m.webhook_secret_prev_enc END;
