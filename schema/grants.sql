@@ -35,4 +35,5 @@ GRANT SELECT, INSERT ON webhook_attempts TO :"app_role";
 -- One row per finished settlement file.
 GRANT SELECT, INSERT ON reconciliation_runs TO :"app_role";
 
--- goose_db_version is not granted: only `kasa migrate`, as the owner, reads or writes it.
+-- The processes read the migrations' version to wait for `kasa migrate`; only it writes.
+GRANT SELECT ON goose_db_version TO :"app_role";

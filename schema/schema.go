@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"strings"
 
 	"github.com/pressly/goose/v3"
@@ -41,6 +42,23 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil
+}
+
+// Latest is the version of the newest embedded migration: the schema this build needs.
+func Latest() (int64, error) {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return 0, err
+	}
+	var latest int64
+	for _, n := range names {
+		v, err := goose.NumericComponent(path.Base(n))
+		if err != nil {
+			return 0, fmt.Errorf("migration %s: %w", n, err)
+		}
+		latest = max(latest, v)
+	}
+	return latest, nil
 }
 
 // Grant gives role exactly the privileges of grants.sql on the tables of the current schema, in

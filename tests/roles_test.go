@@ -354,3 +354,40 @@ func TestMigrateGrantsOnlyToASeparateRole(t *testing.T) {
 		WHERE grantee = $1 AND table_name = 'ledger_entries'`, r.app).Scan(&privileges))
 	require.Equal(t, "INSERT,SELECT", privileges)
 }
+
+// `kasa worker` and `kasa api` started before `kasa migrate` (they cannot migrate as the
+// application role) wait for the schema, saying so, and serve once it is there.
+func TestProcessesWaitForTheMigration(t *testing.T) {
+	t.Parallel()
+	r := newRoleDB(t)
+	dir := crashDir(t)
+	s := &crashStack{
+		t: t, dir: dir, bin: kasaBinary(t, dir), capability: string(workflows.CapabilityIdempotent),
+		queue: "roles-" + uuid.NewString(), temporal: env.TemporalAddress, dbURL: r.appURL,
+		syncWait: "5s", providerTimeout: "2s", apiAddr: testkit.FreeAddr(t), simAddr: testkit.FreeAddr(t),
+	}
+	s.providerURL = "http://" + s.simAddr
+	s.startBanksim()
+	s.startWorker()
+	s.api = startProc(t, s.dir, s.bin, "api", s.env(), "api")
+	require.Eventually(t, func() bool {
+		for _, p := range []*proc{s.worker, s.api} {
+			p.requireRunning(t, "before the migration")
+			b, err := os.ReadFile(p.log)
+			require.NoError(t, err)
+			if !strings.Contains(string(b), "waiting for kasa migrate") {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond, "both processes wait for the schema")
+
+	migrateAsOwner(t, dir, s.bin, r)
+	s.st = openStore(t, r.appURL)
+	s.api.waitHTTP(s.apiURL() + "/readyz")
+	m := s.merchant()
+	acct := s.account(m, "TRY", "100.00")
+	resp, err := s.pay(m, "after-migrate", payBody("inv-1", "10.00", "TRY", acct))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
+}

@@ -160,16 +160,28 @@ func migrateDatabase(ctx context.Context, cfg config.Config, key []byte) error {
 }
 
 // waitStore opens the store, waiting for a database that cannot be reached yet (restarting, or
-// not up before kasa): a long-running process comes up when the database does, instead of
-// exiting and leaving a supervisor to retry. Configuration errors still end it at once.
+// not up before kasa) or not yet migrated to this build's schema: a long-running process comes
+// up when the database does, instead of exiting and leaving a supervisor to retry.
+// Configuration errors still end it at once.
 func waitStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*store.Store, error) {
 	wait := 500 * time.Millisecond
 	for {
 		st, err := openStore(ctx, cfg, false)
-		if !errors.Is(err, store.ErrUnavailable) {
-			return st, err
+		if err == nil {
+			if err = st.CheckSchema(ctx); err != nil {
+				st.Close()
+			}
 		}
-		log.Warn("waiting for the database", "error", err, "retry_in", wait)
+		switch {
+		case errors.Is(err, store.ErrSchemaBehind):
+			log.Warn("waiting for kasa migrate", "error", err, "retry_in", wait)
+		case errors.Is(err, store.ErrUnavailable):
+			log.Warn("waiting for the database", "error", err, "retry_in", wait)
+		case err != nil:
+			return nil, err
+		default:
+			return st, nil
+		}
 		select {
 		case <-ctx.Done():
 			return nil, err
