@@ -42,6 +42,10 @@ type Config struct {
 	Database struct {
 		URL      string `mapstructure:"url"`
 		MaxConns int32  `mapstructure:"max_conns"`
+		// kasa migrate connects with MigrateURL (the tables' owner; empty: URL) and grants AppRole,
+		// when set, exactly what the other processes need (schema/grants.sql).
+		MigrateURL string `mapstructure:"migrate_url"`
+		AppRole    string `mapstructure:"app_role"`
 	} `mapstructure:"database"`
 	Postgres struct {
 		Port int `mapstructure:"port"`
@@ -83,6 +87,13 @@ type Config struct {
 	Debug struct {
 		PprofAddr string `mapstructure:"pprof_addr"` // Go's /debug/pprof/ for any kasa process; empty: off
 	} `mapstructure:"debug"`
+	// The worker's periodic ledger check and where it reports.
+	Verify struct {
+		Interval time.Duration `mapstructure:"interval"` // between the worker's ledger checks; 0: off
+	} `mapstructure:"verify"`
+	Worker struct {
+		MetricsAddr string `mapstructure:"metrics_addr"` // `kasa worker`'s /metrics and /healthz; empty: off
+	} `mapstructure:"worker"`
 }
 
 // Capabilities the provider may have; each picks a charge strategy (docs/operations.md).
@@ -120,6 +131,11 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("events.retention", "168h")
 	v.SetDefault("relay.metrics_addr", "127.0.0.1:8092")
 	v.SetDefault("debug.pprof_addr", "")
+	// Database roles and ledger verification (issue 23, item 10).
+	v.SetDefault("database.migrate_url", "")
+	v.SetDefault("database.app_role", "")
+	v.SetDefault("verify.interval", "10m")
+	v.SetDefault("worker.metrics_addr", "")
 }
 
 // Load reads defaults, then kasa.yaml (or the file named by KASA_CONFIG) if present, then KASA_* env.
@@ -196,6 +212,9 @@ func (c Config) Validate() error {
 		if b, err := hex.DecodeString(c.Secret.Key); err != nil || len(b) != 32 {
 			errs = append(errs, errors.New("secret.key (KASA_SECRET_KEY) must be 64 hex characters (32 bytes)"))
 		}
+	}
+	if c.Verify.Interval < 0 {
+		errs = append(errs, fmt.Errorf("verify.interval must be 0 (off) or more, got %s", c.Verify.Interval))
 	}
 	if c.Data.Dir == "" {
 		errs = append(errs, errors.New("data.dir must not be empty"))

@@ -31,6 +31,9 @@ type Options struct {
 	MaxConns  int32
 	SecretKey []byte // 32 bytes; encrypts webhook secrets
 	Migrate   bool   // apply pending migrations first
+	// AppRole, with Migrate, is granted exactly the application's privileges after the
+	// migrations (schema/grants.sql); URL must then be the tables' owner's.
+	AppRole string
 }
 
 // Open connects, optionally migrates, and checks the connection.
@@ -66,6 +69,9 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.Migrate {
 		db := stdlib.OpenDBFromPool(pool)
 		err := schema.Migrate(ctx, db)
+		if err == nil && o.AppRole != "" {
+			err = schema.Grant(ctx, db, o.AppRole)
+		}
 		db.Close()
 		if err != nil {
 			pool.Close()

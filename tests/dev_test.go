@@ -135,6 +135,9 @@ func TestDevLifecycle(t *testing.T) {
 		metrics := string(httpDo(t, "GET", apiURL+"/metrics", "", "").Body)
 		return strings.Contains(metrics, "kasa_relay_backlog ") && strings.Contains(metrics, `kasa_webhook_deliveries_total{outcome="delivered"} 1`)
 	}, 10*time.Second, 50*time.Millisecond, "the relay's metrics on the API's /metrics")
+	metrics := string(httpDo(t, "GET", apiURL+"/metrics", "", "").Body)
+	require.Contains(t, metrics, "kasa_ledger_violations 0", "kasa dev checks the ledger at start and shows it on the API's /metrics")
+	require.NotContains(t, metrics, "kasa_ledger_verify_last_success_timestamp_seconds 0\n")
 	stop(cmd, logs)
 
 	cmd, st2, logs := start()

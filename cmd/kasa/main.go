@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
@@ -39,11 +41,13 @@ usage: kasa <command>
 commands:
   dev       run everything locally: PostgreSQL, Temporal dev server + UI, bank simulator, worker, relay, API
   api       run the REST API (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_ADMIN_TOKEN, KASA_SECRET_KEY)
-  worker    run the Temporal worker (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_PROVIDER_URL, KASA_SECRET_KEY)
+  worker    run the Temporal worker (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_PROVIDER_URL, KASA_SECRET_KEY);
+            verifies the ledger every KASA_VERIFY_INTERVAL; /metrics on KASA_WORKER_METRICS_ADDR
   relay     run the event pipeline: outbox -> NATS JetStream (embedded unless KASA_NATS_URL) -> signed
             merchant webhooks, with retention; /metrics on KASA_RELAY_METRICS_ADDR (needs KASA_DATABASE_URL, KASA_SECRET_KEY)
   banksim   run the bank simulator on KASA_BANKSIM_ADDR
-  migrate   apply database migrations and exit
+  migrate   apply database migrations as KASA_DATABASE_MIGRATE_URL (default KASA_DATABASE_URL), grant
+            KASA_DATABASE_APP_ROLE the application's privileges when set, and exit
   verify    check the ledger and balance invariants; exit 1 listing every violation
   reconcile [--json] <settlement.csv>
             match a provider settlement file to payments, settle unknown ones, report mismatches
@@ -128,20 +132,56 @@ func openStore(ctx context.Context, cfg config.Config, migrate bool) (*store.Sto
 	if key == nil {
 		return nil, errors.New("KASA_SECRET_KEY is not set: 64 hex characters, shared by api and worker (e.g. `openssl rand -hex 32`)")
 	}
-	return store.Open(ctx, store.Options{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, SecretKey: key, Migrate: migrate})
+	if migrate {
+		if err := migrateDatabase(ctx, cfg, key); err != nil {
+			return nil, err
+		}
+	}
+	return store.Open(ctx, store.Options{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, SecretKey: key})
+}
+
+// migrateDatabase applies the migrations as the tables' owner (database.migrate_url, else
+// database.url) and, when database.app_role is set, grants that role the application's
+// privileges. The other processes never migrate: as the application role they could not.
+func migrateDatabase(ctx context.Context, cfg config.Config, key []byte) error {
+	url := cfg.Database.MigrateURL
+	if url == "" {
+		url = cfg.Database.URL
+	}
+	if url == "" {
+		return errors.New("KASA_DATABASE_MIGRATE_URL or KASA_DATABASE_URL must name the database to migrate")
+	}
+	st, err := store.Open(ctx, store.Options{URL: url, MaxConns: 2, SecretKey: key, Migrate: true, AppRole: cfg.Database.AppRole})
+	if err != nil {
+		return err
+	}
+	st.Close()
+	return nil
 }
 
 // waitStore opens the store, waiting for a database that cannot be reached yet (restarting, or
-// not up before kasa): a long-running process comes up when the database does, instead of
-// exiting and leaving a supervisor to retry. Configuration errors still end it at once.
+// not up before kasa) or not yet migrated to this build's schema: a long-running process comes
+// up when the database does, instead of exiting and leaving a supervisor to retry.
+// Configuration errors still end it at once.
 func waitStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*store.Store, error) {
 	wait := 500 * time.Millisecond
 	for {
 		st, err := openStore(ctx, cfg, false)
-		if !errors.Is(err, store.ErrUnavailable) {
-			return st, err
+		if err == nil {
+			if err = st.CheckSchema(ctx); err != nil {
+				st.Close()
+			}
 		}
-		log.Warn("waiting for the database", "error", err, "retry_in", wait)
+		switch {
+		case errors.Is(err, store.ErrSchemaBehind):
+			log.Warn("waiting for kasa migrate", "error", err, "retry_in", wait)
+		case errors.Is(err, store.ErrUnavailable):
+			log.Warn("waiting for the database", "error", err, "retry_in", wait)
+		case err != nil:
+			return nil, err
+		default:
+			return st, nil
+		}
 		select {
 		case <-ctx.Done():
 			return nil, err
@@ -299,10 +339,41 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	log.Info("worker polling", "task_queue", cfg.Temporal.TaskQueue, "provider", cfg.Provider.URL, "capability", cfg.Provider.Capability)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	stopCheck := startLedgerCheck(ctx, cfg, st, reg, log)
+	if cfg.Worker.MetricsAddr != "" {
+		stop, err := serve(ctx, "worker metrics", cfg.Worker.MetricsAddr, metricsMux(reg), log)
+		if err != nil {
+			stopCheck()
+			w.Stop()
+			return err
+		}
+		defer stop()
+	}
 	<-ctx.Done()
 	log.Info("shutting down worker")
+	stopCheck()
 	w.Stop()
 	return nil
+}
+
+// startLedgerCheck verifies the ledger every verify.interval in the background, exporting the
+// result on reg, until the returned stop is called.
+func startLedgerCheck(ctx context.Context, cfg config.Config, st *store.Store, reg prometheus.Registerer, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	check := worker.NewLedgerCheck(st, cfg.Verify.Interval, reg, log)
+	go func() { defer close(done); _ = check.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+// metricsMux serves a process's /metrics and /healthz on a listener of their own.
+func metricsMux(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"status":"ok"}`)) })
+	return mux
 }
 
 func runBanksim(ctx context.Context, cfg config.Config, log *slog.Logger) error {
@@ -321,14 +392,14 @@ func runBanksim(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 }
 
 func runMigrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	if cfg.Secret.Key == "" {
-		cfg.Secret.Key = strings.Repeat("0", 64) // migrations never touch secrets
-	}
-	st, err := openStore(ctx, cfg, true)
-	if err != nil {
+	// Migrations never touch secrets: any key opens the store.
+	if err := migrateDatabase(ctx, cfg, make([]byte, 32)); err != nil {
 		return err
 	}
-	st.Close()
+	if cfg.Database.AppRole != "" {
+		log.Info("migrations applied; application role granted", "app_role", cfg.Database.AppRole)
+		return nil
+	}
 	log.Info("migrations applied")
 	return nil
 }

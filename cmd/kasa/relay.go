@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"path/filepath"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kasa-pay/kasa/config"
 	"github.com/kasa-pay/kasa/outbox"
@@ -84,10 +82,7 @@ func runRelay(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer stopEvents()
 	if cfg.Relay.MetricsAddr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"status":"ok"}`)) })
-		stop, err := serve(ctx, "relay metrics", cfg.Relay.MetricsAddr, mux, log)
+		stop, err := serve(ctx, "relay metrics", cfg.Relay.MetricsAddr, metricsMux(reg), log)
 		if err != nil {
 			return err
 		}

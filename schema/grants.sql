@@ -1,0 +1,42 @@
+-- What the application role may do: the whole list. kasa api, worker, relay, verify and reconcile
+-- connect as this role (KASA_DATABASE_URL); `kasa migrate` connects as the tables' owner
+-- (KASA_DATABASE_MIGRATE_URL) and, when KASA_DATABASE_APP_ROLE is set, applies this file after the
+-- migrations, in one transaction with a check that every table got a grant. It starts by taking
+-- everything away, so a privilege removed below is gone after the next `kasa migrate`.
+-- docs/operations.md ("Database roles") has the commands.
+--
+-- The same file runs by hand: psql -v app_role=kasa_app -v schema=public -f schema/grants.sql
+--
+-- No TRUNCATE, REFERENCES or TRIGGER anywhere, and the role owns nothing, so it can neither
+-- alter nor drop a table or a trigger. Keys are UUIDs: there is no sequence to grant.
+
+REVOKE ALL ON ALL TABLES IN SCHEMA :"schema" FROM :"app_role";
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA :"schema" FROM :"app_role";
+REVOKE CREATE ON SCHEMA :"schema" FROM :"app_role";
+GRANT USAGE ON SCHEMA :"schema" TO :"app_role";
+
+-- The ledger is append-only: corrections are new postings, never edits.
+GRANT SELECT, INSERT ON ledger_postings, ledger_entries TO :"app_role";
+-- Deposits are written once, with their posting.
+GRANT SELECT, INSERT ON deposits TO :"app_role";
+
+-- Merchants are created by the admin API and read by every process; rotating the webhook secret
+-- updates the merchant's secret columns.
+GRANT SELECT, INSERT, UPDATE ON merchants TO :"app_role";
+-- API keys are added and revoked (revoked_at is set once), never deleted.
+GRANT SELECT, INSERT, UPDATE ON api_keys TO :"app_role";
+-- Balances, reservations and payments change state as payments go through their steps.
+GRANT SELECT, INSERT, UPDATE ON accounts, balance_reservations, payments, idempotency_records TO :"app_role";
+
+-- Events: the relay marks outbox rows published; retention deletes published outbox rows, inbox
+-- rows and finished deliveries (their attempts go with them by ON DELETE CASCADE, which runs with
+-- the owner's rights).
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox, webhook_deliveries TO :"app_role";
+GRANT SELECT, INSERT, DELETE ON inbox TO :"app_role";
+GRANT SELECT, INSERT ON webhook_attempts TO :"app_role";
+
+-- One row per finished settlement file.
+GRANT SELECT, INSERT ON reconciliation_runs TO :"app_role";
+
+-- The processes read the migrations' version to wait for `kasa migrate`; only it writes.
+GRANT SELECT ON goose_db_version TO :"app_role";
