@@ -53,7 +53,7 @@ func newBroker(t *testing.T) *broker {
 	t.Helper()
 	url, stop, err := StartEmbedded(t.TempDir())
 	require.NoError(t, err)
-	nc, js, err := Connect(url, "outbox-test")
+	nc, js, err := Connect(url, "outbox-test", BrokerAuth{})
 	require.NoError(t, err)
 	t.Cleanup(func() { nc.Close(); stop() })
 	_, err = EnsureStream(context.Background(), js)

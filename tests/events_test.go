@@ -37,7 +37,7 @@ func startEventPipeline(t *testing.T) *prometheus.Registry {
 	t.Helper()
 	url, stopBroker, err := outbox.StartEmbedded(t.TempDir())
 	require.NoError(t, err)
-	nc, js, err := outbox.Connect(url, "events-test")
+	nc, js, err := outbox.Connect(url, "events-test", outbox.BrokerAuth{})
 	require.NoError(t, err)
 	t.Cleanup(func() { nc.Close(); stopBroker() }) // after the runners have stopped
 	reg := prometheus.NewRegistry()
