@@ -58,7 +58,8 @@ func startEvents(ctx context.Context, cfg config.Config, st *store.Store, reg pr
 		}),
 		"webhook sender": outbox.NewWebhookSender(outbox.WebhookSenderOptions{
 			Store: st, Timeout: cfg.Webhook.Timeout, Concurrency: cfg.Webhook.Concurrency,
-			PerMerchant: cfg.Webhook.PerMerchant, RetryFor: cfg.Webhook.RetryFor, Metrics: metrics, Logger: log,
+			PerMerchant: cfg.Webhook.PerMerchant, RetryFor: cfg.Webhook.RetryFor, AllowPrivate: cfg.Webhook.AllowPrivate,
+			Metrics: metrics, Logger: log,
 		}),
 	}
 	ctx, cancel := context.WithCancel(ctx)
