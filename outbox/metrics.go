@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_webhook_attempts_total",
-			Help: "Webhook send attempts by result (2xx, non_2xx, timeout, error, aborted).",
+			Help: "Webhook send attempts by result (2xx, non_2xx, timeout, error, refused: the address policy, aborted).",
 		}, []string{"result"}),
 		attemptsPerDel: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kasa_webhook_attempts_per_delivery",
