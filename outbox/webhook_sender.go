@@ -279,7 +279,11 @@ type refusal struct {
 
 func (r *refusal) Error() string {
 	if r.addr == nil {
-		return fmt.Sprintf("refused: webhook URL %s: %v (KASA_WEBHOOK_ALLOW_PRIVATE=true allows private addresses)", redact(r.url), r.err)
+		msg := fmt.Sprintf("refused: webhook URL %s %v", redact(r.url), r.err)
+		if CheckWebhookURL(r.url, true) == nil {
+			msg += "; webhooks go to public addresses only unless KASA_WEBHOOK_ALLOW_PRIVATE=true"
+		}
+		return msg
 	}
 	host := redact(r.url)
 	if u, err := url.Parse(r.url); err == nil {

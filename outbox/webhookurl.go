@@ -1,10 +1,8 @@
 package outbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -27,7 +25,7 @@ type AddressError struct {
 }
 
 func (e *AddressError) Error() string {
-	return fmt.Sprintf("%s is a %s address", e.Addr, e.Reason)
+	return fmt.Sprintf("%s is %s %s address", e.Addr, article(e.Reason), e.Reason)
 }
 
 // urlError is a refusal worded for the merchant's field.
@@ -67,7 +65,7 @@ func CheckWebhookURL(raw string, allowPrivate bool) error {
 		}
 		if reason := refused(addr); reason == "" {
 			// Parsers disagree on these spellings; only the usual one is unambiguous.
-			return &urlError{"must write an IP address in its usual form (" + addr.String() + ")"}
+			return &urlError{"must give an IP address in its usual form (" + addr.String() + ")"}
 		}
 	}
 	if reason := refused(addr); reason != "" {
@@ -192,10 +190,4 @@ func dialControl(_, address string, _ syscall.RawConn) error {
 		return fmt.Errorf("webhook dial: unexpected address %q", address)
 	}
 	return CheckAddr(ap.Addr())
-}
-
-// guardedDialer dials only addresses CheckAddr allows.
-func guardedDialer(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	d.Control = dialControl
-	return d.DialContext
 }

@@ -63,20 +63,29 @@ func rebinding(t *testing.T) *net.Resolver {
 
 // A webhook URL whose name resolves to 127.0.0.1 when kasa dials it (a name accepted at
 // registration can point anywhere later) is refused while private addresses are: nothing
-// reaches the endpoint, and the delivery fails at once with the reason as its last error.
-// With KASA_WEBHOOK_ALLOW_PRIVATE the same name is delivered to.
+// reaches the endpoint, and the delivery fails at once with the reason as its last error. So is
+// a URL stored before the policy (a loopback name, credentials). With KASA_WEBHOOK_ALLOW_PRIVATE
+// the rebinding name is delivered to.
 func TestSenderRefusesAPrivateAddressAtDialTime(t *testing.T) {
 	ctx := context.Background()
+	const hint = "; webhooks go to public addresses only unless KASA_WEBHOOK_ALLOW_PRIVATE=true"
 	for _, tc := range []struct {
-		name         string
+		name, host   string // host replaces 127.0.0.1 in the endpoint's URL
 		allowPrivate bool
-	}{{"refused", false}, {"allowed", true}} {
+		refusal      string // the last error, after "refused: "; empty: delivered
+	}{
+		{"rebinding name", "hooks.merchant.test", false, "hooks.merchant.test:PORT resolved to 127.0.0.1, a loopback address" + hint},
+		{"rebinding name allowed", "hooks.merchant.test", true, ""},
+		{"stored loopback name", "localhost", false, "webhook URL http://localhost:PORT/hooks must not point at a loopback address (localhost)" + hint},
+		{"stored credentials", "kasa:secret@hooks.merchant.test", true,
+			"webhook URL http://kasa:xxxxx@hooks.merchant.test:PORT/hooks must not carry credentials (user:password@): authenticate kasa by the Kasa-Signature header"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBroker(t)
 			h := newHook(t, answer(http.StatusOK))
 			_, port, err := net.SplitHostPort(strings.TrimPrefix(h.URL, "http://"))
 			require.NoError(t, err)
-			m := newMerchant(t, "http://hooks.merchant.test:"+port+"/hooks")
+			m := newMerchant(t, "http://"+tc.host+":"+port+"/hooks")
 			p := startPipeline(t, b, pipelineOptions{relays: 1, refusePrivate: !tc.allowPrivate, sender: WebhookSenderOptions{resolver: rebinding(t)}})
 			pid := settle(t, m, false)
 
@@ -90,16 +99,15 @@ func TestSenderRefusesAPrivateAddressAtDialTime(t *testing.T) {
 			d := ds[0]
 			require.Equal(t, 1, d.AttemptCount)
 			require.Len(t, d.Attempts, 1)
-			if tc.allowPrivate {
+			if tc.refusal == "" {
 				require.Equal(t, store.DeliveryDelivered, d.Status, "%s", d.LastError)
 				require.Equal(t, 1, h.Count())
 				return
 			}
-			require.Zero(t, h.Count(), "nothing reaches an endpoint on a loopback address")
+			require.Zero(t, h.Count(), "nothing reaches the endpoint")
 			require.Equal(t, store.DeliveryFailed, d.Status, "a refused address is not retried")
 			require.Zero(t, d.Attempts[0].StatusCode)
-			require.Equal(t, "refused: hooks.merchant.test:"+port+" resolved to 127.0.0.1, a loopback address; "+
-				"webhooks go to public addresses only unless KASA_WEBHOOK_ALLOW_PRIVATE=true", d.LastError)
+			require.Equal(t, "refused: "+strings.ReplaceAll(tc.refusal, "PORT", port), d.LastError)
 			require.Equal(t, d.LastError, d.Attempts[0].Error)
 			require.Equal(t, 1.0, value(t, p.metrics.attempts.WithLabelValues("refused")))
 			require.Equal(t, 1.0, value(t, p.metrics.deliveries.WithLabelValues("failed")))
