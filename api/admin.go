@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/url"
 	"reflect"
 	"strings"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/kasa-pay/kasa/outbox"
 	"github.com/kasa-pay/kasa/payment"
 )
 
@@ -108,9 +108,8 @@ func (s *Server) createMerchant(c *gin.Context) {
 		ve.Fields = append(ve.Fields, payment.FieldError{Field: "name", Message: "is required, at most 200 characters"})
 	}
 	if req.WebhookURL != "" {
-		u, err := url.Parse(req.WebhookURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			ve.Fields = append(ve.Fields, payment.FieldError{Field: "webhook_url", Message: "must be an http(s) URL"})
+		if err := outbox.CheckWebhookURL(req.WebhookURL, s.AllowPrivateWebhooks); err != nil {
+			ve.Fields = append(ve.Fields, payment.FieldError{Field: "webhook_url", Message: err.Error()})
 		}
 	}
 	if len(ve.Fields) > 0 {

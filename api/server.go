@@ -64,6 +64,9 @@ type Options struct {
 	Logger      *slog.Logger
 	Registry    *prometheus.Registry // default: a new one
 	Reconciler  Reconciler           // imports settlement files (POST /admin/v1/settlements)
+	// AllowPrivateWebhooks accepts webhook URLs on loopback, private and link-local addresses
+	// (outbox.CheckWebhookURL).
+	AllowPrivateWebhooks bool
 	// Outcomes, when the payment worker runs in this process on the same store, announces that
 	// an operation left processing, with the answer its commit stored: the API waits for that
 	// instead of asking Temporal for every workflow's result (one long poll fewer on the Temporal

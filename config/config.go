@@ -71,12 +71,20 @@ type Config struct {
 	} `mapstructure:"log"`
 	NATS struct {
 		URL string `mapstructure:"url"` // empty: an embedded JetStream server under the data dir
+		// How kasa authenticates to an external broker (nats.url) and checks its certificate.
+		Creds   string `mapstructure:"creds"`    // a .creds file (user JWT and nkey seed)
+		TLSCA   string `mapstructure:"tls_ca"`   // PEM CA bundle the broker's certificate chains to
+		TLSCert string `mapstructure:"tls_cert"` // PEM client certificate (with tls_key)
+		TLSKey  string `mapstructure:"tls_key"`
 	} `mapstructure:"nats"`
 	Webhook struct {
 		Timeout     time.Duration `mapstructure:"timeout"`      // one delivery attempt
 		Concurrency int           `mapstructure:"concurrency"`  // attempts in flight per sender
 		PerMerchant int           `mapstructure:"per_merchant"` // attempts in flight per merchant
 		RetryFor    time.Duration `mapstructure:"retry_for"`    // how long a failing delivery is retried
+		// AllowPrivate lets webhook URLs point at loopback, private and link-local addresses
+		// (local development and tests); off, they are refused at registration and at dial time.
+		AllowPrivate bool `mapstructure:"allow_private"`
 	} `mapstructure:"webhook"`
 	Events struct {
 		Retention time.Duration `mapstructure:"retention"` // published outbox, inbox and finished deliveries are kept this long
@@ -136,6 +144,13 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("database.app_role", "")
 	v.SetDefault("verify.interval", "10m")
 	v.SetDefault("worker.metrics_addr", "")
+	// Hardening of the event pipeline: the broker's credentials and TLS, and the webhook URLs
+	// kasa refuses to call.
+	v.SetDefault("nats.creds", "")
+	v.SetDefault("nats.tls_ca", "")
+	v.SetDefault("nats.tls_cert", "")
+	v.SetDefault("nats.tls_key", "")
+	v.SetDefault("webhook.allow_private", false)
 }
 
 // Load reads defaults, then kasa.yaml (or the file named by KASA_CONFIG) if present, then KASA_* env.
@@ -192,6 +207,9 @@ func (c Config) Validate() error {
 	}
 	if c.Webhook.Timeout <= 0 || c.Webhook.Concurrency < 1 || c.Webhook.PerMerchant < 1 {
 		errs = append(errs, errors.New("webhook.timeout, webhook.concurrency and webhook.per_merchant must be positive"))
+	}
+	if (c.NATS.TLSCert == "") != (c.NATS.TLSKey == "") {
+		errs = append(errs, errors.New("nats.tls_cert (KASA_NATS_TLS_CERT) and nats.tls_key (KASA_NATS_TLS_KEY) go together"))
 	}
 	if c.Events.Retention < time.Hour {
 		errs = append(errs, fmt.Errorf("events.retention must be at least 1h, got %s", c.Events.Retention))

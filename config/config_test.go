@@ -115,3 +115,30 @@ func TestCheckAdminToken(t *testing.T) {
 		}
 	}
 }
+
+// The broker's credentials and TLS, and the private-webhook switch, come from KASA_* variables;
+// webhooks to private addresses are refused unless asked for.
+func TestLoadBrokerAuthAndWebhookPolicy(t *testing.T) {
+	t.Chdir(t.TempDir())
+	c, err := Load()
+	require.NoError(t, err)
+	require.False(t, c.Webhook.AllowPrivate, "private webhook addresses are refused by default")
+	require.Empty(t, c.NATS.Creds)
+
+	t.Setenv("KASA_NATS_CREDS", "/etc/kasa/nats.creds")
+	t.Setenv("KASA_NATS_TLS_CA", "/etc/kasa/ca.pem")
+	t.Setenv("KASA_NATS_TLS_CERT", "/etc/kasa/client.pem")
+	t.Setenv("KASA_NATS_TLS_KEY", "/etc/kasa/client-key.pem")
+	t.Setenv("KASA_WEBHOOK_ALLOW_PRIVATE", "true")
+	c, err = Load()
+	require.NoError(t, err)
+	require.Equal(t, "/etc/kasa/nats.creds", c.NATS.Creds)
+	require.Equal(t, "/etc/kasa/ca.pem", c.NATS.TLSCA)
+	require.Equal(t, "/etc/kasa/client.pem", c.NATS.TLSCert)
+	require.Equal(t, "/etc/kasa/client-key.pem", c.NATS.TLSKey)
+	require.True(t, c.Webhook.AllowPrivate)
+
+	t.Setenv("KASA_NATS_TLS_KEY", "")
+	_, err = Load()
+	require.ErrorContains(t, err, "KASA_NATS_TLS_KEY")
+}

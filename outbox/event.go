@@ -6,7 +6,9 @@
 //     them published once the broker acknowledged them. At least once; the broker de-duplicates
 //     within its window and consumers de-duplicate with their inbox forever after.
 //   - WebhookConsumer: a durable pull consumer that records each message in the inbox and
-//     creates its webhook delivery in the same transaction, acking only after the commit.
+//     creates its webhook delivery in the same transaction, acking only after the commit. A
+//     message only names its event: the body delivered is built from the outbox row, so the
+//     broker need not be trusted with what kasa signs.
 //   - WebhookSender: POSTs due deliveries to merchants, signed (Sign/Verify), with a timeout
 //     per attempt, exponential backoff with jitter and an attempt log, for at least 24 h.
 //
@@ -40,7 +42,8 @@ var webhookTypes = map[string]bool{"payment.succeeded": true, "payment.failed": 
 func Subject(eventType string) string { return SubjectPrefix + eventType }
 
 // Event is the broker message body: the outbox row as an envelope. Its ID, not the Nats-Msg-Id
-// header, is what consumers de-duplicate on.
+// header, is what consumers de-duplicate on, and the webhook consumer reads the rest from the
+// outbox row of that ID.
 type Event struct {
 	ID          uuid.UUID       `json:"id"`
 	Type        string          `json:"type"`

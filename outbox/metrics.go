@@ -53,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"table"}),
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_webhook_events_consumed_total",
-			Help: "Broker messages the webhook consumer handled, by result (pending, skipped, duplicate, orphan, deferred, ignored, invalid, error).",
+			Help: "Broker messages the webhook consumer handled, by result (pending, skipped, duplicate, orphan, deferred, ignored, invalid, unknown: names no outbox event, error).",
 		}, []string{"result"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_webhook_deliveries_total",
@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_webhook_attempts_total",
-			Help: "Webhook send attempts by result (2xx, non_2xx, timeout, error, aborted).",
+			Help: "Webhook send attempts by result (2xx, non_2xx, timeout, error, refused: the address policy, aborted).",
 		}, []string{"result"}),
 		attemptsPerDel: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kasa_webhook_attempts_per_delivery",

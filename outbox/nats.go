@@ -50,10 +50,45 @@ func StartEmbedded(dir string) (url string, stop func(), err error) {
 	return ns.ClientURL(), func() { ns.Shutdown(); ns.WaitForShutdown() }, nil
 }
 
-// Connect dials the broker (reconnecting forever) and opens its JetStream context. Close the
-// connection with nc.Drain or nc.Close.
-func Connect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+// BrokerAuth is how kasa authenticates to an external broker and checks its certificate. The
+// zero value uses neither (the embedded broker, or a broker on a trusted network).
+type BrokerAuth struct {
+	Creds   string // a NATS .creds file: a user JWT and its nkey seed
+	TLSCA   string // PEM bundle the broker's certificate must chain to (the system's roots otherwise)
+	TLSCert string // PEM client certificate, for a broker that verifies clients (with TLSKey)
+	TLSKey  string
+}
+
+// options are the nats.go options of a; files are read when connecting.
+func (a BrokerAuth) options() ([]nats.Option, error) {
+	var opts []nats.Option
+	if a.Creds != "" {
+		if _, err := os.Stat(a.Creds); err != nil {
+			return nil, fmt.Errorf("nats credentials: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(a.Creds))
+	}
+	if a.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(a.TLSCA))
+	}
+	switch {
+	case a.TLSCert != "" && a.TLSKey != "":
+		opts = append(opts, nats.ClientCert(a.TLSCert, a.TLSKey))
+	case a.TLSCert != "" || a.TLSKey != "":
+		return nil, errors.New("nats client certificate: set both the certificate and its key")
+	}
+	return opts, nil
+}
+
+// Connect dials the broker (reconnecting forever) with auth and opens its JetStream context.
+// Close the connection with nc.Drain or nc.Close.
+func Connect(url, name string, auth BrokerAuth) (*nats.Conn, jetstream.JetStream, error) {
+	opts, err := auth.options()
+	if err != nil {
+		return nil, nil, err
+	}
+	opts = append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, opts...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("nats %s: %w", url, err)
 	}

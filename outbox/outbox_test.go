@@ -53,7 +53,7 @@ func newBroker(t *testing.T) *broker {
 	t.Helper()
 	url, stop, err := StartEmbedded(t.TempDir())
 	require.NoError(t, err)
-	nc, js, err := Connect(url, "outbox-test")
+	nc, js, err := Connect(url, "outbox-test", BrokerAuth{})
 	require.NoError(t, err)
 	t.Cleanup(func() { nc.Close(); stop() })
 	_, err = EnsureStream(context.Background(), js)
@@ -85,6 +85,9 @@ func (b *broker) consumerIdle(t *testing.T) bool {
 type pipelineOptions struct {
 	relays int // relays to run (0: none; tests drive the relay themselves)
 	sender WebhookSenderOptions
+	// refusePrivate keeps the sender's default address policy; otherwise it may call the test's
+	// endpoints on 127.0.0.1.
+	refusePrivate bool
 }
 
 type pipeline struct {
@@ -99,6 +102,7 @@ func startPipeline(t *testing.T, b *broker, o pipelineOptions) *pipeline {
 	p.relay = NewRelay(RelayOptions{Store: db, JetStream: b.js, PollInterval: 20 * time.Millisecond, Metrics: p.metrics, Logger: quiet})
 	so := o.sender
 	so.Store, so.Metrics, so.Logger = db, p.metrics, quiet
+	so.AllowPrivate = !o.refusePrivate
 	if so.PollInterval == 0 {
 		so.PollInterval = 20 * time.Millisecond
 	}

@@ -15,6 +15,7 @@ import (
 
 // ConsumerStore is what the webhook consumer needs from the database.
 type ConsumerStore interface {
+	OutboxEvents(ctx context.Context, ids []uuid.UUID) ([]store.OutboxEvent, error)
 	AcceptEvents(ctx context.Context, consumer string, es []store.NewDelivery, orderGrace time.Duration) ([]store.Acceptance, error)
 }
 
@@ -172,13 +173,42 @@ func (c *WebhookConsumer) drain(ctx context.Context, it jetstream.MessagesContex
 }
 
 // handle processes messages in stream order: their inbox rows and deliveries commit together,
-// then each is acked. A message already in the inbox is acked and ignored; a database error, or
-// an awaited earlier event, leaves a message to the broker's redelivery.
+// then each is acked. A message only names an event: what is delivered is read from its outbox
+// row, so a publisher without the database cannot have kasa sign a body it never committed. A
+// message naming no outbox row is acked and dropped; one already in the inbox is acked and
+// ignored; a database error, or an awaited earlier event, leaves a message to the broker's
+// redelivery.
 func (c *WebhookConsumer) handle(ctx context.Context, msgs []jetstream.Msg) {
+	var named []jetstream.Msg
+	var ids []uuid.UUID
+	for _, msg := range msgs {
+		if id, ok := c.pointer(msg); ok {
+			named, ids = append(named, msg), append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	rows, err := c.o.Store.OutboxEvents(ctx, ids)
+	if err != nil {
+		c.retry(named, err)
+		return
+	}
+	byID := make(map[uuid.UUID]store.OutboxEvent, len(rows))
+	for _, r := range rows {
+		byID[r.ID] = r
+	}
 	var took []jetstream.Msg
 	var nds []store.NewDelivery
-	for _, msg := range msgs {
-		if nd, ok := c.parse(msg); ok {
+	for i, msg := range named {
+		row, ok := byID[ids[i]]
+		if !ok {
+			c.o.Logger.Warn("webhook consumer: message names no outbox event; dropped", "event_id", ids[i], "subject", msg.Subject())
+			c.o.Metrics.consumed.WithLabelValues("unknown").Inc()
+			_ = msg.Ack()
+			continue
+		}
+		if nd, ok := c.delivery(msg, row); ok {
 			took, nds = append(took, msg), append(nds, nd)
 		}
 	}
@@ -187,11 +217,7 @@ func (c *WebhookConsumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 	}
 	accs, err := c.o.Store.AcceptEvents(ctx, c.o.Name, nds, c.o.OrderGrace)
 	if err != nil {
-		c.o.Logger.Warn("webhook consumer: cannot record events; will retry", "events", len(nds), "error", err)
-		c.o.Metrics.consumed.WithLabelValues("error").Add(float64(len(nds)))
-		for _, msg := range took {
-			_ = msg.NakWithDelay(c.o.RetryDelay)
-		}
+		c.retry(took, err)
 		return
 	}
 	for i, acc := range accs {
@@ -213,20 +239,38 @@ func (c *WebhookConsumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 	}
 }
 
-// parse reads a message's event and its webhook body. An invalid one is dropped (terminated).
-func (c *WebhookConsumer) parse(msg jetstream.Msg) (store.NewDelivery, bool) {
-	var e Event
-	if err := json.Unmarshal(msg.Data(), &e); err != nil || e.ID == uuid.Nil || e.AggregateID == uuid.Nil {
+// retry hands messages back to the broker after a database error.
+func (c *WebhookConsumer) retry(msgs []jetstream.Msg, err error) {
+	c.o.Logger.Warn("webhook consumer: cannot record events; will retry", "events", len(msgs), "error", err)
+	c.o.Metrics.consumed.WithLabelValues("error").Add(float64(len(msgs)))
+	for _, msg := range msgs {
+		_ = msg.NakWithDelay(c.o.RetryDelay)
+	}
+}
+
+// pointer reads the event id a message names: the "id" of its JSON body (the relay's Event).
+// Nothing else of the message is used. A message without one is dropped (terminated).
+func (c *WebhookConsumer) pointer(msg jetstream.Msg) (uuid.UUID, bool) {
+	var e struct {
+		ID uuid.UUID `json:"id"`
+	}
+	if err := json.Unmarshal(msg.Data(), &e); err != nil || e.ID == uuid.Nil {
 		c.o.Logger.Error("webhook consumer: invalid event; dropped", "subject", msg.Subject(), "error", err)
 		c.o.Metrics.consumed.WithLabelValues("invalid").Inc()
 		_ = msg.TermWithReason("invalid event")
-		return store.NewDelivery{}, false
+		return uuid.Nil, false
 	}
-	nd := store.NewDelivery{EventID: e.ID, AggregateID: e.AggregateID, Type: e.Type, CreatedAt: e.CreatedAt}
-	if webhookTypes[e.Type] {
-		body, err := WebhookBody(e)
+	return e.ID, true
+}
+
+// delivery renders an outbox row as its delivery, with the webhook body merchants get. A row
+// whose data is not JSON is dropped (terminated).
+func (c *WebhookConsumer) delivery(msg jetstream.Msg, r store.OutboxEvent) (store.NewDelivery, bool) {
+	nd := store.NewDelivery{EventID: r.ID, AggregateID: r.AggregateID, Type: r.Type, CreatedAt: r.CreatedAt}
+	if webhookTypes[r.Type] {
+		body, err := WebhookBody(Event{ID: r.ID, Type: r.Type, AggregateID: r.AggregateID, CreatedAt: r.CreatedAt, Data: r.Payload})
 		if err != nil {
-			c.o.Logger.Error("webhook consumer: event data is not JSON; dropped", "event_id", e.ID, "error", err)
+			c.o.Logger.Error("webhook consumer: event data is not JSON; dropped", "event_id", r.ID, "error", err)
 			c.o.Metrics.consumed.WithLabelValues("invalid").Inc()
 			_ = msg.TermWithReason("invalid event data")
 			return store.NewDelivery{}, false

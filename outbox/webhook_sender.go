@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -24,8 +25,13 @@ type SenderStore interface {
 
 // WebhookSenderOptions configure a WebhookSender. Zero values take the defaults shown.
 type WebhookSenderOptions struct {
-	Store        SenderStore
-	Client       *http.Client  // redirects are not followed (a 3xx is a failed attempt)
+	Store SenderStore
+	// Client is used as given; the default follows no redirect (a 3xx is a failed attempt), uses
+	// no proxy, and dials only addresses CheckAddr allows unless AllowPrivate.
+	Client *http.Client
+	// AllowPrivate lets webhooks go to loopback, private and link-local addresses (local
+	// development and tests); the default client then honours HTTP(S)_PROXY.
+	AllowPrivate bool
 	Timeout      time.Duration // per attempt, connection to body read (10s)
 	Concurrency  int           // attempts in flight in this sender (32)
 	PerMerchant  int           // attempts in flight per merchant, all senders together (4)
@@ -35,6 +41,8 @@ type WebhookSenderOptions struct {
 	PollInterval time.Duration // how often due deliveries are looked for (200ms)
 	Metrics      *Metrics
 	Logger       *slog.Logger
+
+	resolver *net.Resolver // the default client's resolver (tests answer names themselves)
 }
 
 // WebhookSender delivers due webhooks. Attempts run outside any transaction under a lease
@@ -69,14 +77,23 @@ func NewWebhookSender(o WebhookSenderOptions) *WebhookSender {
 		o.PollInterval = 200 * time.Millisecond
 	}
 	if o.Client == nil {
+		dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Resolver: o.resolver}
+		tr := &http.Transport{
+			DialContext:         dialer.DialContext,
+			TLSHandshakeTimeout: 5 * time.Second,
+			MaxIdleConnsPerHost: o.PerMerchant,
+			IdleConnTimeout:     90 * time.Second,
+		}
+		if o.AllowPrivate {
+			tr.Proxy = http.ProxyFromEnvironment
+		} else {
+			// Every address is checked as it is dialled, after resolution: a name cannot rebind
+			// to an internal address between registration and delivery. A proxy would dial on
+			// kasa's behalf, out of this check's sight, so there is none.
+			dialer.Control = dialControl
+		}
 		o.Client = &http.Client{
-			Transport: &http.Transport{
-				Proxy:               http.ProxyFromEnvironment,
-				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-				TLSHandshakeTimeout: 5 * time.Second,
-				MaxIdleConnsPerHost: o.PerMerchant,
-				IdleConnTimeout:     90 * time.Second,
-			},
+			Transport:     tr,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 	}
@@ -92,7 +109,8 @@ func NewWebhookSender(o WebhookSenderOptions) *WebhookSender {
 // Run sends due deliveries until ctx is cancelled, then waits for the attempts in flight (they
 // are cut short and rescheduled at once).
 func (s *WebhookSender) Run(ctx context.Context) error {
-	s.o.Logger.Info("webhook sender running", "concurrency", s.o.Concurrency, "per_merchant", s.o.PerMerchant, "timeout", s.o.Timeout)
+	s.o.Logger.Info("webhook sender running", "concurrency", s.o.Concurrency, "per_merchant", s.o.PerMerchant, "timeout", s.o.Timeout,
+		"allow_private", s.o.AllowPrivate)
 	slots := make(chan struct{}, s.o.Concurrency)
 	freed := make(chan struct{}, 1)
 	var wg sync.WaitGroup
@@ -153,9 +171,15 @@ func (s *WebhookSender) Send(ctx context.Context, d store.ClaimedDelivery) {
 		StatusCode: code, RetryFor: s.o.RetryFor,
 	}
 	result := "2xx"
+	var refusedURL *refusal
 	switch {
 	case err == nil && code >= 200 && code < 300:
 		res.Delivered = true
+	case errors.As(err, &refusedURL):
+		// The merchant's URL or what its name resolves to is not for kasa to call: retrying
+		// would not change that. The delivery fails now, and an operator redelivers it once
+		// the URL or KASA_WEBHOOK_ALLOW_PRIVATE is fixed.
+		result, res.Error, res.RetryIn, res.RetryFor = "refused", truncate(refusedURL.Error(), 500), time.Second, 0
 	case ctx.Err() != nil:
 		result, res.Error = "aborted", "aborted: the sender is stopping"
 	case err != nil:
@@ -194,6 +218,10 @@ func (s *WebhookSender) Send(ctx context.Context, d store.ClaimedDelivery) {
 
 // post sends the signed request; it returns the HTTP status (0 without an answer).
 func (s *WebhookSender) post(ctx context.Context, d store.ClaimedDelivery, at time.Time) (int, error) {
+	// The URL was checked at registration, perhaps under another policy or before there was one.
+	if err := CheckWebhookURL(d.URL, s.o.AllowPrivate); err != nil {
+		return 0, &refusal{url: d.URL, err: err}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))
 	if err != nil {
 		return 0, err
@@ -204,6 +232,10 @@ func (s *WebhookSender) post(ctx context.Context, d store.ClaimedDelivery, at ti
 	req.Header.Set("Kasa-Event-Type", d.EventType)
 	req.Header.Set(HeaderSignature, Sign(d.Secret, at, d.Body, d.PreviousSecret))
 	resp, err := s.o.Client.Do(req)
+	var ae *AddressError
+	if errors.As(err, &ae) {
+		return 0, &refusal{url: d.URL, err: err, addr: ae}
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -235,4 +267,38 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// refusal is a webhook kasa would not send: the URL, or the address its host resolved to, is
+// outside the address policy.
+type refusal struct {
+	url  string
+	err  error
+	addr *AddressError // nil: the URL itself was refused
+}
+
+func (r *refusal) Error() string {
+	if r.addr == nil {
+		msg := fmt.Sprintf("refused: webhook URL %s %v", redact(r.url), r.err)
+		if CheckWebhookURL(r.url, true) == nil {
+			msg += "; webhooks go to public addresses only unless KASA_WEBHOOK_ALLOW_PRIVATE=true"
+		}
+		return msg
+	}
+	host := redact(r.url)
+	if u, err := url.Parse(r.url); err == nil {
+		host = u.Host
+	}
+	return fmt.Sprintf("refused: %s resolved to %s, %s %s address; webhooks go to public addresses only unless KASA_WEBHOOK_ALLOW_PRIVATE=true",
+		host, r.addr.Addr, article(r.addr.Reason), r.addr.Reason)
+}
+
+func (r *refusal) Unwrap() error { return r.err }
+
+// redact hides a password a URL may carry.
+func redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return raw
 }

@@ -174,6 +174,7 @@ func (s *crashStack) env(overrides ...string) []string {
 		"KASA_DATABASE_URL":            s.dbURL,
 		"KASA_TEMPORAL_ADDRESS":        s.temporal,
 		"KASA_TEMPORAL_TASK_QUEUE":     s.queue,
+		"KASA_WEBHOOK_ALLOW_PRIVATE":   "true", // the tests' webhook endpoints listen on 127.0.0.1
 	}
 	for i := 0; i+1 < len(overrides); i += 2 {
 		vars[overrides[i]] = overrides[i+1]

@@ -48,6 +48,7 @@ func TestDevLifecycle(t *testing.T) {
 		fmt.Sprintf("KASA_TEMPORAL_PORT=%d", ports[2]),
 		fmt.Sprintf("KASA_TEMPORAL_UI_PORT=%d", ports[3]),
 		"KASA_DATABASE_URL=", "KASA_TEMPORAL_ADDRESS=", "KASA_ADMIN_TOKEN=", "KASA_SECRET_KEY=",
+		"KASA_WEBHOOK_ALLOW_PRIVATE=true", // the test's webhook endpoint listens on 127.0.0.1
 	)
 	apiURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 

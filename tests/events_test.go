@@ -37,7 +37,7 @@ func startEventPipeline(t *testing.T) *prometheus.Registry {
 	t.Helper()
 	url, stopBroker, err := outbox.StartEmbedded(t.TempDir())
 	require.NoError(t, err)
-	nc, js, err := outbox.Connect(url, "events-test")
+	nc, js, err := outbox.Connect(url, "events-test", outbox.BrokerAuth{})
 	require.NoError(t, err)
 	t.Cleanup(func() { nc.Close(); stopBroker() }) // after the runners have stopped
 	reg := prometheus.NewRegistry()
@@ -46,7 +46,7 @@ func startEventPipeline(t *testing.T) *prometheus.Registry {
 	runners := []testkit.Runner{
 		outbox.NewRelay(outbox.RelayOptions{Store: db, JetStream: js, PollInterval: 20 * time.Millisecond, Metrics: metrics, Logger: quiet}),
 		outbox.NewWebhookConsumer(outbox.WebhookConsumerOptions{Store: db, JetStream: js, DeferDelay: 20 * time.Millisecond, Metrics: metrics, Logger: quiet}),
-		outbox.NewWebhookSender(outbox.WebhookSenderOptions{Store: db, PollInterval: 20 * time.Millisecond, PerMerchant: 8,
+		outbox.NewWebhookSender(outbox.WebhookSenderOptions{Store: db, PollInterval: 20 * time.Millisecond, PerMerchant: 8, AllowPrivate: true,
 			BackoffBase: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Metrics: metrics, Logger: quiet}),
 	}
 	testkit.RunUntilEnd(t, runners...)

@@ -263,7 +263,7 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheu
 		Outcomes: outcomes,
 		Registry: reg,
 		Store:    st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
-		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait,
+		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait, AllowPrivateWebhooks: cfg.Webhook.AllowPrivate,
 		Charge: chargePolicy(cfg), Logger: log, ReplayCache: cfg.API.ReplayCache,
 		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
 			BookingWindow: cfg.Provider.BookingWindow, Logger: log, Runs: st, Source: "api"},

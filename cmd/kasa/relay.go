@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -25,7 +26,13 @@ func startEvents(ctx context.Context, cfg config.Config, st *store.Store, reg pr
 		}
 	}
 	url := cfg.NATS.URL
-	if url == "" {
+	var auth outbox.BrokerAuth // the embedded broker listens on loopback only and needs none
+	if url != "" {
+		auth = outbox.BrokerAuth{Creds: cfg.NATS.Creds, TLSCA: cfg.NATS.TLSCA, TLSCert: cfg.NATS.TLSCert, TLSKey: cfg.NATS.TLSKey}
+	} else {
+		if cfg.NATS.Creds+cfg.NATS.TLSCA+cfg.NATS.TLSCert != "" {
+			log.Warn("KASA_NATS_CREDS and KASA_NATS_TLS_* apply to an external broker only; KASA_NATS_URL is unset, so the embedded one is used")
+		}
 		var stopBroker func()
 		url, stopBroker, err = outbox.StartEmbedded(filepath.Join(cfg.Data.Dir, "nats"))
 		if err != nil {
@@ -34,10 +41,10 @@ func startEvents(ctx context.Context, cfg config.Config, st *store.Store, reg pr
 		cleanup = append(cleanup, func() { log.Info("stopping the embedded NATS server"); stopBroker() })
 		log.Info("embedded NATS JetStream", "url", url, "dir", filepath.Join(cfg.Data.Dir, "nats"))
 	}
-	nc, js, err := outbox.Connect(url, "kasa-relay")
+	nc, js, err := outbox.Connect(url, "kasa-relay", auth)
 	if err != nil {
 		undo()
-		return nil, err
+		return nil, fmt.Errorf("%w (a broker that wants credentials or TLS: KASA_NATS_CREDS, KASA_NATS_TLS_CA, KASA_NATS_TLS_CERT, KASA_NATS_TLS_KEY)", err)
 	}
 	cleanup = append(cleanup, nc.Close)
 
@@ -49,7 +56,8 @@ func startEvents(ctx context.Context, cfg config.Config, st *store.Store, reg pr
 		}),
 		"webhook sender": outbox.NewWebhookSender(outbox.WebhookSenderOptions{
 			Store: st, Timeout: cfg.Webhook.Timeout, Concurrency: cfg.Webhook.Concurrency,
-			PerMerchant: cfg.Webhook.PerMerchant, RetryFor: cfg.Webhook.RetryFor, Metrics: metrics, Logger: log,
+			PerMerchant: cfg.Webhook.PerMerchant, RetryFor: cfg.Webhook.RetryFor, AllowPrivate: cfg.Webhook.AllowPrivate,
+			Metrics: metrics, Logger: log,
 		}),
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -1,0 +1,193 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// A merchant chooses the URL kasa calls, so without a policy a webhook is a way into kasa's own
+// network: its loopback, the cloud's metadata service, private services. CheckWebhookURL applies
+// the policy to a URL at registration; the sender applies it again to every address it dials,
+// because a name can resolve elsewhere later (DNS rebinding).
+
+// ErrWebhookURL is the error class of CheckWebhookURL's answers.
+var ErrWebhookURL = errors.New("webhook url refused")
+
+// AddressError says why an address is refused.
+type AddressError struct {
+	Addr   netip.Addr
+	Reason string // "loopback", "private", ...
+}
+
+func (e *AddressError) Error() string {
+	return fmt.Sprintf("%s is %s %s address", e.Addr, article(e.Reason), e.Reason)
+}
+
+// urlError is a refusal worded for the merchant's field.
+type urlError struct{ msg string }
+
+func (e *urlError) Error() string        { return e.msg }
+func (e *urlError) Is(target error) bool { return target == ErrWebhookURL }
+
+// CheckWebhookURL reports why kasa would refuse to call raw; nil when it would call it. The URL
+// must be absolute http(s) with a host and no credentials in it. Unless allowPrivate, its host
+// must not be a loopback, private, link-local, shared (CGNAT), multicast, reserved or
+// unspecified address, in any spelling (http://2130706433/ and http://[::ffff:127.0.0.1]/ are
+// 127.0.0.1), nor "localhost". Other names are resolved when kasa dials them, not here: an answer
+// now says nothing about the next one. The error's text is for the merchant.
+func CheckWebhookURL(raw string, allowPrivate bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+		return &urlError{"must be an http(s) URL"}
+	}
+	// Credentials in a URL are kept and shown as it is (delivery logs, admin answers); the
+	// signature is how a merchant authenticates kasa.
+	if u.User != nil {
+		return &urlError{"must not carry credentials (user:password@): authenticate kasa by the Kasa-Signature header"}
+	}
+	if allowPrivate {
+		return nil
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return &urlError{"must not point at a loopback address (localhost)"}
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		var ok bool
+		if addr, ok = inetAton(host); !ok {
+			return nil // a name: checked at dial time
+		}
+		if reason := refused(addr); reason == "" {
+			// Parsers disagree on these spellings; only the usual one is unambiguous.
+			return &urlError{"must give an IP address in its usual form (" + addr.String() + ")"}
+		}
+	}
+	if reason := refused(addr); reason != "" {
+		return &urlError{fmt.Sprintf("must not point at %s %s address (%s)", article(reason), reason, addr.WithZone("").Unmap())}
+	}
+	return nil
+}
+
+func article(word string) string {
+	if strings.IndexByte("aeiou", word[0]) >= 0 {
+		return "an"
+	}
+	return "a"
+}
+
+// inetAton reads host as the IPv4 forms C resolvers and some proxies accept besides the dotted
+// quad: 1 to 4 parts, each decimal, octal (leading 0) or hex (0x), the last filling the
+// remaining bytes (http://2130706433/ and http://127.1/ are 127.0.0.1).
+func inetAton(host string) (netip.Addr, bool) {
+	parts := strings.Split(host, ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	vals := make([]uint64, len(parts))
+	for i, p := range parts {
+		v, err := strconv.ParseUint(p, 0, 32) // base 0: 0x.. hex, 0.. octal, else decimal
+		if err != nil || p == "" {
+			return netip.Addr{}, false
+		}
+		vals[i] = v
+	}
+	// The last part fills the remaining bytes: a.b.c.d, a.b.(16 bits), a.(24 bits), (32 bits).
+	var n uint64
+	for i, v := range vals[:len(vals)-1] {
+		if v > 0xff {
+			return netip.Addr{}, false
+		}
+		n |= v << (8 * (3 - i))
+	}
+	last := vals[len(vals)-1]
+	if last >= 1<<(8*(5-len(vals))) {
+		return netip.Addr{}, false
+	}
+	n |= last
+	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}), true
+}
+
+// Refused ranges beyond what netip's predicates name, and the address families that embed an
+// IPv4 address (checked as that address).
+var (
+	refusedPrefixes = []struct {
+		p      netip.Prefix
+		reason string
+	}{
+		{netip.MustParsePrefix("0.0.0.0/8"), "unspecified"}, // "this network": Linux dials 0.x as local
+		{netip.MustParsePrefix("100.64.0.0/10"), "shared (CGNAT)"},
+		{netip.MustParsePrefix("192.0.0.0/24"), "reserved"},
+		{netip.MustParsePrefix("192.0.2.0/24"), "reserved"},
+		{netip.MustParsePrefix("198.18.0.0/15"), "reserved"},
+		{netip.MustParsePrefix("198.51.100.0/24"), "reserved"},
+		{netip.MustParsePrefix("203.0.113.0/24"), "reserved"},
+		{netip.MustParsePrefix("240.0.0.0/4"), "reserved"}, // and 255.255.255.255
+		{netip.MustParsePrefix("::/96"), "reserved"},       // IPv4-compatible, deprecated
+		{netip.MustParsePrefix("100::/64"), "reserved"},    // discard-only
+		{netip.MustParsePrefix("2001:db8::/32"), "reserved"},
+	}
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+)
+
+// CheckAddr says whether kasa may send a webhook to addr (nil) or why not (*AddressError).
+func CheckAddr(addr netip.Addr) error {
+	if reason := refused(addr); reason != "" {
+		return &AddressError{Addr: addr.WithZone("").Unmap(), Reason: reason}
+	}
+	return nil
+}
+
+// refused is why addr is refused, or "".
+func refused(addr netip.Addr) string {
+	a := addr.WithZone("").Unmap()
+	switch {
+	case !a.IsValid() || a.IsUnspecified():
+		return "unspecified"
+	case a.IsLoopback():
+		return "loopback"
+	case a.IsPrivate():
+		return "private"
+	case a.IsLinkLocalUnicast():
+		return "link-local"
+	case a.IsMulticast():
+		return "multicast"
+	}
+	for _, r := range refusedPrefixes {
+		if r.p.Contains(a) {
+			return r.reason
+		}
+	}
+	// Addresses that carry an IPv4 address are judged by it: a NAT64 gateway or a 6to4 relay
+	// would deliver to that address.
+	b := a.As16()
+	var v4 [4]byte
+	switch {
+	case nat64.Contains(a):
+		v4 = [4]byte{b[12], b[13], b[14], b[15]}
+	case sixToFour.Contains(a):
+		v4 = [4]byte{b[2], b[3], b[4], b[5]}
+	default:
+		return ""
+	}
+	if reason := refused(netip.AddrFrom4(v4)); reason != "" {
+		return reason + " (embedded IPv4)"
+	}
+	return ""
+}
+
+// dialControl is a net.Dialer's Control: it runs after the name was resolved, on the very
+// address about to be connected to, so no resolver answer can slip past it.
+func dialControl(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("webhook dial: unexpected address %q", address)
+	}
+	return CheckAddr(ap.Addr())
+}
