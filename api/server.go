@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -83,6 +84,7 @@ type Server struct {
 	engine    *gin.Engine
 	merchants merchantCache
 	replays   replayCache
+	ready     readiness
 }
 
 // New builds the router.
@@ -148,18 +150,51 @@ func (s *Server) Routes() []string {
 	return out
 }
 
+// readyTTL is how long a readiness answer is reused: a check is a database round trip and two
+// Temporal calls, and /readyz needs no credentials.
+const readyTTL = time.Second
+
+// readiness is the latest readiness answer. Callers that arrive during a check wait for it
+// under mu rather than start their own.
+type readiness struct {
+	mu      sync.Mutex
+	checked time.Time
+	status  int
+	checks  gin.H
+}
+
 func (s *Server) readyz(c *gin.Context) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 3*time.Second)
+	status, checks := s.ready.get(c.Request.Context(), s.checkReady)
+	c.JSON(status, checks)
+}
+
+func (r *readiness) get(ctx context.Context, check func(context.Context) (int, gin.H)) (int, gin.H) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.checks == nil || time.Since(r.checked) >= readyTTL {
+		// Not the caller's context: its cancellation must not be every waiter's "down".
+		r.status, r.checks = check(context.WithoutCancel(ctx))
+		r.checked = time.Now()
+	}
+	return r.status, r.checks
+}
+
+// checkReady says only which dependency is down: its error names hosts, users and queues, and
+// goes to the log instead.
+func (s *Server) checkReady(ctx context.Context) (int, gin.H) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	checks := gin.H{"database": "ok", "temporal": "ok"}
 	status := http.StatusOK
 	if err := s.Store.Ping(ctx); err != nil {
-		checks["database"], status = err.Error(), http.StatusServiceUnavailable
+		checks["database"], status = "down", http.StatusServiceUnavailable
+		s.log.Warn("readiness: database down", "error", err)
 	}
 	if err := s.Workflows.Ready(ctx); err != nil {
-		checks["temporal"], status = err.Error(), http.StatusServiceUnavailable
+		checks["temporal"], status = "down", http.StatusServiceUnavailable
+		s.log.Warn("readiness: temporal down", "error", err)
 	}
-	c.JSON(status, checks)
+	return status, checks
 }
 
 const ctxMerchant = "kasa.merchant"
