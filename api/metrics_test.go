@@ -79,3 +79,37 @@ func TestMetricsLabelsAreBounded(t *testing.T) {
 	require.Contains(t, body, `route="unmatched"`)
 	require.NotContains(t, body, `method="M`)
 }
+
+// TestMetricsOnItsOwnAddress: with SeparateMetrics, the merchant port does not serve /metrics
+// (404 like any unknown route) and MetricsHandler does; without it, the API port serves it.
+func TestMetricsOnItsOwnAddress(t *testing.T) {
+	t.Parallel()
+	get := func(h http.Handler, path string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec
+	}
+	for _, tc := range []struct {
+		name     string
+		separate bool
+		apiCode  int
+	}{
+		{"on the API port", false, http.StatusOK},
+		{"on its own address", true, http.StatusNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, _, _ := newTestServer(t, func(o *Options) { o.SeparateMetrics = tc.separate })
+			get(s.Handler(), "/healthz")
+			rec := get(s.Handler(), "/metrics")
+			require.Equal(t, tc.apiCode, rec.Code)
+			if tc.separate {
+				require.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
+				rec = get(s.MetricsHandler(), "/metrics")
+				require.Equal(t, http.StatusOK, rec.Code)
+				require.Equal(t, http.StatusNotFound, get(s.MetricsHandler(), "/v1/payments").Code, "only /metrics there")
+			}
+			require.Contains(t, rec.Body.String(), `kasa_http_request_duration_seconds_count{method="GET",route="/healthz",status="200"} 1`)
+		})
+	}
+}

@@ -69,6 +69,10 @@ type Options struct {
 	// PollAfter is how long a new payment's request waits for an announced outcome before it
 	// also asks Temporal for the workflow's result and reads the record every 250ms (1s).
 	PollAfter time.Duration
+	// SeparateMetrics leaves /metrics off Handler: MetricsHandler serves it on an address of its
+	// own, for deployments that do not show it on the merchant port.
+	SeparateMetrics bool
+	Limits          Limits
 }
 
 // Outcomes announces committed outcomes in this process (store.Store.WatchOutcome).
@@ -85,6 +89,9 @@ type Server struct {
 	merchants merchantCache
 	replays   replayCache
 	ready     readiness
+
+	perIP, perMerchant *limiter      // nil: off
+	inFlight           chan struct{} // a slot per request being handled; nil: off
 }
 
 // New builds the router.
@@ -109,19 +116,31 @@ func New(o Options) *Server {
 	if src, ok := o.Store.(statsSource); ok {
 		o.Registry.MustRegister(newDBCollector(src))
 	}
+	s.perIP, s.perMerchant = newLimiter(o.Limits.PerIP), newLimiter(o.Limits.PerMerchant)
+	if o.Limits.MaxInFlight > 0 {
+		s.inFlight = make(chan struct{}, o.Limits.MaxInFlight)
+	}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	e.Use(s.requestID, s.observe, s.recover)
+	// gin trusts every proxy's X-Forwarded-For unless told otherwise: any client could then pick
+	// the address it is rate-limited as.
+	if err := e.SetTrustedProxies(o.Limits.TrustedProxies); err != nil {
+		s.log.Error("api: trusted proxies ignored", "error", err)
+		_ = e.SetTrustedProxies(nil)
+	}
+	e.Use(s.requestID, s.observe, s.recover, s.limitIP)
 	e.NoRoute(func(c *gin.Context) { s.writeError(c, errRouteNotFound) })
 	e.NoMethod(func(c *gin.Context) { s.writeError(c, errMethodNotAllowed) })
 
 	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{})))
+	if !o.SeparateMetrics {
+		e.GET("/metrics", gin.WrapH(s.MetricsHandler()))
+	}
 	e.GET("/openapi.yaml", func(c *gin.Context) { c.Data(http.StatusOK, "application/yaml", docs.OpenAPI) })
 
-	admin := e.Group("/admin/v1", s.adminAuth)
+	admin := e.Group("/admin/v1", s.limitInFlight, s.adminAuth)
 	admin.POST("/merchants", s.createMerchant)
 	admin.POST("/accounts", s.createAccount)
 	admin.POST("/accounts/:id/deposits", s.deposit)
@@ -129,7 +148,7 @@ func New(o Options) *Server {
 	admin.GET("/merchants/:id/deliveries", s.merchantDeliveries)
 	admin.POST("/deliveries/:id/redeliver", s.redeliver)
 
-	v1 := e.Group("/v1", s.merchantAuth)
+	v1 := e.Group("/v1", s.limitInFlight, s.merchantAuth, s.limitMerchant)
 	v1.POST("/payments", s.createPayment)
 	v1.GET("/payments", s.paymentByKey)
 	v1.GET("/payments/:id", s.getPayment)
@@ -140,6 +159,13 @@ func New(o Options) *Server {
 
 // Handler returns the HTTP handler.
 func (s *Server) Handler() http.Handler { return s.engine }
+
+// MetricsHandler answers GET /metrics and nothing else, for a listener of its own.
+func (s *Server) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+	return mux
+}
 
 // Routes lists "METHOD path" for every route (the OpenAPI test compares them with the spec).
 func (s *Server) Routes() []string {
