@@ -161,9 +161,12 @@ func newLimiter(r Rate) *limiter {
 		return nil
 	}
 	burst := max(r.Burst, 1)
+	// Past an hour idle a bucket is dropped even if not yet full: a client that slow gains
+	// little from a fresh burst, and the table must not keep it for days.
+	full := min(float64(burst)/r.PerSecond, time.Hour.Seconds())
 	return &limiter{
 		rate: rate.Limit(r.PerSecond), burst: burst,
-		fullAfter: time.Duration(float64(burst) / r.PerSecond * float64(time.Second)),
+		fullAfter: time.Duration(full * float64(time.Second)),
 		keys:      map[string]*bucket{},
 	}
 }
