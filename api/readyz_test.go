@@ -1,14 +1,18 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -78,4 +82,33 @@ func TestReadyzIsCachedForASecond(t *testing.T) {
 	st.mu.Unlock()
 	require.LessOrEqual(t, pings, 2, "database checks for 100 probes")
 	require.LessOrEqual(t, int(cw.ready.Load()), 2, "Temporal checks for 100 probes")
+}
+
+// TestReadyzLogsTheCauseOncePerChange: the detail kept out of the answer is in the log, once
+// while it stays the same, and the recovery is logged too.
+func TestReadyzLogsTheCauseOncePerChange(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	s, st, _ := newTestServer(t, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	probe := func() string {
+		s.ready.mu.Lock()
+		s.ready.checked = time.Time{} // past the cache
+		s.ready.mu.Unlock()
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return rec.Body.String()
+	}
+	st.mu.Lock()
+	st.fail["Ping"] = errors.New("dial tcp db.internal:5432: connection refused")
+	st.mu.Unlock()
+	for range 3 {
+		require.NotContains(t, probe(), "db.internal")
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "readiness: database down"), logs.String())
+	require.Contains(t, logs.String(), "db.internal:5432")
+	st.mu.Lock()
+	delete(st.fail, "Ping")
+	st.mu.Unlock()
+	require.Contains(t, probe(), `"database":"ok"`)
+	require.Contains(t, logs.String(), "readiness: database ok again")
 }

@@ -187,6 +187,7 @@ type readiness struct {
 	checked time.Time
 	status  int
 	checks  gin.H
+	causes  map[string]string // dependency -> the error last logged for it
 }
 
 func (s *Server) readyz(c *gin.Context) {
@@ -194,33 +195,46 @@ func (s *Server) readyz(c *gin.Context) {
 	c.JSON(status, checks)
 }
 
-func (r *readiness) get(ctx context.Context, check func(context.Context) (int, gin.H)) (int, gin.H) {
+func (r *readiness) get(ctx context.Context, check func(context.Context) map[string]error) (int, gin.H) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.checks == nil || time.Since(r.checked) >= readyTTL {
-		// Not the caller's context: its cancellation must not be every waiter's "down".
-		r.status, r.checks = check(context.WithoutCancel(ctx))
-		r.checked = time.Now()
+	if r.checks != nil && time.Since(r.checked) < readyTTL {
+		return r.status, r.checks
+	}
+	// Not the caller's context: its cancellation must not be every waiter's "down".
+	errs := check(context.WithoutCancel(ctx))
+	r.checked, r.status, r.checks = time.Now(), http.StatusOK, gin.H{}
+	for dep, err := range errs {
+		r.checks[dep] = "ok"
+		if err != nil {
+			r.checks[dep], r.status = "down", http.StatusServiceUnavailable
+		}
 	}
 	return r.status, r.checks
 }
 
-// checkReady says only which dependency is down: its error names hosts, users and queues, and
-// goes to the log instead.
-func (s *Server) checkReady(ctx context.Context) (int, gin.H) {
+// checkReady checks each dependency. The answer says only which one is down: an error names
+// hosts, users and queues, so it goes to the log, once per change rather than once per probe.
+// It runs under s.ready.mu.
+func (s *Server) checkReady(ctx context.Context) map[string]error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	checks := gin.H{"database": "ok", "temporal": "ok"}
-	status := http.StatusOK
-	if err := s.Store.Ping(ctx); err != nil {
-		checks["database"], status = "down", http.StatusServiceUnavailable
-		s.log.Warn("readiness: database down", "error", err)
+	errs := map[string]error{"database": s.Store.Ping(ctx), "temporal": s.Workflows.Ready(ctx)}
+	if s.ready.causes == nil {
+		s.ready.causes = map[string]string{}
 	}
-	if err := s.Workflows.Ready(ctx); err != nil {
-		checks["temporal"], status = "down", http.StatusServiceUnavailable
-		s.log.Warn("readiness: temporal down", "error", err)
+	for dep, err := range errs {
+		was := s.ready.causes[dep]
+		switch {
+		case err != nil && err.Error() != was:
+			s.log.Warn("readiness: "+dep+" down", "error", err)
+			s.ready.causes[dep] = err.Error()
+		case err == nil && was != "":
+			s.log.Info("readiness: " + dep + " ok again")
+			delete(s.ready.causes, dep)
+		}
 	}
-	return status, checks
+	return errs
 }
 
 const ctxMerchant = "kasa.merchant"
