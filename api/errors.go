@@ -43,6 +43,7 @@ func (s *Server) writeError(c *gin.Context, err error) {
 	var ve *payment.ValidationError
 	var dup *payment.DuplicatePaymentError
 	var fileErr *reconcile.FileError
+	var limited *rateLimitedError
 	switch {
 	case errors.As(err, &fileErr):
 		p.Status, p.Code, p.Title, p.Errors = 400, "invalid_settlement_file", "Invalid settlement file", fileErr.FieldErrors()
@@ -70,6 +71,12 @@ func (s *Server) writeError(c *gin.Context, err error) {
 		p.Status, p.Code, p.Title = 413, "body_too_large", "Request body too large"
 	case errors.Is(err, errUnsupportedMedia):
 		p.Status, p.Code, p.Title = 415, "unsupported_media_type", "Unsupported media type"
+	case errors.As(err, &limited):
+		p.Status, p.Code, p.Title = 429, "rate_limited", "Too many requests"
+		c.Header("Retry-After", strconv.Itoa(limited.retryAfter()))
+	case errors.Is(err, errOverloaded):
+		p.Status, p.Code, p.Title = 503, "unavailable", "Service unavailable"
+		c.Header("Retry-After", strconv.Itoa(retryAfter))
 	case errors.Is(err, payment.ErrUnavailable), errors.Is(err, store.ErrConflict), workflows.IsUnavailable(err):
 		p.Status, p.Code, p.Title, p.Detail = 503, "unavailable", "Service unavailable", "a dependency is unavailable; retry with the same Idempotency-Key"
 		c.Header("Retry-After", strconv.Itoa(retryAfter))

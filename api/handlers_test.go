@@ -312,6 +312,15 @@ var handlerCases = []handlerCase{
 	{name: "settlements_dry_run_empty_400", req: request{method: "POST", path: "/admin/v1/settlements?dry_run=", body: settlementCSV, header: map[string]string{"Content-Type": "text/csv"}}},
 	{name: "settlements_unknown_param_400", req: request{method: "POST", path: "/admin/v1/settlements?dryrun=true", body: settlementCSV, header: map[string]string{"Content-Type": "text/csv"}}},
 
+	// Limits.
+	{name: "rate_limited_per_ip_429", before: []request{{method: "GET", path: "/healthz"}}, req: request{method: "GET", path: "/healthz"},
+		setup: func(f *fixture) { f.opts.Limits.PerIP = Rate{PerSecond: 0.25, Burst: 1} }},
+	{name: "rate_limited_per_merchant_429", before: []request{{body: payBody}}, req: request{body: payBody},
+		setup: func(f *fixture) { f.opts.Limits.PerMerchant = Rate{PerSecond: 0.5, Burst: 1} },
+		check: func(t *testing.T, f *fixture) {
+			require.Equal(t, 1, f.wf.starts, "the limited request started nothing")
+		}},
+
 	// Health.
 	{name: "healthz_200", req: request{method: "GET", path: "/healthz"}},
 	{name: "readyz_200", req: request{method: "GET", path: "/readyz"}},
@@ -399,7 +408,7 @@ func TestHandlerCasesCoverEveryProblemCode(t *testing.T) {
 	for _, m := range problemCode.FindAllSubmatch(src, -1) {
 		codes = append(codes, string(m[1]))
 	}
-	require.Len(t, codes, 14, "errors.go's problem codes are no longer found: adapt problemCode")
+	require.Len(t, codes, 16, "errors.go's problem codes are no longer found: adapt problemCode")
 	seen := map[string]bool{}
 	for _, tc := range handlerCases {
 		b, err := os.ReadFile(filepath.Join("testdata", tc.name+".golden"))

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -54,11 +55,21 @@ func newMetrics(r *prometheus.Registry) *metrics {
 func (s *Server) observe(c *gin.Context) {
 	start := time.Now()
 	c.Next()
-	route := c.FullPath()
+	route := c.FullPath() // the route template, never the raw path
 	if route == "" {
 		route = "unmatched"
 	}
-	s.metrics.httpDuration.WithLabelValues(route, c.Request.Method, strconv.Itoa(c.Writer.Status())).Observe(time.Since(start).Seconds())
+	s.metrics.httpDuration.WithLabelValues(route, methodLabel(c.Request.Method), strconv.Itoa(c.Writer.Status())).Observe(time.Since(start).Seconds())
+}
+
+// methodLabel keeps the method label to a fixed set: a client picks the method, and every new
+// label value is a series kept in memory for the life of the process.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead, http.MethodOptions:
+		return m
+	}
+	return "other"
 }
 
 // statsSource is where the scrape-time gauges come from.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -75,6 +76,10 @@ type Options struct {
 	// PollAfter is how long a new payment's request waits for an announced outcome before it
 	// also asks Temporal for the workflow's result and reads the record every 250ms (1s).
 	PollAfter time.Duration
+	// SeparateMetrics leaves /metrics off Handler: MetricsHandler serves it on an address of its
+	// own, for deployments that do not show it on the merchant port.
+	SeparateMetrics bool
+	Limits          Limits
 }
 
 // Outcomes announces committed outcomes in this process (store.Store.WatchOutcome).
@@ -90,6 +95,10 @@ type Server struct {
 	engine    *gin.Engine
 	merchants merchantCache
 	replays   replayCache
+	ready     readiness
+
+	perIP, perMerchant *limiter      // nil: off
+	inFlight           chan struct{} // a slot per request being handled; nil: off
 }
 
 // New builds the router.
@@ -114,19 +123,31 @@ func New(o Options) *Server {
 	if src, ok := o.Store.(statsSource); ok {
 		o.Registry.MustRegister(newDBCollector(src))
 	}
+	s.perIP, s.perMerchant = newLimiter(o.Limits.PerIP), newLimiter(o.Limits.PerMerchant)
+	if o.Limits.MaxInFlight > 0 {
+		s.inFlight = make(chan struct{}, o.Limits.MaxInFlight)
+	}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	e.Use(s.requestID, s.observe, s.recover)
+	// gin trusts every proxy's X-Forwarded-For unless told otherwise: any client could then pick
+	// the address it is rate-limited as.
+	if err := e.SetTrustedProxies(o.Limits.TrustedProxies); err != nil {
+		s.log.Error("api: trusted proxies ignored", "error", err)
+		_ = e.SetTrustedProxies(nil)
+	}
+	e.Use(s.requestID, s.observe, s.recover, s.limitIP)
 	e.NoRoute(func(c *gin.Context) { s.writeError(c, errRouteNotFound) })
 	e.NoMethod(func(c *gin.Context) { s.writeError(c, errMethodNotAllowed) })
 
 	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{})))
+	if !o.SeparateMetrics {
+		e.GET("/metrics", gin.WrapH(s.MetricsHandler()))
+	}
 	e.GET("/openapi.yaml", func(c *gin.Context) { c.Data(http.StatusOK, "application/yaml", docs.OpenAPI) })
 
-	admin := e.Group("/admin/v1", s.adminAuth)
+	admin := e.Group("/admin/v1", s.limitInFlight, s.adminAuth)
 	admin.POST("/merchants", s.createMerchant)
 	admin.POST("/accounts", s.createAccount)
 	admin.POST("/accounts/:id/deposits", s.deposit)
@@ -138,7 +159,7 @@ func New(o Options) *Server {
 	admin.POST("/merchants/:id/webhook-secret", s.rotateWebhookSecret)
 	admin.POST("/deliveries/:id/redeliver", s.redeliver)
 
-	v1 := e.Group("/v1", s.merchantAuth)
+	v1 := e.Group("/v1", s.limitInFlight, s.merchantAuth, s.limitMerchant)
 	v1.POST("/payments", s.createPayment)
 	v1.GET("/payments", s.paymentByKey)
 	v1.GET("/payments/:id", s.getPayment)
@@ -150,6 +171,13 @@ func New(o Options) *Server {
 // Handler returns the HTTP handler.
 func (s *Server) Handler() http.Handler { return s.engine }
 
+// MetricsHandler answers GET /metrics and nothing else, for a listener of its own.
+func (s *Server) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
 // Routes lists "METHOD path" for every route (the OpenAPI test compares them with the spec).
 func (s *Server) Routes() []string {
 	var out []string
@@ -159,18 +187,65 @@ func (s *Server) Routes() []string {
 	return out
 }
 
+// readyTTL is how long a readiness answer is reused: a check is a database round trip and two
+// Temporal calls, and /readyz needs no credentials.
+const readyTTL = time.Second
+
+// readiness is the latest readiness answer. Callers that arrive during a check wait for it
+// under mu rather than start their own.
+type readiness struct {
+	mu      sync.Mutex
+	checked time.Time
+	status  int
+	checks  gin.H
+	causes  map[string]string // dependency -> the error last logged for it
+}
+
 func (s *Server) readyz(c *gin.Context) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 3*time.Second)
-	defer cancel()
-	checks := gin.H{"database": "ok", "temporal": "ok"}
-	status := http.StatusOK
-	if err := s.Store.Ping(ctx); err != nil {
-		checks["database"], status = err.Error(), http.StatusServiceUnavailable
-	}
-	if err := s.Workflows.Ready(ctx); err != nil {
-		checks["temporal"], status = err.Error(), http.StatusServiceUnavailable
-	}
+	status, checks := s.ready.get(c.Request.Context(), s.checkReady)
 	c.JSON(status, checks)
+}
+
+func (r *readiness) get(ctx context.Context, check func(context.Context) map[string]error) (int, gin.H) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.checks != nil && time.Since(r.checked) < readyTTL {
+		return r.status, r.checks
+	}
+	// Not the caller's context: its cancellation must not be every waiter's "down".
+	errs := check(context.WithoutCancel(ctx))
+	r.checked, r.status, r.checks = time.Now(), http.StatusOK, gin.H{}
+	for dep, err := range errs {
+		r.checks[dep] = "ok"
+		if err != nil {
+			r.checks[dep], r.status = "down", http.StatusServiceUnavailable
+		}
+	}
+	return r.status, r.checks
+}
+
+// checkReady checks each dependency. The answer says only which one is down: an error names
+// hosts, users and queues, so it goes to the log, once per change rather than once per probe.
+// It runs under s.ready.mu.
+func (s *Server) checkReady(ctx context.Context) map[string]error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	errs := map[string]error{"database": s.Store.Ping(ctx), "temporal": s.Workflows.Ready(ctx)}
+	if s.ready.causes == nil {
+		s.ready.causes = map[string]string{}
+	}
+	for dep, err := range errs {
+		was := s.ready.causes[dep]
+		switch {
+		case err != nil && err.Error() != was:
+			s.log.Warn("readiness: "+dep+" down", "error", err)
+			s.ready.causes[dep] = err.Error()
+		case err == nil && was != "":
+			s.log.Info("readiness: " + dep + " ok again")
+			delete(s.ready.causes, dep)
+		}
+	}
+	return errs
 }
 
 const ctxMerchant = "kasa.merchant"

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -20,7 +21,21 @@ type Config struct {
 		Addr        string        `mapstructure:"addr"`
 		SyncWait    time.Duration `mapstructure:"sync_wait"`
 		ReplayCache int           `mapstructure:"replay_cache"` // completed records kept in memory per generation
+		// What one client can hold of the API (slow and idle clients, floods): docs/operations.md.
+		ReadTimeout    time.Duration `mapstructure:"read_timeout"`
+		WriteTimeout   time.Duration `mapstructure:"write_timeout"` // must outlast sync_wait
+		IdleTimeout    time.Duration `mapstructure:"idle_timeout"`
+		MaxConns       int           `mapstructure:"max_conns"`
+		MaxInFlight    int           `mapstructure:"max_in_flight"`
+		TrustedProxies []string      `mapstructure:"trusted_proxies"` // whose X-Forwarded-For names the client
+		RateLimit      struct {
+			PerIP       RateLimit `mapstructure:"per_ip"`
+			PerMerchant RateLimit `mapstructure:"per_merchant"`
+		} `mapstructure:"rate_limit"`
 	} `mapstructure:"api"`
+	Metrics struct {
+		Addr string `mapstructure:"addr"` // /metrics on its own listener; empty: on the API's
+	} `mapstructure:"metrics"`
 	Banksim struct {
 		Addr string `mapstructure:"addr"`
 	} `mapstructure:"banksim"`
@@ -104,6 +119,12 @@ type Config struct {
 	} `mapstructure:"worker"`
 }
 
+// RateLimit is a token bucket: Rate requests a second, Burst at once; Rate 0 turns it off.
+type RateLimit struct {
+	Rate  float64 `mapstructure:"rate"`
+	Burst int     `mapstructure:"burst"`
+}
+
 // Capabilities the provider may have; each picks a charge strategy (docs/operations.md).
 var Capabilities = []string{"idempotent", "inquiry", "none"}
 
@@ -111,6 +132,18 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("api.addr", "127.0.0.1:8080")
 	v.SetDefault("api.sync_wait", "5s")
 	v.SetDefault("api.replay_cache", 50000)
+	// API edge limits: timeouts, connection and in-flight caps, rate limits, metrics listener.
+	v.SetDefault("api.read_timeout", "30s")
+	v.SetDefault("api.write_timeout", "30s")
+	v.SetDefault("api.idle_timeout", "120s")
+	v.SetDefault("api.max_conns", 4096)
+	v.SetDefault("api.max_in_flight", 1024)
+	v.SetDefault("api.trusted_proxies", []string{})
+	v.SetDefault("api.rate_limit.per_ip.rate", 1000)
+	v.SetDefault("api.rate_limit.per_ip.burst", 2000)
+	v.SetDefault("api.rate_limit.per_merchant.rate", 500)
+	v.SetDefault("api.rate_limit.per_merchant.burst", 1000)
+	v.SetDefault("metrics.addr", "")
 	v.SetDefault("banksim.addr", "127.0.0.1:8090")
 	v.SetDefault("admin.token", "")
 	v.SetDefault("provider.capability", "idempotent")
@@ -220,6 +253,7 @@ func (c Config) Validate() error {
 	if c.API.SyncWait < 0 || c.API.SyncWait > time.Minute {
 		errs = append(errs, fmt.Errorf("api.sync_wait must be between 0 and 1m, got %s", c.API.SyncWait))
 	}
+	errs = append(errs, c.validateEdge()...)
 	if c.Temporal.Namespace == "" || c.Temporal.TaskQueue == "" {
 		errs = append(errs, errors.New("temporal.namespace and temporal.task_queue must not be empty"))
 	}
@@ -255,6 +289,41 @@ func (c Config) CheckAdminToken() error {
 		return fmt.Errorf("KASA_ADMIN_TOKEN must be at least %d characters, got %d (e.g. `openssl rand -hex 24`)", MinAdminTokenLen, len(c.Admin.Token))
 	}
 	return nil
+}
+
+// writeMargin is how much longer than sync_wait an answer may take to write: the work before
+// the wait (the database, the workflow start) and after it (reading the record).
+const writeMargin = 10 * time.Second
+
+// validateEdge checks the API's timeouts and limits.
+func (c Config) validateEdge() []error {
+	var errs []error
+	a := c.API
+	if a.ReadTimeout <= 0 || a.IdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("api.read_timeout (%s) and api.idle_timeout (%s) must be positive: a slow or idle client would hold its connection for ever", a.ReadTimeout, a.IdleTimeout))
+	}
+	if a.WriteTimeout < a.SyncWait+writeMargin {
+		errs = append(errs, fmt.Errorf("api.write_timeout (%s) must be at least api.sync_wait (%s) + %s, or a payment waiting for its outcome is cut off", a.WriteTimeout, a.SyncWait, writeMargin))
+	}
+	if a.MaxConns < 1 || a.MaxInFlight < 1 || a.MaxInFlight > a.MaxConns {
+		errs = append(errs, fmt.Errorf("api.max_conns (%d) and api.max_in_flight (%d) must be positive, with no more requests than connections", a.MaxConns, a.MaxInFlight))
+	}
+	for name, r := range map[string]RateLimit{"per_ip": a.RateLimit.PerIP, "per_merchant": a.RateLimit.PerMerchant} {
+		if r.Rate < 0 || (r.Rate > 0 && r.Burst < 1) {
+			errs = append(errs, fmt.Errorf("api.rate_limit.%s: rate (%g) must be 0 (off) or positive, with a burst of at least 1 (got %d)", name, r.Rate, r.Burst))
+		}
+	}
+	for _, p := range a.TrustedProxies {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			if _, err := netip.ParseAddr(p); err != nil {
+				errs = append(errs, fmt.Errorf("api.trusted_proxies: %q is neither an address nor a CIDR", p))
+			}
+		}
+	}
+	if c.Metrics.Addr != "" && c.Metrics.Addr == a.Addr {
+		errs = append(errs, fmt.Errorf("metrics.addr (KASA_METRICS_ADDR) must differ from api.addr (%s); leave it empty to serve /metrics on the API", a.Addr))
+	}
+	return errs
 }
 
 // SecretKey returns the decoded secret key, or nil when none is configured.

@@ -46,6 +46,32 @@ func TestLoadFileThenEnv(t *testing.T) {
 	require.True(t, c.Temporal.Gzip)
 }
 
+func TestLoadEdgeLimits(t *testing.T) {
+	t.Chdir(t.TempDir())
+	c, err := Load()
+	require.NoError(t, err)
+	require.Equal(t, 30*time.Second, c.API.ReadTimeout)
+	require.Equal(t, 30*time.Second, c.API.WriteTimeout)
+	require.Equal(t, 120*time.Second, c.API.IdleTimeout)
+	require.Equal(t, 4096, c.API.MaxConns)
+	require.Equal(t, 1024, c.API.MaxInFlight)
+	require.Equal(t, RateLimit{Rate: 1000, Burst: 2000}, c.API.RateLimit.PerIP)
+	require.Equal(t, RateLimit{Rate: 500, Burst: 1000}, c.API.RateLimit.PerMerchant)
+	require.Empty(t, c.API.TrustedProxies)
+	require.Empty(t, c.Metrics.Addr, "served on the API's port")
+
+	t.Setenv("KASA_API_TRUSTED_PROXIES", "10.0.0.0/8,192.0.2.7")
+	t.Setenv("KASA_API_RATE_LIMIT_PER_IP_RATE", "0")
+	t.Setenv("KASA_API_RATE_LIMIT_PER_MERCHANT_RATE", "2.5")
+	t.Setenv("KASA_METRICS_ADDR", "127.0.0.1:9100")
+	c, err = Load()
+	require.NoError(t, err)
+	require.Equal(t, []string{"10.0.0.0/8", "192.0.2.7"}, c.API.TrustedProxies)
+	require.Equal(t, RateLimit{Rate: 0, Burst: 2000}, c.API.RateLimit.PerIP, "0 turns it off")
+	require.Equal(t, RateLimit{Rate: 2.5, Burst: 1000}, c.API.RateLimit.PerMerchant)
+	require.Equal(t, "127.0.0.1:9100", c.Metrics.Addr)
+}
+
 func TestValidateRejectsBadCapability(t *testing.T) {
 	t.Chdir(t.TempDir())
 	t.Setenv("KASA_PROVIDER_CAPABILITY", "maybe")
@@ -65,6 +91,15 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 		{"webhooks retried for less than a day", "webhook.retry_for", map[string]string{"KASA_WEBHOOK_RETRY_FOR": "2h"}},
 		{"no webhook concurrency", "webhook.concurrency", map[string]string{"KASA_WEBHOOK_CONCURRENCY": "0"}},
 		{"retention shorter than an hour", "events.retention", map[string]string{"KASA_EVENTS_RETENTION": "5m"}},
+		{"write timeout within the sync wait", "api.write_timeout", map[string]string{"KASA_API_SYNC_WAIT": "30s", "KASA_API_WRITE_TIMEOUT": "35s"}},
+		{"no read timeout", "api.read_timeout", map[string]string{"KASA_API_READ_TIMEOUT": "0s"}},
+		{"no idle timeout", "api.idle_timeout", map[string]string{"KASA_API_IDLE_TIMEOUT": "0s"}},
+		{"in flight above the connections", "api.max_in_flight", map[string]string{"KASA_API_MAX_CONNS": "100", "KASA_API_MAX_IN_FLIGHT": "200"}},
+		{"no connections", "api.max_conns", map[string]string{"KASA_API_MAX_CONNS": "0"}},
+		{"negative rate", "api.rate_limit.per_ip", map[string]string{"KASA_API_RATE_LIMIT_PER_IP_RATE": "-1"}},
+		{"rate without burst", "api.rate_limit.per_merchant", map[string]string{"KASA_API_RATE_LIMIT_PER_MERCHANT_BURST": "0"}},
+		{"bad trusted proxy", "api.trusted_proxies", map[string]string{"KASA_API_TRUSTED_PROXIES": "10.0.0.0/8,not-an-address"}},
+		{"metrics on the API's address", "metrics.addr", map[string]string{"KASA_API_ADDR": "127.0.0.1:8080", "KASA_METRICS_ADDR": "127.0.0.1:8080"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Chdir(t.TempDir())

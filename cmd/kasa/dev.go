@@ -164,7 +164,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	cleanup = append(cleanup, stopEvents)
 
-	stopAPI, err := serve(ctx, "api", cfg.API.Addr, newAPI(cfg, st, tc, reg, log, true).Handler(), log)
+	stopAPI, err := serveAPI(ctx, cfg, newAPI(cfg, st, tc, reg, log, true), log)
 	if err != nil {
 		return err
 	}

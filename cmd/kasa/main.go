@@ -265,9 +265,35 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheu
 		Store:    st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
 		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait, AllowPrivateWebhooks: cfg.Webhook.AllowPrivate,
 		Charge: chargePolicy(cfg), Logger: log, ReplayCache: cfg.API.ReplayCache,
+		SeparateMetrics: cfg.Metrics.Addr != "", Limits: apiLimits(cfg),
 		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
 			BookingWindow: cfg.Provider.BookingWindow, Logger: log, Runs: st, Source: "api"},
 	})
+}
+
+// apiLimits are the API's timeouts, caps and rate limits from cfg.
+func apiLimits(cfg config.Config) api.Limits {
+	a := cfg.API
+	return api.Limits{
+		ReadTimeout: a.ReadTimeout, WriteTimeout: a.WriteTimeout, IdleTimeout: a.IdleTimeout,
+		MaxConns: a.MaxConns, MaxInFlight: a.MaxInFlight, TrustedProxies: a.TrustedProxies,
+		PerIP:       api.Rate{PerSecond: a.RateLimit.PerIP.Rate, Burst: a.RateLimit.PerIP.Burst},
+		PerMerchant: api.Rate{PerSecond: a.RateLimit.PerMerchant.Rate, Burst: a.RateLimit.PerMerchant.Burst},
+	}
+}
+
+// serveAPI serves srv on api.addr with its limits, and its /metrics on metrics.addr when set.
+func serveAPI(ctx context.Context, cfg config.Config, srv *api.Server, log *slog.Logger) (stop func(), err error) {
+	stopAPI, err := serveWith("api", cfg.API.Addr, srv.HTTPServer(), srv.Listener, log)
+	if err != nil || cfg.Metrics.Addr == "" {
+		return stopAPI, err
+	}
+	stopMetrics, err := serve(ctx, "metrics", cfg.Metrics.Addr, srv.MetricsHandler(), log)
+	if err != nil {
+		stopAPI()
+		return nil, err
+	}
+	return func() { stopAPI(); stopMetrics() }, nil
 }
 
 // startSweeper starts stranded operations in the background until the returned stop is called.
@@ -282,13 +308,20 @@ func startSweeper(ctx context.Context, cfg config.Config, st *store.Store, tc cl
 	return func() { cancel(); <-done }
 }
 
-// serve runs an HTTP server until ctx ends, then drains it.
-func serve(ctx context.Context, name, addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+// serve runs an HTTP server until stop is called, then drains it.
+func serve(_ context.Context, name, addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+	return serveWith(name, addr, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, nil, log)
+}
+
+// serveWith runs srv on addr, its listener wrapped by wrap when not nil, until stop is called.
+func serveWith(name, addr string, srv *http.Server, wrap func(net.Listener) net.Listener, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s: listen on %s: %w", name, addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if wrap != nil {
+		ln = wrap(ln)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -315,7 +348,7 @@ func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer st.Close()
 	defer tc.Close()
-	stop, err := serve(ctx, "api", cfg.API.Addr, newAPI(cfg, st, tc, nil, log, false).Handler(), log)
+	stop, err := serveAPI(ctx, cfg, newAPI(cfg, st, tc, nil, log, false), log)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,211 @@
+package api
+
+import (
+	"errors"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"golang.org/x/net/netutil"
+	"golang.org/x/time/rate"
+)
+
+// Limits bound what clients can hold of the server. A zero value turns that limit off.
+type Limits struct {
+	ReadTimeout  time.Duration // a whole request, body included
+	WriteTimeout time.Duration // from the end of the request's headers to the end of the answer
+	IdleTimeout  time.Duration // a keep-alive connection between requests
+	MaxConns     int           // open connections; more wait to be accepted
+	MaxInFlight  int           // merchant and admin requests being handled; more are answered 503
+	PerIP        Rate          // requests per client address (an IPv6 client is its /64)
+	PerMerchant  Rate          // authenticated requests per merchant
+	// TrustedProxies are the addresses (or CIDRs) whose X-Forwarded-For names the client; with
+	// none the client is the connection's peer, whatever headers it sends.
+	TrustedProxies []string
+}
+
+// Rate is a token bucket: PerSecond tokens a second, at most Burst at once. PerSecond 0 is off.
+type Rate struct {
+	PerSecond float64
+	Burst     int
+}
+
+// maxReadHeaderTimeout bounds the headers on their own: a client has no reason to take longer.
+const maxReadHeaderTimeout = 10 * time.Second
+
+// HTTPServer is the server for Handler, with the limits' timeouts. Without a read timeout a
+// client that trickles its body holds a connection and a goroutine for ever; the write timeout
+// must outlast the longest answer (the payment sync wait), which config checks.
+func (s *Server) HTTPServer() *http.Server {
+	l := s.Limits
+	header := maxReadHeaderTimeout
+	if l.ReadTimeout > 0 {
+		header = min(header, l.ReadTimeout)
+	}
+	return &http.Server{
+		Handler:           s.engine,
+		ReadHeaderTimeout: header,
+		ReadTimeout:       l.ReadTimeout,
+		WriteTimeout:      l.WriteTimeout,
+		IdleTimeout:       l.IdleTimeout,
+	}
+}
+
+// Listener caps ln at MaxConns open connections: past it, new ones wait in the kernel's accept
+// queue until one closes (the timeouts see that idle and slow ones do).
+func (s *Server) Listener(ln net.Listener) net.Listener {
+	if s.Limits.MaxConns > 0 {
+		return netutil.LimitListener(ln, s.Limits.MaxConns)
+	}
+	return ln
+}
+
+// limitIP answers 429 to a client address past its rate, before any other work (a request with
+// a wrong API key costs a database query).
+func (s *Server) limitIP(c *gin.Context) {
+	if s.perIP == nil {
+		c.Next()
+		return
+	}
+	if ok, wait := s.perIP.allow(clientKey(c.ClientIP()), time.Now()); !ok {
+		s.writeError(c, &rateLimitedError{wait: wait})
+		return
+	}
+	c.Next()
+}
+
+// limitMerchant answers 429 to a merchant past its rate; it runs after merchantAuth.
+func (s *Server) limitMerchant(c *gin.Context) {
+	if s.perMerchant == nil {
+		c.Next()
+		return
+	}
+	if ok, wait := s.perMerchant.allow(merchantOf(c).ID.String(), time.Now()); !ok {
+		s.writeError(c, &rateLimitedError{wait: wait})
+		return
+	}
+	c.Next()
+}
+
+// limitInFlight answers 503 at once past MaxInFlight requests being handled, instead of letting
+// them queue for the database pool and Temporal.
+func (s *Server) limitInFlight(c *gin.Context) {
+	if s.inFlight == nil {
+		c.Next()
+		return
+	}
+	select {
+	case s.inFlight <- struct{}{}:
+		defer func() { <-s.inFlight }()
+		c.Next()
+	default:
+		s.writeError(c, errOverloaded)
+	}
+}
+
+// clientKey is the rate-limit key of a client address: an IPv6 host gets a /64 to itself and
+// could otherwise change address for every request.
+func clientKey(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	a = a.Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.String()
+	}
+	return a.String()
+}
+
+var errOverloaded = errors.New("the server is at its limit of requests in flight; retry shortly")
+
+// rateLimitedError is a request over its rate; wait is when a token is there again.
+type rateLimitedError struct{ wait time.Duration }
+
+func (*rateLimitedError) Error() string { return "too many requests; retry after Retry-After seconds" }
+
+// retryAfter is wait in whole seconds, rounded up, at least 1.
+func (e *rateLimitedError) retryAfter() int {
+	return max(1, int(math.Ceil(e.wait.Seconds())))
+}
+
+// maxLimiterKeys bounds a limiter's table. Past it (a flood from more addresses than that) the
+// table starts over: per-address limits cannot hold such a flood anyway, memory must.
+const maxLimiterKeys = 100_000
+
+// limiter is a token bucket per key. A bucket unused for fullAfter has refilled and is the same
+// as a new one, so it is dropped: the table holds only clients seen in the last fullAfter.
+type limiter struct {
+	rate      rate.Limit
+	burst     int
+	fullAfter time.Duration
+
+	mu    sync.Mutex
+	keys  map[string]*bucket
+	swept time.Time
+}
+
+type bucket struct {
+	lim  *rate.Limiter
+	seen time.Time
+}
+
+// newLimiter returns nil for a rate that is off.
+func newLimiter(r Rate) *limiter {
+	if r.PerSecond <= 0 {
+		return nil
+	}
+	burst := max(r.Burst, 1)
+	// Past an hour idle a bucket is dropped even if not yet full: a client that slow gains
+	// little from a fresh burst, and the table must not keep it for days.
+	full := min(float64(burst)/r.PerSecond, time.Hour.Seconds())
+	return &limiter{
+		rate: rate.Limit(r.PerSecond), burst: burst,
+		fullAfter: time.Duration(full * float64(time.Second)),
+		keys:      map[string]*bucket{},
+	}
+}
+
+// allow takes a token from key's bucket at now, or says how long until one is there.
+func (l *limiter) allow(key string, now time.Time) (bool, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.swept) >= l.fullAfter || len(l.keys) >= maxLimiterKeys {
+		l.sweep(now)
+	}
+	b, ok := l.keys[key]
+	if !ok {
+		b = &bucket{lim: rate.NewLimiter(l.rate, l.burst)}
+		l.keys[key] = b
+	}
+	b.seen = now
+	r := b.lim.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now) // a refused request spends nothing
+		return false, d
+	}
+	return true, 0
+}
+
+func (l *limiter) sweep(now time.Time) {
+	l.swept = now
+	for k, b := range l.keys {
+		if now.Sub(b.seen) >= l.fullAfter {
+			delete(l.keys, k)
+		}
+	}
+	if len(l.keys) >= maxLimiterKeys*9/10 { // else a full table would be swept on every request
+		l.keys = map[string]*bucket{}
+	}
+}
+
+func (l *limiter) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.keys)
+}

@@ -1,0 +1,351 @@
+package api
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+// serveTCP serves s on a loopback port the way `kasa api` does (HTTPServer over Listener) and
+// returns its address.
+func serveTCP(t *testing.T, s *Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := s.HTTPServer()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(s.Listener(ln)) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+	return ln.Addr().String()
+}
+
+// closedWithin reports whether the server closes conn within d, reading (and dropping)
+// whatever it answers meanwhile.
+func closedWithin(conn net.Conn, d time.Duration) bool {
+	closed := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, conn); close(closed) }()
+	select {
+	case <-closed:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+const paymentHead = "POST /v1/payments HTTP/1.1\r\nHost: kasa\r\nAuthorization: Bearer sk_a\r\n" +
+	"Content-Type: application/json\r\nIdempotency-Key: slow\r\nContent-Length: 4000\r\n\r\n"
+
+// TestSlowClientIsDisconnected: a client that trickles its headers or its body, a byte at a
+// time, holds a connection and a goroutine; the read timeout ends it.
+func TestSlowClientIsDisconnected(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		prefix  string // sent at once
+		trickle string // then a byte every 50ms
+	}{
+		{"headers", "", paymentHead},
+		{"body", paymentHead, strings.Repeat(" ", 4000)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, _, _ := newTestServer(t, func(o *Options) {
+				o.Limits = Limits{ReadTimeout: 500 * time.Millisecond, WriteTimeout: 2 * time.Second, IdleTimeout: time.Second}
+			})
+			conn, err := net.Dial("tcp", serveTCP(t, s))
+			require.NoError(t, err)
+			defer conn.Close()
+			_, err = io.WriteString(conn, tc.prefix)
+			require.NoError(t, err)
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				for i := range len(tc.trickle) {
+					select {
+					case <-stop:
+						return
+					case <-time.After(50 * time.Millisecond):
+					}
+					if _, err := io.WriteString(conn, tc.trickle[i:i+1]); err != nil {
+						return
+					}
+				}
+			}()
+			start := time.Now()
+			require.True(t, closedWithin(conn, 5*time.Second), "a client trickling its %s is still connected after 5s", tc.name)
+			require.Less(t, time.Since(start), 3*time.Second)
+		})
+	}
+}
+
+// TestIdleConnectionIsClosed: a keep-alive connection with no request is closed after the
+// idle timeout.
+func TestIdleConnectionIsClosed(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTestServer(t, func(o *Options) {
+		o.Limits = Limits{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 300 * time.Millisecond}
+	})
+	conn, err := net.Dial("tcp", serveTCP(t, s))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: kasa\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.False(t, resp.Close, "the connection is kept alive")
+	start := time.Now()
+	closed := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, br); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(4 * time.Second):
+		t.Fatal("an idle keep-alive connection is still open after 4s")
+	}
+	require.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond, "closed by the idle timeout, not at once")
+}
+
+// TestConnectionCap: past MaxConns open connections, a new one waits until one closes.
+func TestConnectionCap(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTestServer(t, func(o *Options) {
+		o.Limits = Limits{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxConns: 2}
+	})
+	addr := serveTCP(t, s)
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+		held = append(held, c)
+	}
+	client := &http.Client{Timeout: 500 * time.Millisecond}
+	_, err := client.Get("http://" + addr + "/healthz")
+	require.Error(t, err, "a third connection is not served while two are open")
+
+	require.NoError(t, held[0].Close())
+	client.Timeout = 3 * time.Second
+	resp, err := client.Get("http://" + addr + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// problemOf decodes a problem+json answer.
+func problemOf(t *testing.T, rec *httptest.ResponseRecorder) problem {
+	t.Helper()
+	require.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
+	var p problem
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p))
+	return p
+}
+
+// TestInFlightCap: past MaxInFlight merchant requests being handled, the next one is answered
+// 503 at once rather than queued; the operations endpoints still answer.
+func TestInFlightCap(t *testing.T) {
+	t.Parallel()
+	s, st, wf := newTestServer(t, func(o *Options) {
+		o.SyncWait = 2 * time.Second
+		o.Limits = Limits{MaxInFlight: 1}
+	})
+	wf.outcome = "" // the payment stays processing: its request waits SyncWait
+	h := s.Handler()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, request{body: payBody}.build())
+		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+	})
+	require.Eventually(t, func() bool {
+		wf.mu.Lock()
+		defer wf.mu.Unlock()
+		return wf.starts == 1
+	}, 2*time.Second, 5*time.Millisecond)
+
+	start := time.Now()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, request{method: "GET", path: "/v1/accounts/" + accountA.String()}.build())
+	require.Less(t, time.Since(start), time.Second, "answered at once, not after the 2s request ahead of it")
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
+	require.Equal(t, "1", rec.Header().Get("Retry-After"))
+	require.Equal(t, "unavailable", problemOf(t, rec).Code)
+	st.mu.Lock()
+	require.Zero(t, st.calls["Account"], "the rejected request did no work")
+	st.mu.Unlock()
+
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		require.Equal(t, http.StatusOK, rec.Code, path)
+	}
+	wg.Wait()
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, request{method: "GET", path: "/v1/accounts/" + accountA.String()}.build())
+	require.Equal(t, http.StatusOK, rec.Code, "the slot is free again")
+}
+
+// TestRateLimitPerClientAddress: past its burst an address is answered 429 rate_limited with
+// Retry-After; other addresses are not; X-Forwarded-For counts only from a trusted proxy.
+func TestRateLimitPerClientAddress(t *testing.T) {
+	t.Parallel()
+	type hit struct {
+		remote, forwarded string
+		want              int
+	}
+	for _, tc := range []struct {
+		name    string
+		trusted []string
+		hits    []hit
+	}{
+		{"one address past its burst", nil, []hit{
+			{"10.0.0.1", "", 200}, {"10.0.0.1", "", 200}, {"10.0.0.1", "", 429},
+			{"10.0.0.2", "", 200}, {"10.0.0.2", "", 200}, {"10.0.0.2", "", 429},
+		}},
+		{"a forged X-Forwarded-For changes nothing", nil, []hit{
+			{"10.0.0.1", "192.0.2.1", 200}, {"10.0.0.1", "192.0.2.2", 200}, {"10.0.0.1", "192.0.2.3", 429},
+		}},
+		{"behind a trusted proxy, the forwarded address counts", []string{"10.0.0.0/8"}, []hit{
+			{"10.0.0.1", "192.0.2.1", 200}, {"10.0.0.1", "192.0.2.1", 200}, {"10.0.0.1", "192.0.2.1", 429},
+			{"10.0.0.1", "192.0.2.2", 200}, {"10.0.0.3", "192.0.2.2", 200}, {"10.0.0.1", "192.0.2.2", 429},
+		}},
+		{"an IPv6 client is its /64", nil, []hit{
+			{"2001:db8::1", "", 200}, {"2001:db8::2", "", 200}, {"2001:db8::ffff:1", "", 429},
+			{"2001:db8:0:1::1", "", 200},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, _, _ := newTestServer(t, func(o *Options) {
+				o.Limits = Limits{PerIP: Rate{PerSecond: 0.01, Burst: 2}, TrustedProxies: tc.trusted}
+			})
+			h := s.Handler()
+			for i, x := range tc.hits {
+				req := httptest.NewRequest(http.MethodGet, "/healthz", nil)
+				req.RemoteAddr = net.JoinHostPort(x.remote, "40000")
+				if x.forwarded != "" {
+					req.Header.Set("X-Forwarded-For", x.forwarded)
+				}
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				require.Equal(t, x.want, rec.Code, "hit %d from %s (%s)", i, x.remote, x.forwarded)
+				if x.want == 429 {
+					requireRateLimited(t, rec, 100)
+				}
+			}
+		})
+	}
+}
+
+// requireRateLimited checks a 429 answer: problem+json rate_limited with a Retry-After of
+// about wait seconds (the time until the bucket holds a token again).
+func requireRateLimited(t *testing.T, rec *httptest.ResponseRecorder, wait int) {
+	t.Helper()
+	p := problemOf(t, rec)
+	require.Equal(t, "rate_limited", p.Code)
+	require.Equal(t, 429, p.Status)
+	after, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+	require.NoError(t, err, "Retry-After in seconds")
+	require.InDelta(t, wait, after, 1)
+}
+
+// TestRateLimitPerMerchant: one merchant past its burst is limited on every address; another
+// merchant is not, and a request that fails authentication spends no merchant's tokens.
+func TestRateLimitPerMerchant(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTestServer(t, func(o *Options) {
+		o.Limits = Limits{PerMerchant: Rate{PerSecond: 0.5, Burst: 2}}
+	})
+	h := s.Handler()
+	get := func(key, remote string) *httptest.ResponseRecorder {
+		req := request{method: "GET", path: "/v1/accounts/" + accountA.String(), header: map[string]string{"Authorization": "Bearer " + key}}.build()
+		req.RemoteAddr = remote + ":40000"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	require.Equal(t, http.StatusUnauthorized, get("sk_wrong", "10.0.0.9").Code)
+	require.Equal(t, http.StatusOK, get("sk_a", "10.0.0.1").Code)
+	require.Equal(t, http.StatusOK, get("sk_a", "10.0.0.2").Code)
+	rec := get("sk_a", "10.0.0.3")
+	require.Equal(t, http.StatusTooManyRequests, rec.Code)
+	requireRateLimited(t, rec, 2)
+	require.Equal(t, http.StatusNotFound, get("sk_b", "10.0.0.1").Code, "merchant B is not limited (and cannot see A's account)")
+}
+
+// TestLimiterForgetsIdleClients: a client's bucket is dropped once it has refilled (it is then
+// the same as a new one), so a flood of addresses does not grow memory for ever.
+func TestLimiterForgetsIdleClients(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(Rate{PerSecond: 10, Burst: 20}) // full again 2s after the last request
+	t0 := time.Now()
+	for i := range 1000 {
+		ok, _ := l.allow(fmt.Sprintf("k%d", i), t0)
+		require.True(t, ok)
+	}
+	require.Equal(t, 1000, l.size())
+	t1 := t0.Add(3 * time.Second)
+	ok, _ := l.allow("k0", t1)
+	require.True(t, ok)
+	require.Equal(t, 1, l.size(), "only the client seen since")
+
+	// A limited client is remembered while its bucket refills.
+	for range 20 {
+		l.allow("hot", t1)
+	}
+	ok, wait := l.allow("hot", t1)
+	require.False(t, ok)
+	require.Equal(t, 100*time.Millisecond, wait)
+	l.allow("other", t1.Add(time.Second))
+	ok, _ = l.allow("hot", t1.Add(time.Second))
+	require.True(t, ok)
+	require.Equal(t, 3, l.size(), "k0, hot and other are all within 2s of their last request")
+
+	// Past maxLimiterKeys the table starts over rather than grow.
+	big := newLimiter(Rate{PerSecond: 1, Burst: 1})
+	for i := range maxLimiterKeys + 10 {
+		big.allow(strconv.Itoa(i), t0)
+	}
+	require.LessOrEqual(t, big.size(), maxLimiterKeys)
+}
+
+// TestSyncWaitPaymentAnswersUnderTheTimeouts: a payment that takes the whole sync wait, longer
+// than the read timeout, is still answered over a real connection.
+func TestSyncWaitPaymentAnswersUnderTheTimeouts(t *testing.T) {
+	t.Parallel()
+	s, _, wf := newTestServer(t, func(o *Options) {
+		o.SyncWait = 700 * time.Millisecond
+		// The write timeout leaves the wait a margin, as config requires (a loaded machine adds to it).
+		o.Limits = Limits{ReadTimeout: 300 * time.Millisecond, WriteTimeout: 5 * time.Second, IdleTimeout: 300 * time.Millisecond, MaxConns: 4, MaxInFlight: 4}
+	})
+	wf.outcome = ""
+	addr := serveTCP(t, s)
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/payments", strings.NewReader(payBody))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer sk_a")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "k-sync")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	require.GreaterOrEqual(t, time.Since(start), 700*time.Millisecond, "waited the sync wait, past the read timeout")
+	var body map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	require.Equal(t, string(payment.StatusProcessing), body["status"])
+}

@@ -1,0 +1,114 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// countingWorkflows counts readiness checks of the Temporal side.
+type countingWorkflows struct {
+	Workflows
+	ready atomic.Int32
+}
+
+func (w *countingWorkflows) Ready(ctx context.Context) error {
+	w.ready.Add(1)
+	return w.Workflows.Ready(ctx)
+}
+
+// TestReadyzNamesTheFailingDependencyOnly: the errors of a failed check carry hosts, users
+// and queue names; /readyz is unauthenticated, so it says only which dependency is down.
+func TestReadyzNamesTheFailingDependencyOnly(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name           string
+		dbErr, tempErr error
+		status         int
+		want           map[string]string
+	}{
+		{"both ok", nil, nil, 200, map[string]string{"database": "ok", "temporal": "ok"}},
+		{"database down", errors.New(`failed to connect to host=db.internal user=kasa_app database=kasa`), nil,
+			503, map[string]string{"database": "down", "temporal": "ok"}},
+		{"temporal down", nil, errors.New(`no worker polls task queue "payments-secret"`),
+			503, map[string]string{"database": "ok", "temporal": "down"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, st, wf := newTestServer(t, nil)
+			st.fail["Ping"], wf.ready = tc.dbErr, tc.tempErr
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			require.Equal(t, tc.status, rec.Code)
+			var got map[string]string
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got), rec.Body.String())
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// TestReadyzIsCachedForASecond: each check costs a database round trip and two Temporal
+// calls; a burst of probes shares one.
+func TestReadyzIsCachedForASecond(t *testing.T) {
+	t.Parallel()
+	var cw *countingWorkflows
+	s, st, _ := newTestServer(t, func(o *Options) {
+		cw = &countingWorkflows{Workflows: o.Workflows}
+		o.Workflows = cw
+	})
+	h := s.Handler()
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			require.Equal(t, http.StatusOK, rec.Code)
+		})
+	}
+	wg.Wait()
+	st.mu.Lock()
+	pings := st.calls["Ping"]
+	st.mu.Unlock()
+	require.LessOrEqual(t, pings, 2, "database checks for 100 probes")
+	require.LessOrEqual(t, int(cw.ready.Load()), 2, "Temporal checks for 100 probes")
+}
+
+// TestReadyzLogsTheCauseOncePerChange: the detail kept out of the answer is in the log, once
+// while it stays the same, and the recovery is logged too.
+func TestReadyzLogsTheCauseOncePerChange(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	s, st, _ := newTestServer(t, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	probe := func() string {
+		s.ready.mu.Lock()
+		s.ready.checked = time.Time{} // past the cache
+		s.ready.mu.Unlock()
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return rec.Body.String()
+	}
+	st.mu.Lock()
+	st.fail["Ping"] = errors.New("dial tcp db.internal:5432: connection refused")
+	st.mu.Unlock()
+	for range 3 {
+		require.NotContains(t, probe(), "db.internal")
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "readiness: database down"), logs.String())
+	require.Contains(t, logs.String(), "db.internal:5432")
+	st.mu.Lock()
+	delete(st.fail, "Ping")
+	st.mu.Unlock()
+	require.Contains(t, probe(), `"database":"ok"`)
+	require.Contains(t, logs.String(), "readiness: database ok again")
+}
