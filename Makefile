@@ -65,9 +65,21 @@ check-generated: generate ## fail when the generated code is not what make gener
 	@git diff --exit-code -- store/internal/dbsqlc bench/pgbench payment/currencies_gen.go || { echo "generated code is out of date: run make generate and commit"; exit 1; }
 	@out=$$(git status --porcelain --untracked-files=all -- store/internal/dbsqlc bench/pgbench payment/currencies_gen.go); if [ -n "$$out" ]; then echo "untracked generated files:"; echo "$$out"; exit 1; fi
 
-fuzz: ## run each fuzz target for 20s
-	$(GO) test ./payment -run '^$$' -fuzz FuzzParseRequest -fuzztime 20s
-	$(GO) test ./payment -run '^$$' -fuzz FuzzParseAmount -fuzztime 20s
+# Every `func Fuzz...` in a _test.go file is a target, found anew on each run; they run one after
+# another for FUZZTIME each, and a failing target does not stop the others (the list of failures
+# comes at the end). E.g. make fuzz FUZZTIME=3m FUZZFLAGS='-parallel 1'.
+FUZZTIME ?= 20s
+FUZZFLAGS ?=
+fuzz: ## run every fuzz target for FUZZTIME (20s) each; FUZZFLAGS go to go test
+	@failed=""; \
+	for f in $$(grep -rl --include='*_test.go' --exclude-dir=.git --exclude-dir=.data --exclude-dir=bin --exclude-dir=testdata '^func Fuzz' . | sort); do \
+	  pkg=$$(dirname $$f); \
+	  for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+	    echo "== $$pkg $$t ($(FUZZTIME))"; \
+	    $(GO) test $$pkg -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) || failed="$$failed $$pkg:$$t"; \
+	  done; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz targets that failed:$$failed"; exit 1; fi
 
 clean: ## remove build outputs (keeps .data)
 	rm -rf $(BIN)
