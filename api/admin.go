@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
@@ -104,8 +105,12 @@ func (s *Server) createMerchant(c *gin.Context) {
 	}
 	var ve payment.ValidationError
 	req.Name = strings.TrimSpace(req.Name)
-	if req.Name == "" || len(req.Name) > 200 {
+	switch {
+	case req.Name == "" || len(req.Name) > 200:
 		ve.Fields = append(ve.Fields, payment.FieldError{Field: "name", Message: "is required, at most 200 characters"})
+	case strings.ContainsFunc(req.Name, unicode.IsControl):
+		// PostgreSQL cannot store NUL, and no merchant's name needs a control character.
+		ve.Fields = append(ve.Fields, payment.FieldError{Field: "name", Message: "must not contain control characters"})
 	}
 	if req.WebhookURL != "" {
 		if err := outbox.CheckWebhookURL(req.WebhookURL, s.AllowPrivateWebhooks); err != nil {

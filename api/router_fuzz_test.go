@@ -46,11 +46,11 @@ func pgText(ss ...string) error {
 	return nil
 }
 
-func (s pgTextStore) CreateMerchant(ctx context.Context, m payment.Merchant, apiKey, webhookSecret string) error {
+func (s pgTextStore) CreateMerchantWithKey(ctx context.Context, m payment.Merchant, keyID uuid.UUID, apiKey, webhookSecret string) error {
 	if err := pgText(m.Name, m.WebhookURL, apiKey, webhookSecret); err != nil {
 		return err
 	}
-	return s.fakeStore.CreateMerchant(ctx, m, apiKey, webhookSecret)
+	return s.fakeStore.CreateMerchantWithKey(ctx, m, keyID, apiKey, webhookSecret)
 }
 
 func (s pgTextStore) MerchantByAPIKey(ctx context.Context, apiKey string) (payment.Merchant, error) {
@@ -280,6 +280,9 @@ func FuzzAdminMerchantBody(f *testing.F) {
 		`{"name":"Cafe"} {}`,
 		`{"name":null,"webhook_url":null}`,
 		`{"name":"` + strings.Repeat("é", 101) + `"}`,
+		`{"name":"a\u0000b"}`,
+		`{"name":"Cafe","webhook_url":"https://cafe.example/\u0000"}`,
+		"{\"name\":\"a\xffb\"}",
 		`[]`,
 	} {
 		f.Add([]byte(s))
