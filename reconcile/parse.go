@@ -271,6 +271,9 @@ func parseTrailer(num int, rec []string, fe *FileError) (Trailer, bool) {
 		fe.add(num, TrailerTag, fmt.Sprintf("as_of: %q must be an RFC 3339 time", rec[3]))
 	case t.Day != "" && at.Before(t.Day.Start()):
 		fe.add(num, TrailerTag, fmt.Sprintf("as_of: %s is before %s begins", rec[3], t.Day))
+	case at.UTC().Year() > 9999:
+		// RFC 3339 (and so the report's JSON) cannot write such a time back.
+		fe.add(num, TrailerTag, fmt.Sprintf("as_of: %s is after the year 9999 in UTC", rec[3]))
 	default:
 		t.AsOf = at.UTC()
 	}

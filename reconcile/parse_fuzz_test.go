@@ -23,6 +23,7 @@ func FuzzParseFileRoundTrip(f *testing.F) {
 		head + "2025-02-30,ch 1,nope,1.001,TRY,paid\n",
 		"\xEF\xBB\xBF" + head,
 		"a,b\n\"unterminated",
+		head + "trailer,9999-12-31,0,9999-12-31T23:00:00-23:00\n", // as_of past year 9999 in UTC
 	} {
 		f.Add([]byte(s))
 	}
