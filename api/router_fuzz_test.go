@@ -404,6 +404,9 @@ func FuzzSettlementUpload(f *testing.F) {
 		{"", fuzzSettlementCSV + "trailer,2025-03-01,1,2025-03-02T00:00:00Z,,\n"},
 		{"", fuzzSettlementCSV + "2025-03-01,ch_3,nope,1,TRY,paid\n"},
 		{"dry_run=1", "\xEF\xBB\xBF" + fuzzSettlementCSV},
+		{"dry_run=&dry_run=true", fuzzSettlementCSV},
+		{"dry_run=false&dry_run=true", fuzzSettlementCSV},
+		{"dry_run=true&dry_run=maybe", fuzzSettlementCSV},
 		{"", "a,b\n\"unterminated"},
 		{"", ""},
 	} {
