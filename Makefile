@@ -8,7 +8,7 @@ TEMPORAL := $(BIN)/temporal
 RACE := $(shell $(GO) env CGO_ENABLED | grep -q 1 && echo -race)
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test bench lint temporal-cli fuzz clean generate check-generated
+.PHONY: help build run test bench lint temporal-cli fuzz fuzz-targets clean generate check-generated
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -70,15 +70,17 @@ check-generated: generate ## fail when the generated code is not what make gener
 # comes at the end). E.g. make fuzz FUZZTIME=3m FUZZFLAGS='-parallel 1'.
 FUZZTIME ?= 20s
 FUZZFLAGS ?=
+fuzz-targets: ## list every fuzz target: <package dir> <name>
+	@for f in $$(grep -rl --include='*_test.go' --exclude-dir=.git --exclude-dir=.data --exclude-dir=bin --exclude-dir=testdata '^func Fuzz' . | sort); do \
+	  for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do echo "$$(dirname $$f) $$t"; done; \
+	done
+
 fuzz: ## run every fuzz target for FUZZTIME (20s) each; FUZZFLAGS go to go test
 	@failed=""; \
-	for f in $$(grep -rl --include='*_test.go' --exclude-dir=.git --exclude-dir=.data --exclude-dir=bin --exclude-dir=testdata '^func Fuzz' . | sort); do \
-	  pkg=$$(dirname $$f); \
-	  for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
-	    echo "== $$pkg $$t ($(FUZZTIME))"; \
-	    $(GO) test $$pkg -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) || failed="$$failed $$pkg:$$t"; \
-	  done; \
-	done; \
+	while read -r pkg t; do \
+	  echo "== $$pkg $$t ($(FUZZTIME))"; \
+	  $(GO) test $$pkg -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) </dev/null || failed="$$failed $$pkg:$$t"; \
+	done < <($(MAKE) --no-print-directory -s fuzz-targets); \
 	if [ -n "$$failed" ]; then echo "fuzz targets that failed:$$failed"; exit 1; fi
 
 clean: ## remove build outputs (keeps .data)

@@ -1,0 +1,73 @@
+package deploy
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// make fuzz runs what make fuzz-targets lists: the list must hold every fuzz function in the
+// repository, found here by parsing the test files rather than by the Makefile's grep.
+func TestMakeFuzzListsEveryTarget(t *testing.T) {
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	var want []string
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") && path != root || d.Name() == "bin") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, name := range fuzzFuncs(f) {
+			rel, _ := filepath.Rel(root, filepath.Dir(path))
+			want = append(want, "./"+rel+" "+name)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, want)
+
+	cmd := exec.Command("make", "--no-print-directory", "-s", "fuzz-targets")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	got := strings.Split(strings.TrimSpace(string(out)), "\n")
+	sort.Strings(want)
+	sort.Strings(got)
+	require.Equal(t, want, got, "make fuzz-targets (and so make fuzz) misses or invents a fuzz target")
+}
+
+// fuzzFuncs names the file's fuzz targets: top-level FuzzXxx(*testing.F) functions.
+func fuzzFuncs(f *ast.File) []string {
+	var names []string
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Fuzz") || len(fn.Type.Params.List) != 1 {
+			continue
+		}
+		star, ok := fn.Type.Params.List[0].Type.(*ast.StarExpr)
+		if !ok {
+			continue
+		}
+		if sel, ok := star.X.(*ast.SelectorExpr); ok && sel.Sel.Name == "F" {
+			names = append(names, fn.Name.Name)
+		}
+	}
+	return names
+}
