@@ -97,7 +97,7 @@ func TestSenderRefusesAPrivateAddressAtDialTime(t *testing.T) {
 			ds, err := db.PaymentDeliveries(ctx, pid)
 			require.NoError(t, err)
 			d := ds[0]
-			require.Equal(t, 1, d.AttemptCount)
+			require.Equal(t, 1, d.AttemptCount, "%+v", d.Attempts)
 			require.Len(t, d.Attempts, 1)
 			if tc.refusal == "" {
 				require.Equal(t, store.DeliveryDelivered, d.Status, "%s", d.LastError)

@@ -269,7 +269,7 @@ func TestClaimDeliveriesLeaseFencingAndLimits(t *testing.T) {
 	}
 	accepted(t)
 
-	got := claimFor(t, mID, 100, 2, 300*time.Millisecond)
+	got := claimFor(t, mID, 100, 2, 2*time.Second) // long enough for a loaded machine
 	require.Len(t, got, 2, "at most two in flight for the merchant")
 	require.Equal(t, 1, got[0].Attempt)
 	require.Equal(t, "whsec_test", got[0].Secret, "the webhook secret is decrypted for signing")
@@ -286,7 +286,7 @@ func TestClaimDeliveriesLeaseFencingAndLimits(t *testing.T) {
 	require.Equal(t, store.DeliveryDelivered, status)
 	require.Equal(t, 1, attempts)
 
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(2100 * time.Millisecond)
 	again := claimFor(t, mID, 100, 1, time.Minute)
 	require.Len(t, again, 1)
 	var retaken *store.ClaimedDelivery
