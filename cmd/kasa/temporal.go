@@ -234,7 +234,31 @@ func (a searchAttributes) register(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("add search attributes %s to namespace %q: %w", strings.Join(missing, ", "), a.namespace, err)
 	}
-	return missing, nil
+	return missing, a.waitUsable(ctx)
+}
+
+// waitUsable waits until the frontend accepts a query on every attribute. The server lists an
+// added attribute at once, but starts that set it fail until its namespace cache has been
+// refreshed (every 10 s by default): returning before would leave /readyz answering 200 while
+// payments fail.
+func (a searchAttributes) waitUsable(ctx context.Context) error {
+	var terms []string
+	for name := range kasaSearchAttributes() {
+		terms = append(terms, name+" = 'kasa-migrate'")
+	}
+	slices.Sort(terms)
+	req := &workflowservice.CountWorkflowExecutionsRequest{Namespace: a.namespace, Query: strings.Join(terms, " AND ")}
+	for {
+		_, err := a.client.WorkflowService().CountWorkflowExecutions(ctx, req)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("namespace %q: search attributes added but not yet usable: %w", a.namespace, err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // migrateSearchAttributes is `kasa migrate`'s Temporal step: when Temporal is configured, add
@@ -247,7 +271,7 @@ func migrateSearchAttributes(ctx context.Context, cfg config.Config, log *slog.L
 	if _, err := temporalOptions(cfg, log); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	tc, err := dialNamespace(ctx, cfg, log)
 	if err != nil {
