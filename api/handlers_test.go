@@ -329,6 +329,10 @@ var handlerCases = []handlerCase{
 			f.st.fail["Ping"] = errors.New("database: connection refused")
 			f.wf.ready = errors.New("temporal: no poller on the payment task queue")
 		}},
+	{name: "readyz_search_attributes_missing_503", req: request{method: "GET", path: "/readyz"},
+		setup: func(f *fixture) {
+			f.opts.SearchAttributes = &fakeAttributes{missing: []string{"MerchantId", "PaymentStatus"}}
+		}},
 }
 
 // TestHandlers compares each case's status, headers and body byte for byte with its golden

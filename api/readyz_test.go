@@ -112,3 +112,97 @@ func TestReadyzLogsTheCauseOncePerChange(t *testing.T) {
 	require.Contains(t, probe(), `"database":"ok"`)
 	require.Contains(t, logs.String(), "readiness: database ok again")
 }
+
+// fakeAttributes answers MissingSearchAttributes with missing (under mu) and counts the calls.
+type fakeAttributes struct {
+	mu      sync.Mutex
+	missing []string
+	err     error
+	calls   int
+}
+
+func (a *fakeAttributes) MissingSearchAttributes(context.Context) ([]string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calls++
+	return a.missing, a.err
+}
+
+func (a *fakeAttributes) set(missing []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.missing = missing
+}
+
+func (a *fakeAttributes) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.calls
+}
+
+// TestReadyzSaysWhenSearchAttributesAreMissing: on a namespace without the workflows' search
+// attributes every start fails, so the API is not ready, and says why without naming them.
+func TestReadyzSaysWhenSearchAttributesAreMissing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		missing []string
+		err     error
+		status  int
+		want    string
+	}{
+		{"registered", nil, nil, 200, "ok"},
+		{"missing", []string{"MerchantId", "PaymentStatus"}, nil, 503, "missing"},
+		{"cannot tell", nil, errors.New("list search attributes: unavailable"), 503, "down"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var logs bytes.Buffer
+			attrs := &fakeAttributes{missing: tc.missing, err: tc.err}
+			s, _, _ := newTestServer(t, func(o *Options) {
+				o.SearchAttributes = attrs
+				o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			})
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			require.Equal(t, tc.status, rec.Code)
+			var got map[string]string
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got), rec.Body.String())
+			require.Equal(t, map[string]string{"database": "ok", "temporal": "ok", "search_attributes": tc.want}, got)
+			for _, name := range tc.missing {
+				require.Contains(t, logs.String(), name, "the log names what is missing")
+			}
+		})
+	}
+}
+
+// TestReadyzRechecksMissingSearchAttributesOnly: registered attributes stay so (only an operator
+// removes them), so they are asked for once a minute; missing ones at every check, so that the
+// API is ready within a second of `kasa migrate`.
+func TestReadyzRechecksMissingSearchAttributesOnly(t *testing.T) {
+	t.Parallel()
+	attrs := &fakeAttributes{missing: []string{"MerchantId"}}
+	s, _, _ := newTestServer(t, func(o *Options) { o.SearchAttributes = attrs })
+	probe := func() int {
+		s.ready.mu.Lock()
+		s.ready.checked = time.Time{} // past the one-second cache
+		s.ready.mu.Unlock()
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return rec.Code
+	}
+	for range 3 {
+		require.Equal(t, http.StatusServiceUnavailable, probe())
+	}
+	require.Equal(t, 3, attrs.count(), "missing attributes are looked for at every check")
+	attrs.set(nil)
+	for range 3 {
+		require.Equal(t, http.StatusOK, probe())
+	}
+	require.Equal(t, 4, attrs.count(), "registered attributes are not asked for again within a minute")
+	s.ready.mu.Lock()
+	s.ready.attrsOK = time.Now().Add(-searchAttributesTTL)
+	s.ready.mu.Unlock()
+	require.Equal(t, http.StatusOK, probe())
+	require.Equal(t, 5, attrs.count(), "after a minute they are asked for again")
+}

@@ -5,6 +5,8 @@ package api
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -51,6 +53,12 @@ type Workflows interface {
 	Ready(ctx context.Context) error
 }
 
+// SearchAttributes reports which search attributes the payment workflows set are not registered
+// on the namespace: while any is missing every workflow start fails.
+type SearchAttributes interface {
+	MissingSearchAttributes(ctx context.Context) ([]string, error)
+}
+
 // Options configure a Server.
 type Options struct {
 	Store      Store
@@ -80,6 +88,9 @@ type Options struct {
 	// own, for deployments that do not show it on the merchant port.
 	SeparateMetrics bool
 	Limits          Limits
+	// SearchAttributes, when set, is part of readiness: "search_attributes" says "missing"
+	// (503) until `kasa migrate` or an operator registered them.
+	SearchAttributes SearchAttributes
 }
 
 // Outcomes announces committed outcomes in this process (store.Store.WatchOutcome).
@@ -191,6 +202,13 @@ func (s *Server) Routes() []string {
 // Temporal calls, and /readyz needs no credentials.
 const readyTTL = time.Second
 
+// searchAttributesTTL is how long registered search attributes are believed to stay so: they
+// are removed only by an operator. Missing ones are looked for again at every check.
+const searchAttributesTTL = time.Minute
+
+// errSearchAttributesMissing: the namespace lacks attributes the workflows set.
+var errSearchAttributesMissing = errors.New("search attributes missing")
+
 // readiness is the latest readiness answer. Callers that arrive during a check wait for it
 // under mu rather than start their own.
 type readiness struct {
@@ -199,6 +217,7 @@ type readiness struct {
 	status  int
 	checks  gin.H
 	causes  map[string]string // dependency -> the error last logged for it
+	attrsOK time.Time         // when the search attributes were last found registered
 }
 
 func (s *Server) readyz(c *gin.Context) {
@@ -217,7 +236,10 @@ func (r *readiness) get(ctx context.Context, check func(context.Context) map[str
 	r.checked, r.status, r.checks = time.Now(), http.StatusOK, gin.H{}
 	for dep, err := range errs {
 		r.checks[dep] = "ok"
-		if err != nil {
+		switch {
+		case errors.Is(err, errSearchAttributesMissing):
+			r.checks[dep], r.status = "missing", http.StatusServiceUnavailable
+		case err != nil:
 			r.checks[dep], r.status = "down", http.StatusServiceUnavailable
 		}
 	}
@@ -231,6 +253,9 @@ func (s *Server) checkReady(ctx context.Context) map[string]error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	errs := map[string]error{"database": s.Store.Ping(ctx), "temporal": s.Workflows.Ready(ctx)}
+	if s.SearchAttributes != nil {
+		errs["search_attributes"] = s.checkSearchAttributes(ctx)
+	}
 	if s.ready.causes == nil {
 		s.ready.causes = map[string]string{}
 	}
@@ -246,6 +271,23 @@ func (s *Server) checkReady(ctx context.Context) map[string]error {
 		}
 	}
 	return errs
+}
+
+// checkSearchAttributes asks Temporal at most once a minute while the attributes are there,
+// and at every check while they are not. It runs under s.ready.mu.
+func (s *Server) checkSearchAttributes(ctx context.Context) error {
+	if time.Since(s.ready.attrsOK) < searchAttributesTTL {
+		return nil
+	}
+	missing, err := s.SearchAttributes.MissingSearchAttributes(ctx)
+	switch {
+	case err != nil:
+		return err
+	case len(missing) > 0:
+		return fmt.Errorf("%w on the namespace: %s (run kasa migrate, docs/operations.md)", errSearchAttributesMissing, strings.Join(missing, ", "))
+	}
+	s.ready.attrsOK = time.Now()
+	return nil
 }
 
 const ctxMerchant = "kasa.merchant"

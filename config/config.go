@@ -74,6 +74,16 @@ type Config struct {
 		// Gzip compresses gRPC requests to Temporal (the SDK's default). Payment payloads are a
 		// few hundred bytes: on a LAN it only spends CPU on both ends, so it is off unless set.
 		Gzip bool `mapstructure:"gzip"`
+		// A secured cluster or Temporal Cloud: mTLS (PEM paths), the CA the frontend's certificate
+		// chains to, the name to check it against, and an API key (which turns TLS on).
+		TLSCert       string `mapstructure:"tls_cert"`
+		TLSKey        string `mapstructure:"tls_key"`
+		TLSCA         string `mapstructure:"tls_ca"`
+		TLSServerName string `mapstructure:"tls_server_name"`
+		APIKey        string `mapstructure:"api_key"`
+		// RegisterSearchAttributes lets `kasa migrate` add the workflows' search attributes to the
+		// namespace when missing; off where they are managed elsewhere (Temporal Cloud).
+		RegisterSearchAttributes bool `mapstructure:"register_search_attributes"`
 	} `mapstructure:"temporal"`
 	Data struct {
 		Dir string `mapstructure:"dir"`
@@ -184,6 +194,13 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("nats.tls_cert", "")
 	v.SetDefault("nats.tls_key", "")
 	v.SetDefault("webhook.allow_private", false)
+	// Production Temporal: TLS, API key and search attribute registration (issue 24, item 1).
+	v.SetDefault("temporal.tls_cert", "")
+	v.SetDefault("temporal.tls_key", "")
+	v.SetDefault("temporal.tls_ca", "")
+	v.SetDefault("temporal.tls_server_name", "")
+	v.SetDefault("temporal.api_key", "")
+	v.SetDefault("temporal.register_search_attributes", true)
 }
 
 // Load reads defaults, then kasa.yaml (or the file named by KASA_CONFIG) if present, then KASA_* env.
@@ -243,6 +260,9 @@ func (c Config) Validate() error {
 	}
 	if (c.NATS.TLSCert == "") != (c.NATS.TLSKey == "") {
 		errs = append(errs, errors.New("nats.tls_cert (KASA_NATS_TLS_CERT) and nats.tls_key (KASA_NATS_TLS_KEY) go together"))
+	}
+	if (c.Temporal.TLSCert == "") != (c.Temporal.TLSKey == "") {
+		errs = append(errs, errors.New("temporal.tls_cert (KASA_TEMPORAL_TLS_CERT) and temporal.tls_key (KASA_TEMPORAL_TLS_KEY) go together"))
 	}
 	if c.Events.Retention < time.Hour {
 		errs = append(errs, fmt.Errorf("events.retention must be at least 1h, got %s", c.Events.Retention))

@@ -177,3 +177,32 @@ func TestLoadBrokerAuthAndWebhookPolicy(t *testing.T) {
 	_, err = Load()
 	require.ErrorContains(t, err, "KASA_NATS_TLS_KEY")
 }
+
+// TestLoadTemporalSecurity: the Temporal TLS and API key settings come from KASA_TEMPORAL_*, the
+// search attributes are registered unless turned off, and a certificate needs its key.
+func TestLoadTemporalSecurity(t *testing.T) {
+	t.Chdir(t.TempDir())
+	c, err := Load()
+	require.NoError(t, err)
+	require.True(t, c.Temporal.RegisterSearchAttributes, "kasa migrate registers search attributes by default")
+	require.Empty(t, c.Temporal.APIKey)
+
+	t.Setenv("KASA_TEMPORAL_TLS_CERT", "/etc/kasa/temporal.pem")
+	t.Setenv("KASA_TEMPORAL_TLS_KEY", "/etc/kasa/temporal-key.pem")
+	t.Setenv("KASA_TEMPORAL_TLS_CA", "/etc/kasa/temporal-ca.pem")
+	t.Setenv("KASA_TEMPORAL_TLS_SERVER_NAME", "temporal.internal")
+	t.Setenv("KASA_TEMPORAL_API_KEY", "key-123")
+	t.Setenv("KASA_TEMPORAL_REGISTER_SEARCH_ATTRIBUTES", "false")
+	c, err = Load()
+	require.NoError(t, err)
+	require.Equal(t, "/etc/kasa/temporal.pem", c.Temporal.TLSCert)
+	require.Equal(t, "/etc/kasa/temporal-key.pem", c.Temporal.TLSKey)
+	require.Equal(t, "/etc/kasa/temporal-ca.pem", c.Temporal.TLSCA)
+	require.Equal(t, "temporal.internal", c.Temporal.TLSServerName)
+	require.Equal(t, "key-123", c.Temporal.APIKey)
+	require.False(t, c.Temporal.RegisterSearchAttributes)
+
+	t.Setenv("KASA_TEMPORAL_TLS_KEY", "")
+	_, err = Load()
+	require.ErrorContains(t, err, "KASA_TEMPORAL_TLS_KEY")
+}

@@ -19,7 +19,10 @@ func runBench(ctx context.Context, cfg config.Config, _ *slog.Logger) error {
 		Capability: cfg.Provider.Capability, MaxConns: cfg.Database.MaxConns, Gzip: cfg.Temporal.Gzip,
 		Dial: func(ctx context.Context, address string) (client.Client, error) {
 			// The SDK logs every ceiling worker's start and stop at info: not bench output.
-			o := temporalOptions(cfg, newLogger("warn"))
+			o, err := temporalOptions(cfg, newLogger("warn"))
+			if err != nil {
+				return nil, err
+			}
 			o.HostPort = address
 			return client.DialContext(ctx, o)
 		},

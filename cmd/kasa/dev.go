@@ -150,6 +150,10 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	cleanup = append(cleanup, tc.Close)
+	// As kasa migrate does: a Temporal of the user's own may lack them (the dev server has them).
+	if err := migrateSearchAttributes(ctx, cfg, log); err != nil {
+		return err
+	}
 	w := worker.New(tc, cfg.Temporal.TaskQueue, newActivities(cfg, st))
 	if err := w.Start(); err != nil {
 		return err

@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 
 	"github.com/kasa-pay/kasa/activities"
 	"github.com/kasa-pay/kasa/api"
@@ -47,7 +46,8 @@ commands:
             merchant webhooks, with retention; /metrics on KASA_RELAY_METRICS_ADDR (needs KASA_DATABASE_URL, KASA_SECRET_KEY)
   banksim   run the bank simulator on KASA_BANKSIM_ADDR
   migrate   apply database migrations as KASA_DATABASE_MIGRATE_URL (default KASA_DATABASE_URL), grant
-            KASA_DATABASE_APP_ROLE the application's privileges when set, and exit
+            KASA_DATABASE_APP_ROLE the application's privileges when set, register the search attributes
+            on the Temporal namespace when KASA_TEMPORAL_ADDRESS is set, and exit
   verify    check the ledger and balance invariants; exit 1 listing every violation
   reconcile [--json] <settlement.csv>
             match a provider settlement file to payments, settle unknown ones, report mismatches
@@ -191,41 +191,42 @@ func waitStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*store
 	}
 }
 
-// dialTemporal connects to the frontend. A lazy client does not need Temporal to be up: `kasa
-// api` starts anyway, answers 503 while Temporal is away and recovers on its own when it returns.
-func dialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, lazy bool) (client.Client, error) {
-	addr := cfg.Temporal.Address
-	if addr == "" {
-		addr = "127.0.0.1:7233"
-	}
-	o := temporalOptions(cfg, log)
-	o.HostPort = addr
-	if lazy {
-		return client.NewLazyClient(o)
-	}
-	return client.DialContext(ctx, o)
-}
+// How a process gets its Temporal client.
+type temporalDial int
 
-// temporalOptions are every client's options but the address.
-func temporalOptions(cfg config.Config, log *slog.Logger) client.Options {
-	quiet := slog.New(&levelFloor{Handler: log.Handler(), min: slog.LevelWarn})
-	o := client.Options{Namespace: cfg.Temporal.Namespace, Logger: tlog.NewStructuredLogger(quiet)}
-	if !cfg.Temporal.Gzip {
-		o.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
-	}
-	return o
-}
+const (
+	// temporalLazy connects on first use: `kasa api` starts anyway, answers 503 while Temporal
+	// is away and recovers on its own when it returns.
+	temporalLazy temporalDial = iota
+	// temporalWait waits for the frontend and the namespace (a long-running worker).
+	temporalWait
+	// temporalOnce dials once and fails if Temporal is away (a command that ends).
+	temporalOnce
+)
 
 // connect opens the store and a Temporal client, the two things api and worker share.
-func connect(ctx context.Context, cfg config.Config, log *slog.Logger, lazy bool) (*store.Store, client.Client, error) {
+func connect(ctx context.Context, cfg config.Config, log *slog.Logger, how temporalDial) (*store.Store, client.Client, error) {
+	// Settings that can never work fail before any wait.
+	if _, err := temporalOptions(cfg, log); err != nil {
+		return nil, nil, err
+	}
 	st, err := waitStore(ctx, cfg, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	tc, err := dialTemporal(ctx, cfg, log, lazy)
+	var tc client.Client
+	switch how {
+	case temporalWait:
+		tc, err = waitTemporal(ctx, cfg, log)
+	default:
+		tc, err = dialTemporal(ctx, cfg, log, how == temporalLazy)
+		if err != nil {
+			err = fmt.Errorf("temporal at %s: %w", temporalAddress(cfg), err)
+		}
+	}
 	if err != nil {
 		st.Close()
-		return nil, nil, fmt.Errorf("temporal at %s: %w", cfg.Temporal.Address, err)
+		return nil, nil, err
 	}
 	return st, tc, nil
 }
@@ -266,6 +267,7 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheu
 		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait, AllowPrivateWebhooks: cfg.Webhook.AllowPrivate,
 		Charge: chargePolicy(cfg), Logger: log, ReplayCache: cfg.API.ReplayCache,
 		SeparateMetrics: cfg.Metrics.Addr != "", Limits: apiLimits(cfg),
+		SearchAttributes: searchAttributes{client: tc, namespace: cfg.Temporal.Namespace},
 		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
 			BookingWindow: cfg.Provider.BookingWindow, Logger: log, Runs: st, Source: "api"},
 	})
@@ -342,9 +344,9 @@ func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := cfg.CheckAdminToken(); err != nil {
 		return err
 	}
-	st, tc, err := connect(ctx, cfg, log, true)
+	st, tc, err := connect(ctx, cfg, log, temporalLazy)
 	if err != nil {
-		return err
+		return stoppedOr(ctx, log, err)
 	}
 	defer st.Close()
 	defer tc.Close()
@@ -360,10 +362,20 @@ func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	return nil
 }
 
+// stoppedOr is err, unless the process was told to stop while it waited for the database or
+// Temporal: then it ends cleanly.
+func stoppedOr(ctx context.Context, log *slog.Logger, err error) error {
+	if ctx.Err() != nil {
+		log.Info("stopped while waiting", "reason", err)
+		return nil
+	}
+	return err
+}
+
 func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	st, tc, err := connect(ctx, cfg, log, false)
+	st, tc, err := connect(ctx, cfg, log, temporalWait)
 	if err != nil {
-		return err
+		return stoppedOr(ctx, log, err)
 	}
 	defer st.Close()
 	defer tc.Close()
@@ -431,10 +443,10 @@ func runMigrate(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 	}
 	if cfg.Database.AppRole != "" {
 		log.Info("migrations applied; application role granted", "app_role", cfg.Database.AppRole)
-		return nil
+	} else {
+		log.Info("migrations applied")
 	}
-	log.Info("migrations applied")
-	return nil
+	return migrateSearchAttributes(ctx, cfg, log)
 }
 
 func runVerify(ctx context.Context, cfg config.Config, log *slog.Logger) error {

@@ -22,7 +22,8 @@ func TestTemporalOptionsCompression(t *testing.T) {
 	} {
 		var cfg config.Config
 		cfg.Temporal.Namespace, cfg.Temporal.Gzip = "default", tc.gzip
-		o := temporalOptions(cfg, slog.Default())
+		o, err := temporalOptions(cfg, slog.Default())
+		require.NoError(t, err)
 		require.Equal(t, tc.want, o.ConnectionOptions.GrpcCompression, "gzip=%t", tc.gzip)
 		require.Equal(t, "default", o.Namespace)
 	}
