@@ -1442,3 +1442,52 @@ func TestDashboard(t *testing.T) {
 		})
 	}
 }
+
+var (
+	mdLink    = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	mdHeading = regexp.MustCompile(`(?m)^#+ (.+)$`)
+)
+
+// slug is GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens.
+func slug(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// The deployment guide is reachable from the README, and every file and section it points to exists.
+func TestDeploymentDoc(t *testing.T) {
+	require.Contains(t, readRepoFile(t, "README.md"), "](docs/deployment.md)", "README links the deployment guide")
+	doc := readRepoFile(t, "docs/deployment.md")
+	links := mdLink.FindAllStringSubmatch(doc, -1)
+	require.NotEmpty(t, links)
+	for _, l := range links {
+		target := l[1]
+		if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
+			continue
+		}
+		t.Run(target, func(t *testing.T) {
+			file, anchor, _ := strings.Cut(target, "#")
+			rel := filepath.Join("docs", file)
+			if file == "" {
+				rel = "docs/deployment.md"
+			}
+			body := readRepoFile(t, rel)
+			if anchor == "" {
+				return
+			}
+			var slugs []string
+			for _, h := range mdHeading.FindAllStringSubmatch(body, -1) {
+				slugs = append(slugs, slug(h[1]))
+			}
+			require.Containsf(t, slugs, anchor, "%s has no heading for #%s", rel, anchor)
+		})
+	}
+}
