@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -1490,4 +1491,45 @@ func TestDeploymentDoc(t *testing.T) {
 			require.Containsf(t, slugs, anchor, "%s has no heading for #%s", rel, anchor)
 		})
 	}
+}
+
+// temporalServices is how many services the one temporal container runs; each opens its own pools.
+const temporalServices = 4 // frontend, history, matching, worker
+
+// PostgreSQL must admit every pool at its fullest: kasa's processes and the Temporal Server's
+// services all use the one server.
+func TestComposePostgresConnections(t *testing.T) {
+	c := loadCompose(t)
+	cfg, err := config.Load()
+	require.NoError(t, err)
+	kasaMax := int(cfg.Database.MaxConns)
+	if v := c.env(t, "api-1")["KASA_DATABASE_MAX_CONNS"]; v != "" {
+		kasaMax, err = strconv.Atoi(v)
+		require.NoError(t, err)
+	}
+	need := (len(appServices) + 1) * kasaMax // + migrate
+	temporal := c.env(t, "temporal")
+	pool := func(key string, def int) int {
+		if v := temporal[key]; v != "" {
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err)
+			return n
+		}
+		return def // the server image's defaults
+	}
+	need += temporalServices * (pool("SQL_MAX_CONNS", 20) + pool("SQL_VIS_MAX_CONNS", 10))
+	need += 10 // psql, the healthcheck, the schema tools
+
+	args := c.command(t, "postgres")
+	require.NotEmpty(t, args, "postgres sets max_connections on its command line")
+	var max int
+	for i, a := range args {
+		if a == "-c" && i+1 < len(args) {
+			if v, ok := strings.CutPrefix(args[i+1], "max_connections="); ok {
+				max, err = strconv.Atoi(v)
+				require.NoError(t, err)
+			}
+		}
+	}
+	require.GreaterOrEqualf(t, max, need, "max_connections must cover every pool at its fullest (%d)", need)
 }
