@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -29,12 +31,29 @@ var knownEnv = config.EnvVars()
 
 // kasaServices maps each compose service that runs the kasa binary to its subcommand.
 var kasaServices = map[string]string{
-	"migrate": "migrate",
-	"banksim": "banksim",
-	"worker":  "worker",
-	"api":     "api",
-	"relay":   "relay",
+	"migrate":  "migrate",
+	"banksim":  "banksim",
+	"worker-1": "worker",
+	"worker-2": "worker",
+	"api-1":    "api",
+	"api-2":    "api",
+	"relay":    "relay",
 }
+
+// instances lists the compose services running the kasa subcommand sub, sorted.
+func instances(sub string) []string {
+	var out []string
+	for name, s := range kasaServices {
+		if s == sub {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// appServices are the kasa services that use the database as the application role.
+var appServices = []string{"api-1", "api-2", "worker-1", "worker-2", "relay"}
 
 // testVars stands in for the operator's shell when the test interpolates ${VAR} references.
 var testVars = map[string]string{
@@ -235,7 +254,10 @@ func TestComposeServicesExist(t *testing.T) {
 	c := loadCompose(t)
 	_, hasVersion := c.doc["version"]
 	require.False(t, hasVersion, "the compose spec has no top-level version key")
-	for _, name := range []string{"postgres", "temporal", "migrate", "banksim", "worker", "api", "nats", "relay", "prometheus", "grafana"} {
+	for _, name := range []string{
+		"postgres", "temporal-schema", "temporal", "temporal-setup", "temporal-ui",
+		"migrate", "banksim", "worker-1", "worker-2", "api-1", "api-2", "nats", "relay", "prometheus", "grafana",
+	} {
 		t.Run(name, func(t *testing.T) {
 			c.service(t, name)
 		})
@@ -265,16 +287,33 @@ func TestComposeKasaServicesRunTheRepoImage(t *testing.T) {
 	require.Len(t, images, 1, "every kasa service uses one image: %v", images)
 }
 
+// Several instances of each long-running kasa process, as a production deployment runs them.
+func TestComposeRunsTwoOfEach(t *testing.T) {
+	c := loadCompose(t)
+	for _, sub := range []string{"api", "worker"} {
+		t.Run(sub, func(t *testing.T) {
+			names := instances(sub)
+			require.Len(t, names, 2, "two %s instances", sub)
+			for _, name := range names {
+				require.Equal(t, []string{sub}, c.command(t, name))
+				_, replicated := c.service(t, name)["deploy"]
+				require.Falsef(t, replicated, "%s: one named service per instance, so Prometheus scrapes each", name)
+			}
+		})
+	}
+}
+
 func TestComposePublishedPorts(t *testing.T) {
 	c := loadCompose(t)
 	tests := []struct {
 		service, port string
 		required      bool
 	}{
-		{"api", "8080", true},
+		{"api-1", "8080", true},
+		{"api-2", "8081", true},
 		{"banksim", "8090", true},
 		{"temporal", "7233", true},
-		{"temporal", "8233", true},
+		{"temporal-ui", "8233", true},
 		{"prometheus", "9090", true},
 		{"grafana", "3000", true},
 		{"postgres", "5432", false},
@@ -313,11 +352,13 @@ func TestComposeSharedEnv(t *testing.T) {
 		key      string
 		services []string
 	}{
-		{"KASA_DATABASE_URL", []string{"migrate", "worker", "api"}},
-		{"KASA_TEMPORAL_ADDRESS", []string{"worker", "api"}},
-		{"KASA_TEMPORAL_NAMESPACE", []string{"worker", "api"}},
-		{"KASA_SECRET_KEY", []string{"worker", "api"}},
-		{"KASA_PROVIDER_CAPABILITY", []string{"banksim", "worker", "api"}},
+		{"KASA_DATABASE_URL", append([]string{"migrate"}, appServices...)},
+		{"KASA_TEMPORAL_ADDRESS", []string{"migrate", "worker-1", "worker-2", "api-1", "api-2"}},
+		{"KASA_TEMPORAL_NAMESPACE", []string{"migrate", "worker-1", "worker-2", "api-1", "api-2"}},
+		{"KASA_SECRET_KEY", []string{"worker-1", "worker-2", "api-1", "api-2", "relay"}},
+		{"KASA_ADMIN_TOKEN", []string{"api-1", "api-2"}},
+		{"KASA_PROVIDER_CAPABILITY", []string{"banksim", "worker-1", "worker-2", "api-1", "api-2"}},
+		{"KASA_PROVIDER_URL", []string{"worker-1", "worker-2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
@@ -338,7 +379,7 @@ func TestComposeAddresses(t *testing.T) {
 	c := loadCompose(t)
 
 	t.Run("database host is the postgres service", func(t *testing.T) {
-		for _, s := range []string{"migrate", "worker", "api"} {
+		for _, s := range append([]string{"migrate"}, appServices...) {
 			u, err := url.Parse(c.resolvedEnv(t, s)["KASA_DATABASE_URL"])
 			require.NoError(t, err)
 			require.Contains(t, []string{"postgres", "postgresql"}, u.Scheme)
@@ -349,7 +390,7 @@ func TestComposeAddresses(t *testing.T) {
 	})
 
 	t.Run("temporal address is the temporal service", func(t *testing.T) {
-		for _, s := range []string{"worker", "api"} {
+		for _, s := range []string{"migrate", "worker-1", "worker-2", "api-1", "api-2"} {
 			h, p := hostPort(t, c.resolvedEnv(t, s)["KASA_TEMPORAL_ADDRESS"])
 			require.Equal(t, "temporal", h, "%s: KASA_TEMPORAL_ADDRESS host", s)
 			require.Equal(t, "7233", p)
@@ -357,7 +398,7 @@ func TestComposeAddresses(t *testing.T) {
 	})
 
 	t.Run("worker calls the banksim service", func(t *testing.T) {
-		u, err := url.Parse(c.resolvedEnv(t, "worker")["KASA_PROVIDER_URL"])
+		u, err := url.Parse(c.resolvedEnv(t, "worker-1")["KASA_PROVIDER_URL"])
 		require.NoError(t, err)
 		require.Equal(t, "http", u.Scheme)
 		require.Equal(t, "banksim", u.Hostname())
@@ -366,7 +407,8 @@ func TestComposeAddresses(t *testing.T) {
 	})
 
 	for _, tt := range []struct{ service, key, published string }{
-		{"api", "KASA_API_ADDR", "8080"},
+		{"api-1", "KASA_API_ADDR", "8080"},
+		{"api-2", "KASA_API_ADDR", "8081"},
 		{"banksim", "KASA_BANKSIM_ADDR", "8090"},
 	} {
 		t.Run(tt.service+" listens on all interfaces at its published port", func(t *testing.T) {
@@ -379,7 +421,7 @@ func TestComposeAddresses(t *testing.T) {
 	}
 
 	t.Run("provider capability is valid", func(t *testing.T) {
-		require.Contains(t, []string{"idempotent", "inquiry", "none"}, c.resolvedEnv(t, "worker")["KASA_PROVIDER_CAPABILITY"])
+		require.Contains(t, []string{"idempotent", "inquiry", "none"}, c.resolvedEnv(t, "worker-1")["KASA_PROVIDER_CAPABILITY"])
 	})
 }
 
@@ -387,7 +429,7 @@ func TestComposeSecretsHaveNoDefault(t *testing.T) {
 	c := loadCompose(t)
 	for _, key := range []string{"KASA_SECRET_KEY", "KASA_ADMIN_TOKEN"} {
 		t.Run(key, func(t *testing.T) {
-			v := c.env(t, "api")[key]
+			v := c.env(t, "api-1")[key]
 			_, err := interpolate(v, map[string]string{})
 			require.Errorf(t, err, "%s = %q must be a required ${%s:?...} variable, not a value committed to git", key, v, key)
 			got, err := interpolate(v, testVars)
@@ -402,13 +444,26 @@ func TestComposeStartupOrder(t *testing.T) {
 	tests := []struct {
 		service, dependency, condition string
 	}{
+		{"temporal-schema", "postgres", "service_healthy"},
+		{"temporal", "temporal-schema", "service_completed_successfully"},
+		{"temporal-setup", "temporal", "service_healthy"},
+		{"temporal-ui", "temporal", "service_healthy"},
 		{"migrate", "postgres", "service_healthy"},
-		{"worker", "migrate", "service_completed_successfully"},
-		{"worker", "temporal", ""},
-		{"worker", "banksim", ""},
-		{"api", "migrate", "service_completed_successfully"},
-		{"api", "temporal", ""},
-		{"api", "worker", ""},
+		// kasa migrate registers the search attributes when they are missing: the namespace must exist.
+		{"migrate", "temporal-setup", "service_completed_successfully"},
+		{"worker-1", "banksim", ""},
+		{"worker-2", "banksim", ""},
+		{"relay", "nats", ""},
+		// /readyz waits for a worker polling the task queue.
+		{"api-1", "worker-1", ""},
+		{"api-2", "worker-2", ""},
+	}
+	// Every kasa process that uses the database starts only once migrate has brought it to its
+	// schema (the bank simulator keeps its own files).
+	for name := range kasaServices {
+		if name != "migrate" && name != "banksim" {
+			tests = append(tests, struct{ service, dependency, condition string }{name, "migrate", "service_completed_successfully"})
+		}
 	}
 	for _, tt := range tests {
 		t.Run(tt.service+" after "+tt.dependency, func(t *testing.T) {
@@ -448,26 +503,249 @@ func TestComposeStartupOrder(t *testing.T) {
 	})
 }
 
+// temporalVersion is the Temporal Server release compose runs: the server and the admin tools
+// (whose schema files set the database up) must be the same release.
+const temporalVersion = "1.29.1"
+
+// image returns the service's image split into repository and tag.
+func (c compose) image(t *testing.T, name string) (string, string) {
+	t.Helper()
+	img, ok := c.service(t, name)["image"].(string)
+	require.Truef(t, ok, "service %s has no image", name)
+	repo, tag, ok := strings.Cut(img, ":")
+	require.Truef(t, ok, "service %s: pin the image's tag (%s)", name, img)
+	return repo, tag
+}
+
+// script returns the shell script a one-shot service runs: the repository file it mounts and
+// passes to sh.
+func (c compose) script(t *testing.T, name string) string {
+	t.Helper()
+	s := c.service(t, name)
+	ep, _ := s["entrypoint"].([]any)
+	require.Equalf(t, []any{"/bin/sh"}, ep, "%s runs its script with sh", name)
+	args := c.command(t, name)
+	require.Lenf(t, args, 1, "%s: command is the script's path", name)
+	for _, m := range c.mounts(t, name) {
+		if m.target == args[0] {
+			require.True(t, m.bind(), "%s: the script comes from the repository", name)
+			return readRepoFile(t, m.source)
+		}
+	}
+	t.Fatalf("%s runs %s, which it does not mount", name, args[0])
+	return ""
+}
+
+// The real Temporal Server on PostgreSQL, not the CLI's dev server (SQLite, one process).
 func TestComposeTemporal(t *testing.T) {
 	c := loadCompose(t)
-	args := strings.Join(c.command(t, "temporal"), " ")
-	for _, want := range []string{
-		"server start-dev",
-		"--ip 0.0.0.0",
-		"--ui-ip 0.0.0.0",
-		"--search-attribute PaymentStatus=Keyword",
-		"--search-attribute MerchantId=Keyword",
-		"--db-filename /data/",
+	pg := c.env(t, "postgres")
+
+	repo, tag := c.image(t, "temporal")
+	require.Equal(t, "temporalio/server", repo, "the multi-service server image, not the CLI's dev server")
+	require.Equal(t, temporalVersion, tag)
+	require.NotContains(t, strings.Join(c.command(t, "temporal"), " "), "start-dev")
+
+	env := c.resolvedEnv(t, "temporal")
+	t.Run("postgres persistence", func(t *testing.T) {
+		require.Equal(t, "postgres12", env["DB"], "SQL persistence and visibility on PostgreSQL")
+		require.Equal(t, "postgres", env["POSTGRES_SEEDS"], "the postgres service")
+		require.Equal(t, "5432", env["DB_PORT"])
+		require.NotEmpty(t, env["POSTGRES_USER"])
+		require.NotEqual(t, pg["POSTGRES_USER"], env["POSTGRES_USER"], "Temporal logs in as its own role, not the superuser")
+		require.NotEmpty(t, env["DBNAME"])
+		require.NotEmpty(t, env["VISIBILITY_DBNAME"])
+		require.NotEqual(t, env["DBNAME"], env["VISIBILITY_DBNAME"])
+		for _, db := range []string{env["DBNAME"], env["VISIBILITY_DBNAME"]} {
+			require.NotEqual(t, pg["POSTGRES_DB"], db, "Temporal's databases are not kasa's")
+		}
+		require.NotEmpty(t, env["NUM_HISTORY_SHARDS"], "the shard count is fixed when the cluster is created: choose it")
+		require.NotContains(t, env, "ENABLE_ES", "SQL visibility")
+	})
+
+	t.Run("listens for the other containers", func(t *testing.T) {
+		require.Equal(t, "0.0.0.0", env["BIND_ON_IP"])
+		_, ok := c.publishes(t, "temporal", "7233")
+		require.True(t, ok)
+	})
+
+	t.Run("dynamic config", func(t *testing.T) {
+		m := c.mountOf(t, "temporal", "./deploy/temporal-dynamicconfig.yaml")
+		require.Equal(t, m.target, env["DYNAMIC_CONFIG_FILE_PATH"], "the server must read the mounted file")
+		var dc map[string][]struct {
+			Value       any            `yaml:"value"`
+			Constraints map[string]any `yaml:"constraints"`
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(readRepoFile(t, "deploy/temporal-dynamicconfig.yaml")), &dc))
+		value := func(key string) any {
+			require.Containsf(t, dc, key, "deploy/temporal-dynamicconfig.yaml must set %s", key)
+			require.Lenf(t, dc[key], 1, "%s: one value, for every namespace", key)
+			require.Emptyf(t, dc[key][0].Constraints, "%s: no constraints", key)
+			return dc[key][0].Value
+		}
+		n, ok := value("limit.maxIDLength").(int)
+		require.True(t, ok, "limit.maxIDLength is a number")
+		require.GreaterOrEqual(t, n, 255, "kasa's workflow ids are longer than the default limit")
+		require.Equal(t, true, value("system.enableEagerWorkflowStart"))
+	})
+
+	t.Run("healthcheck asks the frontend", func(t *testing.T) {
+		hc, _ := c.service(t, "temporal")["healthcheck"].(map[string]any)
+		test := fmt.Sprint(hc["test"])
+		require.Contains(t, test, "operator cluster health")
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		h, _ := hostPort(t, env["PROMETHEUS_ENDPOINT"])
+		require.Equal(t, "0.0.0.0", h, "Prometheus scrapes the server's own metrics from another container")
+	})
+}
+
+// The schema tool of the same release creates and upgrades both of Temporal's databases.
+func TestComposeTemporalSchema(t *testing.T) {
+	c := loadCompose(t)
+	repo, tag := c.image(t, "temporal-schema")
+	require.Equal(t, "temporalio/admin-tools", repo)
+	require.True(t, strings.HasPrefix(tag, temporalVersion+"-") || tag == temporalVersion,
+		"admin-tools %s: its schema files must be the server's release %s", tag, temporalVersion)
+	r, _ := c.service(t, "temporal-schema")["restart"].(string)
+	require.Contains(t, []string{"", "no"}, r, "a one-shot service")
+
+	server := c.resolvedEnv(t, "temporal")
+	env := c.resolvedEnv(t, "temporal-schema")
+	require.Equal(t, "postgres12", env["SQL_PLUGIN"])
+	require.Equal(t, server["POSTGRES_SEEDS"], env["SQL_HOST"])
+	require.Equal(t, server["DB_PORT"], env["SQL_PORT"])
+	require.Equal(t, server["POSTGRES_USER"], env["SQL_USER"], "the tool sets up the schema the server logs in to")
+	require.Equal(t, server["POSTGRES_PWD"], env["SQL_PASSWORD"])
+
+	script := c.script(t, "temporal-schema")
+	for _, tt := range []struct{ db, dir string }{
+		{server["DBNAME"], "temporal"},
+		{server["VISIBILITY_DBNAME"], "visibility"},
 	} {
-		require.Contains(t, args, want)
+		t.Run(tt.dir, func(t *testing.T) {
+			require.Regexp(t, `--db "?`+regexp.QuoteMeta(tt.db)+`"? setup-schema -v 0\.0`, script)
+			require.Regexp(t, `--db "?`+regexp.QuoteMeta(tt.db)+`"? update-schema -d /etc/temporal/schema/postgresql/v12/`+tt.dir+`/versioned`, script)
+		})
 	}
-	for _, p := range devenv.SQLitePragmas {
-		require.Contains(t, args, "--sqlite-pragma "+p, "the dev server's SQLite settings must match kasa dev's (internal/devenv)")
+}
+
+// The namespace and kasa's search attributes, which the server does not create by itself.
+func TestComposeTemporalSetup(t *testing.T) {
+	c := loadCompose(t)
+	repo, tag := c.image(t, "temporal-setup")
+	require.Equal(t, "temporalio/admin-tools", repo)
+	_, schemaTag := c.image(t, "temporal-schema")
+	require.Equal(t, schemaTag, tag)
+
+	env := c.resolvedEnv(t, "temporal-setup")
+	require.Equal(t, "temporal:7233", env["TEMPORAL_ADDRESS"], "the CLI reads the frontend's address from TEMPORAL_ADDRESS")
+	ns := c.resolvedEnv(t, "api-1")["KASA_TEMPORAL_NAMESPACE"]
+	require.Equal(t, ns, env["TEMPORAL_NAMESPACE"], "the namespace kasa uses")
+
+	script := c.script(t, "temporal-setup")
+	require.Contains(t, script, "operator namespace create")
+	require.Contains(t, script, "operator search-attribute create")
+	list := regexp.MustCompile(`(?m)^for sa in (.*); do$`).FindStringSubmatch(script)
+	require.NotNil(t, list, "the script registers the attributes in a `for sa in NAME:TYPE...` loop")
+	want := slices.Clone(devenv.SearchAttributes)
+	got := strings.Fields(strings.ReplaceAll(list[1], ":", "="))
+	sort.Strings(want)
+	sort.Strings(got)
+	require.Equal(t, want, got, "the search attributes kasa's workflows set, with their types")
+}
+
+func TestComposeTemporalUI(t *testing.T) {
+	c := loadCompose(t)
+	repo, _ := c.image(t, "temporal-ui")
+	require.Equal(t, "temporalio/ui", repo)
+	env := c.resolvedEnv(t, "temporal-ui")
+	h, p := hostPort(t, env["TEMPORAL_ADDRESS"])
+	require.Equal(t, "temporal", h, "the UI talks to the temporal service")
+	_, ok := c.publishes(t, "temporal", p)
+	require.Truef(t, ok, "port %s is not the server's frontend", p)
+	pub, ok := c.publishes(t, "temporal-ui", env["TEMPORAL_UI_PORT"])
+	require.Truef(t, ok, "the UI must listen (TEMPORAL_UI_PORT) on its published port")
+	require.Equal(t, env["TEMPORAL_UI_PORT"], pub.target)
+	require.Equal(t, c.resolvedEnv(t, "api-1")["KASA_TEMPORAL_NAMESPACE"], env["TEMPORAL_DEFAULT_NAMESPACE"])
+}
+
+// The migrate service runs as the tables' owner and grants the application role; every other
+// kasa process logs in as that role (docs/operations.md, "Database roles").
+func TestComposeDatabaseRoles(t *testing.T) {
+	c := loadCompose(t)
+	user := func(raw string) string {
+		t.Helper()
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		require.NotEmpty(t, u.User.Username(), "%s has no user", raw)
+		return u.User.Username()
 	}
-	for _, kv := range devenv.DynamicConfig {
-		require.Contains(t, args, "--dynamic-config-value "+kv, "the dev server's tuning must match kasa dev's (internal/devenv)")
+	mig := c.resolvedEnv(t, "migrate")
+	owner := user(mig["KASA_DATABASE_MIGRATE_URL"])
+	app := user(mig["KASA_DATABASE_URL"])
+	pg := c.env(t, "postgres")
+	require.NotEqual(t, owner, app)
+	require.NotEqual(t, pg["POSTGRES_USER"], owner, "the owner is not the superuser")
+	require.NotEqual(t, pg["POSTGRES_USER"], app, "the application role is not the superuser")
+	require.Equal(t, app, mig["KASA_DATABASE_APP_ROLE"], "migrate grants the role the others log in as")
+
+	for _, s := range appServices {
+		t.Run(s, func(t *testing.T) {
+			env := c.resolvedEnv(t, s)
+			require.Equal(t, app, user(env["KASA_DATABASE_URL"]))
+			require.NotContains(t, env, "KASA_DATABASE_MIGRATE_URL", "only migrate holds the owner's password")
+		})
 	}
-	require.Contains(t, c.service(t, "temporal")["volumes"], "temporal-data:/data", "the Temporal database must live on a volume")
+
+	t.Run("init script", func(t *testing.T) {
+		var m mount
+		for _, mm := range c.mounts(t, "postgres") {
+			if strings.HasPrefix(mm.target, "/docker-entrypoint-initdb.d/") {
+				m = mm
+			}
+		}
+		require.True(t, m.bind(), "postgres runs an init script from the repository")
+		require.True(t, strings.HasSuffix(m.target, ".sql"))
+		// The statements only: comments may name what the script must not do.
+		sql := regexp.MustCompile(`--[^\n]*`).ReplaceAllString(readRepoFile(t, m.source), "")
+		temporal := c.resolvedEnv(t, "temporal")
+		for _, role := range []string{owner, app, temporal["POSTGRES_USER"]} {
+			require.Regexpf(t, `(?i)CREATE ROLE "?`+regexp.QuoteMeta(role)+`"? (WITH )?LOGIN`, sql, "role %s", role)
+		}
+		require.Regexp(t, `(?i)ALTER DATABASE "?`+regexp.QuoteMeta(pg["POSTGRES_DB"])+`"? OWNER TO "?`+regexp.QuoteMeta(owner)+`"?`, sql,
+			"kasa's database belongs to the owner role")
+		for _, db := range []string{temporal["DBNAME"], temporal["VISIBILITY_DBNAME"]} {
+			require.Regexpf(t, `(?i)CREATE DATABASE "?`+regexp.QuoteMeta(db)+`"? OWNER "?`+regexp.QuoteMeta(temporal["POSTGRES_USER"])+`"?`, sql,
+				"Temporal's database %s belongs to its role", db)
+		}
+		require.NotRegexp(t, `(?i)GRANT\s+"?`+regexp.QuoteMeta(owner)+`"?\s+TO\s+"?`+regexp.QuoteMeta(app), sql,
+			"the application role must not be a member of the owner")
+		require.NotRegexp(t, `(?i)SUPERUSER`, sql)
+	})
+}
+
+// docker compose itself reads the file, where the docker CLI is installed (CI with Docker);
+// everywhere else the tests above are the check.
+func TestComposeConfig(t *testing.T) {
+	docker, err := exec.LookPath("docker")
+	if err != nil {
+		t.Log("docker compose config not run: no docker CLI on PATH")
+		return
+	}
+	if out, err := exec.Command(docker, "compose", "version").CombinedOutput(); err != nil {
+		t.Logf("docker compose config not run: docker compose version: %v: %s", err, out)
+		return
+	}
+	cmd := exec.Command(docker, "compose", "--file", "docker-compose.yml", "config", "--quiet")
+	cmd.Dir = repoRoot(t)
+	cmd.Env = os.Environ()
+	for k, v := range testVars {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "docker compose config: %s", out)
 }
 
 func TestComposeVolumesAreDeclared(t *testing.T) {
@@ -879,15 +1157,28 @@ func TestPrometheus(t *testing.T) {
 			targets[sc.JobName] = append(targets[sc.JobName], st.Targets...)
 		}
 	}
-	for _, tt := range []struct{ job, service, key string }{
-		{"api", "api", "KASA_API_ADDR"},
-		{"relay", "relay", "KASA_RELAY_METRICS_ADDR"},
+	// Every instance of every process with metrics, at the address it listens on.
+	for _, tt := range []struct {
+		job      string
+		services []string
+		key      string
+	}{
+		{"api", instances("api"), "KASA_API_ADDR"},
+		{"worker", instances("worker"), "KASA_WORKER_METRICS_ADDR"},
+		{"relay", instances("relay"), "KASA_RELAY_METRICS_ADDR"},
+		{"temporal", []string{"temporal"}, "PROMETHEUS_ENDPOINT"},
 	} {
 		t.Run(tt.job, func(t *testing.T) {
-			host, listenPort := hostPort(t, c.resolvedEnv(t, tt.service)[tt.key])
-			require.Containsf(t, []string{"", "0.0.0.0", "::"}, host, "%s must listen on all interfaces for Prometheus to reach it", tt.key)
-			require.Equalf(t, []string{tt.service + ":" + listenPort}, targets[tt.job],
-				"job %s must scrape the %s service where %s listens", tt.job, tt.service, tt.key)
+			require.NotEmpty(t, tt.services)
+			var want []string
+			for _, s := range tt.services {
+				host, listenPort := hostPort(t, c.resolvedEnv(t, s)[tt.key])
+				require.Containsf(t, []string{"", "0.0.0.0", "::"}, host, "%s: %s must listen on all interfaces for Prometheus to reach it", s, tt.key)
+				want = append(want, s+":"+listenPort)
+			}
+			got := slices.Clone(targets[tt.job])
+			sort.Strings(got)
+			require.Equalf(t, want, got, "job %s must scrape each of %v where %s listens", tt.job, tt.services, tt.key)
 		})
 	}
 	for _, ts := range targets {
@@ -1151,4 +1442,94 @@ func TestDashboard(t *testing.T) {
 			require.Truef(t, registered[name], "the dashboard queries %s, which no code under api/ or outbox/ registers", name)
 		})
 	}
+}
+
+var (
+	mdLink    = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	mdHeading = regexp.MustCompile(`(?m)^#+ (.+)$`)
+)
+
+// slug is GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens.
+func slug(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// The deployment guide is reachable from the README, and every file and section it points to exists.
+func TestDeploymentDoc(t *testing.T) {
+	require.Contains(t, readRepoFile(t, "README.md"), "](docs/deployment.md)", "README links the deployment guide")
+	doc := readRepoFile(t, "docs/deployment.md")
+	links := mdLink.FindAllStringSubmatch(doc, -1)
+	require.NotEmpty(t, links)
+	for _, l := range links {
+		target := l[1]
+		if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
+			continue
+		}
+		t.Run(target, func(t *testing.T) {
+			file, anchor, _ := strings.Cut(target, "#")
+			rel := filepath.Join("docs", file)
+			if file == "" {
+				rel = "docs/deployment.md"
+			}
+			body := readRepoFile(t, rel)
+			if anchor == "" {
+				return
+			}
+			var slugs []string
+			for _, h := range mdHeading.FindAllStringSubmatch(body, -1) {
+				slugs = append(slugs, slug(h[1]))
+			}
+			require.Containsf(t, slugs, anchor, "%s has no heading for #%s", rel, anchor)
+		})
+	}
+}
+
+// temporalServices is how many services the one temporal container runs; each opens its own pools.
+const temporalServices = 4 // frontend, history, matching, worker
+
+// PostgreSQL must admit every pool at its fullest: kasa's processes and the Temporal Server's
+// services all use the one server.
+func TestComposePostgresConnections(t *testing.T) {
+	c := loadCompose(t)
+	cfg, err := config.Load()
+	require.NoError(t, err)
+	kasaMax := int(cfg.Database.MaxConns)
+	if v := c.env(t, "api-1")["KASA_DATABASE_MAX_CONNS"]; v != "" {
+		kasaMax, err = strconv.Atoi(v)
+		require.NoError(t, err)
+	}
+	need := (len(appServices) + 1) * kasaMax // + migrate
+	temporal := c.env(t, "temporal")
+	pool := func(key string, def int) int {
+		if v := temporal[key]; v != "" {
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err)
+			return n
+		}
+		return def // the server image's defaults
+	}
+	need += temporalServices * (pool("SQL_MAX_CONNS", 20) + pool("SQL_VIS_MAX_CONNS", 10))
+	need += 10 // psql, the healthcheck, the schema tools
+
+	args := c.command(t, "postgres")
+	require.NotEmpty(t, args, "postgres sets max_connections on its command line")
+	var max int
+	for i, a := range args {
+		if a == "-c" && i+1 < len(args) {
+			if v, ok := strings.CutPrefix(args[i+1], "max_connections="); ok {
+				max, err = strconv.Atoi(v)
+				require.NoError(t, err)
+			}
+		}
+	}
+	require.GreaterOrEqualf(t, max, need, "max_connections must cover every pool at its fullest (%d)", need)
 }
