@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/internal/testkit"
 )
 
 var (
@@ -57,8 +59,20 @@ func TestTemporalServerRunsWorkflows(t *testing.T) {
 	opts := devenv.TemporalServerOptions{Dir: filepath.Join(tmp, "temporal"), Logger: slog.Default()}
 	srv, err := devenv.StartTemporalServer(ctx, pg, opts)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Stop() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the server's log:\n%s", testkit.Tail(srv.LogPath(), 30))
+		}
+		_ = srv.Stop()
+	})
 	t.Logf("fresh start to ready (databases, schemas, server, namespace): %v, RSS %d MB", time.Since(began).Round(time.Millisecond), rssMB(t, srv.PID()))
+
+	// The server ignores unknown dynamic config keys with a warning: every key kasa sets is one it has.
+	server, _, err := devenv.FindTemporalServer()
+	require.NoError(t, err)
+	out, err := exec.Command(server, "validate-dynamic-config", filepath.Join(opts.Dir, "config", "dynamicconfig.yaml")).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NotRegexp(t, "warning|error", string(out))
 
 	c, err := client.Dial(client.Options{HostPort: srv.Address(), Namespace: srv.Namespace()})
 	require.NoError(t, err)
@@ -125,6 +139,7 @@ func TestTemporalServerRunsWorkflows(t *testing.T) {
 		require.NoError(t, err)
 		listed(t)
 		runWorkflow(t)
+		t.Logf("RSS after two workflows and four starts: %d MB", rssMB(t, srv.PID()))
 	})
 }
 
