@@ -39,7 +39,9 @@ $(TEMPORAL_SQL_TOOL):
 	@mkdir -p $(BIN); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	  GOBIN=$$tmp $(GO) install go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION) && mv "$$tmp/sql" $@
 
+# internal/devenv reads the schemas from the module cache: the download is a no-op when they are there.
 temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) ## build the pinned Temporal Server and its SQL schema tool into ./bin when missing
+	@$(GO) mod download go.temporal.io/server@$(TEMPORAL_SERVER_VERSION)
 
 run: build temporal-cli ## run the whole system locally (PostgreSQL, Temporal + UI, bank simulator, worker, API)
 	$(BIN)/kasa dev

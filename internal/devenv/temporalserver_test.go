@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -157,4 +158,15 @@ func rssMB(t *testing.T, pid int) int {
 	}
 	t.Fatalf("no VmRSS for pid %d", pid)
 	return 0
+}
+
+// TestTemporalServerVersionMatchesMakefile: the schemas devenv reads are those of the version the
+// Makefile builds.
+func TestTemporalServerVersionMatchesMakefile(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("..", "..", "Makefile"))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^TEMPORAL_SERVER_VERSION := (\S+)$`).FindSubmatch(b)
+	require.NotNil(t, m, "TEMPORAL_SERVER_VERSION in the Makefile")
+	require.Equal(t, devenv.TemporalServerVersion, string(m[1]))
 }
