@@ -155,6 +155,9 @@ func StartTemporalServer(ctx context.Context, pg *Postgres, o TemporalServerOpti
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
+	if err := refuseLiveServer(o.Dir); err != nil {
+		return nil, err
+	}
 	setupStart := time.Now()
 	if err := setupTemporalDatabases(ctx, pg, o); err != nil {
 		return nil, err
@@ -190,6 +193,7 @@ func (s *TemporalServer) Stop() error {
 	}
 	s.stopped = true
 	defer s.log.Close()
+	defer os.Remove(pidFile(s.opts.Dir))
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return err
 	}
@@ -211,6 +215,7 @@ func (s *TemporalServer) Crash() error {
 	}
 	s.stopped = true
 	defer s.log.Close()
+	defer os.Remove(pidFile(s.opts.Dir))
 	if err := s.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return err
 	}
@@ -223,6 +228,9 @@ func (s *TemporalServer) Crash() error {
 func (s *TemporalServer) Restart(ctx context.Context) error {
 	if !s.stopped {
 		return errors.New("temporal server: restart of a running server")
+	}
+	if err := refuseLiveServer(s.opts.Dir); err != nil {
+		return err
 	}
 	return s.start(ctx)
 }
@@ -254,6 +262,10 @@ func (s *TemporalServer) start(ctx context.Context) error {
 	}
 	s.cmd, s.log, s.done, s.stopped = cmd, logFile, make(chan error, 1), false
 	go func() { s.done <- cmd.Wait() }()
+	if err := os.WriteFile(pidFile(s.opts.Dir), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+		_ = s.Crash()
+		return err
+	}
 	if err := s.waitReady(ctx); err != nil {
 		_ = s.Stop()
 		return fmt.Errorf("temporal server did not become ready (log: %s): %w\n%s", s.LogPath(), err, tailFile(s.LogPath(), 15))
@@ -398,6 +410,36 @@ func (s *TemporalServer) probe(ctx context.Context, c client.Client) error {
 		}},
 	})
 	return err
+}
+
+func pidFile(dir string) string { return filepath.Join(dir, "temporal-server.pid") }
+
+// refuseLiveServer fails when the pid file in dir names a server still running there: one whose
+// parent was killed outlives it, and two servers on the same databases would take each other's
+// shards. A pid file naming anything else (the process is gone, a zombie, or the pid reused) is
+// stale.
+func refuseLiveServer(dir string) error {
+	b, err := os.ReadFile(pidFile(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return nil
+	}
+	proc := "/proc/" + strconv.Itoa(pid)
+	stat, err := os.ReadFile(proc + "/stat")
+	if err != nil || strings.Contains(string(stat), ") Z ") {
+		return nil
+	}
+	cmdline, err := os.ReadFile(proc + "/cmdline")
+	if err != nil || !bytes.Contains(cmdline, []byte("\x00--root\x00"+dir+"\x00")) {
+		return nil
+	}
+	return fmt.Errorf("Temporal Server (pid %d) is already running on %s: stop it (kill %d) and start again", pid, dir, pid)
 }
 
 // forgetMembers empties the server's membership table before a start. A server that stopped

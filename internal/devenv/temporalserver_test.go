@@ -102,6 +102,12 @@ func TestTemporalServerRunsWorkflows(t *testing.T) {
 				resp.Executions[0].Execution.WorkflowId == "greet-"+merchant
 		}, 10*time.Second, 100*time.Millisecond, "the completed workflow listed by its search attributes")
 	}
+	t.Run("refuses a live directory", func(t *testing.T) {
+		// A server left running (its parent killed) would share the databases with a new one.
+		_, err := devenv.StartTemporalServer(ctx, pg, opts)
+		require.ErrorContains(t, err, fmt.Sprintf("Temporal Server (pid %d) is already running on %s", srv.PID(), opts.Dir))
+	})
+
 	t.Run("workflow", func(t *testing.T) {
 		ran := time.Now()
 		runWorkflow(t)
