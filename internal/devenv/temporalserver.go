@@ -266,19 +266,21 @@ func (s *TemporalServer) start(ctx context.Context) error {
 		_ = s.Crash()
 		return err
 	}
-	if err := s.waitReady(ctx); err != nil {
+	serving, err := s.waitReady(ctx)
+	if err != nil {
 		_ = s.Stop()
 		return fmt.Errorf("temporal server did not become ready (log: %s): %w\n%s", s.LogPath(), err, tailFile(s.LogPath(), 15))
 	}
 	s.opts.Logger.Info("Temporal Server ready", "address", s.addr, "namespace", s.opts.Namespace,
-		"took", time.Since(began).Round(time.Millisecond))
+		"serving_after", serving.Sub(began).Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
 	return nil
 }
 
 // waitReady sets up the namespace and search attributes and proves the server usable. SERVING
 // on the frontend is not enough: for some seconds after, the history shards are still being
-// acquired and the namespace is not yet in every service's cache, and starts fail or hang.
-func (s *TemporalServer) waitReady(ctx context.Context) error {
+// acquired and the namespace is not yet in every service's cache, and starts fail or hang. It
+// returns when the frontend first answered.
+func (s *TemporalServer) waitReady(ctx context.Context) (serving time.Time, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ReadyTimeout)
 	defer cancel()
 	var last error
@@ -307,14 +309,15 @@ func (s *TemporalServer) waitReady(ctx context.Context) error {
 			Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
 		return err
 	}); err != nil {
-		return err
+		return serving, err
 	}
 	defer c.Close()
+	serving = time.Now()
 	if err := step("register namespace", func(ctx context.Context) error { return s.registerNamespace(ctx, c) }); err != nil {
-		return err
+		return serving, err
 	}
 	if err := step("add search attributes", func(ctx context.Context) error { return s.addSearchAttributes(ctx, c) }); err != nil {
-		return err
+		return serving, err
 	}
 	// A visibility query on the attributes fails until the frontend knows them in this namespace.
 	if err := step("query visibility", func(ctx context.Context) error {
@@ -327,9 +330,9 @@ func (s *TemporalServer) waitReady(ctx context.Context) error {
 			Namespace: s.opts.Namespace, PageSize: 1, Query: strings.Join(terms, " AND ")})
 		return err
 	}); err != nil {
-		return err
+		return serving, err
 	}
-	return step("run a probe workflow", func(ctx context.Context) error { return s.probe(ctx, c) })
+	return serving, step("run a probe workflow", func(ctx context.Context) error { return s.probe(ctx, c) })
 }
 
 func (s *TemporalServer) registerNamespace(ctx context.Context, c client.Client) error {
