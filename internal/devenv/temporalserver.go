@@ -66,7 +66,8 @@ type TemporalServerOptions struct {
 }
 
 // TemporalServer is a running Temporal Server (frontend, history, matching and worker services in
-// one process) that this process started and will stop.
+// one process) that this process started and will stop. Stop, Crash and Restart are meant for one
+// goroutine at a time.
 type TemporalServer struct {
 	opts    TemporalServerOptions
 	pgPort  int
