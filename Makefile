@@ -8,10 +8,10 @@ TEMPORAL := $(BIN)/temporal
 RACE := $(shell $(GO) env CGO_ENABLED | grep -q 1 && echo -race)
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test bench lint temporal-cli fuzz fuzz-targets clean generate check-generated
+.PHONY: help build run test bench lint temporal-cli temporal-server fuzz fuzz-targets clean generate check-generated
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n", $$1, $$2}'
 
 build: ## build ./bin/kasa
 	$(GO) build -buildvcs=auto -o $(BIN)/kasa ./cmd/kasa
@@ -22,10 +22,31 @@ $(TEMPORAL):
 
 temporal-cli: $(TEMPORAL) ## build the pinned Temporal CLI (dev server + Web UI) into ./bin when missing
 
+# The real, multi-service Temporal Server and its schema tool, as binaries: the server's module does
+# not build inside kasa's (its API version differs from the SDK's), so it is never imported.
+# go install names them server and sql: they are built in a scratch GOBIN and renamed.
+TEMPORAL_SERVER_VERSION := v1.29.1
+TEMPORAL_SERVER := $(BIN)/temporal-server
+TEMPORAL_SQL_TOOL := $(BIN)/temporal-sql-tool
+
+$(TEMPORAL_SERVER):
+	@echo "building the Temporal Server $(TEMPORAL_SERVER_VERSION) into ./bin (first time only, ~4 min)"
+	@mkdir -p $(BIN); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  GOBIN=$$tmp $(GO) install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION) && mv "$$tmp/server" $@
+
+$(TEMPORAL_SQL_TOOL):
+	@echo "building the Temporal SQL schema tool $(TEMPORAL_SERVER_VERSION) into ./bin (first time only)"
+	@mkdir -p $(BIN); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  GOBIN=$$tmp $(GO) install go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION) && mv "$$tmp/sql" $@
+
+# internal/devenv reads the schemas from the module cache: the download is a no-op when they are there.
+temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) ## build the pinned Temporal Server and its SQL schema tool into ./bin when missing
+	@$(GO) mod download go.temporal.io/server@$(TEMPORAL_SERVER_VERSION)
+
 run: build temporal-cli ## run the whole system locally (PostgreSQL, Temporal + UI, bank simulator, worker, API)
 	$(BIN)/kasa dev
 
-test: temporal-cli ## run every test: unit, integration (real PostgreSQL + Temporal) and end-to-end
+test: temporal-cli temporal-server ## run every test: unit, integration (real PostgreSQL + Temporal) and end-to-end
 	$(GO) vet ./...
 	$(GO) test $(RACE) -count=1 -timeout 30m ./...
 
