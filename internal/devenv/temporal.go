@@ -44,8 +44,7 @@ const RelaxedGOGC = 400
 // SearchAttributes are registered on every dev server: operators filter payments by them.
 var SearchAttributes = []string{"PaymentStatus=Keyword", "MerchantId=Keyword"}
 
-// SQLitePragmas are the dev server's SQLite settings when it keeps its state in a file, the same
-// in docker-compose.yml (deploy's tests check it). In WAL mode a commit is safe from a crash of
+// SQLitePragmas are the dev server's SQLite settings when it keeps its state in a file. In WAL mode a commit is safe from a crash of
 // the server's process whatever `synchronous` says; the setting only decides what an operating
 // system crash or power loss may cost. With `normal` that is the last commits (the database stays
 // consistent), so a workflow started just before could be lost either way; with `off` it may also
@@ -56,8 +55,8 @@ var SearchAttributes = []string{"PaymentStatus=Keyword", "MerchantId=Keyword"}
 // durability settings.
 var SQLitePragmas = []string{"journal_mode=wal", "synchronous=off"}
 
-// DynamicConfig is the dev server's tuning (`--dynamic-config-value KEY=VALUE`), the same in
-// docker-compose.yml (deploy's tests check it). Each value was measured on the payment path;
+// DynamicConfig is the dev server's tuning (`--dynamic-config-value KEY=VALUE`); the real server
+// that devenv starts gets it too. Each value was measured on the payment path;
 // docs/performance.md has the figures.
 var DynamicConfig = []string{
 	// The CLI turns the search attribute cache off unless this is given (a test convenience:
