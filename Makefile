@@ -8,7 +8,7 @@ TEMPORAL := $(BIN)/temporal
 RACE := $(shell $(GO) env CGO_ENABLED | grep -q 1 && echo -race)
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test bench lint temporal-cli temporal-server fuzz fuzz-targets clean generate check-generated
+.PHONY: help build run run-cluster nats-server temporal-ui test bench lint temporal-cli temporal-server fuzz fuzz-targets clean generate check-generated
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n", $$1, $$2}'
@@ -42,6 +42,27 @@ $(TEMPORAL_SQL_TOOL):
 # internal/devenv reads the schemas from the module cache: the download is a no-op when they are there.
 temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) ## build the pinned Temporal Server and its SQL schema tool into ./bin when missing
 	@$(GO) mod download go.temporal.io/server@$(TEMPORAL_SERVER_VERSION)
+
+# An external NATS server for make run-cluster, at the version go.mod pins for the embedded one.
+NATS_SERVER := $(BIN)/nats-server
+$(NATS_SERVER):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install github.com/nats-io/nats-server/v2@$$($(GO) list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)
+
+nats-server: $(NATS_SERVER) ## build the pinned NATS server into ./bin when missing
+
+# The Temporal Web UI server the CLI embeds, as a binary of its own to point at the real server.
+TEMPORAL_UI_VERSION := v2.42.1
+TEMPORAL_UI := $(BIN)/temporal-ui
+$(TEMPORAL_UI):
+	@echo "building the Temporal Web UI server $(TEMPORAL_UI_VERSION) into ./bin (first time only, ~1 min)"
+	@mkdir -p $(BIN); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  GOBIN=$$tmp $(GO) install github.com/temporalio/ui-server/v2/cmd/server@$(TEMPORAL_UI_VERSION) && mv "$$tmp/server" $@
+
+temporal-ui: $(TEMPORAL_UI) ## build the pinned Temporal Web UI server into ./bin when missing
+
+run-cluster: build temporal-server nats-server temporal-ui ## run the system as separate processes: real Temporal Server, NATS, 2 APIs, 2 workers, relay
+	$(BIN)/kasa cluster
 
 run: build temporal-cli ## run the whole system locally (PostgreSQL, Temporal + UI, bank simulator, worker, API)
 	$(BIN)/kasa dev

@@ -39,6 +39,8 @@ usage: kasa <command>
 
 commands:
   dev       run everything locally: PostgreSQL, Temporal dev server + UI, bank simulator, worker, relay, API
+  cluster   run the same system as separate processes on a real Temporal Server (PostgreSQL persistence),
+            NATS, two APIs and two workers (make run-cluster; docs/operations.md)
   api       run the REST API (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_ADMIN_TOKEN, KASA_SECRET_KEY)
   worker    run the Temporal worker (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_PROVIDER_URL, KASA_SECRET_KEY);
             verifies the ledger every KASA_VERIFY_INTERVAL; /metrics on KASA_WORKER_METRICS_ADDR
@@ -79,7 +81,7 @@ func main() {
 	cmds := map[string]func(context.Context, config.Config, *slog.Logger) error{
 		"dev": runDev, "api": runAPI, "worker": runWorker, "banksim": runBanksim,
 		"migrate": runMigrate, "verify": runVerify, "reconcile": runReconcile, "relay": runRelay, "bench": runBench,
-		"soak": runSoak,
+		"soak": runSoak, "cluster": runCluster,
 	}
 	run, ok := cmds[os.Args[1]]
 	if !ok {
