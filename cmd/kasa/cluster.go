@@ -262,7 +262,8 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 		return nil
 	case c := <-sup.Exited():
 		log.Error("a kasa cluster process exited on its own: stopping everything", "process", c.Name,
-			"exit", c.Err(), "log", c.LogPath, "tail", c.Tail(10))
+			"exit", c.Err(), "log", c.LogPath)
+		fmt.Fprintf(os.Stderr, "---- %s: the end of its log ----\n%s\n----\n", c.Name, c.Tail(15))
 		return fmt.Errorf("%s exited: %v (log: %s)", c.Name, c.Err(), c.LogPath)
 	}
 }
