@@ -67,7 +67,7 @@ run-cluster: build temporal-server nats-server temporal-ui ## run the system as 
 run: build temporal-cli ## run the whole system locally (PostgreSQL, Temporal + UI, bank simulator, worker, API)
 	$(BIN)/kasa dev
 
-test: temporal-cli temporal-server nats-server ## run every test: unit, integration (real PostgreSQL + Temporal) and end-to-end
+test: temporal-cli temporal-server nats-server temporal-ui ## run every test: unit, integration (real PostgreSQL + Temporal) and end-to-end
 	$(GO) vet ./...
 	$(GO) test $(RACE) -count=1 -timeout 30m ./...
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,6 +128,20 @@ func TestClusterRunsEveryProcessAsAChild(t *testing.T) {
 	charges := httpDo(t, "GET", sim+"/_sim/charges?reference="+p["id"].(string), "", "")
 	require.Equal(t, http.StatusOK, charges.Status, "%s", charges.Body)
 	require.EqualValues(t, 1, charges.json(t)["count"], "one charge at the bank: %s", charges.Body)
+
+	// The Web UI reads the cluster's visibility: the payment's workflow is listed there.
+	ui := ""
+	for _, line := range strings.Split(text, "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "Temporal" && f[1] == "UI" {
+			ui = f[2]
+		}
+	}
+	require.True(t, strings.HasPrefix(ui, "http://"), "the banner names the Web UI (make temporal-ui): %q", ui)
+	listed := ui + "/api/v1/namespaces/default/workflows?query=" + url.QueryEscape("WorkflowType = 'PaymentWorkflow'")
+	require.Eventually(t, func() bool {
+		r, err := httpCall("GET", listed, "", "")
+		return err == nil && r.Status == http.StatusOK && strings.Contains(string(r.Body), "cluster-1")
+	}, 30*time.Second, 200*time.Millisecond, "the payment's workflow in the Web UI")
 
 	stopped := time.Now()
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))

@@ -128,7 +128,8 @@ func (c *Child) Err() error { <-c.done; return c.err }
 // Done is closed when the child has exited.
 func (c *Child) Done() <-chan struct{} { return c.done }
 
-// Stop asks the child to end (SIGTERM) and waits; after timeout it is killed.
+// Stop asks the child to end (SIGTERM) and waits; after timeout its whole process group is
+// killed, so that nothing it started outlives it.
 func (c *Child) Stop(timeout time.Duration) {
 	c.mu.Lock()
 	c.asked = true
@@ -137,7 +138,7 @@ func (c *Child) Stop(timeout time.Duration) {
 	select {
 	case <-c.done:
 	case <-time.After(timeout):
-		_ = c.cmd.Process.Kill()
+		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
 		<-c.done
 	}
 }
