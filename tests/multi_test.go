@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -548,6 +549,35 @@ func TestMultiAPIKilledBetweenRecordAndStart(t *testing.T) {
 	s.verify()
 }
 
+// localPorts are the local TCP ports of a process's sockets (Linux: its socket inodes found in
+// /proc/net/tcp{,6}).
+func localPorts(t *testing.T, pid int) map[int]bool {
+	t.Helper()
+	inodes := map[string]bool{}
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	for _, fd := range fds {
+		if l, err := os.Readlink(fd); err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	ports := map[int]bool{}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || !inodes[f[9]] {
+				continue
+			}
+			_, hexPort, _ := strings.Cut(f[1], ":")
+			if port, err := strconv.ParseInt(hexPort, 16, 32); err == nil {
+				ports[int(port)] = true
+			}
+		}
+	}
+	return ports
+}
+
 // metricSum adds up every sample of the named metrics in a Prometheus text exposition.
 func metricSum(text string, names ...string) float64 {
 	sum := 0.0
@@ -580,19 +610,54 @@ func TestMultiRelaysOneKilled(t *testing.T) {
 	var metricsAddrs []string
 	for i := range 2 {
 		addr := testkit.FreeAddr(t)
-		r := startProc(t, s.dir, s.bin, fmt.Sprintf("relay%d", i+1), s.env("KASA_NATS_URL", natsURL, "KASA_RELAY_METRICS_ADDR", addr, "KASA_WEBHOOK_TIMEOUT", "2s"), "relay")
+		r := startProc(t, s.dir, s.bin, fmt.Sprintf("relay%d", i+1), s.env("KASA_NATS_URL", natsURL, "KASA_RELAY_METRICS_ADDR", addr, "KASA_WEBHOOK_TIMEOUT", "2s", "KASA_WEBHOOK_PER_MERCHANT", "16"), "relay")
 		r.waitHTTP("http://" + addr + "/healthz")
 		relays, metricsAddrs = append(relays, r), append(metricsAddrs, addr)
 	}
-	work := func(i int) float64 { // what relay i has published and attempted to deliver
+	work := func(i int, metrics ...string) float64 { // what relay i has done so far
 		r, err := httpCall("GET", "http://"+metricsAddrs[i]+"/metrics", "", "")
 		if err != nil {
 			return 0
 		}
-		return metricSum(string(r.Body), "kasa_outbox_published_total", "kasa_webhook_attempts_total")
+		return metricSum(string(r.Body), metrics...)
 	}
+	const published, consumed, attempted = "kasa_outbox_published_total", "kasa_webhook_events_consumed_total", "kasa_webhook_attempts_total"
 
-	hook := newSink(t)
+	// The merchant holds every request from the 11th on until relay1 is dead: the kill finds
+	// relay1 with deliveries in flight, which it never records as delivered.
+	var mu sync.Mutex
+	inFlight := map[int]string{} // the sending port of each held request -> its event id
+	release := make(chan struct{})
+	hook := testkit.NewHook(t, testkit.HookOptions{EventIDHeader: outbox.HeaderEventID, SignatureHeader: outbox.HeaderSignature,
+		Respond: func(n int, _ http.ResponseWriter, r *http.Request) {
+			if n <= 10 {
+				return
+			}
+			_, port, _ := strings.Cut(r.RemoteAddr, ":")
+			p, _ := strconv.Atoi(port)
+			mu.Lock()
+			inFlight[p] = r.Header.Get(outbox.HeaderEventID)
+			mu.Unlock()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			mu.Lock()
+			delete(inFlight, p)
+			mu.Unlock()
+		}})
+	heldFrom := func(p *proc) []string { // the events of the requests held from p
+		ports := localPorts(t, p.cmd.Process.Pid)
+		mu.Lock()
+		defer mu.Unlock()
+		var ids []string
+		for port, id := range inFlight {
+			if ports[port] {
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
 	r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Relays","webhook_url":%q}`, hook.URL))
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	m := merchant{ID: r.json(t)["id"].(string), APIKey: r.json(t)["api_key"].(string)}
@@ -601,18 +666,26 @@ func TestMultiRelaysOneKilled(t *testing.T) {
 	const n = 40
 	var ids []string
 	var killedAt int
+	var held []string // events relay1 was delivering when it died
 	for i := range n {
 		r, err := s.pay(m, fmt.Sprintf("relayed-%02d", i), payBody(fmt.Sprintf("inv-relayed-%02d", i), "1.00", "TRY", acct))
 		require.NoError(t, err)
 		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 		ids = append(ids, r.json(t)["id"].(string))
-		if killedAt == 0 && i >= 10 && work(0) > 0 && hook.Count() > 0 {
-			relays[0].kill() // in the middle of the stream, having done some of the work
+		if killedAt == 0 && work(0, published) > 0 {
+			held = heldFrom(relays[0])
+		}
+		if killedAt == 0 && len(held) > 0 {
+			// In the middle of the stream, having published and consumed some of it.
+			t.Logf("relay1 before the kill: %v published, %v consumed, %v delivery attempts, %d held at the merchant",
+				work(0, published), work(0, consumed), work(0, attempted), len(held))
+			relays[0].kill()
 			killedAt = i
+			close(release)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	require.NotZero(t, killedAt, "relay1 never did any work before the stream ended")
+	require.NotZero(t, killedAt, "relay1 never published and held a delivery before the stream ended")
 	killed := time.Now()
 
 	// The events are the outbox's rows: one per payment here, all succeeded.
@@ -634,8 +707,16 @@ func TestMultiRelaysOneKilled(t *testing.T) {
 		for _, req := range hook.Requests() {
 			bodies[req.EventID] = append(bodies[req.EventID], string(req.Body))
 		}
-		return len(bodies) >= len(events)
-	}, 90*time.Second, 100*time.Millisecond, "every event is delivered after the kill\n%s", testkit.Tail(relays[1].log, 20))
+		if len(bodies) < len(events) {
+			return false
+		}
+		for _, id := range held {
+			if len(bodies[id]) < 2 {
+				return false
+			}
+		}
+		return true
+	}, 90*time.Second, 100*time.Millisecond, "every event is delivered after the kill, and what relay1 held again (its lease runs out)\n%s", testkit.Tail(relays[1].log, 20))
 	time.Sleep(500 * time.Millisecond) // a late duplicate, if any, arrives too
 	clear(bodies)
 	for _, req := range hook.Requests() {
