@@ -156,6 +156,27 @@ func whose(id string, procs map[string]*proc) string {
 	return ""
 }
 
+// waitPolling waits until each named worker polls the payment task queue.
+func (s *multiStack) waitPolling(workers map[string]*proc, names ...string) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool {
+		resp, err := s.tc.DescribeTaskQueue(context.Background(), s.queue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+		if err != nil {
+			return false
+		}
+		seen := map[string]bool{}
+		for _, p := range resp.GetPollers() {
+			seen[whose(p.GetIdentity(), workers)] = true
+		}
+		for _, name := range names {
+			if !seen[name] {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond, "%v poll the task queue", names)
+}
+
 // Payments spread over two APIs, each key sent to both (one after the other, concurrently, or at
 // the same instant): every payment runs once, both APIs give the same answer for a key, and the
 // two workers share the workflows.
@@ -168,18 +189,7 @@ func TestMultiAPIsAndWorkersSharePayments(t *testing.T) {
 	m := s.merchant()
 	acct := s.account(m, "TRY", "1000.00")
 
-	// Both workers poll the queue before any payment.
-	require.Eventually(t, func() bool {
-		resp, err := s.tc.DescribeTaskQueue(context.Background(), s.queue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
-		if err != nil {
-			return false
-		}
-		seen := map[string]bool{}
-		for _, p := range resp.GetPollers() {
-			seen[whose(p.GetIdentity(), workers)] = true
-		}
-		return seen["worker1"] && seen["worker2"]
-	}, 30*time.Second, 100*time.Millisecond, "both workers poll the task queue")
+	s.waitPolling(workers, "worker1", "worker2") // both, before any payment
 
 	const n = 40
 	type payCase struct {
@@ -414,6 +424,7 @@ func TestMultiWorkerKilledMidCharge(t *testing.T) {
 			p3 := newCountingProxy(t, s.simURL())
 			w3 := s.startWorkerNamed("worker3", "KASA_PROVIDER_URL", p3.srv.URL)
 			workers["worker3"] = w3
+			s.waitPolling(workers, "worker3")
 			s.setFaults(`{"rules":[]}`)
 			ran := map[string]int{}
 			for round := 0; ran["worker3"] == 0; round++ {
