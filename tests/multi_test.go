@@ -634,8 +634,8 @@ func TestMultiRelaysOneKilled(t *testing.T) {
 	}
 	const published, consumed, attempted = "kasa_outbox_published_total", "kasa_webhook_events_consumed_total", "kasa_webhook_attempts_total"
 
-	// The merchant holds every request from the 11th on until relay1 is dead: the kill finds
-	// relay1 with deliveries in flight, which it never records as delivered.
+	// The merchant holds every request from the 11th on for a while, until relay1 is dead: the
+	// kill finds relay1 with deliveries in flight, which it never records as delivered.
 	var mu sync.Mutex
 	inFlight := map[int]string{} // the sending port of each held request -> its event id
 	release := make(chan struct{})
@@ -649,9 +649,10 @@ func TestMultiRelaysOneKilled(t *testing.T) {
 			mu.Lock()
 			inFlight[p] = r.Header.Get(outbox.HeaderEventID)
 			mu.Unlock()
-			select {
+			select { // shorter than the senders' timeout: a held request is never a failed one
 			case <-release:
 			case <-r.Context().Done():
+			case <-time.After(1500 * time.Millisecond):
 			}
 			mu.Lock()
 			delete(inFlight, p)
