@@ -492,16 +492,21 @@ func TestMultiAPIKilledBetweenRecordAndStart(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	victim.kill()
 	killed := time.Now()
-	leased := 0
+	unstarted, leased := 0, 0
 	for _, k := range stranded {
 		rec, err := s.st.Record(ctx, mid, k.key)
 		require.NoError(t, err)
-		require.False(t, rec.WorkflowStarted, "%s: no workflow could start", k.key)
-		if rec.LockedUntil.After(time.Now()) {
-			leased++ // still inside StartPayment when it died
+		// A start that failed at once gave its lease up, and api1's sweeper may have started
+		// that one already; the others died with api2, still trying.
+		if !rec.WorkflowStarted {
+			unstarted++
+			if rec.LockedUntil.After(time.Now()) {
+				leased++
+			}
 		}
 	}
-	t.Logf("api2 killed with %d records unstarted, %d of them under its lease", len(stranded), leased)
+	t.Logf("api2 killed with %d of %d records unstarted, %d of them under its lease", unstarted, len(stranded), leased)
+	require.Positive(t, unstarted, "the kill left records without a workflow")
 
 	// Meanwhile api1 takes new payments as usual.
 	for i := range 3 {
