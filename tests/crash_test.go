@@ -46,6 +46,7 @@ type crashStack struct {
 	queue            string
 	dbURL            string
 	temporal         string
+	namespace        string // KASA_TEMPORAL_NAMESPACE; empty: kasa's default
 	providerURL      string
 	syncWait         string
 	providerTimeout  string
@@ -68,6 +69,8 @@ type crashConfig struct {
 	providerTimeout string // KASA_PROVIDER_TIMEOUT, default 2s
 	ownPostgres     bool   // a PostgreSQL cluster of the test's own (it will be restarted)
 	ownTemporal     bool   // a file-backed Temporal dev server of the test's own (it will be restarted)
+	temporal        string // the address of a Temporal to use instead of the package's dev server
+	namespace       string // its namespace
 }
 
 // newCrashStack prepares the test's directory, binary, database (migrated by `kasa migrate`) and
@@ -86,11 +89,14 @@ func newCrashStack(t *testing.T, c crashConfig) *crashStack {
 	dir := crashDir(t)
 	s := &crashStack{
 		t: t, dir: dir, bin: kasaBinary(t, dir), capability: c.capability,
-		queue: "crash-" + uuid.NewString(), temporal: env.TemporalAddress,
+		queue: "crash-" + uuid.NewString(), temporal: env.TemporalAddress, namespace: c.namespace,
 		syncWait: c.syncWait, providerTimeout: c.providerTimeout,
 		apiAddr: testkit.FreeAddr(t), simAddr: testkit.FreeAddr(t),
 	}
 	s.providerURL = "http://" + s.simAddr
+	if c.temporal != "" {
+		s.temporal = c.temporal
+	}
 	ctx := context.Background()
 	// One cleanup stops whichever server instance is current when the test ends (they are
 	// replaced on restart); registered before any kasa process, so it runs after they stopped.
@@ -175,6 +181,9 @@ func (s *crashStack) env(overrides ...string) []string {
 		"KASA_TEMPORAL_ADDRESS":        s.temporal,
 		"KASA_TEMPORAL_TASK_QUEUE":     s.queue,
 		"KASA_WEBHOOK_ALLOW_PRIVATE":   "true", // the tests' webhook endpoints listen on 127.0.0.1
+	}
+	if s.namespace != "" {
+		vars["KASA_TEMPORAL_NAMESPACE"] = s.namespace
 	}
 	for i := 0; i+1 < len(overrides); i += 2 {
 		vars[overrides[i]] = overrides[i+1]
