@@ -43,7 +43,7 @@ const adminToken = "adm_test_token_0123456789abcdef0123" // kasa api wants 32 ch
 const bookingWindow = time.Second
 
 func TestMain(m *testing.M) {
-	testkit.Main(m, testkit.Options{Temporal: true}, func(e *testkit.Env) { env, db, tc = e, e.Store, e.Temporal })
+	testkit.Main(m, testkit.Options{Temporal: true, TemporalServer: true}, func(e *testkit.Env) { env, db, tc = e, e.Store, e.Temporal })
 }
 
 // stack is one isolated kasa: its own simulator, worker task queue and API server, sharing the

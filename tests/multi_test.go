@@ -35,8 +35,8 @@ import (
 )
 
 // multiTemporal is the Temporal every multi-instance test runs against, and the only place
-// that says which: the package's dev server.
-func multiTemporal() (address, namespace string) { return env.TemporalAddress, "default" }
+// that says which: the package's real multi-service Temporal Server on PostgreSQL.
+func multiTemporal() (address, namespace string) { return env.TemporalServerAddress, "default" }
 
 // multiStack is a crashStack with any number of API and worker processes.
 type multiStack struct {

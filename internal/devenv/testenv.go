@@ -13,17 +13,24 @@ import (
 type TestEnv struct {
 	DatabaseURL     string
 	TemporalAddress string
-	stops           []func() error
-	dir             string
+	// TemporalServerAddress is a real multi-service Temporal Server's frontend (namespace
+	// "default"), on a PostgreSQL of its own; empty unless asked for.
+	TemporalServerAddress string
+	stops                 []func() error
+	dir                   string
 }
 
 // TestNeeds says what a test package uses.
-type TestNeeds struct{ Temporal bool }
+type TestNeeds struct{ Temporal, TemporalServer bool }
 
 // StartTestEnv starts what is missing. Missing binaries are an error that says how to fix it:
 // integration tests never skip.
 func StartTestEnv(ctx context.Context, needs TestNeeds) (*TestEnv, error) {
-	e := &TestEnv{DatabaseURL: os.Getenv("KASA_TEST_DATABASE_URL"), TemporalAddress: os.Getenv("KASA_TEST_TEMPORAL_ADDRESS")}
+	e := &TestEnv{
+		DatabaseURL:           os.Getenv("KASA_TEST_DATABASE_URL"),
+		TemporalAddress:       os.Getenv("KASA_TEST_TEMPORAL_ADDRESS"),
+		TemporalServerAddress: os.Getenv("KASA_TEST_TEMPORAL_SERVER_ADDRESS"),
+	}
 	var err error
 	if e.dir, err = os.MkdirTemp("", "kasa-test-"); err != nil {
 		return nil, err
@@ -46,6 +53,12 @@ func StartTestEnv(ctx context.Context, needs TestNeeds) (*TestEnv, error) {
 		e.TemporalAddress = t.Address
 		e.stops = append(e.stops, t.Stop)
 	}
+	if needs.TemporalServer && e.TemporalServerAddress == "" {
+		if err := e.startTemporalServer(ctx); err != nil {
+			e.Stop()
+			return nil, fmt.Errorf("%w (or set KASA_TEST_TEMPORAL_SERVER_ADDRESS)", err)
+		}
+	}
 	return e, nil
 }
 
@@ -55,4 +68,21 @@ func (e *TestEnv) Stop() {
 		_ = e.stops[i]()
 	}
 	_ = os.RemoveAll(e.dir)
+}
+
+// startTemporalServer runs the real server on a PostgreSQL of its own, so that its load and its
+// databases stay apart from the application database the tests inspect.
+func (e *TestEnv) startTemporalServer(ctx context.Context) error {
+	pg, err := StartPostgres(ctx, PostgresOptions{Dir: filepath.Join(e.dir, "temporal-pg"), Ephemeral: true})
+	if err != nil {
+		return err
+	}
+	e.stops = append(e.stops, pg.Stop)
+	ts, err := StartTemporalServer(ctx, pg, TemporalServerOptions{Dir: filepath.Join(e.dir, "temporal-server")})
+	if err != nil {
+		return err
+	}
+	e.stops = append(e.stops, ts.Stop)
+	e.TemporalServerAddress = ts.Address()
+	return nil
 }

@@ -32,17 +32,19 @@ var SecretKeyHex = hex.EncodeToString(SecretKey)
 
 // Options say what a test package uses besides PostgreSQL.
 type Options struct {
-	Temporal bool // a Temporal dev server, and a client of it
+	Temporal       bool // a Temporal dev server, and a client of it
+	TemporalServer bool // a real multi-service Temporal Server too (Env.TemporalServerAddress)
 }
 
 // Env is the infrastructure of a test package: a migrated database with a store open on it and,
 // when asked for, a Temporal dev server with a client.
 type Env struct {
-	DatabaseURL     string
-	TemporalAddress string
-	Store           *store.Store
-	Temporal        client.Client // nil without Options.Temporal
-	stops           []func()
+	DatabaseURL           string
+	TemporalAddress       string
+	TemporalServerAddress string // the real server's frontend, namespace "default"
+	Store                 *store.Store
+	Temporal              client.Client // nil without Options.Temporal
+	stops                 []func()
 }
 
 // Main is a package's TestMain: it starts the infrastructure, hands it to setup (which keeps
@@ -74,11 +76,11 @@ func Start(t testing.TB, o Options) *Env {
 }
 
 func start(ctx context.Context, o Options) (*Env, error) {
-	infra, err := devenv.StartTestEnv(ctx, devenv.TestNeeds{Temporal: o.Temporal})
+	infra, err := devenv.StartTestEnv(ctx, devenv.TestNeeds{Temporal: o.Temporal, TemporalServer: o.TemporalServer})
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{DatabaseURL: infra.DatabaseURL, TemporalAddress: infra.TemporalAddress, stops: []func(){infra.Stop}}
+	e := &Env{DatabaseURL: infra.DatabaseURL, TemporalAddress: infra.TemporalAddress, TemporalServerAddress: infra.TemporalServerAddress, stops: []func(){infra.Stop}}
 	if e.Store, err = store.Open(ctx, store.Options{URL: e.DatabaseURL, SecretKey: SecretKey, Migrate: true}); err != nil {
 		e.stop()
 		return nil, fmt.Errorf("database: %w", err)
