@@ -78,7 +78,11 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	compare := fs.Bool("compare-temporal", false, "measure T and new payments on the dev server and on the real server, and write <date>-temporal-server.{md,json} to --out")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
-	} else if err != nil || (*temporal != TemporalDev && *temporal != TemporalServer) {
+	} else if err != nil {
+		return ErrUsage
+	}
+	if *temporal != TemporalDev && *temporal != TemporalServer {
+		fmt.Fprintf(fs.Output(), "kasa bench: --temporal is dev or server, not %q\n", *temporal)
 		return ErrUsage
 	}
 	if *compare {
