@@ -47,27 +47,29 @@ type Options struct {
 	Path     string                           `json:",omitempty"`
 	Preload  int                              // RunSuite: stored payments for the large-table runs; 0 skips them
 	CPU      CPU                              `json:"-"` // if set, a run reports the CPU its measured window cost, by process class
+	Counters Counters                         `json:"-"` // if set, a run reports how much each counter grew per operation over its window
 	Progress func(format string, args ...any) `json:"-"` // RunSuite's progress lines
 }
 
 // Result is what a run measured: only requests whose (intended) send time falls in the window count.
 type Result struct {
-	Path           string           `json:"path"`
-	Mode           string           `json:"mode"` // "closed" or "open"
-	Concurrency    int              `json:"concurrency"`
-	Rate           float64          `json:"rate,omitempty"`
-	Merchants      int              `json:"merchants,omitempty"`
-	Duration       float64          `json:"duration_s"`
-	Requests       int64            `json:"requests"`         // answered, whatever the status (a race sends two)
-	Errors         int64            `json:"errors"`           // transport errors: no HTTP answer
-	Unsent         int64            `json:"unsent,omitempty"` // open loop: due arrivals never sent, every client busy to the end
-	Throughput     float64          `json:"throughput_rps"`
-	NewPayments    int64            `json:"new_payments"` // new keys answered with a payment (201, 402, 202)
-	NewPaymentRate float64          `json:"new_payments_per_s"`
-	Latency        Latency          `json:"latency_ms"`
-	Answers        map[string]int64 `json:"answers"` // "201 succeeded", "409 idempotency_key_in_use", "201 replayed", ...
-	FirstError     string           `json:"first_error,omitempty"`
-	CPU            *CPUUse          `json:"cpu,omitempty"`
+	Path           string             `json:"path"`
+	Mode           string             `json:"mode"` // "closed" or "open"
+	Concurrency    int                `json:"concurrency"`
+	Rate           float64            `json:"rate,omitempty"`
+	Merchants      int                `json:"merchants,omitempty"`
+	Duration       float64            `json:"duration_s"`
+	Requests       int64              `json:"requests"`         // answered, whatever the status (a race sends two)
+	Errors         int64              `json:"errors"`           // transport errors: no HTTP answer
+	Unsent         int64              `json:"unsent,omitempty"` // open loop: due arrivals never sent, every client busy to the end
+	Throughput     float64            `json:"throughput_rps"`
+	NewPayments    int64              `json:"new_payments"` // new keys answered with a payment (201, 402, 202)
+	NewPaymentRate float64            `json:"new_payments_per_s"`
+	Latency        Latency            `json:"latency_ms"`
+	Answers        map[string]int64   `json:"answers"` // "201 succeeded", "409 idempotency_key_in_use", "201 replayed", ...
+	FirstError     string             `json:"first_error,omitempty"`
+	CPU            *CPUUse            `json:"cpu,omitempty"`
+	PerOp          map[string]float64 `json:"counters_per_op,omitempty"` // Options.Counters' growth over the window ÷ operations
 	// Payments maps every payment id seen in an answer (warmup included) to its latest status,
 	// for the charge counts at the simulator. Kept out of the JSON: it can be large.
 	Payments map[string]string `json:"-"`
@@ -268,7 +270,7 @@ func (r *runner) measure(ctx context.Context) (Result, error) {
 		}
 		close(arrivals) // after Unsent is set: the clients end, and wg.Wait returns, after this
 	}()
-	used := cpuBetween(ctx, o.CPU, r.measured, r.end)
+	used, counted := sampleBetween(ctx, o.CPU, o.Counters, r.measured, r.end)
 	wg.Wait()
 
 	window := o.Duration
@@ -296,6 +298,12 @@ func (r *runner) measure(ctx context.Context) (Result, error) {
 		per, ops = "new payment", res.NewPayments
 	}
 	res.CPU = cpuUse(used, o.Duration, per, ops)
+	if len(counted) > 0 && ops > 0 {
+		res.PerOp = map[string]float64{}
+		for name, n := range counted {
+			res.PerOp[name] = float64(n) / float64(ops)
+		}
+	}
 	return res, ctx.Err()
 }
 
@@ -567,6 +575,10 @@ func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, 
 // CPU reads how much CPU time each class of a stack's processes has used so far.
 type CPU func() map[string]time.Duration
 
+// Counters reads counters that only grow, such as a database's commits; nil or an error
+// leaves a sample out.
+type Counters func(ctx context.Context) (map[string]int64, error)
+
 // The process classes CPU reports; any other process of the stack is named by its executable.
 const (
 	ClassKasa     = "kasa"     // the measured kasa dev: API, worker, relay, consumer, bank simulator
@@ -576,10 +588,11 @@ const (
 )
 
 // StackCPU reads from /proc the CPU time of root (class kasa), of every process descended from it
-// (PostgreSQL, Temporal), and of this process (class bench). A process's time includes its ended
+// (PostgreSQL, Temporal), of the beside processes and their descendants (servers started for
+// root rather than by it), and of this process (class bench). A process's time includes its ended
 // children (PostgreSQL's closed backends), except for this process's: pgbench is not the load
 // generator. Nil where there is no /proc.
-func StackCPU(root int) CPU {
+func StackCPU(root int, beside ...int) CPU {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		return nil
 	}
@@ -595,12 +608,20 @@ func StackCPU(root int) CPU {
 				use[ClassBench] += own
 			case pid == root:
 				use[ClassKasa] += own + children
-			case descends(stats, pid, root):
-				use[st.Comm] += own + children
+			case descends(stats, pid, root) || slices.ContainsFunc(beside, func(b int) bool { return pid == b || descends(stats, pid, b) }):
+				use[class(st.Comm)] += own + children
 			}
 		}
 		return use
 	}
+}
+
+// class is the process class of an executable's name: the real Temporal Server counts as Temporal.
+func class(comm string) string {
+	if comm == "temporal-server" {
+		return ClassTemporal
+	}
+	return comm
 }
 
 // readProcs reads every process's stat. Processes that end while it reads are left out.
@@ -630,23 +651,44 @@ func descends(stats map[int]procfs.ProcStat, pid, root int) bool {
 	return false
 }
 
-// cpuBetween samples cpu at from and at to, and gives each class's CPU time between the two; nil
-// when cpu is nil or ctx ends first.
-func cpuBetween(ctx context.Context, cpu CPU, from, to time.Time) map[string]time.Duration {
-	if cpu == nil || sleep(ctx, time.Until(from)) != nil {
-		return nil
+// sampleBetween samples cpu and counters at from and at to, and gives each class's CPU time and
+// each counter's growth between the two; nil for what is nil, failed, or when ctx ends first.
+func sampleBetween(ctx context.Context, cpu CPU, counters Counters, from, to time.Time) (map[string]time.Duration, map[string]int64) {
+	if (cpu == nil && counters == nil) || sleep(ctx, time.Until(from)) != nil {
+		return nil, nil
 	}
-	a := cpu()
+	count := func() map[string]int64 {
+		if counters == nil {
+			return nil
+		}
+		c, err := counters(ctx)
+		if err != nil {
+			return nil
+		}
+		return c
+	}
+	now := func() map[string]time.Duration {
+		if cpu == nil {
+			return nil
+		}
+		return cpu()
+	}
+	a, ca := now(), count()
 	if sleep(ctx, time.Until(to)) != nil {
-		return nil
+		return nil, nil
 	}
-	used := map[string]time.Duration{}
-	for class, t := range cpu() {
+	used, grew := map[string]time.Duration{}, map[string]int64{}
+	for class, t := range now() {
 		if d := t - a[class]; d > 0 {
 			used[class] = d
 		}
 	}
-	return used
+	if cb := count(); ca != nil && cb != nil {
+		for name, n := range cb {
+			grew[name] = n - ca[name]
+		}
+	}
+	return used, grew
 }
 
 // CPUUse is the CPU a run's window cost, by process class.

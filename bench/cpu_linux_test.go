@@ -57,6 +57,8 @@ func TestStackCPUFollowsTheProcessTree(t *testing.T) {
 	own, ok := readProcs()[outside.Process.Pid]
 	require.True(t, ok)
 	require.Positive(t, own.UTime+own.STime, "the process left out did use CPU")
+	require.Positive(t, StackCPU(root.Process.Pid, outside.Process.Pid)()["cat"], "a process beside the root is counted by its name")
+	require.Equal(t, ClassTemporal, class("temporal-server"), "the real Temporal Server is Temporal")
 
 	busy := time.Now().Add(100 * time.Millisecond) // this process is the bench class
 	for time.Now().Before(busy) {

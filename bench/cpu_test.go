@@ -8,15 +8,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestCPUBetween(t *testing.T) {
+func TestSampleBetween(t *testing.T) {
 	t.Parallel()
 	t0 := time.Now()
 	clock := func() map[string]time.Duration { return map[string]time.Duration{"x": time.Since(t0), "idle": 0} }
+	var n int64
+	counters := func(context.Context) (map[string]int64, error) { n += 7; return map[string]int64{"commits": n}, nil }
 	from := time.Now().Add(50 * time.Millisecond)
-	used := cpuBetween(context.Background(), clock, from, from.Add(200*time.Millisecond))
+	used, grew := sampleBetween(context.Background(), clock, counters, from, from.Add(200*time.Millisecond))
 	require.Greater(t, used["x"], 150*time.Millisecond, "the time between the two samples: about the window")
 	require.Less(t, used["x"], time.Second)
 	require.NotContains(t, used, "idle", "a class that used nothing is left out")
+	require.Equal(t, map[string]int64{"commits": 7}, grew, "a counter's growth between the two samples")
+	cpuBetween := func(ctx context.Context, cpu CPU, from, to time.Time) map[string]time.Duration {
+		used, _ := sampleBetween(ctx, cpu, nil, from, to)
+		return used
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/procfs"
 	"go.temporal.io/sdk/client"
 
@@ -39,7 +41,15 @@ type Config struct {
 	Gzip       bool   // KASA_TEMPORAL_GZIP
 	// Dial connects to the child's Temporal frontend for the ceilings, as kasa's own clients do.
 	Dial func(ctx context.Context, address string) (client.Client, error)
+	// Binary is the kasa run as `kasa dev`; default this executable.
+	Binary string
 }
+
+// The Temporal a stack runs on (--temporal).
+const (
+	TemporalDev    = "dev"    // the CLI's dev server, started by kasa dev
+	TemporalServer = "server" // the real Temporal Server on PostgreSQL, started by the harness
+)
 
 var (
 	ErrUsage     = errors.New("usage")       // the command line was wrong (exit 2)
@@ -64,12 +74,40 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	fs.Float64Var(&o.Duplicates, "duplicates", 0.05, "share of requests that retry an earlier key (some in parallel)")
 	fs.Float64Var(&o.Insufficient, "insufficient", 0.05, "share of new payments the payer cannot afford")
 	fs.IntVar(&o.Preload, "preload", 0, "--suite: load this many stored payments and idempotency records for the large-table runs")
+	temporal := fs.String("temporal", TemporalDev, "the Temporal kasa runs on: dev (the CLI's dev server) or server (the real Temporal Server on PostgreSQL)")
+	compare := fs.Bool("compare-temporal", false, "measure T and new payments on the dev server and on the real server, and write <date>-temporal-server.{md,json} to --out")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
 		return ErrUsage
 	}
-	st, err := startStack(ctx, cfg)
+	if *temporal != TemporalDev && *temporal != TemporalServer {
+		fmt.Fprintf(fs.Output(), "kasa bench: --temporal is dev or server, not %q\n", *temporal)
+		return ErrUsage
+	}
+	if *compare {
+		o.Progress = progress
+		c, err := Compare(ctx, cfg, o)
+		if err != nil {
+			return err
+		}
+		js, err := json.MarshalIndent(c, "", "  ")
+		base := filepath.Join(*out, c.Started.Format("2006-01-02")+"-temporal-server")
+		if err = errors.Join(err, os.MkdirAll(*out, 0o755)); err == nil {
+			err = errors.Join(os.WriteFile(base+".md", []byte(bench.CompareMarkdown(c)), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644))
+		}
+		if err != nil {
+			return err
+		}
+		progress("wrote %s.md and .json", base)
+		for _, s := range c.Sides {
+			if err := verdict(s.Verdict); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	st, err := startStack(ctx, cfg, *temporal)
 	if err != nil {
 		return err
 	}
@@ -112,6 +150,41 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	}
 	fmt.Print(bench.Markdown("kasa bench", res))
 	return verdict(v)
+}
+
+// Compare measures ceiling T of the payment's shape and new payments (o's Duration, Warmup,
+// Concurrency, Merchants, Duplicates, Insufficient) on a fresh stack on the dev server, then on
+// one on the real Temporal Server.
+func Compare(ctx context.Context, cfg Config, o bench.Options) (*bench.Comparison, error) {
+	c := &bench.Comparison{Started: time.Now().UTC(), Machine: machine(), Commit: commit(), Options: o}
+	about := map[string]string{
+		TemporalDev:    "dev server (Temporal CLI, SQLite, one process)",
+		TemporalServer: fmt.Sprintf("Temporal Server %s (PostgreSQL persistence and visibility, %d history shards)", devenv.TemporalServerVersion, historyShards),
+	}
+	for _, temporal := range []string{TemporalDev, TemporalServer} {
+		st, err := startStack(ctx, cfg, temporal)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", temporal, err)
+		}
+		before := loadavg()
+		side, err := bench.CompareSide(ctx, st.Stack, o, temporal, about[temporal])
+		st.stop(err != nil)
+		if err != nil {
+			return nil, err
+		}
+		c.Load = append(c.Load, fmt.Sprintf("%s %s → %s", temporal, before, loadavg()))
+		c.Sides = append(c.Sides, side)
+	}
+	return c, nil
+}
+
+// loadavg is the machine's load average over 1, 5 and 15 minutes.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
 }
 
 // verdict says whether the runs were correct, and is ErrIncorrect when they were not.
@@ -171,10 +244,15 @@ func (s *stack) stop(keep bool) {
 // startStack starts this binary's `kasa dev` in a temporary data directory on free ports and waits
 // until it is ready. The child gets none of the user's KASA_* settings (it must not touch their
 // database or Temporal) but the Temporal CLI's path and what cfg passes on.
-func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
-	bin, err := os.Executable()
-	if err != nil {
-		return nil, err
+//
+// With temporal "server" it first starts PostgreSQL and the real Temporal Server on it itself, and
+// the child uses both (kasa dev starts neither when given their addresses).
+func startStack(ctx context.Context, cfg Config, temporal string) (_ *stack, err error) {
+	bin := cfg.Binary
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := os.MkdirTemp("", "kasa-bench-")
 	if err != nil {
@@ -203,9 +281,29 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 		"KASA_API_RATE_LIMIT_PER_IP_RATE=0", "KASA_API_RATE_LIMIT_PER_MERCHANT_RATE=0",
 	}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KASA_") || strings.HasPrefix(kv, "KASA_TEMPORAL_CLI=") {
+		if !strings.HasPrefix(kv, "KASA_") || strings.HasPrefix(kv, "KASA_TEMPORAL_CLI=") || strings.HasPrefix(kv, "KASA_TEMPORAL_SERVER=") {
 			env = append(env, kv)
 		}
+	}
+	var beside []int // the servers started here, not by the child: their CPU counts too
+	if temporal == TemporalServer {
+		progress("starting PostgreSQL and the Temporal Server %s in %s", devenv.TemporalServerVersion, dir)
+		pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(dir, "postgres"), Database: "kasa", Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return nil, err
+		}
+		s.cleanup = append(s.cleanup, func() { _ = pg.Stop() })
+		pgPID, err := postmasterPID(filepath.Join(dir, "postgres"))
+		if err != nil {
+			return nil, err
+		}
+		ts, err := devenv.StartTemporalServer(ctx, pg, devenv.TemporalServerOptions{Dir: filepath.Join(dir, "temporal-server"), HistoryShards: historyShards})
+		if err != nil {
+			return nil, err
+		}
+		s.cleanup = append(s.cleanup, func() { _ = ts.Stop() })
+		beside = append(beside, pgPID, ts.PID())
+		env = append(env, "KASA_DATABASE_URL="+pg.URL, "KASA_TEMPORAL_ADDRESS="+ts.Address(), "KASA_TEMPORAL_NAMESPACE="+ts.Namespace())
 	}
 	logFile, err := os.Create(filepath.Join(dir, "dev.log"))
 	if err != nil {
@@ -218,13 +316,15 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	dieWithParent(cmd)
 	var startErr error
-	exited := make(chan struct{})
+	started, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		// The parent-death signal follows the thread that started the child, and Go ends a
 		// thread only when a goroutine locked to it returns: this one returns once the child has.
 		runtime.LockOSThread()
 		defer close(exited)
-		if startErr = cmd.Start(); startErr == nil {
+		startErr = cmd.Start()
+		close(started) // cmd.Process is set, for the other goroutines to read
+		if startErr == nil {
 			_ = cmd.Wait()
 		}
 	}()
@@ -268,7 +368,14 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 		return nil, fmt.Errorf("temporal at %s: %w", st.TemporalAddress, err)
 	}
 	s.cleanup = append(s.cleanup, s.Temporal.Close)
-	s.AdminToken, s.DatabaseURL, s.Verify, s.CPU = st.AdminToken, st.DatabaseURL, db.Verify, bench.StackCPU(cmd.Process.Pid)
+	<-started
+	s.AdminToken, s.DatabaseURL, s.Verify, s.CPU = st.AdminToken, st.DatabaseURL, db.Verify, bench.StackCPU(cmd.Process.Pid, beside...)
+	pool, err := pgxpool.New(ctx, st.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	s.cleanup = append(s.cleanup, pool.Close)
+	s.Counters = func(ctx context.Context) (map[string]int64, error) { return commits(ctx, pool) }
 	s.Preload = func(ctx context.Context, fx *bench.Fixture, n int) error {
 		var merchants []string
 		for _, m := range fx.Merchants {
@@ -279,6 +386,37 @@ func startStack(ctx context.Context, cfg Config) (_ *stack, err error) {
 	}
 	s.Settle = func(ctx context.Context) error { return settle(ctx, st.DatabaseURL) }
 	return s, nil
+}
+
+// historyShards is the real Temporal Server's: a few, as a cluster has many, on 2 cores.
+const historyShards = 4
+
+// postmasterPID reads the PostgreSQL server's process id from its data directory.
+func postmasterPID(dataDir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+}
+
+// commits are the committed transactions so far of kasa's database and, on the real Temporal
+// Server, of its persistence and visibility databases, as "commits <database>".
+func commits(ctx context.Context, pool *pgxpool.Pool) (map[string]int64, error) {
+	rows, err := pool.Query(ctx, `SELECT datname, xact_commit FROM pg_stat_database WHERE datname IN ('kasa', 'temporal', 'temporal_visibility')`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			return nil, err
+		}
+		out["commits "+name] = n
+	}
+	return out, rows.Err()
 }
 
 // ready reads the child's dev.json into st, and asks its API's /readyz.
