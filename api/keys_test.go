@@ -61,13 +61,18 @@ func TestRevokedKeyIsRefusedByEveryInstanceWithinASecond(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, call(one, "DELETE", "/admin/v1/merchants/"+m.ID+"/api-keys/"+m.APIKeyID, "adm").Code)
 	revoked := time.Now()
 	require.Equal(t, http.StatusUnauthorized, call(one, "GET", byKey, m.APIKey).Code, "the revoking instance refuses at once")
-	var refused time.Time
+	// The promise is about when a request arrives: none that arrives a second after the revocation
+	// is let in. A request's own duration (long under -race on a loaded machine) is not counted.
+	var lastAccepted time.Time
 	require.Eventually(t, func() bool {
+		arrived := time.Now()
 		code := call(two, "GET", byKey, m.APIKey).Code
-		refused = time.Now()
+		if code != http.StatusUnauthorized {
+			lastAccepted = arrived
+		}
 		return code == http.StatusUnauthorized
-	}, 2*time.Second, 5*time.Millisecond)
-	require.Less(t, refused.Sub(revoked), time.Second, "the other instance refuses within a second")
+	}, 3*time.Second, 5*time.Millisecond)
+	require.Less(t, lastAccepted.Sub(revoked), time.Second, "the other instance refuses within a second")
 	require.Equal(t, http.StatusNotFound, call(two, "GET", byKey, second["api_key"]).Code, "the other key still works")
 
 	for _, q := range []string{"%FF", "%00", "%C3%28"} {
