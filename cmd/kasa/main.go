@@ -166,30 +166,41 @@ func migrateDatabase(ctx context.Context, cfg config.Config, key []byte) error {
 // up when the database does, instead of exiting and leaving a supervisor to retry.
 // Configuration errors still end it at once.
 func waitStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*store.Store, error) {
-	wait := 500 * time.Millisecond
-	for {
+	return waitFor(ctx, log, 10*time.Second, func() (*store.Store, string, error) {
 		st, err := openStore(ctx, cfg, false)
 		if err == nil {
-			if err = st.CheckSchema(ctx); err != nil {
-				st.Close()
+			if err = st.CheckSchema(ctx); err == nil {
+				return st, "", nil
 			}
+			st.Close()
 		}
 		switch {
 		case errors.Is(err, store.ErrSchemaBehind):
-			log.Warn("waiting for kasa migrate", "error", err, "retry_in", wait)
+			return nil, "waiting for kasa migrate", err
 		case errors.Is(err, store.ErrUnavailable):
-			log.Warn("waiting for the database", "error", err, "retry_in", wait)
-		case err != nil:
-			return nil, err
-		default:
-			return st, nil
+			return nil, "waiting for the database", err
 		}
+		return nil, "", err
+	})
+}
+
+// waitFor calls try until it succeeds, fails for good, or ctx ends. try says why waiting may
+// help (logged with its error, then the next try after a backoff from 500 ms up to most), or ""
+// when it cannot, and its error ends the wait.
+func waitFor[T any](ctx context.Context, log *slog.Logger, most time.Duration, try func() (T, string, error)) (T, error) {
+	wait := 500 * time.Millisecond
+	for {
+		v, why, err := try()
+		if err == nil || why == "" || ctx.Err() != nil {
+			return v, err
+		}
+		log.Warn(why, "error", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():
-			return nil, err
+			return v, err
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, 10*time.Second)
+		wait = min(2*wait, most)
 	}
 }
 

@@ -104,28 +104,17 @@ func dialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, lazy
 // (certificates, credentials the server refuses, a TLS handshake with a plain server) end it
 // at once.
 func waitTemporal(ctx context.Context, cfg config.Config, log *slog.Logger) (client.Client, error) {
-	wait := 500 * time.Millisecond
-	for {
+	wlog := log.With("address", temporalAddress(cfg), "namespace", cfg.Temporal.Namespace)
+	return waitFor(ctx, wlog, 5*time.Second, func() (client.Client, string, error) {
 		tc, err := dialNamespace(ctx, cfg, log)
 		if err == nil {
-			return tc, nil
+			return tc, "", nil
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		if reason, ok := temporalWaitReason(err); ok {
+			return nil, "waiting for Temporal: " + reason, err
 		}
-		reason, ok := temporalWaitReason(err)
-		if !ok {
-			return nil, fmt.Errorf("temporal at %s, namespace %q: %w", temporalAddress(cfg), cfg.Temporal.Namespace, err)
-		}
-		log.Warn("waiting for Temporal: "+reason, "address", temporalAddress(cfg), "namespace", cfg.Temporal.Namespace,
-			"error", err, "retry_in", wait)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
+		return nil, "", fmt.Errorf("temporal at %s, namespace %q: %w", temporalAddress(cfg), cfg.Temporal.Namespace, err)
+	})
 }
 
 // dialNamespace dials the frontend and describes the namespace: the SDK's dial only asks for
