@@ -97,8 +97,17 @@ func TestSenderRefusesAPrivateAddressAtDialTime(t *testing.T) {
 			ds, err := db.PaymentDeliveries(ctx, pid)
 			require.NoError(t, err)
 			d := ds[0]
-			require.Equal(t, 1, d.AttemptCount, "%+v", d.Attempts)
-			require.Len(t, d.Attempts, 1)
+			require.Len(t, d.Attempts, d.AttemptCount)
+			// The test's name server runs in this process: on a loaded machine a lookup has
+			// (rarely) failed before the first answer, and that attempt is retried as any
+			// failed one is. What the policy decides is the last attempt; none before it may
+			// have been refused, delivered or have reached the endpoint.
+			last := d.Attempts[len(d.Attempts)-1]
+			for _, a := range d.Attempts[:len(d.Attempts)-1] {
+				t.Logf("attempt %d before the policy's: %q", a.Attempt, a.Error)
+				require.Zero(t, a.StatusCode, "%+v", a)
+				require.NotContains(t, a.Error, "refused", "%+v", a)
+			}
 			if tc.refusal == "" {
 				require.Equal(t, store.DeliveryDelivered, d.Status, "%s", d.LastError)
 				require.Equal(t, 1, h.Count())
@@ -106,9 +115,9 @@ func TestSenderRefusesAPrivateAddressAtDialTime(t *testing.T) {
 			}
 			require.Zero(t, h.Count(), "nothing reaches the endpoint")
 			require.Equal(t, store.DeliveryFailed, d.Status, "a refused address is not retried")
-			require.Zero(t, d.Attempts[0].StatusCode)
+			require.Zero(t, last.StatusCode)
 			require.Equal(t, "refused: "+strings.ReplaceAll(tc.refusal, "PORT", port), d.LastError)
-			require.Equal(t, d.LastError, d.Attempts[0].Error)
+			require.Equal(t, d.LastError, last.Error)
 			require.Equal(t, 1.0, value(t, p.metrics.attempts.WithLabelValues("refused")))
 			require.Equal(t, 1.0, value(t, p.metrics.deliveries.WithLabelValues("failed")))
 		})
