@@ -13,9 +13,9 @@ import (
 )
 
 // ErrStillRunning: the workflow did not finish within the caller's wait.
-var ErrStillRunning = errors.New("payment workflow still running")
+var ErrStillRunning = errors.New("workflow still running")
 
-// Starter starts and awaits payment workflows for the API.
+// Starter starts and awaits payment and refund workflows for the API.
 type Starter struct {
 	Client    client.Client
 	TaskQueue string // default TaskQueue
@@ -64,6 +64,38 @@ func (s Starter) AwaitPayment(ctx context.Context, merchantID uuid.UUID, key, ru
 	return res, err
 }
 
+// StartRefund starts the refund's workflow under the same id policies as StartPayment: a second
+// start for the same key finds the first run. It returns the run's id.
+func (s Starter) StartRefund(ctx context.Context, key string, in RefundInput) (string, error) {
+	opts := client.StartWorkflowOptions{
+		ID:                       RefundWorkflowID(in.MerchantID, key),
+		TaskQueue:                s.queue(),
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		EnableEagerStart:         true,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			SearchPaymentStatus.ValueSet("processing"),
+			SearchMerchantID.ValueSet(in.MerchantID.String()),
+		),
+	}
+	run, err := s.Client.ExecuteWorkflow(ctx, opts, WorkflowRefund, in)
+	if err != nil {
+		return "", fmt.Errorf("start refund workflow: %w", err)
+	}
+	return run.GetRunID(), nil
+}
+
+// AwaitRefund waits for the result of the refund workflow's run until ctx ends (then
+// ErrStillRunning).
+func (s Starter) AwaitRefund(ctx context.Context, merchantID uuid.UUID, key, runID string) (RefundWorkflowResult, error) {
+	var res RefundWorkflowResult
+	err := s.Client.GetWorkflow(ctx, RefundWorkflowID(merchantID, key), runID).Get(ctx, &res)
+	if err != nil && ctx.Err() != nil {
+		return res, ErrStillRunning
+	}
+	return res, err
+}
+
 // Ready reports whether Temporal answers and a worker polls the payment task queue.
 func (s Starter) Ready(ctx context.Context) error {
 	if _, err := s.Client.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
@@ -87,11 +119,13 @@ func IsUnavailable(err error) bool {
 		errors.Is(err, context.DeadlineExceeded)
 }
 
-// ErrSettlementRejected: the workflow refused a settlement (not unknown, already settled, malformed).
+// ErrSettlementRejected: the workflow refused a settlement (not unknown, already settled, malformed,
+// or no such workflow).
 var ErrSettlementRejected = errors.New("settlement rejected")
 
-// Settle resolves an unknown payment through the checked `settle` update and returns its final
-// status. A payment that is not unknown (or a malformed settlement) is ErrSettlementRejected.
+// Settle resolves an unknown payment or refund (workflowID is a PaymentWorkflowID or a
+// RefundWorkflowID) through the checked `settle` update and returns its final status. One that is
+// not unknown (or a malformed settlement) is ErrSettlementRejected.
 func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (string, error) {
 	h, err := s.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID: workflowID, UpdateName: UpdateSettle, Args: []any{st},

@@ -193,3 +193,88 @@ func InputFor(p payment.Payment, c ChargePolicy) PaymentInput {
 		LocalSteps: true, BookingWindow: c.BookingWindow, Revision: CurrentRevision,
 	}
 }
+
+// Refund names, recorded in refund workflow histories: never rename them. A refund takes the
+// same signals, update, query and search attributes as a payment.
+const (
+	WorkflowRefund = "RefundWorkflow"
+
+	ActivityHoldRefund        = "HoldRefund"
+	ActivitySendRefund        = "SendRefund"
+	ActivityInquireRefund     = "InquireRefund"
+	ActivityPostRefund        = "PostRefund"
+	ActivityReleaseRefund     = "ReleaseRefund"
+	ActivityMarkRefundUnknown = "MarkRefundUnknown"
+	ActivityFlagRefundStuck   = "FlagRefundStuck"
+)
+
+// RefundWorkflowID is `refund/<merchant id>/<idempotency key>`: a refund's keys are a key space
+// of their own, apart from the merchant's payment keys.
+func RefundWorkflowID(merchantID uuid.UUID, key string) string {
+	return "refund/" + merchantID.String() + "/" + key
+}
+
+// RefundInput is everything the refund workflow needs, recorded in its history. The charge
+// policy fields mean what they mean in PaymentInput, for the bank's refund call.
+type RefundInput struct {
+	OperationID   uuid.UUID // the refund's id: the bank's idempotency key
+	PaymentID     uuid.UUID // the refunded payment: its id is the charge's reference at the bank
+	MerchantID    uuid.UUID
+	AmountMinor   int64
+	Currency      string
+	Capability    Capability
+	ChargeBudget  time.Duration
+	ChargeTimeout time.Duration
+	BookingWindow time.Duration
+	LocalSteps    bool
+	// Parked starts a run continued from one that waited, unknown, for a settlement: it goes
+	// straight back to waiting, the next inquiry after InquiryWait.
+	Parked      bool
+	InquiryWait time.Duration
+}
+
+// RefundInputFor is the workflow input of a refund; the API and the sweeper build it the same way.
+func RefundInputFor(r payment.Refund, c ChargePolicy) RefundInput {
+	return RefundInput{
+		OperationID: r.ID, PaymentID: r.PaymentID, MerchantID: r.MerchantID, AmountMinor: r.AmountMinor,
+		Currency: r.Currency, Capability: c.Capability, ChargeBudget: c.Budget, ChargeTimeout: c.Timeout,
+		BookingWindow: c.BookingWindow, LocalSteps: true,
+	}
+}
+
+// SendRefundInput is what the bank needs for a refund; OperationID is its idempotency key.
+type SendRefundInput struct {
+	OperationID uuid.UUID
+	PaymentID   uuid.UUID
+	AmountMinor int64
+	Currency    string
+	// Capability and Send mean what they mean in ChargeInput: a repeated attempt of the same send
+	// never re-sends to a bank without idempotency.
+	Capability Capability
+	Send       int
+}
+
+// RefundSendResult is a definite answer from the bank to a refund or a refund inquiry.
+type RefundSendResult struct {
+	ProviderReference string
+	Succeeded         bool
+}
+
+// PostRefundInput books a refund the bank made.
+type PostRefundInput struct {
+	OperationID       uuid.UUID
+	ProviderReference string
+}
+
+// ReleaseRefundInput fails a refund and releases its hold.
+type ReleaseRefundInput struct {
+	OperationID uuid.UUID
+	FailureCode string
+}
+
+// RefundWorkflowResult is the refund workflow's final answer.
+type RefundWorkflowResult struct {
+	Status            string
+	FailureCode       string
+	ProviderReference string
+}

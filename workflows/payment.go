@@ -81,7 +81,49 @@ func chargeOptions(in PaymentInput) workflow.ActivityOptions {
 // PaymentWorkflow: reserve -> charge (strategy by capability) -> finalize or release; an outcome
 // that cannot be known is parked as unknown until a settlement signal resolves it.
 func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, error) {
-	w := &paymentRun{in: in, status: payment.StatusProcessing}
+	w := &opRun{in: in, status: payment.StatusProcessing, op: operation{
+		noun: "payment", workflow: WorkflowPayment,
+		reserve: ActivityReserveFunds, send: ActivityCharge, inquire: ActivityInquire, post: ActivityFinalize,
+		release: ActivityRelease, markUnknown: ActivityMarkUnknown, flagStuck: ActivityFlagStuck,
+		sendArg: func(send int) any {
+			c := ChargeInput{OperationID: in.OperationID, AccountID: in.AccountID, AmountMinor: in.AmountMinor, Currency: in.Currency}
+			if in.LocalSteps {
+				c.Capability = in.Capability
+			}
+			if in.Revision >= 1 {
+				c.Send = send
+			}
+			return c
+		},
+		postArg:    func(ref string) any { return FinalizeInput{OperationID: in.OperationID, ProviderReference: ref} },
+		releaseArg: func(code string) any { return ReleaseInput{OperationID: in.OperationID, FailureCode: code} },
+		continued: func(wait time.Duration) any {
+			next := in
+			next.Parked, next.InquiryWait = true, wait
+			return next
+		},
+	}}
+	return w.run(ctx)
+}
+
+// operation is what a run does at each step. A payment and a refund share the strategy (the
+// capability's sends, the booking window, the parked wait, the stuck state) and differ in these.
+type operation struct {
+	noun     string // "payment" or "refund": in logs and in a refused settlement's reason
+	workflow string // the workflow type a parked run continues as
+	// Activity names: reserve the money, send to the provider, inquire, post (capture), release,
+	// mark unknown, flag stuck.
+	reserve, send, inquire, post, release, markUnknown, flagStuck string
+
+	sendArg    func(send int) any // send numbers the workflow's sends from 1
+	postArg    func(providerRef string) any
+	releaseArg func(failureCode string) any
+	continued  func(inquiryWait time.Duration) any // the input of a continued parked run
+}
+
+// run is the workflow itself, for either operation.
+func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
+	in := w.in
 	w.local = in.LocalSteps
 	if in.Parked {
 		w.status = payment.StatusUnknown
@@ -107,7 +149,7 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 	if in.Parked {
 		return w.waitSettlement(ctx, in.InquiryWait)
 	}
-	err := w.step(ctx, ActivityReserveFunds, in.OperationID)
+	err := w.step(ctx, w.op.reserve, in.OperationID)
 	if hasType(err, ErrTypeInsufficientFunds) {
 		return w.fail(ctx, payment.FailureInsufficientFunds)
 	}
@@ -122,13 +164,15 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 	case err == nil || hasType(err, ErrTypeDeclined) || hasType(err, ErrTypeRejected):
 		return w.fail(ctx, payment.FailureDeclined)
 	default:
-		workflow.GetLogger(ctx).Warn("charge outcome unknown; parking for reconciliation", "error", err)
+		workflow.GetLogger(ctx).Warn(w.op.noun+" outcome unknown; parking for reconciliation", "error", err)
 		return w.parkUnknown(ctx)
 	}
 }
 
-type paymentRun struct {
+type opRun struct {
+	// in carries the rules: a payment's input, or the policy fields of a refund's.
 	in      PaymentInput
+	op      operation
 	local   bool // steps are local activities (PaymentInput.LocalSteps)
 	status  payment.Status
 	pending *Settlement // accepted settlement, applied by parkUnknown
@@ -137,7 +181,7 @@ type paymentRun struct {
 // step runs one database step. From Revision 1, a step the data contradicts does not fail the
 // workflow (which would leave the payment processing, its hold kept, and nobody told): the
 // payment is flagged stuck and the step runs again when an operator signals retry.
-func (w *paymentRun) step(ctx workflow.Context, name string, arg any) error {
+func (w *opRun) step(ctx workflow.Context, name string, arg any) error {
 	for {
 		err := w.exec(ctx, name, arg).Get(ctx, nil)
 		if err == nil || w.in.Revision < 1 || !hasType(err, ErrTypeInconsistent) {
@@ -151,10 +195,10 @@ func (w *paymentRun) step(ctx workflow.Context, name string, arg any) error {
 
 // waitOperator flags the payment stuck (database and search attribute), waits for the retry
 // signal, and clears the flag.
-func (w *paymentRun) waitOperator(ctx workflow.Context, name string, cause error) error {
-	workflow.GetLogger(ctx).Error("payment stuck: waiting for an operator's retry signal", "step", name, "error", cause)
+func (w *opRun) waitOperator(ctx workflow.Context, name string, cause error) error {
+	workflow.GetLogger(ctx).Error(w.op.noun+" stuck: waiting for an operator's retry signal", "step", name, "error", cause)
 	reason := fmt.Sprintf("%s: %v", name, cause)
-	if err := w.exec(ctx, ActivityFlagStuck, FlagInput{OperationID: w.in.OperationID, Reason: reason}).Get(ctx, nil); err != nil {
+	if err := w.exec(ctx, w.op.flagStuck, FlagInput{OperationID: w.in.OperationID, Reason: reason}).Get(ctx, nil); err != nil {
 		return err
 	}
 	w.upsertStatus(ctx, StatusStuck)
@@ -163,11 +207,11 @@ func (w *paymentRun) waitOperator(ctx workflow.Context, name string, cause error
 	}
 	retry.Receive(ctx, nil)
 	w.upsertStatus(ctx, string(w.status))
-	return w.exec(ctx, ActivityFlagStuck, FlagInput{OperationID: w.in.OperationID}).Get(ctx, nil)
+	return w.exec(ctx, w.op.flagStuck, FlagInput{OperationID: w.in.OperationID}).Get(ctx, nil)
 }
 
 // exec runs one database step.
-func (w *paymentRun) exec(ctx workflow.Context, name string, arg any) workflow.Future {
+func (w *opRun) exec(ctx workflow.Context, name string, arg any) workflow.Future {
 	if w.local {
 		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, localStepOptions), name, arg)
 	}
@@ -175,7 +219,7 @@ func (w *paymentRun) exec(ctx workflow.Context, name string, arg any) workflow.F
 }
 
 // execProvider runs one provider call with the options of in's capability.
-func (w *paymentRun) execProvider(ctx workflow.Context, in PaymentInput, name string, arg any) workflow.Future {
+func (w *opRun) execProvider(ctx workflow.Context, in PaymentInput, name string, arg any) workflow.Future {
 	o := chargeOptions(in)
 	if w.local {
 		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
@@ -186,16 +230,9 @@ func (w *paymentRun) execProvider(ctx workflow.Context, in PaymentInput, name st
 }
 
 // charge asks the provider with the strategy its capability allows.
-func (w *paymentRun) charge(ctx workflow.Context) (ChargeResult, error) {
-	in := ChargeInput{OperationID: w.in.OperationID, AccountID: w.in.AccountID, AmountMinor: w.in.AmountMinor, Currency: w.in.Currency}
-	if w.local {
-		in.Capability = w.in.Capability
-	}
-	if w.in.Revision >= 1 {
-		in.Send = 1
-	}
+func (w *opRun) charge(ctx workflow.Context) (ChargeResult, error) {
 	var res ChargeResult
-	err := w.execProvider(ctx, w.in, ActivityCharge, in).Get(ctx, &res)
+	err := w.execProvider(ctx, w.in, w.op.send, w.op.sendArg(1)).Get(ctx, &res)
 	if w.in.Capability != CapabilityInquiry || err == nil || !isAmbiguous(err) {
 		return res, err
 	}
@@ -209,10 +246,7 @@ func (w *paymentRun) charge(ctx workflow.Context) (ChargeResult, error) {
 		if sends >= maxInquirySend {
 			return res, err
 		}
-		if in.Send > 0 {
-			in.Send++
-		}
-		err = w.execProvider(ctx, w.in, ActivityCharge, in).Get(ctx, &res)
+		err = w.execProvider(ctx, w.in, w.op.send, w.op.sendArg(sends+1)).Get(ctx, &res)
 		if err == nil || !isAmbiguous(err) {
 			return res, err
 		}
@@ -222,7 +256,7 @@ func (w *paymentRun) charge(ctx workflow.Context) (ChargeResult, error) {
 // awaitBooking inquires after a send that ended without an answer at sentAt, until the charge is
 // found or the booking window has passed: a bank may book a charge after the connection died.
 // (Revision 0 asked once.)
-func (w *paymentRun) awaitBooking(ctx workflow.Context, sentAt time.Time) (ChargeResult, error) {
+func (w *opRun) awaitBooking(ctx workflow.Context, sentAt time.Time) (ChargeResult, error) {
 	window := w.in.BookingWindow
 	if window == 0 {
 		window = DefaultBookingWindow
@@ -239,19 +273,19 @@ func (w *paymentRun) awaitBooking(ctx workflow.Context, sentAt time.Time) (Charg
 	}
 }
 
-func (w *paymentRun) inquire(ctx workflow.Context) (ChargeResult, error) {
+func (w *opRun) inquire(ctx workflow.Context) (ChargeResult, error) {
 	// An inquiry changes nothing at the provider: retried like an idempotent charge.
 	o := PaymentInput{Capability: CapabilityIdempotent, ChargeBudget: w.in.ChargeBudget, ChargeTimeout: w.in.ChargeTimeout}
 	var res ChargeResult
-	err := w.execProvider(ctx, o, ActivityInquire, w.in.OperationID).Get(ctx, &res)
+	err := w.execProvider(ctx, o, w.op.inquire, w.in.OperationID).Get(ctx, &res)
 	return res, err
 }
 
 // parkUnknown keeps the reservation and waits for a settlement (signal or update) and, with
 // inquiry, keeps asking the provider on a growing timer. It never treats the payment as failed
 // by itself.
-func (w *paymentRun) parkUnknown(ctx workflow.Context) (PaymentResult, error) {
-	if err := w.step(ctx, ActivityMarkUnknown, w.in.OperationID); err != nil {
+func (w *opRun) parkUnknown(ctx workflow.Context) (PaymentResult, error) {
+	if err := w.step(ctx, w.op.markUnknown, w.in.OperationID); err != nil {
 		return PaymentResult{}, err
 	}
 	w.setStatus(ctx, payment.StatusUnknown)
@@ -259,7 +293,7 @@ func (w *paymentRun) parkUnknown(ctx workflow.Context) (PaymentResult, error) {
 }
 
 // waitSettlement is the unknown payment's wait; wait is the time to the next inquiry.
-func (w *paymentRun) waitSettlement(ctx workflow.Context, wait time.Duration) (PaymentResult, error) {
+func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (PaymentResult, error) {
 	if wait == 0 {
 		wait = inquiryDelay
 	}
@@ -297,7 +331,7 @@ func (w *paymentRun) waitSettlement(ctx workflow.Context, wait time.Duration) (P
 
 // continueParked ends this run and waits on in a new one, unless a settlement is on its way:
 // one already accepted, or a signal not yet taken from the channel.
-func (w *paymentRun) continueParked(ctx workflow.Context, wait time.Duration) error {
+func (w *opRun) continueParked(ctx workflow.Context, wait time.Duration) error {
 	ch := workflow.GetSignalChannel(ctx, SignalSettlement)
 	for w.pending == nil {
 		var s Settlement
@@ -309,27 +343,25 @@ func (w *paymentRun) continueParked(ctx workflow.Context, wait time.Duration) er
 	if w.pending != nil || !workflow.AllHandlersFinished(ctx) {
 		return nil
 	}
-	next := w.in
-	next.Parked, next.InquiryWait = true, wait
-	return workflow.NewContinueAsNewError(ctx, WorkflowPayment, next)
+	return workflow.NewContinueAsNewError(ctx, w.op.workflow, w.op.continued(wait))
 }
 
 // checkSettlement accepts a settlement only for an unknown payment that has none yet: an early,
 // late, repeated or malformed settlement must never change a payment.
-func (w *paymentRun) checkSettlement(s Settlement) error {
+func (w *opRun) checkSettlement(s Settlement) error {
 	switch {
 	case s.Outcome != OutcomeCharged && s.Outcome != OutcomeNotCharged:
 		return fmt.Errorf("outcome must be %q or %q, got %q", OutcomeCharged, OutcomeNotCharged, s.Outcome)
 	case w.status != payment.StatusUnknown:
-		return fmt.Errorf("payment is %s, not unknown: nothing to settle", w.status)
+		return fmt.Errorf("%s is %s, not unknown: nothing to settle", w.op.noun, w.status)
 	case w.pending != nil:
-		return fmt.Errorf("payment is already being settled as %s", w.pending.Outcome)
+		return fmt.Errorf("%s is already being settled as %s", w.op.noun, w.pending.Outcome)
 	}
 	return nil
 }
 
 // receiveSettlements turns settlement signals into the pending settlement.
-func (w *paymentRun) receiveSettlements(ctx workflow.Context) {
+func (w *opRun) receiveSettlements(ctx workflow.Context) {
 	ch := workflow.GetSignalChannel(ctx, SignalSettlement)
 	for {
 		var s Settlement
@@ -340,7 +372,7 @@ func (w *paymentRun) receiveSettlements(ctx workflow.Context) {
 
 // accept takes a settlement signal unless checkSettlement refuses it; a refused one is logged:
 // a signal cannot be refused to its sender, only not acted on.
-func (w *paymentRun) accept(ctx workflow.Context, s Settlement) {
+func (w *opRun) accept(ctx workflow.Context, s Settlement) {
 	if err := w.checkSettlement(s); err != nil {
 		workflow.GetLogger(ctx).Warn("ignoring settlement signal", "reason", err.Error())
 		return
@@ -348,30 +380,28 @@ func (w *paymentRun) accept(ctx workflow.Context, s Settlement) {
 	w.pending = &s
 }
 
-func (w *paymentRun) finalize(ctx workflow.Context, providerRef string) (PaymentResult, error) {
-	in := FinalizeInput{OperationID: w.in.OperationID, ProviderReference: providerRef}
-	if err := w.step(ctx, ActivityFinalize, in); err != nil {
+func (w *opRun) finalize(ctx workflow.Context, providerRef string) (PaymentResult, error) {
+	if err := w.step(ctx, w.op.post, w.op.postArg(providerRef)); err != nil {
 		return PaymentResult{}, err
 	}
 	w.setStatus(ctx, payment.StatusSucceeded)
 	return PaymentResult{Status: string(payment.StatusSucceeded), ProviderReference: providerRef}, nil
 }
 
-func (w *paymentRun) fail(ctx workflow.Context, code string) (PaymentResult, error) {
-	in := ReleaseInput{OperationID: w.in.OperationID, FailureCode: code}
-	if err := w.step(ctx, ActivityRelease, in); err != nil {
+func (w *opRun) fail(ctx workflow.Context, code string) (PaymentResult, error) {
+	if err := w.step(ctx, w.op.release, w.op.releaseArg(code)); err != nil {
 		return PaymentResult{}, err
 	}
 	w.setStatus(ctx, payment.StatusFailed)
 	return PaymentResult{Status: string(payment.StatusFailed), FailureCode: code}, nil
 }
 
-func (w *paymentRun) setStatus(ctx workflow.Context, s payment.Status) {
+func (w *opRun) setStatus(ctx workflow.Context, s payment.Status) {
 	w.status = s
 	w.upsertStatus(ctx, string(s))
 }
 
-func (w *paymentRun) upsertStatus(ctx workflow.Context, s string) {
+func (w *opRun) upsertStatus(ctx workflow.Context, s string) {
 	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchPaymentStatus.ValueSet(s)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert PaymentStatus", "error", err)
 	}

@@ -148,7 +148,7 @@ func wantChargeInput(in workflows.PaymentInput) workflows.ChargeInput {
 	return want
 }
 
-// harness is one test workflow environment with the payment workflow and stub activities
+// harness is one test workflow environment with the payment and refund workflows and stub activities
 // registered, recording every PaymentStatus upsert and the (test-clock) time of every activity call.
 type harness struct {
 	t   *testing.T
@@ -179,6 +179,10 @@ func newHarness(t *testing.T) *harness {
 	env.SetTestTimeout(30 * time.Second) // wall clock; a stuck workflow fails instead of hanging
 	env.RegisterWorkflowWithOptions(workflows.PaymentWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowPayment})
 	for name, fn := range stubActivities {
+		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+	env.RegisterWorkflowWithOptions(workflows.RefundWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowRefund})
+	for name, fn := range refundStubActivities {
 		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}
 	// What the Starter sets when it starts the workflow.

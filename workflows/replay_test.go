@@ -14,10 +14,11 @@ import (
 )
 
 // recordHint says how to (re)create the recorded histories this test replays.
-const recordHint = "record them against a Temporal dev server with: go test ./tests -run TestRecordHistories -record"
+const recordHint = "record them against a Temporal dev server with: go test ./tests -run TestRecordHistories -record " +
+	"(payments) or go test ./workflows -run TestRefundOnTemporal -args -record (refunds)"
 
-// TestReplayRecordedHistories replays every recorded payment workflow history in testdata/ against
-// the current PaymentWorkflow code. A failure means a change to the workflow is not deterministic
+// TestReplayRecordedHistories replays every recorded payment and refund workflow history in
+// testdata/ against the current workflow code. A failure means a change to the workflow is not deterministic
 // for payments already in flight: guard it with workflow.GetVersion instead of changing it.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
@@ -28,6 +29,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			replayer := worker.NewWorkflowReplayer()
 			replayer.RegisterWorkflowWithOptions(workflows.PaymentWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowPayment})
+			replayer.RegisterWorkflowWithOptions(workflows.RefundWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowRefund})
 			logger := log.NewStructuredLogger(slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})))
 			require.NoError(t, replayer.ReplayWorkflowHistoryFromJSONFile(logger, file),
 				"replaying %s: the workflow code no longer matches this recorded history (if the history itself is stale, %s)",

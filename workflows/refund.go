@@ -1,0 +1,45 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+// refundRevision is the Revision of the payment rules every refund runs under: the booking
+// window, numbered sends, the stuck state and ContinueAsNew. A change to a refund's rules needs
+// a revision of its own in RefundInput.
+const refundRevision = 1
+
+// RefundWorkflow: hold -> send the refund to the bank (strategy by capability) -> post or
+// release. Only a decline fails a refund; an outcome that cannot be known is parked as unknown,
+// its hold kept, until a settlement (charged: refunded, not_charged: not refunded) resolves it.
+func RefundWorkflow(ctx workflow.Context, in RefundInput) (RefundWorkflowResult, error) {
+	rules := PaymentInput{
+		OperationID: in.OperationID, Capability: in.Capability, ChargeBudget: in.ChargeBudget,
+		ChargeTimeout: in.ChargeTimeout, BookingWindow: in.BookingWindow, LocalSteps: in.LocalSteps,
+		Revision: refundRevision, Parked: in.Parked, InquiryWait: in.InquiryWait,
+	}
+	w := &opRun{in: rules, status: payment.StatusProcessing, op: operation{
+		noun: "refund", workflow: WorkflowRefund,
+		reserve: ActivityHoldRefund, send: ActivitySendRefund, inquire: ActivityInquireRefund, post: ActivityPostRefund,
+		release: ActivityReleaseRefund, markUnknown: ActivityMarkRefundUnknown, flagStuck: ActivityFlagRefundStuck,
+		sendArg: func(send int) any {
+			return SendRefundInput{
+				OperationID: in.OperationID, PaymentID: in.PaymentID, AmountMinor: in.AmountMinor, Currency: in.Currency,
+				Capability: in.Capability, Send: send,
+			}
+		},
+		postArg:    func(ref string) any { return PostRefundInput{OperationID: in.OperationID, ProviderReference: ref} },
+		releaseArg: func(code string) any { return ReleaseRefundInput{OperationID: in.OperationID, FailureCode: code} },
+		continued: func(wait time.Duration) any {
+			next := in
+			next.Parked, next.InquiryWait = true, wait
+			return next
+		},
+	}}
+	res, err := w.run(ctx)
+	return RefundWorkflowResult(res), err
+}
