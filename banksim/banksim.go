@@ -7,6 +7,11 @@
 // a payment system must survive: lost responses, error answers, unparseable
 // bodies, delays, declines, hangs, and charges the bank books only later.
 //
+// A refund pays back part of what was charged under its charge_reference: one
+// that would pay back more than is left (or refers to no succeeded charge in its
+// currency) is declined. Refunds take the same fault rules (on "refund"), and
+// their inquiry the "inquiry" rules, as charges.
+//
 // A late booking is logged when it arrives, with its created_at set to the
 // time it books: every read (inquiry, /_sim/charges, settlement files) skips
 // records whose time has not come, so a restart in between books it on time.

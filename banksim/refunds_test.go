@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -349,4 +350,29 @@ func TestSettlementCSVWithRefunds(t *testing.T) {
 	require.Equal(t, header+
 		"2025-03-15,"+r2.ID+",rf-2,0.45,TRY,settled,refund\n"+
 		"trailer,2025-03-15,1,2025-03-15T12:00:00Z,,,\n", string(b))
+}
+
+// Parallel refunds of one charge never pay back more than it charged, and parallel requests
+// under one key (idempotent) refund once.
+func TestParallelRefunds(t *testing.T) {
+	e := newEnv(t, CapabilityIdempotent)
+	e.charged(t, "pay-1") // 123.45
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() { e.refund(t, fmt.Sprintf("rf-%d", i), refundReq(fmt.Sprintf("rf-%d", i), "pay-1", 3000)) })
+	}
+	for range 50 {
+		wg.Go(func() { e.refund(t, "rf-same", refundReq("rf-same", "pay-1", 100)) })
+	}
+	wg.Wait()
+	got := e.refunded(t, "")
+	var sum int64
+	for _, r := range got.Refunds {
+		if r.Status == statusSucceeded {
+			sum += r.AmountMinor
+		}
+	}
+	require.LessOrEqual(t, sum, int64(12345))
+	require.Equal(t, 5, got.Count, "the one same-key refund of 1.00 and four of 30.00 fit in 123.45, a fifth does not")
+	require.Len(t, e.refunded(t, "rf-same").Refunds, 1)
 }
