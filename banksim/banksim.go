@@ -2,10 +2,15 @@
 // Only the CLI (`kasa banksim`) and tests import it; production code never does.
 //
 // Like a real bank it never forgets: every charge is appended to
-// <DataDir>/charges.jsonl and fsynced before the response is written, and the
-// log is replayed on start. Fault rules (/_sim/faults) reproduce the failures
+// <DataDir>/charges.jsonl, every refund to <DataDir>/refunds.jsonl, each
+// fsynced before the response is written, and both logs are replayed on start. Fault rules (/_sim/faults) reproduce the failures
 // a payment system must survive: lost responses, error answers, unparseable
 // bodies, delays, declines, hangs, and charges the bank books only later.
+//
+// A refund pays back part of what was charged under its charge_reference: one
+// that would pay back more than is left (or refers to no succeeded charge in its
+// currency) is declined. Refunds take the same fault rules (on "refund"), and
+// their inquiry the "inquiry" rules, as charges.
 //
 // A late booking is logged when it arrives, with its created_at set to the
 // time it books: every read (inquiry, /_sim/charges, settlement files) skips
@@ -49,6 +54,7 @@ const (
 	statusSucceeded = "succeeded"
 	statusDeclined  = "declined"
 	logFile         = "charges.jsonl"
+	refundLogFile   = "refunds.jsonl"
 )
 
 // charge is the provider API's view of a charge.
@@ -85,11 +91,11 @@ type Sim struct {
 	closeOnce sync.Once
 
 	mu      sync.Mutex
-	f       *os.File
-	size    int64 // bytes of complete lines in f, to undo a failed append
+	charges *journal
 	records []record
 	byKey   map[string]int   // first record per idempotency key
 	byRef   map[string][]int // all records per reference, in log order
+	refunds refundBook
 	faults  []faultState
 }
 
@@ -118,22 +124,51 @@ func New(opts Options) (*Sim, error) {
 		closed:     make(chan struct{}),
 		byKey:      map[string]int{},
 		byRef:      map[string][]int{},
+		refunds:    newRefundBook(),
 	}
-	if err := s.load(opts.DataDir); err != nil {
+	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("banksim: %w", err)
+	}
+	var err error
+	s.charges, err = openJournal(opts.DataDir, logFile, logger, func(line []byte) error {
+		var rec record
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return err
+		}
+		s.index(rec)
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	s.log.Info("banksim ready", "capability", capability, "charges", len(s.records))
+	s.refunds.log, err = openJournal(opts.DataDir, refundLogFile, logger, func(line []byte) error {
+		var rec refundRecord
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return err
+		}
+		s.refunds.index(rec)
+		return nil
+	})
+	if err != nil {
+		s.charges.close()
+		return nil, err
+	}
+	s.log.Info("banksim ready", "capability", capability, "charges", len(s.records), "refunds", len(s.refunds.records))
 	return s, nil
 }
 
-func (s *Sim) load(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("banksim: %w", err)
-	}
-	path := filepath.Join(dir, logFile)
+// journal is one durable append-only log of JSON lines.
+type journal struct {
+	f    *os.File
+	size int64 // bytes of complete lines in f, to undo a failed append
+}
+
+// openJournal replays dir/name through each, line by line, and opens it for appending.
+func openJournal(dir, name string, logger *slog.Logger, each func(line []byte) error) (*journal, error) {
+	path := filepath.Join(dir, name)
 	data, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("banksim: %w", err)
+		return nil, fmt.Errorf("banksim: %w", err)
 	}
 	valid := 0
 	for valid < len(data) {
@@ -145,38 +180,66 @@ func (s *Sim) load(dir string) error {
 		}
 		line := data[valid : valid+nl]
 		if len(bytes.TrimSpace(line)) > 0 {
-			var rec record
-			if err := json.Unmarshal(line, &rec); err != nil {
-				return fmt.Errorf("banksim: %s: corrupt record at byte %d: %w", path, valid, err)
+			if err := each(line); err != nil {
+				return nil, fmt.Errorf("banksim: %s: corrupt record at byte %d: %w", path, valid, err)
 			}
-			s.index(rec)
 		}
 		valid += nl + 1
 	}
 
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("banksim: %w", err)
+		return nil, fmt.Errorf("banksim: %w", err)
 	}
 	if valid < len(data) {
 		// Cut the torn line, or the next append would be glued onto it.
-		s.log.Warn("banksim: dropping torn last line of charge log", "bytes", len(data)-valid)
+		logger.Warn("banksim: dropping torn last line of a log", "file", name, "bytes", len(data)-valid)
 		if err := f.Truncate(int64(valid)); err != nil {
 			f.Close()
-			return fmt.Errorf("banksim: %w", err)
+			return nil, fmt.Errorf("banksim: %w", err)
 		}
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return fmt.Errorf("banksim: %w", err)
+		return nil, fmt.Errorf("banksim: %w", err)
 	}
 	// Make the file's directory entry durable too.
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
-	s.f, s.size = f, int64(valid)
+	return &journal{f: f, size: int64(valid)}, nil
+}
+
+// append writes v as one line, durably. Callers hold the Sim's mu.
+func (j *journal) append(v any) error {
+	if j.f == nil {
+		return errors.New("banksim: closed")
+	}
+	line, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	line = append(line, '\n')
+	if _, err := j.f.Write(line); err != nil {
+		_ = j.f.Truncate(j.size) // don't leave half a line behind
+		return err
+	}
+	if err := j.f.Sync(); err != nil {
+		_ = j.f.Truncate(j.size)
+		return err
+	}
+	j.size += int64(len(line))
 	return nil
+}
+
+func (j *journal) close() error {
+	if j.f == nil {
+		return nil
+	}
+	err := j.f.Close()
+	j.f = nil
+	return err
 }
 
 // Close releases hanging requests and closes the log. It is safe to call twice.
@@ -184,12 +247,7 @@ func (s *Sim) Close() error {
 	s.closeOnce.Do(func() { close(s.closed) })
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.f == nil {
-		return nil
-	}
-	err := s.f.Close()
-	s.f = nil
-	return err
+	return errors.Join(s.charges.close(), s.refunds.log.close())
 }
 
 // index adds rec to the in-memory state. Callers hold mu (or own s exclusively).
@@ -200,28 +258,6 @@ func (s *Sim) index(rec record) {
 		s.byKey[rec.IdempotencyKey] = i
 	}
 	s.byRef[rec.Reference] = append(s.byRef[rec.Reference], i)
-}
-
-// appendLog writes rec durably. Callers hold mu.
-func (s *Sim) appendLog(rec record) error {
-	if s.f == nil {
-		return errors.New("banksim: closed")
-	}
-	line, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	line = append(line, '\n')
-	if _, err := s.f.Write(line); err != nil {
-		_ = s.f.Truncate(s.size) // don't leave half a line behind
-		return err
-	}
-	if err := s.f.Sync(); err != nil {
-		_ = s.f.Truncate(s.size)
-		return err
-	}
-	s.size += int64(len(line))
-	return nil
 }
 
 var (
@@ -268,7 +304,7 @@ func (s *Sim) doCharge(key string, req chargeRequest, decline bool, late time.Du
 	if late > 0 {
 		rec.ReceivedAt = &now
 	}
-	if err := s.appendLog(rec); err != nil {
+	if err := s.charges.append(rec); err != nil {
 		return record{}, err
 	}
 	s.index(rec)

@@ -407,7 +407,8 @@ func TestFaultValidation(t *testing.T) {
 	}{
 		{"valid", `{"rules":[{"on":"charge","action":"drop_response","count":1,"probability":0.5},{"on":"inquiry","action":"delay","delay_ms":10}]}`, 200},
 		{"empty", `{"rules":[]}`, 200},
-		{"unknown on", `{"rules":[{"on":"refund","action":"error_500"}]}`, 400},
+		{"refund", `{"rules":[{"on":"refund","action":"error_500"}]}`, 200},
+		{"unknown on", `{"rules":[{"on":"payout","action":"error_500"}]}`, 400},
 		{"unknown action", `{"rules":[{"on":"charge","action":"explode"}]}`, 400},
 		{"decline on inquiry", `{"rules":[{"on":"inquiry","action":"decline"}]}`, 400},
 		{"delay without ms", `{"rules":[{"on":"charge","action":"delay"}]}`, 400},
@@ -441,18 +442,18 @@ func TestSettlementCSV(t *testing.T) {
 
 	code, b := e.do(t, http.MethodGet, "/v1/settlements/2025-03-14.csv", nil, nil)
 	require.Equal(t, http.StatusOK, code)
-	want := "settlement_date,provider_charge_id,reference,amount,currency,status\n" +
-		"2025-03-14," + try.ID + ",op-try,123.45,TRY,settled\n" +
-		"2025-03-14," + jpy.ID + ",op-jpy,500,JPY,settled\n" +
-		"2025-03-14," + kwd.ID + ",op-kwd,1.005,KWD,settled\n" +
-		"2025-03-14," + cents.ID + ",op-cents,0.07,EUR,settled\n" +
-		"trailer,2025-03-14,4,2025-03-15T00:00:00Z,,\n"
+	want := "settlement_date,provider_charge_id,reference,amount,currency,status,type\n" +
+		"2025-03-14," + try.ID + ",op-try,123.45,TRY,settled,charge\n" +
+		"2025-03-14," + jpy.ID + ",op-jpy,500,JPY,settled,charge\n" +
+		"2025-03-14," + kwd.ID + ",op-kwd,1.005,KWD,settled,charge\n" +
+		"2025-03-14," + cents.ID + ",op-cents,0.07,EUR,settled,charge\n" +
+		"trailer,2025-03-14,4,2025-03-15T00:00:00Z,,,\n"
 	require.Equal(t, want, string(b))
 
 	code, b = e.do(t, http.MethodGet, "/v1/settlements/2025-03-16.csv", nil, nil)
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, "settlement_date,provider_charge_id,reference,amount,currency,status\n"+
-		"trailer,2025-03-16,0,2025-03-15T00:00:00Z,,\n", string(b))
+	require.Equal(t, "settlement_date,provider_charge_id,reference,amount,currency,status,type\n"+
+		"trailer,2025-03-16,0,2025-03-15T00:00:00Z,,,\n", string(b))
 
 	for _, bad := range []string{"2025-13-01.csv", "2025-03-14", "2025-3-14.csv", "today.csv"} {
 		code, _ = e.do(t, http.MethodGet, "/v1/settlements/"+bad, nil, nil)
@@ -470,7 +471,7 @@ func TestSettlementCSVToday(t *testing.T) {
 	require.Equal(t, "text/csv", resp.Header.Get("Content-Type"))
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	require.Contains(t, string(b), today+","+c.ID+",op-1,123.45,TRY,settled\n")
+	require.Contains(t, string(b), today+","+c.ID+",op-1,123.45,TRY,settled,charge\n")
 }
 
 func TestFormatAmount(t *testing.T) {

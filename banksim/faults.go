@@ -51,17 +51,15 @@ type faultState struct {
 
 func (r faultRule) validate() error {
 	switch r.On {
-	case onCharge, onInquiry:
-	case onRefund:
-		return errors.New(`on "refund": the simulator has no refunds yet (want charge or inquiry)`)
+	case onCharge, onInquiry, onRefund:
 	default:
-		return fmt.Errorf("unknown on %q (want charge or inquiry)", r.On)
+		return fmt.Errorf("unknown on %q (want charge, inquiry or refund)", r.On)
 	}
 	if !slices.Contains(actions, r.Action) {
 		return fmt.Errorf("unknown action %q (want one of %s)", r.Action, strings.Join(actions, ", "))
 	}
-	if r.Action == actDecline && r.On != onCharge {
-		return errors.New("decline applies only to charge")
+	if r.Action == actDecline && r.On == onInquiry {
+		return errors.New("decline applies only to charge and refund")
 	}
 	if r.DelayMS < 0 {
 		return errors.New("delay_ms must be >= 0")

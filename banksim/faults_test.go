@@ -247,22 +247,22 @@ func TestLateBookingSettlesOnItsBookingDay(t *testing.T) {
 	e.faults(t, `[{"on":"charge","action":"late_booking","delay_ms":2000,"count":1}]`)
 	require.True(t, e.tryCharge(t, "op-late").dropped)
 
-	header := "settlement_date,provider_charge_id,reference,amount,currency,status\n"
+	header := "settlement_date,provider_charge_id,reference,amount,currency,status,type\n"
 	for _, day := range []string{"2025-03-14", "2025-03-15"} {
 		code, b := e.do(t, http.MethodGet, "/v1/settlements/"+day+".csv", nil, nil)
 		require.Equal(t, http.StatusOK, code)
-		require.Equal(t, header+"trailer,"+day+",0,2025-03-14T23:59:59Z,,\n", string(b), "not booked yet: in no file")
+		require.Equal(t, header+"trailer,"+day+",0,2025-03-14T23:59:59Z,,,\n", string(b), "not booked yet: in no file")
 	}
 
 	e.sim.now = func() time.Time { return day.Add(2 * time.Second) }
 	id := e.moved(t, "op-late").Charges[0].ID
 	code, b := e.do(t, http.MethodGet, "/v1/settlements/2025-03-14.csv", nil, nil)
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, header+"trailer,2025-03-14,0,2025-03-15T00:00:01Z,,\n", string(b), "received on the 14th, booked on the 15th")
+	require.Equal(t, header+"trailer,2025-03-14,0,2025-03-15T00:00:01Z,,,\n", string(b), "received on the 14th, booked on the 15th")
 	code, b = e.do(t, http.MethodGet, "/v1/settlements/2025-03-15.csv", nil, nil)
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, header+"2025-03-15,"+id+",op-late,123.45,TRY,settled\n"+
-		"trailer,2025-03-15,1,2025-03-15T00:00:01Z,,\n", string(b))
+	require.Equal(t, header+"2025-03-15,"+id+",op-late,123.45,TRY,settled,charge\n"+
+		"trailer,2025-03-15,1,2025-03-15T00:00:01Z,,,\n", string(b))
 }
 
 func TestLateBookingDefaultDelay(t *testing.T) {
@@ -292,7 +292,10 @@ func TestFaultValidationMessages(t *testing.T) {
 		{"error_429", `{"on":"charge","action":"error_429"}`, ""},
 		{"garbage", `{"on":"inquiry","action":"garbage"}`, ""},
 		{"negative delay", `{"on":"charge","action":"late_booking","delay_ms":-1}`, "delay_ms"},
-		{"refund", `{"on":"refund","action":"error_503"}`, "no refunds"},
+		{"refund", `{"on":"refund","action":"error_503"}`, ""},
+		{"decline on refund", `{"on":"refund","action":"decline"}`, ""},
+		{"decline on inquiry", `{"on":"inquiry","action":"decline"}`, "decline applies only to charge and refund"},
+		{"unknown on", `{"on":"payout","action":"hang"}`, `unknown on "payout" (want charge, inquiry or refund)`},
 		{"unknown action", `{"on":"charge","action":"explode"}`,
 			`unknown action "explode" (want one of drop_response, error_500, delay, decline, hang, late_booking, error_409, error_503, error_429, garbage)`},
 	}

@@ -19,11 +19,14 @@ func (s *Sim) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/charges", s.postCharge)
 	mux.HandleFunc("GET /v1/charges", s.getCharge)
+	mux.HandleFunc("POST /v1/refunds", s.postRefund)
+	mux.HandleFunc("GET /v1/refunds", s.getRefund)
 	mux.HandleFunc("GET /v1/settlements/{file}", s.getSettlement)
 	mux.HandleFunc("PUT /_sim/faults", s.putFaults)
 	mux.HandleFunc("DELETE /_sim/faults", s.deleteFaults)
 	mux.HandleFunc("GET /_sim/faults", s.getFaults)
 	mux.HandleFunc("GET /_sim/charges", s.simCharges)
+	mux.HandleFunc("GET /_sim/refunds", s.simRefunds)
 	mux.HandleFunc("GET /_sim/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -132,20 +135,30 @@ func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "want /v1/settlements/YYYY-MM-DD.csv")
 		return
 	}
-	rows := [][]string{{"settlement_date", "provider_charge_id", "reference", "amount", "currency", "status"}}
+	rows := [][]string{{"settlement_date", "provider_charge_id", "reference", "amount", "currency", "status", "type"}}
 	s.mu.Lock()
 	now := s.now()
+	onDay := func(status string, at time.Time) bool {
+		return status == statusSucceeded && !at.After(now) && at.UTC().Format(time.DateOnly) == date
+	}
 	for _, rec := range s.records {
-		if rec.Status == statusSucceeded && rec.bookedBy(now) && rec.CreatedAt.UTC().Format(time.DateOnly) == date {
+		if onDay(rec.Status, rec.CreatedAt) {
 			rows = append(rows, []string{date, rec.ID, rec.Reference,
-				settlementAmount(rec.AmountMinor, rec.Currency), rec.Currency, "settled"})
+				settlementAmount(rec.AmountMinor, rec.Currency), rec.Currency, "settled", "charge"})
+		}
+	}
+	// A refund's line: its own id and reference, and the amount paid back.
+	for _, rec := range s.refunds.records {
+		if onDay(rec.Status, rec.CreatedAt) {
+			rows = append(rows, []string{date, rec.ID, rec.Reference,
+				settlementAmount(rec.AmountMinor, rec.Currency), rec.Currency, "settled", "refund"})
 		}
 	}
 	s.mu.Unlock()
 	// The trailer proves the file complete for the day up to now:
 	// reconciliation releases an unlisted payment only from a file that has it
 	// (docs/operations.md, "Daily reconciliation").
-	rows = append(rows, []string{"trailer", date, strconv.Itoa(len(rows) - 1), now.UTC().Format(time.RFC3339Nano), "", ""})
+	rows = append(rows, []string{"trailer", date, strconv.Itoa(len(rows) - 1), now.UTC().Format(time.RFC3339Nano), "", "", ""})
 	w.Header().Set("Content-Type", "text/csv")
 	_ = csv.NewWriter(w).WriteAll(rows)
 }

@@ -13,14 +13,14 @@ import (
 	"time"
 )
 
-// Errors classify every answer: only a definite one may decide a payment. A decline is not an
-// error: it is a Charge whose Status is "declined".
+// Errors classify every answer, to a charge or a refund: only a definite one may decide an
+// operation. A decline is not an error: it is a Charge (or Refund) whose Status is "declined".
 var (
 	// ErrAmbiguous: the charge may or may not have happened. Every answer but a charge with a
 	// known status is this, 4xx included: a real provider answers 409 "in progress" or 429 while
 	// the money may still move.
 	ErrAmbiguous = errors.New("provider outcome unknown")
-	// ErrNotFound: an inquiry found no charge for the reference.
+	// ErrNotFound: an inquiry found no charge (or refund) for the reference.
 	ErrNotFound = errors.New("provider has no such charge")
 	// ErrInquiryUnsupported: the provider offers no status inquiry.
 	ErrInquiryUnsupported = errors.New("provider does not support status inquiry")
@@ -50,6 +50,32 @@ const (
 // Succeeded reports whether money moved.
 func (c Charge) Succeeded() bool { return c.Status == StatusSucceeded }
 
+func (c Charge) status() string { return c.Status }
+
+// RefundRequest asks the provider to pay back (part of) a charge. ChargeReference is the
+// charge's reference (the payment id); Reference is the refund's operation id.
+type RefundRequest struct {
+	Reference       string `json:"reference"`
+	ChargeReference string `json:"charge_reference"`
+	AmountMinor     int64  `json:"amount_minor"`
+	Currency        string `json:"currency"`
+}
+
+// Refund is the provider's record of a refund.
+type Refund struct {
+	ID        string `json:"id"`
+	Reference string `json:"reference"`
+	Status    string `json:"status"` // "succeeded" or "declined"
+}
+
+// Succeeded reports whether money moved back.
+func (r Refund) Succeeded() bool { return r.Status == StatusSucceeded }
+
+func (r Refund) status() string { return r.Status }
+
+// answer is what a definite provider answer decodes into.
+type answer interface{ status() string }
+
 // maxErrorBody bounds how much of a provider's answer reaches an error, and through it the
 // workflow history and the logs: a misbehaving provider must not fill either.
 const maxErrorBody = 200
@@ -67,13 +93,33 @@ func New(baseURL string, timeout time.Duration) *Client {
 
 // Charge sends a charge with the operation id as its idempotency key.
 func (c *Client) Charge(ctx context.Context, idempotencyKey string, r ChargeRequest) (Charge, error) {
-	body, err := json.Marshal(r)
+	return post[Charge](ctx, c, "/v1/charges", idempotencyKey, r)
+}
+
+// Inquire asks for the charge made with the reference (the operation id).
+func (c *Client) Inquire(ctx context.Context, reference string) (Charge, error) {
+	return get[Charge](ctx, c, "/v1/charges", reference)
+}
+
+// Refund sends a refund with the refund's operation id as its idempotency key.
+func (c *Client) Refund(ctx context.Context, idempotencyKey string, r RefundRequest) (Refund, error) {
+	return post[Refund](ctx, c, "/v1/refunds", idempotencyKey, r)
+}
+
+// InquireRefund asks for the refund made with the reference (the refund's operation id).
+func (c *Client) InquireRefund(ctx context.Context, reference string) (Refund, error) {
+	return get[Refund](ctx, c, "/v1/refunds", reference)
+}
+
+func post[T answer](ctx context.Context, c *Client, path, idempotencyKey string, in any) (T, error) {
+	var out T
+	body, err := json.Marshal(in)
 	if err != nil {
-		return Charge{}, err
+		return out, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/charges", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
 	if err != nil {
-		return Charge{}, err
+		return out, err
 	}
 	// Without GetBody, net/http cannot silently re-send the POST on a fresh connection when a
 	// kept-alive one dies mid-request: that re-send would be a second charge at a provider
@@ -81,21 +127,22 @@ func (c *Client) Charge(ctx context.Context, idempotencyKey string, r ChargeRequ
 	req.GetBody = nil
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", idempotencyKey)
-	var ch Charge
-	return ch, c.do(req, http.StatusCreated, &ch)
+	err = c.do(req, http.StatusCreated, &out)
+	return out, err
 }
 
-// Inquire asks for the charge made with the reference (the operation id).
-func (c *Client) Inquire(ctx context.Context, reference string) (Charge, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/charges?reference="+url.QueryEscape(reference), nil)
+func get[T answer](ctx context.Context, c *Client, path, reference string) (T, error) {
+	var out T
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path+"?reference="+url.QueryEscape(reference), nil)
 	if err != nil {
-		return Charge{}, err
+		return out, err
 	}
-	var ch Charge
-	return ch, c.do(req, http.StatusOK, &ch)
+	err = c.do(req, http.StatusOK, &out)
+	return out, err
 }
 
-func (c *Client) do(req *http.Request, want int, out *Charge) error {
+// do sends req and decodes a definite answer into out (a *Charge or *Refund).
+func (c *Client) do(req *http.Request, want int, out any) error {
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrAmbiguous, err)
@@ -110,8 +157,8 @@ func (c *Client) do(req *http.Request, want int, out *Charge) error {
 		if err := json.Unmarshal(body, out); err != nil {
 			return fmt.Errorf("%w: undecodable answer %s: %v", ErrAmbiguous, excerpt(body), err)
 		}
-		if out.Status != StatusSucceeded && out.Status != StatusDeclined {
-			return fmt.Errorf("%w: charge with unknown status in %s", ErrAmbiguous, excerpt(body))
+		if st := out.(answer).status(); st != StatusSucceeded && st != StatusDeclined {
+			return fmt.Errorf("%w: answer with unknown status in %s", ErrAmbiguous, excerpt(body))
 		}
 		return nil
 	case resp.StatusCode == http.StatusNotFound && req.Method == http.MethodGet:

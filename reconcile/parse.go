@@ -20,8 +20,19 @@ import (
 	"github.com/kasa-pay/kasa/payment"
 )
 
-// Header is the settlement file's required first row, exactly.
+// Header is the settlement file's first row in its six-column form, which lists charges only.
 var Header = []string{"settlement_date", "provider_charge_id", "reference", "amount", "currency", "status"}
+
+// HeaderTyped is the first row of the seven-column form: every line says in `type` whether it
+// is a charge or a refund.
+var HeaderTyped = []string{"settlement_date", "provider_charge_id", "reference", "amount", "currency", "status", "type"}
+
+// Line types. A refund's line carries the refund's operation id as reference, the refund's id
+// at the bank as provider_charge_id, and the amount paid back.
+const (
+	TypeCharge = "charge"
+	TypeRefund = "refund"
+)
 
 // StatusSettled is the only status a settlement line may carry.
 const StatusSettled = "settled"
@@ -74,6 +85,7 @@ type Line struct {
 	AmountMinor      int64     `json:"amount_minor"`
 	Currency         string    `json:"currency"`
 	Status           string    `json:"status"`
+	Type             string    `json:"type"` // TypeCharge or TypeRefund
 }
 
 // Amount renders the line's amount in major units.
@@ -172,11 +184,12 @@ func Parse(r io.Reader) ([]Line, error) {
 	return f.Lines, nil
 }
 
-// ParseFile reads a settlement CSV strictly: the header row exactly as Header (a UTF-8 byte
-// order mark before it is tolerated), six fields on every line, each validated, amounts parsed
-// exactly for the currency's exponent, and each reference at most once; then the trailers, if
-// any: at most one per day, each counting exactly its day's lines, and every line's day with a
-// trailer. Every problem is collected with its line number into a *FileError; a read failure is
+// ParseFile reads a settlement CSV strictly: the header row exactly as Header or HeaderTyped
+// (a UTF-8 byte order mark before it is tolerated), as many fields on every line, each
+// validated, amounts parsed exactly for the currency's exponent, and each reference at most
+// once; then the trailers, if any: at most one per day, each counting exactly its day's lines
+// (of both types), and every line's day with a trailer. A line of the six-column form is a
+// charge. Every problem is collected with its line number into a *FileError; a read failure is
 // returned as is.
 func ParseFile(r io.Reader) (*File, error) {
 	br := &bomSkipper{r: r}
@@ -185,11 +198,12 @@ func ParseFile(r io.Reader) (*File, error) {
 	cr.ReuseRecord = true
 
 	var (
-		fe   FileError
-		f    File
-		seen = map[uuid.UUID]int{}
+		fe     FileError
+		f      File
+		seen   = map[uuid.UUID]int{}
+		header = true
+		width  = len(Header) // fields per line, set by the header
 	)
-	header := true
 	for {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -206,22 +220,27 @@ func ParseFile(r io.Reader) (*File, error) {
 			break
 		}
 		num, _ := cr.FieldPos(0)
-		if !header && rec[0] == TrailerTag {
+		if header {
+			header = false
+			switch len(rec) {
+			case len(Header), len(HeaderTyped):
+				width = len(rec)
+				if !equal(rec, Header) && !equal(rec, HeaderTyped) {
+					fe.add(num, "header", "want exactly "+strings.Join(Header, ",")+" (or with a seventh column type)")
+				}
+			default:
+				fe.add(num, "", fmt.Sprintf("want %d or %d fields, got %d", len(Header), len(HeaderTyped), len(rec)))
+			}
+			continue
+		}
+		if rec[0] == TrailerTag {
 			if t, ok := parseTrailer(num, rec, &fe); ok {
 				f.Trailers = append(f.Trailers, t)
 			}
 			continue
 		}
-		if len(rec) != len(Header) {
-			fe.add(num, "", fmt.Sprintf("want %d fields, got %d", len(Header), len(rec)))
-			header = false
-			continue
-		}
-		if header {
-			header = false
-			if !equal(rec, Header) {
-				fe.add(num, "header", "want exactly "+strings.Join(Header, ","))
-			}
+		if len(rec) != width {
+			fe.add(num, "", fmt.Sprintf("want %d fields, got %d", width, len(rec)))
 			continue
 		}
 		l, ok := parseLine(num, rec, &fe)
@@ -229,7 +248,11 @@ func ParseFile(r io.Reader) (*File, error) {
 			continue
 		}
 		if first, dup := seen[l.Reference]; dup {
-			fe.add(num, "reference", fmt.Sprintf("%s is also on line %d (one settlement per payment)", l.Reference, first))
+			what := "payment"
+			if l.Type == TypeRefund {
+				what = "refund"
+			}
+			fe.add(num, "reference", fmt.Sprintf("%s is also on line %d (one settlement per %s)", l.Reference, first, what))
 			continue
 		}
 		seen[l.Reference] = num
@@ -352,6 +375,15 @@ func parseLine(num int, rec []string, fe *FileError) (Line, bool) {
 	} else {
 		l.Status = rec[5]
 	}
+
+	l.Type = TypeCharge
+	if len(rec) == len(HeaderTyped) {
+		if t := rec[6]; t != TypeCharge && t != TypeRefund {
+			fe.add(num, "type", fmt.Sprintf("want %q or %q, got %q", TypeCharge, TypeRefund, t))
+		} else {
+			l.Type = t
+		}
+	}
 	return l, len(fe.Errors)+fe.Omitted == before
 }
 
@@ -408,19 +440,34 @@ func (b *bomSkipper) Read(p []byte) (int, error) {
 }
 
 // Write renders lines as a settlement CSV (header included) followed by the trailers, the
-// inverse of ParseFile.
+// inverse of ParseFile: in the six-column form when every line is a charge, else with `type`.
 func Write(w io.Writer, lines []Line, trailers ...Trailer) error {
+	header := Header
+	for _, l := range lines {
+		if l.Type != "" && l.Type != TypeCharge {
+			header = HeaderTyped
+			break
+		}
+	}
 	cw := csv.NewWriter(w)
-	if err := cw.Write(Header); err != nil {
+	if err := cw.Write(header); err != nil {
 		return err
 	}
 	for _, l := range lines {
-		if err := cw.Write([]string{string(l.SettlementDate), l.ProviderChargeID, l.Reference.String(), l.Amount(), l.Currency, l.Status}); err != nil {
+		row := []string{string(l.SettlementDate), l.ProviderChargeID, l.Reference.String(), l.Amount(), l.Currency, l.Status}
+		if len(header) == len(HeaderTyped) {
+			row = append(row, l.Type)
+		}
+		if err := cw.Write(row); err != nil {
 			return err
 		}
 	}
 	for _, t := range trailers {
-		if err := cw.Write(TrailerRow(t.Day, t.Lines, t.AsOf)); err != nil {
+		row := TrailerRow(t.Day, t.Lines, t.AsOf)
+		for len(row) < len(header) {
+			row = append(row, "")
+		}
+		if err := cw.Write(row); err != nil {
 			return err
 		}
 	}
@@ -428,7 +475,7 @@ func Write(w io.Writer, lines []Line, trailers ...Trailer) error {
 	return cw.Error()
 }
 
-// TrailerRow is the trailer for day: n lines, complete up to asOf (as many fields as the header).
+// TrailerRow is the trailer for day: n lines, complete up to asOf (as many fields as Header).
 func TrailerRow(day Day, n int, asOf time.Time) []string {
 	return []string{TrailerTag, string(day), strconv.Itoa(n), asOf.UTC().Format(time.RFC3339Nano), "", ""}
 }

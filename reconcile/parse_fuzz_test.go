@@ -22,6 +22,9 @@ func FuzzParseFileRoundTrip(f *testing.F) {
 		head + "2025-03-01,\"c,h\"," + ref + ",1.5,kwd,settled\r\n",
 		head + "2025-02-30,ch 1,nope,1.001,TRY,paid\n",
 		"\xEF\xBB\xBF" + head,
+		"settlement_date,provider_charge_id,reference,amount,currency,status,type\n" +
+			"2025-03-01,rf_1," + ref + ",1.00,TRY,settled,refund\ntrailer,2025-03-01,1,2025-03-02T00:00:00Z,,,\n",
+		"settlement_date,provider_charge_id,reference,amount,currency,status,type\n2025-03-01,ch_1," + ref + ",1.00,TRY,settled,charge\n",
 		"a,b\n\"unterminated",
 		head + "trailer,9999-12-31,0,9999-12-31T23:00:00-23:00\n", // as_of past year 9999 in UTC
 	} {

@@ -12,10 +12,11 @@ import (
 )
 
 const (
-	hdr  = "settlement_date,provider_charge_id,reference,amount,currency,status\n"
-	ref1 = "0192f1f0-7d0c-7a39-9c5e-8f6a8b0a1c01"
-	ref2 = "0192f1f0-7d0c-7a39-9c5e-8f6a8b0a1c02"
-	ref3 = "0192f1f0-7d0c-7a39-9c5e-8f6a8b0a1c03"
+	hdr      = "settlement_date,provider_charge_id,reference,amount,currency,status\n"
+	hdrTyped = "settlement_date,provider_charge_id,reference,amount,currency,status,type\n"
+	ref1     = "0192f1f0-7d0c-7a39-9c5e-8f6a8b0a1c01"
+	ref2     = "0192f1f0-7d0c-7a39-9c5e-8f6a8b0a1c02"
+	ref3     = "0192f1f0-7d0c-7a39-9c5e-8f6a8b0a1c03"
 )
 
 func TestParseValid(t *testing.T) {
@@ -28,9 +29,9 @@ func TestParseValid(t *testing.T) {
 	lines, err := Parse(strings.NewReader(in))
 	require.NoError(t, err)
 	require.Equal(t, []Line{
-		{Number: 2, SettlementDate: "2025-03-01", ProviderChargeID: "ch_1", Reference: uuid.MustParse(ref1), AmountMinor: 100050, Currency: "TRY", Status: "settled"},
-		{Number: 3, SettlementDate: "2025-03-01", ProviderChargeID: "ch_2", Reference: uuid.MustParse(ref2), AmountMinor: 15, Currency: "JPY", Status: "settled"},
-		{Number: 5, SettlementDate: "2025-03-02", ProviderChargeID: "ch_3", Reference: uuid.MustParse(ref3), AmountMinor: 1234, Currency: "KWD", Status: "settled"},
+		{Number: 2, SettlementDate: "2025-03-01", ProviderChargeID: "ch_1", Reference: uuid.MustParse(ref1), AmountMinor: 100050, Currency: "TRY", Status: "settled", Type: TypeCharge},
+		{Number: 3, SettlementDate: "2025-03-01", ProviderChargeID: "ch_2", Reference: uuid.MustParse(ref2), AmountMinor: 15, Currency: "JPY", Status: "settled", Type: TypeCharge},
+		{Number: 5, SettlementDate: "2025-03-02", ProviderChargeID: "ch_3", Reference: uuid.MustParse(ref3), AmountMinor: 1234, Currency: "KWD", Status: "settled", Type: TypeCharge},
 	}, lines)
 
 	var buf bytes.Buffer
@@ -68,6 +69,41 @@ func TestParseTrailers(t *testing.T) {
 	f, err = ParseFile(strings.NewReader(hdr + "2025-03-01,ch_1," + ref1 + ",10.00,TRY,settled\n"))
 	require.NoError(t, err)
 	require.Empty(t, f.Trailers, "a file without a trailer parses: it lists charges, and proves nothing complete")
+}
+
+// The seventh column says what each line is; the trailer counts lines of both types.
+func TestParseTyped(t *testing.T) {
+	t.Parallel()
+	in := hdrTyped +
+		"2025-03-01,ch_1," + ref1 + ",10.00,TRY,settled,charge\n" +
+		"2025-03-01,rf_1," + ref2 + ",2.50,TRY,settled,refund\n" +
+		"2025-03-01,rf_2," + ref3 + ",7.50,TRY,settled,refund\n" +
+		"trailer,2025-03-01,3,2025-03-02T00:00:00Z,,,\n"
+	f, err := ParseFile(strings.NewReader(in))
+	require.NoError(t, err)
+	require.Equal(t, []Line{
+		{Number: 2, SettlementDate: "2025-03-01", ProviderChargeID: "ch_1", Reference: uuid.MustParse(ref1), AmountMinor: 1000, Currency: "TRY", Status: "settled", Type: TypeCharge},
+		{Number: 3, SettlementDate: "2025-03-01", ProviderChargeID: "rf_1", Reference: uuid.MustParse(ref2), AmountMinor: 250, Currency: "TRY", Status: "settled", Type: TypeRefund},
+		{Number: 4, SettlementDate: "2025-03-01", ProviderChargeID: "rf_2", Reference: uuid.MustParse(ref3), AmountMinor: 750, Currency: "TRY", Status: "settled", Type: TypeRefund},
+	}, f.Lines)
+	require.Equal(t, 3, f.Trailers[0].Lines)
+
+	var buf bytes.Buffer
+	require.NoError(t, Write(&buf, f.Lines, f.Trailers...))
+	require.True(t, strings.HasPrefix(buf.String(), hdrTyped), "refund lines are written with the type column: %s", buf.String())
+	again, err := ParseFile(&buf)
+	require.NoError(t, err)
+	require.Equal(t, f, again, "Write is ParseFile's inverse")
+
+	// A typed file of charges only is the same as the untyped one.
+	typed, err := ParseFile(strings.NewReader(hdrTyped + "2025-03-01,ch_1," + ref1 + ",10.00,TRY,settled,charge\n"))
+	require.NoError(t, err)
+	plain, err := ParseFile(strings.NewReader(hdr + "2025-03-01,ch_1," + ref1 + ",10.00,TRY,settled\n"))
+	require.NoError(t, err)
+	require.Equal(t, plain, typed)
+	buf.Reset()
+	require.NoError(t, Write(&buf, typed.Lines))
+	require.True(t, strings.HasPrefix(buf.String(), hdr), "charges alone are written in the six-column form")
 }
 
 func TestParseHeaderOnly(t *testing.T) {
@@ -123,7 +159,13 @@ func TestParseErrors(t *testing.T) {
 			[]string{"line 2: settlement_date: 2025-03-01 has no trailer, but the file has trailers for other days"}},
 		{"two trailers for a day", hdr + "trailer,2025-03-01,0,2025-03-02T00:00:00Z\ntrailer,2025-03-01,0,2025-03-02T00:00:00Z\n",
 			[]string{"line 3: trailer: a second trailer for 2025-03-01 (the first is on line 2)"}},
-		{"trailer instead of the header", "trailer,2025-03-01,0,2025-03-02T00:00:00Z\n", []string{"line 1: want 6 fields, got 4"}},
+		{"trailer instead of the header", "trailer,2025-03-01,0,2025-03-02T00:00:00Z\n", []string{"line 1: want 6 or 7 fields, got 4"}},
+		{"typed header renamed", strings.Replace(hdrTyped, "type", "kind", 1), []string{"line 1: header: want exactly"}},
+		{"typed file, untyped line", hdrTyped + ok(ref1), []string{"line 2: want 7 fields, got 6"}},
+		{"unknown type", hdrTyped + "2025-03-01,ch_1," + ref1 + ",10.00,TRY,settled,payout\n", []string{`line 2: type: want "charge" or "refund", got "payout"`}},
+		{"empty type", hdrTyped + "2025-03-01,ch_1," + ref1 + ",10.00,TRY,settled,\n", []string{`line 2: type: want "charge" or "refund", got ""`}},
+		{"refund listed twice", hdrTyped + "2025-03-01,rf_1," + ref1 + ",1.00,TRY,settled,refund\n" + "2025-03-01,rf_2," + ref1 + ",1.00,TRY,settled,refund\n",
+			[]string{"line 3: reference: " + ref1 + " is also on line 2 (one settlement per refund)"}},
 		{"every problem of a line and of every line", hdr +
 			"2025-13-01,ch_1,nope,10.00,XXX,paid\n" + ok(ref1) + "2025-03-01,ch_2," + ref2 + ",abc,TRY,settled\n",
 			[]string{"line 2: settlement_date:", "line 2: reference:", "line 2: currency:", "line 2: status:", "line 4: amount:"}},

@@ -117,9 +117,11 @@ func (r *Reconciler) Import(ctx context.Context, f io.Reader, o Options) (*Repor
 // earlier import, an operator) is not an error: the payment is re-read and matched as it is now.
 // The error is non-nil only when the import could not run (database or Temporal unavailable);
 // what it settled before that stays settled, and a re-run continues safely.
+//
+// Refund lines are only counted (Report.RefundLines): payments are matched to charge lines alone.
 func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report, error) {
-	lines := f.Lines
-	days, err := coveredDays(f, o.Days)
+	lines, refunds := chargeLines(f.Lines)
+	days, err := coveredDays(f, lines, o.Days)
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +135,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 	run.report.DryRun = o.DryRun
 	run.report.Days = days
 	run.report.Lines = len(lines)
+	run.report.RefundLines = refunds
 	for _, d := range days {
 		run.covered[d] = true
 	}
@@ -237,9 +240,23 @@ func (r *Reconciler) record(ctx context.Context, rep *Report) {
 	}
 }
 
-// coveredDays is the declared days, or the days of the lines and trailers; with declared days
-// every line and trailer must fall on one of them.
-func coveredDays(f *File, declared []Day) ([]Day, error) {
+// chargeLines is the file's charge lines (a line without a type is one), and how many refund
+// lines it set aside.
+func chargeLines(all []Line) (charges []Line, refunds int) {
+	charges = make([]Line, 0, len(all))
+	for _, l := range all {
+		if l.Type == TypeRefund {
+			refunds++
+			continue
+		}
+		charges = append(charges, l)
+	}
+	return charges, refunds
+}
+
+// coveredDays is the declared days, or the days of the charge lines and trailers; with declared
+// days every line (of either type) and trailer must fall on one of them.
+func coveredDays(f *File, charges []Line, declared []Day) ([]Day, error) {
 	set := map[Day]bool{}
 	for _, d := range declared {
 		if _, err := ParseDay(string(d)); err != nil {
@@ -263,7 +280,7 @@ func coveredDays(f *File, declared []Day) ([]Day, error) {
 			return nil, &fe
 		}
 	} else {
-		for _, l := range f.Lines {
+		for _, l := range charges {
 			set[l.SettlementDate] = true
 		}
 		for _, t := range f.Trailers {

@@ -601,3 +601,63 @@ func TestReconcileDryRun(t *testing.T) {
 	dry.DryRun = false
 	require.Equal(t, dry, done, "the dry run said what the import did")
 }
+
+// Refund lines are kept aside: payment matching, coverage and settlements are exactly what the
+// same file without them gives, even when a refund line carries a payment's id or falls on a
+// day the charges do not cover.
+func TestReconcileSetsRefundLinesAside(t *testing.T) {
+	t.Parallel()
+	const d = Day("2025-03-01")
+	at := day.Add(10 * time.Hour)
+	soon := at.Add(time.Minute)
+	setup := func() (*fakeBank, []Line, []payment.Payment) {
+		b := newFakeBank()
+		unknownListed := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, soon)
+		matched := b.add(merchA, payment.StatusSucceeded, 1000, "TRY", at, soon)
+		unknownUnlisted := b.add(merchB, payment.StatusUnknown, 700, "TRY", at, soon)
+		succeededUnlisted := b.add(merchB, payment.StatusSucceeded, 800, "TRY", at, soon)
+		acrossMidnight := b.add(merchB, payment.StatusUnknown, 100, "TRY", day.Add(24*time.Hour-time.Second), day.Add(24*time.Hour+time.Second))
+		lines := []Line{line(2, unknownListed, d), line(3, matched, d)}
+		return b, lines, []payment.Payment{unknownListed, matched, unknownUnlisted, succeededUnlisted, acrossMidnight}
+	}
+
+	plainBank, plainLines, _ := setup()
+	plain, err := (&Reconciler{Store: plainBank, Settler: plainBank}).Reconcile(context.Background(), fileOf(plainLines, d), Options{})
+	require.NoError(t, err)
+
+	b, lines, ps := setup()
+	refund := func(n int, ref uuid.UUID, on Day) Line {
+		return Line{Number: n, SettlementDate: on, ProviderChargeID: fmt.Sprintf("rf_%d", n), Reference: ref,
+			AmountMinor: 300, Currency: "TRY", Status: StatusSettled, Type: TypeRefund}
+	}
+	lines = append(lines,
+		refund(4, payment.NewID(), d),
+		refund(5, ps[2].ID, d),               // an unlisted unknown payment's id, on a refund line
+		refund(6, payment.NewID(), d.Next()), // a day no charge line covers
+	)
+	f := fileOf(lines, d)
+	var progress [][2]int
+	rep, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), f,
+		Options{Progress: func(done, total int) { progress = append(progress, [2]int{done, total}) }})
+	require.NoError(t, err)
+
+	require.Equal(t, 3, rep.RefundLines)
+	require.Equal(t, 2, rep.Lines, "payment lines only")
+	require.Equal(t, [][2]int{{2, 2}}, progress)
+	require.Equal(t, plain.Days, rep.Days)
+	require.Equal(t, plain.Counts, rep.Counts)
+	require.Equal(t, Counts{Matched: 1, ResolvedCharged: 1, ResolvedNotCharged: 1, Pending: 1, Mismatches: 1}, rep.Counts)
+	require.Equal(t, len(plain.Resolved), len(rep.Resolved))
+	for i := range plain.Resolved {
+		require.Equal(t, plain.Resolved[i].Outcome, rep.Resolved[i].Outcome)
+		require.Equal(t, plain.Resolved[i].Line, rep.Resolved[i].Line)
+	}
+	require.Equal(t, payment.StatusFailed, b.get(ps[2].ID).Status, "released as not charged, as without refund lines")
+	require.Len(t, b.settled, 2)
+	require.Equal(t, ps[4], b.get(ps[4].ID), "the refund line's day does not cover its window")
+	require.Equal(t, KindSucceededButMissing, kinds(rep)[ps[3].ID.String()])
+
+	body, err := json.Marshal(rep)
+	require.NoError(t, err)
+	require.Contains(t, string(body), `"refund_lines":3`)
+}

@@ -97,15 +97,18 @@ type Pending struct {
 // Report is the result of one import; it renders as the admin endpoint's JSON body and
 // `kasa reconcile --json`.
 type Report struct {
-	DryRun     bool           `json:"dry_run"`             // nothing was changed: the report says what an import would do
-	Days       []Day          `json:"days"`                // the UTC days the file covers
-	Complete   []Completeness `json:"complete"`            // the days its trailers prove complete
-	Merchants  []string       `json:"merchants,omitempty"` // coverage limited to these merchants (empty: all)
-	Lines      int            `json:"lines"`
-	Counts     Counts         `json:"counts"`
-	Resolved   []Resolution   `json:"resolved"`
-	Mismatches []Mismatch     `json:"mismatches"`
-	Pending    []Pending      `json:"pending"`
+	DryRun    bool           `json:"dry_run"`             // nothing was changed: the report says what an import would do
+	Days      []Day          `json:"days"`                // the UTC days the file covers
+	Complete  []Completeness `json:"complete"`            // the days its trailers prove complete
+	Merchants []string       `json:"merchants,omitempty"` // coverage limited to these merchants (empty: all)
+	Lines     int            `json:"lines"`               // the payment (charge) lines matched
+	// RefundLines counts the file's refund lines. They are kept aside: nothing is matched to
+	// them, and they neither cover a day nor list a payment. Omitted from the JSON when 0.
+	RefundLines int          `json:"refund_lines,omitempty"`
+	Counts      Counts       `json:"counts"`
+	Resolved    []Resolution `json:"resolved"`
+	Mismatches  []Mismatch   `json:"mismatches"`
+	Pending     []Pending    `json:"pending"`
 }
 
 // OK reports whether no mismatch is left unresolved (pending payments are not mismatches).

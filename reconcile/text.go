@@ -48,6 +48,9 @@ func (r *Report) WriteText(w io.Writer, name string) {
 	} {
 		fmt.Fprintf(w, "  %-24s %d\n", row.name, row.n)
 	}
+	if r.RefundLines > 0 {
+		fmt.Fprintf(w, "  %-24s %d (set aside: refunds are not reconciled yet)\n", "refund lines", r.RefundLines)
+	}
 	if len(r.Resolved) > 0 {
 		verb := "settled"
 		if r.DryRun {
