@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -64,6 +65,7 @@ type fakeStore struct {
 	fail       map[string]error // method name -> the error it returns
 	calls      map[string]int
 	minted     map[string]string // random values the server made -> placeholder in golden files
+	lastList   store.ListPaymentsInput
 	ids        int
 }
 
@@ -335,6 +337,50 @@ func (f *fakeStore) PaymentByKey(_ context.Context, merchantID uuid.UUID, key st
 		return payment.Payment{}, payment.ErrNotFound
 	}
 	return f.payments[rec.OperationID], nil
+}
+
+// ListPayments lists like store.Store: the merchant's payments in (created_at, id) order,
+// newest first, after a cursor that must be one of them. It keeps the last input it was given.
+func (f *fakeStore) ListPayments(_ context.Context, in store.ListPaymentsInput) ([]payment.Payment, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("ListPayments"); err != nil {
+		return nil, false, err
+	}
+	f.lastList = in
+	var all []payment.Payment
+	for _, p := range f.payments {
+		if p.MerchantID == in.MerchantID {
+			all = append(all, p)
+		}
+	}
+	newer := func(a, b payment.Payment) bool {
+		return a.CreatedAt.After(b.CreatedAt) || a.CreatedAt.Equal(b.CreatedAt) && a.ID.String() > b.ID.String()
+	}
+	sort.Slice(all, func(i, j int) bool { return newer(all[i], all[j]) })
+	var cursor *payment.Payment
+	if in.StartingAfter != nil {
+		i := slices.IndexFunc(all, func(p payment.Payment) bool { return p.ID == *in.StartingAfter })
+		if i < 0 {
+			return nil, false, store.ErrUnknownCursor
+		}
+		cursor = &all[i]
+	}
+	page := []payment.Payment{}
+	for _, p := range all {
+		switch {
+		case cursor != nil && !newer(*cursor, p),
+			in.Status != "" && p.Status != in.Status,
+			in.CreatedGTE != nil && p.CreatedAt.Before(*in.CreatedGTE),
+			in.CreatedLT != nil && !p.CreatedAt.Before(*in.CreatedLT):
+			continue
+		}
+		if len(page) == in.Limit {
+			return page, true, nil
+		}
+		page = append(page, p)
+	}
+	return page, false, nil
 }
 
 func (f *fakeStore) MerchantDeliveries(_ context.Context, merchantID uuid.UUID, limit int) ([]store.Delivery, error) {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -254,4 +255,80 @@ func TestOpenAPIServedVerbatim(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Equal(t, "application/yaml", rec.Header().Get("Content-Type"))
 	require.Equal(t, docs.OpenAPI, rec.Body.Bytes(), "GET /openapi.yaml must serve the embedded document byte for byte")
+}
+
+// GET /v1/payments documents both of its forms: the parameters the handler takes (each
+// optional, the list's bounds as the handler applies them) and a 200 that is either the
+// payment an idempotency key created or a page of payments shaped as the handler writes it.
+func TestOpenAPIListsPayments(t *testing.T) {
+	spec := loadSpec(t)
+	op := specOperations(t, spec)["GET /v1/payments"]
+	require.NotNil(t, op, "GET /v1/payments is not in the spec")
+
+	params := map[string]map[string]any{}
+	ops, _ := op["parameters"].([]any)
+	for _, p := range ops {
+		pm, _ := asMap(p)
+		if ref, isRef := pm["$ref"].(string); isRef {
+			target, err := resolveRef(spec, ref)
+			require.NoError(t, err)
+			pm, _ = asMap(target)
+		}
+		if pm["in"] == "query" {
+			require.NotEqual(t, true, pm["required"], "query parameter %v is optional", pm["name"])
+			params[fmt.Sprint(pm["name"])], _ = asMap(pm["schema"])
+		}
+	}
+	var names []string
+	for n := range params {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	want := append([]string{"idempotency_key"}, paymentListParams...)
+	sort.Strings(want)
+	require.Equal(t, want, names, "the query parameters the handlers take")
+	limit := params["limit"]
+	require.Equal(t, []any{1, maxListLimit, defaultListLimit}, []any{limit["minimum"], limit["maximum"], limit["default"]}, "limit's bounds")
+	var statuses []string
+	enum, _ := params["status"]["enum"].([]any)
+	for _, s := range enum {
+		statuses = append(statuses, fmt.Sprint(s))
+	}
+	require.Equal(t, paymentStatuses, statuses)
+
+	responses, _ := asMap(op["responses"])
+	ok, _ := asMap(responses["200"])
+	content, _ := asMap(ok["content"])
+	js, _ := asMap(content["application/json"])
+	schema, _ := asMap(js["schema"])
+	var refs []string
+	oneOf, _ := schema["oneOf"].([]any)
+	for _, s := range oneOf {
+		sm, _ := asMap(s)
+		refs = append(refs, fmt.Sprint(sm["$ref"]))
+	}
+	require.ElementsMatch(t, []string{"#/components/schemas/Payment", "#/components/schemas/PaymentList"}, refs)
+
+	list, err := resolveRef(spec, "#/components/schemas/PaymentList")
+	require.NoError(t, err)
+	lm, _ := asMap(list)
+	props, _ := asMap(lm["properties"])
+	data, _ := asMap(props["data"])
+	items, _ := asMap(data["items"])
+	require.Equal(t, "#/components/schemas/Payment", items["$ref"])
+	_, h := listFixture(t)
+	rec := getList(h, "")
+	require.Equal(t, http.StatusOK, rec.Code)
+	var body map[string]any
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
+	var keys, declared []string
+	for k := range body {
+		keys = append(keys, k)
+	}
+	for k := range props {
+		declared = append(declared, k)
+	}
+	required, _ := lm["required"].([]any)
+	require.ElementsMatch(t, declared, keys, "the answer's fields are the schema's")
+	require.Len(t, required, len(keys), "every field is always there")
 }

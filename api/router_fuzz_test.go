@@ -460,6 +460,8 @@ func FuzzPaymentByKeyQuery(f *testing.F) {
 	for _, q := range []string{
 		"idempotency_key=k1", "idempotency_key=k9", "", "idempotency_key=", "idempotency_key=k1&idempotency_key=k2",
 		"idempotency_key=has%20space", "idempotency_key=" + strings.Repeat("k", 256), "idempotency_key=%zz", "IDEMPOTENCY_KEY=k1",
+		"limit=1&status=succeeded", "limit=0", "starting_after=" + fakeID(1).String(), "created_gte=2025-03-01T00:00:00Z&created_lt=2025-03-01T00:00:00Z",
+		"idempotency_key=k1&limit=5",
 	} {
 		f.Add(q)
 	}
@@ -473,6 +475,19 @@ func FuzzPaymentByKeyQuery(f *testing.F) {
 			return
 		}
 		q, _ := url.ParseQuery(req.URL.RawQuery)
+		if _, lookup := q["idempotency_key"]; !lookup {
+			// Without a key it lists the merchant's payments: at most k1's, and nothing after.
+			data, isList := res["data"].([]any)
+			if more, _ := res["has_more"].(bool); !isList || more || len(data) > 1 {
+				t.Fatalf("%d answers %v", code, res)
+			}
+			for _, p := range data {
+				if p, _ := p.(map[string]any); p["invoice_id"] != "inv-1" {
+					t.Fatalf("%d lists %v", code, p)
+				}
+			}
+			return
+		}
 		if len(q["idempotency_key"]) == 0 || q["idempotency_key"][0] != "k1" {
 			t.Fatalf("%d for idempotency_key %q: only k1 exists", code, q["idempotency_key"])
 		}

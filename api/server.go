@@ -44,6 +44,7 @@ type Store interface {
 	SaveResponse(ctx context.Context, merchantID uuid.UUID, key string, outcome payment.Status, body []byte) (payment.Status, []byte, error)
 	Payment(ctx context.Context, id uuid.UUID) (payment.Payment, error)
 	PaymentByKey(ctx context.Context, merchantID uuid.UUID, key string) (payment.Payment, error)
+	ListPayments(ctx context.Context, in store.ListPaymentsInput) ([]payment.Payment, bool, error)
 }
 
 // Workflows is how the API talks to Temporal.
@@ -172,7 +173,7 @@ func New(o Options) *Server {
 
 	v1 := e.Group("/v1", s.limitInFlight, s.merchantAuth, s.limitMerchant)
 	v1.POST("/payments", s.createPayment)
-	v1.GET("/payments", s.paymentByKey)
+	v1.GET("/payments", s.getPayments)
 	v1.GET("/payments/:id", s.getPayment)
 	v1.GET("/accounts/:id", s.getAccount)
 	s.engine = e
