@@ -595,8 +595,43 @@ func TestVerifyReportsRefundViolations(t *testing.T) {
 	settled, err := testkit.Settle(ctx, own2, m2, false)
 	require.NoError(t, err)
 	require.NoError(t, own2.Exec(ctx, `UPDATE payments SET refunded_minor = 1 WHERE id = $1`, settled))
+	// A balanced refund posting of no refund: the money moved without one.
+	require.NoError(t, own2.Exec(ctx, `WITH p AS (INSERT INTO ledger_postings (id, kind, reference) VALUES (gen_random_uuid(), 'refund', gen_random_uuid()::text) RETURNING id),
+e AS (INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
+      SELECT gen_random_uuid(), p.id, x.acc, 'TRY', x.amt FROM p,
+        (VALUES ((SELECT id FROM accounts WHERE merchant_id = $1 AND kind = 'settlement'), -50::bigint), ($2::uuid, 50::bigint)) x(acc, amt)
+      RETURNING account_id, amount_minor)
+UPDATE accounts a SET balance = a.balance + e.amount_minor FROM e WHERE a.id = e.account_id`, m2.ID, m2.Account))
 	problems, err = own2.Verify(ctx)
 	require.NoError(t, err)
-	require.Len(t, problems, 1, "%v", problems)
-	require.Contains(t, problems[0], "payments' refunded and held amounts are their refunds' sums")
+	require.Len(t, problems, 2, "%v", problems)
+	require.Contains(t, problems[0], "no other refund has a refund posting")
+	require.Contains(t, problems[1], "payments' refunded and held amounts are their refunds' sums")
+}
+
+// A refund's events reach the merchant's webhook like a payment's: the inbox finds the merchant
+// through the refund.
+func TestAcceptRefundEventMakesADelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	pay := paid(t, mID, aID, 10_000)
+	_, r, _, err := beginRefund(t, mID, pay, "k", `{}`)
+	require.NoError(t, err)
+	require.NoError(t, db.HoldRefund(ctx, r.ID))
+	_, err = db.PostRefund(ctx, r.ID, "rf_1")
+	require.NoError(t, err)
+	var e store.NewDelivery
+	require.NoError(t, db.QueryRow(ctx, `SELECT id, aggregate_id, type, created_at FROM outbox WHERE aggregate_id = $1`, []any{r.ID},
+		&e.EventID, &e.AggregateID, &e.Type, &e.CreatedAt))
+	require.Equal(t, "refund.succeeded", e.Type)
+	e.Body = []byte(`{"id":"` + e.EventID.String() + `"}`)
+	acc, err := db.AcceptEvent(ctx, "test-refunds", e, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, store.AcceptedPending, acc)
+	ds, err := db.PaymentDeliveries(ctx, r.ID)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, mID, ds[0].MerchantID)
+	require.Equal(t, "refund.succeeded", ds[0].EventType)
 }
