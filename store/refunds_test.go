@@ -635,3 +635,29 @@ func TestAcceptRefundEventMakesADelivery(t *testing.T) {
 	require.Equal(t, mID, ds[0].MerchantID)
 	require.Equal(t, "refund.succeeded", ds[0].EventType)
 }
+
+// A refund key names one refund for good: once its record is gone (retention), the key is
+// refused as reused, and nothing is kept.
+func TestExpiredRefundKeyIsNotReused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 100_000)
+	pay := paid(t, mID, aID, 10_000)
+	_, r, _, err := beginRefund(t, mID, pay, "k", `{"amount":"10.00"}`)
+	require.NoError(t, err)
+	require.NoError(t, db.HoldRefund(ctx, r.ID))
+	_, err = db.PostRefund(ctx, r.ID, "rf_1")
+	require.NoError(t, err)
+	require.NoError(t, db.Exec(ctx, `DELETE FROM idempotency_records WHERE operation_id = $1`, r.ID))
+
+	_, _, began, err := beginRefund(t, mID, pay, "k", `{"amount":"10.00"}`)
+	require.ErrorIs(t, err, payment.ErrIdempotencyReused)
+	require.Zero(t, began)
+	_, err = db.RefundRecord(ctx, mID, "k")
+	require.ErrorIs(t, err, payment.ErrNotFound, "no record")
+	refunded, held := refundColumns(t, pay)
+	require.Equal(t, [2]int64{1_000, 0}, [2]int64{refunded, held}, "no hold")
+	got, err := db.RefundByKey(ctx, mID, "k")
+	require.NoError(t, err)
+	require.Equal(t, r.ID, got.ID)
+}
