@@ -268,15 +268,12 @@ func (s *Store) ReleaseRefund(ctx context.Context, refundID uuid.UUID, failureCo
 		var settlement uuid.UUID
 		var amount int64
 		err = tx.QueryRow(ctx, dbsqlc.CloseReservation, refundID, "released").Scan(&settlement, &amount)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
+		held := err == nil
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
-		default:
-			if _, err := tx.Exec(ctx, dbsqlc.Unreserve, settlement, amount); err != nil {
-				return err
-			}
 		}
+		// The payment's row before the settlement account's, in PostRefund's order: two
+		// refunds of one payment finishing at once never wait for each other in a cycle.
 		if err := movePaymentRefund(ctx, tx, dbsqlc.ReleasePaymentRefund, r); err != nil {
 			return err
 		}
@@ -286,6 +283,9 @@ func (s *Store) ReleaseRefund(ctx context.Context, refundID uuid.UUID, failureCo
 			return err
 		}
 		answer = a
+		if held {
+			b.Queue(dbsqlc.Unreserve, settlement, amount)
+		}
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err == nil {

@@ -661,3 +661,39 @@ func TestExpiredRefundKeyIsNotReused(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, r.ID, got.ID)
 }
+
+// Refunds of one payment finishing at once, some posted and some released, take the payment's
+// and the settlement account's rows in one order: none waits for another in a cycle.
+func TestRefundsOfOnePaymentFinishConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 100_000)
+	pay := paid(t, mID, aID, 10_000)
+	var ids []uuid.UUID
+	for i := range 10 {
+		_, r, _, err := beginRefund(t, mID, pay, fmt.Sprint("k", i), `{"amount":"10.00"}`)
+		require.NoError(t, err)
+		require.NoError(t, db.HoldRefund(ctx, r.ID))
+		ids = append(ids, r.ID)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(ids))
+	for i, id := range ids {
+		wg.Go(func() {
+			if i%2 == 0 {
+				_, errs[i] = db.PostRefund(ctx, id, "rf")
+			} else {
+				_, errs[i] = db.ReleaseRefund(ctx, id, payment.FailureDeclined)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	refunded, held := refundColumns(t, pay)
+	require.Equal(t, [2]int64{5_000, 0}, [2]int64{refunded, held})
+	sb, sr := balance(t, settlementAccount(t, mID).ID)
+	require.Equal(t, [2]int64{5_000, 0}, [2]int64{sb, sr})
+	requireVerified(t)
+}
