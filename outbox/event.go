@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -53,18 +54,20 @@ type Event struct {
 }
 
 // WebhookBody renders the body merchants receive (docs/webhooks.md):
-// {"id": "<event id>", "type": "payment.succeeded", "created_at": "...", "data": <payment resource>}.
-// The payment resource is re-encoded in the API's field order when it decodes as one.
+// {"id": "<event id>", "type": "payment.succeeded", "created_at": "...", "data": <payment or refund resource>}.
+// The resource is re-encoded in the API's field order when it decodes as one.
 func WebhookBody(e Event) ([]byte, error) {
-	data := e.Data
-	var res payment.Resource
-	dec := json.NewDecoder(bytes.NewReader(e.Data))
-	dec.DisallowUnknownFields()
-	if dec.Decode(&res) == nil {
-		if b, err := marshal(res); err == nil {
-			data = b
-		}
+	var data []byte
+	if strings.HasPrefix(e.Type, "refund.") {
+		data = reorder[payment.RefundResource](e.Data, nil)
 	} else {
+		data = reorder(e.Data, func(r *payment.Resource) {
+			if r.AmountRefunded == "" { // an event queued before refunds existed: none were made
+				r.AmountRefunded = payment.FormatAmount(0, r.Currency)
+			}
+		})
+	}
+	if data == nil {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, e.Data); err != nil {
 			return nil, fmt.Errorf("event %s data: %w", e.ID, err)
@@ -77,6 +80,25 @@ func WebhookBody(e Event) ([]byte, error) {
 		CreatedAt string          `json:"created_at"`
 		Data      json.RawMessage `json:"data"`
 	}{e.ID.String(), e.Type, payment.FormatTime(e.CreatedAt), data})
+}
+
+// reorder renders data as the resource T in the API's field order (the outbox's jsonb reorders
+// keys), or returns nil when data is not exactly a T.
+func reorder[T any](data []byte, fix func(*T)) []byte {
+	var res T
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if dec.Decode(&res) != nil {
+		return nil
+	}
+	if fix != nil {
+		fix(&res)
+	}
+	b, err := marshal(res)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // marshal encodes as the API does (payment.JSON), without the trailing newline.

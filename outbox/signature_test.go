@@ -94,8 +94,18 @@ func TestWebhookBody(t *testing.T) {
 	body, err := WebhookBody(Event{ID: id, Type: "payment.succeeded", AggregateID: pid, CreatedAt: at, Data: json.RawMessage(data)})
 	require.NoError(t, err)
 	require.Equal(t, `{"id":"`+id.String()+`","type":"payment.succeeded","created_at":"2026-01-02T03:04:05.123456Z","data":{"id":"`+pid.String()+
-		`","status":"succeeded","amount":"10.00","currency":"TRY","invoice_id":"inv-1","payment_type":"purchase","account_id":"a",`+
+		`","status":"succeeded","amount":"10.00","amount_refunded":"0.00","currency":"TRY","invoice_id":"inv-1","payment_type":"purchase","account_id":"a",`+
 		`"failure_code":null,"provider_reference":"ch_1","created_at":"2026-01-02T03:04:05.000006Z","updated_at":"2026-01-02T03:04:05.000007Z"}}`, string(body))
+
+	// A refund's data is a refund resource, in the API's order too.
+	rid := uuid.Must(uuid.NewV7())
+	data = `{"id": "` + rid.String() + `", "amount": "4.00", "reason": null, "status": "succeeded", "currency": "TRY", "payment_id": "` + pid.String() + `",
+"created_at": "2026-01-02T03:04:05.000006Z", "updated_at": "2026-01-02T03:04:05.000007Z", "failure_code": null, "provider_reference": "rf_1"}`
+	body, err = WebhookBody(Event{ID: id, Type: "refund.succeeded", AggregateID: rid, CreatedAt: at, Data: json.RawMessage(data)})
+	require.NoError(t, err)
+	require.Equal(t, `{"id":"`+id.String()+`","type":"refund.succeeded","created_at":"2026-01-02T03:04:05.123456Z","data":{"id":"`+rid.String()+
+		`","payment_id":"`+pid.String()+`","status":"succeeded","amount":"4.00","currency":"TRY","reason":null,"failure_code":null,`+
+		`"provider_reference":"rf_1","created_at":"2026-01-02T03:04:05.000006Z","updated_at":"2026-01-02T03:04:05.000007Z"}}`, string(body))
 
 	// Anything else is passed on as it is, compacted.
 	body, err = WebhookBody(Event{ID: id, Type: "payment.succeeded", CreatedAt: at, Data: json.RawMessage(`{"x": 1, "id": "p"}`)})

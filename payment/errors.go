@@ -34,7 +34,11 @@ type FieldError struct {
 // ValidationError is a request that cannot be executed as sent.
 type ValidationError struct {
 	Fields []FieldError
+	cause  error // the domain error behind a single field's problem, if any
 }
+
+// Unwrap lets errors.Is find the domain error behind the problem (ErrTooManyDecimals...).
+func (e *ValidationError) Unwrap() error { return e.cause }
 
 func (e *ValidationError) Error() string {
 	parts := make([]string, len(e.Fields))

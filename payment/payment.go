@@ -19,6 +19,7 @@ type Payment struct {
 	IdempotencyKey    string
 	AccountID         uuid.UUID
 	AmountMinor       int64
+	AmountRefunded    int64 // minor units of its succeeded refunds
 	Currency          string
 	InvoiceID         string
 	PaymentType       string
@@ -34,6 +35,7 @@ type Resource struct {
 	ID                string  `json:"id"`
 	Status            Status  `json:"status"`
 	Amount            string  `json:"amount"`
+	AmountRefunded    string  `json:"amount_refunded"`
 	Currency          string  `json:"currency"`
 	InvoiceID         string  `json:"invoice_id"`
 	PaymentType       string  `json:"payment_type"`
@@ -48,7 +50,7 @@ type Resource struct {
 func (p Payment) Resource() Resource {
 	return Resource{
 		ID: p.ID.String(), Status: p.Status,
-		Amount: FormatAmount(p.AmountMinor, p.Currency), Currency: p.Currency,
+		Amount: FormatAmount(p.AmountMinor, p.Currency), AmountRefunded: FormatAmount(p.AmountRefunded, p.Currency), Currency: p.Currency,
 		InvoiceID: p.InvoiceID, PaymentType: p.PaymentType, AccountID: p.AccountID.String(),
 		FailureCode: optional(p.FailureCode), ProviderReference: optional(p.ProviderReference),
 		CreatedAt: FormatTime(p.CreatedAt), UpdatedAt: FormatTime(p.UpdatedAt),

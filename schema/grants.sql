@@ -27,6 +27,9 @@ GRANT SELECT, INSERT, UPDATE ON merchants TO :"app_role";
 GRANT SELECT, INSERT, UPDATE ON api_keys TO :"app_role";
 -- Balances, reservations and payments change state as payments go through their steps.
 GRANT SELECT, INSERT, UPDATE ON accounts, balance_reservations, payments, idempotency_records TO :"app_role";
+-- Refunds change state as they go through their steps; they are never deleted (a trigger
+-- refuses it, and changes to what was asked for).
+GRANT SELECT, INSERT, UPDATE ON refunds TO :"app_role";
 
 -- Events: the relay marks outbox rows published; retention deletes published outbox rows, inbox
 -- rows and finished deliveries (their attempts go with them by ON DELETE CASCADE, which runs with

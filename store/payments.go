@@ -32,7 +32,17 @@ type Record struct {
 	ResponseBody    []byte
 	LockedUntil     time.Time
 	WorkflowStarted bool
+	Scope           Scope
 }
+
+// Scope is the key space of an idempotency record: a merchant's payments and its refunds each
+// have their own.
+type Scope string
+
+const (
+	ScopePayment Scope = "payment"
+	ScopeRefund  Scope = "refund"
+)
 
 // BeginInput is a validated request about to become an operation.
 type BeginInput struct {
@@ -58,7 +68,7 @@ func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment
 	err = s.beginBatch(ctx, in, &p, &rec)
 	switch {
 	case err == nil:
-		rec = Record{MerchantID: in.MerchantID, Key: in.Key, RequestHash: r.Hash(), Status: RecordProcessing, OperationID: in.OperationID}
+		rec = Record{MerchantID: in.MerchantID, Key: in.Key, RequestHash: r.Hash(), Status: RecordProcessing, OperationID: in.OperationID, Scope: ScopePayment}
 		return rec, p, BeganNew, nil
 	case errors.Is(err, errExisting):
 		return rec, payment.Payment{}, BeganExisting, nil
@@ -142,7 +152,7 @@ func (s *Store) Record(ctx context.Context, merchantID uuid.UUID, key string) (R
 
 func scanRecord(row pgx.Row, r *Record) error {
 	return row.Scan(&r.MerchantID, &r.Key, &r.RequestHash, &r.Status,
-		&r.OperationID, &r.Outcome, &r.ResponseBody, &r.LockedUntil, &r.WorkflowStarted)
+		&r.OperationID, &r.Outcome, &r.ResponseBody, &r.LockedUntil, &r.WorkflowStarted, &r.Scope)
 }
 
 // TakeOver claims the expired lease of a record whose workflow was never started (its owner
@@ -197,12 +207,12 @@ func (s *Store) PaymentByKey(ctx context.Context, merchantID uuid.UUID, key stri
 func scanPayment(row pgx.Row, extra ...any) (payment.Payment, error) {
 	var p payment.Payment
 	err := row.Scan(append([]any{&p.ID, &p.MerchantID, &p.IdempotencyKey, &p.AccountID, &p.AmountMinor, &p.Currency, &p.InvoiceID,
-		&p.PaymentType, &p.Status, &p.FailureCode, &p.ProviderReference, &p.CreatedAt, &p.UpdatedAt}, extra...)...)
+		&p.PaymentType, &p.Status, &p.FailureCode, &p.ProviderReference, &p.CreatedAt, &p.UpdatedAt, &p.AmountRefunded}, extra...)...)
 	return p, translate(err)
 }
 
-// Stranded lists records whose owner never started the workflow and whose lease has run out,
-// of one merchant when merchant is not nil.
+// Stranded lists records, of payments and of refunds (Scope says which), whose owner never
+// started the workflow and whose lease has run out, of one merchant when merchant is not nil.
 func (s *Store) Stranded(ctx context.Context, limit int, merchant *uuid.UUID) ([]Record, error) {
 	rows, err := s.q.Stranded(ctx, dbsqlc.StrandedParams{MerchantID: merchant, MaxRows: int32(limit)})
 	if err != nil {
@@ -210,7 +220,7 @@ func (s *Store) Stranded(ctx context.Context, limit int, merchant *uuid.UUID) ([
 	}
 	out := make([]Record, len(rows))
 	for i, r := range rows {
-		out[i] = Record{MerchantID: r.MerchantID, Key: r.IdempotencyKey}
+		out[i] = Record{MerchantID: r.MerchantID, Key: r.IdempotencyKey, Scope: Scope(r.Scope)}
 	}
 	return out, nil
 }

@@ -48,7 +48,7 @@ func (s *Store) EachPaymentCreated(ctx context.Context, from, to time.Time, stat
 	}
 	var p payment.Payment
 	_, err = pgx.ForEachRow(rows, []any{&p.ID, &p.MerchantID, &p.IdempotencyKey, &p.AccountID, &p.AmountMinor, &p.Currency,
-		&p.InvoiceID, &p.PaymentType, &p.Status, &p.FailureCode, &p.ProviderReference, &p.CreatedAt, &p.UpdatedAt},
+		&p.InvoiceID, &p.PaymentType, &p.Status, &p.FailureCode, &p.ProviderReference, &p.CreatedAt, &p.UpdatedAt, &p.AmountRefunded},
 		func() error { return fn(p) })
 	return translate(err)
 }

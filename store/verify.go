@@ -21,6 +21,13 @@ var invariants = []struct{ name, sql string }{
 	{"a succeeded payment moved its amount", dbsqlc.PostedAmountMismatch},
 	{"reservations match payment outcomes", dbsqlc.ReservationOutcomeMismatch},
 	{"idempotency records follow their payments", dbsqlc.RecordPaymentMismatch},
+	{"every succeeded refund has exactly one refund posting", dbsqlc.SucceededRefundPostingCount},
+	{"no other refund has a refund posting", dbsqlc.UnexpectedRefundPosting},
+	{"a succeeded refund moved its amount from settlement to payer", dbsqlc.RefundPostedAmountMismatch},
+	{"payments' refunded and held amounts are their refunds' sums", dbsqlc.PaymentRefundTotals},
+	{"reservations match refund outcomes", dbsqlc.RefundReservationMismatch},
+	{"every reservation is a payment's or a refund's", dbsqlc.OrphanReservation},
+	{"idempotency records follow their refunds", dbsqlc.RecordRefundMismatch},
 }
 
 // Verify checks the money invariants against the database and returns one line per violation.

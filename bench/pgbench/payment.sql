@@ -55,15 +55,15 @@ WHERE k.key_hash = :api_key_hash AND k.revoked_at IS NULL
 \startpipeline
 -- store/queries/records.sql: GetRecord
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started
-FROM idempotency_records WHERE merchant_id = :merchant_id AND idempotency_key = :idempotency_key;
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope
+FROM idempotency_records WHERE merchant_id = :merchant_id AND scope = 'payment' AND idempotency_key = :idempotency_key;
 -- store/queries/records.sql: CustomerAccount
 SELECT merchant_id, currency FROM accounts WHERE id = :account_id AND kind = 'customer';
 -- store/queries/records.sql: AcquireKey
-INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id, locked_until)
-SELECT :merchant_id, :idempotency_key, :request_hash, 'processing', :op_id, now() + :lease::interval
+INSERT INTO idempotency_records (merchant_id, scope, idempotency_key, request_hash, status, operation_id, locked_until)
+SELECT :merchant_id, 'payment', :idempotency_key, :request_hash, 'processing', :op_id, now() + :lease::interval
 WHERE EXISTS (SELECT 1 FROM accounts WHERE id = :account_id AND kind = 'customer' AND merchant_id = :merchant_id AND currency = :currency)
-ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING operation_id;
+ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation_id;
 -- store/queries/payments.sql: InsertPayment
 INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status)
 SELECT :op_id, :merchant_id, :idempotency_key, :account_id, :amount, :currency, :invoice_id, :payment_type, 'processing'
@@ -106,7 +106,7 @@ provider_reference = coalesce(NULLIF(:provider_reference, ''), provider_referenc
 WHERE payments.id = :op_id AND payments.status = ANY(:from_statuses::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor,
 payments.currency, payments.invoice_id, payments.payment_type, payments.status, coalesce(payments.failure_code, '') AS failure_code,
 coalesce(payments.provider_reference, '') AS provider_reference,
-payments.created_at, payments.updated_at, (SELECT a.id FROM accounts a
+payments.created_at, payments.updated_at, payments.refunded_minor, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
 \gset finalized_
 \startpipeline

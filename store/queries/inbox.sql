@@ -13,6 +13,7 @@ WHERE processed_at < now() - $1::float8 * interval '1 second' ORDER BY processed
 -- with a new inbox row. Every part reads the statement's snapshot, which holds the batch's
 -- earlier statements: an earlier event of the same batch counts as processed. The last
 -- column says whether the delivery existed before (the inbox row was purged, it was not).
+-- The aggregate is a payment or a refund: either names the merchant to deliver to.
 WITH waiting AS (
   SELECT EXISTS (SELECT 1 FROM outbox o
     WHERE o.aggregate_id = $2 AND (o.created_at, o.id) < ($4, $1)
@@ -23,10 +24,12 @@ WITH waiting AS (
   ON CONFLICT DO NOTHING RETURNING 1
 ), delivered AS (
   INSERT INTO webhook_deliveries (id, merchant_id, aggregate_id, event_type, event_created_at, url, body, status)
-  SELECT $1, p.merchant_id, p.id, $3, $4, m.webhook_url, $5,
+  SELECT $1, agg.merchant_id, agg.id, $3, $4, m.webhook_url, $5,
          CASE WHEN m.webhook_url IS NULL THEN 'skipped' ELSE 'pending' END
-  FROM payments p JOIN merchants m ON m.id = p.merchant_id
-  WHERE p.id = $2 AND $5::bytea IS NOT NULL AND EXISTS (SELECT 1 FROM inboxed)
+  FROM (SELECT p.id, p.merchant_id FROM payments p WHERE p.id = $2
+        UNION ALL SELECT r.id, r.merchant_id FROM refunds r WHERE r.id = $2) agg
+  JOIN merchants m ON m.id = agg.merchant_id
+  WHERE $5::bytea IS NOT NULL AND EXISTS (SELECT 1 FROM inboxed)
   ON CONFLICT (id) DO NOTHING RETURNING status
 )
 SELECT (SELECT w FROM waiting), EXISTS (SELECT 1 FROM inboxed), coalesce((SELECT status FROM delivered), ''),

@@ -10,7 +10,7 @@ SELECT created_at FROM payments WHERE id = $1 AND merchant_id = $2;
 -- bound, so the statement keeps one shape and its generic plan is its custom plan.
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM payments
+created_at, updated_at, refunded_minor FROM payments
 WHERE merchant_id = $1 AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5;
 
@@ -18,6 +18,6 @@ ORDER BY created_at DESC, id DESC LIMIT $5;
 -- ListPayments of the payments with status $6.
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM payments
+created_at, updated_at, refunded_minor FROM payments
 WHERE merchant_id = $1 AND status = $6 AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5;

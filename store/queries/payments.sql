@@ -14,19 +14,19 @@ AND status IN ('processing', 'unknown', 'succeeded');
 -- name: GetPayment :one
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM payments WHERE id = $1;
+created_at, updated_at, refunded_minor FROM payments WHERE id = $1;
 
 -- name: GetPaymentByKey :one
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM payments WHERE merchant_id = $1 AND idempotency_key = $2;
+created_at, updated_at, refunded_minor FROM payments WHERE merchant_id = $1 AND idempotency_key = $2;
 
 -- name: SetPaymentStatus :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
 WHERE id = $1 AND status = ANY($5::text[]) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at;
+created_at, updated_at, refunded_minor;
 
 -- name: SetPaymentStatusSettlement :one
 -- SetPaymentStatus that also returns the merchant's settlement account in the payment's currency
@@ -36,7 +36,7 @@ provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = 
 WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor,
 payments.currency, payments.invoice_id, payments.payment_type, payments.status, coalesce(payments.failure_code, '') AS failure_code,
 coalesce(payments.provider_reference, '') AS provider_reference,
-payments.created_at, payments.updated_at, (SELECT a.id FROM accounts a
+payments.created_at, payments.updated_at, payments.refunded_minor, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id;
 
 -- name: BeginChargeAttempt :one

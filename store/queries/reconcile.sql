@@ -4,7 +4,7 @@
 -- name: PaymentsByID :many
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM payments WHERE id = ANY($1::uuid[]);
+created_at, updated_at, refunded_minor FROM payments WHERE id = ANY($1::uuid[]);
 
 -- name: PaymentsCreated :many
 -- Without merchants ($4 NULL) every merchant's payments. Payment ids are UUIDv7, minted
@@ -13,7 +13,7 @@ created_at, updated_at FROM payments WHERE id = ANY($1::uuid[]);
 -- payments needs no index on created_at.
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM payments
+created_at, updated_at, refunded_minor FROM payments
 WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
 AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
 ORDER BY created_at, id;

@@ -9,20 +9,37 @@ SELECT merchant_id, currency FROM accounts WHERE id = $1 AND kind = 'customer';
 -- the operation; the others read the winner's record. Guarded by the payer account, as Begin
 -- sends all three statements at once: an account that is not the merchant's in the
 -- request's currency creates nothing.
-INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id, locked_until)
-SELECT $1, $2, $3, 'processing', $4, now() + $5::interval
+INSERT INTO idempotency_records (merchant_id, scope, idempotency_key, request_hash, status, operation_id, locked_until)
+SELECT $1, 'payment', $2, $3, 'processing', $4, now() + $5::interval
 WHERE EXISTS (SELECT 1 FROM accounts WHERE id = $6 AND kind = 'customer' AND merchant_id = $1 AND currency = $7)
-ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING operation_id;
+ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation_id;
+
+-- name: AcquireRefundKey :one
+-- AcquireKey for a refund: a concurrent inserter of the same key waits for the first
+-- transaction, then gets no row.
+INSERT INTO idempotency_records (merchant_id, scope, idempotency_key, request_hash, status, operation_id, locked_until)
+VALUES ($1, 'refund', $2, $3, 'processing', $4, now() + $5::interval)
+ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation_id;
 
 -- name: GetRecord :one
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started
-FROM idempotency_records WHERE merchant_id = $1 AND idempotency_key = $2;
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope
+FROM idempotency_records WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = $2;
+
+-- name: GetRefundRecord :one
+SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope
+FROM idempotency_records WHERE merchant_id = $1 AND scope = 'refund' AND idempotency_key = $2;
 
 -- name: TakeOver :one
 -- Atomic takeover: only an expired lease of a workflow nobody started can be taken, by one caller.
 UPDATE idempotency_records SET locked_until = now() + $3::interval, updated_at = now()
-WHERE merchant_id = $1 AND idempotency_key = $2 AND NOT workflow_started AND locked_until < now()
+WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = $2 AND NOT workflow_started AND locked_until < now()
+RETURNING operation_id;
+
+-- name: TakeOverRefund :one
+UPDATE idempotency_records SET locked_until = now() + $3::interval, updated_at = now()
+WHERE merchant_id = $1 AND scope = 'refund' AND idempotency_key = $2 AND NOT workflow_started AND locked_until < now()
 RETURNING operation_id;
 
 -- name: MarkWorkflowStarted :exec
@@ -35,10 +52,11 @@ WHERE operation_id = $1 AND NOT workflow_started;
 
 -- name: SaveResponse :exec
 UPDATE idempotency_records SET outcome = $3, response_body = $4, updated_at = now()
-WHERE merchant_id = $1 AND idempotency_key = $2 AND status = 'completed' AND response_body IS NULL;
+WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = $2 AND status = 'completed' AND response_body IS NULL;
 
 -- name: Stranded :many
-SELECT merchant_id, idempotency_key FROM idempotency_records
+-- Both scopes: the sweeper starts a stranded refund's workflow as it does a payment's.
+SELECT merchant_id, scope, idempotency_key FROM idempotency_records
 WHERE NOT workflow_started AND locked_until < now()
   AND (sqlc.narg(merchant_id)::uuid IS NULL OR merchant_id = sqlc.narg(merchant_id))
 ORDER BY locked_until LIMIT sqlc.arg(max_rows);

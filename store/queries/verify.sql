@@ -66,3 +66,67 @@ SELECT 'record ' || i.idempotency_key || ' is ' || i.status || ' but payment ' |
 FROM idempotency_records i JOIN payments p ON p.id = i.operation_id
 WHERE (p.status IN ('succeeded', 'failed')) <> (i.status = 'completed')
    OR (p.status = 'unknown') <> (i.status = 'unknown');
+
+-- name: SucceededRefundPostingCount :many
+-- Every succeeded refund has exactly one refund posting.
+SELECT 'succeeded refund ' || r.id || ' has ' || count(lp.id) || ' postings'
+FROM refunds r LEFT JOIN ledger_postings lp ON lp.kind = 'refund' AND lp.reference = r.id::text
+WHERE r.status = 'succeeded' GROUP BY r.id HAVING count(lp.id) <> 1;
+
+-- name: UnexpectedRefundPosting :many
+-- No other refund has a refund posting, and no refund posting is without its refund.
+SELECT 'refund posting ' || lp.id || ' for ' || lp.reference || ' whose refund is ' || coalesce(r.status, 'missing')
+FROM ledger_postings lp LEFT JOIN refunds r ON r.id::text = lp.reference
+WHERE lp.kind = 'refund' AND r.status IS DISTINCT FROM 'succeeded';
+
+-- name: RefundPostedAmountMismatch :many
+-- A succeeded refund moved its amount from the merchant's settlement account to the payer's.
+SELECT 'refund ' || r.id || ' posted ' || coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = r.account_id), 0)
+  || ' to the payer and ' || coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id <> r.account_id), 0)
+  || ' elsewhere of ' || r.amount_minor
+FROM refunds r JOIN ledger_postings lp ON lp.kind = 'refund' AND lp.reference = r.id::text
+JOIN ledger_entries e ON e.posting_id = lp.id
+LEFT JOIN accounts s ON s.id = e.account_id AND s.kind = 'settlement' AND s.merchant_id = r.merchant_id
+GROUP BY r.id, r.account_id, r.amount_minor
+HAVING coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = r.account_id), 0) <> r.amount_minor
+    OR coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id <> r.account_id), 0) <> -r.amount_minor
+    OR count(*) FILTER (WHERE e.account_id <> r.account_id AND s.id IS NULL) > 0;
+
+-- name: PaymentRefundTotals :many
+-- A payment's refunded amount is its succeeded refunds' sum, its held amount its processing and
+-- unknown refunds' sum.
+SELECT 'payment ' || p.id || ' refunded ' || p.refunded_minor || ' held ' || p.refund_held_minor
+  || ' but refunds succeeded ' || coalesce(t.succeeded, 0) || ' in flight ' || coalesce(t.held, 0)
+FROM payments p LEFT JOIN (SELECT payment_id,
+    sum(amount_minor) FILTER (WHERE status = 'succeeded') AS succeeded,
+    sum(amount_minor) FILTER (WHERE status IN ('processing', 'unknown')) AS held
+  FROM refunds GROUP BY payment_id) t ON t.payment_id = p.id
+WHERE p.refunded_minor <> coalesce(t.succeeded, 0) OR p.refund_held_minor <> coalesce(t.held, 0);
+
+-- name: RefundReservationMismatch :many
+-- A refund's hold is on its merchant's settlement account for its amount: finalized when it
+-- succeeded, released (or never made) when it failed, active while it is unknown.
+SELECT r.status || ' refund ' || r.id || ' has ' || coalesce(b.status || ' reservation of ' || b.amount_minor, 'no reservation')
+FROM refunds r LEFT JOIN balance_reservations b ON b.operation_id = r.id
+LEFT JOIN accounts a ON a.id = b.account_id
+WHERE (r.status = 'succeeded' AND b.status IS DISTINCT FROM 'finalized')
+   OR (r.status = 'failed' AND b.status IS NOT NULL AND b.status <> 'released')
+   OR (r.status = 'unknown' AND b.status IS DISTINCT FROM 'active')
+   OR (r.status = 'processing' AND b.status IS NOT NULL AND b.status <> 'active')
+   OR (b.id IS NOT NULL AND (b.amount_minor <> r.amount_minor OR a.kind <> 'settlement'
+       OR a.merchant_id <> r.merchant_id OR a.currency <> r.currency));
+
+-- name: OrphanReservation :many
+-- Every reservation is a payment's or a refund's.
+SELECT 'reservation ' || b.id || ' for operation ' || b.operation_id || ' which is neither a payment nor a refund'
+FROM balance_reservations b
+WHERE NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = b.operation_id)
+  AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.id = b.operation_id);
+
+-- name: RecordRefundMismatch :many
+-- Idempotency records follow their refunds.
+SELECT 'refund record ' || i.idempotency_key || ' is ' || i.status || ' but refund ' || r.id || ' is ' || r.status
+FROM idempotency_records i JOIN refunds r ON r.id = i.operation_id
+WHERE i.scope <> 'refund'
+   OR (r.status IN ('succeeded', 'failed')) <> (i.status = 'completed')
+   OR (r.status = 'unknown') <> (i.status = 'unknown');

@@ -15,7 +15,7 @@ import (
 const ListPayments = `-- name: ListPayments :many
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM payments
+created_at, updated_at, refunded_minor FROM payments
 WHERE merchant_id = $1 AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5
 `
@@ -42,6 +42,7 @@ type ListPaymentsRow struct {
 	ProviderReference string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	RefundedMinor     int64
 }
 
 // Rows strictly before ($3, $4) in (created_at, id) order and created at or after $2, newest
@@ -76,6 +77,7 @@ func (q *Queries) ListPayments(ctx context.Context, arg ListPaymentsParams) ([]L
 			&i.ProviderReference,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.RefundedMinor,
 		); err != nil {
 			return nil, err
 		}
@@ -90,7 +92,7 @@ func (q *Queries) ListPayments(ctx context.Context, arg ListPaymentsParams) ([]L
 const ListPaymentsWithStatus = `-- name: ListPaymentsWithStatus :many
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM payments
+created_at, updated_at, refunded_minor FROM payments
 WHERE merchant_id = $1 AND status = $6 AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5
 `
@@ -118,6 +120,7 @@ type ListPaymentsWithStatusRow struct {
 	ProviderReference string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	RefundedMinor     int64
 }
 
 // ListPayments of the payments with status $6.
@@ -151,6 +154,7 @@ func (q *Queries) ListPaymentsWithStatus(ctx context.Context, arg ListPaymentsWi
 			&i.ProviderReference,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.RefundedMinor,
 		); err != nil {
 			return nil, err
 		}

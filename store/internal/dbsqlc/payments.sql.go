@@ -64,7 +64,7 @@ func (q *Queries) FlagStuck(ctx context.Context, arg FlagStuckParams) (int64, er
 const GetPayment = `-- name: GetPayment :one
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM payments WHERE id = $1
+created_at, updated_at, refunded_minor FROM payments WHERE id = $1
 `
 
 type GetPaymentRow struct {
@@ -81,6 +81,7 @@ type GetPaymentRow struct {
 	ProviderReference string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	RefundedMinor     int64
 }
 
 func (q *Queries) GetPayment(ctx context.Context, id uuid.UUID) (GetPaymentRow, error) {
@@ -100,6 +101,7 @@ func (q *Queries) GetPayment(ctx context.Context, id uuid.UUID) (GetPaymentRow, 
 		&i.ProviderReference,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.RefundedMinor,
 	)
 	return i, err
 }
@@ -107,7 +109,7 @@ func (q *Queries) GetPayment(ctx context.Context, id uuid.UUID) (GetPaymentRow, 
 const GetPaymentByKey = `-- name: GetPaymentByKey :one
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM payments WHERE merchant_id = $1 AND idempotency_key = $2
+created_at, updated_at, refunded_minor FROM payments WHERE merchant_id = $1 AND idempotency_key = $2
 `
 
 type GetPaymentByKeyParams struct {
@@ -129,6 +131,7 @@ type GetPaymentByKeyRow struct {
 	ProviderReference string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	RefundedMinor     int64
 }
 
 func (q *Queries) GetPaymentByKey(ctx context.Context, arg GetPaymentByKeyParams) (GetPaymentByKeyRow, error) {
@@ -148,6 +151,7 @@ func (q *Queries) GetPaymentByKey(ctx context.Context, arg GetPaymentByKeyParams
 		&i.ProviderReference,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.RefundedMinor,
 	)
 	return i, err
 }
@@ -217,7 +221,7 @@ UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
 WHERE id = $1 AND status = ANY($5::text[]) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at
+created_at, updated_at, refunded_minor
 `
 
 type SetPaymentStatusParams struct {
@@ -242,6 +246,7 @@ type SetPaymentStatusRow struct {
 	ProviderReference string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	RefundedMinor     int64
 }
 
 func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusParams) (SetPaymentStatusRow, error) {
@@ -267,6 +272,7 @@ func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusPara
 		&i.ProviderReference,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.RefundedMinor,
 	)
 	return i, err
 }
@@ -277,7 +283,7 @@ provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = 
 WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor,
 payments.currency, payments.invoice_id, payments.payment_type, payments.status, coalesce(payments.failure_code, '') AS failure_code,
 coalesce(payments.provider_reference, '') AS provider_reference,
-payments.created_at, payments.updated_at, (SELECT a.id FROM accounts a
+payments.created_at, payments.updated_at, payments.refunded_minor, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
 `
 
@@ -303,6 +309,7 @@ type SetPaymentStatusSettlementRow struct {
 	ProviderReference string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	RefundedMinor     int64
 	SettlementID      uuid.UUID
 }
 
@@ -331,6 +338,7 @@ func (q *Queries) SetPaymentStatusSettlement(ctx context.Context, arg SetPayment
 		&i.ProviderReference,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.RefundedMinor,
 		&i.SettlementID,
 	)
 	return i, err

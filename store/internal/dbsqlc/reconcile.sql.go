@@ -52,7 +52,7 @@ const PaymentsByID = `-- name: PaymentsByID :many
 
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM payments WHERE id = ANY($1::uuid[])
+created_at, updated_at, refunded_minor FROM payments WHERE id = ANY($1::uuid[])
 `
 
 type PaymentsByIDRow struct {
@@ -69,6 +69,7 @@ type PaymentsByIDRow struct {
 	ProviderReference string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	RefundedMinor     int64
 }
 
 // Reconciliation: payments by the references of a settlement file, the payments a settlement
@@ -96,6 +97,7 @@ func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Pay
 			&i.ProviderReference,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.RefundedMinor,
 		); err != nil {
 			return nil, err
 		}
@@ -110,7 +112,7 @@ func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Pay
 const PaymentsCreated = `-- name: PaymentsCreated :many
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM payments
+created_at, updated_at, refunded_minor FROM payments
 WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
 AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
 ORDER BY created_at, id
@@ -139,6 +141,7 @@ type PaymentsCreatedRow struct {
 	ProviderReference string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	RefundedMinor     int64
 }
 
 // Without merchants ($4 NULL) every merchant's payments. Payment ids are UUIDv7, minted
@@ -175,6 +178,7 @@ func (q *Queries) PaymentsCreated(ctx context.Context, arg PaymentsCreatedParams
 			&i.ProviderReference,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.RefundedMinor,
 		); err != nil {
 			return nil, err
 		}

@@ -14,10 +14,10 @@ import (
 )
 
 const AcquireKey = `-- name: AcquireKey :one
-INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id, locked_until)
-SELECT $1, $2, $3, 'processing', $4, now() + $5::interval
+INSERT INTO idempotency_records (merchant_id, scope, idempotency_key, request_hash, status, operation_id, locked_until)
+SELECT $1, 'payment', $2, $3, 'processing', $4, now() + $5::interval
 WHERE EXISTS (SELECT 1 FROM accounts WHERE id = $6 AND kind = 'customer' AND merchant_id = $1 AND currency = $7)
-ON CONFLICT (merchant_id, idempotency_key) DO NOTHING RETURNING operation_id
+ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation_id
 `
 
 type AcquireKeyParams struct {
@@ -43,6 +43,35 @@ func (q *Queries) AcquireKey(ctx context.Context, arg AcquireKeyParams) (uuid.UU
 		arg.Column5,
 		arg.ID,
 		arg.Currency,
+	)
+	var operation_id uuid.UUID
+	err := row.Scan(&operation_id)
+	return operation_id, err
+}
+
+const AcquireRefundKey = `-- name: AcquireRefundKey :one
+INSERT INTO idempotency_records (merchant_id, scope, idempotency_key, request_hash, status, operation_id, locked_until)
+VALUES ($1, 'refund', $2, $3, 'processing', $4, now() + $5::interval)
+ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation_id
+`
+
+type AcquireRefundKeyParams struct {
+	MerchantID     uuid.UUID
+	IdempotencyKey string
+	RequestHash    string
+	OperationID    uuid.UUID
+	Column5        pgtype.Interval
+}
+
+// AcquireKey for a refund: a concurrent inserter of the same key waits for the first
+// transaction, then gets no row.
+func (q *Queries) AcquireRefundKey(ctx context.Context, arg AcquireRefundKeyParams) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, AcquireRefundKey,
+		arg.MerchantID,
+		arg.IdempotencyKey,
+		arg.RequestHash,
+		arg.OperationID,
+		arg.Column5,
 	)
 	var operation_id uuid.UUID
 	err := row.Scan(&operation_id)
@@ -80,8 +109,8 @@ func (q *Queries) ExpireLease(ctx context.Context, operationID uuid.UUID) error 
 
 const GetRecord = `-- name: GetRecord :one
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started
-FROM idempotency_records WHERE merchant_id = $1 AND idempotency_key = $2
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope
+FROM idempotency_records WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = $2
 `
 
 type GetRecordParams struct {
@@ -99,6 +128,7 @@ type GetRecordRow struct {
 	ResponseBody    []byte
 	LockedUntil     time.Time
 	WorkflowStarted bool
+	Scope           string
 }
 
 func (q *Queries) GetRecord(ctx context.Context, arg GetRecordParams) (GetRecordRow, error) {
@@ -114,6 +144,49 @@ func (q *Queries) GetRecord(ctx context.Context, arg GetRecordParams) (GetRecord
 		&i.ResponseBody,
 		&i.LockedUntil,
 		&i.WorkflowStarted,
+		&i.Scope,
+	)
+	return i, err
+}
+
+const GetRefundRecord = `-- name: GetRefundRecord :one
+SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope
+FROM idempotency_records WHERE merchant_id = $1 AND scope = 'refund' AND idempotency_key = $2
+`
+
+type GetRefundRecordParams struct {
+	MerchantID     uuid.UUID
+	IdempotencyKey string
+}
+
+type GetRefundRecordRow struct {
+	MerchantID      uuid.UUID
+	IdempotencyKey  string
+	RequestHash     string
+	Status          string
+	OperationID     uuid.UUID
+	Outcome         string
+	ResponseBody    []byte
+	LockedUntil     time.Time
+	WorkflowStarted bool
+	Scope           string
+}
+
+func (q *Queries) GetRefundRecord(ctx context.Context, arg GetRefundRecordParams) (GetRefundRecordRow, error) {
+	row := q.db.QueryRow(ctx, GetRefundRecord, arg.MerchantID, arg.IdempotencyKey)
+	var i GetRefundRecordRow
+	err := row.Scan(
+		&i.MerchantID,
+		&i.IdempotencyKey,
+		&i.RequestHash,
+		&i.Status,
+		&i.OperationID,
+		&i.Outcome,
+		&i.ResponseBody,
+		&i.LockedUntil,
+		&i.WorkflowStarted,
+		&i.Scope,
 	)
 	return i, err
 }
@@ -130,7 +203,7 @@ func (q *Queries) MarkWorkflowStarted(ctx context.Context, operationID uuid.UUID
 
 const SaveResponse = `-- name: SaveResponse :exec
 UPDATE idempotency_records SET outcome = $3, response_body = $4, updated_at = now()
-WHERE merchant_id = $1 AND idempotency_key = $2 AND status = 'completed' AND response_body IS NULL
+WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = $2 AND status = 'completed' AND response_body IS NULL
 `
 
 type SaveResponseParams struct {
@@ -174,7 +247,7 @@ func (q *Queries) SetRecordStatus(ctx context.Context, arg SetRecordStatusParams
 }
 
 const Stranded = `-- name: Stranded :many
-SELECT merchant_id, idempotency_key FROM idempotency_records
+SELECT merchant_id, scope, idempotency_key FROM idempotency_records
 WHERE NOT workflow_started AND locked_until < now()
   AND ($1::uuid IS NULL OR merchant_id = $1)
 ORDER BY locked_until LIMIT $2
@@ -187,9 +260,11 @@ type StrandedParams struct {
 
 type StrandedRow struct {
 	MerchantID     uuid.UUID
+	Scope          string
 	IdempotencyKey string
 }
 
+// Both scopes: the sweeper starts a stranded refund's workflow as it does a payment's.
 func (q *Queries) Stranded(ctx context.Context, arg StrandedParams) ([]StrandedRow, error) {
 	rows, err := q.db.Query(ctx, Stranded, arg.MerchantID, arg.MaxRows)
 	if err != nil {
@@ -199,7 +274,7 @@ func (q *Queries) Stranded(ctx context.Context, arg StrandedParams) ([]StrandedR
 	var items []StrandedRow
 	for rows.Next() {
 		var i StrandedRow
-		if err := rows.Scan(&i.MerchantID, &i.IdempotencyKey); err != nil {
+		if err := rows.Scan(&i.MerchantID, &i.Scope, &i.IdempotencyKey); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -212,7 +287,7 @@ func (q *Queries) Stranded(ctx context.Context, arg StrandedParams) ([]StrandedR
 
 const TakeOver = `-- name: TakeOver :one
 UPDATE idempotency_records SET locked_until = now() + $3::interval, updated_at = now()
-WHERE merchant_id = $1 AND idempotency_key = $2 AND NOT workflow_started AND locked_until < now()
+WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = $2 AND NOT workflow_started AND locked_until < now()
 RETURNING operation_id
 `
 
@@ -225,6 +300,25 @@ type TakeOverParams struct {
 // Atomic takeover: only an expired lease of a workflow nobody started can be taken, by one caller.
 func (q *Queries) TakeOver(ctx context.Context, arg TakeOverParams) (uuid.UUID, error) {
 	row := q.db.QueryRow(ctx, TakeOver, arg.MerchantID, arg.IdempotencyKey, arg.Column3)
+	var operation_id uuid.UUID
+	err := row.Scan(&operation_id)
+	return operation_id, err
+}
+
+const TakeOverRefund = `-- name: TakeOverRefund :one
+UPDATE idempotency_records SET locked_until = now() + $3::interval, updated_at = now()
+WHERE merchant_id = $1 AND scope = 'refund' AND idempotency_key = $2 AND NOT workflow_started AND locked_until < now()
+RETURNING operation_id
+`
+
+type TakeOverRefundParams struct {
+	MerchantID     uuid.UUID
+	IdempotencyKey string
+	Column3        pgtype.Interval
+}
+
+func (q *Queries) TakeOverRefund(ctx context.Context, arg TakeOverRefundParams) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, TakeOverRefund, arg.MerchantID, arg.IdempotencyKey, arg.Column3)
 	var operation_id uuid.UUID
 	err := row.Scan(&operation_id)
 	return operation_id, err

@@ -1,0 +1,104 @@
+-- Refunds: the request's hold on the payment, the workflow's steps (the hold on the merchant's
+-- settlement account, then post or release) and the readers.
+
+-- name: LockRefundedPayment :one
+-- The payment a refund is asked for, locked until the refund's transaction ends: what is
+-- refundable is read from its newest version, and the hold below cannot fail for a concurrent one.
+SELECT id, account_id, amount_minor, currency, status, refunded_minor, refund_held_minor
+FROM payments WHERE id = $1 AND merchant_id = $2 FOR UPDATE;
+
+-- name: HoldPaymentRefund :one
+-- The refundable amount's guard, with the table's CHECK behind it.
+UPDATE payments SET refund_held_minor = refund_held_minor + @amount::bigint
+WHERE id = @id AND status = 'succeeded' AND @amount::bigint > 0
+  AND refunded_minor + refund_held_minor + @amount::bigint <= amount_minor
+RETURNING refund_held_minor;
+
+-- name: InsertRefund :one
+INSERT INTO refunds (id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status)
+VALUES ($1, $2, $3, $4, $5, $6, $7, NULLIF($8, ''), 'processing')
+RETURNING created_at, updated_at;
+
+-- name: GetRefund :one
+SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at FROM refunds WHERE id = $1;
+
+-- name: GetRefundByKey :one
+SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at FROM refunds WHERE merchant_id = $1 AND idempotency_key = $2;
+
+-- name: PaymentRefunds :many
+-- Newest first; after a refund ($2, the previous page's last) the ones older than it. The
+-- caller asks for one more than the page to learn whether there are more.
+SELECT r.id, r.payment_id, r.merchant_id, r.account_id, r.idempotency_key, r.amount_minor, r.currency, coalesce(r.reason, '') AS reason,
+r.status, coalesce(r.failure_code, '') AS failure_code, coalesce(r.provider_reference, '') AS provider_reference,
+r.created_at, r.updated_at FROM refunds r
+WHERE r.payment_id = sqlc.arg(payment_id)
+  AND (sqlc.narg(after)::uuid IS NULL OR (r.created_at, r.id) <
+       (SELECT a.created_at, a.id FROM refunds a WHERE a.id = sqlc.narg(after) AND a.payment_id = sqlc.arg(payment_id)))
+ORDER BY r.created_at DESC, r.id DESC
+LIMIT sqlc.arg(max_rows);
+
+-- name: RefundOfPayment :one
+SELECT EXISTS (SELECT 1 FROM refunds WHERE id = $1 AND payment_id = $2);
+
+-- name: HoldRefundFunds :one
+-- The workflow's first step, in one statement as ReserveFunds: it records that the workflow
+-- runs and holds the amount on the merchant's settlement account in the refund's currency, with
+-- the reservation under the refund's id, while the refund is processing. The columns: the refund
+-- exists, it had a reservation, one was made now, the refund's status, and whether the merchant
+-- has a settlement account.
+WITH started AS (
+  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
+  WHERE idempotency_records.operation_id = $1 AND NOT workflow_started
+), r AS (
+  SELECT rf.id, rf.amount_minor, rf.status, a.id AS settlement_id FROM refunds rf
+  LEFT JOIN accounts a ON a.merchant_id = rf.merchant_id AND a.currency = rf.currency AND a.kind = 'settlement'
+  WHERE rf.id = $1
+), existing AS (
+  SELECT 1 FROM balance_reservations br WHERE br.operation_id = $1
+), held AS (
+  UPDATE accounts a SET reserved = a.reserved + r.amount_minor, updated_at = now()
+  FROM r WHERE a.id = r.settlement_id AND r.status = 'processing' AND a.balance - a.reserved >= r.amount_minor
+    AND NOT EXISTS (SELECT 1 FROM existing)
+  RETURNING a.id
+), inserted AS (
+  INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status)
+  SELECT $2, r.id, r.settlement_id, r.amount_minor, 'active' FROM r, held
+  RETURNING id
+)
+SELECT EXISTS (SELECT 1 FROM r), EXISTS (SELECT 1 FROM existing), EXISTS (SELECT 1 FROM inserted),
+  coalesce((SELECT status FROM r), ''), EXISTS (SELECT 1 FROM r WHERE settlement_id IS NOT NULL);
+
+-- name: SetRefundStatus :one
+UPDATE refunds SET status = $2, failure_code = NULLIF($3, ''),
+provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
+WHERE id = $1 AND status = ANY($5::text[])
+RETURNING id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at;
+
+-- name: PostPaymentRefund :execrows
+-- A succeeded refund's amount moves from held to refunded.
+UPDATE payments SET refund_held_minor = refund_held_minor - @amount::bigint,
+  refunded_minor = refunded_minor + @amount::bigint, updated_at = now()
+WHERE id = @id AND refund_held_minor >= @amount::bigint;
+
+-- name: ReleasePaymentRefund :execrows
+UPDATE payments SET refund_held_minor = refund_held_minor - @amount::bigint
+WHERE id = @id AND refund_held_minor >= @amount::bigint;
+
+-- name: BeginRefundAttempt :one
+UPDATE refunds SET send_attempts = send_attempts + 1 WHERE id = $1 RETURNING send_attempts;
+
+-- name: BeginRefundSend :execrows
+-- Records that the workflow's send number @send is about to go out; no row when it already was.
+UPDATE refunds SET send_attempts = @send::int WHERE id = @id AND send_attempts < @send::int;
+
+-- name: FlagRefundStuck :execrows
+-- An empty reason clears the flag.
+UPDATE refunds SET stuck_since = CASE WHEN @reason::text = '' THEN NULL ELSE coalesce(stuck_since, now()) END,
+  stuck_reason = NULLIF(@reason::text, '')
+WHERE id = @id;

@@ -1,0 +1,393 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
+)
+
+// BeginRefundInput is a parsed refund request about to become an operation.
+type BeginRefundInput struct {
+	MerchantID  uuid.UUID
+	PaymentID   uuid.UUID
+	Key         string
+	Request     payment.RefundRequest
+	OperationID uuid.UUID // the refund's id
+	Lease       time.Duration
+}
+
+// BeginRefund commits, in one transaction, the refund's idempotency record (scope refund,
+// processing, leased), the hold of its amount on the payment and the refund row (processing).
+// When the key exists it writes nothing and returns the existing record (BeganExisting; BeganRaced
+// when a concurrent request committed it first), whatever the request and however much of the
+// payment is refundable now: the caller compares the record's hash. Else nothing is kept when
+// the payment is not the merchant's (payment.ErrNotFound), is not succeeded
+// (payment.ErrPaymentNotRefundable), or has less refundable than asked for
+// (*payment.RefundExceedsError); an amount with more digits than the payment's currency has is a
+// *payment.ValidationError. No amount in the request is all that is refundable.
+func (s *Store) BeginRefund(ctx context.Context, in BeginRefundInput) (Record, payment.Refund, Began, error) {
+	// Most repeated keys are retries: one read answers them without a transaction.
+	rec, err := s.RefundRecord(ctx, in.MerchantID, in.Key)
+	if err == nil {
+		return rec, payment.Refund{}, BeganExisting, nil
+	}
+	if !errors.Is(err, payment.ErrNotFound) {
+		return rec, payment.Refund{}, 0, err
+	}
+	hash := in.Request.Hash(in.PaymentID)
+	var r payment.Refund
+	err = s.tx(ctx, func(tx pgx.Tx) error {
+		q := s.q.WithTx(tx)
+		// The record first: a concurrent request with the same key waits here for this
+		// transaction, and finds the key taken if it commits, or free if it rolls back.
+		var op uuid.UUID
+		err := tx.QueryRow(ctx, dbsqlc.AcquireRefundKey, in.MerchantID, in.Key, hash, in.OperationID, in.Lease.String()).Scan(&op)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errReplay
+		}
+		if err != nil {
+			return err
+		}
+		p, err := q.LockRefundedPayment(ctx, dbsqlc.LockRefundedPaymentParams{ID: in.PaymentID, MerchantID: in.MerchantID})
+		if err != nil {
+			return err // no rows: payment.ErrNotFound
+		}
+		if payment.Status(p.Status) != payment.StatusSucceeded {
+			return payment.ErrPaymentNotRefundable
+		}
+		amount, err := in.Request.AmountMinor(p.Currency)
+		if err != nil {
+			return err
+		}
+		refundable := p.AmountMinor - p.RefundedMinor - p.RefundHeldMinor
+		if amount == 0 {
+			amount = refundable
+		}
+		if amount <= 0 || amount > refundable {
+			return &payment.RefundExceedsError{Refundable: refundable, Currency: p.Currency}
+		}
+		if _, err := q.HoldPaymentRefund(ctx, dbsqlc.HoldPaymentRefundParams{Amount: amount, ID: p.ID}); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) { // the row is locked by this transaction: never
+				return fmt.Errorf("%w: payment %s refused a hold of %d it had room for", ErrInconsistent, p.ID, amount)
+			}
+			return err
+		}
+		r = payment.Refund{
+			ID: in.OperationID, PaymentID: p.ID, MerchantID: in.MerchantID, AccountID: p.AccountID, IdempotencyKey: in.Key,
+			AmountMinor: amount, Currency: p.Currency, Reason: in.Request.Reason, Status: payment.StatusProcessing,
+		}
+		return tx.QueryRow(ctx, dbsqlc.InsertRefund, r.ID, r.PaymentID, r.MerchantID, r.IdempotencyKey, r.AccountID,
+			r.AmountMinor, r.Currency, r.Reason).Scan(&r.CreatedAt, &r.UpdatedAt)
+	})
+	switch {
+	case err == nil:
+		rec = Record{MerchantID: in.MerchantID, Key: in.Key, RequestHash: hash, Status: RecordProcessing,
+			OperationID: in.OperationID, Scope: ScopeRefund}
+		return rec, r, BeganNew, nil
+	case errors.Is(err, errReplay):
+		rec, err = s.RefundRecord(ctx, in.MerchantID, in.Key)
+		return rec, payment.Refund{}, BeganRaced, err
+	}
+	return Record{}, payment.Refund{}, 0, err
+}
+
+// RefundRecord reads the idempotency record of a merchant's refund key.
+func (s *Store) RefundRecord(ctx context.Context, merchantID uuid.UUID, key string) (Record, error) {
+	var r Record
+	err := scanRecord(s.pool.QueryRow(ctx, dbsqlc.GetRefundRecord, merchantID, key), &r)
+	return r, translate(err)
+}
+
+// TakeOverRefund is TakeOver for a refund's record.
+func (s *Store) TakeOverRefund(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error) {
+	var op uuid.UUID
+	err := s.pool.QueryRow(ctx, dbsqlc.TakeOverRefund, merchantID, key, lease.String()).Scan(&op)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, translate(err)
+}
+
+// Refund reads a refund by its id.
+func (s *Store) Refund(ctx context.Context, id uuid.UUID) (payment.Refund, error) {
+	return scanRefund(s.pool.QueryRow(ctx, dbsqlc.GetRefund, id))
+}
+
+// RefundByKey reads the refund a merchant's idempotency key created.
+func (s *Store) RefundByKey(ctx context.Context, merchantID uuid.UUID, key string) (payment.Refund, error) {
+	return scanRefund(s.pool.QueryRow(ctx, dbsqlc.GetRefundByKey, merchantID, key))
+}
+
+// PaymentRefunds lists a payment's refunds newest first (by creation time, then id), at most
+// limit of them, after the refund startingAfter when it is not nil, and says whether there are
+// more. A startingAfter that is not one of the payment's refunds is a *payment.ValidationError.
+func (s *Store) PaymentRefunds(ctx context.Context, paymentID uuid.UUID, limit int, startingAfter *uuid.UUID) ([]payment.Refund, bool, error) {
+	if limit < 1 {
+		return nil, false, fmt.Errorf("refund list limit %d: must be at least 1", limit)
+	}
+	if startingAfter != nil {
+		ok, err := s.q.RefundOfPayment(ctx, dbsqlc.RefundOfPaymentParams{ID: *startingAfter, PaymentID: paymentID})
+		if err != nil {
+			return nil, false, translate(err)
+		}
+		if !ok {
+			return nil, false, &payment.ValidationError{Fields: []payment.FieldError{{Field: "starting_after", Message: "is not a refund of this payment"}}}
+		}
+	}
+	rows, err := s.pool.Query(ctx, dbsqlc.PaymentRefunds, paymentID, startingAfter, limit+1)
+	if err != nil {
+		return nil, false, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (payment.Refund, error) { return scanRefund(r) })
+	if err != nil {
+		return nil, false, translate(err)
+	}
+	if len(out) > limit {
+		return out[:limit], true, nil
+	}
+	return out, false, nil
+}
+
+func scanRefund(row pgx.Row) (payment.Refund, error) {
+	var r payment.Refund
+	err := row.Scan(&r.ID, &r.PaymentID, &r.MerchantID, &r.AccountID, &r.IdempotencyKey, &r.AmountMinor, &r.Currency,
+		&r.Reason, &r.Status, &r.FailureCode, &r.ProviderReference, &r.CreatedAt, &r.UpdatedAt)
+	return r, translate(err)
+}
+
+// The refund workflow's steps. Each is one short transaction, safe to repeat as the payment's
+// steps are (steps.go): a retried step finds its work done and changes nothing.
+
+// HoldRefund records that the refund's workflow runs and holds the refund's amount on the
+// merchant's settlement account in its currency, under a reservation keyed by the refund's id.
+// A repeated call finds the reservation and changes nothing. payment.ErrInsufficientFunds when
+// the settlement account's available balance is too small (nothing is held then).
+func (s *Store) HoldRefund(ctx context.Context, refundID uuid.UUID) error {
+	var found, already, held, settlement bool
+	var status payment.Status
+	if err := s.pool.QueryRow(ctx, dbsqlc.HoldRefundFunds, refundID, payment.NewID()).Scan(&found, &already, &held, &status, &settlement); err != nil {
+		return translate(err)
+	}
+	switch {
+	case !found:
+		return payment.ErrNotFound
+	case already || held:
+		return nil
+	case !settlement:
+		return fmt.Errorf("%w: merchant of refund %s has no settlement account in its currency", ErrInconsistent, refundID)
+	case status != payment.StatusProcessing:
+		return fmt.Errorf("%w: refund %s is %s without a hold", ErrInconsistent, refundID, status)
+	}
+	// As in Reserve: a concurrent hold of this refund may have taken the balance this
+	// statement's check saw, its reservation after this statement's snapshot.
+	already, err := s.q.ReservationExists(ctx, refundID)
+	if err != nil {
+		return translate(err)
+	}
+	if already {
+		return nil
+	}
+	return payment.ErrInsufficientFunds
+}
+
+// PostRefund books a held refund that the provider made: in one transaction the hold becomes
+// a balanced posting (kind refund, reference the refund's id) from the merchant's settlement
+// account to the payer's, the payment's held amount becomes refunded, the refund succeeded,
+// its record completed with the stored answer, and the event is queued.
+func (s *Store) PostRefund(ctx context.Context, refundID uuid.UUID, providerRef string) (payment.Refund, error) {
+	var r payment.Refund
+	var answer *Answer
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		answer = nil
+		var err error
+		r, err = scanRefund(tx.QueryRow(ctx, dbsqlc.SetRefundStatus, refundID, payment.StatusSucceeded, "", providerRef, fromStatuses(payment.StatusSucceeded)))
+		if errors.Is(err, payment.ErrNotFound) {
+			return refundAlreadyDone(ctx, tx, refundID, payment.StatusSucceeded, &r)
+		}
+		if err != nil {
+			return err
+		}
+		var settlement uuid.UUID
+		var amount int64
+		err = tx.QueryRow(ctx, dbsqlc.CloseReservation, refundID, "finalized").Scan(&settlement, &amount)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: refund %s was not held", ErrInconsistent, refundID)
+		}
+		if err != nil {
+			return err
+		}
+		if amount != r.AmountMinor {
+			return fmt.Errorf("%w: refund %s of %d held %d", ErrInconsistent, refundID, r.AmountMinor, amount)
+		}
+		if err := movePaymentRefund(ctx, tx, dbsqlc.PostPaymentRefund, r); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		postingID := payment.NewID()
+		b.Queue(dbsqlc.InsertPosting, postingID, "refund", refundID.String())
+		b.Queue(dbsqlc.InsertEntryPair, payment.NewID(), postingID, settlement, r.Currency, -amount, payment.NewID(), r.AccountID, amount)
+		b.Queue(dbsqlc.Credit, r.AccountID, amount)
+		a, err := queueRefundComplete(b, r, RecordCompleted)
+		if err != nil {
+			return err
+		}
+		answer = a
+		// Last, as in Finalize: the settlement account is the merchant's hot row.
+		b.Queue(dbsqlc.Capture, settlement, amount)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err == nil {
+		s.announce(refundID, answer)
+	}
+	return r, err
+}
+
+// ReleaseRefund fails a refund with a code: its hold on the settlement account (if it got one)
+// and on the payment are given back, its record completed, and the event queued.
+func (s *Store) ReleaseRefund(ctx context.Context, refundID uuid.UUID, failureCode string) (payment.Refund, error) {
+	var r payment.Refund
+	var answer *Answer
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		answer = nil
+		var err error
+		r, err = scanRefund(tx.QueryRow(ctx, dbsqlc.SetRefundStatus, refundID, payment.StatusFailed, failureCode, "", fromStatuses(payment.StatusFailed)))
+		if errors.Is(err, payment.ErrNotFound) {
+			return refundAlreadyDone(ctx, tx, refundID, payment.StatusFailed, &r)
+		}
+		if err != nil {
+			return err
+		}
+		var settlement uuid.UUID
+		var amount int64
+		err = tx.QueryRow(ctx, dbsqlc.CloseReservation, refundID, "released").Scan(&settlement, &amount)
+		held := err == nil
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		// The payment's row before the settlement account's, in PostRefund's order: two
+		// refunds of one payment finishing at once never wait for each other in a cycle.
+		if err := movePaymentRefund(ctx, tx, dbsqlc.ReleasePaymentRefund, r); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		a, err := queueRefundComplete(b, r, RecordCompleted)
+		if err != nil {
+			return err
+		}
+		answer = a
+		if held {
+			b.Queue(dbsqlc.Unreserve, settlement, amount)
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err == nil {
+		s.announce(refundID, answer)
+	}
+	return r, err
+}
+
+// MarkRefundUnknown parks a processing refund whose outcome at the provider cannot be known. Its
+// holds stay, on the payment and on the settlement account: the bank may have moved the money.
+func (s *Store) MarkRefundUnknown(ctx context.Context, refundID uuid.UUID) (payment.Refund, error) {
+	var r payment.Refund
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		var err error
+		r, err = scanRefund(tx.QueryRow(ctx, dbsqlc.SetRefundStatus, refundID, payment.StatusUnknown, "", "", fromStatuses(payment.StatusUnknown)))
+		if errors.Is(err, payment.ErrNotFound) {
+			return refundAlreadyDone(ctx, tx, refundID, payment.StatusUnknown, &r)
+		}
+		if err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		if _, err := queueRefundComplete(b, r, RecordUnknown); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err == nil {
+		s.announce(refundID, nil)
+	}
+	return r, err
+}
+
+// BeginRefundAttempt is BeginChargeAttempt for a refund's send.
+func (s *Store) BeginRefundAttempt(ctx context.Context, refundID uuid.UUID) (int, error) {
+	n, err := s.q.BeginRefundAttempt(ctx, refundID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, payment.ErrNotFound
+	}
+	return int(n), translate(err)
+}
+
+// BeginRefundSend is BeginChargeSend for a refund's send.
+func (s *Store) BeginRefundSend(ctx context.Context, refundID uuid.UUID, send int) (bool, error) {
+	n, err := s.q.BeginRefundSend(ctx, dbsqlc.BeginRefundSendParams{ID: refundID, Send: int32(send)})
+	return n == 1, translate(err)
+}
+
+// FlagRefundStuck is FlagStuck for a refund.
+func (s *Store) FlagRefundStuck(ctx context.Context, refundID uuid.UUID, reason string) error {
+	n, err := s.q.FlagRefundStuck(ctx, dbsqlc.FlagRefundStuckParams{ID: refundID, Reason: reason})
+	if err == nil && n == 0 {
+		return payment.ErrNotFound
+	}
+	return translate(err)
+}
+
+// movePaymentRefund takes a finishing refund's amount off the payment's held amount (sql: posted
+// to refunded, or released).
+func movePaymentRefund(ctx context.Context, tx pgx.Tx, sql string, r payment.Refund) error {
+	tag, err := tx.Exec(ctx, sql, r.AmountMinor, r.PaymentID)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("%w: payment %s does not hold refund %s's %d", ErrInconsistent, r.PaymentID, r.ID, r.AmountMinor)
+	}
+	return nil
+}
+
+// refundAlreadyDone makes a repeated step a no-op when the refund already has the wanted status,
+// and an ErrInconsistent when it has a contradicting one.
+func refundAlreadyDone(ctx context.Context, tx pgx.Tx, refundID uuid.UUID, want payment.Status, r *payment.Refund) error {
+	cur, err := scanRefund(tx.QueryRow(ctx, dbsqlc.GetRefund, refundID))
+	if err != nil {
+		return err
+	}
+	*r = cur
+	if cur.Status != want {
+		return fmt.Errorf("%w: refund %s is %s, cannot become %s", ErrInconsistent, refundID, cur.Status, want)
+	}
+	return nil
+}
+
+// queueRefundComplete is queueComplete for a refund: the record's move to rs, with the stored
+// answer when it completes, and the refund's event.
+func queueRefundComplete(b *pgx.Batch, r payment.Refund, rs RecordStatus) (*Answer, error) {
+	var a *Answer
+	var outcome *payment.Status
+	var body []byte
+	if rs == RecordCompleted {
+		bd, err := r.AnswerBody()
+		if err != nil {
+			return nil, err
+		}
+		outcome, body, a = &r.Status, bd, &Answer{Outcome: r.Status, Body: bd}
+	}
+	payload, err := json.Marshal(r.Resource())
+	if err != nil {
+		return nil, err
+	}
+	b.Queue(dbsqlc.SetRecordStatus, r.ID, rs, outcome, body)
+	b.Queue(dbsqlc.InsertOutboxEvent, payment.NewID(), r.ID, "refund."+string(r.Status), payload)
+	return a, nil
+}
