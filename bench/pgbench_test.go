@@ -122,7 +122,7 @@ func TestPGBench(t *testing.T) {
 		require.Contains(t, vars, "merchant_id="+out)
 		_, err = q("unbalanced-posting")
 		require.ErrorContains(t, err, "does not balance")
-		_, err = q("payment-without-record")
+		_, err = q("payment-without-account")
 		require.ErrorContains(t, err, "foreign key")
 		_, err = q("overdraw")
 		require.ErrorContains(t, err, "accounts_funds")
