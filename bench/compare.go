@@ -192,9 +192,10 @@ func dbMarkdown(sides []Side) string {
 	b.WriteString("\nDatabase work per workflow (T) or new payment (kasa): each counter's growth over the measured window ÷ operations. " +
 		"Commits: `pg_stat_database.xact_commit`, read-only transactions included. Statements: executions other than " +
 		"BEGIN/COMMIT/ROLLBACK/SAVEPOINT (`pg_stat_statements.calls`), and WAL bytes by statements: `pg_stat_statements.wal_bytes`, " +
-		"both where the bench started PostgreSQL with pg_stat_statements (the real server's sides; - where not). " +
+		"and the pages they wrote whole (`wal_fpi`: the first change to a page after a checkpoint; the bench checkpoints before each side's runs), " +
+		"where the bench started PostgreSQL with pg_stat_statements (the real server's sides; - where not). " +
 		"WAL bytes, whole cluster: `pg_current_wal_lsn()`; what no statement wrote (commit records, autovacuum, checkpoint records) is in no database's share; a statement's full-page images are in its own.\n\n")
-	b.WriteString("| side | run | database | commits | statements | rows written | WAL bytes by statements |\n|---|---|---|---:|---:|---:|---:|\n")
+	b.WriteString("| side | run | database | commits | statements | rows written | WAL bytes by statements | full-page images |\n|---|---|---|---:|---:|---:|---:|---:|\n")
 	num := func(m map[string]float64, k string, f string) string {
 		if v, ok := m[k]; ok {
 			return fmt.Sprintf(f, v)
@@ -210,17 +211,23 @@ func dbMarkdown(sides []Side) string {
 			if len(m) == 0 {
 				continue
 			}
-			byStatements := 0.0
+			byStatements, counted := 0.0, false
 			for _, db := range []string{"temporal", "temporal_visibility", "kasa"} {
 				if _, ok := m["commits "+db]; !ok {
 					continue
 				}
-				byStatements += m["wal bytes "+db]
-				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", cell(s.Temporal), row.name, db,
-					num(m, "commits "+db, "%.1f"), num(m, "statements "+db, "%.1f"), num(m, "rows written "+db, "%.1f"), num(m, "wal bytes "+db, "%.0f"))
+				v, ok := m["wal bytes "+db]
+				byStatements, counted = byStatements+v, counted || ok
+				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", cell(s.Temporal), row.name, db,
+					num(m, "commits "+db, "%.1f"), num(m, "statements "+db, "%.1f"), num(m, "rows written "+db, "%.1f"),
+					num(m, "wal bytes "+db, "%.0f"), num(m, "full-page images "+db, "%.2f"))
 			}
 			if all, ok := m["wal bytes, all"]; ok {
-				fmt.Fprintf(&b, "| %s | %s | whole cluster | | | | %.0f (%.0f in no statement) |\n", cell(s.Temporal), row.name, all, all-byStatements)
+				wal := fmt.Sprintf("%.0f", all)
+				if counted {
+					wal += fmt.Sprintf(" (%.0f in no statement)", all-byStatements)
+				}
+				fmt.Fprintf(&b, "| %s | %s | whole cluster | | | | %s | %s |\n", cell(s.Temporal), row.name, wal, num(m, "full-page images, all", "%.2f"))
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -33,6 +34,8 @@ func TestDatabaseCountersSplitByDatabase(t *testing.T) {
 	_, err = kasa.Exec(ctx, `CREATE TABLE t (id bigint PRIMARY KEY, v text)`)
 	require.NoError(t, err)
 
+	_, err = kasa.Exec(ctx, `INSERT INTO t VALUES (-1, 'x'); CHECKPOINT`)
+	require.NoError(t, err)
 	before, err := count(ctx)
 	require.NoError(t, err)
 	const n = 200
@@ -54,6 +57,18 @@ func TestDatabaseCountersSplitByDatabase(t *testing.T) {
 	require.GreaterOrEqual(t, grew("rows written kasa"), int64(n))
 	require.Greater(t, grew("wal bytes kasa"), int64(n*100), "each row's 100 bytes went to the WAL")
 	require.GreaterOrEqual(t, grew("wal bytes, all"), grew("wal bytes kasa"), "the cluster's WAL includes the statements' and the commit records")
+	require.Positive(t, grew("full-page images kasa"), "the table's page was first written after a checkpoint: whole, once")
+	require.GreaterOrEqual(t, grew("full-page images, all"), grew("full-page images kasa"))
 	require.Zero(t, grew("statements temporal"), "nothing ran in the other databases")
 	require.Zero(t, grew("wal bytes temporal"))
+}
+
+// A second report on a day gets a name of its own rather than writing over the first.
+func TestFreeBaseKeepsEarlierReports(t *testing.T) {
+	dir := t.TempDir()
+	for _, want := range []string{"day", "day-2", "day-3"} {
+		base := freeBase(dir, "day")
+		require.Equal(t, filepath.Join(dir, want), base)
+		require.NoError(t, os.WriteFile(base+".md", nil, 0o644))
+	}
 }

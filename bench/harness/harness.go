@@ -111,7 +111,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 			return err
 		}
 		js, err := json.MarshalIndent(c, "", "  ")
-		base := filepath.Join(*out, c.Started.Format("2006-01-02")+"-temporal-server")
+		base := freeBase(*out, c.Started.Format("2006-01-02")+"-temporal-server")
 		if err = errors.Join(err, os.MkdirAll(*out, 0o755)); err == nil {
 			err = errors.Join(os.WriteFile(base+".md", []byte(bench.CompareMarkdown(c)), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644))
 		}
@@ -141,7 +141,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		}
 		rep.Machine, rep.Commit, rep.Capability = machine(), commit(), cfg.Capability
 		js, err := json.MarshalIndent(rep, "", "  ")
-		base := filepath.Join(*out, rep.Started.Format("2006-01-02"))
+		base := freeBase(*out, rep.Started.Format("2006-01-02"))
 		if err = errors.Join(err, os.MkdirAll(*out, 0o755)); err == nil {
 			err = errors.Join(os.WriteFile(base+".md", []byte(bench.SuiteMarkdown(rep)), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644))
 		}
@@ -207,6 +207,18 @@ func Compare(ctx context.Context, cfg Config, o bench.Options) (*bench.Compariso
 		c.Sides = append(c.Sides, s)
 	}
 	return c, nil
+}
+
+// freeBase is dir/stem, or dir/stem-2, -3... when a report of that name is there already: a
+// second run on a day does not write over the first.
+func freeBase(dir, stem string) string {
+	base := filepath.Join(dir, stem)
+	for i := 2; ; i++ {
+		if _, err := os.Stat(base + ".md"); err != nil {
+			return base
+		}
+		base = filepath.Join(dir, fmt.Sprintf("%s-%d", stem, i))
+	}
 }
 
 // loadavg is the machine's load average over 1, 5 and 15 minutes.
@@ -449,10 +461,11 @@ var measuredDatabases = []string{"kasa", "temporal", "temporal_visibility"}
 // databaseCounters reads, through a pool on the cluster's `postgres` database (so that its own
 // queries count in none of the measured ones), what grows in the measured databases: for each,
 // "commits <db>" (pg_stat_database.xact_commit, read-only transactions included) and "rows written
-// <db>" (rows inserted, updated and deleted); the cluster's whole WAL as "wal bytes, all"; and,
-// where pg_stat_statements is loaded, "statements <db>" (executions of statements other than
-// transaction control) and "wal bytes <db>" (the WAL those statements wrote; commit records,
-// vacuum and checkpoints are in no database's).
+// <db>" (rows inserted, updated and deleted); the cluster's whole WAL as "wal bytes, all" and
+// its "full-page images, all" (pages written whole, the first change to each after a checkpoint);
+// and, where pg_stat_statements is loaded, "statements <db>" (executions of statements other
+// than transaction control), "wal bytes <db>" and "full-page images <db>" (what those statements
+// wrote; commit records, autovacuum and checkpoint records are in no database's).
 func databaseCounters(ctx context.Context, dbURL string) (count func(context.Context) (map[string]int64, error), closePool func(), err error) {
 	u, err := url.Parse(dbURL)
 	if err != nil {
@@ -495,14 +508,15 @@ func databaseCounters(ctx context.Context, dbURL string) (count func(context.Con
 		err := add(`SELECT datname, xact_commit, tup_inserted + tup_updated + tup_deleted FROM pg_stat_database WHERE datname = ANY($1)`,
 			"commits", "rows written")
 		if err == nil {
-			err = add(`SELECT '', (pg_current_wal_lsn() - '0/0')::bigint WHERE $1::text[] IS NOT NULL`, "wal bytes, all")
+			err = add(`SELECT '', (pg_current_wal_lsn() - '0/0')::bigint, wal_fpi FROM pg_stat_wal WHERE $1::text[] IS NOT NULL`,
+				"wal bytes, all", "full-page images, all")
 		}
 		if err == nil && statements {
 			err = add(`SELECT d.datname,
 				coalesce(sum(s.calls) FILTER (WHERE s.query !~* '^\s*(begin|commit|rollback|start transaction|savepoint|release|end)\M'), 0)::bigint,
-				coalesce(sum(s.wal_bytes), 0)::bigint
+				coalesce(sum(s.wal_bytes), 0)::bigint, coalesce(sum(s.wal_fpi), 0)::bigint
 				FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = ANY($1) GROUP BY d.datname`,
-				"statements", "wal bytes")
+				"statements", "wal bytes", "full-page images")
 		}
 		return out, err
 	}
