@@ -24,8 +24,9 @@ type Comparison struct {
 // Side is one Temporal server's pair: T of the payment's shape and new payments, in two passes,
 // the second in mirror order.
 type Side struct {
-	Temporal string   `json:"temporal"` // "dev" or "server"
-	About    string   `json:"about"`    // what that server is
+	Temporal string   `json:"temporal"` // the side's name: "dev", "server", "server, split"
+	About    string   `json:"about"`    // what that server is, and how kasa runs on it
+	Shape    string   `json:"t_shape"`  // T's shape
 	Runs     []Result `json:"runs"`
 	// The passes' means: workflows/s of T, new payments/s of kasa, and their paired ratio.
 	TRate, KasaRate, Ratio float64
@@ -48,10 +49,22 @@ const (
 	CompareKasa = RunSpread
 )
 
+// SideOf is what a side measures: its name, what it is, and the shape of T beside kasa there.
+type SideOf struct {
+	Name, About string
+	Shape       Shape
+}
+
+// SplitShape is the payment's shape when the process that starts it hosts no worker (kasa api
+// beside kasa worker): the start cannot be eager, so the first workflow task goes through the
+// server's matching to a poller.
+var SplitShape = Shape{Steps: "LLL", SearchAttributes: true}
+
 // CompareSide measures one side on s: merchants from o, then T, kasa, kasa, T (two passes, each
 // a pair of runs side by side), then the correctness check.
-func CompareSide(ctx context.Context, s Stack, o Options, temporal, about string) (Side, error) {
-	side := Side{Temporal: temporal, About: about}
+func CompareSide(ctx context.Context, s Stack, o Options, of SideOf) (Side, error) {
+	temporal := of.Name
+	side := Side{Temporal: temporal, About: of.About, Shape: of.Shape.String()}
 	o.Progress("%s: setting up %d merchants", temporal, o.Merchants)
 	fx, err := Setup(ctx, Options{APIURL: s.APIURL, AdminToken: s.AdminToken, Merchants: o.Merchants, Payers: 1})
 	if err != nil {
@@ -66,7 +79,7 @@ func CompareSide(ctx context.Context, s Stack, o Options, temporal, about string
 		opts.APIURL, opts.AdminToken, opts.CPU, opts.Counters = s.APIURL, s.AdminToken, s.CPU, s.Counters
 		var r Result
 		if strings.HasPrefix(name, CompareT) {
-			r, err = WorkflowCeiling(ctx, s.Temporal, PaymentShape, opts)
+			r, err = WorkflowCeiling(ctx, s.Temporal, of.Shape, opts)
 		} else {
 			r, err = Run(ctx, opts, fx)
 		}
@@ -107,37 +120,28 @@ func summarizePair(a, b Result) (Summary, float64) {
 	return s, (rate(a) + rate(b)) / 2
 }
 
-// CompareMarkdown is a comparison's report: one row per side, then every run.
+// CompareMarkdown is a comparison's report: one row per side, CPU and database work per
+// operation, then every run.
 func CompareMarkdown(c *Comparison) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# kasa and ceiling T on the Temporal dev server and on a real Temporal Server, %s\n\n",
 		c.Started.Format("2006-01-02 15:04 UTC"))
+	var shapes []string
+	for _, s := range c.Sides {
+		shapes = append(shapes, s.Temporal+": "+s.Shape)
+	}
 	fmt.Fprintf(&b, "Machine: %s. Commit: %s. Each run: %s measured after %s of warm-up, %d clients, %d merchants; "+
-		"per side T, kasa, kasa, T (two passes, the second mirrored). T: workflows of the payment's shape (%s) with no-op steps. "+
+		"per side T, kasa, kasa, T (two passes, the second mirrored). T: workflows with no-op steps of the shape kasa's payment has on that side (%s). "+
 		"Load average (1, 5, 15 min) before and after each side: %s.\n\n",
 		c.Machine, c.Commit, c.Options.Duration, c.Options.Warmup, c.Options.Concurrency, c.Options.Merchants,
-		PaymentShape, strings.Join(c.Load, "; "))
-	var counters []string
+		strings.Join(shapes, "; "), strings.Join(c.Load, "; "))
+	b.WriteString("| side | T workflows/s | kasa new payments/s | kasa ÷ T | T p50 / p99 ms | kasa p50 / p99 ms | correct |\n|---|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range c.Sides {
-		for name := range s.Kasa.PerOp {
-			if !slices.Contains(counters, name) {
-				counters = append(counters, name)
-			}
-		}
-	}
-	slices.Sort(counters)
-	b.WriteString("| Temporal | T workflows/s | kasa new payments/s | kasa ÷ T | T p50 / p99 ms | kasa p50 / p99 ms | correct |\n|---|---:|---:|---:|---:|---:|---|\n")
-	for _, s := range c.Sides {
-		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.2f | %.1f / %.1f | %.1f / %.1f | %s |\n", cell(s.About), s.TRate, s.KasaRate, s.Ratio,
+		fmt.Fprintf(&b, "| %s: %s | %.1f | %.1f | %.2f | %.1f / %.1f | %.1f / %.1f | %s |\n", cell(s.Temporal), cell(s.About), s.TRate, s.KasaRate, s.Ratio,
 			s.T.P50, s.T.P99, s.Kasa.P50, s.Kasa.P99, map[bool]string{true: "yes", false: "**NO**"}[s.Correct])
 	}
-	b.WriteString("\nCPU milliseconds per workflow (T) or new payment (kasa), by process, and counters per operation " +
-		"(commits: `pg_stat_database.xact_commit` of each database, read-only transactions included):\n\n")
-	b.WriteString("| Temporal | run | kasa | temporal | postgres | bench | all | cores busy |")
-	for _, n := range counters {
-		fmt.Fprintf(&b, " %s |", n)
-	}
-	b.WriteString("\n|---|---|---:|---:|---:|---:|---:|---:|" + strings.Repeat("---:|", len(counters)) + "\n")
+	b.WriteString("\nCPU milliseconds per workflow (T) or new payment (kasa), by process:\n\n")
+	b.WriteString("| side | run | kasa | temporal | postgres | bench | all | cores busy |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range c.Sides {
 		for _, row := range []struct {
 			name string
@@ -148,18 +152,11 @@ func CompareMarkdown(c *Comparison) string {
 				all += ms
 			}
 			m := row.sum.CPU
-			fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |", cell(s.Temporal), row.name,
+			fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", cell(s.Temporal), row.name,
 				m[ClassKasa], m[ClassTemporal], m[ClassPostgres], m[ClassBench], all, row.sum.Cores)
-			for _, n := range counters {
-				if v, ok := row.sum.PerOp[n]; ok {
-					fmt.Fprintf(&b, " %.1f |", v)
-				} else {
-					b.WriteString(" - |") // no such database on this side
-				}
-			}
-			b.WriteString("\n")
 		}
 	}
+	b.WriteString(dbMarkdown(c.Sides))
 	b.WriteString("\nRatio inputs (each pass's pair ran side by side):\n\n")
 	for _, s := range c.Sides {
 		fmt.Fprintf(&b, "- %s: %s; %d payments checked, %d double charges, %d invariant violations\n",
@@ -179,6 +176,58 @@ func CompareMarkdown(c *Comparison) string {
 					fmt.Fprintf(&b, "%s%s %.1f", map[bool]string{true: "", false: ", "}[i == 0], n, r.PerOp[n])
 				}
 				b.WriteString("\n")
+			}
+		}
+	}
+	return b.String()
+}
+
+// dbMarkdown is the database work per operation of each side's runs, by database: commits
+// (pg_stat_database.xact_commit, read-only transactions included), statements other than
+// transaction control and the WAL they wrote (pg_stat_statements, where loaded), rows written;
+// and the cluster's whole WAL, of which what no statement wrote (commit records, autovacuum,
+// checkpoint records) is in no database's share.
+func dbMarkdown(sides []Side) string {
+	var b strings.Builder
+	b.WriteString("\nDatabase work per workflow (T) or new payment (kasa): each counter's growth over the measured window ÷ operations. " +
+		"Commits: `pg_stat_database.xact_commit`, read-only transactions included. Statements: executions other than " +
+		"BEGIN/COMMIT/ROLLBACK/SAVEPOINT (`pg_stat_statements.calls`), and WAL bytes by statements: `pg_stat_statements.wal_bytes`, " +
+		"and the pages they wrote whole (`wal_fpi`: the first change to a page after a checkpoint; the bench checkpoints before each side's runs), " +
+		"where the bench started PostgreSQL with pg_stat_statements (the real server's sides; - where not). " +
+		"WAL bytes, whole cluster: `pg_current_wal_lsn()`; what no statement wrote (commit records, autovacuum, checkpoint records) is in no database's share; a statement's full-page images are in its own.\n\n")
+	b.WriteString("| side | run | database | commits | statements | rows written | WAL bytes by statements | full-page images |\n|---|---|---|---:|---:|---:|---:|---:|\n")
+	num := func(m map[string]float64, k string, f string) string {
+		if v, ok := m[k]; ok {
+			return fmt.Sprintf(f, v)
+		}
+		return "-"
+	}
+	for _, s := range sides {
+		for _, row := range []struct {
+			name string
+			sum  Summary
+		}{{"T", s.T}, {"kasa", s.Kasa}} {
+			m := row.sum.PerOp
+			if len(m) == 0 {
+				continue
+			}
+			byStatements, counted := 0.0, false
+			for _, db := range []string{"temporal", "temporal_visibility", "kasa"} {
+				if _, ok := m["commits "+db]; !ok {
+					continue
+				}
+				v, ok := m["wal bytes "+db]
+				byStatements, counted = byStatements+v, counted || ok
+				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", cell(s.Temporal), row.name, db,
+					num(m, "commits "+db, "%.1f"), num(m, "statements "+db, "%.1f"), num(m, "rows written "+db, "%.1f"),
+					num(m, "wal bytes "+db, "%.0f"), num(m, "full-page images "+db, "%.2f"))
+			}
+			if all, ok := m["wal bytes, all"]; ok {
+				wal := fmt.Sprintf("%.0f", all)
+				if counted {
+					wal += fmt.Sprintf(" (%.0f in no statement)", all-byStatements)
+				}
+				fmt.Fprintf(&b, "| %s | %s | whole cluster | | | | %s | %s |\n", cell(s.Temporal), row.name, wal, num(m, "full-page images, all", "%.2f"))
 			}
 		}
 	}

@@ -13,13 +13,16 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,6 +54,17 @@ const (
 	TemporalServer = "server" // the real Temporal Server on PostgreSQL, started by the harness
 )
 
+// How the measured kasa runs (--kasa): the command the harness starts.
+const (
+	// TopologyDev is kasa dev: one process whose API hosts the worker, so a payment starts
+	// eagerly and runs its local steps in one workflow task handed back with the start.
+	TopologyDev = "dev"
+	// TopologyCluster is kasa cluster: two kasa api (the bench loads one), two kasa worker, the
+	// relay with NATS and the bank simulator as processes of their own, as deployed. The API
+	// hosts no worker: the start is not eager, and the API awaits the workflow's result.
+	TopologyCluster = "cluster"
+)
+
 var (
 	ErrUsage     = errors.New("usage")       // the command line was wrong (exit 2)
 	ErrIncorrect = errors.New("not correct") // a payment charged twice or an invariant broken (exit 1)
@@ -75,7 +89,8 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	fs.Float64Var(&o.Insufficient, "insufficient", 0.05, "share of new payments the payer cannot afford")
 	fs.IntVar(&o.Preload, "preload", 0, "--suite: load this many stored payments and idempotency records for the large-table runs")
 	temporal := fs.String("temporal", TemporalDev, "the Temporal kasa runs on: dev (the CLI's dev server) or server (the real Temporal Server on PostgreSQL)")
-	compare := fs.Bool("compare-temporal", false, "measure T and new payments on the dev server and on the real server, and write <date>-temporal-server.{md,json} to --out")
+	topology := fs.String("kasa", TopologyDev, "how kasa runs: dev (one process, the worker in the API's) or cluster (kasa cluster: APIs and workers apart; needs --temporal=server)")
+	compare := fs.Bool("compare-temporal", false, "measure T and new payments on the dev server, on the real server, and on the real server with kasa cluster, and write <date>-temporal-server.{md,json} to --out")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
@@ -85,6 +100,10 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		fmt.Fprintf(fs.Output(), "kasa bench: --temporal is dev or server, not %q\n", *temporal)
 		return ErrUsage
 	}
+	if (*topology != TopologyDev && *topology != TopologyCluster) || (*topology == TopologyCluster && *temporal != TemporalServer) {
+		fmt.Fprintf(fs.Output(), "kasa bench: --kasa is dev or cluster (with --temporal=server), not %q\n", *topology)
+		return ErrUsage
+	}
 	if *compare {
 		o.Progress = progress
 		c, err := Compare(ctx, cfg, o)
@@ -92,7 +111,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 			return err
 		}
 		js, err := json.MarshalIndent(c, "", "  ")
-		base := filepath.Join(*out, c.Started.Format("2006-01-02")+"-temporal-server")
+		base := freeBase(*out, c.Started.Format("2006-01-02")+"-temporal-server")
 		if err = errors.Join(err, os.MkdirAll(*out, 0o755)); err == nil {
 			err = errors.Join(os.WriteFile(base+".md", []byte(bench.CompareMarkdown(c)), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644))
 		}
@@ -107,12 +126,12 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		}
 		return nil
 	}
-	st, err := startStack(ctx, cfg, *temporal)
+	st, err := startStack(ctx, cfg, *temporal, *topology)
 	if err != nil {
 		return err
 	}
 	defer func() { st.stop(err != nil) }()
-	o.APIURL, o.AdminToken, o.CPU, o.Progress = st.APIURL, st.AdminToken, st.CPU, progress
+	o.APIURL, o.AdminToken, o.CPU, o.Counters, o.Progress = st.APIURL, st.AdminToken, st.CPU, st.Counters, progress
 	if *suite {
 		// The suite writes its report to out/<date>.md and .json.
 		o.Payers = 0 // one run's flag, which the suite does not read
@@ -122,7 +141,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		}
 		rep.Machine, rep.Commit, rep.Capability = machine(), commit(), cfg.Capability
 		js, err := json.MarshalIndent(rep, "", "  ")
-		base := filepath.Join(*out, rep.Started.Format("2006-01-02"))
+		base := freeBase(*out, rep.Started.Format("2006-01-02"))
 		if err = errors.Join(err, os.MkdirAll(*out, 0o755)); err == nil {
 			err = errors.Join(os.WriteFile(base+".md", []byte(bench.SuiteMarkdown(rep)), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644))
 		}
@@ -149,33 +168,57 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		return err
 	}
 	fmt.Print(bench.Markdown("kasa bench", res))
+	if len(res.PerOp) > 0 {
+		fmt.Printf("\nCounters per new payment: ")
+		for i, n := range slices.Sorted(maps.Keys(res.PerOp)) {
+			fmt.Printf("%s%s %.1f", map[bool]string{true: "", false: ", "}[i == 0], n, res.PerOp[n])
+		}
+		fmt.Println()
+	}
 	return verdict(v)
 }
 
-// Compare measures ceiling T of the payment's shape and new payments (o's Duration, Warmup,
-// Concurrency, Merchants, Duplicates, Insufficient) on a fresh stack on the dev server, then on
-// one on the real Temporal Server.
+// Compare measures ceiling T and new payments (o's Duration, Warmup, Concurrency, Merchants,
+// Duplicates, Insufficient) on a fresh stack for each side: kasa dev on the dev server, kasa dev
+// on the real Temporal Server, and kasa cluster on the real Temporal Server, each beside T of
+// the shape its payments have there.
 func Compare(ctx context.Context, cfg Config, o bench.Options) (*bench.Comparison, error) {
 	c := &bench.Comparison{Started: time.Now().UTC(), Machine: machine(), Commit: commit(), Options: o}
-	about := map[string]string{
-		TemporalDev:    "dev server (Temporal CLI, SQLite, one process)",
-		TemporalServer: fmt.Sprintf("Temporal Server %s (PostgreSQL persistence and visibility, %d history shards)", devenv.TemporalServerVersion, historyShards),
-	}
-	for _, temporal := range []string{TemporalDev, TemporalServer} {
-		st, err := startStack(ctx, cfg, temporal)
+	server := fmt.Sprintf("Temporal Server %s (PostgreSQL persistence and visibility, %d history shards)", devenv.TemporalServerVersion, historyShards)
+	for _, side := range []struct {
+		temporal, topology string
+		of                 bench.SideOf
+	}{
+		{TemporalDev, TopologyDev, bench.SideOf{Name: "dev", About: "dev server (Temporal CLI, SQLite, one process), kasa dev", Shape: bench.PaymentShape}},
+		{TemporalServer, TopologyDev, bench.SideOf{Name: "server", About: server + ", kasa dev (the worker in the API's process: eager start, one workflow task)", Shape: bench.PaymentShape}},
+		{TemporalServer, TopologyCluster, bench.SideOf{Name: "server, split", About: server + ", kasa cluster (2 kasa api, one loaded; 2 kasa worker; relay; NATS: no eager start)", Shape: bench.SplitShape}},
+	} {
+		st, err := startStack(ctx, cfg, side.temporal, side.topology)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", temporal, err)
+			return nil, fmt.Errorf("%s: %w", side.of.Name, err)
 		}
 		before := loadavg()
-		side, err := bench.CompareSide(ctx, st.Stack, o, temporal, about[temporal])
+		s, err := bench.CompareSide(ctx, st.Stack, o, side.of)
 		st.stop(err != nil)
 		if err != nil {
 			return nil, err
 		}
-		c.Load = append(c.Load, fmt.Sprintf("%s %s → %s", temporal, before, loadavg()))
-		c.Sides = append(c.Sides, side)
+		c.Load = append(c.Load, fmt.Sprintf("%s %s → %s", side.of.Name, before, loadavg()))
+		c.Sides = append(c.Sides, s)
 	}
 	return c, nil
+}
+
+// freeBase is dir/stem, or dir/stem-2, -3... when a report of that name is there already: a
+// second run on a day does not write over the first.
+func freeBase(dir, stem string) string {
+	base := filepath.Join(dir, stem)
+	for i := 2; ; i++ {
+		if _, err := os.Stat(base + ".md"); err != nil {
+			return base
+		}
+		base = filepath.Join(dir, fmt.Sprintf("%s-%d", stem, i))
+	}
 }
 
 // loadavg is the machine's load average over 1, 5 and 15 minutes.
@@ -222,7 +265,7 @@ func commit() string {
 	return rev + dirty
 }
 
-// stack is a throwaway `kasa dev` child and what the suite needs of it.
+// stack is a throwaway `kasa dev` (or `kasa cluster`) child and what the suite needs of it.
 type stack struct {
 	bench.Stack
 	dir     string   // the child's data directory
@@ -241,13 +284,15 @@ func (s *stack) stop(keep bool) {
 	}
 }
 
-// startStack starts this binary's `kasa dev` in a temporary data directory on free ports and waits
+// startStack starts this binary's `kasa dev` (topology cluster: `kasa cluster`, which needs
+// temporal "server") in a temporary data directory on free ports and waits
 // until it is ready. The child gets none of the user's KASA_* settings (it must not touch their
 // database or Temporal) but the Temporal CLI's path and what cfg passes on.
 //
 // With temporal "server" it first starts PostgreSQL and the real Temporal Server on it itself, and
-// the child uses both (kasa dev starts neither when given their addresses).
-func startStack(ctx context.Context, cfg Config, temporal string) (_ *stack, err error) {
+// the child uses both (kasa dev starts neither when given their addresses). That PostgreSQL
+// counts statements and their WAL by database (statsSettings).
+func startStack(ctx context.Context, cfg Config, temporal, topology string) (_ *stack, err error) {
 	bin := cfg.Binary
 	if bin == "" {
 		if bin, err = os.Executable(); err != nil {
@@ -288,7 +333,8 @@ func startStack(ctx context.Context, cfg Config, temporal string) (_ *stack, err
 	var beside []int // the servers started here, not by the child: their CPU counts too
 	if temporal == TemporalServer {
 		progress("starting PostgreSQL and the Temporal Server %s in %s", devenv.TemporalServerVersion, dir)
-		pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(dir, "postgres"), Database: "kasa", Logger: slog.New(slog.DiscardHandler)})
+		pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(dir, "postgres"), Database: "kasa",
+			Settings: statsSettings, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return nil, err
 		}
@@ -311,7 +357,7 @@ func startStack(ctx context.Context, cfg Config, temporal string) (_ *stack, err
 	}
 	// Stopping sends SIGTERM, and SIGKILL a minute later if the child is still running.
 	stopCtx, stopChild := context.WithCancel(context.WithoutCancel(ctx))
-	cmd := exec.CommandContext(stopCtx, bin, "dev")
+	cmd := exec.CommandContext(stopCtx, bin, topology)
 	cmd.Env, cmd.Stdout, cmd.Stderr, cmd.WaitDelay = env, logFile, logFile, time.Minute
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	dieWithParent(cmd)
@@ -329,9 +375,14 @@ func startStack(ctx context.Context, cfg Config, temporal string) (_ *stack, err
 		}
 	}()
 	s.cleanup = append(s.cleanup, func() { stopChild(); <-exited; logFile.Close() })
-	progress("starting a throwaway kasa dev in %s", dir)
+	progress("starting a throwaway kasa %s in %s", topology, dir)
 
-	// The child writes dev.json, which says where its servers are, once all of them run.
+	// The child writes dev.json (kasa cluster: cluster/cluster.json), which says where its
+	// servers are, once all of them run.
+	statePath := filepath.Join(dir, "dev.json")
+	if topology == TopologyCluster {
+		statePath = filepath.Join(dir, "cluster", "cluster.json")
+	}
 	var st struct {
 		AdminToken      string `json:"admin_token"`
 		SecretKey       string `json:"secret_key"`
@@ -342,9 +393,9 @@ func startStack(ctx context.Context, cfg Config, temporal string) (_ *stack, err
 	failed := func(why string) error {
 		b, _ := os.ReadFile(logFile.Name())
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		return fmt.Errorf("kasa dev %s; its log:\n%s", why, strings.Join(lines[max(0, len(lines)-30):], "\n"))
+		return fmt.Errorf("kasa %s %s; its log:\n%s", topology, why, strings.Join(lines[max(0, len(lines)-30):], "\n"))
 	}
-	for deadline := time.After(3 * time.Minute); !ready(filepath.Join(dir, "dev.json"), &st, s.APIURL); {
+	for deadline := time.After(3 * time.Minute); !ready(statePath, &st, s.APIURL); {
 		select {
 		case <-exited:
 			return nil, cmp.Or(startErr, failed("exited while starting"))
@@ -370,12 +421,12 @@ func startStack(ctx context.Context, cfg Config, temporal string) (_ *stack, err
 	s.cleanup = append(s.cleanup, s.Temporal.Close)
 	<-started
 	s.AdminToken, s.DatabaseURL, s.Verify, s.CPU = st.AdminToken, st.DatabaseURL, db.Verify, bench.StackCPU(cmd.Process.Pid, beside...)
-	pool, err := pgxpool.New(ctx, st.DatabaseURL)
+	counters, closeCounters, err := databaseCounters(ctx, st.DatabaseURL)
 	if err != nil {
 		return nil, err
 	}
-	s.cleanup = append(s.cleanup, pool.Close)
-	s.Counters = func(ctx context.Context) (map[string]int64, error) { return commits(ctx, pool) }
+	s.cleanup = append(s.cleanup, closeCounters)
+	s.Counters = counters
 	s.Preload = func(ctx context.Context, fx *bench.Fixture, n int) error {
 		var merchants []string
 		for _, m := range fx.Merchants {
@@ -400,23 +451,76 @@ func postmasterPID(dataDir string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
 }
 
-// commits are the committed transactions so far of kasa's database and, on the real Temporal
-// Server, of its persistence and visibility databases, as "commits <database>".
-func commits(ctx context.Context, pool *pgxpool.Pool) (map[string]int64, error) {
-	rows, err := pool.Query(ctx, `SELECT datname, xact_commit FROM pg_stat_database WHERE datname IN ('kasa', 'temporal', 'temporal_visibility')`)
+// statsSettings make a PostgreSQL the harness starts count every statement, and the WAL it
+// wrote, by database (pg_stat_statements): room for Temporal's few hundred distinct statements.
+var statsSettings = []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.max=10000"}
+
+// measuredDatabases are kasa's database and the real Temporal Server's persistence and visibility.
+var measuredDatabases = []string{"kasa", "temporal", "temporal_visibility"}
+
+// databaseCounters reads, through a pool on the cluster's `postgres` database (so that its own
+// queries count in none of the measured ones), what grows in the measured databases: for each,
+// "commits <db>" (pg_stat_database.xact_commit, read-only transactions included) and "rows written
+// <db>" (rows inserted, updated and deleted); the cluster's whole WAL as "wal bytes, all" and
+// its "full-page images, all" (pages written whole, the first change to each after a checkpoint);
+// and, where pg_stat_statements is loaded, "statements <db>" (executions of statements other
+// than transaction control), "wal bytes <db>" and "full-page images <db>" (what those statements
+// wrote; commit records, autovacuum and checkpoint records are in no database's).
+func databaseCounters(ctx context.Context, dbURL string) (count func(context.Context) (map[string]int64, error), closePool func(), err error) {
+	u, err := url.Parse(dbURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := map[string]int64{}
-	for rows.Next() {
-		var name string
-		var n int64
-		if err := rows.Scan(&name, &n); err != nil {
-			return nil, err
+	u.Path = "/postgres"
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		return nil, nil, err
+	}
+	_, err = pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`)
+	if err == nil {
+		_, err = pool.Exec(ctx, `SELECT 1 FROM pg_stat_statements LIMIT 1`) // fails unless preloaded
+	}
+	statements := err == nil
+	count = func(ctx context.Context) (map[string]int64, error) {
+		out := map[string]int64{}
+		add := func(sql string, names ...string) error {
+			rows, err := pool.Query(ctx, sql, measuredDatabases)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var db string
+				vals := make([]int64, len(names))
+				dest := []any{&db}
+				for i := range vals {
+					dest = append(dest, &vals[i])
+				}
+				if err := rows.Scan(dest...); err != nil {
+					return err
+				}
+				for i, n := range names {
+					out[strings.TrimSpace(n+" "+db)] = vals[i]
+				}
+			}
+			return rows.Err()
 		}
-		out["commits "+name] = n
+		err := add(`SELECT datname, xact_commit, tup_inserted + tup_updated + tup_deleted FROM pg_stat_database WHERE datname = ANY($1)`,
+			"commits", "rows written")
+		if err == nil {
+			err = add(`SELECT '', (pg_current_wal_lsn() - '0/0')::bigint, wal_fpi FROM pg_stat_wal WHERE $1::text[] IS NOT NULL`,
+				"wal bytes, all", "full-page images, all")
+		}
+		if err == nil && statements {
+			err = add(`SELECT d.datname,
+				coalesce(sum(s.calls) FILTER (WHERE s.query !~* '^\s*(begin|commit|rollback|start transaction|savepoint|release|end)\M'), 0)::bigint,
+				coalesce(sum(s.wal_bytes), 0)::bigint, coalesce(sum(s.wal_fpi), 0)::bigint
+				FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = ANY($1) GROUP BY d.datname`,
+				"statements", "wal bytes", "full-page images")
+		}
+		return out, err
 	}
-	return out, rows.Err()
+	return count, pool.Close, nil
 }
 
 // ready reads the child's dev.json into st, and asks its API's /readyz.

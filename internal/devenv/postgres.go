@@ -26,7 +26,10 @@ type PostgresOptions struct {
 	Database string // created when missing; default "kasa"
 	// Ephemeral turns durability off (fsync, full-page writes): for test clusters only.
 	Ephemeral bool
-	Logger    *slog.Logger
+	// Settings are extra server settings, "name=value" each (-c), such as the preloaded
+	// pg_stat_statements that kasa bench counts statements with.
+	Settings []string
+	Logger   *slog.Logger
 }
 
 // Postgres is a running cluster that this process started and will stop.
@@ -79,6 +82,9 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"}
 	if o.Ephemeral {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off")
+	}
+	for _, kv := range o.Settings {
+		args = append(args, "-c", kv)
 	}
 	logFile, err := os.OpenFile(filepath.Join(filepath.Dir(dir), filepath.Base(dir)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
