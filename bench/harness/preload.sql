@@ -55,7 +55,7 @@ SELECT merchant_id, key,
     'completed', id,
     'failed', -- the stored answer of a failed payment
     convert_to('{"id":"' || id || '","status":"failed","amount":"' || round(amount / power(10::numeric, exponent), exponent) ||
-        '","currency":"' || currency || '","invoice_id":"' || invoice || '","payment_type":"' || payment_type || '","account_id":"' ||
+        '","amount_refunded":"' || round(0::numeric, exponent) || '","currency":"' || currency || '","invoice_id":"' || invoice || '","payment_type":"' || payment_type || '","account_id":"' ||
         account_id || '","failure_code":"declined","provider_reference":null,"created_at":"' || at ||
         '","updated_at":"' || at || '"}' || E'\n', 'UTF8'),
     NULL, true, now(), now()
