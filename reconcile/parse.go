@@ -1,6 +1,6 @@
-// Package reconcile matches a provider's settlement file to kasa's payments (docs/operations.md): it
-// resolves unknown payments through the workflow's checked `settle` update and reports every
-// disagreement between the bank and kasa without changing it silently.
+// Package reconcile matches a provider's settlement file to kasa's payments and refunds
+// (docs/operations.md): it resolves unknown ones through their workflow's checked `settle` update
+// and reports every disagreement between the bank and kasa without changing it silently.
 package reconcile
 
 import (

@@ -58,12 +58,12 @@ type Reconciler struct {
 	Settler Settler
 	// Concurrency bounds the settle updates in flight (default DefaultConcurrency).
 	Concurrency int
-	// SettleTimeout bounds one settle update; a payment whose workflow does not answer in time
+	// SettleTimeout bounds one settle update; one whose workflow does not answer in time
 	// (no worker polls its task queue...) is reported as settle_failed. Default DefaultSettleTimeout.
 	SettleTimeout time.Duration
-	// BookingWindow is how long the bank may take to book a charge after kasa stopped waiting
-	// for it (KASA_PROVIDER_BOOKING_WINDOW); an unlisted payment is decided only once the file
-	// covers that long after its last change. Default DefaultBookingWindow.
+	// BookingWindow is how long the bank may take to book a charge or a refund after kasa
+	// stopped waiting for it (KASA_PROVIDER_BOOKING_WINDOW); an unlisted payment or refund is
+	// decided only once the file covers that long after its last change. Default DefaultBookingWindow.
 	BookingWindow time.Duration
 	Logger        *slog.Logger
 	// Runs, when set, keeps every finished reconciliation (the audit trail and the outcome
@@ -81,10 +81,10 @@ type RunRecorder interface {
 type Options struct {
 	// Days declares the UTC days the file covers. Empty: the days of its settlement_date values.
 	// Declaring them lets a file with no lines (nothing settled that day) resolve that day's
-	// unknown payments as not charged; every line's date must then be one of them.
+	// unknown payments (and refunds) as not charged; every line's date must then be one of them.
 	Days []Day
-	// Merchants limits the coverage checks (releasing unlisted unknown payments, reporting
-	// succeeded-but-missing) to these merchants, for providers that send one file per merchant.
+	// Merchants limits the coverage checks (releasing unlisted unknown payments and refunds,
+	// reporting succeeded-but-missing) to these merchants, for providers that send one file per merchant.
 	// Empty: all merchants. Listed lines are matched whatever their merchant.
 	Merchants []uuid.UUID
 	// Progress, when set, is called as lines are matched (done of total).
