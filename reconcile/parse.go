@@ -1,6 +1,6 @@
-// Package reconcile matches a provider's settlement file to kasa's payments (docs/operations.md): it
-// resolves unknown payments through the workflow's checked `settle` update and reports every
-// disagreement between the bank and kasa without changing it silently.
+// Package reconcile matches a provider's settlement file to kasa's payments and refunds
+// (docs/operations.md): it resolves unknown ones through their workflow's checked `settle` update
+// and reports every disagreement between the bank and kasa without changing it silently.
 package reconcile
 
 import (
@@ -105,6 +105,9 @@ type Trailer struct {
 type File struct {
 	Lines    []Line
 	Trailers []Trailer
+	// Typed: the file has the seventh column, type. Only such a file speaks for refunds: one
+	// without it lists charges alone, so a refund missing from it proves nothing.
+	Typed bool
 }
 
 // LineError is one problem of a settlement file, at a line (0: the file as a whole).
@@ -225,6 +228,7 @@ func ParseFile(r io.Reader) (*File, error) {
 			switch len(rec) {
 			case len(Header), len(HeaderTyped):
 				width = len(rec)
+				f.Typed = width == len(HeaderTyped)
 				if !equal(rec, Header) && !equal(rec, HeaderTyped) {
 					fe.add(num, "header", "want exactly "+strings.Join(Header, ",")+" (or with a seventh column type)")
 				}
@@ -439,10 +443,20 @@ func (b *bomSkipper) Read(p []byte) (int, error) {
 	return b.r.Read(p)
 }
 
-// Write renders lines as a settlement CSV (header included) followed by the trailers, the
-// inverse of ParseFile: in the six-column form when every line is a charge, else with `type`.
+// Write renders lines as a settlement CSV (header included) followed by the trailers: in the
+// six-column form when every line is a charge, else with `type`.
 func Write(w io.Writer, lines []Line, trailers ...Trailer) error {
+	return WriteFile(w, &File{Lines: lines, Trailers: trailers})
+}
+
+// WriteFile renders a file, the inverse of ParseFile: with the `type` column when the file is
+// Typed or has a refund line (a file of charges that speaks for refunds too keeps saying so).
+func WriteFile(w io.Writer, f *File) error {
+	lines, trailers := f.Lines, f.Trailers
 	header := Header
+	if f.Typed {
+		header = HeaderTyped
+	}
 	for _, l := range lines {
 		if l.Type != "" && l.Type != TypeCharge {
 			header = HeaderTyped
@@ -456,7 +470,11 @@ func Write(w io.Writer, lines []Line, trailers ...Trailer) error {
 	for _, l := range lines {
 		row := []string{string(l.SettlementDate), l.ProviderChargeID, l.Reference.String(), l.Amount(), l.Currency, l.Status}
 		if len(header) == len(HeaderTyped) {
-			row = append(row, l.Type)
+			t := l.Type
+			if t == "" {
+				t = TypeCharge
+			}
+			row = append(row, t)
 		}
 		if err := cw.Write(row); err != nil {
 			return err

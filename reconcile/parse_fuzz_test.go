@@ -49,12 +49,15 @@ func FuzzParseFileRoundTrip(f *testing.F) {
 			return
 		}
 		var buf bytes.Buffer
-		if err := Write(&buf, file.Lines, file.Trailers...); err != nil {
-			t.Fatalf("Write: %v", err)
+		if err := WriteFile(&buf, file); err != nil {
+			t.Fatalf("WriteFile: %v", err)
 		}
 		back, err := ParseFile(bytes.NewReader(buf.Bytes()))
 		if err != nil {
 			t.Fatalf("the rendered file is refused: %v\n%s", err, buf.Bytes())
+		}
+		if back.Typed != file.Typed {
+			t.Fatalf("round trip: typed %v -> %v", file.Typed, back.Typed)
 		}
 		if len(back.Lines) != len(file.Lines) || len(back.Trailers) != len(file.Trailers) {
 			t.Fatalf("round trip: %d lines %d trailers -> %d lines %d trailers",

@@ -95,15 +95,26 @@ func TestParseTyped(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, f, again, "Write is ParseFile's inverse")
 
-	// A typed file of charges only is the same as the untyped one.
+	require.True(t, f.Typed)
+
+	// A typed file of charges only has the untyped one's lines, but it speaks for refunds too
+	// (it lists none), and keeps its type column when written back.
 	typed, err := ParseFile(strings.NewReader(hdrTyped + "2025-03-01,ch_1," + ref1 + ",10.00,TRY,settled,charge\n"))
 	require.NoError(t, err)
 	plain, err := ParseFile(strings.NewReader(hdr + "2025-03-01,ch_1," + ref1 + ",10.00,TRY,settled\n"))
 	require.NoError(t, err)
-	require.Equal(t, plain, typed)
+	require.Equal(t, plain.Lines, typed.Lines)
+	require.True(t, typed.Typed)
+	require.False(t, plain.Typed, "the six-column form lists charges only")
 	buf.Reset()
 	require.NoError(t, Write(&buf, typed.Lines))
 	require.True(t, strings.HasPrefix(buf.String(), hdr), "charges alone are written in the six-column form")
+	buf.Reset()
+	require.NoError(t, WriteFile(&buf, typed))
+	require.True(t, strings.HasPrefix(buf.String(), hdrTyped), "unless the file is typed")
+	again, err = ParseFile(&buf)
+	require.NoError(t, err)
+	require.Equal(t, typed, again)
 }
 
 func TestParseHeaderOnly(t *testing.T) {

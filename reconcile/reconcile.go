@@ -28,10 +28,14 @@ type Store interface {
 	// EachPaymentCreated calls fn for every payment created in [from, to) with one of the
 	// statuses, of one of the merchants (all merchants when merchants is empty).
 	EachPaymentCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Payment) error) error
+	// RefundsByID, Refund and EachRefundCreated are the same for refunds.
+	RefundsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Refund, error)
+	Refund(ctx context.Context, id uuid.UUID) (payment.Refund, error)
+	EachRefundCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Refund) error) error
 }
 
-// Settler resolves an unknown payment through its workflow's checked `settle` update
-// (workflows.Starter). A payment that is not unknown answers workflows.ErrSettlementRejected.
+// Settler resolves an unknown payment or refund through its workflow's checked `settle` update
+// (workflows.Starter). One that is not unknown answers workflows.ErrSettlementRejected.
 type Settler interface {
 	Settle(ctx context.Context, workflowID string, s workflows.Settlement) (string, error)
 }
@@ -47,19 +51,19 @@ const (
 // rereadDelay spaces the re-reads of a payment whose settlement was refused (tests shorten it).
 var rereadDelay = 200 * time.Millisecond
 
-// Reconciler matches settlement files to payments. It is safe for concurrent use; importing
+// Reconciler matches settlement files to payments and refunds. It is safe for concurrent use; importing
 // the same file twice changes nothing the second time.
 type Reconciler struct {
 	Store   Store
 	Settler Settler
 	// Concurrency bounds the settle updates in flight (default DefaultConcurrency).
 	Concurrency int
-	// SettleTimeout bounds one settle update; a payment whose workflow does not answer in time
+	// SettleTimeout bounds one settle update; one whose workflow does not answer in time
 	// (no worker polls its task queue...) is reported as settle_failed. Default DefaultSettleTimeout.
 	SettleTimeout time.Duration
-	// BookingWindow is how long the bank may take to book a charge after kasa stopped waiting
-	// for it (KASA_PROVIDER_BOOKING_WINDOW); an unlisted payment is decided only once the file
-	// covers that long after its last change. Default DefaultBookingWindow.
+	// BookingWindow is how long the bank may take to book a charge or a refund after kasa
+	// stopped waiting for it (KASA_PROVIDER_BOOKING_WINDOW); an unlisted payment or refund is
+	// decided only once the file covers that long after its last change. Default DefaultBookingWindow.
 	BookingWindow time.Duration
 	Logger        *slog.Logger
 	// Runs, when set, keeps every finished reconciliation (the audit trail and the outcome
@@ -77,10 +81,10 @@ type RunRecorder interface {
 type Options struct {
 	// Days declares the UTC days the file covers. Empty: the days of its settlement_date values.
 	// Declaring them lets a file with no lines (nothing settled that day) resolve that day's
-	// unknown payments as not charged; every line's date must then be one of them.
+	// unknown payments (and refunds) as not charged; every line's date must then be one of them.
 	Days []Day
-	// Merchants limits the coverage checks (releasing unlisted unknown payments, reporting
-	// succeeded-but-missing) to these merchants, for providers that send one file per merchant.
+	// Merchants limits the coverage checks (releasing unlisted unknown payments and refunds,
+	// reporting succeeded-but-missing) to these merchants, for providers that send one file per merchant.
 	// Empty: all merchants. Listed lines are matched whatever their merchant.
 	Merchants []uuid.UUID
 	// Progress, when set, is called as lines are matched (done of total).
@@ -100,42 +104,52 @@ func (r *Reconciler) Import(ctx context.Context, f io.Reader, o Options) (*Repor
 	return r.Reconcile(ctx, file, o)
 }
 
-// Reconcile matches parsed lines to payments (see the package documentation and docs/operations.md):
+// Reconcile matches parsed lines to payments and refunds (see the package documentation and
+// docs/operations.md). Charge lines are matched to payments, refund lines to refunds, each the
+// same way:
 //
-//   - listed and unknown: settled as charged (provider_reference = provider_charge_id);
+//   - listed and unknown: settled as charged (for a refund: it was paid back), with
+//     provider_reference = provider_charge_id;
 //   - listed and succeeded with the same amount and currency: matched;
-//   - listed with another amount or currency, listed but failed, or listed without a payment:
-//     a mismatch, and the payment is left as it is;
+//   - listed with another amount or currency, listed but failed, or listed without a payment
+//     (refund) of that id: a mismatch, and the payment (refund) is left as it is;
 //   - listed and processing: pending;
-//   - not listed, unknown or succeeded, created on a covered day: its charge window runs from
-//     its creation to the booking window after its last change (when it became unknown, or
+//   - not listed, unknown or succeeded, created on a covered day: its window runs from its
+//     creation to the booking window after its last change (when it became unknown, or
 //     succeeded). Only once the file covers that whole window is it decided: unknown and every
 //     day of the window complete by a trailer: settled as not charged; succeeded: a mismatch.
 //     Otherwise it is pending, with the reason.
 //
-// A settlement the workflow refuses because the payment is no longer unknown (a concurrent or
-// earlier import, an operator) is not an error: the payment is re-read and matched as it is now.
+// A file without the type column lists charges only: its days cover no refund, so it never
+// releases one or reports one missing.
+//
+// A settlement the workflow refuses because the operation is no longer unknown (a concurrent or
+// earlier import, an operator) is not an error: it is re-read and matched as it is now.
 // The error is non-nil only when the import could not run (database or Temporal unavailable);
 // what it settled before that stays settled, and a re-run continues safely.
-//
-// Refund lines are only counted (Report.RefundLines): payments are matched to charge lines alone.
 func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report, error) {
-	lines, refunds := chargeLines(f.Lines)
-	days, err := coveredDays(f, lines, o.Days)
+	days, err := coveredDays(f, o.Days)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	run := &run{r: r, ctx: ctx, cancel: cancel, dry: o.DryRun, now: time.Now(), window: r.BookingWindow,
-		covered: map[Day]bool{}, complete: map[Day]time.Time{}, listed: make(map[uuid.UUID]bool, len(lines))}
+		covered: map[Day]bool{}, complete: map[Day]time.Time{},
+		listed: map[kind]map[uuid.UUID]bool{charge: {}, refund: {}}}
 	if run.window <= 0 {
 		run.window = DefaultBookingWindow
 	}
 	run.report.DryRun = o.DryRun
 	run.report.Days = days
-	run.report.Lines = len(lines)
-	run.report.RefundLines = refunds
+	run.report.RefundsCovered = f.Typed
+	for _, l := range f.Lines {
+		if l.Type == TypeRefund {
+			run.report.RefundLines++
+		} else {
+			run.report.Lines++
+		}
+	}
 	for _, d := range days {
 		run.covered[d] = true
 	}
@@ -153,57 +167,77 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 	}
 	run.sem = make(chan struct{}, n)
 
-	// 1. Every line, in batches: one query per batch.
-	for start := 0; start < len(lines); start += batchSize {
-		batch := lines[start:min(start+batchSize, len(lines))]
-		ids := make([]uuid.UUID, len(batch))
-		for i, l := range batch {
-			ids[i] = l.Reference
-			run.listed[l.Reference] = true
+	// 1. Every line, in batches of one type: one query per batch.
+	lines := map[kind][]Line{}
+	for _, l := range f.Lines {
+		k := charge
+		if l.Type == TypeRefund {
+			k = refund
 		}
-		found, err := r.Store.PaymentsByID(ctx, ids)
-		if err != nil {
-			return nil, run.abort(fmt.Errorf("read payments: %w", err))
-		}
-		byID := make(map[uuid.UUID]payment.Payment, len(found))
-		for _, p := range found {
-			byID[p.ID] = p
-		}
-		for _, l := range batch {
-			p, ok := byID[l.Reference]
-			if !ok {
-				run.mismatch(Mismatch{Kind: KindUnknownReference, Line: l.Number, Reference: l.Reference.String(),
-					ProviderChargeID: l.ProviderChargeID, Expected: "no payment with this id", Found: describeLine(l)})
-				continue
+		lines[k] = append(lines[k], l)
+	}
+	done := 0
+	for _, k := range []kind{charge, refund} {
+		for start := 0; start < len(lines[k]); start += batchSize {
+			batch := lines[k][start:min(start+batchSize, len(lines[k]))]
+			ids := make([]uuid.UUID, len(batch))
+			for i, l := range batch {
+				ids[i] = l.Reference
+				run.listed[k][l.Reference] = true
 			}
-			run.matchLine(l, p, true)
-		}
-		if ctx.Err() != nil {
-			return nil, run.abort(context.Cause(ctx))
-		}
-		if o.Progress != nil {
-			o.Progress(start+len(batch), len(lines))
+			byID, err := run.lookup(k, ids)
+			if err != nil {
+				return nil, run.abort(fmt.Errorf("read %ss: %w", k.noun(), err))
+			}
+			for _, l := range batch {
+				o, ok := byID[l.Reference]
+				if !ok {
+					run.mismatch(k, Mismatch{Kind: KindUnknownReference, Line: l.Number, Reference: l.Reference.String(),
+						ProviderChargeID: l.ProviderChargeID, Expected: "no " + k.noun() + " with this id", Found: describeLine(l)})
+					continue
+				}
+				run.matchLine(l, o, true)
+			}
+			if ctx.Err() != nil {
+				return nil, run.abort(context.Cause(ctx))
+			}
+			done += len(batch)
+			if o.Progress != nil {
+				o.Progress(done, len(f.Lines))
+			}
 		}
 	}
 	run.wg.Wait()
 
 	// 2. Coverage: what the covered days should have listed and did not.
-	var unlisted []payment.Payment
+	var unlisted []op
 	statuses := []payment.Status{payment.StatusUnknown, payment.StatusSucceeded}
 	for _, d := range days {
 		from := d.Start()
-		err := r.Store.EachPaymentCreated(ctx, from, from.AddDate(0, 0, 1), statuses, o.Merchants, func(p payment.Payment) error {
-			if !run.listed[p.ID] {
-				unlisted = append(unlisted, p)
+		err := r.Store.EachPaymentCreated(ctx, from, d.End(), statuses, o.Merchants, func(p payment.Payment) error {
+			if !run.listed[charge][p.ID] {
+				unlisted = append(unlisted, paymentOp(p))
 			}
 			return nil
 		})
 		if err != nil {
 			return nil, run.abort(fmt.Errorf("read payments created on %s: %w", d, err))
 		}
+		if !f.Typed {
+			continue
+		}
+		err = r.Store.EachRefundCreated(ctx, from, d.End(), statuses, o.Merchants, func(rf payment.Refund) error {
+			if !run.listed[refund][rf.ID] {
+				unlisted = append(unlisted, refundOp(rf))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, run.abort(fmt.Errorf("read refunds created on %s: %w", d, err))
+		}
 	}
-	for _, p := range unlisted {
-		run.checkUnlisted(p)
+	for _, o := range unlisted {
+		run.checkUnlisted(o)
 	}
 	run.wg.Wait()
 	if err := context.Cause(ctx); err != nil {
@@ -217,7 +251,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 }
 
 // record keeps the run. The settlements it made have happened whatever this does, so a
-// failure is logged, not returned.
+// failure is logged, not returned. The run's counts are of payments and refunds together (the
+// outcome metrics and the last run's mismatches count both); its report tells them apart.
 func (r *Reconciler) record(ctx context.Context, rep *Report) {
 	if r.Runs == nil {
 		return
@@ -230,9 +265,10 @@ func (r *Reconciler) record(ctx context.Context, rep *Report) {
 		}
 		c := rep.Counts
 		err = r.Runs.RecordReconciliation(ctx, store.ReconciliationRun{
-			ID: payment.NewID(), Source: r.Source, Days: days, Lines: rep.Lines,
-			Matched: c.Matched, ResolvedCharged: c.ResolvedCharged, ResolvedNotCharged: c.ResolvedNotCharged,
-			Pending: c.Pending, Mismatches: c.Mismatches, Report: body,
+			ID: payment.NewID(), Source: r.Source, Days: days, Lines: rep.Lines + rep.RefundLines,
+			Matched: c.Matched + c.RefundMatched, ResolvedCharged: c.ResolvedCharged + c.RefundResolvedCharged,
+			ResolvedNotCharged: c.ResolvedNotCharged + c.RefundResolvedNotCharged,
+			Pending:            c.Pending + c.RefundPending, Mismatches: c.Mismatches + c.RefundMismatches, Report: body,
 		})
 	}
 	if err != nil {
@@ -240,23 +276,9 @@ func (r *Reconciler) record(ctx context.Context, rep *Report) {
 	}
 }
 
-// chargeLines is the file's charge lines (a line without a type is one), and how many refund
-// lines it set aside.
-func chargeLines(all []Line) (charges []Line, refunds int) {
-	charges = make([]Line, 0, len(all))
-	for _, l := range all {
-		if l.Type == TypeRefund {
-			refunds++
-			continue
-		}
-		charges = append(charges, l)
-	}
-	return charges, refunds
-}
-
-// coveredDays is the declared days, or the days of the charge lines and trailers; with declared
-// days every line (of either type) and trailer must fall on one of them.
-func coveredDays(f *File, charges []Line, declared []Day) ([]Day, error) {
+// coveredDays is the declared days, or the days of the lines and trailers; with declared days
+// every line and trailer must fall on one of them.
+func coveredDays(f *File, declared []Day) ([]Day, error) {
 	set := map[Day]bool{}
 	for _, d := range declared {
 		if _, err := ParseDay(string(d)); err != nil {
@@ -280,7 +302,7 @@ func coveredDays(f *File, charges []Line, declared []Day) ([]Day, error) {
 			return nil, &fe
 		}
 	} else {
-		for _, l := range charges {
+		for _, l := range f.Lines {
 			set[l.SettlementDate] = true
 		}
 		for _, t := range f.Trailers {
@@ -295,6 +317,82 @@ func coveredDays(f *File, charges []Line, declared []Day) ([]Day, error) {
 	return days, nil
 }
 
+// kind says whether a line or an operation is a charge (a payment) or a refund: their report
+// entries and counts are kept apart.
+type kind int
+
+const (
+	charge kind = iota
+	refund
+)
+
+func (k kind) noun() string {
+	if k == refund {
+		return "refund"
+	}
+	return "payment"
+}
+
+// op is a payment or a refund as reconciliation sees it: both are matched and settled alike.
+type op struct {
+	kind                     kind
+	id, paymentID, merchant  uuid.UUID
+	key                      string
+	amount                   int64
+	currency                 string
+	status                   payment.Status
+	failureCode, providerRef string
+	created, updated         time.Time
+}
+
+func paymentOp(p payment.Payment) op {
+	return op{kind: charge, id: p.ID, paymentID: p.ID, merchant: p.MerchantID, key: p.IdempotencyKey, amount: p.AmountMinor,
+		currency: p.Currency, status: p.Status, failureCode: p.FailureCode, providerRef: p.ProviderReference,
+		created: p.CreatedAt, updated: p.UpdatedAt}
+}
+
+func refundOp(r payment.Refund) op {
+	return op{kind: refund, id: r.ID, paymentID: r.PaymentID, merchant: r.MerchantID, key: r.IdempotencyKey, amount: r.AmountMinor,
+		currency: r.Currency, status: r.Status, failureCode: r.FailureCode, providerRef: r.ProviderReference,
+		created: r.CreatedAt, updated: r.UpdatedAt}
+}
+
+func (o op) workflowID() string {
+	if o.kind == refund {
+		return workflows.RefundWorkflowID(o.merchant, o.key)
+	}
+	return workflows.PaymentWorkflowID(o.merchant, o.key)
+}
+
+// refundID is the refund's id in report entries ("" for a payment).
+func (o op) refundID() string {
+	if o.kind == refund {
+		return o.id.String()
+	}
+	return ""
+}
+
+// describe is what kasa recorded, for a mismatch's "expected".
+func (o op) describe() string {
+	s := string(o.status)
+	if o.failureCode != "" {
+		s += " (" + o.failureCode + ")"
+	}
+	s += " " + payment.FormatAmount(o.amount, o.currency) + " " + o.currency
+	if o.providerRef != "" {
+		s += ", " + bankNoun(o.kind) + " " + o.providerRef
+	}
+	return s
+}
+
+// bankNoun names the bank's id of a charge or a refund.
+func bankNoun(k kind) string {
+	if k == refund {
+		return "refund"
+	}
+	return "charge"
+}
+
 // run is one import in progress.
 type run struct {
 	r        *Reconciler
@@ -305,7 +403,7 @@ type run struct {
 	window   time.Duration
 	covered  map[Day]bool
 	complete map[Day]time.Time // days with a trailer: complete up to then (never after now)
-	listed   map[uuid.UUID]bool
+	listed   map[kind]map[uuid.UUID]bool
 	sem      chan struct{}
 	wg       sync.WaitGroup
 
@@ -319,90 +417,141 @@ func (run *run) abort(err error) error {
 	return err
 }
 
-func (run *run) mismatch(m Mismatch) {
+// lookup reads the payments or refunds among ids that exist.
+func (run *run) lookup(k kind, ids []uuid.UUID) (map[uuid.UUID]op, error) {
+	out := make(map[uuid.UUID]op, len(ids))
+	if k == refund {
+		found, err := run.r.Store.RefundsByID(run.ctx, ids)
+		for _, rf := range found {
+			out[rf.ID] = refundOp(rf)
+		}
+		return out, err
+	}
+	found, err := run.r.Store.PaymentsByID(run.ctx, ids)
+	for _, p := range found {
+		out[p.ID] = paymentOp(p)
+	}
+	return out, err
+}
+
+func (run *run) mismatch(k kind, m Mismatch) {
 	run.mu.Lock()
 	defer run.mu.Unlock()
+	if k == refund {
+		run.report.RefundMismatches = append(run.report.RefundMismatches, m)
+		return
+	}
 	run.report.Mismatches = append(run.report.Mismatches, m)
 }
 
-func (run *run) pending(p Pending) {
+func (run *run) pending(k kind, p Pending) {
 	run.mu.Lock()
 	defer run.mu.Unlock()
+	if k == refund {
+		run.report.RefundPending = append(run.report.RefundPending, p)
+		return
+	}
 	run.report.Pending = append(run.report.Pending, p)
 }
 
-func (run *run) count(f func(*Counts)) {
+func (run *run) matched(k kind) {
 	run.mu.Lock()
 	defer run.mu.Unlock()
-	f(&run.report.Counts)
-}
-
-// resolved records a payment settled (or, in a dry run, that would be).
-func (run *run) resolved(p payment.Payment, st workflows.Settlement, line int, chargeID string) {
-	run.mu.Lock()
-	defer run.mu.Unlock()
-	if st.Outcome == workflows.OutcomeCharged {
-		run.report.Counts.ResolvedCharged++
-	} else {
-		run.report.Counts.ResolvedNotCharged++
+	if k == refund {
+		run.report.Counts.RefundMatched++
+		return
 	}
-	ref := p.ID.String()
-	run.report.Resolved = append(run.report.Resolved, Resolution{Outcome: st.Outcome, Line: line, Reference: ref, PaymentID: ref,
-		MerchantID: p.MerchantID.String(), WorkflowID: workflowID(p), ProviderChargeID: chargeID})
+	run.report.Counts.Matched++
 }
 
-// matchLine classifies a listed payment; settle is false once a settlement was refused (the
-// payment is then matched as it is, never settled again by this import).
-func (run *run) matchLine(l Line, p payment.Payment, settle bool) {
-	m := Mismatch{Line: l.Number, Reference: l.Reference.String(), PaymentID: p.ID.String(), MerchantID: p.MerchantID.String(),
-		WorkflowID: workflowID(p), ProviderChargeID: l.ProviderChargeID}
+// resolved records an operation settled (or, in a dry run, that would be).
+func (run *run) resolved(o op, st workflows.Settlement, line int, chargeID string) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	c := &run.report.Counts
+	res := Resolution{Outcome: st.Outcome, Line: line, Reference: o.id.String(), PaymentID: o.paymentID.String(), RefundID: o.refundID(),
+		MerchantID: o.merchant.String(), WorkflowID: o.workflowID(), ProviderChargeID: chargeID}
 	switch {
-	case p.Status == payment.StatusFailed:
-		m.Kind, m.Expected, m.Found = KindChargedButFailed, describePayment(p), describeLine(l)
-		run.mismatch(m)
-	case p.Currency != l.Currency:
-		m.Kind, m.Expected, m.Found = KindCurrencyDiffers, describePayment(p), describeLine(l)
-		run.mismatch(m)
-	case p.AmountMinor != l.AmountMinor:
-		m.Kind, m.Expected, m.Found = KindAmountDiffers, describePayment(p), describeLine(l)
-		run.mismatch(m)
-	case p.Status == payment.StatusProcessing:
-		run.pending(Pending{Reason: ReasonProcessing, Line: l.Number, Reference: m.Reference, PaymentID: m.PaymentID,
-			MerchantID: m.MerchantID, WorkflowID: m.WorkflowID, Status: string(p.Status),
-			Detail: "still processing: import the file again once it has finished"})
-	case p.Status == payment.StatusSucceeded:
-		if p.ProviderReference != "" && p.ProviderReference != l.ProviderChargeID {
-			m.Kind, m.Expected, m.Found = KindProviderReferenceDiffers, "charge "+p.ProviderReference, "charge "+l.ProviderChargeID
-			run.mismatch(m)
+	case o.kind == refund && st.Outcome == workflows.OutcomeCharged:
+		c.RefundResolvedCharged++
+	case o.kind == refund:
+		c.RefundResolvedNotCharged++
+	case st.Outcome == workflows.OutcomeCharged:
+		c.ResolvedCharged++
+	default:
+		c.ResolvedNotCharged++
+	}
+	if o.kind == refund {
+		run.report.RefundResolved = append(run.report.RefundResolved, res)
+		return
+	}
+	run.report.Resolved = append(run.report.Resolved, res)
+}
+
+// entry is the start of a mismatch about o.
+func entry(o op, line int, chargeID string) Mismatch {
+	return Mismatch{Line: line, Reference: o.id.String(), PaymentID: o.paymentID.String(), RefundID: o.refundID(),
+		MerchantID: o.merchant.String(), WorkflowID: o.workflowID(), ProviderChargeID: chargeID}
+}
+
+func pendingOf(o op, reason string, line int, detail string) Pending {
+	return Pending{Reason: reason, Line: line, Reference: o.id.String(), PaymentID: o.paymentID.String(), RefundID: o.refundID(),
+		MerchantID: o.merchant.String(), WorkflowID: o.workflowID(), Status: string(o.status), Detail: detail}
+}
+
+// matchLine classifies a listed payment or refund; settle is false once a settlement was refused
+// (it is then matched as it is, never settled again by this import).
+func (run *run) matchLine(l Line, o op, settle bool) {
+	m := entry(o, l.Number, l.ProviderChargeID)
+	switch {
+	case o.status == payment.StatusFailed:
+		m.Kind, m.Expected, m.Found = KindChargedButFailed, o.describe(), describeLine(l)
+		if o.kind == refund {
+			m.Kind = KindRefundedButFailed
+		}
+		run.mismatch(o.kind, m)
+	case o.currency != l.Currency:
+		m.Kind, m.Expected, m.Found = KindCurrencyDiffers, o.describe(), describeLine(l)
+		run.mismatch(o.kind, m)
+	case o.amount != l.AmountMinor:
+		m.Kind, m.Expected, m.Found = KindAmountDiffers, o.describe(), describeLine(l)
+		run.mismatch(o.kind, m)
+	case o.status == payment.StatusProcessing:
+		run.pending(o.kind, pendingOf(o, ReasonProcessing, l.Number, "still processing: import the file again once it has finished"))
+	case o.status == payment.StatusSucceeded:
+		if o.providerRef != "" && o.providerRef != l.ProviderChargeID {
+			noun := bankNoun(o.kind)
+			m.Kind, m.Expected, m.Found = KindProviderReferenceDiffers, noun+" "+o.providerRef, noun+" "+l.ProviderChargeID
+			run.mismatch(o.kind, m)
 			return
 		}
-		run.count(func(c *Counts) { c.Matched++ })
-	case p.Status == payment.StatusUnknown && settle:
+		run.matched(o.kind)
+	case o.status == payment.StatusUnknown && settle:
 		st := workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: l.ProviderChargeID,
 			Note: fmt.Sprintf("reconciliation: settlement file line %d, settled %s", l.Number, l.SettlementDate)}
-		run.settle(p, st, func(status string) {
+		run.settle(o, st, func(status string) {
 			if status == string(payment.StatusSucceeded) {
-				run.resolved(p, st, l.Number, l.ProviderChargeID)
+				run.resolved(o, st, l.Number, l.ProviderChargeID)
 				return
 			}
 			m.Kind, m.Expected, m.Found = KindSettleFailed, "unknown, settled as charged", "the workflow answered "+status
-			run.mismatch(m)
-		}, func(now payment.Payment) { run.matchLine(l, now, false) }, &m)
+			run.mismatch(o.kind, m)
+		}, func(now op) { run.matchLine(l, now, false) }, &m)
 	default: // unknown, but its settlement was just refused
-		m.Kind, m.Expected, m.Found = KindSettleFailed, describePayment(p), describeLine(l)+": the workflow refused the settlement while the payment is unknown; try again"
-		run.mismatch(m)
+		m.Kind, m.Expected, m.Found = KindSettleFailed, o.describe(), describeLine(l)+": the workflow refused the settlement while the "+o.kind.noun()+" is unknown; try again"
+		run.mismatch(o.kind, m)
 	}
 }
 
-// checkUnlisted handles an unknown or succeeded payment created on a covered day that the file
-// does not list. Its charge, if any, was booked between its creation and the booking window
-// after its last change (payments.updated_at: when it became unknown, or succeeded; kasa
-// records no later attempt). The file decides it only if it covers that whole window, and
-// releases it only if every day of the window is complete by a trailer.
-func (run *run) checkUnlisted(p payment.Payment) {
-	bookBy := p.UpdatedAt.Add(run.window)
+// checkUnlisted handles an unknown or succeeded payment or refund created on a covered day that
+// the file does not list. The bank booked it, if at all, between its creation and the booking
+// window after its last change (updated_at: when it became unknown, or succeeded; kasa records
+// no later attempt). The file decides it only if it covers that whole window, and releases it
+// only if every day of the window is complete by a trailer.
+func (run *run) checkUnlisted(o op) {
+	bookBy := o.updated.Add(run.window)
 	var missing, open, unproven []Day
-	for d := DayOf(p.CreatedAt); d <= DayOf(bookBy); d = d.Next() {
+	for d := DayOf(o.created); d <= DayOf(bookBy); d = d.Next() {
 		if !run.covered[d] {
 			missing = append(missing, d)
 			continue
@@ -416,66 +565,62 @@ func (run *run) checkUnlisted(p payment.Payment) {
 			open = append(open, d)
 		}
 	}
-	ref := p.ID.String()
-	m := Mismatch{Reference: ref, PaymentID: ref, MerchantID: p.MerchantID.String(), WorkflowID: workflowID(p)}
-	pend := Pending{Reference: ref, PaymentID: ref, MerchantID: m.MerchantID, WorkflowID: m.WorkflowID, Status: string(p.Status)}
+	m := entry(o, 0, "")
 	window := fmt.Sprintf("created %s, last changed %s, the bank may book it until %s",
-		payment.FormatTime(p.CreatedAt), payment.FormatTime(p.UpdatedAt), payment.FormatTime(bookBy))
+		payment.FormatTime(o.created), payment.FormatTime(o.updated), payment.FormatTime(bookBy))
 	switch {
 	case len(missing) > 0:
-		// The charge may have happened on a day this file does not cover: deciding "not
-		// charged" (or "missing") from it could release money the bank did take.
-		pend.Reason, pend.Detail = ReasonWindowNotCovered, window+": the file does not cover "+joinDays(missing)
-		run.pending(pend)
+		// It may have been booked on a day this file does not cover: deciding "not charged" (or
+		// "missing") from it could release money the bank did move.
+		run.pending(o.kind, pendingOf(o, ReasonWindowNotCovered, 0, window+": the file does not cover "+joinDays(missing)))
 		return
 	case len(open) > 0:
 		// The bank may still book it, or booked it after the file was made.
-		pend.Reason, pend.Detail = ReasonBookingWindow, window+": import a file made after that"
+		detail := window + ": import a file made after that"
 		if run.now.Before(bookBy) {
-			pend.Detail = window + ": import again after that"
+			detail = window + ": import again after that"
 		}
-		run.pending(pend)
+		run.pending(o.kind, pendingOf(o, ReasonBookingWindow, 0, detail))
 		return
-	case p.Status == payment.StatusUnknown && len(unproven) > 0:
+	case o.status == payment.StatusUnknown && len(unproven) > 0:
 		// Without a trailer the file may have been cut short: its silence proves nothing.
-		pend.Reason, pend.Detail = ReasonFileNotComplete, "the file has no trailer for "+joinDays(unproven)+
-			": it may be cut short, so it cannot prove the payment was not charged"
-		run.pending(pend)
+		run.pending(o.kind, pendingOf(o, ReasonFileNotComplete, 0, "the file has no trailer for "+joinDays(unproven)+
+			": it may be cut short, so it cannot prove the "+o.kind.noun()+" did not happen"))
 		return
 	}
-	switch p.Status {
+	switch o.status {
 	case payment.StatusSucceeded:
-		m.Kind, m.Expected, m.Found = KindSucceededButMissing, describePayment(p), "not listed on "+joinDays(run.report.Days)
-		run.mismatch(m)
+		m.Kind, m.Expected, m.Found = KindSucceededButMissing, o.describe(), "not listed on "+joinDays(run.report.Days)
+		run.mismatch(o.kind, m)
 	case payment.StatusUnknown:
 		st := workflows.Settlement{Outcome: workflows.OutcomeNotCharged,
 			Note: "reconciliation: not in the settlement file for " + joinDays(run.report.Days)}
-		run.settle(p, st, func(status string) {
+		run.settle(o, st, func(status string) {
 			if status == string(payment.StatusFailed) {
-				run.resolved(p, st, 0, "")
+				run.resolved(o, st, 0, "")
 				return
 			}
 			m.Kind, m.Expected, m.Found = KindSettleFailed, "unknown, settled as not charged", "the workflow answered "+status
-			run.mismatch(m)
-		}, func(now payment.Payment) {
-			switch now.Status {
+			run.mismatch(o.kind, m)
+		}, func(now op) {
+			switch now.status {
 			case payment.StatusSucceeded: // settled as charged meanwhile, yet not in the file
-				m.Kind, m.Expected, m.Found = KindSucceededButMissing, describePayment(now), "not listed on "+joinDays(run.report.Days)
-				run.mismatch(m)
+				m.Kind, m.Expected, m.Found = KindSucceededButMissing, now.describe(), "not listed on "+joinDays(run.report.Days)
+				run.mismatch(o.kind, m)
 			case payment.StatusFailed: // released meanwhile: nothing left to do
 			default:
-				m.Kind, m.Expected, m.Found = KindSettleFailed, describePayment(now), "not listed: the workflow refused the settlement while the payment is unknown; try again"
-				run.mismatch(m)
+				m.Kind, m.Expected, m.Found = KindSettleFailed, now.describe(), "not listed: the workflow refused the settlement while the "+o.kind.noun()+" is unknown; try again"
+				run.mismatch(o.kind, m)
 			}
 		}, &m)
 	}
 }
 
 // settle sends the settlement in the background (bounded by the semaphore). done gets the
-// final status; refused gets the payment as it is now when the workflow refused the
-// settlement because the payment is no longer unknown. Other failures are settle_failed
-// mismatches built on m; an unavailable Temporal or database aborts the import.
-func (run *run) settle(p payment.Payment, st workflows.Settlement, done func(status string), refused func(payment.Payment), m *Mismatch) {
+// final status; refused gets the operation as it is now when the workflow refused the
+// settlement because it is no longer unknown. Other failures are settle_failed mismatches
+// built on m; an unavailable Temporal or database aborts the import.
+func (run *run) settle(o op, st workflows.Settlement, done func(status string), refused func(op), m *Mismatch) {
 	if run.dry {
 		// What the workflow answers when it accepts the settlement.
 		if st.Outcome == workflows.OutcomeCharged {
@@ -497,54 +642,63 @@ func (run *run) settle(p payment.Payment, st workflows.Settlement, done func(sta
 			timeout = DefaultSettleTimeout
 		}
 		ctx, cancel := context.WithTimeout(run.ctx, timeout)
-		status, err := run.r.Settler.Settle(ctx, workflowID(p), st)
+		status, err := run.r.Settler.Settle(ctx, o.workflowID(), st)
 		timedOut := ctx.Err() != nil
 		cancel()
+		noun := o.kind.noun()
 		switch {
 		case err == nil:
-			run.log().Info("reconcile: settled", "payment_id", p.ID, "outcome", st.Outcome, "status", status)
+			run.log().Info("reconcile: settled", noun+"_id", o.id, "outcome", st.Outcome, "status", status)
 			done(status)
 		case run.ctx.Err() != nil:
 			// the import is being aborted
 		case errors.Is(err, workflows.ErrSettlementRejected):
-			now, rerr := run.reread(p.ID)
+			now, rerr := run.reread(o)
 			switch {
 			case rerr != nil:
-				run.cancel(fmt.Errorf("re-read payment %s: %w", p.ID, rerr))
-			case now.Status != payment.StatusUnknown:
+				run.cancel(fmt.Errorf("re-read %s %s: %w", noun, o.id, rerr))
+			case now.status != payment.StatusUnknown:
 				refused(now)
 			default:
 				mm := *m
 				mm.Kind, mm.Expected, mm.Found = KindSettleFailed, "unknown, settled as "+st.Outcome, err.Error()
-				run.mismatch(mm)
+				run.mismatch(o.kind, mm)
 			}
 		case workflows.IsUnavailable(err) && !timedOut:
-			run.cancel(fmt.Errorf("settle payment %s: %w", p.ID, err))
+			run.cancel(fmt.Errorf("settle %s %s: %w", noun, o.id, err))
 		default:
-			run.log().Warn("reconcile: settle failed", "payment_id", p.ID, "outcome", st.Outcome, "error", err)
+			run.log().Warn("reconcile: settle failed", noun+"_id", o.id, "outcome", st.Outcome, "error", err)
 			mm := *m
 			mm.Kind, mm.Expected, mm.Found = KindSettleFailed, "unknown, settled as "+st.Outcome, err.Error()
-			run.mismatch(mm)
+			run.mismatch(o.kind, mm)
 		}
 	})
 }
 
-// reread reads a payment whose settlement was refused, giving a settlement that another
-// import has in flight a moment to land.
-func (run *run) reread(id uuid.UUID) (payment.Payment, error) {
-	var p payment.Payment
+// reread reads a payment or refund whose settlement was refused, giving a settlement that
+// another import has in flight a moment to land.
+func (run *run) reread(o op) (op, error) {
 	for attempt := range 5 {
 		var err error
-		if p, err = run.r.Store.Payment(run.ctx, id); err != nil || p.Status != payment.StatusUnknown {
-			return p, err
+		if o.kind == refund {
+			var rf payment.Refund
+			rf, err = run.r.Store.Refund(run.ctx, o.id)
+			o = refundOp(rf)
+		} else {
+			var p payment.Payment
+			p, err = run.r.Store.Payment(run.ctx, o.id)
+			o = paymentOp(p)
+		}
+		if err != nil || o.status != payment.StatusUnknown {
+			return o, err
 		}
 		select {
 		case <-time.After(time.Duration(attempt+1) * rereadDelay):
 		case <-run.ctx.Done():
-			return p, context.Cause(run.ctx)
+			return o, context.Cause(run.ctx)
 		}
 	}
-	return p, nil
+	return o, nil
 }
 
 func (run *run) log() *slog.Logger { return run.r.logger() }
@@ -556,24 +710,12 @@ func (r *Reconciler) logger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-func workflowID(p payment.Payment) string {
-	return workflows.PaymentWorkflowID(p.MerchantID, p.IdempotencyKey)
-}
-
-func describePayment(p payment.Payment) string {
-	s := string(p.Status)
-	if p.FailureCode != "" {
-		s += " (" + p.FailureCode + ")"
-	}
-	s += " " + payment.FormatAmount(p.AmountMinor, p.Currency) + " " + p.Currency
-	if p.ProviderReference != "" {
-		s += ", charge " + p.ProviderReference
-	}
-	return s
-}
-
 func describeLine(l Line) string {
-	return fmt.Sprintf("%s %s %s on %s, charge %s", l.Status, l.Amount(), l.Currency, l.SettlementDate, l.ProviderChargeID)
+	k := charge
+	if l.Type == TypeRefund {
+		k = refund
+	}
+	return fmt.Sprintf("%s %s %s on %s, %s %s", l.Status, l.Amount(), l.Currency, l.SettlementDate, bankNoun(k), l.ProviderChargeID)
 }
 
 func earliest(a, b time.Time) time.Time {

@@ -27,15 +27,112 @@ func init() { rereadDelay = time.Millisecond }
 type fakeBank struct {
 	mu       sync.Mutex
 	payments map[uuid.UUID]*payment.Payment
+	refunds  map[uuid.UUID]*payment.Refund
 	settled  []workflows.Settlement // every settlement accepted
 	calls    int                    // every Settle call
 	// hooks
-	onSettle  func(p *payment.Payment) error // runs before the workflow's check; an error is returned as is
-	byIDErr   error
-	createdIn [][2]time.Time
+	onSettle       func(p *payment.Payment) error // runs before the workflow's check; an error is returned as is
+	onSettleRefund func(r *payment.Refund) error
+	byIDErr        error
+	createdIn      [][2]time.Time
+	refundsIn      [][2]time.Time
 }
 
-func newFakeBank() *fakeBank { return &fakeBank{payments: map[uuid.UUID]*payment.Payment{}} }
+func newFakeBank() *fakeBank {
+	return &fakeBank{payments: map[uuid.UUID]*payment.Payment{}, refunds: map[uuid.UUID]*payment.Refund{}}
+}
+
+// addRefund stores a refund of m, created at `created` and last
+// changed at `updated`.
+func (b *fakeBank) addRefund(m uuid.UUID, st payment.Status, amount int64, currency string, created, updated time.Time) payment.Refund {
+	keySeqM.Lock()
+	keySeq++
+	k := fmt.Sprintf("rkey-%d", keySeq)
+	keySeqM.Unlock()
+	// Its payment is not stored: reconciling refunds never reads it.
+	r := payment.Refund{ID: payment.NewID(), PaymentID: payment.NewID(), MerchantID: m, IdempotencyKey: k, AmountMinor: amount, Currency: currency,
+		Status: st, CreatedAt: created, UpdatedAt: updated}
+	switch st {
+	case payment.StatusSucceeded:
+		r.ProviderReference = "rf_" + r.ID.String()[:8]
+	case payment.StatusFailed:
+		r.FailureCode = payment.FailureDeclined
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refunds[r.ID] = &r
+	return r
+}
+
+func (b *fakeBank) getRefund(id uuid.UUID) payment.Refund {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return *b.refunds[id]
+}
+
+func (b *fakeBank) RefundsByID(_ context.Context, ids []uuid.UUID) ([]payment.Refund, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byIDErr != nil {
+		return nil, b.byIDErr
+	}
+	var out []payment.Refund
+	for _, id := range ids {
+		if r, ok := b.refunds[id]; ok {
+			out = append(out, *r)
+		}
+	}
+	return out, nil
+}
+
+func (b *fakeBank) Refund(_ context.Context, id uuid.UUID) (payment.Refund, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.refunds[id]
+	if !ok {
+		return payment.Refund{}, payment.ErrNotFound
+	}
+	return *r, nil
+}
+
+func (b *fakeBank) EachRefundCreated(_ context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Refund) error) error {
+	b.mu.Lock()
+	b.refundsIn = append(b.refundsIn, [2]time.Time{from, to})
+	var match []payment.Refund
+	for _, r := range b.refunds {
+		if !r.CreatedAt.Before(from) && r.CreatedAt.Before(to) && slices.Contains(statuses, r.Status) &&
+			(len(merchants) == 0 || slices.Contains(merchants, r.MerchantID)) {
+			match = append(match, *r)
+		}
+	}
+	b.mu.Unlock()
+	for _, r := range match {
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settleRefund is what the refund workflow does with a settlement.
+func (b *fakeBank) settleRefund(r *payment.Refund, s workflows.Settlement) (string, error) {
+	if b.onSettleRefund != nil {
+		if err := b.onSettleRefund(r); err != nil {
+			return "", err
+		}
+	}
+	if r.Status != payment.StatusUnknown {
+		return "", fmt.Errorf("%w: refund is %s, not unknown: nothing to settle", workflows.ErrSettlementRejected, r.Status)
+	}
+	b.settled = append(b.settled, s)
+	if s.Outcome == workflows.OutcomeCharged {
+		r.Status, r.ProviderReference = payment.StatusSucceeded, s.ProviderReference
+	} else {
+		r.Status, r.FailureCode = payment.StatusFailed, payment.FailureDeclined
+	}
+	r.UpdatedAt = r.UpdatedAt.Add(time.Hour * 24 * 3)
+	return string(r.Status), nil
+}
 
 var (
 	day     = time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
@@ -119,6 +216,11 @@ func (b *fakeBank) Settle(_ context.Context, workflowID string, s workflows.Sett
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.calls++
+	for _, r := range b.refunds {
+		if workflows.RefundWorkflowID(r.MerchantID, r.IdempotencyKey) == workflowID {
+			return b.settleRefund(r, s)
+		}
+	}
 	var p *payment.Payment
 	for _, q := range b.payments {
 		if workflows.PaymentWorkflowID(q.MerchantID, q.IdempotencyKey) == workflowID {
@@ -433,9 +535,25 @@ func TestReportJSON(t *testing.T) {
 	t.Parallel()
 	b, err := json.Marshal(&Report{})
 	require.NoError(t, err)
-	require.JSONEq(t, `{"ok":true,"dry_run":false,"days":[],"complete":[],"lines":0,"counts":{"matched":0,"resolved_charged":0,"resolved_not_charged":0,"pending":0,"mismatches":0},"resolved":[],"mismatches":[],"pending":[]}`, string(b))
+	require.JSONEq(t, `{"ok":true,"dry_run":false,"days":[],"complete":[],"lines":0,"refund_lines":0,"refunds_covered":false,
+		"counts":{"matched":0,"resolved_charged":0,"resolved_not_charged":0,"pending":0,"mismatches":0,
+		"refund_matched":0,"refund_resolved_charged":0,"refund_resolved_not_charged":0,"refund_pending":0,"refund_mismatches":0},
+		"resolved":[],"mismatches":[],"pending":[],"refund_resolved":[],"refund_mismatches":[],"refund_pending":[]}`, string(b))
 
-	rep := Report{Days: []Day{"2025-03-01"}, Lines: 1, Mismatches: []Mismatch{{Kind: KindUnknownReference, Line: 2, Reference: ref1, Expected: "no payment with this id", Found: "settled"}}}
+	// A refund's mismatch alone makes the report not OK.
+	rep := Report{RefundMismatches: []Mismatch{{Kind: KindRefundedButFailed, Line: 3, Reference: ref1, RefundID: ref1, Expected: "failed", Found: "settled"}}}
+	rep.sort()
+	require.False(t, rep.OK())
+	b, err = json.Marshal(rep)
+	require.NoError(t, err)
+	var refunds map[string]any
+	require.NoError(t, json.Unmarshal(b, &refunds))
+	require.Equal(t, false, refunds["ok"])
+	require.Equal(t, float64(1), refunds["counts"].(map[string]any)["refund_mismatches"])
+	require.Equal(t, float64(0), refunds["counts"].(map[string]any)["mismatches"])
+	require.Equal(t, ref1, refunds["refund_mismatches"].([]any)[0].(map[string]any)["refund_id"])
+
+	rep = Report{Days: []Day{"2025-03-01"}, Lines: 1, Mismatches: []Mismatch{{Kind: KindUnknownReference, Line: 2, Reference: ref1, Expected: "no payment with this id", Found: "settled"}}}
 	rep.sort()
 	b, err = json.Marshal(rep)
 	require.NoError(t, err)
@@ -533,7 +651,7 @@ func TestReconcileUnlistedNeedsTheWholeWindow(t *testing.T) {
 				require.Equal(t, Counts{ResolvedNotCharged: 1}, rep.Counts, "%+v", rep.Pending)
 				require.Equal(t, payment.StatusFailed, now.Status)
 				require.Equal(t, []Resolution{{Outcome: workflows.OutcomeNotCharged, Reference: p.ID.String(), PaymentID: p.ID.String(),
-					MerchantID: merchA.String(), WorkflowID: workflowID(p)}}, rep.Resolved)
+					MerchantID: merchA.String(), WorkflowID: workflows.PaymentWorkflowID(merchA, p.IdempotencyKey)}}, rep.Resolved)
 			case "untouched":
 				require.Equal(t, Counts{}, rep.Counts)
 				require.Equal(t, p, now)
@@ -588,9 +706,9 @@ func TestReconcileDryRun(t *testing.T) {
 	require.Equal(t, Counts{Matched: 1, ResolvedCharged: 1, ResolvedNotCharged: 1, Pending: 1, Mismatches: 1}, dry.Counts)
 	require.Equal(t, []Resolution{
 		{Outcome: workflows.OutcomeCharged, Line: 2, Reference: listed.ID.String(), PaymentID: listed.ID.String(), MerchantID: merchA.String(),
-			WorkflowID: workflowID(listed), ProviderChargeID: "ch_" + listed.ID.String()[:8]},
+			WorkflowID: workflows.PaymentWorkflowID(merchA, listed.IdempotencyKey), ProviderChargeID: "ch_" + listed.ID.String()[:8]},
 		{Outcome: workflows.OutcomeNotCharged, Reference: unlisted.ID.String(), PaymentID: unlisted.ID.String(), MerchantID: merchA.String(),
-			WorkflowID: workflowID(unlisted)},
+			WorkflowID: workflows.PaymentWorkflowID(merchA, unlisted.IdempotencyKey)},
 	}, dry.Resolved)
 
 	done, err := r.Reconcile(context.Background(), file, Options{})
@@ -600,64 +718,4 @@ func TestReconcileDryRun(t *testing.T) {
 	require.Equal(t, 2, b.calls)
 	dry.DryRun = false
 	require.Equal(t, dry, done, "the dry run said what the import did")
-}
-
-// Refund lines are kept aside: payment matching, coverage and settlements are exactly what the
-// same file without them gives, even when a refund line carries a payment's id or falls on a
-// day the charges do not cover.
-func TestReconcileSetsRefundLinesAside(t *testing.T) {
-	t.Parallel()
-	const d = Day("2025-03-01")
-	at := day.Add(10 * time.Hour)
-	soon := at.Add(time.Minute)
-	setup := func() (*fakeBank, []Line, []payment.Payment) {
-		b := newFakeBank()
-		unknownListed := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, soon)
-		matched := b.add(merchA, payment.StatusSucceeded, 1000, "TRY", at, soon)
-		unknownUnlisted := b.add(merchB, payment.StatusUnknown, 700, "TRY", at, soon)
-		succeededUnlisted := b.add(merchB, payment.StatusSucceeded, 800, "TRY", at, soon)
-		acrossMidnight := b.add(merchB, payment.StatusUnknown, 100, "TRY", day.Add(24*time.Hour-time.Second), day.Add(24*time.Hour+time.Second))
-		lines := []Line{line(2, unknownListed, d), line(3, matched, d)}
-		return b, lines, []payment.Payment{unknownListed, matched, unknownUnlisted, succeededUnlisted, acrossMidnight}
-	}
-
-	plainBank, plainLines, _ := setup()
-	plain, err := (&Reconciler{Store: plainBank, Settler: plainBank}).Reconcile(context.Background(), fileOf(plainLines, d), Options{})
-	require.NoError(t, err)
-
-	b, lines, ps := setup()
-	refund := func(n int, ref uuid.UUID, on Day) Line {
-		return Line{Number: n, SettlementDate: on, ProviderChargeID: fmt.Sprintf("rf_%d", n), Reference: ref,
-			AmountMinor: 300, Currency: "TRY", Status: StatusSettled, Type: TypeRefund}
-	}
-	lines = append(lines,
-		refund(4, payment.NewID(), d),
-		refund(5, ps[2].ID, d),               // an unlisted unknown payment's id, on a refund line
-		refund(6, payment.NewID(), d.Next()), // a day no charge line covers
-	)
-	f := fileOf(lines, d)
-	var progress [][2]int
-	rep, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), f,
-		Options{Progress: func(done, total int) { progress = append(progress, [2]int{done, total}) }})
-	require.NoError(t, err)
-
-	require.Equal(t, 3, rep.RefundLines)
-	require.Equal(t, 2, rep.Lines, "payment lines only")
-	require.Equal(t, [][2]int{{2, 2}}, progress)
-	require.Equal(t, plain.Days, rep.Days)
-	require.Equal(t, plain.Counts, rep.Counts)
-	require.Equal(t, Counts{Matched: 1, ResolvedCharged: 1, ResolvedNotCharged: 1, Pending: 1, Mismatches: 1}, rep.Counts)
-	require.Equal(t, len(plain.Resolved), len(rep.Resolved))
-	for i := range plain.Resolved {
-		require.Equal(t, plain.Resolved[i].Outcome, rep.Resolved[i].Outcome)
-		require.Equal(t, plain.Resolved[i].Line, rep.Resolved[i].Line)
-	}
-	require.Equal(t, payment.StatusFailed, b.get(ps[2].ID).Status, "released as not charged, as without refund lines")
-	require.Len(t, b.settled, 2)
-	require.Equal(t, ps[4], b.get(ps[4].ID), "the refund line's day does not cover its window")
-	require.Equal(t, KindSucceededButMissing, kinds(rep)[ps[3].ID.String()])
-
-	body, err := json.Marshal(rep)
-	require.NoError(t, err)
-	require.Contains(t, string(body), `"refund_lines":3`)
 }

@@ -7,14 +7,18 @@ import (
 )
 
 // Mismatch kinds: a disagreement between the bank's file and kasa that a person must look at.
-// Reconciliation never changes such a payment.
+// Reconciliation never changes such a payment or refund. The kinds are the same for refunds
+// (whose "charge" is the bank's refund), except KindRefundedButFailed.
 const (
 	// The file lists the payment with another amount / currency than kasa recorded.
 	KindAmountDiffers   = "amount_differs"
 	KindCurrencyDiffers = "currency_differs"
 	// The bank charged a payment that kasa recorded as failed (the payer's money was taken).
 	KindChargedButFailed = "charged_but_failed"
-	// The file lists a reference kasa has no payment for.
+	// The bank paid back a refund that kasa recorded as failed (its hold was released).
+	KindRefundedButFailed = "refunded_but_failed"
+	// The file lists a reference kasa has no payment (on a charge line) or refund (on a refund
+	// line) for.
 	KindUnknownReference = "unknown_reference"
 	// kasa recorded a payment as succeeded whose whole charge window the file covers, but the
 	// bank does not list it.
@@ -41,22 +45,30 @@ const (
 	ReasonFileNotComplete = "file_not_complete"
 )
 
-// Counts tallies the outcomes of one import.
+// Counts tallies the outcomes of one import: the payments', and beside them the refunds'.
 type Counts struct {
 	Matched            int `json:"matched"`              // listed, succeeded, amount and currency agree
 	ResolvedCharged    int `json:"resolved_charged"`     // was unknown, listed: settled as charged
 	ResolvedNotCharged int `json:"resolved_not_charged"` // was unknown, its days covered, not listed: settled as not charged
 	Pending            int `json:"pending"`              // see Report.Pending
 	Mismatches         int `json:"mismatches"`           // see Report.Mismatches
+	// The same for refunds: resolved_charged is a refund the bank paid back, not_charged one it did not.
+	RefundMatched            int `json:"refund_matched"`
+	RefundResolvedCharged    int `json:"refund_resolved_charged"`
+	RefundResolvedNotCharged int `json:"refund_resolved_not_charged"`
+	RefundPending            int `json:"refund_pending"`    // see Report.RefundPending
+	RefundMismatches         int `json:"refund_mismatches"` // see Report.RefundMismatches
 }
 
 // Mismatch is one disagreement. Expected is what kasa's records say, Found what the settlement
-// file says.
+// file says. A refund's entry carries its id (RefundID, = Reference) and its payment's
+// (PaymentID); its WorkflowID is the refund's workflow.
 type Mismatch struct {
 	Kind             string `json:"kind"`
 	Line             int    `json:"line,omitempty"` // 0: found by the coverage check, not on a line
 	Reference        string `json:"reference"`
 	PaymentID        string `json:"payment_id,omitempty"`
+	RefundID         string `json:"refund_id,omitempty"`
 	MerchantID       string `json:"merchant_id,omitempty"`
 	WorkflowID       string `json:"workflow_id,omitempty"`
 	ProviderChargeID string `json:"provider_charge_id,omitempty"`
@@ -64,12 +76,13 @@ type Mismatch struct {
 	Found            string `json:"found"`
 }
 
-// Resolution is an unknown payment this import settled (in a dry run: would settle).
+// Resolution is an unknown payment or refund this import settled (in a dry run: would settle).
 type Resolution struct {
 	Outcome          string `json:"outcome"`        // charged or not_charged
 	Line             int    `json:"line,omitempty"` // 0: not listed (not charged)
 	Reference        string `json:"reference"`
 	PaymentID        string `json:"payment_id"`
+	RefundID         string `json:"refund_id,omitempty"`
 	MerchantID       string `json:"merchant_id"`
 	WorkflowID       string `json:"workflow_id"`
 	ProviderChargeID string `json:"provider_charge_id,omitempty"`
@@ -82,12 +95,13 @@ type Completeness struct {
 	AsOf time.Time `json:"as_of"`
 }
 
-// Pending is a payment this import could not reconcile yet, without anything being wrong.
+// Pending is a payment or refund this import could not reconcile yet, without anything being wrong.
 type Pending struct {
 	Reason     string `json:"reason"`
 	Line       int    `json:"line,omitempty"`
 	Reference  string `json:"reference"`
 	PaymentID  string `json:"payment_id"`
+	RefundID   string `json:"refund_id,omitempty"`
 	MerchantID string `json:"merchant_id"`
 	WorkflowID string `json:"workflow_id"`
 	Status     string `json:"status"`
@@ -102,17 +116,25 @@ type Report struct {
 	Complete  []Completeness `json:"complete"`            // the days its trailers prove complete
 	Merchants []string       `json:"merchants,omitempty"` // coverage limited to these merchants (empty: all)
 	Lines     int            `json:"lines"`               // the payment (charge) lines matched
-	// RefundLines counts the file's refund lines. They are kept aside: nothing is matched to
-	// them, and they neither cover a day nor list a payment. Omitted from the JSON when 0.
-	RefundLines int          `json:"refund_lines,omitempty"`
-	Counts      Counts       `json:"counts"`
-	Resolved    []Resolution `json:"resolved"`
-	Mismatches  []Mismatch   `json:"mismatches"`
-	Pending     []Pending    `json:"pending"`
+	// RefundLines counts the refund lines matched (to refunds).
+	RefundLines int `json:"refund_lines"`
+	// RefundsCovered: the file has the type column, so its days cover refunds as well as
+	// payments. A file without it lists charges only: it releases no refund and reports none
+	// missing.
+	RefundsCovered bool         `json:"refunds_covered"`
+	Counts         Counts       `json:"counts"`
+	Resolved       []Resolution `json:"resolved"`
+	Mismatches     []Mismatch   `json:"mismatches"`
+	Pending        []Pending    `json:"pending"`
+	// The refunds', beside the payments'.
+	RefundResolved   []Resolution `json:"refund_resolved"`
+	RefundMismatches []Mismatch   `json:"refund_mismatches"`
+	RefundPending    []Pending    `json:"refund_pending"`
 }
 
-// OK reports whether no mismatch is left unresolved (pending payments are not mismatches).
-func (r Report) OK() bool { return len(r.Mismatches) == 0 }
+// OK reports whether no mismatch, of a payment or a refund, is left unresolved (pending ones
+// are not mismatches).
+func (r Report) OK() bool { return len(r.Mismatches) == 0 && len(r.RefundMismatches) == 0 }
 
 // MarshalJSON adds "ok" and renders empty lists as [].
 func (r Report) MarshalJSON() ([]byte, error) {
@@ -136,24 +158,41 @@ func (r Report) MarshalJSON() ([]byte, error) {
 	if out.Resolved == nil {
 		out.Resolved = []Resolution{}
 	}
+	if out.RefundMismatches == nil {
+		out.RefundMismatches = []Mismatch{}
+	}
+	if out.RefundPending == nil {
+		out.RefundPending = []Pending{}
+	}
+	if out.RefundResolved == nil {
+		out.RefundResolved = []Resolution{}
+	}
 	return json.Marshal(out)
 }
 
 func (r *Report) sort() {
-	sort.SliceStable(r.Mismatches, func(i, j int) bool {
-		a, b := r.Mismatches[i], r.Mismatches[j]
-		return before(a.Line, a.Reference, b.Line, b.Reference)
-	})
-	sort.SliceStable(r.Resolved, func(i, j int) bool {
-		a, b := r.Resolved[i], r.Resolved[j]
-		return before(a.Line, a.Reference, b.Line, b.Reference)
-	})
-	sort.SliceStable(r.Pending, func(i, j int) bool {
-		a, b := r.Pending[i], r.Pending[j]
-		return before(a.Line, a.Reference, b.Line, b.Reference)
-	})
+	for _, ms := range [][]Mismatch{r.Mismatches, r.RefundMismatches} {
+		sort.SliceStable(ms, func(i, j int) bool {
+			a, b := ms[i], ms[j]
+			return before(a.Line, a.Reference, b.Line, b.Reference)
+		})
+	}
+	for _, rs := range [][]Resolution{r.Resolved, r.RefundResolved} {
+		sort.SliceStable(rs, func(i, j int) bool {
+			a, b := rs[i], rs[j]
+			return before(a.Line, a.Reference, b.Line, b.Reference)
+		})
+	}
+	for _, ps := range [][]Pending{r.Pending, r.RefundPending} {
+		sort.SliceStable(ps, func(i, j int) bool {
+			a, b := ps[i], ps[j]
+			return before(a.Line, a.Reference, b.Line, b.Reference)
+		})
+	}
 	r.Counts.Mismatches = len(r.Mismatches)
 	r.Counts.Pending = len(r.Pending)
+	r.Counts.RefundMismatches = len(r.RefundMismatches)
+	r.Counts.RefundPending = len(r.RefundPending)
 }
 
 // before orders report entries: lines first (by number), then the coverage findings (line 0),

@@ -11,8 +11,9 @@ import (
 	"github.com/kasa-pay/kasa/payment"
 )
 
-// WriteText writes the report for a person at a terminal: the counts, then every mismatch and
-// pending payment with where it came from. name is the settlement file's name.
+// WriteText writes the report for a person at a terminal: the counts of payments and refunds
+// side by side, then every settlement, mismatch and pending one with where it came from. name
+// is the settlement file's name.
 func (r *Report) WriteText(w io.Writer, name string) {
 	days := make([]string, len(r.Days))
 	for i, d := range r.Days {
@@ -29,75 +30,89 @@ func (r *Report) WriteText(w io.Writer, name string) {
 	if r.DryRun {
 		fmt.Fprintln(w, "DRY RUN: nothing was changed; this is what the import would do")
 	}
-	fmt.Fprintf(w, "reconcile %s: %d line(s), covering %s (%s)\n", name, r.Lines, covered, scope)
+	fmt.Fprintf(w, "reconcile %s: %d line(s), covering %s (%s)\n", name, r.Lines+r.RefundLines, covered, scope)
 	complete := make([]string, len(r.Complete))
 	for i, c := range r.Complete {
 		complete[i] = string(c.Day) + " as of " + payment.FormatTime(c.AsOf)
 	}
 	if len(complete) == 0 {
-		complete = []string{"none (no trailer: unlisted unknown payments are not released)"}
+		complete = []string{"none (no trailer: unlisted unknown payments and refunds are not released)"}
 	}
 	fmt.Fprintf(w, "complete: %s\n", strings.Join(complete, ", "))
+	if !r.RefundsCovered {
+		fmt.Fprintln(w, "refunds: not covered (no type column: the file lists charges only)")
+	}
 	c := r.Counts
+	fmt.Fprintf(w, "  %-24s %8s %8s\n", "", "payments", "refunds")
 	for _, row := range []struct {
-		name string
-		n    int
+		name              string
+		payments, refunds int
 	}{
-		{"matched", c.Matched}, {"resolved as charged", c.ResolvedCharged}, {"resolved as not charged", c.ResolvedNotCharged},
-		{"pending", c.Pending}, {"mismatches", c.Mismatches},
+		{"lines", r.Lines, r.RefundLines},
+		{"matched", c.Matched, c.RefundMatched}, {"resolved as charged", c.ResolvedCharged, c.RefundResolvedCharged},
+		{"resolved as not charged", c.ResolvedNotCharged, c.RefundResolvedNotCharged},
+		{"pending", c.Pending, c.RefundPending}, {"mismatches", c.Mismatches, c.RefundMismatches},
 	} {
-		fmt.Fprintf(w, "  %-24s %d\n", row.name, row.n)
+		fmt.Fprintf(w, "  %-24s %8d %8d\n", row.name, row.payments, row.refunds)
 	}
-	if r.RefundLines > 0 {
-		fmt.Fprintf(w, "  %-24s %d (set aside: refunds are not reconciled yet)\n", "refund lines", r.RefundLines)
+	for _, k := range []struct {
+		prefix     string
+		resolved   []Resolution
+		mismatches []Mismatch
+		pending    []Pending
+	}{{"", r.Resolved, r.Mismatches, r.Pending}, {"refund ", r.RefundResolved, r.RefundMismatches, r.RefundPending}} {
+		writeEntries(w, r.DryRun, k.prefix, k.resolved, k.mismatches, k.pending)
 	}
-	if len(r.Resolved) > 0 {
+	result := "result"
+	if r.DryRun {
+		result = "result (dry run, nothing changed)"
+	}
+	if n := len(r.Mismatches) + len(r.RefundMismatches); n == 0 {
+		fmt.Fprintf(w, "\n%s: OK\n", result)
+	} else {
+		fmt.Fprintf(w, "\n%s: NOT OK, %d unresolved mismatch(es)\n", result, n)
+	}
+}
+
+// writeEntries writes the settlements, mismatches and pending entries of payments (prefix "")
+// or refunds (prefix "refund ").
+func writeEntries(w io.Writer, dry bool, prefix string, resolved []Resolution, mismatches []Mismatch, pending []Pending) {
+	if len(resolved) > 0 {
 		verb := "settled"
-		if r.DryRun {
+		if dry {
 			verb = "would settle"
 		}
+		if prefix != "" {
+			verb = "refunds " + verb
+		}
 		fmt.Fprintf(w, "\n%s:\n", verb)
-		for _, s := range r.Resolved {
-			where := "coverage"
-			if s.Line > 0 {
-				where = fmt.Sprintf("line %d", s.Line)
-			}
-			fmt.Fprintf(w, "  %-9s %-26s %s (workflow %s)\n", where, s.Outcome, s.Reference, s.WorkflowID)
+		for _, s := range resolved {
+			fmt.Fprintf(w, "  %-9s %-26s %s (workflow %s)\n", where(s.Line), s.Outcome, s.Reference, s.WorkflowID)
 		}
 	}
-	if len(r.Mismatches) > 0 {
-		fmt.Fprintln(w, "\nmismatches (nothing was changed for these; a person must look):")
-		for _, m := range r.Mismatches {
-			where := "coverage"
-			if m.Line > 0 {
-				where = fmt.Sprintf("line %d", m.Line)
-			}
-			fmt.Fprintf(w, "  %-9s %-26s reference %s\n", where, m.Kind, m.Reference)
+	if len(mismatches) > 0 {
+		fmt.Fprintf(w, "\n%smismatches (nothing was changed for these; a person must look):\n", prefix)
+		for _, m := range mismatches {
+			fmt.Fprintf(w, "  %-9s %-26s reference %s\n", where(m.Line), m.Kind, m.Reference)
 			if m.WorkflowID != "" {
 				fmt.Fprintf(w, "            workflow  %s\n", m.WorkflowID)
 			}
 			fmt.Fprintf(w, "            kasa:     %s\n            bank:     %s\n", m.Expected, m.Found)
 		}
 	}
-	if len(r.Pending) > 0 {
-		fmt.Fprintln(w, "\npending (not a mismatch; reconcile again later):")
-		for _, p := range r.Pending {
-			where := "coverage"
-			if p.Line > 0 {
-				where = fmt.Sprintf("line %d", p.Line)
-			}
-			fmt.Fprintf(w, "  %-9s %-26s %s (%s) %s\n", where, p.Reason, p.Reference, p.Status, p.Detail)
+	if len(pending) > 0 {
+		fmt.Fprintf(w, "\n%spending (not a mismatch; reconcile again later):\n", prefix)
+		for _, p := range pending {
+			fmt.Fprintf(w, "  %-9s %-26s %s (%s) %s\n", where(p.Line), p.Reason, p.Reference, p.Status, p.Detail)
 		}
 	}
-	result := "result"
-	if r.DryRun {
-		result = "result (dry run, nothing changed)"
+}
+
+func where(line int) string {
+	if line > 0 {
+		return fmt.Sprintf("line %d", line)
 	}
-	if r.OK() {
-		fmt.Fprintf(w, "\n%s: OK\n", result)
-	} else {
-		fmt.Fprintf(w, "\n%s: NOT OK, %d unresolved mismatch(es)\n", result, len(r.Mismatches))
-	}
+	return "coverage"
 }
 
 // ProgressBar shows an import's progress (Options.Progress) on a terminal; elsewhere it is silent.

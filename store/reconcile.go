@@ -11,8 +11,8 @@ import (
 	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 )
 
-// Reconciliation reads: payments by the references of a settlement file, and the payments a
-// settlement file's days should have listed.
+// Reconciliation reads: payments and refunds by the references of a settlement file, and the
+// payments and refunds a settlement file's days should have listed.
 
 // PaymentsByID reads the payments among ids that exist, in no particular order.
 func (s *Store) PaymentsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Payment, error) {
@@ -50,6 +50,44 @@ func (s *Store) EachPaymentCreated(ctx context.Context, from, to time.Time, stat
 	_, err = pgx.ForEachRow(rows, []any{&p.ID, &p.MerchantID, &p.IdempotencyKey, &p.AccountID, &p.AmountMinor, &p.Currency,
 		&p.InvoiceID, &p.PaymentType, &p.Status, &p.FailureCode, &p.ProviderReference, &p.CreatedAt, &p.UpdatedAt, &p.AmountRefunded},
 		func() error { return fn(p) })
+	return translate(err)
+}
+
+// RefundsByID reads the refunds among ids that exist, in no particular order.
+func (s *Store) RefundsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Refund, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, dbsqlc.RefundsByID, uuidStrings(ids))
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (payment.Refund, error) { return scanRefund(r) })
+	return out, translate(err)
+}
+
+// EachRefundCreated is EachPaymentCreated for refunds: fn gets every refund created in [from, to)
+// whose status is one of statuses, of one of merchants (all when empty), oldest first, while the
+// rows are read (so fn must not call the store).
+func (s *Store) EachRefundCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID,
+	fn func(payment.Refund) error) error {
+	sts := make([]string, len(statuses))
+	for i, st := range statuses {
+		sts[i] = string(st)
+	}
+	var ms []string
+	if len(merchants) > 0 {
+		ms = uuidStrings(merchants)
+	}
+	rows, err := s.pool.Query(ctx, dbsqlc.RefundsCreated, from, to, sts, ms,
+		minUUIDv7(from.Add(-idClockSkew)), minUUIDv7(to.Add(idClockSkew)))
+	if err != nil {
+		return translate(err)
+	}
+	var r payment.Refund
+	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.PaymentID, &r.MerchantID, &r.AccountID, &r.IdempotencyKey, &r.AmountMinor,
+		&r.Currency, &r.Reason, &r.Status, &r.FailureCode, &r.ProviderReference, &r.CreatedAt, &r.UpdatedAt},
+		func() error { return fn(r) })
 	return translate(err)
 }
 

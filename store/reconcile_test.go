@@ -3,6 +3,7 @@ package store_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -108,4 +109,76 @@ func TestReconciliationRunsAddUp(t *testing.T) {
 
 	err = db.RecordReconciliation(ctx, store.ReconciliationRun{ID: payment.NewID(), Source: "cron", Days: []time.Time{day}, Report: []byte(`{}`)})
 	require.Error(t, err, "an unknown source is refused by the schema")
+}
+
+func TestRefundReconciliationReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mA, aA := fixture(t, 100_000)
+	mB, aB := fixture(t, 100_000)
+	refund := func(m, a uuid.UUID, key string, to payment.Status) payment.Refund {
+		t.Helper()
+		_, r, _, err := beginRefund(t, m, paid(t, m, a, 1_000), key, `{"amount":"1.00"}`)
+		require.NoError(t, err)
+		if to == payment.StatusProcessing {
+			return r
+		}
+		require.NoError(t, db.HoldRefund(ctx, r.ID))
+		switch to {
+		case payment.StatusUnknown:
+			r, err = db.MarkRefundUnknown(ctx, r.ID)
+		case payment.StatusSucceeded:
+			r, err = db.PostRefund(ctx, r.ID, "rf_"+key)
+		case payment.StatusFailed:
+			r, err = db.ReleaseRefund(ctx, r.ID, payment.FailureDeclined)
+		}
+		require.NoError(t, err)
+		require.Equal(t, to, r.Status)
+		return r
+	}
+	unknownA := refund(mA, aA, "u", payment.StatusUnknown)
+	okA := refund(mA, aA, "s", payment.StatusSucceeded)
+	failedA := refund(mA, aA, "f", payment.StatusFailed)
+	procA := refund(mA, aA, "p", payment.StatusProcessing)
+	unknownB := refund(mB, aB, "u", payment.StatusUnknown)
+
+	got, err := db.RefundsByID(ctx, []uuid.UUID{unknownA.ID, okA.ID, failedA.ID, okA.PaymentID, payment.NewID()})
+	require.NoError(t, err)
+	byID := map[uuid.UUID]payment.Refund{}
+	for _, r := range got {
+		byID[r.ID] = r
+	}
+	require.Len(t, byID, 3, "a payment's id or an id nobody has is simply absent")
+	require.Equal(t, unknownA, byID[unknownA.ID])
+	require.Equal(t, okA, byID[okA.ID])
+	require.Equal(t, "rf_s", byID[okA.ID].ProviderReference)
+	require.Equal(t, payment.FailureDeclined, byID[failedA.ID].FailureCode)
+	none, err := db.RefundsByID(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, none)
+
+	collect := func(from, to time.Time, statuses []payment.Status, merchants ...uuid.UUID) map[uuid.UUID]payment.Refund {
+		out := map[uuid.UUID]payment.Refund{}
+		require.NoError(t, db.EachRefundCreated(ctx, from, to, statuses, merchants, func(r payment.Refund) error {
+			out[r.ID] = r
+			return nil
+		}))
+		return out
+	}
+	day := time.Now().UTC().Truncate(24 * time.Hour)
+	from, to := day.Add(-24*time.Hour), day.Add(48*time.Hour)
+	both := []payment.Status{payment.StatusUnknown, payment.StatusSucceeded}
+	require.Equal(t, map[uuid.UUID]payment.Refund{unknownA.ID: unknownA, okA.ID: okA}, collect(from, to, both, mA),
+		"only merchant A's unknown and succeeded refunds; processing and failed ones are not returned")
+	require.Equal(t, map[uuid.UUID]payment.Refund{unknownA.ID: unknownA}, collect(from, to, []payment.Status{payment.StatusUnknown}, mA))
+	require.Equal(t, map[uuid.UUID]payment.Refund{procA.ID: procA}, collect(from, to, []payment.Status{payment.StatusProcessing}, mA))
+	all := collect(from, to, both)
+	require.Contains(t, all, unknownB.ID, "no merchants: every merchant")
+	require.Contains(t, all, okA.ID)
+	require.Empty(t, collect(day.Add(-48*time.Hour), day.Add(-24*time.Hour), both, mA, mB), "nothing created on another day")
+
+	stop := errors.New("stop")
+	n := 0
+	require.ErrorIs(t, db.EachRefundCreated(ctx, from, to, both, []uuid.UUID{mA}, func(payment.Refund) error { n++; return stop }), stop)
+	require.Equal(t, 1, n, "an error from fn stops the iteration")
 }

@@ -20,18 +20,21 @@ import (
 
 const reconcileUsage = `usage: kasa reconcile [--dry-run] [--json] [--date YYYY-MM-DD]... [--merchant <id>]... <settlement.csv | ->
 
-Matches a provider settlement file (settlement_date,provider_charge_id,reference,amount,currency,status,
-then a trailer line per day: trailer,<day>,<lines>,<as_of>) to kasa's payments: settles unknown payments
-(charged when listed; not charged when the file's trailer proves it complete for their day, past the
-booking window, and it does not list them) and reports every mismatch without changing it.
+Matches a provider settlement file (settlement_date,provider_charge_id,reference,amount,currency,status
+and optionally a seventh column type, charge or refund; then a trailer line per day:
+trailer,<day>,<lines>,<as_of>) to kasa's payments (charge lines) and refunds (refund lines): settles
+unknown ones (charged / refunded when listed; not charged / not refunded when the file's trailer proves
+it complete for their day, past the booking window, and it does not list them) and reports every
+mismatch without changing it. A file without the type column lists charges only: it settles no refund
+it does not list and reports none missing.
 
   --dry-run          report what the import would do; settle nothing, record nothing
   --json             print the report as JSON (the admin endpoint's body) instead of text
   --date D           declare a UTC day the file covers (repeatable); every line and trailer must be on one
   --merchant ID      limit the coverage checks to this merchant (repeatable; default: all merchants)
 
-exit status: 0 no unresolved mismatch, 1 mismatches, 2 invalid file or usage, 3 could not run
-(database or Temporal unavailable: nothing is lost, run it again).
+exit status: 0 no unresolved mismatch (of a payment or a refund), 1 mismatches, 2 invalid file or usage,
+3 could not run (database or Temporal unavailable: nothing is lost, run it again).
 `
 
 // listFlag collects a repeatable flag.

@@ -1,5 +1,5 @@
--- Reconciliation: payments by the references of a settlement file, the payments a settlement
--- file's days should have listed, and the finished runs.
+-- Reconciliation: payments and refunds by the references of a settlement file, the payments
+-- and refunds a settlement file's days should have listed, and the finished runs.
 
 -- name: PaymentsByID :many
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
@@ -14,6 +14,20 @@ created_at, updated_at, refunded_minor FROM payments WHERE id = ANY($1::uuid[]);
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
 created_at, updated_at, refunded_minor FROM payments
+WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
+AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
+ORDER BY created_at, id;
+
+-- name: RefundsByID :many
+SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at FROM refunds WHERE id = ANY($1::uuid[]);
+
+-- name: RefundsCreated :many
+-- As PaymentsCreated: refund ids are UUIDv7 too, so the day is a range scan of the primary key.
+SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at FROM refunds
 WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
 AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
 ORDER BY created_at, id;

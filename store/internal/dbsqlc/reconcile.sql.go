@@ -72,8 +72,8 @@ type PaymentsByIDRow struct {
 	RefundedMinor     int64
 }
 
-// Reconciliation: payments by the references of a settlement file, the payments a settlement
-// file's days should have listed, and the finished runs.
+// Reconciliation: payments and refunds by the references of a settlement file, the payments
+// and refunds a settlement file's days should have listed, and the finished runs.
 func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]PaymentsByIDRow, error) {
 	rows, err := q.db.Query(ctx, PaymentsByID, dollar_1)
 	if err != nil {
@@ -226,4 +226,136 @@ func (q *Queries) ReconcileTotals(ctx context.Context) (ReconcileTotalsRow, erro
 		&i.Coalesce_8,
 	)
 	return i, err
+}
+
+const RefundsByID = `-- name: RefundsByID :many
+SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at FROM refunds WHERE id = ANY($1::uuid[])
+`
+
+type RefundsByIDRow struct {
+	ID                uuid.UUID
+	PaymentID         uuid.UUID
+	MerchantID        uuid.UUID
+	AccountID         uuid.UUID
+	IdempotencyKey    string
+	AmountMinor       int64
+	Currency          string
+	Reason            string
+	Status            string
+	FailureCode       string
+	ProviderReference string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+func (q *Queries) RefundsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]RefundsByIDRow, error) {
+	rows, err := q.db.Query(ctx, RefundsByID, dollar_1)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RefundsByIDRow
+	for rows.Next() {
+		var i RefundsByIDRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.PaymentID,
+			&i.MerchantID,
+			&i.AccountID,
+			&i.IdempotencyKey,
+			&i.AmountMinor,
+			&i.Currency,
+			&i.Reason,
+			&i.Status,
+			&i.FailureCode,
+			&i.ProviderReference,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const RefundsCreated = `-- name: RefundsCreated :many
+SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at FROM refunds
+WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
+AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
+ORDER BY created_at, id
+`
+
+type RefundsCreatedParams struct {
+	CreatedAt   time.Time
+	CreatedAt_2 time.Time
+	Column3     []string
+	Column4     []uuid.UUID
+	ID          uuid.UUID
+	ID_2        uuid.UUID
+}
+
+type RefundsCreatedRow struct {
+	ID                uuid.UUID
+	PaymentID         uuid.UUID
+	MerchantID        uuid.UUID
+	AccountID         uuid.UUID
+	IdempotencyKey    string
+	AmountMinor       int64
+	Currency          string
+	Reason            string
+	Status            string
+	FailureCode       string
+	ProviderReference string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+// As PaymentsCreated: refund ids are UUIDv7 too, so the day is a range scan of the primary key.
+func (q *Queries) RefundsCreated(ctx context.Context, arg RefundsCreatedParams) ([]RefundsCreatedRow, error) {
+	rows, err := q.db.Query(ctx, RefundsCreated,
+		arg.CreatedAt,
+		arg.CreatedAt_2,
+		arg.Column3,
+		arg.Column4,
+		arg.ID,
+		arg.ID_2,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RefundsCreatedRow
+	for rows.Next() {
+		var i RefundsCreatedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.PaymentID,
+			&i.MerchantID,
+			&i.AccountID,
+			&i.IdempotencyKey,
+			&i.AmountMinor,
+			&i.Currency,
+			&i.Reason,
+			&i.Status,
+			&i.FailureCode,
+			&i.ProviderReference,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
