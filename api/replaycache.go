@@ -2,6 +2,7 @@ package api
 
 import (
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -13,9 +14,13 @@ import (
 // it is filled only from records read from the database after they completed, and a miss only
 // means "ask the database". It holds up to 2×size records in two generations: when the current
 // one is full it becomes the previous one and the oldest generation is dropped, which keeps
-// recently used records without per-entry bookkeeping.
+// recently used records without per-entry bookkeeping. A record is answered from memory only
+// while it is younger than maxAge (the idempotency retention): once it may have been deleted, its
+// key is a new request, and only the database can say whether that request was already made.
 type replayCache struct {
-	size int // records per generation; 0 disables the cache
+	size   int           // records per generation; 0 disables the cache
+	maxAge time.Duration // since the record's operation finished; 0: no bound
+	now    func() time.Time
 
 	mu        sync.Mutex
 	cur, prev map[replayKey]store.Record
@@ -34,18 +39,39 @@ func (c *replayCache) get(merchant uuid.UUID, key string) (store.Record, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r, ok := c.cur[k]; ok {
+		if c.expired(r) {
+			delete(c.cur, k)
+			return store.Record{}, false
+		}
 		return r, true
 	}
 	r, ok := c.prev[k]
-	if ok {
-		c.putLocked(k, r) // still in use: keep it when prev is dropped
+	if !ok {
+		return store.Record{}, false
 	}
-	return r, ok
+	delete(c.prev, k)
+	if c.expired(r) {
+		return store.Record{}, false
+	}
+	c.putLocked(k, r) // still in use: keep it when prev is dropped
+	return r, true
+}
+
+// expired: the record may be gone from the database, so its key may name a new request.
+func (c *replayCache) expired(r store.Record) bool {
+	if c.maxAge <= 0 {
+		return false
+	}
+	now := time.Now
+	if c.now != nil {
+		now = c.now
+	}
+	return now().Sub(r.UpdatedAt) >= c.maxAge
 }
 
 // put remembers rec if it is completed with its answer stored.
 func (c *replayCache) put(rec store.Record) {
-	if c.size == 0 || rec.Status != store.RecordCompleted || rec.ResponseBody == nil {
+	if c.size == 0 || rec.Status != store.RecordCompleted || rec.ResponseBody == nil || c.expired(rec) {
 		return
 	}
 	c.mu.Lock()

@@ -2,6 +2,7 @@ package api
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -46,4 +47,34 @@ func TestReplayCacheKeepsOnlyFinalAnswers(t *testing.T) {
 	off.put(done("a"))
 	_, ok = off.get(m, "a")
 	require.False(t, ok, "size 0: off")
+}
+
+// A record that may have been deleted by retention is never answered from memory: its key may
+// already name a new payment, which only the database knows.
+func TestReplayCacheForgetsExpiredRecords(t *testing.T) {
+	m := payment.NewID()
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	finished := func(key string, ago time.Duration) store.Record {
+		return store.Record{MerchantID: m, Key: key, Status: store.RecordCompleted, Outcome: payment.StatusSucceeded,
+			ResponseBody: []byte(`{}`), UpdatedAt: now.Add(-ago)}
+	}
+	c := replayCache{size: 2, maxAge: time.Hour, now: func() time.Time { return now }}
+	c.put(finished("old", time.Hour))
+	_, ok := c.get(m, "old")
+	require.False(t, ok, "not even cached once expired")
+
+	c.put(finished("young", 59*time.Minute))
+	c.put(finished("other", time.Minute))
+	_, ok = c.get(m, "young")
+	require.True(t, ok)
+	now = now.Add(time.Minute)
+	_, ok = c.get(m, "young")
+	require.False(t, ok, "expired while cached")
+	_, ok = c.get(m, "other")
+	require.True(t, ok)
+
+	c.put(finished("third", 0)) // a new generation: other is previous
+	now = now.Add(time.Hour)
+	_, ok = c.get(m, "other")
+	require.False(t, ok, "expired in the previous generation")
 }

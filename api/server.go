@@ -71,9 +71,12 @@ type Options struct {
 	// ReplayCache is how many completed idempotency records are kept in memory per generation
 	// (two generations); 0 turns the cache off and every replay reads the database.
 	ReplayCache int
-	Logger      *slog.Logger
-	Registry    *prometheus.Registry // default: a new one
-	Reconciler  Reconciler           // imports settlement files (POST /admin/v1/settlements)
+	// Retention is how long the idempotency record of a finished operation is kept: the replay
+	// cache answers from none older. 0: no bound.
+	Retention  time.Duration
+	Logger     *slog.Logger
+	Registry   *prometheus.Registry // default: a new one
+	Reconciler Reconciler           // imports settlement files (POST /admin/v1/settlements)
 	// AllowPrivateWebhooks accepts webhook URLs on loopback, private and link-local addresses
 	// (outbox.CheckWebhookURL).
 	AllowPrivateWebhooks bool
@@ -131,7 +134,7 @@ func New(o Options) *Server {
 		o.Charge.Capability = workflows.CapabilityIdempotent
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{Options: o, log: o.Logger, metrics: newMetrics(o.Registry), replays: replayCache{size: o.ReplayCache}}
+	s := &Server{Options: o, log: o.Logger, metrics: newMetrics(o.Registry), replays: replayCache{size: o.ReplayCache, maxAge: o.Retention}}
 	if src, ok := o.Store.(statsSource); ok {
 		o.Registry.MustRegister(newDBCollector(src))
 	}

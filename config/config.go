@@ -127,6 +127,11 @@ type Config struct {
 	Worker struct {
 		MetricsAddr string `mapstructure:"metrics_addr"` // `kasa worker`'s /metrics and /healthz; empty: off
 	} `mapstructure:"worker"`
+	// How long the idempotency record of a finished operation is kept: the retry window. Then
+	// the worker deletes it, and a request with its key is a new request.
+	Idempotency struct {
+		Retention time.Duration `mapstructure:"retention"`
+	} `mapstructure:"idempotency"`
 }
 
 // RateLimit is a token bucket: Rate requests a second, Burst at once; Rate 0 turns it off.
@@ -201,6 +206,8 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("temporal.tls_server_name", "")
 	v.SetDefault("temporal.api_key", "")
 	v.SetDefault("temporal.register_search_attributes", true)
+	// Idempotency-record retention (issue 26, item 1).
+	v.SetDefault("idempotency.retention", "72h")
 }
 
 // Load reads defaults, then kasa.yaml (or the file named by KASA_CONFIG) if present, then KASA_* env.
@@ -291,8 +298,15 @@ func (c Config) Validate() error {
 	if c.Data.Dir == "" {
 		errs = append(errs, errors.New("data.dir must not be empty"))
 	}
+	if c.Idempotency.Retention < MinIdempotencyRetention {
+		errs = append(errs, fmt.Errorf("idempotency.retention (KASA_IDEMPOTENCY_RETENTION) must be at least %s, got %s", MinIdempotencyRetention, c.Idempotency.Retention))
+	}
 	return errors.Join(errs...)
 }
+
+// MinIdempotencyRetention is the shortest idempotency-record retention: below a second a key
+// could expire before its client's first retry arrives.
+const MinIdempotencyRetention = time.Second
 
 // MinAdminTokenLen is the shortest KASA_ADMIN_TOKEN a long-running `kasa api` accepts: the token
 // moves money (deposits) and mints merchant keys, so it must not be guessable.

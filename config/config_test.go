@@ -206,3 +206,33 @@ func TestLoadTemporalSecurity(t *testing.T) {
 	_, err = Load()
 	require.ErrorContains(t, err, "KASA_TEMPORAL_TLS_KEY")
 }
+
+// Idempotency records are kept 72h unless told otherwise, and never less than a second.
+func TestIdempotencyRetention(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want time.Duration
+		err  bool
+	}{
+		{"", 72 * time.Hour, false},
+		{"1s", time.Second, false},
+		{"24h", 24 * time.Hour, false},
+		{"999ms", 0, true},
+		{"0s", 0, true},
+		{"-1h", 0, true},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Chdir(t.TempDir())
+			if tc.env != "" {
+				t.Setenv("KASA_IDEMPOTENCY_RETENTION", tc.env)
+			}
+			c, err := Load()
+			if tc.err {
+				require.ErrorContains(t, err, "idempotency.retention (KASA_IDEMPOTENCY_RETENTION) must be at least 1s, got "+tc.env)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, c.Idempotency.Retention)
+		})
+	}
+}

@@ -26,7 +26,10 @@ GRANT SELECT, INSERT, UPDATE ON merchants TO :"app_role";
 -- API keys are added and revoked (revoked_at is set once), never deleted.
 GRANT SELECT, INSERT, UPDATE ON api_keys TO :"app_role";
 -- Balances, reservations and payments change state as payments go through their steps.
-GRANT SELECT, INSERT, UPDATE ON accounts, balance_reservations, payments, idempotency_records TO :"app_role";
+GRANT SELECT, INSERT, UPDATE ON accounts, balance_reservations, payments TO :"app_role";
+-- Idempotency records change state with their operations; the worker deletes those of finished
+-- operations once their retention ends.
+GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_records TO :"app_role";
 -- Refunds change state as they go through their steps; they are never deleted (a trigger
 -- refuses it, and changes to what was asked for).
 GRANT SELECT, INSERT, UPDATE ON refunds TO :"app_role";

@@ -44,11 +44,6 @@ func translate(err error) error {
 			if pgErr.ConstraintName == "payments_business_key" {
 				return fmt.Errorf("%w: %s", errLivePayment, pgErr.Message)
 			}
-			if pgErr.ConstraintName == "refunds_key" {
-				// The key's record expired (retention) while its refund is kept: a refund
-				// key names one refund for good.
-				return fmt.Errorf("%w: an earlier refund has this key", payment.ErrIdempotencyReused)
-			}
 		case "23503":
 			if pgErr.ConstraintName == "accounts_merchant_id_fkey" {
 				return payment.ErrNotFound // an account for a merchant that does not exist

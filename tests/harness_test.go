@@ -70,6 +70,7 @@ type stackOptions struct {
 	pollAfter    time.Duration // api.Options.PollAfter (default 1s)
 	// bookingWindow is the workflows' booking window (default: the workflows' default).
 	bookingWindow time.Duration
+	retention     time.Duration // api.Options.Retention (default: no bound on the replay cache)
 }
 
 // awaitCounter counts the API's calls for a workflow's result.
@@ -102,6 +103,7 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 		Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits}, AdminToken: adminToken,
 		AllowPrivateWebhooks: true, SyncWait: 15 * time.Second, // webhook endpoints of tests listen on 127.0.0.1
 		Charge: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second, BookingWindow: o.bookingWindow}, ReplayCache: 1000,
+		Retention:  o.retention,
 		Logger:     slog.New(slog.DiscardHandler),
 		Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow, Runs: db, Source: "api"},
 	})

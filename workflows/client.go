@@ -9,6 +9,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -29,8 +30,10 @@ func (s Starter) queue() string {
 }
 
 // StartPayment starts the operation's workflow, or finds the one already started for the key:
-// REJECT_DUPLICATE and USE_EXISTING make a second start for the same key a no-op, so a retried
-// start after a crash can never run a payment twice. It returns the run's id.
+// REJECT_DUPLICATE and USE_EXISTING make a second start for the same operation a no-op, so a
+// retried start after a crash can never run a payment twice. A closed run of another operation
+// (the key's record expired, and the key now names a new payment) does not block it: see start.
+// It returns the run's id.
 func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) (string, error) {
 	opts := client.StartWorkflowOptions{
 		ID:                       PaymentWorkflowID(in.MerchantID, key),
@@ -46,11 +49,65 @@ func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) 
 			SearchMerchantID.ValueSet(in.MerchantID.String()),
 		),
 	}
-	run, err := s.Client.ExecuteWorkflow(ctx, opts, WorkflowPayment, in)
+	runID, err := s.start(ctx, opts, WorkflowPayment, in, in.OperationID)
 	if err != nil {
 		return "", fmt.Errorf("start payment workflow: %w", err)
 	}
+	return runID, nil
+}
+
+// start starts the workflow. When a closed run holds the id, it reads that run's operation id
+// from its input: its own operation's run already ran, and its id is returned, so a late retry
+// (the sweeper's, say) never runs an operation twice; another operation's run is the expired
+// key's earlier payment or refund, and the new operation's run is then started beside it
+// (ALLOW_DUPLICATE). The database record is what decides that an expired key is a new request:
+// Temporal's own retention of closed runs has no say.
+func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, workflow string, in any, op uuid.UUID) (string, error) {
+	// Without it the SDK answers a refused start with a handle on the closed run, which would
+	// leave the new operation without a workflow. A running one is still found (USE_EXISTING).
+	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
+	run, err := s.Client.ExecuteWorkflow(ctx, opts, workflow, in)
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if !errors.As(err, &started) {
+		if err != nil {
+			return "", err
+		}
+		return run.GetRunID(), nil
+	}
+	closedOp, runID, herr := s.closedRunOperation(ctx, opts.ID)
+	if herr != nil {
+		return "", fmt.Errorf("%w (and its closed run cannot be read: %v)", err, herr)
+	}
+	if closedOp == op {
+		return runID, nil
+	}
+	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
+	run, err = s.Client.ExecuteWorkflow(ctx, opts, workflow, in)
+	if err != nil {
+		return "", err
+	}
 	return run.GetRunID(), nil
+}
+
+// closedRunOperation reads the operation id of the latest run of workflowID from its input.
+func (s Starter) closedRunOperation(ctx context.Context, workflowID string) (uuid.UUID, string, error) {
+	it := s.Client.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !it.HasNext() {
+		return uuid.Nil, "", errors.New("no history")
+	}
+	ev, err := it.Next()
+	if err != nil {
+		return uuid.Nil, "", err
+	}
+	attrs := ev.GetWorkflowExecutionStartedEventAttributes()
+	if attrs == nil {
+		return uuid.Nil, "", errors.New("the first event is not the start")
+	}
+	var first struct{ OperationID uuid.UUID }
+	if err := converter.GetDefaultDataConverter().FromPayloads(attrs.GetInput(), &first); err != nil {
+		return uuid.Nil, "", err
+	}
+	return first.OperationID, attrs.GetOriginalExecutionRunId(), nil
 }
 
 // AwaitPayment waits for the result of the workflow's run until ctx ends (then ErrStillRunning).
@@ -78,11 +135,11 @@ func (s Starter) StartRefund(ctx context.Context, key string, in RefundInput) (s
 			SearchMerchantID.ValueSet(in.MerchantID.String()),
 		),
 	}
-	run, err := s.Client.ExecuteWorkflow(ctx, opts, WorkflowRefund, in)
+	runID, err := s.start(ctx, opts, WorkflowRefund, in, in.OperationID)
 	if err != nil {
 		return "", fmt.Errorf("start refund workflow: %w", err)
 	}
-	return run.GetRunID(), nil
+	return runID, nil
 }
 
 // AwaitRefund waits for the result of the refund workflow's run until ctx ends (then

@@ -55,7 +55,7 @@ WHERE k.key_hash = :api_key_hash AND k.revoked_at IS NULL
 \startpipeline
 -- store/queries/records.sql: GetRecord
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at
 FROM idempotency_records WHERE merchant_id = :merchant_id AND scope = 'payment' AND idempotency_key = :idempotency_key;
 -- store/queries/records.sql: CustomerAccount
 SELECT merchant_id, currency FROM accounts WHERE id = :account_id AND kind = 'customer';

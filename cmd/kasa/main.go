@@ -278,7 +278,7 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheu
 		Registry: reg,
 		Store:    st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
 		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait, AllowPrivateWebhooks: cfg.Webhook.AllowPrivate,
-		Charge: chargePolicy(cfg), Logger: log, ReplayCache: cfg.API.ReplayCache,
+		Charge: chargePolicy(cfg), Logger: log, ReplayCache: cfg.API.ReplayCache, Retention: cfg.Idempotency.Retention,
 		SeparateMetrics: cfg.Metrics.Addr != "", Limits: apiLimits(cfg),
 		SearchAttributes: searchAttributes{client: tc, namespace: cfg.Temporal.Namespace},
 		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
@@ -400,9 +400,11 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	stopCheck := startLedgerCheck(ctx, cfg, st, reg, log)
+	stopRetention := startRecordRetention(ctx, cfg, st, reg, log)
 	if cfg.Worker.MetricsAddr != "" {
 		stop, err := serve(ctx, "worker metrics", cfg.Worker.MetricsAddr, metricsMux(reg), log)
 		if err != nil {
+			stopRetention()
 			stopCheck()
 			w.Stop()
 			return err
@@ -411,6 +413,7 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	<-ctx.Done()
 	log.Info("shutting down worker")
+	stopRetention()
 	stopCheck()
 	w.Stop()
 	return nil
@@ -423,6 +426,16 @@ func startLedgerCheck(ctx context.Context, cfg config.Config, st *store.Store, r
 	done := make(chan struct{})
 	check := worker.NewLedgerCheck(st, cfg.Verify.Interval, reg, log)
 	go func() { defer close(done); _ = check.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+// startRecordRetention deletes expired idempotency records in the background, exporting its
+// metrics on reg, until the returned stop is called.
+func startRecordRetention(ctx context.Context, cfg config.Config, st *store.Store, reg prometheus.Registerer, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	r := worker.NewRecordRetention(st, cfg.Idempotency.Retention, worker.RetentionInterval, worker.RetentionBatch, reg, log)
+	go func() { defer close(done); _ = r.Run(ctx) }()
 	return func() { cancel(); <-done }
 }
 

@@ -19,7 +19,9 @@ created_at, updated_at, refunded_minor FROM payments WHERE id = $1;
 -- name: GetPaymentByKey :one
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments WHERE merchant_id = $1 AND idempotency_key = $2;
+created_at, updated_at, refunded_minor FROM payments WHERE merchant_id = $1 AND idempotency_key = $2
+-- A key whose record expired may name a newer payment: the newest is the key's.
+ORDER BY created_at DESC, id DESC LIMIT 1;
 
 -- name: SetPaymentStatus :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),

@@ -23,12 +23,12 @@ ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation
 
 -- name: GetRecord :one
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at
 FROM idempotency_records WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = $2;
 
 -- name: GetRefundRecord :one
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at
 FROM idempotency_records WHERE merchant_id = $1 AND scope = 'refund' AND idempotency_key = $2;
 
 -- name: TakeOver :one

@@ -27,7 +27,9 @@ created_at, updated_at FROM refunds WHERE id = $1;
 -- name: GetRefundByKey :one
 SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM refunds WHERE merchant_id = $1 AND idempotency_key = $2;
+created_at, updated_at FROM refunds WHERE merchant_id = $1 AND idempotency_key = $2
+-- A key whose record expired may name a newer refund: the newest is the key's.
+ORDER BY created_at DESC, id DESC LIMIT 1;
 
 -- name: PaymentRefunds :many
 -- Newest first; after a refund ($2, the previous page's last) the ones older than it. The

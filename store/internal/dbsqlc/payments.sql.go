@@ -110,6 +110,7 @@ const GetPaymentByKey = `-- name: GetPaymentByKey :one
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
 created_at, updated_at, refunded_minor FROM payments WHERE merchant_id = $1 AND idempotency_key = $2
+ORDER BY created_at DESC, id DESC LIMIT 1
 `
 
 type GetPaymentByKeyParams struct {
@@ -134,6 +135,7 @@ type GetPaymentByKeyRow struct {
 	RefundedMinor     int64
 }
 
+// A key whose record expired may name a newer payment: the newest is the key's.
 func (q *Queries) GetPaymentByKey(ctx context.Context, arg GetPaymentByKeyParams) (GetPaymentByKeyRow, error) {
 	row := q.db.QueryRow(ctx, GetPaymentByKey, arg.MerchantID, arg.IdempotencyKey)
 	var i GetPaymentByKeyRow

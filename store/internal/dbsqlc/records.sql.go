@@ -109,7 +109,7 @@ func (q *Queries) ExpireLease(ctx context.Context, operationID uuid.UUID) error 
 
 const GetRecord = `-- name: GetRecord :one
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at
 FROM idempotency_records WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = $2
 `
 
@@ -129,6 +129,7 @@ type GetRecordRow struct {
 	LockedUntil     time.Time
 	WorkflowStarted bool
 	Scope           string
+	UpdatedAt       time.Time
 }
 
 func (q *Queries) GetRecord(ctx context.Context, arg GetRecordParams) (GetRecordRow, error) {
@@ -145,13 +146,14 @@ func (q *Queries) GetRecord(ctx context.Context, arg GetRecordParams) (GetRecord
 		&i.LockedUntil,
 		&i.WorkflowStarted,
 		&i.Scope,
+		&i.UpdatedAt,
 	)
 	return i, err
 }
 
 const GetRefundRecord = `-- name: GetRefundRecord :one
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at
 FROM idempotency_records WHERE merchant_id = $1 AND scope = 'refund' AND idempotency_key = $2
 `
 
@@ -171,6 +173,7 @@ type GetRefundRecordRow struct {
 	LockedUntil     time.Time
 	WorkflowStarted bool
 	Scope           string
+	UpdatedAt       time.Time
 }
 
 func (q *Queries) GetRefundRecord(ctx context.Context, arg GetRefundRecordParams) (GetRefundRecordRow, error) {
@@ -187,6 +190,7 @@ func (q *Queries) GetRefundRecord(ctx context.Context, arg GetRefundRecordParams
 		&i.LockedUntil,
 		&i.WorkflowStarted,
 		&i.Scope,
+		&i.UpdatedAt,
 	)
 	return i, err
 }

@@ -108,6 +108,7 @@ const GetRefundByKey = `-- name: GetRefundByKey :one
 SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
 created_at, updated_at FROM refunds WHERE merchant_id = $1 AND idempotency_key = $2
+ORDER BY created_at DESC, id DESC LIMIT 1
 `
 
 type GetRefundByKeyParams struct {
@@ -131,6 +132,7 @@ type GetRefundByKeyRow struct {
 	UpdatedAt         time.Time
 }
 
+// A key whose record expired may name a newer refund: the newest is the key's.
 func (q *Queries) GetRefundByKey(ctx context.Context, arg GetRefundByKeyParams) (GetRefundByKeyRow, error) {
 	row := q.db.QueryRow(ctx, GetRefundByKey, arg.MerchantID, arg.IdempotencyKey)
 	var i GetRefundByKeyRow

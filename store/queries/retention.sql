@@ -1,0 +1,28 @@
+-- Idempotency-record retention: the records of finished operations are deleted once they have
+-- been finished for longer than the retention; open ones (processing, unknown) are kept.
+
+-- name: DeleteExpiredRecords :one
+-- One batch, oldest operations first, from after the previous batch's last operation id. The
+-- operation id is a UUIDv7 minted when the request arrived, so an operation that finished before
+-- the cut-off began before it too: the unique index on operation_id, bounded by the cut-off's
+-- UUIDv7 prefix, finds the candidates without an index of its own (which would make every
+-- completion a non-HOT update). SKIP LOCKED lets several workers delete side by side, each
+-- taking rows the others have not locked, and lets a request racing on the same key go first.
+WITH cutoff AS (
+  SELECT now() - sqlc.arg(retention_seconds)::float8 * interval '1 second' AS at
+), doomed AS (
+  SELECT r.operation_id FROM idempotency_records r, cutoff
+  WHERE r.operation_id > sqlc.arg(after)::uuid
+    AND r.operation_id < (lpad(to_hex((extract(epoch FROM cutoff.at) * 1000)::bigint), 12, '0')
+                          || '00000000000000000000')::uuid
+    AND r.status = 'completed' AND r.updated_at < cutoff.at
+  ORDER BY r.operation_id
+  LIMIT sqlc.arg(max_rows)
+  FOR UPDATE OF r SKIP LOCKED
+), gone AS (
+  DELETE FROM idempotency_records r USING doomed d WHERE r.operation_id = d.operation_id
+  RETURNING r.operation_id
+)
+SELECT (SELECT count(*) FROM gone)::int AS deleted,
+       coalesce((SELECT d.operation_id FROM doomed d ORDER BY d.operation_id DESC LIMIT 1),
+                '00000000-0000-0000-0000-000000000000'::uuid)::uuid AS last;

@@ -1,0 +1,117 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+)
+
+// idAt is a UUIDv7 minted at t: what payment.NewID gave a request that arrived then.
+func idAt(t time.Time) uuid.UUID {
+	id := payment.NewID()
+	ms := uint64(t.UnixMilli())
+	for i := 0; i < 6; i++ {
+		id[i] = byte(ms >> (40 - 8*i))
+	}
+	return id
+}
+
+// putRecord writes an idempotency record that arrived at created and last changed at updated.
+func putRecord(t *testing.T, merchantID uuid.UUID, scope store.Scope, key, status string, created, updated time.Time) uuid.UUID {
+	t.Helper()
+	id := idAt(created)
+	outcome, body := any(nil), any(nil)
+	if status == "completed" {
+		outcome, body = "succeeded", []byte(`{"status":"succeeded"}`)
+	}
+	require.NoError(t, db.Exec(context.Background(), `INSERT INTO idempotency_records (merchant_id, scope, idempotency_key,
+		request_hash, status, operation_id, outcome, response_body, workflow_started, created_at, updated_at)
+		VALUES ($1, $2, $3, repeat('0', 64), $4, $5, $6, $7, true, $8, $9)`,
+		merchantID, string(scope), key, status, id, outcome, body, created, updated))
+	return id
+}
+
+func recordExists(t *testing.T, id uuid.UUID) bool {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT count(*) FROM idempotency_records WHERE operation_id = $1`, []any{id}, &n))
+	return n == 1
+}
+
+func TestDeleteExpiredRecordsKeepsYoungAndOpenOnes(t *testing.T) {
+	t.Parallel()
+	mID, _ := fixture(t, 0)
+	now := time.Now()
+	cases := []struct {
+		name             string
+		scope            store.Scope
+		status           string
+		created, updated time.Duration // ago
+		gone             bool
+	}{
+		{"completed 2h ago", store.ScopePayment, "completed", 2 * time.Hour, 2 * time.Hour, true},
+		{"refund completed 2h ago", store.ScopeRefund, "completed", 2 * time.Hour, 2 * time.Hour, true},
+		{"completed 1h1m ago", store.ScopePayment, "completed", 62 * time.Minute, 61 * time.Minute, true},
+		{"completed 59m ago", store.ScopePayment, "completed", 59 * time.Minute, 59 * time.Minute, false},
+		{"begun 3h ago, completed 10m ago", store.ScopePayment, "completed", 3 * time.Hour, 10 * time.Minute, false},
+		{"processing for 2h", store.ScopePayment, "processing", 2 * time.Hour, 2 * time.Hour, false},
+		{"unknown for 2h", store.ScopePayment, "unknown", 2 * time.Hour, 2 * time.Hour, false},
+		{"refund unknown for 2h", store.ScopeRefund, "unknown", 2 * time.Hour, 2 * time.Hour, false},
+	}
+	ids := make([]uuid.UUID, len(cases))
+	for i, c := range cases {
+		ids[i] = putRecord(t, mID, c.scope, fmt.Sprintf("k%d", i), c.status, now.Add(-c.created), now.Add(-c.updated))
+	}
+	// Batches of one: the run goes on until a batch comes back short.
+	n, err := db.DeleteExpiredRecords(context.Background(), time.Hour, 1)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, n, int64(3))
+	for i, c := range cases {
+		require.Equal(t, c.gone, !recordExists(t, ids[i]), c.name)
+	}
+}
+
+// Workers delete side by side: every expired record goes, once, and no runner fails.
+func TestDeleteExpiredRecordsConcurrently(t *testing.T) {
+	t.Parallel()
+	mID, _ := fixture(t, 0)
+	old := time.Now().Add(-3 * time.Hour)
+	const records = 400
+	for i := range records {
+		putRecord(t, mID, store.ScopePayment, fmt.Sprintf("c%d", i), "completed", old.Add(time.Duration(i)*time.Millisecond), old.Add(time.Second))
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total int64
+		errs  []error
+	)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := db.DeleteExpiredRecords(context.Background(), 2*time.Hour, 7)
+			mu.Lock()
+			defer mu.Unlock()
+			total += n
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Empty(t, errs)
+	// A runner skips what another holds, and the holder deletes it: nothing is left over.
+	var left int
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT count(*) FROM idempotency_records WHERE merchant_id = $1`, []any{mID}, &left))
+	require.Zero(t, left)
+	require.GreaterOrEqual(t, total, int64(records))
+}

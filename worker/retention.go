@@ -1,0 +1,90 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// RecordDeleter deletes the idempotency records of operations finished longer ago than
+// retention, batch rows per transaction (store.DeleteExpiredRecords).
+type RecordDeleter interface {
+	DeleteExpiredRecords(ctx context.Context, retention time.Duration, batch int) (int64, error)
+}
+
+// RetentionInterval is how often a worker deletes expired idempotency records: a record is gone
+// within this interval (plus one pass) of expiring.
+const RetentionInterval = 15 * time.Second
+
+// RetentionBatch is how many records one delete statement removes: small enough to keep each
+// transaction, its locks and its WAL short beside the payment path.
+const RetentionBatch = 1000
+
+// RecordRetention deletes expired idempotency records periodically. Every worker runs one; their
+// batches skip each other's rows, so more workers only share the work.
+type RecordRetention struct {
+	deleter   RecordDeleter
+	retention time.Duration
+	interval  time.Duration
+	batch     int
+	log       *slog.Logger
+	deleted   prometheus.Counter
+	failures  prometheus.Counter
+	duration  prometheus.Gauge
+	last      prometheus.Gauge
+}
+
+// NewRecordRetention registers the runner's metrics on reg (nil: none).
+func NewRecordRetention(d RecordDeleter, retention, interval time.Duration, batch int, reg prometheus.Registerer, log *slog.Logger) *RecordRetention {
+	r := &RecordRetention{
+		deleter: d, retention: retention, interval: interval, batch: batch, log: log,
+		deleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "kasa_idempotency_records_deleted_total",
+			Help: "Idempotency records of finished operations deleted by retention (KASA_IDEMPOTENCY_RETENTION)."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "kasa_idempotency_retention_failures_total",
+			Help: "Retention passes over idempotency records that could not complete (database errors)."}),
+		duration: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kasa_idempotency_retention_duration_seconds",
+			Help: "How long the last completed retention pass over idempotency records took."}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kasa_idempotency_retention_last_success_timestamp_seconds",
+			Help: "When the last retention pass over idempotency records completed (Unix seconds); 0: none yet."}),
+	}
+	if reg != nil {
+		reg.MustRegister(r.deleted, r.failures, r.duration, r.last)
+	}
+	return r
+}
+
+// Run deletes at once, then every interval, until ctx ends.
+func (r *RecordRetention) Run(ctx context.Context) error {
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		r.Pass(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Pass deletes every record expired by now and updates the metrics.
+func (r *RecordRetention) Pass(ctx context.Context) {
+	start := time.Now()
+	n, err := r.deleter.DeleteExpiredRecords(ctx, r.retention, r.batch)
+	r.deleted.Add(float64(n))
+	if err != nil {
+		if ctx.Err() == nil {
+			r.failures.Inc()
+			r.log.Warn("idempotency record retention failed", "deleted", n, "error", err)
+		}
+		return
+	}
+	took := time.Since(start)
+	r.duration.Set(took.Seconds())
+	r.last.Set(float64(time.Now().Unix()))
+	if n > 0 {
+		r.log.Debug("expired idempotency records deleted", "count", n, "took", took)
+	}
+}
