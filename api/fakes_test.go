@@ -221,7 +221,7 @@ func (f *fakeStore) begin(in store.BeginInput, lockedUntil time.Time) (store.Rec
 	}
 	rec := store.Record{
 		MerchantID: in.MerchantID, Key: in.Key, RequestHash: r.Hash(), Status: store.RecordProcessing,
-		OperationID: p.ID, LockedUntil: lockedUntil,
+		OperationID: p.ID, LockedUntil: lockedUntil, Scope: store.ScopePayment,
 	}
 	f.payments[p.ID], f.records[recordKey{in.MerchantID, in.Key}] = p, rec
 	return rec, p, store.BeganNew, nil

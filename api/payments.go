@@ -44,7 +44,7 @@ func (s *Server) createPayment(c *gin.Context) {
 	}
 	// Most repeated keys are retries of finished payments, answered from memory. Begin answers
 	// the others in the same round trip that decides a new key's owner.
-	if rec, ok := s.replays.get(m.ID, key); ok {
+	if rec, ok := s.replays.get(m.ID, store.ScopePayment, key); ok {
 		s.answerExisting(c, rec, req.Hash())
 		return
 	}
