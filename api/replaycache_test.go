@@ -31,7 +31,7 @@ func TestReplayCacheKeepsOnlyFinalAnswers(t *testing.T) {
 	_, ok = c.get(payment.NewID(), store.ScopePayment, "a")
 	require.False(t, ok, "keys are per merchant")
 
-	c.put(done("c"))      // a new generation: a and b are previous
+	c.put(done("c"))                          // a new generation: a and b are previous
 	_, ok = c.get(m, store.ScopePayment, "a") // used: carried into the current generation
 	require.True(t, ok)
 	c.put(done("d")) // current (c, a) full: b is dropped
