@@ -33,11 +33,16 @@ const (
 	StreamName       = "KASA_EVENTS"
 	SubjectPrefix    = "kasa.events."
 	WebhooksConsumer = "webhooks" // the durable consumer's name and the inbox's consumer column
-	webhookSubjects  = SubjectPrefix + "payment.>"
 )
 
+// webhookSubjects are the subjects of the events merchants receive.
+var webhookSubjects = []string{SubjectPrefix + "payment.>", SubjectPrefix + "refund.>"}
+
 // Event types merchants receive.
-var webhookTypes = map[string]bool{"payment.succeeded": true, "payment.failed": true, "payment.unknown": true}
+var webhookTypes = map[string]bool{
+	"payment.succeeded": true, "payment.failed": true, "payment.unknown": true,
+	"refund.succeeded": true, "refund.failed": true, "refund.unknown": true,
+}
 
 // Subject is the broker subject of an event type.
 func Subject(eventType string) string { return SubjectPrefix + eventType }

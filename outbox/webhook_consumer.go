@@ -104,14 +104,14 @@ func (c *WebhookConsumer) consumer(ctx context.Context) (jetstream.Consumer, err
 		return nil, err
 	}
 	return c.o.JetStream.CreateOrUpdateConsumer(ctx, StreamName, jetstream.ConsumerConfig{
-		Durable:       c.o.Name,
-		Description:   "kasa webhook deliveries (inbox " + c.o.Name + ")",
-		FilterSubject: webhookSubjects,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       c.o.AckWait,
-		MaxDeliver:    -1,
-		MaxAckPending: 1000,
+		Durable:        c.o.Name,
+		Description:    "kasa webhook deliveries (inbox " + c.o.Name + ")",
+		FilterSubjects: webhookSubjects,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        c.o.AckWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  1000,
 	})
 }
 
