@@ -208,3 +208,42 @@ func TestRefundEndToEnd(t *testing.T) {
 	require.Equal(t, int64(50000), balance(t, payer))
 	requireVerified(t)
 }
+
+// Each capability's strategy refunds once at the bank, and a refund the bank declines fails
+// (402) with its hold given back, under every capability.
+func TestRefundEachCapability(t *testing.T) {
+	t.Parallel()
+	for _, c := range workflows.Capabilities {
+		t.Run(string(c), func(t *testing.T) {
+			t.Parallel()
+			s := newStack(t, c)
+			m := s.newMerchant()
+			payer := s.newAccount(m, "TRY", "100.00")
+			r := s.pay(m, "pay-1", payBody("inv-1", "100.00", "TRY", payer))
+			require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+			paymentID := r.json(t)["id"].(string)
+
+			r = s.refund(m, paymentID, "ref-1", `{"amount":"30.00"}`)
+			require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+			refundID := r.json(t)["id"].(string)
+			require.Equal(t, 1, s.simRefunds(refundID))
+			require.Equal(t, "30.00", s.account(m, payer)["balance"])
+
+			s.setFaults(`{"rules":[{"on":"refund","action":"decline"}]}`)
+			r = s.refund(m, paymentID, "ref-2", `{"amount":"50.00"}`)
+			require.Equal(t, http.StatusPaymentRequired, r.Status, "%s", r.Body)
+			declined := r.json(t)
+			require.Equal(t, "failed", declined["status"])
+			require.Equal(t, "declined", declined["failure_code"])
+			require.Equal(t, "/v1/refunds/"+declined["id"].(string), r.Header.Get("Location"))
+			require.Zero(t, s.simRefunds(declined["id"].(string)))
+			require.Equal(t, "30.00", s.account(m, payer)["balance"])
+
+			// The declined refund's hold is given back: the rest is refundable again.
+			r = s.refund(m, paymentID, "ref-3", `{"amount":"1000.00"}`)
+			require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+			require.Equal(t, "70.00", r.json(t)["refundable"])
+			requireVerified(t)
+		})
+	}
+}
