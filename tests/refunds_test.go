@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -246,4 +247,58 @@ func TestRefundEachCapability(t *testing.T) {
 			requireVerified(t)
 		})
 	}
+}
+
+// Parallel refunds of one payment never pay back more than it was, and one key sent many times
+// at once makes one refund at the bank.
+func TestRefundsInParallel(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	payer := s.newAccount(m, "TRY", "100.00")
+	r := s.pay(m, "pay-1", payBody("inv-1", "100.00", "TRY", payer))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	paymentID := r.json(t)["id"].(string)
+
+	answers := make([]response, 8)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() { answers[i] = s.refund(m, paymentID, fmt.Sprintf("par-%d", i), `{"amount":"30.00"}`) })
+	}
+	wg.Wait()
+	codes := map[int]int{}
+	for _, a := range answers {
+		codes[a.Status]++
+		if a.Status == http.StatusConflict {
+			require.Equal(t, "refund_exceeds_refundable", a.json(t)["code"])
+		}
+	}
+	require.Equal(t, map[int]int{http.StatusCreated: 3, http.StatusConflict: 5}, codes)
+	require.Equal(t, 3, s.simRefunds(""))
+	require.Equal(t, "90.00", s.do("GET", "/v1/payments/"+paymentID, m.APIKey, "").json(t)["amount_refunded"])
+	require.Equal(t, "90.00", s.account(m, payer)["balance"])
+
+	same := make([]response, 50)
+	for i := range same {
+		wg.Go(func() { same[i] = s.refund(m, paymentID, "same", `{"amount":"5.00"}`) })
+	}
+	wg.Wait()
+	var body string
+	for _, a := range same {
+		switch a.Status {
+		case http.StatusCreated:
+			if body == "" {
+				body = string(a.Body)
+			}
+			require.Equal(t, body, string(a.Body), "every answer is the one refund")
+		case http.StatusConflict:
+			require.Equal(t, "idempotency_key_in_use", a.json(t)["code"])
+		default:
+			t.Fatalf("unexpected answer %d: %s", a.Status, a.Body)
+		}
+	}
+	require.NotEmpty(t, body)
+	require.Equal(t, 4, s.simRefunds(""), "one more refund at the bank, for fifty requests")
+	require.Equal(t, "95.00", s.account(m, payer)["balance"])
+	requireVerified(t)
 }
