@@ -23,12 +23,22 @@ type Store interface {
 	BeginChargeAttempt(ctx context.Context, operationID uuid.UUID) (int, error)
 	BeginChargeSend(ctx context.Context, operationID uuid.UUID, send int) (bool, error)
 	FlagStuck(ctx context.Context, operationID uuid.UUID, reason string) error
+
+	HoldRefund(ctx context.Context, refundID uuid.UUID) error
+	PostRefund(ctx context.Context, refundID uuid.UUID, providerRef string) (payment.Refund, error)
+	ReleaseRefund(ctx context.Context, refundID uuid.UUID, failureCode string) (payment.Refund, error)
+	MarkRefundUnknown(ctx context.Context, refundID uuid.UUID) (payment.Refund, error)
+	BeginRefundAttempt(ctx context.Context, refundID uuid.UUID) (int, error)
+	BeginRefundSend(ctx context.Context, refundID uuid.UUID, send int) (bool, error)
+	FlagRefundStuck(ctx context.Context, refundID uuid.UUID, reason string) error
 }
 
 // Provider is the bank.
 type Provider interface {
 	Charge(ctx context.Context, idempotencyKey string, r provider.ChargeRequest) (provider.Charge, error)
 	Inquire(ctx context.Context, reference string) (provider.Charge, error)
+	Refund(ctx context.Context, idempotencyKey string, r provider.RefundRequest) (provider.Refund, error)
+	InquireRefund(ctx context.Context, reference string) (provider.Refund, error)
 }
 
 // Activities are registered on the worker under the names in package workflows.
@@ -51,26 +61,11 @@ func (a *Activities) ReserveFunds(ctx context.Context, operationID uuid.UUID) er
 // those two every send is recorded before it goes out. An idempotent provider answers a
 // re-send with the first result, so it needs no record.
 func (a *Activities) Charge(ctx context.Context, in workflows.ChargeInput) (workflows.ChargeResult, error) {
-	if in.Capability == workflows.CapabilityNone || in.Capability == workflows.CapabilityInquiry {
-		repeat, err := a.repeatedSend(ctx, in)
-		if err != nil {
-			return workflows.ChargeResult{}, classify(err)
-		}
-		if repeat && in.Capability == workflows.CapabilityNone {
-			return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError(
-				"an earlier attempt of this charge may have reached the provider, which cannot be asked",
-				workflows.ErrTypeAmbiguous, nil)
-		}
-		if repeat {
-			res, err := a.InquireCharge(ctx, in.OperationID)
-			if !hasType(err, workflows.ErrTypeNotFound) {
-				return res, err // the earlier attempt's charge, or no answer yet: never re-send
-			}
-			if in.Send > 0 {
-				return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError(
-					"an earlier attempt of this charge is not booked yet, and may still be", workflows.ErrTypeAmbiguous, nil)
-			}
-		}
+	res, stop, err := a.guardSend(ctx, in.OperationID, in.Capability, in.Send, sendRecord{
+		noun: "charge", attempt: a.Store.BeginChargeAttempt, send: a.Store.BeginChargeSend, inquire: a.InquireCharge,
+	})
+	if stop {
+		return res, err
 	}
 	ch, err := a.Provider.Charge(ctx, in.OperationID.String(), provider.ChargeRequest{
 		Reference: in.OperationID.String(), AmountMinor: in.AmountMinor, Currency: in.Currency, AccountID: in.AccountID.String(),
@@ -84,14 +79,51 @@ func (a *Activities) Charge(ctx context.Context, in workflows.ChargeInput) (work
 	return workflows.ChargeResult{ProviderReference: ch.ID, Succeeded: true}, nil
 }
 
-// repeatedSend records the send about to go out, and reports whether it went out before.
-func (a *Activities) repeatedSend(ctx context.Context, in workflows.ChargeInput) (bool, error) {
-	if in.Send > 0 {
-		first, err := a.Store.BeginChargeSend(ctx, in.OperationID, in.Send)
-		return !first, err
+// sendRecord is how one kind of operation records its sends and asks the provider about them.
+type sendRecord struct {
+	noun    string
+	attempt func(ctx context.Context, id uuid.UUID) (int, error)
+	send    func(ctx context.Context, id uuid.UUID, send int) (bool, error)
+	inquire func(ctx context.Context, id uuid.UUID) (workflows.ChargeResult, error)
+}
+
+// guardSend records a send about to go out for the capabilities that need it and decides what a
+// repeated one may do. stop says the send must not go out: res and err are then the answer.
+func (a *Activities) guardSend(ctx context.Context, id uuid.UUID, c workflows.Capability, send int, r sendRecord) (res workflows.ChargeResult, stop bool, err error) {
+	if c != workflows.CapabilityNone && c != workflows.CapabilityInquiry {
+		return res, false, nil
 	}
-	attempt, err := a.Store.BeginChargeAttempt(ctx, in.OperationID)
-	return attempt > 1, err
+	var repeat bool
+	if send > 0 {
+		first, err := r.send(ctx, id, send)
+		if err != nil {
+			return res, true, classify(err)
+		}
+		repeat = !first
+	} else {
+		attempt, err := r.attempt(ctx, id)
+		if err != nil {
+			return res, true, classify(err)
+		}
+		repeat = attempt > 1
+	}
+	if !repeat {
+		return res, false, nil
+	}
+	if c == workflows.CapabilityNone {
+		return res, true, temporal.NewNonRetryableApplicationError(
+			"an earlier attempt of this "+r.noun+" may have reached the provider, which cannot be asked",
+			workflows.ErrTypeAmbiguous, nil)
+	}
+	res, err = r.inquire(ctx, id)
+	if !hasType(err, workflows.ErrTypeNotFound) {
+		return res, true, err // the earlier attempt's operation, or no answer yet: never re-send
+	}
+	if send > 0 {
+		return workflows.ChargeResult{}, true, temporal.NewNonRetryableApplicationError(
+			"an earlier attempt of this "+r.noun+" is not booked yet, and may still be", workflows.ErrTypeAmbiguous, nil)
+	}
+	return workflows.ChargeResult{}, false, nil // before numbered sends: nothing was found, send
 }
 
 // InquireCharge asks the provider whether a charge exists for the operation.
@@ -129,6 +161,70 @@ func (a *Activities) MarkUnknown(ctx context.Context, operationID uuid.UUID) err
 // FlagStuck marks the payment as needing an operator (an empty reason clears the mark).
 func (a *Activities) FlagStuck(ctx context.Context, in workflows.FlagInput) error {
 	return classify(a.Store.FlagStuck(ctx, in.OperationID, in.Reason))
+}
+
+// HoldRefund holds the refund's amount on the merchant's settlement account.
+func (a *Activities) HoldRefund(ctx context.Context, refundID uuid.UUID) error {
+	return classify(a.Store.HoldRefund(ctx, refundID))
+}
+
+// SendRefund asks the bank to pay the refund back, with the refund's id as idempotency key and
+// the payment's id as the charge's reference. A repeated attempt is guarded as Charge's is: with
+// capability none or inquiry the send is recorded before it goes out, so that the bank never
+// gets a second refund it cannot recognise as the first.
+func (a *Activities) SendRefund(ctx context.Context, in workflows.SendRefundInput) (workflows.RefundSendResult, error) {
+	res, stop, err := a.guardSend(ctx, in.OperationID, in.Capability, in.Send, sendRecord{
+		noun: "refund", attempt: a.Store.BeginRefundAttempt, send: a.Store.BeginRefundSend,
+		inquire: func(ctx context.Context, id uuid.UUID) (workflows.ChargeResult, error) {
+			r, err := a.InquireRefund(ctx, id)
+			return workflows.ChargeResult(r), err
+		},
+	})
+	if stop {
+		return workflows.RefundSendResult(res), err
+	}
+	r, err := a.Provider.Refund(ctx, in.OperationID.String(), provider.RefundRequest{
+		Reference: in.OperationID.String(), ChargeReference: in.PaymentID.String(), AmountMinor: in.AmountMinor, Currency: in.Currency,
+	})
+	if err != nil {
+		return workflows.RefundSendResult{}, classify(err)
+	}
+	if r.Status == provider.StatusDeclined {
+		return workflows.RefundSendResult{}, temporal.NewNonRetryableApplicationError("refund declined", workflows.ErrTypeDeclined, nil, r.ID)
+	}
+	return workflows.RefundSendResult{ProviderReference: r.ID, Succeeded: true}, nil
+}
+
+// InquireRefund asks the bank whether a refund exists for the refund's id.
+func (a *Activities) InquireRefund(ctx context.Context, refundID uuid.UUID) (workflows.RefundSendResult, error) {
+	r, err := a.Provider.InquireRefund(ctx, refundID.String())
+	if err != nil {
+		return workflows.RefundSendResult{}, classify(err)
+	}
+	return workflows.RefundSendResult{ProviderReference: r.ID, Succeeded: r.Succeeded()}, nil
+}
+
+// PostRefund books the refund the bank made in the ledger.
+func (a *Activities) PostRefund(ctx context.Context, in workflows.PostRefundInput) error {
+	_, err := a.Store.PostRefund(ctx, in.OperationID, in.ProviderReference)
+	return classify(err)
+}
+
+// ReleaseRefund fails the refund and gives back its holds.
+func (a *Activities) ReleaseRefund(ctx context.Context, in workflows.ReleaseRefundInput) error {
+	_, err := a.Store.ReleaseRefund(ctx, in.OperationID, in.FailureCode)
+	return classify(err)
+}
+
+// MarkRefundUnknown parks the refund for reconciliation, its holds kept.
+func (a *Activities) MarkRefundUnknown(ctx context.Context, refundID uuid.UUID) error {
+	_, err := a.Store.MarkRefundUnknown(ctx, refundID)
+	return classify(err)
+}
+
+// FlagRefundStuck marks the refund as needing an operator (an empty reason clears the mark).
+func (a *Activities) FlagRefundStuck(ctx context.Context, in workflows.FlagInput) error {
+	return classify(a.Store.FlagRefundStuck(ctx, in.OperationID, in.Reason))
 }
 
 // classify turns errors into application errors with stable types; anything unrecognised stays

@@ -37,8 +37,9 @@ func (a *attempts) BeginChargeSend(_ context.Context, _ uuid.UUID, send int) (bo
 
 // bank records what reached it.
 type bank struct {
-	sends, inquiries int
-	existing         *provider.Charge // what an inquiry finds
+	activities.Provider // a charge never refunds
+	sends, inquiries    int
+	existing            *provider.Charge // what an inquiry finds
 }
 
 func (b *bank) Charge(_ context.Context, key string, _ provider.ChargeRequest) (provider.Charge, error) {
@@ -103,4 +104,188 @@ func TestChargeRepeatedAttempts(t *testing.T) {
 			require.Contains(t, res.ProviderReference, tc.wantRef)
 		})
 	}
+}
+
+// refundAttempts counts BeginRefundAttempt and BeginRefundSend like the refunds.send_attempts
+// column does, and records which database steps ran.
+type refundAttempts struct {
+	activities.Store
+	n     int
+	steps []string
+}
+
+func (a *refundAttempts) BeginRefundAttempt(context.Context, uuid.UUID) (int, error) {
+	a.n++
+	return a.n, nil
+}
+
+func (a *refundAttempts) BeginRefundSend(_ context.Context, _ uuid.UUID, send int) (bool, error) {
+	if a.n >= send {
+		return false, nil
+	}
+	a.n = send
+	return true, nil
+}
+
+func (a *refundAttempts) HoldRefund(context.Context, uuid.UUID) error {
+	a.steps = append(a.steps, "hold")
+	return payment.ErrInsufficientFunds
+}
+
+func (a *refundAttempts) PostRefund(_ context.Context, _ uuid.UUID, ref string) (payment.Refund, error) {
+	a.steps = append(a.steps, "post "+ref)
+	return payment.Refund{}, nil
+}
+
+func (a *refundAttempts) ReleaseRefund(_ context.Context, _ uuid.UUID, code string) (payment.Refund, error) {
+	a.steps = append(a.steps, "release "+code)
+	return payment.Refund{}, nil
+}
+
+func (a *refundAttempts) MarkRefundUnknown(context.Context, uuid.UUID) (payment.Refund, error) {
+	a.steps = append(a.steps, "unknown")
+	return payment.Refund{}, payment.ErrInconsistent
+}
+
+func (a *refundAttempts) FlagRefundStuck(_ context.Context, _ uuid.UUID, reason string) error {
+	a.steps = append(a.steps, "flag "+reason)
+	return nil
+}
+
+// refundBank records the refunds that reached it and the key and references each carried.
+type refundBank struct {
+	activities.Provider // a refund never charges
+	sends, inquiries    int
+	key                 string
+	req                 provider.RefundRequest
+	status              string           // the answer to a send ("" succeeded)
+	existing            *provider.Refund // what an inquiry finds
+	err                 error            // the send's error
+}
+
+func (b *refundBank) Refund(_ context.Context, key string, r provider.RefundRequest) (provider.Refund, error) {
+	b.sends++
+	b.key, b.req = key, r
+	if b.err != nil {
+		return provider.Refund{}, b.err
+	}
+	status := b.status
+	if status == "" {
+		status = provider.StatusSucceeded
+	}
+	return provider.Refund{ID: "re_" + key[:8], Reference: r.Reference, Status: status}, nil
+}
+
+func (b *refundBank) InquireRefund(context.Context, string) (provider.Refund, error) {
+	b.inquiries++
+	if b.existing == nil {
+		return provider.Refund{}, provider.ErrNotFound
+	}
+	return *b.existing, nil
+}
+
+// A refund's send is protected like a charge's: run again after its worker died, it does only
+// what the capability allows, and never sends a second refund to a bank that cannot dedupe it.
+func TestSendRefundRepeatedAttempts(t *testing.T) {
+	earlier := &provider.Refund{ID: "re_earlier", Status: "succeeded"}
+	for _, tc := range []struct {
+		name           string
+		capability     workflows.Capability
+		send, before   int
+		existing       *provider.Refund
+		sends, inquire int
+		recorded       int
+		wantRef        string
+		wantErrType    string
+	}{
+		{"none, first send goes out", workflows.CapabilityNone, 1, 0, nil, 1, 0, 1, "re_", ""},
+		{"none, repeat never re-sends", workflows.CapabilityNone, 1, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
+		{"none, attempt count before numbered sends", workflows.CapabilityNone, 0, 1, nil, 0, 0, 2, "", workflows.ErrTypeAmbiguous},
+		{"inquiry, first send goes out without asking", workflows.CapabilityInquiry, 1, 0, nil, 1, 0, 1, "re_", ""},
+		{"inquiry, repeat finds the earlier refund", workflows.CapabilityInquiry, 1, 1, earlier, 0, 1, 1, "re_earlier", ""},
+		{"inquiry, repeat does not re-send when the bank has none yet", workflows.CapabilityInquiry, 2, 2, nil, 0, 1, 2, "", workflows.ErrTypeAmbiguous},
+		{"inquiry, send 2 goes out after send 1", workflows.CapabilityInquiry, 2, 1, nil, 1, 0, 2, "re_", ""},
+		{"idempotent re-sends with the same key, nothing recorded", workflows.CapabilityIdempotent, 1, 0, nil, 1, 0, 0, "re_", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, b := &refundAttempts{n: tc.before}, &refundBank{existing: tc.existing}
+			a := &activities.Activities{Store: st, Provider: b}
+			in := workflows.SendRefundInput{
+				OperationID: payment.NewID(), PaymentID: payment.NewID(), AmountMinor: 3000, Currency: "TRY", Capability: tc.capability, Send: tc.send,
+			}
+			res, err := a.SendRefund(context.Background(), in)
+			require.Equal(t, tc.sends, b.sends, "refunds sent")
+			require.Equal(t, tc.inquire, b.inquiries, "inquiries")
+			require.Equal(t, tc.recorded, st.n, "sends recorded")
+			if tc.sends > 0 {
+				require.Equal(t, in.OperationID.String(), b.key, "the refund id is the bank's idempotency key")
+				require.Equal(t, provider.RefundRequest{
+					Reference: in.OperationID.String(), ChargeReference: in.PaymentID.String(), AmountMinor: 3000, Currency: "TRY",
+				}, b.req)
+			}
+			if tc.wantErrType != "" {
+				var appErr *temporal.ApplicationError
+				require.True(t, errors.As(err, &appErr), "%v", err)
+				require.Equal(t, tc.wantErrType, appErr.Type())
+				require.True(t, appErr.NonRetryable())
+				return
+			}
+			require.NoError(t, err)
+			require.True(t, res.Succeeded)
+			require.Contains(t, res.ProviderReference, tc.wantRef)
+		})
+	}
+}
+
+// The bank's answers to a refund are classified as a charge's are: only a decline fails it.
+func TestSendRefundClassifiesAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		bank         refundBank
+		wantType     string
+		nonRetryable bool
+	}{
+		{"declined", refundBank{status: provider.StatusDeclined}, workflows.ErrTypeDeclined, true},
+		{"ambiguous", refundBank{err: provider.ErrAmbiguous}, workflows.ErrTypeAmbiguous, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &activities.Activities{Store: &refundAttempts{}, Provider: &tc.bank}
+			_, err := a.SendRefund(context.Background(), workflows.SendRefundInput{
+				OperationID: payment.NewID(), PaymentID: payment.NewID(), AmountMinor: 1, Currency: "TRY", Capability: workflows.CapabilityIdempotent, Send: 1,
+			})
+			var appErr *temporal.ApplicationError
+			require.True(t, errors.As(err, &appErr), "%v", err)
+			require.Equal(t, tc.wantType, appErr.Type())
+			require.Equal(t, tc.nonRetryable, appErr.NonRetryable())
+		})
+	}
+}
+
+// The refund's database steps reach the store with their arguments, classified.
+func TestRefundSteps(t *testing.T) {
+	st := &refundAttempts{}
+	b := &refundBank{existing: &provider.Refund{ID: "re_1", Status: provider.StatusDeclined}}
+	a := &activities.Activities{Store: st, Provider: b}
+	ctx, id := context.Background(), payment.NewID()
+
+	err := a.HoldRefund(ctx, id)
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "%v", err)
+	require.Equal(t, workflows.ErrTypeInsufficientFunds, appErr.Type())
+
+	res, err := a.InquireRefund(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, workflows.RefundSendResult{ProviderReference: "re_1"}, res, "a declined refund found by inquiry did not succeed")
+	b.existing = nil
+	_, err = a.InquireRefund(ctx, id)
+	require.True(t, errors.As(err, &appErr), "%v", err)
+	require.Equal(t, workflows.ErrTypeNotFound, appErr.Type())
+
+	require.NoError(t, a.PostRefund(ctx, workflows.PostRefundInput{OperationID: id, ProviderReference: "re_1"}))
+	require.NoError(t, a.ReleaseRefund(ctx, workflows.ReleaseRefundInput{OperationID: id, FailureCode: "declined"}))
+	require.NoError(t, a.FlagRefundStuck(ctx, workflows.FlagInput{OperationID: id, Reason: "why"}))
+	err = a.MarkRefundUnknown(ctx, id)
+	require.True(t, errors.As(err, &appErr), "%v", err)
+	require.Equal(t, workflows.ErrTypeInconsistent, appErr.Type())
+	require.Equal(t, []string{"hold", "post re_1", "release declined", "flag why", "unknown"}, st.steps)
 }

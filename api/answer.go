@@ -30,54 +30,34 @@ func announcedRecord(operationID uuid.UUID, a store.Answer) store.Record {
 
 // replayFirst answers the first request of a completed operation with exactly what every later
 // replay will get.
-func (s *Server) replayFirst(c *gin.Context, rec store.Record) {
-	status, body, err := s.storedResponse(c, rec)
+func (s *Server) replayFirst(c *gin.Context, k opKind, rec store.Record) {
+	status, body, err := s.storedResponse(c, k, rec)
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
-	c.Header("Location", "/v1/payments/"+rec.OperationID.String())
+	c.Header("Location", k.path()+rec.OperationID.String())
 	c.Data(status, "application/json", body)
 }
 
 // replay answers a retry of a completed operation: the stored answer, marked as a replay.
-func (s *Server) replay(c *gin.Context, rec store.Record) {
-	status, body, err := s.storedResponse(c, rec)
+func (s *Server) replay(c *gin.Context, k opKind, rec store.Record) {
+	status, body, err := s.storedResponse(c, k, rec)
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
 	c.Header("Idempotent-Replayed", "true")
-	c.Header("Location", "/v1/payments/"+rec.OperationID.String())
+	c.Header("Location", k.path()+rec.OperationID.String())
 	c.Data(status, "application/json", body)
 }
 
-// storedResponse is a completed operation's stored answer. The transaction that finishes a
-// payment stores it; a record completed before that was so gets it rendered and stored here once.
-func (s *Server) storedResponse(c *gin.Context, rec store.Record) (int, []byte, error) {
+// storedResponse is a completed operation's stored answer. The transaction that finishes an
+// operation stores it; a record completed before that was so gets it rendered and stored once.
+func (s *Server) storedResponse(c *gin.Context, k opKind, rec store.Record) (int, []byte, error) {
 	if rec.ResponseBody != nil {
 		return answerStatus(rec.Outcome), rec.ResponseBody, nil
 	}
-	ctx := c.Request.Context()
-	p, err := s.Store.Payment(ctx, rec.OperationID)
-	if err != nil {
-		return 0, nil, err
-	}
-	body, err := p.AnswerBody() // fails unless the payment is final
-	if err != nil {
-		return 0, nil, err
-	}
-	outcome, body, err := s.Store.SaveResponse(ctx, rec.MerchantID, rec.Key, p.Status, body)
+	outcome, body, err := k.unsaved(c.Request.Context(), rec)
 	return answerStatus(outcome), body, err
-}
-
-// writePending answers a request whose operation has no stored answer yet with the payment as
-// it is now; non-final states carry Retry-After. It is 202 even when the payment became final
-// since its record was read: the stored answer, not this one, is what replays return.
-func (s *Server) writePending(c *gin.Context, p payment.Payment) {
-	c.Header("Location", "/v1/payments/"+p.ID.String())
-	if !p.Status.Final() {
-		setRetryAfter(c)
-	}
-	writeJSON(c, http.StatusAccepted, p.Resource())
 }

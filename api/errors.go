@@ -33,7 +33,9 @@ type problem struct {
 	Code      string               `json:"code"`
 	Errors    []payment.FieldError `json:"errors,omitempty"`
 	PaymentID string               `json:"payment_id,omitempty"`
-	RequestID string               `json:"request_id,omitempty"`
+	// Refundable is what a payment still has to refund, when a refund asked for more.
+	Refundable string `json:"refundable,omitempty"`
+	RequestID  string `json:"request_id,omitempty"`
 }
 
 // writeError is the one place that maps an error to an HTTP answer. A 500 says nothing
@@ -44,6 +46,7 @@ func (s *Server) writeError(c *gin.Context, err error) {
 	var dup *payment.DuplicatePaymentError
 	var fileErr *reconcile.FileError
 	var limited *rateLimitedError
+	var exceeds *payment.RefundExceedsError
 	switch {
 	case errors.As(err, &fileErr):
 		p.Status, p.Code, p.Title, p.Errors = 400, "invalid_settlement_file", "Invalid settlement file", fileErr.FieldErrors()
@@ -51,6 +54,10 @@ func (s *Server) writeError(c *gin.Context, err error) {
 		p.Status, p.Code, p.Title, p.Errors = 400, "invalid_request", "Invalid request", ve.Fields
 	case errors.As(err, &dup):
 		p.Status, p.Code, p.Title, p.PaymentID = 409, "duplicate_payment", "Duplicate payment", dup.PaymentID
+	case errors.Is(err, payment.ErrPaymentNotRefundable):
+		p.Status, p.Code, p.Title = 409, "payment_not_refundable", "Payment not refundable"
+	case errors.As(err, &exceeds):
+		p.Status, p.Code, p.Title, p.Refundable = 409, "refund_exceeds_refundable", "Refund exceeds the refundable amount", exceeds.RefundableAmount()
 	case errors.Is(err, payment.ErrKeyMissing):
 		p.Status, p.Code, p.Title = 400, "idempotency_key_missing", "Idempotency-Key missing"
 	case errors.Is(err, payment.ErrKeyInvalid):

@@ -67,6 +67,10 @@ type fakeStore struct {
 	minted     map[string]string // random values the server made -> placeholder in golden files
 	lastList   store.ListPaymentsInput
 	ids        int
+
+	refunds       map[uuid.UUID]payment.Refund
+	refundRecords map[recordKey]store.Record
+	held          map[uuid.UUID]int64 // by payment: the amount of its refunds in flight or unknown
 }
 
 func newFakeStore() *fakeStore {
@@ -87,6 +91,10 @@ func newFakeStore() *fakeStore {
 		fail:     map[string]error{},
 		calls:    map[string]int{},
 		minted:   map[string]string{},
+
+		refunds:       map[uuid.UUID]payment.Refund{},
+		refundRecords: map[recordKey]store.Record{},
+		held:          map[uuid.UUID]int64{},
 	}
 	f.deliveries = []store.Delivery{{
 		ID: eventID, MerchantID: merchantA, AggregateID: fakeID(900), EventType: "payment.succeeded",
@@ -221,7 +229,7 @@ func (f *fakeStore) begin(in store.BeginInput, lockedUntil time.Time) (store.Rec
 	}
 	rec := store.Record{
 		MerchantID: in.MerchantID, Key: in.Key, RequestHash: r.Hash(), Status: store.RecordProcessing,
-		OperationID: p.ID, LockedUntil: lockedUntil,
+		OperationID: p.ID, LockedUntil: lockedUntil, Scope: store.ScopePayment,
 	}
 	f.payments[p.ID], f.records[recordKey{in.MerchantID, in.Key}] = p, rec
 	return rec, p, store.BeganNew, nil
@@ -424,6 +432,169 @@ func (f *fakeStore) WatchOutcome(operationID uuid.UUID) (<-chan store.Answer, fu
 	return ch, func() {}
 }
 
+// BeginRefund decides a refund key's owner like store.Store.BeginRefund: an existing record is
+// returned whatever the payment is now; else the payment must be the merchant's, succeeded, and
+// have the amount still refundable, or nothing is kept.
+func (f *fakeStore) BeginRefund(_ context.Context, in store.BeginRefundInput) (store.Record, payment.Refund, store.Began, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("BeginRefund"); err != nil {
+		return store.Record{}, payment.Refund{}, 0, err
+	}
+	return f.beginRefund(in, time.Now().Add(in.Lease))
+}
+
+func (f *fakeStore) beginRefund(in store.BeginRefundInput, lockedUntil time.Time) (store.Record, payment.Refund, store.Began, error) {
+	k := recordKey{in.MerchantID, in.Key}
+	if rec, ok := f.refundRecords[k]; ok {
+		return rec, payment.Refund{}, store.BeganExisting, nil
+	}
+	p, ok := f.payments[in.PaymentID]
+	if !ok || p.MerchantID != in.MerchantID {
+		return store.Record{}, payment.Refund{}, 0, payment.ErrNotFound
+	}
+	if p.Status != payment.StatusSucceeded {
+		return store.Record{}, payment.Refund{}, 0, payment.ErrPaymentNotRefundable
+	}
+	amount, err := in.Request.AmountMinor(p.Currency)
+	if err != nil {
+		return store.Record{}, payment.Refund{}, 0, err
+	}
+	refundable := p.AmountMinor - p.AmountRefunded - f.held[p.ID]
+	if amount == 0 {
+		amount = refundable
+	}
+	if amount <= 0 || amount > refundable {
+		return store.Record{}, payment.Refund{}, 0, &payment.RefundExceedsError{Refundable: refundable, Currency: p.Currency}
+	}
+	f.ids++
+	r := payment.Refund{
+		ID: fakeID(f.ids), PaymentID: p.ID, MerchantID: in.MerchantID, AccountID: p.AccountID, IdempotencyKey: in.Key,
+		AmountMinor: amount, Currency: p.Currency, Reason: in.Request.Reason, Status: payment.StatusProcessing,
+		CreatedAt: t0.Add(time.Duration(f.ids) * time.Minute), UpdatedAt: t0.Add(time.Duration(f.ids) * time.Minute),
+	}
+	rec := store.Record{
+		MerchantID: in.MerchantID, Key: in.Key, RequestHash: in.Request.Hash(p.ID), Status: store.RecordProcessing,
+		OperationID: r.ID, LockedUntil: lockedUntil, Scope: store.ScopeRefund,
+	}
+	f.held[p.ID] += amount
+	f.refunds[r.ID], f.refundRecords[k] = r, rec
+	return rec, r, store.BeganNew, nil
+}
+
+// finishRefund moves a processing refund to status as the worker's commit would: succeeded
+// refunds the payment, failed releases its hold, unknown keeps it.
+func (f *fakeStore) finishRefund(id uuid.UUID, status payment.Status) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.refunds[id]
+	r.Status, r.UpdatedAt = status, r.UpdatedAt.Add(time.Second)
+	p := f.payments[r.PaymentID]
+	switch status {
+	case payment.StatusSucceeded:
+		r.ProviderReference = "re_" + id.String()[24:]
+		p.AmountRefunded += r.AmountMinor
+		f.held[p.ID] -= r.AmountMinor
+	case payment.StatusFailed:
+		r.FailureCode = payment.FailureDeclined
+		f.held[p.ID] -= r.AmountMinor
+	}
+	f.refunds[id], f.payments[p.ID] = r, p
+	k := recordKey{r.MerchantID, r.IdempotencyKey}
+	rec := f.refundRecords[k]
+	rec.WorkflowStarted, rec.LockedUntil = true, time.Time{}
+	var a *store.Answer
+	switch {
+	case status.Final():
+		body, err := r.AnswerBody()
+		if err != nil {
+			panic(err)
+		}
+		a = &store.Answer{Outcome: status, Body: body}
+		rec.Status, rec.Outcome, rec.ResponseBody = store.RecordCompleted, a.Outcome, a.Body
+	case status == payment.StatusUnknown:
+		rec.Status = store.RecordUnknown
+	}
+	f.refundRecords[k] = rec
+	for _, w := range f.watchers[id] {
+		if a != nil {
+			w <- *a
+		}
+		close(w)
+	}
+	delete(f.watchers, id)
+}
+
+func (f *fakeStore) RefundRecord(_ context.Context, merchantID uuid.UUID, key string) (store.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("RefundRecord"); err != nil {
+		return store.Record{}, err
+	}
+	rec, ok := f.refundRecords[recordKey{merchantID, key}]
+	if !ok {
+		return rec, payment.ErrNotFound
+	}
+	return rec, nil
+}
+
+func (f *fakeStore) TakeOverRefund(_ context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("TakeOverRefund"); err != nil {
+		return false, err
+	}
+	k := recordKey{merchantID, key}
+	rec := f.refundRecords[k]
+	if rec.WorkflowStarted || time.Now().Before(rec.LockedUntil) {
+		return false, nil
+	}
+	rec.LockedUntil = time.Now().Add(lease)
+	f.refundRecords[k] = rec
+	return true, nil
+}
+
+func (f *fakeStore) Refund(_ context.Context, id uuid.UUID) (payment.Refund, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("Refund"); err != nil {
+		return payment.Refund{}, err
+	}
+	r, ok := f.refunds[id]
+	if !ok {
+		return r, payment.ErrNotFound
+	}
+	return r, nil
+}
+
+// PaymentRefunds lists like store.Store: the payment's refunds newest first, after a cursor
+// that must be one of them.
+func (f *fakeStore) PaymentRefunds(_ context.Context, paymentID uuid.UUID, limit int, startingAfter *uuid.UUID) ([]payment.Refund, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("PaymentRefunds"); err != nil {
+		return nil, false, err
+	}
+	var all []payment.Refund
+	for _, r := range f.refunds {
+		if r.PaymentID == paymentID {
+			all = append(all, r)
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].CreatedAt.After(all[j].CreatedAt) })
+	if startingAfter != nil {
+		i := slices.IndexFunc(all, func(r payment.Refund) bool { return r.ID == *startingAfter })
+		if i < 0 {
+			return nil, false, &payment.ValidationError{Fields: []payment.FieldError{{Field: "starting_after", Message: "is not a refund of this payment"}}}
+		}
+		all = all[i+1:]
+	}
+	if len(all) > limit {
+		return all[:limit], true, nil
+	}
+	return append([]payment.Refund{}, all...), false, nil
+}
+
 // storeOnly hides the fake's delivery methods: a store that cannot list deliveries.
 type storeOnly struct{ Store }
 
@@ -462,6 +633,31 @@ func (w *fakeWorkflows) AwaitPayment(ctx context.Context, merchantID uuid.UUID, 
 	}
 	<-ctx.Done()
 	return workflows.PaymentResult{}, workflows.ErrStillRunning
+}
+
+func (w *fakeWorkflows) StartRefund(_ context.Context, key string, in workflows.RefundInput) (string, error) {
+	w.mu.Lock()
+	w.starts++
+	w.mu.Unlock()
+	if w.startErr != nil {
+		return "", w.startErr
+	}
+	if w.outcome != "" {
+		w.st.finishRefund(in.OperationID, w.outcome)
+	}
+	return "run-" + key, nil
+}
+
+// AwaitRefund returns once the refund left processing, as AwaitPayment does.
+func (w *fakeWorkflows) AwaitRefund(ctx context.Context, merchantID uuid.UUID, key, _ string) (workflows.RefundWorkflowResult, error) {
+	w.st.mu.Lock()
+	rec := w.st.refundRecords[recordKey{merchantID, key}]
+	w.st.mu.Unlock()
+	if rec.Status == store.RecordCompleted {
+		return workflows.RefundWorkflowResult{}, nil
+	}
+	<-ctx.Done()
+	return workflows.RefundWorkflowResult{}, workflows.ErrStillRunning
 }
 
 func (w *fakeWorkflows) Ready(context.Context) error { return w.ready }

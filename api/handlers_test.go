@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 
@@ -60,6 +61,9 @@ func (r request) build() *http.Request {
 	}
 	if method == http.MethodPost && path == "/v1/payments" {
 		h["Idempotency-Key"] = "k1"
+	}
+	if method == http.MethodPost && strings.HasPrefix(path, "/v1/payments/") && strings.HasSuffix(path, "/refunds") {
+		h["Idempotency-Key"] = "r1"
 	}
 	for k, v := range r.header {
 		h[k] = v
@@ -112,6 +116,38 @@ func (f *fixture) seedUnsaved(status payment.Status) {
 	rec.Outcome, rec.ResponseBody = "", nil
 	f.st.records[recordKey{merchantA, "k1"}] = rec
 }
+
+// seedRefund records a refund of payment under key, as an earlier request left it: processing
+// (workflow started unless lease is set), or with status as its outcome.
+func (f *fixture) seedRefund(key string, paymentID uuid.UUID, body string, status payment.Status, lease time.Time) {
+	req, err := payment.ParseRefundRequest([]byte(body))
+	if err != nil {
+		panic(err)
+	}
+	f.st.mu.Lock()
+	rec, r, _, err := f.st.beginRefund(store.BeginRefundInput{MerchantID: merchantA, PaymentID: paymentID, Key: key, Request: req}, lease)
+	if err != nil {
+		panic(err)
+	}
+	if lease.IsZero() {
+		rec.WorkflowStarted = true
+		f.st.refundRecords[recordKey{merchantA, key}] = rec
+	}
+	f.st.mu.Unlock()
+	if status != payment.StatusProcessing {
+		f.st.finishRefund(r.ID, status)
+	}
+}
+
+// paid seeds merchant A's succeeded payment of 10.00, fakeID(1), to refund.
+func (f *fixture) paid() { f.seed("k1", payBody, payment.StatusSucceeded, time.Time{}) }
+
+// Refund requests of the payment fakeID(1), and their paths.
+var (
+	refundsPath     = "/v1/payments/" + fakeID(1).String() + "/refunds"
+	refundBody      = `{"amount":"3.00","reason":"damaged in transit"}`
+	otherRefundBody = `{"amount":"4.00","reason":"damaged in transit"}`
+)
 
 type handlerCase struct {
 	name   string
@@ -197,6 +233,159 @@ var handlerCases = []handlerCase{
 		}},
 	{name: "panic_500", req: request{body: payBody},
 		setup: func(f *fixture) { f.st.fail["Begin"] = errPanicNow }},
+
+	// POST /v1/payments/{id}/refunds: a new key.
+	{name: "refund_succeeded_201", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) { f.paid() },
+		check: func(t *testing.T, f *fixture) {
+			require.EqualValues(t, 300, f.st.payments[fakeID(1)].AmountRefunded)
+			require.Equal(t, 1, f.wf.starts)
+		}},
+	{name: "refund_whole_remainder_201", before: []request{{method: "POST", path: refundsPath, body: refundBody, header: map[string]string{"Idempotency-Key": "r0"}}},
+		req:   request{method: "POST", path: refundsPath, body: `{}`},
+		setup: func(f *fixture) { f.paid() },
+		check: func(t *testing.T, f *fixture) { require.EqualValues(t, 1000, f.st.payments[fakeID(1)].AmountRefunded) }},
+	{name: "refund_failed_402", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) { f.paid(); f.wf.outcome = payment.StatusFailed },
+		check: func(t *testing.T, f *fixture) { require.Zero(t, f.st.held[fakeID(1)], "the hold is released") }},
+	{name: "refund_succeeded_announced_201", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) { f.paid(); f.opts.Outcomes = f.st },
+		check: func(t *testing.T, f *fixture) {
+			require.Zero(t, f.st.calls["RefundRecord"], "an announced answer needs no read")
+		}},
+	{name: "refund_processing_202", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) { f.paid(); f.wf.outcome = "" }},
+	{name: "refund_unknown_202", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) { f.paid(); f.wf.outcome = payment.StatusUnknown },
+		check: func(t *testing.T, f *fixture) {
+			require.EqualValues(t, 300, f.st.held[fakeID(1)], "an unknown refund keeps its hold")
+		}},
+	// POST /v1/payments/{id}/refunds: a key seen before.
+	{name: "refund_replay_201", before: []request{{method: "POST", path: refundsPath, body: refundBody}},
+		req:   request{method: "POST", path: refundsPath, body: `{"reason":"damaged in transit","amount":3}`},
+		setup: func(f *fixture) { f.paid() },
+		check: func(t *testing.T, f *fixture) {
+			require.Equal(t, 1, f.wf.starts, "a replay executes nothing")
+			require.Len(t, f.st.refunds, 1)
+		}},
+	{name: "refund_replay_failed_402", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) {
+			f.paid()
+			f.seedRefund("r1", fakeID(1), refundBody, payment.StatusFailed, time.Time{})
+		}},
+	{name: "refund_replay_after_full_refund_201", before: []request{{method: "POST", path: refundsPath, body: `{}`, header: map[string]string{"Idempotency-Key": "r2"}}},
+		req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) {
+			f.paid()
+			f.seedRefund("r1", fakeID(1), refundBody, payment.StatusSucceeded, time.Time{})
+		}},
+	{name: "refund_replay_from_memory_201", before: []request{{method: "POST", path: refundsPath, body: refundBody}, {method: "POST", path: refundsPath, body: refundBody}},
+		req:   request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) { f.paid(); f.opts.ReplayCache = 10 },
+		check: func(t *testing.T, f *fixture) {
+			require.Equal(t, 2, f.st.calls["BeginRefund"], "the third request is answered from memory")
+		}},
+	// The payment's key r1, answered from memory, is not the refund's key r1.
+	{name: "refund_key_of_a_payment_201",
+		before: []request{{body: payBody, header: map[string]string{"Idempotency-Key": "r1"}}, {body: payBody, header: map[string]string{"Idempotency-Key": "r1"}}},
+		req:    request{method: "POST", path: refundsPath, body: refundBody},
+		setup:  func(f *fixture) { f.opts.ReplayCache = 10 },
+		check: func(t *testing.T, f *fixture) {
+			require.Len(t, f.st.refunds, 1)
+			require.Equal(t, 2, f.wf.starts, "the payment's and the refund's")
+		}},
+	{name: "refund_unknown_replay_202", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) {
+			f.paid()
+			f.seedRefund("r1", fakeID(1), refundBody, payment.StatusUnknown, time.Time{})
+		}},
+	{name: "refund_in_use_409", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) {
+			f.paid()
+			f.seedRefund("r1", fakeID(1), refundBody, payment.StatusProcessing, time.Time{})
+		}},
+	{name: "refund_lease_expired_taken_over_201", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) {
+			f.paid()
+			f.seedRefund("r1", fakeID(1), refundBody, payment.StatusProcessing, time.Now().Add(-time.Second))
+		},
+		check: func(t *testing.T, f *fixture) {
+			require.Equal(t, 1, f.wf.starts, "the retry starts the workflow")
+			require.Equal(t, 1, f.st.calls["TakeOverRefund"])
+		}},
+	{name: "refund_reused_key_422", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) {
+			f.paid()
+			f.seedRefund("r1", fakeID(1), otherRefundBody, payment.StatusSucceeded, time.Time{})
+		}},
+	{name: "refund_reused_key_other_payment_422", req: request{method: "POST", path: "/v1/payments/" + fakeID(3).String() + "/refunds", body: refundBody},
+		setup: func(f *fixture) {
+			f.paid()
+			f.seedRefund("r1", fakeID(1), refundBody, payment.StatusSucceeded, time.Time{})
+			f.seed("k3", strings.Replace(payBody, "inv-1", "inv-3", 1), payment.StatusSucceeded, time.Time{})
+		}},
+	// POST /v1/payments/{id}/refunds: refused, nothing kept.
+	{name: "refund_key_missing_400", req: request{method: "POST", path: refundsPath, body: refundBody, header: map[string]string{"Idempotency-Key": ""}}},
+	{name: "refund_key_invalid_400", req: request{method: "POST", path: refundsPath, body: refundBody, header: map[string]string{"Idempotency-Key": "has space"}}},
+	{name: "refund_payment_not_refundable_409", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusFailed, time.Time{}) },
+		check: func(t *testing.T, f *fixture) { require.Empty(t, f.st.refundRecords, "nothing kept") }},
+	{name: "refund_exceeds_refundable_409", before: []request{{method: "POST", path: refundsPath, body: `{}`, header: map[string]string{"Idempotency-Key": "r0"}}},
+		req:   request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) { f.paid() },
+		check: func(t *testing.T, f *fixture) { require.Len(t, f.st.refundRecords, 1, "nothing kept") }},
+	{name: "refund_exceeds_amount_409", req: request{method: "POST", path: refundsPath, body: `{"amount":"10.01"}`},
+		setup: func(f *fixture) { f.paid() }},
+	{name: "refund_other_merchant_payment_404", req: request{method: "POST", path: refundsPath, body: refundBody, header: map[string]string{"Authorization": "Bearer sk_b"}},
+		setup: func(f *fixture) { f.paid() },
+		check: func(t *testing.T, f *fixture) { require.Zero(t, f.wf.starts) }},
+	{name: "refund_unknown_payment_404", req: request{method: "POST", path: "/v1/payments/" + fakeID(99).String() + "/refunds", body: refundBody}},
+	{name: "refund_bad_payment_id_404", req: request{method: "POST", path: "/v1/payments/nope/refunds", body: refundBody}},
+	{name: "refund_invalid_body_400", req: request{method: "POST", path: refundsPath, body: `{"amount":"-1","reason":"a\u0000b","extra":1}`},
+		setup: func(f *fixture) { f.paid() }},
+	{name: "refund_too_many_digits_400", req: request{method: "POST", path: refundsPath, body: `{"amount":"1.001"}`},
+		setup: func(f *fixture) { f.paid() }},
+	{name: "refund_unsupported_media_type_415", req: request{method: "POST", path: refundsPath, body: refundBody, header: map[string]string{"Content-Type": "text/plain"}}},
+	{name: "refund_body_too_large_413", req: request{method: "POST", path: refundsPath, body: `{"reason":"` + strings.Repeat("x", payment.MaxBodyBytes) + `"}`}},
+	{name: "refund_database_unavailable_503", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) { f.st.fail["BeginRefund"] = fmt.Errorf("begin refund: %w", payment.ErrUnavailable) }},
+	{name: "refund_workflow_start_failed_503", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) { f.paid(); f.wf.startErr = serviceerror.NewUnavailable("frontend down") },
+		check: func(t *testing.T, f *fixture) {
+			require.Equal(t, 1, f.st.calls["ExpireLease"], "the next retry may take over at once")
+		}},
+	// Reading refunds.
+	{name: "get_refund_200", req: request{method: "GET", path: "/v1/refunds/" + fakeID(2).String()},
+		setup: func(f *fixture) {
+			f.paid()
+			f.seedRefund("r1", fakeID(1), refundBody, payment.StatusSucceeded, time.Time{})
+		}},
+	{name: "get_refund_other_merchant_404", req: request{method: "GET", path: "/v1/refunds/" + fakeID(2).String(), header: map[string]string{"Authorization": "Bearer sk_b"}},
+		setup: func(f *fixture) {
+			f.paid()
+			f.seedRefund("r1", fakeID(1), refundBody, payment.StatusSucceeded, time.Time{})
+		}},
+	{name: "get_refund_bad_id_404", req: request{method: "GET", path: "/v1/refunds/nope"}},
+	{name: "list_refunds_200", req: request{method: "GET", path: refundsPath + "?limit=1"},
+		setup: func(f *fixture) {
+			f.paid()
+			f.seedRefund("r1", fakeID(1), refundBody, payment.StatusSucceeded, time.Time{})
+			f.seedRefund("r2", fakeID(1), `{"amount":"1"}`, payment.StatusFailed, time.Time{})
+		}},
+	{name: "list_refunds_next_page_200", req: request{method: "GET", path: refundsPath + "?limit=1&starting_after=" + fakeID(3).String()},
+		setup: func(f *fixture) {
+			f.paid()
+			f.seedRefund("r1", fakeID(1), refundBody, payment.StatusSucceeded, time.Time{})
+			f.seedRefund("r2", fakeID(1), `{"amount":"1"}`, payment.StatusFailed, time.Time{})
+		}},
+	{name: "list_refunds_empty_200", req: request{method: "GET", path: refundsPath},
+		setup: func(f *fixture) { f.paid() }},
+	{name: "list_refunds_other_merchant_404", req: request{method: "GET", path: refundsPath, header: map[string]string{"Authorization": "Bearer sk_b"}},
+		setup: func(f *fixture) { f.paid() }},
+	{name: "list_refunds_bad_params_400", req: request{method: "GET", path: refundsPath + "?limit=101&starting_after=x"},
+		setup: func(f *fixture) { f.paid() }},
+	{name: "list_refunds_unknown_cursor_400", req: request{method: "GET", path: refundsPath + "?starting_after=" + fakeID(99).String()},
+		setup: func(f *fixture) { f.paid() }},
 
 	// Reading payments and accounts.
 	{name: "get_payment_200", req: request{method: "GET", path: "/v1/payments/" + fakeID(1).String()},
@@ -414,7 +603,7 @@ func TestHandlerCasesCoverEveryProblemCode(t *testing.T) {
 	for _, m := range problemCode.FindAllSubmatch(src, -1) {
 		codes = append(codes, string(m[1]))
 	}
-	require.Len(t, codes, 16, "errors.go's problem codes are no longer found: adapt problemCode")
+	require.Len(t, codes, 18, "errors.go's problem codes are no longer found: adapt problemCode")
 	seen := map[string]bool{}
 	for _, tc := range handlerCases {
 		b, err := os.ReadFile(filepath.Join("testdata", tc.name+".golden"))

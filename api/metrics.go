@@ -30,7 +30,7 @@ func newMetrics(r *prometheus.Registry) *metrics {
 		}, []string{"route", "method", "status"}),
 		idempotency: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_idempotency_requests_total",
-			Help: "POST /v1/payments by idempotency outcome (new, replayed, in_use, reused, duplicate_payment, unknown, taken_over); duplicate_ratio = non-new / all.",
+			Help: "POST /v1/payments and POST /v1/payments/{id}/refunds by idempotency outcome (new, replayed, in_use, reused, duplicate_payment, unknown, taken_over); duplicate_ratio = non-new / all.",
 		}, []string{"outcome"}),
 		paymentTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kasa_payment_sync_duration_seconds",
@@ -39,7 +39,7 @@ func newMetrics(r *prometheus.Registry) *metrics {
 		}),
 		startTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kasa_workflow_start_duration_seconds",
-			Help:    "Time Temporal takes to accept a new payment's workflow (the start call), the part of the payment time that is Temporal's.",
+			Help:    "Time Temporal takes to accept a new payment's or refund's workflow (the start call), the part of the operation's time that is Temporal's.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
 	}

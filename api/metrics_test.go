@@ -113,3 +113,25 @@ func TestMetricsOnItsOwnAddress(t *testing.T) {
 		})
 	}
 }
+
+// Refund routes are labelled by their templates: every refund id and payment id shares a series.
+func TestMetricsRefundRoutesByTemplate(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTestServer(t, nil)
+	h := s.Handler()
+	send := func(method, path string) {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(method, path, nil))
+	}
+	for range 50 {
+		send(http.MethodGet, "/v1/refunds/"+payment.NewID().String())
+		send(http.MethodPost, "/v1/payments/"+payment.NewID().String()+"/refunds")
+		send(http.MethodGet, "/v1/payments/"+payment.NewID().String()+"/refunds")
+	}
+	require.Equal(t, 3, latencySeries(t, h))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body := rec.Body.String()
+	require.Contains(t, body, `method="GET",route="/v1/refunds/:id",status="401"} 50`)
+	require.Contains(t, body, `method="POST",route="/v1/payments/:id/refunds",status="401"} 50`)
+	require.Contains(t, body, `method="GET",route="/v1/payments/:id/refunds",status="401"} 50`)
+}

@@ -1,9 +1,7 @@
 package api
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -17,7 +15,6 @@ import (
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
-	"github.com/kasa-pay/kasa/workflows"
 )
 
 // createPayment implements POST /v1/payments: every row of the answers table in docs/openapi.yaml.
@@ -44,8 +41,8 @@ func (s *Server) createPayment(c *gin.Context) {
 	}
 	// Most repeated keys are retries of finished payments, answered from memory. Begin answers
 	// the others in the same round trip that decides a new key's owner.
-	if rec, ok := s.replays.get(m.ID, key); ok {
-		s.answerExisting(c, rec, req.Hash())
+	if rec, ok := s.replays.get(m.ID, store.ScopePayment, key); ok {
+		s.answerExisting(c, s.payments, rec, req.Hash())
 		return
 	}
 	start := time.Now()
@@ -66,156 +63,11 @@ func (s *Server) createPayment(c *gin.Context) {
 	}
 	if began != store.BeganNew {
 		s.replays.put(rec)
-		s.answerExisting(c, rec, req.Hash())
+		s.answerExisting(c, s.payments, rec, req.Hash())
 		return
 	}
 	s.metrics.idempotency.WithLabelValues("new").Inc()
-	s.run(c, p, start)
-}
-
-// answerExisting answers a request whose key was seen before, without executing anything again.
-func (s *Server) answerExisting(c *gin.Context, rec store.Record, hash string) {
-	ctx := c.Request.Context()
-	if rec.RequestHash != hash {
-		s.metrics.idempotency.WithLabelValues("reused").Inc()
-		s.writeError(c, payment.ErrIdempotencyReused)
-		return
-	}
-	switch rec.Status {
-	case store.RecordCompleted:
-		s.metrics.idempotency.WithLabelValues("replayed").Inc()
-		s.replay(c, rec)
-	case store.RecordUnknown:
-		s.metrics.idempotency.WithLabelValues("unknown").Inc()
-		p, err := s.Store.Payment(ctx, rec.OperationID)
-		if err != nil {
-			s.writeError(c, err)
-			return
-		}
-		s.writePending(c, p)
-	default:
-		// Processing. If its owner died before starting the workflow and the lease ran out,
-		// exactly one retry takes the operation over and starts the (deduplicated) workflow.
-		if !rec.WorkflowStarted && time.Now().After(rec.LockedUntil) {
-			won, err := s.Store.TakeOver(ctx, rec.MerchantID, rec.Key, s.Lease)
-			if err != nil {
-				s.writeError(c, err)
-				return
-			}
-			if won {
-				s.metrics.idempotency.WithLabelValues("taken_over").Inc()
-				p, err := s.Store.Payment(ctx, rec.OperationID)
-				if err != nil {
-					s.writeError(c, err)
-					return
-				}
-				s.run(c, p, time.Now())
-				return
-			}
-		}
-		s.metrics.idempotency.WithLabelValues("in_use").Inc()
-		s.writeError(c, payment.ErrIdempotencyKeyInUse)
-	}
-}
-
-// run starts the operation's workflow and waits up to SyncWait for its outcome.
-func (s *Server) run(c *gin.Context, p payment.Payment, start time.Time) {
-	ctx := c.Request.Context()
-	in := workflows.InputFor(p, s.Charge)
-	var announced <-chan store.Answer
-	if s.Outcomes != nil {
-		// Watched before the start: with eager start the payment may finish before it returns.
-		done, stop := s.Outcomes.WatchOutcome(p.ID)
-		defer stop()
-		announced = done
-	}
-	startCall := time.Now()
-	runID, err := s.Workflows.StartPayment(ctx, p.IdempotencyKey, in)
-	if err != nil {
-		// The start may or may not have happened. Either way the record stays, with its lease
-		// expired, so the client's retry (or the sweeper) starts the same workflow: a second
-		// start for the key is deduplicated by its workflow id.
-		if xerr := s.Store.ExpireLease(context.WithoutCancel(ctx), p.ID); xerr != nil {
-			s.log.Warn("expire lease after failed start", "operation_id", p.ID, "error", xerr)
-		}
-		s.writeError(c, fmt.Errorf("%w: start workflow: %v", payment.ErrUnavailable, err))
-		return
-	}
-	s.metrics.startTime.Observe(time.Since(startCall).Seconds())
-	// No write here to say the workflow started: its first step (store.Reserve) records that,
-	// and until then a second start for the key (after the lease) is deduplicated anyway.
-	// The database, not the workflow result, is the answer: it is what every replay returns.
-	if a, ok := s.awaitOutcome(ctx, p, runID, announced); ok {
-		s.metrics.paymentTime.Observe(time.Since(start).Seconds())
-		s.replayFirst(c, announcedRecord(p.ID, a))
-		return
-	}
-	rec, err := s.Store.Record(ctx, p.MerchantID, p.IdempotencyKey)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	if rec.Status == store.RecordCompleted {
-		s.metrics.paymentTime.Observe(time.Since(start).Seconds())
-		s.replayFirst(c, rec)
-		return
-	}
-	cur, err := s.Store.Payment(ctx, p.ID)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	s.writePending(c, cur)
-}
-
-// awaitOutcome waits up to SyncWait for the payment to leave processing. When the worker runs in
-// this process, the store announces the committed outcome, with the stored answer when the
-// commit completed the payment (then ok); else, or if nothing is announced within PollAfter
-// (the workflow ran on a worker elsewhere, or ended without an outcome), it asks Temporal for
-// the workflow's result. After PollAfter it also reads the record every 250ms: an unknown
-// payment's workflow keeps waiting for reconciliation and never ends. Almost every payment
-// finishes within that second and costs neither a call nor a poll.
-func (s *Server) awaitOutcome(ctx context.Context, p payment.Payment, runID string, announced <-chan store.Answer) (answer store.Answer, ok bool) {
-	ctx, cancel := context.WithTimeout(ctx, s.SyncWait)
-	defer cancel()
-	var done chan error
-	await := func() {
-		done = make(chan error, 1)
-		go func() {
-			_, err := s.Workflows.AwaitPayment(ctx, p.MerchantID, p.IdempotencyKey, runID)
-			done <- err
-		}()
-	}
-	if announced == nil {
-		await()
-	}
-	first := time.NewTimer(s.PollAfter)
-	defer first.Stop()
-	var tick <-chan time.Time // no polls before PollAfter
-	for {
-		select {
-		case answer, ok = <-announced:
-			return answer, ok
-		case err := <-done:
-			if err != nil && !errors.Is(err, workflows.ErrStillRunning) {
-				s.log.Warn("awaiting payment workflow", "operation_id", p.ID, "error", err)
-			}
-			return
-		case <-first.C:
-			if done == nil {
-				await()
-			}
-			t := time.NewTicker(250 * time.Millisecond)
-			defer t.Stop()
-			tick = t.C
-		case <-tick:
-			if rec, err := s.Store.Record(ctx, p.MerchantID, p.IdempotencyKey); err == nil && rec.Status != store.RecordProcessing {
-				return
-			}
-		case <-ctx.Done():
-			return
-		}
-	}
+	s.run(c, s.payments, s.payments.op(p), start)
 }
 
 func (s *Server) getPayment(c *gin.Context) {

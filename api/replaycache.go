@@ -26,16 +26,19 @@ type replayCache struct {
 	cur, prev map[replayKey]store.Record
 }
 
+// replayKey is a record's primary key: a merchant's payments and its refunds each have their
+// own key space, so the same key string may name one of each.
 type replayKey struct {
 	merchant uuid.UUID
+	scope    store.Scope
 	key      string
 }
 
-func (c *replayCache) get(merchant uuid.UUID, key string) (store.Record, bool) {
+func (c *replayCache) get(merchant uuid.UUID, scope store.Scope, key string) (store.Record, bool) {
 	if c.size == 0 {
 		return store.Record{}, false
 	}
-	k := replayKey{merchant, key}
+	k := replayKey{merchant, scope, key}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r, ok := c.cur[k]; ok {
@@ -76,7 +79,7 @@ func (c *replayCache) put(rec store.Record) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.putLocked(replayKey{rec.MerchantID, rec.Key}, rec)
+	c.putLocked(replayKey{rec.MerchantID, rec.Scope, rec.Key}, rec)
 }
 
 func (c *replayCache) putLocked(k replayKey, rec store.Record) {

@@ -13,39 +13,39 @@ import (
 func TestReplayCacheKeepsOnlyFinalAnswers(t *testing.T) {
 	m := payment.NewID()
 	done := func(key string) store.Record {
-		return store.Record{MerchantID: m, Key: key, Status: store.RecordCompleted, Outcome: payment.StatusSucceeded, ResponseBody: []byte(`{}`)}
+		return store.Record{MerchantID: m, Key: key, Scope: store.ScopePayment, Status: store.RecordCompleted, Outcome: payment.StatusSucceeded, ResponseBody: []byte(`{}`)}
 	}
 	c := replayCache{size: 2}
-	c.put(store.Record{MerchantID: m, Key: "running", Status: store.RecordProcessing})
+	c.put(store.Record{MerchantID: m, Key: "running", Scope: store.ScopePayment, Status: store.RecordProcessing})
 	c.put(store.Record{MerchantID: m, Key: "parked", Status: store.RecordUnknown})
 	c.put(store.Record{MerchantID: m, Key: "unsaved", Status: store.RecordCompleted})
 	for _, k := range []string{"running", "parked", "unsaved"} {
-		_, ok := c.get(m, k)
+		_, ok := c.get(m, store.ScopePayment, k)
 		require.False(t, ok, "%s: only completed records with their stored answer", k)
 	}
 
 	c.put(done("a"))
 	c.put(done("b"))
-	got, ok := c.get(m, "a")
+	got, ok := c.get(m, store.ScopePayment, "a")
 	require.True(t, ok)
 	require.Equal(t, done("a"), got)
-	_, ok = c.get(payment.NewID(), "a")
+	_, ok = c.get(payment.NewID(), store.ScopePayment, "a")
 	require.False(t, ok, "keys are per merchant")
 
-	c.put(done("c"))      // a new generation: a and b are previous
-	_, ok = c.get(m, "a") // used: carried into the current generation
+	c.put(done("c"))                          // a new generation: a and b are previous
+	_, ok = c.get(m, store.ScopePayment, "a") // used: carried into the current generation
 	require.True(t, ok)
 	c.put(done("d")) // current (c, a) full: b is dropped
-	_, ok = c.get(m, "b")
+	_, ok = c.get(m, store.ScopePayment, "b")
 	require.False(t, ok, "unused records age out")
 	for _, k := range []string{"a", "c", "d"} {
-		_, ok := c.get(m, k)
+		_, ok := c.get(m, store.ScopePayment, k)
 		require.True(t, ok, k)
 	}
 
 	off := replayCache{}
 	off.put(done("a"))
-	_, ok = off.get(m, "a")
+	_, ok = off.get(m, store.ScopePayment, "a")
 	require.False(t, ok, "size 0: off")
 }
 
@@ -55,26 +55,51 @@ func TestReplayCacheForgetsExpiredRecords(t *testing.T) {
 	m := payment.NewID()
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	finished := func(key string, ago time.Duration) store.Record {
-		return store.Record{MerchantID: m, Key: key, Status: store.RecordCompleted, Outcome: payment.StatusSucceeded,
+		return store.Record{MerchantID: m, Key: key, Scope: store.ScopePayment, Status: store.RecordCompleted, Outcome: payment.StatusSucceeded,
 			ResponseBody: []byte(`{}`), UpdatedAt: now.Add(-ago)}
 	}
 	c := replayCache{size: 2, maxAge: time.Hour, now: func() time.Time { return now }}
 	c.put(finished("old", time.Hour))
-	_, ok := c.get(m, "old")
+	_, ok := c.get(m, store.ScopePayment, "old")
 	require.False(t, ok, "not even cached once expired")
 
 	c.put(finished("young", 59*time.Minute))
 	c.put(finished("other", time.Minute))
-	_, ok = c.get(m, "young")
+	_, ok = c.get(m, store.ScopePayment, "young")
 	require.True(t, ok)
 	now = now.Add(time.Minute)
-	_, ok = c.get(m, "young")
+	_, ok = c.get(m, store.ScopePayment, "young")
 	require.False(t, ok, "expired while cached")
-	_, ok = c.get(m, "other")
+	_, ok = c.get(m, store.ScopePayment, "other")
 	require.True(t, ok)
 
 	c.put(finished("third", 0)) // a new generation: other is previous
 	now = now.Add(time.Hour)
-	_, ok = c.get(m, "other")
+	_, ok = c.get(m, store.ScopePayment, "other")
 	require.False(t, ok, "expired in the previous generation")
+}
+
+// A merchant's refund keys are a key space apart from its payment keys: a refund key equal to
+// a payment key must never be answered with the payment.
+func TestReplayCacheKeysByScope(t *testing.T) {
+	m := payment.NewID()
+	paid := store.Record{MerchantID: m, Key: "k1", Scope: store.ScopePayment, Status: store.RecordCompleted,
+		Outcome: payment.StatusSucceeded, ResponseBody: []byte(`{"payment":true}`)}
+	c := replayCache{size: 10}
+	c.put(paid)
+	_, ok := c.get(m, store.ScopeRefund, "k1")
+	require.False(t, ok, "the payment's key is not the refund's")
+	got, ok := c.get(m, store.ScopePayment, "k1")
+	require.True(t, ok)
+	require.Equal(t, paid, got)
+
+	refunded := paid
+	refunded.Scope, refunded.ResponseBody = store.ScopeRefund, []byte(`{"refund":true}`)
+	c.put(refunded)
+	got, ok = c.get(m, store.ScopeRefund, "k1")
+	require.True(t, ok)
+	require.Equal(t, refunded, got)
+	got, ok = c.get(m, store.ScopePayment, "k1")
+	require.True(t, ok)
+	require.Equal(t, paid, got, "the refund did not replace the payment")
 }

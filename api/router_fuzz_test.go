@@ -95,6 +95,20 @@ func (s pgTextStore) PaymentByKey(ctx context.Context, merchantID uuid.UUID, key
 	return s.fakeStore.PaymentByKey(ctx, merchantID, key)
 }
 
+func (s pgTextStore) BeginRefund(ctx context.Context, in store.BeginRefundInput) (store.Record, payment.Refund, store.Began, error) {
+	if err := pgText(in.Key, in.Request.Amount, in.Request.Reason); err != nil {
+		return store.Record{}, payment.Refund{}, 0, err
+	}
+	return s.fakeStore.BeginRefund(ctx, in)
+}
+
+func (s pgTextStore) RefundRecord(ctx context.Context, merchantID uuid.UUID, key string) (store.Record, error) {
+	if err := pgText(key); err != nil {
+		return store.Record{}, err
+	}
+	return s.fakeStore.RefundRecord(ctx, merchantID, key)
+}
+
 // trailerReconciler parses like the real reconciler and reports the file's trailers as the
 // days it proves complete, as the real report does.
 type trailerReconciler struct{}
@@ -269,6 +283,60 @@ func FuzzCreatePayment(f *testing.F) {
 			t.Fatalf("%d answers amount %v for %d minor units", code, res["amount"], p.AmountMinor)
 		}
 	})
+}
+
+// FuzzCreateRefund refunds merchant A's succeeded payment of 10.00 (fakeID(1)).
+func FuzzCreateRefund(f *testing.F) {
+	for _, s := range []struct{ key, body string }{
+		{"r1", refundBody},
+		{"r1", `{}`},
+		{"r1", `{"amount":10}`},
+		{"r1", `{"amount":"10.01"}`},
+		{"r1", `{"amount":"0.001","reason":null}`},
+		{"r1", `{"amount":"1","amount":"2"}`},
+		{"r1", `{"Amount":"1"}`},
+		{"r1", `{"reason":"a\u0000b"}`},
+		{"r1", "{\"reason\":\"a\xffb\"}"},
+		{"r1", `{"reason":"` + strings.Repeat("é", 201) + `"}`},
+		{"r1", `{} []`},
+		{"k1", refundBody}, // a payment's key
+		{"has space", refundBody},
+	} {
+		f.Add(s.key, []byte(s.body))
+	}
+	f.Fuzz(func(t *testing.T, key string, body []byte) {
+		req, ok := fuzzRequest("POST", refundsPath, map[string]string{
+			"Authorization": "Bearer sk_a", "Content-Type": "application/json", "Idempotency-Key": key,
+		}, body)
+		if !ok {
+			t.Skip()
+		}
+		code, res := serve(t, fuzzHandler(t), req)
+		if res == nil {
+			return
+		}
+		obj, strict := strictObject(body, "amount", "reason")
+		r, err := payment.ParseRefundRequest(body)
+		switch {
+		case !payment.ValidKey(key) || !strict || err != nil:
+			t.Fatalf("%d for key %q and an invalid body (%v)", code, key, err)
+		case res["payment_id"] != fakeID(1).String():
+			t.Fatalf("%d refunds payment %v", code, res["payment_id"])
+		case obj["amount"] == nil && res["amount"] != "10.00":
+			t.Fatalf("%d refunds %v of 10.00 for a request without an amount", code, res["amount"])
+		case r.Amount != "" && res["amount"] != mustFormat(t, r):
+			t.Fatalf("%d refunds %v for %q", code, res["amount"], r.Amount)
+		}
+	})
+}
+
+// mustFormat is a refund request's amount as the API answers it, in TRY.
+func mustFormat(t *testing.T, r payment.RefundRequest) string {
+	minor, err := r.AmountMinor("TRY")
+	if err != nil {
+		t.Fatalf("a refund of %q was answered: %v", r.Amount, err)
+	}
+	return payment.FormatAmount(minor, "TRY")
 }
 
 func FuzzAdminMerchantBody(f *testing.F) {

@@ -45,12 +45,19 @@ type Store interface {
 	Payment(ctx context.Context, id uuid.UUID) (payment.Payment, error)
 	PaymentByKey(ctx context.Context, merchantID uuid.UUID, key string) (payment.Payment, error)
 	ListPayments(ctx context.Context, in store.ListPaymentsInput) ([]payment.Payment, bool, error)
+	BeginRefund(ctx context.Context, in store.BeginRefundInput) (store.Record, payment.Refund, store.Began, error)
+	RefundRecord(ctx context.Context, merchantID uuid.UUID, key string) (store.Record, error)
+	TakeOverRefund(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error)
+	Refund(ctx context.Context, id uuid.UUID) (payment.Refund, error)
+	PaymentRefunds(ctx context.Context, paymentID uuid.UUID, limit int, startingAfter *uuid.UUID) ([]payment.Refund, bool, error)
 }
 
 // Workflows is how the API talks to Temporal.
 type Workflows interface {
 	StartPayment(ctx context.Context, key string, in workflows.PaymentInput) (runID string, err error)
 	AwaitPayment(ctx context.Context, merchantID uuid.UUID, key, runID string) (workflows.PaymentResult, error)
+	StartRefund(ctx context.Context, key string, in workflows.RefundInput) (runID string, err error)
+	AwaitRefund(ctx context.Context, merchantID uuid.UUID, key, runID string) (workflows.RefundWorkflowResult, error)
 	Ready(ctx context.Context) error
 }
 
@@ -65,8 +72,8 @@ type Options struct {
 	Store      Store
 	Workflows  Workflows
 	AdminToken string
-	SyncWait   time.Duration          // how long POST /v1/payments waits for the outcome before 202
-	Charge     workflows.ChargePolicy // how the workflows it starts charge the provider
+	SyncWait   time.Duration          // how long a create (payment, refund) waits for the outcome before 202
+	Charge     workflows.ChargePolicy // how the workflows it starts charge (and refund at) the provider
 	Lease      time.Duration          // how long a new record's owner has to start its workflow
 	// ReplayCache is how many completed idempotency records are kept in memory per generation
 	// (two generations); 0 turns the cache off and every replay reads the database.
@@ -111,6 +118,8 @@ type Server struct {
 	merchants merchantCache
 	replays   replayCache
 	ready     readiness
+	payments  paymentOps
+	refunds   refundOps
 
 	perIP, perMerchant *limiter      // nil: off
 	inFlight           chan struct{} // a slot per request being handled; nil: off
@@ -135,6 +144,7 @@ func New(o Options) *Server {
 	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{Options: o, log: o.Logger, metrics: newMetrics(o.Registry), replays: replayCache{size: o.ReplayCache, maxAge: o.Retention}}
+	s.payments, s.refunds = paymentOps{s}, refundOps{s}
 	if src, ok := o.Store.(statsSource); ok {
 		o.Registry.MustRegister(newDBCollector(src))
 	}
@@ -178,6 +188,9 @@ func New(o Options) *Server {
 	v1.POST("/payments", s.createPayment)
 	v1.GET("/payments", s.getPayments)
 	v1.GET("/payments/:id", s.getPayment)
+	v1.POST("/payments/:id/refunds", s.createRefund)
+	v1.GET("/payments/:id/refunds", s.listRefunds)
+	v1.GET("/refunds/:id", s.getRefund)
 	v1.GET("/accounts/:id", s.getAccount)
 	s.engine = e
 	return s

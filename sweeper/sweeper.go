@@ -20,13 +20,16 @@ type Store interface {
 	Stranded(ctx context.Context, limit int, merchant *uuid.UUID) ([]store.Record, error)
 	TakeOver(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error)
 	PaymentByKey(ctx context.Context, merchantID uuid.UUID, key string) (payment.Payment, error)
+	TakeOverRefund(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error)
+	RefundByKey(ctx context.Context, merchantID uuid.UUID, key string) (payment.Refund, error)
 	WorkflowStarted(ctx context.Context, operationID uuid.UUID) error
 	ExpireLease(ctx context.Context, operationID uuid.UUID) error
 }
 
-// Starter starts payment workflows.
+// Starter starts payment and refund workflows.
 type Starter interface {
 	StartPayment(ctx context.Context, key string, in workflows.PaymentInput) (runID string, err error)
+	StartRefund(ctx context.Context, key string, in workflows.RefundInput) (runID string, err error)
 }
 
 // Sweeper periodically starts stranded operations.
@@ -57,7 +60,7 @@ func (s *Sweeper) Run(ctx context.Context) {
 		if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 			s.Logger.Warn("sweep", "error", err)
 		} else if n > 0 {
-			s.Logger.Info("started stranded payments", "count", n)
+			s.Logger.Info("started stranded operations", "count", n)
 		}
 		select {
 		case <-ctx.Done():
@@ -75,25 +78,56 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 	}
 	started := 0
 	for _, r := range recs {
-		won, err := s.Store.TakeOver(ctx, r.MerchantID, r.Key, s.Lease)
+		ok, err := s.start(ctx, r)
 		if err != nil {
 			return started, err
 		}
-		if !won {
-			continue // a retrying client or another sweeper got it
+		if ok {
+			started++
+		}
+	}
+	return started, nil
+}
+
+// start takes the record over and starts its operation's workflow, in the record's key space:
+// a merchant's payment and refund may share a key. false: someone else took it first.
+func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
+	var (
+		won   bool
+		id    uuid.UUID
+		begin func() error
+		err   error
+	)
+	if r.Scope == store.ScopeRefund {
+		if won, err = s.Store.TakeOverRefund(ctx, r.MerchantID, r.Key, s.Lease); err != nil || !won {
+			return false, err // a retrying client or another sweeper got it
+		}
+		rf, err := s.Store.RefundByKey(ctx, r.MerchantID, r.Key)
+		if err != nil {
+			return false, err
+		}
+		id = rf.ID
+		begin = func() error {
+			_, err := s.Starter.StartRefund(ctx, r.Key, workflows.RefundInputFor(rf, s.Charge))
+			return err
+		}
+	} else {
+		if won, err = s.Store.TakeOver(ctx, r.MerchantID, r.Key, s.Lease); err != nil || !won {
+			return false, err
 		}
 		p, err := s.Store.PaymentByKey(ctx, r.MerchantID, r.Key)
 		if err != nil {
-			return started, err
+			return false, err
 		}
-		if _, err := s.Starter.StartPayment(ctx, r.Key, workflows.InputFor(p, s.Charge)); err != nil {
-			_ = s.Store.ExpireLease(context.WithoutCancel(ctx), p.ID)
-			return started, err
+		id = p.ID
+		begin = func() error {
+			_, err := s.Starter.StartPayment(ctx, r.Key, workflows.InputFor(p, s.Charge))
+			return err
 		}
-		if err := s.Store.WorkflowStarted(ctx, p.ID); err != nil {
-			return started, err
-		}
-		started++
 	}
-	return started, nil
+	if err := begin(); err != nil {
+		_ = s.Store.ExpireLease(context.WithoutCancel(ctx), id)
+		return false, err
+	}
+	return true, s.Store.WorkflowStarted(ctx, id)
 }

@@ -18,9 +18,10 @@ type Registry interface {
 	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
 }
 
-// Register adds the payment workflow and its activities under their constant names.
+// Register adds the payment and refund workflows and their activities under their constant names.
 func Register(r Registry, a *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.PaymentWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowPayment})
+	r.RegisterWorkflowWithOptions(workflows.RefundWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowRefund})
 	for name, fn := range map[string]any{
 		workflows.ActivityReserveFunds: a.ReserveFunds,
 		workflows.ActivityCharge:       a.Charge,
@@ -29,6 +30,14 @@ func Register(r Registry, a *activities.Activities) {
 		workflows.ActivityRelease:      a.Release,
 		workflows.ActivityMarkUnknown:  a.MarkUnknown,
 		workflows.ActivityFlagStuck:    a.FlagStuck,
+
+		workflows.ActivityHoldRefund:        a.HoldRefund,
+		workflows.ActivitySendRefund:        a.SendRefund,
+		workflows.ActivityInquireRefund:     a.InquireRefund,
+		workflows.ActivityPostRefund:        a.PostRefund,
+		workflows.ActivityReleaseRefund:     a.ReleaseRefund,
+		workflows.ActivityMarkRefundUnknown: a.MarkRefundUnknown,
+		workflows.ActivityFlagRefundStuck:   a.FlagRefundStuck,
 	} {
 		r.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}

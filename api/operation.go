@@ -1,0 +1,247 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// opKind is what the idempotent create path needs of one kind of operation. Payments and
+// refunds share the path (answers, takeover, the wait for the outcome), each in its own key
+// space and with its own workflow.
+type opKind interface {
+	// path is the resource's path prefix, "/v1/payments/".
+	path() string
+	record(ctx context.Context, merchantID uuid.UUID, key string) (store.Record, error)
+	takeOver(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error)
+	// current is the operation as it is now: its resource and status.
+	current(ctx context.Context, id uuid.UUID) (any, payment.Status, error)
+	// load is the operation of a record, ready to run (a takeover's).
+	load(ctx context.Context, id uuid.UUID) (op, error)
+	await(ctx context.Context, o op, runID string) error
+	// unsaved is the answer of a completed record that has none stored.
+	unsaved(ctx context.Context, rec store.Record) (payment.Status, []byte, error)
+	// finished observes how long a new operation took to its answer.
+	finished(since time.Time)
+}
+
+// op is one operation of a kind: what its workflow is started and awaited with.
+type op struct {
+	id, merchantID uuid.UUID
+	key            string
+	start          func(ctx context.Context) (runID string, err error)
+}
+
+// answerExisting answers a request whose key was seen before, without executing anything again.
+func (s *Server) answerExisting(c *gin.Context, k opKind, rec store.Record, hash string) {
+	ctx := c.Request.Context()
+	if rec.RequestHash != hash {
+		s.metrics.idempotency.WithLabelValues("reused").Inc()
+		s.writeError(c, payment.ErrIdempotencyReused)
+		return
+	}
+	switch rec.Status {
+	case store.RecordCompleted:
+		s.metrics.idempotency.WithLabelValues("replayed").Inc()
+		s.replay(c, k, rec)
+	case store.RecordUnknown:
+		s.metrics.idempotency.WithLabelValues("unknown").Inc()
+		s.writeCurrent(c, k, rec.OperationID)
+	default:
+		// Processing. If its owner died before starting the workflow and the lease ran out,
+		// exactly one retry takes the operation over and starts the (deduplicated) workflow.
+		if !rec.WorkflowStarted && time.Now().After(rec.LockedUntil) {
+			won, err := k.takeOver(ctx, rec.MerchantID, rec.Key, s.Lease)
+			if err != nil {
+				s.writeError(c, err)
+				return
+			}
+			if won {
+				s.metrics.idempotency.WithLabelValues("taken_over").Inc()
+				o, err := k.load(ctx, rec.OperationID)
+				if err != nil {
+					s.writeError(c, err)
+					return
+				}
+				s.run(c, k, o, time.Now())
+				return
+			}
+		}
+		s.metrics.idempotency.WithLabelValues("in_use").Inc()
+		s.writeError(c, payment.ErrIdempotencyKeyInUse)
+	}
+}
+
+// run starts the operation's workflow and waits up to SyncWait for its outcome.
+func (s *Server) run(c *gin.Context, k opKind, o op, start time.Time) {
+	ctx := c.Request.Context()
+	var announced <-chan store.Answer
+	if s.Outcomes != nil {
+		// Watched before the start: with eager start the operation may finish before it returns.
+		done, stop := s.Outcomes.WatchOutcome(o.id)
+		defer stop()
+		announced = done
+	}
+	startCall := time.Now()
+	runID, err := o.start(ctx)
+	if err != nil {
+		// The start may or may not have happened. Either way the record stays, with its lease
+		// expired, so the client's retry (or the sweeper) starts the same workflow: a second
+		// start for the key is deduplicated by its workflow id.
+		if xerr := s.Store.ExpireLease(context.WithoutCancel(ctx), o.id); xerr != nil {
+			s.log.Warn("expire lease after failed start", "operation_id", o.id, "error", xerr)
+		}
+		s.writeError(c, fmt.Errorf("%w: start workflow: %v", payment.ErrUnavailable, err))
+		return
+	}
+	s.metrics.startTime.Observe(time.Since(startCall).Seconds())
+	// No write here to say the workflow started: its first step records that, and until then a
+	// second start for the key (after the lease) is deduplicated anyway.
+	// The database, not the workflow result, is the answer: it is what every replay returns.
+	if a, ok := s.awaitOutcome(ctx, k, o, runID, announced); ok {
+		k.finished(start)
+		s.replayFirst(c, k, announcedRecord(o.id, a))
+		return
+	}
+	rec, err := k.record(ctx, o.merchantID, o.key)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if rec.Status == store.RecordCompleted {
+		k.finished(start)
+		s.replayFirst(c, k, rec)
+		return
+	}
+	s.writeCurrent(c, k, o.id)
+}
+
+// awaitOutcome waits up to SyncWait for the operation to leave processing. When the worker runs
+// in this process, the store announces the committed outcome, with the stored answer when the
+// commit completed the operation (then ok); else, or if nothing is announced within PollAfter
+// (the workflow ran on a worker elsewhere, or ended without an outcome), it asks Temporal for
+// the workflow's result. After PollAfter it also reads the record every 250ms: an unknown
+// operation's workflow keeps waiting for reconciliation and never ends. Almost every operation
+// finishes within that second and costs neither a call nor a poll.
+func (s *Server) awaitOutcome(ctx context.Context, k opKind, o op, runID string, announced <-chan store.Answer) (answer store.Answer, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, s.SyncWait)
+	defer cancel()
+	var done chan error
+	await := func() {
+		done = make(chan error, 1)
+		go func() { done <- k.await(ctx, o, runID) }()
+	}
+	if announced == nil {
+		await()
+	}
+	first := time.NewTimer(s.PollAfter)
+	defer first.Stop()
+	var tick <-chan time.Time // no polls before PollAfter
+	for {
+		select {
+		case answer, ok = <-announced:
+			return answer, ok
+		case err := <-done:
+			if err != nil && !errors.Is(err, workflows.ErrStillRunning) {
+				s.log.Warn("awaiting workflow", "operation_id", o.id, "error", err)
+			}
+			return
+		case <-first.C:
+			if done == nil {
+				await()
+			}
+			t := time.NewTicker(250 * time.Millisecond)
+			defer t.Stop()
+			tick = t.C
+		case <-tick:
+			if rec, err := k.record(ctx, o.merchantID, o.key); err == nil && rec.Status != store.RecordProcessing {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// writeCurrent answers with the operation as it is now (writePending).
+func (s *Server) writeCurrent(c *gin.Context, k opKind, id uuid.UUID) {
+	res, status, err := k.current(c.Request.Context(), id)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	writePending(c, k.path()+id.String(), res, status)
+}
+
+// writePending answers a request whose operation has no stored answer yet with the operation as
+// it is now; non-final states carry Retry-After. It is 202 even when the operation became final
+// since its record was read: the stored answer, not this one, is what replays return.
+func writePending(c *gin.Context, location string, resource any, status payment.Status) {
+	c.Header("Location", location)
+	if !status.Final() {
+		setRetryAfter(c)
+	}
+	writeJSON(c, http.StatusAccepted, resource)
+}
+
+// paymentOps is the payment kind of operation.
+type paymentOps struct{ s *Server }
+
+func (paymentOps) path() string { return "/v1/payments/" }
+
+func (k paymentOps) record(ctx context.Context, merchantID uuid.UUID, key string) (store.Record, error) {
+	return k.s.Store.Record(ctx, merchantID, key)
+}
+
+func (k paymentOps) takeOver(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error) {
+	return k.s.Store.TakeOver(ctx, merchantID, key, lease)
+}
+
+func (k paymentOps) current(ctx context.Context, id uuid.UUID) (any, payment.Status, error) {
+	p, err := k.s.Store.Payment(ctx, id)
+	return p.Resource(), p.Status, err
+}
+
+func (k paymentOps) load(ctx context.Context, id uuid.UUID) (op, error) {
+	p, err := k.s.Store.Payment(ctx, id)
+	return k.op(p), err
+}
+
+// op is the payment's operation: its workflow, started with the server's charge policy.
+func (k paymentOps) op(p payment.Payment) op {
+	return op{id: p.ID, merchantID: p.MerchantID, key: p.IdempotencyKey, start: func(ctx context.Context) (string, error) {
+		return k.s.Workflows.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p, k.s.Charge))
+	}}
+}
+
+func (k paymentOps) await(ctx context.Context, o op, runID string) error {
+	_, err := k.s.Workflows.AwaitPayment(ctx, o.merchantID, o.key, runID)
+	return err
+}
+
+// unsaved renders a payment's answer and stores it once: records completed before answers were
+// stored with the commit have none.
+func (k paymentOps) unsaved(ctx context.Context, rec store.Record) (payment.Status, []byte, error) {
+	p, err := k.s.Store.Payment(ctx, rec.OperationID)
+	if err != nil {
+		return "", nil, err
+	}
+	body, err := p.AnswerBody() // fails unless the payment is final
+	if err != nil {
+		return "", nil, err
+	}
+	return k.s.Store.SaveResponse(ctx, rec.MerchantID, rec.Key, p.Status, body)
+}
+
+func (k paymentOps) finished(since time.Time) {
+	k.s.metrics.paymentTime.Observe(time.Since(since).Seconds())
+}
