@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/kasa-pay/kasa/docs"
+	"github.com/kasa-pay/kasa/payment"
 )
 
 // httpMethods are the operation keys of an OpenAPI path item.
@@ -331,4 +333,97 @@ func TestOpenAPIListsPayments(t *testing.T) {
 	required, _ := lm["required"].([]any)
 	require.ElementsMatch(t, declared, keys, "the answer's fields are the schema's")
 	require.Len(t, required, len(keys), "every field is always there")
+}
+
+// The Refund and Payment schemas describe exactly the JSON the resources marshal to: the same
+// fields, all required (a resource always carries every field), and a null allowed exactly
+// where the Go field is a pointer.
+func TestOpenAPIResourceSchemasMatchTheirTypes(t *testing.T) {
+	spec := loadSpec(t)
+	for _, tc := range []struct {
+		schema string
+		typ    reflect.Type
+	}{
+		{"Refund", reflect.TypeFor[payment.RefundResource]()},
+		{"Payment", reflect.TypeFor[payment.Resource]()},
+	} {
+		t.Run(tc.schema, func(t *testing.T) {
+			raw, err := resolveRef(spec, "#/components/schemas/"+tc.schema)
+			require.NoError(t, err)
+			schema, _ := asMap(raw)
+			props, _ := asMap(schema["properties"])
+
+			var fields, nullable []string
+			for i := range tc.typ.NumField() {
+				f := tc.typ.Field(i)
+				name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+				fields = append(fields, name)
+				if f.Type.Kind() == reflect.Pointer {
+					nullable = append(nullable, name)
+				}
+			}
+			var declared, required, declaredNullable []string
+			for name, p := range props {
+				declared = append(declared, name)
+				if schemaAllowsNull(t, spec, p) {
+					declaredNullable = append(declaredNullable, name)
+				}
+			}
+			for _, r := range asSlice(schema["required"]) {
+				required = append(required, fmt.Sprint(r))
+			}
+			require.ElementsMatch(t, fields, declared, "the schema's properties are the resource's JSON fields")
+			require.Equal(t, fields, required, "every field is required, listed in the order the resource writes them")
+			require.ElementsMatch(t, nullable, declaredNullable, "null is allowed exactly for the pointer fields")
+		})
+	}
+	// A page of refunds holds refunds, and a refund's statuses are a payment's.
+	refund, err := resolveRef(spec, "#/components/schemas/Refund")
+	require.NoError(t, err)
+	rm, _ := asMap(refund)
+	rprops, _ := asMap(rm["properties"])
+	status, _ := asMap(rprops["status"])
+	var statuses []string
+	for _, s := range asSlice(status["enum"]) {
+		statuses = append(statuses, fmt.Sprint(s))
+	}
+	require.Equal(t, paymentStatuses, statuses)
+	list, err := resolveRef(spec, "#/components/schemas/RefundList")
+	require.NoError(t, err)
+	lm, _ := asMap(list)
+	props, _ := asMap(lm["properties"])
+	data, _ := asMap(props["data"])
+	items, _ := asMap(data["items"])
+	require.Equal(t, "#/components/schemas/Refund", items["$ref"])
+	require.ElementsMatch(t, []any{"data", "has_more"}, asSlice(lm["required"]))
+}
+
+// schemaAllowsNull says whether a property schema (a $ref, allOf or oneOf of them, or a type
+// list) admits null.
+func schemaAllowsNull(t *testing.T, spec map[string]any, v any) bool {
+	t.Helper()
+	m, _ := asMap(v)
+	if ref, ok := m["$ref"].(string); ok {
+		target, err := resolveRef(spec, ref)
+		require.NoError(t, err)
+		return schemaAllowsNull(t, spec, target)
+	}
+	for _, typ := range append(asSlice(m["type"]), m["type"]) {
+		if typ == "null" {
+			return true
+		}
+	}
+	for _, key := range []string{"oneOf", "anyOf"} {
+		for _, alt := range asSlice(m[key]) {
+			if schemaAllowsNull(t, spec, alt) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func asSlice(v any) []any {
+	s, _ := v.([]any)
+	return s
 }

@@ -107,15 +107,19 @@ func TestDevLifecycle(t *testing.T) {
 	}
 
 	cmd, st, logs := start()
-	// The walk-through of README.md: pay 100.00 TRY with the demo merchant.
+	// The walk-through of README.md: pay 100.00 TRY with the demo merchant...
 	r := httpDo(t, "POST", apiURL+"/v1/payments", st.DemoAPIKey, payBody("dev-inv-1", "100.00", "TRY", st.DemoAccountID),
 		"Idempotency-Key", "dev-test-1")
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	paymentID := r.json(t)["id"].(string)
 	r = httpDo(t, "GET", apiURL+"/v1/accounts/"+st.DemoAccountID, st.DemoAPIKey, "")
 	require.Contains(t, string(r.Body), `"balance":"9900.00"`)
 	// Operators find it in the Web UI by its search attributes, though the payment ran seconds
 	// after the server started (the server caches the attribute definitions).
-	requireListed(t, ports[2], fmt.Sprintf("PaymentStatus = 'succeeded' AND MerchantId = '%s'", st.DemoMerchantID), 1)
+	requireListed(t, ports[2], fmt.Sprintf("WorkflowType = 'PaymentWorkflow' AND PaymentStatus = 'succeeded' AND MerchantId = '%s'", st.DemoMerchantID), 1)
+	// ... then refund 30.00 of it under a key of its own.
+	refundWalkThrough(t, apiURL, fmt.Sprintf("http://127.0.0.1:%d", ports[1]), st, paymentID)
+	requireListed(t, ports[2], fmt.Sprintf("WorkflowType = 'RefundWorkflow' AND PaymentStatus = 'succeeded' AND MerchantId = '%s'", st.DemoMerchantID), 1)
 
 	// The relay runs inside kasa dev: a merchant with a webhook URL hears of its payment.
 	hook := newSink(t)
@@ -145,12 +149,52 @@ func TestDevLifecycle(t *testing.T) {
 	require.Equal(t, st.AdminToken, st2.AdminToken, "a second run keeps its credentials")
 	require.Equal(t, st.DemoAccountID, st2.DemoAccountID, "a second run finds the same data")
 	r = httpDo(t, "GET", apiURL+"/v1/accounts/"+st.DemoAccountID, st.DemoAPIKey, "")
-	require.Contains(t, string(r.Body), `"balance":"9900.00"`)
+	require.Contains(t, string(r.Body), `"balance":"9930.00"`)
+	r = httpDo(t, "GET", apiURL+"/v1/payments/"+paymentID, st.DemoAPIKey, "")
+	require.Contains(t, string(r.Body), `"amount_refunded":"30.00"`)
 	r = httpDo(t, "POST", apiURL+"/v1/payments", st.DemoAPIKey, payBody("dev-inv-2", "1.00", "TRY", st.DemoAccountID),
 		"Idempotency-Key", "dev-test-2")
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-	requireListed(t, ports[2], fmt.Sprintf("PaymentStatus = 'succeeded' AND MerchantId = '%s'", st.DemoMerchantID), 2)
+	requireListed(t, ports[2], fmt.Sprintf("WorkflowType = 'PaymentWorkflow' AND PaymentStatus = 'succeeded' AND MerchantId = '%s'", st.DemoMerchantID), 2)
 	stop(cmd, logs)
+}
+
+// refundWalkThrough is the README's refund step: 30.00 of the 100.00 payment goes back to the
+// payer, once at the bank however often the request is sent, and the payment shows it.
+func refundWalkThrough(t *testing.T, apiURL, simURL string, st devState, paymentID string) {
+	t.Helper()
+	refund := func() response {
+		return httpDo(t, "POST", apiURL+"/v1/payments/"+paymentID+"/refunds", st.DemoAPIKey, `{"amount":"30.00"}`,
+			"Idempotency-Key", "dev-refund-1")
+	}
+	r := refund()
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	first := r.json(t)
+	refundID, _ := first["id"].(string)
+	require.Equal(t, map[string]any{
+		"id": refundID, "payment_id": paymentID, "status": "succeeded", "amount": "30.00", "currency": "TRY",
+		"reason": nil, "failure_code": nil, "provider_reference": first["provider_reference"],
+		"created_at": first["created_at"], "updated_at": first["updated_at"],
+	}, first)
+	require.NotEmpty(t, first["provider_reference"])
+	require.Equal(t, "/v1/refunds/"+refundID, r.Header.Get("Location"))
+
+	again := refund()
+	require.Equal(t, http.StatusCreated, again.Status, "%s", again.Body)
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, string(r.Body), string(again.Body), "a replay is the first answer, byte for byte")
+	sim := httpDo(t, "GET", simURL+"/_sim/refunds?reference="+refundID, "", "")
+	require.Equal(t, http.StatusOK, sim.Status, "%s", sim.Body)
+	require.EqualValues(t, 1, sim.json(t)["count"], "the bank paid the refund back once")
+
+	r = httpDo(t, "GET", apiURL+"/v1/payments/"+paymentID, st.DemoAPIKey, "")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	require.Equal(t, "30.00", r.json(t)["amount_refunded"])
+	r = httpDo(t, "GET", apiURL+"/v1/accounts/"+st.DemoAccountID, st.DemoAPIKey, "")
+	require.Equal(t, "9930.00", r.json(t)["balance"], "the payer got 30.00 back")
+	r = httpDo(t, "GET", apiURL+"/v1/refunds/"+refundID, st.DemoAPIKey, "")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	require.Equal(t, first, r.json(t))
 }
 
 // requireListed waits until Temporal's visibility lists n workflows for the query.
