@@ -82,7 +82,7 @@ type statsSource interface {
 type dbCollector struct {
 	src                                        statsSource
 	unknown, reconcileAge, backlog, backlogAge *prometheus.Desc
-	stuck                                      *prometheus.Desc
+	stuck, unknownRefunds, stuckRefunds        *prometheus.Desc
 	reconcileLines, reconcileRuns              *prometheus.Desc
 	reconcileLast, reconcileLastMismatches     *prometheus.Desc
 	lockWaiting, hotPostings, hotShare         *prometheus.Desc
@@ -95,7 +95,10 @@ func newDBCollector(src statsSource) *dbCollector {
 		unknown: prometheus.NewDesc("kasa_unknown_payments", "Payments whose outcome is unknown, parked for reconciliation (unknown_count): money at risk.", nil, nil),
 		stuck: prometheus.NewDesc("kasa_payments_stuck",
 			"Payments that need an operator: flagged by a workflow that cannot go on, or still processing after an hour. Alert when above 0 (docs/operations.md, runbook).", nil, nil),
-		reconcileAge: prometheus.NewDesc("kasa_reconcile_age_seconds", "Age of the oldest unknown payment (reconcile_age); 0 when none.", nil, nil),
+		unknownRefunds: prometheus.NewDesc("kasa_unknown_refunds", "Refunds whose outcome is unknown, parked for reconciliation: money at risk.", nil, nil),
+		stuckRefunds: prometheus.NewDesc("kasa_refunds_stuck",
+			"Refunds that need an operator, counted as kasa_payments_stuck counts payments. Alert when above 0.", nil, nil),
+		reconcileAge: prometheus.NewDesc("kasa_reconcile_age_seconds", "Age of the oldest unknown payment or refund (reconcile_age); 0 when none.", nil, nil),
 		backlog:      prometheus.NewDesc("kasa_outbox_backlog", "Outbox events not yet published (outbox_backlog).", nil, nil),
 		backlogAge:   prometheus.NewDesc("kasa_outbox_oldest_age_seconds", "Age of the oldest unpublished outbox event; 0 when none.", nil, nil),
 		reconcileLines: prometheus.NewDesc("kasa_reconcile_outcomes_total",
@@ -115,6 +118,8 @@ func newDBCollector(src statsSource) *dbCollector {
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.unknown
 	ch <- c.stuck
+	ch <- c.unknownRefunds
+	ch <- c.stuckRefunds
 	ch <- c.reconcileAge
 	ch <- c.backlog
 	ch <- c.backlogAge
@@ -139,6 +144,8 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.unknown, prometheus.GaugeValue, float64(st.UnknownCount))
 	ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(st.Stuck))
+	ch <- prometheus.MustNewConstMetric(c.unknownRefunds, prometheus.GaugeValue, float64(st.UnknownRefunds))
+	ch <- prometheus.MustNewConstMetric(c.stuckRefunds, prometheus.GaugeValue, float64(st.StuckRefunds))
 	ch <- prometheus.MustNewConstMetric(c.reconcileAge, prometheus.GaugeValue, ageSeconds(st.OldestUnknown))
 	ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(st.OutboxBacklog))
 	ch <- prometheus.MustNewConstMetric(c.backlogAge, prometheus.GaugeValue, ageSeconds(st.OldestOutbox))

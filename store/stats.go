@@ -10,14 +10,17 @@ import (
 
 // Stats are the database-derived health figures the metrics endpoint exports.
 type Stats struct {
-	UnknownCount  int64
-	OldestUnknown time.Time // zero when there is none
-	OutboxBacklog int64
-	OldestOutbox  time.Time // zero when there is none
+	UnknownCount   int64     // unknown payments
+	UnknownRefunds int64     // unknown refunds
+	OldestUnknown  time.Time // of payments and refunds; zero when there is none
+	OutboxBacklog  int64
+	OldestOutbox   time.Time // zero when there is none
 	// Stuck counts payments flagged by their workflow as needing an operator, and payments
 	// still processing after StuckAfter (their workflow is gone or cannot go on).
-	Stuck     int64
-	Reconcile ReconcileTotals
+	Stuck int64
+	// StuckRefunds counts refunds the same way.
+	StuckRefunds int64
+	Reconcile    ReconcileTotals
 	// LockWaits counts sessions waiting for a lock, by what they wait on: a table's name for
 	// table and tuple locks, "transactionid" for a row held by another transaction (a hot row).
 	LockWaits map[string]int64
@@ -35,7 +38,8 @@ const StuckAfter = time.Hour
 // Stats reads the figures; the counts use partial indexes, so this stays cheap.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
-	err := s.pool.QueryRow(ctx, dbsqlc.Stats, StuckAfter.Seconds()).Scan(&st.UnknownCount, &st.OldestUnknown, &st.OutboxBacklog, &st.OldestOutbox, &st.Stuck)
+	err := s.pool.QueryRow(ctx, dbsqlc.Stats, StuckAfter.Seconds()).Scan(&st.UnknownCount, &st.OldestUnknown, &st.OutboxBacklog, &st.OldestOutbox, &st.Stuck,
+		&st.UnknownRefunds, &st.StuckRefunds)
 	if st.OldestUnknown.Unix() == 0 {
 		st.OldestUnknown = time.Time{}
 	}

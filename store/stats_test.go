@@ -49,3 +49,30 @@ func TestBeginChargeAttemptCounts(t *testing.T) {
 	_, err = db.BeginChargeAttempt(ctx, payment.NewID())
 	require.ErrorIs(t, err, payment.ErrNotFound)
 }
+
+// An unknown refund is money at risk as an unknown payment is: it is counted, and its age is
+// the reconciliation's age when it is the oldest.
+func TestStatsCountUnknownRefunds(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	pid := settle(t, mID, aID, false)
+	before, err := db.Stats(ctx)
+	require.NoError(t, err)
+
+	_, r, _, err := beginRefund(t, mID, pid, "stats-unknown", `{"amount":"0.10"}`)
+	require.NoError(t, err)
+	require.NoError(t, db.HoldRefund(ctx, r.ID))
+	_, err = db.MarkRefundUnknown(ctx, r.ID)
+	require.NoError(t, err)
+
+	after, err := db.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before.UnknownRefunds+1, after.UnknownRefunds)
+	require.Equal(t, before.UnknownCount, after.UnknownCount, "payments are counted apart")
+	require.False(t, after.OldestUnknown.IsZero())
+	require.Equal(t, before.StuckRefunds, after.StuckRefunds)
+	require.NoError(t, db.FlagRefundStuck(ctx, r.ID, "test"))
+	after, err = db.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before.StuckRefunds+1, after.StuckRefunds)
+}

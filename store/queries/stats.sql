@@ -3,10 +3,15 @@
 -- name: Stats :one
 SELECT
   (SELECT count(*) FROM payments WHERE status = 'unknown'),
-  (SELECT coalesce(min(updated_at), 'epoch') FROM payments WHERE status = 'unknown'),
+  (SELECT coalesce(min(at), 'epoch') FROM (
+     SELECT min(updated_at) AS at FROM payments WHERE status = 'unknown'
+     UNION ALL SELECT min(updated_at) FROM refunds WHERE status = 'unknown') oldest),
   (SELECT count(*) FROM outbox WHERE published_at IS NULL),
   (SELECT coalesce(min(created_at), 'epoch') FROM outbox WHERE published_at IS NULL),
   (SELECT count(*) FROM payments WHERE stuck_since IS NOT NULL
+     OR (status = 'processing' AND created_at < now() - $1::float8 * interval '1 second')),
+  (SELECT count(*) FROM refunds WHERE status = 'unknown'),
+  (SELECT count(*) FROM refunds WHERE stuck_since IS NOT NULL
      OR (status = 'processing' AND created_at < now() - $1::float8 * interval '1 second'));
 
 -- name: HotAccount :one

@@ -33,10 +33,15 @@ const Stats = `-- name: Stats :one
 
 SELECT
   (SELECT count(*) FROM payments WHERE status = 'unknown'),
-  (SELECT coalesce(min(updated_at), 'epoch') FROM payments WHERE status = 'unknown'),
+  (SELECT coalesce(min(at), 'epoch') FROM (
+     SELECT min(updated_at) AS at FROM payments WHERE status = 'unknown'
+     UNION ALL SELECT min(updated_at) FROM refunds WHERE status = 'unknown') oldest),
   (SELECT count(*) FROM outbox WHERE published_at IS NULL),
   (SELECT coalesce(min(created_at), 'epoch') FROM outbox WHERE published_at IS NULL),
   (SELECT count(*) FROM payments WHERE stuck_since IS NOT NULL
+     OR (status = 'processing' AND created_at < now() - $1::float8 * interval '1 second')),
+  (SELECT count(*) FROM refunds WHERE status = 'unknown'),
+  (SELECT count(*) FROM refunds WHERE stuck_since IS NOT NULL
      OR (status = 'processing' AND created_at < now() - $1::float8 * interval '1 second'))
 `
 
@@ -46,6 +51,8 @@ type StatsRow struct {
 	Count_2    int64
 	Coalesce_2 interface{}
 	Count_3    int64
+	Count_4    int64
+	Count_5    int64
 }
 
 // Health figures read at scrape time.
@@ -58,6 +65,8 @@ func (q *Queries) Stats(ctx context.Context, dollar_1 float64) (StatsRow, error)
 		&i.Count_2,
 		&i.Coalesce_2,
 		&i.Count_3,
+		&i.Count_4,
+		&i.Count_5,
 	)
 	return i, err
 }
