@@ -27,6 +27,9 @@ GRANT SELECT, INSERT, UPDATE ON merchants TO :"app_role";
 GRANT SELECT, INSERT, UPDATE ON api_keys TO :"app_role";
 -- Balances, reservations and payments change state as payments go through their steps.
 GRANT SELECT, INSERT, UPDATE ON accounts, balance_reservations, payments, idempotency_records TO :"app_role";
+-- A settlement account's balance is in its shards: a payment's credit makes its shard when it
+-- is the first, then updates it; shards are never deleted.
+GRANT SELECT, INSERT, UPDATE ON settlement_shards TO :"app_role";
 -- Refunds change state as they go through their steps; they are never deleted (a trigger
 -- refuses it, and changes to what was asked for).
 GRANT SELECT, INSERT, UPDATE ON refunds TO :"app_role";
