@@ -30,6 +30,9 @@ GRANT SELECT, INSERT, UPDATE ON accounts, balance_reservations, payments TO :"ap
 -- Idempotency records change state with their operations; the worker deletes those of finished
 -- operations once their retention ends.
 GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_records TO :"app_role";
+-- A settlement account's balance is in its shards: a payment's credit makes its shard when it
+-- is the first, then updates it; shards are never deleted.
+GRANT SELECT, INSERT, UPDATE ON settlement_shards TO :"app_role";
 -- Refunds change state as they go through their steps; they are never deleted (a trigger
 -- refuses it, and changes to what was asked for).
 GRANT SELECT, INSERT, UPDATE ON refunds TO :"app_role";

@@ -171,31 +171,46 @@ func scanRefund(row pgx.Row) (payment.Refund, error) {
 // A repeated call finds the reservation and changes nothing. payment.ErrInsufficientFunds when
 // the settlement account's available balance is too small (nothing is held then).
 func (s *Store) HoldRefund(ctx context.Context, refundID uuid.UUID) error {
-	var found, already, held, settlement bool
-	var status payment.Status
-	if err := s.pool.QueryRow(ctx, dbsqlc.HoldRefundFunds, refundID, payment.NewID()).Scan(&found, &already, &held, &status, &settlement); err != nil {
-		return translate(err)
+	insufficient := false
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		insufficient = false
+		q := s.q.WithTx(tx)
+		r, err := q.StartRefundHold(ctx, refundID)
+		switch {
+		case err != nil:
+			return err // no rows: payment.ErrNotFound
+		case r.Held:
+			return nil
+		case r.SettlementID == nil:
+			return fmt.Errorf("%w: merchant of refund %s has no settlement account in its currency", ErrInconsistent, refundID)
+		case payment.Status(r.Status) != payment.StatusProcessing:
+			return fmt.Errorf("%w: refund %s is %s without a hold", ErrInconsistent, refundID, r.Status)
+		}
+		shards, err := q.LockShards(ctx, *r.SettlementID)
+		if err != nil {
+			return err
+		}
+		// A concurrent hold of this refund that had the shards before this one is seen now:
+		// this statement's snapshot is taken after their locks were granted.
+		if held, err := q.ReservationExists(ctx, refundID); err != nil || held {
+			return err
+		}
+		ok, err := holdSettlement(ctx, q, *r.SettlementID, shards, r.AmountMinor)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			insufficient = true
+			return nil // the workflow's start is kept
+		}
+		return q.InsertReservation(ctx, dbsqlc.InsertReservationParams{
+			ID: payment.NewID(), OperationID: refundID, AccountID: *r.SettlementID, AmountMinor: r.AmountMinor,
+		})
+	})
+	if err == nil && insufficient {
+		return payment.ErrInsufficientFunds
 	}
-	switch {
-	case !found:
-		return payment.ErrNotFound
-	case already || held:
-		return nil
-	case !settlement:
-		return fmt.Errorf("%w: merchant of refund %s has no settlement account in its currency", ErrInconsistent, refundID)
-	case status != payment.StatusProcessing:
-		return fmt.Errorf("%w: refund %s is %s without a hold", ErrInconsistent, refundID, status)
-	}
-	// As in Reserve: a concurrent hold of this refund may have taken the balance this
-	// statement's check saw, its reservation after this statement's snapshot.
-	already, err := s.q.ReservationExists(ctx, refundID)
-	if err != nil {
-		return translate(err)
-	}
-	if already {
-		return nil
-	}
-	return payment.ErrInsufficientFunds
+	return err
 }
 
 // PostRefund books a held refund that the provider made: in one transaction the hold becomes
@@ -240,9 +255,11 @@ func (s *Store) PostRefund(ctx context.Context, refundID uuid.UUID, providerRef 
 			return err
 		}
 		answer = a
-		// Last, as in Finalize: the settlement account is the merchant's hot row.
-		b.Queue(dbsqlc.Capture, settlement, amount)
-		return tx.SendBatch(ctx, b).Close()
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		// Last, as in Finalize: the settlement account's shards are the merchant's hot rows.
+		return unholdSettlement(ctx, s.q.WithTx(tx), settlement, amount, true)
 	})
 	if err == nil {
 		s.announce(refundID, answer)
@@ -283,10 +300,10 @@ func (s *Store) ReleaseRefund(ctx context.Context, refundID uuid.UUID, failureCo
 			return err
 		}
 		answer = a
-		if held {
-			b.Queue(dbsqlc.Unreserve, settlement, amount)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil || !held {
+			return err
 		}
-		return tx.SendBatch(ctx, b).Close()
+		return unholdSettlement(ctx, s.q.WithTx(tx), settlement, amount, false)
 	})
 	if err == nil {
 		s.announce(refundID, answer)

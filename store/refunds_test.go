@@ -395,11 +395,7 @@ func TestHoldRefundInsufficientSettlementFunds(t *testing.T) {
 	pay := paid(t, mID, aID, 10_000)
 	settlement := settlementAccount(t, mID)
 	// A payout (a balanced posting to the payer, standing in for money leaving) leaves 20.00.
-	require.NoError(t, db.Exec(ctx, `WITH p AS (INSERT INTO ledger_postings (id, kind, reference) VALUES (gen_random_uuid(), 'reversal', 'payout-' || $1::text) RETURNING id),
-e AS (INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
-      SELECT gen_random_uuid(), p.id, x.acc, 'TRY', x.amt FROM p, (VALUES ($1::uuid, -8000::bigint), ($2::uuid, 8000::bigint)) x(acc, amt)
-      RETURNING account_id, amount_minor)
-UPDATE accounts a SET balance = a.balance + e.amount_minor FROM e WHERE a.id = e.account_id`, settlement.ID, aID))
+	payout(t, settlement.ID, aID, 8000)
 	requireVerified(t)
 
 	_, r, _, err := beginRefund(t, mID, pay, "k", `{"amount":"30.00"}`)
@@ -600,8 +596,10 @@ func TestVerifyReportsRefundViolations(t *testing.T) {
 e AS (INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
       SELECT gen_random_uuid(), p.id, x.acc, 'TRY', x.amt FROM p,
         (VALUES ((SELECT id FROM accounts WHERE merchant_id = $1 AND kind = 'settlement'), -50::bigint), ($2::uuid, 50::bigint)) x(acc, amt)
-      RETURNING account_id, amount_minor)
-UPDATE accounts a SET balance = a.balance + e.amount_minor FROM e WHERE a.id = e.account_id`, m2.ID, m2.Account))
+      RETURNING account_id, amount_minor),
+c AS (UPDATE accounts a SET balance = a.balance + e.amount_minor FROM e WHERE a.id = e.account_id AND a.kind = 'customer')
+UPDATE settlement_shards s SET balance = s.balance + e.amount_minor FROM e
+WHERE s.account_id = e.account_id AND s.shard = (SELECT min(shard) FROM settlement_shards WHERE account_id = e.account_id)`, m2.ID, m2.Account))
 	problems, err = own2.Verify(ctx)
 	require.NoError(t, err)
 	require.Len(t, problems, 2, "%v", problems)

@@ -120,9 +120,9 @@ func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef
 		}
 		answer = a
 		b.Queue(dbsqlc.InsertEntryPair, payment.NewID(), postingID, account, p.Currency, -amount, payment.NewID(), *settlement, amount)
-		// Last: crediting the merchant's settlement account locks its row, which every payment
-		// to this merchant needs; holding it only until the commit keeps a hot account moving.
-		b.Queue(dbsqlc.Credit, *settlement, amount)
+		// Last: crediting the merchant's settlement account locks one of its shards, which other
+		// payments to this merchant may need; holding it only until the commit keeps it moving.
+		b.Queue(dbsqlc.CreditShard, *settlement, shardOf(operationID), amount)
 		return tx.commit(ctx, b)
 	})
 	if err == nil {

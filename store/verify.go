@@ -16,6 +16,7 @@ var invariants = []struct{ name, sql string }{
 	{"balance equals the ledger sum", dbsqlc.BalanceNotLedgerSum},
 	{"reserved equals active reservations", dbsqlc.ReservedNotReservations},
 	{"no balance is negative", dbsqlc.NegativeBalance},
+	{"settlement balances are in their shards, none negative", dbsqlc.ShardViolations},
 	{"every succeeded payment has exactly one posting", dbsqlc.SucceededPostingCount},
 	{"no other payment has a posting", dbsqlc.UnexpectedPosting},
 	{"a succeeded payment moved its amount", dbsqlc.PostedAmountMismatch},

@@ -21,6 +21,8 @@
 \set p random(1, :payers)
 \set amount random(100, 10000)
 \set neg_amount -:amount
+-- the settlement account's shard the payment credits (kasa derives it from the payment's id)
+\set shard random(0, 15)
 
 -- not in kasa: the values Go computes (UUIDv7 ids, a random UUID as key and invoice like the HTTP
 -- bench, the request hash, the rendered payment resource) and the fixture's merchant and payer.
@@ -122,7 +124,8 @@ INSERT INTO outbox (id, aggregate_id, type, payload) VALUES (:outbox_id, :op_id,
 -- store/queries/ledger.sql: InsertEntryPair
 INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
 VALUES (:entry1_id, :posting_id, :close_account_id, :currency, :neg_amount), (:entry2_id, :posting_id, :finalized_settlement_id, :currency, :amount);
--- store/queries/accounts.sql: Credit
-UPDATE accounts SET balance = balance + :amount, updated_at = now() WHERE id = :finalized_settlement_id;
+-- store/queries/accounts.sql: CreditShard
+INSERT INTO settlement_shards (account_id, shard, balance) VALUES (:finalized_settlement_id, :shard, :amount)
+ON CONFLICT (account_id, shard) DO UPDATE SET balance = settlement_shards.balance + excluded.balance;
 \endpipeline
 COMMIT;

@@ -18,7 +18,7 @@ SET LOCAL search_path = :"schema";
 DO $$
 DECLARE
     s      text   := current_schema();
-    tables text[] := ARRAY['merchants', 'api_keys', 'accounts', 'idempotency_records', 'payments',
+    tables text[] := ARRAY['merchants', 'api_keys', 'accounts', 'settlement_shards', 'idempotency_records', 'payments',
                            'balance_reservations', 'ledger_postings', 'ledger_entries', 'outbox'];
     t      text;
     r      record;

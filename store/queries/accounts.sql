@@ -18,7 +18,12 @@ INSERT INTO accounts (id, merchant_id, kind, currency) VALUES ($1, $2, 'settleme
 ON CONFLICT (merchant_id, currency) WHERE kind = 'settlement' DO NOTHING;
 
 -- name: GetAccount :one
-SELECT id, coalesce(merchant_id, '00000000-0000-0000-0000-000000000000'), kind, currency, balance, reserved FROM accounts WHERE id = $1;
+-- A settlement account's balance and reserved amount are its shards' sums, read in one snapshot.
+SELECT a.id, coalesce(a.merchant_id, '00000000-0000-0000-0000-000000000000'), a.kind, a.currency,
+  (a.balance + coalesce(s.balance, 0))::bigint AS balance, (a.reserved + coalesce(s.reserved, 0))::bigint AS reserved
+FROM accounts a LEFT JOIN LATERAL (SELECT sum(x.balance) AS balance, sum(x.reserved) AS reserved
+  FROM settlement_shards x WHERE x.account_id = a.id) s ON true
+WHERE a.id = $1;
 
 -- name: EnsureExternalAccount :exec
 INSERT INTO accounts (id, kind, currency) VALUES ($1, 'external', $2) ON CONFLICT (currency) WHERE kind = 'external' DO NOTHING;
@@ -35,3 +40,26 @@ SELECT id, amount_minor, created_at FROM deposits WHERE account_id = $1 AND idem
 
 -- name: Credit :exec
 UPDATE accounts SET balance = balance + $2, updated_at = now() WHERE id = $1;
+
+-- name: CreditShard :exec
+-- A payment's credit to its merchant's settlement account goes to one of the account's shards,
+-- made by the first credit that picks it.
+INSERT INTO settlement_shards (account_id, shard, balance) VALUES ($1, $2, $3)
+ON CONFLICT (account_id, shard) DO UPDATE SET balance = settlement_shards.balance + excluded.balance;
+
+-- name: LockShards :many
+-- A hold or a debit of a settlement account locks all its shards, in shard order (so two of them
+-- never wait for each other in a cycle), and plans over their latest values.
+SELECT shard, balance, reserved FROM settlement_shards WHERE account_id = $1 ORDER BY shard FOR UPDATE;
+
+-- name: ShardReserve :execrows
+UPDATE settlement_shards SET reserved = reserved + @amount::bigint
+WHERE account_id = @account_id AND shard = @shard AND balance - reserved >= @amount::bigint;
+
+-- name: ShardUnreserve :execrows
+UPDATE settlement_shards SET reserved = reserved - @amount::bigint
+WHERE account_id = @account_id AND shard = @shard AND reserved >= @amount::bigint;
+
+-- name: ShardCapture :execrows
+UPDATE settlement_shards SET reserved = reserved - @amount::bigint, balance = balance - @amount::bigint
+WHERE account_id = @account_id AND shard = @shard AND reserved >= @amount::bigint;

@@ -46,33 +46,22 @@ LIMIT sqlc.arg(max_rows);
 -- name: RefundOfPayment :one
 SELECT EXISTS (SELECT 1 FROM refunds WHERE id = $1 AND payment_id = $2);
 
--- name: HoldRefundFunds :one
--- The workflow's first step, in one statement as ReserveFunds: it records that the workflow
--- runs and holds the amount on the merchant's settlement account in the refund's currency, with
--- the reservation under the refund's id, while the refund is processing. The columns: the refund
--- exists, it had a reservation, one was made now, the refund's status, and whether the merchant
--- has a settlement account.
+-- name: StartRefundHold :one
+-- The refund workflow's first step records that the workflow runs, and reads what the hold needs:
+-- the refund's amount and status, the merchant's settlement account in its currency (NULL when
+-- it has none) and whether the refund is held already.
 WITH started AS (
   UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
   WHERE idempotency_records.operation_id = $1 AND NOT workflow_started
-), r AS (
-  SELECT rf.id, rf.amount_minor, rf.status, a.id AS settlement_id FROM refunds rf
-  LEFT JOIN accounts a ON a.merchant_id = rf.merchant_id AND a.currency = rf.currency AND a.kind = 'settlement'
-  WHERE rf.id = $1
-), existing AS (
-  SELECT 1 FROM balance_reservations br WHERE br.operation_id = $1
-), held AS (
-  UPDATE accounts a SET reserved = a.reserved + r.amount_minor, updated_at = now()
-  FROM r WHERE a.id = r.settlement_id AND r.status = 'processing' AND a.balance - a.reserved >= r.amount_minor
-    AND NOT EXISTS (SELECT 1 FROM existing)
-  RETURNING a.id
-), inserted AS (
-  INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status)
-  SELECT $2, r.id, r.settlement_id, r.amount_minor, 'active' FROM r, held
-  RETURNING id
 )
-SELECT EXISTS (SELECT 1 FROM r), EXISTS (SELECT 1 FROM existing), EXISTS (SELECT 1 FROM inserted),
-  coalesce((SELECT status FROM r), ''), EXISTS (SELECT 1 FROM r WHERE settlement_id IS NOT NULL);
+SELECT rf.amount_minor, rf.status, a.id AS settlement_id,
+  EXISTS (SELECT 1 FROM balance_reservations br WHERE br.operation_id = rf.id) AS held
+FROM refunds rf
+LEFT JOIN accounts a ON a.merchant_id = rf.merchant_id AND a.currency = rf.currency AND a.kind = 'settlement'
+WHERE rf.id = $1;
+
+-- name: InsertReservation :exec
+INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status) VALUES ($1, $2, $3, $4, 'active');
 
 -- name: SetRefundStatus :one
 UPDATE refunds SET status = $2, failure_code = NULLIF($3, ''),

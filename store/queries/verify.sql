@@ -16,23 +16,35 @@ SELECT 'entry ' || e.id || ' in ' || e.currency || ' on ' || a.currency || ' acc
 FROM ledger_entries e JOIN accounts a ON a.id = e.account_id WHERE e.currency <> a.currency;
 
 -- name: BalanceNotLedgerSum :many
--- Balance equals the ledger sum.
-SELECT 'account ' || a.id || ' balance ' || a.balance || ' but ledger ' || coalesce(l.total, 0)
+-- Balance (a settlement account's: its shards' sum) equals the ledger sum.
+SELECT 'account ' || a.id || ' balance ' || (a.balance + coalesce(s.balance, 0)) || ' but ledger ' || coalesce(l.total, 0)
 FROM accounts a LEFT JOIN (SELECT account_id, sum(amount_minor) AS total FROM ledger_entries GROUP BY account_id) l
   ON l.account_id = a.id
-WHERE a.balance <> coalesce(l.total, 0);
+LEFT JOIN (SELECT account_id, sum(balance) AS balance FROM settlement_shards GROUP BY account_id) s ON s.account_id = a.id
+WHERE a.balance + coalesce(s.balance, 0) <> coalesce(l.total, 0);
 
 -- name: ReservedNotReservations :many
--- Reserved equals active reservations.
-SELECT 'account ' || a.id || ' reserved ' || a.reserved || ' but active reservations ' || coalesce(r.total, 0)
+-- Reserved (a settlement account's: its shards' sum) equals active reservations.
+SELECT 'account ' || a.id || ' reserved ' || (a.reserved + coalesce(s.reserved, 0)) || ' but active reservations ' || coalesce(r.total, 0)
 FROM accounts a LEFT JOIN (SELECT account_id, sum(amount_minor) AS total FROM balance_reservations
   WHERE status = 'active' GROUP BY account_id) r ON r.account_id = a.id
-WHERE a.reserved <> coalesce(r.total, 0);
+LEFT JOIN (SELECT account_id, sum(reserved) AS reserved FROM settlement_shards GROUP BY account_id) s ON s.account_id = a.id
+WHERE a.reserved + coalesce(s.reserved, 0) <> coalesce(r.total, 0);
 
 -- name: NegativeBalance :many
 -- No balance is negative.
 SELECT 'account ' || id || ' (' || kind || ') balance ' || balance || ' reserved ' || reserved
 FROM accounts WHERE kind <> 'external' AND (balance < 0 OR reserved < 0 OR balance - reserved < 0);
+
+-- name: ShardViolations :many
+-- Every shard is a settlement account's and holds no more than its balance; a settlement
+-- account's own row holds nothing.
+SELECT 'shard ' || s.shard || ' of ' || a.kind || ' account ' || a.id || ' balance ' || s.balance || ' reserved ' || s.reserved
+FROM settlement_shards s JOIN accounts a ON a.id = s.account_id
+WHERE a.kind <> 'settlement' OR s.shard < 0 OR s.reserved < 0 OR s.balance - s.reserved < 0
+UNION ALL
+SELECT 'settlement account ' || id || ' holds balance ' || balance || ' reserved ' || reserved || ' outside its shards'
+FROM accounts WHERE kind = 'settlement' AND (balance <> 0 OR reserved <> 0);
 
 -- name: SucceededPostingCount :many
 -- Every succeeded payment has exactly one posting.

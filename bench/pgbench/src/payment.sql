@@ -19,6 +19,8 @@
 \set p random(1, :payers)
 \set amount random(100, 10000)
 \set neg_amount -:amount
+-- the settlement account's shard the payment credits (kasa derives it from the payment's id)
+\set shard random(0, 15)
 
 -- not in kasa: the values Go computes (UUIDv7 ids, a random UUID as key and invoice like the HTTP
 -- bench, the request hash, the rendered payment resource) and the fixture's merchant and payer.
@@ -72,6 +74,6 @@ BEGIN;
 -- query: SetRecordStatus op_id completed_status outcome body
 -- query: InsertOutboxEvent outbox_id op_id event_type body
 -- query: InsertEntryPair entry1_id posting_id close_account_id currency neg_amount entry2_id finalized_settlement_id amount
--- query: Credit finalized_settlement_id amount
+-- query: CreditShard finalized_settlement_id shard amount
 \endpipeline
 COMMIT;

@@ -26,6 +26,24 @@ func (q *Queries) Credit(ctx context.Context, arg CreditParams) error {
 	return err
 }
 
+const CreditShard = `-- name: CreditShard :exec
+INSERT INTO settlement_shards (account_id, shard, balance) VALUES ($1, $2, $3)
+ON CONFLICT (account_id, shard) DO UPDATE SET balance = settlement_shards.balance + excluded.balance
+`
+
+type CreditShardParams struct {
+	AccountID uuid.UUID
+	Shard     int16
+	Balance   int64
+}
+
+// A payment's credit to its merchant's settlement account goes to one of the account's shards,
+// made by the first credit that picks it.
+func (q *Queries) CreditShard(ctx context.Context, arg CreditShardParams) error {
+	_, err := q.db.Exec(ctx, CreditShard, arg.AccountID, arg.Shard, arg.Balance)
+	return err
+}
+
 const EnsureExternalAccount = `-- name: EnsureExternalAccount :exec
 INSERT INTO accounts (id, kind, currency) VALUES ($1, 'external', $2) ON CONFLICT (currency) WHERE kind = 'external' DO NOTHING
 `
@@ -69,7 +87,11 @@ func (q *Queries) ExternalAccount(ctx context.Context, currency string) (uuid.UU
 }
 
 const GetAccount = `-- name: GetAccount :one
-SELECT id, coalesce(merchant_id, '00000000-0000-0000-0000-000000000000'), kind, currency, balance, reserved FROM accounts WHERE id = $1
+SELECT a.id, coalesce(a.merchant_id, '00000000-0000-0000-0000-000000000000'), a.kind, a.currency,
+  (a.balance + coalesce(s.balance, 0))::bigint AS balance, (a.reserved + coalesce(s.reserved, 0))::bigint AS reserved
+FROM accounts a LEFT JOIN LATERAL (SELECT sum(x.balance) AS balance, sum(x.reserved) AS reserved
+  FROM settlement_shards x WHERE x.account_id = a.id) s ON true
+WHERE a.id = $1
 `
 
 type GetAccountRow struct {
@@ -81,6 +103,7 @@ type GetAccountRow struct {
 	Reserved   int64
 }
 
+// A settlement account's balance and reserved amount are its shards' sums, read in one snapshot.
 func (q *Queries) GetAccount(ctx context.Context, id uuid.UUID) (GetAccountRow, error) {
 	row := q.db.QueryRow(ctx, GetAccount, id)
 	var i GetAccountRow
@@ -188,6 +211,38 @@ func (q *Queries) InsertMerchant(ctx context.Context, arg InsertMerchantParams) 
 	return err
 }
 
+const LockShards = `-- name: LockShards :many
+SELECT shard, balance, reserved FROM settlement_shards WHERE account_id = $1 ORDER BY shard FOR UPDATE
+`
+
+type LockShardsRow struct {
+	Shard    int16
+	Balance  int64
+	Reserved int64
+}
+
+// A hold or a debit of a settlement account locks all its shards, in shard order (so two of them
+// never wait for each other in a cycle), and plans over their latest values.
+func (q *Queries) LockShards(ctx context.Context, accountID uuid.UUID) ([]LockShardsRow, error) {
+	rows, err := q.db.Query(ctx, LockShards, accountID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LockShardsRow
+	for rows.Next() {
+		var i LockShardsRow
+		if err := rows.Scan(&i.Shard, &i.Balance, &i.Reserved); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const MerchantByAPIKey = `-- name: MerchantByAPIKey :one
 SELECT m.id, m.name, coalesce(m.webhook_url, '')
 FROM api_keys k JOIN merchants m ON m.id = k.merchant_id
@@ -205,4 +260,61 @@ func (q *Queries) MerchantByAPIKey(ctx context.Context, keyHash []byte) (Merchan
 	var i MerchantByAPIKeyRow
 	err := row.Scan(&i.ID, &i.Name, &i.WebhookUrl)
 	return i, err
+}
+
+const ShardCapture = `-- name: ShardCapture :execrows
+UPDATE settlement_shards SET reserved = reserved - $1::bigint, balance = balance - $1::bigint
+WHERE account_id = $2 AND shard = $3 AND reserved >= $1::bigint
+`
+
+type ShardCaptureParams struct {
+	Amount    int64
+	AccountID uuid.UUID
+	Shard     int16
+}
+
+func (q *Queries) ShardCapture(ctx context.Context, arg ShardCaptureParams) (int64, error) {
+	result, err := q.db.Exec(ctx, ShardCapture, arg.Amount, arg.AccountID, arg.Shard)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const ShardReserve = `-- name: ShardReserve :execrows
+UPDATE settlement_shards SET reserved = reserved + $1::bigint
+WHERE account_id = $2 AND shard = $3 AND balance - reserved >= $1::bigint
+`
+
+type ShardReserveParams struct {
+	Amount    int64
+	AccountID uuid.UUID
+	Shard     int16
+}
+
+func (q *Queries) ShardReserve(ctx context.Context, arg ShardReserveParams) (int64, error) {
+	result, err := q.db.Exec(ctx, ShardReserve, arg.Amount, arg.AccountID, arg.Shard)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const ShardUnreserve = `-- name: ShardUnreserve :execrows
+UPDATE settlement_shards SET reserved = reserved - $1::bigint
+WHERE account_id = $2 AND shard = $3 AND reserved >= $1::bigint
+`
+
+type ShardUnreserveParams struct {
+	Amount    int64
+	AccountID uuid.UUID
+	Shard     int16
+}
+
+func (q *Queries) ShardUnreserve(ctx context.Context, arg ShardUnreserveParams) (int64, error) {
+	result, err := q.db.Exec(ctx, ShardUnreserve, arg.Amount, arg.AccountID, arg.Shard)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

@@ -174,61 +174,6 @@ func (q *Queries) HoldPaymentRefund(ctx context.Context, arg HoldPaymentRefundPa
 	return refund_held_minor, err
 }
 
-const HoldRefundFunds = `-- name: HoldRefundFunds :one
-WITH started AS (
-  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
-  WHERE idempotency_records.operation_id = $1 AND NOT workflow_started
-), r AS (
-  SELECT rf.id, rf.amount_minor, rf.status, a.id AS settlement_id FROM refunds rf
-  LEFT JOIN accounts a ON a.merchant_id = rf.merchant_id AND a.currency = rf.currency AND a.kind = 'settlement'
-  WHERE rf.id = $1
-), existing AS (
-  SELECT 1 FROM balance_reservations br WHERE br.operation_id = $1
-), held AS (
-  UPDATE accounts a SET reserved = a.reserved + r.amount_minor, updated_at = now()
-  FROM r WHERE a.id = r.settlement_id AND r.status = 'processing' AND a.balance - a.reserved >= r.amount_minor
-    AND NOT EXISTS (SELECT 1 FROM existing)
-  RETURNING a.id
-), inserted AS (
-  INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status)
-  SELECT $2, r.id, r.settlement_id, r.amount_minor, 'active' FROM r, held
-  RETURNING id
-)
-SELECT EXISTS (SELECT 1 FROM r), EXISTS (SELECT 1 FROM existing), EXISTS (SELECT 1 FROM inserted),
-  coalesce((SELECT status FROM r), ''), EXISTS (SELECT 1 FROM r WHERE settlement_id IS NOT NULL)
-`
-
-type HoldRefundFundsParams struct {
-	OperationID uuid.UUID
-	ID          uuid.UUID
-}
-
-type HoldRefundFundsRow struct {
-	Exists   bool
-	Exists_2 bool
-	Exists_3 bool
-	Coalesce interface{}
-	Exists_4 bool
-}
-
-// The workflow's first step, in one statement as ReserveFunds: it records that the workflow
-// runs and holds the amount on the merchant's settlement account in the refund's currency, with
-// the reservation under the refund's id, while the refund is processing. The columns: the refund
-// exists, it had a reservation, one was made now, the refund's status, and whether the merchant
-// has a settlement account.
-func (q *Queries) HoldRefundFunds(ctx context.Context, arg HoldRefundFundsParams) (HoldRefundFundsRow, error) {
-	row := q.db.QueryRow(ctx, HoldRefundFunds, arg.OperationID, arg.ID)
-	var i HoldRefundFundsRow
-	err := row.Scan(
-		&i.Exists,
-		&i.Exists_2,
-		&i.Exists_3,
-		&i.Coalesce,
-		&i.Exists_4,
-	)
-	return i, err
-}
-
 const InsertRefund = `-- name: InsertRefund :one
 INSERT INTO refunds (id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status)
 VALUES ($1, $2, $3, $4, $5, $6, $7, NULLIF($8, ''), 'processing')
@@ -265,6 +210,27 @@ func (q *Queries) InsertRefund(ctx context.Context, arg InsertRefundParams) (Ins
 	var i InsertRefundRow
 	err := row.Scan(&i.CreatedAt, &i.UpdatedAt)
 	return i, err
+}
+
+const InsertReservation = `-- name: InsertReservation :exec
+INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status) VALUES ($1, $2, $3, $4, 'active')
+`
+
+type InsertReservationParams struct {
+	ID          uuid.UUID
+	OperationID uuid.UUID
+	AccountID   uuid.UUID
+	AmountMinor int64
+}
+
+func (q *Queries) InsertReservation(ctx context.Context, arg InsertReservationParams) error {
+	_, err := q.db.Exec(ctx, InsertReservation,
+		arg.ID,
+		arg.OperationID,
+		arg.AccountID,
+		arg.AmountMinor,
+	)
+	return err
 }
 
 const LockRefundedPayment = `-- name: LockRefundedPayment :one
@@ -486,6 +452,40 @@ func (q *Queries) SetRefundStatus(ctx context.Context, arg SetRefundStatusParams
 		&i.ProviderReference,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const StartRefundHold = `-- name: StartRefundHold :one
+WITH started AS (
+  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
+  WHERE idempotency_records.operation_id = $1 AND NOT workflow_started
+)
+SELECT rf.amount_minor, rf.status, a.id AS settlement_id,
+  EXISTS (SELECT 1 FROM balance_reservations br WHERE br.operation_id = rf.id) AS held
+FROM refunds rf
+LEFT JOIN accounts a ON a.merchant_id = rf.merchant_id AND a.currency = rf.currency AND a.kind = 'settlement'
+WHERE rf.id = $1
+`
+
+type StartRefundHoldRow struct {
+	AmountMinor  int64
+	Status       string
+	SettlementID *uuid.UUID
+	Held         bool
+}
+
+// The refund workflow's first step records that the workflow runs, and reads what the hold needs:
+// the refund's amount and status, the merchant's settlement account in its currency (NULL when
+// it has none) and whether the refund is held already.
+func (q *Queries) StartRefundHold(ctx context.Context, id uuid.UUID) (StartRefundHoldRow, error) {
+	row := q.db.QueryRow(ctx, StartRefundHold, id)
+	var i StartRefundHoldRow
+	err := row.Scan(
+		&i.AmountMinor,
+		&i.Status,
+		&i.SettlementID,
+		&i.Held,
 	)
 	return i, err
 }

@@ -10,13 +10,14 @@ import (
 )
 
 const BalanceNotLedgerSum = `-- name: BalanceNotLedgerSum :many
-SELECT 'account ' || a.id || ' balance ' || a.balance || ' but ledger ' || coalesce(l.total, 0)
+SELECT 'account ' || a.id || ' balance ' || (a.balance + coalesce(s.balance, 0)) || ' but ledger ' || coalesce(l.total, 0)
 FROM accounts a LEFT JOIN (SELECT account_id, sum(amount_minor) AS total FROM ledger_entries GROUP BY account_id) l
   ON l.account_id = a.id
-WHERE a.balance <> coalesce(l.total, 0)
+LEFT JOIN (SELECT account_id, sum(balance) AS balance FROM settlement_shards GROUP BY account_id) s ON s.account_id = a.id
+WHERE a.balance + coalesce(s.balance, 0) <> coalesce(l.total, 0)
 `
 
-// Balance equals the ledger sum.
+// Balance (a settlement account's: its shards' sum) equals the ledger sum.
 func (q *Queries) BalanceNotLedgerSum(ctx context.Context) ([]interface{}, error) {
 	rows, err := q.db.Query(ctx, BalanceNotLedgerSum)
 	if err != nil {
@@ -331,15 +332,47 @@ func (q *Queries) ReservationOutcomeMismatch(ctx context.Context) ([]interface{}
 }
 
 const ReservedNotReservations = `-- name: ReservedNotReservations :many
-SELECT 'account ' || a.id || ' reserved ' || a.reserved || ' but active reservations ' || coalesce(r.total, 0)
+SELECT 'account ' || a.id || ' reserved ' || (a.reserved + coalesce(s.reserved, 0)) || ' but active reservations ' || coalesce(r.total, 0)
 FROM accounts a LEFT JOIN (SELECT account_id, sum(amount_minor) AS total FROM balance_reservations
   WHERE status = 'active' GROUP BY account_id) r ON r.account_id = a.id
-WHERE a.reserved <> coalesce(r.total, 0)
+LEFT JOIN (SELECT account_id, sum(reserved) AS reserved FROM settlement_shards GROUP BY account_id) s ON s.account_id = a.id
+WHERE a.reserved + coalesce(s.reserved, 0) <> coalesce(r.total, 0)
 `
 
-// Reserved equals active reservations.
+// Reserved (a settlement account's: its shards' sum) equals active reservations.
 func (q *Queries) ReservedNotReservations(ctx context.Context) ([]interface{}, error) {
 	rows, err := q.db.Query(ctx, ReservedNotReservations)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []interface{}
+	for rows.Next() {
+		var column_1 interface{}
+		if err := rows.Scan(&column_1); err != nil {
+			return nil, err
+		}
+		items = append(items, column_1)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ShardViolations = `-- name: ShardViolations :many
+SELECT 'shard ' || s.shard || ' of ' || a.kind || ' account ' || a.id || ' balance ' || s.balance || ' reserved ' || s.reserved
+FROM settlement_shards s JOIN accounts a ON a.id = s.account_id
+WHERE a.kind <> 'settlement' OR s.shard < 0 OR s.reserved < 0 OR s.balance - s.reserved < 0
+UNION ALL
+SELECT 'settlement account ' || id || ' holds balance ' || balance || ' reserved ' || reserved || ' outside its shards'
+FROM accounts WHERE kind = 'settlement' AND (balance <> 0 OR reserved <> 0)
+`
+
+// Every shard is a settlement account's and holds no more than its balance; a settlement
+// account's own row holds nothing.
+func (q *Queries) ShardViolations(ctx context.Context) ([]interface{}, error) {
+	rows, err := q.db.Query(ctx, ShardViolations)
 	if err != nil {
 		return nil, err
 	}
