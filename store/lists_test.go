@@ -384,6 +384,8 @@ func TestListPaymentsPlanUsesIndexWithoutSort(t *testing.T) {
 		// 'unknown' (or 'processing') while there are only a few hundred of them in all, it
 		// may prefer their own partial index (payments_unknown) and sort those few: cheaper
 		// at that size, and replaced by the status index as they grow.
+		// GET /v1/payments?idempotency_key= and the sweeper find a payment by its key.
+		{"by idempotency key", dbsqlc.GetPaymentByKey, []any{m.ID, "k4242"}, []string{"payments_merchant_key"}, both},
 		{"status unknown after a cursor", dbsqlc.ListPaymentsWithStatus, append([]any{m.ID, farPast}, append(after, 21, "unknown")...), []string{byStatus}, []bool{true}},
 	} {
 		for _, generic := range tc.generic {
