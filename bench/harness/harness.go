@@ -87,6 +87,8 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	fs.IntVar(&o.Payers, "payers", 1, "one run: payer accounts per merchant")
 	fs.Float64Var(&o.Duplicates, "duplicates", 0.05, "share of requests that retry an earlier key (some in parallel)")
 	fs.Float64Var(&o.Insufficient, "insufficient", 0.05, "share of new payments the payer cannot afford")
+	fs.Float64Var(&o.RefundShare, "refund-share", 0, fmt.Sprintf("share of operations (0 to below 1) that refund a quarter of a payment that succeeded earlier in the run; "+
+		"--suite: of its %q run only, default %.1f", bench.RunRefundMix, bench.SuiteRefundShare))
 	fs.IntVar(&o.Preload, "preload", 0, "--suite: load this many stored payments and idempotency records for the large-table runs")
 	temporal := fs.String("temporal", TemporalDev, "the Temporal kasa runs on: dev (the CLI's dev server) or server (the real Temporal Server on PostgreSQL)")
 	topology := fs.String("kasa", TopologyDev, "how kasa runs: dev (one process, the worker in the API's) or cluster (kasa cluster: APIs and workers apart; needs --temporal=server)")
@@ -94,6 +96,10 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
+		return ErrUsage
+	}
+	if o.RefundShare < 0 || o.RefundShare >= 1 {
+		fmt.Fprintf(fs.Output(), "kasa bench: --refund-share is from 0 to below 1, not %v\n", o.RefundShare)
 		return ErrUsage
 	}
 	if *temporal != TemporalDev && *temporal != TemporalServer {
@@ -163,7 +169,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	v, err := st.Check(ctx, res.Payments)
+	v, err := st.Check(ctx, res.Payments, res.RefundsSeen)
 	if err != nil {
 		return err
 	}
@@ -233,10 +239,15 @@ func loadavg() string {
 // verdict says whether the runs were correct, and is ErrIncorrect when they were not.
 func verdict(v bench.Verdict) error {
 	if !v.Correct {
-		progress("NOT correct: %d double charge(s), invariant violations: %v", v.Doubles, v.Problems)
+		progress("NOT correct: %d double charge(s), %d double refund(s), refund mismatches: %q, invariant violations: %q",
+			v.Doubles, v.RefundDoubles, v.RefundProblems, v.Problems)
 		return ErrIncorrect
 	}
-	progress("correct: no double charge, kasa verify ok")
+	refunds := ""
+	if v.RefundsChecked > 0 {
+		refunds = fmt.Sprintf("; %d refunds each at the bank once if succeeded, never if failed, and in their payments' amount_refunded", v.RefundsChecked)
+	}
+	progress("correct: no double charge, kasa verify ok%s", refunds)
 	return nil
 }
 
