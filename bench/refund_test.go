@@ -276,3 +276,28 @@ func TestMarkdownRefunds(t *testing.T) {
 	require.Contains(t, out, "| 2 | 0.20 | 90.0 | 18.8 | 190 | 20.50 | 40.00 | 60.25 | 90.00 |")
 	require.NotContains(t, out, "| 1 | 0.")
 }
+
+// A suite's and a kept run's report say how many refunds were checked, name each refund problem
+// (a failed verdict), and put the refund mix's refunds/s beside its payments/s.
+func TestReportsOfARefundMix(t *testing.T) {
+	t.Parallel()
+	mixed := sampleResult(RunRefundMix+" (payments)", 15)
+	mixed.Refunds = &RefundStats{Share: 0.2, Requests: 190, New: 188, Rate: 12.5, Latency: Latency{P50: 20.5, P99: 60.25}}
+	failed := Verdict{Checked: 900, RefundsChecked: 188, RefundDoubles: 1,
+		RefundProblems: []string{"refund r1 of payment p1: succeeded in kasa, refunded 2 times at the bank"}}
+	for name, md := range map[string]string{
+		"suite": SuiteMarkdown(&Report{Verdict: failed, Runs: []Result{sampleResult("run", 2), mixed}}),
+		"run":   RunMarkdown(RunReport{Verdict: failed, Options: Options{RefundShare: 0.2}, Run: mixed}, Markdown("kasa bench", mixed)),
+	} {
+		require.Contains(t, md, "Correctness: **FAILED**: 0 double charge(s), 1 double refund(s), 1 refund mismatch(es), 0 invariant violation(s) (900 payments and 188 refunds checked at the bank simulator).", name)
+		require.Contains(t, md, "\n- refund r1 of payment p1: succeeded in kasa, refunded 2 times at the bank\n\n", name)
+		require.Regexp(t, `\n\| [12] \| 0\.20 \| 90\.0 \| 12\.5 \| 190 \| 20\.50 \|`, md, name)
+	}
+	suite := SuiteMarkdown(&Report{Verdict: Verdict{Correct: true, Checked: 5, RefundsChecked: 2}, Runs: []Result{mixed}})
+	require.Contains(t, suite, "Correctness: **correct**: no payment was charged twice, no refund refunded twice or missing, and `kasa verify` found no problem (5 payments and 2 refunds checked at the bank simulator).")
+	require.Contains(t, suite, "Refunds: payments with refunds (payments) ran 12.5 refunds/s beside 90.0 new payments/s (a share of 0.20 of its operations; refund p50 20.5 ms, p99 60.2 ms).")
+
+	got, err := json.MarshalIndent(failed, "", "  ")
+	require.NoError(t, err)
+	golden(t, "verdict_refunds.golden.json", append(got, '\n'))
+}

@@ -501,15 +501,7 @@ func SuiteMarkdown(rep *Report) string {
 		fmt.Fprintf(&b, "Provider capability: %s. kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: %s.\n\n",
 			rep.Capability, strings.Join(shapes, ", "))
 	}
-	verdict := "**correct**: no payment was charged twice, no refund refunded twice or missing, and `kasa verify` found no problem"
-	if !rep.Correct {
-		verdict = fmt.Sprintf("**FAILED**: %d double charge(s), %d double refund(s), %d refund mismatch(es), %d invariant violation(s)",
-			rep.Doubles, rep.RefundDoubles, len(rep.RefundProblems), len(rep.Problems))
-	}
-	fmt.Fprintf(&b, "Correctness: %s (%d payments and %d refunds checked at the bank simulator).\n\n", verdict, rep.Checked, rep.RefundsChecked)
-	for _, p := range append(slices.Clone(rep.Problems), rep.RefundProblems...) {
-		fmt.Fprintf(&b, "- %s\n", cell(p))
-	}
+	b.WriteString(correctness(rep.Verdict))
 	for _, r := range rep.Runs {
 		if rs := r.Refunds; rs != nil {
 			fmt.Fprintf(&b, "Refunds: %s ran %.1f refunds/s beside %.1f new payments/s (a share of %.2f of its operations; refund p50 %.1f ms, p99 %.1f ms).\n\n",
@@ -530,6 +522,49 @@ func SuiteMarkdown(rep *Report) string {
 	for _, name := range slices.Sorted(maps.Keys(rep.PGBench)) {
 		r := rep.PGBench[name]
 		fmt.Fprintf(&b, "| %s | %d | %.1f | %.2f | %.2f | %.2f | %d |\n", name, r.Clients, r.TPS, r.LatencyAvgMS, r.P50MS, r.P99MS, r.Failed)
+	}
+	return b.String()
+}
+
+// RunReport is one run that `kasa bench --out` keeps: what it measured and whether it was correct.
+type RunReport struct {
+	Started    time.Time `json:"started"`
+	Machine    string    `json:"machine"`
+	Commit     string    `json:"commit"`
+	Capability string    `json:"provider_capability,omitempty"`
+	Options    Options   `json:"options"`
+	Run        Result    `json:"run"`
+	Verdict
+}
+
+// RunMarkdown is a kept run's report: its setting and verdict, then body (Markdown of the run).
+func RunMarkdown(rep RunReport, body string) string {
+	var b strings.Builder
+	o := rep.Options
+	fmt.Fprintf(&b, "# kasa bench run, %s\n\nMachine: %s (shared: other work on it skews every figure). Commit: %s. Provider capability: %s. "+
+		"%s measured after %s of warm-up, %d clients, %d merchants with %d payer(s) each; duplicates %.2f, insufficient %.2f, refund share %.2f.\n\n",
+		rep.Started.Format("2006-01-02 15:04 UTC"), rep.Machine, rep.Commit, cmp.Or(rep.Capability, "?"), o.Duration, o.Warmup, o.Concurrency,
+		o.Merchants, o.Payers, o.Duplicates, o.Insufficient, o.RefundShare)
+	b.WriteString(correctness(rep.Verdict))
+	b.WriteString(body)
+	return b.String()
+}
+
+// correctness is a verdict's paragraph, with each problem found.
+func correctness(v Verdict) string {
+	var b strings.Builder
+	verdict := "**correct**: no payment was charged twice, no refund refunded twice or missing, and `kasa verify` found no problem"
+	if !v.Correct {
+		verdict = fmt.Sprintf("**FAILED**: %d double charge(s), %d double refund(s), %d refund mismatch(es), %d invariant violation(s)",
+			v.Doubles, v.RefundDoubles, len(v.RefundProblems), len(v.Problems))
+	}
+	fmt.Fprintf(&b, "Correctness: %s (%d payments and %d refunds checked at the bank simulator).\n\n", verdict, v.Checked, v.RefundsChecked)
+	problems := append(slices.Clone(v.Problems), v.RefundProblems...)
+	for _, p := range problems {
+		fmt.Fprintf(&b, "- %s\n", cell(p))
+	}
+	if len(problems) > 0 {
+		b.WriteString("\n")
 	}
 	return b.String()
 }

@@ -79,7 +79,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	var o bench.Options
 	fs := flag.NewFlagSet("kasa bench", flag.ContinueOnError)
 	suite := fs.Bool("suite", false, "run the standard suite (ceilings, targets, correctness) and write its results")
-	out := fs.String("out", "bench/results", "--suite: directory for <date>.md and <date>.json")
+	out := fs.String("out", "bench/results", "--suite: directory for <date>.md and <date>.json; one run, if given: for <date>-run.md and .json")
 	fs.DurationVar(&o.Duration, "duration", 15*time.Second, "measured window of each run")
 	fs.DurationVar(&o.Warmup, "warmup", 3*time.Second, "load before each window, not measured")
 	fs.IntVar(&o.Concurrency, "concurrency", 16, "clients of each closed-loop run")
@@ -165,6 +165,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	if err := st.Settle(ctx); err != nil {
 		return err
 	}
+	started := time.Now()
 	res, err := bench.Run(ctx, o, fx)
 	if err != nil {
 		return err
@@ -173,13 +174,33 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	fmt.Print(bench.Markdown("kasa bench", res))
+	var text strings.Builder
+	text.WriteString(bench.Markdown("kasa bench", res))
 	if len(res.PerOp) > 0 {
-		fmt.Printf("\nCounters per new payment: ")
-		for i, n := range slices.Sorted(maps.Keys(res.PerOp)) {
-			fmt.Printf("%s%s %.1f", map[bool]string{true: "", false: ", "}[i == 0], n, res.PerOp[n])
+		per := "new payment"
+		if res.CPU != nil {
+			per = res.CPU.Per
 		}
-		fmt.Println()
+		fmt.Fprintf(&text, "\nCounters per %s: ", per)
+		for i, n := range slices.Sorted(maps.Keys(res.PerOp)) {
+			fmt.Fprintf(&text, "%s%s %.1f", map[bool]string{true: "", false: ", "}[i == 0], n, res.PerOp[n])
+		}
+		text.WriteString("\n")
+	}
+	fmt.Print(text.String())
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "out" })
+	if explicit { // a run worth keeping: its report beside the suites'
+		rep := bench.RunReport{Started: started.UTC(), Machine: machine(), Commit: commit(), Capability: cfg.Capability, Options: o, Run: res, Verdict: v}
+		js, err := json.MarshalIndent(rep, "", "  ")
+		base := freeBase(*out, rep.Started.Format("2006-01-02")+"-run")
+		if err = errors.Join(err, os.MkdirAll(*out, 0o755)); err == nil {
+			err = errors.Join(os.WriteFile(base+".md", []byte(bench.RunMarkdown(rep, text.String())), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644))
+		}
+		if err != nil {
+			return err
+		}
+		progress("wrote %s.md and .json", base)
 	}
 	return verdict(v)
 }
