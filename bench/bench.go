@@ -42,6 +42,9 @@ type Options struct {
 	// byte for byte (a retry), half send a new payment with a parallel second copy (a race on the key).
 	Duplicates   float64
 	Insufficient float64 // share of new payments for more than the payer ever had
+	// RefundShare (0 to below 1) is the share of operations that refund a quarter of a payment
+	// that succeeded earlier in the run, each under a key of its own (path payments only).
+	RefundShare float64 `json:",omitempty"`
 	// Path: "payments" (default, POST /v1/payments), "replay" (re-sends of finished payments only),
 	// or a raw path such as "/healthz" (GET without auth).
 	Path     string                           `json:",omitempty"`
@@ -70,9 +73,13 @@ type Result struct {
 	FirstError     string             `json:"first_error,omitempty"`
 	CPU            *CPUUse            `json:"cpu,omitempty"`
 	PerOp          map[string]float64 `json:"counters_per_op,omitempty"` // Options.Counters' growth over the window ÷ operations
+	Refunds        *RefundStats       `json:"refunds,omitempty"`         // with a refund mix; then Latency covers payments and refunds
 	// Payments maps every payment id seen in an answer (warmup included) to its latest status,
 	// for the charge counts at the simulator. Kept out of the JSON: it can be large.
 	Payments map[string]string `json:"-"`
+	// RefundsSeen maps every refund id seen in an answer (warmup included) to its payment, for
+	// the refund check. Kept out of the JSON as Payments is.
+	RefundsSeen map[string]RefundOf `json:"-"`
 }
 
 // Latency quantiles in milliseconds, from the intended send time to the last body byte.
@@ -99,6 +106,9 @@ func (o Options) withDefaults() (Options, error) {
 	o.Merchants, o.Payers = max(o.Merchants, 1), max(o.Payers, 1)
 	if o.Path != "payments" && o.Path != "replay" && !strings.HasPrefix(o.Path, "/") {
 		return o, fmt.Errorf("bench: unknown path %q (payments, replay or /raw/path)", o.Path)
+	}
+	if o.RefundShare < 0 || o.RefundShare >= 1 || (o.RefundShare > 0 && o.Path != "payments") {
+		return o, fmt.Errorf("bench: refund share %v: from 0 to below 1, on path payments only", o.RefundShare)
 	}
 	return o, nil
 }
@@ -127,7 +137,9 @@ func newClient(conns int) *http.Client {
 type request struct {
 	method, url, token, key string
 	body                    []byte
-	isNew                   bool // the first request for its key
+	isNew                   bool   // the first request for its key
+	amount                  int64  // a new payment's, in minor units
+	refundOf                string // a refund's payment id
 }
 
 // outcome is what became of a request: its classified answer and body, or a transport error.
@@ -212,13 +224,20 @@ type runner struct {
 	start, measured, end time.Time
 	op                   func(context.Context) outcome // if set, what a client does instead of HTTP requests
 
-	mu  sync.Mutex
-	res Result          // the answers, errors, new payments and payments seen
-	lat []time.Duration // of the requests sent in the window
+	refunds refundPool // with a refund mix: the payments to refund
+
+	mu        sync.Mutex
+	res       Result          // the answers, errors, new payments and payments seen
+	lat       []time.Duration // of the requests sent in the window
+	refundLat []time.Duration // of the refund requests among them
 }
 
 func newRunner(opts Options, fx *Fixture) *runner {
-	return &runner{opts: opts, fx: fx, res: Result{Answers: map[string]int64{}, Payments: map[string]string{}}}
+	r := &runner{opts: opts, fx: fx, res: Result{Answers: map[string]int64{}, Payments: map[string]string{}, RefundsSeen: map[string]RefundOf{}}}
+	if opts.RefundShare > 0 {
+		r.res.Refunds = &RefundStats{}
+	}
+	return r
 }
 
 // Run drives the API for opts.Warmup + opts.Duration with fx from Setup (nil for a raw path). If
@@ -287,13 +306,22 @@ func (r *runner) measure(ctx context.Context) (Result, error) {
 	if window > 0 {
 		res.Throughput, res.NewPaymentRate = float64(res.Requests)/window.Seconds(), float64(res.NewPayments)/window.Seconds()
 	}
-	q := func(q float64) float64 { return ms(quantile(r.lat, q)) }
-	res.Latency = Latency{P50: q(0.5), P90: q(0.9), P95: q(0.95), P99: q(0.99), Max: q(1)}
+	res.Latency = latencyOf(r.lat)
+	if o.RefundShare > 0 {
+		slices.Sort(r.refundLat)
+		rs := res.Refunds
+		rs.Share, rs.Requests, rs.Latency = o.RefundShare, int64(len(r.refundLat)), latencyOf(r.refundLat)
+		if window > 0 {
+			rs.Rate = float64(rs.New) / window.Seconds()
+		}
+	}
 	per, ops := "request", res.Requests
 	switch {
 	case r.op != nil:
 		per = "workflow"
 		res.NewPayments, res.NewPaymentRate = res.Requests, res.Throughput
+	case res.Refunds != nil && res.Refunds.New > 0:
+		per, ops = "new payment or refund", res.NewPayments+res.Refunds.New
 	case res.NewPayments > 0:
 		per, ops = "new payment", res.NewPayments
 	}
@@ -361,10 +389,27 @@ func (r *runner) record(ctx context.Context, intended time.Time, req request, o 
 	if o.err != nil && ctx.Err() != nil {
 		return true // stopped by the caller, not a failure of the server
 	}
+	if req.refundOf != "" {
+		o.ans.label = "refund " + o.ans.label
+	}
+	// A payment that succeeded under its first request becomes refundable (once: a twin or a
+	// retry is not its first request).
+	if r.opts.RefundShare > 0 && req.isNew && req.refundOf == "" && o.ans.status == "succeeded" && !o.ans.replayed {
+		r.refunds.add(o.ans.paymentID, req.token, req.amount)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if o.ans.paymentID != "" {
-		notePayment(r.res.Payments, o.ans.paymentID, o.ans.status)
+	switch id := o.ans.paymentID; {
+	case id == "":
+	case req.refundOf != "":
+		seen := r.res.RefundsSeen[id]
+		seen.PaymentID, seen.APIKey = req.refundOf, req.token
+		if seen.Status == "" || o.ans.status != "processing" {
+			seen.Status = o.ans.status
+		}
+		r.res.RefundsSeen[id] = seen
+	default:
+		notePayment(r.res.Payments, id, o.ans.status)
 	}
 	if intended.Before(r.measured) || !intended.Before(r.end) {
 		return o.err == nil
@@ -376,7 +421,13 @@ func (r *runner) record(ctx context.Context, intended time.Time, req request, o 
 	}
 	r.lat = append(r.lat, o.done.Sub(intended))
 	r.res.Answers[o.ans.label]++
-	if req.isNew && o.ans.paymentID != "" && !o.ans.replayed {
+	switch {
+	case req.refundOf != "":
+		r.refundLat = append(r.refundLat, o.done.Sub(intended))
+		if o.ans.paymentID != "" && !o.ans.replayed {
+			r.res.Refunds.New++
+		}
+	case req.isNew && o.ans.paymentID != "" && !o.ans.replayed:
 		r.res.NewPayments++
 	}
 	return true
@@ -397,6 +448,11 @@ func (r *runner) next(recent *[]request) []request {
 		return []request{{method: http.MethodGet, url: o.APIURL + o.Path}}
 	case o.Path == "replay":
 		return []request{r.pool[rand.IntN(len(r.pool))]}
+	}
+	if o.RefundShare > 0 {
+		if part, ok := r.refunds.take(o.RefundShare); ok {
+			return []request{r.newRefund(part)}
+		}
 	}
 	dup := len(*recent) > 0 && rand.Float64() < o.Duplicates
 	if dup && rand.IntN(2) == 0 {
@@ -426,7 +482,7 @@ func (r *runner) newPayment() request {
 	key := uuid.NewString() // also the invoice: unique, so no payment is ever a duplicate_payment of another
 	body, _ := json.Marshal(map[string]string{"invoice_id": key, "amount": payment.FormatAmount(amount, currency),
 		"currency": currency, "account_id": m.Payers[rand.IntN(len(m.Payers))]})
-	return request{method: http.MethodPost, url: r.opts.APIURL + "/v1/payments", token: m.APIKey, key: key, body: body, isNew: true}
+	return request{method: http.MethodPost, url: r.opts.APIURL + "/v1/payments", token: m.APIKey, key: key, body: body, isNew: true, amount: amount}
 }
 
 // prime creates the payments the replay path re-sends, keeping those that finished (201/402).
@@ -461,6 +517,12 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 		return 0
 	}
 	return sorted[min(max(int(math.Ceil(q*float64(len(sorted))))-1, 0), len(sorted)-1)]
+}
+
+// latencyOf is the quantiles of sorted latencies.
+func latencyOf(sorted []time.Duration) Latency {
+	q := func(q float64) float64 { return ms(quantile(sorted, q)) }
+	return Latency{P50: q(0.5), P90: q(0.9), P95: q(0.95), P99: q(0.99), Max: q(1)}
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }

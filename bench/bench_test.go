@@ -34,6 +34,14 @@ type fakeAPI struct {
 	payments  map[string]string // payment id -> status
 	invoices  map[string]bool
 	charged   []int64 // amounts of the payments that succeeded
+
+	amounts     map[string]int64  // payment id -> amount
+	payer       map[string]string // payment id -> account id
+	refunded    map[string]int64  // payment id -> sum of its refunds
+	skew        map[string]int64  // payment id -> added to amount_refunded in its GET (a broken kasa)
+	refunds     []*fakeRefund
+	refundKeys  map[string]bool
+	overRefunds int // refunds asked for more than was left
 }
 
 type fakeRecord struct {
@@ -47,6 +55,7 @@ func newFakeAPI(delay time.Duration) *fakeAPI {
 	return &fakeAPI{
 		delay: delay, merchants: map[string]string{}, accounts: map[string]int64{}, owner: map[string]string{},
 		deposits: map[string]int64{}, records: map[string]*fakeRecord{}, payments: map[string]string{}, invoices: map[string]bool{},
+		amounts: map[string]int64{}, payer: map[string]string{}, refunded: map[string]int64{}, skew: map[string]int64{}, refundKeys: map[string]bool{},
 	}
 }
 
@@ -159,6 +168,7 @@ func (f *fakeAPI) payment(w http.ResponseWriter, r *http.Request) {
 	rec.answer, _ = json.Marshal(p)
 	rec.done = true
 	f.payments[p["id"].(string)] = p["status"].(string)
+	f.amounts[p["id"].(string)], f.payer[p["id"].(string)] = amount, in.AccountID
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(rec.status)
 	w.Write(rec.answer)

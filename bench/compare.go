@@ -73,7 +73,7 @@ func CompareSide(ctx context.Context, s Stack, o Options, of SideOf) (Side, erro
 	if err := s.Settle(ctx); err != nil {
 		return side, err
 	}
-	runs, payments := map[string]Result{}, map[string]string{}
+	runs, payments, refunds := map[string]Result{}, map[string]string{}, map[string]RefundOf{}
 	for _, name := range []string{CompareT + " #1", CompareKasa + " #1", CompareKasa + " #2", CompareT + " #2"} {
 		opts := o
 		opts.APIURL, opts.AdminToken, opts.CPU, opts.Counters = s.APIURL, s.AdminToken, s.CPU, s.Counters
@@ -92,13 +92,14 @@ func CompareSide(ctx context.Context, s Stack, o Options, of SideOf) (Side, erro
 		for id, status := range r.Payments {
 			notePayment(payments, id, status)
 		}
+		maps.Copy(refunds, r.RefundsSeen)
 		o.Progress("%-50s %8.1f new/s  p50 %7.1f ms  p99 %7.1f ms  errors %d", r.Path, r.NewPaymentRate, r.Latency.P50, r.Latency.P99, r.Errors)
 	}
 	side.Ratio, side.RatioInputs = paired(runs, CompareKasa, CompareT)
 	side.T, side.TRate = summarizePair(runs[CompareT+" #1"], runs[CompareT+" #2"])
 	side.Kasa, side.KasaRate = summarizePair(runs[CompareKasa+" #1"], runs[CompareKasa+" #2"])
 	o.Progress("%s: checking the payments at the bank simulator and running kasa verify", temporal)
-	side.Verdict, err = s.Check(ctx, payments)
+	side.Verdict, err = s.Check(ctx, payments, refunds)
 	return side, err
 }
 

@@ -52,7 +52,12 @@ type Verdict struct {
 	Checked  int      `json:"payments_checked"` // payments whose charges were counted at the simulator
 	Doubles  int      `json:"double_charges"`
 	Problems []string `json:"verify_problems"` // kasa verify's
-	Correct  bool     `json:"correct"`
+	// Refunds: those checked at the bank simulator and against their payments (CheckRefunds),
+	// those refunded more than once there, and every mismatch found.
+	RefundsChecked int      `json:"refunds_checked"`
+	RefundDoubles  int      `json:"double_refunds"`
+	RefundProblems []string `json:"refund_problems,omitempty"`
+	Correct        bool     `json:"correct"`
 }
 
 // Target is one of the benchmark's goals, a ratio of measurements, with its inputs.
@@ -78,11 +83,18 @@ const (
 	RunSpreadLarge = "payments, large table"
 	RunTLarge      = "T: payment shape, beside the large table"
 	RunHLarge      = "H: GET /healthz, beside the large table"
+	RunRefundMix   = "payments with refunds"
 )
 
+// SuiteRefundShare is the refund mix of the suite's RunRefundMix when Options.RefundShare is 0.
+// Real refunds are a few percent of payments, but at that share a 15 s window at ~80 operations/s
+// holds a few dozen refunds, too few for a p99; a fifth gives ~200, and each payment's four
+// quarter refunds keep the run well supplied with refundable payments.
+const SuiteRefundShare = 0.2
+
 // Check counts at the bank simulator the charges of every payment that may have moved money (any
-// not failed), and runs kasa verify.
-func (s Stack) Check(ctx context.Context, payments map[string]string) (v Verdict, err error) {
+// not failed), checks the refunds (CheckRefunds), and runs kasa verify.
+func (s Stack) Check(ctx context.Context, payments map[string]string, refunds map[string]RefundOf) (v Verdict, err error) {
 	var ids []string
 	for id, status := range payments {
 		if status != "failed" {
@@ -92,10 +104,15 @@ func (s Stack) Check(ctx context.Context, payments map[string]string) (v Verdict
 	if v.Doubles, err = CheckCharges(ctx, s.SimURL, ids); err != nil {
 		return v, fmt.Errorf("check charges: %w", err)
 	}
+	rv, err := CheckRefunds(ctx, s.APIURL, s.SimURL, refunds)
+	if err != nil {
+		return v, fmt.Errorf("check refunds: %w", err)
+	}
+	v.RefundsChecked, v.RefundDoubles, v.RefundProblems = rv.RefundsChecked, rv.RefundDoubles, rv.RefundProblems
 	if v.Problems, err = s.Verify(ctx); err != nil {
 		return v, fmt.Errorf("verify: %w", err)
 	}
-	v.Checked, v.Correct = len(ids), v.Doubles == 0 && len(v.Problems) == 0
+	v.Checked, v.Correct = len(ids), v.Doubles == 0 && len(v.Problems) == 0 && v.RefundDoubles == 0 && len(v.RefundProblems) == 0
 	return v, nil
 }
 
@@ -108,10 +125,11 @@ type step struct {
 }
 
 // RunSuite runs the standard suite against s, shaped by o's Duration, Warmup, Concurrency,
-// Merchants (of the spread load; the hot load has one), Duplicates, Insufficient and Preload.
+// Merchants (of the spread load; the hot load has one), Duplicates, Insufficient, Preload and
+// RefundShare (of RunRefundMix only; default SuiteRefundShare).
 func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	rep := &Report{Started: time.Now().UTC(), Options: o, PGBench: map[string]PGBenchResult{}}
-	byName, payments := map[string]Result{}, map[string]string{}
+	byName, payments, refunds := map[string]Result{}, map[string]string{}, map[string]RefundOf{}
 	// pass runs its steps one after the other, or in mirror order, after settling the database
 	// if asked, so that a measurement does not pay for the writes before it.
 	pass := func(settle, mirrored bool, steps ...step) error {
@@ -142,8 +160,13 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 			for id, status := range r.Payments {
 				notePayment(payments, id, status)
 			}
+			maps.Copy(refunds, r.RefundsSeen)
 			o.Progress("%-40s %8.1f req/s  %8.1f new/s  p50 %7.1f ms  p99 %7.1f ms  errors %d",
 				st.name, r.Throughput, r.NewPaymentRate, r.Latency.P50, r.Latency.P99, r.Errors)
+			if rs := r.Refunds; rs != nil {
+				o.Progress("%-40s %8.1f refunds/s beside %.1f new payments/s  refund p50 %7.1f ms  p99 %7.1f ms",
+					"", rs.Rate, r.NewPaymentRate, rs.Latency.P50, rs.Latency.P99)
+			}
 		}
 		return nil
 	}
@@ -195,6 +218,12 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	if err := pass(false, false, step{name: RunTLean + " #2", shape: &LeanestShape}); err != nil {
 		return nil, err
 	}
+	// Refunds beside new payments: a step of its own after the paired passes, so that no target's
+	// runs or their neighbours change; no target divides by it.
+	mix := Options{Duplicates: o.Duplicates, Insufficient: o.Insufficient, RefundShare: cmp.Or(o.RefundShare, SuiteRefundShare)}
+	if err := pass(true, false, step{name: RunRefundMix, opts: mix, fx: spread}); err != nil {
+		return nil, err
+	}
 	for _, name := range []string{RunHTTP, RunTLean, RunSpread, RunReplay} { // the faster pass counts
 		byName[name] = slices.MaxFunc([]Result{byName[name+" #1"], byName[name+" #2"]}, func(a, b Result) int { return cmp.Compare(rate(a), rate(b)) })
 	}
@@ -217,7 +246,7 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	}
 	// Correctness: a fast run that charged twice or broke an invariant failed.
 	o.Progress("checking the payments at the bank simulator and running kasa verify")
-	if rep.Verdict, err = s.Check(ctx, payments); err != nil {
+	if rep.Verdict, err = s.Check(ctx, payments, refunds); err != nil {
 		return nil, err
 	}
 	rep.Targets = targets(byName, rep.PGBench)
@@ -425,6 +454,16 @@ func Markdown(title string, runs ...Result) string {
 			fmt.Fprintf(&b, "| %d | transport error: %s | %d | |\n", i+1, cell(r.FirstError), r.Errors)
 		}
 	}
+	if slices.ContainsFunc(runs, func(r Result) bool { return r.Refunds != nil }) {
+		b.WriteString("\nRefunds beside the new payments of the runs with a refund mix (refund latency: of the refund requests alone):\n\n")
+		b.WriteString("| # | refund share | new payments/s | refunds/s | refund requests | refund p50 ms | refund p90 ms | refund p99 ms | refund max ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	}
+	for i, r := range runs {
+		if rs := r.Refunds; rs != nil {
+			fmt.Fprintf(&b, "| %d | %.2f | %.1f | %.1f | %d | %.2f | %.2f | %.2f | %.2f |\n", i+1, rs.Share, r.NewPaymentRate, rs.Rate, rs.Requests,
+				rs.Latency.P50, rs.Latency.P90, rs.Latency.P99, rs.Latency.Max)
+		}
+	}
 	if slices.ContainsFunc(runs, func(r Result) bool { return r.CPU != nil }) {
 		b.WriteString("\nCPU per operation, in milliseconds, over each run's measured window (kasa: the measured `kasa dev`; bench: the load generator, and T's worker in T runs):\n\n")
 		b.WriteString("| # | per | kasa | postgres | temporal | bench | other | all | cores busy |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -462,13 +501,12 @@ func SuiteMarkdown(rep *Report) string {
 		fmt.Fprintf(&b, "Provider capability: %s. kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: %s.\n\n",
 			rep.Capability, strings.Join(shapes, ", "))
 	}
-	verdict := "**correct**: no payment was charged twice and `kasa verify` found no problem"
-	if !rep.Correct {
-		verdict = fmt.Sprintf("**FAILED**: %d double charge(s), %d invariant violation(s)", rep.Doubles, len(rep.Problems))
-	}
-	fmt.Fprintf(&b, "Correctness: %s (%d payments checked at the bank simulator).\n\n", verdict, rep.Checked)
-	for _, p := range rep.Problems {
-		fmt.Fprintf(&b, "- %s\n", cell(p))
+	b.WriteString(correctness(rep.Verdict))
+	for _, r := range rep.Runs {
+		if rs := r.Refunds; rs != nil {
+			fmt.Fprintf(&b, "Refunds: %s ran %.1f refunds/s beside %.1f new payments/s (a share of %.2f of its operations; refund p50 %.1f ms, p99 %.1f ms).\n\n",
+				cell(r.Path), rs.Rate, r.NewPaymentRate, rs.Share, rs.Latency.P50, rs.Latency.P99)
+		}
 	}
 	b.WriteString("## Targets\n\n| target | formula | inputs | ratio | goal | met |\n|---|---|---|---:|---:|---|\n")
 	for _, t := range rep.Targets {
@@ -484,6 +522,49 @@ func SuiteMarkdown(rep *Report) string {
 	for _, name := range slices.Sorted(maps.Keys(rep.PGBench)) {
 		r := rep.PGBench[name]
 		fmt.Fprintf(&b, "| %s | %d | %.1f | %.2f | %.2f | %.2f | %d |\n", name, r.Clients, r.TPS, r.LatencyAvgMS, r.P50MS, r.P99MS, r.Failed)
+	}
+	return b.String()
+}
+
+// RunReport is one run that `kasa bench --out` keeps: what it measured and whether it was correct.
+type RunReport struct {
+	Started    time.Time `json:"started"`
+	Machine    string    `json:"machine"`
+	Commit     string    `json:"commit"`
+	Capability string    `json:"provider_capability,omitempty"`
+	Options    Options   `json:"options"`
+	Run        Result    `json:"run"`
+	Verdict
+}
+
+// RunMarkdown is a kept run's report: its setting and verdict, then body (Markdown of the run).
+func RunMarkdown(rep RunReport, body string) string {
+	var b strings.Builder
+	o := rep.Options
+	fmt.Fprintf(&b, "# kasa bench run, %s\n\nMachine: %s (shared: other work on it skews every figure). Commit: %s. Provider capability: %s. "+
+		"%s measured after %s of warm-up, %d clients, %d merchants with %d payer(s) each; duplicates %.2f, insufficient %.2f, refund share %.2f.\n\n",
+		rep.Started.Format("2006-01-02 15:04 UTC"), rep.Machine, rep.Commit, cmp.Or(rep.Capability, "?"), o.Duration, o.Warmup, o.Concurrency,
+		o.Merchants, o.Payers, o.Duplicates, o.Insufficient, o.RefundShare)
+	b.WriteString(correctness(rep.Verdict))
+	b.WriteString(body)
+	return b.String()
+}
+
+// correctness is a verdict's paragraph, with each problem found.
+func correctness(v Verdict) string {
+	var b strings.Builder
+	verdict := "**correct**: no payment was charged twice, no refund refunded twice or missing, and `kasa verify` found no problem"
+	if !v.Correct {
+		verdict = fmt.Sprintf("**FAILED**: %d double charge(s), %d double refund(s), %d refund mismatch(es), %d invariant violation(s)",
+			v.Doubles, v.RefundDoubles, len(v.RefundProblems), len(v.Problems))
+	}
+	fmt.Fprintf(&b, "Correctness: %s (%d payments and %d refunds checked at the bank simulator).\n\n", verdict, v.Checked, v.RefundsChecked)
+	problems := append(slices.Clone(v.Problems), v.RefundProblems...)
+	for _, p := range problems {
+		fmt.Fprintf(&b, "- %s\n", cell(p))
+	}
+	if len(problems) > 0 {
+		b.WriteString("\n")
 	}
 	return b.String()
 }

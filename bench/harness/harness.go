@@ -79,7 +79,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	var o bench.Options
 	fs := flag.NewFlagSet("kasa bench", flag.ContinueOnError)
 	suite := fs.Bool("suite", false, "run the standard suite (ceilings, targets, correctness) and write its results")
-	out := fs.String("out", "bench/results", "--suite: directory for <date>.md and <date>.json")
+	out := fs.String("out", "bench/results", "--suite: directory for <date>.md and <date>.json; one run, if given: for <date>-run.md and .json")
 	fs.DurationVar(&o.Duration, "duration", 15*time.Second, "measured window of each run")
 	fs.DurationVar(&o.Warmup, "warmup", 3*time.Second, "load before each window, not measured")
 	fs.IntVar(&o.Concurrency, "concurrency", 16, "clients of each closed-loop run")
@@ -87,6 +87,8 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	fs.IntVar(&o.Payers, "payers", 1, "one run: payer accounts per merchant")
 	fs.Float64Var(&o.Duplicates, "duplicates", 0.05, "share of requests that retry an earlier key (some in parallel)")
 	fs.Float64Var(&o.Insufficient, "insufficient", 0.05, "share of new payments the payer cannot afford")
+	fs.Float64Var(&o.RefundShare, "refund-share", 0, fmt.Sprintf("share of operations (0 to below 1) that refund a quarter of a payment that succeeded earlier in the run; "+
+		"--suite: of its %q run only, default %.1f", bench.RunRefundMix, bench.SuiteRefundShare))
 	fs.IntVar(&o.Preload, "preload", 0, "--suite: load this many stored payments and idempotency records for the large-table runs")
 	temporal := fs.String("temporal", TemporalDev, "the Temporal kasa runs on: dev (the CLI's dev server) or server (the real Temporal Server on PostgreSQL)")
 	topology := fs.String("kasa", TopologyDev, "how kasa runs: dev (one process, the worker in the API's) or cluster (kasa cluster: APIs and workers apart; needs --temporal=server)")
@@ -94,6 +96,10 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
+		return ErrUsage
+	}
+	if o.RefundShare < 0 || o.RefundShare >= 1 {
+		fmt.Fprintf(fs.Output(), "kasa bench: --refund-share is from 0 to below 1, not %v\n", o.RefundShare)
 		return ErrUsage
 	}
 	if *temporal != TemporalDev && *temporal != TemporalServer {
@@ -159,21 +165,42 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	if err := st.Settle(ctx); err != nil {
 		return err
 	}
+	started := time.Now()
 	res, err := bench.Run(ctx, o, fx)
 	if err != nil {
 		return err
 	}
-	v, err := st.Check(ctx, res.Payments)
+	v, err := st.Check(ctx, res.Payments, res.RefundsSeen)
 	if err != nil {
 		return err
 	}
-	fmt.Print(bench.Markdown("kasa bench", res))
+	var text strings.Builder
+	text.WriteString(bench.Markdown("kasa bench", res))
 	if len(res.PerOp) > 0 {
-		fmt.Printf("\nCounters per new payment: ")
-		for i, n := range slices.Sorted(maps.Keys(res.PerOp)) {
-			fmt.Printf("%s%s %.1f", map[bool]string{true: "", false: ", "}[i == 0], n, res.PerOp[n])
+		per := "new payment"
+		if res.CPU != nil {
+			per = res.CPU.Per
 		}
-		fmt.Println()
+		fmt.Fprintf(&text, "\nCounters per %s: ", per)
+		for i, n := range slices.Sorted(maps.Keys(res.PerOp)) {
+			fmt.Fprintf(&text, "%s%s %.1f", map[bool]string{true: "", false: ", "}[i == 0], n, res.PerOp[n])
+		}
+		text.WriteString("\n")
+	}
+	fmt.Print(text.String())
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "out" })
+	if explicit { // a run worth keeping: its report beside the suites'
+		rep := bench.RunReport{Started: started.UTC(), Machine: machine(), Commit: commit(), Capability: cfg.Capability, Options: o, Run: res, Verdict: v}
+		js, err := json.MarshalIndent(rep, "", "  ")
+		base := freeBase(*out, rep.Started.Format("2006-01-02")+"-run")
+		if err = errors.Join(err, os.MkdirAll(*out, 0o755)); err == nil {
+			err = errors.Join(os.WriteFile(base+".md", []byte(bench.RunMarkdown(rep, text.String())), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644))
+		}
+		if err != nil {
+			return err
+		}
+		progress("wrote %s.md and .json", base)
 	}
 	return verdict(v)
 }
@@ -233,10 +260,15 @@ func loadavg() string {
 // verdict says whether the runs were correct, and is ErrIncorrect when they were not.
 func verdict(v bench.Verdict) error {
 	if !v.Correct {
-		progress("NOT correct: %d double charge(s), invariant violations: %v", v.Doubles, v.Problems)
+		progress("NOT correct: %d double charge(s), %d double refund(s), refund mismatches: %q, invariant violations: %q",
+			v.Doubles, v.RefundDoubles, v.RefundProblems, v.Problems)
 		return ErrIncorrect
 	}
-	progress("correct: no double charge, kasa verify ok")
+	refunds := ""
+	if v.RefundsChecked > 0 {
+		refunds = fmt.Sprintf("; %d refunds each at the bank once if succeeded, never if failed, and in their payments' amount_refunded", v.RefundsChecked)
+	}
+	progress("correct: no double charge, kasa verify ok%s", refunds)
 	return nil
 }
 
