@@ -301,6 +301,13 @@ func TestRefundResponseLostSettledByFile(t *testing.T) {
 		readRefundState(t, env.DatabaseURL, charged), "the holds are kept on the payment and the settlement account")
 	require.Equal(t, "300.00", s.account(m, payer)["balance"], "the payer has nothing back yet")
 	require.Equal(t, "0.00", s.do("GET", "/v1/payments/"+charged, m.APIKey, "").json(t)["amount_refunded"])
+	// The same key again: the refund as it is now, still unknown, and nothing sent to the bank.
+	r = s.refund(m, charged, "r-charged", `{"amount":"40.00"}`)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.Equal(t, paidBack, r.json(t)["id"])
+	require.Equal(t, "unknown", r.json(t)["status"])
+	require.NotEmpty(t, r.Header.Get("Retry-After"))
+	require.Equal(t, 1, s.simRefunds(""))
 	r = s.refund(m, charged, "r-too-much", `{"amount":"70.00"}`)
 	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
 	require.Equal(t, "60.00", r.json(t)["refundable"], "the unknown refund's amount stays held")
@@ -340,6 +347,19 @@ func TestRefundResponseLostSettledByFile(t *testing.T) {
 	require.Equal(t, refundState{Balance: 16000, Refunds: 1, Failed: 1}, readRefundState(t, env.DatabaseURL, notCharged))
 	require.Equal(t, "340.00", s.account(m, payer)["balance"])
 	requireVerified(t)
+
+	// Their keys now answer the settled outcomes, as final answers.
+	for key, want := range map[string]struct {
+		paymentID, body string
+		status          int
+	}{"r-charged": {charged, `{"amount":"40.00"}`, http.StatusCreated}, "r-not-charged": {notCharged, `{"amount":"30.00"}`, http.StatusPaymentRequired}} {
+		r := s.refund(m, want.paymentID, key, want.body)
+		require.Equal(t, want.status, r.Status, "%s: %s", key, r.Body)
+		require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"), key)
+		id := r.json(t)["id"].(string)
+		require.JSONEq(t, string(s.do("GET", "/v1/refunds/"+id, m.APIKey, "").Body), string(r.Body), key)
+	}
+	require.Equal(t, 1, s.simRefunds(""))
 
 	// The released amount is refundable again: all of it.
 	r = s.refund(m, notCharged, "r-again", `{}`)
@@ -490,9 +510,13 @@ func TestCrashWorkerKilledDuringRefund(t *testing.T) {
 		s := newCrashStack(t, crashConfig{capability: c.capability, providerTimeout: "8s", syncWait: "500ms"})
 		c.s = s
 		s.startBanksim()
-		proxy := newChargeProxy(t, s.simURL())
-		proxy.path = "/v1/refunds"
-		s.providerURL = proxy.srv.URL
+		var proxy *chargeProxy
+		if c.mode == "lost" {
+			// Not for "held": the proxy would wait for the hung refund and never close.
+			proxy = newChargeProxy(t, s.simURL())
+			proxy.path = "/v1/refunds"
+			s.providerURL = proxy.srv.URL
+		}
 		s.worker = startProc(t, s.dir, s.bin, "worker", s.env(booking...), "worker")
 		s.startAPI(booking...)
 		c.m = s.merchant()
