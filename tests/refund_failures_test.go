@@ -155,6 +155,36 @@ func TestRefundKeyReplaysAndStrangers(t *testing.T) {
 	require.Equal(t, refundState{Balance: 1000}, readRefundState(t, env.DatabaseURL, otherPayment))
 	require.Equal(t, 1, s.simRefunds(""))
 	requireVerified(t)
+
+	// While a refund is still at the bank (its first send hangs until the provider timeout, the
+	// second succeeds), another request under its key is refused (422), the same request is in
+	// use (409), and the refund finishes unaffected.
+	s.setFaults(`{"rules":[{"on":"refund","action":"hang","count":1}]}`)
+	inflight := make(chan response, 1)
+	go func() {
+		r, err := httpCall("POST", s.api.URL+"/v1/payments/"+second+"/refunds", m.APIKey, `{"amount":"20.00"}`, "Idempotency-Key", "slow")
+		if err != nil {
+			r.Body = []byte(err.Error())
+		}
+		inflight <- r
+	}()
+	require.Eventually(t, func() bool { return readRefundState(t, env.DatabaseURL, second).ActiveHolds == 1 }, 10*time.Second, 10*time.Millisecond)
+	r = s.refund(m, second, "slow", `{"amount":"25.00"}`)
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s", r.Body)
+	require.Equal(t, "idempotency_key_reused", r.json(t)["code"])
+	r = s.refund(m, second, "slow", `{"amount":"20.00"}`)
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	require.Equal(t, "idempotency_key_in_use", r.json(t)["code"])
+	require.NotEmpty(t, r.Header.Get("Retry-After"))
+	require.Equal(t, refundState{Held: 2000, Balance: 12000, Reserved: 2000, Refunds: 1, ActiveHolds: 1, Other: 1},
+		readRefundState(t, env.DatabaseURL, second))
+	slow := <-inflight
+	require.Equal(t, http.StatusCreated, slow.Status, "%s", slow.Body)
+	require.Equal(t, "20.00", slow.json(t)["amount"])
+	require.Equal(t, 1, s.simRefunds(slow.json(t)["id"].(string)))
+	require.Equal(t, refundState{Refunded: 2000, Balance: 10000, Refunds: 1, Settled: 1, Postings: 1, Succeeded: 1},
+		readRefundState(t, env.DatabaseURL, second))
+	requireVerified(t)
 }
 
 // A payment that is not succeeded cannot be refunded: failed (declined or short of funds), still
@@ -235,6 +265,19 @@ func TestRefundOfUnrefundablePayments(t *testing.T) {
 		p := s.payUnknown(m, "lost", payBody("inv-lost", "50.00", "TRY", acct), "drop_response")
 		require.Equal(t, 1, s.simCount(p.ID.String()), "the bank has the money")
 		refuse(t, p.ID.String(), "lost")
+
+		// Once the bank's file settles it as charged, it is refundable.
+		time.Sleep(bookingWindow)
+		rep, ok := decodeReport(t, s.importSettlements(m, s.settlementFile(today())))
+		require.True(t, ok, "%+v", rep.Mismatches)
+		require.Equal(t, 1, rep.Counts.ResolvedCharged, "%+v", rep)
+		r := s.refund(m, p.ID.String(), "lost-1", `{}`)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		require.Equal(t, "50.00", r.json(t)["amount"])
+		require.Equal(t, 1, s.simRefunds(""))
+		require.Equal(t, refundState{Refunded: 5000, Refunds: 1, Settled: 1, Postings: 1, Succeeded: 1},
+			readRefundState(t, env.DatabaseURL, p.ID.String()))
+		requireVerified(t)
 	})
 }
 
