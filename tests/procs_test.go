@@ -304,6 +304,7 @@ type chargeProxy struct {
 	target  string
 	swallow atomic.Int32  // charge answers still to swallow
 	charged chan struct{} // one value per swallowed answer, once the bank has answered
+	path    string        // the POST whose answers are swallowed; empty: /v1/charges
 }
 
 func newChargeProxy(t *testing.T, target string) *chargeProxy {
@@ -325,7 +326,11 @@ func (p *chargeProxy) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Header = r.Header.Clone()
-	swallow := r.Method == http.MethodPost && r.URL.Path == "/v1/charges" && p.swallow.Add(-1) >= 0
+	path := p.path
+	if path == "" {
+		path = "/v1/charges"
+	}
+	swallow := r.Method == http.MethodPost && r.URL.Path == path && p.swallow.Add(-1) >= 0
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
