@@ -42,7 +42,10 @@ func readRefundState(t *testing.T, dbURL, paymentID string) refundState {
 	defer c.Close(ctx)
 	var s refundState
 	require.NoError(t, c.QueryRow(ctx, `
-SELECT p.refunded_minor, p.refund_held_minor, a.balance, a.reserved,
+-- A settlement account's balance lives in its shards (the account's own row holds 0).
+SELECT p.refunded_minor, p.refund_held_minor,
+  a.balance + (SELECT coalesce(sum(sh.balance), 0) FROM settlement_shards sh WHERE sh.account_id = a.id),
+  a.reserved + (SELECT coalesce(sum(sh.reserved), 0) FROM settlement_shards sh WHERE sh.account_id = a.id),
   (SELECT count(*) FROM refunds r WHERE r.payment_id = p.id),
   (SELECT count(*) FILTER (WHERE b.status = 'active') FROM balance_reservations b JOIN refunds r ON r.id = b.operation_id WHERE r.payment_id = p.id),
   (SELECT count(*) FILTER (WHERE b.status = 'finalized') FROM balance_reservations b JOIN refunds r ON r.id = b.operation_id WHERE r.payment_id = p.id),
