@@ -125,7 +125,7 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 	o.Progress("starting PostgreSQL in %s", o.Dir)
 	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(o.Dir, "postgres"), Database: "kasa",
 		Settings: []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.max=1000", "max_connections=200"},
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger:   slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
 	}
