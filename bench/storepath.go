@@ -93,9 +93,10 @@ type StorePathReport struct {
 	PGBench   map[string]PGBenchResult `json:"pgbench,omitempty"` // "P" and "M"
 	Ratios    map[string]float64       `json:"ratios"`            // "P/M", "store/P", "one/1000"
 	KasaCPUMS float64                  `json:"kasa_cpu_ms_per_payment"`
-	// Statements are pg_stat_statements' costliest statements in the last run.
-	Statements []StorePathStatement `json:"statements,omitempty"`
-	Tables     []StorePathTable     `json:"tables,omitempty"`
+	// Statements are pg_stat_statements' costliest statements: "store" in the window of the
+	// run with the most merchants, "P" in pgbench P's whole run (its warmup too).
+	Statements map[string][]StorePathStatement `json:"statements,omitempty"`
+	Tables     []StorePathTable                `json:"tables,omitempty"`
 	// BytesKept is what a payment leaves for good, BytesWindowed what it leaves for the
 	// retention windows (idempotency record: 72 h; outbox, inbox, deliveries: 7 days).
 	BytesKept     float64  `json:"bytes_kept_per_payment"`
@@ -121,7 +122,8 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 		}
 		defer os.RemoveAll(o.Dir)
 	}
-	rep := &StorePathReport{Started: time.Now().UTC(), Clients: o.Clients, Ratios: map[string]float64{}, Load: loadAvg()}
+	rep := &StorePathReport{Started: time.Now().UTC(), Clients: o.Clients, Ratios: map[string]float64{}, Load: loadAvg(),
+		Statements: map[string][]StorePathStatement{}}
 	o.Progress("starting PostgreSQL in %s", o.Dir)
 	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(o.Dir, "postgres"), Database: "kasa",
 		Settings: []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.max=1000", "max_connections=200"},
@@ -189,6 +191,9 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 	if o.PGBench {
 		for _, s := range []struct{ name, script string }{{"M", PGBenchMinimal}, {"P", PGBenchPayment}} {
 			o.Progress("pgbench %s (%s), %d clients, %d merchants", s.name, s.script, o.Clients, most)
+			if _, err := aux.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+				return nil, err
+			}
 			r, err := PGBench(ctx, PGBenchOptions{DatabaseURL: pg.URL, Clients: o.Clients, Duration: o.Duration, Script: s.script, Rows: most})
 			if err != nil {
 				return nil, err
@@ -197,32 +202,26 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 				rep.PGBench = map[string]PGBenchResult{}
 			}
 			rep.PGBench[s.name] = r
+			if rep.Statements[s.name], err = topStatements(ctx, aux, 0); err != nil {
+				return nil, err
+			}
 			o.Progress("pgbench %s: %.0f tx/s, p50 %.2f ms, p99 %.2f ms", s.name, r.TPS, r.P50MS, r.P99MS)
 		}
 	}
 
 	cpu := processCPU(pgPID)
-	var all int64
 	// The largest count first: its statements are the ones reported.
-	for i, n := range slices.Backward(slices.Sorted(slices.Values(o.Merchants))) {
-		if i == 0 {
-			if _, err := PSQL(ctx, pg.URL, []byte("SELECT pg_stat_statements_reset();")); err != nil {
-				return nil, err
-			}
-		}
+	for _, n := range slices.Backward(slices.Sorted(slices.Values(o.Merchants))) {
 		o.Progress("store path: %d clients, %d merchant(s)", o.Clients, n)
-		run, err := storePathRun(ctx, db, aux, merchants[:n], o, cpu)
+		run, sts, err := storePathRun(ctx, db, aux, merchants[:n], o, cpu, n == most)
 		if err != nil {
 			return nil, err
 		}
 		o.Progress("store path, %d merchant(s): %.0f payments/s, p50 %.2f ms, p99 %.2f ms, %d errors", n, run.Rate, run.P50MS, run.P99MS, run.Errors)
 		rep.Runs = append(rep.Runs, run)
-		if i == 0 {
-			if rep.Statements, err = topStatements(ctx, pg.URL, run.Payments); err != nil {
-				return nil, err
-			}
+		if sts != nil {
+			rep.Statements["store"] = sts
 		}
-		all += run.Payments
 	}
 	slices.SortFunc(rep.Runs, func(a, b StorePathRun) int { return a.Merchants - b.Merchants })
 
@@ -255,8 +254,15 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 	return rep, nil
 }
 
-// storePathMerchant is a merchant with its payer account, funded far beyond any run.
-type storePathMerchant struct{ id, payer uuid.UUID }
+// storePathMerchant is a merchant with its payer accounts, funded far beyond any run.
+type storePathMerchant struct {
+	id     uuid.UUID
+	payers []uuid.UUID
+}
+
+// hotPayers is how many payers the first merchant has, as the suite's one hot merchant: the run
+// with one merchant measures its settlement account, not one payer's row.
+const hotPayers = 100
 
 func storePathMerchants(ctx context.Context, db *store.Store, n int, hookURL string) ([]storePathMerchant, error) {
 	ms := make([]storePathMerchant, n)
@@ -269,14 +275,16 @@ func storePathMerchants(ctx context.Context, db *store.Store, n int, hookURL str
 				payment.NewSecret("sk_"), payment.NewSecret("whsec_")); err != nil {
 				return err
 			}
-			a, err := db.CreateAccount(gctx, m.id, "TRY")
-			if err != nil {
-				return err
+			for range map[bool]int{true: hotPayers, false: 1}[i == 0] {
+				a, err := db.CreateAccount(gctx, m.id, "TRY")
+				if err != nil {
+					return err
+				}
+				if _, _, err := db.Deposit(gctx, a.ID, "seed", 1_000_000_000_000); err != nil {
+					return err
+				}
+				m.payers = append(m.payers, a.ID)
 			}
-			if _, _, err := db.Deposit(gctx, a.ID, "seed", 1_000_000_000_000); err != nil {
-				return err
-			}
-			m.payer = a.ID
 			ms[i] = m
 			return nil
 		})
@@ -285,8 +293,10 @@ func storePathMerchants(ctx context.Context, db *store.Store, n int, hookURL str
 }
 
 // storePathRun runs o.Clients goroutines paying the merchants (each goroutine takes its own in
-// turn) through the warmup and the window, and measures the window.
-func storePathRun(ctx context.Context, db *store.Store, aux *pgxpool.Pool, merchants []storePathMerchant, o StorePathOptions, cpu func() map[string]time.Duration) (StorePathRun, error) {
+// turn) through the warmup and the window, and measures the window; with statements, also the
+// costliest statements of the window.
+func storePathRun(ctx context.Context, db *store.Store, aux *pgxpool.Pool, merchants []storePathMerchant, o StorePathOptions,
+	cpu func() map[string]time.Duration, statements bool) (_ StorePathRun, sts []StorePathStatement, _ error) {
 	run := StorePathRun{Merchants: len(merchants)}
 	start := time.Now()
 	from, to := start.Add(o.Warmup), start.Add(o.Warmup+o.Duration)
@@ -302,7 +312,8 @@ func storePathRun(ctx context.Context, db *store.Store, aux *pgxpool.Pool, merch
 				if !t0.Before(to) {
 					return nil
 				}
-				err := storePathPayment(gctx, db, merchants[i%len(merchants)])
+				m := merchants[i%len(merchants)]
+				err := storePathPayment(gctx, db, m.id, m.payers[(i/len(merchants))%len(m.payers)])
 				if gctx.Err() != nil {
 					return gctx.Err()
 				}
@@ -326,17 +337,27 @@ func storePathRun(ctx context.Context, db *store.Store, aux *pgxpool.Pool, merch
 			return err
 		}
 		cpuA, walA = cpu(), walLSN(gctx, aux)
+		if statements {
+			if _, err := aux.Exec(gctx, "SELECT pg_stat_statements_reset()"); err != nil {
+				return err
+			}
+		}
 		if err := sleep(gctx, time.Until(to)); err != nil {
 			return err
 		}
 		cpuB, walB = cpu(), walLSN(gctx, aux)
+		if statements {
+			var err error
+			sts, err = topStatements(gctx, aux, 1)
+			return err
+		}
 		return nil
 	})
 	if err := g.Wait(); err != nil {
-		return run, err
+		return run, nil, err
 	}
 	if errs > 0 && len(lat) == 0 {
-		return run, fmt.Errorf("store path: every payment failed: %w", firstErr)
+		return run, nil, fmt.Errorf("store path: every payment failed: %w", firstErr)
 	}
 	slices.Sort(lat)
 	run.Duration, run.Payments, run.Errors = o.Duration.Seconds(), int64(len(lat)), errs
@@ -348,8 +369,11 @@ func storePathRun(ctx context.Context, db *store.Store, aux *pgxpool.Pool, merch
 		for class, d := range cpuB {
 			run.CPUMS[class] = float64(d-cpuA[class]) / float64(time.Millisecond) / float64(run.Payments)
 		}
+		for i := range sts {
+			sts[i].PerPayment = float64(sts[i].Calls) / float64(run.Payments)
+		}
 	}
-	return run, nil
+	return run, sts, nil
 }
 
 func cmpErr(first, err error) error {
@@ -360,10 +384,10 @@ func cmpErr(first, err error) error {
 }
 
 // storePathPayment is one new payment through the steps the API and the worker run.
-func storePathPayment(ctx context.Context, db *store.Store, m storePathMerchant) error {
+func storePathPayment(ctx context.Context, db *store.Store, merchant, payer uuid.UUID) error {
 	key := uuid.NewString()
-	req := payment.Request{InvoiceID: key, AmountMinor: 100, Currency: "TRY", AccountID: m.payer, PaymentType: payment.DefaultPaymentType}
-	_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: m.id, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	req := payment.Request{InvoiceID: key, AmountMinor: 100, Currency: "TRY", AccountID: payer, PaymentType: payment.DefaultPaymentType}
+	_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: merchant, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
 	if err != nil {
 		return err
 	}
@@ -423,37 +447,34 @@ func loadAvg() string {
 	return fmt.Sprintf("%.2f %.2f %.2f", l.Load1, l.Load5, l.Load15)
 }
 
-// topStatements reads pg_stat_statements' costliest statements of kasa's database.
-func topStatements(ctx context.Context, dbURL string, payments int64) ([]StorePathStatement, error) {
-	out, err := PSQL(ctx, dbURL, []byte(`SELECT regexp_replace(s.query, '\s+', ' ', 'g'), s.calls,
-	round(s.mean_exec_time::numeric, 4), round((100 * s.total_exec_time / sum(s.total_exec_time) OVER ())::numeric, 2),
-	round((s.wal_bytes / greatest(s.calls, 1))::numeric, 1)
+// topStatements reads pg_stat_statements' costliest statements of kasa's database (per payment
+// filled in by the caller).
+func topStatements(ctx context.Context, aux *pgxpool.Pool, _ int) ([]StorePathStatement, error) {
+	rows, err := aux.Query(ctx, `SELECT regexp_replace(s.query, '\s+', ' ', 'g'), s.calls,
+	s.mean_exec_time, 100 * s.total_exec_time / nullif(sum(s.total_exec_time) OVER (), 0), s.wal_bytes::float8 / greatest(s.calls, 1)
 FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-WHERE d.datname = current_database()
-ORDER BY s.total_exec_time DESC LIMIT 12;`), "-A", "-t", "-F", "\t")
+WHERE d.datname = current_database() AND s.query !~* '^\s*(begin|commit|rollback)'
+ORDER BY s.total_exec_time DESC LIMIT 12`)
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	var sts []StorePathStatement
-	for line := range strings.Lines(strings.TrimSpace(out)) {
-		f := strings.Split(strings.TrimSuffix(line, "\n"), "\t")
-		if len(f) != 5 {
-			continue
+	for rows.Next() {
+		var st StorePathStatement
+		var share *float64
+		if err := rows.Scan(&st.Query, &st.Calls, &st.MeanMS, &share, &st.WALBytes); err != nil {
+			return nil, err
 		}
-		st := StorePathStatement{Query: f[0]}
-		st.Calls, _ = strconv.ParseInt(f[1], 10, 64)
-		st.MeanMS, _ = strconv.ParseFloat(f[2], 64)
-		st.SharePercent, _ = strconv.ParseFloat(f[3], 64)
-		st.WALBytes, _ = strconv.ParseFloat(f[4], 64)
-		if payments > 0 {
-			st.PerPayment = float64(st.Calls) / float64(payments)
+		if share != nil {
+			st.SharePercent = *share
 		}
-		if len(st.Query) > 160 {
-			st.Query = st.Query[:160] + "…"
+		if r := []rune(st.Query); len(r) > 200 {
+			st.Query = string(r[:200]) + "…"
 		}
 		sts = append(sts, st)
 	}
-	return sts, nil
+	return sts, rows.Err()
 }
 
 // windowed are the tables whose rows retention deletes after a window; the rest are kept.
@@ -564,10 +585,14 @@ func StorePathMarkdown(rep *StorePathReport) string {
 		fmt.Fprintf(&b, "| %s | %.2f | %s |\n", k, rep.Ratios[k], t)
 	}
 	fmt.Fprintf(&b, "\nkasa's own CPU per payment (this process + PostgreSQL, largest merchant count): %.2f ms.\n", rep.KasaCPUMS)
-	if len(rep.Statements) > 0 {
-		b.WriteString("\n## Costliest statements (pg_stat_statements, largest merchant count's run)\n\n| share % | calls/payment | mean ms | WAL bytes/call | statement |\n|---:|---:|---:|---:|---|\n")
-		for _, s := range rep.Statements {
-			fmt.Fprintf(&b, "| %.1f | %.2f | %.3f | %.0f | `%s` |\n", s.SharePercent, s.PerPayment, s.MeanMS, s.WALBytes, strings.ReplaceAll(s.Query, "|", "\\|"))
+	for _, k := range []string{"store", "P"} {
+		if len(rep.Statements[k]) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n## Costliest statements, %s (pg_stat_statements)\n\n| share %% | calls | calls/payment | mean ms | WAL bytes/call | statement |\n|---:|---:|---:|---:|---:|---|\n",
+			map[string]string{"store": "store path (window of the run with the most merchants)", "P": "pgbench P (the whole run)"}[k])
+		for _, s := range rep.Statements[k] {
+			fmt.Fprintf(&b, "| %.1f | %d | %.2f | %.3f | %.0f | `%s` |\n", s.SharePercent, s.Calls, s.PerPayment, s.MeanMS, s.WALBytes, strings.ReplaceAll(s.Query, "|", "\\|"))
 		}
 	}
 	if len(rep.Tables) > 0 {

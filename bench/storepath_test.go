@@ -35,14 +35,17 @@ func TestStorePath(t *testing.T) {
 		require.Positive(t, rep.Ratios[k], k)
 	}
 	require.Positive(t, rep.KasaCPUMS)
-	require.NotEmpty(t, rep.Statements)
-	require.Positive(t, rep.Statements[0].Calls)
+	for _, k := range []string{"store", "P"} {
+		require.NotEmpty(t, rep.Statements[k], k)
+		require.Positive(t, rep.Statements[k][0].Calls, k)
+	}
+	require.Positive(t, rep.Statements["store"][0].PerPayment)
 	require.GreaterOrEqual(t, rep.Webhooks, rep.Runs[0].Payments+rep.Runs[1].Payments)
 	require.Positive(t, rep.BytesKept)
 	require.Positive(t, rep.BytesWindowed)
 	require.Zero(t, rep.Retained, "retention with a window of zero leaves no windowed row")
 	md := StorePathMarkdown(rep)
-	for _, s := range []string{"| store path | 1 |", "| store path | 10 |", "pgbench P", "pgbench M", "| P/M |", "| store/P |", "| one/10 |", "kasa's own CPU per payment", "Costliest statements", "Bytes per payment", "kasa verify: clean"} {
+	for _, s := range []string{"| store path | 1 |", "| store path | 10 |", "pgbench P", "pgbench M", "| P/M |", "| store/P |", "| one/10 |", "kasa's own CPU per payment", "Costliest statements, store path", "Costliest statements, pgbench P", "Bytes per payment", "kasa verify: clean"} {
 		require.Contains(t, md, s)
 	}
 }
