@@ -94,7 +94,7 @@ type StorePathReport struct {
 	Ratios    map[string]float64       `json:"ratios"`            // "P/M", "store/P", "one/1000"
 	KasaCPUMS float64                  `json:"kasa_cpu_ms_per_payment"`
 	// Statements are pg_stat_statements' costliest statements: "store" in the window of the
-	// run with the most merchants, "P" in pgbench P's whole run (its warmup too).
+	// run with the most merchants, "P" and "M" in pgbench's whole runs (their warmups too).
 	Statements map[string][]StorePathStatement `json:"statements,omitempty"`
 	Tables     []StorePathTable                `json:"tables,omitempty"`
 	// BytesKept is what a payment leaves for good, BytesWindowed what it leaves for the
@@ -585,12 +585,12 @@ func StorePathMarkdown(rep *StorePathReport) string {
 		fmt.Fprintf(&b, "| %s | %.2f | %s |\n", k, rep.Ratios[k], t)
 	}
 	fmt.Fprintf(&b, "\nkasa's own CPU per payment (this process + PostgreSQL, largest merchant count): %.2f ms.\n", rep.KasaCPUMS)
-	for _, k := range []string{"store", "P"} {
+	for _, k := range []string{"store", "P", "M"} {
 		if len(rep.Statements[k]) == 0 {
 			continue
 		}
 		fmt.Fprintf(&b, "\n## Costliest statements, %s (pg_stat_statements)\n\n| share %% | calls | calls/payment | mean ms | WAL bytes/call | statement |\n|---:|---:|---:|---:|---:|---|\n",
-			map[string]string{"store": "store path (window of the run with the most merchants)", "P": "pgbench P (the whole run)"}[k])
+			map[string]string{"store": "store path (window of the run with the most merchants)", "P": "pgbench P (the whole run)", "M": "pgbench M (the whole run)"}[k])
 		for _, s := range rep.Statements[k] {
 			fmt.Fprintf(&b, "| %.1f | %d | %.2f | %.3f | %.0f | `%s` |\n", s.SharePercent, s.Calls, s.PerPayment, s.MeanMS, s.WALBytes, strings.ReplaceAll(s.Query, "|", "\\|"))
 		}
