@@ -31,11 +31,13 @@ func TestStorePath(t *testing.T) {
 	}
 	require.Positive(t, rep.PGBench["P"].TPS)
 	require.Positive(t, rep.PGBench["M"].TPS)
-	for _, k := range []string{"P/M", "store/P", "one/10"} {
+	require.Positive(t, rep.PGBenchCPUMS["P"])
+	require.Positive(t, rep.PGBenchCPUMS["M"])
+	for _, k := range []string{"P/M", "P/M by PostgreSQL CPU", "store/P", "one/10"} {
 		require.Positive(t, rep.Ratios[k], k)
 	}
 	require.Positive(t, rep.KasaCPUMS)
-	for _, k := range []string{"store", "P"} {
+	for _, k := range []string{"store", "P", "M"} {
 		require.NotEmpty(t, rep.Statements[k], k)
 		require.Positive(t, rep.Statements[k][0].Calls, k)
 	}
