@@ -92,7 +92,8 @@ type StorePathReport struct {
 	Runs    []StorePathRun           `json:"runs"`
 	PGBench map[string]PGBenchResult `json:"pgbench,omitempty"` // "P" and "M"
 	// PGBenchCPUMS is PostgreSQL's CPU per pgbench transaction (one payment) over each whole
-	// pgbench run: less disturbed than the rates by what else the machine runs.
+	// pgbench run, "P" and "M" (less disturbed than the rates by what else the machine runs),
+	// and pgbench's own, "P client" and "M client".
 	PGBenchCPUMS map[string]float64 `json:"pgbench_postgres_cpu_ms_per_payment,omitempty"`
 	Ratios       map[string]float64 `json:"ratios"` // "P/M", "store/P", "one/1000"
 	KasaCPUMS    float64            `json:"kasa_cpu_ms_per_payment"`
@@ -199,12 +200,12 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 			if _, err := aux.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
 				return nil, err
 			}
-			before := cpu()[ClassPostgres]
+			before := cpu()
 			r, err := PGBench(ctx, PGBenchOptions{DatabaseURL: pg.URL, Clients: o.Clients, Duration: o.Duration, Script: s.script, Rows: most})
 			if err != nil {
 				return nil, err
 			}
-			used := cpu()[ClassPostgres] - before
+			after := cpu()
 			// Every statement of a script runs once per transaction: the most called one counts them.
 			var txs int64
 			if err := aux.QueryRow(ctx, `SELECT coalesce(max(calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
@@ -212,7 +213,8 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 				return nil, err
 			}
 			if txs > 0 {
-				rep.PGBenchCPUMS[s.name] = float64(used) / float64(time.Millisecond) / float64(txs)
+				rep.PGBenchCPUMS[s.name] = float64(after[ClassPostgres]-before[ClassPostgres]) / float64(time.Millisecond) / float64(txs)
+				rep.PGBenchCPUMS[s.name+" client"] = float64(after[classPGBench]-before[classPGBench]) / float64(time.Millisecond) / float64(txs)
 			}
 			if rep.PGBench == nil {
 				rep.PGBench = map[string]PGBenchResult{}
@@ -418,6 +420,10 @@ func storePathPayment(ctx context.Context, db *store.Store, merchant, payer uuid
 
 // processCPU reads the CPU time of this process (its own, not its children's: pgbench is not
 // kasa) and of the PostgreSQL server (the postmaster, its backends and the ended ones).
+//
+// classPGBench is the CPU of this process's ended children: pgbench and psql.
+const classPGBench = "pgbench"
+
 func processCPU(postmaster int) func() map[string]time.Duration {
 	const tick = 10 * time.Millisecond // USER_HZ
 	self := os.Getpid()
@@ -428,6 +434,7 @@ func processCPU(postmaster int) func() map[string]time.Duration {
 			switch {
 			case pid == self:
 				use[ClassKasa] += time.Duration(st.UTime+st.STime) * tick
+				use[classPGBench] += time.Duration(st.CUTime+st.CSTime) * tick // ended children: pgbench, psql
 			case pid == postmaster || descends(stats, pid, postmaster):
 				use[ClassPostgres] += time.Duration(st.UTime+st.STime+uint(st.CUTime+st.CSTime)) * tick
 			}
@@ -584,7 +591,8 @@ func StorePathMarkdown(rep *StorePathReport) string {
 	}
 	for _, name := range []string{"P", "M"} {
 		if r, ok := rep.PGBench[name]; ok {
-			fmt.Fprintf(&b, "| pgbench %s (%s) | %d | %.0f | %.2f | %.2f | %d | | %.2f | |\n", name, r.Script, most(rep), r.TPS, r.P50MS, r.P99MS, r.Failed, rep.PGBenchCPUMS[name])
+			fmt.Fprintf(&b, "| pgbench %s (%s) | %d | %.0f | %.2f | %.2f | %d | (pgbench: %.2f) | %.2f | |\n", name, r.Script, most(rep), r.TPS, r.P50MS, r.P99MS, r.Failed,
+				rep.PGBenchCPUMS[name+" client"], rep.PGBenchCPUMS[name])
 		}
 	}
 	b.WriteString("\n| ratio | value | target |\n|---|---:|---:|\n")
