@@ -34,6 +34,9 @@ var pgbenchScripts embed.FS
 const (
 	PGBenchPayment = "payment"
 	PGBenchReplay  = "replay"
+	// PGBenchMinimal is the seed's design of a payment in three commits on the fewest tables
+	// (minimal-setup.sql): the floor the payment script is compared with.
+	PGBenchMinimal = "minimal"
 )
 
 // PGBenchOptions describe one pgbench run. Zero values get the defaults noted.
@@ -77,8 +80,12 @@ const (
 func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error) {
 	o.Clients, o.Duration, o.Rows = orDefault(o.Clients, 16), orDefault(o.Duration, 10*time.Second), orDefault(o.Rows, 1000)
 	script, err := pgbenchScripts.ReadFile("pgbench/" + o.Script + ".sql")
-	if err != nil || (o.Script != PGBenchPayment && o.Script != PGBenchReplay) {
-		return PGBenchResult{}, fmt.Errorf("pgbench: unknown script %q (%s or %s)", o.Script, PGBenchPayment, PGBenchReplay)
+	if err != nil || (o.Script != PGBenchPayment && o.Script != PGBenchReplay && o.Script != PGBenchMinimal) {
+		return PGBenchResult{}, fmt.Errorf("pgbench: unknown script %q (%s, %s or %s)", o.Script, PGBenchPayment, PGBenchReplay, PGBenchMinimal)
+	}
+	setup := "setup"
+	if o.Script == PGBenchMinimal {
+		setup = "minimal-setup"
 	}
 	pgbench, err := devenv.PostgresTool("pgbench")
 	if err != nil {
@@ -89,7 +96,7 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 	if err != nil {
 		return PGBenchResult{}, err
 	}
-	if err := setupPGBenchFixture(ctx, o.DatabaseURL, schema, vars); err != nil {
+	if err := setupPGBenchFixture(ctx, o.DatabaseURL, setup, schema, vars); err != nil {
 		return PGBenchResult{}, err
 	}
 	defer func() {
@@ -157,13 +164,13 @@ func withSearchPath(raw, schema string) (string, error) {
 	return u.String(), nil
 }
 
-// setupPGBenchFixture creates the schema and its fixture, of the sizes vars gives.
-func setupPGBenchFixture(ctx context.Context, dbURL, schema string, vars []string) error {
+// setupPGBenchFixture creates the schema and its fixture (the script setup), of the sizes vars gives.
+func setupPGBenchFixture(ctx context.Context, dbURL, setup, schema string, vars []string) error {
 	args := []string{"-1", "-v", "schema=" + schema}
 	for _, kv := range vars {
 		args = append(args, "-v", kv)
 	}
-	if _, err := psqlScript(ctx, dbURL, "setup", args...); err != nil {
+	if _, err := psqlScript(ctx, dbURL, setup, args...); err != nil {
 		return fmt.Errorf("pgbench fixture: %w", err)
 	}
 	return nil

@@ -102,7 +102,7 @@ func TestPGBench(t *testing.T) {
 	t.Run("fixture clones constraints, foreign keys and triggers", func(t *testing.T) {
 		const schema = "kasa_pgbench_fixture_test"
 		vars := pgbenchVariables(3)
-		require.NoError(t, setupPGBenchFixture(ctx, env.DatabaseURL, schema, append(vars, "payers=2"))) // the last -v wins
+		require.NoError(t, setupPGBenchFixture(ctx, env.DatabaseURL, "setup", schema, append(vars, "payers=2"))) // the last -v wins
 		defer func() {
 			_, err := psqlScript(ctx, env.DatabaseURL, "psql/drop", "-v", "schema="+schema)
 			require.NoError(t, err)
@@ -128,7 +128,7 @@ func TestPGBench(t *testing.T) {
 		require.ErrorContains(t, err, "accounts_funds")
 	})
 
-	for _, script := range []string{PGBenchPayment, PGBenchReplay} {
+	for _, script := range []string{PGBenchPayment, PGBenchReplay, PGBenchMinimal} {
 		t.Run(script, func(t *testing.T) {
 			r, err := PGBench(ctx, PGBenchOptions{DatabaseURL: env.DatabaseURL, Clients: 4, Duration: 2 * time.Second, Script: script, Rows: 100})
 			require.NoError(t, err)

@@ -95,7 +95,7 @@ const (
 	BeganRaced                     // a concurrent request committed the key first: nothing was written
 )
 
-// beginBatch is Begin's one round trip: its four statements are one pipelined batch, which
+// beginBatch is Begin's one round trip: its three statements are one pipelined batch, which
 // PostgreSQL runs as one implicit transaction (an error in any of them rolls back all). The
 // first reads the key's record: most repeated keys are retries, answered by that read (into
 // existing, as errExisting), for which the writes after it change nothing. The later
@@ -104,14 +104,11 @@ func (s *Store) beginBatch(ctx context.Context, in BeginInput, p *payment.Paymen
 	r := in.Request
 	b := &pgx.Batch{}
 	b.Queue(dbsqlc.GetRecord, in.MerchantID, in.Key)
-	b.Queue(dbsqlc.CustomerAccount, r.AccountID)
 	b.Queue(dbsqlc.AcquireKey, in.MerchantID, in.Key, r.Hash(), in.OperationID, in.Lease.String(), r.AccountID, r.Currency)
 	b.Queue(dbsqlc.InsertPayment, p.ID, p.MerchantID, p.IdempotencyKey, p.AccountID, p.AmountMinor, p.Currency, p.InvoiceID, p.PaymentType)
 	br := s.pool.SendBatch(ctx, b)
 	recordErr := scanRecord(br.QueryRow(), existing)
-	var owner, op uuid.UUID
-	var currency string
-	accountErr := br.QueryRow().Scan(&owner, &currency)
+	var op uuid.UUID
 	acquireErr := br.QueryRow().Scan(&op)
 	insertErr := br.QueryRow().Scan(&p.CreatedAt, &p.UpdatedAt)
 	if err := br.Close(); err != nil {
@@ -125,20 +122,35 @@ func (s *Store) beginBatch(ctx context.Context, in BeginInput, p *payment.Paymen
 	}
 	switch {
 	case acquireErr == nil && insertErr == nil:
-		// Committed: whatever the account read saw, the guards let this operation in.
 		return nil
-	case errors.Is(accountErr, pgx.ErrNoRows) || (accountErr == nil && owner != in.MerchantID):
-		return &payment.ValidationError{Fields: []payment.FieldError{{Field: "account_id", Message: "no such account"}}}
-	case accountErr != nil:
-		return translate(accountErr)
-	case currency != r.Currency:
-		return &payment.ValidationError{Fields: []payment.FieldError{{Field: "currency", Message: payment.ErrCurrencyMismatch.Error() + " (" + currency + ")"}}}
 	case errors.Is(acquireErr, pgx.ErrNoRows):
-		return errReplay
+		// Refused by the account guard, or a concurrent request committed the key: only the
+		// refusal reads the account, which is why no new payment pays for that read. An
+		// account's owner, kind and currency never change, so a read after the batch says
+		// what the guard saw.
+		return s.refusedAccount(ctx, in.MerchantID, r)
 	case acquireErr != nil:
 		return translate(acquireErr)
 	}
 	return translate(insertErr) // no rows here would mean the record vanished within the transaction
+}
+
+// refusedAccount says why AcquireKey inserted nothing: the payer account is not the merchant's
+// customer account in the request's currency (a *payment.ValidationError), or it is, and the key
+// was taken by a concurrent request (errReplay).
+func (s *Store) refusedAccount(ctx context.Context, merchantID uuid.UUID, r payment.Request) error {
+	var owner uuid.UUID
+	var currency string
+	err := s.pool.QueryRow(ctx, dbsqlc.CustomerAccount, r.AccountID).Scan(&owner, &currency)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || (err == nil && owner != merchantID):
+		return &payment.ValidationError{Fields: []payment.FieldError{{Field: "account_id", Message: "no such account"}}}
+	case err != nil:
+		return translate(err)
+	case currency != r.Currency:
+		return &payment.ValidationError{Fields: []payment.FieldError{{Field: "currency", Message: payment.ErrCurrencyMismatch.Error() + " (" + currency + ")"}}}
+	}
+	return errReplay
 }
 
 // errExisting: Begin found the key's record; it wrote nothing.

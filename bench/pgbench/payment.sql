@@ -59,8 +59,6 @@ WHERE k.key_hash = :api_key_hash AND k.revoked_at IS NULL
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
 response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at
 FROM idempotency_records WHERE merchant_id = :merchant_id AND scope = 'payment' AND idempotency_key = :idempotency_key;
--- store/queries/records.sql: CustomerAccount
-SELECT merchant_id, currency FROM accounts WHERE id = :account_id AND kind = 'customer';
 -- store/queries/records.sql: AcquireKey
 INSERT INTO idempotency_records (merchant_id, scope, idempotency_key, request_hash, status, operation_id, locked_until)
 SELECT :merchant_id, 'payment', :idempotency_key, :request_hash, 'processing', :op_id, now() + :lease::interval

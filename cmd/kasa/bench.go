@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"slices"
 
 	"go.temporal.io/sdk/client"
 
@@ -15,7 +16,11 @@ import (
 // runBench is `kasa bench`, which lives in bench/harness.
 func runBench(ctx context.Context, cfg config.Config, _ *slog.Logger) error {
 	relaxGC()
-	err := harness.Main(ctx, os.Args[2:], harness.Config{
+	run := harness.Main
+	if slices.Contains(os.Args[2:], "--store-path") { // kasa's store steps without Temporal
+		run = harness.StorePath
+	}
+	err := run(ctx, os.Args[2:], harness.Config{
 		Capability: cfg.Provider.Capability, MaxConns: cfg.Database.MaxConns, Gzip: cfg.Temporal.Gzip,
 		Dial: func(ctx context.Context, address string) (client.Client, error) {
 			// The SDK logs every ceiling worker's start and stop at info: not bench output.

@@ -51,7 +51,6 @@ FROM (SELECT md5('merchant/' || :m::int)::uuid AS merchant_id, sha256(convert_to
 -- answered from it; a new key finds none.
 \startpipeline
 -- query: GetRecord merchant_id idempotency_key
--- query: CustomerAccount account_id
 -- query: AcquireKey merchant_id idempotency_key request_hash op_id lease account_id currency
 -- query: InsertPayment op_id merchant_id idempotency_key account_id amount currency invoice_id payment_type
 \endpipeline
