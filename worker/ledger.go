@@ -53,16 +53,8 @@ func (c *LedgerCheck) Run(ctx context.Context) error {
 	if c.interval <= 0 {
 		return nil
 	}
-	t := time.NewTicker(c.interval)
-	defer t.Stop()
-	for {
-		c.Check(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	every(ctx, c.interval, c.Check)
+	return nil
 }
 
 // Check runs the invariants once and updates the metrics; a failed run keeps the last count.

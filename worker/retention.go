@@ -57,16 +57,8 @@ func NewRecordRetention(d RecordDeleter, retention, interval time.Duration, batc
 
 // Run deletes at once, then every interval, until ctx ends.
 func (r *RecordRetention) Run(ctx context.Context) error {
-	t := time.NewTicker(r.interval)
-	defer t.Stop()
-	for {
-		r.Pass(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	every(ctx, r.interval, r.Pass)
+	return nil
 }
 
 // Pass deletes every record expired by now and updates the metrics.
