@@ -1293,6 +1293,8 @@ var dashboardMetrics = map[string]metricKind{
 	"kasa_db_index_bytes":                       gauge,
 	"kasa_unknown_payments":                     gauge,
 	"kasa_payments_stuck":                       gauge,
+	"kasa_unknown_refunds":                      gauge,
+	"kasa_refunds_stuck":                        gauge,
 	"kasa_reconcile_age_seconds":                gauge,
 	"kasa_reconcile_last_mismatches":            gauge,
 	"kasa_reconcile_last_run_timestamp_seconds": gauge,
