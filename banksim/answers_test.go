@@ -48,7 +48,7 @@ func TestAnswersGolden(t *testing.T) {
 		fail  func(e *env) // makes the durable log fail
 	}{
 		{name: "charge", on: onCharge, path: "/v1/charges", req: charge,
-			fail: func(e *env) { _ = e.sim.charges.close() }},
+			fail: func(e *env) { _ = e.sim.charges.log.close() }},
 		{name: "refund", on: onRefund, path: "/v1/refunds", req: refund,
 			setup: func(t *testing.T, e *env) { e.charged(t, "pay-1") },
 			fail:  func(e *env) { _ = e.sim.refunds.log.close() }},

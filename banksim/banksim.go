@@ -91,10 +91,7 @@ type Sim struct {
 	closeOnce sync.Once
 
 	mu      sync.Mutex
-	charges *journal
-	records []record
-	byKey   map[string]int   // first record per idempotency key
-	byRef   map[string][]int // all records per reference, in log order
+	charges book[record]
 	refunds refundBook
 	faults  []faultState
 }
@@ -122,38 +119,20 @@ func New(opts Options) (*Sim, error) {
 		log:        logger,
 		now:        time.Now,
 		closed:     make(chan struct{}),
-		byKey:      map[string]int{},
-		byRef:      map[string][]int{},
-		refunds:    newRefundBook(),
+		charges:    newBook[record](),
+		refunds:    refundBook{book: newBook[refundRecord](), byCharge: map[string][]int{}},
 	}
 	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("banksim: %w", err)
 	}
-	var err error
-	s.charges, err = openJournal(opts.DataDir, logFile, logger, func(line []byte) error {
-		var rec record
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return err
-		}
-		s.index(rec)
-		return nil
-	})
-	if err != nil {
+	if err := s.charges.open(opts.DataDir, logFile, logger, s.charges.index); err != nil {
 		return nil, err
 	}
-	s.refunds.log, err = openJournal(opts.DataDir, refundLogFile, logger, func(line []byte) error {
-		var rec refundRecord
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return err
-		}
-		s.refunds.index(rec)
-		return nil
-	})
-	if err != nil {
-		s.charges.close()
+	if err := s.refunds.open(opts.DataDir, refundLogFile, logger, s.refunds.index); err != nil {
+		s.charges.log.close()
 		return nil, err
 	}
-	s.log.Info("banksim ready", "capability", capability, "charges", len(s.records), "refunds", len(s.refunds.records))
+	s.log.Info("banksim ready", "capability", capability, "charges", len(s.charges.records), "refunds", len(s.refunds.records))
 	return s, nil
 }
 
@@ -247,23 +226,8 @@ func (s *Sim) Close() error {
 	s.closeOnce.Do(func() { close(s.closed) })
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return errors.Join(s.charges.close(), s.refunds.log.close())
+	return errors.Join(s.charges.log.close(), s.refunds.log.close())
 }
-
-// index adds rec to the in-memory state. Callers hold mu (or own s exclusively).
-func (s *Sim) index(rec record) {
-	i := len(s.records)
-	s.records = append(s.records, rec)
-	if _, ok := s.byKey[rec.IdempotencyKey]; !ok {
-		s.byKey[rec.IdempotencyKey] = i
-	}
-	s.byRef[rec.Reference] = append(s.byRef[rec.Reference], i)
-}
-
-var (
-	errKeyReuse   = errors.New("idempotency key reused with a different request")
-	errInProgress = errors.New("a request with this key is in progress")
-)
 
 // doCharge decides and records a charge; a late > 0 books it that much later.
 // The lock is held across the decision and the durable append, so parallel
@@ -272,18 +236,11 @@ func (s *Sim) doCharge(key string, req chargeRequest, decline bool, late time.Du
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now().UTC()
-	if s.capability == CapabilityIdempotent {
-		if i, ok := s.byKey[key]; ok {
-			prev := s.records[i]
-			if prev.Reference != req.Reference || prev.AmountMinor != req.AmountMinor ||
-				prev.Currency != req.Currency || prev.AccountID != req.AccountID {
-				return record{}, errKeyReuse
-			}
-			if !prev.bookedBy(now) {
-				return record{}, errInProgress
-			}
-			return prev, nil
-		}
+	if prev, found, err := s.charges.replay(s.capability, key, now, func(prev record) bool {
+		return prev.Reference == req.Reference && prev.AmountMinor == req.AmountMinor &&
+			prev.Currency == req.Currency && prev.AccountID == req.AccountID
+	}); found {
+		return prev, err
 	}
 	status := statusSucceeded
 	if decline {
@@ -304,10 +261,10 @@ func (s *Sim) doCharge(key string, req chargeRequest, decline bool, late time.Du
 	if late > 0 {
 		rec.ReceivedAt = &now
 	}
-	if err := s.charges.append(rec); err != nil {
+	if err := s.charges.log.append(rec); err != nil {
 		return record{}, err
 	}
-	s.index(rec)
+	s.charges.index(rec)
 	s.log.Info("banksim charge", "id", rec.ID, "reference", rec.Reference,
 		"amount_minor", rec.AmountMinor, "currency", rec.Currency, "status", rec.Status,
 		"books_at", rec.CreatedAt)
@@ -318,19 +275,6 @@ func (s *Sim) doCharge(key string, req chargeRequest, decline bool, late time.Du
 func (s *Sim) lookup(ref string) (charge, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	var found *charge
-	for _, i := range s.byRef[ref] {
-		rec := &s.records[i]
-		if !rec.bookedBy(now) {
-			continue
-		}
-		if found == nil || rec.Status == statusSucceeded || found.Status != statusSucceeded {
-			found = &rec.charge
-		}
-	}
-	if found == nil {
-		return charge{}, false
-	}
-	return *found, true
+	rec, ok := s.charges.latest(ref, s.now())
+	return rec.charge, ok
 }

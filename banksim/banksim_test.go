@@ -271,8 +271,8 @@ func TestTornLastLineTolerated(t *testing.T) {
 	s, err := New(Options{DataDir: dir})
 	require.NoError(t, err)
 	defer s.Close()
-	require.Len(t, s.records, 2)
-	require.Equal(t, "op-3", s.records[1].Reference)
+	require.Len(t, s.charges.records, 2)
+	require.Equal(t, "op-3", s.charges.records[1].Reference)
 }
 
 func TestCorruptMiddleLineRejected(t *testing.T) {

@@ -62,12 +62,28 @@ func isCurrencyCode(c string) bool {
 }
 
 func (s *Sim) postCharge(w http.ResponseWriter, r *http.Request) {
+	post(s, w, r, onCharge, func(key string, req chargeRequest, decline bool, late time.Duration) (any, error) {
+		rec, err := s.doCharge(key, req, decline, late)
+		return rec.charge, err
+	})
+}
+
+func (s *Sim) getCharge(w http.ResponseWriter, r *http.Request) {
+	s.inquire(w, r, func(ref string) (any, bool) { return s.lookup(ref) })
+}
+
+// post is the one flow of a POST that moves money, a charge's or a refund's: the key and
+// the body are checked, the fault rules on `on` applied, and book decides and durably
+// records the request (decline and late come from the fault), answering with the
+// provider's view of the record. on also names the thing in a failure's answer.
+func post[R interface{ validate() error }](s *Sim, w http.ResponseWriter, r *http.Request, on string,
+	book func(key string, req R, decline bool, late time.Duration) (any, error)) {
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
 		writeError(w, http.StatusBadRequest, "Idempotency-Key header is required")
 		return
 	}
-	var req chargeRequest
+	var req R
 	if err := decodeStrict(w, r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -76,7 +92,7 @@ func (s *Sim) postCharge(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	fault, done := s.applyFault(w, r, onCharge)
+	fault, done := s.applyFault(w, r, on)
 	if done {
 		return
 	}
@@ -84,7 +100,7 @@ func (s *Sim) postCharge(w http.ResponseWriter, r *http.Request) {
 	if fault.Action == actLateBooking {
 		late = fault.lateBy()
 	}
-	rec, err := s.doCharge(key, req, fault.Action == actDecline, late)
+	view, err := book(key, req, fault.Action == actDecline, late)
 	switch {
 	case errors.Is(err, errKeyReuse):
 		writeError(w, http.StatusUnprocessableEntity, err.Error())
@@ -93,18 +109,20 @@ func (s *Sim) postCharge(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, err.Error())
 		return
 	case err != nil:
-		s.log.Error("banksim: recording charge", "err", err)
-		writeError(w, http.StatusInternalServerError, "could not record charge")
+		s.log.Error("banksim: recording "+on, "err", err)
+		writeError(w, http.StatusInternalServerError, "could not record "+on)
 		return
 	}
-	// The charge is on disk (or will book at its time); only the answer is at fault.
-	if answerFault(w, fault.Action, rec.charge) {
+	// The record is on disk (or will book at its time); only the answer is at fault.
+	if answerFault(w, fault.Action, view) {
 		return
 	}
-	writeJSON(w, http.StatusCreated, rec.charge)
+	writeJSON(w, http.StatusCreated, view)
 }
 
-func (s *Sim) getCharge(w http.ResponseWriter, r *http.Request) {
+// inquire is the lookup by reference of a charge or a refund: find returns the provider's
+// view of the record. The `inquiry` fault rules apply to both.
+func (s *Sim) inquire(w http.ResponseWriter, r *http.Request, find func(ref string) (any, bool)) {
 	if s.capability == CapabilityNone {
 		writeError(w, http.StatusNotImplemented, "inquiry not supported")
 		return
@@ -119,8 +137,8 @@ func (s *Sim) getCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status, body := http.StatusOK, any(nil)
-	if c, ok := s.lookup(ref); ok {
-		body = c
+	if found, ok := find(ref); ok {
+		body = found
 	} else {
 		status, body = http.StatusNotFound, map[string]string{"error": "not found"}
 	}
@@ -141,7 +159,7 @@ func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
 	onDay := func(status string, at time.Time) bool {
 		return status == statusSucceeded && !at.After(now) && at.UTC().Format(time.DateOnly) == date
 	}
-	for _, rec := range s.records {
+	for _, rec := range s.charges.records {
 		if onDay(rec.Status, rec.CreatedAt) {
 			rows = append(rows, []string{date, rec.ID, rec.Reference,
 				settlementAmount(rec.AmountMinor, rec.Currency), rec.Currency, "settled", "charge"})
@@ -217,27 +235,13 @@ func (s *Sim) getFaults(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Sim) simCharges(w http.ResponseWriter, r *http.Request) {
-	ref := r.URL.Query().Get("reference")
-	out := struct {
+	var out struct {
 		Count   int      `json:"count"`
 		Charges []record `json:"charges"`
 		Pending int      `json:"pending"` // late bookings whose time has not come
-	}{Charges: []record{}}
-	s.mu.Lock()
-	now := s.now()
-	for _, rec := range s.records {
-		if ref != "" && rec.Reference != ref {
-			continue
-		}
-		if !rec.bookedBy(now) {
-			out.Pending++
-			continue
-		}
-		out.Charges = append(out.Charges, rec)
-		if rec.Status == statusSucceeded {
-			out.Count++
-		}
 	}
+	s.mu.Lock()
+	out.Charges, out.Count, out.Pending = s.charges.tally(r.URL.Query().Get("reference"), s.now())
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, out)
 }

@@ -36,27 +36,16 @@ type refundRecord struct {
 
 func (r refundRecord) bookedBy(now time.Time) bool { return !r.CreatedAt.After(now) }
 
-// refundBook is the bank's record of refunds, in its own log. Guarded by the Sim's mu.
+// refundBook is the bank's record of refunds, in its own log, with the refunds of each
+// charge reference. Guarded by the Sim's mu.
 type refundBook struct {
-	log      *journal
-	records  []refundRecord
-	byKey    map[string]int   // first record per idempotency key
-	byRef    map[string][]int // all records per reference, in log order
+	book[refundRecord]
 	byCharge map[string][]int // all records per charge reference, in log order
 }
 
-func newRefundBook() refundBook {
-	return refundBook{byKey: map[string]int{}, byRef: map[string][]int{}, byCharge: map[string][]int{}}
-}
-
 func (b *refundBook) index(rec refundRecord) {
-	i := len(b.records)
-	b.records = append(b.records, rec)
-	if _, ok := b.byKey[rec.IdempotencyKey]; !ok {
-		b.byKey[rec.IdempotencyKey] = i
-	}
-	b.byRef[rec.Reference] = append(b.byRef[rec.Reference], i)
-	b.byCharge[rec.ChargeReference] = append(b.byCharge[rec.ChargeReference], i)
+	b.book.index(rec)
+	b.byCharge[rec.ChargeReference] = append(b.byCharge[rec.ChargeReference], len(b.records)-1)
 }
 
 type refundRequest struct {
@@ -84,8 +73,8 @@ func (r refundRequest) validate() error {
 // charged (booked by now) less every succeeded refund, a pending late one included (its money
 // will move). charged is false when no succeeded charge in the currency exists. Callers hold mu.
 func (s *Sim) refundable(ref, currency string, now time.Time) (left int64, charged bool) {
-	for _, i := range s.byRef[ref] {
-		c := s.records[i]
+	for _, i := range s.charges.byRef[ref] {
+		c := s.charges.records[i]
 		if c.Status == statusSucceeded && c.Currency == currency && c.bookedBy(now) {
 			left += c.AmountMinor
 			charged = true
@@ -106,18 +95,11 @@ func (s *Sim) doRefund(key string, req refundRequest, decline bool, late time.Du
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now().UTC()
-	if s.capability == CapabilityIdempotent {
-		if i, ok := s.refunds.byKey[key]; ok {
-			prev := s.refunds.records[i]
-			if prev.Reference != req.Reference || prev.ChargeReference != req.ChargeReference ||
-				prev.AmountMinor != req.AmountMinor || prev.Currency != req.Currency {
-				return refundRecord{}, errKeyReuse
-			}
-			if !prev.bookedBy(now) {
-				return refundRecord{}, errInProgress
-			}
-			return prev, nil
-		}
+	if prev, found, err := s.refunds.replay(s.capability, key, now, func(prev refundRecord) bool {
+		return prev.Reference == req.Reference && prev.ChargeReference == req.ChargeReference &&
+			prev.AmountMinor == req.AmountMinor && prev.Currency == req.Currency
+	}); found {
+		return prev, err
 	}
 	status, reason := statusSucceeded, ""
 	left, charged := s.refundable(req.ChargeReference, req.Currency, now)
@@ -158,113 +140,30 @@ func (s *Sim) doRefund(key string, req refundRequest, decline bool, late time.Du
 func (s *Sim) lookupRefund(ref string) (refund, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	var found *refund
-	for _, i := range s.refunds.byRef[ref] {
-		rec := &s.refunds.records[i]
-		if !rec.bookedBy(now) {
-			continue
-		}
-		if found == nil || rec.Status == statusSucceeded || found.Status != statusSucceeded {
-			found = &rec.refund
-		}
-	}
-	if found == nil {
-		return refund{}, false
-	}
-	return *found, true
+	rec, ok := s.refunds.latest(ref, s.now())
+	return rec.refund, ok
 }
 
 func (s *Sim) postRefund(w http.ResponseWriter, r *http.Request) {
-	key := r.Header.Get("Idempotency-Key")
-	if key == "" {
-		writeError(w, http.StatusBadRequest, "Idempotency-Key header is required")
-		return
-	}
-	var req refundRequest
-	if err := decodeStrict(w, r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if err := req.validate(); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	fault, done := s.applyFault(w, r, onRefund)
-	if done {
-		return
-	}
-	var late time.Duration
-	if fault.Action == actLateBooking {
-		late = fault.lateBy()
-	}
-	rec, err := s.doRefund(key, req, fault.Action == actDecline, late)
-	switch {
-	case errors.Is(err, errKeyReuse):
-		writeError(w, http.StatusUnprocessableEntity, err.Error())
-		return
-	case errors.Is(err, errInProgress):
-		writeError(w, http.StatusConflict, err.Error())
-		return
-	case err != nil:
-		s.log.Error("banksim: recording refund", "err", err)
-		writeError(w, http.StatusInternalServerError, "could not record refund")
-		return
-	}
-	if answerFault(w, fault.Action, rec.refund) {
-		return
-	}
-	writeJSON(w, http.StatusCreated, rec.refund)
+	post(s, w, r, onRefund, func(key string, req refundRequest, decline bool, late time.Duration) (any, error) {
+		rec, err := s.doRefund(key, req, decline, late)
+		return rec.refund, err
+	})
 }
 
 // getRefund is the refund inquiry; the `inquiry` fault rules apply to it as to a charge's.
 func (s *Sim) getRefund(w http.ResponseWriter, r *http.Request) {
-	if s.capability == CapabilityNone {
-		writeError(w, http.StatusNotImplemented, "inquiry not supported")
-		return
-	}
-	ref := r.URL.Query().Get("reference")
-	if ref == "" {
-		writeError(w, http.StatusBadRequest, "reference is required")
-		return
-	}
-	fault, done := s.applyFault(w, r, onInquiry)
-	if done {
-		return
-	}
-	status, body := http.StatusOK, any(nil)
-	if rf, ok := s.lookupRefund(ref); ok {
-		body = rf
-	} else {
-		status, body = http.StatusNotFound, map[string]string{"error": "not found"}
-	}
-	if !answerFault(w, fault.Action, body) {
-		writeJSON(w, status, body)
-	}
+	s.inquire(w, r, func(ref string) (any, bool) { return s.lookupRefund(ref) })
 }
 
 func (s *Sim) simRefunds(w http.ResponseWriter, r *http.Request) {
-	ref := r.URL.Query().Get("reference")
-	out := struct {
+	var out struct {
 		Count   int            `json:"count"` // times money moved back for this reference
 		Refunds []refundRecord `json:"refunds"`
 		Pending int            `json:"pending"` // late bookings whose time has not come
-	}{Refunds: []refundRecord{}}
-	s.mu.Lock()
-	now := s.now()
-	for _, rec := range s.refunds.records {
-		if ref != "" && rec.Reference != ref {
-			continue
-		}
-		if !rec.bookedBy(now) {
-			out.Pending++
-			continue
-		}
-		out.Refunds = append(out.Refunds, rec)
-		if rec.Status == statusSucceeded {
-			out.Count++
-		}
 	}
+	s.mu.Lock()
+	out.Refunds, out.Count, out.Pending = s.refunds.tally(r.URL.Query().Get("reference"), s.now())
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, out)
 }
