@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -44,43 +45,37 @@ func errUnexpected(name string) error {
 	return temporal.NewNonRetryableApplicationError("unexpected call to unmocked activity "+name, "UnexpectedCall", nil)
 }
 
-// Stub activities with the exact signatures of activities.Activities; the tests mock them by name.
-func stubReserveFunds(context.Context, uuid.UUID) error {
-	return errUnexpected(workflows.ActivityReserveFunds)
+// stub and stubResult are unmocked activities, registered under name: the tests mock them by
+// name, and a call that no mock catches fails fast.
+func stub[In any](name string) func(context.Context, In) error {
+	return func(context.Context, In) error { return errUnexpected(name) }
 }
 
-func stubCharge(context.Context, workflows.ChargeInput) (workflows.ChargeResult, error) {
-	return workflows.ChargeResult{}, errUnexpected(workflows.ActivityCharge)
+func stubResult[In, Out any](name string) func(context.Context, In) (Out, error) {
+	return func(context.Context, In) (Out, error) {
+		var none Out
+		return none, errUnexpected(name)
+	}
 }
 
-func stubInquireCharge(context.Context, uuid.UUID) (workflows.ChargeResult, error) {
-	return workflows.ChargeResult{}, errUnexpected(workflows.ActivityInquire)
-}
-
-func stubFinalize(context.Context, workflows.FinalizeInput) error {
-	return errUnexpected(workflows.ActivityFinalize)
-}
-
-func stubRelease(context.Context, workflows.ReleaseInput) error {
-	return errUnexpected(workflows.ActivityRelease)
-}
-
-func stubMarkUnknown(context.Context, uuid.UUID) error {
-	return errUnexpected(workflows.ActivityMarkUnknown)
-}
-
-func stubFlagStuck(context.Context, workflows.FlagInput) error {
-	return errUnexpected(workflows.ActivityFlagStuck)
-}
-
+// stubActivities are the payment's and the refund's activities by name, with the exact
+// signatures of activities.Activities.
 var stubActivities = map[string]any{
-	workflows.ActivityReserveFunds: stubReserveFunds,
-	workflows.ActivityCharge:       stubCharge,
-	workflows.ActivityInquire:      stubInquireCharge,
-	workflows.ActivityFinalize:     stubFinalize,
-	workflows.ActivityRelease:      stubRelease,
-	workflows.ActivityMarkUnknown:  stubMarkUnknown,
-	workflows.ActivityFlagStuck:    stubFlagStuck,
+	workflows.ActivityReserveFunds: stub[uuid.UUID](workflows.ActivityReserveFunds),
+	workflows.ActivityCharge:       stubResult[workflows.ChargeInput, workflows.ChargeResult](workflows.ActivityCharge),
+	workflows.ActivityInquire:      stubResult[uuid.UUID, workflows.ChargeResult](workflows.ActivityInquire),
+	workflows.ActivityFinalize:     stub[workflows.FinalizeInput](workflows.ActivityFinalize),
+	workflows.ActivityRelease:      stub[workflows.ReleaseInput](workflows.ActivityRelease),
+	workflows.ActivityMarkUnknown:  stub[uuid.UUID](workflows.ActivityMarkUnknown),
+	workflows.ActivityFlagStuck:    stub[workflows.FlagInput](workflows.ActivityFlagStuck),
+
+	workflows.ActivityHoldRefund:        stub[uuid.UUID](workflows.ActivityHoldRefund),
+	workflows.ActivitySendRefund:        stubResult[workflows.SendRefundInput, workflows.RefundSendResult](workflows.ActivitySendRefund),
+	workflows.ActivityInquireRefund:     stubResult[uuid.UUID, workflows.RefundSendResult](workflows.ActivityInquireRefund),
+	workflows.ActivityPostRefund:        stub[workflows.PostRefundInput](workflows.ActivityPostRefund),
+	workflows.ActivityReleaseRefund:     stub[workflows.ReleaseRefundInput](workflows.ActivityReleaseRefund),
+	workflows.ActivityMarkRefundUnknown: stub[uuid.UUID](workflows.ActivityMarkRefundUnknown),
+	workflows.ActivityFlagRefundStuck:   stub[workflows.FlagInput](workflows.ActivityFlagRefundStuck),
 }
 
 // The stubs must keep the real activities' signatures, or the mocks would test a different
@@ -95,6 +90,14 @@ func TestStubActivitySignaturesMatchActivities(t *testing.T) {
 		workflows.ActivityRelease:      a.Release,
 		workflows.ActivityMarkUnknown:  a.MarkUnknown,
 		workflows.ActivityFlagStuck:    a.FlagStuck,
+
+		workflows.ActivityHoldRefund:        a.HoldRefund,
+		workflows.ActivitySendRefund:        a.SendRefund,
+		workflows.ActivityInquireRefund:     a.InquireRefund,
+		workflows.ActivityPostRefund:        a.PostRefund,
+		workflows.ActivityReleaseRefund:     a.ReleaseRefund,
+		workflows.ActivityMarkRefundUnknown: a.MarkRefundUnknown,
+		workflows.ActivityFlagRefundStuck:   a.FlagRefundStuck,
 	}
 	require.Len(t, stubActivities, len(real))
 	for name, fn := range real {
@@ -178,11 +181,8 @@ func newHarness(t *testing.T) *harness {
 	// against the wall clock, so a test clock in the past times every retried local step out.
 	env.SetTestTimeout(30 * time.Second) // wall clock; a stuck workflow fails instead of hanging
 	env.RegisterWorkflowWithOptions(workflows.PaymentWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowPayment})
-	for name, fn := range stubActivities {
-		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
-	}
 	env.RegisterWorkflowWithOptions(workflows.RefundWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowRefund})
-	for name, fn := range refundStubActivities {
+	for name, fn := range stubActivities {
 		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}
 	// What the Starter sets when it starts the workflow.
@@ -285,19 +285,50 @@ func (h *harness) queryStatus() string {
 	return s
 }
 
-// run executes the workflow to completion and returns its result.
+// run executes the payment workflow to completion and returns its result.
 func (h *harness) run(in workflows.PaymentInput) workflows.PaymentResult {
 	h.t.Helper()
 	h.fallbacks()
-	h.env.ExecuteWorkflow(workflows.WorkflowPayment, in)
+	return complete[workflows.PaymentResult](h, workflows.WorkflowPayment, in)
+}
+
+// complete executes the workflow name to completion, without an error and with every delayed
+// callback's expectation met, and returns its result.
+func complete[R any](h *harness, name string, in any) R {
+	h.t.Helper()
+	h.env.ExecuteWorkflow(name, in)
 	require.True(h.t, h.env.IsWorkflowCompleted(), "workflow did not complete")
 	require.NoError(h.t, h.env.GetWorkflowError())
-	var res workflows.PaymentResult
+	var res R
 	require.NoError(h.t, h.env.GetWorkflowResult(&res))
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	require.Empty(h.t, h.observed)
 	return res
+}
+
+// continuedAsNew executes the workflow name until it continues as a new run of itself and
+// returns the new run's input.
+func continuedAsNew[In any](h *harness, name string, in In) In {
+	h.t.Helper()
+	h.env.ExecuteWorkflow(name, in)
+	require.True(h.t, h.env.IsWorkflowCompleted())
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(h.t, h.env.GetWorkflowError(), &can)
+	require.Equal(h.t, name, can.WorkflowType.Name)
+	var next In
+	require.NoError(h.t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	return next
+}
+
+// retryAt sends the operator's retry signal after d; the workflow must still be running.
+func (h *harness) retryAt(d time.Duration) {
+	h.env.RegisterDelayedCallback(func() {
+		if h.env.IsWorkflowCompleted() {
+			h.note("completed before the operator's retry")
+		}
+		h.env.SignalWorkflow(workflows.SignalRetry, nil)
+	}, d)
 }
 
 func (h *harness) calls(name string) int {
@@ -330,71 +361,65 @@ type paymentCase struct {
 	check    func(t *testing.T, h *harness)
 }
 
-var allActivities = []string{
-	workflows.ActivityReserveFunds, workflows.ActivityCharge, workflows.ActivityInquire,
-	workflows.ActivityFinalize, workflows.ActivityRelease, workflows.ActivityMarkUnknown, workflows.ActivityFlagStuck,
-}
-
-// runPaymentCases runs every case twice: with local steps (every new payment) and with regular
-// activities (payments started before LocalSteps existed, still replayed and resumed).
-func runPaymentCases(t *testing.T, cases []paymentCase) {
+// stepKinds runs the cases with local steps (every new workflow) and with regular activities
+// (workflows started before LocalSteps existed, still replayed and resumed).
+func stepKinds(t *testing.T, run func(t *testing.T, local bool)) {
 	t.Helper()
 	for _, local := range []bool{true, false} {
-		t.Run(map[bool]string{true: "local", false: "regular"}[local], func(t *testing.T) {
-			for _, tc := range cases {
-				tc.in.LocalSteps = local
-				runPaymentCase(t, tc)
-			}
-		})
+		t.Run(map[bool]string{true: "local", false: "regular"}[local], func(t *testing.T) { run(t, local) })
 	}
 }
 
-func runPaymentCase(t *testing.T, tc paymentCase) {
+// requireEffects checks what every workflow case promises: the exact calls of every activity
+// (one not in calls is never called), the input of each called activity that inputs names, the
+// PaymentStatus upserts in order, and the status query after completion.
+func (h *harness) requireEffects(t *testing.T, calls map[string]int, inputs map[string]any, statuses []string, status string) {
 	t.Helper()
-	{
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			if tc.setup != nil {
-				tc.setup(h)
-			}
-			res := h.run(tc.in)
-			require.Equal(t, tc.want, res)
-
-			for _, name := range allActivities {
-				require.Equal(t, tc.calls[name], h.calls(name), "calls to %s (at %v)", name, h.offsets(name))
-			}
-			if tc.calls[workflows.ActivityReserveFunds] > 0 {
-				h.env.AssertActivityCalled(t, workflows.ActivityReserveFunds, mock.Anything, opID)
-			}
-			if tc.calls[workflows.ActivityCharge] > 0 {
-				h.env.AssertActivityCalled(t, workflows.ActivityCharge, mock.Anything, wantChargeInput(tc.in))
-			}
-			if tc.calls[workflows.ActivityInquire] > 0 {
-				h.env.AssertActivityCalled(t, workflows.ActivityInquire, mock.Anything, opID)
-			}
-			if tc.calls[workflows.ActivityMarkUnknown] > 0 {
-				h.env.AssertActivityCalled(t, workflows.ActivityMarkUnknown, mock.Anything, opID)
-			}
-			if tc.want.Status == statusSucceeded {
-				h.env.AssertActivityCalled(t, workflows.ActivityFinalize, mock.Anything,
-					workflows.FinalizeInput{OperationID: opID, ProviderReference: tc.want.ProviderReference})
-			}
-			if tc.want.Status == statusFailed {
-				h.env.AssertActivityCalled(t, workflows.ActivityRelease, mock.Anything,
-					workflows.ReleaseInput{OperationID: opID, FailureCode: tc.want.FailureCode})
-			}
-
-			h.mu.Lock()
-			statuses := append([]string(nil), h.statuses...)
-			h.mu.Unlock()
-			require.Equal(t, tc.statuses, statuses, "PaymentStatus upserts")
-			require.Equal(t, tc.want.Status, h.queryStatus(), "status query after completion")
-
-			if tc.check != nil {
-				tc.check(t, h)
-			}
-		})
+	for name := range stubActivities {
+		require.Equal(t, calls[name], h.calls(name), "calls to %s (at %v)", name, h.offsets(name))
 	}
+	for name, in := range inputs {
+		if calls[name] > 0 {
+			h.env.AssertActivityCalled(t, name, mock.Anything, in)
+		}
+	}
+	h.mu.Lock()
+	upserts := append([]string(nil), h.statuses...)
+	h.mu.Unlock()
+	require.Equal(t, statuses, upserts, "PaymentStatus upserts")
+	require.Equal(t, status, h.queryStatus(), "status query after completion")
+}
+
+func runPaymentCases(t *testing.T, cases []paymentCase) {
+	t.Helper()
+	stepKinds(t, func(t *testing.T, local bool) {
+		for _, tc := range cases {
+			tc.in.LocalSteps = local
+			t.Run(tc.name, func(t *testing.T) {
+				h := newHarness(t)
+				if tc.setup != nil {
+					tc.setup(h)
+				}
+				res := h.run(tc.in)
+				require.Equal(t, tc.want, res)
+				h.requireEffects(t, tc.calls, map[string]any{
+					workflows.ActivityReserveFunds: opID, workflows.ActivityCharge: wantChargeInput(tc.in),
+					workflows.ActivityInquire: opID, workflows.ActivityMarkUnknown: opID,
+				}, tc.statuses, tc.want.Status)
+				if tc.want.Status == statusSucceeded {
+					h.env.AssertActivityCalled(t, workflows.ActivityFinalize, mock.Anything,
+						workflows.FinalizeInput{OperationID: opID, ProviderReference: tc.want.ProviderReference})
+				}
+				if tc.want.Status == statusFailed {
+					h.env.AssertActivityCalled(t, workflows.ActivityRelease, mock.Anything,
+						workflows.ReleaseInput{OperationID: opID, FailureCode: tc.want.FailureCode})
+				}
+				if tc.check != nil {
+					tc.check(t, h)
+				}
+			})
+		}
+	})
 }
 
 func TestPaymentWorkflowDefiniteOutcomes(t *testing.T) {

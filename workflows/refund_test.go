@@ -1,7 +1,6 @@
 package workflows_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,9 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/workflows"
@@ -21,57 +18,6 @@ var (
 	refundID  = uuid.MustParse("0b6f3c1e-6a55-7a43-9a39-3f1f4f8d2a0f")
 	paymentID = opID // the refunded payment
 )
-
-// Stub refund activities, mocked by name, with the signatures the worker registers.
-func stubHoldRefund(context.Context, uuid.UUID) error {
-	return errUnexpected(workflows.ActivityHoldRefund)
-}
-
-func stubSendRefund(context.Context, workflows.SendRefundInput) (workflows.RefundSendResult, error) {
-	return workflows.RefundSendResult{}, errUnexpected(workflows.ActivitySendRefund)
-}
-
-func stubInquireRefund(context.Context, uuid.UUID) (workflows.RefundSendResult, error) {
-	return workflows.RefundSendResult{}, errUnexpected(workflows.ActivityInquireRefund)
-}
-
-func stubPostRefund(context.Context, workflows.PostRefundInput) error {
-	return errUnexpected(workflows.ActivityPostRefund)
-}
-
-func stubReleaseRefund(context.Context, workflows.ReleaseRefundInput) error {
-	return errUnexpected(workflows.ActivityReleaseRefund)
-}
-
-func stubMarkRefundUnknown(context.Context, uuid.UUID) error {
-	return errUnexpected(workflows.ActivityMarkRefundUnknown)
-}
-
-func stubFlagRefundStuck(context.Context, workflows.FlagInput) error {
-	return errUnexpected(workflows.ActivityFlagRefundStuck)
-}
-
-var refundStubActivities = map[string]any{
-	workflows.ActivityHoldRefund:        stubHoldRefund,
-	workflows.ActivitySendRefund:        stubSendRefund,
-	workflows.ActivityInquireRefund:     stubInquireRefund,
-	workflows.ActivityPostRefund:        stubPostRefund,
-	workflows.ActivityReleaseRefund:     stubReleaseRefund,
-	workflows.ActivityMarkRefundUnknown: stubMarkRefundUnknown,
-	workflows.ActivityFlagRefundStuck:   stubFlagRefundStuck,
-}
-
-var allRefundActivities = []string{
-	workflows.ActivityHoldRefund, workflows.ActivitySendRefund, workflows.ActivityInquireRefund,
-	workflows.ActivityPostRefund, workflows.ActivityReleaseRefund, workflows.ActivityMarkRefundUnknown,
-	workflows.ActivityFlagRefundStuck,
-}
-
-// newRefundHarness is a harness for a refund (newHarness registers both workflows).
-func newRefundHarness(t *testing.T) *harness {
-	t.Helper()
-	return newHarness(t)
-}
 
 // refundFallbacks mocks the refund's database steps as succeeding and its provider calls as
 // unexpected, behind whatever a case mocked.
@@ -88,15 +34,7 @@ func (h *harness) refundFallbacks() {
 func (h *harness) runRefund(in workflows.RefundInput) workflows.RefundWorkflowResult {
 	h.t.Helper()
 	h.refundFallbacks()
-	h.env.ExecuteWorkflow(workflows.WorkflowRefund, in)
-	require.True(h.t, h.env.IsWorkflowCompleted(), "workflow did not complete")
-	require.NoError(h.t, h.env.GetWorkflowError())
-	var res workflows.RefundWorkflowResult
-	require.NoError(h.t, h.env.GetWorkflowResult(&res))
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	require.Empty(h.t, h.observed)
-	return res
+	return complete[workflows.RefundWorkflowResult](h, workflows.WorkflowRefund, in)
 }
 
 // refundInput is a refund as the API starts it now.
@@ -133,52 +71,34 @@ type refundCase struct {
 // regular activities.
 func runRefundCases(t *testing.T, cases []refundCase) {
 	t.Helper()
-	for _, local := range []bool{true, false} {
-		t.Run(map[bool]string{true: "local", false: "regular"}[local], func(t *testing.T) {
-			for _, tc := range cases {
-				tc.in.LocalSteps = local
-				t.Run(tc.name, func(t *testing.T) {
-					h := newRefundHarness(t)
-					if tc.setup != nil {
-						tc.setup(h)
-					}
-					res := h.runRefund(tc.in)
-					require.Equal(t, tc.want, res)
-					for _, name := range append(allRefundActivities, allActivities...) {
-						require.Equal(t, tc.calls[name], h.calls(name), "calls to %s (at %v)", name, h.offsets(name))
-					}
-					if tc.calls[workflows.ActivityHoldRefund] > 0 {
-						h.env.AssertActivityCalled(t, workflows.ActivityHoldRefund, mock.Anything, refundID)
-					}
-					if tc.calls[workflows.ActivitySendRefund] > 0 {
-						h.env.AssertActivityCalled(t, workflows.ActivitySendRefund, mock.Anything, wantSend(tc.in.Capability, 1))
-					}
-					if tc.calls[workflows.ActivityInquireRefund] > 0 {
-						h.env.AssertActivityCalled(t, workflows.ActivityInquireRefund, mock.Anything, refundID)
-					}
-					if tc.calls[workflows.ActivityMarkRefundUnknown] > 0 {
-						h.env.AssertActivityCalled(t, workflows.ActivityMarkRefundUnknown, mock.Anything, refundID)
-					}
-					if tc.want.Status == statusSucceeded {
-						h.env.AssertActivityCalled(t, workflows.ActivityPostRefund, mock.Anything,
-							workflows.PostRefundInput{OperationID: refundID, ProviderReference: tc.want.ProviderReference})
-					}
-					if tc.want.Status == statusFailed {
-						h.env.AssertActivityCalled(t, workflows.ActivityReleaseRefund, mock.Anything,
-							workflows.ReleaseRefundInput{OperationID: refundID, FailureCode: tc.want.FailureCode})
-					}
-					h.mu.Lock()
-					statuses := append([]string(nil), h.statuses...)
-					h.mu.Unlock()
-					require.Equal(t, tc.statuses, statuses, "PaymentStatus upserts")
-					require.Equal(t, tc.want.Status, h.queryStatus(), "status query after completion")
-					if tc.check != nil {
-						tc.check(t, h)
-					}
-				})
-			}
-		})
-	}
+	stepKinds(t, func(t *testing.T, local bool) {
+		for _, tc := range cases {
+			tc.in.LocalSteps = local
+			t.Run(tc.name, func(t *testing.T) {
+				h := newHarness(t)
+				if tc.setup != nil {
+					tc.setup(h)
+				}
+				res := h.runRefund(tc.in)
+				require.Equal(t, tc.want, res)
+				h.requireEffects(t, tc.calls, map[string]any{
+					workflows.ActivityHoldRefund: refundID, workflows.ActivitySendRefund: wantSend(tc.in.Capability, 1),
+					workflows.ActivityInquireRefund: refundID, workflows.ActivityMarkRefundUnknown: refundID,
+				}, tc.statuses, tc.want.Status)
+				if tc.want.Status == statusSucceeded {
+					h.env.AssertActivityCalled(t, workflows.ActivityPostRefund, mock.Anything,
+						workflows.PostRefundInput{OperationID: refundID, ProviderReference: tc.want.ProviderReference})
+				}
+				if tc.want.Status == statusFailed {
+					h.env.AssertActivityCalled(t, workflows.ActivityReleaseRefund, mock.Anything,
+						workflows.ReleaseRefundInput{OperationID: refundID, FailureCode: tc.want.FailureCode})
+				}
+				if tc.check != nil {
+					tc.check(t, h)
+				}
+			})
+		}
+	})
 }
 
 // The definite outcomes, for every capability: only a decline (or too little on the merchant's
@@ -410,7 +330,7 @@ func TestRefundWorkflowSettleUpdate(t *testing.T) {
 		{workflows.OutcomeNotCharged, workflows.RefundWorkflowResult{Status: statusFailed, FailureCode: "declined"}, 0},
 	} {
 		t.Run(tc.outcome, func(t *testing.T) {
-			h := newRefundHarness(t)
+			h := newHarness(t)
 			h.on(workflows.ActivitySendRefund).After(time.Minute).Return(workflows.RefundSendResult{}, ambiguous())
 			// The accepted settlement takes a minute to apply: the repeated one arrives meanwhile.
 			h.on(workflows.ActivityPostRefund).After(time.Minute).Return(nil)
@@ -445,12 +365,7 @@ func TestRefundWorkflowStuckUntilRetry(t *testing.T) {
 			setup: func(h *harness) {
 				h.on(workflows.ActivitySendRefund).Return(refunded("rf_1"), nil)
 				h.on(workflows.ActivityPostRefund).Return(inconsistent()).Once()
-				h.env.RegisterDelayedCallback(func() {
-					if h.env.IsWorkflowCompleted() {
-						h.note("completed before the operator's retry")
-					}
-					h.env.SignalWorkflow(workflows.SignalRetry, nil)
-				}, time.Hour)
+				h.retryAt(time.Hour)
 			},
 			want: workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_1"},
 			calls: map[string]int{
@@ -472,18 +387,12 @@ func TestRefundWorkflowStuckUntilRetry(t *testing.T) {
 // An unknown refund that keeps inquiring continues as a new refund run, which goes straight back
 // to waiting.
 func TestRefundWorkflowParkedContinuesAsNew(t *testing.T) {
-	h := newRefundHarness(t)
+	h := newHarness(t)
 	h.on(workflows.ActivitySendRefund).Return(workflows.RefundSendResult{}, ambiguous())
 	h.on(workflows.ActivityInquireRefund).Return(workflows.RefundSendResult{}, notFound())
 	h.refundFallbacks()
 	in := refundInput(workflows.CapabilityInquiry)
-	h.env.ExecuteWorkflow(workflows.WorkflowRefund, in)
-	require.True(t, h.env.IsWorkflowCompleted())
-	var can *workflow.ContinueAsNewError
-	require.ErrorAs(t, h.env.GetWorkflowError(), &can)
-	require.Equal(t, workflows.WorkflowRefund, can.WorkflowType.Name)
-	var next workflows.RefundInput
-	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	next := continuedAsNew(h, workflows.WorkflowRefund, in)
 	want := in
 	want.Parked, want.InquiryWait = true, time.Hour
 	require.Equal(t, want, next)

@@ -6,9 +6,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/kasa-pay/kasa/workflows"
 )
@@ -105,12 +103,7 @@ func TestPaymentWorkflowStuckUntilRetry(t *testing.T) {
 			setup: func(h *harness) {
 				h.on(workflows.ActivityCharge).Return(charged("ch_1"), nil)
 				h.on(workflows.ActivityFinalize).Return(inconsistent()).Once()
-				h.env.RegisterDelayedCallback(func() {
-					if h.env.IsWorkflowCompleted() {
-						h.note("completed before the operator's retry")
-					}
-					h.env.SignalWorkflow(workflows.SignalRetry, nil)
-				}, time.Hour)
+				h.retryAt(time.Hour)
 			},
 			want: workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_1"},
 			calls: map[string]int{
@@ -150,14 +143,7 @@ func TestPaymentWorkflowParkedContinuesAsNew(t *testing.T) {
 	h.fallbacks()
 	in := current(workflows.CapabilityInquiry)
 	in.LocalSteps = true
-	h.env.ExecuteWorkflow(workflows.WorkflowPayment, in)
-	require.True(t, h.env.IsWorkflowCompleted())
-	err := h.env.GetWorkflowError()
-	var can *workflow.ContinueAsNewError
-	require.ErrorAs(t, err, &can)
-	require.Equal(t, workflows.WorkflowPayment, can.WorkflowType.Name)
-	var next workflows.PaymentInput
-	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	next := continuedAsNew(h, workflows.WorkflowPayment, in)
 	want := in
 	want.Parked, want.InquiryWait = true, time.Hour
 	require.Equal(t, want, next)
