@@ -31,14 +31,14 @@ func fakeID(n int) uuid.UUID {
 	return uuid.MustParse(fmt.Sprintf("0192f1f0-0000-7000-9000-%012d", n))
 }
 
-// completed is the completed record, and the answer its commit stores, of a payment that
-// reached a final outcome. Every stored answer of the fakes is built here.
-func completed(rec store.Record, p payment.Payment) (store.Record, store.Answer) {
-	body, err := p.AnswerBody()
+// completed is the completed record, and the answer its commit stores, of a payment or a
+// refund that reached the final status. Every stored answer of the fakes is built here.
+func completed(rec store.Record, status payment.Status, op interface{ AnswerBody() ([]byte, error) }) (store.Record, store.Answer) {
+	body, err := op.AnswerBody()
 	if err != nil {
 		panic(err)
 	}
-	a := store.Answer{Outcome: p.Status, Body: body}
+	a := store.Answer{Outcome: status, Body: body}
 	rec.Status, rec.Outcome, rec.ResponseBody = store.RecordCompleted, a.Outcome, a.Body
 	return rec, a
 }
@@ -115,6 +115,21 @@ func (f *fakeStore) call(name string) error {
 	return err
 }
 
+// get serves the read name: m[k], or payment.ErrNotFound.
+func get[K comparable, V any](f *fakeStore, name string, m map[K]V, k K) (V, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var none V
+	if err := f.call(name); err != nil {
+		return none, err
+	}
+	v, ok := m[k]
+	if !ok {
+		return none, payment.ErrNotFound
+	}
+	return v, nil
+}
+
 func (f *fakeStore) Ping(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -161,16 +176,7 @@ func (f *fakeStore) CreateAccount(_ context.Context, merchantID uuid.UUID, curre
 }
 
 func (f *fakeStore) Account(_ context.Context, id uuid.UUID) (payment.Account, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("Account"); err != nil {
-		return payment.Account{}, err
-	}
-	a, ok := f.accounts[id]
-	if !ok {
-		return a, payment.ErrNotFound
-	}
-	return a, nil
+	return get(f, "Account", f.accounts, id)
 }
 
 func (f *fakeStore) Deposit(_ context.Context, accountID uuid.UUID, key string, amount int64) (store.Deposit, bool, error) {
@@ -249,19 +255,24 @@ func (f *fakeStore) finish(id uuid.UUID, status payment.Status) {
 		p.FailureCode = payment.FailureInsufficientFunds
 	}
 	f.payments[id] = p
-	k := recordKey{p.MerchantID, p.IdempotencyKey}
-	rec := f.records[k]
+	f.commit(f.records, recordKey{p.MerchantID, p.IdempotencyKey}, id, status, p)
+}
+
+// commit moves the record at k of the operation id, now at status, as the worker's commit
+// does: a final status completes it with op's answer and announces that to the watchers.
+func (f *fakeStore) commit(records map[recordKey]store.Record, k recordKey, id uuid.UUID, status payment.Status, op interface{ AnswerBody() ([]byte, error) }) {
+	rec := records[k]
 	rec.WorkflowStarted, rec.LockedUntil = true, time.Time{}
 	var a *store.Answer
 	switch {
 	case status.Final():
 		var answer store.Answer
-		rec, answer = completed(rec, p)
+		rec, answer = completed(rec, status, op)
 		a = &answer
 	case status == payment.StatusUnknown:
 		rec.Status = store.RecordUnknown
 	}
-	f.records[k] = rec
+	records[k] = rec
 	for _, w := range f.watchers[id] {
 		if a != nil {
 			w <- *a
@@ -272,31 +283,27 @@ func (f *fakeStore) finish(id uuid.UUID, status payment.Status) {
 }
 
 func (f *fakeStore) Record(_ context.Context, merchantID uuid.UUID, key string) (store.Record, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("Record"); err != nil {
-		return store.Record{}, err
-	}
-	rec, ok := f.records[recordKey{merchantID, key}]
-	if !ok {
-		return rec, payment.ErrNotFound
-	}
-	return rec, nil
+	return get(f, "Record", f.records, recordKey{merchantID, key})
 }
 
 func (f *fakeStore) TakeOver(_ context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error) {
+	return f.takeOver("TakeOver", f.records, recordKey{merchantID, key}, lease)
+}
+
+// takeOver leases the record at k to the caller, like store.Store.TakeOver, unless its
+// workflow started or another lease holds it.
+func (f *fakeStore) takeOver(name string, records map[recordKey]store.Record, k recordKey, lease time.Duration) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.call("TakeOver"); err != nil {
+	if err := f.call(name); err != nil {
 		return false, err
 	}
-	k := recordKey{merchantID, key}
-	rec := f.records[k]
+	rec := records[k]
 	if rec.WorkflowStarted || time.Now().Before(rec.LockedUntil) {
 		return false, nil
 	}
 	rec.LockedUntil = time.Now().Add(lease)
-	f.records[k] = rec
+	records[k] = rec
 	return true, nil
 }
 
@@ -322,16 +329,7 @@ func (f *fakeStore) SaveResponse(_ context.Context, merchantID uuid.UUID, key st
 }
 
 func (f *fakeStore) Payment(_ context.Context, id uuid.UUID) (payment.Payment, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("Payment"); err != nil {
-		return payment.Payment{}, err
-	}
-	p, ok := f.payments[id]
-	if !ok {
-		return p, payment.ErrNotFound
-	}
-	return p, nil
+	return get(f, "Payment", f.payments, id)
 }
 
 func (f *fakeStore) PaymentByKey(_ context.Context, merchantID uuid.UUID, key string) (payment.Payment, error) {
@@ -500,71 +498,19 @@ func (f *fakeStore) finishRefund(id uuid.UUID, status payment.Status) {
 		f.held[p.ID] -= r.AmountMinor
 	}
 	f.refunds[id], f.payments[p.ID] = r, p
-	k := recordKey{r.MerchantID, r.IdempotencyKey}
-	rec := f.refundRecords[k]
-	rec.WorkflowStarted, rec.LockedUntil = true, time.Time{}
-	var a *store.Answer
-	switch {
-	case status.Final():
-		body, err := r.AnswerBody()
-		if err != nil {
-			panic(err)
-		}
-		a = &store.Answer{Outcome: status, Body: body}
-		rec.Status, rec.Outcome, rec.ResponseBody = store.RecordCompleted, a.Outcome, a.Body
-	case status == payment.StatusUnknown:
-		rec.Status = store.RecordUnknown
-	}
-	f.refundRecords[k] = rec
-	for _, w := range f.watchers[id] {
-		if a != nil {
-			w <- *a
-		}
-		close(w)
-	}
-	delete(f.watchers, id)
+	f.commit(f.refundRecords, recordKey{r.MerchantID, r.IdempotencyKey}, id, status, r)
 }
 
 func (f *fakeStore) RefundRecord(_ context.Context, merchantID uuid.UUID, key string) (store.Record, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("RefundRecord"); err != nil {
-		return store.Record{}, err
-	}
-	rec, ok := f.refundRecords[recordKey{merchantID, key}]
-	if !ok {
-		return rec, payment.ErrNotFound
-	}
-	return rec, nil
+	return get(f, "RefundRecord", f.refundRecords, recordKey{merchantID, key})
 }
 
 func (f *fakeStore) TakeOverRefund(_ context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("TakeOverRefund"); err != nil {
-		return false, err
-	}
-	k := recordKey{merchantID, key}
-	rec := f.refundRecords[k]
-	if rec.WorkflowStarted || time.Now().Before(rec.LockedUntil) {
-		return false, nil
-	}
-	rec.LockedUntil = time.Now().Add(lease)
-	f.refundRecords[k] = rec
-	return true, nil
+	return f.takeOver("TakeOverRefund", f.refundRecords, recordKey{merchantID, key}, lease)
 }
 
 func (f *fakeStore) Refund(_ context.Context, id uuid.UUID) (payment.Refund, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("Refund"); err != nil {
-		return payment.Refund{}, err
-	}
-	r, ok := f.refunds[id]
-	if !ok {
-		return r, payment.ErrNotFound
-	}
-	return r, nil
+	return get(f, "Refund", f.refunds, id)
 }
 
 // PaymentRefunds lists like store.Store: the payment's refunds newest first, after a cursor
@@ -610,6 +556,11 @@ type fakeWorkflows struct {
 }
 
 func (w *fakeWorkflows) StartPayment(_ context.Context, key string, in workflows.PaymentInput) (string, error) {
+	return w.start(key, func() { w.st.finish(in.OperationID, w.outcome) })
+}
+
+// start counts a start and, unless starting fails or the outcome is "", finishes the operation.
+func (w *fakeWorkflows) start(key string, finish func()) (string, error) {
 	w.mu.Lock()
 	w.starts++
 	w.mu.Unlock()
@@ -617,7 +568,7 @@ func (w *fakeWorkflows) StartPayment(_ context.Context, key string, in workflows
 		return "", w.startErr
 	}
 	if w.outcome != "" {
-		w.st.finish(in.OperationID, w.outcome)
+		finish()
 	}
 	return "run-" + key, nil
 }
@@ -625,39 +576,29 @@ func (w *fakeWorkflows) StartPayment(_ context.Context, key string, in workflows
 // AwaitPayment returns once the payment left processing; an unknown payment's workflow waits for
 // reconciliation, and a running one for its outcome, beyond the caller's wait.
 func (w *fakeWorkflows) AwaitPayment(ctx context.Context, merchantID uuid.UUID, key, _ string) (workflows.PaymentResult, error) {
+	return workflows.PaymentResult{}, w.await(ctx, w.st.records, recordKey{merchantID, key})
+}
+
+// await returns once the record at k is completed; else the workflow is still running when
+// the caller stops waiting.
+func (w *fakeWorkflows) await(ctx context.Context, records map[recordKey]store.Record, k recordKey) error {
 	w.st.mu.Lock()
-	rec := w.st.records[recordKey{merchantID, key}]
+	rec := records[k]
 	w.st.mu.Unlock()
 	if rec.Status == store.RecordCompleted {
-		return workflows.PaymentResult{}, nil
+		return nil
 	}
 	<-ctx.Done()
-	return workflows.PaymentResult{}, workflows.ErrStillRunning
+	return workflows.ErrStillRunning
 }
 
 func (w *fakeWorkflows) StartRefund(_ context.Context, key string, in workflows.RefundInput) (string, error) {
-	w.mu.Lock()
-	w.starts++
-	w.mu.Unlock()
-	if w.startErr != nil {
-		return "", w.startErr
-	}
-	if w.outcome != "" {
-		w.st.finishRefund(in.OperationID, w.outcome)
-	}
-	return "run-" + key, nil
+	return w.start(key, func() { w.st.finishRefund(in.OperationID, w.outcome) })
 }
 
 // AwaitRefund returns once the refund left processing, as AwaitPayment does.
 func (w *fakeWorkflows) AwaitRefund(ctx context.Context, merchantID uuid.UUID, key, _ string) (workflows.RefundWorkflowResult, error) {
-	w.st.mu.Lock()
-	rec := w.st.refundRecords[recordKey{merchantID, key}]
-	w.st.mu.Unlock()
-	if rec.Status == store.RecordCompleted {
-		return workflows.RefundWorkflowResult{}, nil
-	}
-	<-ctx.Done()
-	return workflows.RefundWorkflowResult{}, workflows.ErrStillRunning
+	return workflows.RefundWorkflowResult{}, w.await(ctx, w.st.refundRecords, recordKey{merchantID, key})
 }
 
 func (w *fakeWorkflows) Ready(context.Context) error { return w.ready }
