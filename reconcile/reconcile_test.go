@@ -42,98 +42,6 @@ func newFakeBank() *fakeBank {
 	return &fakeBank{payments: map[uuid.UUID]*payment.Payment{}, refunds: map[uuid.UUID]*payment.Refund{}}
 }
 
-// addRefund stores a refund of m, created at `created` and last
-// changed at `updated`.
-func (b *fakeBank) addRefund(m uuid.UUID, st payment.Status, amount int64, currency string, created, updated time.Time) payment.Refund {
-	keySeqM.Lock()
-	keySeq++
-	k := fmt.Sprintf("rkey-%d", keySeq)
-	keySeqM.Unlock()
-	// Its payment is not stored: reconciling refunds never reads it.
-	r := payment.Refund{ID: payment.NewID(), PaymentID: payment.NewID(), MerchantID: m, IdempotencyKey: k, AmountMinor: amount, Currency: currency,
-		Status: st, CreatedAt: created, UpdatedAt: updated}
-	switch st {
-	case payment.StatusSucceeded:
-		r.ProviderReference = "rf_" + r.ID.String()[:8]
-	case payment.StatusFailed:
-		r.FailureCode = payment.FailureDeclined
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.refunds[r.ID] = &r
-	return r
-}
-
-func (b *fakeBank) getRefund(id uuid.UUID) payment.Refund {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return *b.refunds[id]
-}
-
-func (b *fakeBank) RefundsByID(_ context.Context, ids []uuid.UUID) ([]payment.Refund, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.byIDErr != nil {
-		return nil, b.byIDErr
-	}
-	var out []payment.Refund
-	for _, id := range ids {
-		if r, ok := b.refunds[id]; ok {
-			out = append(out, *r)
-		}
-	}
-	return out, nil
-}
-
-func (b *fakeBank) Refund(_ context.Context, id uuid.UUID) (payment.Refund, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r, ok := b.refunds[id]
-	if !ok {
-		return payment.Refund{}, payment.ErrNotFound
-	}
-	return *r, nil
-}
-
-func (b *fakeBank) EachRefundCreated(_ context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Refund) error) error {
-	b.mu.Lock()
-	b.refundsIn = append(b.refundsIn, [2]time.Time{from, to})
-	var match []payment.Refund
-	for _, r := range b.refunds {
-		if !r.CreatedAt.Before(from) && r.CreatedAt.Before(to) && slices.Contains(statuses, r.Status) &&
-			(len(merchants) == 0 || slices.Contains(merchants, r.MerchantID)) {
-			match = append(match, *r)
-		}
-	}
-	b.mu.Unlock()
-	for _, r := range match {
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// settleRefund is what the refund workflow does with a settlement.
-func (b *fakeBank) settleRefund(r *payment.Refund, s workflows.Settlement) (string, error) {
-	if b.onSettleRefund != nil {
-		if err := b.onSettleRefund(r); err != nil {
-			return "", err
-		}
-	}
-	if r.Status != payment.StatusUnknown {
-		return "", fmt.Errorf("%w: refund is %s, not unknown: nothing to settle", workflows.ErrSettlementRejected, r.Status)
-	}
-	b.settled = append(b.settled, s)
-	if s.Outcome == workflows.OutcomeCharged {
-		r.Status, r.ProviderReference = payment.StatusSucceeded, s.ProviderReference
-	} else {
-		r.Status, r.FailureCode = payment.StatusFailed, payment.FailureDeclined
-	}
-	r.UpdatedAt = r.UpdatedAt.Add(time.Hour * 24 * 3)
-	return string(r.Status), nil
-}
-
 var (
 	day     = time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
 	merchA  = uuid.MustParse("0192f1f0-0000-7000-8000-00000000000a")
@@ -142,24 +50,64 @@ var (
 	keySeqM sync.Mutex
 )
 
+// nextKey is a new idempotency key, unique across the tests.
+func nextKey(prefix string) string {
+	keySeqM.Lock()
+	defer keySeqM.Unlock()
+	keySeq++
+	return fmt.Sprintf("%s-%d", prefix, keySeq)
+}
+
+// outcome points at what a payment and a refund share that the fake bank reads and settles.
+type outcome struct {
+	merchant  uuid.UUID
+	created   time.Time
+	status    *payment.Status
+	reference *string
+	failure   *string
+	updated   *time.Time
+}
+
+func paymentOutcome(p *payment.Payment) outcome {
+	return outcome{p.MerchantID, p.CreatedAt, &p.Status, &p.ProviderReference, &p.FailureCode, &p.UpdatedAt}
+}
+
+func refundOutcome(r *payment.Refund) outcome {
+	return outcome{r.MerchantID, r.CreatedAt, &r.Status, &r.ProviderReference, &r.FailureCode, &r.UpdatedAt}
+}
+
+// ended gives an operation stored at o's status the provider reference ref or the failure
+// code a finished one has.
+func (o outcome) ended(ref string) {
+	switch *o.status {
+	case payment.StatusSucceeded:
+		*o.reference = ref
+	case payment.StatusFailed:
+		*o.failure = payment.FailureDeclined
+	}
+}
+
 // add stores a payment created at `created` and last changed at `updated`.
 func (b *fakeBank) add(m uuid.UUID, st payment.Status, amount int64, currency string, created, updated time.Time) payment.Payment {
-	keySeqM.Lock()
-	keySeq++
-	k := fmt.Sprintf("key-%d", keySeq)
-	keySeqM.Unlock()
-	p := payment.Payment{ID: payment.NewID(), MerchantID: m, IdempotencyKey: k, AmountMinor: amount, Currency: currency,
+	p := payment.Payment{ID: payment.NewID(), MerchantID: m, IdempotencyKey: nextKey("key"), AmountMinor: amount, Currency: currency,
 		Status: st, CreatedAt: created, UpdatedAt: updated}
-	switch st {
-	case payment.StatusSucceeded:
-		p.ProviderReference = "ch_" + p.ID.String()[:8]
-	case payment.StatusFailed:
-		p.FailureCode = payment.FailureDeclined
-	}
+	paymentOutcome(&p).ended("ch_" + p.ID.String()[:8])
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.payments[p.ID] = &p
 	return p
+}
+
+// addRefund stores a refund of m, created at `created` and last changed at `updated`.
+func (b *fakeBank) addRefund(m uuid.UUID, st payment.Status, amount int64, currency string, created, updated time.Time) payment.Refund {
+	// Its payment is not stored: reconciling refunds never reads it.
+	r := payment.Refund{ID: payment.NewID(), PaymentID: payment.NewID(), MerchantID: m, IdempotencyKey: nextKey("rkey"), AmountMinor: amount, Currency: currency,
+		Status: st, CreatedAt: created, UpdatedAt: updated}
+	refundOutcome(&r).ended("rf_" + r.ID.String()[:8])
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refunds[r.ID] = &r
+	return r
 }
 
 func (b *fakeBank) get(id uuid.UUID) payment.Payment {
@@ -168,44 +116,80 @@ func (b *fakeBank) get(id uuid.UUID) payment.Payment {
 	return *b.payments[id]
 }
 
+func (b *fakeBank) getRefund(id uuid.UUID) payment.Refund {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return *b.refunds[id]
+}
+
 func (b *fakeBank) PaymentsByID(_ context.Context, ids []uuid.UUID) ([]payment.Payment, error) {
+	return byID(b, b.payments, ids)
+}
+
+func (b *fakeBank) RefundsByID(_ context.Context, ids []uuid.UUID) ([]payment.Refund, error) {
+	return byID(b, b.refunds, ids)
+}
+
+// byID returns the stored ones of ids, unless byIDErr is set.
+func byID[V any](b *fakeBank, m map[uuid.UUID]*V, ids []uuid.UUID) ([]V, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.byIDErr != nil {
 		return nil, b.byIDErr
 	}
-	var out []payment.Payment
+	var out []V
 	for _, id := range ids {
-		if p, ok := b.payments[id]; ok {
-			out = append(out, *p)
+		if v, ok := m[id]; ok {
+			out = append(out, *v)
 		}
 	}
 	return out, nil
 }
 
 func (b *fakeBank) Payment(_ context.Context, id uuid.UUID) (payment.Payment, error) {
+	return one(b, b.payments, id)
+}
+
+func (b *fakeBank) Refund(_ context.Context, id uuid.UUID) (payment.Refund, error) {
+	return one(b, b.refunds, id)
+}
+
+func one[V any](b *fakeBank, m map[uuid.UUID]*V, id uuid.UUID) (V, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	p, ok := b.payments[id]
+	v, ok := m[id]
 	if !ok {
-		return payment.Payment{}, payment.ErrNotFound
+		var none V
+		return none, payment.ErrNotFound
 	}
-	return *p, nil
+	return *v, nil
 }
 
 func (b *fakeBank) EachPaymentCreated(_ context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Payment) error) error {
+	return eachCreated(b, b.payments, paymentOutcome, &b.createdIn, from, to, statuses, merchants, fn)
+}
+
+func (b *fakeBank) EachRefundCreated(_ context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Refund) error) error {
+	return eachCreated(b, b.refunds, refundOutcome, &b.refundsIn, from, to, statuses, merchants, fn)
+}
+
+// eachCreated calls fn, outside the lock, with each of m created in [from, to) with one of
+// statuses, of one of merchants (any if none); it notes the range asked for in asked.
+func eachCreated[V any](b *fakeBank, m map[uuid.UUID]*V, of func(*V) outcome, asked *[][2]time.Time,
+	from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(V) error) error {
 	b.mu.Lock()
-	b.createdIn = append(b.createdIn, [2]time.Time{from, to})
-	var match []payment.Payment
-	for _, p := range b.payments {
-		if !p.CreatedAt.Before(from) && p.CreatedAt.Before(to) && slices.Contains(statuses, p.Status) &&
-			(len(merchants) == 0 || slices.Contains(merchants, p.MerchantID)) {
-			match = append(match, *p)
+	*asked = append(*asked, [2]time.Time{from, to})
+	var match []V
+	for _, v := range m {
+		o := of(v)
+		if !o.created.Before(from) && o.created.Before(to) && slices.Contains(statuses, *o.status) &&
+			(len(merchants) == 0 || slices.Contains(merchants, o.merchant)) {
+			match = append(match, *v)
 		}
 	}
 	b.mu.Unlock()
-	for _, p := range match {
-		if err := fn(p); err != nil {
+	for _, v := range match {
+		if err := fn(v); err != nil {
 			return err
 		}
 	}
@@ -218,7 +202,12 @@ func (b *fakeBank) Settle(_ context.Context, workflowID string, s workflows.Sett
 	b.calls++
 	for _, r := range b.refunds {
 		if workflows.RefundWorkflowID(r.MerchantID, r.IdempotencyKey) == workflowID {
-			return b.settleRefund(r, s)
+			if b.onSettleRefund != nil {
+				if err := b.onSettleRefund(r); err != nil {
+					return "", err
+				}
+			}
+			return b.settle("refund", refundOutcome(r), s)
 		}
 	}
 	var p *payment.Payment
@@ -235,17 +224,23 @@ func (b *fakeBank) Settle(_ context.Context, workflowID string, s workflows.Sett
 			return "", err
 		}
 	}
-	if p.Status != payment.StatusUnknown {
-		return "", fmt.Errorf("%w: payment is %s, not unknown: nothing to settle", workflows.ErrSettlementRejected, p.Status)
+	return b.settle("payment", paymentOutcome(p), s)
+}
+
+// settle is what the payment or refund workflow does with a settlement: only an unknown
+// one (a kind) is settled, as the settlement says, days later.
+func (b *fakeBank) settle(kind string, o outcome, s workflows.Settlement) (string, error) {
+	if *o.status != payment.StatusUnknown {
+		return "", fmt.Errorf("%w: %s is %s, not unknown: nothing to settle", workflows.ErrSettlementRejected, kind, *o.status)
 	}
 	b.settled = append(b.settled, s)
 	if s.Outcome == workflows.OutcomeCharged {
-		p.Status, p.ProviderReference = payment.StatusSucceeded, s.ProviderReference
+		*o.status, *o.reference = payment.StatusSucceeded, s.ProviderReference
 	} else {
-		p.Status, p.FailureCode = payment.StatusFailed, payment.FailureDeclined
+		*o.status, *o.failure = payment.StatusFailed, payment.FailureDeclined
 	}
-	p.UpdatedAt = p.UpdatedAt.Add(time.Hour * 24 * 3) // settled days later
-	return string(p.Status), nil
+	*o.updated = o.updated.Add(time.Hour * 24 * 3)
+	return string(*o.status), nil
 }
 
 func line(n int, p payment.Payment, d Day) Line {
