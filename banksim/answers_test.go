@@ -119,8 +119,8 @@ func TestAnswersGolden(t *testing.T) {
 			fmt.Fprintf(&out, "== inquiry without capability\n%s",
 				ids.render(none.try(t, http.MethodGet, sc.path+"?reference=r-1", nil, nil)))
 			// What the bank keeps of it all: its control API and the day's settlement file.
-			kept := "/_sim" + strings.TrimPrefix(sc.path, "/v1")
-			for _, path := range []string{kept, kept + "?reference=r-8", "/v1/settlements/2025-03-14.csv"} {
+			control := "/_sim" + strings.TrimPrefix(sc.path, "/v1")
+			for _, path := range []string{control, control + "?reference=r-8", "/v1/settlements/2025-03-14.csv"} {
 				fmt.Fprintf(&out, "== GET %s\n%s", path, ids.render(e.try(t, http.MethodGet, path, nil, nil)))
 			}
 

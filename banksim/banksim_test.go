@@ -75,12 +75,18 @@ func (e *env) send(c *http.Client, method, path string, header map[string]string
 
 func (e *env) charge(t *testing.T, key string, req any) (int, charge) {
 	t.Helper()
-	code, b := e.do(t, http.MethodPost, "/v1/charges", map[string]string{"Idempotency-Key": key}, req)
-	var c charge
+	return posted[charge](t, e, "/v1/charges", key, req)
+}
+
+// posted sends req with key to path and returns the status and, if created, what was.
+func posted[V any](t *testing.T, e *env, path, key string, req any) (int, V) {
+	t.Helper()
+	code, b := e.do(t, http.MethodPost, path, map[string]string{"Idempotency-Key": key}, req)
+	var v V
 	if code == http.StatusCreated {
-		require.NoError(t, json.Unmarshal(b, &c))
+		require.NoError(t, json.Unmarshal(b, &v))
 	}
-	return code, c
+	return code, v
 }
 
 type simCharges struct {
@@ -91,13 +97,18 @@ type simCharges struct {
 
 func (e *env) moved(t *testing.T, ref string) simCharges {
 	t.Helper()
-	path := "/_sim/charges"
+	return kept[simCharges](t, e, "/_sim/charges", ref)
+}
+
+// kept is what the control API at path shows of ref ("" for everything).
+func kept[V any](t *testing.T, e *env, path, ref string) V {
+	t.Helper()
 	if ref != "" {
 		path += "?reference=" + ref
 	}
 	code, b := e.do(t, http.MethodGet, path, nil, nil)
 	require.Equal(t, http.StatusOK, code)
-	var out simCharges
+	var out V
 	require.NoError(t, json.Unmarshal(b, &out))
 	return out
 }

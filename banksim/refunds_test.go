@@ -18,12 +18,7 @@ func refundReq(ref, charge string, amount int64) refundRequest {
 
 func (e *env) refund(t *testing.T, key string, req any) (int, refund) {
 	t.Helper()
-	code, b := e.do(t, http.MethodPost, "/v1/refunds", map[string]string{"Idempotency-Key": key}, req)
-	var r refund
-	if code == http.StatusCreated {
-		require.NoError(t, json.Unmarshal(b, &r))
-	}
-	return code, r
+	return posted[refund](t, e, "/v1/refunds", key, req)
 }
 
 func (e *env) tryRefund(t *testing.T, key string, req refundRequest) answer {
@@ -39,15 +34,7 @@ type simRefunds struct {
 
 func (e *env) refunded(t *testing.T, ref string) simRefunds {
 	t.Helper()
-	path := "/_sim/refunds"
-	if ref != "" {
-		path += "?reference=" + ref
-	}
-	code, b := e.do(t, http.MethodGet, path, nil, nil)
-	require.Equal(t, http.StatusOK, code)
-	var out simRefunds
-	require.NoError(t, json.Unmarshal(b, &out))
-	return out
+	return kept[simRefunds](t, e, "/_sim/refunds", ref)
 }
 
 // charged makes a succeeded charge of 123.45 TRY for ref.
