@@ -57,7 +57,13 @@ func (s *Store) ListPayments(ctx context.Context, in ListPaymentsInput) ([]payme
 		top = top.below(created, *in.StartingAfter)
 	}
 	sql, args := dbsqlc.ListPayments, []any{in.MerchantID, pageBottom(in.CreatedGTE), top.createdAt, top.id, in.Limit + 1}
-	if in.Status != "" {
+	switch in.Status {
+	case "":
+	case payment.StatusFailed:
+		sql = dbsqlc.ListFailedPayments
+	case payment.StatusProcessing, payment.StatusUnknown:
+		sql, args = dbsqlc.ListOpenPayments, append(args, in.Status)
+	default:
 		sql, args = dbsqlc.ListPaymentsWithStatus, append(args, in.Status)
 	}
 	rows, err := s.pool.Query(ctx, sql, args...)

@@ -31,11 +31,13 @@ func seedPayment(t *testing.T, s *store.Store, m testkit.Merchant, created time.
 		failure = &code
 	}
 	require.NoError(t, s.Exec(context.Background(), `WITH r AS (
-		INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id)
-		VALUES ($2, $1::uuid::text, repeat('0', 64), 'completed', $1::uuid) RETURNING merchant_id, idempotency_key, operation_id)
+		INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id, created_at)
+		VALUES ($2, $1::uuid::text, repeat('0', 64),
+			CASE WHEN $4 IN ('processing', 'unknown') THEN $4 ELSE 'completed' END, $1::uuid, $6)
+		RETURNING merchant_id, idempotency_key, operation_id, created_at)
 		INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id,
 			payment_type, status, failure_code, created_at, updated_at)
-		SELECT operation_id, merchant_id, idempotency_key, $3, 100, 'TRY', idempotency_key, 'purchase', $4, $5, $6, $6 FROM r`,
+		SELECT operation_id, merchant_id, idempotency_key, $3, 100, 'TRY', idempotency_key, 'purchase', $4, $5, created_at, created_at FROM r`,
 		id, m.ID, m.Account, status, failure, created))
 	return id
 }
@@ -286,9 +288,10 @@ func TestListPaymentsStableUnderConcurrentInserts(t *testing.T) {
 
 // planNode is the part of EXPLAIN (FORMAT JSON) the plan test reads.
 type planNode struct {
-	NodeType  string     `json:"Node Type"`
-	IndexName string     `json:"Index Name"`
-	Plans     []planNode `json:"Plans"`
+	NodeType     string     `json:"Node Type"`
+	IndexName    string     `json:"Index Name"`
+	RelationName string     `json:"Relation Name"`
+	Plans        []planNode `json:"Plans"`
 }
 
 func (n planNode) walk(fn func(planNode)) {
@@ -312,21 +315,24 @@ func TestListPaymentsPlanUsesIndexWithoutSort(t *testing.T) {
 	for range 4 {
 		merchants = append(merchants, testkit.NewMerchant(t, own, testkit.MerchantOptions{}))
 	}
-	// 20,000 payments of four merchants over 30 days, mostly succeeded, few unknown.
+	// 20,000 payments of four merchants over 30 days, mostly succeeded, few unknown or
+	// processing, each with its record as Begin and the workflow's steps leave it.
 	for _, m := range merchants {
-		require.NoError(t, own.Exec(ctx, `WITH r AS (
-			INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id)
-			SELECT $1, 'k' || g, repeat('0', 64), 'completed', gen_random_uuid() FROM generate_series(1, 5000) g
-			RETURNING merchant_id, idempotency_key, operation_id)
+		require.NoError(t, own.Exec(ctx, `WITH g AS (
+			SELECT n, 'k' || n AS key, gen_random_uuid() AS id, now() - n * interval '500 seconds' AS created,
+				CASE WHEN n % 100 = 0 THEN 'unknown' WHEN n % 100 = 50 THEN 'processing'
+					WHEN n % 10 = 1 THEN 'failed' ELSE 'succeeded' END AS status
+			FROM generate_series(1, 5000) n
+		), r AS (
+			INSERT INTO idempotency_records (merchant_id, idempotency_key, request_hash, status, operation_id, created_at)
+			SELECT $1, key, repeat('0', 64), CASE WHEN status IN ('processing', 'unknown') THEN status ELSE 'completed' END,
+				id, created FROM g)
 			INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id,
 				payment_type, status, failure_code, created_at)
-			SELECT operation_id, merchant_id, idempotency_key, $2, 100, 'TRY', idempotency_key, 'purchase',
-				CASE WHEN n % 100 = 0 THEN 'unknown' WHEN n % 10 = 1 THEN 'failed' ELSE 'succeeded' END,
-				CASE WHEN n % 100 <> 0 AND n % 10 = 1 THEN 'declined' END,
-				now() - n * interval '500 seconds'
-			FROM (SELECT *, substring(idempotency_key FROM 2)::int AS n FROM r) r`, m.ID, m.Account))
+			SELECT id, $1, key, $2, 100, 'TRY', key, 'purchase', status,
+				CASE WHEN status = 'failed' THEN 'declined' END, created FROM g`, m.ID, m.Account))
 	}
-	require.NoError(t, own.Exec(ctx, `ANALYZE payments`))
+	require.NoError(t, own.Exec(ctx, `ANALYZE payments, idempotency_records`))
 	m := merchants[1]
 	page, _, err := own.ListPayments(ctx, store.ListPaymentsInput{MerchantID: m.ID, Limit: 50})
 	require.NoError(t, err)
@@ -349,6 +355,9 @@ func TestListPaymentsPlanUsesIndexWithoutSort(t *testing.T) {
 		literals := make([]string, len(args))
 		for i, a := range args {
 			literals[i] = fmt.Sprintf("'%v'", a)
+			if a == nil {
+				literals[i] = "NULL"
+			}
 		}
 		var out []struct {
 			Plan planNode `json:"Plan"`
@@ -364,7 +373,7 @@ func TestListPaymentsPlanUsesIndexWithoutSort(t *testing.T) {
 	maxID := "ffffffff-ffff-ffff-ffff-ffffffffffff"
 	after := []any{cursor.CreatedAt.Format(time.RFC3339Nano), cursor.ID}
 	first := []any{farFuture, maxID}
-	byTime, byStatus := "payments_merchant_created", "payments_merchant_status_created"
+	byTime, failed, open := "payments_merchant_created", "payments_merchant_failed", "idempotency_open"
 	both := []bool{false, true}
 	for _, tc := range []struct {
 		name    string
@@ -372,21 +381,28 @@ func TestListPaymentsPlanUsesIndexWithoutSort(t *testing.T) {
 		args    []any
 		indexes []string // any of these
 		generic []bool
+		join    string // the index each listed row's payment is then read by, if any
 	}{
-		{"first page", dbsqlc.ListPayments, append([]any{m.ID, farPast}, append(first, 21)...), []string{byTime}, both},
-		{"after a cursor", dbsqlc.ListPayments, append([]any{m.ID, farPast}, append(after, 21)...), []string{byTime}, both},
+		{"first page", dbsqlc.ListPayments, append([]any{m.ID, farPast}, append(first, 21)...), []string{byTime}, both, ""},
+		{"after a cursor", dbsqlc.ListPayments, append([]any{m.ID, farPast}, append(after, 21)...), []string{byTime}, both, ""},
 		{"created range", dbsqlc.ListPayments, []any{m.ID, time.Now().Add(-20 * 24 * time.Hour).Format(time.RFC3339Nano),
-			time.Now().Add(-10 * 24 * time.Hour).Format(time.RFC3339Nano), uuid.Nil, 101}, []string{byTime}, both},
+			time.Now().Add(-10 * 24 * time.Hour).Format(time.RFC3339Nano), uuid.Nil, 101}, []string{byTime}, both, ""},
 		// A common status is as cheap to find by filtering the merchant's payments in order.
-		{"status succeeded", dbsqlc.ListPaymentsWithStatus, append([]any{m.ID, farPast}, append(first, 21, "succeeded")...), []string{byTime, byStatus}, both},
-		{"status failed after a cursor", dbsqlc.ListPaymentsWithStatus, append([]any{m.ID, farPast}, append(after, 21, "failed")...), []string{byTime, byStatus}, both},
-		// For values it does not know, the planner takes the status index. Planned for
-		// 'unknown' (or 'processing') while there are only a few hundred of them in all, it
-		// may prefer their own partial index (payments_unknown) and sort those few: cheaper
-		// at that size, and replaced by the status index as they grow.
+		{"status succeeded", dbsqlc.ListPaymentsWithStatus, append([]any{m.ID, farPast}, append(first, 21, "succeeded")...), []string{byTime}, both, ""},
+		{"status succeeded after a cursor", dbsqlc.ListPaymentsWithStatus, append([]any{m.ID, farPast}, append(after, 21, "succeeded")...), []string{byTime}, both, ""},
+		// Failed payments have their own index.
+		{"status failed", dbsqlc.ListFailedPayments, append([]any{m.ID, farPast}, append(first, 21)...), []string{failed}, both, ""},
+		{"status failed after a cursor", dbsqlc.ListFailedPayments, append([]any{m.ID, farPast}, append(after, 21)...), []string{failed}, both, ""},
+		// The rare ones, processing and unknown, are read along the merchant's open records,
+		// each joined to its payment.
+		{"status processing", dbsqlc.ListOpenPayments, append([]any{m.ID, farPast}, append(first, 21, "processing")...), []string{open}, both, "payments_pkey"},
+		{"status processing after a cursor", dbsqlc.ListOpenPayments, append([]any{m.ID, farPast}, append(after, 21, "processing")...), []string{open}, both, "payments_pkey"},
+		{"status unknown", dbsqlc.ListOpenPayments, append([]any{m.ID, farPast}, append(first, 21, "unknown")...), []string{open}, both, "payments_pkey"},
+		{"status unknown after a cursor", dbsqlc.ListOpenPayments, append([]any{m.ID, farPast}, append(after, 21, "unknown")...), []string{open}, both, "payments_pkey"},
 		// GET /v1/payments?idempotency_key= and the sweeper find a payment by its key.
-		{"by idempotency key", dbsqlc.GetPaymentByKey, []any{m.ID, "k4242"}, []string{"payments_merchant_key"}, both},
-		{"status unknown after a cursor", dbsqlc.ListPaymentsWithStatus, append([]any{m.ID, farPast}, append(after, 21, "unknown")...), []string{byStatus}, []bool{true}},
+		{"by idempotency key", dbsqlc.GetPaymentByKey, []any{m.ID, "k4242"}, []string{"payments_merchant_key"}, both, ""},
+		// A duplicate invoice's live payment, by the business key.
+		{"live payment of an invoice", dbsqlc.LivePayment, []any{m.ID, "k4242", "purchase"}, []string{"payments_business_key"}, both, ""},
 	} {
 		for _, generic := range tc.generic {
 			t.Run(fmt.Sprintf("%s generic=%v", tc.name, generic), func(t *testing.T) {
@@ -401,8 +417,43 @@ func TestListPaymentsPlanUsesIndexWithoutSort(t *testing.T) {
 				require.NotContains(t, types, "Sort", "plan %s", raw)
 				require.NotContains(t, types, "Incremental Sort", "plan %s", raw)
 				require.Contains(t, types, "Index Scan", "plan %s", raw)
-				require.Len(t, indexes, 1, "plan %s", raw)
+				if tc.join == "" {
+					require.Len(t, indexes, 1, "plan %s", raw)
+				} else {
+					// A nested loop keeps the outer index's order; a hash or merge join would not.
+					require.Len(t, indexes, 2, "plan %s", raw)
+					require.Equal(t, tc.join, indexes[1], "plan %s", raw)
+					require.Contains(t, types, "Nested Loop", "plan %s", raw)
+				}
 				require.Contains(t, tc.indexes, indexes[0], "plan %s", raw)
+			})
+		}
+	}
+
+	// The health figures and the sweeper find the open payments through the open records too:
+	// neither reads all of payments or of the records, however many operations finished.
+	for _, tc := range []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"stats", dbsqlc.Stats, []any{store.StuckAfter.Seconds()}},
+		{"stranded", dbsqlc.Stranded, []any{nil, 100}},
+		{"stranded of a merchant", dbsqlc.Stranded, []any{m.ID, 100}},
+	} {
+		for _, generic := range both {
+			t.Run(fmt.Sprintf("%s generic=%v", tc.name, generic), func(t *testing.T) {
+				plan, raw := explain(t, tc.sql, tc.args, generic)
+				var indexes []string
+				plan.walk(func(n planNode) {
+					if n.IndexName != "" {
+						indexes = append(indexes, n.IndexName)
+					}
+					if n.NodeType == "Seq Scan" {
+						require.NotContains(t, []string{"payments", "idempotency_records"}, n.RelationName, "plan %s", raw)
+					}
+				})
+				require.Contains(t, indexes, open, "plan %s", raw)
 			})
 		}
 	}

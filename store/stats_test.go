@@ -7,7 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
 )
 
 // The db_lock_wait and hot_account_rate figures see a blocked row update and fresh postings.
@@ -75,4 +77,32 @@ func TestStatsCountUnknownRefunds(t *testing.T) {
 	after, err = db.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, before.StuckRefunds+1, after.StuckRefunds)
+}
+
+// The unknown payments and the stuck ones are counted exactly, read through the open records:
+// a payment flagged stuck counts whatever its status, a processing one once it is older than
+// StuckAfter, and both at once count once.
+func TestStatsCountOpenPayments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	own := ownStore(t)
+	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{})
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	old := now.Add(-store.StuckAfter - time.Hour)
+	seedPayment(t, own, m, old, payment.StatusSucceeded)
+	seedPayment(t, own, m, old, payment.StatusFailed)
+	seedPayment(t, own, m, now, payment.StatusProcessing)
+	seedPayment(t, own, m, now.Add(-store.StuckAfter+time.Minute), payment.StatusProcessing)
+	seedPayment(t, own, m, old, payment.StatusProcessing)
+	require.NoError(t, own.FlagStuck(ctx, seedPayment(t, own, m, old, payment.StatusProcessing), "test"))
+	require.NoError(t, own.FlagStuck(ctx, seedPayment(t, own, m, now, payment.StatusSucceeded), "test"))
+	oldest := now.Add(-3 * time.Hour)
+	seedPayment(t, own, m, oldest, payment.StatusUnknown)
+	seedPayment(t, own, m, now.Add(-time.Hour), payment.StatusUnknown)
+
+	st, err := own.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), st.UnknownCount)
+	require.True(t, oldest.Equal(st.OldestUnknown), "oldest unknown %v, want %v", st.OldestUnknown, oldest)
+	require.Equal(t, int64(3), st.Stuck, "two old processing payments (one flagged too) and a flagged succeeded one")
 }

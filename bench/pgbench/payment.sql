@@ -65,9 +65,9 @@ SELECT :merchant_id, 'payment', :idempotency_key, :request_hash, 'processing', :
 WHERE EXISTS (SELECT 1 FROM accounts WHERE id = :account_id AND kind = 'customer' AND merchant_id = :merchant_id AND currency = :currency)
 ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation_id;
 -- store/queries/payments.sql: InsertPayment
-INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status)
-SELECT :op_id, :merchant_id, :idempotency_key, :account_id, :amount, :currency, :invoice_id, :payment_type, 'processing'
-WHERE EXISTS (SELECT 1 FROM idempotency_records WHERE operation_id = :op_id)
+INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, created_at)
+SELECT :op_id, :merchant_id, :idempotency_key, :account_id, :amount, :currency, :invoice_id, :payment_type, 'processing', r.created_at
+FROM idempotency_records r WHERE r.operation_id = :op_id
 RETURNING created_at, updated_at;
 \endpipeline
 

@@ -1,15 +1,19 @@
 -- Payments: the operation's row, its status moves and its charge attempts.
 
 -- name: InsertPayment :one
--- Guarded by the record: only the operation that acquired the key gets a payment row.
-INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'processing'
-WHERE EXISTS (SELECT 1 FROM idempotency_records WHERE operation_id = $1)
+-- Guarded by the record: only the operation that acquired the key gets a payment row. It is
+-- created when its record is: the lists of open payments read the record's created_at in the
+-- payments' order.
+INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, created_at)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'processing', r.created_at
+FROM idempotency_records r WHERE r.operation_id = $1
 RETURNING created_at, updated_at;
 
 -- name: LivePayment :one
+-- A live payment (processing, unknown or succeeded) is one without a failure: the business
+-- key's predicate.
 SELECT id FROM payments WHERE merchant_id = $1 AND invoice_id = $2 AND payment_type = $3
-AND status IN ('processing', 'unknown', 'succeeded');
+AND failure_code IS NULL;
 
 -- name: GetPayment :one
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,

@@ -55,9 +55,10 @@ UPDATE idempotency_records SET outcome = $3, response_body = $4, updated_at = no
 WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = $2 AND status = 'completed' AND response_body IS NULL;
 
 -- name: Stranded :many
--- Both scopes: the sweeper starts a stranded refund's workflow as it does a payment's.
+-- Both scopes: the sweeper starts a stranded refund's workflow as it does a payment's. A record
+-- whose workflow was never started is open, so the open records' index finds them.
 SELECT merchant_id, scope, idempotency_key FROM idempotency_records
-WHERE NOT workflow_started AND locked_until < now()
+WHERE status <> 'completed' AND NOT workflow_started AND locked_until < now()
   AND (sqlc.narg(merchant_id)::uuid IS NULL OR merchant_id = sqlc.narg(merchant_id))
 ORDER BY locked_until LIMIT sqlc.arg(max_rows);
 

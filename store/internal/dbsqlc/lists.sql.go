@@ -12,6 +12,165 @@ import (
 	"github.com/google/uuid"
 )
 
+const ListFailedPayments = `-- name: ListFailedPayments :many
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
+status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
+created_at, updated_at, refunded_minor FROM payments
+WHERE merchant_id = $1 AND failure_code IS NOT NULL AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
+ORDER BY created_at DESC, id DESC LIMIT $5
+`
+
+type ListFailedPaymentsParams struct {
+	MerchantID uuid.UUID
+	Column2    time.Time
+	Column3    time.Time
+	Column4    uuid.UUID
+	Limit      int32
+}
+
+type ListFailedPaymentsRow struct {
+	ID                uuid.UUID
+	MerchantID        uuid.UUID
+	IdempotencyKey    string
+	AccountID         uuid.UUID
+	AmountMinor       int64
+	Currency          string
+	InvoiceID         string
+	PaymentType       string
+	Status            string
+	FailureCode       string
+	ProviderReference string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	RefundedMinor     int64
+}
+
+// ListPayments of the failed payments (those with a failure code), along their own index.
+func (q *Queries) ListFailedPayments(ctx context.Context, arg ListFailedPaymentsParams) ([]ListFailedPaymentsRow, error) {
+	rows, err := q.db.Query(ctx, ListFailedPayments,
+		arg.MerchantID,
+		arg.Column2,
+		arg.Column3,
+		arg.Column4,
+		arg.Limit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListFailedPaymentsRow
+	for rows.Next() {
+		var i ListFailedPaymentsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.MerchantID,
+			&i.IdempotencyKey,
+			&i.AccountID,
+			&i.AmountMinor,
+			&i.Currency,
+			&i.InvoiceID,
+			&i.PaymentType,
+			&i.Status,
+			&i.FailureCode,
+			&i.ProviderReference,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.RefundedMinor,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ListOpenPayments = `-- name: ListOpenPayments :many
+SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type,
+p.status, coalesce(p.failure_code, '') AS failure_code, coalesce(p.provider_reference, '') AS provider_reference,
+p.created_at, p.updated_at, p.refunded_minor
+FROM idempotency_records r JOIN payments p ON p.id = r.operation_id
+WHERE r.merchant_id = $1 AND r.scope = 'payment' AND r.status <> 'completed' AND r.status = $6
+  AND r.created_at >= $2::timestamptz AND (r.created_at, r.operation_id) < ($3::timestamptz, $4::uuid)
+  AND p.status = $6
+ORDER BY r.created_at DESC, r.operation_id DESC LIMIT $5
+`
+
+type ListOpenPaymentsParams struct {
+	MerchantID uuid.UUID
+	Column2    time.Time
+	Column3    time.Time
+	Column4    uuid.UUID
+	Limit      int32
+	Status     string
+}
+
+type ListOpenPaymentsRow struct {
+	ID                uuid.UUID
+	MerchantID        uuid.UUID
+	IdempotencyKey    string
+	AccountID         uuid.UUID
+	AmountMinor       int64
+	Currency          string
+	InvoiceID         string
+	PaymentType       string
+	Status            string
+	FailureCode       string
+	ProviderReference string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	RefundedMinor     int64
+}
+
+// ListPayments of the payments with status $6, processing or unknown: rare, so they are found
+// through the merchant's open idempotency records (which follow their payments and are never
+// deleted while open), newest first along the open records' index. A payment is created when
+// its record is and has its operation id, so the record's (created_at, operation_id) is the
+// payment's (created_at, id).
+func (q *Queries) ListOpenPayments(ctx context.Context, arg ListOpenPaymentsParams) ([]ListOpenPaymentsRow, error) {
+	rows, err := q.db.Query(ctx, ListOpenPayments,
+		arg.MerchantID,
+		arg.Column2,
+		arg.Column3,
+		arg.Column4,
+		arg.Limit,
+		arg.Status,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListOpenPaymentsRow
+	for rows.Next() {
+		var i ListOpenPaymentsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.MerchantID,
+			&i.IdempotencyKey,
+			&i.AccountID,
+			&i.AmountMinor,
+			&i.Currency,
+			&i.InvoiceID,
+			&i.PaymentType,
+			&i.Status,
+			&i.FailureCode,
+			&i.ProviderReference,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.RefundedMinor,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ListPayments = `-- name: ListPayments :many
 SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
 status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
@@ -123,7 +282,9 @@ type ListPaymentsWithStatusRow struct {
 	RefundedMinor     int64
 }
 
-// ListPayments of the payments with status $6.
+// ListPayments of the payments with status $6, for a common status (succeeded): filtering the
+// merchant's payments in order finds them at once. payments has no index naming the status,
+// so that a payment's success is updated in place.
 func (q *Queries) ListPaymentsWithStatus(ctx context.Context, arg ListPaymentsWithStatusParams) ([]ListPaymentsWithStatusRow, error) {
 	rows, err := q.db.Query(ctx, ListPaymentsWithStatus,
 		arg.MerchantID,

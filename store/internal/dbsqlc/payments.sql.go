@@ -160,9 +160,9 @@ func (q *Queries) GetPaymentByKey(ctx context.Context, arg GetPaymentByKeyParams
 
 const InsertPayment = `-- name: InsertPayment :one
 
-INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'processing'
-WHERE EXISTS (SELECT 1 FROM idempotency_records WHERE operation_id = $1)
+INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, created_at)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'processing', r.created_at
+FROM idempotency_records r WHERE r.operation_id = $1
 RETURNING created_at, updated_at
 `
 
@@ -183,7 +183,9 @@ type InsertPaymentRow struct {
 }
 
 // Payments: the operation's row, its status moves and its charge attempts.
-// Guarded by the record: only the operation that acquired the key gets a payment row.
+// Guarded by the record: only the operation that acquired the key gets a payment row. It is
+// created when its record is: the lists of open payments read the record's created_at in the
+// payments' order.
 func (q *Queries) InsertPayment(ctx context.Context, arg InsertPaymentParams) (InsertPaymentRow, error) {
 	row := q.db.QueryRow(ctx, InsertPayment,
 		arg.ID,
@@ -202,7 +204,7 @@ func (q *Queries) InsertPayment(ctx context.Context, arg InsertPaymentParams) (I
 
 const LivePayment = `-- name: LivePayment :one
 SELECT id FROM payments WHERE merchant_id = $1 AND invoice_id = $2 AND payment_type = $3
-AND status IN ('processing', 'unknown', 'succeeded')
+AND failure_code IS NULL
 `
 
 type LivePaymentParams struct {
@@ -211,6 +213,8 @@ type LivePaymentParams struct {
 	PaymentType string
 }
 
+// A live payment (processing, unknown or succeeded) is one without a failure: the business
+// key's predicate.
 func (q *Queries) LivePayment(ctx context.Context, arg LivePaymentParams) (uuid.UUID, error) {
 	row := q.db.QueryRow(ctx, LivePayment, arg.MerchantID, arg.InvoiceID, arg.PaymentType)
 	var id uuid.UUID

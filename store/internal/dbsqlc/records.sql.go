@@ -252,7 +252,7 @@ func (q *Queries) SetRecordStatus(ctx context.Context, arg SetRecordStatusParams
 
 const Stranded = `-- name: Stranded :many
 SELECT merchant_id, scope, idempotency_key FROM idempotency_records
-WHERE NOT workflow_started AND locked_until < now()
+WHERE status <> 'completed' AND NOT workflow_started AND locked_until < now()
   AND ($1::uuid IS NULL OR merchant_id = $1)
 ORDER BY locked_until LIMIT $2
 `
@@ -268,7 +268,8 @@ type StrandedRow struct {
 	IdempotencyKey string
 }
 
-// Both scopes: the sweeper starts a stranded refund's workflow as it does a payment's.
+// Both scopes: the sweeper starts a stranded refund's workflow as it does a payment's. A record
+// whose workflow was never started is open, so the open records' index finds them.
 func (q *Queries) Stranded(ctx context.Context, arg StrandedParams) ([]StrandedRow, error) {
 	rows, err := q.db.Query(ctx, Stranded, arg.MerchantID, arg.MaxRows)
 	if err != nil {

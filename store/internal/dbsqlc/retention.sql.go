@@ -49,8 +49,8 @@ type DeleteExpiredRecordsRow struct {
 // One batch, oldest operations first, from after the previous batch's last operation id. The
 // operation id is a UUIDv7 minted when the request arrived, so an operation that finished before
 // the cut-off began before it too: the unique index on operation_id, bounded by the cut-off's
-// UUIDv7 prefix, finds the candidates without an index of its own (which would make every
-// completion a non-HOT update). SKIP LOCKED lets several workers delete side by side, each
+// UUIDv7 prefix, finds the candidates without an index of its own (one more index entry for
+// every completion to write). SKIP LOCKED lets several workers delete side by side, each
 // taking rows the others have not locked, and lets a request racing on the same key go first.
 func (q *Queries) DeleteExpiredRecords(ctx context.Context, arg DeleteExpiredRecordsParams) (DeleteExpiredRecordsRow, error) {
 	row := q.db.QueryRow(ctx, DeleteExpiredRecords, arg.RetentionSeconds, arg.After, arg.MaxRows)
