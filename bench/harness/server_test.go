@@ -42,7 +42,7 @@ func TestCompareSideOnTheRealServer(t *testing.T) {
 		{TopologyCluster, "server, split", bench.SplitShape},
 	} {
 		t.Run(tc.topology, func(t *testing.T) {
-			st, err := startStack(ctx, cfg, TemporalServer, tc.topology)
+			st, err := startStack(ctx, cfg, TemporalServer, tc.topology, false)
 			require.NoError(t, err)
 			defer func() { st.stop(t.Failed()) }()
 			_, err = os.Stat(filepath.Join(st.dir, "temporal"))
