@@ -699,16 +699,21 @@ func StackCPU(root int, beside []int, kasaBackends func() map[int]bool) CPU {
 }
 
 // class is the process class of an executable's name and arguments: the real Temporal Server
-// counts as Temporal, and kasa's bank simulator as the simulator.
+// counts as Temporal, kasa's bank simulator as the simulator, and kasa's other commands as kasa
+// (whatever the binary is called: kasa, kasa.wt...).
 func class(comm string, args []string) string {
 	switch {
 	case comm == "temporal-server":
 		return ClassTemporal
-	case comm == "kasa" && len(args) > 1 && args[1] == "banksim":
+	case isKasa(comm) && len(args) > 1 && args[1] == "banksim":
 		return ClassBanksim
+	case isKasa(comm):
+		return ClassKasa
 	}
 	return comm
 }
+
+func isKasa(comm string) bool { return strings.HasPrefix(comm, "kasa") }
 
 // proc is a process's stat, and its arguments when its class depends on them.
 type proc struct {
@@ -723,7 +728,7 @@ func readProcs() map[int]proc {
 	for _, p := range all {
 		if st, err := p.Stat(); err == nil {
 			var args []string
-			if st.Comm == "kasa" {
+			if isKasa(st.Comm) {
 				args, _ = p.CmdLine()
 			}
 			procs[p.PID] = proc{st, args}

@@ -65,6 +65,8 @@ func TestStackCPUFollowsTheProcessTree(t *testing.T) {
 	require.Equal(t, ClassTemporal, class("temporal-server", nil), "the real Temporal Server is Temporal")
 	require.Equal(t, ClassBanksim, class("kasa", []string{"/x/kasa", "banksim"}), "kasa banksim is the simulator, not kasa")
 	require.Equal(t, ClassKasa, class("kasa", []string{"/x/kasa", "worker"}))
+	require.Equal(t, ClassBanksim, class("kasa.wt", []string{"bin/kasa.wt", "banksim"}), "whatever the binary's name")
+	require.Equal(t, ClassKasa, class("kasa.wt", []string{"bin/kasa.wt", "api"}))
 
 	busy := time.Now().Add(100 * time.Millisecond) // this process is the bench class
 	for time.Now().Before(busy) {

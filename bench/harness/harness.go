@@ -340,6 +340,9 @@ func fetchProfile(ctx context.Context, base, path string, warmup, window time.Du
 	if err != nil {
 		return err
 	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
 	return os.WriteFile(path, b, 0o644)
 }
 
