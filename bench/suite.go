@@ -480,7 +480,7 @@ func Markdown(title string, runs ...Result) string {
 		for _, ms := range m {
 			all += ms
 		}
-		other := all - m[ClassKasa] - m[ClassPostgres] - m[ClassTemporal] - m[ClassBanksim] - m[ClassBench]
+		other := max(all-m[ClassKasa]-m[ClassPostgres]-m[ClassTemporal]-m[ClassBanksim]-m[ClassBench], 0) // never a rounding's -0.00
 		ratio := "-"
 		if o := r.CPU.Own; o.Ratio > 0 {
 			ratio = fmt.Sprintf("%.2f (%s)", o.Ratio, map[bool]string{true: "met", false: "**not met**"}[o.Met])
