@@ -643,63 +643,102 @@ type Counters func(ctx context.Context) (map[string]int64, error)
 
 // The process classes CPU reports; any other process of the stack is named by its executable.
 const (
-	ClassKasa     = "kasa"     // the measured kasa dev: API, worker, relay, consumer, bank simulator
+	ClassKasa     = "kasa"     // kasa's processes: the measured kasa dev (API, worker, relay, consumer, embedded NATS), or kasa cluster's
+	ClassBanksim  = "banksim"  // the bank simulator (kasa banksim), a process of its own: not kasa
 	ClassPostgres = "postgres" // PostgreSQL's server processes
 	ClassTemporal = "temporal" // the Temporal dev server
 	ClassBench    = "bench"    // this process: the load generator, and in a T run its worker
+)
+
+// Parts of ClassPostgres's time, not classes: the CPU of the backends connected to kasa's database
+// and of those connected to any other (Temporal's, the bench's own counters). What no backend used
+// (the postmaster, WAL writer, checkpointer, closed backends) is PostgreSQL's shared time.
+const (
+	postgresKasa   = "postgres@kasa"
+	postgresOthers = "postgres@others"
+	partPrefix     = "postgres@"
 )
 
 // StackCPU reads from /proc the CPU time of root (class kasa), of every process descended from it
 // (PostgreSQL, Temporal), of the beside processes and their descendants (servers started for
 // root rather than by it), and of this process (class bench). A process's time includes its ended
 // children (PostgreSQL's closed backends), except for this process's: pgbench is not the load
-// generator. Nil where there is no /proc.
-func StackCPU(root int, beside ...int) CPU {
+// generator. If kasaBackends is set, it maps PostgreSQL backends' process ids to whether they
+// serve kasa's database, and their time is also counted in the parts postgres@kasa and
+// postgres@others. Nil where there is no /proc.
+func StackCPU(root int, beside []int, kasaBackends func() map[int]bool) CPU {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		return nil
 	}
 	self := os.Getpid()
 	const tick = 10 * time.Millisecond // USER_HZ, the unit of /proc's CPU times
 	return func() map[string]time.Duration {
-		stats := readProcs()
+		var backends map[int]bool
+		if kasaBackends != nil {
+			backends = kasaBackends()
+		}
+		procs := readProcs()
 		use := map[string]time.Duration{}
-		for pid, st := range stats {
+		for pid, p := range procs {
+			st := p.ProcStat
 			own, children := time.Duration(st.UTime+st.STime)*tick, time.Duration(st.CUTime+st.CSTime)*tick
 			switch {
 			case pid == self:
 				use[ClassBench] += own
 			case pid == root:
 				use[ClassKasa] += own + children
-			case descends(stats, pid, root) || slices.ContainsFunc(beside, func(b int) bool { return pid == b || descends(stats, pid, b) }):
-				use[class(st.Comm)] += own + children
+			case descends(procs, pid, root) || slices.ContainsFunc(beside, func(b int) bool { return pid == b || descends(procs, pid, b) }):
+				use[class(st.Comm, p.args)] += own + children
+				if kasa, ok := backends[pid]; ok {
+					use[map[bool]string{true: postgresKasa, false: postgresOthers}[kasa]] += own + children
+				}
 			}
 		}
 		return use
 	}
 }
 
-// class is the process class of an executable's name: the real Temporal Server counts as Temporal.
-func class(comm string) string {
-	if comm == "temporal-server" {
+// class is the process class of an executable's name and arguments: the real Temporal Server
+// counts as Temporal, kasa's bank simulator as the simulator, and kasa's other commands as kasa
+// (whatever the binary is called: kasa, kasa.wt...).
+func class(comm string, args []string) string {
+	switch {
+	case comm == "temporal-server":
 		return ClassTemporal
+	case isKasa(comm) && len(args) > 1 && args[1] == "banksim":
+		return ClassBanksim
+	case isKasa(comm):
+		return ClassKasa
 	}
 	return comm
 }
 
+func isKasa(comm string) bool { return strings.HasPrefix(comm, "kasa") }
+
+// proc is a process's stat, and its arguments when its class depends on them.
+type proc struct {
+	procfs.ProcStat
+	args []string
+}
+
 // readProcs reads every process's stat. Processes that end while it reads are left out.
-func readProcs() map[int]procfs.ProcStat {
+func readProcs() map[int]proc {
 	all, _ := procfs.AllProcs()
-	stats := make(map[int]procfs.ProcStat, len(all))
+	procs := make(map[int]proc, len(all))
 	for _, p := range all {
 		if st, err := p.Stat(); err == nil {
-			stats[p.PID] = st
+			var args []string
+			if isKasa(st.Comm) {
+				args, _ = p.CmdLine()
+			}
+			procs[p.PID] = proc{st, args}
 		}
 	}
-	return stats
+	return procs
 }
 
 // descends says whether pid is a descendant of root.
-func descends(stats map[int]procfs.ProcStat, pid, root int) bool {
+func descends(stats map[int]proc, pid, root int) bool {
 	for range 64 { // a process tree is shallow; a cycle would be a bug in /proc, not a loop here
 		st, ok := stats[pid]
 		if !ok || st.PPID <= 1 {
@@ -758,6 +797,25 @@ type CPUUse struct {
 	Per   string             `json:"per"`   // the operation: "new payment", "workflow" or "request"
 	MS    map[string]float64 `json:"ms"`    // CPU milliseconds per operation, by process class
 	Cores float64            `json:"cores"` // all classes together: cores busy on average over the window
+	// PostgresBackends splits part of MS["postgres"] by the database the backends served
+	// ("kasa", "others"); the rest is PostgreSQL's shared time. Absent without that split.
+	PostgresBackends map[string]float64 `json:"postgres_backends_ms,omitempty"`
+	Own              OwnCPU             `json:"kasa_own"`
+}
+
+// OwnTarget is the most kasa's own CPU per payment may be, as a share of Temporal's.
+const OwnTarget = 0.5
+
+// OwnCPU is kasa's own CPU per operation: kasa's processes (ClassKasa, and a NATS server of the
+// stack) and kasa's part of PostgreSQL; never Temporal, the bank simulator or the load generator.
+// Kasa's part of PostgreSQL is its backends' time and the shared time in the proportion of its
+// backends' to all backends' (all of PostgreSQL's time without a split by database).
+type OwnCPU struct {
+	MS       float64 `json:"ms"`          // kasa's own CPU milliseconds per operation
+	Postgres float64 `json:"postgres_ms"` // of which kasa's part of PostgreSQL
+	Ratio    float64 `json:"to_temporal"` // MS ÷ Temporal's milliseconds per operation; 0 without Temporal
+	Target   float64 `json:"target"`      // OwnTarget
+	Met      bool    `json:"met"`         // Ratio ≤ Target, with Temporal measured
 }
 
 // cpuUse divides the window's CPU among its operations; nil without a measurement or operations.
@@ -766,11 +824,32 @@ func cpuUse(used map[string]time.Duration, window time.Duration, per string, ops
 		return nil
 	}
 	u := &CPUUse{Per: per, MS: map[string]float64{}}
+	perOp := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(ops) }
 	var total time.Duration
 	for class, d := range used {
-		u.MS[class] = float64(d) / float64(time.Millisecond) / float64(ops)
+		if part, ok := strings.CutPrefix(class, partPrefix); ok {
+			if u.PostgresBackends == nil {
+				u.PostgresBackends = map[string]float64{}
+			}
+			u.PostgresBackends[part] = perOp(d)
+			continue
+		}
+		u.MS[class] = perOp(d)
 		total += d
 	}
 	u.Cores = total.Seconds() / window.Seconds()
+	pg := u.MS[ClassPostgres]
+	if b := u.PostgresBackends; b != nil {
+		kasa, backends := b["kasa"], b["kasa"]+b["others"]
+		pg = kasa
+		if backends > 0 {
+			pg += max(u.MS[ClassPostgres]-backends, 0) * kasa / backends
+		}
+	}
+	u.Own = OwnCPU{MS: u.MS[ClassKasa] + u.MS["nats-server"] + pg, Postgres: pg, Target: OwnTarget}
+	if t := u.MS[ClassTemporal]; t > 0 {
+		u.Own.Ratio = u.Own.MS / t
+		u.Own.Met = u.Own.Ratio <= OwnTarget
+	}
 	return u
 }

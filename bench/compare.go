@@ -41,6 +41,7 @@ type Summary struct {
 	CPU      map[string]float64 // CPU milliseconds per operation, by process class
 	Cores    float64            // all classes together: cores busy on average
 	PerOp    map[string]float64 // counters per operation
+	Own      float64            // kasa's own CPU milliseconds per operation (OwnCPU)
 }
 
 // Side names the runs of a comparison.
@@ -113,6 +114,7 @@ func summarizePair(a, b Result) (Summary, float64) {
 				s.CPU[class] += ms / 2
 			}
 			s.Cores += r.CPU.Cores / 2
+			s.Own += r.CPU.Own.MS / 2
 		}
 		for name, n := range r.PerOp {
 			s.PerOp[name] += n / 2
@@ -142,7 +144,8 @@ func CompareMarkdown(c *Comparison) string {
 			s.T.P50, s.T.P99, s.Kasa.P50, s.Kasa.P99, map[bool]string{true: "yes", false: "**NO**"}[s.Correct])
 	}
 	b.WriteString("\nCPU milliseconds per workflow (T) or new payment (kasa), by process:\n\n")
-	b.WriteString("| side | run | kasa | temporal | postgres | bench | all | cores busy |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| side | run | kasa | temporal | postgres | bench | all | cores busy | kasa's own (kasa + its part of postgres) | own ÷ temporal |\n" +
+		"|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range c.Sides {
 		for _, row := range []struct {
 			name string
@@ -153,8 +156,12 @@ func CompareMarkdown(c *Comparison) string {
 				all += ms
 			}
 			m := row.sum.CPU
-			fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", cell(s.Temporal), row.name,
-				m[ClassKasa], m[ClassTemporal], m[ClassPostgres], m[ClassBench], all, row.sum.Cores)
+			ratio := "-"
+			if t := m[ClassTemporal]; t > 0 && row.name == "kasa" {
+				ratio = fmt.Sprintf("%.2f (target ≤ %.1f)", row.sum.Own/t, OwnTarget)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %s |\n", cell(s.Temporal), row.name,
+				m[ClassKasa], m[ClassTemporal], m[ClassPostgres], m[ClassBench], all, row.sum.Cores, row.sum.Own, ratio)
 		}
 	}
 	b.WriteString(dbMarkdown(c.Sides))

@@ -35,7 +35,7 @@ func TestStackCPUFollowsTheProcessTree(t *testing.T) {
 	}
 	root := start("sh", "-c", "yes & wait") // the busy `yes` is the root's child
 	outside := start("cat", "/dev/zero")    // busy too, but not under the root
-	cpu := StackCPU(root.Process.Pid)
+	cpu := StackCPU(root.Process.Pid, nil, nil)
 	require.NotNil(t, cpu)
 
 	first := cpu()
@@ -54,11 +54,19 @@ func TestStackCPUFollowsTheProcessTree(t *testing.T) {
 	}
 	require.Len(t, children, 1)
 	require.NotContains(t, last, "cat", "a process outside the tree is not counted")
+	split := StackCPU(root.Process.Pid, nil, func() map[int]bool { return map[int]bool{children[0]: true} })()
+	require.Equal(t, split["yes"], split[postgresKasa], "a database backend's time is also counted as a part: of kasa's database")
+	require.Positive(t, split[postgresKasa])
+	require.NotContains(t, split, postgresOthers)
 	own, ok := readProcs()[outside.Process.Pid]
 	require.True(t, ok)
 	require.Positive(t, own.UTime+own.STime, "the process left out did use CPU")
-	require.Positive(t, StackCPU(root.Process.Pid, outside.Process.Pid)()["cat"], "a process beside the root is counted by its name")
-	require.Equal(t, ClassTemporal, class("temporal-server"), "the real Temporal Server is Temporal")
+	require.Positive(t, StackCPU(root.Process.Pid, []int{outside.Process.Pid}, nil)()["cat"], "a process beside the root is counted by its name")
+	require.Equal(t, ClassTemporal, class("temporal-server", nil), "the real Temporal Server is Temporal")
+	require.Equal(t, ClassBanksim, class("kasa", []string{"/x/kasa", "banksim"}), "kasa banksim is the simulator, not kasa")
+	require.Equal(t, ClassKasa, class("kasa", []string{"/x/kasa", "worker"}))
+	require.Equal(t, ClassBanksim, class("kasa.wt", []string{"bin/kasa.wt", "banksim"}), "whatever the binary's name")
+	require.Equal(t, ClassKasa, class("kasa.wt", []string{"bin/kasa.wt", "api"}))
 
 	busy := time.Now().Add(100 * time.Millisecond) // this process is the bench class
 	for time.Now().Before(busy) {

@@ -36,7 +36,24 @@ func TestSampleBetween(t *testing.T) {
 func TestCPUUse(t *testing.T) {
 	t.Parallel()
 	u := cpuUse(map[string]time.Duration{ClassKasa: 400 * time.Millisecond, ClassPostgres: 200 * time.Millisecond}, 2*time.Second, "new payment", 100)
-	require.Equal(t, &CPUUse{Per: "new payment", MS: map[string]float64{ClassKasa: 4, ClassPostgres: 2}, Cores: 0.3}, u)
+	require.Equal(t, &CPUUse{Per: "new payment", MS: map[string]float64{ClassKasa: 4, ClassPostgres: 2}, Cores: 0.3,
+		Own: OwnCPU{MS: 6, Postgres: 2, Target: OwnTarget}}, u, "no Temporal measured: no ratio")
 	require.Nil(t, cpuUse(nil, time.Second, "request", 10))
+
+	// kasa's own CPU: kasa's processes and the part of PostgreSQL that served kasa's database (its
+	// backends, and the shared processes' time in proportion); never the simulator or Temporal.
+	u = cpuUse(map[string]time.Duration{
+		ClassKasa: 300 * time.Millisecond, ClassBanksim: 100 * time.Millisecond, ClassTemporal: 1000 * time.Millisecond,
+		ClassPostgres: 600 * time.Millisecond, postgresKasa: 300 * time.Millisecond, postgresOthers: 100 * time.Millisecond,
+	}, time.Second, "new payment", 100)
+	require.Equal(t, &CPUUse{Per: "new payment",
+		MS:    map[string]float64{ClassKasa: 3, ClassBanksim: 1, ClassTemporal: 10, ClassPostgres: 6},
+		Cores: 2, PostgresBackends: map[string]float64{"kasa": 3, "others": 1},
+		Own: OwnCPU{MS: 7.5, Postgres: 4.5, Ratio: 0.75, Target: OwnTarget, Met: false}}, u,
+		"postgres: 3 of kasa's backends + 3/4 of the 2 shared; the parts are not classes: all is 20 ms")
+	u = cpuUse(map[string]time.Duration{ClassKasa: 100 * time.Millisecond, ClassPostgres: 100 * time.Millisecond, ClassTemporal: 800 * time.Millisecond},
+		time.Second, "new payment", 100)
+	require.Equal(t, OwnCPU{MS: 2, Postgres: 1, Ratio: 0.25, Target: OwnTarget, Met: true}, u.Own,
+		"without a split by database, all of PostgreSQL is kasa's")
 	require.Nil(t, cpuUse(map[string]time.Duration{ClassKasa: time.Second}, time.Second, "request", 0))
 }

@@ -20,9 +20,12 @@ func TestMarkdown(t *testing.T) {
 	t.Parallel()
 	require.NotContains(t, Markdown("kasa bench", sampleResult("payments", 10), sampleResult("/a|b", 3)), "CPU per operation", "no CPU table without a measurement")
 	measured := sampleResult("payments", 10)
-	measured.CPU = &CPUUse{Per: "new payment", MS: map[string]float64{ClassKasa: 4.5, ClassPostgres: 3.25, ClassTemporal: 11, ClassBench: 0.3, "sh": 0.1, "yes": 0.05}, Cores: 1.8}
+	measured.CPU = &CPUUse{Per: "new payment", MS: map[string]float64{ClassKasa: 4.5, ClassPostgres: 3.25, ClassTemporal: 11, ClassBanksim: 0.5, ClassBench: 0.3, "sh": 0.1, "yes": 0.05}, Cores: 1.8,
+		Own: OwnCPU{MS: 7.5, Postgres: 3, Ratio: 7.5 / 11, Target: OwnTarget}}
 	out := Markdown("kasa bench", sampleResult("/a|b", 3), measured)
-	require.Contains(t, out, "| 2 | new payment | 4.50 | 3.25 | 11.00 | 0.30 | 0.15 | 19.20 | 1.80 |", "other sums the unnamed classes")
+	require.Contains(t, out, "| 2 | new payment | 4.50 | 3.25 | 3.00 | 11.00 | 0.50 | 0.30 | 0.15 | 19.70 | 1.80 | **7.50** | 0.68 (**not met**) |",
+		"other sums the unnamed classes; kasa's own and its ratio to Temporal's, against the target")
+	require.Contains(t, out, "target ≤ 0.5")
 	require.NotContains(t, out, "| 1 | new payment |", "a run without a measurement has no CPU row")
 	require.True(t, strings.HasPrefix(out, "## kasa bench\n"))
 	require.Contains(t, out, "| 402 insufficient_funds | 100 | 10.0% |")

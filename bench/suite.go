@@ -465,8 +465,12 @@ func Markdown(title string, runs ...Result) string {
 		}
 	}
 	if slices.ContainsFunc(runs, func(r Result) bool { return r.CPU != nil }) {
-		b.WriteString("\nCPU per operation, in milliseconds, over each run's measured window (kasa: the measured `kasa dev`; bench: the load generator, and T's worker in T runs):\n\n")
-		b.WriteString("| # | per | kasa | postgres | temporal | bench | other | all | cores busy |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(&b, "\nCPU per operation, in milliseconds, over each run's measured window. kasa: kasa's processes (the measured `kasa dev`: "+
+			"API, worker, relay, webhook consumer, embedded NATS); banksim: the bank simulator, a process of its own; bench: the load generator, and T's worker in T runs. "+
+			"**kasa's own** = kasa + kasa's part of PostgreSQL (the backends of kasa's database, and PostgreSQL's shared time in their proportion: %s); "+
+			"own ÷ temporal: target ≤ %.1f.\n\n", "pg kasa", OwnTarget)
+		b.WriteString("| # | per | kasa | postgres | pg kasa | temporal | banksim | bench | other | all | cores busy | **kasa's own** | own ÷ temporal |\n" +
+			"|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	}
 	for i, r := range runs {
 		if r.CPU == nil {
@@ -476,9 +480,14 @@ func Markdown(title string, runs ...Result) string {
 		for _, ms := range m {
 			all += ms
 		}
-		other := all - m[ClassKasa] - m[ClassPostgres] - m[ClassTemporal] - m[ClassBench]
-		fmt.Fprintf(&b, "| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
-			i+1, r.CPU.Per, m[ClassKasa], m[ClassPostgres], m[ClassTemporal], m[ClassBench], other, all, r.CPU.Cores)
+		other := max(all-m[ClassKasa]-m[ClassPostgres]-m[ClassTemporal]-m[ClassBanksim]-m[ClassBench], 0) // never a rounding's -0.00
+		ratio := "-"
+		if o := r.CPU.Own; o.Ratio > 0 {
+			ratio = fmt.Sprintf("%.2f (%s)", o.Ratio, map[bool]string{true: "met", false: "**not met**"}[o.Met])
+		}
+		fmt.Fprintf(&b, "| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | **%.2f** | %s |\n",
+			i+1, r.CPU.Per, m[ClassKasa], m[ClassPostgres], r.CPU.Own.Postgres, m[ClassTemporal], m[ClassBanksim], m[ClassBench], other, all, r.CPU.Cores,
+			r.CPU.Own.MS, ratio)
 	}
 	return b.String()
 }

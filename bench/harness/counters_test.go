@@ -24,7 +24,7 @@ func TestDatabaseCountersSplitByDatabase(t *testing.T) {
 		Settings: statsSettings, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer pg.Stop()
-	count, closeCounters, err := databaseCounters(ctx, pg.URL)
+	count, kasaBackends, closeCounters, err := databaseCounters(ctx, pg.URL)
 	require.NoError(t, err)
 	defer closeCounters()
 
@@ -36,6 +36,18 @@ func TestDatabaseCountersSplitByDatabase(t *testing.T) {
 
 	_, err = kasa.Exec(ctx, `INSERT INTO t VALUES (-1, 'x'); CHECKPOINT`)
 	require.NoError(t, err)
+	var kasaPID int
+	require.NoError(t, kasa.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&kasaPID))
+	backends := kasaBackends()
+	require.Contains(t, backends, kasaPID)
+	require.True(t, backends[kasaPID], "a backend of kasa's database is kasa's")
+	others := 0
+	for _, kasa := range backends {
+		if !kasa {
+			others++
+		}
+	}
+	require.Positive(t, others, "the counters' own backend, on database postgres, is not kasa's")
 	before, err := count(ctx)
 	require.NoError(t, err)
 	const n = 200

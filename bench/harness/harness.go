@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -28,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/procfs"
 	"go.temporal.io/sdk/client"
@@ -92,6 +94,8 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	fs.IntVar(&o.Preload, "preload", 0, "--suite: load this many stored payments and idempotency records for the large-table runs")
 	temporal := fs.String("temporal", TemporalDev, "the Temporal kasa runs on: dev (the CLI's dev server) or server (the real Temporal Server on PostgreSQL)")
 	topology := fs.String("kasa", TopologyDev, "how kasa runs: dev (one process, the worker in the API's) or cluster (kasa cluster: APIs and workers apart; needs --temporal=server)")
+	cpuProfile := fs.String("cpuprofile", "", "one run with --kasa dev: write a CPU profile of the measured kasa dev over the measured window to this file "+
+		"(fetched from its /debug/pprof/ on a loopback port of its own; see `go tool pprof -top kasa FILE`)")
 	compare := fs.Bool("compare-temporal", false, "measure T and new payments on the dev server, on the real server, and on the real server with kasa cluster, and write <date>-temporal-server.{md,json} to --out")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -108,6 +112,10 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	}
 	if (*topology != TopologyDev && *topology != TopologyCluster) || (*topology == TopologyCluster && *temporal != TemporalServer) {
 		fmt.Fprintf(fs.Output(), "kasa bench: --kasa is dev or cluster (with --temporal=server), not %q\n", *topology)
+		return ErrUsage
+	}
+	if *cpuProfile != "" && (*suite || *compare || *topology != TopologyDev) {
+		fmt.Fprintln(fs.Output(), "kasa bench: --cpuprofile profiles one run of kasa dev: not with --suite, --compare-temporal or --kasa cluster")
 		return ErrUsage
 	}
 	if *compare {
@@ -132,7 +140,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		}
 		return nil
 	}
-	st, err := startStack(ctx, cfg, *temporal, *topology)
+	st, err := startStack(ctx, cfg, *temporal, *topology, *cpuProfile != "")
 	if err != nil {
 		return err
 	}
@@ -166,9 +174,19 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		return err
 	}
 	started := time.Now()
+	profiled := make(chan error, 1)
+	if *cpuProfile != "" {
+		go func() { profiled <- fetchProfile(ctx, st.pprofURL, *cpuProfile, o.Warmup, o.Duration) }()
+	}
 	res, err := bench.Run(ctx, o, fx)
 	if err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		if err := <-profiled; err != nil {
+			return err
+		}
+		progress("wrote the CPU profile of kasa dev's measured window to %s", *cpuProfile)
 	}
 	v, err := st.Check(ctx, res.Payments, res.RefundsSeen)
 	if err != nil {
@@ -220,7 +238,7 @@ func Compare(ctx context.Context, cfg Config, o bench.Options) (*bench.Compariso
 		{TemporalServer, TopologyDev, bench.SideOf{Name: "server", About: server + ", kasa dev (the worker in the API's process: eager start, one workflow task)", Shape: bench.PaymentShape}},
 		{TemporalServer, TopologyCluster, bench.SideOf{Name: "server, split", About: server + ", kasa cluster (2 kasa api, one loaded; 2 kasa worker; relay; NATS: no eager start)", Shape: bench.SplitShape}},
 	} {
-		st, err := startStack(ctx, cfg, side.temporal, side.topology)
+		st, err := startStack(ctx, cfg, side.temporal, side.topology, false)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", side.of.Name, err)
 		}
@@ -297,11 +315,43 @@ func commit() string {
 	return rev + dirty
 }
 
+// fetchProfile waits for the warmup, then writes the CPU profile of the window that follows,
+// from the pprof server at base, to path.
+func fetchProfile(ctx context.Context, base, path string, warmup, window time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(warmup):
+	}
+	secs := max(int(window.Round(time.Second)/time.Second), 1)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, secs), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("cpu profile: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
 // stack is a throwaway `kasa dev` (or `kasa cluster`) child and what the suite needs of it.
 type stack struct {
 	bench.Stack
-	dir     string   // the child's data directory
-	cleanup []func() // run in reverse order by stop
+	dir      string   // the child's data directory
+	pprofURL string   // with profiling: the child's pprof server, on a loopback port of its own
+	cleanup  []func() // run in reverse order by stop
 }
 
 // stop stops the child and removes its directory, unless keep (after a failed run, for a look).
@@ -324,7 +374,9 @@ func (s *stack) stop(keep bool) {
 // With temporal "server" it first starts PostgreSQL and the real Temporal Server on it itself, and
 // the child uses both (kasa dev starts neither when given their addresses). That PostgreSQL
 // counts statements and their WAL by database (statsSettings).
-func startStack(ctx context.Context, cfg Config, temporal, topology string) (_ *stack, err error) {
+//
+// With pprof, the child serves Go's /debug/pprof/ on a free loopback port (never the API's).
+func startStack(ctx context.Context, cfg Config, temporal, topology string, pprof bool) (_ *stack, err error) {
 	bin := cfg.Binary
 	if bin == "" {
 		if bin, err = os.Executable(); err != nil {
@@ -383,6 +435,31 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string) (_ *
 		beside = append(beside, pgPID, ts.PID())
 		env = append(env, "KASA_DATABASE_URL="+pg.URL, "KASA_TEMPORAL_ADDRESS="+ts.Address(), "KASA_TEMPORAL_NAMESPACE="+ts.Namespace())
 	}
+	s.APIURL, s.SimURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	childEnv := env
+	if topology == TopologyDev {
+		// The bank simulator runs as a process of its own (kasa cluster starts its own so), for its
+		// CPU not to count as kasa's; kasa dev starts none when its provider is another address.
+		sim, err := devenv.NewSupervisor(dir, nil).Start("banksim", env, bin, "banksim")
+		if err != nil {
+			return nil, err
+		}
+		s.cleanup = append(s.cleanup, func() { sim.Stop(time.Minute) })
+		if err := devenv.WaitHTTP(ctx, s.SimURL+"/_sim/healthz", sim); err != nil {
+			return nil, err
+		}
+		beside = append(beside, sim.PID())
+		childEnv = slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, "KASA_BANKSIM_ADDR=") })
+		childEnv = append(childEnv, "KASA_PROVIDER_URL="+s.SimURL)
+	}
+	if pprof { // the measured child's only
+		port, err := devenv.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		s.pprofURL = fmt.Sprintf("http://127.0.0.1:%d", port)
+		childEnv = append(slices.Clip(childEnv), fmt.Sprintf("KASA_DEBUG_PPROF_ADDR=127.0.0.1:%d", port))
+	}
 	logFile, err := os.Create(filepath.Join(dir, "dev.log"))
 	if err != nil {
 		return nil, err
@@ -390,7 +467,7 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string) (_ *
 	// Stopping sends SIGTERM, and SIGKILL a minute later if the child is still running.
 	stopCtx, stopChild := context.WithCancel(context.WithoutCancel(ctx))
 	cmd := exec.CommandContext(stopCtx, bin, topology)
-	cmd.Env, cmd.Stdout, cmd.Stderr, cmd.WaitDelay = env, logFile, logFile, time.Minute
+	cmd.Env, cmd.Stdout, cmd.Stderr, cmd.WaitDelay = childEnv, logFile, logFile, time.Minute
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	dieWithParent(cmd)
 	var startErr error
@@ -421,7 +498,6 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string) (_ *
 		DatabaseURL     string `json:"database_url"`
 		TemporalAddress string `json:"temporal_address"`
 	}
-	s.APIURL, s.SimURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	failed := func(why string) error {
 		b, _ := os.ReadFile(logFile.Name())
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
@@ -452,13 +528,14 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string) (_ *
 	}
 	s.cleanup = append(s.cleanup, s.Temporal.Close)
 	<-started
-	s.AdminToken, s.DatabaseURL, s.Verify, s.CPU = st.AdminToken, st.DatabaseURL, db.Verify, bench.StackCPU(cmd.Process.Pid, beside...)
-	counters, closeCounters, err := databaseCounters(ctx, st.DatabaseURL)
+	counters, kasaBackends, closeCounters, err := databaseCounters(ctx, st.DatabaseURL)
 	if err != nil {
 		return nil, err
 	}
 	s.cleanup = append(s.cleanup, closeCounters)
 	s.Counters = counters
+	s.AdminToken, s.DatabaseURL, s.Verify = st.AdminToken, st.DatabaseURL, db.Verify
+	s.CPU = bench.StackCPU(cmd.Process.Pid, beside, kasaBackends)
 	s.Preload = func(ctx context.Context, fx *bench.Fixture, n int) error {
 		var merchants []string
 		for _, m := range fx.Merchants {
@@ -498,15 +575,34 @@ var measuredDatabases = []string{"kasa", "temporal", "temporal_visibility"}
 // and, where pg_stat_statements is loaded, "statements <db>" (executions of statements other
 // than transaction control), "wal bytes <db>" and "full-page images <db>" (what those statements
 // wrote; commit records, autovacuum and checkpoint records are in no database's).
-func databaseCounters(ctx context.Context, dbURL string) (count func(context.Context) (map[string]int64, error), closePool func(), err error) {
+//
+// kasaBackends maps the process ids of the cluster's backends (autovacuum workers included) to
+// whether they serve dbURL's database, for StackCPU to tell kasa's part of PostgreSQL's CPU.
+func databaseCounters(ctx context.Context, dbURL string) (count func(context.Context) (map[string]int64, error), kasaBackends func() map[int]bool, closePool func(), err error) {
 	u, err := url.Parse(dbURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
+	kasaDB := strings.TrimPrefix(u.Path, "/")
 	u.Path = "/postgres"
 	pool, err := pgxpool.New(ctx, u.String())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	kasaBackends = func() map[int]bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		rows, err := pool.Query(ctx, `SELECT pid, datname = $1 FROM pg_stat_activity WHERE datname IS NOT NULL`, kasaDB)
+		if err != nil {
+			return nil
+		}
+		m := map[int]bool{}
+		var pid int
+		var kasa bool
+		if _, err := pgx.ForEachRow(rows, []any{&pid, &kasa}, func() error { m[pid] = kasa; return nil }); err != nil {
+			return nil
+		}
+		return m
 	}
 	_, err = pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`)
 	if err == nil {
@@ -552,7 +648,7 @@ func databaseCounters(ctx context.Context, dbURL string) (count func(context.Con
 		}
 		return out, err
 	}
-	return count, pool.Close, nil
+	return count, kasaBackends, pool.Close, nil
 }
 
 // ready reads the child's dev.json into st, and asks its API's /readyz.

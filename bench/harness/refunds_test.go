@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -38,16 +39,38 @@ func TestRefundMixOnKasaDev(t *testing.T) {
 			quiet := tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 			return client.DialContext(ctx, client.Options{HostPort: address, Logger: quiet})
 		}}
-	st, err := startStack(ctx, cfg, TemporalDev, TopologyDev)
+	st, err := startStack(ctx, cfg, TemporalDev, TopologyDev, true)
 	require.NoError(t, err)
 	defer func() { st.stop(t.Failed()) }()
 
 	o := bench.Options{APIURL: st.APIURL, AdminToken: st.AdminToken, Duration: 4 * time.Second, Warmup: time.Second,
-		Concurrency: 4, Merchants: 3, Payers: 2, Duplicates: 0.05, Insufficient: 0.05, RefundShare: 0.3}
+		Concurrency: 4, Merchants: 3, Payers: 2, Duplicates: 0.05, Insufficient: 0.05, RefundShare: 0.3, CPU: st.CPU}
 	fx, err := bench.Setup(ctx, o)
 	require.NoError(t, err)
+	profile := filepath.Join(dir, "cpu.pprof")
+	profiled := make(chan error, 1)
+	go func() { profiled <- fetchProfile(ctx, st.pprofURL, profile, o.Warmup, o.Duration) }()
 	res, err := bench.Run(ctx, o, fx)
 	require.NoError(t, err)
+	require.NoError(t, <-profiled)
+	prof, err := os.ReadFile(profile)
+	require.NoError(t, err)
+	require.Equal(t, []byte{0x1f, 0x8b}, prof[:2], "a CPU profile: gzipped protobuf")
+	api, err := http.Get(st.APIURL + "/debug/pprof/")
+	require.NoError(t, err)
+	api.Body.Close()
+	require.Equal(t, http.StatusNotFound, api.StatusCode, "never on the API's port")
+
+	// The simulator is a process of its own: its CPU is not kasa's, which has its own figure.
+	c := res.CPU
+	require.NotNil(t, c)
+	require.Positive(t, c.MS[bench.ClassBanksim], "%v", c.MS)
+	require.Positive(t, c.MS[bench.ClassKasa])
+	require.Positive(t, c.PostgresBackends["kasa"], "kasa's backends are told apart")
+	require.InDelta(t, c.MS[bench.ClassKasa]+c.Own.Postgres, c.Own.MS, 1e-9)
+	require.LessOrEqual(t, c.Own.Postgres, c.MS[bench.ClassPostgres])
+	require.Greater(t, c.Own.Postgres, 0.8*c.MS[bench.ClassPostgres], "kasa dev's PostgreSQL serves kasa alone, but for the bench's counters")
+	require.Positive(t, c.Own.Ratio)
 	require.Zero(t, res.Errors, res.FirstError)
 	rs := res.Refunds
 	require.NotNil(t, rs)

@@ -42,7 +42,7 @@ func TestCompareSideOnTheRealServer(t *testing.T) {
 		{TopologyCluster, "server, split", bench.SplitShape},
 	} {
 		t.Run(tc.topology, func(t *testing.T) {
-			st, err := startStack(ctx, cfg, TemporalServer, tc.topology)
+			st, err := startStack(ctx, cfg, TemporalServer, tc.topology, false)
 			require.NoError(t, err)
 			defer func() { st.stop(t.Failed()) }()
 			_, err = os.Stat(filepath.Join(st.dir, "temporal"))
@@ -66,6 +66,9 @@ func TestCompareSideOnTheRealServer(t *testing.T) {
 				require.GreaterOrEqual(t, s.PerOp["wal bytes, all"], s.PerOp["wal bytes temporal"], name)
 			}
 			require.Positive(t, side.Kasa.CPU[bench.ClassKasa])
+			k := side.Kasa
+			require.Greater(t, k.Own, k.CPU[bench.ClassKasa], "kasa's own CPU has its part of PostgreSQL")
+			require.Less(t, k.Own, k.CPU[bench.ClassKasa]+k.CPU[bench.ClassPostgres], "but not the Temporal Server's part of the shared cluster")
 			require.Greater(t, side.Kasa.PerOp["commits kasa"], 1.0, "kasa's own database took the payments")
 			require.Greater(t, side.Kasa.PerOp["statements kasa"], 1.0)
 			require.Greater(t, side.Kasa.PerOp["wal bytes kasa"], 100.0)
