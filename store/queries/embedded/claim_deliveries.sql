@@ -5,31 +5,54 @@
 -- leases), the earliest pending event of each aggregate only, then lease them ($3 seconds)
 -- and count the attempt. The attempt number is the fencing token of the result. A webhook secret
 -- rotated less than its overlap ago comes with the previous one: both sign.
-WITH inflight AS (
-    SELECT merchant_id, count(*) AS n FROM webhook_deliveries
-    WHERE status = 'pending' AND claimed_until IS NOT NULL AND claimed_until > now() GROUP BY merchant_id
-), due AS (
-    SELECT d.id, d.merchant_id, d.next_attempt_at,
-           row_number() OVER (PARTITION BY d.merchant_id ORDER BY d.next_attempt_at, d.id) AS rn
+--
+-- The scan walks the due index in (next_attempt_at, id) order from after ($5, $6) and stops at
+-- $4 candidates, so a claim costs what it takes, not the backlog. A merchant's rows are ranked
+-- among the candidates, which are a prefix of that order: the rank is the one over the whole
+-- backlog. A merchant already at its limit is passed over before it takes a candidate's place.
+-- The last row says how many candidates there were and the last one's key, for the caller to go
+-- on from when they were not enough.
+WITH due AS MATERIALIZED (
+    SELECT d.id, d.merchant_id, d.next_attempt_at, f.inflight
     FROM webhook_deliveries d
+    CROSS JOIN LATERAL (SELECT count(*) AS inflight FROM (SELECT FROM webhook_deliveries l
+        WHERE l.merchant_id = d.merchant_id AND l.status = 'pending'
+          AND l.claimed_until IS NOT NULL AND l.claimed_until > now() LIMIT $2) x) f
     WHERE d.status = 'pending' AND d.next_attempt_at <= now()
+      AND (d.next_attempt_at, d.id) > ($5::timestamptz, $6::uuid)
       AND (d.claimed_until IS NULL OR d.claimed_until <= now())
       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries e
           WHERE e.aggregate_id = d.aggregate_id AND e.status = 'pending'
             AND (e.event_created_at, e.id) < (d.event_created_at, d.id))
+      AND f.inflight < $2
+    ORDER BY d.next_attempt_at, d.id
+    LIMIT $4
+), ranked AS (
+    SELECT id, inflight + row_number() OVER (PARTITION BY merchant_id ORDER BY next_attempt_at, id) AS slot FROM due
 ), picked AS (
+    -- By id (arrays, not joins): the few rows are looked up in the primary key, never found by
+    -- reading the table.
     SELECT d.id FROM webhook_deliveries d
-    JOIN due ON due.id = d.id
-    LEFT JOIN inflight i ON i.merchant_id = due.merchant_id
-    WHERE due.rn + coalesce(i.n, 0) <= $2
+    WHERE d.id = ANY (ARRAY(SELECT id FROM ranked WHERE slot <= $2))
       AND d.status = 'pending' AND (d.claimed_until IS NULL OR d.claimed_until <= now())
-    ORDER BY due.next_attempt_at, d.id
+    ORDER BY d.next_attempt_at, d.id
     LIMIT $1
     FOR UPDATE OF d SKIP LOCKED
+), claimed AS (
+    UPDATE webhook_deliveries d
+    SET claimed_until = now() + $3::float8 * interval '1 second', attempts = d.attempts + 1, updated_at = now()
+    FROM merchants m
+    WHERE d.id = ANY (ARRAY(SELECT id FROM picked)) AND m.id = d.merchant_id
+    RETURNING d.id, d.merchant_id, d.aggregate_id, d.event_type, d.url, d.body, d.attempts, m.webhook_secret_enc,
+        CASE WHEN m.webhook_secret_prev_until > now() THEN m.webhook_secret_prev_enc END AS prev
+), scanned AS (
+    SELECT count(*) AS n FROM due
+), last AS (
+    SELECT next_attempt_at, id FROM due ORDER BY next_attempt_at DESC, id DESC LIMIT 1
 )
-UPDATE webhook_deliveries d
-SET claimed_until = now() + $3::float8 * interval '1 second', attempts = d.attempts + 1, updated_at = now()
-FROM picked, merchants m
-WHERE d.id = picked.id AND m.id = d.merchant_id
-RETURNING d.id, d.merchant_id, d.aggregate_id, d.event_type, d.url, d.body, d.attempts, m.webhook_secret_enc,
-    CASE WHEN m.webhook_secret_prev_until > now() THEN m.webhook_secret_prev_enc END;
+SELECT c.id, c.merchant_id, c.aggregate_id, c.event_type, c.url, c.body, c.attempts, c.webhook_secret_enc, c.prev,
+       NULL::bigint, NULL::timestamptz, NULL::uuid
+FROM claimed c
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.n, l.next_attempt_at, l.id
+FROM scanned s LEFT JOIN last l ON true;
