@@ -6,38 +6,49 @@
 -- and count the attempt. The attempt number is the fencing token of the result. A webhook secret
 -- rotated less than its overlap ago comes with the previous one: both sign.
 --
--- The scan walks the due index in (next_attempt_at, id) order from after ($5, $6) and stops at
--- $4 candidates, so a claim costs what it takes, not the backlog. A merchant's rows are ranked
--- among the candidates, which are a prefix of that order: the rank is the one over the whole
--- backlog. A merchant already at its limit is passed over before it takes a candidate's place.
--- The last row says how many candidates there were and the last one's key, for the caller to go
--- on from when they were not enough.
-WITH due AS MATERIALIZED (
-    SELECT d.id, d.merchant_id, d.next_attempt_at, f.inflight
-    FROM webhook_deliveries d
+-- The claim walks the due index in (next_attempt_at, id) order from after ($5, $6), one row at a
+-- time (each step a probe of the index for the next row, which no statistics can turn into a
+-- read of the whole backlog), and stops at $4 candidates: a claim costs what it takes, not the
+-- backlog. A merchant's rows are ranked among the candidates, which are a prefix of that order:
+-- the rank is the one over the whole backlog. A merchant already at its limit is passed over
+-- before it takes a candidate's place. The last row says how many candidates there were and the
+-- last one's key, for the caller to go on from when they were not enough.
+WITH RECURSIVE walk AS (
+    (SELECT d.id, d.merchant_id, d.aggregate_id, d.event_created_at, d.next_attempt_at, d.claimed_until
+     FROM webhook_deliveries d
+     WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND (d.next_attempt_at, d.id) > ($5::timestamptz, $6::uuid)
+     ORDER BY d.next_attempt_at, d.id LIMIT 1)
+    UNION ALL
+    (SELECT n.* FROM walk w CROSS JOIN LATERAL (
+        SELECT d.id, d.merchant_id, d.aggregate_id, d.event_created_at, d.next_attempt_at, d.claimed_until
+        FROM webhook_deliveries d
+        WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND (d.next_attempt_at, d.id) > (w.next_attempt_at, w.id)
+        ORDER BY d.next_attempt_at, d.id LIMIT 1) n)
+), due AS MATERIALIZED (
+    SELECT w.id, w.merchant_id, w.next_attempt_at, f.inflight
+    FROM walk w
     CROSS JOIN LATERAL (SELECT count(*) AS inflight FROM (SELECT FROM webhook_deliveries l
-        WHERE l.merchant_id = d.merchant_id AND l.status = 'pending'
+        WHERE l.merchant_id = w.merchant_id AND l.status = 'pending'
           AND l.claimed_until IS NOT NULL AND l.claimed_until > now() LIMIT $2) x) f
-    WHERE d.status = 'pending' AND d.next_attempt_at <= now()
-      AND (d.next_attempt_at, d.id) > ($5::timestamptz, $6::uuid)
-      AND (d.claimed_until IS NULL OR d.claimed_until <= now())
-      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries e
-          WHERE e.aggregate_id = d.aggregate_id AND e.status = 'pending'
-            AND (e.event_created_at, e.id) < (d.event_created_at, d.id))
+    WHERE (w.claimed_until IS NULL OR w.claimed_until <= now())
+      -- A subquery per candidate (not an anti-join, which may read every pending row).
+      AND (SELECT NOT EXISTS (SELECT 1 FROM webhook_deliveries e
+          WHERE e.aggregate_id = w.aggregate_id AND e.status = 'pending'
+            AND (e.event_created_at, e.id) < (w.event_created_at, w.id)))
       AND f.inflight < $2
-    ORDER BY d.next_attempt_at, d.id
     LIMIT $4
 ), ranked AS (
-    SELECT id, inflight + row_number() OVER (PARTITION BY merchant_id ORDER BY next_attempt_at, id) AS slot FROM due
+    SELECT id, next_attempt_at,
+           inflight + row_number() OVER (PARTITION BY merchant_id ORDER BY next_attempt_at, id) AS slot
+    FROM due
 ), picked AS (
-    -- By id (arrays, not joins): the few rows are looked up in the primary key, never found by
-    -- reading the table.
-    SELECT d.id FROM webhook_deliveries d
-    WHERE d.id = ANY (ARRAY(SELECT id FROM ranked WHERE slot <= $2))
-      AND d.status = 'pending' AND (d.claimed_until IS NULL OR d.claimed_until <= now())
-    ORDER BY d.next_attempt_at, d.id
+    -- Each row looked up (and locked) by its primary key, in order, until $1 are locked: the
+    -- few rows are never found by reading a table or an index whole, and none is locked in vain.
+    SELECT p.id FROM (SELECT id, next_attempt_at FROM ranked WHERE slot <= $2 ORDER BY next_attempt_at, id) r
+    CROSS JOIN LATERAL (SELECT d.id FROM webhook_deliveries d
+        WHERE d.id = r.id AND d.status = 'pending' AND (d.claimed_until IS NULL OR d.claimed_until <= now())
+        FOR UPDATE SKIP LOCKED) p
     LIMIT $1
-    FOR UPDATE OF d SKIP LOCKED
 ), claimed AS (
     UPDATE webhook_deliveries d
     SET claimed_until = now() + $3::float8 * interval '1 second', attempts = d.attempts + 1, updated_at = now()
