@@ -10,8 +10,11 @@
 -- time (each step a probe of the index for the next row, which no statistics can turn into a
 -- read of the whole backlog), and stops at $4 candidates: a claim costs what it takes, not the
 -- backlog. A merchant's rows are ranked among the candidates, which are a prefix of that order:
--- the rank is the one over the whole backlog. A merchant already at its limit is passed over
--- before it takes a candidate's place. The last row says how many candidates there were and the
+-- the rank is the one over the whole backlog. A leased row is due (it was when claimed, and a
+-- lease ends before its row is rescheduled), so a candidate merchant's leases are counted among
+-- its own due rows, oldest first (the ones claimed): at worst that merchant's due backlog, never
+-- everyone's. A merchant already at its limit is passed over before it takes a candidate's
+-- place. The last row says how many candidates there were and the
 -- last one's key, for the caller to go on from when they were not enough.
 WITH RECURSIVE walk AS (
     (SELECT d.id, d.merchant_id, d.aggregate_id, d.event_created_at, d.next_attempt_at, d.claimed_until
@@ -28,8 +31,9 @@ WITH RECURSIVE walk AS (
     SELECT w.id, w.merchant_id, w.next_attempt_at, f.inflight
     FROM walk w
     CROSS JOIN LATERAL (SELECT count(*) AS inflight FROM (SELECT FROM webhook_deliveries l
-        WHERE l.merchant_id = w.merchant_id AND l.status = 'pending'
-          AND l.claimed_until IS NOT NULL AND l.claimed_until > now() LIMIT $2) x) f
+        WHERE l.merchant_id = w.merchant_id AND l.status = 'pending' AND l.next_attempt_at <= now()
+          AND l.claimed_until > now()
+        ORDER BY l.next_attempt_at LIMIT $2) x) f
     WHERE (w.claimed_until IS NULL OR w.claimed_until <= now())
       -- A subquery per candidate (not an anti-join, which may read every pending row).
       AND (SELECT NOT EXISTS (SELECT 1 FROM webhook_deliveries e
@@ -50,18 +54,20 @@ WITH RECURSIVE walk AS (
         FOR UPDATE SKIP LOCKED) p
     LIMIT $1
 ), claimed AS (
+    -- The merchant's secrets per row (a probe of its primary key each), not a join that may read
+    -- every merchant.
     UPDATE webhook_deliveries d
     SET claimed_until = now() + $3::float8 * interval '1 second', attempts = d.attempts + 1, updated_at = now()
-    FROM merchants m
-    WHERE d.id = ANY (ARRAY(SELECT id FROM picked)) AND m.id = d.merchant_id
-    RETURNING d.id, d.merchant_id, d.aggregate_id, d.event_type, d.url, d.body, d.attempts, m.webhook_secret_enc,
-        CASE WHEN m.webhook_secret_prev_until > now() THEN m.webhook_secret_prev_enc END AS prev
+    WHERE d.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING d.id, d.merchant_id, d.aggregate_id, d.event_type, d.url, d.body, d.attempts,
+        (SELECT m.webhook_secret_enc FROM merchants m WHERE m.id = d.merchant_id) AS secret,
+        (SELECT m.webhook_secret_prev_enc FROM merchants m WHERE m.id = d.merchant_id AND m.webhook_secret_prev_until > now()) AS prev
 ), scanned AS (
     SELECT count(*) AS n FROM due
 ), last AS (
     SELECT next_attempt_at, id FROM due ORDER BY next_attempt_at DESC, id DESC LIMIT 1
 )
-SELECT c.id, c.merchant_id, c.aggregate_id, c.event_type, c.url, c.body, c.attempts, c.webhook_secret_enc, c.prev,
+SELECT c.id, c.merchant_id, c.aggregate_id, c.event_type, c.url, c.body, c.attempts, c.secret, c.prev,
        NULL::bigint, NULL::timestamptz, NULL::uuid
 FROM claimed c
 UNION ALL
