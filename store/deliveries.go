@@ -59,7 +59,10 @@ func claimCandidates(limit int) int { return max(4*limit, 64) }
 
 func (s *Store) claimDeliveries(ctx context.Context, limit, perMerchant int, lease time.Duration, candidates int,
 	afterAt pgtype.Timestamptz, afterID uuid.UUID) (ds []ClaimedDelivery, scanned int64, lastAt pgtype.Timestamptz, lastID uuid.UUID, err error) {
-	rows, err := s.pool.Query(ctx, queryClaimDeliveries, limit, perMerchant, lease.Seconds(), candidates, afterAt, afterID)
+	// Planned at each call (an unnamed statement), never from a plan cached while the table was
+	// small: the walk's probes would then be scans of the whole table.
+	rows, err := s.pool.Query(ctx, queryClaimDeliveries, pgx.QueryExecModeCacheDescribe,
+		limit, perMerchant, lease.Seconds(), candidates, afterAt, afterID)
 	if err != nil {
 		return nil, 0, lastAt, lastID, translate(err)
 	}
