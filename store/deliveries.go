@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
@@ -32,36 +33,72 @@ type ClaimedDelivery struct {
 // ClaimDeliveries leases up to limit due deliveries for lease and counts their attempt. A
 // merchant never gets more than perMerchant deliveries in flight (across senders, best effort
 // under races), and an aggregate's deliveries go one at a time in event order.
+//
+// Each statement looks at a bounded number of due rows in order (claimCandidates); when they
+// were all looked at and did not fill limit (their merchants at their limit), the next statement
+// goes on after the last of them, until limit is filled or the due rows end. The rows claimed
+// before are then in flight, so the limit per merchant holds across the statements.
 func (s *Store) ClaimDeliveries(ctx context.Context, limit, perMerchant int, lease time.Duration) ([]ClaimedDelivery, error) {
-	rows, err := s.pool.Query(ctx, queryClaimDeliveries, limit, perMerchant, lease.Seconds())
-	if err != nil {
-		return nil, translate(err)
-	}
-	type claimed struct {
-		ClaimedDelivery
-		sealed, prevSealed []byte
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimed, error) {
-		var c claimed
-		err := r.Scan(&c.ID, &c.MerchantID, &c.AggregateID, &c.EventType, &c.URL, &c.Body, &c.Attempt, &c.sealed, &c.prevSealed)
-		return c, err
-	})
-	if err != nil {
-		return nil, translate(err)
-	}
-	ds := make([]ClaimedDelivery, 0, len(out))
-	for _, c := range out {
-		if c.Secret, err = s.open(c.sealed); err != nil {
-			return nil, fmt.Errorf("%w: merchant %s: %v", ErrInconsistent, c.MerchantID, err)
+	var ds []ClaimedDelivery
+	afterAt, afterID := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, uuid.Nil
+	for len(ds) < limit {
+		candidates := claimCandidates(limit - len(ds))
+		got, scanned, lastAt, lastID, err := s.claimDeliveries(ctx, limit-len(ds), perMerchant, lease, candidates, afterAt, afterID)
+		ds = append(ds, got...)
+		if err != nil || scanned < int64(candidates) {
+			return ds, err
 		}
-		if c.prevSealed != nil {
-			if c.PreviousSecret, err = s.open(c.prevSealed); err != nil {
-				return nil, fmt.Errorf("%w: merchant %s: previous secret: %v", ErrInconsistent, c.MerchantID, err)
-			}
-		}
-		ds = append(ds, c.ClaimedDelivery)
+		afterAt, afterID = lastAt, lastID
 	}
 	return ds, nil
+}
+
+// claimCandidates is how many due rows one claim statement looks at for limit rows: enough that
+// a few merchants at their limit or payments waiting for an earlier event do not leave it short.
+func claimCandidates(limit int) int { return max(4*limit, 64) }
+
+func (s *Store) claimDeliveries(ctx context.Context, limit, perMerchant int, lease time.Duration, candidates int,
+	afterAt pgtype.Timestamptz, afterID uuid.UUID) (ds []ClaimedDelivery, scanned int64, lastAt pgtype.Timestamptz, lastID uuid.UUID, err error) {
+	// Planned at each call (an unnamed statement), never from a plan cached while the table was
+	// small: the walk's probes would then be scans of the whole table.
+	rows, err := s.pool.Query(ctx, queryClaimDeliveries, pgx.QueryExecModeCacheDescribe,
+		limit, perMerchant, lease.Seconds(), candidates, afterAt, afterID)
+	if err != nil {
+		return nil, 0, lastAt, lastID, translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, merchantID, aggregateID *uuid.UUID
+		var eventType, url *string
+		var body, sealed, prevSealed []byte
+		var attempt *int
+		var n *int64
+		var at pgtype.Timestamptz
+		var last *uuid.UUID
+		if err := rows.Scan(&id, &merchantID, &aggregateID, &eventType, &url, &body, &attempt, &sealed, &prevSealed,
+			&n, &at, &last); err != nil {
+			return nil, 0, lastAt, lastID, translate(err)
+		}
+		if id == nil { // the last row: how many due rows the statement looked at, and the last one
+			scanned, lastAt = *n, at
+			if last != nil {
+				lastID = *last
+			}
+			continue
+		}
+		c := ClaimedDelivery{ID: *id, MerchantID: *merchantID, AggregateID: *aggregateID, EventType: *eventType, URL: *url,
+			Body: body, Attempt: *attempt}
+		if c.Secret, err = s.open(sealed); err != nil {
+			return nil, 0, lastAt, lastID, fmt.Errorf("%w: merchant %s: %v", ErrInconsistent, c.MerchantID, err)
+		}
+		if prevSealed != nil {
+			if c.PreviousSecret, err = s.open(prevSealed); err != nil {
+				return nil, 0, lastAt, lastID, fmt.Errorf("%w: merchant %s: previous secret: %v", ErrInconsistent, c.MerchantID, err)
+			}
+		}
+		ds = append(ds, c)
+	}
+	return ds, scanned, lastAt, lastID, translate(rows.Err())
 }
 
 // DeliveryStatus is a delivery's state.

@@ -57,3 +57,9 @@ func (s *Store) AcceptEvent(ctx context.Context, consumer string, e NewDelivery,
 	}
 	return acc[0], nil
 }
+
+// QueryClaimDeliveries is the sender's claim statement, for plan tests.
+var QueryClaimDeliveries = queryClaimDeliveries
+
+// ClaimCandidates is how many due rows one claim statement looks at for limit rows.
+var ClaimCandidates = claimCandidates

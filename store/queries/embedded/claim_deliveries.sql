@@ -5,31 +5,71 @@
 -- leases), the earliest pending event of each aggregate only, then lease them ($3 seconds)
 -- and count the attempt. The attempt number is the fencing token of the result. A webhook secret
 -- rotated less than its overlap ago comes with the previous one: both sign.
-WITH inflight AS (
-    SELECT merchant_id, count(*) AS n FROM webhook_deliveries
-    WHERE status = 'pending' AND claimed_until IS NOT NULL AND claimed_until > now() GROUP BY merchant_id
-), due AS (
-    SELECT d.id, d.merchant_id, d.next_attempt_at,
-           row_number() OVER (PARTITION BY d.merchant_id ORDER BY d.next_attempt_at, d.id) AS rn
-    FROM webhook_deliveries d
-    WHERE d.status = 'pending' AND d.next_attempt_at <= now()
-      AND (d.claimed_until IS NULL OR d.claimed_until <= now())
-      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries e
-          WHERE e.aggregate_id = d.aggregate_id AND e.status = 'pending'
-            AND (e.event_created_at, e.id) < (d.event_created_at, d.id))
+--
+-- The claim walks the due index in (next_attempt_at, id) order from after ($5, $6), one row at a
+-- time (each step a probe of the index for the next row, which no statistics can turn into a
+-- read of the whole backlog), and stops at $4 candidates: a claim costs what it takes, not the
+-- backlog. A merchant's rows are ranked among the candidates, which are a prefix of that order:
+-- the rank is the one over the whole backlog. A leased row is due (it was when claimed, and a
+-- lease ends before its row is rescheduled), so a candidate merchant's leases are counted among
+-- its own due rows, oldest first (the ones claimed): at worst that merchant's due backlog, never
+-- everyone's. A merchant already at its limit is passed over before it takes a candidate's
+-- place. The last row says how many candidates there were and the
+-- last one's key, for the caller to go on from when they were not enough.
+WITH RECURSIVE walk AS (
+    (SELECT d.id, d.merchant_id, d.aggregate_id, d.event_created_at, d.next_attempt_at, d.claimed_until
+     FROM webhook_deliveries d
+     WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND (d.next_attempt_at, d.id) > ($5::timestamptz, $6::uuid)
+     ORDER BY d.next_attempt_at, d.id LIMIT 1)
+    UNION ALL
+    (SELECT n.* FROM walk w CROSS JOIN LATERAL (
+        SELECT d.id, d.merchant_id, d.aggregate_id, d.event_created_at, d.next_attempt_at, d.claimed_until
+        FROM webhook_deliveries d
+        WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND (d.next_attempt_at, d.id) > (w.next_attempt_at, w.id)
+        ORDER BY d.next_attempt_at, d.id LIMIT 1) n)
+), due AS MATERIALIZED (
+    SELECT w.id, w.merchant_id, w.next_attempt_at, f.inflight
+    FROM walk w
+    CROSS JOIN LATERAL (SELECT count(*) AS inflight FROM (SELECT FROM webhook_deliveries l
+        WHERE l.merchant_id = w.merchant_id AND l.status = 'pending' AND l.next_attempt_at <= now()
+          AND l.claimed_until > now()
+        ORDER BY l.next_attempt_at LIMIT $2) x) f
+    WHERE (w.claimed_until IS NULL OR w.claimed_until <= now())
+      -- A subquery per candidate (not an anti-join, which may read every pending row).
+      AND (SELECT NOT EXISTS (SELECT 1 FROM webhook_deliveries e
+          WHERE e.aggregate_id = w.aggregate_id AND e.status = 'pending'
+            AND (e.event_created_at, e.id) < (w.event_created_at, w.id)))
+      AND f.inflight < $2
+    LIMIT $4
+), ranked AS (
+    SELECT id, next_attempt_at,
+           inflight + row_number() OVER (PARTITION BY merchant_id ORDER BY next_attempt_at, id) AS slot
+    FROM due
 ), picked AS (
-    SELECT d.id FROM webhook_deliveries d
-    JOIN due ON due.id = d.id
-    LEFT JOIN inflight i ON i.merchant_id = due.merchant_id
-    WHERE due.rn + coalesce(i.n, 0) <= $2
-      AND d.status = 'pending' AND (d.claimed_until IS NULL OR d.claimed_until <= now())
-    ORDER BY due.next_attempt_at, d.id
+    -- Each row looked up (and locked) by its primary key, in order, until $1 are locked: the
+    -- few rows are never found by reading a table or an index whole, and none is locked in vain.
+    SELECT p.id FROM (SELECT id, next_attempt_at FROM ranked WHERE slot <= $2 ORDER BY next_attempt_at, id) r
+    CROSS JOIN LATERAL (SELECT d.id FROM webhook_deliveries d
+        WHERE d.id = r.id AND d.status = 'pending' AND (d.claimed_until IS NULL OR d.claimed_until <= now())
+        FOR UPDATE SKIP LOCKED) p
     LIMIT $1
-    FOR UPDATE OF d SKIP LOCKED
+), claimed AS (
+    -- The merchant's secrets per row (a probe of its primary key each), not a join that may read
+    -- every merchant.
+    UPDATE webhook_deliveries d
+    SET claimed_until = now() + $3::float8 * interval '1 second', attempts = d.attempts + 1, updated_at = now()
+    WHERE d.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING d.id, d.merchant_id, d.aggregate_id, d.event_type, d.url, d.body, d.attempts,
+        (SELECT m.webhook_secret_enc FROM merchants m WHERE m.id = d.merchant_id) AS secret,
+        (SELECT m.webhook_secret_prev_enc FROM merchants m WHERE m.id = d.merchant_id AND m.webhook_secret_prev_until > now()) AS prev
+), scanned AS (
+    SELECT count(*) AS n FROM due
+), last AS (
+    SELECT next_attempt_at, id FROM due ORDER BY next_attempt_at DESC, id DESC LIMIT 1
 )
-UPDATE webhook_deliveries d
-SET claimed_until = now() + $3::float8 * interval '1 second', attempts = d.attempts + 1, updated_at = now()
-FROM picked, merchants m
-WHERE d.id = picked.id AND m.id = d.merchant_id
-RETURNING d.id, d.merchant_id, d.aggregate_id, d.event_type, d.url, d.body, d.attempts, m.webhook_secret_enc,
-    CASE WHEN m.webhook_secret_prev_until > now() THEN m.webhook_secret_prev_enc END;
+SELECT c.id, c.merchant_id, c.aggregate_id, c.event_type, c.url, c.body, c.attempts, c.secret, c.prev,
+       NULL::bigint, NULL::timestamptz, NULL::uuid
+FROM claimed c
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.n, l.next_attempt_at, l.id
+FROM scanned s LEFT JOIN last l ON true;

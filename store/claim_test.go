@@ -1,0 +1,207 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/internal/testkit"
+	"github.com/kasa-pay/kasa/store"
+)
+
+// pendingDeliveries inserts n due deliveries of a merchant, one per payment, due from first on,
+// every step.
+func pendingDeliveries(t *testing.T, s *store.Store, merchantID uuid.UUID, n int, first time.Time, step time.Duration) {
+	t.Helper()
+	require.NoError(t, s.Exec(context.Background(), `INSERT INTO webhook_deliveries
+		(id, merchant_id, aggregate_id, event_type, event_created_at, url, body, status, next_attempt_at)
+		SELECT gen_random_uuid(), $1, gen_random_uuid(), 'payment.succeeded', now(), 'http://127.0.0.1:9/hook',
+			convert_to('{}', 'UTF8'), 'pending', $2::timestamptz + g * $3::float8 * interval '1 second'
+		FROM generate_series(0, $4 - 1) g`, merchantID, first, step.Seconds(), n))
+}
+
+// A claim reads a bounded part of the backlog, whatever its size: every step of its plan
+// handles at most about the candidates it looks at, planned for the values (custom plan) and
+// for any values (generic plan, which prepared statements end up with).
+func TestClaimDeliveriesPlanReadsABoundedPrefix(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	// A backlog of 5,000 rows of 200 merchants, interleaved: each merchant has one due every
+	// 200 ms. (A merchant's own due rows are read to count its leases.)
+	start := time.Now().Add(-time.Hour)
+	for i := range 200 {
+		m := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
+		pendingDeliveries(t, own, m.ID, 25, start.Add(time.Duration(i)*time.Millisecond), 200*time.Millisecond)
+	}
+	require.NoError(t, own.Exec(ctx, `ANALYZE webhook_deliveries`))
+
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	limit, perMerchant := 32, 4
+	candidates := store.ClaimCandidates(limit)
+	for _, generic := range []bool{false, true} {
+		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) {
+			mode := map[bool]string{false: "force_custom_plan", true: "force_generic_plan"}[generic]
+			tx, err := conn.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }() // EXPLAIN ANALYZE claims: undone
+			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, "PREPARE claim AS "+store.QueryClaimDeliveries)
+			require.NoError(t, err)
+			var raw []byte
+			require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim(%d, %d, 60, %d, '-infinity', '%s')`,
+				limit, perMerchant, candidates, uuid.Nil), pgx.QueryExecModeSimpleProtocol).Scan(&raw))
+			_, err = tx.Exec(ctx, "DEALLOCATE claim")
+			require.NoError(t, err)
+			var out []struct {
+				Plan analyzedNode `json:"Plan"`
+			}
+			require.NoError(t, json.Unmarshal(raw, &out))
+			most, claimed := 0.0, 0.0
+			out[0].Plan.walk(func(n analyzedNode) {
+				most = max(most, n.ActualRows)
+				if n.RelationName == "webhook_deliveries" {
+					require.NotEqual(t, "Seq Scan", n.NodeType, "deliveries are never read whole: plan %s", raw)
+				}
+				if n.NodeType == "ModifyTable" {
+					claimed = n.ActualRows
+				}
+			})
+			require.Equal(t, float64(limit), claimed, "plan %s", raw)
+			require.LessOrEqual(t, most, float64(candidates), "a step handled more rows than the claim looks at: plan %s", raw)
+		})
+	}
+}
+
+type analyzedNode struct {
+	NodeType     string         `json:"Node Type"`
+	RelationName string         `json:"Relation Name"`
+	ActualRows   float64        `json:"Actual Rows"`
+	Plans        []analyzedNode `json:"Plans"`
+}
+
+func (n analyzedNode) walk(fn func(analyzedNode)) {
+	fn(n)
+	for _, c := range n.Plans {
+		c.walk(fn)
+	}
+}
+
+// A merchant whose backlog fills the head of the queue beyond what one statement looks at, and
+// which is at its limit, holds nobody else back: the claim goes on past its rows.
+func TestClaimDeliveriesGoesPastAMerchantAtItsLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	busy := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
+	pendingDeliveries(t, own, busy.ID, 5*store.ClaimCandidates(10), time.Now().Add(-time.Hour), time.Millisecond)
+	var others []uuid.UUID
+	for range 4 {
+		m := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
+		pendingDeliveries(t, own, m.ID, 5, time.Now().Add(-time.Minute), time.Millisecond)
+		others = append(others, m.ID)
+	}
+
+	perMerchant := func(ds []store.ClaimedDelivery) map[uuid.UUID]int {
+		n := map[uuid.UUID]int{}
+		for _, d := range ds {
+			n[d.MerchantID]++
+		}
+		return n
+	}
+	got, err := own.ClaimDeliveries(ctx, 10, 2, time.Minute)
+	require.NoError(t, err)
+	want := map[uuid.UUID]int{busy.ID: 2}
+	for _, m := range others {
+		want[m] = 2
+	}
+	require.Equal(t, want, perMerchant(got), "the busy merchant's two oldest, then two of each other merchant")
+
+	got, err = own.ClaimDeliveries(ctx, 10, 2, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, got, "every merchant is at its limit")
+	got, err = own.ClaimDeliveries(ctx, 10, 3, time.Minute)
+	require.NoError(t, err)
+	want = map[uuid.UUID]int{busy.ID: 1}
+	for _, m := range others {
+		want[m] = 1
+	}
+	require.Equal(t, want, perMerchant(got), "one more each under a higher limit")
+}
+
+// Claiming a delivery changes no indexed column (the lease, the attempt count): PostgreSQL
+// updates it in place (a HOT update, no new index entries, a small WAL record), which the table
+// leaves room for on each page.
+func TestDeliveryClaimIsHOT(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
+	pendingDeliveries(t, own, m.ID, 40, time.Now().Add(-time.Minute), time.Millisecond)
+	updates := func() (all, hot int64) {
+		require.NoError(t, own.QueryRow(ctx, `SELECT coalesce(n_tup_upd, 0), coalesce(n_tup_hot_upd, 0)
+			FROM pg_stat_user_tables WHERE relname = 'webhook_deliveries'`, nil, &all, &hot))
+		return all, hot
+	}
+	_, hotBefore := updates()
+	got, err := own.ClaimDeliveries(ctx, 40, 40, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, got, 40)
+	// The statistics reach the shared counters when a backend goes idle, within a second.
+	require.Eventually(t, func() bool {
+		all, hot := updates()
+		return all >= 40 && hot-hotBefore >= 40
+	}, 10*time.Second, 100*time.Millisecond, "claims were not HOT updates")
+}
+
+// A claim is planned for the table as it is at each call: a plan cached while the table was
+// empty (a sender starts before the traffic does) would read the whole backlog at every step of
+// its walk once the table has filled.
+func TestClaimDeliveriesPlannedForTheTableAsItIs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true, MaxConns: 1})
+	require.NoError(t, err)
+	defer own.Close()
+	require.NoError(t, own.Exec(ctx, `VACUUM ANALYZE webhook_deliveries`))
+	for range 10 { // past the five custom plans after which a prepared statement may keep a generic one
+		got, err := own.ClaimDeliveries(ctx, 32, 4, time.Minute)
+		require.NoError(t, err)
+		require.Empty(t, got)
+	}
+	start := time.Now().Add(-time.Hour)
+	for i := range 200 {
+		m := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
+		pendingDeliveries(t, own, m.ID, 25, start.Add(time.Duration(i)*time.Millisecond), 200*time.Millisecond)
+	}
+	blocks := func() int64 {
+		// The counters reach the shared statistics when a backend goes idle, within a second or two.
+		time.Sleep(2500 * time.Millisecond)
+		var n int64
+		require.NoError(t, own.QueryRow(ctx, `SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()`, nil, &n))
+		return n
+	}
+	before := blocks()
+	got, err := own.ClaimDeliveries(ctx, 32, 4, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, got, 32)
+	read := blocks() - before
+	t.Logf("one claim of 32 from a backlog of 5,000 read %d blocks", read)
+	require.Less(t, read, int64(20_000), "the claim read the backlog over and over")
+}
