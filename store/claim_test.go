@@ -205,3 +205,37 @@ func TestClaimDeliveriesPlannedForTheTableAsItIs(t *testing.T) {
 	t.Logf("one claim of 32 from a backlog of 5,000 read %d blocks", read)
 	require.Less(t, read, int64(20_000), "the claim read the backlog over and over")
 }
+
+// A merchant at its limit whose backlog fills the queue costs a claim a bounded walk, not a read
+// of its whole backlog: a slow endpoint with thousands of due webhooks (one merchant's payday)
+// must not make every claim of every sender slower with each webhook it has waiting.
+func TestClaimPastAMerchantAtItsLimitIsBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true, MaxConns: 1})
+	require.NoError(t, err)
+	defer own.Close()
+	busy := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
+	pendingDeliveries(t, own, busy.ID, 5000, time.Now().Add(-time.Hour), time.Millisecond)
+	require.NoError(t, own.Exec(ctx, `VACUUM ANALYZE webhook_deliveries`))
+	got, err := own.ClaimDeliveries(ctx, 32, 4, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, got, 4, "the merchant's limit")
+
+	blocks := func() int64 {
+		// The counters reach the shared statistics when a backend goes idle, within a second or two.
+		time.Sleep(2500 * time.Millisecond)
+		var n int64
+		require.NoError(t, own.QueryRow(ctx, `SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()`, nil, &n))
+		return n
+	}
+	before := blocks()
+	got, err = own.ClaimDeliveries(ctx, 32, 4, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, got, "the only merchant is at its limit")
+	read := blocks() - before
+	t.Logf("a claim past 5,000 rows of a merchant at its limit read %d blocks", read)
+	// At most 8 statements of 64 walked rows, a few blocks each (7,145 here); before the walk was
+	// bounded, it read the merchant's whole backlog for every row it walked (1.2 M blocks).
+	require.Less(t, read, int64(10_000), "the claim walked the merchant's whole backlog")
+}

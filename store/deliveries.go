@@ -41,7 +41,10 @@ type ClaimedDelivery struct {
 func (s *Store) ClaimDeliveries(ctx context.Context, limit, perMerchant int, lease time.Duration) ([]ClaimedDelivery, error) {
 	var ds []ClaimedDelivery
 	afterAt, afterID := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, uuid.Nil
-	for len(ds) < limit {
+	for range maxClaimStatements {
+		if len(ds) >= limit {
+			break
+		}
 		candidates := claimCandidates(limit - len(ds))
 		got, scanned, lastAt, lastID, err := s.claimDeliveries(ctx, limit-len(ds), perMerchant, lease, candidates, afterAt, afterID)
 		ds = append(ds, got...)
@@ -52,6 +55,10 @@ func (s *Store) ClaimDeliveries(ctx context.Context, limit, perMerchant int, lea
 	}
 	return ds, nil
 }
+
+// maxClaimStatements bounds how far past merchants at their limit one claim walks: rows further
+// back wait until those merchants' own webhooks have gone out.
+const maxClaimStatements = 8
 
 // claimCandidates is how many due rows one claim statement looks at for limit rows: enough that
 // a few merchants at their limit or payments waiting for an earlier event do not leave it short.

@@ -8,39 +8,43 @@
 --
 -- The claim walks the due index in (next_attempt_at, id) order from after ($5, $6), one row at a
 -- time (each step a probe of the index for the next row, which no statistics can turn into a
--- read of the whole backlog), and stops at $4 candidates: a claim costs what it takes, not the
--- backlog. A merchant's rows are ranked among the candidates, which are a prefix of that order:
--- the rank is the one over the whole backlog. A leased row is due (it was when claimed, and a
--- lease ends before its row is rescheduled), so a candidate merchant's leases are counted among
--- its own due rows, oldest first (the ones claimed): at worst that merchant's due backlog, never
--- everyone's. A merchant already at its limit is passed over before it takes a candidate's
--- place. The last row says how many candidates there were and the
--- last one's key, for the caller to go on from when they were not enough.
+-- read of the whole backlog), and stops after $4 rows, claimable or not: a claim costs what it
+-- looks at, not the backlog, even when the rows at the head belong to merchants at their limit.
+-- A merchant's rows are ranked among the walked rows, which are a prefix of that order: the rank
+-- is the one over the whole backlog. A leased row is due (it was when claimed, and a lease ends
+-- before its row is rescheduled), so each walked merchant's leases are counted once among its
+-- own due rows, oldest first (the ones claimed). The last row says how many rows were walked and
+-- the last one's key, for the caller to go on from when the claim is short.
 WITH RECURSIVE walk AS (
-    (SELECT d.id, d.merchant_id, d.aggregate_id, d.event_created_at, d.next_attempt_at, d.claimed_until
+    (SELECT d.id, d.merchant_id, d.aggregate_id, d.event_created_at, d.next_attempt_at, d.claimed_until, 1 AS n
      FROM webhook_deliveries d
      WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND (d.next_attempt_at, d.id) > ($5::timestamptz, $6::uuid)
      ORDER BY d.next_attempt_at, d.id LIMIT 1)
     UNION ALL
-    (SELECT n.* FROM walk w CROSS JOIN LATERAL (
+    (SELECT n.*, w.n + 1 FROM walk w CROSS JOIN LATERAL (
         SELECT d.id, d.merchant_id, d.aggregate_id, d.event_created_at, d.next_attempt_at, d.claimed_until
         FROM webhook_deliveries d
         WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND (d.next_attempt_at, d.id) > (w.next_attempt_at, w.id)
-        ORDER BY d.next_attempt_at, d.id LIMIT 1) n)
-), due AS MATERIALIZED (
-    SELECT w.id, w.merchant_id, w.next_attempt_at, f.inflight
-    FROM walk w
+        ORDER BY d.next_attempt_at, d.id LIMIT 1) n
+     WHERE w.n < $4)
+), walked AS MATERIALIZED (
+    SELECT * FROM walk
+), inflight AS MATERIALIZED (
+    SELECT m.merchant_id, f.inflight
+    FROM (SELECT DISTINCT merchant_id FROM walked) m
     CROSS JOIN LATERAL (SELECT count(*) AS inflight FROM (SELECT FROM webhook_deliveries l
-        WHERE l.merchant_id = w.merchant_id AND l.status = 'pending' AND l.next_attempt_at <= now()
+        WHERE l.merchant_id = m.merchant_id AND l.status = 'pending' AND l.next_attempt_at <= now()
           AND l.claimed_until > now()
         ORDER BY l.next_attempt_at LIMIT $2) x) f
+), due AS MATERIALIZED (
+    SELECT w.id, w.merchant_id, w.next_attempt_at, i.inflight
+    FROM walked w JOIN inflight i ON i.merchant_id = w.merchant_id
     WHERE (w.claimed_until IS NULL OR w.claimed_until <= now())
       -- A subquery per candidate (not an anti-join, which may read every pending row).
       AND (SELECT NOT EXISTS (SELECT 1 FROM webhook_deliveries e
           WHERE e.aggregate_id = w.aggregate_id AND e.status = 'pending'
             AND (e.event_created_at, e.id) < (w.event_created_at, w.id)))
-      AND f.inflight < $2
-    LIMIT $4
+      AND i.inflight < $2
 ), ranked AS (
     SELECT id, next_attempt_at,
            inflight + row_number() OVER (PARTITION BY merchant_id ORDER BY next_attempt_at, id) AS slot
@@ -63,9 +67,9 @@ WITH RECURSIVE walk AS (
         (SELECT m.webhook_secret_enc FROM merchants m WHERE m.id = d.merchant_id) AS secret,
         (SELECT m.webhook_secret_prev_enc FROM merchants m WHERE m.id = d.merchant_id AND m.webhook_secret_prev_until > now()) AS prev
 ), scanned AS (
-    SELECT count(*) AS n FROM due
+    SELECT count(*) AS n FROM walked
 ), last AS (
-    SELECT next_attempt_at, id FROM due ORDER BY next_attempt_at DESC, id DESC LIMIT 1
+    SELECT next_attempt_at, id FROM walked ORDER BY next_attempt_at DESC, id DESC LIMIT 1
 )
 SELECT c.id, c.merchant_id, c.aggregate_id, c.event_type, c.url, c.body, c.attempts, c.secret, c.prev,
        NULL::bigint, NULL::timestamptz, NULL::uuid
