@@ -36,7 +36,7 @@ CREATE TABLE idem_part (LIKE idempotency_records INCLUDING DEFAULTS INCLUDING CO
     key_ts timestamptz NOT NULL) PARTITION BY RANGE (key_ts);
 ALTER TABLE idem_part ADD PRIMARY KEY (merchant_id, scope, idempotency_key, key_ts);
 CREATE INDEX ON idem_part (operation_id);
-CREATE INDEX ON idem_part (locked_until) WHERE NOT workflow_started;
+CREATE INDEX ON idem_part (merchant_id, scope, created_at, operation_id) WHERE status <> 'completed';
 DO \$\$
 DECLARE d date;
 BEGIN
