@@ -190,18 +190,11 @@ func TestClaimDeliveriesPlannedForTheTableAsItIs(t *testing.T) {
 		m := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
 		pendingDeliveries(t, own, m.ID, 25, start.Add(time.Duration(i)*time.Millisecond), 200*time.Millisecond)
 	}
-	blocks := func() int64 {
-		// The counters reach the shared statistics when a backend goes idle, within a second or two.
-		time.Sleep(2500 * time.Millisecond)
-		var n int64
-		require.NoError(t, own.QueryRow(ctx, `SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()`, nil, &n))
-		return n
-	}
-	before := blocks()
+	before := blocksRead(t, own)
 	got, err := own.ClaimDeliveries(ctx, 32, 4, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, got, 32)
-	read := blocks() - before
+	read := blocksRead(t, own) - before
 	t.Logf("one claim of 32 from a backlog of 5,000 read %d blocks", read)
 	require.Less(t, read, int64(20_000), "the claim read the backlog over and over")
 }
@@ -222,20 +215,23 @@ func TestClaimPastAMerchantAtItsLimitIsBounded(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 4, "the merchant's limit")
 
-	blocks := func() int64 {
-		// The counters reach the shared statistics when a backend goes idle, within a second or two.
-		time.Sleep(2500 * time.Millisecond)
-		var n int64
-		require.NoError(t, own.QueryRow(ctx, `SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()`, nil, &n))
-		return n
-	}
-	before := blocks()
+	before := blocksRead(t, own)
 	got, err = own.ClaimDeliveries(ctx, 32, 4, time.Minute)
 	require.NoError(t, err)
 	require.Empty(t, got, "the only merchant is at its limit")
-	read := blocks() - before
+	read := blocksRead(t, own) - before
 	t.Logf("a claim past 5,000 rows of a merchant at its limit read %d blocks", read)
 	// At most 8 statements of 64 walked rows, a few blocks each (7,145 here); before the walk was
 	// bounded, it read the merchant's whole backlog for every row it walked (1.2 M blocks).
 	require.Less(t, read, int64(10_000), "the claim walked the merchant's whole backlog")
+}
+
+// blocksRead is how many blocks the database's backends have read so far (hits included).
+func blocksRead(t *testing.T, s *store.Store) int64 {
+	t.Helper()
+	// The counters reach the shared statistics when a backend goes idle, within a second or two.
+	time.Sleep(2500 * time.Millisecond)
+	var n int64
+	require.NoError(t, s.QueryRow(context.Background(), `SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()`, nil, &n))
+	return n
 }
