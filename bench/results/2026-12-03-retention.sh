@@ -71,8 +71,8 @@ BEGIN
     COMMIT;
     total := total + n;
     EXIT WHEN n < max_rows;
-    -- As store.DeleteExpiredRecords: pause twice the batch's time before the next.
-    PERFORM pg_sleep(2 * extract(epoch FROM clock_timestamp() - t0));
+    -- As store.DeleteExpiredRecords: pause four times the batch's time before the next.
+    PERFORM pg_sleep(4 * extract(epoch FROM clock_timestamp() - t0));
   END LOOP;
   RAISE NOTICE 'deleted %', total;
 END \$\$;
