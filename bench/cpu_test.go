@@ -11,13 +11,20 @@ import (
 func TestSampleBetween(t *testing.T) {
 	t.Parallel()
 	t0 := time.Now()
-	clock := func() map[string]time.Duration { return map[string]time.Duration{"x": time.Since(t0), "idle": 0} }
+	var at []time.Time // when each sample was taken: a loaded machine may wake the sampler late
+	clock := func() map[string]time.Duration {
+		at = append(at, time.Now())
+		return map[string]time.Duration{"x": at[len(at)-1].Sub(t0), "idle": 0}
+	}
 	var n int64
 	counters := func(context.Context) (map[string]int64, error) { n += 7; return map[string]int64{"commits": n}, nil }
 	from := time.Now().Add(50 * time.Millisecond)
-	used, grew := sampleBetween(context.Background(), clock, counters, from, from.Add(200*time.Millisecond))
-	require.Greater(t, used["x"], 150*time.Millisecond, "the time between the two samples: about the window")
-	require.Less(t, used["x"], time.Second)
+	to := from.Add(200 * time.Millisecond)
+	used, grew := sampleBetween(context.Background(), clock, counters, from, to)
+	require.Len(t, at, 2, "one sample at each end of the window")
+	require.False(t, at[0].Before(from), "the first sample is not taken before the window")
+	require.False(t, at[1].Before(to), "the second sample is not taken before the window's end")
+	require.Equal(t, at[1].Sub(at[0]), used["x"], "the time between the two samples")
 	require.NotContains(t, used, "idle", "a class that used nothing is left out")
 	require.Equal(t, map[string]int64{"commits": 7}, grew, "a counter's growth between the two samples")
 	cpuBetween := func(ctx context.Context, cpu CPU, from, to time.Time) map[string]time.Duration {
