@@ -16,15 +16,7 @@ import (
 
 // PaymentsByID reads the payments among ids that exist, in no particular order.
 func (s *Store) PaymentsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Payment, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	rows, err := s.pool.Query(ctx, dbsqlc.PaymentsByID, uuidStrings(ids))
-	if err != nil {
-		return nil, translate(err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (payment.Payment, error) { return scanPayment(r) })
-	return out, translate(err)
+	return byID(ctx, s, dbsqlc.PaymentsByID, ids, func(r pgx.CollectableRow) (payment.Payment, error) { return scanPayment(r) })
 }
 
 // EachPaymentCreated calls fn for every payment created in [from, to) whose status is one of
@@ -33,16 +25,7 @@ func (s *Store) PaymentsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Pa
 // from fn stops the iteration and is returned.
 func (s *Store) EachPaymentCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID,
 	fn func(payment.Payment) error) error {
-	sts := make([]string, len(statuses))
-	for i, st := range statuses {
-		sts[i] = string(st)
-	}
-	var ms []string
-	if len(merchants) > 0 {
-		ms = uuidStrings(merchants)
-	}
-	rows, err := s.pool.Query(ctx, dbsqlc.PaymentsCreated, from, to, sts, ms,
-		minUUIDv7(from.Add(-idClockSkew)), minUUIDv7(to.Add(idClockSkew)))
+	rows, err := s.pool.Query(ctx, dbsqlc.PaymentsCreated, createdArgs(from, to, statuses, merchants)...)
 	if err != nil {
 		return translate(err)
 	}
@@ -55,15 +38,7 @@ func (s *Store) EachPaymentCreated(ctx context.Context, from, to time.Time, stat
 
 // RefundsByID reads the refunds among ids that exist, in no particular order.
 func (s *Store) RefundsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Refund, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	rows, err := s.pool.Query(ctx, dbsqlc.RefundsByID, uuidStrings(ids))
-	if err != nil {
-		return nil, translate(err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (payment.Refund, error) { return scanRefund(r) })
-	return out, translate(err)
+	return byID(ctx, s, dbsqlc.RefundsByID, ids, func(r pgx.CollectableRow) (payment.Refund, error) { return scanRefund(r) })
 }
 
 // EachRefundCreated is EachPaymentCreated for refunds: fn gets every refund created in [from, to)
@@ -71,16 +46,7 @@ func (s *Store) RefundsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Ref
 // rows are read (so fn must not call the store).
 func (s *Store) EachRefundCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID,
 	fn func(payment.Refund) error) error {
-	sts := make([]string, len(statuses))
-	for i, st := range statuses {
-		sts[i] = string(st)
-	}
-	var ms []string
-	if len(merchants) > 0 {
-		ms = uuidStrings(merchants)
-	}
-	rows, err := s.pool.Query(ctx, dbsqlc.RefundsCreated, from, to, sts, ms,
-		minUUIDv7(from.Add(-idClockSkew)), minUUIDv7(to.Add(idClockSkew)))
+	rows, err := s.pool.Query(ctx, dbsqlc.RefundsCreated, createdArgs(from, to, statuses, merchants)...)
 	if err != nil {
 		return translate(err)
 	}
@@ -89,6 +55,33 @@ func (s *Store) EachRefundCreated(ctx context.Context, from, to time.Time, statu
 		&r.Currency, &r.Reason, &r.Status, &r.FailureCode, &r.ProviderReference, &r.CreatedAt, &r.UpdatedAt},
 		func() error { return fn(r) })
 	return translate(err)
+}
+
+// byID reads the rows of query (one taking the ids as text) among ids that exist.
+func byID[T any](ctx context.Context, s *Store, query string, ids []uuid.UUID, scan pgx.RowToFunc[T]) ([]T, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, query, uuidStrings(ids))
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, scan)
+	return out, translate(err)
+}
+
+// createdArgs are the parameters of PaymentsCreated and RefundsCreated: the window, the statuses,
+// the merchants (none: all) and the UUIDv7 id range that bounds the window on the primary key.
+func createdArgs(from, to time.Time, statuses []payment.Status, merchants []uuid.UUID) []any {
+	sts := make([]string, len(statuses))
+	for i, st := range statuses {
+		sts[i] = string(st)
+	}
+	var ms []string
+	if len(merchants) > 0 {
+		ms = uuidStrings(merchants)
+	}
+	return []any{from, to, sts, ms, minUUIDv7(from.Add(-idClockSkew)), minUUIDv7(to.Add(idClockSkew))}
 }
 
 func uuidStrings(ids []uuid.UUID) []string {
