@@ -44,6 +44,9 @@ func translate(err error) error {
 			if pgErr.ConstraintName == "payments_business_key" {
 				return fmt.Errorf("%w: %s", errLivePayment, pgErr.Message)
 			}
+			if pgErr.ConstraintName == "refunds_key" { // BeginRefund checks first; the index is the last word
+				return fmt.Errorf("%w: %s", payment.ErrIdempotencyReused, pgErr.Message)
+			}
 		case "23503":
 			if pgErr.ConstraintName == "accounts_merchant_id_fkey" {
 				return payment.ErrNotFound // an account for a merchant that does not exist

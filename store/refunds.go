@@ -56,6 +56,15 @@ func (s *Store) BeginRefund(ctx context.Context, in BeginRefundInput) (Record, p
 		if err != nil {
 			return err
 		}
+		// A key names its refund for good: after its record expired it still answers for that
+		// refund, never for a second one. Holding the new record makes this read race-free.
+		prev, err := q.RefundIDByKey(ctx, dbsqlc.RefundIDByKeyParams{MerchantID: in.MerchantID, IdempotencyKey: in.Key})
+		if err == nil {
+			return fmt.Errorf("%w: the key named refund %s, whose idempotency record has expired", payment.ErrIdempotencyReused, prev)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
 		p, err := q.LockRefundedPayment(ctx, dbsqlc.LockRefundedPaymentParams{ID: in.PaymentID, MerchantID: in.MerchantID})
 		if err != nil {
 			return err // no rows: payment.ErrNotFound

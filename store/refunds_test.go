@@ -634,9 +634,9 @@ func TestAcceptRefundEventMakesADelivery(t *testing.T) {
 	require.Equal(t, "refund.succeeded", ds[0].EventType)
 }
 
-// An expired refund key is a new request: a second refund under it is made (and held), the
-// first is kept, and the key now reads the newest.
-func TestExpiredRefundKeyIsANewRequest(t *testing.T) {
+// A refund key names its refund for good: once its record has expired, the key answers
+// idempotency_key_reused, for the same request as for another, and no second refund is held.
+func TestExpiredRefundKeyNamesItsRefund(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	mID, aID := fixture(t, 100_000)
@@ -648,19 +648,19 @@ func TestExpiredRefundKeyIsANewRequest(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, db.Exec(ctx, `DELETE FROM idempotency_records WHERE operation_id = $1`, r.ID))
 
-	_, second, began, err := beginRefund(t, mID, pay, "k", `{"amount":"10.00"}`)
-	require.NoError(t, err)
-	require.Equal(t, store.BeganNew, began)
-	require.NotEqual(t, r.ID, second.ID)
-	rec, err := db.RefundRecord(ctx, mID, "k")
-	require.NoError(t, err)
-	require.Equal(t, second.ID, rec.OperationID)
+	for _, body := range []string{`{"amount":"10.00"}`, `{"amount":"20.00"}`} {
+		_, _, _, err = beginRefund(t, mID, pay, "k", body)
+		require.ErrorIs(t, err, payment.ErrIdempotencyReused, body)
+		require.ErrorContains(t, err, r.ID.String(), "the error names the refund the key made")
+	}
+	var n int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM refunds WHERE payment_id = $1`, []any{pay}, &n))
+	require.Equal(t, 1, n, "no second refund")
 	refunded, held := refundColumns(t, pay)
-	require.Equal(t, [2]int64{1_000, 1_000}, [2]int64{refunded, held}, "the first kept, the second held")
+	require.Equal(t, [2]int64{1_000, 0}, [2]int64{refunded, held}, "nothing held for a second refund")
+	_, err = db.RefundRecord(ctx, mID, "k")
+	require.ErrorIs(t, err, payment.ErrNotFound, "no record is left behind by the refused request")
 	got, err := db.RefundByKey(ctx, mID, "k")
 	require.NoError(t, err)
-	require.Equal(t, second.ID, got.ID, "the key reads the newest refund")
-	first, err := db.Refund(ctx, r.ID)
-	require.NoError(t, err)
-	require.Equal(t, payment.StatusSucceeded, first.Status)
+	require.Equal(t, r.ID, got.ID)
 }

@@ -16,7 +16,10 @@ import (
 // expire makes the key's record look finished two hours ago, as one minted then would be, and
 // runs retention with a one-hour retention: only records aged on purpose are old enough, so
 // the package's other tests keep theirs.
-func expire(t *testing.T, merchantID, key string) {
+func expire(t *testing.T, merchantID, key string) { expireScope(t, merchantID, "payment", key) }
+
+// expireScope is expire for a key of scope "payment" or "refund".
+func expireScope(t *testing.T, merchantID, scope, key string) {
 	t.Helper()
 	ctx := context.Background()
 	then := time.Now().Add(-2 * time.Hour)
@@ -27,15 +30,49 @@ func expire(t *testing.T, merchantID, key string) {
 	}
 	conn := connect(t, env.DatabaseURL)
 	tag, err := conn.Exec(ctx, `UPDATE idempotency_records SET operation_id = $3, updated_at = $4
-		WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = $2 AND status = 'completed'`,
-		uuid.MustParse(merchantID), key, id, then)
+		WHERE merchant_id = $1 AND scope = $5 AND idempotency_key = $2 AND status = 'completed'`,
+		uuid.MustParse(merchantID), key, id, then, scope)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
 	n, err := db.DeleteExpiredRecords(ctx, time.Hour, 100)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, n, int64(1))
-	_, err = db.Record(ctx, uuid.MustParse(merchantID), key)
+	read := db.Record
+	if scope == "refund" {
+		read = db.RefundRecord
+	}
+	_, err = read(ctx, uuid.MustParse(merchantID), key)
 	require.ErrorIs(t, err, payment.ErrNotFound, "the record is gone")
+}
+
+// A refund's key names its refund for good: once its record expired, a retry of the same
+// refund, or another request under the key, answers 422 and the bank refunds nothing more.
+func TestExpiredRefundKeyRefundsNothingMore(t *testing.T) {
+	t.Parallel()
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, retention: 2 * time.Second})
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	paid := s.pay(m, "exp-refund-pay", payBody("inv-r", "40.00", "TRY", acct))
+	require.Equal(t, http.StatusCreated, paid.Status, "%s", paid.Body)
+	paymentID := paid.json(t)["id"].(string)
+
+	first := s.refund(m, paymentID, "exp-refund", `{"amount":"10.00"}`)
+	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
+	refundID := first.json(t)["id"].(string)
+	time.Sleep(2100 * time.Millisecond) // older than the API's retention: not answered from memory
+	expireScope(t, m.ID, "refund", "exp-refund")
+
+	for _, body := range []string{`{"amount":"10.00"}`, `{"amount":"5.00"}`, `{}`} {
+		again := s.refund(m, paymentID, "exp-refund", body)
+		require.Equal(t, http.StatusUnprocessableEntity, again.Status, "%s: %s", body, again.Body)
+		require.Equal(t, "idempotency_key_reused", again.json(t)["code"])
+	}
+	require.Equal(t, 1, s.simRefunds(refundID))
+	list := s.do("GET", "/v1/payments/"+paymentID+"/refunds", m.APIKey, "")
+	require.Equal(t, http.StatusOK, list.Status, "%s", list.Body)
+	require.Len(t, list.json(t)["data"], 1, "no second refund")
+	require.Equal(t, "90.00", s.account(m, acct)["balance"], "refunded once")
+	requireVerified(t)
 }
 
 // An expired key is a new request: the same key with another invoice makes a new payment, whose

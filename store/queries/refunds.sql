@@ -31,6 +31,10 @@ created_at, updated_at FROM refunds WHERE merchant_id = $1 AND idempotency_key =
 -- A key whose record expired may name a newer refund: the newest is the key's.
 ORDER BY created_at DESC, id DESC LIMIT 1;
 
+-- name: RefundIDByKey :one
+-- The refund a merchant's key made, whether or not its idempotency record is still kept.
+SELECT id FROM refunds WHERE merchant_id = $1 AND idempotency_key = $2 ORDER BY created_at, id LIMIT 1;
+
 -- name: PaymentRefunds :many
 -- Newest first; after a refund ($2, the previous page's last) the ones older than it. The
 -- caller asks for one more than the page to learn whether there are more.

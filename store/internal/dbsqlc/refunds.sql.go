@@ -362,6 +362,23 @@ func (q *Queries) PostPaymentRefund(ctx context.Context, arg PostPaymentRefundPa
 	return result.RowsAffected(), nil
 }
 
+const RefundIDByKey = `-- name: RefundIDByKey :one
+SELECT id FROM refunds WHERE merchant_id = $1 AND idempotency_key = $2 ORDER BY created_at, id LIMIT 1
+`
+
+type RefundIDByKeyParams struct {
+	MerchantID     uuid.UUID
+	IdempotencyKey string
+}
+
+// The refund a merchant's key made, whether or not its idempotency record is still kept.
+func (q *Queries) RefundIDByKey(ctx context.Context, arg RefundIDByKeyParams) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, RefundIDByKey, arg.MerchantID, arg.IdempotencyKey)
+	var id uuid.UUID
+	err := row.Scan(&id)
+	return id, err
+}
+
 const RefundOfPayment = `-- name: RefundOfPayment :one
 SELECT EXISTS (SELECT 1 FROM refunds WHERE id = $1 AND payment_id = $2)
 `
