@@ -63,3 +63,16 @@ var QueryClaimDeliveries = queryClaimDeliveries
 
 // ClaimCandidates is how many due rows one claim statement looks at for limit rows.
 var ClaimCandidates = claimCandidates
+
+// Uncommitted runs sql in a transaction of its own and leaves it open: commit ends it.
+func (s *Store) Uncommitted(ctx context.Context, sql string, args ...any) (commit func() error, err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, err
+	}
+	return func() error { return tx.Commit(ctx) }, nil
+}

@@ -114,6 +114,11 @@ func (s *Store) beginBatch(ctx context.Context, in BeginInput, p *payment.Paymen
 	if err := br.Close(); err != nil {
 		return translate(err)
 	}
+	// The writes decide, not the read: retention may delete the key's old record after the
+	// read saw it and before the insert, which then makes this request's record and payment.
+	if acquireErr == nil && insertErr == nil {
+		return nil
+	}
 	if recordErr == nil {
 		return errExisting
 	}
@@ -121,8 +126,6 @@ func (s *Store) beginBatch(ctx context.Context, in BeginInput, p *payment.Paymen
 		return translate(recordErr)
 	}
 	switch {
-	case acquireErr == nil && insertErr == nil:
-		return nil
 	case errors.Is(acquireErr, pgx.ErrNoRows):
 		// Refused by the account guard, or a concurrent request committed the key: only the
 		// refusal reads the account, which is why no new payment pays for that read. An

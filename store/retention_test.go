@@ -116,3 +116,48 @@ func TestDeleteExpiredRecordsConcurrently(t *testing.T) {
 	require.Zero(t, left)
 	require.GreaterOrEqual(t, total, int64(records))
 }
+
+// A request whose key's record is deleted by retention while Begin runs: Begin's read still
+// sees the old record, but its insert, which waited for the delete, makes the new one. The
+// request owns what it wrote (BeganNew), never answered with the old outcome while a new
+// payment waits for the sweeper to charge it.
+func TestBeginRacingRetentionOwnsWhatItWrote(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	putRecord(t, mID, store.ScopePayment, "race", "completed", time.Now().Add(-2*time.Hour), time.Now().Add(-2*time.Hour))
+	commit, err := db.Uncommitted(ctx, `DELETE FROM idempotency_records WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = 'race'`, mID)
+	require.NoError(t, err)
+
+	type result struct {
+		rec   store.Record
+		p     payment.Payment
+		began store.Began
+		err   error
+	}
+	done := make(chan result, 1)
+	op := payment.NewID()
+	go func() {
+		req := payment.Request{InvoiceID: "inv-race", AmountMinor: 100, Currency: "TRY", AccountID: aID, PaymentType: "purchase"}
+		rec, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: "race", Request: req, OperationID: op, Lease: time.Minute})
+		done <- result{rec, p, began, err}
+	}()
+	// Begin's read has seen the old record once its insert waits on the deleted row's lock.
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query LIKE '%idempotency_records%'`, nil, &n))
+		return n > 0
+	}, 10*time.Second, 10*time.Millisecond, "Begin never waited for the delete")
+	require.NoError(t, commit())
+	r := <-done
+	require.NoError(t, r.err)
+
+	var owner uuid.UUID
+	require.NoError(t, db.QueryRow(ctx, `SELECT operation_id FROM idempotency_records WHERE merchant_id = $1 AND idempotency_key = 'race'`,
+		[]any{mID}, &owner))
+	require.Equal(t, op, owner, "the key's record is the new request's")
+	require.Equal(t, store.BeganNew, r.began, "the new request owns the record and the payment it wrote")
+	require.Equal(t, op, r.p.ID)
+	require.Equal(t, op, r.rec.OperationID)
+}
