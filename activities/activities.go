@@ -45,6 +45,19 @@ type Provider interface {
 type Activities struct {
 	Store    Store
 	Provider Provider
+	// Policy is this worker's own charge policy: the workflows it runs ask for it, and a send
+	// never goes out under a strategy riskier than its Capability, whatever the workflow says.
+	Policy workflows.ChargePolicy
+}
+
+// ChargePolicy answers the workflow's question of how to send to the bank. A worker that names
+// no capability answers none, the one that never re-sends.
+func (a *Activities) ChargePolicy(context.Context) (workflows.ChargePolicy, error) {
+	p := a.Policy
+	if p.Capability == "" {
+		p.Capability = workflows.CapabilityNone
+	}
+	return p, nil
 }
 
 // ReserveFunds holds the amount on the payer's account.
@@ -90,6 +103,9 @@ type sendRecord struct {
 // guardSend records a send about to go out for the capabilities that need it and decides what a
 // repeated one may do. stop says the send must not go out: res and err are then the answer.
 func (a *Activities) guardSend(ctx context.Context, id uuid.UUID, c workflows.Capability, send int, r sendRecord) (res workflows.ChargeResult, stop bool, err error) {
+	if c != "" { // empty: a history from before local steps, a regular activity of one attempt
+		c = workflows.Safer(c, a.Policy.Capability)
+	}
 	if c != workflows.CapabilityNone && c != workflows.CapabilityInquiry {
 		return res, false, nil
 	}

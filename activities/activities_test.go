@@ -61,31 +61,37 @@ func TestChargeRepeatedAttempts(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		capability     workflows.Capability
-		send           int // the workflow's send number (0: histories before numbered sends)
-		before         int // attempts already recorded
+		worker         workflows.Capability // the worker's own; the safer of the two governs
+		send           int                  // the workflow's send number (0: histories before numbered sends)
+		before         int                  // attempts already recorded
 		existing       *provider.Charge
 		sends, inquire int
 		recorded       int // attempts recorded afterwards
 		wantRef        string
 		wantErrType    string
 	}{
-		{"none, first attempt sends", workflows.CapabilityNone, 0, 0, nil, 1, 0, 1, "ch_", ""},
-		{"none, repeat never re-sends", workflows.CapabilityNone, 0, 1, nil, 0, 0, 2, "", workflows.ErrTypeAmbiguous},
-		{"inquiry, first attempt sends without asking", workflows.CapabilityInquiry, 0, 0, nil, 1, 0, 1, "ch_", ""},
-		{"inquiry, repeat finds the earlier charge", workflows.CapabilityInquiry, 0, 1, earlier, 0, 1, 2, "ch_earlier", ""},
-		{"inquiry, repeat re-sends when the bank has none (before numbered sends)", workflows.CapabilityInquiry, 0, 1, nil, 1, 1, 2, "ch_", ""},
-		{"idempotent re-sends with the same key, nothing recorded", workflows.CapabilityIdempotent, 0, 0, nil, 1, 0, 0, "ch_", ""},
-		{"history from before local steps: sends, nothing recorded", "", 0, 0, nil, 1, 0, 0, "ch_", ""},
-		{"none, send 1 goes out", workflows.CapabilityNone, 1, 0, nil, 1, 0, 1, "ch_", ""},
-		{"none, send 1 repeated never re-sends", workflows.CapabilityNone, 1, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
-		{"inquiry, send 2 goes out after send 1", workflows.CapabilityInquiry, 2, 1, nil, 1, 0, 2, "ch_", ""},
-		{"inquiry, send 2 repeated finds the earlier charge", workflows.CapabilityInquiry, 2, 2, earlier, 0, 1, 2, "ch_earlier", ""},
+		{"none, first attempt sends", workflows.CapabilityNone, "", 0, 0, nil, 1, 0, 1, "ch_", ""},
+		{"none, repeat never re-sends", workflows.CapabilityNone, "", 0, 1, nil, 0, 0, 2, "", workflows.ErrTypeAmbiguous},
+		{"inquiry, first attempt sends without asking", workflows.CapabilityInquiry, "", 0, 0, nil, 1, 0, 1, "ch_", ""},
+		{"inquiry, repeat finds the earlier charge", workflows.CapabilityInquiry, "", 0, 1, earlier, 0, 1, 2, "ch_earlier", ""},
+		{"inquiry, repeat re-sends when the bank has none (before numbered sends)", workflows.CapabilityInquiry, "", 0, 1, nil, 1, 1, 2, "ch_", ""},
+		{"idempotent re-sends with the same key, nothing recorded", workflows.CapabilityIdempotent, "", 0, 0, nil, 1, 0, 0, "ch_", ""},
+		{"history from before local steps: sends, nothing recorded", "", "", 0, 0, nil, 1, 0, 0, "ch_", ""},
+		{"none, send 1 goes out", workflows.CapabilityNone, "", 1, 0, nil, 1, 0, 1, "ch_", ""},
+		{"none, send 1 repeated never re-sends", workflows.CapabilityNone, "", 1, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
+		{"inquiry, send 2 goes out after send 1", workflows.CapabilityInquiry, "", 2, 1, nil, 1, 0, 2, "ch_", ""},
+		{"inquiry, send 2 repeated finds the earlier charge", workflows.CapabilityInquiry, "", 2, 2, earlier, 0, 1, 2, "ch_earlier", ""},
 		// The earlier attempt may be booked late: only the workflow re-sends, after the window.
-		{"inquiry, send 2 repeated does not re-send when the bank has none yet", workflows.CapabilityInquiry, 2, 2, nil, 0, 1, 2, "", workflows.ErrTypeAmbiguous},
+		{"inquiry, send 2 repeated does not re-send when the bank has none yet", workflows.CapabilityInquiry, "", 2, 2, nil, 0, 1, 2, "", workflows.ErrTypeAmbiguous},
+		// A workflow started under another process's policy: the worker's stricter one governs.
+		{"idempotent input on a none worker: send 1 goes out, recorded", workflows.CapabilityIdempotent, workflows.CapabilityNone, 1, 0, nil, 1, 0, 1, "ch_", ""},
+		{"idempotent input on a none worker: send 1 repeated never re-sends", workflows.CapabilityIdempotent, workflows.CapabilityNone, 1, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
+		{"idempotent input on an inquiry worker: repeat asks first", workflows.CapabilityIdempotent, workflows.CapabilityInquiry, 1, 1, earlier, 0, 1, 1, "ch_earlier", ""},
+		{"none input on an idempotent worker stays none", workflows.CapabilityNone, workflows.CapabilityIdempotent, 1, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, b := &attempts{n: tc.before}, &bank{existing: tc.existing}
-			a := &activities.Activities{Store: st, Provider: b}
+			a := &activities.Activities{Store: st, Provider: b, Policy: workflows.ChargePolicy{Capability: tc.worker}}
 			res, err := a.Charge(context.Background(), workflows.ChargeInput{
 				OperationID: payment.NewID(), AccountID: payment.NewID(), AmountMinor: 100, Currency: "TRY", Capability: tc.capability, Send: tc.send,
 			})
@@ -191,6 +197,7 @@ func TestSendRefundRepeatedAttempts(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		capability     workflows.Capability
+		worker         workflows.Capability // the worker's own; the safer of the two governs
 		send, before   int
 		existing       *provider.Refund
 		sends, inquire int
@@ -198,18 +205,19 @@ func TestSendRefundRepeatedAttempts(t *testing.T) {
 		wantRef        string
 		wantErrType    string
 	}{
-		{"none, first send goes out", workflows.CapabilityNone, 1, 0, nil, 1, 0, 1, "re_", ""},
-		{"none, repeat never re-sends", workflows.CapabilityNone, 1, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
-		{"none, attempt count before numbered sends", workflows.CapabilityNone, 0, 1, nil, 0, 0, 2, "", workflows.ErrTypeAmbiguous},
-		{"inquiry, first send goes out without asking", workflows.CapabilityInquiry, 1, 0, nil, 1, 0, 1, "re_", ""},
-		{"inquiry, repeat finds the earlier refund", workflows.CapabilityInquiry, 1, 1, earlier, 0, 1, 1, "re_earlier", ""},
-		{"inquiry, repeat does not re-send when the bank has none yet", workflows.CapabilityInquiry, 2, 2, nil, 0, 1, 2, "", workflows.ErrTypeAmbiguous},
-		{"inquiry, send 2 goes out after send 1", workflows.CapabilityInquiry, 2, 1, nil, 1, 0, 2, "re_", ""},
-		{"idempotent re-sends with the same key, nothing recorded", workflows.CapabilityIdempotent, 1, 0, nil, 1, 0, 0, "re_", ""},
+		{"none, first send goes out", workflows.CapabilityNone, "", 1, 0, nil, 1, 0, 1, "re_", ""},
+		{"none, repeat never re-sends", workflows.CapabilityNone, "", 1, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
+		{"none, attempt count before numbered sends", workflows.CapabilityNone, "", 0, 1, nil, 0, 0, 2, "", workflows.ErrTypeAmbiguous},
+		{"inquiry, first send goes out without asking", workflows.CapabilityInquiry, "", 1, 0, nil, 1, 0, 1, "re_", ""},
+		{"inquiry, repeat finds the earlier refund", workflows.CapabilityInquiry, "", 1, 1, earlier, 0, 1, 1, "re_earlier", ""},
+		{"inquiry, repeat does not re-send when the bank has none yet", workflows.CapabilityInquiry, "", 2, 2, nil, 0, 1, 2, "", workflows.ErrTypeAmbiguous},
+		{"inquiry, send 2 goes out after send 1", workflows.CapabilityInquiry, "", 2, 1, nil, 1, 0, 2, "re_", ""},
+		{"idempotent re-sends with the same key, nothing recorded", workflows.CapabilityIdempotent, "", 1, 0, nil, 1, 0, 0, "re_", ""},
+		{"idempotent input on a none worker: repeat never re-sends", workflows.CapabilityIdempotent, workflows.CapabilityNone, 1, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, b := &refundAttempts{n: tc.before}, &refundBank{existing: tc.existing}
-			a := &activities.Activities{Store: st, Provider: b}
+			a := &activities.Activities{Store: st, Provider: b, Policy: workflows.ChargePolicy{Capability: tc.worker}}
 			in := workflows.SendRefundInput{
 				OperationID: payment.NewID(), PaymentID: payment.NewID(), AmountMinor: 3000, Currency: "TRY", Capability: tc.capability, Send: tc.send,
 			}

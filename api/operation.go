@@ -219,7 +219,7 @@ func (k paymentOps) load(ctx context.Context, id uuid.UUID) (op, error) {
 // op is the payment's operation: its workflow, started with the server's charge policy.
 func (k paymentOps) op(p payment.Payment) op {
 	return op{id: p.ID, merchantID: p.MerchantID, key: p.IdempotencyKey, start: func(ctx context.Context) (string, error) {
-		return k.s.Workflows.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p, k.s.Charge))
+		return k.s.Workflows.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p))
 	}}
 }
 

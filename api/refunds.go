@@ -154,7 +154,7 @@ func (k refundOps) load(ctx context.Context, id uuid.UUID) (op, error) {
 // op is the refund's operation: its workflow, started with the server's charge policy.
 func (k refundOps) op(r payment.Refund) op {
 	return op{id: r.ID, merchantID: r.MerchantID, key: r.IdempotencyKey, start: func(ctx context.Context) (string, error) {
-		return k.s.Workflows.StartRefund(ctx, r.IdempotencyKey, workflows.RefundInputFor(r, k.s.Charge))
+		return k.s.Workflows.StartRefund(ctx, r.IdempotencyKey, workflows.RefundInputFor(r))
 	}}
 }
 

@@ -73,7 +73,6 @@ type Options struct {
 	Workflows  Workflows
 	AdminToken string
 	SyncWait   time.Duration          // how long a create (payment, refund) waits for the outcome before 202
-	Charge     workflows.ChargePolicy // how the workflows it starts charge (and refund at) the provider
 	Lease      time.Duration          // how long a new record's owner has to start its workflow
 	// ReplayCache is how many completed idempotency records are kept in memory per generation
 	// (two generations); 0 turns the cache off and every replay reads the database.
@@ -138,9 +137,6 @@ func New(o Options) *Server {
 	}
 	if o.PollAfter == 0 {
 		o.PollAfter = time.Second
-	}
-	if o.Charge.Capability == "" {
-		o.Charge.Capability = workflows.CapabilityIdempotent
 	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{Options: o, log: o.Logger, metrics: newMetrics(o.Registry), replays: replayCache{size: o.ReplayCache, maxAge: o.Retention}}

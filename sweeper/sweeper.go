@@ -36,7 +36,6 @@ type Starter interface {
 type Sweeper struct {
 	Store    Store
 	Starter  Starter
-	Charge   workflows.ChargePolicy
 	Interval time.Duration // default 5s
 	Lease    time.Duration // default 30s
 	Logger   *slog.Logger
@@ -108,7 +107,7 @@ func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
 		}
 		id = rf.ID
 		begin = func() error {
-			_, err := s.Starter.StartRefund(ctx, r.Key, workflows.RefundInputFor(rf, s.Charge))
+			_, err := s.Starter.StartRefund(ctx, r.Key, workflows.RefundInputFor(rf))
 			return err
 		}
 	} else {
@@ -121,7 +120,7 @@ func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
 		}
 		id = p.ID
 		begin = func() error {
-			_, err := s.Starter.StartPayment(ctx, r.Key, workflows.InputFor(p, s.Charge))
+			_, err := s.Starter.StartPayment(ctx, r.Key, workflows.InputFor(p))
 			return err
 		}
 	}

@@ -63,13 +63,12 @@ func TestSweepStartsStrandedPaymentsAndRefunds(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 
 	st := &starts{payments: map[string]workflows.PaymentInput{}, refunds: map[string]workflows.RefundInput{}}
-	policy := workflows.ChargePolicy{Capability: workflows.CapabilityInquiry, Budget: time.Minute, Timeout: 5 * time.Second, BookingWindow: time.Second}
-	sw := &sweeper.Sweeper{Store: db, Starter: st, Charge: policy, Lease: time.Minute, Merchant: &m.ID}
+	sw := &sweeper.Sweeper{Store: db, Starter: st, Lease: time.Minute, Merchant: &m.ID}
 	n, err := sw.Sweep(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
-	require.Equal(t, map[string]workflows.PaymentInput{key: workflows.InputFor(p, policy)}, st.payments)
-	require.Equal(t, map[string]workflows.RefundInput{key: workflows.RefundInputFor(r, policy)}, st.refunds)
+	require.Equal(t, map[string]workflows.PaymentInput{key: workflows.InputFor(p)}, st.payments)
+	require.Equal(t, map[string]workflows.RefundInput{key: workflows.RefundInputFor(r)}, st.refunds)
 	require.EqualValues(t, 40, st.refunds[key].AmountMinor)
 
 	rec, err := db.RefundRecord(ctx, m.ID, key)

@@ -91,7 +91,9 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	require.NoError(t, err)
 	simSrv := httptest.NewServer(sim.Handler())
 	queue := "payments-test-" + uuid.NewString()
-	w := worker.New(tc, queue, &activities.Activities{Store: db, Provider: provider.New(simSrv.URL, 5*time.Second)})
+	// The worker, which talks to the bank, holds the charge policy; the API names none.
+	w := worker.New(tc, queue, &activities.Activities{Store: db, Provider: provider.New(simSrv.URL, 5*time.Second),
+		Policy: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second, BookingWindow: o.bookingWindow}})
 	require.NoError(t, w.Start())
 	var outcomes api.Outcomes = db // as in kasa dev: the worker runs here, on the same store
 	if o.remoteWorker {
@@ -102,10 +104,10 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 		Outcomes: outcomes, PollAfter: o.pollAfter,
 		Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits}, AdminToken: adminToken,
 		AllowPrivateWebhooks: true, SyncWait: 15 * time.Second, // webhook endpoints of tests listen on 127.0.0.1
-		Charge: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second, BookingWindow: o.bookingWindow}, ReplayCache: 1000,
-		Retention:  o.retention,
-		Logger:     slog.New(slog.DiscardHandler),
-		Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow, Runs: db, Source: "api"},
+		ReplayCache: 1000,
+		Retention:   o.retention,
+		Logger:      slog.New(slog.DiscardHandler),
+		Reconciler:  &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow, Runs: db, Source: "api"},
 	})
 	apiSrv := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {

@@ -394,7 +394,7 @@ func TestSweeperStartsStrandedPayments(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 
 	mid := mustUUID(t, m.ID) // the shared database holds other tests' stranded keys
-	sw := &sweeper.Sweeper{Store: db, Starter: workflows.Starter{Client: tc, TaskQueue: s.queue}, Charge: workflows.ChargePolicy{Capability: workflows.CapabilityIdempotent}, Merchant: &mid}
+	sw := &sweeper.Sweeper{Store: db, Starter: workflows.Starter{Client: tc, TaskQueue: s.queue}, Merchant: &mid}
 	require.Eventually(t, func() bool {
 		_, err := sw.Sweep(ctx)
 		require.NoError(t, err)

@@ -72,7 +72,7 @@ func refundUnknown(t *testing.T, starter workflows.Starter, m merchant, paymentI
 		Request: req, OperationID: payment.NewID(), Lease: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, store.BeganNew, began)
-	_, err = starter.StartRefund(ctx, key, workflows.RefundInputFor(r, workflows.ChargePolicy{Capability: workflows.CapabilityNone}))
+	_, err = starter.StartRefund(ctx, key, workflows.RefundInputFor(r).WithPolicy(workflows.ChargePolicy{Capability: workflows.CapabilityNone}))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		r, err = db.Refund(ctx, r.ID)

@@ -30,6 +30,7 @@ func Register(r Registry, a *activities.Activities) {
 		workflows.ActivityRelease:      a.Release,
 		workflows.ActivityMarkUnknown:  a.MarkUnknown,
 		workflows.ActivityFlagStuck:    a.FlagStuck,
+		workflows.ActivityChargePolicy: a.ChargePolicy,
 
 		workflows.ActivityHoldRefund:        a.HoldRefund,
 		workflows.ActivitySendRefund:        a.SendRefund,

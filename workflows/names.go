@@ -24,6 +24,9 @@ const (
 	ActivityRelease      = "Release"
 	ActivityMarkUnknown  = "MarkUnknown"
 	ActivityFlagStuck    = "FlagStuck"
+	// ActivityChargePolicy asks the worker, the process that talks to the bank, how to send to
+	// it: a payment or refund of Revision 2 on records the answer in its history.
+	ActivityChargePolicy = "ChargePolicy"
 
 	SignalSettlement = "settlement"
 	UpdateSettle     = "settle" // the checked form of the settlement signal
@@ -68,6 +71,28 @@ const (
 // Capabilities lists every provider capability, from the most to the least the provider offers.
 var Capabilities = []Capability{CapabilityIdempotent, CapabilityInquiry, CapabilityNone}
 
+// Safer is whichever of a and b offers less, so the stricter strategy governs when two processes
+// disagree; an empty capability names none and yields to the other.
+func Safer(a, b Capability) Capability {
+	rank := func(c Capability) int {
+		for i, k := range Capabilities {
+			if k == c {
+				return i
+			}
+		}
+		return len(Capabilities) // unknown: treated as the least
+	}
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	case rank(b) > rank(a):
+		return b
+	}
+	return a
+}
+
 // PaymentWorkflowID is `payment/<merchant id>/<idempotency key>`: Temporal itself refuses a second
 // workflow for the same key.
 func PaymentWorkflowID(merchantID uuid.UUID, key string) string {
@@ -110,8 +135,11 @@ type PaymentInput struct {
 	InquiryWait time.Duration
 }
 
-// CurrentRevision is the Revision of every payment started now.
-const CurrentRevision = 1
+// CurrentRevision is the Revision of every payment and refund started now. Revision 2: the
+// input carries no charge policy, the workflow asks its worker for one (ActivityChargePolicy);
+// and a not_charged settlement that meets an inquiry finding the charge is a conflict for an
+// operator, never a release.
+const CurrentRevision = 2
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.
 type ChargePolicy struct {
@@ -185,13 +213,19 @@ const (
 )
 
 // InputFor is the workflow input of a payment; the API and the sweeper build it the same way, so
-// whichever starts the workflow, it runs the same operation.
-func InputFor(p payment.Payment, c ChargePolicy) PaymentInput {
+// whichever starts the workflow, it runs the same operation. It names no charge policy: the
+// worker's governs (docs/deployment.md, "Money settings").
+func InputFor(p payment.Payment) PaymentInput {
 	return PaymentInput{
 		OperationID: p.ID, MerchantID: p.MerchantID, AccountID: p.AccountID, AmountMinor: p.AmountMinor,
-		Currency: p.Currency, Capability: c.Capability, ChargeBudget: c.Budget, ChargeTimeout: c.Timeout,
-		LocalSteps: true, BookingWindow: c.BookingWindow, Revision: CurrentRevision,
+		Currency: p.Currency, LocalSteps: true, Revision: CurrentRevision,
 	}
+}
+
+// WithPolicy is in with the policy's fields set: the workflow then asks no worker for one.
+func (in PaymentInput) WithPolicy(c ChargePolicy) PaymentInput {
+	in.Capability, in.ChargeBudget, in.ChargeTimeout, in.BookingWindow = c.Capability, c.Budget, c.Timeout, c.BookingWindow
+	return in
 }
 
 // Refund names, recorded in refund workflow histories: never rename them. A refund takes the
@@ -231,15 +265,24 @@ type RefundInput struct {
 	// straight back to waiting, the next inquiry after InquiryWait.
 	Parked      bool
 	InquiryWait time.Duration
+	// Revision means what it means in PaymentInput; 0 (refunds started before it existed) runs
+	// the rules of Revision 1.
+	Revision int
 }
 
-// RefundInputFor is the workflow input of a refund; the API and the sweeper build it the same way.
-func RefundInputFor(r payment.Refund, c ChargePolicy) RefundInput {
+// RefundInputFor is the workflow input of a refund; the API and the sweeper build it the same
+// way. Like InputFor it names no charge policy.
+func RefundInputFor(r payment.Refund) RefundInput {
 	return RefundInput{
 		OperationID: r.ID, PaymentID: r.PaymentID, MerchantID: r.MerchantID, AmountMinor: r.AmountMinor,
-		Currency: r.Currency, Capability: c.Capability, ChargeBudget: c.Budget, ChargeTimeout: c.Timeout,
-		BookingWindow: c.BookingWindow, LocalSteps: true,
+		Currency: r.Currency, LocalSteps: true, Revision: CurrentRevision,
 	}
+}
+
+// WithPolicy is in with the policy's fields set: the workflow then asks no worker for one.
+func (in RefundInput) WithPolicy(c ChargePolicy) RefundInput {
+	in.Capability, in.ChargeBudget, in.ChargeTimeout, in.BookingWindow = c.Capability, c.Budget, c.Timeout, c.BookingWindow
+	return in
 }
 
 // SendRefundInput is what the bank needs for a refund; OperationID is its idempotency key.

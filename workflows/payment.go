@@ -81,6 +81,13 @@ func chargeOptions(in PaymentInput) workflow.ActivityOptions {
 // PaymentWorkflow: reserve -> charge (strategy by capability) -> finalize or release; an outcome
 // that cannot be known is parked as unknown until a settlement signal resolves it.
 func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, error) {
+	if in.Revision >= 2 && in.Capability == "" {
+		c, err := workerPolicy(ctx)
+		if err != nil {
+			return PaymentResult{}, err
+		}
+		in = in.WithPolicy(c)
+	}
 	w := &opRun{in: in, status: payment.StatusProcessing, op: operation{
 		noun: "payment", workflow: WorkflowPayment,
 		reserve: ActivityReserveFunds, send: ActivityCharge, inquire: ActivityInquire, post: ActivityFinalize,
@@ -104,6 +111,15 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 		},
 	}}
 	return w.run(ctx)
+}
+
+// workerPolicy asks the worker running this task how to send to the bank: the process that
+// talks to the bank decides, never the one that started the workflow. The answer is recorded
+// in history, so the run keeps it on every replay and across ContinueAsNew.
+func workerPolicy(ctx workflow.Context) (ChargePolicy, error) {
+	var c ChargePolicy
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, localStepOptions), ActivityChargePolicy).Get(ctx, &c)
+	return c, err
 }
 
 // operation is what a run does at each step. A payment and a refund share the strategy (the
@@ -137,8 +153,11 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSettle,
 		func(ctx workflow.Context, s Settlement) (string, error) {
 			w.pending = &s
-			if err := workflow.Await(ctx, func() bool { return w.status.Final() }); err != nil {
+			if err := workflow.Await(ctx, func() bool { return w.status.Final() || w.pending != &s }); err != nil {
 				return "", err
+			}
+			if !w.status.Final() { // set aside: it contradicts the bank's own answer
+				return "", errors.New(w.conflict)
 			}
 			return string(w.status), nil
 		},
@@ -176,6 +195,9 @@ type opRun struct {
 	local   bool // steps are local activities (PaymentInput.LocalSteps)
 	status  payment.Status
 	pending *Settlement // accepted settlement, applied by parkUnknown
+	// conflict, when set, is why a not_charged settlement was set aside: the bank's inquiry
+	// found the operation done. Until an operator's retry, not_charged settlements are refused.
+	conflict string
 }
 
 // step runs one database step. From Revision 1, a step the data contradicts does not fail the
@@ -318,6 +340,13 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 		}
 		res, err := w.inquire(ctx)
 		switch {
+		case w.pending != nil && w.pending.Outcome == OutcomeNotCharged && err == nil && res.Succeeded && w.in.Revision >= 2:
+			// The bank's definite answer is never overruled by a file's: keep the hold, and
+			// tell an operator.
+			if err := w.holdConflict(ctx, res.ProviderReference); err != nil {
+				return PaymentResult{}, err
+			}
+			continue
 		case w.pending != nil:
 			continue // a settlement arrived while the inquiry ran: it wins
 		case err == nil && res.Succeeded:
@@ -327,6 +356,30 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 		}
 		wait = min(wait*2, inquiryMaxWait)
 	}
+}
+
+// holdConflict sets aside a not_charged settlement that met an inquiry finding the operation
+// done at the bank (as ref): the payment stays unknown, its hold kept, flagged stuck with both
+// answers, until an operator signals retry (the inquiries resume) or settles it as charged.
+func (w *opRun) holdConflict(ctx workflow.Context, ref string) error {
+	w.conflict = fmt.Sprintf("a not_charged settlement contradicts the bank, whose inquiry found the %s done (%s): "+
+		"the hold is kept; settle it as charged, or signal retry once the bank's record is corrected", w.op.noun, ref)
+	w.pending = nil
+	workflow.GetLogger(ctx).Error(w.op.noun+" settlement conflict", "reason", w.conflict)
+	if err := w.exec(ctx, w.op.flagStuck, FlagInput{OperationID: w.in.OperationID, Reason: w.conflict}).Get(ctx, nil); err != nil {
+		return err
+	}
+	w.upsertStatus(ctx, StatusStuck)
+	retry := workflow.GetSignalChannel(ctx, SignalRetry)
+	for retry.ReceiveAsync(nil) { // a retry sent before the conflict is not for this
+	}
+	if err := workflow.Await(ctx, func() bool { return retry.Len() > 0 || w.pending != nil }); err != nil {
+		return err
+	}
+	retry.ReceiveAsync(nil)
+	w.conflict = ""
+	w.upsertStatus(ctx, string(w.status))
+	return w.exec(ctx, w.op.flagStuck, FlagInput{OperationID: w.in.OperationID}).Get(ctx, nil)
 }
 
 // continueParked ends this run and waits on in a new one, unless a settlement is on its way:
@@ -356,6 +409,8 @@ func (w *opRun) checkSettlement(s Settlement) error {
 		return fmt.Errorf("%s is %s, not unknown: nothing to settle", w.op.noun, w.status)
 	case w.pending != nil:
 		return fmt.Errorf("%s is already being settled as %s", w.op.noun, w.pending.Outcome)
+	case w.conflict != "" && s.Outcome == OutcomeNotCharged:
+		return errors.New(w.conflict)
 	}
 	return nil
 }

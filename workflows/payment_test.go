@@ -68,6 +68,9 @@ var stubActivities = map[string]any{
 	workflows.ActivityRelease:      stub[workflows.ReleaseInput](workflows.ActivityRelease),
 	workflows.ActivityMarkUnknown:  stub[uuid.UUID](workflows.ActivityMarkUnknown),
 	workflows.ActivityFlagStuck:    stub[workflows.FlagInput](workflows.ActivityFlagStuck),
+	workflows.ActivityChargePolicy: func(context.Context) (workflows.ChargePolicy, error) {
+		return workflows.ChargePolicy{}, errUnexpected(workflows.ActivityChargePolicy)
+	},
 
 	workflows.ActivityHoldRefund:        stub[uuid.UUID](workflows.ActivityHoldRefund),
 	workflows.ActivitySendRefund:        stubResult[workflows.SendRefundInput, workflows.RefundSendResult](workflows.ActivitySendRefund),
@@ -90,6 +93,7 @@ func TestStubActivitySignaturesMatchActivities(t *testing.T) {
 		workflows.ActivityRelease:      a.Release,
 		workflows.ActivityMarkUnknown:  a.MarkUnknown,
 		workflows.ActivityFlagStuck:    a.FlagStuck,
+		workflows.ActivityChargePolicy: a.ChargePolicy,
 
 		workflows.ActivityHoldRefund:        a.HoldRefund,
 		workflows.ActivitySendRefund:        a.SendRefund,

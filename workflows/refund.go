@@ -8,19 +8,27 @@ import (
 	"github.com/kasa-pay/kasa/payment"
 )
 
-// refundRevision is the Revision of the payment rules every refund runs under: the booking
-// window, numbered sends, the stuck state and ContinueAsNew. A change to a refund's rules needs
-// a revision of its own in RefundInput.
+// refundRevision is the Revision of the payment rules a refund whose input names none runs under
+// (refunds started before RefundInput.Revision): the booking window, numbered sends, the stuck
+// state and ContinueAsNew.
 const refundRevision = 1
 
 // RefundWorkflow: hold -> send the refund to the bank (strategy by capability) -> post or
 // release. Only a decline fails a refund; an outcome that cannot be known is parked as unknown,
 // its hold kept, until a settlement (charged: refunded, not_charged: not refunded) resolves it.
 func RefundWorkflow(ctx workflow.Context, in RefundInput) (RefundWorkflowResult, error) {
+	rev := max(in.Revision, refundRevision)
+	if rev >= 2 && in.Capability == "" {
+		c, err := workerPolicy(ctx)
+		if err != nil {
+			return RefundWorkflowResult{}, err
+		}
+		in = in.WithPolicy(c)
+	}
 	rules := PaymentInput{
 		OperationID: in.OperationID, Capability: in.Capability, ChargeBudget: in.ChargeBudget,
 		ChargeTimeout: in.ChargeTimeout, BookingWindow: in.BookingWindow, LocalSteps: in.LocalSteps,
-		Revision: refundRevision, Parked: in.Parked, InquiryWait: in.InquiryWait,
+		Revision: rev, Parked: in.Parked, InquiryWait: in.InquiryWait,
 	}
 	w := &opRun{in: rules, status: payment.StatusProcessing, op: operation{
 		noun: "refund", workflow: WorkflowRefund,

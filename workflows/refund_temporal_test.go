@@ -30,7 +30,8 @@ var recordRefunds = flag.Bool("record", false, "write the refund workflow histor
 // fakeRefundSteps stands in for the refund activities on a real worker: the database steps
 // succeed, and the bank's answer to a send is scripted.
 type fakeRefundSteps struct {
-	send func(workflows.SendRefundInput) (workflows.RefundSendResult, error)
+	send   func(workflows.SendRefundInput) (workflows.RefundSendResult, error)
+	policy workflows.ChargePolicy // the worker's, which the workflow asks for
 
 	mu    sync.Mutex
 	calls map[string]int
@@ -57,6 +58,10 @@ func (f *fakeRefundSteps) register(w worker.Worker) {
 		return func(context.Context, uuid.UUID) error { f.count(name); return nil }
 	}
 	reg := func(fn any, name string) { w.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
+	reg(func(context.Context) (workflows.ChargePolicy, error) {
+		f.count(workflows.ActivityChargePolicy)
+		return f.policy, nil
+	}, workflows.ActivityChargePolicy)
 	reg(step(workflows.ActivityHoldRefund), workflows.ActivityHoldRefund)
 	reg(step(workflows.ActivityMarkRefundUnknown), workflows.ActivityMarkRefundUnknown)
 	reg(func(_ context.Context, in workflows.SendRefundInput) (workflows.RefundSendResult, error) {
@@ -110,7 +115,7 @@ func TestRefundOnTemporal(t *testing.T) {
 			},
 			want: workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_" + refundID.String()[:8]},
 			calls: map[string]int{
-				workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityPostRefund: 1,
+				workflows.ActivityChargePolicy: 1, workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityPostRefund: 1,
 			},
 		},
 		{
@@ -121,7 +126,7 @@ func TestRefundOnTemporal(t *testing.T) {
 			settle: true,
 			want:   workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_file"},
 			calls: map[string]int{
-				workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityMarkRefundUnknown: 1,
+				workflows.ActivityChargePolicy: 1, workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityMarkRefundUnknown: 1,
 				workflows.ActivityPostRefund: 1,
 			},
 		},
@@ -129,7 +134,7 @@ func TestRefundOnTemporal(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			queue := "refunds-" + uuid.NewString()
-			fake := &fakeRefundSteps{send: tc.send, calls: map[string]int{}}
+			fake := &fakeRefundSteps{send: tc.send, policy: workflows.ChargePolicy{Capability: tc.capability}, calls: map[string]int{}}
 			w := worker.New(c, queue, worker.Options{})
 			w.RegisterWorkflowWithOptions(workflows.RefundWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowRefund})
 			fake.register(w)
@@ -140,7 +145,7 @@ func TestRefundOnTemporal(t *testing.T) {
 			merchant := uuid.New()
 			in := workflows.RefundInputFor(payment.Refund{
 				ID: refundID, PaymentID: paymentID, MerchantID: merchant, AmountMinor: 4_000, Currency: "TRY",
-			}, workflows.ChargePolicy{Capability: tc.capability})
+			}) // as the API starts it: the worker's policy governs
 			key := "rf-" + tc.name
 			runID, err := starter.StartRefund(ctx, key, in)
 			require.NoError(t, err)

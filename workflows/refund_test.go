@@ -42,7 +42,7 @@ func refundInput(c workflows.Capability) workflows.RefundInput {
 	return workflows.RefundInputFor(payment.Refund{
 		ID: refundID, PaymentID: paymentID, MerchantID: merchantID, AccountID: accountID,
 		IdempotencyKey: "rf-1", AmountMinor: 4_000, Currency: "EUR", Status: payment.StatusProcessing,
-	}, workflows.ChargePolicy{Capability: c, BookingWindow: 30 * time.Second})
+	}).WithPolicy(workflows.ChargePolicy{Capability: c, BookingWindow: 30 * time.Second})
 }
 
 func refunded(ref string) workflows.RefundSendResult {
@@ -446,7 +446,8 @@ func TestRefundInputFor(t *testing.T) {
 	require.Equal(t, workflows.RefundInput{
 		OperationID: refundID, PaymentID: paymentID, MerchantID: merchantID, AmountMinor: 4_000, Currency: "EUR",
 		Capability: workflows.CapabilityInquiry, ChargeBudget: time.Minute, ChargeTimeout: 20 * time.Second,
-		BookingWindow: 10 * time.Second, LocalSteps: true,
-	}, workflows.RefundInputFor(r, policy))
+		BookingWindow: 10 * time.Second, LocalSteps: true, Revision: workflows.CurrentRevision,
+	}, workflows.RefundInputFor(r).WithPolicy(policy))
+	require.Empty(t, workflows.RefundInputFor(r).Capability, "the worker's policy governs, not the starter's")
 	require.Equal(t, fmt.Sprintf("refund/%s/rf-1", merchantID), workflows.RefundWorkflowID(merchantID, "rf-1"))
 }

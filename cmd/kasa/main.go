@@ -263,7 +263,7 @@ func (h *levelFloor) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func newActivities(cfg config.Config, st *store.Store) *activities.Activities {
-	return &activities.Activities{Store: st, Provider: provider.New(cfg.Provider.URL, cfg.Provider.Timeout)}
+	return &activities.Activities{Store: st, Provider: provider.New(cfg.Provider.URL, cfg.Provider.Timeout), Policy: chargePolicy(cfg)}
 }
 
 // newAPI builds the API. localWorker: the payment worker runs in this process on st, so the API
@@ -278,7 +278,7 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheu
 		Registry: reg,
 		Store:    st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
 		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait, AllowPrivateWebhooks: cfg.Webhook.AllowPrivate,
-		Charge: chargePolicy(cfg), Logger: log, ReplayCache: cfg.API.ReplayCache, Retention: cfg.Idempotency.Retention,
+		Logger: log, ReplayCache: cfg.API.ReplayCache, Retention: cfg.Idempotency.Retention,
 		SeparateMetrics: cfg.Metrics.Addr != "", Limits: apiLimits(cfg),
 		SearchAttributes: searchAttributes{client: tc, namespace: cfg.Temporal.Namespace},
 		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
@@ -317,7 +317,7 @@ func startSweeper(ctx context.Context, cfg config.Config, st *store.Store, tc cl
 	done := make(chan struct{})
 	sw := &sweeper.Sweeper{
 		Store: st, Starter: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
-		Charge: chargePolicy(cfg), Logger: log,
+		Logger: log,
 	}
 	go func() { defer close(done); sw.Run(ctx) }()
 	return func() { cancel(); <-done }

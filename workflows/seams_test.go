@@ -1,0 +1,128 @@
+package workflows_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// newInput is a payment as the API starts it now: no charge policy of its own.
+func newInput() workflows.PaymentInput {
+	return workflows.InputFor(payment.Payment{ID: opID, MerchantID: merchantID, AccountID: accountID, AmountMinor: 12_345, Currency: "EUR"})
+}
+
+// The worker, which talks to the bank, decides how to send: a payment started with no policy
+// runs its worker's. With none, an ambiguous charge is never sent again; with idempotent it is.
+func TestPaymentWorkflowRunsItsWorkersPolicy(t *testing.T) {
+	cases := []struct {
+		capability workflows.Capability
+		charges    int
+		want       workflows.PaymentResult
+	}{
+		{workflows.CapabilityNone, 1, workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_file"}},
+		{workflows.CapabilityIdempotent, 2, workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_2"}},
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.capability), func(t *testing.T) {
+			h := newHarness(t)
+			h.on(workflows.ActivityChargePolicy).Return(workflows.ChargePolicy{Capability: tc.capability}, nil)
+			h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous()).Once()
+			h.on(workflows.ActivityCharge).Return(charged("ch_2"), nil)
+			h.signalAt(time.Minute, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_file"})
+			res := h.run(newInput())
+			require.Equal(t, tc.want, res)
+			require.Equal(t, 1, h.calls(workflows.ActivityChargePolicy))
+			require.Equal(t, tc.charges, h.calls(workflows.ActivityCharge))
+			h.env.AssertActivityCalled(t, workflows.ActivityCharge, mock.Anything, workflows.ChargeInput{
+				OperationID: opID, AccountID: accountID, AmountMinor: 12_345, Currency: "EUR", Capability: tc.capability, Send: 1,
+			})
+		})
+	}
+}
+
+// A refund started with no policy runs its worker's too.
+func TestRefundWorkflowRunsItsWorkersPolicy(t *testing.T) {
+	h := newHarness(t)
+	h.fallbacks()
+	h.on(workflows.ActivityChargePolicy).Return(workflows.ChargePolicy{Capability: workflows.CapabilityNone}, nil)
+	h.on(workflows.ActivityHoldRefund).Return(nil)
+	h.on(workflows.ActivitySendRefund).Return(workflows.RefundSendResult{}, ambiguous())
+	h.on(workflows.ActivityMarkRefundUnknown).Return(nil)
+	h.on(workflows.ActivityPostRefund).Return(nil)
+	h.signalAt(time.Minute, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "re_file"})
+	in := workflows.RefundInputFor(payment.Refund{ID: refundID, PaymentID: paymentID, MerchantID: merchantID, AmountMinor: 4_000, Currency: "EUR"})
+	res := complete[workflows.RefundWorkflowResult](h, workflows.WorkflowRefund, in)
+	require.Equal(t, workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "re_file"}, res)
+	require.Equal(t, 1, h.calls(workflows.ActivitySendRefund), "none: never sent again")
+	h.env.AssertActivityCalled(t, workflows.ActivitySendRefund, mock.Anything, workflows.SendRefundInput{
+		OperationID: refundID, PaymentID: paymentID, AmountMinor: 4_000, Currency: "EUR", Capability: workflows.CapabilityNone, Send: 1,
+	})
+}
+
+// A not_charged settlement that arrives while an inquiry finds the charge never releases the
+// hold: the payment stays unknown, flagged for an operator with both answers, refuses further
+// not_charged settlements, and resumes on the operator's retry (the next inquiry books it).
+func TestPaymentWorkflowSettlementConflictKeepsTheHold(t *testing.T) {
+	h := newHarness(t)
+	in := paymentInput(workflows.CapabilityInquiry)
+	in.LocalSteps, in.Revision = true, workflows.CurrentRevision
+	in.BookingWindow = time.Millisecond // one inquiry before each re-send
+	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, notFound()).Times(3)
+	// Parked at 6s; the inquiry at 8s finds the charge while the bank's file says not charged.
+	h.on(workflows.ActivityInquire).Run(func(mock.Arguments) {
+		h.env.SignalWorkflow(workflows.SignalSettlement, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+	}).Return(charged("ch_1"), nil).Once()
+	h.on(workflows.ActivityInquire).Return(charged("ch_1"), nil)
+	var reasons []string
+	h.on(workflows.ActivityFlagStuck).Run(func(args mock.Arguments) {
+		reasons = append(reasons, args.Get(1).(workflows.FlagInput).Reason)
+	}).Return(nil)
+	h.signalAt(30*time.Second, workflows.Settlement{Outcome: workflows.OutcomeNotCharged}) // refused
+	h.expectWaitingAt(time.Hour)
+	h.retryAt(2 * time.Hour)
+
+	res := h.run(in)
+	require.Equal(t, workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_1"}, res)
+	require.Zero(t, h.calls(workflows.ActivityRelease), "the hold is never released")
+	require.Len(t, reasons, 2, "flagged, then cleared by the retry")
+	require.Contains(t, reasons[0], "contradicts the bank")
+	require.Contains(t, reasons[0], "ch_1")
+	require.Empty(t, reasons[1])
+	require.Greater(t, h.offsets(workflows.ActivityFinalize)[0], 2*time.Hour, "booked only after the operator's retry")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Equal(t, []string{statusUnknown, workflows.StatusStuck, statusUnknown, statusSucceeded}, h.statuses)
+}
+
+// The settle update meets the same rule: its not_charged is set aside with the reason, and the
+// payment is not released.
+func TestPaymentWorkflowSettleUpdateConflict(t *testing.T) {
+	h := newHarness(t)
+	in := paymentInput(workflows.CapabilityInquiry)
+	in.LocalSteps, in.Revision = true, workflows.CurrentRevision
+	in.BookingWindow = time.Millisecond // one inquiry before each re-send
+	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, notFound()).Times(3)
+	var updateErr error
+	h.on(workflows.ActivityInquire).Run(func(mock.Arguments) {
+		h.env.UpdateWorkflow(workflows.UpdateSettle, "u1", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { updateErr = err },
+			OnComplete: func(_ any, err error) { updateErr = err },
+		}, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+	}).Return(charged("ch_1"), nil).Once()
+	h.signalAt(time.Hour, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_1"})
+
+	res := h.run(in)
+	require.Equal(t, workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_1"}, res)
+	require.Error(t, updateErr)
+	require.True(t, strings.Contains(updateErr.Error(), "contradicts the bank"), updateErr.Error())
+	require.Zero(t, h.calls(workflows.ActivityRelease))
+}
