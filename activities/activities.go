@@ -7,6 +7,7 @@ import (
 	"errors"
 
 	"github.com/google/uuid"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -17,6 +18,7 @@ import (
 // Store is the slice of the database the steps need.
 type Store interface {
 	Reserve(ctx context.Context, operationID uuid.UUID) error
+	ReserveRun(ctx context.Context, operationID uuid.UUID, runID string) error
 	Finalize(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error)
 	Release(ctx context.Context, operationID uuid.UUID, failureCode string) (payment.Payment, error)
 	MarkUnknown(ctx context.Context, operationID uuid.UUID) (payment.Payment, error)
@@ -63,6 +65,12 @@ func (a *Activities) ChargePolicy(context.Context) (workflows.ChargePolicy, erro
 // ReserveFunds holds the amount on the payer's account.
 func (a *Activities) ReserveFunds(ctx context.Context, operationID uuid.UUID) error {
 	return classify(a.Store.Reserve(ctx, operationID))
+}
+
+// Reserve is ReserveFunds naming the workflow run it is a step of: a payment another run already
+// decided is refused (ErrTypeInconsistent), the same run's step executed again is not.
+func (a *Activities) Reserve(ctx context.Context, operationID uuid.UUID) error {
+	return classify(a.Store.ReserveRun(ctx, operationID, activity.GetInfo(ctx).WorkflowExecution.RunID))
 }
 
 // Charge asks the provider to move the money, with the operation id as idempotency key.

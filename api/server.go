@@ -72,8 +72,8 @@ type Options struct {
 	Store      Store
 	Workflows  Workflows
 	AdminToken string
-	SyncWait   time.Duration          // how long a create (payment, refund) waits for the outcome before 202
-	Lease      time.Duration          // how long a new record's owner has to start its workflow
+	SyncWait   time.Duration // how long a create (payment, refund) waits for the outcome before 202
+	Lease      time.Duration // how long a new record's owner has to start its workflow
 	// ReplayCache is how many completed idempotency records are kept in memory per generation
 	// (two generations); 0 turns the cache off and every replay reads the database.
 	ReplayCache int

@@ -49,14 +49,24 @@ func (s *Store) FlagStuck(ctx context.Context, operationID uuid.UUID, reason str
 // reservation made and changes nothing. payment.ErrInsufficientFunds when the available balance
 // is too small (nothing is held then).
 func (s *Store) Reserve(ctx context.Context, operationID uuid.UUID) error {
-	var found, already, reserved bool
-	if err := s.pool.QueryRow(ctx, dbsqlc.ReserveFunds, operationID, payment.NewID()).Scan(&found, &already, &reserved); err != nil {
+	return s.ReserveRun(ctx, operationID, "")
+}
+
+// ReserveRun is Reserve for the workflow run runID, which it records as the run that took the
+// operation on. A payment no longer processing is refused (ErrInconsistent: a second run of a
+// decided payment holds nothing), unless runID is that run, executing its first step again
+// after its worker died. An empty runID (runs from before the rule) refuses nothing.
+func (s *Store) ReserveRun(ctx context.Context, operationID uuid.UUID, runID string) error {
+	r, err := s.q.ReserveFunds(ctx, dbsqlc.ReserveFundsParams{OperationID: operationID, ID: payment.NewID(), RunID: runID})
+	if err != nil {
 		return translate(err)
 	}
 	switch {
-	case !found:
+	case !r.Found:
 		return payment.ErrNotFound
-	case already || reserved:
+	case runID != "" && payment.Status(r.Status) != payment.StatusProcessing && r.RunOfRecord != runID:
+		return fmt.Errorf("%w: payment %s is already %s: another run does not hold it again", ErrInconsistent, operationID, r.Status)
+	case r.Already || r.Reserved:
 		return nil
 	}
 	// Not held, but perhaps because a concurrent attempt for this payment held it first: the

@@ -490,3 +490,41 @@ func TestWatchOutcomeAnnouncesCommittedOutcomes(t *testing.T) {
 		})
 	}
 }
+
+// A run's steps refuse an operation already final: a second run of a failed or succeeded payment
+// (started by hand, or late) holds nothing, while the run that decided it may execute its first
+// step again (its worker died before the run recorded it); capturing a failed payment is a
+// contradiction for an operator, not a step to retry.
+func TestStepsRefuseAFinalPayment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	_, failed, _, err := begin(t, mID, aID, "final-f", "inv-f", 2_500)
+	require.NoError(t, err)
+	require.NoError(t, db.ReserveRun(ctx, failed.ID, "run-f"))
+	_, err = db.Release(ctx, failed.ID, payment.FailureDeclined)
+	require.NoError(t, err)
+	_, paid, _, err := begin(t, mID, aID, "final-s", "inv-s", 1_000)
+	require.NoError(t, err)
+	require.NoError(t, db.ReserveRun(ctx, paid.ID, "run-s"))
+	_, err = db.Finalize(ctx, paid.ID, "ch_s")
+	require.NoError(t, err)
+	_, poor, _, err := begin(t, mID, aID, "final-p", "inv-p", 1_000_000)
+	require.NoError(t, err)
+	require.ErrorIs(t, db.ReserveRun(ctx, poor.ID, "run-p"), payment.ErrInsufficientFunds)
+	_, err = db.Release(ctx, poor.ID, payment.FailureInsufficientFunds)
+	require.NoError(t, err)
+
+	for _, id := range []uuid.UUID{failed.ID, paid.ID, poor.ID} {
+		require.ErrorIs(t, db.ReserveRun(ctx, id, "another-run"), payment.ErrInconsistent, "a decided payment is never held again")
+	}
+	require.NoError(t, db.ReserveRun(ctx, failed.ID, "run-f"), "the deciding run's step, executed again")
+	require.NoError(t, db.ReserveRun(ctx, paid.ID, "run-s"))
+	require.ErrorIs(t, db.ReserveRun(ctx, poor.ID, "run-p"), payment.ErrInsufficientFunds, "answered as the first time")
+	_, err = db.Finalize(ctx, failed.ID, "ch_f")
+	require.ErrorIs(t, err, payment.ErrInconsistent)
+	a, err := db.Account(ctx, aID)
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{9_000, 0}, [2]int64{a.Balance, a.Reserved}, "nothing held, nothing captured")
+	requireVerified(t)
+}

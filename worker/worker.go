@@ -24,6 +24,7 @@ func Register(r Registry, a *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.RefundWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowRefund})
 	for name, fn := range map[string]any{
 		workflows.ActivityReserveFunds: a.ReserveFunds,
+		workflows.ActivityReserve:      a.Reserve,
 		workflows.ActivityCharge:       a.Charge,
 		workflows.ActivityInquire:      a.InquireCharge,
 		workflows.ActivityFinalize:     a.Finalize,

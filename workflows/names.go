@@ -18,12 +18,15 @@ const (
 	WorkflowPayment = "PaymentWorkflow"
 
 	ActivityReserveFunds = "ReserveFunds"
-	ActivityCharge       = "Charge"
-	ActivityInquire      = "InquireCharge"
-	ActivityFinalize     = "Finalize"
-	ActivityRelease      = "Release"
-	ActivityMarkUnknown  = "MarkUnknown"
-	ActivityFlagStuck    = "FlagStuck"
+	// ActivityReserve is ReserveFunds for runs of Revision 2 on: it refuses a payment another run
+	// already decided.
+	ActivityReserve     = "Reserve"
+	ActivityCharge      = "Charge"
+	ActivityInquire     = "InquireCharge"
+	ActivityFinalize    = "Finalize"
+	ActivityRelease     = "Release"
+	ActivityMarkUnknown = "MarkUnknown"
+	ActivityFlagStuck   = "FlagStuck"
 	// ActivityChargePolicy asks the worker, the process that talks to the bank, how to send to
 	// it: a payment or refund of Revision 2 on records the answer in its history.
 	ActivityChargePolicy = "ChargePolicy"

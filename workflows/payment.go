@@ -88,9 +88,13 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 		}
 		in = in.WithPolicy(c)
 	}
+	reserve := ActivityReserveFunds
+	if in.Revision >= 2 {
+		reserve = ActivityReserve
+	}
 	w := &opRun{in: in, status: payment.StatusProcessing, op: operation{
 		noun: "payment", workflow: WorkflowPayment,
-		reserve: ActivityReserveFunds, send: ActivityCharge, inquire: ActivityInquire, post: ActivityFinalize,
+		reserve: reserve, send: ActivityCharge, inquire: ActivityInquire, post: ActivityFinalize,
 		release: ActivityRelease, markUnknown: ActivityMarkUnknown, flagStuck: ActivityFlagStuck,
 		sendArg: func(send int) any {
 			c := ChargeInput{OperationID: in.OperationID, AccountID: in.AccountID, AmountMinor: in.AmountMinor, Currency: in.Currency}

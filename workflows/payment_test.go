@@ -62,6 +62,7 @@ func stubResult[In, Out any](name string) func(context.Context, In) (Out, error)
 // signatures of activities.Activities.
 var stubActivities = map[string]any{
 	workflows.ActivityReserveFunds: stub[uuid.UUID](workflows.ActivityReserveFunds),
+	workflows.ActivityReserve:      stub[uuid.UUID](workflows.ActivityReserve),
 	workflows.ActivityCharge:       stubResult[workflows.ChargeInput, workflows.ChargeResult](workflows.ActivityCharge),
 	workflows.ActivityInquire:      stubResult[uuid.UUID, workflows.ChargeResult](workflows.ActivityInquire),
 	workflows.ActivityFinalize:     stub[workflows.FinalizeInput](workflows.ActivityFinalize),
@@ -87,6 +88,7 @@ func TestStubActivitySignaturesMatchActivities(t *testing.T) {
 	a := &activities.Activities{}
 	real := map[string]any{
 		workflows.ActivityReserveFunds: a.ReserveFunds,
+		workflows.ActivityReserve:      a.Reserve,
 		workflows.ActivityCharge:       a.Charge,
 		workflows.ActivityInquire:      a.InquireCharge,
 		workflows.ActivityFinalize:     a.Finalize,
@@ -250,6 +252,7 @@ func (h *harness) on(name string) *testsuite.MockCallWrapper {
 // whatever a case did not mock itself (registered last, so the case's own mocks win).
 func (h *harness) fallbacks() {
 	h.on(workflows.ActivityReserveFunds).Return(nil)
+	h.on(workflows.ActivityReserve).Return(nil)
 	h.on(workflows.ActivityFinalize).Return(nil)
 	h.on(workflows.ActivityRelease).Return(nil)
 	h.on(workflows.ActivityMarkUnknown).Return(nil)
@@ -407,7 +410,7 @@ func runPaymentCases(t *testing.T, cases []paymentCase) {
 				res := h.run(tc.in)
 				require.Equal(t, tc.want, res)
 				h.requireEffects(t, tc.calls, map[string]any{
-					workflows.ActivityReserveFunds: opID, workflows.ActivityCharge: wantChargeInput(tc.in),
+					workflows.ActivityReserveFunds: opID, workflows.ActivityReserve: opID, workflows.ActivityCharge: wantChargeInput(tc.in),
 					workflows.ActivityInquire: opID, workflows.ActivityMarkUnknown: opID,
 				}, tc.statuses, tc.want.Status)
 				if tc.want.Status == statusSucceeded {

@@ -38,7 +38,7 @@ func TestPaymentWorkflowBookingWindow(t *testing.T) {
 			},
 			want: workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_late"},
 			calls: map[string]int{
-				workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 1, workflows.ActivityInquire: 4,
+				workflows.ActivityReserve: 1, workflows.ActivityCharge: 1, workflows.ActivityInquire: 4,
 				workflows.ActivityFinalize: 1,
 			},
 			statuses: []string{statusSucceeded},
@@ -57,7 +57,7 @@ func TestPaymentWorkflowBookingWindow(t *testing.T) {
 			},
 			want: workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_2"},
 			calls: map[string]int{
-				workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 2, workflows.ActivityInquire: 4,
+				workflows.ActivityReserve: 1, workflows.ActivityCharge: 2, workflows.ActivityInquire: 4,
 				workflows.ActivityFinalize: 1,
 			},
 			statuses: []string{statusSucceeded},
@@ -82,7 +82,7 @@ func TestPaymentWorkflowBookingWindow(t *testing.T) {
 			},
 			want: workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_2"},
 			calls: map[string]int{
-				workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 2, workflows.ActivityInquire: 2,
+				workflows.ActivityReserve: 1, workflows.ActivityCharge: 2, workflows.ActivityInquire: 2,
 				workflows.ActivityFinalize: 1,
 			},
 			statuses: []string{statusSucceeded},
@@ -107,7 +107,7 @@ func TestPaymentWorkflowStuckUntilRetry(t *testing.T) {
 			},
 			want: workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_1"},
 			calls: map[string]int{
-				workflows.ActivityReserveFunds: 1, workflows.ActivityCharge: 1, workflows.ActivityFinalize: 2,
+				workflows.ActivityReserve: 1, workflows.ActivityCharge: 1, workflows.ActivityFinalize: 2,
 				workflows.ActivityFlagStuck: 2,
 			},
 			statuses: []string{workflows.StatusStuck, statusProcessing, statusSucceeded},

@@ -73,23 +73,29 @@ RETURNING created_at, updated_at;
 
 -- Worker, ReserveFunds: store.Reserve, one statement.
 -- store/queries/reservations.sql: ReserveFunds
-WITH started AS (
-  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
+WITH rec AS (
+  SELECT i.run_id FROM idempotency_records i WHERE i.operation_id = :op_id
+), started AS (
+  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, run_id = NULLIF(@run_id::text, ''), updated_at = now()
   WHERE idempotency_records.operation_id = :op_id AND NOT workflow_started
+  RETURNING run_id
 ), p AS (
-  SELECT id, account_id, amount_minor FROM payments WHERE id = :op_id
+  SELECT id, account_id, amount_minor, status FROM payments WHERE id = :op_id
 ), existing AS (
   SELECT 1 FROM balance_reservations r WHERE r.operation_id = :op_id
 ), held AS (
   UPDATE accounts a SET reserved = a.reserved + p.amount_minor, updated_at = now()
-  FROM p WHERE a.id = p.account_id AND a.balance - a.reserved >= p.amount_minor AND NOT EXISTS (SELECT 1 FROM existing)
+  FROM p WHERE a.id = p.account_id AND p.status = 'processing' AND a.balance - a.reserved >= p.amount_minor
+    AND NOT EXISTS (SELECT 1 FROM existing)
   RETURNING a.id
 ), inserted AS (
   INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status)
   SELECT :reservation_id, p.id, p.account_id, p.amount_minor, 'active' FROM p, held
   RETURNING id
 )
-SELECT EXISTS (SELECT 1 FROM p), EXISTS (SELECT 1 FROM existing), EXISTS (SELECT 1 FROM inserted);
+SELECT EXISTS (SELECT 1 FROM p) AS found, EXISTS (SELECT 1 FROM existing) AS already, EXISTS (SELECT 1 FROM inserted) AS reserved,
+  coalesce((SELECT status FROM p), '')::text AS status,
+  coalesce((SELECT run_id FROM started), (SELECT run_id FROM rec), '')::text AS run_of_record;
 
 -- Worker, Finalize (after the charge): store.Finalize, the posting, the payment, the record with
 -- its stored answer and the outbox event in one transaction, sent as two pgx batches: what the

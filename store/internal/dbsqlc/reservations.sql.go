@@ -61,49 +61,65 @@ func (q *Queries) ReservationExists(ctx context.Context, operationID uuid.UUID) 
 
 const ReserveFunds = `-- name: ReserveFunds :one
 
-WITH started AS (
-  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
+WITH rec AS (
+  SELECT i.run_id FROM idempotency_records i WHERE i.operation_id = $1
+), started AS (
+  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, run_id = NULLIF($3::text, ''), updated_at = now()
   WHERE idempotency_records.operation_id = $1 AND NOT workflow_started
+  RETURNING run_id
 ), p AS (
-  SELECT id, account_id, amount_minor FROM payments WHERE id = $1
+  SELECT id, account_id, amount_minor, status FROM payments WHERE id = $1
 ), existing AS (
   SELECT 1 FROM balance_reservations r WHERE r.operation_id = $1
 ), held AS (
   UPDATE accounts a SET reserved = a.reserved + p.amount_minor, updated_at = now()
-  FROM p WHERE a.id = p.account_id AND a.balance - a.reserved >= p.amount_minor AND NOT EXISTS (SELECT 1 FROM existing)
+  FROM p WHERE a.id = p.account_id AND p.status = 'processing' AND a.balance - a.reserved >= p.amount_minor
+    AND NOT EXISTS (SELECT 1 FROM existing)
   RETURNING a.id
 ), inserted AS (
   INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status)
   SELECT $2, p.id, p.account_id, p.amount_minor, 'active' FROM p, held
   RETURNING id
 )
-SELECT EXISTS (SELECT 1 FROM p), EXISTS (SELECT 1 FROM existing), EXISTS (SELECT 1 FROM inserted)
+SELECT EXISTS (SELECT 1 FROM p) AS found, EXISTS (SELECT 1 FROM existing) AS already, EXISTS (SELECT 1 FROM inserted) AS reserved,
+  coalesce((SELECT status FROM p), '')::text AS status,
+  coalesce((SELECT run_id FROM started), (SELECT run_id FROM rec), '')::text AS run_of_record
 `
 
 type ReserveFundsParams struct {
 	OperationID uuid.UUID
 	ID          uuid.UUID
+	RunID       string
 }
 
 type ReserveFundsRow struct {
-	Exists   bool
-	Exists_2 bool
-	Exists_3 bool
+	Found       bool
+	Already     bool
+	Reserved    bool
+	Status      string
+	RunOfRecord string
 }
 
 // Balance reservations: the hold on the payer's account while a payment is in flight.
 // Reserve in one statement, so one round trip and no explicit transaction. The workflow's
-// first step also records that the workflow runs: from now on the lease of the idempotency
-// record no longer matters (no takeover, no sweep). The balance check and the hold are one
-// UPDATE: concurrent reservations re-evaluate the condition on the latest row version, so the
-// account can never be overdrawn. A reservation is inserted only with its hold. Of two
-// attempts racing for one payment, the second either holds too and then fails on the
-// reservation's unique operation_id (its whole statement, hold included, is undone), or finds
-// the balance taken by the first hold: Reserve then looks again before calling it a decline.
+// first step also records that the workflow runs, and which run ($3): from now on the lease of
+// the idempotency record no longer matters (no takeover, no sweep). The balance check and the
+// hold are one UPDATE: concurrent reservations re-evaluate the condition on the latest row
+// version, so the account can never be overdrawn. A reservation is inserted only with its hold,
+// and only for a processing payment. Of two attempts racing for one payment, the second either
+// holds too and then fails on the reservation's unique operation_id (its whole statement, hold
+// included, is undone), or finds the balance taken by the first hold: Reserve then looks again
+// before calling it a decline.
 func (q *Queries) ReserveFunds(ctx context.Context, arg ReserveFundsParams) (ReserveFundsRow, error) {
-	row := q.db.QueryRow(ctx, ReserveFunds, arg.OperationID, arg.ID)
+	row := q.db.QueryRow(ctx, ReserveFunds, arg.OperationID, arg.ID, arg.RunID)
 	var i ReserveFundsRow
-	err := row.Scan(&i.Exists, &i.Exists_2, &i.Exists_3)
+	err := row.Scan(
+		&i.Found,
+		&i.Already,
+		&i.Reserved,
+		&i.Status,
+		&i.RunOfRecord,
+	)
 	return i, err
 }
 
