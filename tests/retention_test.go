@@ -71,7 +71,7 @@ func TestExpiredRefundKeyRefundsNothingMore(t *testing.T) {
 	list := s.do("GET", "/v1/payments/"+paymentID+"/refunds", m.APIKey, "")
 	require.Equal(t, http.StatusOK, list.Status, "%s", list.Body)
 	require.Len(t, list.json(t)["data"], 1, "no second refund")
-	require.Equal(t, "90.00", s.account(m, acct)["balance"], "refunded once")
+	require.Equal(t, "70.00", s.account(m, acct)["balance"], "paid 40, refunded 10 once")
 	requireVerified(t)
 }
 
