@@ -56,16 +56,18 @@ func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) 
 	return runID, nil
 }
 
-// start starts the workflow. When a closed run holds the id, it reads that run's operation id
-// from its input: its own operation's run already ran, and its id is returned, so a late retry
-// (the sweeper's, say) never runs an operation twice; another operation's run is the expired
-// key's earlier payment or refund, and the new operation's run is then started beside it
-// (ALLOW_DUPLICATE). The database record is what decides that an expired key is a new request:
-// Temporal's own retention of closed runs has no say.
+// start starts the workflow. When a run holds the id, it reads that run's operation id from its
+// input: its own operation's run is returned (running or closed), so a late retry (the
+// sweeper's, say) never runs an operation twice, as USE_EXISTING would. Another operation's run
+// is the expired key's earlier payment or refund: the new operation's run is started beside it
+// (ALLOW_DUPLICATE) once it has closed, waiting for it while ctx allows. The database record is
+// what decides that an expired key is a new request: Temporal's own retention of closed runs has
+// no say.
 func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, workflow string, in any, op uuid.UUID) (string, error) {
-	// Without it the SDK answers a refused start with a handle on the closed run, which would
-	// leave the new operation without a workflow. A running one is still found (USE_EXISTING).
+	// Without it the SDK answers a refused start with a handle on the existing run. FAIL instead
+	// of USE_EXISTING: a running run of another operation must never be handed back as this one's.
 	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
+	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
 	run, err := s.Client.ExecuteWorkflow(ctx, opts, workflow, in)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if !errors.As(err, &started) {
@@ -74,12 +76,18 @@ func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, wo
 		}
 		return run.GetRunID(), nil
 	}
-	closedOp, runID, herr := s.closedRunOperation(ctx, opts.ID)
+	runOp, runID, herr := s.runOperation(ctx, opts.ID)
 	if herr != nil {
-		return "", fmt.Errorf("%w (and its closed run cannot be read: %v)", err, herr)
+		return "", fmt.Errorf("%w (and its run cannot be read: %v)", err, herr)
 	}
-	if closedOp == op {
+	if runOp == op {
 		return runID, nil
+	}
+	if started.RunId != "" {
+		// Open: wait for the earlier operation's run to close. Its result does not matter here.
+		if werr := s.Client.GetWorkflow(ctx, opts.ID, "").Get(ctx, nil); ctx.Err() != nil {
+			return "", fmt.Errorf("the run of an earlier operation of this key is still open (%v): %w", werr, ctx.Err())
+		}
 	}
 	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
 	run, err = s.Client.ExecuteWorkflow(ctx, opts, workflow, in)
@@ -89,8 +97,8 @@ func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, wo
 	return run.GetRunID(), nil
 }
 
-// closedRunOperation reads the operation id of the latest run of workflowID from its input.
-func (s Starter) closedRunOperation(ctx context.Context, workflowID string) (uuid.UUID, string, error) {
+// runOperation reads the operation id of the latest run of workflowID from its input.
+func (s Starter) runOperation(ctx context.Context, workflowID string) (uuid.UUID, string, error) {
 	it := s.Client.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	if !it.HasNext() {
 		return uuid.Nil, "", errors.New("no history")

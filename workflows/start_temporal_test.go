@@ -1,0 +1,70 @@
+package workflows_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// A key whose record expired names a new operation while the earlier operation's run is still
+// open: the start never hands back that run (the new operation would wait on another's result and
+// stay processing for good); it waits for it to close, then starts the new operation's run.
+func TestStartWaitsForAnEarlierOperationsOpenRun(t *testing.T) {
+	ctx := context.Background()
+	srv, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop() })
+	c, err := client.Dial(client.Options{HostPort: srv.Address, Logger: quietLogger()})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+
+	release := make(chan struct{})
+	fake := &fakeRefundSteps{calls: map[string]int{}, policy: workflows.ChargePolicy{Capability: workflows.CapabilityIdempotent},
+		send: func(in workflows.SendRefundInput) (workflows.RefundSendResult, error) {
+			if in.AmountMinor == 1_000 { // the earlier operation: its bank call hangs until released
+				<-release
+			}
+			return workflows.RefundSendResult{ProviderReference: "rf_" + in.OperationID.String()[:8], Succeeded: true}, nil
+		}}
+	queue := "start-" + uuid.NewString()
+	w := worker.New(c, queue, worker.Options{})
+	w.RegisterWorkflowWithOptions(workflows.RefundWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowRefund})
+	fake.register(w)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	starter := workflows.Starter{Client: c, TaskQueue: queue}
+	merchant := uuid.New()
+	earlier := workflows.RefundInputFor(payment.Refund{ID: payment.NewID(), PaymentID: paymentID, MerchantID: merchant, AmountMinor: 1_000, Currency: "TRY"})
+	later := workflows.RefundInputFor(payment.Refund{ID: payment.NewID(), PaymentID: paymentID, MerchantID: merchant, AmountMinor: 2_000, Currency: "TRY"})
+
+	firstRun, err := starter.StartRefund(ctx, "k", earlier)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return fake.counts()[workflows.ActivitySendRefund] > 0 }, 20*time.Second, 20*time.Millisecond)
+
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	run, err := starter.StartRefund(short, "k", later)
+	cancel()
+	require.Error(t, err, "started as run %s", run)
+	require.NotEqual(t, firstRun, run, "never the earlier operation's run")
+
+	close(release)
+	run, err = starter.StartRefund(ctx, "k", later)
+	require.NoError(t, err)
+	require.NotEqual(t, firstRun, run)
+	res, err := starter.AwaitRefund(ctx, merchant, "k", run)
+	require.NoError(t, err)
+	require.Equal(t, "rf_"+later.OperationID.String()[:8], res.ProviderReference, "the later operation ran")
+	again, err := starter.StartRefund(ctx, "k", later)
+	require.NoError(t, err)
+	require.Equal(t, run, again, "a retried start of the later operation finds its run")
+}
