@@ -216,7 +216,7 @@ func (k paymentOps) load(ctx context.Context, id uuid.UUID) (op, error) {
 	return k.op(p), err
 }
 
-// op is the payment's operation: its workflow, started with the server's charge policy.
+// op is the payment's operation: its workflow, which asks its worker for the charge policy.
 func (k paymentOps) op(p payment.Payment) op {
 	return op{id: p.ID, merchantID: p.MerchantID, key: p.IdempotencyKey, start: func(ctx context.Context) (string, error) {
 		return k.s.Workflows.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -12,6 +13,9 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 )
+
+// earlierRunPatience is how long a start waits for the open run of the key's earlier operation.
+const earlierRunPatience = 10 * time.Second
 
 // ErrStillRunning: the workflow did not finish within the caller's wait.
 var ErrStillRunning = errors.New("workflow still running")
@@ -83,11 +87,12 @@ func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, wo
 	if runOp == op {
 		return runID, nil
 	}
-	if started.RunId != "" {
-		// Open: wait for the earlier operation's run to close. Its result does not matter here.
-		if werr := s.Client.GetWorkflow(ctx, opts.ID, "").Get(ctx, nil); ctx.Err() != nil {
-			return "", fmt.Errorf("the run of an earlier operation of this key is still open (%v): %w", werr, ctx.Err())
-		}
+	// Open: wait a while for the earlier operation's run to close (its result does not matter
+	// here); a caller that cannot wait longer is told, and the sweeper starts the run later.
+	wctx, cancel := context.WithTimeout(ctx, earlierRunPatience)
+	defer cancel()
+	if werr := s.Client.GetWorkflow(wctx, opts.ID, "").Get(wctx, nil); wctx.Err() != nil {
+		return "", fmt.Errorf("the run of an earlier operation of this key is still open (%v): %w", werr, wctx.Err())
 	}
 	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
 	run, err = s.Client.ExecuteWorkflow(ctx, opts, workflow, in)
