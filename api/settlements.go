@@ -42,7 +42,8 @@ var errNoReconciler = errors.New("settlement import is not configured on this se
 // invalid_settlement_file listing every line error (nothing changed then).
 //
 // Query parameters, optional: date=YYYY-MM-DD (repeatable) declares the days the file covers;
-// merchant_id (repeatable) limits the coverage checks to merchants; dry_run=true reports what
+// merchant_id (repeatable) or scope=all declares the merchants the file covers (without either,
+// or a scope row in the file, it releases nothing it does not list); dry_run=true reports what
 // the import would do and changes nothing (dry_run=false, the default, imports). Any other
 // parameter is refused.
 func (s *Server) settlements(c *gin.Context) {
@@ -50,7 +51,7 @@ func (s *Server) settlements(c *gin.Context) {
 		s.writeError(c, errNoReconciler)
 		return
 	}
-	if !s.queryOK(c, "date*", "merchant_id*", "dry_run") {
+	if !s.queryOK(c, "date*", "merchant_id*", "scope", "dry_run") {
 		return
 	}
 	mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
@@ -75,6 +76,16 @@ func (s *Server) settlements(c *gin.Context) {
 			continue
 		}
 		opts.Merchants = append(opts.Merchants, id)
+	}
+	if v, ok := c.GetQuery("scope"); ok {
+		switch {
+		case v != "all":
+			ve.Fields = append(ve.Fields, payment.FieldError{Field: "scope", Message: "must be all (or name merchants with merchant_id)"})
+		case len(c.QueryArray("merchant_id")) > 0:
+			ve.Fields = append(ve.Fields, payment.FieldError{Field: "scope", Message: "scope=all and merchant_id exclude each other"})
+		default:
+			opts.AllMerchants = true
+		}
 	}
 	if v, ok := c.GetQuery("dry_run"); ok {
 		switch v { // exactly: strconv.ParseBool would also take 1, t, TRUE...
@@ -103,7 +114,8 @@ func (s *Server) settlements(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	s.log.Info("settlement file imported", "request_id", requestID(c), "dry_run", report.DryRun, "days", report.Days, "lines", report.Lines,
+	s.log.Info("settlement file imported", "request_id", requestID(c), "dry_run", report.DryRun, "days", report.Days,
+		"scope", report.Scope, "lines", report.Lines,
 		"ok", report.OK(), "resolved_charged", report.Counts.ResolvedCharged,
 		"resolved_not_charged", report.Counts.ResolvedNotCharged, "mismatches", report.Counts.Mismatches)
 	writeJSON(c, http.StatusOK, report)

@@ -75,6 +75,20 @@ func TestSettlementsEndpoint(t *testing.T) {
 	require.True(t, rc.got.DryRun)
 	require.Equal(t, true, body["dry_run"], "the report says it was a dry run")
 
+	rec, _ = postSettlement(t, h, "?scope=all", "text/csv", settlementCSV)
+	require.Equal(t, http.StatusOK, rec.Code, "%s", rec.Body)
+	require.True(t, rc.got.AllMerchants)
+	require.Empty(t, rc.got.Merchants)
+	rec, _ = postSettlement(t, h, "", "text/csv", settlementCSV)
+	require.Equal(t, http.StatusOK, rec.Code, "%s", rec.Body)
+	require.False(t, rc.got.AllMerchants, "no scope declared")
+	require.Empty(t, rc.got.Merchants)
+	for _, q := range []string{"?scope=merchants", "?scope=", "?scope=all&merchant_id=0192f1f0-0000-7000-8000-00000000000a"} {
+		rec, body = postSettlement(t, h, q, "text/csv", settlementCSV)
+		require.Equal(t, http.StatusBadRequest, rec.Code, q)
+		require.Equal(t, "scope", body["errors"].([]any)[0].(map[string]any)["field"], q)
+	}
+
 	bad := settlementCSV + "2025-03-01,ch_2,0192f1f0-7d0c-7a39-9c5e-8f6a8b0a1c02,10.001,TRY,settled\n2025-03-01,ch_3,nope,1,TRY,paid\n"
 	rec, body = postSettlement(t, h, "", "text/csv", bad)
 	require.Equal(t, http.StatusBadRequest, rec.Code)

@@ -454,6 +454,7 @@ func TestSettlementCSV(t *testing.T) {
 	code, b := e.do(t, http.MethodGet, "/v1/settlements/2025-03-14.csv", nil, nil)
 	require.Equal(t, http.StatusOK, code)
 	want := "settlement_date,provider_charge_id,reference,amount,currency,status,type\n" +
+		"scope,all,charge refund,,,,\n" +
 		"2025-03-14," + try.ID + ",op-try,123.45,TRY,settled,charge\n" +
 		"2025-03-14," + jpy.ID + ",op-jpy,500,JPY,settled,charge\n" +
 		"2025-03-14," + kwd.ID + ",op-kwd,1.005,KWD,settled,charge\n" +
@@ -464,6 +465,7 @@ func TestSettlementCSV(t *testing.T) {
 	code, b = e.do(t, http.MethodGet, "/v1/settlements/2025-03-16.csv", nil, nil)
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "settlement_date,provider_charge_id,reference,amount,currency,status,type\n"+
+		"scope,all,charge refund,,,,\n"+
 		"trailer,2025-03-16,0,2025-03-15T00:00:00Z,,,\n", string(b))
 
 	for _, bad := range []string{"2025-13-01.csv", "2025-03-14", "2025-3-14.csv", "today.csv"} {

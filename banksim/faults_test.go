@@ -247,7 +247,7 @@ func TestLateBookingSettlesOnItsBookingDay(t *testing.T) {
 	e.faults(t, `[{"on":"charge","action":"late_booking","delay_ms":2000,"count":1}]`)
 	require.True(t, e.tryCharge(t, "op-late").dropped)
 
-	header := "settlement_date,provider_charge_id,reference,amount,currency,status,type\n"
+	header := "settlement_date,provider_charge_id,reference,amount,currency,status,type\nscope,all,charge refund,,,,\n"
 	for _, day := range []string{"2025-03-14", "2025-03-15"} {
 		code, b := e.do(t, http.MethodGet, "/v1/settlements/"+day+".csv", nil, nil)
 		require.Equal(t, http.StatusOK, code)

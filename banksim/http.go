@@ -153,7 +153,10 @@ func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "want /v1/settlements/YYYY-MM-DD.csv")
 		return
 	}
-	rows := [][]string{{"settlement_date", "provider_charge_id", "reference", "amount", "currency", "status", "type"}}
+	// The file speaks for every merchant's charges and refunds: its scope row says so, so an
+	// import needs no scope of its own to release what the day does not list.
+	rows := [][]string{{"settlement_date", "provider_charge_id", "reference", "amount", "currency", "status", "type"},
+		{"scope", "all", "charge refund", "", "", "", ""}}
 	s.mu.Lock()
 	now := s.now()
 	onDay := func(status string, at time.Time) bool {
@@ -176,7 +179,7 @@ func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
 	// The trailer proves the file complete for the day up to now:
 	// reconciliation releases an unlisted payment only from a file that has it
 	// (docs/operations.md, "Daily reconciliation").
-	rows = append(rows, []string{"trailer", date, strconv.Itoa(len(rows) - 1), now.UTC().Format(time.RFC3339Nano), "", "", ""})
+	rows = append(rows, []string{"trailer", date, strconv.Itoa(len(rows) - 2), now.UTC().Format(time.RFC3339Nano), "", "", ""})
 	w.Header().Set("Content-Type", "text/csv")
 	_ = csv.NewWriter(w).WriteAll(rows)
 }

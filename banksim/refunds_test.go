@@ -325,7 +325,7 @@ func TestSettlementCSVWithRefunds(t *testing.T) {
 	e.sim.now = func() time.Time { return day.Add(24 * time.Hour) }
 	_, r2 := e.refund(t, "rf-2", refundReq("rf-2", "pay-1", 45))
 
-	header := "settlement_date,provider_charge_id,reference,amount,currency,status,type\n"
+	header := "settlement_date,provider_charge_id,reference,amount,currency,status,type\nscope,all,charge refund,,,,\n"
 	code, b := e.do(t, http.MethodGet, "/v1/settlements/2025-03-14.csv", nil, nil)
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, header+

@@ -43,6 +43,13 @@ const StatusSettled = "settled"
 // short at a line boundary still parses, but loses its trailer (docs/operations.md).
 const TrailerTag = "trailer"
 
+// ScopeTag starts the file's scope row: `scope,<merchants>,<types>` declares what the file
+// speaks for. <merchants> is `all` or merchant ids separated by spaces; <types> is `charge`,
+// `refund` or `charge refund`: the line types whose absence from the file means something. A
+// file declares its scope at most once; without one, the import must declare the merchants
+// (Options) and the file covers charges only. Covering refunds needs the type column.
+const ScopeTag = "scope"
+
 // MaxErrors bounds how many line errors a FileError lists; the rest are only counted.
 const MaxErrors = 100
 
@@ -100,13 +107,25 @@ type Trailer struct {
 	AsOf   time.Time `json:"as_of"`
 }
 
+// Scope is what a file's scope row declares it covers: the merchants (all, or those listed)
+// and the line types. Only what it covers can be released by the file's silence.
+type Scope struct {
+	Number       int         `json:"line"` // line number in the file
+	AllMerchants bool        `json:"all_merchants"`
+	Merchants    []uuid.UUID `json:"merchants,omitempty"`
+	Charges      bool        `json:"charges"`
+	Refunds      bool        `json:"refunds"`
+}
+
 // File is a parsed settlement file: its lines and the trailers declaring it complete (none in
 // a file without trailers, which can only say what was charged).
 type File struct {
 	Lines    []Line
 	Trailers []Trailer
-	// Typed: the file has the seventh column, type. Only such a file speaks for refunds: one
-	// without it lists charges alone, so a refund missing from it proves nothing.
+	// Scope is the file's own declaration of what it covers; nil when it has no scope row.
+	Scope *Scope
+	// Typed: the file has the seventh column, type. Only such a file can list refunds; it
+	// covers them only when its scope row says so (the column alone proves nothing).
 	Typed bool
 }
 
@@ -189,11 +208,12 @@ func Parse(r io.Reader) ([]Line, error) {
 
 // ParseFile reads a settlement CSV strictly: the header row exactly as Header or HeaderTyped
 // (a UTF-8 byte order mark before it is tolerated), as many fields on every line, each
-// validated, amounts parsed exactly for the currency's exponent, and each reference at most
-// once; then the trailers, if any: at most one per day, each counting exactly its day's lines
-// (of both types), and every line's day with a trailer. A line of the six-column form is a
-// charge. Every problem is collected with its line number into a *FileError; a read failure is
-// returned as is.
+// validated, amounts parsed exactly for the currency's exponent; at most one scope row; then
+// the trailers, if any: at most one per day, each counting exactly its day's lines (of both
+// types), and every line's day with a trailer. A line of the six-column form is a charge. A
+// reference listed twice is kept twice: it is the bank's statement, and reconciliation reports
+// it (charged_twice) while the rest of the file applies. Every problem is collected with its
+// line number into a *FileError; a read failure is returned as is.
 func ParseFile(r io.Reader) (*File, error) {
 	br := &bomSkipper{r: r}
 	cr := csv.NewReader(br)
@@ -203,7 +223,6 @@ func ParseFile(r io.Reader) (*File, error) {
 	var (
 		fe     FileError
 		f      File
-		seen   = map[uuid.UUID]int{}
 		header = true
 		width  = len(Header) // fields per line, set by the header
 	)
@@ -237,6 +256,16 @@ func ParseFile(r io.Reader) (*File, error) {
 			}
 			continue
 		}
+		if rec[0] == ScopeTag {
+			if sc, ok := parseScope(num, rec, f.Typed, &fe); ok {
+				if f.Scope != nil {
+					fe.add(num, ScopeTag, fmt.Sprintf("a second scope row (the first is on line %d)", f.Scope.Number))
+					continue
+				}
+				f.Scope = &sc
+			}
+			continue
+		}
 		if rec[0] == TrailerTag {
 			if t, ok := parseTrailer(num, rec, &fe); ok {
 				f.Trailers = append(f.Trailers, t)
@@ -251,15 +280,6 @@ func ParseFile(r io.Reader) (*File, error) {
 		if !ok {
 			continue
 		}
-		if first, dup := seen[l.Reference]; dup {
-			what := "payment"
-			if l.Type == TypeRefund {
-				what = "refund"
-			}
-			fe.add(num, "reference", fmt.Sprintf("%s is also on line %d (one settlement per %s)", l.Reference, first, what))
-			continue
-		}
-		seen[l.Reference] = num
 		f.Lines = append(f.Lines, l)
 	}
 	if header {
@@ -305,6 +325,49 @@ func parseTrailer(num int, rec []string, fe *FileError) (Trailer, bool) {
 		t.AsOf = at.UTC()
 	}
 	return t, len(fe.Errors)+fe.Omitted == before
+}
+
+// parseScope reads `scope,<merchants>,<types>` (see ScopeTag); further fields, if any, must be
+// empty. Refunds can be covered only by a file with the type column.
+func parseScope(num int, rec []string, typed bool, fe *FileError) (Scope, bool) {
+	sc := Scope{Number: num}
+	before := len(fe.Errors) + fe.Omitted
+	if len(rec) < 3 || strings.Join(rec[3:], "") != "" {
+		fe.add(num, ScopeTag, "want "+ScopeTag+",<all | merchant ids separated by spaces>,<charge | refund | charge refund>")
+		return sc, false
+	}
+	if rec[1] == "all" {
+		sc.AllMerchants = true
+	} else {
+		seen := map[uuid.UUID]bool{}
+		for _, m := range strings.Split(rec[1], " ") {
+			id, err := uuid.Parse(m)
+			switch {
+			case err != nil || len(m) != 36:
+				fe.add(num, ScopeTag, fmt.Sprintf("merchants: %q is not a merchant id (want all, or merchant ids separated by single spaces)", m))
+			case seen[id]:
+				fe.add(num, ScopeTag, fmt.Sprintf("merchants: %s is listed twice", m))
+			default:
+				seen[id] = true
+				sc.Merchants = append(sc.Merchants, id)
+			}
+		}
+	}
+	for _, t := range strings.Split(rec[2], " ") {
+		switch {
+		case t == TypeCharge && !sc.Charges:
+			sc.Charges = true
+		case t == TypeRefund && !sc.Refunds:
+			sc.Refunds = true
+		default:
+			fe.add(num, ScopeTag, fmt.Sprintf("types: %q: want charge, refund or charge refund", rec[2]))
+			return sc, false
+		}
+	}
+	if sc.Refunds && !typed {
+		fe.add(num, ScopeTag, "covers refunds, but the file has no type column to list them")
+	}
+	return sc, len(fe.Errors)+fe.Omitted == before
 }
 
 // checkTrailers holds a file with trailers to them: one per day, each counting its day's lines
@@ -450,11 +513,11 @@ func Write(w io.Writer, lines []Line, trailers ...Trailer) error {
 }
 
 // WriteFile renders a file, the inverse of ParseFile: with the `type` column when the file is
-// Typed or has a refund line (a file of charges that speaks for refunds too keeps saying so).
+// Typed, has a refund line or covers refunds; its scope row, if any, right after the header.
 func WriteFile(w io.Writer, f *File) error {
 	lines, trailers := f.Lines, f.Trailers
 	header := Header
-	if f.Typed {
+	if f.Typed || (f.Scope != nil && f.Scope.Refunds) {
 		header = HeaderTyped
 	}
 	for _, l := range lines {
@@ -466,6 +529,15 @@ func WriteFile(w io.Writer, f *File) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(header); err != nil {
 		return err
+	}
+	if f.Scope != nil {
+		row := ScopeRow(*f.Scope)
+		for len(row) < len(header) {
+			row = append(row, "")
+		}
+		if err := cw.Write(row); err != nil {
+			return err
+		}
 	}
 	for _, l := range lines {
 		row := []string{string(l.SettlementDate), l.ProviderChargeID, l.Reference.String(), l.Amount(), l.Currency, l.Status}
@@ -496,4 +568,24 @@ func WriteFile(w io.Writer, f *File) error {
 // TrailerRow is the trailer for day: n lines, complete up to asOf (as many fields as Header).
 func TrailerRow(day Day, n int, asOf time.Time) []string {
 	return []string{TrailerTag, string(day), strconv.Itoa(n), asOf.UTC().Format(time.RFC3339Nano), "", ""}
+}
+
+// ScopeRow is the scope row declaring sc (three fields; WriteFile pads it to the header).
+func ScopeRow(sc Scope) []string {
+	merchants := "all"
+	if !sc.AllMerchants {
+		ids := make([]string, len(sc.Merchants))
+		for i, m := range sc.Merchants {
+			ids[i] = m.String()
+		}
+		merchants = strings.Join(ids, " ")
+	}
+	var types []string
+	if sc.Charges {
+		types = append(types, TypeCharge)
+	}
+	if sc.Refunds {
+		types = append(types, TypeRefund)
+	}
+	return []string{ScopeTag, merchants, strings.Join(types, " ")}
 }

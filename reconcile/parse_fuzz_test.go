@@ -3,13 +3,14 @@ package reconcile
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
 // FuzzParseFileRoundTrip holds ParseFile to its inverse: whatever it accepts, Write renders into
-// a file that parses back to the same lines and the same trailers; whatever it refuses, it
+// a file that parses back to the same lines, scope and trailers; whatever it refuses, it
 // refuses with a *FileError whose every problem names a line of the input.
 func FuzzParseFileRoundTrip(f *testing.F) {
 	const head = "settlement_date,provider_charge_id,reference,amount,currency,status\n"
@@ -25,6 +26,9 @@ func FuzzParseFileRoundTrip(f *testing.F) {
 		"settlement_date,provider_charge_id,reference,amount,currency,status,type\n" +
 			"2025-03-01,rf_1," + ref + ",1.00,TRY,settled,refund\ntrailer,2025-03-01,1,2025-03-02T00:00:00Z,,,\n",
 		"settlement_date,provider_charge_id,reference,amount,currency,status,type\n2025-03-01,ch_1," + ref + ",1.00,TRY,settled,charge\n",
+		"settlement_date,provider_charge_id,reference,amount,currency,status,type\nscope,all,charge refund,,,,\n" +
+			"2025-03-01,ch_1," + ref + ",1.00,TRY,settled,charge\n2025-03-01,ch_2," + ref + ",1.00,TRY,settled,charge\n",
+		head + "scope," + ref + ",charge\n",
 		"a,b\n\"unterminated",
 		head + "trailer,9999-12-31,0,9999-12-31T23:00:00-23:00\n", // as_of past year 9999 in UTC
 	} {
@@ -55,6 +59,10 @@ func FuzzParseFileRoundTrip(f *testing.F) {
 		back, err := ParseFile(bytes.NewReader(buf.Bytes()))
 		if err != nil {
 			t.Fatalf("the rendered file is refused: %v\n%s", err, buf.Bytes())
+		}
+		if (back.Scope == nil) != (file.Scope == nil) || file.Scope != nil && (back.Scope.AllMerchants != file.Scope.AllMerchants ||
+			!slices.Equal(back.Scope.Merchants, file.Scope.Merchants) || back.Scope.Charges != file.Scope.Charges || back.Scope.Refunds != file.Scope.Refunds) {
+			t.Fatalf("round trip: scope %+v -> %+v", file.Scope, back.Scope)
 		}
 		if back.Typed != file.Typed {
 			t.Fatalf("round trip: typed %v -> %v", file.Typed, back.Typed)

@@ -26,9 +26,12 @@ type Store interface {
 	// Payment reads one payment (payment.ErrNotFound if none).
 	Payment(ctx context.Context, id uuid.UUID) (payment.Payment, error)
 	// EachPaymentCreated calls fn for every payment created in [from, to) with one of the
-	// statuses, of one of the merchants (all merchants when merchants is empty).
-	EachPaymentCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Payment) error) error
-	// RefundsByID, Refund and EachRefundCreated are the same for refunds.
+	// statuses, of one of the merchants (all merchants when merchants is empty), with the time
+	// its outcome was decided: when it left processing (became unknown, or succeeded), which
+	// nothing later moves (a refund moves its updated_at).
+	EachPaymentCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(p payment.Payment, decided time.Time) error) error
+	// RefundsByID, Refund and EachRefundCreated are the same for refunds; a refund's updated_at
+	// moves only with its status, so it is the time its outcome was decided.
 	RefundsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Refund, error)
 	Refund(ctx context.Context, id uuid.UUID) (payment.Refund, error)
 	EachRefundCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Refund) error) error
@@ -63,7 +66,8 @@ type Reconciler struct {
 	SettleTimeout time.Duration
 	// BookingWindow is how long the bank may take to book a charge or a refund after kasa
 	// stopped waiting for it (KASA_PROVIDER_BOOKING_WINDOW); an unlisted payment or refund is
-	// decided only once the file covers that long after its last change. Default DefaultBookingWindow.
+	// decided only once the file covers that long after its outcome was (became unknown, or
+	// succeeded). Default DefaultBookingWindow.
 	BookingWindow time.Duration
 	Logger        *slog.Logger
 	// Runs, when set, keeps every finished reconciliation (the audit trail and the outcome
@@ -83,10 +87,14 @@ type Options struct {
 	// Declaring them lets a file with no lines (nothing settled that day) resolve that day's
 	// unknown payments (and refunds) as not charged; every line's date must then be one of them.
 	Days []Day
-	// Merchants limits the coverage checks (releasing unlisted unknown payments and refunds,
-	// reporting succeeded-but-missing) to these merchants, for providers that send one file per merchant.
-	// Empty: all merchants. Listed lines are matched whatever their merchant.
-	Merchants []uuid.UUID
+	// Merchants and AllMerchants declare the import's scope: the merchants whose payments and
+	// refunds the file speaks for (providers may send one file per merchant). Only they are
+	// checked for coverage (releasing unlisted unknown payments and refunds, reporting
+	// succeeded-but-missing); with the file's own scope row as well, only the merchants both
+	// declare. Declaring neither, with no scope row in the file, releases nothing unlisted.
+	// Listed lines are matched whatever their merchant. The two are exclusive.
+	Merchants    []uuid.UUID
+	AllMerchants bool
 	// Progress, when set, is called as lines are matched (done of total).
 	Progress func(done, total int)
 	// DryRun matches everything and reports what the import would do, but settles nothing and
@@ -114,14 +122,19 @@ func (r *Reconciler) Import(ctx context.Context, f io.Reader, o Options) (*Repor
 //   - listed with another amount or currency, listed but failed, or listed without a payment
 //     (refund) of that id: a mismatch, and the payment (refund) is left as it is;
 //   - listed and processing: pending;
-//   - not listed, unknown or succeeded, created on a covered day: its window runs from its
-//     creation to the booking window after its last change (when it became unknown, or
-//     succeeded). Only once the file covers that whole window is it decided: unknown and every
-//     day of the window complete by a trailer: settled as not charged; succeeded: a mismatch.
-//     Otherwise it is pending, with the reason.
+//   - listed on more than one line: a charged_twice mismatch, and left as it is;
+//   - not listed, unknown or succeeded, created on a covered day, within the scope: its window
+//     runs from its creation to the booking window after its outcome was decided (it became
+//     unknown, or succeeded). Only once the file covers that whole window is it decided:
+//     unknown and every day of the window complete by a trailer: settled as not charged;
+//     succeeded: a mismatch. Otherwise it is pending, with the reason;
+//   - not listed, unknown, created on a covered day, outside an undeclared scope (no merchants
+//     declared; refunds in a file with the type column that does not declare them): pending
+//     (scope_not_declared), never released.
 //
-// A file without the type column lists charges only: its days cover no refund, so it never
-// releases one or reports one missing.
+// The scope is declared by the import (Options) and by the file's scope row; refunds are
+// covered only when the file's scope row says so. A file without the type column lists
+// charges only: it never releases a refund, reports one missing or mentions one.
 //
 // A settlement the workflow refuses because the operation is no longer unknown (a concurrent or
 // earlier import, an operator) is not an error: it is re-read and matched as it is now.
@@ -129,6 +142,10 @@ func (r *Reconciler) Import(ctx context.Context, f io.Reader, o Options) (*Repor
 // what it settled before that stays settled, and a re-run continues safely.
 func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report, error) {
 	days, err := coveredDays(f, o.Days)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := scopeOf(f, o)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +159,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 	}
 	run.report.DryRun = o.DryRun
 	run.report.Days = days
-	run.report.RefundsCovered = f.Typed
+	run.report.Scope = sc.name()
+	run.report.ChargesCovered = sc.charges
+	run.report.RefundsCovered = sc.refunds
 	for _, l := range f.Lines {
 		if l.Type == TypeRefund {
 			run.report.RefundLines++
@@ -158,7 +177,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 		run.complete[t.Day] = earliest(t.AsOf, run.now)
 		run.report.Complete = append(run.report.Complete, Completeness{Day: t.Day, AsOf: t.AsOf})
 	}
-	for _, m := range o.Merchants {
+	for _, m := range sc.merchants {
 		run.report.Merchants = append(run.report.Merchants, m.String())
 	}
 	n := r.Concurrency
@@ -167,14 +186,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 	}
 	run.sem = make(chan struct{}, n)
 
-	// 1. Every line, in batches of one type: one query per batch.
+	// 1. Every line, in batches of one type: one query per batch. A reference listed more than
+	// once is matched once, with all its lines.
 	lines := map[kind][]Line{}
+	same := map[kind]map[uuid.UUID][]Line{charge: {}, refund: {}}
 	for _, l := range f.Lines {
 		k := charge
 		if l.Type == TypeRefund {
 			k = refund
 		}
-		lines[k] = append(lines[k], l)
+		if len(same[k][l.Reference]) == 0 {
+			lines[k] = append(lines[k], l)
+		}
+		same[k][l.Reference] = append(same[k][l.Reference], l)
 	}
 	done := 0
 	for _, k := range []kind{charge, refund} {
@@ -190,18 +214,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 				return nil, run.abort(fmt.Errorf("read %ss: %w", k.noun(), err))
 			}
 			for _, l := range batch {
+				all := same[k][l.Reference]
+				done += len(all)
 				o, ok := byID[l.Reference]
-				if !ok {
-					run.mismatch(k, Mismatch{Kind: KindUnknownReference, Line: l.Number, Reference: l.Reference.String(),
-						ProviderChargeID: l.ProviderChargeID, Expected: "no " + k.noun() + " with this id", Found: describeLine(l)})
-					continue
+				switch {
+				case !ok:
+					for _, l := range all {
+						run.mismatch(k, Mismatch{Kind: KindUnknownReference, Line: l.Number, Reference: l.Reference.String(),
+							ProviderChargeID: l.ProviderChargeID, Expected: "no " + k.noun() + " with this id", Found: describeLine(l)})
+					}
+				case len(all) > 1:
+					run.listedTwice(o, all)
+				default:
+					run.matchLine(l, o, true)
 				}
-				run.matchLine(l, o, true)
 			}
 			if ctx.Err() != nil {
 				return nil, run.abort(context.Cause(ctx))
 			}
-			done += len(batch)
 			if o.Progress != nil {
 				o.Progress(done, len(f.Lines))
 			}
@@ -209,35 +239,52 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 	}
 	run.wg.Wait()
 
-	// 2. Coverage: what the covered days should have listed and did not.
-	var unlisted []op
-	statuses := []payment.Status{payment.StatusUnknown, payment.StatusSucceeded}
-	for _, d := range days {
-		from := d.Start()
-		err := r.Store.EachPaymentCreated(ctx, from, d.End(), statuses, o.Merchants, func(p payment.Payment) error {
-			if !run.listed[charge][p.ID] {
-				unlisted = append(unlisted, paymentOp(p))
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, run.abort(fmt.Errorf("read payments created on %s: %w", d, err))
-		}
-		if !f.Typed {
+	// 2. Coverage: what the covered days should have listed and did not, within the scope; and
+	// the unknown ones an undeclared scope leaves out, which stay pending.
+	var unlisted, outside []op
+	for _, k := range []kind{charge, refund} {
+		check, merchants, ok := sc.coverage(k, f.Typed)
+		if !ok {
 			continue
 		}
-		err = r.Store.EachRefundCreated(ctx, from, d.End(), statuses, o.Merchants, func(rf payment.Refund) error {
-			if !run.listed[refund][rf.ID] {
-				unlisted = append(unlisted, refundOp(rf))
+		statuses := []payment.Status{payment.StatusUnknown}
+		if check {
+			statuses = append(statuses, payment.StatusSucceeded)
+		}
+		keep := func(o op) {
+			switch {
+			case run.listed[k][o.id]:
+			case check:
+				unlisted = append(unlisted, o)
+			default:
+				outside = append(outside, o)
 			}
-			return nil
-		})
-		if err != nil {
-			return nil, run.abort(fmt.Errorf("read refunds created on %s: %w", d, err))
+		}
+		for _, d := range days {
+			var err error
+			if k == refund {
+				err = r.Store.EachRefundCreated(ctx, d.Start(), d.End(), statuses, merchants, func(rf payment.Refund) error {
+					keep(refundOp(rf))
+					return nil
+				})
+			} else {
+				err = r.Store.EachPaymentCreated(ctx, d.Start(), d.End(), statuses, merchants, func(p payment.Payment, decided time.Time) error {
+					o := paymentOp(p)
+					o.decided = decided
+					keep(o)
+					return nil
+				})
+			}
+			if err != nil {
+				return nil, run.abort(fmt.Errorf("read %ss created on %s: %w", k.noun(), d, err))
+			}
 		}
 	}
 	for _, o := range unlisted {
 		run.checkUnlisted(o)
+	}
+	for _, o := range outside {
+		run.pending(o.kind, pendingOf(o, ReasonScopeNotDeclared, 0, sc.undeclared(o.kind)))
 	}
 	run.wg.Wait()
 	if err := context.Cause(ctx); err != nil {
@@ -342,19 +389,22 @@ type op struct {
 	currency                 string
 	status                   payment.Status
 	failureCode, providerRef string
-	created, updated         time.Time
+	// decided is when its outcome was decided: it left processing (became unknown, or
+	// succeeded). The bank books a charge, if at all, by the booking window after the last
+	// send, and kasa sends nothing after that moment.
+	created, decided time.Time
 }
 
 func paymentOp(p payment.Payment) op {
 	return op{kind: charge, id: p.ID, paymentID: p.ID, merchant: p.MerchantID, key: p.IdempotencyKey, amount: p.AmountMinor,
 		currency: p.Currency, status: p.Status, failureCode: p.FailureCode, providerRef: p.ProviderReference,
-		created: p.CreatedAt, updated: p.UpdatedAt}
+		created: p.CreatedAt, decided: p.UpdatedAt}
 }
 
 func refundOp(r payment.Refund) op {
 	return op{kind: refund, id: r.ID, paymentID: r.PaymentID, merchant: r.MerchantID, key: r.IdempotencyKey, amount: r.AmountMinor,
 		currency: r.Currency, status: r.Status, failureCode: r.FailureCode, providerRef: r.ProviderReference,
-		created: r.CreatedAt, updated: r.UpdatedAt}
+		created: r.CreatedAt, decided: r.UpdatedAt}
 }
 
 func (o op) workflowID() string {
@@ -545,11 +595,12 @@ func (run *run) matchLine(l Line, o op, settle bool) {
 
 // checkUnlisted handles an unknown or succeeded payment or refund created on a covered day that
 // the file does not list. The bank booked it, if at all, between its creation and the booking
-// window after its last change (updated_at: when it became unknown, or succeeded; kasa records
-// no later attempt). The file decides it only if it covers that whole window, and releases it
-// only if every day of the window is complete by a trailer.
+// window after its outcome was decided (when it became unknown, or succeeded; kasa sends nothing
+// later). Not its updated_at: a refund moves that and would stretch the window to days the
+// charge was never booked on. The file decides it only if it covers that whole window, and
+// releases it only if every day of the window is complete by a trailer.
 func (run *run) checkUnlisted(o op) {
-	bookBy := o.updated.Add(run.window)
+	bookBy := o.decided.Add(run.window)
 	var missing, open, unproven []Day
 	for d := DayOf(o.created); d <= DayOf(bookBy); d = d.Next() {
 		if !run.covered[d] {
@@ -566,8 +617,8 @@ func (run *run) checkUnlisted(o op) {
 		}
 	}
 	m := entry(o, 0, "")
-	window := fmt.Sprintf("created %s, last changed %s, the bank may book it until %s",
-		payment.FormatTime(o.created), payment.FormatTime(o.updated), payment.FormatTime(bookBy))
+	window := fmt.Sprintf("created %s, outcome decided %s, the bank may book it until %s",
+		payment.FormatTime(o.created), payment.FormatTime(o.decided), payment.FormatTime(bookBy))
 	switch {
 	case len(missing) > 0:
 		// It may have been booked on a day this file does not cover: deciding "not charged" (or
@@ -614,6 +665,23 @@ func (run *run) checkUnlisted(o op) {
 			}
 		}, &m)
 	}
+}
+
+// listedTwice reports a payment or refund the file lists on more than one line: the bank says it
+// moved the money more than once. Nothing is settled for it (not even an unknown one as
+// charged): which charge is kasa's, and what to give back, is for a person to decide.
+func (run *run) listedTwice(o op, lines []Line) {
+	m := entry(o, lines[0].Number, lines[0].ProviderChargeID)
+	nums := make([]string, len(lines))
+	found := make([]string, len(lines))
+	for i, l := range lines {
+		nums[i] = fmt.Sprint(l.Number)
+		found[i] = describeLine(l)
+	}
+	listed := strings.Join(nums[:len(nums)-1], ", ") + " and " + nums[len(nums)-1]
+	m.Kind, m.Expected = KindChargedTwice, o.describe()+", once"
+	m.Found = "listed on lines " + listed + ": " + strings.Join(found, "; ")
+	run.mismatch(o.kind, m)
 }
 
 // settle sends the settlement in the background (bounded by the semaphore). done gets the

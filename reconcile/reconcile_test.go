@@ -35,11 +35,13 @@ type fakeBank struct {
 	onSettleRefund func(r *payment.Refund) error
 	byIDErr        error
 	createdIn      [][2]time.Time
-	refundsIn      [][2]time.Time
+	// decided: when a payment's outcome was decided, if not its updated_at (a refund moved that)
+	decided   map[uuid.UUID]time.Time
+	refundsIn [][2]time.Time
 }
 
 func newFakeBank() *fakeBank {
-	return &fakeBank{payments: map[uuid.UUID]*payment.Payment{}, refunds: map[uuid.UUID]*payment.Refund{}}
+	return &fakeBank{payments: map[uuid.UUID]*payment.Payment{}, refunds: map[uuid.UUID]*payment.Refund{}, decided: map[uuid.UUID]time.Time{}}
 }
 
 var (
@@ -165,8 +167,17 @@ func one[V any](b *fakeBank, m map[uuid.UUID]*V, id uuid.UUID) (V, error) {
 	return *v, nil
 }
 
-func (b *fakeBank) EachPaymentCreated(_ context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Payment) error) error {
-	return eachCreated(b, b.payments, paymentOutcome, &b.createdIn, from, to, statuses, merchants, fn)
+func (b *fakeBank) EachPaymentCreated(_ context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID,
+	fn func(payment.Payment, time.Time) error) error {
+	return eachCreated(b, b.payments, paymentOutcome, &b.createdIn, from, to, statuses, merchants, func(p payment.Payment) error {
+		b.mu.Lock()
+		decided, ok := b.decided[p.ID]
+		b.mu.Unlock()
+		if !ok {
+			decided = p.UpdatedAt
+		}
+		return fn(p, decided)
+	})
 }
 
 func (b *fakeBank) EachRefundCreated(_ context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Refund) error) error {
@@ -307,7 +318,7 @@ func TestReconcileClassifies(t *testing.T) {
 
 	var progress [][2]int
 	r := &Reconciler{Store: b, Settler: b}
-	rep, err := r.Reconcile(context.Background(), fileOf(lines, d), Options{Progress: func(done, total int) { progress = append(progress, [2]int{done, total}) }})
+	rep, err := r.Reconcile(context.Background(), fileOf(lines, d), Options{AllMerchants: true, Progress: func(done, total int) { progress = append(progress, [2]int{done, total}) }})
 	require.NoError(t, err)
 
 	require.Equal(t, []Day{d}, rep.Days)
@@ -370,7 +381,7 @@ func TestReconcileTwiceChangesNothing(t *testing.T) {
 	lines := []Line{line(2, listed, "2025-03-01"), line(3, ok, "2025-03-01")}
 	r := &Reconciler{Store: b, Settler: b}
 
-	first, err := r.Reconcile(context.Background(), fileOf(lines, "2025-03-01"), Options{})
+	first, err := r.Reconcile(context.Background(), fileOf(lines, "2025-03-01"), Options{AllMerchants: true})
 	require.NoError(t, err)
 	require.True(t, first.OK(), "%+v", first.Mismatches)
 	require.Equal(t, Counts{Matched: 1, ResolvedCharged: 1, ResolvedNotCharged: 1}, first.Counts)
@@ -380,7 +391,7 @@ func TestReconcileTwiceChangesNothing(t *testing.T) {
 		snapshot[p.ID] = b.get(p.ID)
 	}
 	calls := b.calls
-	second, err := r.Reconcile(context.Background(), fileOf(lines, "2025-03-01"), Options{})
+	second, err := r.Reconcile(context.Background(), fileOf(lines, "2025-03-01"), Options{AllMerchants: true})
 	require.NoError(t, err)
 	require.True(t, second.OK(), "%+v", second.Mismatches)
 	require.Equal(t, Counts{Matched: 2}, second.Counts, "the resolved payment now simply matches")
@@ -409,7 +420,7 @@ func TestReconcileRefusedSettlementIsNotAnError(t *testing.T) {
 		}
 		return nil
 	}
-	rep, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), fileOf([]Line{line(2, listed, "2025-03-01")}, "2025-03-01"), Options{})
+	rep, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), fileOf([]Line{line(2, listed, "2025-03-01")}, "2025-03-01"), Options{AllMerchants: true})
 	require.NoError(t, err)
 	require.Equal(t, Counts{Matched: 1, Mismatches: 1}, rep.Counts)
 	require.Equal(t, map[string]string{unlistedCharged.ID.String(): KindSucceededButMissing}, kinds(rep),
@@ -432,7 +443,7 @@ func TestReconcileSettleFailures(t *testing.T) {
 		return errors.New("workflow task failed")
 	}
 	r := &Reconciler{Store: b, Settler: slowSettler{b, workflows.PaymentWorkflowID(merchA, slow.IdempotencyKey)}, SettleTimeout: 50 * time.Millisecond}
-	rep, err := r.Reconcile(context.Background(), fileOf([]Line{line(2, stuck, "2025-03-01")}, "2025-03-01"), Options{})
+	rep, err := r.Reconcile(context.Background(), fileOf([]Line{line(2, stuck, "2025-03-01")}, "2025-03-01"), Options{AllMerchants: true})
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{stuck.ID.String(): KindSettleFailed, slow.ID.String(): KindSettleFailed,
 		broken.ID.String(): KindSettleFailed}, kinds(rep))
@@ -462,12 +473,12 @@ func TestReconcileAbortsWhenUnavailable(t *testing.T) {
 	at := day.Add(time.Hour)
 	p := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
 	b.onSettle = func(*payment.Payment) error { return serviceerror.NewUnavailable("temporal is down") }
-	_, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), fileOf([]Line{line(2, p, "2025-03-01")}), Options{})
+	_, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), fileOf([]Line{line(2, p, "2025-03-01")}), Options{AllMerchants: true})
 	require.ErrorContains(t, err, "temporal is down")
 
 	b2 := newFakeBank()
 	b2.byIDErr = payment.ErrUnavailable
-	_, err = (&Reconciler{Store: b2, Settler: b2}).Reconcile(context.Background(), fileOf([]Line{line(2, p, "2025-03-01")}), Options{})
+	_, err = (&Reconciler{Store: b2, Settler: b2}).Reconcile(context.Background(), fileOf([]Line{line(2, p, "2025-03-01")}), Options{AllMerchants: true})
 	require.ErrorIs(t, err, payment.ErrUnavailable)
 }
 
@@ -480,7 +491,7 @@ func TestReconcileDeclaredDaysAndMerchants(t *testing.T) {
 	r := &Reconciler{Store: b, Settler: b}
 
 	// A file with no lines covers no day unless the day is declared.
-	rep, err := r.Reconcile(context.Background(), &File{}, Options{})
+	rep, err := r.Reconcile(context.Background(), &File{}, Options{AllMerchants: true})
 	require.NoError(t, err)
 	require.Empty(t, rep.Days)
 	require.Equal(t, Counts{}, rep.Counts)
@@ -519,7 +530,7 @@ func TestImportRejectsBadFileBeforeTouchingAnything(t *testing.T) {
 	b := newFakeBank()
 	p := b.add(merchA, payment.StatusUnknown, 4000, "TRY", day.Add(time.Hour), day.Add(time.Hour))
 	in := hdr + "2025-03-01,ch_1," + p.ID.String() + ",40.00,TRY,settled\n2025-03-01,ch_2,x,1,TRY,settled\n"
-	_, err := (&Reconciler{Store: b, Settler: b}).Import(context.Background(), strings.NewReader(in), Options{})
+	_, err := (&Reconciler{Store: b, Settler: b}).Import(context.Background(), strings.NewReader(in), Options{AllMerchants: true})
 	var fe *FileError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, 0, b.calls)
@@ -530,7 +541,7 @@ func TestReportJSON(t *testing.T) {
 	t.Parallel()
 	b, err := json.Marshal(&Report{})
 	require.NoError(t, err)
-	require.JSONEq(t, `{"ok":true,"dry_run":false,"days":[],"complete":[],"lines":0,"refund_lines":0,"refunds_covered":false,
+	require.JSONEq(t, `{"ok":true,"dry_run":false,"days":[],"complete":[],"scope":"","lines":0,"refund_lines":0,"charges_covered":false,"refunds_covered":false,
 		"counts":{"matched":0,"resolved_charged":0,"resolved_not_charged":0,"pending":0,"mismatches":0,
 		"refund_matched":0,"refund_resolved_charged":0,"refund_resolved_not_charged":0,"refund_pending":0,"refund_mismatches":0},
 		"resolved":[],"mismatches":[],"pending":[],"refund_resolved":[],"refund_mismatches":[],"refund_pending":[]}`, string(b))
@@ -575,7 +586,7 @@ func TestReconcileConcurrentImportsSettleOnce(t *testing.T) {
 	reports := make([]*Report, 3)
 	for i := range reports {
 		wg.Go(func() {
-			rep, err := r.Reconcile(context.Background(), fileOf(lines, "2025-03-01"), Options{})
+			rep, err := r.Reconcile(context.Background(), fileOf(lines, "2025-03-01"), Options{AllMerchants: true})
 			require.NoError(t, err)
 			reports[i] = rep
 		})
@@ -638,7 +649,7 @@ func TestReconcileUnlistedNeedsTheWholeWindow(t *testing.T) {
 			t.Parallel()
 			b := newFakeBank()
 			p := b.add(merchA, tt.status, 700, "TRY", tt.created, tt.changed)
-			rep, err := (&Reconciler{Store: b, Settler: b, BookingWindow: window}).Reconcile(context.Background(), &tt.file, Options{Days: tt.days})
+			rep, err := (&Reconciler{Store: b, Settler: b, BookingWindow: window}).Reconcile(context.Background(), &tt.file, Options{AllMerchants: true, Days: tt.days})
 			require.NoError(t, err)
 			now := b.get(p.ID)
 			switch tt.want {
@@ -690,7 +701,7 @@ func TestReconcileDryRun(t *testing.T) {
 	runs := &runLog{}
 	r := &Reconciler{Store: b, Settler: b, Runs: runs}
 
-	dry, err := r.Reconcile(context.Background(), file, Options{DryRun: true})
+	dry, err := r.Reconcile(context.Background(), file, Options{AllMerchants: true, DryRun: true})
 	require.NoError(t, err)
 	require.True(t, dry.DryRun)
 	require.Zero(t, b.calls, "no settlement sent")
@@ -706,7 +717,7 @@ func TestReconcileDryRun(t *testing.T) {
 			WorkflowID: workflows.PaymentWorkflowID(merchA, unlisted.IdempotencyKey)},
 	}, dry.Resolved)
 
-	done, err := r.Reconcile(context.Background(), file, Options{})
+	done, err := r.Reconcile(context.Background(), file, Options{AllMerchants: true})
 	require.NoError(t, err)
 	require.False(t, done.DryRun)
 	require.Len(t, runs.runs, 1)

@@ -18,12 +18,17 @@ func refundLine(n int, r payment.Refund, d Day) Line {
 		AmountMinor: r.AmountMinor, Currency: r.Currency, Status: StatusSettled, Type: TypeRefund}
 }
 
-// typedFile is a file with the type column, complete for each of days (as fileOf).
+// typedFile is a file with the type column, complete for each of days (as fileOf), whose scope
+// row declares it covers every merchant's charges and refunds.
 func typedFile(lines []Line, days ...Day) *File {
 	f := fileOf(lines, days...)
 	f.Typed = true
+	f.Scope = everything()
 	return f
 }
+
+// everything is the scope of a file covering every merchant's charges and refunds.
+func everything() *Scope { return &Scope{AllMerchants: true, Charges: true, Refunds: true} }
 
 // refundCounts is the refund half of Counts.
 func refundCounts(matched, charged, notCharged, pending, mismatches int) Counts {
@@ -53,25 +58,25 @@ func TestReconcileRefunds(t *testing.T) {
 		{name: "unknown, listed: refunded", status: payment.StatusUnknown, want: workflows.OutcomeCharged},
 		{name: "unknown, not listed, complete day: not refunded", status: payment.StatusUnknown, line: unlisted, want: workflows.OutcomeNotCharged},
 		{name: "unknown, not listed, no trailer", status: payment.StatusUnknown, line: unlisted,
-			file: func(ls []Line) *File { return &File{Lines: ls, Typed: true} }, days: []Day{d}, want: ReasonFileNotComplete},
+			file: func(ls []Line) *File { return &File{Lines: ls, Typed: true, Scope: everything()} }, days: []Day{d}, want: ReasonFileNotComplete},
 		{name: "unknown, not listed, file made within the booking window", status: payment.StatusUnknown, line: unlisted,
 			file: func(ls []Line) *File {
-				return &File{Lines: ls, Typed: true, Trailers: []Trailer{{Day: d, AsOf: changed.Add(window - time.Second)}}}
+				return &File{Lines: ls, Typed: true, Scope: everything(), Trailers: []Trailer{{Day: d, AsOf: changed.Add(window - time.Second)}}}
 			}, want: ReasonBookingWindow},
 		{name: "unknown, not listed, younger than the booking window", status: payment.StatusUnknown,
 			created: now.Add(-2 * time.Second), changed: now.Add(-time.Second), line: unlisted,
 			file: func(ls []Line) *File {
-				return &File{Typed: true, Trailers: []Trailer{{Day: DayOf(now.AddDate(0, 0, -1)), AsOf: now.Add(time.Hour)}, {Day: DayOf(now), AsOf: now.Add(time.Hour)}}}
+				return &File{Typed: true, Scope: everything(), Trailers: []Trailer{{Day: DayOf(now.AddDate(0, 0, -1)), AsOf: now.Add(time.Hour)}, {Day: DayOf(now), AsOf: now.Add(time.Hour)}}}
 			}, want: ReasonBookingWindow},
 		{name: "unknown, not listed, older than the booking window", status: payment.StatusUnknown,
 			created: now.Add(-window - 2*time.Second), changed: now.Add(-window - time.Second), line: unlisted,
 			file: func(ls []Line) *File {
-				return &File{Typed: true, Trailers: []Trailer{{Day: DayOf(now.AddDate(0, 0, -1)), AsOf: now.Add(time.Hour)}, {Day: DayOf(now), AsOf: now.Add(time.Hour)}}}
+				return &File{Typed: true, Scope: everything(), Trailers: []Trailer{{Day: DayOf(now.AddDate(0, 0, -1)), AsOf: now.Add(time.Hour)}, {Day: DayOf(now), AsOf: now.Add(time.Hour)}}}
 			}, want: workflows.OutcomeNotCharged},
 		{name: "unknown, not listed, window past midnight", status: payment.StatusUnknown,
 			changed: d.End().Add(-window / 2), line: unlisted, want: ReasonWindowNotCovered},
 		{name: "unknown, not listed, file without the type column", status: payment.StatusUnknown, line: unlisted,
-			file: func(ls []Line) *File { f := fileOf(ls, d); f.Typed = false; return f }, want: "untouched"},
+			file: func(ls []Line) *File { f := typedFile(ls, d); f.Typed, f.Scope.Refunds = false, false; return f }, want: "untouched"},
 		{name: "unknown, listed, another amount", status: payment.StatusUnknown,
 			line: func(l *Line, _ payment.Refund, _ *fakeBank) bool { l.AmountMinor++; return true }, want: KindAmountDiffers},
 		{name: "unknown, listed, another currency", status: payment.StatusUnknown,
@@ -86,7 +91,7 @@ func TestReconcileRefunds(t *testing.T) {
 			line: func(l *Line, _ payment.Refund, _ *fakeBank) bool { l.AmountMinor--; return true }, want: KindAmountDiffers},
 		{name: "succeeded, not listed, complete day", status: payment.StatusSucceeded, line: unlisted, want: KindSucceededButMissing},
 		{name: "succeeded, not listed, no trailer", status: payment.StatusSucceeded, line: unlisted,
-			file: func(ls []Line) *File { return &File{Lines: ls, Typed: true} }, days: []Day{d}, want: KindSucceededButMissing},
+			file: func(ls []Line) *File { return &File{Lines: ls, Typed: true, Scope: everything()} }, days: []Day{d}, want: KindSucceededButMissing},
 		{name: "refund line of no refund", status: payment.StatusFailed,
 			line: func(l *Line, _ payment.Refund, _ *fakeBank) bool { l.Reference = payment.NewID(); return true }, want: KindUnknownReference},
 		{name: "refund line with a payment's id", status: payment.StatusFailed,

@@ -25,6 +25,9 @@ const (
 	KindSucceededButMissing = "succeeded_but_missing"
 	// The bank's charge id differs from the one kasa recorded (a second charge?).
 	KindProviderReferenceDiffers = "provider_reference_differs"
+	// The file lists the payment (refund) on more than one line: the bank moved the money more
+	// than once. Nothing is settled for it; its other lines' payments are reconciled as usual.
+	KindChargedTwice = "charged_twice"
 	// An unknown payment could not be settled (no worker answered in time, the workflow refused
 	// the settlement while the database still says unknown...). Re-running the import is safe.
 	KindSettleFailed = "settle_failed"
@@ -43,6 +46,10 @@ const (
 	// An unknown payment the file does not list, on a day the file does not prove complete (no
 	// trailer: it may have been cut short): reconcile with the bank's complete file.
 	ReasonFileNotComplete = "file_not_complete"
+	// An unknown payment or refund the file does not list, outside a scope nobody declared (the
+	// import names no merchants and the file has no scope row; or the file does not say it
+	// covers refunds): the file's silence proves nothing about it. Import with a scope.
+	ReasonScopeNotDeclared = "scope_not_declared"
 )
 
 // Counts tallies the outcomes of one import: the payments', and beside them the refunds'.
@@ -111,16 +118,20 @@ type Pending struct {
 // Report is the result of one import; it renders as the admin endpoint's JSON body and
 // `kasa reconcile --json`.
 type Report struct {
-	DryRun    bool           `json:"dry_run"`             // nothing was changed: the report says what an import would do
-	Days      []Day          `json:"days"`                // the UTC days the file covers
-	Complete  []Completeness `json:"complete"`            // the days its trailers prove complete
-	Merchants []string       `json:"merchants,omitempty"` // coverage limited to these merchants (empty: all)
-	Lines     int            `json:"lines"`               // the payment (charge) lines matched
+	DryRun   bool           `json:"dry_run"`  // nothing was changed: the report says what an import would do
+	Days     []Day          `json:"days"`     // the UTC days the file covers
+	Complete []Completeness `json:"complete"` // the days its trailers prove complete
+	// Scope is what the import and the file declare together: ScopeAll, ScopeMerchants (those in
+	// Merchants) or ScopeNone (nothing unlisted is released).
+	Scope     string   `json:"scope"`
+	Merchants []string `json:"merchants,omitempty"`
+	Lines     int      `json:"lines"` // the payment (charge) lines matched
 	// RefundLines counts the refund lines matched (to refunds).
 	RefundLines int `json:"refund_lines"`
-	// RefundsCovered: the file has the type column, so its days cover refunds as well as
-	// payments. A file without it lists charges only: it releases no refund and reports none
-	// missing.
+	// ChargesCovered and RefundsCovered: the line types whose absence from the file can release
+	// an unknown operation of a merchant in scope. Charges unless the file's scope row says
+	// otherwise; refunds only when it declares them (the type column alone does not).
+	ChargesCovered bool         `json:"charges_covered"`
 	RefundsCovered bool         `json:"refunds_covered"`
 	Counts         Counts       `json:"counts"`
 	Resolved       []Resolution `json:"resolved"`

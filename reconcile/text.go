@@ -19,9 +19,16 @@ func (r *Report) WriteText(w io.Writer, name string) {
 	for i, d := range r.Days {
 		days[i] = string(d)
 	}
-	scope := "all merchants"
-	if len(r.Merchants) > 0 {
+	var scope string
+	switch {
+	case r.Scope == ScopeAll:
+		scope = "all merchants"
+	case r.Scope == ScopeMerchants && len(r.Merchants) > 0:
 		scope = "merchants " + strings.Join(r.Merchants, ", ")
+	case r.Scope == ScopeMerchants:
+		scope = "no merchant: the import and the file declare none in common"
+	default:
+		scope = "no scope declared: nothing unlisted is released"
 	}
 	covered := strings.Join(days, ", ")
 	if covered == "" {
@@ -39,8 +46,11 @@ func (r *Report) WriteText(w io.Writer, name string) {
 		complete = []string{"none (no trailer: unlisted unknown payments and refunds are not released)"}
 	}
 	fmt.Fprintf(w, "complete: %s\n", strings.Join(complete, ", "))
+	if !r.ChargesCovered && r.Scope != ScopeNone && r.Scope != "" {
+		fmt.Fprintln(w, "charges: not covered (the file's scope row declares refunds only)")
+	}
 	if !r.RefundsCovered {
-		fmt.Fprintln(w, "refunds: not covered (no type column: the file lists charges only)")
+		fmt.Fprintln(w, "refunds: not covered (the file does not declare them: scope row scope,<merchants>,charge refund)")
 	}
 	c := r.Counts
 	fmt.Fprintf(w, "  %-24s %8s %8s\n", "", "payments", "refunds")

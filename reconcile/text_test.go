@@ -12,7 +12,7 @@ import (
 
 func TestWriteText(t *testing.T) {
 	r := &Report{
-		Days: []Day{"2025-03-01", "2025-03-02"}, Lines: 3,
+		Days: []Day{"2025-03-01", "2025-03-02"}, Lines: 3, Scope: ScopeAll, ChargesCovered: true,
 		Counts: Counts{Matched: 1, ResolvedCharged: 1, Pending: 1, Mismatches: 1},
 		Mismatches: []Mismatch{{Kind: KindAmountDiffers, Line: 2, Reference: "ref-2", WorkflowID: "payment/m/k2",
 			Expected: "succeeded 10.00 TRY", Found: "settled 11.00 TRY"}},
@@ -22,7 +22,7 @@ func TestWriteText(t *testing.T) {
 	r.WriteText(&b, "s.csv")
 	require.Equal(t, `reconcile s.csv: 3 line(s), covering 2025-03-01, 2025-03-02 (all merchants)
 complete: none (no trailer: unlisted unknown payments and refunds are not released)
-refunds: not covered (no type column: the file lists charges only)
+refunds: not covered (the file does not declare them: scope row scope,<merchants>,charge refund)
                            payments  refunds
   lines                           3        0
   matched                         1        0
@@ -44,10 +44,10 @@ result: NOT OK, 1 unresolved mismatch(es)
 `, b.String())
 
 	b.Reset()
-	(&Report{Merchants: []string{"m1"}}).WriteText(&b, "-")
+	(&Report{Scope: ScopeMerchants, Merchants: []string{"m1"}, ChargesCovered: true}).WriteText(&b, "-")
 	require.Equal(t, `reconcile -: 0 line(s), covering none (the file has no lines; declare the day with a trailer or --date) (merchants m1)
 complete: none (no trailer: unlisted unknown payments and refunds are not released)
-refunds: not covered (no type column: the file lists charges only)
+refunds: not covered (the file does not declare them: scope row scope,<merchants>,charge refund)
                            payments  refunds
   lines                           0        0
   matched                         0        0
@@ -60,7 +60,11 @@ result: OK
 `, b.String())
 
 	b.Reset()
-	(&Report{DryRun: true, Days: []Day{"2025-03-01"}, Lines: 1, RefundLines: 1, RefundsCovered: true,
+	(&Report{Scope: ScopeNone, ChargesCovered: true}).WriteText(&b, "-")
+	require.Contains(t, b.String(), "(no scope declared: nothing unlisted is released)")
+
+	b.Reset()
+	(&Report{DryRun: true, Days: []Day{"2025-03-01"}, Lines: 1, RefundLines: 1, Scope: ScopeAll, ChargesCovered: true, RefundsCovered: true,
 		Complete: []Completeness{{Day: "2025-03-01", AsOf: time.Date(2025, 3, 2, 0, 5, 0, 0, time.UTC)}},
 		Counts:   Counts{ResolvedCharged: 1, ResolvedNotCharged: 1, RefundPending: 1, RefundMismatches: 1},
 		Resolved: []Resolution{{Outcome: "charged", Line: 2, Reference: "ref-2", WorkflowID: "payment/m/k2"},

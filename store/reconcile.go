@@ -20,19 +20,22 @@ func (s *Store) PaymentsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Pa
 }
 
 // EachPaymentCreated calls fn for every payment created in [from, to) whose status is one of
-// statuses, of one of merchants (of every merchant when merchants is empty), oldest first. It
-// streams: fn runs while the query's rows are read, so it must not call the store. An error
-// from fn stops the iteration and is returned.
+// statuses, of one of merchants (of every merchant when merchants is empty), oldest first, with
+// the time its outcome was decided: when it left processing (became unknown, or succeeded),
+// which a later refund does not move as it moves updated_at. It streams: fn runs while the
+// query's rows are read, so it must not call the store. An error from fn stops the iteration
+// and is returned.
 func (s *Store) EachPaymentCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID,
-	fn func(payment.Payment) error) error {
+	fn func(p payment.Payment, decided time.Time) error) error {
 	rows, err := s.pool.Query(ctx, dbsqlc.PaymentsCreated, createdArgs(from, to, statuses, merchants)...)
 	if err != nil {
 		return translate(err)
 	}
 	var p payment.Payment
+	var decided time.Time
 	_, err = pgx.ForEachRow(rows, []any{&p.ID, &p.MerchantID, &p.IdempotencyKey, &p.AccountID, &p.AmountMinor, &p.Currency,
-		&p.InvoiceID, &p.PaymentType, &p.Status, &p.FailureCode, &p.ProviderReference, &p.CreatedAt, &p.UpdatedAt, &p.AmountRefunded},
-		func() error { return fn(p) })
+		&p.InvoiceID, &p.PaymentType, &p.Status, &p.FailureCode, &p.ProviderReference, &p.CreatedAt, &p.UpdatedAt, &p.AmountRefunded, &decided},
+		func() error { return fn(p, decided) })
 	return translate(err)
 }
 

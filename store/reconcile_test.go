@@ -53,7 +53,7 @@ func TestReconciliationReads(t *testing.T) {
 	collect := func(from, to time.Time, merchants ...uuid.UUID) map[uuid.UUID]payment.Status {
 		out := map[uuid.UUID]payment.Status{}
 		err := db.EachPaymentCreated(ctx, from, to, []payment.Status{payment.StatusUnknown, payment.StatusSucceeded}, merchants,
-			func(p payment.Payment) error {
+			func(p payment.Payment, _ time.Time) error {
 				out[p.ID] = p.Status
 				return nil
 			})
@@ -71,6 +71,44 @@ func TestReconciliationReads(t *testing.T) {
 	require.Contains(t, all, okA.ID)
 
 	require.Empty(t, collect(day.Add(-48*time.Hour), day.Add(-24*time.Hour), mA, mB), "nothing created on another day")
+}
+
+// A payment's decided time is when it left processing: a refund moves its updated_at, not that.
+func TestReconciliationDecidedTimeIgnoresRefunds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, a := fixture(t, 100_000)
+	refunded := paid(t, m, a, 1_000)
+	_, unknown, _, err := begin(t, m, a, "u", "inv-u", 100)
+	require.NoError(t, err)
+	require.NoError(t, db.Reserve(ctx, unknown.ID))
+	_, err = db.MarkUnknown(ctx, unknown.ID)
+	require.NoError(t, err)
+	decidedAt := func() map[uuid.UUID][2]time.Time {
+		out := map[uuid.UUID][2]time.Time{}
+		day := time.Now().UTC().Truncate(24 * time.Hour)
+		require.NoError(t, db.EachPaymentCreated(ctx, day.Add(-24*time.Hour), day.Add(48*time.Hour),
+			[]payment.Status{payment.StatusUnknown, payment.StatusSucceeded}, []uuid.UUID{m},
+			func(p payment.Payment, decided time.Time) error {
+				out[p.ID] = [2]time.Time{p.UpdatedAt, decided}
+				return nil
+			}))
+		return out
+	}
+	before := decidedAt()
+	require.Equal(t, before[refunded][0], before[refunded][1], "not refunded yet: decided when it last changed")
+	require.Equal(t, before[unknown.ID][0], before[unknown.ID][1], "an unknown payment was decided when it became unknown")
+
+	time.Sleep(10 * time.Millisecond)
+	_, r, _, err := beginRefund(t, m, refunded, "r", `{"amount":"1.00"}`)
+	require.NoError(t, err)
+	require.NoError(t, db.HoldRefund(ctx, r.ID))
+	_, err = db.PostRefund(ctx, r.ID, "rf_1")
+	require.NoError(t, err)
+
+	after := decidedAt()
+	require.True(t, after[refunded][0].After(before[refunded][0]), "the refund moved updated_at")
+	require.True(t, after[refunded][1].Equal(before[refunded][1]), "but not when the payment was decided: %v -> %v", before[refunded][1], after[refunded][1])
 }
 
 func TestMinUUIDv7BoundsMintedIDs(t *testing.T) {

@@ -512,3 +512,81 @@ func TestReconcileWrongDayFileReleasesNothing(t *testing.T) {
 	require.Equal(t, reconcile.Counts{Matched: 1, ResolvedNotCharged: 1}, rep.Counts, "the right file releases it")
 	requireVerified(t)
 }
+
+// A one-merchant file imported without a scope (no merchant_id, no scope=all, no scope row)
+// settles what it lists and releases nothing else: every unlisted unknown payment stays unknown,
+// pending for lack of a scope. merchant_id releases that merchant's only; scope=all the rest.
+func TestReconcileOneMerchantFileWithoutScope(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	mA, mB := s.newMerchant(), s.newMerchant()
+	acctA, acctB := s.newAccount(mA, "TRY", "100.00"), s.newAccount(mB, "TRY", "100.00")
+	require.Equal(t, http.StatusCreated, s.pay(mA, "paid", payBody("inv-0", "10.00", "TRY", acctA)).Status)
+	unknownA := s.payUnknown(mA, "timeout", payBody("inv-1", "20.00", "TRY", acctA), "error_500")
+	unknownB := s.payUnknown(mB, "timeout", payBody("inv-1", "30.00", "TRY", acctB), "error_500")
+	time.Sleep(bookingWindow)
+
+	// Merchant A's file as a per-merchant bank sends it: A's lines, a trailer, no scope row.
+	f, err := reconcile.ParseFile(strings.NewReader(s.settlementFile(today())))
+	require.NoError(t, err)
+	var linesA []reconcile.Line
+	for _, l := range f.Lines {
+		if p, err := db.Payment(context.Background(), l.Reference); err == nil && p.MerchantID.String() == mA.ID {
+			linesA = append(linesA, l)
+		}
+	}
+	require.Len(t, linesA, 1)
+	var file strings.Builder
+	require.NoError(t, reconcile.Write(&file, linesA, reconcile.Trailer{Day: reconcile.Day(today()), Lines: 1, AsOf: time.Now()}))
+
+	post := func(query string) reconcile.Report {
+		t.Helper()
+		rep, ok := decodeReport(t, s.do("POST", "/admin/v1/settlements"+query, adminToken, file.String(), "Content-Type", "text/csv"))
+		require.True(t, ok, "%+v", rep.Mismatches)
+		return rep
+	}
+	// Other tests share the database: their merchants' unknown payments of today are pending too.
+	pendingOf := func(rep reconcile.Report) map[string]string {
+		out := map[string]string{}
+		for _, p := range rep.Pending {
+			if p.MerchantID == mA.ID || p.MerchantID == mB.ID {
+				out[p.PaymentID] = p.Reason
+			}
+		}
+		return out
+	}
+	rep := post("")
+	require.Equal(t, reconcile.ScopeNone, rep.Scope)
+	require.Equal(t, 1, rep.Counts.Matched)
+	require.Zero(t, rep.Counts.ResolvedNotCharged, "nothing unlisted is released without a scope")
+	require.Empty(t, rep.Resolved)
+	require.Equal(t, map[string]string{unknownA.ID.String(): reconcile.ReasonScopeNotDeclared, unknownB.ID.String(): reconcile.ReasonScopeNotDeclared},
+		pendingOf(rep))
+	require.Equal(t, payment.StatusUnknown, paymentByKey(t, mA, "timeout").Status)
+	require.Equal(t, payment.StatusUnknown, paymentByKey(t, mB, "timeout").Status, "another merchant's hold is never released by A's file")
+	require.Equal(t, "30.00", s.account(mB, acctB)["reserved"])
+
+	rep = post("?merchant_id=" + mA.ID)
+	require.Equal(t, reconcile.ScopeMerchants, rep.Scope)
+	require.Equal(t, reconcile.Counts{Matched: 1, ResolvedNotCharged: 1}, rep.Counts)
+	require.Equal(t, unknownA.ID.String(), rep.Resolved[0].PaymentID)
+	require.Equal(t, payment.StatusFailed, paymentByKey(t, mA, "timeout").Status)
+	require.Equal(t, payment.StatusUnknown, paymentByKey(t, mB, "timeout").Status)
+
+	r := s.do("POST", "/admin/v1/settlements?scope=all&merchant_id="+mA.ID, adminToken, file.String(), "Content-Type", "text/csv")
+	require.Equal(t, http.StatusBadRequest, r.Status, "a scope is merchants or all, not both")
+
+	// scope=all with a file that names its merchants itself (a scope row): the merchants both
+	// declare, A and B here, and no other test's.
+	withRow := &reconcile.File{Lines: linesA, Scope: &reconcile.Scope{Merchants: []uuid.UUID{mustUUID(t, mA.ID), mustUUID(t, mB.ID)}, Charges: true},
+		Trailers: []reconcile.Trailer{{Day: reconcile.Day(today()), Lines: 1, AsOf: time.Now()}}}
+	file.Reset()
+	require.NoError(t, reconcile.WriteFile(&file, withRow))
+	rep = post("?scope=all")
+	require.Equal(t, reconcile.ScopeMerchants, rep.Scope)
+	require.ElementsMatch(t, []string{mA.ID, mB.ID}, rep.Merchants)
+	require.Equal(t, reconcile.Counts{Matched: 1, ResolvedNotCharged: 1}, rep.Counts)
+	require.Equal(t, unknownB.ID.String(), rep.Resolved[0].PaymentID)
+	require.Equal(t, "0.00", s.account(mB, acctB)["reserved"])
+	requireVerified(t)
+}

@@ -128,7 +128,9 @@ func TestReconcileResolvesUnknownRefunds(t *testing.T) {
 	require.True(t, rep.OK(), "%+v %+v", rep.Mismatches, rep.RefundMismatches)
 	require.Equal(t, dry.Counts, rep.Counts)
 	require.Equal(t, []reconcile.Resolution{
-		{Outcome: workflows.OutcomeCharged, Line: 4, Reference: refunded.ID.String(), PaymentID: p1.ID.String(), RefundID: refunded.ID.String(),
+		// Line 5: the simulator's file declares its scope (every merchant, charges and refunds)
+		// on line 2, so the refund line follows the two charge lines on line 5.
+		{Outcome: workflows.OutcomeCharged, Line: 5, Reference: refunded.ID.String(), PaymentID: p1.ID.String(), RefundID: refunded.ID.String(),
 			MerchantID: m.ID, WorkflowID: workflows.RefundWorkflowID(mID, "r1"), ProviderChargeID: "rf_bank_1"},
 		{Outcome: workflows.OutcomeNotCharged, Reference: released.ID.String(), PaymentID: p2.ID.String(), RefundID: released.ID.String(),
 			MerchantID: m.ID, WorkflowID: workflows.RefundWorkflowID(mID, "r2")},

@@ -18,20 +18,23 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-const reconcileUsage = `usage: kasa reconcile [--dry-run] [--json] [--date YYYY-MM-DD]... [--merchant <id>]... <settlement.csv | ->
+const reconcileUsage = `usage: kasa reconcile [--dry-run] [--json] [--date YYYY-MM-DD]... [--merchant <id>... | --all-merchants] <settlement.csv | ->
 
 Matches a provider settlement file (settlement_date,provider_charge_id,reference,amount,currency,status
 and optionally a seventh column type, charge or refund; then a trailer line per day:
 trailer,<day>,<lines>,<as_of>) to kasa's payments (charge lines) and refunds (refund lines): settles
 unknown ones (charged / refunded when listed; not charged / not refunded when the file's trailer proves
-it complete for their day, past the booking window, and it does not list them) and reports every
-mismatch without changing it. A file without the type column lists charges only: it settles no refund
-it does not list and reports none missing.
+it complete for their day, past the booking window, their merchant is in the declared scope, and it
+does not list them) and reports every mismatch without changing it. The scope is declared here
+(--merchant, --all-merchants) or by the file's row scope,<all | merchant ids>,<charge | refund |
+charge refund>; with neither, nothing unlisted is released. Refunds are covered only when the
+file's scope row says so. A reference listed twice is a charged_twice mismatch.
 
   --dry-run          report what the import would do; settle nothing, record nothing
   --json             print the report as JSON (the admin endpoint's body) instead of text
   --date D           declare a UTC day the file covers (repeatable); every line and trailer must be on one
-  --merchant ID      limit the coverage checks to this merchant (repeatable; default: all merchants)
+  --merchant ID      declare the file covers this merchant (repeatable); only its payments are released
+  --all-merchants    declare the file covers every merchant
 
 exit status: 0 no unresolved mismatch (of a payment or a refund), 1 mismatches, 2 invalid file or usage,
 3 could not run (database or Temporal unavailable: nothing is lost, run it again).
@@ -48,6 +51,7 @@ func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "")
 	dryRun := fs.Bool("dry-run", false, "")
+	allMerchants := fs.Bool("all-merchants", false, "")
 	var dates, merchants listFlag
 	fs.Var(&dates, "date", "")
 	fs.Var(&merchants, "merchant", "")
@@ -73,7 +77,11 @@ func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 		fmt.Fprint(os.Stderr, "kasa reconcile: want exactly one settlement file\n\n"+reconcileUsage)
 		return exitError(2)
 	}
-	opts := reconcile.Options{DryRun: *dryRun}
+	if *allMerchants && len(merchants) > 0 {
+		fmt.Fprint(os.Stderr, "kasa reconcile: --merchant and --all-merchants exclude each other\n\n"+reconcileUsage)
+		return exitError(2)
+	}
+	opts := reconcile.Options{DryRun: *dryRun, AllMerchants: *allMerchants}
 	for _, d := range dates {
 		day, err := reconcile.ParseDay(d)
 		if err != nil {

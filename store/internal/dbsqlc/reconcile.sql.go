@@ -110,12 +110,15 @@ func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Pay
 }
 
 const PaymentsCreated = `-- name: PaymentsCreated :many
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments
-WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
-AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
-ORDER BY created_at, id
+SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type,
+p.status, coalesce(p.failure_code, '') AS failure_code, coalesce(p.provider_reference, '') AS provider_reference,
+p.created_at, p.updated_at, p.refunded_minor,
+(CASE WHEN p.status = 'succeeded' AND p.refunded_minor > 0 THEN coalesce((SELECT l.created_at FROM ledger_postings l
+  WHERE l.kind = 'payment' AND l.reference = p.id::text), p.updated_at) ELSE p.updated_at END)::timestamptz AS decided_at
+FROM payments p
+WHERE p.id >= $5 AND p.id < $6 AND p.created_at >= $1 AND p.created_at < $2 AND p.status = ANY($3::text[])
+AND ($4::uuid[] IS NULL OR p.merchant_id = ANY($4::uuid[]))
+ORDER BY p.created_at, p.id
 `
 
 type PaymentsCreatedParams struct {
@@ -142,12 +145,17 @@ type PaymentsCreatedRow struct {
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 	RefundedMinor     int64
+	DecidedAt         time.Time
 }
 
 // Without merchants ($4 NULL) every merchant's payments. Payment ids are UUIDv7, minted
 // when the payment is created, so a range of ids ($5, $6: the day widened by idClockSkew
 // for the app's clock against the database's) is a range scan of the primary key, and
 // payments needs no index on created_at.
+// decided_at is when the payment left processing, which its settlement window runs from. An
+// unknown payment's updated_at is that (only settling it moves it again), but a refund moves a
+// succeeded one's: its payment posting, written in the transaction that made it succeed and
+// immutable, keeps the time. Only a refunded payment needs the posting read.
 func (q *Queries) PaymentsCreated(ctx context.Context, arg PaymentsCreatedParams) ([]PaymentsCreatedRow, error) {
 	rows, err := q.db.Query(ctx, PaymentsCreated,
 		arg.CreatedAt,
@@ -179,6 +187,7 @@ func (q *Queries) PaymentsCreated(ctx context.Context, arg PaymentsCreatedParams
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.RefundedMinor,
+			&i.DecidedAt,
 		); err != nil {
 			return nil, err
 		}
