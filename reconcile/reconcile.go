@@ -69,12 +69,24 @@ type Reconciler struct {
 	// decided only once the file covers that long after its outcome was (became unknown, or
 	// succeeded). Default DefaultBookingWindow.
 	BookingWindow time.Duration
-	Logger        *slog.Logger
+	// Workers, when set, tells the booking windows the workers ran with: the longest of those
+	// (reported within WorkerWindowMemory) governs when it exceeds BookingWindow, since the
+	// workers' setting is the deployment's (docs/deployment.md, "Money settings").
+	Workers WorkerWindows
+	Logger  *slog.Logger
 	// Runs, when set, keeps every finished reconciliation (the audit trail and the outcome
 	// metrics); Source says who ran it ("cli" or "api").
 	Runs   RunRecorder
 	Source string
 }
+
+// WorkerWindows reads the longest booking window workers reported within since (store.Store).
+type WorkerWindows interface {
+	LongestBookingWindow(ctx context.Context, since time.Duration) (time.Duration, error)
+}
+
+// WorkerWindowMemory is how far back a worker's booking window still governs imports.
+const WorkerWindowMemory = 7 * 24 * time.Hour
 
 // RunRecorder keeps finished reconciliations (store.Store).
 type RunRecorder interface {
@@ -156,6 +168,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 		listed: map[kind]map[uuid.UUID]bool{charge: {}, refund: {}}}
 	if run.window <= 0 {
 		run.window = DefaultBookingWindow
+	}
+	if r.Workers != nil {
+		w, err := r.Workers.LongestBookingWindow(ctx, WorkerWindowMemory)
+		if err != nil {
+			return nil, err
+		}
+		run.window = max(run.window, w)
 	}
 	run.report.DryRun = o.DryRun
 	run.report.Days = days

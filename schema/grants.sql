@@ -49,3 +49,6 @@ GRANT SELECT, INSERT ON reconciliation_runs TO :"app_role";
 
 -- The processes read the migrations' version to wait for `kasa migrate`; only it writes.
 GRANT SELECT ON goose_db_version TO :"app_role";
+
+-- Workers report their charge policy at start and while they run; rows are never deleted.
+GRANT SELECT, INSERT, UPDATE ON worker_policies TO :"app_role";

@@ -1,8 +1,9 @@
 package tests
 
 import (
-	"fmt"
+	"context"
 	"net/http"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -46,6 +47,19 @@ func TestSplitCapabilityNeverResendsToABankWithoutIdempotency(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	require.Equal(t, 1, s.simRefundCount(refundID), "the bank refunded once")
 	balance, reserved := s.balances(m, acct)
-	require.Equal(t, []string{"80.00", "10.00"}, []string{balance, reserved}, fmt.Sprintf("the unknown payment keeps its hold"))
+	require.Equal(t, []string{"80.00", "10.00"}, []string{balance, reserved}, "the unknown payment keeps its hold")
 	s.verify()
+
+	// A second worker configured otherwise than the running one never polls: it exits at start,
+	// naming both settings.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.bin, "worker")
+	cmd.Dir, cmd.Env = s.dir, s.env("KASA_PROVIDER_CAPABILITY", "idempotent")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	require.NotZero(t, exit.ExitCode())
+	require.Contains(t, string(out), "runs with capability none", "%s", out)
+	require.Contains(t, string(out), "configured with capability idempotent", "%s", out)
 }

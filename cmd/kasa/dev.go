@@ -164,7 +164,8 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := w.Start(); err != nil {
 		return err
 	}
-	cleanup = append(cleanup, w.Stop)
+	// Reported for imports' booking window, not checked: kasa dev is the only worker of its data.
+	cleanup = append(cleanup, w.Stop, startPolicyReport(ctx, cfg, st, log))
 
 	// One registry: the API's /metrics shows the relay's and the webhooks' figures too.
 	reg := prometheus.NewRegistry()

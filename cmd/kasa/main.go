@@ -252,6 +252,41 @@ func chargePolicy(cfg config.Config) workflows.ChargePolicy {
 	}
 }
 
+// policyLive is how long after its last report a worker's policy counts as a live worker's;
+// policyReportInterval is how often a running worker reports it.
+const (
+	policyLive           = time.Minute
+	policyReportInterval = 20 * time.Second
+)
+
+func workerPolicy(cfg config.Config) store.WorkerPolicy {
+	p := cfg.Provider
+	return store.WorkerPolicy{Capability: p.Capability, BookingWindow: p.BookingWindow, ChargeBudget: p.ChargeBudget, ChargeTimeout: p.ChargeTimeout}
+}
+
+// startPolicyReport reports the worker's policy now and then until the returned stop is called:
+// workers starting meanwhile check theirs against it, and imports wait out its booking window.
+func startPolicyReport(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(policyReportInterval)
+		defer t.Stop()
+		for {
+			if err := st.SeeWorkerPolicy(ctx, cfg.Temporal.TaskQueue, workerPolicy(cfg)); err != nil && ctx.Err() == nil {
+				log.Warn("report the worker's charge policy", "error", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 // levelFloor drops records below min: the SDK logs every poll at info.
 type levelFloor struct {
 	slog.Handler
@@ -281,7 +316,7 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheu
 		Logger: log, ReplayCache: cfg.API.ReplayCache, Retention: cfg.Idempotency.Retention,
 		SeparateMetrics: cfg.Metrics.Addr != "", Limits: apiLimits(cfg),
 		SearchAttributes: searchAttributes{client: tc, namespace: cfg.Temporal.Namespace},
-		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
+		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Workers: st,
 			BookingWindow: cfg.Provider.BookingWindow, Logger: log, Runs: st, Source: "api"},
 	})
 }
@@ -392,6 +427,13 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer st.Close()
 	defer tc.Close()
+	// The workers' money settings are the deployment's: one that disagrees with a live worker
+	// on its queue never polls.
+	if err := st.ClaimWorkerPolicy(ctx, cfg.Temporal.TaskQueue, workerPolicy(cfg), policyLive); err != nil {
+		return err
+	}
+	stopReport := startPolicyReport(ctx, cfg, st, log)
+	defer stopReport()
 	w := worker.New(tc, cfg.Temporal.TaskQueue, newActivities(cfg, st))
 	if err := w.Start(); err != nil {
 		return err

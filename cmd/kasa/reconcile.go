@@ -130,7 +130,7 @@ func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 
 	bar := reconcile.NewProgressBar(os.Stderr, len(file.Lines))
 	opts.Progress = bar.Update
-	r := &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
+	r := &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Workers: st,
 		BookingWindow: cfg.Provider.BookingWindow, Logger: log, Runs: st, Source: "cli"}
 	report, err := r.Reconcile(ctx, file, opts)
 	bar.Done()
