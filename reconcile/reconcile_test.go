@@ -674,6 +674,44 @@ func TestReconcileUnlistedNeedsTheWholeWindow(t *testing.T) {
 	}
 }
 
+// workerWindow is the longest booking window the workers reported.
+type workerWindow time.Duration
+
+func (w workerWindow) LongestBookingWindow(context.Context, time.Duration) (time.Duration, error) {
+	return time.Duration(w), nil
+}
+
+// The workers' booking window governs an import whose own is shorter: the workers are what talk
+// to the bank, and an API left at its default must not release a payment the bank may still book.
+func TestReconcileWaitsOutTheWorkersBookingWindow(t *testing.T) {
+	t.Parallel()
+	d := Day("2025-03-01")
+	created, decided := day.Add(10*time.Hour), day.Add(10*time.Hour+time.Minute)
+	file := File{Trailers: []Trailer{{Day: d, AsOf: decided.Add(10 * time.Minute)}}}
+	for _, tc := range []struct {
+		workers WorkerWindows
+		want    Counts
+	}{
+		{nil, Counts{ResolvedNotCharged: 1}},
+		{workerWindow(5 * time.Minute), Counts{ResolvedNotCharged: 1}},
+		{workerWindow(time.Hour), Counts{Pending: 1}},
+	} {
+		b := newFakeBank()
+		p := b.add(merchA, payment.StatusUnknown, 700, "TRY", created, decided)
+		r := &Reconciler{Store: b, Settler: b, BookingWindow: 30 * time.Second}
+		if tc.workers != nil {
+			r.Workers = tc.workers
+		}
+		rep, err := r.Reconcile(context.Background(), &file, Options{AllMerchants: true})
+		require.NoError(t, err)
+		require.Equal(t, tc.want, rep.Counts, "workers %v", tc.workers)
+		if tc.want.Pending == 1 {
+			require.Equal(t, ReasonBookingWindow, rep.Pending[0].Reason)
+			require.Equal(t, payment.StatusUnknown, b.get(p.ID).Status)
+		}
+	}
+}
+
 // runLog keeps the recorded runs.
 type runLog struct {
 	mu   sync.Mutex
