@@ -55,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		relayErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_relay_errors_total",
-			Help: "Relay failures by stage (batch, purge, backlog); the relay retries.",
+			Help: "Relay failures by stage (batch, purge, backlog, redeliver); the relay retries.",
 		}, []string{"stage"}),
 		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_events_purged_total",

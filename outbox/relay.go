@@ -173,9 +173,9 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 
 // Redeliver publishes again the events that the consumer's inbox still lacks RedeliverAfter
 // after the broker acknowledged them (it may have lost them), except those published again
-// lately (the delay doubles each time). They keep their message id: a copy the
-// broker still holds within its duplicate window is dropped there, any other the inbox absorbs.
-// Events still missing RedeliverFor after their ack are given up, with an error logged.
+// lately (the delay doubles each time). They keep their message id: a copy the broker still
+// holds within its duplicate window is dropped there, any other the inbox absorbs. Events still
+// missing RedeliverFor after their ack are given up, with an error logged.
 func (r *Relay) Redeliver(ctx context.Context) {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.PublishTimeout+5*time.Second)
 	defer cancel()

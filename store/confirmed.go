@@ -59,12 +59,12 @@ func (s *Store) UnconfirmedOutbox(ctx context.Context, q UnconfirmedQuery) (Unco
 		if err != nil {
 			return err
 		}
-		start := point
+		start, page := point, max(q.Page, 1)
 		var due []uuid.UUID
 		for range max(q.Pages, 1) {
 			rows, err := qt.OutboxAfterConfirmed(ctx, dbsqlc.OutboxAfterConfirmedParams{
 				Consumer: q.Consumer, PointAt: point.PublishedAt, PointID: point.ID,
-				OlderThan: q.After.Seconds(), GiveUp: q.GiveUp.Seconds(), Page: int32(q.Page),
+				OlderThan: q.After.Seconds(), GiveUp: q.GiveUp.Seconds(), Page: int32(page),
 			})
 			if err != nil {
 				return err
@@ -82,7 +82,7 @@ func (s *Store) UnconfirmedOutbox(ctx context.Context, q UnconfirmedQuery) (Unco
 					due = append(due, r.ID)
 				}
 			}
-			if len(due) > 0 || len(rows) < q.Page {
+			if len(due) > 0 || len(rows) < page {
 				break
 			}
 		}
