@@ -113,6 +113,9 @@ type Config struct {
 	} `mapstructure:"webhook"`
 	Events struct {
 		Retention time.Duration `mapstructure:"retention"` // published outbox, inbox and finished deliveries are kept this long
+		// RedeliverAfter: an event the webhook consumer's inbox still lacks this long after the
+		// broker acknowledged it is published again (a broker can lose what it acknowledged).
+		RedeliverAfter time.Duration `mapstructure:"redeliver_after"`
 	} `mapstructure:"events"`
 	Relay struct {
 		MetricsAddr string `mapstructure:"metrics_addr"` // `kasa relay`'s /metrics and /healthz
@@ -185,6 +188,7 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("webhook.per_merchant", 4)
 	v.SetDefault("webhook.retry_for", "72h")
 	v.SetDefault("events.retention", "168h")
+	v.SetDefault("events.redeliver_after", "1m")
 	v.SetDefault("relay.metrics_addr", "127.0.0.1:8092")
 	v.SetDefault("debug.pprof_addr", "")
 	// Database roles and ledger verification (issue 23, item 10).
@@ -273,6 +277,12 @@ func (c Config) Validate() error {
 	}
 	if c.Events.Retention < time.Hour {
 		errs = append(errs, fmt.Errorf("events.retention must be at least 1h, got %s", c.Events.Retention))
+	}
+	// The relay looks only at events published longer ago than this, so it must exceed the
+	// relay's longest transaction (its publish timeout and commit, 15s): a row it marks
+	// published then cannot commit behind what was checked.
+	if c.Events.RedeliverAfter < 30*time.Second || c.Events.RedeliverAfter > c.Events.Retention {
+		errs = append(errs, fmt.Errorf("events.redeliver_after (KASA_EVENTS_REDELIVER_AFTER) must be between 30s and events.retention, got %s", c.Events.RedeliverAfter))
 	}
 	if c.API.ReplayCache < 0 {
 		errs = append(errs, fmt.Errorf("api.replay_cache must be 0 (off) or more, got %d", c.API.ReplayCache))

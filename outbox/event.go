@@ -35,7 +35,9 @@ const (
 	WebhooksConsumer = "webhooks" // the durable consumer's name and the inbox's consumer column
 )
 
-// webhookSubjects are the subjects of the events merchants receive.
+// webhookSubjects are the subjects of the events merchants receive. Every event type the outbox
+// holds must be under them: the relay publishes again, for a day, an event the webhook
+// consumer's inbox lacks.
 var webhookSubjects = []string{SubjectPrefix + "payment.>", SubjectPrefix + "refund.>"}
 
 // Event types merchants receive.

@@ -14,6 +14,8 @@ type Metrics struct {
 	oldestAge       prometheus.Gauge
 	publishLatency  prometheus.Histogram
 	published       prometheus.Counter
+	republished     prometheus.Counter
+	gaveUp          prometheus.Counter
 	relayErrors     *prometheus.CounterVec
 	purged          *prometheus.CounterVec
 	consumed        *prometheus.CounterVec
@@ -43,9 +45,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "kasa_outbox_published_total",
 			Help: "Outbox rows published and marked.",
 		}),
+		republished: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kasa_outbox_republished_total",
+			Help: "Published events published again because the webhook consumer's inbox still lacked them (the broker may have lost them).",
+		}),
+		gaveUp: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kasa_outbox_redelivery_given_up_total",
+			Help: "Published events the webhook consumer's inbox still lacked when the relay stopped publishing them again.",
+		}),
 		relayErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_relay_errors_total",
-			Help: "Relay failures by stage (batch, purge, backlog); the relay retries.",
+			Help: "Relay failures by stage (batch, purge, backlog, redeliver); the relay retries.",
 		}, []string{"stage"}),
 		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_events_purged_total",
@@ -74,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
 		}),
 	}
-	reg.MustRegister(m.backlog, m.oldestAge, m.publishLatency, m.published, m.relayErrors, m.purged,
+	reg.MustRegister(m.backlog, m.oldestAge, m.publishLatency, m.published, m.republished, m.gaveUp, m.relayErrors, m.purged,
 		m.consumed, m.deliveries, m.attempts, m.attemptsPerDel, m.attemptDuration)
 	return m
 }

@@ -84,7 +84,10 @@ func (b *broker) consumerIdle(t *testing.T) bool {
 
 type pipelineOptions struct {
 	relays int // relays to run (0: none; tests drive the relay themselves)
-	sender WebhookSenderOptions
+	// redeliverAfter is the relays' RedeliverAfter; zero: an hour, so that a test's relays do
+	// not publish again the events earlier tests left outside the inbox (the database is shared).
+	redeliverAfter time.Duration
+	sender         WebhookSenderOptions
 	// refusePrivate keeps the sender's default address policy; otherwise it may call the test's
 	// endpoints on 127.0.0.1.
 	refusePrivate bool
@@ -113,8 +116,12 @@ func startPipeline(t *testing.T, b *broker, o pipelineOptions) *pipeline {
 		NewWebhookConsumer(WebhookConsumerOptions{Store: db, JetStream: b.js, DeferDelay: 20 * time.Millisecond, RetryDelay: 100 * time.Millisecond, Metrics: p.metrics, Logger: quiet}),
 		NewWebhookSender(so),
 	}
+	if o.redeliverAfter == 0 {
+		o.redeliverAfter = time.Hour
+	}
 	for range o.relays {
-		runners = append(runners, NewRelay(RelayOptions{Store: db, JetStream: b.js, PollInterval: 20 * time.Millisecond, Metrics: p.metrics, Logger: quiet}))
+		runners = append(runners, NewRelay(RelayOptions{Store: db, JetStream: b.js, PollInterval: 20 * time.Millisecond,
+			RedeliverAfter: o.redeliverAfter, Metrics: p.metrics, Logger: quiet}))
 	}
 	testkit.RunUntilEnd(t, runners...)
 	return p
@@ -222,7 +229,7 @@ func TestRelayKilledBeforeMarkingIsDeduplicated(t *testing.T) {
 	}
 
 	claimed, published, err := db.RelayOutbox(ctx, 1000, func(ctx context.Context, evs []store.OutboxEvent) ([]uuid.UUID, error) {
-		acked, err := p.relay.publish(ctx, evs)
+		acked, err := p.relay.publish(ctx, evs, true)
 		require.NoError(t, err)
 		require.Len(t, acked, len(evs))
 		return nil, errKilled // dies before marking

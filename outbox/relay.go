@@ -20,6 +20,7 @@ type RelayStore interface {
 	RelayOutbox(ctx context.Context, limit int, publish func(context.Context, []store.OutboxEvent) ([]uuid.UUID, error)) (claimed, published int, err error)
 	OutboxBacklog(ctx context.Context) (count int64, oldest time.Time, err error)
 	PurgeEvents(ctx context.Context, olderThan time.Duration, batch int) (store.Purged, error)
+	UnconfirmedOutbox(ctx context.Context, q store.UnconfirmedQuery) (store.Unconfirmed, error)
 }
 
 // RelayOptions configure a Relay. Zero values take the defaults shown.
@@ -32,6 +33,13 @@ type RelayOptions struct {
 	Retention      time.Duration // delete published outbox rows and inbox rows older than this (7 days)
 	RetentionEvery time.Duration // how often retention runs (10m)
 	RetentionBatch int           // rows per DELETE (1000)
+	// The broker's ack is not delivery: a broker can lose what it acknowledged. An event the
+	// webhook consumer's inbox (Consumer) still lacks RedeliverAfter after the ack is published
+	// again, with the same message id, then after twice as long, and so on up to
+	// redeliverBackoffMax, until RedeliverFor after the ack.
+	Consumer       string        // the inbox that confirms delivery (WebhooksConsumer)
+	RedeliverAfter time.Duration // (1m)
+	RedeliverFor   time.Duration // (24h)
 	Metrics        *Metrics
 	Logger         *slog.Logger
 }
@@ -39,10 +47,25 @@ type RelayOptions struct {
 // Relay publishes the outbox to JetStream. Several relays may run at once: they claim disjoint
 // rows, and each aggregate's next event is claimable only after its previous one is marked
 // published, i.e. acknowledged by the broker, so the stream holds every payment's events in
-// commit order however many relays there are.
+// commit order however many relays there are. It also publishes again what the consumer's inbox
+// lacks long after the broker's ack (Redeliver).
 type Relay struct {
-	o RelayOptions
+	o      RelayOptions
+	resend map[uuid.UUID]resend // events published again, and when they are next due
 }
+
+type resend struct {
+	at    time.Time
+	delay time.Duration
+}
+
+// redeliverBackoffMax bounds the delay between two publications of an event the inbox lacks: a
+// consumer that is down for hours gets a handful of copies of each, not one per check.
+const redeliverBackoffMax = 30 * time.Minute
+
+// redeliverPages bounds the rows one check reads (that many batches): enough to keep up with
+// the outbox between two checks, and a short transaction.
+const redeliverPages = 64
 
 // NewRelay applies the defaults.
 func NewRelay(o RelayOptions) *Relay {
@@ -64,13 +87,22 @@ func NewRelay(o RelayOptions) *Relay {
 	if o.RetentionBatch <= 0 {
 		o.RetentionBatch = 1000
 	}
+	if o.Consumer == "" {
+		o.Consumer = WebhooksConsumer
+	}
+	if o.RedeliverAfter <= 0 {
+		o.RedeliverAfter = time.Minute
+	}
+	if o.RedeliverFor <= 0 {
+		o.RedeliverFor = 24 * time.Hour
+	}
 	if o.Metrics == nil {
 		o.Metrics = unregistered()
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Relay{o: o}
+	return &Relay{o: o, resend: map[uuid.UUID]resend{}}
 }
 
 // Run ensures the stream exists, then relays until ctx is cancelled. A batch in flight is
@@ -91,7 +123,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.o.Logger.Info("relay running", "stream", StreamName, "batch", r.o.BatchSize)
 	nextPurge := time.Now().Add(r.o.PollInterval) // soon after start, then every RetentionEvery
-	var lastStats time.Time
+	var lastStats, lastCheck time.Time
 	for ctx.Err() == nil {
 		claimed, err := r.RelayOnce(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -100,6 +132,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		if time.Since(lastStats) >= time.Second {
 			r.observeBacklog(ctx)
 			lastStats = time.Now()
+		}
+		// Checked four times per RedeliverAfter: a lost event goes out again at most a quarter
+		// of it late.
+		if time.Since(lastCheck) >= r.o.RedeliverAfter/4 {
+			r.Redeliver(ctx)
+			lastCheck = time.Now()
 		}
 		if time.Now().After(nextPurge) {
 			r.Purge(ctx)
@@ -122,17 +160,93 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	// The claim's transaction must end even when ctx is cancelled mid-batch.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.PublishTimeout+5*time.Second)
 	defer cancel()
-	claimed, published, err := r.o.Store.RelayOutbox(bctx, r.o.BatchSize, r.publish)
+	claimed, published, err := r.o.Store.RelayOutbox(bctx, r.o.BatchSize, func(ctx context.Context, events []store.OutboxEvent) ([]uuid.UUID, error) {
+		return r.publish(ctx, events, true)
+	})
 	r.o.Metrics.published.Add(float64(published))
 	if err != nil {
 		r.o.Metrics.relayErrors.WithLabelValues("batch").Inc()
+		r.ensureStream(ctx, err)
 	}
 	return claimed, err
 }
 
+// Redeliver publishes again the events that the consumer's inbox still lacks RedeliverAfter
+// after the broker acknowledged them (it may have lost them), except those published again
+// lately (the delay doubles each time). They keep their message id: a copy the broker still
+// holds within its duplicate window is dropped there, any other the inbox absorbs. Events still
+// missing RedeliverFor after their ack are given up, with an error logged.
+func (r *Relay) Redeliver(ctx context.Context) {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.PublishTimeout+5*time.Second)
+	defer cancel()
+	u, err := r.o.Store.UnconfirmedOutbox(bctx, store.UnconfirmedQuery{
+		Consumer: r.o.Consumer, After: r.o.RedeliverAfter, GiveUp: r.o.RedeliverFor,
+		Page: r.o.BatchSize, Pages: redeliverPages,
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			r.o.Metrics.relayErrors.WithLabelValues("redeliver").Inc()
+			r.o.Logger.Warn("relay: cannot check the inbox for published events", "error", err)
+		}
+		return
+	}
+	if u.Busy {
+		return // another relay checks
+	}
+	for _, id := range u.GaveUp {
+		r.o.Logger.Error("relay: event never reached the inbox; no longer published again", "event_id", id, "consumer", r.o.Consumer, "after", r.o.RedeliverFor)
+	}
+	r.o.Metrics.gaveUp.Add(float64(len(u.GaveUp)))
+	now := time.Now()
+	due := make([]store.OutboxEvent, 0, len(u.Due))
+	kept := make(map[uuid.UUID]resend, len(u.Due))
+	for _, e := range u.Due {
+		s, seen := r.resend[e.ID]
+		if seen && now.Before(s.at) {
+			kept[e.ID] = s
+			continue
+		}
+		s.delay = min(max(2*s.delay, r.o.RedeliverAfter), redeliverBackoffMax)
+		kept[e.ID] = resend{at: now.Add(s.delay), delay: s.delay}
+		due = append(due, e)
+	}
+	r.resend = kept // events no longer due (in the inbox now) are forgotten
+	if len(due) == 0 {
+		return
+	}
+	acked, err := r.publish(bctx, due, false)
+	r.o.Metrics.republished.Add(float64(len(acked)))
+	if len(acked) > 0 {
+		r.o.Logger.Warn("relay: published again events the inbox still lacks", "events", len(acked), "consumer", r.o.Consumer)
+	}
+	if err != nil && ctx.Err() == nil {
+		r.o.Metrics.relayErrors.WithLabelValues("redeliver").Inc()
+		r.o.Logger.Warn("relay: publishing again failed; will retry", "error", err)
+		for _, e := range due {
+			delete(r.resend, e.ID) // not sent: due again at the next check
+		}
+		for _, id := range acked {
+			r.resend[id] = kept[id]
+		}
+		r.ensureStream(ctx, err)
+	}
+}
+
+// ensureStream creates the stream again when a publish found none: a broker that lost its
+// store comes back without it.
+func (r *Relay) ensureStream(ctx context.Context, err error) {
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	if _, err := EnsureStream(ctx, r.o.JetStream); err != nil && ctx.Err() == nil {
+		r.o.Logger.Warn("relay: broker has no stream and creating it failed", "error", err)
+	}
+}
+
 // publish sends a batch asynchronously and waits for every ack; it returns the acknowledged ids.
 // A batch holds at most one event per aggregate, so a partial failure cannot reorder a payment.
-func (r *Relay) publish(ctx context.Context, events []store.OutboxEvent) ([]uuid.UUID, error) {
+// first: the events' first publication, whose latency is observed.
+func (r *Relay) publish(ctx context.Context, events []store.OutboxEvent, first bool) ([]uuid.UUID, error) {
 	futures := make([]jetstream.PubAckFuture, 0, len(events))
 	var errs []error
 	for _, e := range events {
@@ -155,7 +269,9 @@ func (r *Relay) publish(ctx context.Context, events []store.OutboxEvent) ([]uuid
 		select {
 		case <-f.Ok():
 			acked = append(acked, events[i].ID)
-			r.o.Metrics.publishLatency.Observe(time.Since(events[i].CreatedAt).Seconds())
+			if first {
+				r.o.Metrics.publishLatency.Observe(time.Since(events[i].CreatedAt).Seconds())
+			}
 		case err := <-f.Err():
 			errs = append(errs, fmt.Errorf("publish %s: %w", events[i].ID, err))
 		case <-timeout.C:

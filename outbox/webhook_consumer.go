@@ -86,14 +86,23 @@ func (c *WebhookConsumer) Run(ctx context.Context) error {
 	}
 	c.o.Logger.Info("webhook consumer running", "consumer", c.o.Name)
 	for ctx.Err() == nil {
-		it, err := cons.Messages(jetstream.PullMaxMessages(2 * c.o.Batch))
-		if err != nil {
+		// Missing heartbeats end the iterator: a broker that restarted without its store (a
+		// power loss can take all of it) has no consumer left to answer the pulls.
+		it, err := cons.Messages(jetstream.PullMaxMessages(2*c.o.Batch), jetstream.WithMessagesErrOnMissingHeartbeat(true))
+		if err == nil {
+			c.drain(ctx, it)
+		} else {
 			c.o.Logger.Warn("webhook consumer: pull", "error", err)
-			sleep(ctx, time.Second)
-			continue
 		}
-		c.drain(ctx, it)
 		sleep(ctx, 100*time.Millisecond) // the iterator broke (connection lost): do not spin
+		// Create the stream and the consumer again if the broker lost them; the inbox absorbs
+		// what the new consumer reads twice, and the relay publishes again what was lost.
+		if again, err := c.consumer(ctx); err == nil {
+			cons = again
+		} else if ctx.Err() == nil {
+			c.o.Logger.Warn("webhook consumer: broker not ready", "error", err)
+			sleep(ctx, time.Second)
+		}
 	}
 	c.o.Logger.Info("webhook consumer stopped")
 	return nil
@@ -127,7 +136,11 @@ func (c *WebhookConsumer) drain(ctx context.Context, it jetstream.MessagesContex
 		defer close(arrived)
 		for {
 			msg, err := it.Next(jetstream.NextContext(ctx))
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, jetstream.ErrNoHeartbeat) ||
+				errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+				if err != nil && ctx.Err() == nil {
+					c.o.Logger.Info("webhook consumer: pull ended; subscribing again", "error", err)
+				}
 				return
 			}
 			if err != nil {

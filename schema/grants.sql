@@ -43,6 +43,8 @@ GRANT SELECT, INSERT, UPDATE ON refunds TO :"app_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON outbox, webhook_deliveries TO :"app_role";
 GRANT SELECT, INSERT, DELETE ON inbox TO :"app_role";
 GRANT SELECT, INSERT ON webhook_attempts TO :"app_role";
+-- The relay moves each consumer's confirmed point (outbox_confirmed) as the inbox fills.
+GRANT SELECT, INSERT, UPDATE ON outbox_confirmed TO :"app_role";
 
 -- One row per finished settlement file.
 GRANT SELECT, INSERT ON reconciliation_runs TO :"app_role";

@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 )
 
 // Exec runs one statement; tests use it to prove the schema guards itself.
@@ -75,4 +77,22 @@ func (s *Store) Uncommitted(ctx context.Context, sql string, args ...any) (commi
 		return nil, err
 	}
 	return func() error { return tx.Commit(ctx) }, nil
+}
+
+// QueryOutboxAfterConfirmed is the statement that reads past a consumer's confirmed point, for
+// plan tests.
+var QueryOutboxAfterConfirmed = dbsqlc.OutboxAfterConfirmed
+
+// HoldConfirmedPoint locks a consumer's confirmed point in a transaction of its own until release
+// is called, as a relay checking it does.
+func (s *Store) HoldConfirmedPoint(ctx context.Context, consumer string) (release func(), err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM outbox_confirmed WHERE consumer = $1 FOR UPDATE`, consumer); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, err
+	}
+	return func() { _ = tx.Rollback(ctx) }, nil
 }

@@ -25,3 +25,40 @@ SELECT count(*), coalesce(min(created_at), 'epoch') FROM outbox WHERE published_
 -- name: PurgeOutbox :execrows
 DELETE FROM outbox WHERE id IN (SELECT id FROM outbox
 WHERE published_at < now() - $1::float8 * interval '1 second' ORDER BY published_at LIMIT $2);
+
+-- name: LockOutboxConfirmed :one
+-- A consumer's confirmed point (outbox_confirmed): one relay at a time reads and moves it.
+SELECT published_at, id FROM outbox_confirmed WHERE consumer = $1 FOR UPDATE SKIP LOCKED;
+
+-- name: StartOutboxConfirmed :one
+-- A consumer without a point starts at now: it is watched from its first check on. No row: the
+-- point exists (another relay holds it).
+INSERT INTO outbox_confirmed (consumer, published_at, id)
+VALUES ($1, now(), '00000000-0000-0000-0000-000000000000') ON CONFLICT DO NOTHING
+RETURNING published_at, id;
+
+-- name: OutboxAfterConfirmed :many
+-- The rows published after the point and more than older_than seconds ago, in publication
+-- order, each with whether the consumer's inbox holds it and whether it was published more than
+-- give_up seconds ago. outbox_published_order gives the page in this order from the point on;
+-- the inbox is probed by key for the page's rows only (an EXISTS is planned as a hash of the
+-- whole inbox).
+SELECT p.id, p.published_at, (i.held IS NOT NULL)::boolean AS inboxed,
+       p.published_at < now() - sqlc.arg(give_up)::float8 * interval '1 second' AS expired
+FROM (SELECT o.id, o.published_at::timestamptz AS published_at FROM outbox o
+      WHERE (o.published_at, o.id) > (sqlc.arg(point_at)::timestamptz, sqlc.arg(point_id)::uuid)
+        AND o.published_at < now() - sqlc.arg(older_than)::float8 * interval '1 second'
+      ORDER BY o.published_at, o.id
+      LIMIT sqlc.arg(page)) p
+LEFT JOIN LATERAL (SELECT true AS held FROM inbox i
+                   WHERE i.consumer = sqlc.arg(consumer) AND i.message_id = p.id LIMIT 1) i ON true
+ORDER BY p.published_at, p.id;
+
+-- name: MoveOutboxConfirmed :exec
+UPDATE outbox_confirmed SET published_at = $2, id = $3 WHERE consumer = $1;
+
+-- name: OutboxProgress :many
+-- Where events are: published (when), and in the consumer's inbox or not.
+SELECT o.id, o.published_at,
+       EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = @consumer AND i.message_id = o.id) AS inboxed
+FROM outbox o WHERE o.id = ANY(@ids::uuid[]);

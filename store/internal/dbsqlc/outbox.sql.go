@@ -83,6 +83,23 @@ func (q *Queries) InsertOutboxEvent(ctx context.Context, arg InsertOutboxEventPa
 	return err
 }
 
+const LockOutboxConfirmed = `-- name: LockOutboxConfirmed :one
+SELECT published_at, id FROM outbox_confirmed WHERE consumer = $1 FOR UPDATE SKIP LOCKED
+`
+
+type LockOutboxConfirmedRow struct {
+	PublishedAt time.Time
+	ID          uuid.UUID
+}
+
+// A consumer's confirmed point (outbox_confirmed): one relay at a time reads and moves it.
+func (q *Queries) LockOutboxConfirmed(ctx context.Context, consumer string) (LockOutboxConfirmedRow, error) {
+	row := q.db.QueryRow(ctx, LockOutboxConfirmed, consumer)
+	var i LockOutboxConfirmedRow
+	err := row.Scan(&i.PublishedAt, &i.ID)
+	return i, err
+}
+
 const MarkPublished = `-- name: MarkPublished :execrows
 UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[]) AND published_at IS NULL
 `
@@ -93,6 +110,87 @@ func (q *Queries) MarkPublished(ctx context.Context, dollar_1 []uuid.UUID) (int6
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const MoveOutboxConfirmed = `-- name: MoveOutboxConfirmed :exec
+UPDATE outbox_confirmed SET published_at = $2, id = $3 WHERE consumer = $1
+`
+
+type MoveOutboxConfirmedParams struct {
+	Consumer    string
+	PublishedAt time.Time
+	ID          uuid.UUID
+}
+
+func (q *Queries) MoveOutboxConfirmed(ctx context.Context, arg MoveOutboxConfirmedParams) error {
+	_, err := q.db.Exec(ctx, MoveOutboxConfirmed, arg.Consumer, arg.PublishedAt, arg.ID)
+	return err
+}
+
+const OutboxAfterConfirmed = `-- name: OutboxAfterConfirmed :many
+SELECT p.id, p.published_at, (i.held IS NOT NULL)::boolean AS inboxed,
+       p.published_at < now() - $1::float8 * interval '1 second' AS expired
+FROM (SELECT o.id, o.published_at::timestamptz AS published_at FROM outbox o
+      WHERE (o.published_at, o.id) > ($2::timestamptz, $3::uuid)
+        AND o.published_at < now() - $4::float8 * interval '1 second'
+      ORDER BY o.published_at, o.id
+      LIMIT $5) p
+LEFT JOIN LATERAL (SELECT true AS held FROM inbox i
+                   WHERE i.consumer = $6 AND i.message_id = p.id LIMIT 1) i ON true
+ORDER BY p.published_at, p.id
+`
+
+type OutboxAfterConfirmedParams struct {
+	GiveUp    float64
+	PointAt   time.Time
+	PointID   uuid.UUID
+	OlderThan float64
+	Page      int32
+	Consumer  string
+}
+
+type OutboxAfterConfirmedRow struct {
+	ID          uuid.UUID
+	PublishedAt time.Time
+	Inboxed     bool
+	Expired     bool
+}
+
+// The rows published after the point and more than older_than seconds ago, in publication
+// order, each with whether the consumer's inbox holds it and whether it was published more than
+// give_up seconds ago. outbox_published_order gives the page in this order from the point on;
+// the inbox is probed by key for the page's rows only (an EXISTS is planned as a hash of the
+// whole inbox).
+func (q *Queries) OutboxAfterConfirmed(ctx context.Context, arg OutboxAfterConfirmedParams) ([]OutboxAfterConfirmedRow, error) {
+	rows, err := q.db.Query(ctx, OutboxAfterConfirmed,
+		arg.GiveUp,
+		arg.PointAt,
+		arg.PointID,
+		arg.OlderThan,
+		arg.Page,
+		arg.Consumer,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxAfterConfirmedRow
+	for rows.Next() {
+		var i OutboxAfterConfirmedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.PublishedAt,
+			&i.Inboxed,
+			&i.Expired,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const OutboxBacklog = `-- name: OutboxBacklog :one
@@ -111,6 +209,44 @@ func (q *Queries) OutboxBacklog(ctx context.Context) (OutboxBacklogRow, error) {
 	return i, err
 }
 
+const OutboxProgress = `-- name: OutboxProgress :many
+SELECT o.id, o.published_at,
+       EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $1 AND i.message_id = o.id) AS inboxed
+FROM outbox o WHERE o.id = ANY($2::uuid[])
+`
+
+type OutboxProgressParams struct {
+	Consumer string
+	Ids      []uuid.UUID
+}
+
+type OutboxProgressRow struct {
+	ID          uuid.UUID
+	PublishedAt *time.Time
+	Inboxed     bool
+}
+
+// Where events are: published (when), and in the consumer's inbox or not.
+func (q *Queries) OutboxProgress(ctx context.Context, arg OutboxProgressParams) ([]OutboxProgressRow, error) {
+	rows, err := q.db.Query(ctx, OutboxProgress, arg.Consumer, arg.Ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxProgressRow
+	for rows.Next() {
+		var i OutboxProgressRow
+		if err := rows.Scan(&i.ID, &i.PublishedAt, &i.Inboxed); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const PurgeOutbox = `-- name: PurgeOutbox :execrows
 DELETE FROM outbox WHERE id IN (SELECT id FROM outbox
 WHERE published_at < now() - $1::float8 * interval '1 second' ORDER BY published_at LIMIT $2)
@@ -127,4 +263,24 @@ func (q *Queries) PurgeOutbox(ctx context.Context, arg PurgeOutboxParams) (int64
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const StartOutboxConfirmed = `-- name: StartOutboxConfirmed :one
+INSERT INTO outbox_confirmed (consumer, published_at, id)
+VALUES ($1, now(), '00000000-0000-0000-0000-000000000000') ON CONFLICT DO NOTHING
+RETURNING published_at, id
+`
+
+type StartOutboxConfirmedRow struct {
+	PublishedAt time.Time
+	ID          uuid.UUID
+}
+
+// A consumer without a point starts at now: it is watched from its first check on. No row: the
+// point exists (another relay holds it).
+func (q *Queries) StartOutboxConfirmed(ctx context.Context, consumer string) (StartOutboxConfirmedRow, error) {
+	row := q.db.QueryRow(ctx, StartOutboxConfirmed, consumer)
+	var i StartOutboxConfirmedRow
+	err := row.Scan(&i.PublishedAt, &i.ID)
+	return i, err
 }

@@ -1,0 +1,103 @@
+package outbox
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/store"
+)
+
+// newWipeableBroker is an embedded broker that wipe restarts on the same address with its store
+// directory gone: what a power loss leaves of a broker that acknowledged messages it had not
+// written to disk yet (at worst: its streams and consumers too). Clients reconnect by themselves.
+func newWipeableBroker(t *testing.T) (*broker, func()) {
+	t.Helper()
+	dir := t.TempDir()
+	url, stop, err := startEmbedded(dir, -1)
+	require.NoError(t, err)
+	port, err := strconv.Atoi(url[strings.LastIndex(url, ":")+1:])
+	require.NoError(t, err)
+	nc, js, err := Connect(url, "outbox-test", BrokerAuth{})
+	require.NoError(t, err)
+	t.Cleanup(func() { nc.Close(); stop() })
+	_, err = EnsureStream(context.Background(), js)
+	require.NoError(t, err)
+	wipe := func() {
+		stop()
+		require.NoError(t, os.RemoveAll(dir))
+		_, stop, err = startEmbedded(dir, port)
+		require.NoError(t, err)
+		require.Eventually(t, nc.IsConnected, 10*time.Second, 10*time.Millisecond, "the client reconnects")
+	}
+	return &broker{js: js}, wipe
+}
+
+// An event the broker acknowledged and then lost still reaches the merchant, once: the relay
+// publishes again what the webhook consumer's inbox lacks. Then the broker loses everything
+// while the consumer runs, and the next event arrives once too.
+func TestAcknowledgedThenLostEventIsDeliveredOnce(t *testing.T) {
+	ctx := context.Background()
+	b, wipe := newWipeableBroker(t)
+	h := newHook(t, answer(http.StatusNoContent))
+	m := newMerchant(t, h.URL)
+	pid := settle(t, m, false)
+	ev := peek(t, pid)
+
+	// The relay publishes the event and the broker acknowledges it; no consumer has read it.
+	relay := NewRelay(RelayOptions{Store: db, JetStream: b.js, Logger: quiet})
+	for {
+		n, err := relay.RelayOnce(ctx)
+		require.NoError(t, err)
+		if n == 0 {
+			break
+		}
+	}
+	progress, err := db.OutboxProgress(ctx, WebhooksConsumer, []uuid.UUID{ev.ID})
+	require.NoError(t, err)
+	require.NotNil(t, progress[0].PublishedAt, "the broker acknowledged it")
+	require.False(t, progress[0].Inboxed)
+	require.NotZero(t, b.streamMsgs(t))
+
+	wipe()
+	_, err = b.js.Stream(ctx, StreamName)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "the broker lost the stream and the event in it")
+
+	redeliverAfter := 300 * time.Millisecond
+	p := startPipeline(t, b, pipelineOptions{relays: 1, redeliverAfter: redeliverAfter})
+	require.Eventually(t, func() bool { return h.Count() == 1 }, 30*time.Second, 20*time.Millisecond, "the lost event is delivered")
+	time.Sleep(10 * redeliverAfter)
+	require.Equal(t, 1, h.Count(), "exactly one webhook")
+	require.Equal(t, ev.ID.String(), h.Requests()[0].EventID)
+	require.GreaterOrEqual(t, value(t, p.metrics.republished), 1.0)
+	progress, err = db.OutboxProgress(ctx, WebhooksConsumer, []uuid.UUID{ev.ID})
+	require.NoError(t, err)
+	require.True(t, progress[0].Inboxed, "the webhook consumer's inbox holds it")
+	ds, err := db.PaymentDeliveries(ctx, pid)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, store.DeliveryDelivered, ds[0].Status)
+
+	// The broker loses everything again, this time under a running relay and consumer.
+	wipe()
+	pid2 := settle(t, m, false)
+	require.Eventually(t, func() bool { return h.Count() == 2 }, 60*time.Second, 20*time.Millisecond, "the next event is delivered")
+	time.Sleep(10 * redeliverAfter)
+	require.Equal(t, 2, h.Count(), "exactly one webhook each")
+	ds, err = db.PaymentDeliveries(ctx, pid2)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, store.DeliveryDelivered, ds[0].Status)
+	progress, err = db.OutboxProgress(ctx, WebhooksConsumer, []uuid.UUID{ds[0].ID})
+	require.NoError(t, err)
+	require.NotNil(t, progress[0].PublishedAt)
+	require.True(t, progress[0].Inboxed)
+}
