@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,11 +23,22 @@ import (
 	"github.com/kasa-pay/kasa/internal/devenv"
 )
 
-// TestClusterRunsEveryProcessAsAChild is `make run-cluster`: `kasa cluster` starts PostgreSQL,
-// the real Temporal Server, NATS and the kasa processes as its children; a payment made on one
-// API and replayed on the other is one charge; SIGTERM ends it with status 0 and no child left.
-func TestClusterRunsEveryProcessAsAChild(t *testing.T) {
-	t.Parallel()
+// cluster is one `kasa cluster` run by a test, up to its banner.
+type cluster struct {
+	cmd    *exec.Cmd
+	exited chan error // its exit status, once
+	logs   *clusterLog
+	data   string // its KASA_DATA_DIR
+	banner string
+	apis   []string // every API's URL, from the banner
+	sim    string   // the simulator's URL
+	state  devState // what it kept in cluster.json
+}
+
+// startCluster runs `kasa cluster` on free ports and waits for its banner; the test's end stops
+// it and kills whatever of it is left.
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
 	data, err := os.MkdirTemp("", "kasa-cluster-test-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(data) })
@@ -38,34 +51,33 @@ func TestClusterRunsEveryProcessAsAChild(t *testing.T) {
 		require.NoError(t, err)
 	}
 	api1 := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	sim := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	cmd := exec.Command(bin, "cluster")
-	cmd.Env = kasaEnv(map[string]string{
+	c := &cluster{data: data, logs: &clusterLog{}, exited: make(chan error, 1), sim: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	c.cmd = exec.Command(bin, "cluster")
+	c.cmd.Env = kasaEnv(map[string]string{
 		"KASA_DATA_DIR":     data,
 		"KASA_API_ADDR":     api1,
-		"KASA_BANKSIM_ADDR": strings.TrimPrefix(sim, "http://"),
+		"KASA_BANKSIM_ADDR": strings.TrimPrefix(c.sim, "http://"),
 	})
-	var logs clusterLog
-	cmd.Stderr = &logs
-	pipe, err := cmd.StdoutPipe()
+	c.cmd.Stderr = c.logs
+	pipe, err := c.cmd.StdoutPipe()
 	require.NoError(t, err)
 	began := time.Now()
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	require.NoError(t, c.cmd.Start())
+	go func() { c.exited <- c.cmd.Wait() }()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+		if t.Failed() {
+			t.Logf("kasa cluster's log:\n%s", c.logs.String())
+		}
+		if c.cmd.ProcessState == nil {
+			_ = c.cmd.Process.Signal(syscall.SIGTERM)
 			select {
-			case <-exited:
+			case <-c.exited:
 			case <-time.After(60 * time.Second):
-				_ = cmd.Process.Kill()
+				_ = c.cmd.Process.Kill()
 			}
 		}
-		if left := processesMentioning(data + "/"); len(left) > 0 {
-			for _, pid := range pidsMentioning(data + "/") {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
+		for _, pid := range pidsMentioning(data + "/") {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
 
@@ -80,64 +92,70 @@ func TestClusterRunsEveryProcessAsAChild(t *testing.T) {
 			}
 		}
 	}()
-	var text string
 	select {
-	case text = <-banner:
-	case err := <-exited:
-		t.Fatalf("kasa cluster exited before its banner: %v\n%s", err, logs.String())
+	case c.banner = <-banner:
+	case err := <-c.exited:
+		t.Fatalf("kasa cluster exited before its banner: %v\n%s", err, c.logs.String())
 	case <-time.After(4 * time.Minute):
-		t.Fatalf("kasa cluster printed no banner within 4 minutes:\n%s", logs.String())
+		t.Fatalf("kasa cluster printed no banner within 4 minutes:\n%s", c.logs.String())
 	}
 	t.Logf("kasa cluster: banner after %s", time.Since(began).Round(time.Millisecond))
 
 	// The banner names both APIs; each is ready by the time it is printed.
-	var apis []string
-	for _, line := range strings.Split(text, "\n") {
+	for _, line := range strings.Split(c.banner, "\n") {
 		if f := strings.Fields(line); len(f) >= 3 && f[0] == "API" {
-			apis = append(apis, f[2])
+			c.apis = append(c.apis, f[2])
 		}
 	}
-	require.Len(t, apis, 2, "%s", text)
-	require.Equal(t, "http://"+api1, apis[0], "the first API is on KASA_API_ADDR")
-	require.NotEqual(t, apis[0], apis[1])
-	for _, a := range apis {
+	require.Len(t, c.apis, 2, "%s", c.banner)
+	require.Equal(t, "http://"+api1, c.apis[0], "the first API is on KASA_API_ADDR")
+	b, err := os.ReadFile(filepath.Join(data, "cluster", "cluster.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &c.state))
+	return c
+}
+
+// TestClusterRunsEveryProcessAsAChild is `make run-cluster`: `kasa cluster` starts PostgreSQL,
+// the real Temporal Server, NATS and the kasa processes as its children; a payment made on one
+// API and replayed on the other is one charge; SIGTERM ends it with status 0 and no child left.
+func TestClusterRunsEveryProcessAsAChild(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	require.NotEqual(t, c.apis[0], c.apis[1])
+	for _, a := range c.apis {
 		r := httpDo(t, "GET", a+"/readyz", "", "")
 		require.Equal(t, http.StatusOK, r.Status, "%s: %s", a, r.Body)
 	}
 
-	var st devState
-	b, err := os.ReadFile(filepath.Join(data, "cluster", "cluster.json"))
-	require.NoError(t, err)
-	require.NoError(t, json.Unmarshal(b, &st))
-	require.Contains(t, text, st.AdminToken)
-	require.Contains(t, text, st.DemoAPIKey)
+	require.Contains(t, c.banner, c.state.AdminToken)
+	require.Contains(t, c.banner, c.state.DemoAPIKey)
 
 	// Every child of kasa cluster, and theirs: none may outlive it.
-	children := descendants(cmd.Process.Pid)
+	children := descendants(c.cmd.Process.Pid)
 	require.GreaterOrEqual(t, len(children), 8, "postgres, temporal, nats, banksim, 2 workers, relay, 2 APIs")
 
 	// A payment on API 1, replayed with the same key on API 2: one answer, one charge.
-	body := payBody("cluster-inv-1", "100.00", "TRY", st.DemoAccountID)
-	first := httpDo(t, "POST", apis[0]+"/v1/payments", st.DemoAPIKey, body, "Idempotency-Key", "cluster-1")
+	body := payBody("cluster-inv-1", "100.00", "TRY", c.state.DemoAccountID)
+	first := httpDo(t, "POST", c.apis[0]+"/v1/payments", c.state.DemoAPIKey, body, "Idempotency-Key", "cluster-1")
 	// A loaded machine can outlast the sync wait (202), then the key is in use (409) until done.
 	for deadline := time.Now().Add(60 * time.Second); first.Status != http.StatusCreated && time.Now().Before(deadline); {
 		require.Contains(t, []int{http.StatusAccepted, http.StatusConflict}, first.Status, "%s", first.Body)
 		time.Sleep(250 * time.Millisecond)
-		first = httpDo(t, "POST", apis[0]+"/v1/payments", st.DemoAPIKey, body, "Idempotency-Key", "cluster-1")
+		first = httpDo(t, "POST", c.apis[0]+"/v1/payments", c.state.DemoAPIKey, body, "Idempotency-Key", "cluster-1")
 	}
 	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
 	p := first.json(t)
 	require.Equal(t, "succeeded", p["status"], "%s", first.Body)
-	replay := httpDo(t, "POST", apis[1]+"/v1/payments", st.DemoAPIKey, body, "Idempotency-Key", "cluster-1")
+	replay := httpDo(t, "POST", c.apis[1]+"/v1/payments", c.state.DemoAPIKey, body, "Idempotency-Key", "cluster-1")
 	require.Equal(t, http.StatusCreated, replay.Status, "%s", replay.Body)
 	require.JSONEq(t, string(first.Body), string(replay.Body), "the replay on the other API answers the same")
-	charges := httpDo(t, "GET", sim+"/_sim/charges?reference="+p["id"].(string), "", "")
+	charges := httpDo(t, "GET", c.sim+"/_sim/charges?reference="+p["id"].(string), "", "")
 	require.Equal(t, http.StatusOK, charges.Status, "%s", charges.Body)
 	require.EqualValues(t, 1, charges.json(t)["count"], "one charge at the bank: %s", charges.Body)
 
 	// The Web UI reads the cluster's visibility: the payment's workflow is listed there.
 	ui := ""
-	for _, line := range strings.Split(text, "\n") {
+	for _, line := range strings.Split(c.banner, "\n") {
 		if f := strings.Fields(line); len(f) >= 3 && f[0] == "Temporal" && f[1] == "UI" {
 			ui = f[2]
 		}
@@ -149,19 +167,157 @@ func TestClusterRunsEveryProcessAsAChild(t *testing.T) {
 		return err == nil && r.Status == http.StatusOK && strings.Contains(string(r.Body), "cluster-1")
 	}, 30*time.Second, 200*time.Millisecond, "the payment's workflow in the Web UI")
 
-	stopped := time.Now()
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	c.stop(t, children)
+}
+
+// TestClusterRestartsAKilledProcess: SIGKILL of one worker and one API of a running cluster stops
+// nothing else: payments keep succeeding through the other API, each charged once, and kasa
+// cluster reports each death and starts the process again (a new pid, its port answering).
+func TestClusterRestartsAKilledProcess(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	workerMetrics := regexp.MustCompile(`worker-1 (http://\S+/metrics)`).FindStringSubmatch(c.banner)
+	require.NotNil(t, workerMetrics, "the banner names worker-1's metrics: %s", c.banner)
+
+	// Payments one after another through API 1, for as long as the test runs the kills.
+	var (
+		mu   sync.Mutex
+		ids  []string
+		fail error
+	)
+	done, stop := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			id, err := c.pay(c.apis[0], fmt.Sprintf("restart-%03d", i))
+			mu.Lock()
+			if err != nil {
+				fail = err
+			} else {
+				ids = append(ids, id)
+			}
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	progress := func() (int, error) { mu.Lock(); defer mu.Unlock(); return len(ids), fail }
+	// at least n payments taken, or one failed
+	paid := func(n int) bool { k, err := progress(); return err != nil || k >= n }
+	require.Eventually(t, func() bool { return paid(2) }, 2*time.Minute, 100*time.Millisecond, "payments flow")
+	before, err := progress()
+	require.NoError(t, err)
+
+	killed := map[string]int{"worker-1": c.pid(t, "worker-1"), "api-2": c.pid(t, "api-2")}
+	for name, pid := range killed {
+		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL), name)
+	}
+	for name, pid := range killed {
+		report := regexp.MustCompile(name + ` exited.* pid=` + strconv.Itoa(pid) + `.*signal: killed`)
+		require.Eventually(t, func() bool { return report.MatchString(c.logs.String()) }, 30*time.Second,
+			100*time.Millisecond, "kasa cluster reports %s's death", name)
+		require.Eventually(t, func() bool {
+			again := c.lastStart(name)
+			return again != pid && alive(again) && slices.Contains(descendants(c.cmd.Process.Pid), again)
+		}, time.Minute, 100*time.Millisecond, "%s started again", name)
+	}
+	for _, url := range []string{c.apis[1] + "/readyz", workerMetrics[1]} {
+		require.Eventually(t, func() bool {
+			r, err := httpCall("GET", url, "", "")
+			return err == nil && r.Status == http.StatusOK
+		}, time.Minute, 200*time.Millisecond, "%s answers again", url)
+	}
+	require.Eventually(t, func() bool { return paid(before + 3) }, 2*time.Minute, 100*time.Millisecond,
+		"payments go on through API 1")
+	close(stop)
+	<-done
+	require.NoError(t, fail)
+	again, err := c.pay(c.apis[1], "restart-api-2")
+	require.NoError(t, err, "the restarted API takes payments")
+	ids = append(ids, again)
 	select {
-	case err := <-exited:
-		require.NoError(t, err, "kasa cluster exits 0 on SIGTERM:\n%s", logs.String())
+	case err := <-c.exited:
+		t.Fatalf("kasa cluster exited (%v) after a child's death:\n%s", err, c.logs.String())
+	default:
+	}
+
+	for _, id := range ids {
+		var p struct{ Status string }
+		require.Eventually(t, func() bool {
+			r, err := httpCall("GET", c.apis[0]+"/v1/payments/"+id, c.state.DemoAPIKey, "")
+			return err == nil && r.Status == http.StatusOK && json.Unmarshal(r.Body, &p) == nil && p.Status != "processing"
+		}, 2*time.Minute, 250*time.Millisecond, "payment %s finishes", id)
+		require.Equal(t, "succeeded", p.Status, id)
+		charges := httpDo(t, "GET", c.sim+"/_sim/charges?reference="+id, "", "")
+		require.EqualValues(t, 1, charges.json(t)["count"], "one charge at the bank: %s", charges.Body)
+	}
+	t.Logf("%d payments, %d of them after the kills", len(ids), len(ids)-before)
+	c.stop(t, descendants(c.cmd.Process.Pid))
+}
+
+// pay pays 1.00 TRY with key on api, retrying the same key through 503s, a key in use and lost
+// connections (a process may be restarting) until the API takes it; it returns the payment's id.
+func (c *cluster) pay(api, key string) (string, error) {
+	body := payBody("inv-"+key, "1.00", "TRY", c.state.DemoAccountID)
+	last := ""
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		r, err := httpCall("POST", api+"/v1/payments", c.state.DemoAPIKey, body, "Idempotency-Key", key)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case r.Status == http.StatusCreated || r.Status == http.StatusAccepted:
+			var p struct{ ID string }
+			return p.ID, json.Unmarshal(r.Body, &p)
+		case r.Status == http.StatusConflict || r.Status == http.StatusServiceUnavailable:
+			last = fmt.Sprintf("%d %s", r.Status, r.Body)
+		default:
+			return "", fmt.Errorf("%s: %d %s", key, r.Status, r.Body)
+		}
+	}
+	return "", fmt.Errorf("%s: not taken within 90s (last: %s)", key, last)
+}
+
+// pid is the process id of the named child, from kasa cluster's log.
+func (c *cluster) pid(t *testing.T, name string) int {
+	t.Helper()
+	pid := c.lastStart(name)
+	require.NotZero(t, pid, "kasa cluster logged no start of %s:\n%s", name, c.logs.String())
+	return pid
+}
+
+// lastStart is the pid kasa cluster last logged starting the named child with; 0 for none.
+func (c *cluster) lastStart(name string) int {
+	m := regexp.MustCompile(`msg="started `+name+`" pid=(\d+)`).FindAllStringSubmatch(c.logs.String(), -1)
+	if len(m) == 0 {
+		return 0
+	}
+	pid, _ := strconv.Atoi(m[len(m)-1][1])
+	return pid
+}
+
+// stop sends kasa cluster SIGTERM: it exits 0 and leaves none of children, nor any process of
+// the cluster, behind.
+func (c *cluster) stop(t *testing.T, children []int) {
+	t.Helper()
+	stopped := time.Now()
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-c.exited:
+		require.NoError(t, err, "kasa cluster exits 0 on SIGTERM:\n%s", c.logs.String())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("kasa cluster did not stop within 30s of SIGTERM:\n%s", logs.String())
+		t.Fatalf("kasa cluster did not stop within 30s of SIGTERM:\n%s", c.logs.String())
 	}
 	t.Logf("kasa cluster: stopped %s after SIGTERM", time.Since(stopped).Round(time.Millisecond))
 	for _, pid := range children {
 		require.False(t, alive(pid), "child %d outlived kasa cluster", pid)
 	}
-	require.Empty(t, processesMentioning(data+"/"), "no process of the cluster may survive it")
+	require.Empty(t, processesMentioning(c.data+"/"), "no process of the cluster may survive it")
 }
 
 // descendants lists the live processes under pid, children of children included.

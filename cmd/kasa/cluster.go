@@ -29,7 +29,8 @@ const stopTimeout = 15 * time.Second
 
 // runCluster runs the system as separate processes on a real Temporal Server: PostgreSQL, the
 // Temporal Server (and its Web UI when built), NATS, then kasa migrate, banksim, two workers, two
-// APIs and the relay, each a child of this process, until SIGINT/SIGTERM or a child's death.
+// APIs and the relay, each a child of this process, until SIGINT/SIGTERM. A child started through
+// the supervisor that dies once the cluster has started is reported and started again.
 func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	exe, err := os.Executable()
 	if err != nil {
@@ -85,6 +86,7 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 		}
 	}()
 	sup := devenv.NewSupervisor(filepath.Join(dir, "logs"), log)
+	sup.Restart = &devenv.DefaultBackoff
 
 	var pg *devenv.Postgres
 	if cfg.Database.URL == "" {
@@ -256,16 +258,9 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 	log.Info("kasa cluster ready", "took", time.Since(began).Round(time.Millisecond))
 	printClusterBanner(cfg, state, apiAddrs, uiURL, natsURL, metrics, kasaProcs, sup.LogDir)
 
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: stopping every child process")
-		return nil
-	case c := <-sup.Exited():
-		log.Error("a kasa cluster process exited on its own: stopping everything", "process", c.Name,
-			"exit", c.Err(), "log", c.LogPath)
-		fmt.Fprintf(os.Stderr, "---- %s: the end of its log ----\n%s\n----\n", c.Name, c.Tail(15))
-		return fmt.Errorf("%s exited: %v (log: %s)", c.Name, c.Err(), c.LogPath)
-	}
+	<-ctx.Done()
+	log.Info("shutting down: stopping every child process")
+	return nil
 }
 
 func saveClusterState(path string, s clusterState) error {

@@ -16,27 +16,56 @@ import (
 	"time"
 )
 
-// Supervisor runs long-lived child processes, each logging to a file of its own, tells when one
-// exits without being asked to, and stops them all.
+// Supervisor runs long-lived child processes, each logging to a file of its own, and stops them
+// all. A child that exits without being asked to is reported on Exited or, with Restart set,
+// logged and started again.
 type Supervisor struct {
 	// LogDir holds <name>.log for every child; created when missing.
 	LogDir string
 	Logger *slog.Logger
+	// Restart, when set, starts a child that exited on its own again (same binary, arguments and
+	// environment) after the wait it gives, as an orchestrator would, instead of reporting it.
+	Restart *Backoff
 
-	mu       sync.Mutex
-	children []*Child
-	exited   chan *Child
+	exited chan *Child
 }
 
-// Child is one process a Supervisor started.
+// Backoff spaces the restarts of a child that keeps dying, so that one failing at start does not
+// spin: Initial after the first exit, doubled after each quick one up to Max, and Initial again
+// after a run that lasted Reset.
+type Backoff struct{ Initial, Max, Reset time.Duration }
+
+// DefaultBackoff is the launchers' restart policy.
+var DefaultBackoff = Backoff{Initial: time.Second, Max: 30 * time.Second, Reset: time.Minute}
+
+// Next is the wait before a restart after a run that lasted up, prev being the wait before that
+// run (0 for none).
+func (b Backoff) Next(prev, up time.Duration) time.Duration {
+	if prev == 0 || up >= b.Reset {
+		return b.Initial
+	}
+	return min(2*prev, b.Max)
+}
+
+// Child is one process a Supervisor started, and the same process started again.
 type Child struct {
 	Name    string
 	LogPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	err     error // set before done is closed
+	env     []string
+	bin     string
+	args    []string
+	stop    chan struct{} // closed by Stop: no restart after it
 	mu      sync.Mutex
+	run     *run // the latest process
 	asked   bool // Stop was called: its exit is expected
+}
+
+// run is one process of a Child.
+type run struct {
+	cmd   *exec.Cmd
+	began time.Time
+	done  chan struct{}
+	err   error // set before done is closed
 }
 
 // NewSupervisor returns a supervisor logging to dir.
@@ -47,7 +76,7 @@ func NewSupervisor(dir string, log *slog.Logger) *Supervisor {
 	return &Supervisor{LogDir: dir, Logger: log, exited: make(chan *Child, 64)}
 }
 
-// Exited delivers every child that exited though nobody stopped it.
+// Exited delivers every child that exited though nobody stopped it, when Restart is not set.
 func (s *Supervisor) Exited() <-chan *Child { return s.exited }
 
 // Start runs bin with args and env, its output appended to LogDir/<name>.log.
@@ -56,19 +85,50 @@ func (s *Supervisor) Start(name string, env []string, bin string, args ...string
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	s.children = append(s.children, c)
-	s.mu.Unlock()
-	go func() {
-		<-c.done
-		c.mu.Lock()
-		asked := c.asked
-		c.mu.Unlock()
-		if !asked {
-			s.exited <- c
-		}
-	}()
+	go s.watch(c)
 	return c, nil
+}
+
+// watch reports each exit of c that nobody asked for, or starts c again after the backoff.
+func (s *Supervisor) watch(c *Child) {
+	var wait time.Duration
+	for {
+		r := c.current()
+		<-r.done
+		if c.stopped() {
+			return
+		}
+		if s.Restart == nil {
+			s.exited <- c
+			return
+		}
+		wait = s.Restart.Next(wait, time.Since(r.began))
+		s.Logger.Error(c.Name+" exited on its own: starting it again", "pid", r.cmd.Process.Pid,
+			"exit", exitText(r.err), "restart_in", wait, "log", c.LogPath)
+		for {
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(wait):
+			}
+			// Under the lock, so that a Stop either comes first or finds the new process.
+			c.mu.Lock()
+			if c.asked {
+				c.mu.Unlock()
+				return
+			}
+			next, err := s.launch(c)
+			if err == nil {
+				c.run = next
+			}
+			c.mu.Unlock()
+			if err == nil {
+				break
+			}
+			wait = s.Restart.Next(wait, 0)
+			s.Logger.Error("could not start "+c.Name+" again", "error", err, "restart_in", wait)
+		}
+	}
 }
 
 // Run runs a one-shot child to its end and fails unless it exits 0; ctx's end kills it.
@@ -78,13 +138,13 @@ func (s *Supervisor) Run(ctx context.Context, name string, env []string, bin str
 		return err
 	}
 	select {
-	case <-c.done:
+	case <-c.run.done:
 	case <-ctx.Done():
 		c.Stop(10 * time.Second)
 		return ctx.Err()
 	}
-	if c.err != nil {
-		return fmt.Errorf("%s: %w (log: %s)\n%s", name, c.err, c.LogPath, tailFile(c.LogPath, 15))
+	if c.run.err != nil {
+		return fmt.Errorf("%s: %w (log: %s)\n%s", name, c.run.err, c.LogPath, tailFile(c.LogPath, 15))
 	}
 	return nil
 }
@@ -93,53 +153,80 @@ func (s *Supervisor) spawn(name string, env []string, bin string, args ...string
 	if err := os.MkdirAll(s.LogDir, 0o755); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(s.LogDir, name+".log")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	c := &Child{Name: name, LogPath: filepath.Join(s.LogDir, name+".log"), env: env, bin: bin, args: args,
+		stop: make(chan struct{})}
+	r, err := s.launch(c)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(f, "---- %s: start %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
-	cmd := exec.Command(bin, args...)
-	cmd.Env, cmd.Stdout, cmd.Stderr = env, f, f
+	c.run = r
+	return c, nil
+}
+
+// launch starts one process of c.
+func (s *Supervisor) launch(c *Child) (*run, error) {
+	f, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(f, "---- %s: start %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), c.bin, strings.Join(c.args, " "))
+	cmd := exec.Command(c.bin, c.args...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = c.env, f, f
 	// Its own process group, so that a terminal's Ctrl-C reaches only the supervisor, which stops
 	// the children in order; and killed with the supervisor should that die without stopping them.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
+		return nil, fmt.Errorf("start %s (%s): %w", c.Name, c.bin, err)
 	}
-	c := &Child{Name: name, LogPath: path, cmd: cmd, done: make(chan struct{})}
+	r := &run{cmd: cmd, began: time.Now(), done: make(chan struct{})}
 	go func() {
-		c.err = cmd.Wait()
-		fmt.Fprintf(f, "---- %s: %s exited: %v\n", time.Now().UTC().Format(time.RFC3339Nano), name, exitText(c.err))
+		r.err = cmd.Wait()
+		fmt.Fprintf(f, "---- %s: %s exited: %v\n", time.Now().UTC().Format(time.RFC3339Nano), c.Name, exitText(r.err))
 		f.Close()
-		close(c.done)
+		close(r.done)
 	}()
-	s.Logger.Info("started "+name, "pid", cmd.Process.Pid, "log", path)
-	return c, nil
+	s.Logger.Info("started "+c.Name, "pid", cmd.Process.Pid, "log", c.LogPath)
+	return r, nil
 }
 
-// PID is the child's process id.
-func (c *Child) PID() int { return c.cmd.Process.Pid }
+func (c *Child) current() *run {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.run
+}
 
-// Err is how the child exited; valid once it has (Done is closed).
-func (c *Child) Err() error { <-c.done; return c.err }
+func (c *Child) stopped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.asked
+}
 
-// Done is closed when the child has exited.
-func (c *Child) Done() <-chan struct{} { return c.done }
+// PID is the process id of the child's latest process.
+func (c *Child) PID() int { return c.current().cmd.Process.Pid }
 
-// Stop asks the child to end (SIGTERM) and waits; after timeout its whole process group is
-// killed, so that nothing it started outlives it.
+// Err is how the child's latest process exited, once it has (Done is closed).
+func (c *Child) Err() error { r := c.current(); <-r.done; return r.err }
+
+// Done is closed when the child's latest process has exited.
+func (c *Child) Done() <-chan struct{} { return c.current().done }
+
+// Stop asks the child to end (SIGTERM), for good, and waits; after timeout its whole process
+// group is killed, so that nothing it started outlives it.
 func (c *Child) Stop(timeout time.Duration) {
 	c.mu.Lock()
-	c.asked = true
+	if !c.asked {
+		c.asked = true
+		close(c.stop)
+	}
+	r := c.run
 	c.mu.Unlock()
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-c.done:
+	case <-r.done:
 	case <-time.After(timeout):
-		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
-		<-c.done
+		_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+		<-r.done
 	}
 }
 
@@ -156,7 +243,7 @@ func (s *Supervisor) StopAll(timeout time.Duration, groups ...[]*Child) {
 			go func() {
 				defer wg.Done()
 				c.Stop(timeout)
-				s.Logger.Info("stopped "+c.Name, "exit", exitText(c.err))
+				s.Logger.Info("stopped "+c.Name, "exit", exitText(c.Err()))
 			}()
 		}
 		wg.Wait()
@@ -173,8 +260,10 @@ func exitText(err error) string {
 	return err.Error()
 }
 
-// WaitHTTP waits until url answers 200, failing when the child exits first or ctx ends.
+// WaitHTTP waits until url answers 200, failing when the child exits first (even if it is to be
+// restarted: one that dies before it is ever ready is misconfigured) or ctx ends.
 func WaitHTTP(ctx context.Context, url string, c *Child) error {
+	r := c.current()
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
@@ -186,8 +275,8 @@ func WaitHTTP(ctx context.Context, url string, c *Child) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s never answered 200: %w", url, ctx.Err())
-		case <-c.done:
-			return fmt.Errorf("%s exited (%v) before %s answered (log: %s)\n%s", c.Name, exitText(c.err), url, c.LogPath, c.Tail(15))
+		case <-r.done:
+			return fmt.Errorf("%s exited (%v) before %s answered (log: %s)\n%s", c.Name, exitText(r.err), url, c.LogPath, c.Tail(15))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -3,8 +3,13 @@ package devenv
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -64,4 +69,111 @@ func TestSupervisorRun(t *testing.T) {
 	err := s.Run(context.Background(), "fails", os.Environ(), "/bin/sh", "-c", "echo broken; exit 1")
 	require.ErrorContains(t, err, "exit status 1")
 	require.ErrorContains(t, err, "broken", "the end of its log")
+}
+
+func TestBackoff(t *testing.T) {
+	b := Backoff{Initial: time.Second, Max: 30 * time.Second, Reset: time.Minute}
+	for _, c := range []struct {
+		name     string
+		prev, up time.Duration
+		want     time.Duration
+	}{
+		{name: "first exit", prev: 0, up: time.Second, want: time.Second},
+		{name: "quick exits double", prev: time.Second, up: time.Second, want: 2 * time.Second},
+		{name: "again", prev: 8 * time.Second, up: 0, want: 16 * time.Second},
+		{name: "up to the cap", prev: 16 * time.Second, up: 0, want: 30 * time.Second},
+		{name: "at the cap", prev: 30 * time.Second, up: 59 * time.Second, want: 30 * time.Second},
+		{name: "a long run resets", prev: 30 * time.Second, up: time.Minute, want: time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) { require.Equal(t, c.want, b.Next(c.prev, c.up)) })
+	}
+}
+
+// TestSupervisorRestarts: with Restart set, a child that dies (SIGKILL) is logged and started
+// again with the same command; one that keeps dying is started again after waits that double up
+// to the cap; StopAll ends it for good, even during a wait.
+func TestSupervisorRestarts(t *testing.T) {
+	t.Run("killed: started again", func(t *testing.T) {
+		dir := t.TempDir()
+		var logs syncBuffer
+		s := NewSupervisor(dir, slog.New(slog.NewTextHandler(&logs, nil)))
+		s.Restart = &Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Reset: time.Minute}
+		child, err := s.Start("child", os.Environ(), "/bin/sh", "-c", "exec sleep 60")
+		require.NoError(t, err)
+		first := child.PID()
+		require.NoError(t, syscall.Kill(first, syscall.SIGKILL))
+		require.Eventually(t, func() bool { return child.PID() != first }, 5*time.Second, 10*time.Millisecond)
+		require.Regexp(t, fmt.Sprintf(`child exited on its own.* pid=%d exit="signal: killed" restart_in=50ms`, first), logs.String())
+		require.Contains(t, logs.String(), fmt.Sprintf(`msg="started child" pid=%d`, child.PID()))
+		require.NoError(t, syscall.Kill(child.PID(), 0), "the new process runs")
+		s.StopAll(time.Second, []*Child{child})
+		require.EqualError(t, child.Err(), "signal: terminated")
+		select {
+		case <-s.Exited():
+			t.Fatal("a restarted child is not reported on Exited")
+		default:
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "child.log"))
+		require.NoError(t, err)
+		require.Equal(t, 2, strings.Count(string(b), ": start /bin/sh"), "one log across restarts:\n%s", b)
+	})
+
+	t.Run("keeps dying: waits double to the cap", func(t *testing.T) {
+		dir := t.TempDir()
+		s := NewSupervisor(dir, nil)
+		s.Restart = &Backoff{Initial: 100 * time.Millisecond, Max: 400 * time.Millisecond, Reset: time.Minute}
+		starts := filepath.Join(dir, "starts")
+		child, err := s.Start("child", os.Environ(), "/bin/sh", "-c", "date +%s%N >> "+starts+"; exit 1")
+		require.NoError(t, err)
+		var at []time.Time
+		require.Eventually(t, func() bool {
+			b, _ := os.ReadFile(starts)
+			at = at[:0]
+			for _, line := range strings.Fields(string(b)) {
+				if ns, err := strconv.ParseInt(line, 10, 64); err == nil {
+					at = append(at, time.Unix(0, ns))
+				}
+			}
+			return len(at) >= 6
+		}, 10*time.Second, 10*time.Millisecond)
+		s.StopAll(time.Second, []*Child{child})
+		for i, want := range []time.Duration{100, 200, 400, 400, 400} {
+			gap := at[i+1].Sub(at[i])
+			require.GreaterOrEqual(t, gap, want*time.Millisecond, "wait %d", i+1)
+			require.Less(t, gap, want*time.Millisecond+time.Second, "wait %d", i+1)
+		}
+		b, _ := os.ReadFile(starts)
+		time.Sleep(600 * time.Millisecond)
+		after, _ := os.ReadFile(starts)
+		require.Equal(t, string(b), string(after), "no start after StopAll")
+	})
+
+	t.Run("stopped during a wait", func(t *testing.T) {
+		s := NewSupervisor(t.TempDir(), nil)
+		s.Restart = &Backoff{Initial: time.Minute, Max: time.Minute, Reset: time.Minute}
+		child, err := s.Start("child", os.Environ(), "/bin/sh", "-c", "exit 2")
+		require.NoError(t, err)
+		require.EqualError(t, child.Err(), "exit status 2")
+		began := time.Now()
+		s.StopAll(time.Second, []*Child{child})
+		require.Less(t, time.Since(began), time.Second)
+	})
+}
+
+// syncBuffer is a log that the supervisor's goroutines write while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
