@@ -310,8 +310,14 @@ func StartNATS(ctx context.Context, s *Supervisor, bin, dir string, port, monito
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	c, err := s.Start("nats", os.Environ(), bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port),
-		"-m", strconv.Itoa(monitorPort), "-js", "-sd", dir)
+	// JetStream fsyncs on a two-minute timer by default, so a power loss takes acknowledged
+	// messages: every write is synced instead, as deploy/nats.conf does for compose.
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "jetstream {\n  store_dir: %q\n  sync_interval: always\n}\n", dir), 0o644); err != nil {
+		return nil, err
+	}
+	c, err := s.Start("nats", os.Environ(), bin, "-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(port),
+		"-m", strconv.Itoa(monitorPort))
 	if err != nil {
 		return nil, err
 	}
