@@ -5,6 +5,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/activity"
@@ -17,6 +18,8 @@ import (
 
 // Store is the slice of the database the steps need.
 type Store interface {
+	Payment(ctx context.Context, id uuid.UUID) (payment.Payment, error)
+	Refund(ctx context.Context, id uuid.UUID) (payment.Refund, error)
 	Reserve(ctx context.Context, operationID uuid.UUID) error
 	ReserveRun(ctx context.Context, operationID uuid.UUID, runID string) error
 	Finalize(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error)
@@ -81,15 +84,26 @@ func (a *Activities) Reserve(ctx context.Context, operationID uuid.UUID) error {
 // may be booked late, and only the workflow, after the booking window, may send again. So for
 // those two every send is recorded before it goes out. An idempotent provider answers a
 // re-send with the first result, so it needs no record.
+//
+// What is sent is the payment row's: the amount its hold was made for. An input that says
+// otherwise is a contradiction for an operator, and nothing is sent.
 func (a *Activities) Charge(ctx context.Context, in workflows.ChargeInput) (workflows.ChargeResult, error) {
+	p, err := a.Store.Payment(ctx, in.OperationID)
+	if err != nil {
+		return workflows.ChargeResult{}, classifyRow(err)
+	}
+	if p.AmountMinor != in.AmountMinor || p.Currency != in.Currency || p.AccountID != in.AccountID {
+		return workflows.ChargeResult{}, inconsistent(fmt.Sprintf("the charge of payment %s names %d %s from %s; the payment is %d %s from %s",
+			p.ID, in.AmountMinor, in.Currency, in.AccountID, p.AmountMinor, p.Currency, p.AccountID))
+	}
 	res, stop, err := a.guardSend(ctx, in.OperationID, in.Capability, in.Send, sendRecord{
 		noun: "charge", attempt: a.Store.BeginChargeAttempt, send: a.Store.BeginChargeSend, inquire: a.InquireCharge,
 	})
 	if stop {
 		return res, err
 	}
-	ch, err := a.Provider.Charge(ctx, in.OperationID.String(), provider.ChargeRequest{
-		Reference: in.OperationID.String(), AmountMinor: in.AmountMinor, Currency: in.Currency, AccountID: in.AccountID.String(),
+	ch, err := a.Provider.Charge(ctx, p.ID.String(), provider.ChargeRequest{
+		Reference: p.ID.String(), AmountMinor: p.AmountMinor, Currency: p.Currency, AccountID: p.AccountID.String(),
 	})
 	if err != nil {
 		return workflows.ChargeResult{}, classify(err)
@@ -197,6 +211,14 @@ func (a *Activities) HoldRefund(ctx context.Context, refundID uuid.UUID) error {
 // capability none or inquiry the send is recorded before it goes out, so that the bank never
 // gets a second refund it cannot recognise as the first.
 func (a *Activities) SendRefund(ctx context.Context, in workflows.SendRefundInput) (workflows.RefundSendResult, error) {
+	rf, err := a.Store.Refund(ctx, in.OperationID)
+	if err != nil {
+		return workflows.RefundSendResult{}, classifyRow(err)
+	}
+	if rf.AmountMinor != in.AmountMinor || rf.Currency != in.Currency || rf.PaymentID != in.PaymentID {
+		return workflows.RefundSendResult{}, inconsistent(fmt.Sprintf("the send of refund %s names %d %s of payment %s; the refund is %d %s of payment %s",
+			rf.ID, in.AmountMinor, in.Currency, in.PaymentID, rf.AmountMinor, rf.Currency, rf.PaymentID))
+	}
 	res, stop, err := a.guardSend(ctx, in.OperationID, in.Capability, in.Send, sendRecord{
 		noun: "refund", attempt: a.Store.BeginRefundAttempt, send: a.Store.BeginRefundSend,
 		inquire: func(ctx context.Context, id uuid.UUID) (workflows.ChargeResult, error) {
@@ -207,8 +229,8 @@ func (a *Activities) SendRefund(ctx context.Context, in workflows.SendRefundInpu
 	if stop {
 		return workflows.RefundSendResult(res), err
 	}
-	r, err := a.Provider.Refund(ctx, in.OperationID.String(), provider.RefundRequest{
-		Reference: in.OperationID.String(), ChargeReference: in.PaymentID.String(), AmountMinor: in.AmountMinor, Currency: in.Currency,
+	r, err := a.Provider.Refund(ctx, rf.ID.String(), provider.RefundRequest{
+		Reference: rf.ID.String(), ChargeReference: rf.PaymentID.String(), AmountMinor: rf.AmountMinor, Currency: rf.Currency,
 	})
 	if err != nil {
 		return workflows.RefundSendResult{}, classify(err)
@@ -253,6 +275,19 @@ func (a *Activities) FlagRefundStuck(ctx context.Context, in workflows.FlagInput
 
 // classify turns errors into application errors with stable types; anything unrecognised stays
 // retryable (a database outage must delay a payment, never fail it).
+// classifyRow is classify for reading the operation's own row: a row that is not there
+// contradicts the step.
+func classifyRow(err error) error {
+	if errors.Is(err, payment.ErrNotFound) {
+		return inconsistent(err.Error())
+	}
+	return classify(err)
+}
+
+func inconsistent(msg string) error {
+	return temporal.NewNonRetryableApplicationError(msg, workflows.ErrTypeInconsistent, nil)
+}
+
 func classify(err error) error {
 	switch {
 	case err == nil:

@@ -22,6 +22,13 @@ type attempts struct {
 	n int
 }
 
+// The payer and the refunded payment of the fakes' rows: a payment of 100 TRY, a refund of 3000.
+var payer, refunded = payment.NewID(), payment.NewID()
+
+func (a *attempts) Payment(_ context.Context, id uuid.UUID) (payment.Payment, error) {
+	return payment.Payment{ID: id, AccountID: payer, AmountMinor: 100, Currency: "TRY"}, nil
+}
+
 func (a *attempts) BeginChargeAttempt(context.Context, uuid.UUID) (int, error) {
 	a.n++
 	return a.n, nil
@@ -93,7 +100,7 @@ func TestChargeRepeatedAttempts(t *testing.T) {
 			st, b := &attempts{n: tc.before}, &bank{existing: tc.existing}
 			a := &activities.Activities{Store: st, Provider: b, Policy: workflows.ChargePolicy{Capability: tc.worker}}
 			res, err := a.Charge(context.Background(), workflows.ChargeInput{
-				OperationID: payment.NewID(), AccountID: payment.NewID(), AmountMinor: 100, Currency: "TRY", Capability: tc.capability, Send: tc.send,
+				OperationID: payment.NewID(), AccountID: payer, AmountMinor: 100, Currency: "TRY", Capability: tc.capability, Send: tc.send,
 			})
 			require.Equal(t, tc.sends, b.sends, "charges sent")
 			require.Equal(t, tc.inquire, b.inquiries, "inquiries")
@@ -118,6 +125,10 @@ type refundAttempts struct {
 	activities.Store
 	n     int
 	steps []string
+}
+
+func (a *refundAttempts) Refund(_ context.Context, id uuid.UUID) (payment.Refund, error) {
+	return payment.Refund{ID: id, PaymentID: refunded, AmountMinor: 3000, Currency: "TRY"}, nil
 }
 
 func (a *refundAttempts) BeginRefundAttempt(context.Context, uuid.UUID) (int, error) {
@@ -219,7 +230,7 @@ func TestSendRefundRepeatedAttempts(t *testing.T) {
 			st, b := &refundAttempts{n: tc.before}, &refundBank{existing: tc.existing}
 			a := &activities.Activities{Store: st, Provider: b, Policy: workflows.ChargePolicy{Capability: tc.worker}}
 			in := workflows.SendRefundInput{
-				OperationID: payment.NewID(), PaymentID: payment.NewID(), AmountMinor: 3000, Currency: "TRY", Capability: tc.capability, Send: tc.send,
+				OperationID: payment.NewID(), PaymentID: refunded, AmountMinor: 3000, Currency: "TRY", Capability: tc.capability, Send: tc.send,
 			}
 			res, err := a.SendRefund(context.Background(), in)
 			require.Equal(t, tc.sends, b.sends, "refunds sent")
@@ -259,7 +270,7 @@ func TestSendRefundClassifiesAnswers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &activities.Activities{Store: &refundAttempts{}, Provider: &tc.bank}
 			_, err := a.SendRefund(context.Background(), workflows.SendRefundInput{
-				OperationID: payment.NewID(), PaymentID: payment.NewID(), AmountMinor: 1, Currency: "TRY", Capability: workflows.CapabilityIdempotent, Send: 1,
+				OperationID: payment.NewID(), PaymentID: refunded, AmountMinor: 3000, Currency: "TRY", Capability: workflows.CapabilityIdempotent, Send: 1,
 			})
 			var appErr *temporal.ApplicationError
 			require.True(t, errors.As(err, &appErr), "%v", err)
@@ -296,4 +307,27 @@ func TestRefundSteps(t *testing.T) {
 	require.True(t, errors.As(err, &appErr), "%v", err)
 	require.Equal(t, workflows.ErrTypeInconsistent, appErr.Type())
 	require.Equal(t, []string{"hold", "post re_1", "release declined", "flag why", "unknown"}, st.steps)
+}
+
+// What reaches the bank is the row's: a charge or refund whose input differs from its row is a
+// contradiction for an operator, and nothing is sent.
+func TestSendsFollowTheRow(t *testing.T) {
+	b, rb := &bank{}, &refundBank{}
+	a := &activities.Activities{Store: &attempts{}, Provider: b}
+	_, err := a.Charge(context.Background(), workflows.ChargeInput{
+		OperationID: payment.NewID(), AccountID: payer, AmountMinor: 999, Currency: "TRY", Capability: workflows.CapabilityIdempotent, Send: 1,
+	})
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "%v", err)
+	require.Equal(t, workflows.ErrTypeInconsistent, appErr.Type())
+	require.True(t, appErr.NonRetryable())
+	require.Zero(t, b.sends)
+
+	a = &activities.Activities{Store: &refundAttempts{}, Provider: rb}
+	_, err = a.SendRefund(context.Background(), workflows.SendRefundInput{
+		OperationID: payment.NewID(), PaymentID: refunded, AmountMinor: 3000, Currency: "EUR", Capability: workflows.CapabilityIdempotent, Send: 1,
+	})
+	require.True(t, errors.As(err, &appErr), "%v", err)
+	require.Equal(t, workflows.ErrTypeInconsistent, appErr.Type())
+	require.Zero(t, rb.sends)
 }

@@ -29,6 +29,13 @@ func (s *steps) add(step string) {
 	s.ran = append(s.ran, step)
 }
 
+// refunded is the payment the fake's refunds pay back.
+var refunded = payment.NewID()
+
+func (s *steps) Refund(_ context.Context, id uuid.UUID) (payment.Refund, error) {
+	return payment.Refund{ID: id, PaymentID: refunded, AmountMinor: 3000, Currency: "TRY"}, nil
+}
+
 func (s *steps) HoldRefund(context.Context, uuid.UUID) error { s.add("hold"); return nil }
 
 func (s *steps) BeginRefundSend(context.Context, uuid.UUID, int) (bool, error) {
@@ -58,7 +65,7 @@ func TestRegisterRunsRefunds(t *testing.T) {
 		worker.Register(env, &activities.Activities{Store: st, Provider: bank{}})
 		id := payment.NewID()
 		env.ExecuteWorkflow(workflows.WorkflowRefund, workflows.RefundInput{
-			OperationID: id, PaymentID: payment.NewID(), MerchantID: payment.NewID(), AmountMinor: 3000, Currency: "TRY",
+			OperationID: id, PaymentID: refunded, MerchantID: payment.NewID(), AmountMinor: 3000, Currency: "TRY",
 			Capability: workflows.CapabilityInquiry, LocalSteps: local,
 		})
 		require.True(t, env.IsWorkflowCompleted())
