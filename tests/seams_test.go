@@ -3,11 +3,16 @@ package tests
 import (
 	"context"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/reconcile"
 )
 
 // Deployed as docs/deployment.md says: the bank and the workers at capability none, the API left
@@ -62,4 +67,56 @@ func TestSplitCapabilityNeverResendsToABankWithoutIdempotency(t *testing.T) {
 	require.NotZero(t, exit.ExitCode())
 	require.Contains(t, string(out), "runs with capability none", "%s", out)
 	require.Contains(t, string(out), "configured with capability idempotent", "%s", out)
+}
+
+// kasa reconcile declares a file's scope: a one-merchant file imported without one releases
+// nothing it does not list, and --merchant releases that merchant's unlisted unknown payments
+// only; the other merchant's hold is kept.
+func TestReconcileCLIScope(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{capability: "none", syncWait: "300ms"})
+	window := []string{"KASA_PROVIDER_BOOKING_WINDOW", "1s"}
+	s.startBanksim()
+	s.worker = startProc(t, s.dir, s.bin, "worker", s.env(window...), "worker")
+	s.startAPI(window...)
+	unknown := func(m merchant, acct, key string) string {
+		s.setFaults(`{"rules":[{"on":"charge","action":"drop_response","count":1}]}`)
+		r, err := s.pay(m, key, payBody(key, "10.00", "TRY", acct))
+		require.NoError(t, err)
+		id := r.json(t)["id"].(string)
+		require.Equal(t, "unknown", s.waitPayment(m, id, time.Now().Add(20*time.Second))["status"])
+		return id
+	}
+	a, b := s.merchant(), s.merchant()
+	acctA, acctB := s.account(a, "TRY", "100.00"), s.account(b, "TRY", "100.00")
+	idA, idB := unknown(a, acctA, "scope-a"), unknown(b, acctB, "scope-b")
+	time.Sleep(1500 * time.Millisecond) // past the booking window
+
+	// The bank's file for today, with neither payment on it: complete as of now.
+	day := time.Now().UTC().Format("2006-01-02")
+	var f strings.Builder
+	require.NoError(t, reconcile.Write(&f, nil, reconcile.Trailer{Day: reconcile.Day(day), AsOf: time.Now().UTC()}))
+	file := filepath.Join(s.dir, "settlement.csv")
+	require.NoError(t, os.WriteFile(file, []byte(f.String()), 0o644))
+
+	out, code := runKasa(t, s.dir, s.bin, s.env(window...), "reconcile", "--json", file)
+	require.Equal(t, 0, code, "%s", out)
+	require.Contains(t, out, reconcile.ReasonScopeNotDeclared, "%s", out)
+	for _, c := range []struct {
+		m  merchant
+		id string
+	}{{a, idA}, {b, idB}} {
+		require.Equal(t, "unknown", s.payment(c.m, c.id)["status"], "no scope: nothing released")
+	}
+
+	out, code = runKasa(t, s.dir, s.bin, s.env(window...), "reconcile", "--merchant", a.ID, file)
+	require.Equal(t, 0, code, "%s", out)
+	require.Equal(t, "failed", s.waitPayment(a, idA, time.Now().Add(20*time.Second))["status"], "released: not charged")
+	require.Equal(t, "unknown", s.payment(b, idB)["status"], "another merchant's hold is kept")
+	_, reservedB := s.balances(b, acctB)
+	require.Equal(t, "10.00", reservedB)
+
+	out, code = runKasa(t, s.dir, s.bin, s.env(window...), "reconcile", "--merchant", a.ID, "--all-merchants", file)
+	require.Equal(t, 2, code, "%s", out)
+	s.verify()
 }
