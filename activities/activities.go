@@ -30,6 +30,7 @@ type Store interface {
 	FlagStuck(ctx context.Context, operationID uuid.UUID, reason string) error
 
 	HoldRefund(ctx context.Context, refundID uuid.UUID) error
+	HoldRefundRun(ctx context.Context, refundID uuid.UUID, runID string) error
 	PostRefund(ctx context.Context, refundID uuid.UUID, providerRef string) (payment.Refund, error)
 	ReleaseRefund(ctx context.Context, refundID uuid.UUID, failureCode string) (payment.Refund, error)
 	MarkRefundUnknown(ctx context.Context, refundID uuid.UUID) (payment.Refund, error)
@@ -204,6 +205,12 @@ func (a *Activities) FlagStuck(ctx context.Context, in workflows.FlagInput) erro
 // HoldRefund holds the refund's amount on the merchant's settlement account.
 func (a *Activities) HoldRefund(ctx context.Context, refundID uuid.UUID) error {
 	return classify(a.Store.HoldRefund(ctx, refundID))
+}
+
+// HoldRefundForRun is HoldRefund naming the workflow run it is a step of: a refund another run
+// already decided is refused (ErrTypeInconsistent), the same run's step executed again is not.
+func (a *Activities) HoldRefundForRun(ctx context.Context, refundID uuid.UUID) error {
+	return classify(a.Store.HoldRefundRun(ctx, refundID, activity.GetInfo(ctx).WorkflowExecution.RunID))
 }
 
 // SendRefund asks the bank to pay the refund back, with the refund's id as idempotency key and

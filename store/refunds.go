@@ -180,14 +180,22 @@ func scanRefund(row pgx.Row) (payment.Refund, error) {
 // A repeated call finds the reservation and changes nothing. payment.ErrInsufficientFunds when
 // the settlement account's available balance is too small (nothing is held then).
 func (s *Store) HoldRefund(ctx context.Context, refundID uuid.UUID) error {
+	return s.HoldRefundRun(ctx, refundID, "")
+}
+
+// HoldRefundRun is HoldRefund for the workflow run runID, with ReserveRun's rule: a refund no
+// longer processing is refused (ErrInconsistent) unless runID is the run that took it on.
+func (s *Store) HoldRefundRun(ctx context.Context, refundID uuid.UUID, runID string) error {
 	insufficient := false
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		insufficient = false
 		q := s.q.WithTx(tx)
-		r, err := q.StartRefundHold(ctx, refundID)
+		r, err := q.StartRefundHold(ctx, dbsqlc.StartRefundHoldParams{ID: refundID, RunID: runID})
 		switch {
 		case err != nil:
 			return err // no rows: payment.ErrNotFound
+		case runID != "" && payment.Status(r.Status) != payment.StatusProcessing && r.RunOfRecord != runID:
+			return fmt.Errorf("%w: refund %s is already %s: another run does not hold it again", ErrInconsistent, refundID, r.Status)
 		case r.Held:
 			return nil
 		case r.SettlementID == nil:

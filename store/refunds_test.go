@@ -664,3 +664,23 @@ func TestExpiredRefundKeyNamesItsRefund(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, r.ID, got.ID)
 }
+
+// A refund's first step follows the payment's rule: a second run of a refund already decided
+// holds nothing, while the run that decided it may execute its first step again.
+func TestHoldRefusesADecidedRefund(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 100_000)
+	pay := paid(t, mID, aID, 10_000)
+	_, r, _, err := beginRefund(t, mID, pay, "hold-once", `{"amount":"10.00"}`)
+	require.NoError(t, err)
+	require.NoError(t, db.HoldRefundRun(ctx, r.ID, "run-1"))
+	_, err = db.ReleaseRefund(ctx, r.ID, payment.FailureDeclined)
+	require.NoError(t, err)
+
+	require.ErrorIs(t, db.HoldRefundRun(ctx, r.ID, "run-2"), payment.ErrInconsistent, "a failed refund is never held again")
+	require.NoError(t, db.HoldRefundRun(ctx, r.ID, "run-1"), "the deciding run's step, executed again")
+	refunded, held := refundColumns(t, pay)
+	require.Equal(t, [2]int64{0, 0}, [2]int64{refunded, held}, "nothing held")
+	requireVerified(t)
+}

@@ -34,6 +34,7 @@ func Register(r Registry, a *activities.Activities) {
 		workflows.ActivityChargePolicy: a.ChargePolicy,
 
 		workflows.ActivityHoldRefund:        a.HoldRefund,
+		workflows.ActivityHoldRefundForRun:  a.HoldRefundForRun,
 		workflows.ActivitySendRefund:        a.SendRefund,
 		workflows.ActivityInquireRefund:     a.InquireRefund,
 		workflows.ActivityPostRefund:        a.PostRefund,

@@ -236,7 +236,10 @@ func (in PaymentInput) WithPolicy(c ChargePolicy) PaymentInput {
 const (
 	WorkflowRefund = "RefundWorkflow"
 
-	ActivityHoldRefund        = "HoldRefund"
+	ActivityHoldRefund = "HoldRefund"
+	// ActivityHoldRefundForRun is HoldRefund for refunds of Revision 2 on: it refuses a refund
+	// another run already decided.
+	ActivityHoldRefundForRun  = "HoldRefundForRun"
 	ActivitySendRefund        = "SendRefund"
 	ActivityInquireRefund     = "InquireRefund"
 	ActivityPostRefund        = "PostRefund"

@@ -74,6 +74,7 @@ var stubActivities = map[string]any{
 	},
 
 	workflows.ActivityHoldRefund:        stub[uuid.UUID](workflows.ActivityHoldRefund),
+	workflows.ActivityHoldRefundForRun:  stub[uuid.UUID](workflows.ActivityHoldRefundForRun),
 	workflows.ActivitySendRefund:        stubResult[workflows.SendRefundInput, workflows.RefundSendResult](workflows.ActivitySendRefund),
 	workflows.ActivityInquireRefund:     stubResult[uuid.UUID, workflows.RefundSendResult](workflows.ActivityInquireRefund),
 	workflows.ActivityPostRefund:        stub[workflows.PostRefundInput](workflows.ActivityPostRefund),
@@ -98,6 +99,7 @@ func TestStubActivitySignaturesMatchActivities(t *testing.T) {
 		workflows.ActivityChargePolicy: a.ChargePolicy,
 
 		workflows.ActivityHoldRefund:        a.HoldRefund,
+		workflows.ActivityHoldRefundForRun:  a.HoldRefundForRun,
 		workflows.ActivitySendRefund:        a.SendRefund,
 		workflows.ActivityInquireRefund:     a.InquireRefund,
 		workflows.ActivityPostRefund:        a.PostRefund,

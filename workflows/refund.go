@@ -30,9 +30,13 @@ func RefundWorkflow(ctx workflow.Context, in RefundInput) (RefundWorkflowResult,
 		ChargeTimeout: in.ChargeTimeout, BookingWindow: in.BookingWindow, LocalSteps: in.LocalSteps,
 		Revision: rev, Parked: in.Parked, InquiryWait: in.InquiryWait,
 	}
+	hold := ActivityHoldRefund
+	if rev >= 2 {
+		hold = ActivityHoldRefundForRun
+	}
 	w := &opRun{in: rules, status: payment.StatusProcessing, op: operation{
 		noun: "refund", workflow: WorkflowRefund,
-		reserve: ActivityHoldRefund, send: ActivitySendRefund, inquire: ActivityInquireRefund, post: ActivityPostRefund,
+		reserve: hold, send: ActivitySendRefund, inquire: ActivityInquireRefund, post: ActivityPostRefund,
 		release: ActivityReleaseRefund, markUnknown: ActivityMarkRefundUnknown, flagStuck: ActivityFlagRefundStuck,
 		sendArg: func(send int) any {
 			return SendRefundInput{

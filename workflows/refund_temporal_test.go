@@ -63,6 +63,7 @@ func (f *fakeRefundSteps) register(w worker.Worker) {
 		return f.policy, nil
 	}, workflows.ActivityChargePolicy)
 	reg(step(workflows.ActivityHoldRefund), workflows.ActivityHoldRefund)
+	reg(step(workflows.ActivityHoldRefundForRun), workflows.ActivityHoldRefundForRun)
 	reg(step(workflows.ActivityMarkRefundUnknown), workflows.ActivityMarkRefundUnknown)
 	reg(func(_ context.Context, in workflows.SendRefundInput) (workflows.RefundSendResult, error) {
 		f.count(workflows.ActivitySendRefund)
@@ -115,7 +116,7 @@ func TestRefundOnTemporal(t *testing.T) {
 			},
 			want: workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_" + refundID.String()[:8]},
 			calls: map[string]int{
-				workflows.ActivityChargePolicy: 1, workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityPostRefund: 1,
+				workflows.ActivityChargePolicy: 1, workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 1, workflows.ActivityPostRefund: 1,
 			},
 		},
 		{
@@ -126,7 +127,7 @@ func TestRefundOnTemporal(t *testing.T) {
 			settle: true,
 			want:   workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_file"},
 			calls: map[string]int{
-				workflows.ActivityChargePolicy: 1, workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityMarkRefundUnknown: 1,
+				workflows.ActivityChargePolicy: 1, workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 1, workflows.ActivityMarkRefundUnknown: 1,
 				workflows.ActivityPostRefund: 1,
 			},
 		},

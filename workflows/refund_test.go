@@ -22,7 +22,7 @@ var (
 // refundFallbacks mocks the refund's database steps as succeeding and its provider calls as
 // unexpected, behind whatever a case mocked.
 func (h *harness) refundFallbacks() {
-	h.on(workflows.ActivityHoldRefund).Return(nil)
+	h.on(workflows.ActivityHoldRefundForRun).Return(nil)
 	h.on(workflows.ActivityPostRefund).Return(nil)
 	h.on(workflows.ActivityReleaseRefund).Return(nil)
 	h.on(workflows.ActivityMarkRefundUnknown).Return(nil)
@@ -82,7 +82,7 @@ func runRefundCases(t *testing.T, cases []refundCase) {
 				res := h.runRefund(tc.in)
 				require.Equal(t, tc.want, res)
 				h.requireEffects(t, tc.calls, map[string]any{
-					workflows.ActivityHoldRefund: refundID, workflows.ActivitySendRefund: wantSend(tc.in.Capability, 1),
+					workflows.ActivityHoldRefundForRun: refundID, workflows.ActivitySendRefund: wantSend(tc.in.Capability, 1),
 					workflows.ActivityInquireRefund: refundID, workflows.ActivityMarkRefundUnknown: refundID,
 				}, tc.statuses, tc.want.Status)
 				if tc.want.Status == statusSucceeded {
@@ -114,7 +114,7 @@ func TestRefundWorkflowDefiniteOutcomes(t *testing.T) {
 					h.on(workflows.ActivitySendRefund).Return(refunded("rf_ok"), nil)
 				},
 				want:     workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_ok"},
-				calls:    map[string]int{workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityPostRefund: 1},
+				calls:    map[string]int{workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 1, workflows.ActivityPostRefund: 1},
 				statuses: []string{statusSucceeded},
 			},
 			refundCase{
@@ -124,7 +124,7 @@ func TestRefundWorkflowDefiniteOutcomes(t *testing.T) {
 					h.on(workflows.ActivitySendRefund).Return(workflows.RefundSendResult{}, declined())
 				},
 				want:     workflows.RefundWorkflowResult{Status: statusFailed, FailureCode: "declined"},
-				calls:    map[string]int{workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityReleaseRefund: 1},
+				calls:    map[string]int{workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 1, workflows.ActivityReleaseRefund: 1},
 				statuses: []string{statusFailed},
 			},
 			refundCase{
@@ -134,28 +134,28 @@ func TestRefundWorkflowDefiniteOutcomes(t *testing.T) {
 					h.on(workflows.ActivitySendRefund).Return(workflows.RefundSendResult{ProviderReference: "rf_d"}, nil)
 				},
 				want:     workflows.RefundWorkflowResult{Status: statusFailed, FailureCode: "declined"},
-				calls:    map[string]int{workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityReleaseRefund: 1},
+				calls:    map[string]int{workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 1, workflows.ActivityReleaseRefund: 1},
 				statuses: []string{statusFailed},
 			},
 			refundCase{
 				name: "insufficient settlement funds " + string(c),
 				in:   refundInput(c),
 				setup: func(h *harness) {
-					h.on(workflows.ActivityHoldRefund).Return(insufficientFunds())
+					h.on(workflows.ActivityHoldRefundForRun).Return(insufficientFunds())
 				},
 				want:     workflows.RefundWorkflowResult{Status: statusFailed, FailureCode: "insufficient_funds"},
-				calls:    map[string]int{workflows.ActivityHoldRefund: 1, workflows.ActivityReleaseRefund: 1},
+				calls:    map[string]int{workflows.ActivityHoldRefundForRun: 1, workflows.ActivityReleaseRefund: 1},
 				statuses: []string{statusFailed},
 			},
 			refundCase{
 				name: "a database outage during the hold is waited out " + string(c),
 				in:   refundInput(c),
 				setup: func(h *harness) {
-					h.on(workflows.ActivityHoldRefund).Return(temporal.NewApplicationError("connection refused", "")).Times(3)
+					h.on(workflows.ActivityHoldRefundForRun).Return(temporal.NewApplicationError("connection refused", "")).Times(3)
 					h.on(workflows.ActivitySendRefund).Return(refunded("rf_ok"), nil)
 				},
 				want:     workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_ok"},
-				calls:    map[string]int{workflows.ActivityHoldRefund: 4, workflows.ActivitySendRefund: 1, workflows.ActivityPostRefund: 1},
+				calls:    map[string]int{workflows.ActivityHoldRefundForRun: 4, workflows.ActivitySendRefund: 1, workflows.ActivityPostRefund: 1},
 				statuses: []string{statusSucceeded},
 			},
 		)
@@ -181,7 +181,7 @@ func TestRefundWorkflowAmbiguousSend(t *testing.T) {
 				h.on(workflows.ActivitySendRefund).Return(refunded("rf_3"), nil)
 			},
 			want:     workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_3"},
-			calls:    map[string]int{workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 3, workflows.ActivityPostRefund: 1},
+			calls:    map[string]int{workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 3, workflows.ActivityPostRefund: 1},
 			statuses: []string{statusSucceeded},
 			check: func(t *testing.T, h *harness) {
 				// Retries of one send: the same input, the same idempotency key.
@@ -198,7 +198,7 @@ func TestRefundWorkflowAmbiguousSend(t *testing.T) {
 			},
 			want: workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_file"},
 			calls: map[string]int{
-				workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 5, workflows.ActivityMarkRefundUnknown: 1,
+				workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 5, workflows.ActivityMarkRefundUnknown: 1,
 				workflows.ActivityPostRefund: 1,
 			},
 			statuses: []string{statusUnknown, statusSucceeded},
@@ -217,7 +217,7 @@ func TestRefundWorkflowAmbiguousSend(t *testing.T) {
 			},
 			want: workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_late"},
 			calls: map[string]int{
-				workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityInquireRefund: 3,
+				workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 1, workflows.ActivityInquireRefund: 3,
 				workflows.ActivityPostRefund: 1,
 			},
 			statuses: []string{statusSucceeded},
@@ -235,7 +235,7 @@ func TestRefundWorkflowAmbiguousSend(t *testing.T) {
 			},
 			want: workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_2"},
 			calls: map[string]int{
-				workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 2, workflows.ActivityInquireRefund: 4,
+				workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 2, workflows.ActivityInquireRefund: 4,
 				workflows.ActivityPostRefund: 1,
 			},
 			statuses: []string{statusSucceeded},
@@ -255,7 +255,7 @@ func TestRefundWorkflowAmbiguousSend(t *testing.T) {
 			},
 			want: workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_found"},
 			calls: map[string]int{
-				workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 3, workflows.ActivityInquireRefund: 15,
+				workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 3, workflows.ActivityInquireRefund: 15,
 				workflows.ActivityMarkRefundUnknown: 1, workflows.ActivityPostRefund: 1,
 			},
 			statuses: []string{statusUnknown, statusSucceeded},
@@ -277,7 +277,7 @@ func TestRefundWorkflowAmbiguousSend(t *testing.T) {
 			},
 			want: workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_file"},
 			calls: map[string]int{
-				workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityMarkRefundUnknown: 1,
+				workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 1, workflows.ActivityMarkRefundUnknown: 1,
 				workflows.ActivityPostRefund: 1,
 			},
 			statuses: []string{statusUnknown, statusSucceeded},
@@ -295,7 +295,7 @@ func TestRefundWorkflowAmbiguousSend(t *testing.T) {
 			},
 			want: workflows.RefundWorkflowResult{Status: statusFailed, FailureCode: "declined"},
 			calls: map[string]int{
-				workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityMarkRefundUnknown: 1,
+				workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 1, workflows.ActivityMarkRefundUnknown: 1,
 				workflows.ActivityReleaseRefund: 1,
 			},
 			statuses: []string{statusUnknown, statusFailed},
@@ -310,7 +310,7 @@ func TestRefundWorkflowAmbiguousSend(t *testing.T) {
 			},
 			want: workflows.RefundWorkflowResult{Status: statusFailed, FailureCode: "declined"},
 			calls: map[string]int{
-				workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityMarkRefundUnknown: 1,
+				workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 1, workflows.ActivityMarkRefundUnknown: 1,
 				workflows.ActivityReleaseRefund: 1,
 			},
 			statuses: []string{statusUnknown, statusFailed},
@@ -369,7 +369,7 @@ func TestRefundWorkflowStuckUntilRetry(t *testing.T) {
 			},
 			want: workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "rf_1"},
 			calls: map[string]int{
-				workflows.ActivityHoldRefund: 1, workflows.ActivitySendRefund: 1, workflows.ActivityPostRefund: 2,
+				workflows.ActivityHoldRefundForRun: 1, workflows.ActivitySendRefund: 1, workflows.ActivityPostRefund: 2,
 				workflows.ActivityFlagRefundStuck: 2,
 			},
 			statuses: []string{workflows.StatusStuck, statusProcessing, statusSucceeded},

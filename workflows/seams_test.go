@@ -52,7 +52,7 @@ func TestRefundWorkflowRunsItsWorkersPolicy(t *testing.T) {
 	h := newHarness(t)
 	h.fallbacks()
 	h.on(workflows.ActivityChargePolicy).Return(workflows.ChargePolicy{Capability: workflows.CapabilityNone}, nil)
-	h.on(workflows.ActivityHoldRefund).Return(nil)
+	h.on(workflows.ActivityHoldRefundForRun).Return(nil)
 	h.on(workflows.ActivitySendRefund).Return(workflows.RefundSendResult{}, ambiguous())
 	h.on(workflows.ActivityMarkRefundUnknown).Return(nil)
 	h.on(workflows.ActivityPostRefund).Return(nil)

@@ -474,35 +474,47 @@ func (q *Queries) SetRefundStatus(ctx context.Context, arg SetRefundStatusParams
 }
 
 const StartRefundHold = `-- name: StartRefundHold :one
-WITH started AS (
-  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
+WITH rec AS (
+  SELECT i.run_id FROM idempotency_records i WHERE i.operation_id = $1
+), started AS (
+  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, run_id = NULLIF($2::text, ''), updated_at = now()
   WHERE idempotency_records.operation_id = $1 AND NOT workflow_started
+  RETURNING run_id
 )
 SELECT rf.amount_minor, rf.status, a.id AS settlement_id,
-  EXISTS (SELECT 1 FROM balance_reservations br WHERE br.operation_id = rf.id) AS held
+  EXISTS (SELECT 1 FROM balance_reservations br WHERE br.operation_id = rf.id) AS held,
+  coalesce((SELECT run_id FROM started), (SELECT run_id FROM rec), '')::text AS run_of_record
 FROM refunds rf
 LEFT JOIN accounts a ON a.merchant_id = rf.merchant_id AND a.currency = rf.currency AND a.kind = 'settlement'
 WHERE rf.id = $1
 `
+
+type StartRefundHoldParams struct {
+	ID    uuid.UUID
+	RunID string
+}
 
 type StartRefundHoldRow struct {
 	AmountMinor  int64
 	Status       string
 	SettlementID *uuid.UUID
 	Held         bool
+	RunOfRecord  string
 }
 
-// The refund workflow's first step records that the workflow runs, and reads what the hold needs:
-// the refund's amount and status, the merchant's settlement account in its currency (NULL when
-// it has none) and whether the refund is held already.
-func (q *Queries) StartRefundHold(ctx context.Context, id uuid.UUID) (StartRefundHoldRow, error) {
-	row := q.db.QueryRow(ctx, StartRefundHold, id)
+// The refund workflow's first step records that the workflow runs, and which run, and reads what
+// the hold needs: the refund's amount and status, the merchant's settlement account in its
+// currency (NULL when it has none), whether the refund is held already, and the run that took
+// the refund on.
+func (q *Queries) StartRefundHold(ctx context.Context, arg StartRefundHoldParams) (StartRefundHoldRow, error) {
+	row := q.db.QueryRow(ctx, StartRefundHold, arg.ID, arg.RunID)
 	var i StartRefundHoldRow
 	err := row.Scan(
 		&i.AmountMinor,
 		&i.Status,
 		&i.SettlementID,
 		&i.Held,
+		&i.RunOfRecord,
 	)
 	return i, err
 }
