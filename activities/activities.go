@@ -307,6 +307,10 @@ func classify(err error) error {
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInquiryNotAllowed, err)
 	case errors.Is(err, provider.ErrAmbiguous):
 		return temporal.NewApplicationErrorWithCause(err.Error(), workflows.ErrTypeAmbiguous, err)
+	case errors.As(err, new(*payment.DecidedError)):
+		var d *payment.DecidedError
+		errors.As(err, &d)
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeAlreadyDecided, err, string(d.Status))
 	case errors.Is(err, payment.ErrInconsistent):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInconsistent, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/kasa-pay/kasa/activities"
 	"github.com/kasa-pay/kasa/payment"
@@ -330,4 +331,31 @@ func TestSendsFollowTheRow(t *testing.T) {
 	require.True(t, errors.As(err, &appErr), "%v", err)
 	require.Equal(t, workflows.ErrTypeInconsistent, appErr.Type())
 	require.Zero(t, rb.sends)
+}
+
+// decidedStore answers that another run decided the operation.
+type decidedStore struct{ activities.Store }
+
+func (decidedStore) ReserveRun(_ context.Context, id uuid.UUID, runID string) error {
+	if runID == "" {
+		return errors.New("no run named")
+	}
+	return &payment.DecidedError{ID: id.String(), Status: payment.StatusSucceeded}
+}
+
+// A first step that finds its payment decided by another run tells the workflow so, with the
+// status, and is not retried.
+func TestReserveOfADecidedPayment(t *testing.T) {
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	a := &activities.Activities{Store: decidedStore{}}
+	env.RegisterActivity(a.Reserve)
+	_, err := env.ExecuteActivity(a.Reserve, payment.NewID())
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "%v", err)
+	require.Equal(t, workflows.ErrTypeAlreadyDecided, appErr.Type())
+	require.True(t, appErr.NonRetryable())
+	var status string
+	require.NoError(t, appErr.Details(&status))
+	require.Equal(t, "succeeded", status)
 }

@@ -25,6 +25,16 @@ var (
 	ErrInconsistent        = errors.New("inconsistent state: the data contradicts the requested step")
 )
 
+// DecidedError: a run's first step found its operation already decided by another run.
+type DecidedError struct {
+	ID     string
+	Status Status
+}
+
+func (e *DecidedError) Error() string {
+	return "operation " + e.ID + " is already " + string(e.Status) + ": another run does not take it on again"
+}
+
 // FieldError names one invalid field of a request.
 type FieldError struct {
 	Field   string `json:"field"`

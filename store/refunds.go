@@ -195,7 +195,7 @@ func (s *Store) HoldRefundRun(ctx context.Context, refundID uuid.UUID, runID str
 		case err != nil:
 			return err // no rows: payment.ErrNotFound
 		case runID != "" && payment.Status(r.Status) != payment.StatusProcessing && r.RunOfRecord != runID:
-			return fmt.Errorf("%w: refund %s is already %s: another run does not hold it again", ErrInconsistent, refundID, r.Status)
+			return &payment.DecidedError{ID: refundID.String(), Status: payment.Status(r.Status)}
 		case r.Held:
 			return nil
 		case r.SettlementID == nil:

@@ -678,7 +678,9 @@ func TestHoldRefusesADecidedRefund(t *testing.T) {
 	_, err = db.ReleaseRefund(ctx, r.ID, payment.FailureDeclined)
 	require.NoError(t, err)
 
-	require.ErrorIs(t, db.HoldRefundRun(ctx, r.ID, "run-2"), payment.ErrInconsistent, "a failed refund is never held again")
+	var decided *payment.DecidedError
+	require.ErrorAs(t, db.HoldRefundRun(ctx, r.ID, "run-2"), &decided, "a failed refund is never held again")
+	require.Equal(t, payment.StatusFailed, decided.Status)
 	require.NoError(t, db.HoldRefundRun(ctx, r.ID, "run-1"), "the deciding run's step, executed again")
 	refunded, held := refundColumns(t, pay)
 	require.Equal(t, [2]int64{0, 0}, [2]int64{refunded, held}, "nothing held")

@@ -515,8 +515,10 @@ func TestStepsRefuseAFinalPayment(t *testing.T) {
 	_, err = db.Release(ctx, poor.ID, payment.FailureInsufficientFunds)
 	require.NoError(t, err)
 
-	for _, id := range []uuid.UUID{failed.ID, paid.ID, poor.ID} {
-		require.ErrorIs(t, db.ReserveRun(ctx, id, "another-run"), payment.ErrInconsistent, "a decided payment is never held again")
+	for id, status := range map[uuid.UUID]payment.Status{failed.ID: payment.StatusFailed, paid.ID: payment.StatusSucceeded, poor.ID: payment.StatusFailed} {
+		var decided *payment.DecidedError
+		require.ErrorAs(t, db.ReserveRun(ctx, id, "another-run"), &decided, "a decided payment is never held again")
+		require.Equal(t, status, decided.Status)
 	}
 	require.NoError(t, db.ReserveRun(ctx, failed.ID, "run-f"), "the deciding run's step, executed again")
 	require.NoError(t, db.ReserveRun(ctx, paid.ID, "run-s"))

@@ -54,6 +54,9 @@ const (
 	ErrTypeNotFound          = "ChargeNotFound"     // an inquiry found no charge
 	ErrTypeInconsistent      = "InconsistentState"  // the database contradicts the step; a person must look
 	ErrTypeInquiryNotAllowed = "InquiryUnsupported" // the provider has no status inquiry
+	// ErrTypeAlreadyDecided: a run's first step found its operation decided by another run; its
+	// details are the operation's status.
+	ErrTypeAlreadyDecided = "AlreadyDecided"
 )
 
 // Search attributes on every payment workflow; operators filter PaymentStatus="unknown".

@@ -173,6 +173,9 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 		return w.waitSettlement(ctx, in.InquiryWait)
 	}
 	err := w.step(ctx, w.op.reserve, in.OperationID)
+	if hasType(err, ErrTypeAlreadyDecided) {
+		return w.decided(ctx, err)
+	}
 	if hasType(err, ErrTypeInsufficientFunds) {
 		return w.fail(ctx, payment.FailureInsufficientFunds)
 	}
@@ -437,6 +440,19 @@ func (w *opRun) accept(ctx workflow.Context, s Settlement) {
 		return
 	}
 	w.pending = &s
+}
+
+// decided ends a run whose operation another run already decided: it changes nothing and
+// answers the operation's status.
+func (w *opRun) decided(ctx workflow.Context, err error) (PaymentResult, error) {
+	var appErr *temporal.ApplicationError
+	var status string
+	if !errors.As(err, &appErr) || appErr.Details(&status) != nil {
+		return PaymentResult{}, err
+	}
+	workflow.GetLogger(ctx).Warn(w.op.noun+" already decided by another run: nothing to do", "status", status)
+	w.setStatus(ctx, payment.Status(status))
+	return PaymentResult{Status: status}, nil
 }
 
 func (w *opRun) finalize(ctx workflow.Context, providerRef string) (PaymentResult, error) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -125,4 +126,17 @@ func TestPaymentWorkflowSettleUpdateConflict(t *testing.T) {
 	require.Error(t, updateErr)
 	require.True(t, strings.Contains(updateErr.Error(), "contradicts the bank"), updateErr.Error())
 	require.Zero(t, h.calls(workflows.ActivityRelease))
+}
+
+// A run whose payment another run already decided ends at its first step with the payment's
+// status: nothing is charged, nothing flagged.
+func TestPaymentWorkflowSecondRunOfADecidedPayment(t *testing.T) {
+	h := newHarness(t)
+	h.on(workflows.ActivityChargePolicy).Return(workflows.ChargePolicy{Capability: workflows.CapabilityIdempotent}, nil)
+	h.on(workflows.ActivityReserve).Return(temporal.NewNonRetryableApplicationError("already succeeded", workflows.ErrTypeAlreadyDecided, nil, statusSucceeded))
+	res := h.run(newInput())
+	require.Equal(t, workflows.PaymentResult{Status: statusSucceeded}, res)
+	for _, name := range []string{workflows.ActivityCharge, workflows.ActivityFinalize, workflows.ActivityRelease, workflows.ActivityFlagStuck} {
+		require.Zero(t, h.calls(name), name)
+	}
 }
