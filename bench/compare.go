@@ -59,7 +59,7 @@ type SideOf struct {
 // SplitShape is the payment's shape when the process that starts it hosts no worker (kasa api
 // beside kasa worker): the start cannot be eager, so the first workflow task goes through the
 // server's matching to a poller.
-var SplitShape = Shape{Steps: "LLL", SearchAttributes: true}
+var SplitShape = Shape{Steps: "LLLL", SearchAttributes: true}
 
 // CompareSide measures one side on s: merchants from o, then T, kasa, kasa, T (two passes, each
 // a pair of runs side by side), then the correctness check.

@@ -55,5 +55,5 @@ func TestSuiteReportNamesTheCapability(t *testing.T) {
 
 	rep.Capability = "none"
 	require.Contains(t, SuiteMarkdown(rep), "Provider capability: none. kasa's workflow shape for a payment that succeeds at its first charge, by provider capability: "+
-		"`idempotent` LLL+eager+search-attributes, `inquiry` LLL+eager+search-attributes, `none` LLL+eager+search-attributes.")
+		"`idempotent` LLLL+eager+search-attributes, `inquiry` LLLL+eager+search-attributes, `none` LLLL+eager+search-attributes.")
 }

@@ -12,7 +12,7 @@ import (
 
 // PaymentShape, which the benchmark's Temporal ceiling copies, is the shape a succeeded payment
 // really has in its recorded history (payments from before changeLocalSteps had three regular
-// activities).
+// activities; since Revision 2 the first local step asks the worker for its charge policy).
 func TestPaymentShapeMatchesARecordedPayment(t *testing.T) {
 	recorded := PaymentShape
 	recorded.Eager = false // not recorded in a history
@@ -24,5 +24,5 @@ func TestPaymentShapeMatchesARecordedPayment(t *testing.T) {
 		require.Equal(t, want, HistoryShape(h).String(), file)
 	}
 	require.Equal(t, "LLL+eager", LeanestShape.String())
-	require.Equal(t, "LLL+eager+search-attributes", PaymentShape.String())
+	require.Equal(t, "LLLL+eager+search-attributes", PaymentShape.String())
 }

@@ -341,9 +341,10 @@ func (s Shape) String() string {
 	return out
 }
 
-// PaymentShape is PaymentWorkflow's happy path: reserve, charge, finalize, each a local activity,
-// started eagerly (Starter.StartPayment). TestPaymentShapeMatchesARecordedPayment checks it.
-var PaymentShape = Shape{Steps: "LLL", Eager: true, SearchAttributes: true}
+// PaymentShape is PaymentWorkflow's happy path: the worker's charge policy, reserve, charge,
+// finalize, each a local activity, started eagerly (Starter.StartPayment).
+// TestPaymentShapeMatchesARecordedPayment checks it.
+var PaymentShape = Shape{Steps: "LLLL", Eager: true, SearchAttributes: true}
 
 // ShapeFor is the shape of a payment that succeeds at its first charge with a provider of the
 // given capability: PaymentShape for all three, as the capabilities differ only when an attempt

@@ -190,7 +190,7 @@ func (s *Store) HoldRefundRun(ctx context.Context, refundID uuid.UUID, runID str
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		insufficient = false
 		q := s.q.WithTx(tx)
-		r, err := q.StartRefundHold(ctx, dbsqlc.StartRefundHoldParams{ID: refundID, RunID: runID})
+		r, err := q.StartRefundHold(ctx, dbsqlc.StartRefundHoldParams{ID: refundID, RunID: orNull(runID)})
 		switch {
 		case err != nil:
 			return err // no rows: payment.ErrNotFound

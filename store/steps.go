@@ -57,7 +57,7 @@ func (s *Store) Reserve(ctx context.Context, operationID uuid.UUID) error {
 // decided payment holds nothing), unless runID is that run, executing its first step again
 // after its worker died. An empty runID (runs from before the rule) refuses nothing.
 func (s *Store) ReserveRun(ctx context.Context, operationID uuid.UUID, runID string) error {
-	r, err := s.q.ReserveFunds(ctx, dbsqlc.ReserveFundsParams{OperationID: operationID, ID: payment.NewID(), RunID: runID})
+	r, err := s.q.ReserveFunds(ctx, dbsqlc.ReserveFundsParams{OperationID: operationID, ID: payment.NewID(), RunID: orNull(runID)})
 	if err != nil {
 		return translate(err)
 	}
@@ -263,4 +263,12 @@ func queueComplete(b *pgx.Batch, p payment.Payment, rs RecordStatus) (*Answer, e
 	b.Queue(dbsqlc.SetRecordStatus, p.ID, rs, outcome, body)
 	b.Queue(dbsqlc.InsertOutboxEvent, payment.NewID(), p.ID, "payment."+string(p.Status), payload)
 	return a, nil
+}
+
+// orNull is s, or SQL NULL when it is empty.
+func orNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

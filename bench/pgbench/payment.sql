@@ -76,7 +76,7 @@ RETURNING created_at, updated_at;
 WITH rec AS (
   SELECT i.run_id FROM idempotency_records i WHERE i.operation_id = :op_id
 ), started AS (
-  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, run_id = NULLIF(@run_id::text, ''), updated_at = now()
+  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, run_id = :op_id, updated_at = now()
   WHERE idempotency_records.operation_id = :op_id AND NOT workflow_started
   RETURNING run_id
 ), p AS (

@@ -56,7 +56,7 @@ FROM (SELECT md5('merchant/' || :m::int)::uuid AS merchant_id, sha256(convert_to
 \endpipeline
 
 -- Worker, ReserveFunds: store.Reserve, one statement.
--- query: ReserveFunds op_id reservation_id
+-- query: ReserveFunds op_id reservation_id op_id
 
 -- Worker, Finalize (after the charge): store.Finalize, the posting, the payment, the record with
 -- its stored answer and the outbox event in one transaction, sent as two pgx batches: what the

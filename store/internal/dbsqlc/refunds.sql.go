@@ -477,7 +477,7 @@ const StartRefundHold = `-- name: StartRefundHold :one
 WITH rec AS (
   SELECT i.run_id FROM idempotency_records i WHERE i.operation_id = $1
 ), started AS (
-  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, run_id = NULLIF($2::text, ''), updated_at = now()
+  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, run_id = $2, updated_at = now()
   WHERE idempotency_records.operation_id = $1 AND NOT workflow_started
   RETURNING run_id
 )
@@ -491,7 +491,7 @@ WHERE rf.id = $1
 
 type StartRefundHoldParams struct {
 	ID    uuid.UUID
-	RunID string
+	RunID *string
 }
 
 type StartRefundHoldRow struct {

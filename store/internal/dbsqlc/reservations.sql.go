@@ -64,7 +64,7 @@ const ReserveFunds = `-- name: ReserveFunds :one
 WITH rec AS (
   SELECT i.run_id FROM idempotency_records i WHERE i.operation_id = $1
 ), started AS (
-  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, run_id = NULLIF($3::text, ''), updated_at = now()
+  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, run_id = $3, updated_at = now()
   WHERE idempotency_records.operation_id = $1 AND NOT workflow_started
   RETURNING run_id
 ), p AS (
@@ -89,7 +89,7 @@ SELECT EXISTS (SELECT 1 FROM p) AS found, EXISTS (SELECT 1 FROM existing) AS alr
 type ReserveFundsParams struct {
 	OperationID uuid.UUID
 	ID          uuid.UUID
-	RunID       string
+	RunID       *string
 }
 
 type ReserveFundsRow struct {
