@@ -31,6 +31,9 @@ func refundWorker(t *testing.T) workflows.Starter {
 	w.RegisterWorkflowWithOptions(workflows.RefundWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowRefund})
 	for name, fn := range map[string]any{
 		workflows.ActivityHoldRefund: db.HoldRefund,
+		workflows.ActivityHoldRefundForRun: func(ctx context.Context, id uuid.UUID) error {
+			return db.HoldRefundRun(ctx, id, activity.GetInfo(ctx).WorkflowExecution.RunID)
+		},
 		workflows.ActivitySendRefund: func(context.Context, workflows.SendRefundInput) (workflows.RefundSendResult, error) {
 			return workflows.RefundSendResult{}, temporal.NewNonRetryableApplicationError("connection reset after the request was sent",
 				workflows.ErrTypeAmbiguous, nil)
