@@ -191,7 +191,7 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("events.redeliver_after", "1m")
 	v.SetDefault("relay.metrics_addr", "127.0.0.1:8092")
 	v.SetDefault("debug.pprof_addr", "")
-	// Database roles and ledger verification (issue 23, item 10).
+	// Database roles and ledger verification (docs/operations.md, "Database roles").
 	v.SetDefault("database.migrate_url", "")
 	v.SetDefault("database.app_role", "")
 	v.SetDefault("verify.interval", "10m")
@@ -203,14 +203,14 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("nats.tls_cert", "")
 	v.SetDefault("nats.tls_key", "")
 	v.SetDefault("webhook.allow_private", false)
-	// Production Temporal: TLS, API key and search attribute registration (issue 24, item 1).
+	// Production Temporal: TLS, API key and search attribute registration (docs/deployment.md).
 	v.SetDefault("temporal.tls_cert", "")
 	v.SetDefault("temporal.tls_key", "")
 	v.SetDefault("temporal.tls_ca", "")
 	v.SetDefault("temporal.tls_server_name", "")
 	v.SetDefault("temporal.api_key", "")
 	v.SetDefault("temporal.register_search_attributes", true)
-	// Idempotency-record retention (issue 26, item 1).
+	// Idempotency-record retention (docs/operations.md).
 	v.SetDefault("idempotency.retention", "72h")
 }
 
