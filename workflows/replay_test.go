@@ -19,7 +19,8 @@ const recordHint = "record them against a Temporal dev server with: go test ./te
 
 // TestReplayRecordedHistories replays every recorded payment and refund workflow history in
 // testdata/ against the current workflow code. A failure means a change to the workflow is not deterministic
-// for payments already in flight: guard it with workflow.GetVersion instead of changing it.
+// for payments already in flight: give the new rule a Revision (workflows.CurrentRevision) and
+// keep the old path for inputs of earlier revisions (docs/development.md).
 func TestReplayRecordedHistories(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
 	require.NoError(t, err)
