@@ -94,12 +94,7 @@ func (f *fakeRefundSteps) register(w worker.Worker) {
 // TestReplayRecordedHistories replays them on every run.
 func TestRefundOnTemporal(t *testing.T) {
 	ctx := context.Background()
-	srv, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Stop() })
-	c, err := client.Dial(client.Options{HostPort: srv.Address, Logger: quietLogger()})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := devTemporal(t)
 
 	cases := []struct {
 		name       string
@@ -184,6 +179,18 @@ func TestRefundOnTemporal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// devTemporal starts a Temporal dev server for the test and dials it.
+func devTemporal(t *testing.T) client.Client {
+	t.Helper()
+	srv, err := devenv.StartTemporal(context.Background(), devenv.TemporalOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop() })
+	c, err := client.Dial(client.Options{HostPort: srv.Address, Logger: quietLogger()})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
 }
 
 func queryStatus(ctx context.Context, c client.Client, id string) string {

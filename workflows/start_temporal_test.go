@@ -7,11 +7,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/workflows"
 )
@@ -21,12 +19,7 @@ import (
 // stay processing for good); it waits for it to close, then starts the new operation's run.
 func TestStartWaitsForAnEarlierOperationsOpenRun(t *testing.T) {
 	ctx := context.Background()
-	srv, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Stop() })
-	c, err := client.Dial(client.Options{HostPort: srv.Address, Logger: quietLogger()})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	c := devTemporal(t)
 
 	release := make(chan struct{})
 	fake := &fakeRefundSteps{calls: map[string]int{}, policy: workflows.ChargePolicy{Capability: workflows.CapabilityIdempotent},

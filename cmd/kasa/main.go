@@ -252,38 +252,28 @@ func chargePolicy(cfg config.Config) workflows.ChargePolicy {
 	}
 }
 
-// policyLive is how long after its last report a worker's policy counts as a live worker's;
-// policyReportInterval is how often a running worker reports it.
-const (
-	policyLive           = time.Minute
-	policyReportInterval = 20 * time.Second
-)
+// policyLive is how long after its last report a worker's policy counts as a live worker's.
+const policyLive = 3 * worker.PolicyReportInterval
 
+// workerPolicy is chargePolicy as the store records it.
 func workerPolicy(cfg config.Config) store.WorkerPolicy {
-	p := cfg.Provider
-	return store.WorkerPolicy{Capability: p.Capability, BookingWindow: p.BookingWindow, ChargeBudget: p.ChargeBudget, ChargeTimeout: p.ChargeTimeout}
+	c := chargePolicy(cfg)
+	return store.WorkerPolicy{Capability: string(c.Capability), BookingWindow: c.BookingWindow, ChargeBudget: c.Budget, ChargeTimeout: c.Timeout}
 }
 
-// startPolicyReport reports the worker's policy now and then until the returned stop is called:
-// workers starting meanwhile check theirs against it, and imports wait out its booking window.
+// startPolicyReport reports the worker's policy in the background until the returned stop is called.
 func startPolicyReport(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logger) (stop func()) {
+	report := func(ctx context.Context) error {
+		return st.SeeWorkerPolicy(ctx, cfg.Temporal.TaskQueue, workerPolicy(cfg))
+	}
+	return background(ctx, func(ctx context.Context) { worker.ReportPolicy(ctx, worker.PolicyReportInterval, report, log) })
+}
+
+// background runs fn in a goroutine until the returned stop is called, which waits for it.
+func background(ctx context.Context, fn func(context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(policyReportInterval)
-		defer t.Stop()
-		for {
-			if err := st.SeeWorkerPolicy(ctx, cfg.Temporal.TaskQueue, workerPolicy(cfg)); err != nil && ctx.Err() == nil {
-				log.Warn("report the worker's charge policy", "error", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	go func() { defer close(done); fn(ctx) }()
 	return func() { cancel(); <-done }
 }
 
@@ -348,14 +338,8 @@ func serveAPI(ctx context.Context, cfg config.Config, srv *api.Server, log *slog
 
 // startSweeper starts stranded operations in the background until the returned stop is called.
 func startSweeper(ctx context.Context, cfg config.Config, st *store.Store, tc client.Client, log *slog.Logger) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	sw := &sweeper.Sweeper{
-		Store: st, Starter: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
-		Logger: log,
-	}
-	go func() { defer close(done); sw.Run(ctx) }()
-	return func() { cancel(); <-done }
+	sw := &sweeper.Sweeper{Store: st, Starter: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Logger: log}
+	return background(ctx, sw.Run)
 }
 
 // serve runs an HTTP server until stop is called, then drains it.
@@ -464,21 +448,15 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // startLedgerCheck verifies the ledger every verify.interval in the background, exporting the
 // result on reg, until the returned stop is called.
 func startLedgerCheck(ctx context.Context, cfg config.Config, st *store.Store, reg prometheus.Registerer, log *slog.Logger) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
 	check := worker.NewLedgerCheck(st, cfg.Verify.Interval, reg, log)
-	go func() { defer close(done); _ = check.Run(ctx) }()
-	return func() { cancel(); <-done }
+	return background(ctx, func(ctx context.Context) { _ = check.Run(ctx) })
 }
 
 // startRecordRetention deletes expired idempotency records in the background, exporting its
 // metrics on reg, until the returned stop is called.
 func startRecordRetention(ctx context.Context, cfg config.Config, st *store.Store, reg prometheus.Registerer, log *slog.Logger) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
 	r := worker.NewRecordRetention(st, cfg.Idempotency.Retention, worker.RetentionInterval, worker.RetentionBatch, reg, log)
-	go func() { defer close(done); _ = r.Run(ctx) }()
-	return func() { cancel(); <-done }
+	return background(ctx, func(ctx context.Context) { _ = r.Run(ctx) })
 }
 
 // metricsMux serves a process's /metrics and /healthz on a listener of their own.
