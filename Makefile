@@ -39,7 +39,7 @@ $(TEMPORAL_SQL_TOOL):
 	@mkdir -p $(BIN); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	  GOBIN=$$tmp $(GO) install go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION) && mv "$$tmp/sql" $@
 
-# internal/devenv reads the schemas from the module cache: the download is a no-op when they are there.
+# tools/devenv reads the schemas from the module cache: the download is a no-op when they are there.
 temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) ## build the pinned Temporal Server and its SQL schema tool into ./bin when missing
 	@$(GO) mod download go.temporal.io/server@$(TEMPORAL_SERVER_VERSION)
 
@@ -98,14 +98,14 @@ lint: ## gofmt, go vet, staticcheck, and Temporal's workflowcheck over the workf
 	$(GO) tool workflowcheck ./workflows/...
 	@$(MAKE) --no-print-directory check-generated
 
-generate: ## regenerate store/internal/dbsqlc (sqlc), bench/pgbench/*.sql and payment/currencies_gen.go (ISO 4217)
+generate: ## regenerate store/internal/dbsqlc (sqlc), tools/bench/pgbench/*.sql and payment/currencies_gen.go (ISO 4217)
 	$(GO) tool sqlc generate -f store/sqlc.yaml
-	$(GO) run bench/pgbench/gen.go
+	$(GO) run tools/bench/pgbench/gen.go
 	$(GO) run payment/iso4217/gen.go
 
 check-generated: generate ## fail when the generated code is not what make generate writes
-	@git diff --exit-code -- store/internal/dbsqlc bench/pgbench payment/currencies_gen.go || { echo "generated code is out of date: run make generate and commit"; exit 1; }
-	@out=$$(git status --porcelain --untracked-files=all -- store/internal/dbsqlc bench/pgbench payment/currencies_gen.go); if [ -n "$$out" ]; then echo "untracked generated files:"; echo "$$out"; exit 1; fi
+	@git diff --exit-code -- store/internal/dbsqlc tools/bench/pgbench payment/currencies_gen.go || { echo "generated code is out of date: run make generate and commit"; exit 1; }
+	@out=$$(git status --porcelain --untracked-files=all -- store/internal/dbsqlc tools/bench/pgbench payment/currencies_gen.go); if [ -n "$$out" ]; then echo "untracked generated files:"; echo "$$out"; exit 1; fi
 
 # Every `func Fuzz...` in a _test.go file is a target, found anew on each run; they run one after
 # another for FUZZTIME each, and a failing target does not stop the others (the list of failures

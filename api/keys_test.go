@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/testkit"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // Two API instances on one database: a key revoked through one is refused by the other within a

@@ -22,7 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/kasa-pay/kasa/config"
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // knownEnv is every KASA_* key kasa reads from its environment (config.EnvVars). A key outside
@@ -278,13 +278,19 @@ func TestComposeKasaServicesRunTheRepoImage(t *testing.T) {
 			}
 			img, ok := s["image"].(string)
 			require.True(t, ok, "kasa services tag the shared image so it is built once")
-			images[img] = true
+			// The simulator is a developer tool: only the Dockerfile's tools target carries it.
+			if sub == "banksim" {
+				require.Equal(t, "tools", build["target"], "the production image has no banksim")
+			} else {
+				require.Nil(t, build["target"], "%s runs the production image (the Dockerfile's last stage)", name)
+				images[img] = true
+			}
 			require.Equal(t, []string{sub}, c.command(t, name), "subcommand of %s", name)
 			_, hasEntrypoint := s["entrypoint"]
 			require.False(t, hasEntrypoint, "the image's ENTRYPOINT /kasa must not be overridden")
 		})
 	}
-	require.Len(t, images, 1, "every kasa service uses one image: %v", images)
+	require.Len(t, images, 1, "every production kasa service uses one image: %v", images)
 }
 
 // Several instances of each long-running kasa process, as a production deployment runs them.
@@ -861,6 +867,10 @@ func TestDockerfile(t *testing.T) {
 		return strings.HasPrefix(in, "RUN ") && regexp.MustCompile(`go build .*-o /out/kasa \./cmd/kasa(\s|$)`).MatchString(in)
 	})
 	require.GreaterOrEqual(t, builds, 0, "the builder must run go build -o /out/kasa ./cmd/kasa")
+	require.Regexp(t, `go build -tags production .*-o /out/kasa \./cmd/kasa`, instrs[builds], "the image carries the production build only")
+	tools := slices.IndexFunc(instrs, func(in string) bool { return strings.HasSuffix(in, " AS tools") })
+	require.GreaterOrEqual(t, tools, 0, "a tools stage carries the full binary (the bank simulator)")
+	require.Contains(t, instrs[tools:lastStage], `COPY --from=build /out/kasa-tools /kasa`)
 	require.Regexp(t, `CGO_ENABLED=0`, df)
 
 	final := instrs[lastStage:]

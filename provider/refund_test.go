@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/banksim"
 	"github.com/kasa-pay/kasa/provider"
+	"github.com/kasa-pay/kasa/tools/banksim"
 )
 
 // Refund answers are classified as charges are: only a refund with a known status decides.

@@ -14,9 +14,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // TestHotAccountRate measures how fast the store finalizes payments, at 32 concurrent clients,

@@ -12,9 +12,9 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // The keys migration runs on a database that already has merchants: each merchant's key moves to

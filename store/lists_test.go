@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // seedPayment writes a payment of merchant m created at created with status, with its

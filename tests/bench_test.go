@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/bench"
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/tools/bench"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // `kasa bench` measures a throwaway kasa dev of its own and checks its correctness: one run,

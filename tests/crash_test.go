@@ -31,10 +31,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
-	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/devenv"
+	"github.com/kasa-pay/kasa/tools/testkit"
 	"github.com/kasa-pay/kasa/workflows"
 )
 

@@ -20,8 +20,8 @@ import (
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
-	"github.com/kasa-pay/kasa/internal/testkit"
+	"github.com/kasa-pay/kasa/tools/devenv"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // TestDevLifecycle is `make run` as a newcomer uses it: `kasa dev` starts PostgreSQL, Temporal

@@ -15,10 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/outbox"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/testkit"
 	"github.com/kasa-pay/kasa/workflows"
 )
 

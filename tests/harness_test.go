@@ -22,11 +22,11 @@ import (
 
 	"github.com/kasa-pay/kasa/activities"
 	"github.com/kasa-pay/kasa/api"
-	"github.com/kasa-pay/kasa/banksim"
-	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/provider"
 	"github.com/kasa-pay/kasa/reconcile"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/banksim"
+	"github.com/kasa-pay/kasa/tools/testkit"
 	"github.com/kasa-pay/kasa/worker"
 	"github.com/kasa-pay/kasa/workflows"
 )

@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/kasa-pay/kasa/bench"
+	"github.com/kasa-pay/kasa/tools/bench"
 	"github.com/kasa-pay/kasa/workflows"
 )
 

@@ -27,10 +27,10 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/outbox"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/testkit"
 	"github.com/kasa-pay/kasa/workflows"
 )
 

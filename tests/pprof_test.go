@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/testkit"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // TestPprofOnlyWhenAsked: KASA_DEBUG_PPROF_ADDR serves Go's profiles on its own listener, and

@@ -17,9 +17,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/reconcile"
+	"github.com/kasa-pay/kasa/tools/testkit"
 	"github.com/kasa-pay/kasa/workflows"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/testkit"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // `kasa relay` as its own process, with its embedded broker under the data dir: payments made

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
-	"github.com/kasa-pay/kasa/internal/testkit"
+	"github.com/kasa-pay/kasa/tools/devenv"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // TestDevRestartsAfterKill: `kasa dev` and every process of its group are SIGKILLed (PostgreSQL's

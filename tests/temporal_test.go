@@ -20,7 +20,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/kasa-pay/kasa/internal/testkit"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // waitLog waits until p's log contains s, failing if p exits first.

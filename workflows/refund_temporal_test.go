@@ -20,8 +20,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/tools/devenv"
 	"github.com/kasa-pay/kasa/workflows"
 )
 

@@ -1,3 +1,5 @@
+//go:build !production
+
 package main
 
 import (
@@ -9,11 +11,11 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/kasa-pay/kasa/bench/harness"
 	"github.com/kasa-pay/kasa/config"
+	"github.com/kasa-pay/kasa/tools/bench/harness"
 )
 
-// runBench is `kasa bench`, which lives in bench/harness.
+// runBench is `kasa bench`, which lives in tools/bench/harness.
 func runBench(ctx context.Context, cfg config.Config, _ *slog.Logger) error {
 	relaxGC()
 	run := harness.Main

@@ -1,3 +1,5 @@
+//go:build !production
+
 package main
 
 import (
@@ -13,7 +15,7 @@ import (
 	"time"
 
 	"github.com/kasa-pay/kasa/config"
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // clusterState is what `kasa cluster` keeps between runs (data dir/cluster/cluster.json): the

@@ -1,3 +1,5 @@
+//go:build !production
+
 package main
 
 import (
@@ -16,11 +18,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kasa-pay/kasa/banksim"
 	"github.com/kasa-pay/kasa/config"
-	"github.com/kasa-pay/kasa/internal/devenv"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/banksim"
+	"github.com/kasa-pay/kasa/tools/devenv"
 	"github.com/kasa-pay/kasa/worker"
 )
 

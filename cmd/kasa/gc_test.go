@@ -1,3 +1,5 @@
+//go:build !production
+
 package main
 
 import (
@@ -9,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // kasa dev and kasa bench collect garbage less often, unless the user set GOGC.

@@ -23,7 +23,6 @@ import (
 
 	"github.com/kasa-pay/kasa/activities"
 	"github.com/kasa-pay/kasa/api"
-	"github.com/kasa-pay/kasa/banksim"
 	"github.com/kasa-pay/kasa/config"
 	"github.com/kasa-pay/kasa/provider"
 	"github.com/kasa-pay/kasa/reconcile"
@@ -33,20 +32,16 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-const usage = `kasa — exactly-once payments on Temporal and PostgreSQL
+const usageFormat = `kasa — exactly-once payments on Temporal and PostgreSQL
 
 usage: kasa <command>
 
 commands:
-  dev       run everything locally: PostgreSQL, Temporal dev server + UI, bank simulator, worker, relay, API
-  cluster   run the same system as separate processes on a real Temporal Server (PostgreSQL persistence),
-            NATS, two APIs and two workers (make run-cluster; docs/operations.md)
-  api       run the REST API (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_ADMIN_TOKEN, KASA_SECRET_KEY)
+%s  api       run the REST API (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_ADMIN_TOKEN, KASA_SECRET_KEY)
   worker    run the Temporal worker (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_PROVIDER_URL, KASA_SECRET_KEY);
             verifies the ledger every KASA_VERIFY_INTERVAL; /metrics on KASA_WORKER_METRICS_ADDR
   relay     run the event pipeline: outbox -> NATS JetStream (embedded unless KASA_NATS_URL) -> signed
             merchant webhooks, with retention; /metrics on KASA_RELAY_METRICS_ADDR (needs KASA_DATABASE_URL, KASA_SECRET_KEY)
-  banksim   run the bank simulator on KASA_BANKSIM_ADDR
   migrate   apply database migrations as KASA_DATABASE_MIGRATE_URL (default KASA_DATABASE_URL), grant
             KASA_DATABASE_APP_ROLE the application's privileges when set, register the search attributes
             on the Temporal namespace when KASA_TEMPORAL_ADDRESS is set, and exit
@@ -54,18 +49,28 @@ commands:
   reconcile [--json] <settlement.csv>
             match a provider settlement file to payments, settle unknown ones, report mismatches
             (exit 0 ok, 1 mismatches, 2 invalid file; see docs/operations.md)
-
-  bench     [flags] measure a throwaway kasa (a "kasa dev" child on free ports): one load run, or
-            --suite for the standard suite with ceilings, targets and correctness checks (make bench);
-            "kasa bench -h" lists the flags
-  soak      [flags] the chaos soak: every process under load and seeded faults, then the invariants (make soak)
-
+%s
 configuration: kasa.yaml and KASA_* environment variables (docs/operations.md).
 `
 
+// command runs one subcommand until ctx ends.
+type command func(context.Context, config.Config, *slog.Logger) error
+
+// commands are what production runs. A build without the production tag adds the developer
+// tools (tools.go): the production binary and image carry none of their code.
+var commands = map[string]command{
+	"api": runAPI, "worker": runWorker, "relay": runRelay,
+	"migrate": runMigrate, "verify": runVerify, "reconcile": runReconcile,
+}
+
+// toolUsage and toolHeadUsage are the tools' lines of the usage text, empty in a production build.
+var toolHeadUsage, toolUsage string
+
+func usage() string { return fmt.Sprintf(usageFormat, toolHeadUsage, toolUsage) }
+
 func main() {
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		fmt.Print(usage)
+		fmt.Print(usage())
 		return
 	}
 	cfg, err := config.Load()
@@ -78,14 +83,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	cmds := map[string]func(context.Context, config.Config, *slog.Logger) error{
-		"dev": runDev, "api": runAPI, "worker": runWorker, "banksim": runBanksim,
-		"migrate": runMigrate, "verify": runVerify, "reconcile": runReconcile, "relay": runRelay, "bench": runBench,
-		"soak": runSoak, "cluster": runCluster,
-	}
-	run, ok := cmds[os.Args[1]]
+	run, ok := commands[os.Args[1]]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "kasa: unknown command %q\n\n%s", os.Args[1], usage)
+		fmt.Fprintf(os.Stderr, "kasa: unknown command %q\n\n%s", os.Args[1], usage())
 		os.Exit(2)
 	}
 	if cfg.Debug.PprofAddr != "" {
@@ -465,21 +465,6 @@ func metricsMux(reg *prometheus.Registry) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"status":"ok"}`)) })
 	return mux
-}
-
-func runBanksim(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	sim, err := banksim.New(banksim.Options{DataDir: cfg.Data.Dir + "/banksim", Capability: banksim.Capability(cfg.Provider.Capability), Logger: log})
-	if err != nil {
-		return err
-	}
-	defer sim.Close()
-	stop, err := serve(ctx, "banksim", cfg.Banksim.Addr, sim.Handler(), log)
-	if err != nil {
-		return err
-	}
-	<-ctx.Done()
-	stop()
-	return nil
 }
 
 func runMigrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/kasa-pay/kasa/api"
 	"github.com/kasa-pay/kasa/config"
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // TestServeAPIMetricsAddress: with metrics.addr set, /metrics is served there and only there.

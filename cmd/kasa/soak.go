@@ -1,3 +1,5 @@
+//go:build !production
+
 package main
 
 import (
@@ -12,7 +14,7 @@ import (
 	"time"
 
 	"github.com/kasa-pay/kasa/config"
-	"github.com/kasa-pay/kasa/soak"
+	"github.com/kasa-pay/kasa/tools/soak"
 )
 
 const soakUsage = `usage: kasa soak [--duration 10m] [--seed N] [--rate R] [--capability C] [--faults K,K] [--out DIR] [--dir DIR]

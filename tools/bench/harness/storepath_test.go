@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/bench"
+	"github.com/kasa-pay/kasa/tools/bench"
 )
 
 // `kasa bench --store-path` refuses a malformed merchant list, and a short run writes its

@@ -19,8 +19,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/banksim"
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/tools/banksim"
 )
 
 func TestPlan(t *testing.T) {
@@ -247,8 +247,8 @@ var kasaBinary = sync.OnceValues(func() (string, error) {
 	}
 	binDir = dir
 	path := filepath.Join(dir, "kasa")
-	if out, err := exec.Command("go", "build", "-o", path, "../cmd/kasa").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ../cmd/kasa: %v\n%s", err, out)
+	if out, err := exec.Command("go", "build", "-o", path, "../../cmd/kasa").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ../../cmd/kasa: %v\n%s", err, out)
 	}
 	return path, nil
 })

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kasa-pay/kasa/bench"
+	"github.com/kasa-pay/kasa/tools/bench"
 )
 
 // StorePath is `kasa bench --store-path`: kasa's store steps without Temporal, beside pgbench's

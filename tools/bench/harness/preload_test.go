@@ -13,10 +13,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/bench"
-	"github.com/kasa-pay/kasa/internal/devenv"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/bench"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 var (

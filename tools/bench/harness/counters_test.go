@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // On a cluster started with statsSettings the counters split statements and their WAL by

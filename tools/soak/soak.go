@@ -25,7 +25,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // ErrInterrupted is returned when the soak was stopped (SIGINT/SIGTERM) before its verdict.

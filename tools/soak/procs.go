@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // child is one long-running kasa process (api, worker, relay, banksim) that the soak keeps

@@ -21,10 +21,10 @@ import (
 	"github.com/prometheus/procfs"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
 	"github.com/kasa-pay/kasa/outbox"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // The store path: kasa's own data path at PostgreSQL speed, without Temporal. Clients run a

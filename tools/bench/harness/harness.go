@@ -34,9 +34,9 @@ import (
 	"github.com/prometheus/procfs"
 	"go.temporal.io/sdk/client"
 
-	"github.com/kasa-pay/kasa/bench"
-	"github.com/kasa-pay/kasa/internal/devenv"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/bench"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // Config is what the measured kasa takes over from the caller's configuration.

@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // The database ceilings: pgbench runs kasa's own SQL with nothing else in the way. The scripts

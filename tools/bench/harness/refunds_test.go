@@ -17,8 +17,8 @@ import (
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
-	"github.com/kasa-pay/kasa/bench"
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/tools/bench"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // A run with a refund mix on a real kasa dev refunds parts of its payments at about the share
@@ -32,7 +32,7 @@ func TestRefundMixOnKasaDev(t *testing.T) {
 	t.Setenv("KASA_TEMPORAL_CLI", cli)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "kasa")
-	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/kasa").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/kasa").CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 	cfg := Config{Capability: "idempotent", MaxConns: 32, Binary: bin,
 		Dial: func(ctx context.Context, address string) (client.Client, error) {

@@ -19,8 +19,8 @@ import (
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // SecretKey encrypts the merchants' webhook secrets in every test database: one key for every

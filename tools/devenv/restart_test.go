@@ -15,9 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
-	"github.com/kasa-pay/kasa/internal/testkit"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/devenv"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // With these set, the test binary is a helper: it starts a cluster in the directory on the port,

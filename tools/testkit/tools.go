@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kasa-pay/kasa/internal/devenv"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // PGTool is the path of a PostgreSQL client program (createdb, psql...); the test fails with

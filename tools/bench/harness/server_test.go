@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
-	"github.com/kasa-pay/kasa/bench"
+	"github.com/kasa-pay/kasa/tools/bench"
 )
 
 // On the real Temporal Server the comparison's side measures T and new payments, and the
@@ -26,7 +26,7 @@ func TestCompareSideOnTheRealServer(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "kasa")
-	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/kasa").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/kasa").CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 
 	cfg := Config{Capability: "idempotent", MaxConns: 32, Binary: bin,

@@ -17,7 +17,7 @@ func TestPaymentShapeMatchesARecordedPayment(t *testing.T) {
 	recorded := PaymentShape
 	recorded.Eager = false // not recorded in a history
 	for file, want := range map[string]string{"payment_succeeded.json": recorded.String(), "rev0_payment_succeeded_regular_steps.json": "RRR+search-attributes"} {
-		b, err := os.ReadFile(filepath.Join("..", "workflows", "testdata", file))
+		b, err := os.ReadFile(filepath.Join("..", "..", "workflows", "testdata", file))
 		require.NoError(t, err)
 		h, err := client.HistoryFromJSON(bytes.NewReader(b), client.HistoryJSONOptions{})
 		require.NoError(t, err)

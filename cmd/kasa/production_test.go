@@ -1,0 +1,38 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The production build (-tags production, as the Docker image is built) runs exactly the
+// production subcommands and links none of the developer tools' packages.
+func TestProductionBuildCarriesNoTools(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-tags", "production", ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, pkg := range strings.Fields(string(out)) {
+		require.NotContains(t, pkg, "github.com/kasa-pay/kasa/tools/", "the production build links a developer tool")
+		require.NotContains(t, pkg, "toxiproxy", "the production build links the fault proxy")
+	}
+
+	bin := filepath.Join(t.TempDir(), "kasa")
+	out, err = exec.Command("go", "build", "-tags", "production", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	help, err := exec.Command(bin, "help").Output()
+	require.NoError(t, err)
+	for _, tool := range []string{"dev", "cluster", "banksim", "bench", "soak"} {
+		require.NotContains(t, string(help), "\n  "+tool+" ", "help lists %s", tool)
+		out, err := exec.Command(bin, tool).CombinedOutput()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "%s: %s", tool, out)
+		require.Equal(t, 2, exit.ExitCode())
+		require.Contains(t, string(out), `kasa: unknown command "`+tool+`"`)
+	}
+	for _, cmd := range []string{"api", "worker", "relay", "migrate", "verify", "reconcile"} {
+		require.Contains(t, string(help), "\n  "+cmd+" ", "help lists %s", cmd)
+	}
+}

@@ -1,0 +1,47 @@
+//go:build !production
+
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/kasa-pay/kasa/config"
+	"github.com/kasa-pay/kasa/tools/banksim"
+)
+
+// The developer tools (tools/): built into ./bin/kasa by make build, left out of a build with
+// -tags production (the Docker image), so production carries only what it runs.
+func init() {
+	commands["dev"] = runDev
+	commands["cluster"] = runCluster
+	commands["banksim"] = runBanksim
+	commands["bench"] = runBench
+	commands["soak"] = runSoak
+	toolHeadUsage = `  dev       run everything locally: PostgreSQL, Temporal dev server + UI, bank simulator, worker, relay, API
+  cluster   run the same system as separate processes on a real Temporal Server (PostgreSQL persistence),
+            NATS, two APIs and two workers (make run-cluster; docs/operations.md)
+`
+	toolUsage = `  banksim   run the bank simulator on KASA_BANKSIM_ADDR
+
+  bench     [flags] measure a throwaway kasa (a "kasa dev" child on free ports): one load run, or
+            --suite for the standard suite with ceilings, targets and correctness checks (make bench);
+            "kasa bench -h" lists the flags
+  soak      [flags] the chaos soak: every process under load and seeded faults, then the invariants (make soak)
+`
+}
+
+func runBanksim(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	sim, err := banksim.New(banksim.Options{DataDir: cfg.Data.Dir + "/banksim", Capability: banksim.Capability(cfg.Provider.Capability), Logger: log})
+	if err != nil {
+		return err
+	}
+	defer sim.Close()
+	stop, err := serve(ctx, "banksim", cfg.Banksim.Addr, sim.Handler(), log)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stop()
+	return nil
+}
