@@ -218,15 +218,6 @@ func (s *Store) PaymentByKey(ctx context.Context, merchantID uuid.UUID, key stri
 	return scanPayment(s.pool.QueryRow(ctx, dbsqlc.GetPaymentByKey, merchantID, key))
 }
 
-// scanPayment scans a payment row (the columns of dbsqlc.GetPayment), then into extra the
-// columns after them.
-func scanPayment(row pgx.Row, extra ...any) (payment.Payment, error) {
-	var p payment.Payment
-	err := row.Scan(append([]any{&p.ID, &p.MerchantID, &p.IdempotencyKey, &p.AccountID, &p.AmountMinor, &p.Currency, &p.InvoiceID,
-		&p.PaymentType, &p.Status, &p.FailureCode, &p.ProviderReference, &p.CreatedAt, &p.UpdatedAt, &p.AmountRefunded}, extra...)...)
-	return p, translate(err)
-}
-
 // Stranded lists records, of payments and of refunds (Scope says which), whose owner never
 // started the workflow and whose lease has run out, of one merchant when merchant is not nil.
 func (s *Store) Stranded(ctx context.Context, limit int, merchant *uuid.UUID) ([]Record, error) {

@@ -31,11 +31,9 @@ func (s *Store) EachPaymentCreated(ctx context.Context, from, to time.Time, stat
 	if err != nil {
 		return translate(err)
 	}
-	var p payment.Payment
+	var p dbsqlc.Payment
 	var decided time.Time
-	_, err = pgx.ForEachRow(rows, []any{&p.ID, &p.MerchantID, &p.IdempotencyKey, &p.AccountID, &p.AmountMinor, &p.Currency,
-		&p.InvoiceID, &p.PaymentType, &p.Status, &p.FailureCode, &p.ProviderReference, &p.CreatedAt, &p.UpdatedAt, &p.AmountRefunded, &decided},
-		func() error { return fn(p, decided) })
+	_, err = pgx.ForEachRow(rows, append(columns(&p), &decided), func() error { return fn(paymentOf(p), decided) })
 	return translate(err)
 }
 
@@ -53,10 +51,8 @@ func (s *Store) EachRefundCreated(ctx context.Context, from, to time.Time, statu
 	if err != nil {
 		return translate(err)
 	}
-	var r payment.Refund
-	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.PaymentID, &r.MerchantID, &r.AccountID, &r.IdempotencyKey, &r.AmountMinor,
-		&r.Currency, &r.Reason, &r.Status, &r.FailureCode, &r.ProviderReference, &r.CreatedAt, &r.UpdatedAt},
-		func() error { return fn(r) })
+	var r dbsqlc.Refund
+	_, err = pgx.ForEachRow(rows, columns(&r), func() error { return fn(refundOf(r)) })
 	return translate(err)
 }
 

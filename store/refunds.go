@@ -165,13 +165,6 @@ func (s *Store) PaymentRefunds(ctx context.Context, paymentID uuid.UUID, limit i
 	return out, false, nil
 }
 
-func scanRefund(row pgx.Row) (payment.Refund, error) {
-	var r payment.Refund
-	err := row.Scan(&r.ID, &r.PaymentID, &r.MerchantID, &r.AccountID, &r.IdempotencyKey, &r.AmountMinor, &r.Currency,
-		&r.Reason, &r.Status, &r.FailureCode, &r.ProviderReference, &r.CreatedAt, &r.UpdatedAt)
-	return r, translate(err)
-}
-
 // The refund workflow's steps. Each is one short transaction, safe to repeat as the payment's
 // steps are (steps.go): a retried step finds its work done and changes nothing.
 

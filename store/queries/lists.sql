@@ -8,9 +8,7 @@ SELECT created_at FROM payments WHERE id = $1 AND merchant_id = $2;
 -- Rows strictly before ($3, $4) in (created_at, id) order and created at or after $2, newest
 -- first, at most $5 of them: the caller folds the cursor and created_lt into the one upper
 -- bound, so the statement keeps one shape and its generic plan is its custom plan.
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments
+SELECT * FROM payments
 WHERE merchant_id = $1 AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5;
 
@@ -18,17 +16,13 @@ ORDER BY created_at DESC, id DESC LIMIT $5;
 -- ListPayments of the payments with status $6, for a common status (succeeded): filtering the
 -- merchant's payments in order finds them at once. payments has no index naming the status,
 -- so that a payment's success is updated in place.
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments
+SELECT * FROM payments
 WHERE merchant_id = $1 AND status = $6 AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5;
 
 -- name: ListFailedPayments :many
 -- ListPayments of the failed payments (those with a failure code), along their own index.
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments
+SELECT * FROM payments
 WHERE merchant_id = $1 AND failure_code IS NOT NULL AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5;
 
@@ -38,9 +32,7 @@ ORDER BY created_at DESC, id DESC LIMIT $5;
 -- deleted while open), newest first along the open records' index. A payment is created when
 -- its record is and has its operation id, so the record's (created_at, operation_id) is the
 -- payment's (created_at, id).
-SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type,
-p.status, coalesce(p.failure_code, '') AS failure_code, coalesce(p.provider_reference, '') AS provider_reference,
-p.created_at, p.updated_at, p.refunded_minor
+SELECT p.*
 FROM idempotency_records r JOIN payments p ON p.id = r.operation_id
 WHERE r.merchant_id = $1 AND r.scope = 'payment' AND r.status <> 'completed' AND r.status = $6
   AND r.created_at >= $2::timestamptz AND (r.created_at, r.operation_id) < ($3::timestamptz, $4::uuid)

@@ -1,4 +1,8 @@
 -- Payments: the operation's row, its status moves and its charge attempts.
+--
+-- A query that reads a payment reads the whole row (SELECT *, RETURNING *), which sqlc spells
+-- out in the table's column order and store.paymentOf turns into a payment.Payment: a column is
+-- named once, in its migration.
 
 -- name: InsertPayment :one
 -- Guarded by the record: only the operation that acquired the key gets a payment row. It is
@@ -16,33 +20,24 @@ SELECT id FROM payments WHERE merchant_id = $1 AND invoice_id = $2 AND payment_t
 AND failure_code IS NULL;
 
 -- name: GetPayment :one
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments WHERE id = $1;
+SELECT * FROM payments WHERE id = $1;
 
 -- name: GetPaymentByKey :one
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments WHERE merchant_id = $1 AND idempotency_key = $2
+SELECT * FROM payments WHERE merchant_id = $1 AND idempotency_key = $2
 -- A key whose record expired may name a newer payment: the newest is the key's.
 ORDER BY created_at DESC, id DESC LIMIT 1;
 
 -- name: SetPaymentStatus :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
-WHERE id = $1 AND status = ANY($5::text[]) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor;
+WHERE id = $1 AND status = ANY($5::text[]) RETURNING *;
 
 -- name: SetPaymentStatusSettlement :one
 -- SetPaymentStatus that also returns the merchant's settlement account in the payment's currency
 -- (NULL if it has none), which the capture credits.
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
-WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor,
-payments.currency, payments.invoice_id, payments.payment_type, payments.status, coalesce(payments.failure_code, '') AS failure_code,
-coalesce(payments.provider_reference, '') AS provider_reference,
-payments.created_at, payments.updated_at, payments.refunded_minor, (SELECT a.id FROM accounts a
+WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.*, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id;
 
 -- name: BeginChargeAttempt :one

@@ -2,9 +2,7 @@
 -- and refunds a settlement file's days should have listed, and the finished runs.
 
 -- name: PaymentsByID :many
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments WHERE id = ANY($1::uuid[]);
+SELECT * FROM payments WHERE id = ANY($1::uuid[]);
 
 -- name: PaymentsCreated :many
 -- Without merchants ($4 NULL) every merchant's payments. Payment ids are UUIDv7, minted
@@ -15,9 +13,7 @@ created_at, updated_at, refunded_minor FROM payments WHERE id = ANY($1::uuid[]);
 -- unknown payment's updated_at is that (only settling it moves it again), but a refund moves a
 -- succeeded one's: its payment posting, written in the transaction that made it succeed and
 -- immutable, keeps the time. Only a refunded payment needs the posting read.
-SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type,
-p.status, coalesce(p.failure_code, '') AS failure_code, coalesce(p.provider_reference, '') AS provider_reference,
-p.created_at, p.updated_at, p.refunded_minor,
+SELECT p.*,
 (CASE WHEN p.status = 'succeeded' AND p.refunded_minor > 0 THEN coalesce((SELECT l.created_at FROM ledger_postings l
   WHERE l.kind = 'payment' AND l.reference = p.id::text), p.updated_at) ELSE p.updated_at END)::timestamptz AS decided_at
 FROM payments p
@@ -26,15 +22,11 @@ AND ($4::uuid[] IS NULL OR p.merchant_id = ANY($4::uuid[]))
 ORDER BY p.created_at, p.id;
 
 -- name: RefundsByID :many
-SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM refunds WHERE id = ANY($1::uuid[]);
+SELECT * FROM refunds WHERE id = ANY($1::uuid[]);
 
 -- name: RefundsCreated :many
 -- As PaymentsCreated: refund ids are UUIDv7 too, so the day is a range scan of the primary key.
-SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM refunds
+SELECT * FROM refunds
 WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
 AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
 ORDER BY created_at, id;

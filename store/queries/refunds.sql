@@ -1,5 +1,6 @@
 -- Refunds: the request's hold on the payment, the workflow's steps (the hold on the merchant's
--- settlement account, then post or release) and the readers.
+-- settlement account, then post or release) and the readers. A refund is read whole (SELECT *,
+-- RETURNING *) and turned into a payment.Refund by store.refundOf, as a payment is.
 
 -- name: LockRefundedPayment :one
 -- The payment a refund is asked for, locked until the refund's transaction ends: what is
@@ -20,14 +21,10 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, NULLIF($8, ''), 'processing')
 RETURNING created_at, updated_at;
 
 -- name: GetRefund :one
-SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM refunds WHERE id = $1;
+SELECT * FROM refunds WHERE id = $1;
 
 -- name: GetRefundByKey :one
-SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM refunds WHERE merchant_id = $1 AND idempotency_key = $2
+SELECT * FROM refunds WHERE merchant_id = $1 AND idempotency_key = $2
 -- A key whose record expired may name a newer refund: the newest is the key's.
 ORDER BY created_at DESC, id DESC LIMIT 1;
 
@@ -38,9 +35,7 @@ SELECT id FROM refunds WHERE merchant_id = $1 AND idempotency_key = $2 ORDER BY 
 -- name: PaymentRefunds :many
 -- Newest first; after a refund ($2, the previous page's last) the ones older than it. The
 -- caller asks for one more than the page to learn whether there are more.
-SELECT r.id, r.payment_id, r.merchant_id, r.account_id, r.idempotency_key, r.amount_minor, r.currency, coalesce(r.reason, '') AS reason,
-r.status, coalesce(r.failure_code, '') AS failure_code, coalesce(r.provider_reference, '') AS provider_reference,
-r.created_at, r.updated_at FROM refunds r
+SELECT r.* FROM refunds r
 WHERE r.payment_id = sqlc.arg(payment_id)
   AND (sqlc.narg(after)::uuid IS NULL OR (r.created_at, r.id) <
        (SELECT a.created_at, a.id FROM refunds a WHERE a.id = sqlc.narg(after) AND a.payment_id = sqlc.arg(payment_id)))
@@ -76,9 +71,7 @@ INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, st
 UPDATE refunds SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
 WHERE id = $1 AND status = ANY($5::text[])
-RETURNING id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at;
+RETURNING *;
 
 -- name: PostPaymentRefund :execrows
 -- A succeeded refund's amount moves from held to refunded.

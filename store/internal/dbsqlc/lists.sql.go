@@ -13,9 +13,7 @@ import (
 )
 
 const ListFailedPayments = `-- name: ListFailedPayments :many
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor FROM payments
 WHERE merchant_id = $1 AND failure_code IS NOT NULL AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5
 `
@@ -28,25 +26,8 @@ type ListFailedPaymentsParams struct {
 	Limit      int32
 }
 
-type ListFailedPaymentsRow struct {
-	ID                uuid.UUID
-	MerchantID        uuid.UUID
-	IdempotencyKey    string
-	AccountID         uuid.UUID
-	AmountMinor       int64
-	Currency          string
-	InvoiceID         string
-	PaymentType       string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	RefundedMinor     int64
-}
-
 // ListPayments of the failed payments (those with a failure code), along their own index.
-func (q *Queries) ListFailedPayments(ctx context.Context, arg ListFailedPaymentsParams) ([]ListFailedPaymentsRow, error) {
+func (q *Queries) ListFailedPayments(ctx context.Context, arg ListFailedPaymentsParams) ([]Payment, error) {
 	rows, err := q.db.Query(ctx, ListFailedPayments,
 		arg.MerchantID,
 		arg.Column2,
@@ -58,9 +39,9 @@ func (q *Queries) ListFailedPayments(ctx context.Context, arg ListFailedPayments
 		return nil, err
 	}
 	defer rows.Close()
-	var items []ListFailedPaymentsRow
+	var items []Payment
 	for rows.Next() {
-		var i ListFailedPaymentsRow
+		var i Payment
 		if err := rows.Scan(
 			&i.ID,
 			&i.MerchantID,
@@ -75,7 +56,11 @@ func (q *Queries) ListFailedPayments(ctx context.Context, arg ListFailedPayments
 			&i.ProviderReference,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ChargeAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
 			&i.RefundedMinor,
+			&i.RefundHeldMinor,
 		); err != nil {
 			return nil, err
 		}
@@ -88,9 +73,7 @@ func (q *Queries) ListFailedPayments(ctx context.Context, arg ListFailedPayments
 }
 
 const ListOpenPayments = `-- name: ListOpenPayments :many
-SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type,
-p.status, coalesce(p.failure_code, '') AS failure_code, coalesce(p.provider_reference, '') AS provider_reference,
-p.created_at, p.updated_at, p.refunded_minor
+SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor
 FROM idempotency_records r JOIN payments p ON p.id = r.operation_id
 WHERE r.merchant_id = $1 AND r.scope = 'payment' AND r.status <> 'completed' AND r.status = $6
   AND r.created_at >= $2::timestamptz AND (r.created_at, r.operation_id) < ($3::timestamptz, $4::uuid)
@@ -107,29 +90,12 @@ type ListOpenPaymentsParams struct {
 	Status     string
 }
 
-type ListOpenPaymentsRow struct {
-	ID                uuid.UUID
-	MerchantID        uuid.UUID
-	IdempotencyKey    string
-	AccountID         uuid.UUID
-	AmountMinor       int64
-	Currency          string
-	InvoiceID         string
-	PaymentType       string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	RefundedMinor     int64
-}
-
 // ListPayments of the payments with status $6, processing or unknown: rare, so they are found
 // through the merchant's open idempotency records (which follow their payments and are never
 // deleted while open), newest first along the open records' index. A payment is created when
 // its record is and has its operation id, so the record's (created_at, operation_id) is the
 // payment's (created_at, id).
-func (q *Queries) ListOpenPayments(ctx context.Context, arg ListOpenPaymentsParams) ([]ListOpenPaymentsRow, error) {
+func (q *Queries) ListOpenPayments(ctx context.Context, arg ListOpenPaymentsParams) ([]Payment, error) {
 	rows, err := q.db.Query(ctx, ListOpenPayments,
 		arg.MerchantID,
 		arg.Column2,
@@ -142,9 +108,9 @@ func (q *Queries) ListOpenPayments(ctx context.Context, arg ListOpenPaymentsPara
 		return nil, err
 	}
 	defer rows.Close()
-	var items []ListOpenPaymentsRow
+	var items []Payment
 	for rows.Next() {
-		var i ListOpenPaymentsRow
+		var i Payment
 		if err := rows.Scan(
 			&i.ID,
 			&i.MerchantID,
@@ -159,7 +125,11 @@ func (q *Queries) ListOpenPayments(ctx context.Context, arg ListOpenPaymentsPara
 			&i.ProviderReference,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ChargeAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
 			&i.RefundedMinor,
+			&i.RefundHeldMinor,
 		); err != nil {
 			return nil, err
 		}
@@ -172,9 +142,7 @@ func (q *Queries) ListOpenPayments(ctx context.Context, arg ListOpenPaymentsPara
 }
 
 const ListPayments = `-- name: ListPayments :many
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor FROM payments
 WHERE merchant_id = $1 AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5
 `
@@ -187,27 +155,10 @@ type ListPaymentsParams struct {
 	Limit      int32
 }
 
-type ListPaymentsRow struct {
-	ID                uuid.UUID
-	MerchantID        uuid.UUID
-	IdempotencyKey    string
-	AccountID         uuid.UUID
-	AmountMinor       int64
-	Currency          string
-	InvoiceID         string
-	PaymentType       string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	RefundedMinor     int64
-}
-
 // Rows strictly before ($3, $4) in (created_at, id) order and created at or after $2, newest
 // first, at most $5 of them: the caller folds the cursor and created_lt into the one upper
 // bound, so the statement keeps one shape and its generic plan is its custom plan.
-func (q *Queries) ListPayments(ctx context.Context, arg ListPaymentsParams) ([]ListPaymentsRow, error) {
+func (q *Queries) ListPayments(ctx context.Context, arg ListPaymentsParams) ([]Payment, error) {
 	rows, err := q.db.Query(ctx, ListPayments,
 		arg.MerchantID,
 		arg.Column2,
@@ -219,9 +170,9 @@ func (q *Queries) ListPayments(ctx context.Context, arg ListPaymentsParams) ([]L
 		return nil, err
 	}
 	defer rows.Close()
-	var items []ListPaymentsRow
+	var items []Payment
 	for rows.Next() {
-		var i ListPaymentsRow
+		var i Payment
 		if err := rows.Scan(
 			&i.ID,
 			&i.MerchantID,
@@ -236,7 +187,11 @@ func (q *Queries) ListPayments(ctx context.Context, arg ListPaymentsParams) ([]L
 			&i.ProviderReference,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ChargeAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
 			&i.RefundedMinor,
+			&i.RefundHeldMinor,
 		); err != nil {
 			return nil, err
 		}
@@ -249,9 +204,7 @@ func (q *Queries) ListPayments(ctx context.Context, arg ListPaymentsParams) ([]L
 }
 
 const ListPaymentsWithStatus = `-- name: ListPaymentsWithStatus :many
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor FROM payments
 WHERE merchant_id = $1 AND status = $6 AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5
 `
@@ -265,27 +218,10 @@ type ListPaymentsWithStatusParams struct {
 	Status     string
 }
 
-type ListPaymentsWithStatusRow struct {
-	ID                uuid.UUID
-	MerchantID        uuid.UUID
-	IdempotencyKey    string
-	AccountID         uuid.UUID
-	AmountMinor       int64
-	Currency          string
-	InvoiceID         string
-	PaymentType       string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	RefundedMinor     int64
-}
-
 // ListPayments of the payments with status $6, for a common status (succeeded): filtering the
 // merchant's payments in order finds them at once. payments has no index naming the status,
 // so that a payment's success is updated in place.
-func (q *Queries) ListPaymentsWithStatus(ctx context.Context, arg ListPaymentsWithStatusParams) ([]ListPaymentsWithStatusRow, error) {
+func (q *Queries) ListPaymentsWithStatus(ctx context.Context, arg ListPaymentsWithStatusParams) ([]Payment, error) {
 	rows, err := q.db.Query(ctx, ListPaymentsWithStatus,
 		arg.MerchantID,
 		arg.Column2,
@@ -298,9 +234,9 @@ func (q *Queries) ListPaymentsWithStatus(ctx context.Context, arg ListPaymentsWi
 		return nil, err
 	}
 	defer rows.Close()
-	var items []ListPaymentsWithStatusRow
+	var items []Payment
 	for rows.Next() {
-		var i ListPaymentsWithStatusRow
+		var i Payment
 		if err := rows.Scan(
 			&i.ID,
 			&i.MerchantID,
@@ -315,7 +251,11 @@ func (q *Queries) ListPaymentsWithStatus(ctx context.Context, arg ListPaymentsWi
 			&i.ProviderReference,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ChargeAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
 			&i.RefundedMinor,
+			&i.RefundHeldMinor,
 		); err != nil {
 			return nil, err
 		}

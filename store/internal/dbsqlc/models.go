@@ -3,3 +3,49 @@
 //   sqlc v1.31.1
 
 package dbsqlc
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+type Payment struct {
+	ID                uuid.UUID
+	MerchantID        uuid.UUID
+	IdempotencyKey    string
+	AccountID         uuid.UUID
+	AmountMinor       int64
+	Currency          string
+	InvoiceID         string
+	PaymentType       string
+	Status            string
+	FailureCode       *string
+	ProviderReference *string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	ChargeAttempts    int32
+	StuckSince        *time.Time
+	StuckReason       *string
+	RefundedMinor     int64
+	RefundHeldMinor   int64
+}
+
+type Refund struct {
+	ID                uuid.UUID
+	PaymentID         uuid.UUID
+	MerchantID        uuid.UUID
+	IdempotencyKey    string
+	AccountID         uuid.UUID
+	AmountMinor       int64
+	Currency          string
+	Reason            *string
+	Status            string
+	FailureCode       *string
+	ProviderReference *string
+	SendAttempts      int32
+	StuckSince        *time.Time
+	StuckReason       *string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}

@@ -62,31 +62,12 @@ func (q *Queries) FlagStuck(ctx context.Context, arg FlagStuckParams) (int64, er
 }
 
 const GetPayment = `-- name: GetPayment :one
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments WHERE id = $1
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor FROM payments WHERE id = $1
 `
 
-type GetPaymentRow struct {
-	ID                uuid.UUID
-	MerchantID        uuid.UUID
-	IdempotencyKey    string
-	AccountID         uuid.UUID
-	AmountMinor       int64
-	Currency          string
-	InvoiceID         string
-	PaymentType       string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	RefundedMinor     int64
-}
-
-func (q *Queries) GetPayment(ctx context.Context, id uuid.UUID) (GetPaymentRow, error) {
+func (q *Queries) GetPayment(ctx context.Context, id uuid.UUID) (Payment, error) {
 	row := q.db.QueryRow(ctx, GetPayment, id)
-	var i GetPaymentRow
+	var i Payment
 	err := row.Scan(
 		&i.ID,
 		&i.MerchantID,
@@ -101,15 +82,17 @@ func (q *Queries) GetPayment(ctx context.Context, id uuid.UUID) (GetPaymentRow, 
 		&i.ProviderReference,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ChargeAttempts,
+		&i.StuckSince,
+		&i.StuckReason,
 		&i.RefundedMinor,
+		&i.RefundHeldMinor,
 	)
 	return i, err
 }
 
 const GetPaymentByKey = `-- name: GetPaymentByKey :one
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments WHERE merchant_id = $1 AND idempotency_key = $2
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor FROM payments WHERE merchant_id = $1 AND idempotency_key = $2
 ORDER BY created_at DESC, id DESC LIMIT 1
 `
 
@@ -118,27 +101,10 @@ type GetPaymentByKeyParams struct {
 	IdempotencyKey string
 }
 
-type GetPaymentByKeyRow struct {
-	ID                uuid.UUID
-	MerchantID        uuid.UUID
-	IdempotencyKey    string
-	AccountID         uuid.UUID
-	AmountMinor       int64
-	Currency          string
-	InvoiceID         string
-	PaymentType       string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	RefundedMinor     int64
-}
-
 // A key whose record expired may name a newer payment: the newest is the key's.
-func (q *Queries) GetPaymentByKey(ctx context.Context, arg GetPaymentByKeyParams) (GetPaymentByKeyRow, error) {
+func (q *Queries) GetPaymentByKey(ctx context.Context, arg GetPaymentByKeyParams) (Payment, error) {
 	row := q.db.QueryRow(ctx, GetPaymentByKey, arg.MerchantID, arg.IdempotencyKey)
-	var i GetPaymentByKeyRow
+	var i Payment
 	err := row.Scan(
 		&i.ID,
 		&i.MerchantID,
@@ -153,7 +119,11 @@ func (q *Queries) GetPaymentByKey(ctx context.Context, arg GetPaymentByKeyParams
 		&i.ProviderReference,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ChargeAttempts,
+		&i.StuckSince,
+		&i.StuckReason,
 		&i.RefundedMinor,
+		&i.RefundHeldMinor,
 	)
 	return i, err
 }
@@ -183,6 +153,10 @@ type InsertPaymentRow struct {
 }
 
 // Payments: the operation's row, its status moves and its charge attempts.
+//
+// A query that reads a payment reads the whole row (SELECT *, RETURNING *), which sqlc spells
+// out in the table's column order and store.paymentOf turns into a payment.Payment: a column is
+// named once, in its migration.
 // Guarded by the record: only the operation that acquired the key gets a payment row. It is
 // created when its record is: the lists of open payments read the record's created_at in the
 // payments' order.
@@ -225,9 +199,7 @@ func (q *Queries) LivePayment(ctx context.Context, arg LivePaymentParams) (uuid.
 const SetPaymentStatus = `-- name: SetPaymentStatus :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
-WHERE id = $1 AND status = ANY($5::text[]) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor
+WHERE id = $1 AND status = ANY($5::text[]) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor
 `
 
 type SetPaymentStatusParams struct {
@@ -238,24 +210,7 @@ type SetPaymentStatusParams struct {
 	Column5 []string
 }
 
-type SetPaymentStatusRow struct {
-	ID                uuid.UUID
-	MerchantID        uuid.UUID
-	IdempotencyKey    string
-	AccountID         uuid.UUID
-	AmountMinor       int64
-	Currency          string
-	InvoiceID         string
-	PaymentType       string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	RefundedMinor     int64
-}
-
-func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusParams) (SetPaymentStatusRow, error) {
+func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusParams) (Payment, error) {
 	row := q.db.QueryRow(ctx, SetPaymentStatus,
 		arg.ID,
 		arg.Status,
@@ -263,7 +218,7 @@ func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusPara
 		arg.Column4,
 		arg.Column5,
 	)
-	var i SetPaymentStatusRow
+	var i Payment
 	err := row.Scan(
 		&i.ID,
 		&i.MerchantID,
@@ -278,7 +233,11 @@ func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusPara
 		&i.ProviderReference,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ChargeAttempts,
+		&i.StuckSince,
+		&i.StuckReason,
 		&i.RefundedMinor,
+		&i.RefundHeldMinor,
 	)
 	return i, err
 }
@@ -286,10 +245,7 @@ func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusPara
 const SetPaymentStatusSettlement = `-- name: SetPaymentStatusSettlement :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
-WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor,
-payments.currency, payments.invoice_id, payments.payment_type, payments.status, coalesce(payments.failure_code, '') AS failure_code,
-coalesce(payments.provider_reference, '') AS provider_reference,
-payments.created_at, payments.updated_at, payments.refunded_minor, (SELECT a.id FROM accounts a
+WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
 `
 
@@ -311,11 +267,15 @@ type SetPaymentStatusSettlementRow struct {
 	InvoiceID         string
 	PaymentType       string
 	Status            string
-	FailureCode       string
-	ProviderReference string
+	FailureCode       *string
+	ProviderReference *string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	ChargeAttempts    int32
+	StuckSince        *time.Time
+	StuckReason       *string
 	RefundedMinor     int64
+	RefundHeldMinor   int64
 	SettlementID      uuid.UUID
 }
 
@@ -344,7 +304,11 @@ func (q *Queries) SetPaymentStatusSettlement(ctx context.Context, arg SetPayment
 		&i.ProviderReference,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ChargeAttempts,
+		&i.StuckSince,
+		&i.StuckReason,
 		&i.RefundedMinor,
+		&i.RefundHeldMinor,
 		&i.SettlementID,
 	)
 	return i, err

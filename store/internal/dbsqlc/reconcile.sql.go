@@ -50,39 +50,20 @@ func (q *Queries) InsertReconciliationRun(ctx context.Context, arg InsertReconci
 
 const PaymentsByID = `-- name: PaymentsByID :many
 
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at, refunded_minor FROM payments WHERE id = ANY($1::uuid[])
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor FROM payments WHERE id = ANY($1::uuid[])
 `
-
-type PaymentsByIDRow struct {
-	ID                uuid.UUID
-	MerchantID        uuid.UUID
-	IdempotencyKey    string
-	AccountID         uuid.UUID
-	AmountMinor       int64
-	Currency          string
-	InvoiceID         string
-	PaymentType       string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	RefundedMinor     int64
-}
 
 // Reconciliation: payments and refunds by the references of a settlement file, the payments
 // and refunds a settlement file's days should have listed, and the finished runs.
-func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]PaymentsByIDRow, error) {
+func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Payment, error) {
 	rows, err := q.db.Query(ctx, PaymentsByID, dollar_1)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []PaymentsByIDRow
+	var items []Payment
 	for rows.Next() {
-		var i PaymentsByIDRow
+		var i Payment
 		if err := rows.Scan(
 			&i.ID,
 			&i.MerchantID,
@@ -97,7 +78,11 @@ func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Pay
 			&i.ProviderReference,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ChargeAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
 			&i.RefundedMinor,
+			&i.RefundHeldMinor,
 		); err != nil {
 			return nil, err
 		}
@@ -110,9 +95,7 @@ func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Pay
 }
 
 const PaymentsCreated = `-- name: PaymentsCreated :many
-SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type,
-p.status, coalesce(p.failure_code, '') AS failure_code, coalesce(p.provider_reference, '') AS provider_reference,
-p.created_at, p.updated_at, p.refunded_minor,
+SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor,
 (CASE WHEN p.status = 'succeeded' AND p.refunded_minor > 0 THEN coalesce((SELECT l.created_at FROM ledger_postings l
   WHERE l.kind = 'payment' AND l.reference = p.id::text), p.updated_at) ELSE p.updated_at END)::timestamptz AS decided_at
 FROM payments p
@@ -140,11 +123,15 @@ type PaymentsCreatedRow struct {
 	InvoiceID         string
 	PaymentType       string
 	Status            string
-	FailureCode       string
-	ProviderReference string
+	FailureCode       *string
+	ProviderReference *string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	ChargeAttempts    int32
+	StuckSince        *time.Time
+	StuckReason       *string
 	RefundedMinor     int64
+	RefundHeldMinor   int64
 	DecidedAt         time.Time
 }
 
@@ -186,7 +173,11 @@ func (q *Queries) PaymentsCreated(ctx context.Context, arg PaymentsCreatedParams
 			&i.ProviderReference,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ChargeAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
 			&i.RefundedMinor,
+			&i.RefundHeldMinor,
 			&i.DecidedAt,
 		); err != nil {
 			return nil, err
@@ -238,48 +229,33 @@ func (q *Queries) ReconcileTotals(ctx context.Context) (ReconcileTotalsRow, erro
 }
 
 const RefundsByID = `-- name: RefundsByID :many
-SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM refunds WHERE id = ANY($1::uuid[])
+SELECT id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at FROM refunds WHERE id = ANY($1::uuid[])
 `
 
-type RefundsByIDRow struct {
-	ID                uuid.UUID
-	PaymentID         uuid.UUID
-	MerchantID        uuid.UUID
-	AccountID         uuid.UUID
-	IdempotencyKey    string
-	AmountMinor       int64
-	Currency          string
-	Reason            string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-}
-
-func (q *Queries) RefundsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]RefundsByIDRow, error) {
+func (q *Queries) RefundsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Refund, error) {
 	rows, err := q.db.Query(ctx, RefundsByID, dollar_1)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []RefundsByIDRow
+	var items []Refund
 	for rows.Next() {
-		var i RefundsByIDRow
+		var i Refund
 		if err := rows.Scan(
 			&i.ID,
 			&i.PaymentID,
 			&i.MerchantID,
-			&i.AccountID,
 			&i.IdempotencyKey,
+			&i.AccountID,
 			&i.AmountMinor,
 			&i.Currency,
 			&i.Reason,
 			&i.Status,
 			&i.FailureCode,
 			&i.ProviderReference,
+			&i.SendAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
 			&i.CreatedAt,
 			&i.UpdatedAt,
 		); err != nil {
@@ -294,9 +270,7 @@ func (q *Queries) RefundsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Refu
 }
 
 const RefundsCreated = `-- name: RefundsCreated :many
-SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM refunds
+SELECT id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at FROM refunds
 WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
 AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
 ORDER BY created_at, id
@@ -311,24 +285,8 @@ type RefundsCreatedParams struct {
 	ID_2        uuid.UUID
 }
 
-type RefundsCreatedRow struct {
-	ID                uuid.UUID
-	PaymentID         uuid.UUID
-	MerchantID        uuid.UUID
-	AccountID         uuid.UUID
-	IdempotencyKey    string
-	AmountMinor       int64
-	Currency          string
-	Reason            string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-}
-
 // As PaymentsCreated: refund ids are UUIDv7 too, so the day is a range scan of the primary key.
-func (q *Queries) RefundsCreated(ctx context.Context, arg RefundsCreatedParams) ([]RefundsCreatedRow, error) {
+func (q *Queries) RefundsCreated(ctx context.Context, arg RefundsCreatedParams) ([]Refund, error) {
 	rows, err := q.db.Query(ctx, RefundsCreated,
 		arg.CreatedAt,
 		arg.CreatedAt_2,
@@ -341,21 +299,24 @@ func (q *Queries) RefundsCreated(ctx context.Context, arg RefundsCreatedParams) 
 		return nil, err
 	}
 	defer rows.Close()
-	var items []RefundsCreatedRow
+	var items []Refund
 	for rows.Next() {
-		var i RefundsCreatedRow
+		var i Refund
 		if err := rows.Scan(
 			&i.ID,
 			&i.PaymentID,
 			&i.MerchantID,
-			&i.AccountID,
 			&i.IdempotencyKey,
+			&i.AccountID,
 			&i.AmountMinor,
 			&i.Currency,
 			&i.Reason,
 			&i.Status,
 			&i.FailureCode,
 			&i.ProviderReference,
+			&i.SendAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
 			&i.CreatedAt,
 			&i.UpdatedAt,
 		); err != nil {

@@ -62,42 +62,27 @@ func (q *Queries) FlagRefundStuck(ctx context.Context, arg FlagRefundStuckParams
 }
 
 const GetRefund = `-- name: GetRefund :one
-SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM refunds WHERE id = $1
+SELECT id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at FROM refunds WHERE id = $1
 `
 
-type GetRefundRow struct {
-	ID                uuid.UUID
-	PaymentID         uuid.UUID
-	MerchantID        uuid.UUID
-	AccountID         uuid.UUID
-	IdempotencyKey    string
-	AmountMinor       int64
-	Currency          string
-	Reason            string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-}
-
-func (q *Queries) GetRefund(ctx context.Context, id uuid.UUID) (GetRefundRow, error) {
+func (q *Queries) GetRefund(ctx context.Context, id uuid.UUID) (Refund, error) {
 	row := q.db.QueryRow(ctx, GetRefund, id)
-	var i GetRefundRow
+	var i Refund
 	err := row.Scan(
 		&i.ID,
 		&i.PaymentID,
 		&i.MerchantID,
-		&i.AccountID,
 		&i.IdempotencyKey,
+		&i.AccountID,
 		&i.AmountMinor,
 		&i.Currency,
 		&i.Reason,
 		&i.Status,
 		&i.FailureCode,
 		&i.ProviderReference,
+		&i.SendAttempts,
+		&i.StuckSince,
+		&i.StuckReason,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 	)
@@ -105,9 +90,7 @@ func (q *Queries) GetRefund(ctx context.Context, id uuid.UUID) (GetRefundRow, er
 }
 
 const GetRefundByKey = `-- name: GetRefundByKey :one
-SELECT id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at FROM refunds WHERE merchant_id = $1 AND idempotency_key = $2
+SELECT id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at FROM refunds WHERE merchant_id = $1 AND idempotency_key = $2
 ORDER BY created_at DESC, id DESC LIMIT 1
 `
 
@@ -116,38 +99,25 @@ type GetRefundByKeyParams struct {
 	IdempotencyKey string
 }
 
-type GetRefundByKeyRow struct {
-	ID                uuid.UUID
-	PaymentID         uuid.UUID
-	MerchantID        uuid.UUID
-	AccountID         uuid.UUID
-	IdempotencyKey    string
-	AmountMinor       int64
-	Currency          string
-	Reason            string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-}
-
 // A key whose record expired may name a newer refund: the newest is the key's.
-func (q *Queries) GetRefundByKey(ctx context.Context, arg GetRefundByKeyParams) (GetRefundByKeyRow, error) {
+func (q *Queries) GetRefundByKey(ctx context.Context, arg GetRefundByKeyParams) (Refund, error) {
 	row := q.db.QueryRow(ctx, GetRefundByKey, arg.MerchantID, arg.IdempotencyKey)
-	var i GetRefundByKeyRow
+	var i Refund
 	err := row.Scan(
 		&i.ID,
 		&i.PaymentID,
 		&i.MerchantID,
-		&i.AccountID,
 		&i.IdempotencyKey,
+		&i.AccountID,
 		&i.AmountMinor,
 		&i.Currency,
 		&i.Reason,
 		&i.Status,
 		&i.FailureCode,
 		&i.ProviderReference,
+		&i.SendAttempts,
+		&i.StuckSince,
+		&i.StuckReason,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 	)
@@ -255,7 +225,8 @@ type LockRefundedPaymentRow struct {
 }
 
 // Refunds: the request's hold on the payment, the workflow's steps (the hold on the merchant's
-// settlement account, then post or release) and the readers.
+// settlement account, then post or release) and the readers. A refund is read whole (SELECT *,
+// RETURNING *) and turned into a payment.Refund by store.refundOf, as a payment is.
 // The payment a refund is asked for, locked until the refund's transaction ends: what is
 // refundable is read from its newest version, and the hold below cannot fail for a concurrent one.
 func (q *Queries) LockRefundedPayment(ctx context.Context, arg LockRefundedPaymentParams) (LockRefundedPaymentRow, error) {
@@ -274,9 +245,7 @@ func (q *Queries) LockRefundedPayment(ctx context.Context, arg LockRefundedPayme
 }
 
 const PaymentRefunds = `-- name: PaymentRefunds :many
-SELECT r.id, r.payment_id, r.merchant_id, r.account_id, r.idempotency_key, r.amount_minor, r.currency, coalesce(r.reason, '') AS reason,
-r.status, coalesce(r.failure_code, '') AS failure_code, coalesce(r.provider_reference, '') AS provider_reference,
-r.created_at, r.updated_at FROM refunds r
+SELECT r.id, r.payment_id, r.merchant_id, r.idempotency_key, r.account_id, r.amount_minor, r.currency, r.reason, r.status, r.failure_code, r.provider_reference, r.send_attempts, r.stuck_since, r.stuck_reason, r.created_at, r.updated_at FROM refunds r
 WHERE r.payment_id = $1
   AND ($2::uuid IS NULL OR (r.created_at, r.id) <
        (SELECT a.created_at, a.id FROM refunds a WHERE a.id = $2 AND a.payment_id = $1))
@@ -290,45 +259,32 @@ type PaymentRefundsParams struct {
 	MaxRows   int32
 }
 
-type PaymentRefundsRow struct {
-	ID                uuid.UUID
-	PaymentID         uuid.UUID
-	MerchantID        uuid.UUID
-	AccountID         uuid.UUID
-	IdempotencyKey    string
-	AmountMinor       int64
-	Currency          string
-	Reason            string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-}
-
 // Newest first; after a refund ($2, the previous page's last) the ones older than it. The
 // caller asks for one more than the page to learn whether there are more.
-func (q *Queries) PaymentRefunds(ctx context.Context, arg PaymentRefundsParams) ([]PaymentRefundsRow, error) {
+func (q *Queries) PaymentRefunds(ctx context.Context, arg PaymentRefundsParams) ([]Refund, error) {
 	rows, err := q.db.Query(ctx, PaymentRefunds, arg.PaymentID, arg.After, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []PaymentRefundsRow
+	var items []Refund
 	for rows.Next() {
-		var i PaymentRefundsRow
+		var i Refund
 		if err := rows.Scan(
 			&i.ID,
 			&i.PaymentID,
 			&i.MerchantID,
-			&i.AccountID,
 			&i.IdempotencyKey,
+			&i.AccountID,
 			&i.AmountMinor,
 			&i.Currency,
 			&i.Reason,
 			&i.Status,
 			&i.FailureCode,
 			&i.ProviderReference,
+			&i.SendAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
 			&i.CreatedAt,
 			&i.UpdatedAt,
 		); err != nil {
@@ -417,9 +373,7 @@ const SetRefundStatus = `-- name: SetRefundStatus :one
 UPDATE refunds SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
 WHERE id = $1 AND status = ANY($5::text[])
-RETURNING id, payment_id, merchant_id, account_id, idempotency_key, amount_minor, currency, coalesce(reason, '') AS reason,
-status, coalesce(failure_code, '') AS failure_code, coalesce(provider_reference, '') AS provider_reference,
-created_at, updated_at
+RETURNING id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at
 `
 
 type SetRefundStatusParams struct {
@@ -430,23 +384,7 @@ type SetRefundStatusParams struct {
 	Column5 []string
 }
 
-type SetRefundStatusRow struct {
-	ID                uuid.UUID
-	PaymentID         uuid.UUID
-	MerchantID        uuid.UUID
-	AccountID         uuid.UUID
-	IdempotencyKey    string
-	AmountMinor       int64
-	Currency          string
-	Reason            string
-	Status            string
-	FailureCode       string
-	ProviderReference string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-}
-
-func (q *Queries) SetRefundStatus(ctx context.Context, arg SetRefundStatusParams) (SetRefundStatusRow, error) {
+func (q *Queries) SetRefundStatus(ctx context.Context, arg SetRefundStatusParams) (Refund, error) {
 	row := q.db.QueryRow(ctx, SetRefundStatus,
 		arg.ID,
 		arg.Status,
@@ -454,19 +392,22 @@ func (q *Queries) SetRefundStatus(ctx context.Context, arg SetRefundStatusParams
 		arg.Column4,
 		arg.Column5,
 	)
-	var i SetRefundStatusRow
+	var i Refund
 	err := row.Scan(
 		&i.ID,
 		&i.PaymentID,
 		&i.MerchantID,
-		&i.AccountID,
 		&i.IdempotencyKey,
+		&i.AccountID,
 		&i.AmountMinor,
 		&i.Currency,
 		&i.Reason,
 		&i.Status,
 		&i.FailureCode,
 		&i.ProviderReference,
+		&i.SendAttempts,
+		&i.StuckSince,
+		&i.StuckReason,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 	)

@@ -109,10 +109,7 @@ WHERE operation_id = :op_id AND status = 'active' RETURNING account_id, amount_m
 -- store/queries/payments.sql: SetPaymentStatusSettlement
 UPDATE payments SET status = :succeeded_status, failure_code = NULLIF(:failure_code, ''),
 provider_reference = coalesce(NULLIF(:provider_reference, ''), provider_reference), updated_at = now()
-WHERE payments.id = :op_id AND payments.status = ANY(:from_statuses::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor,
-payments.currency, payments.invoice_id, payments.payment_type, payments.status, coalesce(payments.failure_code, '') AS failure_code,
-coalesce(payments.provider_reference, '') AS provider_reference,
-payments.created_at, payments.updated_at, payments.refunded_minor, (SELECT a.id FROM accounts a
+WHERE payments.id = :op_id AND payments.status = ANY(:from_statuses::text[]) RETURNING payments.*, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
 \gset finalized_
 \startpipeline
