@@ -83,7 +83,7 @@ BENCH_PRELOAD ?= 1000000
 bench: build temporal-cli ## measure: ceilings, targets and correctness; writes bench/results/<date>.{md,json}
 	$(BIN)/kasa bench --suite --preload $(BENCH_PRELOAD) --out bench/results
 
-# The chaos soak (docs/operations.md): 10 minutes by default; pass kasa soak's flags in SOAK_FLAGS,
+# The chaos soak (docs/tools.md): 10 minutes by default; pass kasa soak's flags in SOAK_FLAGS,
 # e.g. make soak SOAK_FLAGS="--duration 3m --seed 42".
 SOAK_FLAGS ?=
 .PHONY: soak

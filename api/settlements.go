@@ -37,7 +37,7 @@ func (e sizeError) Is(target error) bool { return target == errBodyTooLarge }
 
 var errNoReconciler = errors.New("settlement import is not configured on this server")
 
-// settlements imports a settlement CSV (docs/operations.md) and answers the reconciliation report:
+// settlements imports a settlement CSV (docs/reconciliation.md) and answers the reconciliation report:
 // 200 whatever it found (report.ok says whether mismatches are left), 400
 // invalid_settlement_file listing every line error (nothing changed then).
 //

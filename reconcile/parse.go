@@ -1,5 +1,5 @@
 // Package reconcile matches a provider's settlement file to kasa's payments and refunds
-// (docs/operations.md): it resolves unknown ones through their workflow's checked `settle` update
+// (docs/reconciliation.md): it resolves unknown ones through their workflow's checked `settle` update
 // and reports every disagreement between the bank and kasa without changing it silently.
 package reconcile
 
@@ -40,7 +40,7 @@ const StatusSettled = "settled"
 // TrailerTag starts a trailer row: `trailer,<YYYY-MM-DD>,<lines>,<as_of>` says the file holds
 // every settlement the bank booked on that day up to as_of (RFC 3339), and how many lines that
 // is. Only a day with a trailer can prove that an unlisted payment was not charged: a file cut
-// short at a line boundary still parses, but loses its trailer (docs/operations.md).
+// short at a line boundary still parses, but loses its trailer (docs/reconciliation.md).
 const TrailerTag = "trailer"
 
 // ScopeTag starts the file's scope row: `scope,<merchants>,<types>` declares what the file

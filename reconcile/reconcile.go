@@ -125,7 +125,7 @@ func (r *Reconciler) Import(ctx context.Context, f io.Reader, o Options) (*Repor
 }
 
 // Reconcile matches parsed lines to payments and refunds (see the package documentation and
-// docs/operations.md). Charge lines are matched to payments, refund lines to refunds, each the
+// docs/reconciliation.md). Charge lines are matched to payments, refund lines to refunds, each the
 // same way:
 //
 //   - listed and unknown: settled as charged (for a refund: it was paid back), with

@@ -205,7 +205,7 @@ type ReleaseInput struct {
 	FailureCode string
 }
 
-// Settlement is the `settlement` signal's payload (docs/operations.md shows operators how to send it).
+// Settlement is the `settlement` signal's payload (docs/reconciliation.md shows operators how to send it).
 type Settlement struct {
 	Outcome           string `json:"outcome"` // "charged" or "not_charged"
 	ProviderReference string `json:"provider_reference,omitempty"`

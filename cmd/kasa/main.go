@@ -48,7 +48,7 @@ commands:
   verify    check the ledger and balance invariants; exit 1 listing every violation
   reconcile [--json] <settlement.csv>
             match a provider settlement file to payments, settle unknown ones, report mismatches
-            (exit 0 ok, 1 mismatches, 2 invalid file; see docs/operations.md)
+            (exit 0 ok, 1 mismatches, 2 invalid file; see docs/reconciliation.md)
 %s
 configuration: kasa.yaml and KASA_* environment variables (docs/operations.md).
 `

@@ -22,7 +22,7 @@ const soakUsage = `usage: kasa soak [--duration 10m] [--seed N] [--rate R] [--ca
 Runs kasa's processes (api, two workers, relay, banksim), PostgreSQL and the Temporal dev server
 under a steady load with duplicate retries while a seeded schedule of faults kills and restarts
 them, makes the bank misbehave and degrades the network; then lets everything settle and checks
-the invariants (docs/operations.md, "Chaos soak").
+the invariants (docs/tools.md, "Chaos soak").
 
   --duration D     how long the load runs (default 10m)
   --seed N         the fault schedule's seed (default: from the clock; printed, replayable)

@@ -178,7 +178,7 @@ func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	// The trailer proves the file complete for the day up to now:
 	// reconciliation releases an unlisted payment only from a file that has it
-	// (docs/operations.md, "Daily reconciliation").
+	// (docs/reconciliation.md, "Daily reconciliation").
 	rows = append(rows, []string{"trailer", date, strconv.Itoa(len(rows) - 2), now.UTC().Format(time.RFC3339Nano), "", "", ""})
 	w.Header().Set("Content-Type", "text/csv")
 	_ = csv.NewWriter(w).WriteAll(rows)

@@ -6,7 +6,7 @@
 // settles (unknown payments are reconciled with the bank's settlement file) and the soak checks
 // that every key has one outcome, the bank moved money exactly as the payments say, the ledger
 // verifies, no hold is left, and every state change reached the merchant once.
-// docs/operations.md describes it.
+// docs/tools.md describes it.
 package soak
 
 import (
