@@ -2,7 +2,6 @@ package provider_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -91,24 +90,14 @@ func startBank(t *testing.T, c banksim.Capability) bank {
 
 func (b bank) refunds(t *testing.T, ref string) int {
 	t.Helper()
-	resp, err := http.Get(b.url + "/_sim/refunds?reference=" + ref)
+	m, err := banksim.Control{URL: b.url}.Refunds(context.Background(), ref)
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	var out struct {
-		Count int `json:"count"`
-	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
-	return out.Count
+	return m.Count
 }
 
-func (b bank) faults(t *testing.T, rules string) {
+func (b bank) faults(t *testing.T, rules ...banksim.Rule) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPut, b.url+"/_sim/faults", strings.NewReader(`{"rules":`+rules+`}`))
-	require.NoError(t, err)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, banksim.Control{URL: b.url}.SetFaults(context.Background(), rules...))
 }
 
 // The client against the simulator, for every capability: refunds, declines above the charge,
@@ -148,14 +137,15 @@ func TestRefundAgainstSimulator(t *testing.T) {
 				require.ErrorIs(t, missing, provider.ErrNotFound)
 			}
 
+			one := 1
 			for i, action := range []string{"drop_response", "error_500", "late_booking", "error_409", "error_503", "error_429", "garbage", "hang"} {
 				key := fmt.Sprintf("rf-fault-%d", i)
-				b.faults(t, fmt.Sprintf(`[{"on":"refund","action":%q,"delay_ms":50,"count":1}]`, action))
+				b.faults(t, banksim.Rule{On: "refund", Action: action, DelayMS: 50, Count: &one})
 				_, err := b.client.Refund(ctx, key, provider.RefundRequest{Reference: key, ChargeReference: "pay-1", AmountMinor: 1, Currency: "TRY"})
 				require.ErrorIs(t, err, provider.ErrAmbiguous, action)
 			}
 
-			b.faults(t, `[{"on":"refund","action":"decline","count":1}]`)
+			b.faults(t, banksim.Rule{On: "refund", Action: "decline", Count: &one})
 			dec, err := b.client.Refund(ctx, "rf-dec", provider.RefundRequest{Reference: "rf-dec", ChargeReference: "pay-1", AmountMinor: 1, Currency: "TRY"})
 			require.NoError(t, err)
 			require.Equal(t, provider.StatusDeclined, dec.Status)

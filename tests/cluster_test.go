@@ -1,13 +1,11 @@
 package tests
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -25,9 +23,7 @@ import (
 
 // cluster is one `kasa cluster` run by a test, up to its banner.
 type cluster struct {
-	cmd    *exec.Cmd
-	exited chan error // its exit status, once
-	logs   *clusterLog
+	p      *proc
 	data   string // its KASA_DATA_DIR
 	banner string
 	apis   []string // every API's URL, from the banner
@@ -51,54 +47,20 @@ func startCluster(t *testing.T) *cluster {
 		require.NoError(t, err)
 	}
 	api1 := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	c := &cluster{data: data, logs: &clusterLog{}, exited: make(chan error, 1), sim: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
-	c.cmd = exec.Command(bin, "cluster")
-	c.cmd.Env = kasaEnv(map[string]string{
+	c := &cluster{data: data, sim: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	began := time.Now()
+	c.p = startProcIn(t, "", data, bin, "cluster", kasaEnv(map[string]string{
 		"KASA_DATA_DIR":     data,
 		"KASA_API_ADDR":     api1,
 		"KASA_BANKSIM_ADDR": strings.TrimPrefix(c.sim, "http://"),
-	})
-	c.cmd.Stderr = c.logs
-	pipe, err := c.cmd.StdoutPipe()
-	require.NoError(t, err)
-	began := time.Now()
-	require.NoError(t, c.cmd.Start())
-	go func() { c.exited <- c.cmd.Wait() }()
+	}), "cluster")
 	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("kasa cluster's log:\n%s", c.logs.String())
-		}
-		if c.cmd.ProcessState == nil {
-			_ = c.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-c.exited:
-			case <-time.After(60 * time.Second):
-				_ = c.cmd.Process.Kill()
-			}
-		}
 		for _, pid := range pidsMentioning(data + "/") {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-
-	banner := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		var b strings.Builder
-		for sc.Scan() {
-			b.WriteString(sc.Text() + "\n")
-			if strings.HasPrefix(strings.TrimSpace(sc.Text()), "curl -sS http") { // the banner's last line
-				banner <- b.String()
-			}
-		}
-	}()
-	select {
-	case c.banner = <-banner:
-	case err := <-c.exited:
-		t.Fatalf("kasa cluster exited before its banner: %v\n%s", err, c.logs.String())
-	case <-time.After(4 * time.Minute):
-		t.Fatalf("kasa cluster printed no banner within 4 minutes:\n%s", c.logs.String())
-	}
+	c.p.waitLog("curl -sS http", 4*time.Minute) // the banner's last line
+	c.banner = c.logs()
 	t.Logf("kasa cluster: banner after %s", time.Since(began).Round(time.Millisecond))
 
 	// The banner names both APIs; each is ready by the time it is printed.
@@ -131,7 +93,7 @@ func TestClusterRunsEveryProcessAsAChild(t *testing.T) {
 	require.Contains(t, c.banner, c.state.DemoAPIKey)
 
 	// Every child of kasa cluster, and theirs: none may outlive it.
-	children := descendants(c.cmd.Process.Pid)
+	children := descendants(c.p.pid())
 	require.GreaterOrEqual(t, len(children), 8, "postgres, temporal, nats, banksim, 2 workers, relay, 2 APIs")
 
 	// A payment on API 1, replayed with the same key on API 2: one answer, one charge.
@@ -149,9 +111,8 @@ func TestClusterRunsEveryProcessAsAChild(t *testing.T) {
 	replay := httpDo(t, "POST", c.apis[1]+"/v1/payments", c.state.DemoAPIKey, body, "Idempotency-Key", "cluster-1")
 	require.Equal(t, http.StatusCreated, replay.Status, "%s", replay.Body)
 	require.JSONEq(t, string(first.Body), string(replay.Body), "the replay on the other API answers the same")
-	charges := httpDo(t, "GET", c.sim+"/_sim/charges?reference="+p["id"].(string), "", "")
-	require.Equal(t, http.StatusOK, charges.Status, "%s", charges.Body)
-	require.EqualValues(t, 1, charges.json(t)["count"], "one charge at the bank: %s", charges.Body)
+	n, _ := bankCharges(t, c.sim, p["id"].(string))
+	require.Equal(t, 1, n, "one charge at the bank")
 
 	// The Web UI reads the cluster's visibility: the payment's workflow is listed there.
 	ui := ""
@@ -220,11 +181,11 @@ func TestClusterRestartsAKilledProcess(t *testing.T) {
 	}
 	for name, pid := range killed {
 		report := regexp.MustCompile(name + ` exited.* pid=` + strconv.Itoa(pid) + `.*signal: killed`)
-		require.Eventually(t, func() bool { return report.MatchString(c.logs.String()) }, 30*time.Second,
+		require.Eventually(t, func() bool { return report.MatchString(c.logs()) }, 30*time.Second,
 			100*time.Millisecond, "kasa cluster reports %s's death", name)
 		require.Eventually(t, func() bool {
 			again := c.lastStart(name)
-			return again != pid && alive(again) && slices.Contains(descendants(c.cmd.Process.Pid), again)
+			return again != pid && alive(again) && slices.Contains(descendants(c.p.pid()), again)
 		}, time.Minute, 100*time.Millisecond, "%s started again", name)
 	}
 	for _, url := range []string{c.apis[1] + "/readyz", workerMetrics[1]} {
@@ -241,11 +202,7 @@ func TestClusterRestartsAKilledProcess(t *testing.T) {
 	again, err := c.pay(c.apis[1], "restart-api-2")
 	require.NoError(t, err, "the restarted API takes payments")
 	ids = append(ids, again)
-	select {
-	case err := <-c.exited:
-		t.Fatalf("kasa cluster exited (%v) after a child's death:\n%s", err, c.logs.String())
-	default:
-	}
+	c.p.requireRunning(t, "after a child's death")
 
 	for _, id := range ids {
 		var p struct{ Status string }
@@ -254,11 +211,11 @@ func TestClusterRestartsAKilledProcess(t *testing.T) {
 			return err == nil && r.Status == http.StatusOK && json.Unmarshal(r.Body, &p) == nil && p.Status != "processing"
 		}, 2*time.Minute, 250*time.Millisecond, "payment %s finishes", id)
 		require.Equal(t, "succeeded", p.Status, id)
-		charges := httpDo(t, "GET", c.sim+"/_sim/charges?reference="+id, "", "")
-		require.EqualValues(t, 1, charges.json(t)["count"], "one charge at the bank: %s", charges.Body)
+		n, _ := bankCharges(t, c.sim, id)
+		require.Equal(t, 1, n, "one charge at the bank: %s", id)
 	}
 	t.Logf("%d payments, %d of them after the kills", len(ids), len(ids)-before)
-	c.stop(t, descendants(c.cmd.Process.Pid))
+	c.stop(t, descendants(c.p.pid()))
 }
 
 // pay pays 1.00 TRY with key on api, retrying the same key through 503s, a key in use and lost
@@ -287,13 +244,13 @@ func (c *cluster) pay(api, key string) (string, error) {
 func (c *cluster) pid(t *testing.T, name string) int {
 	t.Helper()
 	pid := c.lastStart(name)
-	require.NotZero(t, pid, "kasa cluster logged no start of %s:\n%s", name, c.logs.String())
+	require.NotZero(t, pid, "kasa cluster logged no start of %s:\n%s", name, c.logs())
 	return pid
 }
 
 // lastStart is the pid kasa cluster last logged starting the named child with; 0 for none.
 func (c *cluster) lastStart(name string) int {
-	m := regexp.MustCompile(`msg="started `+name+`" pid=(\d+)`).FindAllStringSubmatch(c.logs.String(), -1)
+	m := regexp.MustCompile(`msg="started `+name+`" pid=(\d+)`).FindAllStringSubmatch(c.logs(), -1)
 	if len(m) == 0 {
 		return 0
 	}
@@ -306,13 +263,7 @@ func (c *cluster) lastStart(name string) int {
 func (c *cluster) stop(t *testing.T, children []int) {
 	t.Helper()
 	stopped := time.Now()
-	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-c.exited:
-		require.NoError(t, err, "kasa cluster exits 0 on SIGTERM:\n%s", c.logs.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("kasa cluster did not stop within 30s of SIGTERM:\n%s", c.logs.String())
-	}
+	c.p.stopCleanly(30 * time.Second)
 	t.Logf("kasa cluster: stopped %s after SIGTERM", time.Since(stopped).Round(time.Millisecond))
 	for _, pid := range children {
 		require.False(t, alive(pid), "child %d outlived kasa cluster", pid)
@@ -357,20 +308,8 @@ func alive(pid int) bool {
 	return err == nil && !strings.Contains(string(stat), ") Z ")
 }
 
-// clusterLog is kasa cluster's stderr, written by exec's copier while the test reads it.
-type clusterLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *clusterLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *clusterLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+// logs is what kasa cluster wrote, its banner and its log.
+func (c *cluster) logs() string {
+	b, _ := os.ReadFile(c.p.log)
+	return string(b)
 }

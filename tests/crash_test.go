@@ -288,20 +288,7 @@ func (s *crashStack) waitPayment(m merchant, id string, deadline time.Time) map[
 // simCharges is what the simulator moved for a reference: the count and the charge ids.
 func (s *crashStack) simCharges(reference string) (int, []string) {
 	s.t.Helper()
-	r := s.mustCall("GET", s.simURL()+"/_sim/charges?reference="+reference, "", "")
-	require.Equal(s.t, http.StatusOK, r.Status, "%s", r.Body)
-	var out struct {
-		Count   int `json:"count"`
-		Charges []struct {
-			ID string `json:"id"`
-		} `json:"charges"`
-	}
-	require.NoError(s.t, json.Unmarshal(r.Body, &out))
-	var ids []string
-	for _, c := range out.Charges {
-		ids = append(ids, c.ID)
-	}
-	return out.Count, ids
+	return bankCharges(s.t, s.simURL(), reference)
 }
 
 func (s *crashStack) simCount(reference string) int {
@@ -310,11 +297,7 @@ func (s *crashStack) simCount(reference string) int {
 	return n
 }
 
-func (s *crashStack) setFaults(rules string) {
-	s.t.Helper()
-	r := s.mustCall("PUT", s.simURL()+"/_sim/faults", "", rules)
-	require.Equal(s.t, http.StatusOK, r.Status, "%s", r.Body)
-}
+func (s *crashStack) setFaults(rules string) { s.t.Helper(); setBankFaults(s.t, s.simURL(), rules) }
 
 // waitFaultsUsed waits until every counted fault rule has been applied: the request it holds
 // (hang, delay) is then at the bank.
@@ -322,18 +305,7 @@ func (s *crashStack) waitFaultsUsed() {
 	s.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		r := s.mustCall("GET", s.simURL()+"/_sim/faults", "", "")
-		var out struct {
-			Rules []struct {
-				Remaining *int `json:"remaining"`
-			} `json:"rules"`
-		}
-		require.NoError(s.t, json.Unmarshal(r.Body, &out))
-		pending := false
-		for _, rule := range out.Rules {
-			pending = pending || (rule.Remaining != nil && *rule.Remaining > 0)
-		}
-		if !pending {
+		if bankFaultsLeft(s.t, s.simURL()) == 0 {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -7,11 +7,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +24,7 @@ import (
 	"github.com/kasa-pay/kasa/reconcile"
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/tools/banksim"
+	"github.com/kasa-pay/kasa/tools/kasaapi"
 	"github.com/kasa-pay/kasa/tools/testkit"
 	"github.com/kasa-pay/kasa/worker"
 	"github.com/kasa-pay/kasa/workflows"
@@ -150,26 +149,12 @@ var testClient = &http.Client{Timeout: 30 * time.Second}
 // httpCall is one HTTP request; a transport error is returned, not fatal (a process may be
 // down on purpose). Headers come in pairs.
 func httpCall(method, url, bearer, body string, headers ...string) (response, error) {
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		return response{}, err
-	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
+	var b []byte
 	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+		b = []byte(body)
 	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := testClient.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
+	r, err := kasaapi.Do(context.Background(), testClient, method, url, bearer, b, headers...)
+	return response(r), err
 }
 
 type merchant struct {
@@ -216,26 +201,11 @@ func (s *stack) account(m merchant, id string) map[string]any {
 // simCount is how many times the simulator moved money for a reference.
 func (s *stack) simCount(reference string) int {
 	s.t.Helper()
-	resp, err := http.Get(s.sim.URL + "/_sim/charges?reference=" + reference)
-	require.NoError(s.t, err)
-	defer resp.Body.Close()
-	var out struct {
-		Count int `json:"count"`
-	}
-	require.NoError(s.t, json.NewDecoder(resp.Body).Decode(&out))
-	return out.Count
+	n, _ := bankCharges(s.t, s.sim.URL, reference)
+	return n
 }
 
-func (s *stack) setFaults(rules string) {
-	s.t.Helper()
-	req, err := http.NewRequest("PUT", s.sim.URL+"/_sim/faults", strings.NewReader(rules))
-	require.NoError(s.t, err)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(s.t, err)
-	resp.Body.Close()
-	require.Equal(s.t, http.StatusOK, resp.StatusCode)
-}
+func (s *stack) setFaults(rules string) { s.t.Helper(); setBankFaults(s.t, s.sim.URL, rules) }
 
 // requireVerified runs `kasa verify`'s checks: no invariant may be violated after a scenario.
 func requireVerified(t *testing.T) {

@@ -145,7 +145,7 @@ func (s *multiStack) workflowTasks(m merchant, key string) (started, completed [
 }
 
 // identity is the Temporal identity of a kasa process: the SDK's default, pid@host@.
-func identity(p *proc) string { return strconv.Itoa(p.cmd.Process.Pid) + "@" }
+func identity(p *proc) string { return strconv.Itoa(p.pid()) + "@" }
 
 // whose names the process of an identity among procs, or "" for none of them.
 func whose(id string, procs map[string]*proc) string {
@@ -665,7 +665,7 @@ func TestMultiRelaysOneKilled(t *testing.T) {
 			mu.Unlock()
 		}})
 	heldFrom := func(p *proc) []string { // the events of the requests held from p
-		ports := localPorts(t, p.cmd.Process.Pid)
+		ports := localPorts(t, p.pid())
 		mu.Lock()
 		defer mu.Unlock()
 		var ids []string

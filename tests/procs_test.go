@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,49 +24,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/devenv"
 	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
-// kasaBuild is the kasa binary shared by every test of the run: built once while any test uses
-// it, removed when the last one is done.
-var kasaBuild struct {
-	sync.Mutex
-	dir, path string
-	users     int
-}
-
-// kasaBinary returns a kasa executable under dir (a hard link to the shared build), so that
+// kasaBinary returns a kasa executable under dir (a hard link to the package's build), so that
 // every process a test starts has dir in its command line and processesMentioning(dir) finds it.
 func kasaBinary(t *testing.T, dir string) string {
 	t.Helper()
-	kasaBuild.Lock()
-	defer kasaBuild.Unlock()
-	if kasaBuild.path == "" {
-		bdir, err := os.MkdirTemp("", "kasa-crash-bin-")
-		require.NoError(t, err)
-		path := filepath.Join(bdir, "kasa")
-		out, err := exec.Command("go", "build", "-o", path, "../cmd/kasa").CombinedOutput()
-		if err != nil {
-			os.RemoveAll(bdir)
-			t.Fatalf("go build ../cmd/kasa: %v\n%s", err, out)
-		}
-		kasaBuild.dir, kasaBuild.path = bdir, path
-	}
-	kasaBuild.users++
-	t.Cleanup(func() {
-		kasaBuild.Lock()
-		defer kasaBuild.Unlock()
-		if kasaBuild.users--; kasaBuild.users == 0 {
-			os.RemoveAll(kasaBuild.dir)
-			kasaBuild.dir, kasaBuild.path = "", ""
-		}
-	})
+	shared := testkit.KasaBinary(t)
 	// Not dir/kasa: the processes run in dir, and config.Load would read a file named "kasa" in
 	// the working directory as its YAML configuration (see the report of the crash tests).
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
 	bin := filepath.Join(dir, "bin", "kasa")
-	if err := os.Link(kasaBuild.path, bin); err != nil {
-		b, err := os.ReadFile(kasaBuild.path)
+	if err := os.Link(shared, bin); err != nil {
+		b, err := os.ReadFile(shared)
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(bin, b, 0o755))
 	}
@@ -92,16 +62,7 @@ func crashDir(t *testing.T) string {
 	return dir
 }
 
-// pidsMentioning lists the pids of live processes whose command line contains s.
-func pidsMentioning(s string) []int {
-	var pids []int
-	for _, p := range processesMentioning(s) {
-		if pid, err := strconv.Atoi(p[:strings.Index(p, ":")]); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
+var processesMentioning, pidsMentioning = devenv.ProcessesMentioning, devenv.PIDsMentioning
 
 // kasaEnv is the environment of a kasa process: ours only, never the developer's KASA_* settings.
 func kasaEnv(vars map[string]string) []string {
@@ -117,103 +78,90 @@ func kasaEnv(vars map[string]string) []string {
 	return out
 }
 
-// proc is one running kasa process.
+// proc is one running kasa process, started by the tools' process layer (devenv.Supervisor).
 type proc struct {
 	t    *testing.T
 	name string
-	cmd  *exec.Cmd
+	c    *devenv.Child
 	log  string
-	done chan struct{}
-	err  error // set when done is closed
+	from int64 // where this process's part of the log begins
 }
 
 // startProc runs `bin args...` in dir with env, logging to dir/<name>.log (appended across restarts).
 func startProc(t *testing.T, dir, bin, name string, env []string, args ...string) *proc {
 	t.Helper()
-	logPath := filepath.Join(dir, name+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	return startProcIn(t, dir, dir, bin, name, env, args...)
+}
+
+// startProcIn is startProc with the process's working directory apart: "" runs it in the
+// test's own, inside the repository, where kasa dev and kasa cluster find the tools of ./bin.
+func startProcIn(t *testing.T, workDir, dir, bin, name string, env []string, args ...string) *proc {
+	t.Helper()
+	s := devenv.NewSupervisor(dir, nil)
+	s.WorkDir = workDir
+	var from int64
+	if st, err := os.Stat(filepath.Join(dir, name+".log")); err == nil {
+		from = st.Size()
+	}
+	c, err := s.Start(name, env, bin, args...)
 	require.NoError(t, err)
-	fmt.Fprintf(f, "---- %s: %s %s\n", time.Now().Format(time.RFC3339Nano), name, strings.Join(args, " "))
-	cmd := exec.Command(bin, args...)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, f, f
-	require.NoError(t, cmd.Start())
-	p := &proc{t: t, name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
+	p := &proc{t: t, name: name, c: c, log: c.LogPath, from: from}
 	t.Cleanup(func() {
 		p.terminate()
 		if t.Failed() {
-			t.Logf("---- %s log (tail) ----\n%s", name, testkit.Tail(logPath, 40))
+			t.Logf("---- %s log (tail) ----\n%s", name, testkit.Tail(p.log, 40))
 		}
 	})
 	return p
 }
 
-// requireRunning fails the test when the process has exited, with its exit error and log (read
-// only once it has exited: p.err is written by the goroutine that waits for it).
+// pid is the process id of the process.
+func (p *proc) pid() int { return p.c.PID() }
+
+// requireRunning fails the test when the process has exited, with its exit error and log.
 func (p *proc) requireRunning(t *testing.T, what string) {
 	t.Helper()
 	if p.exited() {
-		t.Fatalf("%s: %s exited: %v\n%s", what, p.name, p.err, testkit.Tail(p.log, 30))
+		t.Fatalf("%s: %s exited: %v\n%s", what, p.name, p.c.Err(), testkit.Tail(p.log, 30))
 	}
 }
 
 // waitHTTP waits until url answers 200, failing at once if the process died.
 func (p *proc) waitHTTP(url string) {
 	p.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		p.requireRunning(p.t, "waiting for "+url)
-		if r, err := httpCall("GET", url, "", ""); err == nil && r.Status == http.StatusOK {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	p.t.Fatalf("%s never answered 200\n%s", url, testkit.Tail(p.log, 30))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(p.t, devenv.WaitHTTP(ctx, url, p.c))
 }
 
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *proc) exited() bool { return !p.c.Running() }
 
 // kill SIGKILLs the process and waits until it is gone: no deferred function, no graceful
 // shutdown, no flushed buffer.
 func (p *proc) kill() {
 	p.t.Helper()
 	p.requireRunning(p.t, "before the kill")
-	require.NoError(p.t, p.cmd.Process.Signal(syscall.SIGKILL))
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		p.t.Fatalf("%s did not die within 10s of SIGKILL", p.name)
-	}
+	require.NoError(p.t, p.c.Kill())
 	var exit *exec.ExitError
-	require.ErrorAs(p.t, p.err, &exit)
+	require.ErrorAs(p.t, p.c.Err(), &exit)
 	ws := exit.Sys().(syscall.WaitStatus)
-	require.True(p.t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "%s: %v", p.name, p.err)
+	require.True(p.t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "%s: %v", p.name, p.c.Err())
+}
+
+// stopCleanly sends SIGTERM and requires the process to exit 0 within the time given.
+func (p *proc) stopCleanly(within time.Duration) {
+	p.t.Helper()
+	require.NoError(p.t, syscall.Kill(p.pid(), syscall.SIGTERM))
+	select {
+	case <-p.c.Done():
+	case <-time.After(within):
+		p.t.Fatalf("%s did not stop within %s of SIGTERM\n%s", p.name, within, testkit.Tail(p.log, 30))
+	}
+	require.NoError(p.t, p.c.Err(), "%s must exit cleanly on SIGTERM\n%s", p.name, testkit.Tail(p.log, 30))
 }
 
 // terminate stops the process gracefully (SIGTERM), killing it after 15s.
-func (p *proc) terminate() {
-	if p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
+func (p *proc) terminate() { p.c.Stop(15 * time.Second) }
 
 // runKasa runs a one-shot kasa command and returns its combined output and exit code.
 func runKasa(t *testing.T, dir, bin string, env []string, args ...string) (string, int) {

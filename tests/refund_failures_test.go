@@ -655,13 +655,7 @@ func TestCrashWorkerKilledDuringRefund(t *testing.T) {
 // simRefundCount is how many times the stack's simulator moved money back for a reference.
 func (s *crashStack) simRefundCount(reference string) int {
 	s.t.Helper()
-	r := s.mustCall("GET", s.simURL()+"/_sim/refunds?reference="+reference, "", "")
-	require.Equal(s.t, http.StatusOK, r.Status, "%s", r.Body)
-	var out struct {
-		Count int `json:"count"`
-	}
-	require.NoError(s.t, json.Unmarshal(r.Body, &out))
-	return out.Count
+	return bankRefunds(s.t, s.simURL(), reference)
 }
 
 func (s *crashStack) refundOf(m merchant, id string) map[string]any {

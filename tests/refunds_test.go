@@ -19,14 +19,7 @@ import (
 // simRefunds is how many times the simulator moved money back for a refund's reference.
 func (s *stack) simRefunds(reference string) int {
 	s.t.Helper()
-	resp, err := http.Get(s.sim.URL + "/_sim/refunds?reference=" + reference)
-	require.NoError(s.t, err)
-	defer resp.Body.Close()
-	var out struct {
-		Count int `json:"count"`
-	}
-	require.NoError(s.t, json.NewDecoder(resp.Body).Decode(&out))
-	return out.Count
+	return bankRefunds(s.t, s.sim.URL, reference)
 }
 
 func (s *stack) refund(m merchant, paymentID, key, body string) response {

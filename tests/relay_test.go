@@ -66,6 +66,6 @@ func TestRelayProcessSurvivesKillAndStopsOnSIGTERM(t *testing.T) {
 	require.Contains(t, string(metrics.Body), "kasa_outbox_published_total")
 
 	relay.terminate()
-	require.NoError(t, relay.err, "kasa relay exits 0 on SIGTERM\n%s", testkit.Tail(relay.log, 30))
+	require.NoError(t, relay.c.Err(), "kasa relay exits 0 on SIGTERM\n%s", testkit.Tail(relay.log, 30))
 	s.verify()
 }

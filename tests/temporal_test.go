@@ -24,13 +24,14 @@ import (
 )
 
 // waitLog waits until p's log contains s, failing if p exits first.
+// waitLog waits until this process (not an earlier one of the name) has logged s.
 func (p *proc) waitLog(s string, within time.Duration) {
 	p.t.Helper()
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		b, err := os.ReadFile(p.log)
 		require.NoError(p.t, err)
-		if strings.Contains(string(b), s) {
+		if strings.Contains(string(b[min(p.from, int64(len(b))):]), s) {
 			return
 		}
 		p.requireRunning(p.t, "waiting for "+s+" in its log")
@@ -71,13 +72,13 @@ func TestWorkerWaitsForTemporal(t *testing.T) {
 	// A second worker told to stop while it waits ends at once, with exit 0.
 	w2 := startProc(t, s.dir, s.bin, "worker2", s.env(), "worker")
 	w2.waitLog("waiting for Temporal", 15*time.Second)
-	require.NoError(t, w2.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, syscall.Kill(w2.pid(), syscall.SIGTERM))
 	select {
-	case <-w2.done:
+	case <-w2.c.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("a waiting worker did not stop within 5s of SIGTERM")
 	}
-	require.NoError(t, w2.err, "exit status of a worker stopped while waiting\n%s", tailOf(w2))
+	require.NoError(t, w2.c.Err(), "exit status of a worker stopped while waiting\n%s", tailOf(w2))
 
 	s.startTemporal(context.Background())
 	s.api.waitHTTP(s.apiURL() + "/readyz") // ready means the worker polls
@@ -172,11 +173,11 @@ func TestTLSToAPlainServerFailsClearly(t *testing.T) {
 	s := newCrashStack(t, crashConfig{})
 	w := startProc(t, s.dir, s.bin, "worker", s.env("KASA_TEMPORAL_TLS_SERVER_NAME", "localhost"), "worker")
 	select {
-	case <-w.done:
+	case <-w.c.Done():
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the worker still runs 30s after a failed TLS handshake\n%s", tailOf(w))
 	}
-	require.Error(t, w.err)
+	require.Error(t, w.c.Err())
 	log := tailOf(w)
 	require.Contains(t, log, "kasa worker failed")
 	require.Contains(t, log, "handshake", "the log says the TLS handshake failed")

@@ -36,9 +36,7 @@ type PostgresOptions struct {
 type Postgres struct {
 	URL  string
 	Port int
-	cmd  *exec.Cmd
-	done chan error
-	log  *os.File
+	c    *Child
 }
 
 // StartPostgres initialises (once) and starts a cluster. As root it runs the server as the
@@ -86,26 +84,18 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	for _, kv := range o.Settings {
 		args = append(args, "-c", kv)
 	}
-	logFile, err := os.OpenFile(filepath.Join(filepath.Dir(dir), filepath.Base(dir)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// Its log is <dir>.log beside the data directory. SIGINT is its fast shutdown: abort the
+	// transactions, checkpoint, exit (SIGTERM would wait for every client to leave).
+	sup := NewSupervisor(filepath.Dir(dir), nil)
+	sup.StopSignal, sup.Credential = syscall.SIGINT, cred
+	c, err := sup.Start(filepath.Base(dir), os.Environ(), filepath.Join(bindir, "postgres"), args...)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(bindir, "postgres"), args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("start postgres: %w", err)
-	}
-	p := &Postgres{
-		URL:  fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", o.Port, o.Database),
-		Port: o.Port, cmd: cmd, done: make(chan error, 1), log: logFile,
-	}
-	go func() { p.done <- cmd.Wait() }()
-
-	if err := p.waitReady(ctx, bindir, dir); err != nil {
+	p := &Postgres{URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", o.Port, o.Database), Port: o.Port, c: c}
+	if err := p.waitReady(ctx, bindir); err != nil {
 		p.Stop()
-		return nil, fmt.Errorf("postgres did not become ready (log: %s): %w", logFile.Name(), err)
+		return nil, fmt.Errorf("postgres did not become ready (log: %s): %w\n%s", c.LogPath, err, c.Tail(15))
 	}
 	out, err := exec.CommandContext(ctx, filepath.Join(bindir, "createdb"), "-h", "127.0.0.1",
 		"-p", strconv.Itoa(o.Port), "-U", "postgres", o.Database).CombinedOutput()
@@ -117,7 +107,7 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	return p, nil
 }
 
-func (p *Postgres) waitReady(ctx context.Context, bindir, dir string) error {
+func (p *Postgres) waitReady(ctx context.Context, bindir string) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	for {
@@ -127,9 +117,8 @@ func (p *Postgres) waitReady(ctx context.Context, bindir, dir string) error {
 			return nil
 		}
 		select {
-		case err := <-p.done:
-			p.done <- err
-			return fmt.Errorf("postgres exited: %v", err)
+		case <-p.c.Done():
+			return fmt.Errorf("postgres exited: %v", p.c.Err())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -137,32 +126,19 @@ func (p *Postgres) waitReady(ctx context.Context, bindir, dir string) error {
 	}
 }
 
-// Stop asks for a fast shutdown (SIGINT: abort transactions, checkpoint, exit) and waits for it.
+// Stop asks for a fast shutdown (SIGINT: abort transactions, checkpoint, exit) and waits for it;
+// after 30 seconds the server is killed.
 func (p *Postgres) Stop() error {
-	defer p.log.Close()
-	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
+	p.c.Stop(30 * time.Second)
+	if err := p.c.Err(); err != nil {
+		return fmt.Errorf("postgres: %w", err)
 	}
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return errors.New("postgres did not stop within 30s; killed")
-	}
+	return nil
 }
 
 // Crash shuts the cluster down in immediate mode (SIGQUIT to the postmaster: every backend is
 // killed, nothing is checkpointed, the next start runs crash recovery), as a crash would.
-func (p *Postgres) Crash() error {
-	defer p.log.Close()
-	if err := p.cmd.Process.Signal(syscall.SIGQUIT); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
-	}
-	<-p.done
-	return nil
-}
+func (p *Postgres) Crash() error { return p.c.Down(syscall.SIGQUIT) }
 
 func postgresBinDir() (string, error) {
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {

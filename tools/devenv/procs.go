@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,13 +17,26 @@ import (
 	"time"
 )
 
-// Supervisor runs long-lived child processes, each logging to a file of its own, and stops them
-// all. A child that exits without being asked to is reported on Exited or, with Restart set,
-// logged and started again.
+// Supervisor is the one way kasa's tools run processes (kasa dev's and kasa cluster's children,
+// the soak's, the end-to-end tests', the benchmark's stack), with one rule for each event:
+//   - start: the child runs in its own process group (a terminal's Ctrl-C reaches only the
+//     parent, which stops the children in order), its output appended to LogDir/<name>.log;
+//   - parent death: the child gets its stop signal when the parent dies, however it dies, and
+//     stops as it would on Ctrl-C, its own children with it;
+//   - exit nobody asked for: recorded (Exits), then reported on Exited or, with Restart set,
+//     started again after a backoff;
+//   - stop: its stop signal, and SIGKILL to its whole group after a timeout; for good;
+//   - kill (or another signal that ends it, as a crash would): the child stays down until Resume.
 type Supervisor struct {
 	// LogDir holds <name>.log for every child; created when missing.
 	LogDir string
-	Logger *slog.Logger
+	// WorkDir is the children's working directory; empty: the parent's.
+	WorkDir string
+	// StopSignal asks a child to shut down; zero: SIGTERM. PostgreSQL's fast shutdown is SIGINT.
+	StopSignal syscall.Signal
+	// Credential, when set, is the OS user the children run as.
+	Credential *syscall.Credential
+	Logger     *slog.Logger
 	// Restart, when set, starts a child that exited on its own again (same binary, arguments and
 	// environment) after the wait it gives, as an orchestrator would, instead of reporting it.
 	Restart *Backoff
@@ -51,13 +65,16 @@ func (b Backoff) Next(prev, up time.Duration) time.Duration {
 type Child struct {
 	Name    string
 	LogPath string
+	sup     *Supervisor
 	env     []string
 	bin     string
 	args    []string
 	stop    chan struct{} // closed by Stop: no restart after it
 	mu      sync.Mutex
-	run     *run // the latest process
-	asked   bool // Stop was called: its exit is expected
+	run     *run     // the latest process
+	asked   bool     // Stop was called: its exit is expected
+	down    bool     // Kill was called, Resume not yet: its exit is expected
+	exits   []string // exits nobody asked for: "<time>: <status>"
 }
 
 // run is one process of a Child.
@@ -85,17 +102,23 @@ func (s *Supervisor) Start(name string, env []string, bin string, args ...string
 	if err != nil {
 		return nil, err
 	}
-	go s.watch(c)
+	go s.watch(c, c.run)
 	return c, nil
 }
 
-// watch reports each exit of c that nobody asked for, or starts c again after the backoff.
-func (s *Supervisor) watch(c *Child) {
+// watch follows r, c's process: it records an exit nobody asked for, then reports it or starts c
+// again after the backoff. It ends when c is stopped or killed.
+func (s *Supervisor) watch(c *Child, r *run) {
 	var wait time.Duration
 	for {
-		r := c.current()
 		<-r.done
-		if c.stopped() {
+		c.mu.Lock()
+		expected := c.asked || c.down
+		if !expected {
+			c.exits = append(c.exits, time.Now().UTC().Format(time.TimeOnly)+": "+exitText(r.err))
+		}
+		c.mu.Unlock()
+		if expected {
 			return
 		}
 		if s.Restart == nil {
@@ -111,15 +134,15 @@ func (s *Supervisor) watch(c *Child) {
 				return
 			case <-time.After(wait):
 			}
-			// Under the lock, so that a Stop either comes first or finds the new process.
+			// Under the lock, so that a Stop or a Kill either comes first or finds the new process.
 			c.mu.Lock()
-			if c.asked {
+			if c.asked || c.down {
 				c.mu.Unlock()
 				return
 			}
 			next, err := s.launch(c)
 			if err == nil {
-				c.run = next
+				c.run, r = next, next
 			}
 			c.mu.Unlock()
 			if err == nil {
@@ -153,7 +176,7 @@ func (s *Supervisor) spawn(name string, env []string, bin string, args ...string
 	if err := os.MkdirAll(s.LogDir, 0o755); err != nil {
 		return nil, err
 	}
-	c := &Child{Name: name, LogPath: filepath.Join(s.LogDir, name+".log"), env: env, bin: bin, args: args,
+	c := &Child{Name: name, LogPath: filepath.Join(s.LogDir, name+".log"), sup: s, env: env, bin: bin, args: args,
 		stop: make(chan struct{})}
 	r, err := s.launch(c)
 	if err != nil {
@@ -171,21 +194,29 @@ func (s *Supervisor) launch(c *Child) (*run, error) {
 	}
 	fmt.Fprintf(f, "---- %s: start %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), c.bin, strings.Join(c.args, " "))
 	cmd := exec.Command(c.bin, c.args...)
-	cmd.Env, cmd.Stdout, cmd.Stderr = c.env, f, f
-	// Its own process group, so that a terminal's Ctrl-C reaches only the supervisor, which stops
-	// the children in order; and killed with the supervisor should that die without stopping them.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start %s (%s): %w", c.Name, c.bin, err)
-	}
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = s.WorkDir, c.env, f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: s.stopSignal(), Credential: s.Credential}
 	r := &run{cmd: cmd, began: time.Now(), done: make(chan struct{})}
+	started := make(chan error, 1)
 	go func() {
+		// The kernel sends the parent-death signal when the thread that started the child ends,
+		// and Go ends a thread only when a goroutine locked to it returns: this one returns once
+		// the child has exited, so the signal comes when the parent process dies, and only then.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			f.Close()
+			started <- err
+			return
+		}
+		started <- nil
 		r.err = cmd.Wait()
 		fmt.Fprintf(f, "---- %s: %s exited: %v\n", time.Now().UTC().Format(time.RFC3339Nano), c.Name, exitText(r.err))
 		f.Close()
 		close(r.done)
 	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start %s (%s): %w", c.Name, c.bin, err)
+	}
 	s.Logger.Info("started "+c.Name, "pid", cmd.Process.Pid, "log", c.LogPath)
 	return r, nil
 }
@@ -194,12 +225,6 @@ func (c *Child) current() *run {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.run
-}
-
-func (c *Child) stopped() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.asked
 }
 
 // PID is the process id of the child's latest process.
@@ -211,8 +236,8 @@ func (c *Child) Err() error { r := c.current(); <-r.done; return r.err }
 // Done is closed when the child's latest process has exited.
 func (c *Child) Done() <-chan struct{} { return c.current().done }
 
-// Stop asks the child to end (SIGTERM), for good, and waits; after timeout its whole process
-// group is killed, so that nothing it started outlives it.
+// Stop asks the child to end (its stop signal), for good, and waits; after timeout its whole
+// process group is killed, so that nothing it started outlives it.
 func (c *Child) Stop(timeout time.Duration) {
 	c.mu.Lock()
 	if !c.asked {
@@ -221,13 +246,76 @@ func (c *Child) Stop(timeout time.Duration) {
 	}
 	r := c.run
 	c.mu.Unlock()
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	_ = r.cmd.Process.Signal(c.sup.stopSignal())
 	select {
 	case <-r.done:
 	case <-time.After(timeout):
 		_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
 		<-r.done
 	}
+}
+
+func (s *Supervisor) stopSignal() syscall.Signal {
+	if s.StopSignal == 0 {
+		return syscall.SIGTERM
+	}
+	return s.StopSignal
+}
+
+// Kill SIGKILLs the child's process and waits until it is gone: no deferred function, no
+// graceful shutdown. It stays down, neither restarted nor reported, until Resume.
+func (c *Child) Kill() error { return c.Down(syscall.SIGKILL) }
+
+// Down sends the child's process sig, which is to end it as a crash would (SIGKILL; SIGQUIT for
+// PostgreSQL's immediate shutdown), and waits until it is gone. It stays down, neither restarted
+// nor reported, until Resume.
+func (c *Child) Down(sig syscall.Signal) error {
+	c.mu.Lock()
+	c.down = true
+	r := c.run
+	c.mu.Unlock()
+	if err := r.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	select {
+	case <-r.done:
+		return nil
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("%s did not end within 30s of %v", c.Name, sig)
+	}
+}
+
+// Resume starts a killed child again; it does nothing to one that was not killed or was stopped.
+func (c *Child) Resume() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.down || c.asked {
+		return nil
+	}
+	r, err := c.sup.launch(c)
+	if err != nil {
+		return err
+	}
+	c.run, c.down = r, false
+	go c.sup.watch(c, r)
+	return nil
+}
+
+// Running says whether the child's latest process has not exited.
+func (c *Child) Running() bool {
+	select {
+	case <-c.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// Exits lists the exits nobody asked for (neither Stop nor Kill), "<time>: <status>" each.
+func (c *Child) Exits() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.exits...)
 }
 
 // StopAll stops the children in the given groups, one group after the other, the children of a
@@ -328,4 +416,41 @@ func StartNATS(ctx context.Context, s *Supervisor, bin, dir string, port, monito
 		return nil, errors.Join(errors.New("nats-server did not become ready"), err)
 	}
 	return c, nil
+}
+
+// ProcessesMentioning lists the live processes (not this one, not zombies) whose command line
+// contains s, as "<pid>: <command line>": what a test or a tool checks is left running.
+func ProcessesMentioning(s string) []string {
+	var found []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		line := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+		if !strings.Contains(line, s) {
+			continue
+		}
+		if stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); strings.Contains(string(stat), ") Z ") {
+			continue // a zombie already exited
+		}
+		found = append(found, e.Name()+": "+line)
+	}
+	return found
+}
+
+// PIDsMentioning is ProcessesMentioning's process ids.
+func PIDsMentioning(s string) []int {
+	var pids []int
+	for _, p := range ProcessesMentioning(s) {
+		if pid, err := strconv.Atoi(p[:strings.Index(p, ":")]); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -176,4 +177,79 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A killed child stays down, is neither restarted nor counted as an exit nobody asked for, and
+// Resume starts it again; an exit of its own is recorded.
+func TestSupervisorKillResume(t *testing.T) {
+	dir := t.TempDir()
+	s := NewSupervisor(dir, nil)
+	s.WorkDir = dir
+	s.Restart = &Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Reset: time.Minute}
+	child, err := s.Start("child", os.Environ(), "/bin/sh", "-c", "pwd > where; exec sleep 60")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { b, _ := os.ReadFile(filepath.Join(dir, "where")); return len(b) > 0 }, 5*time.Second, 10*time.Millisecond)
+	where, _ := os.ReadFile(filepath.Join(dir, "where"))
+	require.Equal(t, dir, strings.TrimSpace(string(where)), "the child runs in WorkDir")
+
+	first := child.PID()
+	require.NoError(t, child.Kill())
+	require.EqualError(t, child.Err(), "signal: killed")
+	time.Sleep(300 * time.Millisecond) // six restart waits
+	require.False(t, child.Running(), "a killed child stays down")
+	require.Equal(t, first, child.PID())
+	require.Empty(t, child.Exits())
+
+	require.NoError(t, child.Resume())
+	require.True(t, child.Running())
+	require.NotEqual(t, first, child.PID())
+	second := child.PID()
+	require.NoError(t, syscall.Kill(second, syscall.SIGKILL)) // not through Kill: an exit of its own
+	require.Eventually(t, func() bool { return child.PID() != second && child.Running() }, 5*time.Second, 10*time.Millisecond)
+	exits := child.Exits()
+	require.Len(t, exits, 1)
+	require.Contains(t, exits[0], "signal: killed")
+	s.StopAll(time.Second, []*Child{child})
+	require.NoError(t, child.Resume(), "a stopped child is not resumed")
+	require.False(t, child.Running())
+}
+
+// When the parent dies, however it dies, its children get SIGTERM: a supervisor in a helper
+// process (this test binary again) starts a child, and the helper is SIGKILLed.
+func TestSupervisorChildDiesWithItsParent(t *testing.T) {
+	if pidFile := os.Getenv("DEVENV_PARENT_DEATH_HELPER"); pidFile != "" {
+		s := NewSupervisor(filepath.Dir(pidFile), nil)
+		c, err := s.Start("orphan", os.Environ(), "/bin/sh", "-c", "trap 'echo terminated > "+pidFile+".term; exit 0' TERM; while :; do sleep 0.1; done")
+		if err != nil {
+			os.Exit(3)
+		}
+		time.Sleep(200 * time.Millisecond) // the shell has set its trap
+		_ = os.WriteFile(pidFile, []byte(strconv.Itoa(c.PID())), 0o644)
+		time.Sleep(time.Minute)
+		return
+	}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	helper := exec.Command(os.Args[0], "-test.run", "^TestSupervisorChildDiesWithItsParent$")
+	helper.Env = append(os.Environ(), "DEVENV_PARENT_DEATH_HELPER="+pidFile)
+	require.NoError(t, helper.Start())
+	var pid int
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(string(b))
+		return pid > 0
+	}, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, syscall.Kill(pid, 0), "the child runs")
+	require.NoError(t, helper.Process.Kill())
+	_ = helper.Wait()
+	require.Eventually(t, func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) || zombie(pid) },
+		10*time.Second, 10*time.Millisecond, "the child outlived its parent")
+	b, err := os.ReadFile(pidFile + ".term")
+	require.NoError(t, err, "the child got SIGTERM")
+	require.Equal(t, "terminated\n", string(b))
+}
+
+func zombie(pid int) bool {
+	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return strings.Contains(string(stat), ") Z ")
 }

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/template"
 	"time"
 
@@ -73,9 +72,7 @@ type TemporalServer struct {
 	pgPort  int
 	addr    string
 	config  string // the directory of the generated config
-	cmd     *exec.Cmd
-	done    chan error
-	log     *os.File
+	c       *Child // the latest process
 	stopped bool
 }
 
@@ -181,7 +178,7 @@ func (s *TemporalServer) Address() string { return s.addr }
 func (s *TemporalServer) Namespace() string { return s.opts.Namespace }
 
 // PID is the server process's id (to measure its CPU and memory).
-func (s *TemporalServer) PID() int { return s.cmd.Process.Pid }
+func (s *TemporalServer) PID() int { return s.c.PID() }
 
 // LogPath is the file the server writes its log to.
 func (s *TemporalServer) LogPath() string { return filepath.Join(s.opts.Dir, "temporal-server.log") }
@@ -193,19 +190,12 @@ func (s *TemporalServer) Stop() error {
 		return nil
 	}
 	s.stopped = true
-	defer s.log.Close()
 	defer os.Remove(pidFile(s.opts.Dir))
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
+	s.c.Stop(30 * time.Second)
+	if err := s.c.Err(); err != nil {
+		return fmt.Errorf("temporal server: %w", err)
 	}
-	select {
-	case <-s.done:
-		return nil
-	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		return errors.New("temporal server did not stop within 30s; killed")
-	}
+	return nil
 }
 
 // Crash kills the server (SIGKILL), as a crash would: its shards and membership are left for the
@@ -215,13 +205,8 @@ func (s *TemporalServer) Crash() error {
 		return nil
 	}
 	s.stopped = true
-	defer s.log.Close()
 	defer os.Remove(pidFile(s.opts.Dir))
-	if err := s.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
-	}
-	<-s.done
-	return nil
+	return s.c.Kill()
 }
 
 // Restart starts a stopped or crashed server again with the same configuration and ports, and
@@ -240,30 +225,21 @@ func (s *TemporalServer) start(ctx context.Context) error {
 	if err := s.forgetMembers(ctx); err != nil {
 		return err
 	}
-	logFile, err := os.OpenFile(s.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	sup := NewSupervisor(s.opts.Dir, nil)
+	sup.WorkDir = s.opts.Dir
+	env := os.Environ()
+	// The same reason as the dev server's (StartTemporal): rarer collections, a shorter tail.
+	if _, set := os.LookupEnv("GOGC"); !set {
+		env = append(env, "GOGC="+strconv.Itoa(RelaxedGOGC))
+	}
+	began := time.Now()
+	c, err := sup.Start("temporal-server", env, s.opts.ServerPath, "--root", s.opts.Dir, "--config", "config", "--env", "kasa",
+		"--allow-no-auth", "start")
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(s.opts.ServerPath, "--root", s.opts.Dir, "--config", "config", "--env", "kasa",
-		"--allow-no-auth", "start")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Dir = s.opts.Dir
-	// Its own process group: a terminal's Ctrl-C reaches the process that started it, which
-	// stops it in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = os.Environ()
-	// The same reason as the dev server's (StartTemporal): rarer collections, a shorter tail.
-	if _, set := os.LookupEnv("GOGC"); !set {
-		cmd.Env = append(cmd.Env, "GOGC="+strconv.Itoa(RelaxedGOGC))
-	}
-	began := time.Now()
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return fmt.Errorf("start temporal server (%s): %w", s.opts.ServerPath, err)
-	}
-	s.cmd, s.log, s.done, s.stopped = cmd, logFile, make(chan error, 1), false
-	go func() { s.done <- cmd.Wait() }()
-	if err := os.WriteFile(pidFile(s.opts.Dir), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+	s.c, s.stopped = c, false
+	if err := os.WriteFile(pidFile(s.opts.Dir), []byte(strconv.Itoa(c.PID())+"\n"), 0o644); err != nil {
 		_ = s.Crash()
 		return err
 	}
@@ -295,9 +271,8 @@ func (s *TemporalServer) waitReady(ctx context.Context) (serving time.Time, err 
 			}
 			last = fmt.Errorf("%s: %w", what, err)
 			select {
-			case err := <-s.done:
-				s.done <- err
-				return fmt.Errorf("temporal server exited (%v); last: %v", err, last)
+			case <-s.c.Done():
+				return fmt.Errorf("temporal server exited (%v); last: %v", s.c.Err(), last)
 			case <-ctx.Done():
 				return fmt.Errorf("%w; last: %v", ctx.Err(), last)
 			case <-time.After(200 * time.Millisecond):

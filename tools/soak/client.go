@@ -1,14 +1,15 @@
 package soak
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/tools/banksim"
+	"github.com/kasa-pay/kasa/tools/kasaapi"
 )
 
 // api is a small client of kasa's REST API and the simulator's control API.
@@ -24,29 +25,8 @@ type answer struct {
 }
 
 func (a *api) call(method, url, bearer string, body []byte, headers ...string) (answer, error) {
-	req, err := http.NewRequest(method, url, bytes.NewReader(body))
-	if err != nil {
-		return answer{}, err
-	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := a.http.Do(req)
-	if err != nil {
-		return answer{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return answer{}, err
-	}
-	return answer{status: resp.StatusCode, header: resp.Header, body: b}, nil
+	r, err := kasaapi.Do(context.Background(), a.http, method, url, bearer, body, headers...)
+	return answer{status: r.Status, header: r.Header, body: r.Body}, err
 }
 
 // admin calls the admin API and decodes a 2xx answer into out.
@@ -109,51 +89,18 @@ func (a *api) account(apiKey, id string) (balance, reserved string, err error) {
 	return acct.Balance, acct.Reserved, err
 }
 
-// simCharges is GET /_sim/charges?reference=: how many times money moved, and the charge ids.
+// bank is the simulator's control API.
+func (a *api) bank() banksim.Control { return banksim.Control{URL: a.sim, Client: a.http} }
+
+// simCharges is how many times money moved for reference, and the succeeded charges' ids.
 func (a *api) simCharges(reference string) (int, []string, error) {
-	r, err := a.call("GET", a.sim+"/_sim/charges?reference="+reference, "", nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	if r.status != http.StatusOK {
-		return 0, nil, fmt.Errorf("sim charges: %d %s", r.status, r.body)
-	}
-	var out struct {
-		Count   int `json:"count"`
-		Charges []struct {
-			ID     string `json:"id"`
-			Status string `json:"status"`
-		} `json:"charges"`
-	}
-	if err := json.Unmarshal(r.body, &out); err != nil {
-		return 0, nil, err
-	}
-	var ids []string
-	for _, c := range out.Charges {
-		if c.Status == "succeeded" {
-			ids = append(ids, c.ID)
-		}
-	}
-	return out.Count, ids, nil
+	m, err := a.bank().Charges(context.Background(), reference)
+	return m.Count, m.Succeeded, err
 }
 
 // setBankRules replaces the simulator's fault rules; none clears them.
-func (a *api) setBankRules(rules []map[string]any) error {
-	var r answer
-	var err error
-	if len(rules) == 0 {
-		r, err = a.call("DELETE", a.sim+"/_sim/faults", "", nil)
-	} else {
-		b, _ := json.Marshal(map[string]any{"rules": rules})
-		r, err = a.call("PUT", a.sim+"/_sim/faults", "", b)
-	}
-	if err != nil {
-		return err
-	}
-	if r.status/100 != 2 {
-		return fmt.Errorf("sim faults: %d %s", r.status, r.body)
-	}
-	return nil
+func (a *api) setBankRules(rules ...banksim.Rule) error {
+	return a.bank().SetFaults(context.Background(), rules...)
 }
 
 // waitOK polls url until it answers 200 or the deadline passes.

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kasa-pay/kasa/tools/banksim"
 	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
@@ -96,7 +97,8 @@ type stack struct {
 	pg       *postgres
 	tmp      *temporal
 	links    *links
-	children map[string]*child
+	procs    *devenv.Supervisor
+	children map[string]*devenv.Child
 	api      *api
 	hook     *receiver
 	dbURL    string // direct, for the tools (migrate, verify, reconcile)
@@ -111,7 +113,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if o.Binary == "" {
 		return nil, errors.New("soak: no kasa binary")
 	}
-	s := &stack{o: o, log: &lockedWriter{w: o.Log}, children: map[string]*child{}}
+	s := &stack{o: o, log: &lockedWriter{w: o.Log}, children: map[string]*devenv.Child{}}
 	keep := o.Dir != ""
 	if o.Dir == "" {
 		d, err := os.MkdirTemp("", "kasa-soak-")
@@ -179,7 +181,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		return nil, ErrInterrupted
 	}
 	for name, c := range s.children {
-		if exits := c.unplannedExits(); len(exits) > 0 {
+		if exits := c.Exits(); len(exits) > 0 {
 			if rep.UnplannedExits == nil {
 				rep.UnplannedExits = map[string][]string{}
 			}
@@ -277,23 +279,21 @@ func (s *stack) up(ctx context.Context) error {
 	for i := 1; i <= workers; i++ {
 		names = append(names, fmt.Sprintf("worker-%d", i))
 	}
+	// A process that exits on its own is started again, and its exit is reported.
+	s.procs = devenv.NewSupervisor(s.dir, nil)
+	s.procs.WorkDir, s.procs.Restart = s.dir, &devenv.DefaultBackoff
+	var all []*devenv.Child
 	for _, name := range names {
 		cmd, _, _ := strings.Cut(name, "-")
-		c := newChild(name, s.o.Binary, s.dir, env, cmd)
-		s.children[name] = c
-		if err := c.start(); err != nil {
+		c, err := s.procs.Start(name, env, s.o.Binary, cmd)
+		if err != nil {
 			return err
 		}
+		s.children[name] = c
+		all = append(all, c)
 	}
 	// Registered after the servers' stops: the processes stop first.
-	s.stops = append(s.stops, func() {
-		var wg sync.WaitGroup
-		for _, c := range s.children {
-			wg.Add(1)
-			go func() { defer wg.Done(); c.stop() }()
-		}
-		wg.Wait()
-	})
+	s.stops = append(s.stops, func() { s.procs.StopAll(15*time.Second, all) })
 	if err := s.api.waitOK(s.api.sim+"/_sim/healthz", time.Minute); err != nil {
 		return err
 	}
@@ -395,11 +395,11 @@ func (s *stack) inject(ctx context.Context, f Fault) error {
 	switch f.Kind {
 	case KillWorker, KillAPI, KillRelay:
 		c := s.children[f.Target]
-		if err := c.kill(); err != nil {
+		if err := c.Kill(); err != nil {
 			return err
 		}
 		wait()
-		return c.resume()
+		return c.Resume()
 	case RestartPostgres:
 		if err := s.pg.crash(); err != nil {
 			return err
@@ -413,15 +413,11 @@ func (s *stack) inject(ctx context.Context, f Fault) error {
 		wait()
 		return retry(context.WithoutCancel(ctx), s.tmp.start)
 	case BankFault:
-		rule := map[string]any{"on": f.On, "action": f.Action, "probability": f.Probability}
-		if f.DelayMS > 0 {
-			rule["delay_ms"] = f.DelayMS
-		}
-		if err := s.api.setBankRules([]map[string]any{rule}); err != nil {
+		if err := s.api.setBankRules(banksim.Rule{On: f.On, Action: f.Action, Probability: &f.Probability, DelayMS: f.DelayMS}); err != nil {
 			return err
 		}
 		wait()
-		return s.api.setBankRules(nil)
+		return s.api.setBankRules()
 	case NetFault:
 		if err := s.links.inject(f); err != nil {
 			return err
@@ -436,7 +432,7 @@ func (s *stack) inject(ctx context.Context, f Fault) error {
 // heal makes sure nothing is left broken after the faults: the bank answers normally, the links
 // carry no toxic, PostgreSQL, Temporal and every process run, and the API is ready.
 func (s *stack) heal(ctx context.Context) error {
-	if err := s.api.setBankRules(nil); err != nil {
+	if err := s.api.setBankRules(); err != nil {
 		return fmt.Errorf("clear the bank's faults: %w", err)
 	}
 	for _, name := range []string{LinkPostgres, LinkBank} {
@@ -453,7 +449,7 @@ func (s *stack) heal(ctx context.Context) error {
 		}
 	}
 	for _, c := range s.children {
-		if err := c.resume(); err != nil {
+		if err := c.Resume(); err != nil {
 			return err
 		}
 	}

@@ -19,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/tools/testkit"
+
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/tools/banksim"
 )
@@ -87,14 +89,15 @@ func TestBankActionsAreTheSimulators(t *testing.T) {
 	a := &api{sim: srv.URL, http: srv.Client()}
 	for _, act := range BankActions {
 		for _, on := range act.On {
-			rule := map[string]any{"on": on, "action": act.Name, "probability": 0.5}
+			half := 0.5
+			rule := banksim.Rule{On: on, Action: act.Name, Probability: &half}
 			if act.Delay {
-				rule["delay_ms"] = int(act.MinDelay.Milliseconds())
+				rule.DelayMS = int(act.MinDelay.Milliseconds())
 			}
-			require.NoError(t, a.setBankRules([]map[string]any{rule}), "%s on %s", act.Name, on)
+			require.NoError(t, a.setBankRules(rule), "%s on %s", act.Name, on)
 		}
 	}
-	require.NoError(t, a.setBankRules(nil))
+	require.NoError(t, a.setBankRules())
 }
 
 // fakeKasa answers what the checks ask kasa and the simulator, from a state the test breaks.
@@ -239,28 +242,9 @@ func TestChecksFindViolations(t *testing.T) {
 	}
 }
 
-// kasaBinary builds cmd/kasa once for the package's tests.
-var kasaBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "kasa-soak-bin-")
-	if err != nil {
-		return "", err
-	}
-	binDir = dir
-	path := filepath.Join(dir, "kasa")
-	if out, err := exec.Command("go", "build", "-o", path, "../../cmd/kasa").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ../../cmd/kasa: %v\n%s", err, out)
-	}
-	return path, nil
-})
-
-// binDir is where kasaBinary built it, removed after the tests.
-var binDir string
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	testkit.RemoveKasaBinary()
 	os.Exit(code)
 }
 
@@ -273,8 +257,7 @@ const shortSeed = 279
 // provider has neither idempotency nor inquiry, so that a lost answer parks the payment as
 // unknown and the settlement file has work to do.
 func TestShortSoak(t *testing.T) {
-	bin, err := kasaBinary()
-	require.NoError(t, err)
+	bin := testkit.KasaBinary(t)
 	var log bytes.Buffer
 	start := time.Now()
 	rep, err := Run(context.Background(), Options{Binary: bin, Duration: time.Minute, Seed: shortSeed, Rate: 4,
@@ -297,8 +280,8 @@ func TestShortSoak(t *testing.T) {
 
 // SIGTERM to `kasa soak` stops every process it started and exits 2 without a verdict.
 func TestSoakStopsOnSIGTERM(t *testing.T) {
-	bin, err := kasaBinary()
-	require.NoError(t, err)
+	bin := testkit.KasaBinary(t)
+	var err error
 	dir := filepath.Join(t.TempDir(), "soak")
 	cmd := exec.Command(bin, "soak", "--duration", "10m", "--seed", "1", "--dir", dir, "--out", "")
 	var out lockedBuffer

@@ -50,7 +50,9 @@ type Env struct {
 // Main is a package's TestMain: it starts the infrastructure, hands it to setup (which keeps
 // what the tests use in package variables), runs the tests, stops everything and exits.
 func Main(m *testing.M, o Options, setup func(*Env)) {
-	os.Exit(run(m, o, setup))
+	code := run(m, o, setup)
+	RemoveKasaBinary()
+	os.Exit(code)
 }
 
 func run(m *testing.M, o Options, setup func(*Env)) int {

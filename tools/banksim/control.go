@@ -1,0 +1,138 @@
+package banksim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Control is a client of a running simulator's control API (/_sim): what the end-to-end tests,
+// the soak and the benchmark ask the bank and tell it. Its zero Client is http.DefaultClient.
+type Control struct {
+	URL    string // the simulator's base URL, http://host:port
+	Client *http.Client
+}
+
+// Moved is what the bank did for one reference: how many times money moved, the late bookings
+// still to come, and the ids of the charges or refunds that succeeded.
+type Moved struct {
+	Count     int
+	Pending   int
+	Succeeded []string
+}
+
+// Rule is one fault rule of PUT /_sim/faults (docs/tools.md, "The bank simulator").
+type Rule struct {
+	On          string   `json:"on"`
+	Action      string   `json:"action"`
+	DelayMS     int      `json:"delay_ms,omitempty"`
+	Count       *int     `json:"count,omitempty"`
+	Probability *float64 `json:"probability,omitempty"`
+}
+
+// Charges is GET /_sim/charges?reference=.
+func (c Control) Charges(ctx context.Context, reference string) (Moved, error) {
+	return c.moved(ctx, "charges", reference)
+}
+
+// Refunds is GET /_sim/refunds?reference=.
+func (c Control) Refunds(ctx context.Context, reference string) (Moved, error) {
+	return c.moved(ctx, "refunds", reference)
+}
+
+func (c Control) moved(ctx context.Context, kind, reference string) (Moved, error) {
+	var out struct {
+		Count   *int `json:"count"`
+		Pending int  `json:"pending"`
+		Charges []struct {
+			ID, Status string
+		} `json:"charges"`
+		Refunds []struct {
+			ID, Status string
+		} `json:"refunds"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/_sim/"+kind+"?reference="+url.QueryEscape(reference), nil, &out); err != nil {
+		return Moved{}, err
+	}
+	if out.Count == nil {
+		return Moved{}, fmt.Errorf("banksim: %s of %s: an answer without count", kind, reference)
+	}
+	m := Moved{Count: *out.Count, Pending: out.Pending}
+	for _, r := range append(out.Charges, out.Refunds...) {
+		if r.Status == "succeeded" {
+			m.Succeeded = append(m.Succeeded, r.ID)
+		}
+	}
+	return m, nil
+}
+
+// SetFaults replaces the fault rules; no rules clears them.
+func (c Control) SetFaults(ctx context.Context, rules ...Rule) error {
+	if len(rules) == 0 {
+		return c.do(ctx, http.MethodDelete, "/_sim/faults", nil, nil)
+	}
+	b, err := json.Marshal(map[string][]Rule{"rules": rules})
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodPut, "/_sim/faults", b, nil)
+}
+
+// Remaining is how many more requests the counted fault rules will hit, together.
+func (c Control) Remaining(ctx context.Context) (int, error) {
+	var out struct {
+		Rules []struct {
+			Remaining *int `json:"remaining"`
+		} `json:"rules"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/_sim/faults", nil, &out); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range out.Rules {
+		if r.Remaining != nil {
+			n += *r.Remaining
+		}
+	}
+	return n, nil
+}
+
+// do sends one request and decodes a 2xx answer into out (when not nil); another status is an
+// error quoting the body.
+func (c Control) do(ctx context.Context, method, path string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.URL, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	hc := c.Client
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("banksim: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("banksim: %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("banksim: %s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(b))
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("banksim: %s %s: %w", method, path, err)
+	}
+	return nil
+}
