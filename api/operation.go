@@ -41,6 +41,60 @@ type op struct {
 	start          func(ctx context.Context) (runID string, err error)
 }
 
+// creation is one parsed create request of a kind: its canonical hash, and the store call that
+// begins it (or finds the key's record).
+type creation struct {
+	hash  string
+	begin func(ctx context.Context) (store.Record, op, store.Began, error)
+}
+
+// create is the idempotent create path every kind of operation shares: the key, the body, a
+// replay from memory, the store's begin, then the answer of an existing record or the new
+// operation's run. parse turns the body into the kind's creation.
+func (s *Server) create(c *gin.Context, k opKind, scope store.Scope, parse func(merchantID uuid.UUID, key string, body []byte) (creation, error)) {
+	if !s.queryOK(c) {
+		return
+	}
+	m := merchantOf(c)
+	key, err := idempotencyKey(c)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	body, err := readJSONBody(c)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	req, err := parse(m.ID, key, body)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	// Most repeated keys are retries of finished operations, answered from memory. Begin answers
+	// the others in the same round trip that decides a new key's owner.
+	if rec, ok := s.replays.get(m.ID, scope, key); ok {
+		s.answerExisting(c, k, rec, req.hash)
+		return
+	}
+	start := time.Now()
+	rec, o, began, err := req.begin(c.Request.Context())
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if began == store.BeganRaced {
+		s.metrics.conflicts.WithLabelValues("idempotency_records_pkey").Inc()
+	}
+	if began != store.BeganNew {
+		s.replays.put(rec)
+		s.answerExisting(c, k, rec, req.hash)
+		return
+	}
+	s.metrics.idempotency.WithLabelValues("new").Inc()
+	s.run(c, k, o, start)
+}
+
 // answerExisting answers a request whose key was seen before, without executing anything again.
 func (s *Server) answerExisting(c *gin.Context, k opKind, rec store.Record, hash string) {
 	ctx := c.Request.Context()

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"io"
 	"mime"
@@ -8,7 +9,6 @@ import (
 	"net/url"
 	"slices"
 	"sort"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
@@ -19,55 +19,23 @@ import (
 
 // createPayment implements POST /v1/payments: every row of the answers table in docs/openapi.yaml.
 func (s *Server) createPayment(c *gin.Context) {
-	if !s.queryOK(c) {
-		return
-	}
-	ctx := c.Request.Context()
-	m := merchantOf(c)
-	key, err := idempotencyKey(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	body, err := readJSONBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	req, err := payment.ParseRequest(body)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	// Most repeated keys are retries of finished payments, answered from memory. Begin answers
-	// the others in the same round trip that decides a new key's owner.
-	if rec, ok := s.replays.get(m.ID, store.ScopePayment, key); ok {
-		s.answerExisting(c, s.payments, rec, req.Hash())
-		return
-	}
-	start := time.Now()
-	rec, p, began, err := s.Store.Begin(ctx, store.BeginInput{
-		MerchantID: m.ID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease,
+	s.create(c, s.payments, store.ScopePayment, func(merchantID uuid.UUID, key string, body []byte) (creation, error) {
+		req, err := payment.ParseRequest(body)
+		if err != nil {
+			return creation{}, err
+		}
+		return creation{hash: req.Hash(), begin: func(ctx context.Context) (store.Record, op, store.Began, error) {
+			rec, p, began, err := s.Store.Begin(ctx, store.BeginInput{
+				MerchantID: merchantID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease,
+			})
+			var dup *payment.DuplicatePaymentError
+			if errors.As(err, &dup) {
+				s.metrics.idempotency.WithLabelValues("duplicate_payment").Inc()
+				s.metrics.conflicts.WithLabelValues("payments_business_key").Inc()
+			}
+			return rec, s.payments.op(p), began, err
+		}}, nil
 	})
-	var dup *payment.DuplicatePaymentError
-	if errors.As(err, &dup) {
-		s.metrics.idempotency.WithLabelValues("duplicate_payment").Inc()
-		s.metrics.conflicts.WithLabelValues("payments_business_key").Inc()
-	}
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	if began == store.BeganRaced {
-		s.metrics.conflicts.WithLabelValues("idempotency_records_pkey").Inc()
-	}
-	if began != store.BeganNew {
-		s.replays.put(rec)
-		s.answerExisting(c, s.payments, rec, req.Hash())
-		return
-	}
-	s.metrics.idempotency.WithLabelValues("new").Inc()
-	s.run(c, s.payments, s.payments.op(p), start)
 }
 
 func (s *Server) getPayment(c *gin.Context) {

@@ -20,54 +20,22 @@ var refundListParams = []string{"limit", "starting_after"}
 // createRefund implements POST /v1/payments/{id}/refunds with the answers of POST /v1/payments:
 // the same key rules in the refund key space, and the refundability answers of the store.
 func (s *Server) createRefund(c *gin.Context) {
-	if !s.queryOK(c) {
-		return
-	}
-	ctx := c.Request.Context()
-	m := merchantOf(c)
-	key, err := idempotencyKey(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	body, err := readJSONBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	req, err := payment.ParseRefundRequest(body)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	paymentID, err := uuid.Parse(c.Param("id"))
-	if err != nil {
-		s.writeError(c, payment.ErrNotFound)
-		return
-	}
-	hash := req.Hash(paymentID)
-	if rec, ok := s.replays.get(m.ID, store.ScopeRefund, key); ok {
-		s.answerExisting(c, s.refunds, rec, hash)
-		return
-	}
-	start := time.Now()
-	rec, r, began, err := s.Store.BeginRefund(ctx, store.BeginRefundInput{
-		MerchantID: m.ID, PaymentID: paymentID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease,
+	s.create(c, s.refunds, store.ScopeRefund, func(merchantID uuid.UUID, key string, body []byte) (creation, error) {
+		req, err := payment.ParseRefundRequest(body)
+		if err != nil {
+			return creation{}, err
+		}
+		paymentID, err := uuid.Parse(c.Param("id"))
+		if err != nil {
+			return creation{}, payment.ErrNotFound
+		}
+		return creation{hash: req.Hash(paymentID), begin: func(ctx context.Context) (store.Record, op, store.Began, error) {
+			rec, r, began, err := s.Store.BeginRefund(ctx, store.BeginRefundInput{
+				MerchantID: merchantID, PaymentID: paymentID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease,
+			})
+			return rec, s.refunds.op(r), began, err
+		}}, nil
 	})
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	if began == store.BeganRaced {
-		s.metrics.conflicts.WithLabelValues("idempotency_records_pkey").Inc()
-	}
-	if began != store.BeganNew {
-		s.replays.put(rec)
-		s.answerExisting(c, s.refunds, rec, hash)
-		return
-	}
-	s.metrics.idempotency.WithLabelValues("new").Inc()
-	s.run(c, s.refunds, s.refunds.op(r), start)
 }
 
 // getRefund is GET /v1/refunds/{id}; another merchant's refund does not exist for this one.
