@@ -357,17 +357,88 @@ func (h *harness) offsets(name string) []time.Duration {
 	return out
 }
 
-type paymentCase struct {
+// workflowCase is one case of a workflow's table-driven tests, for either kind of operation.
+type workflowCase[In, Out any] struct {
 	name  string
-	in    workflows.PaymentInput
+	in    In
 	setup func(h *harness)
 
-	want workflows.PaymentResult
+	want Out
 	// Exact number of calls per activity; activities not listed must not be called.
 	calls map[string]int
 	// PaymentStatus search attribute upserts, in order (the start value is "processing").
 	statuses []string
 	check    func(t *testing.T, h *harness)
+}
+
+type (
+	paymentCase = workflowCase[workflows.PaymentInput, workflows.PaymentResult]
+	refundCase  = workflowCase[workflows.RefundInput, workflows.RefundWorkflowResult]
+)
+
+// opKind is what the case runner needs of one kind of operation: a row, not a copy of the runner.
+type opKind[In, Out any] struct {
+	run      func(h *harness, in In) Out
+	setLocal func(in *In, local bool)
+	// inputs are the inputs the called activities must get; outcome reads a result.
+	inputs  func(in In) map[string]any
+	outcome func(out Out) (status, providerRef, failureCode string)
+	// finished is the step that ends a succeeded (ref) or a failed (failure code) operation, and
+	// its input.
+	succeeded func(ref string) (string, any)
+	failed    func(code string) (string, any)
+}
+
+var paymentKind = opKind[workflows.PaymentInput, workflows.PaymentResult]{
+	run:      (*harness).run,
+	setLocal: func(in *workflows.PaymentInput, local bool) { in.LocalSteps = local },
+	inputs: func(in workflows.PaymentInput) map[string]any {
+		return map[string]any{
+			workflows.ActivityReserveFunds: opID, workflows.ActivityReserve: opID, workflows.ActivityCharge: wantChargeInput(in),
+			workflows.ActivityInquire: opID, workflows.ActivityMarkUnknown: opID,
+		}
+	},
+	outcome: func(r workflows.PaymentResult) (string, string, string) {
+		return r.Status, r.ProviderReference, r.FailureCode
+	},
+	succeeded: func(ref string) (string, any) {
+		return workflows.ActivityFinalize, workflows.FinalizeInput{OperationID: opID, ProviderReference: ref}
+	},
+	failed: func(code string) (string, any) {
+		return workflows.ActivityRelease, workflows.ReleaseInput{OperationID: opID, FailureCode: code}
+	},
+}
+
+// runCases runs every case with local steps and with regular activities, and checks the effects
+// every case promises beside its own checks.
+func runCases[In, Out any](t *testing.T, k opKind[In, Out], cases []workflowCase[In, Out]) {
+	t.Helper()
+	stepKinds(t, func(t *testing.T, local bool) {
+		for _, tc := range cases {
+			k.setLocal(&tc.in, local)
+			t.Run(tc.name, func(t *testing.T) {
+				h := newHarness(t)
+				if tc.setup != nil {
+					tc.setup(h)
+				}
+				res := k.run(h, tc.in)
+				require.Equal(t, tc.want, res)
+				status, ref, code := k.outcome(tc.want)
+				h.requireEffects(t, tc.calls, k.inputs(tc.in), tc.statuses, status)
+				if status == statusSucceeded {
+					name, in := k.succeeded(ref)
+					h.env.AssertActivityCalled(t, name, mock.Anything, in)
+				}
+				if status == statusFailed {
+					name, in := k.failed(code)
+					h.env.AssertActivityCalled(t, name, mock.Anything, in)
+				}
+				if tc.check != nil {
+					tc.check(t, h)
+				}
+			})
+		}
+	})
 }
 
 // stepKinds runs the cases with local steps (every new workflow) and with regular activities
@@ -399,37 +470,7 @@ func (h *harness) requireEffects(t *testing.T, calls map[string]int, inputs map[
 	require.Equal(t, status, h.queryStatus(), "status query after completion")
 }
 
-func runPaymentCases(t *testing.T, cases []paymentCase) {
-	t.Helper()
-	stepKinds(t, func(t *testing.T, local bool) {
-		for _, tc := range cases {
-			tc.in.LocalSteps = local
-			t.Run(tc.name, func(t *testing.T) {
-				h := newHarness(t)
-				if tc.setup != nil {
-					tc.setup(h)
-				}
-				res := h.run(tc.in)
-				require.Equal(t, tc.want, res)
-				h.requireEffects(t, tc.calls, map[string]any{
-					workflows.ActivityReserveFunds: opID, workflows.ActivityReserve: opID, workflows.ActivityCharge: wantChargeInput(tc.in),
-					workflows.ActivityInquire: opID, workflows.ActivityMarkUnknown: opID,
-				}, tc.statuses, tc.want.Status)
-				if tc.want.Status == statusSucceeded {
-					h.env.AssertActivityCalled(t, workflows.ActivityFinalize, mock.Anything,
-						workflows.FinalizeInput{OperationID: opID, ProviderReference: tc.want.ProviderReference})
-				}
-				if tc.want.Status == statusFailed {
-					h.env.AssertActivityCalled(t, workflows.ActivityRelease, mock.Anything,
-						workflows.ReleaseInput{OperationID: opID, FailureCode: tc.want.FailureCode})
-				}
-				if tc.check != nil {
-					tc.check(t, h)
-				}
-			})
-		}
-	})
-}
+func runPaymentCases(t *testing.T, cases []paymentCase) { t.Helper(); runCases(t, paymentKind, cases) }
 
 func TestPaymentWorkflowDefiniteOutcomes(t *testing.T) {
 	runPaymentCases(t, []paymentCase{

@@ -55,51 +55,27 @@ func wantSend(c workflows.Capability, send int) workflows.SendRefundInput {
 	}
 }
 
-type refundCase struct {
-	name  string
-	in    workflows.RefundInput
-	setup func(h *harness)
-
-	want workflows.RefundWorkflowResult
-	// Exact calls per refund activity; those not listed must not be called.
-	calls    map[string]int
-	statuses []string // PaymentStatus upserts in order (the start value is "processing")
-	check    func(t *testing.T, h *harness)
-}
-
-// runRefundCases runs every case with local steps (every refund RefundInputFor builds) and with
-// regular activities.
-func runRefundCases(t *testing.T, cases []refundCase) {
-	t.Helper()
-	stepKinds(t, func(t *testing.T, local bool) {
-		for _, tc := range cases {
-			tc.in.LocalSteps = local
-			t.Run(tc.name, func(t *testing.T) {
-				h := newHarness(t)
-				if tc.setup != nil {
-					tc.setup(h)
-				}
-				res := h.runRefund(tc.in)
-				require.Equal(t, tc.want, res)
-				h.requireEffects(t, tc.calls, map[string]any{
-					workflows.ActivityHoldRefundForRun: refundID, workflows.ActivitySendRefund: wantSend(tc.in.Capability, 1),
-					workflows.ActivityInquireRefund: refundID, workflows.ActivityMarkRefundUnknown: refundID,
-				}, tc.statuses, tc.want.Status)
-				if tc.want.Status == statusSucceeded {
-					h.env.AssertActivityCalled(t, workflows.ActivityPostRefund, mock.Anything,
-						workflows.PostRefundInput{OperationID: refundID, ProviderReference: tc.want.ProviderReference})
-				}
-				if tc.want.Status == statusFailed {
-					h.env.AssertActivityCalled(t, workflows.ActivityReleaseRefund, mock.Anything,
-						workflows.ReleaseRefundInput{OperationID: refundID, FailureCode: tc.want.FailureCode})
-				}
-				if tc.check != nil {
-					tc.check(t, h)
-				}
-			})
+var refundKind = opKind[workflows.RefundInput, workflows.RefundWorkflowResult]{
+	run:      (*harness).runRefund,
+	setLocal: func(in *workflows.RefundInput, local bool) { in.LocalSteps = local },
+	inputs: func(in workflows.RefundInput) map[string]any {
+		return map[string]any{
+			workflows.ActivityHoldRefundForRun: refundID, workflows.ActivitySendRefund: wantSend(in.Capability, 1),
+			workflows.ActivityInquireRefund: refundID, workflows.ActivityMarkRefundUnknown: refundID,
 		}
-	})
+	},
+	outcome: func(r workflows.RefundWorkflowResult) (string, string, string) {
+		return r.Status, r.ProviderReference, r.FailureCode
+	},
+	succeeded: func(ref string) (string, any) {
+		return workflows.ActivityPostRefund, workflows.PostRefundInput{OperationID: refundID, ProviderReference: ref}
+	},
+	failed: func(code string) (string, any) {
+		return workflows.ActivityReleaseRefund, workflows.ReleaseRefundInput{OperationID: refundID, FailureCode: code}
+	},
 }
+
+func runRefundCases(t *testing.T, cases []refundCase) { t.Helper(); runCases(t, refundKind, cases) }
 
 // The definite outcomes, for every capability: only a decline (or too little on the merchant's
 // settlement account) fails a refund.
