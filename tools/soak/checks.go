@@ -83,7 +83,7 @@ func replayProblems(a *api, k *keyRecord, st *settled) []string {
 		return append(out, "never answered with a payment, and none exists for it")
 	}
 	p := st.payments[id]
-	r, err := a.pay(k.Merchant.APIKey, k.Key, k.body)
+	r, err := a.replay(k.Merchant.APIKey, k.Key, k.body)
 	if err != nil {
 		return append(out, "replay: "+err.Error())
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -52,6 +53,37 @@ func (a *api) pay(apiKey, key string, body []byte) (answer, error) {
 	return a.call("POST", a.base+"/v1/payments", apiKey, body, "Idempotency-Key", key)
 }
 
+// replay sends a key's request again as a patient client does, for the checks: an answer that
+// asks to wait (429 or 503 with Retry-After) is sent again after the wait, for up to a minute.
+// The load itself uses pay, and records every answer as it comes.
+func (a *api) replay(apiKey, key string, body []byte) (answer, error) {
+	return a.patient("POST", a.base+"/v1/payments", apiKey, body, "Idempotency-Key", key)
+}
+
+func (a *api) patient(method, url, bearer string, body []byte, headers ...string) (answer, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r, err := a.call(method, url, bearer, body, headers...)
+		wait, ok := retryAfter(r)
+		if err != nil || !ok || time.Now().Add(wait).After(deadline) {
+			return r, err
+		}
+		time.Sleep(wait)
+	}
+}
+
+// retryAfter is the wait an answer asks for: a 429 or a 503 with Retry-After in seconds.
+func retryAfter(r answer) (time.Duration, bool) {
+	if r.status != http.StatusTooManyRequests && r.status != http.StatusServiceUnavailable {
+		return 0, false
+	}
+	secs, err := strconv.Atoi(r.header.Get("Retry-After"))
+	if err != nil || secs < 0 {
+		return 0, false
+	}
+	return time.Duration(secs) * time.Second, true
+}
+
 // payment is GET /v1/payments/{id}; ok is false on 404.
 func (a *api) payment(apiKey, id string) (p payment.Resource, ok bool, err error) {
 	return a.getPayment(apiKey, a.base+"/v1/payments/"+id)
@@ -63,7 +95,7 @@ func (a *api) paymentByKey(apiKey, key string) (p payment.Resource, ok bool, err
 }
 
 func (a *api) getPayment(apiKey, url string) (p payment.Resource, ok bool, err error) {
-	r, err := a.call("GET", url, apiKey, nil)
+	r, err := a.patient("GET", url, apiKey, nil)
 	switch {
 	case err != nil:
 		return p, false, err
@@ -77,7 +109,7 @@ func (a *api) getPayment(apiKey, url string) (p payment.Resource, ok bool, err e
 
 // account is GET /v1/accounts/{id}.
 func (a *api) account(apiKey, id string) (balance, reserved string, err error) {
-	r, err := a.call("GET", a.base+"/v1/accounts/"+id, apiKey, nil)
+	r, err := a.patient("GET", a.base+"/v1/accounts/"+id, apiKey, nil)
 	if err != nil {
 		return "", "", err
 	}
