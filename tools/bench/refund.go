@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/tools/banksim"
 )
 
 // RefundStats are a run's refunds, present when it had a refund mix (Options.RefundShare).
@@ -35,17 +36,14 @@ type RefundOf struct {
 
 const (
 	// refundParts: each refund asks for a quarter of its payment's amount (rounded up; the last
-	// part what is left), so a payment takes up to four refunds and its last one refunds it in
-	// full. A share above 0.8 runs out of refundable payments.
-	refundParts = 4
-	// refundPoolCap bounds the refundable payments a run keeps; beyond it, new ones are not kept.
-	refundPoolCap = 100_000
-	// refundSettle is how long the check waits for refunds still processing after a run.
-	refundSettle = time.Minute
+	// part what is left), so a payment takes up to four refunds. A share above 0.8 runs out.
+	refundParts   = 4
+	refundPoolCap = 100_000     // refundable payments a run keeps at most
+	refundSettle  = time.Minute // how long the check waits for refunds still processing
 )
 
-// refundPool is a run's payments that succeeded with what the run has not yet asked to refund
-// of each, and the count of operations and refunds that keeps the mix at its share.
+// refundPool is a run's succeeded payments with what is left to refund of each, and the count of
+// operations and refunds that keeps the mix at its share.
 type refundPool struct {
 	mu           sync.Mutex
 	ops, refunds int64
@@ -57,12 +55,6 @@ type refundable struct {
 	amount, left      int64
 }
 
-// refundPart is one refund to ask for.
-type refundPart struct {
-	paymentID, apiKey string
-	amount            int64
-}
-
 // add makes a succeeded payment refundable.
 func (p *refundPool) add(paymentID, apiKey string, amount int64) {
 	p.mu.Lock()
@@ -72,21 +64,21 @@ func (p *refundPool) add(paymentID, apiKey string, amount int64) {
 	}
 }
 
-// take decides one operation: a refund when the refunds so far fall short of share of the
-// operations and some payment has something left, else (false) a payment. A part taken is
+// take decides one operation: a refund (its payment, key and amount in a refundable) when the
+// refunds so far fall short of share of the operations, else (false) a payment. A part taken is
 // never given back, even if its refund fails: the generator may under-refund, never over-refund.
-func (p *refundPool) take(share float64) (refundPart, bool) {
+func (p *refundPool) take(share float64) (refundable, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ops++
 	if len(p.open) == 0 || float64(p.refunds+1) > share*float64(p.ops) {
-		return refundPart{}, false
+		return refundable{}, false
 	}
 	i := rand.IntN(len(p.open))
 	rf := &p.open[i]
 	amount := min((rf.amount+refundParts-1)/refundParts, rf.left)
 	rf.left -= amount
-	part := refundPart{paymentID: rf.paymentID, apiKey: rf.apiKey, amount: amount}
+	part := refundable{paymentID: rf.paymentID, apiKey: rf.apiKey, amount: amount}
 	if rf.left == 0 {
 		p.open[i] = p.open[len(p.open)-1]
 		p.open = p.open[:len(p.open)-1]
@@ -96,7 +88,7 @@ func (p *refundPool) take(share float64) (refundPart, bool) {
 }
 
 // newRefund builds a partial refund of part with a fresh key.
-func (r *runner) newRefund(part refundPart) request {
+func (r *runner) newRefund(part refundable) request {
 	body, _ := json.Marshal(map[string]string{"amount": payment.FormatAmount(part.amount, currency)})
 	return request{method: http.MethodPost, url: r.opts.APIURL + "/v1/payments/" + part.paymentID + "/refunds",
 		token: part.apiKey, key: uuid.NewString(), body: body, isNew: true, refundOf: part.paymentID}
@@ -117,19 +109,20 @@ func checkRefunds(ctx context.Context, apiURL, simURL string, seen map[string]Re
 		byPayment[rf.PaymentID] = append(byPayment[rf.PaymentID], id)
 		keys[rf.PaymentID] = rf.APIKey
 	}
-	ids := make([]string, 0, len(byPayment))
-	for id := range byPayment {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(func(yield func(string) bool) {
+		for id := range byPayment {
+			if !yield(id) {
+				return
+			}
+		}
+	})
 	hc := newClient(16)
 	defer hc.CloseIdleConnections()
-	apiURL, simURL = strings.TrimRight(apiURL, "/"), strings.TrimRight(simURL, "/")
+	c := refundChecker{hc: hc, api: strings.TrimRight(apiURL, "/"), bank: banksim.Control{URL: simURL, Client: hc},
+		pageSize: pageSize, deadline: time.Now().Add(refundSettle)}
 	var mu sync.Mutex
-	deadline := time.Now().Add(refundSettle)
 	err = parallel(ctx, len(ids), 16, func(ctx context.Context, i int) error {
-		c := refundChecker{hc: hc, api: apiURL, sim: simURL, key: keys[ids[i]], pageSize: pageSize}
-		checked, doubles, problems, err := c.check(ctx, ids[i], byPayment[ids[i]], deadline)
+		checked, doubles, problems, err := c.check(ctx, keys[ids[i]], ids[i], byPayment[ids[i]])
 		mu.Lock()
 		defer mu.Unlock()
 		v.RefundsChecked += checked
@@ -141,24 +134,27 @@ func checkRefunds(ctx context.Context, apiURL, simURL string, seen map[string]Re
 	return v, err
 }
 
-// refundChecker reads one merchant's payments and refunds back from kasa, and the bank's refunds.
+// refundChecker reads payments and refunds back from kasa, and the bank's refunds.
 type refundChecker struct {
-	hc            *http.Client
-	api, sim, key string
-	pageSize      int
+	hc       *http.Client
+	api      string
+	bank     banksim.Control
+	pageSize int
+	deadline time.Time
 }
 
 type refundResource struct {
 	ID, Status, Amount, Currency string
 }
 
-func (c refundChecker) check(ctx context.Context, paymentID string, seen []string, deadline time.Time) (checked, doubles int, problems []string, err error) {
+func (c refundChecker) check(ctx context.Context, key, paymentID string, seen []string) (checked, doubles int, problems []string, err error) {
 	var refunds []refundResource
 	for {
-		if refunds, err = c.list(ctx, paymentID); err != nil {
+		if refunds, err = c.list(ctx, key, paymentID); err != nil {
 			return 0, 0, nil, err
 		}
-		if !slices.ContainsFunc(refunds, func(r refundResource) bool { return r.Status == string(payment.StatusProcessing) }) || time.Now().After(deadline) {
+		processing := slices.ContainsFunc(refunds, func(r refundResource) bool { return r.Status == string(payment.StatusProcessing) })
+		if !processing || time.Now().After(c.deadline) {
 			break
 		}
 		if err := sleep(ctx, 200*time.Millisecond); err != nil {
@@ -166,36 +162,28 @@ func (c refundChecker) check(ctx context.Context, paymentID string, seen []strin
 		}
 	}
 	var p struct {
-		Amount         string `json:"amount"`
 		AmountRefunded string `json:"amount_refunded"`
 		Currency       string `json:"currency"`
 	}
-	if err := call(ctx, c.hc, request{method: http.MethodGet, url: c.api + "/v1/payments/" + paymentID, token: c.key}, &p); err != nil {
+	if err := call(ctx, c.hc, request{method: http.MethodGet, url: c.api + "/v1/payments/" + paymentID, token: key}, &p); err != nil {
 		return 0, 0, nil, err
 	}
 	listed := map[string]bool{}
 	var succeeded int64
 	for _, r := range refunds {
 		listed[r.ID] = true
-		var bank struct{ Count, Pending *int }
-		if err := call(ctx, c.hc, request{method: http.MethodGet, url: c.sim + "/_sim/refunds?reference=" + url.QueryEscape(r.ID)}, &bank); err != nil {
-			return 0, 0, nil, fmt.Errorf("bench: refunds of %s at the bank: %w", r.ID, err)
+		bank, err := c.bank.Refunds(ctx, r.ID)
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("bench: %w", err)
 		}
-		if bank.Count == nil {
-			return 0, 0, nil, fmt.Errorf("bench: refunds of %s at the bank: answer without count", r.ID)
-		}
-		n := *bank.Count
-		if bank.Pending != nil {
-			n += *bank.Pending // booked late, but moved
-		}
+		n := bank.Count + bank.Pending // a late booking moved money too
 		checked++
-		want := map[string]int{string(payment.StatusSucceeded): 1, string(payment.StatusFailed): 0}
-		w, final := want[r.Status]
+		w, final := map[string]int{string(payment.StatusSucceeded): 1, string(payment.StatusFailed): 0}[r.Status]
 		switch {
-		case n > 1:
-			doubles++
-			problems = append(problems, fmt.Sprintf("refund %s of payment %s: %s in kasa, refunded %d times at the bank", r.ID, paymentID, r.Status, n))
-		case final && n != w:
+		case n > 1 || (final && n != w):
+			if n > 1 {
+				doubles++
+			}
 			problems = append(problems, fmt.Sprintf("refund %s of payment %s: %s in kasa, refunded %d times at the bank", r.ID, paymentID, r.Status, n))
 		case r.Status == string(payment.StatusProcessing):
 			problems = append(problems, fmt.Sprintf("refund %s of payment %s: still processing %s after the run", r.ID, paymentID, refundSettle))
@@ -225,10 +213,9 @@ func (c refundChecker) check(ctx context.Context, paymentID string, seen []strin
 }
 
 // list reads all of a payment's refunds, page by page.
-func (c refundChecker) list(ctx context.Context, paymentID string) ([]refundResource, error) {
+func (c refundChecker) list(ctx context.Context, key, paymentID string) ([]refundResource, error) {
 	var all []refundResource
-	after := ""
-	for {
+	for after := ""; ; {
 		u := fmt.Sprintf("%s/v1/payments/%s/refunds?limit=%d", c.api, paymentID, c.pageSize)
 		if after != "" {
 			u += "&starting_after=" + url.QueryEscape(after)
@@ -237,7 +224,7 @@ func (c refundChecker) list(ctx context.Context, paymentID string) ([]refundReso
 			Data    []refundResource `json:"data"`
 			HasMore bool             `json:"has_more"`
 		}
-		if err := call(ctx, c.hc, request{method: http.MethodGet, url: u, token: c.key}, &page); err != nil {
+		if err := call(ctx, c.hc, request{method: http.MethodGet, url: u, token: key}, &page); err != nil {
 			return nil, err
 		}
 		all = append(all, page.Data...)

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -10,15 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/procfs"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kasa-pay/kasa/outbox"
@@ -31,8 +29,8 @@ import (
 // payment's store steps (Begin, Reserve, Finalize with its outbox row) back to back while the
 // relay, the webhook consumer and the webhook sender run against an embedded NATS and deliver
 // to a local endpoint that answers 204, all in this process, on a PostgreSQL of its own. Beside
-// it, in the same run and on the same PostgreSQL: pgbench's ceiling P (payment.sql, the same
-// statements) and the minimal sketch M (minimal.sql).
+// it, on the same PostgreSQL: pgbench's ceiling P (payment.sql, the same statements) and the
+// minimal sketch M (minimal.sql).
 
 // StorePathOptions describe a store-path run. Zero values get the defaults noted.
 type StorePathOptions struct {
@@ -40,11 +38,9 @@ type StorePathOptions struct {
 	Duration  time.Duration // measured window of each run; default 10s
 	Warmup    time.Duration // load before each window, not measured; default 2s
 	Merchants []int         // one run per count; default 1 and 1,000
-	// PGBench runs P and M (Duration each, the largest merchant count, Clients clients).
-	PGBench bool
-	// Dir holds PostgreSQL's and NATS's data; default a temporary directory, removed afterwards.
-	Dir      string
-	Progress func(format string, args ...any)
+	PGBench   bool          // run P and M (Duration each, the largest merchant count, Clients clients)
+	Dir       string        // PostgreSQL's and NATS's data; default a temporary directory, removed afterwards
+	Progress  func(format string, args ...any)
 }
 
 // StorePathRun is one store-path run: Clients goroutines paying Merchants merchants.
@@ -58,9 +54,8 @@ type StorePathRun struct {
 	P99MS     float64 `json:"p99_ms"`
 	// CPU milliseconds per payment: "kasa" is this process (the store steps, the relay, the
 	// consumer, the sender, the embedded NATS and the 2xx endpoint), "postgres" the server's.
-	CPUMS map[string]float64 `json:"cpu_ms_per_payment,omitempty"`
-	// WALBytes is the WAL the cluster wrote in the window, per payment.
-	WALBytes float64 `json:"wal_bytes_per_payment"`
+	CPUMS    map[string]float64 `json:"cpu_ms_per_payment,omitempty"`
+	WALBytes float64            `json:"wal_bytes_per_payment"` // the WAL the cluster wrote in the window
 }
 
 // StorePathStatement is one statement's share of the database's time in the last run.
@@ -126,7 +121,7 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 		}
 		defer os.RemoveAll(o.Dir)
 	}
-	rep := &StorePathReport{Started: time.Now().UTC(), Clients: o.Clients, Ratios: map[string]float64{}, Load: loadAvg(),
+	rep := &StorePathReport{Started: time.Now().UTC(), Clients: o.Clients, Ratios: map[string]float64{}, Load: LoadAvg(),
 		Statements: map[string][]StorePathStatement{}}
 	o.Progress("starting PostgreSQL in %s", o.Dir)
 	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(o.Dir, "postgres"), Database: "kasa",
@@ -136,7 +131,7 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 		return nil, err
 	}
 	defer pg.Stop()
-	pgPID, err := readPostmasterPID(filepath.Join(o.Dir, "postgres"))
+	pgPID, err := PostmasterPID(filepath.Join(o.Dir, "postgres"))
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +140,7 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 		return nil, err
 	}
 	defer db.Close()
-	// A connection of the bench's own, for the counters (WAL, rows) it reads.
+	// A pool of the bench's own for the server's statistics (WAL, pg_stat_statements).
 	aux, err := pgxpool.New(ctx, pg.URL)
 	if err != nil {
 		return nil, err
@@ -190,22 +185,23 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 	if err != nil {
 		return nil, err
 	}
-	_, _ = PSQL(ctx, pg.URL, []byte("VACUUM (ANALYZE);\n\\set ON_ERROR_STOP off\nCHECKPOINT;"))
-
-	cpu := processCPU(pgPID)
+	if err := Settle(ctx, pg.URL); err != nil {
+		return nil, err
+	}
+	cpu := StackCPU(0, []int{pgPID}, nil) // this process is class bench: kasa's store steps and pipeline
 	if o.PGBench {
-		rep.PGBenchCPUMS = map[string]float64{}
+		rep.PGBench, rep.PGBenchCPUMS = map[string]PGBenchResult{}, map[string]float64{}
 		for _, s := range []struct{ name, script string }{{"M", PGBenchMinimal}, {"P", PGBenchPayment}} {
 			o.Progress("pgbench %s (%s), %d clients, %d merchants", s.name, s.script, o.Clients, most)
 			if _, err := aux.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
 				return nil, err
 			}
-			before := cpu()
+			before, client := cpu()[ClassPostgres], childrenCPU()
 			r, err := PGBench(ctx, PGBenchOptions{DatabaseURL: pg.URL, Clients: o.Clients, Duration: o.Duration, Script: s.script, Rows: most})
 			if err != nil {
 				return nil, err
 			}
-			after := cpu()
+			postgres, client := cpu()[ClassPostgres]-before, childrenCPU()-client
 			// Every statement of a script runs once per transaction: the most called one counts them.
 			var txs int64
 			if err := aux.QueryRow(ctx, `SELECT coalesce(max(calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
@@ -213,14 +209,11 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 				return nil, err
 			}
 			if txs > 0 {
-				rep.PGBenchCPUMS[s.name] = float64(after[ClassPostgres]-before[ClassPostgres]) / float64(time.Millisecond) / float64(txs)
-				rep.PGBenchCPUMS[s.name+" client"] = float64(after[classPGBench]-before[classPGBench]) / float64(time.Millisecond) / float64(txs)
-			}
-			if rep.PGBench == nil {
-				rep.PGBench = map[string]PGBenchResult{}
+				rep.PGBenchCPUMS[s.name] = float64(postgres) / float64(time.Millisecond) / float64(txs)
+				rep.PGBenchCPUMS[s.name+" client"] = float64(client) / float64(time.Millisecond) / float64(txs)
 			}
 			rep.PGBench[s.name] = r
-			if rep.Statements[s.name], err = topStatements(ctx, aux, 0); err != nil {
+			if rep.Statements[s.name], err = topStatements(ctx, aux); err != nil {
 				return nil, err
 			}
 			o.Progress("pgbench %s: %.0f tx/s, p50 %.2f ms, p99 %.2f ms", s.name, r.TPS, r.P50MS, r.P99MS)
@@ -243,11 +236,11 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 	slices.SortFunc(rep.Runs, func(a, b StorePathRun) int { return a.Merchants - b.Merchants })
 
 	// The event pipeline catches up: every payment's webhook delivered.
-	var total int64
-	if err := aux.QueryRow(ctx, "SELECT count(*) FROM payments").Scan(&total); err != nil {
+	counts, err := db.ReportCounts(ctx)
+	if err != nil {
 		return nil, err
 	}
-	for deadline := time.Now().Add(2 * time.Minute); webhooks.Load() < total && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(2 * time.Minute); webhooks.Load() < counts.Payments && time.Now().Before(deadline); {
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return nil, err
 		}
@@ -259,15 +252,15 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 	if rep.Problems, err = db.Verify(ctx); err != nil {
 		return nil, err
 	}
-	rep.Correct = len(rep.Problems) == 0 && rep.Webhooks >= total
-	if rep.Webhooks < total {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("%d of %d webhooks delivered", rep.Webhooks, total))
+	rep.Correct = len(rep.Problems) == 0 && rep.Webhooks >= counts.Payments
+	if rep.Webhooks < counts.Payments {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d of %d webhooks delivered", rep.Webhooks, counts.Payments))
 	}
-	if err := storePathSizes(ctx, db, aux, pg.URL, total, rep); err != nil {
+	if err := storePathSizes(ctx, db, pg.URL, counts.Payments, rep); err != nil {
 		return nil, err
 	}
-	storePathRatios(rep)
-	rep.Load += " → " + loadAvg()
+	storePathRatios(rep, most)
+	rep.Load += " → " + LoadAvg()
 	return rep, nil
 }
 
@@ -283,121 +276,73 @@ const hotPayers = 100
 
 func storePathMerchants(ctx context.Context, db *store.Store, n int, hookURL string) ([]storePathMerchant, error) {
 	ms := make([]storePathMerchant, n)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for i := range ms {
-		g.Go(func() error {
-			m := storePathMerchant{id: payment.NewID()}
-			if err := db.CreateMerchant(gctx, payment.Merchant{ID: m.id, Name: "store-path-" + strconv.Itoa(i), WebhookURL: hookURL},
-				payment.NewSecret("sk_"), payment.NewSecret("whsec_")); err != nil {
+	return ms, parallel(ctx, n, 8, func(ctx context.Context, i int) error {
+		m := storePathMerchant{id: payment.NewID()}
+		if err := db.CreateMerchant(ctx, payment.Merchant{ID: m.id, Name: "store-path-" + strconv.Itoa(i), WebhookURL: hookURL},
+			payment.NewSecret("sk_"), payment.NewSecret("whsec_")); err != nil {
+			return err
+		}
+		for range map[bool]int{true: hotPayers, false: 1}[i == 0] {
+			a, err := db.CreateAccount(ctx, m.id, "TRY")
+			if err != nil {
 				return err
 			}
-			for range map[bool]int{true: hotPayers, false: 1}[i == 0] {
-				a, err := db.CreateAccount(gctx, m.id, "TRY")
-				if err != nil {
-					return err
-				}
-				if _, _, err := db.Deposit(gctx, a.ID, "seed", 1_000_000_000_000); err != nil {
-					return err
-				}
-				m.payers = append(m.payers, a.ID)
-			}
-			ms[i] = m
-			return nil
-		})
-	}
-	return ms, g.Wait()
-}
-
-// storePathRun runs o.Clients goroutines paying the merchants (each goroutine takes its own in
-// turn) through the warmup and the window, and measures the window; with statements, also the
-// costliest statements of the window.
-func storePathRun(ctx context.Context, db *store.Store, aux *pgxpool.Pool, merchants []storePathMerchant, o StorePathOptions,
-	cpu func() map[string]time.Duration, statements bool) (_ StorePathRun, sts []StorePathStatement, _ error) {
-	run := StorePathRun{Merchants: len(merchants)}
-	start := time.Now()
-	from, to := start.Add(o.Warmup), start.Add(o.Warmup+o.Duration)
-	var mu sync.Mutex
-	var lat []time.Duration
-	var errs int64
-	var firstErr error
-	g, gctx := errgroup.WithContext(ctx)
-	for c := range o.Clients {
-		g.Go(func() error {
-			for i := c; ; i += o.Clients {
-				t0 := time.Now()
-				if !t0.Before(to) {
-					return nil
-				}
-				m := merchants[i%len(merchants)]
-				err := storePathPayment(gctx, db, m.id, m.payers[(i/len(merchants))%len(m.payers)])
-				if gctx.Err() != nil {
-					return gctx.Err()
-				}
-				if end := time.Now(); end.After(from) && end.Before(to) {
-					mu.Lock()
-					if err != nil {
-						errs++
-						firstErr = cmpErr(firstErr, err)
-					} else {
-						lat = append(lat, end.Sub(t0))
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	var cpuA, cpuB map[string]time.Duration
-	var walA, walB int64
-	g.Go(func() error {
-		if err := sleep(gctx, time.Until(from)); err != nil {
-			return err
-		}
-		cpuA, walA = cpu(), walLSN(gctx, aux)
-		if statements {
-			if _, err := aux.Exec(gctx, "SELECT pg_stat_statements_reset()"); err != nil {
+			if _, _, err := db.Deposit(ctx, a.ID, "seed", 1_000_000_000_000); err != nil {
 				return err
 			}
+			m.payers = append(m.payers, a.ID)
 		}
-		if err := sleep(gctx, time.Until(to)); err != nil {
-			return err
-		}
-		cpuB, walB = cpu(), walLSN(gctx, aux)
-		if statements {
-			var err error
-			sts, err = topStatements(gctx, aux, 1)
-			return err
-		}
+		ms[i] = m
 		return nil
 	})
-	if err := g.Wait(); err != nil {
-		return run, nil, err
-	}
-	if errs > 0 && len(lat) == 0 {
-		return run, nil, fmt.Errorf("store path: every payment failed: %w", firstErr)
-	}
-	slices.Sort(lat)
-	run.Duration, run.Payments, run.Errors = o.Duration.Seconds(), int64(len(lat)), errs
-	run.Rate = float64(run.Payments) / run.Duration
-	if len(lat) > 0 {
-		run.P50MS, run.P99MS = ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99))
-		run.WALBytes = float64(walB-walA) / float64(run.Payments)
-		run.CPUMS = map[string]float64{}
-		for class, d := range cpuB {
-			run.CPUMS[class] = float64(d-cpuA[class]) / float64(time.Millisecond) / float64(run.Payments)
-		}
-		for i := range sts {
-			sts[i].PerPayment = float64(sts[i].Calls) / float64(run.Payments)
-		}
-	}
-	return run, sts, nil
 }
 
-func cmpErr(first, err error) error {
-	if first != nil {
-		return first
+// storePathRun runs o.Clients clients paying the merchants in turn through the warmup and the
+// window, measured as Run measures; with statements, also the costliest statements of the window.
+func storePathRun(ctx context.Context, db *store.Store, aux *pgxpool.Pool, merchants []storePathMerchant, o StorePathOptions,
+	cpu CPU, statements bool) (StorePathRun, []StorePathStatement, error) {
+	wal := func(ctx context.Context) (map[string]int64, error) {
+		var lsn int64
+		err := aux.QueryRow(ctx, "SELECT (pg_current_wal_lsn() - '0/0')::bigint").Scan(&lsn)
+		return map[string]int64{"wal": lsn}, err
 	}
-	return err
+	r := newRunner(Options{Concurrency: o.Clients, Warmup: o.Warmup, Duration: o.Duration, CPU: cpu, Counters: wal}, nil)
+	var next atomic.Int64
+	r.op = func(ctx context.Context) outcome {
+		i := int(next.Add(1) - 1)
+		m := merchants[i%len(merchants)]
+		err := storePathPayment(ctx, db, m.id, m.payers[(i/len(merchants))%len(m.payers)])
+		return outcome{done: time.Now(), err: err}
+	}
+	var sts []StorePathStatement
+	var g errgroup.Group
+	g.Go(func() error { // pg_stat_statements of the window alone
+		if !statements || sleep(ctx, o.Warmup) != nil {
+			return nil
+		}
+		if _, err := aux.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil || sleep(ctx, o.Duration) != nil {
+			return err
+		}
+		var err error
+		sts, err = topStatements(ctx, aux)
+		return err
+	})
+	res, err := r.measure(ctx)
+	if err := errors.Join(err, g.Wait()); err != nil {
+		return StorePathRun{}, nil, err
+	}
+	if res.Errors > 0 && res.Requests == 0 {
+		return StorePathRun{}, nil, fmt.Errorf("store path: every payment failed: %s", res.FirstError)
+	}
+	run := StorePathRun{Merchants: len(merchants), Duration: res.Duration, Payments: res.Requests, Rate: res.Throughput, Errors: res.Errors,
+		P50MS: res.Latency.P50, P99MS: res.Latency.P99, WALBytes: res.PerOp["wal"]}
+	if res.CPU != nil {
+		run.CPUMS = map[string]float64{ClassKasa: res.CPU.MS[ClassBench], ClassPostgres: res.CPU.MS[ClassPostgres]}
+	}
+	for i := range sts {
+		sts[i].PerPayment = float64(sts[i].Calls) / float64(max(run.Payments, 1))
+	}
+	return run, sts, nil
 }
 
 // storePathPayment is one new payment through the steps the API and the worker run.
@@ -418,62 +363,11 @@ func storePathPayment(ctx context.Context, db *store.Store, merchant, payer uuid
 	return err
 }
 
-// processCPU reads the CPU time of this process (its own, not its children's: pgbench is not
-// kasa) and of the PostgreSQL server (the postmaster, its backends and the ended ones).
-//
-// classPGBench is the CPU of this process's ended children: pgbench and psql.
-const classPGBench = "pgbench"
-
-func processCPU(postmaster int) func() map[string]time.Duration {
-	const tick = 10 * time.Millisecond // USER_HZ
-	self := os.Getpid()
-	return func() map[string]time.Duration {
-		stats := readProcs()
-		use := map[string]time.Duration{}
-		for pid, st := range stats {
-			switch {
-			case pid == self:
-				use[ClassKasa] += time.Duration(st.UTime+st.STime) * tick
-				use[classPGBench] += time.Duration(st.CUTime+st.CSTime) * tick // ended children: pgbench, psql
-			case pid == postmaster || descends(stats, pid, postmaster):
-				use[ClassPostgres] += time.Duration(st.UTime+st.STime+uint(st.CUTime+st.CSTime)) * tick
-			}
-		}
-		return use
-	}
-}
-
-func walLSN(ctx context.Context, aux *pgxpool.Pool) int64 {
-	var n int64
-	_ = aux.QueryRow(ctx, "SELECT (pg_current_wal_lsn() - '0/0')::bigint").Scan(&n)
-	return n
-}
-
-func readPostmasterPID(dataDir string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
-}
-
-func loadAvg() string {
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return "?"
-	}
-	l, err := fs.LoadAvg()
-	if err != nil {
-		return "?"
-	}
-	return fmt.Sprintf("%.2f %.2f %.2f", l.Load1, l.Load5, l.Load15)
-}
-
 // topStatements reads pg_stat_statements' costliest statements of kasa's database (per payment
 // filled in by the caller).
-func topStatements(ctx context.Context, aux *pgxpool.Pool, _ int) ([]StorePathStatement, error) {
-	rows, err := aux.Query(ctx, `SELECT regexp_replace(s.query, '\s+', ' ', 'g'), s.calls,
-	s.mean_exec_time, 100 * s.total_exec_time / nullif(sum(s.total_exec_time) OVER (), 0), s.wal_bytes::float8 / greatest(s.calls, 1)
+func topStatements(ctx context.Context, aux *pgxpool.Pool) ([]StorePathStatement, error) {
+	rows, err := aux.Query(ctx, `SELECT regexp_replace(s.query, '\s+', ' ', 'g'), s.calls, s.mean_exec_time,
+	coalesce(100 * s.total_exec_time / nullif(sum(s.total_exec_time) OVER (), 0), 0), s.wal_bytes::float8 / greatest(s.calls, 1)
 FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
 WHERE d.datname = current_database() AND s.query !~* '^\s*(begin|commit|rollback)'
 ORDER BY s.total_exec_time DESC LIMIT 12`)
@@ -484,12 +378,8 @@ ORDER BY s.total_exec_time DESC LIMIT 12`)
 	var sts []StorePathStatement
 	for rows.Next() {
 		var st StorePathStatement
-		var share *float64
-		if err := rows.Scan(&st.Query, &st.Calls, &st.MeanMS, &share, &st.WALBytes); err != nil {
+		if err := rows.Scan(&st.Query, &st.Calls, &st.MeanMS, &st.SharePercent, &st.WALBytes); err != nil {
 			return nil, err
-		}
-		if share != nil {
-			st.SharePercent = *share
 		}
 		if r := []rune(st.Query); len(r) > 200 {
 			st.Query = string(r[:200]) + "…"
@@ -507,7 +397,7 @@ var windowed = map[string]string{
 
 // storePathSizes measures each table's bytes per payment with every row still there, then runs
 // retention (a window of zero) and counts what of the windowed tables it left.
-func storePathSizes(ctx context.Context, db *store.Store, aux *pgxpool.Pool, dbURL string, payments int64, rep *StorePathReport) error {
+func storePathSizes(ctx context.Context, db *store.Store, dbURL string, payments int64, rep *StorePathReport) error {
 	if payments == 0 {
 		return nil
 	}
@@ -520,19 +410,17 @@ func storePathSizes(ctx context.Context, db *store.Store, aux *pgxpool.Pool, dbU
 	}
 	for _, t := range sizes {
 		kept, ok := windowed[t.Table]
-		if !ok {
-			kept = "forever"
-		}
 		st := StorePathTable{Table: t.Table, TableBytes: float64(t.TableBytes) / float64(payments), IndexBytes: float64(t.IndexBytes) / float64(payments), Kept: kept}
-		if st.TableBytes+st.IndexBytes < 1 {
+		switch {
+		case st.TableBytes+st.IndexBytes < 1:
 			continue // merchants, keys, accounts: the fixture's, not the payments'
-		}
-		rep.Tables = append(rep.Tables, st)
-		if ok {
+		case ok:
 			rep.BytesWindowed += st.TableBytes + st.IndexBytes
-		} else {
+		default:
+			st.Kept = "forever"
 			rep.BytesKept += st.TableBytes + st.IndexBytes
 		}
+		rep.Tables = append(rep.Tables, st)
 	}
 	if _, err := db.DeleteExpiredRecords(ctx, 0, 10_000); err != nil {
 		return err
@@ -540,25 +428,16 @@ func storePathSizes(ctx context.Context, db *store.Store, aux *pgxpool.Pool, dbU
 	if _, err := db.PurgeEvents(ctx, 0, 10_000); err != nil {
 		return err
 	}
-	var left int64
-	err = aux.QueryRow(ctx, `SELECT (SELECT count(*) FROM idempotency_records) + (SELECT count(*) FROM outbox)
-		+ (SELECT count(*) FROM inbox) + (SELECT count(*) FROM webhook_deliveries)`).Scan(&left)
-	rep.Retained = left
+	left, err := db.ReportCounts(ctx)
+	rep.Retained = left.Windowed
 	return err
 }
 
-func storePathRatios(rep *StorePathReport) {
+func storePathRatios(rep *StorePathReport, most int) {
 	by := map[int]StorePathRun{}
 	for _, r := range rep.Runs {
 		by[r.Merchants] = r
 	}
-	most := slices.Max(slices.Collect(func(yield func(int) bool) {
-		for n := range by {
-			if !yield(n) {
-				return
-			}
-		}
-	}))
 	p, m := rep.PGBench["P"], rep.PGBench["M"]
 	if m.TPS > 0 {
 		rep.Ratios["P/M"] = p.TPS / m.TPS
@@ -575,69 +454,4 @@ func storePathRatios(rep *StorePathReport) {
 	if c := by[most].CPUMS; c != nil {
 		rep.KasaCPUMS = c[ClassKasa] + c[ClassPostgres]
 	}
-}
-
-// StorePathMarkdown renders the report.
-func StorePathMarkdown(rep *StorePathReport) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# kasa bench --store-path, %s\n\n", rep.Started.Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "Machine: %s; commit %s; load average %s. %d clients; kasa's store steps (Begin, Reserve, Finalize) "+
-		"with the relay, the webhook consumer and the sender running (embedded NATS, webhooks to a local 204 endpoint), "+
-		"no Temporal.\n\n", rep.Machine, rep.Commit, rep.Load, rep.Clients)
-	b.WriteString("| run | merchants | payments/s | p50 ms | p99 ms | errors | kasa CPU ms/payment | PostgreSQL CPU ms/payment | WAL bytes/payment |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, r := range rep.Runs {
-		fmt.Fprintf(&b, "| store path | %d | %.0f | %.2f | %.2f | %d | %.2f | %.2f | %.0f |\n", r.Merchants, r.Rate, r.P50MS, r.P99MS, r.Errors,
-			r.CPUMS[ClassKasa], r.CPUMS[ClassPostgres], r.WALBytes)
-	}
-	for _, name := range []string{"P", "M"} {
-		if r, ok := rep.PGBench[name]; ok {
-			fmt.Fprintf(&b, "| pgbench %s (%s) | %d | %.0f | %.2f | %.2f | %d | (pgbench: %.2f) | %.2f | |\n", name, r.Script, most(rep), r.TPS, r.P50MS, r.P99MS, r.Failed,
-				rep.PGBenchCPUMS[name+" client"], rep.PGBenchCPUMS[name])
-		}
-	}
-	b.WriteString("\n| ratio | value | target |\n|---|---:|---:|\n")
-	targets := map[string]string{"P/M": "≥ 0.8", "store/P": "≥ 0.7", "P/M by PostgreSQL CPU": "(M's CPU per payment ÷ P's)"}
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range rep.Ratios {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		t, ok := targets[k]
-		if !ok && strings.HasPrefix(k, "one/") {
-			t = "≥ 0.9"
-		}
-		fmt.Fprintf(&b, "| %s | %.2f | %s |\n", k, rep.Ratios[k], t)
-	}
-	fmt.Fprintf(&b, "\nkasa's own CPU per payment (this process + PostgreSQL, largest merchant count): %.2f ms.\n", rep.KasaCPUMS)
-	for _, k := range []string{"store", "P", "M"} {
-		if len(rep.Statements[k]) == 0 {
-			continue
-		}
-		fmt.Fprintf(&b, "\n## Costliest statements, %s (pg_stat_statements)\n\n| share %% | calls | calls/payment | mean ms | WAL bytes/call | statement |\n|---:|---:|---:|---:|---:|---|\n",
-			map[string]string{"store": "store path (window of the run with the most merchants)", "P": "pgbench P (the whole run)", "M": "pgbench M (the whole run)"}[k])
-		for _, s := range rep.Statements[k] {
-			fmt.Fprintf(&b, "| %.1f | %d | %.2f | %.3f | %.0f | `%s` |\n", s.SharePercent, s.Calls, s.PerPayment, s.MeanMS, s.WALBytes, strings.ReplaceAll(s.Query, "|", "\\|"))
-		}
-	}
-	if len(rep.Tables) > 0 {
-		b.WriteString("\n## Bytes per payment (all rows present, after VACUUM)\n\n| table | table bytes | index bytes | kept |\n|---|---:|---:|---|\n")
-		for _, t := range rep.Tables {
-			fmt.Fprintf(&b, "| %s | %.0f | %.0f | %s |\n", t.Table, t.TableBytes, t.IndexBytes, t.Kept)
-		}
-		fmt.Fprintf(&b, "\nKept for good: %.0f bytes per payment; kept for a retention window: %.0f. Rows of the windowed tables left after retention with a window of zero: %d.\n",
-			rep.BytesKept, rep.BytesWindowed, rep.Retained)
-	}
-	fmt.Fprintf(&b, "\nWebhooks delivered: %d. kasa verify: %s.\n", rep.Webhooks, map[bool]string{true: "clean", false: fmt.Sprint(rep.Problems)}[len(rep.Problems) == 0])
-	return b.String()
-}
-
-// most is the largest merchant count of the report's runs.
-func most(rep *StorePathReport) int {
-	n := 0
-	for _, r := range rep.Runs {
-		n = max(n, r.Merchants)
-	}
-	return n
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/tools/bench"
 	"github.com/kasa-pay/kasa/tools/devenv"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 var (
@@ -25,7 +26,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	code := run(m)
+	testkit.RemoveKasaBinary()
+	os.Exit(code)
 }
 
 func run(m *testing.M) int {

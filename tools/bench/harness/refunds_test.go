@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/kasa-pay/kasa/tools/bench"
 	"github.com/kasa-pay/kasa/tools/devenv"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // A run with a refund mix on a real kasa dev refunds parts of its payments at about the share
@@ -31,9 +31,7 @@ func TestRefundMixOnKasaDev(t *testing.T) {
 	require.NoError(t, err)
 	t.Setenv("KASA_TEMPORAL_CLI", cli)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "kasa")
-	out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/kasa").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin := testkit.KasaBinary(t)
 	cfg := Config{Capability: "idempotent", MaxConns: 32, Binary: bin,
 		Dial: func(ctx context.Context, address string) (client.Client, error) {
 			quiet := tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/kasa-pay/kasa/tools/bench"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // On the real Temporal Server the comparison's side measures T and new payments, and the
@@ -24,10 +24,7 @@ import (
 func TestCompareSideOnTheRealServer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "kasa")
-	out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/kasa").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin := testkit.KasaBinary(t)
 
 	cfg := Config{Capability: "idempotent", MaxConns: 32, Binary: bin,
 		Dial: func(ctx context.Context, address string) (client.Client, error) {

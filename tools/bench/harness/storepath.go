@@ -2,11 +2,9 @@ package harness
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -46,15 +44,10 @@ func StorePath(ctx context.Context, args []string, _ Config) error {
 		return err
 	}
 	rep.Machine, rep.Commit = machine(), commit()
-	js, err := json.MarshalIndent(rep, "", "  ")
-	base := freeBase(*out, rep.Started.Format("2006-01-02")+"-store-path")
-	if err = errors.Join(err, os.MkdirAll(*out, 0o755)); err == nil {
-		err = errors.Join(os.WriteFile(base+".md", []byte(bench.StorePathMarkdown(rep)), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644))
-	}
-	if err != nil {
+	md := bench.StorePathMarkdown(rep)
+	fmt.Print(md)
+	if err := writeReport(*out, rep.Started, "-store-path", md, rep); err != nil {
 		return err
 	}
-	fmt.Print(bench.StorePathMarkdown(rep))
-	progress("wrote %s.md and .json", base)
 	return verdict(bench.Verdict{Correct: rep.Correct, Problems: rep.Problems})
 }

@@ -4,29 +4,23 @@
 package bench
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/procfs"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/tools/kasaapi"
 )
 
 // Options describe one run, or the standard suite (RunSuite). Zero values get the defaults noted.
@@ -49,8 +43,8 @@ type Options struct {
 	// or a raw path such as "/healthz" (GET without auth).
 	Path     string                           `json:",omitempty"`
 	Preload  int                              // RunSuite: stored payments for the large-table runs; 0 skips them
-	CPU      CPU                              `json:"-"` // if set, a run reports the CPU its measured window cost, by process class
-	Counters Counters                         `json:"-"` // if set, a run reports how much each counter grew per operation over its window
+	CPU      CPU                              `json:"-"` // if set, a run reports the CPU its window cost, by process class
+	Counters Counters                         `json:"-"` // if set, a run reports each counter's growth per operation
 	Progress func(format string, args ...any) `json:"-"` // RunSuite's progress lines
 }
 
@@ -74,11 +68,10 @@ type Result struct {
 	CPU            *CPUUse            `json:"cpu,omitempty"`
 	PerOp          map[string]float64 `json:"counters_per_op,omitempty"` // Options.Counters' growth over the window ÷ operations
 	Refunds        *RefundStats       `json:"refunds,omitempty"`         // with a refund mix; then Latency covers payments and refunds
-	// Payments maps every payment id seen in an answer (warmup included) to its latest status,
-	// for the charge counts at the simulator. Kept out of the JSON: it can be large.
-	Payments map[string]string `json:"-"`
-	// RefundsSeen maps every refund id seen in an answer (warmup included) to its payment, for
-	// the refund check. Kept out of the JSON as Payments is.
+	// Payments (every payment id answered, warmup included, to its latest status) and
+	// RefundsSeen (every refund id to its payment) are for the correctness check; kept out of
+	// the JSON as they can be large.
+	Payments    map[string]string   `json:"-"`
 	RefundsSeen map[string]RefundOf `json:"-"`
 }
 
@@ -101,7 +94,7 @@ const (
 
 func (o Options) withDefaults() (Options, error) {
 	o.APIURL = strings.TrimRight(o.APIURL, "/")
-	o.Path = orDefault(o.Path, "payments")
+	o.Path = cmp.Or(o.Path, "payments")
 	o.Duration, o.Concurrency = orDefault(o.Duration, 10*time.Second), orDefault(o.Concurrency, 16)
 	o.Merchants, o.Payers = max(o.Merchants, 1), max(o.Payers, 1)
 	if o.Path != "payments" && o.Path != "replay" && !strings.HasPrefix(o.Path, "/") {
@@ -113,20 +106,19 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// orDefault is v, or def when v is not positive (or empty).
-func orDefault[T int | time.Duration | string](v, def T) T {
-	var zero T
-	if v <= zero {
+// orDefault is v, or def when v is not positive.
+func orDefault[T int | time.Duration](v, def T) T {
+	if v <= 0 {
 		return def
 	}
 	return v
 }
 
-// newClient returns one client for a whole run: HTTP/1.1 keep-alive with enough idle connections
-// that no client dials again after its first request.
+// newClient returns one client for a whole run: keep-alive with enough idle connections that no
+// client dials again, no proxy and no HTTP/2 (kasa is measured, not a proxy or a multiplexer).
 func newClient(conns int) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.Proxy = nil // measure kasa, not a proxy picked up from the environment
+	t.Proxy = nil
 	t.MaxIdleConns = 2*conns + 16
 	t.MaxIdleConnsPerHost = t.MaxIdleConns // a race copy may hold a second connection per client
 	t.DisableCompression, t.ForceAttemptHTTP2 = true, false
@@ -187,32 +179,15 @@ func classify(code int, h http.Header, body []byte) answer {
 // send sends r and classifies its answer.
 func send(ctx context.Context, hc *http.Client, r request) (o outcome) {
 	defer func() { o.done = time.Now() }()
-	req, err := http.NewRequestWithContext(ctx, r.method, r.url, bytes.NewReader(r.body))
-	if err != nil {
-		return outcome{err: err}
-	}
-	if r.body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if r.token != "" {
-		req.Header.Set("Authorization", "Bearer "+r.token)
-	}
+	var headers []string
 	if r.key != "" {
-		req.Header.Set("Idempotency-Key", r.key)
+		headers = []string{"Idempotency-Key", r.key}
 	}
-	resp, err := hc.Do(req)
+	a, err := kasaapi.Do(ctx, hc, r.method, r.url, r.token, r.body, headers...)
 	if err != nil {
 		return outcome{err: err}
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err == nil {
-		_, err = io.Copy(io.Discard, resp.Body) // read to EOF so the connection is reused
-	}
-	if err != nil {
-		return outcome{err: err}
-	}
-	return outcome{ans: classify(resp.StatusCode, resp.Header, b), code: resp.StatusCode, body: b}
+	return outcome{ans: classify(a.Status, a.Header, a.Body), code: a.Status, body: a.Body}
 }
 
 // runner is one run: its options, and what its clients recorded (under mu).
@@ -223,8 +198,7 @@ type runner struct {
 	pool                 []request // replay path: finished payments
 	start, measured, end time.Time
 	op                   func(context.Context) outcome // if set, what a client does instead of HTTP requests
-
-	refunds refundPool // with a refund mix: the payments to refund
+	refunds              refundPool                    // with a refund mix: the payments to refund
 
 	mu        sync.Mutex
 	res       Result          // the answers, errors, new payments and payments seen
@@ -307,9 +281,8 @@ func (r *runner) measure(ctx context.Context) (Result, error) {
 		res.Throughput, res.NewPaymentRate = float64(res.Requests)/window.Seconds(), float64(res.NewPayments)/window.Seconds()
 	}
 	res.Latency = latencyOf(r.lat)
-	if o.RefundShare > 0 {
+	if rs := res.Refunds; rs != nil {
 		slices.Sort(r.refundLat)
-		rs := res.Refunds
 		rs.Share, rs.Requests, rs.Latency = o.RefundShare, int64(len(r.refundLat)), latencyOf(r.refundLat)
 		if window > 0 {
 			rs.Rate = float64(rs.New) / window.Seconds()
@@ -416,7 +389,7 @@ func (r *runner) record(ctx context.Context, intended time.Time, req request, o 
 	}
 	if o.err != nil {
 		r.res.Errors++
-		r.res.FirstError = orDefault(r.res.FirstError, o.err.Error())
+		r.res.FirstError = cmp.Or(r.res.FirstError, o.err.Error())
 		return false
 	}
 	r.lat = append(r.lat, o.done.Sub(intended))
@@ -534,322 +507,4 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
-}
-
-// Fixture is what Setup created: the merchants, their API keys and funded payer accounts.
-type Fixture struct{ Merchants []Merchant }
-
-// Merchant is one benchmark merchant. All its payments credit its one settlement account, which
-// makes that account a hot row: more merchants spread the load.
-type Merchant struct {
-	ID     string
-	APIKey string   `json:"api_key"`
-	Payers []string // payer account ids
-}
-
-const (
-	// deposit, in every payer account, affords 100,000 maximal payments: far more than any run
-	// here sends, so only Insufficient fails.
-	deposit       = maxAmount * 100_000
-	setupParallel = 32 // concurrent admin calls; Setup of 1000 merchants takes seconds
-)
-
-// Setup creates opts.Merchants merchants with opts.Payers funded payer accounts each (admin API).
-func Setup(ctx context.Context, opts Options) (*Fixture, error) {
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	hc := newClient(setupParallel)
-	defer hc.CloseIdleConnections()
-	fx := &Fixture{Merchants: make([]Merchant, opts.Merchants)}
-	admin := func(ctx context.Context, path, key string, in map[string]string, out any) error {
-		body, _ := json.Marshal(in)
-		r := request{method: http.MethodPost, url: opts.APIURL + "/admin/v1" + path, token: opts.AdminToken, key: key, body: body}
-		return call(ctx, hc, r, out)
-	}
-	err = parallel(ctx, opts.Merchants, setupParallel, func(ctx context.Context, i int) error {
-		fx.Merchants[i].Payers = make([]string, opts.Payers)
-		return admin(ctx, "/merchants", "", map[string]string{"name": fmt.Sprintf("bench-%d", i)}, &fx.Merchants[i])
-	})
-	if err != nil {
-		return nil, err
-	}
-	amount := payment.FormatAmount(deposit, currency)
-	err = parallel(ctx, opts.Merchants*opts.Payers, setupParallel, func(ctx context.Context, i int) error {
-		m := &fx.Merchants[i/opts.Payers]
-		var acct struct{ ID string }
-		if err := admin(ctx, "/accounts", "", map[string]string{"merchant_id": m.ID, "currency": currency}, &acct); err != nil {
-			return err
-		}
-		m.Payers[i%opts.Payers] = acct.ID
-		return admin(ctx, "/accounts/"+acct.ID+"/deposits", uuid.NewString(), map[string]string{"amount": amount}, nil)
-	})
-	return fx, err
-}
-
-// CheckCharges asks the bank simulator how many of the payments were charged more than once.
-func CheckCharges(ctx context.Context, simURL string, ids []string) (doubles int, err error) {
-	hc := newClient(16)
-	defer hc.CloseIdleConnections()
-	base := strings.TrimRight(simURL, "/") + "/_sim/charges?reference="
-	var n atomic.Int64
-	err = parallel(ctx, len(ids), 16, func(ctx context.Context, i int) error {
-		var out struct{ Count *int }
-		if err := call(ctx, hc, request{method: http.MethodGet, url: base + url.QueryEscape(ids[i])}, &out); err != nil {
-			return fmt.Errorf("bench: charges of %s: %w", ids[i], err)
-		}
-		if out.Count == nil {
-			return fmt.Errorf("bench: charges of %s: answer without count", ids[i])
-		}
-		if *out.Count > 1 {
-			n.Add(1)
-		}
-		return nil
-	})
-	return int(n.Load()), err
-}
-
-// call sends r and decodes a 2xx JSON answer into out; anything else is an error quoting the body.
-func call(ctx context.Context, hc *http.Client, r request, out any) error {
-	o := send(ctx, hc, r)
-	switch {
-	case o.err != nil:
-		return o.err
-	case o.code/100 != 2:
-		return fmt.Errorf("%s %s: %d: %s", r.method, r.url, o.code, strings.TrimSpace(string(o.body)))
-	case out == nil:
-		return nil
-	}
-	return json.Unmarshal(o.body, out)
-}
-
-// parallel calls fn for 0..n-1 on at most workers goroutines and stops at the first error.
-func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
-	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(workers)
-	for i := range n {
-		g.Go(func() error { return fn(ctx, i) })
-	}
-	return g.Wait()
-}
-
-// CPU reads how much CPU time each class of a stack's processes has used so far.
-type CPU func() map[string]time.Duration
-
-// Counters reads counters that only grow, such as a database's commits; nil or an error
-// leaves a sample out.
-type Counters func(ctx context.Context) (map[string]int64, error)
-
-// The process classes CPU reports; any other process of the stack is named by its executable.
-const (
-	ClassKasa     = "kasa"     // kasa's processes: the measured kasa dev (API, worker, relay, consumer, embedded NATS), or kasa cluster's
-	ClassBanksim  = "banksim"  // the bank simulator (kasa banksim), a process of its own: not kasa
-	ClassPostgres = "postgres" // PostgreSQL's server processes
-	ClassTemporal = "temporal" // the Temporal dev server
-	ClassBench    = "bench"    // this process: the load generator, and in a T run its worker
-)
-
-// Parts of ClassPostgres's time, not classes: the CPU of the backends connected to kasa's database
-// and of those connected to any other (Temporal's, the bench's own counters). What no backend used
-// (the postmaster, WAL writer, checkpointer, closed backends) is PostgreSQL's shared time.
-const (
-	postgresKasa   = "postgres@kasa"
-	postgresOthers = "postgres@others"
-	partPrefix     = "postgres@"
-)
-
-// StackCPU reads from /proc the CPU time of root (class kasa), of every process descended from it
-// (PostgreSQL, Temporal), of the beside processes and their descendants (servers started for
-// root rather than by it), and of this process (class bench). A process's time includes its ended
-// children (PostgreSQL's closed backends), except for this process's: pgbench is not the load
-// generator. If kasaBackends is set, it maps PostgreSQL backends' process ids to whether they
-// serve kasa's database, and their time is also counted in the parts postgres@kasa and
-// postgres@others. Nil where there is no /proc.
-func StackCPU(root int, beside []int, kasaBackends func() map[int]bool) CPU {
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		return nil
-	}
-	self := os.Getpid()
-	const tick = 10 * time.Millisecond // USER_HZ, the unit of /proc's CPU times
-	return func() map[string]time.Duration {
-		var backends map[int]bool
-		if kasaBackends != nil {
-			backends = kasaBackends()
-		}
-		procs := readProcs()
-		use := map[string]time.Duration{}
-		for pid, p := range procs {
-			st := p.ProcStat
-			own, children := time.Duration(st.UTime+st.STime)*tick, time.Duration(st.CUTime+st.CSTime)*tick
-			switch {
-			case pid == self:
-				use[ClassBench] += own
-			case pid == root:
-				use[ClassKasa] += own + children
-			case descends(procs, pid, root) || slices.ContainsFunc(beside, func(b int) bool { return pid == b || descends(procs, pid, b) }):
-				use[class(st.Comm, p.args)] += own + children
-				if kasa, ok := backends[pid]; ok {
-					use[map[bool]string{true: postgresKasa, false: postgresOthers}[kasa]] += own + children
-				}
-			}
-		}
-		return use
-	}
-}
-
-// class is the process class of an executable's name and arguments: the real Temporal Server
-// counts as Temporal, kasa's bank simulator as the simulator, and kasa's other commands as kasa
-// (whatever the binary is called: kasa, kasa.wt...).
-func class(comm string, args []string) string {
-	switch {
-	case comm == "temporal-server":
-		return ClassTemporal
-	case isKasa(comm) && len(args) > 1 && args[1] == "banksim":
-		return ClassBanksim
-	case isKasa(comm):
-		return ClassKasa
-	}
-	return comm
-}
-
-func isKasa(comm string) bool { return strings.HasPrefix(comm, "kasa") }
-
-// proc is a process's stat, and its arguments when its class depends on them.
-type proc struct {
-	procfs.ProcStat
-	args []string
-}
-
-// readProcs reads every process's stat. Processes that end while it reads are left out.
-func readProcs() map[int]proc {
-	all, _ := procfs.AllProcs()
-	procs := make(map[int]proc, len(all))
-	for _, p := range all {
-		if st, err := p.Stat(); err == nil {
-			var args []string
-			if isKasa(st.Comm) {
-				args, _ = p.CmdLine()
-			}
-			procs[p.PID] = proc{st, args}
-		}
-	}
-	return procs
-}
-
-// descends says whether pid is a descendant of root.
-func descends(stats map[int]proc, pid, root int) bool {
-	for range 64 { // a process tree is shallow; a cycle would be a bug in /proc, not a loop here
-		st, ok := stats[pid]
-		if !ok || st.PPID <= 1 {
-			return false
-		}
-		if st.PPID == root {
-			return true
-		}
-		pid = st.PPID
-	}
-	return false
-}
-
-// sampleBetween samples cpu and counters at from and at to, and gives each class's CPU time and
-// each counter's growth between the two; nil for what is nil, failed, or when ctx ends first.
-func sampleBetween(ctx context.Context, cpu CPU, counters Counters, from, to time.Time) (map[string]time.Duration, map[string]int64) {
-	if (cpu == nil && counters == nil) || sleep(ctx, time.Until(from)) != nil {
-		return nil, nil
-	}
-	count := func() map[string]int64 {
-		if counters == nil {
-			return nil
-		}
-		c, err := counters(ctx)
-		if err != nil {
-			return nil
-		}
-		return c
-	}
-	now := func() map[string]time.Duration {
-		if cpu == nil {
-			return nil
-		}
-		return cpu()
-	}
-	a, ca := now(), count()
-	if sleep(ctx, time.Until(to)) != nil {
-		return nil, nil
-	}
-	used, grew := map[string]time.Duration{}, map[string]int64{}
-	for class, t := range now() {
-		if d := t - a[class]; d > 0 {
-			used[class] = d
-		}
-	}
-	if cb := count(); ca != nil && cb != nil {
-		for name, n := range cb {
-			grew[name] = n - ca[name]
-		}
-	}
-	return used, grew
-}
-
-// CPUUse is the CPU a run's window cost, by process class.
-type CPUUse struct {
-	Per   string             `json:"per"`   // the operation: "new payment", "workflow" or "request"
-	MS    map[string]float64 `json:"ms"`    // CPU milliseconds per operation, by process class
-	Cores float64            `json:"cores"` // all classes together: cores busy on average over the window
-	// PostgresBackends splits part of MS["postgres"] by the database the backends served
-	// ("kasa", "others"); the rest is PostgreSQL's shared time. Absent without that split.
-	PostgresBackends map[string]float64 `json:"postgres_backends_ms,omitempty"`
-	Own              OwnCPU             `json:"kasa_own"`
-}
-
-// OwnTarget is the most kasa's own CPU per payment may be, as a share of Temporal's.
-const OwnTarget = 0.5
-
-// OwnCPU is kasa's own CPU per operation: kasa's processes (ClassKasa, and a NATS server of the
-// stack) and kasa's part of PostgreSQL; never Temporal, the bank simulator or the load generator.
-// Kasa's part of PostgreSQL is its backends' time and the shared time in the proportion of its
-// backends' to all backends' (all of PostgreSQL's time without a split by database).
-type OwnCPU struct {
-	MS       float64 `json:"ms"`          // kasa's own CPU milliseconds per operation
-	Postgres float64 `json:"postgres_ms"` // of which kasa's part of PostgreSQL
-	Ratio    float64 `json:"to_temporal"` // MS ÷ Temporal's milliseconds per operation; 0 without Temporal
-	Target   float64 `json:"target"`      // OwnTarget
-	Met      bool    `json:"met"`         // Ratio ≤ Target, with Temporal measured
-}
-
-// cpuUse divides the window's CPU among its operations; nil without a measurement or operations.
-func cpuUse(used map[string]time.Duration, window time.Duration, per string, ops int64) *CPUUse {
-	if len(used) == 0 || ops <= 0 || window <= 0 {
-		return nil
-	}
-	u := &CPUUse{Per: per, MS: map[string]float64{}}
-	perOp := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(ops) }
-	var total time.Duration
-	for class, d := range used {
-		if part, ok := strings.CutPrefix(class, partPrefix); ok {
-			if u.PostgresBackends == nil {
-				u.PostgresBackends = map[string]float64{}
-			}
-			u.PostgresBackends[part] = perOp(d)
-			continue
-		}
-		u.MS[class] = perOp(d)
-		total += d
-	}
-	u.Cores = total.Seconds() / window.Seconds()
-	pg := u.MS[ClassPostgres]
-	if b := u.PostgresBackends; b != nil {
-		kasa, backends := b["kasa"], b["kasa"]+b["others"]
-		pg = kasa
-		if backends > 0 {
-			pg += max(u.MS[ClassPostgres]-backends, 0) * kasa / backends
-		}
-	}
-	u.Own = OwnCPU{MS: u.MS[ClassKasa] + u.MS["nats-server"] + pg, Postgres: pg, Target: OwnTarget}
-	if t := u.MS[ClassTemporal]; t > 0 {
-		u.Own.Ratio = u.Own.MS / t
-		u.Own.Met = u.Own.Ratio <= OwnTarget
-	}
-	return u
 }

@@ -1,0 +1,190 @@
+package bench
+
+import (
+	_ "embed"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// RunReport is one run that `kasa bench --out` keeps: what it measured and whether it was correct.
+type RunReport struct {
+	Started    time.Time `json:"started"`
+	Machine    string    `json:"machine"`
+	Commit     string    `json:"commit"`
+	Capability string    `json:"provider_capability,omitempty"`
+	Options    Options   `json:"options"`
+	Run        Result    `json:"run"`
+	Verdict
+}
+
+//go:embed report.md.tmpl
+var reportTemplates string
+
+var reports = template.Must(template.New("").Funcs(template.FuncMap{
+	"cell": cell, "join": strings.Join, "inc": func(i int) int { return i + 1 },
+	"f0": format("%.0f"), "f1": format("%.1f"), "f2": format("%.2f"),
+	"round1":    func(v float64) float64 { return math.Round(v*10) / 10 }, // the suite's half rate is a quotient
+	"div":       func(a, b float64) float64 { return a / b },
+	"share":     func(n, of int64) string { return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(max(of, 1))) },
+	"list":      func(s ...string) []string { return s },
+	"one":       func(r Result) []Result { return []Result{r} },
+	"runs":      func(title string, runs []Result) runsView { return runsView{title, runs} },
+	"ownTarget": func() float64 { return OwnTarget },
+	"sum":       sum,
+	// other is the CPU of the classes without a column of their own; never a rounding's -0.00.
+	"other": func(m map[string]float64) float64 {
+		return max(sum(m)-m[ClassKasa]-m[ClassPostgres]-m[ClassTemporal]-m[ClassBanksim]-m[ClassBench], 0)
+	},
+	"hasRefunds": func(runs []Result) bool {
+		return slices.ContainsFunc(runs, func(r Result) bool { return r.Refunds != nil })
+	},
+	"hasCPU": func(runs []Result) bool {
+		return slices.ContainsFunc(runs, func(r Result) bool { return r.CPU != nil })
+	},
+	"problems": func(v Verdict) []string { return append(slices.Clone(v.Problems), v.RefundProblems...) },
+	"counters": func(m map[string]float64) string {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			parts = append(parts, fmt.Sprintf("%s %.1f", k, m[k]))
+		}
+		return strings.Join(parts, ", ")
+	},
+	"shapes": func() string { // the shape a payment has with each provider capability, which T copies
+		var out []string
+		for _, c := range workflows.Capabilities {
+			out = append(out, fmt.Sprintf("`%s` %s", c, ShapeFor(c)))
+		}
+		return strings.Join(out, ", ")
+	},
+	"goal": func(t Target) string {
+		if t.Name[0] == '5' { // an upper bound
+			return fmt.Sprintf("≤ %.0f", t.Threshold)
+		}
+		return fmt.Sprintf("≥ %.2f", t.Threshold)
+	},
+	"pair": func(s Side) map[string]Summary { return map[string]Summary{"T": s.T, "kasa": s.Kasa} },
+	"sideRuns": func(sides []Side) (runs []Result) { // every side's runs, in order
+		for _, s := range sides {
+			runs = append(runs, s.Runs...)
+		}
+		return runs
+	},
+	"dbRows": dbRows,
+	"pgbench": func(m map[string]PGBenchResult, k string) *PGBenchResult {
+		if r, ok := m[k]; ok {
+			return &r
+		}
+		return nil
+	},
+	"most": func(rep *StorePathReport) (n int) { // the largest merchant count of the runs
+		for _, r := range rep.Runs {
+			n = max(n, r.Merchants)
+		}
+		return n
+	},
+	"ratioGoal": func(k string) string {
+		if strings.HasPrefix(k, "one/") {
+			return "≥ 0.9"
+		}
+		return map[string]string{"P/M": "≥ 0.8", "store/P": "≥ 0.7", "P/M by PostgreSQL CPU": "(M's CPU per payment ÷ P's)"}[k]
+	},
+}).Parse(reportTemplates))
+
+// render executes a template of report.md.tmpl. It fails only on a bug in a template, which
+// the tests of every report would show: so it panics rather than burden every caller.
+func render(name string, data any) string {
+	var b strings.Builder
+	if err := reports.ExecuteTemplate(&b, name, data); err != nil {
+		panic(err)
+	}
+	return b.String()
+}
+
+// Markdown is a summary table with one row per run, the answers of every run, the refunds of
+// runs with a refund mix, and what an operation of each run cost in CPU by process class.
+func Markdown(title string, runs ...Result) string {
+	return render("runs", runsView{title, runs})
+}
+
+type runsView struct {
+	Title string
+	Runs  []Result
+}
+
+// RunText is what `kasa bench` prints for one run: its Markdown and its counters per operation.
+func RunText(res Result) string { return render("runtext", res) }
+
+// SuiteMarkdown is a suite's report: verdict, targets with their inputs, runs, database ceilings.
+func SuiteMarkdown(rep *Report) string { return render("suite", rep) }
+
+// RunMarkdown is a kept run's report: its setting and verdict, then body (Markdown of the run).
+func RunMarkdown(rep RunReport, body string) string {
+	return render("run", struct {
+		RunReport
+		Body string
+	}{rep, body})
+}
+
+// CompareMarkdown is a comparison's report: one row per side, CPU and database work per
+// operation, then every run.
+func CompareMarkdown(c *Comparison) string { return render("compare", c) }
+
+// StorePathMarkdown is a store-path run's report.
+func StorePathMarkdown(rep *StorePathReport) string { return render("storepath", rep) }
+
+// cell keeps a value from breaking its table row.
+func cell(s string) string { return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s) }
+
+func format(f string) func(float64) string {
+	return func(v float64) string { return fmt.Sprintf(f, v) }
+}
+
+func sum(m map[string]float64) (all float64) {
+	for _, v := range m {
+		all += v
+	}
+	return all
+}
+
+// dbRows are a comparison's database work per operation (Summary.PerOp), by side, run and
+// database, then the whole cluster's WAL, of which what no statement wrote is in no database's.
+func dbRows(sides []Side) (rows [][]string) {
+	num := func(m map[string]float64, k, f string) string {
+		if v, ok := m[k]; ok {
+			return fmt.Sprintf(f, v)
+		}
+		return "-"
+	}
+	for _, s := range sides {
+		for _, run := range []struct {
+			name string
+			m    map[string]float64
+		}{{"T", s.T.PerOp}, {"kasa", s.Kasa.PerOp}} {
+			m, byStatements, counted := run.m, 0.0, false
+			for _, db := range []string{"temporal", "temporal_visibility", "kasa"} {
+				if _, ok := m["commits "+db]; !ok {
+					continue
+				}
+				v, ok := m["wal bytes "+db]
+				byStatements, counted = byStatements+v, counted || ok
+				rows = append(rows, []string{cell(s.Temporal), run.name, db, num(m, "commits "+db, "%.1f"), num(m, "statements "+db, "%.1f"),
+					num(m, "rows written "+db, "%.1f"), num(m, "wal bytes "+db, "%.0f"), num(m, "full-page images "+db, "%.2f")})
+			}
+			if all, ok := m["wal bytes, all"]; ok {
+				wal := fmt.Sprintf("%.0f", all)
+				if counted {
+					wal += fmt.Sprintf(" (%.0f in no statement)", all-byStatements)
+				}
+				rows = append(rows, []string{cell(s.Temporal), run.name, "whole cluster", "", "", "", wal, num(m, "full-page images, all", "%.2f")})
+			}
+		}
+	}
+	return rows
+}
