@@ -15,13 +15,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kasa-pay/kasa/outbox"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/store/pgstats"
 	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
@@ -124,8 +124,8 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 	rep := &StorePathReport{Started: time.Now().UTC(), Clients: o.Clients, Ratios: map[string]float64{}, Load: LoadAvg(),
 		Statements: map[string][]StorePathStatement{}}
 	o.Progress("starting PostgreSQL in %s", o.Dir)
-	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(o.Dir, "postgres"), Database: "kasa",
-		Settings: []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.max=1000", "max_connections=200"},
+	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(o.Dir, "postgres"), Database: storePathDB,
+		Settings: append(slices.Clone(pgstats.Settings), "max_connections=200"),
 		Logger:   slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
@@ -140,15 +140,12 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 		return nil, err
 	}
 	defer db.Close()
-	// A pool of the bench's own for the server's statistics (WAL, pg_stat_statements).
-	aux, err := pgxpool.New(ctx, pg.URL)
+	// The server's statistics (WAL, pg_stat_statements), read apart from kasa's database.
+	aux, err := pgstats.Open(ctx, pg.URL)
 	if err != nil {
 		return nil, err
 	}
 	defer aux.Close()
-	if _, err := aux.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
-		return nil, err
-	}
 
 	// The event pipeline, as kasa runs it: relay, consumer and sender, NATS embedded.
 	var webhooks atomic.Int64
@@ -193,7 +190,7 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 		rep.PGBench, rep.PGBenchCPUMS = map[string]PGBenchResult{}, map[string]float64{}
 		for _, s := range []struct{ name, script string }{{"M", PGBenchMinimal}, {"P", PGBenchPayment}} {
 			o.Progress("pgbench %s (%s), %d clients, %d merchants", s.name, s.script, o.Clients, most)
-			if _, err := aux.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+			if err := aux.ResetStatements(ctx); err != nil {
 				return nil, err
 			}
 			before, client := cpu()[ClassPostgres], childrenCPU()
@@ -202,10 +199,8 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 				return nil, err
 			}
 			postgres, client := cpu()[ClassPostgres]-before, childrenCPU()-client
-			// Every statement of a script runs once per transaction: the most called one counts them.
-			var txs int64
-			if err := aux.QueryRow(ctx, `SELECT coalesce(max(calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-				WHERE d.datname = current_database() AND s.query !~* '^\s*(begin|commit)'`).Scan(&txs); err != nil {
+			txs, err := aux.Transactions(ctx, storePathDB)
+			if err != nil {
 				return nil, err
 			}
 			if txs > 0 {
@@ -299,11 +294,10 @@ func storePathMerchants(ctx context.Context, db *store.Store, n int, hookURL str
 
 // storePathRun runs o.Clients clients paying the merchants in turn through the warmup and the
 // window, measured as Run measures; with statements, also the costliest statements of the window.
-func storePathRun(ctx context.Context, db *store.Store, aux *pgxpool.Pool, merchants []storePathMerchant, o StorePathOptions,
+func storePathRun(ctx context.Context, db *store.Store, aux *pgstats.Server, merchants []storePathMerchant, o StorePathOptions,
 	cpu CPU, statements bool) (StorePathRun, []StorePathStatement, error) {
 	wal := func(ctx context.Context) (map[string]int64, error) {
-		var lsn int64
-		err := aux.QueryRow(ctx, "SELECT (pg_current_wal_lsn() - '0/0')::bigint").Scan(&lsn)
+		lsn, err := aux.WALBytes(ctx)
 		return map[string]int64{"wal": lsn}, err
 	}
 	r := newRunner(Options{Concurrency: o.Clients, Warmup: o.Warmup, Duration: o.Duration, CPU: cpu, Counters: wal}, nil)
@@ -320,7 +314,7 @@ func storePathRun(ctx context.Context, db *store.Store, aux *pgxpool.Pool, merch
 		if !statements || sleep(ctx, o.Warmup) != nil {
 			return nil
 		}
-		if _, err := aux.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil || sleep(ctx, o.Duration) != nil {
+		if err := aux.ResetStatements(ctx); err != nil || sleep(ctx, o.Duration) != nil {
 			return err
 		}
 		var err error
@@ -363,30 +357,18 @@ func storePathPayment(ctx context.Context, db *store.Store, merchant, payer uuid
 	return err
 }
 
-// topStatements reads pg_stat_statements' costliest statements of kasa's database (per payment
-// filled in by the caller).
-func topStatements(ctx context.Context, aux *pgxpool.Pool) ([]StorePathStatement, error) {
-	rows, err := aux.Query(ctx, `SELECT regexp_replace(s.query, '\s+', ' ', 'g'), s.calls, s.mean_exec_time,
-	coalesce(100 * s.total_exec_time / nullif(sum(s.total_exec_time) OVER (), 0), 0), s.wal_bytes::float8 / greatest(s.calls, 1)
-FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-WHERE d.datname = current_database() AND s.query !~* '^\s*(begin|commit|rollback)'
-ORDER BY s.total_exec_time DESC LIMIT 12`)
-	if err != nil {
-		return nil, err
+// storePathDB is the database the store path measures.
+const storePathDB = "kasa"
+
+// topStatements are the costliest statements of kasa's database (per payment filled in by the
+// caller).
+func topStatements(ctx context.Context, aux *pgstats.Server) ([]StorePathStatement, error) {
+	sts, err := aux.TopStatements(ctx, storePathDB, 12)
+	out := make([]StorePathStatement, len(sts))
+	for i, st := range sts {
+		out[i] = StorePathStatement{Query: st.Query, Calls: st.Calls, MeanMS: st.MeanMS, SharePercent: st.SharePercent, WALBytes: st.WALBytes}
 	}
-	defer rows.Close()
-	var sts []StorePathStatement
-	for rows.Next() {
-		var st StorePathStatement
-		if err := rows.Scan(&st.Query, &st.Calls, &st.MeanMS, &st.SharePercent, &st.WALBytes); err != nil {
-			return nil, err
-		}
-		if r := []rune(st.Query); len(r) > 200 {
-			st.Query = string(r[:200]) + "…"
-		}
-		sts = append(sts, st)
-	}
-	return sts, rows.Err()
+	return out, err
 }
 
 // windowed are the tables whose rows retention deletes after a window; the rest are kept.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/store/pgstats"
 	"github.com/kasa-pay/kasa/tools/bench"
 	"github.com/kasa-pay/kasa/tools/devenv"
 )
@@ -45,7 +46,7 @@ func (s *stack) stop(keep bool) {
 //
 // With temporal "server" it first starts PostgreSQL and the real Temporal Server on it itself, and
 // the child uses both (kasa dev starts neither when given their addresses). That PostgreSQL
-// counts statements and their WAL by database (statsSettings).
+// counts statements and their WAL by database (pgstats.Settings).
 //
 // With pprof, the child serves Go's /debug/pprof/ on a free loopback port (never the API's).
 func startStack(ctx context.Context, cfg Config, temporal, topology string, pprof bool) (_ *stack, err error) {
@@ -91,7 +92,7 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string, ppro
 	if temporal == TemporalServer {
 		progress("starting PostgreSQL and the Temporal Server %s in %s", devenv.TemporalServerVersion, dir)
 		pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(dir, "postgres"), Database: "kasa",
-			Settings: statsSettings, Logger: slog.New(slog.DiscardHandler)})
+			Settings: pgstats.Settings, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return nil, err
 		}

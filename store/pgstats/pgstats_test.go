@@ -1,9 +1,8 @@
-package harness
+package pgstats
 
 import (
 	"context"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -14,19 +13,22 @@ import (
 	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
-// On a cluster started with statsSettings the counters split statements and their WAL by
+// On a server started with Settings the counters split statements and their WAL by
 // database: work done in one database shows under its name and not under another's, and the
 // cluster's whole WAL covers at least what the statements wrote.
-func TestDatabaseCountersSplitByDatabase(t *testing.T) {
+func TestCountersSplitByDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(t.TempDir(), "pg"), Database: "kasa",
-		Settings: statsSettings, Logger: slog.New(slog.DiscardHandler)})
+		Settings: Settings, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer pg.Stop()
-	count, kasaBackends, closeCounters, err := databaseCounters(ctx, pg.URL)
+	srv, err := Open(ctx, pg.URL)
 	require.NoError(t, err)
-	defer closeCounters()
+	defer srv.Close()
+	require.True(t, srv.Statements())
+	dbs := []string{"kasa", "temporal"}
+	count := func(ctx context.Context) (map[string]int64, error) { return srv.Counters(ctx, dbs) }
 
 	kasa, err := pgxpool.New(ctx, pg.URL)
 	require.NoError(t, err)
@@ -38,7 +40,8 @@ func TestDatabaseCountersSplitByDatabase(t *testing.T) {
 	require.NoError(t, err)
 	var kasaPID int
 	require.NoError(t, kasa.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&kasaPID))
-	backends := kasaBackends()
+	backends, err := srv.Backends(ctx, "kasa")
+	require.NoError(t, err)
 	require.Contains(t, backends, kasaPID)
 	require.True(t, backends[kasaPID], "a backend of kasa's database is kasa's")
 	others := 0
@@ -75,12 +78,52 @@ func TestDatabaseCountersSplitByDatabase(t *testing.T) {
 	require.Zero(t, grew("wal bytes temporal"))
 }
 
-// A second report on a day gets a name of its own rather than writing over the first.
-func TestFreeBaseKeepsEarlierReports(t *testing.T) {
-	dir := t.TempDir()
-	for _, want := range []string{"day", "day-2", "day-3"} {
-		base := freeBase(dir, "day")
-		require.Equal(t, filepath.Join(dir, want), base)
-		require.NoError(t, os.WriteFile(base+".md", nil, 0o644))
+// The costliest statements since a reset are the database's own, and a reset forgets them.
+func TestTopStatementsAndReset(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(t.TempDir(), "pg"), Database: "kasa",
+		Settings: Settings, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer pg.Stop()
+	srv, err := Open(ctx, pg.URL)
+	require.NoError(t, err)
+	defer srv.Close()
+	kasa, err := pgxpool.New(ctx, pg.URL)
+	require.NoError(t, err)
+	defer kasa.Close()
+
+	require.NoError(t, srv.ResetStatements(ctx))
+	for range 5 {
+		_, err := kasa.Exec(ctx, `SELECT   count(*)
+			FROM pg_class`)
+		require.NoError(t, err)
+	}
+	top, err := srv.TopStatements(ctx, "kasa", 12)
+	require.NoError(t, err)
+	var found *Statement
+	for i := range top {
+		if top[i].Query == "SELECT count(*) FROM pg_class" {
+			found = &top[i]
+		}
+	}
+	require.NotNil(t, found, "whitespace folded: %+v", top)
+	require.EqualValues(t, 5, found.Calls)
+	txs, err := srv.Transactions(ctx, "kasa")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, txs, int64(5))
+	before, err := srv.WALBytes(ctx)
+	require.NoError(t, err)
+	_, err = kasa.Exec(ctx, `CREATE TABLE w (v text); INSERT INTO w SELECT repeat('x', 1000) FROM generate_series(1, 100)`)
+	require.NoError(t, err)
+	after, err := srv.WALBytes(ctx)
+	require.NoError(t, err)
+	require.Greater(t, after-before, int64(100*1000), "the rows went to the WAL")
+
+	require.NoError(t, srv.ResetStatements(ctx))
+	top, err = srv.TopStatements(ctx, "kasa", 12)
+	require.NoError(t, err)
+	for _, st := range top {
+		require.NotEqual(t, "SELECT count(*) FROM pg_class", st.Query, "forgotten by the reset")
 	}
 }
