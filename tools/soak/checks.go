@@ -68,11 +68,17 @@ func (s *stack) checkKeys(keys []*keyRecord, st *settled) Check {
 	return c
 }
 
-func replayProblems(a *api, k *keyRecord, st *settled) []string {
+func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
 	k.mu.Lock()
 	id, ids, unexpected := k.ID, len(k.ids), slices.Clone(k.unexpected)
 	k.mu.Unlock()
-	var out []string
+	defer func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if !linearizable(k.history) {
+			out = append(out, "no order of its requests explains the answers (docs/tools.md, \"Chaos soak\"):\n"+describe(k.history))
+		}
+	}()
 	for _, u := range unexpected {
 		out = append(out, "unexpected answer: "+u)
 	}
@@ -83,7 +89,11 @@ func replayProblems(a *api, k *keyRecord, st *settled) []string {
 		return append(out, "never answered with a payment, and none exists for it")
 	}
 	p := st.payments[id]
+	call := time.Now()
 	r, err := a.replay(k.Merchant.APIKey, k.Key, k.body)
+	k.mu.Lock()
+	k.history = append(k.history, opOf(call, r, err))
+	k.mu.Unlock()
 	if err != nil {
 		return append(out, "replay: "+err.Error())
 	}

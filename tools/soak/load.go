@@ -38,11 +38,15 @@ type keyRecord struct {
 	Statuses   map[int]int
 	unexpected []string
 	sawUnknown bool
+	history    []op // every request sent under the key, for the linearizability check
 }
 
-func (k *keyRecord) record(r answer, err error) (accepted, retry bool) {
+// record notes the answer to a request sent at call, and says whether kasa took the key and
+// whether a client retries it.
+func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.history = append(k.history, opOf(call, r, err))
 	k.Sends++
 	if err != nil {
 		k.Statuses[0]++ // no answer: a timeout or a lost connection
@@ -62,8 +66,9 @@ func (k *keyRecord) record(r answer, err error) (accepted, retry bool) {
 		k.ids[p.ID] = true
 		k.sawUnknown = k.sawUnknown || p.Status == payment.StatusUnknown
 		return true, false
-	case http.StatusServiceUnavailable, http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
-		return false, true // a careful client retries any 5xx with the same key
+	case http.StatusServiceUnavailable, http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout,
+		http.StatusTooManyRequests:
+		return false, true // a careful client retries any 5xx, and a 429 after its Retry-After, with the same key
 	case http.StatusConflict:
 		var prob struct{ Code string }
 		_ = json.Unmarshal(r.body, &prob)
@@ -169,8 +174,9 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 	l.untilAccepted(ctx, k)
 	if again && k.accepted() {
 		if sleep(ctx, time.Duration(rand.Int64N(int64(2*time.Second)))) == nil {
+			call := time.Now()
 			r, err := l.api.pay(k.Merchant.APIKey, k.Key, k.body)
-			k.record(r, err)
+			k.record(call, r, err)
 		}
 	}
 }
@@ -178,13 +184,18 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 // untilAccepted sends the key until kasa answers it with a payment, a non-retryable answer, or ctx ends.
 func (l *load) untilAccepted(ctx context.Context, k *keyRecord) {
 	for attempt := 0; ctx.Err() == nil; attempt++ {
+		call := time.Now()
 		r, err := l.api.pay(k.Merchant.APIKey, k.Key, k.body)
-		accepted, retry := k.record(r, err)
+		accepted, retry := k.record(call, r, err)
 		if accepted || !retry {
 			return
 		}
 		backoff := min(2*time.Second, 250*time.Millisecond<<min(attempt, 4))
-		if sleep(ctx, backoff/2+time.Duration(rand.Int64N(int64(backoff/2)))) != nil {
+		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)))
+		if after, ok := retryAfter(r); ok && err == nil {
+			wait = min(after, 10*time.Second) // as the answer asks
+		}
+		if sleep(ctx, wait) != nil {
 			return
 		}
 	}

@@ -1,0 +1,130 @@
+package soak
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+// op is one request a client sent under a key, as the history records it: when it was sent and
+// answered, and the answer, or Info when none came (a timeout or a lost connection: it may or may
+// not have taken effect).
+type op struct {
+	Call, Return time.Time
+	Info         bool
+	Status       int
+	Replayed     bool
+	Payment      string         // the payment the answer names, if any
+	Resource     payment.Status // that payment's status in the answer
+	Code         string         // a problem's code
+	Body         [32]byte       // SHA-256 of the body
+}
+
+func opOf(call time.Time, r answer, err error) op {
+	o := op{Call: call, Return: time.Now(), Info: err != nil, Status: r.status, Body: sha256.Sum256(r.body)}
+	if err != nil {
+		return o
+	}
+	o.Replayed = r.header.Get("Idempotent-Replayed") == "true"
+	var v struct {
+		ID     string
+		Status json.RawMessage // a string in a payment, a number in a problem
+		Code   string
+	}
+	if json.Unmarshal(r.body, &v) == nil {
+		o.Code = v.Code
+		var s string
+		if v.Code == "" && json.Unmarshal(v.Status, &s) == nil {
+			o.Payment, o.Resource = v.ID, payment.Status(s)
+		}
+	}
+	return o
+}
+
+func (o op) String() string {
+	if o.Info {
+		return fmt.Sprintf("[%s, %s] no answer", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"))
+	}
+	return fmt.Sprintf("[%s, %s] %d %s %s %s replayed=%t body=%x", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"),
+		o.Status, o.Payment, o.Resource, o.Code, o.Replayed, o.Body[:4])
+}
+
+// keyState is the sequential model of one key (docs/api.md, idempotency): the payment the key
+// made, once one is answered; and its final status and answer, once it has one.
+type keyState struct {
+	payment string
+	final   payment.Status
+	body    [32]byte
+}
+
+// stepKey says whether the model of one key, in state s, may give o's answer, and the state after.
+// The soak sends one body per key, so 422 is never right.
+func stepKey(s keyState, o op) (bool, keyState) {
+	if o.Info {
+		return true, s // no answer: whatever it did, a later answer says
+	}
+	switch o.Status {
+	case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true, s // asked to wait, or failed: nothing a retry must not see
+	case http.StatusConflict:
+		return o.Code == "idempotency_key_in_use" && s.final == "", s // only while in flight
+	case http.StatusCreated, http.StatusPaymentRequired, http.StatusAccepted:
+	default:
+		return false, s
+	}
+	if o.Payment == "" || s.payment != "" && s.payment != o.Payment {
+		return false, s // one payment per key
+	}
+	s.payment = o.Payment
+	switch {
+	case o.Status == http.StatusAccepted:
+		// In flight or unknown: never after the answer was final.
+		return s.final == "" && (o.Resource == payment.StatusProcessing || o.Resource == payment.StatusUnknown), s
+	case o.Status == http.StatusCreated && o.Resource != payment.StatusSucceeded,
+		o.Status == http.StatusPaymentRequired && o.Resource != payment.StatusFailed:
+		return false, s
+	case s.final != "":
+		return s.final == o.Resource && s.body == o.Body, s // a replay is the final answer, byte for byte
+	}
+	s.final, s.body = o.Resource, o.Body
+	return true, s
+}
+
+var keyModel = porcupine.Model{
+	Init: func() any { return keyState{} },
+	Step: func(state, input, output any) (bool, any) {
+		return stepKey(state.(keyState), output.(op))
+	},
+}
+
+// linearizable checks one key's history against the model: whether some order of its requests,
+// each taking effect between its call and its answer (an unanswered one at any time after its
+// call), explains every answer.
+func linearizable(history []op) bool {
+	ops := make([]porcupine.Operation, len(history))
+	for i, o := range history {
+		ret := o.Return.UnixNano()
+		if o.Info {
+			ret = 1<<63 - 1 // it may take effect at any time after its call
+		}
+		ops[i] = porcupine.Operation{ClientId: i, Call: o.Call.UnixNano(), Output: o, Return: ret}
+	}
+	return porcupine.CheckOperations(keyModel, ops)
+}
+
+// describe lists a history, one request a line, for a violation.
+func describe(history []op) string {
+	lines := make([]string, len(history))
+	for i, o := range history {
+		lines[i] = "  " + o.String()
+	}
+	return strings.Join(lines, "\n")
+}
