@@ -77,7 +77,8 @@ func runSoak(ctx context.Context, cfg config.Config, _ *slog.Logger) error {
 	case err != nil:
 		return err
 	case rep.Violations > 0:
-		fmt.Fprintf(os.Stderr, "kasa soak: %d violation(s); seed %d; logs in %s\n", rep.Violations, rep.Seed, rep.Dir)
+		fmt.Fprintf(os.Stderr, "kasa soak: %d violation(s); logs in %s; every key's requests in %s; run it again with:\n  %s\n",
+			rep.Violations, rep.Dir, rep.HistoryFile(o.Out), rep.Replay)
 		return exitError(1)
 	}
 	return nil

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -17,18 +18,20 @@ import (
 // answered, and the answer, or Info when none came (a timeout or a lost connection: it may or may
 // not have taken effect).
 type op struct {
-	Call, Return time.Time
-	Info         bool
-	Status       int
-	Replayed     bool
-	Payment      string         // the payment the answer names, if any
-	Resource     payment.Status // that payment's status in the answer
-	Code         string         // a problem's code
-	Body         [32]byte       // SHA-256 of the body
+	Call     time.Time      `json:"call"`
+	Return   time.Time      `json:"return"`
+	Info     bool           `json:"info,omitempty"`
+	Status   int            `json:"status,omitempty"`
+	Replayed bool           `json:"replayed,omitempty"`
+	Payment  string         `json:"payment,omitempty"`  // the payment the answer names, if any
+	Resource payment.Status `json:"resource,omitempty"` // that payment's status in the answer
+	Code     string         `json:"code,omitempty"`     // a problem's code
+	Body     string         `json:"body_sha256"`        // of the body, hex
 }
 
 func opOf(call time.Time, r answer, err error) op {
-	o := op{Call: call, Return: time.Now(), Info: err != nil, Status: r.status, Body: sha256.Sum256(r.body)}
+	sum := sha256.Sum256(r.body)
+	o := op{Call: call, Return: time.Now(), Info: err != nil, Status: r.status, Body: hex.EncodeToString(sum[:])}
 	if err != nil {
 		return o
 	}
@@ -52,8 +55,8 @@ func (o op) String() string {
 	if o.Info {
 		return fmt.Sprintf("[%s, %s] no answer", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"))
 	}
-	return fmt.Sprintf("[%s, %s] %d %s %s %s replayed=%t body=%x", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"),
-		o.Status, o.Payment, o.Resource, o.Code, o.Replayed, o.Body[:4])
+	return fmt.Sprintf("[%s, %s] %d %s %s %s replayed=%t body=%.8s", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"),
+		o.Status, o.Payment, o.Resource, o.Code, o.Replayed, o.Body)
 }
 
 // keyState is the sequential model of one key (docs/api.md, idempotency): the payment the key
@@ -61,7 +64,7 @@ func (o op) String() string {
 type keyState struct {
 	payment string
 	final   payment.Status
-	body    [32]byte
+	body    string
 }
 
 // stepKey says whether the model of one key, in state s, may give o's answer, and the state after.

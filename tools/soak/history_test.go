@@ -1,6 +1,8 @@
 package soak
 
 import (
+	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -18,7 +20,7 @@ func TestLinearizableKeyHistories(t *testing.T) {
 	}
 	ans := func(from, to, status int, id string, res payment.Status, body byte) op {
 		c, r := at(from, to)
-		return op{Call: c, Return: r, Status: status, Payment: id, Resource: res, Body: [32]byte{body}}
+		return op{Call: c, Return: r, Status: status, Payment: id, Resource: res, Body: string(rune('a' + body))}
 	}
 	problem := func(from, to, status int, code string) op {
 		c, r := at(from, to)
@@ -50,4 +52,30 @@ func TestLinearizableKeyHistories(t *testing.T) {
 			require.Equal(t, tc.want, linearizable(tc.history), "\n%s", describe(tc.history))
 		})
 	}
+}
+
+// A failed run writes every key's requests, the verdict and the command that replays it beside
+// its report; a clean one writes no history.
+func TestFailedReportWritesItsHistory(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Seed: 42, Duration: 3 * time.Minute, Rate: 5, Capability: "none", Kinds: []Kind{KillWorker, BankFault}}
+	clean := &Report{Started: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC), Replay: o.replay()}
+	require.NoError(t, clean.write(dir))
+	require.NoFileExists(t, clean.HistoryFile(dir))
+
+	failed := &Report{Started: time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC), Replay: o.replay(), Violations: 1,
+		Checks:    []Check{{Name: "every idempotency key has exactly one outcome", Violations: 1}},
+		histories: map[string][]op{"k-1": {{Status: 409, Code: "idempotency_key_in_use", Body: "ab"}}}}
+	require.NoError(t, failed.write(dir))
+	b, err := os.ReadFile(failed.HistoryFile(dir))
+	require.NoError(t, err)
+	var got struct {
+		Replay  string
+		Verdict []Check
+		Keys    map[string][]op
+	}
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.Equal(t, "kasa soak --seed 42 --duration 3m0s --rate 5 --capability none --faults kill_worker,bank_fault", got.Replay)
+	require.Equal(t, failed.Checks, got.Verdict)
+	require.Equal(t, "idempotency_key_in_use", got.Keys["k-1"][0].Code)
 }

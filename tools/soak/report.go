@@ -26,6 +26,7 @@ type Report struct {
 	Capability string    `json:"capability"`
 	Workers    int       `json:"workers"`
 	Dir        string    `json:"dir"`
+	Replay     string    `json:"replay"` // the command that runs the same schedule and load again
 
 	Plan         []Fault        `json:"plan"`
 	Faults       []FaultResult  `json:"faults"`
@@ -48,6 +49,9 @@ type Report struct {
 
 	Checks     []Check `json:"checks"`
 	Violations int     `json:"violations"`
+
+	// histories are every key's requests, written beside the report when a check failed.
+	histories map[string][]op
 }
 
 // FaultResult is a planned fault as it went.
@@ -104,6 +108,15 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 }
 
 // write saves the report as soak-<date>.json and .md in dir.
+// HistoryFile is where the write into dir puts every key's requests after a failed check ("" when
+// it writes none).
+func (r *Report) HistoryFile(dir string) string {
+	if dir == "" || r.histories == nil {
+		return "(not written: no --out)"
+	}
+	return filepath.Join(dir, "soak-"+r.Started.Format(time.DateOnly)) + "-history.json"
+}
+
 func (r *Report) write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -115,6 +128,15 @@ func (r *Report) write(dir string) error {
 	}
 	if err := os.WriteFile(base+".json", append(b, '\n'), 0o644); err != nil {
 		return err
+	}
+	if r.histories != nil {
+		h, err := json.MarshalIndent(map[string]any{"replay": r.Replay, "verdict": r.Checks, "keys": r.histories}, "", " ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(base+"-history.json", append(h, '\n'), 0o644); err != nil {
+			return err
+		}
 	}
 	var md bytes.Buffer
 	r.WriteText(&md)
@@ -128,9 +150,9 @@ func (r *Report) WriteText(w io.Writer) {
 		verdict = fmt.Sprintf("FAIL: %d violation(s)", r.Violations)
 	}
 	fmt.Fprintf(w, "# Chaos soak %s\n\n%s\n\n", r.Started.Format("2006-01-02 15:04 UTC"), verdict)
-	fmt.Fprintf(w, "Seed %d (replay: `kasa soak --seed %d --duration %s --rate %g --capability %s`), load %s at %g payments/s, "+
+	fmt.Fprintf(w, "Seed %d (replay: `%s`), load %s at %g payments/s, "+
 		"capability `%s`, %d workers; finished %s after the start.\n\n",
-		r.Seed, r.Seed, r.Duration, r.Rate, r.Capability, r.Duration, r.Rate, r.Capability, r.Workers,
+		r.Seed, r.Replay, r.Duration, r.Rate, r.Capability, r.Workers,
 		r.Finished.Sub(r.Started).Round(time.Second))
 
 	fmt.Fprintf(w, "## Invariants\n\n| invariant | result | checked | violations |\n|---|---|---:|---:|\n")

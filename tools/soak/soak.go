@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,19 @@ type Options struct {
 	Dir        string        // working directory (data, logs); empty: a temporary one, removed after a clean run
 	Settle     time.Duration // bound of each wait while settling; default 3m
 	Log        io.Writer     // progress; default os.Stdout
+}
+
+// replay is the command that runs the same fault schedule and load again.
+func (o Options) replay() string {
+	cmd := fmt.Sprintf("kasa soak --seed %d --duration %s --rate %g --capability %s", o.Seed, o.Duration, o.Rate, o.Capability)
+	if len(o.Kinds) > 0 {
+		kinds := make([]string, len(o.Kinds))
+		for i, k := range o.Kinds {
+			kinds[i] = string(k)
+		}
+		cmd += " --faults " + strings.Join(kinds, ",")
+	}
+	return cmd
 }
 
 func (o *Options) defaults() {
@@ -133,12 +147,12 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}()
 
 	rep = &Report{Started: time.Now().UTC(), Seed: o.Seed, Duration: o.Duration.String(), Rate: o.Rate,
-		Capability: o.Capability, Workers: workers, Dir: s.dir}
+		Capability: o.Capability, Workers: workers, Dir: s.dir, Replay: o.replay()}
 	plan := Plan(o.planOptions())
 	rep.Plan = plan
 	fmt.Fprintf(s.log, "soak: seed %d, %s at %.1f payments/s, capability %s, working directory %s\n",
 		o.Seed, o.Duration, o.Rate, o.Capability, s.dir)
-	fmt.Fprintf(s.log, "soak: fault schedule (%d faults; replay with --seed %d --duration %s):\n", len(plan), o.Seed, o.Duration)
+	fmt.Fprintf(s.log, "soak: fault schedule (%d faults; replay with %s):\n", len(plan), rep.Replay)
 	PrintPlan(s.log, plan)
 
 	if err := s.up(ctx); err != nil {
@@ -190,6 +204,14 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	rep.Finished = time.Now().UTC()
 	rep.summarise(ld, st, s.hook)
+	if rep.Violations > 0 {
+		rep.histories = map[string][]op{}
+		for _, k := range ld.snapshot() {
+			k.mu.Lock()
+			rep.histories[k.Key] = slices.Clone(k.history)
+			k.mu.Unlock()
+		}
+	}
 	if o.Out != "" {
 		if err := rep.write(o.Out); err != nil {
 			return rep, err
