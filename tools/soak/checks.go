@@ -42,6 +42,7 @@ func (s *stack) check(ctx context.Context, ld *load, st *settled, rep *Report) {
 		s.checkVerify(ctx),
 		s.checkReconcile(ctx, st, rep),
 		s.checkHolds(ld.merchants, st),
+		s.balances.result(),
 		s.checkWebhooks(ctx, st),
 	)
 	for _, c := range rep.Checks {

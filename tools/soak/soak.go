@@ -113,6 +113,7 @@ type stack struct {
 	links    *links
 	procs    *devenv.Supervisor
 	children map[string]*devenv.Child
+	balances *balanceWatch // readings during the run
 	api      *api
 	hook     *receiver
 	dbURL    string // direct, for the tools (migrate, verify, reconcile)
@@ -172,6 +173,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	retryCtx, stopRetries := context.WithCancel(ctx)
 	defer stopRetries()
 	ld := newLoad(s.api, o.Rate, o.Seed, merchants)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	s.balances = watchBalances(watchCtx, s.api, merchants, 2*time.Second)
 	faults := s.runFaults(loadCtx, plan, started)
 	ld.run(loadCtx, retryCtx, fmt.Sprintf("soak%d-%s", o.Seed, started.UTC().Format("150405")))
 	rep.Faults = <-faults
@@ -190,6 +194,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if err != nil {
 		return nil, interrupted(ctx, err)
 	}
+	stopWatch() // the readings cover the load, the faults and the settling
 	s.check(ctx, ld, st, rep)
 	if ctx.Err() != nil {
 		return nil, ErrInterrupted
