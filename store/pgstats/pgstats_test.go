@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -61,10 +62,14 @@ func TestCountersSplitByDatabase(t *testing.T) {
 		})
 		require.NoError(t, err)
 	}
-	kasa.Close() // a backend reports its commits and rows within a second, and at once as it exits
-	after, err := count(ctx)
-	require.NoError(t, err)
+	kasa.Close() // a backend reports its commits and rows within a second, and as it exits
+	var after map[string]int64
 	grew := func(name string) int64 { return after[name] - before[name] }
+	require.Eventually(t, func() bool {
+		after, err = count(ctx)
+		require.NoError(t, err)
+		return grew("commits kasa") >= n && grew("rows written kasa") >= n
+	}, 10*time.Second, 50*time.Millisecond, "the backends' statistics arrive")
 
 	require.GreaterOrEqual(t, grew("statements kasa"), int64(n), "every insert is a statement; BEGIN and COMMIT are not counted")
 	require.Less(t, grew("statements kasa"), int64(n+10))
