@@ -73,10 +73,10 @@ func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
 	k.mu.Lock()
 	id, ids, unexpected := k.ID, len(k.ids), slices.Clone(k.unexpected)
 	k.mu.Unlock()
-	defer func() {
+	defer func() { // one problem a key: the history is looked at when nothing else is wrong
 		k.mu.Lock()
 		defer k.mu.Unlock()
-		if !linearizable(k.history) {
+		if len(out) == 0 && !linearizable(k.history) {
 			out = append(out, "no order of its requests explains the answers (docs/tools.md, \"Chaos soak\"):\n"+describe(k.history))
 		}
 	}()

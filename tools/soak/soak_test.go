@@ -193,6 +193,14 @@ func TestChecksFindViolations(t *testing.T) {
 			s.fake.replays["k2"] = a
 		}},
 		{"two payments for one key", "keys", func(s *soakState) { s.keys[0].ids["p3"] = true }},
+		{"in use after its final answer", "keys", func(s *soakState) {
+			// Only the history shows it: every answer alone is one a retry may get.
+			final := opOf(time.Now().Add(-time.Minute), s.fake.replays["k1"], nil)
+			final.Replayed, final.Return = false, final.Call.Add(time.Second)
+			inUse := opOf(time.Now().Add(-30*time.Second), answer{status: 409, body: []byte(`{"code":"idempotency_key_in_use"}`)}, nil)
+			inUse.Return = inUse.Call.Add(time.Second)
+			s.keys[0].history = []op{final, inUse}
+		}},
 		{"an answer a retry must not get", "keys", func(s *soakState) { s.keys[1].unexpected = []string{"422 idempotency_key_reused"} }},
 		{"still unknown", "settled", func(s *soakState) {
 			p := s.st.payments["p2"]
