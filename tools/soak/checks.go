@@ -268,6 +268,8 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 		}
 		if !final(events, p) {
 			c.fail("payment %s: its final event payment.%s never arrived (got %v)", p.id, p.res.Status, slices.Sorted(maps.Keys(types)))
+		} else if order := arrivalOrder(events); !inOrder(order) {
+			c.fail("payment %s: its events arrived out of order: %v", p.id, order)
 		}
 	}
 	for id := range got {
@@ -281,6 +283,30 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 	}
 	c.OK = c.Violations == 0
 	return c
+}
+
+// arrivalOrder is a payment's event types in the order the first event of each arrived (a type
+// sent as two events is a violation of its own).
+func arrivalOrder(events []event) []string {
+	sorted := slices.SortedFunc(slices.Values(events), func(a, b event) int { return a.Arrived - b.Arrived })
+	var types []string
+	for _, e := range sorted {
+		if !slices.Contains(types, e.Type) {
+			types = append(types, e.Type)
+		}
+	}
+	return types
+}
+
+// inOrder says whether a payment's events came in an order its states can take (docs/webhooks.md,
+// "Order"): unknown, if at all, before the final event, and nothing after a final event.
+func inOrder(types []string) bool {
+	for i, t := range types {
+		if (t == "payment.succeeded" || t == "payment.failed") && i != len(types)-1 {
+			return false
+		}
+	}
+	return true
 }
 
 func sortedPayments(st *settled) []*paid {

@@ -19,6 +19,7 @@ type event struct {
 	Payment    payment.Resource
 	Merchant   string
 	Deliveries int
+	Arrived    int // the receiver's count of deliveries when its first arrived: the order events came in
 }
 
 // receiver is the merchants' webhook endpoint: it records each event once (by event id), counts
@@ -78,7 +79,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		if e, seen := r.events[id]; seen {
 			e.Deliveries++
 		} else {
-			r.events[id] = &event{ID: id, Type: ev.Type, Payment: ev.Data, Merchant: m, Deliveries: 1}
+			r.events[id] = &event{ID: id, Type: ev.Type, Payment: ev.Data, Merchant: m, Deliveries: 1, Arrived: r.total}
 		}
 	}
 	w.WriteHeader(http.StatusOK)

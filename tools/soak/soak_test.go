@@ -217,6 +217,18 @@ func TestChecksFindViolations(t *testing.T) {
 			s.hook.events[e.ID] = &e
 		}},
 		{"final event missing", "webhooks", func(s *soakState) { delete(s.hook.events, "ep2") }},
+		{"unknown after the final event", "webhooks", func(s *soakState) {
+			res := s.hook.events["ep1"].Payment
+			res.Status = payment.StatusUnknown
+			s.hook.events["ep1"].Arrived = 1
+			s.hook.events["ep1-unknown"] = &event{ID: "ep1-unknown", Type: "payment.unknown", Payment: res, Deliveries: 1, Arrived: 2}
+		}},
+		{"unknown before the final event", "", func(s *soakState) {
+			res := s.hook.events["ep1"].Payment
+			res.Status = payment.StatusUnknown
+			s.hook.events["ep1"].Arrived = 2
+			s.hook.events["ep1-unknown"] = &event{ID: "ep1-unknown", Type: "payment.unknown", Payment: res, Deliveries: 1, Arrived: 1}
+		}},
 		{"event of a payment nobody made", "webhooks", func(s *soakState) {
 			s.hook.events["ep9"] = &event{ID: "ep9", Type: "payment.succeeded", Payment: payment.Resource{ID: "p9", Status: payment.StatusSucceeded}}
 		}},
