@@ -18,6 +18,7 @@ import (
 // answered, and the answer, or Info when none came (a timeout or a lost connection: it may or may
 // not have taken effect).
 type op struct {
+	Lookup   bool           `json:"lookup,omitempty"` // GET /v1/payments?idempotency_key=, not the POST
 	Call     time.Time      `json:"call"`
 	Return   time.Time      `json:"return"`
 	Info     bool           `json:"info,omitempty"`
@@ -51,7 +52,20 @@ func opOf(call time.Time, r answer, err error) op {
 	return o
 }
 
+// lookupOf is a lookup of the key's payment that found p (ok) or answered 404.
+func lookupOf(call time.Time, p payment.Resource, ok bool) op {
+	o := op{Lookup: true, Call: call, Return: time.Now(), Status: http.StatusNotFound}
+	if ok {
+		o.Status, o.Payment, o.Resource = http.StatusOK, p.ID, p.Status
+	}
+	return o
+}
+
 func (o op) String() string {
+	if o.Lookup {
+		return fmt.Sprintf("[%s, %s] lookup %d %s %s", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"),
+			o.Status, o.Payment, o.Resource)
+	}
 	if o.Info {
 		return fmt.Sprintf("[%s, %s] no answer", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"))
 	}
@@ -60,27 +74,30 @@ func (o op) String() string {
 }
 
 // keyState is the sequential model of one key (docs/api.md, idempotency): the payment the key
-// made, once one is answered; and its final status and answer, once it has one.
+// made, once an answer named one; its final status, once any answer showed it; and the final
+// answer's bytes, once a POST got it.
 type keyState struct {
 	payment string
-	final   payment.Status
+	decided payment.Status
 	body    string
 }
+
+func isFinal(s payment.Status) bool { return s == payment.StatusSucceeded || s == payment.StatusFailed }
 
 // stepKey says whether the model of one key, in state s, may give o's answer, and the state after.
 // The soak sends one body per key, so 422 is never right.
 func stepKey(s keyState, o op) (bool, keyState) {
-	if o.Info {
+	switch {
+	case o.Info:
 		return true, s // no answer: whatever it did, a later answer says
-	}
-	switch o.Status {
-	case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway,
-		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	case o.Status == http.StatusTooManyRequests || o.Status >= 500:
 		return true, s // asked to wait, or failed: nothing a retry must not see
-	case http.StatusConflict:
-		return o.Code == "idempotency_key_in_use" && s.final == "", s // only while in flight
-	case http.StatusCreated, http.StatusPaymentRequired, http.StatusAccepted:
-	default:
+	case o.Lookup && o.Status == http.StatusNotFound:
+		return s.payment == "", s // once a payment was answered, the key finds it
+	case !o.Lookup && o.Status == http.StatusConflict:
+		return o.Code == "idempotency_key_in_use" && s.decided == "", s // only while in flight
+	case o.Lookup && o.Status != http.StatusOK,
+		!o.Lookup && o.Status != http.StatusCreated && o.Status != http.StatusPaymentRequired && o.Status != http.StatusAccepted:
 		return false, s
 	}
 	if o.Payment == "" || s.payment != "" && s.payment != o.Payment {
@@ -88,16 +105,24 @@ func stepKey(s keyState, o op) (bool, keyState) {
 	}
 	s.payment = o.Payment
 	switch {
-	case o.Status == http.StatusAccepted:
-		// In flight or unknown: never after the answer was final.
-		return s.final == "" && (o.Resource == payment.StatusProcessing || o.Resource == payment.StatusUnknown), s
-	case o.Status == http.StatusCreated && o.Resource != payment.StatusSucceeded,
-		o.Status == http.StatusPaymentRequired && o.Resource != payment.StatusFailed:
+	case !isFinal(o.Resource):
+		// In flight or unknown: never once the outcome was shown.
+		return s.decided == "" && (o.Resource == payment.StatusProcessing || o.Resource == payment.StatusUnknown) &&
+			(o.Lookup || o.Status == http.StatusAccepted), s
+	case s.decided != "" && s.decided != o.Resource,
+		o.Status == http.StatusCreated && o.Resource != payment.StatusSucceeded,
+		o.Status == http.StatusPaymentRequired && o.Resource != payment.StatusFailed,
+		o.Status == http.StatusAccepted:
 		return false, s
-	case s.final != "":
-		return s.final == o.Resource && s.body == o.Body, s // a replay is the final answer, byte for byte
 	}
-	s.final, s.body = o.Resource, o.Body
+	s.decided = o.Resource
+	if o.Lookup {
+		return true, s
+	}
+	if s.body != "" && s.body != o.Body {
+		return false, s // a replay is the final answer, byte for byte
+	}
+	s.body = o.Body
 	return true, s
 }
 

@@ -27,6 +27,13 @@ func TestLinearizableKeyHistories(t *testing.T) {
 		return op{Call: c, Return: r, Status: status, Code: code}
 	}
 	none := func(from, to int) op { c, r := at(from, to); return op{Call: c, Return: r, Info: true} }
+	lookup := func(from, to int, id string, res payment.Status) op {
+		c, r := at(from, to)
+		if id == "" {
+			return op{Lookup: true, Call: c, Return: r, Status: 404}
+		}
+		return op{Lookup: true, Call: c, Return: r, Status: 200, Payment: id, Resource: res}
+	}
 	const p1, p2 = "pay-1", "pay-2"
 	ok, processing, unknown, failed := payment.StatusSucceeded, payment.StatusProcessing, payment.StatusUnknown, payment.StatusFailed
 	for _, tc := range []struct {
@@ -47,6 +54,12 @@ func TestLinearizableKeyHistories(t *testing.T) {
 		{"201 for a failed payment", []op{ans(0, 10, 201, p1, failed, 2)}, false},
 		{"another request under the key", []op{problem(0, 10, 422, "idempotency_key_reused")}, false},
 		{"a duplicate business key", []op{problem(0, 10, 409, "duplicate_payment")}, false},
+		{"not found, then paid", []op{lookup(0, 10, "", ""), ans(20, 30, 201, p1, ok, 2)}, true},
+		{"no answer, found unknown, then settled", []op{none(0, 10), lookup(20, 30, p1, unknown), ans(40, 50, 201, p1, ok, 2)}, true},
+		{"found succeeded while the answer is on its way", []op{ans(0, 40, 201, p1, ok, 2), lookup(10, 20, p1, ok)}, true},
+		{"not found after its answer", []op{ans(0, 10, 201, p1, ok, 2), lookup(20, 30, "", "")}, false},
+		{"in flight after a lookup showed it succeeded", []op{lookup(0, 10, p1, ok), ans(20, 30, 202, p1, processing, 1)}, false},
+		{"a lookup finds another payment", []op{ans(0, 10, 202, p1, processing, 1), lookup(20, 30, p2, processing)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, linearizable(tc.history), "\n%s", describe(tc.history))

@@ -40,16 +40,18 @@ func (s *stack) settle(ctx context.Context, ld *load, started time.Time, rep *Re
 	}
 	for _, k := range ld.snapshot() {
 		if !k.accepted() {
+			call := time.Now()
 			p, ok, err := s.api.paymentByKey(k.Merchant.APIKey, k.Key)
 			if err != nil {
 				return nil, fmt.Errorf("look up key %s: %w", k.Key, err)
 			}
+			k.mu.Lock()
+			k.history = append(k.history, lookupOf(call, p, ok))
 			if ok {
-				k.mu.Lock()
 				k.ID, k.ids[p.ID] = p.ID, true
-				k.mu.Unlock()
 				rep.LearnedByKey++
 			}
+			k.mu.Unlock()
 		}
 		k.mu.Lock()
 		for id := range k.ids {
