@@ -42,7 +42,8 @@ type Report struct {
 	Payments     map[string]int `json:"payments"`       // by final outcome
 	ViaUnknown   int            `json:"via_unknown"`    // payments that were unknown on their way
 
-	Reconciles     []ReconcileRun      `json:"reconciles"` // imports that settled unknown payments
+	Reconciles     []ReconcileRun      `json:"reconciles"`    // imports that settled unknown payments
+	SettledAfter   string              `json:"settled_after"` // from the faults' end until settling ended: every payment final, or a wait's bound (the settled check says which)
 	Deliveries     int                 `json:"webhook_deliveries"`
 	Events         int                 `json:"webhook_events"` // distinct event ids
 	UnplannedExits map[string][]string `json:"unplanned_exits,omitempty"`
@@ -197,7 +198,8 @@ func (r *Report) WriteText(w io.Writer) {
 	for _, k := range slices.Sorted(maps.Keys(r.Answers)) {
 		fmt.Fprintf(w, " %s ×%d", k, r.Answers[k])
 	}
-	fmt.Fprintf(w, ".\n\nWebhooks: %d deliveries of %d distinct events. Settlement imports while settling: %d.\n", r.Deliveries, r.Events, len(r.Reconciles))
+	fmt.Fprintf(w, ".\n\nWebhooks: %d deliveries of %d distinct events. Settlement imports while settling: %d. Settling ended %s after the faults did.\n",
+		r.Deliveries, r.Events, len(r.Reconciles), r.SettledAfter)
 	if len(r.UnplannedExits) > 0 {
 		fmt.Fprintf(w, "\nProcesses that exited without being killed (restarted by the soak):\n\n")
 		for _, name := range slices.Sorted(maps.Keys(r.UnplannedExits)) {

@@ -186,6 +186,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if err := s.heal(ctx); err != nil {
 		return nil, interrupted(ctx, err)
 	}
+	healed := time.Now()
 	waitGroup(ctx, &ld.wg, o.Settle)
 	stopRetries()
 	ld.wg.Wait()
@@ -195,6 +196,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		return nil, interrupted(ctx, err)
 	}
 	stopWatch() // the readings cover the load, the faults and the settling
+	rep.SettledAfter = time.Since(healed).Round(time.Second).String()
 	s.check(ctx, ld, st, rep)
 	if ctx.Err() != nil {
 		return nil, ErrInterrupted
