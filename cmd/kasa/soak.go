@@ -29,7 +29,7 @@ the invariants (docs/tools.md, "Chaos soak").
   --rate R         new payments per second (default 5)
   --capability C   the provider's capability: idempotent, inquiry or none (default KASA_PROVIDER_CAPABILITY)
   --faults K,K     the fault kinds drawn from (default all): kill_worker, kill_api, kill_relay,
-                   restart_postgres, restart_temporal, bank_fault, net_fault
+                   restart_postgres, restart_temporal, bank_fault, net_fault, settings_split
   --out DIR        where soak-<date>.{md,json} go (default bench/results; "" for nowhere)
   --dir DIR        working directory, kept (default: a temporary one, removed after a clean run)
 

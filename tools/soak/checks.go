@@ -45,6 +45,9 @@ func (s *stack) check(ctx context.Context, ld *load, st *settled, rep *Report) {
 		s.balances.result(),
 		s.checkWebhooks(ctx, st),
 	)
+	if s.splits.tried > 0 {
+		rep.Checks = append(rep.Checks, s.checkSplits())
+	}
 	for _, c := range rep.Checks {
 		rep.Violations += c.Violations
 	}

@@ -92,3 +92,16 @@ func TestFailedReportWritesItsHistory(t *testing.T) {
 	require.Equal(t, failed.Checks, got.Verdict)
 	require.Equal(t, "idempotency_key_in_use", got.Keys["k-1"][0].Code)
 }
+
+// A split worker that polled is a violation; refused ones are fine.
+func TestCheckSplits(t *testing.T) {
+	s := &stack{}
+	s.splits.tried, s.splits.refused = 2, 1
+	s.splits.polled = []string{"at 0:12.1: a worker with capability idempotent polled beside none ones"}
+	c := s.checkSplits()
+	require.False(t, c.OK)
+	require.Equal(t, 2, c.Checked)
+	require.Equal(t, 1, c.Violations)
+	require.Equal(t, "none", otherCapability("idempotent"))
+	require.Equal(t, "idempotent", otherCapability("none"))
+}

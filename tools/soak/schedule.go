@@ -22,10 +22,11 @@ const (
 	RestartTemporal Kind = "restart_temporal" // SIGKILL the dev server, down for the duration
 	BankFault       Kind = "bank_fault"       // a fault rule at the simulator for the duration
 	NetFault        Kind = "net_fault"        // a toxic on a link (kasa–PostgreSQL or worker–bank) for the duration
+	SettingsSplit   Kind = "settings_split"   // start one more `kasa worker` with another capability: it must refuse to start
 )
 
 // Kinds lists every kind, in the order reports show them.
-var Kinds = []Kind{KillWorker, KillAPI, KillRelay, RestartPostgres, RestartTemporal, BankFault, NetFault}
+var Kinds = []Kind{KillWorker, KillAPI, KillRelay, RestartPostgres, RestartTemporal, BankFault, NetFault, SettingsSplit}
 
 // kindSpec says how often a kind is drawn (relative weight) and how long it lasts.
 type kindSpec struct {
@@ -41,6 +42,7 @@ var kindSpecs = map[Kind]kindSpec{
 	RestartTemporal: {weight: 2, min: 1 * time.Second, max: 5 * time.Second},
 	BankFault:       {weight: 5, min: 4 * time.Second, max: 15 * time.Second},
 	NetFault:        {weight: 5, min: 3 * time.Second, max: 10 * time.Second},
+	SettingsSplit:   {weight: 1, min: 20 * time.Second, max: 20 * time.Second}, // the time the worker has to refuse
 }
 
 // BankAction is one fault action of the simulator (PUT /_sim/faults): the request kinds it
@@ -163,6 +165,8 @@ func Plan(o PlanOptions) []Fault {
 			f.Target = "postgres"
 		case RestartTemporal:
 			f.Target = "temporal"
+		case SettingsSplit:
+			f.Target = "worker-split"
 		case BankFault:
 			a := BankActions[rng.IntN(len(BankActions))]
 			f.Target, f.Action, f.On = "bank", a.Name, a.On[rng.IntN(len(a.On))]

@@ -114,6 +114,7 @@ type stack struct {
 	procs    *devenv.Supervisor
 	children map[string]*devenv.Child
 	balances *balanceWatch // readings during the run
+	splits   splits        // what the settings_split faults saw
 	api      *api
 	hook     *receiver
 	dbURL    string // direct, for the tools (migrate, verify, reconcile)
@@ -441,6 +442,8 @@ func (s *stack) inject(ctx context.Context, f Fault) error {
 		}
 		wait()
 		return retry(context.WithoutCancel(ctx), s.tmp.start)
+	case SettingsSplit:
+		return s.split(ctx, f)
 	case BankFault:
 		if err := s.api.setBankRules(banksim.Rule{On: f.On, Action: f.Action, Probability: &f.Probability, DelayMS: f.DelayMS}); err != nil {
 			return err

@@ -268,10 +268,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// shortSeed's schedule (60 s) crashes PostgreSQL and Temporal, kills the API and both workers,
-// loses the bank's answers after it charged, resets connections to PostgreSQL and slows the link
-// to the bank.
-const shortSeed = 279
+// shortSeed's schedule (60 s) starts a worker with other money settings (which must be refused),
+// restarts Temporal and crashes PostgreSQL, loses the bank's answers after it charged, hangs
+// charges at the bank, and kills a worker and the API.
+const shortSeed = 15783
 
 // The short soak: the real stack for a minute under a fixed schedule; any violation fails. The
 // provider has neither idempotency nor inquiry, so that a lost answer parks the payment as
@@ -293,9 +293,12 @@ func TestShortSoak(t *testing.T) {
 	require.Len(t, rep.Faults, len(rep.Plan))
 	require.Positive(t, rep.ViaUnknown, "lost answers park payments as unknown")
 	require.NotEmpty(t, rep.Reconciles, "the settlement file settled them")
+	names := map[string]bool{}
 	for _, c := range rep.Checks {
 		require.Positive(t, c.Checked, c.Name)
+		names[c.Name] = true
 	}
+	require.True(t, names["a worker with other money settings is refused"], "%v", names)
 }
 
 // SIGTERM to `kasa soak` stops every process it started and exits 2 without a verdict.
