@@ -24,10 +24,23 @@ import (
 // works on every row of it. Each test has its own embedded broker and merchant endpoints, and
 // asserts on its own merchants' rows.
 
-var db *store.Store
+var (
+	db  *store.Store
+	env *testkit.Env
+)
 
 func TestMain(m *testing.M) {
-	testkit.Main(m, testkit.Options{}, func(e *testkit.Env) { db = e.Store })
+	testkit.Main(m, testkit.Options{}, func(e *testkit.Env) { db, env = e.Store, e })
+}
+
+// ownStore is a store on a migrated database of the test's own: a pipeline on it sees only the
+// test's events, for tests that count what the whole pipeline did (its metrics).
+func ownStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true, MaxConns: 8})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	return st
 }
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -91,6 +104,8 @@ type pipelineOptions struct {
 	// refusePrivate keeps the sender's default address policy; otherwise it may call the test's
 	// endpoints on 127.0.0.1.
 	refusePrivate bool
+	// store is the pipeline's; nil: the package's shared database.
+	store *store.Store
 }
 
 type pipeline struct {
@@ -102,6 +117,10 @@ type pipeline struct {
 func startPipeline(t *testing.T, b *broker, o pipelineOptions) *pipeline {
 	t.Helper()
 	p := &pipeline{metrics: NewMetrics(prometheus.NewRegistry())}
+	db := db
+	if o.store != nil {
+		db = o.store
+	}
 	p.relay = NewRelay(RelayOptions{Store: db, JetStream: b.js, PollInterval: 20 * time.Millisecond, Metrics: p.metrics, Logger: quiet})
 	so := o.sender
 	so.Store, so.Metrics, so.Logger = db, p.metrics, quiet
@@ -129,13 +148,23 @@ func startPipeline(t *testing.T, b *broker, o pipelineOptions) *pipeline {
 
 func newMerchant(t *testing.T, url string) testkit.Merchant {
 	t.Helper()
-	return testkit.NewMerchant(t, db, testkit.MerchantOptions{WebhookURL: url, Deposit: 10_000_000})
+	return newMerchantIn(t, db, url)
+}
+
+func newMerchantIn(t *testing.T, st *store.Store, url string) testkit.Merchant {
+	t.Helper()
+	return testkit.NewMerchant(t, st, testkit.MerchantOptions{WebhookURL: url, Deposit: 10_000_000})
 }
 
 // settle takes a payment through the store to succeeded (through unknown first when asked).
 func settle(t *testing.T, m testkit.Merchant, viaUnknown bool) uuid.UUID {
 	t.Helper()
-	id, err := testkit.Settle(context.Background(), db, m, viaUnknown)
+	return settleIn(t, db, m, viaUnknown)
+}
+
+func settleIn(t *testing.T, st *store.Store, m testkit.Merchant, viaUnknown bool) uuid.UUID {
+	t.Helper()
+	id, err := testkit.Settle(context.Background(), st, m, viaUnknown)
 	require.NoError(t, err)
 	return id
 }
@@ -264,6 +293,8 @@ func TestRelayKilledBeforeMarkingIsDeduplicated(t *testing.T) {
 // and a valid signature each time; an endpoint that never answers delays nobody else.
 func TestRetriesUntilDeliveredAndAHangingMerchantDelaysNobody(t *testing.T) {
 	ctx := context.Background()
+	// A database of its own: the pipeline's metrics count this test's deliveries alone.
+	db := ownStore(t)
 	b := newBroker(t)
 	flaky := newHook(t, func(n int, w http.ResponseWriter, _ *http.Request) {
 		if n <= 2 {
@@ -274,19 +305,19 @@ func TestRetriesUntilDeliveredAndAHangingMerchantDelaysNobody(t *testing.T) {
 	})
 	stuck := newHook(t, hang)
 	fast := newHook(t, answer(http.StatusOK))
-	mFlaky, mStuck, mFast := newMerchant(t, flaky.URL), newMerchant(t, stuck.URL), newMerchant(t, fast.URL)
+	mFlaky, mStuck, mFast := newMerchantIn(t, db, flaky.URL), newMerchantIn(t, db, stuck.URL), newMerchantIn(t, db, fast.URL)
 
 	const timeout = 4 * time.Second
-	p := startPipeline(t, b, pipelineOptions{relays: 1, sender: WebhookSenderOptions{Timeout: timeout, Concurrency: 8, PerMerchant: 2}})
+	p := startPipeline(t, b, pipelineOptions{relays: 1, sender: WebhookSenderOptions{Timeout: timeout, Concurrency: 8, PerMerchant: 2}, store: db})
 	var stuckPayments []uuid.UUID
 	for range 6 { // older than the others: first in line
-		stuckPayments = append(stuckPayments, settle(t, mStuck, false))
+		stuckPayments = append(stuckPayments, settleIn(t, db, mStuck, false))
 	}
 	require.Eventually(t, func() bool { return stuck.Count() == 2 }, 5*time.Second, 10*time.Millisecond, "the hanging merchant gets its two slots")
 	start := time.Now()
-	flakyPayment := settle(t, mFlaky, false)
+	flakyPayment := settleIn(t, db, mFlaky, false)
 	for range 5 {
-		settle(t, mFast, false)
+		settleIn(t, db, mFast, false)
 	}
 	require.Eventually(t, func() bool { return flaky.Count() == 3 && fast.Count() == 5 }, timeout, 10*time.Millisecond)
 	require.Less(t, time.Since(start), timeout, "delivered before a single attempt at the hanging endpoint timed out")

@@ -81,13 +81,15 @@ func TestSenderRefusesAPrivateAddressAtDialTime(t *testing.T) {
 			"webhook URL http://kasa:xxxxx@hooks.merchant.test:PORT/hooks must not carry credentials (user:password@): authenticate kasa by the Kasa-Signature header"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// A database of its own: the pipeline's metrics count this delivery's attempts alone.
+			db := ownStore(t)
 			b := newBroker(t)
 			h := newHook(t, answer(http.StatusOK))
 			_, port, err := net.SplitHostPort(strings.TrimPrefix(h.URL, "http://"))
 			require.NoError(t, err)
-			m := newMerchant(t, "http://"+tc.host+":"+port+"/hooks")
-			p := startPipeline(t, b, pipelineOptions{relays: 1, refusePrivate: !tc.allowPrivate, sender: WebhookSenderOptions{resolver: rebinding(t)}})
-			pid := settle(t, m, false)
+			m := newMerchantIn(t, db, "http://"+tc.host+":"+port+"/hooks")
+			p := startPipeline(t, b, pipelineOptions{relays: 1, refusePrivate: !tc.allowPrivate, sender: WebhookSenderOptions{resolver: rebinding(t)}, store: db})
+			pid := settleIn(t, db, m, false)
 
 			require.Eventually(t, func() bool {
 				ds, err := db.PaymentDeliveries(ctx, pid)
