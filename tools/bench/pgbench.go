@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"crypto/md5"
 	"embed"
@@ -12,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -125,7 +123,7 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 	for _, kv := range vars {
 		args = append(args, "-D", kv)
 	}
-	if _, err := runCmd(ctx, exec.CommandContext(ctx, pgbench, append(args, benchURL)...), script); err != nil {
+	if _, err := (devenv.Command{Stdin: script}).Run(ctx, pgbench, append(args, benchURL)...); err != nil {
 		return PGBenchResult{}, fmt.Errorf("pgbench %s: %w", o.Script, err)
 	}
 	txs, err := readPGBenchLogs(filepath.Join(dir, "tx"))
@@ -198,25 +196,11 @@ func PSQL(ctx context.Context, dbURL string, sql []byte, args ...string) (string
 	if err != nil {
 		return "", err
 	}
-	out, err := runCmd(ctx, exec.CommandContext(ctx, bin, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbURL, "-f", "-"}, args...)...), sql)
+	out, err := devenv.Command{Stdin: sql}.Run(ctx, bin, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbURL, "-f", "-"}, args...)...)
 	if err != nil {
 		return "", fmt.Errorf("psql: %w", err)
 	}
 	return out, nil
-}
-
-// runCmd runs cmd with stdin and returns its output, or an error ending with its last 4 KiB of stderr.
-func runCmd(ctx context.Context, cmd *exec.Cmd, stdin []byte) (string, error) {
-	var stdout, stderr bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return "", ctx.Err()
-		}
-		msg := strings.TrimSpace(stderr.String())
-		return "", fmt.Errorf("%w: %s", err, msg[max(0, len(msg)-4<<10):])
-	}
-	return stdout.String(), nil
 }
 
 // pgbenchTx is one line of pgbench's per-transaction log.

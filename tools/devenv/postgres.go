@@ -62,7 +62,7 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
 		o.Logger.Info("initialising PostgreSQL cluster", "dir", dir)
-		out, err := runAs(ctx, cred, filepath.Join(bindir, "initdb"), "-D", dir, "-U", "postgres",
+		out, err := (Command{Credential: cred, Dir: "/"}).Run(ctx, filepath.Join(bindir, "initdb"), "-D", dir, "-U", "postgres",
 			"--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync")
 		if err != nil {
 			return nil, fmt.Errorf("initdb %s: %w\n%s", dir, err, out)
@@ -97,11 +97,10 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		p.Stop()
 		return nil, fmt.Errorf("postgres did not become ready (log: %s): %w\n%s", c.LogPath, err, c.Tail(15))
 	}
-	out, err := exec.CommandContext(ctx, filepath.Join(bindir, "createdb"), "-h", "127.0.0.1",
-		"-p", strconv.Itoa(o.Port), "-U", "postgres", o.Database).CombinedOutput()
-	if err != nil && !strings.Contains(string(out), "already exists") {
+	_, err = Command{}.Run(ctx, filepath.Join(bindir, "createdb"), "-h", "127.0.0.1", "-p", strconv.Itoa(o.Port), "-U", "postgres", o.Database)
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
 		p.Stop()
-		return nil, fmt.Errorf("createdb: %w: %s", err, out)
+		return nil, err
 	}
 	o.Logger.Info("PostgreSQL ready", "port", o.Port, "dir", dir)
 	return p, nil
@@ -111,8 +110,8 @@ func (p *Postgres) waitReady(ctx context.Context, bindir string) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	for {
-		err := exec.CommandContext(ctx, filepath.Join(bindir, "pg_isready"), "-q", "-h", "127.0.0.1",
-			"-p", strconv.Itoa(p.Port), "-U", "postgres").Run()
+		_, err := Command{}.Run(ctx, filepath.Join(bindir, "pg_isready"), "-q", "-h", "127.0.0.1",
+			"-p", strconv.Itoa(p.Port), "-U", "postgres")
 		if err == nil {
 			return nil
 		}
@@ -140,9 +139,18 @@ func (p *Postgres) Stop() error {
 // killed, nothing is checkpointed, the next start runs crash recovery), as a crash would.
 func (p *Postgres) Crash() error { return p.c.Down(syscall.SIGQUIT) }
 
+// pgConfigBindir is pg_config's bindir, where Debian keeps the server and the client programs
+// that are not on PATH; "" without pg_config.
+func pgConfigBindir() string {
+	out, err := Command{}.Run(context.Background(), "pg_config", "--bindir")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(out)
+}
+
 func postgresBinDir() (string, error) {
-	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
-		dir := strings.TrimSpace(string(out))
+	if dir := pgConfigBindir(); dir != "" {
 		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
 			return dir, nil
 		}
@@ -194,13 +202,6 @@ func clusterOwner(dir string) (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
-func runAs(ctx context.Context, cred *syscall.Credential, name string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	cmd.Dir = "/"
-	return cmd.CombinedOutput()
-}
-
 // FreePort asks the kernel for a free TCP port on the loopback interface.
 //
 // It picks below the kernel's ephemeral range when it can: a port from that range (what
@@ -248,9 +249,8 @@ func FreePortAt(port int) (int, error) {
 // PostgresTool finds a PostgreSQL client program (createdb, psql, pgbench...): in pg_config's
 // bindir, where Debian keeps the ones not on PATH, else on PATH.
 func PostgresTool(name string) (string, error) {
-	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
-		p := filepath.Join(strings.TrimSpace(string(out)), name)
-		if _, err := os.Stat(p); err == nil {
+	if dir := pgConfigBindir(); dir != "" {
+		if p := filepath.Join(dir, name); func() bool { _, err := os.Stat(p); return err == nil }() {
 			return p, nil
 		}
 	}

@@ -1,6 +1,7 @@
 package devenv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -453,4 +454,49 @@ func PIDsMentioning(s string) []int {
 		}
 	}
 	return pids
+}
+
+// Command is a one-shot program run through the same layer as a Supervisor's children (initdb,
+// createdb, psql, pgbench, a kasa subcommand, go build): its own process group, the whole group
+// killed when ctx ends, and SIGTERM if this process dies first.
+type Command struct {
+	Env        []string // nil: this process's
+	Dir        string
+	Stdin      []byte
+	Credential *syscall.Credential // the OS user it runs as; nil: this process's
+}
+
+// Run runs bin to its end and returns its standard output; a failure's error ends with the last
+// 4 KiB of its standard error.
+func (c Command) Run(ctx context.Context, bin string, args ...string) (string, error) {
+	var stdout, stderr strings.Builder
+	cmd := exec.Command(bin, args...)
+	cmd.Env, cmd.Dir, cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Env, c.Dir, bytes.NewReader(c.Stdin), &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM, Credential: c.Credential}
+	started, done := make(chan error, 1), make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // as in launch: the parent-death signal follows this thread
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		done <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return "", err
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return "", ctx.Err()
+	}
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		return stdout.String(), fmt.Errorf("%s: %w: %s", filepath.Base(bin), err, msg[max(0, len(msg)-4<<10):])
+	}
+	return stdout.String(), nil
 }

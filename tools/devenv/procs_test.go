@@ -253,3 +253,31 @@ func zombie(pid int) bool {
 	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	return strings.Contains(string(stat), ") Z ")
 }
+
+// A one-shot command: its output, its stdin, its standard error in a failure, and its whole
+// group killed when ctx ends.
+func TestCommand(t *testing.T) {
+	ctx := context.Background()
+	out, err := Command{Stdin: []byte("in")}.Run(ctx, "/bin/sh", "-c", "cat; echo out; echo noise >&2")
+	require.NoError(t, err)
+	require.Equal(t, "inout\n", out)
+
+	_, err = Command{}.Run(ctx, "/bin/sh", "-c", "echo why >&2; exit 3")
+	require.ErrorContains(t, err, "exit status 3: why")
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+
+	dir := t.TempDir()
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	_, err = Command{Dir: dir}.Run(short, "/bin/sh", "-c", "sleep 60 & echo $! > child; wait")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(began), 5*time.Second)
+	b, err := os.ReadFile(filepath.Join(dir, "child"))
+	require.NoError(t, err)
+	child, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return errors.Is(syscall.Kill(child, 0), syscall.ESRCH) || zombie(child) },
+		5*time.Second, 10*time.Millisecond, "the group dies with it")
+}

@@ -430,10 +430,9 @@ func (s *TemporalServer) forgetMembers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	out, err := exec.CommandContext(ctx, psql, "-h", "127.0.0.1", "-p", strconv.Itoa(s.pgPort), "-U", "postgres",
-		"-d", s.opts.Database, "-v", "ON_ERROR_STOP=1", "-q", "-c", "DELETE FROM cluster_membership").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("clear the Temporal Server's membership table: %w: %s", err, out)
+	if _, err := (Command{}).Run(ctx, psql, "-h", "127.0.0.1", "-p", strconv.Itoa(s.pgPort), "-U", "postgres",
+		"-d", s.opts.Database, "-v", "ON_ERROR_STOP=1", "-q", "-c", "DELETE FROM cluster_membership"); err != nil {
+		return fmt.Errorf("clear the Temporal Server's membership table: %w", err)
 	}
 	return nil
 }
@@ -452,9 +451,9 @@ func setupTemporalDatabases(ctx context.Context, pg *Postgres, o TemporalServerO
     CREATE ROLE %[1]s LOGIN PASSWORD '%[2]s';
   END IF;
 END $$;`, temporalRole, temporalPassword)
-	if out, err := exec.CommandContext(ctx, psql, "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-d", "postgres",
-		"-v", "ON_ERROR_STOP=1", "-q", "-c", role).CombinedOutput(); err != nil {
-		return fmt.Errorf("create role %s: %w: %s", temporalRole, err, out)
+	if _, err := (Command{}).Run(ctx, psql, "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-d", "postgres",
+		"-v", "ON_ERROR_STOP=1", "-q", "-c", role); err != nil {
+		return fmt.Errorf("create role %s: %w", temporalRole, err)
 	}
 	createdb, err := PostgresTool("createdb")
 	if err != nil {
@@ -463,10 +462,9 @@ END $$;`, temporalRole, temporalPassword)
 	for _, db := range []struct{ name, schema string }{
 		{o.Database, "temporal"}, {o.VisibilityDatabase, "visibility"},
 	} {
-		out, err := exec.CommandContext(ctx, createdb, "-h", "127.0.0.1", "-p", port, "-U", "postgres",
-			"-O", temporalRole, db.name).CombinedOutput()
-		if err != nil && !strings.Contains(string(out), "already exists") {
-			return fmt.Errorf("createdb %s: %w: %s", db.name, err, out)
+		_, err := Command{}.Run(ctx, createdb, "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-O", temporalRole, db.name)
+		if err != nil && !strings.Contains(err.Error(), "already exists") {
+			return fmt.Errorf("createdb %s: %w", db.name, err)
 		}
 		base := []string{"--plugin", "postgres12", "--endpoint", "127.0.0.1", "--port", port,
 			"--user", temporalRole, "--password", temporalPassword, "--database", db.name}
@@ -474,11 +472,10 @@ END $$;`, temporalRole, temporalPassword)
 			{"setup-schema", "--version", "0.0"},
 			{"update-schema", "--schema-dir", filepath.Join(o.SchemaDir, db.schema, "versioned")},
 		} {
-			cmd := exec.CommandContext(ctx, o.SQLToolPath, append(base, args...)...)
 			// The tool also reads SQL_* variables; the flags say everything.
-			cmd.Env = withoutPrefix(os.Environ(), "SQL_")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("temporal-sql-tool %s on %s: %w: %s", args[0], db.name, err, out)
+			tool := Command{Env: withoutPrefix(os.Environ(), "SQL_")}
+			if out, err := tool.Run(ctx, o.SQLToolPath, append(base, args...)...); err != nil {
+				return fmt.Errorf("temporal-sql-tool %s on %s: %w\n%s", args[0], db.name, err, out)
 			}
 		}
 	}
@@ -660,11 +657,11 @@ func FindTemporalServer() (server, sqlTool string, err error) {
 // temporalSchemaDir is schema/postgresql/v12 of the server's module in the module cache, where
 // `go install` of the server leaves it.
 func temporalSchemaDir() (string, error) {
-	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	out, err := Command{}.Run(context.Background(), "go", "env", "GOMODCACHE")
 	if err != nil {
 		return "", fmt.Errorf("go env GOMODCACHE (to find the Temporal Server's schemas): %w", err)
 	}
-	dir := filepath.Join(strings.TrimSpace(string(out)), "go.temporal.io", "server@"+TemporalServerVersion,
+	dir := filepath.Join(strings.TrimSpace(out), "go.temporal.io", "server@"+TemporalServerVersion,
 		"schema", "postgresql", "v12")
 	if _, err := os.Stat(filepath.Join(dir, "temporal", "versioned")); err != nil {
 		return "", fmt.Errorf("the Temporal Server's schemas are not in %s: run `make temporal-server` "+

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -157,7 +158,8 @@ func (s *stack) reconcile(ctx context.Context, day string) (ReconcileRun, error)
 	}
 	out, err := s.tool(ctx, "reconcile", "--date", day, file)
 	run.Output = strings.TrimSpace(out)
-	if exit, ok := err.(*exec.ExitError); ok {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
 		run.Exit = exit.ExitCode()
 	} else if err != nil {
 		return run, err

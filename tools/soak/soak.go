@@ -18,7 +18,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -384,10 +383,7 @@ func (s *stack) environ(overrides map[string]string) []string {
 // tool runs a one-shot kasa command (migrate, verify, reconcile) on the database directly, not
 // through the faulty link.
 func (s *stack) tool(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, s.o.Binary, args...)
-	cmd.Dir, cmd.Env = s.dir, s.environ(map[string]string{"KASA_DATABASE_URL": s.dbURL})
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return devenv.Command{Dir: s.dir, Env: s.environ(map[string]string{"KASA_DATABASE_URL": s.dbURL})}.Run(ctx, s.o.Binary, args...)
 }
 
 // runFaults runs the schedule from start, each fault in its own goroutine, and delivers every

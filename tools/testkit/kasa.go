@@ -1,12 +1,13 @@
 package testkit
 
 import (
-	"fmt"
+	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // kasaBuild is the kasa binary of one test process: built at the first KasaBinary, removed by
@@ -30,8 +31,8 @@ func KasaBinary(t testing.TB) string {
 		}
 		kasaBuild.dir = dir
 		path := filepath.Join(dir, "kasa")
-		if out, err := exec.Command("go", "build", "-o", path, "github.com/kasa-pay/kasa/cmd/kasa").CombinedOutput(); err != nil {
-			kasaBuild.err = fmt.Errorf("go build cmd/kasa: %v\n%s", err, out)
+		if _, err := (devenv.Command{}).Run(context.Background(), "go", "build", "-o", path, "github.com/kasa-pay/kasa/cmd/kasa"); err != nil {
+			kasaBuild.err = err
 			return
 		}
 		kasaBuild.path = path

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/url"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,11 +37,11 @@ func (e *Env) OwnDatabase(t testing.TB) string {
 	if user := u.User.Username(); user != "" {
 		args = append(args, "-U", user)
 	}
-	out, err := exec.Command(PGTool(t, "createdb"), append(args, name)...).CombinedOutput()
-	require.NoError(t, err, "createdb: %s", out)
+	_, err = devenv.Command{}.Run(context.Background(), PGTool(t, "createdb"), append(args, name)...)
+	require.NoError(t, err)
 	t.Cleanup(func() {
-		if out, err := exec.Command(PGTool(t, "dropdb"), append(args, "--force", name)...).CombinedOutput(); err != nil {
-			t.Logf("dropdb %s: %v: %s", name, err, out)
+		if _, err := (devenv.Command{}).Run(context.Background(), PGTool(t, "dropdb"), append(args, "--force", name)...); err != nil {
+			t.Logf("dropdb %s: %v", name, err)
 		}
 	})
 	u.Path = "/" + name
