@@ -14,24 +14,33 @@ import (
 	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
+// startServer starts a PostgreSQL cluster of the test's own, counting statements, and opens its
+// statistics; it returns the URL of its database kasa.
+func startServer(t *testing.T) (string, *Server) {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(t.TempDir(), "pg"), Database: "kasa",
+		Settings: Settings, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pg.Stop() })
+	srv, err := Open(ctx, pg.URL)
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	return pg.URL, srv
+}
+
 // On a server started with Settings the counters split statements and their WAL by
 // database: work done in one database shows under its name and not under another's, and the
 // cluster's whole WAL covers at least what the statements wrote.
 func TestCountersSplitByDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(t.TempDir(), "pg"), Database: "kasa",
-		Settings: Settings, Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	defer pg.Stop()
-	srv, err := Open(ctx, pg.URL)
-	require.NoError(t, err)
-	defer srv.Close()
+	pgURL, srv := startServer(t)
 	require.True(t, srv.Statements())
 	dbs := []string{"kasa", "temporal"}
 	count := func(ctx context.Context) (map[string]int64, error) { return srv.Counters(ctx, dbs) }
 
-	kasa, err := pgxpool.New(ctx, pg.URL)
+	kasa, err := pgxpool.New(ctx, pgURL)
 	require.NoError(t, err)
 	defer kasa.Close()
 	_, err = kasa.Exec(ctx, `CREATE TABLE t (id bigint PRIMARY KEY, v text)`)
@@ -87,14 +96,8 @@ func TestCountersSplitByDatabase(t *testing.T) {
 func TestTopStatementsAndReset(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(t.TempDir(), "pg"), Database: "kasa",
-		Settings: Settings, Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	defer pg.Stop()
-	srv, err := Open(ctx, pg.URL)
-	require.NoError(t, err)
-	defer srv.Close()
-	kasa, err := pgxpool.New(ctx, pg.URL)
+	pgURL, srv := startServer(t)
+	kasa, err := pgxpool.New(ctx, pgURL)
 	require.NoError(t, err)
 	defer kasa.Close()
 

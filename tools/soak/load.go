@@ -46,7 +46,8 @@ type keyRecord struct {
 func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.history = append(k.history, opOf(call, r, err))
+	o := opOf(call, r, err)
+	k.history = append(k.history, o)
 	k.Sends++
 	if err != nil {
 		k.Statuses[0]++ // no answer: a timeout or a lost connection
@@ -55,24 +56,21 @@ func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry
 	k.Statuses[r.status]++
 	switch r.status {
 	case http.StatusCreated, http.StatusAccepted, http.StatusPaymentRequired:
-		var p payment.Resource
-		if err := json.Unmarshal(r.body, &p); err != nil || p.ID == "" {
+		if o.Payment == "" {
 			k.unexpected = append(k.unexpected, fmt.Sprintf("%d with a body that is not a payment: %.200s", r.status, r.body))
 			return false, false
 		}
 		if k.ID == "" {
-			k.ID = p.ID
+			k.ID = o.Payment
 		}
-		k.ids[p.ID] = true
-		k.sawUnknown = k.sawUnknown || p.Status == payment.StatusUnknown
+		k.ids[o.Payment] = true
+		k.sawUnknown = k.sawUnknown || o.Resource == payment.StatusUnknown
 		return true, false
 	case http.StatusServiceUnavailable, http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout,
 		http.StatusTooManyRequests:
 		return false, true // a careful client retries any 5xx, and a 429 after its Retry-After, with the same key
 	case http.StatusConflict:
-		var prob struct{ Code string }
-		_ = json.Unmarshal(r.body, &prob)
-		if prob.Code == "idempotency_key_in_use" {
+		if o.Code == "idempotency_key_in_use" {
 			return false, true
 		}
 	}
