@@ -69,6 +69,10 @@ func TestPostgresRestartsAfterKill(t *testing.T) {
 
 	pid := postmasterPID(t, dir)
 	require.NoError(t, helper.Process.Signal(syscall.SIGSTOP))
+	// kill(2) returns before every thread has stopped; a thread still in wait4 would reap the
+	// postmaster, so the kill waits for the whole helper to be stopped.
+	require.Eventually(t, func() bool { return allStopped(helper.Process.Pid) }, 5*time.Second, 5*time.Millisecond,
+		"the helper stops")
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 	require.Eventually(t, func() bool {
 		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
@@ -110,6 +114,19 @@ func openStore(t *testing.T, url string) *store.Store {
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	return db
+}
+
+// allStopped reports whether every thread of the process is in the stopped state.
+func allStopped(pid int) bool {
+	stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		_, rest, _ := strings.Cut(string(b), ") ")
+		if err != nil || !strings.HasPrefix(rest, "T") && !strings.HasPrefix(rest, "t") {
+			return false
+		}
+	}
+	return len(stats) > 0
 }
 
 // postmasterPID is the first line of the cluster's postmaster.pid.
