@@ -17,7 +17,7 @@ import (
 	"github.com/kasa-pay/kasa/tools/soak"
 )
 
-const soakUsage = `usage: kasa soak [--duration 10m] [--seed N] [--rate R] [--capability C] [--faults K,K] [--out DIR] [--dir DIR]
+const soakUsage = `usage: kasa soak [--duration 10m] [--seed N] [--rate R] [--capability C] [--retention D] [--faults K,K] [--out DIR] [--dir DIR]
 
 Runs kasa's processes (api, two workers, relay, banksim), PostgreSQL and the Temporal dev server
 under a steady load with duplicate retries while a seeded schedule of faults kills and restarts
@@ -28,6 +28,8 @@ the invariants (docs/tools.md, "Chaos soak").
   --seed N         the fault schedule's seed (default: from the clock; printed, replayable)
   --rate R         new payments per second (default 5)
   --capability C   the provider's capability: idempotent, inquiry or none (default KASA_PROVIDER_CAPABILITY)
+  --retention D    KASA_IDEMPOTENCY_RETENTION of kasa's processes, e.g. 1s: keys expire during the run
+                   (default: kasa's, 72h)
   --faults K,K     the fault kinds drawn from (default all): kill_worker, kill_api, kill_relay,
                    restart_postgres, restart_temporal, bank_fault, net_fault, settings_split
   --out DIR        where soak-<date>.{md,json} go (default bench/results; "" for nowhere)
@@ -45,6 +47,7 @@ func runSoak(ctx context.Context, cfg config.Config, _ *slog.Logger) error {
 	fs.Int64Var(&o.Seed, "seed", time.Now().UnixNano()%1_000_000, "")
 	fs.Float64Var(&o.Rate, "rate", 5, "")
 	fs.StringVar(&o.Capability, "capability", cfg.Provider.Capability, "")
+	fs.DurationVar(&o.Retention, "retention", 0, "")
 	faults := fs.String("faults", "", "")
 	fs.StringVar(&o.Out, "out", "bench/results", "")
 	fs.StringVar(&o.Dir, "dir", "", "")
@@ -62,6 +65,10 @@ func runSoak(ctx context.Context, cfg config.Config, _ *slog.Logger) error {
 		return exitError(2)
 	}
 	o.Kinds = kinds
+	if o.Retention != 0 && o.Retention < config.MinIdempotencyRetention {
+		fmt.Fprintf(os.Stderr, "kasa soak: --retention must be at least %s\n", config.MinIdempotencyRetention)
+		return exitError(2)
+	}
 	if !slices.Contains(config.Capabilities, o.Capability) {
 		fmt.Fprintf(os.Stderr, "kasa soak: --capability must be one of %v\n", config.Capabilities)
 		return exitError(2)

@@ -42,6 +42,7 @@ func (s *stack) check(ctx context.Context, ld *load, st *settled, rep *Report) {
 		s.checkVerify(ctx),
 		s.checkReconcile(ctx, st, rep),
 		s.checkHolds(ld.merchants, st),
+		checkRefunded(st),
 		s.balances.result(),
 		s.checkWebhooks(ctx, st),
 	)
@@ -79,57 +80,64 @@ func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
 	defer func() { // one problem a key: the history is looked at when nothing else is wrong
 		k.mu.Lock()
 		defer k.mu.Unlock()
-		if len(out) == 0 && !linearizable(k.history) {
+		if len(out) == 0 && !linearizable(k.kind(), k.history) {
 			out = append(out, "no order of its requests explains the answers (docs/tools.md, \"Chaos soak\"):\n"+describe(k.history))
 		}
 	}()
 	for _, u := range unexpected {
 		out = append(out, "unexpected answer: "+u)
 	}
-	if ids > 1 {
+	if ids > 1 && !k.expires { // else the history says whether the first failed and expired
 		out = append(out, fmt.Sprintf("answered %d different payments", ids))
 	}
 	if id == "" {
 		return append(out, "never answered with a payment, and none exists for it")
 	}
 	p := st.payments[id]
+	if k.expires && !p.refund() && p.res.Status == payment.StatusFailed {
+		return out // its record may be gone: a replay would be a new payment
+	}
 	call := time.Now()
-	r, err := a.replay(k.Merchant.APIKey, k.Key, k.body)
+	r, err := a.replay(k)
 	k.mu.Lock()
 	k.history = append(k.history, opOf(call, r, err))
 	k.mu.Unlock()
 	if err != nil {
 		return append(out, "replay: "+err.Error())
 	}
-	// A payment left unfinished (reported by the settled check) is replayed as 202.
+	// A payment or refund left unfinished (reported by the settled check) is replayed as 202.
 	want := map[payment.Status]int{payment.StatusSucceeded: http.StatusCreated, payment.StatusFailed: http.StatusPaymentRequired}[p.res.Status]
 	if want == 0 {
 		want = http.StatusAccepted
 	}
-	var got payment.Resource
+	var got resource
 	_ = json.Unmarshal(r.body, &got)
+	expired := opOf(call, r, nil)
 	switch {
+	case k.expires && p.refund() && expired.Code == "idempotency_key_reused",
+		k.expires && !p.refund() && expired.Code == "duplicate_payment" && expired.Payment == id:
+		// the record is gone, and the key still names its refund, or the invoice its payment
 	case want == http.StatusAccepted && r.status == want:
 		if got.ID != id {
-			out = append(out, fmt.Sprintf("replay answered payment %s, want %s", got.ID, id))
+			out = append(out, fmt.Sprintf("replay answered %s, want %s", got.ID, id))
 		}
 	case r.status != want:
-		out = append(out, fmt.Sprintf("replay answered %d, want %d for a %s payment: %.200s", r.status, want, p.res.Status, r.body))
+		out = append(out, fmt.Sprintf("replay answered %d, want %d for a %s %s: %.200s", r.status, want, p.res.Status, p.what(), r.body))
 	case r.header.Get("Idempotent-Replayed") != "true":
 		out = append(out, "replay without Idempotent-Replayed: true")
 	case got.ID != id || got.Status != p.res.Status:
-		out = append(out, fmt.Sprintf("replay answered payment %s %s, want %s %s", got.ID, got.Status, id, p.res.Status))
+		out = append(out, fmt.Sprintf("replay answered %s %s, want %s %s", got.ID, got.Status, id, p.res.Status))
 	}
 	return out
 }
 
-// checkSettled: no payment is left processing or unknown once everything has settled.
+// checkSettled: no payment or refund is left processing or unknown once everything has settled.
 func (s *stack) checkSettled(st *settled) Check {
-	c := Check{Name: "every payment reached a final status"}
+	c := Check{Name: "every payment and refund reached a final status"}
 	for _, p := range sortedPayments(st) {
 		c.Checked++
 		if !p.done() {
-			c.fail("payment %s (key %s) is %s", p.id, p.key.Key, p.res.Status)
+			c.fail("%s (key %s) is %s", p.what(), p.key.Key, p.res.Status)
 		}
 	}
 	c.OK = c.Violations == 0
@@ -137,26 +145,31 @@ func (s *stack) checkSettled(st *settled) Check {
 }
 
 // checkBank: the simulator moved money at most once per operation, exactly once for each
-// succeeded payment (the charge the payment names) and never for a failed one.
+// succeeded payment or refund (the charge or refund it names) and never for a failed one. A
+// late booking still to come counts as moved.
 func (s *stack) checkBank(st *settled) Check {
-	c := Check{Name: "the bank moved money once per succeeded payment, never otherwise"}
+	c := Check{Name: "the bank moved money once per succeeded payment or refund, never otherwise"}
 	var mu sync.Mutex
 	inParallel(sortedPayments(st), func(p *paid) {
-		n, ids, err := s.api.simCharges(p.id)
+		moved, err := s.api.bank().Charges(context.Background(), p.id)
+		if p.refund() {
+			moved, err = s.api.bank().Refunds(context.Background(), p.id)
+		}
+		n := moved.Count + moved.Pending
 		mu.Lock()
 		defer mu.Unlock()
 		c.Checked++
 		switch {
 		case err != nil:
-			c.fail("payment %s: %v", p.id, err)
+			c.fail("%s: %v", p.what(), err)
 		case n > 1:
-			c.fail("payment %s (%s): money moved %d times", p.id, p.res.Status, n)
+			c.fail("%s (%s): money moved %d times", p.what(), p.res.Status, n)
 		case p.res.Status == payment.StatusSucceeded && n != 1:
-			c.fail("succeeded payment %s: money moved %d times", p.id, n)
-		case p.res.Status == payment.StatusSucceeded && (p.res.ProviderReference == nil || *p.res.ProviderReference != ids[0]):
-			c.fail("succeeded payment %s names charge %v, the bank's is %s", p.id, deref(p.res.ProviderReference), ids[0])
+			c.fail("succeeded %s: money moved %d times", p.what(), n)
+		case p.res.Status == payment.StatusSucceeded && (p.res.ProviderReference == nil || *p.res.ProviderReference != moved.Succeeded[0]):
+			c.fail("succeeded %s names %v at the bank, the bank's is %s", p.what(), deref(p.res.ProviderReference), moved.Succeeded[0])
 		case p.res.Status == payment.StatusFailed && n != 0:
-			c.fail("failed payment %s (%s): the bank moved its money", p.id, deref(p.res.FailureCode))
+			c.fail("failed %s (%s): the bank moved its money", p.what(), deref(p.res.FailureCode))
 		}
 	})
 	c.OK = c.Violations == 0
@@ -205,12 +218,15 @@ func (s *stack) checkReconcile(ctx context.Context, st *settled, rep *Report) Ch
 }
 
 // checkHolds: no hold is left on a finished payment (every account's reserved amount is zero
-// once every payment is final), and each balance is its deposit less its succeeded payments.
+// once every payment is final), and each balance is its deposit less its succeeded payments, plus
+// their succeeded refunds.
 func (s *stack) checkHolds(merchants []*merchant, st *settled) Check {
-	c := Check{Name: "no hold left; balances are deposits less succeeded payments"}
+	c := Check{Name: "no hold left; balances are deposits less succeeded payments plus succeeded refunds"}
 	spent := map[string]int64{}
 	for _, p := range st.payments {
-		if p.res.Status == payment.StatusSucceeded {
+		if p.res.Status == payment.StatusSucceeded && p.refund() {
+			spent[p.key.Account] -= p.key.Amount
+		} else if p.res.Status == payment.StatusSucceeded {
 			spent[p.key.Account] += p.key.Amount
 		}
 	}
@@ -224,7 +240,7 @@ func (s *stack) checkHolds(merchants []*merchant, st *settled) Check {
 			case reserved != "0.00":
 				c.fail("account %s: %s still reserved", a.ID, reserved)
 			case balance != formatTRY(a.Deposit-spent[a.ID]):
-				c.fail("account %s: balance %s, want %s (deposit %s less succeeded payments)", a.ID, balance, formatTRY(a.Deposit-spent[a.ID]), formatTRY(a.Deposit))
+				c.fail("account %s: balance %s, want %s (deposit %s less succeeded payments plus refunds)", a.ID, balance, formatTRY(a.Deposit-spent[a.ID]), formatTRY(a.Deposit))
 			}
 		}
 	}
@@ -232,14 +248,37 @@ func (s *stack) checkHolds(merchants []*merchant, st *settled) Check {
 	return c
 }
 
-// checkWebhooks waits (bounded) until each finished payment's final event has reached the receiver, then
-// checks that each state change's event arrived once: one event id per payment and status (an
-// event delivered again under its id counts once), the final one present, nothing unknown to
-// the soak, every delivery signed.
+// checkRefunded: each succeeded payment's amount_refunded is the sum of its succeeded refunds,
+// and never more than its amount.
+func checkRefunded(st *settled) Check {
+	c := Check{Name: "each payment's amount_refunded is the sum of its succeeded refunds"}
+	refunded := map[string]int64{}
+	for _, p := range st.payments {
+		if p.refund() && p.res.Status == payment.StatusSucceeded {
+			refunded[p.res.PaymentID] += p.key.Amount
+		}
+	}
+	for _, p := range sortedPayments(st) {
+		if p.refund() || p.res.Status != payment.StatusSucceeded {
+			continue
+		}
+		c.Checked++
+		if want := formatTRY(refunded[p.id]); p.res.AmountRefunded != want || refunded[p.id] > p.key.Amount {
+			c.fail("payment %s of %s: amount_refunded %s, its succeeded refunds sum to %s", p.id, p.res.Amount, p.res.AmountRefunded, want)
+		}
+	}
+	c.OK = c.Violations == 0
+	return c
+}
+
+// checkWebhooks waits (bounded) until each finished payment's and refund's final event has
+// reached the receiver, then checks that each state change's event arrived once: one event id per
+// object and status (an event delivered again under its id counts once), the final one present,
+// nothing unknown to the soak, every delivery signed.
 func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 	c := Check{Name: "every state change reached the merchant's webhook exactly once"}
 	final := func(events []event, p *paid) bool {
-		return slices.ContainsFunc(events, func(e event) bool { return e.Type == "payment."+string(p.res.Status) })
+		return slices.ContainsFunc(events, func(e event) bool { return e.Type == p.eventType() })
 	}
 	deadline := time.Now().Add(s.o.Settle)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -266,18 +305,18 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 		for typ, ids := range types {
 			if len(ids) > 1 {
 				slices.Sort(ids)
-				c.fail("payment %s: %s arrived as %d different events %v", p.id, typ, len(ids), ids)
+				c.fail("%s: %s arrived as %d different events %v", p.what(), typ, len(ids), ids)
 			}
 		}
 		if !final(events, p) {
-			c.fail("payment %s: its final event payment.%s never arrived (got %v)", p.id, p.res.Status, slices.Sorted(maps.Keys(types)))
+			c.fail("%s: its final event %s never arrived (got %v)", p.what(), p.eventType(), slices.Sorted(maps.Keys(types)))
 		} else if order := arrivalOrder(events); !inOrder(order) {
-			c.fail("payment %s: its events arrived out of order: %v", p.id, order)
+			c.fail("%s: its events arrived out of order: %v", p.what(), order)
 		}
 	}
 	for id := range got {
 		if _, ok := st.payments[id]; !ok {
-			c.fail("events for payment %s, which no key of the soak made", id)
+			c.fail("events for %s, which no key of the soak made", id)
 		}
 	}
 	_, _, bad := s.hook.stats()
@@ -301,11 +340,11 @@ func arrivalOrder(events []event) []string {
 	return types
 }
 
-// inOrder says whether a payment's events came in an order its states can take (docs/webhooks.md,
+// inOrder says whether an object's events came in an order its states can take (docs/webhooks.md,
 // "Order"): unknown, if at all, before the final event, and nothing after a final event.
 func inOrder(types []string) bool {
 	for i, t := range types {
-		if (t == "payment.succeeded" || t == "payment.failed") && i != len(types)-1 {
+		if (strings.HasSuffix(t, ".succeeded") || strings.HasSuffix(t, ".failed")) && i != len(types)-1 {
 			return false
 		}
 	}

@@ -49,15 +49,16 @@ func (a *api) adminCall(method, path string, body any, out any, headers ...strin
 	return nil
 }
 
-func (a *api) pay(apiKey, key string, body []byte) (answer, error) {
-	return a.call("POST", a.base+"/v1/payments", apiKey, body, "Idempotency-Key", key)
+// post sends a key's request once.
+func (a *api) post(k *keyRecord) (answer, error) {
+	return a.call("POST", a.base+k.path(), k.Merchant.APIKey, k.body, "Idempotency-Key", k.Key)
 }
 
 // replay sends a key's request again as a patient client does, for the checks: an answer that
 // asks to wait (429 or 503 with Retry-After) is sent again after the wait, for up to a minute.
-// The load itself uses pay, and records every answer as it comes.
-func (a *api) replay(apiKey, key string, body []byte) (answer, error) {
-	return a.patient("POST", a.base+"/v1/payments", apiKey, body, "Idempotency-Key", key)
+// The load itself uses post, and records every answer as it comes.
+func (a *api) replay(k *keyRecord) (answer, error) {
+	return a.patient("POST", a.base+k.path(), k.Merchant.APIKey, k.body, "Idempotency-Key", k.Key)
 }
 
 func (a *api) patient(method, url, bearer string, body []byte, headers ...string) (answer, error) {
@@ -84,17 +85,16 @@ func retryAfter(r answer) (time.Duration, bool) {
 	return time.Duration(secs) * time.Second, true
 }
 
-// payment is GET /v1/payments/{id}; ok is false on 404.
-func (a *api) payment(apiKey, id string) (p payment.Resource, ok bool, err error) {
-	return a.getPayment(apiKey, a.base+"/v1/payments/"+id)
+// resource is a payment or a refund as the API answers it; PaymentID is a refund's payment.
+type resource struct {
+	payment.Resource
+	PaymentID string `json:"payment_id"`
 }
 
-// paymentByKey is GET /v1/payments?idempotency_key=K; ok is false on 404.
-func (a *api) paymentByKey(apiKey, key string) (p payment.Resource, ok bool, err error) {
-	return a.getPayment(apiKey, a.base+"/v1/payments?idempotency_key="+key)
-}
-
-func (a *api) getPayment(apiKey, url string) (p payment.Resource, ok bool, err error) {
+// resource is GET path (/v1/payments/{id}, /v1/refunds/{id}, /v1/payments?idempotency_key=K);
+// ok is false on 404.
+func (a *api) resource(apiKey, path string) (p resource, ok bool, err error) {
+	url := a.base + path
 	r, err := a.patient("GET", url, apiKey, nil)
 	switch {
 	case err != nil:
@@ -123,12 +123,6 @@ func (a *api) account(apiKey, id string) (balance, reserved string, err error) {
 
 // bank is the simulator's control API.
 func (a *api) bank() banksim.Control { return banksim.Control{URL: a.sim, Client: a.http} }
-
-// simCharges is how many times money moved for reference, and the succeeded charges' ids.
-func (a *api) simCharges(reference string) (int, []string, error) {
-	m, err := a.bank().Charges(context.Background(), reference)
-	return m.Count, m.Succeeded, err
-}
 
 // setBankRules replaces the simulator's fault rules; none clears them.
 func (a *api) setBankRules(rules ...banksim.Rule) error {

@@ -24,7 +24,7 @@ type op struct {
 	Info     bool           `json:"info,omitempty"`
 	Status   int            `json:"status,omitempty"`
 	Replayed bool           `json:"replayed,omitempty"`
-	Payment  string         `json:"payment,omitempty"`  // the payment the answer names, if any
+	Payment  string         `json:"payment,omitempty"`  // the payment or refund the answer names, if any
 	Resource payment.Status `json:"resource,omitempty"` // that payment's status in the answer
 	Code     string         `json:"code,omitempty"`     // a problem's code
 	Body     string         `json:"body_sha256"`        // of the body, hex
@@ -38,12 +38,16 @@ func opOf(call time.Time, r answer, err error) op {
 	}
 	o.Replayed = r.header.Get("Idempotent-Replayed") == "true"
 	var v struct {
-		ID     string
-		Status json.RawMessage // a string in a payment, a number in a problem
-		Code   string
+		ID        string
+		Status    json.RawMessage // a string in a payment, a number in a problem
+		Code      string
+		PaymentID string `json:"payment_id"` // a duplicate_payment's
 	}
 	if json.Unmarshal(r.body, &v) == nil {
 		o.Code = v.Code
+		if v.Code == "duplicate_payment" {
+			o.Payment = v.PaymentID
+		}
 		var s string
 		if v.Code == "" && json.Unmarshal(v.Status, &s) == nil {
 			o.Payment, o.Resource = v.ID, payment.Status(s)
@@ -73,21 +77,47 @@ func (o op) String() string {
 		o.Status, o.Payment, o.Resource, o.Code, o.Replayed, o.Body)
 }
 
-// keyState is the sequential model of one key (docs/api.md, idempotency): the payment the key
-// made, once an answer named one; its final status, once any answer showed it; and the final
-// answer's bytes, once a POST got it.
+// keyState is the sequential model of one key (docs/api.md, idempotency): the payment or refund
+// the key made, once an answer named one; its final status, once any answer showed it; the final
+// answer's bytes, once a POST got it; and whether an answer showed the key's record expired.
 type keyState struct {
 	payment string
 	decided payment.Status
 	body    string
+	expired bool
 }
+
+// keyKind is what the model knows of a key beside its history: whether it is a refund's, and
+// whether records may expire during the run (a retention shorter than the run).
+type keyKind struct{ refund, expires bool }
 
 func isFinal(s payment.Status) bool { return s == payment.StatusSucceeded || s == payment.StatusFailed }
 
 // stepKey says whether the model of one key, in state s, may give o's answer, and the state after.
-// The soak sends one body per key, so 422 is never right.
-func stepKey(s keyState, o op) (bool, keyState) {
+// The soak sends one body per key, so 422 is right only for a refund's expired key.
+func stepKey(k keyKind, s keyState, o op) (bool, keyState) {
+	if k.expires && !o.Info && !o.Lookup {
+		// A finished operation's record may be gone (docs/api.md, KASA_IDEMPOTENCY_RETENTION): a
+		// refund's key then answers 422 for good; a payment's key is a new request, which the
+		// invoice answers with its succeeded payment, or which pays again after a failed one. An
+		// expired record proves the operation finished, even if no answer showed it.
+		switch {
+		case k.refund && o.Status == http.StatusUnprocessableEntity && o.Code == "idempotency_key_reused":
+			s.expired = true
+			return true, s
+		case !k.refund && o.Status == http.StatusConflict && o.Code == "duplicate_payment":
+			ok := (s.payment == "" || s.payment == o.Payment) && (s.decided == "" || s.decided == payment.StatusSucceeded)
+			s.payment, s.decided, s.expired = o.Payment, payment.StatusSucceeded, true
+			return ok, s
+		case !k.refund && s.decided == payment.StatusFailed && o.Payment != "" && o.Payment != s.payment && !o.Replayed:
+			s = keyState{} // a new payment, under a new record
+		case !k.refund && s.decided == payment.StatusFailed && o.Status == http.StatusConflict && o.Code == "idempotency_key_in_use":
+			return true, s // a new payment in flight, whose first answer was lost
+		}
+	}
 	switch {
+	case s.expired && !o.Lookup:
+		return o.Info || o.Status == http.StatusTooManyRequests || o.Status >= 500, s // the record is gone for good
 	case o.Info:
 		return true, s // no answer: whatever it did, a later answer says
 	case o.Status == http.StatusTooManyRequests || o.Status >= 500:
@@ -126,17 +156,19 @@ func stepKey(s keyState, o op) (bool, keyState) {
 	return true, s
 }
 
-var keyModel = porcupine.Model{
-	Init: func() any { return keyState{} },
-	Step: func(state, input, output any) (bool, any) {
-		return stepKey(state.(keyState), output.(op))
-	},
+func keyModel(k keyKind) porcupine.Model {
+	return porcupine.Model{
+		Init: func() any { return keyState{} },
+		Step: func(state, input, output any) (bool, any) {
+			return stepKey(k, state.(keyState), output.(op))
+		},
+	}
 }
 
 // linearizable checks one key's history against the model: whether some order of its requests,
 // each taking effect between its call and its answer (an unanswered one at any time after its
 // call), explains every answer.
-func linearizable(history []op) bool {
+func linearizable(k keyKind, history []op) bool {
 	ops := make([]porcupine.Operation, len(history))
 	for i, o := range history {
 		ret := o.Return.UnixNano()
@@ -145,7 +177,7 @@ func linearizable(history []op) bool {
 		}
 		ops[i] = porcupine.Operation{ClientId: i, Call: o.Call.UnixNano(), Output: o, Return: ret}
 	}
-	return porcupine.CheckOperations(keyModel, ops)
+	return porcupine.CheckOperations(keyModel(k), ops)
 }
 
 // describe lists a history, one request a line, for a violation.

@@ -34,35 +34,55 @@ func TestLinearizableKeyHistories(t *testing.T) {
 		}
 		return op{Lookup: true, Call: c, Return: r, Status: 200, Payment: id, Resource: res}
 	}
+	dup := func(from, to int, id string) op {
+		c, r := at(from, to)
+		return op{Call: c, Return: r, Status: 409, Code: "duplicate_payment", Payment: id}
+	}
 	const p1, p2 = "pay-1", "pay-2"
+	refund, expiring, expiringRefund := keyKind{refund: true}, keyKind{expires: true}, keyKind{refund: true, expires: true}
 	ok, processing, unknown, failed := payment.StatusSucceeded, payment.StatusProcessing, payment.StatusUnknown, payment.StatusFailed
 	for _, tc := range []struct {
 		name    string
 		history []op
 		want    bool
+		kind    keyKind
 	}{
-		{"accepted, then final, then replayed", []op{ans(0, 10, 202, p1, processing, 1), ans(20, 30, 201, p1, ok, 2), ans(40, 50, 201, p1, ok, 2)}, true},
-		{"unknown, then settled failed", []op{ans(0, 10, 202, p1, unknown, 1), ans(20, 30, 402, p1, failed, 3)}, true},
-		{"no answer, then the payment", []op{none(0, 10), ans(20, 30, 201, p1, ok, 2)}, true},
-		{"in use while in flight, concurrent with the final answer", []op{ans(0, 30, 201, p1, ok, 2), problem(10, 40, 409, "idempotency_key_in_use")}, true},
-		{"asked to wait, then answered", []op{problem(0, 10, 429, ""), problem(20, 30, 503, ""), ans(40, 50, 201, p1, ok, 2)}, true},
-		{"two payments for one key", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 201, p2, ok, 2)}, false},
-		{"in use after the final answer", []op{ans(0, 10, 201, p1, ok, 2), problem(20, 30, 409, "idempotency_key_in_use")}, false},
-		{"in flight after the final answer", []op{ans(0, 10, 402, p1, failed, 3), ans(20, 30, 202, p1, processing, 1)}, false},
-		{"a replay that is not the final answer's bytes", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 201, p1, ok, 9)}, false},
-		{"a final answer that changes", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 402, p1, failed, 3)}, false},
-		{"201 for a failed payment", []op{ans(0, 10, 201, p1, failed, 2)}, false},
-		{"another request under the key", []op{problem(0, 10, 422, "idempotency_key_reused")}, false},
-		{"a duplicate business key", []op{problem(0, 10, 409, "duplicate_payment")}, false},
-		{"not found, then paid", []op{lookup(0, 10, "", ""), ans(20, 30, 201, p1, ok, 2)}, true},
-		{"no answer, found unknown, then settled", []op{none(0, 10), lookup(20, 30, p1, unknown), ans(40, 50, 201, p1, ok, 2)}, true},
-		{"found succeeded while the answer is on its way", []op{ans(0, 40, 201, p1, ok, 2), lookup(10, 20, p1, ok)}, true},
-		{"not found after its answer", []op{ans(0, 10, 201, p1, ok, 2), lookup(20, 30, "", "")}, false},
-		{"in flight after a lookup showed it succeeded", []op{lookup(0, 10, p1, ok), ans(20, 30, 202, p1, processing, 1)}, false},
-		{"a lookup finds another payment", []op{ans(0, 10, 202, p1, processing, 1), lookup(20, 30, p2, processing)}, false},
+		{"accepted, then final, then replayed", []op{ans(0, 10, 202, p1, processing, 1), ans(20, 30, 201, p1, ok, 2), ans(40, 50, 201, p1, ok, 2)}, true, keyKind{}},
+		{"unknown, then settled failed", []op{ans(0, 10, 202, p1, unknown, 1), ans(20, 30, 402, p1, failed, 3)}, true, keyKind{}},
+		{"no answer, then the payment", []op{none(0, 10), ans(20, 30, 201, p1, ok, 2)}, true, keyKind{}},
+		{"in use while in flight, concurrent with the final answer", []op{ans(0, 30, 201, p1, ok, 2), problem(10, 40, 409, "idempotency_key_in_use")}, true, keyKind{}},
+		{"asked to wait, then answered", []op{problem(0, 10, 429, ""), problem(20, 30, 503, ""), ans(40, 50, 201, p1, ok, 2)}, true, keyKind{}},
+		{"two payments for one key", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 201, p2, ok, 2)}, false, keyKind{}},
+		{"in use after the final answer", []op{ans(0, 10, 201, p1, ok, 2), problem(20, 30, 409, "idempotency_key_in_use")}, false, keyKind{}},
+		{"in flight after the final answer", []op{ans(0, 10, 402, p1, failed, 3), ans(20, 30, 202, p1, processing, 1)}, false, keyKind{}},
+		{"a replay that is not the final answer's bytes", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 201, p1, ok, 9)}, false, keyKind{}},
+		{"a final answer that changes", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 402, p1, failed, 3)}, false, keyKind{}},
+		{"201 for a failed payment", []op{ans(0, 10, 201, p1, failed, 2)}, false, keyKind{}},
+		{"another request under the key", []op{problem(0, 10, 422, "idempotency_key_reused")}, false, keyKind{}},
+		{"a duplicate business key", []op{problem(0, 10, 409, "duplicate_payment")}, false, keyKind{}},
+		{"not found, then paid", []op{lookup(0, 10, "", ""), ans(20, 30, 201, p1, ok, 2)}, true, keyKind{}},
+		{"no answer, found unknown, then settled", []op{none(0, 10), lookup(20, 30, p1, unknown), ans(40, 50, 201, p1, ok, 2)}, true, keyKind{}},
+		{"found succeeded while the answer is on its way", []op{ans(0, 40, 201, p1, ok, 2), lookup(10, 20, p1, ok)}, true, keyKind{}},
+		{"not found after its answer", []op{ans(0, 10, 201, p1, ok, 2), lookup(20, 30, "", "")}, false, keyKind{}},
+		{"in flight after a lookup showed it succeeded", []op{lookup(0, 10, p1, ok), ans(20, 30, 202, p1, processing, 1)}, false, keyKind{}},
+		{"a lookup finds another payment", []op{ans(0, 10, 202, p1, processing, 1), lookup(20, 30, p2, processing)}, false, keyKind{}},
+		{"a refund's answers", []op{ans(0, 10, 202, p1, unknown, 1), ans(20, 30, 201, p1, ok, 2), ans(40, 50, 201, p1, ok, 2)}, true, refund},
+		{"a refund's key reused, never expiring", []op{ans(0, 10, 201, p1, ok, 2), problem(20, 30, 422, "idempotency_key_reused")}, false, refund},
+		{"a refund's expired key names it for good", []op{ans(0, 10, 201, p1, ok, 2), problem(20, 30, 422, "idempotency_key_reused"), problem(40, 50, 422, "idempotency_key_reused")}, true, expiringRefund},
+		{"a refund's expired key, though no answer showed it finished", []op{ans(0, 10, 202, p1, processing, 1), problem(20, 30, 422, "idempotency_key_reused")}, true, expiringRefund},
+		{"a refund in flight after its key expired", []op{problem(0, 10, 422, "idempotency_key_reused"), ans(20, 30, 202, p1, processing, 1)}, false, expiringRefund},
+		{"a refund replayed after its key expired", []op{ans(0, 10, 201, p1, ok, 2), problem(20, 30, 422, "idempotency_key_reused"), ans(40, 50, 201, p1, ok, 2)}, false, expiringRefund},
+		{"a second refund under an expired key", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 201, p2, ok, 2)}, false, expiringRefund},
+		{"an expired key: the invoice names its payment", []op{ans(0, 10, 201, p1, ok, 2), dup(20, 30, p1), dup(40, 50, p1)}, true, expiring},
+		{"an expired key: the invoice names another payment", []op{ans(0, 10, 201, p1, ok, 2), dup(20, 30, p2)}, false, expiring},
+		{"an expired key pays again after a failure", []op{ans(0, 10, 402, p1, failed, 3), ans(20, 30, 201, p2, ok, 2), ans(40, 50, 201, p2, ok, 2)}, true, expiring},
+		{"an expired key pays again after a success", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 201, p2, ok, 2)}, false, expiring},
+		{"an expired key, though no answer showed the payment finished", []op{ans(0, 10, 202, p1, processing, 1), dup(20, 30, p1)}, true, expiring},
+		{"a failed payment named by its invoice", []op{ans(0, 10, 402, p1, failed, 3), dup(20, 30, p1)}, false, expiring},
+		{"in flight after its key expired", []op{ans(0, 10, 202, p1, processing, 1), dup(20, 30, p1), ans(40, 50, 202, p1, processing, 1)}, false, expiring},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, linearizable(tc.history), "\n%s", describe(tc.history))
+			require.Equal(t, tc.want, linearizable(tc.kind, tc.history), "\n%s", describe(tc.history))
 		})
 	}
 }

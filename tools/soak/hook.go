@@ -10,13 +10,12 @@ import (
 	"time"
 
 	"github.com/kasa-pay/kasa/outbox"
-	"github.com/kasa-pay/kasa/payment"
 )
 
 // event is a webhook the receiver got, once per event id.
 type event struct {
 	ID, Type   string
-	Payment    payment.Resource
+	Payment    resource // the payment or refund
 	Merchant   string
 	Deliveries int
 	Arrived    int // the receiver's count of deliveries when its first arrived: the order events came in
@@ -64,16 +63,20 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	defer r.mu.Unlock()
 	r.total++
 	var ev struct {
-		ID   string           `json:"id"`
-		Type string           `json:"type"`
-		Data payment.Resource `json:"data"`
+		ID   string   `json:"id"`
+		Type string   `json:"type"`
+		Data resource `json:"data"`
+	}
+	kind := "payment."
+	if json.Unmarshal(body, &ev) == nil && ev.Data.PaymentID != "" {
+		kind = "refund."
 	}
 	switch secret, ok := r.secrets[m]; {
 	case !ok:
 		r.bad = append(r.bad, fmt.Sprintf("event %s for an unknown merchant %s", id, m))
 	case outbox.Verify(secret, req.Header.Get(outbox.HeaderSignature), body, 10*time.Minute) != nil:
 		r.bad = append(r.bad, fmt.Sprintf("event %s: signature does not verify", id))
-	case json.Unmarshal(body, &ev) != nil || ev.ID != id || ev.Type != "payment."+string(ev.Data.Status):
+	case json.Unmarshal(body, &ev) != nil || ev.ID != id || ev.Type != kind+string(ev.Data.Status):
 		r.bad = append(r.bad, fmt.Sprintf("event %s: malformed body %.200s", id, body))
 	default:
 		if e, seen := r.events[id]; seen {
@@ -85,7 +88,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// byPayment groups the events by payment id.
+// byPayment groups the events by the payment's or refund's id.
 func (r *receiver) byPayment() map[string][]event {
 	r.mu.Lock()
 	defer r.mu.Unlock()

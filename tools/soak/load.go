@@ -23,22 +23,41 @@ type account struct {
 	Deposit int64 // minor units
 }
 
-// keyRecord is everything the client learned paying one idempotency key.
+// keyRecord is everything the client learned sending one idempotency key: a payment's, or a
+// refund's (Of is then the payment's key).
 type keyRecord struct {
 	Key      string
 	Merchant *merchant
-	Account  string
+	Account  string // the payer's: a payment debits it, a refund credits it
 	Amount   int64
 	body     []byte
+	Of       *keyRecord // a refund's payment
+	refunds  []int64    // a payment's: the refunds to ask for once it succeeded
+	expires  bool       // the key's record may expire during the run (a short retention)
 
 	mu         sync.Mutex
-	ids        map[string]bool // payment ids answered for the key: exactly one is right
-	ID         string          // the first one
+	ids        map[string]bool // payment ids answered for the key: one, unless an expired key paid again
+	ID         string          // the latest one
 	Sends      int
 	Statuses   map[int]int
 	unexpected []string
 	sawUnknown bool
-	history    []op // every request sent under the key, for the linearizability check
+	decided    payment.Status // the final status an answer showed
+	history    []op           // every request sent under the key, for the linearizability check
+}
+
+// path is where the key's request goes.
+func (k *keyRecord) path() string {
+	if k.Of != nil {
+		return "/v1/payments/" + k.Of.id() + "/refunds"
+	}
+	return "/v1/payments"
+}
+
+func (k *keyRecord) id() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.ID
 }
 
 // record notes the answer to a request sent at call, and says whether kasa took the key and
@@ -60,23 +79,29 @@ func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry
 			k.unexpected = append(k.unexpected, fmt.Sprintf("%d with a body that is not a payment: %.200s", r.status, r.body))
 			return false, false
 		}
-		if k.ID == "" {
-			k.ID = o.Payment
-		}
+		k.ID = o.Payment
 		k.ids[o.Payment] = true
 		k.sawUnknown = k.sawUnknown || o.Resource == payment.StatusUnknown
+		if isFinal(o.Resource) {
+			k.decided = o.Resource
+		}
 		return true, false
 	case http.StatusServiceUnavailable, http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout,
 		http.StatusTooManyRequests:
 		return false, true // a careful client retries any 5xx, and a 429 after its Retry-After, with the same key
-	case http.StatusConflict:
-		if o.Code == "idempotency_key_in_use" {
+	case http.StatusConflict, http.StatusUnprocessableEntity:
+		switch {
+		case o.Code == "idempotency_key_in_use":
 			return false, true
+		case k.expires && (o.Code == "duplicate_payment" || o.Code == "idempotency_key_reused"):
+			return false, false // the key's record expired: the history's check says whether it may have
 		}
 	}
 	k.unexpected = append(k.unexpected, fmt.Sprintf("%d %.200s", r.status, r.body))
 	return false, false
 }
+
+func (k *keyRecord) kind() keyKind { return keyKind{refund: k.Of != nil, expires: k.expires} }
 
 func (k *keyRecord) accepted() bool {
 	k.mu.Lock()
@@ -86,25 +111,29 @@ func (k *keyRecord) accepted() bool {
 
 // load sends new payments at a steady rate; each key's client retries it (same key, same body)
 // until kasa takes it, and some keys are sent twice at once or sent again after their answer.
+// Some payments that succeed are then refunded, in one or two parts at once, each part a key of
+// its own driven the same way.
 type load struct {
 	api       *api
 	rate      float64
 	merchants []*merchant
 	rng       *rand.Rand
 	inflight  chan struct{} // caps the clients running at once
+	expires   bool          // records may expire during the run
 
 	mu      sync.Mutex
 	keys    []*keyRecord
 	skipped int // keys not sent because too many clients were still retrying
 	dupNow  int // keys sent twice at once
 	dupLate int // keys sent again after their answer
+	refunds int // refund keys sent
 	wg      sync.WaitGroup
 }
 
 const maxInflight = 500
 
-func newLoad(a *api, rate float64, seed int64, merchants []*merchant) *load {
-	return &load{api: a, rate: rate, merchants: merchants,
+func newLoad(a *api, rate float64, seed int64, merchants []*merchant, expires bool) *load {
+	return &load{api: a, rate: rate, merchants: merchants, expires: expires,
 		rng: rand.New(rand.NewPCG(uint64(seed), 0x6c6f6164)), inflight: make(chan struct{}, maxInflight)}
 }
 
@@ -158,11 +187,33 @@ func (l *load) newKey(key string) *keyRecord {
 	body, _ := json.Marshal(map[string]string{
 		"invoice_id": "inv-" + key, "amount": payment.FormatAmount(amount, "TRY"), "currency": "TRY", "account_id": acct.ID,
 	})
-	return &keyRecord{Key: key, Merchant: m, Account: acct.ID, Amount: amount, body: body,
-		ids: map[string]bool{}, Statuses: map[int]int{}}
+	k := &keyRecord{Key: key, Merchant: m, Account: acct.ID, Amount: amount, body: body, expires: l.expires, ids: map[string]bool{}, Statuses: map[int]int{}}
+	switch r := l.rng.Float64(); {
+	case r < refundShare/2: // the whole amount, or what is left after a part failed
+		k.refunds = []int64{amount}
+	case r < refundShare: // two parts at once: together never more than the payment
+		k.refunds = []int64{amount / 2, amount - amount/2}
+	}
+	return k
+}
+
+// refundShare is the share of payments the load refunds once they succeeded.
+const refundShare = 0.3
+
+// refundKey is the key of a refund of part of k's payment.
+func (l *load) refundKey(k *keyRecord, i int, amount int64) *keyRecord {
+	body, _ := json.Marshal(map[string]string{"amount": payment.FormatAmount(amount, "TRY")})
+	r := &keyRecord{Key: fmt.Sprintf("%s-r%d", k.Key, i), Merchant: k.Merchant, Account: k.Account, Amount: amount, body: body,
+		Of: k, expires: k.expires, ids: map[string]bool{}, Statuses: map[int]int{}}
+	l.mu.Lock()
+	l.keys = append(l.keys, r)
+	l.refunds++
+	l.mu.Unlock()
+	return r
 }
 
 func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
+	defer l.refund(ctx, k, twice, again)
 	if twice {
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -173,8 +224,43 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 	if again && k.accepted() {
 		if sleep(ctx, time.Duration(rand.Int64N(int64(2*time.Second)))) == nil {
 			call := time.Now()
-			r, err := l.api.pay(k.Merchant.APIKey, k.Key, k.body)
+			r, err := l.api.post(k)
 			k.record(call, r, err)
+		}
+	}
+}
+
+// refund sends k's planned refunds, all at once, once its payment has succeeded (waiting a little
+// for an outcome the answer did not show). The refunds inherit the payment's duplication.
+func (l *load) refund(ctx context.Context, k *keyRecord, twice, again bool) {
+	if len(k.refunds) == 0 || !k.accepted() || !l.succeeded(ctx, k) {
+		return
+	}
+	var wg sync.WaitGroup
+	for i, amount := range k.refunds {
+		r := l.refundKey(k, i+1, amount)
+		wg.Go(func() { l.drive(ctx, r, twice, again) })
+	}
+	wg.Wait()
+}
+
+// succeeded says whether k's payment succeeded, reading it for up to half a minute while it is
+// not final.
+func (l *load) succeeded(ctx context.Context, k *keyRecord) bool {
+	for end := time.Now().Add(30 * time.Second); ; {
+		k.mu.Lock()
+		decided := k.decided
+		k.mu.Unlock()
+		if decided != "" || time.Now().After(end) {
+			return decided == payment.StatusSucceeded
+		}
+		if sleep(ctx, time.Second) != nil {
+			return false
+		}
+		if p, ok, err := l.api.resource(k.Merchant.APIKey, "/v1/payments/"+k.id()); err == nil && ok && isFinal(p.Status) {
+			k.mu.Lock()
+			k.decided = p.Status
+			k.mu.Unlock()
 		}
 	}
 }
@@ -183,7 +269,7 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 func (l *load) untilAccepted(ctx context.Context, k *keyRecord) {
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		call := time.Now()
-		r, err := l.api.pay(k.Merchant.APIKey, k.Key, k.body)
+		r, err := l.api.post(k)
 		accepted, retry := k.record(call, r, err)
 		if accepted || !retry {
 			return

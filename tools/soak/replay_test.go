@@ -34,7 +34,7 @@ func TestReplayHonoursRetryAfter(t *testing.T) {
 	t.Cleanup(srv.Close)
 	a := &api{base: srv.URL, http: srv.Client()}
 	k := &keyRecord{Key: "k-1", Merchant: &merchant{APIKey: "sk"}, ID: id, ids: map[string]bool{id: true}}
-	st := &settled{payments: map[string]*paid{id: {id: id, res: payment.Resource{ID: id, Status: payment.StatusSucceeded}, key: k}}}
+	st := &settled{payments: map[string]*paid{id: {id: id, res: resource{Resource: payment.Resource{ID: id, Status: payment.StatusSucceeded}}, key: k}}}
 
 	require.Empty(t, replayProblems(a, k, st))
 	require.EqualValues(t, 3, sent.Load(), "sent again after each wait")
@@ -50,7 +50,7 @@ func TestReplayReportsAWrongAnswer(t *testing.T) {
 	t.Cleanup(srv.Close)
 	a := &api{base: srv.URL, http: srv.Client()}
 	k := &keyRecord{Key: "k-2", Merchant: &merchant{APIKey: "sk"}, ID: id, ids: map[string]bool{id: true}}
-	st := &settled{payments: map[string]*paid{id: {id: id, res: payment.Resource{ID: id, Status: payment.StatusSucceeded}, key: k}}}
+	st := &settled{payments: map[string]*paid{id: {id: id, res: resource{Resource: payment.Resource{ID: id, Status: payment.StatusSucceeded}}, key: k}}}
 	problems := replayProblems(a, k, st)
 	require.Len(t, problems, 1)
 	require.Contains(t, problems[0], "replay answered 429, want 201")

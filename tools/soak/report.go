@@ -32,15 +32,17 @@ type Report struct {
 	Faults       []FaultResult  `json:"faults"`
 	FaultsByKind map[string]int `json:"faults_by_kind"` // injected, by kind ("bank_fault:hang", "net_fault:postgres:latency" too)
 
-	Keys         int            `json:"keys"`           // idempotency keys the load made
-	Skipped      int            `json:"skipped"`        // keys not sent: too many clients still retrying
-	DupNow       int            `json:"dup_concurrent"` // keys sent twice at once
-	DupLate      int            `json:"dup_later"`      // keys sent again after their answer
-	Sends        int            `json:"sends"`          // POST /v1/payments made
-	LearnedByKey int            `json:"learned_by_key"` // keys whose payment the client learned only by GET ?idempotency_key
-	Answers      map[string]int `json:"answers"`        // HTTP status of every POST ("none": no answer)
-	Payments     map[string]int `json:"payments"`       // by final outcome
-	ViaUnknown   int            `json:"via_unknown"`    // payments that were unknown on their way
+	Keys         int            `json:"keys"`            // idempotency keys the load made
+	Skipped      int            `json:"skipped"`         // keys not sent: too many clients still retrying
+	DupNow       int            `json:"dup_concurrent"`  // keys sent twice at once
+	DupLate      int            `json:"dup_later"`       // keys sent again after their answer
+	RefundKeys   int            `json:"refund_keys"`     // of the keys, refunds of payments that succeeded
+	Sends        int            `json:"sends"`           // POSTs of payments and refunds made
+	LearnedByKey int            `json:"learned_by_key"`  // keys whose payment the client learned only by GET ?idempotency_key
+	Expired      int            `json:"expired_answers"` // answers that showed a key's record expired (409 duplicate_payment, 422 for a refund)
+	Answers      map[string]int `json:"answers"`         // HTTP status of every POST ("none": no answer)
+	Payments     map[string]int `json:"payments"`        // payments and refunds ("refund:succeeded"), by final outcome
+	ViaUnknown   int            `json:"via_unknown"`     // payments and refunds that were unknown on their way
 
 	Reconciles     []ReconcileRun      `json:"reconciles"`    // imports that settled unknown payments
 	SettledAfter   string              `json:"settled_after"` // from the faults' end until settling ended: every payment final, or a wait's bound (the settled check says which)
@@ -79,12 +81,17 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 	}
 	keys := ld.snapshot()
 	ld.mu.Lock()
-	r.Keys, r.Skipped, r.DupNow, r.DupLate = len(keys), ld.skipped, ld.dupNow, ld.dupLate
+	r.Keys, r.Skipped, r.DupNow, r.DupLate, r.RefundKeys = len(keys), ld.skipped, ld.dupNow, ld.dupLate, ld.refunds
 	ld.mu.Unlock()
 	r.Answers = map[string]int{}
 	for _, k := range keys {
 		k.mu.Lock()
 		r.Sends += k.Sends
+		for _, o := range k.history {
+			if o.Code == "duplicate_payment" || o.Code == "idempotency_key_reused" {
+				r.Expired++
+			}
+		}
 		for status, n := range k.Statuses {
 			name := strconv.Itoa(status)
 			if status == 0 {
@@ -99,6 +106,9 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 		outcome := string(p.res.Status)
 		if p.res.Status == payment.StatusFailed {
 			outcome += ":" + deref(p.res.FailureCode)
+		}
+		if p.refund() {
+			outcome = "refund:" + outcome
 		}
 		r.Payments[outcome]++
 		if p.viaUnknown {
@@ -187,14 +197,15 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "\nFaults that did not go as planned:\n\n%s\n", strings.Join(failed, "\n"))
 	}
 
-	fmt.Fprintf(w, "\n## Payments\n\n%d keys (%d sent twice at once, %d sent again after their answer; %d not sent: too many clients retrying), "+
-		"%d requests; %d keys learned their payment only by `GET ?idempotency_key`.\n\n", r.Keys, r.DupNow, r.DupLate, r.Skipped, r.Sends, r.LearnedByKey)
-	fmt.Fprintf(w, "| outcome | payments |\n|---|---:|\n")
+	fmt.Fprintf(w, "\n## Payments and refunds\n\n%d keys (%d of them refunds; %d sent twice at once, %d sent again after their answer; %d not sent: too many clients retrying), "+
+		"%d requests; %d keys learned their payment only by `GET ?idempotency_key`; %d answers showed a key's record expired.\n\n",
+		r.Keys, r.RefundKeys, r.DupNow, r.DupLate, r.Skipped, r.Sends, r.LearnedByKey, r.Expired)
+	fmt.Fprintf(w, "| outcome | count |\n|---|---:|\n")
 	for _, k := range slices.Sorted(maps.Keys(r.Payments)) {
 		fmt.Fprintf(w, "| %s | %d |\n", k, r.Payments[k])
 	}
 	fmt.Fprintf(w, "| (of which were `unknown` on the way) | %d |\n", r.ViaUnknown)
-	fmt.Fprintf(w, "\nAnswers to `POST /v1/payments`:")
+	fmt.Fprintf(w, "\nAnswers to the POSTs:")
 	for _, k := range slices.Sorted(maps.Keys(r.Answers)) {
 		fmt.Fprintf(w, " %s ×%d", k, r.Answers[k])
 	}

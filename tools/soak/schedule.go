@@ -49,7 +49,7 @@ var kindSpecs = map[Kind]kindSpec{
 // applies to and whether it needs a delay. Adding an action the simulator learns is one row.
 type BankAction struct {
 	Name     string
-	On       []string // "charge", "inquiry"
+	On       []string // "charge", "inquiry", "refund"
 	Delay    bool     // the rule carries delay_ms
 	MinDelay time.Duration
 	MaxDelay time.Duration
@@ -57,16 +57,16 @@ type BankAction struct {
 
 // BankActions are the simulator's fault actions the soak draws from (docs/api.md lists them).
 var BankActions = []BankAction{
-	{Name: "drop_response", On: []string{"charge", "inquiry"}},
-	{Name: "error_500", On: []string{"charge", "inquiry"}},
-	{Name: "delay", On: []string{"charge", "inquiry"}, Delay: true, MinDelay: 500 * time.Millisecond, MaxDelay: 3 * time.Second},
-	{Name: "decline", On: []string{"charge"}},
-	{Name: "hang", On: []string{"charge", "inquiry"}},
-	{Name: "late_booking", On: []string{"charge", "inquiry"}, Delay: true, MinDelay: 500 * time.Millisecond, MaxDelay: 4 * time.Second},
-	{Name: "error_409", On: []string{"charge", "inquiry"}},
-	{Name: "error_503", On: []string{"charge", "inquiry"}},
-	{Name: "error_429", On: []string{"charge", "inquiry"}},
-	{Name: "garbage", On: []string{"charge", "inquiry"}},
+	{Name: "drop_response", On: []string{"charge", "inquiry", "refund"}},
+	{Name: "error_500", On: []string{"charge", "inquiry", "refund"}},
+	{Name: "delay", On: []string{"charge", "inquiry", "refund"}, Delay: true, MinDelay: 500 * time.Millisecond, MaxDelay: 3 * time.Second},
+	{Name: "decline", On: []string{"charge", "refund"}},
+	{Name: "hang", On: []string{"charge", "inquiry", "refund"}},
+	{Name: "late_booking", On: []string{"charge", "inquiry", "refund"}, Delay: true, MinDelay: 500 * time.Millisecond, MaxDelay: 4 * time.Second},
+	{Name: "error_409", On: []string{"charge", "inquiry", "refund"}},
+	{Name: "error_503", On: []string{"charge", "inquiry", "refund"}},
+	{Name: "error_429", On: []string{"charge", "inquiry", "refund"}},
+	{Name: "garbage", On: []string{"charge", "inquiry", "refund"}},
 }
 
 // Links are the network paths the soak puts toxics on.

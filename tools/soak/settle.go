@@ -13,41 +13,77 @@ import (
 	"github.com/kasa-pay/kasa/payment"
 )
 
-// paid is one payment as the soak last saw it.
+// paid is one payment or refund as the soak last saw it.
 type paid struct {
 	id         string
-	res        payment.Resource
+	res        resource
 	key        *keyRecord
 	viaUnknown bool
+}
+
+// refund says whether p is a refund.
+func (p *paid) refund() bool { return p.key.Of != nil }
+
+// what names p in a violation: "payment <id>" or "refund <id>".
+func (p *paid) what() string {
+	if p.refund() {
+		return "refund " + p.id
+	}
+	return "payment " + p.id
+}
+
+// eventType is the type of p's final event, once p is final.
+func (p *paid) eventType() string {
+	if p.refund() {
+		return "refund." + string(p.res.Status)
+	}
+	return "payment." + string(p.res.Status)
+}
+
+// path is where the API answers p.
+func (p *paid) path() string {
+	if p.refund() {
+		return "/v1/refunds/" + p.id
+	}
+	return "/v1/payments/" + p.id
 }
 
 func (p *paid) done() bool {
 	return p.res.Status == payment.StatusSucceeded || p.res.Status == payment.StatusFailed
 }
 
-// settled is every payment of the soak's keys, by id.
+// settled is every payment and refund of the soak's keys, by id.
 type settled struct {
 	payments map[string]*paid
 	days     []string // the UTC days the soak ran on: the settlement files it imports
 }
 
-// settle brings every payment to an end: it learns the payment of each key whose client never
-// heard back, waits until none is processing, imports the bank's settlement file for the
-// unknown ones, and waits until those are settled too. Each wait is bounded by Options.Settle.
+// settle brings every payment and refund to an end: it learns what each key whose client never
+// heard back made (a payment's by looking its key up, a refund's by sending it once more), waits
+// until none is processing, imports the bank's settlement file for the unknown ones, and waits
+// until those are settled too. Each wait is bounded by Options.Settle.
 func (s *stack) settle(ctx context.Context, ld *load, started time.Time, rep *Report) (*settled, error) {
 	st := &settled{payments: map[string]*paid{}}
 	for d := started.UTC().Truncate(24 * time.Hour); !d.After(time.Now().UTC()); d = d.Add(24 * time.Hour) {
 		st.days = append(st.days, d.Format(time.DateOnly))
 	}
 	for _, k := range ld.snapshot() {
-		if !k.accepted() {
+		switch {
+		case k.accepted():
+		case k.Of != nil:
 			call := time.Now()
-			p, ok, err := s.api.paymentByKey(k.Merchant.APIKey, k.Key)
+			r, err := s.api.replay(k)
+			if accepted, _ := k.record(call, r, err); !accepted {
+				continue // a refund that was never made: its key's check says why
+			}
+		default:
+			call := time.Now()
+			p, ok, err := s.api.resource(k.Merchant.APIKey, "/v1/payments?idempotency_key="+k.Key)
 			if err != nil {
 				return nil, fmt.Errorf("look up key %s: %w", k.Key, err)
 			}
 			k.mu.Lock()
-			k.history = append(k.history, lookupOf(call, p, ok))
+			k.history = append(k.history, lookupOf(call, p.Resource, ok))
 			if ok {
 				k.ID, k.ids[p.ID] = p.ID, true
 				rep.LearnedByKey++
@@ -128,7 +164,7 @@ func (s *stack) poll(ctx context.Context, st *settled, deadline time.Time, ok fu
 // refresh reads each payment's current state, eight at a time; a failed read keeps the last one.
 func (s *stack) refresh(ps []*paid) {
 	inParallel(ps, func(p *paid) {
-		if r, found, err := s.api.payment(p.key.Merchant.APIKey, p.id); err == nil && found {
+		if r, found, err := s.api.resource(p.key.Merchant.APIKey, p.path()); err == nil && found {
 			p.res = r
 			p.viaUnknown = p.viaUnknown || r.Status == payment.StatusUnknown
 		}

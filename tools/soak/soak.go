@@ -39,6 +39,7 @@ type Options struct {
 	Seed       int64         // of the fault schedule and the load's choices
 	Rate       float64       // new payments per second; default 5
 	Capability string        // the provider's capability, for the simulator and kasa; default idempotent
+	Retention  time.Duration // KASA_IDEMPOTENCY_RETENTION; 0: kasa's default (72h), no key expires during the run
 	Kinds      []Kind        // the fault kinds drawn from; empty: all
 	Out        string        // where the report goes (soak-<date>.{md,json}); empty: nowhere
 	Dir        string        // working directory (data, logs); empty: a temporary one, removed after a clean run
@@ -49,6 +50,9 @@ type Options struct {
 // replay is the command that runs the same fault schedule and load again.
 func (o Options) replay() string {
 	cmd := fmt.Sprintf("kasa soak --seed %d --duration %s --rate %g --capability %s", o.Seed, o.Duration, o.Rate, o.Capability)
+	if o.Retention > 0 {
+		cmd += " --retention " + o.Retention.String()
+	}
 	if len(o.Kinds) > 0 {
 		kinds := make([]string, len(o.Kinds))
 		for i, k := range o.Kinds {
@@ -151,8 +155,8 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		Capability: o.Capability, Workers: workers, Dir: s.dir, Replay: o.replay()}
 	plan := Plan(o.planOptions())
 	rep.Plan = plan
-	fmt.Fprintf(s.log, "soak: seed %d, %s at %.1f payments/s, capability %s, working directory %s\n",
-		o.Seed, o.Duration, o.Rate, o.Capability, s.dir)
+	fmt.Fprintf(s.log, "soak: seed %d, %s at %.1f payments/s, capability %s, retention %s, working directory %s\n",
+		o.Seed, o.Duration, o.Rate, o.Capability, retentionOf(o.Retention), s.dir)
 	fmt.Fprintf(s.log, "soak: fault schedule (%d faults; replay with %s):\n", len(plan), rep.Replay)
 	PrintPlan(s.log, plan)
 
@@ -172,7 +176,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	defer stopLoad()
 	retryCtx, stopRetries := context.WithCancel(ctx)
 	defer stopRetries()
-	ld := newLoad(s.api, o.Rate, o.Seed, merchants)
+	ld := newLoad(s.api, o.Rate, o.Seed, merchants, o.Retention > 0)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	s.balances = watchBalances(watchCtx, s.api, merchants, 2*time.Second)
@@ -226,6 +230,14 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	rep.WriteText(s.log)
 	return rep, nil
+}
+
+// retentionOf names the records' retention of a soak.
+func retentionOf(d time.Duration) string {
+	if d == 0 {
+		return "72h (kasa's default)"
+	}
+	return d.String()
 }
 
 func interrupted(ctx context.Context, err error) error {
@@ -297,6 +309,9 @@ func (s *stack) up(ctx context.Context) error {
 	}
 	for k, v := range kasaSettings {
 		s.env[k] = v
+	}
+	if s.o.Retention > 0 {
+		s.env["KASA_IDEMPOTENCY_RETENTION"] = s.o.Retention.String()
 	}
 	if out, err := s.tool(ctx, "migrate"); err != nil {
 		return fmt.Errorf("kasa migrate: %w\n%s", err, out)

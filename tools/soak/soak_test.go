@@ -105,6 +105,7 @@ type fakeKasa struct {
 	mu       sync.Mutex
 	replays  map[string]answer   // idempotency key → answer to the replay
 	charges  map[string][]string // reference → ids of charges that moved money
+	refunds  map[string][]string // reference → ids of refunds that moved money
 	accounts map[string][2]string
 }
 
@@ -112,20 +113,21 @@ func (f *fakeKasa) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
-	case r.Method == "POST" && r.URL.Path == "/v1/payments":
+	case r.Method == "POST" && (r.URL.Path == "/v1/payments" || strings.HasSuffix(r.URL.Path, "/refunds")):
 		a := f.replays[r.Header.Get("Idempotency-Key")]
 		for k, v := range a.header {
 			w.Header()[k] = v
 		}
 		w.WriteHeader(a.status)
 		_, _ = w.Write(a.body)
-	case r.URL.Path == "/_sim/charges":
-		ids := f.charges[r.URL.Query().Get("reference")]
+	case r.URL.Path == "/_sim/charges" || r.URL.Path == "/_sim/refunds":
+		kind := strings.TrimPrefix(r.URL.Path, "/_sim/")
+		ids := map[string]map[string][]string{"charges": f.charges, "refunds": f.refunds}[kind][r.URL.Query().Get("reference")]
 		var cs []map[string]string
 		for _, id := range ids {
 			cs = append(cs, map[string]string{"id": id, "status": "succeeded"})
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"count": len(ids), "charges": cs})
+		_ = json.NewEncoder(w).Encode(map[string]any{"count": len(ids), kind: cs})
 	case strings.HasPrefix(r.URL.Path, "/v1/accounts/"):
 		a := f.accounts[strings.TrimPrefix(r.URL.Path, "/v1/accounts/")]
 		_ = json.NewEncoder(w).Encode(map[string]string{"balance": a[0], "reserved": a[1]})
@@ -134,8 +136,9 @@ func (f *fakeKasa) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// soakState is a small consistent outcome: key k1 paid 10.00 (succeeded, charge ch1), key k2
-// failed for insufficient funds; the account had 100.00; both final events arrived.
+// soakState is a small consistent outcome: key k1 paid 10.00 (succeeded, charge ch1) and key k3
+// refunded 4.00 of it (refund rf1), key k2 failed for insufficient funds; the account had 100.00;
+// every final event arrived.
 type soakState struct {
 	fake *fakeKasa
 	m    *merchant
@@ -147,24 +150,30 @@ type soakState struct {
 func newSoakState() *soakState {
 	m := &merchant{ID: "m1", APIKey: "sk", Accounts: []account{{ID: "a1", Deposit: 100_00}}}
 	ref, code := "ch1", "insufficient_funds"
-	res := map[string]payment.Resource{
-		"p1": {ID: "p1", Status: payment.StatusSucceeded, Amount: "10.00", ProviderReference: &ref},
-		"p2": {ID: "p2", Status: payment.StatusFailed, Amount: "20.00", FailureCode: &code},
+	rref := "rf1"
+	res := map[string]resource{
+		"p1": {Resource: payment.Resource{ID: "p1", Status: payment.StatusSucceeded, Amount: "10.00", AmountRefunded: "4.00", ProviderReference: &ref}},
+		"p2": {Resource: payment.Resource{ID: "p2", Status: payment.StatusFailed, Amount: "20.00", AmountRefunded: "0.00", FailureCode: &code}},
+		"r1": {Resource: payment.Resource{ID: "r1", Status: payment.StatusSucceeded, Amount: "4.00", ProviderReference: &rref}, PaymentID: "p1"},
 	}
 	s := &soakState{
-		fake: &fakeKasa{replays: map[string]answer{}, charges: map[string][]string{"p1": {"ch1"}},
-			accounts: map[string][2]string{"a1": {"90.00", "0.00"}}},
+		fake: &fakeKasa{replays: map[string]answer{}, charges: map[string][]string{"p1": {"ch1"}}, refunds: map[string][]string{"r1": {"rf1"}},
+			accounts: map[string][2]string{"a1": {"94.00", "0.00"}}},
 		m: m, st: &settled{payments: map[string]*paid{}}, hook: &receiver{secrets: map[string]string{}, events: map[string]*event{}},
 	}
-	for i, id := range []string{"p1", "p2"} {
-		k := &keyRecord{Key: fmt.Sprintf("k%d", i+1), Merchant: m, Account: "a1", Amount: []int64{10_00, 20_00}[i],
+	for i, id := range []string{"p1", "p2", "r1"} {
+		k := &keyRecord{Key: fmt.Sprintf("k%d", i+1), Merchant: m, Account: "a1", Amount: []int64{10_00, 20_00, 4_00}[i],
 			ID: id, ids: map[string]bool{id: true}, Statuses: map[int]int{}}
+		kind := "payment."
+		if id == "r1" {
+			k.Of, kind = s.keys[0], "refund."
+		}
 		s.keys = append(s.keys, k)
 		s.st.payments[id] = &paid{id: id, res: res[id], key: k}
 		body, _ := json.Marshal(res[id])
-		status := map[string]int{"p1": 201, "p2": 402}[id]
+		status := map[payment.Status]int{payment.StatusSucceeded: 201, payment.StatusFailed: 402}[res[id].Status]
 		s.fake.replays[k.Key] = answer{status: status, header: http.Header{"Idempotent-Replayed": {"true"}}, body: body}
-		s.hook.events["e"+id] = &event{ID: "e" + id, Type: "payment." + string(res[id].Status), Payment: res[id], Deliveries: 1}
+		s.hook.events["e"+id] = &event{ID: "e" + id, Type: kind + string(res[id].Status), Payment: res[id], Deliveries: 1}
 	}
 	return s
 }
@@ -209,8 +218,18 @@ func TestChecksFindViolations(t *testing.T) {
 			s.fake.replays["k2"] = answer{status: 202, body: body}
 			s.hook.events["ep2"].Type = "payment.unknown"
 		}},
-		{"hold left", "holds", func(s *soakState) { s.fake.accounts["a1"] = [2]string{"90.00", "20.00"} }},
+		{"hold left", "holds", func(s *soakState) { s.fake.accounts["a1"] = [2]string{"94.00", "20.00"} }},
 		{"balance off", "holds", func(s *soakState) { s.fake.accounts["a1"] = [2]string{"70.00", "0.00"} }},
+		{"refund not paid back", "holds", func(s *soakState) { s.fake.accounts["a1"] = [2]string{"90.00", "0.00"} }},
+		{"refunded twice at the bank", "bank", func(s *soakState) { s.fake.refunds["r1"] = []string{"rf1", "rf1b"} }},
+		{"succeeded refund the bank never made", "bank", func(s *soakState) { delete(s.fake.refunds, "r1") }},
+		{"amount_refunded off", "refunded", func(s *soakState) { s.st.payments["p1"].res.AmountRefunded = "8.00" }},
+		{"refund replays another refund", "keys", func(s *soakState) {
+			a := s.fake.replays["k3"]
+			a.body = bytes.Replace(a.body, []byte(`"r1"`), []byte(`"r2"`), 1)
+			s.fake.replays["k3"] = a
+		}},
+		{"refund's final event missing", "webhooks", func(s *soakState) { delete(s.hook.events, "er1") }},
 		{"a state change as two events", "webhooks", func(s *soakState) {
 			e := *s.hook.events["ep1"]
 			e.ID = "ep1-again"
@@ -230,7 +249,7 @@ func TestChecksFindViolations(t *testing.T) {
 			s.hook.events["ep1-unknown"] = &event{ID: "ep1-unknown", Type: "payment.unknown", Payment: res, Deliveries: 1, Arrived: 1}
 		}},
 		{"event of a payment nobody made", "webhooks", func(s *soakState) {
-			s.hook.events["ep9"] = &event{ID: "ep9", Type: "payment.succeeded", Payment: payment.Resource{ID: "p9", Status: payment.StatusSucceeded}}
+			s.hook.events["ep9"] = &event{ID: "ep9", Type: "payment.succeeded", Payment: resource{Resource: payment.Resource{ID: "p9", Status: payment.StatusSucceeded}}}
 		}},
 		{"badly signed delivery", "webhooks", func(s *soakState) { s.hook.bad = []string{"event ep1: signature does not verify"} }},
 	} {
@@ -246,6 +265,7 @@ func TestChecksFindViolations(t *testing.T) {
 				"settled":  s.checkSettled(state.st),
 				"bank":     s.checkBank(state.st),
 				"holds":    s.checkHolds([]*merchant{state.m}, state.st),
+				"refunded": checkRefunded(state.st),
 				"webhooks": s.checkWebhooks(context.Background(), state.st),
 			}
 			for name, c := range results {
@@ -269,19 +289,20 @@ func TestMain(m *testing.M) {
 }
 
 // shortSeed's schedule (60 s) starts a worker with other money settings (which must be refused),
-// restarts Temporal and crashes PostgreSQL, loses the bank's answers after it charged, hangs
-// charges at the bank, and kills a worker and the API.
-const shortSeed = 15783
+// restarts Temporal and crashes PostgreSQL, hangs charges at the bank and garbles its answers to
+// refunds and inquiries, and kills a worker and the API.
+const shortSeed = 44006
 
 // The short soak: the real stack for a minute under a fixed schedule; any violation fails. The
 // provider has neither idempotency nor inquiry, so that a lost answer parks the payment as
-// unknown and the settlement file has work to do.
+// unknown and the settlement file has work to do; idempotency records expire after a second, so
+// that replays meet expired keys.
 func TestShortSoak(t *testing.T) {
 	bin := testkit.KasaBinary(t)
 	var log bytes.Buffer
 	start := time.Now()
 	rep, err := Run(context.Background(), Options{Binary: bin, Duration: time.Minute, Seed: shortSeed, Rate: 4,
-		Capability: "none", Dir: filepath.Join(t.TempDir(), "soak"), Log: &log})
+		Capability: "none", Retention: time.Second, Dir: filepath.Join(t.TempDir(), "soak"), Log: &log})
 	require.NoError(t, err, "%s", log.String())
 	t.Logf("short soak: %v\n%s", time.Since(start).Round(time.Second), log.String())
 	require.Zero(t, rep.Violations, "violations; logs in %s", rep.Dir)
@@ -292,6 +313,8 @@ func TestShortSoak(t *testing.T) {
 	}
 	require.Len(t, rep.Faults, len(rep.Plan))
 	require.Positive(t, rep.ViaUnknown, "lost answers park payments as unknown")
+	require.Positive(t, rep.RefundKeys, "succeeded payments are refunded")
+	require.Positive(t, rep.Payments["refund:succeeded"], "%v", rep.Payments)
 	require.NotEmpty(t, rep.Reconciles, "the settlement file settled them")
 	names := map[string]bool{}
 	for _, c := range rep.Checks {
