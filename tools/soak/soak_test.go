@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/tools/devenv"
 	"github.com/kasa-pay/kasa/tools/testkit"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -322,6 +323,32 @@ func TestShortSoak(t *testing.T) {
 		names[c.Name] = true
 	}
 	require.True(t, names["a worker with other money settings is refused"], "%v", names)
+}
+
+// brokenSeed's schedule (40 s, kinds settings_split and bank_fault) starts a worker with other
+// money settings at 8.3 s, and drops the bank's answers to charges from 12 s to 26 s, while it runs.
+const brokenSeed = 410
+
+// The checker can fail: in a build whose workers skip the claim of their money settings (the seam
+// docs/tools.md names, "A broken build"), a worker with capability idempotent polls beside the
+// none ones and re-sends ambiguous charges to a bank that has no idempotency. The soak must say so.
+func TestCheckerCatchesABrokenBuild(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "kasa-broken")
+	_, err := devenv.Command{}.Run(context.Background(), "go", "build", "-tags", "kasa_broken_split", "-o", bin, "github.com/kasa-pay/kasa/cmd/kasa")
+	require.NoError(t, err)
+	var log bytes.Buffer
+	rep, err := Run(context.Background(), Options{Binary: bin, Duration: 40 * time.Second, Seed: brokenSeed, Rate: 4, Capability: "none",
+		Kinds: []Kind{SettingsSplit, BankFault}, Dir: filepath.Join(t.TempDir(), "soak"), Log: &log})
+	require.NoError(t, err, "%s", log.String())
+	t.Logf("%s", log.String())
+	failed := map[string]int{}
+	for _, c := range rep.Checks {
+		if !c.OK {
+			failed[c.Name] = c.Violations
+		}
+	}
+	require.Contains(t, failed, "a worker with other money settings is refused", "%v", failed)
+	require.Contains(t, failed, "the bank moved money once per succeeded payment or refund, never otherwise", "%v", failed)
 }
 
 // SIGTERM to `kasa soak` stops every process it started and exits 2 without a verdict.
