@@ -12,28 +12,25 @@ import (
 	"github.com/kasa-pay/kasa/payment"
 )
 
-// balanceWatch reads every account while the load and the faults run, not only at the end: no
-// balance, and nothing available (balance less reserved), may ever read negative. A reading that
-// fails (the API is down on purpose) is skipped.
-type balanceWatch struct {
+// watch takes a reading every interval while the load, the faults and the settling run, not only
+// at the end. A reading that cannot be taken (a server is down on purpose) is skipped.
+type watch struct {
 	mu    sync.Mutex
 	check Check
+	tries int // readings taken or skipped
 	done  chan struct{}
 }
 
-// watchBalances reads every merchant's accounts every interval until ctx ends.
-func watchBalances(ctx context.Context, a *api, merchants []*merchant, every time.Duration) *balanceWatch {
-	w := &balanceWatch{check: Check{Name: "no balance or available amount read negative during the run"}, done: make(chan struct{})}
+// startWatch calls read now, then every interval, until ctx ends.
+func startWatch(ctx context.Context, name string, every time.Duration, read func(w *watch)) *watch {
+	w := &watch{check: Check{Name: name}, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
-			for _, m := range merchants {
-				for _, acct := range m.Accounts {
-					w.read(a, m.APIKey, acct.ID)
-				}
-			}
+			read(w)
+			w.note(func(*Check) { w.tries++ })
 			select {
 			case <-ctx.Done():
 				return
@@ -44,7 +41,46 @@ func watchBalances(ctx context.Context, a *api, merchants []*merchant, every tim
 	return w
 }
 
-func (w *balanceWatch) read(a *api, apiKey, id string) {
+// note records a reading: what it found, under the watch's lock.
+func (w *watch) note(f func(c *Check)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f(&w.check)
+}
+
+// watchBalances reads every merchant's account every interval: no balance, and nothing available
+// (balance less reserved), may ever read negative.
+func watchBalances(ctx context.Context, a *api, merchants []*merchant, every time.Duration) *watch {
+	return startWatch(ctx, "no balance or available amount read negative during the run", every, func(w *watch) {
+		for _, m := range merchants {
+			for _, acct := range m.Accounts {
+				readBalance(w, a, m.APIKey, acct.ID)
+			}
+		}
+	})
+}
+
+// watchVerify runs `kasa verify` every interval: each of its invariants is one query, so each
+// reading is of one consistent state, whatever is in flight; the ledger sums to zero in each.
+func (s *stack) watchVerify(ctx context.Context, every time.Duration) *watch {
+	return startWatch(ctx, "kasa verify is clean at any time during the run", every, func(w *watch) {
+		out, err := s.tool(ctx, "verify")
+		_, problems, found := strings.Cut(out, "problem(s):")
+		w.note(func(c *Check) {
+			switch {
+			case found:
+				c.Checked++
+				for _, line := range strings.Split(strings.TrimSpace(problems), "\n") {
+					c.fail("at %s: %s", time.Now().UTC().Format(time.TimeOnly), strings.TrimPrefix(strings.TrimSpace(line), "- "))
+				}
+			case err == nil:
+				c.Checked++
+			}
+		})
+	})
+}
+
+func readBalance(w *watch, a *api, apiKey, id string) {
 	r, err := a.call("GET", a.base+"/v1/accounts/"+id, apiKey, nil)
 	if err != nil || r.status != http.StatusOK {
 		return
@@ -53,17 +89,17 @@ func (w *balanceWatch) read(a *api, apiKey, id string) {
 	if json.Unmarshal(r.body, &acct) != nil {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.check.Checked++
 	balance, err1 := signedAmount(acct.Balance, acct.Currency)
 	reserved, err2 := signedAmount(acct.Reserved, acct.Currency)
-	switch {
-	case err1 != nil || err2 != nil:
-		w.check.fail("account %s: unreadable amounts %q, %q", id, acct.Balance, acct.Reserved)
-	case balance < 0 || reserved < 0 || balance-reserved < 0:
-		w.check.fail("account %s at %s: balance %s, reserved %s", id, time.Now().UTC().Format(time.TimeOnly), acct.Balance, acct.Reserved)
-	}
+	w.note(func(c *Check) {
+		c.Checked++
+		switch {
+		case err1 != nil || err2 != nil:
+			c.fail("account %s: unreadable amounts %q, %q", id, acct.Balance, acct.Reserved)
+		case balance < 0 || reserved < 0 || balance-reserved < 0:
+			c.fail("account %s at %s: balance %s, reserved %s", id, time.Now().UTC().Format(time.TimeOnly), acct.Balance, acct.Reserved)
+		}
+	})
 }
 
 // signedAmount reads an amount as the API writes it, zero and negative ones too, in minor units.
@@ -80,7 +116,7 @@ func signedAmount(s, currency string) (int64, error) {
 }
 
 // result waits for the watch to end (its ctx ended) and returns its check.
-func (w *balanceWatch) result() Check {
+func (w *watch) result() Check {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()

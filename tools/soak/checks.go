@@ -37,6 +37,7 @@ func (s *stack) check(ctx context.Context, ld *load, st *settled, rep *Report) {
 	keys := ld.snapshot()
 	rep.Checks = append(rep.Checks,
 		s.checkKeys(keys, st),
+		checkLive(st),
 		s.checkSettled(st),
 		s.checkBank(st),
 		s.checkVerify(ctx),
@@ -44,6 +45,7 @@ func (s *stack) check(ctx context.Context, ld *load, st *settled, rep *Report) {
 		s.checkHolds(ld.merchants, st),
 		checkRefunded(st),
 		s.balances.result(),
+		s.verifies.result(),
 		s.checkWebhooks(ctx, st),
 	)
 	if s.splits.tried > 0 {
@@ -139,6 +141,17 @@ func (s *stack) checkSettled(st *settled) Check {
 		if !p.done() {
 			c.fail("%s (key %s) is %s", p.what(), p.key.Key, p.res.Status)
 		}
+	}
+	c.OK = c.Violations == 0
+	return c
+}
+
+// checkLive: once the faults are over, every payment and refund leaves processing, for its final
+// status or unknown, within liveBound.
+func checkLive(st *settled) Check {
+	c := Check{Name: fmt.Sprintf("every payment and refund left processing within %s of the faults' end", liveBound), Checked: len(st.payments)}
+	for _, p := range st.stuck {
+		c.fail("%s (key %s) was still processing", p.what(), p.key.Key)
 	}
 	c.OK = c.Violations == 0
 	return c

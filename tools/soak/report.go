@@ -45,6 +45,7 @@ type Report struct {
 	ViaUnknown   int            `json:"via_unknown"`     // payments and refunds that were unknown on their way
 
 	Reconciles     []ReconcileRun      `json:"reconciles"`    // imports that settled unknown payments
+	LiveAfter      string              `json:"live_after"`    // from the faults' end until nothing was processing (the live check's bound at most)
 	SettledAfter   string              `json:"settled_after"` // from the faults' end until settling ended: every payment final, or a wait's bound (the settled check says which)
 	Deliveries     int                 `json:"webhook_deliveries"`
 	Events         int                 `json:"webhook_events"` // distinct event ids
@@ -116,6 +117,7 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 		}
 	}
 	r.Deliveries, r.Events, _ = hook.stats()
+	r.LiveAfter = st.live.Round(time.Second).String()
 }
 
 // write saves the report as soak-<date>.json and .md in dir.
@@ -209,8 +211,8 @@ func (r *Report) WriteText(w io.Writer) {
 	for _, k := range slices.Sorted(maps.Keys(r.Answers)) {
 		fmt.Fprintf(w, " %s ×%d", k, r.Answers[k])
 	}
-	fmt.Fprintf(w, ".\n\nWebhooks: %d deliveries of %d distinct events. Settlement imports while settling: %d. Settling ended %s after the faults did.\n",
-		r.Deliveries, r.Events, len(r.Reconciles), r.SettledAfter)
+	fmt.Fprintf(w, ".\n\nWebhooks: %d deliveries of %d distinct events. Settlement imports while settling: %d. Nothing was processing %s after the faults ended; settling ended %s after.\n",
+		r.Deliveries, r.Events, len(r.Reconciles), r.LiveAfter, r.SettledAfter)
 	if len(r.UnplannedExits) > 0 {
 		fmt.Fprintf(w, "\nProcesses that exited without being killed (restarted by the soak):\n\n")
 		for _, name := range slices.Sorted(maps.Keys(r.UnplannedExits)) {

@@ -55,14 +55,21 @@ func (p *paid) done() bool {
 // settled is every payment and refund of the soak's keys, by id.
 type settled struct {
 	payments map[string]*paid
-	days     []string // the UTC days the soak ran on: the settlement files it imports
+	days     []string      // the UTC days the soak ran on: the settlement files it imports
+	live     time.Duration // from the faults' end until none was processing, or liveBound
+	stuck    []*paid       // still processing liveBound after the faults' end
 }
+
+// liveBound is how long after the faults end every payment and refund must have left processing
+// (for its final status or unknown): the charge budget (20 s) and the retries of its steps, with
+// room for a Temporal or PostgreSQL that restarted last.
+const liveBound = 90 * time.Second
 
 // settle brings every payment and refund to an end: it learns what each key whose client never
 // heard back made (a payment's by looking its key up, a refund's by sending it once more), waits
 // until none is processing, imports the bank's settlement file for the unknown ones, and waits
 // until those are settled too. Each wait is bounded by Options.Settle.
-func (s *stack) settle(ctx context.Context, ld *load, started time.Time, rep *Report) (*settled, error) {
+func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time, rep *Report) (*settled, error) {
 	st := &settled{payments: map[string]*paid{}}
 	for d := started.UTC().Truncate(24 * time.Hour); !d.After(time.Now().UTC()); d = d.Add(24 * time.Hour) {
 		st.days = append(st.days, d.Format(time.DateOnly))
@@ -99,6 +106,15 @@ func (s *stack) settle(ctx context.Context, ld *load, started time.Time, rep *Re
 
 	// One bound for the whole settling: a payment still unfinished at its end is a violation.
 	deadline := time.Now().Add(s.o.Settle)
+	if err := s.poll(ctx, st, earliest(deadline, healed.Add(liveBound)), func(p *paid) bool { return p.res.Status != payment.StatusProcessing }); err != nil {
+		return nil, err
+	}
+	st.live = time.Since(healed)
+	for _, p := range st.payments {
+		if p.res.Status == payment.StatusProcessing {
+			st.stuck = append(st.stuck, p)
+		}
+	}
 	if err := s.poll(ctx, st, deadline, func(p *paid) bool { return p.res.Status != payment.StatusProcessing }); err != nil {
 		return nil, err
 	}

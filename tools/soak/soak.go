@@ -116,8 +116,9 @@ type stack struct {
 	links    *links
 	procs    *devenv.Supervisor
 	children map[string]*devenv.Child
-	balances *balanceWatch // readings during the run
-	splits   splits        // what the settings_split faults saw
+	balances *watch // readings of every account during the run
+	verifies *watch // kasa verify during the run
+	splits   splits // what the settings_split faults saw
 	api      *api
 	hook     *receiver
 	dbURL    string // direct, for the tools (migrate, verify, reconcile)
@@ -180,6 +181,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	s.balances = watchBalances(watchCtx, s.api, merchants, 2*time.Second)
+	s.verifies = s.watchVerify(watchCtx, 5*time.Second)
 	faults := s.runFaults(loadCtx, plan, started)
 	ld.run(loadCtx, retryCtx, fmt.Sprintf("soak%d-%s", o.Seed, started.UTC().Format("150405")))
 	rep.Faults = <-faults
@@ -195,7 +197,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	stopRetries()
 	ld.wg.Wait()
 
-	st, err := s.settle(ctx, ld, started, rep)
+	st, err := s.settle(ctx, ld, started, healed, rep)
 	if err != nil {
 		return nil, interrupted(ctx, err)
 	}

@@ -425,3 +425,34 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// The verify watch counts a clean reading, fails on each problem `kasa verify` lists, and skips a
+// reading verify could not take (the database down on purpose).
+func TestWatchVerify(t *testing.T) {
+	for _, tc := range []struct {
+		name, script      string
+		checked, problems int
+	}{
+		{"clean", "echo 'verify: ok'", 1, 0},
+		{"problems", "printf 'verify: 2 problem(s):\\n  - ledger unbalanced in TRY\\n  - account a1 negative\\n'; exit 1", 1, 2},
+		{"database down", "echo 'connection refused' >&2; exit 1", 0, 1}, // the result's own "no reading succeeded"
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := filepath.Join(t.TempDir(), "kasa")
+			require.NoError(t, os.WriteFile(bin, []byte("#!/bin/sh\n"+tc.script+"\n"), 0o755))
+			s := &stack{o: Options{Binary: bin}, dir: t.TempDir()}
+			ctx, cancel := context.WithCancel(context.Background())
+			w := s.watchVerify(ctx, time.Hour) // one reading, at once
+			require.Eventually(t, func() bool {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				return w.tries > 0
+			}, 10*time.Second, 10*time.Millisecond)
+			cancel()
+			c := w.result()
+			require.Equal(t, tc.checked, c.Checked)
+			require.Equal(t, tc.problems, c.Violations, "%v", c.Examples)
+			require.Equal(t, tc.problems == 0, c.OK)
+		})
+	}
+}
