@@ -27,9 +27,9 @@ the invariants (docs/tools.md, "Chaos soak").
   --duration D     how long the load runs (default 10m)
   --seed N         the fault schedule's seed (default: from the clock; printed, replayable)
   --rate R         new payments per second (default 5)
-  --capability C   the provider's capability: idempotent, inquiry or none (default KASA_PROVIDER_CAPABILITY)
-  --retention D    KASA_IDEMPOTENCY_RETENTION of kasa's processes, e.g. 1s: keys expire during the run
-                   (default: kasa's, 72h)
+  --capability C   the provider's capability: idempotent, inquiry or none (default: drawn from the seed)
+  --retention D    KASA_IDEMPOTENCY_RETENTION of kasa's processes: 1s makes keys expire during the
+                   run, 0 is kasa's default, 72h (default: drawn from the seed, 1s or 0)
   --faults K,K     the fault kinds drawn from (default all): kill_worker, kill_api, kill_relay,
                    restart_postgres, restart_temporal, bank_fault, net_fault, settings_split
   --out DIR        where soak-<date>.{md,json} go (default bench/results; "" for nowhere)
@@ -46,8 +46,8 @@ func runSoak(ctx context.Context, cfg config.Config, _ *slog.Logger) error {
 	fs.DurationVar(&o.Duration, "duration", 10*time.Minute, "")
 	fs.Int64Var(&o.Seed, "seed", time.Now().UnixNano()%1_000_000, "")
 	fs.Float64Var(&o.Rate, "rate", 5, "")
-	fs.StringVar(&o.Capability, "capability", cfg.Provider.Capability, "")
-	fs.DurationVar(&o.Retention, "retention", 0, "")
+	fs.StringVar(&o.Capability, "capability", "", "")
+	fs.DurationVar(&o.Retention, "retention", -1, "")
 	faults := fs.String("faults", "", "")
 	fs.StringVar(&o.Out, "out", "bench/results", "")
 	fs.StringVar(&o.Dir, "dir", "", "")
@@ -65,11 +65,11 @@ func runSoak(ctx context.Context, cfg config.Config, _ *slog.Logger) error {
 		return exitError(2)
 	}
 	o.Kinds = kinds
-	if o.Retention != 0 && o.Retention < config.MinIdempotencyRetention {
+	if o.Retention > 0 && o.Retention < config.MinIdempotencyRetention {
 		fmt.Fprintf(os.Stderr, "kasa soak: --retention must be at least %s\n", config.MinIdempotencyRetention)
 		return exitError(2)
 	}
-	if !slices.Contains(config.Capabilities, o.Capability) {
+	if o.Capability != "" && !slices.Contains(config.Capabilities, o.Capability) {
 		fmt.Fprintf(os.Stderr, "kasa soak: --capability must be one of %v\n", config.Capabilities)
 		return exitError(2)
 	}

@@ -108,7 +108,7 @@ func TestFailedReportWritesItsHistory(t *testing.T) {
 		Keys    map[string][]op
 	}
 	require.NoError(t, json.Unmarshal(b, &got))
-	require.Equal(t, "kasa soak --seed 42 --duration 3m0s --rate 5 --capability none --faults kill_worker,bank_fault", got.Replay)
+	require.Equal(t, "kasa soak --seed 42 --duration 3m0s --rate 5 --capability none --retention 0s --faults kill_worker,bank_fault", got.Replay)
 	require.Equal(t, failed.Checks, got.Verdict)
 	require.Equal(t, "idempotency_key_in_use", got.Keys["k-1"][0].Code)
 }

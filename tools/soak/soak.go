@@ -11,11 +11,12 @@ package soak
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kasa-pay/kasa/config"
 	"github.com/kasa-pay/kasa/tools/banksim"
 	"github.com/kasa-pay/kasa/tools/devenv"
 )
@@ -38,21 +40,20 @@ type Options struct {
 	Duration   time.Duration // of the load; default 10m
 	Seed       int64         // of the fault schedule and the load's choices
 	Rate       float64       // new payments per second; default 5
-	Capability string        // the provider's capability, for the simulator and kasa; default idempotent
-	Retention  time.Duration // KASA_IDEMPOTENCY_RETENTION; 0: kasa's default (72h), no key expires during the run
-	Kinds      []Kind        // the fault kinds drawn from; empty: all
-	Out        string        // where the report goes (soak-<date>.{md,json}); empty: nowhere
-	Dir        string        // working directory (data, logs); empty: a temporary one, removed after a clean run
-	Settle     time.Duration // bound of each wait while settling; default 3m
-	Log        io.Writer     // progress; default os.Stdout
+	Capability string        // the provider's capability, for the simulator and kasa; "": drawn from the seed
+	// Retention is KASA_IDEMPOTENCY_RETENTION: 0 kasa's default (72h), no key expires during the
+	// run; negative: drawn from the seed, 1s or the default.
+	Retention time.Duration
+	Kinds     []Kind        // the fault kinds drawn from; empty: all
+	Out       string        // where the report goes (soak-<date>.{md,json}); empty: nowhere
+	Dir       string        // working directory (data, logs); empty: a temporary one, removed after a clean run
+	Settle    time.Duration // bound of each wait while settling; default 3m
+	Log       io.Writer     // progress; default os.Stdout
 }
 
 // replay is the command that runs the same fault schedule and load again.
 func (o Options) replay() string {
-	cmd := fmt.Sprintf("kasa soak --seed %d --duration %s --rate %g --capability %s", o.Seed, o.Duration, o.Rate, o.Capability)
-	if o.Retention > 0 {
-		cmd += " --retention " + o.Retention.String()
-	}
+	cmd := fmt.Sprintf("kasa soak --seed %d --duration %s --rate %g --capability %s --retention %s", o.Seed, o.Duration, o.Rate, o.Capability, o.Retention)
 	if len(o.Kinds) > 0 {
 		kinds := make([]string, len(o.Kinds))
 		for i, k := range o.Kinds {
@@ -70,8 +71,14 @@ func (o *Options) defaults() {
 	if o.Rate <= 0 {
 		o.Rate = 5
 	}
+	// Drawn from the seed, apart from the schedule's draws: over many seeds every capability and
+	// both retentions get soaked.
+	draw := rand.New(rand.NewPCG(uint64(o.Seed), 0x63617061))
 	if o.Capability == "" {
-		o.Capability = "idempotent"
+		o.Capability = config.Capabilities[draw.IntN(len(config.Capabilities))]
+	}
+	if o.Retention < 0 {
+		o.Retention = []time.Duration{0, time.Second}[draw.IntN(2)]
 	}
 	if o.Settle <= 0 {
 		o.Settle = 3 * time.Minute
@@ -536,7 +543,7 @@ func retry(ctx context.Context, start func(context.Context) error) error {
 
 func randomHex(n int) string {
 	b := make([]byte, n)
-	_, _ = rand.Read(b)
+	_, _ = crand.Read(b)
 	return hex.EncodeToString(b)
 }
 
