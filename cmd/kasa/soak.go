@@ -17,21 +17,24 @@ import (
 	"github.com/kasa-pay/kasa/tools/soak"
 )
 
-const soakUsage = `usage: kasa soak [--duration 10m] [--seed N] [--rate R] [--capability C] [--retention D] [--faults K,K] [--out DIR] [--dir DIR]
+const soakUsage = `usage: kasa soak [--duration 10m] [--seed N] [--rate R] [--shape S] [--capability C] [--retention D] [--faults K,K] [--out DIR] [--dir DIR]
 
-Runs kasa's processes (api, two workers, relay, banksim), PostgreSQL and the Temporal dev server
-under a steady load with duplicate retries while a seeded schedule of faults kills and restarts
+Runs kasa's processes (api, two workers, relay, banksim), PostgreSQL and Temporal under a steady
+load of payments and refunds with duplicate retries while a seeded schedule of faults kills and restarts
 them, makes the bank misbehave and degrades the network; then lets everything settle and checks
 the invariants (docs/tools.md, "Chaos soak").
 
   --duration D     how long the load runs (default 10m)
   --seed N         the fault schedule's seed (default: from the clock; printed, replayable)
   --rate R         new payments per second (default 5)
+  --shape S        dev (one api, the Temporal dev server, the relay's embedded broker) or cluster
+                   (two apis, the real Temporal Server, a NATS server) (default: drawn from the seed)
   --capability C   the provider's capability: idempotent, inquiry or none (default: drawn from the seed)
   --retention D    KASA_IDEMPOTENCY_RETENTION of kasa's processes: 1s makes keys expire during the
                    run, 0 is kasa's default, 72h (default: drawn from the seed, 1s or 0)
   --faults K,K     the fault kinds drawn from (default all): kill_worker, kill_api, kill_relay,
-                   restart_postgres, restart_temporal, bank_fault, net_fault, settings_split
+                   restart_postgres, restart_temporal, bank_fault, net_fault, settings_split,
+                   and in the cluster shape lose_broker
   --out DIR        where soak-<date>.{md,json} go (default bench/results; "" for nowhere)
   --dir DIR        working directory, kept (default: a temporary one, removed after a clean run)
 
@@ -46,6 +49,7 @@ func runSoak(ctx context.Context, cfg config.Config, _ *slog.Logger) error {
 	fs.DurationVar(&o.Duration, "duration", 10*time.Minute, "")
 	fs.Int64Var(&o.Seed, "seed", time.Now().UnixNano()%1_000_000, "")
 	fs.Float64Var(&o.Rate, "rate", 5, "")
+	fs.StringVar(&o.Shape, "shape", "", "")
 	fs.StringVar(&o.Capability, "capability", "", "")
 	fs.DurationVar(&o.Retention, "retention", -1, "")
 	faults := fs.String("faults", "", "")
@@ -67,6 +71,10 @@ func runSoak(ctx context.Context, cfg config.Config, _ *slog.Logger) error {
 	o.Kinds = kinds
 	if o.Retention > 0 && o.Retention < config.MinIdempotencyRetention {
 		fmt.Fprintf(os.Stderr, "kasa soak: --retention must be at least %s\n", config.MinIdempotencyRetention)
+		return exitError(2)
+	}
+	if o.Shape != "" && !slices.Contains(soak.Shapes, o.Shape) {
+		fmt.Fprintf(os.Stderr, "kasa soak: --shape must be one of %v\n", soak.Shapes)
 		return exitError(2)
 	}
 	if o.Capability != "" && !slices.Contains(config.Capabilities, o.Capability) {

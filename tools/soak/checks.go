@@ -327,9 +327,26 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 			c.fail("%s: its events arrived out of order: %v", p.what(), order)
 		}
 	}
-	for id := range got {
-		if _, ok := st.payments[id]; !ok {
+	byInvoice := map[string]*keyRecord{}
+	for _, p := range st.payments {
+		if !p.refund() {
+			byInvoice["inv-"+p.key.Key] = p.key
+		}
+	}
+	for id, events := range got {
+		if _, ok := st.payments[id]; ok {
+			continue
+		}
+		// A payment no answer named: an expired key's earlier attempt, whose answers were all
+		// lost, may be one; it must have failed, without moving money (a succeeded one would
+		// have answered the retry with duplicate_payment).
+		k := byInvoice[events[0].Payment.InvoiceID]
+		c.Checked++
+		switch moved, err := s.api.bank().Charges(ctx, id); {
+		case k == nil || !k.expires || events[0].Payment.PaymentID != "":
 			c.fail("events for %s, which no key of the soak made", id)
+		case err != nil || moved.Count+moved.Pending > 0 || !slices.ContainsFunc(events, func(e event) bool { return e.Type == "payment.failed" }):
+			c.fail("payment %s of key %s, which no answer named: want failed and never charged (%v)", id, k.Key, err)
 		}
 	}
 	_, _, bad := s.hook.stats()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
@@ -16,6 +17,7 @@ import (
 // api is a small client of kasa's REST API and the simulator's control API.
 type api struct {
 	base, sim, admin string
+	others           []string // the cluster shape's other APIs: the load spreads over all
 	http             *http.Client
 }
 
@@ -49,9 +51,13 @@ func (a *api) adminCall(method, path string, body any, out any, headers ...strin
 	return nil
 }
 
-// post sends a key's request once.
+// post sends a key's request once, to any of the APIs, as a load balancer would.
 func (a *api) post(k *keyRecord) (answer, error) {
-	return a.call("POST", a.base+k.path(), k.Merchant.APIKey, k.body, "Idempotency-Key", k.Key)
+	base := a.base
+	if n := rand.IntN(len(a.others) + 1); n > 0 {
+		base = a.others[n-1]
+	}
+	return a.call("POST", base+k.path(), k.Merchant.APIKey, k.body, "Idempotency-Key", k.Key)
 }
 
 // replay sends a key's request again as a patient client does, for the checks: an answer that

@@ -91,7 +91,7 @@ func TestLinearizableKeyHistories(t *testing.T) {
 // its report; a clean one writes no history.
 func TestFailedReportWritesItsHistory(t *testing.T) {
 	dir := t.TempDir()
-	o := Options{Seed: 42, Duration: 3 * time.Minute, Rate: 5, Capability: "none", Kinds: []Kind{KillWorker, BankFault}}
+	o := Options{Seed: 42, Duration: 3 * time.Minute, Rate: 5, Shape: ShapeDev, Capability: "none", Kinds: []Kind{KillWorker, BankFault}}
 	clean := &Report{Started: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC), Replay: o.replay()}
 	require.NoError(t, clean.write(dir))
 	require.NoFileExists(t, clean.HistoryFile(dir))
@@ -108,7 +108,7 @@ func TestFailedReportWritesItsHistory(t *testing.T) {
 		Keys    map[string][]op
 	}
 	require.NoError(t, json.Unmarshal(b, &got))
-	require.Equal(t, "kasa soak --seed 42 --duration 3m0s --rate 5 --capability none --retention 0s --faults kill_worker,bank_fault", got.Replay)
+	require.Equal(t, "kasa soak --seed 42 --duration 3m0s --rate 5 --shape dev --capability none --retention 0s --faults kill_worker,bank_fault", got.Replay)
 	require.Equal(t, failed.Checks, got.Verdict)
 	require.Equal(t, "idempotency_key_in_use", got.Keys["k-1"][0].Code)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"sync"
@@ -66,9 +67,19 @@ func (p *postgres) url(port int) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/kasa?sslmode=disable", port)
 }
 
-// temporal is the soak's own file-backed Temporal dev server, SIGKILLed and restarted on the
-// same port and file.
-type temporal struct {
+// temporal is the soak's Temporal, SIGKILLed and restarted on the same port and state: the
+// file-backed dev server (devTemporal), or in the cluster shape the real Temporal Server on the
+// soak's PostgreSQL (serverTemporal).
+type temporal interface {
+	start(ctx context.Context) error
+	crash() error
+	stop()
+	running() bool
+	address() string
+}
+
+// devTemporal is the soak's own file-backed Temporal dev server.
+type devTemporal struct {
 	dbFile string
 	port   int
 	log    *os.File
@@ -76,7 +87,7 @@ type temporal struct {
 	srv    *devenv.Temporal
 }
 
-func (t *temporal) start(ctx context.Context) error {
+func (t *devTemporal) start(ctx context.Context) error {
 	srv, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{Port: t.port, DBFile: t.dbFile, Output: t.log})
 	if err != nil {
 		return err
@@ -87,16 +98,16 @@ func (t *temporal) start(ctx context.Context) error {
 	return nil
 }
 
-func (t *temporal) running() bool {
+func (t *devTemporal) running() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.srv != nil
 }
 
-func (t *temporal) address() string { return "127.0.0.1:" + strconv.Itoa(t.port) }
+func (t *devTemporal) address() string { return "127.0.0.1:" + strconv.Itoa(t.port) }
 
 // crash SIGKILLs the dev server: the process whose command line names the soak's database file.
-func (t *temporal) crash() error {
+func (t *devTemporal) crash() error {
 	t.mu.Lock()
 	srv := t.srv
 	t.srv = nil
@@ -116,7 +127,7 @@ func (t *temporal) crash() error {
 	return nil
 }
 
-func (t *temporal) stop() {
+func (t *devTemporal) stop() {
 	t.mu.Lock()
 	srv := t.srv
 	t.srv = nil
@@ -125,3 +136,66 @@ func (t *temporal) stop() {
 		_ = srv.Stop()
 	}
 }
+
+// serverTemporal is the real Temporal Server on the soak's PostgreSQL (directly, not through the
+// faulty link), its configuration and log in dir.
+type serverTemporal struct {
+	dir  string
+	port int
+	pg   *postgres
+	mu   sync.Mutex
+	ts   *devenv.TemporalServer
+	up   bool
+}
+
+func (t *serverTemporal) start(ctx context.Context) error {
+	t.mu.Lock()
+	ts := t.ts
+	t.mu.Unlock()
+	var err error
+	if ts == nil {
+		t.pg.mu.Lock()
+		pg := t.pg.pg
+		t.pg.mu.Unlock()
+		if pg == nil {
+			return errors.New("the Temporal Server needs PostgreSQL running")
+		}
+		ts, err = devenv.StartTemporalServer(ctx, pg, devenv.TemporalServerOptions{Dir: t.dir, Port: t.port, Logger: slog.New(slog.DiscardHandler)})
+	} else {
+		err = ts.Restart(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.ts, t.up = ts, true
+	t.mu.Unlock()
+	return nil
+}
+
+func (t *serverTemporal) crash() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.up {
+		return errors.New("the Temporal Server is not running")
+	}
+	t.up = false
+	return t.ts.Crash()
+}
+
+func (t *serverTemporal) stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.up {
+		t.up = false
+		_ = t.ts.Stop()
+	}
+}
+
+func (t *serverTemporal) running() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.up
+}
+
+func (t *serverTemporal) address() string { return "127.0.0.1:" + strconv.Itoa(t.port) }

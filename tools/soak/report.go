@@ -23,6 +23,7 @@ type Report struct {
 	Seed       int64     `json:"seed"`
 	Duration   string    `json:"duration"`
 	Rate       float64   `json:"rate"`
+	Shape      string    `json:"shape"`
 	Capability string    `json:"capability"`
 	Workers    int       `json:"workers"`
 	Dir        string    `json:"dir"`
@@ -164,8 +165,8 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "# Chaos soak %s\n\n%s\n\n", r.Started.Format("2006-01-02 15:04 UTC"), verdict)
 	fmt.Fprintf(w, "Seed %d (replay: `%s`), load %s at %g payments/s, "+
-		"capability `%s`, %d workers; finished %s after the start.\n\n",
-		r.Seed, r.Replay, r.Duration, r.Rate, r.Capability, r.Workers,
+		"shape `%s`, capability `%s`, %d workers; finished %s after the start.\n\n",
+		r.Seed, r.Replay, r.Duration, r.Rate, r.Shape, r.Capability, r.Workers,
 		r.Finished.Sub(r.Started).Round(time.Second))
 
 	fmt.Fprintf(w, "## Invariants\n\n| invariant | result | checked | violations |\n|---|---|---:|---:|\n")

@@ -23,10 +23,15 @@ const (
 	BankFault       Kind = "bank_fault"       // a fault rule at the simulator for the duration
 	NetFault        Kind = "net_fault"        // a toxic on a link (kasa–PostgreSQL or worker–bank) for the duration
 	SettingsSplit   Kind = "settings_split"   // start one more `kasa worker` with another capability: it must refuse to start
+	LoseBroker      Kind = "lose_broker"      // cluster shape: SIGKILL the NATS server and delete its store, restart it after the duration
 )
 
-// Kinds lists every kind, in the order reports show them.
+// Kinds lists every kind of the dev shape, in the order reports show them; the cluster shape adds
+// ClusterKinds.
 var Kinds = []Kind{KillWorker, KillAPI, KillRelay, RestartPostgres, RestartTemporal, BankFault, NetFault, SettingsSplit}
+
+// ClusterKinds are the kinds only the cluster shape has: it alone runs a broker of its own.
+var ClusterKinds = []Kind{LoseBroker}
 
 // kindSpec says how often a kind is drawn (relative weight) and how long it lasts.
 type kindSpec struct {
@@ -43,6 +48,7 @@ var kindSpecs = map[Kind]kindSpec{
 	BankFault:       {weight: 5, min: 4 * time.Second, max: 15 * time.Second},
 	NetFault:        {weight: 5, min: 3 * time.Second, max: 10 * time.Second},
 	SettingsSplit:   {weight: 1, min: 20 * time.Second, max: 20 * time.Second}, // the time the worker has to refuse
+	LoseBroker:      {weight: 2, min: 1 * time.Second, max: 5 * time.Second},
 }
 
 // BankAction is one fault action of the simulator (PUT /_sim/faults): the request kinds it
@@ -131,8 +137,9 @@ type PlanOptions struct {
 	Quiet    time.Duration // no fault in the last Quiet of the load
 	MinGap   time.Duration // between two fault starts
 	MaxGap   time.Duration
-	Kinds    []Kind // the kinds drawn from; empty: all
+	Kinds    []Kind // the kinds drawn from; empty: all of the shape's
 	Workers  int    // how many `kasa worker` processes there are
+	Cluster  bool   // the cluster shape: two APIs (api-1, api-2), and a broker to lose
 }
 
 // Plan draws the fault schedule. Two faults never hold one target at once (the simulator has one
@@ -140,7 +147,10 @@ type PlanOptions struct {
 func Plan(o PlanOptions) []Fault {
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x736f616b)) // "soak"
 	kinds := o.Kinds
-	if len(kinds) == 0 {
+	switch {
+	case len(kinds) == 0 && o.Cluster:
+		kinds = append(slices.Clone(Kinds), ClusterKinds...)
+	case len(kinds) == 0:
 		kinds = Kinds
 	}
 	total := 0
@@ -159,6 +169,11 @@ func Plan(o PlanOptions) []Fault {
 			f.Target = fmt.Sprintf("worker-%d", 1+rng.IntN(max(o.Workers, 1)))
 		case KillAPI:
 			f.Target = "api"
+			if o.Cluster {
+				f.Target = fmt.Sprintf("api-%d", 1+rng.IntN(2))
+			}
+		case LoseBroker:
+			f.Target = "nats"
 		case KillRelay:
 			f.Target = "relay"
 		case RestartPostgres:
@@ -213,8 +228,8 @@ func ParseKinds(s string) ([]Kind, error) {
 	var out []Kind
 	for _, name := range strings.Split(s, ",") {
 		k := Kind(strings.TrimSpace(name))
-		if !slices.Contains(Kinds, k) {
-			return nil, fmt.Errorf("unknown fault kind %q (want some of %v)", k, Kinds)
+		if !slices.Contains(Kinds, k) && !slices.Contains(ClusterKinds, k) {
+			return nil, fmt.Errorf("unknown fault kind %q (want some of %v, or in the cluster shape %v)", k, Kinds, ClusterKinds)
 		}
 		out = append(out, k)
 	}

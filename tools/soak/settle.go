@@ -2,6 +2,7 @@ package soak
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -74,6 +75,7 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 	for d := started.UTC().Truncate(24 * time.Hour); !d.After(time.Now().UTC()); d = d.Add(24 * time.Hour) {
 		st.days = append(st.days, d.Format(time.DateOnly))
 	}
+	var unanswered []*keyRecord // refund keys that learned no refund
 	for _, k := range ld.snapshot() {
 		switch {
 		case k.accepted():
@@ -81,7 +83,8 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 			call := time.Now()
 			r, err := s.api.replay(k)
 			if accepted, _ := k.record(call, r, err); !accepted {
-				continue // a refund that was never made: its key's check says why
+				unanswered = append(unanswered, k)
+				continue
 			}
 		default:
 			call := time.Now()
@@ -102,6 +105,10 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 			st.payments[id] = &paid{id: id, key: k, viaUnknown: k.sawUnknown}
 		}
 		k.mu.Unlock()
+	}
+
+	if err := s.findRefunds(st, unanswered); err != nil {
+		return nil, err
 	}
 
 	// One bound for the whole settling: a payment still unfinished at its end is a violation.
@@ -133,6 +140,30 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 		}
 	}
 	return st, s.poll(ctx, st, deadline, (*paid).done)
+}
+
+// findRefunds finds the refunds of keys whose every answer was lost and whose record then
+// expired (the key answers 422 for good): such a key's refund, if it was made, is one of its
+// payment's refunds of its amount that no other key names. A key left without one is checked as
+// never answered.
+func (s *stack) findRefunds(st *settled, keys []*keyRecord) error {
+	for _, k := range keys {
+		var page struct{ Data []resource }
+		r, err := s.api.patient("GET", s.api.base+"/v1/payments/"+k.Of.id()+"/refunds?limit=100", k.Merchant.APIKey, nil)
+		if err != nil || r.status != 200 || json.Unmarshal(r.body, &page) != nil {
+			return fmt.Errorf("refunds of payment %s: %d %s %v", k.Of.id(), r.status, r.body, err)
+		}
+		for _, rf := range page.Data {
+			if _, named := st.payments[rf.ID]; !named && rf.Amount == payment.FormatAmount(k.Amount, "TRY") {
+				k.mu.Lock()
+				k.ID, k.ids[rf.ID] = rf.ID, true
+				k.mu.Unlock()
+				st.payments[rf.ID] = &paid{id: rf.ID, key: k}
+				break
+			}
+		}
+	}
+	return nil
 }
 
 func earliest(a, b time.Time) time.Time {

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -40,6 +41,7 @@ type Options struct {
 	Duration   time.Duration // of the load; default 10m
 	Seed       int64         // of the fault schedule and the load's choices
 	Rate       float64       // new payments per second; default 5
+	Shape      string        // ShapeDev or ShapeCluster; "": drawn from the seed
 	Capability string        // the provider's capability, for the simulator and kasa; "": drawn from the seed
 	// Retention is KASA_IDEMPOTENCY_RETENTION: 0 kasa's default (72h), no key expires during the
 	// run; negative: drawn from the seed, 1s or the default.
@@ -51,9 +53,22 @@ type Options struct {
 	Log       io.Writer     // progress; default os.Stdout
 }
 
+// The deployment shapes a soak runs.
+const (
+	// ShapeDev: one `kasa api`, the Temporal dev server, the broker embedded in `kasa relay`.
+	ShapeDev = "dev"
+	// ShapeCluster: as deployed for production: two `kasa api` (the load spreads over both), the
+	// real Temporal Server on the soak's PostgreSQL, and a NATS server of its own.
+	ShapeCluster = "cluster"
+)
+
+// Shapes lists the shapes.
+var Shapes = []string{ShapeDev, ShapeCluster}
+
 // replay is the command that runs the same fault schedule and load again.
 func (o Options) replay() string {
-	cmd := fmt.Sprintf("kasa soak --seed %d --duration %s --rate %g --capability %s --retention %s", o.Seed, o.Duration, o.Rate, o.Capability, o.Retention)
+	cmd := fmt.Sprintf("kasa soak --seed %d --duration %s --rate %g --shape %s --capability %s --retention %s",
+		o.Seed, o.Duration, o.Rate, o.Shape, o.Capability, o.Retention)
 	if len(o.Kinds) > 0 {
 		kinds := make([]string, len(o.Kinds))
 		for i, k := range o.Kinds {
@@ -80,6 +95,9 @@ func (o *Options) defaults() {
 	if o.Retention < 0 {
 		o.Retention = []time.Duration{0, time.Second}[draw.IntN(2)]
 	}
+	if o.Shape == "" {
+		o.Shape = Shapes[draw.IntN(len(Shapes))]
+	}
 	if o.Settle <= 0 {
 		o.Settle = 3 * time.Minute
 	}
@@ -93,7 +111,7 @@ func (o *Options) defaults() {
 func (o Options) planOptions() PlanOptions {
 	quiet := min(30*time.Second, max(10*time.Second, o.Duration/6))
 	return PlanOptions{Seed: o.Seed, Duration: o.Duration, Warmup: 5 * time.Second, Quiet: quiet,
-		MinGap: 3 * time.Second, MaxGap: 10 * time.Second, Kinds: o.Kinds, Workers: workers}
+		MinGap: 3 * time.Second, MaxGap: 10 * time.Second, Kinds: o.Kinds, Workers: workers, Cluster: o.Shape == ShapeCluster}
 }
 
 const workers = 2
@@ -119,7 +137,8 @@ type stack struct {
 	dir      string
 	log      io.Writer
 	pg       *postgres
-	tmp      *temporal
+	tmp      temporal
+	nats     string // the cluster shape's broker: its store directory
 	links    *links
 	procs    *devenv.Supervisor
 	children map[string]*devenv.Child
@@ -139,6 +158,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	o.defaults()
 	if o.Binary == "" {
 		return nil, errors.New("soak: no kasa binary")
+	}
+	if o.Shape != ShapeCluster && slices.Contains(o.Kinds, LoseBroker) {
+		return nil, fmt.Errorf("soak: %s needs the cluster shape (its own broker)", LoseBroker)
 	}
 	s := &stack{o: o, log: &lockedWriter{w: o.Log}, children: map[string]*devenv.Child{}}
 	keep := o.Dir != ""
@@ -160,11 +182,11 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}()
 
 	rep = &Report{Started: time.Now().UTC(), Seed: o.Seed, Duration: o.Duration.String(), Rate: o.Rate,
-		Capability: o.Capability, Workers: workers, Dir: s.dir, Replay: o.replay()}
+		Shape: o.Shape, Capability: o.Capability, Workers: workers, Dir: s.dir, Replay: o.replay()}
 	plan := Plan(o.planOptions())
 	rep.Plan = plan
-	fmt.Fprintf(s.log, "soak: seed %d, %s at %.1f payments/s, capability %s, retention %s, working directory %s\n",
-		o.Seed, o.Duration, o.Rate, o.Capability, retentionOf(o.Retention), s.dir)
+	fmt.Fprintf(s.log, "soak: seed %d, %s at %.1f payments/s, shape %s, capability %s, retention %s, working directory %s\n",
+		o.Seed, o.Duration, o.Rate, o.Shape, o.Capability, retentionOf(o.Retention), s.dir)
 	fmt.Fprintf(s.log, "soak: fault schedule (%d faults; replay with %s):\n", len(plan), rep.Replay)
 	PrintPlan(s.log, plan)
 
@@ -259,7 +281,7 @@ func interrupted(ctx context.Context, err error) error {
 // up starts PostgreSQL, Temporal, the links, the webhook receiver and every kasa process, and
 // waits until the API is ready.
 func (s *stack) up(ctx context.Context) error {
-	ports := make([]int, 5)
+	ports := make([]int, 8)
 	for i := range ports {
 		p, err := devenv.FreePort()
 		if err != nil {
@@ -274,16 +296,27 @@ func (s *stack) up(ctx context.Context) error {
 	s.stops = append(s.stops, s.pg.stop)
 	s.dbURL = s.pg.url(s.pg.port)
 
-	tlog, err := os.OpenFile(filepath.Join(s.dir, "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
+	// A process that exits on its own is started again, and its exit is reported.
+	s.procs = devenv.NewSupervisor(s.dir, nil)
+	s.procs.WorkDir, s.procs.Restart = s.dir, &devenv.DefaultBackoff
+	if s.o.Shape == ShapeCluster {
+		s.tmp = &serverTemporal{dir: filepath.Join(s.dir, "temporal"), port: ports[1], pg: s.pg}
+		if err := s.tmp.start(ctx); err != nil {
+			return err
+		}
+		s.stops = append(s.stops, s.tmp.stop)
+	} else {
+		tlog, err := os.OpenFile(filepath.Join(s.dir, "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		s.tmp = &devTemporal{dbFile: filepath.Join(s.dir, "temporal", "temporal.db"), port: ports[1], log: tlog}
+		if err := s.tmp.start(ctx); err != nil {
+			tlog.Close()
+			return err
+		}
+		s.stops = append(s.stops, func() { s.tmp.stop(); tlog.Close() })
 	}
-	s.tmp = &temporal{dbFile: filepath.Join(s.dir, "temporal", "temporal.db"), port: ports[1], log: tlog}
-	if err := s.tmp.start(ctx); err != nil {
-		tlog.Close()
-		return err
-	}
-	s.stops = append(s.stops, func() { s.tmp.stop(); tlog.Close() })
 
 	simAddr, apiAddr := "127.0.0.1:"+strconv.Itoa(ports[2]), "127.0.0.1:"+strconv.Itoa(ports[3])
 	s.links = newLinks()
@@ -319,6 +352,20 @@ func (s *stack) up(ctx context.Context) error {
 	for k, v := range kasaSettings {
 		s.env[k] = v
 	}
+	if s.o.Shape == ShapeCluster {
+		natsBin, err := devenv.FindTool("nats-server", "nats-server")
+		if err != nil {
+			return err
+		}
+		s.nats = filepath.Join(s.dir, "nats")
+		nats, err := devenv.StartNATS(ctx, s.procs, natsBin, s.nats, ports[5], ports[6])
+		if err != nil {
+			return err
+		}
+		s.children["nats"] = nats
+		s.stops = append(s.stops, func() { s.procs.StopAll(15*time.Second, []*devenv.Child{nats}) })
+		s.env["KASA_NATS_URL"] = "nats://127.0.0.1:" + strconv.Itoa(ports[5])
+	}
 	if s.o.Retention > 0 {
 		s.env["KASA_IDEMPOTENCY_RETENTION"] = s.o.Retention.String()
 	}
@@ -327,18 +374,22 @@ func (s *stack) up(ctx context.Context) error {
 	}
 	s.api = &api{base: "http://" + apiAddr, sim: "http://" + simAddr, admin: admin, http: &http.Client{Timeout: 15 * time.Second}}
 
-	env := s.environ(nil)
-	names := []string{"banksim", "relay", "api"}
-	for i := 1; i <= workers; i++ {
-		names = append(names, fmt.Sprintf("worker-%d", i))
+	// Each process's own settings beside the shared ones: in the cluster shape, a second API.
+	procs := map[string]map[string]string{"banksim": nil, "relay": nil}
+	if s.o.Shape == ShapeCluster {
+		second := "127.0.0.1:" + strconv.Itoa(ports[7])
+		procs["api-1"], procs["api-2"] = nil, map[string]string{"KASA_API_ADDR": second}
+		s.api.others = []string{"http://" + second}
+	} else {
+		procs["api"] = nil
 	}
-	// A process that exits on its own is started again, and its exit is reported.
-	s.procs = devenv.NewSupervisor(s.dir, nil)
-	s.procs.WorkDir, s.procs.Restart = s.dir, &devenv.DefaultBackoff
+	for i := 1; i <= workers; i++ {
+		procs[fmt.Sprintf("worker-%d", i)] = nil
+	}
 	var all []*devenv.Child
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(procs)) {
 		cmd, _, _ := strings.Cut(name, "-")
-		c, err := s.procs.Start(name, env, s.o.Binary, cmd)
+		c, err := s.procs.Start(name, s.environ(procs[name]), s.o.Binary, cmd)
 		if err != nil {
 			return err
 		}
@@ -350,7 +401,12 @@ func (s *stack) up(ctx context.Context) error {
 	if err := s.api.waitOK(s.api.sim+"/_sim/healthz", time.Minute); err != nil {
 		return err
 	}
-	return s.api.waitOK(s.api.base+"/readyz", 2*time.Minute)
+	for _, base := range append([]string{s.api.base}, s.api.others...) {
+		if err := s.api.waitOK(base+"/readyz", 2*time.Minute); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // merchants makes two merchants with webhooks to the receiver: the first has a well-funded
@@ -464,6 +520,17 @@ func (s *stack) inject(ctx context.Context, f Fault) error {
 		return retry(context.WithoutCancel(ctx), s.tmp.start)
 	case SettingsSplit:
 		return s.split(ctx, f)
+	case LoseBroker:
+		// The store goes with the process: every message the broker acknowledged is lost.
+		c := s.children["nats"]
+		if err := c.Kill(); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(filepath.Join(s.nats, "jetstream")); err != nil {
+			return err
+		}
+		wait()
+		return c.Resume()
 	case BankFault:
 		if err := s.api.setBankRules(banksim.Rule{On: f.On, Action: f.Action, Probability: &f.Probability, DelayMS: f.DelayMS}); err != nil {
 			return err
