@@ -35,7 +35,7 @@ the invariants (docs/tools.md, "Chaos soak").
   --faults K,K     the fault kinds drawn from (default all): kill_worker, kill_api, kill_relay,
                    restart_postgres, restart_temporal, bank_fault, net_fault, settings_split,
                    and in the cluster shape lose_broker
-  --out DIR        where soak-<date>.{md,json} go (default bench/results; "" for nowhere)
+  --out DIR        where soak-<date>-<shape>.{md,json} go (default bench/results; "" for nowhere)
   --dir DIR        working directory, kept (default: a temporary one, removed after a clean run)
 
 exit status: 0 every invariant held, 1 a violation (the report lists it), 2 usage or interrupted.

@@ -3,6 +3,7 @@ package soak
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -92,14 +93,15 @@ func TestLinearizableKeyHistories(t *testing.T) {
 func TestFailedReportWritesItsHistory(t *testing.T) {
 	dir := t.TempDir()
 	o := Options{Seed: 42, Duration: 3 * time.Minute, Rate: 5, Shape: ShapeDev, Capability: "none", Kinds: []Kind{KillWorker, BankFault}}
-	clean := &Report{Started: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC), Replay: o.replay()}
+	clean := &Report{Started: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC), Shape: ShapeDev, Replay: o.replay()}
 	require.NoError(t, clean.write(dir))
 	require.NoFileExists(t, clean.HistoryFile(dir))
 
-	failed := &Report{Started: time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC), Replay: o.replay(), Violations: 1,
+	failed := &Report{Started: time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC), Shape: ShapeDev, Replay: o.replay(), Violations: 1,
 		Checks:    []Check{{Name: "every idempotency key has exactly one outcome", Violations: 1}},
 		histories: map[string][]op{"k-1": {{Status: 409, Code: "idempotency_key_in_use", Body: "ab"}}}}
 	require.NoError(t, failed.write(dir))
+	require.Equal(t, filepath.Join(dir, "soak-2026-12-05-dev-history.json"), failed.HistoryFile(dir))
 	b, err := os.ReadFile(failed.HistoryFile(dir))
 	require.NoError(t, err)
 	var got struct {

@@ -16,7 +16,7 @@ import (
 	"github.com/kasa-pay/kasa/payment"
 )
 
-// Report is what a soak did and found: bench/results/soak-<date>.{md,json}.
+// Report is what a soak did and found: bench/results/soak-<date>-<shape>.{md,json}.
 type Report struct {
 	Started    time.Time `json:"started"`
 	Finished   time.Time `json:"finished"`
@@ -121,21 +121,26 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 	r.LiveAfter = st.live.Round(time.Second).String()
 }
 
-// write saves the report as soak-<date>.json and .md in dir.
 // HistoryFile is where the write into dir puts every key's requests after a failed check ("" when
 // it writes none).
 func (r *Report) HistoryFile(dir string) string {
 	if dir == "" || r.histories == nil {
 		return "(not written: no --out)"
 	}
-	return filepath.Join(dir, "soak-"+r.Started.Format(time.DateOnly)) + "-history.json"
+	return r.base(dir) + "-history.json"
 }
 
+// base is where in dir the report goes, without an extension: soak-<date>-<shape>.
+func (r *Report) base(dir string) string {
+	return filepath.Join(dir, "soak-"+r.Started.Format(time.DateOnly)+"-"+r.Shape)
+}
+
+// write saves the report as <base>.json and .md, and the histories after a failed check.
 func (r *Report) write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	base := filepath.Join(dir, "soak-"+r.Started.Format(time.DateOnly))
+	base := r.base(dir)
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err

@@ -47,7 +47,7 @@ type Options struct {
 	// run; negative: drawn from the seed, 1s or the default.
 	Retention time.Duration
 	Kinds     []Kind        // the fault kinds drawn from; empty: all
-	Out       string        // where the report goes (soak-<date>.{md,json}); empty: nowhere
+	Out       string        // where the report goes (soak-<date>-<shape>.{md,json}); empty: nowhere
 	Dir       string        // working directory (data, logs); empty: a temporary one, removed after a clean run
 	Settle    time.Duration // bound of each wait while settling; default 3m
 	Log       io.Writer     // progress; default os.Stdout
