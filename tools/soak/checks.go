@@ -83,7 +83,9 @@ func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		if len(out) == 0 && !linearizable(k.kind(), k.history) {
-			out = append(out, "no order of its requests explains the answers (docs/tools.md, \"Chaos soak\"):\n"+describe(k.history))
+			small := shrink(k.kind(), k.history)
+			out = append(out, fmt.Sprintf("no order of its requests explains the answers (docs/tools.md, \"Chaos soak\"); these %d of its %d contradict:\n%s",
+				len(small), len(k.history), describe(small)))
 		}
 	}()
 	for _, u := range unexpected {

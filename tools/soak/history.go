@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -178,6 +179,20 @@ func linearizable(k keyKind, history []op) bool {
 		ops[i] = porcupine.Operation{ClientId: i, Call: o.Call.UnixNano(), Output: o, Return: ret}
 	}
 	return porcupine.CheckOperations(keyModel(k), ops)
+}
+
+// shrink is a smallest sub-history of h that no order explains: requests are dropped one at a
+// time, each for good when the rest still fails, so that a violation shows only what contradicts.
+func shrink(k keyKind, h []op) []op {
+	h = slices.Clone(h)
+	for i := 0; i < len(h); {
+		if without := slices.Delete(slices.Clone(h), i, i+1); !linearizable(k, without) {
+			h = without
+		} else {
+			i++
+		}
+	}
+	return h
 }
 
 // describe lists a history, one request a line, for a violation.

@@ -88,6 +88,26 @@ func TestLinearizableKeyHistories(t *testing.T) {
 	}
 }
 
+// A violation shows the fewest requests that contradict each other: here the in-use answer after
+// the final one, not the lookups and replays around them.
+func TestShrink(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	final := op{Call: at(0), Return: at(10), Status: 201, Payment: "p1", Resource: payment.StatusSucceeded, Body: "b"}
+	replay := final
+	replay.Call, replay.Return, replay.Replayed = at(20), at(30), true
+	found := op{Lookup: true, Call: at(40), Return: at(50), Status: 200, Payment: "p1", Resource: payment.StatusSucceeded}
+	inUse := op{Call: at(60), Return: at(70), Status: 409, Code: "idempotency_key_in_use"}
+	late := replay
+	late.Call, late.Return = at(80), at(90)
+	h := []op{final, replay, found, inUse, late}
+	require.False(t, linearizable(keyKind{}, h))
+	small := shrink(keyKind{}, h)
+	require.Len(t, small, 2, "\n%s", describe(small))
+	require.False(t, linearizable(keyKind{}, small))
+	require.Equal(t, inUse, small[1])
+}
+
 // A failed run writes every key's requests, the verdict and the command that replays it beside
 // its report; a clean one writes no history.
 func TestFailedReportWritesItsHistory(t *testing.T) {
