@@ -24,6 +24,8 @@ require (
 
 require github.com/anishathalye/porcupine v1.3.1
 
+require pgregory.net/rapid v1.3.0
+
 require (
 	cel.dev/expr v0.25.3 // indirect
 	filippo.io/edwards25519 v1.2.0 // indirect

@@ -1,0 +1,112 @@
+package soak
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+// legalHistory draws one key's history as kasa answers it: requests (POSTs and lookups) at random
+// times, each taking effect at a random point between its call and its answer, answered from the
+// key's true state at that point; some answers lost (Info) or refused with 503. The first POST to
+// take effect makes the payment, which may be final in its own answer (the sync wait), may pass
+// through unknown, and ends succeeded or failed.
+func legalHistory(t *rapid.T) []op {
+	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	n := rapid.IntRange(1, 8).Draw(t, "requests")
+	outcome := rapid.SampledFrom([]payment.Status{payment.StatusSucceeded, payment.StatusFailed}).Draw(t, "outcome")
+	type req struct {
+		call, at, ret int
+		lookup        bool
+		fate          string // "answer", "lost", "503"
+	}
+	reqs := make([]req, n)
+	for i := range reqs {
+		call := rapid.IntRange(0, 1000).Draw(t, "call")
+		ret := call + rapid.IntRange(1, 300).Draw(t, "duration")
+		reqs[i] = req{call: call, at: rapid.IntRange(call, ret).Draw(t, "effect"), ret: ret,
+			lookup: rapid.IntRange(0, 4).Draw(t, "lookup") == 0, fate: rapid.SampledFrom([]string{"answer", "answer", "answer", "lost", "503"}).Draw(t, "fate")}
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return reqs[a].at - reqs[b].at })
+	created, unknownAt, finalAt := -1, -1, -1
+	ops := make([]op, n)
+	for _, i := range order {
+		r := reqs[i]
+		if !r.lookup && created < 0 && r.fate != "503" { // the first POST to take effect makes the payment
+			created = r.at
+			if rapid.Bool().Draw(t, "final within the sync wait") {
+				finalAt = r.at
+			} else {
+				finalAt = r.at + rapid.IntRange(1, 600).Draw(t, "final after")
+				if rapid.Bool().Draw(t, "via unknown") {
+					unknownAt = rapid.IntRange(r.at, finalAt-1).Draw(t, "unknown at")
+				}
+			}
+		}
+		o := op{Lookup: r.lookup, Call: ms(r.call), Return: ms(r.ret), Body: fmt.Sprintf("p%d", i)}
+		status := payment.StatusProcessing
+		if unknownAt >= 0 && r.at >= unknownAt {
+			status = payment.StatusUnknown
+		}
+		if finalAt >= 0 && r.at >= finalAt {
+			status = outcome
+		}
+		switch {
+		case r.fate == "lost":
+			o = op{Call: o.Call, Return: o.Return, Info: true}
+		case r.fate == "503":
+			o.Status, o.Code = 503, "unavailable"
+		case r.lookup && created < 0:
+			o.Status = 404
+		case r.lookup:
+			o.Status, o.Payment, o.Resource = 200, "pay-1", status
+		case status == payment.StatusSucceeded || status == payment.StatusFailed:
+			o.Status, o.Payment, o.Resource, o.Body = map[payment.Status]int{payment.StatusSucceeded: 201, payment.StatusFailed: 402}[status], "pay-1", status, "final"
+			o.Replayed = r.at != created
+		case r.at == created || status == payment.StatusUnknown:
+			o.Status, o.Payment, o.Resource = 202, "pay-1", status
+		default:
+			o.Status, o.Code = 409, "idempotency_key_in_use"
+		}
+		ops[i] = o
+	}
+	return ops
+}
+
+// Every history kasa may give is explained by the model: the checker raises no false alarm.
+func TestLegalHistoriesAreLinearizable(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		h := legalHistory(t)
+		require.True(t, linearizable(keyKind{}, h), "\n%s", describe(h))
+	})
+}
+
+// A legal history with one answer naming another payment is not: the checker misses no second
+// payment under a key.
+func TestSecondPaymentIsCaught(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		h := legalHistory(t)
+		var naming []int
+		for i, o := range h {
+			if o.Payment != "" {
+				naming = append(naming, i)
+			}
+		}
+		if len(naming) < 2 {
+			t.Skip("fewer than two answers name the payment")
+		}
+		h[rapid.SampledFrom(naming).Draw(t, "changed")].Payment = "pay-2"
+		require.False(t, linearizable(keyKind{}, h), "\n%s", describe(h))
+	})
+}
