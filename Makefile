@@ -87,7 +87,7 @@ bench: build temporal-cli ## measure: ceilings, targets and correctness; writes 
 # e.g. make soak SOAK_FLAGS="--duration 3m --seed 42".
 SOAK_FLAGS ?=
 .PHONY: soak
-soak: build temporal-cli ## chaos soak: processes, servers, bank and network fail under load; writes bench/results/soak-<date>-<shape>.{md,json}
+soak: build temporal-cli temporal-server nats-server ## chaos soak: processes, servers, bank and network fail under load; writes bench/results/soak-<date>-<shape>.{md,json}
 	$(BIN)/kasa soak --out bench/results $(SOAK_FLAGS)
 
 # staticcheck and workflowcheck are tools of go.mod: `go tool` builds the pinned versions.
