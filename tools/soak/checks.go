@@ -104,7 +104,7 @@ func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
 	call := time.Now()
 	r, err := a.replay(k)
 	k.mu.Lock()
-	k.history = append(k.history, opOf(call, r, err))
+	k.note(opOf(call, r, err))
 	k.mu.Unlock()
 	if err != nil {
 		return append(out, "replay: "+err.Error())

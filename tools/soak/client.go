@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -25,11 +26,13 @@ type answer struct {
 	status int
 	header http.Header
 	body   []byte
+	via    string // the API that answered, host:port
 }
 
 func (a *api) call(method, url, bearer string, body []byte, headers ...string) (answer, error) {
 	r, err := kasaapi.Do(context.Background(), a.http, method, url, bearer, body, headers...)
-	return answer{status: r.Status, header: r.Header, body: r.Body}, err
+	host, _, _ := strings.Cut(strings.TrimPrefix(url, "http://"), "/")
+	return answer{status: r.Status, header: r.Header, body: r.Body, via: host}, err
 }
 
 // admin calls the admin API and decodes a 2xx answer into out.

@@ -19,7 +19,9 @@ import (
 // answered, and the answer, or Info when none came (a timeout or a lost connection: it may or may
 // not have taken effect).
 type op struct {
-	Lookup   bool           `json:"lookup,omitempty"` // GET /v1/payments?idempotency_key=, not the POST
+	Lookup   bool           `json:"lookup,omitempty"`         // GET /v1/payments?idempotency_key=, not the POST
+	API      string         `json:"api,omitempty"`            // the API instance it was sent to, host:port
+	Request  string         `json:"request_sha256,omitempty"` // of the POST's body, hex
 	Call     time.Time      `json:"call"`
 	Return   time.Time      `json:"return"`
 	Info     bool           `json:"info,omitempty"`
@@ -33,7 +35,7 @@ type op struct {
 
 func opOf(call time.Time, r answer, err error) op {
 	sum := sha256.Sum256(r.body)
-	o := op{Call: call, Return: time.Now(), Info: err != nil, Status: r.status, Body: hex.EncodeToString(sum[:])}
+	o := op{Call: call, Return: time.Now(), API: r.via, Info: err != nil, Status: r.status, Body: hex.EncodeToString(sum[:])}
 	if err != nil {
 		return o
 	}

@@ -2,6 +2,8 @@ package soak
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -65,8 +67,7 @@ func (k *keyRecord) id() string {
 func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	o := opOf(call, r, err)
-	k.history = append(k.history, o)
+	o := k.note(opOf(call, r, err))
 	k.Sends++
 	if err != nil {
 		k.Statuses[0]++ // no answer: a timeout or a lost connection
@@ -99,6 +100,14 @@ func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry
 	}
 	k.unexpected = append(k.unexpected, fmt.Sprintf("%d %.200s", r.status, r.body))
 	return false, false
+}
+
+// note adds a POST of the key to its history (k.mu held), with the request's hash.
+func (k *keyRecord) note(o op) op {
+	sum := sha256.Sum256(k.body)
+	o.Request = hex.EncodeToString(sum[:])
+	k.history = append(k.history, o)
+	return o
 }
 
 func (k *keyRecord) kind() keyKind { return keyKind{refund: k.Of != nil, expires: k.expires} }
