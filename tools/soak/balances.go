@@ -17,7 +17,7 @@ import (
 type watch struct {
 	mu    sync.Mutex
 	check Check
-	tries int // readings taken or skipped
+	tries int // readings taken or skipped: a test waits for the first
 	done  chan struct{}
 }
 

@@ -91,9 +91,10 @@ func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
 	for _, u := range unexpected {
 		out = append(out, "unexpected answer: "+u)
 	}
-	if ids > 1 && !k.expires { // else the history says whether the first failed and expired
+	if ids > 1 && !k.expires {
 		out = append(out, fmt.Sprintf("answered %d different payments", ids))
 	}
+	out = append(out, earlierPaymentsFailed(k, st)...)
 	if id == "" {
 		return append(out, "never answered with a payment, and none exists for it")
 	}
@@ -131,6 +132,31 @@ func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
 		out = append(out, "replay without Idempotent-Replayed: true")
 	case got.ID != id || got.Status != p.res.Status:
 		out = append(out, fmt.Sprintf("replay answered %s %s, want %s %s", got.ID, got.Status, id, p.res.Status))
+	}
+	return out
+}
+
+// earlierPaymentsFailed: a key whose record expired pays again only after its payment failed,
+// so every payment of a key but the newest ended failed.
+func earlierPaymentsFailed(k *keyRecord, st *settled) (out []string) {
+	k.mu.Lock()
+	var ids []string
+	for id := range k.ids {
+		if st.payments[id] != nil {
+			ids = append(ids, id)
+		}
+	}
+	k.mu.Unlock()
+	if len(ids) < 2 || k.Of != nil {
+		return nil
+	}
+	slices.SortFunc(ids, func(a, b string) int {
+		return strings.Compare(st.payments[a].res.CreatedAt, st.payments[b].res.CreatedAt)
+	})
+	for _, id := range ids[:len(ids)-1] {
+		if p := st.payments[id]; p.res.Status != payment.StatusFailed {
+			out = append(out, fmt.Sprintf("paid again while its payment %s was %s", id, p.res.Status))
+		}
 	}
 	return out
 }

@@ -99,7 +99,7 @@ func isFinal(s payment.Status) bool { return s == payment.StatusSucceeded || s =
 // stepKey says whether the model of one key, in state s, may give o's answer, and the state after.
 // The soak sends one body per key, so 422 is right only for a refund's expired key.
 func stepKey(k keyKind, s keyState, o op) (bool, keyState) {
-	if k.expires && !o.Info && !o.Lookup {
+	if k.expires && !o.Info {
 		// A finished operation's record may be gone (docs/api.md, KASA_IDEMPOTENCY_RETENTION): a
 		// refund's key then answers 422 for good; a payment's key is a new request, which the
 		// invoice answers with its succeeded payment, or which pays again after a failed one. An
@@ -109,11 +109,16 @@ func stepKey(k keyKind, s keyState, o op) (bool, keyState) {
 			s.expired = true
 			return true, s
 		case !k.refund && o.Status == http.StatusConflict && o.Code == "duplicate_payment":
-			ok := (s.payment == "" || s.payment == o.Payment) && (s.decided == "" || s.decided == payment.StatusSucceeded)
-			s.payment, s.decided, s.expired = o.Payment, payment.StatusSucceeded, true
+			// The invoice's live payment: the key's, or after its failed one, a later attempt's.
+			ok := o.Payment != "" && (s.payment == "" || s.payment == o.Payment && s.decided != payment.StatusFailed ||
+				s.payment != o.Payment && s.decided != payment.StatusSucceeded)
+			s = keyState{payment: o.Payment, decided: payment.StatusSucceeded, expired: true}
 			return ok, s
-		case !k.refund && s.decided == payment.StatusFailed && o.Payment != "" && o.Payment != s.payment && !o.Replayed:
-			s = keyState{} // a new payment, under a new record
+		case !k.refund && s.decided != payment.StatusSucceeded && o.Payment != "" && s.payment != "" && o.Payment != s.payment:
+			// A new payment, under a new record (its first answer may have been lost): the
+			// key's earlier one must have failed, which no answer may have shown; the settled
+			// check of the key's payments says whether it did.
+			s = keyState{}
 		case !k.refund && s.decided == payment.StatusFailed && o.Status == http.StatusConflict && o.Code == "idempotency_key_in_use":
 			return true, s // a new payment in flight, whose first answer was lost
 		}

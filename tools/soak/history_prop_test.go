@@ -16,8 +16,10 @@ import (
 // times, each taking effect at a random point between its call and its answer, answered from the
 // key's true state at that point; some answers lost (Info) or refused with 503. The first POST to
 // take effect makes the payment, which may be final in its own answer (the sync wait), may pass
-// through unknown, and ends succeeded or failed.
-func legalHistory(t *rapid.T) []op {
+// through unknown, and ends succeeded or failed. With expiring, its record may then expire: a
+// later POST meets the invoice's live payment (duplicate_payment) after a success, or pays again
+// after a failure, in a payment final in its own answer.
+func legalHistory(t *rapid.T, expiring bool) []op {
 	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 	n := rapid.IntRange(1, 8).Draw(t, "requests")
@@ -39,7 +41,8 @@ func legalHistory(t *rapid.T) []op {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return reqs[a].at - reqs[b].at })
-	created, unknownAt, finalAt := -1, -1, -1
+	created, unknownAt, finalAt, expiredAt, again := -1, -1, -1, -1, -1
+	againOutcome := rapid.SampledFrom([]payment.Status{payment.StatusSucceeded, payment.StatusFailed}).Draw(t, "second outcome")
 	ops := make([]op, n)
 	for _, i := range order {
 		r := reqs[i]
@@ -53,6 +56,12 @@ func legalHistory(t *rapid.T) []op {
 					unknownAt = rapid.IntRange(r.at, finalAt-1).Draw(t, "unknown at")
 				}
 			}
+			if expiring {
+				expiredAt = finalAt + rapid.IntRange(1, 400).Draw(t, "expires after")
+			}
+		}
+		if !r.lookup && expiredAt >= 0 && r.at >= expiredAt && outcome == payment.StatusFailed && again < 0 && r.fate != "503" {
+			again = r.at // a new request: the second payment
 		}
 		o := op{Lookup: r.lookup, Call: ms(r.call), Return: ms(r.ret), Body: fmt.Sprintf("p%d", i)}
 		status := payment.StatusProcessing
@@ -62,6 +71,7 @@ func legalHistory(t *rapid.T) []op {
 		if finalAt >= 0 && r.at >= finalAt {
 			status = outcome
 		}
+		expired := expiredAt >= 0 && r.at >= expiredAt
 		switch {
 		case r.fate == "lost":
 			o = op{Call: o.Call, Return: o.Return, Info: true}
@@ -69,6 +79,14 @@ func legalHistory(t *rapid.T) []op {
 			o.Status, o.Code = 503, "unavailable"
 		case r.lookup && created < 0:
 			o.Status = 404
+		case again >= 0 && r.at >= again: // the second payment, final in its first answer
+			o.Status, o.Payment, o.Resource, o.Body = map[payment.Status]int{payment.StatusSucceeded: 201, payment.StatusFailed: 402}[againOutcome], "pay-2", againOutcome, "final-2"
+			o.Replayed = !r.lookup && r.at != again
+			if r.lookup {
+				o.Status = 200
+			}
+		case expired && !r.lookup && outcome == payment.StatusSucceeded:
+			o.Status, o.Code, o.Payment = 409, "duplicate_payment", "pay-1"
 		case r.lookup:
 			o.Status, o.Payment, o.Resource = 200, "pay-1", status
 		case status == payment.StatusSucceeded || status == payment.StatusFailed:
@@ -84,11 +102,13 @@ func legalHistory(t *rapid.T) []op {
 	return ops
 }
 
-// Every history kasa may give is explained by the model: the checker raises no false alarm.
+// Every history kasa may give, with records that expire or not, is explained by the model: the
+// checker raises no false alarm.
 func TestLegalHistoriesAreLinearizable(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		h := legalHistory(t)
-		require.True(t, linearizable(keyKind{}, h), "\n%s", describe(h))
+		expiring := rapid.Bool().Draw(t, "expiring")
+		h := legalHistory(t, expiring)
+		require.True(t, linearizable(keyKind{expires: expiring}, h), "\n%s", describe(h))
 	})
 }
 
@@ -96,7 +116,7 @@ func TestLegalHistoriesAreLinearizable(t *testing.T) {
 // payment under a key.
 func TestSecondPaymentIsCaught(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		h := legalHistory(t)
+		h := legalHistory(t, false)
 		var naming []int
 		for i, o := range h {
 			if o.Payment != "" {

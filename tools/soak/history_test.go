@@ -35,6 +35,7 @@ func TestLinearizableKeyHistories(t *testing.T) {
 		}
 		return op{Lookup: true, Call: c, Return: r, Status: 200, Payment: id, Resource: res}
 	}
+	replayed := func(o op) op { o.Replayed = true; return o }
 	dup := func(from, to int, id string) op {
 		c, r := at(from, to)
 		return op{Call: c, Return: r, Status: 409, Code: "duplicate_payment", Payment: id}
@@ -77,6 +78,9 @@ func TestLinearizableKeyHistories(t *testing.T) {
 		{"an expired key: the invoice names its payment", []op{ans(0, 10, 201, p1, ok, 2), dup(20, 30, p1), dup(40, 50, p1)}, true, expiring},
 		{"an expired key: the invoice names another payment", []op{ans(0, 10, 201, p1, ok, 2), dup(20, 30, p2)}, false, expiring},
 		{"an expired key pays again after a failure", []op{ans(0, 10, 402, p1, failed, 3), ans(20, 30, 201, p2, ok, 2), ans(40, 50, 201, p2, ok, 2)}, true, expiring},
+		{"an expired key's second payment, whose first answer was lost", []op{ans(0, 10, 402, p1, failed, 3), none(20, 30), replayed(ans(40, 50, 201, p2, ok, 2))}, true, expiring},
+		{"the invoice names an expired key's second payment", []op{ans(0, 10, 402, p1, failed, 3), none(20, 30), dup(40, 50, p2)}, true, expiring},
+		{"the invoice names a payment, which then ends failed", []op{ans(0, 10, 202, p1, processing, 1), dup(20, 30, p1), lookup(40, 50, p1, failed)}, false, expiring},
 		{"an expired key pays again after a success", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 201, p2, ok, 2)}, false, expiring},
 		{"an expired key, though no answer showed the payment finished", []op{ans(0, 10, 202, p1, processing, 1), dup(20, 30, p1)}, true, expiring},
 		{"a failed payment named by its invoice", []op{ans(0, 10, 402, p1, failed, 3), dup(20, 30, p1)}, false, expiring},

@@ -95,6 +95,9 @@ func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry
 		case o.Code == "idempotency_key_in_use":
 			return false, true
 		case k.expires && (o.Code == "duplicate_payment" || o.Code == "idempotency_key_reused"):
+			if o.Payment != "" { // the invoice's payment: the key's, or a later attempt's after a failure
+				k.ids[o.Payment] = true
+			}
 			return false, false // the key's record expired: the history's check says whether it may have
 		}
 	}
@@ -198,7 +201,7 @@ func (l *load) newKey(key string) *keyRecord {
 	})
 	k := &keyRecord{Key: key, Merchant: m, Account: acct.ID, Amount: amount, body: body, expires: l.expires, ids: map[string]bool{}, Statuses: map[int]int{}}
 	switch r := l.rng.Float64(); {
-	case r < refundShare/2: // the whole amount, or what is left after a part failed
+	case r < refundShare/2: // the whole amount
 		k.refunds = []int64{amount}
 	case r < refundShare: // two parts at once: together never more than the payment
 		k.refunds = []int64{amount / 2, amount - amount/2}

@@ -90,7 +90,7 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 		k.mu.Lock()
 		r.Sends += k.Sends
 		for _, o := range k.history {
-			if o.Code == "duplicate_payment" || o.Code == "idempotency_key_reused" {
+			if k.expires && (o.Code == "duplicate_payment" || o.Code == "idempotency_key_reused") {
 				r.Expired++
 			}
 		}

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,29 +77,37 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 		st.days = append(st.days, d.Format(time.DateOnly))
 	}
 	var unanswered []*keyRecord // refund keys that learned no refund
+	var lastStart time.Time     // of the latest key's first request
 	for _, k := range ld.snapshot() {
+		k.mu.Lock()
+		if len(k.history) > 0 && k.history[0].Call.After(lastStart) {
+			lastStart = k.history[0].Call
+		}
+		k.mu.Unlock()
 		switch {
-		case k.accepted():
-		case k.Of != nil:
+		case k.Of != nil && !k.accepted():
 			call := time.Now()
 			r, err := s.api.replay(k)
 			if accepted, _ := k.record(call, r, err); !accepted {
 				unanswered = append(unanswered, k)
 				continue
 			}
-		default:
-			call := time.Now()
-			p, ok, err := s.api.resource(k.Merchant.APIKey, "/v1/payments?idempotency_key="+k.Key)
+		case k.Of == nil && (!k.accepted() || k.expires):
+			// An expiring key may have paid again in an attempt no answer named: the lookup finds
+			// the newest payment.
+			accepted := k.accepted()
+			p, ok, err := s.lookup(k)
 			if err != nil {
-				return nil, fmt.Errorf("look up key %s: %w", k.Key, err)
+				return nil, err
 			}
-			k.mu.Lock()
-			k.history = append(k.history, lookupOf(call, p.Resource, ok))
-			if ok {
-				k.ID, k.ids[p.ID] = p.ID, true
+			if ok && !accepted {
 				rep.LearnedByKey++
 			}
-			k.mu.Unlock()
+			if ok {
+				k.mu.Lock()
+				k.ID, k.ids[p.ID] = cmp.Or(k.ID, p.ID), true
+				k.mu.Unlock()
+			}
 		}
 		k.mu.Lock()
 		for id := range k.ids {
@@ -106,14 +115,17 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 		}
 		k.mu.Unlock()
 	}
-
-	if err := s.findRefunds(st, unanswered); err != nil {
-		return nil, err
-	}
+	s.findRefunds(st, unanswered)
 
 	// One bound for the whole settling: a payment still unfinished at its end is a violation.
 	deadline := time.Now().Add(s.o.Settle)
-	if err := s.poll(ctx, st, earliest(deadline, healed.Add(liveBound)), func(p *paid) bool { return p.res.Status != payment.StatusProcessing }); err != nil {
+	// Liveness counts from the faults' end, or from the last key's start when that came later (a
+	// refund waits for its payment).
+	live := healed
+	if lastStart.After(live) {
+		live = lastStart
+	}
+	if err := s.poll(ctx, st, earliest(deadline, live.Add(liveBound)), func(p *paid) bool { return p.res.Status != payment.StatusProcessing }); err != nil {
 		return nil, err
 	}
 	st.live = time.Since(healed)
@@ -139,19 +151,57 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 			return nil, err
 		}
 	}
-	return st, s.poll(ctx, st, deadline, (*paid).done)
+	if err := s.poll(ctx, st, deadline, (*paid).done); err != nil {
+		return nil, err
+	}
+	s.finalReads(ld.snapshot())
+	return st, nil
+}
+
+// lookup is GET /v1/payments?idempotency_key= for a payment key, recorded in its history.
+func (s *stack) lookup(k *keyRecord) (resource, bool, error) {
+	call := time.Now()
+	p, ok, err := s.api.resource(k.Merchant.APIKey, "/v1/payments?idempotency_key="+k.Key)
+	if err != nil {
+		return p, false, fmt.Errorf("look up key %s: %w", k.Key, err)
+	}
+	k.mu.Lock()
+	k.history = append(k.history, lookupOf(call, p.Resource, ok))
+	k.mu.Unlock()
+	return p, ok, nil
+}
+
+// finalReads adds to every key's history a read of what it made once everything settled (by key
+// for a payment, by id for a refund): an answer that an earlier one contradicts, such as a
+// payment the invoice named as live that ended failed, shows against it. A failed read adds
+// nothing.
+func (s *stack) finalReads(keys []*keyRecord) {
+	inParallel(keys, func(k *keyRecord) {
+		if k.Of == nil {
+			_, _, _ = s.lookup(k)
+			return
+		}
+		if id := k.id(); id != "" {
+			call := time.Now()
+			if r, ok, err := s.api.resource(k.Merchant.APIKey, "/v1/refunds/"+id); err == nil && ok {
+				k.mu.Lock()
+				k.history = append(k.history, lookupOf(call, r.Resource, true))
+				k.mu.Unlock()
+			}
+		}
+	})
 }
 
 // findRefunds finds the refunds of keys whose every answer was lost and whose record then
 // expired (the key answers 422 for good): such a key's refund, if it was made, is one of its
-// payment's refunds of its amount that no other key names. A key left without one is checked as
-// never answered.
-func (s *stack) findRefunds(st *settled, keys []*keyRecord) error {
+// payment's refunds of its amount that no other key names. A key left without one (or whose
+// payment's refunds could not be read) is checked as never answered.
+func (s *stack) findRefunds(st *settled, keys []*keyRecord) {
 	for _, k := range keys {
 		var page struct{ Data []resource }
 		r, err := s.api.patient("GET", s.api.base+"/v1/payments/"+k.Of.id()+"/refunds?limit=100", k.Merchant.APIKey, nil)
 		if err != nil || r.status != 200 || json.Unmarshal(r.body, &page) != nil {
-			return fmt.Errorf("refunds of payment %s: %d %s %v", k.Of.id(), r.status, r.body, err)
+			continue
 		}
 		for _, rf := range page.Data {
 			if _, named := st.payments[rf.ID]; !named && rf.Amount == payment.FormatAmount(k.Amount, "TRY") {
@@ -163,7 +213,6 @@ func (s *stack) findRefunds(st *settled, keys []*keyRecord) error {
 			}
 		}
 	}
-	return nil
 }
 
 func earliest(a, b time.Time) time.Time {

@@ -95,8 +95,10 @@ func (o *Options) defaults() {
 	if o.Retention < 0 {
 		o.Retention = []time.Duration{0, time.Second}[draw.IntN(2)]
 	}
-	if o.Shape == "" {
-		o.Shape = Shapes[draw.IntN(len(Shapes))]
+	if shape := Shapes[draw.IntN(len(Shapes))]; o.Shape == "" && slices.Contains(o.Kinds, LoseBroker) {
+		o.Shape = ShapeCluster // the only shape with a broker of its own
+	} else if o.Shape == "" {
+		o.Shape = shape
 	}
 	if o.Settle <= 0 {
 		o.Settle = 3 * time.Minute
@@ -206,7 +208,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	defer stopLoad()
 	retryCtx, stopRetries := context.WithCancel(ctx)
 	defer stopRetries()
-	ld := newLoad(s.api, o.Rate, o.Seed, merchants, o.Retention > 0)
+	ld := newLoad(s.api, o.Rate, o.Seed, merchants, o.expires())
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	s.balances = watchBalances(watchCtx, s.api, merchants, 2*time.Second)
@@ -262,6 +264,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	rep.WriteText(s.log)
 	return rep, nil
 }
+
+// expires says whether idempotency records may expire while the soak still sends their keys.
+func (o Options) expires() bool { return o.Retention > 0 && o.Retention < o.Duration+2*o.Settle }
 
 // retentionOf names the records' retention of a soak.
 func retentionOf(d time.Duration) string {
@@ -572,7 +577,12 @@ func (s *stack) heal(ctx context.Context) error {
 			return err
 		}
 	}
-	return s.api.waitOK(s.api.base+"/readyz", s.o.Settle)
+	for _, base := range append([]string{s.api.base}, s.api.others...) {
+		if err := s.api.waitOK(base+"/readyz", s.o.Settle); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *stack) teardown() {

@@ -252,6 +252,14 @@ func TestChecksFindViolations(t *testing.T) {
 		{"event of a payment nobody made", "webhooks", func(s *soakState) {
 			s.hook.events["ep9"] = &event{ID: "ep9", Type: "payment.succeeded", Payment: resource{Resource: payment.Resource{ID: "p9", Status: payment.StatusSucceeded}}}
 		}},
+		{"an expired key paid again after a success", "keys", func(s *soakState) {
+			k := s.keys[0]
+			k.expires, k.ids["p1b"] = true, true
+			s.st.payments["p1"].res.CreatedAt = "2026-12-04T00:00:01.000000Z"
+			res := resource{Resource: payment.Resource{ID: "p1b", Status: payment.StatusFailed, CreatedAt: "2026-12-04T00:00:02.000000Z"}}
+			s.st.payments["p1b"] = &paid{id: "p1b", res: res, key: k}
+			s.hook.events["ep1b"] = &event{ID: "ep1b", Type: "payment.failed", Payment: res, Deliveries: 1}
+		}},
 		{"an expired key's earlier attempt no answer named", "", func(s *soakState) { unnamedAttempt(s, false) }},
 		{"an expired key's earlier attempt, charged", "webhooks", func(s *soakState) { unnamedAttempt(s, true) }},
 		{"badly signed delivery", "webhooks", func(s *soakState) { s.hook.bad = []string{"event ep1: signature does not verify"} }},
