@@ -62,7 +62,8 @@ type fakeStore struct {
 	deliveries []store.Delivery
 	keys       map[uuid.UUID]*fakeKey
 	watchers   map[uuid.UUID][]chan store.Answer
-	fail       map[string]error // method name -> the error it returns
+	fail       map[string]error  // method name -> the error it returns
+	before     map[string]func() // method name -> what happens once, just before its next call
 	calls      map[string]int
 	minted     map[string]string // random values the server made -> placeholder in golden files
 	lastList   store.ListPaymentsInput
@@ -89,6 +90,7 @@ func newFakeStore() *fakeStore {
 		deposits: map[recordKey]store.Deposit{},
 		watchers: map[uuid.UUID][]chan store.Answer{},
 		fail:     map[string]error{},
+		before:   map[string]func(){},
 		calls:    map[string]int{},
 		minted:   map[string]string{},
 
@@ -117,6 +119,13 @@ func (f *fakeStore) call(name string) error {
 
 // get serves the read name: m[k], or payment.ErrNotFound.
 func get[K comparable, V any](f *fakeStore, name string, m map[K]V, k K) (V, error) {
+	f.mu.Lock()
+	hook := f.before[name]
+	delete(f.before, name)
+	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var none V

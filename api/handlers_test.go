@@ -171,6 +171,17 @@ var handlerCases = []handlerCase{
 		}},
 	{name: "payment_processing_202", req: request{body: payBody},
 		setup: func(f *fixture) { f.wf.outcome = "" }},
+	{name: "payment_final_after_its_record_was_read_201", req: request{body: payBody},
+		setup: func(f *fixture) {
+			// The sync wait ends with the record processing; the worker commits before the
+			// payment is read. That commit completed the record: its stored answer goes out.
+			f.wf.outcome = ""
+			f.st.before["Payment"] = func() {
+				for id := range f.st.payments {
+					f.st.finish(id, payment.StatusSucceeded)
+				}
+			}
+		}},
 	{name: "payment_unknown_202", req: request{body: payBody},
 		setup: func(f *fixture) { f.wf.outcome = payment.StatusUnknown }},
 	{name: "payment_unknown_announced_202", req: request{body: payBody},
@@ -255,6 +266,16 @@ var handlerCases = []handlerCase{
 		}},
 	{name: "refund_processing_202", req: request{method: "POST", path: refundsPath, body: refundBody},
 		setup: func(f *fixture) { f.paid(); f.wf.outcome = "" }},
+	{name: "refund_final_after_its_record_was_read_201", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) {
+			f.paid()
+			f.wf.outcome = ""
+			f.st.before["Refund"] = func() {
+				for id := range f.st.refunds {
+					f.st.finishRefund(id, payment.StatusSucceeded)
+				}
+			}
+		}},
 	{name: "refund_unknown_202", req: request{method: "POST", path: refundsPath, body: refundBody},
 		setup: func(f *fixture) { f.paid(); f.wf.outcome = payment.StatusUnknown },
 		check: func(t *testing.T, f *fixture) {

@@ -109,7 +109,7 @@ func (s *Server) answerExisting(c *gin.Context, k opKind, rec store.Record, hash
 		s.replay(c, k, rec)
 	case store.RecordUnknown:
 		s.metrics.idempotency.WithLabelValues("unknown").Inc()
-		s.writeCurrent(c, k, rec.OperationID)
+		s.writeCurrent(c, k, rec.MerchantID, rec.Key, rec.OperationID)
 	default:
 		// Processing. If its owner died before starting the workflow and the lease ran out,
 		// exactly one retry takes the operation over and starts the (deduplicated) workflow.
@@ -176,7 +176,7 @@ func (s *Server) run(c *gin.Context, k opKind, o op, start time.Time) {
 		s.replayFirst(c, k, rec)
 		return
 	}
-	s.writeCurrent(c, k, o.id)
+	s.writeCurrent(c, k, o.merchantID, o.key, o.id)
 }
 
 // awaitOutcome waits up to SyncWait for the operation to leave processing. When the worker runs
@@ -226,19 +226,32 @@ func (s *Server) awaitOutcome(ctx context.Context, k opKind, o op, runID string,
 	}
 }
 
-// writeCurrent answers with the operation as it is now (writePending).
-func (s *Server) writeCurrent(c *gin.Context, k opKind, id uuid.UUID) {
-	res, status, err := k.current(c.Request.Context(), id)
+// writeCurrent answers with the operation as it is now (writePending). An operation that became
+// final since its record was read completed that record in the same commit: its stored answer
+// goes out instead, as it will to every replay, never a 202 with a final resource.
+func (s *Server) writeCurrent(c *gin.Context, k opKind, merchantID uuid.UUID, key string, id uuid.UUID) {
+	ctx := c.Request.Context()
+	res, status, err := k.current(ctx, id)
 	if err != nil {
 		s.writeError(c, err)
 		return
+	}
+	if status.Final() {
+		rec, err := k.record(ctx, merchantID, key)
+		if err != nil {
+			s.writeError(c, err)
+			return
+		}
+		if rec.Status == store.RecordCompleted {
+			s.replayFirst(c, k, rec)
+			return
+		}
 	}
 	writePending(c, k.path()+id.String(), res, status)
 }
 
 // writePending answers a request whose operation has no stored answer yet with the operation as
-// it is now; non-final states carry Retry-After. It is 202 even when the operation became final
-// since its record was read: the stored answer, not this one, is what replays return.
+// it is now; non-final states carry Retry-After.
 func writePending(c *gin.Context, location string, resource any, status payment.Status) {
 	c.Header("Location", location)
 	if !status.Final() {
