@@ -59,6 +59,7 @@ func TestLinearizableKeyHistories(t *testing.T) {
 		{"in flight after the final answer", []op{ans(0, 10, 402, p1, failed, 3), ans(20, 30, 202, p1, processing, 1)}, false, keyKind{}},
 		{"a replay that is not the final answer's bytes", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 201, p1, ok, 9)}, false, keyKind{}},
 		{"a final answer that changes", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 402, p1, failed, 3)}, false, keyKind{}},
+		{"202 with a final resource (a race kasa had at the sync wait's end)", []op{ans(0, 10, 202, p1, ok, 2), ans(20, 30, 201, p1, ok, 2)}, false, keyKind{}},
 		{"201 for a failed payment", []op{ans(0, 10, 201, p1, failed, 2)}, false, keyKind{}},
 		{"another request under the key", []op{problem(0, 10, 422, "idempotency_key_reused")}, false, keyKind{}},
 		{"a duplicate business key", []op{problem(0, 10, 409, "duplicate_payment")}, false, keyKind{}},
