@@ -92,13 +92,21 @@ type keyState struct {
 
 // keyKind is what the model knows of a key beside its history: whether it is a refund's, and
 // whether records may expire during the run (a retention shorter than the run).
-type keyKind struct{ refund, expires bool }
+type keyKind struct {
+	refund, expires bool
+	request         string // the hash of the key's request: another one answers 422
+}
 
 func isFinal(s payment.Status) bool { return s == payment.StatusSucceeded || s == payment.StatusFailed }
 
 // stepKey says whether the model of one key, in state s, may give o's answer, and the state after.
-// The soak sends one body per key, so 422 is right only for a refund's expired key.
+// 422 is right for another request under the key, and for a refund's expired key.
 func stepKey(k keyKind, s keyState, o op) (bool, keyState) {
+	if o.Request != "" && k.request != "" && o.Request != k.request {
+		// Another request under the key changes nothing, and says so.
+		return o.Info || o.Status == http.StatusTooManyRequests || o.Status >= 500 ||
+			o.Status == http.StatusUnprocessableEntity && o.Code == "idempotency_key_reused", s
+	}
 	if k.expires && !o.Info {
 		// A finished operation's record may be gone (docs/api.md, KASA_IDEMPOTENCY_RETENTION): a
 		// refund's key then answers 422 for good; a payment's key is a new request, which the

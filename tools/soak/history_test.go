@@ -36,6 +36,7 @@ func TestLinearizableKeyHistories(t *testing.T) {
 		return op{Lookup: true, Call: c, Return: r, Status: 200, Payment: id, Resource: res}
 	}
 	replayed := func(o op) op { o.Replayed = true; return o }
+	req := func(o op, hash string) op { o.Request = hash; return o }
 	dup := func(from, to int, id string) op {
 		c, r := at(from, to)
 		return op{Call: c, Return: r, Status: 409, Code: "duplicate_payment", Payment: id}
@@ -59,6 +60,8 @@ func TestLinearizableKeyHistories(t *testing.T) {
 		{"in flight after the final answer", []op{ans(0, 10, 402, p1, failed, 3), ans(20, 30, 202, p1, processing, 1)}, false, keyKind{}},
 		{"a replay that is not the final answer's bytes", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 201, p1, ok, 9)}, false, keyKind{}},
 		{"a final answer that changes", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 402, p1, failed, 3)}, false, keyKind{}},
+		{"another request under the key", []op{req(ans(0, 10, 201, p1, ok, 2), "a"), req(problem(20, 30, 422, "idempotency_key_reused"), "b"), req(ans(40, 50, 201, p1, ok, 2), "a")}, true, keyKind{request: "a"}},
+		{"another request under the key, answered as the key's", []op{req(ans(0, 10, 201, p1, ok, 2), "a"), req(ans(20, 30, 201, p1, ok, 2), "b")}, false, keyKind{request: "a"}},
 		{"202 with a final resource (a race kasa had at the sync wait's end)", []op{ans(0, 10, 202, p1, ok, 2), ans(20, 30, 201, p1, ok, 2)}, false, keyKind{}},
 		{"201 for a failed payment", []op{ans(0, 10, 201, p1, failed, 2)}, false, keyKind{}},
 		{"another request under the key", []op{problem(0, 10, 422, "idempotency_key_reused")}, false, keyKind{}},

@@ -36,6 +36,7 @@ type keyRecord struct {
 	Of       *keyRecord // a refund's payment
 	refunds  []int64    // a payment's: the refunds to ask for once it succeeded
 	expires  bool       // the key's record may expire during the run (a short retention)
+	other    []byte     // another request sent under the key once it was answered, or none
 
 	mu         sync.Mutex
 	ids        map[string]bool // payment ids answered for the key: one, unless an expired key paid again
@@ -107,13 +108,19 @@ func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry
 
 // note adds a POST of the key to its history (k.mu held), with the request's hash.
 func (k *keyRecord) note(o op) op {
-	sum := sha256.Sum256(k.body)
-	o.Request = hex.EncodeToString(sum[:])
+	o.Request = requestHash(k.body)
 	k.history = append(k.history, o)
 	return o
 }
 
-func (k *keyRecord) kind() keyKind { return keyKind{refund: k.Of != nil, expires: k.expires} }
+func requestHash(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
+}
+
+func (k *keyRecord) kind() keyKind {
+	return keyKind{refund: k.Of != nil, expires: k.expires, request: requestHash(k.body)}
+}
 
 func (k *keyRecord) accepted() bool {
 	k.mu.Lock()
@@ -139,6 +146,7 @@ type load struct {
 	dupNow  int // keys sent twice at once
 	dupLate int // keys sent again after their answer
 	refunds int // refund keys sent
+	reused  int // keys sent again with another request
 	wg      sync.WaitGroup
 }
 
@@ -200,6 +208,13 @@ func (l *load) newKey(key string) *keyRecord {
 		"invoice_id": "inv-" + key, "amount": payment.FormatAmount(amount, "TRY"), "currency": "TRY", "account_id": acct.ID,
 	})
 	k := &keyRecord{Key: key, Merchant: m, Account: acct.ID, Amount: amount, body: body, expires: l.expires, ids: map[string]bool{}, Statuses: map[int]int{}}
+	// Another request under the key, which must answer 422; not where the key may have expired,
+	// as it would then be a new payment.
+	if reuse := l.rng.Float64() < 0.05; reuse && !l.expires {
+		k.other, _ = json.Marshal(map[string]string{
+			"invoice_id": "inv-" + key, "amount": payment.FormatAmount(amount+1, "TRY"), "currency": "TRY", "account_id": acct.ID,
+		})
+	}
 	switch r := l.rng.Float64(); {
 	case r < refundShare/2: // the whole amount
 		k.refunds = []int64{amount}
@@ -239,6 +254,18 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 			r, err := l.api.post(k)
 			k.record(call, r, err)
 		}
+	}
+	if k.other != nil && k.accepted() {
+		call := time.Now()
+		r, err := l.api.call("POST", l.api.base+k.path(), k.Merchant.APIKey, k.other, "Idempotency-Key", k.Key)
+		o := opOf(call, r, err)
+		o.Request = requestHash(k.other)
+		k.mu.Lock()
+		k.history = append(k.history, o)
+		k.mu.Unlock()
+		l.mu.Lock()
+		l.reused++
+		l.mu.Unlock()
 	}
 }
 

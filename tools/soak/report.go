@@ -38,6 +38,7 @@ type Report struct {
 	DupNow       int            `json:"dup_concurrent"`  // keys sent twice at once
 	DupLate      int            `json:"dup_later"`       // keys sent again after their answer
 	RefundKeys   int            `json:"refund_keys"`     // of the keys, refunds of payments that succeeded
+	Reused       int            `json:"reused"`          // keys sent again with another request (422 expected)
 	Sends        int            `json:"sends"`           // POSTs of payments and refunds made
 	LearnedByKey int            `json:"learned_by_key"`  // keys whose payment the client learned only by GET ?idempotency_key
 	Expired      int            `json:"expired_answers"` // answers that showed a key's record expired (409 duplicate_payment, 422 for a refund)
@@ -83,7 +84,7 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 	}
 	keys := ld.snapshot()
 	ld.mu.Lock()
-	r.Keys, r.Skipped, r.DupNow, r.DupLate, r.RefundKeys = len(keys), ld.skipped, ld.dupNow, ld.dupLate, ld.refunds
+	r.Keys, r.Skipped, r.DupNow, r.DupLate, r.RefundKeys, r.Reused = len(keys), ld.skipped, ld.dupNow, ld.dupLate, ld.refunds, ld.reused
 	ld.mu.Unlock()
 	r.Answers = map[string]int{}
 	for _, k := range keys {
@@ -205,9 +206,9 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "\nFaults that did not go as planned:\n\n%s\n", strings.Join(failed, "\n"))
 	}
 
-	fmt.Fprintf(w, "\n## Payments and refunds\n\n%d keys (%d of them refunds; %d sent twice at once, %d sent again after their answer; %d not sent: too many clients retrying), "+
+	fmt.Fprintf(w, "\n## Payments and refunds\n\n%d keys (%d of them refunds; %d sent twice at once, %d sent again after their answer, %d with another request; %d not sent: too many clients retrying), "+
 		"%d requests; %d keys learned their payment only by `GET ?idempotency_key`; %d answers showed a key's record expired.\n\n",
-		r.Keys, r.RefundKeys, r.DupNow, r.DupLate, r.Skipped, r.Sends, r.LearnedByKey, r.Expired)
+		r.Keys, r.RefundKeys, r.DupNow, r.DupLate, r.Reused, r.Skipped, r.Sends, r.LearnedByKey, r.Expired)
 	fmt.Fprintf(w, "| outcome | count |\n|---|---:|\n")
 	for _, k := range slices.Sorted(maps.Keys(r.Payments)) {
 		fmt.Fprintf(w, "| %s | %d |\n", k, r.Payments[k])

@@ -354,14 +354,14 @@ const brokenSeed = 410
 // docs/tools.md names, "A broken build"), a worker with capability idempotent polls beside the
 // none ones and re-sends ambiguous charges to a bank that has no idempotency. The soak must say so,
 // and only so: in the cluster shape (two APIs, the real Temporal Server, a NATS server), with
-// refunds and expiring keys, every other check holds.
+// refunds and keys sent again with another request, every other check holds.
 func TestCheckerCatchesABrokenBuild(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "kasa-broken")
 	_, err := devenv.Command{}.Run(context.Background(), "go", "build", "-tags", "kasa_broken_split", "-o", bin, "github.com/kasa-pay/kasa/cmd/kasa")
 	require.NoError(t, err)
 	var log bytes.Buffer
 	rep, err := Run(context.Background(), Options{Binary: bin, Duration: 40 * time.Second, Seed: brokenSeed, Rate: 4, Shape: ShapeCluster,
-		Capability: "none", Retention: time.Second, Kinds: []Kind{SettingsSplit, BankFault}, Dir: filepath.Join(t.TempDir(), "soak"), Log: &log})
+		Capability: "none", Kinds: []Kind{SettingsSplit, BankFault}, Dir: filepath.Join(t.TempDir(), "soak"), Log: &log})
 	require.NoError(t, err, "%s", log.String())
 	t.Logf("%s", log.String())
 	failed := map[string]int{}
@@ -378,6 +378,7 @@ func TestCheckerCatchesABrokenBuild(t *testing.T) {
 	delete(failed, "kasa reconcile finds no mismatch") // the bank's file lists the second charges
 	require.Empty(t, failed, "nothing else broke")
 	require.Positive(t, rep.Payments["refund:succeeded"], "%v", rep.Payments)
+	require.Positive(t, rep.Reused, "keys sent again with another request")
 }
 
 // SIGTERM to `kasa soak` stops every process it started and exits 2 without a verdict.
