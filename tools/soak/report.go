@@ -54,6 +54,7 @@ type Report struct {
 	UnplannedExits map[string][]string `json:"unplanned_exits,omitempty"`
 
 	Checks     []Check `json:"checks"`
+	CheckedIn  string  `json:"checked_in"` // how long the checks took, the replays and the histories' included
 	Violations int     `json:"violations"`
 
 	// histories are every key's requests, written beside the report when a check failed.
@@ -218,8 +219,8 @@ func (r *Report) WriteText(w io.Writer) {
 	for _, k := range slices.Sorted(maps.Keys(r.Answers)) {
 		fmt.Fprintf(w, " %s ×%d", k, r.Answers[k])
 	}
-	fmt.Fprintf(w, ".\n\nWebhooks: %d deliveries of %d distinct events. Settlement imports while settling: %d. Nothing was processing %s after the faults ended; settling ended %s after.\n",
-		r.Deliveries, r.Events, len(r.Reconciles), r.LiveAfter, r.SettledAfter)
+	fmt.Fprintf(w, ".\n\nWebhooks: %d deliveries of %d distinct events. Settlement imports while settling: %d. Nothing was processing %s after the faults ended; settling ended %s after; the checks took %s.\n",
+		r.Deliveries, r.Events, len(r.Reconciles), r.LiveAfter, r.SettledAfter, r.CheckedIn)
 	if len(r.UnplannedExits) > 0 {
 		fmt.Fprintf(w, "\nProcesses that exited without being killed (restarted by the soak):\n\n")
 		for _, name := range slices.Sorted(maps.Keys(r.UnplannedExits)) {

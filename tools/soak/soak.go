@@ -234,7 +234,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	stopWatch() // the readings cover the load, the faults and the settling
 	rep.SettledAfter = time.Since(healed).Round(time.Second).String()
+	checking := time.Now()
 	s.check(ctx, ld, st, rep)
+	rep.CheckedIn = time.Since(checking).Round(100 * time.Millisecond).String()
 	if ctx.Err() != nil {
 		return nil, ErrInterrupted
 	}
