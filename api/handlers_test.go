@@ -182,6 +182,20 @@ var handlerCases = []handlerCase{
 				}
 			}
 		}},
+	{name: "payment_record_expired_before_the_answer_201", req: request{body: payBody},
+		setup: func(f *fixture) {
+			// With a retention of seconds, the worker commits and retention deletes the completed
+			// record before the first answer goes out: it is the payment's answer, not a 404.
+			f.wf.outcome = ""
+			f.st.before["Record"] = func() {
+				for id := range f.st.payments {
+					f.st.finish(id, payment.StatusSucceeded)
+				}
+				f.st.mu.Lock()
+				clear(f.st.records)
+				f.st.mu.Unlock()
+			}
+		}},
 	{name: "payment_unknown_202", req: request{body: payBody},
 		setup: func(f *fixture) { f.wf.outcome = payment.StatusUnknown }},
 	{name: "payment_unknown_announced_202", req: request{body: payBody},
@@ -274,6 +288,19 @@ var handlerCases = []handlerCase{
 				for id := range f.st.refunds {
 					f.st.finishRefund(id, payment.StatusSucceeded)
 				}
+			}
+		}},
+	{name: "refund_record_expired_before_the_answer_201", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) {
+			f.paid()
+			f.wf.outcome = ""
+			f.st.before["RefundRecord"] = func() {
+				for id := range f.st.refunds {
+					f.st.finishRefund(id, payment.StatusSucceeded)
+				}
+				f.st.mu.Lock()
+				clear(f.st.refundRecords)
+				f.st.mu.Unlock()
 			}
 		}},
 	{name: "refund_unknown_202", req: request{method: "POST", path: refundsPath, body: refundBody},

@@ -167,11 +167,12 @@ func (s *Server) run(c *gin.Context, k opKind, o op, start time.Time) {
 		return
 	}
 	rec, err := k.record(ctx, o.merchantID, o.key)
-	if err != nil {
+	switch {
+	case errors.Is(err, payment.ErrNotFound): // completed and already expired: writeCurrent says so
+	case err != nil:
 		s.writeError(c, err)
 		return
-	}
-	if rec.Status == store.RecordCompleted {
+	case rec.Status == store.RecordCompleted:
 		k.finished(start)
 		s.replayFirst(c, k, rec)
 		return
@@ -238,11 +239,18 @@ func (s *Server) writeCurrent(c *gin.Context, k opKind, merchantID uuid.UUID, ke
 	}
 	if status.Final() {
 		rec, err := k.record(ctx, merchantID, key)
-		if err != nil {
+		switch {
+		case errors.Is(err, payment.ErrNotFound):
+			// Retention deletes only completed records, and with a retention of seconds it can
+			// do so before this first answer goes out: the answer is rendered from the
+			// operation, as its commit stored it, never a 404.
+			c.Header("Location", k.path()+id.String())
+			writeJSON(c, answerStatus(status), res)
+			return
+		case err != nil:
 			s.writeError(c, err)
 			return
-		}
-		if rec.Status == store.RecordCompleted {
+		case rec.Status == store.RecordCompleted:
 			s.replayFirst(c, k, rec)
 			return
 		}
