@@ -381,12 +381,13 @@ func TestCheckerCatchesABrokenBuild(t *testing.T) {
 	require.Positive(t, rep.Reused, "keys sent again with another request")
 }
 
-// SIGTERM to `kasa soak` stops every process it started and exits 2 without a verdict.
+// SIGTERM to `kasa soak` stops every process it started (the cluster shape's Temporal Server and NATS
+// too) and exits 2 without a verdict.
 func TestSoakStopsOnSIGTERM(t *testing.T) {
 	bin := testkit.KasaBinary(t)
 	var err error
 	dir := filepath.Join(t.TempDir(), "soak")
-	cmd := exec.Command(bin, "soak", "--duration", "10m", "--seed", "1", "--dir", dir, "--out", "")
+	cmd := exec.Command(bin, "soak", "--duration", "10m", "--seed", "1", "--shape", "cluster", "--dir", dir, "--out", "")
 	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
@@ -415,7 +416,7 @@ func TestSoakStopsOnSIGTERM(t *testing.T) {
 	require.Equal(t, 2, exit.ExitCode(), "%s", out.String())
 	require.Contains(t, out.String(), "interrupted")
 	require.Empty(t, processesUnder(dir), "every process of the soak stopped")
-	for _, name := range []string{"api", "worker-1", "worker-2", "relay"} {
+	for _, name := range []string{"api-1", "api-2", "worker-1", "worker-2", "relay"} {
 		b, err := os.ReadFile(filepath.Join(dir, name+".log"))
 		require.NoError(t, err)
 		require.Contains(t, string(b), "shutting down", "%s stopped on SIGTERM, not killed", name)
