@@ -142,6 +142,32 @@ func (f *fixture) seedRefund(key string, paymentID uuid.UUID, body string, statu
 // paid seeds merchant A's succeeded payment of 10.00, fakeID(1), to refund.
 func (f *fixture) paid() { f.seed("k1", payBody, payment.StatusSucceeded, time.Time{}) }
 
+// commitBefore leaves the request's operation processing at the sync wait's end, then has the
+// worker commit it, succeeded, just before the store's next call named call (a refund's read,
+// Refund or RefundRecord, or a payment's); with expire, retention then deletes its record.
+func (f *fixture) commitBefore(call string, expire bool) {
+	f.wf.outcome = ""
+	refund := strings.HasPrefix(call, "Refund")
+	f.st.before[call] = func() {
+		records := f.st.records
+		if refund {
+			records = f.st.refundRecords
+			for id := range f.st.refunds {
+				f.st.finishRefund(id, payment.StatusSucceeded)
+			}
+		} else {
+			for id := range f.st.payments {
+				f.st.finish(id, payment.StatusSucceeded)
+			}
+		}
+		if expire {
+			f.st.mu.Lock()
+			clear(records)
+			f.st.mu.Unlock()
+		}
+	}
+}
+
 // Refund requests of the payment fakeID(1), and their paths.
 var (
 	refundsPath     = "/v1/payments/" + fakeID(1).String() + "/refunds"
@@ -172,30 +198,13 @@ var handlerCases = []handlerCase{
 	{name: "payment_processing_202", req: request{body: payBody},
 		setup: func(f *fixture) { f.wf.outcome = "" }},
 	{name: "payment_final_after_its_record_was_read_201", req: request{body: payBody},
-		setup: func(f *fixture) {
-			// The sync wait ends with the record processing; the worker commits before the
-			// payment is read. That commit completed the record: its stored answer goes out.
-			f.wf.outcome = ""
-			f.st.before["Payment"] = func() {
-				for id := range f.st.payments {
-					f.st.finish(id, payment.StatusSucceeded)
-				}
-			}
-		}},
+		// The sync wait ends with the record processing; the worker commits before the payment
+		// is read. That commit completed the record: its stored answer goes out.
+		setup: func(f *fixture) { f.commitBefore("Payment", false) }},
 	{name: "payment_record_expired_before_the_answer_201", req: request{body: payBody},
-		setup: func(f *fixture) {
-			// With a retention of seconds, the worker commits and retention deletes the completed
-			// record before the first answer goes out: it is the payment's answer, not a 404.
-			f.wf.outcome = ""
-			f.st.before["Record"] = func() {
-				for id := range f.st.payments {
-					f.st.finish(id, payment.StatusSucceeded)
-				}
-				f.st.mu.Lock()
-				clear(f.st.records)
-				f.st.mu.Unlock()
-			}
-		}},
+		// With a retention of seconds, the worker commits and retention deletes the completed
+		// record before the first answer goes out: it is the payment's answer, not a 404.
+		setup: func(f *fixture) { f.commitBefore("Record", true) }},
 	{name: "payment_unknown_202", req: request{body: payBody},
 		setup: func(f *fixture) { f.wf.outcome = payment.StatusUnknown }},
 	{name: "payment_unknown_announced_202", req: request{body: payBody},
@@ -281,28 +290,9 @@ var handlerCases = []handlerCase{
 	{name: "refund_processing_202", req: request{method: "POST", path: refundsPath, body: refundBody},
 		setup: func(f *fixture) { f.paid(); f.wf.outcome = "" }},
 	{name: "refund_final_after_its_record_was_read_201", req: request{method: "POST", path: refundsPath, body: refundBody},
-		setup: func(f *fixture) {
-			f.paid()
-			f.wf.outcome = ""
-			f.st.before["Refund"] = func() {
-				for id := range f.st.refunds {
-					f.st.finishRefund(id, payment.StatusSucceeded)
-				}
-			}
-		}},
+		setup: func(f *fixture) { f.paid(); f.commitBefore("Refund", false) }},
 	{name: "refund_record_expired_before_the_answer_201", req: request{method: "POST", path: refundsPath, body: refundBody},
-		setup: func(f *fixture) {
-			f.paid()
-			f.wf.outcome = ""
-			f.st.before["RefundRecord"] = func() {
-				for id := range f.st.refunds {
-					f.st.finishRefund(id, payment.StatusSucceeded)
-				}
-				f.st.mu.Lock()
-				clear(f.st.refundRecords)
-				f.st.mu.Unlock()
-			}
-		}},
+		setup: func(f *fixture) { f.paid(); f.commitBefore("RefundRecord", true) }},
 	{name: "refund_unknown_202", req: request{method: "POST", path: refundsPath, body: refundBody},
 		setup: func(f *fixture) { f.paid(); f.wf.outcome = payment.StatusUnknown },
 		check: func(t *testing.T, f *fixture) {
