@@ -46,6 +46,7 @@ func (s *Server) writeError(c *gin.Context, err error) {
 	var dup *payment.DuplicatePaymentError
 	var fileErr *reconcile.FileError
 	var limited *rateLimitedError
+	var full *backlogFullError
 	var exceeds *payment.RefundExceedsError
 	switch {
 	case errors.As(err, &fileErr):
@@ -81,6 +82,9 @@ func (s *Server) writeError(c *gin.Context, err error) {
 	case errors.As(err, &limited):
 		p.Status, p.Code, p.Title = 429, "rate_limited", "Too many requests"
 		c.Header("Retry-After", strconv.Itoa(limited.retryAfter()))
+	case errors.As(err, &full):
+		p.Status, p.Code, p.Title = 503, "unavailable", "Service unavailable"
+		c.Header("Retry-After", strconv.Itoa(full.retryAfter()))
 	case errors.Is(err, errOverloaded):
 		p.Status, p.Code, p.Title = 503, "unavailable", "Service unavailable"
 		c.Header("Retry-After", strconv.Itoa(retryAfter))

@@ -219,6 +219,16 @@ func (f *fakeStore) Begin(_ context.Context, in store.BeginInput) (store.Record,
 	return rec, p, began, err
 }
 
+// queuedOf reports whether merchant has a queued payment, as AcquireKey's guard asks.
+func (f *fakeStore) queuedOf(merchant uuid.UUID) bool {
+	for _, r := range f.records {
+		if r.MerchantID == merchant && r.Queued {
+			return true
+		}
+	}
+	return false
+}
+
 func (f *fakeStore) begin(in store.BeginInput, lockedUntil time.Time) (store.Record, payment.Payment, store.Began, error) {
 	if rec, ok := f.records[recordKey{in.MerchantID, in.Key}]; ok {
 		return rec, payment.Payment{}, store.BeganExisting, nil
@@ -245,6 +255,9 @@ func (f *fakeStore) begin(in store.BeginInput, lockedUntil time.Time) (store.Rec
 	rec := store.Record{
 		MerchantID: in.MerchantID, Key: in.Key, RequestHash: r.Hash(), Status: store.RecordProcessing,
 		OperationID: p.ID, LockedUntil: lockedUntil, Scope: store.ScopePayment,
+	}
+	if in.Queue || f.queuedOf(in.MerchantID) { // queued: no lease, the drainer starts it
+		rec.Queued, rec.LockedUntil = true, time.Time{}
 	}
 	f.payments[p.ID], f.records[recordKey{in.MerchantID, in.Key}] = p, rec
 	return rec, p, store.BeganNew, nil
@@ -713,3 +726,8 @@ func (f *fakeStore) RotateWebhookSecret(_ context.Context, merchantID uuid.UUID,
 	f.minted[secret] = "<webhook-secret>"
 	return t0.Add(overlap), nil
 }
+
+// fakeBacklog is the drainer's record of the start backlog.
+type fakeBacklog struct{ state store.BacklogState }
+
+func (b fakeBacklog) BacklogState(context.Context) (store.BacklogState, error) { return b.state, nil }

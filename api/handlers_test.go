@@ -109,6 +109,19 @@ func (f *fixture) seed(key, body string, status payment.Status, lease time.Time)
 	return f.st.records[recordKey{merchantA, key}]
 }
 
+// seedQueued records a payment of merchant A under key, queued in the start backlog.
+func (f *fixture) seedQueued(key, body string) {
+	req, err := payment.ParseRequest([]byte(body))
+	if err != nil {
+		panic(err)
+	}
+	f.st.mu.Lock()
+	defer f.st.mu.Unlock()
+	if _, _, _, err := f.st.begin(store.BeginInput{MerchantID: merchantA, Key: key, Request: req, Queue: true}, time.Time{}); err != nil {
+		panic(err)
+	}
+}
+
 // seedUnsaved records key k1's payment with outcome status and a completed record without
 // its answer, as records completed before answers were stored are.
 func (f *fixture) seedUnsaved(status payment.Status) {
@@ -236,10 +249,47 @@ var handlerCases = []handlerCase{
 	{name: "replay_lease_expired_taken_over_201", req: request{body: payBody},
 		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusProcessing, time.Now().Add(-time.Second)) },
 		check: func(t *testing.T, f *fixture) { require.Equal(t, 1, f.wf.starts, "the retry starts the workflow") }},
+	{name: "replay_queued_409", req: request{body: payBody},
+		// Queued in the start backlog: the drainer starts it in its turn, never a retry.
+		setup: func(f *fixture) { f.seedQueued("k1", payBody) },
+		check: func(t *testing.T, f *fixture) {
+			require.Zero(t, f.wf.starts)
+			require.Zero(t, f.st.calls["TakeOver"], "a queued payment is not taken over")
+		}},
 	{name: "reused_key_422", req: request{body: payBody},
 		setup: func(f *fixture) { f.seed("k1", otherPayBody, payment.StatusSucceeded, time.Time{}) }},
 	{name: "duplicate_payment_409", req: request{body: payBody, header: map[string]string{"Idempotency-Key": "k2"}},
 		setup: func(f *fixture) { f.seed("k1", otherPayBody, payment.StatusSucceeded, time.Time{}) }},
+	// POST /v1/payments: a burst (docs/operations.md, "Payday").
+	{name: "payment_queued_behind_the_merchants_backlog_202", req: request{body: payBody},
+		// The merchant has a payment queued: a new one queues behind it, answered at once.
+		setup: func(f *fixture) {
+			f.opts.Backlog = Backlog{State: fakeBacklog{store.BacklogState{Queued: 25, DrainPerSecond: 10}}, MaxRunning: 8}
+			f.seedQueued("k0", strings.Replace(payBody, "inv-1", "inv-0", 1))
+		},
+		check: func(t *testing.T, f *fixture) {
+			require.Zero(t, f.wf.starts, "the drainer starts it")
+			require.True(t, f.st.records[recordKey{merchantA, "k1"}].Queued)
+		}},
+	{name: "backlog_full_503", req: request{body: payBody},
+		setup: func(f *fixture) {
+			f.opts.Backlog = Backlog{State: fakeBacklog{store.BacklogState{Queued: 1000, DrainPerSecond: 50}}, MaxRunning: 8, MaxQueued: 1000}
+		},
+		check: func(t *testing.T, f *fixture) {
+			require.Zero(t, f.st.calls["Begin"], "nothing is written")
+			require.Empty(t, f.st.payments)
+		}},
+	{name: "backlog_too_long_to_drain_503", req: request{body: payBody},
+		setup: func(f *fixture) {
+			f.opts.Backlog = Backlog{State: fakeBacklog{store.BacklogState{Queued: 700, DrainPerSecond: 10}}, MaxRunning: 8, MaxWait: time.Minute}
+		},
+		check: func(t *testing.T, f *fixture) { require.Empty(t, f.st.payments) }},
+	{name: "backlog_full_replay_201", req: request{body: payBody},
+		// Past the bound a key seen before still gets its answer.
+		setup: func(f *fixture) {
+			f.opts.Backlog = Backlog{State: fakeBacklog{store.BacklogState{Queued: 1000}}, MaxRunning: 8, MaxQueued: 1000}
+			f.seed("k1", payBody, payment.StatusSucceeded, time.Time{})
+		}},
 	// POST /v1/payments: rejected before anything is written, in the order they are checked.
 	{name: "unauthorized_no_key_401", req: request{body: payBody, header: map[string]string{"Authorization": ""}}},
 	{name: "unauthorized_wrong_key_401", req: request{body: payBody, header: map[string]string{"Authorization": "Bearer sk_nobody"}}},
@@ -641,7 +691,7 @@ func TestHandlerCasesCoverEveryProblemCode(t *testing.T) {
 	for _, m := range problemCode.FindAllSubmatch(src, -1) {
 		codes = append(codes, string(m[1]))
 	}
-	require.Len(t, codes, 18, "errors.go's problem codes are no longer found: adapt problemCode")
+	require.Len(t, codes, 19, "errors.go's problem codes are no longer found: adapt problemCode")
 	seen := map[string]bool{}
 	for _, tc := range handlerCases {
 		b, err := os.ReadFile(filepath.Join("testdata", tc.name+".golden"))

@@ -21,8 +21,11 @@ type Limits struct {
 	IdleTimeout  time.Duration // a keep-alive connection between requests
 	MaxConns     int           // open connections; more wait to be accepted
 	MaxInFlight  int           // merchant and admin requests being handled; more are answered 503
-	PerIP        Rate          // requests per client address (an IPv6 client is its /64)
-	PerMerchant  Rate          // authenticated requests per merchant
+	// MerchantShare is the part of MaxInFlight, and of the backlog's MaxRunning, that one
+	// merchant may hold, so that one merchant's burst leaves room for the others; 0 or 1: all.
+	MerchantShare float64
+	PerIP         Rate // requests per client address (an IPv6 client is its /64)
+	PerMerchant   Rate // authenticated requests per merchant
 	// TrustedProxies are the addresses (or CIDRs) whose X-Forwarded-For names the client; with
 	// none the client is the connection's peer, whatever headers it sends.
 	TrustedProxies []string

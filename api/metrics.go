@@ -19,6 +19,8 @@ type metrics struct {
 	paymentTime  prometheus.Histogram
 	startTime    prometheus.Histogram
 	conflicts    *prometheus.CounterVec
+	// backlogRefused counts new payments refused past the backlog's bound.
+	backlogRefused prometheus.Counter
 }
 
 func newMetrics(r *prometheus.Registry) *metrics {
@@ -30,7 +32,7 @@ func newMetrics(r *prometheus.Registry) *metrics {
 		}, []string{"route", "method", "status"}),
 		idempotency: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_idempotency_requests_total",
-			Help: "POST /v1/payments and POST /v1/payments/{id}/refunds by idempotency outcome (new, replayed, in_use, reused, duplicate_payment, unknown, taken_over); duplicate_ratio = non-new / all.",
+			Help: "POST /v1/payments and POST /v1/payments/{id}/refunds by idempotency outcome (new, queued, replayed, in_use, reused, duplicate_payment, unknown, taken_over); duplicate_ratio = non-new / all.",
 		}, []string{"outcome"}),
 		paymentTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kasa_payment_sync_duration_seconds",
@@ -47,7 +49,11 @@ func newMetrics(r *prometheus.Registry) *metrics {
 		Name: "kasa_unique_conflicts_total",
 		Help: "Unique-constraint conflicts that decided a race (idempotency key, business key); a spike means a retry storm or a faulty client.",
 	}, []string{"constraint"})
-	r.MustRegister(m.httpDuration, m.idempotency, m.paymentTime, m.startTime, m.conflicts,
+	m.backlogRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kasa_backlog_refused_total",
+		Help: "New payments answered 503 because the start backlog was past its bound (docs/operations.md, \"Payday\").",
+	})
+	r.MustRegister(m.httpDuration, m.idempotency, m.paymentTime, m.startTime, m.conflicts, m.backlogRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -177,4 +183,38 @@ func ageSeconds(t time.Time) float64 {
 		return 0
 	}
 	return time.Since(t).Seconds()
+}
+
+// register exports the start backlog as this process last read it, and its own running
+// payments.
+func (a *admission) register(r prometheus.Registerer) {
+	if a.State == nil {
+		return
+	}
+	state := func(f func(store.BacklogState) float64) func() float64 {
+		return func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			return f(a.backlog(ctx))
+		}
+	}
+	r.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kasa_backlog_queued", Help: "Payments queued in the start backlog."},
+			state(func(b store.BacklogState) float64 { return float64(b.Queued) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kasa_backlog_oldest_age_seconds", Help: "How long the oldest queued payment has waited to start."},
+			state(func(b store.BacklogState) float64 {
+				if b.Oldest.IsZero() {
+					return 0
+				}
+				return time.Since(b.Oldest).Seconds()
+			})),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kasa_backlog_drain_per_second", Help: "Queued payments the drainer started per second, over the last 10 s."},
+			state(func(b store.BacklogState) float64 { return b.DrainPerSecond })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kasa_api_running_payments", Help: "Payments this API process started and is waiting for, of its backlog.max_running."},
+			func() float64 {
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				return float64(a.running)
+			}),
+	)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -39,13 +40,16 @@ type op struct {
 	id, merchantID uuid.UUID
 	key            string
 	start          func(ctx context.Context) (runID string, err error)
+	resource       any // as it was begun: what a queued payment's answer shows
 }
 
 // creation is one parsed create request of a kind: its canonical hash, and the store call that
-// begins it (or finds the key's record).
+// begins it (or finds the key's record); with queue, a new payment waits in the start backlog.
+// queueable: the kind is admitted through the backlog (payments are; refunds always start).
 type creation struct {
-	hash  string
-	begin func(ctx context.Context) (store.Record, op, store.Began, error)
+	hash      string
+	queueable bool
+	begin     func(ctx context.Context, queue bool) (store.Record, op, store.Began, error)
 }
 
 // create is the idempotent create path every kind of operation shares: the key, the body, a
@@ -77,8 +81,26 @@ func (s *Server) create(c *gin.Context, k opKind, scope store.Scope, parse func(
 		s.answerExisting(c, k, rec, req.hash)
 		return
 	}
+	ctx := c.Request.Context()
+	if req.queueable {
+		if err := s.admission.admit(ctx); err != nil {
+			// Past the backlog's bound nothing new is written, but a key seen before still
+			// gets its answer.
+			if rec, rerr := k.record(ctx, m.ID, key); rerr == nil {
+				s.answerExisting(c, k, rec, req.hash)
+				return
+			}
+			s.metrics.backlogRefused.Inc()
+			s.writeError(c, err)
+			return
+		}
+	}
 	start := time.Now()
-	rec, o, began, err := req.begin(c.Request.Context())
+	running := !req.queueable || s.admission.take(m.ID)
+	if req.queueable && running {
+		defer s.admission.give(m.ID)
+	}
+	rec, o, began, err := req.begin(ctx, !running)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -92,7 +114,20 @@ func (s *Server) create(c *gin.Context, k opKind, scope store.Scope, parse func(
 		return
 	}
 	s.metrics.idempotency.WithLabelValues("new").Inc()
+	if rec.Queued {
+		s.metrics.idempotency.WithLabelValues("queued").Inc()
+		s.writeQueued(c, k, o)
+		return
+	}
 	s.run(c, k, o, start)
+}
+
+// writeQueued answers a payment queued in the start backlog: 202, processing, with about how
+// long the backlog ahead of it takes to start.
+func (s *Server) writeQueued(c *gin.Context, k opKind, o op) {
+	c.Header("Location", k.path()+o.id.String())
+	c.Header("Retry-After", strconv.Itoa(s.admission.queuedRetryAfter(c.Request.Context())))
+	writeJSON(c, http.StatusAccepted, o.resource)
 }
 
 // answerExisting answers a request whose key was seen before, without executing anything again.
@@ -113,7 +148,8 @@ func (s *Server) answerExisting(c *gin.Context, k opKind, rec store.Record, hash
 	default:
 		// Processing. If its owner died before starting the workflow and the lease ran out,
 		// exactly one retry takes the operation over and starts the (deduplicated) workflow.
-		if !rec.WorkflowStarted && time.Now().After(rec.LockedUntil) {
+		// A queued one is the drainer's to start, in its turn.
+		if !rec.WorkflowStarted && !rec.Queued && time.Now().After(rec.LockedUntil) {
 			won, err := k.takeOver(ctx, rec.MerchantID, rec.Key, s.Lease)
 			if err != nil {
 				s.writeError(c, err)
@@ -293,7 +329,7 @@ func (k paymentOps) load(ctx context.Context, id uuid.UUID) (op, error) {
 
 // op is the payment's operation: its workflow, which asks its worker for the charge policy.
 func (k paymentOps) op(p payment.Payment) op {
-	return op{id: p.ID, merchantID: p.MerchantID, key: p.IdempotencyKey, start: func(ctx context.Context) (string, error) {
+	return op{id: p.ID, merchantID: p.MerchantID, key: p.IdempotencyKey, resource: p.Resource(), start: func(ctx context.Context) (string, error) {
 		return k.s.Workflows.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p))
 	}}
 }

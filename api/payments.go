@@ -24,9 +24,9 @@ func (s *Server) createPayment(c *gin.Context) {
 		if err != nil {
 			return creation{}, err
 		}
-		return creation{hash: req.Hash(), begin: func(ctx context.Context) (store.Record, op, store.Began, error) {
+		return creation{hash: req.Hash(), queueable: true, begin: func(ctx context.Context, queue bool) (store.Record, op, store.Began, error) {
 			rec, p, began, err := s.Store.Begin(ctx, store.BeginInput{
-				MerchantID: merchantID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease,
+				MerchantID: merchantID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease, Queue: queue,
 			})
 			var dup *payment.DuplicatePaymentError
 			if errors.As(err, &dup) {

@@ -29,7 +29,7 @@ func (s *Server) createRefund(c *gin.Context) {
 		if err != nil {
 			return creation{}, payment.ErrNotFound
 		}
-		return creation{hash: req.Hash(paymentID), begin: func(ctx context.Context) (store.Record, op, store.Began, error) {
+		return creation{hash: req.Hash(paymentID), begin: func(ctx context.Context, _ bool) (store.Record, op, store.Began, error) {
 			rec, r, began, err := s.Store.BeginRefund(ctx, store.BeginRefundInput{
 				MerchantID: merchantID, PaymentID: paymentID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease,
 			})

@@ -98,6 +98,8 @@ type Options struct {
 	// own, for deployments that do not show it on the merchant port.
 	SeparateMetrics bool
 	Limits          Limits
+	// Backlog is the payday admission of new payments; its zero value queues nothing.
+	Backlog Backlog
 	// SearchAttributes, when set, is part of readiness: "search_attributes" says "missing"
 	// (503) until `kasa migrate` or an operator registered them.
 	SearchAttributes SearchAttributes
@@ -122,6 +124,8 @@ type Server struct {
 
 	perIP, perMerchant *limiter      // nil: off
 	inFlight           chan struct{} // a slot per request being handled; nil: off
+	merchantFlight     *perKey       // requests in flight per merchant, up to its share; nil: off
+	admission          *admission
 }
 
 // New builds the router.
@@ -147,7 +151,12 @@ func New(o Options) *Server {
 	s.perIP, s.perMerchant = newLimiter(o.Limits.PerIP), newLimiter(o.Limits.PerMerchant)
 	if o.Limits.MaxInFlight > 0 {
 		s.inFlight = make(chan struct{}, o.Limits.MaxInFlight)
+		if sh := o.Limits.MerchantShare; sh > 0 && sh < 1 {
+			s.merchantFlight = newPerKey(merchantShare(o.Limits.MaxInFlight, sh))
+		}
 	}
+	s.admission = newAdmission(o.Backlog, o.Limits.MerchantShare)
+	s.admission.register(o.Registry)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
@@ -180,7 +189,7 @@ func New(o Options) *Server {
 	admin.POST("/merchants/:id/webhook-secret", s.rotateWebhookSecret)
 	admin.POST("/deliveries/:id/redeliver", s.redeliver)
 
-	v1 := e.Group("/v1", s.limitInFlight, s.merchantAuth, s.limitMerchant)
+	v1 := e.Group("/v1", s.limitInFlight, s.merchantAuth, s.limitMerchant, s.limitMerchantInFlight)
 	v1.POST("/payments", s.createPayment)
 	v1.GET("/payments", s.getPayments)
 	v1.GET("/payments/:id", s.getPayment)

@@ -22,12 +22,15 @@ type Config struct {
 		SyncWait    time.Duration `mapstructure:"sync_wait"`
 		ReplayCache int           `mapstructure:"replay_cache"` // completed records kept in memory per generation
 		// What one client can hold of the API (slow and idle clients, floods): docs/operations.md.
-		ReadTimeout    time.Duration `mapstructure:"read_timeout"`
-		WriteTimeout   time.Duration `mapstructure:"write_timeout"` // must outlast sync_wait
-		IdleTimeout    time.Duration `mapstructure:"idle_timeout"`
-		MaxConns       int           `mapstructure:"max_conns"`
-		MaxInFlight    int           `mapstructure:"max_in_flight"`
-		TrustedProxies []string      `mapstructure:"trusted_proxies"` // whose X-Forwarded-For names the client
+		ReadTimeout  time.Duration `mapstructure:"read_timeout"`
+		WriteTimeout time.Duration `mapstructure:"write_timeout"` // must outlast sync_wait
+		IdleTimeout  time.Duration `mapstructure:"idle_timeout"`
+		MaxConns     int           `mapstructure:"max_conns"`
+		MaxInFlight  int           `mapstructure:"max_in_flight"`
+		// MerchantShare is the part of max_in_flight, and of backlog.api_running, one merchant
+		// may hold: one merchant's burst leaves room for the others.
+		MerchantShare  float64  `mapstructure:"merchant_share"`
+		TrustedProxies []string `mapstructure:"trusted_proxies"` // whose X-Forwarded-For names the client
 		RateLimit      struct {
 			PerIP       RateLimit `mapstructure:"per_ip"`
 			PerMerchant RateLimit `mapstructure:"per_merchant"`
@@ -135,6 +138,14 @@ type Config struct {
 	Idempotency struct {
 		Retention time.Duration `mapstructure:"retention"`
 	} `mapstructure:"idempotency"`
+	// The start backlog (docs/operations.md, "Payday"): payments accepted faster than their
+	// workflows can start wait in it, and its drainer starts them at the cluster's pace.
+	Backlog struct {
+		APIRunning   int           `mapstructure:"api_running"`   // payments one API process runs at once; past it they queue; 0: never
+		DrainRunning int           `mapstructure:"drain_running"` // payments the drainer keeps started and processing
+		MaxQueued    int64         `mapstructure:"max_queued"`    // past it new payments get 503; 0: no bound
+		MaxWait      time.Duration `mapstructure:"max_wait"`      // a backlog longer than this to drain refuses new payments; 0: no bound
+	} `mapstructure:"backlog"`
 }
 
 // RateLimit is a token bucket: Rate requests a second, Burst at once; Rate 0 turns it off.
@@ -212,6 +223,12 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("temporal.register_search_attributes", true)
 	// Idempotency-record retention (docs/operations.md).
 	v.SetDefault("idempotency.retention", "72h")
+	// The start backlog and each merchant's share (docs/operations.md, "Payday").
+	v.SetDefault("api.merchant_share", 0.5)
+	v.SetDefault("backlog.api_running", 64)
+	v.SetDefault("backlog.drain_running", 64)
+	v.SetDefault("backlog.max_queued", 100000)
+	v.SetDefault("backlog.max_wait", "10m")
 }
 
 // Load reads defaults, then kasa.yaml (or the file named by KASA_CONFIG) if present, then KASA_* env.
@@ -291,6 +308,13 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("api.sync_wait must be between 0 and 1m, got %s", c.API.SyncWait))
 	}
 	errs = append(errs, c.validateEdge()...)
+	if b := c.Backlog; b.APIRunning < 0 || b.DrainRunning < 1 || b.MaxQueued < 0 || b.MaxWait < 0 {
+		errs = append(errs, fmt.Errorf("backlog: api_running (%d) and max_queued (%d) must be 0 or more, drain_running (%d) at least 1, max_wait (%s) not negative",
+			b.APIRunning, b.MaxQueued, b.DrainRunning, b.MaxWait))
+	}
+	if sh := c.API.MerchantShare; sh <= 0 || sh > 1 {
+		errs = append(errs, fmt.Errorf("api.merchant_share must be more than 0 and at most 1, got %v", sh))
+	}
 	if c.Temporal.Namespace == "" || c.Temporal.TaskQueue == "" {
 		errs = append(errs, errors.New("temporal.namespace and temporal.task_queue must not be empty"))
 	}

@@ -54,3 +54,6 @@ GRANT SELECT ON goose_db_version TO :"app_role";
 
 -- Workers report their charge policy at start and while they run; rows are never deleted.
 GRANT SELECT, INSERT, UPDATE ON worker_policies TO :"app_role";
+
+-- The backlog's drainer keeps its one row current; the API reads it.
+GRANT SELECT, INSERT, UPDATE ON backlog_state TO :"app_role";

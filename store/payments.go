@@ -34,6 +34,8 @@ type Record struct {
 	WorkflowStarted bool
 	Scope           Scope
 	UpdatedAt       time.Time // when it last changed: a completed record's is when its operation finished
+	// Queued: the operation waits in the start backlog for the drainer, which alone starts it.
+	Queued bool
 }
 
 // Scope is the key space of an idempotency record: a merchant's payments and its refunds each
@@ -52,6 +54,9 @@ type BeginInput struct {
 	Request     payment.Request
 	OperationID uuid.UUID
 	Lease       time.Duration
+	// Queue asks for the payment to wait in the start backlog rather than be started by the
+	// caller; it waits there anyway while the merchant has queued payments (Record.Queued says).
+	Queue bool
 }
 
 // Begin commits, in one short transaction, the idempotency record (processing, leased) and the
@@ -66,10 +71,11 @@ func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment
 		AmountMinor: r.AmountMinor, Currency: r.Currency, InvoiceID: r.InvoiceID, PaymentType: r.PaymentType,
 		Status: payment.StatusProcessing,
 	}
-	err = s.beginBatch(ctx, in, &p, &rec)
+	var queued bool
+	err = s.beginBatch(ctx, in, &p, &rec, &queued)
 	switch {
 	case err == nil:
-		rec = Record{MerchantID: in.MerchantID, Key: in.Key, RequestHash: r.Hash(), Status: RecordProcessing, OperationID: in.OperationID, Scope: ScopePayment}
+		rec = Record{MerchantID: in.MerchantID, Key: in.Key, RequestHash: r.Hash(), Status: RecordProcessing, OperationID: in.OperationID, Scope: ScopePayment, Queued: queued}
 		return rec, p, BeganNew, nil
 	case errors.Is(err, errExisting):
 		return rec, payment.Payment{}, BeganExisting, nil
@@ -100,16 +106,16 @@ const (
 // first reads the key's record: most repeated keys are retries, answered by that read (into
 // existing, as errExisting), for which the writes after it change nothing. The later
 // statements guard themselves in SQL on what the earlier ones found.
-func (s *Store) beginBatch(ctx context.Context, in BeginInput, p *payment.Payment, existing *Record) error {
+func (s *Store) beginBatch(ctx context.Context, in BeginInput, p *payment.Payment, existing *Record, queued *bool) error {
 	r := in.Request
 	b := &pgx.Batch{}
 	b.Queue(dbsqlc.GetRecord, in.MerchantID, in.Key)
-	b.Queue(dbsqlc.AcquireKey, in.MerchantID, in.Key, r.Hash(), in.OperationID, in.Lease.String(), r.AccountID, r.Currency)
+	b.Queue(dbsqlc.AcquireKey, in.MerchantID, in.Key, r.Hash(), in.OperationID, in.Lease.String(), r.AccountID, r.Currency, in.Queue)
 	b.Queue(dbsqlc.InsertPayment, p.ID, p.MerchantID, p.IdempotencyKey, p.AccountID, p.AmountMinor, p.Currency, p.InvoiceID, p.PaymentType)
 	br := s.pool.SendBatch(ctx, b)
 	recordErr := scanRecord(br.QueryRow(), existing)
 	var op uuid.UUID
-	acquireErr := br.QueryRow().Scan(&op)
+	acquireErr := br.QueryRow().Scan(&op, queued)
 	insertErr := br.QueryRow().Scan(&p.CreatedAt, &p.UpdatedAt)
 	if err := br.Close(); err != nil {
 		return translate(err)
@@ -168,7 +174,7 @@ func (s *Store) Record(ctx context.Context, merchantID uuid.UUID, key string) (R
 
 func scanRecord(row pgx.Row, r *Record) error {
 	return row.Scan(&r.MerchantID, &r.Key, &r.RequestHash, &r.Status,
-		&r.OperationID, &r.Outcome, &r.ResponseBody, &r.LockedUntil, &r.WorkflowStarted, &r.Scope, &r.UpdatedAt)
+		&r.OperationID, &r.Outcome, &r.ResponseBody, &r.LockedUntil, &r.WorkflowStarted, &r.Scope, &r.UpdatedAt, &r.Queued)
 }
 
 // TakeOver claims the expired lease of a record whose workflow was never started (its owner

@@ -181,7 +181,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	cleanup = append(cleanup, stopAPI, startSweeper(ctx, cfg, st, tc, log), startLedgerCheck(ctx, cfg, st, reg, log),
+	cleanup = append(cleanup, stopAPI, startSweeper(ctx, cfg, st, tc, reg, log), startLedgerCheck(ctx, cfg, st, reg, log),
 		startRecordRetention(ctx, cfg, st, reg, log))
 
 	if err := seedDemo(ctx, st, &state); err != nil {

@@ -305,6 +305,7 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheu
 		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait, AllowPrivateWebhooks: cfg.Webhook.AllowPrivate,
 		Logger: log, ReplayCache: cfg.API.ReplayCache, Retention: cfg.Idempotency.Retention,
 		SeparateMetrics: cfg.Metrics.Addr != "", Limits: apiLimits(cfg),
+		Backlog:          api.Backlog{State: st, MaxRunning: cfg.Backlog.APIRunning, MaxQueued: cfg.Backlog.MaxQueued, MaxWait: cfg.Backlog.MaxWait},
 		SearchAttributes: searchAttributes{client: tc, namespace: cfg.Temporal.Namespace},
 		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Workers: st,
 			BookingWindow: cfg.Provider.BookingWindow, Logger: log, Runs: st, Source: "api"},
@@ -316,7 +317,7 @@ func apiLimits(cfg config.Config) api.Limits {
 	a := cfg.API
 	return api.Limits{
 		ReadTimeout: a.ReadTimeout, WriteTimeout: a.WriteTimeout, IdleTimeout: a.IdleTimeout,
-		MaxConns: a.MaxConns, MaxInFlight: a.MaxInFlight, TrustedProxies: a.TrustedProxies,
+		MaxConns: a.MaxConns, MaxInFlight: a.MaxInFlight, MerchantShare: a.MerchantShare, TrustedProxies: a.TrustedProxies,
 		PerIP:       api.Rate{PerSecond: a.RateLimit.PerIP.Rate, Burst: a.RateLimit.PerIP.Burst},
 		PerMerchant: api.Rate{PerSecond: a.RateLimit.PerMerchant.Rate, Burst: a.RateLimit.PerMerchant.Burst},
 	}
@@ -336,10 +337,14 @@ func serveAPI(ctx context.Context, cfg config.Config, srv *api.Server, log *slog
 	return func() { stopAPI(); stopMetrics() }, nil
 }
 
-// startSweeper starts stranded operations in the background until the returned stop is called.
-func startSweeper(ctx context.Context, cfg config.Config, st *store.Store, tc client.Client, log *slog.Logger) (stop func()) {
-	sw := &sweeper.Sweeper{Store: st, Starter: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Logger: log}
-	return background(ctx, sw.Run)
+// startSweeper starts stranded operations, and drains the start backlog when this process leads,
+// in the background until the returned stop is called.
+func startSweeper(ctx context.Context, cfg config.Config, st *store.Store, tc client.Client, reg prometheus.Registerer, log *slog.Logger) (stop func()) {
+	starter := workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}
+	sw := &sweeper.Sweeper{Store: st, Starter: starter, Logger: log}
+	dr := &sweeper.Drainer{Store: st, Starter: starter, MaxRunning: cfg.Backlog.DrainRunning, Logger: log, Registerer: reg}
+	stopSweep, stopDrain := background(ctx, sw.Run), background(ctx, dr.Run)
+	return func() { stopDrain(); stopSweep() }
 }
 
 // serve runs an HTTP server until stop is called, then drains it.
@@ -382,11 +387,12 @@ func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer st.Close()
 	defer tc.Close()
-	stop, err := serveAPI(ctx, cfg, newAPI(cfg, st, tc, nil, log, false), log)
+	srv := newAPI(cfg, st, tc, nil, log, false)
+	stop, err := serveAPI(ctx, cfg, srv, log)
 	if err != nil {
 		return err
 	}
-	stopSweeper := startSweeper(ctx, cfg, st, tc, log)
+	stopSweeper := startSweeper(ctx, cfg, st, tc, srv.Registry, log)
 	<-ctx.Done()
 	log.Info("shutting down api")
 	stop()

@@ -9,10 +9,14 @@ SELECT merchant_id, currency FROM accounts WHERE id = $1 AND kind = 'customer';
 -- the operation; the others read the winner's record. Guarded by the payer account, as Begin
 -- sends all three statements at once: an account that is not the merchant's in the
 -- request's currency creates nothing.
-INSERT INTO idempotency_records (merchant_id, scope, idempotency_key, request_hash, status, operation_id, locked_until)
-SELECT $1, 'payment', $2, $3, 'processing', $4, now() + $5::interval
+-- The new record is queued for the backlog's drainer, with no lease, when the caller asks ($8)
+-- or when the merchant has queued payments already: a merchant's payments start in the order
+-- they arrived.
+INSERT INTO idempotency_records (merchant_id, scope, idempotency_key, request_hash, status, operation_id, locked_until, queued)
+SELECT $1, 'payment', $2, $3, 'processing', $4, CASE WHEN q.queued THEN NULL ELSE now() + $5::interval END, q.queued
+FROM (SELECT $8::boolean OR EXISTS (SELECT 1 FROM idempotency_records WHERE merchant_id = $1 AND queued) AS queued) q
 WHERE EXISTS (SELECT 1 FROM accounts WHERE id = $6 AND kind = 'customer' AND merchant_id = $1 AND currency = $7)
-ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation_id;
+ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation_id, queued;
 
 -- name: AcquireRefundKey :one
 -- AcquireKey for a refund: a concurrent inserter of the same key waits for the first
@@ -23,12 +27,12 @@ ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation
 
 -- name: GetRecord :one
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at, queued
 FROM idempotency_records WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = $2;
 
 -- name: GetRefundRecord :one
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at, queued
 FROM idempotency_records WHERE merchant_id = $1 AND scope = 'refund' AND idempotency_key = $2;
 
 -- name: TakeOver :one
@@ -43,7 +47,7 @@ WHERE merchant_id = $1 AND scope = 'refund' AND idempotency_key = $2 AND NOT wor
 RETURNING operation_id;
 
 -- name: MarkWorkflowStarted :exec
-UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
+UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, queued = false, updated_at = now()
 WHERE operation_id = $1 AND NOT workflow_started;
 
 -- name: ExpireLease :exec

@@ -14,10 +14,11 @@ import (
 )
 
 const AcquireKey = `-- name: AcquireKey :one
-INSERT INTO idempotency_records (merchant_id, scope, idempotency_key, request_hash, status, operation_id, locked_until)
-SELECT $1, 'payment', $2, $3, 'processing', $4, now() + $5::interval
+INSERT INTO idempotency_records (merchant_id, scope, idempotency_key, request_hash, status, operation_id, locked_until, queued)
+SELECT $1, 'payment', $2, $3, 'processing', $4, CASE WHEN q.queued THEN NULL ELSE now() + $5::interval END, q.queued
+FROM (SELECT $8::boolean OR EXISTS (SELECT 1 FROM idempotency_records WHERE merchant_id = $1 AND queued) AS queued) q
 WHERE EXISTS (SELECT 1 FROM accounts WHERE id = $6 AND kind = 'customer' AND merchant_id = $1 AND currency = $7)
-ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation_id
+ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation_id, queued
 `
 
 type AcquireKeyParams struct {
@@ -28,13 +29,22 @@ type AcquireKeyParams struct {
 	Column5        pgtype.Interval
 	ID             uuid.UUID
 	Currency       string
+	Column8        bool
+}
+
+type AcquireKeyRow struct {
+	OperationID uuid.UUID
+	Queued      bool
 }
 
 // ON CONFLICT DO NOTHING RETURNING: exactly one concurrent inserter gets a row back and owns
 // the operation; the others read the winner's record. Guarded by the payer account, as Begin
 // sends all three statements at once: an account that is not the merchant's in the
 // request's currency creates nothing.
-func (q *Queries) AcquireKey(ctx context.Context, arg AcquireKeyParams) (uuid.UUID, error) {
+// The new record is queued for the backlog's drainer, with no lease, when the caller asks ($8)
+// or when the merchant has queued payments already: a merchant's payments start in the order
+// they arrived.
+func (q *Queries) AcquireKey(ctx context.Context, arg AcquireKeyParams) (AcquireKeyRow, error) {
 	row := q.db.QueryRow(ctx, AcquireKey,
 		arg.MerchantID,
 		arg.IdempotencyKey,
@@ -43,10 +53,11 @@ func (q *Queries) AcquireKey(ctx context.Context, arg AcquireKeyParams) (uuid.UU
 		arg.Column5,
 		arg.ID,
 		arg.Currency,
+		arg.Column8,
 	)
-	var operation_id uuid.UUID
-	err := row.Scan(&operation_id)
-	return operation_id, err
+	var i AcquireKeyRow
+	err := row.Scan(&i.OperationID, &i.Queued)
+	return i, err
 }
 
 const AcquireRefundKey = `-- name: AcquireRefundKey :one
@@ -109,7 +120,7 @@ func (q *Queries) ExpireLease(ctx context.Context, operationID uuid.UUID) error 
 
 const GetRecord = `-- name: GetRecord :one
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at, queued
 FROM idempotency_records WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = $2
 `
 
@@ -130,6 +141,7 @@ type GetRecordRow struct {
 	WorkflowStarted bool
 	Scope           string
 	UpdatedAt       time.Time
+	Queued          bool
 }
 
 func (q *Queries) GetRecord(ctx context.Context, arg GetRecordParams) (GetRecordRow, error) {
@@ -147,13 +159,14 @@ func (q *Queries) GetRecord(ctx context.Context, arg GetRecordParams) (GetRecord
 		&i.WorkflowStarted,
 		&i.Scope,
 		&i.UpdatedAt,
+		&i.Queued,
 	)
 	return i, err
 }
 
 const GetRefundRecord = `-- name: GetRefundRecord :one
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at, queued
 FROM idempotency_records WHERE merchant_id = $1 AND scope = 'refund' AND idempotency_key = $2
 `
 
@@ -174,6 +187,7 @@ type GetRefundRecordRow struct {
 	WorkflowStarted bool
 	Scope           string
 	UpdatedAt       time.Time
+	Queued          bool
 }
 
 func (q *Queries) GetRefundRecord(ctx context.Context, arg GetRefundRecordParams) (GetRefundRecordRow, error) {
@@ -191,12 +205,13 @@ func (q *Queries) GetRefundRecord(ctx context.Context, arg GetRefundRecordParams
 		&i.WorkflowStarted,
 		&i.Scope,
 		&i.UpdatedAt,
+		&i.Queued,
 	)
 	return i, err
 }
 
 const MarkWorkflowStarted = `-- name: MarkWorkflowStarted :exec
-UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, updated_at = now()
+UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, queued = false, updated_at = now()
 WHERE operation_id = $1 AND NOT workflow_started
 `
 

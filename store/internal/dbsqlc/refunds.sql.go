@@ -418,7 +418,7 @@ const StartRefundHold = `-- name: StartRefundHold :one
 WITH rec AS (
   SELECT i.run_id FROM idempotency_records i WHERE i.operation_id = $1
 ), started AS (
-  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, run_id = $2, updated_at = now()
+  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, queued = false, run_id = $2, updated_at = now()
   WHERE idempotency_records.operation_id = $1 AND NOT workflow_started
   RETURNING run_id
 )

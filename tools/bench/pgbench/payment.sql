@@ -27,7 +27,7 @@
 -- not in kasa: the values Go computes (UUIDv7 ids, a random UUID as key and invoice like the HTTP
 -- bench, the request hash, the rendered payment resource) and the fixture's merchant and payer.
 -- One extra round trip per payment, without any table access.
-SELECT merchant_id, api_key_hash, account_id, op_id, reservation_id, posting_id, entry1_id, entry2_id, outbox_id,
+SELECT merchant_id, api_key_hash, account_id, op_id, reservation_id, posting_id, entry1_id, entry2_id, outbox_id, false AS queue,
     k AS idempotency_key, k AS invoice_id, encode(sha256(convert_to(k, 'UTF8')), 'hex') AS request_hash,
     'TRY' AS currency, 'purchase' AS payment_type, '1m0s' AS lease,
     'finalized' AS reservation_status, 'succeeded' AS succeeded_status, '' AS failure_code, 'ch_' || op_id AS provider_reference,
@@ -57,13 +57,14 @@ WHERE k.key_hash = :api_key_hash AND k.revoked_at IS NULL
 \startpipeline
 -- store/queries/records.sql: GetRecord
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at, queued
 FROM idempotency_records WHERE merchant_id = :merchant_id AND scope = 'payment' AND idempotency_key = :idempotency_key;
 -- store/queries/records.sql: AcquireKey
-INSERT INTO idempotency_records (merchant_id, scope, idempotency_key, request_hash, status, operation_id, locked_until)
-SELECT :merchant_id, 'payment', :idempotency_key, :request_hash, 'processing', :op_id, now() + :lease::interval
+INSERT INTO idempotency_records (merchant_id, scope, idempotency_key, request_hash, status, operation_id, locked_until, queued)
+SELECT :merchant_id, 'payment', :idempotency_key, :request_hash, 'processing', :op_id, CASE WHEN q.queued THEN NULL ELSE now() + :lease::interval END, q.queued
+FROM (SELECT :queue::boolean OR EXISTS (SELECT 1 FROM idempotency_records WHERE merchant_id = :merchant_id AND queued) AS queued) q
 WHERE EXISTS (SELECT 1 FROM accounts WHERE id = :account_id AND kind = 'customer' AND merchant_id = :merchant_id AND currency = :currency)
-ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation_id;
+ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation_id, queued;
 -- store/queries/payments.sql: InsertPayment
 INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, created_at)
 SELECT :op_id, :merchant_id, :idempotency_key, :account_id, :amount, :currency, :invoice_id, :payment_type, 'processing', r.created_at
@@ -76,7 +77,7 @@ RETURNING created_at, updated_at;
 WITH rec AS (
   SELECT i.run_id FROM idempotency_records i WHERE i.operation_id = :op_id
 ), started AS (
-  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, run_id = :op_id, updated_at = now()
+  UPDATE idempotency_records SET workflow_started = true, locked_until = NULL, queued = false, run_id = :op_id, updated_at = now()
   WHERE idempotency_records.operation_id = :op_id AND NOT workflow_started
   RETURNING run_id
 ), p AS (

@@ -12,6 +12,6 @@
 
 -- store/queries/records.sql: GetRecord
 SELECT merchant_id, idempotency_key, request_hash, status, operation_id, coalesce(outcome, '') AS outcome,
-response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at
+response_body, coalesce(locked_until, 'epoch') AS locked_until, workflow_started, scope, updated_at, queued
 FROM idempotency_records WHERE merchant_id = :merchant_id AND scope = 'payment' AND idempotency_key = :k
 \gset record_

@@ -25,7 +25,7 @@
 -- not in kasa: the values Go computes (UUIDv7 ids, a random UUID as key and invoice like the HTTP
 -- bench, the request hash, the rendered payment resource) and the fixture's merchant and payer.
 -- One extra round trip per payment, without any table access.
-SELECT merchant_id, api_key_hash, account_id, op_id, reservation_id, posting_id, entry1_id, entry2_id, outbox_id,
+SELECT merchant_id, api_key_hash, account_id, op_id, reservation_id, posting_id, entry1_id, entry2_id, outbox_id, false AS queue,
     k AS idempotency_key, k AS invoice_id, encode(sha256(convert_to(k, 'UTF8')), 'hex') AS request_hash,
     'TRY' AS currency, 'purchase' AS payment_type, '1m0s' AS lease,
     'finalized' AS reservation_status, 'succeeded' AS succeeded_status, '' AS failure_code, 'ch_' || op_id AS provider_reference,
@@ -51,7 +51,7 @@ FROM (SELECT md5('merchant/' || :m::int)::uuid AS merchant_id, sha256(convert_to
 -- answered from it; a new key finds none.
 \startpipeline
 -- query: GetRecord merchant_id idempotency_key
--- query: AcquireKey merchant_id idempotency_key request_hash op_id lease account_id currency
+-- query: AcquireKey merchant_id idempotency_key request_hash op_id lease account_id currency queue
 -- query: InsertPayment op_id merchant_id idempotency_key account_id amount currency invoice_id payment_type
 \endpipeline
 

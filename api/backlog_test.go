@@ -1,0 +1,59 @@
+package api
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/store"
+)
+
+// A process runs at most MaxRunning payments, one merchant at most its share of them; the rest
+// queue, and a returned slot is free again.
+func TestAdmissionRunningSlots(t *testing.T) {
+	a := newAdmission(Backlog{State: fakeBacklog{}, MaxRunning: 4}, 0.5)
+	m1, m2 := uuid.New(), uuid.New()
+	require.True(t, a.take(m1))
+	require.True(t, a.take(m1))
+	require.False(t, a.take(m1), "merchant 1 holds its half")
+	require.True(t, a.take(m2))
+	require.True(t, a.take(m2))
+	require.False(t, a.take(uuid.New()), "every slot is taken")
+	a.give(m1)
+	require.True(t, a.take(m1))
+
+	off := newAdmission(Backlog{MaxRunning: 4}, 0.5) // no backlog: nothing queues
+	for range 10 {
+		require.True(t, off.take(m1))
+	}
+}
+
+func TestAdmissionBound(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		b     Backlog
+		state store.BacklogState
+		want  int // Retry-After of the refusal; 0: admitted
+	}{
+		{"under both bounds", Backlog{MaxQueued: 100, MaxWait: time.Minute}, store.BacklogState{Queued: 99, DrainPerSecond: 10}, 0},
+		{"at the count", Backlog{MaxQueued: 100}, store.BacklogState{Queued: 100, DrainPerSecond: 10}, 1},
+		{"longer than the wait", Backlog{MaxWait: time.Minute}, store.BacklogState{Queued: 900, DrainPerSecond: 10}, 30},
+		{"rate unknown: only the count", Backlog{MaxWait: time.Minute}, store.BacklogState{Queued: 900}, 0},
+		{"no bounds", Backlog{}, store.BacklogState{Queued: 1 << 40}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.b.State, tc.b.MaxRunning = fakeBacklog{tc.state}, 8
+			err := newAdmission(tc.b, 1).admit(context.Background())
+			if tc.want == 0 {
+				require.NoError(t, err)
+				return
+			}
+			var full *backlogFullError
+			require.ErrorAs(t, err, &full)
+			require.Equal(t, tc.want, full.retryAfter())
+		})
+	}
+}

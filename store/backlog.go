@@ -1,0 +1,155 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
+)
+
+// The start backlog (store/queries/backlog.sql): payments accepted while workflows could not
+// start as fast as they arrived, queued on their records until the drainer starts them.
+
+// Queued is a queued record the drainer claimed.
+type Queued struct {
+	MerchantID  uuid.UUID
+	Scope       Scope
+	Key         string
+	OperationID uuid.UUID
+	CreatedAt   time.Time
+}
+
+// ClaimQueued leases to the caller the oldest perMerchant queued records of each of up to
+// merchants merchants whose id follows after, in the order they must start: a merchant's in
+// arrival order, the merchants' in turn (every merchant's first before anyone's second).
+func (s *Store) ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([]Queued, error) {
+	rows, err := s.q.ClaimQueued(ctx, dbsqlc.ClaimQueuedParams{
+		Lease: pgtype.Interval{Microseconds: lease.Microseconds(), Valid: true},
+		After: after, Merchants: int32(merchants), PerMerchant: int32(perMerchant),
+	})
+	if err != nil {
+		return nil, translate(err)
+	}
+	byMerchant := map[uuid.UUID][]Queued{}
+	var order []uuid.UUID
+	for _, r := range rows {
+		if _, ok := byMerchant[r.MerchantID]; !ok {
+			order = append(order, r.MerchantID)
+		}
+		byMerchant[r.MerchantID] = append(byMerchant[r.MerchantID], Queued{
+			MerchantID: r.MerchantID, Scope: Scope(r.Scope), Key: r.IdempotencyKey, OperationID: r.OperationID, CreatedAt: r.CreatedAt,
+		})
+	}
+	slices.SortFunc(order, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+	for _, m := range order {
+		slices.SortFunc(byMerchant[m], func(a, b Queued) int {
+			if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+				return c
+			}
+			return slices.Compare(a.OperationID[:], b.OperationID[:])
+		})
+	}
+	out := make([]Queued, 0, len(rows))
+	for i := 0; len(out) < len(rows); i++ {
+		for _, m := range order {
+			if q := byMerchant[m]; i < len(q) {
+				out = append(out, q[i])
+			}
+		}
+	}
+	return out, nil
+}
+
+// StillProcessing is which of the payments ids are still processing.
+func (s *Store) StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	out, err := s.q.StillProcessing(ctx, ids)
+	return out, translate(err)
+}
+
+// BacklogState is the start backlog as its drainer last saw it.
+type BacklogState struct {
+	Queued         int64
+	Oldest         time.Time     // the oldest queued record's arrival; zero when none is queued
+	DrainPerSecond float64       // payments the drainer started per second, lately
+	Age            time.Duration // how long ago the drainer saw it
+}
+
+// QueuedBacklog counts the queued records and finds the oldest's arrival.
+func (s *Store) QueuedBacklog(ctx context.Context) (n int64, oldest time.Time, err error) {
+	row, err := s.q.QueuedBacklog(ctx)
+	if err != nil {
+		return 0, time.Time{}, translate(err)
+	}
+	if row.Queued > 0 {
+		oldest = row.Oldest
+	}
+	return row.Queued, oldest, nil
+}
+
+// SaveBacklogState records what the drainer saw, for the API's admission.
+func (s *Store) SaveBacklogState(ctx context.Context, b BacklogState) error {
+	var oldest *time.Time
+	if !b.Oldest.IsZero() {
+		oldest = &b.Oldest
+	}
+	return translate(s.q.SaveBacklogState(ctx, dbsqlc.SaveBacklogStateParams{
+		Queued: b.Queued, Oldest: oldest, DrainPerSecond: b.DrainPerSecond,
+	}))
+}
+
+// BacklogState is the drainer's last record; the zero state when it never wrote one.
+func (s *Store) BacklogState(ctx context.Context) (BacklogState, error) {
+	row, err := s.q.GetBacklogState(ctx)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return BacklogState{}, nil
+	}
+	if err != nil {
+		return BacklogState{}, translate(err)
+	}
+	b := BacklogState{Queued: row.Queued, DrainPerSecond: row.DrainPerSecond, Age: row.Now.Sub(row.UpdatedAt)}
+	if row.Oldest != nil {
+		b.Oldest = *row.Oldest
+	}
+	return b, nil
+}
+
+// Lead makes the caller the one holder of name across every process on the database, while ok:
+// a session advisory lock on a connection of its own, which PostgreSQL lets go when the process
+// or its connection dies. held reports whether the lock is still held (the connection works);
+// release gives it up.
+func (s *Store) Lead(ctx context.Context, name string) (ok bool, held func(context.Context) bool, release func(), err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, nil, nil, translate(err)
+	}
+	h := fnv.New64a()
+	h.Write([]byte("kasa/" + name))
+	key := int64(h.Sum64())
+	if ok, err = dbsqlc.New(conn).TryLead(ctx, key); err != nil || !ok {
+		conn.Release()
+		return false, nil, nil, translate(err)
+	}
+	held = func(ctx context.Context) bool { return conn.Ping(ctx) == nil }
+	release = func() { releaseLead(conn, key) }
+	return true, held, release, nil
+}
+
+func releaseLead(conn *pgxpool.Conn, key int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := dbsqlc.New(conn).Unlead(ctx, key); err != nil {
+		conn.Conn().Close(ctx) // a session whose unlock failed must not return to the pool holding it
+	}
+	conn.Release()
+}

@@ -1,0 +1,47 @@
+-- The start backlog: payments accepted while workflows could not start as fast as they arrived,
+-- queued on their records for the drainer (docs/operations.md, "Payday").
+
+-- name: ClaimQueued :many
+-- Takes the oldest @per_merchant queued records of each of up to @merchants merchants, the
+-- merchants after @after in id order (the drainer's turn), and leases them to the drainer as
+-- a stranded record is leased: if it dies before starting one, the sweeper does. The merchants
+-- are found by skipping through the queued index, one probe each.
+WITH RECURSIVE m AS (
+  SELECT (SELECT r.merchant_id FROM idempotency_records r WHERE r.queued AND r.merchant_id > @after::uuid
+          ORDER BY r.merchant_id LIMIT 1) AS merchant_id, 1 AS n
+  UNION ALL
+  SELECT (SELECT r.merchant_id FROM idempotency_records r WHERE r.queued AND r.merchant_id > m.merchant_id
+          ORDER BY r.merchant_id LIMIT 1), m.n + 1
+  FROM m WHERE m.merchant_id IS NOT NULL AND m.n < @merchants::int
+), picked AS (
+  SELECT q.merchant_id, q.scope, q.idempotency_key FROM m CROSS JOIN LATERAL (
+    SELECT r.merchant_id, r.scope, r.idempotency_key FROM idempotency_records r
+    WHERE r.queued AND r.merchant_id = m.merchant_id ORDER BY r.created_at, r.operation_id
+    LIMIT @per_merchant::int FOR UPDATE SKIP LOCKED) q
+)
+UPDATE idempotency_records r SET queued = false, locked_until = now() + @lease::interval, updated_at = now()
+FROM picked p WHERE r.merchant_id = p.merchant_id AND r.scope = p.scope AND r.idempotency_key = p.idempotency_key
+RETURNING r.merchant_id, r.scope, r.idempotency_key, r.operation_id, r.created_at;
+
+-- name: StillProcessing :many
+-- Which of the drainer's started payments are still processing: the ones it counts as running.
+SELECT id FROM payments WHERE id = ANY(@ids::uuid[]) AND status = 'processing';
+
+-- name: QueuedBacklog :one
+SELECT count(*) AS queued, coalesce(min(created_at), 'epoch')::timestamptz AS oldest FROM idempotency_records WHERE queued;
+
+-- name: SaveBacklogState :exec
+INSERT INTO backlog_state (id, queued, oldest, drain_per_second, updated_at)
+VALUES (1, @queued, @oldest, @drain_per_second, now())
+ON CONFLICT (id) DO UPDATE SET queued = excluded.queued, oldest = excluded.oldest,
+  drain_per_second = excluded.drain_per_second, updated_at = now();
+
+-- name: GetBacklogState :one
+SELECT queued, oldest, drain_per_second, updated_at, now()::timestamptz AS now FROM backlog_state WHERE id = 1;
+
+-- name: TryLead :one
+-- A session advisory lock: one holder across every process, let go when its session ends.
+SELECT pg_try_advisory_lock(@key::bigint);
+
+-- name: Unlead :exec
+SELECT pg_advisory_unlock(@key::bigint);

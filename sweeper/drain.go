@@ -1,0 +1,244 @@
+package sweeper
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kasa-pay/kasa/store"
+)
+
+// Backlog is what the drainer reads and claims of the start backlog.
+type Backlog interface {
+	Store
+	Lead(ctx context.Context, name string) (ok bool, held func(context.Context) bool, release func(), err error)
+	ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([]store.Queued, error)
+	StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error)
+	QueuedBacklog(ctx context.Context) (int64, time.Time, error)
+	SaveBacklogState(ctx context.Context, b store.BacklogState) error
+}
+
+// Drainer starts the payments the API queued while workflows could not start as fast as they
+// arrived (docs/operations.md, "Payday"). One drainer leads at a time, whichever process takes
+// the lead first; the others stand by. It keeps at most MaxRunning of the payments it started
+// processing, so it starts them at the rate the cluster finishes them, and it takes them
+// merchants in turn, each merchant's in arrival order.
+type Drainer struct {
+	Store      Backlog
+	Starter    Starter
+	MaxRunning int           // payments started and still processing; default 64
+	Lease      time.Duration // a claimed payment's lease; default 30s
+	Logger     *slog.Logger
+	// Concurrency is how many merchants' payments start at once; a merchant's start one after
+	// another, in order. Default 8.
+	Concurrency int
+	Registerer  prometheus.Registerer // for kasa_backlog_started_total; nil: not exported
+
+	started prometheus.Counter
+}
+
+// leadName is the advisory lock the drainers take turns on.
+const leadName = "backlog-drainer"
+
+const (
+	activeEvery  = 100 * time.Millisecond // between claims while there is work
+	idleEvery    = time.Second            // between claims of an empty backlog, and state saves
+	standbyEvery = 2 * time.Second        // between a standby drainer's tries to lead
+	drainWindow  = 10 * time.Second       // the drain rate is the starts within it
+)
+
+// Run drains until ctx ends, leading whenever it can.
+func (d *Drainer) Run(ctx context.Context) {
+	d.defaults()
+	for ctx.Err() == nil {
+		ok, held, release, err := d.Store.Lead(ctx, leadName)
+		if err != nil && ctx.Err() == nil {
+			d.Logger.Warn("backlog drainer: take the lead", "error", err)
+		}
+		if ok {
+			d.Logger.Info("backlog drainer leads")
+			d.lead(ctx, held)
+			release()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(standbyEvery):
+		}
+	}
+}
+
+func (d *Drainer) defaults() {
+	if d.MaxRunning <= 0 {
+		d.MaxRunning = 64
+	}
+	if d.Lease == 0 {
+		d.Lease = 30 * time.Second
+	}
+	if d.Concurrency <= 0 {
+		d.Concurrency = 8
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	d.started = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kasa_backlog_started_total", Help: "Queued payments whose workflows the backlog drainer started.",
+	})
+	if d.Registerer != nil {
+		if err := d.Registerer.Register(d.started); err != nil {
+			d.Logger.Warn("backlog drainer: metrics", "error", err)
+		}
+	}
+}
+
+// lead drains while it holds the lead and ctx lasts.
+func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
+	var (
+		running   []uuid.UUID // payments this drainer started, processing when last read
+		after     uuid.UUID   // the merchant whose turn was last
+		merchants = 1         // how many merchants had queued payments at the last claim
+		starts    []time.Time // within drainWindow
+		saved     time.Time
+	)
+	for ctx.Err() == nil {
+		now := time.Now()
+		if now.Sub(saved) >= idleEvery {
+			if !held(ctx) {
+				d.Logger.Warn("backlog drainer lost the lead")
+				return
+			}
+			starts = trimBefore(starts, now.Add(-drainWindow))
+			d.saveState(ctx, float64(len(starts))/drainWindow.Seconds())
+			saved = now
+		}
+		var err error
+		if running, err = d.Store.StillProcessing(ctx, running); err != nil {
+			d.pause(ctx, "read running payments", err)
+			continue
+		}
+		free := d.MaxRunning - len(running)
+		claimed := 0
+		if free > 0 {
+			// As many merchants as had queued payments last time, each with its share of the
+			// free slots, so a claim leases about as many as are free and no more.
+			n := min(merchants, free)
+			per := (free + n - 1) / n
+			items, err := d.Store.ClaimQueued(ctx, after, n, per, d.Lease)
+			if err != nil {
+				d.pause(ctx, "claim queued payments", err)
+				continue
+			}
+			claimed = len(items)
+			seen := distinctMerchants(items)
+			switch {
+			case claimed == 0 && after != uuid.Nil:
+				after = uuid.Nil // past the last merchant: start over from the first
+				continue
+			case len(seen) == n:
+				after = seen[len(seen)-1] // more merchants may follow: theirs is the next turn
+				merchants = min(2*n, d.MaxRunning)
+			default:
+				after = uuid.Nil
+				merchants = max(1, len(seen))
+			}
+			ok := d.start(ctx, items)
+			running = append(running, ok...)
+			for range ok {
+				starts = append(starts, time.Now())
+			}
+		}
+		every := activeEvery
+		if claimed == 0 && len(running) == 0 {
+			every = idleEvery
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(every):
+		}
+	}
+}
+
+// start starts the claimed payments, a merchant's one after another in order, and returns the
+// ones that started. One that failed to start has its lease given up: the sweeper starts it.
+func (d *Drainer) start(ctx context.Context, items []store.Queued) []uuid.UUID {
+	byMerchant := map[uuid.UUID][]store.Queued{}
+	var order []uuid.UUID
+	for _, q := range items {
+		if _, ok := byMerchant[q.MerchantID]; !ok {
+			order = append(order, q.MerchantID)
+		}
+		byMerchant[q.MerchantID] = append(byMerchant[q.MerchantID], q)
+	}
+	var (
+		mu      sync.Mutex
+		started []uuid.UUID
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, d.Concurrency)
+	)
+	for _, m := range order {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(queue []store.Queued) {
+			defer func() { <-sem; wg.Done() }()
+			for _, q := range queue {
+				if err := launch(ctx, d.Store, d.Starter, q.Scope, q.MerchantID, q.Key); err != nil {
+					if ctx.Err() == nil {
+						d.Logger.Warn("backlog drainer: start", "operation_id", q.OperationID, "error", err)
+					}
+					continue
+				}
+				d.started.Inc()
+				mu.Lock()
+				started = append(started, q.OperationID)
+				mu.Unlock()
+			}
+		}(byMerchant[m])
+	}
+	wg.Wait()
+	return started
+}
+
+// saveState records the backlog for the API's admission and the dashboard.
+func (d *Drainer) saveState(ctx context.Context, drain float64) {
+	n, oldest, err := d.Store.QueuedBacklog(ctx)
+	if err == nil {
+		err = d.Store.SaveBacklogState(ctx, store.BacklogState{Queued: n, Oldest: oldest, DrainPerSecond: drain})
+	}
+	if err != nil && ctx.Err() == nil {
+		d.Logger.Warn("backlog drainer: save state", "error", err)
+	}
+}
+
+func (d *Drainer) pause(ctx context.Context, what string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	d.Logger.Warn("backlog drainer: "+what, "error", err)
+	select {
+	case <-ctx.Done():
+	case <-time.After(idleEvery):
+	}
+}
+
+// distinctMerchants is the merchants of items in their first turn's order, which is by id.
+func distinctMerchants(items []store.Queued) []uuid.UUID {
+	var out []uuid.UUID
+	for _, q := range items {
+		if !slices.Contains(out, q.MerchantID) {
+			out = append(out, q.MerchantID)
+		}
+	}
+	return out
+}
+
+func trimBefore(ts []time.Time, cut time.Time) []time.Time {
+	i := 0
+	for i < len(ts) && ts[i].Before(cut) {
+		i++
+	}
+	return ts[i:]
+}

@@ -1,0 +1,188 @@
+package sweeper_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/sweeper"
+	"github.com/kasa-pay/kasa/tools/testkit"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// cluster is a Temporal that runs each started payment for latency and fails it (the store's
+// Release), recording the order of the starts and how many ran at once.
+type cluster struct {
+	latency time.Duration
+
+	mu      sync.Mutex
+	order   []string       // keys, as started
+	starts  map[string]int // per key
+	running int
+	peak    int
+}
+
+func newCluster(latency time.Duration) *cluster {
+	return &cluster{latency: latency, starts: map[string]int{}}
+}
+
+func (c *cluster) StartPayment(_ context.Context, key string, in workflows.PaymentInput) (string, error) {
+	c.mu.Lock()
+	c.order = append(c.order, key)
+	c.starts[key]++
+	c.running++
+	c.peak = max(c.peak, c.running)
+	c.mu.Unlock()
+	go func() {
+		time.Sleep(c.latency)
+		// Leaves processing before the slot counts as free again, as a workflow's last step would.
+		_, err := db.Release(context.Background(), in.OperationID, "declined")
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.running--
+		if err != nil {
+			panic(err)
+		}
+	}()
+	return "run", nil
+}
+
+func (c *cluster) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
+	return "", fmt.Errorf("no refund is queued")
+}
+
+func (c *cluster) snapshot() ([]string, map[string]int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.order), c.starts, c.peak
+}
+
+// queue begins n payments of m queued in the start backlog, in order, under key prefix+i.
+func queue(t *testing.T, m testkit.Merchant, prefix string, n int) []string {
+	t.Helper()
+	var keys []string
+	for i := range n {
+		key := fmt.Sprintf("%s-%02d", prefix, i)
+		req := payment.Request{InvoiceID: key, AmountMinor: 100, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase"}
+		rec, _, began, err := db.Begin(context.Background(), store.BeginInput{MerchantID: m.ID, Key: key, Request: req,
+			OperationID: payment.NewID(), Lease: time.Minute, Queue: true})
+		require.NoError(t, err)
+		require.Equal(t, store.BeganNew, began)
+		require.True(t, rec.Queued)
+		keys = append(keys, key)
+	}
+	return keys
+}
+
+// drain runs d until every key in keys has started and left processing.
+func drain(t *testing.T, d *sweeper.Drainer, c *cluster, keys []string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool {
+		_, starts, _ := c.snapshot()
+		for _, k := range keys {
+			if starts[k] == 0 {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 20*time.Millisecond, "every queued payment starts")
+	require.Eventually(t, func() bool {
+		n, _, err := db.QueuedBacklog(context.Background())
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return err == nil && n == 0 && c.running == 0
+	}, 10*time.Second, 20*time.Millisecond, "the backlog is empty and every payment ran")
+}
+
+// Merchant A queues 30 payments, then merchant B 5. The drainer keeps at most 4 running, starts
+// each merchant's in the order they arrived, and B's wait for a few of A's, not for all of them.
+func TestDrainerStartsMerchantsInTurnEachInArrivalOrder(t *testing.T) {
+	a := testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: "a"})
+	b := testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: "b"})
+	aKeys := queue(t, a, "a", 30)
+	bKeys := queue(t, b, "b", 5)
+
+	c := newCluster(30 * time.Millisecond)
+	d := &sweeper.Drainer{Store: db, Starter: c, MaxRunning: 4, Lease: time.Minute}
+	drain(t, d, c, append(slices.Clone(aKeys), bKeys...))
+
+	order, starts, peak := c.snapshot()
+	for k, n := range starts {
+		require.Equal(t, 1, n, "%s started once", k)
+	}
+	require.LessOrEqual(t, peak, 4, "never more running than MaxRunning")
+	var aOrder, bOrder []string
+	for _, k := range order {
+		if k[0] == 'a' {
+			aOrder = append(aOrder, k)
+		} else {
+			bOrder = append(bOrder, k)
+		}
+	}
+	require.Equal(t, aKeys, aOrder, "A's in arrival order")
+	require.Equal(t, bKeys, bOrder, "B's in arrival order")
+	lastB := slices.Index(order, bKeys[len(bKeys)-1])
+	t.Logf("start order: %v", order)
+	require.Less(t, lastB, 5+12, "B's five started among the first of A's, not after all 30 (last at %d)", lastB)
+
+	st, err := db.BacklogState(context.Background())
+	require.NoError(t, err)
+	require.Positive(t, st.DrainPerSecond, "the drainer records its rate")
+}
+
+// A drainer that claimed payments and died before starting them leaves them leased, like a
+// stranded record: the sweeper starts those once the lease runs out, the next drainer the rest,
+// and each payment starts once.
+func TestDrainerDiedWhileDraining(t *testing.T) {
+	ctx := context.Background()
+	m := testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: "c"})
+	keys := queue(t, m, "c", 20)
+	// The drainer that died: it had claimed the first six when it was killed.
+	claimed, err := db.ClaimQueued(ctx, uuid.Nil, 1, 6, 300*time.Millisecond)
+	require.NoError(t, err)
+	require.Len(t, claimed, 6)
+	for i, q := range claimed {
+		require.Equal(t, keys[i], q.Key, "the oldest first")
+	}
+
+	c := newCluster(10 * time.Millisecond)
+	sw := &sweeper.Sweeper{Store: db, Starter: c, Interval: 100 * time.Millisecond, Lease: time.Minute, Merchant: &m.ID}
+	sctx, stop := context.WithCancel(ctx)
+	swept := make(chan struct{})
+	go func() { defer close(swept); sw.Run(sctx) }()
+	defer func() { stop(); <-swept }()
+	drain(t, &sweeper.Drainer{Store: db, Starter: c, MaxRunning: 4}, c, keys)
+
+	_, starts, _ := c.snapshot()
+	for _, k := range keys {
+		require.Equal(t, 1, starts[k], "%s started once", k)
+	}
+}
+
+// One drainer leads at a time: a second one stands by while the first holds the lead.
+func TestOneDrainerLeads(t *testing.T) {
+	ctx := context.Background()
+	ok, _, release, err := db.Lead(ctx, "test-lead")
+	require.NoError(t, err)
+	require.True(t, ok)
+	again, _, _, err := db.Lead(ctx, "test-lead")
+	require.NoError(t, err)
+	require.False(t, again, "the lead is held")
+	release()
+	ok, _, release, err = db.Lead(ctx, "test-lead")
+	require.NoError(t, err)
+	require.True(t, ok, "released, it can be taken again")
+	release()
+}
