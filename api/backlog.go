@@ -40,6 +40,7 @@ type admission struct {
 	running int
 	state   store.BacklogState
 	read    time.Time
+	queued  int64 // payments this process queued since it read state: a burst counts at once
 }
 
 func newAdmission(b Backlog, share float64) *admission {
@@ -88,7 +89,9 @@ func (a *admission) backlog(ctx context.Context) store.BacklogState {
 	a.mu.Lock()
 	if time.Since(a.read) < stateEvery {
 		defer a.mu.Unlock()
-		return a.state
+		st := a.state
+		st.Queued += a.queued
+		return st
 	}
 	a.read = time.Now() // the other requests keep the last state meanwhile
 	a.mu.Unlock()
@@ -96,9 +99,18 @@ func (a *admission) backlog(ctx context.Context) store.BacklogState {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err == nil {
-		a.state = st
+		a.state, a.queued = st, 0
 	}
-	return a.state
+	st = a.state
+	st.Queued += a.queued
+	return st
+}
+
+// wasQueued counts a payment this process queued, until the drainer's record includes it.
+func (a *admission) wasQueued() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queued++
 }
 
 // admit refuses a new payment past the backlog's bound: a *backlogFullError.

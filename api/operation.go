@@ -116,6 +116,7 @@ func (s *Server) create(c *gin.Context, k opKind, scope store.Scope, parse func(
 	s.metrics.idempotency.WithLabelValues("new").Inc()
 	if rec.Queued {
 		s.metrics.idempotency.WithLabelValues("queued").Inc()
+		s.admission.wasQueued()
 		s.writeQueued(c, k, o)
 		return
 	}
