@@ -1315,10 +1315,14 @@ var dashboardMetrics = map[string]metricKind{
 	"kasa_outbox_publish_latency_seconds":       histogram,
 	"kasa_webhook_deliveries_total":             counter,
 	"kasa_webhook_attempts_per_delivery":        histogram,
+	"kasa_backlog_queued":                       gauge,
+	"kasa_backlog_oldest_age_seconds":           gauge,
+	"kasa_backlog_drain_per_second":             gauge,
+	"kasa_backlog_refused_total":                counter,
 }
 
 // dashboardRows are the dashboard's rows, in order: the questions of the metrics table in docs/operations.md.
-var dashboardRows = []string{"Throughput and latency", "Duplicates and conflicts", "Database", "Money at risk", "Events"}
+var dashboardRows = []string{"Throughput and latency", "Duplicates and conflicts", "Database", "Money at risk", "Events", "Start backlog"}
 
 type grafanaDatasourceRef struct {
 	Type string `json:"type"`
