@@ -153,3 +153,9 @@ func releaseLead(conn *pgxpool.Conn, key int64) {
 	}
 	conn.Release()
 }
+
+// Processing counts the operations still processing: queued, or started and not yet final.
+func (s *Store) Processing(ctx context.Context) (int64, error) {
+	n, err := s.q.ProcessingRecords(ctx)
+	return n, translate(err)
+}

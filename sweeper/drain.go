@@ -112,7 +112,7 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 				return
 			}
 			starts = trimBefore(starts, now.Add(-drainWindow))
-			d.saveState(ctx, float64(len(starts))/drainWindow.Seconds())
+			d.saveState(ctx, drainRate(starts, now))
 			saved = now
 		}
 		var err error
@@ -233,6 +233,16 @@ func distinctMerchants(items []store.Queued) []uuid.UUID {
 		}
 	}
 	return out
+}
+
+// drainRate is starts per second over the window, or over the time since the first of them
+// when that is shorter (at least a second): a drain that began a moment ago is not slow.
+func drainRate(starts []time.Time, now time.Time) float64 {
+	if len(starts) == 0 {
+		return 0
+	}
+	over := min(drainWindow, max(now.Sub(starts[0]), time.Second))
+	return float64(len(starts)) / over.Seconds()
 }
 
 func trimBefore(ts []time.Time, cut time.Time) []time.Time {

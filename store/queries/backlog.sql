@@ -45,3 +45,7 @@ SELECT pg_try_advisory_lock(@key::bigint);
 
 -- name: Unlead :exec
 SELECT pg_advisory_unlock(@key::bigint);
+
+-- name: ProcessingRecords :one
+-- Operations not yet final nor unknown: queued, or started and running (the open records' index).
+SELECT count(*) FROM idempotency_records WHERE status = 'processing';

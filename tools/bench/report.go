@@ -30,14 +30,27 @@ var reportTemplates string
 var reports = template.Must(template.New("").Funcs(template.FuncMap{
 	"cell": cell, "join": strings.Join, "inc": func(i int) int { return i + 1 },
 	"f0": format("%.0f"), "f1": format("%.1f"), "f2": format("%.2f"),
-	"round1":    func(v float64) float64 { return math.Round(v*10) / 10 }, // the suite's half rate is a quotient
-	"div":       func(a, b float64) float64 { return a / b },
-	"share":     func(n, of int64) string { return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(max(of, 1))) },
-	"list":      func(s ...string) []string { return s },
-	"one":       func(r Result) []Result { return []Result{r} },
-	"runs":      func(title string, runs []Result) runsView { return runsView{title, runs} },
-	"ownTarget": func() float64 { return OwnTarget },
-	"sum":       sum,
+	"round1":     func(v float64) float64 { return math.Round(v*10) / 10 }, // the suite's half rate is a quotient
+	"div":        func(a, b float64) float64 { return a / b },
+	"share":      func(n, of int64) string { return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(max(of, 1))) },
+	"list":       func(s ...string) []string { return s },
+	"one":        func(r Result) []Result { return []Result{r} },
+	"runs":       func(title string, runs []Result) runsView { return runsView{title, runs} },
+	"ownTarget":  func() float64 { return OwnTarget },
+	"payday":     func() int { return PaydayFactor },
+	"paydayRuns": func(p *Payday) []Result { return []Result{p.T, p.Burst} },
+	// every10 is every tenth sample (every 5 s of the payday's half-second samples), and the last.
+	"every10": func(s []BacklogSample) []BacklogSample {
+		var out []BacklogSample
+		for i := 0; i < len(s); i += 10 {
+			out = append(out, s[i])
+		}
+		if n := len(s); n > 0 && (n-1)%10 != 0 {
+			out = append(out, s[n-1])
+		}
+		return out
+	},
+	"sum": sum,
 	// other is the CPU of the classes without a column of their own; never a rounding's -0.00.
 	"other": func(m map[string]float64) float64 {
 		return max(sum(m)-m[ClassKasa]-m[ClassPostgres]-m[ClassTemporal]-m[ClassBanksim]-m[ClassBench], 0)
@@ -135,6 +148,9 @@ func RunMarkdown(rep RunReport, body string) string {
 // CompareMarkdown is a comparison's report: one row per side, CPU and database work per
 // operation, then every run.
 func CompareMarkdown(c *Comparison) string { return render("compare", c) }
+
+// PaydayMarkdown is a payday run's report.
+func PaydayMarkdown(p *Payday) string { return render("payday", p) }
 
 // StorePathMarkdown is a store-path run's report.
 func StorePathMarkdown(rep *StorePathReport) string { return render("storepath", rep) }

@@ -21,6 +21,7 @@ type Stack struct {
 	Settle                                  func(ctx context.Context) error                     // vacuum, analyze and checkpoint
 	CPU                                     CPU                                                 // if set, each run reports its CPU by process class
 	Counters                                Counters                                            // if set, each comparison run reports their growth per operation
+	Backlog                                 Backlog                                             // the start backlog, for the payday run
 }
 
 // Report is one suite run: every measurement, the ratios the targets ask for, and its verdict.

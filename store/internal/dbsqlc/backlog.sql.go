@@ -110,6 +110,18 @@ func (q *Queries) GetBacklogState(ctx context.Context) (GetBacklogStateRow, erro
 	return i, err
 }
 
+const ProcessingRecords = `-- name: ProcessingRecords :one
+SELECT count(*) FROM idempotency_records WHERE status = 'processing'
+`
+
+// Operations not yet final nor unknown: queued, or started and running (the open records' index).
+func (q *Queries) ProcessingRecords(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, ProcessingRecords)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const QueuedBacklog = `-- name: QueuedBacklog :one
 SELECT count(*) AS queued, coalesce(min(created_at), 'epoch')::timestamptz AS oldest FROM idempotency_records WHERE queued
 `

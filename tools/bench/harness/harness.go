@@ -82,6 +82,8 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	topology := fs.String("kasa", TopologyDev, "how kasa runs: dev (one process, the worker in the API's) or cluster (kasa cluster: APIs and workers apart; needs --temporal=server)")
 	cpuProfile := fs.String("cpuprofile", "", "one run with --kasa dev: write a CPU profile of the measured kasa dev over the measured window to this file "+
 		"(fetched from its /debug/pprof/ on a loopback port of its own; see `go tool pprof -top kasa FILE`)")
+	payday := fs.Bool("payday", false, fmt.Sprintf("a payday: T and the accept transaction's P, then an open loop offering %d × T for --duration, then nothing until every payment is final; writes <date>-payday.{md,json} to --out", bench.PaydayFactor))
+	drainFor := fs.Duration("drain-for", 30*time.Minute, "--payday: how long the last payment may take to be final after the burst")
 	compare := fs.Bool("compare-temporal", false, "measure T and new payments on the dev server, on the real server, and on the real server with kasa cluster, and write <date>-temporal-server.{md,json} to --out")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -99,7 +101,9 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		return usage("--temporal is dev or server, not %q", *temporal)
 	case (*topology != TopologyDev && *topology != TopologyCluster) || (*topology == TopologyCluster && *temporal != TemporalServer):
 		return usage("--kasa is dev or cluster (with --temporal=server), not %q", *topology)
-	case *cpuProfile != "" && (*suite || *compare || *topology != TopologyDev):
+	case *payday && (*suite || *compare):
+		return usage("--payday is a run of its own: not with --suite or --compare-temporal")
+	case *cpuProfile != "" && (*suite || *compare || *payday || *topology != TopologyDev):
 		return usage("--cpuprofile profiles one run of kasa dev: not with --suite, --compare-temporal or --kasa cluster")
 	}
 	o.Progress = progress
@@ -118,12 +122,19 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		}
 		return nil
 	}
-	st, err := startStack(ctx, cfg, *temporal, *topology, *cpuProfile != "")
+	var env []string
+	if *payday { // the start backlog as deployed, each API running at most 32 payments at once
+		env = []string{"KASA_BACKLOG_API_RUNNING=32", "KASA_API_MERCHANT_SHARE=0.5"}
+	}
+	st, err := startStack(ctx, cfg, *temporal, *topology, *cpuProfile != "", env...)
 	if err != nil {
 		return err
 	}
 	defer func() { st.stop(err != nil) }()
 	o.APIURL, o.AdminToken, o.CPU, o.Counters = st.APIURL, st.AdminToken, st.CPU, st.Counters
+	if *payday {
+		return runPayday(ctx, st.Stack, o, cfg.Capability, *out, *drainFor)
+	}
 	if *suite {
 		o.Payers = 0 // one run's flag, which the suite does not read
 		rep, err := bench.RunSuite(ctx, st.Stack, o)
@@ -174,6 +185,27 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		}
 	}
 	return verdict(v)
+}
+
+// runPayday sets up the merchants, runs the payday on s and writes its report.
+func runPayday(ctx context.Context, s bench.Stack, o bench.Options, capability, out string, drainFor time.Duration) error {
+	progress("setting up %d merchant(s)", o.Merchants)
+	fx, err := bench.Setup(ctx, bench.Options{APIURL: s.APIURL, AdminToken: s.AdminToken, Merchants: o.Merchants, Payers: 1})
+	if err != nil {
+		return err
+	}
+	if err := s.Settle(ctx); err != nil {
+		return err
+	}
+	p, err := bench.RunPayday(ctx, s, fx, o, drainFor)
+	if err != nil {
+		return err
+	}
+	p.Machine, p.Commit, p.Capability = machine(), commit(), capability
+	if err := writeReport(out, p.Started, "-payday", bench.PaydayMarkdown(p), p); err != nil {
+		return err
+	}
+	return verdict(p.Verdict)
 }
 
 // Compare measures ceiling T and new payments (o's Duration, Warmup, Concurrency, Merchants,

@@ -49,7 +49,7 @@ func (s *stack) stop(keep bool) {
 // counts statements and their WAL by database (pgstats.Settings).
 //
 // With pprof, the child serves Go's /debug/pprof/ on a free loopback port (never the API's).
-func startStack(ctx context.Context, cfg Config, temporal, topology string, pprof bool) (_ *stack, err error) {
+func startStack(ctx context.Context, cfg Config, temporal, topology string, pprof bool, extraEnv ...string) (_ *stack, err error) {
 	bin := cfg.Binary
 	if bin == "" {
 		if bin, err = os.Executable(); err != nil {
@@ -85,6 +85,7 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string, ppro
 		// queues in the start backlog unless the payday run asks for it.
 		"KASA_BACKLOG_API_RUNNING=0", "KASA_API_MERCHANT_SHARE=1",
 	}
+	env = append(env, extraEnv...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "KASA_") || strings.HasPrefix(kv, "KASA_TEMPORAL_CLI=") || strings.HasPrefix(kv, "KASA_TEMPORAL_SERVER=") {
 			env = append(env, kv)
@@ -202,6 +203,12 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string, ppro
 		return err
 	}
 	s.Settle = func(ctx context.Context) error { return bench.Settle(ctx, st.DatabaseURL) }
+	s.Backlog = func(ctx context.Context) (queued, processing int64, err error) {
+		if queued, _, err = db.QueuedBacklog(ctx); err == nil {
+			processing, err = db.Processing(ctx)
+		}
+		return queued, processing, err
+	}
 	return s, nil
 }
 

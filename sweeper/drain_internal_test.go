@@ -1,0 +1,33 @@
+package sweeper
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDrainRate(t *testing.T) {
+	now := time.Now()
+	every := func(n int, gap time.Duration) []time.Time {
+		var out []time.Time
+		for i := n; i > 0; i-- {
+			out = append(out, now.Add(-time.Duration(i)*gap))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		starts []time.Time
+		want   float64
+	}{
+		{"none", nil, 0},
+		{"a full window", every(1000, 10*time.Millisecond), 100},
+		{"begun half a second ago: over a second", every(50, 10*time.Millisecond), 50},
+		{"begun 2 s ago: over 2 s", every(200, 10*time.Millisecond), 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.InDelta(t, tc.want, drainRate(tc.starts, now), 0.5)
+		})
+	}
+}
