@@ -3,6 +3,7 @@ package sweeper_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -62,7 +63,7 @@ func (c *cluster) StartRefund(context.Context, string, workflows.RefundInput) (s
 func (c *cluster) snapshot() ([]string, map[string]int, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Clone(c.order), c.starts, c.peak
+	return slices.Clone(c.order), maps.Clone(c.starts), c.peak
 }
 
 // queue begins n payments of m queued in the start backlog, in order, under key prefix+i.
