@@ -12,25 +12,18 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 )
 
 // The start backlog (store/queries/backlog.sql): payments accepted while workflows could not
 // start as fast as they arrived, queued on their records until the drainer starts them.
 
-// Queued is a queued record the drainer claimed.
-type Queued struct {
-	MerchantID  uuid.UUID
-	Scope       Scope
-	Key         string
-	OperationID uuid.UUID
-	CreatedAt   time.Time
-}
-
-// ClaimQueued leases to the caller the oldest perMerchant queued records of each of up to
-// merchants merchants whose id follows after, in the order they must start: a merchant's in
-// arrival order, the merchants' in turn (every merchant's first before anyone's second).
-func (s *Store) ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([]Queued, error) {
+// ClaimQueued leases to the caller the oldest perMerchant queued payments of each of up to
+// merchants merchants whose id follows after, and returns them in the order they must start: a
+// merchant's in arrival order, the merchants' in turn (every merchant's first before anyone's
+// second).
+func (s *Store) ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([]payment.Payment, error) {
 	rows, err := s.q.ClaimQueued(ctx, dbsqlc.ClaimQueuedParams{
 		Lease: pgtype.Interval{Microseconds: lease.Microseconds(), Valid: true},
 		After: after, Merchants: int32(merchants), PerMerchant: int32(perMerchant),
@@ -38,26 +31,24 @@ func (s *Store) ClaimQueued(ctx context.Context, after uuid.UUID, merchants, per
 	if err != nil {
 		return nil, translate(err)
 	}
-	byMerchant := map[uuid.UUID][]Queued{}
+	byMerchant := map[uuid.UUID][]payment.Payment{}
 	var order []uuid.UUID
 	for _, r := range rows {
 		if _, ok := byMerchant[r.MerchantID]; !ok {
 			order = append(order, r.MerchantID)
 		}
-		byMerchant[r.MerchantID] = append(byMerchant[r.MerchantID], Queued{
-			MerchantID: r.MerchantID, Scope: Scope(r.Scope), Key: r.IdempotencyKey, OperationID: r.OperationID, CreatedAt: r.CreatedAt,
-		})
+		byMerchant[r.MerchantID] = append(byMerchant[r.MerchantID], paymentOf(r))
 	}
 	slices.SortFunc(order, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
 	for _, m := range order {
-		slices.SortFunc(byMerchant[m], func(a, b Queued) int {
+		slices.SortFunc(byMerchant[m], func(a, b payment.Payment) int {
 			if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 				return c
 			}
-			return slices.Compare(a.OperationID[:], b.OperationID[:])
+			return slices.Compare(a.ID[:], b.ID[:])
 		})
 	}
-	out := make([]Queued, 0, len(rows))
+	out := make([]payment.Payment, 0, len(rows))
 	for i := 0; len(out) < len(rows); i++ {
 		for _, m := range order {
 			if q := byMerchant[m]; i < len(q) {

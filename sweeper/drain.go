@@ -10,14 +10,16 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/workflows"
 )
 
 // Backlog is what the drainer reads and claims of the start backlog.
 type Backlog interface {
 	Store
 	Lead(ctx context.Context, name string) (ok bool, held func(context.Context) bool, release func(), err error)
-	ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([]store.Queued, error)
+	ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([]payment.Payment, error)
 	StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error)
 	QueuedBacklog(ctx context.Context) (int64, time.Time, error)
 	SaveBacklogState(ctx context.Context, b store.BacklogState) error
@@ -163,15 +165,17 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 }
 
 // start starts the claimed payments, a merchant's one after another in order, and returns the
-// ones that started. One that failed to start has its lease given up: the sweeper starts it.
-func (d *Drainer) start(ctx context.Context, items []store.Queued) []uuid.UUID {
-	byMerchant := map[uuid.UUID][]store.Queued{}
+// ones that started. One that failed to start has its lease given up, so the sweeper starts it.
+// A started one is not marked so: its workflow's first step does that, and should the lease run
+// out before, the sweeper's start finds the run and starts nothing.
+func (d *Drainer) start(ctx context.Context, items []payment.Payment) []uuid.UUID {
+	byMerchant := map[uuid.UUID][]payment.Payment{}
 	var order []uuid.UUID
-	for _, q := range items {
-		if _, ok := byMerchant[q.MerchantID]; !ok {
-			order = append(order, q.MerchantID)
+	for _, p := range items {
+		if _, ok := byMerchant[p.MerchantID]; !ok {
+			order = append(order, p.MerchantID)
 		}
-		byMerchant[q.MerchantID] = append(byMerchant[q.MerchantID], q)
+		byMerchant[p.MerchantID] = append(byMerchant[p.MerchantID], p)
 	}
 	var (
 		mu      sync.Mutex
@@ -182,18 +186,19 @@ func (d *Drainer) start(ctx context.Context, items []store.Queued) []uuid.UUID {
 	for _, m := range order {
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(queue []store.Queued) {
+		go func(queue []payment.Payment) {
 			defer func() { <-sem; wg.Done() }()
-			for _, q := range queue {
-				if err := launch(ctx, d.Store, d.Starter, q.Scope, q.MerchantID, q.Key); err != nil {
+			for _, p := range queue {
+				if _, err := d.Starter.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p)); err != nil {
+					_ = d.Store.ExpireLease(context.WithoutCancel(ctx), p.ID)
 					if ctx.Err() == nil {
-						d.Logger.Warn("backlog drainer: start", "operation_id", q.OperationID, "error", err)
+						d.Logger.Warn("backlog drainer: start", "operation_id", p.ID, "error", err)
 					}
 					continue
 				}
 				d.started.Inc()
 				mu.Lock()
-				started = append(started, q.OperationID)
+				started = append(started, p.ID)
 				mu.Unlock()
 			}
 		}(byMerchant[m])
@@ -225,11 +230,11 @@ func (d *Drainer) pause(ctx context.Context, what string, err error) {
 }
 
 // distinctMerchants is the merchants of items in their first turn's order, which is by id.
-func distinctMerchants(items []store.Queued) []uuid.UUID {
+func distinctMerchants(items []payment.Payment) []uuid.UUID {
 	var out []uuid.UUID
-	for _, q := range items {
-		if !slices.Contains(out, q.MerchantID) {
-			out = append(out, q.MerchantID)
+	for _, p := range items {
+		if !slices.Contains(out, p.MerchantID) {
+			out = append(out, p.MerchantID)
 		}
 	}
 	return out

@@ -154,8 +154,8 @@ func TestDrainerDiedWhileDraining(t *testing.T) {
 	claimed, err := db.ClaimQueued(ctx, uuid.Nil, 1, 6, 300*time.Millisecond)
 	require.NoError(t, err)
 	require.Len(t, claimed, 6)
-	for i, q := range claimed {
-		require.Equal(t, keys[i], q.Key, "the oldest first")
+	for i, p := range claimed {
+		require.Equal(t, keys[i], p.IdempotencyKey, "the oldest first")
 	}
 
 	c := newCluster(10 * time.Millisecond)

@@ -23,14 +23,15 @@ WITH RECURSIVE m AS (
           ORDER BY r.merchant_id LIMIT 1), m.n + 1
   FROM m WHERE m.merchant_id IS NOT NULL AND m.n < $3::int
 ), picked AS (
-  SELECT q.merchant_id, q.scope, q.idempotency_key FROM m CROSS JOIN LATERAL (
-    SELECT r.merchant_id, r.scope, r.idempotency_key FROM idempotency_records r
-    WHERE r.queued AND r.merchant_id = m.merchant_id ORDER BY r.created_at, r.operation_id
+  SELECT q.merchant_id, q.scope, q.idempotency_key, q.operation_id FROM m CROSS JOIN LATERAL (
+    SELECT r.merchant_id, r.scope, r.idempotency_key, r.operation_id FROM idempotency_records r
+    WHERE r.queued AND r.merchant_id = m.merchant_id AND r.scope = 'payment' ORDER BY r.created_at, r.operation_id
     LIMIT $4::int FOR UPDATE SKIP LOCKED) q
 )
 UPDATE idempotency_records r SET queued = false, locked_until = now() + $1::interval, updated_at = now()
-FROM picked p WHERE r.merchant_id = p.merchant_id AND r.scope = p.scope AND r.idempotency_key = p.idempotency_key
-RETURNING r.merchant_id, r.scope, r.idempotency_key, r.operation_id, r.created_at
+FROM picked p JOIN payments ON payments.id = p.operation_id
+WHERE r.merchant_id = p.merchant_id AND r.scope = p.scope AND r.idempotency_key = p.idempotency_key
+RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor
 `
 
 type ClaimQueuedParams struct {
@@ -40,21 +41,14 @@ type ClaimQueuedParams struct {
 	PerMerchant int32
 }
 
-type ClaimQueuedRow struct {
-	MerchantID     uuid.UUID
-	Scope          string
-	IdempotencyKey string
-	OperationID    uuid.UUID
-	CreatedAt      time.Time
-}
-
 // The start backlog: payments accepted while workflows could not start as fast as they arrived,
 // queued on their records for the drainer (docs/operations.md, "Payday").
-// Takes the oldest @per_merchant queued records of each of up to @merchants merchants, the
-// merchants after @after in id order (the drainer's turn), and leases them to the drainer as
-// a stranded record is leased: if it dies before starting one, the sweeper does. The merchants
-// are found by skipping through the queued index, one probe each.
-func (q *Queries) ClaimQueued(ctx context.Context, arg ClaimQueuedParams) ([]ClaimQueuedRow, error) {
+// Takes the oldest @per_merchant queued payments of each of up to @merchants merchants, the
+// merchants after @after in id order (the drainer's turn), leases them to the drainer as a
+// stranded record is leased (if it dies before starting one, the sweeper does), and returns
+// their payments, which the workflows start with. The merchants are found by skipping through
+// the queued index, one probe each. Only payments are ever queued.
+func (q *Queries) ClaimQueued(ctx context.Context, arg ClaimQueuedParams) ([]Payment, error) {
 	rows, err := q.db.Query(ctx, ClaimQueued,
 		arg.Lease,
 		arg.After,
@@ -65,15 +59,28 @@ func (q *Queries) ClaimQueued(ctx context.Context, arg ClaimQueuedParams) ([]Cla
 		return nil, err
 	}
 	defer rows.Close()
-	var items []ClaimQueuedRow
+	var items []Payment
 	for rows.Next() {
-		var i ClaimQueuedRow
+		var i Payment
 		if err := rows.Scan(
+			&i.ID,
 			&i.MerchantID,
-			&i.Scope,
 			&i.IdempotencyKey,
-			&i.OperationID,
+			&i.AccountID,
+			&i.AmountMinor,
+			&i.Currency,
+			&i.InvoiceID,
+			&i.PaymentType,
+			&i.Status,
+			&i.FailureCode,
+			&i.ProviderReference,
 			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ChargeAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
+			&i.RefundedMinor,
+			&i.RefundHeldMinor,
 		); err != nil {
 			return nil, err
 		}
