@@ -83,6 +83,10 @@ BENCH_PRELOAD ?= 1000000
 bench: build temporal-cli ## measure: ceilings, targets and correctness; writes bench/results/<date>.{md,json}
 	$(BIN)/kasa bench --suite --preload $(BENCH_PRELOAD) --out bench/results
 
+.PHONY: bench-payday
+bench-payday: build temporal-server ## a payday burst at 10 x T on the real Temporal Server, drained; writes bench/results/<date>-payday.{md,json}
+	$(BIN)/kasa bench --payday --temporal=server --duration 60s --out bench/results
+
 # The chaos soak (docs/tools.md): 10 minutes by default; pass kasa soak's flags in SOAK_FLAGS,
 # e.g. make soak SOAK_FLAGS="--duration 3m --seed 42".
 SOAK_FLAGS ?=

@@ -77,7 +77,7 @@ var reports = template.Must(template.New("").Funcs(template.FuncMap{
 		return strings.Join(out, ", ")
 	},
 	"goal": func(t Target) string {
-		if t.Name[0] == '5' { // an upper bound
+		if t.Name[0] == '5' || strings.Contains(t.Formula, "at most") { // an upper bound
 			return fmt.Sprintf("≤ %.0f", t.Threshold)
 		}
 		return fmt.Sprintf("≥ %.2f", t.Threshold)
