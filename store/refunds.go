@@ -414,7 +414,6 @@ func queueRefundComplete(b *pgx.Batch, r payment.Refund, rs RecordStatus) (*Answ
 	if err != nil {
 		return nil, err
 	}
-	b.Queue(dbsqlc.SetRecordStatus, r.ID, rs, outcome, body)
-	b.Queue(dbsqlc.InsertOutboxEvent, payment.NewID(), r.ID, "refund."+string(r.Status), payload)
+	b.Queue(dbsqlc.CompleteWithEvent, r.ID, rs, outcome, body, payment.NewID(), "refund."+string(r.Status), payload)
 	return a, nil
 }

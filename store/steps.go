@@ -121,18 +121,15 @@ func (s *Store) Finalize(ctx context.Context, operationID uuid.UUID, providerRef
 			return fmt.Errorf("merchant %s has no settlement account in %s", p.MerchantID, p.Currency)
 		}
 		b = &pgx.Batch{}
-		b.Queue(dbsqlc.Capture, account, amount)
-		postingID := payment.NewID()
-		b.Queue(dbsqlc.InsertPosting, postingID, "payment", operationID.String())
 		a, err := queueComplete(b, p, RecordCompleted)
 		if err != nil {
 			return err
 		}
 		answer = a
-		b.Queue(dbsqlc.InsertEntryPair, payment.NewID(), postingID, account, p.Currency, -amount, payment.NewID(), *settlement, amount)
-		// Last: crediting the merchant's settlement account locks one of its shards, which other
-		// payments to this merchant may need; holding it only until the commit keeps it moving.
-		b.Queue(dbsqlc.CreditShard, *settlement, shardOf(operationID), amount)
+		// Last: the ledger, which ends by crediting one of the merchant's settlement shards, a
+		// lock other payments to this merchant may need, held only until the commit after it.
+		b.Queue(dbsqlc.PostPayment, account, amount, payment.NewID(), operationID.String(),
+			payment.NewID(), p.Currency, payment.NewID(), *settlement, shardOf(operationID))
 		return tx.commit(ctx, b)
 	})
 	if err == nil {
@@ -260,8 +257,7 @@ func queueComplete(b *pgx.Batch, p payment.Payment, rs RecordStatus) (*Answer, e
 	if err != nil {
 		return nil, err
 	}
-	b.Queue(dbsqlc.SetRecordStatus, p.ID, rs, outcome, body)
-	b.Queue(dbsqlc.InsertOutboxEvent, payment.NewID(), p.ID, "payment."+string(p.Status), payload)
+	b.Queue(dbsqlc.CompleteWithEvent, p.ID, rs, outcome, body, payment.NewID(), "payment."+string(p.Status), payload)
 	return a, nil
 }
 

@@ -41,12 +41,6 @@ SELECT id, amount_minor, created_at FROM deposits WHERE account_id = $1 AND idem
 -- name: Credit :exec
 UPDATE accounts SET balance = balance + $2, updated_at = now() WHERE id = $1;
 
--- name: CreditShard :exec
--- A payment's credit to its merchant's settlement account goes to one of the account's shards,
--- made by the first credit that picks it.
-INSERT INTO settlement_shards (account_id, shard, balance) VALUES ($1, $2, $3)
-ON CONFLICT (account_id, shard) DO UPDATE SET balance = settlement_shards.balance + excluded.balance;
-
 -- name: LockShards :many
 -- A hold or a debit of a settlement account locks all its shards, in shard order (so two of them
 -- never wait for each other in a cycle), and plans over their latest values.

@@ -2,9 +2,6 @@
 -- aggregate, so a later event is published only after the earlier one was acknowledged by the
 -- broker and marked, whatever the number of relays.
 
--- name: InsertOutboxEvent :exec
-INSERT INTO outbox (id, aggregate_id, type, payload) VALUES ($1, $2, $3, $4);
-
 -- name: ClaimOutbox :many
 SELECT o.id, o.aggregate_id, o.type, o.payload, o.created_at
 FROM outbox o

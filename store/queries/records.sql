@@ -66,7 +66,11 @@ WHERE status <> 'completed' AND NOT workflow_started AND locked_until < now()
   AND (sqlc.narg(merchant_id)::uuid IS NULL OR merchant_id = sqlc.narg(merchant_id))
 ORDER BY locked_until LIMIT sqlc.arg(max_rows);
 
--- name: SetRecordStatus :exec
--- A completed record gets its stored answer in the same statement; an earlier one is kept.
+-- name: CompleteWithEvent :exec
+-- The record moves with its operation (a completed one gets its stored answer; an earlier one is
+-- kept) and the operation's event is queued, in one statement.
+WITH event AS (
+  INSERT INTO outbox (id, aggregate_id, type, payload) VALUES ($5, $1, $6, $7)
+)
 UPDATE idempotency_records SET status = $2, outcome = coalesce(outcome, $3),
 response_body = coalesce(response_body, $4), updated_at = now() WHERE operation_id = $1;

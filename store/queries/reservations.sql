@@ -43,7 +43,3 @@ WHERE operation_id = $1 AND status = 'active' RETURNING account_id, amount_minor
 
 -- name: Unreserve :exec
 UPDATE accounts SET reserved = reserved - $2, updated_at = now() WHERE id = $1;
-
--- name: Capture :exec
--- Capture releases the hold and debits the payer in one row version.
-UPDATE accounts SET reserved = reserved - $2, balance = balance - $2, updated_at = now() WHERE id = $1;

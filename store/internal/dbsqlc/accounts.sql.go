@@ -26,24 +26,6 @@ func (q *Queries) Credit(ctx context.Context, arg CreditParams) error {
 	return err
 }
 
-const CreditShard = `-- name: CreditShard :exec
-INSERT INTO settlement_shards (account_id, shard, balance) VALUES ($1, $2, $3)
-ON CONFLICT (account_id, shard) DO UPDATE SET balance = settlement_shards.balance + excluded.balance
-`
-
-type CreditShardParams struct {
-	AccountID uuid.UUID
-	Shard     int16
-	Balance   int64
-}
-
-// A payment's credit to its merchant's settlement account goes to one of the account's shards,
-// made by the first credit that picks it.
-func (q *Queries) CreditShard(ctx context.Context, arg CreditShardParams) error {
-	_, err := q.db.Exec(ctx, CreditShard, arg.AccountID, arg.Shard, arg.Balance)
-	return err
-}
-
 const EnsureExternalAccount = `-- name: EnsureExternalAccount :exec
 INSERT INTO accounts (id, kind, currency) VALUES ($1, 'external', $2) ON CONFLICT (currency) WHERE kind = 'external' DO NOTHING
 `

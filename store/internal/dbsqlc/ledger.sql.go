@@ -121,3 +121,47 @@ func (q *Queries) InsertPosting(ctx context.Context, arg InsertPostingParams) er
 	_, err := q.db.Exec(ctx, InsertPosting, arg.ID, arg.Kind, arg.Reference)
 	return err
 }
+
+const PostPayment = `-- name: PostPayment :exec
+WITH captured AS (
+  UPDATE accounts SET reserved = reserved - $2::bigint, balance = balance - $2::bigint, updated_at = now()
+  WHERE accounts.id = $1
+), posting AS (
+  INSERT INTO ledger_postings (id, kind, reference) VALUES ($3, 'payment', $4)
+), entries AS (
+  INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
+  VALUES ($5, $3, $1, $6, 0 - $2::bigint), ($7, $3, $8, $6, $2::bigint)
+)
+INSERT INTO settlement_shards (account_id, shard, balance) VALUES ($8, $9, $2::bigint)
+ON CONFLICT (account_id, shard) DO UPDATE SET balance = settlement_shards.balance + excluded.balance
+`
+
+type PostPaymentParams struct {
+	ID        uuid.UUID
+	Column2   int64
+	ID_2      uuid.UUID
+	Reference string
+	ID_3      uuid.UUID
+	Currency  string
+	ID_4      uuid.UUID
+	AccountID uuid.UUID
+	Shard     int16
+}
+
+// A payment's capture in one statement: the payer's hold and balance ($1, $2), the posting and its
+// two entries, and last the credit to one of the merchant's settlement shards ($8, $9), whose lock
+// other payments to the merchant may wait for: the commit follows at once.
+func (q *Queries) PostPayment(ctx context.Context, arg PostPaymentParams) error {
+	_, err := q.db.Exec(ctx, PostPayment,
+		arg.ID,
+		arg.Column2,
+		arg.ID_2,
+		arg.Reference,
+		arg.ID_3,
+		arg.Currency,
+		arg.ID_4,
+		arg.AccountID,
+		arg.Shard,
+	)
+	return err
+}

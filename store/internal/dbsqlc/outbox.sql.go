@@ -13,6 +13,7 @@ import (
 )
 
 const ClaimOutbox = `-- name: ClaimOutbox :many
+
 SELECT o.id, o.aggregate_id, o.type, o.payload, o.created_at
 FROM outbox o
 WHERE o.published_at IS NULL
@@ -32,6 +33,9 @@ type ClaimOutboxRow struct {
 	CreatedAt   time.Time
 }
 
+// The outbox the relay drains. The relay claims only the oldest unpublished event of each
+// aggregate, so a later event is published only after the earlier one was acknowledged by the
+// broker and marked, whatever the number of relays.
 func (q *Queries) ClaimOutbox(ctx context.Context, limit int32) ([]ClaimOutboxRow, error) {
 	rows, err := q.db.Query(ctx, ClaimOutbox, limit)
 	if err != nil {
@@ -56,31 +60,6 @@ func (q *Queries) ClaimOutbox(ctx context.Context, limit int32) ([]ClaimOutboxRo
 		return nil, err
 	}
 	return items, nil
-}
-
-const InsertOutboxEvent = `-- name: InsertOutboxEvent :exec
-
-INSERT INTO outbox (id, aggregate_id, type, payload) VALUES ($1, $2, $3, $4)
-`
-
-type InsertOutboxEventParams struct {
-	ID          uuid.UUID
-	AggregateID uuid.UUID
-	Type        string
-	Payload     []byte
-}
-
-// The outbox the relay drains. The relay claims only the oldest unpublished event of each
-// aggregate, so a later event is published only after the earlier one was acknowledged by the
-// broker and marked, whatever the number of relays.
-func (q *Queries) InsertOutboxEvent(ctx context.Context, arg InsertOutboxEventParams) error {
-	_, err := q.db.Exec(ctx, InsertOutboxEvent,
-		arg.ID,
-		arg.AggregateID,
-		arg.Type,
-		arg.Payload,
-	)
-	return err
 }
 
 const LockOutboxConfirmed = `-- name: LockOutboxConfirmed :one

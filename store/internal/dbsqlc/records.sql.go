@@ -89,6 +89,39 @@ func (q *Queries) AcquireRefundKey(ctx context.Context, arg AcquireRefundKeyPara
 	return operation_id, err
 }
 
+const CompleteWithEvent = `-- name: CompleteWithEvent :exec
+WITH event AS (
+  INSERT INTO outbox (id, aggregate_id, type, payload) VALUES ($5, $1, $6, $7)
+)
+UPDATE idempotency_records SET status = $2, outcome = coalesce(outcome, $3),
+response_body = coalesce(response_body, $4), updated_at = now() WHERE operation_id = $1
+`
+
+type CompleteWithEventParams struct {
+	OperationID  uuid.UUID
+	Status       string
+	Outcome      *string
+	ResponseBody []byte
+	ID           uuid.UUID
+	Type         string
+	Payload      []byte
+}
+
+// The record moves with its operation (a completed one gets its stored answer; an earlier one is
+// kept) and the operation's event is queued, in one statement.
+func (q *Queries) CompleteWithEvent(ctx context.Context, arg CompleteWithEventParams) error {
+	_, err := q.db.Exec(ctx, CompleteWithEvent,
+		arg.OperationID,
+		arg.Status,
+		arg.Outcome,
+		arg.ResponseBody,
+		arg.ID,
+		arg.Type,
+		arg.Payload,
+	)
+	return err
+}
+
 const CustomerAccount = `-- name: CustomerAccount :one
 
 SELECT merchant_id, currency FROM accounts WHERE id = $1 AND kind = 'customer'
@@ -236,29 +269,6 @@ func (q *Queries) SaveResponse(ctx context.Context, arg SaveResponseParams) erro
 	_, err := q.db.Exec(ctx, SaveResponse,
 		arg.MerchantID,
 		arg.IdempotencyKey,
-		arg.Outcome,
-		arg.ResponseBody,
-	)
-	return err
-}
-
-const SetRecordStatus = `-- name: SetRecordStatus :exec
-UPDATE idempotency_records SET status = $2, outcome = coalesce(outcome, $3),
-response_body = coalesce(response_body, $4), updated_at = now() WHERE operation_id = $1
-`
-
-type SetRecordStatusParams struct {
-	OperationID  uuid.UUID
-	Status       string
-	Outcome      *string
-	ResponseBody []byte
-}
-
-// A completed record gets its stored answer in the same statement; an earlier one is kept.
-func (q *Queries) SetRecordStatus(ctx context.Context, arg SetRecordStatusParams) error {
-	_, err := q.db.Exec(ctx, SetRecordStatus,
-		arg.OperationID,
-		arg.Status,
 		arg.Outcome,
 		arg.ResponseBody,
 	)

@@ -11,21 +11,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const Capture = `-- name: Capture :exec
-UPDATE accounts SET reserved = reserved - $2, balance = balance - $2, updated_at = now() WHERE id = $1
-`
-
-type CaptureParams struct {
-	ID       uuid.UUID
-	Reserved int64
-}
-
-// Capture releases the hold and debits the payer in one row version.
-func (q *Queries) Capture(ctx context.Context, arg CaptureParams) error {
-	_, err := q.db.Exec(ctx, Capture, arg.ID, arg.Reserved)
-	return err
-}
-
 const CloseReservation = `-- name: CloseReservation :one
 UPDATE balance_reservations SET status = $2, updated_at = now()
 WHERE operation_id = $1 AND status = 'active' RETURNING account_id, amount_minor

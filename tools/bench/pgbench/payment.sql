@@ -114,20 +114,23 @@ WHERE payments.id = :op_id AND payments.status = ANY(:from_statuses::text[]) RET
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
 \gset finalized_
 \startpipeline
--- store/queries/reservations.sql: Capture
-UPDATE accounts SET reserved = reserved - :close_amount_minor, balance = balance - :close_amount_minor, updated_at = now() WHERE id = :close_account_id;
--- store/queries/ledger.sql: InsertPosting
-INSERT INTO ledger_postings (id, kind, reference) VALUES (:posting_id, :posting_kind, :op_id);
--- store/queries/records.sql: SetRecordStatus
+-- store/queries/records.sql: CompleteWithEvent
+WITH event AS (
+  INSERT INTO outbox (id, aggregate_id, type, payload) VALUES (:outbox_id, :op_id, :event_type, :body)
+)
 UPDATE idempotency_records SET status = :completed_status, outcome = coalesce(outcome, :outcome),
 response_body = coalesce(response_body, :body), updated_at = now() WHERE operation_id = :op_id;
--- store/queries/outbox.sql: InsertOutboxEvent
-INSERT INTO outbox (id, aggregate_id, type, payload) VALUES (:outbox_id, :op_id, :event_type, :body);
--- store/queries/ledger.sql: InsertEntryPair
-INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
-VALUES (:entry1_id, :posting_id, :close_account_id, :currency, :neg_amount), (:entry2_id, :posting_id, :finalized_settlement_id, :currency, :amount);
--- store/queries/accounts.sql: CreditShard
-INSERT INTO settlement_shards (account_id, shard, balance) VALUES (:finalized_settlement_id, :shard, :amount)
+-- store/queries/ledger.sql: PostPayment
+WITH captured AS (
+  UPDATE accounts SET reserved = reserved - :close_amount_minor::bigint, balance = balance - :close_amount_minor::bigint, updated_at = now()
+  WHERE accounts.id = :close_account_id
+), posting AS (
+  INSERT INTO ledger_postings (id, kind, reference) VALUES (:posting_id, 'payment', :op_id)
+), entries AS (
+  INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
+  VALUES (:entry1_id, :posting_id, :close_account_id, :currency, 0 - :close_amount_minor::bigint), (:entry2_id, :posting_id, :finalized_settlement_id, :currency, :close_amount_minor::bigint)
+)
+INSERT INTO settlement_shards (account_id, shard, balance) VALUES (:finalized_settlement_id, :shard, :close_amount_minor::bigint)
 ON CONFLICT (account_id, shard) DO UPDATE SET balance = settlement_shards.balance + excluded.balance;
 \endpipeline
 COMMIT;

@@ -68,11 +68,7 @@ BEGIN;
 -- query: SetPaymentStatusSettlement op_id succeeded_status failure_code provider_reference from_statuses
 \gset finalized_
 \startpipeline
--- query: Capture close_account_id close_amount_minor
--- query: InsertPosting posting_id posting_kind op_id
--- query: SetRecordStatus op_id completed_status outcome body
--- query: InsertOutboxEvent outbox_id op_id event_type body
--- query: InsertEntryPair entry1_id posting_id close_account_id currency neg_amount entry2_id finalized_settlement_id amount
--- query: CreditShard finalized_settlement_id shard amount
+-- query: CompleteWithEvent op_id completed_status outcome body outbox_id event_type body
+-- query: PostPayment close_account_id close_amount_minor posting_id op_id entry1_id currency entry2_id finalized_settlement_id shard
 \endpipeline
 COMMIT;
