@@ -123,14 +123,14 @@ response_body = coalesce(response_body, :body), updated_at = now() WHERE operati
 -- store/queries/ledger.sql: PostPayment
 WITH captured AS (
   UPDATE accounts SET reserved = reserved - :close_amount_minor::bigint, balance = balance - :close_amount_minor::bigint, updated_at = now()
-  WHERE accounts.id = :close_account_id
+  WHERE accounts.id = :close_account_id RETURNING accounts.id
 ), posting AS (
   INSERT INTO ledger_postings (id, kind, reference) VALUES (:posting_id, 'payment', :op_id)
 ), entries AS (
   INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
   VALUES (:entry1_id, :posting_id, :close_account_id, :currency, 0 - :close_amount_minor::bigint), (:entry2_id, :posting_id, :finalized_settlement_id, :currency, :close_amount_minor::bigint)
 )
-INSERT INTO settlement_shards (account_id, shard, balance) VALUES (:finalized_settlement_id, :shard, :close_amount_minor::bigint)
+INSERT INTO settlement_shards (account_id, shard, balance) SELECT :finalized_settlement_id, :shard, :close_amount_minor::bigint FROM captured
 ON CONFLICT (account_id, shard) DO UPDATE SET balance = settlement_shards.balance + excluded.balance;
 \endpipeline
 COMMIT;
