@@ -40,7 +40,7 @@ type op struct {
 	id, merchantID uuid.UUID
 	key            string
 	start          func(ctx context.Context) (runID string, err error)
-	resource       any // as it was begun: what a queued payment's answer shows
+	resource       func() any // as it was begun: what a queued payment's answer shows
 }
 
 // creation is one parsed create request of a kind: its canonical hash, and the store call that
@@ -128,7 +128,7 @@ func (s *Server) create(c *gin.Context, k opKind, scope store.Scope, parse func(
 func (s *Server) writeQueued(c *gin.Context, k opKind, o op) {
 	c.Header("Location", k.path()+o.id.String())
 	c.Header("Retry-After", strconv.Itoa(s.admission.queuedRetryAfter(c.Request.Context())))
-	writeJSON(c, http.StatusAccepted, o.resource)
+	writeJSON(c, http.StatusAccepted, o.resource())
 }
 
 // answerExisting answers a request whose key was seen before, without executing anything again.
@@ -330,7 +330,7 @@ func (k paymentOps) load(ctx context.Context, id uuid.UUID) (op, error) {
 
 // op is the payment's operation: its workflow, which asks its worker for the charge policy.
 func (k paymentOps) op(p payment.Payment) op {
-	return op{id: p.ID, merchantID: p.MerchantID, key: p.IdempotencyKey, resource: p.Resource(), start: func(ctx context.Context) (string, error) {
+	return op{id: p.ID, merchantID: p.MerchantID, key: p.IdempotencyKey, resource: func() any { return p.Resource() }, start: func(ctx context.Context) (string, error) {
 		return k.s.Workflows.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p))
 	}}
 }

@@ -20,10 +20,9 @@ import (
 // start as fast as they arrived, queued on their records until the drainer starts them.
 
 // ClaimQueued leases to the caller the oldest perMerchant queued payments of each of up to
-// merchants merchants whose id follows after, and returns them in the order they must start: a
-// merchant's in arrival order, the merchants' in turn (every merchant's first before anyone's
-// second).
-func (s *Store) ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([]payment.Payment, error) {
+// merchants merchants whose id follows after: one queue per merchant, in merchant id order,
+// each in the order its payments arrived.
+func (s *Store) ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([][]payment.Payment, error) {
 	rows, err := s.q.ClaimQueued(ctx, dbsqlc.ClaimQueuedParams{
 		Lease: pgtype.Interval{Microseconds: lease.Microseconds(), Valid: true},
 		After: after, Merchants: int32(merchants), PerMerchant: int32(perMerchant),
@@ -31,32 +30,23 @@ func (s *Store) ClaimQueued(ctx context.Context, after uuid.UUID, merchants, per
 	if err != nil {
 		return nil, translate(err)
 	}
-	byMerchant := map[uuid.UUID][]payment.Payment{}
-	var order []uuid.UUID
-	for _, r := range rows {
-		if _, ok := byMerchant[r.MerchantID]; !ok {
-			order = append(order, r.MerchantID)
+	slices.SortFunc(rows, func(a, b dbsqlc.Payment) int {
+		if c := slices.Compare(a.MerchantID[:], b.MerchantID[:]); c != 0 {
+			return c
 		}
-		byMerchant[r.MerchantID] = append(byMerchant[r.MerchantID], paymentOf(r))
-	}
-	slices.SortFunc(order, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
-	for _, m := range order {
-		slices.SortFunc(byMerchant[m], func(a, b payment.Payment) int {
-			if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-				return c
-			}
-			return slices.Compare(a.ID[:], b.ID[:])
-		})
-	}
-	out := make([]payment.Payment, 0, len(rows))
-	for i := 0; len(out) < len(rows); i++ {
-		for _, m := range order {
-			if q := byMerchant[m]; i < len(q) {
-				out = append(out, q[i])
-			}
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
 		}
+		return slices.Compare(a.ID[:], b.ID[:])
+	})
+	var queues [][]payment.Payment
+	for i, r := range rows {
+		if i == 0 || r.MerchantID != rows[i-1].MerchantID {
+			queues = append(queues, nil)
+		}
+		queues[len(queues)-1] = append(queues[len(queues)-1], paymentOf(r))
 	}
-	return out, nil
+	return queues, nil
 }
 
 // StillProcessing is which of the payments ids are still processing.

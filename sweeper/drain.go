@@ -3,7 +3,6 @@ package sweeper
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -19,7 +18,7 @@ import (
 type Backlog interface {
 	Store
 	Lead(ctx context.Context, name string) (ok bool, held func(context.Context) bool, release func(), err error)
-	ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([]payment.Payment, error)
+	ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([][]payment.Payment, error)
 	StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error)
 	QueuedBacklog(ctx context.Context) (int64, time.Time, error)
 	SaveBacklogState(ctx context.Context, b store.BacklogState) error
@@ -129,25 +128,24 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 			// free slots, so a claim leases about as many as are free and no more.
 			n := min(merchants, free)
 			per := (free + n - 1) / n
-			items, err := d.Store.ClaimQueued(ctx, after, n, per, d.Lease)
+			queues, err := d.Store.ClaimQueued(ctx, after, n, per, d.Lease)
 			if err != nil {
 				d.pause(ctx, "claim queued payments", err)
 				continue
 			}
-			claimed = len(items)
-			seen := distinctMerchants(items)
+			claimed = len(queues)
 			switch {
 			case claimed == 0 && after != uuid.Nil:
 				after = uuid.Nil // past the last merchant: start over from the first
 				continue
-			case len(seen) == n:
-				after = seen[len(seen)-1] // more merchants may follow: theirs is the next turn
+			case len(queues) == n:
+				after = queues[n-1][0].MerchantID // more merchants may follow: theirs is the next turn
 				merchants = min(2*n, d.MaxRunning)
 			default:
 				after = uuid.Nil
-				merchants = max(1, len(seen))
+				merchants = max(1, len(queues))
 			}
-			ok := d.start(ctx, items)
+			ok := d.start(ctx, queues)
 			running = append(running, ok...)
 			for range ok {
 				starts = append(starts, time.Now())
@@ -168,25 +166,17 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 // ones that started. One that failed to start has its lease given up, so the sweeper starts it.
 // A started one is not marked so: its workflow's first step does that, and should the lease run
 // out before, the sweeper's start finds the run and starts nothing.
-func (d *Drainer) start(ctx context.Context, items []payment.Payment) []uuid.UUID {
-	byMerchant := map[uuid.UUID][]payment.Payment{}
-	var order []uuid.UUID
-	for _, p := range items {
-		if _, ok := byMerchant[p.MerchantID]; !ok {
-			order = append(order, p.MerchantID)
-		}
-		byMerchant[p.MerchantID] = append(byMerchant[p.MerchantID], p)
-	}
+func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) []uuid.UUID {
 	var (
 		mu      sync.Mutex
 		started []uuid.UUID
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, d.Concurrency)
 	)
-	for _, m := range order {
+	for _, queue := range queues {
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(queue []payment.Payment) {
+		go func() {
 			defer func() { <-sem; wg.Done() }()
 			for _, p := range queue {
 				if _, err := d.Starter.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p)); err != nil {
@@ -201,7 +191,7 @@ func (d *Drainer) start(ctx context.Context, items []payment.Payment) []uuid.UUI
 				started = append(started, p.ID)
 				mu.Unlock()
 			}
-		}(byMerchant[m])
+		}()
 	}
 	wg.Wait()
 	return started
@@ -227,17 +217,6 @@ func (d *Drainer) pause(ctx context.Context, what string, err error) {
 	case <-ctx.Done():
 	case <-time.After(idleEvery):
 	}
-}
-
-// distinctMerchants is the merchants of items in their first turn's order, which is by id.
-func distinctMerchants(items []payment.Payment) []uuid.UUID {
-	var out []uuid.UUID
-	for _, p := range items {
-		if !slices.Contains(out, p.MerchantID) {
-			out = append(out, p.MerchantID)
-		}
-	}
-	return out
 }
 
 // drainRate is starts per second over the window, or over the time since the first of them

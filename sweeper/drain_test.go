@@ -151,10 +151,11 @@ func TestDrainerDiedWhileDraining(t *testing.T) {
 	m := testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: "c"})
 	keys := queue(t, m, "c", 20)
 	// The drainer that died: it had claimed the first six when it was killed.
-	claimed, err := db.ClaimQueued(ctx, uuid.Nil, 1, 6, 300*time.Millisecond)
+	queues, err := db.ClaimQueued(ctx, uuid.Nil, 1, 6, 300*time.Millisecond)
 	require.NoError(t, err)
-	require.Len(t, claimed, 6)
-	for i, p := range claimed {
+	require.Len(t, queues, 1)
+	require.Len(t, queues[0], 6)
+	for i, p := range queues[0] {
 		require.Equal(t, keys[i], p.IdempotencyKey, "the oldest first")
 	}
 

@@ -91,47 +91,42 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 // start takes the record over and starts its operation's workflow, in the record's key space:
 // a merchant's payment and refund may share a key. false: someone else took it first.
 func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
-	takeOver := s.Store.TakeOver
-	if r.Scope == store.ScopeRefund {
-		takeOver = s.Store.TakeOverRefund
-	}
-	if won, err := takeOver(ctx, r.MerchantID, r.Key, s.Lease); err != nil || !won {
-		return false, err // a retrying client or another sweeper got it
-	}
-	return true, launch(ctx, s.Store, s.Starter, r.Scope, r.MerchantID, r.Key)
-}
-
-// launch starts the workflow of the operation whose record the caller leased, and records that
-// it started. A start that fails gives the lease up at once, so the sweeper tries again.
-func launch(ctx context.Context, st Store, starter Starter, scope store.Scope, merchantID uuid.UUID, key string) error {
 	var (
+		won   bool
 		id    uuid.UUID
 		begin func() error
+		err   error
 	)
-	if scope == store.ScopeRefund {
-		rf, err := st.RefundByKey(ctx, merchantID, key)
+	if r.Scope == store.ScopeRefund {
+		if won, err = s.Store.TakeOverRefund(ctx, r.MerchantID, r.Key, s.Lease); err != nil || !won {
+			return false, err // a retrying client or another sweeper got it
+		}
+		rf, err := s.Store.RefundByKey(ctx, r.MerchantID, r.Key)
 		if err != nil {
-			return err
+			return false, err
 		}
 		id = rf.ID
 		begin = func() error {
-			_, err := starter.StartRefund(ctx, key, workflows.RefundInputFor(rf))
+			_, err := s.Starter.StartRefund(ctx, r.Key, workflows.RefundInputFor(rf))
 			return err
 		}
 	} else {
-		p, err := st.PaymentByKey(ctx, merchantID, key)
+		if won, err = s.Store.TakeOver(ctx, r.MerchantID, r.Key, s.Lease); err != nil || !won {
+			return false, err
+		}
+		p, err := s.Store.PaymentByKey(ctx, r.MerchantID, r.Key)
 		if err != nil {
-			return err
+			return false, err
 		}
 		id = p.ID
 		begin = func() error {
-			_, err := starter.StartPayment(ctx, key, workflows.InputFor(p))
+			_, err := s.Starter.StartPayment(ctx, r.Key, workflows.InputFor(p))
 			return err
 		}
 	}
 	if err := begin(); err != nil {
-		_ = st.ExpireLease(context.WithoutCancel(ctx), id)
-		return err
+		_ = s.Store.ExpireLease(context.WithoutCancel(ctx), id)
+		return false, err
 	}
-	return st.WorkflowStarted(ctx, id)
+	return true, s.Store.WorkflowStarted(ctx, id)
 }

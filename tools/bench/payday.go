@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -133,7 +134,7 @@ func (p *Payday) summarize(burstEnd, lastFinal float64, before, after map[string
 	b := p.Burst
 	p.Accepted = b.NewPayments
 	for label, n := range b.Answers {
-		if len(label) >= 3 && label[:3] == "503" {
+		if strings.HasPrefix(label, "503") {
 			p.Refused += n
 		}
 	}
