@@ -28,6 +28,9 @@ type Store interface {
 	BeginChargeAttempt(ctx context.Context, operationID uuid.UUID) (int, error)
 	BeginChargeSend(ctx context.Context, operationID uuid.UUID, send int) (bool, error)
 	FlagStuck(ctx context.Context, operationID uuid.UUID, reason string) error
+	Authorized(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error)
+	Captured(ctx context.Context, operationID uuid.UUID, amount int64, providerRef string) (payment.Payment, error)
+	Canceled(ctx context.Context, operationID uuid.UUID, code string) (payment.Payment, error)
 
 	HoldRefund(ctx context.Context, refundID uuid.UUID) error
 	HoldRefundRun(ctx context.Context, refundID uuid.UUID, runID string) error
@@ -45,6 +48,10 @@ type Provider interface {
 	Inquire(ctx context.Context, reference string) (provider.Charge, error)
 	Refund(ctx context.Context, idempotencyKey string, r provider.RefundRequest) (provider.Refund, error)
 	InquireRefund(ctx context.Context, reference string) (provider.Refund, error)
+	Authorize(ctx context.Context, idempotencyKey string, r provider.ChargeRequest) (provider.Authorization, error)
+	InquireAuthorization(ctx context.Context, reference string) (provider.Authorization, error)
+	Capture(ctx context.Context, idempotencyKey, authorizationID string, amountMinor int64) (provider.CaptureResult, error)
+	Void(ctx context.Context, idempotencyKey, authorizationID string) (provider.VoidResult, error)
 }
 
 // Activities are registered on the worker under the names in package workflows.
@@ -89,6 +96,22 @@ func (a *Activities) Reserve(ctx context.Context, operationID uuid.UUID) error {
 // What is sent is the payment row's: the amount its hold was made for. An input that says
 // otherwise is a contradiction for an operator, and nothing is sent.
 func (a *Activities) Charge(ctx context.Context, in workflows.ChargeInput) (workflows.ChargeResult, error) {
+	return a.send(ctx, in, "charge", a.InquireCharge, func(p payment.Payment) (string, bool, error) {
+		ch, err := a.Provider.Charge(ctx, p.ID.String(), chargeRequest(p))
+		return ch.ID, ch.Succeeded(), err
+	})
+}
+
+func chargeRequest(p payment.Payment) provider.ChargeRequest {
+	return provider.ChargeRequest{Reference: p.ID.String(), AmountMinor: p.AmountMinor, Currency: p.Currency, AccountID: p.AccountID.String()}
+}
+
+// send is Charge's and Authorize's flow: the payment checked against the input, a repeated
+// send guarded, and the bank's answer classified. do makes the call, returning the bank's
+// reference and whether it succeeded.
+func (a *Activities) send(ctx context.Context, in workflows.ChargeInput, noun string,
+	inquire func(context.Context, uuid.UUID) (workflows.ChargeResult, error),
+	do func(p payment.Payment) (string, bool, error)) (workflows.ChargeResult, error) {
 	p, err := a.Store.Payment(ctx, in.OperationID)
 	if err != nil {
 		return workflows.ChargeResult{}, classifyRow(err)
@@ -98,21 +121,25 @@ func (a *Activities) Charge(ctx context.Context, in workflows.ChargeInput) (work
 			p.ID, in.AmountMinor, in.Currency, in.AccountID, p.AmountMinor, p.Currency, p.AccountID))
 	}
 	res, stop, err := a.guardSend(ctx, in.OperationID, in.Capability, in.Send, sendRecord{
-		noun: "charge", attempt: a.Store.BeginChargeAttempt, send: a.Store.BeginChargeSend, inquire: a.InquireCharge,
+		noun: noun, attempt: a.Store.BeginChargeAttempt, send: a.Store.BeginChargeSend, inquire: inquire,
 	})
 	if stop {
 		return res, err
 	}
-	ch, err := a.Provider.Charge(ctx, p.ID.String(), provider.ChargeRequest{
-		Reference: p.ID.String(), AmountMinor: p.AmountMinor, Currency: p.Currency, AccountID: p.AccountID.String(),
-	})
+	ref, ok, err := do(p)
+	return answer(noun, ref, ok, err)
+}
+
+// answer classifies the bank's answer to a send: a decline is final, anything but a definite
+// answer is ambiguous.
+func answer(noun, ref string, succeeded bool, err error) (workflows.ChargeResult, error) {
 	if err != nil {
 		return workflows.ChargeResult{}, classify(err)
 	}
-	if ch.Status == provider.StatusDeclined {
-		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError("charge declined", workflows.ErrTypeDeclined, nil, ch.ID)
+	if !succeeded {
+		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError(noun+" declined", workflows.ErrTypeDeclined, nil, ref)
 	}
-	return workflows.ChargeResult{ProviderReference: ch.ID, Succeeded: true}, nil
+	return workflows.ChargeResult{ProviderReference: ref, Succeeded: true}, nil
 }
 
 // sendRecord is how one kind of operation records its sends and asks the provider about them.
@@ -316,3 +343,95 @@ func classify(err error) error {
 	}
 	return err
 }
+
+// Authorize asks the bank to hold a manual payment's amount, sent as Charge sends a charge: the
+// operation id is its idempotency key and its reference.
+func (a *Activities) Authorize(ctx context.Context, in workflows.ChargeInput) (workflows.ChargeResult, error) {
+	return a.send(ctx, in, "authorization", a.InquireAuthorization, func(p payment.Payment) (string, bool, error) {
+		au, err := a.Provider.Authorize(ctx, p.ID.String(), chargeRequest(p))
+		return au.ID, au.Succeeded(), err
+	})
+}
+
+// InquireAuthorization asks the bank whether it holds an authorization for the operation.
+func (a *Activities) InquireAuthorization(ctx context.Context, operationID uuid.UUID) (workflows.ChargeResult, error) {
+	au, err := a.Provider.InquireAuthorization(ctx, operationID.String())
+	if err != nil {
+		return workflows.ChargeResult{}, classify(err)
+	}
+	return workflows.ChargeResult{ProviderReference: au.ID, Succeeded: au.Succeeded()}, nil
+}
+
+// Authorized records the authorization: the payment waits for its capture.
+func (a *Activities) Authorized(ctx context.Context, in workflows.FinalizeInput) error {
+	_, err := a.Store.Authorized(ctx, in.OperationID, in.ProviderReference)
+	return classify(err)
+}
+
+// Bank keys of a manual payment's capture and void: there is at most one of each per payment,
+// so a key made of the payment's id is the same for every send of it, by any worker.
+func captureKey(id uuid.UUID) string { return id.String() + "/capture" }
+func voidKey(id uuid.UUID) string    { return id.String() + "/void" }
+
+// CaptureAuthorization asks the bank to take the amount of the authorization; the bank lets the
+// rest go. It runs as a regular activity: one attempt unless the bank is idempotent.
+func (a *Activities) CaptureAuthorization(ctx context.Context, in workflows.BankCallInput) (workflows.ChargeResult, error) {
+	c, err := a.Provider.Capture(ctx, captureKey(in.OperationID), in.AuthorizationRef, in.AmountMinor)
+	return answer("capture", c.ID, c.Succeeded(), err)
+}
+
+// InquireCapture asks the bank whether the payment's authorization was captured: not yet (so a
+// capture may be sent) is ChargeNotFound, voided is a decline.
+func (a *Activities) InquireCapture(ctx context.Context, operationID uuid.UUID) (workflows.ChargeResult, error) {
+	return a.inquireState(ctx, operationID, stateCaptured)
+}
+
+// VoidAuthorization asks the bank to let the authorization go. A void the bank refuses (it was
+// captured) is not a decline kasa can act on: it is ambiguous, for an operator.
+func (a *Activities) VoidAuthorization(ctx context.Context, in workflows.BankCallInput) (workflows.ChargeResult, error) {
+	v, err := a.Provider.Void(ctx, voidKey(in.OperationID), in.AuthorizationRef)
+	if err == nil && !v.Succeeded() {
+		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError(
+			"the bank refused to void the authorization "+in.AuthorizationRef, workflows.ErrTypeAmbiguous, nil)
+	}
+	return answer("void", v.ID, v.Succeeded(), err)
+}
+
+// InquireVoid asks the bank whether the payment's authorization was voided.
+func (a *Activities) InquireVoid(ctx context.Context, operationID uuid.UUID) (workflows.ChargeResult, error) {
+	return a.inquireState(ctx, operationID, stateVoided)
+}
+
+// inquireState finds the payment's authorization at the bank: in state want it succeeded, still
+// authorized it is not found (the call may be sent), in any other state it declined.
+func (a *Activities) inquireState(ctx context.Context, operationID uuid.UUID, want string) (workflows.ChargeResult, error) {
+	au, err := a.Provider.InquireAuthorization(ctx, operationID.String())
+	switch {
+	case err != nil:
+		return workflows.ChargeResult{}, classify(err)
+	case au.State == want:
+		return workflows.ChargeResult{ProviderReference: au.ID, Succeeded: true}, nil
+	case au.State == stateAuthorized:
+		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError("the authorization is still open", workflows.ErrTypeNotFound, nil)
+	}
+	return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError("the authorization is "+au.State, workflows.ErrTypeDeclined, nil, au.ID)
+}
+
+// Captured posts the capture in the ledger and releases the rest of the hold.
+func (a *Activities) Captured(ctx context.Context, in workflows.CapturedInput) error {
+	_, err := a.Store.Captured(ctx, in.OperationID, in.AmountMinor, in.ProviderReference)
+	return classify(err)
+}
+
+// Canceled releases the hold of a canceled (or expired) authorization.
+func (a *Activities) Canceled(ctx context.Context, in workflows.ReleaseInput) error {
+	_, err := a.Store.Canceled(ctx, in.OperationID, in.FailureCode)
+	return classify(err)
+}
+
+// An authorization's states at the bank (its answer's "state").
+const (
+	stateAuthorized = "authorized"
+	stateCaptured   = "captured"
+	stateVoided     = "voided"
+)

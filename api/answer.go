@@ -15,7 +15,7 @@ import (
 // a final outcome yet (processing, unknown) is answered 202 Accepted.
 func answerStatus(s payment.Status) int {
 	switch s {
-	case payment.StatusSucceeded:
+	case payment.StatusSucceeded, payment.StatusRequiresCapture:
 		return http.StatusCreated
 	case payment.StatusFailed:
 		return http.StatusPaymentRequired

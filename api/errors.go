@@ -35,6 +35,8 @@ type problem struct {
 	PaymentID string               `json:"payment_id,omitempty"`
 	// Refundable is what a payment still has to refund, when a refund asked for more.
 	Refundable string `json:"refundable,omitempty"`
+	// Capturable is what an authorization holds, when a capture asked for more.
+	Capturable string `json:"capturable,omitempty"`
 	RequestID  string `json:"request_id,omitempty"`
 }
 
@@ -48,6 +50,7 @@ func (s *Server) writeError(c *gin.Context, err error) {
 	var limited *rateLimitedError
 	var full *backlogFullError
 	var exceeds *payment.RefundExceedsError
+	var overCapture *payment.CaptureExceedsError
 	switch {
 	case errors.As(err, &fileErr):
 		p.Status, p.Code, p.Title, p.Errors = 400, "invalid_settlement_file", "Invalid settlement file", fileErr.FieldErrors()
@@ -59,6 +62,12 @@ func (s *Server) writeError(c *gin.Context, err error) {
 		p.Status, p.Code, p.Title = 409, "payment_not_refundable", "Payment not refundable"
 	case errors.As(err, &exceeds):
 		p.Status, p.Code, p.Title, p.Refundable = 409, "refund_exceeds_refundable", "Refund exceeds the refundable amount", exceeds.RefundableAmount()
+	case errors.Is(err, payment.ErrNotCapturable):
+		p.Status, p.Code, p.Title = 409, "payment_not_capturable", "Payment not capturable"
+	case errors.Is(err, payment.ErrNotCancelable):
+		p.Status, p.Code, p.Title = 409, "payment_not_cancelable", "Payment not cancelable"
+	case errors.As(err, &overCapture):
+		p.Status, p.Code, p.Title, p.Capturable = 409, "capture_exceeds_capturable", "Capture exceeds the capturable amount", overCapture.CapturableAmount()
 	case errors.Is(err, payment.ErrKeyMissing):
 		p.Status, p.Code, p.Title = 400, "idempotency_key_missing", "Idempotency-Key missing"
 	case errors.Is(err, payment.ErrKeyInvalid):

@@ -731,3 +731,29 @@ func (f *fakeStore) RotateWebhookSecret(_ context.Context, merchantID uuid.UUID,
 type fakeBacklog struct{ state store.BacklogState }
 
 func (b fakeBacklog) BacklogState(context.Context) (store.BacklogState, error) { return b.state, nil }
+
+// Captures and cancels run on the real store and Temporal (tests/capture_test.go): the fakes
+// have no manual payments, so every command finds none.
+var errNoCommands = errors.New("fake store: no manual payments")
+
+func (f *fakeStore) BeginCommand(context.Context, store.Command, time.Duration) (store.Command, bool, error) {
+	return store.Command{}, false, errNoCommands
+}
+
+func (f *fakeStore) Command(context.Context, uuid.UUID, string) (store.Command, error) {
+	return store.Command{}, payment.ErrNotFound
+}
+
+func (f *fakeStore) LeaseCommand(context.Context, uuid.UUID, string, time.Duration) (bool, error) {
+	return false, errNoCommands
+}
+
+func (f *fakeStore) AnswerCommand(context.Context, uuid.UUID, string, int, []byte) error {
+	return errNoCommands
+}
+func (f *fakeStore) UnleaseCommand(context.Context, uuid.UUID, string) error { return errNoCommands }
+func (f *fakeStore) DeleteCommand(context.Context, uuid.UUID, string) error  { return errNoCommands }
+
+func (w *fakeWorkflows) Command(context.Context, uuid.UUID, string, string, workflows.Command) (string, error) {
+	return "", errNoCommands
+}

@@ -65,6 +65,9 @@ func (r request) build() *http.Request {
 	if method == http.MethodPost && strings.HasPrefix(path, "/v1/payments/") && strings.HasSuffix(path, "/refunds") {
 		h["Idempotency-Key"] = "r1"
 	}
+	if method == http.MethodPost && (strings.HasSuffix(path, "/capture") || strings.HasSuffix(path, "/cancel")) {
+		h["Idempotency-Key"] = "c1"
+	}
 	for k, v := range r.header {
 		h[k] = v
 	}
@@ -155,6 +158,16 @@ func (f *fixture) seedRefund(key string, paymentID uuid.UUID, body string, statu
 // paid seeds merchant A's succeeded payment of 10.00, fakeID(1), to refund.
 func (f *fixture) paid() { f.seed("k1", payBody, payment.StatusSucceeded, time.Time{}) }
 
+// authorized records key k1's payment as a manual one waiting for its capture.
+func (f *fixture) authorized() {
+	f.seed("k1", payBody, payment.StatusRequiresCapture, time.Time{})
+	f.st.mu.Lock()
+	defer f.st.mu.Unlock()
+	p := f.st.payments[fakeID(1)]
+	p.CaptureManual, p.CaptureBefore = true, p.CreatedAt.Add(time.Hour)
+	f.st.payments[p.ID] = p
+}
+
 // commitBefore leaves the request's operation processing at the sync wait's end, then has the
 // worker commit it, succeeded, just before the store's next call named call (a refund's read,
 // Refund or RefundRecord, or a payment's); with expire, retention then deletes its record.
@@ -184,6 +197,8 @@ func (f *fixture) commitBefore(call string, expire bool) {
 // Refund requests of the payment fakeID(1), and their paths.
 var (
 	refundsPath     = "/v1/payments/" + fakeID(1).String() + "/refunds"
+	capturePath     = "/v1/payments/" + fakeID(1).String() + "/capture"
+	cancelPath      = "/v1/payments/" + fakeID(1).String() + "/cancel"
 	refundBody      = `{"amount":"3.00","reason":"damaged in transit"}`
 	otherRefundBody = `{"amount":"4.00","reason":"damaged in transit"}`
 )
@@ -422,6 +437,15 @@ var handlerCases = []handlerCase{
 		req:   request{method: "POST", path: refundsPath, body: refundBody},
 		setup: func(f *fixture) { f.paid() },
 		check: func(t *testing.T, f *fixture) { require.Len(t, f.st.refundRecords, 1, "nothing kept") }},
+	// Captures and cancels: the refusals the payment's row decides (the rest: tests/capture_test.go).
+	{name: "capture_payment_not_capturable_409", req: request{method: "POST", path: capturePath, body: `{}`},
+		setup: func(f *fixture) { f.paid() }},
+	{name: "cancel_payment_not_cancelable_409", req: request{method: "POST", path: cancelPath},
+		setup: func(f *fixture) { f.paid() }},
+	{name: "capture_exceeds_capturable_409", req: request{method: "POST", path: capturePath, body: `{"amount":"10.01"}`},
+		setup: func(f *fixture) { f.authorized() }},
+	{name: "capture_too_many_decimals_400", req: request{method: "POST", path: capturePath, body: `{"amount":"1.001"}`},
+		setup: func(f *fixture) { f.authorized() }},
 	{name: "refund_exceeds_amount_409", req: request{method: "POST", path: refundsPath, body: `{"amount":"10.01"}`},
 		setup: func(f *fixture) { f.paid() }},
 	{name: "refund_other_merchant_payment_404", req: request{method: "POST", path: refundsPath, body: refundBody, header: map[string]string{"Authorization": "Bearer sk_b"}},
@@ -691,7 +715,7 @@ func TestHandlerCasesCoverEveryProblemCode(t *testing.T) {
 	for _, m := range problemCode.FindAllSubmatch(src, -1) {
 		codes = append(codes, string(m[1]))
 	}
-	require.Len(t, codes, 19, "errors.go's problem codes are no longer found: adapt problemCode")
+	require.Len(t, codes, 22, "errors.go's problem codes are no longer found: adapt problemCode")
 	seen := map[string]bool{}
 	for _, tc := range handlerCases {
 		b, err := os.ReadFile(filepath.Join("testdata", tc.name+".golden"))

@@ -28,6 +28,7 @@ var paymentListParams = []string{"limit", "starting_after", "status", "created_g
 // paymentStatuses are the values of the status filter.
 var paymentStatuses = []string{
 	string(payment.StatusProcessing), string(payment.StatusSucceeded), string(payment.StatusFailed), string(payment.StatusUnknown),
+	string(payment.StatusRequiresCapture), string(payment.StatusCanceled),
 }
 
 // listPage is the body of every list answer: a page, newest first, and whether a page follows.

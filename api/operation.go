@@ -274,7 +274,7 @@ func (s *Server) writeCurrent(c *gin.Context, k opKind, merchantID uuid.UUID, ke
 		s.writeError(c, err)
 		return
 	}
-	if status.Final() {
+	if status.Answered() {
 		rec, err := k.record(ctx, merchantID, key)
 		switch {
 		case errors.Is(err, payment.ErrNotFound):
@@ -299,7 +299,7 @@ func (s *Server) writeCurrent(c *gin.Context, k opKind, merchantID uuid.UUID, ke
 // it is now; non-final states carry Retry-After.
 func writePending(c *gin.Context, location string, resource any, status payment.Status) {
 	c.Header("Location", location)
-	if !status.Final() {
+	if !status.Answered() {
 		setRetryAfter(c)
 	}
 	writeJSON(c, http.StatusAccepted, resource)

@@ -27,6 +27,7 @@ func (s *Server) createPayment(c *gin.Context) {
 		return creation{hash: req.Hash(), queueable: true, begin: func(ctx context.Context, queue bool) (store.Record, op, store.Began, error) {
 			rec, p, began, err := s.Store.Begin(ctx, store.BeginInput{
 				MerchantID: merchantID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease, Queue: queue,
+				CaptureWindow: s.CaptureWindow,
 			})
 			var dup *payment.DuplicatePaymentError
 			if errors.As(err, &dup) {

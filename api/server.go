@@ -48,6 +48,12 @@ type Store interface {
 	BeginRefund(ctx context.Context, in store.BeginRefundInput) (store.Record, payment.Refund, store.Began, error)
 	RefundRecord(ctx context.Context, merchantID uuid.UUID, key string) (store.Record, error)
 	TakeOverRefund(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error)
+	BeginCommand(ctx context.Context, c store.Command, lease time.Duration) (store.Command, bool, error)
+	Command(ctx context.Context, merchantID uuid.UUID, key string) (store.Command, error)
+	LeaseCommand(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error)
+	AnswerCommand(ctx context.Context, merchantID uuid.UUID, key string, status int, body []byte) error
+	UnleaseCommand(ctx context.Context, merchantID uuid.UUID, key string) error
+	DeleteCommand(ctx context.Context, merchantID uuid.UUID, key string) error
 	Refund(ctx context.Context, id uuid.UUID) (payment.Refund, error)
 	PaymentRefunds(ctx context.Context, paymentID uuid.UUID, limit int, startingAfter *uuid.UUID) ([]payment.Refund, bool, error)
 }
@@ -58,6 +64,7 @@ type Workflows interface {
 	AwaitPayment(ctx context.Context, merchantID uuid.UUID, key, runID string) (workflows.PaymentResult, error)
 	StartRefund(ctx context.Context, key string, in workflows.RefundInput) (runID string, err error)
 	AwaitRefund(ctx context.Context, merchantID uuid.UUID, key, runID string) (workflows.RefundWorkflowResult, error)
+	Command(ctx context.Context, merchantID uuid.UUID, paymentKey, update string, c workflows.Command) (string, error)
 	Ready(ctx context.Context) error
 }
 
@@ -74,6 +81,8 @@ type Options struct {
 	AdminToken string
 	SyncWait   time.Duration // how long a create (payment, refund) waits for the outcome before 202
 	Lease      time.Duration // how long a new record's owner has to start its workflow
+	// CaptureWindow is how long a manual payment may wait for its capture (its capture_before).
+	CaptureWindow time.Duration
 	// ReplayCache is how many completed idempotency records are kept in memory per generation
 	// (two generations); 0 turns the cache off and every replay reads the database.
 	ReplayCache int
@@ -194,6 +203,8 @@ func New(o Options) *Server {
 	v1.GET("/payments", s.getPayments)
 	v1.GET("/payments/:id", s.getPayment)
 	v1.POST("/payments/:id/refunds", s.createRefund)
+	v1.POST("/payments/:id/capture", s.command(payment.CommandCapture))
+	v1.POST("/payments/:id/cancel", s.command(payment.CommandCancel))
 	v1.GET("/payments/:id/refunds", s.listRefunds)
 	v1.GET("/refunds/:id", s.getRefund)
 	v1.GET("/accounts/:id", s.getAccount)

@@ -146,6 +146,9 @@ type Config struct {
 		MaxQueued    int64         `mapstructure:"max_queued"`    // past it new payments get 503; 0: no bound
 		MaxWait      time.Duration `mapstructure:"max_wait"`      // a backlog longer than this to drain refuses new payments; 0: no bound
 	} `mapstructure:"backlog"`
+	// CaptureWindow is how long a manual payment waits for its capture before kasa voids its
+	// authorization (docs/api.md, "Authorize now, capture later").
+	CaptureWindow time.Duration `mapstructure:"capture_window"`
 }
 
 // RateLimit is a token bucket: Rate requests a second, Burst at once; Rate 0 turns it off.
@@ -229,6 +232,7 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("backlog.drain_running", 64)
 	v.SetDefault("backlog.max_queued", 100000)
 	v.SetDefault("backlog.max_wait", "10m")
+	v.SetDefault("capture_window", "168h")
 }
 
 // Load reads defaults, then kasa.yaml (or the file named by KASA_CONFIG) if present, then KASA_* env.
@@ -308,6 +312,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("api.sync_wait must be between 0 and 1m, got %s", c.API.SyncWait))
 	}
 	errs = append(errs, c.validateEdge()...)
+	if c.CaptureWindow < 10*time.Second {
+		errs = append(errs, fmt.Errorf("capture_window must be at least 10s, got %s", c.CaptureWindow))
+	}
 	if b := c.Backlog; b.APIRunning < 0 || b.DrainRunning < 1 || b.MaxQueued < 0 || b.MaxWait < 0 {
 		errs = append(errs, fmt.Errorf("backlog: api_running (%d) and max_queued (%d) must be 0 or more, drain_running (%d) at least 1, max_wait (%s) not negative",
 			b.APIRunning, b.MaxQueued, b.DrainRunning, b.MaxWait))

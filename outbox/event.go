@@ -43,6 +43,7 @@ var webhookSubjects = []string{SubjectPrefix + "payment.>", SubjectPrefix + "ref
 // Event types merchants receive.
 var webhookTypes = map[string]bool{
 	"payment.succeeded": true, "payment.failed": true, "payment.unknown": true,
+	"payment.requires_capture": true, "payment.captured": true, "payment.canceled": true,
 	"refund.succeeded": true, "refund.failed": true, "refund.unknown": true,
 }
 

@@ -28,6 +28,27 @@ type Payment struct {
 	ProviderReference string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	// A manual-capture payment is authorized first and captured (CapturedMinor, at most
+	// AmountMinor) or canceled later, before CaptureBefore.
+	CaptureManual bool
+	CaptureBefore time.Time
+	CapturedMinor int64
+}
+
+// Capturable is what a capture may still take: the whole authorization while it waits.
+func (p Payment) Capturable() int64 {
+	if p.Status == StatusRequiresCapture {
+		return p.AmountMinor
+	}
+	return 0
+}
+
+// Refundable is what refunds may give back in all: what was captured.
+func (p Payment) Refundable() int64 {
+	if p.CaptureManual {
+		return p.CapturedMinor
+	}
+	return p.AmountMinor
 }
 
 // Resource is the payment as merchants see it, in the API and in webhook events (docs/api.md).
@@ -44,10 +65,29 @@ type Resource struct {
 	ProviderReference *string `json:"provider_reference"`
 	CreatedAt         string  `json:"created_at"`
 	UpdatedAt         string  `json:"updated_at"`
+	// Manual-capture payments only.
+	Capture        string `json:"capture,omitempty"`
+	Capturable     string `json:"capturable,omitempty"`
+	AmountCaptured string `json:"amount_captured,omitempty"`
+	CaptureBefore  string `json:"capture_before,omitempty"`
 }
+
+// CaptureManual is the request's and the resource's `capture` of a manual-capture payment.
+const CaptureManual = "manual"
 
 // Resource renders p for merchants. Times are UTC RFC 3339 with microseconds (the database's precision).
 func (p Payment) Resource() Resource {
+	r := p.resource()
+	if p.CaptureManual {
+		r.Capture = CaptureManual
+		r.Capturable = FormatAmount(p.Capturable(), p.Currency)
+		r.AmountCaptured = FormatAmount(p.CapturedMinor, p.Currency)
+		r.CaptureBefore = FormatTime(p.CaptureBefore)
+	}
+	return r
+}
+
+func (p Payment) resource() Resource {
 	return Resource{
 		ID: p.ID.String(), Status: p.Status,
 		Amount: FormatAmount(p.AmountMinor, p.Currency), AmountRefunded: FormatAmount(p.AmountRefunded, p.Currency), Currency: p.Currency,
@@ -105,8 +145,8 @@ type Merchant struct {
 // stored in the same transaction that finishes the payment, so it exists exactly when the payment
 // is final.
 func (p Payment) AnswerBody() ([]byte, error) {
-	if !p.Status.Final() {
-		return nil, fmt.Errorf("payment %s is %s: only a final payment has a stored answer", p.ID, p.Status)
+	if !p.Status.Answered() {
+		return nil, fmt.Errorf("payment %s is %s: only an answered payment has a stored answer", p.ID, p.Status)
 	}
 	return JSON(p.Resource())
 }

@@ -32,6 +32,8 @@ type Request struct {
 	Currency    string
 	AccountID   uuid.UUID
 	PaymentType string
+	// CaptureManual: authorize now, capture later (the body's "capture": "manual").
+	CaptureManual bool
 }
 
 // Money returns the requested amount.
@@ -50,6 +52,9 @@ func (r Request) Hash() string {
 	var amt [8]byte
 	binary.BigEndian.PutUint64(amt[:], uint64(r.AmountMinor))
 	h.Write(amt[:])
+	if r.CaptureManual { // only then: the hashes of automatic payments stay what they were
+		h.Write([]byte(CaptureManual))
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -64,7 +69,7 @@ func ParseRequest(body []byte) (Request, error) {
 		ve  ValidationError
 		req Request
 	)
-	allowed := map[string]bool{"invoice_id": true, "amount": true, "currency": true, "account_id": true, "payment_type": true}
+	allowed := map[string]bool{"invoice_id": true, "amount": true, "currency": true, "account_id": true, "payment_type": true, "capture": true}
 	for _, k := range fields.order {
 		if !allowed[k] {
 			ve.add(k, "unknown field")
@@ -117,6 +122,16 @@ func ParseRequest(body []byte) (Request, error) {
 			ve.add("payment_type", "must be 1-32 characters of a-z and _")
 		} else {
 			req.PaymentType = s
+		}
+	}
+
+	if raw, ok := fields.get("capture"); ok && string(raw) != "null" {
+		switch s, err := stringValue(raw); {
+		case err == nil && s == CaptureManual:
+			req.CaptureManual = true
+		case err == nil && s == "automatic":
+		default:
+			ve.add("capture", `must be "automatic" or "manual"`)
 		}
 	}
 

@@ -9,17 +9,26 @@ const (
 	StatusSucceeded  Status = "succeeded"
 	StatusFailed     Status = "failed"
 	StatusUnknown    Status = "unknown"
+	// A manual-capture payment authorized at the bank waits in requires_capture for its capture
+	// or cancel; canceled is where a cancel, or the end of its capture window, leaves it.
+	StatusRequiresCapture Status = "requires_capture"
+	StatusCanceled        Status = "canceled"
 )
 
 // Failure codes a failed payment carries.
 const (
 	FailureInsufficientFunds = "insufficient_funds"
 	FailureDeclined          = "declined"
+	// FailureAuthorizationExpired: the capture window ended before a capture; the hold was let go.
+	FailureAuthorizationExpired = "authorization_expired"
+	// FailureCanceled: the merchant canceled the authorization.
+	FailureCanceled = "canceled"
 )
 
 var transitions = map[Status][]Status{
-	StatusProcessing: {StatusSucceeded, StatusFailed, StatusUnknown},
-	StatusUnknown:    {StatusSucceeded, StatusFailed},
+	StatusProcessing:      {StatusSucceeded, StatusFailed, StatusUnknown, StatusRequiresCapture},
+	StatusRequiresCapture: {StatusSucceeded, StatusCanceled, StatusUnknown},
+	StatusUnknown:         {StatusSucceeded, StatusFailed, StatusRequiresCapture, StatusCanceled},
 }
 
 // CanBecome reports whether s may move to next.
@@ -33,4 +42,8 @@ func (s Status) CanBecome(next Status) bool {
 }
 
 // Final reports whether no further transition is possible.
-func (s Status) Final() bool { return s == StatusSucceeded || s == StatusFailed }
+func (s Status) Final() bool { return s == StatusSucceeded || s == StatusFailed || s == StatusCanceled }
+
+// Answered reports whether the request that created the payment has its answer: the payment is
+// final, or authorized and waiting for its capture.
+func (s Status) Answered() bool { return s.Final() || s == StatusRequiresCapture }

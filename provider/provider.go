@@ -13,8 +13,9 @@ import (
 	"time"
 )
 
-// Errors classify every answer, to a charge or a refund: only a definite one may decide an
-// operation. A decline is not an error: it is a Charge (or Refund) whose Status is "declined".
+// Errors classify every answer, to a charge, refund, authorization, capture or void: only a
+// definite one may decide an operation. A decline is not an error: it is a Charge (Refund, ...)
+// whose Status is "declined".
 var (
 	// ErrAmbiguous: the charge may or may not have happened. Every answer but a charge with a
 	// known status is this, 4xx included: a real provider answers 409 "in progress" or 429 while
@@ -73,6 +74,51 @@ func (r Refund) Succeeded() bool { return r.Status == StatusSucceeded }
 
 func (r Refund) status() string { return r.Status }
 
+// Authorization is the provider's record of a hold. Status answers the authorize call
+// (succeeded: the money is held); State is where it is now: "authorized", "captured", "voided"
+// or "declined".
+type Authorization struct {
+	ID            string `json:"id"`
+	Reference     string `json:"reference"`
+	AmountMinor   int64  `json:"amount_minor"`
+	Currency      string `json:"currency"`
+	Status        string `json:"status"`
+	State         string `json:"state"`
+	CapturedMinor int64  `json:"captured_minor"`
+}
+
+// Succeeded reports whether the money was held.
+func (a Authorization) Succeeded() bool { return a.Status == StatusSucceeded }
+
+func (a Authorization) status() string { return a.Status }
+
+// CaptureResult is the provider's answer to a capture; Reference is the authorization's.
+type CaptureResult struct {
+	ID              string `json:"id"`
+	AuthorizationID string `json:"authorization_id"`
+	Reference       string `json:"reference"`
+	AmountMinor     int64  `json:"amount_minor"`
+	Status          string `json:"status"`
+}
+
+// Succeeded reports whether the money moved (and the rest of the hold was released).
+func (r CaptureResult) Succeeded() bool { return r.Status == StatusSucceeded }
+
+func (r CaptureResult) status() string { return r.Status }
+
+// VoidResult is the provider's answer to a void; Reference is the authorization's.
+type VoidResult struct {
+	ID              string `json:"id"`
+	AuthorizationID string `json:"authorization_id"`
+	Reference       string `json:"reference"`
+	Status          string `json:"status"`
+}
+
+// Succeeded reports whether the hold is released.
+func (r VoidResult) Succeeded() bool { return r.Status == StatusSucceeded }
+
+func (r VoidResult) status() string { return r.Status }
+
 // answer is what a definite provider answer decodes into.
 type answer interface{ status() string }
 
@@ -111,6 +157,37 @@ func (c *Client) InquireRefund(ctx context.Context, reference string) (Refund, e
 	return get[Refund](ctx, c, "/v1/refunds", reference)
 }
 
+// Authorize holds money with the payment's operation id as its idempotency key; r is a
+// charge's request.
+func (c *Client) Authorize(ctx context.Context, idempotencyKey string, r ChargeRequest) (Authorization, error) {
+	return post[Authorization](ctx, c, "/v1/authorizations", idempotencyKey, r)
+}
+
+// InquireAuthorization asks for the authorization made with the reference (the operation id),
+// in its state now.
+func (c *Client) InquireAuthorization(ctx context.Context, reference string) (Authorization, error) {
+	return get[Authorization](ctx, c, "/v1/authorizations", reference)
+}
+
+// Capture takes amountMinor of the authorization; the provider releases the rest of the hold.
+func (c *Client) Capture(ctx context.Context, idempotencyKey, authorizationID string, amountMinor int64) (CaptureResult, error) {
+	body := struct {
+		AmountMinor int64 `json:"amount_minor"`
+	}{amountMinor}
+	return post[CaptureResult](ctx, c, authorizationPath(authorizationID, "capture"), idempotencyKey, body)
+}
+
+// Void releases the authorization's hold.
+func (c *Client) Void(ctx context.Context, idempotencyKey, authorizationID string) (VoidResult, error) {
+	return post[VoidResult](ctx, c, authorizationPath(authorizationID, "void"), idempotencyKey, struct{}{})
+}
+
+// authorizationPath is the path of an action on an authorization; the id comes from the
+// provider, so it is escaped rather than trusted to be one path segment.
+func authorizationPath(id, action string) string {
+	return "/v1/authorizations/" + url.PathEscape(id) + "/" + action
+}
+
 func post[T answer](ctx context.Context, c *Client, path, idempotencyKey string, in any) (T, error) {
 	var out T
 	body, err := json.Marshal(in)
@@ -141,7 +218,7 @@ func get[T answer](ctx context.Context, c *Client, path, reference string) (T, e
 	return out, err
 }
 
-// do sends req and decodes a definite answer into out (a *Charge or *Refund).
+// do sends req and decodes a definite answer into out (a pointer to an answer).
 func (c *Client) do(req *http.Request, want int, out any) error {
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -36,6 +36,9 @@ GRANT SELECT, INSERT, UPDATE ON settlement_shards TO :"app_role";
 -- Refunds change state as they go through their steps; they are never deleted (a trigger
 -- refuses it, and changes to what was asked for).
 GRANT SELECT, INSERT, UPDATE ON refunds TO :"app_role";
+-- A capture's or cancel's key names it for good once answered; a refused one is deleted, as it
+-- changed nothing.
+GRANT SELECT, INSERT, UPDATE, DELETE ON payment_commands TO :"app_role";
 
 -- Events: the relay marks outbox rows published; retention deletes published outbox rows, inbox
 -- rows and finished deliveries (their attempts go with them by ON DELETE CASCADE, which runs with

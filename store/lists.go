@@ -61,8 +61,12 @@ func (s *Store) ListPayments(ctx context.Context, in ListPaymentsInput) ([]payme
 	case "":
 	case payment.StatusFailed:
 		sql = dbsqlc.ListFailedPayments
-	case payment.StatusProcessing, payment.StatusUnknown:
+	case payment.StatusProcessing:
 		sql, args = dbsqlc.ListOpenPayments, append(args, in.Status)
+	case payment.StatusUnknown:
+		// A manual payment's capture or void may be unknown long after its record completed:
+		// the open records do not name it.
+		sql, args = dbsqlc.ListUnknownPayments, append(args, in.Status)
 	default:
 		sql, args = dbsqlc.ListPaymentsWithStatus, append(args, in.Status)
 	}

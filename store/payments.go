@@ -57,6 +57,8 @@ type BeginInput struct {
 	// Queue asks for the payment to wait in the start backlog rather than be started by the
 	// caller; it waits there anyway while the merchant has queued payments (Record.Queued says).
 	Queue bool
+	// CaptureWindow is how long a manual payment may wait for its capture.
+	CaptureWindow time.Duration
 }
 
 // Begin commits, in one short transaction, the idempotency record (processing, leased) and the
@@ -69,7 +71,7 @@ func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment
 	p = payment.Payment{
 		ID: in.OperationID, MerchantID: in.MerchantID, IdempotencyKey: in.Key, AccountID: r.AccountID,
 		AmountMinor: r.AmountMinor, Currency: r.Currency, InvoiceID: r.InvoiceID, PaymentType: r.PaymentType,
-		Status: payment.StatusProcessing,
+		Status: payment.StatusProcessing, CaptureManual: r.CaptureManual,
 	}
 	var queued bool
 	err = s.beginBatch(ctx, in, &p, &rec, &queued)
@@ -111,12 +113,17 @@ func (s *Store) beginBatch(ctx context.Context, in BeginInput, p *payment.Paymen
 	b := &pgx.Batch{}
 	b.Queue(dbsqlc.GetRecord, in.MerchantID, in.Key)
 	b.Queue(dbsqlc.AcquireKey, in.MerchantID, in.Key, r.Hash(), in.OperationID, in.Lease.String(), r.AccountID, r.Currency, in.Queue)
-	b.Queue(dbsqlc.InsertPayment, p.ID, p.MerchantID, p.IdempotencyKey, p.AccountID, p.AmountMinor, p.Currency, p.InvoiceID, p.PaymentType)
+	b.Queue(dbsqlc.InsertPayment, p.ID, p.MerchantID, p.IdempotencyKey, p.AccountID, p.AmountMinor, p.Currency, p.InvoiceID, p.PaymentType,
+		r.CaptureManual, in.CaptureWindow.String())
 	br := s.pool.SendBatch(ctx, b)
 	recordErr := scanRecord(br.QueryRow(), existing)
 	var op uuid.UUID
 	acquireErr := br.QueryRow().Scan(&op, queued)
-	insertErr := br.QueryRow().Scan(&p.CreatedAt, &p.UpdatedAt)
+	var captureBefore *time.Time
+	insertErr := br.QueryRow().Scan(&p.CreatedAt, &p.UpdatedAt, &captureBefore)
+	if captureBefore != nil {
+		p.CaptureBefore = *captureBefore
+	}
 	if err := br.Close(); err != nil {
 		return translate(err)
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"reflect"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -48,7 +49,15 @@ func paymentOf(p dbsqlc.Payment) payment.Payment {
 		InvoiceID: p.InvoiceID, PaymentType: p.PaymentType, Status: payment.Status(p.Status),
 		FailureCode: orEmpty(p.FailureCode), ProviderReference: orEmpty(p.ProviderReference),
 		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
+		CaptureManual: p.CaptureManual, CaptureBefore: orZero(p.CaptureBefore), CapturedMinor: p.CapturedMinor,
 	}
+}
+
+func orZero(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }
 
 func refundOf(r dbsqlc.Refund) payment.Refund {

@@ -220,7 +220,7 @@ func setStatus(ctx context.Context, tx pgx.Tx, id uuid.UUID, to payment.Status, 
 // fromStatuses are the non-final statuses a payment may become `to` from.
 func fromStatuses(to payment.Status) []string {
 	var from []string
-	for _, st := range []payment.Status{payment.StatusProcessing, payment.StatusUnknown} {
+	for _, st := range []payment.Status{payment.StatusProcessing, payment.StatusRequiresCapture, payment.StatusUnknown} {
 		if st.CanBecome(to) {
 			from = append(from, string(st))
 		}
@@ -243,6 +243,11 @@ func completeRecord(ctx context.Context, tx pgx.Tx, p payment.Payment, rs Record
 // returns the answer it stores: the record had none, as only a completed record has one and
 // the payment was not final until this transaction.
 func queueComplete(b *pgx.Batch, p payment.Payment, rs RecordStatus) (*Answer, error) {
+	return queueCompleteEvent(b, p, rs, "payment."+string(p.Status))
+}
+
+// queueCompleteEvent is queueComplete with the event's type.
+func queueCompleteEvent(b *pgx.Batch, p payment.Payment, rs RecordStatus, eventType string) (*Answer, error) {
 	var a *Answer
 	var outcome *payment.Status
 	var body []byte
@@ -257,7 +262,7 @@ func queueComplete(b *pgx.Batch, p payment.Payment, rs RecordStatus) (*Answer, e
 	if err != nil {
 		return nil, err
 	}
-	b.Queue(dbsqlc.CompleteWithEvent, p.ID, rs, outcome, body, payment.NewID(), "payment."+string(p.Status), payload)
+	b.Queue(dbsqlc.CompleteWithEvent, p.ID, rs, outcome, body, payment.NewID(), eventType, payload)
 	return a, nil
 }
 

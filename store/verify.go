@@ -21,6 +21,7 @@ var invariants = []struct{ name, sql string }{
 	{"no other payment has a posting", dbsqlc.UnexpectedPosting},
 	{"a succeeded payment moved its amount", dbsqlc.PostedAmountMismatch},
 	{"reservations match payment outcomes", dbsqlc.ReservationOutcomeMismatch},
+	{"an authorization holds its whole amount until captured or canceled", dbsqlc.AuthorizationHoldMismatch},
 	{"idempotency records follow their payments", dbsqlc.RecordPaymentMismatch},
 	{"every succeeded refund has exactly one refund posting", dbsqlc.SucceededRefundPostingCount},
 	{"no other refund has a refund posting", dbsqlc.UnexpectedRefundPosting},

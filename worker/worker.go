@@ -33,6 +33,16 @@ func Register(r Registry, a *activities.Activities) {
 		workflows.ActivityFlagStuck:    a.FlagStuck,
 		workflows.ActivityChargePolicy: a.ChargePolicy,
 
+		workflows.ActivityAuthorize:            a.Authorize,
+		workflows.ActivityInquireAuthorization: a.InquireAuthorization,
+		workflows.ActivityAuthorized:           a.Authorized,
+		workflows.ActivityCaptureAuthorization: a.CaptureAuthorization,
+		workflows.ActivityInquireCapture:       a.InquireCapture,
+		workflows.ActivityCaptured:             a.Captured,
+		workflows.ActivityVoidAuthorization:    a.VoidAuthorization,
+		workflows.ActivityInquireVoid:          a.InquireVoid,
+		workflows.ActivityCanceled:             a.Canceled,
+
 		workflows.ActivityHoldRefund:        a.HoldRefund,
 		workflows.ActivityHoldRefundForRun:  a.HoldRefundForRun,
 		workflows.ActivitySendRefund:        a.SendRefund,

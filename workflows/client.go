@@ -12,6 +12,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/kasa-pay/kasa/payment"
 )
 
 // earlierRunPatience is how long a start waits for the open run of the key's earlier operation.
@@ -217,4 +219,38 @@ func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (
 		return "", err
 	}
 	return status, nil
+}
+
+// Command sends a manual payment's capture or cancel (update UpdateCapture or UpdateCancel) to
+// its workflow and waits until ctx ends for the status it led to (then ErrStillRunning). The
+// command's id is the update's: a repeated send of it is the same update. A refusal by the
+// workflow's validator is payment.ErrNotCapturable, payment.ErrNotCancelable or a
+// *payment.CaptureExceedsError (without its currency).
+func (s Starter) Command(ctx context.Context, merchantID uuid.UUID, paymentKey, update string, c Command) (string, error) {
+	h, err := s.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		UpdateID: c.ID.String(), WorkflowID: PaymentWorkflowID(merchantID, paymentKey), UpdateName: update, Args: []any{c},
+		WaitForStage: client.WorkflowUpdateStageAccepted,
+	})
+	var status string
+	if err == nil {
+		err = h.Get(ctx, &status)
+	}
+	var appErr *temporal.ApplicationError
+	var notFound *serviceerror.NotFound
+	switch {
+	case err == nil:
+		return status, nil
+	case errors.As(err, &appErr) && appErr.Type() == ErrTypeCaptureExceeds:
+		var capturable int64
+		_ = appErr.Details(&capturable)
+		return "", &payment.CaptureExceedsError{Capturable: capturable}
+	case errors.As(err, &appErr) && appErr.Type() == ErrTypeNotCapturable,
+		errors.As(err, &notFound) && update == UpdateCapture: // its workflow ended: the payment is final
+		return "", fmt.Errorf("%w: %v", payment.ErrNotCapturable, err)
+	case errors.As(err, &appErr) && appErr.Type() == ErrTypeNotCancelable, errors.As(err, &notFound):
+		return "", fmt.Errorf("%w: %v", payment.ErrNotCancelable, err)
+	case ctx.Err() != nil:
+		return "", ErrStillRunning
+	}
+	return "", err
 }

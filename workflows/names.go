@@ -31,9 +31,25 @@ const (
 	// it: a payment or refund of Revision 2 on records the answer in its history.
 	ActivityChargePolicy = "ChargePolicy"
 
+	// A manual payment's steps: authorize at the bank (and inquire), record the authorization,
+	// capture or void at the bank (and inquire), then post the capture or release the hold.
+	ActivityAuthorize            = "Authorize"
+	ActivityInquireAuthorization = "InquireAuthorization"
+	ActivityAuthorized           = "Authorized"
+	ActivityCaptureAuthorization = "CaptureAuthorization"
+	ActivityInquireCapture       = "InquireCapture"
+	ActivityCaptured             = "Captured"
+	ActivityVoidAuthorization    = "VoidAuthorization"
+	ActivityInquireVoid          = "InquireVoid"
+	ActivityCanceled             = "Canceled"
+
 	SignalSettlement = "settlement"
 	UpdateSettle     = "settle" // the checked form of the settlement signal
-	QueryStatus      = "status"
+	// A manual payment's capture and cancel: updates whose validators refuse what cannot be done
+	// before anything is written, and whose results are the payment's status after them.
+	UpdateCapture = "capture"
+	UpdateCancel  = "cancel"
+	QueryStatus   = "status"
 	// SignalRetry tells a stuck payment's workflow that an operator fixed the cause: it runs the
 	// failed step again (docs/operations.md, "Stuck payments").
 	SignalRetry = "retry"
@@ -57,6 +73,10 @@ const (
 	// ErrTypeAlreadyDecided: a run's first step found its operation decided by another run; its
 	// details are the operation's status.
 	ErrTypeAlreadyDecided = "AlreadyDecided"
+	// A capture or cancel refused by the workflow's validator: nothing was done.
+	ErrTypeNotCapturable  = "NotCapturable"
+	ErrTypeCaptureExceeds = "CaptureExceedsCapturable"
+	ErrTypeNotCancelable  = "NotCancelable"
 )
 
 // Search attributes on every payment workflow; operators filter PaymentStatus="unknown".
@@ -139,6 +159,30 @@ type PaymentInput struct {
 	// straight back to waiting, the next inquiry after InquiryWait.
 	Parked      bool
 	InquiryWait time.Duration
+	// CaptureManual: authorize, wait for a capture or a cancel until CaptureBefore, then capture
+	// or void (docs/api.md, "Authorize now, capture later").
+	// (omitzero: an automatic payment's history carries none of these.)
+	CaptureManual bool      `json:",omitzero"`
+	CaptureBefore time.Time `json:",omitzero"`
+	// Step is where a continued run of a manual payment was parked (PhaseAuthorize, PhaseCapture
+	// or PhaseVoid), with what that step needs: the authorization, the capture's amount, the
+	// cancel's failure code.
+	Step Step `json:",omitzero"`
+}
+
+// Phases of a manual payment: what its bank call (and a settlement of it) is about.
+const (
+	PhaseAuthorize = ""
+	PhaseCapture   = "capture"
+	PhaseVoid      = "void"
+)
+
+// Step is a manual payment's phase and what it needs.
+type Step struct {
+	Phase            string
+	AuthorizationRef string
+	AmountMinor      int64
+	FailureCode      string
 }
 
 // CurrentRevision is the Revision of every payment and refund started now. Revision 2: the
@@ -199,6 +243,27 @@ type FinalizeInput struct {
 	ProviderReference string
 }
 
+// BankCallInput is a manual payment's capture or void at the bank: AmountMinor is a capture's.
+type BankCallInput struct {
+	OperationID      uuid.UUID
+	AuthorizationRef string
+	AmountMinor      int64
+}
+
+// CapturedInput posts a manual payment's capture of AmountMinor.
+type CapturedInput struct {
+	OperationID       uuid.UUID
+	AmountMinor       int64
+	ProviderReference string
+}
+
+// Command is a capture's (AmountMinor, 0 for all that is capturable) or a cancel's update
+// argument; ID is the merchant's command's.
+type Command struct {
+	ID          uuid.UUID
+	AmountMinor int64
+}
+
 // ReleaseInput fails a payment.
 type ReleaseInput struct {
 	OperationID uuid.UUID
@@ -225,6 +290,7 @@ func InputFor(p payment.Payment) PaymentInput {
 	return PaymentInput{
 		OperationID: p.ID, MerchantID: p.MerchantID, AccountID: p.AccountID, AmountMinor: p.AmountMinor,
 		Currency: p.Currency, LocalSteps: true, Revision: CurrentRevision,
+		CaptureManual: p.CaptureManual, CaptureBefore: p.CaptureBefore,
 	}
 }
 

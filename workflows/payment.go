@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -108,12 +109,15 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 		},
 		postArg:    func(ref string) any { return FinalizeInput{OperationID: in.OperationID, ProviderReference: ref} },
 		releaseArg: func(code string) any { return ReleaseInput{OperationID: in.OperationID, FailureCode: code} },
-		continued: func(wait time.Duration) any {
-			next := in
-			next.Parked, next.InquiryWait = true, wait
-			return next
-		},
 	}}
+	w.op.continued = func(wait time.Duration) any {
+		next := w.in // a manual payment's carries its phase
+		next.Parked, next.InquiryWait = true, wait
+		return next
+	}
+	if in.CaptureManual {
+		return w.runManual(ctx)
+	}
 	return w.run(ctx)
 }
 
@@ -139,6 +143,14 @@ type operation struct {
 	postArg    func(providerRef string) any
 	releaseArg func(failureCode string) any
 	continued  func(inquiryWait time.Duration) any // the input of a continued parked run
+
+	// A manual payment's phases differ from a charge in these. posted and released are the
+	// statuses post and release leave (zero: succeeded and failed); failed, when set, is what a
+	// failed bank call leads to instead of release; remote sends to the bank as regular
+	// activities, each send recorded in history before it goes out.
+	posted, released payment.Status
+	failed           func(ctx workflow.Context, code string) (PaymentResult, error)
+	remote           bool
 }
 
 // run is the workflow itself, for either operation.
@@ -157,10 +169,10 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSettle,
 		func(ctx workflow.Context, s Settlement) (string, error) {
 			w.pending = &s
-			if err := workflow.Await(ctx, func() bool { return w.status.Final() || w.pending != &s }); err != nil {
+			if err := workflow.Await(ctx, func() bool { return w.status != payment.StatusUnknown || w.pending != &s }); err != nil {
 				return "", err
 			}
-			if !w.status.Final() { // set aside: it contradicts the bank's own answer
+			if w.status == payment.StatusUnknown { // set aside: it contradicts the bank's own answer
 				return "", errors.New(w.conflict)
 			}
 			return string(w.status), nil
@@ -184,6 +196,12 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 	}
 
 	res, err := w.charge(ctx)
+	return w.outcome(ctx, res, err)
+}
+
+// outcome finishes the operation with the bank's answer to its send: posted, failed, or parked
+// unknown.
+func (w *opRun) outcome(ctx workflow.Context, res ChargeResult, err error) (PaymentResult, error) {
 	switch {
 	case err == nil && res.Succeeded:
 		return w.finalize(ctx, res.ProviderReference)
@@ -205,6 +223,12 @@ type opRun struct {
 	// conflict, when set, is why a not_charged settlement was set aside: the bank's inquiry
 	// found the operation done. Until an operator's retry, not_charged settlements are refused.
 	conflict string
+
+	// A manual payment's: the merchant's capture or cancel, once accepted, and whether this run
+	// recorded the authorization.
+	command    *Command
+	cancel     bool
+	authorized bool
 }
 
 // step runs one database step. From Revision 1, a step the data contradicts does not fail the
@@ -250,7 +274,7 @@ func (w *opRun) exec(ctx workflow.Context, name string, arg any) workflow.Future
 // execProvider runs one provider call with the options of in's capability.
 func (w *opRun) execProvider(ctx workflow.Context, in PaymentInput, name string, arg any) workflow.Future {
 	o := chargeOptions(in)
-	if w.local {
+	if w.local && !w.op.remote {
 		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 			StartToCloseTimeout: o.StartToCloseTimeout, ScheduleToCloseTimeout: o.ScheduleToCloseTimeout, RetryPolicy: o.RetryPolicy,
 		}), name, arg)
@@ -418,6 +442,8 @@ func (w *opRun) checkSettlement(s Settlement) error {
 		return fmt.Errorf("%s is already being settled as %s", w.op.noun, w.pending.Outcome)
 	case w.conflict != "" && s.Outcome == OutcomeNotCharged:
 		return errors.New(w.conflict)
+	case w.in.CaptureManual && w.in.Step.Phase == PhaseVoid && s.Outcome == OutcomeCharged:
+		return errors.New("the payment's authorization was being voided, never captured: only not_charged settles it")
 	}
 	return nil
 }
@@ -459,16 +485,22 @@ func (w *opRun) finalize(ctx workflow.Context, providerRef string) (PaymentResul
 	if err := w.step(ctx, w.op.post, w.op.postArg(providerRef)); err != nil {
 		return PaymentResult{}, err
 	}
-	w.setStatus(ctx, payment.StatusSucceeded)
-	return PaymentResult{Status: string(payment.StatusSucceeded), ProviderReference: providerRef}, nil
+	st := cmp.Or(w.op.posted, payment.StatusSucceeded)
+	w.authorized = st == payment.StatusRequiresCapture
+	w.setStatus(ctx, st)
+	return PaymentResult{Status: string(st), ProviderReference: providerRef}, nil
 }
 
 func (w *opRun) fail(ctx workflow.Context, code string) (PaymentResult, error) {
+	if w.op.failed != nil {
+		return w.op.failed(ctx, code)
+	}
 	if err := w.step(ctx, w.op.release, w.op.releaseArg(code)); err != nil {
 		return PaymentResult{}, err
 	}
-	w.setStatus(ctx, payment.StatusFailed)
-	return PaymentResult{Status: string(payment.StatusFailed), FailureCode: code}, nil
+	st := cmp.Or(w.op.released, payment.StatusFailed)
+	w.setStatus(ctx, st)
+	return PaymentResult{Status: string(st), FailureCode: code}, nil
 }
 
 func (w *opRun) setStatus(ctx workflow.Context, s payment.Status) {

@@ -73,6 +73,16 @@ var stubActivities = map[string]any{
 		return workflows.ChargePolicy{}, errUnexpected(workflows.ActivityChargePolicy)
 	},
 
+	workflows.ActivityAuthorize:            stubResult[workflows.ChargeInput, workflows.ChargeResult](workflows.ActivityAuthorize),
+	workflows.ActivityInquireAuthorization: stubResult[uuid.UUID, workflows.ChargeResult](workflows.ActivityInquireAuthorization),
+	workflows.ActivityAuthorized:           stub[workflows.FinalizeInput](workflows.ActivityAuthorized),
+	workflows.ActivityCaptureAuthorization: stubResult[workflows.BankCallInput, workflows.ChargeResult](workflows.ActivityCaptureAuthorization),
+	workflows.ActivityInquireCapture:       stubResult[uuid.UUID, workflows.ChargeResult](workflows.ActivityInquireCapture),
+	workflows.ActivityCaptured:             stub[workflows.CapturedInput](workflows.ActivityCaptured),
+	workflows.ActivityVoidAuthorization:    stubResult[workflows.BankCallInput, workflows.ChargeResult](workflows.ActivityVoidAuthorization),
+	workflows.ActivityInquireVoid:          stubResult[uuid.UUID, workflows.ChargeResult](workflows.ActivityInquireVoid),
+	workflows.ActivityCanceled:             stub[workflows.ReleaseInput](workflows.ActivityCanceled),
+
 	workflows.ActivityHoldRefund:        stub[uuid.UUID](workflows.ActivityHoldRefund),
 	workflows.ActivityHoldRefundForRun:  stub[uuid.UUID](workflows.ActivityHoldRefundForRun),
 	workflows.ActivitySendRefund:        stubResult[workflows.SendRefundInput, workflows.RefundSendResult](workflows.ActivitySendRefund),
@@ -97,6 +107,16 @@ func TestStubActivitySignaturesMatchActivities(t *testing.T) {
 		workflows.ActivityMarkUnknown:  a.MarkUnknown,
 		workflows.ActivityFlagStuck:    a.FlagStuck,
 		workflows.ActivityChargePolicy: a.ChargePolicy,
+
+		workflows.ActivityAuthorize:            a.Authorize,
+		workflows.ActivityInquireAuthorization: a.InquireAuthorization,
+		workflows.ActivityAuthorized:           a.Authorized,
+		workflows.ActivityCaptureAuthorization: a.CaptureAuthorization,
+		workflows.ActivityInquireCapture:       a.InquireCapture,
+		workflows.ActivityCaptured:             a.Captured,
+		workflows.ActivityVoidAuthorization:    a.VoidAuthorization,
+		workflows.ActivityInquireVoid:          a.InquireVoid,
+		workflows.ActivityCanceled:             a.Canceled,
 
 		workflows.ActivityHoldRefund:        a.HoldRefund,
 		workflows.ActivityHoldRefundForRun:  a.HoldRefundForRun,

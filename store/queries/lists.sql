@@ -21,9 +21,26 @@ WHERE merchant_id = $1 AND status = $6 AND created_at >= $2::timestamptz AND (cr
 ORDER BY created_at DESC, id DESC LIMIT $5;
 
 -- name: ListFailedPayments :many
--- ListPayments of the failed payments (those with a failure code), along their own index.
+-- ListPayments of the failed payments (those with a failure code that are not canceled), along
+-- their own index.
 SELECT * FROM payments
-WHERE merchant_id = $1 AND failure_code IS NOT NULL AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
+WHERE merchant_id = $1 AND failure_code IS NOT NULL AND status = 'failed' AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
+ORDER BY created_at DESC, id DESC LIMIT $5;
+
+-- name: ListUnknownPayments :many
+-- ListOpenPayments of the unknown payments, with the manual payments whose capture or void is
+-- unknown: their records completed when they were authorized. Both halves read few rows.
+(SELECT p.*
+FROM idempotency_records r JOIN payments p ON p.id = r.operation_id
+WHERE r.merchant_id = $1 AND r.scope = 'payment' AND r.status <> 'completed' AND r.status = $6
+  AND r.created_at >= $2::timestamptz AND (r.created_at, r.operation_id) < ($3::timestamptz, $4::uuid)
+  AND p.status = $6
+ORDER BY r.created_at DESC, r.operation_id DESC LIMIT $5)
+UNION ALL
+(SELECT p.* FROM payments p
+WHERE p.status = $6 AND p.capture_manual AND p.merchant_id = $1
+  AND p.created_at >= $2::timestamptz AND (p.created_at, p.id) < ($3::timestamptz, $4::uuid)
+  AND NOT EXISTS (SELECT 1 FROM idempotency_records r WHERE r.operation_id = p.id AND r.status <> 'completed'))
 ORDER BY created_at DESC, id DESC LIMIT $5;
 
 -- name: ListOpenPayments :many

@@ -7,11 +7,13 @@
 -- name: InsertPayment :one
 -- Guarded by the record: only the operation that acquired the key gets a payment row. It is
 -- created when its record is: the lists of open payments read the record's created_at in the
--- payments' order.
-INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, created_at)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'processing', r.created_at
+-- payments' order. A manual payment must be captured within the window ($10) from then.
+INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, created_at,
+  capture_manual, capture_before)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'processing', r.created_at, $9::boolean,
+  CASE WHEN $9::boolean THEN r.created_at + $10::interval END
 FROM idempotency_records r WHERE r.operation_id = $1
-RETURNING created_at, updated_at;
+RETURNING created_at, updated_at, capture_before;
 
 -- name: LivePayment :one
 -- A live payment (processing, unknown or succeeded) is one without a failure: the business
@@ -52,3 +54,12 @@ UPDATE payments SET charge_attempts = @send::int WHERE id = @id AND charge_attem
 UPDATE payments SET stuck_since = CASE WHEN @reason::text = '' THEN NULL ELSE coalesce(stuck_since, now()) END,
   stuck_reason = NULLIF(@reason::text, '')
 WHERE id = @id;
+
+-- name: CapturePayment :one
+-- A manual payment's capture: it becomes succeeded with what was captured. Returns the row and
+-- the merchant's settlement account in its currency (NULL if it has none), which the capture credits.
+UPDATE payments SET status = 'succeeded', captured_minor = @captured::bigint,
+provider_reference = coalesce(NULLIF(@provider_reference::text, ''), provider_reference), updated_at = now()
+WHERE payments.id = @id AND payments.capture_manual AND payments.status IN ('requires_capture', 'unknown')
+RETURNING payments.*, (SELECT a.id FROM accounts a
+WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id;

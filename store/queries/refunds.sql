@@ -5,14 +5,16 @@
 -- name: LockRefundedPayment :one
 -- The payment a refund is asked for, locked until the refund's transaction ends: what is
 -- refundable is read from its newest version, and the hold below cannot fail for a concurrent one.
-SELECT id, account_id, amount_minor, currency, status, refunded_minor, refund_held_minor
+-- A manual payment refunds what was captured; an automatic one, its amount.
+SELECT id, account_id, CASE WHEN capture_manual THEN captured_minor ELSE amount_minor END::bigint AS amount_minor,
+  currency, status, refunded_minor, refund_held_minor
 FROM payments WHERE id = $1 AND merchant_id = $2 FOR UPDATE;
 
 -- name: HoldPaymentRefund :one
 -- The refundable amount's guard, with the table's CHECK behind it.
 UPDATE payments SET refund_held_minor = refund_held_minor + @amount::bigint
 WHERE id = @id AND status = 'succeeded' AND @amount::bigint > 0
-  AND refunded_minor + refund_held_minor + @amount::bigint <= amount_minor
+  AND refunded_minor + refund_held_minor + @amount::bigint <= CASE WHEN capture_manual THEN captured_minor ELSE amount_minor END
 RETURNING refund_held_minor;
 
 -- name: InsertRefund :one

@@ -59,25 +59,37 @@ FROM payments p JOIN ledger_postings lp ON lp.kind = 'payment' AND lp.reference 
 WHERE p.status <> 'succeeded';
 
 -- name: PostedAmountMismatch :many
--- A succeeded payment moved its amount.
+-- A succeeded payment moved its amount; a manual one, what it captured.
 SELECT 'payment ' || p.id || ' posted ' || coalesce(sum(e.amount_minor) FILTER (WHERE e.amount_minor > 0), 0) || ' of ' || p.amount_minor
 FROM payments p JOIN ledger_postings lp ON lp.kind = 'payment' AND lp.reference = p.id::text
-JOIN ledger_entries e ON e.posting_id = lp.id GROUP BY p.id HAVING coalesce(sum(e.amount_minor) FILTER (WHERE e.amount_minor > 0), 0) <> p.amount_minor;
+JOIN ledger_entries e ON e.posting_id = lp.id GROUP BY p.id
+HAVING coalesce(sum(e.amount_minor) FILTER (WHERE e.amount_minor > 0), 0) <> CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END;
 
 -- name: ReservationOutcomeMismatch :many
 -- Reservations match payment outcomes.
 SELECT p.status || ' payment ' || p.id || ' has a ' || r.status || ' reservation'
 FROM payments p JOIN balance_reservations r ON r.operation_id = p.id
 WHERE (p.status = 'succeeded' AND r.status <> 'finalized')
-   OR (p.status = 'failed' AND r.status <> 'released')
-   OR (p.status = 'unknown' AND r.status <> 'active');
+   OR (p.status IN ('failed', 'canceled') AND r.status <> 'released')
+   OR (p.status IN ('unknown', 'requires_capture') AND r.status <> 'active');
+
+-- name: AuthorizationHoldMismatch :many
+-- A manual payment's hold is its whole authorized amount while it waits for its capture (and its
+-- capture took no more than that: the table's CHECK).
+SELECT 'requires_capture payment ' || p.id || ' holds ' || coalesce(r.amount_minor::text, 'nothing') || ' of ' || p.amount_minor
+FROM payments p LEFT JOIN balance_reservations r ON r.operation_id = p.id AND r.status = 'active'
+WHERE p.status = 'requires_capture' AND r.amount_minor IS DISTINCT FROM p.amount_minor;
 
 -- name: RecordPaymentMismatch :many
 -- Idempotency records follow their payments.
 SELECT 'record ' || i.idempotency_key || ' is ' || i.status || ' but payment ' || p.id || ' is ' || p.status
 FROM idempotency_records i JOIN payments p ON p.id = i.operation_id
-WHERE (p.status IN ('succeeded', 'failed')) <> (i.status = 'completed')
-   OR (p.status = 'unknown') <> (i.status = 'unknown');
+WHERE (NOT p.capture_manual AND ((p.status IN ('succeeded', 'failed')) <> (i.status = 'completed')
+   OR (p.status = 'unknown') <> (i.status = 'unknown')))
+-- A manual payment's record completes when it is authorized (or failed); an unknown one's is
+-- completed when its capture or void is what is unknown.
+   OR (p.capture_manual AND ((p.status IN ('requires_capture', 'succeeded', 'failed', 'canceled') AND i.status <> 'completed')
+   OR (p.status = 'processing' AND i.status <> 'processing')));
 
 -- name: SucceededRefundPostingCount :many
 -- Every succeeded refund has exactly one refund posting.

@@ -28,7 +28,7 @@ type step struct {
 	before func(e *env)
 }
 
-// TestAnswersGolden sends a charge and a refund through every branch of their POST and GET
+// TestAnswersGolden sends a charge, a refund and an authorization through every branch of their POST and GET
 // handlers (validation, fault before and after the work, replay, key reuse, in progress, a
 // failing log) and compares what a client sees, byte for byte, with testdata/; a clock that
 // stands still and numbered ids make the answers repeatable. go test ./banksim -run
@@ -52,6 +52,8 @@ func TestAnswersGolden(t *testing.T) {
 		{name: "refund", on: onRefund, path: "/v1/refunds", req: refund,
 			setup: func(t *testing.T, e *env) { e.charged(t, "pay-1") },
 			fail:  func(e *env) { _ = e.sim.refunds.log.close() }},
+		{name: "authorization", on: onAuthorize, path: "/v1/authorizations", req: charge,
+			fail: func(e *env) { _ = e.sim.authorizations.log.close() }},
 	}
 	for _, sc := range scripts {
 		t.Run(sc.name, func(t *testing.T) {
@@ -143,7 +145,7 @@ func keyHeader(key string) map[string]string {
 	return map[string]string{"Idempotency-Key": key}
 }
 
-var idPattern = regexp.MustCompile(`\b(ch|rf)_[0-9a-f-]{36}\b`)
+var idPattern = regexp.MustCompile(`\b(ch|rf|au|cp|vd)_[0-9a-f-]{36}\b`)
 
 // idNumbers replaces the simulator's random ids by their order of first appearance.
 type idNumbers map[string]string

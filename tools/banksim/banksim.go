@@ -1,20 +1,27 @@
 // Package banksim simulates a bank / payment provider over HTTP.
 // Only the CLI (`kasa banksim`) and tests import it; production code never does.
 //
-// Like a real bank it never forgets: every charge is appended to
-// <DataDir>/charges.jsonl, every refund to <DataDir>/refunds.jsonl, each
-// fsynced before the response is written, and both logs are replayed on start. Fault rules (/_sim/faults) reproduce the failures
+// Like a real bank it never forgets: every charge, refund, authorization, capture and void is
+// appended to its own log under DataDir (charges.jsonl, refunds.jsonl, authorizations.jsonl,
+// captures.jsonl, voids.jsonl), fsynced before the response is written, and the logs are
+// replayed on start. Fault rules (/_sim/faults) reproduce the failures
 // a payment system must survive: lost responses, error answers, unparseable
 // bodies, delays, declines, hangs, and charges the bank books only later.
 //
-// A refund pays back part of what was charged under its charge_reference: one
-// that would pay back more than is left (or refers to no succeeded charge in its
-// currency) is declined. Refunds take the same fault rules (on "refund"), and
-// their inquiry the "inquiry" rules, as charges.
+// A refund pays back part of what was charged (or captured) under its charge_reference: one
+// that would pay back more than is left (or refers to nothing taken in its currency) is
+// declined. Refunds take the same fault rules (on "refund"), and their inquiry the "inquiry"
+// rules, as charges.
+//
+// An authorization holds money that one capture (of at most its amount; the rest is released)
+// takes later, or a void releases. The logs only grow: an authorization's state is read from
+// the captures and voids that name it. Authorizations, captures and voids take the fault rules
+// on "authorize", "capture" and "void".
 //
 // A late booking is logged when it arrives, with its created_at set to the
 // time it books: every read (inquiry, /_sim/charges, settlement files) skips
 // records whose time has not come, so a restart in between books it on time.
+// Decisions (what is left to refund or to capture) count it already: its money will move.
 package banksim
 
 import (
@@ -45,7 +52,7 @@ const (
 
 // Options configures a Sim.
 type Options struct {
-	DataDir    string       // directory of the durable charge log (created if missing); required
+	DataDir    string       // directory of the durable logs (created if missing); required
 	Capability Capability   // default CapabilityIdempotent
 	Logger     *slog.Logger // optional
 }
@@ -55,6 +62,9 @@ const (
 	statusDeclined  = "declined"
 	logFile         = "charges.jsonl"
 	refundLogFile   = "refunds.jsonl"
+	authLogFile     = "authorizations.jsonl"
+	captureLogFile  = "captures.jsonl"
+	voidLogFile     = "voids.jsonl"
 )
 
 // charge is the provider API's view of a charge.
@@ -90,13 +100,16 @@ type Sim struct {
 	closed    chan struct{} // releases hanging handlers on Close
 	closeOnce sync.Once
 
-	mu      sync.Mutex
-	charges book[record]
-	refunds refundBook
-	faults  []faultState
+	mu             sync.Mutex
+	charges        book[record]
+	refunds        linkedBook[refundRecord]
+	authorizations authorizationBook
+	captures       linkedBook[captureRecord]
+	voids          linkedBook[voidRecord]
+	faults         []faultState
 }
 
-// New opens (or creates) the durable log under opts.DataDir and replays it.
+// New opens (or creates) the durable logs under opts.DataDir and replays them.
 func New(opts Options) (*Sim, error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("banksim: DataDir is required")
@@ -115,24 +128,33 @@ func New(opts Options) (*Sim, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Sim{
-		capability: capability,
-		log:        logger,
-		now:        time.Now,
-		closed:     make(chan struct{}),
-		charges:    newBook[record](),
-		refunds:    refundBook{book: newBook[refundRecord](), byCharge: map[string][]int{}},
+		capability:     capability,
+		log:            logger,
+		now:            time.Now,
+		closed:         make(chan struct{}),
+		charges:        newBook[record](),
+		refunds:        newLinkedBook[refundRecord](),
+		authorizations: authorizationBook{book: newBook[authRecord](), byID: map[string]int{}},
+		captures:       newLinkedBook[captureRecord](),
+		voids:          newLinkedBook[voidRecord](),
 	}
 	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("banksim: %w", err)
 	}
-	if err := s.charges.open(opts.DataDir, logFile, logger, s.charges.index); err != nil {
+	dir := opts.DataDir
+	err := errors.Join(
+		s.charges.open(dir, logFile, logger, s.charges.index),
+		s.refunds.open(dir, refundLogFile, logger, s.refunds.index),
+		s.authorizations.open(dir, authLogFile, logger, s.authorizations.index),
+		s.captures.open(dir, captureLogFile, logger, s.captures.index),
+		s.voids.open(dir, voidLogFile, logger, s.voids.index),
+	)
+	if err != nil {
+		_ = s.closeLogs()
 		return nil, err
 	}
-	if err := s.refunds.open(opts.DataDir, refundLogFile, logger, s.refunds.index); err != nil {
-		s.charges.log.close()
-		return nil, err
-	}
-	s.log.Info("banksim ready", "capability", capability, "charges", len(s.charges.records), "refunds", len(s.refunds.records))
+	s.log.Info("banksim ready", "capability", capability, "charges", len(s.charges.records),
+		"refunds", len(s.refunds.records), "authorizations", len(s.authorizations.records))
 	return s, nil
 }
 
@@ -190,30 +212,31 @@ func openJournal(dir, name string, logger *slog.Logger, each func(line []byte) e
 	return &journal{f: f, size: int64(valid)}, nil
 }
 
-// append writes v as one line, durably. Callers hold the Sim's mu.
-func (j *journal) append(v any) error {
+// append writes v as one line, durably, and returns the line. Callers hold the Sim's mu.
+func (j *journal) append(v any) ([]byte, error) {
 	if j.f == nil {
-		return errors.New("banksim: closed")
+		return nil, errors.New("banksim: closed")
 	}
 	line, err := json.Marshal(v)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	line = append(line, '\n')
 	if _, err := j.f.Write(line); err != nil {
 		_ = j.f.Truncate(j.size) // don't leave half a line behind
-		return err
+		return nil, err
 	}
 	if err := j.f.Sync(); err != nil {
 		_ = j.f.Truncate(j.size)
-		return err
+		return nil, err
 	}
 	j.size += int64(len(line))
-	return nil
+	return line, nil
 }
 
+// close closes the log; a log that never opened (nil) has nothing to close.
 func (j *journal) close() error {
-	if j.f == nil {
+	if j == nil || j.f == nil {
 		return nil
 	}
 	err := j.f.Close()
@@ -226,49 +249,45 @@ func (s *Sim) Close() error {
 	s.closeOnce.Do(func() { close(s.closed) })
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return errors.Join(s.charges.log.close(), s.refunds.log.close())
+	return s.closeLogs()
+}
+
+func (s *Sim) closeLogs() error {
+	return errors.Join(s.charges.log.close(), s.refunds.log.close(),
+		s.authorizations.log.close(), s.captures.log.close(), s.voids.log.close())
 }
 
 // doCharge decides and records a charge; a late > 0 books it that much later.
-// The lock is held across the decision and the durable append, so parallel
-// requests with one key move money once.
 func (s *Sim) doCharge(key string, req chargeRequest, decline bool, late time.Duration) (record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now().UTC()
-	if prev, found, err := s.charges.replay(s.capability, key, now, func(prev record) bool {
+	return enter(s, onCharge, &s.charges, s.charges.index, key, func(prev record) bool {
 		return prev.Reference == req.Reference && prev.AmountMinor == req.AmountMinor &&
 			prev.Currency == req.Currency && prev.AccountID == req.AccountID
-	}); found {
-		return prev, err
+	}, func(now time.Time) (record, error) {
+		rec := record{
+			charge: charge{
+				ID:          "ch_" + uuid.Must(uuid.NewV7()).String(),
+				Reference:   req.Reference,
+				AmountMinor: req.AmountMinor,
+				Currency:    req.Currency,
+				AccountID:   req.AccountID,
+				Status:      statusOf(decline),
+				CreatedAt:   now.Add(late),
+			},
+			IdempotencyKey: key,
+		}
+		if late > 0 {
+			rec.ReceivedAt = &now
+		}
+		return rec, nil
+	})
+}
+
+// statusOf is the status of a request the bank grants unless declined.
+func statusOf(declined bool) string {
+	if declined {
+		return statusDeclined
 	}
-	status := statusSucceeded
-	if decline {
-		status = statusDeclined
-	}
-	rec := record{
-		charge: charge{
-			ID:          "ch_" + uuid.Must(uuid.NewV7()).String(),
-			Reference:   req.Reference,
-			AmountMinor: req.AmountMinor,
-			Currency:    req.Currency,
-			AccountID:   req.AccountID,
-			Status:      status,
-			CreatedAt:   now.Add(late),
-		},
-		IdempotencyKey: key,
-	}
-	if late > 0 {
-		rec.ReceivedAt = &now
-	}
-	if err := s.charges.log.append(rec); err != nil {
-		return record{}, err
-	}
-	s.charges.index(rec)
-	s.log.Info("banksim charge", "id", rec.ID, "reference", rec.Reference,
-		"amount_minor", rec.AmountMinor, "currency", rec.Currency, "status", rec.Status,
-		"books_at", rec.CreatedAt)
-	return rec, nil
+	return statusSucceeded
 }
 
 // lookup returns the latest booked charge for ref, preferring a succeeded one.

@@ -1,6 +1,7 @@
 package banksim
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -12,7 +13,7 @@ var (
 	errInProgress = errors.New("a request with this key is in progress")
 )
 
-// entry is what the bank asks of a line of its logs, a charge's or a refund's.
+// entry is what the bank asks of a line of its logs: a charge, refund, authorization, capture or void.
 type entry interface {
 	key() string                 // the idempotency key it was sent with
 	ref() string                 // the client's reference
@@ -26,8 +27,9 @@ func (r record) succeeded() bool       { return r.Status == statusSucceeded }
 func (r refundRecord) key() string     { return r.IdempotencyKey }
 func (r refundRecord) ref() string     { return r.Reference }
 func (r refundRecord) succeeded() bool { return r.Status == statusSucceeded }
+func (r refundRecord) link() string    { return r.ChargeReference }
 
-// book is the bank's record of one kind of request (charges, refunds): its durable
+// book is the bank's record of one kind of request (charges, refunds, ...): its durable
 // log and the indexes that replays and inquiries read. Guarded by the Sim's mu.
 type book[R entry] struct {
 	log     *journal
@@ -63,6 +65,55 @@ func (b *book[R]) index(rec R) {
 		b.byKey[rec.key()] = i
 	}
 	b.byRef[rec.ref()] = append(b.byRef[rec.ref()], i)
+}
+
+// linkedBook is a book whose records each belong to something else's: a refund to a charge
+// reference, a capture or a void to an authorization id. byLink finds them.
+type linkedBook[R interface {
+	entry
+	link() string
+}] struct {
+	book[R]
+	byLink map[string][]int // all records per link, in log order
+}
+
+func newLinkedBook[R interface {
+	entry
+	link() string
+}]() linkedBook[R] {
+	return linkedBook[R]{book: newBook[R](), byLink: map[string][]int{}}
+}
+
+func (b *linkedBook[R]) index(rec R) {
+	b.book.index(rec)
+	b.byLink[rec.link()] = append(b.byLink[rec.link()], len(b.records)-1)
+}
+
+// enter is the one way a request gets into one of the bank's books (b, indexed by index): a key
+// the bank honours and has seen answers with its first record (see replay); otherwise decide
+// makes the record from the time the request arrived (or refuses it with an error), and it is
+// appended durably before anyone hears of it. The lock is held across it all, so parallel
+// requests with one key act once and parallel requests never decide on stale state.
+func enter[R entry](s *Sim, kind string, b *book[R], index func(R), key string,
+	same func(prev R) bool, decide func(now time.Time) (R, error)) (R, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now().UTC()
+	if prev, found, err := b.replay(s.capability, key, now, same); found {
+		return prev, err
+	}
+	var line []byte
+	rec, err := decide(now)
+	if err == nil {
+		line, err = b.log.append(rec)
+	}
+	if err != nil {
+		var none R
+		return none, err
+	}
+	index(rec)
+	s.log.Info("banksim "+kind, "record", bytes.TrimSpace(line)) // the line as logged: readable in any handler
+	return rec, nil
 }
 
 // replay answers a request whose key the bank has seen, for a bank that honours keys:

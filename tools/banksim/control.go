@@ -45,6 +45,31 @@ func (c Control) Refunds(ctx context.Context, reference string) (Moved, error) {
 	return c.moved(ctx, "refunds", reference)
 }
 
+// Held is what the bank did with the authorizations of one reference: how many holds it
+// placed (and has still to book), what their captures took, and whether one was voided.
+type Held struct {
+	Count, Pending int
+	CapturedMinor  int64
+	Voided         bool
+}
+
+// Authorizations is GET /_sim/authorizations?reference=.
+func (c Control) Authorizations(ctx context.Context, reference string) (Held, error) {
+	var out struct {
+		Count         *int  `json:"count"`
+		Pending       int   `json:"pending"`
+		CapturedMinor int64 `json:"captured_minor"`
+		Voided        bool  `json:"voided"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/_sim/authorizations?reference="+url.QueryEscape(reference), nil, &out); err != nil {
+		return Held{}, err
+	}
+	if out.Count == nil {
+		return Held{}, fmt.Errorf("banksim: authorizations of %s: an answer without count", reference)
+	}
+	return Held{Count: *out.Count, Pending: out.Pending, CapturedMinor: out.CapturedMinor, Voided: out.Voided}, nil
+}
+
 func (c Control) moved(ctx context.Context, kind, reference string) (Moved, error) {
 	var out struct {
 		Count   *int `json:"count"`

@@ -43,4 +43,14 @@ func TestControl(t *testing.T) {
 	m, err = c.Refunds(ctx, "ref_1")
 	require.NoError(t, err)
 	require.Equal(t, Moved{}, m)
+
+	h, err := c.Authorizations(ctx, "pay_2")
+	require.NoError(t, err)
+	require.Equal(t, Held{}, h)
+	e.capture(t, "cp-1", e.authorized(t, "pay_2"), 100)
+	_, a := e.authorize(t, "k-3", chargeReq("pay_2"))
+	e.void(t, "vd-1", a.ID)
+	h, err = c.Authorizations(ctx, "pay_2")
+	require.NoError(t, err)
+	require.Equal(t, Held{Count: 2, CapturedMinor: 100, Voided: true}, h)
 }

@@ -12,9 +12,12 @@ import (
 )
 
 const (
-	onCharge  = "charge"
-	onInquiry = "inquiry"
-	onRefund  = "refund"
+	onCharge    = "charge"
+	onInquiry   = "inquiry"
+	onRefund    = "refund"
+	onAuthorize = "authorize"
+	onCapture   = "capture"
+	onVoid      = "void"
 
 	actDropResponse = "drop_response"
 	actError500     = "error_500"
@@ -51,15 +54,15 @@ type faultState struct {
 
 func (r faultRule) validate() error {
 	switch r.On {
-	case onCharge, onInquiry, onRefund:
+	case onCharge, onInquiry, onRefund, onAuthorize, onCapture, onVoid:
 	default:
-		return fmt.Errorf("unknown on %q (want charge, inquiry or refund)", r.On)
+		return fmt.Errorf("unknown on %q (want charge, inquiry, refund, authorize, capture or void)", r.On)
 	}
 	if !slices.Contains(actions, r.Action) {
 		return fmt.Errorf("unknown action %q (want one of %s)", r.Action, strings.Join(actions, ", "))
 	}
 	if r.Action == actDecline && r.On == onInquiry {
-		return errors.New("decline applies only to charge and refund")
+		return errors.New("decline does not apply to inquiry")
 	}
 	if r.DelayMS < 0 {
 		return errors.New("delay_ms must be >= 0")

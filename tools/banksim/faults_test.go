@@ -2,6 +2,7 @@ package banksim
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,15 +27,23 @@ type answer struct {
 func (e *env) try(t *testing.T, method, path string, header map[string]string, body any) answer {
 	t.Helper()
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := e.send(client, method, path, header, body)
+	a, err := tried(e.send(client, method, path, header, body))
+	require.NoError(t, err)
+	return a
+}
+
+// tried reads what a client saw of a request: a connection closed without an answer is
+// dropped; another error is the caller's to judge.
+func tried(resp *http.Response, err error) (answer, error) {
 	if err != nil {
-		require.ErrorIs(t, err, io.EOF)
-		return answer{dropped: true}
+		if errors.Is(err, io.EOF) {
+			return answer{dropped: true}, nil
+		}
+		return answer{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return answer{code: resp.StatusCode, header: resp.Header, body: b}
+	return answer{code: resp.StatusCode, header: resp.Header, body: b}, err
 }
 
 func (e *env) tryCharge(t *testing.T, key string) answer {
@@ -294,8 +303,11 @@ func TestFaultValidationMessages(t *testing.T) {
 		{"negative delay", `{"on":"charge","action":"late_booking","delay_ms":-1}`, "delay_ms"},
 		{"refund", `{"on":"refund","action":"error_503"}`, ""},
 		{"decline on refund", `{"on":"refund","action":"decline"}`, ""},
-		{"decline on inquiry", `{"on":"inquiry","action":"decline"}`, "decline applies only to charge and refund"},
-		{"unknown on", `{"on":"payout","action":"hang"}`, `unknown on "payout" (want charge, inquiry or refund)`},
+		{"decline on inquiry", `{"on":"inquiry","action":"decline"}`, "decline does not apply to inquiry"},
+		{"authorize", `{"on":"authorize","action":"drop_response"}`, ""},
+		{"decline on capture", `{"on":"capture","action":"decline","count":1}`, ""},
+		{"void", `{"on":"void","action":"late_booking","delay_ms":100}`, ""},
+		{"unknown on", `{"on":"payout","action":"hang"}`, `unknown on "payout" (want charge, inquiry, refund, authorize, capture or void)`},
 		{"unknown action", `{"on":"charge","action":"explode"}`,
 			`unknown action "explode" (want one of drop_response, error_500, delay, decline, hang, late_booking, error_409, error_503, error_429, garbage)`},
 	}

@@ -21,12 +21,17 @@ func (s *Sim) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/charges", s.getCharge)
 	mux.HandleFunc("POST /v1/refunds", s.postRefund)
 	mux.HandleFunc("GET /v1/refunds", s.getRefund)
+	mux.HandleFunc("POST /v1/authorizations", s.postAuthorization)
+	mux.HandleFunc("GET /v1/authorizations", s.getAuthorization)
+	mux.HandleFunc("POST /v1/authorizations/{id}/capture", s.postCapture)
+	mux.HandleFunc("POST /v1/authorizations/{id}/void", s.postVoid)
 	mux.HandleFunc("GET /v1/settlements/{file}", s.getSettlement)
 	mux.HandleFunc("PUT /_sim/faults", s.putFaults)
 	mux.HandleFunc("DELETE /_sim/faults", s.deleteFaults)
 	mux.HandleFunc("GET /_sim/faults", s.getFaults)
 	mux.HandleFunc("GET /_sim/charges", s.simCharges)
 	mux.HandleFunc("GET /_sim/refunds", s.simRefunds)
+	mux.HandleFunc("GET /_sim/authorizations", s.simAuthorizations)
 	mux.HandleFunc("GET /_sim/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -72,10 +77,11 @@ func (s *Sim) getCharge(w http.ResponseWriter, r *http.Request) {
 	s.inquire(w, r, func(ref string) (any, bool) { return s.lookup(ref) })
 }
 
-// post is the one flow of a POST that moves money, a charge's or a refund's: the key and
-// the body are checked, the fault rules on `on` applied, and book decides and durably
-// records the request (decline and late come from the fault), answering with the
-// provider's view of the record. on also names the thing in a failure's answer.
+// post is the one flow of a POST that moves or holds money (a charge, refund, authorization,
+// capture or void): the key and the body are checked, the fault rules on `on` applied, and
+// book decides and durably records the request (decline and late come from the fault),
+// answering with the provider's view of the record. on also names the thing in a failure's
+// answer.
 func post[R interface{ validate() error }](s *Sim, w http.ResponseWriter, r *http.Request, on string,
 	book func(key string, req R, decline bool, late time.Duration) (any, error)) {
 	key := r.Header.Get("Idempotency-Key")
@@ -108,6 +114,9 @@ func post[R interface{ validate() error }](s *Sim, w http.ResponseWriter, r *htt
 	case errors.Is(err, errInProgress):
 		writeError(w, http.StatusConflict, err.Error())
 		return
+	case errors.Is(err, errNoAuthorization):
+		writeError(w, http.StatusNotFound, err.Error())
+		return
 	case err != nil:
 		s.log.Error("banksim: recording "+on, "err", err)
 		writeError(w, http.StatusInternalServerError, "could not record "+on)
@@ -120,8 +129,8 @@ func post[R interface{ validate() error }](s *Sim, w http.ResponseWriter, r *htt
 	writeJSON(w, http.StatusCreated, view)
 }
 
-// inquire is the lookup by reference of a charge or a refund: find returns the provider's
-// view of the record. The `inquiry` fault rules apply to both.
+// inquire is the lookup by reference of a charge, refund or authorization: find returns the
+// provider's view of the record. The `inquiry` fault rules apply to all.
 func (s *Sim) inquire(w http.ResponseWriter, r *http.Request, find func(ref string) (any, bool)) {
 	if s.capability == CapabilityNone {
 		writeError(w, http.StatusNotImplemented, "inquiry not supported")
@@ -154,7 +163,8 @@ func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The file speaks for every merchant's charges and refunds: its scope row says so, so an
-	// import needs no scope of its own to release what the day does not list.
+	// import needs no scope of its own to release what the day does not list. It lists captures
+	// too, but does not declare them: the reconciler refuses a scope type it does not know.
 	rows := [][]string{{"settlement_date", "provider_charge_id", "reference", "amount", "currency", "status", "type"},
 		{"scope", "all", "charge refund", "", "", "", ""}}
 	s.mu.Lock()
@@ -173,6 +183,14 @@ func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
 		if onDay(rec.Status, rec.CreatedAt) {
 			rows = append(rows, []string{date, rec.ID, rec.Reference,
 				settlementAmount(rec.AmountMinor, rec.Currency), rec.Currency, "settled", "refund"})
+		}
+	}
+	// A capture's line: its own id, its authorization's reference, and the amount taken. An
+	// authorization or a void moves no money and has none.
+	for _, rec := range s.captures.records {
+		if onDay(rec.Status, rec.CreatedAt) {
+			rows = append(rows, []string{date, rec.ID, rec.Reference,
+				settlementAmount(rec.AmountMinor, rec.Currency), rec.Currency, "settled", "capture"})
 		}
 	}
 	s.mu.Unlock()

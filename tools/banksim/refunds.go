@@ -11,7 +11,7 @@ import (
 // Why the bank declined a refund (kept in its record, for whoever reads /_sim/refunds).
 const (
 	declineFault      = "fault"           // a decline rule said so
-	declineNoCharge   = "no_such_charge"  // no succeeded charge for charge_reference in the currency
+	declineNoCharge   = "no_such_charge"  // nothing charged or captured for charge_reference in the currency
 	declineOverRefund = "exceeds_charged" // more than is left of what was charged
 )
 
@@ -36,18 +36,6 @@ type refundRecord struct {
 
 func (r refundRecord) bookedBy(now time.Time) bool { return !r.CreatedAt.After(now) }
 
-// refundBook is the bank's record of refunds, in its own log, with the refunds of each
-// charge reference. Guarded by the Sim's mu.
-type refundBook struct {
-	book[refundRecord]
-	byCharge map[string][]int // all records per charge reference, in log order
-}
-
-func (b *refundBook) index(rec refundRecord) {
-	b.book.index(rec)
-	b.byCharge[rec.ChargeReference] = append(b.byCharge[rec.ChargeReference], len(b.records)-1)
-}
-
 type refundRequest struct {
 	Reference       string `json:"reference"`
 	ChargeReference string `json:"charge_reference"`
@@ -69,18 +57,26 @@ func (r refundRequest) validate() error {
 	return nil
 }
 
-// refundable is what is left to refund of the charges made for ref in currency: what they
-// charged (booked by now) less every succeeded refund, a pending late one included (its money
-// will move). charged is false when no succeeded charge in the currency exists. Callers hold mu.
+// refundable is what is left to refund of the money taken for ref in currency: what its charges
+// and its authorizations' captures took (booked by now) less every succeeded refund, a pending
+// late one included (its money will move). charged is false when nothing was taken in the
+// currency. Callers hold mu.
 func (s *Sim) refundable(ref, currency string, now time.Time) (left int64, charged bool) {
-	for _, i := range s.charges.byRef[ref] {
-		c := s.charges.records[i]
-		if c.Status == statusSucceeded && c.Currency == currency && c.bookedBy(now) {
-			left += c.AmountMinor
+	take := func(status, cur string, amount int64, booked bool) {
+		if status == statusSucceeded && cur == currency && booked {
+			left += amount
 			charged = true
 		}
 	}
-	for _, i := range s.refunds.byCharge[ref] {
+	for _, i := range s.charges.byRef[ref] {
+		c := s.charges.records[i]
+		take(c.Status, c.Currency, c.AmountMinor, c.bookedBy(now))
+	}
+	for _, i := range s.captures.byRef[ref] {
+		c := s.captures.records[i]
+		take(c.Status, c.Currency, c.AmountMinor, c.bookedBy(now))
+	}
+	for _, i := range s.refunds.byLink[ref] {
 		r := s.refunds.records[i]
 		if r.Status == statusSucceeded && r.Currency == currency {
 			left -= r.AmountMinor
@@ -89,51 +85,41 @@ func (s *Sim) refundable(ref, currency string, now time.Time) (left int64, charg
 	return left, charged
 }
 
-// doRefund decides and records a refund as doCharge does a charge: under the lock, so parallel
-// refunds of one charge never return more than it charged.
+// doRefund decides and records a refund: parallel refunds of one charge never return more
+// than it charged.
 func (s *Sim) doRefund(key string, req refundRequest, decline bool, late time.Duration) (refundRecord, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now().UTC()
-	if prev, found, err := s.refunds.replay(s.capability, key, now, func(prev refundRecord) bool {
+	return enter(s, onRefund, &s.refunds.book, s.refunds.index, key, func(prev refundRecord) bool {
 		return prev.Reference == req.Reference && prev.ChargeReference == req.ChargeReference &&
 			prev.AmountMinor == req.AmountMinor && prev.Currency == req.Currency
-	}); found {
-		return prev, err
-	}
-	status, reason := statusSucceeded, ""
-	left, charged := s.refundable(req.ChargeReference, req.Currency, now)
-	switch {
-	case decline:
-		status, reason = statusDeclined, declineFault
-	case !charged:
-		status, reason = statusDeclined, declineNoCharge
-	case req.AmountMinor > left:
-		status, reason = statusDeclined, declineOverRefund
-	}
-	rec := refundRecord{
-		refund: refund{
-			ID:              "rf_" + uuid.Must(uuid.NewV7()).String(),
-			Reference:       req.Reference,
-			ChargeReference: req.ChargeReference,
-			AmountMinor:     req.AmountMinor,
-			Currency:        req.Currency,
-			Status:          status,
-			DeclineReason:   reason,
-			CreatedAt:       now.Add(late),
-		},
-		IdempotencyKey: key,
-	}
-	if late > 0 {
-		rec.ReceivedAt = &now
-	}
-	if err := s.refunds.log.append(rec); err != nil {
-		return refundRecord{}, err
-	}
-	s.refunds.index(rec)
-	s.log.Info("banksim refund", "id", rec.ID, "reference", rec.Reference, "charge_reference", rec.ChargeReference,
-		"amount_minor", rec.AmountMinor, "currency", rec.Currency, "status", rec.Status, "books_at", rec.CreatedAt)
-	return rec, nil
+	}, func(now time.Time) (refundRecord, error) {
+		status, reason := statusSucceeded, ""
+		left, charged := s.refundable(req.ChargeReference, req.Currency, now)
+		switch {
+		case decline:
+			status, reason = statusDeclined, declineFault
+		case !charged:
+			status, reason = statusDeclined, declineNoCharge
+		case req.AmountMinor > left:
+			status, reason = statusDeclined, declineOverRefund
+		}
+		rec := refundRecord{
+			refund: refund{
+				ID:              "rf_" + uuid.Must(uuid.NewV7()).String(),
+				Reference:       req.Reference,
+				ChargeReference: req.ChargeReference,
+				AmountMinor:     req.AmountMinor,
+				Currency:        req.Currency,
+				Status:          status,
+				DeclineReason:   reason,
+				CreatedAt:       now.Add(late),
+			},
+			IdempotencyKey: key,
+		}
+		if late > 0 {
+			rec.ReceivedAt = &now
+		}
+		return rec, nil
+	})
 }
 
 // lookupRefund returns the latest booked refund for ref, preferring a succeeded one.

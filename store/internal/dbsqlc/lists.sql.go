@@ -13,8 +13,8 @@ import (
 )
 
 const ListFailedPayments = `-- name: ListFailedPayments :many
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor FROM payments
-WHERE merchant_id = $1 AND failure_code IS NOT NULL AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor FROM payments
+WHERE merchant_id = $1 AND failure_code IS NOT NULL AND status = 'failed' AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5
 `
 
@@ -26,7 +26,8 @@ type ListFailedPaymentsParams struct {
 	Limit      int32
 }
 
-// ListPayments of the failed payments (those with a failure code), along their own index.
+// ListPayments of the failed payments (those with a failure code that are not canceled), along
+// their own index.
 func (q *Queries) ListFailedPayments(ctx context.Context, arg ListFailedPaymentsParams) ([]Payment, error) {
 	rows, err := q.db.Query(ctx, ListFailedPayments,
 		arg.MerchantID,
@@ -61,6 +62,9 @@ func (q *Queries) ListFailedPayments(ctx context.Context, arg ListFailedPayments
 			&i.StuckReason,
 			&i.RefundedMinor,
 			&i.RefundHeldMinor,
+			&i.CaptureManual,
+			&i.CaptureBefore,
+			&i.CapturedMinor,
 		); err != nil {
 			return nil, err
 		}
@@ -73,7 +77,7 @@ func (q *Queries) ListFailedPayments(ctx context.Context, arg ListFailedPayments
 }
 
 const ListOpenPayments = `-- name: ListOpenPayments :many
-SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor
+SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor
 FROM idempotency_records r JOIN payments p ON p.id = r.operation_id
 WHERE r.merchant_id = $1 AND r.scope = 'payment' AND r.status <> 'completed' AND r.status = $6
   AND r.created_at >= $2::timestamptz AND (r.created_at, r.operation_id) < ($3::timestamptz, $4::uuid)
@@ -130,6 +134,9 @@ func (q *Queries) ListOpenPayments(ctx context.Context, arg ListOpenPaymentsPara
 			&i.StuckReason,
 			&i.RefundedMinor,
 			&i.RefundHeldMinor,
+			&i.CaptureManual,
+			&i.CaptureBefore,
+			&i.CapturedMinor,
 		); err != nil {
 			return nil, err
 		}
@@ -142,7 +149,7 @@ func (q *Queries) ListOpenPayments(ctx context.Context, arg ListOpenPaymentsPara
 }
 
 const ListPayments = `-- name: ListPayments :many
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor FROM payments
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor FROM payments
 WHERE merchant_id = $1 AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5
 `
@@ -192,6 +199,9 @@ func (q *Queries) ListPayments(ctx context.Context, arg ListPaymentsParams) ([]P
 			&i.StuckReason,
 			&i.RefundedMinor,
 			&i.RefundHeldMinor,
+			&i.CaptureManual,
+			&i.CaptureBefore,
+			&i.CapturedMinor,
 		); err != nil {
 			return nil, err
 		}
@@ -204,7 +214,7 @@ func (q *Queries) ListPayments(ctx context.Context, arg ListPaymentsParams) ([]P
 }
 
 const ListPaymentsWithStatus = `-- name: ListPaymentsWithStatus :many
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor FROM payments
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor FROM payments
 WHERE merchant_id = $1 AND status = $6 AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5
 `
@@ -256,6 +266,84 @@ func (q *Queries) ListPaymentsWithStatus(ctx context.Context, arg ListPaymentsWi
 			&i.StuckReason,
 			&i.RefundedMinor,
 			&i.RefundHeldMinor,
+			&i.CaptureManual,
+			&i.CaptureBefore,
+			&i.CapturedMinor,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ListUnknownPayments = `-- name: ListUnknownPayments :many
+(SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor
+FROM idempotency_records r JOIN payments p ON p.id = r.operation_id
+WHERE r.merchant_id = $1 AND r.scope = 'payment' AND r.status <> 'completed' AND r.status = $6
+  AND r.created_at >= $2::timestamptz AND (r.created_at, r.operation_id) < ($3::timestamptz, $4::uuid)
+  AND p.status = $6
+ORDER BY r.created_at DESC, r.operation_id DESC LIMIT $5)
+UNION ALL
+(SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor FROM payments p
+WHERE p.status = $6 AND p.capture_manual AND p.merchant_id = $1
+  AND p.created_at >= $2::timestamptz AND (p.created_at, p.id) < ($3::timestamptz, $4::uuid)
+  AND NOT EXISTS (SELECT 1 FROM idempotency_records r WHERE r.operation_id = p.id AND r.status <> 'completed'))
+ORDER BY created_at DESC, id DESC LIMIT $5
+`
+
+type ListUnknownPaymentsParams struct {
+	MerchantID uuid.UUID
+	Column2    time.Time
+	Column3    time.Time
+	Column4    uuid.UUID
+	Limit      int32
+	Status     string
+}
+
+// ListOpenPayments of the unknown payments, with the manual payments whose capture or void is
+// unknown: their records completed when they were authorized. Both halves read few rows.
+func (q *Queries) ListUnknownPayments(ctx context.Context, arg ListUnknownPaymentsParams) ([]Payment, error) {
+	rows, err := q.db.Query(ctx, ListUnknownPayments,
+		arg.MerchantID,
+		arg.Column2,
+		arg.Column3,
+		arg.Column4,
+		arg.Limit,
+		arg.Status,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Payment
+	for rows.Next() {
+		var i Payment
+		if err := rows.Scan(
+			&i.ID,
+			&i.MerchantID,
+			&i.IdempotencyKey,
+			&i.AccountID,
+			&i.AmountMinor,
+			&i.Currency,
+			&i.InvoiceID,
+			&i.PaymentType,
+			&i.Status,
+			&i.FailureCode,
+			&i.ProviderReference,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ChargeAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
+			&i.RefundedMinor,
+			&i.RefundHeldMinor,
+			&i.CaptureManual,
+			&i.CaptureBefore,
+			&i.CapturedMinor,
 		); err != nil {
 			return nil, err
 		}

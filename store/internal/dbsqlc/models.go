@@ -29,6 +29,24 @@ type Payment struct {
 	StuckReason       *string
 	RefundedMinor     int64
 	RefundHeldMinor   int64
+	CaptureManual     bool
+	CaptureBefore     *time.Time
+	CapturedMinor     int64
+}
+
+type PaymentCommand struct {
+	MerchantID     uuid.UUID
+	IdempotencyKey string
+	ID             uuid.UUID
+	PaymentID      uuid.UUID
+	Kind           string
+	RequestHash    string
+	AmountMinor    int64
+	LockedUntil    *time.Time
+	ResponseStatus *int32
+	ResponseBody   []byte
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 }
 
 type Refund struct {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const BeginChargeAttempt = `-- name: BeginChargeAttempt :one
@@ -41,6 +42,77 @@ func (q *Queries) BeginChargeSend(ctx context.Context, arg BeginChargeSendParams
 	return result.RowsAffected(), nil
 }
 
+const CapturePayment = `-- name: CapturePayment :one
+UPDATE payments SET status = 'succeeded', captured_minor = $1::bigint,
+provider_reference = coalesce(NULLIF($2::text, ''), provider_reference), updated_at = now()
+WHERE payments.id = $3 AND payments.capture_manual AND payments.status IN ('requires_capture', 'unknown')
+RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, payments.capture_manual, payments.capture_before, payments.captured_minor, (SELECT a.id FROM accounts a
+WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
+`
+
+type CapturePaymentParams struct {
+	Captured          int64
+	ProviderReference string
+	ID                uuid.UUID
+}
+
+type CapturePaymentRow struct {
+	ID                uuid.UUID
+	MerchantID        uuid.UUID
+	IdempotencyKey    string
+	AccountID         uuid.UUID
+	AmountMinor       int64
+	Currency          string
+	InvoiceID         string
+	PaymentType       string
+	Status            string
+	FailureCode       *string
+	ProviderReference *string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	ChargeAttempts    int32
+	StuckSince        *time.Time
+	StuckReason       *string
+	RefundedMinor     int64
+	RefundHeldMinor   int64
+	CaptureManual     bool
+	CaptureBefore     *time.Time
+	CapturedMinor     int64
+	SettlementID      uuid.UUID
+}
+
+// A manual payment's capture: it becomes succeeded with what was captured. Returns the row and
+// the merchant's settlement account in its currency (NULL if it has none), which the capture credits.
+func (q *Queries) CapturePayment(ctx context.Context, arg CapturePaymentParams) (CapturePaymentRow, error) {
+	row := q.db.QueryRow(ctx, CapturePayment, arg.Captured, arg.ProviderReference, arg.ID)
+	var i CapturePaymentRow
+	err := row.Scan(
+		&i.ID,
+		&i.MerchantID,
+		&i.IdempotencyKey,
+		&i.AccountID,
+		&i.AmountMinor,
+		&i.Currency,
+		&i.InvoiceID,
+		&i.PaymentType,
+		&i.Status,
+		&i.FailureCode,
+		&i.ProviderReference,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.ChargeAttempts,
+		&i.StuckSince,
+		&i.StuckReason,
+		&i.RefundedMinor,
+		&i.RefundHeldMinor,
+		&i.CaptureManual,
+		&i.CaptureBefore,
+		&i.CapturedMinor,
+		&i.SettlementID,
+	)
+	return i, err
+}
+
 const FlagStuck = `-- name: FlagStuck :execrows
 UPDATE payments SET stuck_since = CASE WHEN $1::text = '' THEN NULL ELSE coalesce(stuck_since, now()) END,
   stuck_reason = NULLIF($1::text, '')
@@ -62,7 +134,7 @@ func (q *Queries) FlagStuck(ctx context.Context, arg FlagStuckParams) (int64, er
 }
 
 const GetPayment = `-- name: GetPayment :one
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor FROM payments WHERE id = $1
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor FROM payments WHERE id = $1
 `
 
 func (q *Queries) GetPayment(ctx context.Context, id uuid.UUID) (Payment, error) {
@@ -87,12 +159,15 @@ func (q *Queries) GetPayment(ctx context.Context, id uuid.UUID) (Payment, error)
 		&i.StuckReason,
 		&i.RefundedMinor,
 		&i.RefundHeldMinor,
+		&i.CaptureManual,
+		&i.CaptureBefore,
+		&i.CapturedMinor,
 	)
 	return i, err
 }
 
 const GetPaymentByKey = `-- name: GetPaymentByKey :one
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor FROM payments WHERE merchant_id = $1 AND idempotency_key = $2
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor FROM payments WHERE merchant_id = $1 AND idempotency_key = $2
 ORDER BY created_at DESC, id DESC LIMIT 1
 `
 
@@ -124,16 +199,21 @@ func (q *Queries) GetPaymentByKey(ctx context.Context, arg GetPaymentByKeyParams
 		&i.StuckReason,
 		&i.RefundedMinor,
 		&i.RefundHeldMinor,
+		&i.CaptureManual,
+		&i.CaptureBefore,
+		&i.CapturedMinor,
 	)
 	return i, err
 }
 
 const InsertPayment = `-- name: InsertPayment :one
 
-INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, created_at)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'processing', r.created_at
+INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, created_at,
+  capture_manual, capture_before)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'processing', r.created_at, $9::boolean,
+  CASE WHEN $9::boolean THEN r.created_at + $10::interval END
 FROM idempotency_records r WHERE r.operation_id = $1
-RETURNING created_at, updated_at
+RETURNING created_at, updated_at, capture_before
 `
 
 type InsertPaymentParams struct {
@@ -145,11 +225,14 @@ type InsertPaymentParams struct {
 	Currency       string
 	InvoiceID      string
 	PaymentType    string
+	Column9        bool
+	Column10       pgtype.Interval
 }
 
 type InsertPaymentRow struct {
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	CaptureBefore *time.Time
 }
 
 // Payments: the operation's row, its status moves and its charge attempts.
@@ -159,7 +242,7 @@ type InsertPaymentRow struct {
 // named once, in its migration.
 // Guarded by the record: only the operation that acquired the key gets a payment row. It is
 // created when its record is: the lists of open payments read the record's created_at in the
-// payments' order.
+// payments' order. A manual payment must be captured within the window ($10) from then.
 func (q *Queries) InsertPayment(ctx context.Context, arg InsertPaymentParams) (InsertPaymentRow, error) {
 	row := q.db.QueryRow(ctx, InsertPayment,
 		arg.ID,
@@ -170,9 +253,11 @@ func (q *Queries) InsertPayment(ctx context.Context, arg InsertPaymentParams) (I
 		arg.Currency,
 		arg.InvoiceID,
 		arg.PaymentType,
+		arg.Column9,
+		arg.Column10,
 	)
 	var i InsertPaymentRow
-	err := row.Scan(&i.CreatedAt, &i.UpdatedAt)
+	err := row.Scan(&i.CreatedAt, &i.UpdatedAt, &i.CaptureBefore)
 	return i, err
 }
 
@@ -199,7 +284,7 @@ func (q *Queries) LivePayment(ctx context.Context, arg LivePaymentParams) (uuid.
 const SetPaymentStatus = `-- name: SetPaymentStatus :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
-WHERE id = $1 AND status = ANY($5::text[]) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor
+WHERE id = $1 AND status = ANY($5::text[]) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor
 `
 
 type SetPaymentStatusParams struct {
@@ -238,6 +323,9 @@ func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusPara
 		&i.StuckReason,
 		&i.RefundedMinor,
 		&i.RefundHeldMinor,
+		&i.CaptureManual,
+		&i.CaptureBefore,
+		&i.CapturedMinor,
 	)
 	return i, err
 }
@@ -245,7 +333,7 @@ func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusPara
 const SetPaymentStatusSettlement = `-- name: SetPaymentStatusSettlement :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
-WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, (SELECT a.id FROM accounts a
+WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, payments.capture_manual, payments.capture_before, payments.captured_minor, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
 `
 
@@ -276,6 +364,9 @@ type SetPaymentStatusSettlementRow struct {
 	StuckReason       *string
 	RefundedMinor     int64
 	RefundHeldMinor   int64
+	CaptureManual     bool
+	CaptureBefore     *time.Time
+	CapturedMinor     int64
 	SettlementID      uuid.UUID
 }
 
@@ -309,6 +400,9 @@ func (q *Queries) SetPaymentStatusSettlement(ctx context.Context, arg SetPayment
 		&i.StuckReason,
 		&i.RefundedMinor,
 		&i.RefundHeldMinor,
+		&i.CaptureManual,
+		&i.CaptureBefore,
+		&i.CapturedMinor,
 		&i.SettlementID,
 	)
 	return i, err

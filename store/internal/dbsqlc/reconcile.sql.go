@@ -50,7 +50,7 @@ func (q *Queries) InsertReconciliationRun(ctx context.Context, arg InsertReconci
 
 const PaymentsByID = `-- name: PaymentsByID :many
 
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor FROM payments WHERE id = ANY($1::uuid[])
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor FROM payments WHERE id = ANY($1::uuid[])
 `
 
 // Reconciliation: payments and refunds by the references of a settlement file, the payments
@@ -83,6 +83,9 @@ func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Pay
 			&i.StuckReason,
 			&i.RefundedMinor,
 			&i.RefundHeldMinor,
+			&i.CaptureManual,
+			&i.CaptureBefore,
+			&i.CapturedMinor,
 		); err != nil {
 			return nil, err
 		}
@@ -95,7 +98,7 @@ func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Pay
 }
 
 const PaymentsCreated = `-- name: PaymentsCreated :many
-SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor,
+SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor,
 (CASE WHEN p.status = 'succeeded' AND p.refunded_minor > 0 THEN coalesce((SELECT l.created_at FROM ledger_postings l
   WHERE l.kind = 'payment' AND l.reference = p.id::text), p.updated_at) ELSE p.updated_at END)::timestamptz AS decided_at
 FROM payments p
@@ -132,6 +135,9 @@ type PaymentsCreatedRow struct {
 	StuckReason       *string
 	RefundedMinor     int64
 	RefundHeldMinor   int64
+	CaptureManual     bool
+	CaptureBefore     *time.Time
+	CapturedMinor     int64
 	DecidedAt         time.Time
 }
 
@@ -178,6 +184,9 @@ func (q *Queries) PaymentsCreated(ctx context.Context, arg PaymentsCreatedParams
 			&i.StuckReason,
 			&i.RefundedMinor,
 			&i.RefundHeldMinor,
+			&i.CaptureManual,
+			&i.CaptureBefore,
+			&i.CapturedMinor,
 			&i.DecidedAt,
 		); err != nil {
 			return nil, err

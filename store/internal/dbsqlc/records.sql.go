@@ -93,7 +93,7 @@ const CompleteWithEvent = `-- name: CompleteWithEvent :exec
 WITH event AS (
   INSERT INTO outbox (id, aggregate_id, type, payload) VALUES ($5, $1, $6, $7)
 )
-UPDATE idempotency_records SET status = $2, outcome = coalesce(outcome, $3),
+UPDATE idempotency_records SET status = CASE WHEN status = 'completed' THEN status ELSE $2 END, outcome = coalesce(outcome, $3),
 response_body = coalesce(response_body, $4), updated_at = now() WHERE operation_id = $1
 `
 
@@ -108,7 +108,8 @@ type CompleteWithEventParams struct {
 }
 
 // The record moves with its operation (a completed one gets its stored answer; an earlier one is
-// kept) and the operation's event is queued, in one statement.
+// kept) and the operation's event is queued, in one statement. A completed record stays so: a
+// manual payment's create request was answered when it was authorized.
 func (q *Queries) CompleteWithEvent(ctx context.Context, arg CompleteWithEventParams) error {
 	_, err := q.db.Exec(ctx, CompleteWithEvent,
 		arg.OperationID,

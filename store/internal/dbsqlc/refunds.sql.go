@@ -127,7 +127,7 @@ func (q *Queries) GetRefundByKey(ctx context.Context, arg GetRefundByKeyParams) 
 const HoldPaymentRefund = `-- name: HoldPaymentRefund :one
 UPDATE payments SET refund_held_minor = refund_held_minor + $1::bigint
 WHERE id = $2 AND status = 'succeeded' AND $1::bigint > 0
-  AND refunded_minor + refund_held_minor + $1::bigint <= amount_minor
+  AND refunded_minor + refund_held_minor + $1::bigint <= CASE WHEN capture_manual THEN captured_minor ELSE amount_minor END
 RETURNING refund_held_minor
 `
 
@@ -205,7 +205,8 @@ func (q *Queries) InsertReservation(ctx context.Context, arg InsertReservationPa
 
 const LockRefundedPayment = `-- name: LockRefundedPayment :one
 
-SELECT id, account_id, amount_minor, currency, status, refunded_minor, refund_held_minor
+SELECT id, account_id, CASE WHEN capture_manual THEN captured_minor ELSE amount_minor END::bigint AS amount_minor,
+  currency, status, refunded_minor, refund_held_minor
 FROM payments WHERE id = $1 AND merchant_id = $2 FOR UPDATE
 `
 
@@ -229,6 +230,7 @@ type LockRefundedPaymentRow struct {
 // RETURNING *) and turned into a payment.Refund by store.refundOf, as a payment is.
 // The payment a refund is asked for, locked until the refund's transaction ends: what is
 // refundable is read from its newest version, and the hold below cannot fail for a concurrent one.
+// A manual payment refunds what was captured; an automatic one, its amount.
 func (q *Queries) LockRefundedPayment(ctx context.Context, arg LockRefundedPaymentParams) (LockRefundedPaymentRow, error) {
 	row := q.db.QueryRow(ctx, LockRefundedPayment, arg.ID, arg.MerchantID)
 	var i LockRefundedPaymentRow

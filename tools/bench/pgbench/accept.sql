@@ -19,7 +19,7 @@
 -- One extra round trip per payment, without any table access.
 SELECT merchant_id, api_key_hash, account_id, op_id, reservation_id, posting_id, entry1_id, entry2_id, outbox_id, true AS queue,
     k AS idempotency_key, k AS invoice_id, encode(sha256(convert_to(k, 'UTF8')), 'hex') AS request_hash,
-    'TRY' AS currency, 'purchase' AS payment_type, '1m0s' AS lease,
+    'TRY' AS currency, 'purchase' AS payment_type, '1m0s' AS lease, false AS capture_manual, '0s' AS capture_window,
     'finalized' AS reservation_status, 'succeeded' AS succeeded_status, '' AS failure_code, 'ch_' || op_id AS provider_reference,
     '{processing,unknown}' AS from_statuses, 'payment' AS posting_kind, 'completed' AS completed_status,
     'payment.succeeded' AS event_type, 'succeeded' AS outcome,
@@ -54,8 +54,10 @@ FROM (SELECT :queue::boolean OR EXISTS (SELECT 1 FROM idempotency_records WHERE 
 WHERE EXISTS (SELECT 1 FROM accounts WHERE id = :account_id AND kind = 'customer' AND merchant_id = :merchant_id AND currency = :currency)
 ON CONFLICT (merchant_id, scope, idempotency_key) DO NOTHING RETURNING operation_id, queued;
 -- store/queries/payments.sql: InsertPayment
-INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, created_at)
-SELECT :op_id, :merchant_id, :idempotency_key, :account_id, :amount, :currency, :invoice_id, :payment_type, 'processing', r.created_at
+INSERT INTO payments (id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, created_at,
+  capture_manual, capture_before)
+SELECT :op_id, :merchant_id, :idempotency_key, :account_id, :amount, :currency, :invoice_id, :payment_type, 'processing', r.created_at, :capture_manual::boolean,
+  CASE WHEN :capture_manual::boolean THEN r.created_at + :capture_window::interval END
 FROM idempotency_records r WHERE r.operation_id = :op_id
-RETURNING created_at, updated_at;
+RETURNING created_at, updated_at, capture_before;
 \endpipeline

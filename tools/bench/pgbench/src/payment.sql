@@ -27,7 +27,7 @@
 -- One extra round trip per payment, without any table access.
 SELECT merchant_id, api_key_hash, account_id, op_id, reservation_id, posting_id, entry1_id, entry2_id, outbox_id, false AS queue,
     k AS idempotency_key, k AS invoice_id, encode(sha256(convert_to(k, 'UTF8')), 'hex') AS request_hash,
-    'TRY' AS currency, 'purchase' AS payment_type, '1m0s' AS lease,
+    'TRY' AS currency, 'purchase' AS payment_type, '1m0s' AS lease, false AS capture_manual, '0s' AS capture_window,
     'finalized' AS reservation_status, 'succeeded' AS succeeded_status, '' AS failure_code, 'ch_' || op_id AS provider_reference,
     '{processing,unknown}' AS from_statuses, 'payment' AS posting_kind, 'completed' AS completed_status,
     'payment.succeeded' AS event_type, 'succeeded' AS outcome,
@@ -52,7 +52,7 @@ FROM (SELECT md5('merchant/' || :m::int)::uuid AS merchant_id, sha256(convert_to
 \startpipeline
 -- query: GetRecord merchant_id idempotency_key
 -- query: AcquireKey merchant_id idempotency_key request_hash op_id lease account_id currency queue
--- query: InsertPayment op_id merchant_id idempotency_key account_id amount currency invoice_id payment_type
+-- query: InsertPayment op_id merchant_id idempotency_key account_id amount currency invoice_id payment_type capture_manual capture_window
 \endpipeline
 
 -- Worker, ReserveFunds: store.Reserve, one statement.

@@ -1,0 +1,32 @@
+-- Captures and cancels of manual payments, each under the merchant's Idempotency-Key.
+
+-- name: InsertCommand :one
+-- The key's first request owns the command, leased while it runs; a key seen before inserts
+-- nothing (no row: read it with GetCommand).
+INSERT INTO payment_commands (merchant_id, idempotency_key, id, payment_id, kind, request_hash, amount_minor, locked_until)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now() + $8::interval)
+ON CONFLICT (merchant_id, idempotency_key) DO NOTHING
+RETURNING *;
+
+-- name: GetCommand :one
+SELECT * FROM payment_commands WHERE merchant_id = $1 AND idempotency_key = $2;
+
+-- name: LeaseCommand :execrows
+-- A retry takes an unanswered command over once its lease ran out: its earlier request gave up.
+UPDATE payment_commands SET locked_until = now() + @lease::interval, updated_at = now()
+WHERE merchant_id = @merchant_id AND idempotency_key = @idempotency_key AND response_status IS NULL
+AND (locked_until IS NULL OR locked_until < now());
+
+-- name: AnswerCommand :exec
+-- The command's answer, stored once: every later request with its key repeats it.
+UPDATE payment_commands SET response_status = coalesce(response_status, @response_status::int),
+response_body = coalesce(response_body, @response_body::bytea), locked_until = NULL, updated_at = now()
+WHERE merchant_id = @merchant_id AND idempotency_key = @idempotency_key;
+
+-- name: UnleaseCommand :exec
+UPDATE payment_commands SET locked_until = NULL, updated_at = now()
+WHERE merchant_id = $1 AND idempotency_key = $2 AND response_status IS NULL;
+
+-- name: DeleteCommand :exec
+-- A refused command changed nothing: its key is free again (never an answered one).
+DELETE FROM payment_commands WHERE merchant_id = $1 AND idempotency_key = $2 AND response_status IS NULL;

@@ -1,0 +1,136 @@
+package workflows
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/kasa-pay/kasa/payment"
+)
+
+// runManual is a manual payment (docs/api.md, "Authorize now, capture later"): reserve and
+// authorize as a charge is sent; then wait in requires_capture for the merchant's capture or
+// cancel, or for CaptureBefore; then capture (the rest of the hold is released) or void. Each
+// bank call follows the capability's strategy, and an ambiguous one parks the payment unknown,
+// its hold kept, until a settlement says what the bank did.
+func (w *opRun) runManual(ctx workflow.Context) (PaymentResult, error) {
+	if err := w.setCommandHandlers(ctx); err != nil {
+		return PaymentResult{}, err
+	}
+	w.enter(w.in.Step)
+	res, err := w.run(ctx)
+	if err != nil || !w.authorized {
+		return res, err
+	}
+	return w.awaitCommand(ctx, res.ProviderReference)
+}
+
+// enter sets the operation up for one phase: what is sent to the bank, and what its outcomes
+// (or a settlement) write.
+func (w *opRun) enter(st Step) {
+	in := w.in
+	w.in.Step, w.pending = st, nil
+	switch st.Phase {
+	case PhaseAuthorize:
+		w.op.send, w.op.inquire, w.op.post, w.op.posted = ActivityAuthorize, ActivityInquireAuthorization, ActivityAuthorized, payment.StatusRequiresCapture
+	case PhaseCapture:
+		w.op.send, w.op.inquire, w.op.post, w.op.remote = ActivityCaptureAuthorization, ActivityInquireCapture, ActivityCaptured, true
+		w.op.posted = payment.StatusSucceeded
+		w.op.sendArg = func(int) any {
+			return BankCallInput{OperationID: in.OperationID, AuthorizationRef: st.AuthorizationRef, AmountMinor: st.AmountMinor}
+		}
+		w.op.postArg = func(string) any {
+			return CapturedInput{OperationID: in.OperationID, AmountMinor: st.AmountMinor, ProviderReference: st.AuthorizationRef}
+		}
+		// The bank took nothing: let the authorization go, as a cancel does.
+		w.op.failed = func(ctx workflow.Context, code string) (PaymentResult, error) {
+			return w.void(ctx, Step{Phase: PhaseVoid, AuthorizationRef: st.AuthorizationRef, FailureCode: code})
+		}
+	case PhaseVoid:
+		w.op.send, w.op.inquire, w.op.remote, w.op.failed = ActivityVoidAuthorization, ActivityInquireVoid, true, nil
+		w.op.post, w.op.release = ActivityCanceled, ActivityCanceled
+		w.op.posted, w.op.released = payment.StatusCanceled, payment.StatusCanceled
+		w.op.sendArg = func(int) any {
+			return BankCallInput{OperationID: in.OperationID, AuthorizationRef: st.AuthorizationRef}
+		}
+		canceled := func(string) any { return ReleaseInput{OperationID: in.OperationID, FailureCode: st.FailureCode} }
+		w.op.postArg, w.op.releaseArg = canceled, canceled
+	}
+}
+
+// awaitCommand waits in requires_capture for the merchant's command or the end of the capture
+// window, then sends the capture or the void.
+func (w *opRun) awaitCommand(ctx workflow.Context, authorization string) (PaymentResult, error) {
+	if wait := w.in.CaptureBefore.Sub(workflow.Now(ctx)); wait > 0 {
+		if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return w.command != nil }); err != nil {
+			return PaymentResult{}, err
+		}
+	}
+	switch {
+	case w.command == nil:
+		return w.void(ctx, Step{Phase: PhaseVoid, AuthorizationRef: authorization, FailureCode: payment.FailureAuthorizationExpired})
+	case w.cancel:
+		return w.void(ctx, Step{Phase: PhaseVoid, AuthorizationRef: authorization, FailureCode: payment.FailureCanceled})
+	}
+	amount := w.command.AmountMinor
+	if amount == 0 {
+		amount = w.in.AmountMinor
+	}
+	w.enter(Step{Phase: PhaseCapture, AuthorizationRef: authorization, AmountMinor: amount})
+	res, err := w.charge(ctx)
+	return w.outcome(ctx, res, err)
+}
+
+// void sends the void of the authorization and cancels the payment.
+func (w *opRun) void(ctx workflow.Context, st Step) (PaymentResult, error) {
+	w.enter(st)
+	res, err := w.charge(ctx)
+	return w.outcome(ctx, res, err)
+}
+
+// setCommandHandlers registers the capture and cancel updates. Their validators refuse, before
+// anything is written, what the payment cannot do now; the handlers answer with the status the
+// command led to (unknown when the bank's answer is not known).
+func (w *opRun) setCommandHandlers(ctx workflow.Context) error {
+	done := func(ctx workflow.Context) (string, error) {
+		err := workflow.Await(ctx, func() bool { return w.status != payment.StatusRequiresCapture })
+		return string(w.status), err
+	}
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCapture,
+		func(ctx workflow.Context, c Command) (string, error) {
+			w.command = &c
+			return done(ctx)
+		},
+		workflow.UpdateHandlerOptions{Validator: func(c Command) error {
+			if err := w.waiting(ErrTypeNotCapturable); err != nil {
+				return err
+			}
+			if c.AmountMinor < 0 || c.AmountMinor > w.in.AmountMinor {
+				return temporal.NewApplicationError(fmt.Sprintf("capture of %d exceeds the capturable %d", c.AmountMinor, w.in.AmountMinor),
+					ErrTypeCaptureExceeds, w.in.AmountMinor)
+			}
+			return nil
+		}})
+	if err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateCancel,
+		func(ctx workflow.Context, c Command) (string, error) {
+			w.command, w.cancel = &c, true
+			return done(ctx)
+		},
+		workflow.UpdateHandlerOptions{Validator: func(Command) error { return w.waiting(ErrTypeNotCancelable) }})
+}
+
+// waiting refuses a command (as errType) unless the payment waits for one.
+func (w *opRun) waiting(errType string) error {
+	if w.status == payment.StatusRequiresCapture && w.command == nil {
+		return nil
+	}
+	st := string(w.status)
+	if w.command != nil {
+		st = "being captured or canceled"
+	}
+	return temporal.NewApplicationError("the payment is "+st+", not waiting for a capture", errType, st)
+}

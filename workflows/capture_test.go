@@ -1,0 +1,158 @@
+package workflows_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+const authRef = "au_1"
+
+// manualInput is a manual payment whose capture window ends an hour after the test clock's start.
+func manualInput(h *harness, c workflows.Capability) workflows.PaymentInput {
+	in := paymentInput(c)
+	in.LocalSteps, in.Revision = true, workflows.CurrentRevision
+	in.CaptureManual, in.CaptureBefore = true, h.start.Add(time.Hour)
+	return in
+}
+
+// commandAt sends a capture or cancel update after d and records the workflow's answer under id.
+func (h *harness) commandAt(d time.Duration, update, id string, cmd workflows.Command, answers map[string]string) {
+	h.env.RegisterDelayedCallback(func() {
+		h.env.UpdateWorkflow(update, id, &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) {
+				h.mu.Lock()
+				answers[id] = "rejected: " + err.Error()
+				h.mu.Unlock()
+			},
+			OnComplete: func(v any, err error) {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				if err != nil {
+					answers[id] = "failed: " + err.Error()
+					return
+				}
+				answers[id], _ = v.(string)
+			},
+		}, cmd)
+	}, d)
+}
+
+func (h *harness) authorizes() {
+	h.on(workflows.ActivityAuthorize).Return(charged(authRef), nil)
+	h.on(workflows.ActivityAuthorized).Return(nil)
+}
+
+func TestManualPaymentCapturesPartOfItsAuthorization(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	h.env.OnActivity(workflows.ActivityCaptureAuthorization, mock.Anything,
+		workflows.BankCallInput{OperationID: opID, AuthorizationRef: authRef, AmountMinor: 5_000}).Return(charged("cap_1"), nil).Once()
+	h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
+		workflows.CapturedInput{OperationID: opID, AmountMinor: 5_000, ProviderReference: authRef}).Return(nil).Once()
+	answers := map[string]string{}
+	h.commandAt(time.Minute, workflows.UpdateCapture, "too-much", workflows.Command{AmountMinor: 12_346}, answers)
+	h.commandAt(2*time.Minute, workflows.UpdateCapture, "c1", workflows.Command{AmountMinor: 5_000}, answers)
+
+	res := h.run(manualInput(h, workflows.CapabilityIdempotent))
+	require.Equal(t, statusSucceeded, res.Status)
+	require.Contains(t, answers["too-much"], "rejected")
+	require.Contains(t, answers["too-much"], "exceeds the capturable 12345")
+	require.Equal(t, statusSucceeded, answers["c1"])
+	require.Equal(t, []string{string(payment.StatusRequiresCapture), statusSucceeded}, h.statuses)
+	h.env.AssertNumberOfCalls(t, workflows.ActivityAuthorize, 1)
+}
+
+func TestManualPaymentExpiresAtCaptureBefore(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	h.on(workflows.ActivityVoidAuthorization).Return(charged("void_1"), nil).Once()
+	h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+		workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureAuthorizationExpired}).Return(nil).Once()
+
+	res := h.run(manualInput(h, workflows.CapabilityNone))
+	require.Equal(t, string(payment.StatusCanceled), res.Status)
+	voided := h.calledAt[workflows.ActivityVoidAuthorization]
+	require.Len(t, voided, 1)
+	require.WithinDuration(t, h.start.Add(time.Hour), voided[0], time.Minute, "voided within a minute of capture_before")
+	h.env.AssertNumberOfCalls(t, workflows.ActivityAuthorize, 1)
+}
+
+func TestManualPaymentCanceledByTheMerchant(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	h.on(workflows.ActivityVoidAuthorization).Return(charged("void_1"), nil).Once()
+	h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+		workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureCanceled}).Return(nil).Once()
+	answers := map[string]string{}
+	h.commandAt(time.Minute, workflows.UpdateCancel, "x1", workflows.Command{}, answers)
+
+	res := h.run(manualInput(h, workflows.CapabilityInquiry))
+	require.Equal(t, string(payment.StatusCanceled), res.Status)
+	require.Equal(t, string(payment.StatusCanceled), answers["x1"])
+	h.env.AssertNumberOfCalls(t, workflows.ActivityAuthorize, 1)
+}
+
+// A capture whose answer is lost at a bank without idempotency is unknown, its hold kept; a
+// charged settlement posts it, without a second capture.
+func TestManualPaymentAmbiguousCaptureIsUnknownUntilSettled(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	h.on(workflows.ActivityCaptureAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
+	h.on(workflows.ActivityMarkUnknown).Return(nil).Once()
+	h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
+		workflows.CapturedInput{OperationID: opID, AmountMinor: 12_345, ProviderReference: authRef}).Return(nil).Once()
+	answers := map[string]string{}
+	h.commandAt(time.Minute, workflows.UpdateCapture, "c1", workflows.Command{}, answers)
+	h.signalAt(time.Hour*3, workflows.Settlement{Outcome: workflows.OutcomeCharged})
+
+	res := h.run(manualInput(h, workflows.CapabilityNone))
+	require.Equal(t, statusSucceeded, res.Status)
+	require.Equal(t, statusUnknown, answers["c1"], "the capture's answer: unknown, not failed")
+	require.Len(t, h.calledAt[workflows.ActivityCaptureAuthorization], 1, "never captured twice")
+	require.Empty(t, h.calledAt[workflows.ActivityVoidAuthorization], "an unknown capture is never voided at capture_before")
+	h.env.AssertNumberOfCalls(t, workflows.ActivityAuthorize, 1)
+}
+
+// A lost void is unknown too; a not_charged settlement releases the hold, a charged one is refused.
+func TestManualPaymentAmbiguousVoid(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
+	h.on(workflows.ActivityMarkUnknown).Return(nil).Once()
+	h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+		workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureCanceled}).Return(nil).Once()
+	answers := map[string]string{}
+	h.commandAt(time.Minute, workflows.UpdateCancel, "x1", workflows.Command{}, answers)
+	h.updateAt(2*time.Hour, "charged", workflows.Settlement{Outcome: workflows.OutcomeCharged}, answers)
+	h.updateAt(3*time.Hour, "released", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
+
+	res := h.run(manualInput(h, workflows.CapabilityNone))
+	require.Equal(t, string(payment.StatusCanceled), res.Status)
+	require.Equal(t, statusUnknown, answers["x1"])
+	require.Contains(t, answers["charged"], "rejected")
+	require.Equal(t, string(payment.StatusCanceled), answers["released"])
+	h.env.AssertNumberOfCalls(t, workflows.ActivityAuthorize, 1)
+}
+
+// An automatic payment takes no capture.
+func TestAutomaticPaymentRefusesCapture(t *testing.T) {
+	h := newHarness(t)
+	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous()).Once()
+	answers := map[string]string{}
+	h.commandAt(time.Minute, workflows.UpdateCapture, "c1", workflows.Command{}, answers)
+	h.signalAt(time.Hour, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+
+	in := paymentInput(workflows.CapabilityNone)
+	in.LocalSteps, in.Revision = true, workflows.CurrentRevision
+	res := h.run(in)
+	require.Equal(t, statusFailed, res.Status)
+	require.Contains(t, answers["c1"], "rejected")
+}
