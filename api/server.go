@@ -151,6 +151,9 @@ func New(o Options) *Server {
 	if o.PollAfter == 0 {
 		o.PollAfter = time.Second
 	}
+	if o.CaptureWindow == 0 {
+		o.CaptureWindow = payment.DefaultCaptureWindow
+	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{Options: o, log: o.Logger, metrics: newMetrics(o.Registry), replays: replayCache{size: o.ReplayCache, maxAge: o.Retention}}
 	s.payments, s.refunds = paymentOps{s}, refundOps{s}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/viper"
+
+	"github.com/kasa-pay/kasa/payment"
 )
 
 // Config is every setting kasa reads.
@@ -232,7 +234,7 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("backlog.drain_running", 64)
 	v.SetDefault("backlog.max_queued", 100000)
 	v.SetDefault("backlog.max_wait", "10m")
-	v.SetDefault("capture_window", "168h")
+	v.SetDefault("capture_window", payment.DefaultCaptureWindow.String())
 }
 
 // Load reads defaults, then kasa.yaml (or the file named by KASA_CONFIG) if present, then KASA_* env.

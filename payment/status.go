@@ -1,5 +1,7 @@
 package payment
 
+import "time"
+
 // Status is where a payment is in its life. Unknown is never treated as failed: the bank may have
 // moved the money, so only reconciliation (or an operator) may resolve it.
 type Status string
@@ -24,6 +26,10 @@ const (
 	// FailureCanceled: the merchant canceled the authorization.
 	FailureCanceled = "canceled"
 )
+
+// DefaultCaptureWindow is how long a manual payment waits for its capture unless configured
+// otherwise (KASA_CAPTURE_WINDOW).
+const DefaultCaptureWindow = 7 * 24 * time.Hour
 
 var transitions = map[Status][]Status{
 	StatusProcessing:      {StatusSucceeded, StatusFailed, StatusUnknown, StatusRequiresCapture},

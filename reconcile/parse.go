@@ -29,9 +29,12 @@ var HeaderTyped = []string{"settlement_date", "provider_charge_id", "reference",
 
 // Line types. A refund's line carries the refund's operation id as reference, the refund's id
 // at the bank as provider_charge_id, and the amount paid back.
+// A capture's line is a manual payment's charge: its reference is the payment's id, its amount
+// what was captured; a file that covers charges covers captures.
 const (
-	TypeCharge = "charge"
-	TypeRefund = "refund"
+	TypeCharge  = "charge"
+	TypeRefund  = "refund"
+	TypeCapture = "capture"
 )
 
 // StatusSettled is the only status a settlement line may carry.
@@ -445,8 +448,8 @@ func parseLine(num int, rec []string, fe *FileError) (Line, bool) {
 
 	l.Type = TypeCharge
 	if len(rec) == len(HeaderTyped) {
-		if t := rec[6]; t != TypeCharge && t != TypeRefund {
-			fe.add(num, "type", fmt.Sprintf("want %q or %q, got %q", TypeCharge, TypeRefund, t))
+		if t := rec[6]; t != TypeCharge && t != TypeRefund && t != TypeCapture {
+			fe.add(num, "type", fmt.Sprintf("want %q, %q or %q, got %q", TypeCharge, TypeRefund, TypeCapture, t))
 		} else {
 			l.Type = t
 		}

@@ -412,12 +412,19 @@ type op struct {
 	// succeeded). The bank books a charge, if at all, by the booking window after the last
 	// send, and kasa sends nothing after that moment.
 	created, decided time.Time
+	// manual: a manual payment, whose line is its capture (of at most amount, its authorization,
+	// until it succeeded with what it captured) with the capture's own id at the bank.
+	manual bool
 }
 
 func paymentOp(p payment.Payment) op {
-	return op{kind: charge, id: p.ID, paymentID: p.ID, merchant: p.MerchantID, key: p.IdempotencyKey, amount: p.AmountMinor,
+	amount := p.AmountMinor
+	if p.CaptureManual && p.Status == payment.StatusSucceeded {
+		amount = p.CapturedMinor
+	}
+	return op{kind: charge, id: p.ID, paymentID: p.ID, merchant: p.MerchantID, key: p.IdempotencyKey, amount: amount,
 		currency: p.Currency, status: p.Status, failureCode: p.FailureCode, providerRef: p.ProviderReference,
-		created: p.CreatedAt, decided: p.UpdatedAt}
+		created: p.CreatedAt, decided: p.UpdatedAt, manual: p.CaptureManual}
 }
 
 func refundOp(r payment.Refund) op {
@@ -573,7 +580,7 @@ func pendingOf(o op, reason string, line int, detail string) Pending {
 func (run *run) matchLine(l Line, o op, settle bool) {
 	m := entry(o, l.Number, l.ProviderChargeID)
 	switch {
-	case o.status == payment.StatusFailed:
+	case o.status == payment.StatusFailed, o.status == payment.StatusCanceled, o.status == payment.StatusRequiresCapture:
 		m.Kind, m.Expected, m.Found = KindChargedButFailed, o.describe(), describeLine(l)
 		if o.kind == refund {
 			m.Kind = KindRefundedButFailed
@@ -582,13 +589,13 @@ func (run *run) matchLine(l Line, o op, settle bool) {
 	case o.currency != l.Currency:
 		m.Kind, m.Expected, m.Found = KindCurrencyDiffers, o.describe(), describeLine(l)
 		run.mismatch(o.kind, m)
-	case o.amount != l.AmountMinor:
+	case o.amount != l.AmountMinor && !(o.manual && o.status != payment.StatusSucceeded && l.AmountMinor <= o.amount):
 		m.Kind, m.Expected, m.Found = KindAmountDiffers, o.describe(), describeLine(l)
 		run.mismatch(o.kind, m)
 	case o.status == payment.StatusProcessing:
 		run.pending(o.kind, pendingOf(o, ReasonProcessing, l.Number, "still processing: import the file again once it has finished"))
 	case o.status == payment.StatusSucceeded:
-		if o.providerRef != "" && o.providerRef != l.ProviderChargeID {
+		if o.providerRef != "" && o.providerRef != l.ProviderChargeID && !o.manual {
 			noun := bankNoun(o.kind)
 			m.Kind, m.Expected, m.Found = KindProviderReferenceDiffers, noun+" "+o.providerRef, noun+" "+l.ProviderChargeID
 			run.mismatch(o.kind, m)

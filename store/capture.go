@@ -56,7 +56,7 @@ func (s *Store) Captured(ctx context.Context, operationID uuid.UUID, amount int6
 			return fmt.Errorf("%w: capture of %d from a hold of %d", ErrInconsistent, amount, held)
 		}
 		var settlement *uuid.UUID
-		p, err = scanPayment(tx.QueryRow(ctx, dbsqlc.CapturePayment, operationID, amount, providerRef), &settlement)
+		p, err = scanPayment(tx.QueryRow(ctx, dbsqlc.CapturePayment, amount, providerRef, operationID), &settlement)
 		if errors.Is(err, payment.ErrNotFound) {
 			return fmt.Errorf("%w: payment %s has an active hold but is not waiting for a capture", ErrInconsistent, operationID)
 		}

@@ -70,6 +70,7 @@ type stackOptions struct {
 	// bookingWindow is the workflows' booking window (default: the workflows' default).
 	bookingWindow time.Duration
 	retention     time.Duration // api.Options.Retention (default: no bound on the replay cache)
+	captureWindow time.Duration // api.Options.CaptureWindow (default: the API's)
 }
 
 // awaitCounter counts the API's calls for a workflow's result.
@@ -103,10 +104,11 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 		Outcomes: outcomes, PollAfter: o.pollAfter,
 		Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits}, AdminToken: adminToken,
 		AllowPrivateWebhooks: true, SyncWait: 15 * time.Second, // webhook endpoints of tests listen on 127.0.0.1
-		ReplayCache: 1000,
-		Retention:   o.retention,
-		Logger:      slog.New(slog.DiscardHandler),
-		Reconciler:  &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow, Runs: db, Source: "api"},
+		ReplayCache:   1000,
+		Retention:     o.retention,
+		CaptureWindow: o.captureWindow,
+		Logger:        slog.New(slog.DiscardHandler),
+		Reconciler:    &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow, Runs: db, Source: "api"},
 	})
 	apiSrv := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {

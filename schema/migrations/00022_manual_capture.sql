@@ -23,6 +23,9 @@ ALTER TABLE payments DROP CONSTRAINT IF EXISTS payments_capture,
 ALTER TABLE payments DROP CONSTRAINT IF EXISTS payments_refundable,
     ADD CONSTRAINT payments_refundable CHECK (refunded_minor >= 0 AND refund_held_minor >= 0
         AND refunded_minor + refund_held_minor <= CASE WHEN capture_manual THEN captured_minor ELSE amount_minor END);
+-- A manual payment's create request is answered when it is authorized.
+ALTER TABLE idempotency_records DROP CONSTRAINT IF EXISTS idempotency_records_outcome_check,
+    ADD CONSTRAINT idempotency_records_outcome_check CHECK (outcome IN ('succeeded', 'failed', 'requires_capture'));
 CREATE TABLE IF NOT EXISTS payment_commands (
     merchant_id     uuid        NOT NULL REFERENCES merchants (id),
     idempotency_key text        NOT NULL CHECK (length(idempotency_key) BETWEEN 1 AND 255),
@@ -42,6 +45,8 @@ CREATE TABLE IF NOT EXISTS payment_commands (
 
 -- +goose Down
 DROP TABLE IF EXISTS payment_commands;
+ALTER TABLE idempotency_records DROP CONSTRAINT IF EXISTS idempotency_records_outcome_check,
+    ADD CONSTRAINT idempotency_records_outcome_check CHECK (outcome IN ('succeeded', 'failed'));
 ALTER TABLE payments DROP CONSTRAINT IF EXISTS payments_capture,
     DROP CONSTRAINT IF EXISTS payments_refundable,
     ADD CONSTRAINT payments_refundable CHECK (refunded_minor >= 0 AND refund_held_minor >= 0

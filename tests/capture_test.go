@@ -1,0 +1,225 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/tools/banksim"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+func manualBody(invoice, amount, account string) string {
+	return fmt.Sprintf(`{"invoice_id":%q,"amount":%q,"currency":"TRY","account_id":%q,"capture":"manual"}`, invoice, amount, account)
+}
+
+func (s *stack) command(m merchant, paymentID, command, key, body string) response {
+	s.t.Helper()
+	headers := []string{"Idempotency-Key", key}
+	if body != "" {
+		headers = append(headers, "Content-Type", "application/json")
+	}
+	return s.do("POST", "/v1/payments/"+paymentID+"/"+command, m.APIKey, body, headers...)
+}
+
+// held is what the simulator did with the authorizations of a payment.
+func (s *stack) held(paymentID string) banksim.Held {
+	s.t.Helper()
+	h, err := banksim.Control{URL: s.sim.URL}.Authorizations(context.Background(), paymentID)
+	require.NoError(s.t, err)
+	return h
+}
+
+// reserved is an account's held amount in minor units.
+func reserved(t *testing.T, id string) int64 {
+	t.Helper()
+	a, err := db.Account(context.Background(), mustUUID(t, id))
+	require.NoError(t, err)
+	return a.Reserved
+}
+
+// authorize creates a manual payment of amount from a payer with deposit and checks it waits
+// for its capture with the whole amount held, at the bank and on the payer.
+func (s *stack) authorize(m merchant, key, amount, deposit string) (paymentID, payer string, answer response) {
+	s.t.Helper()
+	payer = s.newAccount(m, "TRY", deposit)
+	r := s.pay(m, key, manualBody("inv-"+key, amount, payer))
+	require.Equal(s.t, http.StatusCreated, r.Status, "%s", r.Body)
+	p := r.json(s.t)
+	require.Equal(s.t, "requires_capture", p["status"])
+	require.Equal(s.t, "manual", p["capture"])
+	require.Equal(s.t, amount, p["capturable"])
+	require.Equal(s.t, "0.00", p["amount_captured"])
+	require.NotEmpty(s.t, p["capture_before"])
+	paymentID = p["id"].(string)
+	require.Equal(s.t, 1, s.held(paymentID).Count, "one authorization at the bank")
+	require.Zero(s.t, s.simCount(paymentID), "no charge")
+	return paymentID, payer, r
+}
+
+// A manual payment through the running system: authorized and held, captured in part once (the
+// rest released at the bank and on the payer), every key rule on the capture, and refunds
+// bounded by what was captured.
+func TestManualCaptureEndToEnd(t *testing.T) {
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	paymentID, payer, first := s.authorize(m, "auth-1", "100.00", "500.00")
+	require.Equal(t, int64(50000), balance(t, payer))
+	require.Equal(t, int64(10000), reserved(t, payer), "the authorization holds its amount")
+
+	again := s.pay(m, "auth-1", manualBody("inv-auth-1", "100.00", payer))
+	require.Equal(t, http.StatusCreated, again.Status)
+	require.Equal(t, string(first.Body), string(again.Body), "the create replays byte for byte")
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, http.StatusUnprocessableEntity, s.pay(m, "auth-1", payBody("inv-auth-1", "100.00", "TRY", payer)).Status,
+		"capture is part of the request hash")
+
+	over := s.command(m, paymentID, "capture", "cap-over", `{"amount":"100.01"}`)
+	require.Equal(t, http.StatusConflict, over.Status, "%s", over.Body)
+	require.Equal(t, "capture_exceeds_capturable", over.json(t)["code"])
+	require.Equal(t, "100.00", over.json(t)["capturable"])
+
+	c := s.command(m, paymentID, "capture", "cap-1", `{"amount":"60.00"}`)
+	require.Equal(t, http.StatusCreated, c.Status, "%s", c.Body)
+	p := c.json(t)
+	require.Equal(t, "succeeded", p["status"])
+	require.Equal(t, "60.00", p["amount_captured"])
+	require.Equal(t, "0.00", p["capturable"])
+	require.Equal(t, int64(6000), s.held(paymentID).CapturedMinor, "the bank captured 60.00 once")
+	require.Equal(t, int64(44000), balance(t, payer), "the payer paid what was captured")
+	require.Zero(t, reserved(t, payer), "the rest of the hold is released")
+	entries, err := db.LedgerEntries(context.Background(), paymentID)
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	for _, e := range entries {
+		require.Contains(t, []int64{6000, -6000}, e.AmountMinor)
+	}
+
+	replay := s.command(m, paymentID, "capture", "cap-1", `{"amount":"60"}`)
+	require.Equal(t, http.StatusCreated, replay.Status)
+	require.Equal(t, string(c.Body), string(replay.Body))
+	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, http.StatusUnprocessableEntity, s.command(m, paymentID, "capture", "cap-1", `{"amount":"50.00"}`).Status)
+	require.Equal(t, http.StatusUnprocessableEntity, s.command(m, paymentID, "cancel", "cap-1", "").Status,
+		"one key space for captures and cancels")
+	twice := s.command(m, paymentID, "capture", "cap-2", `{}`)
+	require.Equal(t, http.StatusConflict, twice.Status)
+	require.Equal(t, "payment_not_capturable", twice.json(t)["code"])
+	cancel := s.command(m, paymentID, "cancel", "cancel-1", "")
+	require.Equal(t, http.StatusConflict, cancel.Status)
+	require.Equal(t, "payment_not_cancelable", cancel.json(t)["code"])
+	require.Equal(t, int64(6000), s.held(paymentID).CapturedMinor, "nothing more was captured")
+
+	r := s.refund(m, paymentID, "ref-over", `{"amount":"60.01"}`)
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	require.Equal(t, "60.00", r.json(t)["refundable"], "refunds give back at most what was captured")
+	r = s.refund(m, paymentID, "ref-all", `{}`)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "60.00", r.json(t)["amount"])
+	require.Equal(t, int64(50000), balance(t, payer))
+
+	got := s.do("GET", "/v1/payments?status=succeeded", m.APIKey, "")
+	require.Equal(t, http.StatusOK, got.Status)
+	requireVerified(t)
+}
+
+// A cancel voids at the bank and releases the hold; a capture after it is refused; an
+// authorization nobody captures is voided at its capture_before.
+func TestManualCancelAndExpiry(t *testing.T) {
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityInquiry, temporal: tc, captureWindow: 3 * time.Second})
+	m := s.newMerchant()
+
+	canceled, payer, _ := s.authorize(m, "auth-c", "40.00", "100.00")
+	r := s.command(m, canceled, "cancel", "x-1", "")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	require.Equal(t, "canceled", r.json(t)["status"])
+	require.Equal(t, "canceled", r.json(t)["failure_code"])
+	require.True(t, s.held(canceled).Voided)
+	require.Zero(t, s.held(canceled).CapturedMinor)
+	require.Zero(t, reserved(t, payer))
+	require.Equal(t, int64(10000), balance(t, payer))
+	again := s.command(m, canceled, "cancel", "x-1", "{}")
+	require.Equal(t, http.StatusOK, again.Status, "an empty body and {} are one request")
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	late := s.command(m, canceled, "capture", "c-late", "")
+	require.Equal(t, http.StatusConflict, late.Status)
+	require.Equal(t, "payment_not_capturable", late.json(t)["code"])
+
+	expiring, payer2, _ := s.authorize(m, "auth-e", "25.00", "100.00")
+	require.Equal(t, int64(2500), reserved(t, payer2))
+	var p map[string]any
+	require.Eventually(t, func() bool {
+		p = s.do("GET", "/v1/payments/"+expiring, m.APIKey, "").json(t)
+		return p["status"] == "canceled"
+	}, 60*time.Second, 100*time.Millisecond)
+	require.Equal(t, "authorization_expired", p["failure_code"])
+	before, err := time.Parse(time.RFC3339Nano, p["capture_before"].(string))
+	require.NoError(t, err)
+	updated, err := time.Parse(time.RFC3339Nano, p["updated_at"].(string))
+	require.NoError(t, err)
+	require.WithinDuration(t, before, updated, time.Minute, "released within a minute of capture_before")
+	require.True(t, s.held(expiring).Voided)
+	require.Zero(t, reserved(t, payer2))
+	late = s.command(m, expiring, "capture", "c-expired", "")
+	require.Equal(t, http.StatusConflict, late.Status)
+	require.Equal(t, "payment_not_capturable", late.json(t)["code"])
+	list := s.do("GET", "/v1/payments?status=canceled", m.APIKey, "").json(t)
+	require.Len(t, list["data"], 2)
+	requireVerified(t)
+}
+
+// The bank's answer to a capture, and to a void, is lost once, under each capability: never a
+// second capture; the idempotent bank's retry and the inquiry's answer decide; without either,
+// the payment is unknown with its hold kept until a settlement says what the bank did.
+func TestManualCaptureAndVoidAnswersLost(t *testing.T) {
+	for _, c := range workflows.Capabilities {
+		t.Run(string(c), func(t *testing.T) {
+			s := newStack(t, c)
+			m := s.newMerchant()
+
+			captured, payer, _ := s.authorize(m, "auth-cap", "80.00", "100.00")
+			s.setFaults(`{"rules":[{"on":"capture","action":"drop_response","count":1}]}`)
+			r := s.command(m, captured, "capture", "cap-1", `{"amount":"30.00"}`)
+			require.Equal(t, int64(3000), s.held(captured).CapturedMinor, "the bank captured once")
+			if c == workflows.CapabilityNone {
+				require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+				require.Equal(t, "unknown", r.json(t)["status"])
+				require.Equal(t, int64(8000), reserved(t, payer), "an unknown capture keeps the hold")
+				status, err := workflows.Starter{Client: tc}.Settle(context.Background(), workflows.PaymentWorkflowID(mustUUID(t, m.ID), "auth-cap"),
+					workflows.Settlement{Outcome: workflows.OutcomeCharged, Note: "test"})
+				require.NoError(t, err)
+				require.Equal(t, "succeeded", status)
+				r = s.command(m, captured, "capture", "cap-1", `{"amount":"30.00"}`)
+			}
+			require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+			require.Equal(t, "30.00", r.json(t)["amount_captured"])
+			require.Equal(t, int64(7000), balance(t, payer))
+			require.Zero(t, reserved(t, payer))
+			require.Equal(t, int64(3000), s.held(captured).CapturedMinor, "never captured twice")
+
+			voided, payer2, _ := s.authorize(m, "auth-void", "50.00", "100.00")
+			s.setFaults(`{"rules":[{"on":"void","action":"drop_response","count":1}]}`)
+			r = s.command(m, voided, "cancel", "x-1", "")
+			require.True(t, s.held(voided).Voided)
+			if c == workflows.CapabilityNone {
+				require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+				require.Equal(t, "unknown", r.json(t)["status"])
+				require.Equal(t, int64(5000), reserved(t, payer2), "an unknown void keeps the hold")
+				status, err := workflows.Starter{Client: tc}.Settle(context.Background(), workflows.PaymentWorkflowID(mustUUID(t, m.ID), "auth-void"),
+					workflows.Settlement{Outcome: workflows.OutcomeNotCharged, Note: "test"})
+				require.NoError(t, err)
+				require.Equal(t, "canceled", status)
+				r = s.command(m, voided, "cancel", "x-1", "")
+			}
+			require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+			require.Equal(t, "canceled", r.json(t)["status"])
+			require.Zero(t, reserved(t, payer2))
+			require.Equal(t, int64(10000), balance(t, payer2))
+			requireVerified(t)
+		})
+	}
+}
