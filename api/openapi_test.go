@@ -380,7 +380,7 @@ func TestOpenAPIResourceSchemasMatchTheirTypes(t *testing.T) {
 			require.ElementsMatch(t, nullable, declaredNullable, "null is allowed exactly for the pointer fields")
 		})
 	}
-	// A page of refunds holds refunds, and a refund's statuses are a payment's.
+	// A page of refunds holds refunds, and a refund's statuses are an automatic payment's.
 	refund, err := resolveRef(spec, "#/components/schemas/Refund")
 	require.NoError(t, err)
 	rm, _ := asMap(refund)
@@ -390,7 +390,7 @@ func TestOpenAPIResourceSchemasMatchTheirTypes(t *testing.T) {
 	for _, s := range asSlice(status["enum"]) {
 		statuses = append(statuses, fmt.Sprint(s))
 	}
-	require.Equal(t, paymentStatuses, statuses)
+	require.Equal(t, paymentStatuses[:4], statuses)
 	list, err := resolveRef(spec, "#/components/schemas/RefundList")
 	require.NoError(t, err)
 	lm, _ := asMap(list)
