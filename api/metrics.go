@@ -89,6 +89,7 @@ type dbCollector struct {
 	src                                        statsSource
 	unknown, reconcileAge, backlog, backlogAge *prometheus.Desc
 	stuck, unknownRefunds, stuckRefunds        *prometheus.Desc
+	openAuthorizations, overdueAuthorizations  *prometheus.Desc
 	reconcileLines, reconcileRuns              *prometheus.Desc
 	reconcileLast, reconcileLastMismatches     *prometheus.Desc
 	lockWaiting, hotPostings, hotShare         *prometheus.Desc
@@ -101,6 +102,10 @@ func newDBCollector(src statsSource) *dbCollector {
 		unknown: prometheus.NewDesc("kasa_unknown_payments", "Payments whose outcome is unknown, parked for reconciliation (unknown_count): money at risk.", nil, nil),
 		stuck: prometheus.NewDesc("kasa_payments_stuck",
 			"Payments that need an operator: flagged by a workflow that cannot go on, or still processing after an hour. Alert when above 0 (docs/operations.md, runbook).", nil, nil),
+		openAuthorizations: prometheus.NewDesc("kasa_authorizations_open",
+			"Manual payments' authorizations holding a payer's money until their capture or cancel (requires_capture, or a capture or void unknown).", nil, nil),
+		overdueAuthorizations: prometheus.NewDesc("kasa_authorizations_overdue",
+			"Authorizations still open a minute after their capture_before: a void that is late or unknown. Alert when above 0 (docs/operations.md, runbook).", nil, nil),
 		unknownRefunds: prometheus.NewDesc("kasa_unknown_refunds", "Refunds whose outcome is unknown, parked for reconciliation: money at risk.", nil, nil),
 		stuckRefunds: prometheus.NewDesc("kasa_refunds_stuck",
 			"Refunds that need an operator, counted as kasa_payments_stuck counts payments. Alert when above 0.", nil, nil),
@@ -126,6 +131,8 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.stuck
 	ch <- c.unknownRefunds
 	ch <- c.stuckRefunds
+	ch <- c.openAuthorizations
+	ch <- c.overdueAuthorizations
 	ch <- c.reconcileAge
 	ch <- c.backlog
 	ch <- c.backlogAge
@@ -152,6 +159,8 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(st.Stuck))
 	ch <- prometheus.MustNewConstMetric(c.unknownRefunds, prometheus.GaugeValue, float64(st.UnknownRefunds))
 	ch <- prometheus.MustNewConstMetric(c.stuckRefunds, prometheus.GaugeValue, float64(st.StuckRefunds))
+	ch <- prometheus.MustNewConstMetric(c.openAuthorizations, prometheus.GaugeValue, float64(st.OpenAuthorizations))
+	ch <- prometheus.MustNewConstMetric(c.overdueAuthorizations, prometheus.GaugeValue, float64(st.OverdueAuthorizations))
 	ch <- prometheus.MustNewConstMetric(c.reconcileAge, prometheus.GaugeValue, ageSeconds(st.OldestUnknown))
 	ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(st.OutboxBacklog))
 	ch <- prometheus.MustNewConstMetric(c.backlogAge, prometheus.GaugeValue, ageSeconds(st.OldestOutbox))

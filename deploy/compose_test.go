@@ -1305,6 +1305,8 @@ var dashboardMetrics = map[string]metricKind{
 	"kasa_payments_stuck":                       gauge,
 	"kasa_unknown_refunds":                      gauge,
 	"kasa_refunds_stuck":                        gauge,
+	"kasa_authorizations_open":                  gauge,
+	"kasa_authorizations_overdue":               gauge,
 	"kasa_reconcile_age_seconds":                gauge,
 	"kasa_reconcile_last_mismatches":            gauge,
 	"kasa_reconcile_last_run_timestamp_seconds": gauge,

@@ -29,6 +29,9 @@ func (s *Store) Authorized(ctx context.Context, operationID uuid.UUID, providerR
 		if err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, dbsqlc.OpenAuthorization, operationID); err != nil {
+			return err
+		}
 		answer, err = completeRecord(ctx, tx, p, RecordCompleted)
 		return err
 	})
@@ -67,6 +70,7 @@ func (s *Store) Captured(ctx context.Context, operationID uuid.UUID, amount int6
 			return fmt.Errorf("merchant %s has no settlement account in %s", p.MerchantID, p.Currency)
 		}
 		b := &pgx.Batch{}
+		b.Queue(dbsqlc.CloseAuthorization, operationID)
 		if rest := held - amount; rest > 0 {
 			b.Queue(dbsqlc.Unreserve, account, rest)
 		}
@@ -96,6 +100,9 @@ func (s *Store) Canceled(ctx context.Context, operationID uuid.UUID, code string
 			if _, err := tx.Exec(ctx, dbsqlc.Unreserve, account, amount); err != nil {
 				return err
 			}
+		}
+		if _, err := tx.Exec(ctx, dbsqlc.CloseAuthorization, operationID); err != nil {
+			return err
 		}
 		p, _, err = s.transition(ctx, tx, operationID, payment.StatusCanceled, code, RecordCompleted)
 		return err

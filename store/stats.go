@@ -20,6 +20,9 @@ type Stats struct {
 	Stuck int64
 	// StuckRefunds counts refunds the same way.
 	StuckRefunds int64
+	// OpenAuthorizations are manual payments' authorizations that hold money; the overdue ones
+	// are still open a minute after their capture_before.
+	OpenAuthorizations, OverdueAuthorizations int64
 	Reconcile    ReconcileTotals
 	// LockWaits counts sessions waiting for a lock, by what they wait on: a table's name for
 	// table and tuple locks, "transactionid" for a row held by another transaction (a hot row).
@@ -39,7 +42,7 @@ const StuckAfter = time.Hour
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	err := s.pool.QueryRow(ctx, dbsqlc.Stats, StuckAfter.Seconds()).Scan(&st.UnknownCount, &st.OldestUnknown, &st.OutboxBacklog, &st.OldestOutbox, &st.Stuck,
-		&st.UnknownRefunds, &st.StuckRefunds)
+		&st.UnknownRefunds, &st.StuckRefunds, &st.OpenAuthorizations, &st.OverdueAuthorizations)
 	if st.OldestUnknown.Unix() == 0 {
 		st.OldestUnknown = time.Time{}
 	}

@@ -22,6 +22,7 @@ var invariants = []struct{ name, sql string }{
 	{"a succeeded payment moved its amount", dbsqlc.PostedAmountMismatch},
 	{"reservations match payment outcomes", dbsqlc.ReservationOutcomeMismatch},
 	{"an authorization holds its whole amount until captured or canceled", dbsqlc.AuthorizationHoldMismatch},
+	{"an authorization is open exactly until its capture or cancel", dbsqlc.OpenAuthorizationMismatch},
 	{"idempotency records follow their payments", dbsqlc.RecordPaymentMismatch},
 	{"every succeeded refund has exactly one refund posting", dbsqlc.SucceededRefundPostingCount},
 	{"no other refund has a refund posting", dbsqlc.UnexpectedRefundPosting},

@@ -43,7 +43,16 @@ CREATE TABLE IF NOT EXISTS payment_commands (
     CHECK ((response_status IS NULL) = (response_body IS NULL))
 );
 
+-- The authorizations that hold a payer's money, each until its capture or cancel: what the
+-- metrics count (open, overdue, unknown), without an index on payments.status that would keep
+-- every payment's status update from being HOT.
+CREATE TABLE IF NOT EXISTS open_authorizations (
+    payment_id     uuid        PRIMARY KEY REFERENCES payments (id),
+    capture_before timestamptz NOT NULL
+);
+
 -- +goose Down
+DROP TABLE IF EXISTS open_authorizations;
 DROP TABLE IF EXISTS payment_commands;
 ALTER TABLE idempotency_records DROP CONSTRAINT IF EXISTS idempotency_records_outcome_check,
     ADD CONSTRAINT idempotency_records_outcome_check CHECK (outcome IN ('succeeded', 'failed'));

@@ -29,7 +29,8 @@ ORDER BY created_at DESC, id DESC LIMIT $5;
 
 -- name: ListUnknownPayments :many
 -- ListOpenPayments of the unknown payments, with the manual payments whose capture or void is
--- unknown: their records completed when they were authorized. Both halves read few rows.
+-- unknown: their records completed when they were authorized, and their authorizations are
+-- open. Both halves read few rows.
 (SELECT p.*
 FROM idempotency_records r JOIN payments p ON p.id = r.operation_id
 WHERE r.merchant_id = $1 AND r.scope = 'payment' AND r.status <> 'completed' AND r.status = $6
@@ -37,10 +38,9 @@ WHERE r.merchant_id = $1 AND r.scope = 'payment' AND r.status <> 'completed' AND
   AND p.status = $6
 ORDER BY r.created_at DESC, r.operation_id DESC LIMIT $5)
 UNION ALL
-(SELECT p.* FROM payments p
-WHERE p.status = $6 AND p.capture_manual AND p.merchant_id = $1
-  AND p.created_at >= $2::timestamptz AND (p.created_at, p.id) < ($3::timestamptz, $4::uuid)
-  AND NOT EXISTS (SELECT 1 FROM idempotency_records r WHERE r.operation_id = p.id AND r.status <> 'completed'))
+(SELECT p.* FROM open_authorizations a JOIN payments p ON p.id = a.payment_id
+WHERE p.status = $6 AND p.merchant_id = $1
+  AND p.created_at >= $2::timestamptz AND (p.created_at, p.id) < ($3::timestamptz, $4::uuid))
 ORDER BY created_at DESC, id DESC LIMIT $5;
 
 -- name: ListOpenPayments :many

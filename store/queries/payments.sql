@@ -63,3 +63,11 @@ provider_reference = coalesce(NULLIF(@provider_reference::text, ''), provider_re
 WHERE payments.id = @id AND payments.capture_manual AND payments.status IN ('requires_capture', 'unknown')
 RETURNING payments.*, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id;
+
+-- name: OpenAuthorization :exec
+INSERT INTO open_authorizations (payment_id, capture_before)
+SELECT id, capture_before FROM payments WHERE id = $1 AND capture_manual
+ON CONFLICT (payment_id) DO NOTHING;
+
+-- name: CloseAuthorization :exec
+DELETE FROM open_authorizations WHERE payment_id = $1;

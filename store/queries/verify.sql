@@ -80,6 +80,14 @@ SELECT 'requires_capture payment ' || p.id || ' holds ' || coalesce(r.amount_min
 FROM payments p LEFT JOIN balance_reservations r ON r.operation_id = p.id AND r.status = 'active'
 WHERE p.status = 'requires_capture' AND r.amount_minor IS DISTINCT FROM p.amount_minor;
 
+-- name: OpenAuthorizationMismatch :many
+-- An authorization is open exactly while its payment waits for its capture, or its capture or
+-- void is unknown.
+SELECT p.status || ' payment ' || p.id || CASE WHEN a.payment_id IS NULL THEN ' has no open authorization' ELSE ' has an open authorization' END
+FROM payments p LEFT JOIN open_authorizations a ON a.payment_id = p.id
+WHERE (p.status = 'requires_capture' AND a.payment_id IS NULL)
+   OR (a.payment_id IS NOT NULL AND p.status NOT IN ('requires_capture', 'unknown'));
+
 -- name: RecordPaymentMismatch :many
 -- Idempotency records follow their payments.
 SELECT 'record ' || i.idempotency_key || ' is ' || i.status || ' but payment ' || p.id || ' is ' || p.status

@@ -288,10 +288,9 @@ WHERE r.merchant_id = $1 AND r.scope = 'payment' AND r.status <> 'completed' AND
   AND p.status = $6
 ORDER BY r.created_at DESC, r.operation_id DESC LIMIT $5)
 UNION ALL
-(SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor FROM payments p
-WHERE p.status = $6 AND p.capture_manual AND p.merchant_id = $1
-  AND p.created_at >= $2::timestamptz AND (p.created_at, p.id) < ($3::timestamptz, $4::uuid)
-  AND NOT EXISTS (SELECT 1 FROM idempotency_records r WHERE r.operation_id = p.id AND r.status <> 'completed'))
+(SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor FROM open_authorizations a JOIN payments p ON p.id = a.payment_id
+WHERE p.status = $6 AND p.merchant_id = $1
+  AND p.created_at >= $2::timestamptz AND (p.created_at, p.id) < ($3::timestamptz, $4::uuid))
 ORDER BY created_at DESC, id DESC LIMIT $5
 `
 
@@ -305,7 +304,8 @@ type ListUnknownPaymentsParams struct {
 }
 
 // ListOpenPayments of the unknown payments, with the manual payments whose capture or void is
-// unknown: their records completed when they were authorized. Both halves read few rows.
+// unknown: their records completed when they were authorized, and their authorizations are
+// open. Both halves read few rows.
 func (q *Queries) ListUnknownPayments(ctx context.Context, arg ListUnknownPaymentsParams) ([]Payment, error) {
 	rows, err := q.db.Query(ctx, ListUnknownPayments,
 		arg.MerchantID,

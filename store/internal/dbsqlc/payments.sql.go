@@ -113,6 +113,15 @@ func (q *Queries) CapturePayment(ctx context.Context, arg CapturePaymentParams) 
 	return i, err
 }
 
+const CloseAuthorization = `-- name: CloseAuthorization :exec
+DELETE FROM open_authorizations WHERE payment_id = $1
+`
+
+func (q *Queries) CloseAuthorization(ctx context.Context, paymentID uuid.UUID) error {
+	_, err := q.db.Exec(ctx, CloseAuthorization, paymentID)
+	return err
+}
+
 const FlagStuck = `-- name: FlagStuck :execrows
 UPDATE payments SET stuck_since = CASE WHEN $1::text = '' THEN NULL ELSE coalesce(stuck_since, now()) END,
   stuck_reason = NULLIF($1::text, '')
@@ -279,6 +288,17 @@ func (q *Queries) LivePayment(ctx context.Context, arg LivePaymentParams) (uuid.
 	var id uuid.UUID
 	err := row.Scan(&id)
 	return id, err
+}
+
+const OpenAuthorization = `-- name: OpenAuthorization :exec
+INSERT INTO open_authorizations (payment_id, capture_before)
+SELECT id, capture_before FROM payments WHERE id = $1 AND capture_manual
+ON CONFLICT (payment_id) DO NOTHING
+`
+
+func (q *Queries) OpenAuthorization(ctx context.Context, id uuid.UUID) error {
+	_, err := q.db.Exec(ctx, OpenAuthorization, id)
+	return err
 }
 
 const SetPaymentStatus = `-- name: SetPaymentStatus :one

@@ -36,6 +36,10 @@ WITH open_payments AS (
   FROM idempotency_records r
   CROSS JOIN LATERAL (SELECT id, status, created_at, updated_at FROM payments WHERE id = r.operation_id LIMIT 1) p
   WHERE r.status <> 'completed' AND r.scope = 'payment'
+  UNION
+  SELECT p.id, p.status, p.created_at, p.updated_at
+  FROM open_authorizations a
+  CROSS JOIN LATERAL (SELECT id, status, created_at, updated_at FROM payments WHERE id = a.payment_id LIMIT 1) p
 )
 SELECT
   (SELECT count(*) FROM open_payments WHERE status = 'unknown'),
@@ -49,7 +53,10 @@ SELECT
      UNION SELECT id FROM open_payments WHERE status = 'processing' AND created_at < now() - $1::float8 * interval '1 second') stuck),
   (SELECT count(*) FROM refunds WHERE status = 'unknown'),
   (SELECT count(*) FROM refunds WHERE stuck_since IS NOT NULL
-     OR (status = 'processing' AND created_at < now() - $1::float8 * interval '1 second'))
+     OR (status = 'processing' AND created_at < now() - $1::float8 * interval '1 second')),
+  (SELECT count(*) FROM open_authorizations),
+  -- An authorization still open a minute after its capture_before: its void is late or unknown.
+  (SELECT count(*) FROM open_authorizations WHERE capture_before < now() - interval '1 minute')
 `
 
 type StatsRow struct {
@@ -60,6 +67,8 @@ type StatsRow struct {
 	Count_3    int64
 	Count_4    int64
 	Count_5    int64
+	Count_6    int64
+	Count_7    int64
 }
 
 // Health figures read at scrape time.
@@ -67,7 +76,8 @@ type StatsRow struct {
 // which follow them: payments has no index naming the status, so that a payment's success is
 // updated in place. Each open record's payment is looked up by id (the LIMIT keeps the
 // planner from joining otherwise), so the figures cost what the few open records do, however
-// many payments finished.
+// many payments finished. A manual payment's open authorization is open too: its record was
+// completed when it was authorized, and its capture or void may be unknown.
 func (q *Queries) Stats(ctx context.Context, dollar_1 float64) (StatsRow, error) {
 	row := q.db.QueryRow(ctx, Stats, dollar_1)
 	var i StatsRow
@@ -79,6 +89,8 @@ func (q *Queries) Stats(ctx context.Context, dollar_1 float64) (StatsRow, error)
 		&i.Count_3,
 		&i.Count_4,
 		&i.Count_5,
+		&i.Count_6,
+		&i.Count_7,
 	)
 	return i, err
 }

@@ -118,6 +118,35 @@ func (q *Queries) NegativeBalance(ctx context.Context) ([]interface{}, error) {
 	return items, nil
 }
 
+const OpenAuthorizationMismatch = `-- name: OpenAuthorizationMismatch :many
+SELECT p.status || ' payment ' || p.id || CASE WHEN a.payment_id IS NULL THEN ' has no open authorization' ELSE ' has an open authorization' END
+FROM payments p LEFT JOIN open_authorizations a ON a.payment_id = p.id
+WHERE (p.status = 'requires_capture' AND a.payment_id IS NULL)
+   OR (a.payment_id IS NOT NULL AND p.status NOT IN ('requires_capture', 'unknown'))
+`
+
+// An authorization is open exactly while its payment waits for its capture, or its capture or
+// void is unknown.
+func (q *Queries) OpenAuthorizationMismatch(ctx context.Context) ([]interface{}, error) {
+	rows, err := q.db.Query(ctx, OpenAuthorizationMismatch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []interface{}
+	for rows.Next() {
+		var column_1 interface{}
+		if err := rows.Scan(&column_1); err != nil {
+			return nil, err
+		}
+		items = append(items, column_1)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const OrphanReservation = `-- name: OrphanReservation :many
 SELECT 'reservation ' || b.id || ' for operation ' || b.operation_id || ' which is neither a payment nor a refund'
 FROM balance_reservations b
