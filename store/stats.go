@@ -23,7 +23,7 @@ type Stats struct {
 	// OpenAuthorizations are manual payments' authorizations that hold money; the overdue ones
 	// are still open a minute after their capture_before.
 	OpenAuthorizations, OverdueAuthorizations int64
-	Reconcile    ReconcileTotals
+	Reconcile                                 ReconcileTotals
 	// LockWaits counts sessions waiting for a lock, by what they wait on: a table's name for
 	// table and tuple locks, "transactionid" for a row held by another transaction (a hot row).
 	LockWaits map[string]int64
