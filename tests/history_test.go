@@ -68,6 +68,36 @@ func TestRecordHistories(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	histories["inquiry_late_booking"] = fetchHistory(t, ctx, workflows.PaymentWorkflowID(mustUUID(t, qm.ID), "hist-late"))
 
+	// Manual payments: captured in part; canceled by the merchant; voided at capture_before;
+	// a capture whose answer was lost (capability none), settled as charged.
+	mm := n.newMerchant()
+	macct := n.newAccount(mm, "TRY", "100.00")
+	for _, c := range []struct{ name, key, command, body string }{
+		{"manual_captured", "hist-cap", "capture", `{"amount":"4.00"}`},
+		{"manual_canceled", "hist-cancel", "cancel", ""},
+	} {
+		r := n.pay(mm, c.key, manualBody(c.key, "10.00", macct))
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		r = n.command(mm, r.json(t)["id"].(string), c.command, c.key, c.body)
+		require.Contains(t, []int{http.StatusOK, http.StatusCreated}, r.Status, "%s", r.Body)
+		histories[c.name] = fetchHistory(t, ctx, workflows.PaymentWorkflowID(mustUUID(t, mm.ID), c.key))
+	}
+	r = n.pay(mm, "hist-cap-unknown", manualBody("hist-cap-unknown", "10.00", macct))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	n.setFaults(`{"rules":[{"on":"capture","action":"drop_response","count":1}]}`)
+	r = n.command(mm, r.json(t)["id"].(string), "capture", "hist-cap-unknown", "")
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	wfID = workflows.PaymentWorkflowID(mustUUID(t, mm.ID), "hist-cap-unknown")
+	status, err = starter.Settle(ctx, wfID, workflows.Settlement{Outcome: workflows.OutcomeCharged})
+	require.NoError(t, err)
+	require.Equal(t, "succeeded", status)
+	histories["manual_capture_unknown_settled"] = fetchHistory(t, ctx, wfID)
+	e := newStackWith(t, stackOptions{capability: workflows.CapabilityInquiry, temporal: tc, captureWindow: 2 * time.Second})
+	em := e.newMerchant()
+	r = e.pay(em, "hist-expired", manualBody("hist-expired", "10.00", e.newAccount(em, "TRY", "100.00")))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	histories["manual_expired"] = fetchHistory(t, ctx, workflows.PaymentWorkflowID(mustUUID(t, em.ID), "hist-expired"))
+
 	for name, hist := range histories {
 		replayer := worker.NewWorkflowReplayer()
 		replayer.RegisterWorkflowWithOptions(workflows.PaymentWorkflow, workflowOptions())
