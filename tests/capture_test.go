@@ -223,3 +223,75 @@ func TestManualCaptureAndVoidAnswersLost(t *testing.T) {
 		})
 	}
 }
+
+// Captures racing each other and a cancel, each under its own key: one command wins, the bank
+// captures at most once, and the hold is either posted or released, never both.
+func TestManualCommandsRace(t *testing.T) {
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	paymentID, payer, _ := s.authorize(m, "auth-race", "90.00", "100.00")
+	type answer struct {
+		command string
+		status  int
+	}
+	answers := make(chan answer, 6)
+	for i := range 6 {
+		command, body := "capture", fmt.Sprintf(`{"amount":"%d.00"}`, 10+i)
+		if i%3 == 2 {
+			command, body = "cancel", ""
+		}
+		go func() {
+			r := s.command(m, paymentID, command, fmt.Sprintf("race-%d", i), body)
+			answers <- answer{command, r.Status}
+		}()
+	}
+	won := 0
+	for range 6 {
+		a := <-answers
+		switch a.status {
+		case http.StatusCreated, http.StatusOK:
+			won++
+		case http.StatusConflict:
+		default:
+			t.Fatalf("%s answered %d", a.command, a.status)
+		}
+	}
+	require.Equal(t, 1, won, "exactly one command wins")
+	p := s.do("GET", "/v1/payments/"+paymentID, m.APIKey, "").json(t)
+	held := s.held(paymentID)
+	require.Zero(t, reserved(t, payer), "the hold is gone either way")
+	if p["status"] == "succeeded" {
+		require.Equal(t, p["amount_captured"], fmt.Sprintf("%d.00", held.CapturedMinor/100))
+		require.False(t, held.Voided)
+		require.Equal(t, int64(10000)-held.CapturedMinor, balance(t, payer))
+	} else {
+		require.Equal(t, "canceled", p["status"])
+		require.True(t, held.Voided)
+		require.Zero(t, held.CapturedMinor)
+		require.Equal(t, int64(10000), balance(t, payer))
+	}
+	requireVerified(t)
+}
+
+// An unknown capture is settled by the bank's settlement file, which lists it: posted once, with
+// what the bank captured.
+func TestManualUnknownCaptureSettledByFile(t *testing.T) {
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	paymentID, payer, _ := s.authorize(m, "auth-file", "70.00", "100.00")
+	s.setFaults(`{"rules":[{"on":"capture","action":"drop_response","count":1}]}`)
+	r := s.command(m, paymentID, "capture", "cap-file", `{"amount":"25.00"}`)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.Equal(t, "unknown", r.json(t)["status"])
+	rep, ok := decodeReport(t, s.importSettlements(m, s.settlementFile(today())))
+	require.True(t, ok, "%+v", rep)
+	require.Len(t, rep.Resolved, 1, "%+v", rep)
+	require.Empty(t, rep.Mismatches)
+	require.Eventually(t, func() bool { return paymentByKey(t, m, "auth-file").Status == "succeeded" }, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, int64(2500), paymentByKey(t, m, "auth-file").CapturedMinor)
+	require.Equal(t, int64(7500), balance(t, payer))
+	require.Zero(t, reserved(t, payer))
+	r = s.command(m, paymentID, "capture", "cap-file", `{"amount":"25.00"}`)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	requireVerified(t)
+}
