@@ -1,0 +1,141 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+)
+
+// authorized begins a manual payment of amount and runs it to requires_capture.
+func authorized(t *testing.T, mID, aID uuid.UUID, key string, amount int64) payment.Payment {
+	t.Helper()
+	ctx := context.Background()
+	req := payment.Request{InvoiceID: key, AmountMinor: amount, Currency: "TRY", AccountID: aID, PaymentType: "purchase", CaptureManual: true}
+	_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: key, Request: req, OperationID: payment.NewID(),
+		Lease: time.Minute, CaptureWindow: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, store.BeganNew, began)
+	require.WithinDuration(t, p.CreatedAt.Add(time.Hour), p.CaptureBefore, time.Millisecond)
+	require.NoError(t, db.Reserve(ctx, p.ID))
+	for range 2 { // a repeated step changes nothing
+		p, err = db.Authorized(ctx, p.ID, "au_1")
+		require.NoError(t, err)
+	}
+	require.Equal(t, payment.StatusRequiresCapture, p.Status)
+	rec, err := db.Record(ctx, mID, key)
+	require.NoError(t, err)
+	require.Equal(t, store.RecordCompleted, rec.Status, "the create is answered once authorized")
+	require.Equal(t, payment.StatusRequiresCapture, rec.Outcome)
+	return p
+}
+
+func TestCapturedPostsWhatWasCapturedAndReleasesTheRest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	p := authorized(t, mID, aID, "auth", 6_000)
+	a, _ := db.Account(ctx, aID)
+	require.Equal(t, int64(6_000), a.Reserved, "the authorization holds its whole amount")
+	requireVerified(t)
+
+	_, err := db.Captured(ctx, p.ID, 6_001, "au_1")
+	require.ErrorIs(t, err, store.ErrInconsistent, "never more than the hold")
+	for range 2 {
+		p, err = db.Captured(ctx, p.ID, 2_500, "au_1")
+		require.NoError(t, err)
+	}
+	require.Equal(t, payment.StatusSucceeded, p.Status)
+	require.Equal(t, int64(2_500), p.CapturedMinor)
+	a, _ = db.Account(ctx, aID)
+	require.Equal(t, int64(7_500), a.Balance)
+	require.Zero(t, a.Reserved, "the rest of the hold is released")
+	entries, err := db.LedgerEntries(ctx, p.ID.String())
+	require.NoError(t, err)
+	require.Len(t, entries, 2, "one posting however often the step runs")
+	_, err = db.Canceled(ctx, p.ID, payment.FailureCanceled)
+	require.ErrorIs(t, err, store.ErrInconsistent, "a captured payment is never canceled")
+	requireVerified(t)
+}
+
+func TestCanceledReleasesTheHold(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	p := authorized(t, mID, aID, "auth", 4_000)
+	for range 2 {
+		got, err := db.Canceled(ctx, p.ID, payment.FailureAuthorizationExpired)
+		require.NoError(t, err)
+		require.Equal(t, payment.StatusCanceled, got.Status)
+		require.Equal(t, payment.FailureAuthorizationExpired, got.FailureCode)
+	}
+	a, _ := db.Account(ctx, aID)
+	require.Equal(t, int64(10_000), a.Balance)
+	require.Zero(t, a.Reserved)
+	_, err := db.Captured(ctx, p.ID, 4_000, "au_1")
+	require.ErrorIs(t, err, store.ErrInconsistent, "a canceled payment is never captured")
+	// Its invoice is free again, as a failed payment's is.
+	_, _, began, err := begin(t, mID, aID, "again", "auth", 1_000)
+	require.NoError(t, err)
+	require.True(t, began)
+	requireVerified(t)
+}
+
+// The database itself refuses a refund of more than was captured.
+func TestRefundsOfAManualPaymentAreBoundedByTheCapture(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	p := authorized(t, mID, aID, "auth", 5_000)
+	_, err := db.Captured(ctx, p.ID, 2_000, "au_1")
+	require.NoError(t, err)
+	_, _, _, err = db.BeginRefund(ctx, store.BeginRefundInput{MerchantID: mID, PaymentID: p.ID, Key: "r1",
+		Request: payment.RefundRequest{Amount: "20.01"}, OperationID: payment.NewID(), Lease: time.Minute})
+	var exceeds *payment.RefundExceedsError
+	require.ErrorAs(t, err, &exceeds)
+	require.Equal(t, int64(2_000), exceeds.Refundable)
+}
+
+func TestCommandKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	p := authorized(t, mID, aID, "auth", 5_000)
+	c := store.Command{MerchantID: mID, Key: "c1", ID: payment.NewID(), PaymentID: p.ID, Kind: payment.CommandCapture, RequestHash: "h", AmountMinor: 100}
+	got, began, err := db.BeginCommand(ctx, c, time.Minute)
+	require.NoError(t, err)
+	require.True(t, began)
+	second := c
+	second.ID, second.RequestHash = payment.NewID(), "other"
+	got2, began, err := db.BeginCommand(ctx, second, time.Minute)
+	require.NoError(t, err)
+	require.False(t, began, "a key names one command")
+	require.Equal(t, got.ID, got2.ID)
+	won, err := db.LeaseCommand(ctx, mID, "c1", time.Minute)
+	require.NoError(t, err)
+	require.False(t, won, "leased by its first request")
+	require.NoError(t, db.UnleaseCommand(ctx, mID, "c1"))
+	won, err = db.LeaseCommand(ctx, mID, "c1", time.Minute)
+	require.NoError(t, err)
+	require.True(t, won)
+	require.NoError(t, db.AnswerCommand(ctx, mID, "c1", 201, []byte(`{"a":1}`)))
+	require.NoError(t, db.AnswerCommand(ctx, mID, "c1", 202, []byte(`{"b":2}`)))
+	require.NoError(t, db.DeleteCommand(ctx, mID, "c1"), "an answered command is never forgotten")
+	got, err = db.Command(ctx, mID, "c1")
+	require.NoError(t, err)
+	require.Equal(t, 201, got.ResponseStatus, "the first answer stays")
+	require.Equal(t, `{"a":1}`, string(got.ResponseBody))
+
+	refused := c
+	refused.Key, refused.ID = "c2", payment.NewID()
+	_, _, err = db.BeginCommand(ctx, refused, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, db.DeleteCommand(ctx, mID, "c2"))
+	_, err = db.Command(ctx, mID, "c2")
+	require.ErrorIs(t, err, payment.ErrNotFound, "a refused command frees its key")
+}
