@@ -376,8 +376,25 @@ func voidKey(id uuid.UUID) string    { return id.String() + "/void" }
 // CaptureAuthorization asks the bank to take the amount of the authorization; the bank lets the
 // rest go. It runs as a regular activity: one attempt unless the bank is idempotent.
 func (a *Activities) CaptureAuthorization(ctx context.Context, in workflows.BankCallInput) (workflows.ChargeResult, error) {
-	c, err := a.Provider.Capture(ctx, captureKey(in.OperationID), in.AuthorizationRef, in.AmountMinor)
+	ref, err := a.authorization(ctx, in)
+	if err != nil {
+		return workflows.ChargeResult{}, err
+	}
+	c, err := a.Provider.Capture(ctx, captureKey(in.OperationID), ref, in.AmountMinor)
 	return answer("capture", c.ID, c.Succeeded(), err)
+}
+
+// authorization is the bank's id of the payment's authorization: the workflow's, or, when a
+// settlement named none, the bank's answer to an inquiry (ambiguous when it cannot be asked).
+func (a *Activities) authorization(ctx context.Context, in workflows.BankCallInput) (string, error) {
+	if in.AuthorizationRef != "" {
+		return in.AuthorizationRef, nil
+	}
+	au, err := a.Provider.InquireAuthorization(ctx, in.OperationID.String())
+	if err != nil {
+		return "", temporal.NewNonRetryableApplicationError("the authorization's id at the bank is not known: "+err.Error(), workflows.ErrTypeAmbiguous, nil)
+	}
+	return au.ID, nil
 }
 
 // InquireCapture asks the bank whether the payment's authorization was captured: not yet (so a
@@ -389,7 +406,11 @@ func (a *Activities) InquireCapture(ctx context.Context, operationID uuid.UUID) 
 // VoidAuthorization asks the bank to let the authorization go. A void the bank refuses (it was
 // captured) is not a decline kasa can act on: it is ambiguous, for an operator.
 func (a *Activities) VoidAuthorization(ctx context.Context, in workflows.BankCallInput) (workflows.ChargeResult, error) {
-	v, err := a.Provider.Void(ctx, voidKey(in.OperationID), in.AuthorizationRef)
+	ref, err := a.authorization(ctx, in)
+	if err != nil {
+		return workflows.ChargeResult{}, err
+	}
+	v, err := a.Provider.Void(ctx, voidKey(in.OperationID), ref)
 	if err == nil && !v.Succeeded() {
 		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError(
 			"the bank refused to void the authorization "+in.AuthorizationRef, workflows.ErrTypeAmbiguous, nil)
