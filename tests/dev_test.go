@@ -115,6 +115,20 @@ func TestDevLifecycle(t *testing.T) {
 		"Idempotency-Key", "dev-test-2")
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	requireListed(t, ports[2], fmt.Sprintf("WorkflowType = 'PaymentWorkflow' AND PaymentStatus = 'succeeded' AND MerchantId = '%s'", st.DemoMerchantID), 2)
+	// Authorize now, capture later: 5.00 held, 2.00 taken, the rest let go.
+	r = httpDo(t, "POST", apiURL+"/v1/payments", st.DemoAPIKey, manualBody("dev-inv-3", "5.00", st.DemoAccountID), "Idempotency-Key", "dev-test-3")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "requires_capture", r.json(t)["status"])
+	manual := r.json(t)["id"].(string)
+	r = httpDo(t, "GET", apiURL+"/v1/accounts/"+st.DemoAccountID, st.DemoAPIKey, "")
+	require.Equal(t, "5.00", r.json(t)["reserved"])
+	r = httpDo(t, "POST", apiURL+"/v1/payments/"+manual+"/capture", st.DemoAPIKey, `{"amount":"2.00"}`,
+		"Idempotency-Key", "dev-capture-3", "Content-Type", "application/json")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "2.00", r.json(t)["amount_captured"])
+	r = httpDo(t, "GET", apiURL+"/v1/accounts/"+st.DemoAccountID, st.DemoAPIKey, "")
+	require.Equal(t, "9927.00", r.json(t)["balance"])
+	require.Equal(t, "0.00", r.json(t)["reserved"])
 	stop(dev)
 }
 
