@@ -62,6 +62,8 @@ func (w *opRun) enter(st Step) {
 // awaitCommand waits in requires_capture for the merchant's command or the end of the capture
 // window, then sends the capture or the void.
 func (w *opRun) awaitCommand(ctx workflow.Context, authorization string) (PaymentResult, error) {
+	w.detail(ctx, "authorized (%s): waiting for a capture or a cancel until %s, when the authorization is voided",
+		authorization, stamp(w.in.CaptureBefore))
 	if wait := w.in.CaptureBefore.Sub(workflow.Now(ctx)); wait > 0 {
 		if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return w.command != nil }); err != nil {
 			return PaymentResult{}, err

@@ -55,6 +55,7 @@ func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) 
 			SearchMerchantID.ValueSet(in.MerchantID.String()),
 		),
 	}
+	opts.StaticSummary, opts.StaticDetails = in.summary()
 	runID, err := s.start(ctx, opts, WorkflowPayment, in, in.OperationID)
 	if err != nil {
 		return "", fmt.Errorf("start payment workflow: %w", err)
@@ -150,6 +151,7 @@ func (s Starter) StartRefund(ctx context.Context, key string, in RefundInput) (s
 			SearchMerchantID.ValueSet(in.MerchantID.String()),
 		),
 	}
+	opts.StaticSummary, opts.StaticDetails = in.summary()
 	runID, err := s.start(ctx, opts, WorkflowRefund, in, in.OperationID)
 	if err != nil {
 		return "", fmt.Errorf("start refund workflow: %w", err)

@@ -168,6 +168,8 @@ type PaymentInput struct {
 	// or PhaseVoid), with what that step needs: the authorization, the capture's amount, the
 	// cancel's failure code.
 	Step Step `json:",omitzero"`
+	// Invoice is the merchant's invoice id, for the workflow's summary in the Web UI.
+	Invoice string `json:",omitzero"`
 }
 
 // Phases of a manual payment: what its bank call (and a settlement of it) is about.
@@ -290,7 +292,7 @@ func InputFor(p payment.Payment) PaymentInput {
 	return PaymentInput{
 		OperationID: p.ID, MerchantID: p.MerchantID, AccountID: p.AccountID, AmountMinor: p.AmountMinor,
 		Currency: p.Currency, LocalSteps: true, Revision: CurrentRevision,
-		CaptureManual: p.CaptureManual, CaptureBefore: p.CaptureBefore,
+		CaptureManual: p.CaptureManual, CaptureBefore: p.CaptureBefore, Invoice: p.InvoiceID,
 	}
 }
 

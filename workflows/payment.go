@@ -195,6 +195,7 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 		return PaymentResult{}, err
 	}
 
+	w.detail(ctx, "sent to the bank (capability %s), waiting for its answer", w.in.Capability)
 	res, err := w.charge(ctx)
 	return w.outcome(ctx, res, err)
 }
@@ -251,6 +252,7 @@ func (w *opRun) step(ctx workflow.Context, name string, arg any) error {
 func (w *opRun) waitOperator(ctx workflow.Context, name string, cause error) error {
 	workflow.GetLogger(ctx).Error(w.op.noun+" stuck: waiting for an operator's retry signal", "step", name, "error", cause)
 	reason := fmt.Sprintf("%s: %v", name, cause)
+	w.detail(ctx, "stuck at step %s; fix the cause, then signal `retry`", reason)
 	if err := w.exec(ctx, w.op.flagStuck, FlagInput{OperationID: w.in.OperationID, Reason: reason}).Get(ctx, nil); err != nil {
 		return err
 	}
@@ -315,6 +317,7 @@ func (w *opRun) awaitBooking(ctx workflow.Context, sentAt time.Time) (ChargeResu
 		window = DefaultBookingWindow
 	}
 	deadline := sentAt.Add(window)
+	w.detail(ctx, "the bank's answer was lost; asking the bank until its booking window ends at %s, before any new send", stamp(deadline))
 	wait := inquiryDelay
 	for {
 		_ = workflow.Sleep(ctx, wait)
@@ -350,6 +353,8 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 	if wait == 0 {
 		wait = inquiryDelay
 	}
+	w.detail(ctx, "unknown: the bank's answer is not known, so the hold is kept until a settlement says what the bank did "+
+		"(a settlement file, or the `settle` update or signal)")
 	for rounds := 0; ; rounds++ {
 		if w.in.Revision >= 1 && rounds >= parkedRoundsPerRun {
 			if err := w.continueParked(ctx, wait); err != nil {
@@ -396,6 +401,7 @@ func (w *opRun) holdConflict(ctx workflow.Context, ref string) error {
 	w.conflict = fmt.Sprintf("a not_charged settlement contradicts the bank, whose inquiry found the %s done (%s): "+
 		"the hold is kept; settle it as charged, or signal retry once the bank's record is corrected", w.op.noun, ref)
 	w.pending = nil
+	w.detail(ctx, "%s", w.conflict)
 	workflow.GetLogger(ctx).Error(w.op.noun+" settlement conflict", "reason", w.conflict)
 	if err := w.exec(ctx, w.op.flagStuck, FlagInput{OperationID: w.in.OperationID, Reason: w.conflict}).Get(ctx, nil); err != nil {
 		return err
@@ -505,6 +511,9 @@ func (w *opRun) fail(ctx workflow.Context, code string) (PaymentResult, error) {
 
 func (w *opRun) setStatus(ctx workflow.Context, s payment.Status) {
 	w.status = s
+	if s.Final() {
+		w.detail(ctx, "%s", s)
+	}
 	w.upsertStatus(ctx, string(s))
 }
 
