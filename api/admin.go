@@ -14,6 +14,7 @@ import (
 
 	"github.com/kasa-pay/kasa/outbox"
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
 )
 
 // decodeStrict decodes one JSON object into v (a pointer to a struct) with the rules of payment
@@ -350,4 +351,27 @@ func (s *Server) rotateWebhookSecret(c *gin.Context) {
 		return
 	}
 	writeJSON(c, http.StatusCreated, webhookSecretCreated{WebhookSecret: secret, PreviousSecretExpiresAt: payment.FormatTime(until)})
+}
+
+// auditLog is GET /admin/v1/audit: the admin calls, newest first, in keyset pages.
+func (s *Server) auditLog(c *gin.Context) {
+	if !s.queryOK(c, "limit", "starting_after") {
+		return
+	}
+	q := newListQuery(c)
+	limit, after := q.limit(), q.startingAfter("audit entry")
+	if err := q.err(); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	from := uuid.Nil
+	if after != nil {
+		from = *after
+	}
+	entries, more, err := s.Store.AuditLog(c.Request.Context(), limit, from)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	writeJSON(c, http.StatusOK, listPage[store.AuditEntry]{Data: entries, HasMore: more})
 }

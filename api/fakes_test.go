@@ -65,6 +65,7 @@ type fakeStore struct {
 	fail       map[string]error  // method name -> the error it returns
 	before     map[string]func() // method name -> what happens once, just before its next call
 	calls      map[string]int
+	audit      []store.AuditEntry // every admin call recorded
 	minted     map[string]string // random values the server made -> placeholder in golden files
 	lastList   store.ListPaymentsInput
 	ids        int
@@ -756,4 +757,30 @@ func (f *fakeStore) DeleteCommand(context.Context, uuid.UUID, string) error  { r
 
 func (w *fakeWorkflows) Command(context.Context, uuid.UUID, string, string, workflows.Command) (string, error) {
 	return "", errNoCommands
+}
+
+func (f *fakeStore) Audit(_ context.Context, e store.AuditEntry) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("Audit"); err != nil {
+		return err
+	}
+	e.ID = payment.NewID()
+	f.audit = append(f.audit, e)
+	return nil
+}
+
+func (f *fakeStore) AuditLog(_ context.Context, limit int, after uuid.UUID) ([]store.AuditEntry, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []store.AuditEntry
+	for i := len(f.audit) - 1; i >= 0; i-- {
+		if after == uuid.Nil || f.audit[i].ID.String() < after.String() {
+			out = append(out, f.audit[i])
+		}
+	}
+	if len(out) > limit {
+		return out[:limit], true, nil
+	}
+	return out, false, nil
 }

@@ -4,7 +4,9 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +32,8 @@ type Store interface {
 	Ping(ctx context.Context) error
 	CreateMerchantWithKey(ctx context.Context, m payment.Merchant, keyID uuid.UUID, apiKey, webhookSecret string) error
 	MerchantByAPIKey(ctx context.Context, apiKey string) (payment.Merchant, error)
+	Audit(ctx context.Context, e store.AuditEntry) error
+	AuditLog(ctx context.Context, limit int, after uuid.UUID) ([]store.AuditEntry, bool, error)
 	AddAPIKey(ctx context.Context, merchantID, keyID uuid.UUID, apiKey string) error
 	RevokeAPIKey(ctx context.Context, merchantID, keyID uuid.UUID) error
 	APIKeys(ctx context.Context, merchantID uuid.UUID) ([]store.APIKey, error)
@@ -79,8 +83,10 @@ type Options struct {
 	Store      Store
 	Workflows  Workflows
 	AdminToken string
-	SyncWait   time.Duration // how long a create (payment, refund) waits for the outcome before 202
-	Lease      time.Duration // how long a new record's owner has to start its workflow
+	// AdminTokenPrevious is accepted beside AdminToken while a rotation overlaps.
+	AdminTokenPrevious string
+	SyncWait           time.Duration // how long a create (payment, refund) waits for the outcome before 202
+	Lease              time.Duration // how long a new record's owner has to start its workflow
 	// CaptureWindow is how long a manual payment may wait for its capture (its capture_before).
 	CaptureWindow time.Duration
 	// ReplayCache is how many completed idempotency records are kept in memory per generation
@@ -200,6 +206,7 @@ func New(o Options) *Server {
 	admin.DELETE("/merchants/:id/api-keys/:key_id", s.revokeAPIKey)
 	admin.POST("/merchants/:id/webhook-secret", s.rotateWebhookSecret)
 	admin.POST("/deliveries/:id/redeliver", s.redeliver)
+	admin.GET("/audit", s.auditLog)
 
 	v1 := e.Group("/v1", s.limitInFlight, s.merchantAuth, s.limitMerchant, s.limitMerchantInFlight)
 	v1.POST("/payments", s.createPayment)
@@ -336,13 +343,28 @@ func bearer(c *gin.Context) string {
 	return ""
 }
 
+// adminAuth lets through a call with the admin token (or the previous one, while a rotation
+// overlaps) and records it in the admin audit once it is answered (docs/security.md).
 func (s *Server) adminAuth(c *gin.Context) {
 	tok := bearer(c)
-	if s.AdminToken == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.AdminToken)) != 1 {
+	current := s.AdminToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.AdminToken)) == 1
+	previous := s.AdminTokenPrevious != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.AdminTokenPrevious)) == 1
+	if !current && !previous {
 		s.writeError(c, payment.ErrUnauthorized)
 		return
 	}
 	c.Next()
+	e := store.AuditEntry{TokenID: AdminTokenID(tok), Method: c.Request.Method, Route: c.FullPath(),
+		Target: c.Request.URL.RequestURI(), Status: c.Writer.Status(), RequestID: requestID(c)}
+	if err := s.Store.Audit(context.WithoutCancel(c.Request.Context()), e); err != nil {
+		s.log.Error("admin audit: the call is not recorded", "request_id", e.RequestID, "route", e.Route, "status", e.Status, "error", err)
+	}
+}
+
+// AdminTokenID names an admin token in the audit without revealing it: the start of its SHA-256.
+func AdminTokenID(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return "adm_" + hex.EncodeToString(h[:6])
 }
 
 func (s *Server) merchantAuth(c *gin.Context) {

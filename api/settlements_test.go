@@ -58,7 +58,7 @@ func postSettlement(t *testing.T, h http.Handler, query, contentType, body strin
 func TestSettlementsEndpoint(t *testing.T) {
 	t.Parallel()
 	rc := &parseOnly{}
-	h := New(Options{AdminToken: "adm", Reconciler: rc, Logger: slog.New(slog.DiscardHandler)}).Handler()
+	h := New(Options{Store: newFakeStore(), AdminToken: "adm", Reconciler: rc, Logger: slog.New(slog.DiscardHandler)}).Handler()
 
 	rec, body := postSettlement(t, h, "?date=2025-03-01&merchant_id=0192f1f0-0000-7000-8000-00000000000a", "text/csv; charset=utf-8", settlementCSV)
 	require.Equal(t, http.StatusOK, rec.Code, "%s", rec.Body)
@@ -128,7 +128,7 @@ func TestSettlementsEndpoint(t *testing.T) {
 
 func TestSettlementsNeedsAdmin(t *testing.T) {
 	t.Parallel()
-	h := New(Options{AdminToken: "adm", Reconciler: &parseOnly{}}).Handler()
+	h := New(Options{Store: newFakeStore(), AdminToken: "adm", Reconciler: &parseOnly{}}).Handler()
 	req := httptest.NewRequest("POST", "/admin/v1/settlements", strings.NewReader(settlementCSV))
 	req.Header.Set("Content-Type", "text/csv")
 	req.Header.Set("Authorization", "Bearer sk_merchant")

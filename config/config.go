@@ -46,6 +46,9 @@ type Config struct {
 	} `mapstructure:"banksim"`
 	Admin struct {
 		Token string `mapstructure:"token"`
+		// TokenPrevious is accepted beside Token while a rotation overlaps: remove it once every
+		// caller uses the new token.
+		TokenPrevious string `mapstructure:"token_previous"`
 	} `mapstructure:"admin"`
 	Provider struct {
 		Capability string        `mapstructure:"capability"`

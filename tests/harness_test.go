@@ -71,6 +71,7 @@ type stackOptions struct {
 	bookingWindow time.Duration
 	retention     time.Duration // api.Options.Retention (default: no bound on the replay cache)
 	captureWindow time.Duration // api.Options.CaptureWindow (default: the API's)
+	adminPrevious string        // api.Options.AdminTokenPrevious: a rotation's overlap
 }
 
 // awaitCounter counts the API's calls for a workflow's result.
@@ -106,9 +107,9 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 		AllowPrivateWebhooks: true, SyncWait: 15 * time.Second, // webhook endpoints of tests listen on 127.0.0.1
 		ReplayCache:   1000,
 		Retention:     o.retention,
-		CaptureWindow: o.captureWindow,
-		Logger:        slog.New(slog.DiscardHandler),
-		Reconciler:    &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow, Runs: db, Source: "api"},
+		CaptureWindow: o.captureWindow, AdminTokenPrevious: o.adminPrevious,
+		Logger:     slog.New(slog.DiscardHandler),
+		Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow, Runs: db, Source: "api"},
 	})
 	apiSrv := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {

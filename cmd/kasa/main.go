@@ -302,7 +302,7 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheu
 		Outcomes: outcomes,
 		Registry: reg,
 		Store:    st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
-		AdminToken: cfg.Admin.Token, SyncWait: cfg.API.SyncWait, CaptureWindow: cfg.CaptureWindow, AllowPrivateWebhooks: cfg.Webhook.AllowPrivate,
+		AdminToken: cfg.Admin.Token, AdminTokenPrevious: cfg.Admin.TokenPrevious, SyncWait: cfg.API.SyncWait, CaptureWindow: cfg.CaptureWindow, AllowPrivateWebhooks: cfg.Webhook.AllowPrivate,
 		Logger: log, ReplayCache: cfg.API.ReplayCache, Retention: cfg.Idempotency.Retention,
 		SeparateMetrics: cfg.Metrics.Addr != "", Limits: apiLimits(cfg),
 		Backlog:          api.Backlog{State: st, MaxRunning: cfg.Backlog.APIRunning, MaxQueued: cfg.Backlog.MaxQueued, MaxWait: cfg.Backlog.MaxWait},

@@ -10,6 +10,17 @@ import (
 	"github.com/google/uuid"
 )
 
+type AdminAudit struct {
+	ID        uuid.UUID
+	At        time.Time
+	TokenID   string
+	Method    string
+	Route     string
+	Target    string
+	Status    int32
+	RequestID string
+}
+
 type Payment struct {
 	ID                uuid.UUID
 	MerchantID        uuid.UUID

@@ -1,0 +1,63 @@
+package tests
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/api"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// Every admin call is in the audit, newest first, naming the token that made it by its id; the
+// previous admin token works while a rotation overlaps, and is told apart.
+func TestAdminCallsAreAudited(t *testing.T) {
+	const previous = "the-admin-token-before-the-rotation-0001"
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, adminPrevious: previous})
+	m := s.newMerchant()
+	payer := s.newAccount(m, "TRY", "10.00")
+	r := s.do("POST", "/admin/v1/settlements?merchant_id="+m.ID+"&dry_run=true", previous, s.settlementFile(today()), "Content-Type", "text/csv")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	r = s.do("POST", "/admin/v1/settlements?merchant_id="+m.ID, adminToken, s.settlementFile(today()), "Content-Type", "text/csv")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	require.Equal(t, http.StatusUnauthorized, s.do("GET", "/admin/v1/audit", "not-the-token", "").Status)
+
+	r = s.do("GET", "/admin/v1/audit?limit=3", adminToken, "")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	page := r.json(t)
+	require.Equal(t, true, page["has_more"])
+	entries := page["data"].([]any)
+	require.Len(t, entries, 3)
+	want := []struct {
+		token, method, route, target string
+		status                       float64
+	}{
+		{api.AdminTokenID(adminToken), "POST", "/admin/v1/settlements", "/admin/v1/settlements?merchant_id=" + m.ID, 200},
+		{api.AdminTokenID(previous), "POST", "/admin/v1/settlements", "/admin/v1/settlements?merchant_id=" + m.ID + "&dry_run=true", 200},
+		{api.AdminTokenID(adminToken), "POST", "/admin/v1/accounts/:id/deposits", "/admin/v1/accounts/" + payer + "/deposits", 201},
+	}
+	for i, w := range want {
+		e := entries[i].(map[string]any)
+		require.Equal(t, w.token, e["token_id"], "entry %d", i)
+		require.Equal(t, w.method, e["method"])
+		require.Equal(t, w.route, e["route"])
+		require.Equal(t, w.target, e["target"])
+		require.Equal(t, w.status, e["status"])
+		require.NotEmpty(t, e["request_id"])
+		require.NotContains(t, fmt.Sprint(e), adminToken, "the audit never holds a token")
+	}
+	require.NotEqual(t, api.AdminTokenID(adminToken), api.AdminTokenID(previous))
+
+	// The next page goes on from the last entry, down to the merchant's creation.
+	last := entries[2].(map[string]any)["id"].(string)
+	r = s.do("GET", "/admin/v1/audit?limit=100&starting_after="+last, adminToken, "")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	var routes []string
+	for _, e := range r.json(t)["data"].([]any) {
+		routes = append(routes, e.(map[string]any)["route"].(string))
+	}
+	require.Contains(t, routes, "/admin/v1/accounts")
+	require.Contains(t, routes, "/admin/v1/merchants")
+}
