@@ -42,6 +42,10 @@ type fakeAPI struct {
 	refunds     []*fakeRefund
 	refundKeys  map[string]bool
 	overRefunds int // refunds asked for more than was left
+
+	manual      map[string]*fakeAuth // manual payment id -> its authorization
+	commandKeys map[string]bool
+	badCommands int // captures and cancels kasa would refuse (409)
 }
 
 type fakeRecord struct {
@@ -56,6 +60,7 @@ func newFakeAPI(delay time.Duration) *fakeAPI {
 		delay: delay, merchants: map[string]string{}, accounts: map[string]int64{}, owner: map[string]string{},
 		deposits: map[string]int64{}, records: map[string]*fakeRecord{}, payments: map[string]string{}, invoices: map[string]bool{},
 		amounts: map[string]int64{}, payer: map[string]string{}, refunded: map[string]int64{}, skew: map[string]int64{}, refundKeys: map[string]bool{},
+		manual: map[string]*fakeAuth{}, commandKeys: map[string]bool{},
 	}
 }
 
@@ -113,6 +118,7 @@ func (f *fakeAPI) payment(w http.ResponseWriter, r *http.Request) {
 		Amount    string `json:"amount"`
 		Currency  string `json:"currency"`
 		AccountID string `json:"account_id"`
+		Capture   string `json:"capture"`
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if json.Unmarshal(raw, &in) != nil || key == "" || r.Header.Get("Content-Type") != "application/json" {
@@ -156,22 +162,50 @@ func (f *fakeAPI) payment(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	amount := minorOf(in.Amount)
-	p := map[string]any{"id": uuid.NewString(), "status": "succeeded", "amount": in.Amount, "currency": in.Currency,
+	id := uuid.NewString()
+	p := map[string]any{"id": id, "status": "succeeded", "amount": in.Amount, "currency": in.Currency,
 		"invoice_id": in.InvoiceID, "account_id": in.AccountID, "failure_code": nil}
 	rec.status = 201
-	if amount > f.accounts[in.AccountID] {
+	switch {
+	case amount > f.accounts[in.AccountID]:
 		p["status"], p["failure_code"], rec.status = "failed", "insufficient_funds", 402
-	} else {
+	case in.Capture == "manual":
+		f.accounts[in.AccountID] -= amount // held
+		f.manual[id] = &fakeAuth{auths: 1}
+		p["status"] = "requires_capture"
+	default:
 		f.accounts[in.AccountID] -= amount
 		f.charged = append(f.charged, amount)
 	}
+	if in.Capture == "manual" {
+		if f.manual[id] == nil { // failed: no authorization at the bank
+			f.manual[id] = &fakeAuth{}
+		}
+		p["capture"], p["capturable"], p["amount_captured"] = "manual", map[bool]string{true: in.Amount, false: "0.00"}[rec.status == 201], "0.00"
+	}
 	rec.answer, _ = json.Marshal(p)
 	rec.done = true
-	f.payments[p["id"].(string)] = p["status"].(string)
-	f.amounts[p["id"].(string)], f.payer[p["id"].(string)] = amount, in.AccountID
+	f.payments[id] = p["status"].(string)
+	f.amounts[id], f.payer[id] = amount, in.AccountID
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(rec.status)
 	w.Write(rec.answer)
+}
+
+// paymentResource is a payment as the fake's GET answers it, with the fields of a manual one;
+// callers hold mu.
+func (f *fakeAPI) paymentResource(id string) map[string]any {
+	money := func(minor int64) string { return fmt.Sprintf("%d.%02d", minor/100, minor%100) }
+	p := map[string]any{"id": id, "status": f.payments[id], "amount": money(f.amounts[id]),
+		"amount_refunded": money(f.refunded[id] + f.skew[id]), "currency": "TRY"}
+	if a := f.manual[id]; a != nil {
+		capturable := int64(0)
+		if f.payments[id] == "requires_capture" {
+			capturable = f.amounts[id]
+		}
+		p["capture"], p["capturable"], p["amount_captured"] = "manual", money(capturable), money(a.captured)
+	}
+	return p
 }
 
 func (f *fakeAPI) snapshot() (payments map[string]string, deposits map[string]int64, accounts int) {

@@ -82,7 +82,7 @@ func CompareSide(ctx context.Context, s Stack, o Options, of SideOf) (Side, erro
 	side.T, side.TRate = summarizePair(ss.byName[CompareT+" #1"], ss.byName[CompareT+" #2"])
 	side.Kasa, side.KasaRate = summarizePair(ss.byName[CompareKasa+" #1"], ss.byName[CompareKasa+" #2"])
 	o.Progress("%s: checking the payments at the bank simulator and running kasa verify", of.Name)
-	side.Verdict, err = s.Check(ctx, ss.payments, ss.refunds)
+	side.Verdict, err = s.Check(ctx, ss.payments, ss.refunds, ss.manual)
 	return side, err
 }
 

@@ -39,6 +39,11 @@ type Options struct {
 	// RefundShare (0 to below 1) is the share of operations that refund a quarter of a payment
 	// that succeeded earlier in the run, each under a key of its own (path payments only).
 	RefundShare float64 `json:",omitempty"`
+	// ManualShare (0 to below 1) is the share of new payments created with "capture": "manual"
+	// (path payments only). Each one authorized (201 requires_capture) is then captured, for a
+	// random part of its amount, or in one case of four canceled, by the next client free, each
+	// under a key of its own.
+	ManualShare float64 `json:",omitempty"`
 	// Path: "payments" (default, POST /v1/payments), "replay" (re-sends of finished payments only),
 	// or a raw path such as "/healthz" (GET without auth).
 	Path     string                           `json:",omitempty"`
@@ -68,11 +73,13 @@ type Result struct {
 	CPU            *CPUUse            `json:"cpu,omitempty"`
 	PerOp          map[string]float64 `json:"counters_per_op,omitempty"` // Options.Counters' growth over the window ÷ operations
 	Refunds        *RefundStats       `json:"refunds,omitempty"`         // with a refund mix; then Latency covers payments and refunds
-	// Payments (every payment id answered, warmup included, to its latest status) and
-	// RefundsSeen (every refund id to its payment) are for the correctness check; kept out of
-	// the JSON as they can be large.
+	Manual         *ManualStats       `json:"manual,omitempty"`          // with a manual mix; then Latency covers payments, captures and cancels
+	// Payments (every payment id answered, warmup included, to its latest status), RefundsSeen
+	// (every refund id to its payment) and ManualSeen (every manual payment id) are for the
+	// correctness check; kept out of the JSON as they can be large.
 	Payments    map[string]string   `json:"-"`
 	RefundsSeen map[string]RefundOf `json:"-"`
+	ManualSeen  map[string]ManualOf `json:"-"`
 }
 
 // Latency quantiles in milliseconds, from the intended send time to the last body byte.
@@ -100,8 +107,13 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Path != "payments" && o.Path != "replay" && !strings.HasPrefix(o.Path, "/") {
 		return o, fmt.Errorf("bench: unknown path %q (payments, replay or /raw/path)", o.Path)
 	}
-	if o.RefundShare < 0 || o.RefundShare >= 1 || (o.RefundShare > 0 && o.Path != "payments") {
-		return o, fmt.Errorf("bench: refund share %v: from 0 to below 1, on path payments only", o.RefundShare)
+	for _, mix := range []struct {
+		name  string
+		share float64
+	}{{"refund", o.RefundShare}, {"manual", o.ManualShare}} {
+		if mix.share < 0 || mix.share >= 1 || (mix.share > 0 && o.Path != "payments") {
+			return o, fmt.Errorf("bench: %s share %v: from 0 to below 1, on path payments only", mix.name, mix.share)
+		}
 	}
 	return o, nil
 }
@@ -131,8 +143,16 @@ type request struct {
 	body                    []byte
 	isNew                   bool   // the first request for its key
 	amount                  int64  // a new payment's, in minor units
-	refundOf                string // a refund's payment id
+	manual                  bool   // a new payment's: "capture": "manual"
+	kind, of                string // a command (kindRefund, kindCapture, kindCancel) and its payment's id; "" for a payment
 }
+
+// The commands on a payment the generator sends, which prefix their answers' labels.
+const (
+	kindRefund  = "refund"
+	kindCapture = "capture"
+	kindCancel  = "cancel"
+)
 
 // outcome is what became of a request: its classified answer and body, or a transport error.
 type outcome struct {
@@ -198,18 +218,25 @@ type runner struct {
 	pool                 []request // replay path: finished payments
 	start, measured, end time.Time
 	op                   func(context.Context) outcome // if set, what a client does instead of HTTP requests
-	refunds              refundPool                    // with a refund mix: the payments to refund
+	refunds              partPool                      // with a refund mix: the payments to refund
+	manual               partPool                      // with a manual mix: the authorizations to capture or cancel
 
 	mu        sync.Mutex
 	res       Result          // the answers, errors, new payments and payments seen
 	lat       []time.Duration // of the requests sent in the window
 	refundLat []time.Duration // of the refund requests among them
+	payLat    []time.Duration // with a manual mix: of the payment requests among them
+	cmdLat    []time.Duration // of the capture and cancel requests among them
 }
 
 func newRunner(opts Options, fx *Fixture) *runner {
-	r := &runner{opts: opts, fx: fx, res: Result{Answers: map[string]int64{}, Payments: map[string]string{}, RefundsSeen: map[string]RefundOf{}}}
+	r := &runner{opts: opts, fx: fx, refunds: partPool{parts: refundParts}, manual: partPool{parts: 1},
+		res: Result{Answers: map[string]int64{}, Payments: map[string]string{}, RefundsSeen: map[string]RefundOf{}, ManualSeen: map[string]ManualOf{}}}
 	if opts.RefundShare > 0 {
 		r.res.Refunds = &RefundStats{}
+	}
+	if opts.ManualShare > 0 {
+		r.res.Manual = &ManualStats{}
 	}
 	return r
 }
@@ -288,15 +315,20 @@ func (r *runner) measure(ctx context.Context) (Result, error) {
 			rs.Rate = float64(rs.New) / window.Seconds()
 		}
 	}
+	if ms := res.Manual; ms != nil {
+		slices.Sort(r.payLat)
+		slices.Sort(r.cmdLat)
+		ms.Share, ms.Commands, ms.Latency, ms.PaymentLatency = o.ManualShare, int64(len(r.cmdLat)), latencyOf(r.cmdLat), latencyOf(r.payLat)
+		if window > 0 {
+			ms.CaptureRate, ms.CancelRate = float64(ms.Captures)/window.Seconds(), float64(ms.Cancels)/window.Seconds()
+		}
+	}
 	per, ops := "request", res.Requests
-	switch {
-	case r.op != nil:
+	if r.op != nil {
 		per = "workflow"
 		res.NewPayments, res.NewPaymentRate = res.Requests, res.Throughput
-	case res.Refunds != nil && res.Refunds.New > 0:
-		per, ops = "new payment or refund", res.NewPayments+res.Refunds.New
-	case res.NewPayments > 0:
-		per, ops = "new payment", res.NewPayments
+	} else if n, what := operations(res); n > 0 {
+		per, ops = what, n
 	}
 	res.CPU = cpuUse(used, o.Duration, per, ops)
 	if len(counted) > 0 && ops > 0 {
@@ -306,6 +338,22 @@ func (r *runner) measure(ctx context.Context) (Result, error) {
 		}
 	}
 	return res, ctx.Err()
+}
+
+// operations counts a payment run's operations for its CPU and counters: new payments, and the
+// refunds, captures and cancels of its mixes answered with their resource; and names them.
+func operations(res Result) (n int64, what string) {
+	n, names := res.NewPayments, []string{"new payment"}
+	if rs := res.Refunds; rs != nil && rs.New > 0 {
+		n, names = n+rs.New, append(names, "refund")
+	}
+	if ms := res.Manual; ms != nil && ms.Captures+ms.Cancels > 0 {
+		n, names = n+ms.Captures+ms.Cancels, append(names, "capture/cancel")
+	}
+	if len(names) > 2 {
+		names = []string{strings.Join(names[:len(names)-1], ", "), names[len(names)-1]}
+	}
+	return n, strings.Join(names, " or ")
 }
 
 // schedule sends arrival i at start + i/Rate (computed from i, so sleep overshoot never drifts the
@@ -362,27 +410,36 @@ func (r *runner) record(ctx context.Context, intended time.Time, req request, o 
 	if o.err != nil && ctx.Err() != nil {
 		return true // stopped by the caller, not a failure of the server
 	}
-	if req.refundOf != "" {
-		o.ans.label = "refund " + o.ans.label
+	if req.kind != "" {
+		o.ans.label = req.kind + " " + o.ans.label
 	}
 	// A payment that succeeded under its first request becomes refundable (once: a twin or a
 	// retry is not its first request).
-	if r.opts.RefundShare > 0 && req.isNew && req.refundOf == "" && o.ans.status == "succeeded" && !o.ans.replayed {
+	if r.opts.RefundShare > 0 && req.isNew && req.kind == "" && o.ans.status == "succeeded" && !o.ans.replayed {
 		r.refunds.add(o.ans.paymentID, req.token, req.amount)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch id := o.ans.paymentID; {
 	case id == "":
-	case req.refundOf != "":
+	case req.kind == kindRefund:
 		seen := r.res.RefundsSeen[id]
-		seen.PaymentID, seen.APIKey = req.refundOf, req.token
+		seen.PaymentID, seen.APIKey = req.of, req.token
 		if seen.Status == "" || o.ans.status != "processing" {
 			seen.Status = o.ans.status
 		}
 		r.res.RefundsSeen[id] = seen
 	default:
 		notePayment(r.res.Payments, id, o.ans.status)
+		if req.manual || req.kind != "" { // a manual payment, or a capture or cancel of one
+			seen, known := r.res.ManualSeen[id]
+			// Authorized in its first answer (to the request or, in a race, to its twin): capturable, once.
+			if !known && req.manual && o.code == http.StatusCreated && o.ans.status == "requires_capture" && !o.ans.replayed {
+				r.manual.add(id, req.token, req.amount)
+			}
+			seen.APIKey, seen.Command = req.token, cmp.Or(req.kind, seen.Command)
+			r.res.ManualSeen[id] = seen
+		}
 	}
 	if intended.Before(r.measured) || !intended.Before(r.end) {
 		return o.err == nil
@@ -394,21 +451,40 @@ func (r *runner) record(ctx context.Context, intended time.Time, req request, o 
 	}
 	r.lat = append(r.lat, o.done.Sub(intended))
 	r.res.Answers[o.ans.label]++
+	answered := o.ans.paymentID != "" && !o.ans.replayed
 	switch {
-	case req.refundOf != "":
+	case req.kind == kindRefund:
 		r.refundLat = append(r.refundLat, o.done.Sub(intended))
-		if o.ans.paymentID != "" && !o.ans.replayed {
+		if answered {
 			r.res.Refunds.New++
 		}
-	case req.isNew && o.ans.paymentID != "" && !o.ans.replayed:
-		r.res.NewPayments++
+	case req.kind != "": // a capture or cancel
+		r.cmdLat = append(r.cmdLat, o.done.Sub(intended))
+		switch {
+		case !answered:
+		case req.kind == kindCapture:
+			r.res.Manual.Captures++
+		default:
+			r.res.Manual.Cancels++
+		}
+	default:
+		if r.res.Manual != nil {
+			r.payLat = append(r.payLat, o.done.Sub(intended))
+		}
+		if req.isNew && answered {
+			r.res.NewPayments++
+			if req.manual {
+				r.res.Manual.Authorizations++
+			}
+		}
 	}
 	return true
 }
 
-// notePayment keeps a payment's most final status: a later "processing" never hides an outcome.
+// notePayment keeps a payment's most final status: a later "processing" never hides an outcome,
+// and a manual payment's capture or cancel follows its "requires_capture".
 func notePayment(m map[string]string, id, status string) {
-	if old, ok := m[id]; !ok || old == "processing" {
+	if old, ok := m[id]; !ok || old == "processing" || old == "requires_capture" {
 		m[id] = status
 	}
 }
@@ -425,6 +501,11 @@ func (r *runner) next(recent *[]request) []request {
 	if o.RefundShare > 0 {
 		if part, ok := r.refunds.take(o.RefundShare); ok {
 			return []request{r.newRefund(part)}
+		}
+	}
+	if o.ManualShare > 0 {
+		if auth, ok := r.manual.take(1); ok {
+			return []request{r.newCommand(auth)}
 		}
 	}
 	dup := len(*recent) > 0 && rand.Float64() < o.Duplicates
@@ -453,9 +534,14 @@ func (r *runner) newPayment() request {
 		amount += deposit // more than the payer ever had: balances only shrink during a run
 	}
 	key := uuid.NewString() // also the invoice: unique, so no payment is ever a duplicate_payment of another
-	body, _ := json.Marshal(map[string]string{"invoice_id": key, "amount": payment.FormatAmount(amount, currency),
-		"currency": currency, "account_id": m.Payers[rand.IntN(len(m.Payers))]})
-	return request{method: http.MethodPost, url: r.opts.APIURL + "/v1/payments", token: m.APIKey, key: key, body: body, isNew: true, amount: amount}
+	fields := map[string]string{"invoice_id": key, "amount": payment.FormatAmount(amount, currency),
+		"currency": currency, "account_id": m.Payers[rand.IntN(len(m.Payers))]}
+	manual := rand.Float64() < r.opts.ManualShare
+	if manual {
+		fields["capture"] = payment.CaptureManual
+	}
+	body, _ := json.Marshal(fields)
+	return request{method: http.MethodPost, url: r.opts.APIURL + "/v1/payments", token: m.APIKey, key: key, body: body, isNew: true, amount: amount, manual: manual}
 }
 
 // prime creates the payments the replay path re-sends, keeping those that finished (201/402).

@@ -124,7 +124,7 @@ func RunPayday(ctx context.Context, s Stack, fx *Fixture, o Options, drainFor ti
 		p.CPU = cpuUse(used, final.Sub(burstAt), "new payment", p.Accepted)
 	}
 	o.Progress("payday: checking the payments at the bank simulator and running kasa verify")
-	p.Verdict, err = s.Check(ctx, ss.payments, nil)
+	p.Verdict, err = s.Check(ctx, ss.payments, nil, nil)
 	p.Targets = p.targets()
 	return p, err
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -37,61 +38,64 @@ type RefundOf struct {
 const (
 	// refundParts: each refund asks for a quarter of its payment's amount (rounded up; the last
 	// part what is left), so a payment takes up to four refunds. A share above 0.8 runs out.
-	refundParts   = 4
-	refundPoolCap = 100_000     // refundable payments a run keeps at most
-	refundSettle  = time.Minute // how long the check waits for refunds still processing
+	refundParts = 4
+	poolCap     = 100_000     // payments a run's pool keeps at most
+	settleWait  = time.Minute // how long a check waits for refunds and payments still in flight
 )
 
-// refundPool is a run's succeeded payments with what is left to refund of each, and the count of
-// operations and refunds that keeps the mix at its share.
-type refundPool struct {
-	mu           sync.Mutex
-	ops, refunds int64
-	open         []refundable
+// partPool is a run's payments with what is left to take of each, handed out in parts (at most
+// parts per payment: refundParts quarters to refund, or one whole authorization to capture or
+// cancel), and the count of operations and parts taken that keeps a mix at its share.
+type partPool struct {
+	parts      int64
+	mu         sync.Mutex
+	ops, taken int64
+	open       []pooled
 }
 
-type refundable struct {
+type pooled struct {
 	paymentID, apiKey string
 	amount, left      int64
 }
 
-// add makes a succeeded payment refundable.
-func (p *refundPool) add(paymentID, apiKey string, amount int64) {
+// add puts a payment in the pool.
+func (p *partPool) add(paymentID, apiKey string, amount int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.open) < refundPoolCap && amount > 0 {
-		p.open = append(p.open, refundable{paymentID: paymentID, apiKey: apiKey, amount: amount, left: amount})
+	if len(p.open) < poolCap && amount > 0 {
+		p.open = append(p.open, pooled{paymentID: paymentID, apiKey: apiKey, amount: amount, left: amount})
 	}
 }
 
-// take decides one operation: a refund (its payment, key and amount in a refundable) when the
-// refunds so far fall short of share of the operations, else (false) a payment. A part taken is
-// never given back, even if its refund fails: the generator may under-refund, never over-refund.
-func (p *refundPool) take(share float64) (refundable, bool) {
+// take decides one operation: a part of a pooled payment (its payment, key and amount) when the
+// parts taken so far fall short of share of the operations (share 1: whenever one is open), else
+// (false) a payment. A part taken is never given back, even if its command fails: the generator
+// may under-refund, never over-refund.
+func (p *partPool) take(share float64) (pooled, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ops++
-	if len(p.open) == 0 || float64(p.refunds+1) > share*float64(p.ops) {
-		return refundable{}, false
+	if len(p.open) == 0 || float64(p.taken+1) > share*float64(p.ops) {
+		return pooled{}, false
 	}
 	i := rand.IntN(len(p.open))
 	rf := &p.open[i]
-	amount := min((rf.amount+refundParts-1)/refundParts, rf.left)
+	amount := min((rf.amount+p.parts-1)/p.parts, rf.left)
 	rf.left -= amount
-	part := refundable{paymentID: rf.paymentID, apiKey: rf.apiKey, amount: amount}
+	part := pooled{paymentID: rf.paymentID, apiKey: rf.apiKey, amount: amount}
 	if rf.left == 0 {
 		p.open[i] = p.open[len(p.open)-1]
 		p.open = p.open[:len(p.open)-1]
 	}
-	p.refunds++
+	p.taken++
 	return part, true
 }
 
 // newRefund builds a partial refund of part with a fresh key.
-func (r *runner) newRefund(part refundable) request {
+func (r *runner) newRefund(part pooled) request {
 	body, _ := json.Marshal(map[string]string{"amount": payment.FormatAmount(part.amount, currency)})
 	return request{method: http.MethodPost, url: r.opts.APIURL + "/v1/payments/" + part.paymentID + "/refunds",
-		token: part.apiKey, key: uuid.NewString(), body: body, isNew: true, refundOf: part.paymentID}
+		token: part.apiKey, key: uuid.NewString(), body: body, isNew: true, kind: kindRefund, of: part.paymentID}
 }
 
 // CheckRefunds checks every payment the refunds seen were of, once none of its refunds is
@@ -109,57 +113,69 @@ func checkRefunds(ctx context.Context, apiURL, simURL string, seen map[string]Re
 		byPayment[rf.PaymentID] = append(byPayment[rf.PaymentID], id)
 		keys[rf.PaymentID] = rf.APIKey
 	}
-	ids := slices.Sorted(func(yield func(string) bool) {
-		for id := range byPayment {
-			if !yield(id) {
-				return
-			}
-		}
-	})
-	hc := newClient(16)
-	defer hc.CloseIdleConnections()
-	c := refundChecker{hc: hc, api: strings.TrimRight(apiURL, "/"), bank: banksim.Control{URL: simURL, Client: hc},
-		pageSize: pageSize, deadline: time.Now().Add(refundSettle)}
-	var mu sync.Mutex
-	err = parallel(ctx, len(ids), 16, func(ctx context.Context, i int) error {
-		checked, doubles, problems, err := c.check(ctx, keys[ids[i]], ids[i], byPayment[ids[i]])
-		mu.Lock()
-		defer mu.Unlock()
-		v.RefundsChecked += checked
-		v.RefundDoubles += doubles
-		v.RefundProblems = append(v.RefundProblems, problems...)
-		return err
-	})
-	slices.Sort(v.RefundProblems)
+	v.RefundsChecked, v.RefundDoubles, v.RefundProblems, err = checkEach(ctx, apiURL, simURL, pageSize, settleWait, slices.Sorted(maps.Keys(byPayment)),
+		func(ctx context.Context, c checker, id string) (int, int, []string, error) {
+			return c.refunds(ctx, keys[id], id, byPayment[id])
+		})
 	return v, err
 }
 
-// refundChecker reads payments and refunds back from kasa, and the bank's refunds.
-type refundChecker struct {
+// checkEach checks each of ids on 16 goroutines, with one checker that waits for what is still in
+// flight until wait from now, and sums what the checks found (problems sorted).
+func checkEach(ctx context.Context, apiURL, simURL string, pageSize int, wait time.Duration, ids []string,
+	check func(ctx context.Context, c checker, id string) (checked, doubles int, problems []string, err error),
+) (checked, doubles int, problems []string, err error) {
+	hc := newClient(16)
+	defer hc.CloseIdleConnections()
+	c := checker{hc: hc, api: strings.TrimRight(apiURL, "/"), bank: banksim.Control{URL: simURL, Client: hc},
+		pageSize: pageSize, wait: wait, deadline: time.Now().Add(wait)}
+	var mu sync.Mutex
+	err = parallel(ctx, len(ids), 16, func(ctx context.Context, i int) error {
+		n, d, p, err := check(ctx, c, ids[i])
+		mu.Lock()
+		defer mu.Unlock()
+		checked, doubles, problems = checked+n, doubles+d, append(problems, p...)
+		return err
+	})
+	slices.Sort(problems)
+	return checked, doubles, problems, err
+}
+
+// checker reads payments and refunds back from kasa, and what the bank did of them.
+type checker struct {
 	hc       *http.Client
 	api      string
 	bank     banksim.Control
 	pageSize int
+	wait     time.Duration
 	deadline time.Time
+}
+
+// await calls done every 200 ms until it is done, fails, or the deadline has passed.
+func (c checker) await(ctx context.Context, done func() (bool, error)) error {
+	for {
+		ok, err := done()
+		if err != nil || ok || time.Now().After(c.deadline) {
+			return err
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 type refundResource struct {
 	ID, Status, Amount, Currency string
 }
 
-func (c refundChecker) check(ctx context.Context, key, paymentID string, seen []string) (checked, doubles int, problems []string, err error) {
+func (c checker) refunds(ctx context.Context, key, paymentID string, seen []string) (checked, doubles int, problems []string, err error) {
 	var refunds []refundResource
-	for {
-		if refunds, err = c.list(ctx, key, paymentID); err != nil {
-			return 0, 0, nil, err
-		}
-		processing := slices.ContainsFunc(refunds, func(r refundResource) bool { return r.Status == string(payment.StatusProcessing) })
-		if !processing || time.Now().After(c.deadline) {
-			break
-		}
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
-			return 0, 0, nil, err
-		}
+	err = c.await(ctx, func() (done bool, err error) {
+		refunds, err = c.list(ctx, key, paymentID)
+		return !slices.ContainsFunc(refunds, func(r refundResource) bool { return r.Status == string(payment.StatusProcessing) }), err
+	})
+	if err != nil {
+		return 0, 0, nil, err
 	}
 	var p struct {
 		AmountRefunded string `json:"amount_refunded"`
@@ -186,7 +202,7 @@ func (c refundChecker) check(ctx context.Context, key, paymentID string, seen []
 			}
 			problems = append(problems, fmt.Sprintf("refund %s of payment %s: %s in kasa, refunded %d times at the bank", r.ID, paymentID, r.Status, n))
 		case r.Status == string(payment.StatusProcessing):
-			problems = append(problems, fmt.Sprintf("refund %s of payment %s: still processing %s after the run", r.ID, paymentID, refundSettle))
+			problems = append(problems, fmt.Sprintf("refund %s of payment %s: still processing %s after the run", r.ID, paymentID, c.wait))
 		}
 		if r.Status == string(payment.StatusSucceeded) {
 			a, err := amountMinor(r.Amount, r.Currency)
@@ -213,7 +229,7 @@ func (c refundChecker) check(ctx context.Context, key, paymentID string, seen []
 }
 
 // list reads all of a payment's refunds, page by page.
-func (c refundChecker) list(ctx context.Context, key, paymentID string) ([]refundResource, error) {
+func (c checker) list(ctx context.Context, key, paymentID string) ([]refundResource, error) {
 	var all []refundResource
 	for after := ""; ; {
 		u := fmt.Sprintf("%s/v1/payments/%s/refunds?limit=%d", c.api, paymentID, c.pageSize)

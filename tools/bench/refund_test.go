@@ -69,10 +69,7 @@ func (f *fakeAPI) refundRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/payments/{id}", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		id := r.PathValue("id")
-		refunded := f.refunded[id] + f.skew[id]
-		writeJSONBody(w, 200, map[string]any{"id": id, "status": f.payments[id], "amount": fmt.Sprintf("%d.%02d", f.amounts[id]/100, f.amounts[id]%100),
-			"amount_refunded": fmt.Sprintf("%d.%02d", refunded/100, refunded%100), "currency": "TRY"})
+		writeJSONBody(w, 200, f.paymentResource(r.PathValue("id")))
 	})
 	mux.HandleFunc("GET /v1/payments/{id}/refunds", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
@@ -133,7 +130,7 @@ func TestRefundPoolNeverOverRefunds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var p refundPool
+			p := partPool{parts: refundParts}
 			for i, a := range tc.amounts {
 				p.add(fmt.Sprint(i), "key", a)
 			}

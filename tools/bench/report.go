@@ -58,10 +58,25 @@ var reports = template.Must(template.New("").Funcs(template.FuncMap{
 	"hasRefunds": func(runs []Result) bool {
 		return slices.ContainsFunc(runs, func(r Result) bool { return r.Refunds != nil })
 	},
+	"hasManual": func(runs []Result) bool {
+		return slices.ContainsFunc(runs, func(r Result) bool { return r.Manual != nil })
+	},
+	// automatic is the run of automatic payments a suite's manual mix is set beside: its last
+	// spread run, with the same merchants and options but the mix.
+	"automatic": func(runs []Result) *Result {
+		for i := len(runs) - 1; i >= 0; i-- {
+			if strings.HasPrefix(runs[i].Path, RunSpread+" #") {
+				return &runs[i]
+			}
+		}
+		return nil
+	},
 	"hasCPU": func(runs []Result) bool {
 		return slices.ContainsFunc(runs, func(r Result) bool { return r.CPU != nil })
 	},
-	"problems": func(v Verdict) []string { return append(slices.Clone(v.Problems), v.RefundProblems...) },
+	"problems": func(v Verdict) []string {
+		return slices.Concat(v.Problems, v.RefundProblems, v.ManualProblems)
+	},
 	"counters": func(m map[string]float64) string {
 		var parts []string
 		for _, k := range slices.Sorted(maps.Keys(m)) {
@@ -121,7 +136,8 @@ func render(name string, data any) string {
 }
 
 // Markdown is a summary table with one row per run, the answers of every run, the refunds of
-// runs with a refund mix, and what an operation of each run cost in CPU by process class.
+// runs with a refund mix, the captures and cancels of runs with a manual mix, and what an
+// operation of each run cost in CPU by process class.
 func Markdown(title string, runs ...Result) string {
 	return render("runs", runsView{title, runs})
 }

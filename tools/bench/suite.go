@@ -48,7 +48,12 @@ type Verdict struct {
 	RefundsChecked int      `json:"refunds_checked"`
 	RefundDoubles  int      `json:"double_refunds"`
 	RefundProblems []string `json:"refund_problems,omitempty"`
-	Correct        bool     `json:"correct"`
+	// Manual payments checked at the bank simulator and against kasa (CheckManual), those with
+	// more than one authorization there, and every mismatch found.
+	ManualChecked        int      `json:"manual_checked"`
+	DoubleAuthorizations int      `json:"double_authorizations"`
+	ManualProblems       []string `json:"manual_problems,omitempty"`
+	Correct              bool     `json:"correct"`
 }
 
 // Target is one of the benchmark's goals, a ratio of measurements, with its inputs.
@@ -75,6 +80,7 @@ const (
 	RunTLarge      = "T: payment shape, beside the large table"
 	RunHLarge      = "H: GET /healthz, beside the large table"
 	RunRefundMix   = "payments with refunds"
+	RunManualMix   = "payments with manual capture"
 )
 
 // SuiteRefundShare is RunRefundMix's refund share when Options.RefundShare is 0. Real refunds are
@@ -82,9 +88,14 @@ const (
 // ~200, and each payment's four quarter refunds keep the run supplied with refundable payments.
 const SuiteRefundShare = 0.2
 
+// SuiteManualShare is RunManualMix's manual share when Options.ManualShare is 0: a fifth of the
+// new payments, for a few hundred captures and cancels in a 15 s window.
+const SuiteManualShare = 0.2
+
 // Check counts at the bank simulator the charges of every payment that may have moved money (any
-// not failed), checks the refunds (CheckRefunds), and runs kasa verify.
-func (s Stack) Check(ctx context.Context, payments map[string]string, refunds map[string]RefundOf) (v Verdict, err error) {
+// not failed; only a count above one fails it, so a manual payment's none passes), checks the
+// refunds (CheckRefunds) and the manual payments (CheckManual), and runs kasa verify.
+func (s Stack) Check(ctx context.Context, payments map[string]string, refunds map[string]RefundOf, manual map[string]ManualOf) (v Verdict, err error) {
 	var ids []string
 	for id, status := range payments {
 		if status != "failed" {
@@ -99,10 +110,17 @@ func (s Stack) Check(ctx context.Context, payments map[string]string, refunds ma
 		return v, fmt.Errorf("check refunds: %w", err)
 	}
 	v.RefundsChecked, v.RefundDoubles, v.RefundProblems = rv.RefundsChecked, rv.RefundDoubles, rv.RefundProblems
+	mv, err := CheckManual(ctx, s.APIURL, s.SimURL, manual)
+	if err != nil {
+		return v, fmt.Errorf("check manual payments: %w", err)
+	}
+	v.ManualChecked, v.DoubleAuthorizations, v.ManualProblems = mv.ManualChecked, mv.DoubleAuthorizations, mv.ManualProblems
 	if v.Problems, err = s.Verify(ctx); err != nil {
 		return v, fmt.Errorf("verify: %w", err)
 	}
-	v.Checked, v.Correct = len(ids), v.Doubles == 0 && len(v.Problems) == 0 && v.RefundDoubles == 0 && len(v.RefundProblems) == 0
+	v.Checked = len(ids)
+	v.Correct = v.Doubles == 0 && len(v.Problems) == 0 && v.RefundDoubles == 0 && len(v.RefundProblems) == 0 &&
+		v.DoubleAuthorizations == 0 && len(v.ManualProblems) == 0
 	return v, nil
 }
 
@@ -114,8 +132,8 @@ type step struct {
 	fx    *Fixture
 }
 
-// session runs steps on a stack, named with prefix, and keeps every run and every payment and
-// refund answered, for the check.
+// session runs steps on a stack, named with prefix, and keeps every run and every payment,
+// refund and manual payment answered, for the check.
 type session struct {
 	s        Stack
 	o        Options // Warmup, and the Duration and Concurrency of steps that set none
@@ -124,10 +142,12 @@ type session struct {
 	byName   map[string]Result
 	payments map[string]string
 	refunds  map[string]RefundOf
+	manual   map[string]ManualOf
 }
 
 func newSession(s Stack, o Options, prefix string) *session {
-	return &session{s: s, o: o, prefix: prefix, byName: map[string]Result{}, payments: map[string]string{}, refunds: map[string]RefundOf{}}
+	return &session{s: s, o: o, prefix: prefix, byName: map[string]Result{}, payments: map[string]string{},
+		refunds: map[string]RefundOf{}, manual: map[string]ManualOf{}}
 }
 
 func (ss *session) run(ctx context.Context, st step) (r Result, err error) {
@@ -148,18 +168,24 @@ func (ss *session) run(ctx context.Context, st step) (r Result, err error) {
 		notePayment(ss.payments, id, status)
 	}
 	maps.Copy(ss.refunds, r.RefundsSeen)
+	maps.Copy(ss.manual, r.ManualSeen)
 	ss.o.Progress("%-40s %8.1f req/s  %8.1f new/s  p50 %7.1f ms  p99 %7.1f ms  errors %d",
 		ss.prefix+st.name, r.Throughput, r.NewPaymentRate, r.Latency.P50, r.Latency.P99, r.Errors)
 	if rs := r.Refunds; rs != nil {
 		ss.o.Progress("%-40s %8.1f refunds/s beside %.1f new payments/s  refund p50 %7.1f ms  p99 %7.1f ms",
 			"", rs.Rate, r.NewPaymentRate, rs.Latency.P50, rs.Latency.P99)
 	}
+	if ms := r.Manual; ms != nil {
+		ss.o.Progress("%-40s %8.1f captures/s  %6.1f cancels/s  command p50 %7.1f ms  p99 %7.1f ms",
+			"", ms.CaptureRate, ms.CancelRate, ms.Latency.P50, ms.Latency.P99)
+	}
 	return r, nil
 }
 
 // RunSuite runs the standard suite against s, shaped by o's Duration, Warmup, Concurrency,
-// Merchants (of the spread load; the hot load has one), Duplicates, Insufficient, Preload and
-// RefundShare (of RunRefundMix only; default SuiteRefundShare).
+// Merchants (of the spread load; the hot load has one), Duplicates, Insufficient, Preload,
+// RefundShare (of RunRefundMix only; default SuiteRefundShare) and ManualShare (of RunManualMix
+// only; default SuiteManualShare).
 func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	rep := &Report{Started: time.Now().UTC(), Options: o, PGBench: map[string]PGBenchResult{}}
 	ss := newSession(s, o, "")
@@ -234,6 +260,11 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	if err := pass(true, false, step{name: RunRefundMix, opts: mix, fx: spread}); err != nil {
 		return nil, err
 	}
+	// Manual capture beside them likewise: the report sets it beside the last spread run.
+	manual := Options{Duplicates: o.Duplicates, Insufficient: o.Insufficient, ManualShare: cmp.Or(o.ManualShare, SuiteManualShare)}
+	if err := pass(true, false, step{name: RunManualMix, opts: manual, fx: spread}); err != nil {
+		return nil, err
+	}
 	byName := ss.byName
 	for _, name := range []string{RunHTTP, RunTLean, RunSpread, RunReplay} { // the faster pass counts
 		byName[name] = slices.MaxFunc([]Result{byName[name+" #1"], byName[name+" #2"]}, func(a, b Result) int { return cmp.Compare(rate(a), rate(b)) })
@@ -255,7 +286,7 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 		}
 	}
 	o.Progress("checking the payments at the bank simulator and running kasa verify")
-	if rep.Verdict, err = s.Check(ctx, ss.payments, ss.refunds); err != nil {
+	if rep.Verdict, err = s.Check(ctx, ss.payments, ss.refunds, ss.manual); err != nil {
 		return nil, err
 	}
 	rep.Runs, rep.Targets = ss.runs, targets(byName, rep.PGBench)

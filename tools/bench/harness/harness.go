@@ -77,6 +77,8 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	fs.Float64Var(&o.Insufficient, "insufficient", 0.05, "share of new payments the payer cannot afford")
 	fs.Float64Var(&o.RefundShare, "refund-share", 0, fmt.Sprintf("share of operations (0 to below 1) that refund a quarter of a payment that succeeded earlier in the run; "+
 		"--suite: of its %q run only, default %.1f", bench.RunRefundMix, bench.SuiteRefundShare))
+	fs.Float64Var(&o.ManualShare, "manual-share", 0, fmt.Sprintf("share of new payments (0 to below 1) created with capture manual, each then captured in part or (1 in 4) canceled; "+
+		"--suite: of its %q run only, default %.1f", bench.RunManualMix, bench.SuiteManualShare))
 	fs.IntVar(&o.Preload, "preload", 0, "--suite: load this many stored payments and idempotency records for the large-table runs")
 	temporal := fs.String("temporal", TemporalDev, "the Temporal kasa runs on: dev (the CLI's dev server) or server (the real Temporal Server on PostgreSQL)")
 	topology := fs.String("kasa", TopologyDev, "how kasa runs: dev (one process, the worker in the API's) or cluster (kasa cluster: APIs and workers apart; needs --temporal=server)")
@@ -97,6 +99,8 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	switch {
 	case o.RefundShare < 0 || o.RefundShare >= 1:
 		return usage("--refund-share is from 0 to below 1, not %v", o.RefundShare)
+	case o.ManualShare < 0 || o.ManualShare >= 1:
+		return usage("--manual-share is from 0 to below 1, not %v", o.ManualShare)
 	case *temporal != TemporalDev && *temporal != TemporalServer:
 		return usage("--temporal is dev or server, not %q", *temporal)
 	case (*topology != TopologyDev && *topology != TopologyCluster) || (*topology == TopologyCluster && *temporal != TemporalServer):
@@ -173,7 +177,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		}
 		progress("wrote the CPU profile of kasa dev's measured window to %s", *cpuProfile)
 	}
-	v, err := st.Check(ctx, res.Payments, res.RefundsSeen)
+	v, err := st.Check(ctx, res.Payments, res.RefundsSeen, res.ManualSeen)
 	if err != nil {
 		return err
 	}
@@ -274,15 +278,18 @@ func freeBase(dir, stem string) string {
 // verdict says whether the runs were correct, and is ErrIncorrect when they were not.
 func verdict(v bench.Verdict) error {
 	if !v.Correct {
-		progress("NOT correct: %d double charge(s), %d double refund(s), refund mismatches: %q, invariant violations: %q",
-			v.Doubles, v.RefundDoubles, v.RefundProblems, v.Problems)
+		progress("NOT correct: %d double charge(s), %d double refund(s), refund mismatches: %q, %d double authorization(s), manual payment mismatches: %q, invariant violations: %q",
+			v.Doubles, v.RefundDoubles, v.RefundProblems, v.DoubleAuthorizations, v.ManualProblems, v.Problems)
 		return ErrIncorrect
 	}
-	refunds := ""
+	more := ""
 	if v.RefundsChecked > 0 {
-		refunds = fmt.Sprintf("; %d refunds each at the bank once if succeeded, never if failed, and in their payments' amount_refunded", v.RefundsChecked)
+		more = fmt.Sprintf("; %d refunds each at the bank once if succeeded, never if failed, and in their payments' amount_refunded", v.RefundsChecked)
 	}
-	progress("correct: no double charge, kasa verify ok%s", refunds)
+	if v.ManualChecked > 0 {
+		more += fmt.Sprintf("; %d manual payments each authorized at the bank at most once, captured there as kasa says", v.ManualChecked)
+	}
+	progress("correct: no double charge, kasa verify ok%s", more)
 	return nil
 }
 

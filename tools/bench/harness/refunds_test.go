@@ -79,7 +79,7 @@ func TestRefundMixOnKasaDev(t *testing.T) {
 	require.InDelta(t, 0.3, float64(rs.Requests)/float64(res.Requests), 0.1, "refunds %d of %d requests", rs.Requests, res.Requests)
 	require.Positive(t, rs.Latency.P50)
 
-	v, err := st.Check(ctx, res.Payments, res.RefundsSeen)
+	v, err := st.Check(ctx, res.Payments, res.RefundsSeen, res.ManualSeen)
 	require.NoError(t, err)
 	require.True(t, v.Correct, "%+v", v)
 	require.Equal(t, len(res.RefundsSeen), v.RefundsChecked, "every refund answered was checked")
