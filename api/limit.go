@@ -20,7 +20,11 @@ type Limits struct {
 	WriteTimeout time.Duration // from the end of the request's headers to the end of the answer
 	IdleTimeout  time.Duration // a keep-alive connection between requests
 	MaxConns     int           // open connections; more wait to be accepted
-	MaxInFlight  int           // merchant and admin requests being handled; more are answered 503
+	// MaxConnsPerClient is how many of them one client address may hold (an IPv6 client is its
+	// /64; a trusted proxy is not capped): past it a new connection is closed at once, so one
+	// host holding idle keep-alive sockets cannot lock every other client out.
+	MaxConnsPerClient int
+	MaxInFlight       int // merchant and admin requests being handled; more are answered 503
 	// MerchantShare is the part of MaxInFlight, and of the backlog's MaxRunning, that one
 	// merchant may hold, so that one merchant's burst leaves room for the others; 0 or 1: all.
 	MerchantShare float64
@@ -62,9 +66,97 @@ func (s *Server) HTTPServer() *http.Server {
 // queue until one closes (the timeouts see that idle and slow ones do).
 func (s *Server) Listener(ln net.Listener) net.Listener {
 	if s.Limits.MaxConns > 0 {
-		return netutil.LimitListener(ln, s.Limits.MaxConns)
+		ln = netutil.LimitListener(ln, s.Limits.MaxConns)
+	}
+	if s.Limits.MaxConnsPerClient > 0 {
+		ln = &perClientListener{Listener: ln, max: s.Limits.MaxConnsPerClient, open: map[string]int{},
+			trusted: prefixes(s.Limits.TrustedProxies), refused: s.metrics.connsRefused}
 	}
 	return ln
+}
+
+// perClientListener closes a new connection from a client address that already holds max.
+type perClientListener struct {
+	net.Listener
+	max     int
+	trusted []netip.Prefix
+	refused interface{ Inc() }
+
+	mu   sync.Mutex
+	open map[string]int
+}
+
+func (l *perClientListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		key, capped := l.client(c.RemoteAddr())
+		if !capped {
+			return c, nil
+		}
+		l.mu.Lock()
+		over := l.open[key] >= l.max
+		if !over {
+			l.open[key]++
+		}
+		l.mu.Unlock()
+		if !over {
+			return &clientConn{Conn: c, release: func() { l.release(key) }}, nil
+		}
+		l.refused.Inc()
+		_ = c.Close() // its global slot (LimitListener's) goes with it
+	}
+}
+
+// client is the address's key, and whether it is capped (a trusted proxy speaks for many).
+func (l *perClientListener) client(a net.Addr) (string, bool) {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return a.String(), true
+	}
+	ip := ap.Addr().Unmap()
+	for _, p := range l.trusted {
+		if p.Contains(ip) {
+			return "", false
+		}
+	}
+	return clientKey(ip.String()), true
+}
+
+func (l *perClientListener) release(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[key]--; l.open[key] <= 0 {
+		delete(l.open, key)
+	}
+}
+
+// clientConn gives its client's slot back once, however often it is closed.
+type clientConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *clientConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// prefixes parses the trusted proxies (addresses or CIDRs); what does not parse trusts nothing.
+func prefixes(list []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, v := range list {
+		if p, err := netip.ParsePrefix(v); err == nil {
+			out = append(out, p.Masked())
+		} else if a, err := netip.ParseAddr(v); err == nil {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+		}
+	}
+	return out
 }
 
 // limitIP answers 429 to a client address past its rate, before any other work (a request with

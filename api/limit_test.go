@@ -387,3 +387,28 @@ func TestSyncWaitPaymentAnswersUnderTheTimeouts(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
 	require.Equal(t, string(payment.StatusProcessing), body["status"])
 }
+
+// One client address holding idle connections cannot take them all: past its share a new
+// connection from it is closed, while another address is still served.
+func TestConnectionCapPerClient(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTestServer(t, func(o *Options) {
+		o.Limits = Limits{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxConns: 4, MaxConnsPerClient: 2}
+	})
+	addr := serveTCP(t, s)
+	from := func(ip string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+	}
+	for range 2 {
+		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+	}
+	_, err := from("127.0.0.1").Get("http://" + addr + "/healthz")
+	require.Error(t, err, "a third connection from the same address is closed")
+	resp, err := from("127.0.0.2").Get("http://" + addr + "/healthz")
+	require.NoError(t, err, "another address is served")
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}

@@ -21,6 +21,8 @@ type metrics struct {
 	conflicts    *prometheus.CounterVec
 	// backlogRefused counts new payments refused past the backlog's bound.
 	backlogRefused prometheus.Counter
+	// connsRefused counts connections closed because their client address held its share.
+	connsRefused prometheus.Counter
 }
 
 func newMetrics(r *prometheus.Registry) *metrics {
@@ -53,7 +55,11 @@ func newMetrics(r *prometheus.Registry) *metrics {
 		Name: "kasa_backlog_refused_total",
 		Help: "New payments answered 503 because the start backlog was past its bound (docs/operations.md, \"Payday\").",
 	})
-	r.MustRegister(m.httpDuration, m.idempotency, m.paymentTime, m.startTime, m.conflicts, m.backlogRefused,
+	m.connsRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kasa_api_connections_refused_total",
+		Help: "Connections closed at once because their client address already held api.max_conns_per_client.",
+	})
+	r.MustRegister(m.httpDuration, m.idempotency, m.paymentTime, m.startTime, m.conflicts, m.backlogRefused, m.connsRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -28,7 +28,9 @@ type Config struct {
 		WriteTimeout time.Duration `mapstructure:"write_timeout"` // must outlast sync_wait
 		IdleTimeout  time.Duration `mapstructure:"idle_timeout"`
 		MaxConns     int           `mapstructure:"max_conns"`
-		MaxInFlight  int           `mapstructure:"max_in_flight"`
+		// MaxConnsPerClient: what one client address may hold of MaxConns (at most half of it).
+		MaxConnsPerClient int `mapstructure:"max_conns_per_client"`
+		MaxInFlight       int `mapstructure:"max_in_flight"`
 		// MerchantShare is the part of max_in_flight, and of backlog.api_running, one merchant
 		// may hold: one merchant's burst leaves room for the others.
 		MerchantShare  float64  `mapstructure:"merchant_share"`
@@ -174,6 +176,7 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("api.write_timeout", "30s")
 	v.SetDefault("api.idle_timeout", "120s")
 	v.SetDefault("api.max_conns", 4096)
+	v.SetDefault("api.max_conns_per_client", 256)
 	v.SetDefault("api.max_in_flight", 1024)
 	v.SetDefault("api.trusted_proxies", []string{})
 	v.SetDefault("api.rate_limit.per_ip.rate", 1000)
@@ -384,6 +387,9 @@ func (c Config) validateEdge() []error {
 	}
 	if a.WriteTimeout < a.SyncWait+writeMargin {
 		errs = append(errs, fmt.Errorf("api.write_timeout (%s) must be at least api.sync_wait (%s) + %s, or a payment waiting for its outcome is cut off", a.WriteTimeout, a.SyncWait, writeMargin))
+	}
+	if a.MaxConnsPerClient < 0 {
+		errs = append(errs, fmt.Errorf("api.max_conns_per_client must be 0 (no cap) or positive, got %d", a.MaxConnsPerClient))
 	}
 	if a.MaxConns < 1 || a.MaxInFlight < 1 || a.MaxInFlight > a.MaxConns {
 		errs = append(errs, fmt.Errorf("api.max_conns (%d) and api.max_in_flight (%d) must be positive, with no more requests than connections", a.MaxConns, a.MaxInFlight))

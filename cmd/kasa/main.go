@@ -317,7 +317,7 @@ func apiLimits(cfg config.Config) api.Limits {
 	a := cfg.API
 	return api.Limits{
 		ReadTimeout: a.ReadTimeout, WriteTimeout: a.WriteTimeout, IdleTimeout: a.IdleTimeout,
-		MaxConns: a.MaxConns, MaxInFlight: a.MaxInFlight, MerchantShare: a.MerchantShare, TrustedProxies: a.TrustedProxies,
+		MaxConns: a.MaxConns, MaxConnsPerClient: min(a.MaxConnsPerClient, max(1, a.MaxConns/2)), MaxInFlight: a.MaxInFlight, MerchantShare: a.MerchantShare, TrustedProxies: a.TrustedProxies,
 		PerIP:       api.Rate{PerSecond: a.RateLimit.PerIP.Rate, Burst: a.RateLimit.PerIP.Burst},
 		PerMerchant: api.Rate{PerSecond: a.RateLimit.PerMerchant.Rate, Burst: a.RateLimit.PerMerchant.Burst},
 	}

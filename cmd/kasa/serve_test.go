@@ -67,7 +67,7 @@ func TestAPILimitsFromConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, api.Limits{
 		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second,
-		MaxConns: 4096, MaxInFlight: 1024, MerchantShare: 0.5, TrustedProxies: []string{},
+		MaxConns: 4096, MaxConnsPerClient: 256, MaxInFlight: 1024, MerchantShare: 0.5, TrustedProxies: []string{},
 		PerIP: api.Rate{PerSecond: 1000, Burst: 2000}, PerMerchant: api.Rate{PerSecond: 500, Burst: 1000},
 	}, apiLimits(cfg))
 }

@@ -79,8 +79,8 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string, ppro
 		fmt.Sprintf("KASA_DATABASE_MAX_CONNS=%d", cfg.MaxConns),
 		fmt.Sprintf("KASA_TEMPORAL_GZIP=%t", cfg.Gzip), // the child's clients and the ceilings' client alike
 		// One address sends every run, replays and /healthz at ~20,000/s: the bench measures
-		// kasa's ceiling, not the rate limiter's.
-		"KASA_API_RATE_LIMIT_PER_IP_RATE=0", "KASA_API_RATE_LIMIT_PER_MERCHANT_RATE=0",
+		// kasa's ceiling, not the rate limiter's, from as many connections as a run needs.
+		"KASA_API_RATE_LIMIT_PER_IP_RATE=0", "KASA_API_RATE_LIMIT_PER_MERCHANT_RATE=0", "KASA_API_MAX_CONNS_PER_CLIENT=0",
 		// Its runs offer more payments at once than one API runs: measured synchronously, none
 		// queues in the start backlog unless the payday run asks for it.
 		"KASA_BACKLOG_API_RUNNING=0", "KASA_API_MERCHANT_SHARE=1",
