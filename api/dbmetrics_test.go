@@ -33,3 +33,26 @@ func TestDBMetricsCountRefundsApart(t *testing.T) {
 		require.Contains(t, text.String(), line+"\n")
 	}
 }
+
+type countingStats struct{ calls int }
+
+func (c *countingStats) Stats(context.Context) (store.Stats, error) {
+	c.calls++
+	return store.Stats{UnknownCount: int64(c.calls)}, nil
+}
+
+// However often /metrics is scraped, the database figures are read at most once a second.
+func TestDBMetricsAreReadAtMostOnceASecond(t *testing.T) {
+	src := &countingStats{}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newDBCollector(src))
+	for range 50 {
+		_, err := reg.Gather()
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, src.calls)
+	time.Sleep(statsFresh + 50*time.Millisecond)
+	_, err := reg.Gather()
+	require.NoError(t, err)
+	require.Equal(t, 2, src.calls, "a figure is at most a second old")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -90,9 +91,14 @@ type statsSource interface {
 }
 
 // dbCollector reads the unknown-payment and outbox gauges from the database at scrape time, so
-// every API replica reports the same truth without a background loop.
+// every API replica reports the same truth without a background loop. Scrapes within
+// statsFresh of a read share it: however often /metrics is asked, its queries run at most once
+// a second.
 type dbCollector struct {
 	src                                        statsSource
+	mu                                         sync.Mutex
+	last                                       store.Stats
+	lastAt                                     time.Time
 	unknown, reconcileAge, backlog, backlogAge *prometheus.Desc
 	stuck, unknownRefunds, stuckRefunds        *prometheus.Desc
 	openAuthorizations, overdueAuthorizations  *prometheus.Desc
@@ -100,6 +106,23 @@ type dbCollector struct {
 	reconcileLast, reconcileLastMismatches     *prometheus.Desc
 	lockWaiting, hotPostings, hotShare         *prometheus.Desc
 	tableBytes, indexBytes                     *prometheus.Desc
+}
+
+// statsFresh is how long one read of the database figures answers scrapes.
+const statsFresh = time.Second
+
+// stats is the figures read at most statsFresh ago, or read now.
+func (c *dbCollector) stats(ctx context.Context) (store.Stats, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.lastAt.IsZero() && time.Since(c.lastAt) < statsFresh {
+		return c.last, nil
+	}
+	st, err := c.src.Stats(ctx)
+	if err == nil {
+		c.last, c.lastAt = st, time.Now()
+	}
+	return st, err
 }
 
 func newDBCollector(src statsSource) *dbCollector {
@@ -156,7 +179,7 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := c.src.Stats(ctx)
+	st, err := c.stats(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.unknown, err)
 		return
