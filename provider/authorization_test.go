@@ -58,8 +58,9 @@ func TestAuthorizationAnswersClassified(t *testing.T) {
 		body   string
 		want   string // the answer's status, or the error
 	}{
-		{"succeeded", posts, 201, `{"id":"x_1","status":"succeeded"}`, "succeeded"},
-		{"declined", posts, 201, `{"id":"x_1","status":"declined"}`, "declined"},
+		{"succeeded", posts, 201, `{"id":"x_1","reference":"pay/1","authorization_id":"au/1?","status":"succeeded"}`, "succeeded"},
+		{"declined", posts, 201, `{"id":"x_1","reference":"pay/1","authorization_id":"au/1?","status":"declined"}`, "declined"},
+		{"an answer about another reference", posts, 201, `{"id":"x_1","reference":"pay/2","authorization_id":"au/2","status":"succeeded"}`, "provider outcome unknown"},
 		{"201 without a status", posts, 201, `{"id":"x_1"}`, "provider outcome unknown"},
 		{"201 with an unknown status", posts, 201, `{"id":"x_1","status":"pending"}`, "provider outcome unknown"},
 		{"200 garbage", posts, 200, `{"id":"x_1","sta`, "provider outcome unknown"},
@@ -70,8 +71,9 @@ func TestAuthorizationAnswersClassified(t *testing.T) {
 		{"404", posts, 404, `{"error":"no such authorization"}`, "provider outcome unknown"},
 		{"501", posts, 501, ``, "provider outcome unknown"},
 		{"a long error body is cut short", posts, 503, strings.Repeat("x", 5000), "(5000 bytes)"},
-		{"inquiry found", []call{inquireCall}, 200, `{"id":"au_1","status":"succeeded","state":"captured"}`, "succeeded"},
-		{"inquiry found declined", []call{inquireCall}, 200, `{"id":"au_1","status":"declined"}`, "declined"},
+		{"inquiry found", []call{inquireCall}, 200, `{"id":"au_1","reference":"pay/1","status":"succeeded","state":"captured"}`, "succeeded"},
+		{"inquiry found declined", []call{inquireCall}, 200, `{"id":"au_1","reference":"pay/1","status":"declined"}`, "declined"},
+		{"inquiry about another reference", []call{inquireCall}, 200, `{"id":"au_2","reference":"pay/2","status":"succeeded"}`, "provider outcome unknown"},
 		{"inquiry not found", []call{inquireCall}, 404, ``, provider.ErrNotFound.Error()},
 		{"inquiry unsupported", []call{inquireCall}, 501, ``, provider.ErrInquiryUnsupported.Error()},
 		{"inquiry garbage", []call{inquireCall}, 200, `not json`, "provider outcome unknown"},

@@ -52,6 +52,7 @@ const (
 func (c Charge) Succeeded() bool { return c.Status == StatusSucceeded }
 
 func (c Charge) status() string { return c.Status }
+func (c Charge) about() string  { return c.Reference }
 
 // RefundRequest asks the provider to pay back (part of) a charge. ChargeReference is the
 // charge's reference (the payment id); Reference is the refund's operation id.
@@ -73,6 +74,7 @@ type Refund struct {
 func (r Refund) Succeeded() bool { return r.Status == StatusSucceeded }
 
 func (r Refund) status() string { return r.Status }
+func (r Refund) about() string  { return r.Reference }
 
 // Authorization is the provider's record of a hold. Status answers the authorize call
 // (succeeded: the money is held); State is where it is now: "authorized", "captured", "voided"
@@ -91,6 +93,7 @@ type Authorization struct {
 func (a Authorization) Succeeded() bool { return a.Status == StatusSucceeded }
 
 func (a Authorization) status() string { return a.Status }
+func (a Authorization) about() string  { return a.Reference }
 
 // CaptureResult is the provider's answer to a capture; Reference is the authorization's.
 type CaptureResult struct {
@@ -105,6 +108,7 @@ type CaptureResult struct {
 func (r CaptureResult) Succeeded() bool { return r.Status == StatusSucceeded }
 
 func (r CaptureResult) status() string { return r.Status }
+func (r CaptureResult) about() string  { return r.AuthorizationID }
 
 // VoidResult is the provider's answer to a void; Reference is the authorization's.
 type VoidResult struct {
@@ -118,9 +122,15 @@ type VoidResult struct {
 func (r VoidResult) Succeeded() bool { return r.Status == StatusSucceeded }
 
 func (r VoidResult) status() string { return r.Status }
+func (r VoidResult) about() string  { return r.AuthorizationID }
 
-// answer is what a definite provider answer decodes into.
-type answer interface{ status() string }
+// answer is what a definite provider answer decodes into: its status, and what it is about (the
+// reference of a charge, refund or authorization; the authorization of a capture or void). An
+// answer about something else than what was asked is no answer: ambiguous.
+type answer interface {
+	status() string
+	about() string
+}
 
 // maxErrorBody bounds how much of a provider's answer reaches an error, and through it the
 // workflow history and the logs: a misbehaving provider must not fill either.
@@ -139,7 +149,7 @@ func New(baseURL string, timeout time.Duration) *Client {
 
 // Charge sends a charge with the operation id as its idempotency key.
 func (c *Client) Charge(ctx context.Context, idempotencyKey string, r ChargeRequest) (Charge, error) {
-	return post[Charge](ctx, c, "/v1/charges", idempotencyKey, r)
+	return post[Charge](ctx, c, "/v1/charges", idempotencyKey, r, r.Reference)
 }
 
 // Inquire asks for the charge made with the reference (the operation id).
@@ -149,7 +159,7 @@ func (c *Client) Inquire(ctx context.Context, reference string) (Charge, error) 
 
 // Refund sends a refund with the refund's operation id as its idempotency key.
 func (c *Client) Refund(ctx context.Context, idempotencyKey string, r RefundRequest) (Refund, error) {
-	return post[Refund](ctx, c, "/v1/refunds", idempotencyKey, r)
+	return post[Refund](ctx, c, "/v1/refunds", idempotencyKey, r, r.Reference)
 }
 
 // InquireRefund asks for the refund made with the reference (the refund's operation id).
@@ -160,7 +170,7 @@ func (c *Client) InquireRefund(ctx context.Context, reference string) (Refund, e
 // Authorize holds money with the payment's operation id as its idempotency key; r is a
 // charge's request.
 func (c *Client) Authorize(ctx context.Context, idempotencyKey string, r ChargeRequest) (Authorization, error) {
-	return post[Authorization](ctx, c, "/v1/authorizations", idempotencyKey, r)
+	return post[Authorization](ctx, c, "/v1/authorizations", idempotencyKey, r, r.Reference)
 }
 
 // InquireAuthorization asks for the authorization made with the reference (the operation id),
@@ -174,12 +184,12 @@ func (c *Client) Capture(ctx context.Context, idempotencyKey, authorizationID st
 	body := struct {
 		AmountMinor int64 `json:"amount_minor"`
 	}{amountMinor}
-	return post[CaptureResult](ctx, c, authorizationPath(authorizationID, "capture"), idempotencyKey, body)
+	return post[CaptureResult](ctx, c, authorizationPath(authorizationID, "capture"), idempotencyKey, body, authorizationID)
 }
 
 // Void releases the authorization's hold.
 func (c *Client) Void(ctx context.Context, idempotencyKey, authorizationID string) (VoidResult, error) {
-	return post[VoidResult](ctx, c, authorizationPath(authorizationID, "void"), idempotencyKey, struct{}{})
+	return post[VoidResult](ctx, c, authorizationPath(authorizationID, "void"), idempotencyKey, struct{}{}, authorizationID)
 }
 
 // authorizationPath is the path of an action on an authorization; the id comes from the
@@ -188,7 +198,7 @@ func authorizationPath(id, action string) string {
 	return "/v1/authorizations/" + url.PathEscape(id) + "/" + action
 }
 
-func post[T answer](ctx context.Context, c *Client, path, idempotencyKey string, in any) (T, error) {
+func post[T answer](ctx context.Context, c *Client, path, idempotencyKey string, in any, want string) (T, error) {
 	var out T
 	body, err := json.Marshal(in)
 	if err != nil {
@@ -205,7 +215,7 @@ func post[T answer](ctx context.Context, c *Client, path, idempotencyKey string,
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", idempotencyKey)
 	err = c.do(req, http.StatusCreated, &out)
-	return out, err
+	return out, checkAbout(out, err, want)
 }
 
 func get[T answer](ctx context.Context, c *Client, path, reference string) (T, error) {
@@ -215,7 +225,7 @@ func get[T answer](ctx context.Context, c *Client, path, reference string) (T, e
 		return out, err
 	}
 	err = c.do(req, http.StatusOK, &out)
-	return out, err
+	return out, checkAbout(out, err, reference)
 }
 
 // do sends req and decodes a definite answer into out (a pointer to an answer).
@@ -245,6 +255,22 @@ func (c *Client) do(req *http.Request, want int, out any) error {
 	default:
 		return fmt.Errorf("%w: %s: %s", ErrAmbiguous, resp.Status, excerpt(body))
 	}
+}
+
+// checkAbout turns a definite answer about something else than want into an ambiguous one: a
+// provider (or a proxy) that mixes up answers must never decide an operation.
+func checkAbout(out answer, err error, want string) error {
+	if err == nil && out.about() != want {
+		return fmt.Errorf("%w: the answer is about %q, not %q", ErrAmbiguous, excerptString(out.about()), want)
+	}
+	return err
+}
+
+func excerptString(s string) string {
+	if len(s) > maxErrorBody {
+		return s[:maxErrorBody]
+	}
+	return s
 }
 
 // excerpt quotes the start of a provider's answer for an error message.
