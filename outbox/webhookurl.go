@@ -131,6 +131,9 @@ var (
 		{netip.MustParsePrefix("::/96"), "reserved"},       // IPv4-compatible, deprecated
 		{netip.MustParsePrefix("100::/64"), "reserved"},    // discard-only
 		{netip.MustParsePrefix("2001:db8::/32"), "reserved"},
+		{netip.MustParsePrefix("64:ff9b:1::/48"), "local NAT64"}, // a site's own translator, to any IPv4 it routes
+		{netip.MustParsePrefix("2001::/32"), "Teredo"},           // tunnels to an IPv4 address it hides
+		{netip.MustParsePrefix("fec0::/10"), "site-local"},       // deprecated, still routed inside some sites
 	}
 	nat64     = netip.MustParsePrefix("64:ff9b::/96")
 	sixToFour = netip.MustParsePrefix("2002::/16")

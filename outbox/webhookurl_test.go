@@ -214,6 +214,9 @@ func TestCheckWebhookURL(t *testing.T) {
 		{"http://198.18.0.1/", "reserved"},
 		{"http://192.0.2.1/", "reserved"},
 		{"http://[2001:db8::1]/", "reserved"},
+		{"http://[64:ff9b:1::a00:1]/", "local NAT64"},
+		{"http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/", "Teredo"},
+		{"http://[fec0::1]/", "site-local"},
 		{"http://[::127.0.0.1]/", "reserved"}, // IPv4-compatible
 		// A public address in a spelling parsers disagree on.
 		{"http://134744072/", "usual form"}, // 8.8.8.8
