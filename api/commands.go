@@ -185,11 +185,11 @@ func (s *Server) answerCommand(c *gin.Context, cmd store.Command, p payment.Paym
 	switch {
 	case cmd.Kind == payment.CommandCapture && p.Status == payment.StatusSucceeded:
 		status = http.StatusCreated
-	case cmd.Kind == payment.CommandCapture && p.Status == payment.StatusCanceled:
-		status = http.StatusPaymentRequired
-	case cmd.Kind == payment.CommandCancel && p.Status == payment.StatusCanceled:
+	case cmd.Kind == payment.CommandCapture && p.Status == payment.StatusCanceled && p.FailureCode == payment.FailureDeclined:
+		status = http.StatusPaymentRequired // this capture was sent, and the bank refused it
+	case cmd.Kind == payment.CommandCancel && p.Status == payment.StatusCanceled && p.FailureCode == payment.FailureCanceled:
 		status = http.StatusOK
-	case p.Status.Final(): // decided by something else: this command did nothing
+	case p.Status.Final(): // decided by something else (the expiry, another command): this one did nothing
 		if err := s.Store.DeleteCommand(bg, cmd.MerchantID, cmd.Key); err != nil {
 			s.log.Warn("forget refused command", "key", cmd.Key, "error", err)
 		}

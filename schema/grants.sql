@@ -39,6 +39,8 @@ GRANT SELECT, INSERT, UPDATE ON refunds TO :"app_role";
 -- A capture's or cancel's key names it for good once answered; a refused one is deleted, as it
 -- changed nothing.
 GRANT SELECT, INSERT, UPDATE, DELETE ON payment_commands TO :"app_role";
+-- The secret key's check value is written once, by the first process, and read by every other.
+GRANT SELECT, INSERT ON secret_key_check TO :"app_role";
 -- The admin audit is append-only.
 GRANT SELECT, INSERT ON admin_audit TO :"app_role";
 -- An authorization is open from its Authorized step to its capture or cancel.

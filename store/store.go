@@ -23,6 +23,7 @@ type Store struct {
 	aead     cipher.AEAD     // encrypts merchants' webhook secrets at rest
 	outcomes outcomes        // committed outcomes, announced in process (WatchOutcome)
 	q        *dbsqlc.Queries // sqlc's methods for the statements of store/queries
+	keyCheck []byte          // the secret key's check value (CheckSecretKey)
 }
 
 // Options configure Open.
@@ -61,7 +62,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	s := &Store{pool: pool, aead: aead, q: dbsqlc.New(pool)}
+	s := &Store{pool: pool, aead: aead, q: dbsqlc.New(pool), keyCheck: keyCheckValue(o.SecretKey)}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("%w: database: %v", ErrUnavailable, err)

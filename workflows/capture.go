@@ -71,6 +71,7 @@ func (w *opRun) awaitCommand(ctx workflow.Context, authorization string) (Paymen
 	}
 	switch {
 	case w.command == nil:
+		w.expired = true // no command is taken from now on: the authorization is being let go
 		return w.void(ctx, Step{Phase: PhaseVoid, AuthorizationRef: authorization, FailureCode: payment.FailureAuthorizationExpired})
 	case w.cancel:
 		return w.void(ctx, Step{Phase: PhaseVoid, AuthorizationRef: authorization, FailureCode: payment.FailureCanceled})
@@ -127,12 +128,15 @@ func (w *opRun) setCommandHandlers(ctx workflow.Context) error {
 
 // waiting refuses a command (as errType) unless the payment waits for one.
 func (w *opRun) waiting(errType string) error {
-	if w.status == payment.StatusRequiresCapture && w.command == nil {
+	if w.status == payment.StatusRequiresCapture && w.command == nil && !w.expired {
 		return nil
 	}
 	st := string(w.status)
-	if w.command != nil {
+	switch {
+	case w.command != nil:
 		st = "being captured or canceled"
+	case w.expired:
+		st = "past its capture_before, its authorization being voided"
 	}
 	return temporal.NewApplicationError("the payment is "+st+", not waiting for a capture", errType, st)
 }

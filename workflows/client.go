@@ -224,35 +224,57 @@ func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (
 }
 
 // Command sends a manual payment's capture or cancel (update UpdateCapture or UpdateCancel) to
-// its workflow and waits until ctx ends for the status it led to (then ErrStillRunning). The
-// command's id is the update's: a repeated send of it is the same update. A refusal by the
-// workflow's validator is payment.ErrNotCapturable, payment.ErrNotCancelable or a
-// *payment.CaptureExceedsError (without its currency).
+// its workflow and waits until ctx ends for the status it led to: ErrStillRunning once the
+// workflow accepted it (it is in its history and goes on), payment.ErrUnavailable when it was not
+// accepted in time (Temporal or the workers away: nothing is in flight). The command's id is the
+// update's: a repeated send of it is the same update. A refusal by the workflow's validator is
+// payment.ErrNotCapturable, payment.ErrNotCancelable or a *payment.CaptureExceedsError (without
+// its currency).
 func (s Starter) Command(ctx context.Context, merchantID uuid.UUID, paymentKey, update string, c Command) (string, error) {
 	h, err := s.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		UpdateID: c.ID.String(), WorkflowID: PaymentWorkflowID(merchantID, paymentKey), UpdateName: update, Args: []any{c},
 		WaitForStage: client.WorkflowUpdateStageAccepted,
 	})
-	var status string
-	if err == nil {
-		err = h.Get(ctx, &status)
+	if err != nil {
+		if refused := commandRefusal(err, update); refused != nil {
+			return "", refused
+		}
+		// Not accepted: the workflow has not taken the command, which is then not in flight
+		// (an admitted update is not durable). The caller must say so and let it be sent again.
+		if ctx.Err() != nil || IsUnavailable(err) {
+			return "", fmt.Errorf("%w: the payment's workflow has not taken the %s yet: %v", payment.ErrUnavailable, update, err)
+		}
+		return "", err
 	}
+	var status string
+	err = h.Get(ctx, &status)
+	switch refused := commandRefusal(err, update); {
+	case err == nil:
+		return status, nil
+	case refused != nil:
+		return "", refused
+	case ctx.Err() != nil:
+		return "", ErrStillRunning // accepted, so in the workflow's history: it goes on
+	}
+	return "", err
+}
+
+// commandRefusal is the domain error of a command the workflow refused, or nil.
+func commandRefusal(err error, update string) error {
 	var appErr *temporal.ApplicationError
 	var notFound *serviceerror.NotFound
 	switch {
 	case err == nil:
-		return status, nil
+		return nil
 	case errors.As(err, &appErr) && appErr.Type() == ErrTypeCaptureExceeds:
 		var capturable int64
 		_ = appErr.Details(&capturable)
-		return "", &payment.CaptureExceedsError{Capturable: capturable}
+		return &payment.CaptureExceedsError{Capturable: capturable}
 	case errors.As(err, &appErr) && appErr.Type() == ErrTypeNotCapturable,
 		errors.As(err, &notFound) && update == UpdateCapture: // its workflow ended: the payment is final
-		return "", fmt.Errorf("%w: %v", payment.ErrNotCapturable, err)
+		return fmt.Errorf("%w: %v", payment.ErrNotCapturable, err)
 	case errors.As(err, &appErr) && appErr.Type() == ErrTypeNotCancelable, errors.As(err, &notFound):
-		return "", fmt.Errorf("%w: %v", payment.ErrNotCancelable, err)
-	case ctx.Err() != nil:
-		return "", ErrStillRunning
+		return fmt.Errorf("%w: %v", payment.ErrNotCancelable, err)
 	}
-	return "", err
+	return nil
 }

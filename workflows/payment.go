@@ -230,6 +230,7 @@ type opRun struct {
 	command    *Command
 	cancel     bool
 	authorized bool
+	expired    bool // capture_before passed with no command
 }
 
 // step runs one database step. From Revision 1, a step the data contradicts does not fail the

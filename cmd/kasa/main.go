@@ -170,6 +170,9 @@ func waitStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*store
 		st, err := openStore(ctx, cfg, false)
 		if err == nil {
 			if err = st.CheckSchema(ctx); err == nil {
+				err = st.CheckSecretKey(ctx)
+			}
+			if err == nil {
 				return st, "", nil
 			}
 			st.Close()
