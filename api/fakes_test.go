@@ -66,7 +66,7 @@ type fakeStore struct {
 	before     map[string]func() // method name -> what happens once, just before its next call
 	calls      map[string]int
 	audit      []store.AuditEntry // every admin call recorded
-	minted     map[string]string // random values the server made -> placeholder in golden files
+	minted     map[string]string  // random values the server made -> placeholder in golden files
 	lastList   store.ListPaymentsInput
 	ids        int
 
