@@ -673,7 +673,8 @@ func (run *run) checkUnlisted(o op) {
 		st := workflows.Settlement{Outcome: workflows.OutcomeNotCharged,
 			Note: "reconciliation: not in the settlement file for " + joinDays(run.report.Days)}
 		run.settle(o, st, func(status string) {
-			if status == string(payment.StatusFailed) {
+			// A manual payment whose capture or void was not charged is let go: canceled.
+			if status == string(payment.StatusFailed) || (o.manual && status == string(payment.StatusCanceled)) {
 				run.resolved(o, st, 0, "")
 				return
 			}
@@ -684,7 +685,7 @@ func (run *run) checkUnlisted(o op) {
 			case payment.StatusSucceeded: // settled as charged meanwhile, yet not in the file
 				m.Kind, m.Expected, m.Found = KindSucceededButMissing, now.describe(), "not listed on "+joinDays(run.report.Days)
 				run.mismatch(o.kind, m)
-			case payment.StatusFailed: // released meanwhile: nothing left to do
+			case payment.StatusFailed, payment.StatusCanceled: // released meanwhile: nothing left to do
 			default:
 				m.Kind, m.Expected, m.Found = KindSettleFailed, now.describe(), "not listed: the workflow refused the settlement while the "+o.kind.noun()+" is unknown; try again"
 				run.mismatch(o.kind, m)

@@ -30,7 +30,10 @@ func (w *opRun) runManual(ctx workflow.Context) (PaymentResult, error) {
 // (or a settlement) write.
 func (w *opRun) enter(st Step) {
 	in := w.in
-	w.in.Step, w.pending = st, nil
+	if w.pending != nil { // applied by the phase before: its handler answers once this one ends
+		w.consumed, w.pending = w.pending, nil
+	}
+	w.in.Step = st
 	switch st.Phase {
 	case PhaseAuthorize:
 		w.op.send, w.op.inquire, w.op.post, w.op.posted = ActivityAuthorize, ActivityInquireAuthorization, ActivityAuthorized, payment.StatusRequiresCapture

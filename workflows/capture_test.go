@@ -156,3 +156,22 @@ func TestAutomaticPaymentRefusesCapture(t *testing.T) {
 	require.Equal(t, statusFailed, res.Status)
 	require.Contains(t, answers["c1"], "rejected")
 }
+
+// A capture settled not_charged lets the authorization go: the settle update answers once the
+// void is done, with canceled, never refused.
+func TestManualPaymentCaptureSettledNotCharged(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	h.on(workflows.ActivityCaptureAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
+	h.on(workflows.ActivityMarkUnknown).Return(nil).Once()
+	h.on(workflows.ActivityVoidAuthorization).Return(charged("void_1"), nil).Once()
+	h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+		workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureDeclined}).Return(nil).Once()
+	answers := map[string]string{}
+	h.commandAt(time.Minute, workflows.UpdateCapture, "c1", workflows.Command{}, answers)
+	h.updateAt(2*time.Hour, "released", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
+
+	res := h.run(manualInput(h, workflows.CapabilityNone))
+	require.Equal(t, string(payment.StatusCanceled), res.Status)
+	require.Equal(t, string(payment.StatusCanceled), answers["released"])
+}

@@ -169,7 +169,11 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSettle,
 		func(ctx workflow.Context, s Settlement) (string, error) {
 			w.pending = &s
-			if err := workflow.Await(ctx, func() bool { return w.status != payment.StatusUnknown || w.pending != &s }); err != nil {
+			// Applied (consumed), it is answered once the operation left unknown: a manual
+			// payment's capture settled not_charged is voided first.
+			if err := workflow.Await(ctx, func() bool {
+				return w.status != payment.StatusUnknown || (w.pending != &s && w.consumed != &s)
+			}); err != nil {
 				return "", err
 			}
 			if w.status == payment.StatusUnknown { // set aside: it contradicts the bank's own answer
@@ -221,6 +225,8 @@ type opRun struct {
 	local   bool // steps are local activities (PaymentInput.LocalSteps)
 	status  payment.Status
 	pending *Settlement // accepted settlement, applied by parkUnknown
+	// consumed is the settlement a manual payment's phase applied before the next phase began.
+	consumed *Settlement
 	// conflict, when set, is why a not_charged settlement was set aside: the bank's inquiry
 	// found the operation done. Until an operator's retry, not_charged settlements are refused.
 	conflict string
