@@ -46,8 +46,10 @@ func (s *stack) check(ctx context.Context, ld *load, st *settled, rep *Report) {
 		checkRefunded(st),
 		s.balances.result(),
 		s.verifies.result(),
-		s.checkWebhooks(ctx, st),
+		s.checkWebhooks(ctx, st), // before the expiries': it waits for the events
 	)
+	captures, above := s.checkManual(st)
+	rep.Checks = append(rep.Checks, captures, above, checkExpiries(st, s.hook.byPayment()), s.checkOpen(st))
 	if s.splits.tried > 0 {
 		rep.Checks = append(rep.Checks, s.checkSplits())
 	}
@@ -94,12 +96,15 @@ func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
 	if ids > 1 && !k.expires {
 		out = append(out, fmt.Sprintf("answered %d different payments", ids))
 	}
+	if k.command != "" {
+		return append(out, commandProblems(a, k, st)...)
+	}
 	out = append(out, earlierPaymentsFailed(k, st)...)
 	if id == "" {
 		return append(out, "never answered with a payment, and none exists for it")
 	}
 	p := st.payments[id]
-	if k.expires && !p.refund() && p.res.Status == payment.StatusFailed {
+	if k.expires && !p.refund() && (p.res.Status == payment.StatusFailed || p.res.Status == payment.StatusCanceled) {
 		return out // its record may be gone: a replay would be a new payment
 	}
 	call := time.Now()
@@ -110,8 +115,10 @@ func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
 	if err != nil {
 		return append(out, "replay: "+err.Error())
 	}
-	// A payment or refund left unfinished (reported by the settled check) is replayed as 202.
-	want := map[payment.Status]int{payment.StatusSucceeded: http.StatusCreated, payment.StatusFailed: http.StatusPaymentRequired}[p.res.Status]
+	// A payment or refund left unfinished (reported by the settled check) is replayed as 202; a
+	// manual payment as it was answered when authorized.
+	answered := p.answered()
+	want := k.kind().answerStatus(answered)
 	if want == 0 {
 		want = http.StatusAccepted
 	}
@@ -127,17 +134,17 @@ func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
 			out = append(out, fmt.Sprintf("replay answered %s, want %s", got.ID, id))
 		}
 	case r.status != want:
-		out = append(out, fmt.Sprintf("replay answered %d, want %d for a %s %s: %.200s", r.status, want, p.res.Status, p.what(), r.body))
+		out = append(out, fmt.Sprintf("replay answered %d, want %d for a %s %s: %.200s", r.status, want, answered, p.what(), r.body))
 	case r.header.Get("Idempotent-Replayed") != "true":
 		out = append(out, "replay without Idempotent-Replayed: true")
-	case got.ID != id || got.Status != p.res.Status:
-		out = append(out, fmt.Sprintf("replay answered %s %s, want %s %s", got.ID, got.Status, id, p.res.Status))
+	case got.ID != id || got.Status != answered:
+		out = append(out, fmt.Sprintf("replay answered %s %s, want %s %s", got.ID, got.Status, id, answered))
 	}
 	return out
 }
 
-// earlierPaymentsFailed: a key whose record expired pays again only after its payment failed,
-// so every payment of a key but the newest ended failed.
+// earlierPaymentsFailed: a key whose record expired pays again only after its payment failed
+// (or, a manual one, was canceled), so every payment of a key but the newest ended so.
 func earlierPaymentsFailed(k *keyRecord, st *settled) (out []string) {
 	k.mu.Lock()
 	var ids []string
@@ -154,14 +161,15 @@ func earlierPaymentsFailed(k *keyRecord, st *settled) (out []string) {
 		return strings.Compare(st.payments[a].res.CreatedAt, st.payments[b].res.CreatedAt)
 	})
 	for _, id := range ids[:len(ids)-1] {
-		if p := st.payments[id]; p.res.Status != payment.StatusFailed {
+		if p := st.payments[id]; p.res.Status != payment.StatusFailed && p.res.Status != payment.StatusCanceled {
 			out = append(out, fmt.Sprintf("paid again while its payment %s was %s", id, p.res.Status))
 		}
 	}
 	return out
 }
 
-// checkSettled: no payment or refund is left processing or unknown once everything has settled.
+// checkSettled: no payment or refund is left processing, unknown or (a manual payment)
+// requires_capture once everything has settled.
 func (s *stack) checkSettled(st *settled) Check {
 	c := Check{Name: "every payment and refund reached a final status"}
 	for _, p := range sortedPayments(st) {
@@ -187,11 +195,12 @@ func checkLive(st *settled) Check {
 
 // checkBank: the simulator moved money at most once per operation, exactly once for each
 // succeeded payment or refund (the charge or refund it names) and never for a failed one. A
-// late booking still to come counts as moved.
+// late booking still to come counts as moved. Manual payments have checks of their own.
 func (s *stack) checkBank(st *settled) Check {
 	c := Check{Name: "the bank moved money once per succeeded payment or refund, never otherwise"}
 	var mu sync.Mutex
-	inParallel(sortedPayments(st), func(p *paid) {
+	automatic := slices.DeleteFunc(sortedPayments(st), func(p *paid) bool { return p.key.manual })
+	inParallel(automatic, func(p *paid) {
 		moved, err := s.api.bank().Charges(context.Background(), p.id)
 		if p.refund() {
 			moved, err = s.api.bank().Refunds(context.Background(), p.id)
@@ -259,15 +268,20 @@ func (s *stack) checkReconcile(ctx context.Context, st *settled, rep *Report) Ch
 }
 
 // checkHolds: no hold is left on a finished payment (every account's reserved amount is zero
-// once every payment is final), and each balance is its deposit less its succeeded payments, plus
-// their succeeded refunds.
+// once every payment is final), and each balance is its deposit less its succeeded payments (what a
+// manual one captured), plus their succeeded refunds.
 func (s *stack) checkHolds(merchants []*merchant, st *settled) Check {
 	c := Check{Name: "no hold left; balances are deposits less succeeded payments plus succeeded refunds"}
 	spent := map[string]int64{}
 	for _, p := range st.payments {
-		if p.res.Status == payment.StatusSucceeded && p.refund() {
+		switch {
+		case p.res.Status != payment.StatusSucceeded:
+		case p.refund():
 			spent[p.key.Account] -= p.key.Amount
-		} else if p.res.Status == payment.StatusSucceeded {
+		case p.key.manual:
+			captured, _ := signedAmount(p.res.AmountCaptured, "TRY")
+			spent[p.key.Account] += captured
+		default:
 			spent[p.key.Account] += p.key.Amount
 		}
 	}
@@ -341,7 +355,7 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 		events := got[p.id]
 		types := map[string][]string{}
 		for _, e := range events {
-			types[e.Type] = append(types[e.Type], e.ID)
+			types[change(e)] = append(types[change(e)], e.ID)
 		}
 		for typ, ids := range types {
 			if len(ids) > 1 {
@@ -399,14 +413,26 @@ func arrivalOrder(events []event) []string {
 }
 
 // inOrder says whether an object's events came in an order its states can take (docs/webhooks.md,
-// "Order"): unknown, if at all, before the final event, and nothing after a final event.
+// "Order"): unknown (or a manual payment's requires_capture), if at all, before the final event,
+// and nothing after a final event.
 func inOrder(types []string) bool {
 	for i, t := range types {
-		if (strings.HasSuffix(t, ".succeeded") || strings.HasSuffix(t, ".failed")) && i != len(types)-1 {
+		_, status, _ := strings.Cut(t, ".")
+		if (payment.Status(status).Final() || status == "captured") && i != len(types)-1 {
 			return false
 		}
 	}
 	return true
+}
+
+// change names the state change an event announces: its type, but a manual payment may go
+// unknown twice, its authorization's answer lost and then its capture's or void's (once it has
+// the bank's authorization).
+func change(e event) string {
+	if e.Type == "payment.unknown" && e.Payment.Capture == payment.CaptureManual && e.Payment.ProviderReference != nil {
+		return "payment.unknown (capture or void)"
+	}
+	return e.Type
 }
 
 func sortedPayments(st *settled) []*paid {

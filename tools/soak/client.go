@@ -155,3 +155,29 @@ func (a *api) waitOK(url string, within time.Duration) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// gauges reads the values of the named unlabelled metrics from the API's GET /metrics.
+func (a *api) gauges(names ...string) ([]float64, error) {
+	r, err := a.patient("GET", a.base+"/metrics", "", nil)
+	if err != nil {
+		return nil, err
+	}
+	if r.status != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %d", r.status)
+	}
+	out := make([]float64, len(names))
+	for i, name := range names {
+		found := false
+		for _, line := range strings.Split(string(r.body), "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				out[i], err = strconv.ParseFloat(strings.TrimSpace(v), 64)
+				found = err == nil
+				break
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("GET /metrics: no value of %s", name)
+		}
+	}
+	return out, nil
+}

@@ -27,10 +27,11 @@ type op struct {
 	Info     bool           `json:"info,omitempty"`
 	Status   int            `json:"status,omitempty"`
 	Replayed bool           `json:"replayed,omitempty"`
-	Payment  string         `json:"payment,omitempty"`  // the payment or refund the answer names, if any
-	Resource payment.Status `json:"resource,omitempty"` // that payment's status in the answer
-	Code     string         `json:"code,omitempty"`     // a problem's code
-	Body     string         `json:"body_sha256"`        // of the body, hex
+	Payment  string         `json:"payment,omitempty"`      // the payment or refund the answer names, if any
+	Resource payment.Status `json:"resource,omitempty"`     // that payment's status in the answer
+	Failure  string         `json:"failure_code,omitempty"` // and its failure_code
+	Code     string         `json:"code,omitempty"`         // a problem's code
+	Body     string         `json:"body_sha256"`            // of the body, hex
 }
 
 func opOf(call time.Time, r answer, err error) op {
@@ -41,10 +42,11 @@ func opOf(call time.Time, r answer, err error) op {
 	}
 	o.Replayed = r.header.Get("Idempotent-Replayed") == "true"
 	var v struct {
-		ID        string
-		Status    json.RawMessage // a string in a payment, a number in a problem
-		Code      string
-		PaymentID string `json:"payment_id"` // a duplicate_payment's
+		ID          string
+		Status      json.RawMessage // a string in a payment, a number in a problem
+		Code        string
+		PaymentID   string  `json:"payment_id"` // a duplicate_payment's
+		FailureCode *string `json:"failure_code"`
 	}
 	if json.Unmarshal(r.body, &v) == nil {
 		o.Code = v.Code
@@ -54,6 +56,9 @@ func opOf(call time.Time, r answer, err error) op {
 		var s string
 		if v.Code == "" && json.Unmarshal(v.Status, &s) == nil {
 			o.Payment, o.Resource = v.ID, payment.Status(s)
+			if v.FailureCode != nil {
+				o.Failure = *v.FailureCode
+			}
 		}
 	}
 	return o
@@ -76,28 +81,64 @@ func (o op) String() string {
 	if o.Info {
 		return fmt.Sprintf("[%s, %s] no answer", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"))
 	}
-	return fmt.Sprintf("[%s, %s] %d %s %s %s replayed=%t body=%.8s", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"),
-		o.Status, o.Payment, o.Resource, o.Code, o.Replayed, o.Body)
+	return fmt.Sprintf("[%s, %s] %d %s %s %s %s replayed=%t body=%.8s", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"),
+		o.Status, o.Payment, o.Resource, o.Failure, o.Code, o.Replayed, o.Body)
 }
 
 // keyState is the sequential model of one key (docs/api.md, idempotency): the payment or refund
-// the key made, once an answer named one; its final status, once any answer showed it; the final
-// answer's bytes, once a POST got it; and whether an answer showed the key's record expired.
+// the key made (or a command's payment), once an answer named one; the status its answer stands
+// for, once any answer showed it (final; a manual payment's requires_capture); the final answer's
+// bytes, once a POST got it; and whether an answer showed the key's record expired. A manual
+// payment's key also remembers the final status a lookup showed after its authorization, and a
+// command's whether an answer showed it taken (202).
 type keyState struct {
 	payment string
 	decided payment.Status
 	body    string
 	expired bool
+	later   payment.Status
+	taken   bool
 }
 
-// keyKind is what the model knows of a key beside its history: whether it is a refund's, and
-// whether records may expire during the run (a retention shorter than the run).
+// paid: an answer showed the key's payment succeeded (captured, for a manual one): it holds
+// its invoice for good.
+func (s keyState) paid() bool {
+	return s.decided == payment.StatusSucceeded || s.later == payment.StatusSucceeded
+}
+
+// freed: an answer showed the key's payment failed or canceled: its invoice is free again.
+func (s keyState) freed() bool {
+	return s.decided == payment.StatusFailed || s.later == payment.StatusCanceled
+}
+
+// keyKind is what the model knows of a key beside its history: whether it is a refund's, a
+// manual payment's or a command's, and whether records may expire during the run (a retention
+// shorter than the run).
 type keyKind struct {
 	refund, expires bool
-	request         string // the hash of the key's request: another one answers 422
+	manual          bool            // a manual payment's: answered requires_capture, captured or canceled later
+	command         payment.Command // a capture's or a cancel's
+	request         string          // the hash of the key's request: another one answers 422
 }
 
-func isFinal(s payment.Status) bool { return s == payment.StatusSucceeded || s == payment.StatusFailed }
+// answerStatus is the HTTP status of the key's final answer when its resource has status st, or
+// 0 when st is no final answer of the key: a payment 201 succeeded (a manual one 201
+// requires_capture) or 402 failed, a refund the same, a capture 201 succeeded or 402 canceled
+// (the bank took nothing), a cancel 200 canceled.
+func (k keyKind) answerStatus(st payment.Status) int {
+	var answers map[payment.Status]int
+	switch {
+	case k.command == payment.CommandCapture:
+		answers = map[payment.Status]int{payment.StatusSucceeded: http.StatusCreated, payment.StatusCanceled: http.StatusPaymentRequired}
+	case k.command == payment.CommandCancel:
+		answers = map[payment.Status]int{payment.StatusCanceled: http.StatusOK}
+	case k.manual:
+		answers = map[payment.Status]int{payment.StatusRequiresCapture: http.StatusCreated, payment.StatusFailed: http.StatusPaymentRequired}
+	default:
+		answers = map[payment.Status]int{payment.StatusSucceeded: http.StatusCreated, payment.StatusFailed: http.StatusPaymentRequired}
+	}
+	return answers[st]
+}
 
 // stepKey says whether the model of one key, in state s, may give o's answer, and the state after.
 // 422 is right for another request under the key, and for a refund's expired key.
@@ -110,24 +151,31 @@ func stepKey(k keyKind, s keyState, o op) (bool, keyState) {
 	if k.expires && !o.Info {
 		// A finished operation's record may be gone (docs/api.md, KASA_IDEMPOTENCY_RETENTION): a
 		// refund's key then answers 422 for good; a payment's key is a new request, which the
-		// invoice answers with its succeeded payment, or which pays again after a failed one. An
-		// expired record proves the operation finished, even if no answer showed it.
+		// invoice answers with its live payment (succeeded, or a manual one's authorized), or which
+		// pays again after a failed (or canceled) one. An expired record proves the operation
+		// finished, even if no answer showed it.
 		switch {
 		case k.refund && o.Status == http.StatusUnprocessableEntity && o.Code == "idempotency_key_reused":
 			s.expired = true
 			return true, s
 		case !k.refund && o.Status == http.StatusConflict && o.Code == "duplicate_payment":
 			// The invoice's live payment: the key's, or after its failed one, a later attempt's.
-			ok := o.Payment != "" && (s.payment == "" || s.payment == o.Payment && s.decided != payment.StatusFailed ||
-				s.payment != o.Payment && s.decided != payment.StatusSucceeded)
-			s = keyState{payment: o.Payment, decided: payment.StatusSucceeded, expired: true}
-			return ok, s
-		case !k.refund && s.decided != payment.StatusSucceeded && o.Payment != "" && s.payment != "" && o.Payment != s.payment:
+			ok := o.Payment != "" && (s.payment == "" || s.payment == o.Payment && !s.freed() ||
+				s.payment != o.Payment && !s.paid())
+			next := keyState{payment: o.Payment, decided: payment.StatusSucceeded, expired: true}
+			if k.manual {
+				next.decided = payment.StatusRequiresCapture
+				if s.payment == o.Payment {
+					next.later = s.later
+				}
+			}
+			return ok, next
+		case !k.refund && !s.paid() && o.Payment != "" && s.payment != "" && o.Payment != s.payment:
 			// A new payment, under a new record (its first answer may have been lost): the
-			// key's earlier one must have failed, which no answer may have shown; the settled
-			// check of the key's payments says whether it did.
+			// key's earlier one must have failed (or been canceled), which no answer may have
+			// shown; the settled check of the key's payments says whether it did.
 			s = keyState{}
-		case !k.refund && s.decided == payment.StatusFailed && o.Status == http.StatusConflict && o.Code == "idempotency_key_in_use":
+		case !k.refund && s.freed() && o.Status == http.StatusConflict && o.Code == "idempotency_key_in_use":
 			return true, s // a new payment in flight, whose first answer was lost
 		}
 	}
@@ -140,25 +188,36 @@ func stepKey(k keyKind, s keyState, o op) (bool, keyState) {
 		return true, s // asked to wait, or failed: nothing a retry must not see
 	case o.Lookup && o.Status == http.StatusNotFound:
 		return s.payment == "", s // once a payment was answered, the key finds it
+	case !o.Lookup && o.Status == http.StatusConflict && k.command != "" && o.Code == refusalCode(k.command):
+		// The payment no longer waits for a command, and the key keeps nothing: only before the
+		// command was taken.
+		return s.decided == "" && !s.taken, s
 	case !o.Lookup && o.Status == http.StatusConflict:
 		return o.Code == "idempotency_key_in_use" && s.decided == "", s // only while in flight
 	case o.Lookup && o.Status != http.StatusOK,
-		!o.Lookup && o.Status != http.StatusCreated && o.Status != http.StatusPaymentRequired && o.Status != http.StatusAccepted:
+		!o.Lookup && o.Status != http.StatusCreated && o.Status != http.StatusPaymentRequired && o.Status != http.StatusAccepted &&
+			o.Status != http.StatusOK:
 		return false, s
 	}
 	if o.Payment == "" || s.payment != "" && s.payment != o.Payment {
 		return false, s // one payment per key
 	}
 	s.payment = o.Payment
+	if o.Lookup && k.manual {
+		return stepManualLookup(s, o.Resource)
+	}
+	want := k.answerStatus(o.Resource)
 	switch {
-	case !isFinal(o.Resource):
+	case want == 0 && k.command != "":
+		// In flight at the bank, or unknown: the payment as it waits, before the command's outcome.
+		s.taken = true
+		return s.decided == "" && !o.Lookup && o.Status == http.StatusAccepted &&
+			(o.Resource == payment.StatusRequiresCapture || o.Resource == payment.StatusUnknown), s
+	case want == 0:
 		// In flight or unknown: never once the outcome was shown.
 		return s.decided == "" && (o.Resource == payment.StatusProcessing || o.Resource == payment.StatusUnknown) &&
 			(o.Lookup || o.Status == http.StatusAccepted), s
-	case s.decided != "" && s.decided != o.Resource,
-		o.Status == http.StatusCreated && o.Resource != payment.StatusSucceeded,
-		o.Status == http.StatusPaymentRequired && o.Resource != payment.StatusFailed,
-		o.Status == http.StatusAccepted:
+	case s.decided != "" && s.decided != o.Resource, !o.Lookup && o.Status != want:
 		return false, s
 	}
 	s.decided = o.Resource
@@ -170,6 +229,32 @@ func stepKey(k keyKind, s keyState, o op) (bool, keyState) {
 	}
 	s.body = o.Body
 	return true, s
+}
+
+// stepManualLookup is a lookup of a manual payment, which shows its status now: processing and
+// then requires_capture or failed, as a payment's answer does; once authorized, unknown while a
+// capture or void is ambiguous, and then succeeded or canceled for good.
+func stepManualLookup(s keyState, st payment.Status) (bool, keyState) {
+	authorized := s.decided == "" || s.decided == payment.StatusRequiresCapture
+	switch st {
+	case payment.StatusProcessing:
+		return s.decided == "", s
+	case payment.StatusUnknown: // its authorization, or once authorized its capture or void
+		return s.decided != payment.StatusFailed && s.later == "", s
+	case payment.StatusFailed:
+		ok := s.decided == "" || s.decided == payment.StatusFailed
+		s.decided = st
+		return ok, s
+	case payment.StatusRequiresCapture:
+		ok := authorized && s.later == ""
+		s.decided = st
+		return ok, s
+	case payment.StatusSucceeded, payment.StatusCanceled:
+		ok := authorized && (s.later == "" || s.later == st)
+		s.decided, s.later = payment.StatusRequiresCapture, st
+		return ok, s
+	}
+	return false, s
 }
 
 func keyModel(k keyKind) porcupine.Model {

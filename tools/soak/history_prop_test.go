@@ -18,12 +18,21 @@ import (
 // take effect makes the payment, which may be final in its own answer (the sync wait), may pass
 // through unknown, and ends succeeded or failed. With expiring, its record may then expire: a
 // later POST meets the invoice's live payment (duplicate_payment) after a success, or pays again
-// after a failure, in a payment final in its own answer.
-func legalHistory(t *rapid.T, expiring bool) []op {
+// after a failure, in a payment final in its own answer. A manual payment (never expiring here) is
+// answered requires_capture or failed; once authorized, lookups show it as it goes on: perhaps
+// unknown (its capture or void), then captured or canceled.
+func legalHistory(t *rapid.T, expiring, manual bool) []op {
 	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 	n := rapid.IntRange(1, 8).Draw(t, "requests")
 	outcome := rapid.SampledFrom([]payment.Status{payment.StatusSucceeded, payment.StatusFailed}).Draw(t, "outcome")
+	answerStatus := map[payment.Status]int{payment.StatusSucceeded: 201, payment.StatusFailed: 402}
+	laterUnknownAt, laterAt, later := -1, -1, payment.Status("")
+	if manual {
+		outcome = rapid.SampledFrom([]payment.Status{payment.StatusRequiresCapture, payment.StatusFailed}).Draw(t, "outcome")
+		answerStatus = map[payment.Status]int{payment.StatusRequiresCapture: 201, payment.StatusFailed: 402}
+		later = rapid.SampledFrom([]payment.Status{payment.StatusSucceeded, payment.StatusCanceled}).Draw(t, "later")
+	}
 	type req struct {
 		call, at, ret int
 		lookup        bool
@@ -59,6 +68,12 @@ func legalHistory(t *rapid.T, expiring bool) []op {
 			if expiring {
 				expiredAt = finalAt + rapid.IntRange(1, 400).Draw(t, "expires after")
 			}
+			if manual && outcome == payment.StatusRequiresCapture {
+				laterAt = finalAt + rapid.IntRange(1, 600).Draw(t, "command after")
+				if rapid.Bool().Draw(t, "command via unknown") {
+					laterUnknownAt = rapid.IntRange(finalAt, laterAt-1).Draw(t, "command unknown at")
+				}
+			}
 		}
 		if !r.lookup && expiredAt >= 0 && r.at >= expiredAt && outcome == payment.StatusFailed && again < 0 && r.fate != "503" {
 			again = r.at // a new request: the second payment
@@ -89,8 +104,14 @@ func legalHistory(t *rapid.T, expiring bool) []op {
 			o.Status, o.Code, o.Payment = 409, "duplicate_payment", "pay-1"
 		case r.lookup:
 			o.Status, o.Payment, o.Resource = 200, "pay-1", status
-		case status == payment.StatusSucceeded || status == payment.StatusFailed:
-			o.Status, o.Payment, o.Resource, o.Body = map[payment.Status]int{payment.StatusSucceeded: 201, payment.StatusFailed: 402}[status], "pay-1", status, "final"
+			switch {
+			case laterAt >= 0 && r.at >= laterAt:
+				o.Resource = later
+			case laterUnknownAt >= 0 && r.at >= laterUnknownAt:
+				o.Resource = payment.StatusUnknown
+			}
+		case answerStatus[status] != 0:
+			o.Status, o.Payment, o.Resource, o.Body = answerStatus[status], "pay-1", status, "final"
 			o.Replayed = r.at != created
 		case r.at == created || status == payment.StatusUnknown:
 			o.Status, o.Payment, o.Resource = 202, "pay-1", status
@@ -106,9 +127,10 @@ func legalHistory(t *rapid.T, expiring bool) []op {
 // checker raises no false alarm.
 func TestLegalHistoriesAreLinearizable(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		expiring := rapid.Bool().Draw(t, "expiring")
-		h := legalHistory(t, expiring)
-		require.True(t, linearizable(keyKind{expires: expiring}, h), "\n%s", describe(h))
+		manual := rapid.Bool().Draw(t, "manual")
+		expiring := !manual && rapid.Bool().Draw(t, "expiring")
+		h := legalHistory(t, expiring, manual)
+		require.True(t, linearizable(keyKind{expires: expiring, manual: manual}, h), "\n%s", describe(h))
 	})
 }
 
@@ -116,7 +138,8 @@ func TestLegalHistoriesAreLinearizable(t *testing.T) {
 // payment under a key.
 func TestSecondPaymentIsCaught(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		h := legalHistory(t, false)
+		manual := rapid.Bool().Draw(t, "manual")
+		h := legalHistory(t, false, manual)
 		var naming []int
 		for i, o := range h {
 			if o.Payment != "" {
@@ -127,6 +150,6 @@ func TestSecondPaymentIsCaught(t *testing.T) {
 			t.Skip("fewer than two answers name the payment")
 		}
 		h[rapid.SampledFrom(naming).Draw(t, "changed")].Payment = "pay-2"
-		require.False(t, linearizable(keyKind{}, h), "\n%s", describe(h))
+		require.False(t, linearizable(keyKind{manual: manual}, h), "\n%s", describe(h))
 	})
 }

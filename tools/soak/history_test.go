@@ -44,6 +44,9 @@ func TestLinearizableKeyHistories(t *testing.T) {
 	const p1, p2 = "pay-1", "pay-2"
 	refund, expiring, expiringRefund := keyKind{refund: true}, keyKind{expires: true}, keyKind{refund: true, expires: true}
 	ok, processing, unknown, failed := payment.StatusSucceeded, payment.StatusProcessing, payment.StatusUnknown, payment.StatusFailed
+	held, canceled := payment.StatusRequiresCapture, payment.StatusCanceled
+	manual, manualExpiring := keyKind{manual: true}, keyKind{manual: true, expires: true}
+	capture, cancel := keyKind{command: payment.CommandCapture}, keyKind{command: payment.CommandCancel}
 	for _, tc := range []struct {
 		name    string
 		history []op
@@ -89,6 +92,38 @@ func TestLinearizableKeyHistories(t *testing.T) {
 		{"an expired key, though no answer showed the payment finished", []op{ans(0, 10, 202, p1, processing, 1), dup(20, 30, p1)}, true, expiring},
 		{"a failed payment named by its invoice", []op{ans(0, 10, 402, p1, failed, 3), dup(20, 30, p1)}, false, expiring},
 		{"in flight after its key expired", []op{ans(0, 10, 202, p1, processing, 1), dup(20, 30, p1), ans(40, 50, 202, p1, processing, 1)}, false, expiring},
+		// A manual payment's key: answered when authorized; lookups show it captured or canceled later.
+		{"manual: authorized, replayed, found captured", []op{ans(0, 10, 201, p1, held, 4), ans(20, 30, 201, p1, held, 4), lookup(40, 50, p1, ok)}, true, manual},
+		{"manual: in flight, authorized, its capture unknown, then canceled", []op{ans(0, 10, 202, p1, processing, 1), ans(20, 30, 201, p1, held, 4),
+			lookup(40, 50, p1, unknown), lookup(60, 70, p1, canceled), ans(80, 90, 201, p1, held, 4)}, true, manual},
+		{"manual: found canceled, then replayed as authorized", []op{none(0, 10), lookup(20, 30, p1, canceled), ans(40, 50, 201, p1, held, 4)}, true, manual},
+		{"manual: declined", []op{ans(0, 10, 402, p1, failed, 3), lookup(20, 30, p1, failed)}, true, manual},
+		{"manual: a replay shows the capture", []op{ans(0, 10, 201, p1, held, 4), ans(20, 30, 201, p1, ok, 2)}, false, manual},
+		{"manual: captured, then canceled", []op{ans(0, 10, 201, p1, held, 4), lookup(20, 30, p1, ok), lookup(40, 50, p1, canceled)}, false, manual},
+		{"manual: waiting again after its capture", []op{lookup(0, 10, p1, ok), lookup(20, 30, p1, held)}, false, manual},
+		{"manual: authorized after it failed", []op{ans(0, 10, 402, p1, failed, 3), lookup(20, 30, p1, held)}, false, manual},
+		{"manual: in flight after it was authorized", []op{ans(0, 10, 201, p1, held, 4), ans(20, 30, 202, p1, processing, 1)}, false, manual},
+		{"manual, expiring: the invoice names the authorized payment", []op{ans(0, 10, 201, p1, held, 4), dup(20, 30, p1), lookup(40, 50, p1, ok)}, true, manualExpiring},
+		{"manual, expiring: pays again once canceled", []op{ans(0, 10, 201, p1, held, 4), lookup(20, 30, p1, canceled), ans(40, 50, 201, p2, held, 4)}, true, manualExpiring},
+		{"manual, expiring: pays again once captured", []op{ans(0, 10, 201, p1, held, 4), lookup(20, 30, p1, ok), ans(40, 50, 201, p2, held, 4)}, false, manualExpiring},
+		// A capture's and a cancel's keys.
+		{"capture: in flight, unknown, then captured and replayed", []op{ans(0, 10, 202, p1, held, 4), ans(20, 30, 202, p1, unknown, 1),
+			ans(40, 50, 201, p1, ok, 2), replayed(ans(60, 70, 201, p1, ok, 2))}, true, capture},
+		{"capture: the bank refused it", []op{ans(0, 10, 402, p1, canceled, 5), ans(20, 30, 402, p1, canceled, 5)}, true, capture},
+		{"capture: refused, the payment no longer waiting, twice", []op{problem(0, 10, 409, "payment_not_capturable"), problem(20, 30, 409, "payment_not_capturable")}, true, capture},
+		{"capture: in use while a duplicate runs", []op{ans(0, 30, 201, p1, ok, 2), problem(10, 20, 409, "idempotency_key_in_use")}, true, capture},
+		{"capture: refused after it was taken", []op{ans(0, 10, 202, p1, held, 4), problem(20, 30, 409, "payment_not_capturable")}, false, capture},
+		{"capture: refused after it succeeded", []op{ans(0, 10, 201, p1, ok, 2), problem(20, 30, 409, "payment_not_capturable")}, false, capture},
+		{"capture: succeeded, then declined", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 402, p1, canceled, 5)}, false, capture},
+		{"capture: 201 for a canceled payment", []op{ans(0, 10, 201, p1, canceled, 5)}, false, capture},
+		{"capture: a replay of other bytes", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 201, p1, ok, 9)}, false, capture},
+		{"capture: answered for another payment", []op{ans(0, 10, 202, p1, held, 4), ans(20, 30, 201, p2, ok, 2)}, false, capture},
+		{"capture: the cancel's refusal", []op{problem(0, 10, 409, "payment_not_cancelable")}, false, capture},
+		{"cancel: canceled, replayed", []op{none(0, 10), ans(20, 30, 200, p1, canceled, 5), replayed(ans(40, 50, 200, p1, canceled, 5))}, true, cancel},
+		{"cancel: refused, the payment had expired", []op{problem(0, 10, 409, "payment_not_cancelable")}, true, cancel},
+		{"cancel: 201", []op{ans(0, 10, 201, p1, canceled, 5)}, false, cancel},
+		{"cancel: another request under the key", []op{req(ans(0, 10, 200, p1, canceled, 5), "a"), req(problem(20, 30, 422, "idempotency_key_reused"), "b")}, true,
+			keyKind{command: payment.CommandCancel, request: "a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, linearizable(tc.kind, tc.history), "\n%s", describe(tc.history))

@@ -67,16 +67,12 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		Type string   `json:"type"`
 		Data resource `json:"data"`
 	}
-	kind := "payment."
-	if json.Unmarshal(body, &ev) == nil && ev.Data.PaymentID != "" {
-		kind = "refund."
-	}
 	switch secret, ok := r.secrets[m]; {
 	case !ok:
 		r.bad = append(r.bad, fmt.Sprintf("event %s for an unknown merchant %s", id, m))
 	case outbox.Verify(secret, req.Header.Get(outbox.HeaderSignature), body, 10*time.Minute) != nil:
 		r.bad = append(r.bad, fmt.Sprintf("event %s: signature does not verify", id))
-	case json.Unmarshal(body, &ev) != nil || ev.ID != id || ev.Type != kind+string(ev.Data.Status):
+	case json.Unmarshal(body, &ev) != nil || ev.ID != id || ev.Type != eventType(ev.Data):
 		r.bad = append(r.bad, fmt.Sprintf("event %s: malformed body %.200s", id, body))
 	default:
 		if e, seen := r.events[id]; seen {

@@ -25,18 +25,27 @@ type account struct {
 	Deposit int64 // minor units
 }
 
-// keyRecord is everything the client learned sending one idempotency key: a payment's, or a
-// refund's (Of is then the payment's key).
+// keyRecord is everything the client learned sending one idempotency key: a payment's, a
+// refund's (Of is then the payment's key), or a manual payment's capture or cancel (Target is
+// then the payment's key).
 type keyRecord struct {
 	Key      string
 	Merchant *merchant
 	Account  string // the payer's: a payment debits it, a refund credits it
-	Amount   int64
+	Amount   int64  // a capture's: what it asks for
 	body     []byte
 	Of       *keyRecord // a refund's payment
 	refunds  []int64    // a payment's: the refunds to ask for once it succeeded
 	expires  bool       // the key's record may expire during the run (a short retention)
 	other    []byte     // another request sent under the key once it was answered, or none
+	// A manual payment's (authorize now, capture later): the command sent once it is authorized
+	// ("": none, it is left to expire) and a capture's amount (0: all of it).
+	manual  bool
+	next    payment.Command
+	capture int64
+	// A capture's or cancel's key: the command, and its payment's key.
+	command payment.Command
+	Target  *keyRecord
 
 	mu         sync.Mutex
 	ids        map[string]bool // payment ids answered for the key: one, unless an expired key paid again
@@ -45,13 +54,17 @@ type keyRecord struct {
 	Statuses   map[int]int
 	unexpected []string
 	sawUnknown bool
-	decided    payment.Status // the final status an answer showed
+	refused    bool           // a command answered 409: its payment no longer waited for one
+	decided    payment.Status // the final status an answer showed (requires_capture for a manual payment)
 	history    []op           // every request sent under the key, for the linearizability check
 }
 
 // path is where the key's request goes.
 func (k *keyRecord) path() string {
-	if k.Of != nil {
+	switch {
+	case k.command != "":
+		return "/v1/payments/" + k.Target.id() + "/" + string(k.command)
+	case k.Of != nil:
 		return "/v1/payments/" + k.Of.id() + "/refunds"
 	}
 	return "/v1/payments"
@@ -76,7 +89,7 @@ func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry
 	}
 	k.Statuses[r.status]++
 	switch r.status {
-	case http.StatusCreated, http.StatusAccepted, http.StatusPaymentRequired:
+	case http.StatusCreated, http.StatusAccepted, http.StatusPaymentRequired, http.StatusOK: // 200: a cancel's
 		if o.Payment == "" {
 			k.unexpected = append(k.unexpected, fmt.Sprintf("%d with a body that is not a payment: %.200s", r.status, r.body))
 			return false, false
@@ -84,7 +97,7 @@ func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry
 		k.ID = o.Payment
 		k.ids[o.Payment] = true
 		k.sawUnknown = k.sawUnknown || o.Resource == payment.StatusUnknown
-		if isFinal(o.Resource) {
+		if o.Resource.Final() || o.Resource == payment.StatusRequiresCapture && k.command == "" {
 			k.decided = o.Resource
 		}
 		return true, false
@@ -95,6 +108,9 @@ func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry
 		switch {
 		case o.Code == "idempotency_key_in_use":
 			return false, true
+		case k.command != "" && o.Code == refusalCode(k.command):
+			k.refused = true
+			return false, false // the payment no longer waits for a command: the key keeps nothing
 		case k.expires && (o.Code == "duplicate_payment" || o.Code == "idempotency_key_reused"):
 			if o.Payment != "" { // the invoice's payment: the key's, or a later attempt's after a failure
 				k.ids[o.Payment] = true
@@ -119,7 +135,7 @@ func requestHash(body []byte) string {
 }
 
 func (k *keyRecord) kind() keyKind {
-	return keyKind{refund: k.Of != nil, expires: k.expires, request: requestHash(k.body)}
+	return keyKind{refund: k.Of != nil, expires: k.expires, manual: k.manual, command: k.command, request: requestHash(k.body)}
 }
 
 func (k *keyRecord) accepted() bool {
@@ -131,7 +147,9 @@ func (k *keyRecord) accepted() bool {
 // load sends new payments at a steady rate; each key's client retries it (same key, same body)
 // until kasa takes it, and some keys are sent twice at once or sent again after their answer.
 // Some payments that succeed are then refunded, in one or two parts at once, each part a key of
-// its own driven the same way.
+// its own driven the same way. One payment in five is manual: once authorized, most are then
+// captured in part or whole, some canceled, and the rest left to expire (KASA_CAPTURE_WINDOW),
+// each command a key of its own driven the same way.
 type load struct {
 	api       *api
 	rate      float64
@@ -147,6 +165,9 @@ type load struct {
 	dupLate int // keys sent again after their answer
 	refunds int // refund keys sent
 	reused  int // keys sent again with another request
+	manual  int // manual payment keys
+	capture int // capture keys sent
+	cancel  int // cancel keys sent
 	wg      sync.WaitGroup
 }
 
@@ -179,6 +200,9 @@ func (l *load) run(ctx, retryCtx context.Context, runID string) {
 		}
 		l.mu.Lock()
 		l.keys = append(l.keys, k)
+		if k.manual {
+			l.manual++
+		}
 		if twice {
 			l.dupNow++
 		}
@@ -196,7 +220,7 @@ func (l *load) run(ctx, retryCtx context.Context, runID string) {
 }
 
 // newKey draws a payment: most go to well-funded accounts, one in ten to an account that runs
-// dry (insufficient_funds).
+// dry (insufficient_funds); one in five is manual.
 func (l *load) newKey(key string) *keyRecord {
 	m := l.merchants[l.rng.IntN(len(l.merchants))]
 	acct := m.Accounts[0]
@@ -204,18 +228,31 @@ func (l *load) newKey(key string) *keyRecord {
 		acct = m.Accounts[1]
 	}
 	amount := int64(100 + l.rng.IntN(4901))
-	body, _ := json.Marshal(map[string]string{
-		"invoice_id": "inv-" + key, "amount": payment.FormatAmount(amount, "TRY"), "currency": "TRY", "account_id": acct.ID,
-	})
-	k := &keyRecord{Key: key, Merchant: m, Account: acct.ID, Amount: amount, body: body, expires: l.expires, ids: map[string]bool{}, Statuses: map[int]int{}}
+	manual := l.rng.Float64() < manualShare
+	body := func(amount int64) []byte {
+		fields := map[string]string{"invoice_id": "inv-" + key, "amount": payment.FormatAmount(amount, "TRY"), "currency": "TRY", "account_id": acct.ID}
+		if manual {
+			fields["capture"] = payment.CaptureManual
+		}
+		b, _ := json.Marshal(fields)
+		return b
+	}
+	k := &keyRecord{Key: key, Merchant: m, Account: acct.ID, Amount: amount, body: body(amount), expires: l.expires, manual: manual,
+		ids: map[string]bool{}, Statuses: map[int]int{}}
 	// Another request under the key, which must answer 422; not where the key may have expired,
 	// as it would then be a new payment.
 	if reuse := l.rng.Float64() < 0.05; reuse && !l.expires {
-		k.other, _ = json.Marshal(map[string]string{
-			"invoice_id": "inv-" + key, "amount": payment.FormatAmount(amount+1, "TRY"), "currency": "TRY", "account_id": acct.ID,
-		})
+		k.other = body(amount + 1)
 	}
 	switch r := l.rng.Float64(); {
+	case manual && r < 0.6: // a part, or (one in four) all of it
+		k.next = payment.CommandCapture
+		if l.rng.IntN(4) > 0 {
+			k.capture = 1 + l.rng.Int64N(amount)
+		}
+	case manual && r < 0.8:
+		k.next = payment.CommandCancel
+	case manual: // left to expire
 	case r < refundShare/2: // the whole amount
 		k.refunds = []int64{amount}
 	case r < refundShare: // two parts at once: together never more than the payment
@@ -223,6 +260,9 @@ func (l *load) newKey(key string) *keyRecord {
 	}
 	return k
 }
+
+// manualShare is the share of payments that are manual (authorize now, capture later).
+const manualShare = 0.2
 
 // refundShare is the share of payments the load refunds once they succeeded.
 const refundShare = 0.3
@@ -241,6 +281,7 @@ func (l *load) refundKey(k *keyRecord, i int, amount int64) *keyRecord {
 
 func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 	defer l.refund(ctx, k, twice, again)
+	defer l.command(ctx, k, twice, again)
 	if twice {
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -283,20 +324,64 @@ func (l *load) refund(ctx context.Context, k *keyRecord, twice, again bool) {
 	wg.Wait()
 }
 
-// succeeded says whether k's payment succeeded, reading it for up to half a minute while it is
-// not final.
+// command sends k's planned capture or cancel once its payment is authorized, after a pause of
+// up to commandDelay (some then meet the expiry). It inherits the payment's duplication.
+func (l *load) command(ctx context.Context, k *keyRecord, twice, again bool) {
+	if k.next == "" || !k.accepted() || l.outcome(ctx, k) != payment.StatusRequiresCapture {
+		return
+	}
+	if sleep(ctx, rand.N(commandDelay)) != nil {
+		return
+	}
+	body, amount := []byte("{}"), k.Amount
+	if k.capture > 0 {
+		amount = k.capture
+		body, _ = json.Marshal(map[string]string{"amount": payment.FormatAmount(amount, "TRY")})
+	}
+	c := &keyRecord{Key: k.Key + "-" + string(k.next), Merchant: k.Merchant, Account: k.Account, Amount: amount, body: body,
+		command: k.next, Target: k, ids: map[string]bool{}, Statuses: map[int]int{}}
+	l.mu.Lock()
+	l.keys = append(l.keys, c)
+	if k.next == payment.CommandCapture {
+		l.capture++
+	} else {
+		l.cancel++
+	}
+	l.mu.Unlock()
+	l.drive(ctx, c, twice, again)
+}
+
+// commandDelay bounds the pause before a manual payment's command: about half the soak's
+// capture window.
+const commandDelay = 12 * time.Second
+
+// refusalCode is the 409 that refuses a command whose payment no longer waits for one.
+func refusalCode(c payment.Command) string {
+	if c == payment.CommandCancel {
+		return "payment_not_cancelable"
+	}
+	return "payment_not_capturable"
+}
+
+// succeeded says whether k's payment succeeded.
 func (l *load) succeeded(ctx context.Context, k *keyRecord) bool {
+	return l.outcome(ctx, k) == payment.StatusSucceeded
+}
+
+// outcome is the status k's payment was answered with (final, or requires_capture), reading it
+// for up to half a minute while no answer showed one; "" if none did.
+func (l *load) outcome(ctx context.Context, k *keyRecord) payment.Status {
 	for end := time.Now().Add(30 * time.Second); ; {
 		k.mu.Lock()
 		decided := k.decided
 		k.mu.Unlock()
 		if decided != "" || time.Now().After(end) {
-			return decided == payment.StatusSucceeded
+			return decided
 		}
 		if sleep(ctx, time.Second) != nil {
-			return false
+			return ""
 		}
-		if p, ok, err := l.api.resource(k.Merchant.APIKey, "/v1/payments/"+k.id()); err == nil && ok && isFinal(p.Status) {
+		if p, ok, err := l.api.resource(k.Merchant.APIKey, "/v1/payments/"+k.id()); err == nil && ok && p.Status.Answered() {
 			k.mu.Lock()
 			k.decided = p.Status
 			k.mu.Unlock()

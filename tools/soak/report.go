@@ -43,8 +43,9 @@ type Report struct {
 	LearnedByKey int            `json:"learned_by_key"`  // keys whose payment the client learned only by GET ?idempotency_key
 	Expired      int            `json:"expired_answers"` // answers that showed a key's record expired (409 duplicate_payment, 422 for a refund)
 	Answers      map[string]int `json:"answers"`         // HTTP status of every POST ("none": no answer)
-	Payments     map[string]int `json:"payments"`        // payments and refunds ("refund:succeeded"), by final outcome
+	Payments     map[string]int `json:"payments"`        // payments and refunds ("refund:succeeded", "manual:canceled:authorization_expired"), by final outcome
 	ViaUnknown   int            `json:"via_unknown"`     // payments and refunds that were unknown on their way
+	Manual       ManualFigures  `json:"manual"`          // manual payments and their commands
 
 	Reconciles     []ReconcileRun      `json:"reconciles"`    // imports that settled unknown payments
 	LiveAfter      string              `json:"live_after"`    // from the faults' end until nothing was processing (the live check's bound at most)
@@ -59,6 +60,19 @@ type Report struct {
 
 	// histories are every key's requests, written beside the report when a check failed.
 	histories map[string][]op
+}
+
+// ManualFigures are what became of the manual payments (authorize now, capture later) and of
+// their captures and cancels.
+type ManualFigures struct {
+	Keys       int `json:"keys"`       // manual payments' keys
+	Authorized int `json:"authorized"` // their payments the bank authorized (answered requires_capture)
+	Captures   int `json:"captures"`   // capture keys sent
+	Cancels    int `json:"cancels"`    // cancel keys sent
+	Refused    int `json:"refused"`    // of those, refused with 409: the payment no longer waited for one
+	Captured   int `json:"captured"`   // payments that ended succeeded
+	Canceled   int `json:"canceled"`   // canceled by a cancel, or by a capture the bank refused
+	Expired    int `json:"expired"`    // canceled at their capture_before
 }
 
 // FaultResult is a planned fault as it went.
@@ -79,6 +93,9 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 		switch f.Kind {
 		case BankFault:
 			r.FaultsByKind["bank_fault:"+f.Action]++
+			if f.AlsoOn != "" {
+				r.FaultsByKind["bank_fault:on:"+f.AlsoOn]++
+			}
 		case NetFault:
 			r.FaultsByKind["net_fault:"+f.Target+":"+f.Toxic]++
 		}
@@ -86,10 +103,14 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 	keys := ld.snapshot()
 	ld.mu.Lock()
 	r.Keys, r.Skipped, r.DupNow, r.DupLate, r.RefundKeys, r.Reused = len(keys), ld.skipped, ld.dupNow, ld.dupLate, ld.refunds, ld.reused
+	r.Manual = ManualFigures{Keys: ld.manual, Captures: ld.capture, Cancels: ld.cancel}
 	ld.mu.Unlock()
 	r.Answers = map[string]int{}
 	for _, k := range keys {
 		k.mu.Lock()
+		if k.refused {
+			r.Manual.Refused++
+		}
 		r.Sends += k.Sends
 		for _, o := range k.history {
 			if k.expires && (o.Code == "duplicate_payment" || o.Code == "idempotency_key_reused") {
@@ -108,11 +129,15 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 	r.Payments = map[string]int{}
 	for _, p := range st.payments {
 		outcome := string(p.res.Status)
-		if p.res.Status == payment.StatusFailed {
+		if p.res.Status == payment.StatusFailed || p.res.Status == payment.StatusCanceled {
 			outcome += ":" + deref(p.res.FailureCode)
 		}
-		if p.refund() {
+		switch {
+		case p.refund():
 			outcome = "refund:" + outcome
+		case p.key.manual:
+			outcome = "manual:" + outcome
+			r.Manual.count(p)
 		}
 		r.Payments[outcome]++
 		if p.viaUnknown {
@@ -121,6 +146,21 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 	}
 	r.Deliveries, r.Events, _ = hook.stats()
 	r.LiveAfter = st.live.Round(time.Second).String()
+}
+
+// count adds a settled manual payment to the figures.
+func (m *ManualFigures) count(p *paid) {
+	if p.answered() == payment.StatusRequiresCapture {
+		m.Authorized++
+	}
+	switch {
+	case p.res.Status == payment.StatusSucceeded:
+		m.Captured++
+	case p.res.Status == payment.StatusCanceled && deref(p.res.FailureCode) == payment.FailureAuthorizationExpired:
+		m.Expired++
+	case p.res.Status == payment.StatusCanceled:
+		m.Canceled++
+	}
 }
 
 // HistoryFile is where the write into dir puts every key's requests after a failed check ("" when
@@ -215,6 +255,9 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %d |\n", k, r.Payments[k])
 	}
 	fmt.Fprintf(w, "| (of which were `unknown` on the way) | %d |\n", r.ViaUnknown)
+	m := r.Manual
+	fmt.Fprintf(w, "\nManual payments: %d keys, %d authorized; %d captures and %d cancels sent (%d refused: the payment no longer waited); "+
+		"%d captured, %d canceled, %d expired at their `capture_before`.\n", m.Keys, m.Authorized, m.Captures, m.Cancels, m.Refused, m.Captured, m.Canceled, m.Expired)
 	fmt.Fprintf(w, "\nAnswers to the POSTs:")
 	for _, k := range slices.Sorted(maps.Keys(r.Answers)) {
 		fmt.Fprintf(w, " %s ×%d", k, r.Answers[k])

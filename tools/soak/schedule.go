@@ -75,6 +75,11 @@ var BankActions = []BankAction{
 	{Name: "garbage", On: []string{"charge", "inquiry", "refund"}},
 }
 
+// ManualOn are a manual payment's requests to the bank. Each bank fault applies its action to one
+// of them too, beside the request kind of BankActions it was drawn for (drawn from a stream of its
+// own: the rest of a seed's schedule is what it was before manual payments).
+var ManualOn = []string{"authorize", "capture", "void"}
+
 // Links are the network paths the soak puts toxics on.
 const (
 	LinkPostgres = "postgres" // every kasa process → PostgreSQL
@@ -90,8 +95,9 @@ type Fault struct {
 	Kind     Kind          `json:"kind"`
 	Target   string        `json:"target"` // worker-1, api, postgres, bank, link name...
 	Duration time.Duration `json:"duration"`
-	// Bank faults: the simulator rule.
+	// Bank faults: the simulator rule, on On and on AlsoOn (a manual payment's request).
 	On          string  `json:"on,omitempty"`
+	AlsoOn      string  `json:"also_on,omitempty"`
 	Action      string  `json:"action,omitempty"`
 	DelayMS     int     `json:"delay_ms,omitempty"`
 	Probability float64 `json:"probability,omitempty"`
@@ -107,7 +113,11 @@ type Fault struct {
 func (f Fault) Detail() string {
 	switch f.Kind {
 	case BankFault:
-		s := fmt.Sprintf("%s on %s p=%.2f", f.Action, f.On, f.Probability)
+		on := f.On
+		if f.AlsoOn != "" {
+			on += "+" + f.AlsoOn
+		}
+		s := fmt.Sprintf("%s on %s p=%.2f", f.Action, on, f.Probability)
 		if f.DelayMS > 0 {
 			s += fmt.Sprintf(" delay=%dms", f.DelayMS)
 		}
@@ -145,7 +155,8 @@ type PlanOptions struct {
 // Plan draws the fault schedule. Two faults never hold one target at once (the simulator has one
 // set of rules, a link one toxic); faults of different targets may overlap.
 func Plan(o PlanOptions) []Fault {
-	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x736f616b)) // "soak"
+	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x736f616b))    // "soak"
+	manual := rand.New(rand.NewPCG(uint64(o.Seed), 0x6d616e75)) // "manu": ManualOn's draws
 	kinds := o.Kinds
 	switch {
 	case len(kinds) == 0 && o.Cluster:
@@ -185,6 +196,7 @@ func Plan(o PlanOptions) []Fault {
 		case BankFault:
 			a := BankActions[rng.IntN(len(BankActions))]
 			f.Target, f.Action, f.On = "bank", a.Name, a.On[rng.IntN(len(a.On))]
+			f.AlsoOn = ManualOn[manual.IntN(len(ManualOn))]
 			f.Probability = round2(0.2 + 0.4*rng.Float64())
 			if a.Delay {
 				f.DelayMS = int(between(rng, a.MinDelay, a.MaxDelay).Milliseconds())

@@ -35,11 +35,18 @@ func (p *paid) what() string {
 }
 
 // eventType is the type of p's final event, once p is final.
-func (p *paid) eventType() string {
-	if p.refund() {
-		return "refund." + string(p.res.Status)
+func (p *paid) eventType() string { return eventType(p.res) }
+
+// eventType is the type of the event a payment's or refund's state change sends (docs/webhooks.md):
+// "payment.<status>" or "refund.<status>", except a manual payment's capture, payment.captured.
+func eventType(r resource) string {
+	switch {
+	case r.PaymentID != "":
+		return "refund." + string(r.Status)
+	case r.Capture == payment.CaptureManual && r.Status == payment.StatusSucceeded:
+		return "payment.captured"
 	}
-	return "payment." + string(p.res.Status)
+	return "payment." + string(r.Status)
 }
 
 // path is where the API answers p.
@@ -50,9 +57,8 @@ func (p *paid) path() string {
 	return "/v1/payments/" + p.id
 }
 
-func (p *paid) done() bool {
-	return p.res.Status == payment.StatusSucceeded || p.res.Status == payment.StatusFailed
-}
+// done: p is final (succeeded, failed, or a manual payment canceled).
+func (p *paid) done() bool { return p.res.Status.Final() }
 
 // settled is every payment and refund of the soak's keys, by id.
 type settled struct {
@@ -67,7 +73,8 @@ type settled struct {
 // room for a Temporal or PostgreSQL that restarted last.
 const liveBound = 90 * time.Second
 
-// settle brings every payment and refund to an end: it learns what each key whose client never
+// settle brings every payment and refund to an end (a manual payment's too: captured, canceled
+// or expired, an unknown capture or void settled by the file): it learns what each key whose client never
 // heard back made (a payment's by looking its key up, a refund's by sending it once more), waits
 // until none is processing, imports the bank's settlement file for the unknown ones, and waits
 // until those are settled too. Each wait is bounded by Options.Settle.
@@ -78,7 +85,12 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 	}
 	var unanswered []*keyRecord // refund keys that learned no refund
 	var lastStart time.Time     // of the latest key's first request
+	var commands []*keyRecord
 	for _, k := range ld.snapshot() {
+		if k.command != "" { // a capture or cancel: its payment's key learns the payment
+			commands = append(commands, k)
+			continue
+		}
 		k.mu.Lock()
 		if len(k.history) > 0 && k.history[0].Call.After(lastStart) {
 			lastStart = k.history[0].Call
@@ -116,6 +128,14 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 		k.mu.Unlock()
 	}
 	s.findRefunds(st, unanswered)
+	for _, c := range commands {
+		c.mu.Lock()
+		unknown := c.sawUnknown
+		c.mu.Unlock()
+		if p := st.payments[c.Target.id()]; p != nil && unknown {
+			p.viaUnknown = true // its capture or void was
+		}
+	}
 
 	// One bound for the whole settling: a payment still unfinished at its end is a violation.
 	deadline := time.Now().Add(s.o.Settle)
@@ -138,9 +158,13 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 		return nil, err
 	}
 	// Unknown payments wait for the settlement file; kasa releases an unlisted one only once it is
-	// older than the booking window, so the import is repeated until none is left.
-	for s.count(st, payment.StatusUnknown) > 0 && time.Now().Before(deadline) {
+	// older than the booking window, so the import is repeated until none is left. Authorizations
+	// still waiting expire meanwhile (and their void, if unknown, is settled alike).
+	for s.count(st, payment.StatusUnknown)+s.count(st, payment.StatusRequiresCapture) > 0 && time.Now().Before(deadline) {
 		for _, day := range st.days {
+			if s.count(st, payment.StatusUnknown) == 0 {
+				break
+			}
 			run, err := s.reconcile(ctx, day)
 			if err != nil {
 				return nil, err
@@ -177,6 +201,9 @@ func (s *stack) lookup(k *keyRecord) (resource, bool, error) {
 // nothing.
 func (s *stack) finalReads(keys []*keyRecord) {
 	inParallel(keys, func(k *keyRecord) {
+		if k.command != "" {
+			return // its payment's key reads the payment
+		}
 		if k.Of == nil {
 			_, _, _ = s.lookup(k)
 			return

@@ -1,11 +1,13 @@
 // Package soak is the chaos soak (`kasa soak`, `make soak`): kasa's real processes (`kasa api`,
 // two `kasa worker`s, `kasa relay`, `kasa banksim`), PostgreSQL and the Temporal dev server run
-// for a bounded time under a steady load with duplicate retries, while a seeded schedule of
-// faults kills and restarts processes and servers, makes the bank misbehave and degrades the
-// network between kasa and PostgreSQL and between the workers and the bank. Then everything
-// settles (unknown payments are reconciled with the bank's settlement file) and the soak checks
-// that every key has one outcome, the bank moved money exactly as the payments say, the ledger
-// verifies, no hold is left, and every state change reached the merchant once.
+// for a bounded time under a steady load with duplicate retries (manual payments among them,
+// captured, canceled or left to expire), while a seeded schedule of faults kills and restarts
+// processes and servers, makes the bank misbehave and degrades the network between kasa and
+// PostgreSQL and between the workers and the bank. Then everything settles (unknown payments,
+// captures and voids are reconciled with the bank's settlement file) and the soak checks that
+// every key has one outcome, the bank moved money exactly as the payments say (nothing captured
+// twice or above its authorization), the ledger verifies, no hold or authorization is left,
+// expired ones were let go on time, and every state change reached the merchant once.
 // docs/tools.md describes it.
 package soak
 
@@ -131,6 +133,8 @@ var kasaSettings = map[string]string{
 	"KASA_WEBHOOK_TIMEOUT":         "5s",
 	"KASA_WEBHOOK_ALLOW_PRIVATE":   "true",
 	"KASA_LOG_LEVEL":               "info",
+	// Manual payments nobody captures expire within the soak.
+	"KASA_CAPTURE_WINDOW": "20s",
 }
 
 // stack is one soak's processes, servers and links.
@@ -539,7 +543,11 @@ func (s *stack) inject(ctx context.Context, f Fault) error {
 		wait()
 		return c.Resume()
 	case BankFault:
-		if err := s.api.setBankRules(banksim.Rule{On: f.On, Action: f.Action, Probability: &f.Probability, DelayMS: f.DelayMS}); err != nil {
+		rules := []banksim.Rule{{On: f.On, Action: f.Action, Probability: &f.Probability, DelayMS: f.DelayMS}}
+		if f.AlsoOn != "" {
+			rules = append(rules, banksim.Rule{On: f.AlsoOn, Action: f.Action, Probability: &f.Probability, DelayMS: f.DelayMS})
+		}
+		if err := s.api.setBankRules(rules...); err != nil {
 			return err
 		}
 		wait()
