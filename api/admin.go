@@ -333,19 +333,27 @@ func (s *Server) revokeAPIKey(c *gin.Context) {
 // rotateWebhookSecret replaces a merchant's webhook secret, shown once; webhooks carry the old
 // secret's signature next to the new one's for webhookSecretOverlap.
 func (s *Server) rotateWebhookSecret(c *gin.Context) {
-	if !s.queryOK(c) {
+	if !s.queryOK(c, "revoke_previous") {
 		return
 	}
 	merchantID, err := merchantParam(c)
 	if err == nil {
 		err = decodeNone(c)
 	}
+	overlap := webhookSecretOverlap
+	switch c.Query("revoke_previous") {
+	case "", "false":
+	case "true": // the old secret leaked: it signs nothing from now on, and is wiped
+		overlap = 0
+	default:
+		err = &payment.ValidationError{Fields: []payment.FieldError{{Field: "revoke_previous", Message: "must be true or false"}}}
+	}
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
 	secret := payment.NewSecret("whsec_")
-	until, err := s.Store.RotateWebhookSecret(c.Request.Context(), merchantID, secret, webhookSecretOverlap)
+	until, err := s.Store.RotateWebhookSecret(c.Request.Context(), merchantID, secret, overlap)
 	if err != nil {
 		s.writeError(c, err)
 		return

@@ -86,7 +86,8 @@ func (s *Store) APIKeys(ctx context.Context, merchantID uuid.UUID) ([]APIKey, er
 }
 
 // RotateWebhookSecret replaces a merchant's webhook secret; the replaced one keeps signing next
-// to it for overlap (an older previous secret is dropped). It returns until when both sign.
+// to it for overlap (an older previous secret is dropped), or, with no overlap, is wiped at once.
+// It returns until when both sign.
 // payment.ErrNotFound when there is no such merchant.
 func (s *Store) RotateWebhookSecret(ctx context.Context, merchantID uuid.UUID, secret string, overlap time.Duration) (time.Time, error) {
 	until, err := s.q.RotateWebhookSecret(ctx, dbsqlc.RotateWebhookSecretParams{
@@ -95,8 +96,11 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, merchantID uuid.UUID, s
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, payment.ErrNotFound
 	}
-	if err != nil || until == nil {
+	if err != nil {
 		return time.Time{}, translate(err)
+	}
+	if until == nil { // revoked at once: the previous secret ended now
+		return time.Now(), nil
 	}
 	return *until, nil
 }

@@ -133,4 +133,12 @@ func TestRotateWebhookSecret(t *testing.T) {
 	require.Len(t, ds, 1)
 	require.Equal(t, "whsec_three", ds[0].Secret)
 	require.Empty(t, ds[0].PreviousSecret)
+
+	// A leaked secret revoked at once (no overlap) is not kept at all.
+	_, err = own.RotateWebhookSecret(ctx, m.ID, "whsec_four", time.Hour)
+	require.NoError(t, err)
+	_, err = own.RotateWebhookSecret(ctx, m.ID, "whsec_five", 0)
+	require.NoError(t, err)
+	require.NoError(t, own.Exec(ctx, `SELECT 1 / (CASE WHEN webhook_secret_prev_enc IS NULL THEN 1 ELSE 0 END) FROM merchants WHERE id = $1`, m.ID),
+		"the revoked secret is wiped")
 }

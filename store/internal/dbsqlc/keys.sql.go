@@ -84,8 +84,9 @@ func (q *Queries) RevokeAPIKey(ctx context.Context, arg RevokeAPIKeyParams) (int
 
 const RotateWebhookSecret = `-- name: RotateWebhookSecret :one
 UPDATE merchants
-SET webhook_secret_prev_enc = webhook_secret_enc,
-    webhook_secret_prev_until = now() + $1::float8 * interval '1 second',
+SET webhook_secret_prev_enc = CASE WHEN $1::float8 > 0 THEN webhook_secret_enc END,
+    webhook_secret_prev_until = CASE WHEN $1::float8 > 0
+        THEN now() + $1::float8 * interval '1 second' END,
     webhook_secret_enc = $2
 WHERE id = $3
 RETURNING webhook_secret_prev_until
@@ -98,7 +99,7 @@ type RotateWebhookSecretParams struct {
 }
 
 // The current secret becomes the previous one for overlap_seconds (an older previous one is
-// dropped).
+// dropped); with no overlap (a leaked secret revoked at once) no previous one is kept at all.
 func (q *Queries) RotateWebhookSecret(ctx context.Context, arg RotateWebhookSecretParams) (*time.Time, error) {
 	row := q.db.QueryRow(ctx, RotateWebhookSecret, arg.OverlapSeconds, arg.WebhookSecretEnc, arg.ID)
 	var webhook_secret_prev_until *time.Time
