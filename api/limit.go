@@ -30,6 +30,9 @@ type Limits struct {
 	MerchantShare float64
 	PerIP         Rate // requests per client address (an IPv6 client is its /64)
 	PerMerchant   Rate // authenticated requests per merchant
+	// FailedAuth is how many requests with wrong credentials a client address may make: past
+	// it every request of that address needing credentials gets 429, before any lookup.
+	FailedAuth Rate
 	// TrustedProxies are the addresses (or CIDRs) whose X-Forwarded-For names the client; with
 	// none the client is the connection's peer, whatever headers it sends.
 	TrustedProxies []string
@@ -267,6 +270,41 @@ func newLimiter(r Rate) *limiter {
 }
 
 // allow takes a token from key's bucket at now, or says how long until one is there.
+// empty reports whether key's bucket has no token now (and how long until one), without taking
+// any: a client that may still fail gets its answer, one that failed too often does not.
+func (l *limiter) empty(key string, now time.Time) (bool, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.keys[key]
+	if !ok {
+		return false, 0
+	}
+	if t := b.lim.TokensAt(now); t < 1 {
+		return true, time.Duration((1 - t) / float64(l.rate) * float64(time.Second))
+	}
+	return false, 0
+}
+
+// authRefused answers 429 to a client address past its failed-authentication limit; it runs
+// before credentials are looked up.
+func (s *Server) authRefused(c *gin.Context) bool {
+	if s.failedAuth == nil {
+		return false
+	}
+	if blocked, wait := s.failedAuth.empty(clientKey(c.ClientIP()), time.Now()); blocked {
+		s.writeError(c, &rateLimitedError{wait: wait})
+		return true
+	}
+	return false
+}
+
+// authFailed counts a request with wrong credentials against its client address.
+func (s *Server) authFailed(c *gin.Context) {
+	if s.failedAuth != nil {
+		s.failedAuth.allow(clientKey(c.ClientIP()), time.Now())
+	}
+}
+
 func (l *limiter) allow(key string, now time.Time) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -412,3 +412,29 @@ func TestConnectionCapPerClient(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 }
+
+// Wrong credentials are limited per client address far more tightly than requests: past the
+// limit that address gets 429 before any lookup, even with a right key, while others are served.
+func TestFailedAuthenticationIsLimitedPerClient(t *testing.T) {
+	t.Parallel()
+	s, st, _ := newTestServer(t, func(o *Options) {
+		o.Limits = Limits{FailedAuth: Rate{PerSecond: 0.01, Burst: 3}}
+	})
+	h := s.Handler()
+	get := func(ip, key string) int {
+		req := httptest.NewRequest("GET", "/v1/accounts/0192f1f0-0000-7000-8000-0000000000ff", nil)
+		req.RemoteAddr = ip + ":1234"
+		req.Header.Set("Authorization", "Bearer "+key)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	for i := range 3 {
+		require.Equal(t, http.StatusUnauthorized, get("192.0.2.1", fmt.Sprintf("sk_wrong_%d", i)))
+	}
+	lookups := st.calls["MerchantByAPIKey"]
+	require.Equal(t, http.StatusTooManyRequests, get("192.0.2.1", "sk_wrong_9"))
+	require.Equal(t, http.StatusTooManyRequests, get("192.0.2.1", "sk_a"), "even a right key, until the bucket refills")
+	require.Equal(t, lookups, st.calls["MerchantByAPIKey"], "no lookup past the limit")
+	require.Equal(t, http.StatusNotFound, get("192.0.2.2", "sk_a"), "another address is served")
+}

@@ -138,6 +138,7 @@ type Server struct {
 	refunds   refundOps
 
 	perIP, perMerchant *limiter      // nil: off
+	failedAuth         *limiter      // wrong credentials per client address; nil: off
 	inFlight           chan struct{} // a slot per request being handled; nil: off
 	merchantFlight     *perKey       // requests in flight per merchant, up to its share; nil: off
 	admission          *admission
@@ -167,6 +168,7 @@ func New(o Options) *Server {
 		o.Registry.MustRegister(newDBCollector(src))
 	}
 	s.perIP, s.perMerchant = newLimiter(o.Limits.PerIP), newLimiter(o.Limits.PerMerchant)
+	s.failedAuth = newLimiter(o.Limits.FailedAuth)
 	if o.Limits.MaxInFlight > 0 {
 		s.inFlight = make(chan struct{}, o.Limits.MaxInFlight)
 		if sh := o.Limits.MerchantShare; sh > 0 && sh < 1 {
@@ -346,10 +348,14 @@ func bearer(c *gin.Context) string {
 // adminAuth lets through a call with the admin token (or the previous one, while a rotation
 // overlaps) and records it in the admin audit once it is answered (docs/security.md).
 func (s *Server) adminAuth(c *gin.Context) {
+	if s.authRefused(c) {
+		return
+	}
 	tok := bearer(c)
 	current := s.AdminToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.AdminToken)) == 1
 	previous := s.AdminTokenPrevious != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.AdminTokenPrevious)) == 1
 	if !current && !previous {
+		s.authFailed(c)
 		s.writeError(c, payment.ErrUnauthorized)
 		return
 	}
@@ -368,13 +374,20 @@ func AdminTokenID(token string) string {
 }
 
 func (s *Server) merchantAuth(c *gin.Context) {
+	if s.authRefused(c) {
+		return
+	}
 	key := bearer(c)
 	if key == "" {
+		s.authFailed(c)
 		s.writeError(c, payment.ErrUnauthorized)
 		return
 	}
 	m, err := s.merchants.lookup(c.Request.Context(), key, s.Store.MerchantByAPIKey)
 	if err != nil {
+		if errors.Is(err, payment.ErrUnauthorized) {
+			s.authFailed(c)
+		}
 		s.writeError(c, err)
 		return
 	}

@@ -38,6 +38,8 @@ type Config struct {
 		RateLimit      struct {
 			PerIP       RateLimit `mapstructure:"per_ip"`
 			PerMerchant RateLimit `mapstructure:"per_merchant"`
+			// FailedAuth: wrong credentials per client address, far tighter than requests.
+			FailedAuth RateLimit `mapstructure:"failed_auth"`
 		} `mapstructure:"rate_limit"`
 	} `mapstructure:"api"`
 	Metrics struct {
@@ -183,6 +185,8 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("api.rate_limit.per_ip.burst", 2000)
 	v.SetDefault("api.rate_limit.per_merchant.rate", 500)
 	v.SetDefault("api.rate_limit.per_merchant.burst", 1000)
+	v.SetDefault("api.rate_limit.failed_auth.rate", 1)
+	v.SetDefault("api.rate_limit.failed_auth.burst", 20)
 	v.SetDefault("metrics.addr", "")
 	v.SetDefault("banksim.addr", "127.0.0.1:8090")
 	v.SetDefault("admin.token", "")
@@ -394,7 +398,7 @@ func (c Config) validateEdge() []error {
 	if a.MaxConns < 1 || a.MaxInFlight < 1 || a.MaxInFlight > a.MaxConns {
 		errs = append(errs, fmt.Errorf("api.max_conns (%d) and api.max_in_flight (%d) must be positive, with no more requests than connections", a.MaxConns, a.MaxInFlight))
 	}
-	for name, r := range map[string]RateLimit{"per_ip": a.RateLimit.PerIP, "per_merchant": a.RateLimit.PerMerchant} {
+	for name, r := range map[string]RateLimit{"per_ip": a.RateLimit.PerIP, "per_merchant": a.RateLimit.PerMerchant, "failed_auth": a.RateLimit.FailedAuth} {
 		if r.Rate < 0 || (r.Rate > 0 && r.Burst < 1) {
 			errs = append(errs, fmt.Errorf("api.rate_limit.%s: rate (%g) must be 0 (off) or positive, with a burst of at least 1 (got %d)", name, r.Rate, r.Burst))
 		}

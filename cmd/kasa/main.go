@@ -323,6 +323,7 @@ func apiLimits(cfg config.Config) api.Limits {
 		MaxConns: a.MaxConns, MaxConnsPerClient: min(a.MaxConnsPerClient, max(1, a.MaxConns/2)), MaxInFlight: a.MaxInFlight, MerchantShare: a.MerchantShare, TrustedProxies: a.TrustedProxies,
 		PerIP:       api.Rate{PerSecond: a.RateLimit.PerIP.Rate, Burst: a.RateLimit.PerIP.Burst},
 		PerMerchant: api.Rate{PerSecond: a.RateLimit.PerMerchant.Rate, Burst: a.RateLimit.PerMerchant.Burst},
+		FailedAuth:  api.Rate{PerSecond: a.RateLimit.FailedAuth.Rate, Burst: a.RateLimit.FailedAuth.Burst},
 	}
 }
 

@@ -69,5 +69,6 @@ func TestAPILimitsFromConfig(t *testing.T) {
 		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second,
 		MaxConns: 4096, MaxConnsPerClient: 256, MaxInFlight: 1024, MerchantShare: 0.5, TrustedProxies: []string{},
 		PerIP: api.Rate{PerSecond: 1000, Burst: 2000}, PerMerchant: api.Rate{PerSecond: 500, Burst: 1000},
+		FailedAuth: api.Rate{PerSecond: 1, Burst: 20},
 	}, apiLimits(cfg))
 }
