@@ -430,7 +430,7 @@ func (a *Activities) inquireState(ctx context.Context, operationID uuid.UUID, wa
 	switch {
 	case err != nil:
 		return workflows.ChargeResult{}, classify(err)
-	case au.State == want:
+	case au.State == want, want == stateVoided && au.State == stateExpired: // an expired hold is let go too
 		return workflows.ChargeResult{ProviderReference: au.ID, Succeeded: true}, nil
 	case au.State == stateAuthorized:
 		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError("the authorization is still open", workflows.ErrTypeNotFound, nil)
@@ -455,4 +455,5 @@ const (
 	stateAuthorized = "authorized"
 	stateCaptured   = "captured"
 	stateVoided     = "voided"
+	stateExpired    = "expired" // the bank let the hold go itself
 )

@@ -16,6 +16,7 @@ const (
 	stateCaptured   = "captured"
 	stateVoided     = "voided"
 	stateDeclined   = "declined"
+	stateExpired    = "expired" // neither captured nor voided within the bank's authorization TTL
 )
 
 var errNoAuthorization = errors.New("no such authorization")
@@ -137,6 +138,9 @@ func (s *Sim) current(a authRecord, now time.Time, pending bool) authRecord {
 			a.State = stateVoided
 		}
 	}
+	if a.State == stateAuthorized && !now.Before(a.CreatedAt.Add(s.authTTL)) {
+		a.State = stateExpired
+	}
 	return a
 }
 
@@ -219,7 +223,8 @@ func (s *Sim) doVoid(key, id string, decline bool, late time.Duration) (voidReco
 				ID:              "vd_" + uuid.Must(uuid.NewV7()).String(),
 				AuthorizationID: a.ID,
 				Reference:       a.Reference,
-				Status:          statusOf(decline || (state != stateAuthorized && state != stateVoided)),
+				// Voiding what is already let go (voided, expired) succeeds: the hold is gone.
+				Status: statusOf(decline || (state != stateAuthorized && state != stateVoided && state != stateExpired)),
 			},
 			booking: newBooking(key, now, late),
 		}, nil

@@ -442,3 +442,23 @@ func TestAuthorizationsSurviveRestart(t *testing.T) {
 		})
 	}
 }
+
+// An authorization nobody captured or voided expires at the bank after its TTL: a capture is
+// declined and moves nothing, a void answers succeeded (the hold is gone either way).
+func TestAuthorizationExpires(t *testing.T) {
+	e := newEnv(t, CapabilityIdempotent)
+	now := time.Now()
+	e.sim.mu.Lock()
+	e.sim.now = func() time.Time { return now }
+	e.sim.mu.Unlock()
+	id := e.authorized(t, "exp-1")
+	now = now.Add(DefaultAuthorizationTTL)
+	require.Equal(t, stateExpired, e.inquired(t, "exp-1").State)
+	code, c := e.capture(t, "cap-1", id, 100)
+	require.Equal(t, http.StatusCreated, code)
+	require.Equal(t, statusDeclined, c.Status)
+	require.Zero(t, e.held(t, "exp-1").CapturedMinor)
+	code, v := e.void(t, "void-1", id)
+	require.Equal(t, http.StatusCreated, code)
+	require.Equal(t, statusSucceeded, v.Status)
+}

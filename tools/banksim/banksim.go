@@ -26,6 +26,7 @@ package banksim
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,7 +56,13 @@ type Options struct {
 	DataDir    string       // directory of the durable logs (created if missing); required
 	Capability Capability   // default CapabilityIdempotent
 	Logger     *slog.Logger // optional
+	// AuthorizationTTL is how long an authorization holds before the bank lets it expire (a
+	// capture is then declined, a void answers succeeded); default DefaultAuthorizationTTL.
+	AuthorizationTTL time.Duration
 }
+
+// DefaultAuthorizationTTL is how long a card authorization lives at the simulated bank.
+const DefaultAuthorizationTTL = 7 * 24 * time.Hour
 
 const (
 	statusSucceeded = "succeeded"
@@ -94,6 +101,7 @@ func (r record) bookedBy(now time.Time) bool { return !r.CreatedAt.After(now) }
 // Sim is the simulator. All state is guarded by mu.
 type Sim struct {
 	capability Capability
+	authTTL    time.Duration
 	log        *slog.Logger
 	now        func() time.Time // replaced in tests to produce charges on other days
 
@@ -129,6 +137,7 @@ func New(opts Options) (*Sim, error) {
 	}
 	s := &Sim{
 		capability:     capability,
+		authTTL:        cmp.Or(opts.AuthorizationTTL, DefaultAuthorizationTTL),
 		log:            logger,
 		now:            time.Now,
 		closed:         make(chan struct{}),
