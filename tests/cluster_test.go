@@ -114,6 +114,16 @@ func TestClusterRunsEveryProcessAsAChild(t *testing.T) {
 	n, _ := bankCharges(t, c.sim, p["id"].(string))
 	require.Equal(t, 1, n, "one charge at the bank")
 
+	// A manual payment authorized on API 2 and captured in part on API 1, with workers apart.
+	r := httpDo(t, "POST", c.apis[1]+"/v1/payments", c.state.DemoAPIKey, manualBody("cluster-inv-2", "50.00", c.state.DemoAccountID),
+		"Idempotency-Key", "cluster-2")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "requires_capture", r.json(t)["status"])
+	r = httpDo(t, "POST", c.apis[0]+"/v1/payments/"+r.json(t)["id"].(string)+"/capture", c.state.DemoAPIKey, `{"amount":"20.00"}`,
+		"Idempotency-Key", "cluster-2-capture", "Content-Type", "application/json")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "20.00", r.json(t)["amount_captured"])
+
 	// The Web UI reads the cluster's visibility: the payment's workflow is listed there.
 	ui := ""
 	for _, line := range strings.Split(c.banner, "\n") {
