@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"errors"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 )
 
@@ -19,7 +21,11 @@ var ErrSecretKeyMismatch = errors.New("KASA_SECRET_KEY differs from the key the 
 // ask records a check value made from its key (an HMAC, from which the key cannot be learned).
 func (s *Store) CheckSecretKey(ctx context.Context) error {
 	var recorded []byte
-	if err := s.pool.QueryRow(ctx, dbsqlc.SecretKeyCheck, s.keyCheck).Scan(&recorded); err != nil {
+	err := s.pool.QueryRow(ctx, dbsqlc.SecretKeyCheck, s.keyCheck).Scan(&recorded)
+	if errors.Is(err, pgx.ErrNoRows) { // a process starting at the same time recorded it first
+		err = s.pool.QueryRow(ctx, dbsqlc.GetSecretKeyCheck).Scan(&recorded)
+	}
+	if err != nil {
 		return translate(err)
 	}
 	if !hmac.Equal(recorded, s.keyCheck) {

@@ -28,3 +28,24 @@ func TestSecretKeyIsTheDeployments(t *testing.T) {
 	other := bytes.Repeat([]byte{9}, 32)
 	require.ErrorIs(t, open(other).CheckSecretKey(ctx), store.ErrSecretKeyMismatch)
 }
+
+// Processes starting at once on a new database all pass: one records its value, the others read it.
+func TestSecretKeyRecordedByConcurrentStarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	stores := make([]*store.Store, 8)
+	for i := range stores {
+		st, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: i == 0})
+		require.NoError(t, err)
+		t.Cleanup(st.Close)
+		stores[i] = st
+	}
+	errs := make(chan error, len(stores))
+	for _, st := range stores {
+		go func() { errs <- st.CheckSecretKey(ctx) }()
+	}
+	for range stores {
+		require.NoError(t, <-errs)
+	}
+}

@@ -9,6 +9,19 @@ import (
 	"context"
 )
 
+const GetSecretKeyCheck = `-- name: GetSecretKeyCheck :one
+SELECT check_value FROM secret_key_check WHERE id = 1
+`
+
+// The recorded check value, read after a concurrent first process recorded it (its insert won,
+// and the statement above could not see its row yet).
+func (q *Queries) GetSecretKeyCheck(ctx context.Context) ([]byte, error) {
+	row := q.db.QueryRow(ctx, GetSecretKeyCheck)
+	var check_value []byte
+	err := row.Scan(&check_value)
+	return check_value, err
+}
+
 const SecretKeyCheck = `-- name: SecretKeyCheck :one
 
 WITH ins AS (
