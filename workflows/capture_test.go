@@ -175,3 +175,20 @@ func TestManualPaymentCaptureSettledNotCharged(t *testing.T) {
 	require.Equal(t, string(payment.StatusCanceled), res.Status)
 	require.Equal(t, string(payment.StatusCanceled), answers["released"])
 }
+
+// Once capture_before has passed, the authorization is being let go: a capture or cancel sent
+// while its void runs is refused, never taken.
+func TestManualPaymentRefusesCommandsOnceExpired(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	answers := map[string]string{}
+	h.on(workflows.ActivityVoidAuthorization).After(time.Minute).Return(charged("void_1"), nil).Once()
+	h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+		workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureAuthorizationExpired}).Return(nil).Once()
+	h.commandAt(time.Hour+30*time.Second, workflows.UpdateCapture, "late", workflows.Command{}, answers)
+
+	res := h.run(manualInput(h, workflows.CapabilityIdempotent))
+	require.Equal(t, string(payment.StatusCanceled), res.Status)
+	require.Contains(t, answers["late"], "rejected")
+	require.Contains(t, answers["late"], "past its capture_before")
+}
