@@ -400,7 +400,7 @@ func (a *Activities) authorization(ctx context.Context, in workflows.BankCallInp
 // InquireCapture asks the bank whether the payment's authorization was captured: not yet (so a
 // capture may be sent) is ChargeNotFound, voided is a decline.
 func (a *Activities) InquireCapture(ctx context.Context, operationID uuid.UUID) (workflows.ChargeResult, error) {
-	return a.inquireState(ctx, operationID, stateCaptured)
+	return a.inquireState(ctx, operationID, provider.StateCaptured)
 }
 
 // VoidAuthorization asks the bank to let the authorization go. A void the bank refuses (it was
@@ -420,7 +420,7 @@ func (a *Activities) VoidAuthorization(ctx context.Context, in workflows.BankCal
 
 // InquireVoid asks the bank whether the payment's authorization was voided.
 func (a *Activities) InquireVoid(ctx context.Context, operationID uuid.UUID) (workflows.ChargeResult, error) {
-	return a.inquireState(ctx, operationID, stateVoided)
+	return a.inquireState(ctx, operationID, provider.StateVoided)
 }
 
 // inquireState finds the payment's authorization at the bank: in state want it succeeded, still
@@ -430,9 +430,9 @@ func (a *Activities) inquireState(ctx context.Context, operationID uuid.UUID, wa
 	switch {
 	case err != nil:
 		return workflows.ChargeResult{}, classify(err)
-	case au.State == want, want == stateVoided && au.State == stateExpired: // an expired hold is let go too
+	case au.State == want, want == provider.StateVoided && au.State == provider.StateExpired: // an expired hold is let go too
 		return workflows.ChargeResult{ProviderReference: au.ID, Succeeded: true}, nil
-	case au.State == stateAuthorized:
+	case au.State == provider.StateAuthorized:
 		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError("the authorization is still open", workflows.ErrTypeNotFound, nil)
 	}
 	return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError("the authorization is "+au.State, workflows.ErrTypeDeclined, nil, au.ID)
@@ -449,11 +449,3 @@ func (a *Activities) Canceled(ctx context.Context, in workflows.ReleaseInput) er
 	_, err := a.Store.Canceled(ctx, in.OperationID, in.FailureCode)
 	return classify(err)
 }
-
-// An authorization's states at the bank (its answer's "state").
-const (
-	stateAuthorized = "authorized"
-	stateCaptured   = "captured"
-	stateVoided     = "voided"
-	stateExpired    = "expired" // the bank let the hold go itself
-)

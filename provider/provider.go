@@ -77,8 +77,7 @@ func (r Refund) status() string { return r.Status }
 func (r Refund) about() string  { return r.Reference }
 
 // Authorization is the provider's record of a hold. Status answers the authorize call
-// (succeeded: the money is held); State is where it is now: "authorized", "captured", "voided"
-// or "declined".
+// (succeeded: the money is held); State is where it is now, one of the State constants.
 type Authorization struct {
 	ID            string `json:"id"`
 	Reference     string `json:"reference"`
@@ -88,6 +87,15 @@ type Authorization struct {
 	State         string `json:"state"`
 	CapturedMinor int64  `json:"captured_minor"`
 }
+
+// An authorization's states.
+const (
+	StateAuthorized = "authorized"
+	StateCaptured   = "captured"
+	StateVoided     = "voided"
+	StateDeclined   = "declined"
+	StateExpired    = "expired" // the bank let the hold go itself
+)
 
 // Succeeded reports whether the money was held.
 func (a Authorization) Succeeded() bool { return a.Status == StatusSucceeded }
@@ -261,16 +269,9 @@ func (c *Client) do(req *http.Request, want int, out any) error {
 // provider (or a proxy) that mixes up answers must never decide an operation.
 func checkAbout(out answer, err error, want string) error {
 	if err == nil && out.about() != want {
-		return fmt.Errorf("%w: the answer is about %q, not %q", ErrAmbiguous, excerptString(out.about()), want)
+		return fmt.Errorf("%w: the answer is about %s, not %q", ErrAmbiguous, excerpt([]byte(out.about())), want)
 	}
 	return err
-}
-
-func excerptString(s string) string {
-	if len(s) > maxErrorBody {
-		return s[:maxErrorBody]
-	}
-	return s
 }
 
 // excerpt quotes the start of a provider's answer for an error message.
