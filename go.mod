@@ -24,7 +24,15 @@ require (
 
 require github.com/anishathalye/porcupine v1.3.1
 
-require pgregory.net/rapid v1.3.0
+require (
+	github.com/chromedp/chromedp v0.23.1
+	pgregory.net/rapid v1.3.0
+)
+
+require (
+	github.com/chromedp/cdproto v0.160.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+)
 
 require (
 	cel.dev/expr v0.25.3 // indirect

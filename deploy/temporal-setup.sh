@@ -22,7 +22,7 @@ done
 
 # One attribute per call: the CLI pairs each --name with one --type. Registering an attribute
 # that exists with the same type is a no-op on SQL visibility.
-for sa in PaymentStatus:Keyword MerchantId:Keyword; do
+for sa in PaymentStatus:Keyword MerchantId:Keyword PaymentSummary:Keyword; do
 	tries=0
 	until temporal operator search-attribute create --namespace "$ns" --name "${sa%%:*}" --type "${sa#*:}"; do
 		tries=$((tries + 1))
@@ -33,4 +33,4 @@ for sa in PaymentStatus:Keyword MerchantId:Keyword; do
 		sleep 2
 	done
 done
-echo "namespace $ns ready with search attributes PaymentStatus and MerchantId"
+echo "namespace $ns ready with search attributes PaymentStatus, MerchantId and PaymentSummary"

@@ -141,7 +141,7 @@ func TestNamespaceSetUpAfterKasa(t *testing.T) {
 	require.Contains(t, out, "search attributes registered")
 	resp, err := tc.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: ns})
 	require.NoError(t, err)
-	for _, name := range []string{"PaymentStatus", "MerchantId"} {
+	for _, name := range []string{"PaymentStatus", "MerchantId", "PaymentSummary"} {
 		require.Equal(t, enumspb.INDEXED_VALUE_TYPE_KEYWORD, resp.GetCustomAttributes()[name], name)
 	}
 	began = time.Now()

@@ -53,6 +53,7 @@ func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) 
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			SearchPaymentStatus.ValueSet("processing"),
 			SearchMerchantID.ValueSet(in.MerchantID.String()),
+			SearchPaymentSummary.ValueSet(listed(in.summary())),
 		),
 	}
 	opts.StaticSummary, opts.StaticDetails = in.summary()
@@ -149,6 +150,7 @@ func (s Starter) StartRefund(ctx context.Context, key string, in RefundInput) (s
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			SearchPaymentStatus.ValueSet("processing"),
 			SearchMerchantID.ValueSet(in.MerchantID.String()),
+			SearchPaymentSummary.ValueSet(listed(in.summary())),
 		),
 	}
 	opts.StaticSummary, opts.StaticDetails = in.summary()

@@ -38,6 +38,15 @@ func (in RefundInput) summary() (string, string) {
 		fmt.Sprintf("**Refund** `%s`\n\n- amount: %s\n- of payment: `%s`\n- merchant: `%s`", in.OperationID, amount, in.PaymentID, in.MerchantID)
 }
 
+// listed is a summary as the PaymentSummary search attribute holds it: cut to what a Keyword
+// column of Temporal's SQL visibility takes (255 characters).
+func listed(summary, _ string) string {
+	if r := []rune(summary); len(r) > 255 {
+		return string(r[:254]) + "…"
+	}
+	return summary
+}
+
 // detail sets the workflow's current details: what it waits for, since now.
 func (w *opRun) detail(ctx workflow.Context, format string, args ...any) {
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf(format, args...)+" (since "+stamp(workflow.Now(ctx))+")")

@@ -80,9 +80,12 @@ const (
 )
 
 // Search attributes on every payment workflow; operators filter PaymentStatus="unknown".
+// PaymentSummary is the static summary again, set at the start: the Web UI's list shows search
+// attributes as columns but not the summary, and the operator must see what is at stake there.
 var (
-	SearchPaymentStatus = temporal.NewSearchAttributeKeyKeyword("PaymentStatus")
-	SearchMerchantID    = temporal.NewSearchAttributeKeyKeyword("MerchantId")
+	SearchPaymentStatus  = temporal.NewSearchAttributeKeyKeyword("PaymentStatus")
+	SearchMerchantID     = temporal.NewSearchAttributeKeyKeyword("MerchantId")
+	SearchPaymentSummary = temporal.NewSearchAttributeKeyKeyword("PaymentSummary")
 )
 
 // Capability is what the provider supports; it picks the charge strategy.

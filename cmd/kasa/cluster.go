@@ -122,7 +122,7 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 			if state.UIPort, err = port(state.UIPort); err != nil {
 				return err
 			}
-			ui, err := startUI(ctx, sup, uiBin, filepath.Join(dir, "ui"), cfg, state.UIPort)
+			ui, err := devenv.StartUI(ctx, sup, uiBin, filepath.Join(dir, "ui"), cfg.Temporal.Address, cfg.Temporal.Namespace, state.UIPort)
 			if err != nil {
 				return err
 			}
@@ -268,36 +268,6 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 func saveClusterState(path string, s clusterState) error {
 	b, _ := json.MarshalIndent(s, "", "  ")
 	return os.WriteFile(path, b, 0o600)
-}
-
-// startUI runs the Temporal Web UI server on 127.0.0.1:port, pointed at the cluster's frontend.
-func startUI(ctx context.Context, sup *devenv.Supervisor, bin, dir string, cfg config.Config, port int) (*devenv.Child, error) {
-	if err := os.MkdirAll(filepath.Join(dir, "config"), 0o755); err != nil {
-		return nil, err
-	}
-	conf := fmt.Sprintf(`# Written by kasa cluster at each start: edits are lost.
-temporalGrpcAddress: %s
-host: 127.0.0.1
-port: %d
-enableUi: true
-defaultNamespace: %s
-cors:
-  cookieInsecure: true
-`, cfg.Temporal.Address, port, cfg.Temporal.Namespace)
-	if err := os.WriteFile(filepath.Join(dir, "config", "base.yaml"), []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	ui, err := sup.Start("temporal-ui", os.Environ(), bin, "--root", dir, "--config", "config", "--env", "kasa", "start")
-	if err != nil {
-		return nil, err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := devenv.WaitHTTP(wctx, fmt.Sprintf("http://127.0.0.1:%d/", port), ui); err != nil {
-		ui.Stop(5 * time.Second)
-		return nil, err
-	}
-	return ui, nil
 }
 
 func printClusterBanner(cfg config.Config, s clusterState, apis []string, uiURL, natsURL string, metrics []string, procs []*devenv.Child, logDir string) {

@@ -160,8 +160,9 @@ type searchAttributes struct {
 // kasaSearchAttributes are the attributes the workflows set, with their types.
 func kasaSearchAttributes() map[string]enumspb.IndexedValueType {
 	return map[string]enumspb.IndexedValueType{
-		workflows.SearchPaymentStatus.GetName(): enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-		workflows.SearchMerchantID.GetName():    enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		workflows.SearchPaymentStatus.GetName():  enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		workflows.SearchMerchantID.GetName():     enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		workflows.SearchPaymentSummary.GetName(): enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 	}
 }
 

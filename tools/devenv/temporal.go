@@ -42,7 +42,7 @@ type Temporal struct {
 const RelaxedGOGC = 400
 
 // SearchAttributes are registered on every dev server: operators filter payments by them.
-var SearchAttributes = []string{"PaymentStatus=Keyword", "MerchantId=Keyword"}
+var SearchAttributes = []string{"PaymentStatus=Keyword", "MerchantId=Keyword", "PaymentSummary=Keyword"}
 
 // SQLitePragmas are the dev server's SQLite settings when it keeps its state in a file. In WAL mode a commit is safe from a crash of
 // the server's process whatever `synchronous` says; the setting only decides what an operating
