@@ -43,7 +43,9 @@ type Config struct {
 		} `mapstructure:"rate_limit"`
 	} `mapstructure:"api"`
 	Metrics struct {
-		Addr string `mapstructure:"addr"` // /metrics on its own listener; empty: on the API's
+		// Addr is where the API serves /metrics: an address of its own (empty: DefaultMetricsAddr),
+		// or MetricsOnAPI. MetricsListen resolves it.
+		Addr string `mapstructure:"addr"`
 	} `mapstructure:"metrics"`
 	Banksim struct {
 		Addr string `mapstructure:"addr"`
@@ -410,10 +412,30 @@ func (c Config) validateEdge() []error {
 			}
 		}
 	}
-	if c.Metrics.Addr != "" && c.Metrics.Addr == a.Addr {
-		errs = append(errs, fmt.Errorf("metrics.addr (KASA_METRICS_ADDR) must differ from api.addr (%s); leave it empty to serve /metrics on the API", a.Addr))
+	if c.MetricsListen() == a.Addr {
+		errs = append(errs, fmt.Errorf("metrics.addr (KASA_METRICS_ADDR) must differ from api.addr (%s); set it to %q to serve /metrics on the API's port", a.Addr, MetricsOnAPI))
 	}
 	return errs
+}
+
+// MetricsOnAPI, as metrics.addr, serves the API's /metrics on api.addr beside the merchants'
+// routes, as kasa dev and kasa cluster do on a developer's machine.
+const MetricsOnAPI = "api"
+
+// DefaultMetricsAddr is where `kasa api` serves /metrics unless told otherwise: off the port
+// merchants reach, since a scrape shows the business's figures and runs database queries.
+const DefaultMetricsAddr = "127.0.0.1:8091"
+
+// MetricsListen is the address of the API's own /metrics listener, or "" when /metrics is
+// served on api.addr.
+func (c Config) MetricsListen() string {
+	switch c.Metrics.Addr {
+	case "":
+		return DefaultMetricsAddr
+	case MetricsOnAPI:
+		return ""
+	}
+	return c.Metrics.Addr
 }
 
 // SecretKey returns the decoded secret key, or nil when none is configured.

@@ -58,7 +58,7 @@ func TestLoadEdgeLimits(t *testing.T) {
 	require.Equal(t, RateLimit{Rate: 1000, Burst: 2000}, c.API.RateLimit.PerIP)
 	require.Equal(t, RateLimit{Rate: 500, Burst: 1000}, c.API.RateLimit.PerMerchant)
 	require.Empty(t, c.API.TrustedProxies)
-	require.Empty(t, c.Metrics.Addr, "served on the API's port")
+	require.Equal(t, "127.0.0.1:8091", c.MetricsListen(), "off the merchants' port, on loopback")
 
 	t.Setenv("KASA_API_TRUSTED_PROXIES", "10.0.0.0/8,192.0.2.7")
 	t.Setenv("KASA_API_RATE_LIMIT_PER_IP_RATE", "0")
@@ -69,7 +69,12 @@ func TestLoadEdgeLimits(t *testing.T) {
 	require.Equal(t, []string{"10.0.0.0/8", "192.0.2.7"}, c.API.TrustedProxies)
 	require.Equal(t, RateLimit{Rate: 0, Burst: 2000}, c.API.RateLimit.PerIP, "0 turns it off")
 	require.Equal(t, RateLimit{Rate: 2.5, Burst: 1000}, c.API.RateLimit.PerMerchant)
-	require.Equal(t, "127.0.0.1:9100", c.Metrics.Addr)
+	require.Equal(t, "127.0.0.1:9100", c.MetricsListen())
+
+	t.Setenv("KASA_METRICS_ADDR", "api")
+	c, err = Load()
+	require.NoError(t, err)
+	require.Empty(t, c.MetricsListen(), "served on the API's port")
 }
 
 func TestValidateRejectsBadCapability(t *testing.T) {
@@ -101,6 +106,7 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 		{"rate without burst", "api.rate_limit.per_merchant", map[string]string{"KASA_API_RATE_LIMIT_PER_MERCHANT_BURST": "0"}},
 		{"bad trusted proxy", "api.trusted_proxies", map[string]string{"KASA_API_TRUSTED_PROXIES": "10.0.0.0/8,not-an-address"}},
 		{"metrics on the API's address", "metrics.addr", map[string]string{"KASA_API_ADDR": "127.0.0.1:8080", "KASA_METRICS_ADDR": "127.0.0.1:8080"}},
+		{"API on the metrics' default address", "metrics.addr", map[string]string{"KASA_API_ADDR": "127.0.0.1:8091"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Chdir(t.TempDir())

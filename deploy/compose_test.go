@@ -339,6 +339,20 @@ func TestComposePublishedPorts(t *testing.T) {
 	}
 }
 
+// The APIs serve /metrics on an address of their own that compose does not publish: a scrape
+// shows the business's figures and runs database queries, so only Prometheus reaches it.
+func TestComposeMetricsAreNotPublished(t *testing.T) {
+	c := loadCompose(t)
+	for _, s := range instances("api") {
+		_, apiPort := hostPort(t, c.resolvedEnv(t, s)["KASA_API_ADDR"])
+		_, metricsPort := hostPort(t, c.resolvedEnv(t, s)["KASA_METRICS_ADDR"])
+		require.NotEqual(t, apiPort, metricsPort, s)
+		for _, p := range c.ports(t, s) {
+			require.NotEqualf(t, metricsPort, p.target, "%s publishes its metrics port", s)
+		}
+	}
+}
+
 func TestComposeEnvKeysAreKnown(t *testing.T) {
 	c := loadCompose(t)
 	for name := range kasaServices {
@@ -1173,7 +1187,7 @@ func TestPrometheus(t *testing.T) {
 		services []string
 		key      string
 	}{
-		{"api", instances("api"), "KASA_API_ADDR"},
+		{"api", instances("api"), "KASA_METRICS_ADDR"},
 		{"worker", instances("worker"), "KASA_WORKER_METRICS_ADDR"},
 		{"relay", instances("relay"), "KASA_RELAY_METRICS_ADDR"},
 		{"temporal", []string{"temporal"}, "PROMETHEUS_ENDPOINT"},

@@ -181,6 +181,9 @@ func (s *crashStack) env(overrides ...string) []string {
 		"KASA_TEMPORAL_ADDRESS":        s.temporal,
 		"KASA_TEMPORAL_TASK_QUEUE":     s.queue,
 		"KASA_WEBHOOK_ALLOW_PRIVATE":   "true", // the tests' webhook endpoints listen on 127.0.0.1
+		// Several APIs run at once, and the tests scrape each on its own port (as kasa dev serves
+		// it); TestMetricsOffThePublicPort checks the default.
+		"KASA_METRICS_ADDR": "api",
 	}
 	if s.namespace != "" {
 		vars["KASA_TEMPORAL_NAMESPACE"] = s.namespace

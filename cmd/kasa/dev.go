@@ -169,7 +169,11 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// Reported for imports' booking window, not checked: kasa dev is the only worker of its data.
 	cleanup = append(cleanup, w.Stop, startPolicyReport(ctx, cfg, st, log))
 
-	// One registry: the API's /metrics shows the relay's and the webhooks' figures too.
+	// One registry: the API's /metrics shows the relay's and the webhooks' figures too, on the
+	// API's port unless KASA_METRICS_ADDR names a listener (a developer's machine, not production).
+	if cfg.Metrics.Addr == "" {
+		cfg.Metrics.Addr = config.MetricsOnAPI
+	}
 	reg := prometheus.NewRegistry()
 	stopEvents, err := startEvents(ctx, cfg, st, reg, log)
 	if err != nil {

@@ -37,7 +37,8 @@ const usageFormat = `kasa — exactly-once payments on Temporal and PostgreSQL
 usage: kasa <command>
 
 commands:
-%s  api       run the REST API (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_ADMIN_TOKEN, KASA_SECRET_KEY)
+%s  api       run the REST API (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_ADMIN_TOKEN, KASA_SECRET_KEY);
+            /metrics on KASA_METRICS_ADDR (default 127.0.0.1:8091)
   worker    run the Temporal worker (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_PROVIDER_URL, KASA_SECRET_KEY);
             verifies the ledger every KASA_VERIFY_INTERVAL; /metrics on KASA_WORKER_METRICS_ADDR
   relay     run the event pipeline: outbox -> NATS JetStream (embedded unless KASA_NATS_URL) -> signed
@@ -307,7 +308,7 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheu
 		Store:    st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
 		AdminToken: cfg.Admin.Token, AdminTokenPrevious: cfg.Admin.TokenPrevious, SyncWait: cfg.API.SyncWait, CaptureWindow: cfg.CaptureWindow, AllowPrivateWebhooks: cfg.Webhook.AllowPrivate,
 		Logger: log, ReplayCache: cfg.API.ReplayCache, Retention: cfg.Idempotency.Retention,
-		SeparateMetrics: cfg.Metrics.Addr != "", Limits: apiLimits(cfg),
+		SeparateMetrics: cfg.MetricsListen() != "", Limits: apiLimits(cfg),
 		Backlog:          api.Backlog{State: st, MaxRunning: cfg.Backlog.APIRunning, MaxQueued: cfg.Backlog.MaxQueued, MaxWait: cfg.Backlog.MaxWait},
 		SearchAttributes: searchAttributes{client: tc, namespace: cfg.Temporal.Namespace},
 		Reconciler: &reconcile.Reconciler{Store: st, Settler: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue}, Workers: st,
@@ -327,13 +328,13 @@ func apiLimits(cfg config.Config) api.Limits {
 	}
 }
 
-// serveAPI serves srv on api.addr with its limits, and its /metrics on metrics.addr when set.
+// serveAPI serves srv on api.addr with its limits, and its /metrics where metrics.addr says.
 func serveAPI(ctx context.Context, cfg config.Config, srv *api.Server, log *slog.Logger) (stop func(), err error) {
 	stopAPI, err := serveWith("api", cfg.API.Addr, srv.HTTPServer(), srv.Listener, log)
-	if err != nil || cfg.Metrics.Addr == "" {
+	if err != nil || cfg.MetricsListen() == "" {
 		return stopAPI, err
 	}
-	stopMetrics, err := serve(ctx, "metrics", cfg.Metrics.Addr, srv.MetricsHandler(), log)
+	stopMetrics, err := serve(ctx, "metrics", cfg.MetricsListen(), srv.MetricsHandler(), log)
 	if err != nil {
 		stopAPI()
 		return nil, err

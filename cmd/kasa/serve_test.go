@@ -16,23 +16,30 @@ import (
 	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
-// TestServeAPIMetricsAddress: with metrics.addr set, /metrics is served there and only there.
+// TestServeAPIMetricsAddress: by default `kasa api` serves /metrics on 127.0.0.1:8091 and the
+// merchants' port answers 404 for it; KASA_METRICS_ADDR moves it, and "api" puts it on the
+// API's port (as kasa dev does).
 func TestServeAPIMetricsAddress(t *testing.T) {
-	for _, separate := range []bool{false, true} {
-		t.Run(fmt.Sprint("separate=", separate), func(t *testing.T) {
+	for _, tc := range []struct{ name, setting string }{
+		{"default", ""},
+		{"on the API", config.MetricsOnAPI},
+		{"own address", "free"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Chdir(t.TempDir())
-			cfg, err := config.Load()
-			require.NoError(t, err)
 			port, err := devenv.FreePort()
 			require.NoError(t, err)
-			cfg.API.Addr = fmt.Sprintf("127.0.0.1:%d", port)
-			if separate {
+			t.Setenv("KASA_API_ADDR", fmt.Sprintf("127.0.0.1:%d", port))
+			if tc.setting == "free" {
 				port, err := devenv.FreePort()
 				require.NoError(t, err)
-				cfg.Metrics.Addr = fmt.Sprintf("127.0.0.1:%d", port)
+				tc.setting = fmt.Sprintf("127.0.0.1:%d", port)
 			}
+			t.Setenv("KASA_METRICS_ADDR", tc.setting)
+			cfg, err := config.Load()
+			require.NoError(t, err)
 			log := slog.New(slog.DiscardHandler)
-			srv := api.New(api.Options{Logger: log, SeparateMetrics: cfg.Metrics.Addr != "", Limits: apiLimits(cfg)})
+			srv := api.New(api.Options{Logger: log, SeparateMetrics: cfg.MetricsListen() != "", Limits: apiLimits(cfg)})
 			stop, err := serveAPI(context.Background(), cfg, srv, log)
 			require.NoError(t, err)
 			defer stop()
@@ -48,13 +55,17 @@ func TestServeAPIMetricsAddress(t *testing.T) {
 			code, _ := get(cfg.API.Addr, "/healthz")
 			require.Equal(t, http.StatusOK, code)
 			code, body := get(cfg.API.Addr, "/metrics")
-			if !separate {
+			if tc.setting == config.MetricsOnAPI {
 				require.Equal(t, http.StatusOK, code)
 				require.Contains(t, body, "kasa_http_request_duration_seconds")
 				return
 			}
 			require.Equal(t, http.StatusNotFound, code, "not on the merchant port")
-			code, body = get(cfg.Metrics.Addr, "/metrics")
+			want := tc.setting
+			if want == "" {
+				want = "127.0.0.1:8091"
+			}
+			code, body = get(want, "/metrics")
 			require.Equal(t, http.StatusOK, code)
 			require.Contains(t, body, `kasa_http_request_duration_seconds_count{method="GET",route="/healthz",status="200"} 1`)
 		})

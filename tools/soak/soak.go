@@ -359,6 +359,7 @@ func (s *stack) up(ctx context.Context) error {
 		"KASA_DATABASE_URL":        s.pg.url(portOf(pgLink)),
 		"KASA_TEMPORAL_ADDRESS":    s.tmp.address(),
 		"KASA_RELAY_METRICS_ADDR":  "127.0.0.1:" + strconv.Itoa(ports[4]),
+		"KASA_METRICS_ADDR":        "api", // the soak reads each API's gauges on its port
 	}
 	for k, v := range kasaSettings {
 		s.env[k] = v
