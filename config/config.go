@@ -132,7 +132,7 @@ type Config struct {
 		RedeliverAfter time.Duration `mapstructure:"redeliver_after"`
 	} `mapstructure:"events"`
 	Relay struct {
-		MetricsAddr string `mapstructure:"metrics_addr"` // `kasa relay`'s /metrics and /healthz
+		MetricsAddr string `mapstructure:"metrics_addr"` // `kasa relay`'s /metrics and /healthz; "off": none
 	} `mapstructure:"relay"`
 	Debug struct {
 		PprofAddr string `mapstructure:"pprof_addr"` // Go's /debug/pprof/ for any kasa process; empty: off
@@ -142,7 +142,9 @@ type Config struct {
 		Interval time.Duration `mapstructure:"interval"` // between the worker's ledger checks; 0: off
 	} `mapstructure:"verify"`
 	Worker struct {
-		MetricsAddr string `mapstructure:"metrics_addr"` // `kasa worker`'s /metrics and /healthz; empty: off
+		// MetricsAddr: `kasa worker`'s /metrics (kasa_ledger_violations among them) and /healthz;
+		// "off": none.
+		MetricsAddr string `mapstructure:"metrics_addr"`
 	} `mapstructure:"worker"`
 	// How long the idempotency record of a finished operation is kept: the retry window. Then
 	// the worker deletes it, and a request with its key is a new request.
@@ -223,7 +225,7 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("database.migrate_url", "")
 	v.SetDefault("database.app_role", "")
 	v.SetDefault("verify.interval", "10m")
-	v.SetDefault("worker.metrics_addr", "")
+	v.SetDefault("worker.metrics_addr", "127.0.0.1:8093")
 	// Hardening of the event pipeline: the broker's credentials and TLS, and the webhook URLs
 	// kasa refuses to call.
 	v.SetDefault("nats.creds", "")
@@ -275,6 +277,12 @@ func Load() (Config, error) {
 	}
 	if c.Provider.URL == "" {
 		c.Provider.URL = "http://" + c.Banksim.Addr
+	}
+	// An empty variable reads as unset (its default), so a listener is turned off by name.
+	for _, addr := range []*string{&c.Worker.MetricsAddr, &c.Relay.MetricsAddr} {
+		if *addr == MetricsOff {
+			*addr = ""
+		}
 	}
 	return c, c.Validate()
 }
@@ -417,6 +425,9 @@ func (c Config) validateEdge() []error {
 	}
 	return errs
 }
+
+// MetricsOff, as worker.metrics_addr or relay.metrics_addr, serves no /metrics.
+const MetricsOff = "off"
 
 // MetricsOnAPI, as metrics.addr, serves the API's /metrics on api.addr beside the merchants'
 // routes, as kasa dev and kasa cluster do on a developer's machine.

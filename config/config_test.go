@@ -59,6 +59,8 @@ func TestLoadEdgeLimits(t *testing.T) {
 	require.Equal(t, RateLimit{Rate: 500, Burst: 1000}, c.API.RateLimit.PerMerchant)
 	require.Empty(t, c.API.TrustedProxies)
 	require.Equal(t, "127.0.0.1:8091", c.MetricsListen(), "off the merchants' port, on loopback")
+	require.Equal(t, "127.0.0.1:8093", c.Worker.MetricsAddr, "the ledger check's kasa_ledger_violations is served by default")
+	require.Equal(t, "127.0.0.1:8092", c.Relay.MetricsAddr)
 
 	t.Setenv("KASA_API_TRUSTED_PROXIES", "10.0.0.0/8,192.0.2.7")
 	t.Setenv("KASA_API_RATE_LIMIT_PER_IP_RATE", "0")
@@ -72,9 +74,13 @@ func TestLoadEdgeLimits(t *testing.T) {
 	require.Equal(t, "127.0.0.1:9100", c.MetricsListen())
 
 	t.Setenv("KASA_METRICS_ADDR", "api")
+	t.Setenv("KASA_WORKER_METRICS_ADDR", "off")
+	t.Setenv("KASA_RELAY_METRICS_ADDR", "off")
 	c, err = Load()
 	require.NoError(t, err)
 	require.Empty(t, c.MetricsListen(), "served on the API's port")
+	require.Empty(t, c.Worker.MetricsAddr, "off")
+	require.Empty(t, c.Relay.MetricsAddr, "off")
 }
 
 func TestValidateRejectsBadCapability(t *testing.T) {

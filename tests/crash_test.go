@@ -184,6 +184,8 @@ func (s *crashStack) env(overrides ...string) []string {
 		// Several APIs run at once, and the tests scrape each on its own port (as kasa dev serves
 		// it); TestMetricsOffThePublicPort checks the default.
 		"KASA_METRICS_ADDR": "api",
+		// Workers run side by side; the tests that read a worker's metrics give it an address.
+		"KASA_WORKER_METRICS_ADDR": "off",
 	}
 	if s.namespace != "" {
 		vars["KASA_TEMPORAL_NAMESPACE"] = s.namespace

@@ -360,6 +360,7 @@ func (s *stack) up(ctx context.Context) error {
 		"KASA_TEMPORAL_ADDRESS":    s.tmp.address(),
 		"KASA_RELAY_METRICS_ADDR":  "127.0.0.1:" + strconv.Itoa(ports[4]),
 		"KASA_METRICS_ADDR":        "api", // the soak reads each API's gauges on its port
+		"KASA_WORKER_METRICS_ADDR": "off", // two workers on one host; the soak runs kasa verify itself
 	}
 	for k, v := range kasaSettings {
 		s.env[k] = v
