@@ -104,6 +104,8 @@ type Config struct {
 	} `mapstructure:"data"`
 	Secret struct {
 		Key string `mapstructure:"key"` // 64 hex characters; encrypts webhook secrets at rest
+		// KeyPrevious, during a rotation of Key, opens what it sealed (docs/deployment.md).
+		KeyPrevious string `mapstructure:"key_previous"`
 	} `mapstructure:"secret"`
 	Log struct {
 		Level string `mapstructure:"level"`
@@ -211,6 +213,7 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("temporal.gzip", false)
 	v.SetDefault("data.dir", "./.data")
 	v.SetDefault("secret.key", "")
+	v.SetDefault("secret.key_previous", "")
 	v.SetDefault("log.level", "info")
 	v.SetDefault("nats.url", "")
 	v.SetDefault("webhook.timeout", "10s")
@@ -350,6 +353,13 @@ func (c Config) Validate() error {
 	if c.Database.MaxConns < 1 {
 		errs = append(errs, errors.New("database.max_conns must be at least 1"))
 	}
+	if c.Secret.KeyPrevious != "" {
+		if b, err := hex.DecodeString(c.Secret.KeyPrevious); err != nil || len(b) != 32 {
+			errs = append(errs, errors.New("secret.key_previous (KASA_SECRET_KEY_PREVIOUS) must be 64 hex characters (32 bytes)"))
+		} else if c.Secret.Key == "" || strings.EqualFold(c.Secret.Key, c.Secret.KeyPrevious) {
+			errs = append(errs, errors.New("secret.key_previous (KASA_SECRET_KEY_PREVIOUS) is the key being replaced: set KASA_SECRET_KEY to the new one"))
+		}
+	}
 	if c.Secret.Key != "" {
 		if b, err := hex.DecodeString(c.Secret.Key); err != nil || len(b) != 32 {
 			errs = append(errs, errors.New("secret.key (KASA_SECRET_KEY) must be 64 hex characters (32 bytes)"))
@@ -447,6 +457,15 @@ func (c Config) MetricsListen() string {
 		return ""
 	}
 	return c.Metrics.Addr
+}
+
+// SecretKeyPrevious returns the decoded previous secret key, or nil when none is configured.
+func (c Config) SecretKeyPrevious() []byte {
+	if c.Secret.KeyPrevious == "" {
+		return nil
+	}
+	b, _ := hex.DecodeString(c.Secret.KeyPrevious)
+	return b
 }
 
 // SecretKey returns the decoded secret key, or nil when none is configured.

@@ -113,6 +113,9 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 		{"bad trusted proxy", "api.trusted_proxies", map[string]string{"KASA_API_TRUSTED_PROXIES": "10.0.0.0/8,not-an-address"}},
 		{"metrics on the API's address", "metrics.addr", map[string]string{"KASA_API_ADDR": "127.0.0.1:8080", "KASA_METRICS_ADDR": "127.0.0.1:8080"}},
 		{"API on the metrics' default address", "metrics.addr", map[string]string{"KASA_API_ADDR": "127.0.0.1:8091"}},
+		{"previous secret key not hex", "KASA_SECRET_KEY_PREVIOUS", map[string]string{"KASA_SECRET_KEY": strings.Repeat("ab", 32), "KASA_SECRET_KEY_PREVIOUS": "xyz"}},
+		{"previous secret key is the key", "KASA_SECRET_KEY_PREVIOUS", map[string]string{"KASA_SECRET_KEY": strings.Repeat("ab", 32), "KASA_SECRET_KEY_PREVIOUS": strings.Repeat("AB", 32)}},
+		{"previous secret key without a key", "KASA_SECRET_KEY_PREVIOUS", map[string]string{"KASA_SECRET_KEY_PREVIOUS": strings.Repeat("ab", 32)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Chdir(t.TempDir())

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/tools/testkit"
 )
@@ -48,4 +50,61 @@ func TestSecretKeyRecordedByConcurrentStarts(t *testing.T) {
 	for range stores {
 		require.NoError(t, <-errs)
 	}
+}
+
+// A master key rotation: processes with the new key and the old one as previous start beside
+// the deployment's old key and open what it sealed; RotateSecretKey re-seals every webhook
+// secret (and a rotation's previous one) under the new key and records it, after which the new
+// key alone opens everything and the old key alone is refused. A secret neither key opens stops
+// the rotation with nothing changed.
+func TestRotateSecretKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	oldKey, newKey := testkit.SecretKey, bytes.Repeat([]byte{9}, 32)
+	open := func(key, previous []byte) *store.Store {
+		st, err := store.Open(ctx, store.Options{URL: url, SecretKey: key, PreviousSecretKey: previous, Migrate: true})
+		require.NoError(t, err)
+		t.Cleanup(st.Close)
+		return st
+	}
+	secrets := func(st *store.Store) (string, string) {
+		t.Helper()
+		require.NoError(t, st.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = now() - interval '1 second'`))
+		ds, err := st.ClaimDeliveries(ctx, 10, 10, time.Millisecond)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		return ds[0].Secret, ds[0].PreviousSecret
+	}
+
+	old := open(oldKey, nil)
+	require.NoError(t, old.CheckSecretKey(ctx))
+	m := testkit.NewMerchant(t, old, testkit.MerchantOptions{WebhookURL: "https://m.example/hooks", WebhookSecret: "whsec_one"})
+	_, err := old.RotateWebhookSecret(ctx, m.ID, "whsec_two", time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, old.Exec(ctx, `INSERT INTO webhook_deliveries (id, merchant_id, aggregate_id, event_type, event_created_at, url, body, status)
+		VALUES ($1, $2, $3, 'payment.succeeded', now(), 'https://m.example/hooks', '{}', 'pending')`, payment.NewID(), m.ID, payment.NewID()))
+
+	rotating := open(newKey, oldKey)
+	require.NoError(t, rotating.CheckSecretKey(ctx), "the new key with the old one as previous joins the deployment")
+	cur, prev := secrets(rotating)
+	require.Equal(t, "whsec_two", cur)
+	require.Equal(t, "whsec_one", prev)
+
+	n, err := rotating.RotateSecretKey(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	alone := open(newKey, nil)
+	require.NoError(t, alone.CheckSecretKey(ctx), "the new key is the deployment's")
+	cur, prev = secrets(alone)
+	require.Equal(t, "whsec_two", cur, "re-sealed under the new key")
+	require.Equal(t, "whsec_one", prev)
+	require.ErrorIs(t, old.CheckSecretKey(ctx), store.ErrSecretKeyMismatch, "the old key alone is refused now")
+
+	// Under a third key, with a previous key that opens nothing here, nothing is re-sealed.
+	third := open(bytes.Repeat([]byte{3}, 32), bytes.Repeat([]byte{4}, 32))
+	_, err = third.RotateSecretKey(ctx)
+	require.ErrorIs(t, err, store.ErrSecretKeyMismatch)
+	cur, _ = secrets(alone)
+	require.Equal(t, "whsec_two", cur, "nothing changed")
 }

@@ -19,11 +19,13 @@ import (
 
 // Store wraps a connection pool.
 type Store struct {
-	pool     *pgxpool.Pool
-	aead     cipher.AEAD     // encrypts merchants' webhook secrets at rest
-	outcomes outcomes        // committed outcomes, announced in process (WatchOutcome)
-	q        *dbsqlc.Queries // sqlc's methods for the statements of store/queries
-	keyCheck []byte          // the secret key's check value (CheckSecretKey)
+	pool      *pgxpool.Pool
+	aead      cipher.AEAD     // encrypts merchants' webhook secrets at rest
+	outcomes  outcomes        // committed outcomes, announced in process (WatchOutcome)
+	q         *dbsqlc.Queries // sqlc's methods for the statements of store/queries
+	keyCheck  []byte          // the secret key's check value (CheckSecretKey)
+	prevAEAD  cipher.AEAD     // the previous secret key's, during a rotation; nil otherwise
+	prevCheck []byte          // its check value
 }
 
 // Options configure Open.
@@ -31,7 +33,9 @@ type Options struct {
 	URL       string
 	MaxConns  int32
 	SecretKey []byte // 32 bytes; encrypts webhook secrets
-	Migrate   bool   // apply pending migrations first
+	// PreviousSecretKey, during a rotation of SecretKey, opens what it sealed; it seals nothing.
+	PreviousSecretKey []byte
+	Migrate           bool // apply pending migrations first
 	// AppRole, with Migrate, is granted exactly the application's privileges after the
 	// migrations (schema/grants.sql); URL must then be the tables' owner's.
 	AppRole string
@@ -47,22 +51,24 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		cfg.MaxConns = o.MaxConns
 	}
 	cfg.AfterConnect = registerUUID
-	if len(o.SecretKey) != 32 {
-		return nil, errors.New("secret key must be 32 bytes")
-	}
-	block, err := aes.NewCipher(o.SecretKey)
+	aead, err := newAEAD(o.SecretKey)
 	if err != nil {
 		return nil, err
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, err
+	var prev cipher.AEAD
+	if o.PreviousSecretKey != nil {
+		if prev, err = newAEAD(o.PreviousSecretKey); err != nil {
+			return nil, fmt.Errorf("previous %w", err)
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	s := &Store{pool: pool, aead: aead, q: dbsqlc.New(pool), keyCheck: keyCheckValue(o.SecretKey)}
+	s := &Store{pool: pool, aead: aead, prevAEAD: prev, q: dbsqlc.New(pool), keyCheck: keyCheckValue(o.SecretKey)}
+	if prev != nil {
+		s.prevCheck = keyCheckValue(o.PreviousSecretKey)
+	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("%w: database: %v", ErrUnavailable, err)
@@ -105,14 +111,34 @@ func (s *Store) seal(plain string) []byte {
 	return s.aead.Seal(nonce, nonce, []byte(plain), nil)
 }
 
+// open opens what seal sealed, with this store's key or, during a rotation, the previous one.
 func (s *Store) open(sealed []byte) (string, error) {
-	n := s.aead.NonceSize()
-	if len(sealed) < n {
-		return "", errors.New("sealed secret too short")
+	plain, err := openWith(s.aead, sealed)
+	if err != nil && s.prevAEAD != nil {
+		plain, err = openWith(s.prevAEAD, sealed)
 	}
-	plain, err := s.aead.Open(nil, sealed[:n], sealed[n:], nil)
 	if err != nil {
 		return "", fmt.Errorf("decrypt webhook secret (wrong KASA_SECRET_KEY?): %w", err)
 	}
-	return string(plain), nil
+	return plain, nil
+}
+
+func openWith(aead cipher.AEAD, sealed []byte) (string, error) {
+	n := aead.NonceSize()
+	if len(sealed) < n {
+		return "", errors.New("sealed secret too short")
+	}
+	plain, err := aead.Open(nil, sealed[:n], sealed[n:], nil)
+	return string(plain), err
+}
+
+func newAEAD(key []byte) (cipher.AEAD, error) {
+	if len(key) != 32 {
+		return nil, errors.New("secret key must be 32 bytes")
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
 }

@@ -47,6 +47,9 @@ commands:
             KASA_DATABASE_APP_ROLE the application's privileges when set, register the search attributes
             on the Temporal namespace when KASA_TEMPORAL_ADDRESS is set, and exit
   verify    check the ledger and balance invariants; exit 1 listing every violation
+  rotate-secret-key  a KASA_SECRET_KEY rotation's last step: re-seal every webhook secret under
+            KASA_SECRET_KEY, opening it with KASA_SECRET_KEY_PREVIOUS, as KASA_DATABASE_MIGRATE_URL
+            (default KASA_DATABASE_URL), and make it the deployment's key (docs/deployment.md)
   reconcile [--json] <settlement.csv>
             match a provider settlement file to payments, settle unknown ones, report mismatches
             (exit 0 ok, 1 mismatches, 2 invalid file; see docs/reconciliation.md)
@@ -61,7 +64,7 @@ type command func(context.Context, config.Config, *slog.Logger) error
 // tools (tools.go): the production binary and image carry none of their code.
 var commands = map[string]command{
 	"api": runAPI, "worker": runWorker, "relay": runRelay,
-	"migrate": runMigrate, "verify": runVerify, "reconcile": runReconcile,
+	"migrate": runMigrate, "verify": runVerify, "reconcile": runReconcile, "rotate-secret-key": runRotateSecretKey,
 }
 
 // toolUsage and toolHeadUsage are the tools' lines of the usage text, empty in a production build.
@@ -140,7 +143,7 @@ func openStore(ctx context.Context, cfg config.Config, migrate bool) (*store.Sto
 			return nil, err
 		}
 	}
-	return store.Open(ctx, store.Options{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, SecretKey: key})
+	return store.Open(ctx, store.Options{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, SecretKey: key, PreviousSecretKey: cfg.SecretKeyPrevious()})
 }
 
 // migrateDatabase applies the migrations as the tables' owner (database.migrate_url, else
@@ -489,6 +492,31 @@ func runMigrate(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 		log.Info("migrations applied")
 	}
 	return migrateSearchAttributes(ctx, cfg, log)
+}
+
+// runRotateSecretKey is `kasa rotate-secret-key`: it re-seals the webhook secrets under the new
+// key and makes it the deployment's, as the tables' owner (the application role may not change
+// the deployment's key).
+func runRotateSecretKey(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	if cfg.SecretKey() == nil || cfg.SecretKeyPrevious() == nil {
+		return errors.New("KASA_SECRET_KEY (the new key) and KASA_SECRET_KEY_PREVIOUS (the key it replaces) must both be set")
+	}
+	if cfg.Database.MigrateURL != "" {
+		cfg.Database.URL = cfg.Database.MigrateURL
+	}
+	cfg.Database.MaxConns = 2
+	st, err := openStore(ctx, cfg, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	n, err := st.RotateSecretKey(ctx)
+	if err != nil {
+		return fmt.Errorf("rotate the secret key: %w", err)
+	}
+	fmt.Printf("rotate-secret-key: re-sealed the webhook secrets of %d merchant(s) under KASA_SECRET_KEY; "+
+		"it is the deployment's key now: remove KASA_SECRET_KEY_PREVIOUS from every process\n", n)
+	return nil
 }
 
 func runVerify(ctx context.Context, cfg config.Config, log *slog.Logger) error {

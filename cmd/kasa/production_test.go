@@ -32,7 +32,7 @@ func TestProductionBuildCarriesNoTools(t *testing.T) {
 		require.Equal(t, 2, exit.ExitCode())
 		require.Contains(t, string(out), `kasa: unknown command "`+tool+`"`)
 	}
-	for _, cmd := range []string{"api", "worker", "relay", "migrate", "verify", "reconcile"} {
+	for _, cmd := range []string{"api", "worker", "relay", "migrate", "verify", "reconcile", "rotate-secret-key"} {
 		require.Contains(t, string(help), "\n  "+cmd+" ", "help lists %s", cmd)
 	}
 }

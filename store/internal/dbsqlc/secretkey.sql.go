@@ -7,6 +7,8 @@ package dbsqlc
 
 import (
 	"context"
+
+	"github.com/google/uuid"
 )
 
 const GetSecretKeyCheck = `-- name: GetSecretKeyCheck :one
@@ -20,6 +22,53 @@ func (q *Queries) GetSecretKeyCheck(ctx context.Context) ([]byte, error) {
 	var check_value []byte
 	err := row.Scan(&check_value)
 	return check_value, err
+}
+
+const ResealWebhookSecrets = `-- name: ResealWebhookSecrets :exec
+UPDATE merchants SET webhook_secret_enc = $1, webhook_secret_prev_enc = $2
+WHERE id = $3
+`
+
+type ResealWebhookSecretsParams struct {
+	WebhookSecretEnc     []byte
+	WebhookSecretPrevEnc []byte
+	ID                   uuid.UUID
+}
+
+func (q *Queries) ResealWebhookSecrets(ctx context.Context, arg ResealWebhookSecretsParams) error {
+	_, err := q.db.Exec(ctx, ResealWebhookSecrets, arg.WebhookSecretEnc, arg.WebhookSecretPrevEnc, arg.ID)
+	return err
+}
+
+const SealedWebhookSecrets = `-- name: SealedWebhookSecrets :many
+SELECT id, webhook_secret_enc, webhook_secret_prev_enc FROM merchants ORDER BY id FOR UPDATE
+`
+
+type SealedWebhookSecretsRow struct {
+	ID                   uuid.UUID
+	WebhookSecretEnc     []byte
+	WebhookSecretPrevEnc []byte
+}
+
+// Every merchant's sealed webhook secrets, locked for a key rotation.
+func (q *Queries) SealedWebhookSecrets(ctx context.Context) ([]SealedWebhookSecretsRow, error) {
+	rows, err := q.db.Query(ctx, SealedWebhookSecrets)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SealedWebhookSecretsRow
+	for rows.Next() {
+		var i SealedWebhookSecretsRow
+		if err := rows.Scan(&i.ID, &i.WebhookSecretEnc, &i.WebhookSecretPrevEnc); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const SecretKeyCheck = `-- name: SecretKeyCheck :one
@@ -37,4 +86,15 @@ func (q *Queries) SecretKeyCheck(ctx context.Context, checkValue []byte) ([]byte
 	var check_value []byte
 	err := row.Scan(&check_value)
 	return check_value, err
+}
+
+const SetSecretKeyCheck = `-- name: SetSecretKeyCheck :exec
+INSERT INTO secret_key_check (id, check_value) VALUES (1, $1)
+ON CONFLICT (id) DO UPDATE SET check_value = EXCLUDED.check_value, created_at = now()
+`
+
+// A rotation's last step: the deployment's key is now this one.
+func (q *Queries) SetSecretKeyCheck(ctx context.Context, checkValue []byte) error {
+	_, err := q.db.Exec(ctx, SetSecretKeyCheck, checkValue)
+	return err
 }
