@@ -123,7 +123,10 @@ func startPipeline(t *testing.T, b *broker, o pipelineOptions) *pipeline {
 	}
 	p.relay = NewRelay(RelayOptions{Store: db, JetStream: b.js, PollInterval: 20 * time.Millisecond, Metrics: p.metrics, Logger: quiet})
 	so := o.sender
-	so.Store, so.Metrics, so.Logger = db, p.metrics, quiet
+	so.Store, so.Metrics = db, p.metrics
+	if so.Logger == nil {
+		so.Logger = quiet
+	}
 	so.AllowPrivate = !o.refusePrivate
 	if so.PollInterval == 0 {
 		so.PollInterval = 20 * time.Millisecond

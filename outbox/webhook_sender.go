@@ -166,6 +166,7 @@ func (s *WebhookSender) Send(ctx context.Context, d store.ClaimedDelivery) {
 	actx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	code, err := s.post(actx, d, start)
 	cancel()
+	err = redactErr(err)
 	res := store.AttemptResult{
 		DeliveryID: d.ID, Attempt: d.Attempt, StartedAt: start, Duration: time.Since(start),
 		StatusCode: code, RetryFor: s.o.RetryFor,
@@ -279,13 +280,13 @@ type refusal struct {
 
 func (r *refusal) Error() string {
 	if r.addr == nil {
-		msg := fmt.Sprintf("refused: webhook URL %s %v", redact(r.url), r.err)
+		msg := fmt.Sprintf("refused: webhook URL %s %v", RedactURL(r.url), r.err)
 		if CheckWebhookURL(r.url, true) == nil {
 			msg += "; webhooks go to public addresses only unless KASA_WEBHOOK_ALLOW_PRIVATE=true"
 		}
 		return msg
 	}
-	host := redact(r.url)
+	host := RedactURL(r.url)
 	if u, err := url.Parse(r.url); err == nil {
 		host = u.Host
 	}
@@ -294,11 +295,3 @@ func (r *refusal) Error() string {
 }
 
 func (r *refusal) Unwrap() error { return r.err }
-
-// redact hides a password a URL may carry.
-func redact(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	return raw
-}
