@@ -114,7 +114,7 @@ func (s *Server) createMerchant(c *gin.Context) {
 		ve.Fields = append(ve.Fields, payment.FieldError{Field: "name", Message: "must not contain control characters"})
 	}
 	if req.WebhookURL != "" {
-		if err := outbox.CheckWebhookURL(req.WebhookURL, s.AllowPrivateWebhooks); err != nil {
+		if err := outbox.CheckWebhookURL(req.WebhookURL, outbox.Policy{AllowPrivate: s.AllowPrivateWebhooks, Own: s.OwnHosts}); err != nil {
 			ve.Fields = append(ve.Fields, payment.FieldError{Field: "webhook_url", Message: err.Error()})
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/kasa-pay/kasa/outbox"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -101,6 +102,8 @@ type Options struct {
 	// AllowPrivateWebhooks accepts webhook URLs on loopback, private and link-local addresses
 	// (outbox.CheckWebhookURL).
 	AllowPrivateWebhooks bool
+	// OwnHosts are kasa's own public hosts, refused as webhook URLs under any policy.
+	OwnHosts outbox.OwnHosts
 	// Outcomes, when the payment worker runs in this process on the same store, announces that
 	// an operation left processing, with the answer its commit stored: the API waits for that
 	// instead of asking Temporal for every workflow's result (one long poll fewer on the Temporal

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -126,6 +127,9 @@ type Config struct {
 		// AllowPrivate lets webhook URLs point at loopback, private and link-local addresses
 		// (local development and tests); off, they are refused at registration and at dial time.
 		AllowPrivate bool `mapstructure:"allow_private"`
+		// OwnHosts are kasa's own public host names, addresses and networks (its load
+		// balancer's): webhook URLs naming or resolving to them are refused under any policy.
+		OwnHosts []string `mapstructure:"own_hosts"`
 	} `mapstructure:"webhook"`
 	Events struct {
 		Retention time.Duration `mapstructure:"retention"` // published outbox, inbox and finished deliveries are kept this long
@@ -236,6 +240,7 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("nats.tls_cert", "")
 	v.SetDefault("nats.tls_key", "")
 	v.SetDefault("webhook.allow_private", false)
+	v.SetDefault("webhook.own_hosts", []string{})
 	// Production Temporal: TLS, API key and search attribute registration (docs/deployment.md).
 	v.SetDefault("temporal.tls_cert", "")
 	v.SetDefault("temporal.tls_key", "")
@@ -423,6 +428,13 @@ func (c Config) validateEdge() []error {
 			errs = append(errs, fmt.Errorf("api.rate_limit.%s: rate (%g) must be 0 (off) or positive, with a burst of at least 1 (got %d)", name, r.Rate, r.Burst))
 		}
 	}
+	for _, h := range c.Webhook.OwnHosts {
+		_, perr := netip.ParsePrefix(h)
+		_, aerr := netip.ParseAddr(h)
+		if perr != nil && aerr != nil && !hostName.MatchString(h) {
+			errs = append(errs, fmt.Errorf("webhook.own_hosts (KASA_WEBHOOK_OWN_HOSTS): %q is neither a host name, an address nor a CIDR network", h))
+		}
+	}
 	for _, p := range a.TrustedProxies {
 		if _, err := netip.ParsePrefix(p); err != nil {
 			if _, err := netip.ParseAddr(p); err != nil {
@@ -435,6 +447,9 @@ func (c Config) validateEdge() []error {
 	}
 	return errs
 }
+
+// hostName is a DNS name as KASA_WEBHOOK_OWN_HOSTS takes it.
+var hostName = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\.?$`)
 
 // MetricsOff, as worker.metrics_addr or relay.metrics_addr, serves no /metrics.
 const MetricsOff = "off"

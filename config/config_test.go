@@ -66,12 +66,14 @@ func TestLoadEdgeLimits(t *testing.T) {
 	t.Setenv("KASA_API_RATE_LIMIT_PER_IP_RATE", "0")
 	t.Setenv("KASA_API_RATE_LIMIT_PER_MERCHANT_RATE", "2.5")
 	t.Setenv("KASA_METRICS_ADDR", "127.0.0.1:9100")
+	t.Setenv("KASA_WEBHOOK_OWN_HOSTS", "api.kasa.example,203.0.113.7,2001:db8::/48")
 	c, err = Load()
 	require.NoError(t, err)
 	require.Equal(t, []string{"10.0.0.0/8", "192.0.2.7"}, c.API.TrustedProxies)
 	require.Equal(t, RateLimit{Rate: 0, Burst: 2000}, c.API.RateLimit.PerIP, "0 turns it off")
 	require.Equal(t, RateLimit{Rate: 2.5, Burst: 1000}, c.API.RateLimit.PerMerchant)
 	require.Equal(t, "127.0.0.1:9100", c.MetricsListen())
+	require.Equal(t, []string{"api.kasa.example", "203.0.113.7", "2001:db8::/48"}, c.Webhook.OwnHosts)
 
 	t.Setenv("KASA_METRICS_ADDR", "api")
 	t.Setenv("KASA_WORKER_METRICS_ADDR", "off")
@@ -113,6 +115,8 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 		{"bad trusted proxy", "api.trusted_proxies", map[string]string{"KASA_API_TRUSTED_PROXIES": "10.0.0.0/8,not-an-address"}},
 		{"metrics on the API's address", "metrics.addr", map[string]string{"KASA_API_ADDR": "127.0.0.1:8080", "KASA_METRICS_ADDR": "127.0.0.1:8080"}},
 		{"API on the metrics' default address", "metrics.addr", map[string]string{"KASA_API_ADDR": "127.0.0.1:8091"}},
+		{"own host that is a URL", "KASA_WEBHOOK_OWN_HOSTS", map[string]string{"KASA_WEBHOOK_OWN_HOSTS": "api.kasa.example,https://api.kasa.example"}},
+		{"own network badly written", "KASA_WEBHOOK_OWN_HOSTS", map[string]string{"KASA_WEBHOOK_OWN_HOSTS": "10.0.0.0/33"}},
 		{"previous secret key not hex", "KASA_SECRET_KEY_PREVIOUS", map[string]string{"KASA_SECRET_KEY": strings.Repeat("ab", 32), "KASA_SECRET_KEY_PREVIOUS": "xyz"}},
 		{"previous secret key is the key", "KASA_SECRET_KEY_PREVIOUS", map[string]string{"KASA_SECRET_KEY": strings.Repeat("ab", 32), "KASA_SECRET_KEY_PREVIOUS": strings.Repeat("AB", 32)}},
 		{"previous secret key without a key", "KASA_SECRET_KEY_PREVIOUS", map[string]string{"KASA_SECRET_KEY_PREVIOUS": strings.Repeat("ab", 32)}},

@@ -32,6 +32,7 @@ type WebhookSenderOptions struct {
 	// AllowPrivate lets webhooks go to loopback, private and link-local addresses (local
 	// development and tests); the default client then honours HTTP(S)_PROXY.
 	AllowPrivate bool
+	Own          OwnHosts      // kasa's own public hosts: refused under any policy
 	Timeout      time.Duration // per attempt, connection to body read (10s)
 	Concurrency  int           // attempts in flight in this sender (32)
 	PerMerchant  int           // attempts in flight per merchant, all senders together (4)
@@ -84,13 +85,13 @@ func NewWebhookSender(o WebhookSenderOptions) *WebhookSender {
 			MaxIdleConnsPerHost: o.PerMerchant,
 			IdleConnTimeout:     90 * time.Second,
 		}
-		if o.AllowPrivate {
+		// Every address is checked as it is dialled, after resolution: a name cannot rebind
+		// to an internal address between registration and delivery. A proxy would dial on
+		// kasa's behalf, out of this check's sight, so there is none unless private addresses
+		// are allowed (and kasa's own hosts are not named).
+		dialer.Control = o.policy().dialControl
+		if o.AllowPrivate && o.Own.Empty() {
 			tr.Proxy = http.ProxyFromEnvironment
-		} else {
-			// Every address is checked as it is dialled, after resolution: a name cannot rebind
-			// to an internal address between registration and delivery. A proxy would dial on
-			// kasa's behalf, out of this check's sight, so there is none.
-			dialer.Control = dialControl
 		}
 		o.Client = &http.Client{
 			Transport:     tr,
@@ -220,8 +221,8 @@ func (s *WebhookSender) Send(ctx context.Context, d store.ClaimedDelivery) {
 // post sends the signed request; it returns the HTTP status (0 without an answer).
 func (s *WebhookSender) post(ctx context.Context, d store.ClaimedDelivery, at time.Time) (int, error) {
 	// The URL was checked at registration, perhaps under another policy or before there was one.
-	if err := CheckWebhookURL(d.URL, s.o.AllowPrivate); err != nil {
-		return 0, &refusal{url: d.URL, err: err}
+	if err := CheckWebhookURL(d.URL, s.o.policy()); err != nil {
+		return 0, &refusal{url: d.URL, err: err, own: s.o.Own}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))
 	if err != nil {
@@ -235,7 +236,7 @@ func (s *WebhookSender) post(ctx context.Context, d store.ClaimedDelivery, at ti
 	resp, err := s.o.Client.Do(req)
 	var ae *AddressError
 	if errors.As(err, &ae) {
-		return 0, &refusal{url: d.URL, err: err, addr: ae}
+		return 0, &refusal{url: d.URL, err: err, addr: ae, own: s.o.Own}
 	}
 	if err != nil {
 		return 0, err
@@ -247,6 +248,10 @@ func (s *WebhookSender) post(ctx context.Context, d store.ClaimedDelivery, at ti
 		return resp.StatusCode, err
 	}
 	return resp.StatusCode, nil
+}
+
+func (o WebhookSenderOptions) policy() Policy {
+	return Policy{AllowPrivate: o.AllowPrivate, Own: o.Own}
 }
 
 // backoff is the delay after the attempt-th failure: BackoffBase doubling per attempt, capped at
@@ -276,12 +281,13 @@ type refusal struct {
 	url  string
 	err  error
 	addr *AddressError // nil: the URL itself was refused
+	own  OwnHosts
 }
 
 func (r *refusal) Error() string {
 	if r.addr == nil {
 		msg := fmt.Sprintf("refused: webhook URL %s %v", RedactURL(r.url), r.err)
-		if CheckWebhookURL(r.url, true) == nil {
+		if CheckWebhookURL(r.url, Policy{AllowPrivate: true, Own: r.own}) == nil {
 			msg += "; webhooks go to public addresses only unless KASA_WEBHOOK_ALLOW_PRIVATE=true"
 		}
 		return msg
@@ -290,8 +296,11 @@ func (r *refusal) Error() string {
 	if u, err := url.Parse(r.url); err == nil {
 		host = u.Host
 	}
-	return fmt.Sprintf("refused: %s resolved to %s, %s %s address; webhooks go to public addresses only unless KASA_WEBHOOK_ALLOW_PRIVATE=true",
-		host, r.addr.Addr, article(r.addr.Reason), r.addr.Reason)
+	if r.addr.Reason == reasonOwn {
+		return fmt.Sprintf("refused: %s resolved to %s, %s (KASA_WEBHOOK_OWN_HOSTS)", host, r.addr.Addr, phrase(r.addr.Reason))
+	}
+	return fmt.Sprintf("refused: %s resolved to %s, %s; webhooks go to public addresses only unless KASA_WEBHOOK_ALLOW_PRIVATE=true",
+		host, r.addr.Addr, phrase(r.addr.Reason))
 }
 
 func (r *refusal) Unwrap() error { return r.err }

@@ -25,7 +25,15 @@ type AddressError struct {
 }
 
 func (e *AddressError) Error() string {
-	return fmt.Sprintf("%s is %s %s address", e.Addr, article(e.Reason), e.Reason)
+	return fmt.Sprintf("%s is %s", e.Addr, phrase(e.Reason))
+}
+
+// Policy is where webhooks may go.
+type Policy struct {
+	// AllowPrivate lets webhooks go to loopback, private and link-local addresses (local
+	// development and tests).
+	AllowPrivate bool
+	Own          OwnHosts // refused under any policy
 }
 
 // urlError is a refusal worded for the merchant's field.
@@ -35,12 +43,13 @@ func (e *urlError) Error() string        { return e.msg }
 func (e *urlError) Is(target error) bool { return target == ErrWebhookURL }
 
 // CheckWebhookURL reports why kasa would refuse to call raw; nil when it would call it. The URL
-// must be absolute http(s) with a host and no credentials in it. Unless allowPrivate, its host
-// must not be a loopback, private, link-local, shared (CGNAT), multicast, reserved or
-// unspecified address, in any spelling (http://2130706433/ and http://[::ffff:127.0.0.1]/ are
-// 127.0.0.1), nor "localhost". Other names are resolved when kasa dials them, not here: an answer
-// now says nothing about the next one. The error's text is for the merchant.
-func CheckWebhookURL(raw string, allowPrivate bool) error {
+// must be absolute http(s) with a host and no credentials in it, and must not name one of kasa's
+// own hosts. Unless the policy allows private addresses, its host must not be a loopback,
+// private, link-local, shared (CGNAT), multicast, reserved or unspecified address, in any
+// spelling (http://2130706433/ and http://[::ffff:127.0.0.1]/ are 127.0.0.1), nor "localhost".
+// Other names are resolved when kasa dials them, not here: an answer now says nothing about the
+// next one. The error's text is for the merchant.
+func CheckWebhookURL(raw string, p Policy) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
 		return &urlError{"must be an http(s) URL"}
@@ -50,10 +59,16 @@ func CheckWebhookURL(raw string, allowPrivate bool) error {
 	if u.User != nil {
 		return &urlError{"must not carry credentials (user:password@): authenticate kasa by the Kasa-Signature header"}
 	}
-	if allowPrivate {
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if p.Own.name(host) {
+		return &urlError{"must not point at kasa itself (" + host + ")"}
+	}
+	if a, ok := literal(host); ok && p.Own.addr(a) {
+		return &urlError{fmt.Sprintf("must not point at kasa itself (%s)", a.WithZone("").Unmap())}
+	}
+	if p.AllowPrivate {
 		return nil
 	}
-	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
 	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		return &urlError{"must not point at a loopback address (localhost)"}
 	}
@@ -69,9 +84,25 @@ func CheckWebhookURL(raw string, allowPrivate bool) error {
 		}
 	}
 	if reason := refused(addr); reason != "" {
-		return &urlError{fmt.Sprintf("must not point at %s %s address (%s)", article(reason), reason, addr.WithZone("").Unmap())}
+		return &urlError{fmt.Sprintf("must not point at %s (%s)", phrase(reason), addr.WithZone("").Unmap())}
 	}
 	return nil
+}
+
+// literal is host as an address, when it is one in any spelling.
+func literal(host string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a, true
+	}
+	return inetAton(host)
+}
+
+// phrase names a refusal's kind of address: "a loopback address", "kasa's own address".
+func phrase(reason string) string {
+	if reason == reasonOwn {
+		return "one of kasa's own addresses"
+	}
+	return article(reason) + " " + reason + " address"
 }
 
 func article(word string) string {
@@ -187,10 +218,16 @@ func refused(addr netip.Addr) string {
 
 // dialControl is a net.Dialer's Control: it runs after the name was resolved, on the very
 // address about to be connected to, so no resolver answer can slip past it.
-func dialControl(_, address string, _ syscall.RawConn) error {
+func (p Policy) dialControl(_, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return fmt.Errorf("webhook dial: unexpected address %q", address)
+	}
+	if p.Own.addr(ap.Addr()) {
+		return &AddressError{Addr: ap.Addr().WithZone("").Unmap(), Reason: reasonOwn}
+	}
+	if p.AllowPrivate {
+		return nil
 	}
 	return CheckAddr(ap.Addr())
 }

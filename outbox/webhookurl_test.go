@@ -72,13 +72,16 @@ func TestSenderRefusesAPrivateAddressAtDialTime(t *testing.T) {
 	for _, tc := range []struct {
 		name, host   string // host replaces 127.0.0.1 in the endpoint's URL
 		allowPrivate bool
-		refusal      string // the last error, after "refused: "; empty: delivered
+		refusal      string   // the last error, after "refused: "; empty: delivered
+		own          []string // KASA_WEBHOOK_OWN_HOSTS
 	}{
-		{"rebinding name", "hooks.merchant.test", false, "hooks.merchant.test:PORT resolved to 127.0.0.1, a loopback address" + hint},
-		{"rebinding name allowed", "hooks.merchant.test", true, ""},
-		{"stored loopback name", "localhost", false, "webhook URL http://localhost:PORT/hooks must not point at a loopback address (localhost)" + hint},
+		{"rebinding name", "hooks.merchant.test", false, "hooks.merchant.test:PORT resolved to 127.0.0.1, a loopback address" + hint, nil},
+		{"rebinding name allowed", "hooks.merchant.test", true, "", nil},
+		{"rebinding name to kasa itself", "hooks.merchant.test", true,
+			"hooks.merchant.test:PORT resolved to 127.0.0.1, one of kasa's own addresses (KASA_WEBHOOK_OWN_HOSTS)", []string{"127.0.0.0/8"}},
+		{"stored loopback name", "localhost", false, "webhook URL http://localhost:PORT/hooks must not point at a loopback address (localhost)" + hint, nil},
 		{"stored credentials", "kasa:secret@hooks.merchant.test", true,
-			"webhook URL http://kasa:xxxxx@hooks.merchant.test:PORT/hooks must not carry credentials (user:password@): authenticate kasa by the Kasa-Signature header"},
+			"webhook URL http://kasa:xxxxx@hooks.merchant.test:PORT/hooks must not carry credentials (user:password@): authenticate kasa by the Kasa-Signature header", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A database of its own: the pipeline's metrics count this delivery's attempts alone.
@@ -88,7 +91,7 @@ func TestSenderRefusesAPrivateAddressAtDialTime(t *testing.T) {
 			_, port, err := net.SplitHostPort(strings.TrimPrefix(h.URL, "http://"))
 			require.NoError(t, err)
 			m := newMerchantIn(t, db, "http://"+tc.host+":"+port+"/hooks")
-			p := startPipeline(t, b, pipelineOptions{relays: 1, refusePrivate: !tc.allowPrivate, sender: WebhookSenderOptions{resolver: rebinding(t)}, store: db})
+			p := startPipeline(t, b, pipelineOptions{relays: 1, refusePrivate: !tc.allowPrivate, sender: WebhookSenderOptions{resolver: rebinding(t), Own: NewOwnHosts(tc.own)}, store: db})
 			pid := settleIn(t, db, m, false)
 
 			require.Eventually(t, func() bool {
@@ -224,7 +227,7 @@ func TestCheckWebhookURL(t *testing.T) {
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			t.Parallel()
-			err := CheckWebhookURL(tc.url, false)
+			err := CheckWebhookURL(tc.url, Policy{})
 			if tc.refused == "" {
 				require.NoError(t, err)
 			} else {
@@ -233,7 +236,7 @@ func TestCheckWebhookURL(t *testing.T) {
 					require.Contains(t, err.Error(), tc.refused)
 				}
 			}
-			err = CheckWebhookURL(tc.url, true)
+			err = CheckWebhookURL(tc.url, Policy{AllowPrivate: true})
 			if tc.refused == always {
 				require.ErrorIs(t, err, ErrWebhookURL, "refused whatever the policy")
 			} else {
@@ -241,8 +244,36 @@ func TestCheckWebhookURL(t *testing.T) {
 			}
 		})
 	}
-	require.EqualError(t, CheckWebhookURL("http://2130706433/", false), "must not point at a loopback address (127.0.0.1)")
-	require.EqualError(t, CheckWebhookURL("ftp://x", false), "must be an http(s) URL")
+	require.EqualError(t, CheckWebhookURL("http://2130706433/", Policy{}), "must not point at a loopback address (127.0.0.1)")
+	require.EqualError(t, CheckWebhookURL("ftp://x", Policy{}), "must be an http(s) URL")
+}
+
+// kasa's own public hosts (KASA_WEBHOOK_OWN_HOSTS) are refused under any policy, by name in any
+// case, and by address in any network given; other public hosts are not.
+func TestCheckWebhookURLRefusesKasaItself(t *testing.T) {
+	t.Parallel()
+	own := NewOwnHosts([]string{"api.kasa.example", "93.184.215.0/24", "2606:4700::1", " "})
+	for _, tc := range []struct{ url, refused string }{
+		{"https://api.kasa.example/hooks", "must not point at kasa itself (api.kasa.example)"},
+		{"https://API.Kasa.Example./hooks", "must not point at kasa itself (api.kasa.example)"},
+		{"https://93.184.215.14/hooks", "must not point at kasa itself (93.184.215.14)"},
+		{"https://[::ffff:93.184.215.14]/hooks", "must not point at kasa itself (93.184.215.14)"},
+		{"https://1572394766/hooks", "must not point at kasa itself (93.184.215.14)"},
+		{"https://[2606:4700::1]:8443/hooks", "must not point at kasa itself (2606:4700::1)"},
+		{"https://hooks.merchant.example/x", ""},
+		{"https://kasa.example/x", ""},
+		{"https://93.184.216.34/x", ""},
+	} {
+		for _, private := range []bool{false, true} {
+			err := CheckWebhookURL(tc.url, Policy{AllowPrivate: private, Own: own})
+			if tc.refused == "" {
+				require.NoError(t, err, tc.url)
+				continue
+			}
+			require.ErrorIs(t, err, ErrWebhookURL, tc.url)
+			require.EqualError(t, err, tc.refused, tc.url)
+		}
+	}
 }
 
 // The sender follows no redirect: a merchant cannot send kasa on to an address it would not

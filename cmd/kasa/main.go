@@ -24,6 +24,7 @@ import (
 	"github.com/kasa-pay/kasa/activities"
 	"github.com/kasa-pay/kasa/api"
 	"github.com/kasa-pay/kasa/config"
+	"github.com/kasa-pay/kasa/outbox"
 	"github.com/kasa-pay/kasa/provider"
 	"github.com/kasa-pay/kasa/reconcile"
 	"github.com/kasa-pay/kasa/store"
@@ -309,7 +310,7 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheu
 		Outcomes: outcomes,
 		Registry: reg,
 		Store:    st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
-		AdminToken: cfg.Admin.Token, AdminTokenPrevious: cfg.Admin.TokenPrevious, SyncWait: cfg.API.SyncWait, CaptureWindow: cfg.CaptureWindow, AllowPrivateWebhooks: cfg.Webhook.AllowPrivate,
+		AdminToken: cfg.Admin.Token, AdminTokenPrevious: cfg.Admin.TokenPrevious, SyncWait: cfg.API.SyncWait, CaptureWindow: cfg.CaptureWindow, AllowPrivateWebhooks: cfg.Webhook.AllowPrivate, OwnHosts: outbox.NewOwnHosts(cfg.Webhook.OwnHosts),
 		Logger: log, ReplayCache: cfg.API.ReplayCache, Retention: cfg.Idempotency.Retention,
 		SeparateMetrics: cfg.MetricsListen() != "", Limits: apiLimits(cfg),
 		Backlog:          api.Backlog{State: st, MaxRunning: cfg.Backlog.APIRunning, MaxQueued: cfg.Backlog.MaxQueued, MaxWait: cfg.Backlog.MaxWait},

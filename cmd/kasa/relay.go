@@ -59,7 +59,7 @@ func startEvents(ctx context.Context, cfg config.Config, st *store.Store, reg pr
 		}),
 		"webhook sender": outbox.NewWebhookSender(outbox.WebhookSenderOptions{
 			Store: st, Timeout: cfg.Webhook.Timeout, Concurrency: cfg.Webhook.Concurrency,
-			PerMerchant: cfg.Webhook.PerMerchant, RetryFor: cfg.Webhook.RetryFor, AllowPrivate: cfg.Webhook.AllowPrivate,
+			PerMerchant: cfg.Webhook.PerMerchant, RetryFor: cfg.Webhook.RetryFor, AllowPrivate: cfg.Webhook.AllowPrivate, Own: outbox.NewOwnHosts(cfg.Webhook.OwnHosts),
 			Metrics: metrics, Logger: log,
 		}),
 	}
