@@ -141,8 +141,9 @@ func temporalWaitReason(err error) (string, bool) {
 	switch {
 	case errors.As(err, &notFound):
 		return "namespace not found", true
-	case strings.Contains(err.Error(), "handshake"):
-		// A TLS client on a plain server, or a certificate the server refuses: no retry mends it.
+	case strings.Contains(err.Error(), "handshake"), strings.Contains(err.Error(), "tls: "), strings.Contains(err.Error(), "x509: "):
+		// A TLS client on a plain server, a certificate the server refuses or cannot verify,
+		// or none where the server requires one: no retry mends it.
 		return "", false
 	case errors.As(err, &unavailable), errors.As(err, &deadline), errors.Is(err, context.DeadlineExceeded):
 		return "unreachable", true

@@ -3,6 +3,8 @@ package devenv
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,6 +64,32 @@ type TemporalServerOptions struct {
 	// ReadyTimeout bounds the wait for a usable server; default 2 minutes.
 	ReadyTimeout time.Duration
 	Logger       *slog.Logger
+	// TLS, when set, turns mutual TLS on: the frontend and the services between themselves
+	// present Cert and accept only clients whose certificate chains to CA.
+	TLS *TemporalTLS
+}
+
+// TemporalTLS are a TLS server's PEM files: Cert must name ServerName and serve as a client's
+// certificate too (the services call each other with it).
+type TemporalTLS struct {
+	CA, Cert, Key, ServerName string
+}
+
+// clientConfig is how a client of the server with these files connects.
+func (t *TemporalTLS) clientConfig() (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := os.ReadFile(t.CA)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", t.CA)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, ServerName: t.ServerName, MinVersion: tls.VersionTLS12}, nil
 }
 
 // TemporalServer is a running Temporal Server (frontend, history, matching and worker services in
@@ -281,8 +309,13 @@ func (s *TemporalServer) waitReady(ctx context.Context) (serving time.Time, err 
 	}
 	var c client.Client
 	if err := step("dial", func(ctx context.Context) (err error) {
-		c, err = client.DialContext(ctx, client.Options{HostPort: s.addr, Namespace: s.opts.Namespace,
-			Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+		o := client.Options{HostPort: s.addr, Namespace: s.opts.Namespace, Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))}
+		if s.opts.TLS != nil {
+			if o.ConnectionOptions.TLS, err = s.opts.TLS.clientConfig(); err != nil {
+				return err
+			}
+		}
+		c, err = client.DialContext(ctx, o)
 		return err
 	}); err != nil {
 		return serving, err
@@ -519,6 +552,21 @@ global:
   membership:
     maxJoinDuration: 30s
     broadcastAddress: 127.0.0.1
+{{- with .TLS}}
+  tls:
+    internode:
+      server: &tls-server
+        certFile: {{.Cert}}
+        keyFile: {{.Key}}
+        requireClientAuth: true
+        clientCaFiles: [{{.CA}}]
+      client: &tls-client
+        serverName: {{.ServerName}}
+        rootCaFiles: [{{.CA}}]
+    frontend:
+      server: *tls-server
+      client: *tls-client
+{{- end}}
 {{- if .MetricsPort}}
   metrics:
     prometheus:
@@ -611,7 +659,7 @@ func (s *TemporalServer) writeConfig(pg *Postgres) error {
 		"LogLevel": s.opts.LogLevel, "Shards": s.opts.HistoryShards, "PGPort": pg.Port,
 		"Database": s.opts.Database, "VisibilityDatabase": s.opts.VisibilityDatabase,
 		"User": temporalRole, "Password": temporalPassword, "MetricsPort": s.opts.MetricsPort,
-		"Services": services, "Port": s.opts.Port, "DynamicConfig": dynamic,
+		"Services": services, "Port": s.opts.Port, "DynamicConfig": dynamic, "TLS": s.opts.TLS,
 	}); err != nil {
 		return err
 	}
