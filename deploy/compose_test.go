@@ -57,8 +57,14 @@ var appServices = []string{"api-1", "api-2", "worker-1", "worker-2", "relay"}
 
 // testVars stands in for the operator's shell when the test interpolates ${VAR} references.
 var testVars = map[string]string{
-	"KASA_SECRET_KEY":  strings.Repeat("ab", 32),
-	"KASA_ADMIN_TOKEN": "test-admin-token",
+	"KASA_SECRET_KEY":           strings.Repeat("ab", 32),
+	"KASA_ADMIN_TOKEN":          "test-admin-token",
+	"KASA_POSTGRES_PASSWORD":    "pgsuperpw1",
+	"KASA_DB_OWNER_PASSWORD":    "ownerpw2",
+	"KASA_DB_APP_PASSWORD":      "apppw3",
+	"KASA_TEMPORAL_DB_PASSWORD": "temporalpw4",
+	"KASA_UI_PASSWORD":          "uipw5",
+	"KASA_GRAFANA_PASSWORD":     "grafanapw6",
 }
 
 // repoRoot is the repository root, found from this file's location rather than the working directory.
@@ -319,7 +325,7 @@ func TestComposePublishedPorts(t *testing.T) {
 		{"api-2", "8081", true},
 		{"banksim", "8090", true},
 		{"temporal", "7233", true},
-		{"temporal-ui", "8233", true},
+		{"temporal-ui-proxy", "8233", true},
 		{"prometheus", "9090", true},
 		{"grafana", "3000", true},
 		{"postgres", "5432", false},
@@ -685,10 +691,137 @@ func TestComposeTemporalUI(t *testing.T) {
 	require.Equal(t, "temporal", h, "the UI talks to the temporal service")
 	_, ok := c.publishes(t, "temporal", p)
 	require.Truef(t, ok, "port %s is not the server's frontend", p)
-	pub, ok := c.publishes(t, "temporal-ui", env["TEMPORAL_UI_PORT"])
-	require.Truef(t, ok, "the UI must listen (TEMPORAL_UI_PORT) on its published port")
-	require.Equal(t, env["TEMPORAL_UI_PORT"], pub.target)
 	require.Equal(t, c.resolvedEnv(t, "api-1")["KASA_TEMPORAL_NAMESPACE"], env["TEMPORAL_DEFAULT_NAMESPACE"])
+
+	// The UI can signal, cancel and start workflows: only the password-asking proxy reaches it.
+	require.Empty(t, c.ports(t, "temporal-ui"), "the UI itself is not published")
+	script := c.script(t, "temporal-ui-proxy")
+	require.Contains(t, script, "basic_auth")
+	require.Contains(t, script, "reverse_proxy temporal-ui:"+env["TEMPORAL_UI_PORT"], "the proxy forwards to where the UI listens")
+	pub, ok := c.publishes(t, "temporal-ui-proxy", "8233")
+	require.True(t, ok)
+	require.Contains(t, script, ":"+pub.target+" {", "the proxy listens on its published port")
+	_, err := interpolate(c.env(t, "temporal-ui-proxy")["KASA_UI_PASSWORD"], map[string]string{})
+	require.Error(t, err, "the UI's password is required, with no default")
+
+	// Terminate and reset would leave a payment's hold or run its steps again.
+	for _, off := range []string{"TEMPORAL_WORKFLOW_TERMINATE_DISABLED", "TEMPORAL_WORKFLOW_RESET_DISABLED", "TEMPORAL_BATCH_ACTIONS_DISABLED"} {
+		require.Equal(t, "true", env[off], off)
+	}
+	requireTemporalClient(t, c, "temporal-ui", env["TEMPORAL_TLS_CERT"], env["TEMPORAL_TLS_KEY"], env["TEMPORAL_TLS_CA"], env["TEMPORAL_TLS_SERVER_NAME"])
+	require.Equal(t, "true", env["TEMPORAL_TLS_ENABLE_HOST_VERIFICATION"])
+}
+
+// The Temporal Server asks every client for a certificate of the compose CA: kasa's processes,
+// the namespace set-up and the server's own healthcheck present one; temporal-certs makes them
+// once, before the server starts.
+func TestComposeTemporalMutualTLS(t *testing.T) {
+	c := loadCompose(t)
+	server := c.resolvedEnv(t, "temporal")
+	require.Equal(t, "service_completed_successfully", c.dependsOn(t, "temporal")["temporal-certs"])
+	script := c.script(t, "temporal-certs")
+	for _, name := range []string{"temporal", "client"} {
+		require.Regexpf(t, `(?m)^issue `+name+` `, script, "the script issues %s.pem", name)
+	}
+	require.Contains(t, script, "DNS:"+server["TEMPORAL_TLS_FRONTEND_SERVER_NAME"], "the server's certificate names it as clients ask for it")
+	for _, key := range []string{"TEMPORAL_TLS_SERVER_CERT", "TEMPORAL_TLS_FRONTEND_CERT"} {
+		require.Equal(t, "/certs/temporal.pem", server[key], key)
+	}
+	for _, key := range []string{"TEMPORAL_TLS_SERVER_CA_CERT", "TEMPORAL_TLS_CLIENT1_CA_CERT", "TEMPORAL_TLS_CLIENT2_CA_CERT"} {
+		require.Equal(t, "/certs/ca.pem", server[key], key)
+	}
+	var mounted bool
+	for _, m := range c.mounts(t, "temporal") {
+		mounted = mounted || (m.source == "temporal-certs" && m.target == "/certs" && m.readOnly)
+	}
+	require.True(t, mounted, "the server reads the certificates, read-only")
+
+	for _, s := range append(slices.Clone(appServices), "migrate") {
+		env := c.resolvedEnv(t, s)
+		if env["KASA_TEMPORAL_ADDRESS"] == "" {
+			continue
+		}
+		requireTemporalClient(t, c, s, env["KASA_TEMPORAL_TLS_CERT"], env["KASA_TEMPORAL_TLS_KEY"], env["KASA_TEMPORAL_TLS_CA"], env["KASA_TEMPORAL_TLS_SERVER_NAME"])
+	}
+	setup := c.resolvedEnv(t, "temporal-setup")
+	requireTemporalClient(t, c, "temporal-setup", setup["TEMPORAL_TLS_CERT"], setup["TEMPORAL_TLS_KEY"], setup["TEMPORAL_TLS_CA"], setup["TEMPORAL_TLS_SERVER_NAME"])
+	for _, flag := range []string{"--tls-cert-path", "--tls-key-path", "--tls-ca-path", "--tls-server-name"} {
+		require.Contains(t, c.script(t, "temporal-setup"), flag, "the setup script's CLI calls present the certificate")
+	}
+	hc, _ := c.service(t, "temporal")["healthcheck"].(map[string]any)
+	require.Contains(t, fmt.Sprint(hc["test"]), "--tls-cert-path /certs/temporal.pem", "the healthcheck presents the server's certificate")
+}
+
+// No password is written in the compose file: each is a variable the operator must set
+// (deploy/compose-env.sh makes them), in the environment and in every database URL.
+func TestComposeHasNoFixedPasswords(t *testing.T) {
+	c := loadCompose(t)
+	required := regexp.MustCompile(`^\$\{[A-Z_]+:\?[^}]*\}$`)
+	for name := range c.services {
+		for key, v := range c.env(t, name) {
+			if strings.Contains(key, "PASSWORD") || strings.Contains(key, "PWD") {
+				require.Regexpf(t, required, v, "%s: %s must be a required ${VAR:?...}, not a value", name, key)
+			}
+			if u, err := url.Parse(v); err == nil && u.User != nil {
+				if pw, ok := u.User.Password(); ok {
+					require.Regexpf(t, required, pw, "%s: %s carries a fixed password", name, key)
+				}
+			}
+		}
+	}
+
+	// deploy/compose-env.sh writes every required variable, URL-safe, and keeps what is there.
+	envFile := filepath.Join(t.TempDir(), ".env")
+	require.NoError(t, os.WriteFile(envFile, []byte("KASA_ADMIN_TOKEN=mine\n"), 0o644))
+	run := func() map[string]string {
+		out, err := exec.Command("sh", filepath.Join(repoRoot(t), "deploy", "compose-env.sh"), envFile).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		b, err := os.ReadFile(envFile)
+		require.NoError(t, err)
+		vars := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			k, v, ok := strings.Cut(line, "=")
+			require.True(t, ok, line)
+			require.NotContains(t, vars, k, "%s written twice", k)
+			vars[k] = v
+		}
+		return vars
+	}
+	vars := run()
+	require.Equal(t, "mine", vars["KASA_ADMIN_TOKEN"], "a value already there is kept")
+	for _, m := range varRef.FindAllStringSubmatch(c.raw, -1) {
+		if v := m[1]; strings.Contains(v, "PASSWORD") || v == "KASA_SECRET_KEY" {
+			require.Regexpf(t, `^[0-9a-f]{16,}$`, vars[v], "%s: random hex, safe in a URL", v)
+		}
+	}
+	require.Len(t, vars["KASA_SECRET_KEY"], 64)
+	require.Equal(t, vars, run(), "a second run changes nothing")
+	fi, err := os.Stat(envFile)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "only its owner reads the secrets")
+	for name := range c.services {
+		for key, v := range c.env(t, name) {
+			_, err := interpolate(v, vars)
+			require.NoErrorf(t, err, "%s: %s with the variables compose-env.sh writes", name, key)
+		}
+	}
+}
+
+// requireTemporalClient checks that service holds the client certificate of the server's mutual
+// TLS, as the server's CA signed it, at the paths given.
+func requireTemporalClient(t *testing.T, c compose, service, cert, key, ca, serverName string) {
+	t.Helper()
+	server := c.resolvedEnv(t, "temporal")
+	require.Equal(t, "true", server["TEMPORAL_TLS_REQUIRE_CLIENT_AUTH"], "the server asks every client for a certificate")
+	require.Equal(t, server["TEMPORAL_TLS_CLIENT1_CA_CERT"], ca, "%s: the CA the server trusts", service)
+	require.Equal(t, server["TEMPORAL_TLS_FRONTEND_SERVER_NAME"], serverName, "%s: the name on the server's certificate", service)
+	require.Equal(t, "/certs/client.pem", cert, service)
+	require.Equal(t, "/certs/client-key.pem", key, service)
+	var mounted bool
+	for _, m := range c.mounts(t, service) {
+		mounted = mounted || (m.source == "temporal-certs" && m.target == "/certs")
+	}
+	require.Truef(t, mounted, "%s mounts the temporal-certs volume at /certs", service)
 }
 
 // The migrate service runs as the tables' owner and grants the application role; every other
@@ -727,9 +860,9 @@ func TestComposeDatabaseRoles(t *testing.T) {
 			}
 		}
 		require.True(t, m.bind(), "postgres runs an init script from the repository")
-		require.True(t, strings.HasSuffix(m.target, ".sql"))
+		require.True(t, strings.HasSuffix(m.target, ".sh"), "a script, which reads the passwords from the environment")
 		// The statements only: comments may name what the script must not do.
-		sql := regexp.MustCompile(`--[^\n]*`).ReplaceAllString(readRepoFile(t, m.source), "")
+		sql := regexp.MustCompile(`--[^\n]*|(?m)^#[^\n]*`).ReplaceAllString(readRepoFile(t, m.source), "")
 		temporal := c.resolvedEnv(t, "temporal")
 		for _, role := range []string{owner, app, temporal["POSTGRES_USER"]} {
 			require.Regexpf(t, `(?i)CREATE ROLE "?`+regexp.QuoteMeta(role)+`"? (WITH )?LOGIN`, sql, "role %s", role)
@@ -743,6 +876,10 @@ func TestComposeDatabaseRoles(t *testing.T) {
 		require.NotRegexp(t, `(?i)GRANT\s+"?`+regexp.QuoteMeta(owner)+`"?\s+TO\s+"?`+regexp.QuoteMeta(app), sql,
 			"the application role must not be a member of the owner")
 		require.NotRegexp(t, `(?i)SUPERUSER`, sql)
+		require.NotRegexp(t, `(?i)PASSWORD\s+'`, sql, "no password is written in the repository")
+		for _, v := range []string{"KASA_DB_OWNER_PASSWORD", "KASA_DB_APP_PASSWORD", "KASA_TEMPORAL_DB_PASSWORD"} {
+			require.Containsf(t, pg, v, "postgres hands %s to the init script", v)
+		}
 	})
 }
 

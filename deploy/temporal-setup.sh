@@ -2,10 +2,16 @@
 # Creates kasa's namespace and registers the search attributes its workflows set, then exits;
 # docker-compose.yml's temporal-setup service runs it once the server answers. Both steps leave
 # what exists alone, so it is safe on every `docker compose up`. The CLI reads the server's
-# address from TEMPORAL_ADDRESS; TEMPORAL_NAMESPACE and TEMPORAL_RETENTION come from compose.
+# address from TEMPORAL_ADDRESS; TEMPORAL_NAMESPACE and TEMPORAL_RETENTION come from compose, and
+# the client certificate of the server's mutual TLS from TEMPORAL_TLS_CERT, TEMPORAL_TLS_KEY,
+# TEMPORAL_TLS_CA and TEMPORAL_TLS_SERVER_NAME.
 set -eu
 
 ns="${TEMPORAL_NAMESPACE:?}"
+temporal() {
+	command temporal "$@" --tls-cert-path "${TEMPORAL_TLS_CERT:?}" --tls-key-path "${TEMPORAL_TLS_KEY:?}" \
+		--tls-ca-path "${TEMPORAL_TLS_CA:?}" --tls-server-name "${TEMPORAL_TLS_SERVER_NAME:?}"
+}
 
 # The frontend reports SERVING a few seconds before the rest of the cluster (history shards,
 # the system namespace) is ready to serve namespace calls: retry for up to a minute.
