@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -231,6 +232,7 @@ kasa is running.  Ctrl-C stops everything.
 
   API            %s   (/healthz /readyz /metrics)
   Temporal UI    %s
+  Unknown        %s
   Temporal       %s   namespace %s, task queue %s
   Provider       %s   (capability %s)
   PostgreSQL     %s
@@ -248,10 +250,20 @@ Pay 100.00 TRY with the demo merchant:
 
   curl -sS %s/v1/accounts/%s -H 'Authorization: Bearer %s'
 
-`, api, orDash(uiURL), cfg.Temporal.Address, cfg.Temporal.Namespace, cfg.Temporal.TaskQueue,
+`, api, orDash(uiURL), unknownList(uiURL, cfg.Temporal.Namespace), cfg.Temporal.Address, cfg.Temporal.Namespace, cfg.Temporal.TaskQueue,
 		cfg.Provider.URL, cfg.Provider.Capability, cfg.Database.URL, cfg.Admin.Token,
 		s.DemoMerchantID, s.DemoAPIKey, s.DemoAccountID,
 		api, s.DemoAPIKey, s.DemoAccountID, api, s.DemoAccountID, s.DemoAPIKey)
+}
+
+// unknownList is the Web UI's list of the payments parked as unknown (docs/reconciliation.md):
+// add the PaymentSummary column there once to see what each is.
+func unknownList(uiURL, namespace string) string {
+	if uiURL == "" {
+		return "-"
+	}
+	return uiURL + "/namespaces/" + url.PathEscape(namespace) + "/workflows?query=" + url.QueryEscape(`PaymentStatus="unknown"`) +
+		"   (add the PaymentSummary column)"
 }
 
 func orDash(s string) string {
