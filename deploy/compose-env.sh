@@ -6,6 +6,10 @@ set -eu
 env_file="${1:-.env}"
 touch "$env_file"
 chmod 0600 "$env_file"
+# A last line without its newline would run into the first one added.
+if [ -s "$env_file" ] && [ -n "$(tail -c1 "$env_file")" ]; then
+	echo >>"$env_file"
+fi
 random() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
 add() {
 	if ! grep -q "^$1=" "$env_file"; then

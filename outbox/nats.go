@@ -100,7 +100,7 @@ func Connect(url, name string, auth BrokerAuth) (*nats.Conn, jetstream.JetStream
 	opts = append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, opts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("nats %s: %w", RedactURL(url), err)
+		return nil, nil, fmt.Errorf("nats %s: %w", redactURLs(url), err)
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {

@@ -1,15 +1,7 @@
 package outbox
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,6 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // pki is a throwaway certificate authority with a server and a client certificate, as PEM files.
@@ -28,44 +22,10 @@ type pki struct {
 
 func newPKI(t *testing.T) pki {
 	t.Helper()
-	dir := t.TempDir()
-	write := func(name, kind string, der []byte) string {
-		p := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600))
-		return p
-	}
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		require.NoError(t, err)
-		return k
-	}
-	caKey := newKey()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kasa test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	require.NoError(t, err)
-	ca, err := x509.ParseCertificate(caDER)
-	require.NoError(t, err)
-	leaf := func(serial int64, name string, usage x509.ExtKeyUsage) (cert, key string) {
-		k := newKey()
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-		require.NoError(t, err)
-		kder, err := x509.MarshalECPrivateKey(k)
-		require.NoError(t, err)
-		return write(name+".pem", "CERTIFICATE", der), write(name+"-key.pem", "EC PRIVATE KEY", kder)
-	}
-	p := pki{ca: write("ca.pem", "CERTIFICATE", caDER)}
-	p.serverCert, p.serverKey = leaf(2, "server", x509.ExtKeyUsageServerAuth)
-	p.clientCert, p.clientKey = leaf(3, "client", x509.ExtKeyUsageClientAuth)
+	ca := testkit.NewCA(t, "kasa test CA")
+	p := pki{ca: ca.File}
+	p.serverCert, p.serverKey = ca.Issue(t, "server", "127.0.0.1")
+	p.clientCert, p.clientKey = ca.Issue(t, "client")
 	return p
 }
 

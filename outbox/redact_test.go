@@ -76,12 +76,16 @@ func TestRedactURL(t *testing.T) {
 		{"https://m.example/hooks?token=abc&x=1", "https://m.example/hooks?…"},
 		{"https://m.example/hooks#sig=abc", "https://m.example/hooks"},
 		{"https://m.example/hooks?", "https://m.example/hooks?…"},
+		{"https://m.example/hooks?ids=1,2&token=abc", "https://m.example/hooks?…"},
+		{"https://m.example/a,b/hooks?token=abc", "https://m.example/a,b/hooks?…"},
+		{"https://u:pa,ss@h.example/x", "https://u:xxxxx@h.example/x"},
 		{"nats://kasa:s3cret@nats-1:4222", "nats://kasa:xxxxx@nats-1:4222"},
-		{"nats://kasa:s3cret@nats-1:4222,nats://kasa:s3cret@nats-2:4222", "nats://kasa:xxxxx@nats-1:4222,nats://kasa:xxxxx@nats-2:4222"},
 		{"://\x7f", "(an unparsable URL)"},
 	} {
 		require.Equal(t, tc.want, RedactURL(tc.in), tc.in)
 	}
+	require.Equal(t, "nats://kasa:xxxxx@nats-1:4222,nats://kasa:xxxxx@nats-2:4222",
+		redactURLs("nats://kasa:s3cret@nats-1:4222, nats://kasa:s3cret@nats-2:4222"), "KASA_NATS_URL's list")
 }
 
 // A broker that cannot be reached is reported without the password of KASA_NATS_URL.

@@ -33,8 +33,10 @@ func (s *Store) CreateMerchantWithKey(ctx context.Context, m payment.Merchant, k
 		if _, err := tx.Exec(ctx, dbsqlc.InsertMerchant, m.ID, m.Name, m.WebhookURL, s.seal(webhookSecret)); err != nil {
 			return err
 		}
-		_, err := dbsqlc.New(tx).InsertAPIKey(ctx, dbsqlc.InsertAPIKeyParams{ID: keyID, MerchantID: m.ID, KeyHash: payment.HashAPIKey(apiKey)})
-		return err
+		if _, err := dbsqlc.New(tx).InsertAPIKey(ctx, dbsqlc.InsertAPIKeyParams{ID: keyID, MerchantID: m.ID, KeyHash: payment.HashAPIKey(apiKey)}); err != nil {
+			return err
+		}
+		return s.sealingAllowed(ctx, tx)
 	})
 }
 
@@ -90,8 +92,15 @@ func (s *Store) APIKeys(ctx context.Context, merchantID uuid.UUID) ([]APIKey, er
 // It returns until when both sign.
 // payment.ErrNotFound when there is no such merchant.
 func (s *Store) RotateWebhookSecret(ctx context.Context, merchantID uuid.UUID, secret string, overlap time.Duration) (time.Time, error) {
-	until, err := s.q.RotateWebhookSecret(ctx, dbsqlc.RotateWebhookSecretParams{
-		ID: merchantID, WebhookSecretEnc: s.seal(secret), OverlapSeconds: overlap.Seconds(),
+	var until *time.Time
+	err := s.tx(ctx, func(tx pgx.Tx) (err error) {
+		until, err = s.q.WithTx(tx).RotateWebhookSecret(ctx, dbsqlc.RotateWebhookSecretParams{
+			ID: merchantID, WebhookSecretEnc: s.seal(secret), OverlapSeconds: overlap.Seconds(),
+		})
+		if err != nil {
+			return err
+		}
+		return s.sealingAllowed(ctx, tx)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, payment.ErrNotFound

@@ -18,6 +18,9 @@ import (
 var ErrSecretKeyMismatch = errors.New("KASA_SECRET_KEY differs from the key the rest of this deployment uses: " +
 	"give every api, worker and relay the same KASA_SECRET_KEY")
 
+// ErrSecretKeyRetired: this process's KASA_SECRET_KEY was replaced by a rotation.
+var ErrSecretKeyRetired = fmt.Errorf("%w: KASA_SECRET_KEY was retired by a rotation (kasa rotate-secret-key); use the new key", ErrSecretKeyMismatch)
+
 // CheckSecretKey compares this store's secret key with the deployment's: the first process to
 // ask records a check value made from its key (an HMAC, from which the key cannot be learned).
 func (s *Store) CheckSecretKey(ctx context.Context) error {
@@ -29,10 +32,40 @@ func (s *Store) CheckSecretKey(ctx context.Context) error {
 	if err != nil {
 		return translate(err)
 	}
+	st, err := s.q.SecretKeyState(ctx)
+	if err != nil {
+		return translate(err)
+	}
+	return s.acceptKey(st.CheckValue, st.Retired)
+}
+
+// acceptKey says whether this store's keys may seal and open under the deployment's recorded
+// key: its own key is that key, or (a rotation under way) its previous one is, and its own was
+// never retired.
+func (s *Store) acceptKey(recorded []byte, retired [][]byte) error {
+	for _, r := range retired {
+		if hmac.Equal(r, s.keyCheck) {
+			return ErrSecretKeyRetired
+		}
+	}
 	if !hmac.Equal(recorded, s.keyCheck) && (s.prevCheck == nil || !hmac.Equal(recorded, s.prevCheck)) {
 		return ErrSecretKeyMismatch
 	}
 	return nil
+}
+
+// sealingAllowed is checked in a transaction that has just written a sealed secret, after the
+// write: a rotation that committed meanwhile (it holds writes to merchants until it does) may
+// have retired this process's key, and the secret must then not be kept.
+func (s *Store) sealingAllowed(ctx context.Context, tx pgx.Tx) error {
+	st, err := s.q.WithTx(tx).SecretKeyState(ctx)
+	if errors.Is(err, pgx.ErrNoRows) { // no process recorded a key yet (tests that skip the check)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return s.acceptKey(st.CheckValue, st.Retired)
 }
 
 // RotateSecretKey is a master key rotation's last step: it re-seals every merchant's webhook
@@ -46,6 +79,19 @@ func (s *Store) RotateSecretKey(ctx context.Context) (int, error) {
 	n := 0
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
+		st, err := q.LockSecretKeyForRotation(ctx)
+		if err != nil {
+			return err
+		}
+		if err := s.acceptKey(st.CheckValue, st.Retired); err != nil {
+			return err
+		}
+		if hmac.Equal(st.CheckValue, s.keyCheck) {
+			return errors.New("KASA_SECRET_KEY is the deployment's key already: nothing to rotate")
+		}
+		if err := q.LockMerchantsForRotation(ctx); err != nil {
+			return err
+		}
 		rows, err := q.SealedWebhookSecrets(ctx)
 		if err != nil {
 			return err
@@ -69,7 +115,7 @@ func (s *Store) RotateSecretKey(ctx context.Context) (int, error) {
 			}
 			n++
 		}
-		return q.SetSecretKeyCheck(ctx, s.keyCheck)
+		return q.RetireSecretKey(ctx, s.keyCheck)
 	})
 	return n, err
 }

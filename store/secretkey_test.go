@@ -99,7 +99,12 @@ func TestRotateSecretKey(t *testing.T) {
 	cur, prev = secrets(alone)
 	require.Equal(t, "whsec_two", cur, "re-sealed under the new key")
 	require.Equal(t, "whsec_one", prev)
-	require.ErrorIs(t, old.CheckSecretKey(ctx), store.ErrSecretKeyMismatch, "the old key alone is refused now")
+	require.ErrorIs(t, old.CheckSecretKey(ctx), store.ErrSecretKeyRetired, "the old key alone is refused now")
+	require.ErrorIs(t, open(oldKey, newKey).CheckSecretKey(ctx), store.ErrSecretKeyRetired, "and with the new one as its previous")
+	_, err = old.RotateWebhookSecret(ctx, m.ID, "whsec_stale", time.Hour)
+	require.ErrorIs(t, err, store.ErrSecretKeyRetired, "a process still running on the old key seals nothing more")
+	cur, _ = secrets(alone)
+	require.Equal(t, "whsec_two", cur)
 
 	// Under a third key, with a previous key that opens nothing here, nothing is re-sealed.
 	third := open(bytes.Repeat([]byte{3}, 32), bytes.Repeat([]byte{4}, 32))
@@ -107,4 +112,39 @@ func TestRotateSecretKey(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrSecretKeyMismatch)
 	cur, _ = secrets(alone)
 	require.Equal(t, "whsec_two", cur, "nothing changed")
+}
+
+// A rotation that meets a secret neither key opens (sealed by a process with another key)
+// changes nothing: no merchant is re-sealed and the deployment's key stays.
+func TestRotateSecretKeyIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	oldKey, newKey := testkit.SecretKey, bytes.Repeat([]byte{9}, 32)
+	open := func(key, previous []byte) *store.Store {
+		st, err := store.Open(ctx, store.Options{URL: url, SecretKey: key, PreviousSecretKey: previous, Migrate: true})
+		require.NoError(t, err)
+		t.Cleanup(st.Close)
+		return st
+	}
+	// Before any process recorded the deployment's key, one sealed under a stray key of its own.
+	testkit.NewMerchant(t, open(bytes.Repeat([]byte{5}, 32), nil), testkit.MerchantOptions{WebhookURL: "https://b.example/hooks", WebhookSecret: "whsec_b"})
+	old := open(oldKey, nil)
+	require.NoError(t, old.CheckSecretKey(ctx))
+	testkit.NewMerchant(t, old, testkit.MerchantOptions{WebhookURL: "https://a.example/hooks", WebhookSecret: "whsec_a"})
+	before := merchantsSealed(t, old)
+
+	_, err := open(newKey, oldKey).RotateSecretKey(ctx)
+	require.ErrorContains(t, err, "decrypt webhook secret")
+	require.Equal(t, before, merchantsSealed(t, old), "no secret re-sealed")
+	require.NoError(t, old.CheckSecretKey(ctx), "the old key is still the deployment's")
+	require.NoError(t, old.Exec(ctx, `SELECT 1 / (CASE WHEN cardinality(retired) = 0 THEN 1 ELSE 0 END) FROM secret_key_check`), "nothing retired")
+}
+
+// merchantsSealed is every merchant's sealed secret, as stored.
+func merchantsSealed(t *testing.T, st *store.Store) string {
+	t.Helper()
+	var out string
+	require.NoError(t, st.QueryRow(context.Background(), `SELECT string_agg(encode(webhook_secret_enc, 'hex'), ',' ORDER BY id) FROM merchants`, nil, &out))
+	return out
 }

@@ -2,6 +2,10 @@ package tests
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/pbkdf2"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"os/exec"
@@ -41,16 +45,35 @@ func repoDir(t *testing.T) string {
 func TestComposeTemporalScripts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	certs := t.TempDir()
-	require.Contains(t, runScript(t, "temporal-certs.sh", "CERTS_DIR="+certs), "temporal certificates made")
-	require.NoFileExists(t, filepath.Join(certs, "ca-key.pem"), "the CA's key is gone once both are signed")
-	require.Contains(t, runScript(t, "temporal-certs.sh", "CERTS_DIR="+certs), "kept", "a second start keeps them")
+	server, client := t.TempDir(), t.TempDir()
+	dirs := []string{"SERVER_DIR=" + server, "CLIENT_DIR=" + client}
+	// A first run that died half way (the CA there, no key yet) is done again.
+	require.NoError(t, os.WriteFile(filepath.Join(server, "ca.pem"), []byte("partial"), 0o644))
+	require.Contains(t, runScript(t, "temporal-certs.sh", dirs...), "temporal certificates made")
+	list := func(dir string) (names []string) {
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	require.Equal(t, []string{"ca.pem", "temporal-key.pem", "temporal.pem"}, list(server), "the server's directory")
+	require.Equal(t, []string{"ca.pem", "client-key.pem", "client.pem"}, list(client), "the clients' directory: no server key, no CA key")
+	made, err := os.ReadFile(filepath.Join(client, "client.pem"))
+	require.NoError(t, err)
+	require.Contains(t, runScript(t, "temporal-certs.sh", dirs...), "kept", "a second start keeps them")
+	again, err := os.ReadFile(filepath.Join(client, "client.pem"))
+	require.NoError(t, err)
+	require.Equal(t, made, again)
+	certs := server
+	at := func(name string) string { return filepath.Join(certs, name) }
+	atClient := func(name string) string { return filepath.Join(client, name) }
 
 	dir := t.TempDir()
 	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(dir, "pg"), Ephemeral: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pg.Stop() })
-	at := func(name string) string { return filepath.Join(certs, name) }
 	ts, err := devenv.StartTemporalServer(ctx, pg, devenv.TemporalServerOptions{Dir: filepath.Join(dir, "temporal"),
 		TLS: &devenv.TemporalTLS{CA: at("ca.pem"), Cert: at("temporal.pem"), Key: at("temporal-key.pem"), ServerName: "temporal"}})
 	require.NoError(t, err)
@@ -60,8 +83,8 @@ func TestComposeTemporalScripts(t *testing.T) {
 	require.NoError(t, err)
 	env := []string{"PATH=" + filepath.Dir(cli) + ":" + os.Getenv("PATH"), "TEMPORAL_ADDRESS=" + ts.Address(),
 		"TEMPORAL_NAMESPACE=kasa-compose", "TEMPORAL_RETENTION=7d",
-		"TEMPORAL_TLS_CERT=" + at("client.pem"), "TEMPORAL_TLS_KEY=" + at("client-key.pem"),
-		"TEMPORAL_TLS_CA=" + at("ca.pem"), "TEMPORAL_TLS_SERVER_NAME=temporal"}
+		"TEMPORAL_TLS_CERT=" + atClient("client.pem"), "TEMPORAL_TLS_KEY=" + atClient("client-key.pem"),
+		"TEMPORAL_TLS_CA=" + atClient("ca.pem"), "TEMPORAL_TLS_SERVER_NAME=temporal"}
 	for range 2 {
 		require.Contains(t, runScript(t, "temporal-setup.sh", env...), "namespace kasa-compose ready")
 	}
@@ -93,22 +116,57 @@ func TestComposePostgresInit(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pg.Stop() })
 	psql := testkit.PGTool(t, "psql")
-	runScript(t, "postgres-init.sh", "PATH="+filepath.Dir(psql)+":"+os.Getenv("PATH"),
-		"PGHOST=127.0.0.1", fmt.Sprintf("PGPORT=%d", pg.Port), "POSTGRES_USER=postgres", "POSTGRES_DB=kasa",
-		"KASA_DB_OWNER_PASSWORD=ownerpw", "KASA_DB_APP_PASSWORD=app'pw", "KASA_TEMPORAL_DB_PASSWORD=temporalpw")
-
+	initdb := func(passwords map[string]string) {
+		t.Helper()
+		env := []string{"PATH=" + filepath.Dir(psql) + ":" + os.Getenv("PATH"),
+			"PGHOST=127.0.0.1", fmt.Sprintf("PGPORT=%d", pg.Port), "POSTGRES_USER=postgres", "POSTGRES_DB=kasa"}
+		for k, v := range passwords {
+			env = append(env, k+"="+v)
+		}
+		runScript(t, "postgres-init.sh", env...)
+	}
 	conn, err := pgx.Connect(ctx, pg.URL)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	for role, password := range map[string]string{"kasa_owner": "ownerpw", "kasa_app": "app'pw", "temporal": "temporalpw"} {
-		var stored string
-		require.NoError(t, conn.QueryRow(ctx, `SELECT rolpassword FROM pg_authid WHERE rolname = $1 AND rolcanlogin AND NOT rolsuper`, role).Scan(&stored))
-		require.True(t, strings.HasPrefix(stored, "SCRAM-SHA-256$"), "%s has a password, hashed", role)
-		require.NotContains(t, stored, password)
+	stored := func(role string) string {
+		t.Helper()
+		var s string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT rolpassword FROM pg_authid WHERE rolname = $1 AND rolcanlogin AND NOT rolsuper`, role).Scan(&s))
+		require.True(t, strings.HasPrefix(s, "SCRAM-SHA-256$"), "%s has a password, hashed", role)
+		return s
 	}
+
+	initdb(map[string]string{"KASA_DB_OWNER_PASSWORD": "ownerpw", "KASA_DB_APP_PASSWORD": "app'pw", "KASA_TEMPORAL_DB_PASSWORD": "temporalpw"})
+	first := map[string]string{}
+	for _, role := range []string{"kasa_owner", "kasa_app", "temporal"} {
+		first[role] = stored(role)
+	}
+	// Again, as on a volume an earlier compose file made: nothing fails, the passwords change.
+	initdb(map[string]string{"KASA_DB_OWNER_PASSWORD": "ownerpw2", "KASA_DB_APP_PASSWORD": "apppw2", "KASA_TEMPORAL_DB_PASSWORD": "temporalpw2"})
+	for role, password := range map[string]string{"kasa_owner": "ownerpw2", "kasa_app": "apppw2", "temporal": "temporalpw2"} {
+		require.True(t, scramMatches(t, stored(role), password), "%s's password is set from the environment again", role)
+		require.False(t, scramMatches(t, first[role], password))
+	}
+	require.True(t, scramMatches(t, first["kasa_app"], "app'pw"), "a quote in a password is kept as it is")
 	for db, owner := range map[string]string{"kasa": "kasa_owner", "temporal": "temporal", "temporal_visibility": "temporal"} {
 		var got string
 		require.NoError(t, conn.QueryRow(ctx, `SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = $1`, db).Scan(&got))
 		require.Equal(t, owner, got, db)
 	}
+}
+
+// scramMatches is whether PostgreSQL's stored SCRAM-SHA-256 verifier was made from password.
+func scramMatches(t *testing.T, stored, password string) bool {
+	t.Helper()
+	var iter int
+	var salt64, stored64, server64 string
+	_, err := fmt.Sscanf(strings.NewReplacer("$", " ", ":", " ").Replace(stored), "SCRAM-SHA-256 %d %s %s %s", &iter, &salt64, &stored64, &server64)
+	require.NoError(t, err, stored)
+	salt, err := base64.StdEncoding.DecodeString(salt64)
+	require.NoError(t, err)
+	salted, err := pbkdf2.Key(sha256.New, password, salt, iter, sha256.Size)
+	require.NoError(t, err)
+	mac := hmac.New(sha256.New, salted)
+	mac.Write([]byte("Server Key"))
+	return base64.StdEncoding.EncodeToString(mac.Sum(nil)) == server64
 }

@@ -182,7 +182,7 @@ func (s *crashStack) env(overrides ...string) []string {
 		"KASA_TEMPORAL_TASK_QUEUE":     s.queue,
 		"KASA_WEBHOOK_ALLOW_PRIVATE":   "true", // the tests' webhook endpoints listen on 127.0.0.1
 		// Several APIs run at once, and the tests scrape each on its own port (as kasa dev serves
-		// it); TestMetricsOffThePublicPort checks the default.
+		// it); cmd/kasa TestServeAPIMetricsAddress checks the default.
 		"KASA_METRICS_ADDR": "api",
 		// Workers run side by side; the tests that read a worker's metrics give it an address.
 		"KASA_WORKER_METRICS_ADDR": "off",

@@ -151,7 +151,8 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
 
 	// Every child gets the developer's settings, then what this cluster decided. Listeners a
-	// developer may have set for one process are cleared: two children would fight over them.
+	// developer may have set for one process are turned off (an empty value would mean the
+	// default): two children would fight over them. Each worker and the relay get their own below.
 	env := func(vars ...string) []string {
 		return append(os.Environ(), append([]string{
 			"KASA_DATA_DIR=" + dir,
@@ -163,7 +164,8 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 			"KASA_PROVIDER_CAPABILITY=" + cfg.Provider.Capability,
 			"KASA_BANKSIM_ADDR=" + cfg.Banksim.Addr,
 			"KASA_NATS_URL=" + natsURL,
-			"KASA_DEBUG_PPROF_ADDR=", "KASA_METRICS_ADDR=" + config.MetricsOnAPI, "KASA_WORKER_METRICS_ADDR=", "KASA_RELAY_METRICS_ADDR=",
+			"KASA_DEBUG_PPROF_ADDR=", "KASA_METRICS_ADDR=" + config.MetricsOnAPI,
+			"KASA_WORKER_METRICS_ADDR=" + config.MetricsOff, "KASA_RELAY_METRICS_ADDR=" + config.MetricsOff,
 		}, vars...)...)
 	}
 	if err := sup.Run(ctx, "migrate", env(), exe, "migrate"); err != nil {

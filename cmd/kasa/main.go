@@ -433,25 +433,24 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	stopReport := startPolicyReport(ctx, cfg, st, log)
 	defer stopReport()
+	// The metrics listener first: a port taken by another worker on the host ends this one
+	// before it polled anything.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.Worker.MetricsAddr != "" {
+		stop, err := serve(ctx, "worker metrics", cfg.Worker.MetricsAddr, metricsMux(reg), log)
+		if err != nil {
+			return fmt.Errorf("%w (KASA_WORKER_METRICS_ADDR: give each worker on a host its own, or off)", err)
+		}
+		defer stop()
+	}
 	w := worker.New(tc, cfg.Temporal.TaskQueue, newActivities(cfg, st))
 	if err := w.Start(); err != nil {
 		return err
 	}
 	log.Info("worker polling", "task_queue", cfg.Temporal.TaskQueue, "provider", cfg.Provider.URL, "capability", cfg.Provider.Capability)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	stopCheck := startLedgerCheck(ctx, cfg, st, reg, log)
 	stopRetention := startRecordRetention(ctx, cfg, st, reg, log)
-	if cfg.Worker.MetricsAddr != "" {
-		stop, err := serve(ctx, "worker metrics", cfg.Worker.MetricsAddr, metricsMux(reg), log)
-		if err != nil {
-			stopRetention()
-			stopCheck()
-			w.Stop()
-			return err
-		}
-		defer stop()
-	}
 	<-ctx.Done()
 	log.Info("shutting down worker")
 	stopRetention()

@@ -16,9 +16,9 @@ import (
 	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
-// TestServeAPIMetricsAddress: by default `kasa api` serves /metrics on 127.0.0.1:8091 and the
-// merchants' port answers 404 for it; KASA_METRICS_ADDR moves it, and "api" puts it on the
-// API's port (as kasa dev does).
+// TestServeAPIMetricsAddress: by default `kasa api` serves /metrics on a listener of its own
+// (127.0.0.1:8091) and the merchants' port answers 404 for it; KASA_METRICS_ADDR moves it, and
+// "api" puts it on the API's port (as kasa dev does).
 func TestServeAPIMetricsAddress(t *testing.T) {
 	for _, tc := range []struct{ name, setting string }{
 		{"default", ""},
@@ -38,6 +38,15 @@ func TestServeAPIMetricsAddress(t *testing.T) {
 			t.Setenv("KASA_METRICS_ADDR", tc.setting)
 			cfg, err := config.Load()
 			require.NoError(t, err)
+			if tc.setting == "" {
+				// The default is a listener of its own on loopback (config TestLoadEdgeLimits); it
+				// is served here on a free port, which a kasa api running on this host cannot hold.
+				require.Equal(t, "127.0.0.1:8091", cfg.MetricsListen())
+				port, err := devenv.FreePort()
+				require.NoError(t, err)
+				tc.setting = fmt.Sprintf("127.0.0.1:%d", port)
+				cfg.Metrics.Addr = tc.setting
+			}
 			log := slog.New(slog.DiscardHandler)
 			srv := api.New(api.Options{Logger: log, SeparateMetrics: cfg.MetricsListen() != "", Limits: apiLimits(cfg)})
 			stop, err := serveAPI(context.Background(), cfg, srv, log)
@@ -61,11 +70,7 @@ func TestServeAPIMetricsAddress(t *testing.T) {
 				return
 			}
 			require.Equal(t, http.StatusNotFound, code, "not on the merchant port")
-			want := tc.setting
-			if want == "" {
-				want = "127.0.0.1:8091"
-			}
-			code, body = get(want, "/metrics")
+			code, body = get(tc.setting, "/metrics")
 			require.Equal(t, http.StatusOK, code)
 			require.Contains(t, body, `kasa_http_request_duration_seconds_count{method="GET",route="/healthz",status="200"} 1`)
 		})

@@ -133,6 +133,17 @@ func dialNamespace(ctx context.Context, cfg config.Config, log *slog.Logger) (cl
 	return tc, nil
 }
 
+// tlsSettingsWrong is whether a connection error says the TLS settings cannot work, rather than
+// that the server is away (a reset or EOF in a handshake, say, while it restarts).
+func tlsSettingsWrong(msg string) bool {
+	for _, s := range []string{"x509: ", "remote error: tls: ", "first record does not look like a TLS handshake", "tls: failed to verify"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // temporalWaitReason says why waiting for Temporal may help, or false when it cannot.
 func temporalWaitReason(err error) (string, bool) {
 	var notFound *serviceerror.NamespaceNotFound
@@ -141,7 +152,7 @@ func temporalWaitReason(err error) (string, bool) {
 	switch {
 	case errors.As(err, &notFound):
 		return "namespace not found", true
-	case strings.Contains(err.Error(), "handshake"), strings.Contains(err.Error(), "tls: "), strings.Contains(err.Error(), "x509: "):
+	case tlsSettingsWrong(err.Error()):
 		// A TLS client on a plain server, a certificate the server refuses or cannot verify,
 		// or none where the server requires one: no retry mends it.
 		return "", false

@@ -25,6 +25,8 @@ func TestTemporalWaitReason(t *testing.T) {
 		{"client certificate required", serviceerror.NewUnavailable(`connection error: desc = "error reading server preface: remote error: tls: certificate required"`), ""},
 		{"unknown authority", serviceerror.NewUnavailable(`connection error: desc = "transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority"`), ""},
 		{"bad certificate", serviceerror.NewUnavailable(`connection error: desc = "error reading server preface: remote error: tls: bad certificate"`), ""},
+		{"reset in the handshake (a restarting server)", serviceerror.NewUnavailable(`connection error: desc = "transport: authentication handshake failed: read tcp 10.0.0.2:51234->10.0.0.3:7233: read: connection reset by peer"`), "unreachable"},
+		{"EOF in the handshake", serviceerror.NewUnavailable(`connection error: desc = "transport: authentication handshake failed: EOF"`), "unreachable"},
 		{"anything else", errors.New("permission denied"), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

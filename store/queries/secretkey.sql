@@ -12,15 +12,27 @@ SELECT check_value FROM ins UNION ALL SELECT check_value FROM secret_key_check W
 -- and the statement above could not see its row yet).
 SELECT check_value FROM secret_key_check WHERE id = 1;
 
+-- name: SecretKeyState :one
+-- The deployment's key and the keys rotations retired.
+SELECT check_value, retired FROM secret_key_check WHERE id = 1;
+
+-- name: LockSecretKeyForRotation :one
+SELECT check_value, retired FROM secret_key_check WHERE id = 1 FOR UPDATE;
+
+-- name: LockMerchantsForRotation :exec
+-- No merchant row is written while a rotation re-seals them (a seal under a key it would not see
+-- could be lost); reads, and the foreign-key checks of payments, go on.
+LOCK TABLE merchants IN SHARE ROW EXCLUSIVE MODE;
+
 -- name: SealedWebhookSecrets :many
--- Every merchant's sealed webhook secrets, locked for a key rotation.
-SELECT id, webhook_secret_enc, webhook_secret_prev_enc FROM merchants ORDER BY id FOR UPDATE;
+-- Every merchant's sealed webhook secrets, for a key rotation.
+SELECT id, webhook_secret_enc, webhook_secret_prev_enc FROM merchants ORDER BY id;
 
 -- name: ResealWebhookSecrets :exec
 UPDATE merchants SET webhook_secret_enc = @webhook_secret_enc, webhook_secret_prev_enc = @webhook_secret_prev_enc
 WHERE id = @id;
 
--- name: SetSecretKeyCheck :exec
--- A rotation's last step: the deployment's key is now this one.
-INSERT INTO secret_key_check (id, check_value) VALUES (1, @check_value)
-ON CONFLICT (id) DO UPDATE SET check_value = EXCLUDED.check_value, created_at = now();
+-- name: RetireSecretKey :exec
+-- A rotation's last step: the deployment's key is now this one, and the one before is retired.
+UPDATE secret_key_check SET check_value = @check_value, retired = array_append(retired, check_value), created_at = now()
+WHERE id = 1;

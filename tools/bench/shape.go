@@ -117,8 +117,13 @@ func WorkflowCeiling(ctx context.Context, tc client.Client, shape Shape, o Optio
 	r.op = func(ctx context.Context) outcome {
 		o := client.StartWorkflowOptions{ID: "bench-shape-" + uuid.NewString(), TaskQueue: queue, EnableEagerStart: shape.Eager}
 		if shape.SearchAttributes {
+			// As a payment's start sets them, summary included (workflows.Starter).
 			o.TypedSearchAttributes = temporal.NewSearchAttributes(
-				workflows.SearchPaymentStatus.ValueSet("processing"), workflows.SearchMerchantID.ValueSet("bench"))
+				workflows.SearchPaymentStatus.ValueSet("processing"), workflows.SearchMerchantID.ValueSet("bench"),
+				workflows.SearchPaymentSummary.ValueSet("payment 12.34 TRY · invoice bench · merchant 01900000-0000-7000-8000-000000000000"))
+			o.StaticSummary = "payment 12.34 TRY · invoice bench · merchant 01900000-0000-7000-8000-000000000000"
+			o.StaticDetails = "**Payment** `01900000-0000-7000-8000-000000000001`\n\n- amount: 12.34 TRY\n- merchant: `01900000-0000-7000-8000-000000000000`\n" +
+				"- payer account: `01900000-0000-7000-8000-000000000002`\n- invoice: bench"
 		}
 		run, err := tc.ExecuteWorkflow(ctx, o, "bench.shape", shape)
 		if err == nil {

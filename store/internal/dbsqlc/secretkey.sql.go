@@ -24,6 +24,33 @@ func (q *Queries) GetSecretKeyCheck(ctx context.Context) ([]byte, error) {
 	return check_value, err
 }
 
+const LockMerchantsForRotation = `-- name: LockMerchantsForRotation :exec
+LOCK TABLE merchants IN SHARE ROW EXCLUSIVE MODE
+`
+
+// No merchant row is written while a rotation re-seals them (a seal under a key it would not see
+// could be lost); reads, and the foreign-key checks of payments, go on.
+func (q *Queries) LockMerchantsForRotation(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, LockMerchantsForRotation)
+	return err
+}
+
+const LockSecretKeyForRotation = `-- name: LockSecretKeyForRotation :one
+SELECT check_value, retired FROM secret_key_check WHERE id = 1 FOR UPDATE
+`
+
+type LockSecretKeyForRotationRow struct {
+	CheckValue []byte
+	Retired    [][]byte
+}
+
+func (q *Queries) LockSecretKeyForRotation(ctx context.Context) (LockSecretKeyForRotationRow, error) {
+	row := q.db.QueryRow(ctx, LockSecretKeyForRotation)
+	var i LockSecretKeyForRotationRow
+	err := row.Scan(&i.CheckValue, &i.Retired)
+	return i, err
+}
+
 const ResealWebhookSecrets = `-- name: ResealWebhookSecrets :exec
 UPDATE merchants SET webhook_secret_enc = $1, webhook_secret_prev_enc = $2
 WHERE id = $3
@@ -40,8 +67,19 @@ func (q *Queries) ResealWebhookSecrets(ctx context.Context, arg ResealWebhookSec
 	return err
 }
 
+const RetireSecretKey = `-- name: RetireSecretKey :exec
+UPDATE secret_key_check SET check_value = $1, retired = array_append(retired, check_value), created_at = now()
+WHERE id = 1
+`
+
+// A rotation's last step: the deployment's key is now this one, and the one before is retired.
+func (q *Queries) RetireSecretKey(ctx context.Context, checkValue []byte) error {
+	_, err := q.db.Exec(ctx, RetireSecretKey, checkValue)
+	return err
+}
+
 const SealedWebhookSecrets = `-- name: SealedWebhookSecrets :many
-SELECT id, webhook_secret_enc, webhook_secret_prev_enc FROM merchants ORDER BY id FOR UPDATE
+SELECT id, webhook_secret_enc, webhook_secret_prev_enc FROM merchants ORDER BY id
 `
 
 type SealedWebhookSecretsRow struct {
@@ -50,7 +88,7 @@ type SealedWebhookSecretsRow struct {
 	WebhookSecretPrevEnc []byte
 }
 
-// Every merchant's sealed webhook secrets, locked for a key rotation.
+// Every merchant's sealed webhook secrets, for a key rotation.
 func (q *Queries) SealedWebhookSecrets(ctx context.Context) ([]SealedWebhookSecretsRow, error) {
 	rows, err := q.db.Query(ctx, SealedWebhookSecrets)
 	if err != nil {
@@ -88,13 +126,19 @@ func (q *Queries) SecretKeyCheck(ctx context.Context, checkValue []byte) ([]byte
 	return check_value, err
 }
 
-const SetSecretKeyCheck = `-- name: SetSecretKeyCheck :exec
-INSERT INTO secret_key_check (id, check_value) VALUES (1, $1)
-ON CONFLICT (id) DO UPDATE SET check_value = EXCLUDED.check_value, created_at = now()
+const SecretKeyState = `-- name: SecretKeyState :one
+SELECT check_value, retired FROM secret_key_check WHERE id = 1
 `
 
-// A rotation's last step: the deployment's key is now this one.
-func (q *Queries) SetSecretKeyCheck(ctx context.Context, checkValue []byte) error {
-	_, err := q.db.Exec(ctx, SetSecretKeyCheck, checkValue)
-	return err
+type SecretKeyStateRow struct {
+	CheckValue []byte
+	Retired    [][]byte
+}
+
+// The deployment's key and the keys rotations retired.
+func (q *Queries) SecretKeyState(ctx context.Context) (SecretKeyStateRow, error) {
+	row := q.db.QueryRow(ctx, SecretKeyState)
+	var i SecretKeyStateRow
+	err := row.Scan(&i.CheckValue, &i.Retired)
+	return i, err
 }
