@@ -113,7 +113,8 @@ check-generated: generate ## fail when the generated code is not what make gener
 
 # Every `func Fuzz...` in a _test.go file is a target, found anew on each run; they run one after
 # another for FUZZTIME each, and a failing target does not stop the others (the list of failures
-# comes at the end). E.g. make fuzz FUZZTIME=3m FUZZFLAGS='-parallel 1'.
+# comes at the end). E.g. make fuzz FUZZTIME=3m FUZZFLAGS='-parallel 1'; a count (FUZZTIME=1000000x)
+# avoids Go 1.26's race at the end of a timed run on a busy machine (bench/results/fuzz-2026-12-05.md).
 FUZZTIME ?= 20s
 FUZZFLAGS ?=
 fuzz-targets: ## list every fuzz target: <package dir> <name>
