@@ -265,10 +265,17 @@ func TestGrantsCoverEveryQuery(t *testing.T) {
 	for _, f := range append(files, embedded...) {
 		b, err := os.ReadFile(f)
 		require.NoError(t, err)
+		// Queries whose comment says "Owner only" run as the tables' owner (kasa migrate, kasa
+		// rotate-secret-key): the application role must not hold what they use.
 		var code strings.Builder
-		for _, line := range strings.Split(string(b), "\n") {
-			if !strings.HasPrefix(strings.TrimSpace(line), "--") {
-				code.WriteString(line + "\n")
+		for _, query := range strings.Split(string(b), "-- name:") {
+			if strings.Contains(query, "Owner only") {
+				continue
+			}
+			for _, line := range strings.Split(query, "\n") {
+				if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+					code.WriteString(line + "\n")
+				}
 			}
 		}
 		for _, m := range statement.FindAllStringSubmatch(code.String(), -1) {

@@ -511,6 +511,9 @@ func runRotateSecretKey(ctx context.Context, cfg config.Config, log *slog.Logger
 	}
 	defer st.Close()
 	n, err := st.RotateSecretKey(ctx)
+	if err != nil && strings.Contains(err.Error(), "permission denied") {
+		return fmt.Errorf("rotate the secret key: %w (run it as the tables' owner: set KASA_DATABASE_MIGRATE_URL)", err)
+	}
 	if err != nil {
 		return fmt.Errorf("rotate the secret key: %w", err)
 	}

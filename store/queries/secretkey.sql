@@ -17,10 +17,11 @@ SELECT check_value FROM secret_key_check WHERE id = 1;
 SELECT check_value, retired FROM secret_key_check WHERE id = 1;
 
 -- name: LockSecretKeyForRotation :one
+-- Owner only (kasa rotate-secret-key), as the other rotation queries below.
 SELECT check_value, retired FROM secret_key_check WHERE id = 1 FOR UPDATE;
 
 -- name: LockMerchantsForRotation :exec
--- No merchant row is written while a rotation re-seals them (a seal under a key it would not see
+-- Owner only. No merchant row is written while a rotation re-seals them (a seal under a key it would not see
 -- could be lost); reads, and the foreign-key checks of payments, go on.
 LOCK TABLE merchants IN SHARE ROW EXCLUSIVE MODE;
 
@@ -29,10 +30,11 @@ LOCK TABLE merchants IN SHARE ROW EXCLUSIVE MODE;
 SELECT id, webhook_secret_enc, webhook_secret_prev_enc FROM merchants ORDER BY id;
 
 -- name: ResealWebhookSecrets :exec
+-- Owner only.
 UPDATE merchants SET webhook_secret_enc = @webhook_secret_enc, webhook_secret_prev_enc = @webhook_secret_prev_enc
 WHERE id = @id;
 
 -- name: RetireSecretKey :exec
--- A rotation's last step: the deployment's key is now this one, and the one before is retired.
+-- Owner only. A rotation's last step: the deployment's key is now this one, and the one before is retired.
 UPDATE secret_key_check SET check_value = @check_value, retired = array_append(retired, check_value), created_at = now()
 WHERE id = 1;

@@ -28,7 +28,7 @@ const LockMerchantsForRotation = `-- name: LockMerchantsForRotation :exec
 LOCK TABLE merchants IN SHARE ROW EXCLUSIVE MODE
 `
 
-// No merchant row is written while a rotation re-seals them (a seal under a key it would not see
+// Owner only. No merchant row is written while a rotation re-seals them (a seal under a key it would not see
 // could be lost); reads, and the foreign-key checks of payments, go on.
 func (q *Queries) LockMerchantsForRotation(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, LockMerchantsForRotation)
@@ -44,6 +44,7 @@ type LockSecretKeyForRotationRow struct {
 	Retired    [][]byte
 }
 
+// Owner only (kasa rotate-secret-key), as the other rotation queries below.
 func (q *Queries) LockSecretKeyForRotation(ctx context.Context) (LockSecretKeyForRotationRow, error) {
 	row := q.db.QueryRow(ctx, LockSecretKeyForRotation)
 	var i LockSecretKeyForRotationRow
@@ -62,6 +63,7 @@ type ResealWebhookSecretsParams struct {
 	ID                   uuid.UUID
 }
 
+// Owner only.
 func (q *Queries) ResealWebhookSecrets(ctx context.Context, arg ResealWebhookSecretsParams) error {
 	_, err := q.db.Exec(ctx, ResealWebhookSecrets, arg.WebhookSecretEnc, arg.WebhookSecretPrevEnc, arg.ID)
 	return err
@@ -72,7 +74,7 @@ UPDATE secret_key_check SET check_value = $1, retired = array_append(retired, ch
 WHERE id = 1
 `
 
-// A rotation's last step: the deployment's key is now this one, and the one before is retired.
+// Owner only. A rotation's last step: the deployment's key is now this one, and the one before is retired.
 func (q *Queries) RetireSecretKey(ctx context.Context, checkValue []byte) error {
 	_, err := q.db.Exec(ctx, RetireSecretKey, checkValue)
 	return err
