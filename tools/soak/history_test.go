@@ -190,3 +190,24 @@ func TestCheckSplits(t *testing.T) {
 	require.Equal(t, "none", otherCapability("idempotent"))
 	require.Equal(t, "idempotent", otherCapability("none"))
 }
+
+// A second run on the same day and shape keeps the first's report: it writes beside it, as
+// -2, and says where.
+func TestReportKeepsAnEarlierOne(t *testing.T) {
+	dir := t.TempDir()
+	day := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	first := &Report{Started: day, Shape: ShapeCluster, Seed: 1}
+	require.NoError(t, first.write(dir))
+	second := &Report{Started: day, Shape: ShapeCluster, Seed: 2, Violations: 1,
+		histories: map[string][]op{"k-1": {{Status: 409}}}}
+	require.NoError(t, second.write(dir))
+	b, err := os.ReadFile(filepath.Join(dir, "soak-2026-12-05-cluster.json"))
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"seed": 1`, "the first report is kept")
+	b, err = os.ReadFile(filepath.Join(dir, "soak-2026-12-05-cluster-2.json"))
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"seed": 2`)
+	require.FileExists(t, filepath.Join(dir, "soak-2026-12-05-cluster-2.md"))
+	require.Equal(t, filepath.Join(dir, "soak-2026-12-05-cluster-2-history.json"), second.HistoryFile(dir))
+	require.FileExists(t, second.HistoryFile(dir))
+}

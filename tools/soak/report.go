@@ -7,13 +7,13 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // Report is what a soak did and found: bench/results/soak-<date>-<shape>.{md,json}.
@@ -60,6 +60,7 @@ type Report struct {
 
 	// histories are every key's requests, written beside the report when a check failed.
 	histories map[string][]op
+	written   string // where write put the report, without an extension
 }
 
 // ManualFigures are what became of the manual payments (authorize now, capture later) and of
@@ -172,9 +173,13 @@ func (r *Report) HistoryFile(dir string) string {
 	return r.base(dir) + "-history.json"
 }
 
-// base is where in dir the report goes, without an extension: soak-<date>-<shape>.
+// base is where in dir the report goes, without an extension: soak-<date>-<shape>, or with -2,
+// -3... when a report of that name is there; once written, where it went.
 func (r *Report) base(dir string) string {
-	return filepath.Join(dir, "soak-"+r.Started.Format(time.DateOnly)+"-"+r.Shape)
+	if r.written == "" {
+		return devenv.FreeBase(dir, "soak-"+r.Started.Format(time.DateOnly)+"-"+r.Shape)
+	}
+	return r.written
 }
 
 // write saves the report as <base>.json and .md, and the histories after a failed check.
@@ -183,6 +188,7 @@ func (r *Report) write(dir string) error {
 		return err
 	}
 	base := r.base(dir)
+	r.written = base
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err

@@ -255,24 +255,12 @@ func writeReport(dir string, started time.Time, suffix, markdown string, report 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	base := freeBase(dir, started.Format("2006-01-02")+suffix)
+	base := devenv.FreeBase(dir, started.Format("2006-01-02")+suffix)
 	if err := errors.Join(os.WriteFile(base+".md", []byte(markdown), 0o644), os.WriteFile(base+".json", append(js, '\n'), 0o644)); err != nil {
 		return err
 	}
 	progress("wrote %s.md and .json", base)
 	return nil
-}
-
-// freeBase is dir/stem, or dir/stem-2, -3... when a report of that name is there already: a
-// second run on a day does not write over the first.
-func freeBase(dir, stem string) string {
-	base := filepath.Join(dir, stem)
-	for i := 2; ; i++ {
-		if _, err := os.Stat(base + ".md"); err != nil {
-			return base
-		}
-		base = filepath.Join(dir, fmt.Sprintf("%s-%d", stem, i))
-	}
 }
 
 // verdict says whether the runs were correct, and is ErrIncorrect when they were not.

@@ -1,4 +1,4 @@
-package harness
+package devenv
 
 import (
 	"os"
@@ -12,7 +12,7 @@ import (
 func TestFreeBaseKeepsEarlierReports(t *testing.T) {
 	dir := t.TempDir()
 	for _, want := range []string{"day", "day-2", "day-3"} {
-		base := freeBase(dir, "day")
+		base := FreeBase(dir, "day")
 		require.Equal(t, filepath.Join(dir, want), base)
 		require.NoError(t, os.WriteFile(base+".md", nil, 0o644))
 	}
