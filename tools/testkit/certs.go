@@ -72,6 +72,20 @@ func (ca *CA) issue(t testing.TB, name string, tmpl, parent *x509.Certificate, p
 	return cert, key, certFile, keyFile
 }
 
+// ReadCert parses the first certificate of a PEM file.
+func ReadCert(t testing.TB, file string) *x509.Certificate {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	check(t, err)
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatalf("%s holds no PEM block", file)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	check(t, err)
+	return cert
+}
+
 func check(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
