@@ -1,37 +1,18 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
-
-// syncBuffer is a log destination the sender's goroutines may write to at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A webhook URL may carry a token in its query string (some merchants authenticate kasa so):
 // when the endpoint cannot be reached, neither the stored error, which operators and the admin
@@ -46,7 +27,7 @@ func TestFailedWebhookHidesTheURLsQuery(t *testing.T) {
 	require.NoError(t, l.Close()) // nothing listens there: every attempt fails to connect
 	const token = "tok_3f9a1c77e2"
 	m := newMerchantIn(t, db, "http://"+closed+"/hooks?token="+token+"#frag")
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	startPipeline(t, b, pipelineOptions{relays: 1, store: db, sender: WebhookSenderOptions{
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}})
 	pid := settleIn(t, db, m, false)

@@ -25,18 +25,17 @@ var ErrSecretKeyRetired = fmt.Errorf("%w: KASA_SECRET_KEY was retired by a rotat
 // ask records a check value made from its key (an HMAC, from which the key cannot be learned).
 func (s *Store) CheckSecretKey(ctx context.Context) error {
 	var recorded []byte
-	err := s.pool.QueryRow(ctx, dbsqlc.SecretKeyCheck, s.keyCheck).Scan(&recorded)
+	var retired [][]byte
+	err := s.pool.QueryRow(ctx, dbsqlc.SecretKeyCheck, s.keyCheck).Scan(&recorded, &retired)
 	if errors.Is(err, pgx.ErrNoRows) { // a process starting at the same time recorded it first
-		err = s.pool.QueryRow(ctx, dbsqlc.GetSecretKeyCheck).Scan(&recorded)
+		var st dbsqlc.SecretKeyStateRow
+		st, err = s.q.SecretKeyState(ctx)
+		recorded, retired = st.CheckValue, st.Retired
 	}
 	if err != nil {
 		return translate(err)
 	}
-	st, err := s.q.SecretKeyState(ctx)
-	if err != nil {
-		return translate(err)
-	}
-	return s.acceptKey(st.CheckValue, st.Retired)
+	return s.acceptKey(recorded, retired)
 }
 
 // acceptKey says whether this store's keys may seal and open under the deployment's recorded

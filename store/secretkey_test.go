@@ -62,12 +62,7 @@ func TestRotateSecretKey(t *testing.T) {
 	ctx := context.Background()
 	url := env.OwnDatabase(t)
 	oldKey, newKey := testkit.SecretKey, bytes.Repeat([]byte{9}, 32)
-	open := func(key, previous []byte) *store.Store {
-		st, err := store.Open(ctx, store.Options{URL: url, SecretKey: key, PreviousSecretKey: previous, Migrate: true})
-		require.NoError(t, err)
-		t.Cleanup(st.Close)
-		return st
-	}
+	open := opener(t, url)
 	secrets := func(st *store.Store) (string, string) {
 		t.Helper()
 		require.NoError(t, st.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = now() - interval '1 second'`))
@@ -121,12 +116,7 @@ func TestRotateSecretKeyIsAllOrNothing(t *testing.T) {
 	ctx := context.Background()
 	url := env.OwnDatabase(t)
 	oldKey, newKey := testkit.SecretKey, bytes.Repeat([]byte{9}, 32)
-	open := func(key, previous []byte) *store.Store {
-		st, err := store.Open(ctx, store.Options{URL: url, SecretKey: key, PreviousSecretKey: previous, Migrate: true})
-		require.NoError(t, err)
-		t.Cleanup(st.Close)
-		return st
-	}
+	open := opener(t, url)
 	// Before any process recorded the deployment's key, one sealed under a stray key of its own.
 	testkit.NewMerchant(t, open(bytes.Repeat([]byte{5}, 32), nil), testkit.MerchantOptions{WebhookURL: "https://b.example/hooks", WebhookSecret: "whsec_b"})
 	old := open(oldKey, nil)
@@ -147,4 +137,15 @@ func merchantsSealed(t *testing.T, st *store.Store) string {
 	var out string
 	require.NoError(t, st.QueryRow(context.Background(), `SELECT string_agg(encode(webhook_secret_enc, 'hex'), ',' ORDER BY id) FROM merchants`, nil, &out))
 	return out
+}
+
+// opener opens stores on url with a key and a previous key, closed when the test ends.
+func opener(t *testing.T, url string) func(key, previous []byte) *store.Store {
+	return func(key, previous []byte) *store.Store {
+		t.Helper()
+		st, err := store.Open(context.Background(), store.Options{URL: url, SecretKey: key, PreviousSecretKey: previous, Migrate: true})
+		require.NoError(t, err)
+		t.Cleanup(st.Close)
+		return st
+	}
 }

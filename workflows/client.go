@@ -41,6 +41,7 @@ func (s Starter) queue() string {
 // (the key's record expired, and the key now names a new payment) does not block it: see start.
 // It returns the run's id.
 func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) (string, error) {
+	summary, details := in.summary()
 	opts := client.StartWorkflowOptions{
 		ID:                       PaymentWorkflowID(in.MerchantID, key),
 		TaskQueue:                s.queue(),
@@ -53,10 +54,10 @@ func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) 
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			SearchPaymentStatus.ValueSet("processing"),
 			SearchMerchantID.ValueSet(in.MerchantID.String()),
-			SearchPaymentSummary.ValueSet(listed(in.summary())),
+			SearchPaymentSummary.ValueSet(listed(summary)),
 		),
+		StaticSummary: summary, StaticDetails: details,
 	}
-	opts.StaticSummary, opts.StaticDetails = in.summary()
 	runID, err := s.start(ctx, opts, WorkflowPayment, in, in.OperationID)
 	if err != nil {
 		return "", fmt.Errorf("start payment workflow: %w", err)
@@ -141,6 +142,7 @@ func (s Starter) AwaitPayment(ctx context.Context, merchantID uuid.UUID, key, ru
 // StartRefund starts the refund's workflow under the same id policies as StartPayment: a second
 // start for the same key finds the first run. It returns the run's id.
 func (s Starter) StartRefund(ctx context.Context, key string, in RefundInput) (string, error) {
+	summary, details := in.summary()
 	opts := client.StartWorkflowOptions{
 		ID:                       RefundWorkflowID(in.MerchantID, key),
 		TaskQueue:                s.queue(),
@@ -150,10 +152,10 @@ func (s Starter) StartRefund(ctx context.Context, key string, in RefundInput) (s
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			SearchPaymentStatus.ValueSet("processing"),
 			SearchMerchantID.ValueSet(in.MerchantID.String()),
-			SearchPaymentSummary.ValueSet(listed(in.summary())),
+			SearchPaymentSummary.ValueSet(listed(summary)),
 		),
+		StaticSummary: summary, StaticDetails: details,
 	}
-	opts.StaticSummary, opts.StaticDetails = in.summary()
 	runID, err := s.start(ctx, opts, WorkflowRefund, in, in.OperationID)
 	if err != nil {
 		return "", fmt.Errorf("start refund workflow: %w", err)

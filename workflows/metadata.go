@@ -40,7 +40,7 @@ func (in RefundInput) summary() (string, string) {
 
 // listed is a summary as the PaymentSummary search attribute holds it: cut to what a Keyword
 // column of Temporal's SQL visibility takes (255 characters).
-func listed(summary, _ string) string {
+func listed(summary string) string {
 	if r := []rune(summary); len(r) > 255 {
 		return string(r[:254]) + "…"
 	}

@@ -20,7 +20,7 @@ func TestListedSummaryFitsItsColumn(t *testing.T) {
 		{"256 characters", strings.Repeat("ş", 256), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := listed(tc.in, "details")
+			got := listed(tc.in)
 			require.True(t, utf8.ValidString(got))
 			require.LessOrEqual(t, utf8.RuneCountInString(got), 255)
 			if tc.whole {

@@ -544,7 +544,7 @@ func TestSoakStopsOnSIGTERM(t *testing.T) {
 	var err error
 	dir := filepath.Join(t.TempDir(), "soak")
 	cmd := exec.Command(bin, "soak", "--duration", "10m", "--seed", "1", "--shape", "cluster", "--dir", dir, "--out", "")
-	var out lockedBuffer
+	var out testkit.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
 	done := make(chan error, 1)
@@ -594,23 +594,6 @@ func processesUnder(dir string) []string {
 		}
 	}
 	return slices.Clip(out)
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // The verify watch counts a clean reading, fails on each problem `kasa verify` lists, and skips a

@@ -11,19 +11,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const GetSecretKeyCheck = `-- name: GetSecretKeyCheck :one
-SELECT check_value FROM secret_key_check WHERE id = 1
-`
-
-// The recorded check value, read after a concurrent first process recorded it (its insert won,
-// and the statement above could not see its row yet).
-func (q *Queries) GetSecretKeyCheck(ctx context.Context) ([]byte, error) {
-	row := q.db.QueryRow(ctx, GetSecretKeyCheck)
-	var check_value []byte
-	err := row.Scan(&check_value)
-	return check_value, err
-}
-
 const LockMerchantsForRotation = `-- name: LockMerchantsForRotation :exec
 LOCK TABLE merchants IN SHARE ROW EXCLUSIVE MODE
 `
@@ -114,18 +101,24 @@ func (q *Queries) SealedWebhookSecrets(ctx context.Context) ([]SealedWebhookSecr
 const SecretKeyCheck = `-- name: SecretKeyCheck :one
 
 WITH ins AS (
-  INSERT INTO secret_key_check (id, check_value) VALUES (1, $1) ON CONFLICT (id) DO NOTHING RETURNING check_value
+  INSERT INTO secret_key_check (id, check_value) VALUES (1, $1) ON CONFLICT (id) DO NOTHING RETURNING check_value, retired
 )
-SELECT check_value FROM ins UNION ALL SELECT check_value FROM secret_key_check WHERE id = 1 LIMIT 1
+SELECT check_value, retired FROM ins UNION ALL SELECT check_value, retired FROM secret_key_check WHERE id = 1 LIMIT 1
 `
 
+type SecretKeyCheckRow struct {
+	CheckValue []byte
+	Retired    [][]byte
+}
+
 // The deployment's secret key check (see the migration).
-// Records $1 unless a check value is there, and returns the one that is.
-func (q *Queries) SecretKeyCheck(ctx context.Context, checkValue []byte) ([]byte, error) {
+// Records $1 unless a check value is there, and returns the deployment's key and the keys
+// rotations retired.
+func (q *Queries) SecretKeyCheck(ctx context.Context, checkValue []byte) (SecretKeyCheckRow, error) {
 	row := q.db.QueryRow(ctx, SecretKeyCheck, checkValue)
-	var check_value []byte
-	err := row.Scan(&check_value)
-	return check_value, err
+	var i SecretKeyCheckRow
+	err := row.Scan(&i.CheckValue, &i.Retired)
+	return i, err
 }
 
 const SecretKeyState = `-- name: SecretKeyState :one
@@ -137,7 +130,8 @@ type SecretKeyStateRow struct {
 	Retired    [][]byte
 }
 
-// The deployment's key and the keys rotations retired.
+// The deployment's key and the keys rotations retired; also read after a concurrent first
+// process recorded its key (its insert won, and SecretKeyCheck could not see its row yet).
 func (q *Queries) SecretKeyState(ctx context.Context) (SecretKeyStateRow, error) {
 	row := q.db.QueryRow(ctx, SecretKeyState)
 	var i SecretKeyStateRow

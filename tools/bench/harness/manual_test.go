@@ -2,16 +2,12 @@ package harness
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 
 	"github.com/kasa-pay/kasa/tools/banksim"
 	"github.com/kasa-pay/kasa/tools/bench"
@@ -27,11 +23,7 @@ func TestManualMixOnKasaDev(t *testing.T) {
 	cli, err := devenv.FindTemporalCLI()
 	require.NoError(t, err)
 	t.Setenv("KASA_TEMPORAL_CLI", cli)
-	cfg := Config{Capability: "idempotent", MaxConns: 32, Binary: testkit.KasaBinary(t),
-		Dial: func(ctx context.Context, address string) (client.Client, error) {
-			quiet := tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-			return client.DialContext(ctx, client.Options{HostPort: address, Logger: quiet})
-		}}
+	cfg := testConfig(testkit.KasaBinary(t))
 	st, err := startStack(ctx, cfg, TemporalDev, TopologyDev, false)
 	require.NoError(t, err)
 	defer func() { st.stop(t.Failed()) }()

@@ -3,8 +3,6 @@ package harness
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,8 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 
 	"github.com/kasa-pay/kasa/tools/bench"
 	"github.com/kasa-pay/kasa/tools/devenv"
@@ -32,11 +28,7 @@ func TestRefundMixOnKasaDev(t *testing.T) {
 	t.Setenv("KASA_TEMPORAL_CLI", cli)
 	dir := t.TempDir()
 	bin := testkit.KasaBinary(t)
-	cfg := Config{Capability: "idempotent", MaxConns: 32, Binary: bin,
-		Dial: func(ctx context.Context, address string) (client.Client, error) {
-			quiet := tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-			return client.DialContext(ctx, client.Options{HostPort: address, Logger: quiet})
-		}}
+	cfg := testConfig(bin)
 	st, err := startStack(ctx, cfg, TemporalDev, TopologyDev, true)
 	require.NoError(t, err)
 	defer func() { st.stop(t.Failed()) }()

@@ -26,11 +26,7 @@ func TestCompareSideOnTheRealServer(t *testing.T) {
 	ctx := context.Background()
 	bin := testkit.KasaBinary(t)
 
-	cfg := Config{Capability: "idempotent", MaxConns: 32, Binary: bin,
-		Dial: func(ctx context.Context, address string) (client.Client, error) {
-			quiet := tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-			return client.DialContext(ctx, client.Options{HostPort: address, Logger: quiet})
-		}}
+	cfg := testConfig(bin)
 	for _, tc := range []struct {
 		topology, name string
 		shape          bench.Shape
@@ -75,4 +71,14 @@ func TestCompareSideOnTheRealServer(t *testing.T) {
 			require.Contains(t, md, "| statements |")
 		})
 	}
+}
+
+// testConfig is the harness's configuration in tests: an idempotent bank, 32 connections, the
+// kasa binary given, and Temporal clients that log nothing.
+func testConfig(bin string) Config {
+	return Config{Capability: "idempotent", MaxConns: 32, Binary: bin,
+		Dial: func(ctx context.Context, address string) (client.Client, error) {
+			quiet := tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+			return client.DialContext(ctx, client.Options{HostPort: address, Logger: quiet})
+		}}
 }
