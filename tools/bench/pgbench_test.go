@@ -128,7 +128,7 @@ func TestPGBench(t *testing.T) {
 		require.ErrorContains(t, err, "accounts_funds")
 	})
 
-	for _, script := range []string{PGBenchPayment, PGBenchReplay, PGBenchMinimal} {
+	for _, script := range []string{PGBenchPayment, PGBenchAccept, PGBenchReplay, PGBenchMinimal} {
 		t.Run(script, func(t *testing.T) {
 			r, err := PGBench(ctx, PGBenchOptions{DatabaseURL: env.DatabaseURL, Clients: 4, Duration: 2 * time.Second, Script: script, Rows: 100})
 			require.NoError(t, err)
