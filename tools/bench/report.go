@@ -97,14 +97,6 @@ var reports = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return fmt.Sprintf("≥ %.2f", t.Threshold)
 	},
-	"pair": func(s Side) map[string]Summary { return map[string]Summary{"T": s.T, "kasa": s.Kasa} },
-	"sideRuns": func(sides []Side) (runs []Result) { // every side's runs, in order
-		for _, s := range sides {
-			runs = append(runs, s.Runs...)
-		}
-		return runs
-	},
-	"dbRows": dbRows,
 	"pgbench": func(m map[string]PGBenchResult, k string) *PGBenchResult {
 		if r, ok := m[k]; ok {
 			return &r
@@ -161,9 +153,6 @@ func RunMarkdown(rep RunReport, body string) string {
 	}{rep, body})
 }
 
-// CompareMarkdown is a comparison's report: one row per side, CPU and database work per
-// operation, then every run.
-func CompareMarkdown(c *Comparison) string { return render("compare", c) }
 
 // PaydayMarkdown is a payday run's report.
 func PaydayMarkdown(p *Payday) string { return render("payday", p) }
@@ -183,40 +172,4 @@ func sum(m map[string]float64) (all float64) {
 		all += v
 	}
 	return all
-}
-
-// dbRows are a comparison's database work per operation (Summary.PerOp), by side, run and
-// database, then the whole cluster's WAL, of which what no statement wrote is in no database's.
-func dbRows(sides []Side) (rows [][]string) {
-	num := func(m map[string]float64, k, f string) string {
-		if v, ok := m[k]; ok {
-			return fmt.Sprintf(f, v)
-		}
-		return "-"
-	}
-	for _, s := range sides {
-		for _, run := range []struct {
-			name string
-			m    map[string]float64
-		}{{"T", s.T.PerOp}, {"kasa", s.Kasa.PerOp}} {
-			m, byStatements, counted := run.m, 0.0, false
-			for _, db := range []string{"temporal", "temporal_visibility", "kasa"} {
-				if _, ok := m["commits "+db]; !ok {
-					continue
-				}
-				v, ok := m["wal bytes "+db]
-				byStatements, counted = byStatements+v, counted || ok
-				rows = append(rows, []string{cell(s.Temporal), run.name, db, num(m, "commits "+db, "%.1f"), num(m, "statements "+db, "%.1f"),
-					num(m, "rows written "+db, "%.1f"), num(m, "wal bytes "+db, "%.0f"), num(m, "full-page images "+db, "%.2f")})
-			}
-			if all, ok := m["wal bytes, all"]; ok {
-				wal := fmt.Sprintf("%.0f", all)
-				if counted {
-					wal += fmt.Sprintf(" (%.0f in no statement)", all-byStatements)
-				}
-				rows = append(rows, []string{cell(s.Temporal), run.name, "whole cluster", "", "", "", wal, num(m, "full-page images, all", "%.2f")})
-			}
-		}
-	}
-	return rows
 }

@@ -20,7 +20,7 @@ type Stack struct {
 	Preload                                 func(ctx context.Context, fx *Fixture, n int) error // n finished payments for fx's merchants
 	Settle                                  func(ctx context.Context) error                     // vacuum, analyze and checkpoint
 	CPU                                     CPU                                                 // if set, each run reports its CPU by process class
-	Counters                                Counters                                            // if set, each comparison run reports their growth per operation
+	Counters                                Counters                                            // if set, each run reports their growth per operation
 	Backlog                                 Backlog                                             // the start backlog, for the payday run
 }
 

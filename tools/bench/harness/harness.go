@@ -61,8 +61,8 @@ func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "kasa bench: "+format+"\n", args...)
 }
 
-// Main runs `kasa bench` with its arguments: one run, the standard suite (--suite), or the
-// comparison of Temporal servers (--compare-temporal).
+// Main runs `kasa bench` with its arguments: one run, the standard suite (--suite), or a payday
+// (--payday).
 func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	var o bench.Options
 	fs := flag.NewFlagSet("kasa bench", flag.ContinueOnError)
@@ -86,7 +86,6 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		"(fetched from its /debug/pprof/ on a loopback port of its own; see `go tool pprof -top kasa FILE`)")
 	payday := fs.Bool("payday", false, fmt.Sprintf("a payday: T and the accept transaction's P, then an open loop offering %d × T for --duration, then nothing until every payment is final; writes <date>-payday.{md,json} to --out", bench.PaydayFactor))
 	drainFor := fs.Duration("drain-for", 30*time.Minute, "--payday: how long the last payment may take to be final after the burst")
-	compare := fs.Bool("compare-temporal", false, "measure T and new payments on the dev server, on the real server, and on the real server with kasa cluster, and write <date>-temporal-server.{md,json} to --out")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
@@ -105,27 +104,12 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		return usage("--temporal is dev or server, not %q", *temporal)
 	case (*topology != TopologyDev && *topology != TopologyCluster) || (*topology == TopologyCluster && *temporal != TemporalServer):
 		return usage("--kasa is dev or cluster (with --temporal=server), not %q", *topology)
-	case *payday && (*suite || *compare):
-		return usage("--payday is a run of its own: not with --suite or --compare-temporal")
-	case *cpuProfile != "" && (*suite || *compare || *payday || *topology != TopologyDev):
-		return usage("--cpuprofile profiles one run of kasa dev: not with --suite, --compare-temporal or --kasa cluster")
+	case *payday && *suite:
+		return usage("--payday is a run of its own: not with --suite")
+	case *cpuProfile != "" && (*suite || *payday || *topology != TopologyDev):
+		return usage("--cpuprofile profiles one run of kasa dev: not with --suite, --payday or --kasa cluster")
 	}
 	o.Progress = progress
-	if *compare {
-		c, err := Compare(ctx, cfg, o)
-		if err != nil {
-			return err
-		}
-		if err := writeReport(*out, c.Started, "-temporal-server", bench.CompareMarkdown(c), c); err != nil {
-			return err
-		}
-		for _, s := range c.Sides {
-			if err := verdict(s.Verdict); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	var env []string
 	if *payday {
 		// The start backlog as deployed, each API running at most 32 payments at once, but with
@@ -213,37 +197,6 @@ func runPayday(ctx context.Context, s bench.Stack, o bench.Options, capability, 
 		return err
 	}
 	return verdict(p.Verdict)
-}
-
-// Compare measures ceiling T and new payments (o's Duration, Warmup, Concurrency, Merchants,
-// Duplicates, Insufficient) on a fresh stack for each side: kasa dev on the dev server, kasa dev
-// on the real Temporal Server, and kasa cluster on the real Temporal Server, each beside T of
-// the shape its payments have there.
-func Compare(ctx context.Context, cfg Config, o bench.Options) (*bench.Comparison, error) {
-	c := &bench.Comparison{Started: time.Now().UTC(), Machine: machine(), Commit: commit(), Options: o}
-	server := fmt.Sprintf("Temporal Server %s (PostgreSQL persistence and visibility, %d history shards)", devenv.TemporalServerVersion, historyShards)
-	for _, side := range []struct {
-		temporal, topology string
-		of                 bench.SideOf
-	}{
-		{TemporalDev, TopologyDev, bench.SideOf{Name: "dev", About: "dev server (Temporal CLI, SQLite, one process), kasa dev", Shape: bench.PaymentShape}},
-		{TemporalServer, TopologyDev, bench.SideOf{Name: "server", About: server + ", kasa dev (the worker in the API's process: eager start, one workflow task)", Shape: bench.PaymentShape}},
-		{TemporalServer, TopologyCluster, bench.SideOf{Name: "server, split", About: server + ", kasa cluster (2 kasa api, one loaded; 2 kasa worker; relay; NATS: no eager start)", Shape: bench.SplitShape}},
-	} {
-		st, err := startStack(ctx, cfg, side.temporal, side.topology, false)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", side.of.Name, err)
-		}
-		before := bench.LoadAvg()
-		s, err := bench.CompareSide(ctx, st.Stack, o, side.of)
-		st.stop(err != nil)
-		if err != nil {
-			return nil, err
-		}
-		c.Load = append(c.Load, fmt.Sprintf("%s %s → %s", side.of.Name, before, bench.LoadAvg()))
-		c.Sides = append(c.Sides, s)
-	}
-	return c, nil
 }
 
 // writeReport writes a report as Markdown and JSON to dir/<date><suffix>.md and .json.

@@ -17,22 +17,22 @@ import (
 	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
-// On the real Temporal Server the comparison's side measures T and new payments, and the
-// payments went through that server: its process used CPU, and its database took commits,
-// statements and WAL for each payment. Had kasa dev started a dev server of its own, neither
-// would be so. So on kasa run as separate processes (kasa cluster), whose API hosts no worker.
-func TestCompareSideOnTheRealServer(t *testing.T) {
+// On the real Temporal Server a run of T and one of new payments count every process and both
+// databases: the server's process used CPU, and its database took commits, statements and WAL
+// for each workflow. Had kasa dev started a dev server of its own, neither would be so. Also on
+// kasa run as separate processes (kasa cluster), whose API hosts no worker.
+func TestRealServerRunsCountEveryProcess(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	bin := testkit.KasaBinary(t)
 
 	cfg := testConfig(bin)
 	for _, tc := range []struct {
-		topology, name string
-		shape          bench.Shape
+		topology string
+		shape    bench.Shape
 	}{
-		{TopologyDev, "server", bench.PaymentShape},
-		{TopologyCluster, "server, split", bench.SplitShape},
+		{TopologyDev, bench.PaymentShape},
+		{TopologyCluster, bench.SplitShape},
 	} {
 		t.Run(tc.topology, func(t *testing.T) {
 			st, err := startStack(ctx, cfg, TemporalServer, tc.topology, false)
@@ -41,34 +41,39 @@ func TestCompareSideOnTheRealServer(t *testing.T) {
 			_, err = os.Stat(filepath.Join(st.dir, "temporal"))
 			require.ErrorIs(t, err, os.ErrNotExist, "kasa started no dev server of its own")
 
-			o := bench.Options{Duration: 3 * time.Second, Warmup: time.Second, Concurrency: 4, Merchants: 5,
+			o := bench.Options{APIURL: st.APIURL, AdminToken: st.AdminToken, CPU: st.CPU, Counters: st.Counters,
+				Duration: 3 * time.Second, Warmup: time.Second, Concurrency: 4, Merchants: 5, Payers: 1,
 				Duplicates: 0.05, Insufficient: 0.05, Progress: t.Logf}
-			side, err := bench.CompareSide(ctx, st.Stack, o, bench.SideOf{Name: tc.name, About: "real server", Shape: tc.shape})
+			fx, err := bench.Setup(ctx, o)
 			require.NoError(t, err)
-			require.True(t, side.Correct, "no double charge, no invariant violation: %+v", side.Verdict)
-			require.Positive(t, side.TRate)
-			require.Positive(t, side.KasaRate)
-			require.Positive(t, side.Ratio)
-			for name, s := range map[string]bench.Summary{"T": side.T, "kasa": side.Kasa} {
-				require.Positive(t, s.CPU[bench.ClassTemporal], "%s: the Temporal Server's CPU is counted", name)
-				require.Positive(t, s.CPU[bench.ClassPostgres], "%s: PostgreSQL's CPU is counted", name)
+			require.NoError(t, st.Settle(ctx))
+			tRun, err := bench.WorkflowCeiling(ctx, st.Temporal, tc.shape, o)
+			require.NoError(t, err)
+			kasa, err := bench.Run(ctx, o, fx)
+			require.NoError(t, err)
+			v, err := st.Check(ctx, kasa.Payments, kasa.RefundsSeen, kasa.ManualSeen)
+			require.NoError(t, err)
+			require.True(t, v.Correct, "no double charge, no invariant violation: %+v", v)
+			require.Positive(t, tRun.Throughput)
+			require.Positive(t, kasa.NewPaymentRate)
+			for name, r := range map[string]bench.Result{"T": tRun, "kasa": kasa} {
+				require.NotNil(t, r.CPU, name)
+				require.Positive(t, r.CPU.MS[bench.ClassTemporal], "%s: the Temporal Server's CPU is counted", name)
+				require.Positive(t, r.CPU.MS[bench.ClassPostgres], "%s: PostgreSQL's CPU is counted", name)
 				// About 25 per workflow measured here; an idle server commits a few times a second.
-				require.Greater(t, s.PerOp["commits temporal"], 5.0, "%s: the workflows were persisted in the server's database", name)
-				require.Greater(t, s.PerOp["statements temporal"], 5.0, "%s: and their statements counted", name)
-				require.Greater(t, s.PerOp["wal bytes temporal"], 1000.0, "%s: and the WAL they wrote", name)
-				require.GreaterOrEqual(t, s.PerOp["wal bytes, all"], s.PerOp["wal bytes temporal"], name)
+				require.Greater(t, r.PerOp["commits temporal"], 5.0, "%s: the workflows were persisted in the server's database", name)
+				require.Greater(t, r.PerOp["statements temporal"], 5.0, "%s: and their statements counted", name)
+				require.Greater(t, r.PerOp["wal bytes temporal"], 1000.0, "%s: and the WAL they wrote", name)
+				require.GreaterOrEqual(t, r.PerOp["wal bytes, all"], r.PerOp["wal bytes temporal"], name)
 			}
-			require.Positive(t, side.Kasa.CPU[bench.ClassKasa])
-			k := side.Kasa
-			require.Greater(t, k.Own, k.CPU[bench.ClassKasa], "kasa's own CPU has its part of PostgreSQL")
-			require.Less(t, k.Own, k.CPU[bench.ClassKasa]+k.CPU[bench.ClassPostgres], "but not the Temporal Server's part of the shared cluster")
-			require.Greater(t, side.Kasa.PerOp["commits kasa"], 1.0, "kasa's own database took the payments")
-			require.Greater(t, side.Kasa.PerOp["statements kasa"], 1.0)
-			require.Greater(t, side.Kasa.PerOp["wal bytes kasa"], 100.0)
-
-			md := bench.CompareMarkdown(&bench.Comparison{Options: o, Sides: []bench.Side{side}})
-			require.Contains(t, md, "| "+tc.name+" | kasa |")
-			require.Contains(t, md, "| statements |")
+			k := kasa.CPU
+			require.Positive(t, k.MS[bench.ClassKasa])
+			require.Greater(t, k.Own.MS, k.MS[bench.ClassKasa], "kasa's own CPU has its part of PostgreSQL")
+			require.Less(t, k.Own.MS, k.MS[bench.ClassKasa]+k.MS[bench.ClassPostgres], "but not the Temporal Server's part of the shared cluster")
+			require.Greater(t, kasa.PerOp["commits kasa"], 1.0, "kasa's own database took the payments")
+			require.Greater(t, kasa.PerOp["statements kasa"], 1.0)
+			require.Greater(t, kasa.PerOp["wal bytes kasa"], 100.0)
+			require.Contains(t, bench.RunText(kasa), "statements kasa")
 		})
 	}
 }
