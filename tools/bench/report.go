@@ -153,7 +153,6 @@ func RunMarkdown(rep RunReport, body string) string {
 	}{rep, body})
 }
 
-
 // PaydayMarkdown is a payday run's report.
 func PaydayMarkdown(p *Payday) string { return render("payday", p) }
 
