@@ -89,7 +89,7 @@ func (s *Store) Deposit(ctx context.Context, accountID uuid.UUID, key string, am
 		if err := tx.QueryRow(ctx, dbsqlc.ExternalAccount, acct.Currency).Scan(&external); err != nil {
 			return err
 		}
-		return postEntries(ctx, tx, postingID, acct.Currency, []entry{{accountID, amount}, {external, -amount}})
+		return postPair(ctx, tx, postingID, acct.Currency, accountID, external, amount)
 	})
 	if inserted || !errors.Is(err, errReplay) {
 		return d, false, err

@@ -10,24 +10,19 @@ import (
 	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 )
 
-type entry struct {
-	account uuid.UUID
-	amount  int64 // positive: kasa owes the account more
-}
-
 func insertPosting(ctx context.Context, tx pgx.Tx, id uuid.UUID, kind, reference string) error {
 	_, err := tx.Exec(ctx, dbsqlc.InsertPosting, id, kind, reference)
 	return err
 }
 
-// postEntries writes a posting's entries and applies them to the accounts' balances in one batch.
-// The database rejects the commit if they do not sum to zero.
-func postEntries(ctx context.Context, tx pgx.Tx, postingID uuid.UUID, currency string, entries []entry) error {
+// postPair writes a two-entry posting's entries, amount to credit and its opposite to debit, in
+// one statement (the database refuses it at the statement's end if they did not balance), and
+// applies them to the accounts' balances, in one batch.
+func postPair(ctx context.Context, tx pgx.Tx, postingID uuid.UUID, currency string, credit, debit uuid.UUID, amount int64) error {
 	b := &pgx.Batch{}
-	for _, e := range entries {
-		b.Queue(dbsqlc.InsertEntry, payment.NewID(), postingID, e.account, currency, e.amount)
-		b.Queue(dbsqlc.Credit, e.account, e.amount)
-	}
+	b.Queue(dbsqlc.InsertEntryPair, payment.NewID(), postingID, credit, currency, amount, payment.NewID(), debit, -amount)
+	b.Queue(dbsqlc.Credit, credit, amount)
+	b.Queue(dbsqlc.Credit, debit, -amount)
 	return tx.SendBatch(ctx, b).Close()
 }
 

@@ -285,6 +285,18 @@ func TestLedgerIsImmutableAndBalanced(t *testing.T) {
 	err = db.Exec(ctx, `WITH p AS (INSERT INTO ledger_postings (id, kind, reference) VALUES (gen_random_uuid(), 'deposit', 'bad') RETURNING id)
 INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor) SELECT gen_random_uuid(), p.id, $1, 'TRY', 5 FROM p`, aID)
 	require.ErrorContains(t, err, "does not balance")
+	// It is checked when the statement that writes the entries ends, not at commit: a posting's
+	// entries are written in one statement, and an entry added later to a balanced posting is
+	// refused as well.
+	err = db.Exec(ctx, fmt.Sprintf(`BEGIN;
+INSERT INTO ledger_postings (id, kind, reference) VALUES ('%[2]s', 'deposit', 'split');
+INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor) VALUES (gen_random_uuid(), '%[2]s', '%[1]s', 'TRY', 5);
+INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor) VALUES (gen_random_uuid(), '%[2]s', '%[1]s', 'TRY', -5);
+COMMIT`, aID, payment.NewID()))
+	require.ErrorContains(t, err, "does not balance")
+	err = db.Exec(ctx, `INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
+SELECT gen_random_uuid(), posting_id, account_id, currency, 1 FROM ledger_entries WHERE account_id = $1 LIMIT 1`, aID)
+	require.ErrorContains(t, err, "does not balance")
 
 	// The database refuses an overdraft even if the application forgot to check.
 	err = db.Exec(ctx, `UPDATE accounts SET reserved = balance + 1 WHERE id = $1`, aID)

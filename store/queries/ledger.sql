@@ -3,11 +3,9 @@
 -- name: InsertPosting :exec
 INSERT INTO ledger_postings (id, kind, reference) VALUES ($1, $2, $3);
 
--- name: InsertEntry :exec
-INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor) VALUES ($1, $2, $3, $4, $5);
-
 -- name: InsertEntryPair :exec
--- A two-entry posting in one statement; the caller applies the balances.
+-- A two-entry posting in one statement, which must balance when it ends (the trigger
+-- ledger_entries_balanced); the caller applies the balances.
 INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
 VALUES ($1, $2, $3, $4, $5), ($6, $2, $7, $4, $8);
 

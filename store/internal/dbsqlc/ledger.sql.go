@@ -51,29 +51,6 @@ func (q *Queries) EntriesFor(ctx context.Context, reference string) ([]EntriesFo
 	return items, nil
 }
 
-const InsertEntry = `-- name: InsertEntry :exec
-INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor) VALUES ($1, $2, $3, $4, $5)
-`
-
-type InsertEntryParams struct {
-	ID          uuid.UUID
-	PostingID   uuid.UUID
-	AccountID   uuid.UUID
-	Currency    string
-	AmountMinor int64
-}
-
-func (q *Queries) InsertEntry(ctx context.Context, arg InsertEntryParams) error {
-	_, err := q.db.Exec(ctx, InsertEntry,
-		arg.ID,
-		arg.PostingID,
-		arg.AccountID,
-		arg.Currency,
-		arg.AmountMinor,
-	)
-	return err
-}
-
 const InsertEntryPair = `-- name: InsertEntryPair :exec
 INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
 VALUES ($1, $2, $3, $4, $5), ($6, $2, $7, $4, $8)
@@ -90,7 +67,8 @@ type InsertEntryPairParams struct {
 	AmountMinor_2 int64
 }
 
-// A two-entry posting in one statement; the caller applies the balances.
+// A two-entry posting in one statement, which must balance when it ends (migration 00026); the
+// caller applies the balances.
 func (q *Queries) InsertEntryPair(ctx context.Context, arg InsertEntryPairParams) error {
 	_, err := q.db.Exec(ctx, InsertEntryPair,
 		arg.ID,

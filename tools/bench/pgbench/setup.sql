@@ -5,7 +5,7 @@
 -- CREATE TABLE .. (LIKE .. INCLUDING ALL) copies columns, defaults, NOT NULL and CHECK
 -- constraints and every index (primary key, unique, partial), but neither foreign keys nor
 -- triggers. Both are part of a payment's real cost (an FK check locks the referenced row FOR KEY
--- SHARE; the deferred ledger_entries_balanced trigger sums the posting at commit), so the DO
+-- SHARE; the ledger_entries_balanced trigger sums the posting once per statement), so the DO
 -- block below copies them from the catalog too, pointed at the clones. Trigger functions stay in
 -- public and resolve their unqualified table names through the session's search_path, which is
 -- the fixture schema in every pgbench session.
