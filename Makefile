@@ -8,7 +8,7 @@ TEMPORAL := $(BIN)/temporal
 RACE := $(shell $(GO) env CGO_ENABLED | grep -q 1 && echo -race)
 
 .DEFAULT_GOAL := help
-.PHONY: help build run run-cluster nats-server temporal-ui test bench lint temporal-cli temporal-server fuzz fuzz-targets clean generate check-generated
+.PHONY: help build run run-cluster nats-server temporal-ui test bench lint temporal-cli temporal-server fuzz fuzz-targets clean generate check-generated size
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n", $$1, $$2}'
@@ -129,6 +129,15 @@ fuzz: ## run every fuzz target for FUZZTIME (20s) each; FUZZFLAGS go to go test
 	  $(GO) test $$pkg -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) </dev/null || failed="$$failed $$pkg:$$t"; \
 	done < <($(MAKE) --no-print-directory -s fuzz-targets); \
 	if [ -n "$$failed" ]; then echo "fuzz targets that failed:$$failed"; exit 1; fi
+
+size: ## lines of Go, tests and generated code apart: the developer tools (tools/, and cmd/kasa's tool commands) against the service
+	@lines() { cat "$$@" /dev/null | wc -l; }; \
+	gofiles=$$(git ls-files '*.go' | grep -v -e '_test\.go$$' -e '/dbsqlc/' -e '_gen\.go$$'); \
+	cmdtools=$$(grep -l '^//go:build !production' $$(echo "$$gofiles" | grep '^cmd/')); \
+	tools=$$(lines $$(echo "$$gofiles" | grep '^tools/') $$cmdtools); \
+	bench=$$(lines $$(echo "$$gofiles" | grep '^tools/bench/')); \
+	service=$$(lines $$(echo "$$gofiles" | grep -v '^tools/' | grep -v -x -F "$$cmdtools")); \
+	echo "service $$service, tools $$tools (tools/bench $$bench): tools / service = $$(awk "BEGIN{printf \"%.2f\", $$tools/$$service}")"
 
 clean: ## remove build outputs (keeps .data)
 	rm -rf $(BIN)

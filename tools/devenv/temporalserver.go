@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -515,97 +516,12 @@ END $$;`, temporalRole, temporalPassword)
 	return nil
 }
 
-var serverConfig = template.Must(template.New("config").Parse(`# Written by kasa's devenv at each start: edits are lost.
-log:
-  stdout: true
-  level: {{.LogLevel}}
+// serverConfig is the server's configuration, written at each start.
+//
+//go:embed temporal-server.yaml.tmpl
+var serverConfigText string
 
-persistence:
-  defaultStore: default
-  visibilityStore: visibility
-  numHistoryShards: {{.Shards}}
-  datastores:
-    default:
-      sql:
-        pluginName: postgres12
-        databaseName: {{.Database}}
-        connectAddr: "127.0.0.1:{{.PGPort}}"
-        connectProtocol: tcp
-        user: {{.User}}
-        password: {{.Password}}
-        maxConns: 20
-        maxIdleConns: 20
-        maxConnLifetime: 1h
-    visibility:
-      sql:
-        pluginName: postgres12
-        databaseName: {{.VisibilityDatabase}}
-        connectAddr: "127.0.0.1:{{.PGPort}}"
-        connectProtocol: tcp
-        user: {{.User}}
-        password: {{.Password}}
-        maxConns: 10
-        maxIdleConns: 10
-        maxConnLifetime: 1h
-
-global:
-  membership:
-    maxJoinDuration: 30s
-    broadcastAddress: 127.0.0.1
-{{- with .TLS}}
-  tls:
-    internode:
-      server: &tls-server
-        certFile: {{.Cert}}
-        keyFile: {{.Key}}
-        requireClientAuth: true
-        clientCaFiles: [{{.CA}}]
-      client: &tls-client
-        serverName: {{.ServerName}}
-        rootCaFiles: [{{.CA}}]
-    frontend:
-      server: *tls-server
-      client: *tls-client
-{{- end}}
-{{- if .MetricsPort}}
-  metrics:
-    prometheus:
-      framework: tally
-      timerType: histogram
-      listenAddress: "127.0.0.1:{{.MetricsPort}}"
-{{- end}}
-
-services:
-{{- range .Services}}
-  {{.Name}}:
-    rpc:
-      grpcPort: {{.GRPC}}
-      membershipPort: {{.Membership}}
-      bindOnLocalHost: true
-{{- if .HTTP}}
-      httpPort: {{.HTTP}}
-{{- end}}
-{{- end}}
-
-clusterMetadata:
-  enableGlobalNamespace: false
-  failoverVersionIncrement: 10
-  masterClusterName: active
-  currentClusterName: active
-  clusterInformation:
-    active:
-      enabled: true
-      initialFailoverVersion: 1
-      rpcName: frontend
-      rpcAddress: "127.0.0.1:{{.Port}}"
-
-dcRedirectionPolicy:
-  policy: noop
-
-dynamicConfigClient:
-  filepath: "{{.DynamicConfig}}"
-  pollInterval: 10s
-`))
+var serverConfig = template.Must(template.New("config").Parse(serverConfigText))
 
 type serverService struct {
 	Name                   string
