@@ -67,8 +67,8 @@ type InsertEntryPairParams struct {
 	AmountMinor_2 int64
 }
 
-// A two-entry posting in one statement, which must balance when it ends (migration 00026); the
-// caller applies the balances.
+// A two-entry posting in one statement, which must balance when it ends (the trigger
+// ledger_entries_balanced); the caller applies the balances.
 func (q *Queries) InsertEntryPair(ctx context.Context, arg InsertEntryPairParams) error {
 	_, err := q.db.Exec(ctx, InsertEntryPair,
 		arg.ID,
