@@ -75,7 +75,7 @@ test: temporal-cli temporal-server nats-server temporal-ui ## run every test: un
 # (PostgreSQL + NATS, timed deliveries), the benchmark (pgbench runs) and the chaos soak.
 SLOW_PKGS := /(tests|outbox|bench|soak)(/|$$)
 .PHONY: test-fast
-test-fast: ## unit, store and api tests: everything but the end-to-end, outbox, bench and soak packages
+test-fast: temporal-cli temporal-server ## unit, store and api tests: everything but the end-to-end, outbox, bench and soak packages
 	$(GO) test $(RACE) -count=1 $$($(GO) list ./... | grep -Ev '$(SLOW_PKGS)')
 
 # The standard suite: about 5 minutes here, plus the preload (docs/performance.md).

@@ -71,3 +71,18 @@ func fuzzFuncs(f *ast.File) []string {
 	}
 	return names
 }
+
+// make test-fast runs the workflows package's tests, which start the Temporal dev server, and
+// tools/devenv's, which start the real Temporal Server: on a fresh checkout it must build both
+// first, as make test does.
+func TestMakeTestFastBuildsWhatItsTestsStart(t *testing.T) {
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	cmd := exec.Command("make", "--no-print-directory", "-n", "test-fast", "BIN="+t.TempDir())
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, pkg := range []string{"github.com/temporalio/cli/cmd/temporal@", "go.temporal.io/server/cmd/server@", "go.temporal.io/server/cmd/tools/sql@"} {
+		require.Contains(t, string(out), pkg, "make test-fast on a checkout without ./bin does not build what its tests start")
+	}
+}
