@@ -43,11 +43,7 @@ func TestMakeFuzzListsEveryTarget(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, want)
 
-	cmd := exec.Command("make", "--no-print-directory", "-s", "fuzz-targets")
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	got := strings.Split(strings.TrimSpace(string(out)), "\n")
+	got := strings.Split(strings.TrimSpace(runMake(t, "-s", "fuzz-targets")), "\n")
 	sort.Strings(want)
 	sort.Strings(got)
 	require.Equal(t, want, got, "make fuzz-targets (and so make fuzz) misses or invents a fuzz target")
@@ -76,13 +72,17 @@ func fuzzFuncs(f *ast.File) []string {
 // tools/devenv's, which start the real Temporal Server: on a fresh checkout it must build both
 // first, as make test does.
 func TestMakeTestFastBuildsWhatItsTestsStart(t *testing.T) {
-	root, err := filepath.Abs("..")
-	require.NoError(t, err)
-	cmd := exec.Command("make", "--no-print-directory", "-n", "test-fast", "BIN="+t.TempDir())
-	cmd.Dir = root
+	out := runMake(t, "-n", "test-fast", "BIN="+t.TempDir())
+	for _, pkg := range []string{"github.com/temporalio/cli/cmd/temporal@", "go.temporal.io/server/cmd/server@", "go.temporal.io/server/cmd/tools/sql@"} {
+		require.Contains(t, out, pkg, "make test-fast on a checkout without ./bin does not build what its tests start")
+	}
+}
+
+// runMake runs make with args at the repository's root and returns what it printed.
+func runMake(t *testing.T, args ...string) string {
+	cmd := exec.Command("make", append([]string{"--no-print-directory"}, args...)...)
+	cmd.Dir = ".."
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	for _, pkg := range []string{"github.com/temporalio/cli/cmd/temporal@", "go.temporal.io/server/cmd/server@", "go.temporal.io/server/cmd/tools/sql@"} {
-		require.Contains(t, string(out), pkg, "make test-fast on a checkout without ./bin does not build what its tests start")
-	}
+	return string(out)
 }
