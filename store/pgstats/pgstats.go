@@ -94,10 +94,27 @@ func (s *Server) Counters(ctx context.Context, dbs []string) (map[string]int64, 
 	return out, err
 }
 
+// Observer is the application_name of the benchmark's own connections to a measured database
+// (ObserverURL): their backends serve that database, but for the benchmark, not for it.
+const Observer = "kasa-bench"
+
+// ObserverURL is dbURL for the benchmark's own connections: named Observer.
+func ObserverURL(dbURL string) (string, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	q.Set("application_name", Observer)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
 // Backends maps the process ids of the server's backends (autovacuum workers included) to
-// whether they serve db.
+// whether they serve db; the benchmark's own (Observer) do not.
 func (s *Server) Backends(ctx context.Context, db string) (map[int]bool, error) {
-	rows, err := s.pool.Query(ctx, `SELECT pid, datname = $1 FROM pg_stat_activity WHERE datname IS NOT NULL`, db)
+	rows, err := s.pool.Query(ctx, `SELECT pid, datname = $1 AND application_name IS DISTINCT FROM $2
+		FROM pg_stat_activity WHERE datname IS NOT NULL`, db, Observer)
 	if err != nil {
 		return nil, err
 	}

@@ -50,10 +50,19 @@ func TestCountersSplitByDatabase(t *testing.T) {
 	require.NoError(t, err)
 	var kasaPID int
 	require.NoError(t, kasa.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&kasaPID))
+	observerURL, err := ObserverURL(pgURL)
+	require.NoError(t, err)
+	observer, err := pgx.Connect(ctx, observerURL)
+	require.NoError(t, err)
+	defer observer.Close(ctx)
+	var observerPID int
+	require.NoError(t, observer.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&observerPID))
 	backends, err := srv.Backends(ctx, "kasa")
 	require.NoError(t, err)
 	require.Contains(t, backends, kasaPID)
 	require.True(t, backends[kasaPID], "a backend of kasa's database is kasa's")
+	require.Contains(t, backends, observerPID)
+	require.False(t, backends[observerPID], "the benchmark's own backend on kasa's database is not kasa's")
 	others := 0
 	for _, kasa := range backends {
 		if !kasa {

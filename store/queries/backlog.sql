@@ -49,5 +49,6 @@ SELECT pg_try_advisory_lock(@key::bigint);
 SELECT pg_advisory_unlock(@key::bigint);
 
 -- name: ProcessingRecords :one
--- Operations not yet final nor unknown: queued, or started and running (the open records' index).
+-- Operations not yet final nor unknown: queued, or started and running. It reads the whole
+-- table: for the benchmark's occasional reads, not for a path that runs often.
 SELECT count(*) FROM idempotency_records WHERE status = 'processing';

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -47,6 +48,85 @@ type BacklogSample struct {
 // Backlog reads how many payments are queued in the start backlog and how many are processing.
 type Backlog func(ctx context.Context) (queued, processing int64, err error)
 
+// backlogEvery is how often the payday reads the backlog. Each read counts every record, in a
+// backend that competes for the CPU with the drain it measures: rarely enough that it costs the
+// drain little, often enough for its figures (the drain is minutes long).
+const backlogEvery = 5 * time.Second
+
+// backlogWatch reads the backlog every so often, from the burst's start until stopped.
+type backlogWatch struct {
+	start   time.Time // the burst's: samples count from it
+	mu      sync.Mutex
+	samples []BacklogSample
+	err     error         // the last read's
+	read    chan struct{} // a read is recorded: closed and replaced
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func watchBacklog(ctx context.Context, read Backlog, start time.Time, every time.Duration) *backlogWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &backlogWatch{start: start, read: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			q, n, err := read(ctx)
+			w.mu.Lock()
+			if w.err = err; err == nil {
+				w.samples = append(w.samples, BacklogSample{At: time.Since(start).Seconds(), Queued: q, Processing: n})
+			}
+			close(w.read)
+			w.read = make(chan struct{})
+			w.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+	return w
+}
+
+// drained waits for a read after ended that finds no payment processing, and returns when that
+// read was made; it fails on a read that fails, or when none finds the backlog drained within
+// patience of ended.
+func (w *backlogWatch) drained(ctx context.Context, ended time.Time, patience time.Duration) (time.Time, error) {
+	deadline := time.NewTimer(time.Until(ended.Add(patience)))
+	defer deadline.Stop()
+	for {
+		w.mu.Lock()
+		err, next, last := w.err, w.read, BacklogSample{At: -1, Processing: -1}
+		if n := len(w.samples); n > 0 {
+			last = w.samples[n-1]
+		}
+		w.mu.Unlock()
+		at := w.start.Add(time.Duration(last.At * float64(time.Second)))
+		switch {
+		case err != nil:
+			return time.Time{}, err
+		case last.Processing == 0 && at.After(ended):
+			return at, nil
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-deadline.C:
+			return time.Time{}, fmt.Errorf("payday: %d payments still processing %s after the burst", last.Processing, patience)
+		}
+	}
+}
+
+// stop ends the reads and returns the samples taken.
+func (w *backlogWatch) stop() []BacklogSample {
+	w.cancel()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.samples
+}
+
 // RunPayday runs the payday on s with fx's merchants: o's Duration is the burst's window, its
 // Concurrency the cap on requests in flight; drainFor bounds the wait for the last payment.
 func RunPayday(ctx context.Context, s Stack, fx *Fixture, o Options, drainFor time.Duration) (*Payday, error) {
@@ -72,23 +152,8 @@ func RunPayday(ctx context.Context, s Stack, fx *Fixture, o Options, drainFor ti
 	}
 	cpuBefore := s.CPU()
 	burstAt := time.Now()
-	sampled := make(chan struct{})
-	sctx, stopSampling := context.WithCancel(ctx)
-	stop := func() { stopSampling(); <-sampled } // after sampled closed: a second stop returns at once
-	defer stop()
-	go func() {
-		defer close(sampled)
-		for {
-			if q, n, err := s.Backlog(sctx); err == nil {
-				p.Samples = append(p.Samples, BacklogSample{At: time.Since(burstAt).Seconds(), Queued: q, Processing: n})
-			}
-			select {
-			case <-sctx.Done():
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-	}()
+	w := watchBacklog(ctx, s.Backlog, burstAt, backlogEvery)
+	defer w.stop()
 	burst := Options{Rate: PaydayFactor * t.Throughput, Concurrency: max(o.Concurrency, 256), Duration: o.Duration}
 	p.Burst, err = ss.run(ctx, step{name: "burst at " + fmt.Sprint(PaydayFactor) + " × T", opts: burst, fx: fx})
 	if err != nil {
@@ -96,21 +161,11 @@ func RunPayday(ctx context.Context, s Stack, fx *Fixture, o Options, drainFor ti
 	}
 	ended := time.Now()
 	o.Progress("payday: waiting for every accepted payment to be final")
-	for deadline := ended.Add(drainFor); ; {
-		_, n, err := s.Backlog(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("payday: %d payments still processing %s after the burst", n, drainFor)
-		}
-		time.Sleep(time.Second)
+	final, err := w.drained(ctx, ended, drainFor)
+	if err != nil {
+		return nil, err
 	}
-	final := time.Now()
-	stop()
+	p.Samples = w.stop()
 	after, err := s.Counters(ctx)
 	if err != nil {
 		return nil, err

@@ -39,18 +39,7 @@ var reports = template.Must(template.New("").Funcs(template.FuncMap{
 	"ownTarget":  func() float64 { return OwnTarget },
 	"payday":     func() int { return PaydayFactor },
 	"paydayRuns": func(p *Payday) []Result { return []Result{p.T, p.Burst} },
-	// every10 is every tenth sample (every 5 s of the payday's half-second samples), and the last.
-	"every10": func(s []BacklogSample) []BacklogSample {
-		var out []BacklogSample
-		for i := 0; i < len(s); i += 10 {
-			out = append(out, s[i])
-		}
-		if n := len(s); n > 0 && (n-1)%10 != 0 {
-			out = append(out, s[n-1])
-		}
-		return out
-	},
-	"sum": sum,
+	"sum":        sum,
 	// other is the CPU of the classes without a column of their own; never a rounding's -0.00.
 	"other": func(m map[string]float64) float64 {
 		return max(sum(m)-m[ClassKasa]-m[ClassPostgres]-m[ClassTemporal]-m[ClassBanksim]-m[ClassBench], 0)
