@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -157,10 +156,7 @@ func (s *crashStack) crashPostgres() {
 // crashTemporal SIGKILLs the dev server.
 func (s *crashStack) crashTemporal() {
 	s.t.Helper()
-	pids := pidsMentioning(s.tmpDB)
-	require.Len(s.t, pids, 1, "the Temporal dev server of %s", s.tmpDB)
-	require.NoError(s.t, syscall.Kill(pids[0], syscall.SIGKILL))
-	_ = s.tmp.Stop() // reaps the process
+	require.NoError(s.t, s.tmp.Crash())
 	s.tmp = nil
 }
 

@@ -58,3 +58,30 @@ func TestDevRestartsAfterKill(t *testing.T) {
 	r = httpDo(t, "GET", apiURL+"/v1/accounts/"+st.DemoAccountID, st.DemoAPIKey, "")
 	require.Contains(t, string(r.Body), `"balance":"9900.00"`, "the payment made before the kill")
 }
+
+// TestDevKilledAloneLeavesNothingRunning: `kasa dev` alone is SIGKILLed (the OOM killer, kill -9),
+// and every process it started goes with it: PostgreSQL, the Temporal dev server. A dev server
+// left running would hold its port and database file against the next `kasa dev`.
+func TestDevKilledAloneLeavesNothingRunning(t *testing.T) {
+	t.Parallel()
+	dir := crashDir(t)
+	bin := kasaBinary(t, dir)
+	cli, err := devenv.FindTemporalCLI()
+	require.NoError(t, err)
+	temporalPort, err := devenv.FreePort()
+	require.NoError(t, err)
+	apiURL := "http://" + testkit.FreeAddr(t)
+	env := kasaEnv(map[string]string{
+		"KASA_DATA_DIR": filepath.Join(dir, "data"), "KASA_TEMPORAL_CLI": cli,
+		"KASA_API_ADDR": apiURL[len("http://"):], "KASA_BANKSIM_ADDR": testkit.FreeAddr(t),
+		"KASA_TEMPORAL_PORT": strconv.Itoa(temporalPort), "KASA_TEMPORAL_UI_PORT": "0",
+	})
+	p := startProc(t, dir, bin, "dev", env, "dev")
+	p.waitHTTP(apiURL + "/readyz")
+	temporal := pidsMentioning(filepath.Join(dir, "data", "temporal") + "/")
+	require.Len(t, temporal, 1, "the Temporal dev server: %v", processesMentioning(dir+"/"))
+
+	require.NoError(t, syscall.Kill(p.pid(), syscall.SIGKILL))
+	require.Eventually(t, func() bool { return len(processesMentioning(dir+"/")) == 0 }, 60*time.Second, 100*time.Millisecond,
+		"left running after kasa dev was killed: %v", processesMentioning(dir+"/"))
+}

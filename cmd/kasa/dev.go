@@ -117,19 +117,14 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	uiURL := ""
 	if cfg.Temporal.Address == "" {
-		logFile, err := os.OpenFile(filepath.Join(dir, "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return err
-		}
 		tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{
 			Port: cfg.Temporal.Port, UIPort: cfg.Temporal.UIPort, DBFile: filepath.Join(dir, "temporal", "temporal.db"),
-			Namespace: cfg.Temporal.Namespace, Output: logFile, Logger: log,
+			Namespace: cfg.Temporal.Namespace, LogDir: dir, Logger: log,
 		})
 		if err != nil {
-			logFile.Close()
 			return err
 		}
-		cleanup = append(cleanup, func() { log.Info("stopping Temporal"); _ = tmp.Stop(); logFile.Close() })
+		cleanup = append(cleanup, func() { log.Info("stopping Temporal"); _ = tmp.Stop() })
 		cfg.Temporal.Address, uiURL = tmp.Address, tmp.UIURL
 	}
 

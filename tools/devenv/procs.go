@@ -29,7 +29,7 @@ import (
 //   - stop: its stop signal, and SIGKILL to its whole group after a timeout; for good;
 //   - kill (or another signal that ends it, as a crash would): the child stays down until Resume.
 type Supervisor struct {
-	// LogDir holds <name>.log for every child; created when missing.
+	// LogDir holds <name>.log for every child; created when missing. Empty: output discarded.
 	LogDir string
 	// WorkDir is the children's working directory; empty: the parent's.
 	WorkDir string
@@ -174,10 +174,14 @@ func (s *Supervisor) Run(ctx context.Context, name string, env []string, bin str
 }
 
 func (s *Supervisor) spawn(name string, env []string, bin string, args ...string) (*Child, error) {
-	if err := os.MkdirAll(s.LogDir, 0o755); err != nil {
-		return nil, err
+	logPath := os.DevNull
+	if s.LogDir != "" {
+		if err := os.MkdirAll(s.LogDir, 0o755); err != nil {
+			return nil, err
+		}
+		logPath = filepath.Join(s.LogDir, name+".log")
 	}
-	c := &Child{Name: name, LogPath: filepath.Join(s.LogDir, name+".log"), sup: s, env: env, bin: bin, args: args,
+	c := &Child{Name: name, LogPath: logPath, sup: s, env: env, bin: bin, args: args,
 		stop: make(chan struct{})}
 	r, err := s.launch(c)
 	if err != nil {

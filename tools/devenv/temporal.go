@@ -1,19 +1,20 @@
 package devenv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/testsuite"
 )
 
 // TemporalCLIVersion is the pinned CLI the Makefile installs into ./bin.
@@ -26,15 +27,16 @@ type TemporalOptions struct {
 	UIPort    int    // Web UI port; 0 runs headless
 	DBFile    string // sqlite file for persistent state; empty keeps everything in memory
 	Namespace string
-	Output    io.Writer // server logs; default discarded
+	LogDir    string // the server's log goes to LogDir/temporal.log, appended; empty: discarded
 	Logger    *slog.Logger
 }
 
-// Temporal is a running dev server that this process started and will stop.
+// Temporal is a running dev server that this process started and will stop. It is a Supervisor's
+// child: when this process dies, the server is interrupted too.
 type Temporal struct {
 	Address string
 	UIURL   string
-	server  *testsuite.DevServer
+	child   *Child
 }
 
 // RelaxedGOGC is the GOGC of the dev server (see StartTemporal), and of kasa dev and kasa bench,
@@ -97,26 +99,13 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 			return nil, err
 		}
 	}
-	if o.Namespace == "" {
-		o.Namespace = "default"
-	}
-	if o.Output == nil {
-		o.Output = io.Discard
-	}
+	o.Namespace = cmp.Or(o.Namespace, "default")
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	// The server's live heap is small (tens of MB) but churns: with Go's default GOGC its
-	// frequent collections each took a core's time while requests in flight waited, and showed
-	// in the payments' p99. Four times the heap between collections makes them four times
-	// rarer, for a few hundred MB.
-	// The SDK starts the server with this process's environment, and a GOGC of the user's wins.
-	if _, set := os.LookupEnv("GOGC"); !set {
-		if err := os.Setenv("GOGC", strconv.Itoa(RelaxedGOGC)); err != nil {
-			return nil, err
-		}
-	}
-	var args []string
+	addr := "127.0.0.1:" + strconv.Itoa(o.Port)
+	args := []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(o.Port), "--namespace", o.Namespace,
+		"--log-level", "warn", "--dynamic-config-value", "frontend.enableServerVersionCheck=false"}
 	for _, kv := range DynamicConfig {
 		args = append(args, "--dynamic-config-value", kv)
 	}
@@ -127,37 +116,69 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 		if err := os.MkdirAll(filepath.Dir(o.DBFile), 0o755); err != nil {
 			return nil, err
 		}
+		args = append(args, "--db-filename", o.DBFile)
 		for _, p := range SQLitePragmas {
 			args = append(args, "--sqlite-pragma", p)
 		}
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(o.Port)
-	opts := testsuite.DevServerOptions{
-		ExistingPath:  o.CLIPath,
-		ClientOptions: &client.Options{HostPort: addr, Namespace: o.Namespace, Logger: log.NewStructuredLogger(o.Logger)},
-		DBFilename:    o.DBFile,
-		LogLevel:      "warn",
-		Stdout:        o.Output,
-		Stderr:        o.Output,
-		ExtraArgs:     args,
-	}
 	t := &Temporal{Address: addr}
 	if o.UIPort != 0 {
-		opts.EnableUI = true
-		opts.UIPort = strconv.Itoa(o.UIPort)
+		args = append(args, "--ui-port", strconv.Itoa(o.UIPort))
 		t.UIURL = "http://127.0.0.1:" + strconv.Itoa(o.UIPort)
+	} else {
+		args = append(args, "--headless")
 	}
-	srv, err := testsuite.StartDevServer(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("start temporal dev server (%s): %w", o.CLIPath, err)
+	// The server's live heap is small (tens of MB) but churns: with Go's default GOGC its
+	// frequent collections each took a core's time while requests in flight waited, and showed
+	// in the payments' p99. Four times the heap between collections makes them four times
+	// rarer, for a few hundred MB. A GOGC of the user's wins.
+	env := os.Environ()
+	if _, set := os.LookupEnv("GOGC"); !set {
+		env = append(env, "GOGC="+strconv.Itoa(RelaxedGOGC))
 	}
-	srv.Client().Close()
-	t.server = srv
+	sup := NewSupervisor(o.LogDir, o.Logger)
+	sup.StopSignal = syscall.SIGINT // the CLI's Ctrl-C: a clean shutdown
+	if t.child, err = sup.Start("temporal", env, o.CLIPath, args...); err != nil {
+		return nil, fmt.Errorf("start temporal dev server: %w", err)
+	}
+	if err := t.waitReady(ctx, o); err != nil {
+		t.child.Stop(10 * time.Second)
+		return nil, fmt.Errorf("temporal dev server (%s): %w", o.CLIPath, err)
+	}
 	return t, nil
 }
 
-// Stop interrupts the dev server and waits for it to exit.
-func (t *Temporal) Stop() error { return t.server.Stop() }
+// waitReady dials the server until it answers, for up to a minute.
+func (t *Temporal) waitReady(ctx context.Context, o TemporalOptions) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		c, err := client.DialContext(ctx, client.Options{HostPort: t.Address, Namespace: o.Namespace, Logger: log.NewStructuredLogger(o.Logger)})
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-t.child.Done():
+			return fmt.Errorf("exited: %w\n%s", t.child.Err(), t.child.Tail(15))
+		case <-ctx.Done():
+			return fmt.Errorf("not answering at %s: %w", t.Address, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Stop interrupts the dev server and waits for it to exit; it is killed after 30 seconds.
+func (t *Temporal) Stop() error {
+	t.child.Stop(30 * time.Second)
+	if err := t.child.Err(); err != nil {
+		return fmt.Errorf("temporal dev server: %w", err)
+	}
+	return nil
+}
+
+// Crash kills the dev server (SIGKILL), as a crash would, and waits until it is gone.
+func (t *Temporal) Crash() error { return t.child.Kill() }
 
 // FindTemporalCLI looks for the pinned CLI: $KASA_TEMPORAL_CLI, ./bin/temporal in the repository,
 // bin/temporal beside the running executable, then PATH.

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync"
-	"syscall"
 
 	"github.com/kasa-pay/kasa/tools/devenv"
 )
@@ -78,17 +76,16 @@ type temporal interface {
 	address() string
 }
 
-// devTemporal is the soak's own file-backed Temporal dev server.
+// devTemporal is the soak's own file-backed Temporal dev server, its log in logDir.
 type devTemporal struct {
-	dbFile string
-	port   int
-	log    *os.File
-	mu     sync.Mutex
-	srv    *devenv.Temporal
+	dbFile, logDir string
+	port           int
+	mu             sync.Mutex
+	srv            *devenv.Temporal
 }
 
 func (t *devTemporal) start(ctx context.Context) error {
-	srv, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{Port: t.port, DBFile: t.dbFile, Output: t.log})
+	srv, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{Port: t.port, DBFile: t.dbFile, LogDir: t.logDir})
 	if err != nil {
 		return err
 	}
@@ -106,7 +103,7 @@ func (t *devTemporal) running() bool {
 
 func (t *devTemporal) address() string { return "127.0.0.1:" + strconv.Itoa(t.port) }
 
-// crash SIGKILLs the dev server: the process whose command line names the soak's database file.
+// crash SIGKILLs the dev server.
 func (t *devTemporal) crash() error {
 	t.mu.Lock()
 	srv := t.srv
@@ -115,16 +112,7 @@ func (t *devTemporal) crash() error {
 	if srv == nil {
 		return errors.New("temporal is not running")
 	}
-	pids := devenv.PIDsMentioning(t.dbFile)
-	if len(pids) != 1 {
-		_ = srv.Stop()
-		return fmt.Errorf("want one dev server process naming %s, found %d (stopped it instead)", t.dbFile, len(pids))
-	}
-	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
-		return err
-	}
-	_ = srv.Stop() // reaps it
-	return nil
+	return srv.Crash()
 }
 
 func (t *devTemporal) stop() {

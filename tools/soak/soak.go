@@ -317,16 +317,11 @@ func (s *stack) up(ctx context.Context) error {
 		}
 		s.stops = append(s.stops, s.tmp.stop)
 	} else {
-		tlog, err := os.OpenFile(filepath.Join(s.dir, "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return err
-		}
-		s.tmp = &devTemporal{dbFile: filepath.Join(s.dir, "temporal", "temporal.db"), port: ports[1], log: tlog}
+		s.tmp = &devTemporal{dbFile: filepath.Join(s.dir, "temporal", "temporal.db"), port: ports[1], logDir: s.dir}
 		if err := s.tmp.start(ctx); err != nil {
-			tlog.Close()
 			return err
 		}
-		s.stops = append(s.stops, func() { s.tmp.stop(); tlog.Close() })
+		s.stops = append(s.stops, s.tmp.stop)
 	}
 
 	simAddr, apiAddr := "127.0.0.1:"+strconv.Itoa(ports[2]), "127.0.0.1:"+strconv.Itoa(ports[3])
