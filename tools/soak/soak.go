@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net/http"
@@ -142,8 +143,9 @@ type stack struct {
 	o        Options
 	dir      string
 	log      io.Writer
-	pg       *postgres
-	tmp      temporal
+	pg       *server[*devenv.Postgres]
+	tmp      *server[crashable]
+	tmpAddr  string
 	nats     string // the cluster shape's broker: its store directory
 	links    *links
 	procs    *devenv.Supervisor
@@ -300,34 +302,49 @@ func (s *stack) up(ctx context.Context) error {
 		}
 		ports[i] = p
 	}
-	s.pg = &postgres{dir: filepath.Join(s.dir, "postgres"), port: ports[0]}
+	// Durable, not Ephemeral: with synchronous_commit off a crash loses commits kasa was told
+	// about, which no payment system can survive.
+	s.pg = &server[*devenv.Postgres]{name: "postgres", launch: func(ctx context.Context, _ *devenv.Postgres, _ bool) (*devenv.Postgres, error) {
+		return devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(s.dir, "postgres"), Port: ports[0]})
+	}}
 	if err := s.pg.start(ctx); err != nil {
 		return err
 	}
 	s.stops = append(s.stops, s.pg.stop)
-	s.dbURL = s.pg.url(s.pg.port)
+	s.dbURL = pgURL(ports[0])
 
 	// A process that exits on its own is started again, and its exit is reported.
 	s.procs = devenv.NewSupervisor(s.dir, nil)
 	s.procs.WorkDir, s.procs.Restart = s.dir, &devenv.DefaultBackoff
+	s.tmp = &server[crashable]{name: "temporal", launch: func(ctx context.Context, _ crashable, _ bool) (crashable, error) {
+		return devenv.StartTemporal(ctx, devenv.TemporalOptions{Port: ports[1], DBFile: filepath.Join(s.dir, "temporal", "temporal.db"), LogDir: s.dir})
+	}}
 	if s.o.Shape == ShapeCluster {
-		s.tmp = &serverTemporal{dir: filepath.Join(s.dir, "temporal"), port: ports[1], pg: s.pg}
-		if err := s.tmp.start(ctx); err != nil {
-			return err
+		// The real Temporal Server on the soak's PostgreSQL (directly, not through the faulty
+		// link), restarted with the configuration and ports of its first start.
+		s.tmp.launch = func(ctx context.Context, last crashable, ran bool) (crashable, error) {
+			if ran {
+				ts := last.(*devenv.TemporalServer)
+				return ts, ts.Restart(ctx)
+			}
+			pg, up := s.pg.running()
+			if !up {
+				return nil, errors.New("the Temporal Server needs PostgreSQL running")
+			}
+			return devenv.StartTemporalServer(ctx, pg, devenv.TemporalServerOptions{Dir: filepath.Join(s.dir, "temporal"), Port: ports[1],
+				Logger: slog.New(slog.DiscardHandler)})
 		}
-		s.stops = append(s.stops, s.tmp.stop)
-	} else {
-		s.tmp = &devTemporal{dbFile: filepath.Join(s.dir, "temporal", "temporal.db"), port: ports[1], logDir: s.dir}
-		if err := s.tmp.start(ctx); err != nil {
-			return err
-		}
-		s.stops = append(s.stops, s.tmp.stop)
 	}
+	if err := s.tmp.start(ctx); err != nil {
+		return err
+	}
+	s.stops = append(s.stops, s.tmp.stop)
+	s.tmpAddr = "127.0.0.1:" + strconv.Itoa(ports[1])
 
 	simAddr, apiAddr := "127.0.0.1:"+strconv.Itoa(ports[2]), "127.0.0.1:"+strconv.Itoa(ports[3])
 	s.links = newLinks()
 	s.stops = append(s.stops, s.links.stop)
-	pgLink, err := s.links.add(LinkPostgres, "127.0.0.1:"+strconv.Itoa(s.pg.port))
+	pgLink, err := s.links.add(LinkPostgres, "127.0.0.1:"+strconv.Itoa(ports[0]))
 	if err != nil {
 		return err
 	}
@@ -351,8 +368,8 @@ func (s *stack) up(ctx context.Context) error {
 		"KASA_BANKSIM_ADDR":        simAddr,
 		"KASA_PROVIDER_URL":        "http://" + bankLink,
 		"KASA_PROVIDER_CAPABILITY": s.o.Capability,
-		"KASA_DATABASE_URL":        s.pg.url(portOf(pgLink)),
-		"KASA_TEMPORAL_ADDRESS":    s.tmp.address(),
+		"KASA_DATABASE_URL":        pgURL(portOf(pgLink)),
+		"KASA_TEMPORAL_ADDRESS":    s.tmpAddr,
 		"KASA_RELAY_METRICS_ADDR":  "127.0.0.1:" + strconv.Itoa(ports[4]),
 		"KASA_METRICS_ADDR":        "api", // the soak reads each API's gauges on its port
 		"KASA_WORKER_METRICS_ADDR": "off", // two workers on one host; the soak runs kasa verify itself
@@ -569,12 +586,12 @@ func (s *stack) heal(ctx context.Context) error {
 	for _, name := range []string{LinkPostgres, LinkBank} {
 		s.links.heal(Fault{Target: name})
 	}
-	if !s.pg.running() {
+	if _, up := s.pg.running(); !up {
 		if err := retry(ctx, s.pg.start); err != nil {
 			return err
 		}
 	}
-	if !s.tmp.running() {
+	if _, up := s.tmp.running(); !up {
 		if err := retry(ctx, s.tmp.start); err != nil {
 			return err
 		}
