@@ -16,11 +16,10 @@ import (
 	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
-// TestDevRestartsAfterKill: `kasa dev` and every process it started are SIGKILLed at once (PostgreSQL's
-// lock files, the Temporal server's SQLite file and the NATS store stay as they were), and a new
-// `kasa dev` on the same data directory, started at once, becomes ready with the first one's data.
-func TestDevRestartsAfterKill(t *testing.T) {
-	t.Parallel()
+// devStarter gives a test's `kasa dev` its directory, its API's URL, and a start that waits
+// until it is ready; each start runs on the same data directory and ports.
+func devStarter(t *testing.T) (string, string, func() *proc) {
+	t.Helper()
 	dir := crashDir(t)
 	bin := kasaBinary(t, dir)
 	cli, err := devenv.FindTemporalCLI()
@@ -33,11 +32,19 @@ func TestDevRestartsAfterKill(t *testing.T) {
 		"KASA_API_ADDR": apiURL[len("http://"):], "KASA_BANKSIM_ADDR": testkit.FreeAddr(t),
 		"KASA_TEMPORAL_PORT": strconv.Itoa(temporalPort), "KASA_TEMPORAL_UI_PORT": "0",
 	})
-	start := func() *proc {
+	return dir, apiURL, func() *proc {
 		p := startProc(t, dir, bin, "dev", env, "dev")
 		p.waitHTTP(apiURL + "/readyz")
 		return p
 	}
+}
+
+// TestDevRestartsAfterKill: `kasa dev` and every process it started are SIGKILLed at once (PostgreSQL's
+// lock files, the Temporal server's SQLite file and the NATS store stay as they were), and a new
+// `kasa dev` on the same data directory, started at once, becomes ready with the first one's data.
+func TestDevRestartsAfterKill(t *testing.T) {
+	t.Parallel()
+	dir, apiURL, start := devStarter(t)
 
 	start()
 	var st devState
@@ -64,20 +71,8 @@ func TestDevRestartsAfterKill(t *testing.T) {
 // left running would hold its port and database file against the next `kasa dev`.
 func TestDevKilledAloneLeavesNothingRunning(t *testing.T) {
 	t.Parallel()
-	dir := crashDir(t)
-	bin := kasaBinary(t, dir)
-	cli, err := devenv.FindTemporalCLI()
-	require.NoError(t, err)
-	temporalPort, err := devenv.FreePort()
-	require.NoError(t, err)
-	apiURL := "http://" + testkit.FreeAddr(t)
-	env := kasaEnv(map[string]string{
-		"KASA_DATA_DIR": filepath.Join(dir, "data"), "KASA_TEMPORAL_CLI": cli,
-		"KASA_API_ADDR": apiURL[len("http://"):], "KASA_BANKSIM_ADDR": testkit.FreeAddr(t),
-		"KASA_TEMPORAL_PORT": strconv.Itoa(temporalPort), "KASA_TEMPORAL_UI_PORT": "0",
-	})
-	p := startProc(t, dir, bin, "dev", env, "dev")
-	p.waitHTTP(apiURL + "/readyz")
+	dir, _, start := devStarter(t)
+	p := start()
 	temporal := pidsMentioning(filepath.Join(dir, "data", "temporal") + "/")
 	require.Len(t, temporal, 1, "the Temporal dev server: %v", processesMentioning(dir+"/"))
 
