@@ -359,3 +359,49 @@ func TestReserveOfADecidedPayment(t *testing.T) {
 	require.NoError(t, appErr.Details(&status))
 	require.Equal(t, "succeeded", status)
 }
+
+// authBank is a bank whose authorization is in one state.
+type authBank struct {
+	activities.Provider
+	state string
+}
+
+func (b authBank) InquireAuthorization(context.Context, string) (provider.Authorization, error) {
+	return provider.Authorization{ID: "au_1", State: b.state}, nil
+}
+
+// An inquiry after a capture or a void reads the authorization's state. A void the bank never
+// made because it captured is not a decline: releasing the hold would lose the money the bank
+// took, so it is ambiguous, for an operator.
+func TestInquiriesReadTheAuthorizationsState(t *testing.T) {
+	tests := []struct {
+		state     string
+		inquire   func(*activities.Activities, context.Context, uuid.UUID) (workflows.ChargeResult, error)
+		name      string
+		succeeded bool
+		errType   string
+	}{
+		{provider.StateCaptured, (*activities.Activities).InquireCapture, "capture found", true, ""},
+		{provider.StateAuthorized, (*activities.Activities).InquireCapture, "capture not yet made", false, workflows.ErrTypeNotFound},
+		{provider.StateVoided, (*activities.Activities).InquireCapture, "capture of a voided authorization", false, workflows.ErrTypeDeclined},
+		{provider.StateVoided, (*activities.Activities).InquireVoid, "void found", true, ""},
+		{provider.StateExpired, (*activities.Activities).InquireVoid, "void of an expired hold", true, ""},
+		{provider.StateAuthorized, (*activities.Activities).InquireVoid, "void not yet made", false, workflows.ErrTypeNotFound},
+		{provider.StateDeclined, (*activities.Activities).InquireVoid, "void of a declined authorization", false, workflows.ErrTypeDeclined},
+		{provider.StateCaptured, (*activities.Activities).InquireVoid, "void of a captured authorization", false, workflows.ErrTypeAmbiguous},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &activities.Activities{Provider: authBank{state: tt.state}}
+			res, err := tt.inquire(a, context.Background(), payment.NewID())
+			require.Equal(t, tt.succeeded, res.Succeeded)
+			if tt.errType == "" {
+				require.NoError(t, err)
+				return
+			}
+			var appErr *temporal.ApplicationError
+			require.ErrorAs(t, err, &appErr)
+			require.Equal(t, tt.errType, appErr.Type())
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -140,6 +141,29 @@ func TestManualPaymentAmbiguousVoid(t *testing.T) {
 	require.Contains(t, answers["charged"], "rejected")
 	require.Equal(t, string(payment.StatusCanceled), answers["released"])
 	h.env.AssertNumberOfCalls(t, workflows.ActivityAuthorize, 1)
+}
+
+// A void whose inquiry finds the authorization captured (the bank took the money) is unknown:
+// the hold stays until a settlement, never released as if the void had been declined.
+func TestManualPaymentVoidFindingACaptureKeepsTheHold(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
+	h.on(workflows.ActivityInquireVoid).Return(workflows.ChargeResult{},
+		temporal.NewNonRetryableApplicationError("the bank captured the authorization", workflows.ErrTypeAmbiguous, nil))
+	h.on(workflows.ActivityMarkUnknown).Return(nil).Once()
+	h.on(workflows.ActivityCanceled).Return(nil).Once()
+	answers := map[string]string{}
+	h.commandAt(time.Minute, workflows.UpdateCancel, "x1", workflows.Command{}, answers)
+	h.expectWaitingAt(2 * time.Hour)
+	h.updateAt(3*time.Hour, "released", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
+
+	res := h.run(manualInput(h, workflows.CapabilityInquiry))
+	require.Equal(t, string(payment.StatusCanceled), res.Status)
+	require.Equal(t, statusUnknown, answers["x1"])
+	require.Len(t, h.offsets(workflows.ActivityCanceled), 1)
+	require.GreaterOrEqual(t, h.offsets(workflows.ActivityCanceled)[0], 3*time.Hour, "the hold was released before the settlement")
+	h.env.AssertNumberOfCalls(t, workflows.ActivityVoidAuthorization, 1)
 }
 
 // An automatic payment takes no capture.
