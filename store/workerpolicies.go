@@ -38,29 +38,49 @@ func (e *PolicyConflictError) Error() string {
 
 // ClaimWorkerPolicy reports a starting worker's policy on its task queue, unless a worker on the
 // queue reported another within live: then it is a *PolicyConflictError and nothing is written.
+// The check and the report are one transaction under the queue's lock.
 func (s *Store) ClaimWorkerPolicy(ctx context.Context, queue string, p WorkerPolicy, live time.Duration) error {
-	o, err := s.q.WorkerPolicyConflict(ctx, dbsqlc.WorkerPolicyConflictParams{
-		TaskQueue: queue, Since: time.Now().Add(-live), Capability: p.Capability,
-		BookingWindowMs: p.BookingWindow.Milliseconds(), ChargeBudgetMs: p.ChargeBudget.Milliseconds(), ChargeTimeoutMs: p.ChargeTimeout.Milliseconds(),
+	var conflict *PolicyConflictError
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		q := s.q.WithTx(tx)
+		if err := q.LockWorkerPolicies(ctx, queue); err != nil {
+			return err
+		}
+		o, err := q.WorkerPolicyConflict(ctx, dbsqlc.WorkerPolicyConflictParams{
+			TaskQueue: queue, Since: time.Now().Add(-live), Capability: p.Capability,
+			BookingWindowMs: p.BookingWindow.Milliseconds(), ChargeBudgetMs: p.ChargeBudget.Milliseconds(), ChargeTimeoutMs: p.ChargeTimeout.Milliseconds(),
+		})
+		switch {
+		case err == nil:
+			conflict = &PolicyConflictError{TaskQueue: queue, Mine: p, Other: WorkerPolicy{
+				Capability: o.Capability, BookingWindow: time.Duration(o.BookingWindowMs) * time.Millisecond,
+				ChargeBudget: time.Duration(o.ChargeBudgetMs) * time.Millisecond, ChargeTimeout: time.Duration(o.ChargeTimeoutMs) * time.Millisecond,
+			}}
+			return nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		return q.SeeWorkerPolicy(ctx, seeParams(queue, p))
 	})
-	switch {
-	case err == nil:
-		return &PolicyConflictError{TaskQueue: queue, Mine: p, Other: WorkerPolicy{
-			Capability: o.Capability, BookingWindow: time.Duration(o.BookingWindowMs) * time.Millisecond,
-			ChargeBudget: time.Duration(o.ChargeBudgetMs) * time.Millisecond, ChargeTimeout: time.Duration(o.ChargeTimeoutMs) * time.Millisecond,
-		}}
-	case !errors.Is(err, pgx.ErrNoRows):
-		return translate(err)
+	if err != nil {
+		return err
 	}
-	return s.SeeWorkerPolicy(ctx, queue, p)
+	if conflict != nil {
+		return conflict
+	}
+	return nil
 }
 
 // SeeWorkerPolicy reports that a worker runs with p on queue now.
 func (s *Store) SeeWorkerPolicy(ctx context.Context, queue string, p WorkerPolicy) error {
-	return translate(s.q.SeeWorkerPolicy(ctx, dbsqlc.SeeWorkerPolicyParams{
+	return translate(s.q.SeeWorkerPolicy(ctx, seeParams(queue, p)))
+}
+
+func seeParams(queue string, p WorkerPolicy) dbsqlc.SeeWorkerPolicyParams {
+	return dbsqlc.SeeWorkerPolicyParams{
 		TaskQueue: queue, Capability: p.Capability,
 		BookingWindowMs: p.BookingWindow.Milliseconds(), ChargeBudgetMs: p.ChargeBudget.Milliseconds(), ChargeTimeoutMs: p.ChargeTimeout.Milliseconds(),
-	}))
+	}
 }
 
 // LongestBookingWindow is the longest booking window any worker reported within the last since

@@ -2,6 +2,9 @@ package store_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,4 +41,37 @@ func TestClaimWorkerPolicy(t *testing.T) {
 	w, err := db.LongestBookingWindow(ctx, time.Hour)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, w, 77*time.Hour)
+}
+
+// Workers that start at the same moment with different settings: one policy wins the queue,
+// and every worker whose settings differ from it is refused.
+func TestClaimWorkerPolicyConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for round := range 20 {
+		queue := fmt.Sprintf("race-%d-%s", round, uuid.NewString())
+		start := make(chan struct{})
+		claimed := make(chan string, 8)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			p := store.WorkerPolicy{Capability: []string{"none", "idempotent"}[i%2], ChargeBudget: time.Minute}
+			wg.Go(func() {
+				<-start
+				err := db.ClaimWorkerPolicy(ctx, queue, p, time.Minute)
+				var conflict *store.PolicyConflictError
+				if !errors.As(err, &conflict) {
+					require.NoError(t, err)
+					claimed <- p.Capability
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(claimed)
+		won := map[string]bool{}
+		for c := range claimed {
+			won[c] = true
+		}
+		require.Len(t, won, 1, "round %d: workers with different settings both claimed the queue", round)
+	}
 }

@@ -1,3 +1,8 @@
+-- name: LockWorkerPolicies :exec
+-- Serialises the starting workers of a queue until the transaction ends: each then sees the
+-- policy the one before it wrote, so two with different settings cannot both pass the check.
+SELECT pg_advisory_xact_lock(hashtextextended('worker_policies/' || @task_queue::text, 0));
+
 -- name: WorkerPolicyConflict :one
 -- A policy other than the one given that a worker on the queue reported since @since.
 SELECT capability, booking_window_ms, charge_budget_ms, charge_timeout_ms FROM worker_policies

@@ -10,6 +10,17 @@ import (
 	"time"
 )
 
+const LockWorkerPolicies = `-- name: LockWorkerPolicies :exec
+SELECT pg_advisory_xact_lock(hashtextextended('worker_policies/' || $1::text, 0))
+`
+
+// Serialises the starting workers of a queue until the transaction ends: each then sees the
+// policy the one before it wrote, so two with different settings cannot both pass the check.
+func (q *Queries) LockWorkerPolicies(ctx context.Context, taskQueue string) error {
+	_, err := q.db.Exec(ctx, LockWorkerPolicies, taskQueue)
+	return err
+}
+
 const LongestBookingWindowMS = `-- name: LongestBookingWindowMS :one
 SELECT coalesce(max(booking_window_ms), 0)::bigint FROM worker_policies WHERE last_seen >= $1
 `
