@@ -29,8 +29,8 @@ type Store interface {
 	BeginChargeSend(ctx context.Context, operationID uuid.UUID, send int) (bool, error)
 	FlagStuck(ctx context.Context, operationID uuid.UUID, reason string) error
 	Authorized(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error)
-	Captured(ctx context.Context, operationID uuid.UUID, amount int64, providerRef string) (payment.Payment, error)
-	Canceled(ctx context.Context, operationID uuid.UUID, code string) (payment.Payment, error)
+	Captured(ctx context.Context, operationID uuid.UUID, amount int64, providerRef string, command uuid.UUID) (payment.Payment, error)
+	Canceled(ctx context.Context, operationID uuid.UUID, code string, command uuid.UUID) (payment.Payment, error)
 
 	HoldRefund(ctx context.Context, refundID uuid.UUID) error
 	HoldRefundRun(ctx context.Context, refundID uuid.UUID, runID string) error
@@ -445,12 +445,12 @@ func (a *Activities) inquireState(ctx context.Context, operationID uuid.UUID, wa
 
 // Captured posts the capture in the ledger and releases the rest of the hold.
 func (a *Activities) Captured(ctx context.Context, in workflows.CapturedInput) error {
-	_, err := a.Store.Captured(ctx, in.OperationID, in.AmountMinor, in.ProviderReference)
+	_, err := a.Store.Captured(ctx, in.OperationID, in.AmountMinor, in.ProviderReference, in.CommandID)
 	return classify(err)
 }
 
 // Canceled releases the hold of a canceled (or expired) authorization.
 func (a *Activities) Canceled(ctx context.Context, in workflows.ReleaseInput) error {
-	_, err := a.Store.Canceled(ctx, in.OperationID, in.FailureCode)
+	_, err := a.Store.Canceled(ctx, in.OperationID, in.FailureCode, in.CommandID)
 	return classify(err)
 }

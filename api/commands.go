@@ -155,9 +155,7 @@ func (s *Server) runCommand(c *gin.Context, cmd store.Command, p payment.Payment
 		if over != nil {
 			over.Currency = p.Currency
 		}
-		if derr := s.Store.DeleteCommand(bg, cmd.MerchantID, cmd.Key); derr != nil {
-			s.log.Warn("forget refused command", "key", cmd.Key, "error", derr)
-		}
+		s.forgetRefused(bg, cmd)
 		s.writeError(c, err)
 		return
 	case err != nil && !errors.Is(err, workflows.ErrStillRunning):
@@ -181,8 +179,23 @@ func (s *Server) runCommand(c *gin.Context, cmd store.Command, p payment.Payment
 // answer is awaited or unknown.
 func (s *Server) answerCommand(c *gin.Context, cmd store.Command, p payment.Payment) {
 	bg := context.WithoutCancel(c.Request.Context())
+	// A command whose request failed may never have reached the workflow: a payment another
+	// command decided is that one's effect, not this one's.
+	var other bool
+	if p.Status.Final() {
+		taken, err := s.Store.TakenCommand(bg, p.ID)
+		if err != nil {
+			s.writeError(c, err)
+			return
+		}
+		other = taken != uuid.Nil && taken != cmd.ID
+	}
 	status := http.StatusAccepted
 	switch {
+	case other:
+		s.forgetRefused(bg, cmd)
+		s.writeError(c, refusal(cmd.Kind, p, cmd.AmountMinor))
+		return
 	case cmd.Kind == payment.CommandCapture && p.Status == payment.StatusSucceeded:
 		status = http.StatusCreated
 	case cmd.Kind == payment.CommandCapture && p.Status == payment.StatusCanceled && p.FailureCode == payment.FailureDeclined:
@@ -190,9 +203,7 @@ func (s *Server) answerCommand(c *gin.Context, cmd store.Command, p payment.Paym
 	case cmd.Kind == payment.CommandCancel && p.Status == payment.StatusCanceled && p.FailureCode == payment.FailureCanceled:
 		status = http.StatusOK
 	case p.Status.Final(): // decided by something else (the expiry, another command): this one did nothing
-		if err := s.Store.DeleteCommand(bg, cmd.MerchantID, cmd.Key); err != nil {
-			s.log.Warn("forget refused command", "key", cmd.Key, "error", err)
-		}
+		s.forgetRefused(bg, cmd)
 		s.writeError(c, refusal(cmd.Kind, p, cmd.AmountMinor))
 		return
 	}
@@ -213,4 +224,11 @@ func (s *Server) answerCommand(c *gin.Context, cmd store.Command, p payment.Paym
 	}
 	c.Header("Location", s.payments.path()+p.ID.String())
 	c.Data(status, "application/json", body)
+}
+
+// forgetRefused deletes an unanswered command that changed nothing: its key is free again.
+func (s *Server) forgetRefused(ctx context.Context, cmd store.Command) {
+	if err := s.Store.DeleteCommand(ctx, cmd.MerchantID, cmd.Key); err != nil {
+		s.log.Warn("forget refused command", "key", cmd.Key, "error", err)
+	}
 }

@@ -754,6 +754,9 @@ func (f *fakeStore) AnswerCommand(context.Context, uuid.UUID, string, int, []byt
 }
 func (f *fakeStore) UnleaseCommand(context.Context, uuid.UUID, string) error { return errNoCommands }
 func (f *fakeStore) DeleteCommand(context.Context, uuid.UUID, string) error  { return errNoCommands }
+func (f *fakeStore) TakenCommand(context.Context, uuid.UUID) (uuid.UUID, error) {
+	return uuid.Nil, errNoCommands
+}
 
 func (w *fakeWorkflows) Command(context.Context, uuid.UUID, string, string, workflows.Command) (string, error) {
 	return "", errNoCommands

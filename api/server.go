@@ -59,6 +59,7 @@ type Store interface {
 	AnswerCommand(ctx context.Context, merchantID uuid.UUID, key string, status int, body []byte) error
 	UnleaseCommand(ctx context.Context, merchantID uuid.UUID, key string) error
 	DeleteCommand(ctx context.Context, merchantID uuid.UUID, key string) error
+	TakenCommand(ctx context.Context, paymentID uuid.UUID) (uuid.UUID, error)
 	Refund(ctx context.Context, id uuid.UUID) (payment.Refund, error)
 	PaymentRefunds(ctx context.Context, paymentID uuid.UUID, limit int, startingAfter *uuid.UUID) ([]payment.Refund, bool, error)
 }

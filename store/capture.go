@@ -42,8 +42,9 @@ func (s *Store) Authorized(ctx context.Context, operationID uuid.UUID, providerR
 }
 
 // Captured posts a manual payment's capture of amount: the payer's hold goes, amount moves to the
-// merchant in one balanced posting, and the rest of the hold is released, in one transaction.
-func (s *Store) Captured(ctx context.Context, operationID uuid.UUID, amount int64, providerRef string) (payment.Payment, error) {
+// merchant in one balanced posting, and the rest of the hold is released, in one transaction,
+// which marks command (when not uuid.Nil) as the one taken.
+func (s *Store) Captured(ctx context.Context, operationID uuid.UUID, amount int64, providerRef string, command uuid.UUID) (payment.Payment, error) {
 	var p payment.Payment
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		var account uuid.UUID
@@ -71,6 +72,7 @@ func (s *Store) Captured(ctx context.Context, operationID uuid.UUID, amount int6
 		}
 		b := &pgx.Batch{}
 		b.Queue(dbsqlc.CloseAuthorization, operationID)
+		b.Queue(dbsqlc.TakeCommand, command)
 		if rest := held - amount; rest > 0 {
 			b.Queue(dbsqlc.Unreserve, account, rest)
 		}
@@ -85,8 +87,9 @@ func (s *Store) Captured(ctx context.Context, operationID uuid.UUID, amount int6
 }
 
 // Canceled lets a manual payment's authorization go: the hold is released and the payment is
-// canceled with the code (payment.FailureCanceled, or FailureAuthorizationExpired).
-func (s *Store) Canceled(ctx context.Context, operationID uuid.UUID, code string) (payment.Payment, error) {
+// canceled with the code (payment.FailureCanceled, or FailureAuthorizationExpired), and command
+// (when not uuid.Nil: the cancel, or the capture the bank declined) is marked as the one taken.
+func (s *Store) Canceled(ctx context.Context, operationID uuid.UUID, code string, command uuid.UUID) (payment.Payment, error) {
 	var p payment.Payment
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		var account uuid.UUID
@@ -102,6 +105,9 @@ func (s *Store) Canceled(ctx context.Context, operationID uuid.UUID, code string
 			}
 		}
 		if _, err := tx.Exec(ctx, dbsqlc.CloseAuthorization, operationID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, dbsqlc.TakeCommand, command); err != nil {
 			return err
 		}
 		p, _, err = s.transition(ctx, tx, operationID, payment.StatusCanceled, code, RecordCompleted)

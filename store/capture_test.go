@@ -15,9 +15,15 @@ import (
 // authorized begins a manual payment of amount and runs it to requires_capture.
 func authorized(t *testing.T, mID, aID uuid.UUID, key string, amount int64) payment.Payment {
 	t.Helper()
+	return authorizedAs(t, mID, aID, key, amount, payment.NewID())
+}
+
+// authorizedAs is authorized with the operation id given.
+func authorizedAs(t *testing.T, mID, aID uuid.UUID, key string, amount int64, id uuid.UUID) payment.Payment {
+	t.Helper()
 	ctx := context.Background()
 	req := payment.Request{InvoiceID: key, AmountMinor: amount, Currency: "TRY", AccountID: aID, PaymentType: "purchase", CaptureManual: true}
-	_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: key, Request: req, OperationID: payment.NewID(),
+	_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: key, Request: req, OperationID: id,
 		Lease: time.Minute, CaptureWindow: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, store.BeganNew, began)
@@ -44,10 +50,10 @@ func TestCapturedPostsWhatWasCapturedAndReleasesTheRest(t *testing.T) {
 	require.Equal(t, int64(6_000), a.Reserved, "the authorization holds its whole amount")
 	requireVerified(t)
 
-	_, err := db.Captured(ctx, p.ID, 6_001, "au_1")
+	_, err := db.Captured(ctx, p.ID, 6_001, "au_1", uuid.Nil)
 	require.ErrorIs(t, err, store.ErrInconsistent, "never more than the hold")
 	for range 2 {
-		p, err = db.Captured(ctx, p.ID, 2_500, "au_1")
+		p, err = db.Captured(ctx, p.ID, 2_500, "au_1", uuid.Nil)
 		require.NoError(t, err)
 	}
 	require.Equal(t, payment.StatusSucceeded, p.Status)
@@ -58,7 +64,7 @@ func TestCapturedPostsWhatWasCapturedAndReleasesTheRest(t *testing.T) {
 	entries, err := db.LedgerEntries(ctx, p.ID.String())
 	require.NoError(t, err)
 	require.Len(t, entries, 2, "one posting however often the step runs")
-	_, err = db.Canceled(ctx, p.ID, payment.FailureCanceled)
+	_, err = db.Canceled(ctx, p.ID, payment.FailureCanceled, uuid.Nil)
 	require.ErrorIs(t, err, store.ErrInconsistent, "a captured payment is never canceled")
 	requireVerified(t)
 }
@@ -69,7 +75,7 @@ func TestCanceledReleasesTheHold(t *testing.T) {
 	mID, aID := fixture(t, 10_000)
 	p := authorized(t, mID, aID, "auth", 4_000)
 	for range 2 {
-		got, err := db.Canceled(ctx, p.ID, payment.FailureAuthorizationExpired)
+		got, err := db.Canceled(ctx, p.ID, payment.FailureAuthorizationExpired, uuid.Nil)
 		require.NoError(t, err)
 		require.Equal(t, payment.StatusCanceled, got.Status)
 		require.Equal(t, payment.FailureAuthorizationExpired, got.FailureCode)
@@ -77,7 +83,7 @@ func TestCanceledReleasesTheHold(t *testing.T) {
 	a, _ := db.Account(ctx, aID)
 	require.Equal(t, int64(10_000), a.Balance)
 	require.Zero(t, a.Reserved)
-	_, err := db.Captured(ctx, p.ID, 4_000, "au_1")
+	_, err := db.Captured(ctx, p.ID, 4_000, "au_1", uuid.Nil)
 	require.ErrorIs(t, err, store.ErrInconsistent, "a canceled payment is never captured")
 	// Its invoice is free again, as a failed payment's is.
 	_, _, began, err := begin(t, mID, aID, "again", "auth", 1_000)
@@ -92,7 +98,7 @@ func TestRefundsOfAManualPaymentAreBoundedByTheCapture(t *testing.T) {
 	ctx := context.Background()
 	mID, aID := fixture(t, 10_000)
 	p := authorized(t, mID, aID, "auth", 5_000)
-	_, err := db.Captured(ctx, p.ID, 2_000, "au_1")
+	_, err := db.Captured(ctx, p.ID, 2_000, "au_1", uuid.Nil)
 	require.NoError(t, err)
 	_, _, _, err = db.BeginRefund(ctx, store.BeginRefundInput{MerchantID: mID, PaymentID: p.ID, Key: "r1",
 		Request: payment.RefundRequest{Amount: "20.01"}, OperationID: payment.NewID(), Lease: time.Minute})
@@ -138,4 +144,37 @@ func TestCommandKeys(t *testing.T) {
 	require.NoError(t, db.DeleteCommand(ctx, mID, "c2"))
 	_, err = db.Command(ctx, mID, "c2")
 	require.ErrorIs(t, err, payment.ErrNotFound, "a refused command frees its key")
+}
+
+// The capture or cancel that moved the money is marked with it, in the same transaction; the
+// other commands of the payment are not.
+func TestTheCommandTakenIsMarkedWithItsMoney(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	command := func(p payment.Payment, key string, kind payment.Command) store.Command {
+		c, began, err := db.BeginCommand(ctx, store.Command{MerchantID: mID, Key: key, ID: payment.NewID(), PaymentID: p.ID,
+			Kind: kind, RequestHash: key}, time.Minute)
+		require.NoError(t, err)
+		require.True(t, began)
+		return c
+	}
+	for _, kind := range []payment.Command{payment.CommandCapture, payment.CommandCancel} {
+		p := authorized(t, mID, aID, "taken-"+string(kind), 1_000)
+		lost, took := command(p, "lost-"+string(kind), kind), command(p, "took-"+string(kind), kind)
+		taken, err := db.TakenCommand(ctx, p.ID)
+		require.NoError(t, err)
+		require.Equal(t, uuid.Nil, taken, "none taken while the payment waits")
+		if kind == payment.CommandCapture {
+			_, err = db.Captured(ctx, p.ID, 600, "au_1", took.ID)
+		} else {
+			_, err = db.Canceled(ctx, p.ID, payment.FailureCanceled, took.ID)
+		}
+		require.NoError(t, err)
+		taken, err = db.TakenCommand(ctx, p.ID)
+		require.NoError(t, err)
+		require.Equal(t, took.ID, taken)
+		require.NotEqual(t, lost.ID, taken)
+	}
+	requireVerified(t)
 }

@@ -93,3 +93,14 @@ func (s *Store) DeleteCommand(ctx context.Context, merchantID uuid.UUID, key str
 	_, err := s.pool.Exec(ctx, dbsqlc.DeleteCommand, merchantID, key)
 	return translate(err)
 }
+
+// TakenCommand is the id of the capture or cancel that decided the payment, or uuid.Nil when no
+// command did (the expiry; or a payment decided before commands were marked).
+func (s *Store) TakenCommand(ctx context.Context, paymentID uuid.UUID) (uuid.UUID, error) {
+	var id uuid.UUID
+	err := s.pool.QueryRow(ctx, dbsqlc.TakenCommand, paymentID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return uuid.Nil, nil
+	}
+	return id, translate(err)
+}

@@ -273,6 +273,39 @@ func TestManualCommandsRace(t *testing.T) {
 	requireVerified(t)
 }
 
+// A capture that never reached the payment's workflow is not answered with another key's: once
+// a second key captured, the first, retried, did nothing and is refused; so is a cancel's.
+func TestManualCommandAnsweredOnlyForItsOwnEffect(t *testing.T) {
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	paymentID, payer, _ := s.authorize(m, "auth-own", "80.00", "100.00")
+
+	s.lostCommands.Store(2)
+	r := s.command(m, paymentID, "capture", "own-1", `{"amount":"30.00"}`)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	r = s.command(m, paymentID, "cancel", "own-x", "")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	r = s.command(m, paymentID, "capture", "own-2", `{"amount":"50.00"}`)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "50.00", r.json(t)["amount_captured"])
+
+	for range 2 { // the refusal is not stored: the key is free, and says the same again
+		r = s.command(m, paymentID, "capture", "own-1", `{"amount":"30.00"}`)
+		require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+		require.Equal(t, "payment_not_capturable", r.json(t)["code"])
+		r = s.command(m, paymentID, "cancel", "own-x", "")
+		require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+		require.Equal(t, "payment_not_cancelable", r.json(t)["code"])
+	}
+	r = s.command(m, paymentID, "capture", "own-2", `{"amount":"50.00"}`)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, int64(5000), s.held(paymentID).CapturedMinor, "captured once, 50.00")
+	require.Equal(t, int64(5000), balance(t, payer))
+	require.Zero(t, reserved(t, payer))
+	requireVerified(t)
+}
+
 // An unknown capture is settled by the bank's settlement file, which lists it: posted once, with
 // what the bank captured.
 func TestManualUnknownCaptureSettledByFile(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kasa-pay/kasa/activities"
 	"github.com/kasa-pay/kasa/api"
+	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/provider"
 	"github.com/kasa-pay/kasa/reconcile"
 	"github.com/kasa-pay/kasa/store"
@@ -53,6 +54,9 @@ type stack struct {
 	sim    *httptest.Server
 	queue  string
 	awaits *atomic.Int32 // the API's calls for a workflow's result
+	// lostCommands is how many of the API's next captures and cancels fail before they reach
+	// Temporal, as when it is unreachable.
+	lostCommands *atomic.Int32
 }
 
 func newStack(t *testing.T, capability workflows.Capability) *stack {
@@ -74,10 +78,19 @@ type stackOptions struct {
 	adminPrevious string        // api.Options.AdminTokenPrevious: a rotation's overlap
 }
 
-// awaitCounter counts the API's calls for a workflow's result.
+// awaitCounter counts the API's calls for a workflow's result, and fails the commands it is
+// told to lose.
 type awaitCounter struct {
 	workflows.Starter
-	n *atomic.Int32
+	n, lost *atomic.Int32
+}
+
+func (a awaitCounter) Command(ctx context.Context, merchantID uuid.UUID, key, update string, c workflows.Command) (string, error) {
+	if a.lost.Add(-1) >= 0 {
+		return "", fmt.Errorf("%w: temporal unreachable (test)", payment.ErrUnavailable)
+	}
+	a.lost.Store(0)
+	return a.Starter.Command(ctx, merchantID, key, update, c)
 }
 
 func (a awaitCounter) AwaitPayment(ctx context.Context, merchantID uuid.UUID, key, runID string) (workflows.PaymentResult, error) {
@@ -100,10 +113,10 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	if o.remoteWorker {
 		outcomes = nil
 	}
-	awaits := &atomic.Int32{}
+	awaits, lost := &atomic.Int32{}, &atomic.Int32{}
 	srv := api.New(api.Options{
 		Outcomes: outcomes, PollAfter: o.pollAfter,
-		Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits}, AdminToken: adminToken,
+		Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits, lost}, AdminToken: adminToken,
 		AllowPrivateWebhooks: true, SyncWait: 15 * time.Second, // webhook endpoints of tests listen on 127.0.0.1
 		ReplayCache:   1000,
 		Retention:     o.retention,
@@ -118,7 +131,7 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 		simSrv.Close()
 		_ = sim.Close()
 	})
-	return &stack{t: t, api: apiSrv, sim: simSrv, queue: queue, awaits: awaits}
+	return &stack{t: t, api: apiSrv, sim: simSrv, queue: queue, awaits: awaits, lostCommands: lost}
 }
 
 type response struct {

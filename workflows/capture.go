@@ -44,11 +44,11 @@ func (w *opRun) enter(st Step) {
 			return BankCallInput{OperationID: in.OperationID, AuthorizationRef: st.AuthorizationRef, AmountMinor: st.AmountMinor}
 		}
 		w.op.postArg = func(string) any {
-			return CapturedInput{OperationID: in.OperationID, AmountMinor: st.AmountMinor, ProviderReference: st.AuthorizationRef}
+			return CapturedInput{OperationID: in.OperationID, AmountMinor: st.AmountMinor, ProviderReference: st.AuthorizationRef, CommandID: st.CommandID}
 		}
 		// The bank took nothing: let the authorization go, as a cancel does.
 		w.op.failed = func(ctx workflow.Context, code string) (PaymentResult, error) {
-			return w.void(ctx, Step{Phase: PhaseVoid, AuthorizationRef: st.AuthorizationRef, FailureCode: code})
+			return w.void(ctx, Step{Phase: PhaseVoid, AuthorizationRef: st.AuthorizationRef, FailureCode: code, CommandID: st.CommandID})
 		}
 	case PhaseVoid:
 		w.op.send, w.op.inquire, w.op.remote, w.op.failed = ActivityVoidAuthorization, ActivityInquireVoid, true, nil
@@ -57,7 +57,9 @@ func (w *opRun) enter(st Step) {
 		w.op.sendArg = func(int) any {
 			return BankCallInput{OperationID: in.OperationID, AuthorizationRef: st.AuthorizationRef}
 		}
-		canceled := func(string) any { return ReleaseInput{OperationID: in.OperationID, FailureCode: st.FailureCode} }
+		canceled := func(string) any {
+			return ReleaseInput{OperationID: in.OperationID, FailureCode: st.FailureCode, CommandID: st.CommandID}
+		}
 		w.op.postArg, w.op.releaseArg = canceled, canceled
 	}
 }
@@ -77,13 +79,13 @@ func (w *opRun) awaitCommand(ctx workflow.Context, authorization string) (Paymen
 		w.expired = true // no command is taken from now on: the authorization is being let go
 		return w.void(ctx, Step{Phase: PhaseVoid, AuthorizationRef: authorization, FailureCode: payment.FailureAuthorizationExpired})
 	case w.cancel:
-		return w.void(ctx, Step{Phase: PhaseVoid, AuthorizationRef: authorization, FailureCode: payment.FailureCanceled})
+		return w.void(ctx, Step{Phase: PhaseVoid, AuthorizationRef: authorization, FailureCode: payment.FailureCanceled, CommandID: w.command.ID})
 	}
 	amount := w.command.AmountMinor
 	if amount == 0 {
 		amount = w.in.AmountMinor
 	}
-	w.enter(Step{Phase: PhaseCapture, AuthorizationRef: authorization, AmountMinor: amount})
+	w.enter(Step{Phase: PhaseCapture, AuthorizationRef: authorization, AmountMinor: amount, CommandID: w.command.ID})
 	res, err := w.charge(ctx)
 	return w.outcome(ctx, res, err)
 }

@@ -182,12 +182,14 @@ const (
 	PhaseVoid      = "void"
 )
 
-// Step is a manual payment's phase and what it needs.
+// Step is a manual payment's phase and what it needs. CommandID is the merchant's command that
+// led to it (none for the authorization, or a void at capture_before).
 type Step struct {
 	Phase            string
 	AuthorizationRef string
 	AmountMinor      int64
 	FailureCode      string
+	CommandID        uuid.UUID `json:",omitzero"`
 }
 
 // CurrentRevision is the Revision of every payment and refund started now. Revision 2: the
@@ -255,11 +257,12 @@ type BankCallInput struct {
 	AmountMinor      int64
 }
 
-// CapturedInput posts a manual payment's capture of AmountMinor.
+// CapturedInput posts a manual payment's capture of AmountMinor, which CommandID asked for.
 type CapturedInput struct {
 	OperationID       uuid.UUID
 	AmountMinor       int64
 	ProviderReference string
+	CommandID         uuid.UUID `json:",omitzero"`
 }
 
 // Command is a capture's (AmountMinor, 0 for all that is capturable) or a cancel's update
@@ -269,10 +272,11 @@ type Command struct {
 	AmountMinor int64
 }
 
-// ReleaseInput fails a payment.
+// ReleaseInput fails a payment; a manual payment's cancel names the command that led to it.
 type ReleaseInput struct {
 	OperationID uuid.UUID
 	FailureCode string
+	CommandID   uuid.UUID `json:",omitzero"`
 }
 
 // Settlement is the `settlement` signal's payload (docs/reconciliation.md shows operators how to send it).

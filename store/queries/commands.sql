@@ -30,3 +30,10 @@ WHERE merchant_id = $1 AND idempotency_key = $2 AND response_status IS NULL;
 -- name: DeleteCommand :exec
 -- A refused command changed nothing: its key is free again (never an answered one).
 DELETE FROM payment_commands WHERE merchant_id = $1 AND idempotency_key = $2 AND response_status IS NULL;
+
+-- name: TakeCommand :exec
+-- The command the payment's workflow took: marked with the money it moved.
+UPDATE payment_commands SET taken = true, updated_at = now() WHERE id = $1;
+
+-- name: TakenCommand :one
+SELECT id FROM payment_commands WHERE payment_id = $1 AND taken;

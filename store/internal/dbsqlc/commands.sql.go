@@ -52,7 +52,7 @@ func (q *Queries) DeleteCommand(ctx context.Context, arg DeleteCommandParams) er
 }
 
 const GetCommand = `-- name: GetCommand :one
-SELECT merchant_id, idempotency_key, id, payment_id, kind, request_hash, amount_minor, locked_until, response_status, response_body, created_at, updated_at FROM payment_commands WHERE merchant_id = $1 AND idempotency_key = $2
+SELECT merchant_id, idempotency_key, id, payment_id, kind, request_hash, amount_minor, locked_until, response_status, response_body, created_at, updated_at, taken FROM payment_commands WHERE merchant_id = $1 AND idempotency_key = $2
 `
 
 type GetCommandParams struct {
@@ -76,6 +76,7 @@ func (q *Queries) GetCommand(ctx context.Context, arg GetCommandParams) (Payment
 		&i.ResponseBody,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Taken,
 	)
 	return i, err
 }
@@ -85,7 +86,7 @@ const InsertCommand = `-- name: InsertCommand :one
 INSERT INTO payment_commands (merchant_id, idempotency_key, id, payment_id, kind, request_hash, amount_minor, locked_until)
 VALUES ($1, $2, $3, $4, $5, $6, $7, now() + $8::interval)
 ON CONFLICT (merchant_id, idempotency_key) DO NOTHING
-RETURNING merchant_id, idempotency_key, id, payment_id, kind, request_hash, amount_minor, locked_until, response_status, response_body, created_at, updated_at
+RETURNING merchant_id, idempotency_key, id, payment_id, kind, request_hash, amount_minor, locked_until, response_status, response_body, created_at, updated_at, taken
 `
 
 type InsertCommandParams struct {
@@ -127,6 +128,7 @@ func (q *Queries) InsertCommand(ctx context.Context, arg InsertCommandParams) (P
 		&i.ResponseBody,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Taken,
 	)
 	return i, err
 }
@@ -150,6 +152,27 @@ func (q *Queries) LeaseCommand(ctx context.Context, arg LeaseCommandParams) (int
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const TakeCommand = `-- name: TakeCommand :exec
+UPDATE payment_commands SET taken = true, updated_at = now() WHERE id = $1
+`
+
+// The command the payment's workflow took: marked with the money it moved.
+func (q *Queries) TakeCommand(ctx context.Context, id uuid.UUID) error {
+	_, err := q.db.Exec(ctx, TakeCommand, id)
+	return err
+}
+
+const TakenCommand = `-- name: TakenCommand :one
+SELECT id FROM payment_commands WHERE payment_id = $1 AND taken
+`
+
+func (q *Queries) TakenCommand(ctx context.Context, paymentID uuid.UUID) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, TakenCommand, paymentID)
+	var id uuid.UUID
+	err := row.Scan(&id)
+	return id, err
 }
 
 const UnleaseCommand = `-- name: UnleaseCommand :exec

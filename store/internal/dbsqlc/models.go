@@ -58,6 +58,7 @@ type PaymentCommand struct {
 	ResponseBody   []byte
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	Taken          bool
 }
 
 type Refund struct {
