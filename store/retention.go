@@ -12,7 +12,8 @@ import (
 // DeleteExpiredRecords deletes the idempotency records of finished operations (status completed)
 // that finished more than retention ago, batch rows per statement, each its own short
 // transaction, oldest operations first, and returns how many it deleted. Records of open
-// operations (processing, unknown) are kept whatever their age. Several callers may run at once:
+// operations (processing, unknown, a manual payment waiting for its capture) are kept whatever
+// their age. Several callers may run at once:
 // each batch skips the rows another caller holds, so they share the work instead of waiting on
 // each other. Payments, refunds and the ledger are not touched: a request with an expired key is
 // a new request, and the business key still guards the invoice.

@@ -79,6 +79,30 @@ func TestDeleteExpiredRecordsKeepsYoungAndOpenOnes(t *testing.T) {
 	}
 }
 
+// A manual payment's create is answered at its authorization, but the payment stays open until
+// its capture, cancel or expiry (up to KASA_CAPTURE_WINDOW, longer than the retention): its record
+// is kept until then, so that its key still names it.
+func TestDeleteExpiredRecordsKeepsWaitingAuthorizations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	p := authorizedAs(t, mID, aID, "old-auth", 1_000, idAt(time.Now().Add(-3*time.Hour)))
+	age := func() {
+		require.NoError(t, db.Exec(ctx, `UPDATE idempotency_records SET updated_at = now() - interval '2 hours' WHERE operation_id = $1`, p.ID))
+	}
+	age()
+	_, err := db.DeleteExpiredRecords(ctx, time.Hour, 100)
+	require.NoError(t, err)
+	require.True(t, recordExists(t, p.ID), "the authorization still waits for its capture")
+
+	_, err = db.Captured(ctx, p.ID, 1_000, "au_1", uuid.Nil)
+	require.NoError(t, err)
+	age()
+	_, err = db.DeleteExpiredRecords(ctx, time.Hour, 100)
+	require.NoError(t, err)
+	require.False(t, recordExists(t, p.ID), "captured: the record expires as any other")
+}
+
 // Workers delete side by side: every expired record goes, once, and no runner fails.
 // Not parallel: another test's retention run would delete some of these records and the count
 // would fall short.

@@ -1,5 +1,6 @@
 -- Idempotency-record retention: the records of finished operations are deleted once they have
--- been finished for longer than the retention; open ones (processing, unknown) are kept.
+-- been finished for longer than the retention; open ones (processing, unknown) are kept, and so
+-- are those of manual payments still waiting for their capture (answered, but not finished).
 
 -- name: DeleteExpiredRecords :one
 -- One batch, oldest operations first, from after the previous batch's last operation id. The
@@ -16,6 +17,7 @@ WITH cutoff AS (
     AND r.operation_id < (lpad(to_hex((extract(epoch FROM cutoff.at) * 1000)::bigint), 12, '0')
                           || '00000000000000000000')::uuid
     AND r.status = 'completed' AND r.updated_at < cutoff.at
+    AND NOT EXISTS (SELECT 1 FROM open_authorizations a WHERE a.payment_id = r.operation_id)
   ORDER BY r.operation_id
   LIMIT sqlc.arg(max_rows)
   FOR UPDATE OF r SKIP LOCKED
