@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/kasa-pay/kasa/activities"
 	"github.com/kasa-pay/kasa/payment"
@@ -403,5 +406,54 @@ func TestInquiriesReadTheAuthorizationsState(t *testing.T) {
 			require.ErrorAs(t, err, &appErr)
 			require.Equal(t, tt.errType, appErr.Type())
 		})
+	}
+}
+
+// lostCaptures is a bank whose captures and voids get no answer.
+type lostCaptures struct {
+	activities.Provider
+	captures, voids *int
+}
+
+func (b lostCaptures) Capture(context.Context, string, string, int64) (provider.CaptureResult, error) {
+	*b.captures++
+	return provider.CaptureResult{}, provider.ErrAmbiguous
+}
+
+func (b lostCaptures) Void(context.Context, string, string) (provider.VoidResult, error) {
+	*b.voids++
+	return provider.VoidResult{}, provider.ErrAmbiguous
+}
+
+// A capture or void runs as a regular activity that Temporal retries as its payment's recorded
+// policy allows. A worker whose own bank is not idempotent (the deployment changed its setting
+// while the payment waited) never sends it a second time: the stricter policy governs.
+func TestCaptureAndVoidRetriesFollowTheStricterPolicy(t *testing.T) {
+	for _, tt := range []struct {
+		worker workflows.Capability
+		sends  int
+	}{{workflows.CapabilityIdempotent, 3}, {workflows.CapabilityInquiry, 1}, {workflows.CapabilityNone, 1}} {
+		for _, name := range []string{workflows.ActivityCaptureAuthorization, workflows.ActivityVoidAuthorization} {
+			t.Run(string(tt.worker)+"/"+name, func(t *testing.T) {
+				var suite testsuite.WorkflowTestSuite
+				env := suite.NewTestWorkflowEnvironment()
+				var captures, voids int
+				a := &activities.Activities{Provider: lostCaptures{captures: &captures, voids: &voids},
+					Policy: workflows.ChargePolicy{Capability: tt.worker}}
+				env.RegisterActivityWithOptions(a.CaptureAuthorization, activity.RegisterOptions{Name: workflows.ActivityCaptureAuthorization})
+				env.RegisterActivityWithOptions(a.VoidAuthorization, activity.RegisterOptions{Name: workflows.ActivityVoidAuthorization})
+				env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
+					ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
+						RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Millisecond, MaximumAttempts: 3}})
+					in := workflows.BankCallInput{OperationID: payment.NewID(), AuthorizationRef: "au_1", AmountMinor: 100}
+					return workflow.ExecuteActivity(ctx, name, in).Get(ctx, nil)
+				}, workflow.RegisterOptions{Name: "bankCall"})
+				env.ExecuteWorkflow("bankCall")
+				var appErr *temporal.ApplicationError
+				require.ErrorAs(t, env.GetWorkflowError(), &appErr)
+				require.Equal(t, workflows.ErrTypeAmbiguous, appErr.Type(), "an unanswered call stays ambiguous")
+				require.Equal(t, tt.sends, captures+voids, "sends to the bank")
+			})
+		}
 	}
 }
