@@ -69,7 +69,7 @@ func (s *Server) command(kind payment.Command) gin.HandlerFunc {
 			s.writeError(c, err)
 			return
 		}
-		if err := refusal(kind, p, amount); err != nil {
+		if err := refusal(kind, p, amount, time.Now()); err != nil {
 			s.writeError(c, err)
 			return
 		}
@@ -91,13 +91,14 @@ func uuidParam(c *gin.Context) uuid.UUID {
 	return id
 }
 
-// refusal is what the payment's row already says about the command: the workflow's validator
-// says it again for good, but most refusals need not reach it.
-func refusal(kind payment.Command, p payment.Payment, amount int64) error {
+// refusal is what the payment's row already says about the command at now: the workflow's
+// validator says it again for good, but most refusals need not reach it. A capture window that
+// has ended refuses a capture even before the workflow has voided the authorization.
+func refusal(kind payment.Command, p payment.Payment, amount int64, now time.Time) error {
 	switch {
 	case kind == payment.CommandCancel && p.Status != payment.StatusRequiresCapture:
 		return payment.ErrNotCancelable
-	case kind == payment.CommandCapture && p.Status != payment.StatusRequiresCapture:
+	case kind == payment.CommandCapture && (p.Status != payment.StatusRequiresCapture || !now.Before(p.CaptureBefore)):
 		return payment.ErrNotCapturable
 	case amount > p.Capturable():
 		return &payment.CaptureExceedsError{Capturable: p.Capturable(), Currency: p.Currency}
@@ -194,7 +195,7 @@ func (s *Server) answerCommand(c *gin.Context, cmd store.Command, p payment.Paym
 	switch {
 	case other:
 		s.forgetRefused(bg, cmd)
-		s.writeError(c, refusal(cmd.Kind, p, cmd.AmountMinor))
+		s.writeError(c, refusal(cmd.Kind, p, cmd.AmountMinor, time.Now()))
 		return
 	case cmd.Kind == payment.CommandCapture && p.Status == payment.StatusSucceeded:
 		status = http.StatusCreated
@@ -204,7 +205,7 @@ func (s *Server) answerCommand(c *gin.Context, cmd store.Command, p payment.Paym
 		status = http.StatusOK
 	case p.Status.Final(): // decided by something else (the expiry, another command): this one did nothing
 		s.forgetRefused(bg, cmd)
-		s.writeError(c, refusal(cmd.Kind, p, cmd.AmountMinor))
+		s.writeError(c, refusal(cmd.Kind, p, cmd.AmountMinor, time.Now()))
 		return
 	}
 	body, err := payment.JSON(p.Resource())

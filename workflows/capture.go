@@ -111,7 +111,7 @@ func (w *opRun) setCommandHandlers(ctx workflow.Context) error {
 			return done(ctx)
 		},
 		workflow.UpdateHandlerOptions{Validator: func(c Command) error {
-			if err := w.waiting(ErrTypeNotCapturable); err != nil {
+			if err := w.waiting(ctx, ErrTypeNotCapturable); err != nil {
 				return err
 			}
 			if c.AmountMinor < 0 || c.AmountMinor > w.in.AmountMinor {
@@ -128,19 +128,21 @@ func (w *opRun) setCommandHandlers(ctx workflow.Context) error {
 			w.command, w.cancel = &c, true
 			return done(ctx)
 		},
-		workflow.UpdateHandlerOptions{Validator: func(Command) error { return w.waiting(ErrTypeNotCancelable) }})
+		workflow.UpdateHandlerOptions{Validator: func(Command) error { return w.waiting(ctx, ErrTypeNotCancelable) }})
 }
 
-// waiting refuses a command (as errType) unless the payment waits for one.
-func (w *opRun) waiting(errType string) error {
-	if w.status == payment.StatusRequiresCapture && w.command == nil && !w.expired {
+// waiting refuses a command (as errType) unless the payment waits for one. capture_before ends
+// the wait even before its timer is handled: a task may bring the timer and a command together.
+func (w *opRun) waiting(ctx workflow.Context, errType string) error {
+	late := !workflow.Now(ctx).Before(w.in.CaptureBefore)
+	if w.status == payment.StatusRequiresCapture && w.command == nil && !w.expired && !late {
 		return nil
 	}
 	st := string(w.status)
 	switch {
 	case w.command != nil:
 		st = "being captured or canceled"
-	case w.expired:
+	case w.expired, late && w.status == payment.StatusRequiresCapture:
 		st = "past its capture_before, its authorization being voided"
 	}
 	return temporal.NewApplicationError("the payment is "+st+", not waiting for a capture", errType, st)

@@ -200,6 +200,23 @@ func TestManualPaymentCaptureSettledNotCharged(t *testing.T) {
 	require.Equal(t, string(payment.StatusCanceled), answers["released"])
 }
 
+// A capture that reaches the workflow at capture_before, in the task that also fires the
+// expiry's timer, is refused: no capture is sent past the capture window.
+func TestManualPaymentRefusesACaptureAtCaptureBefore(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	answers := map[string]string{}
+	h.on(workflows.ActivityVoidAuthorization).Return(charged("void_1"), nil).Once()
+	h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+		workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureAuthorizationExpired}).Return(nil).Once()
+	h.commandAt(time.Hour, workflows.UpdateCapture, "at-the-end", workflows.Command{}, answers)
+
+	res := h.run(manualInput(h, workflows.CapabilityIdempotent))
+	require.Equal(t, string(payment.StatusCanceled), res.Status)
+	require.Contains(t, answers["at-the-end"], "rejected")
+	require.Zero(t, h.calls(workflows.ActivityCaptureAuthorization), "nothing captured")
+}
+
 // Once capture_before has passed, the authorization is being let go: a capture or cancel sent
 // while its void runs is refused, never taken.
 func TestManualPaymentRefusesCommandsOnceExpired(t *testing.T) {
