@@ -158,13 +158,14 @@ func (f *fixture) seedRefund(key string, paymentID uuid.UUID, body string, statu
 // paid seeds merchant A's succeeded payment of 10.00, fakeID(1), to refund.
 func (f *fixture) paid() { f.seed("k1", payBody, payment.StatusSucceeded, time.Time{}) }
 
-// authorized records key k1's payment as a manual one waiting for its capture.
+// authorized records key k1's payment as a manual one waiting for its capture, whose window ends
+// an hour from now (the fixture's creation time is fixed in the past).
 func (f *fixture) authorized() {
 	f.seed("k1", payBody, payment.StatusRequiresCapture, time.Time{})
 	f.st.mu.Lock()
 	defer f.st.mu.Unlock()
 	p := f.st.payments[fakeID(1)]
-	p.CaptureManual, p.CaptureBefore = true, p.CreatedAt.Add(time.Hour)
+	p.CaptureManual, p.CaptureBefore = true, time.Now().Add(time.Hour)
 	f.st.payments[p.ID] = p
 }
 
