@@ -95,8 +95,10 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string, ppro
 	var beside []int // the servers started here, not by the child: their CPU counts too
 	if temporal == TemporalServer {
 		progress("starting PostgreSQL and the Temporal Server %s in %s", devenv.TemporalServerVersion, dir)
+		// Checkpoints spaced as compose and docs/deployment.md deploy them for a burst.
+		settings := append(slices.Clone(pgstats.Settings), "max_wal_size=16GB", "checkpoint_timeout=30min")
 		pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(dir, "postgres"), Database: "kasa",
-			Settings: pgstats.Settings, Logger: slog.New(slog.DiscardHandler)})
+			Settings: settings, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return nil, err
 		}
