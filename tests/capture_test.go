@@ -78,6 +78,10 @@ func TestManualCaptureEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, s.pay(m, "auth-1", payBody("inv-auth-1", "100.00", "TRY", payer)).Status,
 		"capture is part of the request hash")
 
+	waiting := s.do("GET", "/v1/payments?status=requires_capture", m.APIKey, "").json(t)["data"].([]any)
+	require.Len(t, waiting, 1, "the list filters by the new status")
+	require.Equal(t, paymentID, waiting[0].(map[string]any)["id"])
+
 	over := s.command(m, paymentID, "capture", "cap-over", `{"amount":"100.01"}`)
 	require.Equal(t, http.StatusConflict, over.Status, "%s", over.Body)
 	require.Equal(t, "capture_exceeds_capturable", over.json(t)["code"])

@@ -248,3 +248,28 @@ func TestEventWebhookOfARealPayment(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, s.do("POST", "/admin/v1/deliveries/"+payment.NewID().String()+"/redeliver", adminToken, "").Status)
 	require.Equal(t, 1, s.simCount(paymentID), "webhooks never touch the money")
 }
+
+// A manual payment's events reach its merchant in order: payment.requires_capture, then
+// payment.captured, or payment.canceled; each carries the payment as it was then.
+func TestEventsOfAManualPayment(t *testing.T) {
+	s := newStack(t, workflows.CapabilityIdempotent)
+	hook := newSink(t)
+	startEventPipeline(t)
+	r := s.do("POST", "/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Manual","webhook_url":%q}`, hook.URL))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	m := merchant{ID: r.json(t)["id"].(string), APIKey: r.json(t)["api_key"].(string)}
+
+	captured, _, _ := s.authorize(m, "ev-cap", "30.00", "100.00")
+	require.Equal(t, http.StatusCreated, s.command(m, captured, "capture", "ev-cap-1", `{"amount":"20.00"}`).Status)
+	canceled, _, _ := s.authorize(m, "ev-cancel", "10.00", "100.00")
+	require.Equal(t, http.StatusOK, s.command(m, canceled, "cancel", "ev-cancel-1", "").Status)
+
+	require.Eventually(t, func() bool { return len(hook.Requests()) == 4 }, 30*time.Second, 20*time.Millisecond)
+	events := map[string][]string{}
+	for _, got := range hook.Requests() {
+		w := testkit.DecodeWebhook(t, got.Body)
+		events[w.Data.ID] = append(events[w.Data.ID], w.Type+" "+string(w.Data.Status))
+	}
+	require.Equal(t, []string{"payment.requires_capture requires_capture", "payment.captured succeeded"}, events[captured])
+	require.Equal(t, []string{"payment.requires_capture requires_capture", "payment.canceled canceled"}, events[canceled])
+}
