@@ -284,7 +284,7 @@ func TestManualCommandAnsweredOnlyForItsOwnEffect(t *testing.T) {
 	m := s.newMerchant()
 	paymentID, payer, _ := s.authorize(m, "auth-own", "80.00", "100.00")
 
-	s.lostCommands.Store(2)
+	s.commandFaults.add(commandLost, commandLost)
 	r := s.command(m, paymentID, "capture", "own-1", `{"amount":"30.00"}`)
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
 	r = s.command(m, paymentID, "cancel", "own-x", "")
@@ -307,6 +307,29 @@ func TestManualCommandAnsweredOnlyForItsOwnEffect(t *testing.T) {
 	require.Equal(t, int64(5000), s.held(paymentID).CapturedMinor, "captured once, 50.00")
 	require.Equal(t, int64(5000), balance(t, payer))
 	require.Zero(t, reserved(t, payer))
+	requireVerified(t)
+}
+
+// A capture the workflow took, whose answer was lost, retried while the bank still works on it
+// and re-sent to Temporal only once the workflow has ended (which refuses every update): the
+// capture was this key's, so its key answers 201, then replays it, never 409.
+func TestManualCommandRetriedAfterItsWorkflowEnded(t *testing.T) {
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	paymentID, payer, _ := s.authorize(m, "auth-ended", "80.00", "100.00")
+	s.setFaults(`{"rules":[{"on":"capture","action":"delay","delay_ms":2000,"count":1}]}`)
+
+	s.commandFaults.add(commandAnswerLost, commandAfterEnd)
+	r := s.command(m, paymentID, "capture", "ended-1", `{"amount":"30.00"}`)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	r = s.command(m, paymentID, "capture", "ended-1", `{"amount":"30.00"}`)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "30.00", r.json(t)["amount_captured"])
+	again := s.command(m, paymentID, "capture", "ended-1", `{"amount":"30.00"}`)
+	require.Equal(t, string(r.Body), string(again.Body))
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, int64(3000), s.held(paymentID).CapturedMinor, "captured once")
+	require.Equal(t, int64(7000), balance(t, payer))
 	requireVerified(t)
 }
 

@@ -6,10 +6,12 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,9 +56,39 @@ type stack struct {
 	sim    *httptest.Server
 	queue  string
 	awaits *atomic.Int32 // the API's calls for a workflow's result
-	// lostCommands is how many of the API's next captures and cancels fail before they reach
-	// Temporal, as when it is unreachable.
-	lostCommands *atomic.Int32
+	// commandFaults are what happens to the API's next captures and cancels, in turn.
+	commandFaults *commandFaults
+}
+
+// A command fault: the request never reaches Temporal (as when it is unreachable); or the workflow
+// takes the command but its answer is lost; or the command is sent only once the payment's
+// workflow has ended (the API read the payment just before).
+const (
+	commandLost       = "lost"
+	commandAnswerLost = "answer lost"
+	commandAfterEnd   = "after the workflow ended"
+)
+
+type commandFaults struct {
+	mu   sync.Mutex
+	next []string
+}
+
+func (f *commandFaults) add(faults ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next = append(f.next, faults...)
+}
+
+func (f *commandFaults) take() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.next) == 0 {
+		return ""
+	}
+	fault := f.next[0]
+	f.next = f.next[1:]
+	return fault
 }
 
 func newStack(t *testing.T, capability workflows.Capability) *stack {
@@ -78,18 +110,30 @@ type stackOptions struct {
 	adminPrevious string        // api.Options.AdminTokenPrevious: a rotation's overlap
 }
 
-// awaitCounter counts the API's calls for a workflow's result, and fails the commands it is
-// told to lose.
+// awaitCounter counts the API's calls for a workflow's result, and plays its command faults.
 type awaitCounter struct {
 	workflows.Starter
-	n, lost *atomic.Int32
+	n      *atomic.Int32
+	faults *commandFaults
 }
 
 func (a awaitCounter) Command(ctx context.Context, merchantID uuid.UUID, key, update string, c workflows.Command) (string, error) {
-	if a.lost.Add(-1) >= 0 {
-		return "", fmt.Errorf("%w: temporal unreachable (test)", payment.ErrUnavailable)
+	unavailable := fmt.Errorf("%w: temporal unreachable (test)", payment.ErrUnavailable)
+	switch a.faults.take() {
+	case commandLost:
+		return "", unavailable
+	case commandAnswerLost:
+		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		if _, err := a.Starter.Command(short, merchantID, key, update, c); err != nil && !errors.Is(err, workflows.ErrStillRunning) {
+			return "", err
+		}
+		return "", unavailable
+	case commandAfterEnd:
+		if err := a.Client.GetWorkflow(ctx, workflows.PaymentWorkflowID(merchantID, key), "").Get(ctx, nil); err != nil {
+			return "", err
+		}
 	}
-	a.lost.Store(0)
 	return a.Starter.Command(ctx, merchantID, key, update, c)
 }
 
@@ -113,10 +157,10 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	if o.remoteWorker {
 		outcomes = nil
 	}
-	awaits, lost := &atomic.Int32{}, &atomic.Int32{}
+	awaits, faults := &atomic.Int32{}, &commandFaults{}
 	srv := api.New(api.Options{
 		Outcomes: outcomes, PollAfter: o.pollAfter,
-		Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits, lost}, AdminToken: adminToken,
+		Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits, faults}, AdminToken: adminToken,
 		AllowPrivateWebhooks: true, SyncWait: 15 * time.Second, // webhook endpoints of tests listen on 127.0.0.1
 		ReplayCache:   1000,
 		Retention:     o.retention,
@@ -131,7 +175,7 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 		simSrv.Close()
 		_ = sim.Close()
 	})
-	return &stack{t: t, api: apiSrv, sim: simSrv, queue: queue, awaits: awaits, lostCommands: lost}
+	return &stack{t: t, api: apiSrv, sim: simSrv, queue: queue, awaits: awaits, commandFaults: faults}
 }
 
 type response struct {
