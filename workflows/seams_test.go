@@ -103,6 +103,34 @@ func TestPaymentWorkflowSettlementConflictKeepsTheHold(t *testing.T) {
 	require.Equal(t, []string{statusUnknown, workflows.StatusStuck, statusUnknown, statusSucceeded}, h.statuses)
 }
 
+// A refund meets the same rule: a not_charged settlement that arrives while an inquiry finds the
+// refund at the bank never releases its hold; the refund stays unknown, flagged for an operator.
+func TestRefundWorkflowSettlementConflictKeepsTheHold(t *testing.T) {
+	h := newHarness(t)
+	in := refundInput(workflows.CapabilityInquiry)
+	in.LocalSteps = true
+	in.BookingWindow = time.Millisecond // one inquiry before each re-send
+	h.on(workflows.ActivitySendRefund).Return(workflows.RefundSendResult{}, ambiguous())
+	h.on(workflows.ActivityInquireRefund).Return(workflows.RefundSendResult{}, notFound()).Times(3)
+	h.on(workflows.ActivityInquireRefund).Run(func(mock.Arguments) {
+		h.env.SignalWorkflow(workflows.SignalSettlement, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+	}).Return(refunded("re_1"), nil).Once()
+	h.on(workflows.ActivityInquireRefund).Return(refunded("re_1"), nil)
+	var reasons []string
+	h.on(workflows.ActivityFlagRefundStuck).Run(func(args mock.Arguments) {
+		reasons = append(reasons, args.Get(1).(workflows.FlagInput).Reason)
+	}).Return(nil)
+	h.signalAt(30*time.Second, workflows.Settlement{Outcome: workflows.OutcomeNotCharged}) // refused
+	h.retryAt(2 * time.Hour)
+
+	res := h.runRefund(in)
+	require.Equal(t, workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "re_1"}, res)
+	require.Zero(t, h.calls(workflows.ActivityReleaseRefund), "the refund's hold is never released")
+	require.Len(t, reasons, 2, "flagged, then cleared by the retry")
+	require.Contains(t, reasons[0], "contradicts the bank")
+	require.Greater(t, h.offsets(workflows.ActivityPostRefund)[0], 2*time.Hour, "posted only after the operator's retry")
+}
+
 // The settle update meets the same rule: its not_charged is set aside with the reason, and the
 // payment is not released.
 func TestPaymentWorkflowSettleUpdateConflict(t *testing.T) {
