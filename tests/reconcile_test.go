@@ -303,6 +303,38 @@ func TestReconcileReportsMismatchesWithoutChangingAnything(t *testing.T) {
 	requireVerified(t)
 }
 
+// A reference the bank lists twice is a charged_twice mismatch, and its unknown payment keeps its
+// hold for a person to decide; the rest of the file still applies.
+func TestReconcileListedTwiceKeepsThatHoldAndAppliesTheRest(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	twice := s.payUnknown(m, "twice", payBody("inv-twice", "10.00", "TRY", acct), "drop_response")
+	once := s.payUnknown(m, "once", payBody("inv-once", "20.00", "TRY", acct), "drop_response")
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(s.settlementFile(today())), "\n") {
+		if strings.Contains(l, twice.ID.String()) {
+			lines = append(lines, l, l)
+		} else if strings.Contains(l, once.ID.String()) || strings.HasPrefix(l, reconcile.Header[0]) {
+			lines = append(lines, l)
+		}
+	}
+
+	rep, ok := decodeReport(t, s.importSettlements(m, strings.Join(lines, "\n")+"\n"))
+	require.False(t, ok)
+	require.Equal(t, reconcile.Counts{ResolvedCharged: 1, Mismatches: 1}, rep.Counts)
+	require.Len(t, rep.Mismatches, 1)
+	require.Equal(t, reconcile.KindChargedTwice, rep.Mismatches[0].Kind)
+	require.Equal(t, twice.ID.String(), rep.Mismatches[0].Reference)
+	require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "twice").Status, "a person decides")
+	require.Equal(t, payment.StatusSucceeded, paymentByKey(t, m, "once").Status)
+	a := s.account(m, acct)
+	require.Equal(t, "80.00", a["balance"], "the listed-once payment is posted")
+	require.Equal(t, "10.00", a["reserved"], "the listed-twice payment keeps its hold")
+	requireVerified(t)
+}
+
 // A file that does not parse changes nothing and says what is wrong, line by line.
 func TestReconcileRejectsInvalidFiles(t *testing.T) {
 	t.Parallel()
