@@ -107,7 +107,8 @@ func refusal(kind payment.Command, p payment.Payment, amount int64, now time.Tim
 }
 
 // commandAgain answers a request whose key was seen before: the stored answer, 422 for another
-// request, 409 while another request runs it, or else the command sent again (the same update).
+// request, 409 while another request runs it, the answer a decided payment gives it, or else the
+// command sent again (the same update).
 func (s *Server) commandAgain(c *gin.Context, cmd store.Command, hash string, p payment.Payment) {
 	ctx := c.Request.Context()
 	switch {
@@ -132,11 +133,13 @@ func (s *Server) commandAgain(c *gin.Context, cmd store.Command, hash string, p 
 		s.writeError(c, payment.ErrIdempotencyKeyInUse)
 		return
 	}
-	if p.Status == payment.StatusRequiresCapture {
+	if !p.Status.Final() {
+		// Sent again under its id: the workflow answers for the command it took (the same
+		// update), and refuses one it never took (another command is under way, or unknown).
 		s.runCommand(c, cmd, p)
 		return
 	}
-	s.answerCommand(c, cmd, p) // the command was decided, or the payment is unknown
+	s.answerCommand(c, cmd, p)
 }
 
 // runCommand sends the command to the payment's workflow, waits up to SyncWait for what it led

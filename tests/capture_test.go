@@ -310,6 +310,29 @@ func TestManualCommandAnsweredOnlyForItsOwnEffect(t *testing.T) {
 	requireVerified(t)
 }
 
+// While one key's capture is unknown, another key whose request never reached the workflow is
+// refused when retried: it is not that capture, and is not answered 202 as if it were.
+func TestManualCommandRetriedBesideAnUnknownCapture(t *testing.T) {
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	paymentID, payer, _ := s.authorize(m, "auth-beside", "80.00", "100.00")
+	s.commandFaults.add(commandLost)
+	r := s.command(m, paymentID, "capture", "beside-lost", `{"amount":"10.00"}`)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	s.setFaults(`{"rules":[{"on":"capture","action":"drop_response","count":1}]}`)
+	r = s.command(m, paymentID, "capture", "beside-unknown", `{"amount":"30.00"}`)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.Equal(t, "unknown", r.json(t)["status"])
+
+	r = s.command(m, paymentID, "capture", "beside-lost", `{"amount":"10.00"}`)
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	require.Equal(t, "payment_not_capturable", r.json(t)["code"])
+	r = s.command(m, paymentID, "capture", "beside-unknown", `{"amount":"30.00"}`)
+	require.Equal(t, http.StatusAccepted, r.Status, "the unknown capture's own key: still in flight: %s", r.Body)
+	require.Equal(t, int64(8000), reserved(t, payer), "the unknown capture keeps the hold")
+	require.Equal(t, int64(3000), s.held(paymentID).CapturedMinor, "captured once, by the unknown key")
+}
+
 // A capture the workflow took, whose answer was lost, retried while the bank still works on it
 // and re-sent to Temporal only once the workflow has ended (which refuses every update): the
 // capture was this key's, so its key answers 201, then replays it, never 409.
