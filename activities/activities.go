@@ -376,7 +376,7 @@ func voidKey(id uuid.UUID) string    { return id.String() + "/void" }
 // CaptureAuthorization asks the bank to take the amount of the authorization; the bank lets the
 // rest go. It runs as a regular activity: one attempt unless the bank is idempotent.
 func (a *Activities) CaptureAuthorization(ctx context.Context, in workflows.BankCallInput) (workflows.ChargeResult, error) {
-	if err := a.guardRetry(ctx, "capture"); err != nil {
+	if err := a.guardRetry(ctx, "capture", in.Send); err != nil {
 		return workflows.ChargeResult{}, err
 	}
 	ref, err := a.authorization(ctx, in)
@@ -387,15 +387,17 @@ func (a *Activities) CaptureAuthorization(ctx context.Context, in workflows.Bank
 	return answer("capture", c.ID, c.Succeeded(), err)
 }
 
-// guardRetry keeps a capture or void to the stricter of two policies: Temporal retries it as the
-// policy its payment recorded allows (idempotent), but a worker whose own bank is not idempotent
-// never sends it again, as the first attempt may have reached the bank.
-func (a *Activities) guardRetry(ctx context.Context, noun string) error {
-	if a.Policy.Capability == workflows.CapabilityIdempotent || activity.GetInfo(ctx).Attempt <= 1 {
+// guardRetry keeps a capture or void to the stricter of two policies. Temporal retries it as the
+// policy its payment recorded allows (idempotent), and the workflow sends it again after an
+// inquiry found nothing (inquiry); a worker whose own bank is not idempotent takes no retry, and
+// one whose bank cannot be asked (none) takes no second send, as the first may have reached it.
+func (a *Activities) guardRetry(ctx context.Context, noun string, send int) error {
+	c := a.Policy.Capability
+	if c == workflows.CapabilityIdempotent || activity.GetInfo(ctx).Attempt <= 1 && (send <= 1 || c == workflows.CapabilityInquiry) {
 		return nil
 	}
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("an earlier attempt of this %s may have reached the bank, "+
-		"and this worker's capability (%q) does not allow sending it again", noun, a.Policy.Capability), workflows.ErrTypeAmbiguous, nil)
+		"and this worker's capability (%q) does not allow sending it again", noun, c), workflows.ErrTypeAmbiguous, nil)
 }
 
 // authorization is the bank's id of the payment's authorization: the workflow's, or, when a
@@ -420,7 +422,7 @@ func (a *Activities) InquireCapture(ctx context.Context, operationID uuid.UUID) 
 // VoidAuthorization asks the bank to let the authorization go. A void the bank refuses (it was
 // captured) is not a decline kasa can act on: it is ambiguous, for an operator.
 func (a *Activities) VoidAuthorization(ctx context.Context, in workflows.BankCallInput) (workflows.ChargeResult, error) {
-	if err := a.guardRetry(ctx, "void"); err != nil {
+	if err := a.guardRetry(ctx, "void", in.Send); err != nil {
 		return workflows.ChargeResult{}, err
 	}
 	ref, err := a.authorization(ctx, in)

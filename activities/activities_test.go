@@ -457,3 +457,29 @@ func TestCaptureAndVoidRetriesFollowTheStricterPolicy(t *testing.T) {
 		}
 	}
 }
+
+// The workflow sends a capture or void again (Send 2) only after an inquiry found nothing: a
+// worker whose bank can be asked sends it, one whose bank cannot (none) never does.
+func TestCaptureAndVoidSecondSendsFollowTheStricterPolicy(t *testing.T) {
+	for _, tt := range []struct {
+		worker workflows.Capability
+		sends  int
+	}{{workflows.CapabilityIdempotent, 1}, {workflows.CapabilityInquiry, 1}, {workflows.CapabilityNone, 0}, {"", 0}} {
+		for _, name := range []string{workflows.ActivityCaptureAuthorization, workflows.ActivityVoidAuthorization} {
+			t.Run(string(tt.worker)+"/"+name, func(t *testing.T) {
+				var suite testsuite.WorkflowTestSuite
+				env := suite.NewTestActivityEnvironment()
+				var captures, voids int
+				a := &activities.Activities{Provider: lostCaptures{captures: &captures, voids: &voids},
+					Policy: workflows.ChargePolicy{Capability: tt.worker}}
+				env.RegisterActivityWithOptions(a.CaptureAuthorization, activity.RegisterOptions{Name: workflows.ActivityCaptureAuthorization})
+				env.RegisterActivityWithOptions(a.VoidAuthorization, activity.RegisterOptions{Name: workflows.ActivityVoidAuthorization})
+				_, err := env.ExecuteActivity(name, workflows.BankCallInput{OperationID: payment.NewID(), AuthorizationRef: "au_1", AmountMinor: 100, Send: 2})
+				var appErr *temporal.ApplicationError
+				require.ErrorAs(t, err, &appErr)
+				require.Equal(t, workflows.ErrTypeAmbiguous, appErr.Type())
+				require.Equal(t, tt.sends, captures+voids, "sends to the bank")
+			})
+		}
+	}
+}

@@ -40,8 +40,8 @@ func (w *opRun) enter(st Step) {
 	case PhaseCapture:
 		w.op.send, w.op.inquire, w.op.post, w.op.remote = ActivityCaptureAuthorization, ActivityInquireCapture, ActivityCaptured, true
 		w.op.posted = payment.StatusSucceeded
-		w.op.sendArg = func(int) any {
-			return BankCallInput{OperationID: in.OperationID, AuthorizationRef: st.AuthorizationRef, AmountMinor: st.AmountMinor}
+		w.op.sendArg = func(send int) any {
+			return BankCallInput{OperationID: in.OperationID, AuthorizationRef: st.AuthorizationRef, AmountMinor: st.AmountMinor, Send: send}
 		}
 		w.op.postArg = func(string) any {
 			return CapturedInput{OperationID: in.OperationID, AmountMinor: st.AmountMinor, ProviderReference: st.AuthorizationRef, CommandID: st.CommandID}
@@ -54,8 +54,8 @@ func (w *opRun) enter(st Step) {
 		w.op.send, w.op.inquire, w.op.remote, w.op.failed = ActivityVoidAuthorization, ActivityInquireVoid, true, nil
 		w.op.post, w.op.release = ActivityCanceled, ActivityCanceled
 		w.op.posted, w.op.released = payment.StatusCanceled, payment.StatusCanceled
-		w.op.sendArg = func(int) any {
-			return BankCallInput{OperationID: in.OperationID, AuthorizationRef: st.AuthorizationRef}
+		w.op.sendArg = func(send int) any {
+			return BankCallInput{OperationID: in.OperationID, AuthorizationRef: st.AuthorizationRef, Send: send}
 		}
 		canceled := func(string) any {
 			return ReleaseInput{OperationID: in.OperationID, FailureCode: st.FailureCode, CommandID: st.CommandID}
@@ -132,9 +132,10 @@ func (w *opRun) setCommandHandlers(ctx workflow.Context) error {
 }
 
 // waiting refuses a command (as errType) unless the payment waits for one. capture_before ends
-// the wait even before its timer is handled: a task may bring the timer and a command together.
+// a capture's wait even before its timer is handled: a task may bring the timer and a capture
+// together (a cancel then is let through: it releases the hold as the expiry would).
 func (w *opRun) waiting(ctx workflow.Context, errType string) error {
-	late := !workflow.Now(ctx).Before(w.in.CaptureBefore)
+	late := errType == ErrTypeNotCapturable && !workflow.Now(ctx).Before(w.in.CaptureBefore)
 	if w.status == payment.StatusRequiresCapture && w.command == nil && !w.expired && !late {
 		return nil
 	}

@@ -251,10 +251,12 @@ type FinalizeInput struct {
 }
 
 // BankCallInput is a manual payment's capture or void at the bank: AmountMinor is a capture's.
+// Send numbers the workflow's sends of it from 1 (none before sends were numbered).
 type BankCallInput struct {
 	OperationID      uuid.UUID
 	AuthorizationRef string
 	AmountMinor      int64
+	Send             int `json:",omitzero"`
 }
 
 // CapturedInput posts a manual payment's capture of AmountMinor, which CommandID asked for.
