@@ -61,6 +61,47 @@ func (s *stack) authorize(m merchant, key, amount, deposit string) (paymentID, p
 	return paymentID, payer, r
 }
 
+// A manual payment's authorization answers as a payment's charge does: 402 failed when the bank
+// declines it (nothing held), 202 unknown when its answer is lost at a bank that cannot be asked
+// (the hold kept); neither takes a capture or a cancel.
+func TestManualAuthorizationDeclinedOrUnknown(t *testing.T) {
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+
+	payer := s.newAccount(m, "TRY", "100.00")
+	s.setFaults(`{"rules":[{"on":"authorize","action":"decline","count":1}]}`)
+	r := s.pay(m, "auth-declined", manualBody("inv-declined", "40.00", payer))
+	require.Equal(t, http.StatusPaymentRequired, r.Status, "%s", r.Body)
+	declined := r.json(t)
+	require.Equal(t, "failed", declined["status"])
+	require.Zero(t, reserved(t, payer), "a declined authorization holds nothing")
+
+	payer2 := s.newAccount(m, "TRY", "100.00")
+	s.setFaults(`{"rules":[{"on":"authorize","action":"drop_response","count":1}]}`)
+	r = s.pay(m, "auth-lost", manualBody("inv-lost", "25.00", payer2))
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	var lost map[string]any
+	require.Eventually(t, func() bool {
+		lost = s.do("GET", "/v1/payments/"+r.json(t)["id"].(string), m.APIKey, "").json(t)
+		return lost["status"] == "unknown"
+	}, 20*time.Second, 50*time.Millisecond)
+	require.Equal(t, int64(2500), reserved(t, payer2), "an unknown authorization keeps its hold")
+	require.Equal(t, 1, s.held(lost["id"].(string)).Count, "authorized once at the bank")
+
+	for _, p := range []map[string]any{declined, lost} {
+		id := p["id"].(string)
+		c := s.command(m, id, "capture", "cap-"+id, "")
+		require.Equal(t, http.StatusConflict, c.Status, "%s", c.Body)
+		require.Equal(t, "payment_not_capturable", c.json(t)["code"])
+		x := s.command(m, id, "cancel", "x-"+id, "")
+		require.Equal(t, http.StatusConflict, x.Status, "%s", x.Body)
+		require.Equal(t, "payment_not_cancelable", x.json(t)["code"])
+	}
+	require.Zero(t, s.held(lost["id"].(string)).CapturedMinor)
+	require.Equal(t, int64(2500), reserved(t, payer2))
+	requireVerified(t)
+}
+
 // A manual payment through the running system: authorized and held, captured in part once (the
 // rest released at the bank and on the payer), every key rule on the capture, and refunds
 // bounded by what was captured.
