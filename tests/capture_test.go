@@ -102,6 +102,27 @@ func TestManualAuthorizationDeclinedOrUnknown(t *testing.T) {
 	requireVerified(t)
 }
 
+// A capture's key while its first request runs is in use: 409 idempotency_key_in_use, nothing
+// sent twice; the first request then answers 201.
+func TestManualCommandKeyInUse(t *testing.T) {
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	paymentID, _, _ := s.authorize(m, "auth-in-use", "50.00", "100.00")
+	s.setFaults(`{"rules":[{"on":"capture","action":"delay","delay_ms":2000,"count":1}]}`)
+	first := make(chan response, 1)
+	go func() { first <- s.command(m, paymentID, "capture", "in-use-1", `{"amount":"20.00"}`) }()
+	require.Eventually(t, func() bool { // the first request holds the key
+		_, err := db.Command(context.Background(), mustUUID(t, m.ID), "in-use-1")
+		return err == nil
+	}, 2*time.Second, 5*time.Millisecond)
+	r := s.command(m, paymentID, "capture", "in-use-1", `{"amount":"20.00"}`)
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	require.Equal(t, "idempotency_key_in_use", r.json(t)["code"])
+	r = <-first
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, int64(2000), s.held(paymentID).CapturedMinor, "captured once")
+}
+
 // A manual payment through the running system: authorized and held, captured in part once (the
 // rest released at the bank and on the payer), every key rule on the capture, and refunds
 // bounded by what was captured.
