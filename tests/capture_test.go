@@ -91,11 +91,9 @@ func TestManualAuthorizationDeclinedOrUnknown(t *testing.T) {
 	for _, p := range []map[string]any{declined, lost} {
 		id := p["id"].(string)
 		c := s.command(m, id, "capture", "cap-"+id, "")
-		require.Equal(t, http.StatusConflict, c.Status, "%s", c.Body)
-		require.Equal(t, "payment_not_capturable", c.json(t)["code"])
+		requireProblem(t, c, http.StatusConflict, "payment_not_capturable")
 		x := s.command(m, id, "cancel", "x-"+id, "")
-		require.Equal(t, http.StatusConflict, x.Status, "%s", x.Body)
-		require.Equal(t, "payment_not_cancelable", x.json(t)["code"])
+		requireProblem(t, x, http.StatusConflict, "payment_not_cancelable")
 	}
 	require.Zero(t, s.held(lost["id"].(string)).CapturedMinor)
 	require.Equal(t, int64(2500), reserved(t, payer2))
@@ -116,8 +114,7 @@ func TestManualCommandKeyInUse(t *testing.T) {
 		return err == nil
 	}, 2*time.Second, 5*time.Millisecond)
 	r := s.command(m, paymentID, "capture", "in-use-1", `{"amount":"20.00"}`)
-	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
-	require.Equal(t, "idempotency_key_in_use", r.json(t)["code"])
+	requireProblem(t, r, http.StatusConflict, "idempotency_key_in_use")
 	r = <-first
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	require.Equal(t, int64(2000), s.held(paymentID).CapturedMinor, "captured once")
@@ -145,8 +142,7 @@ func TestManualCaptureEndToEnd(t *testing.T) {
 	require.Equal(t, paymentID, waiting[0].(map[string]any)["id"])
 
 	over := s.command(m, paymentID, "capture", "cap-over", `{"amount":"100.01"}`)
-	require.Equal(t, http.StatusConflict, over.Status, "%s", over.Body)
-	require.Equal(t, "capture_exceeds_capturable", over.json(t)["code"])
+	requireProblem(t, over, http.StatusConflict, "capture_exceeds_capturable")
 	require.Equal(t, "100.00", over.json(t)["capturable"])
 
 	c := s.command(m, paymentID, "capture", "cap-1", `{"amount":"60.00"}`)
@@ -173,11 +169,9 @@ func TestManualCaptureEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, s.command(m, paymentID, "cancel", "cap-1", "").Status,
 		"one key space for captures and cancels")
 	twice := s.command(m, paymentID, "capture", "cap-2", `{}`)
-	require.Equal(t, http.StatusConflict, twice.Status)
-	require.Equal(t, "payment_not_capturable", twice.json(t)["code"])
+	requireProblem(t, twice, http.StatusConflict, "payment_not_capturable")
 	cancel := s.command(m, paymentID, "cancel", "cancel-1", "")
-	require.Equal(t, http.StatusConflict, cancel.Status)
-	require.Equal(t, "payment_not_cancelable", cancel.json(t)["code"])
+	requireProblem(t, cancel, http.StatusConflict, "payment_not_cancelable")
 	require.Equal(t, int64(6000), s.held(paymentID).CapturedMinor, "nothing more was captured")
 
 	r := s.refund(m, paymentID, "ref-over", `{"amount":"60.01"}`)
@@ -212,8 +206,7 @@ func TestManualCancelAndExpiry(t *testing.T) {
 	require.Equal(t, http.StatusOK, again.Status, "an empty body and {} are one request")
 	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
 	late := s.command(m, canceled, "capture", "c-late", "")
-	require.Equal(t, http.StatusConflict, late.Status)
-	require.Equal(t, "payment_not_capturable", late.json(t)["code"])
+	requireProblem(t, late, http.StatusConflict, "payment_not_capturable")
 
 	expiring, payer2, _ := s.authorize(m, "auth-e", "25.00", "100.00")
 	require.Equal(t, int64(2500), reserved(t, payer2))
@@ -231,8 +224,7 @@ func TestManualCancelAndExpiry(t *testing.T) {
 	require.True(t, s.held(expiring).Voided)
 	require.Zero(t, reserved(t, payer2))
 	late = s.command(m, expiring, "capture", "c-expired", "")
-	require.Equal(t, http.StatusConflict, late.Status)
-	require.Equal(t, "payment_not_capturable", late.json(t)["code"])
+	requireProblem(t, late, http.StatusConflict, "payment_not_capturable")
 	list := s.do("GET", "/v1/payments?status=canceled", m.APIKey, "").json(t)
 	require.Len(t, list["data"], 2)
 	requireVerified(t)
@@ -357,11 +349,9 @@ func TestManualCommandAnsweredOnlyForItsOwnEffect(t *testing.T) {
 
 	for range 2 { // the refusal is not stored: the key is free, and says the same again
 		r = s.command(m, paymentID, "capture", "own-1", `{"amount":"30.00"}`)
-		require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
-		require.Equal(t, "payment_not_capturable", r.json(t)["code"])
+		requireProblem(t, r, http.StatusConflict, "payment_not_capturable")
 		r = s.command(m, paymentID, "cancel", "own-x", "")
-		require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
-		require.Equal(t, "payment_not_cancelable", r.json(t)["code"])
+		requireProblem(t, r, http.StatusConflict, "payment_not_cancelable")
 	}
 	r = s.command(m, paymentID, "capture", "own-2", `{"amount":"50.00"}`)
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
@@ -387,8 +377,7 @@ func TestManualCommandRetriedBesideAnUnknownCapture(t *testing.T) {
 	require.Equal(t, "unknown", r.json(t)["status"])
 
 	r = s.command(m, paymentID, "capture", "beside-lost", `{"amount":"10.00"}`)
-	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
-	require.Equal(t, "payment_not_capturable", r.json(t)["code"])
+	requireProblem(t, r, http.StatusConflict, "payment_not_capturable")
 	r = s.command(m, paymentID, "capture", "beside-unknown", `{"amount":"30.00"}`)
 	require.Equal(t, http.StatusAccepted, r.Status, "the unknown capture's own key: still in flight: %s", r.Body)
 	require.Equal(t, int64(8000), reserved(t, payer), "the unknown capture keeps the hold")

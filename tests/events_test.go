@@ -255,9 +255,7 @@ func TestEventsOfAManualPayment(t *testing.T) {
 	s := newStack(t, workflows.CapabilityIdempotent)
 	hook := newSink(t)
 	startEventPipeline(t)
-	r := s.do("POST", "/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Manual","webhook_url":%q}`, hook.URL))
-	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-	m := merchant{ID: r.json(t)["id"].(string), APIKey: r.json(t)["api_key"].(string)}
+	m := s.newHookedMerchant(hook.URL)
 
 	captured, _, _ := s.authorize(m, "ev-cap", "30.00", "100.00")
 	require.Equal(t, http.StatusCreated, s.command(m, captured, "capture", "ev-cap-1", `{"amount":"20.00"}`).Status)

@@ -184,6 +184,13 @@ type response struct {
 	Body   []byte
 }
 
+// requireProblem checks an error answer: its status and its problem's code.
+func requireProblem(t *testing.T, r response, status int, code string) {
+	t.Helper()
+	require.Equal(t, status, r.Status, "%s", r.Body)
+	require.Equal(t, code, r.json(t)["code"], "%s", r.Body)
+}
+
 func (r response) json(t *testing.T) map[string]any {
 	t.Helper()
 	var m map[string]any
@@ -224,7 +231,18 @@ type merchant struct {
 
 func (s *stack) newMerchant() merchant {
 	s.t.Helper()
-	r := s.do("POST", "/admin/v1/merchants", adminToken, `{"name":"Test Merchant"}`)
+	return s.createMerchant(`{"name":"Test Merchant"}`)
+}
+
+// newHookedMerchant is a merchant whose events go to the webhook url.
+func (s *stack) newHookedMerchant(url string) merchant {
+	s.t.Helper()
+	return s.createMerchant(fmt.Sprintf(`{"name":"Hooked","webhook_url":%q}`, url))
+}
+
+func (s *stack) createMerchant(body string) merchant {
+	s.t.Helper()
+	r := s.do("POST", "/admin/v1/merchants", adminToken, body)
 	require.Equal(s.t, http.StatusCreated, r.Status, "%s", r.Body)
 	m := r.json(s.t)
 	return merchant{ID: m["id"].(string), APIKey: m["api_key"].(string)}

@@ -294,9 +294,7 @@ func TestRefundResponseLostSettledByFile(t *testing.T) {
 	s := newStack(t, workflows.CapabilityNone)
 	hook := newSink(t)
 	startEventPipeline(t)
-	r := s.do("POST", "/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Lost refunds","webhook_url":%q}`, hook.URL))
-	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-	m := merchant{ID: r.json(t)["id"].(string), APIKey: r.json(t)["api_key"].(string)}
+	m := s.newHookedMerchant(hook.URL)
 	payer := s.newAccount(m, "TRY", "500.00")
 	pay := func(key string) string {
 		r := s.pay(m, key, payBody("inv-"+key, "100.00", "TRY", payer))
@@ -348,7 +346,7 @@ func TestRefundResponseLostSettledByFile(t *testing.T) {
 	require.Equal(t, "300.00", s.account(m, payer)["balance"], "the payer has nothing back yet")
 	require.Equal(t, "0.00", s.do("GET", "/v1/payments/"+charged, m.APIKey, "").json(t)["amount_refunded"])
 	// The same key again: the refund as it is now, still unknown, and nothing sent to the bank.
-	r = s.refund(m, charged, "r-charged", `{"amount":"40.00"}`)
+	r := s.refund(m, charged, "r-charged", `{"amount":"40.00"}`)
 	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
 	require.Equal(t, paidBack, r.json(t)["id"])
 	require.Equal(t, "unknown", r.json(t)["status"])
