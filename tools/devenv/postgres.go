@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -203,50 +201,6 @@ func clusterOwner(dir string) (*syscall.Credential, error) {
 		}
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-// FreePort asks the kernel for a free TCP port on the loopback interface.
-//
-// It picks below the kernel's ephemeral range when it can: a port from that range (what
-// listening on :0 gives) may be taken by some process's outgoing connection before the caller
-// binds it, which many tests starting servers at once do make happen.
-func FreePort() (int, error) {
-	lo := ephemeralLow()
-	for range 50 {
-		port := 10000 + rand.IntN(lo-10000)
-		if _, err := FreePortAt(port); err == nil {
-			return port, nil
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range (32768 when unknown).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	var lo int
-	if err == nil {
-		_, err = fmt.Sscan(string(b), &lo)
-	}
-	if err != nil || lo <= 11000 {
-		return 32768
-	}
-	return lo
-}
-
-// FreePortAt returns port if it can be bound on the loopback interface right now.
-func FreePortAt(port int) (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return port, nil
 }
 
 // PostgresTool finds a PostgreSQL client program (createdb, psql, pgbench...): in pg_config's

@@ -1,0 +1,97 @@
+package devenv
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FreePort asks the kernel for a free TCP port on the loopback interface.
+//
+// It picks below the kernel's ephemeral range when it can: a port from that range (what
+// listening on :0 gives) may be taken by some process's outgoing connection before the caller
+// binds it, which many tests starting servers at once do make happen. A port it gives is
+// claimed for a few minutes (claimPort), so that no other caller on this machine is given it
+// while the first one's child is still starting.
+func FreePort() (int, error) {
+	lo := ephemeralLow()
+	for range 50 {
+		port := 10000 + rand.IntN(lo-10000)
+		if _, err := FreePortAt(port); err == nil && claimPort(port) {
+			return port, nil
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768 when unknown).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	var lo int
+	if err == nil {
+		_, err = fmt.Sscan(string(b), &lo)
+	}
+	if err != nil || lo <= 11000 {
+		return 32768
+	}
+	return lo
+}
+
+// FreePortAt returns port if it can be bound on the loopback interface right now.
+func FreePortAt(port int) (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return port, nil
+}
+
+// claimPeriod is how long a claim lasts, at least (and at most twice that).
+const claimPeriod = 2 * time.Minute
+
+// claimPort claims port among every process on this machine for one to two claim periods: a file
+// named for the port and the current period, made only if neither it nor the previous period's
+// exists. Creating with O_EXCL makes two claims of one port in one period impossible, and no
+// claim is ever removed while it counts. When claims cannot be written, the bind check alone
+// decides.
+func claimPort(port int) bool {
+	dir := filepath.Join(os.TempDir(), "kasa-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true
+	}
+	period := time.Now().UnixNano() / int64(claimPeriod)
+	forgetOldClaims(dir, period)
+	name := func(p int64) string { return filepath.Join(dir, fmt.Sprintf("%d-%d", port, p)) }
+	if _, err := os.Stat(name(period - 1)); err == nil {
+		return false
+	}
+	f, err := os.OpenFile(name(period), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
+	if err != nil {
+		return !errors.Is(err, fs.ErrExist) // taken, or claims cannot be written here
+	}
+	return f.Close() == nil
+}
+
+// forgetOldClaims removes the claims of periods that no longer count.
+func forgetOldClaims(dir string, period int64) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		_, p, ok := strings.Cut(e.Name(), "-")
+		if n, err := strconv.ParseInt(p, 10, 64); ok && err == nil && n < period-1 {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
