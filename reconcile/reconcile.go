@@ -603,7 +603,7 @@ func (run *run) matchLine(l Line, o op, settle bool) {
 		}
 		run.matched(o.kind)
 	case o.status == payment.StatusUnknown && settle:
-		st := workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: l.ProviderChargeID,
+		st := workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: l.ProviderChargeID, AmountMinor: l.AmountMinor,
 			Note: fmt.Sprintf("reconciliation: settlement file line %d, settled %s", l.Number, l.SettlementDate)}
 		run.settle(o, st, func(status string) {
 			if status == string(payment.StatusSucceeded) {
@@ -747,6 +747,11 @@ func (run *run) settle(o op, st workflows.Settlement, done func(status string), 
 			done(status)
 		case run.ctx.Err() != nil:
 			// the import is being aborted
+		case errors.Is(err, workflows.ErrSettlementAmountDiffers):
+			// Only the workflow knows what a manual payment's unknown capture asked for.
+			mm := *m
+			mm.Kind, mm.Expected, mm.Found = KindAmountDiffers, o.describe()+", its capture as kasa sent it", err.Error()
+			run.mismatch(o.kind, mm)
 		case errors.Is(err, workflows.ErrSettlementRejected):
 			now, rerr := run.reread(o)
 			switch {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/reconcile"
 	"github.com/kasa-pay/kasa/tools/banksim"
 	"github.com/kasa-pay/kasa/workflows"
 )
@@ -97,6 +100,33 @@ func TestManualAuthorizationDeclinedOrUnknown(t *testing.T) {
 	}
 	require.Zero(t, s.held(lost["id"].(string)).CapturedMinor)
 	require.Equal(t, int64(2500), reserved(t, payer2))
+	requireVerified(t)
+}
+
+// A settlement file that lists a capture for a payment whose authorization is unknown says the
+// bank moved money kasa never asked it to capture: a mismatch, and the payment stays unknown with
+// its hold (it is not taken as authorized, which would let the merchant capture again).
+func TestManualUnknownAuthorizationListedAsCaptured(t *testing.T) {
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	payer := s.newAccount(m, "TRY", "100.00")
+	s.setFaults(`{"rules":[{"on":"authorize","action":"drop_response","count":1}]}`)
+	r := s.pay(m, "auth-listed", manualBody("inv-listed", "25.00", payer))
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	id := r.json(t)["id"].(string)
+	require.Eventually(t, func() bool { return paymentByKey(t, m, "auth-listed").Status == payment.StatusUnknown },
+		20*time.Second, 50*time.Millisecond)
+
+	file := "settlement_date,provider_charge_id,reference,amount,currency,status,type\n" +
+		today() + ",cp_listed," + id + ",25.00,TRY,settled,capture\n"
+	rep, ok := decodeReport(t, s.importSettlements(m, file))
+	require.False(t, ok, "%+v", rep)
+	require.Empty(t, rep.Resolved, "%+v", rep)
+	require.Len(t, rep.Mismatches, 1, "%+v", rep)
+	require.Equal(t, reconcile.KindAmountDiffers, rep.Mismatches[0].Kind, "%+v", rep)
+	require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "auth-listed").Status)
+	require.Equal(t, int64(2500), reserved(t, payer), "the hold kept")
+	require.Zero(t, s.held(id).CapturedMinor)
 	requireVerified(t)
 }
 
@@ -407,25 +437,52 @@ func TestManualCommandRetriedAfterItsWorkflowEnded(t *testing.T) {
 	requireVerified(t)
 }
 
-// An unknown capture is settled by the bank's settlement file, which lists it: posted once, with
-// what the bank captured.
+// An unknown capture is settled by the bank's settlement file when it lists what kasa asked the
+// bank to capture: posted once. A listed amount of any other size is a mismatch, and the payment
+// stays unknown with its whole hold, for an operator (docs/reconciliation.md).
 func TestManualUnknownCaptureSettledByFile(t *testing.T) {
-	s := newStack(t, workflows.CapabilityNone)
-	m := s.newMerchant()
-	paymentID, payer, _ := s.authorize(m, "auth-file", "70.00", "100.00")
-	s.setFaults(`{"rules":[{"on":"capture","action":"drop_response","count":1}]}`)
-	r := s.command(m, paymentID, "capture", "cap-file", `{"amount":"25.00"}`)
-	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
-	require.Equal(t, "unknown", r.json(t)["status"])
-	rep, ok := decodeReport(t, s.importSettlements(m, s.settlementFile(today())))
-	require.True(t, ok, "%+v", rep)
-	require.Len(t, rep.Resolved, 1, "%+v", rep)
-	require.Empty(t, rep.Mismatches)
-	require.Eventually(t, func() bool { return paymentByKey(t, m, "auth-file").Status == "succeeded" }, 10*time.Second, 50*time.Millisecond)
-	require.Equal(t, int64(2500), paymentByKey(t, m, "auth-file").CapturedMinor)
-	require.Equal(t, int64(7500), balance(t, payer))
-	require.Zero(t, reserved(t, payer))
-	r = s.command(m, paymentID, "capture", "cap-file", `{"amount":"25.00"}`)
-	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-	requireVerified(t)
+	for _, tc := range []struct {
+		name, listed string
+		settled      bool
+	}{
+		{"the amount kasa asked for", "25.00", true},
+		{"the whole authorization", "70.00", false},
+		{"less", "10.00", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStack(t, workflows.CapabilityNone)
+			m := s.newMerchant()
+			paymentID, payer, _ := s.authorize(m, "auth-file", "70.00", "100.00")
+			s.setFaults(`{"rules":[{"on":"capture","action":"drop_response","count":1}]}`)
+			r := s.command(m, paymentID, "capture", "cap-file", `{"amount":"25.00"}`)
+			require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+			require.Equal(t, "unknown", r.json(t)["status"])
+			file, line := s.settlementFile(today()), paymentID+",25.00,TRY,settled,capture"
+			require.Contains(t, file, line)
+			file = strings.Replace(file, line, paymentID+","+tc.listed+",TRY,settled,capture", 1)
+			rep, ok := decodeReport(t, s.importSettlements(m, file))
+			if !tc.settled {
+				require.False(t, ok, "%+v", rep)
+				require.Empty(t, rep.Resolved, "%+v", rep)
+				require.Len(t, rep.Mismatches, 1, "%+v", rep)
+				require.Equal(t, reconcile.KindAmountDiffers, rep.Mismatches[0].Kind, "%+v", rep)
+				p := paymentByKey(t, m, "auth-file")
+				require.Equal(t, payment.StatusUnknown, p.Status)
+				require.Zero(t, p.CapturedMinor)
+				require.Equal(t, int64(10000), balance(t, payer), "nothing posted")
+				require.Equal(t, int64(7000), reserved(t, payer), "the whole hold kept")
+				return
+			}
+			require.True(t, ok, "%+v", rep)
+			require.Len(t, rep.Resolved, 1, "%+v", rep)
+			require.Empty(t, rep.Mismatches)
+			require.Eventually(t, func() bool { return paymentByKey(t, m, "auth-file").Status == "succeeded" }, 10*time.Second, 50*time.Millisecond)
+			require.Equal(t, int64(2500), paymentByKey(t, m, "auth-file").CapturedMinor)
+			require.Equal(t, int64(7500), balance(t, payer))
+			require.Zero(t, reserved(t, payer))
+			r = s.command(m, paymentID, "capture", "cap-file", `{"amount":"25.00"}`)
+			require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+			requireVerified(t)
+		})
+	}
 }

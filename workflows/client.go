@@ -201,6 +201,10 @@ func IsUnavailable(err error) bool {
 // or no such workflow).
 var ErrSettlementRejected = errors.New("settlement rejected")
 
+// ErrSettlementAmountDiffers: a manual payment's workflow refused a settlement listing another
+// amount than the capture it sent (with ErrSettlementRejected).
+var ErrSettlementAmountDiffers = errors.New("the settlement's amount differs from the capture kasa sent")
+
 // Settle resolves an unknown payment or refund (workflowID is a PaymentWorkflowID or a
 // RefundWorkflowID) through the checked `settle` update and returns its final status. One that is
 // not unknown (or a malformed settlement) is ErrSettlementRejected.
@@ -219,6 +223,9 @@ func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (
 	var status string
 	if err := h.Get(ctx, &status); err != nil {
 		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) && appErr.Type() == ErrTypeSettlementAmount {
+			return "", fmt.Errorf("%w: %w: %s", ErrSettlementRejected, ErrSettlementAmountDiffers, appErr.Message())
+		}
 		if errors.As(err, &appErr) {
 			return "", fmt.Errorf("%w: %s", ErrSettlementRejected, appErr.Message())
 		}

@@ -77,6 +77,9 @@ const (
 	ErrTypeNotCapturable  = "NotCapturable"
 	ErrTypeCaptureExceeds = "CaptureExceedsCapturable"
 	ErrTypeNotCancelable  = "NotCancelable"
+	// ErrTypeSettlementAmount: a settlement listing another amount than the one kasa asked the
+	// bank to move was refused.
+	ErrTypeSettlementAmount = "SettlementAmountDiffers"
 )
 
 // Search attributes on every payment workflow; operators filter PaymentStatus="unknown".
@@ -286,6 +289,10 @@ type Settlement struct {
 	Outcome           string `json:"outcome"` // "charged" or "not_charged"
 	ProviderReference string `json:"provider_reference,omitempty"`
 	Note              string `json:"note,omitempty"`
+	// AmountMinor is the amount the bank's settlement file lists as moved (minor units; 0: not
+	// said). A manual payment's workflow refuses a charged settlement whose amount is not the
+	// capture it sent: the bank then moved other money than kasa asked it to.
+	AmountMinor int64 `json:"amount_minor,omitempty"`
 }
 
 // Settlement outcomes.

@@ -457,6 +457,9 @@ func (w *opRun) checkSettlement(s Settlement) error {
 		return errors.New(w.conflict)
 	case w.in.CaptureManual && w.in.Step.Phase == PhaseVoid && s.Outcome == OutcomeCharged:
 		return errors.New("the payment's authorization was being voided, never captured: only not_charged settles it")
+	case w.in.CaptureManual && s.Outcome == OutcomeCharged && s.AmountMinor != 0 && s.AmountMinor != w.capturing():
+		return temporal.NewApplicationError(fmt.Sprintf("the settlement lists %d (minor units) captured, but kasa asked the bank to capture %d: "+
+			"the hold is kept for an operator", s.AmountMinor, w.capturing()), ErrTypeSettlementAmount)
 	}
 	return nil
 }
@@ -469,6 +472,15 @@ func (w *opRun) receiveSettlements(ctx workflow.Context) {
 		ch.Receive(ctx, &s) // an undecodable payload arrives as a zero Settlement
 		w.accept(ctx, s)
 	}
+}
+
+// capturing is the capture a manual payment sent and waits to hear of: none while its
+// authorization is unknown.
+func (w *opRun) capturing() int64 {
+	if w.in.Step.Phase == PhaseCapture {
+		return w.in.Step.AmountMinor
+	}
+	return 0
 }
 
 // accept takes a settlement signal unless checkSettlement refuses it; a refused one is logged:
