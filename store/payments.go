@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -74,7 +75,25 @@ func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment
 		Status: payment.StatusProcessing, CaptureManual: r.CaptureManual,
 	}
 	var queued bool
-	err = s.beginBatch(ctx, in, &p, &rec, &queued)
+	var live uuid.UUID
+	for try := 1; ; try++ {
+		err = s.beginBatch(ctx, in, &p, &rec, &queued)
+		if !errors.Is(err, errLivePayment) {
+			break
+		}
+		lookErr := s.pool.QueryRow(ctx, dbsqlc.LivePayment, in.MerchantID, r.InvoiceID, r.PaymentType).Scan(&live)
+		if !errors.Is(lookErr, pgx.ErrNoRows) {
+			if lookErr == nil {
+				return rec, p, 0, &payment.DuplicatePaymentError{PaymentID: live.String()}
+			}
+			return rec, p, 0, translate(lookErr)
+		}
+		// The live payment failed between the index's check and the look-up: the invoice
+		// is free again, so the request begins again.
+		if try == 3 {
+			return rec, p, 0, fmt.Errorf("%w: the invoice's live payment changed three times while beginning", ErrConflict)
+		}
+	}
 	switch {
 	case err == nil:
 		rec = Record{MerchantID: in.MerchantID, Key: in.Key, RequestHash: r.Hash(), Status: RecordProcessing, OperationID: in.OperationID, Scope: ScopePayment, Queued: queued}
@@ -84,12 +103,6 @@ func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment
 	case errors.Is(err, errReplay): // a concurrent request committed the key after the batch's read
 		rec, err = s.Record(ctx, in.MerchantID, in.Key)
 		return rec, payment.Payment{}, BeganRaced, err
-	case errors.Is(err, errLivePayment):
-		var existing uuid.UUID
-		if err := s.pool.QueryRow(ctx, dbsqlc.LivePayment, in.MerchantID, r.InvoiceID, r.PaymentType).Scan(&existing); err != nil {
-			return rec, p, 0, translate(err)
-		}
-		return rec, p, 0, &payment.DuplicatePaymentError{PaymentID: existing.String()}
 	}
 	return rec, p, 0, err
 }

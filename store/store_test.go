@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -101,6 +102,50 @@ func TestBusinessKeyBlocksLivePaymentsOnly(t *testing.T) {
 	_, _, ok, err = begin(t, mID, aID, "k3", "inv-9", 100)
 	require.NoError(t, err)
 	require.True(t, ok, "a failed payment does not block a new attempt")
+}
+
+// A second request for an invoice meets the first payment at the unique index, and the first
+// is declined before the second looks it up: the invoice is free again, so the second is a new
+// payment (or, had it looked sooner, a duplicate), never "not found" (a 404 to a POST).
+func TestBeginOnAnInvoiceDeclinedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	_, first, ok, err := begin(t, mID, aID, "k1", "inv-race", 100)
+	require.NoError(t, err)
+	require.True(t, ok)
+	connect := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, env.DatabaseURL)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close(ctx) })
+		return c
+	}
+
+	// x writes the first payment's row, so that the second's insert waits for x at the index;
+	// y declines the first payment the moment x commits, holding every reader of payments off.
+	lock := time.Now().UnixNano()
+	tx, err := connect().Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lock)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `UPDATE payments SET updated_at = now() WHERE id = $1`, first.ID)
+	require.NoError(t, err)
+	declined := make(chan error, 1)
+	y := connect()
+	go func() {
+		_, err := y.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN PERFORM pg_advisory_xact_lock(%d);
+			LOCK TABLE payments IN ACCESS EXCLUSIVE MODE;
+			UPDATE payments SET status = 'failed', failure_code = 'declined' WHERE id = '%s'; END $$`, lock, first.ID))
+		declined <- err
+	}()
+	second := make(chan error, 1)
+	go func() { _, _, _, err := begin(t, mID, aID, "k2", "inv-race", 100); second <- err }()
+	time.Sleep(300 * time.Millisecond) // the second's insert now waits for x
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-declined)
+	var dup *payment.DuplicatePaymentError
+	if err := <-second; err != nil && !errors.As(err, &dup) {
+		t.Fatalf("Begin: %v; want a new payment or a duplicate", err)
+	}
 }
 
 // A local activity can run twice at once (its worker seemed dead, another took over): the
