@@ -51,7 +51,8 @@ func translate(err error) error {
 			if pgErr.ConstraintName == "accounts_merchant_id_fkey" {
 				return payment.ErrNotFound // an account for a merchant that does not exist
 			}
-		case "57P01", "57P02", "57P03", "53300":
+		case "57P01", "57P02", "57P03", "53300",
+			"57014", "55P03": // a statement or lock timeout, or a canceled statement: try again later
 			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Message)
 		}
 		return err

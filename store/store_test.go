@@ -134,7 +134,8 @@ func TestBeginOnAnInvoiceDeclinedMeanwhile(t *testing.T) {
 	go func() {
 		_, err := y.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN PERFORM pg_advisory_xact_lock(%d);
 			LOCK TABLE payments IN ACCESS EXCLUSIVE MODE;
-			UPDATE payments SET status = 'failed', failure_code = 'declined' WHERE id = '%s'; END $$`, lock, first.ID))
+			UPDATE payments SET status = 'failed', failure_code = 'declined' WHERE id = '%[2]s';
+			UPDATE idempotency_records SET status = 'completed', outcome = 'failed', response_body = '{}' WHERE operation_id = '%[2]s'; END $$`, lock, first.ID))
 		declined <- err
 	}()
 	second := make(chan error, 1)
@@ -586,4 +587,23 @@ func TestStepsRefuseAFinalPayment(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, [2]int64{9_000, 0}, [2]int64{a.Balance, a.Reserved}, "nothing held, nothing captured")
 	requireVerified(t)
+}
+
+// A statement the database gave up on (statement_timeout, lock_timeout: an operator may set
+// either on kasa's role) is the database being unavailable for now, which the API answers 503
+// and a step retries, not an internal error.
+func TestTimedOutStatementsAreUnavailable(t *testing.T) {
+	ctx := context.Background()
+	_, aID := fixture(t, 100)
+	release, err := db.HoldRowLock(ctx, aID)
+	require.NoError(t, err)
+	defer release()
+	for name, sql := range map[string]string{
+		"statement_timeout": `SET LOCAL statement_timeout = '20ms'; SELECT pg_sleep(5)`,
+		"lock_timeout":      fmt.Sprintf(`SET LOCAL lock_timeout = '20ms'; SELECT 1 FROM accounts WHERE id = '%s' FOR UPDATE`, aID),
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.ErrorIs(t, db.Exec(ctx, sql), store.ErrUnavailable)
+		})
+	}
 }
