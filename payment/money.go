@@ -57,8 +57,8 @@ func ParseAmount(s, code string) (int64, error) {
 	if !allDigits(intPart) || !allDigits(frac) {
 		return 0, ErrInvalidAmount
 	}
-	// Trailing zeros carry no value: "1000.000" is a valid TRY amount.
-	frac = strings.TrimRight(frac, "0")
+	// More digits than the minor unit is an error even when they are zeros ("1000.000" TRY):
+	// the amount then says a precision the currency does not have (docs/api.md).
 	if len(frac) > exp {
 		return 0, ErrTooManyDecimals
 	}

@@ -20,7 +20,9 @@ func TestParseAmount(t *testing.T) {
 		{"1000.5", "TRY", 100050, nil},
 		{"0.01", "TRY", 1, nil},
 		{"0.10", "TRY", 10, nil},
-		{"1000.000", "TRY", 100000, nil},
+		{"1000.0", "TRY", 100000, nil},
+		{"1000.000", "TRY", 0, ErrTooManyDecimals}, // more digits than the minor unit, zeros or not
+		{"1000.0", "JPY", 0, ErrTooManyDecimals},
 		{"0.001", "TRY", 0, ErrTooManyDecimals},
 		{"1.5", "JPY", 0, ErrTooManyDecimals},
 		{"15", "JPY", 15, nil},
