@@ -153,11 +153,17 @@ type sendRecord struct {
 // guardSend records a send about to go out for the capabilities that need it and decides what a
 // repeated one may do. stop says the send must not go out: res and err are then the answer.
 func (a *Activities) guardSend(ctx context.Context, id uuid.UUID, c workflows.Capability, send int, r sendRecord) (res workflows.ChargeResult, stop bool, err error) {
-	if c != "" { // empty: a history from before local steps, a regular activity of one attempt
-		c = workflows.Safer(c, a.Policy.Capability)
-	}
+	// Empty: a history from before local steps, whose send is a regular activity that Temporal
+	// retries as the strategy it recorded allows, which the input does not say: the worker's
+	// own strategy governs its retries.
+	c = workflows.Safer(c, a.Policy.Capability)
 	if c != workflows.CapabilityNone && c != workflows.CapabilityInquiry {
 		return res, false, nil
+	}
+	if c == workflows.CapabilityNone && send > 1 { // the workflow's re-send, under inquiry's strategy
+		return res, true, temporal.NewNonRetryableApplicationError(
+			"an earlier send of this "+r.noun+" may have reached the provider, and this worker's capability (none) allows no re-send",
+			workflows.ErrTypeAmbiguous, nil)
 	}
 	var repeat bool
 	if send > 0 {

@@ -100,6 +100,11 @@ func TestChargeRepeatedAttempts(t *testing.T) {
 		{"idempotent input on a none worker: send 1 repeated never re-sends", workflows.CapabilityIdempotent, workflows.CapabilityNone, 1, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
 		{"idempotent input on an inquiry worker: repeat asks first", workflows.CapabilityIdempotent, workflows.CapabilityInquiry, 1, 1, earlier, 0, 1, 1, "ch_earlier", ""},
 		{"none input on an idempotent worker stays none", workflows.CapabilityNone, workflows.CapabilityIdempotent, 1, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
+		// A none worker makes no automatic re-send, whatever strategy the workflow recorded.
+		{"inquiry input on a none worker: send 2 never goes out", workflows.CapabilityInquiry, workflows.CapabilityNone, 2, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
+		{"history from before local steps on a none worker: first attempt sends, recorded", "", workflows.CapabilityNone, 0, 0, nil, 1, 0, 1, "ch_", ""},
+		{"history from before local steps on a none worker: a retry never re-sends", "", workflows.CapabilityNone, 0, 1, nil, 0, 0, 2, "", workflows.ErrTypeAmbiguous},
+		{"history from before local steps on an inquiry worker: a retry asks first", "", workflows.CapabilityInquiry, 0, 1, earlier, 0, 1, 2, "ch_earlier", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, b := &attempts{n: tc.before}, &bank{existing: tc.existing}
@@ -230,6 +235,8 @@ func TestSendRefundRepeatedAttempts(t *testing.T) {
 		{"inquiry, send 2 goes out after send 1", workflows.CapabilityInquiry, "", 2, 1, nil, 1, 0, 2, "re_", ""},
 		{"idempotent re-sends with the same key, nothing recorded", workflows.CapabilityIdempotent, "", 1, 0, nil, 1, 0, 0, "re_", ""},
 		{"idempotent input on a none worker: repeat never re-sends", workflows.CapabilityIdempotent, workflows.CapabilityNone, 1, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
+		{"inquiry input on a none worker: send 2 never goes out", workflows.CapabilityInquiry, workflows.CapabilityNone, 2, 1, nil, 0, 0, 1, "", workflows.ErrTypeAmbiguous},
+		{"history from before local steps on a none worker: a retry never re-sends", "", workflows.CapabilityNone, 0, 1, nil, 0, 0, 2, "", workflows.ErrTypeAmbiguous},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, b := &refundAttempts{n: tc.before}, &refundBank{existing: tc.existing}
