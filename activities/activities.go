@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/activity"
@@ -120,7 +121,7 @@ func (a *Activities) send(ctx context.Context, in workflows.ChargeInput, noun st
 		return workflows.ChargeResult{}, inconsistent(fmt.Sprintf("the charge of payment %s names %d %s from %s; the payment is %d %s from %s",
 			p.ID, in.AmountMinor, in.Currency, in.AccountID, p.AmountMinor, p.Currency, p.AccountID))
 	}
-	res, stop, err := a.guardSend(ctx, in.OperationID, in.Capability, in.Send, sendRecord{
+	res, stop, err := a.guardSend(ctx, in.OperationID, in.Capability, in.Send, in.Resend, sendRecord{
 		noun: noun, attempt: a.Store.BeginChargeAttempt, send: a.Store.BeginChargeSend, inquire: inquire,
 	})
 	if stop {
@@ -152,7 +153,7 @@ type sendRecord struct {
 
 // guardSend records a send about to go out for the capabilities that need it and decides what a
 // repeated one may do. stop says the send must not go out: res and err are then the answer.
-func (a *Activities) guardSend(ctx context.Context, id uuid.UUID, c workflows.Capability, send int, r sendRecord) (res workflows.ChargeResult, stop bool, err error) {
+func (a *Activities) guardSend(ctx context.Context, id uuid.UUID, c workflows.Capability, send int, re workflows.Resend, r sendRecord) (res workflows.ChargeResult, stop bool, err error) {
 	// Empty: a history from before local steps, whose send is a regular activity that Temporal
 	// retries as the strategy it recorded allows, which the input does not say: the worker's
 	// own strategy governs its retries.
@@ -164,6 +165,9 @@ func (a *Activities) guardSend(ctx context.Context, id uuid.UUID, c workflows.Ca
 		return res, true, temporal.NewNonRetryableApplicationError(
 			"an earlier send of this "+r.noun+" may have reached the provider, and this worker's capability (none) allows no re-send",
 			workflows.ErrTypeAmbiguous, nil)
+	}
+	if err := a.guardBooking(r.noun, re); err != nil {
+		return res, true, err
 	}
 	var repeat bool
 	if send > 0 {
@@ -259,7 +263,7 @@ func (a *Activities) SendRefund(ctx context.Context, in workflows.SendRefundInpu
 		return workflows.RefundSendResult{}, inconsistent(fmt.Sprintf("the send of refund %s names %d %s of payment %s; the refund is %d %s of payment %s",
 			rf.ID, in.AmountMinor, in.Currency, in.PaymentID, rf.AmountMinor, rf.Currency, rf.PaymentID))
 	}
-	res, stop, err := a.guardSend(ctx, in.OperationID, in.Capability, in.Send, sendRecord{
+	res, stop, err := a.guardSend(ctx, in.OperationID, in.Capability, in.Send, in.Resend, sendRecord{
 		noun: "refund", attempt: a.Store.BeginRefundAttempt, send: a.Store.BeginRefundSend,
 		inquire: func(ctx context.Context, id uuid.UUID) (workflows.ChargeResult, error) {
 			r, err := a.InquireRefund(ctx, id)
@@ -382,7 +386,7 @@ func voidKey(id uuid.UUID) string    { return id.String() + "/void" }
 // CaptureAuthorization asks the bank to take the amount of the authorization; the bank lets the
 // rest go. It runs as a regular activity: one attempt unless the bank is idempotent.
 func (a *Activities) CaptureAuthorization(ctx context.Context, in workflows.BankCallInput) (workflows.ChargeResult, error) {
-	if err := a.guardRetry(ctx, "capture", in.Send); err != nil {
+	if err := a.guardRetry(ctx, "capture", in.Send, in.Resend); err != nil {
 		return workflows.ChargeResult{}, err
 	}
 	ref, err := a.authorization(ctx, in)
@@ -393,14 +397,31 @@ func (a *Activities) CaptureAuthorization(ctx context.Context, in workflows.Bank
 	return answer("capture", c.ID, c.Succeeded(), err)
 }
 
+// guardBooking holds a re-send back while the earlier send may still be booked by this worker's
+// booking window, when it is longer than the one the workflow waited out.
+func (a *Activities) guardBooking(noun string, re workflows.Resend) error {
+	if re.PreviousEnded.IsZero() || a.Policy.BookingWindow <= re.Waited {
+		return nil
+	}
+	if left := time.Until(re.PreviousEnded.Add(a.Policy.BookingWindow)); left > 0 {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the earlier send of this %s may still be booked: this worker's "+
+			"booking window (%s) is longer than the %s waited, and has %s to run", noun, a.Policy.BookingWindow, re.Waited, left.Round(time.Second)),
+			workflows.ErrTypeAmbiguous, nil)
+	}
+	return nil
+}
+
 // guardRetry keeps a capture or void to the stricter of two policies. Temporal retries it as the
 // policy its payment recorded allows (idempotent), and the workflow sends it again after an
 // inquiry found nothing (inquiry); a worker whose own bank is not idempotent takes no retry, and
 // one whose bank cannot be asked (none) takes no second send, as the first may have reached it.
-func (a *Activities) guardRetry(ctx context.Context, noun string, send int) error {
+func (a *Activities) guardRetry(ctx context.Context, noun string, send int, re workflows.Resend) error {
 	c := a.Policy.Capability
-	if c == workflows.CapabilityIdempotent || activity.GetInfo(ctx).Attempt <= 1 && (send <= 1 || c == workflows.CapabilityInquiry) {
+	if c == workflows.CapabilityIdempotent {
 		return nil
+	}
+	if activity.GetInfo(ctx).Attempt <= 1 && (send <= 1 || c == workflows.CapabilityInquiry) {
+		return a.guardBooking(noun, re)
 	}
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("an earlier attempt of this %s may have reached the bank, "+
 		"and this worker's capability (%q) does not allow sending it again", noun, c), workflows.ErrTypeAmbiguous, nil)
@@ -428,7 +449,7 @@ func (a *Activities) InquireCapture(ctx context.Context, operationID uuid.UUID) 
 // VoidAuthorization asks the bank to let the authorization go. A void the bank refuses (it was
 // captured) is not a decline kasa can act on: it is ambiguous, for an operator.
 func (a *Activities) VoidAuthorization(ctx context.Context, in workflows.BankCallInput) (workflows.ChargeResult, error) {
-	if err := a.guardRetry(ctx, "void", in.Send); err != nil {
+	if err := a.guardRetry(ctx, "void", in.Send, in.Resend); err != nil {
 		return workflows.ChargeResult{}, err
 	}
 	ref, err := a.authorization(ctx, in)

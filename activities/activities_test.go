@@ -469,3 +469,52 @@ func TestCaptureAndVoidSendsFollowTheStricterPolicy(t *testing.T) {
 		}
 	}
 }
+
+// The workflow re-sends after the booking window it recorded; a worker whose own window is
+// longer (the deployment's setting grew since) holds the re-send back until its window has
+// passed since the earlier send ended, as the stricter policy governs: the send is ambiguous.
+func TestResendWaitsForTheWorkersBookingWindow(t *testing.T) {
+	worker := workflows.ChargePolicy{Capability: workflows.CapabilityInquiry, BookingWindow: 5 * time.Minute}
+	for _, tc := range []struct {
+		name   string
+		resend workflows.Resend
+		sent   bool
+	}{
+		{"inside the worker's window", workflows.Resend{PreviousEnded: time.Now().Add(-40 * time.Second), Waited: 30 * time.Second}, false},
+		{"past the worker's window", workflows.Resend{PreviousEnded: time.Now().Add(-6 * time.Minute), Waited: 30 * time.Second}, true},
+		{"the workflow waited the worker's window", workflows.Resend{PreviousEnded: time.Now(), Waited: 5 * time.Minute}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, b := &attempts{n: 1}, &bank{}
+			_, err := (&activities.Activities{Store: st, Provider: b, Policy: worker}).Charge(context.Background(), workflows.ChargeInput{
+				OperationID: payment.NewID(), AccountID: payer, AmountMinor: 100, Currency: "TRY",
+				Capability: workflows.CapabilityInquiry, Send: 2, Resend: tc.resend,
+			})
+			rs, rb := &refundAttempts{n: 1}, &refundBank{}
+			_, rerr := (&activities.Activities{Store: rs, Provider: rb, Policy: worker}).SendRefund(context.Background(), workflows.SendRefundInput{
+				OperationID: payment.NewID(), PaymentID: refunded, AmountMinor: 3000, Currency: "TRY",
+				Capability: workflows.CapabilityInquiry, Send: 2, Resend: tc.resend,
+			})
+			var suite testsuite.WorkflowTestSuite
+			env := suite.NewTestActivityEnvironment()
+			var captures, voids int
+			a := &activities.Activities{Provider: lostCaptures{captures: &captures, voids: &voids}, Policy: worker}
+			env.RegisterActivityWithOptions(a.CaptureAuthorization, activity.RegisterOptions{Name: workflows.ActivityCaptureAuthorization})
+			_, cerr := env.ExecuteActivity(workflows.ActivityCaptureAuthorization, workflows.BankCallInput{
+				OperationID: payment.NewID(), AuthorizationRef: "au_1", AmountMinor: 100, Send: 2, Resend: tc.resend,
+			})
+			if tc.sent { // (this bank's captures go unanswered)
+				require.NoError(t, err)
+				require.NoError(t, rerr)
+				require.Equal(t, []int{1, 1, 1}, []int{b.sends, rb.sends, captures})
+				return
+			}
+			for _, err := range []error{err, rerr, cerr} {
+				var appErr *temporal.ApplicationError
+				require.ErrorAs(t, err, &appErr)
+				require.Equal(t, workflows.ErrTypeAmbiguous, appErr.Type())
+			}
+			require.Equal(t, []int{0, 0, 0}, []int{b.sends, rb.sends, captures}, "nothing re-sent")
+		})
+	}
+}

@@ -40,8 +40,8 @@ func (w *opRun) enter(st Step) {
 	case PhaseCapture:
 		w.op.send, w.op.inquire, w.op.post, w.op.remote = ActivityCaptureAuthorization, ActivityInquireCapture, ActivityCaptured, true
 		w.op.posted = payment.StatusSucceeded
-		w.op.sendArg = func(send int) any {
-			return BankCallInput{OperationID: in.OperationID, AuthorizationRef: st.AuthorizationRef, AmountMinor: st.AmountMinor, Send: send}
+		w.op.sendArg = func(send int, re Resend) any {
+			return BankCallInput{OperationID: in.OperationID, AuthorizationRef: st.AuthorizationRef, AmountMinor: st.AmountMinor, Send: send, Resend: re}
 		}
 		w.op.postArg = func(string) any {
 			return CapturedInput{OperationID: in.OperationID, AmountMinor: st.AmountMinor, ProviderReference: st.AuthorizationRef, CommandID: st.CommandID}
@@ -54,8 +54,8 @@ func (w *opRun) enter(st Step) {
 		w.op.send, w.op.inquire, w.op.remote, w.op.failed = ActivityVoidAuthorization, ActivityInquireVoid, true, nil
 		w.op.post, w.op.release = ActivityCanceled, ActivityCanceled
 		w.op.posted, w.op.released = payment.StatusCanceled, payment.StatusCanceled
-		w.op.sendArg = func(send int) any {
-			return BankCallInput{OperationID: in.OperationID, AuthorizationRef: st.AuthorizationRef, Send: send}
+		w.op.sendArg = func(send int, re Resend) any {
+			return BankCallInput{OperationID: in.OperationID, AuthorizationRef: st.AuthorizationRef, Send: send, Resend: re}
 		}
 		canceled := func(string) any {
 			return ReleaseInput{OperationID: in.OperationID, FailureCode: st.FailureCode, CommandID: st.CommandID}

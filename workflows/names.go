@@ -232,7 +232,8 @@ type ChargeInput struct {
 	// Send numbers the workflow's sends of this charge (1 for the first). A repeat of the same
 	// send, run by a new worker, never re-sends: it inquires, and leaves a re-send to the
 	// workflow's booking window. Zero (histories before numbered sends): the attempt count decides.
-	Send int
+	Send   int
+	Resend Resend `json:",omitzero"`
 }
 
 // FlagInput marks a payment as stuck with the reason, or clears the mark (empty reason).
@@ -259,7 +260,17 @@ type BankCallInput struct {
 	OperationID      uuid.UUID
 	AuthorizationRef string
 	AmountMinor      int64
-	Send             int `json:",omitzero"`
+	Send             int    `json:",omitzero"`
+	Resend           Resend `json:",omitzero"`
+}
+
+// Resend is what a send after an unanswered one (inquiry's re-send) says about the wait before
+// it: when the earlier send ended and the booking window waited since. A worker whose own
+// window is longer holds the send back until that window has passed as well
+// (docs/deployment.md, "Money settings"). Zero: a first send, or a history from before it.
+type Resend struct {
+	PreviousEnded time.Time     `json:",omitzero"`
+	Waited        time.Duration `json:",omitzero"`
 }
 
 // CapturedInput posts a manual payment's capture of AmountMinor, which CommandID asked for.
@@ -388,6 +399,7 @@ type SendRefundInput struct {
 	// never re-sends to a bank without idempotency.
 	Capability Capability
 	Send       int
+	Resend     Resend `json:",omitzero"`
 }
 
 // RefundSendResult is a definite answer from the bank to a refund or a refund inquiry.

@@ -97,8 +97,8 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 		noun: "payment", workflow: WorkflowPayment,
 		reserve: reserve, send: ActivityCharge, inquire: ActivityInquire, post: ActivityFinalize,
 		release: ActivityRelease, markUnknown: ActivityMarkUnknown, flagStuck: ActivityFlagStuck,
-		sendArg: func(send int) any {
-			c := ChargeInput{OperationID: in.OperationID, AccountID: in.AccountID, AmountMinor: in.AmountMinor, Currency: in.Currency}
+		sendArg: func(send int, re Resend) any {
+			c := ChargeInput{OperationID: in.OperationID, AccountID: in.AccountID, AmountMinor: in.AmountMinor, Currency: in.Currency, Resend: re}
 			if in.LocalSteps {
 				c.Capability = in.Capability
 			}
@@ -139,7 +139,7 @@ type operation struct {
 	// mark unknown, flag stuck.
 	reserve, send, inquire, post, release, markUnknown, flagStuck string
 
-	sendArg    func(send int) any // send numbers the workflow's sends from 1
+	sendArg    func(send int, re Resend) any // send numbers the workflow's sends from 1
 	postArg    func(providerRef string) any
 	releaseArg func(failureCode string) any
 	continued  func(inquiryWait time.Duration) any // the input of a continued parked run
@@ -294,21 +294,23 @@ func (w *opRun) execProvider(ctx workflow.Context, in PaymentInput, name string,
 // charge asks the provider with the strategy its capability allows.
 func (w *opRun) charge(ctx workflow.Context) (ChargeResult, error) {
 	var res ChargeResult
-	err := w.execProvider(ctx, w.in, w.op.send, w.op.sendArg(1)).Get(ctx, &res)
+	err := w.execProvider(ctx, w.in, w.op.send, w.op.sendArg(1, Resend{})).Get(ctx, &res)
 	if w.in.Capability != CapabilityInquiry || err == nil || !isAmbiguous(err) {
 		return res, err
 	}
 	// Inquiry: never re-send while a charge may exist; re-send only when the provider says it
 	// has none.
 	for sends := 1; ; sends++ {
-		res, ierr := w.awaitBooking(ctx, workflow.Now(ctx))
+		ended := workflow.Now(ctx)
+		res, ierr := w.awaitBooking(ctx, ended)
 		if ierr == nil || !hasType(ierr, ErrTypeNotFound) {
 			return res, ierr
 		}
 		if sends >= maxInquirySend {
 			return res, err
 		}
-		err = w.execProvider(ctx, w.in, w.op.send, w.op.sendArg(sends+1)).Get(ctx, &res)
+		re := Resend{PreviousEnded: ended, Waited: w.bookingWindow()}
+		err = w.execProvider(ctx, w.in, w.op.send, w.op.sendArg(sends+1, re)).Get(ctx, &res)
 		if err == nil || !isAmbiguous(err) {
 			return res, err
 		}
@@ -319,11 +321,7 @@ func (w *opRun) charge(ctx workflow.Context) (ChargeResult, error) {
 // found or the booking window has passed: a bank may book a charge after the connection died.
 // (Revision 0 asked once.)
 func (w *opRun) awaitBooking(ctx workflow.Context, sentAt time.Time) (ChargeResult, error) {
-	window := w.in.BookingWindow
-	if window == 0 {
-		window = DefaultBookingWindow
-	}
-	deadline := sentAt.Add(window)
+	deadline := sentAt.Add(w.bookingWindow())
 	w.detail(ctx, "the bank's answer was lost; asking the bank until its booking window ends at %s, before any new send", stamp(deadline))
 	wait := inquiryDelay
 	for {
@@ -334,6 +332,14 @@ func (w *opRun) awaitBooking(ctx workflow.Context, sentAt time.Time) (ChargeResu
 		}
 		wait = min(wait*2, deadline.Sub(workflow.Now(ctx)))
 	}
+}
+
+// bookingWindow is the window the run recorded.
+func (w *opRun) bookingWindow() time.Duration {
+	if w.in.BookingWindow == 0 {
+		return DefaultBookingWindow
+	}
+	return w.in.BookingWindow
 }
 
 func (w *opRun) inquire(ctx workflow.Context) (ChargeResult, error) {

@@ -38,10 +38,10 @@ func RefundWorkflow(ctx workflow.Context, in RefundInput) (RefundWorkflowResult,
 		noun: "refund", workflow: WorkflowRefund,
 		reserve: hold, send: ActivitySendRefund, inquire: ActivityInquireRefund, post: ActivityPostRefund,
 		release: ActivityReleaseRefund, markUnknown: ActivityMarkRefundUnknown, flagStuck: ActivityFlagRefundStuck,
-		sendArg: func(send int) any {
+		sendArg: func(send int, re Resend) any {
 			return SendRefundInput{
 				OperationID: in.OperationID, PaymentID: in.PaymentID, AmountMinor: in.AmountMinor, Currency: in.Currency,
-				Capability: in.Capability, Send: send,
+				Capability: in.Capability, Send: send, Resend: re,
 			}
 		},
 		postArg:    func(ref string) any { return PostRefundInput{OperationID: in.OperationID, ProviderReference: ref} },

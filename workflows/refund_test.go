@@ -55,6 +55,16 @@ func wantSend(c workflows.Capability, send int) workflows.SendRefundInput {
 	}
 }
 
+// resent matches send number send (> 1): the refund's, saying when the earlier send ended and
+// the window waited since.
+func resent(c workflows.Capability, send int) any {
+	return mock.MatchedBy(func(in workflows.SendRefundInput) bool {
+		re := in.Resend
+		in.Resend = workflows.Resend{}
+		return in == wantSend(c, send) && re.Waited == 30*time.Second && !re.PreviousEnded.IsZero()
+	})
+}
+
 var refundKind = opKind[workflows.RefundInput, workflows.RefundWorkflowResult]{
 	run:      (*harness).runRefund,
 	setLocal: func(in *workflows.RefundInput, local bool) { in.LocalSteps = local },
@@ -162,7 +172,8 @@ func TestRefundWorkflowAmbiguousSend(t *testing.T) {
 			check: func(t *testing.T, h *harness) {
 				// Retries of one send: the same input, the same idempotency key.
 				h.env.AssertNumberOfCalls(t, workflows.ActivitySendRefund, 3)
-				h.env.AssertNotCalled(t, workflows.ActivitySendRefund, mock.Anything, wantSend(workflows.CapabilityIdempotent, 2))
+				h.env.AssertNotCalled(t, workflows.ActivitySendRefund, mock.Anything,
+					mock.MatchedBy(func(in workflows.SendRefundInput) bool { return in.Send == 2 }))
 			},
 		},
 		{
@@ -217,7 +228,7 @@ func TestRefundWorkflowAmbiguousSend(t *testing.T) {
 			statuses: []string{statusSucceeded},
 			check: func(t *testing.T, h *harness) {
 				require.Equal(t, []time.Duration{0, 30 * s}, h.offsets(workflows.ActivitySendRefund))
-				h.env.AssertActivityCalled(t, workflows.ActivitySendRefund, mock.Anything, wantSend(workflows.CapabilityInquiry, 2))
+				h.env.AssertActivityCalled(t, workflows.ActivitySendRefund, mock.Anything, resent(workflows.CapabilityInquiry, 2))
 			},
 		},
 		{
@@ -237,7 +248,7 @@ func TestRefundWorkflowAmbiguousSend(t *testing.T) {
 			statuses: []string{statusUnknown, statusSucceeded},
 			check: func(t *testing.T, h *harness) {
 				require.Equal(t, []time.Duration{0, 30 * s, 60 * s}, h.offsets(workflows.ActivitySendRefund))
-				h.env.AssertActivityCalled(t, workflows.ActivitySendRefund, mock.Anything, wantSend(workflows.CapabilityInquiry, 3))
+				h.env.AssertActivityCalled(t, workflows.ActivitySendRefund, mock.Anything, resent(workflows.CapabilityInquiry, 3))
 				// Parked when the third send's window ends; then inquired on a growing timer.
 				require.Equal(t, []time.Duration{90 * s}, h.offsets(workflows.ActivityMarkRefundUnknown))
 				require.Equal(t, []time.Duration{92 * s, 96 * s, 104 * s}, h.offsets(workflows.ActivityInquireRefund)[12:])

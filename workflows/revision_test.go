@@ -63,8 +63,13 @@ func TestPaymentWorkflowBookingWindow(t *testing.T) {
 			statuses: []string{statusSucceeded},
 			check: func(t *testing.T, h *harness) {
 				require.Equal(t, []time.Duration{0, 30 * s}, h.offsets(workflows.ActivityCharge))
+				// It says when send 1 ended and the window waited since, so that a worker whose own
+				// window is longer holds it back.
 				h.env.AssertActivityCalled(t, workflows.ActivityCharge, mock.Anything, mock.MatchedBy(func(in workflows.ChargeInput) bool {
-					return in.Send == 2
+					return in.Send == 2 && in.Resend.Waited == 30*s && !in.Resend.PreviousEnded.IsZero()
+				}))
+				h.env.AssertActivityCalled(t, workflows.ActivityCharge, mock.Anything, mock.MatchedBy(func(in workflows.ChargeInput) bool {
+					return in.Send == 1 && in.Resend == (workflows.Resend{})
 				}))
 			},
 		},
