@@ -422,7 +422,7 @@ func TestFaultValidation(t *testing.T) {
 		{"unknown on", `{"rules":[{"on":"payout","action":"error_500"}]}`, 400},
 		{"unknown action", `{"rules":[{"on":"charge","action":"explode"}]}`, 400},
 		{"decline on inquiry", `{"rules":[{"on":"inquiry","action":"decline"}]}`, 400},
-		{"delay without ms", `{"rules":[{"on":"charge","action":"delay"}]}`, 400},
+		{"delay without ms (its default)", `{"rules":[{"on":"charge","action":"delay"}]}`, 200},
 		{"zero count", `{"rules":[{"on":"charge","action":"hang","count":0}]}`, 400},
 		{"probability > 1", `{"rules":[{"on":"charge","action":"hang","probability":1.5}]}`, 400},
 		{"unknown field", `{"rules":[{"on":"charge","action":"hang","when":"now"}]}`, 400},

@@ -30,8 +30,8 @@ const (
 	actError429     = "error_429"
 	actGarbage      = "garbage"
 
-	// defaultLateBooking is how late a late_booking books without delay_ms.
-	defaultLateBooking = 2 * time.Second
+	// defaultDelay is a delay's, and how late a late_booking books, without delay_ms.
+	defaultDelay = 2 * time.Second
 )
 
 var actions = []string{actDropResponse, actError500, actDelay, actDecline, actHang,
@@ -67,9 +67,6 @@ func (r faultRule) validate() error {
 	if r.DelayMS < 0 {
 		return errors.New("delay_ms must be >= 0")
 	}
-	if r.Action == actDelay && r.DelayMS == 0 {
-		return errors.New("delay needs delay_ms > 0")
-	}
 	if r.Count != nil && *r.Count < 1 {
 		return errors.New("count must be >= 1 (omit it for no limit)")
 	}
@@ -101,10 +98,10 @@ func (s *Sim) pickFault(on string) *faultRule {
 	return nil
 }
 
-// lateBy is how much later a late_booking books.
+// lateBy is how long a delay waits, and how much later a late_booking books.
 func (r faultRule) lateBy() time.Duration {
 	if r.DelayMS == 0 {
-		return defaultLateBooking
+		return defaultDelay
 	}
 	return time.Duration(r.DelayMS) * time.Millisecond
 }
@@ -136,7 +133,7 @@ func (s *Sim) applyFault(w http.ResponseWriter, r *http.Request, on string) (f f
 		dropConn(w)
 		return faultRule{}, true
 	case actDelay:
-		t := time.NewTimer(time.Duration(f.DelayMS) * time.Millisecond)
+		t := time.NewTimer(f.lateBy())
 		defer t.Stop()
 		select {
 		case <-t.C:

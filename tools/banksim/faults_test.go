@@ -275,7 +275,8 @@ func TestLateBookingSettlesOnItsBookingDay(t *testing.T) {
 }
 
 func TestLateBookingDefaultDelay(t *testing.T) {
-	require.Equal(t, defaultLateBooking, faultRule{Action: actLateBooking}.lateBy())
+	require.Equal(t, defaultDelay, faultRule{Action: actLateBooking}.lateBy())
+	require.Equal(t, defaultDelay, faultRule{Action: actDelay}.lateBy(), "delay_ms is optional for a delay too")
 	require.Equal(t, 250*time.Millisecond, faultRule{Action: actLateBooking, DelayMS: 250}.lateBy())
 
 	e := newEnv(t, CapabilityIdempotent)
