@@ -169,10 +169,13 @@ func TestIdempotentReplayMovesMoneyOnce(t *testing.T) {
 	require.Equal(t, first, again)
 	require.Equal(t, 1, e.moved(t, "op-1").Count)
 
+	// A repeated key returns the first result whatever the request says, and moves no money
+	// again (docs/tools.md).
 	other := chargeReq("op-1")
 	other.AmountMinor++
-	code, _ = e.charge(t, "op-1", other)
-	require.Equal(t, http.StatusUnprocessableEntity, code)
+	code, again = e.charge(t, "op-1", other)
+	require.Equal(t, http.StatusCreated, code)
+	require.Equal(t, first, again)
 	require.Equal(t, 1, e.moved(t, "op-1").Count)
 }
 
@@ -259,8 +262,9 @@ func TestRestartRemembersChargesAndKeys(t *testing.T) {
 	require.Equal(t, first, again)
 	other := chargeReq("op-1")
 	other.AccountID = "acc_2"
-	code, _ = e.charge(t, "op-1", other)
-	require.Equal(t, http.StatusUnprocessableEntity, code)
+	code, again = e.charge(t, "op-1", other)
+	require.Equal(t, http.StatusCreated, code)
+	require.Equal(t, first, again, "another request under the key: the first result")
 	require.Equal(t, 1, e.moved(t, "op-1").Count)
 }
 
@@ -273,7 +277,8 @@ func TestTornLastLineTolerated(t *testing.T) {
 	e := start(t, dir, CapabilityIdempotent)
 	require.Equal(t, 1, e.moved(t, "").Count)
 	code, c := e.charge(t, "op-1", chargeReq("op-1"))
-	require.Equal(t, http.StatusUnprocessableEntity, code, "key op-1 is remembered with its original body: %+v", c)
+	require.Equal(t, http.StatusCreated, code)
+	require.Equal(t, "ch_1", c.ID, "key op-1 is remembered: its first result")
 	code, _ = e.charge(t, "op-3", chargeReq("op-3"))
 	require.Equal(t, http.StatusCreated, code)
 	require.NoError(t, e.sim.Close())

@@ -9,7 +9,6 @@ import (
 )
 
 var (
-	errKeyReuse   = errors.New("idempotency key reused with a different request")
 	errInProgress = errors.New("a request with this key is in progress")
 )
 
@@ -99,7 +98,10 @@ func enter[R entry](s *Sim, kind string, b *book[R], index func(R), key string,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now().UTC()
-	if prev, found, err := b.replay(s.capability, key, now, same); found {
+	if prev, found, err := b.replay(s.capability, key, now); found {
+		if err == nil && !same(prev) { // the first result all the same: a key names one operation
+			s.log.Warn("banksim: idempotency key reused with another request: answered with the first", "kind", kind, "key", key)
+		}
 		return prev, err
 	}
 	var line []byte
@@ -116,10 +118,10 @@ func enter[R entry](s *Sim, kind string, b *book[R], index func(R), key string,
 	return rec, nil
 }
 
-// replay answers a request whose key the bank has seen, for a bank that honours keys:
-// with the record the key first made, if same says the request is the one that made it
-// and it has booked by now. found is false when the request is new to the bank.
-func (b *book[R]) replay(c Capability, key string, now time.Time, same func(prev R) bool) (prev R, found bool, err error) {
+// replay answers a request whose key the bank has seen, for a bank that honours keys: with
+// the record the key first made, whatever the request, once it has booked. found is false when
+// the request is new to the bank.
+func (b *book[R]) replay(c Capability, key string, now time.Time) (prev R, found bool, err error) {
 	var none R
 	if c != CapabilityIdempotent {
 		return none, false, nil
@@ -129,8 +131,6 @@ func (b *book[R]) replay(c Capability, key string, now time.Time, same func(prev
 		return none, false, nil
 	}
 	switch prev := b.records[i]; {
-	case !same(prev):
-		return none, true, errKeyReuse
 	case !prev.bookedBy(now):
 		return none, true, errInProgress
 	default:

@@ -203,7 +203,7 @@ func TestLateBookingIdempotentRepeatWhilePending(t *testing.T) {
 	other := chargeReq("op-1")
 	other.AmountMinor++
 	code, _ := e.charge(t, "op-1", other)
-	require.Equal(t, http.StatusUnprocessableEntity, code, "another request under the key")
+	require.Equal(t, http.StatusConflict, code, "another request under the key, still in progress")
 	got := e.moved(t, "op-1")
 	require.Equal(t, 0, got.Count)
 	require.Equal(t, 1, got.Pending, "the repeats booked nothing more")

@@ -108,9 +108,6 @@ func post[R interface{ validate() error }](s *Sim, w http.ResponseWriter, r *htt
 	}
 	view, err := book(key, req, fault.Action == actDecline, late)
 	switch {
-	case errors.Is(err, errKeyReuse):
-		writeError(w, http.StatusUnprocessableEntity, err.Error())
-		return
 	case errors.Is(err, errInProgress):
 		writeError(w, http.StatusConflict, err.Error())
 		return
