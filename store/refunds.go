@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,14 +36,21 @@ type BeginRefundInput struct {
 // *payment.ValidationError. No amount in the request is all that is refundable.
 func (s *Store) BeginRefund(ctx context.Context, in BeginRefundInput) (Record, payment.Refund, Began, error) {
 	// Most repeated keys are retries: one read answers them without a transaction.
+	hash := in.Request.Hash(in.PaymentID)
 	rec, err := s.RefundRecord(ctx, in.MerchantID, in.Key)
 	if err == nil {
+		// Another request under the key: its payment is checked first (docs/api.md), so that
+		// another merchant's payment, or none, answers not found rather than the key's reuse.
+		if rec.RequestHash != hash {
+			if p, err := s.Payment(ctx, in.PaymentID); err != nil || p.MerchantID != in.MerchantID {
+				return Record{}, payment.Refund{}, 0, cmp.Or(err, payment.ErrNotFound)
+			}
+		}
 		return rec, payment.Refund{}, BeganExisting, nil
 	}
 	if !errors.Is(err, payment.ErrNotFound) {
 		return rec, payment.Refund{}, 0, err
 	}
-	hash := in.Request.Hash(in.PaymentID)
 	var r payment.Refund
 	err = s.tx(ctx, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
@@ -56,6 +64,10 @@ func (s *Store) BeginRefund(ctx context.Context, in BeginRefundInput) (Record, p
 		if err != nil {
 			return err
 		}
+		p, err := q.LockRefundedPayment(ctx, dbsqlc.LockRefundedPaymentParams{ID: in.PaymentID, MerchantID: in.MerchantID})
+		if err != nil {
+			return err // no rows: payment.ErrNotFound
+		}
 		// A key names its refund for good: after its record expired it still answers for that
 		// refund, never for a second one. Holding the new record makes this read race-free.
 		prev, err := q.RefundIDByKey(ctx, dbsqlc.RefundIDByKeyParams{MerchantID: in.MerchantID, IdempotencyKey: in.Key})
@@ -64,10 +76,6 @@ func (s *Store) BeginRefund(ctx context.Context, in BeginRefundInput) (Record, p
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
-		}
-		p, err := q.LockRefundedPayment(ctx, dbsqlc.LockRefundedPaymentParams{ID: in.PaymentID, MerchantID: in.MerchantID})
-		if err != nil {
-			return err // no rows: payment.ErrNotFound
 		}
 		if payment.Status(p.Status) != payment.StatusSucceeded {
 			return payment.ErrPaymentNotRefundable

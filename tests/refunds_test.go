@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/outbox"
+	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -294,4 +295,26 @@ func TestRefundsInParallel(t *testing.T) {
 	require.Equal(t, 4, s.simRefunds(""), "one more refund at the bank, for fifty requests")
 	require.Equal(t, "95.00", s.account(m, payer)["balance"])
 	requireVerified(t)
+}
+
+// A refund's payment is checked before its key (docs/api.md): a key the merchant used for a
+// refund of its own payment, sent again for another merchant's payment or for no payment at
+// all, answers 404, never 422, and the first refund is untouched.
+func TestRefundOfAnotherMerchantsPaymentIs404EvenWithAUsedKey(t *testing.T) {
+	s := newStack(t, workflows.CapabilityIdempotent)
+	a, b := s.newMerchant(), s.newMerchant()
+	pa, pb := s.newAccount(a, "TRY", "100.00"), s.newAccount(b, "TRY", "100.00")
+	own := s.pay(a, "pa", payBody("pa", "10", "TRY", pa)).json(t)["id"].(string)
+	theirs := s.pay(b, "pb", payBody("pb", "10", "TRY", pb)).json(t)["id"].(string)
+	refund := func(id string) response {
+		return s.do("POST", "/v1/payments/"+id+"/refunds", a.APIKey, `{"amount":"1"}`, "Idempotency-Key", "ref-1", "Content-Type", "application/json")
+	}
+	r := refund(own)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	for _, id := range []string{theirs, payment.NewID().String()} {
+		requireProblem(t, refund(id), http.StatusNotFound, "not_found")
+	}
+	r = refund(own)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
 }
