@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
@@ -107,7 +108,7 @@ func (s *Server) createMerchant(c *gin.Context) {
 	var ve payment.ValidationError
 	req.Name = strings.TrimSpace(req.Name)
 	switch {
-	case req.Name == "" || len(req.Name) > 200:
+	case req.Name == "" || utf8.RuneCountInString(req.Name) > 200:
 		ve.Fields = append(ve.Fields, payment.FieldError{Field: "name", Message: "is required, at most 200 characters"})
 	case strings.ContainsFunc(req.Name, unicode.IsControl):
 		// PostgreSQL cannot store NUL, and no merchant's name needs a control character.

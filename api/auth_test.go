@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,4 +86,16 @@ func TestWrongKeyFloodCostsOneLookup(t *testing.T) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	require.Equal(t, 1, st.calls["MerchantByAPIKey"], "100 requests with one wrong key")
+}
+
+// A merchant's name is at most 200 characters, not bytes: "ş" takes two.
+func TestMerchantNameCountsCharacters(t *testing.T) {
+	t.Parallel()
+	st := newFakeStore()
+	h := New(Options{Store: st, Workflows: &fakeWorkflows{st: st}, AdminToken: "adm", Logger: slog.New(slog.DiscardHandler)}).Handler()
+	for n, want := range map[int]int{200: http.StatusCreated, 201: http.StatusBadRequest} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, request{method: http.MethodPost, path: "/admin/v1/merchants", body: `{"name":"` + strings.Repeat("ş", n) + `"}`}.build())
+		require.Equal(t, want, rec.Code, "%d characters: %s", n, rec.Body)
+	}
 }
