@@ -3,6 +3,8 @@
 package worker
 
 import (
+	"time"
+
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -56,12 +58,17 @@ func Register(r Registry, a *activities.Activities) {
 	}
 }
 
+// StopTimeout is how long a stopping worker (SIGTERM) lets its in-flight activities finish,
+// a bank call among them, before it cancels them: within the 30 s an orchestrator gives a
+// process to stop (docs/deployment.md).
+const StopTimeout = 25 * time.Second
+
 // New returns a worker for the task queue with everything registered; call Start/Stop or Run.
 func New(c client.Client, taskQueue string, a *activities.Activities) sdkworker.Worker {
 	if taskQueue == "" {
 		taskQueue = workflows.TaskQueue
 	}
-	w := sdkworker.New(c, taskQueue, sdkworker.Options{})
+	w := sdkworker.New(c, taskQueue, sdkworker.Options{WorkerStopTimeout: StopTimeout})
 	Register(w, a)
 	return w
 }
