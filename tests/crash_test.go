@@ -849,3 +849,28 @@ func TestProcessesWaitForTheDatabase(t *testing.T) {
 	require.Equal(t, "90.00", balance)
 	require.Equal(t, "0.00", reserved)
 }
+
+// A long-running command told to stop (SIGTERM) while it waits for the database stops cleanly,
+// exit status 0, as it does once running.
+func TestProcessesStopCleanlyWhileWaitingForTheDatabase(t *testing.T) {
+	t.Parallel()
+	dir := crashDir(t)
+	bin := kasaBinary(t, dir)
+	dead, err := devenv.FreePort() // nothing listens there
+	require.NoError(t, err)
+	for _, cmd := range []string{"api", "worker", "relay"} {
+		env := kasaEnv(map[string]string{
+			"KASA_DATABASE_URL": fmt.Sprintf("postgres://postgres@127.0.0.1:%d/kasa?sslmode=disable", dead),
+			"KASA_SECRET_KEY":   strings.Repeat("ab", 32), "KASA_ADMIN_TOKEN": strings.Repeat("t", 40),
+			"KASA_TEMPORAL_ADDRESS": "127.0.0.1:1", "KASA_NATS_URL": "nats://127.0.0.1:1", "KASA_API_ADDR": "127.0.0.1:0",
+			"KASA_METRICS_ADDR": "off", "KASA_WORKER_METRICS_ADDR": "off", "KASA_RELAY_METRICS_ADDR": "off",
+			"KASA_DATA_DIR": filepath.Join(dir, cmd),
+		})
+		p := startProc(t, dir, bin, cmd, env, cmd)
+		require.Eventually(t, func() bool {
+			b, _ := os.ReadFile(p.log)
+			return strings.Contains(string(b), "waiting for the database")
+		}, 30*time.Second, 100*time.Millisecond, cmd)
+		p.stopCleanly(15 * time.Second)
+	}
+}

@@ -82,7 +82,7 @@ func startEvents(ctx context.Context, cfg config.Config, st *store.Store, reg pr
 func runRelay(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	st, err := waitStore(ctx, cfg, log)
 	if err != nil {
-		return err
+		return stoppedOr(ctx, log, err)
 	}
 	defer st.Close()
 	reg := prometheus.NewRegistry()
