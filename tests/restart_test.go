@@ -20,6 +20,17 @@ import (
 // until it is ready; each start runs on the same data directory and ports.
 func devStarter(t *testing.T) (string, string, func() *proc) {
 	t.Helper()
+	dir, apiURL, launch := devLauncher(t)
+	return dir, apiURL, func() *proc {
+		p := launch()
+		p.waitHTTP(apiURL + "/readyz")
+		return p
+	}
+}
+
+// devLauncher is devStarter's start without the wait for /readyz.
+func devLauncher(t *testing.T) (string, string, func() *proc) {
+	t.Helper()
 	dir := crashDir(t)
 	bin := kasaBinary(t, dir)
 	cli, err := devenv.FindTemporalCLI()
@@ -32,11 +43,7 @@ func devStarter(t *testing.T) (string, string, func() *proc) {
 		"KASA_API_ADDR": apiURL[len("http://"):], "KASA_BANKSIM_ADDR": testkit.FreeAddr(t),
 		"KASA_TEMPORAL_PORT": strconv.Itoa(temporalPort), "KASA_TEMPORAL_UI_PORT": "0",
 	})
-	return dir, apiURL, func() *proc {
-		p := startProc(t, dir, bin, "dev", env, "dev")
-		p.waitHTTP(apiURL + "/readyz")
-		return p
-	}
+	return dir, apiURL, func() *proc { return startProc(t, dir, bin, "dev", env, "dev") }
 }
 
 // TestDevRestartsAfterKill: `kasa dev` and every process it started are SIGKILLed at once (PostgreSQL's
@@ -79,4 +86,16 @@ func TestDevKilledAloneLeavesNothingRunning(t *testing.T) {
 	require.NoError(t, syscall.Kill(p.pid(), syscall.SIGKILL))
 	require.Eventually(t, func() bool { return len(processesMentioning(dir+"/")) == 0 }, 60*time.Second, 100*time.Millisecond,
 		"left running after kasa dev was killed: %v", processesMentioning(dir+"/"))
+}
+
+// A SIGTERM while kasa dev is still starting (its PostgreSQL up, its Temporal starting) is a
+// clean stop: exit status 0, and nothing of it left running.
+func TestDevStoppedWhileStarting(t *testing.T) {
+	t.Parallel()
+	dir, _, launch := devLauncher(t)
+	p := launch()
+	p.waitLog("PostgreSQL ready", 2*time.Minute)
+	p.stopCleanly(30 * time.Second)
+	require.Eventually(t, func() bool { return len(processesMentioning(dir+"/")) == 0 }, 10*time.Second, 100*time.Millisecond,
+		"left running: %v", processesMentioning(dir+"/"))
 }

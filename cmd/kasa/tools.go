@@ -13,8 +13,8 @@ import (
 // The developer tools (tools/): built into ./bin/kasa by make build, left out of a build with
 // -tags production (the Docker image), so production carries only what it runs.
 func init() {
-	commands["dev"] = runDev
-	commands["cluster"] = runCluster
+	commands["dev"] = stoppedWhileStarting(runDev)
+	commands["cluster"] = stoppedWhileStarting(runCluster)
 	commands["banksim"] = runBanksim
 	commands["bench"] = runBench
 	commands["soak"] = runSoak
@@ -44,4 +44,12 @@ func runBanksim(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 	<-ctx.Done()
 	stop()
 	return nil
+}
+
+// stoppedWhileStarting makes a launcher's stop (SIGINT, SIGTERM) before it finished starting a
+// clean exit, as a stop afterwards is: what failed then failed because it was stopped.
+func stoppedWhileStarting(run func(context.Context, config.Config, *slog.Logger) error) func(context.Context, config.Config, *slog.Logger) error {
+	return func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+		return stoppedOr(ctx, log, run(ctx, cfg, log))
+	}
 }
