@@ -59,11 +59,8 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
-		o.Logger.Info("initialising PostgreSQL cluster", "dir", dir)
-		out, err := (Command{Credential: cred, Dir: "/"}).Run(ctx, filepath.Join(bindir, "initdb"), "-D", dir, "-U", "postgres",
-			"--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync")
-		if err != nil {
-			return nil, fmt.Errorf("initdb %s: %w\n%s", dir, err, out)
+		if err := initCluster(ctx, bindir, dir, o.Logger); err != nil {
+			return nil, err
 		}
 	}
 	if err := clearStaleLocks(ctx, dir, o.Logger); err != nil {
@@ -105,6 +102,31 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	}
 	o.Logger.Info("PostgreSQL ready", "port", o.Port, "dir", dir)
 	return p, nil
+}
+
+// initCluster runs initdb in dir.init beside dir and renames the result to dir (then empty), so
+// that dir holds a cluster only once initdb has finished: a start stopped halfway (killed on its
+// first run) leaves dir.init, which the next one removes, never a cluster that cannot start.
+func initCluster(ctx context.Context, bindir, dir string, log *slog.Logger) error {
+	tmp := dir + ".init"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	cred, err := clusterOwner(tmp)
+	if err != nil {
+		return err
+	}
+	log.Info("initialising PostgreSQL cluster", "dir", dir)
+	out, err := (Command{Credential: cred, Dir: "/"}).Run(ctx, filepath.Join(bindir, "initdb"), "-D", tmp, "-U", "postgres",
+		"--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync")
+	if err != nil {
+		return fmt.Errorf("initdb %s: %w\n%s", tmp, err, out)
+	}
+	// dir is there, empty (clusterOwner made it): os.Rename does not replace a directory.
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("PostgreSQL cluster initialised in %s, but %s is not empty: %w", tmp, dir, err)
+	}
+	return os.Rename(tmp, dir)
 }
 
 func (p *Postgres) waitReady(ctx context.Context, bindir string) error {

@@ -139,3 +139,31 @@ func postmasterPID(t *testing.T, dir string) int {
 	require.NoError(t, err)
 	return pid
 }
+
+// TestPostgresStartsAfterAnInterruptedInit: a first start stopped while initdb writes the
+// cluster (kasa dev killed on its first run) leaves nothing a later start takes for a cluster:
+// the next start on the same directory initialises it and comes up.
+func TestPostgresStartsAfterAnInterruptedInit(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "pg")
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan error, 1)
+	go func() {
+		pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: dir, Ephemeral: true})
+		if err == nil {
+			_ = pg.Stop()
+		}
+		started <- err
+	}()
+	// initdb has begun: it writes PG_VERSION first, wherever it initialises.
+	require.Eventually(t, func() bool {
+		m, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), "*", "PG_VERSION"))
+		return len(m) > 0
+	}, time.Minute, time.Millisecond)
+	cancel()
+	require.Error(t, <-started, "the interrupted start")
+
+	pg, err := devenv.StartPostgres(context.Background(), devenv.PostgresOptions{Dir: dir, Ephemeral: true})
+	require.NoError(t, err, "a start after the interrupted one")
+	require.NoError(t, pg.Stop())
+}
