@@ -183,11 +183,18 @@ func (s Starter) Ready(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("describe task queue: %w", err)
 	}
-	if len(resp.GetPollers()) == 0 {
-		return fmt.Errorf("no worker polls task queue %q", s.queue())
+	for _, p := range resp.GetPollers() {
+		if time.Since(p.GetLastAccessTime().AsTime()) < pollerFresh {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("no worker polls task queue %q", s.queue())
 }
+
+// pollerFresh is how recently a worker must have polled to count: Temporal lists a poller for
+// minutes after its worker is gone, and a live one polls again at least every long poll (a
+// minute).
+const pollerFresh = 2 * time.Minute
 
 // IsUnavailable reports whether err means Temporal could not be reached (vs. a rejected request).
 func IsUnavailable(err error) bool {
