@@ -99,3 +99,21 @@ func TestDevStoppedWhileStarting(t *testing.T) {
 	require.Eventually(t, func() bool { return len(processesMentioning(dir+"/")) == 0 }, 10*time.Second, 100*time.Millisecond,
 		"left running: %v", processesMentioning(dir+"/"))
 }
+
+// A second kasa dev on a data directory in use is refused at once, naming the first: its
+// PostgreSQL would refuse the directory, but not the Temporal dev server's file, the bank's
+// records or the NATS store, nor anything with KASA_DATABASE_URL set.
+func TestSecondDevOnADataDirectoryIsRefused(t *testing.T) {
+	t.Parallel()
+	_, _, launch := devLauncher(t)
+	first := launch()
+	first.waitLog("PostgreSQL ready", 2*time.Minute)
+	second := launch()
+	select {
+	case <-second.c.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second kasa dev kept running")
+	}
+	second.waitLog("another kasa dev runs on", time.Second)
+	first.requireRunning(t, "the first kasa dev")
+}

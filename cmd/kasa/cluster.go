@@ -51,6 +51,11 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	unlock, err := devenv.LockDir(filepath.Join(dir, "cluster.lock"), "kasa cluster")
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	statePath := filepath.Join(dir, "cluster.json")
 	var state clusterState
 	if b, err := os.ReadFile(statePath); err == nil {

@@ -74,6 +74,13 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	// Its PostgreSQL refuses a second server, but not the Temporal SQLite file, the bank's
+	// records or the NATS store, nor anything when KASA_DATABASE_URL points elsewhere.
+	unlock, err := devenv.LockDir(filepath.Join(dir, "dev.lock"), "kasa dev")
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	statePath := filepath.Join(dir, "dev.json")
 	state, err := loadDevState(statePath)
 	if err != nil {

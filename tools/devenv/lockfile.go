@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -161,4 +162,26 @@ func shmAttached(id int64) (int, error) {
 		}
 	}
 	return 0, nil
+}
+
+// LockDir takes the lock file at path for this process, or says which process holds it: one
+// launcher per data directory. The kernel lets go of it when the process ends, however it ends,
+// so a crash leaves no lock behind. unlock releases it.
+func LockDir(path, what string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another %s runs on %s (pid %s): stop it first", what, filepath.Dir(path), strings.TrimSpace(string(holder)))
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return func() { f.Close() }, nil
 }

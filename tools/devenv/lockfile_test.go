@@ -110,3 +110,18 @@ func TestWaitDetached(t *testing.T) {
 		t.Fatal("waitDetached still waits after the detach")
 	}
 }
+
+// One launcher per data directory: a second lock is refused, naming the holder, until the first
+// is let go.
+func TestLockDir(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dev.lock")
+	unlock, err := LockDir(path, "kasa dev")
+	require.NoError(t, err)
+	_, err = LockDir(path, "kasa dev")
+	require.ErrorContains(t, err, "another kasa dev runs on")
+	require.ErrorContains(t, err, strconv.Itoa(os.Getpid()))
+	unlock()
+	unlock, err = LockDir(path, "kasa dev")
+	require.NoError(t, err)
+	unlock()
+}
