@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
@@ -91,6 +92,10 @@ func (s *Store) Deposit(ctx context.Context, accountID uuid.UUID, key string, am
 		}
 		return postPair(ctx, tx, postingID, acct.Currency, accountID, external, amount)
 	})
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "22003" {
+		return d, false, &payment.ValidationError{Fields: []payment.FieldError{{Field: "amount",
+			Message: "would take a balance past the largest amount kasa holds"}}}
+	}
 	if inserted || !errors.Is(err, errReplay) {
 		return d, false, err
 	}

@@ -607,3 +607,25 @@ func TestTimedOutStatementsAreUnavailable(t *testing.T) {
 		})
 	}
 }
+
+// A deposit that would take a balance past what a bigint holds is refused as a bad amount, not an
+// internal error, and moves nothing.
+func TestDepositPastTheLargestBalanceIsRefused(t *testing.T) {
+	ctx := context.Background()
+	mID, _ := fixture(t, 0)
+	acct, err := db.CreateAccount(ctx, mID, "ISK") // a currency of its own: its external account too
+	require.NoError(t, err)
+	const most = 999_999_999_999_999_999 // the largest amount a request can name
+	var n int
+	for ; n < 10; n++ {
+		if _, _, err = db.Deposit(ctx, acct.ID, fmt.Sprintf("d-%d", n), most); err != nil {
+			break
+		}
+	}
+	var ve *payment.ValidationError
+	require.ErrorAs(t, err, &ve, "deposit %d", n)
+	a, err := db.Account(ctx, acct.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(n)*most, a.Balance, "the refused deposit moved nothing")
+	requireVerified(t)
+}
