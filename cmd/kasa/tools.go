@@ -42,6 +42,7 @@ func runBanksim(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 		return err
 	}
 	<-ctx.Done()
+	sim.Release() // hanging requests would hold the shutdown to its timeout
 	stop()
 	return nil
 }

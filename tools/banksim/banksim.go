@@ -255,11 +255,15 @@ func (j *journal) close() error {
 
 // Close releases hanging requests and closes the log. It is safe to call twice.
 func (s *Sim) Close() error {
-	s.closeOnce.Do(func() { close(s.closed) })
+	s.Release()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closeLogs()
 }
+
+// Release ends the requests a hang rule holds (their connections dropped), as a bank going down
+// would, so that a server's shutdown need not wait for them; the rest is served as before.
+func (s *Sim) Release() { s.closeOnce.Do(func() { close(s.closed) }) }
 
 func (s *Sim) closeLogs() error {
 	return errors.Join(s.charges.log.close(), s.refunds.log.close(),

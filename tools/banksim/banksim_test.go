@@ -397,6 +397,27 @@ func TestHangReleasedByClose(t *testing.T) {
 	require.NoError(t, ctx.Err(), "released by Close, not by the client timeout")
 }
 
+// Release (a shutdown's first step) ends hanging requests and nothing else: the bank still books.
+func TestHangReleasedByRelease(t *testing.T) {
+	e := newEnv(t, CapabilityIdempotent)
+	e.faults(t, `[{"on":"charge","action":"hang","count":1}]`)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	answers := make(chan answer, 1)
+	go func() { answers <- e.tryCharge(t, "op-1") }()
+	time.Sleep(100 * time.Millisecond)
+	e.sim.Release()
+	select {
+	case a := <-answers:
+		require.True(t, a.dropped, "the hanging request's connection is dropped: %d %s", a.code, a.body)
+	case <-ctx.Done():
+		t.Fatal("Release did not end the hanging request")
+	}
+	code, _ := e.charge(t, "op-2", chargeReq("op-2"))
+	require.Equal(t, http.StatusCreated, code)
+	require.Equal(t, 1, e.moved(t, "op-2").Count)
+}
+
 func TestDelay(t *testing.T) {
 	e := newEnv(t, CapabilityIdempotent)
 	e.faults(t, `[{"on":"charge","action":"delay","delay_ms":150,"count":1}]`)
