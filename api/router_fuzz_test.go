@@ -347,7 +347,8 @@ func FuzzAdminMerchantBody(f *testing.F) {
 		`{"name":"Cafe","plan":"gold"}`,
 		`{"name":"Cafe"} {}`,
 		`{"name":null,"webhook_url":null}`,
-		`{"name":"` + strings.Repeat("é", 101) + `"}`,
+		`{"name":"` + strings.Repeat("é", 200) + `"}`, // 200 characters, 400 bytes
+		`{"name":"` + strings.Repeat("é", 201) + `"}`,
 		`{"name":"a\u0000b"}`,
 		`{"name":"Cafe","webhook_url":"https://cafe.example/\u0000"}`,
 		"{\"name\":\"a\xffb\"}",
@@ -370,7 +371,7 @@ func FuzzAdminMerchantBody(f *testing.F) {
 		name, ok1 := jsonString(obj["name"])
 		hook, ok2 := jsonString(obj["webhook_url"])
 		name = strings.TrimSpace(name)
-		if !ok1 || !ok2 || name == "" || len(name) > 200 {
+		if !ok1 || !ok2 || name == "" || utf8.RuneCountInString(name) > 200 {
 			t.Fatalf("%d for name %q", code, name)
 		}
 		if hook != "" {
