@@ -49,6 +49,23 @@ func (s *Store) ClaimQueued(ctx context.Context, after uuid.UUID, merchants, per
 	return queues, nil
 }
 
+// Dequeue takes payments the drainer started off their merchant's queue.
+func (s *Store) Dequeue(ctx context.Context, ids []uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return translate(s.q.Dequeue(ctx, ids))
+}
+
+// Unclaim puts claimed payments whose start failed back in their merchant's queue, in their
+// place: the drainer claims them again, before anything that arrived after them.
+func (s *Store) Unclaim(ctx context.Context, ids []uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return translate(s.q.Unclaim(ctx, ids))
+}
+
 // StillProcessing is which of the payments ids are still processing.
 func (s *Store) StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
 	if len(ids) == 0 {

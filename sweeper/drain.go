@@ -2,6 +2,7 @@ package sweeper
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -19,6 +20,8 @@ type Backlog interface {
 	Store
 	Lead(ctx context.Context, name string) (ok bool, held func(context.Context) bool, release func(), err error)
 	ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([][]payment.Payment, error)
+	Dequeue(ctx context.Context, ids []uuid.UUID) error
+	Unclaim(ctx context.Context, ids []uuid.UUID) error
 	StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error)
 	QueuedBacklog(ctx context.Context) (int64, time.Time, error)
 	SaveBacklogState(ctx context.Context, b store.BacklogState) error
@@ -145,10 +148,16 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 				after = uuid.Nil
 				merchants = max(1, len(queues))
 			}
-			ok := d.start(ctx, queues)
+			ok, failed := d.start(ctx, queues)
 			running = append(running, ok...)
 			for range ok {
 				starts = append(starts, time.Now())
+			}
+			if failed {
+				// Temporal refuses starts: the payments wait in their queues, and the next
+				// claim comes after a pause, not at once.
+				d.pause(ctx, "start queued payments", errStartsFailing)
+				continue
 			}
 		}
 		every := activeEvery
@@ -163,30 +172,36 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 }
 
 // start starts the claimed payments, a merchant's one after another in order, and returns the
-// ones that started. One that failed to start has its lease given up, so the sweeper starts it.
-// A started one is not marked so: its workflow's first step does that, and should the lease run
-// out before, the sweeper's start finds the run and starts nothing.
-func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) []uuid.UUID {
+// ones that started, and whether a start failed. The started ones leave the queue; at a failed
+// start the merchant's remaining claims go back to it, that payment first, so that none
+// overtakes another. A started one is not marked started: its workflow's first step does that,
+// and should the lease run out before, the sweeper's start finds the run and starts nothing.
+func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (started []uuid.UUID, failed bool) {
 	var (
-		mu      sync.Mutex
-		started []uuid.UUID
-		wg      sync.WaitGroup
-		sem     = make(chan struct{}, d.Concurrency)
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, d.Concurrency)
 	)
 	for _, queue := range queues {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			for _, p := range queue {
+			var mine []uuid.UUID
+			defer func() { d.dequeue(ctx, mine) }()
+			for i, p := range queue {
 				if _, err := d.Starter.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p)); err != nil {
-					_ = d.Store.ExpireLease(context.WithoutCancel(ctx), p.ID)
+					d.unclaim(ctx, queue[i:])
 					if ctx.Err() == nil {
 						d.Logger.Warn("backlog drainer: start", "operation_id", p.ID, "error", err)
 					}
-					continue
+					mu.Lock()
+					failed = true
+					mu.Unlock()
+					return
 				}
 				d.started.Inc()
+				mine = append(mine, p.ID)
 				mu.Lock()
 				started = append(started, p.ID)
 				mu.Unlock()
@@ -194,8 +209,31 @@ func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) []uuid.
 		}()
 	}
 	wg.Wait()
-	return started
+	return started, failed
 }
+
+// dequeue takes started payments off their queue; should that fail, their leases run out and the
+// next claim starts them again, which starts nothing.
+func (d *Drainer) dequeue(ctx context.Context, ids []uuid.UUID) {
+	if err := d.Store.Dequeue(context.WithoutCancel(ctx), ids); err != nil {
+		d.Logger.Warn("backlog drainer: take started payments off their queue", "error", err)
+	}
+}
+
+// unclaim puts payments back in their queue; should that fail, their leases run out and the
+// next claim takes them.
+func (d *Drainer) unclaim(ctx context.Context, ps []payment.Payment) {
+	ids := make([]uuid.UUID, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+	}
+	if err := d.Store.Unclaim(context.WithoutCancel(ctx), ids); err != nil {
+		d.Logger.Warn("backlog drainer: put payments back in their queue", "error", err)
+	}
+}
+
+// errStartsFailing: Temporal refused a start (its error is logged with the payment).
+var errStartsFailing = errors.New("a start failed; the payments wait in their queues")
 
 // saveState records the backlog for the API's admission and the dashboard.
 func (d *Drainer) saveState(ctx context.Context, drain float64) {

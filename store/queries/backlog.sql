@@ -3,27 +3,39 @@
 
 -- name: ClaimQueued :many
 -- Takes the oldest @per_merchant queued payments of each of up to @merchants merchants, the
--- merchants after @after in id order (the drainer's turn), leases them to the drainer as a
--- stranded record is leased (if it dies before starting one, the sweeper does), and returns
--- their payments, which the workflows start with. The merchants are found by skipping through
--- the queued index, one probe each. Only payments are ever queued.
+-- merchants after @after in id order (the drainer's turn), leases them to the drainer, and
+-- returns their payments, which the workflows start with. A claimed payment stays queued until
+-- the drainer started it (Dequeue): a merchant's new payment still queues behind it, and should
+-- the drainer die first, the next one claims it again once the lease ran out. The merchants are
+-- found by skipping through the queued index, one probe each. Only payments are ever queued.
 WITH RECURSIVE m AS (
   SELECT (SELECT r.merchant_id FROM idempotency_records r WHERE r.queued AND r.merchant_id > @after::uuid
-          ORDER BY r.merchant_id LIMIT 1) AS merchant_id, 1 AS n
+          AND (r.locked_until IS NULL OR r.locked_until < now()) ORDER BY r.merchant_id LIMIT 1) AS merchant_id, 1 AS n
   UNION ALL
   SELECT (SELECT r.merchant_id FROM idempotency_records r WHERE r.queued AND r.merchant_id > m.merchant_id
-          ORDER BY r.merchant_id LIMIT 1), m.n + 1
+          AND (r.locked_until IS NULL OR r.locked_until < now()) ORDER BY r.merchant_id LIMIT 1), m.n + 1
   FROM m WHERE m.merchant_id IS NOT NULL AND m.n < @merchants::int
 ), picked AS (
   SELECT q.merchant_id, q.scope, q.idempotency_key, q.operation_id FROM m CROSS JOIN LATERAL (
     SELECT r.merchant_id, r.scope, r.idempotency_key, r.operation_id FROM idempotency_records r
-    WHERE r.queued AND r.merchant_id = m.merchant_id AND r.scope = 'payment' ORDER BY r.created_at, r.operation_id
+    WHERE r.queued AND r.merchant_id = m.merchant_id AND r.scope = 'payment'
+      AND (r.locked_until IS NULL OR r.locked_until < now()) -- not claimed, or its claimer gone
+    ORDER BY r.created_at, r.operation_id
     LIMIT @per_merchant::int FOR UPDATE SKIP LOCKED) q
 )
-UPDATE idempotency_records r SET queued = false, locked_until = now() + @lease::interval, updated_at = now()
+UPDATE idempotency_records r SET locked_until = now() + @lease::interval, updated_at = now()
 FROM picked p JOIN payments ON payments.id = p.operation_id
 WHERE r.merchant_id = p.merchant_id AND r.scope = p.scope AND r.idempotency_key = p.idempotency_key
 RETURNING payments.*;
+
+-- name: Dequeue :exec
+-- Takes payments the drainer started off their queue: their workflows own them now.
+UPDATE idempotency_records SET queued = false, updated_at = now() WHERE operation_id = ANY(@ids::uuid[]) AND queued;
+
+-- name: Unclaim :exec
+-- Puts claimed payments whose start failed back in their queue, unleased, in their place.
+UPDATE idempotency_records SET locked_until = NULL, updated_at = now()
+WHERE operation_id = ANY(@ids::uuid[]) AND queued AND NOT workflow_started;
 
 -- name: StillProcessing :many
 -- Which of the drainer's started payments are still processing: the ones it counts as running.

@@ -17,18 +17,20 @@ const ClaimQueued = `-- name: ClaimQueued :many
 
 WITH RECURSIVE m AS (
   SELECT (SELECT r.merchant_id FROM idempotency_records r WHERE r.queued AND r.merchant_id > $2::uuid
-          ORDER BY r.merchant_id LIMIT 1) AS merchant_id, 1 AS n
+          AND (r.locked_until IS NULL OR r.locked_until < now()) ORDER BY r.merchant_id LIMIT 1) AS merchant_id, 1 AS n
   UNION ALL
   SELECT (SELECT r.merchant_id FROM idempotency_records r WHERE r.queued AND r.merchant_id > m.merchant_id
-          ORDER BY r.merchant_id LIMIT 1), m.n + 1
+          AND (r.locked_until IS NULL OR r.locked_until < now()) ORDER BY r.merchant_id LIMIT 1), m.n + 1
   FROM m WHERE m.merchant_id IS NOT NULL AND m.n < $3::int
 ), picked AS (
   SELECT q.merchant_id, q.scope, q.idempotency_key, q.operation_id FROM m CROSS JOIN LATERAL (
     SELECT r.merchant_id, r.scope, r.idempotency_key, r.operation_id FROM idempotency_records r
-    WHERE r.queued AND r.merchant_id = m.merchant_id AND r.scope = 'payment' ORDER BY r.created_at, r.operation_id
+    WHERE r.queued AND r.merchant_id = m.merchant_id AND r.scope = 'payment'
+      AND (r.locked_until IS NULL OR r.locked_until < now()) -- not claimed, or its claimer gone
+    ORDER BY r.created_at, r.operation_id
     LIMIT $4::int FOR UPDATE SKIP LOCKED) q
 )
-UPDATE idempotency_records r SET queued = false, locked_until = now() + $1::interval, updated_at = now()
+UPDATE idempotency_records r SET locked_until = now() + $1::interval, updated_at = now()
 FROM picked p JOIN payments ON payments.id = p.operation_id
 WHERE r.merchant_id = p.merchant_id AND r.scope = p.scope AND r.idempotency_key = p.idempotency_key
 RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, payments.capture_manual, payments.capture_before, payments.captured_minor
@@ -44,10 +46,11 @@ type ClaimQueuedParams struct {
 // The start backlog: payments accepted while workflows could not start as fast as they arrived,
 // queued on their records for the drainer (docs/operations.md, "Payday").
 // Takes the oldest @per_merchant queued payments of each of up to @merchants merchants, the
-// merchants after @after in id order (the drainer's turn), leases them to the drainer as a
-// stranded record is leased (if it dies before starting one, the sweeper does), and returns
-// their payments, which the workflows start with. The merchants are found by skipping through
-// the queued index, one probe each. Only payments are ever queued.
+// merchants after @after in id order (the drainer's turn), leases them to the drainer, and
+// returns their payments, which the workflows start with. A claimed payment stays queued until
+// the drainer started it (Dequeue): a merchant's new payment still queues behind it, and should
+// the drainer die first, the next one claims it again once the lease ran out. The merchants are
+// found by skipping through the queued index, one probe each. Only payments are ever queued.
 func (q *Queries) ClaimQueued(ctx context.Context, arg ClaimQueuedParams) ([]Payment, error) {
 	rows, err := q.db.Query(ctx, ClaimQueued,
 		arg.Lease,
@@ -93,6 +96,16 @@ func (q *Queries) ClaimQueued(ctx context.Context, arg ClaimQueuedParams) ([]Pay
 		return nil, err
 	}
 	return items, nil
+}
+
+const Dequeue = `-- name: Dequeue :exec
+UPDATE idempotency_records SET queued = false, updated_at = now() WHERE operation_id = ANY($1::uuid[]) AND queued
+`
+
+// Takes payments the drainer started off their queue: their workflows own them now.
+func (q *Queries) Dequeue(ctx context.Context, ids []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, Dequeue, ids)
+	return err
 }
 
 const GetBacklogState = `-- name: GetBacklogState :one
@@ -202,6 +215,17 @@ func (q *Queries) TryLead(ctx context.Context, key int64) (bool, error) {
 	var pg_try_advisory_lock bool
 	err := row.Scan(&pg_try_advisory_lock)
 	return pg_try_advisory_lock, err
+}
+
+const Unclaim = `-- name: Unclaim :exec
+UPDATE idempotency_records SET locked_until = NULL, updated_at = now()
+WHERE operation_id = ANY($1::uuid[]) AND queued AND NOT workflow_started
+`
+
+// Puts claimed payments whose start failed back in their queue, unleased, in their place.
+func (q *Queries) Unclaim(ctx context.Context, ids []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, Unclaim, ids)
+	return err
 }
 
 const Unlead = `-- name: Unlead :exec

@@ -278,7 +278,7 @@ func (q *Queries) SaveResponse(ctx context.Context, arg SaveResponseParams) erro
 
 const Stranded = `-- name: Stranded :many
 SELECT merchant_id, scope, idempotency_key FROM idempotency_records
-WHERE status <> 'completed' AND NOT workflow_started AND locked_until < now()
+WHERE status <> 'completed' AND NOT workflow_started AND NOT queued AND locked_until < now()
   AND ($1::uuid IS NULL OR merchant_id = $1)
 ORDER BY locked_until LIMIT $2
 `
@@ -295,7 +295,8 @@ type StrandedRow struct {
 }
 
 // Both scopes: the sweeper starts a stranded refund's workflow as it does a payment's. A record
-// whose workflow was never started is open, so the open records' index finds them.
+// whose workflow was never started is open, so the open records' index finds them. A queued
+// one is the backlog drainer's, which starts a merchant's in order.
 func (q *Queries) Stranded(ctx context.Context, arg StrandedParams) ([]StrandedRow, error) {
 	rows, err := q.db.Query(ctx, Stranded, arg.MerchantID, arg.MaxRows)
 	if err != nil {

@@ -1,0 +1,137 @@
+package sweeper_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/sweeper"
+	"github.com/kasa-pay/kasa/tools/testkit"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// orderStarter records start order; the first start blocks until release is closed, and keys
+// in fail fail once.
+type orderStarter struct {
+	mu      sync.Mutex
+	order   []string
+	block   bool
+	release chan struct{}
+	fail    map[string]bool
+}
+
+func (s *orderStarter) StartPayment(_ context.Context, key string, in workflows.PaymentInput) (string, error) {
+	s.mu.Lock()
+	if s.fail[key] {
+		delete(s.fail, key)
+		s.mu.Unlock()
+		return "", errors.New("temporal: deadline exceeded")
+	}
+	s.order = append(s.order, key)
+	first := s.block && len(s.order) == 1
+	s.mu.Unlock()
+	if first {
+		<-s.release
+	}
+	_ = db.WorkflowStarted(context.Background(), in.OperationID)
+	return "run", nil
+}
+func (s *orderStarter) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
+	return "", errors.New("no refunds")
+}
+func (s *orderStarter) snapshot() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.order)
+}
+
+// A merchant's payments the drainer claimed but has not started yet still wait in its queue: a
+// new payment of that merchant arriving meanwhile is queued behind them, never started ahead.
+func TestDrainerClaimedPaymentsStayAheadOfNewOnes(t *testing.T) {
+	m := orderMerchant(t, "ovt")
+	keys := queue(t, m, "ovt", 3)
+	c := &orderStarter{block: true, release: make(chan struct{})}
+	d := &sweeper.Drainer{Store: db, Starter: c, MaxRunning: 4, Lease: time.Minute}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool { return len(c.snapshot()) == 1 }, 10*time.Second, 10*time.Millisecond)
+
+	// A new payment of the same merchant; the API had a running slot (Queue: false).
+	req := payment.Request{InvoiceID: "ovt-new", AmountMinor: 100, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase"}
+	rec, p, began, err := db.Begin(context.Background(), store.BeginInput{MerchantID: m.ID, Key: "ovt-new", Request: req,
+		OperationID: payment.NewID(), Lease: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, store.BeganNew, began)
+	if !rec.Queued { // what api.create then does: run() starts it now
+		_, _ = c.StartPayment(context.Background(), "ovt-new", workflows.InputFor(p))
+	}
+	close(c.release)
+	require.Eventually(t, func() bool { return len(c.snapshot()) == 4 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, append(keys, "ovt-new"), c.snapshot(), "the merchant's payments start in arrival order")
+}
+
+// A start that fails puts the merchant's claimed payments back in its queue, in order: the
+// next ones never overtake it (nor does the sweeper start any of them).
+func TestDrainerFailedStartKeepsTheMerchantsOrder(t *testing.T) {
+	m := orderMerchant(t, "fst")
+	keys := queue(t, m, "fst", 3)
+	c := &orderStarter{release: make(chan struct{}), fail: map[string]bool{keys[0]: true}}
+	sw := &sweeper.Sweeper{Store: db, Starter: c, Interval: 100 * time.Millisecond, Lease: time.Minute, Merchant: &m.ID}
+	d := &sweeper.Drainer{Store: db, Starter: c, MaxRunning: 4, Lease: time.Minute}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); d.Run(ctx) }()
+	go func() { defer wg.Done(); sw.Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+	require.Eventually(t, func() bool { return len(c.snapshot()) == 3 }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, keys, c.snapshot(), "the merchant's payments start in arrival order")
+}
+
+func orderMerchant(t *testing.T, name string) testkit.Merchant {
+	return testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: name})
+}
+
+type downStarter struct{}
+
+func (downStarter) StartPayment(context.Context, string, workflows.PaymentInput) (string, error) {
+	return "", errors.New("temporal: unavailable")
+}
+func (downStarter) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
+	return "", errors.New("temporal: unavailable")
+}
+
+// While starts fail (Temporal down or overloaded), the backlog keeps every payment it holds: the
+// bound (kasa_backlog_queued against KASA_BACKLOG_MAX_QUEUED) still counts them, and the
+// merchant's next payment waits behind its older ones.
+func TestDrainerFailingStartsKeepTheQueue(t *testing.T) {
+	ctx := context.Background()
+	m := orderMerchant(t, "down")
+	queue(t, m, "down", 30)
+	n, _, err := db.QueuedBacklog(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 30, n)
+
+	d := &sweeper.Drainer{Store: db, Starter: downStarter{}, MaxRunning: 4, Lease: time.Minute}
+	dctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	d.Run(dctx)
+
+	n, _, err = db.QueuedBacklog(ctx)
+	require.NoError(t, err)
+	req := payment.Request{InvoiceID: "down-new", AmountMinor: 100, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase"}
+	rec, _, _, err := db.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: "down-new", Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	require.NoError(t, err)
+	t.Logf("after 1.5 s of failing starts: %d still queued, none started; new payment queued=%v", n, rec.Queued)
+	require.EqualValues(t, 30, n, "nothing started: the 30 still wait to start")
+	require.True(t, rec.Queued, "the merchant's new payment waits behind its older ones")
+}
