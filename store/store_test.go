@@ -629,3 +629,18 @@ func TestDepositPastTheLargestBalanceIsRefused(t *testing.T) {
 	require.Equal(t, int64(n)*most, a.Balance, "the refused deposit moved nothing")
 	requireVerified(t)
 }
+
+// A payment flagged stuck waits for an operator, not for the cluster: the backlog's drainer does
+// not count it among the payments it keeps running, so stuck ones never hold the drain up.
+func TestStillProcessingLeavesStuckPaymentsOut(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	_, running, _, err := begin(t, mID, aID, "k-run", "inv-run", 100)
+	require.NoError(t, err)
+	_, stuck, _, err := begin(t, mID, aID, "k-stuck", "inv-stuck", 100)
+	require.NoError(t, err)
+	require.NoError(t, db.FlagStuck(ctx, stuck.ID, "the data contradicts the step"))
+	ids, err := db.StillProcessing(ctx, []uuid.UUID{running.ID, stuck.ID})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{running.ID}, ids)
+}

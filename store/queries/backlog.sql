@@ -39,7 +39,8 @@ WHERE operation_id = ANY(@ids::uuid[]) AND queued AND NOT workflow_started;
 
 -- name: StillProcessing :many
 -- Which of the drainer's started payments are still processing: the ones it counts as running.
-SELECT id FROM payments WHERE id = ANY(@ids::uuid[]) AND status = 'processing';
+-- One flagged stuck waits for an operator, not for the cluster, so it holds no slot.
+SELECT id FROM payments WHERE id = ANY(@ids::uuid[]) AND status = 'processing' AND stuck_since IS NULL;
 
 -- name: QueuedBacklog :one
 SELECT count(*) AS queued, coalesce(min(created_at), 'epoch')::timestamptz AS oldest FROM idempotency_records WHERE queued;

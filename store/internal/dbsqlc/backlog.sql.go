@@ -181,10 +181,11 @@ func (q *Queries) SaveBacklogState(ctx context.Context, arg SaveBacklogStatePara
 }
 
 const StillProcessing = `-- name: StillProcessing :many
-SELECT id FROM payments WHERE id = ANY($1::uuid[]) AND status = 'processing'
+SELECT id FROM payments WHERE id = ANY($1::uuid[]) AND status = 'processing' AND stuck_since IS NULL
 `
 
 // Which of the drainer's started payments are still processing: the ones it counts as running.
+// One flagged stuck waits for an operator, not for the cluster, so it holds no slot.
 func (q *Queries) StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, StillProcessing, ids)
 	if err != nil {
