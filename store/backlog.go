@@ -49,14 +49,6 @@ func (s *Store) ClaimQueued(ctx context.Context, after uuid.UUID, merchants, per
 	return queues, nil
 }
 
-// Dequeue takes payments the drainer started off their merchant's queue.
-func (s *Store) Dequeue(ctx context.Context, ids []uuid.UUID) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	return translate(s.q.Dequeue(ctx, ids))
-}
-
 // Unclaim puts claimed payments whose start failed back in their merchant's queue, in their
 // place: the drainer claims them again, before anything that arrived after them.
 func (s *Store) Unclaim(ctx context.Context, ids []uuid.UUID) error {

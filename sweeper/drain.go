@@ -20,7 +20,6 @@ type Backlog interface {
 	Store
 	Lead(ctx context.Context, name string) (ok bool, held func(context.Context) bool, release func(), err error)
 	ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([][]payment.Payment, error)
-	Dequeue(ctx context.Context, ids []uuid.UUID) error
 	Unclaim(ctx context.Context, ids []uuid.UUID) error
 	StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error)
 	QueuedBacklog(ctx context.Context) (int64, time.Time, error)
@@ -172,10 +171,10 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 }
 
 // start starts the claimed payments, a merchant's one after another in order, and returns the
-// ones that started, and whether a start failed. The started ones leave the queue; at a failed
-// start the merchant's remaining claims go back to it, that payment first, so that none
-// overtakes another. A started one is not marked started: its workflow's first step does that,
-// and should the lease run out before, the sweeper's start finds the run and starts nothing.
+// ones that started, and whether a start failed. At a failed start the merchant's remaining
+// claims go back to its queue, that payment first, so that none overtakes another. A started one
+// is not marked so: its workflow's first step takes it off the queue, and should the lease run
+// out before, the next claim's start finds the run and starts nothing.
 func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (started []uuid.UUID, failed bool) {
 	var (
 		mu  sync.Mutex
@@ -187,8 +186,6 @@ func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (starte
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			var mine []uuid.UUID
-			defer func() { d.dequeue(ctx, mine) }()
 			for i, p := range queue {
 				if _, err := d.Starter.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p)); err != nil {
 					d.unclaim(ctx, queue[i:])
@@ -201,7 +198,6 @@ func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (starte
 					return
 				}
 				d.started.Inc()
-				mine = append(mine, p.ID)
 				mu.Lock()
 				started = append(started, p.ID)
 				mu.Unlock()
@@ -210,14 +206,6 @@ func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (starte
 	}
 	wg.Wait()
 	return started, failed
-}
-
-// dequeue takes started payments off their queue; should that fail, their leases run out and the
-// next claim starts them again, which starts nothing.
-func (d *Drainer) dequeue(ctx context.Context, ids []uuid.UUID) {
-	if err := d.Store.Dequeue(context.WithoutCancel(ctx), ids); err != nil {
-		d.Logger.Warn("backlog drainer: take started payments off their queue", "error", err)
-	}
 }
 
 // unclaim puts payments back in their queue; should that fail, their leases run out and the

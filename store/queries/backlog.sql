@@ -5,9 +5,11 @@
 -- Takes the oldest @per_merchant queued payments of each of up to @merchants merchants, the
 -- merchants after @after in id order (the drainer's turn), leases them to the drainer, and
 -- returns their payments, which the workflows start with. A claimed payment stays queued until
--- the drainer started it (Dequeue): a merchant's new payment still queues behind it, and should
--- the drainer die first, the next one claims it again once the lease ran out. The merchants are
--- found by skipping through the queued index, one probe each. Only payments are ever queued.
+-- its workflow's first step takes it off (no statement of the drainer's own): a merchant's new
+-- payment still queues behind it, and should the drainer die before starting it, or the start
+-- not reach that step within the lease, the next claim takes it again (a second start of a run
+-- starts nothing). The merchants are found by skipping through the queued index, one probe
+-- each, past claimed ones. Only payments are ever queued.
 WITH RECURSIVE m AS (
   SELECT (SELECT r.merchant_id FROM idempotency_records r WHERE r.queued AND r.merchant_id > @after::uuid
           AND (r.locked_until IS NULL OR r.locked_until < now()) ORDER BY r.merchant_id LIMIT 1) AS merchant_id, 1 AS n
@@ -27,10 +29,6 @@ UPDATE idempotency_records r SET locked_until = now() + @lease::interval, update
 FROM picked p JOIN payments ON payments.id = p.operation_id
 WHERE r.merchant_id = p.merchant_id AND r.scope = p.scope AND r.idempotency_key = p.idempotency_key
 RETURNING payments.*;
-
--- name: Dequeue :exec
--- Takes payments the drainer started off their queue: their workflows own them now.
-UPDATE idempotency_records SET queued = false, updated_at = now() WHERE operation_id = ANY(@ids::uuid[]) AND queued;
 
 -- name: Unclaim :exec
 -- Puts claimed payments whose start failed back in their queue, unleased, in their place.

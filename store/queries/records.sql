@@ -75,4 +75,4 @@ WITH event AS (
   INSERT INTO outbox (id, aggregate_id, type, payload) VALUES ($5, $1, $6, $7)
 )
 UPDATE idempotency_records SET status = CASE WHEN status = 'completed' THEN status ELSE $2 END, outcome = coalesce(outcome, $3),
-response_body = coalesce(response_body, $4), updated_at = now() WHERE operation_id = $1;
+response_body = coalesce(response_body, $4), queued = false, updated_at = now() WHERE operation_id = $1;

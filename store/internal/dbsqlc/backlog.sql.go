@@ -48,9 +48,11 @@ type ClaimQueuedParams struct {
 // Takes the oldest @per_merchant queued payments of each of up to @merchants merchants, the
 // merchants after @after in id order (the drainer's turn), leases them to the drainer, and
 // returns their payments, which the workflows start with. A claimed payment stays queued until
-// the drainer started it (Dequeue): a merchant's new payment still queues behind it, and should
-// the drainer die first, the next one claims it again once the lease ran out. The merchants are
-// found by skipping through the queued index, one probe each. Only payments are ever queued.
+// its workflow's first step takes it off (no statement of the drainer's own): a merchant's new
+// payment still queues behind it, and should the drainer die before starting it, or the start
+// not reach that step within the lease, the next claim takes it again (a second start of a run
+// starts nothing). The merchants are found by skipping through the queued index, one probe
+// each, past claimed ones. Only payments are ever queued.
 func (q *Queries) ClaimQueued(ctx context.Context, arg ClaimQueuedParams) ([]Payment, error) {
 	rows, err := q.db.Query(ctx, ClaimQueued,
 		arg.Lease,
@@ -96,16 +98,6 @@ func (q *Queries) ClaimQueued(ctx context.Context, arg ClaimQueuedParams) ([]Pay
 		return nil, err
 	}
 	return items, nil
-}
-
-const Dequeue = `-- name: Dequeue :exec
-UPDATE idempotency_records SET queued = false, updated_at = now() WHERE operation_id = ANY($1::uuid[]) AND queued
-`
-
-// Takes payments the drainer started off their queue: their workflows own them now.
-func (q *Queries) Dequeue(ctx context.Context, ids []uuid.UUID) error {
-	_, err := q.db.Exec(ctx, Dequeue, ids)
-	return err
 }
 
 const GetBacklogState = `-- name: GetBacklogState :one

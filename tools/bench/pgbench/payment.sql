@@ -121,7 +121,7 @@ WITH event AS (
   INSERT INTO outbox (id, aggregate_id, type, payload) VALUES (:outbox_id, :op_id, :event_type, :body)
 )
 UPDATE idempotency_records SET status = CASE WHEN status = 'completed' THEN status ELSE :completed_status END, outcome = coalesce(outcome, :outcome),
-response_body = coalesce(response_body, :body), updated_at = now() WHERE operation_id = :op_id;
+response_body = coalesce(response_body, :body), queued = false, updated_at = now() WHERE operation_id = :op_id;
 -- store/queries/ledger.sql: PostPayment
 WITH captured AS (
   UPDATE accounts SET reserved = reserved - :close_amount_minor::bigint, balance = balance - :close_amount_minor::bigint, updated_at = now()
