@@ -100,7 +100,7 @@ func (q *listQuery) time(name string) *time.Time {
 	if !ok {
 		return nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, v)
+	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(v)) // RFC 3339 allows a lower-case t and z
 	if err != nil {
 		q.fail(name, "must be an RFC 3339 time such as 2025-03-01T00:00:00Z (send a + in an offset as %2B)")
 		return nil

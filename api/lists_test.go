@@ -94,6 +94,8 @@ func TestListPaymentsPassesParameters(t *testing.T) {
 		{"?limit=100", store.ListPaymentsInput{MerchantID: merchantA, Limit: 100}},
 		{"?status=unknown&created_gte=2025-03-01T12:00:00%2B03:00&created_lt=2025-03-02T00:00:00.0000005Z&starting_after=" + after.String(),
 			store.ListPaymentsInput{MerchantID: merchantA, Limit: 20, Status: payment.StatusUnknown, CreatedGTE: &gte, CreatedLT: &lt, StartingAfter: &after}},
+		// RFC 3339 lets "T" and "Z" be written in lower case.
+		{"?created_gte=2025-03-01t09:00:00z", store.ListPaymentsInput{MerchantID: merchantA, Limit: 20, CreatedGTE: &gte}},
 	} {
 		st, h := listFixture(t)
 		rec := getList(h, tc.query)
