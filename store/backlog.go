@@ -58,6 +58,15 @@ func (s *Store) Unclaim(ctx context.Context, ids []uuid.UUID) error {
 	return translate(s.q.Unclaim(ctx, ids))
 }
 
+// Unqueue leaves payments whose start failed for a reason of their own to the sweeper: their
+// merchant's queue goes on without them.
+func (s *Store) Unqueue(ctx context.Context, ids []uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return translate(s.q.Unqueue(ctx, ids))
+}
+
 // StillProcessing is which of the payments ids are still processing.
 func (s *Store) StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
 	if len(ids) == 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.temporal.io/api/serviceerror"
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
@@ -21,6 +22,7 @@ type Backlog interface {
 	Lead(ctx context.Context, name string) (ok bool, held func(context.Context) bool, release func(), err error)
 	ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([][]payment.Payment, error)
 	Unclaim(ctx context.Context, ids []uuid.UUID) error
+	Unqueue(ctx context.Context, ids []uuid.UUID) error
 	StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error)
 	QueuedBacklog(ctx context.Context) (int64, time.Time, error)
 	SaveBacklogState(ctx context.Context, b store.BacklogState) error
@@ -171,10 +173,13 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 }
 
 // start starts the claimed payments, a merchant's one after another in order, and returns the
-// ones that started, and whether a start failed. At a failed start the merchant's remaining
-// claims go back to its queue, that payment first, so that none overtakes another. A started one
-// is not marked so: its workflow's first step takes it off the queue, and should the lease run
-// out before, the next claim's start finds the run and starts nothing.
+// ones that started, and whether Temporal refused a start for being down or busy. Then the
+// merchant's remaining claims go back to its queue, that payment first, so that none overtakes
+// another. A start refused for a reason of the payment's own (an id past the server's limits, an
+// earlier run of its key still open) leaves that payment to the sweeper instead, and the queue
+// goes on: one payment never holds its merchant up. A started one is not marked so: its
+// workflow's first step takes it off the queue, and should the lease run out before, the next
+// claim's start finds the run and starts nothing.
 func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (started []uuid.UUID, failed bool) {
 	var (
 		mu  sync.Mutex
@@ -188,10 +193,14 @@ func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (starte
 			defer func() { <-sem; wg.Done() }()
 			for i, p := range queue {
 				if _, err := d.Starter.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p)); err != nil {
-					d.unclaim(ctx, queue[i:])
 					if ctx.Err() == nil {
 						d.Logger.Warn("backlog drainer: start", "operation_id", p.ID, "error", err)
 					}
+					if !refusedForNow(ctx, err) {
+						d.put(ctx, d.Store.Unqueue, queue[i:i+1], "leave a payment that cannot start to the sweeper")
+						continue
+					}
+					d.put(ctx, d.Store.Unclaim, queue[i:], "put payments back in their queue")
 					mu.Lock()
 					failed = true
 					mu.Unlock()
@@ -208,16 +217,23 @@ func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (starte
 	return started, failed
 }
 
-// unclaim puts payments back in their queue; should that fail, their leases run out and the
-// next claim takes them.
-func (d *Drainer) unclaim(ctx context.Context, ps []payment.Payment) {
+// put hands payments back, to their queue or to the sweeper; should that fail, their leases run
+// out and the next claim takes them.
+func (d *Drainer) put(ctx context.Context, to func(context.Context, []uuid.UUID) error, ps []payment.Payment, what string) {
 	ids := make([]uuid.UUID, len(ps))
 	for i, p := range ps {
 		ids[i] = p.ID
 	}
-	if err := d.Store.Unclaim(context.WithoutCancel(ctx), ids); err != nil {
-		d.Logger.Warn("backlog drainer: put payments back in their queue", "error", err)
+	if err := to(context.WithoutCancel(ctx), ids); err != nil {
+		d.Logger.Warn("backlog drainer: "+what, "error", err)
 	}
+}
+
+// refusedForNow says a start failed because Temporal cannot take starts now (down, slow, rate
+// limited), or because this drainer is stopping: the payments wait in their queues.
+func refusedForNow(ctx context.Context, err error) bool {
+	var exhausted *serviceerror.ResourceExhausted
+	return ctx.Err() != nil || workflows.IsUnavailable(err) || errors.As(err, &exhausted)
 }
 
 // errStartsFailing: Temporal refused a start (its error is logged with the payment).

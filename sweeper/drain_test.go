@@ -143,9 +143,9 @@ func TestDrainerStartsMerchantsInTurnEachInArrivalOrder(t *testing.T) {
 	require.Positive(t, st.DrainPerSecond, "the drainer records its rate")
 }
 
-// A drainer that claimed payments and died before starting them leaves them leased, like a
-// stranded record: the sweeper starts those once the lease runs out, the next drainer the rest,
-// and each payment starts once.
+// A drainer that claimed payments and died before starting them leaves them queued and leased:
+// the next drainer takes them again once the lease runs out, the sweeper running beside it
+// starts none of them, and each payment starts once.
 func TestDrainerDiedWhileDraining(t *testing.T) {
 	ctx := context.Background()
 	m := testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: "c"})

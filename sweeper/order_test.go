@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
@@ -32,7 +34,7 @@ func (s *orderStarter) StartPayment(_ context.Context, key string, in workflows.
 	if s.fail[key] {
 		delete(s.fail, key)
 		s.mu.Unlock()
-		return "", errors.New("temporal: deadline exceeded")
+		return "", serviceerror.NewDeadlineExceeded("temporal: deadline exceeded")
 	}
 	s.order = append(s.order, key)
 	first := s.block && len(s.order) == 1
@@ -104,7 +106,7 @@ func orderMerchant(t *testing.T, name string) testkit.Merchant {
 type downStarter struct{}
 
 func (downStarter) StartPayment(context.Context, string, workflows.PaymentInput) (string, error) {
-	return "", errors.New("temporal: unavailable")
+	return "", serviceerror.NewUnavailable("temporal: unavailable")
 }
 func (downStarter) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
 	return "", errors.New("temporal: unavailable")
@@ -134,4 +136,43 @@ func TestDrainerFailingStartsKeepTheQueue(t *testing.T) {
 	t.Logf("after 1.5 s of failing starts: %d still queued, none started; new payment queued=%v", n, rec.Queued)
 	require.EqualValues(t, 30, n, "nothing started: the 30 still wait to start")
 	require.True(t, rec.Queued, "the merchant's new payment waits behind its older ones")
+}
+
+// badStarter is a cluster on which the payments whose key ends in -00 can never start (say the
+// workflow id is past the server's length limit); the others run.
+type badStarter struct{ *cluster }
+
+func (b badStarter) StartPayment(ctx context.Context, key string, in workflows.PaymentInput) (string, error) {
+	if strings.HasPrefix(key, "bad-") && strings.HasSuffix(key, "-00") {
+		return "", serviceerror.NewInvalidArgument("WorkflowId length exceeds limit")
+	}
+	return b.cluster.StartPayment(ctx, key, in)
+}
+
+// A payment Temporal refuses for a reason of its own (not because it is down or busy) does not
+// hold its merchant's later payments, nor the others': it leaves the queue for the sweeper, which
+// keeps trying it, and the queue goes on.
+func TestDrainerPassesOverAPaymentThatCannotStart(t *testing.T) {
+	a, b := orderMerchant(t, "bad-a"), orderMerchant(t, "bad-b")
+	aKeys := queue(t, a, "bad", 3)
+	bKeys := queue(t, b, "good", 8)
+	c := newCluster(10 * time.Millisecond)
+	d := &sweeper.Drainer{Store: db, Starter: badStarter{c}, MaxRunning: 4, Lease: time.Minute}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool {
+		_, starts, _ := c.snapshot()
+		for _, k := range append(aKeys[1:], bKeys...) {
+			if starts[k] == 0 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 20*time.Millisecond, "every payment but the one that cannot start")
+	rec, err := db.Record(context.Background(), a.ID, aKeys[0])
+	require.NoError(t, err)
+	require.False(t, rec.Queued, "left to the sweeper")
+	require.False(t, rec.WorkflowStarted)
 }

@@ -35,6 +35,12 @@ RETURNING payments.*;
 UPDATE idempotency_records SET locked_until = NULL, updated_at = now()
 WHERE operation_id = ANY(@ids::uuid[]) AND queued AND NOT workflow_started;
 
+-- name: Unqueue :exec
+-- Takes payments whose start failed for a reason of their own off their queue, their lease over:
+-- the sweeper tries them from now on, and their merchant's queue goes on.
+UPDATE idempotency_records SET queued = false, locked_until = now(), updated_at = now()
+WHERE operation_id = ANY(@ids::uuid[]) AND queued AND NOT workflow_started;
+
 -- name: StillProcessing :many
 -- Which of the drainer's started payments are still processing: the ones it counts as running.
 -- One flagged stuck waits for an operator, not for the cluster, so it holds no slot.

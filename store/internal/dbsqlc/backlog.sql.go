@@ -229,3 +229,15 @@ func (q *Queries) Unlead(ctx context.Context, key int64) error {
 	_, err := q.db.Exec(ctx, Unlead, key)
 	return err
 }
+
+const Unqueue = `-- name: Unqueue :exec
+UPDATE idempotency_records SET queued = false, locked_until = now(), updated_at = now()
+WHERE operation_id = ANY($1::uuid[]) AND queued AND NOT workflow_started
+`
+
+// Takes payments whose start failed for a reason of their own off their queue, their lease over:
+// the sweeper tries them from now on, and their merchant's queue goes on.
+func (q *Queries) Unqueue(ctx context.Context, ids []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, Unqueue, ids)
+	return err
+}
