@@ -46,6 +46,20 @@ func Exponent(code string) int {
 	return 2
 }
 
+// ParsePaddedAmount is ParseAmount for an amount some other system wrote, a bank's settlement
+// file: zeros past the currency's digits ("1500.00" JPY) say nothing more and are let through.
+func ParsePaddedAmount(s, code string) (int64, error) {
+	if whole, frac, ok := strings.Cut(s, "."); ok && len(frac) > Exponent(code) {
+		if kept := strings.TrimRight(frac, "0"); len(kept) <= Exponent(code) {
+			s = whole
+			if kept != "" {
+				s += "." + kept
+			}
+		}
+	}
+	return ParseAmount(s, code)
+}
+
 // ParseAmount parses a positive decimal string ("1000", "1000.5", "1000.50") exactly into minor units.
 // It never goes through float64: "0.1" is 10 kuruş, not 9.999.. kuruş.
 func ParseAmount(s, code string) (int64, error) {

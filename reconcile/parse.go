@@ -433,7 +433,7 @@ func parseLine(num int, rec []string, fe *FileError) (Line, bool) {
 		fe.add(num, "currency", err.Error())
 	} else {
 		l.Currency = c
-		if minor, err := payment.ParseAmount(rec[3], c); err != nil {
+		if minor, err := payment.ParsePaddedAmount(rec[3], c); err != nil {
 			fe.add(num, "amount", fmt.Sprintf("%q: %v", rec[3], err))
 		} else {
 			l.AmountMinor = minor

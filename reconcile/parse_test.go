@@ -310,3 +310,14 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A bank's file may pad amounts with zeros past the currency's digits (JPY "1500.00", TRY
+// "40.000"): they say nothing more, and the file imports. Any other digit there is an error.
+func TestParsePaddedAmounts(t *testing.T) {
+	t.Parallel()
+	in := hdr + "2025-03-01,ch_1," + ref1 + ",1500.00,JPY,settled\n" +
+		"2025-03-01,ch_2," + ref2 + ",40.000,TRY,settled\n"
+	lines, err := Parse(strings.NewReader(in))
+	require.NoError(t, err)
+	require.Equal(t, []int64{1500, 4000}, []int64{lines[0].AmountMinor, lines[1].AmountMinor})
+}
