@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,12 +38,8 @@ func (s *Store) BeginRefund(ctx context.Context, in BeginRefundInput) (Record, p
 	hash := in.Request.Hash(in.PaymentID)
 	rec, err := s.RefundRecord(ctx, in.MerchantID, in.Key)
 	if err == nil {
-		// Another request under the key: its payment is checked first (docs/api.md), so that
-		// another merchant's payment, or none, answers not found rather than the key's reuse.
-		if rec.RequestHash != hash {
-			if p, err := s.Payment(ctx, in.PaymentID); err != nil || p.MerchantID != in.MerchantID {
-				return Record{}, payment.Refund{}, 0, cmp.Or(err, payment.ErrNotFound)
-			}
+		if err := s.paymentFirst(ctx, in, rec, hash); err != nil {
+			return Record{}, payment.Refund{}, 0, err
 		}
 		return rec, payment.Refund{}, BeganExisting, nil
 	}
@@ -110,10 +105,28 @@ func (s *Store) BeginRefund(ctx context.Context, in BeginRefundInput) (Record, p
 			OperationID: in.OperationID, Scope: ScopeRefund}
 		return rec, r, BeganNew, nil
 	case errors.Is(err, errReplay):
-		rec, err = s.RefundRecord(ctx, in.MerchantID, in.Key)
-		return rec, payment.Refund{}, BeganRaced, err
+		if rec, err = s.RefundRecord(ctx, in.MerchantID, in.Key); err == nil {
+			err = s.paymentFirst(ctx, in, rec, hash)
+		}
+		if err != nil {
+			return Record{}, payment.Refund{}, 0, err
+		}
+		return rec, payment.Refund{}, BeganRaced, nil
 	}
 	return Record{}, payment.Refund{}, 0, err
+}
+
+// paymentFirst checks the payment of another request under the key (rec, of another hash)
+// before the key is found reused (docs/api.md): another merchant's payment, or none, is not found.
+func (s *Store) paymentFirst(ctx context.Context, in BeginRefundInput, rec Record, hash string) error {
+	if rec.RequestHash == hash {
+		return nil
+	}
+	p, err := s.Payment(ctx, in.PaymentID)
+	if err == nil && p.MerchantID != in.MerchantID {
+		err = payment.ErrNotFound
+	}
+	return err
 }
 
 // RefundRecord reads the idempotency record of a merchant's refund key.

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
@@ -685,4 +687,31 @@ func TestHoldRefusesADecidedRefund(t *testing.T) {
 	refunded, held := refundColumns(t, pay)
 	require.Equal(t, [2]int64{0, 0}, [2]int64{refunded, held}, "nothing held")
 	requireVerified(t)
+}
+
+// A refund's payment is checked before its key on every path: here a request under a key that a
+// concurrent request is committing (it waits for it, then finds the key taken) is for another
+// merchant's payment, which is not found, rather than the key's reuse.
+func TestBeginRefundRacedForAnotherMerchantsPayment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 100_000)
+	own := paid(t, mID, aID, 10_000)
+	otherM, otherA := fixture(t, 100_000)
+	theirs := paid(t, otherM, otherA, 10_000)
+
+	c, err := pgx.Connect(ctx, env.DatabaseURL)
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	tx, err := c.Begin(ctx) // the concurrent request for the merchant's own payment, committing
+	require.NoError(t, err)
+	req, err := payment.ParseRefundRequest([]byte(`{"amount":"1.00"}`))
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, dbsqlc.AcquireRefundKey, mID, "raced", req.Hash(own), payment.NewID(), "1m")
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() { _, _, _, err := beginRefund(t, mID, theirs, "raced", `{"amount":"1.00"}`); got <- err }()
+	time.Sleep(300 * time.Millisecond) // it waits for the concurrent request at the key
+	require.NoError(t, tx.Commit(ctx))
+	require.ErrorIs(t, <-got, payment.ErrNotFound)
 }
