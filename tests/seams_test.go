@@ -120,3 +120,32 @@ func TestReconcileCLIScope(t *testing.T) {
 	require.Equal(t, 2, code, "%s", out)
 	s.verify()
 }
+
+// kasa reconcile and kasa verify touch no secret, and docs/reconciliation.md runs them without
+// KASA_SECRET_KEY: they neither record a key as the deployment's (which would lock the API and
+// workers out) nor are refused for lacking the one recorded.
+func TestReconcileAndVerifyNeedNoSecretKey(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{})
+	day := time.Now().UTC().Format("2006-01-02")
+	var f strings.Builder
+	require.NoError(t, reconcile.Write(&f, nil, reconcile.Trailer{Day: reconcile.Day(day), AsOf: time.Now().UTC()}))
+	file := filepath.Join(s.dir, "settlement.csv")
+	require.NoError(t, os.WriteFile(file, []byte(f.String()), 0o644))
+	noKey := s.env("KASA_SECRET_KEY", "")
+
+	out, code := runKasa(t, s.dir, s.bin, noKey, "reconcile", "--json", file)
+	require.Equal(t, 0, code, "before any other process: %s", out)
+
+	s.startBanksim()
+	s.startWorker()
+	s.startAPI()
+	m := s.merchant() // the API seals its webhook secret under the deployment's key
+	require.NotEmpty(t, m.ID)
+
+	out, code = runKasa(t, s.dir, s.bin, noKey, "reconcile", "--json", file)
+	require.Equal(t, 0, code, "beside the API and the worker: %s", out)
+	out, code = runKasa(t, s.dir, s.bin, noKey, "verify")
+	require.Equal(t, 0, code, "%s", out)
+	s.merchant()
+}

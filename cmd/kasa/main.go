@@ -170,11 +170,14 @@ func migrateDatabase(ctx context.Context, cfg config.Config, key []byte) error {
 // not up before kasa) or not yet migrated to this build's schema: a long-running process comes
 // up when the database does, instead of exiting and leaving a supervisor to retry.
 // Configuration errors still end it at once.
-func waitStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*store.Store, error) {
+// keyed says the process seals or opens webhook secrets: its key must be the deployment's (the
+// first to ask records its own). One that touches no secret (kasa reconcile) neither records a
+// key nor needs one.
+func waitStore(ctx context.Context, cfg config.Config, log *slog.Logger, keyed bool) (*store.Store, error) {
 	return waitFor(ctx, log, 10*time.Second, func() (*store.Store, string, error) {
 		st, err := openStore(ctx, cfg, false)
 		if err == nil {
-			if err = st.CheckSchema(ctx); err == nil {
+			if err = st.CheckSchema(ctx); err == nil && keyed {
 				err = st.CheckSecretKey(ctx)
 			}
 			if err == nil {
@@ -225,13 +228,14 @@ const (
 	temporalOnce
 )
 
-// connect opens the store and a Temporal client, the two things api and worker share.
-func connect(ctx context.Context, cfg config.Config, log *slog.Logger, how temporalDial) (*store.Store, client.Client, error) {
+// connect opens the store and a Temporal client, the two things api and worker share (keyed:
+// see waitStore).
+func connect(ctx context.Context, cfg config.Config, log *slog.Logger, how temporalDial, keyed bool) (*store.Store, client.Client, error) {
 	// Settings that can never work fail before any wait.
 	if _, err := temporalOptions(cfg, log); err != nil {
 		return nil, nil, err
 	}
-	st, err := waitStore(ctx, cfg, log)
+	st, err := waitStore(ctx, cfg, log, keyed)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -390,7 +394,7 @@ func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := cfg.CheckAdminToken(); err != nil {
 		return err
 	}
-	st, tc, err := connect(ctx, cfg, log, temporalLazy)
+	st, tc, err := connect(ctx, cfg, log, temporalLazy, true)
 	if err != nil {
 		return stoppedOr(ctx, log, err)
 	}
@@ -420,7 +424,7 @@ func stoppedOr(ctx context.Context, log *slog.Logger, err error) error {
 }
 
 func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	st, tc, err := connect(ctx, cfg, log, temporalWait)
+	st, tc, err := connect(ctx, cfg, log, temporalWait, true)
 	if err != nil {
 		return stoppedOr(ctx, log, err)
 	}

@@ -120,7 +120,7 @@ func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 	if cfg.Secret.Key == "" {
 		cfg.Secret.Key = strings.Repeat("0", 64) // reconciliation never touches secrets
 	}
-	st, tc, err := connect(ctx, cfg, log, temporalOnce)
+	st, tc, err := connect(ctx, cfg, log, temporalOnce, false)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kasa reconcile: %v\n", err)
 		return exitError(3)

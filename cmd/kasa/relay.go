@@ -80,7 +80,7 @@ func startEvents(ctx context.Context, cfg config.Config, st *store.Store, reg pr
 
 // runRelay is `kasa relay`: the event pipeline on its own, with /metrics and /healthz.
 func runRelay(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	st, err := waitStore(ctx, cfg, log)
+	st, err := waitStore(ctx, cfg, log, true)
 	if err != nil {
 		return stoppedOr(ctx, log, err)
 	}
