@@ -233,6 +233,9 @@ func (d *Drainer) put(ctx context.Context, to func(context.Context, []uuid.UUID)
 // limited), or because this drainer is stopping: the payments wait in their queues.
 func refusedForNow(ctx context.Context, err error) bool {
 	var exhausted *serviceerror.ResourceExhausted
+	if ctx.Err() == nil && errors.Is(err, workflows.ErrEarlierRunOpen) {
+		return false // the payment's own wait, which may last days (an unknown earlier payment)
+	}
 	return ctx.Err() != nil || workflows.IsUnavailable(err) || errors.As(err, &exhausted)
 }
 

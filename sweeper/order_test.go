@@ -3,12 +3,13 @@ package sweeper_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 
@@ -143,8 +144,11 @@ func TestDrainerFailingStartsKeepTheQueue(t *testing.T) {
 type badStarter struct{ *cluster }
 
 func (b badStarter) StartPayment(ctx context.Context, key string, in workflows.PaymentInput) (string, error) {
-	if strings.HasPrefix(key, "bad-") && strings.HasSuffix(key, "-00") {
+	switch key {
+	case "bad-00":
 		return "", serviceerror.NewInvalidArgument("WorkflowId length exceeds limit")
+	case "open-00": // an expired key's earlier payment, parked unknown for days
+		return "", fmt.Errorf("%w: %w", workflows.ErrEarlierRunOpen, context.DeadlineExceeded)
 	}
 	return b.cluster.StartPayment(ctx, key, in)
 }
@@ -153,9 +157,10 @@ func (b badStarter) StartPayment(ctx context.Context, key string, in workflows.P
 // hold its merchant's later payments, nor the others': it leaves the queue for the sweeper, which
 // keeps trying it, and the queue goes on.
 func TestDrainerPassesOverAPaymentThatCannotStart(t *testing.T) {
-	a, b := orderMerchant(t, "bad-a"), orderMerchant(t, "bad-b")
+	a, b, o := orderMerchant(t, "bad-a"), orderMerchant(t, "bad-b"), orderMerchant(t, "bad-o")
 	aKeys := queue(t, a, "bad", 3)
 	bKeys := queue(t, b, "good", 8)
+	oKeys := queue(t, o, "open", 3)
 	c := newCluster(10 * time.Millisecond)
 	d := &sweeper.Drainer{Store: db, Starter: badStarter{c}, MaxRunning: 4, Lease: time.Minute}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -164,15 +169,20 @@ func TestDrainerPassesOverAPaymentThatCannotStart(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	require.Eventually(t, func() bool {
 		_, starts, _ := c.snapshot()
-		for _, k := range append(aKeys[1:], bKeys...) {
+		for _, k := range slices.Concat(aKeys[1:], bKeys, oKeys[1:]) {
 			if starts[k] == 0 {
 				return false
 			}
 		}
 		return true
 	}, 30*time.Second, 20*time.Millisecond, "every payment but the one that cannot start")
-	rec, err := db.Record(context.Background(), a.ID, aKeys[0])
-	require.NoError(t, err)
-	require.False(t, rec.Queued, "left to the sweeper")
-	require.False(t, rec.WorkflowStarted)
+	for _, k := range []struct {
+		m   uuid.UUID
+		key string
+	}{{a.ID, aKeys[0]}, {o.ID, oKeys[0]}} {
+		rec, err := db.Record(context.Background(), k.m, k.key)
+		require.NoError(t, err)
+		require.False(t, rec.Queued, "%s left to the sweeper", k.key)
+		require.False(t, rec.WorkflowStarted)
+	}
 }

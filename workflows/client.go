@@ -97,7 +97,7 @@ func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, wo
 	wctx, cancel := context.WithTimeout(ctx, earlierRunPatience)
 	defer cancel()
 	if werr := s.Client.GetWorkflow(wctx, opts.ID, "").Get(wctx, nil); wctx.Err() != nil {
-		return "", fmt.Errorf("the run of an earlier operation of this key is still open (%v): %w", werr, wctx.Err())
+		return "", fmt.Errorf("%w (%v): %w", ErrEarlierRunOpen, werr, wctx.Err())
 	}
 	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
 	run, err = s.Client.ExecuteWorkflow(ctx, opts, workflow, in)
@@ -106,6 +106,10 @@ func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, wo
 	}
 	return run.GetRunID(), nil
 }
+
+// ErrEarlierRunOpen: the key's earlier operation (its record expired) still runs, and a start of
+// the new one must wait until it has closed.
+var ErrEarlierRunOpen = errors.New("the run of an earlier operation of this key is still open")
 
 // runOperation reads the operation id of the latest run of workflowID from its input.
 func (s Starter) runOperation(ctx context.Context, workflowID string) (uuid.UUID, string, error) {
