@@ -39,26 +39,7 @@ func (s *stack) stop(keep bool) {
 	}
 }
 
-// startStack is startStackOnce, tried again when a port it chose free was taken by another
-// process before its child bound it: tests and runs beside it choose ports too.
-func startStack(ctx context.Context, cfg Config, temporal, topology string, pprof bool, extraEnv ...string) (*stack, error) {
-	return againIfPortTaken(3, func() (*stack, error) { return startStackOnce(ctx, cfg, temporal, topology, pprof, extraEnv...) })
-}
-
-// againIfPortTaken calls start until it succeeds, fails otherwise than on a port in use, or has
-// been called tries times.
-func againIfPortTaken[T any](tries int, start func() (T, error)) (T, error) {
-	for try := 1; ; try++ {
-		v, err := start()
-		if err == nil || try == tries || !strings.Contains(strings.ToLower(err.Error()), "address already in use") {
-			return v, err
-		}
-		line, _, _ := strings.Cut(err.Error(), "\n")
-		progress("a port was taken while starting (%s); starting again on other ports", line)
-	}
-}
-
-// startStackOnce starts this binary's `kasa dev` (topology cluster: `kasa cluster`, which needs
+// startStack starts this binary's `kasa dev` (topology cluster: `kasa cluster`, which needs
 // temporal "server") in a temporary data directory on free ports and waits
 // until it is ready. The child gets none of the user's KASA_* settings (it must not touch their
 // database or Temporal) but the Temporal CLI's path and what cfg passes on.
@@ -68,7 +49,7 @@ func againIfPortTaken[T any](tries int, start func() (T, error)) (T, error) {
 // counts statements and their WAL by database (pgstats.Settings).
 //
 // With pprof, the child serves Go's /debug/pprof/ on a free loopback port (never the API's).
-func startStackOnce(ctx context.Context, cfg Config, temporal, topology string, pprof bool, extraEnv ...string) (_ *stack, err error) {
+func startStack(ctx context.Context, cfg Config, temporal, topology string, pprof bool, extraEnv ...string) (_ *stack, err error) {
 	bin := cfg.Binary
 	if bin == "" {
 		if bin, err = os.Executable(); err != nil {
