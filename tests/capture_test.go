@@ -64,6 +64,28 @@ func (s *stack) authorize(m merchant, key, amount, deposit string) (paymentID, p
 	return paymentID, payer, r
 }
 
+// authorizeUnknown makes a manual payment of 25.00 from payer whose authorization's answer is
+// lost at the bank, and waits until it is unknown; it returns the payment's id.
+func (s *stack) authorizeUnknown(m merchant, key, payer string) string {
+	s.t.Helper()
+	s.setFaults(`{"rules":[{"on":"authorize","action":"drop_response","count":1}]}`)
+	r := s.pay(m, key, manualBody("inv-"+key, "25.00", payer))
+	require.Equal(s.t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.Eventually(s.t, func() bool { return paymentByKey(s.t, m, key).Status == payment.StatusUnknown },
+		20*time.Second, 50*time.Millisecond)
+	return r.json(s.t)["id"].(string)
+}
+
+// requireOnlyMismatch requires an import's report to settle nothing and list one mismatch, of kind.
+func requireOnlyMismatch(t *testing.T, answer response, kind string) {
+	t.Helper()
+	rep, ok := decodeReport(t, answer)
+	require.False(t, ok, "%+v", rep)
+	require.Empty(t, rep.Resolved, "%+v", rep)
+	require.Len(t, rep.Mismatches, 1, "%+v", rep)
+	require.Equal(t, kind, rep.Mismatches[0].Kind, "%+v", rep)
+}
+
 // A manual payment's authorization answers as a payment's charge does: 402 failed when the bank
 // declines it (nothing held), 202 unknown when its answer is lost at a bank that cannot be asked
 // (the hold kept); neither takes a capture or a cancel.
@@ -80,14 +102,8 @@ func TestManualAuthorizationDeclinedOrUnknown(t *testing.T) {
 	require.Zero(t, reserved(t, payer), "a declined authorization holds nothing")
 
 	payer2 := s.newAccount(m, "TRY", "100.00")
-	s.setFaults(`{"rules":[{"on":"authorize","action":"drop_response","count":1}]}`)
-	r = s.pay(m, "auth-lost", manualBody("inv-lost", "25.00", payer2))
-	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
-	var lost map[string]any
-	require.Eventually(t, func() bool {
-		lost = s.do("GET", "/v1/payments/"+r.json(t)["id"].(string), m.APIKey, "").json(t)
-		return lost["status"] == "unknown"
-	}, 20*time.Second, 50*time.Millisecond)
+	lost := s.do("GET", "/v1/payments/"+s.authorizeUnknown(m, "auth-lost", payer2), m.APIKey, "").json(t)
+	require.Equal(t, "unknown", lost["status"])
 	require.Equal(t, int64(2500), reserved(t, payer2), "an unknown authorization keeps its hold")
 	require.Equal(t, 1, s.held(lost["id"].(string)).Count, "authorized once at the bank")
 
@@ -110,20 +126,11 @@ func TestManualUnknownAuthorizationListedAsCaptured(t *testing.T) {
 	s := newStack(t, workflows.CapabilityNone)
 	m := s.newMerchant()
 	payer := s.newAccount(m, "TRY", "100.00")
-	s.setFaults(`{"rules":[{"on":"authorize","action":"drop_response","count":1}]}`)
-	r := s.pay(m, "auth-listed", manualBody("inv-listed", "25.00", payer))
-	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
-	id := r.json(t)["id"].(string)
-	require.Eventually(t, func() bool { return paymentByKey(t, m, "auth-listed").Status == payment.StatusUnknown },
-		20*time.Second, 50*time.Millisecond)
+	id := s.authorizeUnknown(m, "auth-listed", payer)
 
 	file := "settlement_date,provider_charge_id,reference,amount,currency,status,type\n" +
 		today() + ",cp_listed," + id + ",25.00,TRY,settled,capture\n"
-	rep, ok := decodeReport(t, s.importSettlements(m, file))
-	require.False(t, ok, "%+v", rep)
-	require.Empty(t, rep.Resolved, "%+v", rep)
-	require.Len(t, rep.Mismatches, 1, "%+v", rep)
-	require.Equal(t, reconcile.KindAmountDiffers, rep.Mismatches[0].Kind, "%+v", rep)
+	requireOnlyMismatch(t, s.importSettlements(m, file), reconcile.KindAmountDiffers)
 	require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "auth-listed").Status)
 	require.Equal(t, int64(2500), reserved(t, payer), "the hold kept")
 	require.Zero(t, s.held(id).CapturedMinor)
@@ -460,12 +467,9 @@ func TestManualUnknownCaptureSettledByFile(t *testing.T) {
 			file, line := s.settlementFile(today()), paymentID+",25.00,TRY,settled,capture"
 			require.Contains(t, file, line)
 			file = strings.Replace(file, line, paymentID+","+tc.listed+",TRY,settled,capture", 1)
-			rep, ok := decodeReport(t, s.importSettlements(m, file))
+			answer := s.importSettlements(m, file)
 			if !tc.settled {
-				require.False(t, ok, "%+v", rep)
-				require.Empty(t, rep.Resolved, "%+v", rep)
-				require.Len(t, rep.Mismatches, 1, "%+v", rep)
-				require.Equal(t, reconcile.KindAmountDiffers, rep.Mismatches[0].Kind, "%+v", rep)
+				requireOnlyMismatch(t, answer, reconcile.KindAmountDiffers)
 				p := paymentByKey(t, m, "auth-file")
 				require.Equal(t, payment.StatusUnknown, p.Status)
 				require.Zero(t, p.CapturedMinor)
@@ -473,6 +477,7 @@ func TestManualUnknownCaptureSettledByFile(t *testing.T) {
 				require.Equal(t, int64(7000), reserved(t, payer), "the whole hold kept")
 				return
 			}
+			rep, ok := decodeReport(t, answer)
 			require.True(t, ok, "%+v", rep)
 			require.Len(t, rep.Resolved, 1, "%+v", rep)
 			require.Empty(t, rep.Mismatches)
