@@ -471,8 +471,8 @@ func (a *Activities) InquireVoid(ctx context.Context, operationID uuid.UUID) (wo
 
 // inquireState finds the payment's authorization at the bank: in state want it succeeded, still
 // authorized it is not found (the call may be sent), in any other state it declined. A void
-// finding the authorization captured is ambiguous: the bank took the money, so the hold must
-// stay for an operator, where a decline would release it.
+// finding the authorization captured is ErrTypeCapturedAtBank: the bank took the money, so the
+// hold must stay for an operator, where a decline would release it.
 func (a *Activities) inquireState(ctx context.Context, operationID uuid.UUID, want string) (workflows.ChargeResult, error) {
 	au, err := a.Provider.InquireAuthorization(ctx, operationID.String())
 	switch {
@@ -484,7 +484,7 @@ func (a *Activities) inquireState(ctx context.Context, operationID uuid.UUID, wa
 		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError("the authorization is still open", workflows.ErrTypeNotFound, nil)
 	case want == provider.StateVoided && au.State == provider.StateCaptured:
 		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError(
-			"the bank captured the authorization "+au.ID+" that kasa is voiding", workflows.ErrTypeAmbiguous, nil)
+			"the bank captured the authorization "+au.ID+" that kasa is voiding", workflows.ErrTypeCapturedAtBank, nil, au.ID)
 	}
 	return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError("the authorization is "+au.State, workflows.ErrTypeDeclined, nil, au.ID)
 }

@@ -399,7 +399,7 @@ func TestInquiriesReadTheAuthorizationsState(t *testing.T) {
 		{provider.StateExpired, (*activities.Activities).InquireVoid, "void of an expired hold", true, ""},
 		{provider.StateAuthorized, (*activities.Activities).InquireVoid, "void not yet made", false, workflows.ErrTypeNotFound},
 		{provider.StateDeclined, (*activities.Activities).InquireVoid, "void of a declined authorization", false, workflows.ErrTypeDeclined},
-		{provider.StateCaptured, (*activities.Activities).InquireVoid, "void of a captured authorization", false, workflows.ErrTypeAmbiguous},
+		{provider.StateCaptured, (*activities.Activities).InquireVoid, "void of a captured authorization", false, workflows.ErrTypeCapturedAtBank},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

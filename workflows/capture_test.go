@@ -143,26 +143,44 @@ func TestManualPaymentAmbiguousVoid(t *testing.T) {
 	h.env.AssertNumberOfCalls(t, workflows.ActivityAuthorize, 1)
 }
 
-// A void whose inquiry finds the authorization captured (the bank took the money) is unknown:
-// the hold stays until a settlement, never released as if the void had been declined.
+// A void whose inquiry finds the authorization captured (the bank took the money) is unknown,
+// flagged for an operator: a not_charged settlement cannot overrule the bank's answer, a charged
+// one must name what was captured, and the one that does posts that capture. The hold is never
+// released as if the void had been done.
 func TestManualPaymentVoidFindingACaptureKeepsTheHold(t *testing.T) {
 	h := newHarness(t)
 	h.authorizes()
 	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
 	h.on(workflows.ActivityInquireVoid).Return(workflows.ChargeResult{},
-		temporal.NewNonRetryableApplicationError("the bank captured the authorization", workflows.ErrTypeAmbiguous, nil))
+		temporal.NewNonRetryableApplicationError("the bank captured the authorization", workflows.ErrTypeCapturedAtBank, nil))
 	h.on(workflows.ActivityMarkUnknown).Return(nil).Once()
-	h.on(workflows.ActivityCanceled).Return(nil).Once()
+	h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
+		workflows.CapturedInput{OperationID: opID, AmountMinor: 7_000, ProviderReference: authRef}).Return(nil).Once()
+	var reasons []string
+	h.on(workflows.ActivityFlagStuck).Run(func(args mock.Arguments) {
+		reasons = append(reasons, args.Get(1).(workflows.FlagInput).Reason)
+	}).Return(nil)
 	answers := map[string]string{}
 	h.commandAt(time.Minute, workflows.UpdateCancel, "x1", workflows.Command{}, answers)
 	h.expectWaitingAt(2 * time.Hour)
 	h.updateAt(3*time.Hour, "released", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
+	h.updateAt(4*time.Hour, "no amount", workflows.Settlement{Outcome: workflows.OutcomeCharged}, answers)
+	h.updateAt(5*time.Hour, "too much", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 12_346}, answers)
+	h.updateAt(6*time.Hour, "captured", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 7_000}, answers)
 
 	res := h.run(manualInput(h, workflows.CapabilityInquiry))
-	require.Equal(t, string(payment.StatusCanceled), res.Status)
+	require.Equal(t, statusSucceeded, res.Status)
 	require.Equal(t, statusUnknown, answers["x1"])
-	require.Len(t, h.offsets(workflows.ActivityCanceled), 1)
-	require.GreaterOrEqual(t, h.offsets(workflows.ActivityCanceled)[0], 3*time.Hour, "the hold was released before the settlement")
+	require.Contains(t, answers["released"], "rejected")
+	require.Contains(t, answers["released"], "captured")
+	require.Contains(t, answers["no amount"], "rejected")
+	require.Contains(t, answers["too much"], "rejected")
+	require.Equal(t, statusSucceeded, answers["captured"])
+	require.Zero(t, h.calls(workflows.ActivityCanceled), "the hold is never released")
+	h.env.AssertNumberOfCalls(t, workflows.ActivityCaptured, 1)
+	require.Len(t, reasons, 2, "flagged, then cleared by the settlement")
+	require.Contains(t, reasons[0], authRef)
+	require.Empty(t, reasons[1])
 	h.env.AssertNumberOfCalls(t, workflows.ActivityVoidAuthorization, 1)
 }
 

@@ -80,6 +80,9 @@ const (
 	// ErrTypeSettlementAmount: a settlement listing another amount than the one kasa asked the
 	// bank to move was refused.
 	ErrTypeSettlementAmount = "SettlementAmountDiffers"
+	// ErrTypeCapturedAtBank: an inquiry found captured the authorization kasa is voiding, a
+	// definite answer that the money moved (details: the authorization's id at the bank).
+	ErrTypeCapturedAtBank = "AuthorizationCaptured"
 )
 
 // Search attributes on every payment workflow; operators filter PaymentStatus="unknown".

@@ -214,7 +214,7 @@ func (w *opRun) outcome(ctx workflow.Context, res ChargeResult, err error) (Paym
 		return w.fail(ctx, payment.FailureDeclined)
 	default:
 		workflow.GetLogger(ctx).Warn(w.op.noun+" outcome unknown; parking for reconciliation", "error", err)
-		return w.parkUnknown(ctx)
+		return w.parkUnknown(ctx, err)
 	}
 }
 
@@ -230,6 +230,9 @@ type opRun struct {
 	// conflict, when set, is why a not_charged settlement was set aside: the bank's inquiry
 	// found the operation done. Until an operator's retry, not_charged settlements are refused.
 	conflict string
+	// captured: the bank captured the authorization this void phase is letting go (holdCaptured),
+	// so a charged settlement naming the amount captured is taken.
+	captured bool
 
 	// A manual payment's: the merchant's capture or cancel, once accepted, and whether this run
 	// recorded the authorization.
@@ -353,11 +356,16 @@ func (w *opRun) inquire(ctx workflow.Context) (ChargeResult, error) {
 // parkUnknown keeps the reservation and waits for a settlement (signal or update) and, with
 // inquiry, keeps asking the provider on a growing timer. It never treats the payment as failed
 // by itself.
-func (w *opRun) parkUnknown(ctx workflow.Context) (PaymentResult, error) {
+func (w *opRun) parkUnknown(ctx workflow.Context, cause error) (PaymentResult, error) {
 	if err := w.step(ctx, w.op.markUnknown, w.in.OperationID); err != nil {
 		return PaymentResult{}, err
 	}
 	w.setStatus(ctx, payment.StatusUnknown)
+	if hasType(cause, ErrTypeCapturedAtBank) {
+		if err := w.holdCaptured(ctx, cause); err != nil {
+			return PaymentResult{}, err
+		}
+	}
 	return w.waitSettlement(ctx, inquiryDelay)
 }
 
@@ -382,6 +390,10 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			return PaymentResult{}, err
 		}
 		if s := w.pending; s != nil {
+			if s.Outcome == OutcomeCharged && w.in.Step.Phase == PhaseVoid { // the bank captured it (holdCaptured)
+				st := w.in.Step
+				w.enter(Step{Phase: PhaseCapture, AuthorizationRef: st.AuthorizationRef, AmountMinor: s.AmountMinor, CommandID: st.CommandID})
+			}
 			if s.Outcome == OutcomeCharged {
 				return w.finalize(ctx, s.ProviderReference)
 			}
@@ -392,7 +404,14 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 		case w.pending != nil && w.pending.Outcome == OutcomeNotCharged && err == nil && res.Succeeded && w.in.Revision >= 2:
 			// The bank's definite answer is never overruled by a file's: keep the hold, and
 			// tell an operator.
-			if err := w.holdConflict(ctx, res.ProviderReference); err != nil {
+			reason := fmt.Sprintf("a not_charged settlement contradicts the bank, whose inquiry found the %s done (%s): "+
+				"the hold is kept; settle it as charged, or signal retry once the bank's record is corrected", w.op.noun, res.ProviderReference)
+			if err := w.holdConflict(ctx, reason); err != nil {
+				return PaymentResult{}, err
+			}
+			continue
+		case hasType(err, ErrTypeCapturedAtBank):
+			if err := w.holdCaptured(ctx, err); err != nil {
 				return PaymentResult{}, err
 			}
 			continue
@@ -407,12 +426,20 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 	}
 }
 
-// holdConflict sets aside a not_charged settlement that met an inquiry finding the operation
-// done at the bank (as ref): the payment stays unknown, its hold kept, flagged stuck with both
+// holdCaptured keeps the hold of a manual payment whose authorization the bank captured while
+// kasa was voiding it (cause): only a charged settlement naming what was captured ends it.
+func (w *opRun) holdCaptured(ctx workflow.Context, cause error) error {
+	w.captured = true
+	defer func() { w.captured = false }()
+	return w.holdConflict(ctx, fmt.Sprintf("the bank captured the authorization %s that kasa was voiding (%v): the hold is kept; "+
+		"settle it as charged with the amount captured, or signal retry once the bank's record is corrected", w.in.Step.AuthorizationRef, cause))
+}
+
+// holdConflict sets aside a not_charged settlement (if any) when the bank's own answer says the
+// operation was done (reason): the payment stays unknown, its hold kept, flagged stuck with both
 // answers, until an operator signals retry (the inquiries resume) or settles it as charged.
-func (w *opRun) holdConflict(ctx workflow.Context, ref string) error {
-	w.conflict = fmt.Sprintf("a not_charged settlement contradicts the bank, whose inquiry found the %s done (%s): "+
-		"the hold is kept; settle it as charged, or signal retry once the bank's record is corrected", w.op.noun, ref)
+func (w *opRun) holdConflict(ctx workflow.Context, reason string) error {
+	w.conflict = reason
 	w.pending = nil
 	w.detail(ctx, "%s", w.conflict)
 	workflow.GetLogger(ctx).Error(w.op.noun+" settlement conflict", "reason", w.conflict)
@@ -461,6 +488,11 @@ func (w *opRun) checkSettlement(s Settlement) error {
 		return fmt.Errorf("%s is already being settled as %s", w.op.noun, w.pending.Outcome)
 	case w.conflict != "" && s.Outcome == OutcomeNotCharged:
 		return errors.New(w.conflict)
+	case w.in.CaptureManual && w.in.Step.Phase == PhaseVoid && s.Outcome == OutcomeCharged && w.captured:
+		if s.AmountMinor <= 0 || s.AmountMinor > w.in.AmountMinor {
+			return temporal.NewApplicationError(fmt.Sprintf("the bank captured the authorization kasa was voiding: a charged settlement "+
+				"must name the amount captured, at most the %d (minor units) authorized; it names %d", w.in.AmountMinor, s.AmountMinor), ErrTypeSettlementAmount)
+		}
 	case w.in.CaptureManual && w.in.Step.Phase == PhaseVoid && s.Outcome == OutcomeCharged:
 		return errors.New("the payment's authorization was being voided, never captured: only not_charged settles it")
 	case w.in.CaptureManual && s.Outcome == OutcomeCharged && s.AmountMinor != 0 && s.AmountMinor != w.capturing():
