@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +30,12 @@ type Backlog interface {
 	SaveBacklogState(ctx context.Context, b store.BacklogState) error
 }
 
+// RunStarter starts queued payments' workflows, and tells whether a payment's run has closed.
+type RunStarter interface {
+	StartPayment(ctx context.Context, key string, in workflows.PaymentInput) (runID string, err error)
+	PaymentRunClosed(ctx context.Context, merchantID uuid.UUID, key string) (bool, error)
+}
+
 // Drainer starts the payments the API queued while workflows could not start as fast as they
 // arrived (docs/operations.md, "Payday"). One drainer leads at a time, whichever process takes
 // the lead first; the others stand by. It keeps at most MaxRunning of the payments it started
@@ -35,7 +43,7 @@ type Backlog interface {
 // merchants in turn, each merchant's in arrival order.
 type Drainer struct {
 	Store      Backlog
-	Starter    Starter
+	Starter    RunStarter
 	MaxRunning int           // payments started and still processing; default 64
 	Lease      time.Duration // a claimed payment's lease; default 30s
 	Logger     *slog.Logger
@@ -103,10 +111,10 @@ func (d *Drainer) defaults() {
 // lead drains while it holds the lead and ctx lasts.
 func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 	var (
-		running   []uuid.UUID // payments this drainer started, processing when last read
-		after     uuid.UUID   // the merchant whose turn was last
-		merchants = 1         // how many merchants had queued payments at the last claim
-		starts    []time.Time // within drainWindow
+		running   = map[uuid.UUID]*slot{} // payments this drainer started, processing when last read
+		after     uuid.UUID               // the merchant whose turn was last
+		merchants = 1                     // how many merchants had queued payments at the last claim
+		starts    []time.Time             // within drainWindow
 		saved     time.Time
 	)
 	for ctx.Err() == nil {
@@ -120,11 +128,13 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 			d.saveState(ctx, drainRate(starts, now))
 			saved = now
 		}
-		var err error
-		if running, err = d.Store.StillProcessing(ctx, running); err != nil {
+		still, err := d.Store.StillProcessing(ctx, slices.Collect(maps.Keys(running)))
+		if err != nil {
 			d.pause(ctx, "read running payments", err)
 			continue
 		}
+		maps.DeleteFunc(running, func(id uuid.UUID, _ *slot) bool { return !slices.Contains(still, id) })
+		d.leaveClosed(ctx, running)
 		free := d.MaxRunning - len(running)
 		claimed := 0
 		if free > 0 {
@@ -150,9 +160,11 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 				merchants = max(1, len(queues))
 			}
 			ok, failed := d.start(ctx, queues)
-			running = append(running, ok...)
-			for range ok {
-				starts = append(starts, time.Now())
+			for _, p := range ok {
+				if running[p.ID] == nil { // claimed again after its lease: its start was a no-op
+					running[p.ID] = &slot{p: p, check: time.Now().Add(d.Lease)}
+					starts = append(starts, time.Now())
+				}
 			}
 			if failed {
 				// Temporal refuses starts: the payments wait in their queues, and the next
@@ -180,7 +192,7 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 // goes on: one payment never holds its merchant up. A started one is not marked so: its
 // workflow's first step takes it off the queue, and should the lease run out before, the next
 // claim's start finds the run and starts nothing.
-func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (started []uuid.UUID, failed bool) {
+func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (started []payment.Payment, failed bool) {
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -208,13 +220,45 @@ func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (starte
 				}
 				d.started.Inc()
 				mu.Lock()
-				started = append(started, p.ID)
+				started = append(started, p)
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	return started, failed
+}
+
+// slot is a payment this drainer started, holding one of MaxRunning while it processes.
+type slot struct {
+	p     payment.Payment
+	check time.Time // when to read whether its run has closed
+}
+
+// leaveClosed frees the slots of payments whose runs closed while they were still processing (an
+// operator terminated one before its first step, say), asking a lease after the start and every
+// lease after that. One still queued goes to the sweeper, which marks it started for the
+// operators' stuck list: left queued, it would be claimed again every lease.
+func (d *Drainer) leaveClosed(ctx context.Context, running map[uuid.UUID]*slot) {
+	now := time.Now()
+	for id, s := range running {
+		if now.Before(s.check) {
+			continue
+		}
+		s.check = now.Add(d.Lease)
+		closed, err := d.Starter.PaymentRunClosed(ctx, s.p.MerchantID, s.p.IdempotencyKey)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.Logger.Warn("backlog drainer: read a payment's run", "operation_id", id, "error", err)
+			}
+			continue
+		}
+		if closed {
+			d.Logger.Warn("backlog drainer: a payment's run closed while it was processing; leaving it to the sweeper", "operation_id", id)
+			d.put(ctx, d.Store.Unqueue, []payment.Payment{s.p}, "leave a payment whose run closed to the sweeper")
+			delete(running, id)
+		}
+	}
 }
 
 // put hands payments back, to their queue or to the sweeper; should that fail, their leases run

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,6 +46,9 @@ func (s *orderStarter) StartPayment(_ context.Context, key string, in workflows.
 	}
 	_ = db.WorkflowStarted(context.Background(), in.OperationID)
 	return "run", nil
+}
+func (s *orderStarter) PaymentRunClosed(context.Context, uuid.UUID, string) (bool, error) {
+	return false, nil
 }
 func (s *orderStarter) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
 	return "", errors.New("no refunds")
@@ -108,6 +112,9 @@ type downStarter struct{}
 
 func (downStarter) StartPayment(context.Context, string, workflows.PaymentInput) (string, error) {
 	return "", serviceerror.NewUnavailable("temporal: unavailable")
+}
+func (downStarter) PaymentRunClosed(context.Context, uuid.UUID, string) (bool, error) {
+	return false, serviceerror.NewUnavailable("temporal: unavailable")
 }
 func (downStarter) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
 	return "", errors.New("temporal: unavailable")
@@ -185,4 +192,53 @@ func TestDrainerPassesOverAPaymentThatCannotStart(t *testing.T) {
 		require.False(t, rec.Queued, "%s left to the sweeper", k.key)
 		require.False(t, rec.WorkflowStarted)
 	}
+}
+
+// deadStarter is a cluster on which the runs of the keys ending in -00 close before their first
+// step (an operator terminated them, say): those payments stay processing, and queued.
+type deadStarter struct{ *cluster }
+
+func (d deadStarter) StartPayment(ctx context.Context, key string, in workflows.PaymentInput) (string, error) {
+	if strings.HasSuffix(key, "-00") {
+		d.mu.Lock()
+		d.starts[key]++
+		d.mu.Unlock()
+		return "run", nil
+	}
+	return d.cluster.StartPayment(ctx, key, in)
+}
+
+func (d deadStarter) PaymentRunClosed(_ context.Context, _ uuid.UUID, key string) (bool, error) {
+	return strings.HasSuffix(key, "-00"), nil
+}
+
+// A payment whose run closed before its first step stays processing and queued. It must not hold
+// a drainer slot for good, nor come back every lease: it is left to the sweeper (which marks it
+// started, for the operators' stuck list), and the rest of the backlog drains.
+func TestDrainerLeavesAPaymentWhoseRunClosedToTheSweeper(t *testing.T) {
+	a, b := orderMerchant(t, "dead-a"), orderMerchant(t, "dead-b")
+	aKeys := queue(t, a, "dead", 4)
+	bKeys := queue(t, b, "alive", 4)
+	c := newCluster(10 * time.Millisecond)
+	d := &sweeper.Drainer{Store: db, Starter: deadStarter{c}, MaxRunning: 1, Lease: 300 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool {
+		_, starts, _ := c.snapshot()
+		for _, k := range slices.Concat(aKeys[1:], bKeys) {
+			if starts[k] == 0 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 20*time.Millisecond, "every payment but the one whose run closed")
+	require.Eventually(t, func() bool {
+		rec, err := db.Record(context.Background(), a.ID, aKeys[0])
+		return err == nil && !rec.Queued && !rec.WorkflowStarted
+	}, 5*time.Second, 20*time.Millisecond, "left to the sweeper")
+	time.Sleep(time.Second) // three leases more
+	_, starts, _ := c.snapshot()
+	require.LessOrEqual(t, starts[aKeys[0]], 2, "not claimed again every lease")
 }

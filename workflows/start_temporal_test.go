@@ -61,3 +61,26 @@ func TestStartWaitsForAnEarlierOperationsOpenRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, run, again, "a retried start of the later operation finds its run")
 }
+
+// PaymentRunClosed reads the payment's latest run: open while it runs (no worker polls its queue
+// here), closed once terminated, and closed when there is none.
+func TestPaymentRunClosed(t *testing.T) {
+	ctx := context.Background()
+	c := devTemporal(t)
+	starter := workflows.Starter{Client: c, TaskQueue: "closed-" + uuid.NewString()}
+	merchant := uuid.New()
+	in := workflows.InputFor(payment.Payment{ID: payment.NewID(), MerchantID: merchant, AmountMinor: 1_000, Currency: "TRY"})
+	_, err := starter.StartPayment(ctx, "k", in)
+	require.NoError(t, err)
+
+	closed, err := starter.PaymentRunClosed(ctx, merchant, "k")
+	require.NoError(t, err)
+	require.False(t, closed, "started, not yet run")
+	require.NoError(t, c.TerminateWorkflow(ctx, workflows.PaymentWorkflowID(merchant, "k"), "", "test: an operator's terminate"))
+	closed, err = starter.PaymentRunClosed(ctx, merchant, "k")
+	require.NoError(t, err)
+	require.True(t, closed, "terminated")
+	closed, err = starter.PaymentRunClosed(ctx, merchant, "never-started")
+	require.NoError(t, err)
+	require.True(t, closed, "no run at all")
+}
