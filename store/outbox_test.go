@@ -354,6 +354,34 @@ func TestClaimDeliveriesKeepsPaymentOrder(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// A payment's later event waits while an earlier one is retried; its own retry window starts at
+// its first attempt, not when it was created: the wait must not use it up.
+func TestDeliveryRetryWindowStartsAtItsFirstAttempt(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	settle(t, mID, aID, true)
+	accepted(t)
+	got := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, got, 1)
+	require.Equal(t, "payment.unknown", got[0].EventType)
+	_, _, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: 1, StartedAt: time.Now(),
+		StatusCode: 500, Error: "HTTP 500", RetryIn: 0, RetryFor: time.Hour})
+	require.NoError(t, err)
+	time.Sleep(1200 * time.Millisecond) // the later event waits longer than its window below
+	got = claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, got, 1)
+	_, _, _, err = db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: 2, StartedAt: time.Now(), StatusCode: 200, Delivered: true})
+	require.NoError(t, err)
+
+	got = claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, got, 1)
+	require.Equal(t, "payment.succeeded", got[0].EventType)
+	status, _, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: 1, StartedAt: time.Now(),
+		StatusCode: 503, Error: "HTTP 503", RetryIn: 10 * time.Millisecond, RetryFor: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryPending, status, "retried within its own window")
+}
+
 func TestDeliveryGivesUpAndRedelivers(t *testing.T) {
 	ctx := context.Background()
 	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")

@@ -3,8 +3,9 @@
 --
 -- Claim due deliveries: at most $2 in flight per merchant (counting other senders' live
 -- leases), the earliest pending event of each aggregate only, then lease them ($3 seconds)
--- and count the attempt. The attempt number is the fencing token of the result. A webhook secret
--- rotated less than its overlap ago comes with the previous one: both sign.
+-- and count the attempt (the first one starts the retry window). The attempt number is the
+-- fencing token of the result. A webhook secret rotated less than its overlap ago comes with the
+-- previous one: both sign.
 --
 -- The claim walks the due index in (next_attempt_at, id) order from after ($5, $6), one row at a
 -- time (each step a probe of the index for the next row, which no statistics can turn into a
@@ -61,7 +62,10 @@ WITH RECURSIVE walk AS (
     -- The merchant's secrets per row (a probe of its primary key each), not a join that may read
     -- every merchant.
     UPDATE webhook_deliveries d
-    SET claimed_until = now() + $3::float8 * interval '1 second', attempts = d.attempts + 1, updated_at = now()
+    SET claimed_until = now() + $3::float8 * interval '1 second', attempts = d.attempts + 1, updated_at = now(),
+        -- The retry window starts at the first attempt: waiting behind an earlier event of its
+        -- payment does not use it up.
+        retry_since = CASE WHEN d.attempts = 0 THEN now() ELSE d.retry_since END
     WHERE d.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING d.id, d.merchant_id, d.aggregate_id, d.event_type, d.url, d.body, d.attempts,
         (SELECT m.webhook_secret_enc FROM merchants m WHERE m.id = d.merchant_id) AS secret,
