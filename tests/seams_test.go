@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/reconcile"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // Deployed as docs/deployment.md says: the bank and the workers at capability none, the API left
@@ -148,4 +149,29 @@ func TestReconcileAndVerifyNeedNoSecretKey(t *testing.T) {
 	out, code = runKasa(t, s.dir, s.bin, noKey, "verify")
 	require.Equal(t, 0, code, "%s", out)
 	s.merchant()
+}
+
+// kasa dev pointed at a deployment's database and Temporal (KASA_DATABASE_URL,
+// KASA_TEMPORAL_ADDRESS) joins its task queue like any worker: configured otherwise than the
+// deployment's live worker, it exits at start naming both settings, and never polls.
+func TestDevBesideADeploymentClaimsItsMoneySettings(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{capability: "none"})
+	s.startBanksim()
+	s.startWorker()
+	s.startAPI() // ready once the worker polls, after it claimed its settings
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.bin, "dev")
+	cmd.Dir = s.dir
+	cmd.Env = s.env("KASA_PROVIDER_CAPABILITY", "idempotent", "KASA_DATA_DIR", filepath.Join(s.dir, "dev"),
+		"KASA_API_ADDR", testkit.FreeAddr(t), "KASA_BANKSIM_ADDR", testkit.FreeAddr(t))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, ctx.Err(), "kasa dev ran beside a worker configured otherwise:\n%s", out)
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	require.NotZero(t, exit.ExitCode())
+	require.Contains(t, string(out), "runs with capability none", "%s", out)
+	require.Contains(t, string(out), "configured with capability idempotent", "%s", out)
 }

@@ -106,6 +106,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}()
 
+	joined := cfg.Database.URL != "" // a deployment's database, whose workers may be running
 	if cfg.Database.URL == "" {
 		port := cfg.Postgres.Port
 		if port == 0 {
@@ -165,11 +166,18 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := migrateSearchAttributes(ctx, cfg, log); err != nil {
 		return err
 	}
+	// Pointed at a deployment's database, kasa dev joins its workers, and never with other money
+	// settings than the live ones. On a database of its own it is the only worker, and a restart
+	// with other settings must not wait for its own last report to age.
+	if joined {
+		if err := st.ClaimWorkerPolicy(ctx, cfg.Temporal.TaskQueue, workerPolicy(cfg), policyLive); err != nil && claimPolicy {
+			return err
+		}
+	}
 	w := worker.New(tc, cfg.Temporal.TaskQueue, newActivities(cfg, st))
 	if err := w.Start(); err != nil {
 		return err
 	}
-	// Reported for imports' booking window, not checked: kasa dev is the only worker of its data.
 	cleanup = append(cleanup, w.Stop, startPolicyReport(ctx, cfg, st, log))
 
 	// One registry: the API's /metrics shows the relay's and the webhooks' figures too, on the
