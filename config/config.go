@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -200,6 +203,7 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("metrics.addr", "")
 	v.SetDefault("banksim.addr", "127.0.0.1:8090")
 	v.SetDefault("admin.token", "")
+	v.SetDefault("admin.token_previous", "")
 	v.SetDefault("provider.capability", "idempotent")
 	v.SetDefault("provider.url", "")
 	v.SetDefault("provider.timeout", "5s")
@@ -280,14 +284,19 @@ func Load() (Config, error) {
 		}
 	}
 	var c Config
-	if err := v.Unmarshal(&c); err != nil {
+	// A key kasa does not know (a misspelling in the file) is refused, never left at its default.
+	strict := func(dc *mapstructure.DecoderConfig) {
+		dc.ErrorUnused = true
+		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(durationWithUnit, dc.DecodeHook)
+	}
+	if err := v.Unmarshal(&c, strict); err != nil {
 		return Config{}, fmt.Errorf("parse config: %w", err)
 	}
 	if c.Provider.URL == "" {
 		c.Provider.URL = "http://" + c.Banksim.Addr
 	}
 	// An empty variable reads as unset (its default), so a listener is turned off by name.
-	for _, addr := range []*string{&c.Worker.MetricsAddr, &c.Relay.MetricsAddr} {
+	for _, addr := range []*string{&c.Worker.MetricsAddr, &c.Relay.MetricsAddr, &c.Debug.PprofAddr} {
 		if *addr == MetricsOff {
 			*addr = ""
 		}
@@ -295,9 +304,24 @@ func Load() (Config, error) {
 	return c, c.Validate()
 }
 
+// durationWithUnit refuses a bare number for a duration: a YAML number would otherwise be read as
+// nanoseconds (a booking window of 30 ns).
+func durationWithUnit(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[time.Duration]() || from.Kind() == reflect.String {
+		return data, nil
+	}
+	return nil, fmt.Errorf("a duration needs its unit (30s, 5m, 72h), got %v", data)
+}
+
+// LogLevels are the values of log.level.
+var LogLevels = []string{"debug", "info", "warn", "error"}
+
 // Validate reports every setting that cannot work.
 func (c Config) Validate() error {
 	var errs []error
+	if !slices.Contains(LogLevels, strings.ToLower(c.Log.Level)) {
+		errs = append(errs, fmt.Errorf("log.level (KASA_LOG_LEVEL) must be one of %v, got %q", LogLevels, c.Log.Level))
+	}
 	ok := false
 	for _, cap := range Capabilities {
 		ok = ok || c.Provider.Capability == cap
@@ -451,7 +475,8 @@ func (c Config) validateEdge() []error {
 // hostName is a DNS name as KASA_WEBHOOK_OWN_HOSTS takes it.
 var hostName = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\.?$`)
 
-// MetricsOff, as worker.metrics_addr or relay.metrics_addr, serves no /metrics.
+// MetricsOff, as worker.metrics_addr or relay.metrics_addr, serves no /metrics; as
+// debug.pprof_addr, no /debug/pprof/.
 const MetricsOff = "off"
 
 // MetricsOnAPI, as metrics.addr, serves the API's /metrics on api.addr beside the merchants'

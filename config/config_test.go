@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -255,4 +256,81 @@ func TestIdempotencyRetention(t *testing.T) {
 			require.Equal(t, tc.want, c.Idempotency.Retention)
 		})
 	}
+}
+
+// writeConfigFile makes body the kasa.yaml of a fresh working directory.
+func writeConfigFile(t *testing.T, body string) {
+	t.Helper()
+	dir := t.TempDir()
+	t.Chdir(dir)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kasa.yaml"), []byte(body), 0o644))
+}
+
+// Every setting of Config has a default, so that its KASA_ variable is read: viper's environment
+// lookup only knows the keys it was told of.
+func TestEverySettingHasADefault(t *testing.T) {
+	var keys []string
+	var walk func(prefix string, typ reflect.Type)
+	walk = func(prefix string, typ reflect.Type) {
+		for f := range typ.Fields() {
+			tag, _, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+			if tag == "" || tag == "-" {
+				continue
+			}
+			if f.Type.Kind() == reflect.Struct {
+				walk(prefix+tag+".", f.Type)
+				continue
+			}
+			keys = append(keys, "KASA_"+strings.ToUpper(strings.ReplaceAll(prefix+tag, ".", "_")))
+		}
+	}
+	walk("", reflect.TypeFor[Config]())
+	require.NotEmpty(t, keys)
+	require.Subset(t, EnvVars(), keys)
+
+	t.Chdir(t.TempDir())
+	t.Setenv("KASA_ADMIN_TOKEN", strings.Repeat("n", 40))
+	t.Setenv("KASA_ADMIN_TOKEN_PREVIOUS", strings.Repeat("o", 40))
+	c, err := Load()
+	require.NoError(t, err)
+	require.Equal(t, strings.Repeat("o", 40), c.Admin.TokenPrevious)
+}
+
+// A duration needs its unit: a bare number in kasa.yaml would be read as nanoseconds (a booking
+// window of 30 ns), so it is refused, as the same number in the environment is.
+func TestLoadRefusesADurationWithoutUnit(t *testing.T) {
+	writeConfigFile(t, "provider:\n  booking_window: 30\n")
+	c, err := Load()
+	require.Error(t, err, "booking_window: 30 loaded as %s", c.Provider.BookingWindow)
+	require.Contains(t, err.Error(), "booking_window")
+}
+
+// A misspelt key in kasa.yaml is refused, never left to its default: `capabilty: none` must not
+// leave a bank without idempotency treated as idempotent.
+func TestLoadRefusesAnUnknownKeyInTheFile(t *testing.T) {
+	writeConfigFile(t, "provider:\n  capabilty: none\n")
+	c, err := Load()
+	require.Error(t, err, "capability is %q", c.Provider.Capability)
+	require.Contains(t, err.Error(), "capabilty")
+}
+
+func TestValidateRefusesABadLogLevel(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("KASA_LOG_LEVEL", "verbose")
+	_, err := Load()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "KASA_LOG_LEVEL")
+	t.Setenv("KASA_LOG_LEVEL", "debug")
+	_, err = Load()
+	require.NoError(t, err)
+}
+
+// "off" turns the pprof listener a file names off, as the launchers do for their children (an
+// empty variable reads as unset, and the file's address would come back).
+func TestPprofOffOverridesTheFile(t *testing.T) {
+	writeConfigFile(t, "debug:\n  pprof_addr: 127.0.0.1:6060\n")
+	t.Setenv("KASA_DEBUG_PPROF_ADDR", MetricsOff)
+	c, err := Load()
+	require.NoError(t, err)
+	require.Empty(t, c.Debug.PprofAddr)
 }

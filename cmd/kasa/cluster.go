@@ -169,7 +169,7 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 			"KASA_PROVIDER_CAPABILITY=" + cfg.Provider.Capability,
 			"KASA_BANKSIM_ADDR=" + cfg.Banksim.Addr,
 			"KASA_NATS_URL=" + natsURL,
-			"KASA_DEBUG_PPROF_ADDR=", "KASA_METRICS_ADDR=" + config.MetricsOnAPI,
+			"KASA_DEBUG_PPROF_ADDR=" + config.MetricsOff, "KASA_METRICS_ADDR=" + config.MetricsOnAPI,
 			"KASA_WORKER_METRICS_ADDR=" + config.MetricsOff, "KASA_RELAY_METRICS_ADDR=" + config.MetricsOff,
 		}, vars...)...)
 	}
