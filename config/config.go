@@ -415,7 +415,7 @@ const MinIdempotencyRetention = time.Second
 // `openssl rand -hex 24` gives 48 characters; `kasa dev` makes its own random one.
 const MinAdminTokenLen = 32
 
-// CheckAdminToken reports why the admin token cannot guard a deployed API: unset, or shorter than
+// CheckAdminToken reports why the admin tokens cannot guard a deployed API: unset, or shorter than
 // MinAdminTokenLen.
 func (c Config) CheckAdminToken() error {
 	switch {
@@ -423,6 +423,8 @@ func (c Config) CheckAdminToken() error {
 		return errors.New("KASA_ADMIN_TOKEN is not set: at least 32 random characters (e.g. `openssl rand -hex 24`)")
 	case len(c.Admin.Token) < MinAdminTokenLen:
 		return fmt.Errorf("KASA_ADMIN_TOKEN must be at least %d characters, got %d (e.g. `openssl rand -hex 24`)", MinAdminTokenLen, len(c.Admin.Token))
+	case c.Admin.TokenPrevious != "" && len(c.Admin.TokenPrevious) < MinAdminTokenLen:
+		return fmt.Errorf("KASA_ADMIN_TOKEN_PREVIOUS, accepted beside KASA_ADMIN_TOKEN, must be at least %d characters too, got %d", MinAdminTokenLen, len(c.Admin.TokenPrevious))
 	}
 	return nil
 }

@@ -152,18 +152,21 @@ func TestCapabilitiesMatchTheWorkflows(t *testing.T) {
 }
 
 func TestCheckAdminToken(t *testing.T) {
+	long := strings.Repeat("a", MinAdminTokenLen)
 	for _, tc := range []struct {
-		token string
-		ok    bool
+		token, previous string
+		ok              bool
 	}{
-		{"", false},
-		{"adm_test_token", false},
-		{strings.Repeat("a", MinAdminTokenLen-1), false},
-		{strings.Repeat("a", MinAdminTokenLen), true},
-		{"adm_" + strings.Repeat("0f", 16), true}, // what kasa dev makes
+		{"", "", false},
+		{"adm_test_token", "", false},
+		{strings.Repeat("a", MinAdminTokenLen-1), "", false},
+		{long, "", true},
+		{"adm_" + strings.Repeat("0f", 16), "", true}, // what kasa dev makes
+		{long, "old_short", false},                    // the previous one guards the API as well
+		{long, strings.Repeat("b", MinAdminTokenLen), true},
 	} {
 		var c Config
-		c.Admin.Token = tc.token
+		c.Admin.Token, c.Admin.TokenPrevious = tc.token, tc.previous
 		err := c.CheckAdminToken()
 		require.Equal(t, tc.ok, err == nil, "token %q: %v", tc.token, err)
 		if !tc.ok {
