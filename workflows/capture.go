@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 
+	"github.com/google/uuid"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -107,10 +108,15 @@ func (w *opRun) setCommandHandlers(ctx workflow.Context) error {
 	}
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCapture,
 		func(ctx workflow.Context, c Command) (string, error) {
-			w.command = &c
+			if !w.own(c) {
+				w.command = &c
+			}
 			return done(ctx)
 		},
 		workflow.UpdateHandlerOptions{Validator: func(c Command) error {
+			if w.own(c) {
+				return nil
+			}
 			if err := w.waiting(ctx, ErrTypeNotCapturable); err != nil {
 				return err
 			}
@@ -125,10 +131,24 @@ func (w *opRun) setCommandHandlers(ctx workflow.Context) error {
 	}
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateCancel,
 		func(ctx workflow.Context, c Command) (string, error) {
-			w.command, w.cancel = &c, true
+			if !w.own(c) {
+				w.command, w.cancel = &c, true
+			}
 			return done(ctx)
 		},
-		workflow.UpdateHandlerOptions{Validator: func(Command) error { return w.waiting(ctx, ErrTypeNotCancelable) }})
+		workflow.UpdateHandlerOptions{Validator: func(c Command) error {
+			if w.own(c) {
+				return nil
+			}
+			return w.waiting(ctx, ErrTypeNotCancelable)
+		}})
+}
+
+// own says c is the command this phase carries out, sent again: after a continue-as-new the run
+// has its step but not the update, which Temporal de-duplicates only within a run. It is
+// answered with the status, never refused as another command would be.
+func (w *opRun) own(c Command) bool {
+	return c.ID != uuid.Nil && c.ID == w.in.Step.CommandID
 }
 
 // waiting refuses a command (as errType) unless the payment waits for one. capture_before ends

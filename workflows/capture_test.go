@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
@@ -251,4 +252,40 @@ func TestManualPaymentRefusesCommandsOnceExpired(t *testing.T) {
 	require.Equal(t, string(payment.StatusCanceled), res.Status)
 	require.Contains(t, answers["late"], "rejected")
 	require.Contains(t, answers["late"], "past its capture_before")
+}
+
+// A parked run continued as new keeps its step, not the command that led to it: the merchant's
+// retry of that capture or cancel (the same command id) is its own, answered with the status
+// (unknown), never refused as if another command came. A refusal would make the API forget the
+// key while the bank may have done what it asked.
+func TestManualPaymentContinuedRunTakesItsOwnCommandAgain(t *testing.T) {
+	for _, c := range []struct {
+		update string
+		phase  string
+	}{
+		{workflows.UpdateCapture, workflows.PhaseCapture},
+		{workflows.UpdateCancel, workflows.PhaseVoid},
+	} {
+		t.Run(c.update, func(t *testing.T) {
+			h := newHarness(t)
+			own, other := uuid.New(), uuid.New()
+			in := manualInput(h, workflows.CapabilityNone)
+			in.Parked = true
+			in.Step = workflows.Step{Phase: c.phase, AuthorizationRef: authRef, AmountMinor: 5_000, CommandID: own}
+			h.on(workflows.ActivityCaptured).Return(nil)
+			h.on(workflows.ActivityCanceled).Return(nil)
+			answers := map[string]string{}
+			h.commandAt(time.Minute, c.update, "own", workflows.Command{ID: own, AmountMinor: 5_000}, answers)
+			h.commandAt(2*time.Minute, c.update, "other", workflows.Command{ID: other, AmountMinor: 5_000}, answers)
+			outcome := workflows.OutcomeCharged
+			if c.phase == workflows.PhaseVoid {
+				outcome = workflows.OutcomeNotCharged
+			}
+			h.signalAt(time.Hour, workflows.Settlement{Outcome: outcome})
+
+			h.run(in)
+			require.Equal(t, statusUnknown, answers["own"], "its own command, in flight")
+			require.Contains(t, answers["other"], "rejected", "another command is still refused")
+		})
+	}
 }
