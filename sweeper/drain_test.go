@@ -57,7 +57,9 @@ func (c *cluster) StartPayment(_ context.Context, key string, in workflows.Payme
 }
 
 // PaymentRunClosed: a run closes only once its payment has left processing.
-func (c *cluster) PaymentRunClosed(context.Context, uuid.UUID, string) (bool, error) { return false, nil }
+func (c *cluster) PaymentRunClosed(context.Context, uuid.UUID, string) (bool, error) {
+	return false, nil
+}
 
 func (c *cluster) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
 	return "", fmt.Errorf("no refund is queued")

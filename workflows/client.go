@@ -110,7 +110,7 @@ func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, wo
 // PaymentRunClosed says whether the latest run of the payment's workflow has closed (one that
 // is gone, past Temporal's retention, has too).
 func (s Starter) PaymentRunClosed(ctx context.Context, merchantID uuid.UUID, key string) (bool, error) {
-	d, err := s.Client.DescribeWorkflowExecution(ctx, PaymentWorkflowID(merchantID, key), "")
+	d, err := s.Client.DescribeWorkflow(ctx, PaymentWorkflowID(merchantID, key), "")
 	var gone *serviceerror.NotFound
 	if errors.As(err, &gone) {
 		return true, nil
@@ -118,7 +118,7 @@ func (s Starter) PaymentRunClosed(ctx context.Context, merchantID uuid.UUID, key
 	if err != nil {
 		return false, err
 	}
-	return d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+	return d.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }
 
 // ErrEarlierRunOpen: the key's earlier operation (its record expired) still runs, and a start of
