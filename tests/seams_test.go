@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -174,4 +175,21 @@ func TestDevBesideADeploymentClaimsItsMoneySettings(t *testing.T) {
 	require.NotZero(t, exit.ExitCode())
 	require.Contains(t, string(out), "runs with capability none", "%s", out)
 	require.Contains(t, string(out), "configured with capability idempotent", "%s", out)
+}
+
+// A worker that cannot start (its metrics port is taken) records no money settings: a worker
+// configured otherwise starts at once, not blocked for a minute by one that never polled.
+func TestWorkerThatCannotStartRecordsNoSettings(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{capability: "none"})
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	out, code := runKasa(t, s.dir, s.bin, s.env("KASA_WORKER_METRICS_ADDR", taken.Addr().String()), "worker")
+	require.NotZero(t, code, "%s", out)
+	require.Contains(t, out, "KASA_WORKER_METRICS_ADDR", "%s", out)
+
+	w := startProc(t, s.dir, s.bin, "worker-idempotent", s.env("KASA_PROVIDER_CAPABILITY", "idempotent"), "worker")
+	time.Sleep(3 * time.Second)
+	w.requireRunning(t, "a worker configured otherwise, after one that never polled")
 }

@@ -416,7 +416,7 @@ func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // stoppedOr is err, unless the process was told to stop while it waited for the database or
 // Temporal: then it ends cleanly.
 func stoppedOr(ctx context.Context, log *slog.Logger, err error) error {
-	if ctx.Err() != nil {
+	if err != nil && ctx.Err() != nil {
 		log.Info("stopped while waiting", "reason", err)
 		return nil
 	}
@@ -430,15 +430,8 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer st.Close()
 	defer tc.Close()
-	// The workers' money settings are the deployment's: one that disagrees with a live worker
-	// on its queue never polls.
-	if err := st.ClaimWorkerPolicy(ctx, cfg.Temporal.TaskQueue, workerPolicy(cfg), policyLive); err != nil && claimPolicy {
-		return err
-	}
-	stopReport := startPolicyReport(ctx, cfg, st, log)
-	defer stopReport()
 	// The metrics listener first: a port taken by another worker on the host ends this one
-	// before it polled anything.
+	// before it recorded its settings or polled anything.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if cfg.Worker.MetricsAddr != "" {
@@ -448,6 +441,13 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		defer stop()
 	}
+	// The workers' money settings are the deployment's: one that disagrees with a live worker
+	// on its queue never polls.
+	if err := st.ClaimWorkerPolicy(ctx, cfg.Temporal.TaskQueue, workerPolicy(cfg), policyLive); err != nil && claimPolicy {
+		return err
+	}
+	stopReport := startPolicyReport(ctx, cfg, st, log)
+	defer stopReport()
 	w := worker.New(tc, cfg.Temporal.TaskQueue, newActivities(cfg, st))
 	if err := w.Start(); err != nil {
 		return err
