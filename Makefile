@@ -72,11 +72,12 @@ test: temporal-cli temporal-server nats-server temporal-ui ## run every test: un
 	$(GO) test $(RACE) -count=1 -timeout 30m ./...
 
 # What test-fast leaves to test: the end-to-end tests (Temporal, kasa processes), the outbox
-# (PostgreSQL + NATS, timed deliveries), the benchmark (pgbench runs) and the chaos soak.
+# (PostgreSQL + NATS, timed deliveries), the benchmark (pgbench runs) and the chaos soak; and,
+# by -short, make fuzz's own run.
 SLOW_PKGS := /(tests|outbox|bench|soak)(/|$$)
 .PHONY: test-fast
 test-fast: temporal-cli temporal-server ## unit, store and api tests: everything but the end-to-end, outbox, bench and soak packages
-	$(GO) test $(RACE) -count=1 $$($(GO) list ./... | grep -Ev '$(SLOW_PKGS)')
+	$(GO) test $(RACE) -short -count=1 $$($(GO) list ./... | grep -Ev '$(SLOW_PKGS)')
 
 # The standard suite: about 5 minutes here, plus the preload (docs/performance.md).
 BENCH_PRELOAD ?= 1000000

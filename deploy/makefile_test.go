@@ -5,8 +5,10 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -85,4 +87,31 @@ func runMake(t *testing.T, args ...string) string {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	return string(out)
+}
+
+// make help lists every target the README shows, and make size prints its ratio: both are
+// commands the README names.
+func TestMakeHelpAndSize(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	help := runMake(t, "help")
+	targets := regexp.MustCompile("`make ([a-z-]+)`").FindAllStringSubmatch(string(readme), -1)
+	require.NotEmpty(t, targets)
+	for _, m := range targets {
+		require.Regexp(t, `(?m)^\s+`+regexp.QuoteMeta(m[1])+`\s`, help, "make help does not list make %s", m[1])
+	}
+	require.Regexp(t, `^service \d+, tools \d+ \(tools/bench \d+\): tools / service = \d+\.\d\d\n$`, runMake(t, "-s", "size"))
+}
+
+// make fuzz runs every target and passes when they do: here one input each (FUZZTIME=1x).
+func TestMakeFuzzRunsEveryTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every fuzz target")
+	}
+	out := runMake(t, "fuzz", "FUZZTIME=1x")
+	for _, line := range strings.Split(strings.TrimSpace(runMake(t, "-s", "fuzz-targets")), "\n") {
+		pkg, name, _ := strings.Cut(line, " ")
+		require.Contains(t, out, "== "+pkg+" "+name+" (1x)", "make fuzz skipped %s", line)
+	}
+	require.NotContains(t, out, "fuzz targets that failed")
 }
