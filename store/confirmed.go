@@ -34,11 +34,11 @@ type Unconfirmed struct {
 }
 
 // UnconfirmedOutbox reads the rows published after the consumer's point and more than q.After
-// ago, in publication order, and moves the point over the leading ones the inbox holds (and
-// those given up). It stops at the first row the inbox lacks: that row and the ones after it on
-// the same page that the inbox lacks are due. A page that the point crosses entirely is followed
-// by the next one, q.Pages at most. One relay at a time does this: the point is locked while it
-// moves, and another relay finds it Busy.
+// ago, in publication order, q.Pages pages of q.Page rows at most, and moves the point over the
+// leading ones the inbox holds (and those given up). The point stops at the first row the inbox
+// lacks: every row read from there that the inbox lacks is due, so that after a broker lost many
+// events one check has them all published again. One relay at a time does this: the point is
+// locked while it moves, and another relay finds it Busy.
 //
 // Rows are read only once published more than q.After ago: a relay's transaction commits its
 // published_at (the transaction's start) well within that, so no row appears behind the point.
@@ -59,11 +59,11 @@ func (s *Store) UnconfirmedOutbox(ctx context.Context, q UnconfirmedQuery) (Unco
 		if err != nil {
 			return err
 		}
-		start, page := point, max(q.Page, 1)
+		start, read, page := point, point, max(q.Page, 1)
 		var due []uuid.UUID
 		for range max(q.Pages, 1) {
 			rows, err := qt.OutboxAfterConfirmed(ctx, dbsqlc.OutboxAfterConfirmedParams{
-				Consumer: q.Consumer, PointAt: point.PublishedAt, PointID: point.ID,
+				Consumer: q.Consumer, PointAt: read.PublishedAt, PointID: read.ID,
 				OlderThan: q.After.Seconds(), GiveUp: q.GiveUp.Seconds(), Page: int32(page),
 			})
 			if err != nil {
@@ -71,6 +71,7 @@ func (s *Store) UnconfirmedOutbox(ctx context.Context, q UnconfirmedQuery) (Unco
 			}
 			u.Checked += len(rows)
 			for _, r := range rows {
+				read = dbsqlc.LockOutboxConfirmedRow{PublishedAt: r.PublishedAt, ID: r.ID}
 				switch {
 				case r.Inboxed && len(due) == 0:
 					point = dbsqlc.LockOutboxConfirmedRow{PublishedAt: r.PublishedAt, ID: r.ID}
@@ -82,7 +83,7 @@ func (s *Store) UnconfirmedOutbox(ctx context.Context, q UnconfirmedQuery) (Unco
 					due = append(due, r.ID)
 				}
 			}
-			if len(due) > 0 || len(rows) < page {
+			if len(rows) < page {
 				break
 			}
 		}

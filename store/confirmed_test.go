@@ -162,3 +162,33 @@ func TestUnconfirmedOutboxPlanReadsAPage(t *testing.T) {
 		})
 	}
 }
+
+// After a broker lost many acknowledged events, one check returns every lost event it reads (its
+// pages, not only the first): the relay then publishes them all again at once, instead of a page
+// a check while the merchants' webhooks wait.
+func TestUnconfirmedOutboxReturnsEveryLostEventItReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	q := store.UnconfirmedQuery{Consumer: "webhooks", GiveUp: time.Hour, Page: 10, Pages: 5}
+	u, err := own.UnconfirmedOutbox(ctx, q) // the point starts now
+	require.NoError(t, err)
+	require.Zero(t, u.Checked)
+	// 25 events published after it, the first in the inbox, the other 24 lost by the broker.
+	require.NoError(t, own.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, type, payload, created_at, published_at)
+		SELECT gen_random_uuid(), gen_random_uuid(), 'payment.succeeded', '{}', t, t
+		FROM generate_series(1, 25) g, LATERAL (SELECT now() + g * interval '1 millisecond' AS t) x`))
+	require.NoError(t, own.Exec(ctx, `INSERT INTO inbox (consumer, message_id)
+		SELECT 'webhooks', id FROM outbox ORDER BY published_at LIMIT 1`))
+	time.Sleep(50 * time.Millisecond) // every row published in the past
+
+	u, err = own.UnconfirmedOutbox(ctx, q)
+	require.NoError(t, err)
+	require.Len(t, u.Due, 24, "every lost event of the five pages read")
+	require.Empty(t, u.GaveUp)
+	u, err = own.UnconfirmedOutbox(ctx, store.UnconfirmedQuery{Consumer: "webhooks", GiveUp: time.Hour, Page: 10, Pages: 2})
+	require.NoError(t, err)
+	require.Len(t, u.Due, 20, "two pages from the point, which the first check moved past the event the inbox holds")
+}
