@@ -289,3 +289,47 @@ func TestManualPaymentContinuedRunTakesItsOwnCommandAgain(t *testing.T) {
 		})
 	}
 }
+
+// A capture settled not_charged through the settle update is voided; when the void's answer is
+// lost too, the update answers unknown then (it does not wait for the void's settlement), and the
+// parked run still continues as new after its rounds, its history kept small.
+func TestManualPaymentSettleUpdateAnswersWhenTheVoidParks(t *testing.T) {
+	h := newHarness(t)
+	in := manualInput(h, workflows.CapabilityInquiry)
+	in.BookingWindow = time.Millisecond
+	in.Parked, in.InquiryWait = true, time.Hour
+	in.Step = workflows.Step{Phase: workflows.PhaseCapture, AuthorizationRef: authRef, AmountMinor: 5_000, CommandID: uuid.New()}
+	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, ambiguous())
+	h.on(workflows.ActivityInquireVoid).Return(workflows.ChargeResult{}, notFound())
+	answers := map[string]string{}
+	h.updateAt(time.Minute, "released", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
+	h.fallbacks()
+
+	next := continuedAsNew(h, workflows.WorkflowPayment, in)
+	require.Equal(t, statusUnknown, answers["released"], "applied: the capture let go, its void unknown")
+	require.Equal(t, workflows.PhaseVoid, next.Step.Phase)
+	require.True(t, next.Parked)
+	require.Zero(t, h.calls(workflows.ActivityCanceled), "the hold is kept while the void is unknown")
+}
+
+// Payments started under Revision 2 replay as they ran: their void finding a capture kept
+// inquiring, and a not_charged settlement released the hold.
+func TestManualPaymentRevision2VoidFindingACapture(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
+	h.on(workflows.ActivityInquireVoid).Return(workflows.ChargeResult{},
+		temporal.NewNonRetryableApplicationError("the bank captured the authorization", workflows.ErrTypeCapturedAtBank, nil))
+	h.on(workflows.ActivityMarkUnknown).Return(nil).Once()
+	h.on(workflows.ActivityCanceled).Return(nil).Once()
+	answers := map[string]string{}
+	h.commandAt(time.Minute, workflows.UpdateCancel, "x1", workflows.Command{}, answers)
+	h.updateAt(3*time.Hour, "released", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
+
+	in := manualInput(h, workflows.CapabilityInquiry)
+	in.Revision = 2
+	res := h.run(in)
+	require.Equal(t, string(payment.StatusCanceled), res.Status)
+	require.Equal(t, string(payment.StatusCanceled), answers["released"])
+	require.Zero(t, h.calls(workflows.ActivityFlagStuck))
+}

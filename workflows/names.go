@@ -201,8 +201,10 @@ type Step struct {
 // CurrentRevision is the Revision of every payment and refund started now. Revision 2: the
 // input carries no charge policy, the workflow asks its worker for one (ActivityChargePolicy);
 // and a not_charged settlement that meets an inquiry finding the charge is a conflict for an
-// operator, never a release.
-const CurrentRevision = 2
+// operator, never a release. Revision 3: a void whose inquiry finds the authorization captured
+// keeps the hold for an operator (not_charged refused, a charged settlement naming the capture
+// posts it); a settlement the phase before applied is answered once the next phase parks.
+const CurrentRevision = 3
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.
 type ChargePolicy struct {

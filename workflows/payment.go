@@ -176,10 +176,10 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 			}); err != nil {
 				return "", err
 			}
-			if w.status == payment.StatusUnknown { // set aside: it contradicts the bank's own answer
+			if w.status == payment.StatusUnknown && w.conflict != "" { // set aside: it contradicts the bank's own answer
 				return "", errors.New(w.conflict)
 			}
-			return string(w.status), nil
+			return string(w.status), nil // unknown: applied, and the next phase's answer was lost too
 		},
 		workflow.UpdateHandlerOptions{Validator: func(s Settlement) error { return w.checkSettlement(s) }},
 	); err != nil {
@@ -361,9 +361,14 @@ func (w *opRun) parkUnknown(ctx workflow.Context, cause error) (PaymentResult, e
 		return PaymentResult{}, err
 	}
 	w.setStatus(ctx, payment.StatusUnknown)
-	if hasType(cause, ErrTypeCapturedAtBank) {
-		if err := w.holdCaptured(ctx, cause); err != nil {
-			return PaymentResult{}, err
+	if w.in.Revision >= 3 {
+		// A settlement the phase before applied is answered now (unknown): waiting for this
+		// phase's own settlement would hold its update, and the run's continue-as-new, as long.
+		w.consumed = nil
+		if hasType(cause, ErrTypeCapturedAtBank) {
+			if err := w.holdCaptured(ctx, cause); err != nil {
+				return PaymentResult{}, err
+			}
 		}
 	}
 	return w.waitSettlement(ctx, inquiryDelay)
@@ -410,7 +415,7 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 				return PaymentResult{}, err
 			}
 			continue
-		case hasType(err, ErrTypeCapturedAtBank):
+		case w.in.Revision >= 3 && hasType(err, ErrTypeCapturedAtBank):
 			if err := w.holdCaptured(ctx, err); err != nil {
 				return PaymentResult{}, err
 			}
