@@ -678,6 +678,11 @@ func (run *run) checkUnlisted(o op) {
 				run.resolved(o, st, 0, "")
 				return
 			}
+			if o.manual && status == string(payment.StatusUnknown) { // its void's answer was lost too
+				run.pending(o.kind, pendingOf(o, ReasonVoidUnknown, 0,
+					"not captured: its authorization's void got no answer either; a later import settles it, the hold kept until then"))
+				return
+			}
 			m.Kind, m.Expected, m.Found = KindSettleFailed, "unknown, settled as not charged", "the workflow answered "+status
 			run.mismatch(o.kind, m)
 		}, func(now op) {

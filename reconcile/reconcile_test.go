@@ -34,6 +34,9 @@ type fakeBank struct {
 	onSettle       func(p *payment.Payment) error // runs before the workflow's check; an error is returned as is
 	onSettleRefund func(r *payment.Refund) error
 	byIDErr        error
+	// voidLost: a manual payment settled not_charged is voided, and the bank's answer to that
+	// void is lost too: it stays unknown (else it is canceled).
+	voidLost bool
 	createdIn      [][2]time.Time
 	// decided: when a payment's outcome was decided, if not its updated_at (a refund moved that)
 	decided   map[uuid.UUID]time.Time
@@ -235,6 +238,13 @@ func (b *fakeBank) Settle(_ context.Context, workflowID string, s workflows.Sett
 			return "", err
 		}
 	}
+	if p.CaptureManual && p.Status == payment.StatusUnknown && s.Outcome == workflows.OutcomeNotCharged {
+		b.settled = append(b.settled, s)
+		if !b.voidLost {
+			p.Status, p.FailureCode = payment.StatusCanceled, payment.FailureDeclined
+		}
+		return string(p.Status), nil
+	}
 	return b.settle("payment", paymentOutcome(p), s)
 }
 
@@ -426,6 +436,31 @@ func TestReconcileRefusedSettlementIsNotAnError(t *testing.T) {
 	require.Equal(t, map[string]string{unlistedCharged.ID.String(): KindSucceededButMissing}, kinds(rep),
 		"settled as charged by someone else, yet the bank does not list it")
 	require.Empty(t, b.settled)
+}
+
+// A manual payment whose unknown capture the file proves not charged is let go: canceled, or,
+// when the bank's answer to that void is lost too, pending (void_unknown) for the next import,
+// its hold kept; neither is a mismatch.
+func TestReconcileUnlistedManualPayment(t *testing.T) {
+	t.Parallel()
+	for _, lost := range []bool{false, true} {
+		b := newFakeBank()
+		b.voidLost = lost
+		at := day.Add(time.Hour)
+		p := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
+		b.payments[p.ID].CaptureManual = true
+		rep, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), fileOf(nil, "2025-03-01"), Options{AllMerchants: true})
+		require.NoError(t, err)
+		require.Empty(t, rep.Mismatches, "void lost: %v", lost)
+		require.Len(t, b.settled, 1)
+		if !lost {
+			require.Equal(t, 1, rep.Counts.ResolvedNotCharged)
+			continue
+		}
+		require.Len(t, rep.Pending, 1)
+		require.Equal(t, ReasonVoidUnknown, rep.Pending[0].Reason)
+		require.Equal(t, p.ID.String(), rep.Pending[0].PaymentID)
+	}
 }
 
 func TestReconcileSettleFailures(t *testing.T) {

@@ -50,6 +50,10 @@ const (
 	// import names no merchants and the file has no scope row; or the file does not say it
 	// covers refunds): the file's silence proves nothing about it. Import with a scope.
 	ReasonScopeNotDeclared = "scope_not_declared"
+	// A manual payment whose unknown capture the file proves not charged: kasa let its
+	// authorization go, and the bank's answer to that void was lost too. It stays unknown, its
+	// hold kept, until a later import (or an inquiry) settles the void.
+	ReasonVoidUnknown = "void_unknown"
 )
 
 // Counts tallies the outcomes of one import: the payments', and beside them the refunds'.
