@@ -36,8 +36,8 @@ type fakeBank struct {
 	byIDErr        error
 	// voidLost: a manual payment settled not_charged is voided, and the bank's answer to that
 	// void is lost too: it stays unknown (else it is canceled).
-	voidLost bool
-	createdIn      [][2]time.Time
+	voidLost  bool
+	createdIn [][2]time.Time
 	// decided: when a payment's outcome was decided, if not its updated_at (a refund moved that)
 	decided   map[uuid.UUID]time.Time
 	refundsIn [][2]time.Time
