@@ -49,7 +49,11 @@ func listed(summary string) string {
 
 // detail sets the workflow's current details: what it waits for, since now.
 func (w *opRun) detail(ctx workflow.Context, format string, args ...any) {
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf(format, args...)+" (since "+stamp(workflow.Now(ctx))+")")
+	d := fmt.Sprintf(format, args...) + " (since " + stamp(workflow.Now(ctx)) + ")"
+	if w.in.Parked { // a continued run: Temporal carries no static summary or details over
+		d = w.op.details + "\n\n" + d
+	}
+	workflow.SetCurrentDetails(ctx, d)
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -93,8 +93,9 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 	if in.Revision >= 2 {
 		reserve = ActivityReserve
 	}
+	_, details := in.summary()
 	w := &opRun{in: in, status: payment.StatusProcessing, op: operation{
-		noun: "payment", workflow: WorkflowPayment,
+		noun: "payment", workflow: WorkflowPayment, details: details,
 		reserve: reserve, send: ActivityCharge, inquire: ActivityInquire, post: ActivityFinalize,
 		release: ActivityRelease, markUnknown: ActivityMarkUnknown, flagStuck: ActivityFlagStuck,
 		sendArg: func(send int, re Resend) any {
@@ -135,6 +136,7 @@ func workerPolicy(ctx workflow.Context) (ChargePolicy, error) {
 type operation struct {
 	noun     string // "payment" or "refund": in logs and in a refused settlement's reason
 	workflow string // the workflow type a parked run continues as
+	details  string // the start's static details, which a continued run lacks
 	// Activity names: reserve the money, send to the provider, inquire, post (capture), release,
 	// mark unknown, flag stuck.
 	reserve, send, inquire, post, release, markUnknown, flagStuck string

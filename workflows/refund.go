@@ -34,8 +34,9 @@ func RefundWorkflow(ctx workflow.Context, in RefundInput) (RefundWorkflowResult,
 	if rev >= 2 {
 		hold = ActivityHoldRefundForRun
 	}
+	_, details := in.summary()
 	w := &opRun{in: rules, status: payment.StatusProcessing, op: operation{
-		noun: "refund", workflow: WorkflowRefund,
+		noun: "refund", workflow: WorkflowRefund, details: details,
 		reserve: hold, send: ActivitySendRefund, inquire: ActivityInquireRefund, post: ActivityPostRefund,
 		release: ActivityReleaseRefund, markUnknown: ActivityMarkRefundUnknown, flagStuck: ActivityFlagRefundStuck,
 		sendArg: func(send int, re Resend) any {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -167,4 +168,25 @@ func TestPaymentWorkflowSecondRunOfADecidedPayment(t *testing.T) {
 	for _, name := range []string{workflows.ActivityCharge, workflows.ActivityFinalize, workflows.ActivityRelease, workflows.ActivityFlagStuck} {
 		require.Zero(t, h.calls(name), name)
 	}
+}
+
+// A parked run continued as new has no static summary or details (they are set at the start
+// only), so its current details say what is at stake: the Web UI's view of a long-unknown payment.
+func TestContinuedRunDetailsSayWhatIsAtStake(t *testing.T) {
+	h := newHarness(t)
+	in := paymentInput(workflows.CapabilityNone)
+	in.LocalSteps, in.Revision = true, workflows.CurrentRevision
+	in.Parked, in.InquiryWait = true, time.Hour
+	var details string
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow("__temporal_workflow_metadata")
+		require.NoError(t, err)
+		var md sdkpb.WorkflowMetadata
+		require.NoError(t, v.Get(&md))
+		details = md.GetCurrentDetails()
+	}, time.Minute)
+	h.signalAt(time.Hour, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+	h.run(in)
+	require.Contains(t, details, "**Payment** `"+in.OperationID.String()+"`")
+	require.Contains(t, details, "unknown: the bank's answer is not known")
 }
