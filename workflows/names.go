@@ -203,7 +203,8 @@ type Step struct {
 // and a not_charged settlement that meets an inquiry finding the charge is a conflict for an
 // operator, never a release. Revision 3: a void whose inquiry finds the authorization captured
 // keeps the hold for an operator (not_charged refused, a charged settlement naming the capture
-// posts it); a settlement the phase before applied is answered once the next phase parks.
+// posts it); a settlement the phase before applied is answered once the next phase parks; an
+// operator's retry that arrives while the stuck flag is written counts.
 const CurrentRevision = 3
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.

@@ -265,16 +265,36 @@ func (w *opRun) waitOperator(ctx workflow.Context, name string, cause error) err
 	workflow.GetLogger(ctx).Error(w.op.noun+" stuck: waiting for an operator's retry signal", "step", name, "error", cause)
 	reason := fmt.Sprintf("%s: %v", name, cause)
 	w.detail(ctx, "stuck at step %s; fix the cause, then signal `retry`", reason)
-	if err := w.exec(ctx, w.op.flagStuck, FlagInput{OperationID: w.in.OperationID, Reason: reason}).Get(ctx, nil); err != nil {
+	retry, err := w.flag(ctx, reason)
+	if err != nil {
 		return err
-	}
-	w.upsertStatus(ctx, StatusStuck)
-	retry := workflow.GetSignalChannel(ctx, SignalRetry)
-	for retry.ReceiveAsync(nil) { // a retry sent before the payment got stuck is not for this
 	}
 	retry.Receive(ctx, nil)
 	w.upsertStatus(ctx, string(w.status))
 	return w.exec(ctx, w.op.flagStuck, FlagInput{OperationID: w.in.OperationID}).Get(ctx, nil)
+}
+
+// flag flags the operation stuck for reason (database and search attribute) and returns the
+// operator's retry signals, emptied of those sent before: they are not for this. From Revision 3
+// they are emptied before the flag is written, so that a retry sent once the operator saw it
+// counts even when it reaches the run with the flag's own completion.
+func (w *opRun) flag(ctx workflow.Context, reason string) (workflow.ReceiveChannel, error) {
+	retry := workflow.GetSignalChannel(ctx, SignalRetry)
+	drain := func() {
+		for retry.ReceiveAsync(nil) {
+		}
+	}
+	if w.in.Revision >= 3 {
+		drain()
+	}
+	if err := w.exec(ctx, w.op.flagStuck, FlagInput{OperationID: w.in.OperationID, Reason: reason}).Get(ctx, nil); err != nil {
+		return nil, err
+	}
+	w.upsertStatus(ctx, StatusStuck)
+	if w.in.Revision < 3 {
+		drain()
+	}
+	return retry, nil
 }
 
 // exec runs one database step.
@@ -450,12 +470,9 @@ func (w *opRun) holdConflict(ctx workflow.Context, reason string) error {
 	w.pending = nil
 	w.detail(ctx, "%s", w.conflict)
 	workflow.GetLogger(ctx).Error(w.op.noun+" settlement conflict", "reason", w.conflict)
-	if err := w.exec(ctx, w.op.flagStuck, FlagInput{OperationID: w.in.OperationID, Reason: w.conflict}).Get(ctx, nil); err != nil {
+	retry, err := w.flag(ctx, w.conflict)
+	if err != nil {
 		return err
-	}
-	w.upsertStatus(ctx, StatusStuck)
-	retry := workflow.GetSignalChannel(ctx, SignalRetry)
-	for retry.ReceiveAsync(nil) { // a retry sent before the conflict is not for this
 	}
 	if err := workflow.Await(ctx, func() bool { return retry.Len() > 0 || w.pending != nil }); err != nil {
 		return err

@@ -195,3 +195,24 @@ func TestPaymentWorkflowParkedRunResumes(t *testing.T) {
 		},
 	})
 }
+
+// An operator's retry that reaches the workflow while the stuck flag is being written (it was
+// sent once the operator saw the flag) counts: from Revision 3 only the retries sent before the
+// step failed are dropped.
+func TestPaymentWorkflowRetryWhileFlagging(t *testing.T) {
+	h := newHarness(t)
+	h.on(workflows.ActivityCharge).Return(charged("ch_1"), nil)
+	h.on(workflows.ActivityFinalize).Return(inconsistent()).Once()
+	flagged := false
+	h.on(workflows.ActivityFlagStuck).Run(func(args mock.Arguments) {
+		if args.Get(1).(workflows.FlagInput).Reason != "" && !flagged {
+			flagged = true
+			h.env.SignalWorkflow(workflows.SignalRetry, nil)
+		}
+	}).Return(nil)
+	in := current(workflows.CapabilityIdempotent)
+	in.LocalSteps = false
+	res := h.run(in)
+	require.Equal(t, workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_1"}, res)
+	require.Equal(t, 2, h.calls(workflows.ActivityFinalize), "run again on the operator's retry")
+}
