@@ -333,3 +333,25 @@ func TestManualPaymentRevision2VoidFindingACapture(t *testing.T) {
 	require.Equal(t, string(payment.StatusCanceled), answers["released"])
 	require.Zero(t, h.calls(workflows.ActivityFlagStuck))
 }
+
+// A void's not_charged settlement that arrives while an inquiry finds the void done is no
+// conflict: both say the bank took nothing, and the hold is released.
+func TestManualPaymentVoidSettledWhileAnInquiryFindsItDone(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
+	h.on(workflows.ActivityInquireVoid).Return(workflows.ChargeResult{}, notFound()).Times(3)
+	h.on(workflows.ActivityInquireVoid).Run(func(mock.Arguments) {
+		h.env.SignalWorkflow(workflows.SignalSettlement, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+	}).Return(charged("void_1"), nil).Once()
+	h.on(workflows.ActivityMarkUnknown).Return(nil).Once()
+	h.on(workflows.ActivityCanceled).Return(nil).Once()
+	answers := map[string]string{}
+	h.commandAt(time.Minute, workflows.UpdateCancel, "x1", workflows.Command{}, answers)
+
+	in := manualInput(h, workflows.CapabilityInquiry)
+	in.BookingWindow = time.Millisecond
+	res := h.run(in)
+	require.Equal(t, string(payment.StatusCanceled), res.Status)
+	require.Zero(t, h.calls(workflows.ActivityFlagStuck), "no conflict for an operator")
+}

@@ -204,7 +204,8 @@ type Step struct {
 // operator, never a release. Revision 3: a void whose inquiry finds the authorization captured
 // keeps the hold for an operator (not_charged refused, a charged settlement naming the capture
 // posts it); a settlement the phase before applied is answered once the next phase parks; an
-// operator's retry that arrives while the stuck flag is written counts.
+// operator's retry that arrives while the stuck flag is written counts; a void's not_charged
+// settlement meeting an inquiry that finds the void done is no conflict.
 const CurrentRevision = 3
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.

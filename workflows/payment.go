@@ -428,7 +428,8 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 		}
 		res, err := w.inquire(ctx)
 		switch {
-		case w.pending != nil && w.pending.Outcome == OutcomeNotCharged && err == nil && res.Succeeded && w.in.Revision >= 2:
+		case w.pending != nil && w.pending.Outcome == OutcomeNotCharged && err == nil && res.Succeeded && w.in.Revision >= 2 &&
+			!(w.in.Revision >= 3 && w.in.Step.Phase == PhaseVoid): // a void done and not_charged agree: nothing moved
 			// The bank's definite answer is never overruled by a file's: keep the hold, and
 			// tell an operator.
 			reason := fmt.Sprintf("a not_charged settlement contradicts the bank, whose inquiry found the %s done (%s): "+
