@@ -355,3 +355,35 @@ func TestManualPaymentVoidSettledWhileAnInquiryFindsItDone(t *testing.T) {
 	require.Equal(t, string(payment.StatusCanceled), res.Status)
 	require.Zero(t, h.calls(workflows.ActivityFlagStuck), "no conflict for an operator")
 }
+
+// A capture settled not_charged through the update was applied: its void went out. When that
+// void's inquiry then finds the authorization captured, the update still answers unknown, not
+// the conflict that a refused settlement gets: the import that sent it must not report a refusal.
+func TestManualPaymentAppliedSettleAnsweredWhenTheVoidFindsACapture(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	h.on(workflows.ActivityCaptureAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
+	h.on(workflows.ActivityInquireCapture).Return(workflows.ChargeResult{}, notFound())
+	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
+	h.on(workflows.ActivityInquireVoid).Return(workflows.ChargeResult{},
+		temporal.NewNonRetryableApplicationError("the bank captured the authorization au_1", workflows.ErrTypeCapturedAtBank, nil))
+	h.on(workflows.ActivityMarkUnknown).Return(nil)
+	h.on(workflows.ActivityCaptured).Return(nil)
+	var reasons []string
+	h.on(workflows.ActivityFlagStuck).Run(func(args mock.Arguments) {
+		reasons = append(reasons, args.Get(1).(workflows.FlagInput).Reason)
+	}).Return(nil)
+	answers := map[string]string{}
+	h.commandAt(time.Minute, workflows.UpdateCapture, "c1", workflows.Command{AmountMinor: 5_000}, answers)
+	h.updateAt(3*time.Hour, "capture-not-charged", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
+	h.updateAt(5*time.Hour, "captured", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 5_000}, answers)
+	in := manualInput(h, workflows.CapabilityInquiry)
+	in.BookingWindow = time.Millisecond
+	res := h.run(in)
+	require.Equal(t, statusSucceeded, res.Status)
+	require.Equal(t, statusUnknown, answers["capture-not-charged"])
+	require.Equal(t, statusSucceeded, answers["captured"])
+	require.Equal(t, 1, h.calls(workflows.ActivityVoidAuthorization))
+	require.NotEmpty(t, reasons)
+	require.NotContains(t, reasons[0], "activity error", "the bank's words, not the SDK's wrapper")
+}

@@ -178,10 +178,12 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 			}); err != nil {
 				return "", err
 			}
-			if w.status == payment.StatusUnknown && w.conflict != "" { // set aside: it contradicts the bank's own answer
+			// Set aside, it contradicts the bank's own answer. Applied, it is answered with the
+			// status, unknown when the next phase's answer was lost too (Revision 3 on).
+			if w.status == payment.StatusUnknown && (w.in.Revision < 3 || w.setAside == &s) {
 				return "", errors.New(w.conflict)
 			}
-			return string(w.status), nil // unknown: applied, and the next phase's answer was lost too
+			return string(w.status), nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(s Settlement) error { return w.checkSettlement(s) }},
 	); err != nil {
@@ -232,6 +234,7 @@ type opRun struct {
 	// conflict, when set, is why a not_charged settlement was set aside: the bank's inquiry
 	// found the operation done. Until an operator's retry, not_charged settlements are refused.
 	conflict string
+	setAside *Settlement // the settlement the conflict refused, if one was pending
 	// captured: the bank captured the authorization this void phase is letting go (holdCaptured),
 	// so a charged settlement naming the amount captured is taken.
 	captured bool
@@ -459,8 +462,12 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 func (w *opRun) holdCaptured(ctx workflow.Context, cause error) error {
 	w.captured = true
 	defer func() { w.captured = false }()
-	return w.holdConflict(ctx, fmt.Sprintf("the bank captured the authorization %s that kasa was voiding (%v): the hold is kept; "+
-		"settle it as charged with the amount captured, or signal retry once the bank's record is corrected", w.in.Step.AuthorizationRef, cause))
+	said := cause.Error()
+	if ae := (*temporal.ApplicationError)(nil); errors.As(cause, &ae) {
+		said = ae.Message()
+	}
+	return w.holdConflict(ctx, fmt.Sprintf("the bank captured the authorization %s that kasa was voiding (%s): the hold is kept; "+
+		"settle it as charged with the amount captured, or signal retry once the bank's record is corrected", w.in.Step.AuthorizationRef, said))
 }
 
 // holdConflict sets aside a not_charged settlement (if any) when the bank's own answer says the
@@ -468,7 +475,9 @@ func (w *opRun) holdCaptured(ctx workflow.Context, cause error) error {
 // answers, until an operator signals retry (the inquiries resume) or settles it as charged.
 func (w *opRun) holdConflict(ctx workflow.Context, reason string) error {
 	w.conflict = reason
-	w.pending = nil
+	if w.pending != nil {
+		w.setAside, w.pending = w.pending, nil
+	}
 	w.detail(ctx, "%s", w.conflict)
 	workflow.GetLogger(ctx).Error(w.op.noun+" settlement conflict", "reason", w.conflict)
 	retry, err := w.flag(ctx, w.conflict)
