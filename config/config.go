@@ -305,9 +305,9 @@ func Load() (Config, error) {
 }
 
 // durationWithUnit refuses a bare number for a duration: a YAML number would otherwise be read as
-// nanoseconds (a booking window of 30 ns).
+// nanoseconds (a booking window of 30 ns). 0 needs none.
 func durationWithUnit(from, to reflect.Type, data any) (any, error) {
-	if to != reflect.TypeFor[time.Duration]() || from.Kind() == reflect.String {
+	if to != reflect.TypeFor[time.Duration]() || from.Kind() == reflect.String || data == nil || reflect.ValueOf(data).IsZero() {
 		return data, nil
 	}
 	return nil, fmt.Errorf("a duration needs its unit (30s, 5m, 72h), got %v", data)

@@ -337,3 +337,12 @@ func TestPprofOffOverridesTheFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, c.Debug.PprofAddr)
 }
+
+// 0 needs no unit: the settings whose 0 turns them off take it from the file too.
+func TestLoadTakesAZeroDurationFromTheFile(t *testing.T) {
+	writeConfigFile(t, "verify:\n  interval: 0\nbacklog:\n  max_wait: 0\n")
+	c, err := Load()
+	require.NoError(t, err)
+	require.Zero(t, c.Verify.Interval)
+	require.Zero(t, c.Backlog.MaxWait)
+}
