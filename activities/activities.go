@@ -446,8 +446,8 @@ func (a *Activities) InquireCapture(ctx context.Context, operationID uuid.UUID) 
 	return a.inquireState(ctx, operationID, provider.StateCaptured)
 }
 
-// VoidAuthorization asks the bank to let the authorization go. A void the bank refuses (it was
-// captured) is not a decline kasa can act on: it is ambiguous, for an operator.
+// VoidAuthorization asks the bank to let the authorization go. A void the bank refuses is not a
+// decline kasa can act on: ErrTypeCapturedAtBank when the bank says it captured, else ambiguous.
 func (a *Activities) VoidAuthorization(ctx context.Context, in workflows.BankCallInput) (workflows.ChargeResult, error) {
 	if err := a.guardRetry(ctx, "void", in.Send, in.Resend); err != nil {
 		return workflows.ChargeResult{}, err
@@ -458,8 +458,14 @@ func (a *Activities) VoidAuthorization(ctx context.Context, in workflows.BankCal
 	}
 	v, err := a.Provider.Void(ctx, voidKey(in.OperationID), ref)
 	if err == nil && !v.Succeeded() {
+		// Refused because it captured is the bank's definite answer that the money moved; a bank
+		// that can be asked says so. Any other refusal stays ambiguous.
+		if au, ierr := a.Provider.InquireAuthorization(ctx, in.OperationID.String()); ierr == nil && au.State == provider.StateCaptured {
+			return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError(
+				"the bank refused to void the authorization "+au.ID+": it captured it", workflows.ErrTypeCapturedAtBank, nil, au.ID)
+		}
 		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError(
-			"the bank refused to void the authorization "+in.AuthorizationRef, workflows.ErrTypeAmbiguous, nil)
+			"the bank refused to void the authorization "+ref, workflows.ErrTypeAmbiguous, nil)
 	}
 	return answer("void", v.ID, v.Succeeded(), err)
 }

@@ -417,6 +417,45 @@ func TestInquiriesReadTheAuthorizationsState(t *testing.T) {
 	}
 }
 
+// refusedVoids is a bank that refuses every void, its authorization in state (or its inquiry
+// failing with err).
+type refusedVoids struct {
+	activities.Provider
+	state string
+	err   error
+}
+
+func (refusedVoids) Void(context.Context, string, string) (provider.VoidResult, error) {
+	return provider.VoidResult{ID: "vo_1", AuthorizationID: "au_1", Status: provider.StatusDeclined}, nil
+}
+
+func (b refusedVoids) InquireAuthorization(context.Context, string) (provider.Authorization, error) {
+	return provider.Authorization{ID: "au_1", State: b.state}, b.err
+}
+
+// A void the bank refuses is asked after: the authorization found captured is the bank's
+// definite answer that the money moved (the workflow holds it for an operator); refused for any
+// other reason, or when the bank cannot be asked, it stays ambiguous.
+func TestRefusedVoidAsksWhetherTheBankCaptured(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		bank    refusedVoids
+		errType string
+	}{
+		{"captured", refusedVoids{state: provider.StateCaptured}, workflows.ErrTypeCapturedAtBank},
+		{"still authorized", refusedVoids{state: provider.StateAuthorized}, workflows.ErrTypeAmbiguous},
+		{"cannot be asked", refusedVoids{err: errors.New("HTTP 501")}, workflows.ErrTypeAmbiguous},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &activities.Activities{Provider: tt.bank, Policy: workflows.ChargePolicy{Capability: workflows.CapabilityIdempotent}}
+			_, err := a.VoidAuthorization(context.Background(), workflows.BankCallInput{OperationID: payment.NewID(), AuthorizationRef: "au_1", Send: 1})
+			var appErr *temporal.ApplicationError
+			require.ErrorAs(t, err, &appErr)
+			require.Equal(t, tt.errType, appErr.Type())
+		})
+	}
+}
+
 // lostCaptures is a bank whose captures and voids get no answer.
 type lostCaptures struct {
 	activities.Provider

@@ -387,3 +387,25 @@ func TestManualPaymentAppliedSettleAnsweredWhenTheVoidFindsACapture(t *testing.T
 	require.NotEmpty(t, reasons)
 	require.NotContains(t, reasons[0], "activity error", "the bank's words, not the SDK's wrapper")
 }
+
+// A bank that can be asked but not inquired on a schedule (idempotent) refuses the void because
+// it captured: the void's own answer holds the payment for an operator, as an inquiry would.
+func TestManualPaymentVoidRefusedAsCapturedKeepsTheHold(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{},
+		temporal.NewNonRetryableApplicationError("the bank refused to void the authorization au_1: it captured it", workflows.ErrTypeCapturedAtBank, nil)).Once()
+	h.on(workflows.ActivityMarkUnknown).Return(nil).Once()
+	h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
+		workflows.CapturedInput{OperationID: opID, AmountMinor: 9_000, ProviderReference: authRef}).Return(nil).Once()
+	answers := map[string]string{}
+	h.commandAt(time.Minute, workflows.UpdateCancel, "x1", workflows.Command{}, answers)
+	h.updateAt(2*time.Hour, "released", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
+	h.updateAt(3*time.Hour, "captured", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 9_000}, answers)
+
+	res := h.run(manualInput(h, workflows.CapabilityIdempotent))
+	require.Equal(t, statusSucceeded, res.Status)
+	require.Contains(t, answers["released"], "rejected")
+	require.Equal(t, statusSucceeded, answers["captured"])
+	require.Zero(t, h.calls(workflows.ActivityCanceled))
+}
