@@ -63,6 +63,8 @@ const (
 	idleEvery    = time.Second            // between claims of an empty backlog, and state saves
 	standbyEvery = 2 * time.Second        // between a standby drainer's tries to lead
 	drainWindow  = 10 * time.Second       // the drain rate is the starts within it
+	// readRunTimeout bounds reading whether a started payment's run has closed.
+	readRunTimeout = 5 * time.Second
 )
 
 // Run drains until ctx ends, leading whenever it can.
@@ -246,7 +248,9 @@ func (d *Drainer) leaveClosed(ctx context.Context, running map[uuid.UUID]*slot) 
 			continue
 		}
 		s.check = now.Add(d.Lease)
-		closed, err := d.Starter.PaymentRunClosed(ctx, s.p.MerchantID, s.p.IdempotencyKey)
+		rctx, cancel := context.WithTimeout(ctx, readRunTimeout) // a slow Temporal must not hold the drainer
+		closed, err := d.Starter.PaymentRunClosed(rctx, s.p.MerchantID, s.p.IdempotencyKey)
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				d.Logger.Warn("backlog drainer: read a payment's run", "operation_id", id, "error", err)

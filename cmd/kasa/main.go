@@ -444,7 +444,7 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// The workers' money settings are the deployment's: one that disagrees with a live worker
 	// on its queue never polls.
 	if err := st.ClaimWorkerPolicy(ctx, cfg.Temporal.TaskQueue, workerPolicy(cfg), policyLive); err != nil && claimPolicy {
-		return err
+		return stoppedOr(ctx, log, err)
 	}
 	stopReport := startPolicyReport(ctx, cfg, st, log)
 	defer stopReport()
