@@ -53,10 +53,10 @@ FROM payments p LEFT JOIN ledger_postings lp ON lp.kind = 'payment' AND lp.refer
 WHERE p.status = 'succeeded' GROUP BY p.id HAVING count(lp.id) <> 1;
 
 -- name: UnexpectedPosting :many
--- No other payment has a posting.
-SELECT p.status || ' payment ' || p.id || ' has a ledger posting'
-FROM payments p JOIN ledger_postings lp ON lp.kind = 'payment' AND lp.reference = p.id::text
-WHERE p.status <> 'succeeded';
+-- No other payment has a posting, and no payment posting is without its payment.
+SELECT 'payment posting ' || lp.id || ' for ' || lp.reference || ' whose payment is ' || coalesce(p.status, 'missing')
+FROM ledger_postings lp LEFT JOIN payments p ON p.id::text = lp.reference
+WHERE lp.kind = 'payment' AND p.status IS DISTINCT FROM 'succeeded';
 
 -- name: PostedAmountMismatch :many
 -- A succeeded payment moved its amount; a manual one, what it captured.
@@ -64,6 +64,42 @@ SELECT 'payment ' || p.id || ' posted ' || coalesce(sum(e.amount_minor) FILTER (
 FROM payments p JOIN ledger_postings lp ON lp.kind = 'payment' AND lp.reference = p.id::text
 JOIN ledger_entries e ON e.posting_id = lp.id GROUP BY p.id
 HAVING coalesce(sum(e.amount_minor) FILTER (WHERE e.amount_minor > 0), 0) <> CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END;
+
+-- name: PaymentPostedAccountsMismatch :many
+-- A succeeded payment's posting takes what it moved from its payer and gives it to its own
+-- merchant's settlement account, and touches no other account.
+SELECT 'payment ' || p.id || ' took ' || coalesce(-sum(e.amount_minor) FILTER (WHERE e.account_id = p.account_id), 0)
+  || ' from its payer and gave ' || coalesce(sum(e.amount_minor) FILTER (WHERE s.id IS NOT NULL), 0)
+  || ' to its merchant, of ' || CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END
+  || CASE WHEN count(*) FILTER (WHERE e.account_id <> p.account_id AND s.id IS NULL) > 0 THEN ', and moved money on other accounts' ELSE '' END
+FROM payments p JOIN ledger_postings lp ON lp.kind = 'payment' AND lp.reference = p.id::text
+JOIN ledger_entries e ON e.posting_id = lp.id
+LEFT JOIN accounts s ON s.id = e.account_id AND s.kind = 'settlement' AND s.merchant_id = p.merchant_id
+GROUP BY p.id, p.account_id, p.amount_minor, p.capture_manual, p.captured_minor
+HAVING coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = p.account_id), 0) <> -(CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END)
+    OR coalesce(sum(e.amount_minor) FILTER (WHERE s.id IS NOT NULL), 0) <> CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END
+    OR count(*) FILTER (WHERE e.account_id <> p.account_id AND s.id IS NULL) > 0;
+
+-- name: OpenPaymentHoldMismatch :many
+-- A payment in flight or unknown holds its whole amount on its payer's account: an active
+-- reservation (none yet while it is processing: queued, or not reserved yet).
+SELECT p.status || ' payment ' || p.id || ' of ' || p.amount_minor || ' on account ' || p.account_id || ' holds '
+  || coalesce(r.status || ' ' || r.amount_minor || ' on account ' || r.account_id, 'nothing')
+FROM payments p LEFT JOIN balance_reservations r ON r.operation_id = p.id
+WHERE p.status IN ('processing', 'unknown')
+  AND CASE WHEN r.id IS NULL THEN p.status = 'unknown'
+      ELSE r.status <> 'active' OR r.amount_minor <> p.amount_minor OR r.account_id <> p.account_id END;
+
+-- name: OpenOperationWithoutRecord :many
+-- An open payment or refund keeps its idempotency record: records are deleted only once their
+-- operation finished, and open operations are found through them.
+SELECT p.status || ' payment ' || p.id || ' has no idempotency record' FROM payments p
+WHERE p.status IN ('processing', 'unknown', 'requires_capture')
+  AND NOT EXISTS (SELECT 1 FROM idempotency_records i WHERE i.operation_id = p.id)
+UNION ALL
+SELECT r.status || ' refund ' || r.id || ' has no idempotency record' FROM refunds r
+WHERE r.status IN ('processing', 'unknown')
+  AND NOT EXISTS (SELECT 1 FROM idempotency_records i WHERE i.operation_id = r.id);
 
 -- name: ReservationOutcomeMismatch :many
 -- Reservations match payment outcomes.
@@ -134,6 +170,20 @@ FROM payments p LEFT JOIN (SELECT payment_id,
     sum(amount_minor) FILTER (WHERE status IN ('processing', 'unknown')) AS held
   FROM refunds GROUP BY payment_id) t ON t.payment_id = p.id
 WHERE p.refunded_minor <> coalesce(t.succeeded, 0) OR p.refund_held_minor <> coalesce(t.held, 0);
+
+-- name: RefundPaymentMismatch :many
+-- A refund (unless it failed) pays back a succeeded payment's payer, in its currency, for its
+-- merchant; and a payment refunds, and holds for refunds in flight, no more than it took.
+SELECT r.status || ' refund ' || r.id || ' of ' || p.status || ' payment ' || p.id || ' paid to account ' || r.account_id
+  || ' (the payer: ' || p.account_id || ')'
+FROM refunds r JOIN payments p ON p.id = r.payment_id
+WHERE r.status <> 'failed'
+  AND (p.status <> 'succeeded' OR r.account_id <> p.account_id OR r.merchant_id <> p.merchant_id OR r.currency <> p.currency);
+
+-- name: RefundedAboveTaken :many
+SELECT 'payment ' || id || ' refunded ' || refunded_minor || ' and holds ' || refund_held_minor || ' of the '
+  || CASE WHEN capture_manual THEN captured_minor ELSE amount_minor END || ' it took'
+FROM payments WHERE refunded_minor + refund_held_minor > CASE WHEN capture_manual THEN captured_minor ELSE amount_minor END;
 
 -- name: RefundReservationMismatch :many
 -- A refund's hold is on its merchant's settlement account for its amount: finalized when it

@@ -147,6 +147,69 @@ func (q *Queries) OpenAuthorizationMismatch(ctx context.Context) ([]interface{},
 	return items, nil
 }
 
+const OpenOperationWithoutRecord = `-- name: OpenOperationWithoutRecord :many
+SELECT p.status || ' payment ' || p.id || ' has no idempotency record' FROM payments p
+WHERE p.status IN ('processing', 'unknown', 'requires_capture')
+  AND NOT EXISTS (SELECT 1 FROM idempotency_records i WHERE i.operation_id = p.id)
+UNION ALL
+SELECT r.status || ' refund ' || r.id || ' has no idempotency record' FROM refunds r
+WHERE r.status IN ('processing', 'unknown')
+  AND NOT EXISTS (SELECT 1 FROM idempotency_records i WHERE i.operation_id = r.id)
+`
+
+// An open payment or refund keeps its idempotency record: records are deleted only once their
+// operation finished, and open operations are found through them.
+func (q *Queries) OpenOperationWithoutRecord(ctx context.Context) ([]interface{}, error) {
+	rows, err := q.db.Query(ctx, OpenOperationWithoutRecord)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []interface{}
+	for rows.Next() {
+		var column_1 interface{}
+		if err := rows.Scan(&column_1); err != nil {
+			return nil, err
+		}
+		items = append(items, column_1)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const OpenPaymentHoldMismatch = `-- name: OpenPaymentHoldMismatch :many
+SELECT p.status || ' payment ' || p.id || ' of ' || p.amount_minor || ' on account ' || p.account_id || ' holds '
+  || coalesce(r.status || ' ' || r.amount_minor || ' on account ' || r.account_id, 'nothing')
+FROM payments p LEFT JOIN balance_reservations r ON r.operation_id = p.id
+WHERE p.status IN ('processing', 'unknown')
+  AND CASE WHEN r.id IS NULL THEN p.status = 'unknown'
+      ELSE r.status <> 'active' OR r.amount_minor <> p.amount_minor OR r.account_id <> p.account_id END
+`
+
+// A payment in flight or unknown holds its whole amount on its payer's account: an active
+// reservation (none yet while it is processing: queued, or not reserved yet).
+func (q *Queries) OpenPaymentHoldMismatch(ctx context.Context) ([]interface{}, error) {
+	rows, err := q.db.Query(ctx, OpenPaymentHoldMismatch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []interface{}
+	for rows.Next() {
+		var column_1 interface{}
+		if err := rows.Scan(&column_1); err != nil {
+			return nil, err
+		}
+		items = append(items, column_1)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const OrphanReservation = `-- name: OrphanReservation :many
 SELECT 'reservation ' || b.id || ' for operation ' || b.operation_id || ' which is neither a payment nor a refund'
 FROM balance_reservations b
@@ -157,6 +220,42 @@ WHERE NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = b.operation_id)
 // Every reservation is a payment's or a refund's.
 func (q *Queries) OrphanReservation(ctx context.Context) ([]interface{}, error) {
 	rows, err := q.db.Query(ctx, OrphanReservation)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []interface{}
+	for rows.Next() {
+		var column_1 interface{}
+		if err := rows.Scan(&column_1); err != nil {
+			return nil, err
+		}
+		items = append(items, column_1)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const PaymentPostedAccountsMismatch = `-- name: PaymentPostedAccountsMismatch :many
+SELECT 'payment ' || p.id || ' took ' || coalesce(-sum(e.amount_minor) FILTER (WHERE e.account_id = p.account_id), 0)
+  || ' from its payer and gave ' || coalesce(sum(e.amount_minor) FILTER (WHERE s.id IS NOT NULL), 0)
+  || ' to its merchant, of ' || CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END
+  || CASE WHEN count(*) FILTER (WHERE e.account_id <> p.account_id AND s.id IS NULL) > 0 THEN ', and moved money on other accounts' ELSE '' END
+FROM payments p JOIN ledger_postings lp ON lp.kind = 'payment' AND lp.reference = p.id::text
+JOIN ledger_entries e ON e.posting_id = lp.id
+LEFT JOIN accounts s ON s.id = e.account_id AND s.kind = 'settlement' AND s.merchant_id = p.merchant_id
+GROUP BY p.id, p.account_id, p.amount_minor, p.capture_manual, p.captured_minor
+HAVING coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = p.account_id), 0) <> -(CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END)
+    OR coalesce(sum(e.amount_minor) FILTER (WHERE s.id IS NOT NULL), 0) <> CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END
+    OR count(*) FILTER (WHERE e.account_id <> p.account_id AND s.id IS NULL) > 0
+`
+
+// A succeeded payment's posting takes what it moved from its payer and gives it to its own
+// merchant's settlement account, and touches no other account.
+func (q *Queries) PaymentPostedAccountsMismatch(ctx context.Context) ([]interface{}, error) {
+	rows, err := q.db.Query(ctx, PaymentPostedAccountsMismatch)
 	if err != nil {
 		return nil, err
 	}
@@ -296,6 +395,36 @@ func (q *Queries) RecordRefundMismatch(ctx context.Context) ([]interface{}, erro
 	return items, nil
 }
 
+const RefundPaymentMismatch = `-- name: RefundPaymentMismatch :many
+SELECT r.status || ' refund ' || r.id || ' of ' || p.status || ' payment ' || p.id || ' paid to account ' || r.account_id
+  || ' (the payer: ' || p.account_id || ')'
+FROM refunds r JOIN payments p ON p.id = r.payment_id
+WHERE r.status <> 'failed'
+  AND (p.status <> 'succeeded' OR r.account_id <> p.account_id OR r.merchant_id <> p.merchant_id OR r.currency <> p.currency)
+`
+
+// A refund (unless it failed) pays back a succeeded payment's payer, in its currency, for its
+// merchant; and a payment refunds, and holds for refunds in flight, no more than it took.
+func (q *Queries) RefundPaymentMismatch(ctx context.Context) ([]interface{}, error) {
+	rows, err := q.db.Query(ctx, RefundPaymentMismatch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []interface{}
+	for rows.Next() {
+		var column_1 interface{}
+		if err := rows.Scan(&column_1); err != nil {
+			return nil, err
+		}
+		items = append(items, column_1)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const RefundPostedAmountMismatch = `-- name: RefundPostedAmountMismatch :many
 SELECT 'refund ' || r.id || ' posted ' || coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = r.account_id), 0)
   || ' to the payer and ' || coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id <> r.account_id), 0)
@@ -346,6 +475,32 @@ WHERE (r.status = 'succeeded' AND b.status IS DISTINCT FROM 'finalized')
 // succeeded, released (or never made) when it failed, active while it is unknown.
 func (q *Queries) RefundReservationMismatch(ctx context.Context) ([]interface{}, error) {
 	rows, err := q.db.Query(ctx, RefundReservationMismatch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []interface{}
+	for rows.Next() {
+		var column_1 interface{}
+		if err := rows.Scan(&column_1); err != nil {
+			return nil, err
+		}
+		items = append(items, column_1)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const RefundedAboveTaken = `-- name: RefundedAboveTaken :many
+SELECT 'payment ' || id || ' refunded ' || refunded_minor || ' and holds ' || refund_held_minor || ' of the '
+  || CASE WHEN capture_manual THEN captured_minor ELSE amount_minor END || ' it took'
+FROM payments WHERE refunded_minor + refund_held_minor > CASE WHEN capture_manual THEN captured_minor ELSE amount_minor END
+`
+
+func (q *Queries) RefundedAboveTaken(ctx context.Context) ([]interface{}, error) {
+	rows, err := q.db.Query(ctx, RefundedAboveTaken)
 	if err != nil {
 		return nil, err
 	}
@@ -562,12 +717,12 @@ func (q *Queries) UnbalancedPostings(ctx context.Context) ([]interface{}, error)
 }
 
 const UnexpectedPosting = `-- name: UnexpectedPosting :many
-SELECT p.status || ' payment ' || p.id || ' has a ledger posting'
-FROM payments p JOIN ledger_postings lp ON lp.kind = 'payment' AND lp.reference = p.id::text
-WHERE p.status <> 'succeeded'
+SELECT 'payment posting ' || lp.id || ' for ' || lp.reference || ' whose payment is ' || coalesce(p.status, 'missing')
+FROM ledger_postings lp LEFT JOIN payments p ON p.id::text = lp.reference
+WHERE lp.kind = 'payment' AND p.status IS DISTINCT FROM 'succeeded'
 `
 
-// No other payment has a posting.
+// No other payment has a posting, and no payment posting is without its payment.
 func (q *Queries) UnexpectedPosting(ctx context.Context) ([]interface{}, error) {
 	rows, err := q.db.Query(ctx, UnexpectedPosting)
 	if err != nil {
