@@ -752,6 +752,10 @@ func (run *run) settle(o op, st workflows.Settlement, done func(status string), 
 			done(status)
 		case run.ctx.Err() != nil:
 			// the import is being aborted
+		case errors.Is(err, workflows.ErrBankConflict):
+			mm := *m
+			mm.Kind, mm.Expected, mm.Found = KindBankConflict, "unknown, settled as "+st.Outcome, err.Error()
+			run.mismatch(o.kind, mm)
 		case errors.Is(err, workflows.ErrSettlementAmountDiffers):
 			// Only the workflow knows what a manual payment's unknown capture asked for.
 			mm := *m

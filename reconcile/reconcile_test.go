@@ -488,6 +488,25 @@ func TestReconcileSettleFailures(t *testing.T) {
 	}
 }
 
+// A settlement the workflow sets aside because the bank's own answer contradicts it (or one that
+// led to such a hold) is a bank_conflict for an operator, listed or not: not a settle_failed to
+// import again.
+func TestReconcileBankConflict(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	at := day.Add(time.Hour)
+	listed := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
+	unlisted := b.add(merchA, payment.StatusUnknown, 500, "TRY", at, at.Add(time.Second))
+	b.onSettle = func(*payment.Payment) error {
+		return fmt.Errorf("%w: %w: the bank captured the authorization au_1 that kasa was voiding", workflows.ErrSettlementRejected, workflows.ErrBankConflict)
+	}
+	rep, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), fileOf([]Line{line(2, listed, "2025-03-01")}, "2025-03-01"), Options{AllMerchants: true})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{listed.ID.String(): KindBankConflict, unlisted.ID.String(): KindBankConflict}, kinds(rep))
+	require.False(t, rep.OK())
+	require.Contains(t, rep.Mismatches[0].Found, "that kasa was voiding")
+}
+
 // slowSettler never answers for one workflow (no worker polls its task queue).
 type slowSettler struct {
 	*fakeBank

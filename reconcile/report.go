@@ -31,6 +31,10 @@ const (
 	// An unknown payment could not be settled (no worker answered in time, the workflow refused
 	// the settlement while the database still says unknown...). Re-running the import is safe.
 	KindSettleFailed = "settle_failed"
+	// The bank's own answer (an inquiry, or its refusal of a void) contradicts the settlement:
+	// the workflow kept the hold and flagged the payment stuck. A person asks the bank which is
+	// right, then settles it by hand (docs/operations.md); importing again changes nothing.
+	KindBankConflict = "bank_conflict"
 )
 
 // Pending reasons: not a mismatch, but not reconciled by this file either.

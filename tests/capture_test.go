@@ -491,3 +491,31 @@ func TestManualUnknownCaptureSettledByFile(t *testing.T) {
 		})
 	}
 }
+
+// A bank without idempotency loses the answer to a cancel's void; its settlement file then lists a
+// capture of 25.00: the bank's word that the money moved. The import posts that capture (the
+// payment succeeds, the rest of the hold is released), once, and the ledger checks out.
+func TestReconcileListedCaptureSettlesAnUnknownVoid(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	id, payer, _ := s.authorize(m, "auth-void-lost", "70.00", "100.00")
+	s.setFaults(`{"rules":[{"on":"void","action":"drop_response","count":1}]}`)
+	r := s.command(m, id, "cancel", "void-lost", "")
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "auth-void-lost").Status)
+
+	file := "settlement_date,provider_charge_id,reference,amount,currency,status,type\n" +
+		today() + ",cp_listed," + id + ",25.00,TRY,settled,capture\n"
+	rep, _ := decodeReport(t, s.importSettlements(m, file))
+	require.Empty(t, rep.Mismatches)
+	require.Equal(t, 1, rep.Counts.ResolvedCharged)
+	p := paymentByKey(t, m, "auth-void-lost")
+	require.Equal(t, payment.StatusSucceeded, p.Status)
+	require.Equal(t, int64(2500), p.CapturedMinor)
+	require.Zero(t, reserved(t, payer), "the rest of the hold released")
+	again, ok := decodeReport(t, s.importSettlements(m, file))
+	require.True(t, ok, "%+v", again)
+	require.Equal(t, 1, again.Counts.Matched, "imported again: matched, nothing posted twice")
+	requireVerified(t)
+}

@@ -357,8 +357,9 @@ func TestManualPaymentVoidSettledWhileAnInquiryFindsItDone(t *testing.T) {
 }
 
 // A capture settled not_charged through the update was applied: its void went out. When that
-// void's inquiry then finds the authorization captured, the update still answers unknown, not
-// the conflict that a refused settlement gets: the import that sent it must not report a refusal.
+// void's inquiry then finds the authorization captured, the update answers with the conflict
+// (ErrTypeBankConflict), as a settlement set aside is: the import reports it for an operator,
+// neither as settled nor as a refusal to try again.
 func TestManualPaymentAppliedSettleAnsweredWhenTheVoidFindsACapture(t *testing.T) {
 	h := newHarness(t)
 	h.authorizes()
@@ -381,7 +382,8 @@ func TestManualPaymentAppliedSettleAnsweredWhenTheVoidFindsACapture(t *testing.T
 	in.BookingWindow = time.Millisecond
 	res := h.run(in)
 	require.Equal(t, statusSucceeded, res.Status)
-	require.Equal(t, statusUnknown, answers["capture-not-charged"])
+	require.Contains(t, answers["capture-not-charged"], "failed: the bank captured the authorization au_1 that kasa was voiding")
+	require.Contains(t, answers["capture-not-charged"], workflows.ErrTypeBankConflict)
 	require.Equal(t, statusSucceeded, answers["captured"])
 	require.Equal(t, 1, h.calls(workflows.ActivityVoidAuthorization))
 	require.NotEmpty(t, reasons)
@@ -408,4 +410,25 @@ func TestManualPaymentVoidRefusedAsCapturedKeepsTheHold(t *testing.T) {
 	require.Contains(t, answers["released"], "rejected")
 	require.Equal(t, statusSucceeded, answers["captured"])
 	require.Zero(t, h.calls(workflows.ActivityCanceled))
+}
+
+// A settlement file listing a capture of a payment whose void got no answer (a bank that cannot
+// be asked) is the bank's record that the money moved: the capture it names is posted.
+func TestManualPaymentUnknownVoidSettledByAListedCapture(t *testing.T) {
+	h := newHarness(t)
+	h.authorizes()
+	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
+	h.on(workflows.ActivityMarkUnknown).Return(nil).Once()
+	h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
+		workflows.CapturedInput{OperationID: opID, AmountMinor: 2_500, ProviderReference: authRef}).Return(nil).Once()
+	answers := map[string]string{}
+	h.commandAt(time.Minute, workflows.UpdateCancel, "x1", workflows.Command{}, answers)
+	h.updateAt(2*time.Hour, "no amount", workflows.Settlement{Outcome: workflows.OutcomeCharged}, answers)
+	h.updateAt(3*time.Hour, "listed", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 2_500}, answers)
+
+	res := h.run(manualInput(h, workflows.CapabilityNone))
+	require.Equal(t, statusSucceeded, res.Status)
+	require.Contains(t, answers["no amount"], "rejected")
+	require.Equal(t, statusSucceeded, answers["listed"])
+	require.Zero(t, h.calls(workflows.ActivityCanceled), "the hold is never released")
 }

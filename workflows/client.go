@@ -226,6 +226,11 @@ func IsUnavailable(err error) bool {
 // or no such workflow).
 var ErrSettlementRejected = errors.New("settlement rejected")
 
+// ErrBankConflict: the settlement contradicts the bank's own answer (an inquiry, or its refusal
+// of a void): the hold is kept and the payment flagged stuck for an operator (with
+// ErrSettlementRejected).
+var ErrBankConflict = errors.New("the settlement contradicts the bank's own answer")
+
 // ErrSettlementAmountDiffers: a manual payment's workflow refused a settlement listing another
 // amount than the capture it sent (with ErrSettlementRejected).
 var ErrSettlementAmountDiffers = errors.New("the settlement's amount differs from the capture kasa sent")
@@ -248,6 +253,9 @@ func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (
 	var status string
 	if err := h.Get(ctx, &status); err != nil {
 		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) && appErr.Type() == ErrTypeBankConflict {
+			return "", fmt.Errorf("%w: %w: %s", ErrSettlementRejected, ErrBankConflict, appErr.Message())
+		}
 		if errors.As(err, &appErr) && appErr.Type() == ErrTypeSettlementAmount {
 			return "", fmt.Errorf("%w: %w: %s", ErrSettlementRejected, ErrSettlementAmountDiffers, appErr.Message())
 		}

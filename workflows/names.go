@@ -83,6 +83,9 @@ const (
 	// ErrTypeCapturedAtBank: an inquiry found captured the authorization kasa is voiding, a
 	// definite answer that the money moved (details: the authorization's id at the bank).
 	ErrTypeCapturedAtBank = "AuthorizationCaptured"
+	// ErrTypeBankConflict: a settlement was set aside (or, applied, led to a hold) because the
+	// bank's own answer contradicts it: the hold is kept and the payment flagged for an operator.
+	ErrTypeBankConflict = "BankConflict"
 )
 
 // Search attributes on every payment workflow; operators filter PaymentStatus="unknown".
@@ -205,7 +208,8 @@ type Step struct {
 // keeps the hold for an operator (not_charged refused, a charged settlement naming the capture
 // posts it); a settlement the phase before applied is answered once the next phase parks; an
 // operator's retry that arrives while the stuck flag is written counts; a void's not_charged
-// settlement meeting an inquiry that finds the void done is no conflict.
+// settlement meeting an inquiry that finds the void done is no conflict; a charged settlement
+// naming a capture (the bank's file lists it) settles an unknown void by posting that capture.
 const CurrentRevision = 3
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.

@@ -179,9 +179,14 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 				return "", err
 			}
 			// Set aside, it contradicts the bank's own answer. Applied, it is answered with the
-			// status, unknown when the next phase's answer was lost too (Revision 3 on).
-			if w.status == payment.StatusUnknown && (w.in.Revision < 3 || w.setAside == &s) {
+			// status: unknown when the next phase's answer was lost too, a conflict when the bank
+			// then said the opposite (Revision 3 on).
+			switch {
+			case w.status != payment.StatusUnknown:
+			case w.in.Revision < 3:
 				return "", errors.New(w.conflict)
+			case w.conflict != "": // set aside, or applied and then held: for an operator either way
+				return "", temporal.NewApplicationError(w.conflict, ErrTypeBankConflict)
 			}
 			return string(w.status), nil
 		},
@@ -521,8 +526,10 @@ func (w *opRun) checkSettlement(s Settlement) error {
 	case w.pending != nil:
 		return fmt.Errorf("%s is already being settled as %s", w.op.noun, w.pending.Outcome)
 	case w.conflict != "" && s.Outcome == OutcomeNotCharged:
-		return errors.New(w.conflict)
-	case w.in.CaptureManual && w.in.Step.Phase == PhaseVoid && s.Outcome == OutcomeCharged && w.captured:
+		return temporal.NewApplicationError(w.conflict, ErrTypeBankConflict)
+	case w.in.CaptureManual && w.in.Step.Phase == PhaseVoid && s.Outcome == OutcomeCharged && (w.captured || w.in.Revision >= 3):
+		// The bank captured the authorization kasa was voiding (it said so, or its file lists the
+		// capture): what it moved is posted.
 		if s.AmountMinor <= 0 || s.AmountMinor > w.in.AmountMinor {
 			return temporal.NewApplicationError(fmt.Sprintf("the bank captured the authorization kasa was voiding: a charged settlement "+
 				"must name the amount captured, at most the %d (minor units) authorized; it names %d", w.in.AmountMinor, s.AmountMinor), ErrTypeSettlementAmount)
