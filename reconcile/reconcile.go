@@ -35,6 +35,8 @@ type Store interface {
 	RefundsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Refund, error)
 	Refund(ctx context.Context, id uuid.UUID) (payment.Refund, error)
 	EachRefundCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Refund) error) error
+	// CaptureInFlight says whether a manual payment's capture was sent and has not finished.
+	CaptureInFlight(ctx context.Context, paymentID uuid.UUID) (bool, error)
 }
 
 // Settler resolves an unknown payment or refund through its workflow's checked `settle` update
@@ -579,6 +581,18 @@ func pendingOf(o op, reason string, line int, detail string) Pending {
 // (it is then matched as it is, never settled again by this import).
 func (run *run) matchLine(l Line, o op, settle bool) {
 	m := entry(o, l.Number, l.ProviderChargeID)
+	if o.status == payment.StatusRequiresCapture && o.kind == charge {
+		// Its capture may be booked at the bank while kasa still awaits the answer.
+		inFlight, err := run.r.Store.CaptureInFlight(run.ctx, o.id)
+		if err != nil {
+			run.cancel(fmt.Errorf("read the captures of payment %s: %w", o.id, err))
+			return
+		}
+		if inFlight {
+			run.pending(o.kind, pendingOf(o, ReasonProcessing, l.Number, "its capture is in flight: import the file again once it has finished"))
+			return
+		}
+	}
 	switch {
 	case o.status == payment.StatusFailed, o.status == payment.StatusCanceled, o.status == payment.StatusRequiresCapture:
 		m.Kind, m.Expected, m.Found = KindChargedButFailed, o.describe(), describeLine(l)

@@ -37,6 +37,7 @@ type fakeBank struct {
 	// voidLost: a manual payment settled not_charged is voided, and the bank's answer to that
 	// void is lost too: it stays unknown (else it is canceled).
 	voidLost  bool
+	capturing map[uuid.UUID]bool // manual payments whose capture is in flight
 	createdIn [][2]time.Time
 	// decided: when a payment's outcome was decided, if not its updated_at (a refund moved that)
 	decided   map[uuid.UUID]time.Time
@@ -153,6 +154,12 @@ func byID[V any](b *fakeBank, m map[uuid.UUID]*V, ids []uuid.UUID) ([]V, error) 
 
 func (b *fakeBank) Payment(_ context.Context, id uuid.UUID) (payment.Payment, error) {
 	return one(b, b.payments, id)
+}
+
+func (b *fakeBank) CaptureInFlight(_ context.Context, id uuid.UUID) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.capturing[id], nil
 }
 
 func (b *fakeBank) Refund(_ context.Context, id uuid.UUID) (payment.Refund, error) {
@@ -486,6 +493,29 @@ func TestReconcileSettleFailures(t *testing.T) {
 	for _, p := range []payment.Payment{stuck, slow, broken} {
 		require.Equal(t, payment.StatusUnknown, b.get(p.ID).Status)
 	}
+}
+
+// A manual payment still waiting for its capture that the file lists as captured: while its
+// capture is in flight (the bank booked it, kasa awaits the answer) it is pending, as a payment
+// still processing is; with no capture sent it is charged_but_failed.
+func TestReconcileListedCaptureInFlight(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	b.capturing = map[uuid.UUID]bool{}
+	at := day.Add(time.Hour)
+	inFlight := b.add(merchA, payment.StatusRequiresCapture, 4000, "TRY", at, at.Add(time.Second))
+	none := b.add(merchA, payment.StatusRequiresCapture, 4000, "TRY", at, at.Add(time.Second))
+	for _, p := range []payment.Payment{inFlight, none} {
+		b.payments[p.ID].CaptureManual = true
+	}
+	b.capturing[inFlight.ID] = true
+	rep, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(),
+		fileOf([]Line{line(2, inFlight, "2025-03-01"), line(3, none, "2025-03-01")}, "2025-03-01"), Options{AllMerchants: true})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{none.ID.String(): KindChargedButFailed}, kinds(rep))
+	require.Len(t, rep.Pending, 1)
+	require.Equal(t, ReasonProcessing, rep.Pending[0].Reason)
+	require.Equal(t, inFlight.ID.String(), rep.Pending[0].PaymentID)
 }
 
 // A settlement the workflow sets aside because the bank's own answer contradicts it (or one that

@@ -178,3 +178,29 @@ func TestTheCommandTakenIsMarkedWithItsMoney(t *testing.T) {
 	}
 	requireVerified(t)
 }
+
+// A capture sent and not finished is in flight; a cancel is not a capture, and the capture the
+// workflow took is finished.
+func TestCaptureInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	p := authorized(t, mID, aID, "in-flight", 1_000)
+	inFlight := func() bool {
+		got, err := db.CaptureInFlight(ctx, p.ID)
+		require.NoError(t, err)
+		return got
+	}
+	require.False(t, inFlight(), "nothing sent")
+	_, _, err := db.BeginCommand(ctx, store.Command{MerchantID: mID, Key: "if-cancel", ID: payment.NewID(), PaymentID: p.ID,
+		Kind: payment.CommandCancel, RequestHash: "x"}, time.Minute)
+	require.NoError(t, err)
+	require.False(t, inFlight(), "a cancel")
+	c, _, err := db.BeginCommand(ctx, store.Command{MerchantID: mID, Key: "if-capture", ID: payment.NewID(), PaymentID: p.ID,
+		Kind: payment.CommandCapture, RequestHash: "y", AmountMinor: 400}, time.Minute)
+	require.NoError(t, err)
+	require.True(t, inFlight())
+	_, err = db.Captured(ctx, p.ID, 400, "au", c.ID)
+	require.NoError(t, err)
+	require.False(t, inFlight(), "taken: it moved the money")
+}

@@ -37,3 +37,8 @@ UPDATE payment_commands SET taken = true, updated_at = now() WHERE id = $1;
 
 -- name: TakenCommand :one
 SELECT id FROM payment_commands WHERE payment_id = $1 AND taken;
+
+-- name: CaptureInFlight :one
+-- A capture the payment's workflow has not finished: accepted (or sent) and not yet what moved
+-- its money. A refused one was deleted; one the workflow took is marked taken.
+SELECT EXISTS (SELECT 1 FROM payment_commands WHERE payment_id = $1 AND kind = 'capture' AND NOT taken);

@@ -36,6 +36,19 @@ func (q *Queries) AnswerCommand(ctx context.Context, arg AnswerCommandParams) er
 	return err
 }
 
+const CaptureInFlight = `-- name: CaptureInFlight :one
+SELECT EXISTS (SELECT 1 FROM payment_commands WHERE payment_id = $1 AND kind = 'capture' AND NOT taken)
+`
+
+// A capture the payment's workflow has not finished: accepted (or sent) and not yet what moved
+// its money. A refused one was deleted; one the workflow took is marked taken.
+func (q *Queries) CaptureInFlight(ctx context.Context, paymentID uuid.UUID) (bool, error) {
+	row := q.db.QueryRow(ctx, CaptureInFlight, paymentID)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const DeleteCommand = `-- name: DeleteCommand :exec
 DELETE FROM payment_commands WHERE merchant_id = $1 AND idempotency_key = $2 AND response_status IS NULL
 `
