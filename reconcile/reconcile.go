@@ -37,6 +37,10 @@ type Store interface {
 	EachRefundCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Refund) error) error
 	// CaptureInFlight says whether a manual payment's capture was sent and has not finished.
 	CaptureInFlight(ctx context.Context, paymentID uuid.UUID) (bool, error)
+	// EachUnknownCaptureDecided calls fn for every manual payment created before from whose
+	// capture or void became unknown in [from, to), with when that happened and when the capture
+	// or void may first have been sent (its window starts there, not at the authorization).
+	EachUnknownCaptureDecided(ctx context.Context, from, to time.Time, merchants []uuid.UUID, fn func(p payment.Payment, decided, sentFrom time.Time) error) error
 }
 
 // Settler resolves an unknown payment or refund through its workflow's checked `settle` update
@@ -272,7 +276,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 		if check {
 			statuses = append(statuses, payment.StatusSucceeded)
 		}
+		seen := map[uuid.UUID]bool{} // a manual payment may come by its creation and by its capture
 		keep := func(o op) {
+			if seen[o.id] {
+				return
+			}
+			seen[o.id] = true
 			switch {
 			case run.listed[k][o.id]:
 			case check:
@@ -295,6 +304,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 					keep(o)
 					return nil
 				})
+				// A manual payment's capture or void may come days after its authorization: its
+				// window runs from when it was sent.
+				if err == nil {
+					err = r.Store.EachUnknownCaptureDecided(ctx, d.Start(), d.End(), merchants, func(p payment.Payment, decided, sentFrom time.Time) error {
+						o := paymentOp(p)
+						o.created, o.decided = sentFrom, decided
+						keep(o)
+						return nil
+					})
+				}
 			}
 			if err != nil {
 				return nil, run.abort(fmt.Errorf("read %ss created on %s: %w", k.noun(), d, err))

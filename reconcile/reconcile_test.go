@@ -156,6 +156,27 @@ func (b *fakeBank) Payment(_ context.Context, id uuid.UUID) (payment.Payment, er
 	return one(b, b.payments, id)
 }
 
+// EachUnknownCaptureDecided: the manual payments authorized (a provider reference) before from,
+// unknown since a time in [from, to); their capture was sent a minute before that.
+func (b *fakeBank) EachUnknownCaptureDecided(_ context.Context, from, to time.Time, merchants []uuid.UUID,
+	fn func(payment.Payment, time.Time, time.Time) error) error {
+	b.mu.Lock()
+	var match []payment.Payment
+	for _, p := range b.payments {
+		if p.CaptureManual && p.Status == payment.StatusUnknown && p.ProviderReference != "" && p.CreatedAt.Before(from) &&
+			!p.UpdatedAt.Before(from) && p.UpdatedAt.Before(to) && (len(merchants) == 0 || slices.Contains(merchants, p.MerchantID)) {
+			match = append(match, *p)
+		}
+	}
+	b.mu.Unlock()
+	for _, p := range match {
+		if err := fn(p, p.UpdatedAt, p.UpdatedAt.Add(-time.Minute)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (b *fakeBank) CaptureInFlight(_ context.Context, id uuid.UUID) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -493,6 +514,27 @@ func TestReconcileSettleFailures(t *testing.T) {
 	for _, p := range []payment.Payment{stuck, slow, broken} {
 		require.Equal(t, payment.StatusUnknown, b.get(p.ID).Status)
 	}
+}
+
+// A manual payment authorized on day 1 whose capture, sent on day 3, got no answer: the complete
+// file of day 3 alone, which does not list it, releases it (its window runs from the capture's
+// sending); a file of day 2 does not look at it; a file of day 3 made before the booking window
+// passed leaves it pending.
+func TestReconcileUnknownCaptureOnALaterDay(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	created := day.Add(10 * time.Hour)
+	captureUnknown := day.AddDate(0, 0, 2).Add(10 * time.Hour)
+	p := b.add(merchA, payment.StatusUnknown, 7000, "TRY", created, captureUnknown)
+	b.payments[p.ID].CaptureManual, b.payments[p.ID].ProviderReference = true, "au_1"
+	r := &Reconciler{Store: b, Settler: b}
+	rep, err := r.Reconcile(context.Background(), fileOf(nil, "2025-03-02"), Options{AllMerchants: true})
+	require.NoError(t, err)
+	require.Equal(t, Counts{}, rep.Counts, "day 2: neither its authorization's day nor its capture's")
+	rep, err = r.Reconcile(context.Background(), fileOf(nil, "2025-03-03"), Options{AllMerchants: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Counts.ResolvedNotCharged, "%+v", rep)
+	require.Equal(t, payment.StatusCanceled, b.get(p.ID).Status)
 }
 
 // A manual payment still waiting for its capture that the file lists as captured: while its

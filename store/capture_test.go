@@ -204,3 +204,36 @@ func TestCaptureInFlight(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, inFlight(), "taken: it moved the money")
 }
+
+// A manual payment authorized days ago whose capture became unknown today is found by today's
+// reconciliation, with when its capture was first asked for; one authorized today is not (its
+// creation day finds it), nor one whose authorization itself is unknown.
+func TestEachUnknownCaptureDecided(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	old := authorized(t, mID, aID, "later-capture", 1_000)
+	asked := time.Now()
+	_, _, err := db.BeginCommand(ctx, store.Command{MerchantID: mID, Key: "later-cap", ID: payment.NewID(), PaymentID: old.ID,
+		Kind: payment.CommandCapture, RequestHash: "h", AmountMinor: 400}, time.Minute)
+	require.NoError(t, err)
+	_, err = db.MarkUnknown(ctx, old.ID)
+	require.NoError(t, err)
+	require.NoError(t, db.Exec(ctx, `UPDATE payments SET created_at = created_at - interval '2 days' WHERE id = $1`, old.ID))
+	fresh := authorized(t, mID, aID, "same-day-capture", 1_000)
+	_, err = db.MarkUnknown(ctx, fresh.ID)
+	require.NoError(t, err)
+
+	from := time.Now().UTC().Truncate(24 * time.Hour)
+	var got []uuid.UUID
+	var sent time.Time
+	require.NoError(t, db.EachUnknownCaptureDecided(ctx, from, from.Add(24*time.Hour), []uuid.UUID{mID},
+		func(p payment.Payment, decided, sentFrom time.Time) error {
+			got, sent = append(got, p.ID), sentFrom
+			require.Equal(t, payment.StatusUnknown, p.Status)
+			require.False(t, decided.Before(from))
+			return nil
+		}))
+	require.Equal(t, []uuid.UUID{old.ID}, got)
+	require.WithinDuration(t, asked, sent, time.Second, "its window starts at the capture's arrival")
+}

@@ -37,6 +37,26 @@ func (s *Store) EachPaymentCreated(ctx context.Context, from, to time.Time, stat
 	return translate(err)
 }
 
+// EachUnknownCaptureDecided calls fn for every manual payment created before from whose capture
+// or void became unknown in [from, to), of one of merchants (all when empty), with the time that
+// happened and the time its capture or void may first have been sent. It streams as
+// EachPaymentCreated does.
+func (s *Store) EachUnknownCaptureDecided(ctx context.Context, from, to time.Time, merchants []uuid.UUID,
+	fn func(p payment.Payment, decided, sentFrom time.Time) error) error {
+	var ms []string
+	if len(merchants) > 0 {
+		ms = uuidStrings(merchants)
+	}
+	rows, err := s.pool.Query(ctx, dbsqlc.UnknownCapturesDecided, from, to, ms)
+	if err != nil {
+		return translate(err)
+	}
+	var p dbsqlc.Payment
+	var decided, sentFrom time.Time
+	_, err = pgx.ForEachRow(rows, append(columns(&p), &decided, &sentFrom), func() error { return fn(paymentOf(p), decided, sentFrom) })
+	return translate(err)
+}
+
 // RefundsByID reads the refunds among ids that exist, in no particular order.
 func (s *Store) RefundsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Refund, error) {
 	return byID(ctx, s, dbsqlc.RefundsByID, ids, func(r pgx.CollectableRow) (payment.Refund, error) { return scanRefund(r) })

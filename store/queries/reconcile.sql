@@ -21,6 +21,20 @@ WHERE p.id >= $5 AND p.id < $6 AND p.created_at >= $1 AND p.created_at < $2 AND 
 AND ($4::uuid[] IS NULL OR p.merchant_id = ANY($4::uuid[]))
 ORDER BY p.created_at, p.id;
 
+-- name: UnknownCapturesDecided :many
+-- Manual payments created before $1 whose capture or void became unknown in [$1, $2): their
+-- authorization is open (open_authorizations, a small table, finds them without an index on
+-- payments), and its capture or void was sent after the authorization's day. sent_from is when
+-- it may first have been sent: its first capture's or cancel's arrival, else capture_before
+-- (kasa voided it then).
+SELECT p.*, p.updated_at::timestamptz AS decided_at,
+coalesce((SELECT min(c.created_at) FROM payment_commands c WHERE c.payment_id = p.id), a.capture_before)::timestamptz AS sent_from
+FROM open_authorizations a JOIN payments p ON p.id = a.payment_id
+WHERE p.status = 'unknown' AND p.provider_reference <> '' AND p.created_at < $1
+AND p.updated_at >= $1 AND p.updated_at < $2
+AND ($3::uuid[] IS NULL OR p.merchant_id = ANY($3::uuid[]))
+ORDER BY p.updated_at, p.id;
+
 -- name: RefundsByID :many
 SELECT * FROM refunds WHERE id = ANY($1::uuid[]);
 

@@ -338,3 +338,94 @@ func (q *Queries) RefundsCreated(ctx context.Context, arg RefundsCreatedParams) 
 	}
 	return items, nil
 }
+
+const UnknownCapturesDecided = `-- name: UnknownCapturesDecided :many
+SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor, p.updated_at::timestamptz AS decided_at,
+coalesce((SELECT min(c.created_at) FROM payment_commands c WHERE c.payment_id = p.id), a.capture_before)::timestamptz AS sent_from
+FROM open_authorizations a JOIN payments p ON p.id = a.payment_id
+WHERE p.status = 'unknown' AND p.provider_reference <> '' AND p.created_at < $1
+AND p.updated_at >= $1 AND p.updated_at < $2
+AND ($3::uuid[] IS NULL OR p.merchant_id = ANY($3::uuid[]))
+ORDER BY p.updated_at, p.id
+`
+
+type UnknownCapturesDecidedParams struct {
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	Column3   []uuid.UUID
+}
+
+type UnknownCapturesDecidedRow struct {
+	ID                uuid.UUID
+	MerchantID        uuid.UUID
+	IdempotencyKey    string
+	AccountID         uuid.UUID
+	AmountMinor       int64
+	Currency          string
+	InvoiceID         string
+	PaymentType       string
+	Status            string
+	FailureCode       *string
+	ProviderReference *string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	ChargeAttempts    int32
+	StuckSince        *time.Time
+	StuckReason       *string
+	RefundedMinor     int64
+	RefundHeldMinor   int64
+	CaptureManual     bool
+	CaptureBefore     *time.Time
+	CapturedMinor     int64
+	DecidedAt         time.Time
+	SentFrom          time.Time
+}
+
+// Manual payments created before $1 whose capture or void became unknown in [$1, $2): their
+// authorization is open (open_authorizations, a small table, finds them without an index on
+// payments), and its capture or void was sent after the authorization's day. sent_from is when
+// it may first have been sent: its first capture's or cancel's arrival, else capture_before
+// (kasa voided it then).
+func (q *Queries) UnknownCapturesDecided(ctx context.Context, arg UnknownCapturesDecidedParams) ([]UnknownCapturesDecidedRow, error) {
+	rows, err := q.db.Query(ctx, UnknownCapturesDecided, arg.CreatedAt, arg.UpdatedAt, arg.Column3)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []UnknownCapturesDecidedRow
+	for rows.Next() {
+		var i UnknownCapturesDecidedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.MerchantID,
+			&i.IdempotencyKey,
+			&i.AccountID,
+			&i.AmountMinor,
+			&i.Currency,
+			&i.InvoiceID,
+			&i.PaymentType,
+			&i.Status,
+			&i.FailureCode,
+			&i.ProviderReference,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ChargeAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
+			&i.RefundedMinor,
+			&i.RefundHeldMinor,
+			&i.CaptureManual,
+			&i.CaptureBefore,
+			&i.CapturedMinor,
+			&i.DecidedAt,
+			&i.SentFrom,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
