@@ -608,7 +608,8 @@ func (run *run) matchLine(l Line, o op, settle bool) {
 			return
 		}
 		if inFlight {
-			run.pending(o.kind, pendingOf(o, ReasonProcessing, l.Number, "its capture is in flight: import the file again once it has finished"))
+			run.pending(o.kind, pendingOf(o, ReasonProcessing, l.Number,
+				"a capture was asked for and has not finished (in flight, or it never reached the workflow): import the file again once it has"))
 			return
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // authorized begins a manual payment of amount and runs it to requires_capture.
@@ -236,4 +237,25 @@ func TestEachUnknownCaptureDecided(t *testing.T) {
 		}))
 	require.Equal(t, []uuid.UUID{old.ID}, got)
 	require.WithinDuration(t, asked, sent, time.Second, "its window starts at the capture's arrival")
+}
+
+// Migration 00028 run again (its index left invalid by a build that failed) builds the index
+// again: an invalid index is never used, and payment_commands is kept for good.
+func TestCommandsByPaymentIndexRebuilt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	open := func() *store.Store {
+		st, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
+		require.NoError(t, err)
+		t.Cleanup(st.Close)
+		return st
+	}
+	st := open()
+	require.NoError(t, st.Exec(ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'payment_commands_payment'::regclass`))
+	require.NoError(t, st.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id = 28`))
+	st = open()
+	var valid bool
+	require.NoError(t, st.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'payment_commands_payment'::regclass`, nil, &valid))
+	require.True(t, valid)
 }

@@ -422,7 +422,8 @@ func TestManualPaymentUnknownVoidSettledByAListedCapture(t *testing.T) {
 	h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
 		workflows.CapturedInput{OperationID: opID, AmountMinor: 2_500, ProviderReference: authRef}).Return(nil).Once()
 	answers := map[string]string{}
-	h.commandAt(time.Minute, workflows.UpdateCancel, "x1", workflows.Command{}, answers)
+	// The cancel is not what moved the money: the capture posted names no command.
+	h.commandAt(time.Minute, workflows.UpdateCancel, "x1", workflows.Command{ID: uuid.New()}, answers)
 	h.updateAt(2*time.Hour, "no amount", workflows.Settlement{Outcome: workflows.OutcomeCharged}, answers)
 	h.updateAt(3*time.Hour, "listed", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 2_500}, answers)
 

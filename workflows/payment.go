@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -425,8 +426,11 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			return PaymentResult{}, err
 		}
 		if s := w.pending; s != nil {
-			if s.Outcome == OutcomeCharged && w.in.Step.Phase == PhaseVoid { // the bank captured it (holdCaptured)
+			if s.Outcome == OutcomeCharged && w.in.Step.Phase == PhaseVoid { // the bank captured it after all
 				st := w.in.Step
+				if st.FailureCode != payment.FailureDeclined {
+					st.CommandID = uuid.Nil // a cancel's (or the expiry's) void: no capture command moved the money
+				}
 				w.enter(Step{Phase: PhaseCapture, AuthorizationRef: st.AuthorizationRef, AmountMinor: s.AmountMinor, CommandID: st.CommandID})
 			}
 			if s.Outcome == OutcomeCharged {
