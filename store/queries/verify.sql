@@ -58,16 +58,10 @@ SELECT 'payment posting ' || lp.id || ' for ' || lp.reference || ' whose payment
 FROM ledger_postings lp LEFT JOIN payments p ON p.id::text = lp.reference
 WHERE lp.kind = 'payment' AND p.status IS DISTINCT FROM 'succeeded';
 
--- name: PostedAmountMismatch :many
--- A succeeded payment moved its amount; a manual one, what it captured.
-SELECT 'payment ' || p.id || ' posted ' || coalesce(sum(e.amount_minor) FILTER (WHERE e.amount_minor > 0), 0) || ' of ' || p.amount_minor
-FROM payments p JOIN ledger_postings lp ON lp.kind = 'payment' AND lp.reference = p.id::text
-JOIN ledger_entries e ON e.posting_id = lp.id GROUP BY p.id
-HAVING coalesce(sum(e.amount_minor) FILTER (WHERE e.amount_minor > 0), 0) <> CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END;
-
 -- name: PaymentPostedAccountsMismatch :many
--- A succeeded payment's posting takes what it moved from its payer and gives it to its own
--- merchant's settlement account, and touches no other account.
+-- A succeeded payment's posting takes what it moved (its amount; a manual one's, what it
+-- captured) from its payer, gives it to its own merchant's settlement account, and touches no
+-- other account.
 SELECT 'payment ' || p.id || ' took ' || coalesce(-sum(e.amount_minor) FILTER (WHERE e.account_id = p.account_id), 0)
   || ' from its payer and gave ' || coalesce(sum(e.amount_minor) FILTER (WHERE s.id IS NOT NULL), 0)
   || ' to its merchant, of ' || CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END

@@ -252,8 +252,9 @@ HAVING coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = p.account_id), 
     OR count(*) FILTER (WHERE e.account_id <> p.account_id AND s.id IS NULL) > 0
 `
 
-// A succeeded payment's posting takes what it moved from its payer and gives it to its own
-// merchant's settlement account, and touches no other account.
+// A succeeded payment's posting takes what it moved (its amount; a manual one's, what it
+// captured) from its payer, gives it to its own merchant's settlement account, and touches no
+// other account.
 func (q *Queries) PaymentPostedAccountsMismatch(ctx context.Context) ([]interface{}, error) {
 	rows, err := q.db.Query(ctx, PaymentPostedAccountsMismatch)
 	if err != nil {
@@ -288,34 +289,6 @@ WHERE p.refunded_minor <> coalesce(t.succeeded, 0) OR p.refund_held_minor <> coa
 // unknown refunds' sum.
 func (q *Queries) PaymentRefundTotals(ctx context.Context) ([]interface{}, error) {
 	rows, err := q.db.Query(ctx, PaymentRefundTotals)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []interface{}
-	for rows.Next() {
-		var column_1 interface{}
-		if err := rows.Scan(&column_1); err != nil {
-			return nil, err
-		}
-		items = append(items, column_1)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const PostedAmountMismatch = `-- name: PostedAmountMismatch :many
-SELECT 'payment ' || p.id || ' posted ' || coalesce(sum(e.amount_minor) FILTER (WHERE e.amount_minor > 0), 0) || ' of ' || p.amount_minor
-FROM payments p JOIN ledger_postings lp ON lp.kind = 'payment' AND lp.reference = p.id::text
-JOIN ledger_entries e ON e.posting_id = lp.id GROUP BY p.id
-HAVING coalesce(sum(e.amount_minor) FILTER (WHERE e.amount_minor > 0), 0) <> CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END
-`
-
-// A succeeded payment moved its amount; a manual one, what it captured.
-func (q *Queries) PostedAmountMismatch(ctx context.Context) ([]interface{}, error) {
-	rows, err := q.db.Query(ctx, PostedAmountMismatch)
 	if err != nil {
 		return nil, err
 	}
