@@ -37,10 +37,11 @@ type Store interface {
 	EachRefundCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Refund) error) error
 	// CaptureInFlight says whether a manual payment's capture was sent and has not finished.
 	CaptureInFlight(ctx context.Context, paymentID uuid.UUID) (bool, error)
-	// EachUnknownCaptureDecided calls fn for every manual payment created before from whose
-	// capture or void became unknown in [from, to), with when that happened and when the capture
-	// or void may first have been sent (its window starts there, not at the authorization).
-	EachUnknownCaptureDecided(ctx context.Context, from, to time.Time, merchants []uuid.UUID, fn func(p payment.Payment, decided, sentFrom time.Time) error) error
+	// EachCaptureDecided calls fn for every manual payment created before from, with one of the
+	// statuses, whose capture succeeded or whose capture or void became unknown in [from, to),
+	// with when that happened and when the capture or void may first have been sent (its window
+	// starts there, not at the authorization).
+	EachCaptureDecided(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(p payment.Payment, decided, sentFrom time.Time) error) error
 }
 
 // Settler resolves an unknown payment or refund through its workflow's checked `settle` update
@@ -301,13 +302,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 				err = r.Store.EachPaymentCreated(ctx, d.Start(), d.End(), statuses, merchants, func(p payment.Payment, decided time.Time) error {
 					o := paymentOp(p)
 					o.decided = decided
+					if o.manual && !decided.Before(d.End()) {
+						return nil // decided on a later day: that day's import looks at it (below)
+					}
 					keep(o)
 					return nil
 				})
 				// A manual payment's capture or void may come days after its authorization: its
 				// window runs from when it was sent.
 				if err == nil {
-					err = r.Store.EachUnknownCaptureDecided(ctx, d.Start(), d.End(), merchants, func(p payment.Payment, decided, sentFrom time.Time) error {
+					err = r.Store.EachCaptureDecided(ctx, d.Start(), d.End(), statuses, merchants, func(p payment.Payment, decided, sentFrom time.Time) error {
 						o := paymentOp(p)
 						o.created, o.decided = sentFrom, decided
 						keep(o)

@@ -156,21 +156,26 @@ func (b *fakeBank) Payment(_ context.Context, id uuid.UUID) (payment.Payment, er
 	return one(b, b.payments, id)
 }
 
-// EachUnknownCaptureDecided: the manual payments authorized (a provider reference) before from,
-// unknown since a time in [from, to); their capture was sent a minute before that.
-func (b *fakeBank) EachUnknownCaptureDecided(_ context.Context, from, to time.Time, merchants []uuid.UUID,
+// EachCaptureDecided: the manual payments authorized (a provider reference) before from, with
+// one of statuses, decided at a time in [from, to); their capture was sent a minute before that.
+func (b *fakeBank) EachCaptureDecided(_ context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID,
 	fn func(payment.Payment, time.Time, time.Time) error) error {
 	b.mu.Lock()
 	var match []payment.Payment
+	var decided []time.Time
 	for _, p := range b.payments {
-		if p.CaptureManual && p.Status == payment.StatusUnknown && p.ProviderReference != "" && p.CreatedAt.Before(from) &&
-			!p.UpdatedAt.Before(from) && p.UpdatedAt.Before(to) && (len(merchants) == 0 || slices.Contains(merchants, p.MerchantID)) {
-			match = append(match, *p)
+		at, ok := b.decided[p.ID]
+		if !ok {
+			at = p.UpdatedAt
+		}
+		if p.CaptureManual && slices.Contains(statuses, p.Status) && p.ProviderReference != "" && p.CreatedAt.Before(from) &&
+			!at.Before(from) && at.Before(to) && (len(merchants) == 0 || slices.Contains(merchants, p.MerchantID)) {
+			match, decided = append(match, *p), append(decided, at)
 		}
 	}
 	b.mu.Unlock()
-	for _, p := range match {
-		if err := fn(p, p.UpdatedAt, p.UpdatedAt.Add(-time.Minute)); err != nil {
+	for i, p := range match {
+		if err := fn(p, decided[i], decided[i].Add(-time.Minute)); err != nil {
 			return err
 		}
 	}
@@ -535,6 +540,30 @@ func TestReconcileUnknownCaptureOnALaterDay(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Counts.ResolvedNotCharged, "%+v", rep)
 	require.Equal(t, payment.StatusCanceled, b.get(p.ID).Status)
+}
+
+// A manual payment authorized on day 1 and captured on day 3 is checked by the import of day 3,
+// when its capture was booked: missing from that complete file, it is succeeded_but_missing;
+// listed, it matches. Day 1's file, which could not list it, leaves it to day 3's.
+func TestReconcileCaptureOnALaterDay(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	p := b.add(merchA, payment.StatusSucceeded, 7000, "TRY", day.Add(10*time.Hour), day.AddDate(0, 0, 2).Add(10*time.Hour))
+	b.payments[p.ID].CaptureManual, b.payments[p.ID].CapturedMinor = true, 7000
+	r := &Reconciler{Store: b, Settler: b}
+	reconcile := func(f *File) *Report {
+		rep, err := r.Reconcile(context.Background(), f, Options{AllMerchants: true})
+		require.NoError(t, err)
+		return rep
+	}
+	rep := reconcile(fileOf(nil, "2025-03-01"))
+	require.Empty(t, rep.Mismatches)
+	require.Empty(t, rep.Pending, "day 1: its capture was booked on day 3")
+	rep = reconcile(fileOf(nil, "2025-03-03"))
+	require.Equal(t, map[string]string{p.ID.String(): KindSucceededButMissing}, kinds(rep))
+	rep = reconcile(fileOf([]Line{line(2, p, "2025-03-03")}, "2025-03-03"))
+	require.True(t, rep.OK(), "%+v", rep)
+	require.Equal(t, 1, rep.Counts.Matched)
 }
 
 // A manual payment still waiting for its capture that the file lists as captured: while its

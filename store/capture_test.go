@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -228,7 +229,7 @@ func TestEachUnknownCaptureDecided(t *testing.T) {
 	from := time.Now().UTC().Truncate(24 * time.Hour)
 	var got []uuid.UUID
 	var sent time.Time
-	require.NoError(t, db.EachUnknownCaptureDecided(ctx, from, from.Add(24*time.Hour), []uuid.UUID{mID},
+	require.NoError(t, db.EachCaptureDecided(ctx, from, from.Add(24*time.Hour), []payment.Status{payment.StatusUnknown}, []uuid.UUID{mID},
 		func(p payment.Payment, decided, sentFrom time.Time) error {
 			got, sent = append(got, p.ID), sentFrom
 			require.Equal(t, payment.StatusUnknown, p.Status)
@@ -237,6 +238,46 @@ func TestEachUnknownCaptureDecided(t *testing.T) {
 		}))
 	require.Equal(t, []uuid.UUID{old.ID}, got)
 	require.WithinDuration(t, asked, sent, time.Second, "its window starts at the capture's arrival")
+}
+
+// A manual payment authorized days ago and captured today is found by today's reconciliation,
+// decided when its capture was posted, its window from the capture's arrival; its creation day's
+// read gives the same decision time, which a later change of the row (a refund's) does not move.
+func TestEachCaptureDecidedSucceeded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	p := authorized(t, mID, aID, "captured-later", 1_000)
+	asked := time.Now()
+	c, _, err := db.BeginCommand(ctx, store.Command{MerchantID: mID, Key: "captured-later-cap", ID: payment.NewID(), PaymentID: p.ID,
+		Kind: payment.CommandCapture, RequestHash: "h", AmountMinor: 400}, time.Minute)
+	require.NoError(t, err)
+	_, err = db.Captured(ctx, p.ID, 400, "au_1", c.ID)
+	require.NoError(t, err)
+	captured := time.Now()
+	require.NoError(t, db.Exec(ctx, `UPDATE payments SET updated_at = updated_at + interval '1 hour' WHERE id = $1`, p.ID))
+	from := time.Now().UTC().Truncate(24 * time.Hour)
+	n := 0
+	require.NoError(t, db.EachPaymentCreated(ctx, from, from.Add(24*time.Hour), []payment.Status{payment.StatusSucceeded}, []uuid.UUID{mID},
+		func(q payment.Payment, decided time.Time) error {
+			n++
+			require.WithinDuration(t, captured, decided, time.Second, "not its updated_at")
+			return nil
+		}))
+	require.Equal(t, 1, n)
+
+	require.NoError(t, db.Exec(ctx, `UPDATE payments SET created_at = created_at - interval '2 days' WHERE id = $1`, p.ID))
+	var got []uuid.UUID
+	require.NoError(t, db.EachCaptureDecided(ctx, from, from.Add(24*time.Hour), []payment.Status{payment.StatusUnknown, payment.StatusSucceeded}, []uuid.UUID{mID},
+		func(q payment.Payment, decided, sentFrom time.Time) error {
+			got = append(got, q.ID)
+			require.WithinDuration(t, captured, decided, time.Second, "decided when the capture was posted")
+			require.WithinDuration(t, asked, sentFrom, time.Second, "its window starts at the capture's arrival")
+			return nil
+		}))
+	require.Equal(t, []uuid.UUID{p.ID}, got)
+	require.NoError(t, db.EachCaptureDecided(ctx, from, from.Add(24*time.Hour), []payment.Status{payment.StatusUnknown}, []uuid.UUID{mID},
+		func(q payment.Payment, _, _ time.Time) error { return fmt.Errorf("%s is not unknown", q.ID) }))
 }
 
 // Migration 00028 run again (its index left invalid by a build that failed) builds the index

@@ -37,17 +37,13 @@ func (s *Store) EachPaymentCreated(ctx context.Context, from, to time.Time, stat
 	return translate(err)
 }
 
-// EachUnknownCaptureDecided calls fn for every manual payment created before from whose capture
-// or void became unknown in [from, to), of one of merchants (all when empty), with the time that
-// happened and the time its capture or void may first have been sent. It streams as
-// EachPaymentCreated does.
-func (s *Store) EachUnknownCaptureDecided(ctx context.Context, from, to time.Time, merchants []uuid.UUID,
+// EachCaptureDecided calls fn for every manual payment created before from, with one of statuses,
+// whose capture succeeded or whose capture or void became unknown in [from, to), of one of
+// merchants (all when empty), with the time that happened and the time its capture or void may
+// first have been sent. It streams as EachPaymentCreated does.
+func (s *Store) EachCaptureDecided(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID,
 	fn func(p payment.Payment, decided, sentFrom time.Time) error) error {
-	var ms []string
-	if len(merchants) > 0 {
-		ms = uuidStrings(merchants)
-	}
-	rows, err := s.pool.Query(ctx, dbsqlc.UnknownCapturesDecided, from, to, ms)
+	rows, err := s.pool.Query(ctx, dbsqlc.CapturesDecided, createdArgs(from, to, statuses, merchants)...)
 	if err != nil {
 		return translate(err)
 	}
@@ -89,8 +85,9 @@ func byID[T any](ctx context.Context, s *Store, query string, ids []uuid.UUID, s
 	return out, translate(err)
 }
 
-// createdArgs are the parameters of PaymentsCreated and RefundsCreated: the window, the statuses,
-// the merchants (none: all) and the UUIDv7 id range that bounds the window on the primary key.
+// createdArgs are the parameters of PaymentsCreated, RefundsCreated and CapturesDecided: the
+// window, the statuses, the merchants (none: all) and the UUIDv7 id range that bounds the window
+// on the primary key.
 func createdArgs(from, to time.Time, statuses []payment.Status, merchants []uuid.UUID) []any {
 	sts := make([]string, len(statuses))
 	for i, st := range statuses {

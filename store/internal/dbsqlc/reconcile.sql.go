@@ -13,6 +13,113 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const CapturesDecided = `-- name: CapturesDecided :many
+SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor, d.decided_at::timestamptz AS decided_at,
+coalesce((SELECT min(c.created_at) FROM payment_commands c WHERE c.payment_id = p.id), p.capture_before)::timestamptz AS sent_from
+FROM (
+  SELECT a.payment_id, q.updated_at AS decided_at FROM open_authorizations a JOIN payments q ON q.id = a.payment_id
+  WHERE 'unknown' = ANY($3::text[]) AND q.status = 'unknown' AND q.updated_at >= $1 AND q.updated_at < $2
+  UNION ALL
+  SELECT CASE WHEN l.kind = 'payment' THEN l.reference::uuid END, l.created_at FROM ledger_postings l
+  WHERE 'succeeded' = ANY($3::text[]) AND l.id >= $5 AND l.id < $6 AND l.kind = 'payment' AND l.created_at >= $1 AND l.created_at < $2
+) d JOIN payments p ON p.id = d.payment_id
+WHERE p.capture_manual AND p.status = ANY($3::text[]) AND p.provider_reference <> '' AND p.created_at < $1
+AND ($4::uuid[] IS NULL OR p.merchant_id = ANY($4::uuid[]))
+ORDER BY d.decided_at, p.id
+`
+
+type CapturesDecidedParams struct {
+	UpdatedAt   time.Time
+	UpdatedAt_2 time.Time
+	Column3     []string
+	Column4     []uuid.UUID
+	ID          uuid.UUID
+	ID_2        uuid.UUID
+}
+
+type CapturesDecidedRow struct {
+	ID                uuid.UUID
+	MerchantID        uuid.UUID
+	IdempotencyKey    string
+	AccountID         uuid.UUID
+	AmountMinor       int64
+	Currency          string
+	InvoiceID         string
+	PaymentType       string
+	Status            string
+	FailureCode       *string
+	ProviderReference *string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	ChargeAttempts    int32
+	StuckSince        *time.Time
+	StuckReason       *string
+	RefundedMinor     int64
+	RefundHeldMinor   int64
+	CaptureManual     bool
+	CaptureBefore     *time.Time
+	CapturedMinor     int64
+	DecidedAt         time.Time
+	SentFrom          time.Time
+}
+
+// Manual payments created before $1, with a status of $3, whose capture or void was decided in
+// [$1, $2), after the authorization's day. One became unknown then (its authorization is open:
+// open_authorizations, a small table, finds it without an index on payments), or its capture
+// succeeded (its posting was written then: the postings' UUIDv7 ids, $5 and $6, bound that as
+// PaymentsCreated's do). sent_from is when the capture or void may first have been sent: its
+// first capture's or cancel's arrival, else capture_before (kasa voided it then).
+func (q *Queries) CapturesDecided(ctx context.Context, arg CapturesDecidedParams) ([]CapturesDecidedRow, error) {
+	rows, err := q.db.Query(ctx, CapturesDecided,
+		arg.UpdatedAt,
+		arg.UpdatedAt_2,
+		arg.Column3,
+		arg.Column4,
+		arg.ID,
+		arg.ID_2,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CapturesDecidedRow
+	for rows.Next() {
+		var i CapturesDecidedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.MerchantID,
+			&i.IdempotencyKey,
+			&i.AccountID,
+			&i.AmountMinor,
+			&i.Currency,
+			&i.InvoiceID,
+			&i.PaymentType,
+			&i.Status,
+			&i.FailureCode,
+			&i.ProviderReference,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ChargeAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
+			&i.RefundedMinor,
+			&i.RefundHeldMinor,
+			&i.CaptureManual,
+			&i.CaptureBefore,
+			&i.CapturedMinor,
+			&i.DecidedAt,
+			&i.SentFrom,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const InsertReconciliationRun = `-- name: InsertReconciliationRun :exec
 INSERT INTO reconciliation_runs
 (id, source, days, lines, matched, resolved_charged, resolved_not_charged, pending, mismatches, report)
@@ -99,7 +206,7 @@ func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Pay
 
 const PaymentsCreated = `-- name: PaymentsCreated :many
 SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor,
-(CASE WHEN p.status = 'succeeded' AND p.refunded_minor > 0 THEN coalesce((SELECT l.created_at FROM ledger_postings l
+(CASE WHEN p.status = 'succeeded' AND (p.refunded_minor > 0 OR p.capture_manual) THEN coalesce((SELECT l.created_at FROM ledger_postings l
   WHERE l.kind = 'payment' AND l.reference = p.id::text), p.updated_at) ELSE p.updated_at END)::timestamptz AS decided_at
 FROM payments p
 WHERE p.id >= $5 AND p.id < $6 AND p.created_at >= $1 AND p.created_at < $2 AND p.status = ANY($3::text[])
@@ -148,7 +255,8 @@ type PaymentsCreatedRow struct {
 // decided_at is when the payment left processing, which its settlement window runs from. An
 // unknown payment's updated_at is that (only settling it moves it again), but a refund moves a
 // succeeded one's: its payment posting, written in the transaction that made it succeed and
-// immutable, keeps the time. Only a refunded payment needs the posting read.
+// immutable, keeps the time. Only a refunded payment needs the posting read, and a manual one,
+// captured when its posting was written.
 func (q *Queries) PaymentsCreated(ctx context.Context, arg PaymentsCreatedParams) ([]PaymentsCreatedRow, error) {
 	rows, err := q.db.Query(ctx, PaymentsCreated,
 		arg.CreatedAt,
@@ -328,97 +436,6 @@ func (q *Queries) RefundsCreated(ctx context.Context, arg RefundsCreatedParams) 
 			&i.StuckReason,
 			&i.CreatedAt,
 			&i.UpdatedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const UnknownCapturesDecided = `-- name: UnknownCapturesDecided :many
-SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor, p.updated_at::timestamptz AS decided_at,
-coalesce((SELECT min(c.created_at) FROM payment_commands c WHERE c.payment_id = p.id), a.capture_before)::timestamptz AS sent_from
-FROM open_authorizations a JOIN payments p ON p.id = a.payment_id
-WHERE p.status = 'unknown' AND p.provider_reference <> '' AND p.created_at < $1
-AND p.updated_at >= $1 AND p.updated_at < $2
-AND ($3::uuid[] IS NULL OR p.merchant_id = ANY($3::uuid[]))
-ORDER BY p.updated_at, p.id
-`
-
-type UnknownCapturesDecidedParams struct {
-	CreatedAt time.Time
-	UpdatedAt time.Time
-	Column3   []uuid.UUID
-}
-
-type UnknownCapturesDecidedRow struct {
-	ID                uuid.UUID
-	MerchantID        uuid.UUID
-	IdempotencyKey    string
-	AccountID         uuid.UUID
-	AmountMinor       int64
-	Currency          string
-	InvoiceID         string
-	PaymentType       string
-	Status            string
-	FailureCode       *string
-	ProviderReference *string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	ChargeAttempts    int32
-	StuckSince        *time.Time
-	StuckReason       *string
-	RefundedMinor     int64
-	RefundHeldMinor   int64
-	CaptureManual     bool
-	CaptureBefore     *time.Time
-	CapturedMinor     int64
-	DecidedAt         time.Time
-	SentFrom          time.Time
-}
-
-// Manual payments created before $1 whose capture or void became unknown in [$1, $2): their
-// authorization is open (open_authorizations, a small table, finds them without an index on
-// payments), and its capture or void was sent after the authorization's day. sent_from is when
-// it may first have been sent: its first capture's or cancel's arrival, else capture_before
-// (kasa voided it then).
-func (q *Queries) UnknownCapturesDecided(ctx context.Context, arg UnknownCapturesDecidedParams) ([]UnknownCapturesDecidedRow, error) {
-	rows, err := q.db.Query(ctx, UnknownCapturesDecided, arg.CreatedAt, arg.UpdatedAt, arg.Column3)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []UnknownCapturesDecidedRow
-	for rows.Next() {
-		var i UnknownCapturesDecidedRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.MerchantID,
-			&i.IdempotencyKey,
-			&i.AccountID,
-			&i.AmountMinor,
-			&i.Currency,
-			&i.InvoiceID,
-			&i.PaymentType,
-			&i.Status,
-			&i.FailureCode,
-			&i.ProviderReference,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.ChargeAttempts,
-			&i.StuckSince,
-			&i.StuckReason,
-			&i.RefundedMinor,
-			&i.RefundHeldMinor,
-			&i.CaptureManual,
-			&i.CaptureBefore,
-			&i.CapturedMinor,
-			&i.DecidedAt,
-			&i.SentFrom,
 		); err != nil {
 			return nil, err
 		}
