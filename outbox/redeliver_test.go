@@ -11,9 +11,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // newWipeableBroker is an embedded broker that wipe restarts on the same address with its store
@@ -100,4 +102,46 @@ func TestAcknowledgedThenLostEventIsDeliveredOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, progress[0].PublishedAt)
 	require.True(t, progress[0].Inboxed)
+}
+
+// A lost event whose broker stays down longer than the consumer's order grace still reaches the
+// merchant before the payment's next event: the next one, published first when the broker is
+// back, waits for it from its own publication, not from the lost one's.
+func TestLostEventKeepsOrderAfterALongOutage(t *testing.T) {
+	ctx := context.Background()
+	b, wipe := newWipeableBroker(t)
+	h := newHook(t, answer(http.StatusNoContent))
+	m := newMerchant(t, h.URL)
+	pid := settle(t, m, true) // payment.unknown, then payment.succeeded
+	first := peek(t, pid)
+	require.Equal(t, "payment.unknown", first.Type)
+
+	redeliverAfter := 300 * time.Millisecond
+	relay := NewRelay(RelayOptions{Store: db, JetStream: b.js, RedeliverAfter: redeliverAfter, Logger: quiet})
+	_, err := relay.RelayOnce(ctx)
+	require.NoError(t, err)
+	progress, err := db.OutboxProgress(ctx, WebhooksConsumer, []uuid.UUID{first.ID})
+	require.NoError(t, err)
+	require.NotNil(t, progress[0].PublishedAt, "the broker acknowledged the first event")
+
+	time.Sleep(3 * redeliverAfter) // down for longer than the grace
+	wipe()
+	require.Eventually(t, func() bool { // back: the next event goes out first
+		_, _ = relay.RelayOnce(ctx)
+		n, _, err := db.OutboxBacklog(ctx)
+		return err == nil && n == 0
+	}, 10*time.Second, 20*time.Millisecond)
+
+	metrics := NewMetrics(prometheus.NewRegistry())
+	testkit.RunUntilEnd(t,
+		NewWebhookConsumer(WebhookConsumerOptions{Store: db, JetStream: b.js, OrderGrace: 2 * redeliverAfter,
+			DeferDelay: 20 * time.Millisecond, Metrics: metrics, Logger: quiet}),
+		NewWebhookSender(WebhookSenderOptions{Store: db, AllowPrivate: true, PollInterval: 20 * time.Millisecond,
+			BackoffBase: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Metrics: metrics, Logger: quiet}),
+	)
+	time.Sleep(redeliverAfter / 4) // the relay's next look for lost events
+	relay.Redeliver(ctx)
+
+	require.Eventually(t, func() bool { return h.Count() == 2 }, 20*time.Second, 20*time.Millisecond, "both events delivered")
+	require.Equal(t, first.ID.String(), h.Requests()[0].EventID, "payment.unknown first; got %s", h.Requests()[0].Body)
 }

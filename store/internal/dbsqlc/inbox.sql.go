@@ -16,7 +16,8 @@ const AcceptEvent = `-- name: AcceptEvent :one
 WITH waiting AS (
   SELECT EXISTS (SELECT 1 FROM outbox o
     WHERE o.aggregate_id = $2 AND (o.created_at, o.id) < ($4, $1)
-      AND coalesce(o.published_at, o.created_at) > now() - $7::float8 * interval '1 second'
+      AND greatest(coalesce(o.published_at, o.created_at),
+                   coalesce((SELECT l.published_at FROM outbox l WHERE l.id = $1), now())) > now() - $7::float8 * interval '1 second'
       AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $6 AND i.message_id = o.id)) AS w
 ), inboxed AS (
   INSERT INTO inbox (consumer, message_id) SELECT $6, $1 FROM waiting WHERE NOT w
@@ -54,7 +55,10 @@ type AcceptEventRow struct {
 
 // One event through a consumer's inbox, in one statement. It waits (writes nothing) while an
 // earlier event of the aggregate, published within the grace period (or not yet published),
-// has not been through this inbox; the inbox row goes in only then, and the delivery only
+// has not been through this inbox. The grace runs from this event's publication too: an earlier
+// event the broker lost while it was down is published again after the later ones it held back
+// (the relay looks for lost events less often than for new ones). The inbox row goes in only
+// then, and the delivery only
 // with a new inbox row. Every part reads the statement's snapshot, which holds the batch's
 // earlier statements: an earlier event of the same batch counts as processed. The last
 // column says whether the delivery existed before (the inbox row was purged, it was not).
