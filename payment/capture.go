@@ -45,6 +45,7 @@ const (
 type CommandRequest struct {
 	Kind   Command
 	Amount string
+	digits int // the fraction digits the body gave
 }
 
 // ParseCommandRequest decodes a capture's body ({"amount"?}) or a cancel's ({}, or none) as
@@ -67,10 +68,8 @@ func ParseCommandRequest(kind Command, body []byte) (CommandRequest, error) {
 	if raw, ok := fields.get("amount"); ok && kind == CommandCapture && string(raw) != "null" {
 		if s, err := stringOrNumber(raw); err != nil {
 			ve.add("amount", "must be a decimal string or a JSON number")
-		} else if d, err := normalizeDecimal(s); err != nil {
+		} else if req.Amount, req.digits, err = normalizeDecimal(s); err != nil {
 			ve.add("amount", err.Error())
-		} else {
-			req.Amount = d
 		}
 	}
 	if len(ve.Fields) > 0 {
@@ -82,14 +81,7 @@ func ParseCommandRequest(kind Command, body []byte) (CommandRequest, error) {
 // AmountMinor is the capture's amount in the currency's minor units, 0 for all that is
 // capturable. Too many fraction digits for the currency is a *ValidationError.
 func (r CommandRequest) AmountMinor(currency string) (int64, error) {
-	if r.Amount == "" {
-		return 0, nil
-	}
-	minor, err := ParseAmount(r.Amount, currency)
-	if err != nil {
-		return 0, &ValidationError{Fields: []FieldError{{"amount", err.Error()}}, cause: err}
-	}
-	return minor, nil
+	return requestAmountMinor(r.Amount, r.digits, currency)
 }
 
 // Hash is the SHA-256 of the canonical form with the payment's id, length-prefixed as the

@@ -91,19 +91,13 @@ func (r Refund) AnswerBody() ([]byte, error) {
 type RefundRequest struct {
 	Amount string
 	Reason string
+	digits int // the fraction digits the body gave
 }
 
 // AmountMinor is the requested amount in the currency's minor units, 0 when the request names
 // none (all that is refundable). Too many fraction digits for the currency is a *ValidationError.
 func (r RefundRequest) AmountMinor(currency string) (int64, error) {
-	if r.Amount == "" {
-		return 0, nil
-	}
-	minor, err := ParseAmount(r.Amount, currency)
-	if err != nil {
-		return 0, &ValidationError{Fields: []FieldError{{"amount", err.Error()}}, cause: err}
-	}
-	return minor, nil
+	return requestAmountMinor(r.Amount, r.digits, currency)
 }
 
 // Hash is the SHA-256 of the canonical form with the refunded payment's id: equivalent requests
@@ -145,10 +139,8 @@ func ParseRefundRequest(body []byte) (RefundRequest, error) {
 	if raw, ok := fields.get("amount"); ok && string(raw) != "null" {
 		if s, err := stringOrNumber(raw); err != nil {
 			ve.add("amount", "must be a decimal string or a JSON number")
-		} else if d, err := normalizeDecimal(s); err != nil {
+		} else if req.Amount, req.digits, err = normalizeDecimal(s); err != nil {
 			ve.add("amount", err.Error())
-		} else {
-			req.Amount = d
 		}
 	}
 	if raw, ok := fields.get("reason"); ok && string(raw) != "null" {
@@ -169,27 +161,45 @@ func ParseRefundRequest(body []byte) (RefundRequest, error) {
 }
 
 // normalizeDecimal checks a positive decimal as ParseAmount does, without a currency, and
-// returns it without leading zeros or trailing fraction zeros ("030.50" -> "30.5").
-func normalizeDecimal(s string) (string, error) {
+// returns it without leading zeros or trailing fraction zeros ("030.50" -> "30.5"), with how
+// many fraction digits it had (2): zeros count against the currency, as in a payment's amount.
+func normalizeDecimal(s string) (string, int, error) {
 	if strings.HasPrefix(s, "-") {
-		return "", ErrNonPositiveAmount
+		return "", 0, ErrNonPositiveAmount
 	}
 	intPart, frac, hasDot := strings.Cut(s, ".")
 	if intPart == "" || (hasDot && frac == "") || !allDigits(intPart) || !allDigits(frac) {
-		return "", ErrInvalidAmount
+		return "", 0, ErrInvalidAmount
 	}
+	digits := len(frac)
 	intPart, frac = strings.TrimLeft(intPart, "0"), strings.TrimRight(frac, "0")
 	if len(intPart) > 18 {
-		return "", ErrAmountTooLarge
+		return "", 0, ErrAmountTooLarge
 	}
 	if intPart == "" && frac == "" {
-		return "", ErrNonPositiveAmount
+		return "", 0, ErrNonPositiveAmount
 	}
 	if intPart == "" {
 		intPart = "0"
 	}
-	if frac == "" {
-		return intPart, nil
+	if frac != "" {
+		intPart += "." + frac
 	}
-	return intPart + "." + frac, nil
+	return intPart, digits, nil
+}
+
+// requestAmountMinor is a refund's or capture's normalised amount of digits fraction digits in
+// the currency's minor units, 0 for none. Too many digits for the currency is a *ValidationError.
+func requestAmountMinor(amount string, digits int, currency string) (int64, error) {
+	if amount == "" {
+		return 0, nil
+	}
+	minor, err := ParseAmount(amount, currency)
+	if err == nil && digits > Exponent(currency) {
+		err = ErrTooManyDecimals
+	}
+	if err != nil {
+		return 0, &ValidationError{Fields: []FieldError{{"amount", err.Error()}}, cause: err}
+	}
+	return minor, nil
 }

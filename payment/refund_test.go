@@ -17,7 +17,7 @@ func TestParseRefundRequestEquivalentHash(t *testing.T) {
 		`{"amount":"30.00","reason":"damaged"}`,
 		`{"amount":30,"reason":"damaged"}`,
 		`{"reason":"damaged","amount":"030.0"}`,
-		` {"amount":30.000,"reason":"damaged"} `,
+		` {"amount":30.00,"reason":"damaged"} `,
 	}
 	var first string
 	for _, b := range bodies {
@@ -105,6 +105,19 @@ func TestRefundRequestAmountMinorByCurrency(t *testing.T) {
 	require.ErrorAs(t, err, &ve)
 	require.Equal(t, "amount", ve.Fields[0].Field)
 	require.ErrorIs(t, err, ErrTooManyDecimals)
+
+	// Zeros count, as in a payment's amount (docs/api.md).
+	for _, tt := range []struct{ body, currency string }{{`{"amount":"30.000"}`, "TRY"}, {`{"amount":30.000}`, "TRY"}, {`{"amount":"5.0"}`, "JPY"}} {
+		r, err := ParseRefundRequest([]byte(tt.body))
+		require.NoError(t, err, tt.body)
+		_, err = r.AmountMinor(tt.currency)
+		require.ErrorIs(t, err, ErrTooManyDecimals, "%s in %s", tt.body, tt.currency)
+	}
+	r, err = ParseRefundRequest([]byte(`{"amount":"5.000"}`))
+	require.NoError(t, err)
+	minor, err = r.AmountMinor("KWD")
+	require.NoError(t, err)
+	require.Equal(t, int64(5000), minor, "as many digits as the currency has")
 }
 
 func TestRefundResource(t *testing.T) {
