@@ -141,9 +141,9 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 		claimed := 0
 		if free > 0 {
 			// As many merchants as had queued payments last time, each with its share of the
-			// free slots, so a claim leases about as many as are free and no more.
+			// free slots (rounded down: a claim never leases more than are free).
 			n := min(merchants, free)
-			per := (free + n - 1) / n
+			per := free / n
 			queues, err := d.Store.ClaimQueued(ctx, after, n, per, d.Lease)
 			if err != nil {
 				d.pause(ctx, "claim queued payments", err)
@@ -166,6 +166,7 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 				if running[p.ID] == nil { // claimed again after its lease: its start was a no-op
 					running[p.ID] = &slot{p: p, check: time.Now().Add(d.Lease)}
 					starts = append(starts, time.Now())
+					d.started.Inc()
 				}
 			}
 			if failed {
@@ -220,7 +221,6 @@ func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (starte
 					mu.Unlock()
 					return
 				}
-				d.started.Inc()
 				mu.Lock()
 				started = append(started, p)
 				mu.Unlock()

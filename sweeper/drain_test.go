@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -63,6 +64,15 @@ func (c *cluster) PaymentRunClosed(context.Context, uuid.UUID, string) (bool, er
 
 func (c *cluster) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
 	return "", fmt.Errorf("no refund is queued")
+}
+
+// idle waits until every payment started on c has run: none of its runs outlives the test.
+func (c *cluster) idle(t *testing.T) {
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.running == 0
+	}, 10*time.Second, 10*time.Millisecond)
 }
 
 func (c *cluster) snapshot() ([]string, map[string]int, int) {
@@ -192,4 +202,86 @@ func TestOneDrainerLeads(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok, "released, it can be taken again")
 	release()
+}
+
+// Six merchants with six queued payments each, five slots: the claims, however the free slots
+// divide among the merchants, never start more than five at once.
+func TestDrainerNeverRunsMoreThanMaxRunning(t *testing.T) {
+	var keys []string
+	for i := range 6 {
+		m := testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: fmt.Sprintf("peak-%d", i)})
+		keys = append(keys, queue(t, m, fmt.Sprintf("peak%d", i), 6)...)
+	}
+	c := newCluster(300 * time.Millisecond)
+	d := &sweeper.Drainer{Store: db, Starter: c, MaxRunning: 5, Lease: time.Minute}
+	drain(t, d, c, keys)
+	_, starts, peak := c.snapshot()
+	for k, n := range starts {
+		require.Equal(t, 1, n, "%s started once", k)
+	}
+	require.LessOrEqual(t, peak, 5, "never more running than MaxRunning")
+}
+
+// slowStart is a Temporal whose runs take their payment off the queue only after firstStep (the
+// workers are busy), so the drainer's lease runs out and it claims and starts them again: the
+// start of a run that exists starts nothing.
+type slowStart struct {
+	firstStep time.Duration
+	mu        sync.Mutex
+	runs      map[string]bool
+}
+
+func (c *slowStart) StartPayment(_ context.Context, key string, in workflows.PaymentInput) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runs[key] {
+		return "run", nil
+	}
+	c.runs[key] = true
+	go func() {
+		time.Sleep(c.firstStep)
+		_ = db.WorkflowStarted(context.Background(), in.OperationID)
+		_, _ = db.Release(context.Background(), in.OperationID, "declined")
+	}()
+	return "run", nil
+}
+
+func (c *slowStart) PaymentRunClosed(context.Context, uuid.UUID, string) (bool, error) {
+	return false, nil
+}
+
+func (c *slowStart) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
+	return "", fmt.Errorf("no refund is queued")
+}
+
+// kasa_backlog_started_total counts each queued payment once, however often its lease ran out.
+func TestDrainerCountsEachStartOnce(t *testing.T) {
+	m := testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: "slow"})
+	keys := queue(t, m, "slow", 3)
+	reg := prometheus.NewRegistry()
+	d := &sweeper.Drainer{Store: db, Starter: &slowStart{firstStep: 2 * time.Second, runs: map[string]bool{}}, MaxRunning: 10,
+		Lease: 300 * time.Millisecond, Registerer: reg}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool {
+		n, _, err := db.QueuedBacklog(context.Background())
+		return err == nil && n == 0
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, float64(len(keys)), gathered(t, reg, "kasa_backlog_started_total"), "each queued payment counted once")
+}
+
+// gathered is the value of the counter name in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }

@@ -173,7 +173,7 @@ func TestDrainerPassesOverAPaymentThatCannotStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); <-done; c.idle(t) }()
 	require.Eventually(t, func() bool {
 		_, starts, _ := c.snapshot()
 		for _, k := range slices.Concat(aKeys[1:], bKeys, oKeys[1:]) {
@@ -224,7 +224,7 @@ func TestDrainerLeavesAPaymentWhoseRunClosedToTheSweeper(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); <-done; c.idle(t) }()
 	require.Eventually(t, func() bool {
 		_, starts, _ := c.snapshot()
 		for _, k := range slices.Concat(aKeys[1:], bKeys) {
