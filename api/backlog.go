@@ -31,6 +31,10 @@ type Backlog struct {
 // pays for the read.
 const stateEvery = 500 * time.Millisecond
 
+// drainerGone is how old the drainer's record may be while a drainer leads (it saves it every
+// second): an older one's rate is no drainer's, and reads 0.
+const drainerGone = 30 * time.Second
+
 // admission holds this process's running payments, per merchant, and the backlog as last read.
 type admission struct {
 	Backlog
@@ -99,6 +103,9 @@ func (a *admission) backlog(ctx context.Context) store.BacklogState {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err == nil {
+		if st.Age > drainerGone {
+			st.DrainPerSecond = 0
+		}
 		a.state, a.queued = st, 0
 	}
 	st = a.state

@@ -42,6 +42,7 @@ func TestAdmissionBound(t *testing.T) {
 		{"at the count", Backlog{MaxQueued: 100}, store.BacklogState{Queued: 100, DrainPerSecond: 10}, 1},
 		{"longer than the wait", Backlog{MaxWait: time.Minute}, store.BacklogState{Queued: 900, DrainPerSecond: 10}, 30},
 		{"rate unknown: only the count", Backlog{MaxWait: time.Minute}, store.BacklogState{Queued: 900}, 0},
+		{"no drainer saved a rate lately: only the count", Backlog{MaxWait: time.Minute}, store.BacklogState{Queued: 900, DrainPerSecond: 1, Age: time.Hour}, 0},
 		{"no bounds", Backlog{}, store.BacklogState{Queued: 1 << 40}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,4 +57,15 @@ func TestAdmissionBound(t *testing.T) {
 			require.Equal(t, tc.want, full.retryAfter())
 		})
 	}
+}
+
+// A drainer's record not saved for longer than its window is no drainer's: nobody leads, and the
+// drain rate reads 0 (docs/operations.md, "Payday"), however fast the last leader drained.
+func TestAdmissionStaleDrainRate(t *testing.T) {
+	fresh := store.BacklogState{Queued: 5000, DrainPerSecond: 50, Age: time.Second}
+	require.Equal(t, 50.0, newAdmission(Backlog{State: fakeBacklog{fresh}, MaxRunning: 8}, 1).backlog(context.Background()).DrainPerSecond)
+	stale := store.BacklogState{Queued: 5000, DrainPerSecond: 50, Age: 10 * time.Minute}
+	st := newAdmission(Backlog{State: fakeBacklog{stale}, MaxRunning: 8}, 1).backlog(context.Background())
+	require.Zero(t, st.DrainPerSecond)
+	require.Equal(t, int64(5000), st.Queued)
 }
