@@ -9,9 +9,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/kasa-pay/kasa/outbox"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kasa-pay/kasa/docs"
+	"github.com/kasa-pay/kasa/outbox"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/workflows"
@@ -363,12 +364,19 @@ func (s *Server) adminAuth(c *gin.Context) {
 		s.writeError(c, payment.ErrUnauthorized)
 		return
 	}
+	answered := false
+	defer func() { // a handler's panic is answered 500 by recover, and audited as that here
+		e := store.AuditEntry{TokenID: AdminTokenID(tok), Method: c.Request.Method, Route: c.FullPath(),
+			Target: c.Request.URL.RequestURI(), Status: c.Writer.Status(), RequestID: requestID(c)}
+		if !answered {
+			e.Status = http.StatusInternalServerError
+		}
+		if err := s.Store.Audit(context.WithoutCancel(c.Request.Context()), e); err != nil {
+			s.log.Error("admin audit: the call is not recorded", "request_id", e.RequestID, "route", e.Route, "status", e.Status, "error", err)
+		}
+	}()
 	c.Next()
-	e := store.AuditEntry{TokenID: AdminTokenID(tok), Method: c.Request.Method, Route: c.FullPath(),
-		Target: c.Request.URL.RequestURI(), Status: c.Writer.Status(), RequestID: requestID(c)}
-	if err := s.Store.Audit(context.WithoutCancel(c.Request.Context()), e); err != nil {
-		s.log.Error("admin audit: the call is not recorded", "request_id", e.RequestID, "route", e.Route, "status", e.Status, "error", err)
-	}
+	answered = true
 }
 
 // AdminTokenID names an admin token in the audit without revealing it: the start of its SHA-256.
@@ -402,8 +410,9 @@ func (s *Server) merchantAuth(c *gin.Context) {
 func merchantOf(c *gin.Context) payment.Merchant { return c.MustGet(ctxMerchant).(payment.Merchant) }
 
 func (s *Server) requestID(c *gin.Context) {
+	// A client's id is kept when it is printable ASCII: it goes into logs and admin_audit.
 	id := c.GetHeader("X-Request-Id")
-	if id == "" || len(id) > 128 {
+	if len(id) > 128 || !payment.ValidKey(id) {
 		id = payment.NewID().String()
 	}
 	c.Set("kasa.request_id", id)
@@ -416,18 +425,11 @@ func requestID(c *gin.Context) string { return c.GetString("kasa.request_id") }
 func (s *Server) recover(c *gin.Context) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.log.Error("panic", "request_id", requestID(c), "panic", r)
-			s.writeError(c, errPanic)
+			s.writeError(c, fmt.Errorf("panic: %v\n%s", r, debug.Stack())) // logged there, once
 		}
 	}()
 	c.Next()
 }
-
-var errPanic = &panicError{}
-
-type panicError struct{}
-
-func (*panicError) Error() string { return "panic" }
 
 func writeJSON(c *gin.Context, status int, v any) {
 	b, err := payment.JSON(v)
