@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/net/idna"
 )
 
 // A merchant chooses the URL kasa calls, so without a policy a webhook is a way into kasa's own
@@ -59,7 +61,15 @@ func CheckWebhookURL(raw string, p Policy) error {
 	if u.User != nil {
 		return &urlError{"must not carry credentials (user:password@): authenticate kasa by the Kasa-Signature header"}
 	}
-	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	// The HTTP client maps a name to its IDNA form before it dials ("１２７。0。0。1" is
+	// 127.0.0.1): the checks read that form.
+	host := u.Hostname()
+	if _, err := netip.ParseAddr(host); err != nil {
+		if host, err = idna.Lookup.ToASCII(host); err != nil {
+			return &urlError{"must have a valid host name"}
+		}
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
 	if p.Own.name(host) {
 		return &urlError{"must not point at kasa itself (" + host + ")"}
 	}

@@ -186,6 +186,12 @@ func TestCheckWebhookURL(t *testing.T) {
 		{"http://0x7f.0.0.1/", "loopback"},
 		{"http://[64:ff9b::7f00:1]/", "loopback"}, // NAT64 of 127.0.0.1
 		{"http://[2002:7f00:1::]/", "loopback"},   // 6to4 of 127.0.0.1
+		// Spellings the HTTP client maps to the above before it dials (IDNA).
+		{"http://127\u30020\u30020\u30021/", "loopback"},                               // ideographic full stops
+		{"http://\uff11\uff12\uff17.0.0.1/", "loopback"},                               // fullwidth digits
+		{"http://\u24db\u24de\u24d2\u24d0\u24db\u24d7\u24de\u24e2\u24e3/", "loopback"}, // circled letters: localhost
+		{"http://169.254.169.254\u3002/latest/meta-data/", "link-local"},
+		{"https://b\u00fccher.example/hook", ""}, // a name of its own, in its IDNA form at dial time
 		// Private.
 		{"http://10.0.0.1/", "private"},
 		{"http://10.255.255.255/", "private"},
