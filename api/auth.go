@@ -24,6 +24,7 @@ type merchantCache struct {
 	mu      sync.Mutex
 	entries map[string]cachedMerchant
 	misses  map[string]time.Time // key hash -> refused without a query until then
+	forgets uint64               // forgetMerchant calls: a lookup begun before one caches nothing
 }
 
 type cachedMerchant struct {
@@ -44,6 +45,7 @@ func (c *merchantCache) lookup(ctx context.Context, apiKey string, load func(con
 	c.mu.Lock()
 	e, ok := c.entries[h]
 	missUntil, missed := c.misses[h]
+	forgets := c.forgets
 	c.mu.Unlock()
 	if ok && now.Before(e.expires) {
 		return e.m, nil
@@ -65,11 +67,14 @@ func (c *merchantCache) lookup(ctx context.Context, apiKey string, load func(con
 		return m, err // the database failed: asked again next time
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.forgets != forgets {
+		return m, nil // a key was revoked meanwhile, maybe this one: not cached
+	}
 	if c.entries == nil || len(c.entries) >= authCacheSize {
 		c.entries = map[string]cachedMerchant{}
 	}
 	c.entries[h] = cachedMerchant{m: m, expires: now.Add(authCacheTTL)}
-	c.mu.Unlock()
 	return m, nil
 }
 
@@ -78,6 +83,7 @@ func (c *merchantCache) lookup(ctx context.Context, apiKey string, load func(con
 func (c *merchantCache) forgetMerchant(id uuid.UUID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgets++
 	for h, e := range c.entries {
 		if e.m.ID == id {
 			delete(c.entries, h)

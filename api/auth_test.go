@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,4 +99,38 @@ func TestMerchantNameCountsCharacters(t *testing.T) {
 		h.ServeHTTP(rec, request{method: http.MethodPost, path: "/admin/v1/merchants", body: `{"name":"` + strings.Repeat("ş", n) + `"}`}.build())
 		require.Equal(t, want, rec.Code, "%d characters: %s", n, rec.Body)
 	}
+}
+
+// slowAuth holds the first key lookup, once it has read the key, until release is closed.
+type slowAuth struct {
+	*fakeStore
+	read, release chan struct{}
+	once          sync.Once
+}
+
+func (s *slowAuth) MerchantByAPIKey(ctx context.Context, apiKey string) (payment.Merchant, error) {
+	m, err := s.fakeStore.MerchantByAPIKey(ctx, apiKey)
+	s.once.Do(func() { close(s.read); <-s.release })
+	return m, err
+}
+
+// A lookup that read a key just before its revocation does not cache it after: the instance
+// that revoked the key refuses it from the revocation's answer on (docs/api.md).
+func TestRevokingInstanceRefusesAtOnce(t *testing.T) {
+	st := &slowAuth{fakeStore: newFakeStore(), read: make(chan struct{}), release: make(chan struct{})}
+	h := New(Options{Store: st, Workflows: &fakeWorkflows{st: st.fakeStore}, AdminToken: "adm", Logger: slog.New(slog.DiscardHandler)}).Handler()
+	get := func() int {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, request{method: http.MethodGet, path: "/v1/payments?idempotency_key=none"}.build())
+		return rec.Code
+	}
+	first := make(chan int)
+	go func() { first <- get() }()
+	<-st.read
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, request{method: http.MethodDelete, path: "/admin/v1/merchants/" + merchantA.String() + "/api-keys/" + keyA.String()}.build())
+	require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+	close(st.release)
+	require.Equal(t, http.StatusNotFound, <-first, "the request that began before the revocation")
+	require.Equal(t, http.StatusUnauthorized, get(), "a request after the revocation's answer")
 }
