@@ -96,7 +96,7 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 	}
 	_, details := in.summary()
 	w := &opRun{in: in, status: payment.StatusProcessing, op: operation{
-		noun: "payment", workflow: WorkflowPayment, details: details,
+		noun: "payment", workflow: WorkflowPayment, details: details, amount: in.AmountMinor,
 		reserve: reserve, send: ActivityCharge, inquire: ActivityInquire, post: ActivityFinalize,
 		release: ActivityRelease, markUnknown: ActivityMarkUnknown, flagStuck: ActivityFlagStuck,
 		sendArg: func(send int, re Resend) any {
@@ -138,6 +138,7 @@ type operation struct {
 	noun     string // "payment" or "refund": in logs and in a refused settlement's reason
 	workflow string // the workflow type a parked run continues as
 	details  string // the start's static details, which a continued run lacks
+	amount   int64  // what it moves, in minor units: a charged settlement names this or nothing
 	// Activity names: reserve the money, send to the provider, inquire, post (capture), release,
 	// mark unknown, flag stuck.
 	reserve, send, inquire, post, release, markUnknown, flagStuck string
@@ -191,7 +192,8 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 			}
 			return string(w.status), nil
 		},
-		workflow.UpdateHandlerOptions{Validator: func(s Settlement) error { return w.checkSettlement(s) }},
+		// Validators do not run on replay: they follow the current rules.
+		workflow.UpdateHandlerOptions{Validator: func(s Settlement) error { return w.checkSettlement(s, CurrentRevision) }},
 	); err != nil {
 		return PaymentResult{}, err
 	}
@@ -412,13 +414,16 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 	}
 	w.detail(ctx, "unknown: the bank's answer is not known, so the hold is kept until a settlement says what the bank did "+
 		"(a settlement file, or the `settle` update or signal)")
+	recheck := false // an operator's retry of a conflict: ask the bank again at once
 	for rounds := 0; ; rounds++ {
-		if w.in.Revision >= 1 && rounds >= parkedRoundsPerRun {
+		if w.in.Revision >= 1 && rounds >= parkedRoundsPerRun && !recheck {
 			if err := w.continueParked(ctx, wait); err != nil {
 				return PaymentResult{}, err
 			}
 		}
-		if w.in.Capability == CapabilityInquiry {
+		if recheck {
+			recheck = false
+		} else if w.in.Capability == CapabilityInquiry {
 			if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return w.pending != nil }); err != nil {
 				return PaymentResult{}, err
 			}
@@ -449,11 +454,13 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			if err := w.holdConflict(ctx, reason); err != nil {
 				return PaymentResult{}, err
 			}
+			recheck = w.in.Revision >= 4 && w.pending == nil
 			continue
 		case w.in.Revision >= 3 && hasType(err, ErrTypeCapturedAtBank):
 			if err := w.holdCaptured(ctx, err); err != nil {
 				return PaymentResult{}, err
 			}
+			recheck = w.in.Revision >= 4 && w.pending == nil
 			continue
 		case w.pending != nil:
 			continue // a settlement arrived while the inquiry ran: it wins
@@ -520,8 +527,9 @@ func (w *opRun) continueParked(ctx workflow.Context, wait time.Duration) error {
 }
 
 // checkSettlement accepts a settlement only for an unknown payment that has none yet: an early,
-// late, repeated or malformed settlement must never change a payment.
-func (w *opRun) checkSettlement(s Settlement) error {
+// late, repeated or malformed settlement must never change a payment. rev is the Revision whose
+// rules apply.
+func (w *opRun) checkSettlement(s Settlement, rev int) error {
 	switch {
 	case s.Outcome != OutcomeCharged && s.Outcome != OutcomeNotCharged:
 		return fmt.Errorf("outcome must be %q or %q, got %q", OutcomeCharged, OutcomeNotCharged, s.Outcome)
@@ -529,6 +537,11 @@ func (w *opRun) checkSettlement(s Settlement) error {
 		return fmt.Errorf("%s is %s, not unknown: nothing to settle", w.op.noun, w.status)
 	case w.pending != nil:
 		return fmt.Errorf("%s is already being settled as %s", w.op.noun, w.pending.Outcome)
+	case rev >= 4 && w.in.Revision >= 3 && w.consumed != nil: // applied, it still runs: the next phase is at the bank
+		return fmt.Errorf("%s is already being settled as %s", w.op.noun, w.consumed.Outcome)
+	case rev >= 4 && !w.in.CaptureManual && s.Outcome == OutcomeCharged && s.AmountMinor != 0 && s.AmountMinor != w.op.amount:
+		return temporal.NewApplicationError(fmt.Sprintf("the settlement lists %d (minor units), but kasa asked the bank to move %d: "+
+			"the hold is kept for an operator", s.AmountMinor, w.op.amount), ErrTypeSettlementAmount)
 	case w.conflict != "" && s.Outcome == OutcomeNotCharged:
 		return temporal.NewApplicationError(w.conflict, ErrTypeBankConflict)
 	case w.in.CaptureManual && w.in.Step.Phase == PhaseVoid && s.Outcome == OutcomeCharged && (w.captured || w.in.Revision >= 3):
@@ -569,7 +582,7 @@ func (w *opRun) capturing() int64 {
 // accept takes a settlement signal unless checkSettlement refuses it; a refused one is logged:
 // a signal cannot be refused to its sender, only not acted on.
 func (w *opRun) accept(ctx workflow.Context, s Settlement) {
-	if err := w.checkSettlement(s); err != nil {
+	if err := w.checkSettlement(s, w.in.Revision); err != nil {
 		workflow.GetLogger(ctx).Warn("ignoring settlement signal", "reason", err.Error())
 		return
 	}

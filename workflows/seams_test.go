@@ -70,7 +70,7 @@ func TestRefundWorkflowRunsItsWorkersPolicy(t *testing.T) {
 
 // A not_charged settlement that arrives while an inquiry finds the charge never releases the
 // hold: the payment stays unknown, flagged for an operator with both answers, refuses further
-// not_charged settlements, and resumes on the operator's retry (the next inquiry books it).
+// not_charged settlements, and resumes on the operator's retry (an inquiry at once books it).
 func TestPaymentWorkflowSettlementConflictKeepsTheHold(t *testing.T) {
 	h := newHarness(t)
 	in := paymentInput(workflows.CapabilityInquiry)
@@ -98,7 +98,7 @@ func TestPaymentWorkflowSettlementConflictKeepsTheHold(t *testing.T) {
 	require.Contains(t, reasons[0], "contradicts the bank")
 	require.Contains(t, reasons[0], "ch_1")
 	require.Empty(t, reasons[1])
-	require.Greater(t, h.offsets(workflows.ActivityFinalize)[0], 2*time.Hour, "booked only after the operator's retry")
+	require.Equal(t, 2*time.Hour, h.offsets(workflows.ActivityFinalize)[0], "booked at the operator's retry, which asks the bank at once")
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	require.Equal(t, []string{statusUnknown, workflows.StatusStuck, statusUnknown, statusSucceeded}, h.statuses)
@@ -129,7 +129,7 @@ func TestRefundWorkflowSettlementConflictKeepsTheHold(t *testing.T) {
 	require.Zero(t, h.calls(workflows.ActivityReleaseRefund), "the refund's hold is never released")
 	require.Len(t, reasons, 2, "flagged, then cleared by the retry")
 	require.Contains(t, reasons[0], "contradicts the bank")
-	require.Greater(t, h.offsets(workflows.ActivityPostRefund)[0], 2*time.Hour, "posted only after the operator's retry")
+	require.Equal(t, 2*time.Hour, h.offsets(workflows.ActivityPostRefund)[0], "posted at the operator's retry, which asks the bank at once")
 }
 
 // The settle update meets the same rule: its not_charged is set aside with the reason, and the
