@@ -33,6 +33,8 @@ type Payment struct {
 	CaptureManual bool
 	CaptureBefore time.Time
 	CapturedMinor int64
+	// StuckReason says why its workflow waits for an operator ("" when it does not).
+	StuckReason string
 }
 
 // Capturable is what a capture may still take: the whole authorization while it waits.

@@ -51,6 +51,7 @@ type Refund struct {
 	ProviderReference string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	StuckReason       string // why its workflow waits for an operator ("" when it does not)
 }
 
 // RefundResource is the refund as merchants see it, in the API and in webhook events.

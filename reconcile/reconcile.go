@@ -440,6 +440,7 @@ type op struct {
 	// manual: a manual payment, whose line is its capture (of at most amount, its authorization,
 	// until it succeeded with what it captured) with the capture's own id at the bank.
 	manual bool
+	stuck  string // why its workflow waits for an operator: a bank conflict refuses not_charged
 }
 
 func paymentOp(p payment.Payment) op {
@@ -449,13 +450,13 @@ func paymentOp(p payment.Payment) op {
 	}
 	return op{kind: charge, id: p.ID, paymentID: p.ID, merchant: p.MerchantID, key: p.IdempotencyKey, amount: amount,
 		currency: p.Currency, status: p.Status, failureCode: p.FailureCode, providerRef: p.ProviderReference,
-		created: p.CreatedAt, decided: p.UpdatedAt, manual: p.CaptureManual}
+		created: p.CreatedAt, decided: p.UpdatedAt, manual: p.CaptureManual, stuck: p.StuckReason}
 }
 
 func refundOp(r payment.Refund) op {
 	return op{kind: refund, id: r.ID, paymentID: r.PaymentID, merchant: r.MerchantID, key: r.IdempotencyKey, amount: r.AmountMinor,
 		currency: r.Currency, status: r.Status, failureCode: r.FailureCode, providerRef: r.ProviderReference,
-		created: r.CreatedAt, decided: r.UpdatedAt}
+		created: r.CreatedAt, decided: r.UpdatedAt, stuck: r.StuckReason}
 }
 
 func (o op) workflowID() string {
@@ -760,7 +761,13 @@ func (run *run) listedTwice(o op, lines []Line) {
 // built on m; an unavailable Temporal or database aborts the import.
 func (run *run) settle(o op, st workflows.Settlement, done func(status string), refused func(op), m *Mismatch) {
 	if run.dry {
-		// What the workflow answers when it accepts the settlement.
+		// What the workflow answers when it accepts the settlement, or refuses it for a conflict.
+		if st.Outcome == workflows.OutcomeNotCharged && workflows.IsConflict(o.stuck) {
+			mm := *m
+			mm.Kind, mm.Expected, mm.Found = KindBankConflict, "unknown, settled as "+st.Outcome, o.stuck
+			run.mismatch(o.kind, mm)
+			return
+		}
 		if st.Outcome == workflows.OutcomeCharged {
 			done(string(payment.StatusSucceeded))
 		} else {

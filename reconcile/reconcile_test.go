@@ -608,6 +608,29 @@ func TestReconcileBankConflict(t *testing.T) {
 	require.Contains(t, rep.Mismatches[0].Found, "that kasa was voiding")
 }
 
+// A dry run reports a payment held for a bank conflict as the import would (bank_conflict, not
+// ok): not as released. The workflow flagged it stuck with the conflict, which the store keeps.
+func TestReconcileDryRunOfABankConflict(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	at := day.Add(time.Hour)
+	held := b.add(merchA, payment.StatusUnknown, 500, "TRY", at, at.Add(time.Second))
+	conflict := workflows.ConflictReason("a not_charged settlement contradicts the bank, whose inquiry found the payment done (ch_1)")
+	b.payments[held.ID].StuckReason = conflict
+	b.onSettle = func(*payment.Payment) error {
+		return fmt.Errorf("%w: %w: %s", workflows.ErrSettlementRejected, workflows.ErrBankConflict, conflict)
+	}
+	r := &Reconciler{Store: b, Settler: b}
+	file := fileOf(nil, "2025-03-01")
+	dry, err := r.Reconcile(context.Background(), file, Options{AllMerchants: true, DryRun: true})
+	require.NoError(t, err)
+	done, err := r.Reconcile(context.Background(), file, Options{AllMerchants: true})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{held.ID.String(): KindBankConflict}, kinds(done))
+	require.Equal(t, kinds(done), kinds(dry))
+	require.False(t, dry.OK(), "the dry run's exit status is the import's")
+}
+
 // slowSettler never answers for one workflow (no worker polls its task queue).
 type slowSettler struct {
 	*fakeBank

@@ -50,6 +50,7 @@ func paymentOf(p dbsqlc.Payment) payment.Payment {
 		FailureCode: orEmpty(p.FailureCode), ProviderReference: orEmpty(p.ProviderReference),
 		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
 		CaptureManual: p.CaptureManual, CaptureBefore: orZero(p.CaptureBefore), CapturedMinor: p.CapturedMinor,
+		StuckReason: orEmpty(p.StuckReason),
 	}
 }
 
@@ -66,7 +67,7 @@ func refundOf(r dbsqlc.Refund) payment.Refund {
 		IdempotencyKey: r.IdempotencyKey, AmountMinor: r.AmountMinor, Currency: r.Currency,
 		Reason: orEmpty(r.Reason), Status: payment.Status(r.Status),
 		FailureCode: orEmpty(r.FailureCode), ProviderReference: orEmpty(r.ProviderReference),
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, StuckReason: orEmpty(r.StuckReason),
 	}
 }
 

@@ -4,6 +4,7 @@
 package workflows
 
 import (
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -87,6 +88,16 @@ const (
 	// bank's own answer contradicts it: the hold is kept and the payment flagged for an operator.
 	ErrTypeBankConflict = "BankConflict"
 )
+
+// conflictPrefix begins the stuck reason of an operation held for a bank conflict, so that
+// what reads the reason (a reconciliation dry run) can tell such a hold from a failing step.
+const conflictPrefix = "bank conflict: "
+
+// ConflictReason is the stuck reason of a hold for a bank conflict described by reason.
+func ConflictReason(reason string) string { return conflictPrefix + reason }
+
+// IsConflict says whether a stuck reason is a bank conflict's.
+func IsConflict(stuckReason string) bool { return strings.HasPrefix(stuckReason, conflictPrefix) }
 
 // Search attributes on every payment workflow; operators filter PaymentStatus="unknown".
 // PaymentSummary is the static summary again, set at the start: the Web UI's list shows search

@@ -496,7 +496,7 @@ func (w *opRun) holdConflict(ctx workflow.Context, reason string) error {
 	}
 	w.detail(ctx, "%s", w.conflict)
 	workflow.GetLogger(ctx).Error(w.op.noun+" settlement conflict", "reason", w.conflict)
-	retry, err := w.flag(ctx, w.conflict)
+	retry, err := w.flag(ctx, ConflictReason(w.conflict)) // marked: a dry run reads it (docs/reconciliation.md)
 	if err != nil {
 		return err
 	}
