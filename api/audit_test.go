@@ -49,3 +49,17 @@ func TestPanickingAdminCallIsAuditedAndLoggedOnce(t *testing.T) {
 	require.Equal(t, 1, strings.Count(logs.String(), "request_id=req-1"), "the 500 is logged once:\n%s", logs.String())
 	require.Contains(t, logs.String(), "goroutine", "with its stack")
 }
+
+// A path with a trailing slash is no route of kasa's: answered 404 problem+json with a request
+// id, not redirected by the router.
+func TestTrailingSlashIsNotFound(t *testing.T) {
+	st := newFakeStore()
+	h := New(Options{Store: st, Workflows: &fakeWorkflows{st: st}, AdminToken: "adm", Logger: slog.New(slog.DiscardHandler)}).Handler()
+	for _, path := range []string{"/v1/payments/", "/healthz/"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, request{method: http.MethodGet, path: path}.build())
+		require.Equal(t, http.StatusNotFound, rec.Code, path)
+		require.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"), path)
+		require.Contains(t, rec.Body.String(), `"request_id":"req-1"`, path)
+	}
+}

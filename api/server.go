@@ -184,6 +184,7 @@ func New(o Options) *Server {
 	s.admission.register(o.Registry)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
+	e.RedirectTrailingSlash = false // a redirect is no problem+json answer: 404 instead
 	e.ContextWithFallback = true
 	// gin trusts every proxy's X-Forwarded-For unless told otherwise: any client could then pick
 	// the address it is rate-limited as.
