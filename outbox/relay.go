@@ -248,6 +248,7 @@ func (r *Relay) ensureStream(ctx context.Context, err error) {
 // first: the events' first publication, whose latency is observed.
 func (r *Relay) publish(ctx context.Context, events []store.OutboxEvent, first bool) ([]uuid.UUID, error) {
 	futures := make([]jetstream.PubAckFuture, 0, len(events))
+	sent := make([]store.OutboxEvent, 0, len(events)) // futures[i] is sent[i]'s
 	var errs []error
 	for _, e := range events {
 		msg, err := message(e)
@@ -260,8 +261,9 @@ func (r *Relay) publish(ctx context.Context, events []store.OutboxEvent, first b
 			errs = append(errs, fmt.Errorf("publish %s: %w", e.ID, err))
 			break
 		}
-		futures = append(futures, f)
+		futures, sent = append(futures, f), append(sent, e)
 	}
+	events = sent
 	timeout := time.NewTimer(r.o.PublishTimeout)
 	defer timeout.Stop()
 	acked := make([]uuid.UUID, 0, len(futures))

@@ -1,0 +1,29 @@
+package outbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+)
+
+// An event that cannot be made a message is left out of a batch without shifting the acks of
+// the events after it: only what the broker acknowledged is reported published.
+func TestPublishReportsTheAcknowledgedEvents(t *testing.T) {
+	b := newBroker(t)
+	r := NewRelay(RelayOptions{Store: db, JetStream: b.js, Metrics: NewMetrics(prometheus.NewRegistry()), Logger: quiet})
+	events := []store.OutboxEvent{
+		{ID: payment.NewID(), AggregateID: payment.NewID(), Type: "payment.succeeded", Payload: []byte(`{}`), CreatedAt: time.Now()},
+		{ID: payment.NewID(), AggregateID: payment.NewID(), Type: "payment.succeeded", Payload: []byte(`{`), CreatedAt: time.Now()},
+		{ID: payment.NewID(), AggregateID: payment.NewID(), Type: "payment.succeeded", Payload: []byte(`{}`), CreatedAt: time.Now()},
+	}
+	acked, err := r.publish(context.Background(), events, true)
+	require.Error(t, err, "the unreadable event")
+	require.ElementsMatch(t, []uuid.UUID{events[0].ID, events[2].ID}, acked)
+}
