@@ -117,14 +117,18 @@ func (s *Store) BeginRefund(ctx context.Context, in BeginRefundInput) (Record, p
 }
 
 // paymentFirst checks the payment of another request under the key (rec, of another hash)
-// before the key is found reused (docs/api.md): another merchant's payment, or none, is not found.
+// before the key is found reused (docs/api.md): another merchant's payment, or none, is not found;
+// and an amount's digits against its currency, as a new key's are, before any answer.
 func (s *Store) paymentFirst(ctx context.Context, in BeginRefundInput, rec Record, hash string) error {
-	if rec.RequestHash == hash {
+	if rec.RequestHash == hash && in.Request.Amount == "" {
 		return nil
 	}
 	p, err := s.Payment(ctx, in.PaymentID)
 	if err == nil && p.MerchantID != in.MerchantID {
 		err = payment.ErrNotFound
+	}
+	if err == nil { // an amount's digits are checked against the currency before any replay
+		_, err = in.Request.AmountMinor(p.Currency)
 	}
 	return err
 }

@@ -715,3 +715,22 @@ func TestBeginRefundRacedForAnotherMerchantsPayment(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	require.ErrorIs(t, <-got, payment.ErrNotFound)
 }
+
+// A refund amount with more digits than the payment's currency is refused (400) under a key seen
+// before too, even when it equals that key's amount: the digits are checked before the replay.
+func TestRefundTooManyDigitsUnderAnExistingKey(t *testing.T) {
+	t.Parallel()
+	mID, aID := fixture(t, 10_000)
+	pay := paid(t, mID, aID, 5_000)
+	_, _, began, err := beginRefund(t, mID, pay, "k-digits", `{"amount": "30"}`)
+	require.NoError(t, err)
+	require.Equal(t, store.BeganNew, began)
+	var ve *payment.ValidationError
+	_, _, _, err = beginRefund(t, mID, pay, "k-other", `{"amount": "30.000"}`)
+	require.ErrorAs(t, err, &ve, "a new key")
+	_, _, began, err = beginRefund(t, mID, pay, "k-digits", `{"amount": "30.000"}`)
+	require.ErrorAs(t, err, &ve, "the same amount under the first key (began %v)", began)
+	_, _, began, err = beginRefund(t, mID, pay, "k-digits", `{"amount": "30.00"}`)
+	require.NoError(t, err)
+	require.Equal(t, store.BeganExisting, began, "an equal amount with the currency's digits replays")
+}
