@@ -92,7 +92,7 @@ func (s *Store) Deposit(ctx context.Context, accountID uuid.UUID, key string, am
 		}
 		return postPair(ctx, tx, postingID, acct.Currency, accountID, external, amount)
 	})
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "22003" {
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && (pgErr.Code == "22003" || pgErr.ConstraintName == "accounts_currency_bound") {
 		return d, false, &payment.ValidationError{Fields: []payment.FieldError{{Field: "amount",
 			Message: "would take a balance past the largest amount kasa holds"}}}
 	}

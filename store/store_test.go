@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -627,6 +628,32 @@ func TestDepositPastTheLargestBalanceIsRefused(t *testing.T) {
 	a, err := db.Account(ctx, acct.ID)
 	require.NoError(t, err)
 	require.Equal(t, int64(n)*most, a.Balance, "the refused deposit moved nothing")
+	requireVerified(t)
+}
+
+// A currency never holds more than a bigint: deposits spread over two accounts, each short of
+// the limit, are refused once their sum would pass it, for a payment posting all of it to one
+// merchant, or a read of its settlement account, would overflow after.
+func TestCurrencyHoldsNoMoreThanTheLargestBalance(t *testing.T) {
+	ctx := context.Background()
+	mID, _ := fixture(t, 0)
+	a, err := db.CreateAccount(ctx, mID, "MNT") // a currency of its own: its external account too
+	require.NoError(t, err)
+	b, err := db.CreateAccount(ctx, mID, "MNT")
+	require.NoError(t, err)
+	const most = 999_999_999_999_999_999 // the largest amount a request can name
+	for total, n := int64(math.MaxInt64), 0; total > 0; n++ {
+		amt := min(total, most)
+		_, _, err := db.Deposit(ctx, a.ID, fmt.Sprintf("d-%d", n), amt)
+		require.NoError(t, err, "deposit %d of %d", n, amt)
+		total -= amt
+	}
+	_, _, err = db.Deposit(ctx, b.ID, "one-more", 1)
+	var ve *payment.ValidationError
+	require.ErrorAs(t, err, &ve, "the currency would hold one more than a bigint")
+	got, err := db.Account(ctx, b.ID)
+	require.NoError(t, err)
+	require.Zero(t, got.Balance, "the refused deposit moved nothing")
 	requireVerified(t)
 }
 
