@@ -303,7 +303,8 @@ func (s Starter) Command(ctx context.Context, merchantID uuid.UUID, paymentKey, 
 	return "", err
 }
 
-// commandRefusal is the domain error of a command the workflow refused, or nil.
+// commandRefusal is the domain error of a command the workflow refused, or nil: its detail is
+// the workflow's own words, never the SDK's or Temporal's text (it reaches the merchant).
 func commandRefusal(err error, update string) error {
 	var appErr *temporal.ApplicationError
 	var notFound *serviceerror.NotFound
@@ -314,11 +315,14 @@ func commandRefusal(err error, update string) error {
 		var capturable int64
 		_ = appErr.Details(&capturable)
 		return &payment.CaptureExceedsError{Capturable: capturable}
-	case errors.As(err, &appErr) && appErr.Type() == ErrTypeNotCapturable,
-		errors.As(err, &notFound) && update == UpdateCapture: // its workflow ended: the payment is final
-		return fmt.Errorf("%w: %v", payment.ErrNotCapturable, err)
-	case errors.As(err, &appErr) && appErr.Type() == ErrTypeNotCancelable, errors.As(err, &notFound):
-		return fmt.Errorf("%w: %v", payment.ErrNotCancelable, err)
+	case errors.As(err, &appErr) && appErr.Type() == ErrTypeNotCapturable:
+		return fmt.Errorf("%w: %s", payment.ErrNotCapturable, appErr.Message())
+	case errors.As(err, &appErr) && appErr.Type() == ErrTypeNotCancelable:
+		return fmt.Errorf("%w: %s", payment.ErrNotCancelable, appErr.Message())
+	case errors.As(err, &notFound) && update == UpdateCapture: // its workflow ended: the payment is final
+		return payment.ErrNotCapturable
+	case errors.As(err, &notFound):
+		return payment.ErrNotCancelable
 	}
 	return nil
 }

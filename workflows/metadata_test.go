@@ -6,6 +6,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/kasa-pay/kasa/payment"
 )
 
 // The list's PaymentSummary holds the summary whole when it fits a Keyword column (255
@@ -30,5 +34,27 @@ func TestListedSummaryFitsItsColumn(t *testing.T) {
 				require.True(t, strings.HasPrefix(tc.in, strings.TrimSuffix(got, "…")))
 			}
 		})
+	}
+}
+
+// A command the workflow refused says why in the workflow's words only: neither the SDK's
+// rendering of the error nor Temporal's own text reaches the merchant's problem detail.
+func TestCommandRefusalSaysOnlyWhy(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		update string
+		want   error
+		detail string
+	}{
+		{temporal.NewApplicationError("the payment is canceled", ErrTypeNotCapturable), UpdateCapture, payment.ErrNotCapturable,
+			"the payment is not waiting for a capture: the payment is canceled"},
+		{serviceerror.NewNotFound("workflow execution already completed"), UpdateCapture, payment.ErrNotCapturable,
+			"the payment is not waiting for a capture"},
+		{serviceerror.NewNotFound("workflow execution already completed"), UpdateCancel, payment.ErrNotCancelable,
+			payment.ErrNotCancelable.Error()},
+	} {
+		got := commandRefusal(tc.err, tc.update)
+		require.ErrorIs(t, got, tc.want)
+		require.Equal(t, tc.detail, got.Error())
 	}
 }
