@@ -302,8 +302,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 				err = r.Store.EachPaymentCreated(ctx, d.Start(), d.End(), statuses, merchants, func(p payment.Payment, decided time.Time) error {
 					o := paymentOp(p)
 					o.decided = decided
-					if o.manual && !decided.Before(d.End()) {
-						return nil // decided on a later day: that day's import looks at it (below)
+					if o.manual && !decided.Before(d.End()) && (o.status == payment.StatusSucceeded || o.providerRef != "") {
+						return nil // its capture or void decided on a later day: that day's import looks at it (below)
 					}
 					keep(o)
 					return nil

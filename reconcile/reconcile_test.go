@@ -566,6 +566,20 @@ func TestReconcileCaptureOnALaterDay(t *testing.T) {
 	require.Equal(t, 1, rep.Counts.Matched)
 }
 
+// A manual payment whose authorization's answer was lost just before midnight, and which was
+// marked unknown after it, is looked at by its creation day's import: the imports of later days
+// look only at captures and voids (authorized before, with the bank's reference).
+func TestReconcileUnknownAuthorizationPastMidnight(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	p := b.add(merchA, payment.StatusUnknown, 7000, "TRY", day.Add(23*time.Hour+58*time.Minute), day.Add(24*time.Hour+2*time.Minute))
+	b.payments[p.ID].CaptureManual, b.payments[p.ID].ProviderReference = true, "" // never authorized, as far as kasa knows
+	rep, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), fileOf(nil, "2025-03-01"), Options{AllMerchants: true})
+	require.NoError(t, err)
+	require.Len(t, rep.Pending, 1, "%+v", rep)
+	require.Equal(t, ReasonWindowNotCovered, rep.Pending[0].Reason, "its window runs into the next day")
+}
+
 // A manual payment still waiting for its capture that the file lists as captured: while its
 // capture is in flight (the bank booked it, kasa awaits the answer) it is pending, as a payment
 // still processing is; with no capture sent it is charged_but_failed.
