@@ -61,10 +61,10 @@ func CheckWebhookURL(raw string, p Policy) error {
 	if u.User != nil {
 		return &urlError{"must not carry credentials (user:password@): authenticate kasa by the Kasa-Signature header"}
 	}
-	// The HTTP client maps a name to its IDNA form before it dials ("１２７。0。0。1" is
-	// 127.0.0.1): the checks read that form.
+	// The HTTP client maps a name that is not ASCII to its IDNA form before it dials
+	// ("１２７。0。0。1" is 127.0.0.1): the checks read that form.
 	host := u.Hostname()
-	if _, err := netip.ParseAddr(host); err != nil {
+	if !ascii(host) {
 		if host, err = idna.Lookup.ToASCII(host); err != nil {
 			return &urlError{"must have a valid host name"}
 		}
@@ -97,6 +97,15 @@ func CheckWebhookURL(raw string, p Policy) error {
 		return &urlError{fmt.Sprintf("must not point at %s (%s)", phrase(reason), addr.WithZone("").Unmap())}
 	}
 	return nil
+}
+
+func ascii(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // literal is host as an address, when it is one in any spelling.

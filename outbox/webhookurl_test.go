@@ -152,6 +152,9 @@ func TestCheckWebhookURL(t *testing.T) {
 		{"http://192.169.0.1/", ""},
 		{"http://11.0.0.1/", ""},
 		{"http://localhost.example.com/", ""},
+		{"https://hooks_1.example.com/kasa", ""}, // ASCII names are dialled as they are, not through IDNA
+		{"https://-edge.example.com/kasa", ""},
+		{"https://a--b.example.com/kasa", ""},
 		// Not an http(s) URL.
 		{"ftp://hooks.example.com/", always},
 		{"hooks.example.com/kasa", always},
