@@ -657,6 +657,43 @@ func TestCurrencyHoldsNoMoreThanTheLargestBalance(t *testing.T) {
 	requireVerified(t)
 }
 
+// Migration 00029 gives up, rather than queue every write to accounts behind it, while a long
+// transaction reads the table; run again once it ended, it completes.
+func TestCurrencyBoundMigrationGivesUpOnABusyTable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the migration's 10 s lock timeout")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	open := func() (*store.Store, error) {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		st, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
+		if err == nil {
+			t.Cleanup(st.Close)
+		}
+		return st, err
+	}
+	st, err := open()
+	require.NoError(t, err)
+	require.NoError(t, st.Exec(ctx, `ALTER TABLE accounts DROP CONSTRAINT accounts_currency_bound`))
+	require.NoError(t, st.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id = 29`))
+	reader, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer reader.Close(ctx)
+	tx, err := reader.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT count(*) FROM accounts`)
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = open()
+	require.ErrorContains(t, err, "lock timeout", "after %s", time.Since(start))
+	require.NoError(t, tx.Rollback(ctx))
+	_, err = open()
+	require.NoError(t, err, "run again, it completes")
+}
+
 // A payment flagged stuck waits for an operator, not for the cluster: the backlog's drainer does
 // not count it among the payments it keeps running, so stuck ones never hold the drain up.
 func TestStillProcessingLeavesStuckPaymentsOut(t *testing.T) {
