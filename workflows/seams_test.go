@@ -104,6 +104,26 @@ func TestPaymentWorkflowSettlementConflictKeepsTheHold(t *testing.T) {
 	require.Equal(t, []string{statusUnknown, workflows.StatusStuck, statusUnknown, statusSucceeded}, h.statuses)
 }
 
+// Before Revision 4 the retry of a conflict waits for the next inquiry, as it did: the rule that
+// asks the bank at once is not applied to the runs started earlier.
+func TestPaymentWorkflowRevision3RetryOfAConflictWaitsForTheNextInquiry(t *testing.T) {
+	h := newHarness(t)
+	in := paymentInput(workflows.CapabilityInquiry)
+	in.LocalSteps, in.Revision = true, 3
+	in.BookingWindow = time.Millisecond
+	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, notFound()).Times(3)
+	h.on(workflows.ActivityInquire).Run(func(mock.Arguments) {
+		h.env.SignalWorkflow(workflows.SignalSettlement, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+	}).Return(charged("ch_1"), nil).Once()
+	h.on(workflows.ActivityInquire).Return(charged("ch_1"), nil)
+	h.on(workflows.ActivityFlagStuck).Return(nil)
+	h.retryAt(2 * time.Hour)
+	res := h.run(in)
+	require.Equal(t, statusSucceeded, res.Status)
+	require.Greater(t, h.offsets(workflows.ActivityFinalize)[0], 2*time.Hour, "booked at the inquiry after the retry")
+}
+
 // A refund meets the same rule: a not_charged settlement that arrives while an inquiry finds the
 // refund at the bank never releases its hold; the refund stays unknown, flagged for an operator.
 func TestRefundWorkflowSettlementConflictKeepsTheHold(t *testing.T) {
