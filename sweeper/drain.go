@@ -64,7 +64,7 @@ const (
 	standbyEvery = 2 * time.Second        // between a standby drainer's tries to lead
 	drainWindow  = 10 * time.Second       // the drain rate is the starts within it
 	// readRunTimeout bounds reading whether a started payment's run has closed.
-	readRunTimeout = 5 * time.Second
+	readRunTimeout = 2 * time.Second
 )
 
 // Run drains until ctx ends, leading whenever it can.
@@ -242,25 +242,34 @@ type slot struct {
 // lease after that. One still queued goes to the sweeper, which marks it started for the
 // operators' stuck list: left queued, it would be claimed again every lease.
 func (d *Drainer) leaveClosed(ctx context.Context, running map[uuid.UUID]*slot) {
+	// At most Concurrency reads a pass, side by side: a slow Temporal holds the loop (and the
+	// record it saves every second) for one readRunTimeout at most.
 	now := time.Now()
-	for id, s := range running {
-		if now.Before(s.check) {
-			continue
+	var due []*slot
+	for _, s := range running {
+		if !now.Before(s.check) && len(due) < d.Concurrency {
+			s.check = now.Add(d.Lease)
+			due = append(due, s)
 		}
-		s.check = now.Add(d.Lease)
-		rctx, cancel := context.WithTimeout(ctx, readRunTimeout) // a slow Temporal must not hold the drainer
-		closed, err := d.Starter.PaymentRunClosed(rctx, s.p.MerchantID, s.p.IdempotencyKey)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				d.Logger.Warn("backlog drainer: read a payment's run", "operation_id", id, "error", err)
+	}
+	closed := make([]bool, len(due))
+	var wg sync.WaitGroup
+	for i, s := range due {
+		wg.Go(func() {
+			rctx, cancel := context.WithTimeout(ctx, readRunTimeout)
+			defer cancel()
+			var err error
+			if closed[i], err = d.Starter.PaymentRunClosed(rctx, s.p.MerchantID, s.p.IdempotencyKey); err != nil && ctx.Err() == nil {
+				d.Logger.Warn("backlog drainer: read a payment's run", "operation_id", s.p.ID, "error", err)
 			}
-			continue
-		}
-		if closed {
-			d.Logger.Warn("backlog drainer: a payment's run closed while it was processing; leaving it to the sweeper", "operation_id", id)
+		})
+	}
+	wg.Wait()
+	for i, s := range due {
+		if closed[i] {
+			d.Logger.Warn("backlog drainer: a payment's run closed while it was processing; leaving it to the sweeper", "operation_id", s.p.ID)
 			d.put(ctx, d.Store.Unqueue, []payment.Payment{s.p}, "leave a payment whose run closed to the sweeper")
-			delete(running, id)
+			delete(running, s.p.ID)
 		}
 	}
 }

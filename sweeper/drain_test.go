@@ -285,3 +285,46 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// hangingReads is a Temporal that starts payments (whose runs never finish) and never answers
+// whether a run has closed: each read lasts until its timeout.
+type hangingReads struct{ slowStart }
+
+func (h *hangingReads) StartPayment(context.Context, string, workflows.PaymentInput) (string, error) {
+	return "run", nil
+}
+
+func (h *hangingReads) PaymentRunClosed(ctx context.Context, _ uuid.UUID, _ string) (bool, error) {
+	<-ctx.Done()
+	return false, ctx.Err()
+}
+
+// A Temporal slow to say whether runs closed does not hold the drainer: it keeps saving its
+// record every second or so (else the APIs read its rate as 0, docs/operations.md "Payday").
+func TestDrainerKeepsItsRecordWhileReadsOfRunsHang(t *testing.T) {
+	m := testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: "hanging"})
+	queue(t, m, "hang", 12)
+	d := &sweeper.Drainer{Store: db, Starter: &hangingReads{}, MaxRunning: 12, Lease: 200 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(2 * time.Second) // started, and their runs' reads due
+	for deadline := time.Now().Add(8 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		st, err := db.BacklogState(context.Background())
+		require.NoError(t, err)
+		require.Less(t, st.Age, 5*time.Second, "the drainer's record is current")
+	}
+	// The payments stay queued (their runs never took them): leave none for the next tests.
+	cancel()
+	<-done
+	queues, err := db.ClaimQueued(context.Background(), uuid.Nil, 1, 12, time.Hour)
+	require.NoError(t, err)
+	for _, q := range queues {
+		var ids []uuid.UUID
+		for _, p := range q {
+			ids = append(ids, p.ID)
+		}
+		require.NoError(t, db.Unqueue(context.Background(), ids))
+	}
+}
