@@ -222,8 +222,9 @@ type Step struct {
 // settlement meeting an inquiry that finds the void done is no conflict; a charged settlement
 // naming a capture (the bank's file lists it) settles an unknown void by posting that capture.
 // Revision 4: a settlement signalled while the one applied before still runs (its void at the
-// bank) is ignored, as is a charged one naming another amount than the operation's; an
-// operator's retry of a conflict asks the bank again at once (inquiry).
+// bank) is ignored, as is a charged one naming another amount than the operation's, or one of an
+// unknown authorization naming no authorization id; an operator's retry of a conflict asks the
+// bank again at once (inquiry).
 const CurrentRevision = 4
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.

@@ -92,3 +92,26 @@ func TestRetryOfAConflictAsksTheBankFirst(t *testing.T) {
 	require.Zero(t, h.calls(workflows.ActivityRelease), "never released while the bank's inquiry finds the charge")
 	require.Equal(t, statusSucceeded, res.Status)
 }
+
+// An unknown authorization settled as charged must name the bank's authorization id
+// (provider_reference): captures and voids are sent to it. One that names none is refused.
+func TestManualPaymentUnknownAuthorizationSettledNamesItsAuthorization(t *testing.T) {
+	h := newHarness(t)
+	h.on(workflows.ActivityAuthorize).Return(workflows.ChargeResult{}, ambiguous()).Once()
+	h.on(workflows.ActivityMarkUnknown).Return(nil)
+	h.env.OnActivity(workflows.ActivityAuthorized, mock.Anything, mock.Anything).Return(nil).Once()
+	h.env.OnActivity(workflows.ActivityCaptureAuthorization, mock.Anything,
+		workflows.BankCallInput{OperationID: opID, AuthorizationRef: "au_9", AmountMinor: 12_345, Send: 1}).Return(charged("cap_1"), nil).Once()
+	h.on(workflows.ActivityCaptured).Return(nil).Once()
+	answers := map[string]string{}
+	h.updateAt(time.Hour, "no reference", workflows.Settlement{Outcome: workflows.OutcomeCharged}, answers)
+	h.updateAt(2*time.Hour, "authorized", workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "au_9"}, answers)
+	h.commandAt(3*time.Hour, workflows.UpdateCapture, "c1", workflows.Command{}, answers)
+	in := manualInput(h, workflows.CapabilityNone)
+	in.CaptureBefore = h.start.Add(24 * time.Hour)
+	res := h.run(in)
+	require.Equal(t, statusSucceeded, res.Status)
+	require.Contains(t, answers["no reference"], "rejected: ")
+	require.Equal(t, string(payment.StatusRequiresCapture), answers["authorized"])
+	require.Equal(t, statusSucceeded, answers["c1"])
+}

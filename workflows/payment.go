@@ -539,6 +539,9 @@ func (w *opRun) checkSettlement(s Settlement, rev int) error {
 		return fmt.Errorf("%s is already being settled as %s", w.op.noun, w.pending.Outcome)
 	case rev >= 4 && w.in.Revision >= 3 && w.consumed != nil: // applied, it still runs: the next phase is at the bank
 		return fmt.Errorf("%s is already being settled as %s", w.op.noun, w.consumed.Outcome)
+	case rev >= 4 && w.in.CaptureManual && w.in.Step.Phase == PhaseAuthorize && s.Outcome == OutcomeCharged && s.ProviderReference == "":
+		return errors.New("a charged settlement of an unknown authorization must name the bank's authorization id " +
+			"(provider_reference): its capture or void is sent to it")
 	case rev >= 4 && !w.in.CaptureManual && s.Outcome == OutcomeCharged && s.AmountMinor != 0 && s.AmountMinor != w.op.amount:
 		return temporal.NewApplicationError(fmt.Sprintf("the settlement lists %d (minor units), but kasa asked the bank to move %d: "+
 			"the hold is kept for an operator", s.AmountMinor, w.op.amount), ErrTypeSettlementAmount)
