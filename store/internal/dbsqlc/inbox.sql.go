@@ -58,11 +58,11 @@ type AcceptEventRow struct {
 // has not been through this inbox. The grace runs from this event's publication too: an earlier
 // event the broker lost while it was down is published again after the later ones it held back
 // (the relay looks for lost events less often than for new ones). The inbox row goes in only
-// then, and the delivery only
-// with a new inbox row. Every part reads the statement's snapshot, which holds the batch's
-// earlier statements: an earlier event of the same batch counts as processed. The last
-// column says whether the delivery existed before (the inbox row was purged, it was not).
-// The aggregate is a payment or a refund: either names the merchant to deliver to.
+// then, and the delivery only with a new inbox row. Every part reads the statement's snapshot,
+// which holds the batch's earlier statements: an earlier event of the same batch counts as
+// processed. The last column says whether the delivery existed before (the inbox row was
+// purged, it was not). The aggregate is a payment or a refund: either names the merchant to
+// deliver to.
 func (q *Queries) AcceptEvent(ctx context.Context, arg AcceptEventParams) (AcceptEventRow, error) {
 	row := q.db.QueryRow(ctx, AcceptEvent,
 		arg.ID,
