@@ -121,6 +121,14 @@ func (a *Activities) send(ctx context.Context, in workflows.ChargeInput, noun st
 		return workflows.ChargeResult{}, inconsistent(fmt.Sprintf("the charge of payment %s names %d %s from %s; the payment is %d %s from %s",
 			p.ID, in.AmountMinor, in.Currency, in.AccountID, p.AmountMinor, p.Currency, p.AccountID))
 	}
+	// An earlier attempt's answer already written to the payment (its workflow task, lost with
+	// Temporal, runs its steps again) is that answer: nothing is sent, and nothing guessed.
+	switch {
+	case p.Status == payment.StatusFailed && p.FailureCode == payment.FailureDeclined:
+		return answer(noun, "", false, nil)
+	case p.Status != payment.StatusProcessing && p.Status != payment.StatusUnknown && p.ProviderReference != "":
+		return answer(noun, p.ProviderReference, true, nil)
+	}
 	res, stop, err := a.guardSend(ctx, in.OperationID, in.Capability, in.Send, in.Resend, sendRecord{
 		noun: noun, attempt: a.Store.BeginChargeAttempt, send: a.Store.BeginChargeSend, inquire: inquire,
 	})

@@ -24,14 +24,20 @@ import (
 // column does.
 type attempts struct {
 	activities.Store
-	n int
+	n   int
+	row payment.Payment // the payment's status, reference and failure as the store has them
 }
 
 // The payer and the refunded payment of the fakes' rows: a payment of 100 TRY, a refund of 3000.
 var payer, refunded = payment.NewID(), payment.NewID()
 
 func (a *attempts) Payment(_ context.Context, id uuid.UUID) (payment.Payment, error) {
-	return payment.Payment{ID: id, AccountID: payer, AmountMinor: 100, Currency: "TRY"}, nil
+	p := a.row
+	p.ID, p.AccountID, p.AmountMinor, p.Currency = id, payer, 100, "TRY"
+	if p.Status == "" {
+		p.Status = payment.StatusProcessing
+	}
+	return p, nil
 }
 
 func (a *attempts) BeginChargeAttempt(context.Context, uuid.UUID) (int, error) {
@@ -126,6 +132,46 @@ func TestChargeRepeatedAttempts(t *testing.T) {
 			require.True(t, res.Succeeded)
 			require.Contains(t, res.ProviderReference, tc.wantRef)
 		})
+	}
+}
+
+// A send run again after its answer was already written to the payment (the workflow task that
+// ran it, and the step after it, was lost with Temporal and runs again) answers with what the
+// payment records: never a second send, and never an unknown outcome for an answer kasa has.
+func TestSendAnsweredBeforeIsAnsweredFromThePayment(t *testing.T) {
+	for _, c := range []workflows.Capability{workflows.CapabilityNone, workflows.CapabilityInquiry, workflows.CapabilityIdempotent} {
+		for _, tc := range []struct {
+			name        string
+			manual      bool
+			row         payment.Payment
+			wantRef     string
+			wantErrType string
+		}{
+			{"charged", false, payment.Payment{Status: payment.StatusSucceeded, ProviderReference: "ch_earlier"}, "ch_earlier", ""},
+			{"authorized", true, payment.Payment{Status: payment.StatusRequiresCapture, ProviderReference: "au_earlier"}, "au_earlier", ""},
+			{"declined", false, payment.Payment{Status: payment.StatusFailed, FailureCode: payment.FailureDeclined}, "", workflows.ErrTypeDeclined},
+		} {
+			t.Run(string(c)+", "+tc.name, func(t *testing.T) {
+				st, b := &attempts{n: 1, row: tc.row}, &bank{existing: &provider.Charge{ID: "ch_other", Status: "succeeded"}}
+				a := &activities.Activities{Store: st, Provider: b}
+				in := workflows.ChargeInput{OperationID: payment.NewID(), AccountID: payer, AmountMinor: 100, Currency: "TRY", Capability: c, Send: 1}
+				send := a.Charge
+				if tc.manual {
+					send = a.Authorize
+				}
+				res, err := send(context.Background(), in)
+				require.Zero(t, b.sends, "nothing sent again")
+				require.Zero(t, b.inquiries, "nothing asked: the payment knows")
+				if tc.wantErrType != "" {
+					var appErr *temporal.ApplicationError
+					require.ErrorAs(t, err, &appErr)
+					require.Equal(t, tc.wantErrType, appErr.Type())
+					return
+				}
+				require.NoError(t, err)
+				require.Equal(t, workflows.ChargeResult{ProviderReference: tc.wantRef, Succeeded: true}, res)
+			})
+		}
 	}
 }
 
