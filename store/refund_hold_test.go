@@ -1,0 +1,30 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
+)
+
+// CONTRACT §9: concurrent refunds never exceed the payment, "enforced in the database (a
+// conditional update and a CHECK)". The conditional update alone must refuse a hold above what
+// is left once the in-flight holds are counted: no row, not a CHECK violation.
+func TestHoldPaymentRefundCountsInFlightHolds(t *testing.T) {
+	// Not parallel: the holds below have no refund rows, which Verify (run by parallel tests
+	// over the whole database) would report; they are undone before any parallel test runs.
+	ctx := context.Background()
+	mID, aID := fixture(t, 100_000)
+	pay := paid(t, mID, aID, 10_000)
+	t.Cleanup(func() { _ = db.Exec(ctx, `UPDATE payments SET refund_held_minor = 0 WHERE id = $1`, pay) })
+	var held int64
+	require.NoError(t, db.QueryRow(ctx, dbsqlc.HoldPaymentRefund, []any{int64(9_000), pay}, &held))
+	require.Equal(t, int64(9_000), held)
+	err := db.QueryRow(ctx, dbsqlc.HoldPaymentRefund, []any{int64(1_001), pay}, &held)
+	require.ErrorIs(t, err, pgx.ErrNoRows, "refused by the update's own condition")
+	require.NoError(t, db.QueryRow(ctx, dbsqlc.HoldPaymentRefund, []any{int64(1_000), pay}, &held))
+	require.Equal(t, int64(10_000), held)
+}
