@@ -94,6 +94,26 @@ func TestCanceledReleasesTheHold(t *testing.T) {
 	requireVerified(t)
 }
 
+// A payment whose authorization is open is never failed: the bank holds that authorization, which
+// only a void lets go (canceled). A release of it is a contradiction for an operator, and changes
+// nothing.
+func TestReleaseOfAnAuthorizedPaymentIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	p := authorized(t, mID, aID, "release-authorized", 4_000)
+	_, err := db.MarkUnknown(ctx, p.ID) // as a step run again for the authorization would leave it
+	require.NoError(t, err)
+	_, err = db.Release(ctx, p.ID, payment.FailureDeclined)
+	require.ErrorIs(t, err, store.ErrInconsistent)
+	got, err := db.Payment(ctx, p.ID)
+	require.NoError(t, err)
+	require.Equal(t, payment.StatusUnknown, got.Status)
+	a, _ := db.Account(ctx, aID)
+	require.Equal(t, int64(4_000), a.Reserved, "the hold is kept")
+	requireVerified(t)
+}
+
 // The database itself refuses a refund of more than was captured.
 func TestRefundsOfAManualPaymentAreBoundedByTheCapture(t *testing.T) {
 	t.Parallel()

@@ -71,3 +71,6 @@ ON CONFLICT (payment_id) DO NOTHING;
 
 -- name: CloseAuthorization :exec
 DELETE FROM open_authorizations WHERE payment_id = $1;
+
+-- name: AuthorizationOpen :one
+SELECT EXISTS (SELECT 1 FROM open_authorizations WHERE payment_id = $1);

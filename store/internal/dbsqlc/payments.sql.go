@@ -13,6 +13,17 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const AuthorizationOpen = `-- name: AuthorizationOpen :one
+SELECT EXISTS (SELECT 1 FROM open_authorizations WHERE payment_id = $1)
+`
+
+func (q *Queries) AuthorizationOpen(ctx context.Context, paymentID uuid.UUID) (bool, error) {
+	row := q.db.QueryRow(ctx, AuthorizationOpen, paymentID)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const BeginChargeAttempt = `-- name: BeginChargeAttempt :one
 UPDATE payments SET charge_attempts = charge_attempts + 1 WHERE id = $1 RETURNING charge_attempts
 `
