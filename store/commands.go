@@ -94,8 +94,6 @@ func (s *Store) DeleteCommand(ctx context.Context, merchantID uuid.UUID, key str
 	return translate(err)
 }
 
-// TakenCommand is the id of the capture or cancel that decided the payment, or uuid.Nil when no
-// command did (the expiry; or a payment decided before commands were marked).
 // CaptureInFlight says whether a capture of the payment was sent to its workflow and has not
 // finished: a payment still waiting for its capture may already be captured at the bank.
 func (s *Store) CaptureInFlight(ctx context.Context, paymentID uuid.UUID) (bool, error) {
@@ -104,6 +102,8 @@ func (s *Store) CaptureInFlight(ctx context.Context, paymentID uuid.UUID) (bool,
 	return inFlight, translate(err)
 }
 
+// TakenCommand is the id of the capture or cancel that decided the payment, or uuid.Nil when no
+// command did (the expiry; or a payment decided before commands were marked).
 func (s *Store) TakenCommand(ctx context.Context, paymentID uuid.UUID) (uuid.UUID, error) {
 	var id uuid.UUID
 	err := s.pool.QueryRow(ctx, dbsqlc.TakenCommand, paymentID).Scan(&id)

@@ -143,14 +143,6 @@ func (s *Store) Release(ctx context.Context, operationID uuid.UUID, failureCode 
 	var p payment.Payment
 	var answer *Answer
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		// The bank holds an open authorization until a void lets it go (canceled): never failed.
-		var open bool
-		if err := tx.QueryRow(ctx, dbsqlc.AuthorizationOpen, operationID).Scan(&open); err != nil {
-			return err
-		}
-		if open {
-			return fmt.Errorf("%w: payment %s holds an open authorization at the bank: only its void lets it go", ErrInconsistent, operationID)
-		}
 		var account uuid.UUID
 		var amount int64
 		err := tx.QueryRow(ctx, dbsqlc.CloseReservation, operationID, "released").Scan(&account, &amount)
@@ -164,7 +156,18 @@ func (s *Store) Release(ctx context.Context, operationID uuid.UUID, failureCode 
 			}
 		}
 		p, answer, err = s.transition(ctx, tx, operationID, payment.StatusFailed, failureCode, RecordCompleted)
-		return err
+		if err != nil || !p.CaptureManual {
+			return err
+		}
+		// The bank holds an open authorization until a void lets it go (canceled): never failed.
+		var open bool
+		if err := tx.QueryRow(ctx, dbsqlc.AuthorizationOpen, operationID).Scan(&open); err != nil {
+			return err
+		}
+		if open {
+			return fmt.Errorf("%w: payment %s holds an open authorization at the bank: only its void lets it go", ErrInconsistent, operationID)
+		}
+		return nil
 	})
 	if err == nil {
 		s.announce(operationID, answer)

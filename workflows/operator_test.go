@@ -78,12 +78,7 @@ func TestRetryOfAConflictAsksTheBankFirst(t *testing.T) {
 	in := paymentInput(workflows.CapabilityInquiry)
 	in.LocalSteps, in.Revision = true, workflows.CurrentRevision
 	in.BookingWindow = time.Millisecond
-	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
-	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, notFound()).Times(3)
-	h.on(workflows.ActivityInquire).Run(func(mock.Arguments) {
-		h.env.SignalWorkflow(workflows.SignalSettlement, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
-	}).Return(charged("ch_1"), nil).Once()
-	h.on(workflows.ActivityInquire).Return(charged("ch_1"), nil)
+	h.chargeFoundAgainstAFile()
 	answers := map[string]string{}
 	h.retryAt(2 * time.Hour)
 	h.updateAt(2*time.Hour+time.Second, "released", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)

@@ -68,6 +68,18 @@ func TestRefundWorkflowRunsItsWorkersPolicy(t *testing.T) {
 	})
 }
 
+// chargeFoundAgainstAFile: the charge's answer is lost, three inquiries find nothing (parked at
+// 6 s), and the fourth, at 8 s, finds the charge while the bank's file says not charged; every
+// inquiry after it finds the charge too.
+func (h *harness) chargeFoundAgainstAFile() {
+	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, notFound()).Times(3)
+	h.on(workflows.ActivityInquire).Run(func(mock.Arguments) {
+		h.env.SignalWorkflow(workflows.SignalSettlement, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+	}).Return(charged("ch_1"), nil).Once()
+	h.on(workflows.ActivityInquire).Return(charged("ch_1"), nil)
+}
+
 // A not_charged settlement that arrives while an inquiry finds the charge never releases the
 // hold: the payment stays unknown, flagged for an operator with both answers, refuses further
 // not_charged settlements, and resumes on the operator's retry (an inquiry at once books it).
@@ -76,13 +88,7 @@ func TestPaymentWorkflowSettlementConflictKeepsTheHold(t *testing.T) {
 	in := paymentInput(workflows.CapabilityInquiry)
 	in.LocalSteps, in.Revision = true, workflows.CurrentRevision
 	in.BookingWindow = time.Millisecond // one inquiry before each re-send
-	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
-	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, notFound()).Times(3)
-	// Parked at 6s; the inquiry at 8s finds the charge while the bank's file says not charged.
-	h.on(workflows.ActivityInquire).Run(func(mock.Arguments) {
-		h.env.SignalWorkflow(workflows.SignalSettlement, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
-	}).Return(charged("ch_1"), nil).Once()
-	h.on(workflows.ActivityInquire).Return(charged("ch_1"), nil)
+	h.chargeFoundAgainstAFile()
 	var reasons []string
 	h.on(workflows.ActivityFlagStuck).Run(func(args mock.Arguments) {
 		reasons = append(reasons, args.Get(1).(workflows.FlagInput).Reason)
@@ -111,12 +117,7 @@ func TestPaymentWorkflowRevision3RetryOfAConflictWaitsForTheNextInquiry(t *testi
 	in := paymentInput(workflows.CapabilityInquiry)
 	in.LocalSteps, in.Revision = true, 3
 	in.BookingWindow = time.Millisecond
-	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
-	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, notFound()).Times(3)
-	h.on(workflows.ActivityInquire).Run(func(mock.Arguments) {
-		h.env.SignalWorkflow(workflows.SignalSettlement, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
-	}).Return(charged("ch_1"), nil).Once()
-	h.on(workflows.ActivityInquire).Return(charged("ch_1"), nil)
+	h.chargeFoundAgainstAFile()
 	h.on(workflows.ActivityFlagStuck).Return(nil)
 	h.retryAt(2 * time.Hour)
 	res := h.run(in)
