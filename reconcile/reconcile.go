@@ -775,6 +775,7 @@ func (run *run) settle(o op, st workflows.Settlement, done func(status string), 
 		}
 		return
 	}
+	st.OperationID = o.id // the key may name another operation by the time the settlement arrives
 	select {
 	case run.sem <- struct{}{}:
 	case <-run.ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -624,4 +625,85 @@ func TestReconcileOneMerchantFileWithoutScope(t *testing.T) {
 	require.Equal(t, unknownB.ID.String(), rep.Resolved[0].PaymentID)
 	require.Equal(t, "0.00", s.account(mB, acctB)["reserved"])
 	requireVerified(t)
+}
+
+// beforeFirstSettle runs fn once, just before an import's first settle reaches Temporal: what
+// can happen between the import's read of a payment and its settlement.
+type beforeFirstSettle struct {
+	reconcile.Settler
+	once sync.Once
+	fn   func()
+}
+
+func (b *beforeFirstSettle) Settle(ctx context.Context, id string, st workflows.Settlement) (string, error) {
+	b.once.Do(b.fn)
+	return b.Settler.Settle(ctx, id, st)
+}
+
+// reuseKeyBeforeTheSettle imports f with the workflows' settle update, but before its first
+// settlement arrives the payment under key is settled by hand (outcome), its record expires and
+// the key makes a new payment whose bank answer is lost. It returns the new payment.
+func (s *stack) reuseKeyBeforeTheSettle(m merchant, key string, hand workflows.Settlement, body string, f *reconcile.File) payment.Payment {
+	t := s.t
+	mid := mustUUID(t, m.ID)
+	ctx := context.Background()
+	starter := workflows.Starter{Client: tc, TaskQueue: s.queue}
+	var p2 payment.Payment
+	settler := &beforeFirstSettle{Settler: starter, fn: func() {
+		_, err := starter.Settle(ctx, workflows.PaymentWorkflowID(mid, key), hand)
+		require.NoError(t, err)
+		require.NoError(t, tc.GetWorkflow(ctx, workflows.PaymentWorkflowID(mid, key), "").Get(ctx, nil))
+		expire(t, m.ID, key)
+		p2 = s.payUnknown(m, key, body, "drop_response")
+		require.Equal(t, 1, s.simCount(p2.ID.String()), "the bank charged the new payment")
+	}}
+	r := &reconcile.Reconciler{Store: db, Settler: settler, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow}
+	_, err := r.Reconcile(ctx, f, reconcile.Options{Merchants: []uuid.UUID{mid}})
+	require.NoError(t, err)
+	return p2
+}
+
+// A settlement is for the payment the import read: a key reused meanwhile (its record expired)
+// names another payment, which the file does not list and which keeps its hold.
+func TestReconcileSettlesOnlyThePaymentItRead(t *testing.T) {
+	t.Parallel()
+	t.Run("charged", func(t *testing.T) {
+		t.Parallel()
+		s := newStack(t, workflows.CapabilityNone)
+		m := s.newMerchant()
+		acct := s.newAccount(m, "TRY", "100.00")
+		p1 := s.payUnknown(m, "k", payBody("inv-1", "10.00", "TRY", acct), "drop_response")
+		f, err := reconcile.ParseFile(strings.NewReader(s.settlementFile(today())))
+		require.NoError(t, err)
+		var listed []reconcile.Line
+		for _, l := range f.Lines {
+			if l.Reference == p1.ID {
+				listed = append(listed, l)
+			}
+		}
+		require.Len(t, listed, 1)
+		hand := workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: listed[0].ProviderChargeID}
+		p2 := s.reuseKeyBeforeTheSettle(m, "k", hand, payBody("inv-2", "10.00", "TRY", acct), &reconcile.File{Lines: listed})
+		got, err := db.Payment(context.Background(), p2.ID)
+		require.NoError(t, err)
+		require.Equal(t, payment.StatusUnknown, got.Status, "the new payment took the file's charge %q", got.ProviderReference)
+	})
+	t.Run("not charged", func(t *testing.T) {
+		t.Parallel()
+		s := newStack(t, workflows.CapabilityNone)
+		m := s.newMerchant()
+		acct := s.newAccount(m, "TRY", "100.00")
+		p1 := s.payUnknown(m, "k", payBody("inv-1", "10.00", "TRY", acct), "error_500")
+		require.Equal(t, 0, s.simCount(p1.ID.String()))
+		time.Sleep(bookingWindow)
+		f, err := reconcile.ParseFile(strings.NewReader(s.settlementFile(today())))
+		require.NoError(t, err)
+		require.NotEmpty(t, f.Trailers)
+		hand := workflows.Settlement{Outcome: workflows.OutcomeNotCharged}
+		p2 := s.reuseKeyBeforeTheSettle(m, "k", hand, payBody("inv-2", "25.00", "TRY", acct), f)
+		got, err := db.Payment(context.Background(), p2.ID)
+		require.NoError(t, err)
+		require.Equal(t, payment.StatusUnknown, got.Status, "the bank charged the new payment: the release was for the one before")
+		require.Equal(t, "25.00", s.account(m, acct)["reserved"], "the new payment's hold is kept")
+	})
 }

@@ -224,8 +224,9 @@ type Step struct {
 // Revision 4: a settlement signalled while the one applied before still runs (its void at the
 // bank) is ignored, as is a charged one naming another amount than the operation's, or one of an
 // unknown authorization naming no authorization id; an operator's retry of a conflict asks the
-// bank again at once (inquiry).
-const CurrentRevision = 4
+// bank again at once (inquiry). Revision 5: a settlement signalled for another operation than
+// the run's (operation_id) is ignored.
+const CurrentRevision = 5
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.
 type ChargePolicy struct {
@@ -330,6 +331,9 @@ type Settlement struct {
 	// said). A manual payment's workflow refuses a charged settlement whose amount is not the
 	// capture it sent: the bank then moved other money than kasa asked it to.
 	AmountMinor int64 `json:"amount_minor,omitempty"`
+	// OperationID, when set, is the payment's or refund's id the settlement is for: a key reused
+	// after its record expired names a new payment in the same workflow id.
+	OperationID uuid.UUID `json:"operation_id,omitzero"`
 }
 
 // Settlement outcomes.

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 
@@ -109,4 +110,30 @@ func TestManualPaymentUnknownAuthorizationSettledNamesItsAuthorization(t *testin
 	require.Contains(t, answers["no reference"], "rejected: ")
 	require.Equal(t, string(payment.StatusRequiresCapture), answers["authorized"])
 	require.Equal(t, statusSucceeded, answers["c1"])
+}
+
+// A settlement naming another operation (the key named a new payment once the record of the one
+// the import read had expired) is refused; from Revision 5 a signal's is ignored too.
+func TestSettlementForAnotherOperationIsRefused(t *testing.T) {
+	for _, signal := range []bool{false, true} {
+		h := newHarness(t)
+		h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous()).Once()
+		answers := map[string]string{}
+		other := workflows.Settlement{Outcome: workflows.OutcomeNotCharged, OperationID: uuid.Must(uuid.NewV7())}
+		if signal {
+			h.signalAt(time.Hour, other)
+		} else {
+			h.updateAt(time.Hour, "other", other, answers)
+		}
+		h.expectWaitingAt(90 * time.Minute)
+		in := paymentInput(workflows.CapabilityNone)
+		in.LocalSteps, in.Revision = true, workflows.CurrentRevision
+		h.updateAt(2*time.Hour, "own", workflows.Settlement{Outcome: workflows.OutcomeCharged, OperationID: in.OperationID}, answers)
+		res := h.run(in)
+		require.Equal(t, statusSucceeded, res.Status)
+		require.Zero(t, h.calls(workflows.ActivityRelease), "never released for another payment's settlement (signal %t)", signal)
+		if !signal {
+			require.Contains(t, answers["other"], "rejected: ")
+		}
+	}
 }

@@ -96,7 +96,7 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 	}
 	_, details := in.summary()
 	w := &opRun{in: in, status: payment.StatusProcessing, op: operation{
-		noun: "payment", workflow: WorkflowPayment, details: details, amount: in.AmountMinor,
+		noun: "payment", id: in.OperationID, workflow: WorkflowPayment, details: details, amount: in.AmountMinor,
 		reserve: reserve, send: ActivityCharge, inquire: ActivityInquire, post: ActivityFinalize,
 		release: ActivityRelease, markUnknown: ActivityMarkUnknown, flagStuck: ActivityFlagStuck,
 		sendArg: func(send int, re Resend) any {
@@ -135,10 +135,11 @@ func workerPolicy(ctx workflow.Context) (ChargePolicy, error) {
 // operation is what a run does at each step. A payment and a refund share the strategy (the
 // capability's sends, the booking window, the parked wait, the stuck state) and differ in these.
 type operation struct {
-	noun     string // "payment" or "refund": in logs and in a refused settlement's reason
-	workflow string // the workflow type a parked run continues as
-	details  string // the start's static details, which a continued run lacks
-	amount   int64  // what it moves, in minor units: a charged settlement names this or nothing
+	noun     string    // "payment" or "refund": in logs and in a refused settlement's reason
+	id       uuid.UUID // the operation's id: a settlement naming another is refused
+	workflow string    // the workflow type a parked run continues as
+	details  string    // the start's static details, which a continued run lacks
+	amount   int64     // what it moves, in minor units: a charged settlement names this or nothing
 	// Activity names: reserve the money, send to the provider, inquire, post (capture), release,
 	// mark unknown, flag stuck.
 	reserve, send, inquire, post, release, markUnknown, flagStuck string
@@ -533,6 +534,10 @@ func (w *opRun) checkSettlement(s Settlement, rev int) error {
 	switch {
 	case s.Outcome != OutcomeCharged && s.Outcome != OutcomeNotCharged:
 		return fmt.Errorf("outcome must be %q or %q, got %q", OutcomeCharged, OutcomeNotCharged, s.Outcome)
+	case rev >= 5 && s.OperationID != uuid.Nil && s.OperationID != w.op.id:
+		// A payment's key names a new payment once its record has expired: a settlement read for
+		// the one before must not settle it.
+		return fmt.Errorf("the settlement is for %s %s, this workflow runs %s", w.op.noun, s.OperationID, w.op.id)
 	case w.status != payment.StatusUnknown:
 		return fmt.Errorf("%s is %s, not unknown: nothing to settle", w.op.noun, w.status)
 	case w.pending != nil:

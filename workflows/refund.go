@@ -36,7 +36,7 @@ func RefundWorkflow(ctx workflow.Context, in RefundInput) (RefundWorkflowResult,
 	}
 	_, details := in.summary()
 	w := &opRun{in: rules, status: payment.StatusProcessing, op: operation{
-		noun: "refund", workflow: WorkflowRefund, details: details, amount: in.AmountMinor,
+		noun: "refund", id: in.OperationID, workflow: WorkflowRefund, details: details, amount: in.AmountMinor,
 		reserve: hold, send: ActivitySendRefund, inquire: ActivityInquireRefund, post: ActivityPostRefund,
 		release: ActivityReleaseRefund, markUnknown: ActivityMarkRefundUnknown, flagStuck: ActivityFlagRefundStuck,
 		sendArg: func(send int, re Resend) any {
