@@ -703,6 +703,12 @@ func (run *run) checkUnlisted(o op) {
 		run.pending(o.kind, pendingOf(o, ReasonFileNotComplete, 0, "the file has no trailer for "+joinDays(unproven)+
 			": it may be cut short, so it cannot prove the "+o.kind.noun()+" did not happen"))
 		return
+	case o.manual && o.status == payment.StatusUnknown && o.providerRef == "":
+		// Its authorization got no answer: files list captures, never authorizations, so no
+		// file's silence proves the bank holds none, which kasa could then never void.
+		run.pending(o.kind, pendingOf(o, ReasonAuthorizationUnknown, 0,
+			"its authorization got no answer, and settlement files do not list authorizations: settle it by hand once the bank says whether it holds one"))
+		return
 	}
 	switch o.status {
 	case payment.StatusSucceeded:

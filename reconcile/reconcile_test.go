@@ -481,7 +481,7 @@ func TestReconcileUnlistedManualPayment(t *testing.T) {
 		b.voidLost = lost
 		at := day.Add(time.Hour)
 		p := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
-		b.payments[p.ID].CaptureManual = true
+		b.payments[p.ID].CaptureManual, b.payments[p.ID].ProviderReference = true, "au_1" // its capture is unknown
 		rep, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), fileOf(nil, "2025-03-01"), Options{AllMerchants: true})
 		require.NoError(t, err)
 		require.Empty(t, rep.Mismatches, "void lost: %v", lost)
@@ -493,6 +493,26 @@ func TestReconcileUnlistedManualPayment(t *testing.T) {
 		require.Len(t, rep.Pending, 1)
 		require.Equal(t, ReasonVoidUnknown, rep.Pending[0].Reason)
 		require.Equal(t, p.ID.String(), rep.Pending[0].PaymentID)
+	}
+}
+
+// A manual payment whose authorization's answer was lost (unknown, no authorization id) is not
+// released by a file's silence: files list captures, never authorizations, so the bank may
+// hold an authorization kasa could then never void. It waits for an operator.
+func TestReconcileUnknownAuthorizationIsNotReleased(t *testing.T) {
+	t.Parallel()
+	for _, dry := range []bool{false, true} {
+		b := newFakeBank()
+		at := day.Add(time.Hour)
+		p := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
+		b.payments[p.ID].CaptureManual = true
+		rep, err := (&Reconciler{Store: b, Settler: b}).Reconcile(context.Background(), fileOf(nil, "2025-03-01"), Options{AllMerchants: true, DryRun: dry})
+		require.NoError(t, err)
+		require.Empty(t, b.settled, "dry run %t", dry)
+		require.Zero(t, rep.Counts.ResolvedNotCharged)
+		require.Len(t, rep.Pending, 1, "%+v", rep)
+		require.Equal(t, ReasonAuthorizationUnknown, rep.Pending[0].Reason)
+		require.Equal(t, payment.StatusUnknown, b.get(p.ID).Status)
 	}
 }
 

@@ -58,6 +58,10 @@ const (
 	// authorization go, and the bank's answer to that void was lost too. It stays unknown, its
 	// hold kept, until a later import (or an inquiry) settles the void.
 	ReasonVoidUnknown = "void_unknown"
+	// A manual payment whose authorization got no answer: files list captures, never
+	// authorizations, so no file proves the bank holds none. An operator settles it once the
+	// bank says (docs/reconciliation.md).
+	ReasonAuthorizationUnknown = "authorization_unknown"
 )
 
 // Counts tallies the outcomes of one import: the payments', and beside them the refunds'.

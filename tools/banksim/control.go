@@ -46,20 +46,26 @@ func (c Control) Refunds(ctx context.Context, reference string) (Moved, error) {
 }
 
 // Held is what the bank did with the authorizations of one reference: how many holds it
-// placed (and has still to book), what their captures took, and whether one was voided.
+// placed (and has still to book), what their captures took, whether one was voided, and the
+// ids of those still held (neither captured, voided, declined nor expired).
 type Held struct {
 	Count, Pending int
 	CapturedMinor  int64
 	Voided         bool
+	Live           []string
 }
 
 // Authorizations is GET /_sim/authorizations?reference=.
 func (c Control) Authorizations(ctx context.Context, reference string) (Held, error) {
 	var out struct {
-		Count         *int  `json:"count"`
-		Pending       int   `json:"pending"`
-		CapturedMinor int64 `json:"captured_minor"`
-		Voided        bool  `json:"voided"`
+		Count          *int  `json:"count"`
+		Pending        int   `json:"pending"`
+		CapturedMinor  int64 `json:"captured_minor"`
+		Voided         bool  `json:"voided"`
+		Authorizations []struct {
+			ID    string `json:"id"`
+			State string `json:"state"`
+		} `json:"authorizations"`
 	}
 	if err := c.do(ctx, http.MethodGet, "/_sim/authorizations?reference="+url.QueryEscape(reference), nil, &out); err != nil {
 		return Held{}, err
@@ -67,7 +73,13 @@ func (c Control) Authorizations(ctx context.Context, reference string) (Held, er
 	if out.Count == nil {
 		return Held{}, fmt.Errorf("banksim: authorizations of %s: an answer without count", reference)
 	}
-	return Held{Count: *out.Count, Pending: out.Pending, CapturedMinor: out.CapturedMinor, Voided: out.Voided}, nil
+	h := Held{Count: *out.Count, Pending: out.Pending, CapturedMinor: out.CapturedMinor, Voided: out.Voided}
+	for _, a := range out.Authorizations {
+		if a.State == stateAuthorized {
+			h.Live = append(h.Live, a.ID)
+		}
+	}
+	return h, nil
 }
 
 func (c Control) moved(ctx context.Context, kind, reference string) (Moved, error) {

@@ -53,4 +53,8 @@ func TestControl(t *testing.T) {
 	h, err = c.Authorizations(ctx, "pay_2")
 	require.NoError(t, err)
 	require.Equal(t, Held{Count: 2, CapturedMinor: 100, Voided: true}, h)
+	_, live := e.authorize(t, "k-4", chargeReq("pay_2"))
+	h, err = c.Authorizations(ctx, "pay_2")
+	require.NoError(t, err)
+	require.Equal(t, []string{live.ID}, h.Live, "only the hold neither captured nor voided")
 }
