@@ -37,6 +37,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // Capability is how the simulated provider deals with a re-sent charge.
@@ -115,6 +117,7 @@ type Sim struct {
 	captures       linkedBook[captureRecord]
 	voids          linkedBook[voidRecord]
 	faults         []faultState
+	unlock         func() // the data directory's lock: one simulator per directory
 }
 
 // New opens (or creates) the durable logs under opts.DataDir and replays them.
@@ -151,7 +154,12 @@ func New(opts Options) (*Sim, error) {
 		return nil, fmt.Errorf("banksim: %w", err)
 	}
 	dir := opts.DataDir
-	err := errors.Join(
+	unlock, err := devenv.LockDir(filepath.Join(dir, "banksim.lock"), "bank simulator")
+	if err != nil {
+		return nil, fmt.Errorf("banksim: %w", err)
+	}
+	s.unlock = unlock
+	err = errors.Join(
 		s.charges.open(dir, logFile, logger, s.charges.index),
 		s.refunds.open(dir, refundLogFile, logger, s.refunds.index),
 		s.authorizations.open(dir, authLogFile, logger, s.authorizations.index),
@@ -266,6 +274,10 @@ func (s *Sim) Close() error {
 func (s *Sim) Release() { s.closeOnce.Do(func() { close(s.closed) }) }
 
 func (s *Sim) closeLogs() error {
+	if s.unlock != nil {
+		defer s.unlock()
+		s.unlock = nil
+	}
 	return errors.Join(s.charges.log.close(), s.refunds.log.close(),
 		s.authorizations.log.close(), s.captures.log.close(), s.voids.log.close())
 }

@@ -418,6 +418,37 @@ func TestHangReleasedByRelease(t *testing.T) {
 	require.Equal(t, 1, e.moved(t, "op-2").Count)
 }
 
+// Release ends a request a delay rule holds as it ends a hanging one: a shutdown need not wait
+// out the delay.
+func TestDelayReleasedByRelease(t *testing.T) {
+	e := newEnv(t, CapabilityIdempotent)
+	e.faults(t, `[{"on":"charge","action":"delay","delay_ms":30000,"count":1}]`)
+	answers := make(chan answer, 1)
+	go func() { answers <- e.tryCharge(t, "op-1") }()
+	time.Sleep(100 * time.Millisecond)
+	e.sim.Release()
+	select {
+	case a := <-answers:
+		require.True(t, a.dropped, "the delayed request's connection is dropped: %d %s", a.code, a.body)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Release did not end the delayed request")
+	}
+	require.Zero(t, e.moved(t, "op-1").Count, "a request the bank went down before serving moved nothing")
+}
+
+// One data directory is one bank: a second simulator on it is refused, or it would answer a key
+// the first one charged by charging it again.
+func TestSecondSimulatorOnOneDataDirIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	first := start(t, dir, CapabilityIdempotent)
+	_, err := New(Options{DataDir: dir, Capability: CapabilityIdempotent})
+	require.ErrorContains(t, err, "another bank simulator runs on "+dir)
+	require.NoError(t, first.sim.Close())
+	again, err := New(Options{DataDir: dir, Capability: CapabilityIdempotent})
+	require.NoError(t, err, "free once the first is closed")
+	require.NoError(t, again.Close())
+}
+
 func TestDelay(t *testing.T) {
 	e := newEnv(t, CapabilityIdempotent)
 	e.faults(t, `[{"on":"charge","action":"delay","delay_ms":150,"count":1}]`)

@@ -67,6 +67,9 @@ func (r faultRule) validate() error {
 	if r.DelayMS < 0 {
 		return errors.New("delay_ms must be >= 0")
 	}
+	if int64(r.DelayMS) > maxDelay.Milliseconds() {
+		return fmt.Errorf("delay_ms must be at most %d (a day)", maxDelay.Milliseconds())
+	}
 	if r.Count != nil && *r.Count < 1 {
 		return errors.New("count must be >= 1 (omit it for no limit)")
 	}
@@ -97,6 +100,9 @@ func (s *Sim) pickFault(on string) *faultRule {
 	}
 	return nil
 }
+
+// maxDelay bounds delay_ms: a longer one is a mistake, and past ~292 years it would overflow.
+const maxDelay = 24 * time.Hour
 
 // lateBy is how long a delay waits, and how much later a late_booking books.
 func (r faultRule) lateBy() time.Duration {
@@ -140,6 +146,9 @@ func (s *Sim) applyFault(w http.ResponseWriter, r *http.Request, on string) (f f
 			return faultRule{}, false
 		case <-r.Context().Done():
 			return faultRule{}, true // client gone: do nothing, like a bank that never saw it
+		case <-s.closed: // going down before serving it
+			dropConn(w)
+			return faultRule{}, true
 		}
 	}
 	return f, false

@@ -302,6 +302,8 @@ func TestFaultValidationMessages(t *testing.T) {
 		{"error_429", `{"on":"charge","action":"error_429"}`, ""},
 		{"garbage", `{"on":"inquiry","action":"garbage"}`, ""},
 		{"negative delay", `{"on":"charge","action":"late_booking","delay_ms":-1}`, "delay_ms"},
+		{"a day's delay", `{"on":"charge","action":"late_booking","delay_ms":86400000}`, ""},
+		{"delay past a day", `{"on":"charge","action":"late_booking","delay_ms":9300000000000}`, "delay_ms must be at most 86400000 (a day)"},
 		{"refund", `{"on":"refund","action":"error_503"}`, ""},
 		{"decline on refund", `{"on":"refund","action":"decline"}`, ""},
 		{"decline on inquiry", `{"on":"inquiry","action":"decline"}`, "decline does not apply to inquiry"},
