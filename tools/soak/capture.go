@@ -89,8 +89,8 @@ func notItsOwn(k *keyRecord, p *paid) string {
 }
 
 // checkManual checks each manual payment at the bank (GET /_sim/authorizations, /_sim/charges).
-// captures: at most one authorization, no charge, none still held once the payment is final,
-// and captured what kasa says (its amount_captured when succeeded, nothing when canceled or
+// captures: at most one authorization, no charge, none held once the payment failed, and
+// captured what kasa says (its amount_captured when succeeded, nothing when canceled or
 // failed): no double capture. above: no
 // capture took more than its authorization (at kasa or the bank), and a succeeded one what its
 // capture asked.
@@ -115,8 +115,8 @@ func (s *stack) checkManual(st *settled) (captures, above Check) {
 			captures.fail("manual %s (%s): charged %d times", p.what(), p.res.Status, charged.Count+charged.Pending)
 		case held.Count+held.Pending > 1:
 			captures.fail("%s (%s): %d authorizations at the bank", p.what(), p.res.Status, held.Count+held.Pending)
-		case p.done() && len(held.Live) > 0: // nobody can capture or void it any more
-			captures.fail("%s (%s, %s): its authorization %s is still held at the bank", p.what(), p.res.Status, deref(p.res.FailureCode), held.Live[0])
+		case p.res.Status == payment.StatusFailed && len(held.Live) > 0: // kasa lost track of it: nobody can void it
+			captures.fail("%s (failed, %s): its authorization %s is held at the bank", p.what(), deref(p.res.FailureCode), held.Live[0])
 		case p.res.Status == payment.StatusSucceeded && held.CapturedMinor != captured:
 			captures.fail("%s (captured): amount_captured %s, the bank captured %s", p.what(), p.res.AmountCaptured, formatTRY(held.CapturedMinor))
 		case p.res.Status != payment.StatusSucceeded && held.CapturedMinor != 0:
