@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,11 +17,13 @@ import (
 // means "ask the database". It holds up to 2×size records in two generations: when the current
 // one is full it becomes the previous one and the oldest generation is dropped, which keeps
 // recently used records without per-entry bookkeeping. A record is answered from memory only
-// while it is younger than maxAge (the idempotency retention): once it may have been deleted, its
-// key is a new request, and only the database can say whether that request was already made.
+// while it is younger than maxAge (the idempotency retention) and than the shortest retention a
+// record deleter announced (bound): once it may have been deleted, its key is a new request, and
+// only the database can say whether that request was already made.
 type replayCache struct {
 	size   int           // records per generation; 0 disables the cache
 	maxAge time.Duration // since the record's operation finished; 0: no bound
+	bound  atomic.Int64  // the deleters' shortest retention, in nanoseconds; 0: none known
 	now    func() time.Time
 
 	mu        sync.Mutex
@@ -62,14 +66,18 @@ func (c *replayCache) get(merchant uuid.UUID, scope store.Scope, key string) (st
 
 // expired: the record may be gone from the database, so its key may name a new request.
 func (c *replayCache) expired(r store.Record) bool {
-	if c.maxAge <= 0 {
+	maxAge := c.maxAge
+	if b := time.Duration(c.bound.Load()); b > 0 && (maxAge <= 0 || b < maxAge) {
+		maxAge = b
+	}
+	if maxAge <= 0 {
 		return false
 	}
 	now := time.Now
 	if c.now != nil {
 		now = c.now
 	}
-	return now().Sub(r.UpdatedAt) >= c.maxAge
+	return now().Sub(r.UpdatedAt) >= maxAge
 }
 
 // put remembers rec if it is completed with its answer stored.
@@ -87,4 +95,31 @@ func (c *replayCache) putLocked(k replayKey, rec store.Record) {
 		c.prev, c.cur = c.cur, make(map[replayKey]store.Record, c.size)
 	}
 	c.cur[k] = rec
+}
+
+// Retentions is where an API learns the shortest idempotency retention the deployment's record
+// deleters (the workers) announced within live (store.Store).
+type Retentions interface {
+	ShortestRetention(ctx context.Context, live time.Duration) (time.Duration, error)
+}
+
+// FollowRetentions bounds the replay cache by the shortest retention a record deleter announced
+// within live, read every interval until ctx ends: a record that a worker with a shorter retention
+// than this API's deleted may name a new operation, which a cached copy would answer for. A failed
+// read keeps the bound it had.
+func (s *Server) FollowRetentions(ctx context.Context, src Retentions, live, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if d, err := src.ShortestRetention(ctx, live); err == nil {
+			s.replays.bound.Store(int64(d))
+		} else if ctx.Err() == nil {
+			s.log.Warn("reading the workers' idempotency retention", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

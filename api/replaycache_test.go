@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -102,4 +104,33 @@ func TestReplayCacheKeysByScope(t *testing.T) {
 	got, ok = c.get(m, store.ScopePayment, "k1")
 	require.True(t, ok)
 	require.Equal(t, paid, got, "the refund did not replace the payment")
+}
+
+type shortestRetention time.Duration
+
+func (d shortestRetention) ShortestRetention(context.Context, time.Duration) (time.Duration, error) {
+	return time.Duration(d), nil
+}
+
+// A worker that deletes records sooner than this API's retention bounds the cache: a record it
+// may have deleted is not answered from memory, since its key may name a new operation.
+func TestReplayCacheFollowsTheWorkersRetention(t *testing.T) {
+	m := payment.NewID()
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	s := &Server{log: slog.New(slog.DiscardHandler), replays: replayCache{size: 10, maxAge: 72 * time.Hour, now: func() time.Time { return now }}}
+	rec := store.Record{MerchantID: m, Key: "k", Scope: store.ScopePayment, Status: store.RecordCompleted, Outcome: payment.StatusFailed,
+		ResponseBody: []byte(`{}`), UpdatedAt: now.Add(-30 * time.Minute)}
+	s.replays.put(rec)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // one read, then it returns
+	s.FollowRetentions(ctx, shortestRetention(time.Hour), time.Minute, time.Second)
+	_, ok := s.replays.get(m, store.ScopePayment, "k")
+	require.True(t, ok, "younger than the workers' hour")
+	now = now.Add(31 * time.Minute)
+	_, ok = s.replays.get(m, store.ScopePayment, "k")
+	require.False(t, ok, "older than the workers' retention, though younger than the API's own")
+	s.FollowRetentions(ctx, shortestRetention(0), time.Minute, time.Second)
+	s.replays.put(rec)
+	_, ok = s.replays.get(m, store.ScopePayment, "k")
+	require.True(t, ok, "no worker announced one: the API's own retention bounds it")
 }

@@ -64,5 +64,8 @@ GRANT SELECT ON goose_db_version TO :"app_role";
 -- Workers report their charge policy at start and while they run; rows are never deleted.
 GRANT SELECT, INSERT, UPDATE ON worker_policies TO :"app_role";
 
+-- Record deleters announce their retention while they run; the APIs read it. Never deleted.
+GRANT SELECT, INSERT, UPDATE ON record_retentions TO :"app_role";
+
 -- The backlog's drainer keeps its one row current; the API reads it.
 GRANT SELECT, INSERT, UPDATE ON backlog_state TO :"app_role";

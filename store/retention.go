@@ -43,3 +43,14 @@ func (s *Store) DeleteExpiredRecords(ctx context.Context, retention time.Duratio
 		}
 	}
 }
+
+// SeeRetention announces that this process deletes idempotency records older than retention.
+func (s *Store) SeeRetention(ctx context.Context, retention time.Duration) error {
+	return translate(s.q.SeeRetention(ctx, retention.Milliseconds()))
+}
+
+// ShortestRetention is the shortest retention a deleter announced within live (0: none did).
+func (s *Store) ShortestRetention(ctx context.Context, live time.Duration) (time.Duration, error) {
+	ms, err := s.q.ShortestRetentionMS(ctx, live.Seconds())
+	return time.Duration(ms) * time.Millisecond, translate(err)
+}

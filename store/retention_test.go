@@ -185,3 +185,18 @@ func TestBeginRacingRetentionOwnsWhatItWrote(t *testing.T) {
 	require.Equal(t, op, r.p.ID)
 	require.Equal(t, op, r.rec.OperationID)
 }
+
+// The shortest retention a live deleter announced bounds the APIs' replay caches; one not
+// announced within live no longer counts.
+func TestShortestRetention(t *testing.T) {
+	ctx := context.Background()
+	require.NoError(t, db.SeeRetention(ctx, 72*time.Hour))
+	require.NoError(t, db.SeeRetention(ctx, 90*time.Minute))
+	got, err := db.ShortestRetention(ctx, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 90*time.Minute, got)
+	require.NoError(t, db.Exec(ctx, `UPDATE record_retentions SET last_seen = now() - interval '2 minutes' WHERE retention_ms = $1`, (90*time.Minute).Milliseconds()))
+	got, err = db.ShortestRetention(ctx, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 72*time.Hour, got, "a deleter gone for longer than live no longer counts")
+}

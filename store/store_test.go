@@ -677,8 +677,9 @@ func TestCurrencyBoundMigrationGivesUpOnABusyTable(t *testing.T) {
 	}
 	st, err := open()
 	require.NoError(t, err)
+	// As a deploy whose migration 29 failed: neither it nor what follows is recorded.
 	require.NoError(t, st.Exec(ctx, `ALTER TABLE accounts DROP CONSTRAINT accounts_currency_bound`))
-	require.NoError(t, st.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id = 29`))
+	require.NoError(t, st.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id >= 29`))
 	reader, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	defer reader.Close(ctx)

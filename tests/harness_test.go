@@ -142,6 +142,9 @@ func (a awaitCounter) AwaitPayment(ctx context.Context, merchantID uuid.UUID, ke
 	return a.Starter.AwaitPayment(ctx, merchantID, key, runID)
 }
 
+// stackRetentionFollow is how often a stack's API reads the workers' shortest retention.
+const stackRetentionFollow = 50 * time.Millisecond
+
 func newStackWith(t *testing.T, o stackOptions) *stack {
 	t.Helper()
 	capability, tc := o.capability, o.temporal
@@ -169,7 +172,10 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 		Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow, Runs: db, Source: "api"},
 	})
 	apiSrv := httptest.NewServer(srv.Handler())
+	follow, stopFollow := context.WithCancel(context.Background())
+	go srv.FollowRetentions(follow, db, worker.RetentionLive, stackRetentionFollow)
 	t.Cleanup(func() {
+		stopFollow()
 		apiSrv.Close()
 		w.Stop()
 		simSrv.Close()

@@ -22,18 +22,7 @@ func expire(t *testing.T, merchantID, key string) { expireScope(t, merchantID, "
 func expireScope(t *testing.T, merchantID, scope, key string) {
 	t.Helper()
 	ctx := context.Background()
-	then := time.Now().Add(-2 * time.Hour)
-	id := payment.NewID()
-	ms := uint64(then.UnixMilli())
-	for i := 0; i < 6; i++ {
-		id[i] = byte(ms >> (40 - 8*i))
-	}
-	conn := connect(t, env.DatabaseURL)
-	tag, err := conn.Exec(ctx, `UPDATE idempotency_records SET operation_id = $3, updated_at = $4
-		WHERE merchant_id = $1 AND scope = $5 AND idempotency_key = $2 AND status = 'completed'`,
-		uuid.MustParse(merchantID), key, id, then, scope)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, tag.RowsAffected())
+	age(t, merchantID, scope, key)
 	n, err := db.DeleteExpiredRecords(ctx, time.Hour, 100)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, n, int64(1))
@@ -43,6 +32,23 @@ func expireScope(t *testing.T, merchantID, scope, key string) {
 	}
 	_, err = read(ctx, uuid.MustParse(merchantID), key)
 	require.ErrorIs(t, err, payment.ErrNotFound, "the record is gone")
+}
+
+// age makes the key's record look finished two hours ago, as one minted then would be.
+func age(t *testing.T, merchantID, scope, key string) {
+	t.Helper()
+	then := time.Now().Add(-2 * time.Hour)
+	id := payment.NewID()
+	ms := uint64(then.UnixMilli())
+	for i := 0; i < 6; i++ {
+		id[i] = byte(ms >> (40 - 8*i))
+	}
+	conn := connect(t, env.DatabaseURL)
+	tag, err := conn.Exec(context.Background(), `UPDATE idempotency_records SET operation_id = $3, updated_at = $4
+		WHERE merchant_id = $1 AND scope = $5 AND idempotency_key = $2 AND status = 'completed'`,
+		uuid.MustParse(merchantID), key, id, then, scope)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
 }
 
 // A refund's key names its refund for good: once its record expired, a retry of the same
@@ -139,4 +145,32 @@ func TestExpiredKeyOfAFailedPaymentPaysAgain(t *testing.T) {
 	require.NotEqual(t, first.json(t)["id"], second.json(t)["id"])
 	require.Equal(t, 1, s.simCount(second.json(t)["id"].(string)))
 	requireVerified(t)
+}
+
+// An API answers from its replay cache only records younger than the shortest retention the
+// workers, which delete them, announced: with its own longer one it would replay the old answer of
+// a key whose record the workers deleted and which has since named a new payment.
+func TestReplayCacheFollowsTheWorkersRetention(t *testing.T) {
+	t.Parallel()
+	a := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, retention: 72 * time.Hour})
+	b := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, retention: time.Hour})
+	require.NoError(t, db.SeeRetention(context.Background(), time.Hour)) // as the workers' record retention does
+	time.Sleep(3 * stackRetentionFollow)
+	m := a.newMerchant()
+	acct := a.newAccount(m, "TRY", "10.00")
+	body := payBody("inv-cache", "20.00", "TRY", acct)
+	first := a.pay(m, "cache-key", body)
+	require.Equal(t, http.StatusPaymentRequired, first.Status, "%s", first.Body)
+	age(t, m.ID, "payment", "cache-key") // finished two hours ago: past the workers' retention
+	replay := a.pay(m, "cache-key", body)
+	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"), "%s", replay.Body)
+
+	r := a.do("POST", "/admin/v1/accounts/"+acct+"/deposits", adminToken, `{"amount":"20.00"}`, "Idempotency-Key", "more-"+acct)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	expire(t, m.ID, "cache-key")
+	second := b.pay(m, "cache-key", body)
+	require.Equal(t, http.StatusCreated, second.Status, "%s", second.Body)
+	onA := a.pay(m, "cache-key", body)
+	require.Equal(t, http.StatusCreated, onA.Status, "the key's answer now, not the deleted one A read before: %s", onA.Body)
+	require.Equal(t, string(second.Body), string(onA.Body))
 }

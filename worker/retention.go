@@ -11,8 +11,19 @@ import (
 // RecordDeleter deletes the idempotency records of operations finished longer ago than
 // retention, batch rows per transaction (store.DeleteExpiredRecords).
 type RecordDeleter interface {
+	SeeRetention(ctx context.Context, retention time.Duration) error
 	DeleteExpiredRecords(ctx context.Context, retention time.Duration, batch int) (int64, error)
 }
+
+// A deleter announces its retention at every pass; the APIs read the shortest announced within
+// RetentionLive every RetentionFollowInterval and answer from their replay caches only records
+// younger than it (a deleted record's key may name a new operation). A deleter deletes by its
+// retention only once it has announced it for RetentionLead, so that every API has read it.
+const (
+	RetentionLive           = 4 * RetentionInterval
+	RetentionFollowInterval = 5 * time.Second
+	RetentionLead           = 2 * RetentionFollowInterval
+)
 
 // RetentionInterval is how often a worker deletes expired idempotency records: a record is gone
 // within this interval (plus one pass) of expiring.
@@ -34,12 +45,15 @@ type RecordRetention struct {
 	failures  prometheus.Counter
 	duration  prometheus.Gauge
 	last      prometheus.Gauge
+
+	now         func() time.Time // tests set it
+	since, seen time.Time        // when this run of announcements began, and the last one
 }
 
 // NewRecordRetention registers the runner's metrics on reg (nil: none).
 func NewRecordRetention(d RecordDeleter, retention, interval time.Duration, batch int, reg prometheus.Registerer, log *slog.Logger) *RecordRetention {
 	r := &RecordRetention{
-		deleter: d, retention: retention, interval: interval, batch: batch, log: log,
+		deleter: d, retention: retention, interval: interval, batch: batch, log: log, now: time.Now,
 		deleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "kasa_idempotency_records_deleted_total",
 			Help: "Idempotency records of finished operations deleted by retention (KASA_IDEMPOTENCY_RETENTION)."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "kasa_idempotency_retention_failures_total",
@@ -61,9 +75,24 @@ func (r *RecordRetention) Run(ctx context.Context) error {
 	return nil
 }
 
-// Pass deletes every record expired by now and updates the metrics.
+// Pass announces the retention, then deletes every record expired by now (once the retention
+// was announced for RetentionLead) and updates the metrics.
 func (r *RecordRetention) Pass(ctx context.Context) {
-	start := time.Now()
+	start := r.now()
+	if err := r.deleter.SeeRetention(ctx, r.retention); err != nil {
+		if ctx.Err() == nil {
+			r.failures.Inc()
+			r.log.Warn("idempotency record retention could not announce itself", "error", err)
+		}
+		return
+	}
+	if r.since.IsZero() || start.Sub(r.seen) > RetentionLive/2 { // first, or after a gap the APIs may have taken for an end
+		r.since = start
+	}
+	r.seen = start
+	if start.Sub(r.since) < RetentionLead {
+		return
+	}
 	n, err := r.deleter.DeleteExpiredRecords(ctx, r.retention, r.batch)
 	r.deleted.Add(float64(n))
 	if err != nil {
@@ -73,9 +102,9 @@ func (r *RecordRetention) Pass(ctx context.Context) {
 		}
 		return
 	}
-	took := time.Since(start)
+	took := r.now().Sub(start)
 	r.duration.Set(took.Seconds())
-	r.last.Set(float64(time.Now().Unix()))
+	r.last.Set(float64(r.now().Unix()))
 	if n > 0 {
 		r.log.Debug("expired idempotency records deleted", "count", n, "took", took)
 	}

@@ -192,11 +192,12 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	cleanup = append(cleanup, stopEvents)
 
-	stopAPI, err := serveAPI(ctx, cfg, newAPI(cfg, st, tc, reg, log, true), log)
+	srv := newAPI(cfg, st, tc, reg, log, true)
+	stopAPI, err := serveAPI(ctx, cfg, srv, log)
 	if err != nil {
 		return err
 	}
-	cleanup = append(cleanup, stopAPI, startSweeper(ctx, cfg, st, tc, reg, log), startLedgerCheck(ctx, cfg, st, reg, log),
+	cleanup = append(cleanup, stopAPI, followRetentions(ctx, srv, st), startSweeper(ctx, cfg, st, tc, reg, log), startLedgerCheck(ctx, cfg, st, reg, log),
 		startRecordRetention(ctx, cfg, st, reg, log))
 
 	if err := seedDemo(ctx, st, &state); err != nil {

@@ -405,12 +405,21 @@ func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	stopSweeper := startSweeper(ctx, cfg, st, tc, srv.Registry, log)
+	stopSweeper, stopFollow := startSweeper(ctx, cfg, st, tc, srv.Registry, log), followRetentions(ctx, srv, st)
 	<-ctx.Done()
 	log.Info("shutting down api")
 	stop()
+	stopFollow()
 	stopSweeper()
 	return nil
+}
+
+// followRetentions bounds srv's replay cache by the workers' shortest idempotency retention in
+// the background (docs/deployment.md), until the returned stop is called.
+func followRetentions(ctx context.Context, srv *api.Server, st *store.Store) (stop func()) {
+	return background(ctx, func(ctx context.Context) {
+		srv.FollowRetentions(ctx, st, worker.RetentionLive, worker.RetentionFollowInterval)
+	})
 }
 
 // stoppedOr is err, unless the process was told to stop while it waited for the database or

@@ -28,3 +28,13 @@ WITH cutoff AS (
 SELECT (SELECT count(*) FROM gone)::int AS deleted,
        coalesce((SELECT d.operation_id FROM doomed d ORDER BY d.operation_id DESC LIMIT 1),
                 '00000000-0000-0000-0000-000000000000'::uuid)::uuid AS last;
+
+-- name: SeeRetention :exec
+-- A deleter announces the retention it deletes records by.
+INSERT INTO record_retentions (retention_ms) VALUES (@retention_ms)
+ON CONFLICT (retention_ms) DO UPDATE SET last_seen = now();
+
+-- name: ShortestRetentionMS :one
+-- The shortest retention a deleter announced within the last @live_seconds (0: none did).
+SELECT coalesce(min(retention_ms), 0)::bigint FROM record_retentions
+WHERE last_seen >= now() - sqlc.arg(live_seconds)::float8 * interval '1 second';

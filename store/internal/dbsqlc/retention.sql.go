@@ -60,3 +60,27 @@ func (q *Queries) DeleteExpiredRecords(ctx context.Context, arg DeleteExpiredRec
 	err := row.Scan(&i.Deleted, &i.Last)
 	return i, err
 }
+
+const SeeRetention = `-- name: SeeRetention :exec
+INSERT INTO record_retentions (retention_ms) VALUES ($1)
+ON CONFLICT (retention_ms) DO UPDATE SET last_seen = now()
+`
+
+// A deleter announces the retention it deletes records by.
+func (q *Queries) SeeRetention(ctx context.Context, retentionMs int64) error {
+	_, err := q.db.Exec(ctx, SeeRetention, retentionMs)
+	return err
+}
+
+const ShortestRetentionMS = `-- name: ShortestRetentionMS :one
+SELECT coalesce(min(retention_ms), 0)::bigint FROM record_retentions
+WHERE last_seen >= now() - $1::float8 * interval '1 second'
+`
+
+// The shortest retention a deleter announced within the last @live_seconds (0: none did).
+func (q *Queries) ShortestRetentionMS(ctx context.Context, liveSeconds float64) (int64, error) {
+	row := q.db.QueryRow(ctx, ShortestRetentionMS, liveSeconds)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
