@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -211,4 +213,39 @@ func waitReady(t *testing.T, url string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("%s never answered 200", url)
+}
+
+// `kasa dev` without its database cannot work: when PostgreSQL dies (SIGKILL), it says so, stops
+// every other child and exits non-zero, rather than answer 503 for ever.
+func TestDevStopsWhenPostgresDies(t *testing.T) {
+	t.Parallel()
+	data, err := os.MkdirTemp("", "kasa-dev-pg-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(data) })
+	bin := kasaBinary(t, data)
+	ports := make([]int, 4)
+	for i := range ports {
+		ports[i], err = devenv.FreePort()
+		require.NoError(t, err)
+	}
+	envv := append(os.Environ(), "KASA_DATA_DIR="+data,
+		fmt.Sprintf("KASA_API_ADDR=127.0.0.1:%d", ports[0]), fmt.Sprintf("KASA_BANKSIM_ADDR=127.0.0.1:%d", ports[1]),
+		fmt.Sprintf("KASA_TEMPORAL_PORT=%d", ports[2]), fmt.Sprintf("KASA_TEMPORAL_UI_PORT=%d", ports[3]),
+		"KASA_DATABASE_URL=", "KASA_TEMPORAL_ADDRESS=", "KASA_ADMIN_TOKEN=", "KASA_SECRET_KEY=")
+	dev := startProcIn(t, "", data, bin, "dev", envv, "dev")
+	dev.waitLog("kasa is running", 3*time.Minute)
+	b, err := os.ReadFile(filepath.Join(data, "postgres", "postmaster.pid"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	select {
+	case <-dev.c.Done():
+	case <-time.After(time.Minute):
+		t.Fatalf("kasa dev runs on without its database\n%s", testkit.Tail(dev.log, 20))
+	}
+	require.Error(t, dev.c.Err(), "a non-zero exit")
+	dev.waitLog("PostgreSQL exited on its own", time.Second)
+	require.Eventually(t, func() bool { return len(processesMentioning(data+"/")) == 0 }, 30*time.Second, 100*time.Millisecond,
+		"no child may survive: %v", processesMentioning(data+"/"))
 }

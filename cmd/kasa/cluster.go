@@ -191,6 +191,12 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 		log.Info("stopping the kasa processes")
 		sup.StopAll(stopTimeout, apis, backend, sim)
 	})
+	// A process already on one of these addresses would answer for the child that fails to bind it.
+	for _, a := range []struct{ addr, setting string }{{cfg.Banksim.Addr, "KASA_BANKSIM_ADDR"}, {cfg.API.Addr, "KASA_API_ADDR"}} {
+		if err := devenv.CheckAddrFree(a.addr, a.setting); err != nil {
+			return err
+		}
+	}
 	bs, err := start("banksim", env(), "banksim")
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,6 +107,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}()
 
+	var watched []watchedChild       // the children whose death ends kasa dev
 	joined := cfg.Database.URL != "" // a deployment's database, whose workers may be running
 	if cfg.Database.URL == "" {
 		port := cfg.Postgres.Port
@@ -120,11 +122,22 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return err
 		}
 		cleanup = append(cleanup, func() { log.Info("stopping PostgreSQL"); _ = pg.Stop() })
+		watched = append(watched, watchedChild{"PostgreSQL", pg.Process()})
 		cfg.Database.URL = pg.URL
 		state.PostgresPort = pg.Port
 	}
 	uiURL := ""
 	if cfg.Temporal.Address == "" {
+		// A Temporal already on the port would answer for the one started here, which fails to
+		// bind: the payments would run on another server's history.
+		for _, p := range []struct {
+			port    int
+			setting string
+		}{{cfg.Temporal.Port, "KASA_TEMPORAL_PORT"}, {cfg.Temporal.UIPort, "KASA_TEMPORAL_UI_PORT"}} {
+			if err := devenv.CheckAddrFree("127.0.0.1:"+strconv.Itoa(p.port), p.setting); p.port != 0 && err != nil {
+				return err
+			}
+		}
 		tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{
 			Port: cfg.Temporal.Port, UIPort: cfg.Temporal.UIPort, DBFile: filepath.Join(dir, "temporal", "temporal.db"),
 			Namespace: cfg.Temporal.Namespace, LogDir: dir, Logger: log,
@@ -133,6 +146,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return err
 		}
 		cleanup = append(cleanup, func() { log.Info("stopping Temporal"); _ = tmp.Stop() })
+		watched = append(watched, watchedChild{"the Temporal dev server", tmp.Process()})
 		cfg.Temporal.Address, uiURL = tmp.Address, tmp.UIURL
 	}
 
@@ -208,9 +222,25 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	printBanner(cfg, state, uiURL)
-	<-ctx.Done()
-	log.Info("shutting down: stopping every child process")
-	return nil
+	died := make(chan watchedChild, len(watched))
+	for _, w := range watched {
+		go func() { <-w.c.Done(); died <- w }()
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: stopping every child process")
+		return nil
+	case w := <-died:
+		// Without its database or Temporal nothing works: saying so beats answering 503 for ever.
+		return fmt.Errorf("%s exited on its own (%v; log %s): stopping everything; run kasa dev again, the data is kept",
+			w.name, w.c.Err(), w.c.LogPath)
+	}
+}
+
+// watchedChild is a child process kasa dev cannot run without.
+type watchedChild struct {
+	name string
+	c    *devenv.Child
 }
 
 // seedDemo creates, once, a demo merchant with a TRY account funded with 10,000.00 TRY.

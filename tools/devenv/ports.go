@@ -95,3 +95,13 @@ func forgetOldClaims(dir string, period int64) {
 		}
 	}
 }
+
+// CheckAddrFree fails when addr cannot be bound now, naming setting, the configuration that
+// chose it: a child started on it would fail to bind, and another process would answer for it.
+func CheckAddrFree(addr, setting string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s (%s) is taken by another process: %w", addr, setting, err)
+	}
+	return l.Close()
+}

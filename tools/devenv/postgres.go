@@ -162,6 +162,9 @@ func (p *Postgres) Stop() error {
 // killed, nothing is checkpointed, the next start runs crash recovery), as a crash would.
 func (p *Postgres) Crash() error { return p.c.Down(syscall.SIGQUIT) }
 
+// Process is the server's process, for a launcher that watches it.
+func (p *Postgres) Process() *Child { return p.c }
+
 // pgConfigBindir is pg_config's bindir, where Debian keeps the server and the client programs
 // that are not on PATH; "" without pg_config.
 func pgConfigBindir() string {

@@ -355,13 +355,18 @@ func exitText(err error) string {
 
 // WaitHTTP waits until url answers 200, failing when the child exits first (even if it is to be
 // restarted: one that dies before it is ever ready is misconfigured) or ctx ends.
+// An answer while the child is not running comes from another process on its address.
 func WaitHTTP(ctx context.Context, url string, c *Child) error {
 	r := c.current()
+	probe := &http.Client{Timeout: time.Second} // a listener that never answers must not hold the wait
 	for {
+		if exits := c.Exits(); len(exits) > 0 { // it died before this wait began
+			return fmt.Errorf("%s exited (%s) before %s answered (log: %s)\n%s", c.Name, exits[0], url, c.LogPath, c.Tail(15))
+		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
+		if resp, err := probe.Do(req); err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK && c.Running() && len(c.Exits()) == 0 {
 				return nil
 			}
 		}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -280,4 +283,38 @@ func TestCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return errors.Is(syscall.Kill(child, 0), syscall.ESRCH) || zombie(child) },
 		5*time.Second, 10*time.Millisecond, "the group dies with it")
+}
+
+// A child that dies before it is ready is not called ready because another process answers 200
+// on the address it was to serve, nor waited for while a silent listener holds that address.
+func TestWaitHTTPSeesTheChildsDeath(t *testing.T) {
+	foreign := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer foreign.Close()
+	silent, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
+	require.NoError(t, err)
+	defer silent.Close()
+	for _, url := range []string{foreign.URL + "/readyz", "http://" + silent.Addr().String() + "/readyz"} {
+		s := NewSupervisor(t.TempDir(), nil)
+		c, err := s.Start("dies", nil, "/bin/false")
+		require.NoError(t, err)
+		<-c.Done() // it died while the launcher started another child
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		began := time.Now()
+		err = WaitHTTP(ctx, url, c)
+		cancel()
+		require.ErrorContains(t, err, "dies exited", url)
+		require.Less(t, time.Since(began), 5*time.Second, url)
+	}
+}
+
+// A launcher refuses an address another process holds, naming the setting, before starting the
+// child that would fail to bind it.
+func TestCheckAddrFree(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	require.ErrorContains(t, CheckAddrFree(ln.Addr().String(), "KASA_API_ADDR"), ln.Addr().String()+" (KASA_API_ADDR) is taken by another process")
+	free, err := FreePort()
+	require.NoError(t, err)
+	require.NoError(t, CheckAddrFree("127.0.0.1:"+strconv.Itoa(free), "KASA_API_ADDR"))
 }

@@ -156,6 +156,9 @@ func (t *Temporal) waitReady(ctx context.Context, o TemporalOptions) error {
 		c, err := client.DialContext(ctx, client.Options{HostPort: t.Address, Namespace: o.Namespace, Logger: log.NewStructuredLogger(o.Logger)})
 		if err == nil {
 			c.Close()
+			if !t.child.Running() { // another server answered on its port
+				return fmt.Errorf("exited: %w\n%s", t.child.Err(), t.child.Tail(15))
+			}
 			return nil
 		}
 		select {
@@ -179,6 +182,9 @@ func (t *Temporal) Stop() error {
 
 // Crash kills the dev server (SIGKILL), as a crash would, and waits until it is gone.
 func (t *Temporal) Crash() error { return t.child.Kill() }
+
+// Process is the dev server's process, for a launcher that watches it.
+func (t *Temporal) Process() *Child { return t.child }
 
 // FindTemporalCLI looks for the pinned CLI: $KASA_TEMPORAL_CLI, ./bin/temporal in the repository,
 // bin/temporal beside the running executable, then PATH.
