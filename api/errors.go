@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -97,7 +98,8 @@ func (s *Server) writeError(c *gin.Context, err error) {
 	case errors.Is(err, errOverloaded):
 		p.Status, p.Code, p.Title = 503, "unavailable", "Service unavailable"
 		c.Header("Retry-After", strconv.Itoa(retryAfter))
-	case errors.Is(err, payment.ErrUnavailable), errors.Is(err, store.ErrConflict), workflows.IsUnavailable(err):
+	case errors.Is(err, payment.ErrUnavailable), errors.Is(err, store.ErrConflict), workflows.IsUnavailable(err),
+		errors.Is(err, context.DeadlineExceeded): // the request's deadline: a dependency did not answer in time
 		p.Status, p.Code, p.Title, p.Detail = 503, "unavailable", "Service unavailable", "a dependency is unavailable; retry with the same Idempotency-Key"
 		c.Header("Retry-After", strconv.Itoa(retryAfter))
 		s.log.Warn("dependency unavailable", "request_id", requestID(c), "error", err)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"math"
 	"net"
@@ -341,4 +342,23 @@ func (l *limiter) size() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.keys)
+}
+
+// deadline ends a request's work a second before its answer could no longer be written
+// (Limits.WriteTimeout): a database that stalls is then answered 503 unavailable with
+// Retry-After, never with a connection closed without an answer.
+func (s *Server) deadline(c *gin.Context) {
+	w := s.Limits.WriteTimeout
+	if w <= 0 {
+		c.Next()
+		return
+	}
+	d := w - time.Second
+	if d <= 0 {
+		d = w / 2
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), d)
+	defer cancel()
+	c.Request = c.Request.WithContext(ctx)
+	c.Next()
 }

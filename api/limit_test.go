@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
 )
 
 // serveTCP serves s on a loopback port the way `kasa api` does (HTTPServer over Listener) and
@@ -437,4 +440,56 @@ func TestFailedAuthenticationIsLimitedPerClient(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, get("192.0.2.1", "sk_a"), "even a right key, until the bucket refills")
 	require.Equal(t, lookups, st.calls["MerchantByAPIKey"], "no lookup past the limit")
 	require.Equal(t, http.StatusNotFound, get("192.0.2.2", "sk_a"), "another address is served")
+}
+
+// stalledStore is a database that takes no query: each call waits until its context ends, then
+// fails as pgx does.
+type stalledStore struct{ *fakeStore }
+
+func (s stalledStore) MerchantByAPIKey(ctx context.Context, _ string) (payment.Merchant, error) {
+	<-ctx.Done()
+	return payment.Merchant{}, ctx.Err()
+}
+
+func (s stalledStore) Account(ctx context.Context, _ uuid.UUID) (payment.Account, error) {
+	<-ctx.Done()
+	return payment.Account{}, ctx.Err()
+}
+
+func (s stalledStore) Deposit(ctx context.Context, _ uuid.UUID, _ string, _ int64) (store.Deposit, bool, error) {
+	<-ctx.Done()
+	return store.Deposit{}, false, ctx.Err()
+}
+
+func (s stalledStore) Begin(ctx context.Context, _ store.BeginInput) (store.Record, payment.Payment, store.Began, error) {
+	<-ctx.Done()
+	return store.Record{}, payment.Payment{}, 0, ctx.Err()
+}
+
+// A stalled database is answered 503 unavailable with Retry-After before the write timeout, not
+// with a connection closed without an answer once it passed.
+func TestStalledDatabaseAnswersUnavailable(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"/v1/payments", "/admin/v1/accounts/" + payment.NewID().String() + "/deposits"} {
+		s, _, _ := newTestServer(t, func(o *Options) {
+			o.Store = stalledStore{o.Store.(*fakeStore)}
+			o.Limits = Limits{ReadTimeout: time.Second, WriteTimeout: 1500 * time.Millisecond, IdleTimeout: time.Second}
+		})
+		addr := serveTCP(t, s)
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(`{"amount":"1.00"}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer sk_a")
+		if strings.HasPrefix(path, "/admin") {
+			req.Header.Set("Authorization", "Bearer adm")
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "k-stalled")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err, path)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s: %s", path, b)
+		require.Contains(t, string(b), `"code":"unavailable"`, path)
+		require.NotEmpty(t, resp.Header.Get("Retry-After"), path)
+	}
 }
