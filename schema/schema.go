@@ -74,6 +74,11 @@ func Grant(ctx context.Context, db *sql.DB, role string) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
+	// Every process may migrate at start: two REVOKE/GRANT rounds at once fail on each other's
+	// catalog rows, so they take turns.
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('kasa/grant', 0))`); err != nil {
+		return fmt.Errorf("grant: %w", err)
+	}
 	var schemaName, owner string
 	var exists, super, member bool
 	err = tx.QueryRowContext(ctx, `SELECT current_schema(), current_user,

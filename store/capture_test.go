@@ -2,11 +2,14 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -319,5 +322,55 @@ func TestCommandsByPaymentIndexRebuilt(t *testing.T) {
 	st = open()
 	var valid bool
 	require.NoError(t, st.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'payment_commands_payment'::regclass`, nil, &valid))
+	require.True(t, valid)
+}
+
+// Undoing migration 22 would drop what each manual payment captured, which bounds its refunds:
+// a database that made one cannot go back, as one that made a refund cannot undo migration 9.
+func TestManualCaptureMigrationIsNotUndoneOverManualPayments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{Deposit: 10_000})
+	req := payment.Request{InvoiceID: "inv", AmountMinor: 100, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase", CaptureManual: true}
+	_, _, _, err = own.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: "k", Request: req, OperationID: payment.NewID(), Lease: time.Minute, CaptureWindow: time.Hour})
+	require.NoError(t, err)
+
+	sqldb, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer sqldb.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, sqldb, os.DirFS("../schema/migrations"))
+	require.NoError(t, err)
+	_, err = p.DownTo(ctx, 22)
+	require.NoError(t, err)
+	_, err = p.DownTo(ctx, 21)
+	require.ErrorContains(t, err, "manual payments exist")
+	var captured bool
+	require.NoError(t, sqldb.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_name = 'payments' AND column_name = 'captured_minor')`).Scan(&captured))
+	require.True(t, captured, "nothing of migration 22 was undone")
+}
+
+// Migration 27's unique index, run again after a concurrent build that left it invalid (a
+// canceled run: it then enforces nothing), is built again rather than taken as done.
+func TestCommandTakenIndexRebuilt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	open := func() *store.Store {
+		st, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
+		require.NoError(t, err)
+		t.Cleanup(st.Close)
+		return st
+	}
+	st := open()
+	require.NoError(t, st.Exec(ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'payment_commands_taken'::regclass`))
+	require.NoError(t, st.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id >= 27`)) // neither it nor what follows is recorded
+	st = open()
+	var valid bool
+	require.NoError(t, st.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'payment_commands_taken'::regclass`, nil, &valid))
 	require.True(t, valid)
 }

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -397,4 +398,29 @@ func TestProcessesWaitForTheMigration(t *testing.T) {
 	resp, err := s.pay(m, "after-migrate", payBody("inv-1", "10.00", "TRY", acct))
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
+}
+
+// Every kasa process may migrate at start: several at once, with the application role, all
+// succeed (the grants are serialised as the migrations are).
+func TestConcurrentMigrationsGrantTheAppRole(t *testing.T) {
+	t.Parallel()
+	r := newRoleDB(t)
+	ctx := context.Background()
+	for round := range 4 {
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() {
+				st, err := store.Open(ctx, store.Options{URL: r.ownerURL, MaxConns: 2, SecretKey: testkit.SecretKey, Migrate: true, AppRole: r.app})
+				if err == nil {
+					st.Close()
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			require.NoError(t, err, "round %d, migration %d", round, i)
+		}
+	}
 }

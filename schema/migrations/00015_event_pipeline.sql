@@ -13,9 +13,13 @@
 -- Indexes are built before the old ones are dropped, concurrently: deliveries keep being
 -- written meanwhile.
 -- +goose Up
-CREATE INDEX CONCURRENTLY IF NOT EXISTS webhook_deliveries_due_order ON webhook_deliveries (next_attempt_at, id)
+-- A build that a canceled run left invalid is built again.
+DROP INDEX CONCURRENTLY IF EXISTS webhook_deliveries_due_order;
+CREATE INDEX CONCURRENTLY webhook_deliveries_due_order ON webhook_deliveries (next_attempt_at, id)
     WHERE status = 'pending';
-CREATE INDEX CONCURRENTLY IF NOT EXISTS webhook_deliveries_pending_merchant ON webhook_deliveries (merchant_id, next_attempt_at)
+-- A build that a canceled run left invalid is built again.
+DROP INDEX CONCURRENTLY IF EXISTS webhook_deliveries_pending_merchant;
+CREATE INDEX CONCURRENTLY webhook_deliveries_pending_merchant ON webhook_deliveries (merchant_id, next_attempt_at)
     WHERE status = 'pending';
 DROP INDEX CONCURRENTLY IF EXISTS webhook_deliveries_due;
 DROP INDEX CONCURRENTLY IF EXISTS webhook_deliveries_claimed;

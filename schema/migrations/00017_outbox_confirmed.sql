@@ -20,7 +20,9 @@ CREATE TABLE IF NOT EXISTS outbox_confirmed (
 -- The webhook consumer is watched from now on; what was published before is not checked.
 INSERT INTO outbox_confirmed (consumer, published_at, id)
 VALUES ('webhooks', now(), '00000000-0000-0000-0000-000000000000') ON CONFLICT DO NOTHING;
-CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_published_order ON outbox (published_at, id)
+-- A build that a canceled run left invalid is built again.
+DROP INDEX CONCURRENTLY IF EXISTS outbox_published_order;
+CREATE INDEX CONCURRENTLY outbox_published_order ON outbox (published_at, id)
     WHERE published_at IS NOT NULL;
 DROP INDEX CONCURRENTLY IF EXISTS outbox_published;
 

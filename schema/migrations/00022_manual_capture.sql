@@ -52,6 +52,15 @@ CREATE TABLE IF NOT EXISTS open_authorizations (
 );
 
 -- +goose Down
+-- What a manual payment captured bounds its refunds: a database that made one cannot go back.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM payments WHERE capture_manual) THEN
+        RAISE EXCEPTION 'manual payments exist: their captured amounts bound their refunds, so migration 22 cannot be undone';
+    END IF;
+END $$;
+-- +goose StatementEnd
 DROP TABLE IF EXISTS open_authorizations;
 DROP TABLE IF EXISTS payment_commands;
 ALTER TABLE idempotency_records DROP CONSTRAINT IF EXISTS idempotency_records_outcome_check,

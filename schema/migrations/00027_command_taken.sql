@@ -6,7 +6,9 @@
 -- is built concurrently: commands keep being written (the table keeps every key for good).
 -- +goose Up
 ALTER TABLE payment_commands ADD COLUMN IF NOT EXISTS taken boolean NOT NULL DEFAULT false;
-CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS payment_commands_taken ON payment_commands (payment_id) WHERE taken;
+-- A build that a canceled run left invalid is built again.
+DROP INDEX CONCURRENTLY IF EXISTS payment_commands_taken;
+CREATE UNIQUE INDEX CONCURRENTLY payment_commands_taken ON payment_commands (payment_id) WHERE taken;
 
 -- +goose Down
 DROP INDEX CONCURRENTLY IF EXISTS payment_commands_taken;
