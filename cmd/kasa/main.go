@@ -68,6 +68,9 @@ var commands = map[string]command{
 	"migrate": runMigrate, "verify": runVerify, "reconcile": runReconcile, "rotate-secret-key": runRotateSecretKey,
 }
 
+// takesArgs are the commands that read arguments of their own; the others refuse any.
+var takesArgs = map[string]bool{"reconcile": true, "bench": true, "soak": true}
+
 // toolUsage and toolHeadUsage are the tools' lines of the usage text, empty in a production build.
 var toolHeadUsage, toolUsage string
 
@@ -77,6 +80,14 @@ func main() {
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
 		fmt.Print(usage())
 		return
+	}
+	if len(os.Args) > 2 && !takesArgs[os.Args[1]] {
+		if os.Args[2] == "-h" || os.Args[2] == "--help" {
+			fmt.Print(usage())
+			return
+		}
+		fmt.Fprintf(os.Stderr, "kasa %s takes no arguments (its settings are KASA_* variables), got %q\n\n%s", os.Args[1], os.Args[2:], usage())
+		os.Exit(2)
 	}
 	cfg, err := config.Load()
 	if err != nil {

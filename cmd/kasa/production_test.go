@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -34,5 +38,34 @@ func TestProductionBuildCarriesNoTools(t *testing.T) {
 	}
 	for _, cmd := range []string{"api", "worker", "relay", "migrate", "verify", "reconcile", "rotate-secret-key"} {
 		require.Contains(t, string(help), "\n  "+cmd+" ", "help lists %s", cmd)
+	}
+}
+
+// A command that reads no arguments refuses them rather than ignore them: `kasa dev --help`
+// prints the usage, and does not start a whole system on the default ports.
+func TestCommandsWithoutArgumentsRefuseThem(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "kasa")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	run := func(args ...string) (string, int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), "KASA_DATA_DIR="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return string(out), exit.ExitCode()
+		}
+		require.NoError(t, err, "%s", out)
+		return string(out), 0
+	}
+	for _, c := range []string{"dev", "api", "migrate"} {
+		out, code := run(c, "--help")
+		require.Equal(t, 0, code, "%s --help: %s", c, out)
+		require.Contains(t, out, "usage: kasa <command>", c)
+		out, code = run(c, "--bogus")
+		require.Equal(t, 2, code, "%s --bogus: %s", c, out)
+		require.Contains(t, out, "kasa "+c+" takes no arguments", c)
 	}
 }
