@@ -61,6 +61,11 @@ func CheckWebhookURL(raw string, p Policy) error {
 	if u.User != nil {
 		return &urlError{"must not carry credentials (user:password@): authenticate kasa by the Kasa-Signature header"}
 	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return &urlError{"must have a port from 1 to 65535"}
+		}
+	}
 	// The HTTP client maps a name that is not ASCII to its IDNA form before it dials
 	// ("１２７。0。0。1" is 127.0.0.1): the checks read that form.
 	host := u.Hostname()

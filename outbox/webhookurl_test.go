@@ -155,6 +155,10 @@ func TestCheckWebhookURL(t *testing.T) {
 		{"https://hooks_1.example.com/kasa", ""}, // ASCII names are dialled as they are, not through IDNA
 		{"https://-edge.example.com/kasa", ""},
 		{"https://a--b.example.com/kasa", ""},
+		// A port no connection can use.
+		{"http://hooks.example.com:99999/x", always},
+		{"http://hooks.example.com:0/x", always},
+		{"https://hooks.example.com:65535/x", ""},
 		// Not an http(s) URL.
 		{"ftp://hooks.example.com/", always},
 		{"hooks.example.com/kasa", always},
@@ -255,6 +259,7 @@ func TestCheckWebhookURL(t *testing.T) {
 	}
 	require.EqualError(t, CheckWebhookURL("http://2130706433/", Policy{}), "must not point at a loopback address (127.0.0.1)")
 	require.EqualError(t, CheckWebhookURL("ftp://x", Policy{}), "must be an http(s) URL")
+	require.EqualError(t, CheckWebhookURL("http://hooks.example.com:99999/x", Policy{AllowPrivate: true}), "must have a port from 1 to 65535")
 }
 
 // kasa's own public hosts (KASA_WEBHOOK_OWN_HOSTS) are refused under any policy, by name in any
