@@ -150,7 +150,7 @@ func TestExpiredKeyOfAFailedPaymentPaysAgain(t *testing.T) {
 // An API answers from its replay cache only records younger than the shortest retention the
 // workers, which delete them, announced: with its own longer one it would replay the old answer of
 // a key whose record the workers deleted and which has since named a new payment.
-func TestReplayCacheFollowsTheWorkersRetention(t *testing.T) {
+func TestNoReplayOfARecordTheWorkersDeleted(t *testing.T) {
 	t.Parallel()
 	a := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, retention: 72 * time.Hour})
 	b := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, retention: time.Hour})
