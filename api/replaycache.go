@@ -80,6 +80,18 @@ func (c *replayCache) expired(r store.Record) bool {
 	return now().Sub(r.UpdatedAt) >= maxAge
 }
 
+// setBound sets the deleters' shortest retention (0: none known). A bound longer than before, or
+// none, drops every cached record: one the shorter bound had expired may be deleted by now, and
+// is answered from the database again.
+func (c *replayCache) setBound(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := time.Duration(c.bound.Load()); old > 0 && (d <= 0 || d > old) {
+		c.cur, c.prev = nil, nil
+	}
+	c.bound.Store(int64(d))
+}
+
 // put remembers rec if it is completed with its answer stored.
 func (c *replayCache) put(rec store.Record) {
 	if c.size == 0 || rec.Status != store.RecordCompleted || rec.ResponseBody == nil || c.expired(rec) {
@@ -112,7 +124,7 @@ func (s *Server) FollowRetentions(ctx context.Context, src Retentions, live, int
 	defer t.Stop()
 	for {
 		if d, err := src.ShortestRetention(ctx, live); err == nil {
-			s.replays.bound.Store(int64(d))
+			s.replays.setBound(d)
 		} else if ctx.Err() == nil {
 			s.log.Warn("reading the workers' idempotency retention", "error", err)
 		}

@@ -134,3 +134,23 @@ func TestReplayCacheFollowsTheWorkersRetention(t *testing.T) {
 	_, ok = s.replays.get(m, store.ScopePayment, "k")
 	require.True(t, ok, "no worker announced one: the API's own retention bounds it")
 }
+
+// A bound that grows (the shorter-retention worker stopped, or was redeployed with a longer one)
+// does not bring back a record the shorter one had expired: the worker may have deleted it.
+func TestReplayCacheForgetsWhenTheBoundGrows(t *testing.T) {
+	m := payment.NewID()
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	s := &Server{log: slog.New(slog.DiscardHandler), replays: replayCache{size: 10, maxAge: 72 * time.Hour, now: func() time.Time { return now }}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.FollowRetentions(ctx, shortestRetention(time.Hour), time.Minute, time.Second)
+	s.replays.put(store.Record{MerchantID: m, Key: "k", Scope: store.ScopePayment, Status: store.RecordCompleted,
+		Outcome: payment.StatusFailed, ResponseBody: []byte(`{}`), UpdatedAt: now.Add(-30 * time.Minute)})
+	now = now.Add(40 * time.Minute) // 70 minutes old: the one-hour worker deleted it
+	for _, grown := range []time.Duration{0, 2 * time.Hour} {
+		s.FollowRetentions(ctx, shortestRetention(time.Hour), time.Minute, time.Second)
+		s.FollowRetentions(ctx, shortestRetention(grown), time.Minute, time.Second)
+		_, ok := s.replays.get(m, store.ScopePayment, "k")
+		require.False(t, ok, "bound grown to %s", grown)
+	}
+}

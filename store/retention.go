@@ -16,12 +16,17 @@ import (
 // their age. Several callers may run at once:
 // each batch skips the rows another caller holds, so they share the work instead of waiting on
 // each other. Payments, refunds and the ledger are not touched: a request with an expired key is
-// a new request, and the business key still guards the invoice.
+// a new request, and the business key still guards the invoice. Each batch first announces the
+// retention it deletes by (SeeRetention): however long a backlog takes, the APIs keep bounding
+// their replay caches by it.
 func (s *Store) DeleteExpiredRecords(ctx context.Context, retention time.Duration, batch int) (int64, error) {
 	var total int64
 	after := uuid.Nil
 	for {
 		start := time.Now()
+		if err := s.SeeRetention(ctx, retention); err != nil {
+			return total, err
+		}
 		row, err := s.q.DeleteExpiredRecords(ctx, dbsqlc.DeleteExpiredRecordsParams{
 			RetentionSeconds: retention.Seconds(), After: after, MaxRows: int32(batch),
 		})
