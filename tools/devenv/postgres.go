@@ -70,6 +70,8 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		if o.Port, err = FreePort(); err != nil {
 			return nil, err
 		}
+	} else if err := CheckAddrFree("127.0.0.1:"+strconv.Itoa(o.Port), "PostgreSQL's port"); err != nil {
+		return nil, err // another server would answer for this one, which cannot bind it
 	}
 	args := []string{"-D", dir, "-p", strconv.Itoa(o.Port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
@@ -135,6 +137,9 @@ func (p *Postgres) waitReady(ctx context.Context, bindir string) error {
 	for {
 		_, err := Command{}.Run(ctx, filepath.Join(bindir, "pg_isready"), "-q", "-h", "127.0.0.1",
 			"-p", strconv.Itoa(p.Port), "-U", "postgres")
+		if err == nil && !p.c.Running() {
+			return fmt.Errorf("postgres exited (%v), and another server answers on port %d", p.c.Err(), p.Port)
+		}
 		if err == nil {
 			return nil
 		}
