@@ -374,3 +374,24 @@ func TestCommandTakenIndexRebuilt(t *testing.T) {
 	require.NoError(t, st.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'payment_commands_taken'::regclass`, nil, &valid))
 	require.True(t, valid)
 }
+
+// A database whose migration 27 took an invalid build as done (before it dropped such a build
+// first) has the index rebuilt by migration 31.
+func TestCommandTakenIndexLeftInvalidIsRebuilt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	open := func() *store.Store {
+		st, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
+		require.NoError(t, err)
+		t.Cleanup(st.Close)
+		return st
+	}
+	st := open()
+	require.NoError(t, st.Exec(ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'payment_commands_taken'::regclass`))
+	require.NoError(t, st.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id >= 31`))
+	st = open()
+	var valid bool
+	require.NoError(t, st.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'payment_commands_taken'::regclass`, nil, &valid))
+	require.True(t, valid)
+}
