@@ -215,11 +215,10 @@ func waitReady(t *testing.T, url string) {
 	t.Fatalf("%s never answered 200", url)
 }
 
-// `kasa dev` without its database cannot work: when PostgreSQL dies (SIGKILL), it says so, stops
-// every other child and exits non-zero, rather than answer 503 for ever.
-func TestDevStopsWhenPostgresDies(t *testing.T) {
-	t.Parallel()
-	data, err := os.MkdirTemp("", "kasa-dev-pg-")
+// startDev starts `kasa dev` on a data directory and ports of its own, and waits until it runs.
+func startDev(t *testing.T) (dev *proc, data, apiURL, simURL string) {
+	t.Helper()
+	data, err := os.MkdirTemp("", "kasa-dev-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(data) })
 	bin := kasaBinary(t, data)
@@ -232,8 +231,16 @@ func TestDevStopsWhenPostgresDies(t *testing.T) {
 		fmt.Sprintf("KASA_API_ADDR=127.0.0.1:%d", ports[0]), fmt.Sprintf("KASA_BANKSIM_ADDR=127.0.0.1:%d", ports[1]),
 		fmt.Sprintf("KASA_TEMPORAL_PORT=%d", ports[2]), fmt.Sprintf("KASA_TEMPORAL_UI_PORT=%d", ports[3]),
 		"KASA_DATABASE_URL=", "KASA_TEMPORAL_ADDRESS=", "KASA_ADMIN_TOKEN=", "KASA_SECRET_KEY=")
-	dev := startProcIn(t, "", data, bin, "dev", envv, "dev")
+	dev = startProcIn(t, "", data, bin, "dev", envv, "dev")
 	dev.waitLog("kasa is running", 3*time.Minute)
+	return dev, data, fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+}
+
+// `kasa dev` without its database cannot work: when PostgreSQL dies (SIGKILL), it says so, stops
+// every other child and exits non-zero, rather than answer 503 for ever.
+func TestDevStopsWhenPostgresDies(t *testing.T) {
+	t.Parallel()
+	dev, data, _, _ := startDev(t)
 	b, err := os.ReadFile(filepath.Join(data, "postgres", "postmaster.pid"))
 	require.NoError(t, err)
 	pid, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
@@ -246,6 +253,32 @@ func TestDevStopsWhenPostgresDies(t *testing.T) {
 	}
 	require.Error(t, dev.c.Err(), "a non-zero exit")
 	dev.waitLog("PostgreSQL exited on its own", time.Second)
+	require.Eventually(t, func() bool { return len(processesMentioning(data+"/")) == 0 }, 30*time.Second, 100*time.Millisecond,
+		"no child may survive: %v", processesMentioning(data+"/"))
+}
+
+// A second Ctrl-C ends a stop that waits for a charge still at the bank (the worker lets its
+// activities finish): at once, its children with it.
+func TestDevSecondInterruptStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	dev, data, apiURL, simURL := startDev(t)
+	var st devState
+	b, err := os.ReadFile(filepath.Join(data, "dev.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &st))
+	setBankFaults(t, simURL, `{"rules":[{"on":"charge","action":"delay","delay_ms":40000}]}`)
+	r := httpDo(t, "POST", apiURL+"/v1/payments", st.DemoAPIKey, payBody("dev-slow-1", "1.00", "TRY", st.DemoAccountID), "Idempotency-Key", "dev-slow-1")
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.NoError(t, syscall.Kill(dev.pid(), syscall.SIGINT))
+	dev.waitLog("shutting down", 10*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	require.True(t, !dev.exited(), "the first stop waits for the charge at the bank")
+	require.NoError(t, syscall.Kill(dev.pid(), syscall.SIGINT))
+	select {
+	case <-dev.c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("a second Ctrl-C did not end kasa dev\n%s", testkit.Tail(dev.log, 20))
+	}
 	require.Eventually(t, func() bool { return len(processesMentioning(data+"/")) == 0 }, 30*time.Second, 100*time.Millisecond,
 		"no child may survive: %v", processesMentioning(data+"/"))
 }

@@ -98,6 +98,10 @@ func main() {
 	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal ends the process at once; its children stop with it (parent-death signal)
+	}()
 
 	run, ok := commands[os.Args[1]]
 	if !ok {
