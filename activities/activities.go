@@ -271,6 +271,13 @@ func (a *Activities) SendRefund(ctx context.Context, in workflows.SendRefundInpu
 		return workflows.RefundSendResult{}, inconsistent(fmt.Sprintf("the send of refund %s names %d %s of payment %s; the refund is %d %s of payment %s",
 			rf.ID, in.AmountMinor, in.Currency, in.PaymentID, rf.AmountMinor, rf.Currency, rf.PaymentID))
 	}
+	// An earlier attempt's answer already written to the refund is that answer, as for a charge.
+	switch {
+	case rf.Status == payment.StatusFailed && rf.FailureCode == payment.FailureDeclined:
+		return workflows.RefundSendResult{}, temporal.NewNonRetryableApplicationError("refund declined", workflows.ErrTypeDeclined, nil, rf.ProviderReference)
+	case rf.Status != payment.StatusProcessing && rf.Status != payment.StatusUnknown && rf.ProviderReference != "":
+		return workflows.RefundSendResult{ProviderReference: rf.ProviderReference, Succeeded: true}, nil
+	}
 	res, stop, err := a.guardSend(ctx, in.OperationID, in.Capability, in.Send, in.Resend, sendRecord{
 		noun: "refund", attempt: a.Store.BeginRefundAttempt, send: a.Store.BeginRefundSend,
 		inquire: func(ctx context.Context, id uuid.UUID) (workflows.ChargeResult, error) {

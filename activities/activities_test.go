@@ -181,10 +181,16 @@ type refundAttempts struct {
 	activities.Store
 	n     int
 	steps []string
+	row   payment.Refund // the refund's status, failure and reference as recorded (zero: processing)
 }
 
 func (a *refundAttempts) Refund(_ context.Context, id uuid.UUID) (payment.Refund, error) {
-	return payment.Refund{ID: id, PaymentID: refunded, AmountMinor: 3000, Currency: "TRY"}, nil
+	r := a.row
+	r.ID, r.PaymentID, r.AmountMinor, r.Currency = id, refunded, 3000, "TRY"
+	if r.Status == "" {
+		r.Status = payment.StatusProcessing
+	}
+	return r, nil
 }
 
 func (a *refundAttempts) BeginRefundAttempt(context.Context, uuid.UUID) (int, error) {
@@ -311,6 +317,40 @@ func TestSendRefundRepeatedAttempts(t *testing.T) {
 			require.True(t, res.Succeeded)
 			require.Contains(t, res.ProviderReference, tc.wantRef)
 		})
+	}
+}
+
+// A refund's send repeated after its answer was written (the workflow task that ran the steps,
+// lost with Temporal, runs them again) answers with that record, as a payment's does: never
+// unknown for a refund that succeeded or was declined.
+func TestSendRefundAnsweredBeforeIsAnsweredFromTheRefund(t *testing.T) {
+	for _, c := range []workflows.Capability{workflows.CapabilityNone, workflows.CapabilityInquiry, workflows.CapabilityIdempotent} {
+		for _, tc := range []struct {
+			name        string
+			row         payment.Refund
+			wantErrType string
+		}{
+			{"refunded", payment.Refund{Status: payment.StatusSucceeded, ProviderReference: "re_earlier"}, ""},
+			{"declined", payment.Refund{Status: payment.StatusFailed, FailureCode: payment.FailureDeclined}, workflows.ErrTypeDeclined},
+		} {
+			t.Run(string(c)+", "+tc.name, func(t *testing.T) {
+				st, b := &refundAttempts{n: 1, row: tc.row}, &refundBank{existing: &provider.Refund{ID: "re_other", Status: "succeeded"}}
+				a := &activities.Activities{Store: st, Provider: b}
+				res, err := a.SendRefund(context.Background(), workflows.SendRefundInput{
+					OperationID: payment.NewID(), PaymentID: refunded, AmountMinor: 3000, Currency: "TRY", Capability: c, Send: 1,
+				})
+				require.Zero(t, b.sends, "nothing sent again")
+				require.Zero(t, b.inquiries, "nothing asked: the refund knows")
+				if tc.wantErrType != "" {
+					var appErr *temporal.ApplicationError
+					require.ErrorAs(t, err, &appErr)
+					require.Equal(t, tc.wantErrType, appErr.Type())
+					return
+				}
+				require.NoError(t, err)
+				require.Equal(t, workflows.RefundSendResult{ProviderReference: "re_earlier", Succeeded: true}, res)
+			})
+		}
 	}
 }
 

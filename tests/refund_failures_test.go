@@ -17,8 +17,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/activities"
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/provider"
 	"github.com/kasa-pay/kasa/reconcile"
+	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/tools/testkit"
 	"github.com/kasa-pay/kasa/workflows"
 )
@@ -673,4 +676,34 @@ func (s *crashStack) waitRefund(m merchant, id string, deadline time.Time) map[s
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// The steps of a refund run again after its post (the worker died before its workflow task
+// completed): the send answers with the refund's record, not as an unanswered send, and the bank
+// refunds once.
+func TestRefundStepsRunAgainAfterThePost(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	paymentID, _ := s.paidFor(m, "again-pay", "50.00", "100.00")
+	ctx := context.Background()
+	req, err := payment.ParseRefundRequest([]byte(`{"amount":"20.00"}`))
+	require.NoError(t, err)
+	_, rf, began, err := db.BeginRefund(ctx, store.BeginRefundInput{MerchantID: mustUUID(t, m.ID), PaymentID: mustUUID(t, paymentID),
+		Key: "again-ref", Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, store.BeganNew, began)
+	a := &activities.Activities{Store: db, Provider: provider.New(s.sim.URL, 5*time.Second),
+		Policy: workflows.ChargePolicy{Capability: workflows.CapabilityNone}}
+	in := workflows.SendRefundInput{OperationID: rf.ID, PaymentID: rf.PaymentID, AmountMinor: rf.AmountMinor, Currency: rf.Currency,
+		Capability: workflows.CapabilityNone, Send: 1}
+	require.NoError(t, db.HoldRefundRun(ctx, rf.ID, "run-1"))
+	first, err := a.SendRefund(ctx, in)
+	require.NoError(t, err)
+	require.NoError(t, a.PostRefund(ctx, workflows.PostRefundInput{OperationID: rf.ID, ProviderReference: first.ProviderReference}))
+	require.NoError(t, db.HoldRefundRun(ctx, rf.ID, "run-1")) // the same steps again
+	again, err := a.SendRefund(ctx, in)
+	require.NoError(t, err, "the refund succeeded with %s", first.ProviderReference)
+	require.Equal(t, first, again)
+	require.Equal(t, 1, s.simRefunds(rf.ID.String()))
 }
