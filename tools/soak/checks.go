@@ -368,6 +368,18 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 		} else if order := arrivalOrder(events); !inOrder(order) {
 			c.fail("%s: its events arrived out of order: %v", p.what(), order)
 		}
+		for _, missed := range missedChanges(p, types) {
+			c.fail("%s: it was %s, but no %s event arrived (got %v)", p.what(), missed.was, missed.event, slices.Sorted(maps.Keys(types)))
+		}
+		for _, e := range events {
+			// The money an event names is the payment's (or refund's) as it settled: what it
+			// moved does not change after its final event.
+			if e.Type == p.eventType() && (e.Payment.Amount != p.res.Amount || e.Payment.Currency != p.res.Currency ||
+				e.Payment.AmountCaptured != p.res.AmountCaptured) {
+				c.fail("%s: its %s event says %s %s captured %q; it settled %s %s captured %q", p.what(), e.Type,
+					e.Payment.Amount, e.Payment.Currency, e.Payment.AmountCaptured, p.res.Amount, p.res.Currency, p.res.AmountCaptured)
+			}
+		}
 	}
 	byInvoice := map[string]*keyRecord{}
 	for _, p := range st.payments {
@@ -397,6 +409,27 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 	}
 	c.OK = c.Violations == 0
 	return c
+}
+
+// missedChanges are the state changes p went through, as the soak saw them, whose event is not
+// among types: an unknown outcome (payment.unknown or refund.unknown), a manual payment's
+// authorization (payment.requires_capture).
+func missedChanges(p *paid, types map[string][]string) []struct{ was, event string } {
+	var out []struct{ was, event string }
+	unknown := "payment.unknown"
+	if p.refund() {
+		unknown = "refund.unknown"
+	}
+	seen := func(t string) bool {
+		return slices.ContainsFunc(slices.Collect(maps.Keys(types)), func(k string) bool { return strings.HasPrefix(k, t) })
+	}
+	if p.viaUnknown && !seen(unknown) {
+		out = append(out, struct{ was, event string }{"unknown", unknown})
+	}
+	if p.key.manual && !p.refund() && (p.res.Status == payment.StatusSucceeded || p.res.Status == payment.StatusCanceled) && !seen("payment.requires_capture") {
+		out = append(out, struct{ was, event string }{"authorized", "payment.requires_capture"})
+	}
+	return out
 }
 
 // arrivalOrder is a payment's event types in the order the first event of each arrived (a type

@@ -322,6 +322,9 @@ func TestChecksFindViolations(t *testing.T) {
 		{"an expired key's earlier attempt no answer named", "", func(s *soakState) { unnamedAttempt(s, false) }},
 		{"an expired key's earlier attempt, charged", "webhooks", func(s *soakState) { unnamedAttempt(s, true) }},
 		{"badly signed delivery", "webhooks", func(s *soakState) { s.hook.bad = []string{"event ep1: signature does not verify"} }},
+		{"seen unknown, yet no unknown event", "webhooks", func(s *soakState) { s.st.payments["p1"].viaUnknown = true }},
+		{"a final event naming other money", "webhooks", func(s *soakState) { s.hook.events["ep1"].Payment.Amount = "99.00" }},
+		{"authorized, yet no requires_capture event", "webhooks", func(s *soakState) { delete(s.hook.events, "ep4-auth") }},
 		// Manual payments.
 		{"two authorizations for one payment", "captures", func(s *soakState) { s.fake.held["p4"] = banksim.Held{Count: 2, CapturedMinor: 6_00} }},
 		{"the bank captured other than kasa says", "captures", func(s *soakState) { s.fake.held["p4"] = banksim.Held{Count: 1, CapturedMinor: 8_00} }},
@@ -329,10 +332,12 @@ func TestChecksFindViolations(t *testing.T) {
 		{"a manual payment charged", "captures", func(s *soakState) { s.fake.charges["p5"] = []string{"ch5"} }},
 		{"a capture above its authorization", "above", func(s *soakState) {
 			s.st.payments["p4"].res.AmountCaptured, s.fake.held["p4"] = "12.00", banksim.Held{Count: 1, CapturedMinor: 12_00}
+			s.hook.events["ep4"].Payment.AmountCaptured = "12.00" // and said so to the merchant
 			s.fake.accounts["a1"] = [2]string{"82.00", "0.00"}
 		}},
 		{"a capture of other than it asked", "above", func(s *soakState) {
 			s.st.payments["p4"].res.AmountCaptured, s.fake.held["p4"] = "5.00", banksim.Held{Count: 1, CapturedMinor: 5_00}
+			s.hook.events["ep4"].Payment.AmountCaptured = "5.00" // and said so to the merchant
 			s.fake.accounts["a1"] = [2]string{"89.00", "0.00"}
 		}},
 		{"the capture not posted", "holds", func(s *soakState) { s.fake.accounts["a1"] = [2]string{"94.00", "0.00"} }},
