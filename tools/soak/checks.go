@@ -53,6 +53,9 @@ func (s *stack) check(ctx context.Context, ld *load, st *settled, rep *Report) {
 	if s.splits.tried > 0 {
 		rep.Checks = append(rep.Checks, s.checkSplits())
 	}
+	if st.refusals != nil && st.refusals.Checked > 0 {
+		rep.Checks = append(rep.Checks, *st.refusals)
+	}
 	for _, c := range rep.Checks {
 		rep.Violations += c.Violations
 	}

@@ -67,6 +67,7 @@ type settled struct {
 	days     []string      // the UTC days the soak ran on: the settlement files it imports
 	live     time.Duration // from the faults' end until none was processing, or liveBound
 	stuck    []*paid       // still processing liveBound after the faults' end
+	refusals *Check        // settlements sent to payments that were not unknown (probeSettlements)
 }
 
 // liveBound is how long after the faults end every payment and refund must have left processing
@@ -173,6 +174,9 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 			rep.Reconciles = append(rep.Reconciles, run)
 		}
 		if err := s.settleAuthorizations(ctx, st); err != nil {
+			return nil, err
+		}
+		if err := s.probeSettlements(ctx, st); err != nil {
 			return nil, err
 		}
 		if err := s.poll(ctx, st, earliest(deadline, time.Now().Add(10*time.Second)), (*paid).done); err != nil {
@@ -361,5 +365,40 @@ func (s *stack) settleAuthorizations(ctx context.Context, st *settled) error {
 			"--workflow-id", "payment/"+p.key.Merchant.ID+"/"+p.key.Key, "--name", "settle", "--input", input)
 		fmt.Fprintf(s.log, "soak: settled authorization of payment %s by hand: %s %v\n", p.id, strings.TrimSpace(out), err)
 	}
+	return nil
+}
+
+// probeSettlements sends, once, a settlement to up to three manual payments left to wait for
+// their capture_before (nothing else settles them): a workflow refuses a settlement of a payment
+// that is not unknown (docs/reconciliation.md), so each must fail; the other checks then read
+// each payment as it ends.
+func (s *stack) probeSettlements(ctx context.Context, st *settled) error {
+	if st.refusals != nil {
+		return nil
+	}
+	cli, err := devenv.FindTemporalCLI()
+	if err != nil {
+		return err
+	}
+	st.refusals = &Check{Name: "a settlement of a payment that is not unknown is refused"}
+	for _, p := range sortedPayments(st) {
+		if st.refusals.Checked == 3 {
+			break
+		}
+		before, err := time.Parse(time.RFC3339Nano, p.res.CaptureBefore)
+		if p.refund() || !p.key.manual || p.key.next != "" || p.res.Status != payment.StatusRequiresCapture ||
+			err != nil || time.Until(before) < 5*time.Second { // its workflow still runs, waiting
+			continue
+		}
+		st.refusals.Checked++
+		out, err := devenv.Command{Dir: s.dir}.Run(ctx, cli, "workflow", "update", "execute", "--address", s.tmpAddr,
+			"--workflow-id", "payment/"+p.key.Merchant.ID+"/"+p.key.Key, "--name", "settle",
+			"--input", fmt.Sprintf(`{"outcome":"not_charged","operation_id":%q,"note":"soak: must be refused"}`, p.id))
+		fmt.Fprintf(s.log, "soak: a settlement of payment %s, which waits for its capture: %s %v\n", p.id, strings.TrimSpace(out), err)
+		if err == nil {
+			st.refusals.fail("payment %s (requires_capture): a not_charged settlement was taken: %s", p.id, strings.TrimSpace(out))
+		}
+	}
+	st.refusals.OK = st.refusals.Violations == 0
 	return nil
 }
