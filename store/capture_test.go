@@ -308,21 +308,7 @@ func TestEachCaptureDecidedSucceeded(t *testing.T) {
 // payment_commands is kept for good.
 func TestCommandsByPaymentIndexRebuilt(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	open := func() *store.Store {
-		st, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-		require.NoError(t, err)
-		t.Cleanup(st.Close)
-		return st
-	}
-	st := open()
-	require.NoError(t, st.Exec(ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'payment_commands_payment'::regclass`))
-	require.NoError(t, st.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id >= 28`))
-	st = open()
-	var valid bool
-	require.NoError(t, st.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'payment_commands_payment'::regclass`, nil, &valid))
-	require.True(t, valid)
+	requireIndexRebuilt(t, "payment_commands_payment", 28)
 }
 
 // Undoing migration 22 would drop what each manual payment captured, which bounds its refunds:
@@ -358,27 +344,20 @@ func TestManualCaptureMigrationIsNotUndoneOverManualPayments(t *testing.T) {
 // canceled run: it then enforces nothing), is built again rather than taken as done.
 func TestCommandTakenIndexRebuilt(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	open := func() *store.Store {
-		st, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-		require.NoError(t, err)
-		t.Cleanup(st.Close)
-		return st
-	}
-	st := open()
-	require.NoError(t, st.Exec(ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'payment_commands_taken'::regclass`))
-	require.NoError(t, st.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id >= 27`)) // neither it nor what follows is recorded
-	st = open()
-	var valid bool
-	require.NoError(t, st.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'payment_commands_taken'::regclass`, nil, &valid))
-	require.True(t, valid)
+	requireIndexRebuilt(t, "payment_commands_taken", 27)
 }
 
 // A database whose migration 27 took an invalid build as done (before it dropped such a build
 // first) has the index rebuilt by migration 31.
 func TestCommandTakenIndexLeftInvalidIsRebuilt(t *testing.T) {
 	t.Parallel()
+	requireIndexRebuilt(t, "payment_commands_taken", 31)
+}
+
+// requireIndexRebuilt leaves index invalid, as a canceled concurrent build does, forgets the
+// migrations from version from on, and migrates again: the index must be valid.
+func requireIndexRebuilt(t *testing.T, index string, from int) {
+	t.Helper()
 	ctx := context.Background()
 	url := env.OwnDatabase(t)
 	open := func() *store.Store {
@@ -388,10 +367,10 @@ func TestCommandTakenIndexLeftInvalidIsRebuilt(t *testing.T) {
 		return st
 	}
 	st := open()
-	require.NoError(t, st.Exec(ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'payment_commands_taken'::regclass`))
-	require.NoError(t, st.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id >= 31`))
+	require.NoError(t, st.Exec(ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = $1::regclass`, index))
+	require.NoError(t, st.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id >= $1`, from))
 	st = open()
 	var valid bool
-	require.NoError(t, st.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'payment_commands_taken'::regclass`, nil, &valid))
-	require.True(t, valid)
+	require.NoError(t, st.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = $1::regclass`, []any{index}, &valid))
+	require.True(t, valid, index)
 }
