@@ -423,8 +423,13 @@ func missedChanges(p *paid, types map[string][]string) []struct{ was, event stri
 	if p.refund() {
 		unknown = "refund.unknown"
 	}
-	seen := func(t string) bool {
-		return slices.ContainsFunc(slices.Collect(maps.Keys(types)), func(k string) bool { return strings.HasPrefix(k, t) })
+	seen := func(t string) bool { // "payment.unknown (capture or void)" is a payment.unknown
+		for k := range types {
+			if strings.HasPrefix(k, t) {
+				return true
+			}
+		}
+		return false
 	}
 	if p.viaUnknown && !seen(unknown) {
 		out = append(out, struct{ was, event string }{"unknown", unknown})

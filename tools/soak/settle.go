@@ -342,10 +342,6 @@ func (s *stack) settleAuthorizations(ctx context.Context, st *settled) error {
 	if s.o.Capability != "none" { // with inquiry the workflow asks the bank itself
 		return nil
 	}
-	cli, err := devenv.FindTemporalCLI()
-	if err != nil {
-		return err
-	}
 	for _, p := range st.payments {
 		if p.refund() || p.res.Status != payment.StatusUnknown || p.res.Capture != payment.CaptureManual || p.res.ProviderReference != nil {
 			continue
@@ -361,9 +357,11 @@ func (s *stack) settleAuthorizations(ctx context.Context, st *settled) error {
 		if len(held.Live) > 0 {
 			input = fmt.Sprintf(`{"outcome":"charged","provider_reference":%q,"operation_id":%q,"note":"soak: the bank holds it"}`, held.Live[0], p.id)
 		}
-		out, err := devenv.Command{Dir: s.dir}.Run(ctx, cli, "workflow", "update", "execute", "--address", s.tmpAddr,
-			"--workflow-id", "payment/"+p.key.Merchant.ID+"/"+p.key.Key, "--name", "settle", "--input", input)
-		fmt.Fprintf(s.log, "soak: settled authorization of payment %s by hand: %s %v\n", p.id, strings.TrimSpace(out), err)
+		out, err := s.settleByHand(ctx, p, input)
+		if errors.Is(err, errNoCLI) {
+			return err
+		}
+		fmt.Fprintf(s.log, "soak: settled authorization of payment %s by hand: %s %v\n", p.id, out, err)
 	}
 	return nil
 }
@@ -376,10 +374,6 @@ func (s *stack) probeSettlements(ctx context.Context, st *settled) error {
 	if st.refusals != nil {
 		return nil
 	}
-	cli, err := devenv.FindTemporalCLI()
-	if err != nil {
-		return err
-	}
 	st.refusals = &Check{Name: "a settlement of a payment that is not unknown is refused"}
 	for _, p := range sortedPayments(st) {
 		if st.refusals.Checked == 3 {
@@ -391,14 +385,30 @@ func (s *stack) probeSettlements(ctx context.Context, st *settled) error {
 			continue
 		}
 		st.refusals.Checked++
-		out, err := devenv.Command{Dir: s.dir}.Run(ctx, cli, "workflow", "update", "execute", "--address", s.tmpAddr,
-			"--workflow-id", "payment/"+p.key.Merchant.ID+"/"+p.key.Key, "--name", "settle",
-			"--input", fmt.Sprintf(`{"outcome":"not_charged","operation_id":%q,"note":"soak: must be refused"}`, p.id))
-		fmt.Fprintf(s.log, "soak: a settlement of payment %s, which waits for its capture: %s %v\n", p.id, strings.TrimSpace(out), err)
+		out, err := s.settleByHand(ctx, p, fmt.Sprintf(`{"outcome":"not_charged","operation_id":%q,"note":"soak: must be refused"}`, p.id))
+		if errors.Is(err, errNoCLI) {
+			return err
+		}
+		fmt.Fprintf(s.log, "soak: a settlement of payment %s, which waits for its capture: %s %v\n", p.id, out, err)
 		if err == nil {
-			st.refusals.fail("payment %s (requires_capture): a not_charged settlement was taken: %s", p.id, strings.TrimSpace(out))
+			st.refusals.fail("payment %s (requires_capture): a not_charged settlement was taken: %s", p.id, out)
 		}
 	}
 	st.refusals.OK = st.refusals.Violations == 0
 	return nil
+}
+
+// errNoCLI: the Temporal CLI an operator settles with is not found.
+var errNoCLI = errors.New("soak: no Temporal CLI")
+
+// settleByHand sends p's workflow the settle update with input, as docs/reconciliation.md tells
+// an operator to (the Temporal CLI); it returns the CLI's output and its failure, if any.
+func (s *stack) settleByHand(ctx context.Context, p *paid, input string) (string, error) {
+	cli, err := devenv.FindTemporalCLI()
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", errNoCLI, err)
+	}
+	out, err := devenv.Command{Dir: s.dir}.Run(ctx, cli, "workflow", "update", "execute", "--address", s.tmpAddr,
+		"--workflow-id", "payment/"+p.key.Merchant.ID+"/"+p.key.Key, "--name", "settle", "--input", input)
+	return strings.TrimSpace(out), err
 }
