@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -128,16 +127,6 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	uiURL := ""
 	if cfg.Temporal.Address == "" {
-		// A Temporal already on the port would answer for the one started here, which fails to
-		// bind: the payments would run on another server's history.
-		for _, p := range []struct {
-			port    int
-			setting string
-		}{{cfg.Temporal.Port, "KASA_TEMPORAL_PORT"}, {cfg.Temporal.UIPort, "KASA_TEMPORAL_UI_PORT"}} {
-			if err := devenv.CheckAddrFree("127.0.0.1:"+strconv.Itoa(p.port), p.setting); p.port != 0 && err != nil {
-				return err
-			}
-		}
 		tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{
 			Port: cfg.Temporal.Port, UIPort: cfg.Temporal.UIPort, DBFile: filepath.Join(dir, "temporal", "temporal.db"),
 			Namespace: cfg.Temporal.Namespace, LogDir: dir, Logger: log,

@@ -2,6 +2,7 @@ package devenv
 
 import (
 	"context"
+	"net"
 	"path/filepath"
 	"testing"
 
@@ -20,4 +21,19 @@ func TestPostgresRefusesATakenPort(t *testing.T) {
 	defer first.Stop()
 	_, err = StartPostgres(ctx, PostgresOptions{Dir: filepath.Join(tmp, "b"), Port: port, Ephemeral: true})
 	require.ErrorContains(t, err, "is taken by another process")
+}
+
+// So is a Temporal or UI port another process holds: its server would answer for the one
+// started here.
+func TestTemporalRefusesATakenPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	free, err := FreePort()
+	require.NoError(t, err)
+	for _, o := range []TemporalOptions{{Port: port}, {Port: free, UIPort: port}} {
+		_, err := StartTemporal(context.Background(), o)
+		require.ErrorContains(t, err, "is taken by another process")
+	}
 }

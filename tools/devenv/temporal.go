@@ -99,6 +99,15 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 			return nil, err
 		}
 	}
+	// A server already on a port would answer for this one, which cannot bind it.
+	for _, p := range []struct {
+		port int
+		what string
+	}{{o.Port, "Temporal's port"}, {o.UIPort, "the Temporal UI's port"}} {
+		if err := CheckAddrFree("127.0.0.1:"+strconv.Itoa(p.port), p.what); p.port != 0 && err != nil {
+			return nil, err
+		}
+	}
 	o.Namespace = cmp.Or(o.Namespace, "default")
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
