@@ -28,25 +28,8 @@ import (
 // stops every child process; a second start finds the same data.
 func TestDevLifecycle(t *testing.T) {
 	t.Parallel()
-	data, err := os.MkdirTemp("", "kasa-dev-test-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(data) })
-	bin := kasaBinary(t, data)
-
-	ports := make([]int, 4)
-	for i := range ports {
-		ports[i], err = devenv.FreePort()
-		require.NoError(t, err)
-	}
-	envv := append(os.Environ(),
-		"KASA_DATA_DIR="+data,
-		fmt.Sprintf("KASA_API_ADDR=127.0.0.1:%d", ports[0]),
-		fmt.Sprintf("KASA_BANKSIM_ADDR=127.0.0.1:%d", ports[1]),
-		fmt.Sprintf("KASA_TEMPORAL_PORT=%d", ports[2]),
-		fmt.Sprintf("KASA_TEMPORAL_UI_PORT=%d", ports[3]),
-		"KASA_DATABASE_URL=", "KASA_TEMPORAL_ADDRESS=", "KASA_ADMIN_TOKEN=", "KASA_SECRET_KEY=",
-		"KASA_WEBHOOK_ALLOW_PRIVATE=true", // the test's webhook endpoint listens on 127.0.0.1
-	)
+	data, bin, envv, ports := devSetup(t)
+	envv = append(envv, "KASA_WEBHOOK_ALLOW_PRIVATE=true") // the test's webhook endpoint listens on 127.0.0.1
 	apiURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 
 	start := func() (*proc, devState) {
@@ -215,22 +198,30 @@ func waitReady(t *testing.T, url string) {
 	t.Fatalf("%s never answered 200", url)
 }
 
-// startDev starts `kasa dev` on a data directory and ports of its own, and waits until it runs.
-func startDev(t *testing.T) (dev *proc, data, apiURL, simURL string) {
+// devSetup is a data directory, the kasa binary and the environment of a `kasa dev` of its own:
+// the API, the simulator, Temporal and its UI on ports[0..3].
+func devSetup(t *testing.T) (data, bin string, envv []string, ports []int) {
 	t.Helper()
 	data, err := os.MkdirTemp("", "kasa-dev-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(data) })
-	bin := kasaBinary(t, data)
-	ports := make([]int, 4)
+	bin = kasaBinary(t, data)
+	ports = make([]int, 4)
 	for i := range ports {
 		ports[i], err = devenv.FreePort()
 		require.NoError(t, err)
 	}
-	envv := append(os.Environ(), "KASA_DATA_DIR="+data,
+	envv = append(os.Environ(), "KASA_DATA_DIR="+data,
 		fmt.Sprintf("KASA_API_ADDR=127.0.0.1:%d", ports[0]), fmt.Sprintf("KASA_BANKSIM_ADDR=127.0.0.1:%d", ports[1]),
 		fmt.Sprintf("KASA_TEMPORAL_PORT=%d", ports[2]), fmt.Sprintf("KASA_TEMPORAL_UI_PORT=%d", ports[3]),
 		"KASA_DATABASE_URL=", "KASA_TEMPORAL_ADDRESS=", "KASA_ADMIN_TOKEN=", "KASA_SECRET_KEY=")
+	return data, bin, envv, ports
+}
+
+// startDev starts `kasa dev` on a data directory and ports of its own, and waits until it runs.
+func startDev(t *testing.T) (dev *proc, data, apiURL, simURL string) {
+	t.Helper()
+	data, bin, envv, ports := devSetup(t)
 	dev = startProcIn(t, "", data, bin, "dev", envv, "dev")
 	dev.waitLog("kasa is running", 3*time.Minute)
 	return dev, data, fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
