@@ -24,6 +24,7 @@ type replayCache struct {
 	size   int           // records per generation; 0 disables the cache
 	maxAge time.Duration // since the record's operation finished; 0: no bound
 	bound  atomic.Int64  // the deleters' shortest retention, in nanoseconds; 0: none known
+	blind  atomic.Bool   // the deleters' retention could not be read: answer and keep nothing
 	now    func() time.Time
 
 	mu        sync.Mutex
@@ -39,7 +40,7 @@ type replayKey struct {
 }
 
 func (c *replayCache) get(merchant uuid.UUID, scope store.Scope, key string) (store.Record, bool) {
-	if c.size == 0 {
+	if c.size == 0 || c.blind.Load() {
 		return store.Record{}, false
 	}
 	k := replayKey{merchant, scope, key}
@@ -90,6 +91,16 @@ func (c *replayCache) setBound(d time.Duration) {
 		c.cur, c.prev = nil, nil
 	}
 	c.bound.Store(int64(d))
+	c.blind.Store(false)
+}
+
+// unknownBound drops every cached record and keeps none until setBound: a deleter may have
+// announced a shorter retention, and deleted by it, while the announcements could not be read.
+func (c *replayCache) unknownBound() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cur, c.prev = nil, nil
+	c.blind.Store(true)
 }
 
 // put remembers rec if it is completed with its answer stored.
@@ -99,6 +110,9 @@ func (c *replayCache) put(rec store.Record) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.blind.Load() {
+		return
+	}
 	c.putLocked(replayKey{rec.MerchantID, rec.Scope, rec.Key}, rec)
 }
 
@@ -117,16 +131,16 @@ type Retentions interface {
 
 // FollowRetentions bounds the replay cache by the shortest retention a record deleter announced
 // within live, read every interval until ctx ends: a record that a worker with a shorter retention
-// than this API's deleted may name a new operation, which a cached copy would answer for. A failed
-// read keeps the bound it had.
+// than this API's deleted may name a new operation, which a cached copy would answer for. After a
+// failed read the cache answers nothing until a read succeeds.
 func (s *Server) FollowRetentions(ctx context.Context, src Retentions, live, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		if d, err := src.ShortestRetention(ctx, live); err == nil {
 			s.replays.setBound(d)
-		} else if ctx.Err() == nil {
-			s.log.Warn("reading the workers' idempotency retention", "error", err)
+		} else if s.replays.unknownBound(); ctx.Err() == nil {
+			s.log.Warn("reading the workers' idempotency retention; replays come from the database until it is read", "error", err)
 		}
 		select {
 		case <-ctx.Done():

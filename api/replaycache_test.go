@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -153,4 +154,34 @@ func TestReplayCacheForgetsWhenTheBoundGrows(t *testing.T) {
 		_, ok := s.replays.get(m, store.ScopePayment, "k")
 		require.False(t, ok, "bound grown to %s", grown)
 	}
+}
+
+type retentionUnreadable struct{}
+
+func (retentionUnreadable) ShortestRetention(context.Context, time.Duration) (time.Duration, error) {
+	return 0, errors.New("database unreachable")
+}
+
+// While the workers' retention cannot be read, a worker may have announced a shorter one and
+// deleted by it: the cache answers nothing until a read succeeds again.
+func TestReplayCacheStopsWhileTheRetentionIsUnreadable(t *testing.T) {
+	m := payment.NewID()
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	s := &Server{log: slog.New(slog.DiscardHandler), replays: replayCache{size: 10, maxAge: 72 * time.Hour, now: func() time.Time { return now }}}
+	rec := store.Record{MerchantID: m, Key: "k", Scope: store.ScopePayment, Status: store.RecordCompleted, Outcome: payment.StatusFailed,
+		ResponseBody: []byte(`{}`), UpdatedAt: now.Add(-30 * time.Minute)}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.FollowRetentions(ctx, shortestRetention(0), time.Minute, time.Second)
+	s.replays.put(rec)
+	s.FollowRetentions(ctx, retentionUnreadable{}, time.Minute, time.Second)
+	_, ok := s.replays.get(m, store.ScopePayment, "k")
+	require.False(t, ok, "answered from memory while the workers' retention was unknown")
+	s.replays.put(rec)
+	_, ok = s.replays.get(m, store.ScopePayment, "k")
+	require.False(t, ok, "kept a record while the workers' retention was unknown")
+	s.FollowRetentions(ctx, shortestRetention(0), time.Minute, time.Second)
+	s.replays.put(rec)
+	_, ok = s.replays.get(m, store.ScopePayment, "k")
+	require.True(t, ok, "a successful read brings the cache back")
 }
