@@ -35,7 +35,7 @@ type keyRecord struct {
 	Amount   int64  // a capture's: what it asks for
 	body     []byte
 	Of       *keyRecord // a refund's payment
-	refunds  []int64    // a payment's: the refunds to ask for once it succeeded
+	refunds  []int64    // a payment's: the refunds to ask for once it succeeded (was captured)
 	expires  bool       // the key's record may expire during the run (a short retention)
 	other    []byte     // another request sent under the key once it was answered, or none
 	// A manual payment's (authorize now, capture later): the command sent once it is authorized
@@ -148,8 +148,9 @@ func (k *keyRecord) accepted() bool {
 // until kasa takes it, and some keys are sent twice at once or sent again after their answer.
 // Some payments that succeed are then refunded, in one or two parts at once, each part a key of
 // its own driven the same way. One payment in five is manual: once authorized, most are then
-// captured in part or whole, some canceled, and the rest left to expire (KASA_CAPTURE_WINDOW),
-// each command a key of its own driven the same way.
+// captured in part or whole (and some of those refunded as above, out of what was captured), some
+// canceled, and the rest left to expire (KASA_CAPTURE_WINDOW), each command a key of its own
+// driven the same way.
 type load struct {
 	api       *api
 	rate      float64
@@ -244,19 +245,25 @@ func (l *load) newKey(key string) *keyRecord {
 	if reuse := l.rng.Float64() < 0.05; reuse && !l.expires {
 		k.other = body(amount + 1)
 	}
+	paid := amount
 	switch r := l.rng.Float64(); {
 	case manual && r < 0.6: // a part, or (one in four) all of it
 		k.next = payment.CommandCapture
 		if l.rng.IntN(4) > 0 {
 			k.capture = 1 + l.rng.Int64N(amount)
+			paid = k.capture
 		}
 	case manual && r < 0.8:
 		k.next = payment.CommandCancel
+		return k
 	case manual: // left to expire
+		return k
+	}
+	switch r := l.rng.Float64(); { // what was paid: a manual payment's capture
 	case r < refundShare/2: // the whole amount
-		k.refunds = []int64{amount}
-	case r < refundShare: // two parts at once: together never more than the payment
-		k.refunds = []int64{amount / 2, amount - amount/2}
+		k.refunds = []int64{paid}
+	case r < refundShare && paid > 1: // two parts at once: together never more than was paid
+		k.refunds = []int64{paid / 2, paid - paid/2}
 	}
 	return k
 }
@@ -313,7 +320,15 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 // refund sends k's planned refunds, all at once, once its payment has succeeded (waiting a little
 // for an outcome the answer did not show). The refunds inherit the payment's duplication.
 func (l *load) refund(ctx context.Context, k *keyRecord, twice, again bool) {
-	if len(k.refunds) == 0 || !k.accepted() || !l.succeeded(ctx, k) {
+	if !k.manual { // a manual payment's come once its capture succeeded (command)
+		l.refundOnce(ctx, k, k, twice, again)
+	}
+}
+
+// refundOnce sends k's planned refunds once paid's answers (k's, or its capture's) show the
+// payment succeeded.
+func (l *load) refundOnce(ctx context.Context, k, paid *keyRecord, twice, again bool) {
+	if len(k.refunds) == 0 || !paid.accepted() || !l.succeeded(ctx, paid) {
 		return
 	}
 	var wg sync.WaitGroup
@@ -349,6 +364,7 @@ func (l *load) command(ctx context.Context, k *keyRecord, twice, again bool) {
 	}
 	l.mu.Unlock()
 	l.drive(ctx, c, twice, again)
+	l.refundOnce(ctx, k, c, twice, again)
 }
 
 // commandDelay bounds the pause before a manual payment's command: about half the soak's

@@ -43,7 +43,7 @@ type Report struct {
 	LearnedByKey int            `json:"learned_by_key"`  // keys whose payment the client learned only by GET ?idempotency_key
 	Expired      int            `json:"expired_answers"` // answers that showed a key's record expired (409 duplicate_payment, 422 for a refund)
 	Answers      map[string]int `json:"answers"`         // HTTP status of every POST ("none": no answer)
-	Payments     map[string]int `json:"payments"`        // payments and refunds ("refund:succeeded", "manual:canceled:authorization_expired"), by final outcome
+	Payments     map[string]int `json:"payments"`        // payments and refunds ("refund:succeeded", "manual:canceled:authorization_expired", "manual:refund:succeeded"), by final outcome
 	ViaUnknown   int            `json:"via_unknown"`     // payments and refunds that were unknown on their way
 	Manual       ManualFigures  `json:"manual"`          // manual payments and their commands
 
@@ -134,6 +134,8 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 			outcome += ":" + deref(p.res.FailureCode)
 		}
 		switch {
+		case p.refund() && p.key.Of.manual:
+			outcome = "manual:refund:" + outcome
 		case p.refund():
 			outcome = "refund:" + outcome
 		case p.key.manual:
