@@ -32,48 +32,124 @@ type PolicyConflictError struct {
 
 func (e *PolicyConflictError) Error() string {
 	return fmt.Sprintf("a worker on task queue %q runs with %s; this one is configured with %s: "+
-		"every worker of a deployment needs the same money settings (stop the others first, then wait a minute)",
+		"every worker of a deployment needs the same money settings (stop the others first)",
 		e.TaskQueue, e.Other, e.Mine)
 }
 
-// ClaimWorkerPolicy reports a starting worker's policy on its task queue, unless a worker on the
-// queue reported another within live: then it is a *PolicyConflictError and nothing is written.
-// The check and the report are one transaction under the queue's lock.
+// PolicyChangeError: the deployment's money settings on the task queue, the last a worker
+// reported, are not this worker's. No worker reporting them lately does not make them another's:
+// a worker may be stalled, not stopped, and come back.
+type PolicyChangeError struct {
+	TaskQueue        string
+	Mine, Deployment WorkerPolicy
+	Reported         time.Time // the deployment's settings' last report
+}
+
+func (e *PolicyChangeError) Error() string {
+	return fmt.Sprintf("the deployment's money settings on task queue %q are %s (last reported %s); this worker is configured with %s. "+
+		"To change them: stop every worker, then start one with `kasa worker --change-money-settings`",
+		e.TaskQueue, e.Deployment, e.Reported.UTC().Format(time.RFC3339), e.Mine)
+}
+
+// ClaimWorkerPolicy reports a starting worker's policy on its task queue, unless it is not the
+// deployment's: a worker on the queue reported another within live (*PolicyConflictError), or
+// the last policy reported on the queue is another (*PolicyChangeError). Then nothing is written.
+// The checks and the report are one transaction under the queue's lock.
 func (s *Store) ClaimWorkerPolicy(ctx context.Context, queue string, p WorkerPolicy, live time.Duration) error {
-	var conflict *PolicyConflictError
+	return s.claimWorkerPolicy(ctx, queue, p, live, false)
+}
+
+// ChangeWorkerPolicy makes p the deployment's policy on the queue, unless a worker reported
+// another within live (*PolicyConflictError): a worker with the old settings still runs.
+func (s *Store) ChangeWorkerPolicy(ctx context.Context, queue string, p WorkerPolicy, live time.Duration) error {
+	return s.claimWorkerPolicy(ctx, queue, p, live, true)
+}
+
+func (s *Store) claimWorkerPolicy(ctx context.Context, queue string, p WorkerPolicy, live time.Duration, change bool) error {
+	var refused error
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
 		if err := q.LockWorkerPolicies(ctx, queue); err != nil {
 			return err
 		}
 		o, err := q.WorkerPolicyConflict(ctx, dbsqlc.WorkerPolicyConflictParams{
-			TaskQueue: queue, Since: time.Now().Add(-live), Capability: p.Capability,
+			TaskQueue: queue, LiveS: live.Seconds(), Capability: p.Capability,
 			BookingWindowMs: p.BookingWindow.Milliseconds(), ChargeBudgetMs: p.ChargeBudget.Milliseconds(), ChargeTimeoutMs: p.ChargeTimeout.Milliseconds(),
 		})
 		switch {
 		case err == nil:
-			conflict = &PolicyConflictError{TaskQueue: queue, Mine: p, Other: WorkerPolicy{
-				Capability: o.Capability, BookingWindow: time.Duration(o.BookingWindowMs) * time.Millisecond,
-				ChargeBudget: time.Duration(o.ChargeBudgetMs) * time.Millisecond, ChargeTimeout: time.Duration(o.ChargeTimeoutMs) * time.Millisecond,
-			}}
+			refused = &PolicyConflictError{TaskQueue: queue, Mine: p, Other: policyOf(o.Capability, o.BookingWindowMs, o.ChargeBudgetMs, o.ChargeTimeoutMs)}
 			return nil
 		case !errors.Is(err, pgx.ErrNoRows):
 			return err
 		}
-		return q.SeeWorkerPolicy(ctx, seeParams(queue, p))
+		if !change {
+			newer, err := newerPolicy(ctx, q, queue, p, nil)
+			if err != nil || newer != nil {
+				if newer != nil {
+					refused = newer
+				}
+				return err
+			}
+		}
+		_, err = q.SeeWorkerPolicy(ctx, seeParams(queue, p))
+		return err
 	})
 	if err != nil {
 		return err
 	}
-	if conflict != nil {
-		return conflict
-	}
-	return nil
+	return refused
 }
 
-// SeeWorkerPolicy reports that a worker runs with p on queue now.
-func (s *Store) SeeWorkerPolicy(ctx context.Context, queue string, p WorkerPolicy) error {
-	return translate(s.q.SeeWorkerPolicy(ctx, seeParams(queue, p)))
+// ReportWorkerPolicy reports that a worker runs with p on queue now, and answers when (by the
+// database's clock), unless another policy was reported on the queue after the worker's last
+// report (after; zero: none yet): the deployment's settings were changed while this worker was
+// silent (*PolicyChangeError), and it must stop. Nothing is written then.
+func (s *Store) ReportWorkerPolicy(ctx context.Context, queue string, p WorkerPolicy, after time.Time) (seen time.Time, err error) {
+	var refused error
+	err = s.tx(ctx, func(tx pgx.Tx) error {
+		q := s.q.WithTx(tx)
+		if err := q.LockWorkerPolicies(ctx, queue); err != nil {
+			return err
+		}
+		if !after.IsZero() {
+			newer, err := newerPolicy(ctx, q, queue, p, &after)
+			if err != nil || newer != nil {
+				if newer != nil {
+					refused = newer
+				}
+				return err
+			}
+		}
+		seen, err = q.SeeWorkerPolicy(ctx, seeParams(queue, p))
+		return err
+	})
+	if err == nil {
+		err = refused
+	}
+	return seen, translate(err)
+}
+
+// newerPolicy is a *PolicyChangeError naming the latest policy other than p reported on the
+// queue after after (nil: after p's own last report, or ever), or nil if there is none.
+func newerPolicy(ctx context.Context, q *dbsqlc.Queries, queue string, p WorkerPolicy, after *time.Time) (*PolicyChangeError, error) {
+	o, err := q.WorkerPolicySince(ctx, dbsqlc.WorkerPolicySinceParams{
+		TaskQueue: queue, Capability: p.Capability, After: after,
+		BookingWindowMs: p.BookingWindow.Milliseconds(), ChargeBudgetMs: p.ChargeBudget.Milliseconds(), ChargeTimeoutMs: p.ChargeTimeout.Milliseconds(),
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &PolicyChangeError{TaskQueue: queue, Mine: p, Deployment: policyOf(o.Capability, o.BookingWindowMs, o.ChargeBudgetMs, o.ChargeTimeoutMs),
+		Reported: o.LastSeen}, nil
+}
+
+func policyOf(capability string, bookingMS, budgetMS, timeoutMS int64) WorkerPolicy {
+	return WorkerPolicy{Capability: capability, BookingWindow: time.Duration(bookingMS) * time.Millisecond,
+		ChargeBudget: time.Duration(budgetMS) * time.Millisecond, ChargeTimeout: time.Duration(timeoutMS) * time.Millisecond}
 }
 
 func seeParams(queue string, p WorkerPolicy) dbsqlc.SeeWorkerPolicyParams {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -192,4 +193,41 @@ func TestWorkerThatCannotStartRecordsNoSettings(t *testing.T) {
 	w := startProc(t, s.dir, s.bin, "worker-idempotent", s.env("KASA_PROVIDER_CAPABILITY", "idempotent"), "worker")
 	time.Sleep(3 * time.Second)
 	w.requireRunning(t, "a worker configured otherwise, after one that never polled")
+}
+
+// A worker stalled past the live window (a paused VM) is not a stopped one: a worker configured
+// otherwise is still refused, as the deployment's settings are the stalled one's; a change made
+// on purpose (--change-money-settings) is taken, and the stalled worker, once it runs again,
+// stops at its next report instead of working on with the old settings beside the new.
+func TestStalledWorkerKeepsAndThenLosesTheDeploymentsSettings(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{capability: "none"})
+	s.startBanksim()
+	s.startWorker()
+	s.worker.waitLog("worker polling", time.Minute)
+	require.NoError(t, syscall.Kill(s.worker.pid(), syscall.SIGSTOP))
+	// Two minutes of silence, without waiting them out.
+	_, err := connect(t, s.dbURL).Exec(context.Background(), `UPDATE worker_policies SET last_seen = last_seen - interval '2 minutes' WHERE task_queue = $1`, s.queue)
+	require.NoError(t, err)
+
+	idem := s.env("KASA_PROVIDER_CAPABILITY", "idempotent", "KASA_WORKER_METRICS_ADDR", "")
+	out, code := runKasa(t, s.dir, s.bin, idem, "worker")
+	require.NotZero(t, code, "a worker configured otherwise started while the deployment's worker was stalled:\n%s", out)
+	require.Contains(t, out, "money settings on task queue", "%s", out)
+	require.Contains(t, out, "are capability none", "%s", out)
+	require.Contains(t, out, "configured with capability idempotent", "%s", out)
+	require.Contains(t, out, "--change-money-settings", "%s", out)
+
+	changed := startProc(t, s.dir, s.bin, "worker-changed", idem, "worker", "--change-money-settings")
+	changed.waitLog("worker polling", time.Minute)
+	require.NoError(t, syscall.Kill(s.worker.pid(), syscall.SIGCONT))
+	select {
+	case <-s.worker.c.Done():
+	case <-time.After(time.Minute):
+		t.Fatalf("the stalled worker works on beside the changed settings\n%s", tailOf(s.worker))
+	}
+	require.Error(t, s.worker.c.Err(), "the stalled worker must exit non-zero")
+	require.Contains(t, testkit.Tail(s.worker.log, 20), "money settings changed while this worker did not report")
+	time.Sleep(time.Second)
+	changed.requireRunning(t, "the worker with the changed settings")
 }

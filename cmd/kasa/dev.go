@@ -181,7 +181,13 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := w.Start(); err != nil {
 		return err
 	}
-	cleanup = append(cleanup, w.Stop, startPolicyReport(ctx, cfg, st, log))
+	changed := make(chan error, 1)
+	cleanup = append(cleanup, w.Stop, startPolicyReport(ctx, cfg, st, log, func(err error) {
+		select {
+		case changed <- err:
+		default:
+		}
+	}))
 
 	// One registry: the API's /metrics shows the relay's and the webhooks' figures too, on the
 	// API's port unless KASA_METRICS_ADDR names a listener (a developer's machine, not production).
@@ -219,6 +225,8 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	case <-ctx.Done():
 		log.Info("shutting down: stopping every child process")
 		return nil
+	case err := <-changed:
+		return fmt.Errorf("stopping everything: the deployment's money settings changed while this worker did not report: %w", err)
 	case w := <-died:
 		// Without its database or Temporal nothing works: saying so beats answering 503 for ever.
 		return fmt.Errorf("%s exited on its own (%v; log %s): stopping everything; run kasa dev again, the data is kept",

@@ -1,11 +1,13 @@
-// Command kasa runs kasa"s processes: `kasa dev` (everything, locally), or one of api, worker,
+// Command kasa runs kasa's processes: `kasa dev` (everything, locally), or one of api, worker,
 // banksim, migrate and verify.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -40,8 +42,11 @@ usage: kasa <command>
 commands:
 %s  api       run the REST API (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_ADMIN_TOKEN, KASA_SECRET_KEY);
             /metrics on KASA_METRICS_ADDR (default 127.0.0.1:8091)
-  worker    run the Temporal worker (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_PROVIDER_URL, KASA_SECRET_KEY);
-            verifies the ledger every KASA_VERIFY_INTERVAL; /metrics on KASA_WORKER_METRICS_ADDR
+  worker [--change-money-settings]
+            run the Temporal worker (needs KASA_DATABASE_URL, KASA_TEMPORAL_ADDRESS, KASA_PROVIDER_URL, KASA_SECRET_KEY);
+            verifies the ledger every KASA_VERIFY_INTERVAL; /metrics on KASA_WORKER_METRICS_ADDR;
+            --change-money-settings makes its KASA_PROVIDER_* money settings the deployment's
+            (docs/deployment.md, "Money settings")
   relay     run the event pipeline: outbox -> NATS JetStream (embedded unless KASA_NATS_URL) -> signed
             merchant webhooks, with retention; /metrics on KASA_RELAY_METRICS_ADDR (needs KASA_DATABASE_URL, KASA_SECRET_KEY)
   migrate   apply database migrations as KASA_DATABASE_MIGRATE_URL (default KASA_DATABASE_URL), grant
@@ -69,7 +74,7 @@ var commands = map[string]command{
 }
 
 // takesArgs are the commands that read arguments of their own; the others refuse any.
-var takesArgs = map[string]bool{"reconcile": true, "bench": true, "soak": true}
+var takesArgs = map[string]bool{"reconcile": true, "worker": true, "bench": true, "soak": true}
 
 // toolUsage and toolHeadUsage are the tools' lines of the usage text, empty in a production build.
 var toolHeadUsage, toolUsage string
@@ -288,10 +293,22 @@ func workerPolicy(cfg config.Config) store.WorkerPolicy {
 	return store.WorkerPolicy{Capability: string(c.Capability), BookingWindow: c.BookingWindow, ChargeBudget: c.Budget, ChargeTimeout: c.Timeout}
 }
 
-// startPolicyReport reports the worker's policy in the background until the returned stop is called.
-func startPolicyReport(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logger) (stop func()) {
+// startPolicyReport reports the worker's policy in the background until the returned stop is
+// called. A report that finds the deployment's money settings changed since this worker's last
+// (it was stalled meanwhile) calls changed with that error: the worker must stop.
+func startPolicyReport(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logger, changed func(error)) (stop func()) {
+	var after time.Time
 	report := func(ctx context.Context) error {
-		return st.SeeWorkerPolicy(ctx, cfg.Temporal.TaskQueue, workerPolicy(cfg))
+		seen, err := st.ReportWorkerPolicy(ctx, cfg.Temporal.TaskQueue, workerPolicy(cfg), after)
+		var change *store.PolicyChangeError
+		if errors.As(err, &change) && claimPolicy {
+			changed(err)
+			return nil
+		}
+		if err == nil {
+			after = seen
+		}
+		return err
 	}
 	return background(ctx, func(ctx context.Context) { worker.ReportPolicy(ctx, worker.PolicyReportInterval, report, log) })
 }
@@ -448,6 +465,17 @@ func stoppedOr(ctx context.Context, log *slog.Logger, err error) error {
 }
 
 func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	change := fs.Bool("change-money-settings", false, "")
+	if err := fs.Parse(os.Args[2:]); err != nil || fs.NArg() > 0 {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Print(usage())
+			return nil
+		}
+		fmt.Fprintf(os.Stderr, "kasa worker: takes only --change-money-settings, got %q\n\n%s", os.Args[2:], usage())
+		return exitError(2)
+	}
 	st, tc, err := connect(ctx, cfg, log, temporalWait, true)
 	if err != nil {
 		return stoppedOr(ctx, log, err)
@@ -466,11 +494,18 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		defer stop()
 	}
 	// The workers' money settings are the deployment's: one that disagrees with a live worker
-	// on its queue never polls.
-	if err := st.ClaimWorkerPolicy(ctx, cfg.Temporal.TaskQueue, workerPolicy(cfg), policyLive); err != nil && claimPolicy {
+	// on its queue, or with the settings last reported unless told to change them, never polls;
+	// one that finds them changed while it was silent stops.
+	claim := st.ClaimWorkerPolicy
+	if *change {
+		claim = st.ChangeWorkerPolicy
+	}
+	if err := claim(ctx, cfg.Temporal.TaskQueue, workerPolicy(cfg), policyLive); err != nil && claimPolicy {
 		return stoppedOr(ctx, log, err)
 	}
-	stopReport := startPolicyReport(ctx, cfg, st, log)
+	ctx, changed := context.WithCancelCause(ctx)
+	defer changed(nil)
+	stopReport := startPolicyReport(ctx, cfg, st, log, changed)
 	defer stopReport()
 	w := worker.New(tc, cfg.Temporal.TaskQueue, newActivities(cfg, st))
 	if err := w.Start(); err != nil {
@@ -480,10 +515,19 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	stopCheck := startLedgerCheck(ctx, cfg, st, reg, log)
 	stopRetention := startRecordRetention(ctx, cfg, st, reg, log)
 	<-ctx.Done()
-	log.Info("shutting down worker")
+	var changedMeanwhile *store.PolicyChangeError
+	stoppedBy := context.Cause(ctx)
+	if errors.As(stoppedBy, &changedMeanwhile) {
+		log.Error("stopping: the deployment's money settings changed while this worker did not report", "error", stoppedBy)
+	} else {
+		log.Info("shutting down worker")
+	}
 	stopRetention()
 	stopCheck()
 	w.Stop()
+	if changedMeanwhile != nil {
+		return stoppedBy
+	}
 	return nil
 }
 

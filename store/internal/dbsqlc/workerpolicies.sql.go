@@ -14,8 +14,8 @@ const LockWorkerPolicies = `-- name: LockWorkerPolicies :exec
 SELECT pg_advisory_xact_lock(hashtextextended('worker_policies/' || $1::text, 0))
 `
 
-// Serialises the starting workers of a queue until the transaction ends: each then sees the
-// policy the one before it wrote, so two with different settings cannot both pass the check.
+// Serialises the starting and reporting workers of a queue until the transaction ends: each then
+// sees the policy the one before it wrote, so two with different settings cannot both pass the check.
 func (q *Queries) LockWorkerPolicies(ctx context.Context, taskQueue string) error {
 	_, err := q.db.Exec(ctx, LockWorkerPolicies, taskQueue)
 	return err
@@ -33,10 +33,11 @@ func (q *Queries) LongestBookingWindowMS(ctx context.Context, since time.Time) (
 	return column_1, err
 }
 
-const SeeWorkerPolicy = `-- name: SeeWorkerPolicy :exec
+const SeeWorkerPolicy = `-- name: SeeWorkerPolicy :one
 INSERT INTO worker_policies (task_queue, capability, booking_window_ms, charge_budget_ms, charge_timeout_ms)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (task_queue, capability, booking_window_ms, charge_budget_ms, charge_timeout_ms) DO UPDATE SET last_seen = now()
+RETURNING last_seen
 `
 
 type SeeWorkerPolicyParams struct {
@@ -47,20 +48,22 @@ type SeeWorkerPolicyParams struct {
 	ChargeTimeoutMs int64
 }
 
-func (q *Queries) SeeWorkerPolicy(ctx context.Context, arg SeeWorkerPolicyParams) error {
-	_, err := q.db.Exec(ctx, SeeWorkerPolicy,
+func (q *Queries) SeeWorkerPolicy(ctx context.Context, arg SeeWorkerPolicyParams) (time.Time, error) {
+	row := q.db.QueryRow(ctx, SeeWorkerPolicy,
 		arg.TaskQueue,
 		arg.Capability,
 		arg.BookingWindowMs,
 		arg.ChargeBudgetMs,
 		arg.ChargeTimeoutMs,
 	)
-	return err
+	var last_seen time.Time
+	err := row.Scan(&last_seen)
+	return last_seen, err
 }
 
 const WorkerPolicyConflict = `-- name: WorkerPolicyConflict :one
-SELECT capability, booking_window_ms, charge_budget_ms, charge_timeout_ms FROM worker_policies
-WHERE task_queue = $1 AND last_seen >= $2
+SELECT capability, booking_window_ms, charge_budget_ms, charge_timeout_ms, last_seen FROM worker_policies
+WHERE task_queue = $1 AND last_seen >= now() - make_interval(secs => $2::float8)
   AND (capability, booking_window_ms, charge_budget_ms, charge_timeout_ms) IS DISTINCT FROM
       ($3::text, $4::bigint, $5::bigint, $6::bigint)
 ORDER BY last_seen DESC LIMIT 1
@@ -68,7 +71,7 @@ ORDER BY last_seen DESC LIMIT 1
 
 type WorkerPolicyConflictParams struct {
 	TaskQueue       string
-	Since           time.Time
+	LiveS           float64
 	Capability      string
 	BookingWindowMs int64
 	ChargeBudgetMs  int64
@@ -80,13 +83,15 @@ type WorkerPolicyConflictRow struct {
 	BookingWindowMs int64
 	ChargeBudgetMs  int64
 	ChargeTimeoutMs int64
+	LastSeen        time.Time
 }
 
-// A policy other than the one given that a worker on the queue reported since @since.
+// A policy other than the one given that a worker on the queue reported lately (the database
+// clock says how lately).
 func (q *Queries) WorkerPolicyConflict(ctx context.Context, arg WorkerPolicyConflictParams) (WorkerPolicyConflictRow, error) {
 	row := q.db.QueryRow(ctx, WorkerPolicyConflict,
 		arg.TaskQueue,
-		arg.Since,
+		arg.LiveS,
 		arg.Capability,
 		arg.BookingWindowMs,
 		arg.ChargeBudgetMs,
@@ -98,6 +103,59 @@ func (q *Queries) WorkerPolicyConflict(ctx context.Context, arg WorkerPolicyConf
 		&i.BookingWindowMs,
 		&i.ChargeBudgetMs,
 		&i.ChargeTimeoutMs,
+		&i.LastSeen,
+	)
+	return i, err
+}
+
+const WorkerPolicySince = `-- name: WorkerPolicySince :one
+SELECT w.capability, w.booking_window_ms, w.charge_budget_ms, w.charge_timeout_ms, w.last_seen FROM worker_policies w
+WHERE w.task_queue = $1
+  AND (w.capability, w.booking_window_ms, w.charge_budget_ms, w.charge_timeout_ms) IS DISTINCT FROM
+      ($2::text, $3::bigint, $4::bigint, $5::bigint)
+  AND w.last_seen > coalesce($6::timestamptz, (
+      SELECT max(m.last_seen) FROM worker_policies m WHERE m.task_queue = $1
+        AND (m.capability, m.booking_window_ms, m.charge_budget_ms, m.charge_timeout_ms) =
+            ($2::text, $3::bigint, $4::bigint, $5::bigint)),
+      '-infinity')
+ORDER BY w.last_seen DESC LIMIT 1
+`
+
+type WorkerPolicySinceParams struct {
+	TaskQueue       string
+	Capability      string
+	BookingWindowMs int64
+	ChargeBudgetMs  int64
+	ChargeTimeoutMs int64
+	After           *time.Time
+}
+
+type WorkerPolicySinceRow struct {
+	Capability      string
+	BookingWindowMs int64
+	ChargeBudgetMs  int64
+	ChargeTimeoutMs int64
+	LastSeen        time.Time
+}
+
+// The latest policy other than the one given that a worker on the queue reported after a time:
+// the one given, or else the given policy's own last report (any time, if it never reported).
+func (q *Queries) WorkerPolicySince(ctx context.Context, arg WorkerPolicySinceParams) (WorkerPolicySinceRow, error) {
+	row := q.db.QueryRow(ctx, WorkerPolicySince,
+		arg.TaskQueue,
+		arg.Capability,
+		arg.BookingWindowMs,
+		arg.ChargeBudgetMs,
+		arg.ChargeTimeoutMs,
+		arg.After,
+	)
+	var i WorkerPolicySinceRow
+	err := row.Scan(
+		&i.Capability,
+		&i.BookingWindowMs,
+		&i.ChargeBudgetMs,
+		&i.ChargeTimeoutMs,
+		&i.LastSeen,
 	)
 	return i, err
 }
