@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"reflect"
@@ -373,7 +374,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("backlog: api_running (%d) and max_queued (%d) must be 0 or more, drain_running (%d) at least 1, max_wait (%s) not negative",
 			b.APIRunning, b.MaxQueued, b.DrainRunning, b.MaxWait))
 	}
-	if sh := c.API.MerchantShare; sh <= 0 || sh > 1 {
+	if sh := c.API.MerchantShare; !(sh > 0 && sh <= 1) { // NaN too
 		errs = append(errs, fmt.Errorf("api.merchant_share must be more than 0 and at most 1, got %v", sh))
 	}
 	if c.Temporal.Namespace == "" || c.Temporal.TaskQueue == "" {
@@ -450,8 +451,8 @@ func (c Config) validateEdge() []error {
 		errs = append(errs, fmt.Errorf("api.max_conns (%d) and api.max_in_flight (%d) must be positive, with no more requests than connections", a.MaxConns, a.MaxInFlight))
 	}
 	for name, r := range map[string]RateLimit{"per_ip": a.RateLimit.PerIP, "per_merchant": a.RateLimit.PerMerchant, "failed_auth": a.RateLimit.FailedAuth} {
-		if r.Rate < 0 || (r.Rate > 0 && r.Burst < 1) {
-			errs = append(errs, fmt.Errorf("api.rate_limit.%s: rate (%g) must be 0 (off) or positive, with a burst of at least 1 (got %d)", name, r.Rate, r.Burst))
+		if !(r.Rate >= 0) || math.IsInf(r.Rate, 1) || (r.Rate > 0 && r.Burst < 1) { // NaN fails every comparison: refuse it, not skip it
+			errs = append(errs, fmt.Errorf("api.rate_limit.%s: rate (%g) must be 0 (off) or a positive number, with a burst of at least 1 (got %d)", name, r.Rate, r.Burst))
 		}
 	}
 	for _, h := range c.Webhook.OwnHosts {
