@@ -362,7 +362,7 @@ func classify(err error) error {
 	case errors.As(err, new(*payment.DecidedError)):
 		var d *payment.DecidedError
 		errors.As(err, &d)
-		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeAlreadyDecided, err, string(d.Status))
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeAlreadyDecided, err, string(d.Status), d.RunOfRecord)
 	case errors.Is(err, payment.ErrInconsistent):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInconsistent, err)
 	}

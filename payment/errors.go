@@ -26,9 +26,11 @@ var (
 )
 
 // DecidedError: a run's first step found its operation already decided by another run.
+// RunOfRecord is the run that took the operation on ("" when none is recorded).
 type DecidedError struct {
-	ID     string
-	Status Status
+	ID          string
+	Status      Status
+	RunOfRecord string
 }
 
 func (e *DecidedError) Error() string {

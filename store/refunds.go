@@ -213,7 +213,7 @@ func (s *Store) HoldRefundRun(ctx context.Context, refundID uuid.UUID, runID str
 		case err != nil:
 			return err // no rows: payment.ErrNotFound
 		case runID != "" && payment.Status(r.Status) != payment.StatusProcessing && r.RunOfRecord != runID:
-			return &payment.DecidedError{ID: refundID.String(), Status: payment.Status(r.Status)}
+			return &payment.DecidedError{ID: refundID.String(), Status: payment.Status(r.Status), RunOfRecord: r.RunOfRecord}
 		case r.Held:
 			return nil
 		case r.SettlementID == nil:

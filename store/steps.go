@@ -65,7 +65,7 @@ func (s *Store) ReserveRun(ctx context.Context, operationID uuid.UUID, runID str
 	case !r.Found:
 		return payment.ErrNotFound
 	case runID != "" && payment.Status(r.Status) != payment.StatusProcessing && r.RunOfRecord != runID:
-		return &payment.DecidedError{ID: operationID.String(), Status: payment.Status(r.Status)}
+		return &payment.DecidedError{ID: operationID.String(), Status: payment.Status(r.Status), RunOfRecord: r.RunOfRecord}
 	case r.Already || r.Reserved:
 		return nil
 	}

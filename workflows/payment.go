@@ -203,7 +203,10 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 	}
 	err := w.step(ctx, w.op.reserve, in.OperationID)
 	if hasType(err, ErrTypeAlreadyDecided) {
-		return w.decided(ctx, err)
+		if !resetOfRecord(ctx, err) {
+			return w.decided(ctx, err)
+		}
+		err = nil // its steps run again, as after a worker's death: each finds its work done
 	}
 	if hasType(err, ErrTypeInsufficientFunds) {
 		return w.fail(ctx, payment.FailureInsufficientFunds)
@@ -599,6 +602,20 @@ func (w *opRun) accept(ctx workflow.Context, s Settlement) {
 
 // decided ends a run whose operation another run already decided: it changes nothing and
 // answers the operation's status.
+// resetOfRecord says whether err, an AlreadyDecided refusal, refused a reset of the very run that
+// took the operation on (an operator's `temporal workflow reset` after a terminate by mistake,
+// docs/operations.md) while the operation is still open: that run goes on, it is no second run.
+// Refusals recorded before they named the run decode no run and end as before.
+func resetOfRecord(ctx workflow.Context, err error) bool {
+	var appErr *temporal.ApplicationError
+	var status, run string
+	if !errors.As(err, &appErr) || appErr.Details(&status, &run) != nil {
+		return false
+	}
+	info := workflow.GetInfo(ctx)
+	return run != "" && run == info.OriginalRunID && run != info.WorkflowExecution.RunID && !payment.Status(status).Final()
+}
+
 func (w *opRun) decided(ctx workflow.Context, err error) (PaymentResult, error) {
 	var appErr *temporal.ApplicationError
 	var status string

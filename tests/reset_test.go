@@ -1,0 +1,138 @@
+package tests
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// lastWorkflowTask is the id of the workflow's last WorkflowTaskCompleted event (0: none yet).
+func lastWorkflowTask(t *testing.T, wfID string) int64 {
+	t.Helper()
+	var last int64
+	it := tc.GetWorkflowHistory(context.Background(), wfID, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		if e.GetEventType() == enums.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+			last = e.GetEventId()
+		}
+	}
+	return last
+}
+
+// terminateByMistake terminates the workflow once its first workflow task is in its history (an
+// answer may come before: the steps run in that task), as an operator's slip would.
+func terminateByMistake(t *testing.T, wfID string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return lastWorkflowTask(t, wfID) != 0 }, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, tc.TerminateWorkflow(context.Background(), wfID, "", "by mistake"))
+}
+
+// resetToLastWorkflowTask does what docs/operations.md tells an operator to do with a payment
+// whose workflow was closed by mistake: `temporal workflow reset --type LastWorkflowTask`.
+func resetToLastWorkflowTask(t *testing.T, wfID string) {
+	t.Helper()
+	ctx := context.Background()
+	last := lastWorkflowTask(t, wfID)
+	require.NotZero(t, last, "no workflow task completed")
+	_, err := tc.WorkflowService().ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: wfID},
+		Reason: "terminated by mistake", WorkflowTaskFinishEventId: last, RequestId: uuid.NewString(),
+	})
+	require.NoError(t, err)
+}
+
+// An unknown payment whose workflow an operator terminated by mistake: the documented reset runs
+// it again, and it waits for its settlement as before, hold kept; the settlement then books it
+// once, and the bank was charged once.
+func TestResetOfATerminatedUnknownPaymentWaitsForItsSettlement(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	p := s.payUnknown(m, "reset-unknown", payBody("inv-reset-unknown", "40.00", "TRY", acct), "drop_response")
+	ctx := context.Background()
+	wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "reset-unknown")
+	terminateByMistake(t, wfID)
+
+	resetToLastWorkflowTask(t, wfID)
+	require.Never(t, func() bool { return !waitingForSettlement(t, m, "reset-unknown") }, 3*time.Second, 100*time.Millisecond,
+		"the reset run ended instead of waiting for the settlement")
+	require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "reset-unknown").Status)
+	require.Equal(t, int64(4000), reserved(t, acct), "the hold is kept")
+
+	require.NoError(t, tc.SignalWorkflow(ctx, wfID, "", workflows.SignalSettlement,
+		workflows.Settlement{Outcome: workflows.OutcomeCharged, OperationID: p.ID}))
+	var res workflows.PaymentResult
+	require.NoError(t, tc.GetWorkflow(ctx, wfID, "").Get(ctx, &res))
+	require.Equal(t, "succeeded", res.Status)
+	a := s.account(m, acct)
+	require.Equal(t, []any{"60.00", "0.00"}, []any{a["balance"], a["reserved"]})
+	require.Equal(t, 1, s.simCount(p.ID.String()), "the bank charged once")
+	requireVerified(t)
+}
+
+// A manual payment waiting for its capture whose workflow was terminated by mistake: after the
+// documented reset it waits for its capture again, and the capture moves the money once.
+func TestResetOfATerminatedAuthorizationTakesItsCapture(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	id, payer, _ := s.authorize(m, "reset-manual", "30.00", "100.00")
+	wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "reset-manual")
+	terminateByMistake(t, wfID)
+
+	resetToLastWorkflowTask(t, wfID)
+	r := s.command(m, id, "capture", "reset-capture", `{"amount":"20.00"}`)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "succeeded", r.json(t)["status"])
+	require.Equal(t, int64(0), reserved(t, payer), "the remainder is released")
+	h := s.held(id)
+	require.Equal(t, 1, h.Count, "one authorization at the bank")
+	require.Equal(t, int64(2000), h.CapturedMinor)
+	requireVerified(t)
+}
+
+// A refund whose answer was lost, its workflow terminated by mistake: after the documented reset
+// it waits for its settlement with its holds kept, and the settlement books it once.
+func TestResetOfATerminatedUnknownRefundWaitsForItsSettlement(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	paid, _ := s.paidFor(m, "reset-refunded", "100.00", "300.00")
+	s.setFaults(`{"rules":[{"on":"refund","action":"drop_response","count":1}]}`)
+	r := s.refund(m, paid, "reset-refund", `{"amount":"40.00"}`)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	refundID := r.json(t)["id"].(string)
+	ctx := context.Background()
+	wfID := workflows.RefundWorkflowID(mustUUID(t, m.ID), "reset-refund")
+	terminateByMistake(t, wfID)
+
+	resetToLastWorkflowTask(t, wfID)
+	require.Never(t, func() bool {
+		d, err := tc.DescribeWorkflow(ctx, wfID, "")
+		return err != nil || d.Status != enums.WORKFLOW_EXECUTION_STATUS_RUNNING
+	}, 3*time.Second, 100*time.Millisecond, "the reset run ended instead of waiting for the settlement")
+	held := readRefundState(t, env.DatabaseURL, paid)
+	require.Equal(t, int64(4000), held.Held, "the refund's hold is kept")
+
+	require.NoError(t, tc.SignalWorkflow(ctx, wfID, "", workflows.SignalSettlement,
+		workflows.Settlement{Outcome: workflows.OutcomeCharged, OperationID: mustUUID(t, refundID)}))
+	var res workflows.PaymentResult
+	require.NoError(t, tc.GetWorkflow(ctx, wfID, "").Get(ctx, &res))
+	require.Equal(t, "succeeded", res.Status)
+	require.Equal(t, 1, s.simRefunds(refundID), "the bank paid back once")
+	require.Equal(t, "40.00", s.do("GET", "/v1/payments/"+paid, m.APIKey, "").json(t)["amount_refunded"])
+	requireVerified(t)
+}
