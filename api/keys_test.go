@@ -48,9 +48,15 @@ func TestRevokedKeyIsRefusedByEveryInstanceWithinASecond(t *testing.T) {
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &raw))
 	m.ID, m.APIKey, m.APIKeyID = raw["id"].(string), raw["api_key"].(string), raw["api_key_id"].(string)
 
+	require.Equal(t, "no-store", rec.Header().Get("Cache-Control"), "a merchant's first key and webhook secret must not be cached")
+
 	rec = call(one, "POST", "/admin/v1/merchants/"+m.ID+"/api-keys", "adm")
 	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	require.Equal(t, "no-store", rec.Header().Get("Cache-Control"), "a new key must not be cached")
 	second := decode(rec)
+	rec = call(one, "POST", "/admin/v1/merchants/"+m.ID+"/webhook-secret", "adm")
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	require.Equal(t, "no-store", rec.Header().Get("Cache-Control"), "a new webhook secret must not be cached")
 
 	byKey := "/v1/payments?idempotency_key=nothing-yet"
 	for _, h := range []http.Handler{one, two} {

@@ -205,7 +205,7 @@ func New(o Options) *Server {
 
 	// A settlement import may settle for longer than an answer may take to write: it runs on.
 	e.POST("/admin/v1/settlements", s.limitInFlight, s.adminAuth, s.settlements)
-	admin := e.Group("/admin/v1", s.deadline, s.limitInFlight, s.adminAuth)
+	admin := e.Group("/admin/v1", noStore, s.deadline, s.limitInFlight, s.adminAuth)
 	admin.POST("/merchants", s.createMerchant)
 	admin.POST("/accounts", s.createAccount)
 	admin.POST("/accounts/:id/deposits", s.deposit)
@@ -442,3 +442,10 @@ func writeJSON(c *gin.Context, status int, v any) {
 }
 
 func setRetryAfter(c *gin.Context) { c.Header("Retry-After", strconv.Itoa(retryAfter)) }
+
+// noStore keeps every admin answer out of caches: some carry secrets shown once (a merchant's API
+// key, its webhook secret).
+func noStore(c *gin.Context) {
+	c.Header("Cache-Control", "no-store")
+	c.Next()
+}
