@@ -46,8 +46,8 @@ type PolicyChangeError struct {
 }
 
 func (e *PolicyChangeError) Error() string {
-	return fmt.Sprintf("the deployment's money settings on task queue %q are %s (last reported %s); this worker is configured with %s. "+
-		"To change them: stop every worker, then start one with `kasa worker --change-money-settings`",
+	return fmt.Sprintf("the deployment's money settings on task queue %q are %s (last reported %s); this worker is configured with %s, "+
+		"and every worker of a deployment needs the same money settings. To change them: stop every worker, then start one with `kasa worker --change-money-settings`",
 		e.TaskQueue, e.Deployment, e.Reported.UTC().Format(time.RFC3339), e.Mine)
 }
 
