@@ -4,7 +4,8 @@
 //   - Relay: claims unpublished outbox rows (FOR UPDATE SKIP LOCKED), publishes each to JetStream
 //     subject kasa.events.<type> of stream KASA_EVENTS with Nats-Msg-Id = the row id, and marks
 //     them published once the broker acknowledged them. At least once; the broker de-duplicates
-//     within its window and consumers de-duplicate with their inbox forever after.
+//     within its window and consumers de-duplicate with their inbox forever after. What the
+//     inbox still lacks long after is published again under ids of its own (republishedMsgID).
 //   - WebhookConsumer: a durable pull consumer that records each message in the inbox and
 //     creates its webhook delivery in the same transaction, acking only after the commit. A
 //     message only names its event: the body delivered is built from the outbox row, so the

@@ -261,7 +261,7 @@ func TestRelayKilledBeforeMarkingIsDeduplicated(t *testing.T) {
 	}
 
 	claimed, published, err := db.RelayOutbox(ctx, 1000, func(ctx context.Context, evs []store.OutboxEvent) ([]uuid.UUID, error) {
-		acked, err := p.relay.publish(ctx, evs, true)
+		acked, _, err := p.relay.publish(ctx, evs, nil)
 		require.NoError(t, err)
 		require.Len(t, acked, len(evs))
 		return nil, errKilled // dies before marking

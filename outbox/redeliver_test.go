@@ -145,3 +145,75 @@ func TestLostEventKeepsOrderAfterALongOutage(t *testing.T) {
 	require.Eventually(t, func() bool { return h.Count() == 2 }, 20*time.Second, 20*time.Millisecond, "both events delivered")
 	require.Equal(t, first.ID.String(), h.Requests()[0].EventID, "payment.unknown first; got %s", h.Requests()[0].Body)
 }
+
+// A stream purge loses an event the broker acknowledged, but the broker still remembers its
+// message id for DuplicateWindow (a purge keeps the duplicate map): a re-publication under that
+// id would be dropped as a copy of what the broker no longer holds, and the payment's next event
+// would reach the merchant first once its order grace ran out. Re-publications go under message
+// ids of their own. RedeliverAfter is well under the duplicate window, so that the grace (twice
+// it, as `kasa relay` sets it) runs out while the window still holds the first publication's id.
+func TestPurgedEventKeepsOrder(t *testing.T) {
+	ctx := context.Background()
+	st, b := ownStore(t), newBroker(t)
+	h := newHook(t, answer(http.StatusNoContent))
+	settleIn(t, st, newMerchantIn(t, st, h.URL), true) // payment.unknown, then payment.succeeded
+
+	redeliverAfter := 2 * time.Second
+	require.Less(t, 4*redeliverAfter, DuplicateWindow)
+	metrics := NewMetrics(prometheus.NewRegistry())
+	relay := NewRelay(RelayOptions{Store: st, JetStream: b.js, RedeliverAfter: redeliverAfter, Metrics: metrics, Logger: quiet})
+	var first uuid.UUID
+	_, _, err := st.RelayOutbox(ctx, 10, func(ctx context.Context, evs []store.OutboxEvent) ([]uuid.UUID, error) {
+		require.Len(t, evs, 1, "one event per payment and batch")
+		first = evs[0].ID
+		acked, _, err := relay.publish(ctx, evs, nil)
+		return acked, err
+	})
+	require.NoError(t, err)
+	s, err := b.js.Stream(ctx, StreamName)
+	require.NoError(t, err)
+	require.NoError(t, s.Purge(ctx))
+	_, err = relay.RelayOnce(ctx) // payment.succeeded: the only event in the stream
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), b.streamMsgs(t))
+
+	testkit.RunUntilEnd(t,
+		relay,
+		NewWebhookConsumer(WebhookConsumerOptions{Store: st, JetStream: b.js, OrderGrace: 2 * redeliverAfter, Metrics: metrics, Logger: quiet}),
+		NewWebhookSender(WebhookSenderOptions{Store: st, AllowPrivate: true, Metrics: metrics, Logger: quiet}))
+	require.Eventually(t, func() bool { return h.Count() > 0 }, 30*time.Second, 20*time.Millisecond, "an event delivered")
+	require.Equal(t, first.String(), h.Requests()[0].EventID, "payment.unknown first; got %s", h.Requests()[0].Body)
+	require.Eventually(t, func() bool { return h.Count() == 2 }, 30*time.Second, 20*time.Millisecond, "both events delivered")
+}
+
+// A re-publication the broker answers as a duplicate (a relay before a restart used its message
+// id within the duplicate window) is not counted as published again: the next check publishes
+// the event under the next id.
+func TestRepublicationAnsweredAsDuplicateIsNotCounted(t *testing.T) {
+	ctx := context.Background()
+	st, b := ownStore(t), newBroker(t)
+	settleIn(t, st, newMerchantIn(t, st, "http://127.0.0.1:9/hook"), false) // no consumer: never inboxed
+
+	redeliverAfter := 200 * time.Millisecond
+	relay := func(m *Metrics) *Relay {
+		return NewRelay(RelayOptions{Store: st, JetStream: b.js, RedeliverAfter: redeliverAfter, Metrics: m, Logger: quiet})
+	}
+	before, after := NewMetrics(prometheus.NewRegistry()), NewMetrics(prometheus.NewRegistry())
+	first := relay(before)
+	n, err := first.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	time.Sleep(redeliverAfter)
+
+	first.Redeliver(ctx)
+	require.Equal(t, 1.0, value(t, before.republished))
+	require.Equal(t, uint64(2), b.streamMsgs(t), "a copy the broker took, not one it dropped as a duplicate")
+
+	restarted := relay(after) // knows nothing of the re-publication before
+	restarted.Redeliver(ctx)
+	require.Zero(t, value(t, after.republished), "the broker dropped it as a duplicate")
+	require.Equal(t, uint64(2), b.streamMsgs(t))
+	restarted.Redeliver(ctx)
+	require.Equal(t, 1.0, value(t, after.republished), "under the next message id")
+	require.Equal(t, uint64(3), b.streamMsgs(t))
+}

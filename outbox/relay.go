@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,8 +36,8 @@ type RelayOptions struct {
 	RetentionBatch int           // rows per DELETE (1000)
 	// The broker's ack is not delivery: a broker can lose what it acknowledged. An event the
 	// webhook consumer's inbox (Consumer) still lacks RedeliverAfter after the ack is published
-	// again, with the same message id, then after twice as long, and so on up to
-	// redeliverBackoffMax, until RedeliverFor after the ack.
+	// again, under a message id of its own (republishedMsgID), then after twice as long, and so
+	// on up to redeliverBackoffMax, until RedeliverFor after the ack.
 	Consumer       string        // the inbox that confirms delivery (WebhooksConsumer)
 	RedeliverAfter time.Duration // (1m)
 	RedeliverFor   time.Duration // (24h)
@@ -57,6 +58,7 @@ type Relay struct {
 type resend struct {
 	at    time.Time
 	delay time.Duration
+	n     int // the number of the last re-publication (republishedMsgID)
 }
 
 // redeliverBackoffMax bounds the delay between two publications of an event the inbox lacks: a
@@ -161,7 +163,8 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.PublishTimeout+5*time.Second)
 	defer cancel()
 	claimed, published, err := r.o.Store.RelayOutbox(bctx, r.o.BatchSize, func(ctx context.Context, events []store.OutboxEvent) ([]uuid.UUID, error) {
-		return r.publish(ctx, events, true)
+		acked, _, err := r.publish(ctx, events, nil)
+		return acked, err
 	})
 	r.o.Metrics.published.Add(float64(published))
 	if err != nil {
@@ -173,9 +176,13 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 
 // Redeliver publishes again the events that the consumer's inbox still lacks RedeliverAfter
 // after the broker acknowledged them (it may have lost them), except those published again
-// lately (the delay doubles each time). They keep their message id: a copy the broker still
-// holds within its duplicate window is dropped there, any other the inbox absorbs. Events still
-// missing RedeliverFor after their ack are given up, with an error logged.
+// lately (the delay doubles each time). Each re-publication goes under a message id of its own
+// (republishedMsgID): the broker may have lost an event while still remembering its id (a stream
+// purge keeps the duplicate window), and would drop a copy under that id as a duplicate. Copies
+// of an event the broker still holds are absorbed by the inbox. A re-publication the broker
+// answers as a duplicate (a relay before this one's restart used its id) is not counted: the
+// event is due again at the next check, under the next number. Events still missing
+// RedeliverFor after their ack are given up, with an error logged.
 func (r *Relay) Redeliver(ctx context.Context) {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.PublishTimeout+5*time.Second)
 	defer cancel()
@@ -200,36 +207,58 @@ func (r *Relay) Redeliver(ctx context.Context) {
 	now := time.Now()
 	due := make([]store.OutboxEvent, 0, len(u.Due))
 	kept := make(map[uuid.UUID]resend, len(u.Due))
+	before := make(map[uuid.UUID]resend, len(u.Due)) // the due events' state before this check
+	again := make(map[uuid.UUID]int, len(u.Due))
 	for _, e := range u.Due {
 		s, seen := r.resend[e.ID]
 		if seen && now.Before(s.at) {
 			kept[e.ID] = s
 			continue
 		}
-		s.delay = min(max(2*s.delay, r.o.RedeliverAfter), redeliverBackoffMax)
-		kept[e.ID] = resend{at: now.Add(s.delay), delay: s.delay}
+		before[e.ID] = s
+		delay := min(max(2*s.delay, r.o.RedeliverAfter), redeliverBackoffMax)
+		kept[e.ID] = resend{at: now.Add(delay), delay: delay, n: s.n + 1}
+		again[e.ID] = s.n + 1
 		due = append(due, e)
 	}
 	r.resend = kept // events no longer due (in the inbox now) are forgotten
 	if len(due) == 0 {
 		return
 	}
-	acked, err := r.publish(bctx, due, false)
-	r.o.Metrics.republished.Add(float64(len(acked)))
-	if len(acked) > 0 {
-		r.o.Logger.Warn("relay: published again events the inbox still lacks", "events", len(acked), "consumer", r.o.Consumer)
+	acked, dups, err := r.publish(bctx, due, again)
+	// Not sent, or not as a new message: due again at the next check, under the next number,
+	// with the backoff they had.
+	notNew := func(id uuid.UUID) { r.resend[id] = resend{delay: before[id].delay, n: again[id]} }
+	for _, id := range dups {
+		notNew(id)
+	}
+	if n := len(acked) - len(dups); n > 0 {
+		r.o.Metrics.republished.Add(float64(n))
+		r.o.Logger.Warn("relay: published again events the inbox still lacks", "events", n, "consumer", r.o.Consumer)
+	}
+	if len(dups) > 0 {
+		r.o.Logger.Info("relay: the broker had the message ids of events published again; publishing them under the next ones", "events", len(dups))
 	}
 	if err != nil && ctx.Err() == nil {
 		r.o.Metrics.relayErrors.WithLabelValues("redeliver").Inc()
 		r.o.Logger.Warn("relay: publishing again failed; will retry", "error", err)
-		for _, e := range due {
-			delete(r.resend, e.ID) // not sent: due again at the next check
-		}
+		sent := make(map[uuid.UUID]bool, len(acked))
 		for _, id := range acked {
-			r.resend[id] = kept[id]
+			sent[id] = true
+		}
+		for _, e := range due {
+			if !sent[e.ID] {
+				notNew(e.ID)
+			}
 		}
 		r.ensureStream(ctx, err)
 	}
+}
+
+// republishedMsgID is the Nats-Msg-Id of an event's n-th re-publication (n ≥ 1); its first
+// publication's is the event id. Consumers de-duplicate on the event id of the body, not on this.
+func republishedMsgID(eventID uuid.UUID, n int) string {
+	return eventID.String() + "/" + strconv.Itoa(n)
 }
 
 // ensureStream creates the stream again when a publish found none: a broker that lost its
@@ -243,10 +272,12 @@ func (r *Relay) ensureStream(ctx context.Context, err error) {
 	}
 }
 
-// publish sends a batch asynchronously and waits for every ack; it returns the acknowledged ids.
+// publish sends a batch asynchronously and waits for every ack; it returns the acknowledged ids
+// and, of those, the ones the broker acknowledged as duplicates of a message id it remembers.
 // A batch holds at most one event per aggregate, so a partial failure cannot reorder a payment.
-// first: the events' first publication, whose latency is observed.
-func (r *Relay) publish(ctx context.Context, events []store.OutboxEvent, first bool) ([]uuid.UUID, error) {
+// again numbers re-publications (republishedMsgID); nil: the events' first publication, under
+// the event id, whose latency is observed.
+func (r *Relay) publish(ctx context.Context, events []store.OutboxEvent, again map[uuid.UUID]int) (acked, dups []uuid.UUID, err error) {
 	futures := make([]jetstream.PubAckFuture, 0, len(events))
 	sent := make([]store.OutboxEvent, 0, len(events)) // futures[i] is sent[i]'s
 	var errs []error
@@ -256,7 +287,11 @@ func (r *Relay) publish(ctx context.Context, events []store.OutboxEvent, first b
 			errs = append(errs, err)
 			continue
 		}
-		f, err := r.o.JetStream.PublishMsgAsync(msg, jetstream.WithMsgID(e.ID.String()), jetstream.WithExpectStream(StreamName))
+		id := e.ID.String()
+		if again != nil {
+			id = republishedMsgID(e.ID, again[e.ID])
+		}
+		f, err := r.o.JetStream.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(StreamName))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("publish %s: %w", e.ID, err))
 			break
@@ -266,23 +301,26 @@ func (r *Relay) publish(ctx context.Context, events []store.OutboxEvent, first b
 	events = sent
 	timeout := time.NewTimer(r.o.PublishTimeout)
 	defer timeout.Stop()
-	acked := make([]uuid.UUID, 0, len(futures))
+	acked = make([]uuid.UUID, 0, len(futures))
 	for i, f := range futures {
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
 			acked = append(acked, events[i].ID)
-			if first {
+			if ack.Duplicate {
+				dups = append(dups, events[i].ID)
+			}
+			if again == nil {
 				r.o.Metrics.publishLatency.Observe(time.Since(events[i].CreatedAt).Seconds())
 			}
 		case err := <-f.Err():
 			errs = append(errs, fmt.Errorf("publish %s: %w", events[i].ID, err))
 		case <-timeout.C:
-			return acked, errors.Join(append(errs, fmt.Errorf("no broker ack within %s", r.o.PublishTimeout))...)
+			return acked, dups, errors.Join(append(errs, fmt.Errorf("no broker ack within %s", r.o.PublishTimeout))...)
 		case <-ctx.Done():
-			return acked, ctx.Err()
+			return acked, dups, ctx.Err()
 		}
 	}
-	return acked, errors.Join(errs...)
+	return acked, dups, errors.Join(errs...)
 }
 
 // message renders an outbox row as its broker message.

@@ -23,7 +23,7 @@ func TestPublishReportsTheAcknowledgedEvents(t *testing.T) {
 		{ID: payment.NewID(), AggregateID: payment.NewID(), Type: "payment.succeeded", Payload: []byte(`{`), CreatedAt: time.Now()},
 		{ID: payment.NewID(), AggregateID: payment.NewID(), Type: "payment.succeeded", Payload: []byte(`{}`), CreatedAt: time.Now()},
 	}
-	acked, err := r.publish(context.Background(), events, true)
+	acked, _, err := r.publish(context.Background(), events, nil)
 	require.Error(t, err, "the unreadable event")
 	require.ElementsMatch(t, []uuid.UUID{events[0].ID, events[2].ID}, acked)
 }
