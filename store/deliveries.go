@@ -34,78 +34,113 @@ type ClaimedDelivery struct {
 // merchant never gets more than perMerchant deliveries in flight (across senders, best effort
 // under races), and an aggregate's deliveries go one at a time in event order.
 //
-// Each statement looks at a bounded number of due rows in order (claimCandidates); when they
-// were all looked at and did not fill limit (their merchants at their limit), the next statement
-// goes on after the last of them, until limit is filled or the due rows end. The rows claimed
-// before are then in flight, so the limit per merchant holds across the statements.
+// One statement looks at a bounded number of the oldest due rows (claimCandidates). When they
+// were more than that and did not fill limit (their merchants at their limit), a second one
+// claims merchant by merchant, a bounded number of merchants from a random one on
+// (claimMerchants): rows behind a backlog of merchants at their limit are reached however long
+// it is, and neither statement costs more than what it looks at. The rows the first one claimed
+// are then in flight, so the limit per merchant holds across the two.
 func (s *Store) ClaimDeliveries(ctx context.Context, limit, perMerchant int, lease time.Duration) ([]ClaimedDelivery, error) {
-	var ds []ClaimedDelivery
-	afterAt, afterID := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, uuid.Nil
-	for range maxClaimStatements {
-		if len(ds) >= limit {
-			break
-		}
-		candidates := claimCandidates(limit - len(ds))
-		got, scanned, lastAt, lastID, err := s.claimDeliveries(ctx, limit-len(ds), perMerchant, lease, candidates, afterAt, afterID)
-		ds = append(ds, got...)
-		if err != nil || scanned < int64(candidates) {
-			return ds, err
-		}
-		afterAt, afterID = lastAt, lastID
+	candidates := claimCandidates(limit)
+	ds, scanned, err := s.claimDeliveries(ctx, limit, perMerchant, lease, candidates)
+	if err != nil || len(ds) >= limit || scanned < int64(candidates) {
+		return ds, err
 	}
-	return ds, nil
+	more, err := s.claimMerchantDeliveries(ctx, limit-len(ds), perMerchant, lease, claimMerchants(limit, perMerchant), uuid.New())
+	return append(ds, more...), err
 }
-
-// maxClaimStatements bounds how far past merchants at their limit one claim walks: rows further
-// back wait until those merchants' own webhooks have gone out.
-const maxClaimStatements = 8
 
 // claimCandidates is how many due rows one claim statement looks at for limit rows: enough that
 // a few merchants at their limit or payments waiting for an earlier event do not leave it short.
 func claimCandidates(limit int) int { return max(4*limit, 64) }
 
-func (s *Store) claimDeliveries(ctx context.Context, limit, perMerchant int, lease time.Duration, candidates int,
-	afterAt pgtype.Timestamptz, afterID uuid.UUID) (ds []ClaimedDelivery, scanned int64, lastAt pgtype.Timestamptz, lastID uuid.UUID, err error) {
+// claimMerchants is how many merchants the claim past the oldest due rows looks at: it reads
+// 2*perMerchant rows of each, about as many rows as the first statement looks at in all, and at
+// least 16 merchants. A random start gives the others their turn at later claims.
+func claimMerchants(limit, perMerchant int) int {
+	return max(claimCandidates(limit)/(2*max(perMerchant, 1)), 16)
+}
+
+// claimDeliveries runs the claim of the oldest due rows (claim_deliveries.sql), from the head
+// of the queue; scanned is how many due rows it looked at.
+func (s *Store) claimDeliveries(ctx context.Context, limit, perMerchant int, lease time.Duration, candidates int) (ds []ClaimedDelivery, scanned int64, err error) {
 	// Planned at each call (an unnamed statement), never from a plan cached while the table was
 	// small: the walk's probes would then be scans of the whole table.
 	rows, err := s.pool.Query(ctx, queryClaimDeliveries, pgx.QueryExecModeCacheDescribe,
-		limit, perMerchant, lease.Seconds(), candidates, afterAt, afterID)
+		limit, perMerchant, lease.Seconds(), candidates, pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, uuid.Nil)
 	if err != nil {
-		return nil, 0, lastAt, lastID, translate(err)
+		return nil, 0, translate(err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id, merchantID, aggregateID *uuid.UUID
-		var eventType, url *string
-		var body, sealed, prevSealed []byte
-		var attempt *int
+		var c claimedRow
 		var n *int64
 		var at pgtype.Timestamptz
 		var last *uuid.UUID
-		if err := rows.Scan(&id, &merchantID, &aggregateID, &eventType, &url, &body, &attempt, &sealed, &prevSealed,
+		if err := rows.Scan(&c.id, &c.merchantID, &c.aggregateID, &c.eventType, &c.url, &c.body, &c.attempt, &c.sealed, &c.prevSealed,
 			&n, &at, &last); err != nil {
-			return nil, 0, lastAt, lastID, translate(err)
+			return nil, 0, translate(err)
 		}
-		if id == nil { // the last row: how many due rows the statement looked at, and the last one
-			scanned, lastAt = *n, at
-			if last != nil {
-				lastID = *last
-			}
+		if c.id == nil { // the last row: how many due rows the statement looked at
+			scanned = *n
 			continue
 		}
-		c := ClaimedDelivery{ID: *id, MerchantID: *merchantID, AggregateID: *aggregateID, EventType: *eventType, URL: *url,
-			Body: body, Attempt: *attempt}
-		if c.Secret, err = s.open(sealed); err != nil {
-			return nil, 0, lastAt, lastID, fmt.Errorf("%w: merchant %s: %v", ErrInconsistent, c.MerchantID, err)
+		d, err := s.claimed(c)
+		if err != nil {
+			return nil, 0, err
 		}
-		if prevSealed != nil {
-			if c.PreviousSecret, err = s.open(prevSealed); err != nil {
-				return nil, 0, lastAt, lastID, fmt.Errorf("%w: merchant %s: previous secret: %v", ErrInconsistent, c.MerchantID, err)
-			}
-		}
-		ds = append(ds, c)
+		ds = append(ds, d)
 	}
-	return ds, scanned, lastAt, lastID, translate(rows.Err())
+	return ds, scanned, translate(rows.Err())
+}
+
+// claimMerchantDeliveries runs the claim merchant by merchant (claim_merchant_deliveries.sql),
+// over at most merchants merchants from after start.
+func (s *Store) claimMerchantDeliveries(ctx context.Context, limit, perMerchant int, lease time.Duration, merchants int, start uuid.UUID) ([]ClaimedDelivery, error) {
+	// Planned at each call, as claimDeliveries.
+	rows, err := s.pool.Query(ctx, queryClaimMerchantDeliveries, pgx.QueryExecModeCacheDescribe,
+		limit, perMerchant, lease.Seconds(), merchants, start)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var ds []ClaimedDelivery
+	for rows.Next() {
+		var c claimedRow
+		if err := rows.Scan(&c.id, &c.merchantID, &c.aggregateID, &c.eventType, &c.url, &c.body, &c.attempt, &c.sealed, &c.prevSealed); err != nil {
+			return nil, translate(err)
+		}
+		d, err := s.claimed(c)
+		if err != nil {
+			return nil, err
+		}
+		ds = append(ds, d)
+	}
+	return ds, translate(rows.Err())
+}
+
+// claimedRow is a row a claim statement returns (all NULL in claim_deliveries.sql's last row).
+type claimedRow struct {
+	id, merchantID, aggregateID *uuid.UUID
+	eventType, url              *string
+	body, sealed, prevSealed    []byte
+	attempt                     *int
+}
+
+// claimed opens the merchant's secrets of a claimed row.
+func (s *Store) claimed(r claimedRow) (ClaimedDelivery, error) {
+	c := ClaimedDelivery{ID: *r.id, MerchantID: *r.merchantID, AggregateID: *r.aggregateID, EventType: *r.eventType, URL: *r.url,
+		Body: r.body, Attempt: *r.attempt}
+	var err error
+	if c.Secret, err = s.open(r.sealed); err != nil {
+		return ClaimedDelivery{}, fmt.Errorf("%w: merchant %s: %v", ErrInconsistent, c.MerchantID, err)
+	}
+	if r.prevSealed != nil {
+		if c.PreviousSecret, err = s.open(r.prevSealed); err != nil {
+			return ClaimedDelivery{}, fmt.Errorf("%w: merchant %s: previous secret: %v", ErrInconsistent, c.MerchantID, err)
+		}
+	}
+	return c, nil
 }
 
 // DeliveryStatus is a delivery's state.

@@ -12,9 +12,10 @@ import (
 var embedded embed.FS
 
 var (
-	queryClaimDeliveries = embeddedQuery("claim_deliveries")
-	queryLockWaits       = embeddedQuery("lock_waits")
-	queryTableSizes      = embeddedQuery("table_sizes")
+	queryClaimDeliveries         = embeddedQuery("claim_deliveries")
+	queryClaimMerchantDeliveries = embeddedQuery("claim_merchant_deliveries")
+	queryLockWaits               = embeddedQuery("lock_waits")
+	queryTableSizes              = embeddedQuery("table_sizes")
 )
 
 func embeddedQuery(name string) string {

@@ -66,6 +66,17 @@ var QueryClaimDeliveries = queryClaimDeliveries
 // ClaimCandidates is how many due rows one claim statement looks at for limit rows.
 var ClaimCandidates = claimCandidates
 
+// QueryClaimMerchantDeliveries is the claim merchant by merchant, for plan tests.
+var QueryClaimMerchantDeliveries = queryClaimMerchantDeliveries
+
+// ClaimMerchants is how many merchants the claim merchant by merchant looks at.
+var ClaimMerchants = claimMerchants
+
+// ClaimMerchantDeliveries runs the claim merchant by merchant from after start.
+func (s *Store) ClaimMerchantDeliveries(ctx context.Context, limit, perMerchant int, lease time.Duration, merchants int, start uuid.UUID) ([]ClaimedDelivery, error) {
+	return s.claimMerchantDeliveries(ctx, limit, perMerchant, lease, merchants, start)
+}
+
 // Uncommitted runs sql in a transaction of its own and leaves it open: commit ends it.
 func (s *Store) Uncommitted(ctx context.Context, sql string, args ...any) (commit func() error, err error) {
 	tx, err := s.pool.Begin(ctx)

@@ -15,7 +15,9 @@
 -- is the one over the whole backlog. A leased row is due (it was when claimed, and a lease ends
 -- before its row is rescheduled), so each walked merchant's leases are counted once among its
 -- own due rows, oldest first (the ones claimed). The last row says how many rows were walked and
--- the last one's key, for the caller to go on from when the claim is short.
+-- the last one's key. The caller starts at the head of the queue; when this walk did not reach
+-- the end of the due rows and the claim is short, it goes on merchant by merchant
+-- (claim_merchant_deliveries.sql) rather than walking further behind merchants at their limit.
 WITH RECURSIVE walk AS (
     (SELECT d.id, d.merchant_id, d.aggregate_id, d.event_created_at, d.next_attempt_at, d.claimed_until, 1 AS n
      FROM webhook_deliveries d
