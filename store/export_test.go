@@ -66,6 +66,9 @@ var QueryClaimDeliveries = queryClaimDeliveries
 // ClaimCandidates is how many due rows one claim statement looks at for limit rows.
 var ClaimCandidates = claimCandidates
 
+// QueryPurgeDeliveries is retention's statement for webhook deliveries, for plan tests.
+var QueryPurgeDeliveries = dbsqlc.PurgeDeliveries
+
 // QueryClaimMerchantDeliveries is the claim merchant by merchant, for plan tests.
 var QueryClaimMerchantDeliveries = queryClaimMerchantDeliveries
 

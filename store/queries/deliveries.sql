@@ -2,9 +2,12 @@
 -- delivery of its aggregate is pending.
 
 -- name: PurgeDeliveries :execrows
--- Finished deliveries only: a pending one is still owed to the merchant. Attempts cascade.
+-- Finished deliveries only: a pending one is still owed to the merchant. Attempts cascade. A
+-- row last changed before the cutoff was created before it too: that condition reads the
+-- webhook_deliveries_finished index (migration 32) instead of the whole table.
 DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries
-WHERE status IN ('delivered', 'failed', 'skipped') AND updated_at < now() - $1::float8 * interval '1 second' LIMIT $2);
+WHERE status IN ('delivered', 'failed', 'skipped') AND created_at < now() - $1::float8 * interval '1 second'
+  AND updated_at < now() - $1::float8 * interval '1 second' LIMIT $2);
 
 -- name: InsertAttempt :exec
 INSERT INTO webhook_attempts (id, delivery_id, attempt, started_at, duration_ms, status_code, error)

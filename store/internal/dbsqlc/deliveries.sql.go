@@ -349,7 +349,8 @@ func (q *Queries) PaymentDeliveries(ctx context.Context, aggregateID uuid.UUID) 
 const PurgeDeliveries = `-- name: PurgeDeliveries :execrows
 
 DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries
-WHERE status IN ('delivered', 'failed', 'skipped') AND updated_at < now() - $1::float8 * interval '1 second' LIMIT $2)
+WHERE status IN ('delivered', 'failed', 'skipped') AND created_at < now() - $1::float8 * interval '1 second'
+  AND updated_at < now() - $1::float8 * interval '1 second' LIMIT $2)
 `
 
 type PurgeDeliveriesParams struct {
@@ -359,7 +360,9 @@ type PurgeDeliveriesParams struct {
 
 // Webhook deliveries and their attempt log. The sender claims a delivery only when no earlier
 // delivery of its aggregate is pending.
-// Finished deliveries only: a pending one is still owed to the merchant. Attempts cascade.
+// Finished deliveries only: a pending one is still owed to the merchant. Attempts cascade. A
+// row last changed before the cutoff was created before it too: that condition reads the
+// webhook_deliveries_finished index (migration 32) instead of the whole table.
 func (q *Queries) PurgeDeliveries(ctx context.Context, arg PurgeDeliveriesParams) (int64, error) {
 	result, err := q.db.Exec(ctx, PurgeDeliveries, arg.Column1, arg.Limit)
 	if err != nil {
