@@ -293,9 +293,6 @@ func Load() (Config, error) {
 	if err := v.Unmarshal(&c, strict); err != nil {
 		return Config{}, fmt.Errorf("parse config: %w", err)
 	}
-	if c.Provider.URL == "" {
-		c.Provider.URL = "http://" + c.Banksim.Addr
-	}
 	// An empty variable reads as unset (its default), so a listener is turned off by name.
 	for _, addr := range []*string{&c.Worker.MetricsAddr, &c.Relay.MetricsAddr, &c.Debug.PprofAddr} {
 		if *addr == MetricsOff {
@@ -429,6 +426,22 @@ func (c Config) CheckAdminToken() error {
 	}
 	return nil
 }
+
+// ErrNoProvider is a worker's refusal to start without provider.url: no address is a safe
+// default for the bank that moves the money (docs/operations.md).
+var ErrNoProvider = errors.New("KASA_PROVIDER_URL is not set: the bank kasa worker charges (kasa dev and kasa cluster default it to their simulator)")
+
+// CheckProvider reports ErrNoProvider when provider.url is unset.
+func (c Config) CheckProvider() error {
+	if c.Provider.URL == "" {
+		return ErrNoProvider
+	}
+	return nil
+}
+
+// SimulatorURL is the provider URL of the bank simulator on banksim.addr, which the developer
+// launchers (kasa dev, kasa cluster) charge when provider.url is unset.
+func (c Config) SimulatorURL() string { return "http://" + c.Banksim.Addr }
 
 // writeMargin is how much longer than sync_wait an answer may take to write: the work before
 // the wait (the database, the workflow start) and after it (reading the record).

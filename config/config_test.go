@@ -19,7 +19,8 @@ func TestLoadDefaults(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:8080", c.API.Addr)
 	require.Equal(t, "127.0.0.1:8090", c.Banksim.Addr)
-	require.Equal(t, "http://127.0.0.1:8090", c.Provider.URL)
+	require.Empty(t, c.Provider.URL, "no bank by default: kasa worker refuses to start, kasa dev and kasa cluster use their simulator")
+	require.Equal(t, "http://127.0.0.1:8090", c.SimulatorURL())
 	require.Equal(t, "idempotent", c.Provider.Capability)
 	require.Equal(t, "default", c.Temporal.Namespace)
 	require.Equal(t, "./.data", c.Data.Dir)
@@ -177,6 +178,22 @@ func TestCheckAdminToken(t *testing.T) {
 			require.ErrorContains(t, err, "KASA_ADMIN_TOKEN")
 		}
 	}
+}
+
+func TestCheckProvider(t *testing.T) {
+	for _, tc := range []struct {
+		url     string
+		wantErr error
+	}{
+		{"", ErrNoProvider},
+		{"https://bank.example/api", nil},
+		{"http://127.0.0.1:8090", nil}, // a simulator named on purpose
+	} {
+		var c Config
+		c.Provider.URL = tc.url
+		require.ErrorIs(t, c.CheckProvider(), tc.wantErr, "url %q", tc.url)
+	}
+	require.ErrorContains(t, ErrNoProvider, "KASA_PROVIDER_URL")
 }
 
 // The broker's credentials and TLS, and the private-webhook switch, come from KASA_* variables;

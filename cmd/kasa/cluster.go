@@ -34,6 +34,7 @@ const stopTimeout = 15 * time.Second
 // APIs and the relay, each a child of this process, until SIGINT/SIGTERM. A child started through
 // the supervisor that dies once the cluster has started is reported and started again.
 func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	cfg = onSimulator(cfg) // its workers are told the bank explicitly (KASA_PROVIDER_URL below)
 	exe, err := os.Executable()
 	if err != nil {
 		return err

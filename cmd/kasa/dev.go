@@ -65,6 +65,7 @@ func randomHex(n int) string {
 
 // runDev starts the whole system on embedded defaults and stops every child on SIGINT/SIGTERM.
 func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	cfg = onSimulator(cfg)
 	relaxGC()
 	shareCores(runtime.NumCPU())
 	dir, err := filepath.Abs(cfg.Data.Dir)
@@ -147,7 +148,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	// The simulator runs here only when it is the provider: with KASA_PROVIDER_URL at another bank
 	// (kasa bench runs `kasa banksim` apart, to measure kasa's CPU alone), none is started.
-	if cfg.Provider.URL == "http://"+cfg.Banksim.Addr {
+	if cfg.Provider.URL == cfg.SimulatorURL() {
 		sim, err := banksim.New(banksim.Options{DataDir: filepath.Join(dir, "banksim"), Capability: banksim.Capability(cfg.Provider.Capability), Logger: log})
 		if err != nil {
 			return err

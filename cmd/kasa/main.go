@@ -476,6 +476,9 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		fmt.Fprintf(os.Stderr, "kasa worker: takes only --change-money-settings, got %q\n\n%s", os.Args[2:], usage())
 		return exitError(2)
 	}
+	if err := cfg.CheckProvider(); err != nil {
+		return err
+	}
 	st, tc, err := connect(ctx, cfg, log, temporalWait, true)
 	if err != nil {
 		return stoppedOr(ctx, log, err)

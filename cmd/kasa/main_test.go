@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
@@ -42,4 +44,24 @@ func TestAPIRefusesAShortAdminToken(t *testing.T) {
 		err := runAPI(context.Background(), cfg, slog.New(slog.DiscardHandler))
 		require.ErrorContains(t, err, tc.want, "token %q", tc.token)
 	}
+}
+
+// kasa worker charges only the bank it is told to: with KASA_PROVIDER_URL unset it refuses to
+// start, rather than charge whatever answers on the simulator's address (docs/operations.md).
+func TestWorkerRefusesWithoutProviderURL(t *testing.T) {
+	t.Chdir(t.TempDir()) // no kasa.yaml of the developer's
+	t.Setenv("KASA_PROVIDER_URL", "")
+	t.Setenv("KASA_DATABASE_URL", "postgres://kasa_app:x@127.0.0.1:1/kasa?sslmode=disable")
+	t.Setenv("KASA_SECRET_KEY", strings.Repeat("0", 63)+"1")
+	t.Setenv("KASA_TEMPORAL_ADDRESS", "127.0.0.1:1")
+	args := os.Args
+	os.Args = []string{"kasa", "worker"} // runWorker reads its flags from os.Args, not the test binary's
+	t.Cleanup(func() { os.Args = args })
+	cfg, err := config.Load()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err = runWorker(ctx, cfg, slog.New(slog.DiscardHandler))
+	require.ErrorContains(t, err, "KASA_PROVIDER_URL")
+	require.NoError(t, ctx.Err(), "refused at once, without waiting for the database")
 }

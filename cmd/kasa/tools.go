@@ -47,6 +47,16 @@ func runBanksim(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 	return nil
 }
 
+// onSimulator charges the launcher's own bank simulator (on KASA_BANKSIM_ADDR) unless
+// KASA_PROVIDER_URL names another bank: kasa dev and kasa cluster start one, where a deployed kasa
+// worker refuses to start without KASA_PROVIDER_URL (config.ErrNoProvider).
+func onSimulator(cfg config.Config) config.Config {
+	if cfg.Provider.URL == "" {
+		cfg.Provider.URL = cfg.SimulatorURL()
+	}
+	return cfg
+}
+
 // stoppedWhileStarting makes a launcher's stop (SIGINT, SIGTERM) before it finished starting a
 // clean exit, as a stop afterwards is: what failed then failed because it was stopped.
 func stoppedWhileStarting(run func(context.Context, config.Config, *slog.Logger) error) func(context.Context, config.Config, *slog.Logger) error {
