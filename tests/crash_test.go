@@ -21,6 +21,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -873,5 +874,41 @@ func TestProcessesStopCleanlyWhileWaitingForTheDatabase(t *testing.T) {
 			return strings.Contains(string(b), "waiting for the database")
 		}, 30*time.Second, 100*time.Millisecond, cmd)
 		p.stopCleanly(15 * time.Second)
+	}
+}
+
+// A command that ends never waits for a database not migrated to its schema, as the long-running
+// ones do: it fails at once saying to run kasa migrate, kasa reconcile with its exit 3 ("could
+// not run", docs/reconciliation.md).
+func TestOneShotCommandsRefuseAnUnmigratedDatabase(t *testing.T) {
+	t.Parallel()
+	dir := crashDir(t)
+	bin := kasaBinary(t, dir)
+	dbURL := env.OwnDatabase(t) // empty: never migrated
+	csv := filepath.Join(dir, "settlement.csv")
+	require.NoError(t, os.WriteFile(csv, []byte("settlement_date,provider_charge_id,reference,amount,currency,status\n"), 0o600))
+	for _, tc := range []struct {
+		args []string
+		exit int
+	}{
+		{[]string{"reconcile", "--all-merchants", csv}, 3},
+		{[]string{"verify"}, 1},
+		{[]string{"rotate-secret-key"}, 1},
+	} {
+		t.Run(tc.args[0], func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, tc.args...)
+			cmd.Dir, cmd.Env = dir, kasaEnv(map[string]string{
+				"KASA_DATABASE_URL": dbURL, "KASA_TEMPORAL_ADDRESS": env.TemporalAddress, "KASA_DATA_DIR": filepath.Join(dir, "data"),
+				"KASA_SECRET_KEY": strings.Repeat("ab", 32), "KASA_SECRET_KEY_PREVIOUS": strings.Repeat("cd", 32),
+			})
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, ctx.Err(), "kasa %s still waiting after 30 s:\n%s", tc.args[0], out)
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "%s", out)
+			require.Equal(t, tc.exit, exit.ExitCode(), "%s", out)
+			require.Contains(t, string(out), "run kasa migrate", "%s", out)
+		})
 	}
 }

@@ -195,17 +195,10 @@ func migrateDatabase(ctx context.Context, cfg config.Config, key []byte) error {
 // key nor needs one.
 func waitStore(ctx context.Context, cfg config.Config, log *slog.Logger, keyed bool) (*store.Store, error) {
 	return waitFor(ctx, log, 10*time.Second, func() (*store.Store, string, error) {
-		st, err := openStore(ctx, cfg, false)
-		if err == nil {
-			if err = st.CheckSchema(ctx); err == nil && keyed {
-				err = st.CheckSecretKey(ctx)
-			}
-			if err == nil {
-				return st, "", nil
-			}
-			st.Close()
-		}
+		st, err := openChecked(ctx, cfg, keyed)
 		switch {
+		case err == nil:
+			return st, "", nil
 		case errors.Is(err, store.ErrSchemaBehind):
 			return nil, "waiting for kasa migrate", err
 		case errors.Is(err, store.ErrUnavailable):
@@ -213,6 +206,25 @@ func waitStore(ctx context.Context, cfg config.Config, log *slog.Logger, keyed b
 		}
 		return nil, "", err
 	})
+}
+
+// openChecked opens the store once, migrated to this build's schema and, when keyed (see
+// waitStore), with the deployment's key. A command that ends uses it as it is: it reports a
+// database that is down or behind and is run again, where a long-running process waits
+// (waitStore).
+func openChecked(ctx context.Context, cfg config.Config, keyed bool) (*store.Store, error) {
+	st, err := openStore(ctx, cfg, false)
+	if err != nil {
+		return nil, err
+	}
+	if err = st.CheckSchema(ctx); err == nil && keyed {
+		err = st.CheckSecretKey(ctx)
+	}
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
 }
 
 // waitFor calls try until it succeeds, fails for good, or ctx ends. try says why waiting may
@@ -244,7 +256,8 @@ const (
 	temporalLazy temporalDial = iota
 	// temporalWait waits for the frontend and the namespace (a long-running worker).
 	temporalWait
-	// temporalOnce dials once and fails if Temporal is away (a command that ends).
+	// temporalOnce dials once and fails if Temporal is away, and opens the database once too:
+	// a command that ends (kasa reconcile) says so and is run again, never waits (openChecked).
 	temporalOnce
 )
 
@@ -255,7 +268,13 @@ func connect(ctx context.Context, cfg config.Config, log *slog.Logger, how tempo
 	if _, err := temporalOptions(cfg, log); err != nil {
 		return nil, nil, err
 	}
-	st, err := waitStore(ctx, cfg, log, keyed)
+	var st *store.Store
+	var err error
+	if how == temporalOnce {
+		st, err = openChecked(ctx, cfg, keyed)
+	} else {
+		st, err = waitStore(ctx, cfg, log, keyed)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -580,7 +599,7 @@ func runRotateSecretKey(ctx context.Context, cfg config.Config, log *slog.Logger
 		cfg.Database.URL = cfg.Database.MigrateURL
 	}
 	cfg.Database.MaxConns = 2
-	st, err := openStore(ctx, cfg, false)
+	st, err := openChecked(ctx, cfg, false) // a database behind this build lacks the key's table
 	if err != nil {
 		return err
 	}
@@ -601,7 +620,9 @@ func runVerify(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if cfg.Secret.Key == "" {
 		cfg.Secret.Key = strings.Repeat("0", 64) // verify never touches secrets
 	}
-	st, err := openStore(ctx, cfg, false)
+	// Checked against this build's schema: an unmigrated database says "run kasa migrate", not
+	// which table is missing.
+	st, err := openChecked(ctx, cfg, false)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 // The production build (-tags production, as the Docker image is built) runs exactly the
@@ -44,14 +45,12 @@ func TestProductionBuildCarriesNoTools(t *testing.T) {
 // A command that reads no arguments refuses them rather than ignore them: `kasa dev --help`
 // prints the usage, and does not start a whole system on the default ports.
 func TestCommandsWithoutArgumentsRefuseThem(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "kasa")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin := testkit.KasaBinary(t)
 	run := func(args ...string) (string, int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = append(os.Environ(), "KASA_DATA_DIR="+t.TempDir())
+		cmd.Env = kasaEnv("KASA_DATA_DIR", t.TempDir())
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {

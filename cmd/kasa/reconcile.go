@@ -37,7 +37,8 @@ file's scope row says so. A reference listed twice is a charged_twice mismatch.
   --all-merchants    declare the file covers every merchant
 
 exit status: 0 no unresolved mismatch (of a payment or a refund), 1 mismatches, 2 invalid file or usage,
-3 could not run (database or Temporal unavailable: nothing is lost, run it again).
+3 could not run (database or Temporal unavailable, or the database not migrated: it never waits;
+nothing is lost, run it again).
 `
 
 // listFlag collects a repeatable flag.
@@ -120,9 +121,10 @@ func runReconcile(ctx context.Context, cfg config.Config, log *slog.Logger) erro
 	if cfg.Secret.Key == "" {
 		cfg.Secret.Key = strings.Repeat("0", 64) // reconciliation never touches secrets
 	}
+	// Tried once: a database or Temporal that is away or behind ends it with 3 at once.
 	st, tc, err := connect(ctx, cfg, log, temporalOnce, false)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "kasa reconcile: %v\n", err)
+		fmt.Fprintf(os.Stderr, "kasa reconcile: could not run, nothing was changed (run it again): %v\n", err)
 		return exitError(3)
 	}
 	defer st.Close()
