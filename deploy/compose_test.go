@@ -377,14 +377,16 @@ func TestComposeSharedEnv(t *testing.T) {
 	tests := []struct {
 		key      string
 		services []string
+		only     bool // and no other service gets it: least privilege for a credential
 	}{
-		{"KASA_DATABASE_URL", append([]string{"migrate"}, appServices...)},
-		{"KASA_TEMPORAL_ADDRESS", []string{"migrate", "worker-1", "worker-2", "api-1", "api-2"}},
-		{"KASA_TEMPORAL_NAMESPACE", []string{"migrate", "worker-1", "worker-2", "api-1", "api-2"}},
-		{"KASA_SECRET_KEY", []string{"worker-1", "worker-2", "api-1", "api-2", "relay"}},
-		{"KASA_ADMIN_TOKEN", []string{"api-1", "api-2"}},
-		{"KASA_PROVIDER_CAPABILITY", []string{"banksim", "worker-1", "worker-2", "api-1", "api-2"}},
-		{"KASA_PROVIDER_URL", []string{"worker-1", "worker-2"}},
+		{"KASA_DATABASE_URL", append([]string{"migrate"}, appServices...), false},
+		{"KASA_TEMPORAL_ADDRESS", []string{"migrate", "worker-1", "worker-2", "api-1", "api-2"}, false},
+		{"KASA_TEMPORAL_NAMESPACE", []string{"migrate", "worker-1", "worker-2", "api-1", "api-2"}, false},
+		{"KASA_SECRET_KEY", []string{"worker-1", "worker-2", "api-1", "api-2", "relay"}, false},
+		// Only the API reads the admin token (docs/deployment.md, "The processes").
+		{"KASA_ADMIN_TOKEN", []string{"api-1", "api-2"}, true},
+		{"KASA_PROVIDER_CAPABILITY", []string{"banksim", "worker-1", "worker-2", "api-1", "api-2"}, false},
+		{"KASA_PROVIDER_URL", []string{"worker-1", "worker-2"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
@@ -396,6 +398,15 @@ func TestComposeSharedEnv(t *testing.T) {
 				got, ok := c.env(t, s)[tt.key]
 				require.Truef(t, ok, "%s does not set %s", s, tt.key)
 				require.Equalf(t, want, got, "%s and %s must share %s", first, s, tt.key)
+			}
+			if !tt.only {
+				return
+			}
+			for name := range c.services {
+				if !slices.Contains(tt.services, name) {
+					_, ok := c.env(t, name)[tt.key]
+					require.Falsef(t, ok, "%s gets %s, which only %v need", name, tt.key, tt.services)
+				}
 			}
 		})
 	}
