@@ -56,9 +56,10 @@ commands:
   rotate-secret-key  a KASA_SECRET_KEY rotation's last step: re-seal every webhook secret under
             KASA_SECRET_KEY, opening it with KASA_SECRET_KEY_PREVIOUS, as KASA_DATABASE_MIGRATE_URL
             (default KASA_DATABASE_URL), and make it the deployment's key (docs/deployment.md)
-  reconcile [--json] <settlement.csv>
+  reconcile [flags] <settlement.csv>
             match a provider settlement file to payments, settle unknown ones, report mismatches
-            (exit 0 ok, 1 mismatches, 2 invalid file; see docs/reconciliation.md)
+            (exit 0 no unresolved mismatch, 1 mismatches, 2 invalid file or usage, 3 could not run:
+            run it again); "kasa reconcile -h" lists the flags; see docs/reconciliation.md
 %s
 configuration: kasa.yaml and KASA_* environment variables (docs/operations.md).
 `

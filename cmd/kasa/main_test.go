@@ -65,3 +65,18 @@ func TestWorkerRefusesWithoutProviderURL(t *testing.T) {
 	require.ErrorContains(t, err, "KASA_PROVIDER_URL")
 	require.NoError(t, ctx.Err(), "refused at once, without waiting for the database")
 }
+
+// kasa help's reconcile lines agree with `kasa reconcile -h`: they point at it for the flags and
+// list every exit status it does.
+func TestUsageReconcileAgreesWithReconcileUsage(t *testing.T) {
+	for _, want := range []string{
+		"reconcile [flags] <settlement.csv>",
+		"kasa reconcile -h",
+		"0 no unresolved mismatch", "1 mismatches", "2 invalid file or usage", "3 could not run",
+	} {
+		require.Contains(t, usage(), want)
+		if !strings.HasPrefix(want, "reconcile ") && want != "kasa reconcile -h" {
+			require.Contains(t, reconcileUsage, want, "kasa reconcile -h says it too")
+		}
+	}
+}
