@@ -304,6 +304,12 @@ func chargePolicy(cfg config.Config) workflows.ChargePolicy {
 	}
 }
 
+// workerBank is the bank a worker charges when KASA_PROVIDER_URL is unset: none in the
+// production build, whose worker then refuses to start (config.ErrNoProvider); the full build's
+// is the bank simulator on KASA_BANKSIM_ADDR (tools.go), the one setting of the bank the
+// contract names for it.
+var workerBank = func(cfg config.Config) config.Config { return cfg }
+
 // policyLive is how long after its last report a worker's policy counts as a live worker's.
 const policyLive = 3 * worker.PolicyReportInterval
 
@@ -496,8 +502,8 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		fmt.Fprintf(os.Stderr, "kasa worker: takes only --change-money-settings, got %q\n\n%s", os.Args[2:], usage())
 		return exitError(2)
 	}
-	if err := cfg.CheckProvider(); err != nil {
-		return err
+	if cfg = workerBank(cfg); cfg.CheckProvider() != nil {
+		return cfg.CheckProvider()
 	}
 	st, tc, err := connect(ctx, cfg, log, temporalWait, true)
 	if err != nil {

@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
@@ -46,24 +44,16 @@ func TestAPIRefusesAShortAdminToken(t *testing.T) {
 	}
 }
 
-// kasa worker charges only the bank it is told to: with KASA_PROVIDER_URL unset it refuses to
-// start, rather than charge whatever answers on the simulator's address (docs/operations.md).
-func TestWorkerRefusesWithoutProviderURL(t *testing.T) {
-	t.Chdir(t.TempDir()) // no kasa.yaml of the developer's
-	t.Setenv("KASA_PROVIDER_URL", "")
-	t.Setenv("KASA_DATABASE_URL", "postgres://kasa_app:x@127.0.0.1:1/kasa?sslmode=disable")
-	t.Setenv("KASA_SECRET_KEY", strings.Repeat("0", 63)+"1")
-	t.Setenv("KASA_TEMPORAL_ADDRESS", "127.0.0.1:1")
-	args := os.Args
-	os.Args = []string{"kasa", "worker"} // runWorker reads its flags from os.Args, not the test binary's
-	t.Cleanup(func() { os.Args = args })
-	cfg, err := config.Load()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	err = runWorker(ctx, cfg, slog.New(slog.DiscardHandler))
-	require.ErrorContains(t, err, "KASA_PROVIDER_URL")
-	require.NoError(t, ctx.Err(), "refused at once, without waiting for the database")
+// Without KASA_PROVIDER_URL the full build's worker charges the bank simulator on
+// KASA_BANKSIM_ADDR, as kasa dev's does; the production build's refuses to start
+// (TestProductionBuildCarriesNoTools). A URL given is kept.
+func TestWorkerBankWithoutProviderURL(t *testing.T) {
+	var cfg config.Config
+	cfg.Banksim.Addr = "127.0.0.1:18090"
+	require.ErrorIs(t, cfg.CheckProvider(), config.ErrNoProvider)
+	require.Equal(t, "http://127.0.0.1:18090", workerBank(cfg).Provider.URL)
+	cfg.Provider.URL = "https://bank.example"
+	require.Equal(t, "https://bank.example", workerBank(cfg).Provider.URL)
 }
 
 // kasa help's reconcile lines agree with `kasa reconcile -h`: they point at it for the flags and

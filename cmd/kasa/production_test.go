@@ -40,6 +40,20 @@ func TestProductionBuildCarriesNoTools(t *testing.T) {
 	for _, cmd := range []string{"api", "worker", "relay", "migrate", "verify", "reconcile", "rotate-secret-key"} {
 		require.Contains(t, string(help), "\n  "+cmd+" ", "help lists %s", cmd)
 	}
+
+	// It has no simulator to charge: a worker without KASA_PROVIDER_URL refuses at once, before
+	// it waits for the database or charges whatever answers on KASA_BANKSIM_ADDR.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	worker := exec.CommandContext(ctx, bin, "worker")
+	worker.Env = kasaEnv("KASA_DATA_DIR", t.TempDir(), "KASA_DATABASE_URL", "postgres://kasa_app:x@127.0.0.1:1/kasa?sslmode=disable",
+		"KASA_SECRET_KEY", strings.Repeat("0", 63)+"1", "KASA_TEMPORAL_ADDRESS", "127.0.0.1:1")
+	out, err = worker.CombinedOutput()
+	require.NoError(t, ctx.Err(), "the worker waited instead of refusing:\n%s", out)
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	require.NotZero(t, exit.ExitCode())
+	require.Contains(t, string(out), "KASA_PROVIDER_URL", "%s", out)
 }
 
 // A command that reads no arguments refuses them rather than ignore them: `kasa dev --help`

@@ -18,6 +18,7 @@ func init() {
 	commands["banksim"] = runBanksim
 	commands["bench"] = runBench
 	commands["soak"] = runSoak
+	workerBank = onSimulator
 	toolHeadUsage = `  dev       run everything locally: PostgreSQL, Temporal dev server + UI, bank simulator, worker, relay, API
   cluster   run the same system as separate processes on a real Temporal Server (PostgreSQL persistence),
             NATS, two APIs and two workers (make run-cluster; docs/operations.md)
@@ -47,9 +48,9 @@ func runBanksim(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 	return nil
 }
 
-// onSimulator charges the launcher's own bank simulator (on KASA_BANKSIM_ADDR) unless
-// KASA_PROVIDER_URL names another bank: kasa dev and kasa cluster start one, where a deployed kasa
-// worker refuses to start without KASA_PROVIDER_URL (config.ErrNoProvider).
+// onSimulator charges the bank simulator on KASA_BANKSIM_ADDR unless KASA_PROVIDER_URL names
+// another bank: kasa dev and kasa cluster start one, and the full build's kasa worker charges it,
+// where the production build's refuses to start without KASA_PROVIDER_URL (config.ErrNoProvider).
 func onSimulator(cfg config.Config) config.Config {
 	if cfg.Provider.URL == "" {
 		cfg.Provider.URL = cfg.SimulatorURL()
