@@ -40,7 +40,7 @@ type RelayOptions struct {
 	// on up to redeliverBackoffMax, until RedeliverFor after the ack.
 	Consumer       string        // the inbox that confirms delivery (WebhooksConsumer)
 	RedeliverAfter time.Duration // (1m)
-	RedeliverFor   time.Duration // (24h)
+	RedeliverFor   time.Duration // (24h; at most half of Retention)
 	Metrics        *Metrics
 	Logger         *slog.Logger
 }
@@ -98,6 +98,8 @@ func NewRelay(o RelayOptions) *Relay {
 	if o.RedeliverFor <= 0 {
 		o.RedeliverFor = 24 * time.Hour
 	}
+	// Given up (logged and counted) while the row still exists: retention deletes it unseen.
+	o.RedeliverFor = min(o.RedeliverFor, o.Retention/2)
 	if o.Metrics == nil {
 		o.Metrics = unregistered()
 	}
