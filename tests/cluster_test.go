@@ -3,6 +3,7 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -38,8 +39,16 @@ func startCluster(t *testing.T) *cluster {
 	data, err := os.MkdirTemp("", "kasa-cluster-test-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(data) })
+	return startClusterIn(t, data, nil)
+}
+
+// startClusterIn is startCluster on the data directory given (a second run finds the first's
+// data), with more settings.
+func startClusterIn(t *testing.T, data string, settings map[string]string) *cluster {
+	t.Helper()
 	// Under data: every process of the cluster has data in its command line.
 	bin := kasaBinary(t, data)
+	var err error
 
 	ports := make([]int, 2)
 	for i := range ports {
@@ -49,11 +58,13 @@ func startCluster(t *testing.T) *cluster {
 	api1 := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	c := &cluster{data: data, sim: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
 	began := time.Now()
-	c.p = startProcIn(t, "", data, bin, "cluster", kasaEnv(map[string]string{
+	vars := map[string]string{
 		"KASA_DATA_DIR":     data,
 		"KASA_API_ADDR":     api1,
 		"KASA_BANKSIM_ADDR": strings.TrimPrefix(c.sim, "http://"),
-	}), "cluster")
+	}
+	maps.Copy(vars, settings)
+	c.p = startProcIn(t, "", data, bin, "cluster", kasaEnv(vars), "cluster")
 	t.Cleanup(func() {
 		for _, pid := range pidsMentioning(data + "/") {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -139,6 +150,32 @@ func TestClusterRunsEveryProcessAsAChild(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond, "the payment's workflow in the Web UI")
 
 	c.stop(t, children)
+}
+
+// make run-cluster again on the same data with another KASA_PROVIDER_CAPABILITY (CONTRACT §8: it
+// honours it): the cluster owns its database, so its workers take the new money settings instead
+// of refusing them as a deployment's worker would, and a payment then follows them.
+func TestClusterRunAgainWithAnotherCapability(t *testing.T) {
+	t.Parallel()
+	data, err := os.MkdirTemp("", "kasa-cluster-test-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(data) })
+	first := startClusterIn(t, data, map[string]string{"KASA_PROVIDER_CAPABILITY": "idempotent"})
+	first.stop(t, descendants(first.p.pid()))
+
+	again := startClusterIn(t, data, map[string]string{"KASA_PROVIDER_CAPABILITY": "none"})
+	require.Contains(t, again.banner, "capability none", "%s", again.banner)
+	body := payBody("cluster-again-inv", "10.00", "TRY", again.state.DemoAccountID)
+	r := httpDo(t, "POST", again.apis[0]+"/v1/payments", again.state.DemoAPIKey, body, "Idempotency-Key", "cluster-again")
+	for deadline := time.Now().Add(60 * time.Second); r.Status != http.StatusCreated && time.Now().Before(deadline); {
+		require.Contains(t, []int{http.StatusAccepted, http.StatusConflict}, r.Status, "%s", r.Body)
+		time.Sleep(250 * time.Millisecond)
+		r = httpDo(t, "POST", again.apis[0]+"/v1/payments", again.state.DemoAPIKey, body, "Idempotency-Key", "cluster-again")
+	}
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	n, _ := bankCharges(t, again.sim, r.json(t)["id"].(string))
+	require.Equal(t, 1, n, "one charge at the bank")
+	again.stop(t, descendants(again.p.pid()))
 }
 
 // TestClusterRestartsAKilledProcess: SIGKILL of one worker and one API of a running cluster stops
@@ -318,8 +355,8 @@ func alive(pid int) bool {
 	return err == nil && !strings.Contains(string(stat), ") Z ")
 }
 
-// logs is what kasa cluster wrote, its banner and its log.
+// logs is what this kasa cluster wrote, its banner and its log (not an earlier run's).
 func (c *cluster) logs() string {
 	b, _ := os.ReadFile(c.p.log)
-	return string(b)
+	return string(b[min(c.p.from, int64(len(b))):])
 }

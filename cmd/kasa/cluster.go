@@ -214,12 +214,19 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 	}
 	apiAddrs = append(apiAddrs, second)
 	var metrics []string
+	// On a database of its own the cluster is the whole deployment: its workers' money settings
+	// are the deployment's, whatever an earlier run of it used (make run-cluster honours
+	// KASA_PROVIDER_CAPABILITY). On a deployment's database they join its workers' settings.
+	workerArgs := []string{"worker"}
+	if pg != nil {
+		workerArgs = append(workerArgs, "--change-money-settings")
+	}
 	for i := 1; i <= 2; i++ {
 		addr, err := freeAddr()
 		if err != nil {
 			return err
 		}
-		w, err := start(fmt.Sprintf("worker-%d", i), env("KASA_WORKER_METRICS_ADDR="+addr), "worker")
+		w, err := start(fmt.Sprintf("worker-%d", i), env("KASA_WORKER_METRICS_ADDR="+addr), workerArgs...)
 		if err != nil {
 			return err
 		}
