@@ -320,17 +320,14 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 // refund sends k's planned refunds, all at once, once its payment has succeeded (waiting a little
 // for an outcome the answer did not show). The refunds inherit the payment's duplication.
 func (l *load) refund(ctx context.Context, k *keyRecord, twice, again bool) {
-	if !k.manual { // a manual payment's come once its capture succeeded (command)
-		l.refundOnce(ctx, k, k, twice, again)
+	// A manual payment's come once its capture answered succeeded (command).
+	if !k.manual && len(k.refunds) > 0 && k.accepted() && l.succeeded(ctx, k) {
+		l.sendRefunds(ctx, k, twice, again)
 	}
 }
 
-// refundOnce sends k's planned refunds once paid's answers (k's, or its capture's) show the
-// payment succeeded.
-func (l *load) refundOnce(ctx context.Context, k, paid *keyRecord, twice, again bool) {
-	if len(k.refunds) == 0 || !paid.accepted() || !l.succeeded(ctx, paid) {
-		return
-	}
+// sendRefunds sends k's planned refunds, all at once.
+func (l *load) sendRefunds(ctx context.Context, k *keyRecord, twice, again bool) {
 	var wg sync.WaitGroup
 	for i, amount := range k.refunds {
 		r := l.refundKey(k, i+1, amount)
@@ -364,7 +361,14 @@ func (l *load) command(ctx context.Context, k *keyRecord, twice, again bool) {
 	}
 	l.mu.Unlock()
 	l.drive(ctx, c, twice, again)
-	l.refundOnce(ctx, k, c, twice, again)
+	// Only on the capture's own answer: reading the payment would mark the capture's key as
+	// answered, which the replay check then holds it to.
+	c.mu.Lock()
+	captured := c.decided == payment.StatusSucceeded
+	c.mu.Unlock()
+	if captured {
+		l.sendRefunds(ctx, k, twice, again)
+	}
 }
 
 // commandDelay bounds the pause before a manual payment's command: about half the soak's
