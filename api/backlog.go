@@ -31,6 +31,10 @@ type Backlog struct {
 // pays for the read.
 const stateEvery = 500 * time.Millisecond
 
+// backlogFresh is how old the drainer's record may be and still count what this process queued
+// before the read (the drainer saves it every second; the store counts the queue itself past 2 s).
+const backlogFresh = 2 * time.Second
+
 // drainerGone is how old the drainer's record may be while a drainer leads (it saves it every
 // second): an older one's rate is no drainer's, and reads 0.
 const drainerGone = 30 * time.Second
@@ -106,7 +110,12 @@ func (a *admission) backlog(ctx context.Context) store.BacklogState {
 		if st.Age > drainerGone {
 			st.DrainPerSecond = 0
 		}
-		a.state, a.queued = st, 0
+		// Only a record saved lately, or the queue counted, holds what this process queued
+		// since the last read: an old one (the drainer stuck, or none leads) does not.
+		if st.Counted || st.Age <= backlogFresh {
+			a.queued = 0
+		}
+		a.state = st
 	}
 	st = a.state
 	st.Queued += a.queued

@@ -69,3 +69,20 @@ func TestAdmissionStaleDrainRate(t *testing.T) {
 	require.Zero(t, st.DrainPerSecond)
 	require.Equal(t, int64(5000), st.Queued)
 }
+
+// A drainer's record that is not saved again (the drainer is stuck starting a workflow while
+// Temporal is away, or none leads) does not make this process forget the payments it queued
+// since: the bound holds however long the record stays old.
+func TestAdmissionKeepsCountingWhileTheRecordIsStale(t *testing.T) {
+	a := newAdmission(Backlog{State: fakeBacklog{store.BacklogState{Age: time.Hour}}, MaxRunning: 1, MaxQueued: 5}, 1)
+	admitted := 0
+	for range 12 {
+		if a.admit(context.Background()) != nil {
+			break
+		}
+		admitted++
+		a.wasQueued()
+		a.read = time.Time{} // the record is read again, and is the same
+	}
+	require.Equal(t, 5, admitted)
+}

@@ -82,7 +82,14 @@ type BacklogState struct {
 	Oldest         time.Time     // the oldest queued record's arrival; zero when none is queued
 	DrainPerSecond float64       // payments the drainer started per second, lately
 	Age            time.Duration // how long ago the drainer saw it
+	// Counted: the record was older than backlogRecordFresh (or there was none), and Queued and
+	// Oldest were counted from the queue itself.
+	Counted bool
 }
+
+// backlogRecordFresh is how old the drainer's record may be and still say what the backlog holds:
+// the drainer saves it every second, unless it is stuck starting a workflow or none leads.
+const backlogRecordFresh = 2 * time.Second
 
 // QueuedBacklog counts the queued records and finds the oldest's arrival.
 func (s *Store) QueuedBacklog(ctx context.Context) (n int64, oldest time.Time, err error) {
@@ -107,19 +114,28 @@ func (s *Store) SaveBacklogState(ctx context.Context, b BacklogState) error {
 	}))
 }
 
-// BacklogState is the drainer's last record; the zero state when it never wrote one.
+// BacklogState is the drainer's last record, with the queue counted instead when the record is
+// older than backlogRecordFresh or missing: the APIs bound new payments by it.
 func (s *Store) BacklogState(ctx context.Context) (BacklogState, error) {
+	var b BacklogState
 	row, err := s.q.GetBacklogState(ctx)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return BacklogState{}, nil
-	}
-	if err != nil {
+	switch {
+	case err == nil:
+		b = BacklogState{Queued: row.Queued, DrainPerSecond: row.DrainPerSecond, Age: row.Now.Sub(row.UpdatedAt)}
+		if row.Oldest != nil {
+			b.Oldest = *row.Oldest
+		}
+		if b.Age <= backlogRecordFresh {
+			return b, nil
+		}
+	case !errors.Is(err, pgx.ErrNoRows):
 		return BacklogState{}, translate(err)
 	}
-	b := BacklogState{Queued: row.Queued, DrainPerSecond: row.DrainPerSecond, Age: row.Now.Sub(row.UpdatedAt)}
-	if row.Oldest != nil {
-		b.Oldest = *row.Oldest
+	queued, oldest, err := s.QueuedBacklog(ctx)
+	if err != nil {
+		return BacklogState{}, err
 	}
+	b.Queued, b.Oldest, b.Counted = queued, oldest, true
 	return b, nil
 }
 
