@@ -21,6 +21,7 @@ type Backlog struct {
 	// State is the drainer's record of the backlog; nil: no backlog, every payment starts here.
 	State interface {
 		BacklogState(ctx context.Context) (store.BacklogState, error)
+		MerchantQueued(ctx context.Context, merchant uuid.UUID) (bool, error) // asked only past the bound
 	}
 	MaxRunning int           // payments this process runs at once; 0: no limit (nothing queued)
 	MaxQueued  int64         // the backlog's bound in payments; 0: none
@@ -144,6 +145,21 @@ func (a *admission) admit(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// admitFor is admit for a payment of merchant, running: whether this process has a running slot
+// for it. Past the bound, a payment that runs here at once is still taken when its merchant has
+// nothing queued (it would not be queued behind them): one merchant's burst does not refuse the
+// others'.
+func (a *admission) admitFor(ctx context.Context, merchant uuid.UUID, running bool) error {
+	err := a.admit(ctx)
+	if err == nil || !running {
+		return err
+	}
+	if queued, qerr := a.State.MerchantQueued(ctx, merchant); qerr == nil && !queued {
+		return nil
+	}
+	return err
 }
 
 // queuedRetryAfter is what a queued payment's 202 says: about how long the backlog ahead of it

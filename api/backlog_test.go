@@ -46,7 +46,7 @@ func TestAdmissionBound(t *testing.T) {
 		{"no bounds", Backlog{}, store.BacklogState{Queued: 1 << 40}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.b.State, tc.b.MaxRunning = fakeBacklog{tc.state}, 8
+			tc.b.State, tc.b.MaxRunning = fakeBacklog{state: tc.state}, 8
 			err := newAdmission(tc.b, 1).admit(context.Background())
 			if tc.want == 0 {
 				require.NoError(t, err)
@@ -63,9 +63,9 @@ func TestAdmissionBound(t *testing.T) {
 // drain rate reads 0 (docs/operations.md, "Payday"), however fast the last leader drained.
 func TestAdmissionStaleDrainRate(t *testing.T) {
 	fresh := store.BacklogState{Queued: 5000, DrainPerSecond: 50, Age: time.Second}
-	require.Equal(t, 50.0, newAdmission(Backlog{State: fakeBacklog{fresh}, MaxRunning: 8}, 1).backlog(context.Background()).DrainPerSecond)
+	require.Equal(t, 50.0, newAdmission(Backlog{State: fakeBacklog{state: fresh}, MaxRunning: 8}, 1).backlog(context.Background()).DrainPerSecond)
 	stale := store.BacklogState{Queued: 5000, DrainPerSecond: 50, Age: 10 * time.Minute}
-	st := newAdmission(Backlog{State: fakeBacklog{stale}, MaxRunning: 8}, 1).backlog(context.Background())
+	st := newAdmission(Backlog{State: fakeBacklog{state: stale}, MaxRunning: 8}, 1).backlog(context.Background())
 	require.Zero(t, st.DrainPerSecond)
 	require.Equal(t, int64(5000), st.Queued)
 }
@@ -74,7 +74,7 @@ func TestAdmissionStaleDrainRate(t *testing.T) {
 // Temporal is away, or none leads) does not make this process forget the payments it queued
 // since: the bound holds however long the record stays old.
 func TestAdmissionKeepsCountingWhileTheRecordIsStale(t *testing.T) {
-	a := newAdmission(Backlog{State: fakeBacklog{store.BacklogState{Age: time.Hour}}, MaxRunning: 1, MaxQueued: 5}, 1)
+	a := newAdmission(Backlog{State: fakeBacklog{state: store.BacklogState{Age: time.Hour}}, MaxRunning: 1, MaxQueued: 5}, 1)
 	admitted := 0
 	for range 12 {
 		if a.admit(context.Background()) != nil {
@@ -85,4 +85,17 @@ func TestAdmissionKeepsCountingWhileTheRecordIsStale(t *testing.T) {
 		a.read = time.Time{} // the record is read again, and is the same
 	}
 	require.Equal(t, 5, admitted)
+}
+
+// One merchant's burst fills the backlog to its bound: another merchant, with nothing queued,
+// whose payment this process can run at once is not refused (docs/api.md: one merchant's burst
+// does not hold up the others'); the burst's merchant, and any payment that would be queued, is.
+func TestAdmissionPastTheBoundLetsAnotherMerchantRun(t *testing.T) {
+	burst, other := uuid.New(), uuid.New()
+	full := store.BacklogState{Queued: 3, DrainPerSecond: 1, Age: time.Second}
+	a := newAdmission(Backlog{State: fakeBacklog{state: full, queued: map[uuid.UUID]bool{burst: true}}, MaxRunning: 2, MaxQueued: 3}, 0.5)
+	var refused *backlogFullError
+	require.ErrorAs(t, a.admitFor(context.Background(), burst, true), &refused, "the burst's merchant has payments queued")
+	require.NoError(t, a.admitFor(context.Background(), other, true), "another merchant's payment runs here at once")
+	require.ErrorAs(t, a.admitFor(context.Background(), other, false), &refused, "it would be queued: past the bound")
 }

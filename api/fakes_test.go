@@ -729,9 +729,16 @@ func (f *fakeStore) RotateWebhookSecret(_ context.Context, merchantID uuid.UUID,
 }
 
 // fakeBacklog is the drainer's record of the start backlog.
-type fakeBacklog struct{ state store.BacklogState }
+type fakeBacklog struct {
+	state  store.BacklogState
+	queued map[uuid.UUID]bool // merchants with queued payments
+}
 
 func (b fakeBacklog) BacklogState(context.Context) (store.BacklogState, error) { return b.state, nil }
+
+func (b fakeBacklog) MerchantQueued(_ context.Context, m uuid.UUID) (bool, error) {
+	return b.queued[m], nil
+}
 
 // Captures and cancels run on the real store and Temporal (tests/capture_test.go): the fakes
 // have no manual payments, so every command finds none.

@@ -280,7 +280,7 @@ var handlerCases = []handlerCase{
 	{name: "payment_queued_behind_the_merchants_backlog_202", req: request{body: payBody},
 		// The merchant has a payment queued: a new one queues behind it, answered at once.
 		setup: func(f *fixture) {
-			f.opts.Backlog = Backlog{State: fakeBacklog{store.BacklogState{Queued: 25, DrainPerSecond: 10}}, MaxRunning: 8}
+			f.opts.Backlog = Backlog{State: fakeBacklog{state: store.BacklogState{Queued: 25, DrainPerSecond: 10}}, MaxRunning: 8}
 			f.seedQueued("k0", strings.Replace(payBody, "inv-1", "inv-0", 1))
 		},
 		check: func(t *testing.T, f *fixture) {
@@ -288,8 +288,10 @@ var handlerCases = []handlerCase{
 			require.True(t, f.st.records[recordKey{merchantA, "k1"}].Queued)
 		}},
 	{name: "backlog_full_503", req: request{body: payBody},
+		// The merchant has payments queued: a new one would queue behind them.
 		setup: func(f *fixture) {
-			f.opts.Backlog = Backlog{State: fakeBacklog{store.BacklogState{Queued: 1000, DrainPerSecond: 50}}, MaxRunning: 8, MaxQueued: 1000}
+			f.opts.Backlog = Backlog{State: fakeBacklog{state: store.BacklogState{Queued: 1000, DrainPerSecond: 50}, queued: map[uuid.UUID]bool{merchantA: true}},
+				MaxRunning: 8, MaxQueued: 1000}
 		},
 		check: func(t *testing.T, f *fixture) {
 			require.Zero(t, f.st.calls["Begin"], "nothing is written")
@@ -297,13 +299,14 @@ var handlerCases = []handlerCase{
 		}},
 	{name: "backlog_too_long_to_drain_503", req: request{body: payBody},
 		setup: func(f *fixture) {
-			f.opts.Backlog = Backlog{State: fakeBacklog{store.BacklogState{Queued: 700, DrainPerSecond: 10}}, MaxRunning: 8, MaxWait: time.Minute}
+			f.opts.Backlog = Backlog{State: fakeBacklog{state: store.BacklogState{Queued: 700, DrainPerSecond: 10}, queued: map[uuid.UUID]bool{merchantA: true}},
+				MaxRunning: 8, MaxWait: time.Minute}
 		},
 		check: func(t *testing.T, f *fixture) { require.Empty(t, f.st.payments) }},
 	{name: "backlog_full_replay_201", req: request{body: payBody},
 		// Past the bound a key seen before still gets its answer.
 		setup: func(f *fixture) {
-			f.opts.Backlog = Backlog{State: fakeBacklog{store.BacklogState{Queued: 1000}}, MaxRunning: 8, MaxQueued: 1000}
+			f.opts.Backlog = Backlog{State: fakeBacklog{state: store.BacklogState{Queued: 1000}, queued: map[uuid.UUID]bool{merchantA: true}}, MaxRunning: 8, MaxQueued: 1000}
 			f.seed("k1", payBody, payment.StatusSucceeded, time.Time{})
 		}},
 	// POST /v1/payments: rejected before anything is written, in the order they are checked.

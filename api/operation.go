@@ -82,8 +82,13 @@ func (s *Server) create(c *gin.Context, k opKind, scope store.Scope, parse func(
 		return
 	}
 	ctx := c.Request.Context()
+	start := time.Now()
+	running := !req.queueable || s.admission.take(m.ID)
+	if req.queueable && running {
+		defer s.admission.give(m.ID)
+	}
 	if req.queueable {
-		if err := s.admission.admit(ctx); err != nil {
+		if err := s.admission.admitFor(ctx, m.ID, running); err != nil {
 			// Past the backlog's bound nothing new is written, but a key seen before still
 			// gets its answer.
 			if rec, rerr := k.record(ctx, m.ID, key); rerr == nil {
@@ -94,11 +99,6 @@ func (s *Server) create(c *gin.Context, k opKind, scope store.Scope, parse func(
 			s.writeError(c, err)
 			return
 		}
-	}
-	start := time.Now()
-	running := !req.queueable || s.admission.take(m.ID)
-	if req.queueable && running {
-		defer s.admission.give(m.ID)
 	}
 	rec, o, began, err := req.begin(ctx, !running)
 	if err != nil {

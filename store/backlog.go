@@ -91,6 +91,12 @@ type BacklogState struct {
 // the drainer saves it every second, unless it is stuck starting a workflow or none leads.
 const backlogRecordFresh = 2 * time.Second
 
+// MerchantQueued says whether the merchant has payments queued in the start backlog.
+func (s *Store) MerchantQueued(ctx context.Context, merchant uuid.UUID) (bool, error) {
+	queued, err := s.q.MerchantQueued(ctx, merchant)
+	return queued, translate(err)
+}
+
 // QueuedBacklog counts the queued records and finds the oldest's arrival.
 func (s *Store) QueuedBacklog(ctx context.Context) (n int64, oldest time.Time, err error) {
 	row, err := s.q.QueuedBacklog(ctx)

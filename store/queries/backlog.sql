@@ -69,3 +69,6 @@ SELECT pg_advisory_unlock(@key::bigint);
 -- Operations not yet final nor unknown: queued, or started and running. It reads the whole
 -- table: for the benchmark's occasional reads, not for a path that runs often.
 SELECT count(*) FROM idempotency_records WHERE status = 'processing';
+
+-- name: MerchantQueued :one
+SELECT EXISTS (SELECT 1 FROM idempotency_records WHERE merchant_id = $1 AND queued);

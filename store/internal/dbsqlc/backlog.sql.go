@@ -125,6 +125,17 @@ func (q *Queries) GetBacklogState(ctx context.Context) (GetBacklogStateRow, erro
 	return i, err
 }
 
+const MerchantQueued = `-- name: MerchantQueued :one
+SELECT EXISTS (SELECT 1 FROM idempotency_records WHERE merchant_id = $1 AND queued)
+`
+
+func (q *Queries) MerchantQueued(ctx context.Context, merchantID uuid.UUID) (bool, error) {
+	row := q.db.QueryRow(ctx, MerchantQueued, merchantID)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const ProcessingRecords = `-- name: ProcessingRecords :one
 SELECT count(*) FROM idempotency_records WHERE status = 'processing'
 `
