@@ -145,10 +145,16 @@ func (s *Store) BacklogState(ctx context.Context) (BacklogState, error) {
 	return b, nil
 }
 
+// leadIdle is how long a leader's session may go without a check of its lead (held) before
+// PostgreSQL ends it, and so lets the lock go: a process that is frozen (a paused VM) or cut off
+// keeps no lead longer than that, where its connection alone could hold it for hours.
+var leadIdle = 30 * time.Second
+
 // Lead makes the caller the one holder of name across every process on the database, while ok:
 // a session advisory lock on a connection of its own, which PostgreSQL lets go when the process
-// or its connection dies. held reports whether the lock is still held (the connection works);
-// release gives it up.
+// or its connection dies, or the session stays idle for leadIdle. held reports whether the lock
+// is still held (the connection works), and must be called more often than that; release gives
+// it up.
 func (s *Store) Lead(ctx context.Context, name string) (ok bool, held func(context.Context) bool, release func(), err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -157,11 +163,20 @@ func (s *Store) Lead(ctx context.Context, name string) (ok bool, held func(conte
 	h := fnv.New64a()
 	h.Write([]byte("kasa/" + name))
 	key := int64(h.Sum64())
-	if ok, err = dbsqlc.New(conn).TryLead(ctx, key); err != nil || !ok {
+	q := dbsqlc.New(conn)
+	if ok, err = q.TryLead(ctx, key); err != nil || !ok {
 		conn.Release()
 		return false, nil, nil, translate(err)
 	}
-	held = func(ctx context.Context) bool { return conn.Ping(ctx) == nil }
+	if err := q.SetSessionIdleTimeout(ctx, leadIdle.Milliseconds()); err != nil {
+		releaseLead(conn, key)
+		return false, nil, nil, translate(err)
+	}
+	held = func(ctx context.Context) bool {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second) // a peer cut off answers nothing
+		defer cancel()
+		return conn.Ping(ctx) == nil
+	}
 	release = func() { releaseLead(conn, key) }
 	return true, held, release, nil
 }

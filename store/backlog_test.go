@@ -42,3 +42,35 @@ func TestBacklogStateCountsTheQueueWhenTheRecordIsStale(t *testing.T) {
 	require.True(t, st.Counted)
 	require.Equal(t, 5.0, st.DrainPerSecond, "the rate is still the record's (the API reads its age)")
 }
+
+// A leader that stops checking its lead (its process frozen, its host cut off) loses it: the
+// session that holds the lock is ended by PostgreSQL once idle for leadIdle, and another process
+// takes the lead; the old leader then finds it lost.
+func TestFrozenLeaderLosesTheLead(t *testing.T) {
+	ctx := context.Background()
+	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	defer store.SetLeadIdle(time.Second)()
+
+	ok, held, release, err := own.Lead(ctx, "frozen")
+	require.NoError(t, err)
+	require.True(t, ok)
+	defer release()
+	again, _, _, err := own.Lead(ctx, "frozen")
+	require.NoError(t, err)
+	require.False(t, again, "held while its leader checks it")
+	time.Sleep(200 * time.Millisecond)
+	require.True(t, held(ctx))
+
+	var other bool
+	require.Eventually(t, func() bool {
+		var release func()
+		other, _, release, err = own.Lead(ctx, "frozen")
+		if other {
+			release()
+		}
+		return err == nil && other
+	}, 10*time.Second, 200*time.Millisecond, "the frozen leader's lock is let go")
+	require.False(t, held(ctx), "the frozen leader finds it lost the lead")
+}

@@ -110,3 +110,10 @@ func (s *Store) HoldConfirmedPoint(ctx context.Context, consumer string) (releas
 	}
 	return func() { _ = tx.Rollback(ctx) }, nil
 }
+
+// SetLeadIdle sets how long a leader's session may stay idle, until the returned restore.
+func SetLeadIdle(d time.Duration) (restore func()) {
+	old := leadIdle
+	leadIdle = d
+	return func() { leadIdle = old }
+}

@@ -72,3 +72,7 @@ SELECT count(*) FROM idempotency_records WHERE status = 'processing';
 
 -- name: MerchantQueued :one
 SELECT EXISTS (SELECT 1 FROM idempotency_records WHERE merchant_id = $1 AND queued);
+
+-- name: SetSessionIdleTimeout :exec
+-- Ends this session once idle that long: a lock it holds is let go with it.
+SELECT set_config('idle_session_timeout', (@timeout_ms::bigint)::text, false);

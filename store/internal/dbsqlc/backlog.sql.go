@@ -183,6 +183,16 @@ func (q *Queries) SaveBacklogState(ctx context.Context, arg SaveBacklogStatePara
 	return err
 }
 
+const SetSessionIdleTimeout = `-- name: SetSessionIdleTimeout :exec
+SELECT set_config('idle_session_timeout', ($1::bigint)::text, false)
+`
+
+// Ends this session once idle that long: a lock it holds is let go with it.
+func (q *Queries) SetSessionIdleTimeout(ctx context.Context, timeoutMs int64) error {
+	_, err := q.db.Exec(ctx, SetSessionIdleTimeout, timeoutMs)
+	return err
+}
+
 const StillProcessing = `-- name: StillProcessing :many
 SELECT id FROM payments WHERE id = ANY($1::uuid[]) AND status = 'processing' AND stuck_since IS NULL
 `
