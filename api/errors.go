@@ -75,7 +75,12 @@ func (s *Server) writeError(c *gin.Context, err error) {
 		p.Status, p.Code, p.Title = 400, "idempotency_key_invalid", "Idempotency-Key invalid"
 	case errors.Is(err, payment.ErrIdempotencyKeyInUse):
 		p.Status, p.Code, p.Title = 409, "idempotency_key_in_use", "Request in progress"
-		c.Header("Retry-After", strconv.Itoa(retryAfter))
+		wait := retryAfter
+		var queued *queuedInUseError
+		if errors.As(err, &queued) {
+			wait = queued.seconds
+		}
+		c.Header("Retry-After", strconv.Itoa(wait))
 	case errors.Is(err, payment.ErrIdempotencyReused):
 		p.Status, p.Code, p.Title = 422, "idempotency_key_reused", "Idempotency-Key reused"
 	case errors.Is(err, payment.ErrUnauthorized):

@@ -266,8 +266,12 @@ var handlerCases = []handlerCase{
 		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusProcessing, time.Now().Add(-time.Second)) },
 		check: func(t *testing.T, f *fixture) { require.Equal(t, 1, f.wf.starts, "the retry starts the workflow") }},
 	{name: "replay_queued_409", req: request{body: payBody},
-		// Queued in the start backlog: the drainer starts it in its turn, never a retry.
-		setup: func(f *fixture) { f.seedQueued("k1", payBody) },
+		// Queued in the start backlog: the drainer starts it in its turn, never a retry, which
+		// is asked to come back when the backlog ahead of it may have drained (300 at 10/s).
+		setup: func(f *fixture) {
+			f.opts.Backlog = Backlog{State: fakeBacklog{state: store.BacklogState{Queued: 300, DrainPerSecond: 10, Age: time.Second}}, MaxRunning: 8}
+			f.seedQueued("k1", payBody)
+		},
 		check: func(t *testing.T, f *fixture) {
 			require.Zero(t, f.wf.starts)
 			require.Zero(t, f.st.calls["TakeOver"], "a queued payment is not taken over")

@@ -168,9 +168,20 @@ func (s *Server) answerExisting(c *gin.Context, k opKind, rec store.Record, hash
 			}
 		}
 		s.metrics.idempotency.WithLabelValues("in_use").Inc()
+		if rec.Queued { // its retries come back when the backlog ahead of it may have drained
+			s.writeError(c, &queuedInUseError{seconds: s.admission.queuedRetryAfter(ctx)})
+			return
+		}
 		s.writeError(c, payment.ErrIdempotencyKeyInUse)
 	}
 }
+
+// queuedInUseError is ErrIdempotencyKeyInUse for a payment queued in the start backlog, with
+// its Retry-After.
+type queuedInUseError struct{ seconds int }
+
+func (e *queuedInUseError) Error() string { return payment.ErrIdempotencyKeyInUse.Error() }
+func (e *queuedInUseError) Unwrap() error { return payment.ErrIdempotencyKeyInUse }
 
 // run starts the operation's workflow and waits up to SyncWait for its outcome.
 func (s *Server) run(c *gin.Context, k opKind, o op, start time.Time) {
