@@ -363,3 +363,39 @@ func TestClaimMerchantDeliveriesGoesRoundOnce(t *testing.T) {
 		})
 	}
 }
+
+// A merchant whose oldest due rows wait for an earlier event of their payment (due later, after
+// its backoff: its endpoint was down) still gets its turn behind another merchant's backlog: the
+// claim looks past the rows that wait for an earlier event to the earlier events themselves.
+func TestClaimReachesEventsBehindTheirPaymentsLaterOnes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	newMerchant := func() testkit.Merchant {
+		return testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
+	}
+	busy := newMerchant()
+	pendingDeliveries(t, own, busy.ID, 1000, time.Now().Add(-time.Hour), time.Second)
+	got, err := own.ClaimDeliveries(ctx, 32, 4, 40*time.Second)
+	require.NoError(t, err)
+	require.Len(t, got, 4)
+
+	other := newMerchant()
+	// 9 payments: each's first event retried, due again 1 s ago; its second event, created while
+	// the first was in backoff, due since 30 min and waiting for the first.
+	require.NoError(t, own.Exec(ctx, `WITH a AS (SELECT gen_random_uuid() AS agg FROM generate_series(1, 9))
+		INSERT INTO webhook_deliveries (id, merchant_id, aggregate_id, event_type, event_created_at, url, body, status, next_attempt_at)
+		SELECT gen_random_uuid(), $1, agg, t, ec, 'http://127.0.0.1:9/hook', convert_to('{}', 'UTF8'), 'pending', na
+		FROM a CROSS JOIN (VALUES ('payment.requires_capture', now() - interval '2 hours', now() - interval '1 second'),
+		                          ('payment.captured', now() - interval '40 minutes', now() - interval '30 minutes')) v(t, ec, na)`, other.ID))
+	for range 5 {
+		got, err = own.ClaimDeliveries(ctx, 28, 4, 40*time.Second)
+		require.NoError(t, err)
+		if len(got) > 0 {
+			break
+		}
+	}
+	require.NotEmpty(t, got, "the other merchant's due first events are never claimed")
+}

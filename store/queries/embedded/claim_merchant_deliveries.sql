@@ -9,11 +9,12 @@
 --
 -- The merchants with pending rows are found one probe of the pending_merchant index each (a
 -- loose index scan), from after $5 round to it again, at most $4 of them: the caller picks $5 at
--- random, so that every merchant gets its turn when more than $4 have pending rows, and the
--- statement costs about $4 probes plus $4 times 2*$2 rows, whatever the backlogs. Of each, its
--- 2*$2 oldest due rows are read: its leases are among them (a leased row is due and among the
--- oldest, see claim_deliveries.sql), then the rows it may be given, with room for a few waiting
--- for an earlier event of their payment.
+-- random, so that every merchant gets its turn when more than $4 have pending rows. Of each,
+-- the 2*$2 oldest due rows that are their payment's earliest pending event are read: its leases
+-- are among them (a leased row is due, its payment's earliest, and among the oldest, see
+-- claim_deliveries.sql), then the rows it may be given. The statement costs about $4 probes plus
+-- $4 times 2*$2 rows, and a probe of its payment for each due row passed over on the way (a later
+-- event waiting for its payment's earlier one): a merchant's payments have few events each.
 WITH RECURSIVE pending_merchants AS (
     (SELECT a.merchant_id, a.wrapped, 1 AS n FROM (
         SELECT coalesce(s.next, s.first) AS merchant_id, s.next IS NULL AS wrapped FROM (SELECT
@@ -38,6 +39,11 @@ WITH RECURSIVE pending_merchants AS (
         SELECT d.id, d.merchant_id, d.aggregate_id, d.event_created_at, d.next_attempt_at, d.claimed_until
         FROM webhook_deliveries d
         WHERE d.merchant_id = m.merchant_id AND d.status = 'pending' AND d.next_attempt_at <= now()
+          -- Each payment's earliest pending event only, before the limit: a later one, due
+          -- while the earlier waits out its backoff, would fill the limit and hide it for good.
+          AND NOT EXISTS (SELECT 1 FROM webhook_deliveries e
+              WHERE e.aggregate_id = d.aggregate_id AND e.status = 'pending'
+                AND (e.event_created_at, e.id) < (d.event_created_at, d.id))
         ORDER BY d.next_attempt_at LIMIT 2 * $2::int) h
 ), inflight AS MATERIALIZED (
     SELECT merchant_id, count(*) FILTER (WHERE claimed_until > now()) AS inflight FROM heads GROUP BY merchant_id
