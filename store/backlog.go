@@ -147,8 +147,9 @@ func (s *Store) BacklogState(ctx context.Context) (BacklogState, error) {
 
 // leadIdle is how long a leader's session may go without a check of its lead (held) before
 // PostgreSQL ends it, and so lets the lock go: a process that is frozen (a paused VM) or cut off
-// keeps no lead longer than that, where its connection alone could hold it for hours.
-var leadIdle = 30 * time.Second
+// keeps no lead longer than that, where its connection alone could hold it for hours. Longer
+// than a drainer's slowest pass between two checks (its starts timing out while Temporal is away).
+var leadIdle = 2 * time.Minute
 
 // Lead makes the caller the one holder of name across every process on the database, while ok:
 // a session advisory lock on a connection of its own, which PostgreSQL lets go when the process
@@ -184,8 +185,9 @@ func (s *Store) Lead(ctx context.Context, name string) (ok bool, held func(conte
 func releaseLead(conn *pgxpool.Conn, key int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := dbsqlc.New(conn).Unlead(ctx, key); err != nil {
-		conn.Conn().Close(ctx) // a session whose unlock failed must not return to the pool holding it
+	q := dbsqlc.New(conn)
+	if err := q.Unlead(ctx, key); err != nil || q.SetSessionIdleTimeout(ctx, 0) != nil {
+		conn.Conn().Close(ctx) // a session still holding the lock, or the leader's timeout, must not return to the pool
 	}
 	conn.Release()
 }

@@ -74,3 +74,19 @@ func TestFrozenLeaderLosesTheLead(t *testing.T) {
 	}, 10*time.Second, 200*time.Millisecond, "the frozen leader's lock is let go")
 	require.False(t, held(ctx), "the frozen leader finds it lost the lead")
 }
+
+// A lead given up returns its connection to the pool without the leader's idle timeout: a pooled
+// connection of the application's is not ended by PostgreSQL for being idle.
+func TestReleasedLeadLeavesNoIdleTimeout(t *testing.T) {
+	ctx := context.Background()
+	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true, MaxConns: 1})
+	require.NoError(t, err)
+	defer own.Close()
+	ok, _, release, err := own.Lead(ctx, "released")
+	require.NoError(t, err)
+	require.True(t, ok)
+	release()
+	var v string
+	require.NoError(t, own.QueryRow(ctx, `SHOW idle_session_timeout`, nil, &v))
+	require.Equal(t, "0", v, "the pool's connection kept the leader's session setting")
+}

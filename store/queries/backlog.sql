@@ -74,5 +74,7 @@ SELECT count(*) FROM idempotency_records WHERE status = 'processing';
 SELECT EXISTS (SELECT 1 FROM idempotency_records WHERE merchant_id = $1 AND queued);
 
 -- name: SetSessionIdleTimeout :exec
--- Ends this session once idle that long: a lock it holds is let go with it.
-SELECT set_config('idle_session_timeout', (@timeout_ms::bigint)::text, false);
+-- Ends this session once idle that long (0: never), where the server has the setting
+-- (PostgreSQL 14 on): a lock it holds is let go with it.
+SELECT CASE WHEN current_setting('server_version_num')::int >= 140000
+    THEN set_config('idle_session_timeout', (@timeout_ms::bigint)::text, false) END;

@@ -184,10 +184,12 @@ func (q *Queries) SaveBacklogState(ctx context.Context, arg SaveBacklogStatePara
 }
 
 const SetSessionIdleTimeout = `-- name: SetSessionIdleTimeout :exec
-SELECT set_config('idle_session_timeout', ($1::bigint)::text, false)
+SELECT CASE WHEN current_setting('server_version_num')::int >= 140000
+    THEN set_config('idle_session_timeout', ($1::bigint)::text, false) END
 `
 
-// Ends this session once idle that long: a lock it holds is let go with it.
+// Ends this session once idle that long (0: never), where the server has the setting
+// (PostgreSQL 14 on): a lock it holds is let go with it.
 func (q *Queries) SetSessionIdleTimeout(ctx context.Context, timeoutMs int64) error {
 	_, err := q.db.Exec(ctx, SetSessionIdleTimeout, timeoutMs)
 	return err
