@@ -204,7 +204,7 @@ func New(o Options) *Server {
 	e.GET("/openapi.yaml", func(c *gin.Context) { c.Data(http.StatusOK, "application/yaml", docs.OpenAPI) })
 
 	// A settlement import may settle for longer than an answer may take to write: it runs on.
-	e.POST("/admin/v1/settlements", s.limitInFlight, s.adminAuth, s.settlements)
+	e.POST("/admin/v1/settlements", noStore, s.limitInFlight, s.adminAuth, s.settlements)
 	admin := e.Group("/admin/v1", noStore, s.deadline, s.limitInFlight, s.adminAuth)
 	admin.POST("/merchants", s.createMerchant)
 	admin.POST("/accounts", s.createAccount)
