@@ -93,8 +93,11 @@ func (a *admission) give(merchant uuid.UUID) {
 	a.merchants.release(merchant)
 }
 
-// backlog is the drainer's record, read again when stateEvery has passed.
+// backlog is the drainer's record, read again when stateEvery has passed; none without a backlog.
 func (a *admission) backlog(ctx context.Context) store.BacklogState {
+	if a.State == nil {
+		return store.BacklogState{}
+	}
 	a.mu.Lock()
 	if time.Since(a.read) < stateEvery {
 		defer a.mu.Unlock()
