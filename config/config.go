@@ -354,8 +354,10 @@ func (c Config) Validate() error {
 	// The relay looks only at events published longer ago than this, so it must exceed the
 	// relay's longest transaction (its publish timeout and commit, 15s): a row it marks
 	// published then cannot commit behind what was checked.
-	if c.Events.RedeliverAfter < 30*time.Second || c.Events.RedeliverAfter > c.Events.Retention {
-		errs = append(errs, fmt.Errorf("events.redeliver_after (KASA_EVENTS_REDELIVER_AFTER) must be between 30s and events.retention, got %s", c.Events.RedeliverAfter))
+	// Redelivery is given up at half the retention (before the rows go): it must come before that.
+	if c.Events.RedeliverAfter < 30*time.Second || c.Events.RedeliverAfter > c.Events.Retention/4 {
+		errs = append(errs, fmt.Errorf("events.redeliver_after (KASA_EVENTS_REDELIVER_AFTER) must be between 30s and a quarter of events.retention (%s), got %s",
+			c.Events.Retention/4, c.Events.RedeliverAfter))
 	}
 	if c.API.ReplayCache < 0 {
 		errs = append(errs, fmt.Errorf("api.replay_cache must be 0 (off) or more, got %d", c.API.ReplayCache))

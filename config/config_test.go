@@ -107,6 +107,7 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 		{"no webhook concurrency", "webhook.concurrency", map[string]string{"KASA_WEBHOOK_CONCURRENCY": "0"}},
 		{"retention shorter than an hour", "events.retention", map[string]string{"KASA_EVENTS_RETENTION": "5m"}},
 		{"redelivery within the relay's transaction", "events.redeliver_after", map[string]string{"KASA_EVENTS_REDELIVER_AFTER": "10s"}},
+		{"redelivery after it is given up", "events.redeliver_after", map[string]string{"KASA_EVENTS_RETENTION": "1h", "KASA_EVENTS_REDELIVER_AFTER": "45m"}},
 		{"write timeout within the sync wait", "api.write_timeout", map[string]string{"KASA_API_SYNC_WAIT": "30s", "KASA_API_WRITE_TIMEOUT": "35s"}},
 		{"no read timeout", "api.read_timeout", map[string]string{"KASA_API_READ_TIMEOUT": "0s"}},
 		{"no idle timeout", "api.idle_timeout", map[string]string{"KASA_API_IDLE_TIMEOUT": "0s"}},
