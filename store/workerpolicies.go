@@ -32,7 +32,7 @@ type PolicyConflictError struct {
 
 func (e *PolicyConflictError) Error() string {
 	return fmt.Sprintf("a worker on task queue %q runs with %s; this one is configured with %s: "+
-		"every worker of a deployment needs the same money settings (stop the others first)",
+		"every worker of a deployment needs the same money settings (stop the others first, then wait a minute)",
 		e.TaskQueue, e.Other, e.Mine)
 }
 
