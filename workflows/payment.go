@@ -203,7 +203,7 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 	}
 	err := w.step(ctx, w.op.reserve, in.OperationID)
 	if hasType(err, ErrTypeAlreadyDecided) {
-		if !resetOfRecord(ctx, err) {
+		if !w.resetOfRecord(ctx, err) {
 			return w.decided(ctx, err)
 		}
 		err = nil // its steps run again, as after a worker's death: each finds its work done
@@ -605,8 +605,13 @@ func (w *opRun) accept(ctx workflow.Context, s Settlement) {
 // resetOfRecord says whether err, an AlreadyDecided refusal, refused a reset of the very run that
 // took the operation on (an operator's `temporal workflow reset` after a terminate by mistake,
 // docs/operations.md) while the operation is still open: that run goes on, it is no second run.
-// Refusals recorded before they named the run decode no run and end as before.
-func resetOfRecord(ctx workflow.Context, err error) bool {
+// Refusals recorded before they named the run decode no run and end as before. Not a manual
+// payment: run again from its start, it would authorize again whatever phase it was in (an
+// unknown capture reopened as waiting for one).
+func (w *opRun) resetOfRecord(ctx workflow.Context, err error) bool {
+	if w.in.CaptureManual {
+		return false
+	}
 	var appErr *temporal.ApplicationError
 	var status, run string
 	if !errors.As(err, &appErr) || appErr.Details(&status, &run) != nil {
