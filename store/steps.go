@@ -143,6 +143,11 @@ func (s *Store) Release(ctx context.Context, operationID uuid.UUID, failureCode 
 	var p payment.Payment
 	var answer *Answer
 	err := s.tx(ctx, func(tx pgx.Tx) error {
+		// A Reserve attempt still running (another attempt found insufficient funds) holds
+		// the payment's row: its hold, if any, is seen below and released.
+		if _, err := tx.Exec(ctx, dbsqlc.LockPaymentRow, operationID); err != nil {
+			return err
+		}
 		var account uuid.UUID
 		var amount int64
 		err := tx.QueryRow(ctx, dbsqlc.CloseReservation, operationID, "released").Scan(&account, &amount)

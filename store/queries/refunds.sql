@@ -64,7 +64,10 @@ SELECT rf.amount_minor, rf.status, a.id AS settlement_id,
   coalesce((SELECT run_id FROM started), (SELECT run_id FROM rec), '')::text AS run_of_record
 FROM refunds rf
 LEFT JOIN accounts a ON a.merchant_id = rf.merchant_id AND a.currency = rf.currency AND a.kind = 'settlement'
-WHERE rf.id = $1;
+WHERE rf.id = $1
+-- Locked until the hold's transaction ends: a release of the refund (another attempt's
+-- insufficient funds) waits for it, or it for the release and then reads the failed status.
+FOR NO KEY UPDATE OF rf;
 
 -- name: InsertReservation :exec
 INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status) VALUES ($1, $2, $3, $4, 'active');

@@ -430,6 +430,7 @@ SELECT rf.amount_minor, rf.status, a.id AS settlement_id,
 FROM refunds rf
 LEFT JOIN accounts a ON a.merchant_id = rf.merchant_id AND a.currency = rf.currency AND a.kind = 'settlement'
 WHERE rf.id = $1
+FOR NO KEY UPDATE OF rf
 `
 
 type StartRefundHoldParams struct {
@@ -449,6 +450,8 @@ type StartRefundHoldRow struct {
 // the hold needs: the refund's amount and status, the merchant's settlement account in its
 // currency (NULL when it has none), whether the refund is held already, and the run that took
 // the refund on.
+// Locked until the hold's transaction ends: a release of the refund (another attempt's
+// insufficient funds) waits for it, or it for the release and then reads the failed status.
 func (q *Queries) StartRefundHold(ctx context.Context, arg StartRefundHoldParams) (StartRefundHoldRow, error) {
 	row := q.db.QueryRow(ctx, StartRefundHold, arg.ID, arg.RunID)
 	var i StartRefundHoldRow

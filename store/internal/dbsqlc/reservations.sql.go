@@ -33,6 +33,17 @@ func (q *Queries) CloseReservation(ctx context.Context, arg CloseReservationPara
 	return i, err
 }
 
+const LockPaymentRow = `-- name: LockPaymentRow :exec
+SELECT 1 FROM payments WHERE id = $1 FOR NO KEY UPDATE
+`
+
+// Taken first by a step that must see every hold the payment has: a Reserve still running
+// commits its hold before the step's next statement reads (ReserveFunds locks the same row).
+func (q *Queries) LockPaymentRow(ctx context.Context, id uuid.UUID) error {
+	_, err := q.db.Exec(ctx, LockPaymentRow, id)
+	return err
+}
+
 const ReservationExists = `-- name: ReservationExists :one
 SELECT EXISTS (SELECT 1 FROM balance_reservations WHERE operation_id = $1)
 `
@@ -53,7 +64,10 @@ WITH rec AS (
   WHERE idempotency_records.operation_id = $1 AND NOT workflow_started
   RETURNING run_id
 ), p AS (
-  SELECT id, account_id, amount_minor, status FROM payments WHERE id = $1
+  -- Locked: the status read here is the one the hold goes by. A Release of the payment (another
+  -- attempt's insufficient funds) waits for this statement, or this one for it and then reads
+  -- its failed status; unlocked, an attempt blocked on the payer's row would hold for a failed one.
+  SELECT id, account_id, amount_minor, status FROM payments WHERE id = $1 FOR NO KEY UPDATE
 ), existing AS (
   SELECT 1 FROM balance_reservations r WHERE r.operation_id = $1
 ), held AS (

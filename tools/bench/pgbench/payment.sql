@@ -83,7 +83,10 @@ WITH rec AS (
   WHERE idempotency_records.operation_id = :op_id AND NOT workflow_started
   RETURNING run_id
 ), p AS (
-  SELECT id, account_id, amount_minor, status FROM payments WHERE id = :op_id
+  -- Locked: the status read here is the one the hold goes by. A Release of the payment (another
+  -- attempt's insufficient funds) waits for this statement, or this one for it and then reads
+  -- its failed status; unlocked, an attempt blocked on the payer's row would hold for a failed one.
+  SELECT id, account_id, amount_minor, status FROM payments WHERE id = :op_id FOR NO KEY UPDATE
 ), existing AS (
   SELECT 1 FROM balance_reservations r WHERE r.operation_id = :op_id
 ), held AS (
