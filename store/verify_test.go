@@ -313,3 +313,24 @@ func TestVerifyCallsStatesInFlightClean(t *testing.T) {
 	problems := problemsOf(t, st)
 	require.Empty(t, problems, "%v", problems)
 }
+
+// A manual payment's hold is on its payer's account: one moved to another account, with each
+// account's reserved kept equal to its reservations, is a violation.
+func TestVerifyFindsAnAuthorizationHoldOnAnotherAccount(t *testing.T) {
+	t.Parallel()
+	st, ctx := verifyStore(t)
+	m := testkit.NewMerchant(t, st, testkit.MerchantOptions{Deposit: 100_000})
+	other, err := st.CreateAccount(ctx, m.ID, "TRY")
+	require.NoError(t, err)
+	_, _, err = st.Deposit(ctx, other.ID, "seed", 10_000)
+	require.NoError(t, err)
+	p := verifyBegin(t, st, m, 1_000, true)
+	require.NoError(t, st.Reserve(ctx, p.ID))
+	_, err = st.Authorized(ctx, p.ID, "au")
+	require.NoError(t, err)
+	require.Empty(t, problemsOf(t, st))
+	require.NoError(t, st.Exec(ctx, `UPDATE balance_reservations SET account_id = $2 WHERE operation_id = $1`, p.ID, other.ID))
+	require.NoError(t, st.Exec(ctx, `UPDATE accounts SET reserved = reserved - 1000 WHERE id = $1`, m.Account))
+	require.NoError(t, st.Exec(ctx, `UPDATE accounts SET reserved = reserved + 1000 WHERE id = $1`, other.ID))
+	require.NotEmpty(t, problemsOf(t, st), "the authorization's hold is not on its payer's account")
+}

@@ -104,11 +104,13 @@ WHERE (p.status = 'succeeded' AND r.status <> 'finalized')
    OR (p.status IN ('unknown', 'requires_capture') AND r.status <> 'active');
 
 -- name: AuthorizationHoldMismatch :many
--- A manual payment's hold is its whole authorized amount while it waits for its capture (and its
--- capture took no more than that: the table's CHECK).
-SELECT 'requires_capture payment ' || p.id || ' holds ' || coalesce(r.amount_minor::text, 'nothing') || ' of ' || p.amount_minor
+-- A manual payment's hold is its whole authorized amount, on its payer's account, while it waits
+-- for its capture (and its capture took no more than that: the table's CHECK).
+SELECT 'requires_capture payment ' || p.id || ' holds ' || coalesce(r.amount_minor::text, 'nothing') || ' of ' || p.amount_minor ||
+  CASE WHEN r.account_id IS DISTINCT FROM p.account_id THEN ' on account ' || coalesce(r.account_id::text, 'none') ||
+    ', not its payer''s ' || p.account_id ELSE '' END
 FROM payments p LEFT JOIN balance_reservations r ON r.operation_id = p.id AND r.status = 'active'
-WHERE p.status = 'requires_capture' AND r.amount_minor IS DISTINCT FROM p.amount_minor;
+WHERE p.status = 'requires_capture' AND (r.amount_minor IS DISTINCT FROM p.amount_minor OR r.account_id IS DISTINCT FROM p.account_id);
 
 -- name: OpenAuthorizationMismatch :many
 -- An authorization is open exactly while its payment waits for its capture, or its capture or
