@@ -216,6 +216,9 @@ func (s *Store) HoldRefundRun(ctx context.Context, refundID uuid.UUID, runID str
 			return &payment.DecidedError{ID: refundID.String(), Status: payment.Status(r.Status), RunOfRecord: r.RunOfRecord}
 		case r.Held:
 			return nil
+		case payment.Status(r.Status) == payment.StatusFailed && r.FailureCode == payment.FailureInsufficientFunds:
+			insufficient = true // its own answer again, as a payment's Reserve gives: the run failed it so
+			return nil
 		case r.SettlementID == nil:
 			return fmt.Errorf("%w: merchant of refund %s has no settlement account in its currency", ErrInconsistent, refundID)
 		case payment.Status(r.Status) != payment.StatusProcessing:

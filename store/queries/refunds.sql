@@ -59,7 +59,7 @@ WITH rec AS (
   WHERE idempotency_records.operation_id = $1 AND NOT workflow_started
   RETURNING run_id
 )
-SELECT rf.amount_minor, rf.status, a.id AS settlement_id,
+SELECT rf.amount_minor, rf.status, coalesce(rf.failure_code, '')::text AS failure_code, a.id AS settlement_id,
   EXISTS (SELECT 1 FROM balance_reservations br WHERE br.operation_id = rf.id) AS held,
   coalesce((SELECT run_id FROM started), (SELECT run_id FROM rec), '')::text AS run_of_record
 FROM refunds rf
