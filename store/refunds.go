@@ -216,7 +216,7 @@ func (s *Store) HoldRefundRun(ctx context.Context, refundID uuid.UUID, runID str
 			return &payment.DecidedError{ID: refundID.String(), Status: payment.Status(r.Status), RunOfRecord: r.RunOfRecord}
 		case r.Held:
 			return nil
-		case payment.Status(r.Status) == payment.StatusFailed && r.FailureCode == payment.FailureInsufficientFunds:
+		case runID != "" && payment.Status(r.Status) == payment.StatusFailed && r.FailureCode == payment.FailureInsufficientFunds:
 			insufficient = true // its own answer again, as a payment's Reserve gives: the run failed it so
 			return nil
 		case r.SettlementID == nil:
