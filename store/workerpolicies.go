@@ -65,9 +65,10 @@ func (s *Store) ChangeWorkerPolicy(ctx context.Context, queue string, p WorkerPo
 	return s.claimWorkerPolicy(ctx, queue, p, live, true)
 }
 
+// claimWorkerPolicy and ReportWorkerPolicy return a refusal through their transaction: it has
+// written nothing but the queue's lock, so rolling it back loses nothing.
 func (s *Store) claimWorkerPolicy(ctx context.Context, queue string, p WorkerPolicy, live time.Duration, change bool) error {
-	var refused error
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	return s.tx(ctx, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
 		if err := q.LockWorkerPolicies(ctx, queue); err != nil {
 			return err
@@ -78,27 +79,18 @@ func (s *Store) claimWorkerPolicy(ctx context.Context, queue string, p WorkerPol
 		})
 		switch {
 		case err == nil:
-			refused = &PolicyConflictError{TaskQueue: queue, Mine: p, Other: policyOf(o.Capability, o.BookingWindowMs, o.ChargeBudgetMs, o.ChargeTimeoutMs)}
-			return nil
+			return &PolicyConflictError{TaskQueue: queue, Mine: p, Other: policyOf(o.Capability, o.BookingWindowMs, o.ChargeBudgetMs, o.ChargeTimeoutMs)}
 		case !errors.Is(err, pgx.ErrNoRows):
 			return err
 		}
 		if !change {
-			newer, err := newerPolicy(ctx, q, queue, p, nil)
-			if err != nil || newer != nil {
-				if newer != nil {
-					refused = newer
-				}
+			if err := newerPolicy(ctx, q, queue, p, nil); err != nil {
 				return err
 			}
 		}
 		_, err = q.SeeWorkerPolicy(ctx, seeParams(queue, p))
 		return err
 	})
-	if err != nil {
-		return err
-	}
-	return refused
 }
 
 // ReportWorkerPolicy reports that a worker runs with p on queue now, and answers when (by the
@@ -106,45 +98,38 @@ func (s *Store) claimWorkerPolicy(ctx context.Context, queue string, p WorkerPol
 // report (after; zero: none yet): the deployment's settings were changed while this worker was
 // silent (*PolicyChangeError), and it must stop. Nothing is written then.
 func (s *Store) ReportWorkerPolicy(ctx context.Context, queue string, p WorkerPolicy, after time.Time) (seen time.Time, err error) {
-	var refused error
 	err = s.tx(ctx, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
 		if err := q.LockWorkerPolicies(ctx, queue); err != nil {
 			return err
 		}
 		if !after.IsZero() {
-			newer, err := newerPolicy(ctx, q, queue, p, &after)
-			if err != nil || newer != nil {
-				if newer != nil {
-					refused = newer
-				}
+			if err := newerPolicy(ctx, q, queue, p, &after); err != nil {
 				return err
 			}
 		}
 		seen, err = q.SeeWorkerPolicy(ctx, seeParams(queue, p))
 		return err
 	})
-	if err == nil {
-		err = refused
-	}
-	return seen, translate(err)
+	return seen, err
 }
 
 // newerPolicy is a *PolicyChangeError naming the latest policy other than p reported on the
-// queue after after (nil: after p's own last report, or ever), or nil if there is none.
-func newerPolicy(ctx context.Context, q *dbsqlc.Queries, queue string, p WorkerPolicy, after *time.Time) (*PolicyChangeError, error) {
+// queue after after (nil: after p's own last report, or ever), nil if there is none, or the
+// read's error.
+func newerPolicy(ctx context.Context, q *dbsqlc.Queries, queue string, p WorkerPolicy, after *time.Time) error {
 	o, err := q.WorkerPolicySince(ctx, dbsqlc.WorkerPolicySinceParams{
 		TaskQueue: queue, Capability: p.Capability, After: after,
 		BookingWindowMs: p.BookingWindow.Milliseconds(), ChargeBudgetMs: p.ChargeBudget.Milliseconds(), ChargeTimeoutMs: p.ChargeTimeout.Milliseconds(),
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return nil, nil
+		return nil
 	case err != nil:
-		return nil, err
+		return err
 	}
 	return &PolicyChangeError{TaskQueue: queue, Mine: p, Deployment: policyOf(o.Capability, o.BookingWindowMs, o.ChargeBudgetMs, o.ChargeTimeoutMs),
-		Reported: o.LastSeen}, nil
+		Reported: o.LastSeen}
 }
 
 func policyOf(capability string, bookingMS, budgetMS, timeoutMS int64) WorkerPolicy {
