@@ -519,3 +519,29 @@ func TestReconcileListedCaptureSettlesAnUnknownVoid(t *testing.T) {
 	require.Equal(t, 1, again.Counts.Matched, "imported again: matched, nothing posted twice")
 	requireVerified(t)
 }
+
+// A cancel's void never reaches a bank that can be asked (three sends, each a 500, each inquiry
+// finding the authorization open): the payment is unknown. The reconciliation team's
+// not_charged (nothing was captured) sends the void once more before the hold is released, so
+// the payer's money is let go at the bank too, not blocked there until the authorization expires.
+func TestUnknownVoidSettledNotChargedIsVoidedAtTheBank(t *testing.T) {
+	t.Parallel()
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityInquiry, temporal: tc, bookingWindow: 100 * time.Millisecond})
+	m := s.newMerchant()
+	id, payer, _ := s.authorize(m, "auth-void-open", "70.00", "100.00")
+	s.setFaults(`{"rules":[{"on":"void","action":"error_500","count":3}]}`)
+	r := s.command(m, id, "cancel", "void-open", "")
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.Eventually(t, func() bool { return paymentByKey(t, m, "auth-void-open").Status == payment.StatusUnknown },
+		30*time.Second, 100*time.Millisecond)
+	require.False(t, s.held(id).Voided, "the authorization is still open at the bank")
+
+	status, err := workflows.Starter{Client: tc}.Settle(context.Background(), workflows.PaymentWorkflowID(mustUUID(t, m.ID), "auth-void-open"),
+		workflows.Settlement{Outcome: workflows.OutcomeNotCharged, OperationID: mustUUID(t, id), Note: "test: the file lists no capture"})
+	require.NoError(t, err)
+	require.Equal(t, "canceled", status)
+	require.True(t, s.held(id).Voided, "voided at the bank")
+	require.Zero(t, reserved(t, payer))
+	require.Equal(t, int64(10000), balance(t, payer))
+	requireVerified(t)
+}

@@ -433,3 +433,113 @@ func TestManualPaymentUnknownVoidSettledByAListedCapture(t *testing.T) {
 	require.Equal(t, statusSucceeded, answers["listed"])
 	require.Zero(t, h.calls(workflows.ActivityCanceled), "the hold is never released")
 }
+
+// parkedVoid is a manual payment whose void of authRef (the merchant's cancel, cmd) is unknown.
+func parkedVoid(h *harness, c workflows.Capability, cmd uuid.UUID) workflows.PaymentInput {
+	in := manualInput(h, c)
+	in.Parked, in.InquiryWait = true, 2*time.Second
+	in.Step = workflows.Step{Phase: workflows.PhaseVoid, AuthorizationRef: authRef, FailureCode: payment.FailureCanceled, CommandID: cmd}
+	return in
+}
+
+func capturedAtBank() error {
+	return temporal.NewNonRetryableApplicationError("the bank captured the authorization au_1", workflows.ErrTypeCapturedAtBank, nil)
+}
+
+// A charged settlement naming the amount captured that reaches an unknown void while its inquiry
+// finds the capture says what the bank says: the capture is posted, never set aside as a
+// conflict for an operator.
+func TestManualPaymentChargedSettlementRacingAnInquiryThatFindsTheCapture(t *testing.T) {
+	h := newHarness(t)
+	answers := map[string]string{}
+	h.on(workflows.ActivityInquireVoid).Run(func(mock.Arguments) {
+		h.update("racing", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 7_000}, answers)
+	}).Return(workflows.ChargeResult{}, capturedAtBank()).Once()
+	h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
+		workflows.CapturedInput{OperationID: opID, AmountMinor: 7_000, ProviderReference: authRef}).Return(nil).Once()
+
+	res := h.run(parkedVoid(h, workflows.CapabilityInquiry, uuid.New()))
+	require.Equal(t, statusSucceeded, res.Status)
+	require.Equal(t, statusSucceeded, answers["racing"])
+	require.Zero(t, h.calls(workflows.ActivityFlagStuck), "no conflict: both say the authorization was captured")
+	require.Zero(t, h.calls(workflows.ActivityCanceled))
+}
+
+// A not_charged settlement of an unknown void says nothing was captured, not that the bank let
+// the authorization go: where the void may be sent twice it is sent once more before the hold is
+// released, so the payer's money is not blocked at the bank until the authorization expires.
+// The void's answer does not stop the release, unless the bank says it captured.
+func TestManualPaymentVoidSettledNotChargedIsVoidedAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		capability workflows.Capability
+		racing     bool  // the settlement reaches the run while an inquiry says the authorization is open
+		void       error // the void's answer
+		voids      int
+	}{
+		{"inquiry says still open", workflows.CapabilityInquiry, true, nil, 1},
+		{"idempotent", workflows.CapabilityIdempotent, false, nil, 1},
+		{"void unanswered", workflows.CapabilityInquiry, false, ambiguous(), 1},
+		{"none: never sent twice", workflows.CapabilityNone, false, nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			cmd := uuid.New()
+			answers := map[string]string{}
+			notCharged := workflows.Settlement{Outcome: workflows.OutcomeNotCharged}
+			if tc.racing {
+				h.on(workflows.ActivityInquireVoid).Run(func(mock.Arguments) { h.update("file", notCharged, answers) }).
+					Return(workflows.ChargeResult{}, notFound()).Once()
+			} else {
+				h.updateAt(time.Second, "file", notCharged, answers)
+			}
+			h.env.OnActivity(workflows.ActivityVoidAuthorization, mock.Anything,
+				workflows.BankCallInput{OperationID: opID, AuthorizationRef: authRef, Send: 1}).Return(charged("void_2"), tc.void)
+			h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+				workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureCanceled, CommandID: cmd}).Return(nil).Once()
+
+			res := h.run(parkedVoid(h, tc.capability, cmd))
+			require.Equal(t, workflows.PaymentResult{Status: string(payment.StatusCanceled), FailureCode: payment.FailureCanceled}, res)
+			require.Equal(t, string(payment.StatusCanceled), answers["file"])
+			h.env.AssertNumberOfCalls(t, workflows.ActivityVoidAuthorization, tc.voids)
+		})
+	}
+}
+
+// The void sent again for a not_charged settlement is refused because the bank captured the
+// authorization: the file was wrong, the hold is kept for an operator, and the settlement is
+// answered as the conflict it is.
+func TestManualPaymentVoidSentAgainFindsACapture(t *testing.T) {
+	h := newHarness(t)
+	answers := map[string]string{}
+	h.updateAt(time.Second, "file", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
+	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, capturedAtBank()).Once()
+	h.on(workflows.ActivityFlagStuck).Return(nil)
+	h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
+		workflows.CapturedInput{OperationID: opID, AmountMinor: 5_000, ProviderReference: authRef}).Return(nil).Once()
+	h.updateAt(time.Hour, "captured", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 5_000}, answers)
+
+	res := h.run(parkedVoid(h, workflows.CapabilityIdempotent, uuid.New()))
+	require.Equal(t, statusSucceeded, res.Status)
+	require.Contains(t, answers["file"], workflows.ErrTypeBankConflict)
+	require.Equal(t, statusSucceeded, answers["captured"])
+	require.Zero(t, h.calls(workflows.ActivityCanceled), "the hold is never released")
+}
+
+// The runbook's capture the bank reversed (docs/operations.md, "Overdue authorizations"): the
+// operator's retry asks the bank at once, and its answer (the authorization let go) cancels the
+// payment with no settlement.
+func TestManualPaymentRetryOnceTheBankReversedTheCapture(t *testing.T) {
+	h := newHarness(t)
+	cmd := uuid.New()
+	h.on(workflows.ActivityInquireVoid).Return(workflows.ChargeResult{}, capturedAtBank()).Once()
+	h.on(workflows.ActivityInquireVoid).Return(charged("void_1"), nil).Once()
+	h.on(workflows.ActivityFlagStuck).Return(nil)
+	h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+		workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureCanceled, CommandID: cmd}).Return(nil).Once()
+	h.retryAt(time.Hour)
+
+	res := h.run(parkedVoid(h, workflows.CapabilityInquiry, cmd))
+	require.Equal(t, string(payment.StatusCanceled), res.Status)
+	require.Equal(t, []time.Duration{2 * time.Second, time.Hour}, h.offsets(workflows.ActivityInquireVoid), "asked at the retry")
+}

@@ -225,8 +225,11 @@ type Step struct {
 // bank) is ignored, as is a charged one naming another amount than the operation's, or one of an
 // unknown authorization naming no authorization id; an operator's retry of a conflict asks the
 // bank again at once (inquiry). Revision 5: a settlement signalled for another operation than
-// the run's (operation_id) is ignored.
-const CurrentRevision = 5
+// the run's (operation_id) is ignored. Revision 6: a charged settlement that meets an inquiry
+// finding a void's capture is applied, not set aside; a not_charged settlement of an unknown
+// void sends the void once more (not with none) and keeps the hold only if the bank says it
+// captured; a settlement signalled once an inquiry's answer decided the run is ignored.
+const CurrentRevision = 6
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.
 type ChargePolicy struct {

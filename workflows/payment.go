@@ -250,6 +250,10 @@ type opRun struct {
 	// captured: the bank captured the authorization this void phase is letting go (holdCaptured),
 	// so a charged settlement naming the amount captured is taken.
 	captured bool
+	// closing: the bank's answer to an inquiry decided the operation, whose post or release now
+	// runs; a settlement would not be applied (Revision 6 refuses it).
+	closing bool
+	voided  bool // this void phase's last inquiry found the void done
 
 	// A manual payment's: the merchant's capture or cancel, once accepted, and whether this run
 	// recorded the authorization.
@@ -435,6 +439,20 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			return PaymentResult{}, err
 		}
 		if s := w.pending; s != nil {
+			if w.revoid(s) {
+				// Nothing was captured, but the authorization may still be open at the bank, the
+				// payer's money blocked there until it expires: the void is sent once more (voiding
+				// a voided one succeeds). Only the bank's answer that it captured stops the release.
+				err := w.execProvider(ctx, w.in, w.op.send, w.op.sendArg(1, Resend{})).Get(ctx, nil)
+				if hasType(err, ErrTypeCapturedAtBank) {
+					if err := w.holdCaptured(ctx, err); err != nil {
+						return PaymentResult{}, err
+					}
+					recheck = w.pending == nil
+					continue
+				}
+				return w.fail(ctx, payment.FailureDeclined)
+			}
 			if s.Outcome == OutcomeCharged && w.in.Step.Phase == PhaseVoid { // the bank captured it after all
 				st := w.in.Step
 				if st.FailureCode != payment.FailureDeclined {
@@ -448,6 +466,7 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			return w.fail(ctx, payment.FailureDeclined)
 		}
 		res, err := w.inquire(ctx)
+		w.voided = w.in.Step.Phase == PhaseVoid && err == nil && res.Succeeded
 		switch {
 		case w.pending != nil && w.pending.Outcome == OutcomeNotCharged && err == nil && res.Succeeded && w.in.Revision >= 2 &&
 			!(w.in.Revision >= 3 && w.in.Step.Phase == PhaseVoid): // a void done and not_charged agree: nothing moved
@@ -460,7 +479,8 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			}
 			recheck = w.in.Revision >= 4 && w.pending == nil
 			continue
-		case w.in.Revision >= 3 && hasType(err, ErrTypeCapturedAtBank):
+		case w.in.Revision >= 3 && hasType(err, ErrTypeCapturedAtBank) &&
+			!(w.in.Revision >= 6 && w.pending != nil && w.pending.Outcome == OutcomeCharged): // a charged one agrees
 			if err := w.holdCaptured(ctx, err); err != nil {
 				return PaymentResult{}, err
 			}
@@ -469,8 +489,10 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 		case w.pending != nil:
 			continue // a settlement arrived while the inquiry ran: it wins
 		case err == nil && res.Succeeded:
+			w.closing = true
 			return w.finalize(ctx, res.ProviderReference)
 		case err == nil || hasType(err, ErrTypeDeclined):
+			w.closing = true
 			return w.fail(ctx, payment.FailureDeclined)
 		}
 		wait = min(wait*2, inquiryMaxWait)
@@ -545,6 +567,8 @@ func (w *opRun) checkSettlement(s Settlement, rev int) error {
 		return fmt.Errorf("%s is %s, not unknown: nothing to settle", w.op.noun, w.status)
 	case w.pending != nil:
 		return fmt.Errorf("%s is already being settled as %s", w.op.noun, w.pending.Outcome)
+	case rev >= 6 && w.closing:
+		return fmt.Errorf("the bank answered kasa's inquiry: the %s is being closed as it said, nothing to settle", w.op.noun)
 	case rev >= 4 && w.in.Revision >= 3 && w.consumed != nil: // applied, it still runs: the next phase is at the bank
 		return fmt.Errorf("%s is already being settled as %s", w.op.noun, w.consumed.Outcome)
 	case rev >= 4 && w.in.CaptureManual && w.in.Step.Phase == PhaseAuthorize && s.Outcome == OutcomeCharged && s.ProviderReference == "":
@@ -579,6 +603,14 @@ func (w *opRun) receiveSettlements(ctx workflow.Context) {
 		ch.Receive(ctx, &s) // an undecodable payload arrives as a zero Settlement
 		w.accept(ctx, s)
 	}
+}
+
+// revoid says a settlement s of a void phase sends the void again before its release (Revision
+// 6): not_charged, with a capability that lets the void be sent twice, unless this run's inquiry
+// just found the void done.
+func (w *opRun) revoid(s *Settlement) bool {
+	return w.in.Revision >= 6 && w.in.Step.Phase == PhaseVoid && s.Outcome == OutcomeNotCharged &&
+		w.in.Capability != CapabilityNone && !w.voided
 }
 
 // capturing is the capture a manual payment sent and waits to hear of: none while its
@@ -648,6 +680,9 @@ func (w *opRun) fail(ctx workflow.Context, code string) (PaymentResult, error) {
 	}
 	if err := w.step(ctx, w.op.release, w.op.releaseArg(code)); err != nil {
 		return PaymentResult{}, err
+	}
+	if w.in.Revision >= 6 && w.in.Step.Phase == PhaseVoid {
+		code = w.in.Step.FailureCode // what the release wrote: canceled, or the authorization expired
 	}
 	st := cmp.Or(w.op.released, payment.StatusFailed)
 	w.setStatus(ctx, st)

@@ -1007,25 +1007,29 @@ func TestPaymentWorkflowProviderCallTimeouts(t *testing.T) {
 
 // updateAt sends the checked `settle` update after d and records how the workflow answered it.
 func (h *harness) updateAt(d time.Duration, id string, s workflows.Settlement, answers map[string]string) {
-	h.env.RegisterDelayedCallback(func() {
-		h.env.UpdateWorkflow(workflows.UpdateSettle, id, &testsuite.TestUpdateCallback{
-			OnAccept: func() {},
-			OnReject: func(err error) {
-				h.mu.Lock()
-				answers[id] = "rejected: " + err.Error()
-				h.mu.Unlock()
-			},
-			OnComplete: func(v any, err error) {
-				h.mu.Lock()
-				defer h.mu.Unlock()
-				if err != nil {
-					answers[id] = "failed: " + err.Error()
-					return
-				}
-				answers[id] = fmt.Sprint(v)
-			},
-		}, s)
-	}, d)
+	h.env.RegisterDelayedCallback(func() { h.update(id, s, answers) }, d)
+}
+
+// update sends the `settle` update now (from a mocked activity: while it runs) and records the
+// answer under id.
+func (h *harness) update(id string, s workflows.Settlement, answers map[string]string) {
+	h.env.UpdateWorkflow(workflows.UpdateSettle, id, &testsuite.TestUpdateCallback{
+		OnAccept: func() {},
+		OnReject: func(err error) {
+			h.mu.Lock()
+			answers[id] = "rejected: " + err.Error()
+			h.mu.Unlock()
+		},
+		OnComplete: func(v any, err error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if err != nil {
+				answers[id] = "failed: " + err.Error()
+				return
+			}
+			answers[id] = fmt.Sprint(v)
+		},
+	}, s)
 }
 
 // The `settle` update is the checked form: early, malformed and repeated settlements are

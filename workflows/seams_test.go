@@ -211,3 +211,23 @@ func TestContinuedRunDetailsSayWhatIsAtStake(t *testing.T) {
 	require.Contains(t, details, "**Payment** `"+in.OperationID.String()+"`")
 	require.Contains(t, details, "unknown: the bank's answer is not known")
 }
+
+// Once an inquiry's answer decided an unknown payment, its release (or post) runs: a settlement
+// arriving then would never be applied, so it is refused, not accepted and answered with the
+// other outcome.
+func TestPaymentWorkflowSettlementWhileTheInquirysAnswerIsApplied(t *testing.T) {
+	h := newHarness(t)
+	in := current(workflows.CapabilityInquiry)
+	in.LocalSteps, in.Parked, in.InquiryWait = true, true, 2*time.Second
+	answers := map[string]string{}
+	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, declined()).Once()
+	h.env.OnActivity(workflows.ActivityRelease, mock.Anything, workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureDeclined}).
+		Run(func(mock.Arguments) {
+			h.update("during release", workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_file"}, answers)
+		}).Return(nil).Once()
+
+	res := h.run(in)
+	require.Equal(t, statusFailed, res.Status)
+	require.Contains(t, answers["during release"], "rejected: the bank answered kasa's inquiry")
+	require.Zero(t, h.calls(workflows.ActivityFinalize))
+}
