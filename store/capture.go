@@ -21,6 +21,15 @@ func (s *Store) Authorized(ctx context.Context, operationID uuid.UUID, providerR
 	var p payment.Payment
 	var answer *Answer
 	err := s.tx(ctx, func(tx pgx.Tx) error {
+		// Recorded before, the authorization is never reopened: an unknown payment with one is
+		// unknown in its capture or void, and reopened it could be captured twice.
+		var open bool
+		if err := tx.QueryRow(ctx, dbsqlc.AuthorizationOpen, operationID).Scan(&open); err != nil {
+			return err
+		}
+		if open {
+			return s.alreadyDone(ctx, tx, operationID, payment.StatusRequiresCapture, &p)
+		}
 		var err error
 		p, err = setStatus(ctx, tx, operationID, payment.StatusRequiresCapture, "", providerRef)
 		if errors.Is(err, payment.ErrNotFound) {

@@ -117,6 +117,24 @@ func TestReleaseOfAnAuthorizedPaymentIsRefused(t *testing.T) {
 	requireVerified(t)
 }
 
+// A payment whose capture or void is unknown already had its authorization recorded: the
+// authorization recorded again (a run repeating its first phase) would reopen it as waiting for a
+// capture, a second capture of a hold already being let go. It is refused, and changes nothing.
+func TestAuthorizedAgainWhileTheCaptureIsUnknownIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	p := authorized(t, mID, aID, "authorized-again", 4_000)
+	_, err := db.MarkUnknown(ctx, p.ID) // the capture's answer was lost
+	require.NoError(t, err)
+	_, err = db.Authorized(ctx, p.ID, "au_1")
+	require.ErrorIs(t, err, store.ErrInconsistent)
+	got, err := db.Payment(ctx, p.ID)
+	require.NoError(t, err)
+	require.Equal(t, payment.StatusUnknown, got.Status)
+	requireVerified(t)
+}
+
 // The database itself refuses a refund of more than was captured.
 func TestRefundsOfAManualPaymentAreBoundedByTheCapture(t *testing.T) {
 	t.Parallel()
