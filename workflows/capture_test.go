@@ -543,3 +543,28 @@ func TestManualPaymentRetryOnceTheBankReversedTheCapture(t *testing.T) {
 	require.Equal(t, string(payment.StatusCanceled), res.Status)
 	require.Equal(t, []time.Duration{2 * time.Second, time.Hour}, h.offsets(workflows.ActivityInquireVoid), "asked at the retry")
 }
+
+// A capture whose inquiry says the bank declined it is voided: the inquiry's answer closed the
+// capture, not the void that follows. When that void's answer is lost too, the payment is unknown
+// again and takes a settlement for the void.
+func TestManualPaymentVoidAfterADeclinedCaptureTakesASettlement(t *testing.T) {
+	h := newHarness(t)
+	cmd := uuid.New()
+	in := manualInput(h, workflows.CapabilityInquiry)
+	in.Parked, in.InquiryWait, in.BookingWindow = true, 2*time.Second, time.Millisecond
+	in.Step = workflows.Step{Phase: workflows.PhaseCapture, AuthorizationRef: authRef, AmountMinor: 5_000, CommandID: cmd}
+	h.on(workflows.ActivityInquireCapture).Return(workflows.ChargeResult{}, declined()).Once()
+	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Times(3)
+	h.on(workflows.ActivityVoidAuthorization).Return(charged("void_1"), nil).Once()
+	h.on(workflows.ActivityInquireVoid).Return(workflows.ChargeResult{}, notFound())
+	h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+		workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureDeclined, CommandID: cmd}).Return(nil).Once()
+	answers := map[string]string{}
+	h.expectWaitingAt(time.Hour - time.Second)
+	h.updateAt(time.Hour, "file", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
+
+	res := h.run(in)
+	require.Equal(t, string(payment.StatusCanceled), res.Status)
+	require.Equal(t, string(payment.StatusCanceled), answers["file"])
+	require.Equal(t, 4, h.calls(workflows.ActivityVoidAuthorization), "three sends, then the one the settlement sent")
+}

@@ -402,6 +402,7 @@ func (w *opRun) parkUnknown(ctx workflow.Context, cause error) (PaymentResult, e
 		return PaymentResult{}, err
 	}
 	w.setStatus(ctx, payment.StatusUnknown)
+	w.closing = false // a manual payment's next phase (the void of a declined capture) is open again
 	if w.in.Revision >= 3 {
 		// A settlement the phase before applied is answered now (unknown): waiting for this
 		// phase's own settlement would hold its update, and the run's continue-as-new, as long.
