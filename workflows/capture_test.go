@@ -568,3 +568,91 @@ func TestManualPaymentVoidAfterADeclinedCaptureTakesASettlement(t *testing.T) {
 	require.Equal(t, string(payment.StatusCanceled), answers["file"])
 	require.Equal(t, 4, h.calls(workflows.ActivityVoidAuthorization), "three sends, then the one the settlement sent")
 }
+
+// An authorization whose answer was lost is decided by an inquiry; the merchant's capture or
+// cancel then gets no answer either. That phase is unknown, and its settlement (update or
+// signal) is taken: the inquiry that decided the authorization did not decide it.
+func TestManualPaymentPhaseAfterAnInquiryDecidedAuthorizationTakesItsSettlement(t *testing.T) {
+	inquiryLost := temporal.NewNonRetryableApplicationError("provider timed out", workflows.ErrTypeAmbiguous, nil)
+	for _, tc := range []struct {
+		name           string
+		cancel, signal bool
+	}{
+		{"capture, settle update", false, false},
+		{"capture, settlement signal", false, true},
+		{"cancel, settle update", true, false},
+		{"cancel, settlement signal", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			cmd := uuid.New()
+			h.on(workflows.ActivityAuthorize).Return(workflows.ChargeResult{}, ambiguous()).Once()
+			h.on(workflows.ActivityInquireAuthorization).Return(workflows.ChargeResult{}, inquiryLost).Once() // parks it unknown
+			h.on(workflows.ActivityInquireAuthorization).Return(charged(authRef), nil).Once()                 // the parked run's inquiry decides it
+			h.on(workflows.ActivityAuthorized).Return(nil).Once()
+			answers := map[string]string{}
+			s := workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 5_000, OperationID: opID}
+			want := statusSucceeded
+			if tc.cancel {
+				h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
+				h.on(workflows.ActivityInquireVoid).Return(workflows.ChargeResult{}, inquiryLost)
+				h.on(workflows.ActivityVoidAuthorization).Return(charged("void_2"), nil).Once() // sent again for the not_charged
+				h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+					workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureCanceled, CommandID: cmd}).Return(nil).Once()
+				h.commandAt(time.Minute, workflows.UpdateCancel, "cmd", workflows.Command{ID: cmd}, answers)
+				s, want = workflows.Settlement{Outcome: workflows.OutcomeNotCharged, OperationID: opID}, string(payment.StatusCanceled)
+			} else {
+				h.on(workflows.ActivityCaptureAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
+				h.on(workflows.ActivityInquireCapture).Return(workflows.ChargeResult{}, inquiryLost)
+				h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
+					workflows.CapturedInput{OperationID: opID, AmountMinor: 5_000, ProviderReference: authRef, CommandID: cmd}).Return(nil).Once()
+				h.commandAt(time.Minute, workflows.UpdateCapture, "cmd", workflows.Command{ID: cmd, AmountMinor: 5_000}, answers)
+			}
+			if tc.signal {
+				h.signalAt(3*time.Hour, s)
+			} else {
+				h.updateAt(3*time.Hour, "file", s, answers)
+			}
+
+			in := manualInput(h, workflows.CapabilityInquiry)
+			in.BookingWindow = time.Millisecond
+			res := h.run(in)
+			require.Equal(t, want, res.Status)
+			require.Equal(t, statusUnknown, answers["cmd"], "the command's answer was lost")
+			if !tc.signal {
+				require.Equal(t, want, answers["file"])
+			}
+		})
+	}
+}
+
+// An unknown void's inquiry finds the authorization let go (the bank's definite answer) while a
+// charged settlement naming a capture reaches the run: the settlement does not overrule the
+// bank, or which arrived first would decide whether the payer is charged. The hold is kept for
+// an operator, whose not_charged cancels the payment.
+func TestManualPaymentChargedSettlementRacingAnInquiryThatFindsTheVoidDone(t *testing.T) {
+	h := newHarness(t)
+	cmd := uuid.New()
+	answers := map[string]string{}
+	h.on(workflows.ActivityInquireVoid).Run(func(mock.Arguments) {
+		h.update("file", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 7_000, OperationID: opID}, answers)
+	}).Return(charged("void_1"), nil).Once()
+	var reasons []string
+	h.on(workflows.ActivityFlagStuck).Run(func(args mock.Arguments) {
+		reasons = append(reasons, args.Get(1).(workflows.FlagInput).Reason)
+	}).Return(nil)
+	h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+		workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureCanceled, CommandID: cmd}).Return(nil).Once()
+	h.updateAt(time.Hour, "charged again", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 7_000}, answers)
+	h.updateAt(2*time.Hour, "operator", workflows.Settlement{Outcome: workflows.OutcomeNotCharged, Note: "the bank confirms the void"}, answers)
+
+	res := h.run(parkedVoid(h, workflows.CapabilityInquiry, cmd))
+	require.Equal(t, string(payment.StatusCanceled), res.Status)
+	require.Contains(t, answers["file"], workflows.ErrTypeBankConflict)
+	require.Contains(t, answers["file"], "let go (void_1)")
+	require.Contains(t, answers["charged again"], "rejected", "refused while the conflict is held")
+	require.Equal(t, string(payment.StatusCanceled), answers["operator"])
+	require.Zero(t, h.calls(workflows.ActivityCaptured), "no capture is posted against the bank's void")
+	require.Zero(t, h.calls(workflows.ActivityVoidAuthorization), "the void is done: not sent again")
+	require.Len(t, reasons, 2, "flagged, then cleared by the operator's settlement")
+}

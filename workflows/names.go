@@ -228,7 +228,9 @@ type Step struct {
 // the run's (operation_id) is ignored. Revision 6: a charged settlement that meets an inquiry
 // finding a void's capture is applied, not set aside; a not_charged settlement of an unknown
 // void sends the void once more (not with none) and keeps the hold only if the bank says it
-// captured; a settlement signalled once an inquiry's answer decided the run is ignored.
+// captured; a settlement signalled once an inquiry's answer decided the run is ignored; a charged
+// settlement that meets an inquiry finding nothing done (declined, or the void done) is a
+// conflict for an operator, as a not_charged one meeting the operation done is.
 const CurrentRevision = 6
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.

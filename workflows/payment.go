@@ -246,6 +246,7 @@ type opRun struct {
 	// conflict, when set, is why a not_charged settlement was set aside: the bank's inquiry
 	// found the operation done. Until an operator's retry, not_charged settlements are refused.
 	conflict string
+	refused  string      // the outcome the conflict refuses: not_charged (charged from Revision 6 too)
 	setAside *Settlement // the settlement the conflict refused, if one was pending
 	// captured: the bank captured the authorization this void phase is letting go (holdCaptured),
 	// so a charged settlement naming the amount captured is taken.
@@ -475,7 +476,7 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			// tell an operator.
 			reason := fmt.Sprintf("a not_charged settlement contradicts the bank, whose inquiry found the %s done (%s): "+
 				"the hold is kept; settle it as charged, or signal retry once the bank's record is corrected", w.op.noun, res.ProviderReference)
-			if err := w.holdConflict(ctx, reason); err != nil {
+			if err := w.holdConflict(ctx, reason, OutcomeNotCharged); err != nil {
 				return PaymentResult{}, err
 			}
 			recheck = w.in.Revision >= 4 && w.pending == nil
@@ -486,6 +487,16 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 				return PaymentResult{}, err
 			}
 			recheck = w.in.Revision >= 4 && w.pending == nil
+			continue
+		case w.in.Revision >= 6 && w.pending != nil && w.pending.Outcome == OutcomeCharged && w.notDone(res, err):
+			// Nor is it overruled by a charged one: which arrived first must not decide whether
+			// the payer is charged.
+			reason := fmt.Sprintf("a charged settlement contradicts the bank, whose inquiry says %s: the hold is kept; "+
+				"settle it as not_charged, or signal retry once the bank's record is corrected", w.said(res, err))
+			if err := w.holdConflict(ctx, reason, OutcomeCharged); err != nil {
+				return PaymentResult{}, err
+			}
+			recheck = w.pending == nil
 			continue
 		case w.pending != nil:
 			continue // a settlement arrived while the inquiry ran: it wins
@@ -510,14 +521,14 @@ func (w *opRun) holdCaptured(ctx workflow.Context, cause error) error {
 		said = ae.Message()
 	}
 	return w.holdConflict(ctx, fmt.Sprintf("the bank captured the authorization %s that kasa was voiding (%s): the hold is kept; "+
-		"settle it as charged with the amount captured, or signal retry once the bank's record is corrected", w.in.Step.AuthorizationRef, said))
+		"settle it as charged with the amount captured, or signal retry once the bank's record is corrected", w.in.Step.AuthorizationRef, said), OutcomeNotCharged)
 }
 
-// holdConflict sets aside a not_charged settlement (if any) when the bank's own answer says the
-// operation was done (reason): the payment stays unknown, its hold kept, flagged stuck with both
-// answers, until an operator signals retry (the inquiries resume) or settles it as charged.
-func (w *opRun) holdConflict(ctx workflow.Context, reason string) error {
-	w.conflict = reason
+// holdConflict sets aside a settlement (if any) whose outcome, refused, the bank's own answer
+// contradicts (reason): the payment stays unknown, its hold kept, flagged stuck with both answers,
+// until an operator signals retry (the inquiries resume) or settles it the other way.
+func (w *opRun) holdConflict(ctx workflow.Context, reason, refused string) error {
+	w.conflict, w.refused = reason, refused
 	if w.pending != nil {
 		w.setAside, w.pending = w.pending, nil
 	}
@@ -578,7 +589,7 @@ func (w *opRun) checkSettlement(s Settlement, rev int) error {
 	case rev >= 4 && !w.in.CaptureManual && s.Outcome == OutcomeCharged && s.AmountMinor != 0 && s.AmountMinor != w.op.amount:
 		return temporal.NewApplicationError(fmt.Sprintf("the settlement lists %d (minor units), but kasa asked the bank to move %d: "+
 			"the hold is kept for an operator", s.AmountMinor, w.op.amount), ErrTypeSettlementAmount)
-	case w.conflict != "" && s.Outcome == OutcomeNotCharged:
+	case w.conflict != "" && s.Outcome == w.refused:
 		return temporal.NewApplicationError(w.conflict, ErrTypeBankConflict)
 	case w.in.CaptureManual && w.in.Step.Phase == PhaseVoid && s.Outcome == OutcomeCharged && (w.captured || w.in.Revision >= 3):
 		// The bank captured the authorization kasa was voiding (it said so, or its file lists the
@@ -604,6 +615,27 @@ func (w *opRun) receiveSettlements(ctx workflow.Context) {
 		ch.Receive(ctx, &s) // an undecodable payload arrives as a zero Settlement
 		w.accept(ctx, s)
 	}
+}
+
+// notDone says an inquiry's answer is the bank's word that the phase moved no money: a charge,
+// capture or refund declined, or the authorization a void lets go released.
+func (w *opRun) notDone(res ChargeResult, err error) bool {
+	if w.in.Step.Phase == PhaseVoid {
+		return err == nil && res.Succeeded
+	}
+	return (err == nil && !res.Succeeded) || hasType(err, ErrTypeDeclined)
+}
+
+// said is what an inquiry that found nothing done answered, for an operator.
+func (w *opRun) said(res ChargeResult, err error) string {
+	var ae *temporal.ApplicationError
+	switch {
+	case w.in.Step.Phase == PhaseVoid:
+		return fmt.Sprintf("the authorization %s was let go (%s)", w.in.Step.AuthorizationRef, res.ProviderReference)
+	case errors.As(err, &ae):
+		return fmt.Sprintf("the %s was declined (%s)", w.op.noun, ae.Message())
+	}
+	return fmt.Sprintf("the %s was declined", w.op.noun)
 }
 
 // revoid says a settlement s of a void phase sends the void again before its release (Revision

@@ -231,3 +231,25 @@ func TestPaymentWorkflowSettlementWhileTheInquirysAnswerIsApplied(t *testing.T) 
 	require.Contains(t, answers["during release"], "rejected: the bank answered kasa's inquiry")
 	require.Zero(t, h.calls(workflows.ActivityFinalize))
 }
+
+// The mirror of the not_charged conflict: a charged settlement that reaches an unknown payment
+// while its inquiry finds the charge declined does not overrule the bank either. The hold is kept
+// for an operator; the retry asks the bank again at once, and its decline fails the payment.
+func TestPaymentWorkflowChargedSettlementRacingADecline(t *testing.T) {
+	h := newHarness(t)
+	in := current(workflows.CapabilityInquiry)
+	in.LocalSteps, in.Parked, in.InquiryWait = true, true, 2*time.Second
+	answers := map[string]string{}
+	h.on(workflows.ActivityInquire).Run(func(mock.Arguments) {
+		h.update("file", workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_file"}, answers)
+	}).Return(workflows.ChargeResult{}, declined()).Once()
+	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, declined()).Once()
+	h.retryAt(time.Hour)
+
+	res := h.run(in)
+	require.Equal(t, workflows.PaymentResult{Status: statusFailed, FailureCode: payment.FailureDeclined}, res)
+	require.Contains(t, answers["file"], workflows.ErrTypeBankConflict)
+	require.Contains(t, answers["file"], "the payment was declined")
+	require.Zero(t, h.calls(workflows.ActivityFinalize), "nothing is posted against the bank's decline")
+	require.Equal(t, []time.Duration{time.Hour}, h.offsets(workflows.ActivityRelease), "released at the retry, which asked at once")
+}
