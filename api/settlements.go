@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
@@ -47,6 +48,9 @@ var errNoReconciler = errors.New("settlement import is not configured on this se
 // the import would do and changes nothing (dry_run=false, the default, imports). Any other
 // parameter is refused.
 func (s *Server) settlements(c *gin.Context) {
+	// The import runs on past the server's write timeout (each settle may wait a minute for its
+	// workflow), and its report is written when it ends. Only an admin's request gets here.
+	_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Time{})
 	if s.Reconciler == nil {
 		s.writeError(c, errNoReconciler)
 		return

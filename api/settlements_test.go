@@ -9,11 +9,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/reconcile"
+	"github.com/kasa-pay/kasa/workflows"
 )
 
 // parseOnly parses like the real reconciler and reports every line as matched.
@@ -135,4 +138,60 @@ func TestSettlementsNeedsAdmin(t *testing.T) {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	require.Equal(t, http.StatusUnauthorized, rec.Code)
+}
+
+// oneUnknown is a reconcile.Store holding one unknown payment, and a Settler whose workflow
+// never answers (no worker polls the task queue): the documented settle_failed case.
+type oneUnknown struct{ p payment.Payment }
+
+func (o *oneUnknown) PaymentsByID(context.Context, []uuid.UUID) ([]payment.Payment, error) {
+	return []payment.Payment{o.p}, nil
+}
+func (o *oneUnknown) Payment(context.Context, uuid.UUID) (payment.Payment, error) { return o.p, nil }
+func (o *oneUnknown) EachPaymentCreated(context.Context, time.Time, time.Time, []payment.Status, []uuid.UUID, func(payment.Payment, time.Time) error) error {
+	return nil
+}
+func (o *oneUnknown) RefundsByID(context.Context, []uuid.UUID) ([]payment.Refund, error) {
+	return nil, nil
+}
+func (o *oneUnknown) Refund(context.Context, uuid.UUID) (payment.Refund, error) {
+	return payment.Refund{}, payment.ErrNotFound
+}
+func (o *oneUnknown) EachRefundCreated(context.Context, time.Time, time.Time, []payment.Status, []uuid.UUID, func(payment.Refund) error) error {
+	return nil
+}
+func (o *oneUnknown) CaptureInFlight(context.Context, uuid.UUID) (bool, error) { return false, nil }
+func (o *oneUnknown) EachCaptureDecided(context.Context, time.Time, time.Time, []payment.Status, []uuid.UUID, func(payment.Payment, time.Time, time.Time) error) error {
+	return nil
+}
+func (o *oneUnknown) Settle(ctx context.Context, _ string, _ workflows.Settlement) (string, error) {
+	<-ctx.Done() // the workflow does not answer in time
+	return "", ctx.Err()
+}
+
+// A settlement import may take longer than the server's write timeout (each settle waits up to
+// its SettleTimeout for a workflow that does not answer): its report still reaches the operator,
+// here with the settle_failed mismatch the docs tell them to act on.
+func TestSettlementImportLongerThanTheWriteTimeoutIsAnswered(t *testing.T) {
+	id := payment.NewID()
+	day := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
+	st := &oneUnknown{p: payment.Payment{ID: id, MerchantID: payment.NewID(), IdempotencyKey: "k", AmountMinor: 1000, Currency: "TRY",
+		Status: payment.StatusUnknown, CreatedAt: day, UpdatedAt: day}}
+	s, _, _ := newTestServer(t, func(o *Options) {
+		o.Reconciler = &reconcile.Reconciler{Store: st, Settler: st, SettleTimeout: 1500 * time.Millisecond}
+		o.Limits = Limits{ReadTimeout: 5 * time.Second, WriteTimeout: time.Second, IdleTimeout: 5 * time.Second}
+	})
+	addr := serveTCP(t, s)
+	csv := "settlement_date,provider_charge_id,reference,amount,currency,status\n2025-03-01,ch_1," + id.String() + ",10.00,TRY,settled\n"
+	req, err := http.NewRequest("POST", "http://"+addr+"/admin/v1/settlements?scope=all", strings.NewReader(csv))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer adm")
+	req.Header.Set("Content-Type", "text/csv")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err, "the import ran to its end: its report must reach the operator")
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	require.Contains(t, string(body), "settle_failed")
 }
