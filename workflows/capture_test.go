@@ -656,3 +656,27 @@ func TestManualPaymentChargedSettlementRacingAnInquiryThatFindsTheVoidDone(t *te
 	require.Zero(t, h.calls(workflows.ActivityVoidAuthorization), "the void is done: not sent again")
 	require.Len(t, reasons, 2, "flagged, then cleared by the operator's settlement")
 }
+
+// With inquiry, an authorization still not found once its last send's booking window has passed
+// is the bank's answer that it holds none: no settlement file lists authorizations, so the
+// inquiry ends the payment (failed, its hold released) instead of parking it for a person. An
+// inquiry that finds nothing earlier (the send's answer and its first inquiry both lost) waits
+// the window out, as the bank may still book it.
+func TestManualPaymentAuthorizationTheBankNeverMadeFails(t *testing.T) {
+	h := newHarness(t)
+	inquiryLost := temporal.NewNonRetryableApplicationError("provider timed out", workflows.ErrTypeAmbiguous, nil)
+	h.on(workflows.ActivityAuthorize).Return(workflows.ChargeResult{}, ambiguous()).Once()
+	h.on(workflows.ActivityInquireAuthorization).Return(workflows.ChargeResult{}, inquiryLost).Once() // parks it at once
+	h.on(workflows.ActivityInquireAuthorization).Return(workflows.ChargeResult{}, notFound())
+	h.env.OnActivity(workflows.ActivityRelease, mock.Anything,
+		workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureDeclined}).Return(nil).Once()
+	in := manualInput(h, workflows.CapabilityInquiry)
+	in.BookingWindow = time.Minute
+
+	res := h.run(in)
+	require.Equal(t, workflows.PaymentResult{Status: statusFailed, FailureCode: payment.FailureDeclined}, res)
+	inquiries := h.offsets(workflows.ActivityInquireAuthorization)
+	require.GreaterOrEqual(t, inquiries[len(inquiries)-1], time.Minute, "not before the booking window has passed")
+	require.Less(t, inquiries[len(inquiries)-1], 2*time.Minute)
+	require.Zero(t, h.calls(workflows.ActivityAuthorized))
+}

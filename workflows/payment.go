@@ -425,6 +425,7 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 	w.detail(ctx, "unknown: the bank's answer is not known, so the hold is kept until a settlement says what the bank did "+
 		"(a settlement file, or the `settle` update or signal)")
 	recheck := false // an operator's retry of a conflict: ask the bank again at once
+	since := workflow.Now(ctx)
 	for rounds := 0; ; rounds++ {
 		if w.in.Revision >= 1 && rounds >= parkedRoundsPerRun && !recheck {
 			if err := w.continueParked(ctx, wait); err != nil {
@@ -500,6 +501,12 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			continue
 		case w.pending != nil:
 			continue // a settlement arrived while the inquiry ran: it wins
+		case w.in.Revision >= 6 && w.in.CaptureManual && w.in.Step.Phase == PhaseAuthorize && hasType(err, ErrTypeNotFound) &&
+			(w.in.Parked || !workflow.Now(ctx).Before(since.Add(w.bookingWindow()))):
+			// The bank holds no authorization, its booking window past: no settlement file lists
+			// authorizations, so this answer is the one that ends the payment.
+			w.closing = true
+			return w.fail(ctx, payment.FailureDeclined)
 		case err == nil && res.Succeeded:
 			w.closing = true
 			return w.finalize(ctx, res.ProviderReference)
