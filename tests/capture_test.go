@@ -545,3 +545,26 @@ func TestUnknownVoidSettledNotChargedIsVoidedAtTheBank(t *testing.T) {
 	require.Equal(t, int64(10000), balance(t, payer))
 	requireVerified(t)
 }
+
+// With inquiry, an authorization whose three sends each got a 500 (none reached the bank) is
+// unknown until the bank, asked once the booking window has passed, still holds none: the
+// payment then fails and its hold is released, with no person to settle it (no settlement file
+// lists authorizations).
+func TestUnknownAuthorizationTheBankNeverMadeFails(t *testing.T) {
+	t.Parallel()
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityInquiry, temporal: tc, bookingWindow: 100 * time.Millisecond})
+	m := s.newMerchant()
+	payer := s.newAccount(m, "TRY", "100.00")
+	s.setFaults(`{"rules":[{"on":"authorize","action":"error_500","count":3}]}`)
+	r := s.pay(m, "auth-never", manualBody("inv-auth-never", "25.00", payer))
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	id := r.json(t)["id"].(string)
+	require.Eventually(t, func() bool { return paymentByKey(t, m, "auth-never").Status == payment.StatusFailed },
+		60*time.Second, 200*time.Millisecond)
+	p := paymentByKey(t, m, "auth-never")
+	require.Equal(t, payment.FailureDeclined, p.FailureCode)
+	require.Zero(t, s.held(id).Count, "the bank holds no authorization")
+	require.Zero(t, reserved(t, payer), "the hold released")
+	require.Equal(t, int64(10000), balance(t, payer))
+	requireVerified(t)
+}
