@@ -245,6 +245,9 @@ func ParseFile(r io.Reader) (*File, error) {
 			break
 		}
 		num, _ := cr.FieldPos(0)
+		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
+			continue // a line of spaces carries nothing, as a blank one does
+		}
 		if header {
 			header = false
 			switch len(rec) {

@@ -25,7 +25,8 @@ func TestParseValid(t *testing.T) {
 		"2025-03-01,ch_1," + ref1 + ",1000.50,TRY,settled\r\n" +
 		"2025-03-01,ch_2," + strings.ToUpper(ref2) + ",15,jpy,settled\n" +
 		"\n" + // blank lines carry nothing
-		`"2025-03-02","ch_3",` + ref3 + `,"1.234",KWD,settled` + "\n"
+		`"2025-03-02","ch_3",` + ref3 + `,"1.234",KWD,settled` + "\n" +
+		" \t\r\n" // nor does one of spaces, as a hand-edited file may end
 	lines, err := Parse(strings.NewReader(in))
 	require.NoError(t, err)
 	require.Equal(t, []Line{
