@@ -768,7 +768,7 @@ func (run *run) listedTwice(o op, lines []Line) {
 func (run *run) settle(o op, st workflows.Settlement, done func(status string), refused func(op), m *Mismatch) {
 	if run.dry {
 		// What the workflow answers when it accepts the settlement, or refuses it for a conflict.
-		if st.Outcome == workflows.OutcomeNotCharged && workflows.IsConflict(o.stuck) {
+		if workflows.ConflictRefuses(o.stuck) == st.Outcome {
 			mm := *m
 			mm.Kind, mm.Expected, mm.Found = KindBankConflict, "unknown, settled as "+st.Outcome, o.stuck
 			run.mismatch(o.kind, mm)

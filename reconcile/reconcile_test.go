@@ -643,26 +643,53 @@ func TestReconcileBankConflict(t *testing.T) {
 }
 
 // A dry run reports a payment held for a bank conflict as the import would (bank_conflict, not
-// ok): not as released. The workflow flagged it stuck with the conflict, which the store keeps.
+// ok): not as released. The workflow flagged it stuck with the conflict, which the store keeps,
+// and the conflict refuses one outcome: a charged one (Revision 6 on) lets the unlisted payment's
+// not_charged through.
 func TestReconcileDryRunOfABankConflict(t *testing.T) {
-	t.Parallel()
-	b := newFakeBank()
-	at := day.Add(time.Hour)
-	held := b.add(merchA, payment.StatusUnknown, 500, "TRY", at, at.Add(time.Second))
-	conflict := workflows.ConflictReason("a not_charged settlement contradicts the bank, whose inquiry found the payment done (ch_1)")
-	b.payments[held.ID].StuckReason = conflict
-	b.onSettle = func(*payment.Payment) error {
-		return fmt.Errorf("%w: %w: %s", workflows.ErrSettlementRejected, workflows.ErrBankConflict, conflict)
+	for _, tc := range []struct {
+		name, refused, reason string
+		listed                bool
+		want                  string // the payment's mismatch, "" when it is settled
+	}{
+		{"not_charged refused, unlisted", workflows.OutcomeNotCharged,
+			"a not_charged settlement contradicts the bank, whose inquiry found the payment done (ch_1)", false, KindBankConflict},
+		{"charged refused, listed", workflows.OutcomeCharged,
+			"a charged settlement contradicts the bank, whose inquiry says the payment was declined", true, KindBankConflict},
+		{"charged refused, unlisted", workflows.OutcomeCharged,
+			"a charged settlement contradicts the bank, whose inquiry says the payment was declined", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := newFakeBank()
+			at := day.Add(time.Hour)
+			held := b.add(merchA, payment.StatusUnknown, 500, "TRY", at, at.Add(time.Second))
+			conflict := workflows.ConflictReason(tc.refused, tc.reason)
+			b.payments[held.ID].StuckReason = conflict
+			if tc.want != "" {
+				b.onSettle = func(*payment.Payment) error {
+					return fmt.Errorf("%w: %w: %s", workflows.ErrSettlementRejected, workflows.ErrBankConflict, conflict)
+				}
+			}
+			var lines []Line
+			if tc.listed {
+				lines = []Line{line(2, *b.payments[held.ID], "2025-03-01")}
+			}
+			r := &Reconciler{Store: b, Settler: b}
+			file := fileOf(lines, "2025-03-01")
+			dry, err := r.Reconcile(context.Background(), file, Options{AllMerchants: true, DryRun: true})
+			require.NoError(t, err)
+			done, err := r.Reconcile(context.Background(), file, Options{AllMerchants: true})
+			require.NoError(t, err)
+			want := map[string]string{}
+			if tc.want != "" {
+				want[held.ID.String()] = tc.want
+			}
+			require.Equal(t, want, kinds(done))
+			require.Equal(t, kinds(done), kinds(dry), "the dry run says what the import does")
+			require.Equal(t, done.OK(), dry.OK(), "the dry run's exit status is the import's")
+		})
 	}
-	r := &Reconciler{Store: b, Settler: b}
-	file := fileOf(nil, "2025-03-01")
-	dry, err := r.Reconcile(context.Background(), file, Options{AllMerchants: true, DryRun: true})
-	require.NoError(t, err)
-	done, err := r.Reconcile(context.Background(), file, Options{AllMerchants: true})
-	require.NoError(t, err)
-	require.Equal(t, map[string]string{held.ID.String(): KindBankConflict}, kinds(done))
-	require.Equal(t, kinds(done), kinds(dry))
-	require.False(t, dry.OK(), "the dry run's exit status is the import's")
 }
 
 // slowSettler never answers for one workflow (no worker polls its task queue).

@@ -1,6 +1,7 @@
 package workflows_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -493,37 +494,45 @@ func TestManualPaymentVoidSettledNotChargedIsVoidedAgain(t *testing.T) {
 			} else {
 				h.updateAt(time.Second, "file", notCharged, answers)
 			}
-			h.env.OnActivity(workflows.ActivityVoidAuthorization, mock.Anything,
-				workflows.BankCallInput{OperationID: opID, AuthorizationRef: authRef, Send: 1}).Return(charged("void_2"), tc.void)
+			var voids []workflows.BankCallInput
+			h.on(workflows.ActivityVoidAuthorization).Run(func(args mock.Arguments) {
+				voids = append(voids, args.Get(1).(workflows.BankCallInput))
+			}).Return(charged("void_2"), tc.void)
 			h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
 				workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureCanceled, CommandID: cmd}).Return(nil).Once()
 
 			res := h.run(parkedVoid(h, tc.capability, cmd))
 			require.Equal(t, workflows.PaymentResult{Status: string(payment.StatusCanceled), FailureCode: payment.FailureCanceled}, res)
 			require.Equal(t, string(payment.StatusCanceled), answers["file"])
-			h.env.AssertNumberOfCalls(t, workflows.ActivityVoidAuthorization, tc.voids)
+			require.Len(t, voids, tc.voids)
+			for _, v := range voids {
+				require.Equal(t, workflows.BankCallInput{OperationID: opID, AuthorizationRef: authRef, Send: 1}, v)
+			}
 		})
 	}
 }
 
 // The void sent again for a not_charged settlement is refused because the bank captured the
 // authorization: the file was wrong, the hold is kept for an operator, and the settlement is
-// answered as the conflict it is.
+// answered as the conflict it is. The operator's retry asks the bank at once.
 func TestManualPaymentVoidSentAgainFindsACapture(t *testing.T) {
 	h := newHarness(t)
 	answers := map[string]string{}
 	h.updateAt(time.Second, "file", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
 	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, capturedAtBank()).Once()
+	h.on(workflows.ActivityInquireVoid).Return(workflows.ChargeResult{}, capturedAtBank())
 	h.on(workflows.ActivityFlagStuck).Return(nil)
 	h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
 		workflows.CapturedInput{OperationID: opID, AmountMinor: 5_000, ProviderReference: authRef}).Return(nil).Once()
-	h.updateAt(time.Hour, "captured", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 5_000}, answers)
+	h.retryAt(time.Hour)
+	h.updateAt(2*time.Hour, "captured", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 5_000}, answers)
 
-	res := h.run(parkedVoid(h, workflows.CapabilityIdempotent, uuid.New()))
+	res := h.run(parkedVoid(h, workflows.CapabilityInquiry, uuid.New()))
 	require.Equal(t, statusSucceeded, res.Status)
 	require.Contains(t, answers["file"], workflows.ErrTypeBankConflict)
 	require.Equal(t, statusSucceeded, answers["captured"])
 	require.Zero(t, h.calls(workflows.ActivityCanceled), "the hold is never released")
+	require.Equal(t, []time.Duration{time.Hour}, h.offsets(workflows.ActivityInquireVoid), "asked at the retry")
 }
 
 // The runbook's capture the bank reversed (docs/operations.md, "Overdue authorizations"): the
@@ -643,6 +652,7 @@ func TestManualPaymentChargedSettlementRacingAnInquiryThatFindsTheVoidDone(t *te
 	}).Return(nil)
 	h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
 		workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureCanceled, CommandID: cmd}).Return(nil).Once()
+	h.on(workflows.ActivityVoidAuthorization).Return(charged("void_2"), nil)
 	h.updateAt(time.Hour, "charged again", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 7_000}, answers)
 	h.updateAt(2*time.Hour, "operator", workflows.Settlement{Outcome: workflows.OutcomeNotCharged, Note: "the bank confirms the void"}, answers)
 
@@ -679,4 +689,40 @@ func TestManualPaymentAuthorizationTheBankNeverMadeFails(t *testing.T) {
 	require.GreaterOrEqual(t, inquiries[len(inquiries)-1], time.Minute, "not before the booking window has passed")
 	require.Less(t, inquiries[len(inquiries)-1], 2*time.Minute)
 	require.Zero(t, h.calls(workflows.ActivityAuthorized))
+}
+
+// A continued run of an unknown authorization (its run before waited out the booking window)
+// ends on the first inquiry that still finds none; a charged settlement naming an authorization
+// that reaches it while that inquiry runs does not overrule the bank: a conflict for an operator,
+// whose not_charged then fails the payment.
+func TestManualPaymentContinuedAuthorizationTheBankNeverMade(t *testing.T) {
+	for _, racing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("charged settlement racing: %v", racing), func(t *testing.T) {
+			h := newHarness(t)
+			in := manualInput(h, workflows.CapabilityInquiry)
+			in.Parked, in.InquiryWait, in.BookingWindow = true, 2*time.Second, time.Hour
+			answers := map[string]string{}
+			inquiry := h.on(workflows.ActivityInquireAuthorization)
+			if racing {
+				inquiry.Run(func(mock.Arguments) {
+					h.update("file", workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: authRef, OperationID: opID}, answers)
+				})
+				h.updateAt(time.Hour, "operator", workflows.Settlement{Outcome: workflows.OutcomeNotCharged, OperationID: opID}, answers)
+			}
+			inquiry.Return(workflows.ChargeResult{}, notFound()).Once()
+			h.env.OnActivity(workflows.ActivityRelease, mock.Anything,
+				workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureDeclined}).Return(nil).Once()
+
+			res := h.run(in)
+			require.Equal(t, workflows.PaymentResult{Status: statusFailed, FailureCode: payment.FailureDeclined}, res)
+			require.Zero(t, h.calls(workflows.ActivityAuthorized), "never taken as authorized")
+			if racing {
+				require.Contains(t, answers["file"], workflows.ErrTypeBankConflict)
+				require.Contains(t, answers["file"], "holds no authorization")
+				require.Equal(t, statusFailed, answers["operator"])
+			} else {
+				require.Equal(t, []time.Duration{2 * time.Second}, h.offsets(workflows.ActivityInquireAuthorization), "the first inquiry ends it")
+			}
+		})
+	}
 }

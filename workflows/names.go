@@ -89,15 +89,34 @@ const (
 	ErrTypeBankConflict = "BankConflict"
 )
 
-// conflictPrefix begins the stuck reason of an operation held for a bank conflict, so that
-// what reads the reason (a reconciliation dry run) can tell such a hold from a failing step.
-const conflictPrefix = "bank conflict: "
+// The prefixes begin the stuck reason of an operation held for a bank conflict, so that what
+// reads the reason (a reconciliation dry run) can tell such a hold from a failing step, and which
+// settlement it refuses: a not_charged one, or (Revision 6 on) a charged one.
+const (
+	conflictPrefix        = "bank conflict: "
+	chargedConflictPrefix = "bank conflict over a charge: "
+)
 
-// ConflictReason is the stuck reason of a hold for a bank conflict described by reason.
-func ConflictReason(reason string) string { return conflictPrefix + reason }
+// ConflictReason is the stuck reason of a hold for a bank conflict described by reason, which
+// refuses settlements of outcome refused.
+func ConflictReason(refused, reason string) string {
+	if refused == OutcomeCharged {
+		return chargedConflictPrefix + reason
+	}
+	return conflictPrefix + reason
+}
 
-// IsConflict says whether a stuck reason is a bank conflict's.
-func IsConflict(stuckReason string) bool { return strings.HasPrefix(stuckReason, conflictPrefix) }
+// ConflictRefuses is the settlement outcome a stuck reason's bank conflict refuses; "" when the
+// reason is no conflict's.
+func ConflictRefuses(stuckReason string) string {
+	switch {
+	case strings.HasPrefix(stuckReason, chargedConflictPrefix):
+		return OutcomeCharged
+	case strings.HasPrefix(stuckReason, conflictPrefix):
+		return OutcomeNotCharged
+	}
+	return ""
+}
 
 // Search attributes on every payment workflow; operators filter PaymentStatus="unknown".
 // PaymentSummary is the static summary again, set at the start: the Web UI's list shows search

@@ -470,6 +470,10 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 		}
 		res, err := w.inquire(ctx)
 		w.voided = w.in.Step.Phase == PhaseVoid && err == nil && res.Succeeded
+		// An authorization the bank still does not hold once its booking window has passed was
+		// never made (Revision 6): no settlement file lists authorizations, so this answer ends it.
+		neverMade := w.in.Revision >= 6 && w.in.CaptureManual && w.in.Step.Phase == PhaseAuthorize && hasType(err, ErrTypeNotFound) &&
+			(w.in.Parked || !workflow.Now(ctx).Before(since.Add(w.bookingWindow())))
 		switch {
 		case w.pending != nil && w.pending.Outcome == OutcomeNotCharged && err == nil && res.Succeeded && w.in.Revision >= 2 &&
 			!(w.in.Revision >= 3 && w.in.Step.Phase == PhaseVoid): // a void done and not_charged agree: nothing moved
@@ -489,7 +493,7 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			}
 			recheck = w.in.Revision >= 4 && w.pending == nil
 			continue
-		case w.in.Revision >= 6 && w.pending != nil && w.pending.Outcome == OutcomeCharged && w.notDone(res, err):
+		case w.in.Revision >= 6 && w.pending != nil && w.pending.Outcome == OutcomeCharged && (w.notDone(res, err) || neverMade):
 			// Nor is it overruled by a charged one: which arrived first must not decide whether
 			// the payer is charged.
 			reason := fmt.Sprintf("a charged settlement contradicts the bank, whose inquiry says %s: the hold is kept; "+
@@ -501,10 +505,7 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			continue
 		case w.pending != nil:
 			continue // a settlement arrived while the inquiry ran: it wins
-		case w.in.Revision >= 6 && w.in.CaptureManual && w.in.Step.Phase == PhaseAuthorize && hasType(err, ErrTypeNotFound) &&
-			(w.in.Parked || !workflow.Now(ctx).Before(since.Add(w.bookingWindow()))):
-			// The bank holds no authorization, its booking window past: no settlement file lists
-			// authorizations, so this answer is the one that ends the payment.
+		case neverMade:
 			w.closing = true
 			return w.fail(ctx, payment.FailureDeclined)
 		case err == nil && res.Succeeded:
@@ -541,7 +542,7 @@ func (w *opRun) holdConflict(ctx workflow.Context, reason, refused string) error
 	}
 	w.detail(ctx, "%s", w.conflict)
 	workflow.GetLogger(ctx).Error(w.op.noun+" settlement conflict", "reason", w.conflict)
-	retry, err := w.flag(ctx, ConflictReason(w.conflict)) // marked: a dry run reads it (docs/reconciliation.md)
+	retry, err := w.flag(ctx, ConflictReason(refused, w.conflict)) // marked: a dry run reads it (docs/reconciliation.md)
 	if err != nil {
 		return err
 	}
@@ -639,6 +640,8 @@ func (w *opRun) said(res ChargeResult, err error) string {
 	switch {
 	case w.in.Step.Phase == PhaseVoid:
 		return fmt.Sprintf("the authorization %s was let go (%s)", w.in.Step.AuthorizationRef, res.ProviderReference)
+	case hasType(err, ErrTypeNotFound):
+		return "it holds no authorization for the payment, its booking window past"
 	case errors.As(err, &ae):
 		return fmt.Sprintf("the %s was declined (%s)", w.op.noun, ae.Message())
 	}
