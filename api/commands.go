@@ -183,8 +183,9 @@ func (s *Server) runCommand(c *gin.Context, cmd store.Command, p payment.Payment
 // answer is awaited or unknown.
 func (s *Server) answerCommand(c *gin.Context, cmd store.Command, p payment.Payment) {
 	bg := context.WithoutCancel(c.Request.Context())
-	// A command whose request failed may never have reached the workflow: a payment another
-	// command decided is that one's effect, not this one's.
+	// A command whose request failed may never have reached the workflow: a final payment is
+	// its effect only when the workflow marked it as the command it took; another command, the
+	// expiry or a settlement decided it otherwise.
 	var other bool
 	if p.Status.Final() {
 		taken, err := s.Store.TakenCommand(bg, p.ID)
@@ -192,7 +193,7 @@ func (s *Server) answerCommand(c *gin.Context, cmd store.Command, p payment.Paym
 			s.writeError(c, err)
 			return
 		}
-		other = taken != uuid.Nil && taken != cmd.ID
+		other = taken != cmd.ID
 	}
 	status := http.StatusAccepted
 	switch {
@@ -206,8 +207,9 @@ func (s *Server) answerCommand(c *gin.Context, cmd store.Command, p payment.Paym
 		status = http.StatusPaymentRequired // this capture was sent, and the bank refused it
 	case cmd.Kind == payment.CommandCancel && p.Status == payment.StatusCanceled && p.FailureCode == payment.FailureCanceled:
 		status = http.StatusOK
-	case p.Status.Final(): // decided by something else (the expiry, another command): this one did nothing
-		s.forgetRefused(bg, cmd)
+	case p.Status.Final():
+		// Taken, and the bank did otherwise (it captured the authorization this cancel was
+		// voiding): the command reached the bank, so its key stays its own.
 		s.writeError(c, refusal(cmd.Kind, p, cmd.AmountMinor, time.Now()))
 		return
 	}

@@ -568,3 +568,78 @@ func TestUnknownAuthorizationTheBankNeverMadeFails(t *testing.T) {
 	require.Equal(t, int64(10000), balance(t, payer))
 	requireVerified(t)
 }
+
+// A capture whose request never reached the payment's workflow (503) must not be answered 201
+// when the payment later succeeds because the bank captured the authorization a cancel was
+// voiding: that capture was never sent to the bank.
+func TestLostCaptureIsNotAnsweredForAVoidSettledAsCaptured(t *testing.T) {
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	id, _, _ := s.authorize(m, "auth-lost-lost", "70.00", "100.00")
+
+	s.commandFaults.add(commandLost)
+	r := s.command(m, id, "capture", "lost-lost-capture", `{"amount":"10.00"}`)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+
+	s.setFaults(`{"rules":[{"on":"void","action":"drop_response","count":1}]}`)
+	r = s.command(m, id, "cancel", "lost-cancel", "")
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+
+	file := "settlement_date,provider_charge_id,reference,amount,currency,status,type\n" +
+		today() + ",cp_listed," + id + ",25.00,TRY,settled,capture\n"
+	rep, _ := decodeReport(t, s.importSettlements(m, file))
+	require.Empty(t, rep.Mismatches)
+	p := paymentByKey(t, m, "auth-lost-lost")
+	require.Equal(t, payment.StatusSucceeded, p.Status)
+	require.Equal(t, int64(0), s.held(id).CapturedMinor, "kasa never sent a capture to the bank")
+
+	r = s.command(m, id, "capture", "lost-lost-capture", `{"amount":"10.00"}`)
+	requireProblem(t, r, http.StatusConflict, "payment_not_capturable")
+}
+
+// A cancel the workflow took and sent to the bank as a void names that cancel for good: once
+// the bank's file says it captured the authorization instead, the cancel's key is not forgotten
+// and cannot name a capture of another payment.
+func TestCancelThatReachedTheBankKeepsItsKey(t *testing.T) {
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	id, _, _ := s.authorize(m, "auth-lost-a", "70.00", "100.00")
+	other, _, _ := s.authorize(m, "auth-lost-b", "30.00", "100.00")
+
+	s.setFaults(`{"rules":[{"on":"void","action":"drop_response","count":1}]}`)
+	r := s.command(m, id, "cancel", "lost-k2", "")
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.True(t, s.held(id).Voided, "the void reached the bank")
+
+	file := "settlement_date,provider_charge_id,reference,amount,currency,status,type\n" +
+		today() + ",cp_listed," + id + ",25.00,TRY,settled,capture\n"
+	rep, _ := decodeReport(t, s.importSettlements(m, file))
+	require.Empty(t, rep.Mismatches)
+	require.Equal(t, payment.StatusSucceeded, paymentByKey(t, m, "auth-lost-a").Status)
+
+	r = s.command(m, id, "cancel", "lost-k2", "")
+	requireProblem(t, r, http.StatusConflict, "payment_not_cancelable")
+	r = s.command(m, other, "capture", "lost-k2", "")
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, "the key named the cancel that was sent to the bank")
+}
+
+// The same with the expiry's void: a capture that never reached the workflow is answered 201
+// once the bank's file lists a capture of the authorization kasa was voiding at capture_before.
+func TestLostCaptureIsNotAnsweredForAnExpiryVoidSettledAsCaptured(t *testing.T) {
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityNone, temporal: tc, captureWindow: 3 * time.Second})
+	m := s.newMerchant()
+	id, _, _ := s.authorize(m, "auth-lost-exp", "70.00", "100.00")
+	s.commandFaults.add(commandLost)
+	r := s.command(m, id, "capture", "lost-exp-capture", `{"amount":"10.00"}`)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	s.setFaults(`{"rules":[{"on":"void","action":"drop_response","count":1}]}`)
+	require.Eventually(t, func() bool { return paymentByKey(t, m, "auth-lost-exp").Status == payment.StatusUnknown },
+		30*time.Second, 100*time.Millisecond)
+	file := "settlement_date,provider_charge_id,reference,amount,currency,status,type\n" +
+		today() + ",cp_listed," + id + ",25.00,TRY,settled,capture\n"
+	rep, _ := decodeReport(t, s.importSettlements(m, file))
+	require.Empty(t, rep.Mismatches)
+	require.Equal(t, payment.StatusSucceeded, paymentByKey(t, m, "auth-lost-exp").Status)
+	r = s.command(m, id, "capture", "lost-exp-capture", `{"amount":"10.00"}`)
+	requireProblem(t, r, http.StatusConflict, "payment_not_capturable")
+}

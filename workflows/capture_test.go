@@ -414,25 +414,37 @@ func TestManualPaymentVoidRefusedAsCapturedKeepsTheHold(t *testing.T) {
 }
 
 // A settlement file listing a capture of a payment whose void got no answer (a bank that cannot
-// be asked) is the bank's record that the money moved: the capture it names is posted.
+// be asked) is the bank's record that the money moved: the capture it names is posted. The cancel
+// that led to the void is marked as the command taken (from Revision 6: it reached the bank, so
+// its key stays its own); before, the capture named no command.
 func TestManualPaymentUnknownVoidSettledByAListedCapture(t *testing.T) {
-	h := newHarness(t)
-	h.authorizes()
-	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
-	h.on(workflows.ActivityMarkUnknown).Return(nil).Once()
-	h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
-		workflows.CapturedInput{OperationID: opID, AmountMinor: 2_500, ProviderReference: authRef}).Return(nil).Once()
-	answers := map[string]string{}
-	// The cancel is not what moved the money: the capture posted names no command.
-	h.commandAt(time.Minute, workflows.UpdateCancel, "x1", workflows.Command{ID: uuid.New()}, answers)
-	h.updateAt(2*time.Hour, "no amount", workflows.Settlement{Outcome: workflows.OutcomeCharged}, answers)
-	h.updateAt(3*time.Hour, "listed", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 2_500}, answers)
+	for _, rev := range []int{5, workflows.CurrentRevision} {
+		t.Run(fmt.Sprintf("revision %d", rev), func(t *testing.T) {
+			h := newHarness(t)
+			h.authorizes()
+			cancel := uuid.New()
+			taken := cancel
+			if rev < 6 {
+				taken = uuid.Nil
+			}
+			h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, ambiguous()).Once()
+			h.on(workflows.ActivityMarkUnknown).Return(nil).Once()
+			h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
+				workflows.CapturedInput{OperationID: opID, AmountMinor: 2_500, ProviderReference: authRef, CommandID: taken}).Return(nil).Once()
+			answers := map[string]string{}
+			h.commandAt(time.Minute, workflows.UpdateCancel, "x1", workflows.Command{ID: cancel}, answers)
+			h.updateAt(2*time.Hour, "no amount", workflows.Settlement{Outcome: workflows.OutcomeCharged}, answers)
+			h.updateAt(3*time.Hour, "listed", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 2_500}, answers)
 
-	res := h.run(manualInput(h, workflows.CapabilityNone))
-	require.Equal(t, statusSucceeded, res.Status)
-	require.Contains(t, answers["no amount"], "rejected")
-	require.Equal(t, statusSucceeded, answers["listed"])
-	require.Zero(t, h.calls(workflows.ActivityCanceled), "the hold is never released")
+			in := manualInput(h, workflows.CapabilityNone)
+			in.Revision = rev
+			res := h.run(in)
+			require.Equal(t, statusSucceeded, res.Status)
+			require.Contains(t, answers["no amount"], "rejected")
+			require.Equal(t, statusSucceeded, answers["listed"])
+			require.Zero(t, h.calls(workflows.ActivityCanceled), "the hold is never released")
+		})
+	}
 }
 
 // parkedVoid is a manual payment whose void of authRef (the merchant's cancel, cmd) is unknown.
@@ -452,14 +464,15 @@ func capturedAtBank() error {
 // conflict for an operator.
 func TestManualPaymentChargedSettlementRacingAnInquiryThatFindsTheCapture(t *testing.T) {
 	h := newHarness(t)
+	cancel := uuid.New()
 	answers := map[string]string{}
 	h.on(workflows.ActivityInquireVoid).Run(func(mock.Arguments) {
 		h.update("racing", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 7_000}, answers)
 	}).Return(workflows.ChargeResult{}, capturedAtBank()).Once()
 	h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
-		workflows.CapturedInput{OperationID: opID, AmountMinor: 7_000, ProviderReference: authRef}).Return(nil).Once()
+		workflows.CapturedInput{OperationID: opID, AmountMinor: 7_000, ProviderReference: authRef, CommandID: cancel}).Return(nil).Once()
 
-	res := h.run(parkedVoid(h, workflows.CapabilityInquiry, uuid.New()))
+	res := h.run(parkedVoid(h, workflows.CapabilityInquiry, cancel))
 	require.Equal(t, statusSucceeded, res.Status)
 	require.Equal(t, statusSucceeded, answers["racing"])
 	require.Zero(t, h.calls(workflows.ActivityFlagStuck), "no conflict: both say the authorization was captured")
@@ -517,17 +530,18 @@ func TestManualPaymentVoidSettledNotChargedIsVoidedAgain(t *testing.T) {
 // answered as the conflict it is. The operator's retry asks the bank at once.
 func TestManualPaymentVoidSentAgainFindsACapture(t *testing.T) {
 	h := newHarness(t)
+	cancel := uuid.New()
 	answers := map[string]string{}
 	h.updateAt(time.Second, "file", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
 	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, capturedAtBank()).Once()
 	h.on(workflows.ActivityInquireVoid).Return(workflows.ChargeResult{}, capturedAtBank())
 	h.on(workflows.ActivityFlagStuck).Return(nil)
 	h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
-		workflows.CapturedInput{OperationID: opID, AmountMinor: 5_000, ProviderReference: authRef}).Return(nil).Once()
+		workflows.CapturedInput{OperationID: opID, AmountMinor: 5_000, ProviderReference: authRef, CommandID: cancel}).Return(nil).Once()
 	h.retryAt(time.Hour)
 	h.updateAt(2*time.Hour, "captured", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 5_000}, answers)
 
-	res := h.run(parkedVoid(h, workflows.CapabilityInquiry, uuid.New()))
+	res := h.run(parkedVoid(h, workflows.CapabilityInquiry, cancel))
 	require.Equal(t, statusSucceeded, res.Status)
 	require.Contains(t, answers["file"], workflows.ErrTypeBankConflict)
 	require.Equal(t, statusSucceeded, answers["captured"])

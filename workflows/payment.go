@@ -458,8 +458,10 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			}
 			if s.Outcome == OutcomeCharged && w.in.Step.Phase == PhaseVoid { // the bank captured it after all
 				st := w.in.Step
-				if st.FailureCode != payment.FailureDeclined {
-					st.CommandID = uuid.Nil // a cancel's (or the expiry's) void: no capture command moved the money
+				if st.FailureCode != payment.FailureDeclined && w.in.Revision < 6 {
+					// A cancel's void: no capture command moved the money. From Revision 6 the
+					// cancel is marked taken all the same, so that its key stays its own.
+					st.CommandID = uuid.Nil
 				}
 				w.enter(Step{Phase: PhaseCapture, AuthorizationRef: st.AuthorizationRef, AmountMinor: s.AmountMinor, CommandID: st.CommandID})
 			}
