@@ -117,3 +117,14 @@ func TestSecondDevOnADataDirectoryIsRefused(t *testing.T) {
 	second.waitLog("another kasa dev runs on", time.Second)
 	first.requireRunning(t, "the first kasa dev")
 }
+
+// `kasa dev` alone is SIGKILLed and started again at once on its data directory, as a supervisor
+// would: its PostgreSQL and Temporal are still on their way out (they stop on their parent's
+// death), and the new start waits for them rather than refusing the directory.
+func TestDevStartsAgainAtOnceAfterItAloneIsKilled(t *testing.T) {
+	t.Parallel()
+	_, _, start := devStarter(t)
+	p := start()
+	p.kill()
+	start() // fails when the new kasa dev exits before it is ready
+}

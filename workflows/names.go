@@ -250,7 +250,8 @@ type Step struct {
 // captured; a settlement signalled once an inquiry's answer decided the run is ignored; a charged
 // settlement that meets an inquiry finding nothing done (declined, or the void done) is a
 // conflict for an operator, as a not_charged one meeting the operation done is; an unknown
-// authorization the inquiry still does not find past the booking window fails.
+// authorization the inquiry still does not find past the booking window fails; a cancel whose
+// void the bank answered with a capture is marked as the command taken.
 const CurrentRevision = 6
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.

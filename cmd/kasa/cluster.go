@@ -16,6 +16,7 @@ import (
 
 	"github.com/kasa-pay/kasa/config"
 	"github.com/kasa-pay/kasa/tools/devenv"
+	"github.com/kasa-pay/kasa/worker"
 )
 
 // clusterState is what `kasa cluster` keeps between runs (data dir/cluster/cluster.json): the
@@ -26,8 +27,9 @@ type clusterState struct {
 	UIPort       int `json:"ui_port"`
 }
 
-// stopTimeout bounds a child's graceful stop before it is killed.
-const stopTimeout = 15 * time.Second
+// stopTimeout bounds a child's graceful stop before it is killed: a worker's in-flight bank
+// calls are given their time.
+const stopTimeout = worker.StopTimeout + 5*time.Second
 
 // runCluster runs the system as separate processes on a real Temporal Server: PostgreSQL, the
 // Temporal Server (and its Web UI when built), NATS, then kasa migrate, banksim, two workers, two
@@ -57,6 +59,13 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 		return err
 	}
 	defer unlock()
+	// A process already on one of these addresses would answer for the child that fails to bind
+	// it: refused before anything starts (a previous launcher's children are given time to go).
+	for _, a := range []struct{ addr, setting string }{{cfg.Banksim.Addr, "KASA_BANKSIM_ADDR"}, {cfg.API.Addr, "KASA_API_ADDR"}} {
+		if err := devenv.WaitAddrFree(ctx, a.addr, a.setting); err != nil {
+			return err
+		}
+	}
 	statePath := filepath.Join(dir, "cluster.json")
 	var state clusterState
 	if b, err := os.ReadFile(statePath); err == nil {
@@ -192,12 +201,6 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 		log.Info("stopping the kasa processes")
 		sup.StopAll(stopTimeout, apis, backend, sim)
 	})
-	// A process already on one of these addresses would answer for the child that fails to bind it.
-	for _, a := range []struct{ addr, setting string }{{cfg.Banksim.Addr, "KASA_BANKSIM_ADDR"}, {cfg.API.Addr, "KASA_API_ADDR"}} {
-		if err := devenv.CheckAddrFree(a.addr, a.setting); err != nil {
-			return err
-		}
-	}
 	bs, err := start("banksim", env(), "banksim")
 	if err != nil {
 		return err

@@ -98,6 +98,15 @@ func clearStaleLocks(ctx context.Context, dir string, log *slog.Logger) error {
 	sockets, _ := filepath.Glob(filepath.Join(dir, ".s.PGSQL.*.lock"))
 	for _, path := range append([]string{pidFile}, sockets...) {
 		state, pid := lockOwner(path, dir)
+		// A server whose launcher was killed a moment ago is still stopping: give it time.
+		for deadline := time.Now().Add(ExitGrace); state == lockLive && time.Now().Before(deadline); {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+			state, pid = lockOwner(path, dir)
+		}
 		switch state {
 		case lockLive:
 			return fmt.Errorf("PostgreSQL (pid %d) is already running on %s: stop it (kill -INT %d) or use another data directory", pid, dir, pid)

@@ -1,6 +1,7 @@
 package devenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -92,6 +93,26 @@ func forgetOldClaims(dir string, period int64) {
 		_, p, ok := strings.Cut(e.Name(), "-")
 		if n, err := strconv.ParseInt(p, 10, 64); ok && err == nil && n < period-1 {
 			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// ExitGrace is how long a start waits for a process on its way out to let go of what it needs:
+// the children of a launcher killed a moment ago stop on their parent's death, not at once.
+const ExitGrace = 15 * time.Second
+
+// WaitAddrFree is CheckAddrFree, given up to ExitGrace for the process on addr to go.
+func WaitAddrFree(ctx context.Context, addr, setting string) error {
+	deadline := time.Now().Add(ExitGrace)
+	for {
+		err := CheckAddrFree(addr, setting)
+		if err == nil || !time.Now().Before(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

@@ -70,7 +70,7 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		if o.Port, err = FreePort(); err != nil {
 			return nil, err
 		}
-	} else if err := CheckAddrFree("127.0.0.1:"+strconv.Itoa(o.Port), "PostgreSQL's port"); err != nil {
+	} else if err := WaitAddrFree(ctx, "127.0.0.1:"+strconv.Itoa(o.Port), "PostgreSQL's port"); err != nil {
 		return nil, err // another server would answer for this one, which cannot bind it
 	}
 	args := []string{"-D", dir, "-p", strconv.Itoa(o.Port), "-k", dir,

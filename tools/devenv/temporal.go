@@ -104,7 +104,10 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 		port int
 		what string
 	}{{o.Port, "Temporal's port"}, {o.UIPort, "the Temporal UI's port"}} {
-		if err := CheckAddrFree("127.0.0.1:"+strconv.Itoa(p.port), p.what); p.port != 0 && err != nil {
+		if p.port == 0 {
+			continue
+		}
+		if err := WaitAddrFree(ctx, "127.0.0.1:"+strconv.Itoa(p.port), p.what); err != nil {
 			return nil, err
 		}
 	}
