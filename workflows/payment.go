@@ -243,8 +243,8 @@ type opRun struct {
 	pending *Settlement // accepted settlement, applied by parkUnknown
 	// consumed is the settlement a manual payment's phase applied before the next phase began.
 	consumed *Settlement
-	// conflict, when set, is why a not_charged settlement was set aside: the bank's inquiry
-	// found the operation done. Until an operator's retry, not_charged settlements are refused.
+	// conflict, when set, is why a settlement was set aside: the bank's inquiry said the opposite.
+	// Until an operator's retry, settlements of the refused outcome are refused.
 	conflict string
 	refused  string      // the outcome the conflict refuses: not_charged (charged from Revision 6 too)
 	setAside *Settlement // the settlement the conflict refused, if one was pending
