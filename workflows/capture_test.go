@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/workflows"
@@ -27,25 +26,7 @@ func manualInput(h *harness, c workflows.Capability) workflows.PaymentInput {
 
 // commandAt sends a capture or cancel update after d and records the workflow's answer under id.
 func (h *harness) commandAt(d time.Duration, update, id string, cmd workflows.Command, answers map[string]string) {
-	h.env.RegisterDelayedCallback(func() {
-		h.env.UpdateWorkflow(update, id, &testsuite.TestUpdateCallback{
-			OnAccept: func() {},
-			OnReject: func(err error) {
-				h.mu.Lock()
-				answers[id] = "rejected: " + err.Error()
-				h.mu.Unlock()
-			},
-			OnComplete: func(v any, err error) {
-				h.mu.Lock()
-				defer h.mu.Unlock()
-				if err != nil {
-					answers[id] = "failed: " + err.Error()
-					return
-				}
-				answers[id], _ = v.(string)
-			},
-		}, cmd)
-	}, d)
+	h.env.RegisterDelayedCallback(func() { h.env.UpdateWorkflow(update, id, h.answerTo(id, answers), cmd) }, d)
 }
 
 func (h *harness) authorizes() {

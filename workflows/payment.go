@@ -254,7 +254,6 @@ type opRun struct {
 	// closing: the bank's answer to an inquiry decided the operation, whose post or release now
 	// runs; a settlement would not be applied (Revision 6 refuses it).
 	closing bool
-	voided  bool // this void phase's last inquiry found the void done
 
 	// A manual payment's: the merchant's capture or cancel, once accepted, and whether this run
 	// recorded the authorization.
@@ -426,6 +425,7 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 		"(a settlement file, or the `settle` update or signal)")
 	recheck := false // an operator's retry of a conflict: ask the bank again at once
 	since := workflow.Now(ctx)
+	voided := false // this void phase's last inquiry found the void done
 	for rounds := 0; ; rounds++ {
 		if w.in.Revision >= 1 && rounds >= parkedRoundsPerRun && !recheck {
 			if err := w.continueParked(ctx, wait); err != nil {
@@ -442,7 +442,7 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			return PaymentResult{}, err
 		}
 		if s := w.pending; s != nil {
-			if w.revoid(s) {
+			if w.revoid(s, voided) {
 				// Nothing was captured, but the authorization may still be open at the bank, the
 				// payer's money blocked there until it expires: the void is sent once more (voiding
 				// a voided one succeeds). Only the bank's answer that it captured stops the release.
@@ -471,7 +471,7 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			return w.fail(ctx, payment.FailureDeclined)
 		}
 		res, err := w.inquire(ctx)
-		w.voided = w.in.Step.Phase == PhaseVoid && err == nil && res.Succeeded
+		voided = w.in.Step.Phase == PhaseVoid && err == nil && res.Succeeded
 		// An authorization the bank still does not hold once its booking window has passed was
 		// never made (Revision 6): no settlement file lists authorizations, so this answer ends it.
 		neverMade := w.in.Revision >= 6 && w.in.CaptureManual && w.in.Step.Phase == PhaseAuthorize && hasType(err, ErrTypeNotFound) &&
@@ -653,9 +653,9 @@ func (w *opRun) said(res ChargeResult, err error) string {
 // revoid says a settlement s of a void phase sends the void again before its release (Revision
 // 6): not_charged, with a capability that lets the void be sent twice, unless this run's inquiry
 // just found the void done.
-func (w *opRun) revoid(s *Settlement) bool {
+func (w *opRun) revoid(s *Settlement, voided bool) bool {
 	return w.in.Revision >= 6 && w.in.Step.Phase == PhaseVoid && s.Outcome == OutcomeNotCharged &&
-		w.in.Capability != CapabilityNone && !w.voided
+		w.in.Capability != CapabilityNone && !voided
 }
 
 // capturing is the capture a manual payment sent and waits to hear of: none while its

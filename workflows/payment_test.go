@@ -1013,23 +1013,27 @@ func (h *harness) updateAt(d time.Duration, id string, s workflows.Settlement, a
 // update sends the `settle` update now (from a mocked activity: while it runs) and records the
 // answer under id.
 func (h *harness) update(id string, s workflows.Settlement, answers map[string]string) {
-	h.env.UpdateWorkflow(workflows.UpdateSettle, id, &testsuite.TestUpdateCallback{
+	h.env.UpdateWorkflow(workflows.UpdateSettle, id, h.answerTo(id, answers), s)
+}
+
+// answerTo records an update's answer under id: the status, or why it was rejected or failed.
+func (h *harness) answerTo(id string, answers map[string]string) *testsuite.TestUpdateCallback {
+	record := func(a string) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		answers[id] = a
+	}
+	return &testsuite.TestUpdateCallback{
 		OnAccept: func() {},
-		OnReject: func(err error) {
-			h.mu.Lock()
-			answers[id] = "rejected: " + err.Error()
-			h.mu.Unlock()
-		},
+		OnReject: func(err error) { record("rejected: " + err.Error()) },
 		OnComplete: func(v any, err error) {
-			h.mu.Lock()
-			defer h.mu.Unlock()
 			if err != nil {
-				answers[id] = "failed: " + err.Error()
+				record("failed: " + err.Error())
 				return
 			}
-			answers[id] = fmt.Sprint(v)
+			record(fmt.Sprint(v))
 		},
-	}, s)
+	}
 }
 
 // The `settle` update is the checked form: early, malformed and repeated settlements are

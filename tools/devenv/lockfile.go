@@ -97,15 +97,11 @@ func clearStaleLocks(ctx context.Context, dir string, log *slog.Logger) error {
 	pidFile := filepath.Join(dir, "postmaster.pid")
 	sockets, _ := filepath.Glob(filepath.Join(dir, ".s.PGSQL.*.lock"))
 	for _, path := range append([]string{pidFile}, sockets...) {
-		state, pid := lockOwner(path, dir)
 		// A server whose launcher was killed a moment ago is still stopping: give it time.
-		for deadline := time.Now().Add(ExitGrace); state == lockLive && time.Now().Before(deadline); {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-			}
-			state, pid = lockOwner(path, dir)
+		var state lockState
+		var pid int
+		if _, err := poll(ctx, ExitGrace, func() bool { state, pid = lockOwner(path, dir); return state != lockLive }); err != nil {
+			return err
 		}
 		switch state {
 		case lockLive:
@@ -140,21 +136,16 @@ func waitDetached(ctx context.Context, pidFile string) error {
 	} else if _, err := fmt.Sscan(lines[6], &key, &id); err != nil {
 		return nil
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n, err := shmAttached(id)
-		if err != nil || n == 0 {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d processes of a killed PostgreSQL server still use its shared memory (id %d): stop the postgres processes working in %s", n, id, filepath.Dir(pidFile))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	var n int
+	var serr error
+	gone, err := poll(ctx, 10*time.Second, func() bool { n, serr = shmAttached(id); return serr != nil || n == 0 })
+	if err != nil {
+		return err
 	}
+	if gone {
+		return serr
+	}
+	return fmt.Errorf("%d processes of a killed PostgreSQL server still use its shared memory (id %d): stop the postgres processes working in %s", n, id, filepath.Dir(pidFile))
 }
 
 // shmAttached counts the processes attached to the shared memory segment id (0 once it is gone).

@@ -103,18 +103,26 @@ const ExitGrace = 15 * time.Second
 
 // WaitAddrFree is CheckAddrFree, given up to ExitGrace for the process on addr to go.
 func WaitAddrFree(ctx context.Context, addr, setting string) error {
-	deadline := time.Now().Add(ExitGrace)
-	for {
-		err := CheckAddrFree(addr, setting)
-		if err == nil || !time.Now().Before(deadline) {
-			return err
+	var err error
+	_, _ = poll(ctx, ExitGrace, func() bool { err = CheckAddrFree(addr, setting); return err == nil })
+	return err
+}
+
+// poll asks done now and then every 100 ms until it says yes (true) or grace has passed
+// (false); ctx's end is its error.
+func poll(ctx context.Context, grace time.Duration, done func() bool) (bool, error) {
+	deadline := time.Now().Add(grace)
+	for !done() {
+		if !time.Now().Before(deadline) {
+			return false, nil
 		}
 		select {
 		case <-ctx.Done():
-			return err
+			return false, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	return true, nil
 }
 
 // CheckAddrFree fails when addr cannot be bound now, naming setting, the configuration that
