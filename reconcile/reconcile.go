@@ -68,8 +68,9 @@ type Reconciler struct {
 	Settler Settler
 	// Concurrency bounds the settle updates in flight (default DefaultConcurrency).
 	Concurrency int
-	// SettleTimeout bounds one settle update; one whose workflow does not answer in time
-	// (no worker polls its task queue...) is reported as settle_failed. Default DefaultSettleTimeout.
+	// SettleTimeout bounds one settle update; one whose workflow does not take it in time
+	// (no worker polls its task queue...) is reported as settle_failed, one taken but not yet
+	// applied as pending (ReasonSettling). Default DefaultSettleTimeout.
 	SettleTimeout time.Duration
 	// BookingWindow is how long the bank may take to book a charge or a refund after kasa
 	// stopped waiting for it (KASA_PROVIDER_BOOKING_WINDOW); an unlisted payment or refund is
@@ -804,6 +805,9 @@ func (run *run) settle(o op, st workflows.Settlement, done func(status string), 
 			done(status)
 		case run.ctx.Err() != nil:
 			// the import is being aborted
+		case errors.Is(err, workflows.ErrStillRunning):
+			run.pending(o.kind, pendingOf(o, ReasonSettling, m.Line, "its workflow took the settlement as "+st.Outcome+
+				" and is still applying it: import again later to see the outcome"))
 		case errors.Is(err, workflows.ErrBankConflict):
 			mm := *m
 			mm.Kind, mm.Expected, mm.Found = KindBankConflict, "unknown, settled as "+st.Outcome, err.Error()

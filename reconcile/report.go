@@ -62,6 +62,9 @@ const (
 	// authorizations, so no file proves the bank holds none. An operator settles it once the
 	// bank says (docs/reconciliation.md).
 	ReasonAuthorizationUnknown = "authorization_unknown"
+	// An unknown payment or refund whose workflow took the settlement and is still applying it
+	// (a manual payment's void at the bank): the next import finds it settled.
+	ReasonSettling = "settling"
 )
 
 // Counts tallies the outcomes of one import: the payments', and beside them the refunds'.

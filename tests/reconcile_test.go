@@ -707,3 +707,43 @@ func TestReconcileSettlesOnlyThePaymentItRead(t *testing.T) {
 		require.Equal(t, "25.00", s.account(m, acct)["reserved"], "the new payment's hold is kept")
 	})
 }
+
+// A settlement the workflow took but is still applying when the import stops waiting (here a
+// manual payment's void, sent again at a slow bank) is pending, not a failure: importing again
+// meanwhile says the same, and once applied the next import finds the payment settled.
+func TestReconcileSettlementStillBeingApplied(t *testing.T) {
+	t.Parallel()
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityInquiry, temporal: tc, bookingWindow: 100 * time.Millisecond})
+	m := s.newMerchant()
+	id, payer, _ := s.authorize(m, "auth-slow-void", "70.00", "100.00")
+	s.setFaults(`{"rules":[{"on":"void","action":"error_500","count":3}]}`)
+	r := s.command(m, id, "cancel", "slow-void", "")
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.Eventually(t, func() bool { return paymentByKey(t, m, "auth-slow-void").Status == payment.StatusUnknown },
+		30*time.Second, 100*time.Millisecond)
+	time.Sleep(bookingWindow)
+	s.setFaults(`{"rules":[{"on":"void","action":"delay","delay_ms":3500,"count":1}]}`)
+
+	f, err := reconcile.ParseFile(strings.NewReader(s.settlementFile(today())))
+	require.NoError(t, err)
+	rc := &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: s.queue},
+		SettleTimeout: 1500 * time.Millisecond, BookingWindow: bookingWindow}
+	scope := reconcile.Options{Merchants: []uuid.UUID{mustUUID(t, m.ID)}}
+	for i := range 2 { // the second import while the void is still on its way to the bank
+		rep, err := rc.Reconcile(context.Background(), f, scope)
+		require.NoError(t, err)
+		require.Empty(t, rep.Mismatches, "import %d", i+1)
+		require.Len(t, rep.Pending, 1, "import %d", i+1)
+		require.Equal(t, reconcile.ReasonSettling, rep.Pending[0].Reason)
+		require.Equal(t, id, rep.Pending[0].PaymentID)
+	}
+	require.Eventually(t, func() bool { return paymentByKey(t, m, "auth-slow-void").Status == payment.StatusCanceled },
+		30*time.Second, 100*time.Millisecond)
+	require.True(t, s.held(id).Voided, "voided at the bank")
+	require.Zero(t, reserved(t, payer))
+	rep, err := rc.Reconcile(context.Background(), f, scope)
+	require.NoError(t, err)
+	require.Empty(t, rep.Mismatches)
+	require.Empty(t, rep.Pending)
+	requireVerified(t)
+}

@@ -237,34 +237,40 @@ var ErrSettlementAmountDiffers = errors.New("the settlement's amount differs fro
 
 // Settle resolves an unknown payment or refund (workflowID is a PaymentWorkflowID or a
 // RefundWorkflowID) through the checked `settle` update and returns its final status. One that is
-// not unknown (or a malformed settlement) is ErrSettlementRejected.
+// not unknown (or a malformed settlement) is ErrSettlementRejected. ErrStillRunning says the
+// workflow took this settlement (or one of the same outcome) and was still applying it when ctx
+// ended: a manual payment's void may wait on the bank.
 func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (string, error) {
 	h, err := s.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID: workflowID, UpdateName: UpdateSettle, Args: []any{st},
-		WaitForStage: client.WorkflowUpdateStageCompleted,
+		WaitForStage: client.WorkflowUpdateStageAccepted,
 	})
-	if err != nil {
-		var notFound *serviceerror.NotFound
-		if errors.As(err, &notFound) {
-			return "", fmt.Errorf("%w: %v", ErrSettlementRejected, err)
+	accepted := err == nil
+	if accepted {
+		var status string
+		if err = h.Get(ctx, &status); err == nil {
+			return status, nil
+		}
+	}
+	var notFound *serviceerror.NotFound
+	var appErr *temporal.ApplicationError
+	var outcome string
+	switch {
+	case errors.As(err, &notFound):
+		return "", fmt.Errorf("%w: %v", ErrSettlementRejected, err)
+	case !errors.As(err, &appErr):
+		if accepted && ctx.Err() != nil { // accepted: it is in the workflow's history and goes on
+			return "", ErrStillRunning
 		}
 		return "", err
+	case appErr.Type() == ErrTypeBankConflict:
+		return "", fmt.Errorf("%w: %w: %s", ErrSettlementRejected, ErrBankConflict, appErr.Message())
+	case appErr.Type() == ErrTypeSettlementAmount:
+		return "", fmt.Errorf("%w: %w: %s", ErrSettlementRejected, ErrSettlementAmountDiffers, appErr.Message())
+	case appErr.Type() == ErrTypeSettling && appErr.Details(&outcome) == nil && outcome == st.Outcome:
+		return "", fmt.Errorf("%w: %s", ErrStillRunning, appErr.Message())
 	}
-	var status string
-	if err := h.Get(ctx, &status); err != nil {
-		var appErr *temporal.ApplicationError
-		if errors.As(err, &appErr) && appErr.Type() == ErrTypeBankConflict {
-			return "", fmt.Errorf("%w: %w: %s", ErrSettlementRejected, ErrBankConflict, appErr.Message())
-		}
-		if errors.As(err, &appErr) && appErr.Type() == ErrTypeSettlementAmount {
-			return "", fmt.Errorf("%w: %w: %s", ErrSettlementRejected, ErrSettlementAmountDiffers, appErr.Message())
-		}
-		if errors.As(err, &appErr) {
-			return "", fmt.Errorf("%w: %s", ErrSettlementRejected, appErr.Message())
-		}
-		return "", err
-	}
-	return status, nil
+	return "", fmt.Errorf("%w: %s", ErrSettlementRejected, appErr.Message())
 }
 
 // Command sends a manual payment's capture or cancel (update UpdateCapture or UpdateCancel) to

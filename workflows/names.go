@@ -87,6 +87,9 @@ const (
 	// ErrTypeBankConflict: a settlement was set aside (or, applied, led to a hold) because the
 	// bank's own answer contradicts it: the hold is kept and the payment flagged for an operator.
 	ErrTypeBankConflict = "BankConflict"
+	// ErrTypeSettling: a settlement was refused because another is being applied (its outcome
+	// in the details).
+	ErrTypeSettling = "SettlementInProgress"
 )
 
 // The prefixes begin the stuck reason of an operation held for a bank conflict, so that what

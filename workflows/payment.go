@@ -588,11 +588,11 @@ func (w *opRun) checkSettlement(s Settlement, rev int) error {
 	case w.status != payment.StatusUnknown:
 		return fmt.Errorf("%s is %s, not unknown: nothing to settle", w.op.noun, w.status)
 	case w.pending != nil:
-		return fmt.Errorf("%s is already being settled as %s", w.op.noun, w.pending.Outcome)
+		return settling(w.op.noun, w.pending.Outcome)
 	case rev >= 6 && w.closing:
 		return fmt.Errorf("the bank answered kasa's inquiry: the %s is being closed as it said, nothing to settle", w.op.noun)
 	case rev >= 4 && w.in.Revision >= 3 && w.consumed != nil: // applied, it still runs: the next phase is at the bank
-		return fmt.Errorf("%s is already being settled as %s", w.op.noun, w.consumed.Outcome)
+		return settling(w.op.noun, w.consumed.Outcome)
 	case rev >= 4 && w.in.CaptureManual && w.in.Step.Phase == PhaseAuthorize && s.Outcome == OutcomeCharged && s.ProviderReference == "":
 		return errors.New("a charged settlement of an unknown authorization must name the bank's authorization id " +
 			"(provider_reference): its capture or void is sent to it")
@@ -615,6 +615,12 @@ func (w *opRun) checkSettlement(s Settlement, rev int) error {
 			"the hold is kept for an operator", s.AmountMinor, w.capturing()), ErrTypeSettlementAmount)
 	}
 	return nil
+}
+
+// settling refuses a settlement while another is being applied, naming its outcome: a caller
+// that sent the same one knows it is on its way.
+func settling(noun, outcome string) error {
+	return temporal.NewApplicationError(fmt.Sprintf("%s is already being settled as %s", noun, outcome), ErrTypeSettling, outcome)
 }
 
 // receiveSettlements turns settlement signals into the pending settlement.
