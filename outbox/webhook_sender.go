@@ -169,7 +169,7 @@ func (s *WebhookSender) Send(ctx context.Context, d store.ClaimedDelivery) {
 	cancel()
 	err = redactErr(err)
 	res := store.AttemptResult{
-		DeliveryID: d.ID, Attempt: d.Attempt, StartedAt: start, Duration: time.Since(start),
+		DeliveryID: d.ID, Attempt: d.Attempt, ClaimedAt: d.ClaimedAt, StartedAt: start, Duration: time.Since(start),
 		StatusCode: code, RetryFor: s.o.RetryFor,
 	}
 	result := "2xx"
@@ -185,13 +185,13 @@ func (s *WebhookSender) Send(ctx context.Context, d store.ClaimedDelivery) {
 	case ctx.Err() != nil:
 		result, res.Error = "aborted", "aborted: the sender is stopping"
 	case err != nil:
-		result, res.Error, res.RetryIn = "error", truncate(err.Error(), 500), s.backoff(d.Attempt)
+		result, res.Error, res.RetryIn = "error", truncate(err.Error(), 500), s.backoff(d.Step)
 		var ne net.Error
 		if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 			result, res.Error = "timeout", fmt.Sprintf("no answer within %s", s.o.Timeout)
 		}
 	default:
-		result, res.Error, res.RetryIn = "non_2xx", fmt.Sprintf("HTTP %d", code), s.backoff(d.Attempt)
+		result, res.Error, res.RetryIn = "non_2xx", fmt.Sprintf("HTTP %d", code), s.backoff(d.Step)
 	}
 	s.o.Metrics.attempts.WithLabelValues(result).Inc()
 	s.o.Metrics.attemptDuration.Observe(res.Duration.Seconds())
@@ -254,9 +254,9 @@ func (o WebhookSenderOptions) policy() Policy {
 	return Policy{AllowPrivate: o.AllowPrivate, Own: o.Own}
 }
 
-// backoff is the delay after the attempt-th failure: BackoffBase doubling per attempt, capped at
-// BackoffMax, with equal jitter (between half and all of it) so retries of many deliveries
-// spread out.
+// backoff is the delay after the attempt-th failure of a retry window (a redelivery starts the
+// schedule again): BackoffBase doubling per attempt, capped at BackoffMax, with equal jitter
+// (between half and all of it) so retries of many deliveries spread out.
 func (s *WebhookSender) backoff(attempt int) time.Duration {
 	d := s.o.BackoffMax
 	if attempt >= 1 && attempt < 40 {

@@ -28,6 +28,12 @@ type ClaimedDelivery struct {
 	// PreviousSecret is the secret it replaced, while both sign (after a rotation); else empty.
 	PreviousSecret string
 	Attempt        int // this attempt's number, 1-based; the fencing token of its result
+	// Step is this attempt's number within the retry window (from its first attempt, or from
+	// the latest redelivery), 1-based: a failure waits the backoff of this step.
+	Step int
+	// ClaimedAt is when the claim was made, by the database's clock: a late 2xx does not end a
+	// redelivery made after it.
+	ClaimedAt time.Time
 }
 
 // ClaimDeliveries leases up to limit due deliveries for lease and counts their attempt. A
@@ -78,7 +84,7 @@ func (s *Store) claimDeliveries(ctx context.Context, limit, perMerchant int, lea
 		var at pgtype.Timestamptz
 		var last *uuid.UUID
 		if err := rows.Scan(&c.id, &c.merchantID, &c.aggregateID, &c.eventType, &c.url, &c.body, &c.attempt, &c.sealed, &c.prevSealed,
-			&n, &at, &last); err != nil {
+			&c.step, &c.claimedAt, &n, &at, &last); err != nil {
 			return nil, 0, translate(err)
 		}
 		if c.id == nil { // the last row: how many due rows the statement looked at
@@ -107,7 +113,8 @@ func (s *Store) claimMerchantDeliveries(ctx context.Context, limit, perMerchant 
 	var ds []ClaimedDelivery
 	for rows.Next() {
 		var c claimedRow
-		if err := rows.Scan(&c.id, &c.merchantID, &c.aggregateID, &c.eventType, &c.url, &c.body, &c.attempt, &c.sealed, &c.prevSealed); err != nil {
+		if err := rows.Scan(&c.id, &c.merchantID, &c.aggregateID, &c.eventType, &c.url, &c.body, &c.attempt, &c.sealed, &c.prevSealed,
+			&c.step, &c.claimedAt); err != nil {
 			return nil, translate(err)
 		}
 		d, err := s.claimed(c)
@@ -124,13 +131,14 @@ type claimedRow struct {
 	id, merchantID, aggregateID *uuid.UUID
 	eventType, url              *string
 	body, sealed, prevSealed    []byte
-	attempt                     *int
+	attempt, step               *int
+	claimedAt                   pgtype.Timestamptz
 }
 
 // claimed opens the merchant's secrets of a claimed row.
 func (s *Store) claimed(r claimedRow) (ClaimedDelivery, error) {
 	c := ClaimedDelivery{ID: *r.id, MerchantID: *r.merchantID, AggregateID: *r.aggregateID, EventType: *r.eventType, URL: *r.url,
-		Body: r.body, Attempt: *r.attempt}
+		Body: r.body, Attempt: *r.attempt, Step: *r.step, ClaimedAt: r.claimedAt.Time}
 	var err error
 	if c.Secret, err = s.open(r.sealed); err != nil {
 		return ClaimedDelivery{}, fmt.Errorf("%w: merchant %s: %v", ErrInconsistent, c.MerchantID, err)
@@ -157,6 +165,7 @@ const (
 type AttemptResult struct {
 	DeliveryID uuid.UUID
 	Attempt    int
+	ClaimedAt  time.Time // the claim's (ClaimedDelivery.ClaimedAt)
 	StartedAt  time.Time
 	Duration   time.Duration
 	StatusCode int    // 0: no HTTP answer
@@ -169,6 +178,8 @@ type AttemptResult struct {
 // RecordAttempt logs the attempt and moves the delivery: delivered, rescheduled or failed.
 // superseded is true when the attempt no longer owned the delivery (its lease ran out and
 // another attempt took it, or it was delivered meanwhile): only the log row is written then.
+// A 2xx is the exception: the merchant has the event, whoever holds the delivery now, unless
+// an operator redelivered it after this attempt's claim.
 func (s *Store) RecordAttempt(ctx context.Context, r AttemptResult) (status DeliveryStatus, attempts int, superseded bool, err error) {
 	err = s.tx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, dbsqlc.InsertAttempt, payment.NewID(), r.DeliveryID, r.Attempt, r.StartedAt,
@@ -177,7 +188,7 @@ func (s *Store) RecordAttempt(ctx context.Context, r AttemptResult) (status Deli
 		}
 		var row pgx.Row
 		if r.Delivered {
-			row = tx.QueryRow(ctx, dbsqlc.MarkDelivered, r.DeliveryID, r.StatusCode)
+			row = tx.QueryRow(ctx, dbsqlc.MarkDelivered, r.DeliveryID, r.StatusCode, r.Attempt, r.ClaimedAt)
 		} else {
 			row = tx.QueryRow(ctx, dbsqlc.AttemptFailed, r.DeliveryID, r.Attempt, r.RetryIn.Seconds(), r.RetryFor.Seconds(), r.StatusCode, r.Error)
 		}
@@ -215,6 +226,7 @@ type Delivery struct {
 // DeliveryAttempt is one row of the attempt log.
 type DeliveryAttempt struct {
 	Attempt    int
+	ClaimedAt  time.Time // the claim's (ClaimedDelivery.ClaimedAt)
 	StartedAt  time.Time
 	Duration   time.Duration
 	StatusCode int // 0: no HTTP answer

@@ -297,6 +297,7 @@ func TestClaimDeliveriesLeaseFencingAndLimits(t *testing.T) {
 	}
 	require.NotNil(t, retaken, "the expired lease is claimed first (it is the oldest due)")
 	require.Equal(t, 2, retaken.Attempt, "same event id, next attempt")
+	require.Equal(t, 2, retaken.Step, "the attempt that never reported counts in the backoff")
 
 	// The crashed attempt reports late: it no longer owns the delivery.
 	_, _, superseded, err = db.RecordAttempt(ctx, store.AttemptResult{
@@ -391,6 +392,7 @@ func TestDeliveryGivesUpAndRedelivers(t *testing.T) {
 	accepted(t)
 	got := claimFor(t, mID, 100, 10, time.Minute)
 	require.Len(t, got, 1)
+	require.Equal(t, 1, got[0].Step)
 	status, _, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: 1, StartedAt: time.Now(),
 		StatusCode: 500, Error: "HTTP 500", RetryIn: time.Second, RetryFor: time.Millisecond})
 	require.NoError(t, err)
@@ -404,6 +406,8 @@ func TestDeliveryGivesUpAndRedelivers(t *testing.T) {
 	require.Len(t, again, 1)
 	require.Equal(t, got[0].ID, again[0].ID, "the same event id")
 	require.Equal(t, got[0].Body, again[0].Body, "the same body")
+	require.Equal(t, 2, again[0].Attempt, "the attempt count goes on")
+	require.Equal(t, 1, again[0].Step, "the retry schedule starts again")
 	status, attempts, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: again[0].ID, Attempt: again[0].Attempt, StartedAt: time.Now(), StatusCode: 200, Delivered: true})
 	require.NoError(t, err)
 	require.Equal(t, store.DeliveryDelivered, status)

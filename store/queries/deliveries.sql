@@ -14,10 +14,11 @@ INSERT INTO webhook_attempts (id, delivery_id, attempt, started_at, duration_ms,
 VALUES ($1, $2, $3, $4, $5, NULLIF($6, 0), NULLIF($7, ''));
 
 -- name: MarkDelivered :one
--- A 2xx wins whoever holds the lease now.
+-- A 2xx wins whoever holds the lease now, but a late one (its lease ran out and another attempt
+-- took over) not over a redelivery made after its claim: the operator asked for a send after it.
 UPDATE webhook_deliveries SET status = 'delivered', delivered_at = now(), claimed_until = NULL,
 last_status_code = NULLIF($2, 0), last_error = NULL, updated_at = now()
-WHERE id = $1 AND status = 'pending' RETURNING status, attempts;
+WHERE id = $1 AND status = 'pending' AND (attempts = $3 OR retry_since <= $4::timestamptz) RETURNING status, attempts;
 
 -- name: AttemptFailed :one
 -- A failure reschedules only if this attempt still owns the row; it gives up once the next
@@ -53,7 +54,8 @@ FROM webhook_attempts WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, 
 
 -- name: Redeliver :one
 -- Redelivery sends the same event (same id and body) to the merchant's current URL, now, and
--- opens a new retry window. A pending delivery keeps its lease: no second concurrent send.
+-- opens a new retry window, whose backoff starts again (the claim counts its attempts from
+-- retry_since). A pending delivery keeps its lease: no second concurrent send.
 UPDATE webhook_deliveries d SET status = 'pending', url = m.webhook_url, next_attempt_at = now(),
 claimed_until = CASE WHEN d.status = 'pending' THEN d.claimed_until END, retry_since = now(), updated_at = now()
 FROM merchants m WHERE d.id = $1 AND m.id = d.merchant_id AND m.webhook_url IS NOT NULL RETURNING d.id;

@@ -185,12 +185,14 @@ func (q *Queries) InsertAttempt(ctx context.Context, arg InsertAttemptParams) er
 const MarkDelivered = `-- name: MarkDelivered :one
 UPDATE webhook_deliveries SET status = 'delivered', delivered_at = now(), claimed_until = NULL,
 last_status_code = NULLIF($2, 0), last_error = NULL, updated_at = now()
-WHERE id = $1 AND status = 'pending' RETURNING status, attempts
+WHERE id = $1 AND status = 'pending' AND (attempts = $3 OR retry_since <= $4::timestamptz) RETURNING status, attempts
 `
 
 type MarkDeliveredParams struct {
-	ID      uuid.UUID
-	Column2 interface{}
+	ID       uuid.UUID
+	Column2  interface{}
+	Attempts int32
+	Column4  time.Time
 }
 
 type MarkDeliveredRow struct {
@@ -198,9 +200,15 @@ type MarkDeliveredRow struct {
 	Attempts int32
 }
 
-// A 2xx wins whoever holds the lease now.
+// A 2xx wins whoever holds the lease now, but a late one (its lease ran out and another attempt
+// took over) not over a redelivery made after its claim: the operator asked for a send after it.
 func (q *Queries) MarkDelivered(ctx context.Context, arg MarkDeliveredParams) (MarkDeliveredRow, error) {
-	row := q.db.QueryRow(ctx, MarkDelivered, arg.ID, arg.Column2)
+	row := q.db.QueryRow(ctx, MarkDelivered,
+		arg.ID,
+		arg.Column2,
+		arg.Attempts,
+		arg.Column4,
+	)
 	var i MarkDeliveredRow
 	err := row.Scan(&i.Status, &i.Attempts)
 	return i, err
@@ -378,7 +386,8 @@ FROM merchants m WHERE d.id = $1 AND m.id = d.merchant_id AND m.webhook_url IS N
 `
 
 // Redelivery sends the same event (same id and body) to the merchant's current URL, now, and
-// opens a new retry window. A pending delivery keeps its lease: no second concurrent send.
+// opens a new retry window, whose backoff starts again (the claim counts its attempts from
+// retry_since). A pending delivery keeps its lease: no second concurrent send.
 func (q *Queries) Redeliver(ctx context.Context, id uuid.UUID) (uuid.UUID, error) {
 	row := q.db.QueryRow(ctx, Redeliver, id)
 	var id_2 uuid.UUID

@@ -4,8 +4,8 @@
 -- Claim due deliveries: at most $2 in flight per merchant (counting other senders' live
 -- leases), the earliest pending event of each aggregate only, then lease them ($3 seconds)
 -- and count the attempt (the first one starts the retry window). The attempt number is the
--- fencing token of the result. A webhook secret rotated less than its overlap ago comes with the
--- previous one: both sign.
+-- fencing token of the result; its number within the retry window is its backoff step. A
+-- webhook secret rotated less than its overlap ago comes with the previous one: both sign.
 --
 -- The claim walks the due index in (next_attempt_at, id) order from after ($5, $6), one row at a
 -- time (each step a probe of the index for the next row, which no statistics can turn into a
@@ -71,15 +71,20 @@ WITH RECURSIVE walk AS (
     WHERE d.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING d.id, d.merchant_id, d.aggregate_id, d.event_type, d.url, d.body, d.attempts,
         (SELECT m.webhook_secret_enc FROM merchants m WHERE m.id = d.merchant_id) AS secret,
-        (SELECT m.webhook_secret_prev_enc FROM merchants m WHERE m.id = d.merchant_id AND m.webhook_secret_prev_until > now()) AS prev
+        (SELECT m.webhook_secret_prev_enc FROM merchants m WHERE m.id = d.merchant_id AND m.webhook_secret_prev_until > now()) AS prev,
+        -- The backoff step: the attempt's number in its retry window, the attempts logged before
+        -- a redelivery opened it not counted (the delivery's few attempt rows, by its index).
+        greatest(d.attempts - (SELECT count(*) FROM webhook_attempts a
+            WHERE a.delivery_id = d.id AND a.created_at < d.retry_since)::int, 1) AS step,
+        now() AS claimed_at
 ), scanned AS (
     SELECT count(*) AS n FROM walked
 ), last AS (
     SELECT next_attempt_at, id FROM walked ORDER BY next_attempt_at DESC, id DESC LIMIT 1
 )
-SELECT c.id, c.merchant_id, c.aggregate_id, c.event_type, c.url, c.body, c.attempts, c.secret, c.prev,
+SELECT c.id, c.merchant_id, c.aggregate_id, c.event_type, c.url, c.body, c.attempts, c.secret, c.prev, c.step, c.claimed_at,
        NULL::bigint, NULL::timestamptz, NULL::uuid
 FROM claimed c
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.n, l.next_attempt_at, l.id
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.n, l.next_attempt_at, l.id
 FROM scanned s LEFT JOIN last l ON true;

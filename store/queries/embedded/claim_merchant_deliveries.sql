@@ -5,7 +5,7 @@
 -- did not reach: the due rows at the head of the queue may all belong to a merchant at its limit
 -- (a hanging endpoint with thousands of webhooks waiting), and walking them does not get past
 -- them. The same rules as there: at most $2 in flight per merchant, the earliest pending event
--- of each aggregate only, a lease of $3 seconds, the attempt counted.
+-- of each aggregate only, a lease of $3 seconds, the attempt counted, its backoff step.
 --
 -- The merchants with pending rows are found one probe of the pending_merchant index each (a
 -- loose index scan), from after $5 round to it again, at most $4 of them: the caller picks $5 at
@@ -73,4 +73,8 @@ SET claimed_until = now() + $3::float8 * interval '1 second', attempts = d.attem
 WHERE d.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING d.id, d.merchant_id, d.aggregate_id, d.event_type, d.url, d.body, d.attempts,
     (SELECT m.webhook_secret_enc FROM merchants m WHERE m.id = d.merchant_id) AS secret,
-    (SELECT m.webhook_secret_prev_enc FROM merchants m WHERE m.id = d.merchant_id AND m.webhook_secret_prev_until > now()) AS prev;
+    (SELECT m.webhook_secret_prev_enc FROM merchants m WHERE m.id = d.merchant_id AND m.webhook_secret_prev_until > now()) AS prev,
+    -- The backoff step, as in claim_deliveries.sql.
+    greatest(d.attempts - (SELECT count(*) FROM webhook_attempts a
+        WHERE a.delivery_id = d.id AND a.created_at < d.retry_since)::int, 1) AS step,
+    now() AS claimed_at;
