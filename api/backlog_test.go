@@ -2,12 +2,16 @@ package api
 
 import (
 	"context"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 )
 
@@ -98,4 +102,34 @@ func TestAdmissionPastTheBoundLetsAnotherMerchantRun(t *testing.T) {
 	require.ErrorAs(t, a.admitFor(context.Background(), burst, true), &refused, "the burst's merchant has payments queued")
 	require.NoError(t, a.admitFor(context.Background(), other, true), "another merchant's payment runs here at once")
 	require.ErrorAs(t, a.admitFor(context.Background(), other, false), &refused, "it would be queued: past the bound")
+}
+
+// Past the backlog's bound a request the store would refuse whatever the load gets that answer,
+// as below the bound; only a payment kasa would take is told to come back, and nothing is written.
+func TestPastTheBoundRefusalsAnswerAsBelowIt(t *testing.T) {
+	full := store.BacklogState{Queued: 10, DrainPerSecond: 1, Age: time.Second}
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		code       string
+	}{
+		{"another key for the invoice's live payment", otherPayBody, 409, "duplicate_payment"},
+		{"another merchant's payer account", strings.Replace(payBody, accountA.String(), accountB.String(), 1), 400, "invalid_request"},
+		{"a new invoice", strings.Replace(payBody, "inv-1", "inv-2", 1), 503, "unavailable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			f := &fixture{st: st, wf: &fakeWorkflows{st: st, outcome: payment.StatusSucceeded}, reconc: &parseOnly{}}
+			f.opts = Options{Store: st, Workflows: f.wf, AdminToken: "adm", Reconciler: f.reconc,
+				SyncWait: 50 * time.Millisecond, PollAfter: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+				Backlog: Backlog{State: fakeBacklog{state: full, queued: map[uuid.UUID]bool{merchantA: true}}, MaxRunning: 8, MaxQueued: 10}}
+			f.paid()
+			rec := httptest.NewRecorder()
+			New(f.opts).Handler().ServeHTTP(rec, request{body: tc.body, header: map[string]string{"Idempotency-Key": "k2"}}.build())
+			require.Equal(t, tc.status, rec.Code, rec.Body.String())
+			require.Contains(t, rec.Body.String(), `"code":"`+tc.code+`"`)
+			_, err := st.Record(context.Background(), merchantA, "k2")
+			require.ErrorIs(t, err, payment.ErrNotFound, "nothing was written")
+		})
+	}
 }

@@ -235,17 +235,8 @@ func (f *fakeStore) begin(in store.BeginInput, lockedUntil time.Time) (store.Rec
 		return rec, payment.Payment{}, store.BeganExisting, nil
 	}
 	r := in.Request
-	acct, ok := f.accounts[r.AccountID]
-	if !ok || acct.MerchantID != in.MerchantID {
-		return store.Record{}, payment.Payment{}, 0, &payment.ValidationError{Fields: []payment.FieldError{{Field: "account_id", Message: "no such account"}}}
-	}
-	if acct.Currency != r.Currency {
-		return store.Record{}, payment.Payment{}, 0, &payment.ValidationError{Fields: []payment.FieldError{{Field: "currency", Message: payment.ErrCurrencyMismatch.Error() + " (" + acct.Currency + ")"}}}
-	}
-	for _, p := range f.payments {
-		if p.MerchantID == in.MerchantID && p.InvoiceID == r.InvoiceID && p.PaymentType == r.PaymentType && p.Status != payment.StatusFailed {
-			return store.Record{}, payment.Payment{}, 0, &payment.DuplicatePaymentError{PaymentID: p.ID.String()}
-		}
+	if err := f.refusal(in.MerchantID, r); err != nil {
+		return store.Record{}, payment.Payment{}, 0, err
 	}
 	f.ids++
 	p := payment.Payment{
@@ -262,6 +253,29 @@ func (f *fakeStore) begin(in store.BeginInput, lockedUntil time.Time) (store.Rec
 	}
 	f.payments[p.ID], f.records[recordKey{in.MerchantID, in.Key}] = p, rec
 	return rec, p, store.BeganNew, nil
+}
+
+// Refusal is store.Store.Refusal: what begin would refuse the request for.
+func (f *fakeStore) Refusal(_ context.Context, merchantID uuid.UUID, r payment.Request) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.refusal(merchantID, r)
+}
+
+func (f *fakeStore) refusal(merchantID uuid.UUID, r payment.Request) error {
+	acct, ok := f.accounts[r.AccountID]
+	if !ok || acct.MerchantID != merchantID {
+		return &payment.ValidationError{Fields: []payment.FieldError{{Field: "account_id", Message: "no such account"}}}
+	}
+	if acct.Currency != r.Currency {
+		return &payment.ValidationError{Fields: []payment.FieldError{{Field: "currency", Message: payment.ErrCurrencyMismatch.Error() + " (" + acct.Currency + ")"}}}
+	}
+	for _, p := range f.payments {
+		if p.MerchantID == merchantID && p.InvoiceID == r.InvoiceID && p.PaymentType == r.PaymentType && p.Status != payment.StatusFailed {
+			return &payment.DuplicatePaymentError{PaymentID: p.ID.String()}
+		}
+	}
+	return nil
 }
 
 // finish moves a processing payment to status, as the worker's commit would: a final status

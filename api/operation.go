@@ -46,10 +46,12 @@ type op struct {
 // creation is one parsed create request of a kind: its canonical hash, and the store call that
 // begins it (or finds the key's record); with queue, a new payment waits in the start backlog.
 // queueable: the kind is admitted through the backlog (payments are; refunds always start).
+// refusal, of a queueable kind, is what begin would refuse the request for without writing.
 type creation struct {
 	hash      string
 	queueable bool
 	begin     func(ctx context.Context, queue bool) (store.Record, op, store.Began, error)
+	refusal   func(ctx context.Context) error
 }
 
 // create is the idempotent create path every kind of operation shares: the key, the body, a
@@ -90,9 +92,14 @@ func (s *Server) create(c *gin.Context, k opKind, scope store.Scope, parse func(
 	if req.queueable {
 		if err := s.admission.admitFor(ctx, m.ID, running); err != nil {
 			// Past the backlog's bound nothing new is written, but a key seen before still
-			// gets its answer.
+			// gets its answer, and so does a request begin would refuse (another key's live
+			// payment for the invoice): that answer is for good, where a 503 says come back.
 			if rec, rerr := k.record(ctx, m.ID, key); rerr == nil {
 				s.answerExisting(c, k, rec, req.hash)
+				return
+			}
+			if rerr := req.refusal(ctx); rerr != nil {
+				s.writeError(c, rerr)
 				return
 			}
 			s.metrics.backlogRefused.Inc()

@@ -24,17 +24,24 @@ func (s *Server) createPayment(c *gin.Context) {
 		if err != nil {
 			return creation{}, err
 		}
-		return creation{hash: req.Hash(), queueable: true, begin: func(ctx context.Context, queue bool) (store.Record, op, store.Began, error) {
-			rec, p, began, err := s.Store.Begin(ctx, store.BeginInput{
-				MerchantID: merchantID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease, Queue: queue,
-				CaptureWindow: s.CaptureWindow,
-			})
+		countDuplicate := func(err error) {
 			var dup *payment.DuplicatePaymentError
 			if errors.As(err, &dup) {
 				s.metrics.idempotency.WithLabelValues("duplicate_payment").Inc()
 				s.metrics.conflicts.WithLabelValues("payments_business_key").Inc()
 			}
+		}
+		return creation{hash: req.Hash(), queueable: true, begin: func(ctx context.Context, queue bool) (store.Record, op, store.Began, error) {
+			rec, p, began, err := s.Store.Begin(ctx, store.BeginInput{
+				MerchantID: merchantID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease, Queue: queue,
+				CaptureWindow: s.CaptureWindow,
+			})
+			countDuplicate(err)
 			return rec, s.payments.op(p), began, err
+		}, refusal: func(ctx context.Context) error {
+			err := s.Store.Refusal(ctx, merchantID, req)
+			countDuplicate(err)
+			return err
 		}}, nil
 	})
 }

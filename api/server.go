@@ -44,6 +44,7 @@ type Store interface {
 	Account(ctx context.Context, id uuid.UUID) (payment.Account, error)
 	Deposit(ctx context.Context, accountID uuid.UUID, key string, amount int64) (store.Deposit, bool, error)
 	Begin(ctx context.Context, in store.BeginInput) (store.Record, payment.Payment, store.Began, error)
+	Refusal(ctx context.Context, merchantID uuid.UUID, r payment.Request) error
 	Record(ctx context.Context, merchantID uuid.UUID, key string) (store.Record, error)
 	TakeOver(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error)
 	ExpireLease(ctx context.Context, operationID uuid.UUID) error

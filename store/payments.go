@@ -182,6 +182,25 @@ func (s *Store) refusedAccount(ctx context.Context, merchantID uuid.UUID, r paym
 	return errReplay
 }
 
+// Refusal is what Begin would refuse a new key's request for, read without writing anything:
+// the payer account (a *payment.ValidationError) or the invoice's live payment (a
+// *payment.DuplicatePaymentError); nil when Begin would take it. Past the start backlog's bound
+// the API answers these as it does below it, since they do not change with the load.
+func (s *Store) Refusal(ctx context.Context, merchantID uuid.UUID, r payment.Request) error {
+	if err := s.refusedAccount(ctx, merchantID, r); !errors.Is(err, errReplay) {
+		return err
+	}
+	var live uuid.UUID
+	err := s.pool.QueryRow(ctx, dbsqlc.LivePayment, merchantID, r.InvoiceID, r.PaymentType).Scan(&live)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return translate(err)
+	}
+	return &payment.DuplicatePaymentError{PaymentID: live.String()}
+}
+
 // errExisting: Begin found the key's record; it wrote nothing.
 var errExisting = errors.New("idempotency key exists")
 

@@ -709,3 +709,53 @@ func TestStillProcessingLeavesStuckPaymentsOut(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{running.ID}, ids)
 }
+
+// Refusal says, without writing anything, what Begin refuses a new key's request for: the API
+// answers it past the start backlog's bound as Begin's answer below it.
+func TestRefusalIsWhatBeginRefuses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	_, otherAccount := fixture(t, 10_000)
+	_, live, _, err := begin(t, mID, aID, "live", "inv-live", 100)
+	require.NoError(t, err)
+	_, failed, _, err := begin(t, mID, aID, "failed", "inv-failed", 100)
+	require.NoError(t, err)
+	_, err = db.Release(ctx, failed.ID, payment.FailureDeclined)
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name, invoice, currency string
+		account                 uuid.UUID
+		field, duplicateOf      string // the refusal: a field's validation error, or a duplicate of a payment
+	}{
+		{name: "another key's live payment for the invoice", invoice: "inv-live", currency: "TRY", account: aID, duplicateOf: live.ID.String()},
+		{name: "an invoice whose payment failed", invoice: "inv-failed", currency: "TRY", account: aID},
+		{name: "a new invoice", invoice: "inv-new", currency: "TRY", account: aID},
+		{name: "another merchant's account", invoice: "inv-live", currency: "TRY", account: otherAccount, field: "account_id"},
+		{name: "other currency", invoice: "inv-new", currency: "USD", account: aID, field: "currency"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "k-" + tc.name
+			req := payment.Request{InvoiceID: tc.invoice, AmountMinor: 100, Currency: tc.currency, AccountID: tc.account, PaymentType: "purchase"}
+			refusal := db.Refusal(ctx, mID, req)
+			_, err := db.Record(ctx, mID, key)
+			require.ErrorIs(t, err, payment.ErrNotFound, "Refusal writes nothing")
+			_, _, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+			require.Equal(t, err, refusal, "Begin refuses the request for what Refusal said")
+			var ve *payment.ValidationError
+			var dup *payment.DuplicatePaymentError
+			switch {
+			case tc.field != "":
+				require.ErrorAs(t, refusal, &ve)
+				require.Equal(t, tc.field, ve.Fields[0].Field)
+			case tc.duplicateOf != "":
+				require.ErrorAs(t, refusal, &dup)
+				require.Equal(t, tc.duplicateOf, dup.PaymentID)
+			default:
+				require.NoError(t, refusal)
+				require.Equal(t, store.BeganNew, began)
+			}
+		})
+	}
+}

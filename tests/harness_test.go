@@ -108,6 +108,7 @@ type stackOptions struct {
 	retention     time.Duration // api.Options.Retention (default: no bound on the replay cache)
 	captureWindow time.Duration // api.Options.CaptureWindow (default: the API's)
 	adminPrevious string        // api.Options.AdminTokenPrevious: a rotation's overlap
+	backlog       api.Backlog   // api.Options.Backlog (default: none, nothing is queued)
 }
 
 // awaitCounter counts the API's calls for a workflow's result, and plays its command faults.
@@ -167,7 +168,7 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 		AllowPrivateWebhooks: true, SyncWait: 15 * time.Second, // webhook endpoints of tests listen on 127.0.0.1
 		ReplayCache:   1000,
 		Retention:     o.retention,
-		CaptureWindow: o.captureWindow, AdminTokenPrevious: o.adminPrevious,
+		CaptureWindow: o.captureWindow, AdminTokenPrevious: o.adminPrevious, Backlog: o.backlog,
 		Logger:     slog.New(slog.DiscardHandler),
 		Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow, Runs: db, Source: "api"},
 	})

@@ -1,0 +1,82 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/api"
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// fullBacklog is the drainer's record of a start backlog past its bound, with the merchant's
+// payments queued in it: every new payment is refused.
+type fullBacklog struct{}
+
+func (fullBacklog) BacklogState(context.Context) (store.BacklogState, error) {
+	return store.BacklogState{Queued: 1000, DrainPerSecond: 1}, nil
+}
+
+func (fullBacklog) MerchantQueued(context.Context, uuid.UUID) (bool, error) { return true, nil }
+
+// An answer kasa knows without writing anything (another key's live payment for the invoice, a
+// payer account that is not the merchant's) is the same below and past the backlog's bound: a
+// 409 or a 400 is for good, and a 503 would send the merchant back for the same answer. Only a
+// payment kasa would take is refused past the bound, and nothing is written for it.
+func TestBacklogBoundAnswersWhatItKnowsAsBelowIt(t *testing.T) {
+	below := newStack(t, workflows.CapabilityIdempotent)
+	past := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc,
+		backlog: api.Backlog{State: fullBacklog{}, MaxRunning: 8, MaxQueued: 10}})
+	m := below.newMerchant()
+	payer := below.newAccount(m, "TRY", "100.00")
+	first := below.pay(m, "first", payBody("inv-live", "10.00", "TRY", payer))
+	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
+	firstID := first.json(t)["id"].(string)
+
+	for _, tc := range []struct {
+		name, invoice, account string
+		status                 map[*stack]int // by load
+		code                   map[*stack]string
+	}{
+		{"another key for the invoice's live payment", "inv-live", payer,
+			map[*stack]int{below: http.StatusConflict, past: http.StatusConflict},
+			map[*stack]string{below: "duplicate_payment", past: "duplicate_payment"}},
+		{"a payer account of no one", "inv-nobody", uuid.NewString(),
+			map[*stack]int{below: http.StatusBadRequest, past: http.StatusBadRequest},
+			map[*stack]string{below: "invalid_request", past: "invalid_request"}},
+		{"a new invoice", "inv-new", payer,
+			map[*stack]int{below: http.StatusCreated, past: http.StatusServiceUnavailable},
+			map[*stack]string{below: "", past: "unavailable"}},
+	} {
+		for load, s := range map[string]*stack{"below": below, "past": past} {
+			t.Run(tc.name+" "+load+" the bound", func(t *testing.T) {
+				key := fmt.Sprintf("%s-%s", tc.invoice, load)
+				invoice := tc.invoice
+				if tc.invoice == "inv-new" {
+					invoice += "-" + load
+				}
+				r := s.pay(m, key, payBody(invoice, "1.00", "TRY", tc.account))
+				require.Equal(t, tc.status[s], r.Status, "%s", r.Body)
+				_, err := db.Record(context.Background(), mustUUID(t, m.ID), key)
+				if r.Status == http.StatusCreated {
+					require.NoError(t, err)
+					return
+				}
+				require.Equal(t, tc.code[s], r.json(t)["code"], "%s", r.Body)
+				require.ErrorIs(t, err, payment.ErrNotFound, "nothing was written for the key")
+				if tc.code[s] == "duplicate_payment" {
+					require.Equal(t, firstID, r.json(t)["payment_id"])
+				}
+			})
+		}
+	}
+	list := below.do("GET", "/v1/payments", m.APIKey, "").json(t)
+	require.Len(t, list["data"], 2, "the first payment and the new invoice's below the bound")
+	requireVerified(t)
+}
