@@ -3,8 +3,10 @@ package tests
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -12,6 +14,7 @@ import (
 	"github.com/kasa-pay/kasa/api"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/sweeper"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -78,5 +81,57 @@ func TestBacklogBoundAnswersWhatItKnowsAsBelowIt(t *testing.T) {
 	}
 	list := below.do("GET", "/v1/payments", m.APIKey, "").json(t)
 	require.Len(t, list["data"], 2, "the first payment and the new invoice's below the bound")
+	requireVerified(t)
+}
+
+// A manual payment queued in the start backlog keeps the capture_before its 202 showed: its
+// window runs from its arrival (docs/api.md), not from the authorization the drainer's start
+// makes later. The bank holds the authorization from then on, so the window never outlasts it,
+// and kasa voids the authorization at that capture_before, not a window after the authorization.
+func TestQueuedManualPaymentKeepsItsCaptureBefore(t *testing.T) {
+	const window, queuedFor = 6 * time.Second, 3 * time.Second
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, captureWindow: window})
+	m := s.newMerchant()
+	payer := s.newAccount(m, "TRY", "100.00")
+	ctx := context.Background()
+	req := payment.Request{InvoiceID: "inv-queued-manual", AmountMinor: 2500, Currency: "TRY", AccountID: mustUUID(t, payer),
+		PaymentType: "purchase", CaptureManual: true}
+	rec, queued, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mustUUID(t, m.ID), Key: "queued-manual", Request: req,
+		OperationID: payment.NewID(), Lease: time.Minute, Queue: true, CaptureWindow: window})
+	require.NoError(t, err)
+	require.Equal(t, store.BeganNew, began)
+	require.True(t, rec.Queued)
+	require.Equal(t, queued.CreatedAt.Add(window), queued.CaptureBefore, "the 202's capture_before: a window from the arrival")
+	t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{queued.ID}) })
+
+	time.Sleep(queuedFor) // the burst ahead of it
+	drainCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	d := &sweeper.Drainer{Store: db, Starter: workflows.Starter{Client: tc, TaskQueue: s.queue}, Logger: slog.New(slog.DiscardHandler)}
+	go func() { defer close(done); d.Run(drainCtx) }()
+	defer func() { stop(); <-done }()
+
+	var p payment.Payment
+	require.Eventually(t, func() bool {
+		p = paymentByKey(t, m, "queued-manual")
+		return p.Status == payment.StatusRequiresCapture
+	}, 20*time.Second, 50*time.Millisecond)
+	require.Equal(t, 1, s.held(queued.ID.String()).Count, "authorized at the bank")
+	run, err := tc.DescribeWorkflow(ctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), "queued-manual"), "")
+	require.NoError(t, err)
+	authorizedFrom := run.WorkflowStartTime
+	require.True(t, authorizedFrom.After(queued.CreatedAt.Add(queuedFor)), "started by the drainer after its wait")
+	require.True(t, p.CaptureBefore.Equal(queued.CaptureBefore), "capture_before %v, shown %v", p.CaptureBefore, queued.CaptureBefore)
+
+	require.Eventually(t, func() bool {
+		p = paymentByKey(t, m, "queued-manual")
+		return p.Status == payment.StatusCanceled
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Equal(t, payment.FailureAuthorizationExpired, p.FailureCode)
+	require.False(t, p.UpdatedAt.Before(p.CaptureBefore), "not voided before its capture_before")
+	require.True(t, p.UpdatedAt.Before(authorizedFrom.Add(window)), "voided at capture_before (%v), not a window after the authorization (%v): %v",
+		p.CaptureBefore, authorizedFrom.Add(window), p.UpdatedAt)
+	require.True(t, s.held(queued.ID.String()).Voided)
+	require.Zero(t, reserved(t, payer))
 	requireVerified(t)
 }
