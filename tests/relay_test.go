@@ -1,13 +1,16 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/tools/devenv"
 	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
@@ -68,4 +71,32 @@ func TestRelayProcessSurvivesKillAndStopsOnSIGTERM(t *testing.T) {
 	relay.terminate()
 	require.NoError(t, relay.c.Err(), "kasa relay exits 0 on SIGTERM\n%s", testkit.Tail(relay.log, 30))
 	s.verify()
+}
+
+// `kasa relay` started while its NATS cannot be reached waits for it, as the worker waits for
+// Temporal: it logs why, retries, and runs once NATS is there; SIGTERM during the wait ends it
+// cleanly.
+func TestRelayWaitsForNATS(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{})
+	natsPort, err := devenv.FreePort()
+	require.NoError(t, err)
+	metricsAddr := testkit.FreeAddr(t)
+	env := s.env("KASA_NATS_URL", fmt.Sprintf("nats://127.0.0.1:%d", natsPort), "KASA_RELAY_METRICS_ADDR", metricsAddr)
+
+	stopped := startProc(t, s.dir, s.bin, "relay-stopped", env, "relay")
+	stopped.waitLog("waiting for NATS: unreachable", 30*time.Second)
+	stopped.stopCleanly(15 * time.Second)
+
+	relay := startProc(t, s.dir, s.bin, "relay", env, "relay")
+	relay.waitLog("waiting for NATS: unreachable", 30*time.Second)
+	bin, err := devenv.FindTool("nats-server", "nats-server")
+	require.NoError(t, err)
+	monitor, err := devenv.FreePort()
+	require.NoError(t, err)
+	nats, err := devenv.StartNATS(context.Background(), devenv.NewSupervisor(s.dir, nil), bin, filepath.Join(s.dir, "nats"), natsPort, monitor)
+	require.NoError(t, err)
+	t.Cleanup(func() { nats.Stop(5 * time.Second) })
+	relay.waitHTTP("http://" + metricsAddr + "/healthz")
+	relay.stopCleanly(15 * time.Second)
 }

@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -41,7 +46,17 @@ func startEvents(ctx context.Context, cfg config.Config, st *store.Store, reg pr
 		cleanup = append(cleanup, func() { log.Info("stopping the embedded NATS server"); stopBroker() })
 		log.Info("embedded NATS JetStream", "url", url, "dir", filepath.Join(cfg.Data.Dir, "nats"))
 	}
-	nc, js, err := outbox.Connect(url, "kasa-relay", auth)
+	// As the worker waits for Temporal: a broker not up yet (restarting, or started after kasa)
+	// is waited for, while credentials or TLS settings it refuses end the start at once.
+	var js jetstream.JetStream
+	nc, err := waitFor(ctx, log, 5*time.Second, func() (*nats.Conn, string, error) {
+		nc, j, err := outbox.Connect(url, "kasa-relay", auth)
+		js = j
+		if natsUnreachable(err) {
+			return nil, "waiting for NATS: unreachable", err
+		}
+		return nc, "", err
+	})
 	if err != nil {
 		undo()
 		return nil, fmt.Errorf("%w (a broker that wants credentials or TLS: KASA_NATS_CREDS, KASA_NATS_TLS_CA, KASA_NATS_TLS_CERT, KASA_NATS_TLS_KEY)", err)
@@ -78,6 +93,13 @@ func startEvents(ctx context.Context, cfg config.Config, st *store.Store, reg pr
 	return undo, nil
 }
 
+// natsUnreachable is whether connecting failed for want of a broker to dial (none listening,
+// no route, no such host): a wait mends that, not a broker refusing the settings.
+func natsUnreachable(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, nats.ErrNoServers) || errors.As(err, &op) && op.Op == "dial"
+}
+
 // runRelay is `kasa relay`: the event pipeline on its own, with /metrics and /healthz.
 func runRelay(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	st, err := waitStore(ctx, cfg, log, true)
@@ -89,7 +111,7 @@ func runRelay(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	stopEvents, err := startEvents(ctx, cfg, st, reg, log)
 	if err != nil {
-		return err
+		return stoppedOr(ctx, log, err)
 	}
 	defer stopEvents()
 	if cfg.Relay.MetricsAddr != "" {
