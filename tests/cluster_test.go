@@ -360,3 +360,44 @@ func (c *cluster) logs() string {
 	b, _ := os.ReadFile(c.p.log)
 	return string(b[min(c.p.from, int64(len(b))):])
 }
+
+// PostgreSQL and the Temporal Server dying under a running cluster (SIGKILL) are reported and
+// started again, as its other children are, and the cluster takes payments again.
+func TestClusterRestartsItsPostgresAndTemporalServer(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	for _, tc := range []struct{ name, pidFile string }{
+		{"temporal-server", filepath.Join(c.data, "cluster", "temporal", "temporal-server.pid")},
+		{"postgres", filepath.Join(c.data, "cluster", "postgres", "postmaster.pid")},
+	} {
+		b, err := os.ReadFile(tc.pidFile)
+		require.NoError(t, err)
+		pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+		require.NoError(t, err)
+		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL), tc.name)
+		report := regexp.MustCompile(tc.name + ` exited.* pid=` + strconv.Itoa(pid) + `.*signal: killed`)
+		require.Eventually(t, func() bool { return report.MatchString(c.logs()) }, 30*time.Second,
+			100*time.Millisecond, "kasa cluster reports %s's death", tc.name)
+		_, err = c.pay(c.apis[0], "after-"+tc.name)
+		require.NoError(t, err, "payments are taken again after %s's restart", tc.name)
+	}
+	c.p.requireRunning(t, "after its dependencies' deaths")
+	c.stop(t, descendants(c.p.pid()))
+}
+
+// A child that does not stop on SIGTERM (here: stopped by SIGSTOP) is killed after its grace
+// period, and kasa cluster then exits non-zero, naming it.
+func TestClusterExitsNonZeroWhenAChildIsKilledOnStop(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	require.NoError(t, syscall.Kill(c.pid(t, "banksim"), syscall.SIGSTOP))
+	require.NoError(t, syscall.Kill(c.p.pid(), syscall.SIGTERM))
+	select {
+	case <-c.p.c.Done():
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("kasa cluster did not stop\n%s", c.logs())
+	}
+	require.Error(t, c.p.c.Err(), "a non-zero exit\n%s", c.logs())
+	require.Regexp(t, `banksim \(pid \d+\) did not stop within .*: killed`, c.logs())
+	require.Empty(t, processesMentioning(c.data+"/"), "no process of the cluster may survive it")
+}

@@ -33,9 +33,9 @@ const stopTimeout = worker.StopTimeout + 5*time.Second
 
 // runCluster runs the system as separate processes on a real Temporal Server: PostgreSQL, the
 // Temporal Server (and its Web UI when built), NATS, then kasa migrate, banksim, two workers, two
-// APIs and the relay, each a child of this process, until SIGINT/SIGTERM. A child started through
-// the supervisor that dies once the cluster has started is reported and started again.
-func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+// APIs and the relay, each a child of this process, until SIGINT/SIGTERM. A child that dies once
+// the cluster has started is reported and started again; one killed on stop fails the run.
+func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
 	cfg = onSimulator(cfg) // its workers are told the bank explicitly (KASA_PROVIDER_URL below)
 	exe, err := os.Executable()
 	if err != nil {
@@ -96,10 +96,10 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 		return devenv.FreePort()
 	}
 
-	var cleanup []func()
+	var cleanup []func() error
 	defer func() {
 		for i := len(cleanup) - 1; i >= 0; i-- {
-			cleanup[i]()
+			err = errors.Join(err, cleanup[i]())
 		}
 	}()
 	sup := devenv.NewSupervisor(filepath.Join(dir, "logs"), log)
@@ -111,10 +111,10 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 		if err != nil {
 			return err
 		}
-		if pg, err = devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(dir, "postgres"), Port: p, Logger: log}); err != nil {
+		if pg, err = devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(dir, "postgres"), Port: p, Logger: log, Restart: sup.Restart}); err != nil {
 			return err
 		}
-		cleanup = append(cleanup, func() { log.Info("stopping PostgreSQL"); _ = pg.Stop() })
+		cleanup = append(cleanup, func() error { log.Info("stopping PostgreSQL"); return pg.Stop() })
 		cfg.Database.URL, state.PostgresPort = pg.URL, pg.Port
 	}
 	uiURL := "- (run `make temporal-ui` for the Web UI)"
@@ -127,11 +127,11 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 			return err
 		}
 		ts, err := devenv.StartTemporalServer(ctx, pg, devenv.TemporalServerOptions{
-			Dir: filepath.Join(dir, "temporal"), Port: state.TemporalPort, Namespace: cfg.Temporal.Namespace, Logger: log})
+			Dir: filepath.Join(dir, "temporal"), Port: state.TemporalPort, Namespace: cfg.Temporal.Namespace, Logger: log, Restart: sup.Restart})
 		if err != nil {
 			return err
 		}
-		cleanup = append(cleanup, func() { log.Info("stopping the Temporal Server"); _ = ts.Stop() })
+		cleanup = append(cleanup, func() error { log.Info("stopping the Temporal Server"); return ts.Stop() })
 		cfg.Temporal.Address = ts.Address()
 		if uiBin, err := devenv.FindTool("temporal-ui", "temporal-ui"); err == nil {
 			if state.UIPort, err = port(state.UIPort); err != nil {
@@ -141,7 +141,7 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 			if err != nil {
 				return err
 			}
-			cleanup = append(cleanup, func() { sup.StopAll(stopTimeout, []*devenv.Child{ui}) })
+			cleanup = append(cleanup, func() error { return sup.StopAll(stopTimeout, []*devenv.Child{ui}) })
 			uiURL = fmt.Sprintf("http://127.0.0.1:%d", state.UIPort)
 		} else {
 			log.Warn("no Temporal Web UI", "error", err)
@@ -162,7 +162,7 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 	if err != nil {
 		return err
 	}
-	cleanup = append(cleanup, func() { sup.StopAll(stopTimeout, []*devenv.Child{nats}) })
+	cleanup = append(cleanup, func() error { return sup.StopAll(stopTimeout, []*devenv.Child{nats}) })
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
 
 	// Every child gets the developer's settings, then what this cluster decided. Listeners a
@@ -197,9 +197,9 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 	}
 	// The APIs stop first (no new payments), then the workers and the relay, the simulator last.
 	var apis, backend, sim []*devenv.Child
-	cleanup = append(cleanup, func() {
+	cleanup = append(cleanup, func() error {
 		log.Info("stopping the kasa processes")
-		sup.StopAll(stopTimeout, apis, backend, sim)
+		return sup.StopAll(stopTimeout, apis, backend, sim)
 	})
 	bs, err := start("banksim", env(), "banksim")
 	if err != nil {

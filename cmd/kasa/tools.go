@@ -4,10 +4,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/kasa-pay/kasa/config"
 	"github.com/kasa-pay/kasa/tools/banksim"
+	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
 // The developer tools (tools/): built into ./bin/kasa by make build, left out of a build with
@@ -59,9 +61,14 @@ func onSimulator(cfg config.Config) config.Config {
 }
 
 // stoppedWhileStarting makes a launcher's stop (SIGINT, SIGTERM) before it finished starting a
-// clean exit, as a stop afterwards is: what failed then failed because it was stopped.
+// clean exit, as a stop afterwards is: what failed then failed because it was stopped. A child
+// killed after its grace period is no such failure: the stop itself went wrong.
 func stoppedWhileStarting(run func(context.Context, config.Config, *slog.Logger) error) func(context.Context, config.Config, *slog.Logger) error {
 	return func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-		return stoppedOr(ctx, log, run(ctx, cfg, log))
+		err := run(ctx, cfg, log)
+		if errors.Is(err, devenv.ErrKilled) {
+			return err
+		}
+		return stoppedOr(ctx, log, err)
 	}
 }

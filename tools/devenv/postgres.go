@@ -28,6 +28,8 @@ type PostgresOptions struct {
 	// pg_stat_statements that kasa bench counts statements with.
 	Settings []string
 	Logger   *slog.Logger
+	// Restart, when set, starts the server again when it exits on its own (Supervisor.Restart).
+	Restart *Backoff
 }
 
 // Postgres is a running cluster that this process started and will stop.
@@ -86,8 +88,8 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	}
 	// Its log is <dir>.log beside the data directory. SIGINT is its fast shutdown: abort the
 	// transactions, checkpoint, exit (SIGTERM would wait for every client to leave).
-	sup := NewSupervisor(filepath.Dir(dir), nil)
-	sup.StopSignal, sup.Credential = syscall.SIGINT, cred
+	sup := NewSupervisor(filepath.Dir(dir), o.Logger)
+	sup.StopSignal, sup.Credential, sup.Restart = syscall.SIGINT, cred, o.Restart
 	c, err := sup.Start(filepath.Base(dir), os.Environ(), filepath.Join(bindir, "postgres"), args...)
 	if err != nil {
 		return nil, err
@@ -156,7 +158,9 @@ func (p *Postgres) waitReady(ctx context.Context, bindir string) error {
 // Stop asks for a fast shutdown (SIGINT: abort transactions, checkpoint, exit) and waits for it;
 // after 30 seconds the server is killed.
 func (p *Postgres) Stop() error {
-	p.c.Stop(30 * time.Second)
+	if err := p.c.Stop(30 * time.Second); err != nil {
+		return err
+	}
 	if err := p.c.Err(); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}

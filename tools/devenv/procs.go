@@ -241,9 +241,13 @@ func (c *Child) Err() error { r := c.current(); <-r.done; return r.err }
 // Done is closed when the child's latest process has exited.
 func (c *Child) Done() <-chan struct{} { return c.current().done }
 
+// ErrKilled is a stop that had to kill: the child ignored its stop signal for its whole grace
+// period, and whatever it was finishing was cut short.
+var ErrKilled = errors.New("killed")
+
 // Stop asks the child to end (its stop signal), for good, and waits; after timeout its whole
-// process group is killed, so that nothing it started outlives it.
-func (c *Child) Stop(timeout time.Duration) {
+// process group is killed, so that nothing it started outlives it, and Stop fails with ErrKilled.
+func (c *Child) Stop(timeout time.Duration) error {
 	c.mu.Lock()
 	if !c.asked {
 		c.asked = true
@@ -257,7 +261,9 @@ func (c *Child) Stop(timeout time.Duration) {
 	case <-time.After(timeout):
 		_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
 		<-r.done
+		return fmt.Errorf("%s (pid %d) did not stop within %v of its stop signal: %w", c.Name, r.cmd.Process.Pid, timeout, ErrKilled)
 	}
+	return nil
 }
 
 func (s *Supervisor) stopSignal() syscall.Signal {
@@ -324,23 +330,27 @@ func (c *Child) Exits() []string {
 }
 
 // StopAll stops the children in the given groups, one group after the other, the children of a
-// group at once.
-func (s *Supervisor) StopAll(timeout time.Duration, groups ...[]*Child) {
+// group at once; it fails naming each child that had to be killed.
+func (s *Supervisor) StopAll(timeout time.Duration, groups ...[]*Child) error {
+	var errs []error
 	for _, g := range groups {
+		killed := make([]error, len(g))
 		var wg sync.WaitGroup
-		for _, c := range g {
+		for i, c := range g {
 			if c == nil {
 				continue
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c.Stop(timeout)
+				killed[i] = c.Stop(timeout)
 				s.Logger.Info("stopped "+c.Name, "exit", exitText(c.Err()))
 			}()
 		}
 		wg.Wait()
+		errs = append(errs, killed...)
 	}
+	return errors.Join(errs...)
 }
 
 // Tail is the end of the child's log, for an error message.

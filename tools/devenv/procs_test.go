@@ -44,8 +44,14 @@ func TestSupervisor(t *testing.T) {
 			if c.stop {
 				time.Sleep(200 * time.Millisecond) // the shell has set its trap
 				began := time.Now()
-				s.StopAll(time.Second, []*Child{child})
+				err := s.StopAll(time.Second, []*Child{child})
 				require.Less(t, time.Since(began), 5*time.Second)
+				if c.exit == "signal: killed" { // a stop that had to kill fails, naming the child
+					require.ErrorIs(t, err, ErrKilled)
+					require.Contains(t, err.Error(), "child (pid "+strconv.Itoa(child.PID())+") did not stop within 1s")
+				} else {
+					require.NoError(t, err)
+				}
 			}
 			require.EqualError(t, child.Err(), c.exit)
 			select {

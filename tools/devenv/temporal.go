@@ -185,7 +185,9 @@ func (t *Temporal) waitReady(ctx context.Context, o TemporalOptions) error {
 
 // Stop interrupts the dev server and waits for it to exit; it is killed after 30 seconds.
 func (t *Temporal) Stop() error {
-	t.child.Stop(30 * time.Second)
+	if err := t.child.Stop(30 * time.Second); err != nil {
+		return err
+	}
 	if err := t.child.Err(); err != nil {
 		return fmt.Errorf("temporal dev server: %w", err)
 	}

@@ -65,6 +65,8 @@ type TemporalServerOptions struct {
 	// ReadyTimeout bounds the wait for a usable server; default 2 minutes.
 	ReadyTimeout time.Duration
 	Logger       *slog.Logger
+	// Restart, when set, starts the server again when it exits on its own (Supervisor.Restart).
+	Restart *Backoff
 	// TLS, when set, turns mutual TLS on: the frontend and the services between themselves
 	// present Cert and accept only clients whose certificate chains to CA.
 	TLS *TemporalTLS
@@ -220,7 +222,9 @@ func (s *TemporalServer) Stop() error {
 	}
 	s.stopped = true
 	defer os.Remove(pidFile(s.opts.Dir))
-	s.c.Stop(30 * time.Second)
+	if err := s.c.Stop(30 * time.Second); err != nil {
+		return err
+	}
 	if err := s.c.Err(); err != nil {
 		return fmt.Errorf("temporal server: %w", err)
 	}
@@ -254,8 +258,8 @@ func (s *TemporalServer) start(ctx context.Context) error {
 	if err := s.forgetMembers(ctx); err != nil {
 		return err
 	}
-	sup := NewSupervisor(s.opts.Dir, nil)
-	sup.WorkDir = s.opts.Dir
+	sup := NewSupervisor(s.opts.Dir, s.opts.Logger)
+	sup.WorkDir, sup.Restart = s.opts.Dir, s.opts.Restart
 	env := os.Environ()
 	// The same reason as the dev server's (StartTemporal): rarer collections, a shorter tail.
 	if _, set := os.LookupEnv("GOGC"); !set {
