@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -272,4 +273,29 @@ func TestDevSecondInterruptStopsAtOnce(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return len(processesMentioning(data+"/")) == 0 }, 30*time.Second, 100*time.Millisecond,
 		"no child may survive: %v", processesMentioning(data+"/"))
+}
+
+// An API or simulator address another process holds is refused before kasa dev starts anything,
+// naming the address and its setting, as kasa cluster refuses it.
+func TestDevRefusesATakenAddressBeforeStarting(t *testing.T) {
+	t.Parallel()
+	for i, setting := range []string{"KASA_API_ADDR", "KASA_BANKSIM_ADDR"} {
+		t.Run(setting, func(t *testing.T) {
+			t.Parallel()
+			data, bin, envv, ports := devSetup(t)
+			addr := fmt.Sprintf("127.0.0.1:%d", ports[i])
+			ln, err := net.Listen("tcp", addr)
+			require.NoError(t, err)
+			defer ln.Close()
+			dev := startProcIn(t, "", data, bin, "dev", envv, "dev")
+			select {
+			case <-dev.c.Done():
+			case <-time.After(time.Minute):
+				t.Fatalf("kasa dev runs on with %s taken\n%s", addr, testkit.Tail(dev.log, 20))
+			}
+			require.Error(t, dev.c.Err(), "a non-zero exit")
+			dev.waitLog(addr+" ("+setting+") is taken by another process", time.Second)
+			require.NoDirExists(t, filepath.Join(data, "postgres"), "nothing started before the check")
+		})
+	}
 }

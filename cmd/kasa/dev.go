@@ -63,8 +63,9 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// runDev starts the whole system on embedded defaults and stops every child on SIGINT/SIGTERM.
-func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+// runDev starts the whole system on embedded defaults and stops every child on SIGINT/SIGTERM;
+// a child killed on stop fails the run.
+func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) (err error) {
 	cfg = onSimulator(cfg)
 	relaxGC()
 	shareCores(runtime.NumCPU())
@@ -82,6 +83,17 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer unlock()
+	// As kasa cluster does: a process already on one of its addresses would answer in its place,
+	// and a bind failing after PostgreSQL and Temporal started would say so late.
+	addrs := [][2]string{{cfg.API.Addr, "KASA_API_ADDR"}}
+	if cfg.Provider.URL == cfg.SimulatorURL() {
+		addrs = append(addrs, [2]string{cfg.Banksim.Addr, "KASA_BANKSIM_ADDR"})
+	}
+	for _, a := range addrs {
+		if err := devenv.WaitAddrFree(ctx, a[0], a[1]); err != nil {
+			return err
+		}
+	}
 	statePath := filepath.Join(dir, "dev.json")
 	state, err := loadDevState(statePath)
 	if err != nil {
@@ -106,6 +118,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			cleanup[i]()
 		}
 	}()
+	stopped := func(e error) { err = errors.Join(err, e) } // a server's stop that failed
 
 	var watched []watchedChild       // the children whose death ends kasa dev
 	joined := cfg.Database.URL != "" // a deployment's database, whose workers may be running
@@ -121,7 +134,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		cleanup = append(cleanup, func() { log.Info("stopping PostgreSQL"); _ = pg.Stop() })
+		cleanup = append(cleanup, func() { log.Info("stopping PostgreSQL"); stopped(pg.Stop()) })
 		watched = append(watched, watchedChild{"PostgreSQL", pg.Process()})
 		cfg.Database.URL = pg.URL
 		state.PostgresPort = pg.Port
@@ -135,7 +148,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		cleanup = append(cleanup, func() { log.Info("stopping Temporal"); _ = tmp.Stop() })
+		cleanup = append(cleanup, func() { log.Info("stopping Temporal"); stopped(tmp.Stop()) })
 		watched = append(watched, watchedChild{"the Temporal dev server", tmp.Process()})
 		cfg.Temporal.Address, uiURL = tmp.Address, tmp.UIURL
 	}
