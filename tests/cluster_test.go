@@ -366,20 +366,14 @@ func (c *cluster) logs() string {
 func TestClusterRestartsItsPostgresAndTemporalServer(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
-	for _, tc := range []struct{ name, pidFile string }{
-		{"temporal-server", filepath.Join(c.data, "cluster", "temporal", "temporal-server.pid")},
-		{"postgres", filepath.Join(c.data, "cluster", "postgres", "postmaster.pid")},
-	} {
-		b, err := os.ReadFile(tc.pidFile)
-		require.NoError(t, err)
-		pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
-		require.NoError(t, err)
-		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL), tc.name)
-		report := regexp.MustCompile(tc.name + ` exited.* pid=` + strconv.Itoa(pid) + `.*signal: killed`)
+	for _, name := range []string{"temporal-server", "postgres"} {
+		pid := c.pid(t, name)
+		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL), name)
+		report := regexp.MustCompile(name + ` exited.* pid=` + strconv.Itoa(pid) + `.*signal: killed`)
 		require.Eventually(t, func() bool { return report.MatchString(c.logs()) }, 30*time.Second,
-			100*time.Millisecond, "kasa cluster reports %s's death", tc.name)
-		_, err = c.pay(c.apis[0], "after-"+tc.name)
-		require.NoError(t, err, "payments are taken again after %s's restart", tc.name)
+			100*time.Millisecond, "kasa cluster reports %s's death", name)
+		_, err := c.pay(c.apis[0], "after-"+name)
+		require.NoError(t, err, "payments are taken again after %s's restart", name)
 	}
 	c.p.requireRunning(t, "after its dependencies' deaths")
 	c.stop(t, descendants(c.p.pid()))

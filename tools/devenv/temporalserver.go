@@ -221,7 +221,6 @@ func (s *TemporalServer) Stop() error {
 		return nil
 	}
 	s.stopped = true
-	defer os.Remove(pidFile(s.opts.Dir))
 	if err := s.c.Stop(30 * time.Second); err != nil {
 		return err
 	}
@@ -238,7 +237,6 @@ func (s *TemporalServer) Crash() error {
 		return nil
 	}
 	s.stopped = true
-	defer os.Remove(pidFile(s.opts.Dir))
 	return s.c.Kill()
 }
 
@@ -272,10 +270,6 @@ func (s *TemporalServer) start(ctx context.Context) error {
 		return err
 	}
 	s.c, s.stopped = c, false
-	if err := os.WriteFile(pidFile(s.opts.Dir), []byte(strconv.Itoa(c.PID())+"\n"), 0o644); err != nil {
-		_ = s.Crash()
-		return err
-	}
 	serving, err := s.waitReady(ctx)
 	if err != nil {
 		_ = s.Stop()
@@ -429,34 +423,14 @@ func (s *TemporalServer) probe(ctx context.Context, c client.Client) error {
 	return err
 }
 
-func pidFile(dir string) string { return filepath.Join(dir, "temporal-server.pid") }
-
-// refuseLiveServer fails when the pid file in dir names a server still running there: one whose
-// parent was killed outlives it, and two servers on the same databases would take each other's
-// shards. A pid file naming anything else (the process is gone, a zombie, or the pid reused) is
-// stale.
+// refuseLiveServer fails when a server runs on dir: one whose parent was killed outlives it
+// (and its supervisor may have started it again since), and two servers on the same databases
+// would take each other's shards.
 func refuseLiveServer(dir string) error {
-	b, err := os.ReadFile(pidFile(dir))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	if pids := PIDsMentioning(" --root " + dir + " "); len(pids) > 0 {
+		return fmt.Errorf("Temporal Server (pid %d) is already running on %s: stop it (kill %d) and start again", pids[0], dir, pids[0])
 	}
-	if err != nil {
-		return err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return nil
-	}
-	proc := "/proc/" + strconv.Itoa(pid)
-	stat, err := os.ReadFile(proc + "/stat")
-	if err != nil || strings.Contains(string(stat), ") Z ") {
-		return nil
-	}
-	cmdline, err := os.ReadFile(proc + "/cmdline")
-	if err != nil || !bytes.Contains(cmdline, []byte("\x00--root\x00"+dir+"\x00")) {
-		return nil
-	}
-	return fmt.Errorf("Temporal Server (pid %d) is already running on %s: stop it (kill %d) and start again", pid, dir, pid)
+	return nil
 }
 
 // forgetMembers empties the server's membership table before a start. A server that stopped

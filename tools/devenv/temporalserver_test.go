@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -175,4 +176,26 @@ func TestTemporalServerVersionMatchesMakefile(t *testing.T) {
 	m := regexp.MustCompile(`(?m)^TEMPORAL_SERVER_VERSION := (\S+)$`).FindSubmatch(b)
 	require.NotNil(t, m, "TEMPORAL_SERVER_VERSION in the Makefile")
 	require.Equal(t, devenv.TemporalServerVersion, string(m[1]))
+}
+
+// A server its supervisor started again after a crash is still found by a new start on the same
+// directory: it is the live server there, whatever pid the first start recorded.
+func TestTemporalServerRestartedBySupervisorRefusesASecondStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tmp := t.TempDir()
+	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(tmp, "pg"), Ephemeral: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pg.Stop() })
+	opts := devenv.TemporalServerOptions{Dir: filepath.Join(tmp, "temporal"), Logger: slog.Default(),
+		Restart: &devenv.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Reset: time.Minute}}
+	srv, err := devenv.StartTemporalServer(ctx, pg, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop() })
+
+	first := srv.PID()
+	require.NoError(t, syscall.Kill(first, syscall.SIGKILL))
+	require.Eventually(t, func() bool { return srv.PID() != first }, 30*time.Second, 50*time.Millisecond, "started again")
+	_, err = devenv.StartTemporalServer(ctx, pg, opts)
+	require.ErrorContains(t, err, fmt.Sprintf("Temporal Server (pid %d) is already running on %s", srv.PID(), opts.Dir))
 }
