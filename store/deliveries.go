@@ -190,7 +190,11 @@ func (s *Store) RecordAttempt(ctx context.Context, r AttemptResult) (status Deli
 		if r.Delivered {
 			row = tx.QueryRow(ctx, dbsqlc.MarkDelivered, r.DeliveryID, r.StatusCode, r.Attempt, r.ClaimedAt)
 		} else {
-			row = tx.QueryRow(ctx, dbsqlc.AttemptFailed, r.DeliveryID, r.Attempt, r.RetryIn.Seconds(), r.RetryFor.Seconds(), r.StatusCode, r.Error)
+			var claimed *time.Time // unknown: not redelivered since
+			if !r.ClaimedAt.IsZero() {
+				claimed = &r.ClaimedAt
+			}
+			row = tx.QueryRow(ctx, dbsqlc.AttemptFailed, r.DeliveryID, r.Attempt, r.RetryIn.Seconds(), r.RetryFor.Seconds(), r.StatusCode, r.Error, claimed)
 		}
 		err := row.Scan(&status, &attempts)
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -426,6 +426,30 @@ func TestDeliveryGivesUpAndRedelivers(t *testing.T) {
 	require.ErrorAs(t, err, &ve, "a merchant without a webhook URL has nowhere to redeliver to")
 }
 
+// A redelivery asked for while an attempt is in flight keeps that attempt's lease (no second
+// concurrent send), but the attempt failing does not push the send the operator asked for out
+// by the attempt's backoff: the delivery is due again at once, within a fresh retry window.
+func TestRedeliveryDuringAnAttemptIsSentAfterIt(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	settle(t, mID, aID, false)
+	accepted(t)
+	got := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, got, 1)
+	_, err := db.Redeliver(ctx, got[0].ID)
+	require.NoError(t, err)
+	require.Empty(t, claimFor(t, mID, 100, 10, time.Minute), "the attempt in flight keeps its lease")
+
+	status, _, superseded, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: got[0].Attempt,
+		ClaimedAt: got[0].ClaimedAt, StartedAt: time.Now(), StatusCode: 502, Error: "HTTP 502", RetryIn: time.Hour, RetryFor: 72 * time.Hour})
+	require.NoError(t, err)
+	require.False(t, superseded)
+	require.Equal(t, store.DeliveryPending, status)
+	again := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, again, 1, "due at once, not an hour later")
+	require.Equal(t, got[0].Attempt+1, again[0].Attempt)
+}
+
 func TestPurgeEventsInBatches(t *testing.T) {
 	ctx := context.Background()
 	mID, aID := webhookMerchant(t, "")

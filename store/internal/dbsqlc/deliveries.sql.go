@@ -14,9 +14,11 @@ import (
 
 const AttemptFailed = `-- name: AttemptFailed :one
 UPDATE webhook_deliveries SET
-  status = CASE WHEN now() + $3::float8 * interval '1 second' > retry_since + $4::float8 * interval '1 second'
+  status = CASE WHEN retry_since <= coalesce($7::timestamptz, 'infinity')
+                 AND now() + $3::float8 * interval '1 second' > retry_since + $4::float8 * interval '1 second'
                 THEN 'failed' ELSE 'pending' END,
-  next_attempt_at = now() + $3::float8 * interval '1 second', claimed_until = NULL,
+  next_attempt_at = CASE WHEN retry_since > coalesce($7::timestamptz, 'infinity') THEN now()
+                         ELSE now() + $3::float8 * interval '1 second' END, claimed_until = NULL,
   last_status_code = NULLIF($5, 0), last_error = NULLIF($6, ''), updated_at = now()
 WHERE id = $1 AND status = 'pending' AND attempts = $2 RETURNING status, attempts
 `
@@ -28,6 +30,7 @@ type AttemptFailedParams struct {
 	Column4  float64
 	Column5  interface{}
 	Column6  interface{}
+	Column7  time.Time
 }
 
 type AttemptFailedRow struct {
@@ -36,7 +39,8 @@ type AttemptFailedRow struct {
 }
 
 // A failure reschedules only if this attempt still owns the row; it gives up once the next
-// attempt would fall after the retry window.
+// attempt would fall after the retry window. A redelivery asked for since its claim ($7, NULL
+// when not known) is sent at once: the operator asked for a send after this one.
 func (q *Queries) AttemptFailed(ctx context.Context, arg AttemptFailedParams) (AttemptFailedRow, error) {
 	row := q.db.QueryRow(ctx, AttemptFailed,
 		arg.ID,
@@ -45,6 +49,7 @@ func (q *Queries) AttemptFailed(ctx context.Context, arg AttemptFailedParams) (A
 		arg.Column4,
 		arg.Column5,
 		arg.Column6,
+		arg.Column7,
 	)
 	var i AttemptFailedRow
 	err := row.Scan(&i.Status, &i.Attempts)
