@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kasa-pay/kasa/payment"
-	"github.com/kasa-pay/kasa/tools/banksim"
 )
 
 // Fixture is what Setup created: the merchants, their API keys and funded payer accounts.
@@ -68,21 +66,17 @@ func Setup(ctx context.Context, opts Options) (*Fixture, error) {
 
 // CheckCharges asks the bank simulator how many of the payments were charged more than once.
 func CheckCharges(ctx context.Context, simURL string, ids []string) (doubles int, err error) {
-	hc := newClient(16)
-	defer hc.CloseIdleConnections()
-	bank := banksim.Control{URL: simURL, Client: hc}
-	var n atomic.Int64
-	err = parallel(ctx, len(ids), 16, func(ctx context.Context, i int) error {
-		m, err := bank.Charges(ctx, ids[i])
-		if err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		if m.Count > 1 {
-			n.Add(1)
-		}
-		return nil
-	})
-	return int(n.Load()), err
+	_, doubles, _, err = checkEach(ctx, "", simURL, 0, 0, ids,
+		func(ctx context.Context, c checker, id string) (int, int, []string, error) {
+			m, err := c.bank.Charges(ctx, id)
+			if err != nil {
+				return 0, 0, nil, fmt.Errorf("bench: %w", err)
+			} else if m.Count > 1 {
+				return 1, 1, nil, nil
+			}
+			return 1, 0, nil, nil
+		})
+	return doubles, err
 }
 
 // call sends r and decodes a 2xx JSON answer into out; anything else is an error quoting the body.

@@ -50,21 +50,18 @@ func (r *runner) newCommand(auth pooled) request {
 	return req
 }
 
-// CheckManual reads back every manual payment seen, once it is neither processing nor awaiting
-// the bank's answer to a command (waiting up to a minute), and checks it at the bank simulator:
-// at most one authorization, whose captures took no more than the payment's amount and exactly
-// its amount_captured (an unknown payment's may differ until reconciliation), nothing of a
-// canceled payment, and no void of a succeeded one.
-func CheckManual(ctx context.Context, apiURL, simURL string, seen map[string]ManualOf) (Verdict, error) {
-	return checkManual(ctx, apiURL, simURL, seen, settleWait)
-}
-
-func checkManual(ctx context.Context, apiURL, simURL string, seen map[string]ManualOf, wait time.Duration) (v Verdict, err error) {
+// checkManual reads back every manual payment seen, once it is neither processing nor awaiting
+// the bank's answer to a command (waiting up to wait), and checks it at the bank simulator: at
+// most one authorization, whose captures took no more than the payment's amount and exactly its
+// amount_captured (an unknown payment's may differ until reconciliation), nothing of a canceled
+// payment, and no void of a succeeded one.
+func checkManual(ctx context.Context, apiURL, simURL string, seen map[string]ManualOf, wait time.Duration, v *Verdict) error {
+	var err error
 	v.ManualChecked, v.DoubleAuthorizations, v.ManualProblems, err = checkEach(ctx, apiURL, simURL, 0, wait, slices.Sorted(maps.Keys(seen)),
 		func(ctx context.Context, c checker, id string) (int, int, []string, error) {
 			return c.manual(ctx, id, seen[id])
 		})
-	return v, err
+	return err
 }
 
 func (c checker) manual(ctx context.Context, id string, of ManualOf) (checked, doubles int, problems []string, err error) {

@@ -206,7 +206,8 @@ func TestManualMix(t *testing.T) {
 	require.Positive(t, partial, "some captures take a part")
 	f.mu.Unlock()
 
-	v, err := checkManual(ctx, srv.URL, srv.URL, res.ManualSeen, time.Second)
+	var v Verdict
+	err = checkManual(ctx, srv.URL, srv.URL, res.ManualSeen, time.Second, &v)
 	require.NoError(t, err)
 	require.Equal(t, len(res.ManualSeen), v.ManualChecked)
 	require.Zero(t, v.DoubleAuthorizations)
@@ -240,7 +241,8 @@ func TestManualMix(t *testing.T) {
 		f.payments[succeeded[4]] = "succeeded"
 	})
 	start := time.Now()
-	v, err = checkManual(ctx, srv.URL, srv.URL, res.ManualSeen, time.Second)
+	v = Verdict{}
+	err = checkManual(ctx, srv.URL, srv.URL, res.ManualSeen, time.Second, &v)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, time.Since(start), time.Second, "waited for the capture in flight")
 	require.Equal(t, 1, v.DoubleAuthorizations)

@@ -98,15 +98,11 @@ func (r *runner) newRefund(part pooled) request {
 		token: part.apiKey, key: uuid.NewString(), body: body, isNew: true, kind: kindRefund, of: part.paymentID}
 }
 
-// CheckRefunds checks every payment the refunds seen were of, once none of its refunds is
+// checkRefunds checks every payment the refunds seen were of, once none of its refunds is
 // processing (waiting up to a minute): each refund kasa lists for it was refunded at the bank
 // simulator once if it succeeded and never if it failed (an unknown one at most once), its
 // amount_refunded is the sum of its succeeded refunds, and every refund seen is among those listed.
-func CheckRefunds(ctx context.Context, apiURL, simURL string, seen map[string]RefundOf) (Verdict, error) {
-	return checkRefunds(ctx, apiURL, simURL, seen, 100)
-}
-
-func checkRefunds(ctx context.Context, apiURL, simURL string, seen map[string]RefundOf, pageSize int) (v Verdict, err error) {
+func checkRefunds(ctx context.Context, apiURL, simURL string, seen map[string]RefundOf, pageSize int, v *Verdict) (err error) {
 	byPayment := map[string][]string{} // payment id -> the refund ids seen
 	keys := map[string]string{}
 	for id, rf := range seen {
@@ -117,7 +113,7 @@ func checkRefunds(ctx context.Context, apiURL, simURL string, seen map[string]Re
 		func(ctx context.Context, c checker, id string) (int, int, []string, error) {
 			return c.refunds(ctx, keys[id], id, byPayment[id])
 		})
-	return v, err
+	return err
 }
 
 // checkEach checks each of ids on 16 goroutines, with one checker that waits for what is still in

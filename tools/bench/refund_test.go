@@ -218,7 +218,8 @@ func TestRefundMix(t *testing.T) {
 	}
 	f.mu.Unlock()
 
-	v, err := checkRefunds(ctx, srv.URL, srv.URL, res.RefundsSeen, refundParts-1)
+	var v Verdict
+	err = checkRefunds(ctx, srv.URL, srv.URL, res.RefundsSeen, refundParts-1, &v)
 	require.NoError(t, err)
 	require.Equal(t, len(res.RefundsSeen), v.RefundsChecked)
 	require.Zero(t, v.RefundDoubles)
@@ -229,7 +230,8 @@ func TestRefundMix(t *testing.T) {
 	f.refunds[0].bank, f.refunds[1].bank = 2, 0
 	f.skew[f.refunds[2].paymentID] = 1
 	f.mu.Unlock()
-	v, err = checkRefunds(ctx, srv.URL, srv.URL, res.RefundsSeen, 1)
+	v = Verdict{}
+	err = checkRefunds(ctx, srv.URL, srv.URL, res.RefundsSeen, 1, &v)
 	require.NoError(t, err)
 	require.Equal(t, 1, v.RefundDoubles)
 	require.Len(t, v.RefundProblems, 3, "%q", v.RefundProblems)

@@ -43,12 +43,12 @@ type Verdict struct {
 	Checked  int      `json:"payments_checked"` // payments whose charges were counted at the simulator
 	Doubles  int      `json:"double_charges"`
 	Problems []string `json:"verify_problems"` // kasa verify's
-	// Refunds checked at the bank simulator and against their payments (CheckRefunds), those
+	// Refunds checked at the bank simulator and against their payments (checkRefunds), those
 	// refunded more than once there, and every mismatch found.
 	RefundsChecked int      `json:"refunds_checked"`
 	RefundDoubles  int      `json:"double_refunds"`
 	RefundProblems []string `json:"refund_problems,omitempty"`
-	// Manual payments checked at the bank simulator and against kasa (CheckManual), those with
+	// Manual payments checked at the bank simulator and against kasa (checkManual), those with
 	// more than one authorization there, and every mismatch found.
 	ManualChecked        int      `json:"manual_checked"`
 	DoubleAuthorizations int      `json:"double_authorizations"`
@@ -94,7 +94,7 @@ const SuiteManualShare = 0.2
 
 // Check counts at the bank simulator the charges of every payment that may have moved money (any
 // not failed; only a count above one fails it, so a manual payment's none passes), checks the
-// refunds (CheckRefunds) and the manual payments (CheckManual), and runs kasa verify.
+// refunds (checkRefunds) and the manual payments (checkManual), and runs kasa verify.
 func (s Stack) Check(ctx context.Context, payments map[string]string, refunds map[string]RefundOf, manual map[string]ManualOf) (v Verdict, err error) {
 	var ids []string
 	for id, status := range payments {
@@ -105,16 +105,12 @@ func (s Stack) Check(ctx context.Context, payments map[string]string, refunds ma
 	if v.Doubles, err = CheckCharges(ctx, s.SimURL, ids); err != nil {
 		return v, fmt.Errorf("check charges: %w", err)
 	}
-	rv, err := CheckRefunds(ctx, s.APIURL, s.SimURL, refunds)
-	if err != nil {
+	if err := checkRefunds(ctx, s.APIURL, s.SimURL, refunds, 100, &v); err != nil {
 		return v, fmt.Errorf("check refunds: %w", err)
 	}
-	v.RefundsChecked, v.RefundDoubles, v.RefundProblems = rv.RefundsChecked, rv.RefundDoubles, rv.RefundProblems
-	mv, err := CheckManual(ctx, s.APIURL, s.SimURL, manual)
-	if err != nil {
+	if err := checkManual(ctx, s.APIURL, s.SimURL, manual, settleWait, &v); err != nil {
 		return v, fmt.Errorf("check manual payments: %w", err)
 	}
-	v.ManualChecked, v.DoubleAuthorizations, v.ManualProblems = mv.ManualChecked, mv.DoubleAuthorizations, mv.ManualProblems
 	if v.Problems, err = s.Verify(ctx); err != nil {
 		return v, fmt.Errorf("verify: %w", err)
 	}
