@@ -131,10 +131,6 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 		return nil, err
 	}
 	defer pg.Stop()
-	pgPID, err := PostmasterPID(filepath.Join(o.Dir, "postgres"))
-	if err != nil {
-		return nil, err
-	}
 	db, err := store.Open(ctx, store.Options{URL: pg.URL, SecretKey: make([]byte, 32), Migrate: true, MaxConns: int32(o.Clients + 8)})
 	if err != nil {
 		return nil, err
@@ -185,7 +181,7 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 	if err := Settle(ctx, pg.URL); err != nil {
 		return nil, err
 	}
-	cpu := StackCPU(0, []int{pgPID}, nil) // this process is class bench: kasa's store steps and pipeline
+	cpu := StackCPU(0, []int{pg.Process().PID()}, nil) // this process is class bench: kasa's store steps and pipeline
 	if o.PGBench {
 		rep.PGBench, rep.PGBenchCPUMS = map[string]PGBenchResult{}, map[string]float64{}
 		for _, s := range []struct{ name, script string }{{"M", PGBenchMinimal}, {"P", PGBenchPayment}} {

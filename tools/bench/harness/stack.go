@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -103,16 +104,12 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string, ppro
 			return nil, err
 		}
 		s.cleanup = append(s.cleanup, func() { _ = pg.Stop() })
-		pgPID, err := bench.PostmasterPID(filepath.Join(dir, "postgres"))
-		if err != nil {
-			return nil, err
-		}
 		ts, err := devenv.StartTemporalServer(ctx, pg, devenv.TemporalServerOptions{Dir: filepath.Join(dir, "temporal-server"), HistoryShards: historyShards})
 		if err != nil {
 			return nil, err
 		}
 		s.cleanup = append(s.cleanup, func() { _ = ts.Stop() })
-		beside = append(beside, pgPID, ts.PID())
+		beside = append(beside, pg.Process().PID(), ts.PID())
 		env = append(env, "KASA_DATABASE_URL="+pg.URL, "KASA_TEMPORAL_ADDRESS="+ts.Address(), "KASA_TEMPORAL_NAMESPACE="+ts.Namespace())
 	}
 	s.APIURL, s.SimURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0]), fmt.Sprintf("http://127.0.0.1:%d", ports[1])
@@ -194,12 +191,26 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string, ppro
 		return nil, fmt.Errorf("temporal at %s: %w", st.TemporalAddress, err)
 	}
 	s.cleanup = append(s.cleanup, s.Temporal.Close)
-	counters, kasaBackends, closeCounters, err := databaseCounters(ctx, st.DatabaseURL)
+	// What grows in kasa's database and the real Temporal Server's (pgstats.Server.Counters), and
+	// which backends serve kasa's database, for StackCPU to tell kasa's part of PostgreSQL's CPU.
+	u, err := url.Parse(st.DatabaseURL)
 	if err != nil {
 		return nil, err
 	}
-	s.cleanup = append(s.cleanup, closeCounters)
-	s.Counters = counters
+	srv, err := pgstats.Open(ctx, st.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	s.cleanup = append(s.cleanup, srv.Close)
+	s.Counters = func(ctx context.Context) (map[string]int64, error) {
+		return srv.Counters(ctx, []string{"kasa", "temporal", "temporal_visibility"})
+	}
+	kasaBackends := func() map[int]bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		m, _ := srv.Backends(ctx, strings.TrimPrefix(u.Path, "/"))
+		return m
+	}
 	s.AdminToken, s.DatabaseURL, s.Verify = st.AdminToken, st.DatabaseURL, db.Verify
 	s.CPU = bench.StackCPU(child.PID(), beside, kasaBackends)
 	s.Preload = func(ctx context.Context, fx *bench.Fixture, n int) error {
