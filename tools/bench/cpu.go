@@ -3,11 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -132,33 +132,25 @@ func descends(procs map[int]proc, pid, root int) bool {
 
 // childrenCPU is the CPU time of this process's ended children (pgbench, psql).
 func childrenCPU() time.Duration {
-	p, err := procfs.Self()
-	if err != nil {
-		return 0
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0
-	}
-	return time.Duration(st.CUTime+st.CSTime) * tick
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // sampleBetween samples cpu and counters at from and at to, and gives each class's CPU time and
 // each counter's growth between the two; nil for what is nil, failed, or when ctx ends first.
-func sampleBetween(ctx context.Context, cpu CPU, counters Counters, from, to time.Time) (map[string]time.Duration, map[string]int64) {
+func sampleBetween(ctx context.Context, cpu CPU, counters Counters, from, to time.Time,
+) (used map[string]time.Duration, grew map[string]int64) {
 	if (cpu == nil && counters == nil) || sleep(ctx, time.Until(from)) != nil {
 		return nil, nil
 	}
-	sample := func() (map[string]time.Duration, map[string]int64) {
-		var t map[string]time.Duration
-		var c map[string]int64
+	sample := func() (t map[string]time.Duration, c map[string]int64) {
 		if cpu != nil {
 			t = cpu()
 		}
 		if counters != nil {
-			var err error
-			if c, err = counters(ctx); err != nil {
-				c = nil
+			if n, err := counters(ctx); err == nil {
+				c = n
 			}
 		}
 		return t, c
@@ -168,18 +160,32 @@ func sampleBetween(ctx context.Context, cpu CPU, counters Counters, from, to tim
 		return nil, nil
 	}
 	tb, cb := sample()
-	used, grew := map[string]time.Duration{}, map[string]int64{}
-	for class, t := range tb {
-		if d := t - ta[class]; d > 0 {
-			used[class] = d
-		}
-	}
+	used = growth(ta, tb)
+	maps.DeleteFunc(used, func(_ string, d time.Duration) bool { return d <= 0 })
 	if ca != nil && cb != nil {
-		for name, n := range cb {
-			grew[name] = n - ca[name]
-		}
+		grew = growth(ca, cb)
 	}
 	return used, grew
+}
+
+// growth is each value's growth from before to after.
+func growth[V int64 | time.Duration](before, after map[string]V) map[string]V {
+	out := make(map[string]V, len(after))
+	for k, v := range after {
+		out[k] = v - before[k]
+	}
+	return out
+}
+
+// perOp divides each counter's growth among ops operations; empty without any.
+func perOp(grew map[string]int64, ops int64) map[string]float64 {
+	out := map[string]float64{}
+	for name, n := range grew {
+		if ops > 0 {
+			out[name] = float64(n) / float64(ops)
+		}
+	}
+	return out
 }
 
 // CPUUse is the CPU a run's window cost, by process class.
@@ -242,15 +248,6 @@ func cpuUse(used map[string]time.Duration, window time.Duration, per string, ops
 		u.Own.Met = u.Own.Ratio <= OwnTarget
 	}
 	return u
-}
-
-// PostmasterPID reads the PostgreSQL server's process id from its data directory.
-func PostmasterPID(dataDir string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
 }
 
 // LoadAvg is the machine's load average over 1, 5 and 15 minutes: other work skews every figure.

@@ -302,26 +302,16 @@ func (r *runner) measure(ctx context.Context) (Result, error) {
 	if r.fx != nil {
 		res.Merchants = len(r.fx.Merchants)
 	}
-	slices.Sort(r.lat)
-	res.Duration, res.Requests = window.Seconds(), int64(len(r.lat))
-	if window > 0 {
-		res.Throughput, res.NewPaymentRate = float64(res.Requests)/window.Seconds(), float64(res.NewPayments)/window.Seconds()
-	}
-	res.Latency = latencyOf(r.lat)
+	secs := window.Seconds()
+	res.Duration, res.Requests, res.Latency = secs, int64(len(r.lat)), latencyOf(r.lat)
+	res.Throughput, res.NewPaymentRate = ratio(float64(res.Requests), secs), ratio(float64(res.NewPayments), secs)
 	if rs := res.Refunds; rs != nil {
-		slices.Sort(r.refundLat)
 		rs.Share, rs.Requests, rs.Latency = o.RefundShare, int64(len(r.refundLat)), latencyOf(r.refundLat)
-		if window > 0 {
-			rs.Rate = float64(rs.New) / window.Seconds()
-		}
+		rs.Rate = ratio(float64(rs.New), secs)
 	}
 	if ms := res.Manual; ms != nil {
-		slices.Sort(r.payLat)
-		slices.Sort(r.cmdLat)
 		ms.Share, ms.Commands, ms.Latency, ms.PaymentLatency = o.ManualShare, int64(len(r.cmdLat)), latencyOf(r.cmdLat), latencyOf(r.payLat)
-		if window > 0 {
-			ms.CaptureRate, ms.CancelRate = float64(ms.Captures)/window.Seconds(), float64(ms.Cancels)/window.Seconds()
-		}
+		ms.CaptureRate, ms.CancelRate = ratio(float64(ms.Captures), secs), ratio(float64(ms.Cancels), secs)
 	}
 	per, ops := "request", res.Requests
 	if r.op != nil {
@@ -331,12 +321,7 @@ func (r *runner) measure(ctx context.Context) (Result, error) {
 		per, ops = what, n
 	}
 	res.CPU = cpuUse(used, o.Duration, per, ops)
-	if len(counted) > 0 && ops > 0 {
-		res.PerOp = map[string]float64{}
-		for name, n := range counted {
-			res.PerOp[name] = float64(n) / float64(ops)
-		}
-	}
+	res.PerOp = perOp(counted, ops)
 	return res, ctx.Err()
 }
 
@@ -578,9 +563,10 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(max(int(math.Ceil(q*float64(len(sorted))))-1, 0), len(sorted)-1)]
 }
 
-// latencyOf is the quantiles of sorted latencies.
-func latencyOf(sorted []time.Duration) Latency {
-	q := func(q float64) float64 { return ms(quantile(sorted, q)) }
+// latencyOf sorts latencies and gives their quantiles.
+func latencyOf(lat []time.Duration) Latency {
+	slices.Sort(lat)
+	q := func(q float64) float64 { return ms(quantile(lat, q)) }
 	return Latency{P50: q(0.5), P90: q(0.9), P95: q(0.95), P99: q(0.99), Max: q(1)}
 }
 

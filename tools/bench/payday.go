@@ -172,11 +172,7 @@ func RunPayday(ctx context.Context, s Stack, fx *Fixture, o Options, drainFor ti
 	}
 	p.summarize(ended.Sub(burstAt).Seconds(), final.Sub(ended).Seconds(), before, after)
 	if s.CPU != nil {
-		used := map[string]time.Duration{}
-		for class, d := range s.CPU() {
-			used[class] = d - cpuBefore[class]
-		}
-		p.CPU = cpuUse(used, final.Sub(burstAt), "new payment", p.Accepted)
+		p.CPU = cpuUse(growth(cpuBefore, s.CPU()), final.Sub(burstAt), "new payment", p.Accepted)
 	}
 	o.Progress("payday: checking the payments at the bank simulator and running kasa verify")
 	p.Verdict, err = s.Check(ctx, ss.payments, nil, nil)
@@ -212,12 +208,7 @@ func (p *Payday) summarize(burstEnd, lastFinal float64, before, after map[string
 	if atEnd != nil && atEmpty != nil && atEmpty.At > atEnd.At {
 		p.Drain = float64(atEnd.Processing-atEmpty.Processing) / (atEmpty.At - atEnd.At)
 	}
-	p.PerPayment = map[string]float64{}
-	for name, n := range after {
-		if p.Accepted > 0 {
-			p.PerPayment[name] = float64(n-before[name]) / float64(p.Accepted)
-		}
-	}
+	p.PerPayment = perOp(growth(before, after), p.Accepted)
 }
 
 // targets are issue's goals for the payday run.

@@ -276,8 +276,8 @@ func summarize(txs []pgbenchTx, warmup time.Duration) (r PGBenchResult) {
 	if r.Transactions = int64(len(lat)); len(lat) == 0 || r.Duration <= 0 {
 		return r
 	}
-	slices.Sort(lat)
+	l := latencyOf(lat)
 	r.TPS, r.LatencyAvgMS = float64(len(lat))/r.Duration, float64(sum)/float64(len(lat))/1e6
-	r.P50MS, r.P99MS, r.MaxMS = ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99)), ms(quantile(lat, 1))
+	r.P50MS, r.P99MS, r.MaxMS = l.P50, l.P99, l.Max
 	return r
 }
