@@ -408,12 +408,7 @@ func (r *runner) record(ctx context.Context, intended time.Time, req request, o 
 	switch id := o.ans.paymentID; {
 	case id == "":
 	case req.kind == kindRefund:
-		seen := r.res.RefundsSeen[id]
-		seen.PaymentID, seen.APIKey = req.of, req.token
-		if seen.Status == "" || o.ans.status != "processing" {
-			seen.Status = o.ans.status
-		}
-		r.res.RefundsSeen[id] = seen
+		r.res.RefundsSeen[id] = RefundOf{PaymentID: req.of, APIKey: req.token}
 	default:
 		notePayment(r.res.Payments, id, o.ans.status)
 		if req.manual || req.kind != "" { // a manual payment, or a capture or cancel of one

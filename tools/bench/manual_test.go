@@ -286,7 +286,7 @@ func TestReportsOfAManualMix(t *testing.T) {
 
 	failed := Verdict{Checked: 900, ManualChecked: 170, DoubleAuthorizations: 1,
 		ManualProblems: []string{"manual payment p1: succeeded in kasa, amount 10.00, amount_captured 5.00: 2 authorizations at the bank"}}
-	run := RunMarkdown(RunReport{Verdict: failed, Options: Options{ManualShare: 0.2}, Run: mixed}, Markdown("kasa bench", mixed))
+	run := RunMarkdown(RunReport{Verdict: failed, Header: Header{Options: Options{ManualShare: 0.2}}, Run: mixed}, Markdown("kasa bench", mixed))
 	require.Contains(t, run, "Correctness: **FAILED**: 0 double charge(s), 0 double refund(s), 0 refund mismatch(es), 1 double authorization(s), 1 manual payment mismatch(es), 0 invariant violation(s) (900 payments, 170 manual payments and 0 refunds checked at the bank simulator).")
 	require.Contains(t, run, "\n- manual payment p1: succeeded in kasa, amount 10.00, amount_captured 5.00: 2 authorizations at the bank\n\n")
 	require.Contains(t, run, "refund share 0.00, manual share 0.20.")

@@ -15,14 +15,10 @@ const PaydayFactor = 10
 // payment's shape and P of the accept transaction measured first, then an open loop offering
 // PaydayFactor × T for the window, then nothing until every accepted payment is final.
 type Payday struct {
-	Started    time.Time     `json:"started"`
-	Machine    string        `json:"machine"`
-	Commit     string        `json:"commit"`
-	Capability string        `json:"provider_capability,omitempty"`
-	Options    Options       `json:"options"`
-	T          Result        `json:"t"`      // ceiling T of the payment's shape
-	Accept     PGBenchResult `json:"accept"` // P of the accept transaction (pgbench accept)
-	Burst      Result        `json:"burst"`  // the open loop: its answers and latency
+	Header
+	T      Result        `json:"t"`      // ceiling T of the payment's shape
+	Accept PGBenchResult `json:"accept"` // P of the accept transaction (pgbench accept)
+	Burst  Result        `json:"burst"`  // the open loop: its answers and latency
 	// Accepted are the new payments answered with a payment (201, 402, 202) in the window, and
 	// Refused those answered 503 (the backlog's bound).
 	Accepted, Refused int64
@@ -130,7 +126,7 @@ func (w *backlogWatch) stop() []BacklogSample {
 // RunPayday runs the payday on s with fx's merchants: o's Duration is the burst's window, its
 // Concurrency the cap on requests in flight; drainFor bounds the wait for the last payment.
 func RunPayday(ctx context.Context, s Stack, fx *Fixture, o Options, drainFor time.Duration) (*Payday, error) {
-	p := &Payday{Started: time.Now().UTC(), Options: o}
+	p := &Payday{Header: Header{Started: time.Now().UTC(), Options: o}}
 	ss := newSession(s, o, "payday: ")
 	t, err := ss.run(ctx, step{name: RunTOwn, shape: &PaymentShape, opts: Options{Duration: min(o.Duration, 15*time.Second)}})
 	ss.o.Warmup = 0 // every payment of the burst counts

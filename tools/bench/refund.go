@@ -29,10 +29,10 @@ type RefundStats struct {
 	Latency  Latency `json:"latency_ms"`    // of the refund requests alone
 }
 
-// RefundOf is what a run saw of one refund: its payment, the payment's merchant's API key (to
-// read both back), and the refund's latest status.
+// RefundOf is what a run saw of one refund: its payment, and the payment's merchant's API key (to
+// read both back; the check reads the refund's status from kasa).
 type RefundOf struct {
-	PaymentID, APIKey, Status string
+	PaymentID, APIKey string
 }
 
 const (

@@ -286,7 +286,7 @@ func TestReportsOfARefundMix(t *testing.T) {
 		RefundProblems: []string{"refund r1 of payment p1: succeeded in kasa, refunded 2 times at the bank"}}
 	for name, md := range map[string]string{
 		"suite": SuiteMarkdown(&Report{Verdict: failed, Runs: []Result{sampleResult("run", 2), mixed}}),
-		"run":   RunMarkdown(RunReport{Verdict: failed, Options: Options{RefundShare: 0.2}, Run: mixed}, Markdown("kasa bench", mixed)),
+		"run":   RunMarkdown(RunReport{Verdict: failed, Header: Header{Options: Options{RefundShare: 0.2}}, Run: mixed}, Markdown("kasa bench", mixed)),
 	} {
 		require.Contains(t, md, "Correctness: **FAILED**: 0 double charge(s), 1 double refund(s), 1 refund mismatch(es), 0 invariant violation(s) (900 payments and 188 refunds checked at the bank simulator).", name)
 		require.Contains(t, md, "\n- refund r1 of payment p1: succeeded in kasa, refunded 2 times at the bank\n\n", name)

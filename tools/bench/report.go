@@ -15,13 +15,18 @@ import (
 
 // RunReport is one run that `kasa bench --out` keeps: what it measured and whether it was correct.
 type RunReport struct {
+	Header
+	Run Result `json:"run"`
+	Verdict
+}
+
+// Header opens every report but the store path's: when, where, what was measured, and how.
+type Header struct {
 	Started    time.Time `json:"started"`
 	Machine    string    `json:"machine"`
 	Commit     string    `json:"commit"`
-	Capability string    `json:"provider_capability,omitempty"`
+	Capability string    `json:"provider_capability,omitempty"` // KASA_PROVIDER_CAPABILITY of the measured kasa
 	Options    Options   `json:"options"`
-	Run        Result    `json:"run"`
-	Verdict
 }
 
 //go:embed report.md.tmpl
@@ -30,25 +35,23 @@ var reportTemplates string
 var reports = template.Must(template.New("").Funcs(template.FuncMap{
 	"cell": cell, "join": strings.Join, "inc": func(i int) int { return i + 1 },
 	"f0": format("%.0f"), "f1": format("%.1f"), "f2": format("%.2f"),
-	"round1":     func(v float64) float64 { return math.Round(v*10) / 10 }, // the suite's half rate is a quotient
-	"div":        func(a, b float64) float64 { return a / b },
-	"share":      func(n, of int64) string { return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(max(of, 1))) },
-	"list":       func(s ...string) []string { return s },
-	"one":        func(r Result) []Result { return []Result{r} },
-	"runs":       func(title string, runs []Result) runsView { return runsView{title, runs} },
-	"ownTarget":  func() float64 { return OwnTarget },
-	"payday":     func() int { return PaydayFactor },
-	"paydayRuns": func(p *Payday) []Result { return []Result{p.T, p.Burst} },
-	"sum":        sum,
+	"round1":    func(v float64) float64 { return math.Round(v*10) / 10 }, // the suite's half rate is a quotient
+	"div":       func(a, b float64) float64 { return a / b },
+	"share":     func(n, of int64) string { return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(max(of, 1))) },
+	"list":      func(s ...string) []string { return s },
+	"results":   func(r ...Result) []Result { return r },
+	"runs":      func(title string, runs []Result) runsView { return runsView{title, runs} },
+	"ownTarget": func() float64 { return OwnTarget },
+	"payday":    func() int { return PaydayFactor },
+	"sum":       sum,
 	// other is the CPU of the classes without a column of their own; never a rounding's -0.00.
 	"other": func(m map[string]float64) float64 {
 		return max(sum(m)-m[ClassKasa]-m[ClassPostgres]-m[ClassTemporal]-m[ClassBanksim]-m[ClassBench], 0)
 	},
-	"hasRefunds": func(runs []Result) bool {
-		return slices.ContainsFunc(runs, func(r Result) bool { return r.Refunds != nil })
-	},
-	"hasManual": func(runs []Result) bool {
-		return slices.ContainsFunc(runs, func(r Result) bool { return r.Manual != nil })
+	"has": func(runs []Result, what string) bool { // whether a run has refunds, manual or cpu figures
+		return slices.ContainsFunc(runs, func(r Result) bool {
+			return map[string]bool{"refunds": r.Refunds != nil, "manual": r.Manual != nil, "cpu": r.CPU != nil}[what]
+		})
 	},
 	// automatic is the run of automatic payments a suite's manual mix is set beside: its last
 	// spread run, with the same merchants and options but the mix.
@@ -59,9 +62,6 @@ var reports = template.Must(template.New("").Funcs(template.FuncMap{
 			}
 		}
 		return nil
-	},
-	"hasCPU": func(runs []Result) bool {
-		return slices.ContainsFunc(runs, func(r Result) bool { return r.CPU != nil })
 	},
 	"problems": func(v Verdict) []string {
 		return slices.Concat(v.Problems, v.RefundProblems, v.ManualProblems)
@@ -116,13 +116,9 @@ func render(name string, data any) string {
 	return b.String()
 }
 
-// Markdown is a summary table with one row per run, the answers of every run, the refunds of
-// runs with a refund mix, the captures and cancels of runs with a manual mix, and what an
-// operation of each run cost in CPU by process class.
-func Markdown(title string, runs ...Result) string {
-	return render("runs", runsView{title, runs})
-}
-
+// runsView is the template "runs": a summary table with one row per run, the answers of every
+// run, the refunds of runs with a refund mix, the captures and cancels of runs with a manual
+// mix, and what an operation of each run cost in CPU by process class.
 type runsView struct {
 	Title string
 	Runs  []Result

@@ -7,6 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// Markdown is the template "runs" of runs under a title.
+func Markdown(title string, runs ...Result) string { return render("runs", runsView{title, runs}) }
+
 func sampleResult(path string, seconds int) Result {
 	return Result{
 		Path: path, Mode: "open", Concurrency: 64, Rate: 200, Merchants: 10, Duration: float64(seconds),

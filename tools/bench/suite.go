@@ -26,14 +26,10 @@ type Stack struct {
 
 // Report is one suite run: every measurement, the ratios the targets ask for, and its verdict.
 type Report struct {
-	Started    time.Time                `json:"started"`
-	Machine    string                   `json:"machine"`
-	Commit     string                   `json:"commit"`
-	Capability string                   `json:"provider_capability,omitempty"` // KASA_PROVIDER_CAPABILITY of the measured kasa
-	Options    Options                  `json:"options"`
-	Runs       []Result                 `json:"runs"` // in the order run; most twice (passes #1 and #2), see targets
-	PGBench    map[string]PGBenchResult `json:"pgbench"`
-	Targets    []Target                 `json:"targets"`
+	Header
+	Runs    []Result                 `json:"runs"` // in the order run; most twice (passes #1 and #2), see targets
+	PGBench map[string]PGBenchResult `json:"pgbench"`
+	Targets []Target                 `json:"targets"`
 	Verdict
 }
 
@@ -183,7 +179,7 @@ func (ss *session) run(ctx context.Context, st step) (r Result, err error) {
 // RefundShare (of RunRefundMix only; default SuiteRefundShare) and ManualShare (of RunManualMix
 // only; default SuiteManualShare).
 func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
-	rep := &Report{Started: time.Now().UTC(), Options: o, PGBench: map[string]PGBenchResult{}}
+	rep := &Report{Header: Header{Started: time.Now().UTC(), Options: o}, PGBench: map[string]PGBenchResult{}}
 	ss := newSession(s, o, "")
 	// pass runs its steps in order or mirrored, after settling the database if asked, so that
 	// a measurement does not pay for the writes before it.

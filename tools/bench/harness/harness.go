@@ -170,7 +170,8 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	explicit := false
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "out" })
 	if explicit { // a run worth keeping: its report beside the suites'
-		rep := bench.RunReport{Started: started.UTC(), Machine: machine(), Commit: commit(), Capability: cfg.Capability, Options: o, Run: res, Verdict: v}
+		rep := bench.RunReport{Header: bench.Header{Started: started.UTC(), Options: o}, Run: res, Verdict: v}
+		rep.Machine, rep.Commit, rep.Capability = machine(), commit(), cfg.Capability
 		if err := writeReport(*out, rep.Started, "-run", bench.RunMarkdown(rep, text), rep); err != nil {
 			return err
 		}
