@@ -43,9 +43,6 @@ var (
 	PaymentShape = Shape{Steps: "LLLL", Eager: true, SearchAttributes: true}
 	// LeanestShape is the fastest shape Temporal allows for three steps: one workflow task.
 	LeanestShape = Shape{Steps: "LLL", Eager: true}
-	// SplitShape is the payment's shape when the process that starts it hosts no worker (kasa api
-	// beside kasa worker): the start cannot be eager.
-	SplitShape = Shape{Steps: "LLLL", SearchAttributes: true}
 )
 
 // ShapeFor is the shape of a payment that succeeds at its first charge with a provider of the

@@ -182,26 +182,24 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	rep := &Report{Header: Header{Started: time.Now().UTC(), Options: o}, PGBench: map[string]PGBenchResult{}}
 	ss := newSession(s, o, "")
 	// pass runs its steps in order or mirrored, after settling the database if asked, so that
-	// a measurement does not pay for the writes before it.
-	pass := func(settle, mirrored bool, steps ...step) error {
-		if settle {
-			if err := s.Settle(ctx); err != nil {
-				return err
-			}
+	// a measurement does not pay for the writes before it. After a failure (err), a pass does nothing.
+	var err error
+	pass := func(settle, mirrored bool, steps ...step) {
+		if settle && err == nil {
+			err = s.Settle(ctx)
 		}
 		if mirrored {
 			slices.Reverse(steps)
 		}
 		for _, st := range steps {
-			if _, err := ss.run(ctx, st); err != nil {
-				return err
+			if err == nil {
+				_, err = ss.run(ctx, st)
 			}
 		}
-		return nil
 	}
 	// Ceiling T of the leanest shape runs before and after the payment runs, and the higher of the
 	// two counts: a ceiling measured during someone else's load would flatter every ratio.
-	if err := pass(false, false, step{name: RunTLean + " #1", shape: &LeanestShape}); err != nil {
+	if pass(false, false, step{name: RunTLean + " #1", shape: &LeanestShape}); err != nil {
 		return nil, err
 	}
 	o.Progress("setting up %d merchants (spread) and 1 merchant (hot)", o.Merchants)
@@ -222,7 +220,7 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 			{name: RunHot + p, opts: payOpts, fx: hot}, {name: RunReplay + p, opts: Options{Path: "replay"}, fx: hot},
 			{name: RunHTTP + p, opts: Options{Path: "/healthz"}}}
 	}
-	if err := pass(true, false, kasaRuns(" #1")...); err != nil {
+	if pass(true, false, kasaRuns(" #1")...); err != nil {
 		return nil, err
 	}
 	for _, script := range []string{PGBenchPayment, PGBenchReplay} {
@@ -237,24 +235,16 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	// Half the maximum sustained rate, open loop: latency without coordinated omission, three
 	// times as long as the other runs, as at half the rate a p99 needs the samples.
 	half := Options{Rate: max(ss.byName[RunSpread+" #1"].NewPaymentRate/2, 1), Concurrency: 256, Insufficient: o.Insufficient, Duration: 3 * o.Duration}
-	if err := pass(true, false, step{name: RunOpenHalf, opts: half, fx: spread}); err != nil {
-		return nil, err
-	}
-	if err := pass(true, true, kasaRuns(" #2")...); err != nil {
-		return nil, err
-	}
-	if err := pass(false, false, step{name: RunTLean + " #2", shape: &LeanestShape}); err != nil {
-		return nil, err
-	}
+	pass(true, false, step{name: RunOpenHalf, opts: half, fx: spread})
+	pass(true, true, kasaRuns(" #2")...)
+	pass(false, false, step{name: RunTLean + " #2", shape: &LeanestShape})
 	// Refunds beside new payments: after the paired passes, so that no target's runs or their
 	// neighbours change; no target divides by it.
 	mix := Options{Duplicates: o.Duplicates, Insufficient: o.Insufficient, RefundShare: cmp.Or(o.RefundShare, SuiteRefundShare)}
-	if err := pass(true, false, step{name: RunRefundMix, opts: mix, fx: spread}); err != nil {
-		return nil, err
-	}
+	pass(true, false, step{name: RunRefundMix, opts: mix, fx: spread})
 	// Manual capture beside them likewise: the report sets it beside the last spread run.
-	manual := Options{Duplicates: o.Duplicates, Insufficient: o.Insufficient, ManualShare: cmp.Or(o.ManualShare, SuiteManualShare)}
-	if err := pass(true, false, step{name: RunManualMix, opts: manual, fx: spread}); err != nil {
+	mix = Options{Duplicates: o.Duplicates, Insufficient: o.Insufficient, ManualShare: cmp.Or(o.ManualShare, SuiteManualShare)}
+	if pass(true, false, step{name: RunManualMix, opts: mix, fx: spread}); err != nil {
 		return nil, err
 	}
 	byName := ss.byName
@@ -269,12 +259,12 @@ func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 		// Each side is taken relative to a run beside it (new payments to T, replays to H), in
 		// mirrored passes; these T and H runs are shorter: they only read the machine's pace.
 		for _, p := range []string{" #1", " #2"} {
-			err := pass(true, p == " #2", step{name: RunTLarge + p, shape: &PaymentShape, opts: Options{Duration: max(o.Duration/2, time.Second)}},
+			pass(true, p == " #2", step{name: RunTLarge + p, shape: &PaymentShape, opts: Options{Duration: max(o.Duration/2, time.Second)}},
 				step{name: RunSpreadLarge + p, opts: payOpts, fx: spread}, step{name: RunReplayLarge + p, opts: Options{Path: "replay"}, fx: hot},
 				step{name: RunHLarge + p, opts: Options{Path: "/healthz", Duration: max(o.Duration/3, time.Second)}})
-			if err != nil {
-				return nil, err
-			}
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	o.Progress("checking the payments at the bank simulator and running kasa verify")

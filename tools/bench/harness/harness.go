@@ -123,9 +123,6 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	}
 	defer func() { st.stop(err != nil) }()
 	o.APIURL, o.AdminToken, o.CPU, o.Counters = st.APIURL, st.AdminToken, st.CPU, st.Counters
-	if *payday {
-		return runPayday(ctx, st.Stack, o, cfg.Capability, *out, *drainFor)
-	}
 	if *suite {
 		o.Payers = 0 // one run's flag, which the suite does not read
 		rep, err := bench.RunSuite(ctx, st.Stack, o)
@@ -138,6 +135,9 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		}
 		return verdict(rep.Verdict)
 	}
+	if *payday {
+		o.Payers = 1 // one run's flag: the payday's merchants have one payer each
+	}
 	progress("setting up %d merchant(s) with %d payer(s) each", o.Merchants, o.Payers)
 	fx, err := bench.Setup(ctx, o)
 	if err != nil {
@@ -145,6 +145,17 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	}
 	if err := st.Settle(ctx); err != nil {
 		return err
+	}
+	if *payday {
+		p, err := bench.RunPayday(ctx, st.Stack, fx, o, *drainFor)
+		if err != nil {
+			return err
+		}
+		p.Machine, p.Commit, p.Capability = machine(), commit(), cfg.Capability
+		if err := writeReport(*out, p.Started, "-payday", bench.PaydayMarkdown(p), p); err != nil {
+			return err
+		}
+		return verdict(p.Verdict)
 	}
 	started := time.Now()
 	profiled := make(chan error, 1)
@@ -177,27 +188,6 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		}
 	}
 	return verdict(v)
-}
-
-// runPayday sets up the merchants, runs the payday on s and writes its report.
-func runPayday(ctx context.Context, s bench.Stack, o bench.Options, capability, out string, drainFor time.Duration) error {
-	progress("setting up %d merchant(s)", o.Merchants)
-	fx, err := bench.Setup(ctx, bench.Options{APIURL: s.APIURL, AdminToken: s.AdminToken, Merchants: o.Merchants, Payers: 1})
-	if err != nil {
-		return err
-	}
-	if err := s.Settle(ctx); err != nil {
-		return err
-	}
-	p, err := bench.RunPayday(ctx, s, fx, o, drainFor)
-	if err != nil {
-		return err
-	}
-	p.Machine, p.Commit, p.Capability = machine(), commit(), capability
-	if err := writeReport(out, p.Started, "-payday", bench.PaydayMarkdown(p), p); err != nil {
-		return err
-	}
-	return verdict(p.Verdict)
 }
 
 // writeReport writes a report as Markdown and JSON to dir/<date><suffix>.md and .json.

@@ -32,7 +32,8 @@ func TestRealServerRunsCountEveryProcess(t *testing.T) {
 		shape    bench.Shape
 	}{
 		{TopologyDev, bench.PaymentShape},
-		{TopologyCluster, bench.SplitShape},
+		// The API hosts no worker (kasa api beside kasa worker): the start cannot be eager.
+		{TopologyCluster, bench.Shape{Steps: "LLLL", SearchAttributes: true}},
 	} {
 		t.Run(tc.topology, func(t *testing.T) {
 			st, err := startStack(ctx, cfg, TemporalServer, tc.topology, false)
