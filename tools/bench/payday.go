@@ -55,29 +55,26 @@ type backlogWatch struct {
 	mu      sync.Mutex
 	samples []BacklogSample
 	err     error         // the last read's
-	read    chan struct{} // a read is recorded: closed and replaced
+	read    chan struct{} // a read was recorded (one signal held at most)
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
 
 func watchBacklog(ctx context.Context, read Backlog, start time.Time, every time.Duration) *backlogWatch {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &backlogWatch{start: start, read: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	w := &backlogWatch{start: start, read: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
-		for {
+		for ; ctx.Err() == nil; sleep(ctx, every) {
 			q, n, err := read(ctx)
 			w.mu.Lock()
 			if w.err = err; err == nil {
 				w.samples = append(w.samples, BacklogSample{At: time.Since(start).Seconds(), Queued: q, Processing: n})
 			}
-			close(w.read)
-			w.read = make(chan struct{})
 			w.mu.Unlock()
 			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(every):
+			case w.read <- struct{}{}:
+			default:
 			}
 		}
 	}()
@@ -92,7 +89,7 @@ func (w *backlogWatch) drained(ctx context.Context, ended time.Time, patience ti
 	defer deadline.Stop()
 	for {
 		w.mu.Lock()
-		err, next, last := w.err, w.read, BacklogSample{At: -1, Processing: -1}
+		err, last := w.err, BacklogSample{At: -1, Processing: -1}
 		if n := len(w.samples); n > 0 {
 			last = w.samples[n-1]
 		}
@@ -105,7 +102,7 @@ func (w *backlogWatch) drained(ctx context.Context, ended time.Time, patience ti
 			return at, nil
 		}
 		select {
-		case <-next:
+		case <-w.read:
 		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
 		case <-deadline.C:

@@ -39,7 +39,6 @@ type StorePathOptions struct {
 	Warmup    time.Duration // load before each window, not measured; default 2s
 	Merchants []int         // one run per count; default 1 and 1,000
 	PGBench   bool          // run P and M (Duration each, the largest merchant count, Clients clients)
-	Dir       string        // PostgreSQL's and NATS's data; default a temporary directory, removed afterwards
 	Progress  func(format string, args ...any)
 }
 
@@ -115,16 +114,15 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 	if o.Progress == nil {
 		o.Progress = func(string, ...any) {}
 	}
-	if o.Dir == "" {
-		if o.Dir, err = os.MkdirTemp("", "kasa-store-path-"); err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(o.Dir)
+	dir, err := os.MkdirTemp("", "kasa-store-path-") // PostgreSQL's and NATS's data
+	if err != nil {
+		return nil, err
 	}
+	defer os.RemoveAll(dir)
 	rep := &StorePathReport{Started: time.Now().UTC(), Clients: o.Clients, Ratios: map[string]float64{}, Load: LoadAvg(),
 		Statements: map[string][]StorePathStatement{}}
-	o.Progress("starting PostgreSQL in %s", o.Dir)
-	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(o.Dir, "postgres"), Database: storePathDB,
+	o.Progress("starting PostgreSQL in %s", dir)
+	pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(dir, "postgres"), Database: storePathDB,
 		Settings: append(slices.Clone(pgstats.Settings), "max_connections=200"),
 		Logger:   slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -150,7 +148,7 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer hook.Close()
-	natsURL, stopNATS, err := outbox.StartEmbedded(filepath.Join(o.Dir, "nats"))
+	natsURL, stopNATS, err := outbox.StartEmbedded(filepath.Join(dir, "nats"))
 	if err != nil {
 		return nil, err
 	}
