@@ -1,8 +1,10 @@
 package soak
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -291,14 +293,15 @@ func (s *stack) checkHolds(merchants []*merchant, st *settled) Check {
 	for _, m := range merchants {
 		for _, a := range m.Accounts {
 			c.Checked++
-			balance, reserved, err := s.api.account(m.APIKey, a.ID)
-			switch {
-			case err != nil:
-				c.fail("account %s: %v", a.ID, err)
-			case reserved != "0.00":
-				c.fail("account %s: %s still reserved", a.ID, reserved)
-			case balance != formatTRY(a.Deposit-spent[a.ID]):
-				c.fail("account %s: balance %s, want %s (deposit %s less succeeded payments plus refunds)", a.ID, balance, formatTRY(a.Deposit-spent[a.ID]), formatTRY(a.Deposit))
+			var acct struct{ Balance, Reserved string }
+			switch found, err := s.api.get(m.APIKey, s.api.base+"/v1/accounts/"+a.ID, &acct); {
+			case err != nil || !found:
+				c.fail("account %s: %v", a.ID, cmp.Or(err, errors.New("not found")))
+			case acct.Reserved != "0.00":
+				c.fail("account %s: %s still reserved", a.ID, acct.Reserved)
+			case acct.Balance != formatTRY(a.Deposit-spent[a.ID]):
+				c.fail("account %s: balance %s, want %s (deposit %s less succeeded payments plus refunds)", a.ID, acct.Balance,
+					formatTRY(a.Deposit-spent[a.ID]), formatTRY(a.Deposit))
 			}
 		}
 	}

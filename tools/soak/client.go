@@ -103,40 +103,24 @@ type resource struct {
 // resource is GET path (/v1/payments/{id}, /v1/refunds/{id}, /v1/payments?idempotency_key=K);
 // ok is false on 404.
 func (a *api) resource(apiKey, path string) (p resource, ok bool, err error) {
-	url := a.base + path
-	r, err := a.patient("GET", url, apiKey, nil)
-	switch {
-	case err != nil:
-		return p, false, err
-	case r.status == http.StatusNotFound:
-		return p, false, nil
-	case r.status != http.StatusOK:
-		return p, false, fmt.Errorf("GET %s: %d %s", url, r.status, r.body)
-	}
-	return p, true, json.Unmarshal(r.body, &p)
+	ok, err = a.get(apiKey, a.base+path, &p)
+	return p, ok, err
 }
 
-// account is GET /v1/accounts/{id}.
-func (a *api) account(apiKey, id string) (balance, reserved string, err error) {
-	r, err := a.patient("GET", a.base+"/v1/accounts/"+id, apiKey, nil)
-	if err != nil {
-		return "", "", err
+// get is GET url as a patient client, a 200's body decoded into out; found is false on 404.
+func (a *api) get(apiKey, url string, out any) (found bool, err error) {
+	r, err := a.patient("GET", url, apiKey, nil)
+	if err == nil && r.status != http.StatusOK && r.status != http.StatusNotFound {
+		err = fmt.Errorf("GET %s: %d %s", url, r.status, r.body)
 	}
-	if r.status != http.StatusOK {
-		return "", "", fmt.Errorf("GET account %s: %d %s", id, r.status, r.body)
+	if err != nil || r.status == http.StatusNotFound {
+		return false, err
 	}
-	var acct struct{ Balance, Reserved string }
-	err = json.Unmarshal(r.body, &acct)
-	return acct.Balance, acct.Reserved, err
+	return true, json.Unmarshal(r.body, out)
 }
 
 // bank is the simulator's control API.
 func (a *api) bank() banksim.Control { return banksim.Control{URL: a.sim, Client: a.http} }
-
-// setBankRules replaces the simulator's fault rules; none clears them.
-func (a *api) setBankRules(rules ...banksim.Rule) error {
-	return a.bank().SetFaults(context.Background(), rules...)
-}
 
 // waitOK polls url until it answers 200 or the deadline passes.
 func (a *api) waitOK(url string, within time.Duration) error {
@@ -167,15 +151,9 @@ func (a *api) gauges(names ...string) ([]float64, error) {
 	}
 	out := make([]float64, len(names))
 	for i, name := range names {
-		found := false
-		for _, line := range strings.Split(string(r.body), "\n") {
-			if v, ok := strings.CutPrefix(line, name+" "); ok {
-				out[i], err = strconv.ParseFloat(strings.TrimSpace(v), 64)
-				found = err == nil
-				break
-			}
-		}
-		if !found {
+		_, v, found := strings.Cut("\n"+string(r.body), "\n"+name+" ")
+		v, _, _ = strings.Cut(v, "\n")
+		if out[i], err = strconv.ParseFloat(strings.TrimSpace(v), 64); !found || err != nil {
 			return nil, fmt.Errorf("GET /metrics: no value of %s", name)
 		}
 	}

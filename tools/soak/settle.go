@@ -3,7 +3,6 @@ package soak
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -234,8 +233,7 @@ func (s *stack) finalReads(keys []*keyRecord) {
 func (s *stack) findRefunds(st *settled, keys []*keyRecord) {
 	for _, k := range keys {
 		var page struct{ Data []resource }
-		r, err := s.api.patient("GET", s.api.base+"/v1/payments/"+k.Of.id()+"/refunds?limit=100", k.Merchant.APIKey, nil)
-		if err != nil || r.status != 200 || json.Unmarshal(r.body, &page) != nil {
+		if found, err := s.api.get(k.Merchant.APIKey, s.api.base+"/v1/payments/"+k.Of.id()+"/refunds?limit=100", &page); !found || err != nil {
 			continue
 		}
 		for _, rf := range page.Data {

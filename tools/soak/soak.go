@@ -561,11 +561,11 @@ func (s *stack) inject(ctx context.Context, f Fault) error {
 		if f.AlsoOn != "" {
 			rules = append(rules, banksim.Rule{On: f.AlsoOn, Action: f.Action, Probability: &f.Probability, DelayMS: f.DelayMS})
 		}
-		if err := s.api.setBankRules(rules...); err != nil {
+		if err := s.api.bank().SetFaults(ctx, rules...); err != nil {
 			return err
 		}
 		wait()
-		return s.api.setBankRules()
+		return s.api.bank().SetFaults(context.WithoutCancel(ctx))
 	case NetFault:
 		if err := s.links.inject(f); err != nil {
 			return err
@@ -580,7 +580,7 @@ func (s *stack) inject(ctx context.Context, f Fault) error {
 // heal makes sure nothing is left broken after the faults: the bank answers normally, the links
 // carry no toxic, PostgreSQL, Temporal and every process run, and the API is ready.
 func (s *stack) heal(ctx context.Context) error {
-	if err := s.api.setBankRules(); err != nil {
+	if err := s.api.bank().SetFaults(ctx); err != nil {
 		return fmt.Errorf("clear the bank's faults: %w", err)
 	}
 	for _, name := range []string{LinkPostgres, LinkBank} {

@@ -98,10 +98,10 @@ func TestBankActionsAreTheSimulators(t *testing.T) {
 			if act.Delay {
 				rule.DelayMS = int(act.MinDelay.Milliseconds())
 			}
-			require.NoError(t, a.setBankRules(rule), "%s on %s", act.Name, on)
+			require.NoError(t, a.bank().SetFaults(context.Background(), rule), "%s on %s", act.Name, on)
 		}
 	}
-	require.NoError(t, a.setBankRules())
+	require.NoError(t, a.bank().SetFaults(context.Background()))
 }
 
 // fakeKasa answers what the checks ask kasa and the simulator, from a state the test breaks.
