@@ -129,8 +129,7 @@ func (s *stack) checkManual(st *settled) (captures, above Check) {
 			above.fail("%s (captured): amount_captured %s, its capture asked %s", p.what(), p.res.AmountCaptured, formatTRY(asked))
 		}
 	})
-	captures.OK, above.OK = captures.Violations == 0, above.Violations == 0
-	return captures, above
+	return captures.done(), above.done()
 }
 
 // expiryBound is how soon after its capture_before an authorization nobody captured or canceled
@@ -162,8 +161,7 @@ func checkExpiries(st *settled, events map[string][]event) Check {
 			c.fail("payment %s released %s after its capture_before", p.id, updated.Sub(before).Round(time.Second))
 		}
 	}
-	c.OK = c.Violations == 0
-	return c
+	return c.done()
 }
 
 // checkOpen: no authorization is left open once everything settled: no manual payment
@@ -187,6 +185,5 @@ func (s *stack) checkOpen(st *settled) Check {
 	case gauges[0]+gauges[1] > 0:
 		c.fail("kasa_authorizations_open %g, kasa_authorizations_overdue %g", gauges[0], gauges[1])
 	}
-	c.OK = c.Violations == 0
-	return c
+	return c.done()
 }

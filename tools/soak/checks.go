@@ -34,6 +34,12 @@ func (c *Check) fail(format string, args ...any) {
 	}
 }
 
+// done is the check with OK set: nothing violated it.
+func (c Check) done() Check {
+	c.OK = c.Violations == 0
+	return c
+}
+
 // check runs every invariant over the settled payments and adds the results to rep.
 func (s *stack) check(ctx context.Context, ld *load, st *settled, rep *Report) {
 	keys := ld.snapshot()
@@ -78,8 +84,7 @@ func (s *stack) checkKeys(keys []*keyRecord, st *settled) Check {
 			c.fail("key %s: %s", k.Key, p)
 		}
 	})
-	c.OK = c.Violations == 0
-	return c
+	return c.done()
 }
 
 func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
@@ -183,8 +188,7 @@ func (s *stack) checkSettled(st *settled) Check {
 			c.fail("%s (key %s) is %s", p.what(), p.key.Key, p.res.Status)
 		}
 	}
-	c.OK = c.Violations == 0
-	return c
+	return c.done()
 }
 
 // checkLive: once the faults are over, every payment and refund leaves processing, for its final
@@ -194,8 +198,7 @@ func checkLive(st *settled) Check {
 	for _, p := range st.stuck {
 		c.fail("%s (key %s) was still processing", p.what(), p.key.Key)
 	}
-	c.OK = c.Violations == 0
-	return c
+	return c.done()
 }
 
 // checkBank: the simulator moved money at most once per operation, exactly once for each
@@ -227,8 +230,7 @@ func (s *stack) checkBank(st *settled) Check {
 			c.fail("failed %s (%s): the bank moved its money", p.what(), deref(p.res.FailureCode))
 		}
 	})
-	c.OK = c.Violations == 0
-	return c
+	return c.done()
 }
 
 // checkVerify runs `kasa verify`: the ledger and balance invariants.
@@ -243,8 +245,7 @@ func (s *stack) checkVerify(ctx context.Context) Check {
 			c.fail("kasa verify: %v", err)
 		}
 	}
-	c.OK = c.Violations == 0
-	return c
+	return c.done()
 }
 
 // checkReconcile imports the settlement files once more, now that every payment is final: kasa
@@ -268,8 +269,7 @@ func (s *stack) checkReconcile(ctx context.Context, st *settled, rep *Report) Ch
 			c.fail("%s: exit %d: %s", day, run.Exit, lastLines(run.Output, 10))
 		}
 	}
-	c.OK = c.Violations == 0
-	return c
+	return c.done()
 }
 
 // checkHolds: no hold is left on a finished payment (every account's reserved amount is zero
@@ -305,8 +305,7 @@ func (s *stack) checkHolds(merchants []*merchant, st *settled) Check {
 			}
 		}
 	}
-	c.OK = c.Violations == 0
-	return c
+	return c.done()
 }
 
 // checkRefunded: each succeeded payment's amount_refunded is the sum of its succeeded refunds,
@@ -332,8 +331,7 @@ func checkRefunded(st *settled) Check {
 			c.fail("payment %s of %s: amount_refunded %s, its succeeded refunds sum to %s", p.id, p.res.Amount, p.res.AmountRefunded, want)
 		}
 	}
-	c.OK = c.Violations == 0
-	return c
+	return c.done()
 }
 
 // checkWebhooks waits (bounded) until each finished payment's and refund's final event has
@@ -378,8 +376,21 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 		} else if order := arrivalOrder(events); !inOrder(order) {
 			c.fail("%s: its events arrived out of order: %v", p.what(), order)
 		}
-		for _, missed := range missedChanges(p, types) {
-			c.fail("%s: it was %s, but no %s event arrived (got %v)", p.what(), missed.was, missed.event, slices.Sorted(maps.Keys(types)))
+		// The state changes p went through, as the soak saw them, each needs its event: an unknown
+		// outcome its *.unknown ("payment.unknown (capture or void)" is one), an authorization
+		// payment.requires_capture.
+		seen := func(t string) bool {
+			return slices.ContainsFunc(slices.Collect(maps.Keys(types)), func(k string) bool { return strings.HasPrefix(k, t) })
+		}
+		missed := func(was, event string) {
+			c.fail("%s: it was %s, but no %s event arrived (got %v)", p.what(), was, event, slices.Sorted(maps.Keys(types)))
+		}
+		if unknown := map[bool]string{false: "payment.unknown", true: "refund.unknown"}[p.refund()]; p.viaUnknown && !seen(unknown) {
+			missed("unknown", unknown)
+		}
+		if p.key.manual && !p.refund() && (p.res.Status == payment.StatusSucceeded || p.res.Status == payment.StatusCanceled) &&
+			!seen("payment.requires_capture") {
+			missed("authorized", "payment.requires_capture")
 		}
 		for _, e := range events {
 			// The money an event names is the payment's (or refund's) as it settled: what it
@@ -417,34 +428,7 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 	for _, b := range bad {
 		c.fail("%s", b)
 	}
-	c.OK = c.Violations == 0
-	return c
-}
-
-// missedChanges are the state changes p went through, as the soak saw them, whose event is not
-// among types: an unknown outcome (payment.unknown or refund.unknown), a manual payment's
-// authorization (payment.requires_capture).
-func missedChanges(p *paid, types map[string][]string) []struct{ was, event string } {
-	var out []struct{ was, event string }
-	unknown := "payment.unknown"
-	if p.refund() {
-		unknown = "refund.unknown"
-	}
-	seen := func(t string) bool { // "payment.unknown (capture or void)" is a payment.unknown
-		for k := range types {
-			if strings.HasPrefix(k, t) {
-				return true
-			}
-		}
-		return false
-	}
-	if p.viaUnknown && !seen(unknown) {
-		out = append(out, struct{ was, event string }{"unknown", unknown})
-	}
-	if p.key.manual && !p.refund() && (p.res.Status == payment.StatusSucceeded || p.res.Status == payment.StatusCanceled) && !seen("payment.requires_capture") {
-		out = append(out, struct{ was, event string }{"authorized", "payment.requires_capture"})
-	}
-	return out
+	return c.done()
 }
 
 // arrivalOrder is a payment's event types in the order the first event of each arrived (a type
@@ -484,12 +468,7 @@ func change(e event) string {
 }
 
 func sortedPayments(st *settled) []*paid {
-	out := make([]*paid, 0, len(st.payments))
-	for _, p := range st.payments {
-		out = append(out, p)
-	}
-	slices.SortFunc(out, func(a, b *paid) int { return strings.Compare(a.id, b.id) })
-	return out
+	return slices.SortedFunc(maps.Values(st.payments), func(a, b *paid) int { return strings.Compare(a.id, b.id) })
 }
 
 func deref(s *string) string {

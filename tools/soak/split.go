@@ -68,6 +68,5 @@ func (s *stack) checkSplits() Check {
 	for _, p := range s.splits.polled {
 		c.fail("%s", p)
 	}
-	c.OK = c.Violations == 0
-	return c
+	return c.done()
 }
