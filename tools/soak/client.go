@@ -122,6 +122,16 @@ func (a *api) get(apiKey, url string, out any) (found bool, err error) {
 // bank is the simulator's control API.
 func (a *api) bank() banksim.Control { return banksim.Control{URL: a.sim, Client: a.http} }
 
+// ready waits until every API answers /readyz.
+func (a *api) ready(within time.Duration) error {
+	for _, base := range append([]string{a.base}, a.others...) {
+		if err := a.waitOK(base+"/readyz", within); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // waitOK polls url until it answers 200 or the deadline passes.
 func (a *api) waitOK(url string, within time.Duration) error {
 	deadline := time.Now().Add(within)

@@ -3,7 +3,6 @@ package soak
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 )
 
@@ -71,7 +70,5 @@ func (s *server[S]) stop() {
 	}
 }
 
-// pgURL is kasa's database on the soak's PostgreSQL at port (its own, or a link's).
-func pgURL(port int) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/kasa?sslmode=disable", port)
-}
+// pgURL is kasa's database on the soak's PostgreSQL at addr (its own, or a link's).
+func pgURL(addr string) string { return "postgres://postgres@" + addr + "/kasa?sslmode=disable" }

@@ -311,7 +311,8 @@ func (s *stack) up(ctx context.Context) error {
 		return err
 	}
 	s.stops = append(s.stops, s.pg.stop)
-	s.dbURL = pgURL(ports[0])
+	pgAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	s.dbURL = pgURL(pgAddr)
 
 	// A process that exits on its own is started again, and its exit is reported.
 	s.procs = devenv.NewSupervisor(s.dir, nil)
@@ -344,7 +345,7 @@ func (s *stack) up(ctx context.Context) error {
 	simAddr, apiAddr := "127.0.0.1:"+strconv.Itoa(ports[2]), "127.0.0.1:"+strconv.Itoa(ports[3])
 	s.links = newLinks()
 	s.stops = append(s.stops, s.links.stop)
-	pgLink, err := s.links.add(LinkPostgres, "127.0.0.1:"+strconv.Itoa(ports[0]))
+	pgLink, err := s.links.add(LinkPostgres, pgAddr)
 	if err != nil {
 		return err
 	}
@@ -368,15 +369,13 @@ func (s *stack) up(ctx context.Context) error {
 		"KASA_BANKSIM_ADDR":        simAddr,
 		"KASA_PROVIDER_URL":        "http://" + bankLink,
 		"KASA_PROVIDER_CAPABILITY": s.o.Capability,
-		"KASA_DATABASE_URL":        pgURL(portOf(pgLink)),
+		"KASA_DATABASE_URL":        pgURL(pgLink),
 		"KASA_TEMPORAL_ADDRESS":    s.tmpAddr,
 		"KASA_RELAY_METRICS_ADDR":  "127.0.0.1:" + strconv.Itoa(ports[4]),
 		"KASA_METRICS_ADDR":        "api", // the soak reads each API's gauges on its port
 		"KASA_WORKER_METRICS_ADDR": "off", // two workers on one host; the soak runs kasa verify itself
 	}
-	for k, v := range kasaSettings {
-		s.env[k] = v
-	}
+	maps.Copy(s.env, kasaSettings)
 	if s.o.Shape == ShapeCluster {
 		natsBin, err := devenv.FindTool("nats-server", "nats-server")
 		if err != nil {
@@ -426,12 +425,7 @@ func (s *stack) up(ctx context.Context) error {
 	if err := s.api.waitOK(s.api.sim+"/_sim/healthz", time.Minute); err != nil {
 		return err
 	}
-	for _, base := range append([]string{s.api.base}, s.api.others...) {
-		if err := s.api.waitOK(base+"/readyz", 2*time.Minute); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.api.ready(2 * time.Minute)
 }
 
 // merchants makes two merchants with webhooks to the receiver: the first has a well-funded
@@ -524,38 +518,30 @@ func (s *stack) runFaults(ctx context.Context, plan []Fault, start time.Time) <-
 func (s *stack) inject(ctx context.Context, f Fault) error {
 	wait := func() { _ = sleep(ctx, f.Duration) }
 	switch f.Kind {
-	case KillWorker, KillAPI, KillRelay:
+	case KillWorker, KillAPI, KillRelay, LoseBroker:
 		c := s.children[f.Target]
 		if err := c.Kill(); err != nil {
 			return err
 		}
+		if f.Kind == LoseBroker { // the store goes with the process: every message the broker acknowledged is lost
+			if err := os.RemoveAll(filepath.Join(s.nats, "jetstream")); err != nil {
+				return err
+			}
+		}
 		wait()
 		return c.Resume()
-	case RestartPostgres:
-		if err := s.pg.crash(); err != nil {
+	case RestartPostgres, RestartTemporal:
+		crash, start := s.pg.crash, s.pg.start
+		if f.Kind == RestartTemporal {
+			crash, start = s.tmp.crash, s.tmp.start
+		}
+		if err := crash(); err != nil {
 			return err
 		}
 		wait()
-		return retry(context.WithoutCancel(ctx), s.pg.start)
-	case RestartTemporal:
-		if err := s.tmp.crash(); err != nil {
-			return err
-		}
-		wait()
-		return retry(context.WithoutCancel(ctx), s.tmp.start)
+		return retry(context.WithoutCancel(ctx), start)
 	case SettingsSplit:
 		return s.split(ctx, f)
-	case LoseBroker:
-		// The store goes with the process: every message the broker acknowledged is lost.
-		c := s.children["nats"]
-		if err := c.Kill(); err != nil {
-			return err
-		}
-		if err := os.RemoveAll(filepath.Join(s.nats, "jetstream")); err != nil {
-			return err
-		}
-		wait()
-		return c.Resume()
 	case BankFault:
 		rules := []banksim.Rule{{On: f.On, Action: f.Action, Probability: &f.Probability, DelayMS: f.DelayMS}}
 		if f.AlsoOn != "" {
@@ -601,12 +587,7 @@ func (s *stack) heal(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, base := range append([]string{s.api.base}, s.api.others...) {
-		if err := s.api.waitOK(base+"/readyz", s.o.Settle); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.api.ready(s.o.Settle)
 }
 
 func (s *stack) teardown() {
@@ -646,12 +627,6 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = crand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func portOf(addr string) int {
-	_, p, _ := strings.Cut(addr, ":")
-	n, _ := strconv.Atoi(p)
-	return n
 }
 
 func formatTRY(minor int64) string { return fmt.Sprintf("%d.%02d", minor/100, minor%100) }
