@@ -1,8 +1,6 @@
 package soak
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -35,8 +33,7 @@ type op struct {
 }
 
 func opOf(call time.Time, r answer, err error) op {
-	sum := sha256.Sum256(r.body)
-	o := op{Call: call, Return: time.Now(), API: r.via, Info: err != nil, Status: r.status, Body: hex.EncodeToString(sum[:])}
+	o := op{Call: call, Return: time.Now(), API: r.via, Info: err != nil, Status: r.status, Body: sha256Hex(r.body)}
 	if err != nil {
 		return o
 	}
@@ -74,15 +71,14 @@ func lookupOf(call time.Time, p payment.Resource, ok bool) op {
 }
 
 func (o op) String() string {
-	if o.Lookup {
-		return fmt.Sprintf("[%s, %s] lookup %d %s %s", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"),
-			o.Status, o.Payment, o.Resource)
+	span := fmt.Sprintf("[%s, %s]", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"))
+	switch {
+	case o.Lookup:
+		return fmt.Sprintf("%s lookup %d %s %s", span, o.Status, o.Payment, o.Resource)
+	case o.Info:
+		return span + " no answer"
 	}
-	if o.Info {
-		return fmt.Sprintf("[%s, %s] no answer", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"))
-	}
-	return fmt.Sprintf("[%s, %s] %d %s %s %s %s replayed=%t body=%.8s", o.Call.Format(time.TimeOnly+".000"), o.Return.Format(time.TimeOnly+".000"),
-		o.Status, o.Payment, o.Resource, o.Failure, o.Code, o.Replayed, o.Body)
+	return fmt.Sprintf("%s %d %s %s %s %s replayed=%t body=%.8s", span, o.Status, o.Payment, o.Resource, o.Failure, o.Code, o.Replayed, o.Body)
 }
 
 // keyState is the sequential model of one key (docs/api.md, idempotency): the payment or refund
@@ -257,15 +253,6 @@ func stepManualLookup(s keyState, st payment.Status) (bool, keyState) {
 	return false, s
 }
 
-func keyModel(k keyKind) porcupine.Model {
-	return porcupine.Model{
-		Init: func() any { return keyState{} },
-		Step: func(state, input, output any) (bool, any) {
-			return stepKey(k, state.(keyState), output.(op))
-		},
-	}
-}
-
 // linearizable checks one key's history against the model: whether some order of its requests,
 // each taking effect between its call and its answer (an unanswered one at any time after its
 // call), explains every answer.
@@ -278,7 +265,10 @@ func linearizable(k keyKind, history []op) bool {
 		}
 		ops[i] = porcupine.Operation{ClientId: i, Call: o.Call.UnixNano(), Output: o, Return: ret}
 	}
-	return porcupine.CheckOperations(keyModel(k), ops)
+	return porcupine.CheckOperations(porcupine.Model{
+		Init: func() any { return keyState{} },
+		Step: func(state, _, output any) (bool, any) { return stepKey(k, state.(keyState), output.(op)) },
+	}, ops)
 }
 
 // shrink is a smallest sub-history of h that no order explains: requests are dropped one at a

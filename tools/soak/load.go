@@ -124,18 +124,19 @@ func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry
 
 // note adds a POST of the key to its history (k.mu held), with the request's hash.
 func (k *keyRecord) note(o op) op {
-	o.Request = requestHash(k.body)
+	o.Request = sha256Hex(k.body)
 	k.history = append(k.history, o)
 	return o
 }
 
-func requestHash(body []byte) string {
+// sha256Hex is the hash of a request's or an answer's body, as the history records it.
+func sha256Hex(body []byte) string {
 	sum := sha256.Sum256(body)
 	return hex.EncodeToString(sum[:])
 }
 
 func (k *keyRecord) kind() keyKind {
-	return keyKind{refund: k.Of != nil, expires: k.expires, manual: k.manual, command: k.command, request: requestHash(k.body)}
+	return keyKind{refund: k.Of != nil, expires: k.expires, manual: k.manual, command: k.command, request: sha256Hex(k.body)}
 }
 
 func (k *keyRecord) accepted() bool {
@@ -307,7 +308,7 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 		call := time.Now()
 		r, err := l.api.call("POST", l.api.base+k.path(), k.Merchant.APIKey, k.other, "Idempotency-Key", k.Key)
 		o := opOf(call, r, err)
-		o.Request = requestHash(k.other)
+		o.Request = sha256Hex(k.other)
 		k.mu.Lock()
 		k.history = append(k.history, o)
 		k.mu.Unlock()
@@ -321,7 +322,7 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 // for an outcome the answer did not show). The refunds inherit the payment's duplication.
 func (l *load) refund(ctx context.Context, k *keyRecord, twice, again bool) {
 	// A manual payment's come once its capture answered succeeded (command).
-	if !k.manual && len(k.refunds) > 0 && k.accepted() && l.succeeded(ctx, k) {
+	if !k.manual && len(k.refunds) > 0 && k.accepted() && l.outcome(ctx, k) == payment.StatusSucceeded {
 		l.sendRefunds(ctx, k, twice, again)
 	}
 }
@@ -381,11 +382,6 @@ func refusalCode(c payment.Command) string {
 		return "payment_not_cancelable"
 	}
 	return "payment_not_capturable"
-}
-
-// succeeded says whether k's payment succeeded.
-func (l *load) succeeded(ctx context.Context, k *keyRecord) bool {
-	return l.outcome(ctx, k) == payment.StatusSucceeded
 }
 
 // outcome is the status k's payment was answered with (final, or requires_capture), reading it

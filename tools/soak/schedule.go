@@ -139,6 +139,10 @@ func clock(d time.Duration) string {
 	return fmt.Sprintf("%d:%04.1f", int(d.Minutes()), (d % time.Minute).Seconds())
 }
 
+// targets are the kinds' targets but those drawn for each fault (a worker, the cluster's API, a link).
+var targets = map[Kind]string{KillAPI: "api", KillRelay: "relay", RestartPostgres: "postgres", RestartTemporal: "temporal",
+	SettingsSplit: "worker-split", LoseBroker: "nats", BankFault: "bank"}
+
 // PlanOptions are what a schedule depends on: the same options and seed give the same schedule.
 type PlanOptions struct {
 	Seed     int64
@@ -175,27 +179,17 @@ func Plan(o PlanOptions) []Fault {
 		f := Fault{At: at, Kind: pick(rng, kinds, total)}
 		spec := kindSpecs[f.Kind]
 		f.Duration = between(rng, spec.min, spec.max)
+		f.Target = targets[f.Kind]
 		switch f.Kind {
 		case KillWorker:
 			f.Target = fmt.Sprintf("worker-%d", 1+rng.IntN(max(o.Workers, 1)))
 		case KillAPI:
-			f.Target = "api"
 			if o.Cluster {
 				f.Target = fmt.Sprintf("api-%d", 1+rng.IntN(2))
 			}
-		case LoseBroker:
-			f.Target = "nats"
-		case KillRelay:
-			f.Target = "relay"
-		case RestartPostgres:
-			f.Target = "postgres"
-		case RestartTemporal:
-			f.Target = "temporal"
-		case SettingsSplit:
-			f.Target = "worker-split"
 		case BankFault:
 			a := BankActions[rng.IntN(len(BankActions))]
-			f.Target, f.Action, f.On = "bank", a.Name, a.On[rng.IntN(len(a.On))]
+			f.Action, f.On = a.Name, a.On[rng.IntN(len(a.On))]
 			f.AlsoOn = ManualOn[manual.IntN(len(ManualOn))]
 			f.Probability = round2(0.2 + 0.4*rng.Float64())
 			if a.Delay {
