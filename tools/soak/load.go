@@ -160,23 +160,16 @@ type load struct {
 	inflight  chan struct{} // caps the clients running at once
 	expires   bool          // records may expire during the run
 
-	mu      sync.Mutex
-	keys    []*keyRecord
-	skipped int // keys not sent because too many clients were still retrying
-	dupNow  int // keys sent twice at once
-	dupLate int // keys sent again after their answer
-	refunds int // refund keys sent
-	reused  int // keys sent again with another request
-	manual  int // manual payment keys
-	capture int // capture keys sent
-	cancel  int // cancel keys sent
-	wg      sync.WaitGroup
+	mu   sync.Mutex
+	keys []*keyRecord
+	fig  *Report // the report, whose counts of keys the load keeps (Skipped, DupNow... and the Manual ones)
+	wg   sync.WaitGroup
 }
 
 const maxInflight = 500
 
-func newLoad(a *api, rate float64, seed int64, merchants []*merchant, expires bool) *load {
-	return &load{api: a, rate: rate, merchants: merchants, expires: expires,
+func newLoad(a *api, rate float64, seed int64, merchants []*merchant, expires bool, rep *Report) *load {
+	return &load{api: a, rate: rate, merchants: merchants, expires: expires, fig: rep,
 		rng: rand.New(rand.NewPCG(uint64(seed), 0x6c6f6164)), inflight: make(chan struct{}, maxInflight)}
 }
 
@@ -196,20 +189,20 @@ func (l *load) run(ctx, retryCtx context.Context, runID string) {
 		case l.inflight <- struct{}{}:
 		default:
 			l.mu.Lock()
-			l.skipped++
+			l.fig.Skipped++
 			l.mu.Unlock()
 			continue
 		}
 		l.mu.Lock()
 		l.keys = append(l.keys, k)
 		if k.manual {
-			l.manual++
+			l.fig.Manual.Keys++
 		}
 		if twice {
-			l.dupNow++
+			l.fig.DupNow++
 		}
 		if again {
-			l.dupLate++
+			l.fig.DupLate++
 		}
 		l.mu.Unlock()
 		l.wg.Add(1)
@@ -282,7 +275,7 @@ func (l *load) refundKey(k *keyRecord, i int, amount int64) *keyRecord {
 		Of: k, expires: k.expires, ids: map[string]bool{}, Statuses: map[int]int{}}
 	l.mu.Lock()
 	l.keys = append(l.keys, r)
-	l.refunds++
+	l.fig.RefundKeys++
 	l.mu.Unlock()
 	return r
 }
@@ -313,7 +306,7 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 		k.history = append(k.history, o)
 		k.mu.Unlock()
 		l.mu.Lock()
-		l.reused++
+		l.fig.Reused++
 		l.mu.Unlock()
 	}
 }
@@ -356,9 +349,9 @@ func (l *load) command(ctx context.Context, k *keyRecord, twice, again bool) {
 	l.mu.Lock()
 	l.keys = append(l.keys, c)
 	if k.next == payment.CommandCapture {
-		l.capture++
+		l.fig.Manual.Captures++
 	} else {
-		l.cancel++
+		l.fig.Manual.Cancels++
 	}
 	l.mu.Unlock()
 	l.drive(ctx, c, twice, again)

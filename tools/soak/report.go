@@ -102,10 +102,7 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 		}
 	}
 	keys := ld.snapshot()
-	ld.mu.Lock()
-	r.Keys, r.Skipped, r.DupNow, r.DupLate, r.RefundKeys, r.Reused = len(keys), ld.skipped, ld.dupNow, ld.dupLate, ld.refunds, ld.reused
-	r.Manual = ManualFigures{Keys: ld.manual, Captures: ld.capture, Cancels: ld.cancel}
-	ld.mu.Unlock()
+	r.Keys = len(keys)
 	r.Answers = map[string]int{}
 	for _, k := range keys {
 		k.mu.Lock()

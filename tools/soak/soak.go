@@ -214,7 +214,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	defer stopLoad()
 	retryCtx, stopRetries := context.WithCancel(ctx)
 	defer stopRetries()
-	ld := newLoad(s.api, o.Rate, o.Seed, merchants, o.expires())
+	ld := newLoad(s.api, o.Rate, o.Seed, merchants, o.expires(), rep)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	s.balances = watchBalances(watchCtx, s.api, merchants, 2*time.Second)
