@@ -205,12 +205,10 @@ func (l *load) run(ctx, retryCtx context.Context, runID string) {
 			l.fig.DupLate++
 		}
 		l.mu.Unlock()
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
+		l.wg.Go(func() {
 			defer func() { <-l.inflight }()
 			l.drive(retryCtx, k, twice, again)
-		}()
+		})
 	}
 }
 
@@ -285,8 +283,7 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 	defer l.command(ctx, k, twice, again)
 	if twice {
 		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { defer wg.Done(); l.untilAccepted(ctx, k) }()
+		wg.Go(func() { l.untilAccepted(ctx, k) })
 		defer wg.Wait()
 	}
 	l.untilAccepted(ctx, k)

@@ -492,9 +492,7 @@ func (s *stack) runFaults(ctx context.Context, plan []Fault, start time.Time) <-
 	results := make([]FaultResult, len(plan))
 	var wg sync.WaitGroup
 	for i, f := range plan {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			results[i] = FaultResult{Fault: f}
 			if sleep(ctx, time.Until(start.Add(f.At))) != nil {
 				results[i].Error = "not injected: the load ended"
@@ -508,7 +506,7 @@ func (s *stack) runFaults(ctx context.Context, plan []Fault, start time.Time) <-
 			}
 			results[i].Injected = true
 			results[i].Took = time.Since(t0).Round(time.Millisecond).String()
-		}()
+		})
 	}
 	go func() { wg.Wait(); out <- results }()
 	return out
