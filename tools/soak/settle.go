@@ -323,8 +323,7 @@ func (s *stack) reconcile(ctx context.Context, day string) (ReconcileRun, error)
 	}
 	out, err := s.tool(ctx, "reconcile", "--date", day, file)
 	run.Output = strings.TrimSpace(out)
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
+	if exit, ok := errors.AsType[*exec.ExitError](err); ok {
 		run.Exit = exit.ExitCode()
 	} else if err != nil {
 		return run, err
