@@ -181,7 +181,7 @@ func TestFailedReportWritesItsHistory(t *testing.T) {
 // A split worker that polled is a violation; refused ones are fine.
 func TestCheckSplits(t *testing.T) {
 	s := &stack{}
-	s.splits.tried, s.splits.refused = 2, 1
+	s.splits.tried = 2
 	s.splits.polled = []string{"at 0:12.1: a worker with capability idempotent polled beside none ones"}
 	c := s.checkSplits()
 	require.False(t, c.OK)

@@ -16,8 +16,8 @@ import (
 
 // merchant is a merchant the soak made, with its accounts.
 type merchant struct {
-	ID, APIKey, WebhookSecret string
-	Accounts                  []account
+	ID, APIKey string
+	Accounts   []account
 }
 
 type account struct {

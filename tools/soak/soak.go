@@ -445,7 +445,7 @@ func (s *stack) merchants() ([]*merchant, error) {
 			return nil, err
 		}
 		s.hook.addMerchant(strconv.Itoa(i), m.WebhookSecret)
-		mc := &merchant{ID: m.ID, APIKey: m.APIKey, WebhookSecret: m.WebhookSecret}
+		mc := &merchant{ID: m.ID, APIKey: m.APIKey}
 		for j, d := range deposits {
 			var a struct{ ID string }
 			if err := s.api.adminCall("POST", "/admin/v1/accounts", map[string]string{"merchant_id": m.ID, "currency": "TRY"}, &a); err != nil {

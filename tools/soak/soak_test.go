@@ -194,7 +194,7 @@ func newSoakState() *soakState {
 		body, _ := json.Marshal(res[id])
 		status := map[payment.Status]int{payment.StatusSucceeded: 201, payment.StatusFailed: 402}[res[id].Status]
 		s.fake.replays[k.Key] = answer{status: status, header: http.Header{"Idempotent-Replayed": {"true"}}, body: body}
-		s.hook.events["e"+id] = &event{ID: "e" + id, Type: kind + string(res[id].Status), Payment: res[id], Deliveries: 1}
+		s.hook.events["e"+id] = &event{ID: "e" + id, Type: kind + string(res[id].Status), Payment: res[id]}
 	}
 	for _, mp := range []struct {
 		id            string
@@ -225,8 +225,8 @@ func newSoakState() *soakState {
 		s.st.payments[mp.id] = &paid{id: mp.id, res: final, key: k}
 		body, _ := json.Marshal(authorized)
 		s.fake.replays[k.Key] = answer{status: 201, header: http.Header{"Idempotent-Replayed": {"true"}}, body: body}
-		s.hook.events["e"+mp.id+"-auth"] = &event{ID: "e" + mp.id + "-auth", Type: "payment.requires_capture", Payment: authorized, Deliveries: 1, Arrived: 1}
-		s.hook.events["e"+mp.id] = &event{ID: "e" + mp.id, Type: eventType(final), Payment: final, Deliveries: 1, Arrived: 3}
+		s.hook.events["e"+mp.id+"-auth"] = &event{ID: "e" + mp.id + "-auth", Type: "payment.requires_capture", Payment: authorized, Arrived: 1}
+		s.hook.events["e"+mp.id] = &event{ID: "e" + mp.id, Type: eventType(final), Payment: final, Arrived: 3}
 		if mp.next != "" {
 			c := &keyRecord{Key: k.Key + "-" + string(mp.next), Merchant: m, Account: "a1", Amount: cmp.Or(mp.capture, mp.amount), command: mp.next,
 				Target: k, ID: mp.id, ids: map[string]bool{mp.id: true}, Statuses: map[int]int{}, decided: mp.status}
@@ -300,13 +300,13 @@ func TestChecksFindViolations(t *testing.T) {
 			res := s.hook.events["ep1"].Payment
 			res.Status = payment.StatusUnknown
 			s.hook.events["ep1"].Arrived = 1
-			s.hook.events["ep1-unknown"] = &event{ID: "ep1-unknown", Type: "payment.unknown", Payment: res, Deliveries: 1, Arrived: 2}
+			s.hook.events["ep1-unknown"] = &event{ID: "ep1-unknown", Type: "payment.unknown", Payment: res, Arrived: 2}
 		}},
 		{"unknown before the final event", "", func(s *soakState) {
 			res := s.hook.events["ep1"].Payment
 			res.Status = payment.StatusUnknown
 			s.hook.events["ep1"].Arrived = 2
-			s.hook.events["ep1-unknown"] = &event{ID: "ep1-unknown", Type: "payment.unknown", Payment: res, Deliveries: 1, Arrived: 1}
+			s.hook.events["ep1-unknown"] = &event{ID: "ep1-unknown", Type: "payment.unknown", Payment: res, Arrived: 1}
 		}},
 		{"event of a payment nobody made", "webhooks", func(s *soakState) {
 			s.hook.events["ep9"] = &event{ID: "ep9", Type: "payment.succeeded", Payment: resource{Resource: payment.Resource{ID: "p9", Status: payment.StatusSucceeded}}}
@@ -317,7 +317,7 @@ func TestChecksFindViolations(t *testing.T) {
 			s.st.payments["p1"].res.CreatedAt = "2026-12-04T00:00:01.000000Z"
 			res := resource{Resource: payment.Resource{ID: "p1b", Status: payment.StatusFailed, CreatedAt: "2026-12-04T00:00:02.000000Z"}}
 			s.st.payments["p1b"] = &paid{id: "p1b", res: res, key: k}
-			s.hook.events["ep1b"] = &event{ID: "ep1b", Type: "payment.failed", Payment: res, Deliveries: 1}
+			s.hook.events["ep1b"] = &event{ID: "ep1b", Type: "payment.failed", Payment: res}
 		}},
 		{"an expired key's earlier attempt no answer named", "", func(s *soakState) { unnamedAttempt(s, false) }},
 		{"an expired key's earlier attempt, charged", "webhooks", func(s *soakState) { unnamedAttempt(s, true) }},
@@ -348,15 +348,15 @@ func TestChecksFindViolations(t *testing.T) {
 			s.st.payments["p5"].res.UpdatedAt = "2026-12-04T12:01:30.000000Z"
 			unknown := s.hook.events["ep5-auth"].Payment
 			unknown.Status = payment.StatusUnknown
-			s.hook.events["ep5-unknown"] = &event{ID: "ep5-unknown", Type: "payment.unknown", Payment: unknown, Deliveries: 1, Arrived: 2}
+			s.hook.events["ep5-unknown"] = &event{ID: "ep5-unknown", Type: "payment.unknown", Payment: unknown, Arrived: 2}
 		}},
 		{"unknown twice: the authorization, then the capture", "", func(s *soakState) {
 			before := s.hook.events["ep4-auth"].Payment
 			before.Status, before.ProviderReference = payment.StatusUnknown, nil
 			after := s.hook.events["ep4-auth"].Payment
 			after.Status = payment.StatusUnknown
-			s.hook.events["ep4-u1"] = &event{ID: "ep4-u1", Type: "payment.unknown", Payment: before, Deliveries: 1, Arrived: 0}
-			s.hook.events["ep4-u2"] = &event{ID: "ep4-u2", Type: "payment.unknown", Payment: after, Deliveries: 1, Arrived: 2}
+			s.hook.events["ep4-u1"] = &event{ID: "ep4-u1", Type: "payment.unknown", Payment: before, Arrived: 0}
+			s.hook.events["ep4-u2"] = &event{ID: "ep4-u2", Type: "payment.unknown", Payment: after, Arrived: 2}
 		}},
 		{"a capture's event after its final one", "webhooks", func(s *soakState) { s.hook.events["ep4-auth"].Arrived = 4 }},
 		{"an authorization left open", "open", func(s *soakState) { s.fake.open = 1 }},
@@ -438,7 +438,7 @@ func TestChecksFindViolations(t *testing.T) {
 func unnamedAttempt(s *soakState, charged bool) {
 	s.keys[1].expires = true
 	res := resource{Resource: payment.Resource{ID: "p2b", Status: payment.StatusFailed, InvoiceID: "inv-k2"}}
-	s.hook.events["ep2b"] = &event{ID: "ep2b", Type: "payment.failed", Payment: res, Deliveries: 1}
+	s.hook.events["ep2b"] = &event{ID: "ep2b", Type: "payment.failed", Payment: res}
 	if charged {
 		s.fake.charges["p2b"] = []string{"ch9"}
 	}
