@@ -56,10 +56,7 @@ func (a *api) adminCall(method, path string, body any, out any, headers ...strin
 
 // post sends a key's request once, to any of the APIs, as a load balancer would.
 func (a *api) post(k *keyRecord) (answer, error) {
-	base := a.base
-	if n := rand.IntN(len(a.others) + 1); n > 0 {
-		base = a.others[n-1]
-	}
+	base := append([]string{a.base}, a.others...)[rand.IntN(len(a.others)+1)]
 	return a.call("POST", base+k.path(), k.Merchant.APIKey, k.body, "Idempotency-Key", k.Key)
 }
 
