@@ -169,7 +169,7 @@ func (s *WebhookSender) Send(ctx context.Context, d store.ClaimedDelivery) {
 	cancel()
 	err = redactErr(err)
 	res := store.AttemptResult{
-		DeliveryID: d.ID, Attempt: d.Attempt, ClaimedAt: d.ClaimedAt, StartedAt: start, Duration: time.Since(start),
+		DeliveryID: d.ID, Attempt: d.Attempt, StartedAt: start, Duration: time.Since(start),
 		StatusCode: code, RetryFor: s.o.RetryFor,
 	}
 	result := "2xx"

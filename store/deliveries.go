@@ -31,9 +31,6 @@ type ClaimedDelivery struct {
 	// Step is this attempt's number within the retry window (from its first attempt, or from
 	// the latest redelivery), 1-based: a failure waits the backoff of this step.
 	Step int
-	// ClaimedAt is when the claim was made, by the database's clock: a late 2xx does not end a
-	// redelivery made after it.
-	ClaimedAt time.Time
 }
 
 // ClaimDeliveries leases up to limit due deliveries for lease and counts their attempt. A
@@ -84,7 +81,7 @@ func (s *Store) claimDeliveries(ctx context.Context, limit, perMerchant int, lea
 		var at pgtype.Timestamptz
 		var last *uuid.UUID
 		if err := rows.Scan(&c.id, &c.merchantID, &c.aggregateID, &c.eventType, &c.url, &c.body, &c.attempt, &c.sealed, &c.prevSealed,
-			&c.step, &c.claimedAt, &n, &at, &last); err != nil {
+			&c.step, &n, &at, &last); err != nil {
 			return nil, 0, translate(err)
 		}
 		if c.id == nil { // the last row: how many due rows the statement looked at
@@ -114,7 +111,7 @@ func (s *Store) claimMerchantDeliveries(ctx context.Context, limit, perMerchant 
 	for rows.Next() {
 		var c claimedRow
 		if err := rows.Scan(&c.id, &c.merchantID, &c.aggregateID, &c.eventType, &c.url, &c.body, &c.attempt, &c.sealed, &c.prevSealed,
-			&c.step, &c.claimedAt); err != nil {
+			&c.step); err != nil {
 			return nil, translate(err)
 		}
 		d, err := s.claimed(c)
@@ -132,13 +129,12 @@ type claimedRow struct {
 	eventType, url              *string
 	body, sealed, prevSealed    []byte
 	attempt, step               *int
-	claimedAt                   pgtype.Timestamptz
 }
 
 // claimed opens the merchant's secrets of a claimed row.
 func (s *Store) claimed(r claimedRow) (ClaimedDelivery, error) {
 	c := ClaimedDelivery{ID: *r.id, MerchantID: *r.merchantID, AggregateID: *r.aggregateID, EventType: *r.eventType, URL: *r.url,
-		Body: r.body, Attempt: *r.attempt, Step: *r.step, ClaimedAt: r.claimedAt.Time}
+		Body: r.body, Attempt: *r.attempt, Step: *r.step}
 	var err error
 	if c.Secret, err = s.open(r.sealed); err != nil {
 		return ClaimedDelivery{}, fmt.Errorf("%w: merchant %s: %v", ErrInconsistent, c.MerchantID, err)
@@ -165,7 +161,6 @@ const (
 type AttemptResult struct {
 	DeliveryID uuid.UUID
 	Attempt    int
-	ClaimedAt  time.Time // the claim's (ClaimedDelivery.ClaimedAt)
 	StartedAt  time.Time
 	Duration   time.Duration
 	StatusCode int    // 0: no HTTP answer
@@ -188,13 +183,9 @@ func (s *Store) RecordAttempt(ctx context.Context, r AttemptResult) (status Deli
 		}
 		var row pgx.Row
 		if r.Delivered {
-			row = tx.QueryRow(ctx, dbsqlc.MarkDelivered, r.DeliveryID, r.StatusCode, r.Attempt, r.ClaimedAt)
+			row = tx.QueryRow(ctx, dbsqlc.MarkDelivered, r.DeliveryID, r.StatusCode, r.Attempt)
 		} else {
-			var claimed *time.Time // unknown: not redelivered since
-			if !r.ClaimedAt.IsZero() {
-				claimed = &r.ClaimedAt
-			}
-			row = tx.QueryRow(ctx, dbsqlc.AttemptFailed, r.DeliveryID, r.Attempt, r.RetryIn.Seconds(), r.RetryFor.Seconds(), r.StatusCode, r.Error, claimed)
+			row = tx.QueryRow(ctx, dbsqlc.AttemptFailed, r.DeliveryID, r.Attempt, r.RetryIn.Seconds(), r.RetryFor.Seconds(), r.StatusCode, r.Error)
 		}
 		err := row.Scan(&status, &attempts)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -230,7 +221,6 @@ type Delivery struct {
 // DeliveryAttempt is one row of the attempt log.
 type DeliveryAttempt struct {
 	Attempt    int
-	ClaimedAt  time.Time // the claim's (ClaimedDelivery.ClaimedAt)
 	StartedAt  time.Time
 	Duration   time.Duration
 	StatusCode int // 0: no HTTP answer

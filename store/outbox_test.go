@@ -440,14 +440,75 @@ func TestRedeliveryDuringAnAttemptIsSentAfterIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, claimFor(t, mID, 100, 10, time.Minute), "the attempt in flight keeps its lease")
 
-	status, _, superseded, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: got[0].Attempt,
-		ClaimedAt: got[0].ClaimedAt, StartedAt: time.Now(), StatusCode: 502, Error: "HTTP 502", RetryIn: time.Hour, RetryFor: 72 * time.Hour})
+	status, _, superseded, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: got[0].Attempt, StartedAt: time.Now(), StatusCode: 502, Error: "HTTP 502", RetryIn: time.Hour, RetryFor: 72 * time.Hour})
 	require.NoError(t, err)
 	require.False(t, superseded)
 	require.Equal(t, store.DeliveryPending, status)
 	again := claimFor(t, mID, 100, 10, time.Minute)
 	require.Len(t, again, 1, "due at once, not an hour later")
 	require.Equal(t, got[0].Attempt+1, again[0].Attempt)
+}
+
+// An attempt whose sender died (no log row) before a redelivery leaks into the new window's
+// backoff step: the redelivery's first failure should wait step 1 (5-10 s), not step 2.
+func TestRedeliveryStepIgnoresAnUnloggedAttempt(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	settle(t, mID, aID, false)
+	accepted(t)
+	first := claimFor(t, mID, 100, 10, 300*time.Millisecond)
+	require.Len(t, first, 1)
+	time.Sleep(400 * time.Millisecond) // the sender died: no attempt row
+	second := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, second, 1)
+	status, _, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: second[0].ID, Attempt: second[0].Attempt, StartedAt: time.Now(), StatusCode: 500, Error: "HTTP 500", RetryIn: time.Second, RetryFor: time.Millisecond})
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryFailed, status)
+	_, err = db.Redeliver(ctx, second[0].ID)
+	require.NoError(t, err)
+	again := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, again, 1)
+	require.Equal(t, 1, again[0].Step, "a redelivery starts the schedule again")
+}
+
+// A redelivery asked for during an attempt: the attempt fails, the redelivery is sent right
+// after; its failure should be the first of the new schedule (5-10 s), step 1.
+func TestRedeliveryDuringAnAttemptStartsItsSchedule(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	settle(t, mID, aID, false)
+	accepted(t)
+	got := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, got, 1)
+	_, err := db.Redeliver(ctx, got[0].ID)
+	require.NoError(t, err)
+	_, _, _, err = db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: got[0].Attempt, StartedAt: time.Now(), StatusCode: 502, Error: "HTTP 502", RetryIn: time.Hour, RetryFor: 72 * time.Hour})
+	require.NoError(t, err)
+	again := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, again, 1)
+	require.Equal(t, 1, again[0].Step, "the redelivery's own send is the first step of its schedule")
+}
+
+// A stalled attempt's late 2xx after the takeover gave up: its 2xx marks the delivery delivered
+// (the merchant has the event) unless an operator redelivered it since.
+func TestLate2xxAfterTheTakeoverGaveUpIsDelivered(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	settle(t, mID, aID, false)
+	accepted(t)
+	stalled := claimFor(t, mID, 100, 10, 300*time.Millisecond)
+	require.Len(t, stalled, 1)
+	time.Sleep(400 * time.Millisecond)
+	takeover := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, takeover, 1)
+	status, _, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: takeover[0].ID, Attempt: takeover[0].Attempt, StartedAt: time.Now(), StatusCode: 500, Error: "HTTP 500", RetryIn: time.Second, RetryFor: time.Millisecond})
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryFailed, status)
+	status, _, superseded, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: stalled[0].ID, Attempt: stalled[0].Attempt, StartedAt: time.Now(), StatusCode: 200, Delivered: true})
+	require.NoError(t, err)
+	d, err := db.Delivery(ctx, stalled[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryDelivered, d.Status, "superseded=%v status=%v: the merchant has the event", superseded, status)
 }
 
 func TestPurgeEventsInBatches(t *testing.T) {

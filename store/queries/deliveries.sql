@@ -14,21 +14,22 @@ INSERT INTO webhook_attempts (id, delivery_id, attempt, started_at, duration_ms,
 VALUES ($1, $2, $3, $4, $5, NULLIF($6, 0), NULLIF($7, ''));
 
 -- name: MarkDelivered :one
--- A 2xx wins whoever holds the lease now, but a late one (its lease ran out and another attempt
--- took over) not over a redelivery made after its claim: the operator asked for a send after it.
+-- A 2xx wins whoever holds the lease now, and over a `failed` the takeover recorded, but a late
+-- one (its lease ran out and another attempt took over) not over a redelivery made after its
+-- claim (retry_base >= its attempt): the operator asked for a send after it.
 UPDATE webhook_deliveries SET status = 'delivered', delivered_at = now(), claimed_until = NULL,
 last_status_code = NULLIF($2, 0), last_error = NULL, updated_at = now()
-WHERE id = $1 AND status = 'pending' AND (attempts = $3 OR retry_since <= $4::timestamptz) RETURNING status, attempts;
+WHERE id = $1 AND status <> 'delivered' AND (attempts = $3 OR retry_base < $3) RETURNING status, attempts;
 
 -- name: AttemptFailed :one
 -- A failure reschedules only if this attempt still owns the row; it gives up once the next
--- attempt would fall after the retry window. A redelivery asked for since its claim ($7, NULL
--- when not known) is sent at once: the operator asked for a send after this one.
+-- attempt would fall after the retry window. A redelivery asked for during this attempt
+-- (retry_base = its number) is sent at once: the operator asked for a send after this one.
 UPDATE webhook_deliveries SET
-  status = CASE WHEN retry_since <= coalesce($7::timestamptz, 'infinity')
+  status = CASE WHEN retry_base < $2
                  AND now() + $3::float8 * interval '1 second' > retry_since + $4::float8 * interval '1 second'
                 THEN 'failed' ELSE 'pending' END,
-  next_attempt_at = CASE WHEN retry_since > coalesce($7::timestamptz, 'infinity') THEN now()
+  next_attempt_at = CASE WHEN retry_base >= $2 THEN now()
                          ELSE now() + $3::float8 * interval '1 second' END, claimed_until = NULL,
   last_status_code = NULLIF($5, 0), last_error = NULLIF($6, ''), updated_at = now()
 WHERE id = $1 AND status = 'pending' AND attempts = $2 RETURNING status, attempts;
@@ -58,7 +59,8 @@ FROM webhook_attempts WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, 
 -- name: Redeliver :one
 -- Redelivery sends the same event (same id and body) to the merchant's current URL, now, and
 -- opens a new retry window, whose backoff starts again (the claim counts its attempts from
--- retry_since). A pending delivery keeps its lease: no second concurrent send.
+-- retry_base). A pending delivery keeps its lease: no second concurrent send.
 UPDATE webhook_deliveries d SET status = 'pending', url = m.webhook_url, next_attempt_at = now(),
-claimed_until = CASE WHEN d.status = 'pending' THEN d.claimed_until END, retry_since = now(), updated_at = now()
+claimed_until = CASE WHEN d.status = 'pending' THEN d.claimed_until END, retry_since = now(), retry_base = d.attempts,
+updated_at = now()
 FROM merchants m WHERE d.id = $1 AND m.id = d.merchant_id AND m.webhook_url IS NOT NULL RETURNING d.id;

@@ -14,23 +14,22 @@ import (
 
 const AttemptFailed = `-- name: AttemptFailed :one
 UPDATE webhook_deliveries SET
-  status = CASE WHEN retry_since <= coalesce($7::timestamptz, 'infinity')
+  status = CASE WHEN retry_base < $2
                  AND now() + $3::float8 * interval '1 second' > retry_since + $4::float8 * interval '1 second'
                 THEN 'failed' ELSE 'pending' END,
-  next_attempt_at = CASE WHEN retry_since > coalesce($7::timestamptz, 'infinity') THEN now()
+  next_attempt_at = CASE WHEN retry_base >= $2 THEN now()
                          ELSE now() + $3::float8 * interval '1 second' END, claimed_until = NULL,
   last_status_code = NULLIF($5, 0), last_error = NULLIF($6, ''), updated_at = now()
 WHERE id = $1 AND status = 'pending' AND attempts = $2 RETURNING status, attempts
 `
 
 type AttemptFailedParams struct {
-	ID       uuid.UUID
-	Attempts int32
-	Column3  float64
-	Column4  float64
-	Column5  interface{}
-	Column6  interface{}
-	Column7  time.Time
+	ID        uuid.UUID
+	RetryBase int32
+	Column3   float64
+	Column4   float64
+	Column5   interface{}
+	Column6   interface{}
 }
 
 type AttemptFailedRow struct {
@@ -39,17 +38,16 @@ type AttemptFailedRow struct {
 }
 
 // A failure reschedules only if this attempt still owns the row; it gives up once the next
-// attempt would fall after the retry window. A redelivery asked for since its claim ($7, NULL
-// when not known) is sent at once: the operator asked for a send after this one.
+// attempt would fall after the retry window. A redelivery asked for during this attempt
+// (retry_base = its number) is sent at once: the operator asked for a send after this one.
 func (q *Queries) AttemptFailed(ctx context.Context, arg AttemptFailedParams) (AttemptFailedRow, error) {
 	row := q.db.QueryRow(ctx, AttemptFailed,
 		arg.ID,
-		arg.Attempts,
+		arg.RetryBase,
 		arg.Column3,
 		arg.Column4,
 		arg.Column5,
 		arg.Column6,
-		arg.Column7,
 	)
 	var i AttemptFailedRow
 	err := row.Scan(&i.Status, &i.Attempts)
@@ -190,14 +188,13 @@ func (q *Queries) InsertAttempt(ctx context.Context, arg InsertAttemptParams) er
 const MarkDelivered = `-- name: MarkDelivered :one
 UPDATE webhook_deliveries SET status = 'delivered', delivered_at = now(), claimed_until = NULL,
 last_status_code = NULLIF($2, 0), last_error = NULL, updated_at = now()
-WHERE id = $1 AND status = 'pending' AND (attempts = $3 OR retry_since <= $4::timestamptz) RETURNING status, attempts
+WHERE id = $1 AND status <> 'delivered' AND (attempts = $3 OR retry_base < $3) RETURNING status, attempts
 `
 
 type MarkDeliveredParams struct {
 	ID       uuid.UUID
 	Column2  interface{}
 	Attempts int32
-	Column4  time.Time
 }
 
 type MarkDeliveredRow struct {
@@ -205,15 +202,11 @@ type MarkDeliveredRow struct {
 	Attempts int32
 }
 
-// A 2xx wins whoever holds the lease now, but a late one (its lease ran out and another attempt
-// took over) not over a redelivery made after its claim: the operator asked for a send after it.
+// A 2xx wins whoever holds the lease now, and over a `failed` the takeover recorded, but a late
+// one (its lease ran out and another attempt took over) not over a redelivery made after its
+// claim (retry_base >= its attempt): the operator asked for a send after it.
 func (q *Queries) MarkDelivered(ctx context.Context, arg MarkDeliveredParams) (MarkDeliveredRow, error) {
-	row := q.db.QueryRow(ctx, MarkDelivered,
-		arg.ID,
-		arg.Column2,
-		arg.Attempts,
-		arg.Column4,
-	)
+	row := q.db.QueryRow(ctx, MarkDelivered, arg.ID, arg.Column2, arg.Attempts)
 	var i MarkDeliveredRow
 	err := row.Scan(&i.Status, &i.Attempts)
 	return i, err
@@ -386,13 +379,14 @@ func (q *Queries) PurgeDeliveries(ctx context.Context, arg PurgeDeliveriesParams
 
 const Redeliver = `-- name: Redeliver :one
 UPDATE webhook_deliveries d SET status = 'pending', url = m.webhook_url, next_attempt_at = now(),
-claimed_until = CASE WHEN d.status = 'pending' THEN d.claimed_until END, retry_since = now(), updated_at = now()
+claimed_until = CASE WHEN d.status = 'pending' THEN d.claimed_until END, retry_since = now(), retry_base = d.attempts,
+updated_at = now()
 FROM merchants m WHERE d.id = $1 AND m.id = d.merchant_id AND m.webhook_url IS NOT NULL RETURNING d.id
 `
 
 // Redelivery sends the same event (same id and body) to the merchant's current URL, now, and
 // opens a new retry window, whose backoff starts again (the claim counts its attempts from
-// retry_since). A pending delivery keeps its lease: no second concurrent send.
+// retry_base). A pending delivery keeps its lease: no second concurrent send.
 func (q *Queries) Redeliver(ctx context.Context, id uuid.UUID) (uuid.UUID, error) {
 	row := q.db.QueryRow(ctx, Redeliver, id)
 	var id_2 uuid.UUID

@@ -72,19 +72,16 @@ WITH RECURSIVE walk AS (
     RETURNING d.id, d.merchant_id, d.aggregate_id, d.event_type, d.url, d.body, d.attempts,
         (SELECT m.webhook_secret_enc FROM merchants m WHERE m.id = d.merchant_id) AS secret,
         (SELECT m.webhook_secret_prev_enc FROM merchants m WHERE m.id = d.merchant_id AND m.webhook_secret_prev_until > now()) AS prev,
-        -- The backoff step: the attempt's number in its retry window, the attempts logged before
-        -- a redelivery opened it not counted (the delivery's few attempt rows, by its index).
-        greatest(d.attempts - (SELECT count(*) FROM webhook_attempts a
-            WHERE a.delivery_id = d.id AND a.created_at < d.retry_since)::int, 1) AS step,
-        now() AS claimed_at
+        -- The backoff step: the attempt's number in its retry window (retry_base: a redelivery's).
+        d.attempts - d.retry_base AS step
 ), scanned AS (
     SELECT count(*) AS n FROM walked
 ), last AS (
     SELECT next_attempt_at, id FROM walked ORDER BY next_attempt_at DESC, id DESC LIMIT 1
 )
-SELECT c.id, c.merchant_id, c.aggregate_id, c.event_type, c.url, c.body, c.attempts, c.secret, c.prev, c.step, c.claimed_at,
+SELECT c.id, c.merchant_id, c.aggregate_id, c.event_type, c.url, c.body, c.attempts, c.secret, c.prev, c.step,
        NULL::bigint, NULL::timestamptz, NULL::uuid
 FROM claimed c
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.n, l.next_attempt_at, l.id
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.n, l.next_attempt_at, l.id
 FROM scanned s LEFT JOIN last l ON true;

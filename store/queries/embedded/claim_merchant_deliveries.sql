@@ -74,7 +74,5 @@ WHERE d.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING d.id, d.merchant_id, d.aggregate_id, d.event_type, d.url, d.body, d.attempts,
     (SELECT m.webhook_secret_enc FROM merchants m WHERE m.id = d.merchant_id) AS secret,
     (SELECT m.webhook_secret_prev_enc FROM merchants m WHERE m.id = d.merchant_id AND m.webhook_secret_prev_until > now()) AS prev,
-    -- The backoff step, as in claim_deliveries.sql.
-    greatest(d.attempts - (SELECT count(*) FROM webhook_attempts a
-        WHERE a.delivery_id = d.id AND a.created_at < d.retry_since)::int, 1) AS step,
-    now() AS claimed_at;
+    -- The backoff step: the attempt's number in its retry window (retry_base: a redelivery's).
+    d.attempts - d.retry_base AS step;
