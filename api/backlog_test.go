@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -112,10 +113,12 @@ func TestPastTheBoundRefusalsAnswerAsBelowIt(t *testing.T) {
 		name, body string
 		status     int
 		code       string
+		fail       error // the refusal's read fails: the bound's 503 stands
 	}{
-		{"another key for the invoice's live payment", otherPayBody, 409, "duplicate_payment"},
-		{"another merchant's payer account", strings.Replace(payBody, accountA.String(), accountB.String(), 1), 400, "invalid_request"},
-		{"a new invoice", strings.Replace(payBody, "inv-1", "inv-2", 1), 503, "unavailable"},
+		{"another key for the invoice's live payment", otherPayBody, 409, "duplicate_payment", nil},
+		{"another merchant's payer account", strings.Replace(payBody, accountA.String(), accountB.String(), 1), 400, "invalid_request", nil},
+		{"a new invoice", strings.Replace(payBody, "inv-1", "inv-2", 1), 503, "unavailable", nil},
+		{"the refusal's read failing", otherPayBody, 503, "unavailable", errors.New("relation accounts: disk full")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newFakeStore()
@@ -124,10 +127,16 @@ func TestPastTheBoundRefusalsAnswerAsBelowIt(t *testing.T) {
 				SyncWait: 50 * time.Millisecond, PollAfter: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 				Backlog: Backlog{State: fakeBacklog{state: full, queued: map[uuid.UUID]bool{merchantA: true}}, MaxRunning: 8, MaxQueued: 10}}
 			f.paid()
+			if tc.fail != nil {
+				st.fail["Refusal"] = tc.fail
+			}
 			rec := httptest.NewRecorder()
 			New(f.opts).Handler().ServeHTTP(rec, request{body: tc.body, header: map[string]string{"Idempotency-Key": "k2"}}.build())
 			require.Equal(t, tc.status, rec.Code, rec.Body.String())
 			require.Contains(t, rec.Body.String(), `"code":"`+tc.code+`"`)
+			if tc.status == 503 {
+				require.NotEmpty(t, rec.Header().Get("Retry-After"))
+			}
 			_, err := st.Record(context.Background(), merchantA, "k2")
 			require.ErrorIs(t, err, payment.ErrNotFound, "nothing was written")
 		})

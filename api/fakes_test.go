@@ -259,6 +259,9 @@ func (f *fakeStore) begin(in store.BeginInput, lockedUntil time.Time) (store.Rec
 func (f *fakeStore) Refusal(_ context.Context, merchantID uuid.UUID, r payment.Request) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.call("Refusal"); err != nil {
+		return err
+	}
 	return f.refusal(merchantID, r)
 }
 

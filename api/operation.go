@@ -98,7 +98,9 @@ func (s *Server) create(c *gin.Context, k opKind, scope store.Scope, parse func(
 				s.answerExisting(c, k, rec, req.hash)
 				return
 			}
-			if rerr := req.refusal(ctx); rerr != nil {
+			var invalid *payment.ValidationError
+			var dup *payment.DuplicatePaymentError
+			if rerr := req.refusal(ctx); errors.As(rerr, &invalid) || errors.As(rerr, &dup) {
 				s.writeError(c, rerr)
 				return
 			}

@@ -75,18 +75,13 @@ func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment
 		Status: payment.StatusProcessing, CaptureManual: r.CaptureManual,
 	}
 	var queued bool
-	var live uuid.UUID
 	for try := 1; ; try++ {
 		err = s.beginBatch(ctx, in, &p, &rec, &queued)
 		if !errors.Is(err, errLivePayment) {
 			break
 		}
-		lookErr := s.pool.QueryRow(ctx, dbsqlc.LivePayment, in.MerchantID, r.InvoiceID, r.PaymentType).Scan(&live)
-		if !errors.Is(lookErr, pgx.ErrNoRows) {
-			if lookErr == nil {
-				return rec, p, 0, &payment.DuplicatePaymentError{PaymentID: live.String()}
-			}
-			return rec, p, 0, translate(lookErr)
+		if err := s.livePayment(ctx, in.MerchantID, r); err != nil {
+			return rec, p, 0, err
 		}
 		// The live payment failed between the index's check and the look-up: the invoice
 		// is free again, so the request begins again.
@@ -190,6 +185,11 @@ func (s *Store) Refusal(ctx context.Context, merchantID uuid.UUID, r payment.Req
 	if err := s.refusedAccount(ctx, merchantID, r); !errors.Is(err, errReplay) {
 		return err
 	}
+	return s.livePayment(ctx, merchantID, r)
+}
+
+// livePayment is the invoice's live payment as a *payment.DuplicatePaymentError, nil for none.
+func (s *Store) livePayment(ctx context.Context, merchantID uuid.UUID, r payment.Request) error {
 	var live uuid.UUID
 	err := s.pool.QueryRow(ctx, dbsqlc.LivePayment, merchantID, r.InvoiceID, r.PaymentType).Scan(&live)
 	switch {
