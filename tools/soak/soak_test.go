@@ -110,6 +110,7 @@ type fakeKasa struct {
 	replays  map[string]answer   // idempotency key → answer to the replay
 	charges  map[string][]string // reference → ids of charges that moved money
 	refunds  map[string][]string // reference → ids of refunds that moved money
+	late     map[string]int      // reference → late bookings still to come
 	held     map[string]banksim.Held
 	accounts map[string][2]string
 	open     int // kasa_authorizations_open
@@ -134,7 +135,7 @@ func (f *fakeKasa) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for _, id := range ids {
 			cs = append(cs, map[string]string{"id": id, "status": "succeeded"})
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"count": len(ids), kind: cs})
+		_ = json.NewEncoder(w).Encode(map[string]any{"count": len(ids), "pending": f.late[r.URL.Query().Get("reference")], kind: cs})
 	case r.URL.Path == "/_sim/authorizations":
 		h := f.held[r.URL.Query().Get("reference")]
 		_ = json.NewEncoder(w).Encode(map[string]any{"count": h.Count, "pending": h.Pending, "captured_minor": h.CapturedMinor, "voided": h.Voided})
@@ -250,6 +251,10 @@ func TestChecksFindViolations(t *testing.T) {
 		{"succeeded without a charge", "bank", func(s *soakState) { delete(s.fake.charges, "p1") }},
 		{"failed but charged", "bank", func(s *soakState) { s.fake.charges["p2"] = []string{"ch2"} }},
 		{"succeeded names another charge", "bank", func(s *soakState) { s.fake.charges["p1"] = []string{"ch9"} }},
+		{"succeeded, its charge still to be booked", "", func(s *soakState) {
+			delete(s.fake.charges, "p1")
+			s.fake.late = map[string]int{"p1": 1}
+		}},
 		{"replay answers another payment", "keys", func(s *soakState) {
 			a := s.fake.replays["k1"]
 			a.body = bytes.Replace(a.body, []byte(`"p1"`), []byte(`"p3"`), 1)
