@@ -61,10 +61,8 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) (err e
 	defer unlock()
 	// A process already on one of these addresses would answer for the child that fails to bind
 	// it: refused before anything starts (a previous launcher's children are given time to go).
-	for _, a := range []struct{ addr, setting string }{{cfg.Banksim.Addr, "KASA_BANKSIM_ADDR"}, {cfg.API.Addr, "KASA_API_ADDR"}} {
-		if err := devenv.WaitAddrFree(ctx, a.addr, a.setting); err != nil {
-			return err
-		}
+	if err := devenv.WaitAddrFree(ctx, cfg.Banksim.Addr, "KASA_BANKSIM_ADDR", cfg.API.Addr, "KASA_API_ADDR"); err != nil {
+		return err
 	}
 	statePath := filepath.Join(dir, "cluster.json")
 	var state clusterState

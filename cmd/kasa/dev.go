@@ -85,14 +85,12 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) (err error
 	defer unlock()
 	// As kasa cluster does: a process already on one of its addresses would answer in its place,
 	// and a bind failing after PostgreSQL and Temporal started would say so late.
-	addrs := [][2]string{{cfg.API.Addr, "KASA_API_ADDR"}}
+	addrs := []string{cfg.API.Addr, "KASA_API_ADDR"}
 	if cfg.Provider.URL == cfg.SimulatorURL() {
-		addrs = append(addrs, [2]string{cfg.Banksim.Addr, "KASA_BANKSIM_ADDR"})
+		addrs = append(addrs, cfg.Banksim.Addr, "KASA_BANKSIM_ADDR")
 	}
-	for _, a := range addrs {
-		if err := devenv.WaitAddrFree(ctx, a[0], a[1]); err != nil {
-			return err
-		}
+	if err := devenv.WaitAddrFree(ctx, addrs...); err != nil {
+		return err
 	}
 	statePath := filepath.Join(dir, "dev.json")
 	state, err := loadDevState(statePath)

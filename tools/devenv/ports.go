@@ -101,11 +101,17 @@ func forgetOldClaims(dir string, period int64) {
 // the children of a launcher killed a moment ago stop on their parent's death, not at once.
 const ExitGrace = 15 * time.Second
 
-// WaitAddrFree is CheckAddrFree, given up to ExitGrace for the process on addr to go.
-func WaitAddrFree(ctx context.Context, addr, setting string) error {
-	var err error
-	_, _ = poll(ctx, ExitGrace, func() bool { err = CheckAddrFree(addr, setting); return err == nil })
-	return err
+// WaitAddrFree is CheckAddrFree of each address and its setting (given in pairs), each given up
+// to ExitGrace for the process on it to go.
+func WaitAddrFree(ctx context.Context, addrSetting ...string) error {
+	for i := 0; i+1 < len(addrSetting); i += 2 {
+		var err error
+		_, _ = poll(ctx, ExitGrace, func() bool { err = CheckAddrFree(addrSetting[i], addrSetting[i+1]); return err == nil })
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // poll asks done now and then every 100 ms until it says yes (true) or grace has passed
