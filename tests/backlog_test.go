@@ -90,26 +90,8 @@ func TestBacklogBoundAnswersWhatItKnowsAsBelowIt(t *testing.T) {
 // and kasa voids the authorization at that capture_before, not a window after the authorization.
 func TestQueuedManualPaymentKeepsItsCaptureBefore(t *testing.T) {
 	const window, queuedFor = 6 * time.Second, 3 * time.Second
-	s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, captureWindow: window})
-	m := s.newMerchant()
-	payer := s.newAccount(m, "TRY", "100.00")
-	ctx := context.Background()
-	req := payment.Request{InvoiceID: "inv-queued-manual", AmountMinor: 2500, Currency: "TRY", AccountID: mustUUID(t, payer),
-		PaymentType: "purchase", CaptureManual: true}
-	rec, queued, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mustUUID(t, m.ID), Key: "queued-manual", Request: req,
-		OperationID: payment.NewID(), Lease: time.Minute, Queue: true, CaptureWindow: window})
-	require.NoError(t, err)
-	require.Equal(t, store.BeganNew, began)
-	require.True(t, rec.Queued)
-	require.Equal(t, queued.CreatedAt.Add(window), queued.CaptureBefore, "the 202's capture_before: a window from the arrival")
-	t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{queued.ID}) })
-
-	time.Sleep(queuedFor) // the burst ahead of it
-	drainCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	d := &sweeper.Drainer{Store: db, Starter: workflows.Starter{Client: tc, TaskQueue: s.queue}, Logger: slog.New(slog.DiscardHandler)}
-	go func() { defer close(done); d.Run(drainCtx) }()
-	defer func() { stop(); <-done }()
+	s, m, payer, queued := queueManualPayment(t, window, "queued-manual")
+	startQueuedAfter(t, s, queued, queuedFor) // the burst ahead of it
 
 	var p payment.Payment
 	require.Eventually(t, func() bool {
@@ -117,7 +99,7 @@ func TestQueuedManualPaymentKeepsItsCaptureBefore(t *testing.T) {
 		return p.Status == payment.StatusRequiresCapture
 	}, 20*time.Second, 50*time.Millisecond)
 	require.Equal(t, 1, s.held(queued.ID.String()).Count, "authorized at the bank")
-	run, err := tc.DescribeWorkflow(ctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), "queued-manual"), "")
+	run, err := tc.DescribeWorkflow(context.Background(), workflows.PaymentWorkflowID(mustUUID(t, m.ID), "queued-manual"), "")
 	require.NoError(t, err)
 	authorizedFrom := run.WorkflowStartTime
 	require.True(t, authorizedFrom.After(queued.CreatedAt.Add(queuedFor)), "started by the drainer after its wait")
@@ -134,4 +116,61 @@ func TestQueuedManualPaymentKeepsItsCaptureBefore(t *testing.T) {
 	require.True(t, s.held(queued.ID.String()).Voided)
 	require.Zero(t, reserved(t, payer))
 	requireVerified(t)
+}
+
+// One still queued when its whole capture window has passed reads as any manual payment whose
+// window ended (docs/api.md): authorized when it starts, then voided at once, the hold released
+// at the bank and in kasa; no capture is taken in between.
+func TestManualPaymentQueuedPastItsCaptureBeforeIsVoidedAtOnce(t *testing.T) {
+	const window = 2 * time.Second
+	s, m, payer, queued := queueManualPayment(t, window, "queued-past-window")
+	startQueuedAfter(t, s, queued, window+time.Second)
+
+	var p payment.Payment
+	require.Eventually(t, func() bool {
+		p = paymentByKey(t, m, "queued-past-window")
+		return p.Status.Final()
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Equal(t, payment.StatusCanceled, p.Status)
+	require.Equal(t, payment.FailureAuthorizationExpired, p.FailureCode)
+	require.Zero(t, p.CapturedMinor)
+	held := s.held(queued.ID.String())
+	require.Equal(t, 1, held.Count, "authorized once at the bank")
+	require.True(t, held.Voided, "and voided")
+	require.Zero(t, held.CapturedMinor)
+	require.Zero(t, reserved(t, payer))
+	r := s.command(m, queued.ID.String(), "capture", "late-capture", "{}")
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	require.Equal(t, "payment_not_capturable", r.json(t)["code"])
+	requireVerified(t)
+}
+
+// queueManualPayment queues a manual payment in the start backlog, as the API does past its
+// workers' pace, on a stack whose capture window is window.
+func queueManualPayment(t *testing.T, window time.Duration, key string) (*stack, merchant, string, payment.Payment) {
+	t.Helper()
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, captureWindow: window})
+	m := s.newMerchant()
+	payer := s.newAccount(m, "TRY", "100.00")
+	req := payment.Request{InvoiceID: "inv-" + key, AmountMinor: 2500, Currency: "TRY", AccountID: mustUUID(t, payer),
+		PaymentType: "purchase", CaptureManual: true}
+	rec, queued, began, err := db.Begin(context.Background(), store.BeginInput{MerchantID: mustUUID(t, m.ID), Key: key, Request: req,
+		OperationID: payment.NewID(), Lease: time.Minute, Queue: true, CaptureWindow: window})
+	require.NoError(t, err)
+	require.Equal(t, store.BeganNew, began)
+	require.True(t, rec.Queued)
+	require.Equal(t, queued.CreatedAt.Add(window), queued.CaptureBefore, "the 202's capture_before: a window from the arrival")
+	t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{queued.ID}) })
+	return s, m, payer, queued
+}
+
+// startQueuedAfter runs the drainer after wait (the burst ahead of the payment), until the test ends.
+func startQueuedAfter(t *testing.T, s *stack, queued payment.Payment, wait time.Duration) {
+	t.Helper()
+	time.Sleep(wait)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	d := &sweeper.Drainer{Store: db, Starter: workflows.Starter{Client: tc, TaskQueue: s.queue}, Logger: slog.New(slog.DiscardHandler)}
+	go func() { defer close(done); d.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
 }
