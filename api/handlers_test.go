@@ -258,6 +258,19 @@ var handlerCases = []handlerCase{
 		}},
 	{name: "replay_unknown_202", req: request{body: payBody},
 		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusUnknown, time.Time{}) }},
+	{name: "replay_unknown_final_since_201", req: request{body: payBody},
+		// The retry reads the record unknown; a settlement completes the payment before it is
+		// read: the stored answer goes out as the replay it is.
+		setup: func(f *fixture) {
+			f.seed("k1", payBody, payment.StatusUnknown, time.Time{})
+			f.commitBefore("Payment", false)
+		}},
+	{name: "replay_unknown_final_since_expired_201", req: request{body: payBody},
+		// The same, with retention deleting the completed record before it is read again.
+		setup: func(f *fixture) {
+			f.seed("k1", payBody, payment.StatusUnknown, time.Time{})
+			f.commitBefore("Payment", true)
+		}},
 	{name: "replay_processing_409", req: request{body: payBody},
 		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusProcessing, time.Time{}) }},
 	{name: "replay_leased_409", req: request{body: payBody},
@@ -409,6 +422,12 @@ var handlerCases = []handlerCase{
 		setup: func(f *fixture) {
 			f.paid()
 			f.seedRefund("r1", fakeID(1), refundBody, payment.StatusUnknown, time.Time{})
+		}},
+	{name: "refund_unknown_final_since_replay_201", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) {
+			f.paid()
+			f.seedRefund("r1", fakeID(1), refundBody, payment.StatusUnknown, time.Time{})
+			f.commitBefore("Refund", false)
 		}},
 	{name: "refund_in_use_409", req: request{method: "POST", path: refundsPath, body: refundBody},
 		setup: func(f *fixture) {

@@ -154,7 +154,7 @@ func (s *Server) answerExisting(c *gin.Context, k opKind, rec store.Record, hash
 		s.replay(c, k, rec)
 	case store.RecordUnknown:
 		s.metrics.idempotency.WithLabelValues("unknown").Inc()
-		s.writeCurrent(c, k, rec.MerchantID, rec.Key, rec.OperationID)
+		s.writeCurrent(c, k, rec.MerchantID, rec.Key, rec.OperationID, true)
 	default:
 		// Processing. If its owner died before starting the workflow and the lease ran out,
 		// exactly one retry takes the operation over and starts the (deduplicated) workflow.
@@ -234,7 +234,7 @@ func (s *Server) run(c *gin.Context, k opKind, o op, start time.Time) {
 		s.replayFirst(c, k, rec)
 		return
 	}
-	s.writeCurrent(c, k, o.merchantID, o.key, o.id)
+	s.writeCurrent(c, k, o.merchantID, o.key, o.id, false)
 }
 
 // awaitOutcome waits up to SyncWait for the operation to leave processing. When the worker runs
@@ -286,8 +286,9 @@ func (s *Server) awaitOutcome(ctx context.Context, k opKind, o op, runID string,
 
 // writeCurrent answers with the operation as it is now (writePending). An operation that became
 // final since its record was read completed that record in the same commit: its stored answer
-// goes out instead, as it will to every replay, never a 202 with a final resource.
-func (s *Server) writeCurrent(c *gin.Context, k opKind, merchantID uuid.UUID, key string, id uuid.UUID) {
+// goes out instead, as it will to every replay, never a 202 with a final resource; replayed says
+// the request is a retry of the key, whose final answer is marked as a replay.
+func (s *Server) writeCurrent(c *gin.Context, k opKind, merchantID uuid.UUID, key string, id uuid.UUID, replayed bool) {
 	ctx := c.Request.Context()
 	res, status, err := k.current(ctx, id)
 	if err != nil {
@@ -301,11 +302,17 @@ func (s *Server) writeCurrent(c *gin.Context, k opKind, merchantID uuid.UUID, ke
 			// Retention deletes only completed records, and with a retention of seconds it can
 			// do so before this first answer goes out: the answer is rendered from the
 			// operation, as its commit stored it, never a 404.
+			if replayed {
+				c.Header("Idempotent-Replayed", "true")
+			}
 			c.Header("Location", k.path()+id.String())
 			writeJSON(c, answerStatus(status), res)
 			return
 		case err != nil:
 			s.writeError(c, err)
+			return
+		case rec.Status == store.RecordCompleted && replayed:
+			s.replay(c, k, rec)
 			return
 		case rec.Status == store.RecordCompleted:
 			s.replayFirst(c, k, rec)
