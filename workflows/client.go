@@ -69,42 +69,45 @@ func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) 
 // input: its own operation's run is returned (running or closed), so a late retry (the
 // sweeper's, say) never runs an operation twice, as USE_EXISTING would. Another operation's run
 // is the expired key's earlier payment or refund: the new operation's run is started beside it
-// (ALLOW_DUPLICATE) once it has closed, waiting for it while ctx allows. The database record is
-// what decides that an expired key is a new request: Temporal's own retention of closed runs has
-// no say.
+// (ALLOW_DUPLICATE) once it has closed, waiting for it while ctx allows; a second starter that
+// waited too finds the first one's run then. The database record is what decides that an
+// expired key is a new request: Temporal's own retention of closed runs has no say.
 func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, workflow string, in any, op uuid.UUID) (string, error) {
 	// Without it the SDK answers a refused start with a handle on the existing run. FAIL instead
 	// of USE_EXISTING: a running run of another operation must never be handed back as this one's.
 	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
-	run, err := s.Client.ExecuteWorkflow(ctx, opts, workflow, in)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if !errors.As(err, &started) {
-		if err != nil {
+	for waited := false; ; waited = true {
+		run, err := s.Client.ExecuteWorkflow(ctx, opts, workflow, in)
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if !errors.As(err, &started) {
+			if err != nil {
+				return "", err
+			}
+			return run.GetRunID(), nil
+		}
+		runOp, runID, herr := s.runOperation(ctx, opts.ID)
+		if herr != nil {
+			return "", fmt.Errorf("%w (and its run cannot be read: %v)", err, herr)
+		}
+		if runOp == op {
+			return runID, nil
+		}
+		if waited {
 			return "", err
 		}
-		return run.GetRunID(), nil
+		// Open: wait a while for the earlier operation's run to close (its result does not
+		// matter here); a caller that cannot wait longer is told, and the sweeper starts the
+		// run later.
+		wctx, cancel := context.WithTimeout(ctx, earlierRunPatience)
+		werr := s.Client.GetWorkflow(wctx, opts.ID, "").Get(wctx, nil)
+		if wctx.Err() != nil {
+			cancel()
+			return "", fmt.Errorf("%w (%v): %w", ErrEarlierRunOpen, werr, wctx.Err())
+		}
+		cancel()
+		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
 	}
-	runOp, runID, herr := s.runOperation(ctx, opts.ID)
-	if herr != nil {
-		return "", fmt.Errorf("%w (and its run cannot be read: %v)", err, herr)
-	}
-	if runOp == op {
-		return runID, nil
-	}
-	// Open: wait a while for the earlier operation's run to close (its result does not matter
-	// here); a caller that cannot wait longer is told, and the sweeper starts the run later.
-	wctx, cancel := context.WithTimeout(ctx, earlierRunPatience)
-	defer cancel()
-	if werr := s.Client.GetWorkflow(wctx, opts.ID, "").Get(wctx, nil); wctx.Err() != nil {
-		return "", fmt.Errorf("%w (%v): %w", ErrEarlierRunOpen, werr, wctx.Err())
-	}
-	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
-	run, err = s.Client.ExecuteWorkflow(ctx, opts, workflow, in)
-	if err != nil {
-		return "", err
-	}
-	return run.GetRunID(), nil
 }
 
 // PaymentRunClosed says whether the latest run of the payment's workflow has closed (one that

@@ -84,3 +84,36 @@ func TestPaymentRunClosed(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, closed, "no run at all")
 }
+
+// Two starters of the key's new operation (an API's retry and the sweeper, say) both wait for
+// the earlier operation's run to close; the one that starts second finds the first one's run
+// of the same operation and hands it back, never an error that would leave the request unanswered.
+func TestConcurrentStartsAfterAnEarlierOperationsRunFindOneRun(t *testing.T) {
+	ctx := context.Background()
+	c := devTemporal(t)
+	starter := workflows.Starter{Client: c, TaskQueue: "concurrent-" + uuid.NewString()} // no worker: runs stay open
+	merchant := uuid.New()
+	earlier := workflows.InputFor(payment.Payment{ID: payment.NewID(), MerchantID: merchant, AmountMinor: 1_000, Currency: "TRY"})
+	later := workflows.InputFor(payment.Payment{ID: payment.NewID(), MerchantID: merchant, AmountMinor: 2_000, Currency: "TRY"})
+	earlierRun, err := starter.StartPayment(ctx, "k", earlier)
+	require.NoError(t, err)
+
+	type started struct {
+		run string
+		err error
+	}
+	results := make(chan started, 2)
+	for range 2 {
+		go func() {
+			run, err := starter.StartPayment(ctx, "k", later)
+			results <- started{run, err}
+		}()
+	}
+	time.Sleep(time.Second) // both wait for the earlier run
+	require.NoError(t, c.TerminateWorkflow(ctx, workflows.PaymentWorkflowID(merchant, "k"), earlierRun, "test: the earlier operation ends"))
+	a, b := <-results, <-results
+	require.NoError(t, a.err)
+	require.NoError(t, b.err)
+	require.Equal(t, a.run, b.run, "one run of the later operation")
+	require.NotEqual(t, earlierRun, a.run)
+}
