@@ -482,6 +482,22 @@ func (f *fakeStore) BeginRefund(_ context.Context, in store.BeginRefundInput) (s
 	return f.beginRefund(in, time.Now().Add(in.Lease))
 }
 
+// CheckRefundAgain checks a request under a key seen before as store.Store.CheckRefundAgain
+// does: the payment must be the merchant's, and the amount's digits fit its currency.
+func (f *fakeStore) CheckRefundAgain(_ context.Context, in store.BeginRefundInput, rec store.Record) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if rec.RequestHash == in.Request.Hash(in.PaymentID) && in.Request.Amount == "" {
+		return nil
+	}
+	p, ok := f.payments[in.PaymentID]
+	if !ok || p.MerchantID != in.MerchantID {
+		return payment.ErrNotFound
+	}
+	_, err := in.Request.AmountMinor(p.Currency)
+	return err
+}
+
 func (f *fakeStore) beginRefund(in store.BeginRefundInput, lockedUntil time.Time) (store.Record, payment.Refund, store.Began, error) {
 	k := recordKey{in.MerchantID, in.Key}
 	if rec, ok := f.refundRecords[k]; ok {

@@ -47,11 +47,14 @@ type op struct {
 // begins it (or finds the key's record); with queue, a new payment waits in the start backlog.
 // queueable: the kind is admitted through the backlog (payments are; refunds always start).
 // refusal, of a queueable kind, is what begin would refuse the request for without writing.
+// seen, when set, is what begin checks of a request whose key has a record before answering it:
+// a record found in memory is held to it too.
 type creation struct {
 	hash      string
 	queueable bool
 	begin     func(ctx context.Context, queue bool) (store.Record, op, store.Began, error)
 	refusal   func(ctx context.Context) error
+	seen      func(ctx context.Context, rec store.Record) error
 }
 
 // create is the idempotent create path every kind of operation shares: the key, the body, a
@@ -79,11 +82,17 @@ func (s *Server) create(c *gin.Context, k opKind, scope store.Scope, parse func(
 	}
 	// Most repeated keys are retries of finished operations, answered from memory. Begin answers
 	// the others in the same round trip that decides a new key's owner.
+	ctx := c.Request.Context()
 	if rec, ok := s.replays.get(m.ID, scope, key); ok {
+		if req.seen != nil {
+			if err := req.seen(ctx, rec); err != nil {
+				s.writeError(c, err)
+				return
+			}
+		}
 		s.answerExisting(c, k, rec, req.hash)
 		return
 	}
-	ctx := c.Request.Context()
 	start := time.Now()
 	running := !req.queueable || s.admission.take(m.ID)
 	if req.queueable && running {

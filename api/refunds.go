@@ -29,11 +29,14 @@ func (s *Server) createRefund(c *gin.Context) {
 		if err != nil {
 			return creation{}, payment.ErrNotFound
 		}
+		in := store.BeginRefundInput{MerchantID: merchantID, PaymentID: paymentID, Key: key, Request: req, Lease: s.Lease}
 		return creation{hash: req.Hash(paymentID), begin: func(ctx context.Context, _ bool) (store.Record, op, store.Began, error) {
-			rec, r, began, err := s.Store.BeginRefund(ctx, store.BeginRefundInput{
-				MerchantID: merchantID, PaymentID: paymentID, Key: key, Request: req, OperationID: payment.NewID(), Lease: s.Lease,
-			})
+			in.OperationID = payment.NewID()
+			rec, r, began, err := s.Store.BeginRefund(ctx, in)
 			return rec, s.refunds.op(r), began, err
+		}, seen: func(ctx context.Context, rec store.Record) error {
+			// The payment (404) and the amount's digits (400) come before the key's answer.
+			return s.Store.CheckRefundAgain(ctx, in, rec)
 		}}, nil
 	})
 }

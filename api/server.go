@@ -53,6 +53,7 @@ type Store interface {
 	PaymentByKey(ctx context.Context, merchantID uuid.UUID, key string) (payment.Payment, error)
 	ListPayments(ctx context.Context, in store.ListPaymentsInput) ([]payment.Payment, bool, error)
 	BeginRefund(ctx context.Context, in store.BeginRefundInput) (store.Record, payment.Refund, store.Began, error)
+	CheckRefundAgain(ctx context.Context, in store.BeginRefundInput, rec store.Record) error
 	RefundRecord(ctx context.Context, merchantID uuid.UUID, key string) (store.Record, error)
 	TakeOverRefund(ctx context.Context, merchantID uuid.UUID, key string, lease time.Duration) (bool, error)
 	BeginCommand(ctx context.Context, c store.Command, lease time.Duration) (store.Command, bool, error)

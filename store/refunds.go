@@ -116,6 +116,12 @@ func (s *Store) BeginRefund(ctx context.Context, in BeginRefundInput) (Record, p
 	return Record{}, payment.Refund{}, 0, err
 }
 
+// CheckRefundAgain is what BeginRefund checks of a request under a key that has its record (rec)
+// before the key's answer, for a caller that found rec elsewhere (the API's memory of replays).
+func (s *Store) CheckRefundAgain(ctx context.Context, in BeginRefundInput, rec Record) error {
+	return s.paymentFirst(ctx, in, rec, in.Request.Hash(in.PaymentID))
+}
+
 // paymentFirst checks the payment of another request under the key (rec, of another hash)
 // before the key is found reused (docs/api.md): another merchant's payment, or none, is not found;
 // and an amount's digits against its currency, as a new key's are, before any answer.

@@ -318,3 +318,38 @@ func TestRefundOfAnotherMerchantsPaymentIs404EvenWithAUsedKey(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
 }
+
+// A key the API answered from its memory of replays (the replay cache) is held to the same checks
+// as one read from the database (docs/api.md): sent for another merchant's payment or for none,
+// it answers 404, never 422; with an amount of more digits than the payment's currency has, 400,
+// never the first refund's answer. Nothing more is refunded.
+func TestRefundKeyAnsweredFromMemoryChecksItsPaymentFirst(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityIdempotent)
+	a, b := s.newMerchant(), s.newMerchant()
+	pa, pb := s.newAccount(a, "JPY", "1000"), s.newAccount(b, "JPY", "1000")
+	own := s.pay(a, "pa", payBody("pa", "100", "JPY", pa)).json(t)["id"].(string)
+	theirs := s.pay(b, "pb", payBody("pb", "100", "JPY", pb)).json(t)["id"].(string)
+	refund := func(id, body string) response {
+		return s.do("POST", "/v1/payments/"+id+"/refunds", a.APIKey, body, "Idempotency-Key", "ref-mem", "Content-Type", "application/json")
+	}
+	first := refund(own, `{"amount":"30"}`)
+	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
+	for range 2 { // the first replay is read from the database, the second from memory
+		r := refund(own, `{"amount":"30"}`)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+		require.Equal(t, string(first.Body), string(r.Body))
+	}
+	for _, id := range []string{theirs, payment.NewID().String()} {
+		requireProblem(t, refund(id, `{"amount":"30"}`), http.StatusNotFound, "not_found")
+	}
+	for _, body := range []string{`{"amount":"30.0"}`, `{"amount":30.00}`} {
+		r := refund(own, body)
+		requireProblem(t, r, http.StatusBadRequest, "invalid_request")
+		require.Equal(t, "amount", r.json(t)["errors"].([]any)[0].(map[string]any)["field"], "%s", r.Body)
+	}
+	require.Equal(t, 1, s.simRefunds(first.json(t)["id"].(string)))
+	require.Equal(t, int64(930), balance(t, pa))
+	requireVerified(t)
+}
