@@ -20,6 +20,7 @@ var invariants = []struct{ name, sql string }{
 	{"every succeeded payment has exactly one posting", dbsqlc.SucceededPostingCount},
 	{"no other payment has a posting", dbsqlc.UnexpectedPosting},
 	{"a succeeded payment moved its amount from its payer to its merchant", dbsqlc.PaymentPostedAccountsMismatch},
+	{"a deposit posting credits its deposit's amount to its account from outside", dbsqlc.DepositPostingMismatch},
 	{"an open payment holds its whole amount on its payer's account", dbsqlc.OpenPaymentHoldMismatch},
 	{"an open payment keeps its idempotency record", dbsqlc.OpenOperationWithoutRecord},
 	{"reservations match payment outcomes", dbsqlc.ReservationOutcomeMismatch},

@@ -334,3 +334,46 @@ func TestVerifyFindsAnAuthorizationHoldOnAnotherAccount(t *testing.T) {
 	require.NoError(t, st.Exec(ctx, `UPDATE accounts SET reserved = reserved + 1000 WHERE id = $1`, other.ID))
 	require.NotEmpty(t, problemsOf(t, st), "the authorization's hold is not on its payer's account")
 }
+
+// A deposit posting is its deposit's: one whose reference is no deposit, and a deposit whose
+// posting credited more than the deposit's amount, are money that came from outside unasked,
+// and are reported though every balance equals its ledger sum.
+func TestVerifyReportsADepositPostingItsDepositDoesNotMatch(t *testing.T) {
+	t.Parallel()
+	st, ctx := verifyStore(t)
+	m := testkit.NewMerchant(t, st, testkit.MerchantOptions{Deposit: 10_000})
+	other, err := st.CreateAccount(ctx, m.ID, "TRY")
+	require.NoError(t, err)
+	require.Empty(t, problemsOf(t, st))
+
+	// post writes a deposit posting of amount from the external account to the payer, with the
+	// payer's balance, as Deposit does, and returns the posting's id.
+	post := func(reference string, amount int64) uuid.UUID {
+		id := uuid.New()
+		require.NoError(t, st.Exec(ctx, `WITH p AS (INSERT INTO ledger_postings (id, kind, reference) VALUES ($1, 'deposit', $2) RETURNING id),
+e AS (INSERT INTO ledger_entries (id, posting_id, account_id, currency, amount_minor)
+      SELECT gen_random_uuid(), p.id, x.acc, 'TRY', x.amt FROM p,
+        (VALUES ($3::uuid, $4::bigint), ((SELECT id FROM accounts WHERE kind = 'external' AND currency = 'TRY'), -$4::bigint)) x(acc, amt)
+      RETURNING account_id, amount_minor)
+UPDATE accounts a SET balance = a.balance + e.amount_minor FROM e WHERE a.id = e.account_id`, id, reference, m.Account, amount))
+		return id
+	}
+	// (a) 5000 from outside by no deposit.
+	noDeposit := uuid.New()
+	post(noDeposit.String(), 5_000)
+	// (b) a deposit of 100 whose posting credited 7000.
+	more := uuid.New()
+	require.NoError(t, st.Exec(ctx, `INSERT INTO deposits (id, account_id, idempotency_key, amount_minor, posting_id) VALUES ($1, $2, 'more', 100, $3)`,
+		more, m.Account, post(more.String(), 7_000)))
+	// (c) a deposit to one account whose posting credited another.
+	elsewhere := uuid.New()
+	require.NoError(t, st.Exec(ctx, `INSERT INTO deposits (id, account_id, idempotency_key, amount_minor, posting_id) VALUES ($1, $2, 'elsewhere', 300, $3)`,
+		elsewhere, other.ID, post(elsewhere.String(), 300)))
+
+	problems := problemsOf(t, st)
+	require.Len(t, problems, 3, "%v", problems)
+	all := strings.Join(problems, "\n")
+	for _, id := range []uuid.UUID{noDeposit, more, elsewhere} {
+		require.Contains(t, all, "a deposit posting credits its deposit's amount to its account from outside: deposit posting for "+id.String())
+	}
+}

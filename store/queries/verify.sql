@@ -74,6 +74,24 @@ HAVING coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = p.account_id), 
     OR coalesce(sum(e.amount_minor) FILTER (WHERE s.id IS NOT NULL), 0) <> CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END
     OR count(*) FILTER (WHERE e.account_id <> p.account_id AND s.id IS NULL) > 0;
 
+-- name: DepositPostingMismatch :many
+-- A deposit posting is its deposit's: it credits the deposit's amount to the deposit's account
+-- from its currency's external account, and touches no other account. Money from outside moves
+-- only by a deposit an admin asked for.
+SELECT 'deposit posting for ' || lp.reference || CASE WHEN d.id IS NULL THEN ' whose deposit is missing'
+  ELSE ' credited ' || coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = d.account_id), 0)
+    || ' to the deposit''s account ' || d.account_id || ', of ' || d.amount_minor
+    || CASE WHEN count(*) FILTER (WHERE e.account_id <> d.account_id AND x.id IS NULL) > 0 THEN ', and moved money on other accounts' ELSE '' END END
+FROM ledger_postings lp JOIN ledger_entries e ON e.posting_id = lp.id
+LEFT JOIN deposits d ON d.posting_id = lp.id AND d.id::text = lp.reference
+LEFT JOIN accounts x ON x.id = e.account_id AND x.kind = 'external'
+WHERE lp.kind = 'deposit'
+GROUP BY lp.id, lp.reference, d.id, d.account_id, d.amount_minor
+HAVING d.id IS NULL
+    OR coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = d.account_id), 0) <> d.amount_minor
+    OR coalesce(sum(e.amount_minor) FILTER (WHERE x.id IS NOT NULL), 0) <> -d.amount_minor
+    OR count(*) FILTER (WHERE e.account_id <> d.account_id AND x.id IS NULL) > 0;
+
 -- name: OpenPaymentHoldMismatch :many
 -- A payment in flight or unknown holds its whole amount on its payer's account: an active
 -- reservation (none yet while it is processing: queued, or not reserved yet).

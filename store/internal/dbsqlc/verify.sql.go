@@ -68,6 +68,45 @@ func (q *Queries) BalanceNotLedgerSum(ctx context.Context) ([]interface{}, error
 	return items, nil
 }
 
+const DepositPostingMismatch = `-- name: DepositPostingMismatch :many
+SELECT 'deposit posting for ' || lp.reference || CASE WHEN d.id IS NULL THEN ' whose deposit is missing'
+  ELSE ' credited ' || coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = d.account_id), 0)
+    || ' to the deposit''s account ' || d.account_id || ', of ' || d.amount_minor
+    || CASE WHEN count(*) FILTER (WHERE e.account_id <> d.account_id AND x.id IS NULL) > 0 THEN ', and moved money on other accounts' ELSE '' END END
+FROM ledger_postings lp JOIN ledger_entries e ON e.posting_id = lp.id
+LEFT JOIN deposits d ON d.posting_id = lp.id AND d.id::text = lp.reference
+LEFT JOIN accounts x ON x.id = e.account_id AND x.kind = 'external'
+WHERE lp.kind = 'deposit'
+GROUP BY lp.id, lp.reference, d.id, d.account_id, d.amount_minor
+HAVING d.id IS NULL
+    OR coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = d.account_id), 0) <> d.amount_minor
+    OR coalesce(sum(e.amount_minor) FILTER (WHERE x.id IS NOT NULL), 0) <> -d.amount_minor
+    OR count(*) FILTER (WHERE e.account_id <> d.account_id AND x.id IS NULL) > 0
+`
+
+// A deposit posting is its deposit's: it credits the deposit's amount to the deposit's account
+// from its currency's external account, and touches no other account. Money from outside moves
+// only by a deposit an admin asked for.
+func (q *Queries) DepositPostingMismatch(ctx context.Context) ([]interface{}, error) {
+	rows, err := q.db.Query(ctx, DepositPostingMismatch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []interface{}
+	for rows.Next() {
+		var column_1 interface{}
+		if err := rows.Scan(&column_1); err != nil {
+			return nil, err
+		}
+		items = append(items, column_1)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const EntryCurrencyMismatch = `-- name: EntryCurrencyMismatch :many
 SELECT 'entry ' || e.id || ' in ' || e.currency || ' on ' || a.currency || ' account ' || a.id
 FROM ledger_entries e JOIN accounts a ON a.id = e.account_id WHERE e.currency <> a.currency
