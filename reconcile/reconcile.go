@@ -28,7 +28,8 @@ type Store interface {
 	// EachPaymentCreated calls fn for every payment created in [from, to) with one of the
 	// statuses, of one of the merchants (all merchants when merchants is empty), with the time
 	// its outcome was decided: when it left processing (became unknown, or succeeded), which
-	// nothing later moves (a refund moves its updated_at).
+	// nothing later moves (a refund moves its updated_at; settling an unknown one, its updated_at
+	// and its posting's time).
 	EachPaymentCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(p payment.Payment, decided time.Time) error) error
 	// RefundsByID, Refund and EachRefundCreated are the same for refunds; a refund's updated_at
 	// moves only with its status, so it is the time its outcome was decided.

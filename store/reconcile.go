@@ -22,9 +22,9 @@ func (s *Store) PaymentsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Pa
 // EachPaymentCreated calls fn for every payment created in [from, to) whose status is one of
 // statuses, of one of merchants (of every merchant when merchants is empty), oldest first, with
 // the time its outcome was decided: when it left processing (became unknown, or succeeded),
-// which a later refund does not move as it moves updated_at. It streams: fn runs while the
-// query's rows are read, so it must not call the store. An error from fn stops the iteration
-// and is returned.
+// which neither a later refund nor the settlement of an unknown one moves, as they move
+// updated_at. It streams: fn runs while the query's rows are read, so it must not call the
+// store. An error from fn stops the iteration and is returned.
 func (s *Store) EachPaymentCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID,
 	fn func(p payment.Payment, decided time.Time) error) error {
 	rows, err := s.pool.Query(ctx, dbsqlc.PaymentsCreated, createdArgs(from, to, statuses, merchants)...)
@@ -38,9 +38,9 @@ func (s *Store) EachPaymentCreated(ctx context.Context, from, to time.Time, stat
 }
 
 // EachCaptureDecided calls fn for every manual payment created before from, with one of statuses,
-// whose capture succeeded or whose capture or void became unknown in [from, to), of one of
-// merchants (all when empty), with the time that happened and the time its capture or void may
-// first have been sent. It streams as EachPaymentCreated does.
+// whose capture succeeded, or whose capture or void became unknown (settled since or not), in
+// [from, to), of one of merchants (all when empty), with the time that happened and the time
+// its capture or void may first have been sent. It streams as EachPaymentCreated does.
 func (s *Store) EachCaptureDecided(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID,
 	fn func(p payment.Payment, decided, sentFrom time.Time) error) error {
 	rows, err := s.pool.Query(ctx, dbsqlc.CapturesDecided, createdArgs(from, to, statuses, merchants)...)

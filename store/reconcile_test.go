@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/reconcile"
 	"github.com/kasa-pay/kasa/store"
 )
 
@@ -219,4 +220,100 @@ func TestRefundReconciliationReads(t *testing.T) {
 	n := 0
 	require.ErrorIs(t, db.EachRefundCreated(ctx, from, to, both, []uuid.UUID{mA}, func(payment.Refund) error { n++; return stop }), stop)
 	require.Equal(t, 1, n, "an error from fn stops the iteration")
+}
+
+// backdate moves what a payment recorded so far (its creation, its last change, when it became
+// unknown, its authorization's deadline, its captures' and cancels' arrival) back by d, as if it had
+// happened then; what it records later happens now.
+func backdate(t *testing.T, id uuid.UUID, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	iv := d.String()
+	require.NoError(t, db.Exec(ctx, `UPDATE payments SET created_at = created_at - $2::interval, updated_at = updated_at - $2::interval,
+		capture_before = capture_before - $2::interval, unknown_at = unknown_at - $2::interval WHERE id = $1`, id, iv))
+	require.NoError(t, db.Exec(ctx, `UPDATE payment_commands SET created_at = created_at - $2::interval,
+		updated_at = updated_at - $2::interval WHERE payment_id = $1`, id, iv))
+}
+
+// A payment whose outcome was unknown on its day and that was settled as charged days later (by
+// an operator who had the bank's word) was decided when it became unknown: kasa sent nothing
+// after that. A complete file of that day that does not list it finds it missing, whatever day
+// the settlement came: the bank's file and its word disagree.
+func TestReconcileSettledLaterIsMissingFromItsDay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := reconcile.DayOf(time.Now().AddDate(0, 0, -2))
+	noon := d.Start().Add(12 * time.Hour)
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, mID, aID uuid.UUID) uuid.UUID
+	}{
+		{"automatic", func(t *testing.T, mID, aID uuid.UUID) uuid.UUID {
+			req := payment.Request{InvoiceID: "inv", AmountMinor: 1_000, Currency: "TRY", AccountID: aID, PaymentType: "purchase"}
+			_, p, _, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: "auto", Request: req, OperationID: idAt(noon), Lease: time.Minute})
+			require.NoError(t, err)
+			require.NoError(t, db.Reserve(ctx, p.ID))
+			_, err = db.MarkUnknown(ctx, p.ID)
+			require.NoError(t, err)
+			backdate(t, p.ID, time.Since(noon))
+			_, err = db.Finalize(ctx, p.ID, "ch_by_hand")
+			require.NoError(t, err)
+			return p.ID
+		}},
+		{"manual, captured on its day", func(t *testing.T, mID, aID uuid.UUID) uuid.UUID {
+			p := authorizedAs(t, mID, aID, "manual", 1_000, idAt(noon))
+			c, _, err := db.BeginCommand(ctx, store.Command{MerchantID: mID, Key: "manual-cap", ID: payment.NewID(), PaymentID: p.ID,
+				Kind: payment.CommandCapture, RequestHash: "h", AmountMinor: 1_000}, time.Minute)
+			require.NoError(t, err)
+			_, err = db.MarkUnknown(ctx, p.ID)
+			require.NoError(t, err)
+			backdate(t, p.ID, time.Since(noon))
+			_, err = db.Captured(ctx, p.ID, 1_000, "cap_by_hand", c.ID)
+			require.NoError(t, err)
+			return p.ID
+		}},
+		{"manual, captured the day after its authorization", func(t *testing.T, mID, aID uuid.UUID) uuid.UUID {
+			before := noon.AddDate(0, 0, -1)
+			p := authorizedAs(t, mID, aID, "manual-later", 1_000, idAt(before))
+			backdate(t, p.ID, time.Since(before))
+			c, _, err := db.BeginCommand(ctx, store.Command{MerchantID: mID, Key: "manual-later-cap", ID: payment.NewID(), PaymentID: p.ID,
+				Kind: payment.CommandCapture, RequestHash: "h", AmountMinor: 1_000}, time.Minute)
+			require.NoError(t, err)
+			_, err = db.MarkUnknown(ctx, p.ID)
+			require.NoError(t, err)
+			require.NoError(t, db.Exec(ctx, `UPDATE payments SET updated_at = updated_at - $2::interval, unknown_at = unknown_at - $2::interval WHERE id = $1`, p.ID, time.Since(noon).String()))
+			require.NoError(t, db.Exec(ctx, `UPDATE payment_commands SET created_at = created_at - $2::interval WHERE payment_id = $1`, p.ID, time.Since(noon).String()))
+			_, err = db.Captured(ctx, p.ID, 1_000, "cap_by_hand", c.ID)
+			require.NoError(t, err)
+			return p.ID
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			mID, aID := fixture(t, 10_000)
+			id := tc.run(t, mID, aID)
+			r := &reconcile.Reconciler{Store: db}
+			file := &reconcile.File{Trailers: []reconcile.Trailer{{Day: d, AsOf: d.End().Add(5 * time.Minute)}}}
+			rep, err := r.Reconcile(ctx, file, reconcile.Options{Merchants: []uuid.UUID{mID}})
+			require.NoError(t, err)
+			require.Empty(t, rep.Pending)
+			require.Len(t, rep.Mismatches, 1, "%+v", rep)
+			require.Equal(t, reconcile.KindSucceededButMissing, rep.Mismatches[0].Kind)
+			require.Equal(t, id.String(), rep.Mismatches[0].PaymentID)
+
+			// The day it was settled on is not its day: that day's file leaves it alone.
+			today := reconcile.DayOf(time.Now())
+			file = &reconcile.File{Trailers: []reconcile.Trailer{{Day: today, AsOf: time.Now()}}}
+			rep, err = r.Reconcile(ctx, file, reconcile.Options{Merchants: []uuid.UUID{mID}})
+			require.NoError(t, err)
+			require.Empty(t, rep.Pending)
+			require.Empty(t, rep.Mismatches)
+		})
+	}
+}
+
+// Migration 00034 run again (its index left invalid by a build that failed) builds the index again.
+func TestManualUnknownAtIndexRebuilt(t *testing.T) {
+	t.Parallel()
+	requireIndexRebuilt(t, "payments_manual_unknown_at", 34)
 }

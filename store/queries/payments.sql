@@ -30,15 +30,19 @@ SELECT * FROM payments WHERE merchant_id = $1 AND idempotency_key = $2
 ORDER BY created_at DESC, id DESC LIMIT 1;
 
 -- name: SetPaymentStatus :one
+-- unknown_at is when it last became unknown, kept once settled (reconciliation's window ends
+-- there); an authorization found, waiting for its capture again, starts a new step without one.
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
-provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
+provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now(),
+unknown_at = CASE $2 WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL ELSE unknown_at END
 WHERE id = $1 AND status = ANY($5::text[]) RETURNING *;
 
 -- name: SetPaymentStatusSettlement :one
 -- SetPaymentStatus that also returns the merchant's settlement account in the payment's currency
 -- (NULL if it has none), which the capture credits.
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
-provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
+provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now(),
+unknown_at = CASE $2 WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL ELSE unknown_at END
 WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.*, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id;
 

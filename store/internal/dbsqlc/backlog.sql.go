@@ -33,7 +33,7 @@ WITH RECURSIVE m AS (
 UPDATE idempotency_records r SET locked_until = now() + $1::interval, updated_at = now()
 FROM picked p JOIN payments ON payments.id = p.operation_id
 WHERE r.merchant_id = p.merchant_id AND r.scope = p.scope AND r.idempotency_key = p.idempotency_key
-RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, payments.capture_manual, payments.capture_before, payments.captured_minor
+RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, payments.capture_manual, payments.capture_before, payments.captured_minor, payments.unknown_at
 `
 
 type ClaimQueuedParams struct {
@@ -89,6 +89,7 @@ func (q *Queries) ClaimQueued(ctx context.Context, arg ClaimQueuedParams) ([]Pay
 			&i.CaptureManual,
 			&i.CaptureBefore,
 			&i.CapturedMinor,
+			&i.UnknownAt,
 		); err != nil {
 			return nil, err
 		}

@@ -13,7 +13,7 @@ import (
 )
 
 const ListFailedPayments = `-- name: ListFailedPayments :many
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor FROM payments
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor, unknown_at FROM payments
 WHERE merchant_id = $1 AND failure_code IS NOT NULL AND status = 'failed' AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5
 `
@@ -65,6 +65,7 @@ func (q *Queries) ListFailedPayments(ctx context.Context, arg ListFailedPayments
 			&i.CaptureManual,
 			&i.CaptureBefore,
 			&i.CapturedMinor,
+			&i.UnknownAt,
 		); err != nil {
 			return nil, err
 		}
@@ -77,7 +78,7 @@ func (q *Queries) ListFailedPayments(ctx context.Context, arg ListFailedPayments
 }
 
 const ListOpenPayments = `-- name: ListOpenPayments :many
-SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor
+SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor, p.unknown_at
 FROM idempotency_records r JOIN payments p ON p.id = r.operation_id
 WHERE r.merchant_id = $1 AND r.scope = 'payment' AND r.status <> 'completed' AND r.status = $6
   AND r.created_at >= $2::timestamptz AND (r.created_at, r.operation_id) < ($3::timestamptz, $4::uuid)
@@ -137,6 +138,7 @@ func (q *Queries) ListOpenPayments(ctx context.Context, arg ListOpenPaymentsPara
 			&i.CaptureManual,
 			&i.CaptureBefore,
 			&i.CapturedMinor,
+			&i.UnknownAt,
 		); err != nil {
 			return nil, err
 		}
@@ -149,7 +151,7 @@ func (q *Queries) ListOpenPayments(ctx context.Context, arg ListOpenPaymentsPara
 }
 
 const ListPayments = `-- name: ListPayments :many
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor FROM payments
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor, unknown_at FROM payments
 WHERE merchant_id = $1 AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5
 `
@@ -202,6 +204,7 @@ func (q *Queries) ListPayments(ctx context.Context, arg ListPaymentsParams) ([]P
 			&i.CaptureManual,
 			&i.CaptureBefore,
 			&i.CapturedMinor,
+			&i.UnknownAt,
 		); err != nil {
 			return nil, err
 		}
@@ -214,7 +217,7 @@ func (q *Queries) ListPayments(ctx context.Context, arg ListPaymentsParams) ([]P
 }
 
 const ListPaymentsWithStatus = `-- name: ListPaymentsWithStatus :many
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor FROM payments
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor, unknown_at FROM payments
 WHERE merchant_id = $1 AND status = $6 AND created_at >= $2::timestamptz AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC LIMIT $5
 `
@@ -269,6 +272,7 @@ func (q *Queries) ListPaymentsWithStatus(ctx context.Context, arg ListPaymentsWi
 			&i.CaptureManual,
 			&i.CaptureBefore,
 			&i.CapturedMinor,
+			&i.UnknownAt,
 		); err != nil {
 			return nil, err
 		}
@@ -281,14 +285,14 @@ func (q *Queries) ListPaymentsWithStatus(ctx context.Context, arg ListPaymentsWi
 }
 
 const ListUnknownPayments = `-- name: ListUnknownPayments :many
-(SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor
+(SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor, p.unknown_at
 FROM idempotency_records r JOIN payments p ON p.id = r.operation_id
 WHERE r.merchant_id = $1 AND r.scope = 'payment' AND r.status <> 'completed' AND r.status = $6
   AND r.created_at >= $2::timestamptz AND (r.created_at, r.operation_id) < ($3::timestamptz, $4::uuid)
   AND p.status = $6
 ORDER BY r.created_at DESC, r.operation_id DESC LIMIT $5)
 UNION ALL
-(SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor FROM open_authorizations a JOIN payments p ON p.id = a.payment_id
+(SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor, p.unknown_at FROM open_authorizations a JOIN payments p ON p.id = a.payment_id
 WHERE p.status = $6 AND p.merchant_id = $1
   AND p.created_at >= $2::timestamptz AND (p.created_at, p.id) < ($3::timestamptz, $4::uuid))
 ORDER BY created_at DESC, id DESC LIMIT $5
@@ -344,6 +348,7 @@ func (q *Queries) ListUnknownPayments(ctx context.Context, arg ListUnknownPaymen
 			&i.CaptureManual,
 			&i.CaptureBefore,
 			&i.CapturedMinor,
+			&i.UnknownAt,
 		); err != nil {
 			return nil, err
 		}

@@ -43,6 +43,7 @@ type Payment struct {
 	CaptureManual     bool
 	CaptureBefore     *time.Time
 	CapturedMinor     int64
+	UnknownAt         *time.Time
 }
 
 type PaymentCommand struct {

@@ -57,7 +57,7 @@ const CapturePayment = `-- name: CapturePayment :one
 UPDATE payments SET status = 'succeeded', captured_minor = $1::bigint,
 provider_reference = coalesce(NULLIF($2::text, ''), provider_reference), updated_at = now()
 WHERE payments.id = $3 AND payments.capture_manual AND payments.status IN ('requires_capture', 'unknown')
-RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, payments.capture_manual, payments.capture_before, payments.captured_minor, (SELECT a.id FROM accounts a
+RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, payments.capture_manual, payments.capture_before, payments.captured_minor, payments.unknown_at, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
 `
 
@@ -89,6 +89,7 @@ type CapturePaymentRow struct {
 	CaptureManual     bool
 	CaptureBefore     *time.Time
 	CapturedMinor     int64
+	UnknownAt         *time.Time
 	SettlementID      uuid.UUID
 }
 
@@ -119,6 +120,7 @@ func (q *Queries) CapturePayment(ctx context.Context, arg CapturePaymentParams) 
 		&i.CaptureManual,
 		&i.CaptureBefore,
 		&i.CapturedMinor,
+		&i.UnknownAt,
 		&i.SettlementID,
 	)
 	return i, err
@@ -154,7 +156,7 @@ func (q *Queries) FlagStuck(ctx context.Context, arg FlagStuckParams) (int64, er
 }
 
 const GetPayment = `-- name: GetPayment :one
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor FROM payments WHERE id = $1
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor, unknown_at FROM payments WHERE id = $1
 `
 
 func (q *Queries) GetPayment(ctx context.Context, id uuid.UUID) (Payment, error) {
@@ -182,12 +184,13 @@ func (q *Queries) GetPayment(ctx context.Context, id uuid.UUID) (Payment, error)
 		&i.CaptureManual,
 		&i.CaptureBefore,
 		&i.CapturedMinor,
+		&i.UnknownAt,
 	)
 	return i, err
 }
 
 const GetPaymentByKey = `-- name: GetPaymentByKey :one
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor FROM payments WHERE merchant_id = $1 AND idempotency_key = $2
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor, unknown_at FROM payments WHERE merchant_id = $1 AND idempotency_key = $2
 ORDER BY created_at DESC, id DESC LIMIT 1
 `
 
@@ -222,6 +225,7 @@ func (q *Queries) GetPaymentByKey(ctx context.Context, arg GetPaymentByKeyParams
 		&i.CaptureManual,
 		&i.CaptureBefore,
 		&i.CapturedMinor,
+		&i.UnknownAt,
 	)
 	return i, err
 }
@@ -314,8 +318,9 @@ func (q *Queries) OpenAuthorization(ctx context.Context, id uuid.UUID) error {
 
 const SetPaymentStatus = `-- name: SetPaymentStatus :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
-provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
-WHERE id = $1 AND status = ANY($5::text[]) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor
+provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now(),
+unknown_at = CASE $2 WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL ELSE unknown_at END
+WHERE id = $1 AND status = ANY($5::text[]) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor, unknown_at
 `
 
 type SetPaymentStatusParams struct {
@@ -326,6 +331,8 @@ type SetPaymentStatusParams struct {
 	Column5 []string
 }
 
+// unknown_at is when it last became unknown, kept once settled (reconciliation's window ends
+// there); an authorization found, waiting for its capture again, starts a new step without one.
 func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusParams) (Payment, error) {
 	row := q.db.QueryRow(ctx, SetPaymentStatus,
 		arg.ID,
@@ -357,14 +364,16 @@ func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusPara
 		&i.CaptureManual,
 		&i.CaptureBefore,
 		&i.CapturedMinor,
+		&i.UnknownAt,
 	)
 	return i, err
 }
 
 const SetPaymentStatusSettlement = `-- name: SetPaymentStatusSettlement :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
-provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
-WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, payments.capture_manual, payments.capture_before, payments.captured_minor, (SELECT a.id FROM accounts a
+provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now(),
+unknown_at = CASE $2 WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL ELSE unknown_at END
+WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, payments.capture_manual, payments.capture_before, payments.captured_minor, payments.unknown_at, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
 `
 
@@ -398,6 +407,7 @@ type SetPaymentStatusSettlementRow struct {
 	CaptureManual     bool
 	CaptureBefore     *time.Time
 	CapturedMinor     int64
+	UnknownAt         *time.Time
 	SettlementID      uuid.UUID
 }
 
@@ -434,6 +444,7 @@ func (q *Queries) SetPaymentStatusSettlement(ctx context.Context, arg SetPayment
 		&i.CaptureManual,
 		&i.CaptureBefore,
 		&i.CapturedMinor,
+		&i.UnknownAt,
 		&i.SettlementID,
 	)
 	return i, err

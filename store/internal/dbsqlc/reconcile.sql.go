@@ -14,16 +14,21 @@ import (
 )
 
 const CapturesDecided = `-- name: CapturesDecided :many
-SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor, d.decided_at::timestamptz AS decided_at,
+SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor, p.unknown_at, d.decided_at::timestamptz AS decided_at,
 coalesce((SELECT min(c.created_at) FROM payment_commands c WHERE c.payment_id = p.id), p.capture_before)::timestamptz AS sent_from
 FROM (
-  SELECT a.payment_id, q.updated_at AS decided_at FROM open_authorizations a JOIN payments q ON q.id = a.payment_id
+  SELECT a.payment_id, q.updated_at AS decided_at, false AS posted FROM open_authorizations a JOIN payments q ON q.id = a.payment_id
   WHERE 'unknown' = ANY($3::text[]) AND q.status = 'unknown' AND q.updated_at >= $1 AND q.updated_at < $2
   UNION ALL
-  SELECT CASE WHEN l.kind = 'payment' THEN l.reference::uuid END, l.created_at FROM ledger_postings l
+  SELECT q.id, q.unknown_at, false FROM payments q
+  WHERE 'succeeded' = ANY($3::text[]) AND q.capture_manual AND q.unknown_at IS NOT NULL AND q.unknown_at >= $1 AND q.unknown_at < $2
+  AND q.status = 'succeeded'
+  UNION ALL
+  SELECT CASE WHEN l.kind = 'payment' THEN l.reference::uuid END, l.created_at, true FROM ledger_postings l
   WHERE 'succeeded' = ANY($3::text[]) AND l.id >= $5 AND l.id < $6 AND l.kind = 'payment' AND l.created_at >= $1 AND l.created_at < $2
 ) d JOIN payments p ON p.id = d.payment_id
 WHERE p.capture_manual AND p.status = ANY($3::text[]) AND p.provider_reference <> '' AND p.created_at < $1
+AND NOT (d.posted AND p.unknown_at IS NOT NULL)
 AND ($4::uuid[] IS NULL OR p.merchant_id = ANY($4::uuid[]))
 ORDER BY d.decided_at, p.id
 `
@@ -59,16 +64,19 @@ type CapturesDecidedRow struct {
 	CaptureManual     bool
 	CaptureBefore     *time.Time
 	CapturedMinor     int64
+	UnknownAt         *time.Time
 	DecidedAt         time.Time
 	SentFrom          time.Time
 }
 
 // Manual payments created before $1, with a status of $3, whose capture or void was decided in
 // [$1, $2), after the authorization's day. One became unknown then (its authorization is open:
-// open_authorizations, a small table, finds it without an index on payments), or its capture
-// succeeded (its posting was written then: the postings' UUIDv7 ids, $5 and $6, bound that as
-// PaymentsCreated's do). sent_from is when the capture or void may first have been sent: its
-// first capture's or cancel's arrival, else capture_before (kasa voided it then).
+// open_authorizations, a small table, finds it without an index on payments), or became unknown
+// then and was settled as captured later (payments_manual_unknown_at), or its capture succeeded
+// (its posting was written then: the postings' UUIDv7 ids, $5 and $6, bound that as
+// PaymentsCreated's do; a posting of a capture settled after it became unknown is not when it
+// was decided). sent_from is when the capture or void may first have been sent: its first
+// capture's or cancel's arrival, else capture_before (kasa voided it then).
 func (q *Queries) CapturesDecided(ctx context.Context, arg CapturesDecidedParams) ([]CapturesDecidedRow, error) {
 	rows, err := q.db.Query(ctx, CapturesDecided,
 		arg.UpdatedAt,
@@ -107,6 +115,7 @@ func (q *Queries) CapturesDecided(ctx context.Context, arg CapturesDecidedParams
 			&i.CaptureManual,
 			&i.CaptureBefore,
 			&i.CapturedMinor,
+			&i.UnknownAt,
 			&i.DecidedAt,
 			&i.SentFrom,
 		); err != nil {
@@ -157,7 +166,7 @@ func (q *Queries) InsertReconciliationRun(ctx context.Context, arg InsertReconci
 
 const PaymentsByID = `-- name: PaymentsByID :many
 
-SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor FROM payments WHERE id = ANY($1::uuid[])
+SELECT id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor, unknown_at FROM payments WHERE id = ANY($1::uuid[])
 `
 
 // Reconciliation: payments and refunds by the references of a settlement file, the payments
@@ -193,6 +202,7 @@ func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Pay
 			&i.CaptureManual,
 			&i.CaptureBefore,
 			&i.CapturedMinor,
+			&i.UnknownAt,
 		); err != nil {
 			return nil, err
 		}
@@ -205,8 +215,9 @@ func (q *Queries) PaymentsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Pay
 }
 
 const PaymentsCreated = `-- name: PaymentsCreated :many
-SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor,
-(CASE WHEN p.status = 'succeeded' AND (p.refunded_minor > 0 OR p.capture_manual) THEN coalesce((SELECT l.created_at FROM ledger_postings l
+SELECT p.id, p.merchant_id, p.idempotency_key, p.account_id, p.amount_minor, p.currency, p.invoice_id, p.payment_type, p.status, p.failure_code, p.provider_reference, p.created_at, p.updated_at, p.charge_attempts, p.stuck_since, p.stuck_reason, p.refunded_minor, p.refund_held_minor, p.capture_manual, p.capture_before, p.captured_minor, p.unknown_at,
+(CASE WHEN p.status = 'succeeded' AND p.unknown_at IS NOT NULL THEN p.unknown_at
+  WHEN p.status = 'succeeded' AND (p.refunded_minor > 0 OR p.capture_manual) THEN coalesce((SELECT l.created_at FROM ledger_postings l
   WHERE l.kind = 'payment' AND l.reference = p.id::text), p.updated_at) ELSE p.updated_at END)::timestamptz AS decided_at
 FROM payments p
 WHERE p.id >= $5 AND p.id < $6 AND p.created_at >= $1 AND p.created_at < $2 AND p.status = ANY($3::text[])
@@ -245,6 +256,7 @@ type PaymentsCreatedRow struct {
 	CaptureManual     bool
 	CaptureBefore     *time.Time
 	CapturedMinor     int64
+	UnknownAt         *time.Time
 	DecidedAt         time.Time
 }
 
@@ -252,11 +264,12 @@ type PaymentsCreatedRow struct {
 // when the payment is created, so a range of ids ($5, $6: the day widened by idClockSkew
 // for the app's clock against the database's) is a range scan of the primary key, and
 // payments needs no index on created_at.
-// decided_at is when the payment left processing, which its settlement window runs from. An
-// unknown payment's updated_at is that (only settling it moves it again), but a refund moves a
-// succeeded one's: its payment posting, written in the transaction that made it succeed and
-// immutable, keeps the time. Only a refunded payment needs the posting read, and a manual one,
-// captured when its posting was written.
+// decided_at is when the payment left processing, which its settlement window runs to. An
+// unknown payment's updated_at is that (only settling it moves it again), and one settled later
+// keeps it as unknown_at: kasa sent nothing after it, whenever the settlement came. A refund
+// moves a succeeded one's updated_at: its payment posting, written in the transaction that made
+// it succeed and immutable, keeps the time. Only a refunded payment needs the posting read, and
+// a manual one, captured when its posting was written.
 func (q *Queries) PaymentsCreated(ctx context.Context, arg PaymentsCreatedParams) ([]PaymentsCreatedRow, error) {
 	rows, err := q.db.Query(ctx, PaymentsCreated,
 		arg.CreatedAt,
@@ -295,6 +308,7 @@ func (q *Queries) PaymentsCreated(ctx context.Context, arg PaymentsCreatedParams
 			&i.CaptureManual,
 			&i.CaptureBefore,
 			&i.CapturedMinor,
+			&i.UnknownAt,
 			&i.DecidedAt,
 		); err != nil {
 			return nil, err
