@@ -157,7 +157,7 @@ func (o *oneUnknown) RefundsByID(context.Context, []uuid.UUID) ([]payment.Refund
 func (o *oneUnknown) Refund(context.Context, uuid.UUID) (payment.Refund, error) {
 	return payment.Refund{}, payment.ErrNotFound
 }
-func (o *oneUnknown) EachRefundCreated(context.Context, time.Time, time.Time, []payment.Status, []uuid.UUID, func(payment.Refund) error) error {
+func (o *oneUnknown) EachRefundCreated(context.Context, time.Time, time.Time, []payment.Status, []uuid.UUID, func(payment.Refund, time.Time) error) error {
 	return nil
 }
 func (o *oneUnknown) CaptureInFlight(context.Context, uuid.UUID) (bool, error) { return false, nil }

@@ -31,11 +31,11 @@ type Store interface {
 	// nothing later moves (a refund moves its updated_at; settling an unknown one, its updated_at
 	// and its posting's time).
 	EachPaymentCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(p payment.Payment, decided time.Time) error) error
-	// RefundsByID, Refund and EachRefundCreated are the same for refunds; a refund's updated_at
-	// moves only with its status, so it is the time its outcome was decided.
+	// RefundsByID, Refund and EachRefundCreated are the same for refunds (a settlement of an
+	// unknown refund moves its updated_at, not the time its outcome was decided).
 	RefundsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Refund, error)
 	Refund(ctx context.Context, id uuid.UUID) (payment.Refund, error)
-	EachRefundCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Refund) error) error
+	EachRefundCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(r payment.Refund, decided time.Time) error) error
 	// CaptureInFlight says whether a manual payment's capture was sent and has not finished.
 	CaptureInFlight(ctx context.Context, paymentID uuid.UUID) (bool, error)
 	// EachCaptureDecided calls fn for every manual payment created before from, with one of the
@@ -296,8 +296,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 		for _, d := range days {
 			var err error
 			if k == refund {
-				err = r.Store.EachRefundCreated(ctx, d.Start(), d.End(), statuses, merchants, func(rf payment.Refund) error {
-					keep(refundOp(rf))
+				err = r.Store.EachRefundCreated(ctx, d.Start(), d.End(), statuses, merchants, func(rf payment.Refund, decided time.Time) error {
+					o := refundOp(rf)
+					o.decided = decided
+					keep(o)
 					return nil
 				})
 			} else {

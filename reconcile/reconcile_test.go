@@ -216,8 +216,11 @@ func (b *fakeBank) EachPaymentCreated(_ context.Context, from, to time.Time, sta
 	})
 }
 
-func (b *fakeBank) EachRefundCreated(_ context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(payment.Refund) error) error {
-	return eachCreated(b, b.refunds, refundOutcome, &b.refundsIn, from, to, statuses, merchants, fn)
+func (b *fakeBank) EachRefundCreated(_ context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID,
+	fn func(payment.Refund, time.Time) error) error {
+	return eachCreated(b, b.refunds, refundOutcome, &b.refundsIn, from, to, statuses, merchants, func(r payment.Refund) error {
+		return fn(r, r.UpdatedAt)
+	})
 }
 
 // eachCreated calls fn, outside the lock, with each of m created in [from, to) with one of

@@ -59,16 +59,18 @@ func (s *Store) RefundsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Ref
 }
 
 // EachRefundCreated is EachPaymentCreated for refunds: fn gets every refund created in [from, to)
-// whose status is one of statuses, of one of merchants (all when empty), oldest first, while the
-// rows are read (so fn must not call the store).
+// whose status is one of statuses, of one of merchants (all when empty), oldest first, with the
+// time its outcome was decided (it became unknown, or succeeded), while the rows are read (so fn
+// must not call the store).
 func (s *Store) EachRefundCreated(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID,
-	fn func(payment.Refund) error) error {
+	fn func(r payment.Refund, decided time.Time) error) error {
 	rows, err := s.pool.Query(ctx, dbsqlc.RefundsCreated, createdArgs(from, to, statuses, merchants)...)
 	if err != nil {
 		return translate(err)
 	}
 	var r dbsqlc.Refund
-	_, err = pgx.ForEachRow(rows, columns(&r), func() error { return fn(refundOf(r)) })
+	var decided time.Time
+	_, err = pgx.ForEachRow(rows, append(columns(&r), &decided), func() error { return fn(refundOf(r), decided) })
 	return translate(err)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/reconcile"
 	"github.com/kasa-pay/kasa/store"
+	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 func TestReconciliationReads(t *testing.T) {
@@ -198,7 +199,7 @@ func TestRefundReconciliationReads(t *testing.T) {
 
 	collect := func(from, to time.Time, statuses []payment.Status, merchants ...uuid.UUID) map[uuid.UUID]payment.Refund {
 		out := map[uuid.UUID]payment.Refund{}
-		require.NoError(t, db.EachRefundCreated(ctx, from, to, statuses, merchants, func(r payment.Refund) error {
+		require.NoError(t, db.EachRefundCreated(ctx, from, to, statuses, merchants, func(r payment.Refund, _ time.Time) error {
 			out[r.ID] = r
 			return nil
 		}))
@@ -218,7 +219,7 @@ func TestRefundReconciliationReads(t *testing.T) {
 
 	stop := errors.New("stop")
 	n := 0
-	require.ErrorIs(t, db.EachRefundCreated(ctx, from, to, both, []uuid.UUID{mA}, func(payment.Refund) error { n++; return stop }), stop)
+	require.ErrorIs(t, db.EachRefundCreated(ctx, from, to, both, []uuid.UUID{mA}, func(payment.Refund, time.Time) error { n++; return stop }), stop)
 	require.Equal(t, 1, n, "an error from fn stops the iteration")
 }
 
@@ -316,4 +317,54 @@ func TestReconcileSettledLaterIsMissingFromItsDay(t *testing.T) {
 func TestManualUnknownAtIndexRebuilt(t *testing.T) {
 	t.Parallel()
 	requireIndexRebuilt(t, "payments_manual_unknown_at", 34)
+}
+
+// A refund whose outcome was unknown on its day and that was settled as paid back days later
+// was decided when it became unknown, as a payment is: its day's complete file, which covers
+// refunds and does not list it, finds it missing.
+func TestReconcileRefundSettledLaterIsMissingFromItsDay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	d := reconcile.DayOf(time.Now().AddDate(0, 0, -2))
+	noon := d.Start().Add(12 * time.Hour)
+	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{Deposit: 100_000})
+	req := payment.Request{InvoiceID: "inv", AmountMinor: 10_000, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase"}
+	_, p, _, err := own.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: "pay", Request: req, OperationID: idAt(noon), Lease: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, own.Reserve(ctx, p.ID))
+	_, err = own.Finalize(ctx, p.ID, "ch_1")
+	require.NoError(t, err)
+	rreq, err := payment.ParseRefundRequest([]byte(`{"amount":"30"}`))
+	require.NoError(t, err)
+	_, r, _, err := own.BeginRefund(ctx, store.BeginRefundInput{MerchantID: m.ID, PaymentID: p.ID, Key: "refund", Request: rreq,
+		OperationID: idAt(noon.Add(time.Minute)), Lease: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, own.HoldRefund(ctx, r.ID))
+	_, err = own.MarkRefundUnknown(ctx, r.ID)
+	require.NoError(t, err)
+	// Refunds are immutable but for their progress: this database's is moved back by hand.
+	back := time.Since(noon).String()
+	require.NoError(t, own.Exec(ctx, `ALTER TABLE refunds DISABLE TRIGGER refunds_immutable`))
+	require.NoError(t, own.Exec(ctx, `UPDATE refunds SET created_at = created_at - $2::interval, updated_at = updated_at - $2::interval,
+		unknown_at = unknown_at - $2::interval WHERE id = $1`, r.ID, back))
+	require.NoError(t, own.Exec(ctx, `ALTER TABLE refunds ENABLE TRIGGER refunds_immutable`))
+	require.NoError(t, own.Exec(ctx, `UPDATE payments SET created_at = created_at - $2::interval, updated_at = updated_at - $2::interval
+		WHERE id = $1`, p.ID, back))
+	_, err = own.PostRefund(ctx, r.ID, "rf_by_hand")
+	require.NoError(t, err)
+
+	file := &reconcile.File{Typed: true, Scope: &reconcile.Scope{Merchants: []uuid.UUID{m.ID}, Charges: true, Refunds: true},
+		Lines: []reconcile.Line{{Number: 2, SettlementDate: d, ProviderChargeID: "ch_1", Reference: p.ID, AmountMinor: 10_000,
+			Currency: "TRY", Status: reconcile.StatusSettled, Type: reconcile.TypeCharge}},
+		Trailers: []reconcile.Trailer{{Day: d, Lines: 1, AsOf: d.End().Add(5 * time.Minute)}}}
+	rep, err := (&reconcile.Reconciler{Store: own}).Reconcile(ctx, file, reconcile.Options{})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Counts.Matched, "%+v", rep)
+	require.Empty(t, rep.RefundPending)
+	require.Len(t, rep.RefundMismatches, 1, "%+v", rep)
+	require.Equal(t, reconcile.KindSucceededButMissing, rep.RefundMismatches[0].Kind)
+	require.Equal(t, r.ID.String(), rep.RefundMismatches[0].RefundID)
 }

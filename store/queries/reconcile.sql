@@ -56,10 +56,12 @@ SELECT * FROM refunds WHERE id = ANY($1::uuid[]);
 
 -- name: RefundsCreated :many
 -- As PaymentsCreated: refund ids are UUIDv7 too, so the day is a range scan of the primary key.
-SELECT * FROM refunds
-WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
-AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
-ORDER BY created_at, id;
+-- A refund's updated_at moves only with its status: it is when its outcome was decided, unless
+-- it was unknown and settled since (unknown_at).
+SELECT r.*, coalesce(r.unknown_at, r.updated_at)::timestamptz AS decided_at FROM refunds r
+WHERE r.id >= $5 AND r.id < $6 AND r.created_at >= $1 AND r.created_at < $2 AND r.status = ANY($3::text[])
+AND ($4::uuid[] IS NULL OR r.merchant_id = ANY($4::uuid[]))
+ORDER BY r.created_at, r.id;
 
 -- name: InsertReconciliationRun :exec
 INSERT INTO reconciliation_runs

@@ -73,8 +73,10 @@ FOR NO KEY UPDATE OF rf;
 INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, status) VALUES ($1, $2, $3, $4, 'active');
 
 -- name: SetRefundStatus :one
+-- unknown_at is when it became unknown, kept once settled (reconciliation's window ends there).
 UPDATE refunds SET status = $2, failure_code = NULLIF($3, ''),
-provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
+provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now(),
+unknown_at = CASE WHEN $2 = 'unknown' THEN now() ELSE unknown_at END
 WHERE id = $1 AND status = ANY($5::text[])
 RETURNING *;
 

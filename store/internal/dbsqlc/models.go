@@ -79,4 +79,5 @@ type Refund struct {
 	StuckReason       *string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	UnknownAt         *time.Time
 }

@@ -360,7 +360,7 @@ func (q *Queries) ReconcileTotals(ctx context.Context) (ReconcileTotalsRow, erro
 }
 
 const RefundsByID = `-- name: RefundsByID :many
-SELECT id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at FROM refunds WHERE id = ANY($1::uuid[])
+SELECT id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at, unknown_at FROM refunds WHERE id = ANY($1::uuid[])
 `
 
 func (q *Queries) RefundsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Refund, error) {
@@ -389,6 +389,7 @@ func (q *Queries) RefundsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Refu
 			&i.StuckReason,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.UnknownAt,
 		); err != nil {
 			return nil, err
 		}
@@ -401,10 +402,10 @@ func (q *Queries) RefundsByID(ctx context.Context, dollar_1 []uuid.UUID) ([]Refu
 }
 
 const RefundsCreated = `-- name: RefundsCreated :many
-SELECT id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at FROM refunds
-WHERE id >= $5 AND id < $6 AND created_at >= $1 AND created_at < $2 AND status = ANY($3::text[])
-AND ($4::uuid[] IS NULL OR merchant_id = ANY($4::uuid[]))
-ORDER BY created_at, id
+SELECT r.id, r.payment_id, r.merchant_id, r.idempotency_key, r.account_id, r.amount_minor, r.currency, r.reason, r.status, r.failure_code, r.provider_reference, r.send_attempts, r.stuck_since, r.stuck_reason, r.created_at, r.updated_at, r.unknown_at, coalesce(r.unknown_at, r.updated_at)::timestamptz AS decided_at FROM refunds r
+WHERE r.id >= $5 AND r.id < $6 AND r.created_at >= $1 AND r.created_at < $2 AND r.status = ANY($3::text[])
+AND ($4::uuid[] IS NULL OR r.merchant_id = ANY($4::uuid[]))
+ORDER BY r.created_at, r.id
 `
 
 type RefundsCreatedParams struct {
@@ -416,8 +417,31 @@ type RefundsCreatedParams struct {
 	ID_2        uuid.UUID
 }
 
+type RefundsCreatedRow struct {
+	ID                uuid.UUID
+	PaymentID         uuid.UUID
+	MerchantID        uuid.UUID
+	IdempotencyKey    string
+	AccountID         uuid.UUID
+	AmountMinor       int64
+	Currency          string
+	Reason            *string
+	Status            string
+	FailureCode       *string
+	ProviderReference *string
+	SendAttempts      int32
+	StuckSince        *time.Time
+	StuckReason       *string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	UnknownAt         *time.Time
+	DecidedAt         time.Time
+}
+
 // As PaymentsCreated: refund ids are UUIDv7 too, so the day is a range scan of the primary key.
-func (q *Queries) RefundsCreated(ctx context.Context, arg RefundsCreatedParams) ([]Refund, error) {
+// A refund's updated_at moves only with its status: it is when its outcome was decided, unless
+// it was unknown and settled since (unknown_at).
+func (q *Queries) RefundsCreated(ctx context.Context, arg RefundsCreatedParams) ([]RefundsCreatedRow, error) {
 	rows, err := q.db.Query(ctx, RefundsCreated,
 		arg.CreatedAt,
 		arg.CreatedAt_2,
@@ -430,9 +454,9 @@ func (q *Queries) RefundsCreated(ctx context.Context, arg RefundsCreatedParams) 
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Refund
+	var items []RefundsCreatedRow
 	for rows.Next() {
-		var i Refund
+		var i RefundsCreatedRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.PaymentID,
@@ -450,6 +474,8 @@ func (q *Queries) RefundsCreated(ctx context.Context, arg RefundsCreatedParams) 
 			&i.StuckReason,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.UnknownAt,
+			&i.DecidedAt,
 		); err != nil {
 			return nil, err
 		}

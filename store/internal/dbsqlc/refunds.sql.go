@@ -62,7 +62,7 @@ func (q *Queries) FlagRefundStuck(ctx context.Context, arg FlagRefundStuckParams
 }
 
 const GetRefund = `-- name: GetRefund :one
-SELECT id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at FROM refunds WHERE id = $1
+SELECT id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at, unknown_at FROM refunds WHERE id = $1
 `
 
 func (q *Queries) GetRefund(ctx context.Context, id uuid.UUID) (Refund, error) {
@@ -85,12 +85,13 @@ func (q *Queries) GetRefund(ctx context.Context, id uuid.UUID) (Refund, error) {
 		&i.StuckReason,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.UnknownAt,
 	)
 	return i, err
 }
 
 const GetRefundByKey = `-- name: GetRefundByKey :one
-SELECT id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at FROM refunds WHERE merchant_id = $1 AND idempotency_key = $2
+SELECT id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at, unknown_at FROM refunds WHERE merchant_id = $1 AND idempotency_key = $2
 ORDER BY created_at DESC, id DESC LIMIT 1
 `
 
@@ -120,6 +121,7 @@ func (q *Queries) GetRefundByKey(ctx context.Context, arg GetRefundByKeyParams) 
 		&i.StuckReason,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.UnknownAt,
 	)
 	return i, err
 }
@@ -247,7 +249,7 @@ func (q *Queries) LockRefundedPayment(ctx context.Context, arg LockRefundedPayme
 }
 
 const PaymentRefunds = `-- name: PaymentRefunds :many
-SELECT r.id, r.payment_id, r.merchant_id, r.idempotency_key, r.account_id, r.amount_minor, r.currency, r.reason, r.status, r.failure_code, r.provider_reference, r.send_attempts, r.stuck_since, r.stuck_reason, r.created_at, r.updated_at FROM refunds r
+SELECT r.id, r.payment_id, r.merchant_id, r.idempotency_key, r.account_id, r.amount_minor, r.currency, r.reason, r.status, r.failure_code, r.provider_reference, r.send_attempts, r.stuck_since, r.stuck_reason, r.created_at, r.updated_at, r.unknown_at FROM refunds r
 WHERE r.payment_id = $1
   AND ($2::uuid IS NULL OR (r.created_at, r.id) <
        (SELECT a.created_at, a.id FROM refunds a WHERE a.id = $2 AND a.payment_id = $1))
@@ -289,6 +291,7 @@ func (q *Queries) PaymentRefunds(ctx context.Context, arg PaymentRefundsParams) 
 			&i.StuckReason,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.UnknownAt,
 		); err != nil {
 			return nil, err
 		}
@@ -373,9 +376,10 @@ func (q *Queries) ReleasePaymentRefund(ctx context.Context, arg ReleasePaymentRe
 
 const SetRefundStatus = `-- name: SetRefundStatus :one
 UPDATE refunds SET status = $2, failure_code = NULLIF($3, ''),
-provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now()
+provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now(),
+unknown_at = CASE WHEN $2 = 'unknown' THEN now() ELSE unknown_at END
 WHERE id = $1 AND status = ANY($5::text[])
-RETURNING id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at
+RETURNING id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at, unknown_at
 `
 
 type SetRefundStatusParams struct {
@@ -386,6 +390,7 @@ type SetRefundStatusParams struct {
 	Column5 []string
 }
 
+// unknown_at is when it became unknown, kept once settled (reconciliation's window ends there).
 func (q *Queries) SetRefundStatus(ctx context.Context, arg SetRefundStatusParams) (Refund, error) {
 	row := q.db.QueryRow(ctx, SetRefundStatus,
 		arg.ID,
@@ -412,6 +417,7 @@ func (q *Queries) SetRefundStatus(ctx context.Context, arg SetRefundStatusParams
 		&i.StuckReason,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.UnknownAt,
 	)
 	return i, err
 }
