@@ -368,3 +368,90 @@ func TestReconcileRefundSettledLaterIsMissingFromItsDay(t *testing.T) {
 	require.Equal(t, reconcile.KindSucceededButMissing, rep.RefundMismatches[0].Kind)
 	require.Equal(t, r.ID.String(), rep.RefundMismatches[0].RefundID)
 }
+
+// Migrations 34 and 35 give the payments and refunds unknown before them the time they became
+// unknown, their updated_at; nothing else.
+func TestUnknownAtMigrationsFillTheUnknown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{Deposit: 100_000})
+	begin := func(key string, manual bool) payment.Payment {
+		req := payment.Request{InvoiceID: key, AmountMinor: 1_000, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase", CaptureManual: manual}
+		_, p, _, err := own.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: key, Request: req, OperationID: payment.NewID(),
+			Lease: time.Minute, CaptureWindow: time.Hour})
+		require.NoError(t, err)
+		require.NoError(t, own.Reserve(ctx, p.ID))
+		return p
+	}
+	auto := begin("auto", false)
+	_, err = own.MarkUnknown(ctx, auto.ID)
+	require.NoError(t, err)
+	manual := begin("manual", true)
+	_, err = own.Authorized(ctx, manual.ID, "au_1")
+	require.NoError(t, err)
+	_, err = own.MarkUnknown(ctx, manual.ID)
+	require.NoError(t, err)
+	paid := begin("paid", false)
+	_, err = own.Finalize(ctx, paid.ID, "ch_1")
+	require.NoError(t, err)
+	rreq, err := payment.ParseRefundRequest([]byte(`{"amount":"1"}`))
+	require.NoError(t, err)
+	_, rf, _, err := own.BeginRefund(ctx, store.BeginRefundInput{MerchantID: m.ID, PaymentID: paid.ID, Key: "r", Request: rreq,
+		OperationID: payment.NewID(), Lease: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, own.HoldRefund(ctx, rf.ID))
+	_, err = own.MarkRefundUnknown(ctx, rf.ID)
+	require.NoError(t, err)
+
+	require.NoError(t, own.Exec(ctx, `UPDATE payments SET unknown_at = NULL`))
+	require.NoError(t, own.Exec(ctx, `UPDATE refunds SET unknown_at = NULL`))
+	require.NoError(t, own.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id >= 34`))
+	again, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer again.Close()
+	filled := func(table string, id uuid.UUID) bool {
+		var ok bool
+		require.NoError(t, again.QueryRow(ctx, `SELECT unknown_at IS NOT DISTINCT FROM updated_at AND unknown_at IS NOT NULL FROM `+table+` WHERE id = $1`,
+			[]any{id}, &ok))
+		return ok
+	}
+	require.True(t, filled("payments", auto.ID))
+	require.True(t, filled("payments", manual.ID), "its capture is unknown")
+	require.True(t, filled("refunds", rf.ID))
+	var n int
+	require.NoError(t, again.QueryRow(ctx, `SELECT count(*) FROM payments WHERE unknown_at IS NOT NULL`, nil, &n))
+	require.Equal(t, 2, n, "the succeeded one has none")
+}
+
+// An authorization whose answer was lost and that was found later waits for its capture again:
+// its capture is a new step, decided when it is posted, not when the authorization was unknown.
+func TestFoundAuthorizationIsDecidedByItsCapture(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	req := payment.Request{InvoiceID: "found", AmountMinor: 1_000, Currency: "TRY", AccountID: aID, PaymentType: "purchase", CaptureManual: true}
+	_, p, _, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: "found", Request: req, OperationID: payment.NewID(),
+		Lease: time.Minute, CaptureWindow: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, db.Reserve(ctx, p.ID))
+	_, err = db.MarkUnknown(ctx, p.ID)
+	require.NoError(t, err)
+	require.NoError(t, db.Exec(ctx, `UPDATE payments SET unknown_at = unknown_at - interval '1 hour' WHERE id = $1`, p.ID))
+	_, err = db.Authorized(ctx, p.ID, "au_1")
+	require.NoError(t, err)
+	_, err = db.Captured(ctx, p.ID, 1_000, "au_1", uuid.Nil)
+	require.NoError(t, err)
+	day := time.Now().UTC().Truncate(24 * time.Hour)
+	n := 0
+	require.NoError(t, db.EachPaymentCreated(ctx, day.Add(-24*time.Hour), day.Add(48*time.Hour), []payment.Status{payment.StatusSucceeded},
+		[]uuid.UUID{mID}, func(_ payment.Payment, decided time.Time) error {
+			n++
+			require.WithinDuration(t, time.Now(), decided, 5*time.Second, "decided when captured")
+			return nil
+		}))
+	require.Equal(t, 1, n)
+}
