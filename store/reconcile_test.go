@@ -313,10 +313,10 @@ func TestReconcileSettledLaterIsMissingFromItsDay(t *testing.T) {
 	}
 }
 
-// Migration 00034 run again (its index left invalid by a build that failed) builds the index again.
+// Migration 00035 run again (its index left invalid by a build that failed) builds the index again.
 func TestManualUnknownAtIndexRebuilt(t *testing.T) {
 	t.Parallel()
-	requireIndexRebuilt(t, "payments_manual_unknown_at", 34)
+	requireIndexRebuilt(t, "payments_manual_unknown_at", 35)
 }
 
 // A refund whose outcome was unknown on its day and that was settled as paid back days later
@@ -369,7 +369,7 @@ func TestReconcileRefundSettledLaterIsMissingFromItsDay(t *testing.T) {
 	require.Equal(t, r.ID.String(), rep.RefundMismatches[0].RefundID)
 }
 
-// Migrations 34 and 35 give the payments and refunds unknown before them the time they became
+// Migration 34 gives the payments and refunds unknown before it the time they became
 // unknown, their updated_at; nothing else.
 func TestUnknownAtMigrationsFillTheUnknown(t *testing.T) {
 	t.Parallel()
