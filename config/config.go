@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -299,6 +301,9 @@ func Load() (Config, error) {
 			*addr = ""
 		}
 	}
+	// The bank's URL is a base the paths are appended to: "https://bank/" means "https://bank",
+	// where "//v1/charges" would be answered with a redirect, never with the charge.
+	c.Provider.URL = strings.TrimRight(c.Provider.URL, "/")
 	return c, c.Validate()
 }
 
@@ -332,6 +337,9 @@ func (c Config) Validate() error {
 	}
 	if c.Provider.ChargeBudget < c.Provider.ChargeTimeout {
 		errs = append(errs, fmt.Errorf("provider.charge_budget (%s) must be at least provider.charge_timeout (%s)", c.Provider.ChargeBudget, c.Provider.ChargeTimeout))
+	}
+	if err := checkProviderURL(c.Provider.URL); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Provider.BookingWindow <= 0 {
 		errs = append(errs, fmt.Errorf("provider.booking_window (KASA_PROVIDER_BOOKING_WINDOW) must be positive, got %s", c.Provider.BookingWindow))
@@ -397,6 +405,7 @@ func (c Config) Validate() error {
 	if c.Verify.Interval < 0 {
 		errs = append(errs, fmt.Errorf("verify.interval must be 0 (off) or more, got %s", c.Verify.Interval))
 	}
+	errs = append(errs, c.validateListeners()...)
 	if c.Data.Dir == "" {
 		errs = append(errs, errors.New("data.dir must not be empty"))
 	}
@@ -404,6 +413,64 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("idempotency.retention (KASA_IDEMPOTENCY_RETENTION) must be at least %s, got %s", MinIdempotencyRetention, c.Idempotency.Retention))
 	}
 	return errors.Join(errs...)
+}
+
+// checkProviderURL refuses a provider.url kasa cannot call: a worker would start and find every
+// charge ambiguous, parking each payment unknown. Unset is checked where it matters (CheckProvider).
+func checkProviderURL(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.RawQuery == "" && !u.ForceQuery && u.Fragment == "" {
+		return nil
+	}
+	shown := raw
+	if err == nil {
+		shown = u.Redacted() // a password in it stays out of the logs
+	}
+	return fmt.Errorf("provider.url (KASA_PROVIDER_URL) must be the bank's http or https base URL, such as https://bank.example/api, got %q", shown)
+}
+
+// validateListeners checks the ports and addresses kasa's processes listen on, so that a bad one
+// is refused at start rather than after PostgreSQL, Temporal or the database were reached.
+func (c Config) validateListeners() []error {
+	var errs []error
+	for _, p := range []struct {
+		key, env string
+		port     int
+	}{
+		{"postgres.port", "KASA_POSTGRES_PORT", c.Postgres.Port},
+		{"temporal.port", "KASA_TEMPORAL_PORT", c.Temporal.Port},
+		{"temporal.ui_port", "KASA_TEMPORAL_UI_PORT", c.Temporal.UIPort},
+	} {
+		if p.port < 0 || p.port > 65535 {
+			errs = append(errs, fmt.Errorf("%s (%s) must be a port from 0 to 65535, got %d", p.key, p.env, p.port))
+		}
+	}
+	for _, a := range []struct {
+		key, env, addr string
+		off            bool // "" turns it off
+	}{
+		{"api.addr", "KASA_API_ADDR", c.API.Addr, false},
+		{"banksim.addr", "KASA_BANKSIM_ADDR", c.Banksim.Addr, false},
+		{"metrics.addr", "KASA_METRICS_ADDR", c.MetricsListen(), true},
+		{"worker.metrics_addr", "KASA_WORKER_METRICS_ADDR", c.Worker.MetricsAddr, true},
+		{"relay.metrics_addr", "KASA_RELAY_METRICS_ADDR", c.Relay.MetricsAddr, true},
+		{"debug.pprof_addr", "KASA_DEBUG_PPROF_ADDR", c.Debug.PprofAddr, true},
+	} {
+		if a.addr == "" && a.off {
+			continue
+		}
+		_, port, err := net.SplitHostPort(a.addr)
+		if err == nil {
+			_, err = net.LookupPort("tcp", port)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s (%s) must be host:port, such as 127.0.0.1:8080, got %q", a.key, a.env, a.addr))
+		}
+	}
+	return errs
 }
 
 // MinIdempotencyRetention is the shortest idempotency-record retention: below a second a key

@@ -127,6 +127,23 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 		{"previous secret key not hex", "KASA_SECRET_KEY_PREVIOUS", map[string]string{"KASA_SECRET_KEY": strings.Repeat("ab", 32), "KASA_SECRET_KEY_PREVIOUS": "xyz"}},
 		{"previous secret key is the key", "KASA_SECRET_KEY_PREVIOUS", map[string]string{"KASA_SECRET_KEY": strings.Repeat("ab", 32), "KASA_SECRET_KEY_PREVIOUS": strings.Repeat("AB", 32)}},
 		{"previous secret key without a key", "KASA_SECRET_KEY_PREVIOUS", map[string]string{"KASA_SECRET_KEY_PREVIOUS": strings.Repeat("ab", 32)}},
+		// A bank URL kasa cannot call would start a worker whose every charge is ambiguous.
+		{"provider url without a scheme", "KASA_PROVIDER_URL", map[string]string{"KASA_PROVIDER_URL": "bank.example"}},
+		{"provider url not http", "KASA_PROVIDER_URL", map[string]string{"KASA_PROVIDER_URL": "ftp://bank.example"}},
+		{"provider url without a host", "KASA_PROVIDER_URL", map[string]string{"KASA_PROVIDER_URL": "http:///v1"}},
+		{"provider url with a query", "KASA_PROVIDER_URL", map[string]string{"KASA_PROVIDER_URL": "https://bank.example/api?v=2"}},
+		// A port out of range would start PostgreSQL before Temporal's port failed to bind.
+		{"postgres port out of range", "KASA_POSTGRES_PORT", map[string]string{"KASA_POSTGRES_PORT": "65536"}},
+		{"negative postgres port", "KASA_POSTGRES_PORT", map[string]string{"KASA_POSTGRES_PORT": "-1"}},
+		{"temporal port out of range", "KASA_TEMPORAL_PORT", map[string]string{"KASA_TEMPORAL_PORT": "70000"}},
+		{"temporal ui port negative", "KASA_TEMPORAL_UI_PORT", map[string]string{"KASA_TEMPORAL_UI_PORT": "-8233"}},
+		// An address no listener can take is refused at start, not after the database is reached.
+		{"api address without a port", "KASA_API_ADDR", map[string]string{"KASA_API_ADDR": "localhost"}},
+		{"simulator port out of range", "KASA_BANKSIM_ADDR", map[string]string{"KASA_BANKSIM_ADDR": "127.0.0.1:99999"}},
+		{"metrics address a URL", "KASA_METRICS_ADDR", map[string]string{"KASA_METRICS_ADDR": "http://127.0.0.1:9100"}},
+		{"worker metrics address without a port", "KASA_WORKER_METRICS_ADDR", map[string]string{"KASA_WORKER_METRICS_ADDR": "127.0.0.1"}},
+		{"relay metrics address badly written", "KASA_RELAY_METRICS_ADDR", map[string]string{"KASA_RELAY_METRICS_ADDR": "127.0.0.1:80:80"}},
+		{"pprof address without a port", "KASA_DEBUG_PPROF_ADDR", map[string]string{"KASA_DEBUG_PPROF_ADDR": "6060"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Chdir(t.TempDir())
@@ -367,4 +384,39 @@ func TestLoadTakesAZeroDurationFromTheFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, c.Verify.Interval)
 	require.Zero(t, c.Backlog.MaxWait)
+}
+
+// The bank's URL is a base: a trailing slash would make every path kasa calls start with "//",
+// which the simulator (like many servers) answers with a redirect, never with the charge.
+func TestLoadProviderURL(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{
+		{"", ""},
+		{"http://127.0.0.1:8090", "http://127.0.0.1:8090"},
+		{"http://127.0.0.1:8090/", "http://127.0.0.1:8090"},
+		{"https://bank.example/api//", "https://bank.example/api"},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Chdir(t.TempDir())
+			t.Setenv("KASA_PROVIDER_URL", tc.env)
+			c, err := Load()
+			require.NoError(t, err)
+			require.Equal(t, tc.want, c.Provider.URL)
+		})
+	}
+}
+
+// The ports and addresses that take a 0 (a free port) or a special value accept them.
+func TestLoadAcceptsPortsAndAddresses(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for k, v := range map[string]string{
+		"KASA_POSTGRES_PORT": "0", "KASA_TEMPORAL_PORT": "65535", "KASA_TEMPORAL_UI_PORT": "0",
+		"KASA_API_ADDR": ":0", "KASA_BANKSIM_ADDR": "[::1]:8090", "KASA_METRICS_ADDR": "localhost:9100",
+		"KASA_WORKER_METRICS_ADDR": "off", "KASA_RELAY_METRICS_ADDR": "0.0.0.0:8092", "KASA_DEBUG_PPROF_ADDR": "127.0.0.1:6060",
+	} {
+		t.Setenv(k, v)
+	}
+	c, err := Load()
+	require.NoError(t, err)
+	require.Equal(t, "[::1]:8090", c.Banksim.Addr)
+	require.Empty(t, c.Worker.MetricsAddr)
 }
