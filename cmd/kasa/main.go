@@ -87,6 +87,12 @@ func main() {
 		fmt.Print(usage())
 		return
 	}
+	// A command kasa does not have is named as such, whatever follows it or the configuration.
+	run, ok := commands[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "kasa: unknown command %q\n\n%s", os.Args[1], usage())
+		os.Exit(2)
+	}
 	if len(os.Args) > 2 && !takesArgs[os.Args[1]] {
 		if os.Args[2] == "-h" || os.Args[2] == "--help" {
 			fmt.Print(usage())
@@ -109,11 +115,6 @@ func main() {
 		stop() // a second signal ends the process at once; its children stop with it (parent-death signal)
 	}()
 
-	run, ok := commands[os.Args[1]]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "kasa: unknown command %q\n\n%s", os.Args[1], usage())
-		os.Exit(2)
-	}
 	if cfg.Debug.PprofAddr != "" {
 		// Profiles on demand (go tool pprof http://ADDR/debug/pprof/profile): off unless asked for,
 		// and never on the API's own listener.

@@ -82,3 +82,39 @@ func TestCommandsWithoutArgumentsRefuseThem(t *testing.T) {
 		require.Contains(t, out, "kasa "+c+" takes no arguments", c)
 	}
 }
+
+// A setting kasa cannot use ends every command at once with status 2, naming it, before the
+// command waits for or starts anything; a command kasa does not have is named as such first,
+// whatever its arguments or the configuration.
+func TestBadSettingsAndUnknownCommandsExit2(t *testing.T) {
+	bin := testkit.KasaBinary(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  []string
+		want string
+	}{
+		{"worker with a bank URL it cannot call", []string{"worker"}, []string{"KASA_PROVIDER_URL", "bank.example"}, "KASA_PROVIDER_URL"},
+		{"api on an address without a port", []string{"api"}, []string{"KASA_API_ADDR", "localhost"}, "KASA_API_ADDR"},
+		{"dev with Temporal's port out of range", []string{"dev"}, []string{"KASA_TEMPORAL_PORT", "70000"}, "KASA_TEMPORAL_PORT"},
+		{"unknown command with arguments", []string{"nosuch", "--flag"}, nil, `kasa: unknown command "nosuch"`},
+		{"unknown command with a bad setting", []string{"nosuch"}, []string{"KASA_LOG_LEVEL", "verbose"}, `kasa: unknown command "nosuch"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			dir := t.TempDir()
+			cmd := exec.CommandContext(ctx, bin, tc.args...)
+			cmd.Env = kasaEnv(append([]string{"KASA_DATA_DIR", dir,
+				"KASA_DATABASE_URL", "postgres://kasa@127.0.0.1:1/kasa?sslmode=disable", "KASA_TEMPORAL_ADDRESS", "127.0.0.1:1",
+				"KASA_SECRET_KEY", strings.Repeat("0", 63) + "1", "KASA_ADMIN_TOKEN", strings.Repeat("a", 40)}, tc.env...)...)
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, ctx.Err(), "still running after 20 s:\n%s", out)
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "%s", out)
+			require.Equal(t, 2, exit.ExitCode(), "%s", out)
+			require.Contains(t, string(out), tc.want)
+			require.NoDirExists(t, filepath.Join(dir, "postgres"), "nothing started")
+		})
+	}
+}
