@@ -21,13 +21,13 @@ import (
 const reconcileUsage = `usage: kasa reconcile [--dry-run] [--json] [--date YYYY-MM-DD]... [--merchant <id>... | --all-merchants] <settlement.csv | ->
 
 Matches a provider settlement file (settlement_date,provider_charge_id,reference,amount,currency,status
-and optionally a seventh column type, charge or refund; then a trailer line per day:
-trailer,<day>,<lines>,<as_of>) to kasa's payments (charge lines) and refunds (refund lines): settles
-unknown ones (charged / refunded when listed; not charged / not refunded when the file's trailer proves
-it complete for their day, past the booking window, their merchant is in the declared scope, and it
-does not list them) and reports every mismatch without changing it. The scope is declared here
-(--merchant, --all-merchants) or by the file's row scope,<all | merchant ids>,<charge | refund |
-charge refund>; with neither, nothing unlisted is released. Refunds are covered only when the
+and optionally a seventh column type, charge, refund or capture; then a trailer line per day:
+trailer,<day>,<lines>,<as_of>) to kasa's payments (charge and capture lines) and refunds (refund
+lines): settles unknown ones (charged / refunded when listed; not charged / not refunded when the
+file's trailer proves it complete for their day, past the booking window, their merchant is in the
+declared scope, and it does not list them) and reports every mismatch without changing it. The scope is
+declared here (--merchant, --all-merchants) or by the file's row scope,<all | merchant ids>,<charge |
+refund | charge refund>; with neither, nothing unlisted is released. Refunds are covered only when the
 file's scope row says so. A reference listed twice is a charged_twice mismatch.
 
   --dry-run          report what the import would do; settle nothing, record nothing
