@@ -79,6 +79,11 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) (err e
 		}
 		cfg.Admin.Token = state.AdminToken
 	}
+	// Its APIs refuse tokens anyone could guess (kasa api): refused here, before anything starts
+	// around them.
+	if err := cfg.CheckAdminToken(); err != nil {
+		return err
+	}
 	if cfg.Secret.Key == "" {
 		if state.SecretKey == "" {
 			state.SecretKey = randomHex(32)
