@@ -865,7 +865,7 @@ func TestProcessesStopCleanlyWhileWaitingForTheDatabase(t *testing.T) {
 			"KASA_SECRET_KEY":   strings.Repeat("ab", 32), "KASA_ADMIN_TOKEN": strings.Repeat("t", 40),
 			"KASA_TEMPORAL_ADDRESS": "127.0.0.1:1", "KASA_NATS_URL": "nats://127.0.0.1:1", "KASA_API_ADDR": "127.0.0.1:0",
 			"KASA_PROVIDER_URL": "http://127.0.0.1:1", // a worker without one refuses to start (config.ErrNoProvider)
-			"KASA_METRICS_ADDR": "off", "KASA_WORKER_METRICS_ADDR": "off", "KASA_RELAY_METRICS_ADDR": "off",
+			"KASA_METRICS_ADDR": "api", "KASA_WORKER_METRICS_ADDR": "off", "KASA_RELAY_METRICS_ADDR": "off",
 			"KASA_DATA_DIR": filepath.Join(dir, cmd),
 		})
 		p := startProc(t, dir, bin, cmd, env, cmd)
