@@ -295,6 +295,9 @@ func Load() (Config, error) {
 	if err := v.Unmarshal(&c, strict); err != nil {
 		return Config{}, fmt.Errorf("parse config: %w", err)
 	}
+	if err := misspeltVariables(os.Environ(), v.AllKeys()); err != nil {
+		return Config{}, err
+	}
 	// An empty variable reads as unset (its default), so a listener is turned off by name.
 	for _, addr := range []*string{&c.Worker.MetricsAddr, &c.Relay.MetricsAddr, &c.Debug.PprofAddr} {
 		if *addr == MetricsOff {
@@ -305,6 +308,54 @@ func Load() (Config, error) {
 	// where "//v1/charges" would be answered with a redirect, never with the charge.
 	c.Provider.URL = strings.TrimRight(c.Provider.URL, "/")
 	return c, c.Validate()
+}
+
+// misspeltVariables refuses a KASA_ variable that names no setting but nearly names one (two
+// edits or fewer): viper reads only the settings' own names, so a typo would leave its setting at
+// the default, as a misspelt key in the file would. Others (the compose file's passwords) pass.
+func misspeltVariables(environ, keys []string) error {
+	settings := make([]string, 0, len(keys))
+	for _, k := range keys {
+		settings = append(settings, "KASA_"+strings.ToUpper(strings.ReplaceAll(k, ".", "_")))
+	}
+	slices.Sort(settings)
+	var errs []error
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "KASA_") || name == "KASA_CONFIG" {
+			continue
+		}
+		if _, known := slices.BinarySearch(settings, name); known {
+			continue
+		}
+		for _, s := range settings {
+			if editDistance(name, s) <= 2 {
+				errs = append(errs, fmt.Errorf("%s is not a setting: did you mean %s? (docs/operations.md lists them)", name, s))
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // durationWithUnit refuses a bare number for a duration: a YAML number would otherwise be read as

@@ -356,6 +356,39 @@ func TestLoadRefusesAnUnknownKeyInTheFile(t *testing.T) {
 	require.Contains(t, err.Error(), "capabilty")
 }
 
+// A misspelt variable is refused as a misspelt key in the file is: KASA_PROVIDER_CAPABILTY=none
+// must not leave a bank without idempotency treated as idempotent. Variables that are no setting
+// and near none (the compose file's passwords, the tests' own) are left alone.
+func TestLoadRefusesAMisspeltVariable(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{
+		{"KASA_PROVIDER_CAPABILTY", "KASA_PROVIDER_CAPABILITY"},
+		{"KASA_IDEMPOTENCY_RETENTON", "KASA_IDEMPOTENCY_RETENTION"},
+		{"KASA_PROVIDER_BOOKINGWINDOW", "KASA_PROVIDER_BOOKING_WINDOW"},
+		{"KASA_DATABASE_ULR", "KASA_DATABASE_URL"},
+		{"KASA_CAPTURE_WINDWO", "KASA_CAPTURE_WINDOW"},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Chdir(t.TempDir())
+			t.Setenv(tc.env, "none")
+			_, err := Load()
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.env)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+	t.Run("not settings", func(t *testing.T) {
+		t.Chdir(t.TempDir())
+		for _, env := range []string{"KASA_DB_APP_PASSWORD", "KASA_DB_OWNER_PASSWORD", "KASA_TEMPORAL_DB_PASSWORD", "KASA_POSTGRES_PASSWORD",
+			"KASA_UI_PASSWORD", "KASA_GRAFANA_PASSWORD", "KASA_PUBLISH_IP", "KASA_TEMPORAL_CLI", "KASA_TEMPORAL_SERVER",
+			"KASA_TEST_DATABASE_URL", "KASA_TEST_TEMPORAL_ADDRESS", "KASA_HOT_ACCOUNT_BENCH", "KASA_UI_SCREENSHOT", "KASA_CONFIG"} {
+			t.Setenv(env, "x")
+		}
+		t.Setenv("KASA_CONFIG", "")
+		_, err := Load()
+		require.NoError(t, err)
+	})
+}
+
 func TestValidateRefusesABadLogLevel(t *testing.T) {
 	t.Chdir(t.TempDir())
 	t.Setenv("KASA_LOG_LEVEL", "verbose")
