@@ -69,6 +69,9 @@ var ClaimCandidates = claimCandidates
 // QueryPurgeDeliveries is retention's statement for webhook deliveries, for plan tests.
 var QueryPurgeDeliveries = dbsqlc.PurgeDeliveries
 
+// QueryRedeliver is the redelivery statement, for tests that hold it in a transaction.
+var QueryRedeliver = dbsqlc.Redeliver
+
 // QueryClaimMerchantDeliveries is the claim merchant by merchant, for plan tests.
 var QueryClaimMerchantDeliveries = queryClaimMerchantDeliveries
 

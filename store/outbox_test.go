@@ -550,6 +550,52 @@ func TestPurgeEventsInBatches(t *testing.T) {
 	publishAll(t)
 }
 
+// A redelivery that commits while retention is deleting its (finished, old) delivery keeps it:
+// the operator was answered 202 pending, so the merchant is owed the send. Retention picks its
+// rows from a snapshot taken before the redelivery, and waits for its row lock.
+func TestRetentionSparesADeliveryRedeliveredMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	settle(t, mID, aID, false)
+	accepted(t)
+	got := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, got, 1)
+	status, _, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: 1, StartedAt: time.Now(),
+		StatusCode: 500, Error: "HTTP 500", RetryIn: time.Second, RetryFor: time.Millisecond})
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryFailed, status)
+
+	conn, err := pgx.Connect(ctx, env.DatabaseURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, store.QueryRedeliver, got[0].ID)
+	require.NoError(t, err)
+
+	purged := make(chan error, 1)
+	go func() {
+		_, err := db.PurgeEvents(ctx, 0, 1000)
+		purged <- err
+	}()
+	// The deletion of the deliveries waits for the redelivery's row lock.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM webhook_deliveries%')`, nil, &waiting))
+		return waiting
+	}, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-purged)
+
+	d, err := db.Delivery(ctx, got[0].ID)
+	require.NoError(t, err, "the redelivered delivery is still there")
+	require.Equal(t, store.DeliveryPending, d.Status)
+	again := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, again, 1, "and is sent")
+}
+
 // Retention runs inline in the relay's loop, every 10 minutes: its pass over the deliveries reads
 // the finished rows old enough to go through an index, not the whole table, even when there is
 // nothing to delete (2 M recent deliveries took 0.8 s a pass read whole). Planned for the values

@@ -4,10 +4,13 @@
 -- name: PurgeDeliveries :execrows
 -- Finished deliveries only: a pending one is still owed to the merchant. Attempts cascade. A
 -- row last changed before the cutoff was created before it too: that condition reads the
--- webhook_deliveries_finished index (migration 32) instead of the whole table.
+-- webhook_deliveries_finished index (migration 32) instead of the whole table. The status is
+-- checked again on the row deleted: one redelivered after the subquery's snapshot (pending
+-- again, owed to the merchant) is rechecked once its lock is released, and kept.
 DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries
 WHERE status IN ('delivered', 'failed', 'skipped') AND created_at < now() - $1::float8 * interval '1 second'
-  AND updated_at < now() - $1::float8 * interval '1 second' LIMIT $2);
+  AND updated_at < now() - $1::float8 * interval '1 second' LIMIT $2)
+  AND status IN ('delivered', 'failed', 'skipped') AND updated_at < now() - $1::float8 * interval '1 second';
 
 -- name: InsertAttempt :exec
 INSERT INTO webhook_attempts (id, delivery_id, attempt, started_at, duration_ms, status_code, error)
