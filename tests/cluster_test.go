@@ -379,6 +379,25 @@ func TestClusterRestartsItsPostgresAndTemporalServer(t *testing.T) {
 	c.stop(t, descendants(c.p.pid()))
 }
 
+// `kasa cluster` alone is SIGKILLed and started again at once on its data directory, as a
+// supervisor would: every child of the first goes (they stop on their parent's death), and the
+// new start waits for them, its Temporal Server's among them, rather than refusing the directory.
+func TestClusterStartsAgainAtOnceAfterItAloneIsKilled(t *testing.T) {
+	t.Parallel()
+	first := startCluster(t)
+	children := descendants(first.p.pid())
+	require.GreaterOrEqual(t, len(children), 8, "postgres, temporal, nats, banksim, 2 workers, relay, 2 APIs")
+	first.p.kill()
+
+	again := startClusterIn(t, first.data, nil)
+	for _, pid := range children {
+		require.False(t, alive(pid), "child %d of the killed kasa cluster still runs", pid)
+	}
+	_, err := again.pay(again.apis[0], "after-launcher-kill")
+	require.NoError(t, err)
+	again.stop(t, descendants(again.p.pid()))
+}
+
 // A child that does not stop on SIGTERM (here: stopped by SIGSTOP) is killed after its grace
 // period, and kasa cluster then exits non-zero, naming it.
 func TestClusterExitsNonZeroWhenAChildIsKilledOnStop(t *testing.T) {

@@ -184,7 +184,7 @@ func StartTemporalServer(ctx context.Context, pg *Postgres, o TemporalServerOpti
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := refuseLiveServer(o.Dir); err != nil {
+	if err := refuseLiveServer(ctx, o.Dir); err != nil {
 		return nil, err
 	}
 	setupStart := time.Now()
@@ -246,7 +246,7 @@ func (s *TemporalServer) Restart(ctx context.Context) error {
 	if !s.stopped {
 		return errors.New("temporal server: restart of a running server")
 	}
-	if err := refuseLiveServer(s.opts.Dir); err != nil {
+	if err := refuseLiveServer(ctx, s.opts.Dir); err != nil {
 		return err
 	}
 	return s.start(ctx)
@@ -423,11 +423,15 @@ func (s *TemporalServer) probe(ctx context.Context, c client.Client) error {
 	return err
 }
 
-// refuseLiveServer fails when a server runs on dir: one whose parent was killed outlives it
-// (and its supervisor may have started it again since), and two servers on the same databases
-// would take each other's shards.
-func refuseLiveServer(dir string) error {
-	if pids := PIDsMentioning(" --root " + dir + " "); len(pids) > 0 {
+// refuseLiveServer fails when a server runs on dir (its supervisor may have started it again
+// since a crash): two servers on the same databases would take each other's shards. One whose
+// launcher was killed a moment ago is still stopping on its parent's death: it gets ExitGrace.
+func refuseLiveServer(ctx context.Context, dir string) error {
+	var pids []int
+	if _, err := poll(ctx, ExitGrace, func() bool { pids = PIDsMentioning(" --root " + dir + " "); return len(pids) == 0 }); err != nil {
+		return err
+	}
+	if len(pids) > 0 {
 		return fmt.Errorf("Temporal Server (pid %d) is already running on %s: stop it (kill %d) and start again", pids[0], dir, pids[0])
 	}
 	return nil
