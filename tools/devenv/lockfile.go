@@ -130,7 +130,9 @@ func waitDetached(ctx context.Context, pidFile string) error {
 	if err != nil {
 		return err
 	}
-	var key, id int64
+	// Postgres writes the key, a key_t (int), as an unsigned long: one above 2^31 as 2^64 - n.
+	var key uint64
+	var id int64
 	if lines := strings.Split(string(b), "\n"); len(lines) < 7 {
 		return nil // the server died before it made its shared memory
 	} else if _, err := fmt.Sscan(lines[6], &key, &id); err != nil {
@@ -138,7 +140,7 @@ func waitDetached(ctx context.Context, pidFile string) error {
 	}
 	var n int
 	var serr error
-	gone, err := poll(ctx, 10*time.Second, func() bool { n, serr = shmAttached(id); return serr != nil || n == 0 })
+	gone, err := poll(ctx, 10*time.Second, func() bool { n, serr = shmAttached(int32(key), id); return serr != nil || n == 0 })
 	if err != nil {
 		return err
 	}
@@ -148,16 +150,17 @@ func waitDetached(ctx context.Context, pidFile string) error {
 	return fmt.Errorf("%d processes of a killed PostgreSQL server still use its shared memory (id %d): stop the postgres processes working in %s", n, id, filepath.Dir(pidFile))
 }
 
-// shmAttached counts the processes attached to the shared memory segment id (0 once it is gone).
-func shmAttached(id int64) (int, error) {
+// shmAttached counts the processes attached to the shared memory segment key and id (0 once it
+// is gone). An id is reused once its segment is gone: under another key it is not the server's.
+func shmAttached(key int32, id int64) (int, error) {
 	b, err := os.ReadFile("/proc/sysvipc/shm")
 	if err != nil {
 		return 0, err
 	}
-	want := strconv.FormatInt(id, 10)
+	wantKey, wantID := strconv.FormatInt(int64(key), 10), strconv.FormatInt(id, 10)
 	for _, line := range strings.Split(string(b), "\n") {
-		// key shmid perms size cpid lpid nattch ...
-		if f := strings.Fields(line); len(f) > 6 && f[1] == want {
+		// key shmid perms size cpid lpid nattch ... (the key signed, as the kernel's key_t)
+		if f := strings.Fields(line); len(f) > 6 && f[0] == wantKey && f[1] == wantID {
 			return strconv.Atoi(f[6])
 		}
 	}

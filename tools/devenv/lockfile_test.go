@@ -87,7 +87,7 @@ func TestWaitDetached(t *testing.T) {
 	t.Cleanup(func() { _, _, _ = syscall.Syscall(syscall.SYS_SHMCTL, id, ipcRmid, 0) })
 	addr, _, errno := syscall.Syscall(syscall.SYS_SHMAT, id, 0, 0)
 	require.Zero(t, errno)
-	n, err := shmAttached(int64(id))
+	n, err := shmAttached(0, int64(id))
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 
@@ -124,4 +124,56 @@ func TestLockDir(t *testing.T) {
 	unlock, err = LockDir(path, "kasa dev")
 	require.NoError(t, err)
 	unlock()
+}
+
+// postmaster.pid names a segment by key and id. A segment with the id under another key is
+// another owner's (ids are reused, after a reboot say): the start does not wait for it, as
+// postgres itself would not. A key above 2^31 is negative to the kernel (key_t is an int), and
+// postgres writes it as an unsigned long: the same segment, waited for.
+func TestWaitDetachedNamesTheSegmentByKey(t *testing.T) {
+	const ipcCreat, ipcExcl, ipcRmid = 0o1000, 0o2000, 0
+	tests := []struct {
+		name     string
+		key      int32 // the segment's
+		fileKey  int32 // the key postmaster.pid names
+		waitsFor bool
+	}{
+		{name: "another key", key: 0x6b617361, fileKey: 0x6b617362},
+		{name: "a key above 2^31", key: -0x6b617361, fileKey: -0x6b617361, waitsFor: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			offset := int32(os.Getpid() % 1000) // tests of other packages make segments too
+			key := uintptr(uint32(tt.key + offset))
+			fileKey := uint64(int64(tt.fileKey + offset)) // as postgres writes it: (unsigned long) key
+			id, _, errno := syscall.Syscall(syscall.SYS_SHMGET, key, 4096, ipcCreat|ipcExcl|0o600)
+			require.Zero(t, errno)
+			t.Cleanup(func() { _, _, _ = syscall.Syscall(syscall.SYS_SHMCTL, id, ipcRmid, 0) })
+			addr, _, errno := syscall.Syscall(syscall.SYS_SHMAT, id, 0, 0)
+			require.Zero(t, errno)
+			detach := func() { _, _, _ = syscall.Syscall(syscall.SYS_SHMDT, addr, 0, 0) }
+			t.Cleanup(detach)
+
+			pidFile := filepath.Join(t.TempDir(), "postmaster.pid")
+			lock := fmt.Sprintf("1\n/data\n1700000000\n5432\n/data\n127.0.0.1\n%9d %9d\nready   \n", fileKey, id)
+			require.NoError(t, os.WriteFile(pidFile, []byte(lock), 0o600))
+			done := make(chan error, 1)
+			go func() { done <- waitDetached(context.Background(), pidFile) }()
+			select {
+			case err := <-done:
+				require.False(t, tt.waitsFor, "waitDetached returned while its segment was attached: %v", err)
+				require.NoError(t, err)
+				return
+			case <-time.After(500 * time.Millisecond):
+				require.True(t, tt.waitsFor, "waitDetached waits for a segment of another key")
+			}
+			detach()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("waitDetached still waits after the detach")
+			}
+		})
+	}
 }
