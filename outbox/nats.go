@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -34,6 +38,27 @@ func startEmbedded(dir string, port int) (url string, stop func(), err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", nil, err
 	}
+	// The server does not lock its store: a second one on dir (another relay, or kasa dev, on
+	// the same data directory) would write the same stream files. The kernel lets go of the
+	// lock when this process ends, however it ends.
+	lock, err := os.OpenFile(filepath.Join(dir, "kasa-broker.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(lock.Name())
+		lock.Close()
+		return "", nil, fmt.Errorf("another embedded NATS server runs on %s (pid %s): give each process its own "+
+			"KASA_DATA_DIR, or share one broker with KASA_NATS_URL: %w", dir, strings.TrimSpace(string(holder)), err)
+	}
+	if err := lock.Truncate(0); err == nil {
+		_, _ = lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
 	ns, err := server.NewServer(&server.Options{
 		ServerName: "kasa-embedded",
 		Host:       "127.0.0.1",
@@ -57,7 +82,7 @@ func startEmbedded(dir string, port int) (url string, stop func(), err error) {
 		ns.WaitForShutdown()
 		return "", nil, errors.New("embedded nats: not ready after 10s")
 	}
-	return ns.ClientURL(), func() { ns.Shutdown(); ns.WaitForShutdown() }, nil
+	return ns.ClientURL(), func() { ns.Shutdown(); ns.WaitForShutdown(); lock.Close() }, nil
 }
 
 // BrokerAuth is how kasa authenticates to an external broker and checks its certificate. The

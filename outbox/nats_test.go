@@ -127,3 +127,18 @@ func TestConnectWithCredentialsAndTLS(t *testing.T) {
 	_, _, err = Connect(url, "auth-test", BrokerAuth{TLSCert: p.clientCert})
 	require.ErrorContains(t, err, "both")
 }
+
+// One embedded broker per store directory: a second (another relay, or kasa dev, on the same
+// KASA_DATA_DIR) would write the same stream files as the first. It is refused until the first
+// stops.
+func TestEmbeddedBrokerOwnsItsDirectory(t *testing.T) {
+	dir := t.TempDir()
+	_, stop, err := StartEmbedded(dir)
+	require.NoError(t, err)
+	_, _, err = StartEmbedded(dir)
+	require.ErrorContains(t, err, "another embedded NATS server runs on "+dir)
+	stop()
+	_, stop, err = StartEmbedded(dir)
+	require.NoError(t, err)
+	stop()
+}
