@@ -76,6 +76,13 @@ func (s *Store) StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UU
 	return out, translate(err)
 }
 
+// QueuedLeased says whether a queued payment is still leased to a drainer: one that took the lead
+// waits for the last leader's claims to run out before it claims any itself.
+func (s *Store) QueuedLeased(ctx context.Context) (bool, error) {
+	leased, err := s.q.QueuedLeased(ctx)
+	return leased, translate(err)
+}
+
 // BacklogState is the start backlog as its drainer last saw it.
 type BacklogState struct {
 	Queued         int64

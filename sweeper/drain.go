@@ -25,6 +25,7 @@ type Backlog interface {
 	ClaimQueued(ctx context.Context, after uuid.UUID, merchants, perMerchant int, lease time.Duration) ([][]payment.Payment, error)
 	Unclaim(ctx context.Context, ids []uuid.UUID) error
 	Unqueue(ctx context.Context, ids []uuid.UUID) error
+	QueuedLeased(ctx context.Context) (bool, error)
 	StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error)
 	QueuedBacklog(ctx context.Context) (int64, time.Time, error)
 	SaveBacklogState(ctx context.Context, b store.BacklogState) error
@@ -118,6 +119,9 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 		merchants = 1                     // how many merchants had queued payments at the last claim
 		starts    []time.Time             // within drainWindow
 		saved     time.Time
+		// The last leader may have died with payments claimed and not yet started: until their
+		// leases run out, a claim would take each merchant's later payments ahead of them.
+		inherited = true
 	)
 	for ctx.Err() == nil {
 		now := time.Now()
@@ -137,9 +141,17 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 		}
 		maps.DeleteFunc(running, func(id uuid.UUID, _ *slot) bool { return !slices.Contains(still, id) })
 		d.leaveClosed(ctx, running)
+		if inherited {
+			leased, err := d.Store.QueuedLeased(ctx)
+			if err != nil {
+				d.pause(ctx, "read the last leader's claims", err)
+				continue
+			}
+			inherited = leased
+		}
 		free := d.MaxRunning - len(running)
 		claimed := 0
-		if free > 0 {
+		if free > 0 && !inherited {
 			// As many merchants as had queued payments last time, each with its share of the
 			// free slots (rounded down: a claim never leases more than are free).
 			n := min(merchants, free)

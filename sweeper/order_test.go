@@ -242,3 +242,35 @@ func TestDrainerLeavesAPaymentWhoseRunClosedToTheSweeper(t *testing.T) {
 	_, starts, _ := c.snapshot()
 	require.LessOrEqual(t, starts[aKeys[0]], 2, "not claimed again every lease")
 }
+
+// A drainer that claimed a merchant's oldest payments and died before starting them leaves them
+// leased: the next leader waits for that lease rather than start the merchant's later payments
+// ahead of them (docs/operations.md, "Payday": nothing overtakes).
+func TestDrainerAfterADeadLeaderKeepsTheMerchantsOrder(t *testing.T) {
+	ctx := context.Background()
+	m := orderMerchant(t, "heir")
+	keys := queue(t, m, "heir", 10)
+	// The leader that died had claimed the first four when it was killed.
+	queues, err := db.ClaimQueued(ctx, uuid.Nil, 100, 4, 2*time.Second)
+	require.NoError(t, err)
+	var claimed []string
+	for _, q := range queues {
+		for _, p := range q {
+			if p.MerchantID == m.ID {
+				claimed = append(claimed, p.IdempotencyKey)
+			} else { // an earlier test's leftover: not this leader's
+				require.NoError(t, db.Unclaim(ctx, []uuid.UUID{p.ID}))
+			}
+		}
+	}
+	require.Equal(t, keys[:4], claimed)
+
+	c := newCluster(10 * time.Millisecond)
+	drain(t, &sweeper.Drainer{Store: db, Starter: c, MaxRunning: 4, Lease: time.Minute}, c, keys)
+	order, starts, _ := c.snapshot()
+	for _, k := range keys {
+		require.Equal(t, 1, starts[k], "%s started once", k)
+	}
+	order = slices.DeleteFunc(order, func(k string) bool { return !strings.HasPrefix(k, "heir-") }) // earlier tests' leftovers
+	require.Equal(t, keys, order, "the merchant's payments start in arrival order")
+}

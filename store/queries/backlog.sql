@@ -46,6 +46,11 @@ WHERE operation_id = ANY(@ids::uuid[]) AND queued AND NOT workflow_started;
 -- One flagged stuck waits for an operator, not for the cluster, so it holds no slot.
 SELECT id FROM payments WHERE id = ANY(@ids::uuid[]) AND status = 'processing' AND stuck_since IS NULL;
 
+-- name: QueuedLeased :one
+-- Whether a queued payment is still leased: claimed by a drainer and neither started yet (its
+-- workflow's first step takes it off the queue) nor put back.
+SELECT EXISTS (SELECT 1 FROM idempotency_records WHERE queued AND locked_until >= now());
+
 -- name: QueuedBacklog :one
 SELECT count(*) AS queued, coalesce(min(created_at), 'epoch')::timestamptz AS oldest FROM idempotency_records WHERE queued;
 

@@ -166,6 +166,19 @@ func (q *Queries) QueuedBacklog(ctx context.Context) (QueuedBacklogRow, error) {
 	return i, err
 }
 
+const QueuedLeased = `-- name: QueuedLeased :one
+SELECT EXISTS (SELECT 1 FROM idempotency_records WHERE queued AND locked_until >= now())
+`
+
+// Whether a queued payment is still leased: claimed by a drainer and neither started yet (its
+// workflow's first step takes it off the queue) nor put back.
+func (q *Queries) QueuedLeased(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, QueuedLeased)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const SaveBacklogState = `-- name: SaveBacklogState :exec
 INSERT INTO backlog_state (id, queued, oldest, drain_per_second, updated_at)
 VALUES (1, $1, $2, $3, now())
