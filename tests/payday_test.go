@@ -172,6 +172,51 @@ func TestPaydayBacklogBoundRefusesBeforeWriting(t *testing.T) {
 	s.verify()
 }
 
+// The longest keys the API takes (255 characters) start on the real Temporal Server, whose
+// workflow ids are at most 255 characters: a payment started at once, one queued in the backlog
+// and started by the drainer, and a refund. Refused, such a payment would stay processing for
+// good, its invoice blocked, its retries answered 503.
+func TestPaydayLongestKeysStart(t *testing.T) {
+	t.Parallel()
+	s := newMultiStack(t, crashConfig{capability: "idempotent", syncWait: "5s"})
+	s.startBanksim()
+	s.startWorker()
+	s.startAPIs(1, "KASA_BACKLOG_API_RUNNING", "1")
+	m := s.merchant()
+	acct := s.account(m, "TRY", "100.00")
+	long := func(c string) string { return strings.Repeat(c, 255) }
+	body := func(key string) string { return payBody("inv-"+key[:1], "10.00", "TRY", acct) }
+	deadline := time.Now().Add(2 * time.Minute)
+
+	// Queued: a slow payment holds the API's one running slot.
+	s.setFaults(`{"rules":[{"on":"charge","action":"delay","delay_ms":1500,"count":1}]}`)
+	slot := make(chan struct{})
+	go func() { defer close(slot); _, _ = s.pay(m, "slot", body("slot")) }()
+	time.Sleep(300 * time.Millisecond)
+	r, err := s.pay(m, long("q"), body(long("q")))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, r.Status, "queued: %s", r.Body)
+	<-slot
+	total := s.payUntilFinal(m, "slot", body("slot"), deadline)
+	total += s.payUntilFinal(m, long("q"), body(long("q")), deadline)
+
+	// Started at once.
+	r, err = s.pay(m, long("d"), body(long("d")))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	total += s.payUntilFinal(m, long("d"), body(long("d")), deadline)
+
+	rf := s.mustCall("POST", s.apiURL()+"/v1/payments/"+r.json(t)["id"].(string)+"/refunds", m.APIKey, `{"amount":"4.00"}`,
+		"Idempotency-Key", long("r"))
+	require.Equal(t, http.StatusCreated, rf.Status, "%s", rf.Body)
+	require.Equal(t, "succeeded", rf.json(t)["status"])
+	total -= 400
+
+	balance, reserved := s.balances(m, acct)
+	require.Equal(t, []string{payment.FormatAmount(10000-total, "TRY"), "0.00"}, []string{balance, reserved})
+	s.verify()
+}
+
 // payUntilFinal sends the payment to the stack's API until it is answered 201 succeeded (202,
 // 409 in use and 503 are retried with the same key), checks that the bank charged it once, and
 // returns its amount in minor units.

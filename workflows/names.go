@@ -4,6 +4,8 @@
 package workflows
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"time"
 
@@ -165,9 +167,27 @@ func Safer(a, b Capability) Capability {
 }
 
 // PaymentWorkflowID is `payment/<merchant id>/<idempotency key>`: Temporal itself refuses a second
-// workflow for the same key.
+// workflow for the same key. A key too long for that to fit in maxWorkflowID is shortened (see
+// workflowID).
 func PaymentWorkflowID(merchantID uuid.UUID, key string) string {
-	return "payment/" + merchantID.String() + "/" + key
+	return workflowID("payment/", merchantID, key)
+}
+
+// maxWorkflowID is the longest workflow id a Temporal Server on SQL keeps (its limit.maxIDLength,
+// deployment.md), where a key may be 255 characters on its own.
+const maxWorkflowID = 255
+
+// workflowID is prefix<merchant id>/<key>, or, when that is longer than maxWorkflowID, the
+// key's first characters, "~" and the SHA-256 of the whole key in hex, to exactly that length:
+// refused, the operation could never start. Keys are ASCII, so a byte is a character.
+func workflowID(prefix string, merchantID uuid.UUID, key string) string {
+	id := prefix + merchantID.String() + "/" + key
+	if len(id) <= maxWorkflowID {
+		return id
+	}
+	sum := sha256.Sum256([]byte(key))
+	digest := "~" + hex.EncodeToString(sum[:])
+	return id[:maxWorkflowID-len(digest)] + digest
 }
 
 // PaymentInput is everything the workflow needs; it is recorded in history, so it never changes
@@ -406,9 +426,10 @@ const (
 )
 
 // RefundWorkflowID is `refund/<merchant id>/<idempotency key>`: a refund's keys are a key space
-// of their own, apart from the merchant's payment keys.
+// of their own, apart from the merchant's payment keys. A key too long for it is shortened as a
+// payment's is.
 func RefundWorkflowID(merchantID uuid.UUID, key string) string {
-	return "refund/" + merchantID.String() + "/" + key
+	return workflowID("refund/", merchantID, key)
 }
 
 // RefundInput is everything the refund workflow needs, recorded in its history. The charge
