@@ -715,8 +715,10 @@ func TestComposeTemporalUI(t *testing.T) {
 	_, err := interpolate(c.env(t, "temporal-ui-proxy")["KASA_UI_PASSWORD"], map[string]string{})
 	require.Error(t, err, "the UI's password is required, with no default")
 
-	// Terminate and reset would leave a payment's hold or run its steps again.
-	for _, off := range []string{"TEMPORAL_WORKFLOW_TERMINATE_DISABLED", "TEMPORAL_WORKFLOW_RESET_DISABLED", "TEMPORAL_BATCH_ACTIONS_DISABLED"} {
+	// Terminate and reset would leave a payment's hold or run its steps again; a cancellation
+	// request ends a payment's workflow as a terminate does (the workflows do not handle one).
+	for _, off := range []string{"TEMPORAL_WORKFLOW_TERMINATE_DISABLED", "TEMPORAL_WORKFLOW_RESET_DISABLED",
+		"TEMPORAL_WORKFLOW_CANCEL_DISABLED", "TEMPORAL_BATCH_ACTIONS_DISABLED"} {
 		require.Equal(t, "true", env[off], off)
 	}
 	requireTemporalClient(t, c, "temporal-ui", env["TEMPORAL_TLS_CERT"], env["TEMPORAL_TLS_KEY"], env["TEMPORAL_TLS_CA"], env["TEMPORAL_TLS_SERVER_NAME"])

@@ -157,3 +157,71 @@ func TestResetOfAManualPaymentFromItsStartRunsNothingAgain(t *testing.T) {
 	require.Equal(t, int64(3000), reserved(t, payer), "the hold is kept")
 	require.Equal(t, 1, s.held(id).Count, "one authorization at the bank")
 }
+
+// resetBefore resets the workflow to its last workflow task completed before the first event of
+// type before, as docs/operations.md tells an operator to do after a cancellation request.
+func resetBefore(t *testing.T, wfID string, before enums.EventType) {
+	t.Helper()
+	ctx := context.Background()
+	var last int64
+	it := tc.GetWorkflowHistory(ctx, wfID, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		if e.GetEventType() == before {
+			break
+		}
+		if e.GetEventType() == enums.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+			last = e.GetEventId()
+		}
+	}
+	require.NotZero(t, last, "no workflow task completed before %s", before)
+	_, err := tc.WorkflowService().ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: wfID},
+		Reason: "canceled by mistake", WorkflowTaskFinishEventId: last, RequestId: uuid.NewString(),
+	})
+	require.NoError(t, err)
+}
+
+// A cancellation request (the Web UI's "Request Cancellation", `temporal workflow cancel`) ends an
+// unknown payment's workflow as a terminate does, its hold kept. A reset to its last workflow
+// task keeps the request and ends the same way; the reset to the task before the request, as
+// docs/operations.md says, brings the wait for the settlement back, and the bank was charged once.
+func TestResetOfACanceledUnknownPaymentGoesBackBeforeTheRequest(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	p := s.payUnknown(m, "cancel-unknown", payBody("inv-cancel-unknown", "40.00", "TRY", acct), "drop_response")
+	ctx := context.Background()
+	wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "cancel-unknown")
+	require.Eventually(t, func() bool { return lastWorkflowTask(t, wfID) != 0 }, 10*time.Second, 20*time.Millisecond)
+	closedAs := func(want enums.WorkflowExecutionStatus) func() bool {
+		return func() bool {
+			d, err := tc.DescribeWorkflow(ctx, wfID, "")
+			return err == nil && d.Status == want
+		}
+	}
+
+	require.NoError(t, tc.CancelWorkflow(ctx, wfID, ""))
+	require.Eventually(t, closedAs(enums.WORKFLOW_EXECUTION_STATUS_CANCELED), 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "cancel-unknown").Status)
+	require.Equal(t, int64(4000), reserved(t, acct), "the hold is kept")
+
+	resetToLastWorkflowTask(t, wfID)
+	require.Eventually(t, closedAs(enums.WORKFLOW_EXECUTION_STATUS_CANCELED), 10*time.Second, 50*time.Millisecond,
+		"a reset to the last workflow task keeps the cancellation request")
+
+	resetBefore(t, wfID, enums.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED)
+	require.Never(t, func() bool { return !waitingForSettlement(t, m, "cancel-unknown") }, 3*time.Second, 100*time.Millisecond,
+		"the reset run ended instead of waiting for the settlement")
+	require.NoError(t, tc.SignalWorkflow(ctx, wfID, "", workflows.SignalSettlement,
+		workflows.Settlement{Outcome: workflows.OutcomeCharged, OperationID: p.ID}))
+	var res workflows.PaymentResult
+	require.NoError(t, tc.GetWorkflow(ctx, wfID, "").Get(ctx, &res))
+	require.Equal(t, "succeeded", res.Status)
+	a := s.account(m, acct)
+	require.Equal(t, []any{"60.00", "0.00"}, []any{a["balance"], a["reserved"]})
+	require.Equal(t, 1, s.simCount(p.ID.String()), "the bank charged once")
+	requireVerified(t)
+}
