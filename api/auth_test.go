@@ -30,18 +30,18 @@ func TestMerchantCacheLoadsOncePerTTL(t *testing.T) {
 		return payment.Merchant{ID: merchantA, Name: key}, nil
 	}
 	ctx := context.Background()
-	first, err := c.lookup(ctx, "sk_a", load)
+	first, err := c.lookup(ctx, "sk_a", load, nil)
 	require.NoError(t, err)
 	for range 3 {
-		m, err := c.lookup(ctx, "sk_a", load)
+		m, err := c.lookup(ctx, "sk_a", load, nil)
 		require.NoError(t, err)
 		require.Equal(t, first, m)
 	}
 	require.Equal(t, 1, loads["sk_a"], "one query per TTL")
 	for range 2 {
-		_, err := c.lookup(ctx, "sk_wrong", load)
+		_, err := c.lookup(ctx, "sk_wrong", load, nil)
 		require.True(t, errors.Is(err, payment.ErrUnauthorized))
-		_, err = c.lookup(ctx, "sk_down", load)
+		_, err = c.lookup(ctx, "sk_down", load, nil)
 		require.True(t, errors.Is(err, payment.ErrUnavailable))
 	}
 	require.Equal(t, 1, loads["sk_wrong"], "a wrong key is refused from memory")
@@ -55,10 +55,10 @@ func TestMerchantCacheLoadsOncePerTTL(t *testing.T) {
 	c.entries[h] = e
 	c.misses[string(payment.HashAPIKey("sk_wrong"))] = time.Now().Add(-time.Millisecond)
 	c.mu.Unlock()
-	_, err = c.lookup(ctx, "sk_a", load)
+	_, err = c.lookup(ctx, "sk_a", load, nil)
 	require.NoError(t, err)
 	require.Equal(t, 2, loads["sk_a"])
-	_, err = c.lookup(ctx, "sk_wrong", load)
+	_, err = c.lookup(ctx, "sk_wrong", load, nil)
 	require.True(t, errors.Is(err, payment.ErrUnauthorized))
 	require.Equal(t, 2, loads["sk_wrong"], "a miss is remembered only briefly")
 	for k := range c.entries {

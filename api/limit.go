@@ -252,6 +252,7 @@ type limiter struct {
 type bucket struct {
 	lim  *rate.Limiter
 	seen time.Time
+	held int // tokens held by requests not yet known to spend them (hold)
 }
 
 // newLimiter returns nil for a rate that is off.
@@ -306,6 +307,54 @@ func (s *Server) authFailed(c *gin.Context) {
 	}
 }
 
+// clientAuth is the failed-authentication limit of one request's client address (authGuard).
+type clientAuth struct {
+	s *Server
+	c *gin.Context
+}
+
+func (a clientAuth) hold() (func(failed bool), error) {
+	release, ok, wait := a.s.failedAuth.hold(clientKey(a.c.ClientIP()), time.Now())
+	if !ok {
+		return nil, &rateLimitedError{wait: wait}
+	}
+	return release, nil
+}
+
+func (a clientAuth) failed() { a.s.authFailed(a.c) }
+
+// hold takes from key's bucket the chance of one failure before a request that may fail is
+// checked, or says how long until one is there: the tokens left less those held already must be
+// one at least, so that requests checked at the same time cannot all spend the same token.
+// release gives it back, or spends it when the request failed.
+func (l *limiter) hold(key string, now time.Time) (release func(failed bool), ok bool, wait time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.swept) >= l.fullAfter || len(l.keys) >= maxLimiterKeys {
+		l.sweep(now)
+	}
+	b, found := l.keys[key]
+	if !found {
+		b = &bucket{lim: rate.NewLimiter(l.rate, l.burst)}
+		l.keys[key] = b
+	}
+	b.seen = now
+	if t := b.lim.TokensAt(now) - float64(b.held); t < 1 {
+		return nil, false, time.Duration((1 - t) / float64(l.rate) * float64(time.Second))
+	}
+	b.held++
+	return func(failed bool) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		now := time.Now()
+		b.held--
+		b.seen = now
+		if failed {
+			b.lim.ReserveN(now, 1) // spent even if other failures took the rest meanwhile
+		}
+	}, true, 0
+}
+
 func (l *limiter) allow(key string, now time.Time) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -329,7 +378,7 @@ func (l *limiter) allow(key string, now time.Time) (bool, time.Duration) {
 func (l *limiter) sweep(now time.Time) {
 	l.swept = now
 	for k, b := range l.keys {
-		if now.Sub(b.seen) >= l.fullAfter {
+		if now.Sub(b.seen) >= l.fullAfter && b.held == 0 {
 			delete(l.keys, k)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -491,5 +492,87 @@ func TestStalledDatabaseAnswersUnavailable(t *testing.T) {
 		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s: %s", path, b)
 		require.Contains(t, string(b), `"code":"unavailable"`, path)
 		require.NotEmpty(t, resp.Header.Get("Retry-After"), path)
+	}
+}
+
+// heldLookupStore holds every API key lookup until release is closed, so that requests can be
+// in their lookups at once, and counts the lookups.
+type heldLookupStore struct {
+	*fakeStore
+	release chan struct{}
+	lookups atomic.Int32
+}
+
+func (s *heldLookupStore) MerchantByAPIKey(ctx context.Context, key string) (payment.Merchant, error) {
+	s.lookups.Add(1)
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return payment.Merchant{}, ctx.Err()
+	}
+	return s.fakeStore.MerchantByAPIKey(ctx, key)
+}
+
+// Wrong keys sent all at once, each before any other has failed, still get no more lookups
+// than the failed-authentication limit allows: the rest are answered 429 before a lookup.
+// A right key's burst from the same address is not held against it.
+func TestFailedAuthenticationLimitHoldsUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	const burst, sent = 3, 12
+	for _, tc := range []struct {
+		name      string
+		key       func(i int) string
+		lookups   int32 // at most
+		unauth    int
+		limited   int
+		notLimits bool
+	}{
+		{name: "distinct wrong keys", key: func(i int) string { return fmt.Sprintf("sk_guess_%d", i) }, lookups: burst, unauth: burst, limited: sent - burst},
+		{name: "a right key", key: func(int) string { return "sk_a" }, lookups: sent, notLimits: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			held := &heldLookupStore{release: make(chan struct{})}
+			s, _, _ := newTestServer(t, func(o *Options) {
+				held.fakeStore = o.Store.(*fakeStore)
+				o.Store = held
+				o.Limits = Limits{FailedAuth: Rate{PerSecond: 0.01, Burst: burst}}
+			})
+			h := s.Handler()
+			get := func(key string) int {
+				req := httptest.NewRequest("GET", "/v1/accounts/0192f1f0-0000-7000-8000-0000000000ff", nil)
+				req.RemoteAddr = "192.0.2.7:1234"
+				req.Header.Set("Authorization", "Bearer "+key)
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				return rec.Code
+			}
+			codes := make(chan int, sent)
+			var wg sync.WaitGroup
+			for i := range sent {
+				wg.Add(1)
+				go func() { defer wg.Done(); codes <- get(tc.key(i)) }()
+			}
+			// Every request that is let through is in its lookup, or answered, before any fails.
+			require.Eventually(t, func() bool { return int(held.lookups.Load())+len(codes) == sent },
+				5*time.Second, 5*time.Millisecond)
+			close(held.release)
+			wg.Wait()
+			close(codes)
+			got := map[int]int{}
+			for c := range codes {
+				got[c]++
+			}
+			require.LessOrEqual(t, held.lookups.Load(), tc.lookups, "lookups")
+			if tc.notLimits {
+				require.Equal(t, map[int]int{http.StatusNotFound: sent}, got)
+				// The right key's lookups spent none of the address's failures.
+				for i := range burst {
+					require.Equal(t, http.StatusUnauthorized, get(fmt.Sprintf("sk_wrong_%d", i)), "wrong key %d", i)
+				}
+				return
+			}
+			require.Equal(t, map[int]int{http.StatusUnauthorized: tc.unauth, http.StatusTooManyRequests: tc.limited}, got)
+		})
 	}
 }

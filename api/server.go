@@ -399,11 +399,12 @@ func (s *Server) merchantAuth(c *gin.Context) {
 		s.writeError(c, payment.ErrUnauthorized)
 		return
 	}
-	m, err := s.merchants.lookup(c.Request.Context(), key, s.Store.MerchantByAPIKey)
+	var guard authGuard
+	if s.failedAuth != nil {
+		guard = clientAuth{s, c}
+	}
+	m, err := s.merchants.lookup(c.Request.Context(), key, s.Store.MerchantByAPIKey, guard)
 	if err != nil {
-		if errors.Is(err, payment.ErrUnauthorized) {
-			s.authFailed(c)
-		}
 		s.writeError(c, err)
 		return
 	}
