@@ -11,11 +11,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
@@ -371,7 +373,7 @@ func (s *Server) adminAuth(c *gin.Context) {
 	answered := false
 	defer func() { // a handler's panic is answered 500 by recover, and audited as that here
 		e := store.AuditEntry{TokenID: AdminTokenID(tok), Method: c.Request.Method, Route: c.FullPath(),
-			Target: c.Request.URL.RequestURI(), Status: c.Writer.Status(), RequestID: requestID(c)}
+			Target: auditTarget(c.Request.URL), Status: c.Writer.Status(), RequestID: requestID(c)}
 		if !answered {
 			e.Status = http.StatusInternalServerError
 		}
@@ -381,6 +383,27 @@ func (s *Server) adminAuth(c *gin.Context) {
 	}()
 	c.Next()
 	answered = true
+}
+
+// auditTarget is a call's path and query as the audit keeps them. A query string may carry
+// bytes that are not UTF-8 (HTTP lets them through), which PostgreSQL refuses in text: they are
+// percent-encoded, else the call would be left out of the audit.
+func auditTarget(u *url.URL) string {
+	t := u.RequestURI()
+	if utf8.ValidString(t) {
+		return t
+	}
+	var b strings.Builder
+	for i := 0; i < len(t); {
+		r, n := utf8.DecodeRuneInString(t[i:])
+		if r == utf8.RuneError && n == 1 {
+			fmt.Fprintf(&b, "%%%02X", t[i])
+		} else {
+			b.WriteString(t[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }
 
 // AdminTokenID names an admin token in the audit without revealing it: the start of its SHA-256.

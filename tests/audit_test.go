@@ -61,3 +61,36 @@ func TestAdminCallsAreAudited(t *testing.T) {
 	require.Contains(t, routes, "/admin/v1/accounts")
 	require.Contains(t, routes, "/admin/v1/merchants")
 }
+
+// An admin call whose query string holds bytes that are not UTF-8 (HTTP lets them through; it
+// is refused 400) is in the audit all the same: PostgreSQL refuses such bytes in text, and the
+// call would otherwise be left out of the audit.
+func TestAdminCallWithRawBytesInItsQueryIsAudited(t *testing.T) {
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc})
+	m := s.newMerchant()
+	reqID := "raw-query-" + m.ID
+	r := s.do("POST", "/admin/v1/merchants/"+m.ID+"/webhook-secret?revoke_previous=\xff", adminToken, "", "X-Request-Id", reqID)
+	require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+
+	var found map[string]any
+	after := ""
+	for page := 0; found == nil && page < 20; page++ {
+		r = s.do("GET", "/admin/v1/audit?limit=100"+after, adminToken, "")
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		body := r.json(t)
+		entries := body["data"].([]any)
+		for _, e := range entries {
+			if e := e.(map[string]any); e["request_id"] == reqID {
+				found = e
+			}
+		}
+		if body["has_more"] != true {
+			break
+		}
+		after = "&starting_after=" + entries[len(entries)-1].(map[string]any)["id"].(string)
+	}
+	require.NotNil(t, found, "the call is in the audit")
+	require.Equal(t, "/admin/v1/merchants/:id/webhook-secret", found["route"])
+	require.Equal(t, float64(http.StatusBadRequest), found["status"])
+	require.Equal(t, "/admin/v1/merchants/"+m.ID+"/webhook-secret?revoke_previous=%FF", found["target"], "the byte percent-encoded")
+}
