@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/tools/bench"
 	"github.com/kasa-pay/kasa/workflows"
 )
@@ -57,6 +58,19 @@ func TestRecordHistories(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "succeeded", status)
 	histories["unknown_settled"] = fetchHistory(t, ctx, wfID)
+
+	// Unknown, a cancellation request ignored (Revision 7), then settled.
+	n.setFaults(`{"rules":[{"on":"charge","action":"drop_response","count":1}]}`)
+	r = n.pay(nm, "hist-cancel-requested", payBody("hist-cancel-requested", "10.00", "TRY", nacct))
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	wfID = workflows.PaymentWorkflowID(mustUUID(t, nm.ID), "hist-cancel-requested")
+	require.Eventually(t, func() bool { return paymentByKey(t, nm, "hist-cancel-requested").Status == payment.StatusUnknown },
+		20*time.Second, 50*time.Millisecond)
+	require.NoError(t, tc.CancelWorkflow(ctx, wfID, ""))
+	status, err = starter.Settle(ctx, wfID, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_settled"})
+	require.NoError(t, err)
+	require.Equal(t, "succeeded", status)
+	histories["unknown_cancel_requested_settled"] = fetchHistory(t, ctx, wfID)
 
 	// Inquiry: the bank books the charge after the connection died; inquiries find it within
 	// the booking window, and nothing is sent again.

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -184,7 +185,7 @@ func resetBefore(t *testing.T, wfID string, before enums.EventType) {
 }
 
 // A cancellation request (the Web UI's "Request Cancellation", `temporal workflow cancel`) ends an
-// unknown payment's workflow as a terminate does, its hold kept. A reset to its last workflow
+// unknown payment's workflow started before Revision 7 as a terminate does, its hold kept. A reset to its last workflow
 // task keeps the request and ends the same way; the reset to the task before the request, as
 // docs/operations.md says, brings the wait for the settlement back, and the bank was charged once.
 func TestResetOfACanceledUnknownPaymentGoesBackBeforeTheRequest(t *testing.T) {
@@ -192,7 +193,7 @@ func TestResetOfACanceledUnknownPaymentGoesBackBeforeTheRequest(t *testing.T) {
 	s := newStack(t, workflows.CapabilityNone)
 	m := s.newMerchant()
 	acct := s.newAccount(m, "TRY", "100.00")
-	p := s.payUnknown(m, "cancel-unknown", payBody("inv-cancel-unknown", "40.00", "TRY", acct), "drop_response")
+	p := s.payUnknownAtRevision(m, "cancel-unknown", "40.00", acct, 6) // Revision 7 on, the request is ignored
 	ctx := context.Background()
 	wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "cancel-unknown")
 	require.Eventually(t, func() bool { return lastWorkflowTask(t, wfID) != 0 }, 10*time.Second, 20*time.Millisecond)
@@ -223,5 +224,93 @@ func TestResetOfACanceledUnknownPaymentGoesBackBeforeTheRequest(t *testing.T) {
 	a := s.account(m, acct)
 	require.Equal(t, []any{"60.00", "0.00"}, []any{a["balance"], a["reserved"]})
 	require.Equal(t, 1, s.simCount(p.ID.String()), "the bank charged once")
+	requireVerified(t)
+}
+
+// payUnknownAtRevision makes a payment of amount from payer whose charge's answer is lost at the
+// bank (capability none), started under the rules of Revision rev as a worker of that release
+// started it, and waits until it is unknown.
+func (s *stack) payUnknownAtRevision(m merchant, key, amount, payer string, rev int) payment.Payment {
+	s.t.Helper()
+	ctx := context.Background()
+	s.setFaults(`{"rules":[{"on":"charge","action":"drop_response","count":1}]}`)
+	minor, err := payment.ParseAmount(amount, "TRY")
+	require.NoError(s.t, err)
+	req := payment.Request{InvoiceID: "inv-" + key, AmountMinor: minor, Currency: "TRY", AccountID: mustUUID(s.t, payer), PaymentType: "purchase"}
+	_, p, _, err := db.Begin(ctx, store.BeginInput{MerchantID: mustUUID(s.t, m.ID), Key: key, Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	require.NoError(s.t, err)
+	in := workflows.InputFor(p)
+	in.Revision = rev
+	_, err = workflows.Starter{Client: tc, TaskQueue: s.queue}.StartPayment(ctx, key, in)
+	require.NoError(s.t, err)
+	require.Eventually(s.t, func() bool { return paymentByKey(s.t, m, key).Status == payment.StatusUnknown }, 20*time.Second, 50*time.Millisecond)
+	return paymentByKey(s.t, m, key)
+}
+
+// An operator's cancellation request (the Web UI's "Request Cancellation", `temporal workflow
+// cancel`) ends no payment's or refund's workflow (Revision 7): an unknown one keeps waiting for
+// its settlement, which then books it once; a manual one waiting for its capture takes it; a
+// refund's settlement is applied. Nothing is left held with no workflow to finish it.
+func TestCancelRequestIsIgnored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	running := func(wfID string) bool {
+		d, err := tc.DescribeWorkflow(ctx, wfID, "")
+		require.NoError(t, err)
+		return d.Status == enums.WORKFLOW_EXECUTION_STATUS_RUNNING
+	}
+	cancel := func(wfID string) {
+		require.Eventually(t, func() bool { return lastWorkflowTask(t, wfID) != 0 }, 10*time.Second, 20*time.Millisecond)
+		require.NoError(t, tc.CancelWorkflow(ctx, wfID, ""))
+		require.Never(t, func() bool { return !running(wfID) }, 3*time.Second, 100*time.Millisecond, "a cancellation request ended %s", wfID)
+	}
+
+	t.Run("unknown payment", func(t *testing.T) {
+		acct := s.newAccount(m, "TRY", "100.00")
+		p := s.payUnknown(m, "cancel-unknown", payBody("inv-cancel-unknown", "40.00", "TRY", acct), "drop_response")
+		wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "cancel-unknown")
+		cancel(wfID)
+		require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, "cancel-unknown").Status)
+		status, err := workflows.Starter{Client: tc, TaskQueue: s.queue}.Settle(ctx, wfID,
+			workflows.Settlement{Outcome: workflows.OutcomeCharged, OperationID: p.ID})
+		require.NoError(t, err)
+		require.Equal(t, "succeeded", status)
+		var res workflows.PaymentResult
+		require.NoError(t, tc.GetWorkflow(ctx, wfID, "").Get(ctx, &res))
+		require.Equal(t, "succeeded", res.Status)
+		a := s.account(m, acct)
+		require.Equal(t, []any{"60.00", "0.00"}, []any{a["balance"], a["reserved"]})
+		require.Equal(t, 1, s.simCount(p.ID.String()), "the bank charged once")
+	})
+
+	t.Run("manual payment waiting for its capture", func(t *testing.T) {
+		id, payer, _ := s.authorize(m, "cancel-manual", "30.00", "100.00")
+		cancel(workflows.PaymentWorkflowID(mustUUID(t, m.ID), "cancel-manual"))
+		r := s.command(m, id, "capture", "cancel-manual-capture", `{"amount":"20.00"}`)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		require.Equal(t, "succeeded", r.json(t)["status"])
+		require.Equal(t, int64(2000), s.held(id).CapturedMinor, "captured once")
+		a := s.account(m, payer)
+		require.Equal(t, []any{"80.00", "0.00"}, []any{a["balance"], a["reserved"]})
+	})
+
+	t.Run("unknown refund", func(t *testing.T) {
+		paid, _ := s.paidFor(m, "cancel-refunded", "100.00", "300.00")
+		s.setFaults(`{"rules":[{"on":"refund","action":"drop_response","count":1}]}`)
+		r := s.refund(m, paid, "cancel-refund", `{"amount":"40.00"}`)
+		require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+		refundID := r.json(t)["id"].(string)
+		wfID := workflows.RefundWorkflowID(mustUUID(t, m.ID), "cancel-refund")
+		cancel(wfID)
+		require.NoError(t, tc.SignalWorkflow(ctx, wfID, "", workflows.SignalSettlement,
+			workflows.Settlement{Outcome: workflows.OutcomeCharged, OperationID: mustUUID(t, refundID)}))
+		var res workflows.PaymentResult
+		require.NoError(t, tc.GetWorkflow(ctx, wfID, "").Get(ctx, &res))
+		require.Equal(t, "succeeded", res.Status)
+		require.Equal(t, 1, s.simRefunds(refundID), "the bank paid back once")
+		require.Equal(t, "40.00", s.do("GET", "/v1/payments/"+paid, m.APIKey, "").json(t)["amount_refunded"])
+	})
 	requireVerified(t)
 }

@@ -274,8 +274,9 @@ type Step struct {
 // settlement that meets an inquiry finding nothing done (declined, or the void done) is a
 // conflict for an operator, as a not_charged one meeting the operation done is; an unknown
 // authorization the inquiry still does not find past the booking window fails; a cancel whose
-// void the bank answered with a capture is marked as the command taken.
-const CurrentRevision = 6
+// void the bank answered with a capture is marked as the command taken. Revision 7: a
+// cancellation request (the Web UI's, or `temporal workflow cancel`) is logged and ignored.
+const CurrentRevision = 7
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.
 type ChargePolicy struct {

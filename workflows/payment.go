@@ -83,6 +83,7 @@ func chargeOptions(in PaymentInput) workflow.ActivityOptions {
 // PaymentWorkflow: reserve -> charge (strategy by capability) -> finalize or release; an outcome
 // that cannot be known is parked as unknown until a settlement signal resolves it.
 func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, error) {
+	ctx = ignoreCancel(ctx, in.Revision)
 	if in.Revision >= 2 && in.Capability == "" {
 		c, err := workerPolicy(ctx)
 		if err != nil {
@@ -121,6 +122,32 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 		return w.runManual(ctx)
 	}
 	return w.run(ctx)
+}
+
+// ignoreCancel is ctx cut off from a cancellation request from Revision 7 on, the request logged:
+// an operator's "Request Cancellation" would end a run that holds money, or waits for a capture
+// or a settlement, with nothing left to finish it. A payment ends by the bank's answer, a
+// merchant's command or a settlement (docs/operations.md, "Stuck payments").
+func ignoreCancel(ctx workflow.Context, rev int) workflow.Context {
+	if rev < 7 {
+		return ctx
+	}
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		ctx.Done().Receive(ctx, nil)
+		workflow.GetLogger(ctx).Warn("cancellation request ignored: the run ends by the bank's answer, a command or a settlement")
+	})
+	d, _ := workflow.NewDisconnectedContext(ctx)
+	return d
+}
+
+// uncanceled is an update handler's ctx cut off from a cancellation request, as the run's is
+// (ignoreCancel): the handler waits for what the run does.
+func (w *opRun) uncanceled(ctx workflow.Context) workflow.Context {
+	if w.in.Revision < 7 {
+		return ctx
+	}
+	d, _ := workflow.NewDisconnectedContext(ctx)
+	return d
 }
 
 // workerPolicy asks the worker running this task how to send to the bank: the process that
@@ -173,6 +200,7 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 	// malformed settlements to the caller, and it answers with the final status.
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSettle,
 		func(ctx workflow.Context, s Settlement) (string, error) {
+			ctx = w.uncanceled(ctx)
 			w.pending = &s
 			// Applied (consumed), it is answered once the operation left unknown: a manual
 			// payment's capture settled not_charged is voided first.

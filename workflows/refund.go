@@ -18,6 +18,7 @@ const refundRevision = 1
 // its hold kept, until a settlement (charged: refunded, not_charged: not refunded) resolves it.
 func RefundWorkflow(ctx workflow.Context, in RefundInput) (RefundWorkflowResult, error) {
 	rev := max(in.Revision, refundRevision)
+	ctx = ignoreCancel(ctx, rev)
 	if rev >= 2 && in.Capability == "" {
 		c, err := workerPolicy(ctx)
 		if err != nil {
