@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -40,5 +41,19 @@ func TestWorkflowIDsFitTemporalsLimit(t *testing.T) {
 		}
 		require.NotEqual(t, id(m, strings.Repeat("a", 255)), id(m, strings.Repeat("a", 254)+"b"))
 		require.NotEqual(t, id(m, strings.Repeat("a", 255)), id(m, strings.Repeat("a", 254)))
+	}
+}
+
+// A key that fits is the id's last part as it is, so a shortened id must not be one a fitting
+// key could make: a key of the longest length that fits, made of a long key's first characters
+// and its digest, would otherwise name that long key's workflow.
+func TestShortenedWorkflowIDIsNoFittingKeys(t *testing.T) {
+	m := uuid.MustParse("0190a5b2-7c1e-7d3a-9f00-3b1c2d4e5f60")
+	for kind, id := range map[string]func(uuid.UUID, string) string{"payment": workflows.PaymentWorkflowID, "refund": workflows.RefundWorkflowID} {
+		shortened := id(m, strings.Repeat("a", 255))
+		forged := strings.TrimPrefix(shortened, kind+"/"+m.String()+"/")
+		if payment.ValidKey(forged) {
+			require.NotEqual(t, shortened, id(m, forged), "%s: the key %q names the workflow of another key", kind, forged)
+		}
 	}
 }
