@@ -178,15 +178,16 @@ func PaymentWorkflowID(merchantID uuid.UUID, key string) string {
 const maxWorkflowID = 255
 
 // workflowID is prefix<merchant id>/<key>, or, when that is longer than maxWorkflowID, the
-// key's first characters, "~" and the SHA-256 of the whole key in hex, to exactly that length:
-// refused, the operation could never start. Keys are ASCII, so a byte is a character.
+// key's first characters, a space and the SHA-256 of the whole key in hex, to exactly that
+// length: refused, the operation could never start. No key has a space (payment.ValidKey), so
+// no key that fits names a shortened id. Keys are ASCII, so a byte is a character.
 func workflowID(prefix string, merchantID uuid.UUID, key string) string {
 	id := prefix + merchantID.String() + "/" + key
 	if len(id) <= maxWorkflowID {
 		return id
 	}
 	sum := sha256.Sum256([]byte(key))
-	digest := "~" + hex.EncodeToString(sum[:])
+	digest := " " + hex.EncodeToString(sum[:])
 	return id[:maxWorkflowID-len(digest)] + digest
 }
 
