@@ -98,9 +98,9 @@ func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, wo
 		}
 		// Open: wait a while for the earlier operation's run to close (its result does not
 		// matter here); a caller that cannot wait longer is told, and the sweeper starts the
-		// run later.
+		// run later. Its own run id: the latest run may be this operation's by now.
 		wctx, cancel := context.WithTimeout(ctx, earlierRunPatience)
-		werr := s.Client.GetWorkflow(wctx, opts.ID, "").Get(wctx, nil)
+		werr := s.Client.GetWorkflow(wctx, opts.ID, runID).Get(wctx, nil)
 		if wctx.Err() != nil {
 			cancel()
 			return "", fmt.Errorf("%w (%v): %w", ErrEarlierRunOpen, werr, wctx.Err())
