@@ -67,7 +67,20 @@ type BeginInput struct {
 // BeganNew), whatever the request says: the caller compares it with the record. Else the
 // payer account must be the merchant's and in the request's currency (else
 // *payment.ValidationError); an invoice with a live payment is *payment.DuplicatePaymentError.
-func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment.Payment, began Began, err error) {
+func (s *Store) Begin(ctx context.Context, in BeginInput) (Record, payment.Payment, Began, error) {
+	rec, p, began, err := s.begin(ctx, in)
+	if errors.Is(err, errRecordGone) {
+		return s.begin(ctx, in)
+	}
+	return rec, p, began, err
+}
+
+// errRecordGone: a concurrent request committed the key, and retention deleted its record
+// (a retention of seconds) before this one read it. The key is an expired one by now: the
+// request begins again as any request under an expired key does, never answered "not found".
+var errRecordGone = errors.New("the key's record expired before it was read")
+
+func (s *Store) begin(ctx context.Context, in BeginInput) (rec Record, p payment.Payment, began Began, err error) {
 	r := in.Request
 	p = payment.Payment{
 		ID: in.OperationID, MerchantID: in.MerchantID, IdempotencyKey: in.Key, AccountID: r.AccountID,
@@ -97,6 +110,9 @@ func (s *Store) Begin(ctx context.Context, in BeginInput) (rec Record, p payment
 		return rec, payment.Payment{}, BeganExisting, nil
 	case errors.Is(err, errReplay): // a concurrent request committed the key after the batch's read
 		rec, err = s.Record(ctx, in.MerchantID, in.Key)
+		if errors.Is(err, payment.ErrNotFound) {
+			err = errRecordGone
+		}
 		return rec, payment.Payment{}, BeganRaced, err
 	}
 	return rec, p, 0, err

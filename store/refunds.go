@@ -34,6 +34,14 @@ type BeginRefundInput struct {
 // (*payment.RefundExceedsError); an amount with more digits than the payment's currency has is a
 // *payment.ValidationError. No amount in the request is all that is refundable.
 func (s *Store) BeginRefund(ctx context.Context, in BeginRefundInput) (Record, payment.Refund, Began, error) {
+	rec, r, began, err := s.beginRefund(ctx, in)
+	if errors.Is(err, errRecordGone) {
+		return s.beginRefund(ctx, in)
+	}
+	return rec, r, began, err
+}
+
+func (s *Store) beginRefund(ctx context.Context, in BeginRefundInput) (Record, payment.Refund, Began, error) {
 	// Most repeated keys are retries: one read answers them without a transaction.
 	hash := in.Request.Hash(in.PaymentID)
 	rec, err := s.RefundRecord(ctx, in.MerchantID, in.Key)
@@ -105,8 +113,11 @@ func (s *Store) BeginRefund(ctx context.Context, in BeginRefundInput) (Record, p
 			OperationID: in.OperationID, Scope: ScopeRefund}
 		return rec, r, BeganNew, nil
 	case errors.Is(err, errReplay):
-		if rec, err = s.RefundRecord(ctx, in.MerchantID, in.Key); err == nil {
+		rec, err = s.RefundRecord(ctx, in.MerchantID, in.Key)
+		if err == nil {
 			err = s.paymentFirst(ctx, in, rec, hash)
+		} else if errors.Is(err, payment.ErrNotFound) {
+			err = errRecordGone
 		}
 		if err != nil {
 			return Record{}, payment.Refund{}, 0, err

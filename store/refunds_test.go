@@ -734,3 +734,101 @@ func TestRefundTooManyDigitsUnderAnExistingKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.BeganExisting, began, "an equal amount with the currency's digits replays")
 }
+
+// A request that found its key taken by a concurrent one, whose record retention then deleted
+// before the request could read it (a retention of seconds), is answered as any request under an
+// expired refund key: 422 naming the refund the key made, never a 404 or a second refund.
+func TestRacedRefundKeyExpiredBeforeItsReadNamesItsRefund(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{Deposit: 100_000})
+	req := payment.Request{InvoiceID: "inv", AmountMinor: 10_000, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase"}
+	_, p, _, err := own.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: "pay", Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, own.Reserve(ctx, p.ID))
+	_, err = own.Finalize(ctx, p.ID, "ch_1")
+	require.NoError(t, err)
+
+	refund := func() (payment.Refund, store.Began, error) {
+		rreq, err := payment.ParseRefundRequest([]byte(`{"amount":"30.00"}`))
+		require.NoError(t, err)
+		_, r, began, err := own.BeginRefund(ctx, store.BeginRefundInput{MerchantID: m.ID, PaymentID: p.ID, Key: "k", Request: rreq,
+			OperationID: payment.NewID(), Lease: time.Minute})
+		return r, began, err
+	}
+	session := func() pgx.Tx { return lockSession(t, url) }
+	waiting := func(query string) func() bool { return waitingOn(t, own, query) }
+	type result struct {
+		r     payment.Refund
+		began store.Began
+		err   error
+	}
+	// The first request holds its new record while it waits for the payment's row; the second
+	// waits for the first's record; retention's lock is queued behind both.
+	payRow := session()
+	_, err = payRow.Exec(ctx, `SELECT 1 FROM payments WHERE id = $1 FOR UPDATE`, p.ID)
+	require.NoError(t, err)
+	first, second := make(chan result, 1), make(chan result, 1)
+	go func() { r, b, err := refund(); first <- result{r, b, err} }()
+	require.Eventually(t, waiting("%FROM payments WHERE id = $1 AND merchant_id = $2 FOR UPDATE%"), 10*time.Second, 10*time.Millisecond)
+	go func() { r, b, err := refund(); second <- result{r, b, err} }()
+	require.Eventually(t, waiting("%INSERT INTO idempotency_records%"), 10*time.Second, 10*time.Millisecond)
+	retention, locked := queueRetention(t, own, url)
+
+	require.NoError(t, payRow.Rollback(ctx))
+	a := <-first
+	require.NoError(t, a.err)
+	require.Equal(t, store.BeganNew, a.began)
+	require.NoError(t, <-locked) // the second found the key taken and ended its transaction
+	_, err = retention.Exec(ctx, `DELETE FROM idempotency_records WHERE scope = 'refund' AND idempotency_key = 'k'`)
+	require.NoError(t, err)
+	require.NoError(t, retention.Commit(ctx))
+
+	b := <-second
+	require.ErrorIs(t, b.err, payment.ErrIdempotencyReused, "began %v", b.began)
+	require.ErrorContains(t, b.err, a.r.ID.String(), "the error names the refund the key made")
+	var n int
+	require.NoError(t, own.QueryRow(ctx, `SELECT count(*) FROM refunds WHERE payment_id = $1`, []any{p.ID}, &n))
+	require.Equal(t, 1, n, "no second refund")
+}
+
+// lockSession is a transaction on a connection of its own to url, rolled back at the test's end.
+func lockSession(t *testing.T, url string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close(ctx) })
+	tx, err := c.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	return tx
+}
+
+// waitingOn says whether a statement like query waits for a lock in st's database.
+func waitingOn(t *testing.T, st *store.Store, query string) func() bool {
+	return func() bool {
+		var n int
+		require.NoError(t, st.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, []any{query}, &n))
+		return n > 0
+	}
+}
+
+// queueRetention queues, in a session of its own, the lock a deletion of records takes, behind
+// the transactions using the table now; locked says when it is held.
+func queueRetention(t *testing.T, st *store.Store, url string) (pgx.Tx, <-chan error) {
+	t.Helper()
+	tx := lockSession(t, url)
+	locked := make(chan error, 1)
+	go func() {
+		_, err := tx.Exec(context.Background(), `LOCK TABLE idempotency_records IN ACCESS EXCLUSIVE MODE`)
+		locked <- err
+	}()
+	require.Eventually(t, waitingOn(t, st, "LOCK TABLE idempotency_records%"), 10*time.Second, 10*time.Millisecond)
+	return tx, locked
+}

@@ -759,3 +759,55 @@ func TestRefusalIsWhatBeginRefuses(t *testing.T) {
 		})
 	}
 }
+
+// A request that found its key taken by a concurrent one, whose record retention then deleted
+// before the request could read it, is a request under an expired key: a new one, which the
+// business key answers (409 for the invoice's live payment), never "not found".
+func TestRacedKeyExpiredBeforeItsReadBeginsAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{Deposit: 100_000})
+	pay := func() (payment.Payment, store.Began, error) {
+		req := payment.Request{InvoiceID: "inv", AmountMinor: 10_000, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase"}
+		_, p, began, err := own.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: "k", Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+		return p, began, err
+	}
+	type result struct {
+		p     payment.Payment
+		began store.Began
+		err   error
+	}
+	// The first request holds its new record while its payment row waits for the payer's
+	// account (its foreign key); the second waits for the first's record; retention's lock is
+	// queued behind both.
+	payer := lockSession(t, url)
+	_, err = payer.Exec(ctx, `SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE`, m.Account)
+	require.NoError(t, err)
+	first, second := make(chan result, 1), make(chan result, 1)
+	go func() { p, b, err := pay(); first <- result{p, b, err} }()
+	require.Eventually(t, waitingOn(t, own, "%INSERT INTO payments%"), 10*time.Second, 10*time.Millisecond)
+	go func() { p, b, err := pay(); second <- result{p, b, err} }()
+	require.Eventually(t, waitingOn(t, own, "%INSERT INTO idempotency_records%"), 10*time.Second, 10*time.Millisecond)
+	retention, locked := queueRetention(t, own, url)
+
+	require.NoError(t, payer.Rollback(ctx))
+	a := <-first
+	require.NoError(t, a.err)
+	require.Equal(t, store.BeganNew, a.began)
+	require.NoError(t, <-locked)
+	_, err = retention.Exec(ctx, `DELETE FROM idempotency_records WHERE scope = 'payment' AND idempotency_key = 'k'`)
+	require.NoError(t, err)
+	require.NoError(t, retention.Commit(ctx))
+
+	b := <-second
+	var dup *payment.DuplicatePaymentError
+	require.ErrorAs(t, b.err, &dup, "began %v", b.began)
+	require.Equal(t, a.p.ID.String(), dup.PaymentID)
+	var n int
+	require.NoError(t, own.QueryRow(ctx, `SELECT count(*) FROM payments WHERE merchant_id = $1`, []any{m.ID}, &n))
+	require.Equal(t, 1, n, "no second payment")
+}
