@@ -15,7 +15,6 @@ import (
 
 	"github.com/kasa-pay/kasa/outbox"
 	"github.com/kasa-pay/kasa/payment"
-	"github.com/kasa-pay/kasa/store"
 )
 
 // decodeStrict decodes one JSON object into v (a pointer to a struct) with the rules of payment
@@ -382,5 +381,23 @@ func (s *Server) auditLog(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	writeJSON(c, http.StatusOK, listPage[store.AuditEntry]{Data: entries, HasMore: more})
+	out := listPage[auditBody]{Data: make([]auditBody, 0, len(entries)), HasMore: more}
+	for _, e := range entries {
+		out.Data = append(out.Data, auditBody{ID: e.ID.String(), At: payment.FormatTime(e.At), TokenID: e.TokenID, Method: e.Method,
+			Route: e.Route, Target: e.Target, Status: e.Status, RequestID: e.RequestID})
+	}
+	writeJSON(c, http.StatusOK, out)
+}
+
+// auditBody is one admin call as GET /admin/v1/audit answers it: its time rendered as the API
+// renders every time (UTC, microseconds), not in the zone the database driver read it in.
+type auditBody struct {
+	ID        string `json:"id"`
+	At        string `json:"at"`
+	TokenID   string `json:"token_id"`
+	Method    string `json:"method"`
+	Route     string `json:"route"`
+	Target    string `json:"target"`
+	Status    int    `json:"status"`
+	RequestID string `json:"request_id"`
 }

@@ -2,15 +2,18 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
 )
 
 // The request id a client sends is kept only when it is printable ASCII: any other would leave
@@ -62,4 +65,23 @@ func TestTrailingSlashIsNotFound(t *testing.T) {
 		require.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"), path)
 		require.Contains(t, rec.Body.String(), `"request_id":"req-1"`, path)
 	}
+}
+
+// The audit's times are rendered as every time of the API: UTC, RFC 3339 with microseconds,
+// whatever zone the database driver read them in and however many of their digits are zeros.
+func TestAuditTimesAreUTCWithMicroseconds(t *testing.T) {
+	st := newFakeStore()
+	at := time.Date(2025, 3, 1, 15, 0, 0, 120000000, time.FixedZone("TRT", 3*60*60))
+	st.audit = append(st.audit, store.AuditEntry{ID: fakeID(1), At: at, TokenID: "adm_x", Method: "POST", Route: "/admin/v1/merchants",
+		Target: "/admin/v1/merchants", Status: http.StatusCreated, RequestID: "req-0"})
+	h := New(Options{Store: st, Workflows: &fakeWorkflows{st: st}, AdminToken: "adm", Logger: slog.New(slog.DiscardHandler)}).Handler()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, request{method: http.MethodGet, path: "/admin/v1/audit"}.build())
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	var page struct {
+		Data []map[string]any `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &page))
+	require.Len(t, page.Data, 1)
+	require.Equal(t, "2025-03-01T12:00:00.120000Z", page.Data[0]["at"])
 }
