@@ -491,9 +491,11 @@ func (a *Activities) InquireVoid(ctx context.Context, operationID uuid.UUID) (wo
 }
 
 // inquireState finds the payment's authorization at the bank: in state want it succeeded, still
-// authorized it is not found (the call may be sent), in any other state it declined. A void
-// finding the authorization captured is ErrTypeCapturedAtBank: the bank took the money, so the
-// hold must stay for an operator, where a decline would release it.
+// authorized it is not found (the call may be sent), in a state that holds nothing (declined,
+// or let go without a capture) it declined. A void finding the authorization captured is
+// ErrTypeCapturedAtBank: the bank took the money, so the hold must stay for an operator, where a
+// decline would release it. Any other state (none, or one kasa does not know) says nothing of
+// the capture or the void: ambiguous.
 func (a *Activities) inquireState(ctx context.Context, operationID uuid.UUID, want string) (workflows.ChargeResult, error) {
 	au, err := a.Provider.InquireAuthorization(ctx, operationID.String())
 	switch {
@@ -506,8 +508,11 @@ func (a *Activities) inquireState(ctx context.Context, operationID uuid.UUID, wa
 	case want == provider.StateVoided && au.State == provider.StateCaptured:
 		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError(
 			"the bank captured the authorization "+au.ID+" that kasa is voiding", workflows.ErrTypeCapturedAtBank, nil, au.ID)
+	case au.State == provider.StateDeclined, au.State == provider.StateVoided, au.State == provider.StateExpired:
+		return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError("the authorization is "+au.State, workflows.ErrTypeDeclined, nil, au.ID)
 	}
-	return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError("the authorization is "+au.State, workflows.ErrTypeDeclined, nil, au.ID)
+	return workflows.ChargeResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the bank's authorization %s is in a state kasa cannot read (%q)",
+		au.ID, au.State), workflows.ErrTypeAmbiguous, nil)
 }
 
 // Captured posts the capture in the ledger and releases the rest of the hold.

@@ -486,6 +486,13 @@ func TestInquiriesReadTheAuthorizationsState(t *testing.T) {
 		{provider.StateAuthorized, (*activities.Activities).InquireVoid, "void not yet made", false, workflows.ErrTypeNotFound},
 		{provider.StateDeclined, (*activities.Activities).InquireVoid, "void of a declined authorization", false, workflows.ErrTypeDeclined},
 		{provider.StateCaptured, (*activities.Activities).InquireVoid, "void of a captured authorization", false, workflows.ErrTypeCapturedAtBank},
+		{provider.StateExpired, (*activities.Activities).InquireCapture, "capture of an expired hold", false, workflows.ErrTypeDeclined},
+		{provider.StateDeclined, (*activities.Activities).InquireCapture, "capture of a declined authorization", false, workflows.ErrTypeDeclined},
+		// A state kasa cannot read says nothing of the capture or the void.
+		{"", (*activities.Activities).InquireCapture, "capture, no state", false, workflows.ErrTypeAmbiguous},
+		{"capture_pending", (*activities.Activities).InquireCapture, "capture, an unknown state", false, workflows.ErrTypeAmbiguous},
+		{"", (*activities.Activities).InquireVoid, "void, no state", false, workflows.ErrTypeAmbiguous},
+		{"capture_pending", (*activities.Activities).InquireVoid, "void, an unknown state", false, workflows.ErrTypeAmbiguous},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,8 +1,10 @@
 package tests
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -75,6 +77,58 @@ func TestRealisticBankFaults(t *testing.T) {
 				require.Equal(t, "100.00", a["balance"])
 				require.Equal(t, "40.00", a["reserved"], "an unknown payment keeps its hold")
 			}
+			requireVerified(t)
+		})
+	}
+}
+
+// rewriteInquiries is a bank whose authorization inquiries answer the simulator's record with
+// its state replaced by state (removed when empty): a bank with states kasa does not know.
+func rewriteInquiries(state string) func(http.Handler) http.Handler {
+	return func(sim http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet || r.URL.Path != "/v1/authorizations" {
+				sim.ServeHTTP(w, r)
+				return
+			}
+			rec := httptest.NewRecorder()
+			sim.ServeHTTP(rec, r)
+			var au map[string]any
+			if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &au) != nil {
+				w.WriteHeader(rec.Code)
+				_, _ = w.Write(rec.Body.Bytes())
+				return
+			}
+			delete(au, "state")
+			if state != "" {
+				au["state"] = state
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(au)
+		})
+	}
+}
+
+// An inquiry that finds the authorization in a state kasa cannot read (none, or one it does not
+// know) says nothing of a capture or a void: the capture whose answer was lost is not failed,
+// and its authorization, which the bank captured, never voided and released.
+func TestUnreadableAuthorizationStateIsNoDecline(t *testing.T) {
+	t.Parallel()
+	for _, state := range []string{"", "capture_pending"} {
+		t.Run("state "+state, func(t *testing.T) {
+			t.Parallel()
+			s := newStackWith(t, stackOptions{capability: workflows.CapabilityInquiry, temporal: tc, bank: rewriteInquiries(state)})
+			m := s.newMerchant()
+			id, payer, _ := s.authorize(m, "auth-1", "80.00", "100.00")
+			s.setFaults(`{"rules":[{"on":"capture","action":"drop_response","count":1}]}`)
+			r := s.command(m, id, "capture", "cap-1", `{"amount":"30.00"}`)
+			require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+			require.Equal(t, "unknown", r.json(t)["status"])
+			held := s.held(id)
+			require.Equal(t, int64(3000), held.CapturedMinor, "the bank captured")
+			require.False(t, held.Voided, "never voided")
+			require.Equal(t, int64(8000), reserved(t, payer), "an unknown capture keeps the hold")
+			require.Equal(t, int64(10000), balance(t, payer))
 			requireVerified(t)
 		})
 	}

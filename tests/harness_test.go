@@ -109,6 +109,8 @@ type stackOptions struct {
 	captureWindow time.Duration // api.Options.CaptureWindow (default: the API's)
 	adminPrevious string        // api.Options.AdminTokenPrevious: a rotation's overlap
 	backlog       api.Backlog   // api.Options.Backlog (default: none, nothing is queued)
+	// bank, when set, stands in front of the simulator: it answers what the simulator cannot.
+	bank func(sim http.Handler) http.Handler
 }
 
 // awaitCounter counts the API's calls for a workflow's result, and plays its command faults.
@@ -151,7 +153,11 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	capability, tc := o.capability, o.temporal
 	sim, err := banksim.New(banksim.Options{DataDir: t.TempDir(), Capability: banksim.Capability(capability), Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	simSrv := httptest.NewServer(sim.Handler())
+	var bank http.Handler = sim.Handler()
+	if o.bank != nil {
+		bank = o.bank(bank)
+	}
+	simSrv := httptest.NewServer(bank)
 	queue := "payments-test-" + uuid.NewString()
 	// The worker, which talks to the bank, holds the charge policy; the API names none.
 	w := worker.New(tc, queue, &activities.Activities{Store: db, Provider: provider.New(simSrv.URL, 5*time.Second),
