@@ -150,9 +150,12 @@ type Client struct {
 	http *http.Client
 }
 
-// New returns a client; timeout bounds each call.
+// New returns a client; timeout bounds each call. A redirect is not followed: it is no answer
+// from the bank, and what another address says (a 404 read as "no such charge", a POST turned
+// into a GET) must never decide an operation. It is ambiguous, as any other unexpected status.
 func New(baseURL string, timeout time.Duration) *Client {
-	return &Client{base: baseURL, http: &http.Client{Timeout: timeout}}
+	return &Client{base: baseURL, http: &http.Client{Timeout: timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
 // Charge sends a charge with the operation id as its idempotency key.

@@ -81,3 +81,32 @@ func TestDroppedConnectionIsAmbiguous(t *testing.T) {
 	_, err := provider.New(srv.URL, 5*time.Second).Charge(context.Background(), "k", provider.ChargeRequest{Reference: "r"})
 	require.ErrorIs(t, err, provider.ErrAmbiguous)
 }
+
+// A redirect is no answer from the bank: kasa does not follow it, so that whatever the other
+// address says (a 404 read as "no such charge", a re-sent POST) never decides an operation.
+func TestRedirectIsAmbiguous(t *testing.T) {
+	for _, code := range []int{301, 302, 303, 307, 308} {
+		t.Run(http.StatusText(code), func(t *testing.T) {
+			var moved int
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/elsewhere" {
+					moved++
+					http.NotFound(w, r)
+					return
+				}
+				http.Redirect(w, r, "/elsewhere", code)
+			}))
+			defer srv.Close()
+			c := provider.New(srv.URL, 5*time.Second)
+			_, err := c.Inquire(context.Background(), "r")
+			require.ErrorIs(t, err, provider.ErrAmbiguous)
+			_, err = c.Charge(context.Background(), "k", provider.ChargeRequest{Reference: "r", AmountMinor: 1, Currency: "EUR"})
+			require.ErrorIs(t, err, provider.ErrAmbiguous)
+			_, err = c.InquireRefund(context.Background(), "r")
+			require.ErrorIs(t, err, provider.ErrAmbiguous)
+			_, err = c.InquireAuthorization(context.Background(), "r")
+			require.ErrorIs(t, err, provider.ErrAmbiguous)
+			require.Zero(t, moved, "the redirect is not followed")
+		})
+	}
+}

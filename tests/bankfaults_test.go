@@ -133,3 +133,31 @@ func TestUnreadableAuthorizationStateIsNoDecline(t *testing.T) {
 		})
 	}
 }
+
+// A bank whose charge inquiries are redirected elsewhere (a maintenance page that is not there)
+// has not said that it has no charge: the lost charge, which it booked, is never sent again.
+func TestRedirectedInquiryIsNoNotFound(t *testing.T) {
+	t.Parallel()
+	redirect := func(sim http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && r.URL.Path == "/v1/charges" {
+				http.Redirect(w, r, "/maintenance", http.StatusFound)
+				return
+			}
+			sim.ServeHTTP(w, r) // the simulator answers /maintenance 404
+		})
+	}
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityInquiry, temporal: tc, bookingWindow: 3 * time.Second, bank: redirect})
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	s.setFaults(`{"rules":[{"on":"charge","action":"drop_response","count":1}]}`)
+	r := s.pay(m, "key-1", payBody("inv-1", "40.00", "TRY", acct))
+	id := r.json(t)["id"].(string)
+	require.Eventually(t, func() bool { return paymentByKey(t, m, "key-1").Status != "processing" }, 30*time.Second, 100*time.Millisecond)
+	require.Equal(t, 1, s.simCount(id), "charged once")
+	require.Equal(t, "unknown", string(paymentByKey(t, m, "key-1").Status))
+	a := s.account(m, acct)
+	require.Equal(t, "100.00", a["balance"])
+	require.Equal(t, "40.00", a["reserved"], "an unknown payment keeps its hold")
+	requireVerified(t)
+}
