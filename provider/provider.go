@@ -144,6 +144,9 @@ type answer interface {
 // workflow history and the logs: a misbehaving provider must not fill either.
 const maxErrorBody = 200
 
+// maxAnswer bounds how much of a provider's answer is read; a longer one is not read at all.
+const maxAnswer = 1 << 20
+
 // Client talks HTTP to the provider.
 type Client struct {
 	base string
@@ -246,9 +249,12 @@ func (c *Client) do(req *http.Request, want int, out any) error {
 		return fmt.Errorf("%w: %v", ErrAmbiguous, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
 		return fmt.Errorf("%w: reading answer: %v", ErrAmbiguous, err)
+	}
+	if len(body) > maxAnswer { // a part of an answer is not the answer: its rest may undo it
+		return fmt.Errorf("%w: %s: an answer longer than %d bytes: %s", ErrAmbiguous, resp.Status, maxAnswer, excerpt(body[:maxErrorBody]))
 	}
 	switch {
 	case resp.StatusCode == want:

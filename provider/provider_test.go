@@ -110,3 +110,32 @@ func TestRedirectIsAmbiguous(t *testing.T) {
 		})
 	}
 }
+
+// An answer longer than kasa reads is not read in part: the start of a body that is not JSON as a
+// whole (here a decline, then garbage past the limit) decides nothing.
+func TestOversizedAnswerIsAmbiguous(t *testing.T) {
+	answer := `{"id":"ch_1","reference":"r","status":"declined"}` + strings.Repeat(" ", 1<<20) + "garbage"
+	for _, tc := range []struct {
+		name   string
+		status int
+		call   func(c *provider.Client) error
+	}{
+		{"charge", 201, func(c *provider.Client) error {
+			_, err := c.Charge(context.Background(), "k", provider.ChargeRequest{Reference: "r", AmountMinor: 1, Currency: "EUR"})
+			return err
+		}},
+		{"inquiry", 200, func(c *provider.Client) error { _, err := c.Inquire(context.Background(), "r"); return err }},
+		{"inquiry 404", 404, func(c *provider.Client) error { _, err := c.Inquire(context.Background(), "r"); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.WriteHeader(tc.status)
+				_, _ = w.Write([]byte(answer))
+			}))
+			defer srv.Close()
+			err := tc.call(provider.New(srv.URL, 5*time.Second))
+			require.ErrorIs(t, err, provider.ErrAmbiguous)
+			require.Less(t, len(err.Error()), 400, "the error carries at most an excerpt of the body")
+		})
+	}
+}
