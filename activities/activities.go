@@ -213,10 +213,26 @@ func (a *Activities) guardSend(ctx context.Context, id uuid.UUID, c workflows.Ca
 // InquireCharge asks the provider whether a charge exists for the operation.
 func (a *Activities) InquireCharge(ctx context.Context, operationID uuid.UUID) (workflows.ChargeResult, error) {
 	ch, err := a.Provider.Inquire(ctx, operationID.String())
+	if err == nil {
+		err = a.samePaymentMoney(ctx, operationID, ch.AmountMinor, ch.Currency)
+	}
 	if err != nil {
 		return workflows.ChargeResult{}, classify(err)
 	}
 	return workflows.ChargeResult{ProviderReference: ch.ID, Succeeded: ch.Succeeded()}, nil
+}
+
+// samePaymentMoney checks the money an inquiry's answer names (if any) against the payment's:
+// the bank's record of other money is not this payment's answer (provider.CheckMoney).
+func (a *Activities) samePaymentMoney(ctx context.Context, id uuid.UUID, amountMinor int64, currency string) error {
+	if amountMinor == 0 && currency == "" {
+		return nil
+	}
+	p, err := a.Store.Payment(ctx, id)
+	if err != nil {
+		return err
+	}
+	return provider.CheckMoney(amountMinor, currency, p.AmountMinor, p.Currency)
 }
 
 func hasType(err error, typ string) bool {
@@ -303,6 +319,12 @@ func (a *Activities) SendRefund(ctx context.Context, in workflows.SendRefundInpu
 // InquireRefund asks the bank whether a refund exists for the refund's id.
 func (a *Activities) InquireRefund(ctx context.Context, refundID uuid.UUID) (workflows.RefundSendResult, error) {
 	r, err := a.Provider.InquireRefund(ctx, refundID.String())
+	if err == nil && (r.AmountMinor != 0 || r.Currency != "") {
+		var rf payment.Refund
+		if rf, err = a.Store.Refund(ctx, refundID); err == nil {
+			err = provider.CheckMoney(r.AmountMinor, r.Currency, rf.AmountMinor, rf.Currency)
+		}
+	}
 	if err != nil {
 		return workflows.RefundSendResult{}, classify(err)
 	}
@@ -381,6 +403,9 @@ func (a *Activities) Authorize(ctx context.Context, in workflows.ChargeInput) (w
 // InquireAuthorization asks the bank whether it holds an authorization for the operation.
 func (a *Activities) InquireAuthorization(ctx context.Context, operationID uuid.UUID) (workflows.ChargeResult, error) {
 	au, err := a.Provider.InquireAuthorization(ctx, operationID.String())
+	if err == nil {
+		err = a.samePaymentMoney(ctx, operationID, au.AmountMinor, au.Currency)
+	}
 	if err != nil {
 		return workflows.ChargeResult{}, classify(err)
 	}

@@ -650,3 +650,79 @@ func TestResendWaitsForTheWorkersBookingWindow(t *testing.T) {
 		})
 	}
 }
+
+// moneyBank finds every operation succeeded, naming amount and currency.
+type moneyBank struct {
+	activities.Provider
+	amount   int64
+	currency string
+}
+
+func (b moneyBank) Inquire(_ context.Context, ref string) (provider.Charge, error) {
+	return provider.Charge{ID: "ch_1", Reference: ref, Status: provider.StatusSucceeded, AmountMinor: b.amount, Currency: b.currency}, nil
+}
+
+func (b moneyBank) InquireRefund(_ context.Context, ref string) (provider.Refund, error) {
+	return provider.Refund{ID: "re_1", Reference: ref, Status: provider.StatusSucceeded, AmountMinor: b.amount, Currency: b.currency}, nil
+}
+
+func (b moneyBank) InquireAuthorization(_ context.Context, ref string) (provider.Authorization, error) {
+	return provider.Authorization{ID: "au_1", Reference: ref, Status: provider.StatusSucceeded, State: provider.StateAuthorized,
+		AmountMinor: b.amount, Currency: b.currency}, nil
+}
+
+// rows is a store with the fakes' payment and refund.
+type rows struct{ *attempts }
+
+func (rows) Refund(ctx context.Context, id uuid.UUID) (payment.Refund, error) {
+	return (&refundAttempts{}).Refund(ctx, id)
+}
+
+// An inquiry names only the reference: an answer naming other money than the operation's (the
+// payment's 100 TRY, the refund's 3000 TRY) is ambiguous, never posted as the operation's.
+func TestInquiryNamingOtherMoneyIsAmbiguous(t *testing.T) {
+	inquiries := []struct {
+		name    string
+		want    int64 // the operation's amount
+		inquire func(a *activities.Activities) (bool, error)
+	}{
+		{"charge", 100, func(a *activities.Activities) (bool, error) {
+			r, err := a.InquireCharge(context.Background(), payment.NewID())
+			return r.Succeeded, err
+		}},
+		{"authorization", 100, func(a *activities.Activities) (bool, error) {
+			r, err := a.InquireAuthorization(context.Background(), payment.NewID())
+			return r.Succeeded, err
+		}},
+		{"refund", 3000, func(a *activities.Activities) (bool, error) {
+			r, err := a.InquireRefund(context.Background(), payment.NewID())
+			return r.Succeeded, err
+		}},
+	}
+	for _, tc := range []struct {
+		name      string
+		amount    func(want int64) int64
+		currency  string
+		ambiguous bool
+	}{
+		{"the operation's money", func(w int64) int64 { return w }, "TRY", false},
+		{"no money named", func(int64) int64 { return 0 }, "", false},
+		{"another amount", func(w int64) int64 { return w + 1 }, "TRY", true},
+		{"another currency", func(w int64) int64 { return w }, "EUR", true},
+	} {
+		for _, in := range inquiries {
+			t.Run(tc.name+"/"+in.name, func(t *testing.T) {
+				a := &activities.Activities{Store: rows{&attempts{}}, Provider: moneyBank{amount: tc.amount(in.want), currency: tc.currency}}
+				ok, err := in.inquire(a)
+				if tc.ambiguous {
+					var appErr *temporal.ApplicationError
+					require.ErrorAs(t, err, &appErr)
+					require.Equal(t, workflows.ErrTypeAmbiguous, appErr.Type())
+					return
+				}
+				require.NoError(t, err)
+				require.True(t, ok)
+			})
+		}
+	}
+}

@@ -35,11 +35,14 @@ type ChargeRequest struct {
 	AccountID   string `json:"account_id"`
 }
 
-// Charge is the provider's record of a charge.
+// Charge is the provider's record of a charge. The amount and currency are what the provider
+// says it moved, when it says (zero when it does not).
 type Charge struct {
-	ID        string `json:"id"`
-	Reference string `json:"reference"`
-	Status    string `json:"status"` // "succeeded" or "declined"
+	ID          string `json:"id"`
+	Reference   string `json:"reference"`
+	Status      string `json:"status"` // "succeeded" or "declined"
+	AmountMinor int64  `json:"amount_minor,omitempty"`
+	Currency    string `json:"currency,omitempty"`
 }
 
 // Charge statuses; any other is an answer kasa cannot read.
@@ -51,8 +54,9 @@ const (
 // Succeeded reports whether money moved.
 func (c Charge) Succeeded() bool { return c.Status == StatusSucceeded }
 
-func (c Charge) status() string { return c.Status }
-func (c Charge) about() string  { return c.Reference }
+func (c Charge) status() string         { return c.Status }
+func (c Charge) about() string          { return c.Reference }
+func (c Charge) money() (int64, string) { return c.AmountMinor, c.Currency }
 
 // RefundRequest asks the provider to pay back (part of) a charge. ChargeReference is the
 // charge's reference (the payment id); Reference is the refund's operation id.
@@ -63,18 +67,21 @@ type RefundRequest struct {
 	Currency        string `json:"currency"`
 }
 
-// Refund is the provider's record of a refund.
+// Refund is the provider's record of a refund; the amount and currency as for a Charge.
 type Refund struct {
-	ID        string `json:"id"`
-	Reference string `json:"reference"`
-	Status    string `json:"status"` // "succeeded" or "declined"
+	ID          string `json:"id"`
+	Reference   string `json:"reference"`
+	Status      string `json:"status"` // "succeeded" or "declined"
+	AmountMinor int64  `json:"amount_minor,omitempty"`
+	Currency    string `json:"currency,omitempty"`
 }
 
 // Succeeded reports whether money moved back.
 func (r Refund) Succeeded() bool { return r.Status == StatusSucceeded }
 
-func (r Refund) status() string { return r.Status }
-func (r Refund) about() string  { return r.Reference }
+func (r Refund) status() string         { return r.Status }
+func (r Refund) about() string          { return r.Reference }
+func (r Refund) money() (int64, string) { return r.AmountMinor, r.Currency }
 
 // Authorization is the provider's record of a hold. Status answers the authorize call
 // (succeeded: the money is held); State is where it is now, one of the State constants.
@@ -100,8 +107,9 @@ const (
 // Succeeded reports whether the money was held.
 func (a Authorization) Succeeded() bool { return a.Status == StatusSucceeded }
 
-func (a Authorization) status() string { return a.Status }
-func (a Authorization) about() string  { return a.Reference }
+func (a Authorization) status() string         { return a.Status }
+func (a Authorization) about() string          { return a.Reference }
+func (a Authorization) money() (int64, string) { return a.AmountMinor, a.Currency }
 
 // CaptureResult is the provider's answer to a capture; Reference is the authorization's.
 type CaptureResult struct {
@@ -115,8 +123,9 @@ type CaptureResult struct {
 // Succeeded reports whether the money moved (and the rest of the hold was released).
 func (r CaptureResult) Succeeded() bool { return r.Status == StatusSucceeded }
 
-func (r CaptureResult) status() string { return r.Status }
-func (r CaptureResult) about() string  { return r.AuthorizationID }
+func (r CaptureResult) status() string         { return r.Status }
+func (r CaptureResult) about() string          { return r.AuthorizationID }
+func (r CaptureResult) money() (int64, string) { return r.AmountMinor, "" }
 
 // VoidResult is the provider's answer to a void; Reference is the authorization's.
 type VoidResult struct {
@@ -129,15 +138,26 @@ type VoidResult struct {
 // Succeeded reports whether the hold is released.
 func (r VoidResult) Succeeded() bool { return r.Status == StatusSucceeded }
 
-func (r VoidResult) status() string { return r.Status }
-func (r VoidResult) about() string  { return r.AuthorizationID }
+func (r VoidResult) status() string         { return r.Status }
+func (r VoidResult) about() string          { return r.AuthorizationID }
+func (r VoidResult) money() (int64, string) { return 0, "" }
 
-// answer is what a definite provider answer decodes into: its status, and what it is about (the
-// reference of a charge, refund or authorization; the authorization of a capture or void). An
-// answer about something else than what was asked is no answer: ambiguous.
+// answer is what a definite provider answer decodes into: its status, what it is about (the
+// reference of a charge, refund or authorization; the authorization of a capture or void), and
+// the money it names (zero and empty when it names none). An answer about something else than
+// what was asked, or naming other money, is no answer: ambiguous.
 type answer interface {
 	status() string
 	about() string
+	money() (amountMinor int64, currency string)
+}
+
+// asked is what a call asks about: the reference (or authorization), and the money when it
+// moves some (zero and empty for an inquiry, which names none).
+type asked struct {
+	about       string
+	amountMinor int64
+	currency    string
 }
 
 // maxErrorBody bounds how much of a provider's answer reaches an error, and through it the
@@ -163,7 +183,7 @@ func New(baseURL string, timeout time.Duration) *Client {
 
 // Charge sends a charge with the operation id as its idempotency key.
 func (c *Client) Charge(ctx context.Context, idempotencyKey string, r ChargeRequest) (Charge, error) {
-	return post[Charge](ctx, c, "/v1/charges", idempotencyKey, r, r.Reference)
+	return post[Charge](ctx, c, "/v1/charges", idempotencyKey, r, asked{r.Reference, r.AmountMinor, r.Currency})
 }
 
 // Inquire asks for the charge made with the reference (the operation id).
@@ -173,7 +193,7 @@ func (c *Client) Inquire(ctx context.Context, reference string) (Charge, error) 
 
 // Refund sends a refund with the refund's operation id as its idempotency key.
 func (c *Client) Refund(ctx context.Context, idempotencyKey string, r RefundRequest) (Refund, error) {
-	return post[Refund](ctx, c, "/v1/refunds", idempotencyKey, r, r.Reference)
+	return post[Refund](ctx, c, "/v1/refunds", idempotencyKey, r, asked{r.Reference, r.AmountMinor, r.Currency})
 }
 
 // InquireRefund asks for the refund made with the reference (the refund's operation id).
@@ -184,7 +204,7 @@ func (c *Client) InquireRefund(ctx context.Context, reference string) (Refund, e
 // Authorize holds money with the payment's operation id as its idempotency key; r is a
 // charge's request.
 func (c *Client) Authorize(ctx context.Context, idempotencyKey string, r ChargeRequest) (Authorization, error) {
-	return post[Authorization](ctx, c, "/v1/authorizations", idempotencyKey, r, r.Reference)
+	return post[Authorization](ctx, c, "/v1/authorizations", idempotencyKey, r, asked{r.Reference, r.AmountMinor, r.Currency})
 }
 
 // InquireAuthorization asks for the authorization made with the reference (the operation id),
@@ -198,12 +218,12 @@ func (c *Client) Capture(ctx context.Context, idempotencyKey, authorizationID st
 	body := struct {
 		AmountMinor int64 `json:"amount_minor"`
 	}{amountMinor}
-	return post[CaptureResult](ctx, c, authorizationPath(authorizationID, "capture"), idempotencyKey, body, authorizationID)
+	return post[CaptureResult](ctx, c, authorizationPath(authorizationID, "capture"), idempotencyKey, body, asked{authorizationID, amountMinor, ""})
 }
 
 // Void releases the authorization's hold.
 func (c *Client) Void(ctx context.Context, idempotencyKey, authorizationID string) (VoidResult, error) {
-	return post[VoidResult](ctx, c, authorizationPath(authorizationID, "void"), idempotencyKey, struct{}{}, authorizationID)
+	return post[VoidResult](ctx, c, authorizationPath(authorizationID, "void"), idempotencyKey, struct{}{}, asked{about: authorizationID})
 }
 
 // authorizationPath is the path of an action on an authorization; the id comes from the
@@ -212,7 +232,7 @@ func authorizationPath(id, action string) string {
 	return "/v1/authorizations/" + url.PathEscape(id) + "/" + action
 }
 
-func post[T answer](ctx context.Context, c *Client, path, idempotencyKey string, in any, want string) (T, error) {
+func post[T answer](ctx context.Context, c *Client, path, idempotencyKey string, in any, want asked) (T, error) {
 	var out T
 	body, err := json.Marshal(in)
 	if err != nil {
@@ -239,7 +259,7 @@ func get[T answer](ctx context.Context, c *Client, path, reference string) (T, e
 		return out, err
 	}
 	err = c.do(req, http.StatusOK, &out)
-	return out, checkAbout(out, err, reference)
+	return out, checkAbout(out, err, asked{about: reference})
 }
 
 // do sends req and decodes a definite answer into out (a pointer to an answer).
@@ -275,12 +295,31 @@ func (c *Client) do(req *http.Request, want int, out any) error {
 }
 
 // checkAbout turns a definite answer about something else than want into an ambiguous one: a
-// provider (or a proxy) that mixes up answers must never decide an operation.
-func checkAbout(out answer, err error, want string) error {
-	if err == nil && out.about() != want {
-		return fmt.Errorf("%w: the answer is about %s, not %q", ErrAmbiguous, excerpt([]byte(out.about())), want)
+// provider (or a proxy) that mixes up answers must never decide an operation, nor an answer that
+// names other money than asked be posted as if the provider had moved what was asked.
+func checkAbout(out answer, err error, want asked) error {
+	if err != nil {
+		return err
 	}
-	return err
+	if out.about() != want.about {
+		return fmt.Errorf("%w: the answer is about %s, not %q", ErrAmbiguous, excerpt([]byte(out.about())), want.about)
+	}
+	amount, currency := out.money()
+	return CheckMoney(amount, currency, want.amountMinor, want.currency)
+}
+
+// CheckMoney says whether an answer naming amountMinor and currency (zero and empty: it names
+// none) can be about an operation of wantMinor and wantCurrency (zero and empty: not known):
+// ErrAmbiguous when it names other money. An inquiry names only a reference: its caller, who
+// knows the operation, checks the answer with it.
+func CheckMoney(amountMinor int64, currency string, wantMinor int64, wantCurrency string) error {
+	switch {
+	case wantMinor != 0 && amountMinor != 0 && amountMinor != wantMinor:
+		return fmt.Errorf("%w: the answer names %d (minor units), not the %d asked", ErrAmbiguous, amountMinor, wantMinor)
+	case wantCurrency != "" && currency != "" && currency != wantCurrency:
+		return fmt.Errorf("%w: the answer names the currency %s, not the %s asked", ErrAmbiguous, excerpt([]byte(currency)), wantCurrency)
+	}
+	return nil
 }
 
 // excerpt quotes the start of a provider's answer for an error message.

@@ -2,6 +2,7 @@ package provider_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -137,5 +138,60 @@ func TestOversizedAnswerIsAmbiguous(t *testing.T) {
 			require.ErrorIs(t, err, provider.ErrAmbiguous)
 			require.Less(t, len(err.Error()), 400, "the error carries at most an excerpt of the body")
 		})
+	}
+}
+
+// A definite answer that names other money than the call asked for (another amount or currency)
+// is no answer about it: posting what was asked would put in the ledger what the bank did not
+// do. An answer that names no money is read by its reference alone.
+func TestAnswerNamingOtherMoneyIsAmbiguous(t *testing.T) {
+	ctx := context.Background()
+	calls := map[string]func(c *provider.Client) (string, error){
+		"charge": func(c *provider.Client) (string, error) {
+			r, err := c.Charge(ctx, "k", provider.ChargeRequest{Reference: "r", AmountMinor: 1000, Currency: "TRY"})
+			return r.Status, err
+		},
+		"refund": func(c *provider.Client) (string, error) {
+			r, err := c.Refund(ctx, "k", provider.RefundRequest{Reference: "r", ChargeReference: "p", AmountMinor: 1000, Currency: "TRY"})
+			return r.Status, err
+		},
+		"authorize": func(c *provider.Client) (string, error) {
+			r, err := c.Authorize(ctx, "k", provider.ChargeRequest{Reference: "r", AmountMinor: 1000, Currency: "TRY"})
+			return r.Status, err
+		},
+		"capture": func(c *provider.Client) (string, error) {
+			r, err := c.Capture(ctx, "k", "r", 1000)
+			return r.Status, err
+		},
+	}
+	for _, tc := range []struct {
+		name, money string
+		calls       []string
+		ambiguous   bool
+	}{
+		{"the money asked", `"amount_minor":1000,"currency":"TRY"`, []string{"charge", "refund", "authorize", "capture"}, false},
+		{"no money named", `"id":"x"`, []string{"charge", "refund", "authorize", "capture"}, false},
+		{"another amount", `"amount_minor":100,"currency":"TRY"`, []string{"charge", "refund", "authorize", "capture"}, true},
+		{"another currency", `"amount_minor":1000,"currency":"EUR"`, []string{"charge", "refund", "authorize"}, true},
+	} {
+		for _, status := range []string{"succeeded", "declined"} {
+			for _, name := range tc.calls {
+				t.Run(fmt.Sprintf("%s/%s/%s", tc.name, status, name), func(t *testing.T) {
+					body := fmt.Sprintf(`{"reference":"r","authorization_id":"r","status":%q,%s}`, status, tc.money)
+					srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+						w.WriteHeader(http.StatusCreated)
+						_, _ = w.Write([]byte(body))
+					}))
+					defer srv.Close()
+					got, err := calls[name](provider.New(srv.URL, 5*time.Second))
+					if tc.ambiguous {
+						require.ErrorIs(t, err, provider.ErrAmbiguous)
+						return
+					}
+					require.NoError(t, err)
+					require.Equal(t, status, got)
+				})
+			}
+		}
 	}
 }
