@@ -330,15 +330,7 @@ func (a clientAuth) failed() { a.s.authFailed(a.c) }
 func (l *limiter) hold(key string, now time.Time) (release func(failed bool), ok bool, wait time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if now.Sub(l.swept) >= l.fullAfter || len(l.keys) >= maxLimiterKeys {
-		l.sweep(now)
-	}
-	b, found := l.keys[key]
-	if !found {
-		b = &bucket{lim: rate.NewLimiter(l.rate, l.burst)}
-		l.keys[key] = b
-	}
-	b.seen = now
+	b := l.bucketLocked(key, now)
 	if t := b.lim.TokensAt(now) - float64(b.held); t < 1 {
 		return nil, false, time.Duration((1 - t) / float64(l.rate) * float64(time.Second))
 	}
@@ -355,9 +347,9 @@ func (l *limiter) hold(key string, now time.Time) (release func(failed bool), ok
 	}, true, 0
 }
 
-func (l *limiter) allow(key string, now time.Time) (bool, time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// bucketLocked is key's bucket, made full when it is new, seen now; l.mu is held. Buckets full
+// again are swept from time to time, or when there are too many.
+func (l *limiter) bucketLocked(key string, now time.Time) *bucket {
 	if now.Sub(l.swept) >= l.fullAfter || len(l.keys) >= maxLimiterKeys {
 		l.sweep(now)
 	}
@@ -367,7 +359,13 @@ func (l *limiter) allow(key string, now time.Time) (bool, time.Duration) {
 		l.keys[key] = b
 	}
 	b.seen = now
-	r := b.lim.ReserveN(now, 1)
+	return b
+}
+
+func (l *limiter) allow(key string, now time.Time) (bool, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.bucketLocked(key, now).lim.ReserveN(now, 1)
 	if d := r.DelayFrom(now); d > 0 {
 		r.CancelAt(now) // a refused request spends nothing
 		return false, d

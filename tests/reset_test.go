@@ -184,10 +184,11 @@ func resetBefore(t *testing.T, wfID string, before enums.EventType) {
 	require.NoError(t, err)
 }
 
-// A cancellation request (the Web UI's "Request Cancellation", `temporal workflow cancel`) ends an
-// unknown payment's workflow started before Revision 7 as a terminate does, its hold kept. A reset to its last workflow
-// task keeps the request and ends the same way; the reset to the task before the request, as
-// docs/operations.md says, brings the wait for the settlement back, and the bank was charged once.
+// A cancellation request (the Web UI's "Request Cancellation", `temporal workflow cancel`) ends
+// the workflow of an unknown payment started before Revision 7 as a terminate does, its hold
+// kept. A reset to its last workflow task keeps the request and ends the same way; the reset to
+// the task before the request, as docs/operations.md says, brings the wait for the settlement
+// back, and the bank was charged once.
 func TestResetOfACanceledUnknownPaymentGoesBackBeforeTheRequest(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, workflows.CapabilityNone)
