@@ -20,16 +20,37 @@ import (
 // lastWorkflowTask is the id of the workflow's last WorkflowTaskCompleted event (0: none yet).
 func lastWorkflowTask(t *testing.T, wfID string) int64 {
 	t.Helper()
+	return lastWorkflowTaskBefore(t, wfID, enums.EVENT_TYPE_UNSPECIFIED) // no event has that type
+}
+
+// lastWorkflowTaskBefore is the id of the workflow's last WorkflowTaskCompleted event before its
+// first event of type before (0: none).
+func lastWorkflowTaskBefore(t *testing.T, wfID string, before enums.EventType) int64 {
+	t.Helper()
 	var last int64
 	it := tc.GetWorkflowHistory(context.Background(), wfID, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		e, err := it.Next()
 		require.NoError(t, err)
+		if e.GetEventType() == before {
+			break
+		}
 		if e.GetEventType() == enums.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
 			last = e.GetEventId()
 		}
 	}
 	return last
+}
+
+// resetTo resets the workflow to the end of the workflow task completed as event id.
+func resetTo(t *testing.T, wfID string, id int64, reason string) {
+	t.Helper()
+	require.NotZero(t, id, "no workflow task completed")
+	_, err := tc.WorkflowService().ResetWorkflowExecution(context.Background(), &workflowservice.ResetWorkflowExecutionRequest{
+		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: wfID},
+		Reason: reason, WorkflowTaskFinishEventId: id, RequestId: uuid.NewString(),
+	})
+	require.NoError(t, err)
 }
 
 // terminateByMistake terminates the workflow once its first workflow task is in its history (an
@@ -44,14 +65,7 @@ func terminateByMistake(t *testing.T, wfID string) {
 // whose workflow was closed by mistake: `temporal workflow reset --type LastWorkflowTask`.
 func resetToLastWorkflowTask(t *testing.T, wfID string) {
 	t.Helper()
-	ctx := context.Background()
-	last := lastWorkflowTask(t, wfID)
-	require.NotZero(t, last, "no workflow task completed")
-	_, err := tc.WorkflowService().ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
-		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: wfID},
-		Reason: "terminated by mistake", WorkflowTaskFinishEventId: last, RequestId: uuid.NewString(),
-	})
-	require.NoError(t, err)
+	resetTo(t, wfID, lastWorkflowTask(t, wfID), "terminated by mistake")
 }
 
 // An unknown payment whose workflow an operator terminated by mistake: the documented reset runs
@@ -163,25 +177,7 @@ func TestResetOfAManualPaymentFromItsStartRunsNothingAgain(t *testing.T) {
 // type before, as docs/operations.md tells an operator to do after a cancellation request.
 func resetBefore(t *testing.T, wfID string, before enums.EventType) {
 	t.Helper()
-	ctx := context.Background()
-	var last int64
-	it := tc.GetWorkflowHistory(ctx, wfID, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		e, err := it.Next()
-		require.NoError(t, err)
-		if e.GetEventType() == before {
-			break
-		}
-		if e.GetEventType() == enums.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
-			last = e.GetEventId()
-		}
-	}
-	require.NotZero(t, last, "no workflow task completed before %s", before)
-	_, err := tc.WorkflowService().ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
-		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: wfID},
-		Reason: "canceled by mistake", WorkflowTaskFinishEventId: last, RequestId: uuid.NewString(),
-	})
-	require.NoError(t, err)
+	resetTo(t, wfID, lastWorkflowTaskBefore(t, wfID, before), "canceled by mistake")
 }
 
 // A cancellation request (the Web UI's "Request Cancellation", `temporal workflow cancel`) ends

@@ -103,7 +103,7 @@ func (w *opRun) void(ctx workflow.Context, st Step) (PaymentResult, error) {
 // command led to (unknown when the bank's answer is not known).
 func (w *opRun) setCommandHandlers(ctx workflow.Context) error {
 	done := func(ctx workflow.Context) (string, error) {
-		err := workflow.Await(w.uncanceled(ctx), func() bool { return w.status != payment.StatusRequiresCapture })
+		err := workflow.Await(uncanceled(ctx, w.in.Revision), func() bool { return w.status != payment.StatusRequiresCapture })
 		return string(w.status), err
 	}
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCapture,

@@ -136,14 +136,13 @@ func ignoreCancel(ctx workflow.Context, rev int) workflow.Context {
 		ctx.Done().Receive(ctx, nil)
 		workflow.GetLogger(ctx).Warn("cancellation request ignored: the run ends by the bank's answer, a command or a settlement")
 	})
-	d, _ := workflow.NewDisconnectedContext(ctx)
-	return d
+	return uncanceled(ctx, rev)
 }
 
-// uncanceled is an update handler's ctx cut off from a cancellation request, as the run's is
-// (ignoreCancel): the handler waits for what the run does.
-func (w *opRun) uncanceled(ctx workflow.Context) workflow.Context {
-	if w.in.Revision < 7 {
+// uncanceled is ctx cut off from a cancellation request from Revision 7 on: the run's context
+// (ignoreCancel) and each update handler's, which waits for what the run does.
+func uncanceled(ctx workflow.Context, rev int) workflow.Context {
+	if rev < 7 {
 		return ctx
 	}
 	d, _ := workflow.NewDisconnectedContext(ctx)
@@ -200,7 +199,7 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 	// malformed settlements to the caller, and it answers with the final status.
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSettle,
 		func(ctx workflow.Context, s Settlement) (string, error) {
-			ctx = w.uncanceled(ctx)
+			ctx = uncanceled(ctx, w.in.Revision)
 			w.pending = &s
 			// Applied (consumed), it is answered once the operation left unknown: a manual
 			// payment's capture settled not_charged is voided first.
