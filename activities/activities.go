@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,6 +33,7 @@ type Store interface {
 	Authorized(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error)
 	Captured(ctx context.Context, operationID uuid.UUID, amount int64, providerRef string, command uuid.UUID) (payment.Payment, error)
 	Canceled(ctx context.Context, operationID uuid.UUID, code string, command uuid.UUID) (payment.Payment, error)
+	CaptureAmountsInFlight(ctx context.Context, paymentID uuid.UUID) ([]int64, error)
 
 	HoldRefund(ctx context.Context, refundID uuid.UUID) error
 	HoldRefundRun(ctx context.Context, refundID uuid.UUID, runID string) error
@@ -486,6 +488,21 @@ func (a *Activities) InquireCapture(ctx context.Context, operationID uuid.UUID) 
 	return a.inquireState(ctx, operationID, provider.StateCaptured)
 }
 
+// capturedAsAsked checks a captured authorization's money against the payment's and its capture
+// in flight: the workflow posts the amount it asked for, so a bank that names another amount has
+// not said that the capture kasa sent moved the money.
+func (a *Activities) capturedAsAsked(ctx context.Context, operationID uuid.UUID, au provider.Authorization) error {
+	if err := a.samePaymentMoney(ctx, operationID, au.AmountMinor, au.Currency); err != nil || au.CapturedMinor == 0 {
+		return err
+	}
+	asked, err := a.Store.CaptureAmountsInFlight(ctx, operationID)
+	if err != nil || slices.Contains(asked, au.CapturedMinor) {
+		return err
+	}
+	return fmt.Errorf("%w: the bank captured %d minor units of authorization %s, and no capture in flight asked for that",
+		provider.ErrAmbiguous, au.CapturedMinor, au.ID)
+}
+
 // VoidAuthorization asks the bank to let the authorization go. A void the bank refuses is not a
 // decline kasa can act on: ErrTypeCapturedAtBank when the bank says it captured, else ambiguous.
 func (a *Activities) VoidAuthorization(ctx context.Context, in workflows.BankCallInput) (workflows.ChargeResult, error) {
@@ -526,6 +543,11 @@ func (a *Activities) inquireState(ctx context.Context, operationID uuid.UUID, wa
 	switch {
 	case err != nil:
 		return workflows.ChargeResult{}, classify(err)
+	case au.State == want && want == provider.StateCaptured:
+		if err := a.capturedAsAsked(ctx, operationID, au); err != nil {
+			return workflows.ChargeResult{}, classify(err)
+		}
+		return workflows.ChargeResult{ProviderReference: au.ID, Succeeded: true}, nil
 	case au.State == want, want == provider.StateVoided && au.State == provider.StateExpired: // an expired hold is let go too
 		return workflows.ChargeResult{ProviderReference: au.ID, Succeeded: true}, nil
 	case au.State == provider.StateAuthorized:

@@ -102,6 +102,13 @@ func (s *Store) CaptureInFlight(ctx context.Context, paymentID uuid.UUID) (bool,
 	return inFlight, translate(err)
 }
 
+// CaptureAmountsInFlight are the amounts the payment's captures in flight ask for, a capture of
+// all that is capturable as the payment's amount.
+func (s *Store) CaptureAmountsInFlight(ctx context.Context, paymentID uuid.UUID) ([]int64, error) {
+	amounts, err := s.q.CaptureAmountsInFlight(ctx, paymentID)
+	return amounts, translate(err)
+}
+
 // TakenCommand is the id of the capture or cancel that decided the payment, or uuid.Nil when no
 // command did (the expiry; or a payment decided before commands were marked).
 func (s *Store) TakenCommand(ctx context.Context, paymentID uuid.UUID) (uuid.UUID, error) {

@@ -85,6 +85,17 @@ func TestRealisticBankFaults(t *testing.T) {
 // rewriteInquiries is a bank whose authorization inquiries answer the simulator's record with
 // its state replaced by state (removed when empty): a bank with states kasa does not know.
 func rewriteInquiries(state string) func(http.Handler) http.Handler {
+	return rewriteAuthorizationInquiries(func(au map[string]any) {
+		delete(au, "state")
+		if state != "" {
+			au["state"] = state
+		}
+	})
+}
+
+// rewriteAuthorizationInquiries puts a bank in front of the simulator whose answers to
+// authorization inquiries are changed by edit.
+func rewriteAuthorizationInquiries(edit func(au map[string]any)) func(http.Handler) http.Handler {
 	return func(sim http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method != http.MethodGet || r.URL.Path != "/v1/authorizations" {
@@ -99,10 +110,7 @@ func rewriteInquiries(state string) func(http.Handler) http.Handler {
 				_, _ = w.Write(rec.Body.Bytes())
 				return
 			}
-			delete(au, "state")
-			if state != "" {
-				au["state"] = state
-			}
+			edit(au)
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(au)
 		})
@@ -129,6 +137,40 @@ func TestUnreadableAuthorizationStateIsNoDecline(t *testing.T) {
 			require.False(t, held.Voided, "never voided")
 			require.Equal(t, int64(8000), reserved(t, payer), "an unknown capture keeps the hold")
 			require.Equal(t, int64(10000), balance(t, payer))
+			requireVerified(t)
+		})
+	}
+}
+
+// A capture whose answer was lost, found by the inquiry captured for another amount than the one
+// kasa asked, is not posted as the amount asked: the payment parks unknown, its hold kept, until
+// a settlement says what moved.
+func TestCaptureInquiryNamingOtherMoneyIsAmbiguous(t *testing.T) {
+	t.Parallel()
+	for name, edit := range map[string]func(au map[string]any){
+		"captured amount": func(au map[string]any) {
+			if au["state"] == "captured" {
+				au["captured_minor"] = 2900
+			}
+		},
+		"authorized amount": func(au map[string]any) {
+			if au["state"] == "captured" {
+				au["amount_minor"] = 9000
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := newStackWith(t, stackOptions{capability: workflows.CapabilityInquiry, temporal: tc, bank: rewriteAuthorizationInquiries(edit)})
+			m := s.newMerchant()
+			id, payer, _ := s.authorize(m, "auth-1", "80.00", "100.00")
+			s.setFaults(`{"rules":[{"on":"capture","action":"drop_response","count":1}]}`)
+			r := s.command(m, id, "capture", "cap-1", `{"amount":"30.00"}`)
+			require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+			require.Equal(t, "unknown", r.json(t)["status"])
+			require.Equal(t, int64(3000), s.held(id).CapturedMinor, "the bank captured what kasa asked")
+			require.Equal(t, int64(8000), reserved(t, payer), "an unknown capture keeps the hold")
+			require.Equal(t, int64(10000), balance(t, payer), "nothing posted")
 			requireVerified(t)
 		})
 	}

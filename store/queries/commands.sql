@@ -42,3 +42,10 @@ SELECT id FROM payment_commands WHERE payment_id = $1 AND taken;
 -- A capture the payment's workflow has not finished: accepted (or sent) and not yet what moved
 -- its money. A refused one was deleted; one the workflow took is marked taken.
 SELECT EXISTS (SELECT 1 FROM payment_commands WHERE payment_id = $1 AND kind = 'capture' AND NOT taken);
+
+-- name: CaptureAmountsInFlight :many
+-- The amounts asked by the payment's captures in flight (one, unless a refused one is on its way
+-- out), a capture of all that is capturable as the payment's amount.
+SELECT (CASE c.amount_minor WHEN 0 THEN p.amount_minor ELSE c.amount_minor END)::bigint AS amount_minor
+FROM payment_commands c JOIN payments p ON p.id = c.payment_id
+WHERE c.payment_id = $1 AND c.kind = 'capture' AND NOT c.taken;

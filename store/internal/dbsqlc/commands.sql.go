@@ -36,6 +36,34 @@ func (q *Queries) AnswerCommand(ctx context.Context, arg AnswerCommandParams) er
 	return err
 }
 
+const CaptureAmountsInFlight = `-- name: CaptureAmountsInFlight :many
+SELECT (CASE c.amount_minor WHEN 0 THEN p.amount_minor ELSE c.amount_minor END)::bigint AS amount_minor
+FROM payment_commands c JOIN payments p ON p.id = c.payment_id
+WHERE c.payment_id = $1 AND c.kind = 'capture' AND NOT c.taken
+`
+
+// The amounts asked by the payment's captures in flight (one, unless a refused one is on its way
+// out), a capture of all that is capturable as the payment's amount.
+func (q *Queries) CaptureAmountsInFlight(ctx context.Context, paymentID uuid.UUID) ([]int64, error) {
+	rows, err := q.db.Query(ctx, CaptureAmountsInFlight, paymentID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var amount_minor int64
+		if err := rows.Scan(&amount_minor); err != nil {
+			return nil, err
+		}
+		items = append(items, amount_minor)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const CaptureInFlight = `-- name: CaptureInFlight :one
 SELECT EXISTS (SELECT 1 FROM payment_commands WHERE payment_id = $1 AND kind = 'capture' AND NOT taken)
 `
