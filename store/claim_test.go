@@ -399,3 +399,26 @@ func TestClaimReachesEventsBehindTheirPaymentsLaterOnes(t *testing.T) {
 	}
 	require.NotEmpty(t, got, "the other merchant's due first events are never claimed")
 }
+
+// A merchant whose webhook secret cannot be opened (a damaged row) holds up only its own
+// deliveries: the claim still hands out the others, and names the damaged one in its error.
+func TestClaimDeliveriesPastAnUnreadableSecret(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	damaged := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
+	pendingDeliveries(t, own, damaged.ID, 3, time.Now().Add(-time.Hour), time.Millisecond)
+	require.NoError(t, own.Exec(ctx, `UPDATE merchants SET webhook_secret_enc = '\x00' WHERE id = $1`, damaged.ID))
+	fine := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
+	pendingDeliveries(t, own, fine.ID, 3, time.Now().Add(-time.Minute), time.Millisecond)
+
+	got, err := own.ClaimDeliveries(ctx, 10, 5, time.Minute)
+	require.ErrorContains(t, err, damaged.ID.String())
+	require.Len(t, got, 3, "the other merchant's deliveries are handed out")
+	for _, d := range got {
+		require.Equal(t, fine.ID, d.MerchantID)
+		require.Equal(t, "whsec_test", d.Secret)
+	}
+}

@@ -75,6 +75,7 @@ func (s *Store) claimDeliveries(ctx context.Context, limit, perMerchant int, lea
 		return nil, 0, translate(err)
 	}
 	defer rows.Close()
+	var unreadable []error
 	for rows.Next() {
 		var c claimedRow
 		var n *int64
@@ -90,11 +91,12 @@ func (s *Store) claimDeliveries(ctx context.Context, limit, perMerchant int, lea
 		}
 		d, err := s.claimed(c)
 		if err != nil {
-			return nil, 0, err
+			unreadable = append(unreadable, err)
+			continue
 		}
 		ds = append(ds, d)
 	}
-	return ds, scanned, translate(rows.Err())
+	return ds, scanned, errors.Join(translate(rows.Err()), errors.Join(unreadable...))
 }
 
 // claimMerchantDeliveries runs the claim merchant by merchant (claim_merchant_deliveries.sql),
@@ -108,6 +110,7 @@ func (s *Store) claimMerchantDeliveries(ctx context.Context, limit, perMerchant 
 	}
 	defer rows.Close()
 	var ds []ClaimedDelivery
+	var unreadable []error
 	for rows.Next() {
 		var c claimedRow
 		if err := rows.Scan(&c.id, &c.merchantID, &c.aggregateID, &c.eventType, &c.url, &c.body, &c.attempt, &c.sealed, &c.prevSealed,
@@ -116,11 +119,12 @@ func (s *Store) claimMerchantDeliveries(ctx context.Context, limit, perMerchant 
 		}
 		d, err := s.claimed(c)
 		if err != nil {
-			return nil, err
+			unreadable = append(unreadable, err)
+			continue
 		}
 		ds = append(ds, d)
 	}
-	return ds, translate(rows.Err())
+	return ds, errors.Join(translate(rows.Err()), errors.Join(unreadable...))
 }
 
 // claimedRow is a row a claim statement returns (all NULL in claim_deliveries.sql's last row).
@@ -131,7 +135,9 @@ type claimedRow struct {
 	attempt, step               *int
 }
 
-// claimed opens the merchant's secrets of a claimed row.
+// claimed opens the merchant's secrets of a claimed row. A row whose secret cannot be opened
+// (damaged) is left claimed, its lease running out as a stalled send's would, and named in the
+// claim's error: the rest of the batch is sent.
 func (s *Store) claimed(r claimedRow) (ClaimedDelivery, error) {
 	c := ClaimedDelivery{ID: *r.id, MerchantID: *r.merchantID, AggregateID: *r.aggregateID, EventType: *r.eventType, URL: *r.url,
 		Body: r.body, Attempt: *r.attempt, Step: *r.step}
