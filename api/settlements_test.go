@@ -161,6 +161,9 @@ func (o *oneUnknown) EachRefundCreated(context.Context, time.Time, time.Time, []
 	return nil
 }
 func (o *oneUnknown) CaptureInFlight(context.Context, uuid.UUID) (bool, error) { return false, nil }
+func (o *oneUnknown) SettlementListings(context.Context, string, []uuid.UUID, []time.Time, bool) (map[uuid.UUID][]time.Time, error) {
+	return nil, nil
+}
 func (o *oneUnknown) EachCaptureDecided(context.Context, time.Time, time.Time, []payment.Status, []uuid.UUID, func(payment.Payment, time.Time, time.Time) error) error {
 	return nil
 }

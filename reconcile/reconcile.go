@@ -43,6 +43,10 @@ type Store interface {
 	// with when that happened and when the capture or void may first have been sent (its window
 	// starts there, not at the authorization).
 	EachCaptureDecided(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(p payment.Payment, decided, sentFrom time.Time) error) error
+	// SettlementListings records that a file lists each of refs on the day beside it (unless
+	// record is false), then returns every day an import listed each of them on; kind is
+	// "charge" or "refund".
+	SettlementListings(ctx context.Context, kind string, refs []uuid.UUID, days []time.Time, record bool) (map[uuid.UUID][]time.Time, error)
 }
 
 // Settler resolves an unknown payment or refund through its workflow's checked `settle` update
@@ -241,6 +245,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 			if err != nil {
 				return nil, run.abort(fmt.Errorf("read %ss: %w", k.noun(), err))
 			}
+			earlier, err := run.listings(k, byID, same[k])
+			if err != nil {
+				return nil, run.abort(fmt.Errorf("read the days %ss were listed on: %w", k.noun(), err))
+			}
 			for _, l := range batch {
 				all := same[k][l.Reference]
 				done += len(all)
@@ -253,6 +261,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 					}
 				case len(all) > 1:
 					run.listedTwice(o, all)
+				case len(earlier[l.Reference]) > 0:
+					run.listedOnAnotherDay(o, l, earlier[l.Reference])
 				default:
 					run.matchLine(l, o, true)
 				}
@@ -420,6 +430,14 @@ const (
 	charge kind = iota
 	refund
 )
+
+// listing is the kind's name in the settlement listings.
+func (k kind) listing() string {
+	if k == refund {
+		return "refund"
+	}
+	return "charge"
+}
 
 func (k kind) noun() string {
 	if k == refund {
@@ -762,6 +780,47 @@ func (run *run) listedTwice(o op, lines []Line) {
 	listed := strings.Join(nums[:len(nums)-1], ", ") + " and " + nums[len(nums)-1]
 	m.Kind, m.Expected = KindChargedTwice, o.describe()+", once"
 	m.Found = "listed on lines " + listed + ": " + strings.Join(found, "; ")
+	run.mismatch(o.kind, m)
+}
+
+// listings records the days this file lists the found operations on (not in a dry run), and
+// returns, for each, the days an import listed it on that this file does not.
+func (run *run) listings(k kind, found map[uuid.UUID]op, lines map[uuid.UUID][]Line) (map[uuid.UUID][]Day, error) {
+	var refs []uuid.UUID
+	var days []time.Time
+	for id := range found {
+		for _, l := range lines[id] {
+			refs, days = append(refs, id), append(days, l.SettlementDate.Start())
+		}
+	}
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	listed, err := run.r.Store.SettlementListings(run.ctx, k.listing(), refs, days, !run.dry)
+	out := map[uuid.UUID][]Day{}
+	for id, ds := range listed {
+		for _, d := range ds {
+			if day := DayOf(d); !slices.ContainsFunc(lines[id], func(l Line) bool { return l.SettlementDate == day }) {
+				out[id] = append(out[id], day)
+			}
+		}
+	}
+	return out, err
+}
+
+// listedOnAnotherDay reports a payment or refund an earlier import listed on another day than
+// this file does: the bank says it moved the money again. As for one listed twice in a file,
+// nothing is settled for it.
+func (run *run) listedOnAnotherDay(o op, l Line, earlier []Day) {
+	slices.Sort(earlier)
+	days := make([]string, len(earlier))
+	for i, d := range earlier {
+		days[i] = string(d)
+	}
+	m := entry(o, l.Number, l.ProviderChargeID)
+	m.Kind, m.Expected = KindChargedTwice, o.describe()+", once"
+	m.Found = fmt.Sprintf("listed on line %d (%s) and, by an earlier import, on %s: %s", l.Number, l.SettlementDate,
+		strings.Join(days, ", "), describeLine(l))
 	run.mismatch(o.kind, m)
 }
 

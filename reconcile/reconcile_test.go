@@ -42,6 +42,7 @@ type fakeBank struct {
 	// decided: when a payment's outcome was decided, if not its updated_at (a refund moved that)
 	decided   map[uuid.UUID]time.Time
 	refundsIn [][2]time.Time
+	listed    map[string][]time.Time // the days each kind+reference was listed on
 }
 
 func newFakeBank() *fakeBank {
@@ -180,6 +181,26 @@ func (b *fakeBank) EachCaptureDecided(_ context.Context, from, to time.Time, sta
 		}
 	}
 	return nil
+}
+
+func (b *fakeBank) SettlementListings(_ context.Context, kind string, refs []uuid.UUID, days []time.Time, record bool) (map[uuid.UUID][]time.Time, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.listed == nil {
+		b.listed = map[string][]time.Time{}
+	}
+	for i, id := range refs {
+		if k := kind + id.String(); record && !slices.Contains(b.listed[k], days[i]) {
+			b.listed[k] = append(b.listed[k], days[i])
+		}
+	}
+	out := map[uuid.UUID][]time.Time{}
+	for _, id := range refs {
+		if ds := b.listed[kind+id.String()]; len(ds) > 0 {
+			out[id] = ds
+		}
+	}
+	return out, nil
 }
 
 func (b *fakeBank) CaptureInFlight(_ context.Context, id uuid.UUID) (bool, error) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
@@ -17,6 +18,31 @@ import (
 // PaymentsByID reads the payments among ids that exist, in no particular order.
 func (s *Store) PaymentsByID(ctx context.Context, ids []uuid.UUID) ([]payment.Payment, error) {
 	return byID(ctx, s, dbsqlc.PaymentsByID, ids, func(r pgx.CollectableRow) (payment.Payment, error) { return scanPayment(r) })
+}
+
+// SettlementListings records that a settlement file lists each of refs on the day beside it
+// (unless record is false: a dry run), then returns every day an import listed each of refs on,
+// this one's included. kind is "charge" (payments) or "refund". Recording before reading
+// means that of two imports listing one reference on two days at once, the later reader sees both.
+func (s *Store) SettlementListings(ctx context.Context, kind string, refs []uuid.UUID, days []time.Time, record bool) (map[uuid.UUID][]time.Time, error) {
+	if record {
+		dates := make([]pgtype.Date, len(days))
+		for i, d := range days {
+			dates[i] = pgtype.Date{Time: d, Valid: true}
+		}
+		if err := s.q.RecordSettlementListings(ctx, dbsqlc.RecordSettlementListingsParams{Kind: kind, Refs: refs, Days: dates}); err != nil {
+			return nil, translate(err)
+		}
+	}
+	rows, err := s.q.SettlementListings(ctx, dbsqlc.SettlementListingsParams{Kind: kind, Refs: refs})
+	if err != nil {
+		return nil, translate(err)
+	}
+	out := make(map[uuid.UUID][]time.Time, len(rows))
+	for _, r := range rows {
+		out[r.Reference] = append(out[r.Reference], r.Day.Time)
+	}
+	return out, nil
 }
 
 // EachPaymentCreated calls fn for every payment created in [from, to) whose status is one of

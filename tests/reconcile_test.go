@@ -336,6 +336,52 @@ func TestReconcileListedTwiceKeepsThatHoldAndAppliesTheRest(t *testing.T) {
 	requireVerified(t)
 }
 
+// A reference a later file lists on another day than an earlier import did is the bank saying it
+// moved the money twice, across days: a charged_twice mismatch naming the earlier day, the
+// payment left as it is. Importing a day's file again, or a dry run, is no second listing.
+func TestReconcileListedOnTwoDaysIsChargedTwice(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	require.Equal(t, http.StatusCreated, s.pay(m, "paid", payBody("inv-paid", "30.00", "TRY", acct)).Status)
+	lost := s.payUnknown(m, "lost", payBody("inv-lost", "10.00", "TRY", acct), "drop_response")
+	paid := paymentByKey(t, m, "paid")
+	yesterday := time.Now().UTC().AddDate(0, 0, -1).Format(time.DateOnly)
+	file := func(day string) string {
+		return strings.Join(reconcile.Header, ",") + "\n" +
+			fmt.Sprintf("%s,%s,%s,30.00,TRY,settled\n", day, paid.ProviderReference, paid.ID) +
+			fmt.Sprintf("%s,ch_lost,%s,10.00,TRY,settled\n", day, lost.ID)
+	}
+
+	rep, ok := decodeReport(t, s.importSettlements(m, file(yesterday)))
+	require.True(t, ok, "%+v", rep.Mismatches)
+	require.Equal(t, reconcile.Counts{Matched: 1, ResolvedCharged: 1}, rep.Counts)
+	rep, ok = decodeReport(t, s.importSettlements(m, file(yesterday)))
+	require.True(t, ok, "the same day again: %+v", rep.Mismatches)
+	require.Equal(t, reconcile.Counts{Matched: 2}, rep.Counts)
+	rep, ok = decodeReport(t, s.do("POST", "/admin/v1/settlements?dry_run=true&merchant_id="+m.ID, adminToken, file(today()),
+		"Content-Type", "text/csv"))
+	require.False(t, ok)
+	require.Equal(t, 2, rep.Counts.Mismatches, "a dry run finds it too")
+
+	before := s.account(m, acct)
+	rep, ok = decodeReport(t, s.importSettlements(m, file(today())))
+	require.False(t, ok)
+	require.Equal(t, reconcile.Counts{Mismatches: 2}, rep.Counts)
+	for _, mm := range rep.Mismatches {
+		require.Equal(t, reconcile.KindChargedTwice, mm.Kind, "%+v", mm)
+		require.Contains(t, mm.Found, yesterday, "names the earlier day")
+	}
+	require.Equal(t, payment.StatusSucceeded, paymentByKey(t, m, "lost").Status)
+	require.Equal(t, before, s.account(m, acct), "nothing moved")
+	rep, ok = decodeReport(t, s.importSettlements(m, file(yesterday)))
+	require.False(t, ok, "the earlier day's file now says the same")
+	require.Equal(t, reconcile.Counts{Mismatches: 2}, rep.Counts)
+	require.Contains(t, rep.Mismatches[0].Found, today())
+	requireVerified(t)
+}
+
 // A file that does not parse changes nothing and says what is wrong, line by line.
 func TestReconcileRejectsInvalidFiles(t *testing.T) {
 	t.Parallel()

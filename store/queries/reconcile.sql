@@ -75,3 +75,14 @@ SELECT count(*), coalesce(sum(lines), 0), coalesce(sum(matched), 0),
   coalesce(sum(mismatches), 0), coalesce(max(finished_at), 'epoch'),
   coalesce((SELECT mismatches FROM reconciliation_runs ORDER BY finished_at DESC, id DESC LIMIT 1), 0)
 FROM reconciliation_runs;
+
+-- name: RecordSettlementListings :exec
+-- The days a settlement file lists these payments (kind charge) or refunds on; a day listed before
+-- is kept as it was.
+INSERT INTO settlement_listings (kind, reference, day)
+SELECT @kind::text, unnest(@refs::uuid[]), unnest(@days::date[])
+ON CONFLICT DO NOTHING;
+
+-- name: SettlementListings :many
+-- Every day an import listed these payments (kind charge) or refunds on.
+SELECT reference, day FROM settlement_listings WHERE kind = @kind::text AND reference = ANY(@refs::uuid[]);

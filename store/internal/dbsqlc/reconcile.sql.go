@@ -359,6 +359,25 @@ func (q *Queries) ReconcileTotals(ctx context.Context) (ReconcileTotalsRow, erro
 	return i, err
 }
 
+const RecordSettlementListings = `-- name: RecordSettlementListings :exec
+INSERT INTO settlement_listings (kind, reference, day)
+SELECT $1::text, unnest($2::uuid[]), unnest($3::date[])
+ON CONFLICT DO NOTHING
+`
+
+type RecordSettlementListingsParams struct {
+	Kind string
+	Refs []uuid.UUID
+	Days []pgtype.Date
+}
+
+// The days a settlement file lists these payments (kind charge) or refunds on; a day listed before
+// is kept as it was.
+func (q *Queries) RecordSettlementListings(ctx context.Context, arg RecordSettlementListingsParams) error {
+	_, err := q.db.Exec(ctx, RecordSettlementListings, arg.Kind, arg.Refs, arg.Days)
+	return err
+}
+
 const RefundsByID = `-- name: RefundsByID :many
 SELECT id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at, unknown_at FROM refunds WHERE id = ANY($1::uuid[])
 `
@@ -477,6 +496,41 @@ func (q *Queries) RefundsCreated(ctx context.Context, arg RefundsCreatedParams) 
 			&i.UnknownAt,
 			&i.DecidedAt,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const SettlementListings = `-- name: SettlementListings :many
+SELECT reference, day FROM settlement_listings WHERE kind = $1::text AND reference = ANY($2::uuid[])
+`
+
+type SettlementListingsParams struct {
+	Kind string
+	Refs []uuid.UUID
+}
+
+type SettlementListingsRow struct {
+	Reference uuid.UUID
+	Day       pgtype.Date
+}
+
+// Every day an import listed these payments (kind charge) or refunds on.
+func (q *Queries) SettlementListings(ctx context.Context, arg SettlementListingsParams) ([]SettlementListingsRow, error) {
+	rows, err := q.db.Query(ctx, SettlementListings, arg.Kind, arg.Refs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SettlementListingsRow
+	for rows.Next() {
+		var i SettlementListingsRow
+		if err := rows.Scan(&i.Reference, &i.Day); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
