@@ -107,12 +107,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Path != "payments" && o.Path != "replay" && !strings.HasPrefix(o.Path, "/") {
 		return o, fmt.Errorf("bench: unknown path %q (payments, replay or /raw/path)", o.Path)
 	}
-	for _, mix := range []struct {
-		name  string
-		share float64
-	}{{"refund", o.RefundShare}, {"manual", o.ManualShare}} {
-		if mix.share < 0 || mix.share >= 1 || (mix.share > 0 && o.Path != "payments") {
-			return o, fmt.Errorf("bench: %s share %v: from 0 to below 1, on path payments only", mix.name, mix.share)
+	for name, share := range map[string]float64{"refund": o.RefundShare, "manual": o.ManualShare} {
+		if share < 0 || share >= 1 || (share > 0 && o.Path != "payments") {
+			return o, fmt.Errorf("bench: %s share %v: from 0 to below 1, on path payments only", name, share)
 		}
 	}
 	return o, nil

@@ -33,7 +33,7 @@ type Header struct {
 var reportTemplates string
 
 var reports = template.Must(template.New("").Funcs(template.FuncMap{
-	"cell": cell, "join": strings.Join, "inc": func(i int) int { return i + 1 },
+	"cell": cell, "inc": func(i int) int { return i + 1 },
 	"f0": format("%.0f"), "f1": format("%.1f"), "f2": format("%.2f"),
 	"round1":    func(v float64) float64 { return math.Round(v*10) / 10 }, // the suite's half rate is a quotient
 	"div":       func(a, b float64) float64 { return a / b },

@@ -32,12 +32,12 @@ import (
 // it, on the same PostgreSQL: pgbench's ceiling P (payment.sql, the same statements) and the
 // minimal sketch M (minimal.sql).
 
-// StorePathOptions describe a store-path run. Zero values get the defaults noted.
+// StorePathOptions describe a store-path run; `kasa bench --store-path`'s flags give the defaults.
 type StorePathOptions struct {
-	Clients   int           // goroutines running payments, and pgbench clients for P and M; default 32
-	Duration  time.Duration // measured window of each run; default 10s
-	Warmup    time.Duration // load before each window, not measured; default 2s
-	Merchants []int         // one run per count; default 1 and 1,000
+	Clients   int           // goroutines running payments, and pgbench clients for P and M
+	Duration  time.Duration // measured window of each run
+	Warmup    time.Duration // load before each window, not measured
+	Merchants []int         // one run per count
 	PGBench   bool          // run P and M (Duration each, the largest merchant count, Clients clients)
 	Progress  func(format string, args ...any)
 }
@@ -107,13 +107,6 @@ type StorePathReport struct {
 
 // StorePath starts a PostgreSQL (counting statements), migrates it, and measures.
 func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err error) {
-	o.Clients, o.Duration, o.Warmup = orDefault(o.Clients, 32), orDefault(o.Duration, 10*time.Second), orDefault(o.Warmup, 2*time.Second)
-	if len(o.Merchants) == 0 {
-		o.Merchants = []int{1, 1000}
-	}
-	if o.Progress == nil {
-		o.Progress = func(string, ...any) {}
-	}
 	dir, err := os.MkdirTemp("", "kasa-store-path-") // PostgreSQL's and NATS's data
 	if err != nil {
 		return nil, err

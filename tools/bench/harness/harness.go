@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -122,6 +124,14 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		return err
 	}
 	defer func() { st.stop(err != nil) }()
+	// keep completes a report's header, writes the report to --out, and says whether it was correct.
+	keep := func(h *bench.Header, suffix string, markdown func() string, rep any, v bench.Verdict) error {
+		h.Machine, h.Commit, h.Capability = machine(), commit(), cfg.Capability
+		if err := writeReport(*out, h.Started, suffix, markdown(), rep); err != nil {
+			return err
+		}
+		return verdict(v)
+	}
 	o.APIURL, o.AdminToken, o.CPU, o.Counters = st.APIURL, st.AdminToken, st.CPU, st.Counters
 	if *suite {
 		o.Payers = 0 // one run's flag, which the suite does not read
@@ -129,11 +139,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		if err != nil {
 			return err
 		}
-		rep.Machine, rep.Commit, rep.Capability = machine(), commit(), cfg.Capability
-		if err := writeReport(*out, rep.Started, "", bench.SuiteMarkdown(rep), rep); err != nil {
-			return err
-		}
-		return verdict(rep.Verdict)
+		return keep(&rep.Header, "", func() string { return bench.SuiteMarkdown(rep) }, rep, rep.Verdict)
 	}
 	if *payday {
 		o.Payers = 1 // one run's flag: the payday's merchants have one payer each
@@ -151,11 +157,7 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 		if err != nil {
 			return err
 		}
-		p.Machine, p.Commit, p.Capability = machine(), commit(), cfg.Capability
-		if err := writeReport(*out, p.Started, "-payday", bench.PaydayMarkdown(p), p); err != nil {
-			return err
-		}
-		return verdict(p.Verdict)
+		return keep(&p.Header, "-payday", func() string { return bench.PaydayMarkdown(p) }, p, p.Verdict)
 	}
 	started := time.Now()
 	profiled := make(chan error, 1)
@@ -180,14 +182,51 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	fmt.Print(text)
 	explicit := false
 	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "out" })
-	if explicit { // a run worth keeping: its report beside the suites'
-		rep := bench.RunReport{Header: bench.Header{Started: started.UTC(), Options: o}, Run: res, Verdict: v}
-		rep.Machine, rep.Commit, rep.Capability = machine(), commit(), cfg.Capability
-		if err := writeReport(*out, rep.Started, "-run", bench.RunMarkdown(rep, text), rep); err != nil {
-			return err
-		}
+	if !explicit { // only a run given --out is worth keeping, beside the suites' reports
+		return verdict(v)
 	}
-	return verdict(v)
+	rep := &bench.RunReport{Header: bench.Header{Started: started.UTC(), Options: o}, Run: res, Verdict: v}
+	return keep(&rep.Header, "-run", func() string { return bench.RunMarkdown(*rep, text) }, rep, v)
+}
+
+// StorePath is `kasa bench --store-path`: kasa's store steps without Temporal, beside pgbench's
+// ceiling P and the minimal sketch M, on a PostgreSQL of its own; it writes
+// <date>-store-path.md and .json to --out.
+func StorePath(ctx context.Context, args []string, _ Config) error {
+	var o bench.StorePathOptions
+	fs := flag.NewFlagSet("kasa bench --store-path", flag.ContinueOnError)
+	fs.Bool("store-path", true, "kasa's store steps (Begin, Reserve, Finalize) with the event pipeline, without Temporal, beside pgbench P and M")
+	out := fs.String("out", "bench/results", "directory for <date>-store-path.md and .json")
+	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured window of each run")
+	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "load before each store-path window, not measured")
+	fs.IntVar(&o.Clients, "concurrency", 32, "goroutines running payments, and pgbench clients")
+	merchants := fs.String("merchants", "1,1000", "merchant counts, one run each")
+	pgbench := fs.Bool("pgbench", true, "also run pgbench P and M")
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return ErrUsage
+	}
+	for _, s := range strings.Split(*merchants, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintf(fs.Output(), "kasa bench: --merchants is a list of counts, not %q\n", *merchants)
+			return ErrUsage
+		}
+		o.Merchants = append(o.Merchants, n)
+	}
+	o.PGBench, o.Progress = *pgbench, progress
+	rep, err := bench.StorePath(ctx, o)
+	if err != nil {
+		return err
+	}
+	rep.Machine, rep.Commit = machine(), commit()
+	md := bench.StorePathMarkdown(rep)
+	fmt.Print(md)
+	if err := writeReport(*out, rep.Started, "-store-path", md, rep); err != nil {
+		return err
+	}
+	return verdict(bench.Verdict{Correct: rep.Correct, Problems: rep.Problems})
 }
 
 // writeReport writes a report as Markdown and JSON to dir/<date><suffix>.md and .json.
