@@ -35,7 +35,6 @@ const (
 const (
 	postgresKasa   = "postgres@kasa"
 	postgresOthers = "postgres@others"
-	partPrefix     = "postgres@"
 )
 
 const tick = 10 * time.Millisecond // USER_HZ, the unit of /proc's CPU times
@@ -93,13 +92,13 @@ func class(comm string, args []string) string {
 
 func isKasa(comm string) bool { return strings.HasPrefix(comm, "kasa") }
 
-// proc is a process's stat, and its arguments when its class depends on them.
+// proc is a process's stat, and its arguments when kasa's (its class depends on them).
 type proc struct {
 	procfs.ProcStat
 	args []string
 }
 
-// readProcs reads every process's stat. Processes that end while it reads are left out.
+// readProcs reads every process's stat, but of those that end while it reads.
 func readProcs() map[int]proc {
 	all, _ := procfs.AllProcs()
 	procs := make(map[int]proc, len(all))
@@ -115,7 +114,6 @@ func readProcs() map[int]proc {
 	return procs
 }
 
-// descends says whether pid is a descendant of root.
 func descends(procs map[int]proc, pid, root int) bool {
 	for range 64 { // a process tree is shallow; a cycle would be a bug in /proc, not a loop here
 		p, ok := procs[pid]
@@ -168,7 +166,6 @@ func sampleBetween(ctx context.Context, cpu CPU, counters Counters, from, to tim
 	return used, grew
 }
 
-// growth is each value's growth from before to after.
 func growth[V int64 | time.Duration](before, after map[string]V) map[string]V {
 	out := make(map[string]V, len(after))
 	for k, v := range after {
@@ -223,7 +220,7 @@ func cpuUse(used map[string]time.Duration, window time.Duration, per string, ops
 	perOp := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(ops) }
 	var total time.Duration
 	for class, d := range used {
-		if part, ok := strings.CutPrefix(class, partPrefix); ok {
+		if part, ok := strings.CutPrefix(class, "postgres@"); ok {
 			if u.PostgresBackends == nil {
 				u.PostgresBackends = map[string]float64{}
 			}

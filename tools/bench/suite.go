@@ -174,10 +174,8 @@ func (ss *session) run(ctx context.Context, st step) (r Result, err error) {
 	return r, nil
 }
 
-// RunSuite runs the standard suite against s, shaped by o's Duration, Warmup, Concurrency,
-// Merchants (of the spread load; the hot load has one), Duplicates, Insufficient, Preload,
-// RefundShare (of RunRefundMix only; default SuiteRefundShare) and ManualShare (of RunManualMix
-// only; default SuiteManualShare).
+// RunSuite runs the standard suite against s, shaped by o (Merchants: of the spread load; the
+// shares: of their mix's run only, by default SuiteRefundShare and SuiteManualShare).
 func RunSuite(ctx context.Context, s Stack, o Options) (*Report, error) {
 	rep := &Report{Header: Header{Started: time.Now().UTC(), Options: o}, PGBench: map[string]PGBenchResult{}}
 	ss := newSession(s, o, "")

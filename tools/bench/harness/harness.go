@@ -189,9 +189,8 @@ func Main(ctx context.Context, args []string, cfg Config) (err error) {
 	return keep(&rep.Header, "-run", func() string { return bench.RunMarkdown(*rep, text) }, rep, v)
 }
 
-// StorePath is `kasa bench --store-path`: kasa's store steps without Temporal, beside pgbench's
-// ceiling P and the minimal sketch M, on a PostgreSQL of its own; it writes
-// <date>-store-path.md and .json to --out.
+// StorePath is `kasa bench --store-path` (bench.StorePath); it writes <date>-store-path.md and
+// .json to --out.
 func StorePath(ctx context.Context, args []string, _ Config) error {
 	var o bench.StorePathOptions
 	fs := flag.NewFlagSet("kasa bench --store-path", flag.ContinueOnError)

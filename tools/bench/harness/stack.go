@@ -44,16 +44,12 @@ func (s *stack) stop(keep bool) {
 	}
 }
 
-// startStack starts this binary's `kasa dev` (topology cluster: `kasa cluster`, which needs
-// temporal "server") in a temporary data directory on free ports and waits
-// until it is ready. The child gets none of the user's KASA_* settings (it must not touch their
-// database or Temporal) but the Temporal CLI's path and what cfg passes on.
-//
-// With temporal "server" it first starts PostgreSQL and the real Temporal Server on it itself, and
-// the child uses both (kasa dev starts neither when given their addresses). That PostgreSQL
-// counts statements and their WAL by database (pgstats.Settings).
-//
-// With pprof, the child serves Go's /debug/pprof/ on a free loopback port (never the API's).
+// startStack starts this binary's `kasa dev` or `kasa cluster` (which needs temporal "server") in
+// a temporary data directory on free ports and waits until it is ready. The child gets none of the
+// user's KASA_* settings (it must not touch their database or Temporal) but the Temporal CLI's
+// path and what cfg passes on. With temporal "server" it first starts PostgreSQL (counting
+// statements and WAL by database) and the real Temporal Server on it, for the child to use. With
+// pprof, the child serves /debug/pprof/ on a loopback port of its own (never the API's).
 func startStack(ctx context.Context, cfg Config, temporal, topology string, pprof bool, extraEnv ...string) (_ *stack, err error) {
 	bin := cfg.Binary
 	if bin == "" {
