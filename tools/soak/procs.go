@@ -14,39 +14,37 @@ type crashable interface {
 }
 
 // server is one the soak crashes and starts again, on the same port and state.
-type server[S crashable] struct {
+type server struct {
 	name string
-	// launch starts the server; last is the one that ran before, if ran.
-	launch func(ctx context.Context, last S, ran bool) (S, error)
+	// launch starts the server; last is the one that ran before, nil the first time.
+	launch func(ctx context.Context, last crashable) (crashable, error)
 
-	mu      sync.Mutex
-	srv     S
-	ran, up bool
+	mu  sync.Mutex
+	srv crashable
+	up  bool
 }
 
-func (s *server[S]) start(ctx context.Context) error {
-	s.mu.Lock()
-	last, ran := s.srv, s.ran
-	s.mu.Unlock()
-	srv, err := s.launch(ctx, last, ran)
+func (s *server) start(ctx context.Context) error {
+	last, _ := s.running()
+	srv, err := s.launch(ctx, last)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.srv, s.ran, s.up = srv, true, true
+	s.srv, s.up = srv, true
 	s.mu.Unlock()
 	return nil
 }
 
-// running returns the server while it runs.
-func (s *server[S]) running() (S, bool) {
+// running returns the server and whether it runs.
+func (s *server) running() (crashable, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.srv, s.up
 }
 
 // down marks the server down and returns it, if it was running.
-func (s *server[S]) down() (S, bool) {
+func (s *server) down() (crashable, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	up := s.up
@@ -56,7 +54,7 @@ func (s *server[S]) down() (S, bool) {
 
 // crash kills the server as a crash would: PostgreSQL in immediate mode (nothing checkpointed,
 // the next start runs crash recovery), Temporal with SIGKILL.
-func (s *server[S]) crash() error {
+func (s *server) crash() error {
 	srv, up := s.down()
 	if !up {
 		return errors.New(s.name + " is not running")
@@ -64,7 +62,7 @@ func (s *server[S]) crash() error {
 	return srv.Crash()
 }
 
-func (s *server[S]) stop() {
+func (s *server) stop() {
 	if srv, up := s.down(); up {
 		_ = srv.Stop()
 	}

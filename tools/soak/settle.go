@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,6 +62,9 @@ func (p *paid) path() string {
 // done: p is final (succeeded, failed, or a manual payment canceled).
 func (p *paid) done() bool { return p.res.Status.Final() }
 
+// left: p is no longer processing (final, unknown, or a manual payment authorized).
+func (p *paid) left() bool { return p.res.Status != payment.StatusProcessing }
+
 // settled is every payment and refund of the soak's keys, by id.
 type settled struct {
 	payments map[string]*paid
@@ -75,26 +80,27 @@ type settled struct {
 const liveBound = 90 * time.Second
 
 // settle brings every payment and refund to an end (a manual payment's too: captured, canceled
-// or expired, an unknown capture or void settled by the file): it learns what each key whose client never
-// heard back made (a payment's by looking its key up, a refund's by sending it once more), waits
-// until none is processing, imports the bank's settlement file for the unknown ones, and waits
-// until those are settled too. Each wait is bounded by Options.Settle.
+// or expired, an unknown capture or void settled by the file): it learns what each key whose
+// client never heard back made (a payment's by looking its key up, a refund's by sending it once
+// more), waits until none is processing, imports the bank's settlement file for the unknown ones,
+// and waits until those are settled too. Each wait is bounded by Options.Settle.
 func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time, rep *Report) (*settled, error) {
 	st := &settled{payments: map[string]*paid{}}
 	for d := started.UTC().Truncate(24 * time.Hour); !d.After(time.Now().UTC()); d = d.Add(24 * time.Hour) {
 		st.days = append(st.days, d.Format(time.DateOnly))
 	}
 	var unanswered []*keyRecord // refund keys that learned no refund
-	var lastStart time.Time     // of the latest key's first request
-	var commands []*keyRecord
-	for _, k := range ld.snapshot() {
-		if k.command != "" { // a capture or cancel: its payment's key learns the payment
-			commands = append(commands, k)
-			continue
+	// Liveness counts from the faults' end, or from the last key's start when that came later (a
+	// refund waits for its payment).
+	live := healed
+	keys := ld.snapshot()
+	for _, k := range keys {
+		if k.command != "" {
+			continue // a capture or cancel: its payment's key learns the payment
 		}
 		k.mu.Lock()
-		if len(k.history) > 0 && k.history[0].Call.After(lastStart) {
-			lastStart = k.history[0].Call
+		if len(k.history) > 0 && k.history[0].Call.After(live) {
+			live = k.history[0].Call
 		}
 		k.mu.Unlock()
 		switch {
@@ -129,7 +135,10 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 		k.mu.Unlock()
 	}
 	s.findRefunds(st, unanswered)
-	for _, c := range commands {
+	for _, c := range keys {
+		if c.command == "" {
+			continue
+		}
 		c.mu.Lock()
 		unknown := c.sawUnknown
 		c.mu.Unlock()
@@ -140,30 +149,20 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 
 	// One bound for the whole settling: a payment still unfinished at its end is a violation.
 	deadline := time.Now().Add(s.o.Settle)
-	// Liveness counts from the faults' end, or from the last key's start when that came later (a
-	// refund waits for its payment).
-	live := healed
-	if lastStart.After(live) {
-		live = lastStart
-	}
-	if err := s.poll(ctx, st, earliest(deadline, live.Add(liveBound)), func(p *paid) bool { return p.res.Status != payment.StatusProcessing }); err != nil {
+	if err := s.poll(ctx, st, earliest(deadline, live.Add(liveBound)), (*paid).left); err != nil {
 		return nil, err
 	}
 	st.live = time.Since(healed)
-	for _, p := range st.payments {
-		if p.res.Status == payment.StatusProcessing {
-			st.stuck = append(st.stuck, p)
-		}
-	}
-	if err := s.poll(ctx, st, deadline, func(p *paid) bool { return p.res.Status != payment.StatusProcessing }); err != nil {
+	st.stuck = slices.DeleteFunc(slices.Collect(maps.Values(st.payments)), (*paid).left)
+	if err := s.poll(ctx, st, deadline, (*paid).left); err != nil {
 		return nil, err
 	}
 	// Unknown payments wait for the settlement file; kasa releases an unlisted one only once it is
 	// older than the booking window, so the import is repeated until none is left. Authorizations
 	// still waiting expire meanwhile (and their void, if unknown, is settled alike).
-	for s.count(st, payment.StatusUnknown)+s.count(st, payment.StatusRequiresCapture) > 0 && time.Now().Before(deadline) {
+	for st.count(payment.StatusUnknown, payment.StatusRequiresCapture) > 0 && time.Now().Before(deadline) {
 		for _, day := range st.days {
-			if s.count(st, payment.StatusUnknown) == 0 {
+			if st.count(payment.StatusUnknown) == 0 {
 				break
 			}
 			run, err := s.reconcile(ctx, day)
@@ -255,10 +254,11 @@ func earliest(a, b time.Time) time.Time {
 	return b
 }
 
-func (s *stack) count(st *settled, status payment.Status) int {
+// count is how many payments and refunds have one of statuses.
+func (st *settled) count(statuses ...payment.Status) int {
 	n := 0
 	for _, p := range st.payments {
-		if p.res.Status == status {
+		if slices.Contains(statuses, p.res.Status) {
 			n++
 		}
 	}
@@ -266,22 +266,11 @@ func (s *stack) count(st *settled, status payment.Status) int {
 }
 
 // poll reads the payments until each satisfies ok or the deadline passes; it reads every
-// payment at least once.
+// payment at least once. A payment that satisfied ok is not read again.
 func (s *stack) poll(ctx context.Context, st *settled, deadline time.Time, ok func(*paid) bool) error {
-	first := true
-	for {
-		var todo []*paid
-		for _, p := range st.payments {
-			if first || !ok(p) {
-				todo = append(todo, p)
-			}
-		}
-		first = false
-		if len(todo) == 0 {
-			return nil
-		}
+	for todo := slices.Collect(maps.Values(st.payments)); ; {
 		s.refresh(todo)
-		if time.Now().After(deadline) {
+		if todo = slices.DeleteFunc(todo, ok); len(todo) == 0 || time.Now().After(deadline) {
 			return nil
 		}
 		if err := sleep(ctx, time.Second); err != nil {
@@ -354,11 +343,9 @@ func (s *stack) settleAuthorizations(ctx context.Context, st *settled) error {
 		if len(held.Live) > 0 {
 			input = fmt.Sprintf(`{"outcome":"charged","provider_reference":%q,"operation_id":%q,"note":"soak: the bank holds it"}`, held.Live[0], p.id)
 		}
-		out, err := s.settleByHand(ctx, p, input)
-		if errors.Is(err, errNoCLI) {
+		if _, err := s.settleByHand(ctx, p, input, "settled authorization of payment %s by hand"); errors.Is(err, errNoCLI) {
 			return err
 		}
-		fmt.Fprintf(s.log, "soak: settled authorization of payment %s by hand: %s %v\n", p.id, out, err)
 	}
 	return nil
 }
@@ -371,9 +358,10 @@ func (s *stack) probeSettlements(ctx context.Context, st *settled) error {
 	if st.refusals != nil {
 		return nil
 	}
-	st.refusals = &Check{Name: "a settlement of a payment that is not unknown is refused"}
+	c := &Check{Name: "a settlement of a payment that is not unknown is refused"}
+	st.refusals = c
 	for _, p := range sortedPayments(st) {
-		if st.refusals.Checked == 3 {
+		if c.Checked == 3 {
 			break
 		}
 		before, err := time.Parse(time.RFC3339Nano, p.res.CaptureBefore)
@@ -381,17 +369,17 @@ func (s *stack) probeSettlements(ctx context.Context, st *settled) error {
 			err != nil || time.Until(before) < 5*time.Second { // its workflow still runs, waiting
 			continue
 		}
-		st.refusals.Checked++
-		out, err := s.settleByHand(ctx, p, fmt.Sprintf(`{"outcome":"not_charged","operation_id":%q,"note":"soak: must be refused"}`, p.id))
+		c.Checked++
+		input := fmt.Sprintf(`{"outcome":"not_charged","operation_id":%q,"note":"soak: must be refused"}`, p.id)
+		out, err := s.settleByHand(ctx, p, input, "a settlement of payment %s, which waits for its capture")
 		if errors.Is(err, errNoCLI) {
 			return err
 		}
-		fmt.Fprintf(s.log, "soak: a settlement of payment %s, which waits for its capture: %s %v\n", p.id, out, err)
 		if err == nil {
-			st.refusals.fail("payment %s (requires_capture): a not_charged settlement was taken: %s", p.id, out)
+			c.fail("payment %s (requires_capture): a not_charged settlement was taken: %s", p.id, out)
 		}
 	}
-	st.refusals.OK = st.refusals.Violations == 0
+	*c = c.done()
 	return nil
 }
 
@@ -399,13 +387,16 @@ func (s *stack) probeSettlements(ctx context.Context, st *settled) error {
 var errNoCLI = errors.New("soak: no Temporal CLI")
 
 // settleByHand sends p's workflow the settle update with input, as docs/reconciliation.md tells
-// an operator to (the Temporal CLI); it returns the CLI's output and its failure, if any.
-func (s *stack) settleByHand(ctx context.Context, p *paid, input string) (string, error) {
+// an operator to (the Temporal CLI), and logs (what, with p's id) how it went; it returns the
+// CLI's output and its failure, if any.
+func (s *stack) settleByHand(ctx context.Context, p *paid, input, what string) (string, error) {
 	cli, err := devenv.FindTemporalCLI()
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", errNoCLI, err)
 	}
 	out, err := devenv.Command{Dir: s.dir}.Run(ctx, cli, "workflow", "update", "execute", "--address", s.tmpAddr,
 		"--workflow-id", "payment/"+p.key.Merchant.ID+"/"+p.key.Key, "--name", "settle", "--input", input)
-	return strings.TrimSpace(out), err
+	out = strings.TrimSpace(out)
+	s.log.Printf(what+": %s %v", p.id, out, err)
+	return out, err
 }

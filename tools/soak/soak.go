@@ -1,14 +1,7 @@
-// Package soak is the chaos soak (`kasa soak`, `make soak`): kasa's real processes (`kasa api`,
-// two `kasa worker`s, `kasa relay`, `kasa banksim`), PostgreSQL and the Temporal dev server run
-// for a bounded time under a steady load with duplicate retries (manual payments among them,
-// captured, canceled or left to expire), while a seeded schedule of faults kills and restarts
-// processes and servers, makes the bank misbehave and degrades the network between kasa and
-// PostgreSQL and between the workers and the bank. Then everything settles (unknown payments,
-// captures and voids are reconciled with the bank's settlement file) and the soak checks that
-// every key has one outcome, the bank moved money exactly as the payments say (nothing captured
-// twice or above its authorization), the ledger verifies, no hold or authorization is left,
-// expired ones were let go on time, and every state change reached the merchant once.
-// docs/tools.md describes it.
+// Package soak is the chaos soak (`kasa soak`, `make soak`): kasa's real processes, PostgreSQL and
+// Temporal run under a steady load with duplicate retries while a seeded schedule of faults kills
+// and restarts them, makes the bank misbehave and degrades the network; then everything settles
+// and the soak checks kasa's invariants. docs/tools.md ("Chaos soak") describes it.
 package soak
 
 import (
@@ -18,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -142,9 +136,8 @@ var kasaSettings = map[string]string{
 type stack struct {
 	o        Options
 	dir      string
-	log      io.Writer
-	pg       *server[*devenv.Postgres]
-	tmp      *server[crashable]
+	log      *log.Logger // every line "soak: "; one write a line, whoever writes
+	pg, tmp  *server
 	tmpAddr  string
 	nats     string // the cluster shape's broker: its store directory
 	links    *links
@@ -158,7 +151,6 @@ type stack struct {
 	dbURL    string // direct, for the tools (migrate, verify, reconcile)
 	env      map[string]string
 	stops    []func()
-	remove   bool // the working directory, once everything stopped
 }
 
 // Run runs one soak and returns its report; the report's Violations say whether kasa held.
@@ -170,7 +162,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if o.Shape != ShapeCluster && slices.Contains(o.Kinds, LoseBroker) {
 		return nil, fmt.Errorf("soak: %s needs the cluster shape (its own broker)", LoseBroker)
 	}
-	s := &stack{o: o, log: &lockedWriter{w: o.Log}, children: map[string]*devenv.Child{}}
+	s := &stack{o: o, log: log.New(o.Log, "soak: ", 0), children: map[string]*devenv.Child{}}
 	keep := o.Dir != ""
 	if o.Dir == "" {
 		d, err := os.MkdirTemp("", "kasa-soak-")
@@ -185,18 +177,16 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	defer func() {
 		// A temporary directory goes unless it holds the logs of a failure.
-		s.remove = !keep && (errors.Is(err, ErrInterrupted) || err == nil && rep.Violations == 0)
-		s.teardown()
+		s.teardown(!keep && (errors.Is(err, ErrInterrupted) || err == nil && rep.Violations == 0))
 	}()
 
 	rep = &Report{Started: time.Now().UTC(), Seed: o.Seed, Duration: o.Duration.String(), Rate: o.Rate,
 		Shape: o.Shape, Capability: o.Capability, Workers: workers, Dir: s.dir, Replay: o.replay()}
-	plan := Plan(o.planOptions())
-	rep.Plan = plan
-	fmt.Fprintf(s.log, "soak: seed %d, %s at %.1f payments/s, shape %s, capability %s, retention %s, working directory %s\n",
+	rep.Plan = Plan(o.planOptions())
+	s.log.Printf("seed %d, %s at %.1f payments/s, shape %s, capability %s, retention %s, working directory %s",
 		o.Seed, o.Duration, o.Rate, o.Shape, o.Capability, retentionOf(o.Retention), s.dir)
-	fmt.Fprintf(s.log, "soak: fault schedule (%d faults; replay with %s):\n", len(plan), rep.Replay)
-	PrintPlan(s.log, plan)
+	s.log.Printf("fault schedule (%d faults; replay with %s):", len(rep.Plan), rep.Replay)
+	PrintPlan(o.Log, rep.Plan)
 
 	if err := s.up(ctx); err != nil {
 		return nil, interrupted(ctx, fmt.Errorf("start the stack (logs in %s): %w", s.dir, err))
@@ -208,7 +198,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 
 	// The load runs for the duration; the faults run inside it. Clients still retrying when it
 	// ends go on until their key is taken, within the settle bound.
-	fmt.Fprintf(s.log, "soak: load started\n")
+	s.log.Print("load started")
 	started := time.Now()
 	loadCtx, stopLoad := context.WithTimeout(ctx, o.Duration)
 	defer stopLoad()
@@ -219,13 +209,13 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	defer stopWatch()
 	s.balances = watchBalances(watchCtx, s.api, merchants, 2*time.Second)
 	s.verifies = s.watchVerify(watchCtx, 5*time.Second)
-	faults := s.runFaults(loadCtx, plan, started)
+	faults := s.runFaults(loadCtx, rep.Plan, started)
 	ld.run(loadCtx, retryCtx, fmt.Sprintf("soak%d-%s", o.Seed, started.UTC().Format("150405")))
 	rep.Faults = <-faults
 	if ctx.Err() != nil {
 		return nil, ErrInterrupted
 	}
-	fmt.Fprintf(s.log, "soak: load done (%d keys); faults over; settling\n", len(ld.snapshot()))
+	s.log.Printf("load done (%d keys); faults over; settling", len(ld.snapshot()))
 	if err := s.heal(ctx); err != nil {
 		return nil, interrupted(ctx, err)
 	}
@@ -269,7 +259,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			return rep, err
 		}
 	}
-	rep.WriteText(s.log)
+	rep.WriteText(o.Log)
 	return rep, nil
 }
 
@@ -294,37 +284,29 @@ func interrupted(ctx context.Context, err error) error {
 // up starts PostgreSQL, Temporal, the links, the webhook receiver and every kasa process, and
 // waits until the API is ready.
 func (s *stack) up(ctx context.Context) error {
-	ports := make([]int, 8)
+	// PostgreSQL, Temporal, the simulator, the API, the relay's metrics, NATS and its monitor, a
+	// second API.
+	ports, addr := make([]int, 8), make([]string, 8)
 	for i := range ports {
 		p, err := devenv.FreePort()
 		if err != nil {
 			return err
 		}
-		ports[i] = p
+		ports[i], addr[i] = p, "127.0.0.1:"+strconv.Itoa(p)
 	}
 	// Durable, not Ephemeral: with synchronous_commit off a crash loses commits kasa was told
 	// about, which no payment system can survive.
-	s.pg = &server[*devenv.Postgres]{name: "postgres", launch: func(ctx context.Context, _ *devenv.Postgres, _ bool) (*devenv.Postgres, error) {
+	s.pg = &server{name: "postgres", launch: func(ctx context.Context, _ crashable) (crashable, error) {
 		return devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(s.dir, "postgres"), Port: ports[0]})
 	}}
-	if err := s.pg.start(ctx); err != nil {
-		return err
-	}
-	s.stops = append(s.stops, s.pg.stop)
-	pgAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
-	s.dbURL = pgURL(pgAddr)
-
-	// A process that exits on its own is started again, and its exit is reported.
-	s.procs = devenv.NewSupervisor(s.dir, nil)
-	s.procs.WorkDir, s.procs.Restart = s.dir, &devenv.DefaultBackoff
-	s.tmp = &server[crashable]{name: "temporal", launch: func(ctx context.Context, _ crashable, _ bool) (crashable, error) {
+	s.tmp = &server{name: "temporal", launch: func(ctx context.Context, _ crashable) (crashable, error) {
 		return devenv.StartTemporal(ctx, devenv.TemporalOptions{Port: ports[1], DBFile: filepath.Join(s.dir, "temporal", "temporal.db"), LogDir: s.dir})
 	}}
 	if s.o.Shape == ShapeCluster {
 		// The real Temporal Server on the soak's PostgreSQL (directly, not through the faulty
 		// link), restarted with the configuration and ports of its first start.
-		s.tmp.launch = func(ctx context.Context, last crashable, ran bool) (crashable, error) {
-			if ran {
+		s.tmp.launch = func(ctx context.Context, last crashable) (crashable, error) {
+			if last != nil {
 				ts := last.(*devenv.TemporalServer)
 				return ts, ts.Restart(ctx)
 			}
@@ -332,50 +314,52 @@ func (s *stack) up(ctx context.Context) error {
 			if !up {
 				return nil, errors.New("the Temporal Server needs PostgreSQL running")
 			}
-			return devenv.StartTemporalServer(ctx, pg, devenv.TemporalServerOptions{Dir: filepath.Join(s.dir, "temporal"), Port: ports[1],
+			return devenv.StartTemporalServer(ctx, pg.(*devenv.Postgres), devenv.TemporalServerOptions{Dir: filepath.Join(s.dir, "temporal"), Port: ports[1],
 				Logger: slog.New(slog.DiscardHandler)})
 		}
 	}
-	if err := s.tmp.start(ctx); err != nil {
-		return err
+	for _, srv := range []*server{s.pg, s.tmp} {
+		if err := srv.start(ctx); err != nil {
+			return err
+		}
+		s.stops = append(s.stops, srv.stop)
 	}
-	s.stops = append(s.stops, s.tmp.stop)
-	s.tmpAddr = "127.0.0.1:" + strconv.Itoa(ports[1])
+	s.dbURL, s.tmpAddr = pgURL(addr[0]), addr[1]
 
-	simAddr, apiAddr := "127.0.0.1:"+strconv.Itoa(ports[2]), "127.0.0.1:"+strconv.Itoa(ports[3])
 	s.links = newLinks()
 	s.stops = append(s.stops, s.links.stop)
-	pgLink, err := s.links.add(LinkPostgres, pgAddr)
+	pgLink, err := s.links.add(LinkPostgres, addr[0])
 	if err != nil {
 		return err
 	}
-	bankLink, err := s.links.add(LinkBank, simAddr)
+	bankLink, err := s.links.add(LinkBank, addr[2])
 	if err != nil {
 		return err
 	}
-	hook, err := startReceiver()
-	if err != nil {
+	if s.hook, err = startReceiver(); err != nil {
 		return err
 	}
-	s.hook = hook
-	s.stops = append(s.stops, hook.close)
+	s.stops = append(s.stops, s.hook.close)
 
 	admin := "adm_" + randomHex(16)
 	s.env = map[string]string{
 		"KASA_DATA_DIR":            filepath.Join(s.dir, "data"),
 		"KASA_SECRET_KEY":          randomHex(32),
 		"KASA_ADMIN_TOKEN":         admin,
-		"KASA_API_ADDR":            apiAddr,
-		"KASA_BANKSIM_ADDR":        simAddr,
+		"KASA_API_ADDR":            addr[3],
+		"KASA_BANKSIM_ADDR":        addr[2],
 		"KASA_PROVIDER_URL":        "http://" + bankLink,
 		"KASA_PROVIDER_CAPABILITY": s.o.Capability,
 		"KASA_DATABASE_URL":        pgURL(pgLink),
 		"KASA_TEMPORAL_ADDRESS":    s.tmpAddr,
-		"KASA_RELAY_METRICS_ADDR":  "127.0.0.1:" + strconv.Itoa(ports[4]),
+		"KASA_RELAY_METRICS_ADDR":  addr[4],
 		"KASA_METRICS_ADDR":        "api", // the soak reads each API's gauges on its port
 		"KASA_WORKER_METRICS_ADDR": "off", // two workers on one host; the soak runs kasa verify itself
 	}
 	maps.Copy(s.env, kasaSettings)
+	// A process that exits on its own is started again, and its exit is reported.
+	s.procs = devenv.NewSupervisor(s.dir, nil)
+	s.procs.WorkDir, s.procs.Restart = s.dir, &devenv.DefaultBackoff
 	if s.o.Shape == ShapeCluster {
 		natsBin, err := devenv.FindTool("nats-server", "nats-server")
 		if err != nil {
@@ -388,7 +372,7 @@ func (s *stack) up(ctx context.Context) error {
 		}
 		s.children["nats"] = nats
 		s.stops = append(s.stops, func() { s.procs.StopAll(15*time.Second, []*devenv.Child{nats}) })
-		s.env["KASA_NATS_URL"] = "nats://127.0.0.1:" + strconv.Itoa(ports[5])
+		s.env["KASA_NATS_URL"] = "nats://" + addr[5]
 	}
 	if s.o.Retention > 0 {
 		s.env["KASA_IDEMPOTENCY_RETENTION"] = s.o.Retention.String()
@@ -396,14 +380,13 @@ func (s *stack) up(ctx context.Context) error {
 	if out, err := s.tool(ctx, "migrate"); err != nil {
 		return fmt.Errorf("kasa migrate: %w\n%s", err, out)
 	}
-	s.api = &api{base: "http://" + apiAddr, sim: "http://" + simAddr, admin: admin, http: &http.Client{Timeout: 15 * time.Second}}
+	s.api = &api{base: "http://" + addr[3], sim: "http://" + addr[2], admin: admin, http: &http.Client{Timeout: 15 * time.Second}}
 
 	// Each process's own settings beside the shared ones: in the cluster shape, a second API.
 	procs := map[string]map[string]string{"banksim": nil, "relay": nil}
 	if s.o.Shape == ShapeCluster {
-		second := "127.0.0.1:" + strconv.Itoa(ports[7])
-		procs["api-1"], procs["api-2"] = nil, map[string]string{"KASA_API_ADDR": second}
-		s.api.others = []string{"http://" + second}
+		procs["api-1"], procs["api-2"] = nil, map[string]string{"KASA_API_ADDR": addr[7]}
+		s.api.others = []string{"http://" + addr[7]}
 	} else {
 		procs["api"] = nil
 	}
@@ -498,11 +481,11 @@ func (s *stack) runFaults(ctx context.Context, plan []Fault, start time.Time) <-
 				results[i].Error = "not injected: the load ended"
 				return
 			}
-			fmt.Fprintln(s.log, strings.TrimSpace(fmt.Sprintf("soak: %s  %s %s %s", clock(time.Since(start)), f.Kind, f.Target, f.Detail())))
+			s.log.Print(strings.TrimSpace(fmt.Sprintf("%s  %s %s %s", clock(time.Since(start)), f.Kind, f.Target, f.Detail())))
 			t0 := time.Now()
 			if err := s.inject(ctx, f); err != nil {
 				results[i].Error = err.Error()
-				fmt.Fprintf(s.log, "soak: %s %s: %v\n", f.Kind, f.Target, err)
+				s.log.Printf("%s %s: %v", f.Kind, f.Target, err)
 			}
 			results[i].Injected = true
 			results[i].Took = time.Since(t0).Round(time.Millisecond).String()
@@ -529,15 +512,12 @@ func (s *stack) inject(ctx context.Context, f Fault) error {
 		wait()
 		return c.Resume()
 	case RestartPostgres, RestartTemporal:
-		crash, start := s.pg.crash, s.pg.start
-		if f.Kind == RestartTemporal {
-			crash, start = s.tmp.crash, s.tmp.start
-		}
-		if err := crash(); err != nil {
+		srv := map[Kind]*server{RestartPostgres: s.pg, RestartTemporal: s.tmp}[f.Kind]
+		if err := srv.crash(); err != nil {
 			return err
 		}
 		wait()
-		return retry(context.WithoutCancel(ctx), start)
+		return retry(context.WithoutCancel(ctx), srv.start)
 	case SettingsSplit:
 		return s.split(ctx, f)
 	case BankFault:
@@ -570,14 +550,11 @@ func (s *stack) heal(ctx context.Context) error {
 	for _, name := range []string{LinkPostgres, LinkBank} {
 		s.links.heal(Fault{Target: name})
 	}
-	if _, up := s.pg.running(); !up {
-		if err := retry(ctx, s.pg.start); err != nil {
-			return err
-		}
-	}
-	if _, up := s.tmp.running(); !up {
-		if err := retry(ctx, s.tmp.start); err != nil {
-			return err
+	for _, srv := range []*server{s.pg, s.tmp} {
+		if _, up := srv.running(); !up {
+			if err := retry(ctx, srv.start); err != nil {
+				return err
+			}
 		}
 	}
 	for _, c := range s.children {
@@ -588,11 +565,13 @@ func (s *stack) heal(ctx context.Context) error {
 	return s.api.ready(s.o.Settle)
 }
 
-func (s *stack) teardown() {
+// teardown stops everything in the reverse order of its start, and removes the working directory
+// if asked.
+func (s *stack) teardown(remove bool) {
 	for i := len(s.stops) - 1; i >= 0; i-- {
 		s.stops[i]()
 	}
-	if s.remove {
+	if remove {
 		_ = os.RemoveAll(s.dir)
 	}
 }
@@ -628,15 +607,3 @@ func randomHex(n int) string {
 }
 
 func formatTRY(minor int64) string { return fmt.Sprintf("%d.%02d", minor/100, minor%100) }
-
-// lockedWriter serialises writes: every fault's goroutine and the load report to one log.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
