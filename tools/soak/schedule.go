@@ -3,6 +3,7 @@ package soak
 import (
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -33,22 +34,24 @@ var Kinds = []Kind{KillWorker, KillAPI, KillRelay, RestartPostgres, RestartTempo
 // ClusterKinds are the kinds only the cluster shape has: it alone runs a broker of its own.
 var ClusterKinds = []Kind{LoseBroker}
 
-// kindSpec says how often a kind is drawn (relative weight) and how long it lasts.
+// kindSpec says how often a kind is drawn (relative weight), how long it lasts, and its target
+// unless one is drawn for each fault (a worker, the cluster's API, a link).
 type kindSpec struct {
 	weight   int
 	min, max time.Duration
+	target   string
 }
 
 var kindSpecs = map[Kind]kindSpec{
-	KillWorker:      {weight: 4, min: 500 * time.Millisecond, max: 4 * time.Second},
-	KillAPI:         {weight: 3, min: 500 * time.Millisecond, max: 4 * time.Second},
-	KillRelay:       {weight: 2, min: 500 * time.Millisecond, max: 4 * time.Second},
-	RestartPostgres: {weight: 2, min: 1 * time.Second, max: 5 * time.Second},
-	RestartTemporal: {weight: 2, min: 1 * time.Second, max: 5 * time.Second},
-	BankFault:       {weight: 5, min: 4 * time.Second, max: 15 * time.Second},
-	NetFault:        {weight: 5, min: 3 * time.Second, max: 10 * time.Second},
-	SettingsSplit:   {weight: 1, min: 20 * time.Second, max: 20 * time.Second}, // the time the worker has to refuse
-	LoseBroker:      {weight: 2, min: 1 * time.Second, max: 5 * time.Second},
+	KillWorker:      {4, 500 * time.Millisecond, 4 * time.Second, ""},
+	KillAPI:         {3, 500 * time.Millisecond, 4 * time.Second, "api"},
+	KillRelay:       {2, 500 * time.Millisecond, 4 * time.Second, "relay"},
+	RestartPostgres: {2, 1 * time.Second, 5 * time.Second, "postgres"},
+	RestartTemporal: {2, 1 * time.Second, 5 * time.Second, "temporal"},
+	BankFault:       {5, 4 * time.Second, 15 * time.Second, "bank"},
+	NetFault:        {5, 3 * time.Second, 10 * time.Second, ""},
+	SettingsSplit:   {1, 20 * time.Second, 20 * time.Second, "worker-split"}, // the time the worker has to refuse
+	LoseBroker:      {2, 1 * time.Second, 5 * time.Second, "nats"},
 }
 
 // BankAction is one fault action of the simulator (PUT /_sim/faults): the request kinds it
@@ -88,6 +91,9 @@ const (
 
 // Toxics are the toxiproxy toxics the soak draws from for a network fault.
 var Toxics = []string{"latency", "timeout", "reset_peer"}
+
+// toxicMS is the range a toxic's parameter is drawn from, in milliseconds: [from, from+n).
+var toxicMS = map[string]struct{ from, n int }{"latency": {100, 1400}, "timeout": {500, 2500}, "reset_peer": {0, 200}}
 
 // Fault is one planned fault.
 type Fault struct {
@@ -139,10 +145,6 @@ func clock(d time.Duration) string {
 	return fmt.Sprintf("%d:%04.1f", int(d.Minutes()), (d % time.Minute).Seconds())
 }
 
-// targets are the kinds' targets but those drawn for each fault (a worker, the cluster's API, a link).
-var targets = map[Kind]string{KillAPI: "api", KillRelay: "relay", RestartPostgres: "postgres", RestartTemporal: "temporal",
-	SettingsSplit: "worker-split", LoseBroker: "nats", BankFault: "bank"}
-
 // PlanOptions are what a schedule depends on: the same options and seed give the same schedule.
 type PlanOptions struct {
 	Seed     int64
@@ -162,24 +164,18 @@ func Plan(o PlanOptions) []Fault {
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x736f616b))    // "soak"
 	manual := rand.New(rand.NewPCG(uint64(o.Seed), 0x6d616e75)) // "manu": ManualOn's draws
 	kinds := o.Kinds
-	switch {
-	case len(kinds) == 0 && o.Cluster:
-		kinds = append(slices.Clone(Kinds), ClusterKinds...)
-	case len(kinds) == 0:
+	if len(kinds) == 0 && o.Cluster {
+		kinds = slices.Concat(Kinds, ClusterKinds)
+	} else if len(kinds) == 0 {
 		kinds = Kinds
-	}
-	total := 0
-	for _, k := range kinds {
-		total += kindSpecs[k].weight
 	}
 	end := o.Duration - o.Quiet
 	busy := map[string]time.Duration{} // target → when it is free again
 	var plan []Fault
 	for at := o.Warmup + between(rng, o.MinGap, o.MaxGap); at < end; at += between(rng, o.MinGap, o.MaxGap) {
-		f := Fault{At: at, Kind: pick(rng, kinds, total)}
+		f := Fault{At: at, Kind: pick(rng, kinds)}
 		spec := kindSpecs[f.Kind]
-		f.Duration = between(rng, spec.min, spec.max)
-		f.Target = targets[f.Kind]
+		f.Duration, f.Target = between(rng, spec.min, spec.max), spec.target
 		switch f.Kind {
 		case KillWorker:
 			f.Target = fmt.Sprintf("worker-%d", 1+rng.IntN(max(o.Workers, 1)))
@@ -200,14 +196,7 @@ func Plan(o PlanOptions) []Fault {
 			f.Toxic = Toxics[rng.IntN(len(Toxics))]
 			f.Stream = []string{"upstream", "downstream"}[rng.IntN(2)]
 			f.Toxicity = round2(0.3 + 0.5*rng.Float64())
-			switch f.Toxic {
-			case "latency":
-				f.ToxicMS = 100 + rng.IntN(1400)
-			case "timeout":
-				f.ToxicMS = 500 + rng.IntN(2500)
-			case "reset_peer":
-				f.ToxicMS = rng.IntN(200)
-			}
+			f.ToxicMS = toxicMS[f.Toxic].from + rng.IntN(toxicMS[f.Toxic].n)
 		}
 		if at+f.Duration > end || busy[f.Target] > at {
 			continue // would outlast the fault window, or the target is taken: no fault this turn
@@ -242,7 +231,12 @@ func ParseKinds(s string) ([]Kind, error) {
 	return out, nil
 }
 
-func pick(rng *rand.Rand, kinds []Kind, total int) Kind {
+// pick draws one of kinds by their weights.
+func pick(rng *rand.Rand, kinds []Kind) Kind {
+	total := 0
+	for _, k := range kinds {
+		total += kindSpecs[k].weight
+	}
 	n := rng.IntN(total)
 	for _, k := range kinds {
 		if n -= kindSpecs[k].weight; n < 0 {
@@ -260,4 +254,4 @@ func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 	return (lo + time.Duration(rng.Int64N(int64(hi-lo)))).Round(time.Millisecond)
 }
 
-func round2(f float64) float64 { return float64(int(f*100+0.5)) / 100 }
+func round2(f float64) float64 { return math.Round(f*100) / 100 }
