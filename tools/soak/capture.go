@@ -40,8 +40,8 @@ func commandProblems(a *api, k *keyRecord, st *settled) []string {
 	r, err := a.replay(k)
 	k.mu.Lock()
 	decided := k.decided
-	o := k.note(opOf(call, r, err))
 	k.mu.Unlock()
+	o := k.note(opOf(call, r, err))
 	if problem := notItsOwn(k, p); problem != "" {
 		return []string{problem}
 	}

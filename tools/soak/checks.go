@@ -119,9 +119,7 @@ func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
 	}
 	call := time.Now()
 	r, err := a.replay(k)
-	k.mu.Lock()
 	k.note(opOf(call, r, err))
-	k.mu.Unlock()
 	if err != nil {
 		return append(out, "replay: "+err.Error())
 	}

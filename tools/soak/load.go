@@ -50,8 +50,7 @@ type keyRecord struct {
 	mu         sync.Mutex
 	ids        map[string]bool // payment ids answered for the key: one, unless an expired key paid again
 	ID         string          // the latest one
-	Sends      int
-	Statuses   map[int]int
+	Statuses   map[int]int     // of the client's POSTs; 0: no answer
 	unexpected []string
 	sawUnknown bool
 	refused    bool           // a command answered 409: its payment no longer waited for one
@@ -79,10 +78,9 @@ func (k *keyRecord) id() string {
 // record notes the answer to a request sent at call, and says whether kasa took the key and
 // whether a client retries it.
 func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry bool) {
+	o := k.note(opOf(call, r, err))
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	o := k.note(opOf(call, r, err))
-	k.Sends++
 	if err != nil {
 		k.Statuses[0]++ // no answer: a timeout or a lost connection
 		return false, true
@@ -122,9 +120,16 @@ func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry
 	return false, false
 }
 
-// note adds a POST of the key to its history (k.mu held), with the request's hash.
+// note adds a POST of the key's request to its history, with the request's hash.
 func (k *keyRecord) note(o op) op {
 	o.Request = sha256Hex(k.body)
+	return k.add(o)
+}
+
+// add adds a request to the key's history.
+func (k *keyRecord) add(o op) op {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.history = append(k.history, o)
 	return o
 }
@@ -188,23 +193,13 @@ func (l *load) run(ctx, retryCtx context.Context, runID string) {
 		select {
 		case l.inflight <- struct{}{}:
 		default:
-			l.mu.Lock()
-			l.fig.Skipped++
-			l.mu.Unlock()
+			l.count(true, &l.fig.Skipped)
 			continue
 		}
-		l.mu.Lock()
-		l.keys = append(l.keys, k)
-		if k.manual {
-			l.fig.Manual.Keys++
-		}
-		if twice {
-			l.fig.DupNow++
-		}
-		if again {
-			l.fig.DupLate++
-		}
-		l.mu.Unlock()
+		l.add(k)
+		l.count(k.manual, &l.fig.Manual.Keys)
+		l.count(twice, &l.fig.DupNow)
+		l.count(again, &l.fig.DupLate)
 		l.wg.Go(func() {
 			defer func() { <-l.inflight }()
 			l.drive(retryCtx, k, twice, again)
@@ -230,8 +225,7 @@ func (l *load) newKey(key string) *keyRecord {
 		b, _ := json.Marshal(fields)
 		return b
 	}
-	k := &keyRecord{Key: key, Merchant: m, Account: acct.ID, Amount: amount, body: body(amount), expires: l.expires, manual: manual,
-		ids: map[string]bool{}, Statuses: map[int]int{}}
+	k := &keyRecord{Key: key, Merchant: m, Account: acct.ID, Amount: amount, body: body(amount), expires: l.expires, manual: manual}
 	// Another request under the key, which must answer 422; not where the key may have expired,
 	// as it would then be a new payment.
 	if reuse := l.rng.Float64() < 0.05; reuse && !l.expires {
@@ -269,13 +263,27 @@ const refundShare = 0.3
 // refundKey is the key of a refund of part of k's payment.
 func (l *load) refundKey(k *keyRecord, i int, amount int64) *keyRecord {
 	body, _ := json.Marshal(map[string]string{"amount": payment.FormatAmount(amount, "TRY")})
-	r := &keyRecord{Key: fmt.Sprintf("%s-r%d", k.Key, i), Merchant: k.Merchant, Account: k.Account, Amount: amount, body: body,
-		Of: k, expires: k.expires, ids: map[string]bool{}, Statuses: map[int]int{}}
+	l.count(true, &l.fig.RefundKeys)
+	return l.add(&keyRecord{Key: fmt.Sprintf("%s-r%d", k.Key, i), Merchant: k.Merchant, Account: k.Account, Amount: amount, body: body,
+		Of: k, expires: k.expires})
+}
+
+// add makes k one of the load's keys.
+func (l *load) add(k *keyRecord) *keyRecord {
+	k.ids, k.Statuses = map[string]bool{}, map[int]int{}
 	l.mu.Lock()
-	l.keys = append(l.keys, r)
-	l.fig.RefundKeys++
-	l.mu.Unlock()
-	return r
+	defer l.mu.Unlock()
+	l.keys = append(l.keys, k)
+	return k
+}
+
+// count adds one to a figure of the report if yes.
+func (l *load) count(yes bool, figure *int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if yes {
+		*figure++
+	}
 }
 
 func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
@@ -299,12 +307,8 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 		r, err := l.api.call("POST", l.api.base+k.path(), k.Merchant.APIKey, k.other, "Idempotency-Key", k.Key)
 		o := opOf(call, r, err)
 		o.Request = sha256Hex(k.other)
-		k.mu.Lock()
-		k.history = append(k.history, o)
-		k.mu.Unlock()
-		l.mu.Lock()
-		l.fig.Reused++
-		l.mu.Unlock()
+		k.add(o)
+		l.count(true, &l.fig.Reused)
 	}
 }
 
@@ -341,16 +345,10 @@ func (l *load) command(ctx context.Context, k *keyRecord, twice, again bool) {
 		amount = k.capture
 		body, _ = json.Marshal(map[string]string{"amount": payment.FormatAmount(amount, "TRY")})
 	}
-	c := &keyRecord{Key: k.Key + "-" + string(k.next), Merchant: k.Merchant, Account: k.Account, Amount: amount, body: body,
-		command: k.next, Target: k, ids: map[string]bool{}, Statuses: map[int]int{}}
-	l.mu.Lock()
-	l.keys = append(l.keys, c)
-	if k.next == payment.CommandCapture {
-		l.fig.Manual.Captures++
-	} else {
-		l.fig.Manual.Cancels++
-	}
-	l.mu.Unlock()
+	c := l.add(&keyRecord{Key: k.Key + "-" + string(k.next), Merchant: k.Merchant, Account: k.Account, Amount: amount, body: body,
+		command: k.next, Target: k})
+	l.count(k.next == payment.CommandCapture, &l.fig.Manual.Captures)
+	l.count(k.next == payment.CommandCancel, &l.fig.Manual.Cancels)
 	l.drive(ctx, c, twice, again)
 	// Only on the capture's own answer: reading the payment would mark the capture's key as
 	// answered, which the replay check then holds it to.

@@ -109,7 +109,6 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 		if k.refused {
 			r.Manual.Refused++
 		}
-		r.Sends += k.Sends
 		for _, o := range k.history {
 			if k.expires && (o.Code == "duplicate_payment" || o.Code == "idempotency_key_reused") {
 				r.Expired++
@@ -121,6 +120,7 @@ func (r *Report) summarise(ld *load, st *settled, hook *receiver) {
 				name = "none"
 			}
 			r.Answers[name] += n
+			r.Sends += n
 		}
 		k.mu.Unlock()
 	}

@@ -195,9 +195,7 @@ func (s *stack) lookup(k *keyRecord) (resource, bool, error) {
 	if err != nil {
 		return p, false, fmt.Errorf("look up key %s: %w", k.Key, err)
 	}
-	k.mu.Lock()
-	k.history = append(k.history, lookupOf(call, p.Resource, ok))
-	k.mu.Unlock()
+	k.add(lookupOf(call, p.Resource, ok))
 	return p, ok, nil
 }
 
@@ -217,9 +215,7 @@ func (s *stack) finalReads(keys []*keyRecord) {
 		if id := k.id(); id != "" {
 			call := time.Now()
 			if r, ok, err := s.api.resource(k.Merchant.APIKey, "/v1/refunds/"+id); err == nil && ok {
-				k.mu.Lock()
-				k.history = append(k.history, lookupOf(call, r.Resource, true))
-				k.mu.Unlock()
+				k.add(lookupOf(call, r.Resource, true))
 			}
 		}
 	})
