@@ -3,7 +3,6 @@ package soak
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -119,7 +118,7 @@ func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
 	}
 	call := time.Now()
 	r, err := a.replay(k)
-	k.note(opOf(call, r, err))
+	o := k.note(opOf(call, r, err))
 	if err != nil {
 		return append(out, "replay: "+err.Error())
 	}
@@ -130,23 +129,20 @@ func replayProblems(a *api, k *keyRecord, st *settled) (out []string) {
 	if want == 0 {
 		want = http.StatusAccepted
 	}
-	var got resource
-	_ = json.Unmarshal(r.body, &got)
-	expired := opOf(call, r, nil)
 	switch {
-	case k.expires && p.refund() && expired.Code == "idempotency_key_reused",
-		k.expires && !p.refund() && expired.Code == "duplicate_payment" && expired.Payment == id:
+	case k.expires && p.refund() && o.Code == "idempotency_key_reused",
+		k.expires && !p.refund() && o.Code == "duplicate_payment" && o.Payment == id:
 		// the record is gone, and the key still names its refund, or the invoice its payment
 	case want == http.StatusAccepted && r.status == want:
-		if got.ID != id {
-			out = append(out, fmt.Sprintf("replay answered %s, want %s", got.ID, id))
+		if o.Payment != id {
+			out = append(out, fmt.Sprintf("replay answered %s, want %s", o.Payment, id))
 		}
 	case r.status != want:
 		out = append(out, fmt.Sprintf("replay answered %d, want %d for a %s %s: %.200s", r.status, want, answered, p.what(), r.body))
-	case r.header.Get("Idempotent-Replayed") != "true":
+	case !o.Replayed:
 		out = append(out, "replay without Idempotent-Replayed: true")
-	case got.ID != id || got.Status != answered:
-		out = append(out, fmt.Sprintf("replay answered %s %s, want %s %s", got.ID, got.Status, id, answered))
+	case o.Payment != id || o.Resource != answered:
+		out = append(out, fmt.Sprintf("replay answered %s %s, want %s %s", o.Payment, o.Resource, id, answered))
 	}
 	return out
 }
