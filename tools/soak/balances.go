@@ -22,15 +22,17 @@ type watch struct {
 }
 
 // startWatch calls read now, then every interval, until ctx ends.
-func startWatch(ctx context.Context, name string, every time.Duration, read func(w *watch)) *watch {
+func startWatch(ctx context.Context, name string, every time.Duration, read func(c *Check)) *watch {
 	w := &watch{check: Check{Name: name}, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
-			read(w)
-			w.note(func(*Check) { w.tries++ })
+			w.mu.Lock()
+			read(&w.check)
+			w.tries++
+			w.mu.Unlock()
 			select {
 			case <-ctx.Done():
 				return
@@ -41,20 +43,13 @@ func startWatch(ctx context.Context, name string, every time.Duration, read func
 	return w
 }
 
-// note records a reading: what it found, under the watch's lock.
-func (w *watch) note(f func(c *Check)) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	f(&w.check)
-}
-
 // watchBalances reads every merchant's account every interval: no balance, and nothing available
 // (balance less reserved), may ever read negative.
 func watchBalances(ctx context.Context, a *api, merchants []*merchant, every time.Duration) *watch {
-	return startWatch(ctx, "no balance or available amount read negative during the run", every, func(w *watch) {
+	return startWatch(ctx, "no balance or available amount read negative during the run", every, func(c *Check) {
 		for _, m := range merchants {
 			for _, acct := range m.Accounts {
-				readBalance(w, a, m.APIKey, acct.ID)
+				readBalance(c, a, m.APIKey, acct.ID)
 			}
 		}
 	})
@@ -63,24 +58,22 @@ func watchBalances(ctx context.Context, a *api, merchants []*merchant, every tim
 // watchVerify runs `kasa verify` every interval: each of its invariants is one query, so each
 // reading is of one consistent state, whatever is in flight; the ledger sums to zero in each.
 func (s *stack) watchVerify(ctx context.Context, every time.Duration) *watch {
-	return startWatch(ctx, "kasa verify is clean at any time during the run", every, func(w *watch) {
+	return startWatch(ctx, "kasa verify is clean at any time during the run", every, func(c *Check) {
 		out, err := s.tool(ctx, "verify")
 		_, problems, found := strings.Cut(out, "problem(s):")
-		w.note(func(c *Check) {
-			switch {
-			case found:
-				c.Checked++
-				for _, line := range strings.Split(strings.TrimSpace(problems), "\n") {
-					c.fail("at %s: %s", time.Now().UTC().Format(time.TimeOnly), strings.TrimPrefix(strings.TrimSpace(line), "- "))
-				}
-			case err == nil:
-				c.Checked++
+		switch {
+		case found:
+			c.Checked++
+			for _, line := range strings.Split(strings.TrimSpace(problems), "\n") {
+				c.fail("at %s: %s", time.Now().UTC().Format(time.TimeOnly), strings.TrimPrefix(strings.TrimSpace(line), "- "))
 			}
-		})
+		case err == nil:
+			c.Checked++
+		}
 	})
 }
 
-func readBalance(w *watch, a *api, apiKey, id string) {
+func readBalance(c *Check, a *api, apiKey, id string) {
 	r, err := a.call("GET", a.base+"/v1/accounts/"+id, apiKey, nil)
 	if err != nil || r.status != http.StatusOK {
 		return
@@ -91,15 +84,13 @@ func readBalance(w *watch, a *api, apiKey, id string) {
 	}
 	balance, err1 := signedAmount(acct.Balance, acct.Currency)
 	reserved, err2 := signedAmount(acct.Reserved, acct.Currency)
-	w.note(func(c *Check) {
-		c.Checked++
-		switch {
-		case err1 != nil || err2 != nil:
-			c.fail("account %s: unreadable amounts %q, %q", id, acct.Balance, acct.Reserved)
-		case balance < 0 || reserved < 0 || balance-reserved < 0:
-			c.fail("account %s at %s: balance %s, reserved %s", id, time.Now().UTC().Format(time.TimeOnly), acct.Balance, acct.Reserved)
-		}
-	})
+	c.Checked++
+	switch {
+	case err1 != nil || err2 != nil:
+		c.fail("account %s: unreadable amounts %q, %q", id, acct.Balance, acct.Reserved)
+	case balance < 0 || reserved < 0 || balance-reserved < 0:
+		c.fail("account %s at %s: balance %s, reserved %s", id, time.Now().UTC().Format(time.TimeOnly), acct.Balance, acct.Reserved)
+	}
 }
 
 // signedAmount reads an amount as the API writes it, zero and negative ones too, in minor units.

@@ -338,22 +338,16 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 	final := func(events []event, p *paid) bool {
 		return slices.ContainsFunc(events, func(e event) bool { return e.Type == p.eventType() })
 	}
-	deadline := time.Now().Add(s.o.Settle)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	payments := sortedPayments(st)
+	for deadline := time.Now().Add(s.o.Settle); time.Now().Before(deadline) && ctx.Err() == nil; {
 		got := s.hook.byPayment()
-		missing := 0
-		for _, p := range st.payments {
-			if p.done() && !final(got[p.id], p) {
-				missing++
-			}
-		}
-		if missing == 0 {
+		if !slices.ContainsFunc(payments, func(p *paid) bool { return p.done() && !final(got[p.id], p) }) {
 			break
 		}
 		_ = sleep(ctx, time.Second)
 	}
 	got := s.hook.byPayment()
-	for _, p := range sortedPayments(st) {
+	for _, p := range payments {
 		c.Checked++
 		events := got[p.id]
 		types := map[string][]string{}

@@ -188,25 +188,25 @@ func (r *Report) write(dir string) error {
 	}
 	base := r.base(dir)
 	r.written = base
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(base+".json", append(b, '\n'), 0o644); err != nil {
+	if err := writeJSON(base+".json", r, "  "); err != nil {
 		return err
 	}
 	if r.histories != nil {
-		h, err := json.MarshalIndent(map[string]any{"replay": r.Replay, "verdict": r.Checks, "keys": r.histories}, "", " ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(base+"-history.json", append(h, '\n'), 0o644); err != nil {
+		if err := writeJSON(base+"-history.json", map[string]any{"replay": r.Replay, "verdict": r.Checks, "keys": r.histories}, " "); err != nil {
 			return err
 		}
 	}
 	var md bytes.Buffer
 	r.WriteText(&md)
 	return os.WriteFile(base+".md", md.Bytes(), 0o644)
+}
+
+func writeJSON(path string, v any, indent string) error {
+	b, err := json.MarshalIndent(v, "", indent)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // WriteText writes the report as Markdown.
@@ -238,10 +238,13 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 	}
 
-	fmt.Fprintf(w, "\n## Faults injected\n\n| kind | count |\n|---|---:|\n")
-	for _, k := range slices.Sorted(maps.Keys(r.FaultsByKind)) {
-		fmt.Fprintf(w, "| %s | %d |\n", k, r.FaultsByKind[k])
+	table := func(m map[string]int) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			fmt.Fprintf(w, "| %s | %d |\n", k, m[k])
+		}
 	}
+	fmt.Fprintf(w, "\n## Faults injected\n\n| kind | count |\n|---|---:|\n")
+	table(r.FaultsByKind)
 	var failed []string
 	for _, f := range r.Faults {
 		if f.Error != "" {
@@ -256,9 +259,7 @@ func (r *Report) WriteText(w io.Writer) {
 		"%d requests; %d keys learned their payment only by `GET ?idempotency_key`; %d answers showed a key's record expired.\n\n",
 		r.Keys, r.RefundKeys, r.DupNow, r.DupLate, r.Reused, r.Skipped, r.Sends, r.LearnedByKey, r.Expired)
 	fmt.Fprintf(w, "| outcome | count |\n|---|---:|\n")
-	for _, k := range slices.Sorted(maps.Keys(r.Payments)) {
-		fmt.Fprintf(w, "| %s | %d |\n", k, r.Payments[k])
-	}
+	table(r.Payments)
 	fmt.Fprintf(w, "| (of which were `unknown` on the way) | %d |\n", r.ViaUnknown)
 	m := r.Manual
 	fmt.Fprintf(w, "\nManual payments: %d keys, %d authorized; %d captures and %d cancels sent (%d refused: the payment no longer waited); "+
