@@ -336,7 +336,7 @@ func checkRefunded(st *settled) Check {
 func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 	c := Check{Name: "every state change reached the merchant's webhook exactly once"}
 	final := func(events []event, p *paid) bool {
-		return slices.ContainsFunc(events, func(e event) bool { return e.Type == p.eventType() })
+		return slices.ContainsFunc(events, func(e event) bool { return e.Type == eventType(p.res) })
 	}
 	payments := sortedPayments(st)
 	for deadline := time.Now().Add(s.o.Settle); time.Now().Before(deadline) && ctx.Err() == nil; {
@@ -361,7 +361,7 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 			}
 		}
 		if !final(events, p) {
-			c.fail("%s: its final event %s never arrived (got %v)", p.what(), p.eventType(), slices.Sorted(maps.Keys(types)))
+			c.fail("%s: its final event %s never arrived (got %v)", p.what(), eventType(p.res), slices.Sorted(maps.Keys(types)))
 		} else if order := arrivalOrder(events); !inOrder(order) {
 			c.fail("%s: its events arrived out of order: %v", p.what(), order)
 		}
@@ -384,7 +384,7 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 		for _, e := range events {
 			// The money an event names is the payment's (or refund's) as it settled: what it
 			// moved does not change after its final event.
-			if e.Type == p.eventType() && (e.Payment.Amount != p.res.Amount || e.Payment.Currency != p.res.Currency ||
+			if e.Type == eventType(p.res) && (e.Payment.Amount != p.res.Amount || e.Payment.Currency != p.res.Currency ||
 				e.Payment.AmountCaptured != p.res.AmountCaptured) {
 				c.fail("%s: its %s event says %s %s captured %q; it settled %s %s captured %q", p.what(), e.Type,
 					e.Payment.Amount, e.Payment.Currency, e.Payment.AmountCaptured, p.res.Amount, p.res.Currency, p.res.AmountCaptured)

@@ -144,11 +144,7 @@ func (k *keyRecord) kind() keyKind {
 	return keyKind{refund: k.Of != nil, expires: k.expires, manual: k.manual, command: k.command, request: sha256Hex(k.body)}
 }
 
-func (k *keyRecord) accepted() bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.ID != ""
-}
+func (k *keyRecord) accepted() bool { return k.id() != "" }
 
 // load sends new payments at a steady rate; each key's client retries it (same key, same body)
 // until kasa takes it, and some keys are sent twice at once or sent again after their answer.
@@ -286,17 +282,17 @@ func (l *load) count(yes bool, figure *int) {
 	}
 }
 
+// drive sends k until kasa takes it, then again if asked, and then its capture or cancel, or its
+// refunds once its payment has succeeded (waiting a little for an outcome the answer did not show;
+// a manual payment's come once its capture answered succeeded). Those inherit k's duplication.
 func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
-	defer l.refund(ctx, k, twice, again)
-	defer l.command(ctx, k, twice, again)
+	var twin sync.WaitGroup
 	if twice {
-		var wg sync.WaitGroup
-		wg.Go(func() { l.untilAccepted(ctx, k) })
-		defer wg.Wait()
+		twin.Go(func() { l.untilAccepted(ctx, k) })
 	}
 	l.untilAccepted(ctx, k)
 	if again && k.accepted() {
-		if sleep(ctx, time.Duration(rand.Int64N(int64(2*time.Second)))) == nil {
+		if sleep(ctx, rand.N(2*time.Second)) == nil {
 			call := time.Now()
 			r, err := l.api.post(k)
 			k.record(call, r, err)
@@ -310,12 +306,8 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 		k.add(o)
 		l.count(true, &l.fig.Reused)
 	}
-}
-
-// refund sends k's planned refunds, all at once, once its payment has succeeded (waiting a little
-// for an outcome the answer did not show). The refunds inherit the payment's duplication.
-func (l *load) refund(ctx context.Context, k *keyRecord, twice, again bool) {
-	// A manual payment's come once its capture answered succeeded (command).
+	twin.Wait()
+	l.command(ctx, k, twice, again)
 	if !k.manual && len(k.refunds) > 0 && k.accepted() && l.outcome(ctx, k) == payment.StatusSucceeded {
 		l.sendRefunds(ctx, k, twice, again)
 	}

@@ -36,9 +36,6 @@ func (p *paid) what() string {
 	return "payment " + p.id
 }
 
-// eventType is the type of p's final event, once p is final.
-func (p *paid) eventType() string { return eventType(p.res) }
-
 // eventType is the type of the event a payment's or refund's state change sends (docs/webhooks.md):
 // "payment.<status>" or "refund.<status>", except a manual payment's capture, payment.captured.
 func eventType(r resource) string {
