@@ -63,23 +63,22 @@ func runSoak(ctx context.Context, cfg config.Config, _ *slog.Logger) error {
 		fmt.Fprintf(os.Stderr, "kasa soak: %v\n\n%s", err, soakUsage)
 		return exitError(2)
 	}
-	kinds, err := soak.ParseKinds(*faults)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "kasa soak: %v\n", err)
+	refuse := func(format string, args ...any) error {
+		fmt.Fprintf(os.Stderr, "kasa soak: "+format+"\n", args...)
 		return exitError(2)
 	}
-	o.Kinds = kinds
+	var err error
+	if o.Kinds, err = soak.ParseKinds(*faults); err != nil {
+		return refuse("%v", err)
+	}
 	if o.Retention > 0 && o.Retention < config.MinIdempotencyRetention {
-		fmt.Fprintf(os.Stderr, "kasa soak: --retention must be at least %s\n", config.MinIdempotencyRetention)
-		return exitError(2)
+		return refuse("--retention must be at least %s", config.MinIdempotencyRetention)
 	}
 	if o.Shape != "" && !slices.Contains(soak.Shapes, o.Shape) {
-		fmt.Fprintf(os.Stderr, "kasa soak: --shape must be one of %v\n", soak.Shapes)
-		return exitError(2)
+		return refuse("--shape must be one of %v", soak.Shapes)
 	}
 	if o.Capability != "" && !slices.Contains(config.Capabilities, o.Capability) {
-		fmt.Fprintf(os.Stderr, "kasa soak: --capability must be one of %v\n", config.Capabilities)
-		return exitError(2)
+		return refuse("--capability must be one of %v", config.Capabilities)
 	}
 	if o.Binary, err = os.Executable(); err != nil {
 		return err
