@@ -89,11 +89,10 @@ func notItsOwn(k *keyRecord, p *paid) string {
 }
 
 // checkManual checks each manual payment at the bank (GET /_sim/authorizations, /_sim/charges).
-// captures: at most one authorization, no charge, none held once the payment failed, and
-// captured what kasa says (its amount_captured when succeeded, nothing when canceled or
-// failed): no double capture. above: no
-// capture took more than its authorization (at kasa or the bank), and a succeeded one what its
-// capture asked.
+// captures: at most one authorization, no charge, none held once the payment failed, and captured
+// what kasa says (its amount_captured when succeeded, nothing when canceled or failed): no double
+// capture. above: no capture took more than its authorization (at kasa or the bank), and a
+// succeeded one what its capture asked.
 func (s *stack) checkManual(st *settled) (captures, above Check) {
 	captures = Check{Name: "manual payments: one authorization, no charge, the bank captured what kasa says"}
 	above = Check{Name: "no capture above its authorization, nor other than it asked"}

@@ -220,9 +220,10 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		return nil, interrupted(ctx, err)
 	}
 	healed := time.Now()
-	waitGroup(ctx, &ld.wg, o.Settle)
-	stopRetries()
+	bound, stopBound := context.WithTimeout(ctx, o.Settle)
+	context.AfterFunc(bound, stopRetries)
 	ld.wg.Wait()
+	stopBound()
 
 	st, err := s.settle(ctx, ld, started, healed, rep)
 	if err != nil {
@@ -568,22 +569,11 @@ func (s *stack) heal(ctx context.Context) error {
 // teardown stops everything in the reverse order of its start, and removes the working directory
 // if asked.
 func (s *stack) teardown(remove bool) {
-	for i := len(s.stops) - 1; i >= 0; i-- {
-		s.stops[i]()
+	for _, stop := range slices.Backward(s.stops) {
+		stop()
 	}
 	if remove {
 		_ = os.RemoveAll(s.dir)
-	}
-}
-
-// waitGroup waits for wg, at most d or until ctx ends.
-func waitGroup(ctx context.Context, wg *sync.WaitGroup, d time.Duration) {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(d):
-	case <-ctx.Done():
 	}
 }
 
