@@ -233,8 +233,10 @@ func (s *stack) checkVerify(ctx context.Context) Check {
 	c := Check{Name: "kasa verify is clean", Checked: 1}
 	out, err := s.tool(ctx, "verify")
 	if err != nil {
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			c.fail("%s", strings.TrimSpace(line))
+		for line := range strings.Lines(out) {
+			if line = strings.TrimSpace(line); line != "" {
+				c.fail("%s", line)
+			}
 		}
 		if c.Violations == 0 {
 			c.fail("kasa verify: %v", err)
