@@ -2,13 +2,15 @@ package banksim
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/kasa-pay/kasa/tools/kasaapi"
 )
 
 // Control is a client of a running simulator's control API (/_sim): what the end-to-end tests,
@@ -142,34 +144,16 @@ func (c Control) Remaining(ctx context.Context) (int, error) {
 // do sends one request and decodes a 2xx answer into out (when not nil); another status is an
 // error quoting the body.
 func (c Control) do(ctx context.Context, method, path string, body []byte, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.URL, "/")+path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	hc := c.Client
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
+	a, err := kasaapi.Do(ctx, cmp.Or(c.Client, http.DefaultClient), method, strings.TrimRight(c.URL, "/")+path, "", body)
+	switch {
+	case err != nil:
 		return fmt.Errorf("banksim: %s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("banksim: %s %s: %w", method, path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("banksim: %s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(b))
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("banksim: %s %s: %w", method, path, err)
+	case a.Status/100 != 2:
+		return fmt.Errorf("banksim: %s %s: %d %s", method, path, a.Status, bytes.TrimSpace(a.Body))
+	case out != nil:
+		if err := json.Unmarshal(a.Body, out); err != nil {
+			return fmt.Errorf("banksim: %s %s: %w", method, path, err)
+		}
 	}
 	return nil
 }

@@ -32,56 +32,45 @@ const (
 
 	// defaultDelay is a delay's, and how late a late_booking books, without delay_ms.
 	defaultDelay = 2 * time.Second
+	// maxDelay bounds delay_ms: a longer one is a mistake, and past ~292 years it would overflow.
+	maxDelay = 24 * time.Hour
 )
 
-var actions = []string{actDropResponse, actError500, actDelay, actDecline, actHang,
-	actLateBooking, actError409, actError503, actError429, actGarbage}
-
-// faultRule is one rule as sent to PUT /_sim/faults.
-type faultRule struct {
-	On          string   `json:"on"`
-	Action      string   `json:"action"`
-	DelayMS     int      `json:"delay_ms,omitempty"`
-	Count       *int     `json:"count,omitempty"`       // nil: applies forever
-	Probability *float64 `json:"probability,omitempty"` // nil: 1
-}
+var (
+	ons     = []string{onCharge, onInquiry, onRefund, onAuthorize, onCapture, onVoid}
+	actions = []string{actDropResponse, actError500, actDelay, actDecline, actHang,
+		actLateBooking, actError409, actError503, actError429, actGarbage}
+)
 
 // faultState is a rule plus how many more requests it will hit (nil: unlimited).
 type faultState struct {
-	faultRule
+	Rule
 	Remaining *int `json:"remaining,omitempty"`
 }
 
-func (r faultRule) validate() error {
-	switch r.On {
-	case onCharge, onInquiry, onRefund, onAuthorize, onCapture, onVoid:
-	default:
+func (r Rule) validate() error {
+	switch {
+	case !slices.Contains(ons, r.On):
 		return fmt.Errorf("unknown on %q (want charge, inquiry, refund, authorize, capture or void)", r.On)
-	}
-	if !slices.Contains(actions, r.Action) {
+	case !slices.Contains(actions, r.Action):
 		return fmt.Errorf("unknown action %q (want one of %s)", r.Action, strings.Join(actions, ", "))
-	}
-	if r.Action == actDecline && r.On == onInquiry {
+	case r.Action == actDecline && r.On == onInquiry:
 		return errors.New("decline does not apply to inquiry")
-	}
-	if r.DelayMS < 0 {
+	case r.DelayMS < 0:
 		return errors.New("delay_ms must be >= 0")
-	}
-	if int64(r.DelayMS) > maxDelay.Milliseconds() {
+	case int64(r.DelayMS) > maxDelay.Milliseconds():
 		return fmt.Errorf("delay_ms must be at most %d (a day)", maxDelay.Milliseconds())
-	}
-	if r.Count != nil && *r.Count < 1 {
+	case r.Count != nil && *r.Count < 1:
 		return errors.New("count must be >= 1 (omit it for no limit)")
-	}
-	if p := r.Probability; p != nil && (*p < 0 || *p > 1) {
+	case r.Probability != nil && (*r.Probability < 0 || *r.Probability > 1):
 		return errors.New("probability must be within 0..1")
 	}
 	return nil
 }
 
-// pickFault returns the first live rule for a request of kind on whose
-// probability roll succeeds, consuming one of its count; nil if none applies.
-func (s *Sim) pickFault(on string) *faultRule {
+// pickFault returns the first live rule for a request of kind on whose probability roll
+// succeeds, consuming one of its count; the zero Rule if none applies.
+func (s *Sim) pickFault(on string) Rule {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range s.faults {
@@ -95,41 +84,36 @@ func (s *Sim) pickFault(on string) *faultRule {
 		if f.Remaining != nil {
 			*f.Remaining--
 		}
-		rule := f.faultRule
-		return &rule
+		return f.Rule
 	}
-	return nil
+	return Rule{}
 }
 
-// maxDelay bounds delay_ms: a longer one is a mistake, and past ~292 years it would overflow.
-const maxDelay = 24 * time.Hour
-
 // lateBy is how long a delay waits, and how much later a late_booking books.
-func (r faultRule) lateBy() time.Duration {
+func (r Rule) lateBy() time.Duration {
 	if r.DelayMS == 0 {
 		return defaultDelay
 	}
 	return time.Duration(r.DelayMS) * time.Millisecond
 }
 
-// applyFault runs the part of a fault that happens before the request is
-// served. It returns the action the handler still has to honour (those
-// answerFault handles, and decline) and whether the request is already finished.
-func (s *Sim) applyFault(w http.ResponseWriter, r *http.Request, on string) (f faultRule, done bool) {
-	p := s.pickFault(on)
-	if p == nil {
-		return faultRule{}, false
+// applyFault runs the part of a fault that happens before the request is served. It returns
+// the rule, whose action the handler still has to honour (those answerFault handles, and
+// decline), and whether the request is already finished.
+func (s *Sim) applyFault(w http.ResponseWriter, r *http.Request, on string) (f Rule, done bool) {
+	f = s.pickFault(on)
+	if f.Action == "" {
+		return f, false
 	}
-	f = *p
 	s.log.Info("banksim fault", "on", on, "action", f.Action, "path", r.URL.Path)
 	switch f.Action {
 	case actError500:
 		writeError(w, http.StatusInternalServerError, "simulated internal error")
-		return faultRule{}, true
+		return f, true
 	case actError429:
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, "too many requests")
-		return faultRule{}, true
+		return f, true
 	case actHang:
 		select {
 		case <-r.Context().Done():
@@ -137,26 +121,25 @@ func (s *Sim) applyFault(w http.ResponseWriter, r *http.Request, on string) (f f
 		}
 		// Returning normally would send an empty 200; hang up instead.
 		dropConn(w)
-		return faultRule{}, true
+		return f, true
 	case actDelay:
 		t := time.NewTimer(f.lateBy())
 		defer t.Stop()
 		select {
 		case <-t.C:
-			return faultRule{}, false
 		case <-r.Context().Done():
-			return faultRule{}, true // client gone: do nothing, like a bank that never saw it
+			return f, true // client gone: do nothing, like a bank that never saw it
 		case <-s.closed: // going down before serving it
 			dropConn(w)
-			return faultRule{}, true
+			return f, true
 		}
 	}
 	return f, false
 }
 
-// answerFault answers the request as the fault says, after the handler did
-// its work; body is the JSON the answer would have carried. It reports
-// false when the fault does not change the answer.
+// answerFault answers the request as the fault's action says, after the handler did its work;
+// body is the JSON the answer would have carried. It reports false when the action does not
+// change the answer.
 func answerFault(w http.ResponseWriter, action string, body any) bool {
 	switch action {
 	case actDropResponse, actLateBooking:
@@ -178,8 +161,8 @@ func answerFault(w http.ResponseWriter, action string, body any) bool {
 	return true
 }
 
-// dropConn closes the connection without a response, so the client cannot
-// tell whether the request took effect.
+// dropConn closes the connection without a response, so the client cannot tell whether the
+// request took effect.
 func dropConn(w http.ResponseWriter) {
 	conn, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {

@@ -275,9 +275,9 @@ func TestLateBookingSettlesOnItsBookingDay(t *testing.T) {
 }
 
 func TestLateBookingDefaultDelay(t *testing.T) {
-	require.Equal(t, defaultDelay, faultRule{Action: actLateBooking}.lateBy())
-	require.Equal(t, defaultDelay, faultRule{Action: actDelay}.lateBy(), "delay_ms is optional for a delay too")
-	require.Equal(t, 250*time.Millisecond, faultRule{Action: actLateBooking, DelayMS: 250}.lateBy())
+	require.Equal(t, defaultDelay, Rule{Action: actLateBooking}.lateBy())
+	require.Equal(t, defaultDelay, Rule{Action: actDelay}.lateBy(), "delay_ms is optional for a delay too")
+	require.Equal(t, 250*time.Millisecond, Rule{Action: actLateBooking, DelayMS: 250}.lateBy())
 
 	e := newEnv(t, CapabilityIdempotent)
 	e.faults(t, `[{"on":"charge","action":"late_booking","count":1}]`)

@@ -207,7 +207,7 @@ func settlementAmount(minor int64, currency string) string {
 
 func (s *Sim) putFaults(w http.ResponseWriter, r *http.Request) {
 	var body struct {
-		Rules []faultRule `json:"rules"`
+		Rules []Rule `json:"rules"`
 	}
 	if err := decodeStrict(w, r, &body); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -219,7 +219,7 @@ func (s *Sim) putFaults(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("rules[%d]: %v", i, err))
 			return
 		}
-		f := faultState{faultRule: rule}
+		f := faultState{Rule: rule}
 		if rule.Count != nil {
 			n := *rule.Count
 			f.Remaining = &n
