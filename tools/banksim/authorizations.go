@@ -58,17 +58,6 @@ type booking struct {
 	ReceivedAt     *time.Time `json:"received_at,omitempty"`
 }
 
-func newBooking(key string, now time.Time, late time.Duration) booking {
-	b := booking{CreatedAt: now.Add(late), IdempotencyKey: key}
-	if late > 0 {
-		b.ReceivedAt = &now
-	}
-	return b
-}
-
-func (b booking) key() string                 { return b.IdempotencyKey }
-func (b booking) bookedBy(now time.Time) bool { return !b.CreatedAt.After(now) }
-
 // authRecord is one line of the authorization log. Its State and CapturedMinor are those it
 // was made with; every read fills in the current ones (see current).
 type authRecord struct {
@@ -90,33 +79,23 @@ type voidRecord struct {
 	booking
 }
 
-func (r authRecord) ref() string        { return r.Reference }
-func (r authRecord) succeeded() bool    { return r.Status == statusSucceeded }
-func (r captureRecord) ref() string     { return r.Reference }
-func (r captureRecord) succeeded() bool { return r.Status == statusSucceeded }
-func (r captureRecord) link() string    { return r.AuthorizationID }
-func (r voidRecord) ref() string        { return r.Reference }
-func (r voidRecord) succeeded() bool    { return r.Status == statusSucceeded }
-func (r voidRecord) link() string       { return r.AuthorizationID }
+func (r captureRecord) view(time.Time) any { return r.capture }
+func (r voidRecord) view(time.Time) any    { return r.void }
 
-// authorizationBook is the bank's record of authorizations, found by id too. Guarded by mu.
-type authorizationBook struct {
-	book[authRecord]
-	byID map[string]int
+// viewAuthorization is the provider API's answer for an authorization: its state at now.
+// Callers hold mu.
+func (s *Sim) viewAuthorization(a authRecord, now time.Time) any {
+	return s.current(a, now, false).authorization
 }
 
-func (b *authorizationBook) index(r authRecord) {
-	b.book.index(r)
-	b.byID[r.ID] = len(b.records) - 1
-}
-
-// find returns the authorization id names if it has booked by now.
-func (b *authorizationBook) find(id string, now time.Time) (authRecord, bool) {
-	i, ok := b.byID[id]
-	if !ok || !b.records[i].bookedBy(now) {
-		return authRecord{}, false
+// findAuthorization returns the authorization id names if it has booked by now.
+func (s *Sim) findAuthorization(id string, now time.Time) (authRecord, bool) {
+	for _, i := range s.authorizations.byLink[id] { // one at most: it is linked by its own id
+		if a := s.authorizations.records[i]; a.meta().bookedBy(now) {
+			return a, true
+		}
 	}
-	return b.records[i], true
+	return authRecord{}, false
 }
 
 // current is a with its state at now, from the succeeded captures and voids booked by then;
@@ -124,17 +103,17 @@ func (b *authorizationBook) find(id string, now time.Time) (authRecord, bool) {
 // Callers hold mu.
 func (s *Sim) current(a authRecord, now time.Time, pending bool) authRecord {
 	a.State, a.CapturedMinor = stateAuthorized, 0
-	if !a.succeeded() {
+	if a.Status != statusSucceeded {
 		a.State = stateDeclined
 		return a
 	}
 	for _, i := range s.captures.byLink[a.ID] {
-		if c := s.captures.records[i]; c.succeeded() && (pending || c.bookedBy(now)) {
+		if c := s.captures.records[i]; c.meta().succeeded() && (pending || c.meta().bookedBy(now)) {
 			a.State, a.CapturedMinor = stateCaptured, c.AmountMinor
 		}
 	}
 	for _, i := range s.voids.byLink[a.ID] {
-		if v := s.voids.records[i]; v.succeeded() && (pending || v.bookedBy(now)) {
+		if m := s.voids.records[i].meta(); m.succeeded() && (pending || m.bookedBy(now)) {
 			a.State = stateVoided
 		}
 	}
@@ -142,33 +121,6 @@ func (s *Sim) current(a authRecord, now time.Time, pending bool) authRecord {
 		a.State = stateExpired
 	}
 	return a
-}
-
-// view is the provider API's answer for an authorization: its state now.
-func (s *Sim) view(a authRecord) authorization {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.current(a, s.now(), false).authorization
-}
-
-func (s *Sim) doAuthorize(key string, req chargeRequest, decline bool, late time.Duration) (authRecord, error) {
-	return enter(s, onAuthorize, &s.authorizations.book, s.authorizations.index, key, func(prev authRecord) bool {
-		return prev.Reference == req.Reference && prev.AmountMinor == req.AmountMinor &&
-			prev.Currency == req.Currency && prev.AccountID == req.AccountID
-	}, func(now time.Time) (authRecord, error) {
-		a := authRecord{
-			authorization: authorization{
-				ID:          "au_" + uuid.Must(uuid.NewV7()).String(),
-				Reference:   req.Reference,
-				AmountMinor: req.AmountMinor,
-				Currency:    req.Currency,
-				Status:      statusOf(decline),
-			},
-			AccountID: req.AccountID,
-			booking:   newBooking(key, now, late),
-		}
-		return s.current(a, now, true), nil
-	})
 }
 
 // captureRequest needs no validation: an amount the authorization cannot give is declined.
@@ -182,13 +134,32 @@ type voidRequest struct{}
 
 func (voidRequest) validate() error { return nil }
 
-// doCapture takes amount from the authorization id names, once: it must still hold the money
+func (s *Sim) postAuthorization(w http.ResponseWriter, r *http.Request) {
+	post(s, w, r, onAuthorize, &s.authorizations, func(req chargeRequest, prev authRecord) bool {
+		return req == chargeRequest{prev.Reference, prev.AmountMinor, prev.Currency, prev.AccountID}
+	}, func(req chargeRequest, a arrival) (authRecord, error) {
+		return s.current(authRecord{
+			authorization: authorization{
+				ID:          "au_" + uuid.Must(uuid.NewV7()).String(),
+				Reference:   req.Reference,
+				AmountMinor: req.AmountMinor,
+				Currency:    req.Currency,
+				Status:      statusOf(a.declined),
+			},
+			AccountID: req.AccountID,
+			booking:   a.booking,
+		}, a.now, true), nil
+	}, s.viewAuthorization)
+}
+
+// postCapture takes amount from the authorization id names, once: it must still hold the money
 // (a pending late capture or void already took it), and the amount must fit in it.
-func (s *Sim) doCapture(key, id string, req captureRequest, decline bool, late time.Duration) (captureRecord, error) {
-	return enter(s, onCapture, &s.captures.book, s.captures.index, key, func(prev captureRecord) bool {
+func (s *Sim) postCapture(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	post(s, w, r, onCapture, &s.captures, func(req captureRequest, prev captureRecord) bool {
 		return prev.AuthorizationID == id && prev.AmountMinor == req.AmountMinor
-	}, func(now time.Time) (captureRecord, error) {
-		a, ok := s.authorizations.find(id, now)
+	}, func(req captureRequest, at arrival) (captureRecord, error) {
+		a, ok := s.findAuthorization(id, at.now)
 		if !ok {
 			return captureRecord{}, errNoAuthorization
 		}
@@ -199,75 +170,39 @@ func (s *Sim) doCapture(key, id string, req captureRequest, decline bool, late t
 				AuthorizationID: a.ID,
 				Reference:       a.Reference,
 				AmountMinor:     req.AmountMinor,
-				Status:          statusOf(decline || !fits || s.current(a, now, true).State != stateAuthorized),
+				Status:          statusOf(at.declined || !fits || s.current(a, at.now, true).State != stateAuthorized),
 			},
 			Currency: a.Currency,
-			booking:  newBooking(key, now, late),
+			booking:  at.booking,
 		}, nil
-	})
+	}, captureRecord.view)
 }
 
-// doVoid releases the hold of the authorization id names. Voiding a voided one succeeds again:
-// the hold is released either way.
-func (s *Sim) doVoid(key, id string, decline bool, late time.Duration) (voidRecord, error) {
-	return enter(s, onVoid, &s.voids.book, s.voids.index, key, func(prev voidRecord) bool {
+// postVoid releases the hold of the authorization id names. Voiding what is already let go
+// (voided, expired) succeeds again: the hold is gone either way.
+func (s *Sim) postVoid(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 { // a void needs no body
+		r.Body = io.NopCloser(strings.NewReader("{}"))
+	}
+	id := r.PathValue("id")
+	post(s, w, r, onVoid, &s.voids, func(_ voidRequest, prev voidRecord) bool {
 		return prev.AuthorizationID == id
-	}, func(now time.Time) (voidRecord, error) {
-		a, ok := s.authorizations.find(id, now)
+	}, func(_ voidRequest, at arrival) (voidRecord, error) {
+		a, ok := s.findAuthorization(id, at.now)
 		if !ok {
 			return voidRecord{}, errNoAuthorization
 		}
-		state := s.current(a, now, true).State
+		state := s.current(a, at.now, true).State
 		return voidRecord{
 			void: void{
 				ID:              "vd_" + uuid.Must(uuid.NewV7()).String(),
 				AuthorizationID: a.ID,
 				Reference:       a.Reference,
-				// Voiding what is already let go (voided, expired) succeeds: the hold is gone.
-				Status: statusOf(decline || (state != stateAuthorized && state != stateVoided && state != stateExpired)),
+				Status:          statusOf(at.declined || (state != stateAuthorized && state != stateVoided && state != stateExpired)),
 			},
-			booking: newBooking(key, now, late),
+			booking: at.booking,
 		}, nil
-	})
-}
-
-func (s *Sim) postAuthorization(w http.ResponseWriter, r *http.Request) {
-	post(s, w, r, onAuthorize, func(key string, req chargeRequest, decline bool, late time.Duration) (any, error) {
-		rec, err := s.doAuthorize(key, req, decline, late)
-		if err != nil {
-			return nil, err
-		}
-		return s.view(rec), nil
-	})
-}
-
-func (s *Sim) postCapture(w http.ResponseWriter, r *http.Request) {
-	post(s, w, r, onCapture, func(key string, req captureRequest, decline bool, late time.Duration) (any, error) {
-		rec, err := s.doCapture(key, r.PathValue("id"), req, decline, late)
-		return rec.capture, err
-	})
-}
-
-func (s *Sim) postVoid(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength == 0 { // a void needs no body
-		r.Body = io.NopCloser(strings.NewReader("{}"))
-	}
-	post(s, w, r, onVoid, func(key string, _ voidRequest, decline bool, late time.Duration) (any, error) {
-		rec, err := s.doVoid(key, r.PathValue("id"), decline, late)
-		return rec.void, err
-	})
-}
-
-// getAuthorization is the authorization inquiry: the latest booked for the reference,
-// preferring one that placed its hold, in its state now.
-func (s *Sim) getAuthorization(w http.ResponseWriter, r *http.Request) {
-	s.inquire(w, r, func(ref string) (any, bool) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		now := s.now()
-		rec, ok := s.authorizations.latest(ref, now)
-		return s.current(rec, now, false).authorization, ok
-	})
+	}, voidRecord.view)
 }
 
 func (s *Sim) simAuthorizations(w http.ResponseWriter, r *http.Request) {

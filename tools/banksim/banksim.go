@@ -33,10 +33,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/kasa-pay/kasa/tools/devenv"
 )
@@ -70,10 +69,6 @@ const (
 	statusSucceeded = "succeeded"
 	statusDeclined  = "declined"
 	logFile         = "charges.jsonl"
-	refundLogFile   = "refunds.jsonl"
-	authLogFile     = "authorizations.jsonl"
-	captureLogFile  = "captures.jsonl"
-	voidLogFile     = "voids.jsonl"
 )
 
 // charge is the provider API's view of a charge.
@@ -97,8 +92,8 @@ type record struct {
 	ReceivedAt *time.Time `json:"received_at,omitempty"`
 }
 
-// bookedBy reports whether the charge has taken effect at now.
-func (r record) bookedBy(now time.Time) bool { return !r.CreatedAt.After(now) }
+// view is the provider API's answer for a charge.
+func (r record) view(time.Time) any { return r.charge }
 
 // Sim is the simulator. All state is guarded by mu.
 type Sim struct {
@@ -112,10 +107,10 @@ type Sim struct {
 
 	mu             sync.Mutex
 	charges        book[record]
-	refunds        linkedBook[refundRecord]
-	authorizations authorizationBook
-	captures       linkedBook[captureRecord]
-	voids          linkedBook[voidRecord]
+	refunds        book[refundRecord]
+	authorizations book[authRecord]
+	captures       book[captureRecord]
+	voids          book[voidRecord]
 	faults         []faultState
 	unlock         func() // the data directory's lock: one simulator per directory
 }
@@ -125,30 +120,17 @@ func New(opts Options) (*Sim, error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("banksim: DataDir is required")
 	}
-	capability := opts.Capability
-	if capability == "" {
-		capability = CapabilityIdempotent
-	}
-	switch capability {
-	case CapabilityIdempotent, CapabilityInquiry, CapabilityNone:
-	default:
+	capability := cmp.Or(opts.Capability, CapabilityIdempotent)
+	if !slices.Contains([]Capability{CapabilityIdempotent, CapabilityInquiry, CapabilityNone}, capability) {
 		return nil, fmt.Errorf("banksim: unknown capability %q", capability)
 	}
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	logger := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	s := &Sim{
-		capability:     capability,
-		authTTL:        cmp.Or(opts.AuthorizationTTL, DefaultAuthorizationTTL),
-		log:            logger,
-		now:            time.Now,
-		closed:         make(chan struct{}),
-		charges:        newBook[record](),
-		refunds:        newLinkedBook[refundRecord](),
-		authorizations: authorizationBook{book: newBook[authRecord](), byID: map[string]int{}},
-		captures:       newLinkedBook[captureRecord](),
-		voids:          newLinkedBook[voidRecord](),
+		capability: capability,
+		authTTL:    cmp.Or(opts.AuthorizationTTL, DefaultAuthorizationTTL),
+		log:        logger,
+		now:        time.Now,
+		closed:     make(chan struct{}),
 	}
 	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("banksim: %w", err)
@@ -160,11 +142,11 @@ func New(opts Options) (*Sim, error) {
 	}
 	s.unlock = unlock
 	err = errors.Join(
-		s.charges.open(dir, logFile, logger, s.charges.index),
-		s.refunds.open(dir, refundLogFile, logger, s.refunds.index),
-		s.authorizations.open(dir, authLogFile, logger, s.authorizations.index),
-		s.captures.open(dir, captureLogFile, logger, s.captures.index),
-		s.voids.open(dir, voidLogFile, logger, s.voids.index),
+		s.charges.open(dir, logFile, logger),
+		s.refunds.open(dir, "refunds.jsonl", logger),
+		s.authorizations.open(dir, "authorizations.jsonl", logger),
+		s.captures.open(dir, "captures.jsonl", logger),
+		s.voids.open(dir, "voids.jsonl", logger),
 	)
 	if err != nil {
 		_ = s.closeLogs()
@@ -189,20 +171,18 @@ func openJournal(dir, name string, logger *slog.Logger, each func(line []byte) e
 		return nil, fmt.Errorf("banksim: %w", err)
 	}
 	valid := 0
-	for valid < len(data) {
-		nl := bytes.IndexByte(data[valid:], '\n')
-		if nl < 0 {
+	for line := range bytes.Lines(data) {
+		if !bytes.HasSuffix(line, []byte("\n")) {
 			// A crash mid-append leaves an incomplete last line. Its fsync
 			// never finished, so no client was ever answered for it.
 			break
 		}
-		line := data[valid : valid+nl]
 		if len(bytes.TrimSpace(line)) > 0 {
 			if err := each(line); err != nil {
 				return nil, fmt.Errorf("banksim: %s: corrupt record at byte %d: %w", path, valid, err)
 			}
 		}
-		valid += nl + 1
+		valid += len(line)
 	}
 
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
@@ -212,12 +192,12 @@ func openJournal(dir, name string, logger *slog.Logger, each func(line []byte) e
 	if valid < len(data) {
 		// Cut the torn line, or the next append would be glued onto it.
 		logger.Warn("banksim: dropping torn last line of a log", "file", name, "bytes", len(data)-valid)
-		if err := f.Truncate(int64(valid)); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("banksim: %w", err)
-		}
+		err = f.Truncate(int64(valid))
 	}
-	if err := f.Sync(); err != nil {
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("banksim: %w", err)
 	}
@@ -239,12 +219,11 @@ func (j *journal) append(v any) ([]byte, error) {
 		return nil, err
 	}
 	line = append(line, '\n')
-	if _, err := j.f.Write(line); err != nil {
-		_ = j.f.Truncate(j.size) // don't leave half a line behind
-		return nil, err
+	if _, err = j.f.Write(line); err == nil {
+		err = j.f.Sync()
 	}
-	if err := j.f.Sync(); err != nil {
-		_ = j.f.Truncate(j.size)
+	if err != nil {
+		_ = j.f.Truncate(j.size) // don't leave half a line behind
 		return nil, err
 	}
 	j.size += int64(len(line))
@@ -282,43 +261,10 @@ func (s *Sim) closeLogs() error {
 		s.authorizations.log.close(), s.captures.log.close(), s.voids.log.close())
 }
 
-// doCharge decides and records a charge; a late > 0 books it that much later.
-func (s *Sim) doCharge(key string, req chargeRequest, decline bool, late time.Duration) (record, error) {
-	return enter(s, onCharge, &s.charges, s.charges.index, key, func(prev record) bool {
-		return prev.Reference == req.Reference && prev.AmountMinor == req.AmountMinor &&
-			prev.Currency == req.Currency && prev.AccountID == req.AccountID
-	}, func(now time.Time) (record, error) {
-		rec := record{
-			charge: charge{
-				ID:          "ch_" + uuid.Must(uuid.NewV7()).String(),
-				Reference:   req.Reference,
-				AmountMinor: req.AmountMinor,
-				Currency:    req.Currency,
-				AccountID:   req.AccountID,
-				Status:      statusOf(decline),
-				CreatedAt:   now.Add(late),
-			},
-			IdempotencyKey: key,
-		}
-		if late > 0 {
-			rec.ReceivedAt = &now
-		}
-		return rec, nil
-	})
-}
-
 // statusOf is the status of a request the bank grants unless declined.
 func statusOf(declined bool) string {
 	if declined {
 		return statusDeclined
 	}
 	return statusSucceeded
-}
-
-// lookup returns the latest booked charge for ref, preferring a succeeded one.
-func (s *Sim) lookup(ref string) (charge, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec, ok := s.charges.latest(ref, s.now())
-	return rec.charge, ok
 }

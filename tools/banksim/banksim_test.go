@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
 )
 
 type env struct {
@@ -564,7 +566,7 @@ func TestFormatAmount(t *testing.T) {
 		{12345, "UYW", "1.2345"},
 	}
 	for _, tt := range tests {
-		require.Equal(t, tt.want, settlementAmount(tt.minor, tt.currency), "%d %s", tt.minor, tt.currency)
+		require.Equal(t, tt.want, payment.FormatAmount(tt.minor, tt.currency), "%d %s", tt.minor, tt.currency)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/kasa-pay/kasa/payment"
 )
 
@@ -18,11 +20,11 @@ import (
 func (s *Sim) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/charges", s.postCharge)
-	mux.HandleFunc("GET /v1/charges", s.getCharge)
+	mux.HandleFunc("GET /v1/charges", inquire(s, &s.charges, record.view))
 	mux.HandleFunc("POST /v1/refunds", s.postRefund)
-	mux.HandleFunc("GET /v1/refunds", s.getRefund)
+	mux.HandleFunc("GET /v1/refunds", inquire(s, &s.refunds, refundRecord.view))
 	mux.HandleFunc("POST /v1/authorizations", s.postAuthorization)
-	mux.HandleFunc("GET /v1/authorizations", s.getAuthorization)
+	mux.HandleFunc("GET /v1/authorizations", inquire(s, &s.authorizations, s.viewAuthorization))
 	mux.HandleFunc("POST /v1/authorizations/{id}/capture", s.postCapture)
 	mux.HandleFunc("POST /v1/authorizations/{id}/void", s.postVoid)
 	mux.HandleFunc("GET /v1/settlements/{file}", s.getSettlement)
@@ -67,29 +69,46 @@ func isCurrencyCode(c string) bool {
 }
 
 func (s *Sim) postCharge(w http.ResponseWriter, r *http.Request) {
-	post(s, w, r, onCharge, func(key string, req chargeRequest, decline bool, late time.Duration) (any, error) {
-		rec, err := s.doCharge(key, req, decline, late)
-		return rec.charge, err
-	})
+	post(s, w, r, onCharge, &s.charges, func(req chargeRequest, prev record) bool {
+		return req == chargeRequest{prev.Reference, prev.AmountMinor, prev.Currency, prev.AccountID}
+	}, func(req chargeRequest, a arrival) (record, error) {
+		return record{
+			charge: charge{
+				ID:          "ch_" + uuid.Must(uuid.NewV7()).String(),
+				Reference:   req.Reference,
+				AmountMinor: req.AmountMinor,
+				Currency:    req.Currency,
+				AccountID:   req.AccountID,
+				Status:      statusOf(a.declined),
+				CreatedAt:   a.CreatedAt,
+			},
+			IdempotencyKey: a.IdempotencyKey,
+			ReceivedAt:     a.ReceivedAt,
+		}, nil
+	}, record.view)
 }
 
-func (s *Sim) getCharge(w http.ResponseWriter, r *http.Request) {
-	s.inquire(w, r, func(ref string) (any, bool) { return s.lookup(ref) })
+// arrival is what decide knows of a new request besides its body: when it arrived, what the
+// bank keeps of it (its key, when it books) and whether a decline rule said no.
+type arrival struct {
+	now time.Time
+	booking
+	declined bool
 }
 
 // post is the one flow of a POST that moves or holds money (a charge, refund, authorization,
 // capture or void): the key and the body are checked, the fault rules on `on` applied, and
-// book decides and durably records the request (decline and late come from the fault),
-// answering with the provider's view of the record. on also names the thing in a failure's
-// answer.
-func post[R interface{ validate() error }](s *Sim, w http.ResponseWriter, r *http.Request, on string,
-	book func(key string, req R, decline bool, late time.Duration) (any, error)) {
+// the request entered into b (see enter): same says whether the first record of its key
+// answered the same request, and decide makes its record. The answer is view of the record.
+// on also names the thing in a failure's answer.
+func post[Q interface{ validate() error }, R entry](s *Sim, w http.ResponseWriter, r *http.Request, on string,
+	b *book[R], same func(Q, R) bool, decide func(Q, arrival) (R, error), view func(R, time.Time) any) {
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
 		writeError(w, http.StatusBadRequest, "Idempotency-Key header is required")
 		return
 	}
-	var req R
+	var req Q
 	if err := decodeStrict(w, r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -102,11 +121,13 @@ func post[R interface{ validate() error }](s *Sim, w http.ResponseWriter, r *htt
 	if done {
 		return
 	}
-	var late time.Duration
-	if fault.Action == actLateBooking {
-		late = fault.lateBy()
-	}
-	view, err := book(key, req, fault.Action == actDecline, late)
+	rec, err := enter(s, on, b, key, func(prev R) bool { return same(req, prev) }, func(now time.Time) (R, error) {
+		a := arrival{now: now, booking: booking{CreatedAt: now, IdempotencyKey: key}, declined: fault.Action == actDecline}
+		if fault.Action == actLateBooking {
+			a.CreatedAt, a.ReceivedAt = now.Add(fault.lateBy()), &now
+		}
+		return decide(req, a)
+	})
 	switch {
 	case errors.Is(err, errInProgress):
 		writeError(w, http.StatusConflict, err.Error())
@@ -119,37 +140,42 @@ func post[R interface{ validate() error }](s *Sim, w http.ResponseWriter, r *htt
 		writeError(w, http.StatusInternalServerError, "could not record "+on)
 		return
 	}
+	s.mu.Lock()
+	body := view(rec, s.now())
+	s.mu.Unlock()
 	// The record is on disk (or will book at its time); only the answer is at fault.
-	if answerFault(w, fault.Action, view) {
-		return
+	if !answerFault(w, fault.Action, body) {
+		writeJSON(w, http.StatusCreated, body)
 	}
-	writeJSON(w, http.StatusCreated, view)
 }
 
-// inquire is the lookup by reference of a charge, refund or authorization: find returns the
-// provider's view of the record. The `inquiry` fault rules apply to all.
-func (s *Sim) inquire(w http.ResponseWriter, r *http.Request, find func(ref string) (any, bool)) {
-	if s.capability == CapabilityNone {
-		writeError(w, http.StatusNotImplemented, "inquiry not supported")
-		return
-	}
-	ref := r.URL.Query().Get("reference")
-	if ref == "" {
-		writeError(w, http.StatusBadRequest, "reference is required")
-		return
-	}
-	fault, done := s.applyFault(w, r, onInquiry)
-	if done {
-		return
-	}
-	status, body := http.StatusOK, any(nil)
-	if found, ok := find(ref); ok {
-		body = found
-	} else {
-		status, body = http.StatusNotFound, map[string]string{"error": "not found"}
-	}
-	if !answerFault(w, fault.Action, body) {
-		writeJSON(w, status, body)
+// inquire serves the lookup by reference of a charge, refund or authorization: the latest
+// booked, preferring a succeeded one, as view shows it. The `inquiry` fault rules apply to all.
+func inquire[R entry](s *Sim, b *book[R], view func(R, time.Time) any) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.capability == CapabilityNone {
+			writeError(w, http.StatusNotImplemented, "inquiry not supported")
+			return
+		}
+		ref := r.URL.Query().Get("reference")
+		if ref == "" {
+			writeError(w, http.StatusBadRequest, "reference is required")
+			return
+		}
+		fault, done := s.applyFault(w, r, onInquiry)
+		if done {
+			return
+		}
+		status, body := http.StatusNotFound, any(map[string]string{"error": "not found"})
+		s.mu.Lock()
+		now := s.now()
+		if rec, ok := b.latest(ref, now); ok {
+			status, body = http.StatusOK, view(rec, now)
+		}
+		s.mu.Unlock()
+		if !answerFault(w, fault.Action, body) {
+			writeJSON(w, status, body)
+		}
 	}
 }
 
@@ -166,29 +192,22 @@ func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
 		{"scope", "all", "charge refund", "", "", "", ""}}
 	s.mu.Lock()
 	now := s.now()
-	onDay := func(status string, at time.Time) bool {
-		return status == statusSucceeded && !at.After(now) && at.UTC().Format(time.DateOnly) == date
-	}
-	for _, rec := range s.charges.records {
-		if onDay(rec.Status, rec.CreatedAt) {
-			rows = append(rows, []string{date, rec.ID, rec.Reference,
-				settlementAmount(rec.AmountMinor, rec.Currency), rec.Currency, "settled", "charge"})
+	settled := func(typ, id, ref string, minor int64, currency string, m meta) {
+		if m.succeeded() && m.bookedBy(now) && m.at.UTC().Format(time.DateOnly) == date {
+			rows = append(rows, []string{date, id, ref, payment.FormatAmount(minor, currency), currency, "settled", typ})
 		}
+	}
+	for _, c := range s.charges.records {
+		settled("charge", c.ID, c.Reference, c.AmountMinor, c.Currency, c.meta())
 	}
 	// A refund's line: its own id and reference, and the amount paid back.
-	for _, rec := range s.refunds.records {
-		if onDay(rec.Status, rec.CreatedAt) {
-			rows = append(rows, []string{date, rec.ID, rec.Reference,
-				settlementAmount(rec.AmountMinor, rec.Currency), rec.Currency, "settled", "refund"})
-		}
+	for _, r := range s.refunds.records {
+		settled("refund", r.ID, r.Reference, r.AmountMinor, r.Currency, r.meta())
 	}
 	// A capture's line: its own id, its authorization's reference, and the amount taken. An
 	// authorization or a void moves no money and has none.
-	for _, rec := range s.captures.records {
-		if onDay(rec.Status, rec.CreatedAt) {
-			rows = append(rows, []string{date, rec.ID, rec.Reference,
-				settlementAmount(rec.AmountMinor, rec.Currency), rec.Currency, "settled", "capture"})
-		}
+	for _, c := range s.captures.records {
+		settled("capture", c.ID, c.Reference, c.AmountMinor, c.Currency, c.meta())
 	}
 	s.mu.Unlock()
 	// The trailer proves the file complete for the day up to now:
@@ -197,12 +216,6 @@ func (s *Sim) getSettlement(w http.ResponseWriter, r *http.Request) {
 	rows = append(rows, []string{"trailer", date, strconv.Itoa(len(rows) - 2), now.UTC().Format(time.RFC3339Nano), "", "", ""})
 	w.Header().Set("Content-Type", "text/csv")
 	_ = csv.NewWriter(w).WriteAll(rows)
-}
-
-// settlementAmount renders a charge's minor units as the decimal of a settlement
-// file, with the minor digits ISO 4217 gives its currency (kasa's own table).
-func settlementAmount(minor int64, currency string) string {
-	return payment.FormatAmount(minor, currency)
 }
 
 func (s *Sim) putFaults(w http.ResponseWriter, r *http.Request) {

@@ -34,7 +34,7 @@ type refundRecord struct {
 	ReceivedAt     *time.Time `json:"received_at,omitempty"` // set for a late booking only
 }
 
-func (r refundRecord) bookedBy(now time.Time) bool { return !r.CreatedAt.After(now) }
+func (r refundRecord) view(time.Time) any { return r.refund }
 
 type refundRequest struct {
 	Reference       string `json:"reference"`
@@ -62,47 +62,45 @@ func (r refundRequest) validate() error {
 // late one included (its money will move). charged is false when nothing was taken in the
 // currency. Callers hold mu.
 func (s *Sim) refundable(ref, currency string, now time.Time) (left int64, charged bool) {
-	take := func(status, cur string, amount int64, booked bool) {
-		if status == statusSucceeded && cur == currency && booked {
+	take := func(m meta, cur string, amount int64) {
+		if m.succeeded() && cur == currency && m.bookedBy(now) {
 			left += amount
 			charged = true
 		}
 	}
 	for _, i := range s.charges.byRef[ref] {
 		c := s.charges.records[i]
-		take(c.Status, c.Currency, c.AmountMinor, c.bookedBy(now))
+		take(c.meta(), c.Currency, c.AmountMinor)
 	}
 	for _, i := range s.captures.byRef[ref] {
 		c := s.captures.records[i]
-		take(c.Status, c.Currency, c.AmountMinor, c.bookedBy(now))
+		take(c.meta(), c.Currency, c.AmountMinor)
 	}
 	for _, i := range s.refunds.byLink[ref] {
-		r := s.refunds.records[i]
-		if r.Status == statusSucceeded && r.Currency == currency {
+		if r := s.refunds.records[i]; r.Status == statusSucceeded && r.Currency == currency {
 			left -= r.AmountMinor
 		}
 	}
 	return left, charged
 }
 
-// doRefund decides and records a refund: parallel refunds of one charge never return more
+// postRefund decides and records a refund: parallel refunds of one charge never return more
 // than it charged.
-func (s *Sim) doRefund(key string, req refundRequest, decline bool, late time.Duration) (refundRecord, error) {
-	return enter(s, onRefund, &s.refunds.book, s.refunds.index, key, func(prev refundRecord) bool {
-		return prev.Reference == req.Reference && prev.ChargeReference == req.ChargeReference &&
-			prev.AmountMinor == req.AmountMinor && prev.Currency == req.Currency
-	}, func(now time.Time) (refundRecord, error) {
+func (s *Sim) postRefund(w http.ResponseWriter, r *http.Request) {
+	post(s, w, r, onRefund, &s.refunds, func(req refundRequest, prev refundRecord) bool {
+		return req == refundRequest{prev.Reference, prev.ChargeReference, prev.AmountMinor, prev.Currency}
+	}, func(req refundRequest, a arrival) (refundRecord, error) {
 		status, reason := statusSucceeded, ""
-		left, charged := s.refundable(req.ChargeReference, req.Currency, now)
+		left, charged := s.refundable(req.ChargeReference, req.Currency, a.now)
 		switch {
-		case decline:
+		case a.declined:
 			status, reason = statusDeclined, declineFault
 		case !charged:
 			status, reason = statusDeclined, declineNoCharge
 		case req.AmountMinor > left:
 			status, reason = statusDeclined, declineOverRefund
 		}
-		rec := refundRecord{
+		return refundRecord{
 			refund: refund{
 				ID:              "rf_" + uuid.Must(uuid.NewV7()).String(),
 				Reference:       req.Reference,
@@ -111,35 +109,12 @@ func (s *Sim) doRefund(key string, req refundRequest, decline bool, late time.Du
 				Currency:        req.Currency,
 				Status:          status,
 				DeclineReason:   reason,
-				CreatedAt:       now.Add(late),
+				CreatedAt:       a.CreatedAt,
 			},
-			IdempotencyKey: key,
-		}
-		if late > 0 {
-			rec.ReceivedAt = &now
-		}
-		return rec, nil
-	})
-}
-
-// lookupRefund returns the latest booked refund for ref, preferring a succeeded one.
-func (s *Sim) lookupRefund(ref string) (refund, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec, ok := s.refunds.latest(ref, s.now())
-	return rec.refund, ok
-}
-
-func (s *Sim) postRefund(w http.ResponseWriter, r *http.Request) {
-	post(s, w, r, onRefund, func(key string, req refundRequest, decline bool, late time.Duration) (any, error) {
-		rec, err := s.doRefund(key, req, decline, late)
-		return rec.refund, err
-	})
-}
-
-// getRefund is the refund inquiry; the `inquiry` fault rules apply to it as to a charge's.
-func (s *Sim) getRefund(w http.ResponseWriter, r *http.Request) {
-	s.inquire(w, r, func(ref string) (any, bool) { return s.lookupRefund(ref) })
+			IdempotencyKey: a.IdempotencyKey,
+			ReceivedAt:     a.ReceivedAt,
+		}, nil
+	}, refundRecord.view)
 }
 
 func (s *Sim) simRefunds(w http.ResponseWriter, r *http.Request) {
