@@ -59,15 +59,12 @@ type Held struct {
 
 // Authorizations is GET /_sim/authorizations?reference=.
 func (c Control) Authorizations(ctx context.Context, reference string) (Held, error) {
-	var out struct {
-		Count          *int  `json:"count"`
-		Pending        int   `json:"pending"`
+	var out struct { // the names without a tag match case-insensitively
+		Count          *int
+		Pending        int
 		CapturedMinor  int64 `json:"captured_minor"`
-		Voided         bool  `json:"voided"`
-		Authorizations []struct {
-			ID    string `json:"id"`
-			State string `json:"state"`
-		} `json:"authorizations"`
+		Voided         bool
+		Authorizations []struct{ ID, State string }
 	}
 	if err := c.do(ctx, http.MethodGet, "/_sim/authorizations?reference="+url.QueryEscape(reference), nil, &out); err != nil {
 		return Held{}, err
@@ -85,15 +82,10 @@ func (c Control) Authorizations(ctx context.Context, reference string) (Held, er
 }
 
 func (c Control) moved(ctx context.Context, kind, reference string) (Moved, error) {
-	var out struct {
-		Count   *int `json:"count"`
-		Pending int  `json:"pending"`
-		Charges []struct {
-			ID, Status string
-		} `json:"charges"`
-		Refunds []struct {
-			ID, Status string
-		} `json:"refunds"`
+	var out struct { // the names match case-insensitively
+		Count            *int
+		Pending          int
+		Charges, Refunds []struct{ ID, Status string }
 	}
 	if err := c.do(ctx, http.MethodGet, "/_sim/"+kind+"?reference="+url.QueryEscape(reference), nil, &out); err != nil {
 		return Moved{}, err
@@ -124,11 +116,7 @@ func (c Control) SetFaults(ctx context.Context, rules ...Rule) error {
 
 // Remaining is how many more requests the counted fault rules will hit, together.
 func (c Control) Remaining(ctx context.Context) (int, error) {
-	var out struct {
-		Rules []struct {
-			Remaining *int `json:"remaining"`
-		} `json:"rules"`
-	}
+	var out struct{ Rules []struct{ Remaining *int } }
 	if err := c.do(ctx, http.MethodGet, "/_sim/faults", nil, &out); err != nil {
 		return 0, err
 	}
