@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // CA is a throwaway certificate authority for TLS tests; its certificate is in File.
@@ -53,22 +55,22 @@ func (ca *CA) Issue(t testing.TB, name string, hosts ...string) (certFile, keyFi
 func (ca *CA) issue(t testing.TB, name string, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, string, string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	check(t, err)
+	require.NoError(t, err)
 	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	check(t, err)
+	require.NoError(t, err)
 	tmpl.SerialNumber, tmpl.NotBefore, tmpl.NotAfter = serial, time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
 	if parent == nil {
 		parent, parentKey = tmpl, key
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	check(t, err)
+	require.NoError(t, err)
 	cert, err := x509.ParseCertificate(der)
-	check(t, err)
+	require.NoError(t, err)
 	keyDER, err := x509.MarshalECPrivateKey(key)
-	check(t, err)
+	require.NoError(t, err)
 	certFile, keyFile := filepath.Join(ca.dir, name+".pem"), filepath.Join(ca.dir, name+"-key.pem")
-	check(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
-	check(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
 	return cert, key, certFile, keyFile
 }
 
@@ -76,19 +78,10 @@ func (ca *CA) issue(t testing.TB, name string, tmpl, parent *x509.Certificate, p
 func ReadCert(t testing.TB, file string) *x509.Certificate {
 	t.Helper()
 	b, err := os.ReadFile(file)
-	check(t, err)
+	require.NoError(t, err)
 	block, _ := pem.Decode(b)
-	if block == nil {
-		t.Fatalf("%s holds no PEM block", file)
-	}
+	require.NotNil(t, block, "%s holds no PEM block", file)
 	cert, err := x509.ParseCertificate(block.Bytes)
-	check(t, err)
+	require.NoError(t, err)
 	return cert
-}
-
-func check(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }

@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"testing"
@@ -31,12 +32,8 @@ type MerchantOptions struct {
 // NewMerchant makes a merchant with one TRY account, funded with o.Deposit.
 func NewMerchant(t testing.TB, db *store.Store, o MerchantOptions) Merchant {
 	t.Helper()
-	if o.Name == "" {
-		o.Name = "m"
-	}
-	if o.WebhookSecret == "" {
-		o.WebhookSecret = payment.NewSecret("whsec_")
-	}
+	o.Name = cmp.Or(o.Name, "m")
+	o.WebhookSecret = cmp.Or(o.WebhookSecret, payment.NewSecret("whsec_"))
 	ctx := context.Background()
 	m := Merchant{ID: payment.NewID(), WebhookSecret: o.WebhookSecret}
 	require.NoError(t, db.CreateMerchant(ctx, payment.Merchant{ID: m.ID, Name: o.Name, WebhookURL: o.WebhookURL}, payment.NewSecret("sk_"), m.WebhookSecret))

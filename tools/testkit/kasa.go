@@ -10,42 +10,35 @@ import (
 	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
-// kasaBuild is the kasa binary of one test process: built at the first KasaBinary, removed by
+// kasaDir holds the kasa binary of one test process: built at the first KasaBinary, removed by
 // Main (or RemoveKasaBinary) once the tests ran.
-var kasaBuild struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
+var kasaDir string
+
+var buildKasa = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "kasa-test-bin-")
+	if err != nil {
+		return "", err
+	}
+	kasaDir = dir
+	path := filepath.Join(dir, "kasa")
+	_, err = devenv.Command{}.Run(context.Background(), "go", "build", "-o", path, "github.com/kasa-pay/kasa/cmd/kasa")
+	return path, err
+})
 
 // KasaBinary is ./bin/kasa as make build makes it (every subcommand), built once per test
 // process from the module's cmd/kasa, whatever the package's directory.
 func KasaBinary(t testing.TB) string {
 	t.Helper()
-	kasaBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "kasa-test-bin-")
-		if err != nil {
-			kasaBuild.err = err
-			return
-		}
-		kasaBuild.dir = dir
-		path := filepath.Join(dir, "kasa")
-		if _, err := (devenv.Command{}).Run(context.Background(), "go", "build", "-o", path, "github.com/kasa-pay/kasa/cmd/kasa"); err != nil {
-			kasaBuild.err = err
-			return
-		}
-		kasaBuild.path = path
-	})
-	if kasaBuild.err != nil {
-		t.Fatal(kasaBuild.err)
+	path, err := buildKasa()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return kasaBuild.path
+	return path
 }
 
 // RemoveKasaBinary removes what KasaBinary built; for a TestMain that does not use Main.
 func RemoveKasaBinary() {
-	if kasaBuild.dir != "" {
-		_ = os.RemoveAll(kasaBuild.dir)
+	if kasaDir != "" {
+		_ = os.RemoveAll(kasaDir)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"go.temporal.io/sdk/client"
@@ -100,8 +101,8 @@ func start(ctx context.Context, o Options) (*Env, error) {
 
 // stop closes the clients, then stops the servers.
 func (e *Env) stop() {
-	for i := len(e.stops) - 1; i >= 0; i-- {
-		e.stops[i]()
+	for _, stop := range slices.Backward(e.stops) {
+		stop()
 	}
 }
 

@@ -80,8 +80,7 @@ func RunUntilEnd(t testing.TB, runners ...Runner) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, r := range runners {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = r.Run(ctx) }()
+		wg.Go(func() { _ = r.Run(ctx) })
 	}
 	t.Cleanup(func() {
 		cancel()
