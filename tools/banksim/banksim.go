@@ -1,27 +1,18 @@
-// Package banksim simulates a bank / payment provider over HTTP.
-// Only the CLI (`kasa banksim`) and tests import it; production code never does.
+// Package banksim simulates a bank / payment provider over HTTP; docs/tools.md ("The bank
+// simulator") says what it answers. Only the CLI (`kasa banksim`) and tests import it;
+// production code never does.
 //
 // Like a real bank it never forgets: every charge, refund, authorization, capture and void is
-// appended to its own log under DataDir (charges.jsonl, refunds.jsonl, authorizations.jsonl,
-// captures.jsonl, voids.jsonl), fsynced before the response is written, and the logs are
-// replayed on start. Fault rules (/_sim/faults) reproduce the failures
-// a payment system must survive: lost responses, error answers, unparseable
-// bodies, delays, declines, hangs, and charges the bank books only later.
+// appended to its own log under DataDir, fsynced before the response is written, and the logs
+// are replayed on start. The logs only grow: an authorization's state is read from the
+// captures and voids that name it. Fault rules (/_sim/faults) reproduce the failures a payment
+// system must survive: lost responses, error answers, unparseable bodies, delays, declines,
+// hangs, and charges the bank books only later.
 //
-// A refund pays back part of what was charged (or captured) under its charge_reference: one
-// that would pay back more than is left (or refers to nothing taken in its currency) is
-// declined. Refunds take the same fault rules (on "refund"), and their inquiry the "inquiry"
-// rules, as charges.
-//
-// An authorization holds money that one capture (of at most its amount; the rest is released)
-// takes later, or a void releases. The logs only grow: an authorization's state is read from
-// the captures and voids that name it. Authorizations, captures and voids take the fault rules
-// on "authorize", "capture" and "void".
-//
-// A late booking is logged when it arrives, with its created_at set to the
-// time it books: every read (inquiry, /_sim/charges, settlement files) skips
-// records whose time has not come, so a restart in between books it on time.
-// Decisions (what is left to refund or to capture) count it already: its money will move.
+// A late booking is logged when it arrives, with its created_at set to the time it books:
+// every read (inquiry, /_sim/charges, settlement files) skips records whose time has not come,
+// so a restart in between books it on time. Decisions (what is left to refund or to capture)
+// count it already: its money will move.
 package banksim
 
 import (
