@@ -198,7 +198,7 @@ func (s *Sim) postVoid(w http.ResponseWriter, r *http.Request) {
 				ID:              "vd_" + uuid.Must(uuid.NewV7()).String(),
 				AuthorizationID: a.ID,
 				Reference:       a.Reference,
-				Status:          statusOf(at.declined || (state != stateAuthorized && state != stateVoided && state != stateExpired)),
+				Status:          statusOf(at.declined || state == stateCaptured || state == stateDeclined),
 			},
 			booking: at.booking,
 		}, nil
