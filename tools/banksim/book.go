@@ -25,7 +25,9 @@ type meta struct {
 func (m meta) succeeded() bool             { return m.status == statusSucceeded }
 func (m meta) bookedBy(now time.Time) bool { return !m.at.After(now) }
 
-func (r record) meta() meta { return meta{r.IdempotencyKey, r.Reference, "", r.Status, r.CreatedAt} }
+func (r record) meta() meta {
+	return meta{r.IdempotencyKey, r.Reference, "", r.Status, r.CreatedAt}
+}
 func (r refundRecord) meta() meta {
 	return meta{r.IdempotencyKey, r.Reference, r.ChargeReference, r.Status, r.CreatedAt}
 }
