@@ -34,9 +34,10 @@ type PostgresOptions struct {
 
 // Postgres is a running cluster that this process started and will stop.
 type Postgres struct {
-	URL  string
-	Port int
-	c    *Child
+	URL    string
+	Port   int
+	c      *Child
+	bindir string
 }
 
 // StartPostgres initialises (once) and starts a cluster. As root it runs the server as the
@@ -94,15 +95,19 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", o.Port, o.Database), Port: o.Port, c: c}
-	if err := p.waitReady(ctx, bindir); err != nil {
-		p.Stop()
-		return nil, fmt.Errorf("postgres did not become ready (log: %s): %w\n%s", c.LogPath, err, c.Tail(15))
+	p := &Postgres{URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", o.Port, o.Database), Port: o.Port, c: c, bindir: bindir}
+	readyCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err = c.waitReady(readyCtx, "pg_isready answered", func(ctx context.Context) error {
+		_, err := p.run(ctx, "pg_isready", "-q")
+		return err
+	})
+	if err == nil {
+		err = p.createDB(ctx, o.Database)
 	}
-	_, err = Command{}.Run(ctx, filepath.Join(bindir, "createdb"), "-h", "127.0.0.1", "-p", strconv.Itoa(o.Port), "-U", "postgres", o.Database)
-	if err != nil && !strings.Contains(err.Error(), "already exists") {
+	if err != nil {
 		p.Stop()
-		return nil, err
+		return nil, fmt.Errorf("postgres did not become ready: %w", err)
 	}
 	o.Logger.Info("PostgreSQL ready", "port", o.Port, "dir", dir)
 	return p, nil
@@ -133,39 +138,29 @@ func initCluster(ctx context.Context, bindir, dir string, log *slog.Logger) erro
 	return os.Rename(tmp, dir)
 }
 
-func (p *Postgres) waitReady(ctx context.Context, bindir string) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	for {
-		_, err := Command{}.Run(ctx, filepath.Join(bindir, "pg_isready"), "-q", "-h", "127.0.0.1",
-			"-p", strconv.Itoa(p.Port), "-U", "postgres")
-		if err == nil && !p.c.Running() {
-			return fmt.Errorf("postgres exited (%v), and another server answers on port %d", p.c.Err(), p.Port)
-		}
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-p.c.Done():
-			return fmt.Errorf("postgres exited: %v", p.c.Err())
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+// run runs one of the cluster's client programs (pg_isready, createdb, psql) as its superuser.
+func (p *Postgres) run(ctx context.Context, tool string, args ...string) (string, error) {
+	return Command{}.Run(ctx, filepath.Join(p.bindir, tool), append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-U", "postgres"}, args...)...)
+}
+
+// createDB creates the database unless it exists.
+func (p *Postgres) createDB(ctx context.Context, name string, args ...string) error {
+	_, err := p.run(ctx, "createdb", append(args, name)...)
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
+		return fmt.Errorf("createdb %s: %w", name, err)
 	}
+	return nil
+}
+
+// psql runs sql on the database db.
+func (p *Postgres) psql(ctx context.Context, db, sql string) error {
+	_, err := p.run(ctx, "psql", "-d", db, "-v", "ON_ERROR_STOP=1", "-q", "-c", sql)
+	return err
 }
 
 // Stop asks for a fast shutdown (SIGINT: abort transactions, checkpoint, exit) and waits for it;
 // after 30 seconds the server is killed.
-func (p *Postgres) Stop() error {
-	if err := p.c.Stop(30 * time.Second); err != nil {
-		return err
-	}
-	if err := p.c.Err(); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	return nil
-}
+func (p *Postgres) Stop() error { return p.c.stopClean(30 * time.Second) }
 
 // Crash shuts the cluster down in immediate mode (SIGQUIT to the postmaster: every backend is
 // killed, nothing is checkpointed, the next start runs crash recovery), as a crash would.
@@ -241,7 +236,7 @@ func clusterOwner(dir string) (*syscall.Credential, error) {
 // bindir, where Debian keeps the ones not on PATH, else on PATH.
 func PostgresTool(name string) (string, error) {
 	if dir := pgConfigBindir(); dir != "" {
-		if p := filepath.Join(dir, name); func() bool { _, err := os.Stat(p); return err == nil }() {
+		if p := filepath.Join(dir, name); isFile(p) {
 			return p, nil
 		}
 	}

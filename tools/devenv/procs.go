@@ -191,6 +191,24 @@ func (s *Supervisor) spawn(name string, env []string, bin string, args ...string
 	return c, nil
 }
 
+// startLocked starts cmd and returns what its Wait returns. The kernel sends the parent-death
+// signal when the thread that started the child ends, and Go ends a thread only when a goroutine
+// locked to it returns: this one returns once the child has exited, so the signal comes when the
+// parent process dies, and only then.
+func startLocked(cmd *exec.Cmd) (<-chan error, error) {
+	started, done := make(chan error, 1), make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		done <- cmd.Wait()
+	}()
+	return done, <-started
+}
+
 // launch starts one process of c.
 func (s *Supervisor) launch(c *Child) (*run, error) {
 	f, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -201,27 +219,18 @@ func (s *Supervisor) launch(c *Child) (*run, error) {
 	cmd := exec.Command(c.bin, c.args...)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = s.WorkDir, c.env, f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: s.stopSignal(), Credential: s.Credential}
+	done, err := startLocked(cmd)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s (%s): %w", c.Name, c.bin, err)
+	}
 	r := &run{cmd: cmd, began: time.Now(), done: make(chan struct{})}
-	started := make(chan error, 1)
 	go func() {
-		// The kernel sends the parent-death signal when the thread that started the child ends,
-		// and Go ends a thread only when a goroutine locked to it returns: this one returns once
-		// the child has exited, so the signal comes when the parent process dies, and only then.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			f.Close()
-			started <- err
-			return
-		}
-		started <- nil
-		r.err = cmd.Wait()
+		r.err = <-done
 		fmt.Fprintf(f, "---- %s: %s exited: %v\n", time.Now().UTC().Format(time.RFC3339Nano), c.Name, exitText(r.err))
 		f.Close()
 		close(r.done)
 	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("start %s (%s): %w", c.Name, c.bin, err)
-	}
 	s.Logger.Info("started "+c.Name, "pid", cmd.Process.Pid, "log", c.LogPath)
 	return r, nil
 }
@@ -262,6 +271,17 @@ func (c *Child) Stop(timeout time.Duration) error {
 		_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
 		<-r.done
 		return fmt.Errorf("%s (pid %d) did not stop within %v of its stop signal: %w", c.Name, r.cmd.Process.Pid, timeout, ErrKilled)
+	}
+	return nil
+}
+
+// stopClean is Stop, failing too when the child's exit status says it did not stop cleanly.
+func (c *Child) stopClean(timeout time.Duration) error {
+	if err := c.Stop(timeout); err != nil {
+		return err
+	}
+	if err := c.Err(); err != nil {
+		return fmt.Errorf("%s: %w", c.Name, err)
 	}
 	return nil
 }
@@ -365,26 +385,45 @@ func exitText(err error) string {
 
 // WaitHTTP waits until url answers 200, failing when the child exits first (even if it is to be
 // restarted: one that dies before it is ever ready is misconfigured) or ctx ends.
-// An answer while the child is not running comes from another process on its address.
 func WaitHTTP(ctx context.Context, url string, c *Child) error {
-	r := c.current()
 	probe := &http.Client{Timeout: time.Second} // a listener that never answers must not hold the wait
-	for {
-		if exits := c.Exits(); len(exits) > 0 { // it died before this wait began
-			return fmt.Errorf("%s exited (%s) before %s answered (log: %s)\n%s", c.Name, exits[0], url, c.LogPath, c.Tail(15))
-		}
+	return c.waitReady(ctx, url+" answered 200", func(ctx context.Context) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := probe.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && c.Running() && len(c.Exits()) == 0 {
-				return nil
-			}
+		resp, err := probe.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
+		}
+		return nil
+	})
+}
+
+// waitReady asks ready (each call given 10 s) every 100 ms until it succeeds, failing when the
+// child exits first, or exited before the wait began, or ctx ends. An answer while the child is
+// not running comes from another process on its address.
+func (c *Child) waitReady(ctx context.Context, what string, ready func(context.Context) error) error {
+	r := c.current()
+	exited := func(status string) error {
+		return fmt.Errorf("%s exited (%s) before %s (log: %s)\n%s", c.Name, status, what, c.LogPath, c.Tail(15))
+	}
+	for {
+		if exits := c.Exits(); len(exits) > 0 {
+			return exited(exits[0])
+		}
+		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := ready(callCtx)
+		cancel()
+		if err == nil && c.Running() && len(c.Exits()) == 0 {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s never answered 200: %w", url, ctx.Err())
+			return fmt.Errorf("%s: still waiting until %s: %w (last: %v; log: %s)\n%s", c.Name, what, ctx.Err(), err, c.LogPath, c.Tail(15))
 		case <-r.done:
-			return fmt.Errorf("%s exited (%v) before %s answered (log: %s)\n%s", c.Name, exitText(r.err), url, c.LogPath, c.Tail(15))
+			return exited(exitText(r.err))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -393,7 +432,15 @@ func WaitHTTP(ctx context.Context, url string, c *Child) error {
 // FindTool looks for a binary the Makefile builds into ./bin: in the repository's ./bin, beside
 // the running executable, then on PATH.
 func FindTool(name, makeTarget string) (string, error) {
-	var dirs []string
+	if p := findBin(name); p != "" {
+		return p, nil
+	}
+	return "", fmt.Errorf("%s not found in ./bin, beside kasa or on PATH: run `make %s`", name, makeTarget)
+}
+
+// findBin looks for name in dirs, the repository's ./bin, beside the running executable, then on
+// PATH; "" when it is nowhere.
+func findBin(name string, dirs ...string) string {
 	if root, ok := repoRoot(); ok {
 		dirs = append(dirs, filepath.Join(root, "bin"))
 	}
@@ -401,15 +448,17 @@ func FindTool(name, makeTarget string) (string, error) {
 		dirs = append(dirs, filepath.Dir(exe))
 	}
 	for _, d := range dirs {
-		p := filepath.Join(d, name)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p, nil
+		if p := filepath.Join(d, name); isFile(p) {
+			return p
 		}
 	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	return "", fmt.Errorf("%s not found in ./bin, beside kasa or on PATH: run `make %s`", name, makeTarget)
+	p, _ := exec.LookPath(name)
+	return p
+}
+
+func isFile(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir()
 }
 
 // StartNATS runs nats-server with JetStream (its store under dir) on 127.0.0.1:port and waits
@@ -424,16 +473,26 @@ func StartNATS(ctx context.Context, s *Supervisor, bin, dir string, port, monito
 	if err := os.WriteFile(conf, fmt.Appendf(nil, "jetstream {\n  store_dir: %q\n  sync_interval: always\n}\n", dir), 0o644); err != nil {
 		return nil, err
 	}
-	c, err := s.Start("nats", os.Environ(), bin, "-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(port),
-		"-m", strconv.Itoa(monitorPort))
+	c, err := s.startServing(ctx, "nats", fmt.Sprintf("http://127.0.0.1:%d/healthz", monitorPort), bin,
+		"-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-m", strconv.Itoa(monitorPort))
+	if err != nil {
+		return nil, fmt.Errorf("nats-server did not become ready: %w", err)
+	}
+	return c, nil
+}
+
+// startServing starts bin as name and waits up to 30 s until url answers 200; a child that does
+// not is stopped.
+func (s *Supervisor) startServing(ctx context.Context, name, url, bin string, args ...string) (*Child, error) {
+	c, err := s.Start(name, os.Environ(), bin, args...)
 	if err != nil {
 		return nil, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := WaitHTTP(wctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", monitorPort), c); err != nil {
+	if err := WaitHTTP(ctx, url, c); err != nil {
 		c.Stop(5 * time.Second)
-		return nil, errors.Join(errors.New("nats-server did not become ready"), err)
+		return nil, err
 	}
 	return c, nil
 }
@@ -492,20 +551,10 @@ func (c Command) Run(ctx context.Context, bin string, args ...string) (string, e
 	cmd := exec.Command(bin, args...)
 	cmd.Env, cmd.Dir, cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Env, c.Dir, bytes.NewReader(c.Stdin), &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM, Credential: c.Credential}
-	started, done := make(chan error, 1), make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // as in launch: the parent-death signal follows this thread
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		done <- cmd.Wait()
-	}()
-	if err := <-started; err != nil {
+	done, err := startLocked(cmd)
+	if err != nil {
 		return "", err
 	}
-	var err error
 	select {
 	case err = <-done:
 	case <-ctx.Done():

@@ -1,13 +1,13 @@
 package devenv
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -46,15 +46,11 @@ const RelaxedGOGC = 400
 // SearchAttributes are registered on every dev server: operators filter payments by them.
 var SearchAttributes = []string{"PaymentStatus=Keyword", "MerchantId=Keyword", "PaymentSummary=Keyword"}
 
-// SQLitePragmas are the dev server's SQLite settings when it keeps its state in a file. In WAL mode a commit is safe from a crash of
-// the server's process whatever `synchronous` says; the setting only decides what an operating
-// system crash or power loss may cost. With `normal` that is the last commits (the database stays
-// consistent), so a workflow started just before could be lost either way; with `off` it may also
-// corrupt the file. What `normal` costs is an fsync at every WAL checkpoint, a few times a second
-// under load, made while holding the server's one SQLite connection, so every start and task
-// completion waits for the disk: it set the payments' tail (docs/performance.md). A dev server is
-// a development tool: a production deployment runs a Temporal cluster on a database with its own
-// durability settings.
+// SQLitePragmas are the dev server's SQLite settings when it keeps its state in a file. In WAL
+// mode a commit is safe from a crash of the server's process whatever `synchronous` says; `off`
+// risks the last commits, and possibly the file, only on an operating system crash or power loss,
+// and saves the fsync at every checkpoint that every start waited behind and that set the
+// payments' tail (docs/performance.md). Production runs Temporal on a database of its own.
 var SQLitePragmas = []string{"journal_mode=wal", "synchronous=off"}
 
 // DynamicConfig is the dev server's tuning (`--dynamic-config-value KEY=VALUE`); the real server
@@ -100,16 +96,12 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 		}
 	}
 	// A server already on a port would answer for this one, which cannot bind it.
-	for _, p := range []struct {
-		port int
-		what string
-	}{{o.Port, "Temporal's port"}, {o.UIPort, "the Temporal UI's port"}} {
-		if p.port == 0 {
-			continue
-		}
-		if err := WaitAddrFree(ctx, "127.0.0.1:"+strconv.Itoa(p.port), p.what); err != nil {
-			return nil, err
-		}
+	addrs := []string{"127.0.0.1:" + strconv.Itoa(o.Port), "Temporal's port"}
+	if o.UIPort != 0 {
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(o.UIPort), "the Temporal UI's port")
+	}
+	if err := WaitAddrFree(ctx, addrs...); err != nil {
+		return nil, err
 	}
 	o.Namespace = cmp.Or(o.Namespace, "default")
 	if o.Logger == nil {
@@ -140,59 +132,42 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 	} else {
 		args = append(args, "--headless")
 	}
-	// The server's live heap is small (tens of MB) but churns: with Go's default GOGC its
-	// frequent collections each took a core's time while requests in flight waited, and showed
-	// in the payments' p99. Four times the heap between collections makes them four times
-	// rarer, for a few hundred MB. A GOGC of the user's wins.
-	env := os.Environ()
-	if _, set := os.LookupEnv("GOGC"); !set {
-		env = append(env, "GOGC="+strconv.Itoa(RelaxedGOGC))
-	}
 	sup := NewSupervisor(o.LogDir, o.Logger)
 	sup.StopSignal = syscall.SIGINT // the CLI's Ctrl-C: a clean shutdown
-	if t.child, err = sup.Start("temporal", env, o.CLIPath, args...); err != nil {
+	if t.child, err = sup.Start("temporal", relaxedEnv(), o.CLIPath, args...); err != nil {
 		return nil, fmt.Errorf("start temporal dev server: %w", err)
 	}
-	if err := t.waitReady(ctx, o); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err = t.child.waitReady(ctx, "it answered at "+addr, func(ctx context.Context) error {
+		c, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: o.Namespace, Logger: log.NewStructuredLogger(o.Logger)})
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	if err != nil {
 		t.child.Stop(10 * time.Second)
 		return nil, fmt.Errorf("temporal dev server (%s): %w", o.CLIPath, err)
 	}
 	return t, nil
 }
 
-// waitReady dials the server until it answers, for up to a minute.
-func (t *Temporal) waitReady(ctx context.Context, o TemporalOptions) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		c, err := client.DialContext(ctx, client.Options{HostPort: t.Address, Namespace: o.Namespace, Logger: log.NewStructuredLogger(o.Logger)})
-		if err == nil {
-			c.Close()
-			if !t.child.Running() { // another server answered on its port
-				return fmt.Errorf("exited: %w\n%s", t.child.Err(), t.child.Tail(15))
-			}
-			return nil
-		}
-		select {
-		case <-t.child.Done():
-			return fmt.Errorf("exited: %w\n%s", t.child.Err(), t.child.Tail(15))
-		case <-ctx.Done():
-			return fmt.Errorf("not answering at %s: %w", t.Address, err)
-		case <-time.After(100 * time.Millisecond):
-		}
+// relaxedEnv is this process's environment with GOGC=RelaxedGOGC unless it sets one. A Temporal
+// server's live heap is small (tens of MB) but churns: with Go's default GOGC its frequent
+// collections each took a core's time while requests in flight waited, and showed in the
+// payments' p99. Four times the heap between collections makes them four times rarer, for a few
+// hundred MB.
+func relaxedEnv() []string {
+	env := os.Environ()
+	if _, set := os.LookupEnv("GOGC"); !set {
+		env = append(env, "GOGC="+strconv.Itoa(RelaxedGOGC))
 	}
+	return env
 }
 
 // Stop interrupts the dev server and waits for it to exit; it is killed after 30 seconds.
-func (t *Temporal) Stop() error {
-	if err := t.child.Stop(30 * time.Second); err != nil {
-		return err
-	}
-	if err := t.child.Err(); err != nil {
-		return fmt.Errorf("temporal dev server: %w", err)
-	}
-	return nil
-}
+func (t *Temporal) Stop() error { return t.child.stopClean(30 * time.Second) }
 
 // Crash kills the dev server (SIGKILL), as a crash would, and waits until it is gone.
 func (t *Temporal) Crash() error { return t.child.Kill() }
@@ -206,19 +181,7 @@ func FindTemporalCLI() (string, error) {
 	if p := os.Getenv("KASA_TEMPORAL_CLI"); p != "" {
 		return p, nil
 	}
-	var candidates []string
-	if root, ok := repoRoot(); ok {
-		candidates = append(candidates, filepath.Join(root, "bin", "temporal"))
-	}
-	if exe, err := os.Executable(); err == nil {
-		candidates = append(candidates, filepath.Join(filepath.Dir(exe), "temporal"))
-	}
-	for _, c := range candidates {
-		if st, err := os.Stat(c); err == nil && !st.IsDir() {
-			return c, nil
-		}
-	}
-	if p, err := exec.LookPath("temporal"); err == nil {
+	if p := findBin("temporal"); p != "" {
 		return p, nil
 	}
 	return "", errors.New("temporal CLI not found: run `make temporal-cli` (go install " +
@@ -233,7 +196,7 @@ func repoRoot() (string, bool) {
 		return "", false
 	}
 	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytesContains(b, "module github.com/kasa-pay/kasa\n") {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module github.com/kasa-pay/kasa\n")) {
 			return dir, true
 		}
 		parent := filepath.Dir(dir)
@@ -243,5 +206,3 @@ func repoRoot() (string, bool) {
 		dir = parent
 	}
 }
-
-func bytesContains(b []byte, s string) bool { return len(b) >= len(s) && string(b[:len(s)]) == s }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 )
 
 // StartUI runs the Temporal Web UI server (bin/temporal-ui) on 127.0.0.1:port, pointed at the
@@ -26,15 +25,6 @@ cors:
 	if err := os.WriteFile(filepath.Join(dir, "config", "base.yaml"), []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	ui, err := sup.Start("temporal-ui", os.Environ(), bin, "--root", dir, "--config", "config", "--env", "kasa", "start")
-	if err != nil {
-		return nil, err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := WaitHTTP(wctx, fmt.Sprintf("http://127.0.0.1:%d/", port), ui); err != nil {
-		ui.Stop(5 * time.Second)
-		return nil, err
-	}
-	return ui, nil
+	return sup.startServing(ctx, "temporal-ui", fmt.Sprintf("http://127.0.0.1:%d/", port), bin,
+		"--root", dir, "--config", "config", "--env", "kasa", "start")
 }
