@@ -2,6 +2,7 @@ package devenv
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -10,8 +11,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -34,37 +35,23 @@ import (
 const TemporalServerVersion = "v1.29.1"
 
 // TemporalServerOptions say how to run a real, multi-service Temporal Server on a devenv PostgreSQL.
-// Only Dir is required.
+// Only Dir is required. The server runs from FindTemporalServer() on the module cache's schemas
+// (temporalSchemaDir), logs at level warn, keeps its state in the databases temporal and
+// temporal_visibility (owned by the role temporal) and registers its namespace with a 72 h
+// retention.
 type TemporalServerOptions struct {
 	// Dir holds the generated configuration and the server's log; created when missing. The
 	// server's state lives in PostgreSQL, so a start on the same cluster finds it again.
 	Dir string
-	// ServerPath and SQLToolPath default to FindTemporalServer().
-	ServerPath, SQLToolPath string
-	// SchemaDir holds the server module's postgresql/v12 schemas; default: the module cache's copy
-	// of TemporalServerVersion (where `make temporal-server` leaves it).
-	SchemaDir string
 	// Port is the frontend's gRPC port; 0 picks a free one. The other services' ports are always
 	// picked free: only the frontend is reached from outside.
 	Port int
-	// HTTPPort is the frontend's HTTP API port; 0 leaves it off.
-	HTTPPort int
-	// MetricsPort serves the server's Prometheus metrics on /metrics; 0 leaves them off.
-	MetricsPort int
-	// Namespace is registered when missing; default "default", with Retention (default 72h).
+	// Namespace is registered when missing; default "default".
 	Namespace string
-	Retention time.Duration
 	// HistoryShards is fixed when the databases are first set up (default 4): a later start with
 	// another number is refused by the server.
 	HistoryShards int
-	// Database and VisibilityDatabase are created in the cluster when missing, owned by the role
-	// `temporal`; defaults "temporal" and "temporal_visibility".
-	Database, VisibilityDatabase string
-	// LogLevel of the server's log (Dir/temporal-server.log); default "warn".
-	LogLevel string
-	// ReadyTimeout bounds the wait for a usable server; default 2 minutes.
-	ReadyTimeout time.Duration
-	Logger       *slog.Logger
+	Logger        *slog.Logger
 	// Restart, when set, starts the server again when it exits on its own (Supervisor.Restart).
 	Restart *Backoff
 	// TLS, when set, turns mutual TLS on: the frontend and the services between themselves
@@ -100,9 +87,9 @@ func (t *TemporalTLS) clientConfig() (*tls.Config, error) {
 // goroutine at a time.
 type TemporalServer struct {
 	opts    TemporalServerOptions
-	pgPort  int
+	pg      *Postgres
+	bin     string // the server's binary
 	addr    string
-	config  string // the directory of the generated config
 	c       *Child // the latest process
 	stopped bool
 }
@@ -118,9 +105,11 @@ var TemporalServerDynamicConfig = []string{
 }
 
 const (
-	temporalRole     = "temporal"
-	temporalPassword = "temporal"
-	probeWorkflow    = "kasa-devenv-probe"
+	temporalRole  = "temporal" // its password too
+	temporalDB    = "temporal"
+	visibilityDB  = "temporal_visibility"
+	probeWorkflow = "kasa-devenv-probe"
+	readyTimeout  = 2 * time.Minute
 )
 
 // StartTemporalServer sets up the server's databases on pg (once: later starts find them and only
@@ -135,44 +124,16 @@ func StartTemporalServer(ctx context.Context, pg *Postgres, o TemporalServerOpti
 	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
 		return nil, err
 	}
-	if o.ServerPath == "" || o.SQLToolPath == "" {
-		server, tool, err := FindTemporalServer()
-		if err != nil {
-			return nil, err
-		}
-		if o.ServerPath == "" {
-			o.ServerPath = server
-		}
-		if o.SQLToolPath == "" {
-			o.SQLToolPath = tool
-		}
+	server, sqlTool, err := FindTemporalServer()
+	if err != nil {
+		return nil, err
 	}
-	if o.SchemaDir == "" {
-		if o.SchemaDir, err = temporalSchemaDir(); err != nil {
-			return nil, err
-		}
+	schemas, err := temporalSchemaDir()
+	if err != nil {
+		return nil, err
 	}
-	if o.Namespace == "" {
-		o.Namespace = "default"
-	}
-	if o.Retention == 0 {
-		o.Retention = 72 * time.Hour
-	}
-	if o.HistoryShards == 0 {
-		o.HistoryShards = 4
-	}
-	if o.Database == "" {
-		o.Database = "temporal"
-	}
-	if o.VisibilityDatabase == "" {
-		o.VisibilityDatabase = "temporal_visibility"
-	}
-	if o.LogLevel == "" {
-		o.LogLevel = "warn"
-	}
-	if o.ReadyTimeout == 0 {
-		o.ReadyTimeout = 2 * time.Minute
-	}
+	o.Namespace = cmp.Or(o.Namespace, "default")
+	o.HistoryShards = cmp.Or(o.HistoryShards, 4)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -188,12 +149,12 @@ func StartTemporalServer(ctx context.Context, pg *Postgres, o TemporalServerOpti
 		return nil, err
 	}
 	setupStart := time.Now()
-	if err := setupTemporalDatabases(ctx, pg, o); err != nil {
+	if err := setupTemporalDatabases(ctx, pg, sqlTool, schemas); err != nil {
 		return nil, err
 	}
 	o.Logger.Info("Temporal databases ready", "took", time.Since(setupStart).Round(time.Millisecond))
-	s := &TemporalServer{opts: o, pgPort: pg.Port, addr: "127.0.0.1:" + strconv.Itoa(o.Port), config: filepath.Join(o.Dir, "config")}
-	if err := s.writeConfig(pg); err != nil {
+	s := &TemporalServer{opts: o, pg: pg, bin: server, addr: "127.0.0.1:" + strconv.Itoa(o.Port)}
+	if err := s.writeConfig(); err != nil {
 		return nil, err
 	}
 	if err := s.start(ctx); err != nil {
@@ -221,13 +182,7 @@ func (s *TemporalServer) Stop() error {
 		return nil
 	}
 	s.stopped = true
-	if err := s.c.Stop(30 * time.Second); err != nil {
-		return err
-	}
-	if err := s.c.Err(); err != nil {
-		return fmt.Errorf("temporal server: %w", err)
-	}
-	return nil
+	return s.c.stopClean(30 * time.Second)
 }
 
 // Crash kills the server (SIGKILL), as a crash would: its shards and membership are left for the
@@ -258,13 +213,8 @@ func (s *TemporalServer) start(ctx context.Context) error {
 	}
 	sup := NewSupervisor(s.opts.Dir, s.opts.Logger)
 	sup.WorkDir, sup.Restart = s.opts.Dir, s.opts.Restart
-	env := os.Environ()
-	// The same reason as the dev server's (StartTemporal): rarer collections, a shorter tail.
-	if _, set := os.LookupEnv("GOGC"); !set {
-		env = append(env, "GOGC="+strconv.Itoa(RelaxedGOGC))
-	}
 	began := time.Now()
-	c, err := sup.Start("temporal-server", env, s.opts.ServerPath, "--root", s.opts.Dir, "--config", "config", "--env", "kasa",
+	c, err := sup.Start("temporal-server", relaxedEnv(), s.bin, "--root", s.opts.Dir, "--config", "config", "--env", "kasa",
 		"--allow-no-auth", "start")
 	if err != nil {
 		return err
@@ -273,7 +223,7 @@ func (s *TemporalServer) start(ctx context.Context) error {
 	serving, err := s.waitReady(ctx)
 	if err != nil {
 		_ = s.Stop()
-		return fmt.Errorf("temporal server did not become ready (log: %s): %w\n%s", s.LogPath(), err, tailFile(s.LogPath(), 15))
+		return fmt.Errorf("temporal server did not become ready: %w", err)
 	}
 	s.opts.Logger.Info("Temporal Server ready", "address", s.addr, "namespace", s.opts.Namespace,
 		"serving_after", serving.Sub(began).Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
@@ -285,29 +235,10 @@ func (s *TemporalServer) start(ctx context.Context) error {
 // acquired and the namespace is not yet in every service's cache, and starts fail or hang. It
 // returns when the frontend first answered.
 func (s *TemporalServer) waitReady(ctx context.Context) (serving time.Time, err error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.ReadyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	var last error
-	step := func(what string, f func(context.Context) error) error {
-		for {
-			callCtx, cancelCall := context.WithTimeout(ctx, 10*time.Second)
-			err := f(callCtx)
-			cancelCall()
-			if err == nil {
-				return nil
-			}
-			last = fmt.Errorf("%s: %w", what, err)
-			select {
-			case <-s.c.Done():
-				return fmt.Errorf("temporal server exited (%v); last: %v", s.c.Err(), last)
-			case <-ctx.Done():
-				return fmt.Errorf("%w; last: %v", ctx.Err(), last)
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}
 	var c client.Client
-	if err := step("dial", func(ctx context.Context) (err error) {
+	if err := s.c.waitReady(ctx, "it answered at "+s.addr, func(ctx context.Context) (err error) {
 		o := client.Options{HostPort: s.addr, Namespace: s.opts.Namespace, Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))}
 		if s.opts.TLS != nil {
 			if o.ConnectionOptions.TLS, err = s.opts.TLS.clientConfig(); err != nil {
@@ -321,26 +252,32 @@ func (s *TemporalServer) waitReady(ctx context.Context) (serving time.Time, err 
 	}
 	defer c.Close()
 	serving = time.Now()
-	if err := step("register namespace", func(ctx context.Context) error { return s.registerNamespace(ctx, c) }); err != nil {
-		return serving, err
-	}
-	if err := step("add search attributes", func(ctx context.Context) error { return s.addSearchAttributes(ctx, c) }); err != nil {
-		return serving, err
-	}
-	// A visibility query on the attributes fails until the frontend knows them in this namespace.
-	if err := step("query visibility", func(ctx context.Context) error {
-		var terms []string
-		for _, sa := range SearchAttributes {
-			name, _, _ := strings.Cut(sa, "=")
-			terms = append(terms, name+" = 'probe'")
+	for _, step := range []struct {
+		what string
+		f    func(context.Context, client.Client) error
+	}{
+		{"the namespace was registered", s.registerNamespace},
+		{"the search attributes were added", s.addSearchAttributes},
+		{"a visibility query on them answered", s.queryVisibility},
+		{"a probe workflow ran", s.probe},
+	} {
+		if err := s.c.waitReady(ctx, step.what, func(ctx context.Context) error { return step.f(ctx, c) }); err != nil {
+			return serving, err
 		}
-		_, err := c.WorkflowService().ListWorkflowExecutions(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Namespace: s.opts.Namespace, PageSize: 1, Query: strings.Join(terms, " AND ")})
-		return err
-	}); err != nil {
-		return serving, err
 	}
-	return serving, step("run a probe workflow", func(ctx context.Context) error { return s.probe(ctx, c) })
+	return serving, nil
+}
+
+// queryVisibility fails until the frontend knows the search attributes in the namespace.
+func (s *TemporalServer) queryVisibility(ctx context.Context, c client.Client) error {
+	var terms []string
+	for _, sa := range SearchAttributes {
+		name, _, _ := strings.Cut(sa, "=")
+		terms = append(terms, name+" = 'probe'")
+	}
+	_, err := c.WorkflowService().ListWorkflowExecutions(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+		Namespace: s.opts.Namespace, PageSize: 1, Query: strings.Join(terms, " AND ")})
+	return err
 }
 
 func (s *TemporalServer) registerNamespace(ctx context.Context, c client.Client) error {
@@ -351,7 +288,7 @@ func (s *TemporalServer) registerNamespace(ctx context.Context, c client.Client)
 	}
 	_, err = c.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
 		Namespace:                        s.opts.Namespace,
-		WorkflowExecutionRetentionPeriod: durationpb.New(s.opts.Retention),
+		WorkflowExecutionRetentionPeriod: durationpb.New(72 * time.Hour),
 	})
 	var exists *serviceerror.NamespaceAlreadyExists
 	if err != nil && !errors.As(err, &exists) {
@@ -442,12 +379,7 @@ func refuseLiveServer(ctx context.Context, dir string) error {
 // a new server on other ports then waited about 50 seconds trying to join the old ones before it
 // served. Only this process runs a server on these databases, and none runs now.
 func (s *TemporalServer) forgetMembers(ctx context.Context) error {
-	psql, err := PostgresTool("psql")
-	if err != nil {
-		return err
-	}
-	if _, err := (Command{}).Run(ctx, psql, "-h", "127.0.0.1", "-p", strconv.Itoa(s.pgPort), "-U", "postgres",
-		"-d", s.opts.Database, "-v", "ON_ERROR_STOP=1", "-q", "-c", "DELETE FROM cluster_membership"); err != nil {
+	if err := s.pg.psql(ctx, temporalDB, "DELETE FROM cluster_membership"); err != nil {
 		return fmt.Errorf("clear the Temporal Server's membership table: %w", err)
 	}
 	return nil
@@ -456,42 +388,30 @@ func (s *TemporalServer) forgetMembers(ctx context.Context) error {
 // setupTemporalDatabases creates the role and the two databases when missing and brings their
 // schemas to the tool's latest version: both steps are idempotent, so a start on a cluster set up
 // before (or an older schema) costs only the tool's checks.
-func setupTemporalDatabases(ctx context.Context, pg *Postgres, o TemporalServerOptions) error {
-	psql, err := PostgresTool("psql")
-	if err != nil {
-		return err
-	}
-	port := strconv.Itoa(pg.Port)
+func setupTemporalDatabases(ctx context.Context, pg *Postgres, sqlTool, schemas string) error {
 	role := fmt.Sprintf(`DO $$ BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '%[1]s') THEN
-    CREATE ROLE %[1]s LOGIN PASSWORD '%[2]s';
+    CREATE ROLE %[1]s LOGIN PASSWORD '%[1]s';
   END IF;
-END $$;`, temporalRole, temporalPassword)
-	if _, err := (Command{}).Run(ctx, psql, "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-d", "postgres",
-		"-v", "ON_ERROR_STOP=1", "-q", "-c", role); err != nil {
+END $$;`, temporalRole)
+	if err := pg.psql(ctx, "postgres", role); err != nil {
 		return fmt.Errorf("create role %s: %w", temporalRole, err)
 	}
-	createdb, err := PostgresTool("createdb")
-	if err != nil {
-		return err
-	}
-	for _, db := range []struct{ name, schema string }{
-		{o.Database, "temporal"}, {o.VisibilityDatabase, "visibility"},
-	} {
-		_, err := Command{}.Run(ctx, createdb, "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-O", temporalRole, db.name)
-		if err != nil && !strings.Contains(err.Error(), "already exists") {
-			return fmt.Errorf("createdb %s: %w", db.name, err)
+	// The tool also reads SQL_* variables; the flags say everything.
+	tool := Command{Env: slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SQL_") })}
+	for _, db := range [][2]string{{temporalDB, "temporal"}, {visibilityDB, "visibility"}} {
+		db, schema := db[0], db[1]
+		if err := pg.createDB(ctx, db, "-O", temporalRole); err != nil {
+			return err
 		}
-		base := []string{"--plugin", "postgres12", "--endpoint", "127.0.0.1", "--port", port,
-			"--user", temporalRole, "--password", temporalPassword, "--database", db.name}
+		base := []string{"--plugin", "postgres12", "--endpoint", "127.0.0.1", "--port", strconv.Itoa(pg.Port),
+			"--user", temporalRole, "--password", temporalRole, "--database", db}
 		for _, args := range [][]string{
 			{"setup-schema", "--version", "0.0"},
-			{"update-schema", "--schema-dir", filepath.Join(o.SchemaDir, db.schema, "versioned")},
+			{"update-schema", "--schema-dir", filepath.Join(schemas, schema, "versioned")},
 		} {
-			// The tool also reads SQL_* variables; the flags say everything.
-			tool := Command{Env: withoutPrefix(os.Environ(), "SQL_")}
-			if out, err := tool.Run(ctx, o.SQLToolPath, append(base, args...)...); err != nil {
-				return fmt.Errorf("temporal-sql-tool %s on %s: %w\n%s", args[0], db.name, err, out)
+			if out, err := tool.Run(ctx, sqlTool, append(base, args...)...); err != nil {
+				return fmt.Errorf("temporal-sql-tool %s on %s: %w\n%s", args[0], db, err, out)
 			}
 		}
 	}
@@ -506,46 +426,36 @@ var serverConfigText string
 var serverConfig = template.Must(template.New("config").Parse(serverConfigText))
 
 type serverService struct {
-	Name                   string
-	GRPC, Membership, HTTP int
+	Name             string
+	GRPC, Membership int
 }
 
 // writeConfig writes the server's config (Dir/config/kasa.yaml) and dynamic config, with free
 // ports for every service but the frontend's gRPC.
-func (s *TemporalServer) writeConfig(pg *Postgres) error {
-	if err := os.MkdirAll(s.config, 0o755); err != nil {
+func (s *TemporalServer) writeConfig() error {
+	dir := filepath.Join(s.opts.Dir, "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	used := map[int]bool{s.opts.Port: true, s.opts.HTTPPort: true, s.opts.MetricsPort: true, pg.Port: true}
-	free := func() (int, error) {
-		for {
-			p, err := FreePort()
-			if err != nil || !used[p] {
-				used[p] = true
-				return p, err
+	used := map[int]bool{s.opts.Port: true, s.pg.Port: true}
+	services := []serverService{{Name: "frontend", GRPC: s.opts.Port}, {Name: "history"}, {Name: "matching"}, {Name: "worker"}}
+	for i := range services {
+		for _, port := range []*int{&services[i].GRPC, &services[i].Membership} {
+			for *port == 0 {
+				p, err := FreePort()
+				if err != nil {
+					return err
+				}
+				if !used[p] {
+					*port, used[p] = p, true
+				}
 			}
 		}
 	}
-	var services []serverService
-	for _, name := range []string{"frontend", "history", "matching", "worker"} {
-		svc := serverService{Name: name, GRPC: s.opts.Port}
-		var err error
-		if name != "frontend" {
-			if svc.GRPC, err = free(); err != nil {
-				return err
-			}
-		} else {
-			svc.HTTP = s.opts.HTTPPort
-		}
-		if svc.Membership, err = free(); err != nil {
-			return err
-		}
-		services = append(services, svc)
-	}
-	dynamic := filepath.Join(s.config, "dynamicconfig.yaml")
+	dynamic := filepath.Join(dir, "dynamicconfig.yaml")
 	var b bytes.Buffer
 	b.WriteString("# Written by kasa's devenv at each start: edits are lost.\n")
-	for _, kv := range append(append([]string(nil), DynamicConfig...), TemporalServerDynamicConfig...) {
+	for _, kv := range slices.Concat(DynamicConfig, TemporalServerDynamicConfig) {
 		k, v, _ := strings.Cut(kv, "=")
 		fmt.Fprintf(&b, "%s:\n  - value: %s\n", k, v)
 	}
@@ -554,44 +464,24 @@ func (s *TemporalServer) writeConfig(pg *Postgres) error {
 	}
 	b.Reset()
 	if err := serverConfig.Execute(&b, map[string]any{
-		"LogLevel": s.opts.LogLevel, "Shards": s.opts.HistoryShards, "PGPort": pg.Port,
-		"Database": s.opts.Database, "VisibilityDatabase": s.opts.VisibilityDatabase,
-		"User": temporalRole, "Password": temporalPassword, "MetricsPort": s.opts.MetricsPort,
-		"Services": services, "Port": s.opts.Port, "DynamicConfig": dynamic, "TLS": s.opts.TLS,
+		"Shards": s.opts.HistoryShards, "PGPort": s.pg.Port, "Database": temporalDB, "VisibilityDatabase": visibilityDB,
+		"User": temporalRole, "Services": services, "Port": s.opts.Port, "DynamicConfig": dynamic, "TLS": s.opts.TLS,
 	}); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(s.config, "kasa.yaml"), b.Bytes(), 0o644)
+	return os.WriteFile(filepath.Join(dir, "kasa.yaml"), b.Bytes(), 0o644)
 }
 
 // FindTemporalServer looks for the pinned server and its schema tool: $KASA_TEMPORAL_SERVER (the
 // server; the tool beside it), ./bin in the repository, beside the running executable, then PATH.
 func FindTemporalServer() (server, sqlTool string, err error) {
 	var dirs []string
-	if p := os.Getenv("KASA_TEMPORAL_SERVER"); p != "" {
-		dirs = append(dirs, filepath.Dir(p))
-		server = p
+	if server = os.Getenv("KASA_TEMPORAL_SERVER"); server != "" {
+		dirs = append(dirs, filepath.Dir(server))
+	} else {
+		server = findBin("temporal-server")
 	}
-	if root, ok := repoRoot(); ok {
-		dirs = append(dirs, filepath.Join(root, "bin"))
-	}
-	if exe, err := os.Executable(); err == nil {
-		dirs = append(dirs, filepath.Dir(exe))
-	}
-	find := func(name string) string {
-		for _, d := range dirs {
-			p := filepath.Join(d, name)
-			if st, err := os.Stat(p); err == nil && !st.IsDir() {
-				return p
-			}
-		}
-		p, _ := exec.LookPath(name)
-		return p
-	}
-	if server == "" {
-		server = find("temporal-server")
-	}
-	sqlTool = find("temporal-sql-tool")
+	sqlTool = findBin("temporal-sql-tool", dirs...)
 	if server == "" || sqlTool == "" {
 		return "", "", errors.New("temporal-server or temporal-sql-tool not found: run `make temporal-server` " +
 			"(go install go.temporal.io/server/cmd/server@" + TemporalServerVersion + " and cmd/tools/sql into ./bin), " +
@@ -611,19 +501,9 @@ func temporalSchemaDir() (string, error) {
 		"schema", "postgresql", "v12")
 	if _, err := os.Stat(filepath.Join(dir, "temporal", "versioned")); err != nil {
 		return "", fmt.Errorf("the Temporal Server's schemas are not in %s: run `make temporal-server` "+
-			"(it leaves the module in the module cache) or set TemporalServerOptions.SchemaDir", dir)
+			"(it leaves the module in the module cache)", dir)
 	}
 	return dir, nil
-}
-
-func withoutPrefix(env []string, prefix string) []string {
-	var out []string
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, prefix) {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // tailFile is the last n lines of a file, for error messages.
