@@ -4,12 +4,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,53 +51,24 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) (err e
 	}
 	// Beside `kasa dev`'s data, not in it: the two never share a database or a Temporal.
 	dir := filepath.Join(root, "cluster")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	unlock, err := devenv.LockDir(filepath.Join(dir, "cluster.lock"), "kasa cluster")
+	unlock, err := lockLauncherDir(ctx, dir, "cluster.lock", "kasa cluster",
+		cfg.Banksim.Addr, "KASA_BANKSIM_ADDR", cfg.API.Addr, "KASA_API_ADDR")
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	// A process already on one of these addresses would answer for the child that fails to bind
-	// it: refused before anything starts (a previous launcher's children are given time to go).
-	if err := devenv.WaitAddrFree(ctx, cfg.Banksim.Addr, "KASA_BANKSIM_ADDR", cfg.API.Addr, "KASA_API_ADDR"); err != nil {
-		return err
-	}
 	statePath := filepath.Join(dir, "cluster.json")
 	var state clusterState
-	if b, err := os.ReadFile(statePath); err == nil {
-		if err := json.Unmarshal(b, &state); err != nil {
-			return fmt.Errorf("read %s: %w", statePath, err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
+	if err := loadState(statePath, &state); err != nil {
 		return err
 	}
-	if cfg.Admin.Token == "" {
-		if state.AdminToken == "" {
-			state.AdminToken = "adm_" + randomHex(16)
-		}
-		cfg.Admin.Token = state.AdminToken
-	}
+	state.credentials(&cfg)
 	// Its APIs refuse tokens anyone could guess (kasa api): refused here, before anything starts
 	// around them.
 	if err := cfg.CheckAdminToken(); err != nil {
 		return err
 	}
-	if cfg.Secret.Key == "" {
-		if state.SecretKey == "" {
-			state.SecretKey = randomHex(32)
-		}
-		cfg.Secret.Key = state.SecretKey
-	}
 	began := time.Now()
-	// A port kept from the last run when it is still free, so bookmarks keep working.
-	port := func(last int) (int, error) {
-		if last != 0 && portFree(last) {
-			return last, nil
-		}
-		return devenv.FreePort()
-	}
 
 	var cleanup []func() error
 	defer func() {
@@ -110,7 +81,7 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) (err e
 
 	var pg *devenv.Postgres
 	if cfg.Database.URL == "" {
-		p, err := port(state.PostgresPort)
+		p, err := keptPort(state.PostgresPort)
 		if err != nil {
 			return err
 		}
@@ -126,7 +97,7 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) (err e
 			return errors.New("kasa cluster runs its Temporal Server on the PostgreSQL it starts: " +
 				"with KASA_DATABASE_URL set, set KASA_TEMPORAL_ADDRESS too")
 		}
-		if state.TemporalPort, err = port(state.TemporalPort); err != nil {
+		if state.TemporalPort, err = keptPort(state.TemporalPort); err != nil {
 			return err
 		}
 		ts, err := devenv.StartTemporalServer(ctx, pg, devenv.TemporalServerOptions{
@@ -137,7 +108,7 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) (err e
 		cleanup = append(cleanup, func() error { log.Info("stopping the Temporal Server"); return ts.Stop() })
 		cfg.Temporal.Address = ts.Address()
 		if uiBin, err := devenv.FindTool("temporal-ui", "temporal-ui"); err == nil {
-			if state.UIPort, err = port(state.UIPort); err != nil {
+			if state.UIPort, err = keptPort(state.UIPort); err != nil {
 				return err
 			}
 			ui, err := devenv.StartUI(ctx, sup, uiBin, filepath.Join(dir, "ui"), cfg.Temporal.Address, cfg.Temporal.Namespace, state.UIPort)
@@ -172,7 +143,7 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) (err e
 	// developer may have set for one process are turned off (an empty value would mean the
 	// default): two children would fight over them. Each worker and the relay get their own below.
 	env := func(vars ...string) []string {
-		return append(os.Environ(), append([]string{
+		return slices.Concat(os.Environ(), []string{
 			"KASA_DATA_DIR=" + dir,
 			"KASA_DATABASE_URL=" + cfg.Database.URL,
 			"KASA_TEMPORAL_ADDRESS=" + cfg.Temporal.Address,
@@ -184,42 +155,12 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) (err e
 			"KASA_NATS_URL=" + natsURL,
 			"KASA_DEBUG_PPROF_ADDR=" + config.MetricsOff, "KASA_METRICS_ADDR=" + config.MetricsOnAPI,
 			"KASA_WORKER_METRICS_ADDR=" + config.MetricsOff, "KASA_RELAY_METRICS_ADDR=" + config.MetricsOff,
-		}, vars...)...)
+		}, vars)
 	}
 	if err := sup.Run(ctx, "migrate", env(), exe, "migrate"); err != nil {
 		return err
 	}
 
-	var kasaProcs []*devenv.Child
-	start := func(name string, env []string, args ...string) (*devenv.Child, error) {
-		c, err := sup.Start(name, env, exe, args...)
-		if err == nil {
-			kasaProcs = append(kasaProcs, c)
-		}
-		return c, err
-	}
-	// The APIs stop first (no new payments), then the workers and the relay, the simulator last.
-	var apis, backend, sim []*devenv.Child
-	cleanup = append(cleanup, func() error {
-		log.Info("stopping the kasa processes")
-		return sup.StopAll(stopTimeout, apis, backend, sim)
-	})
-	bs, err := start("banksim", env(), "banksim")
-	if err != nil {
-		return err
-	}
-	sim = append(sim, bs)
-	apiAddrs := []string{cfg.API.Addr}
-	freeAddr := func() (string, error) {
-		p, err := devenv.FreePort()
-		return "127.0.0.1:" + strconv.Itoa(p), err
-	}
-	second, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	apiAddrs = append(apiAddrs, second)
-	var metrics []string
 	// On a database of its own the cluster is the whole deployment: its workers' money settings
 	// are the deployment's, whatever an earlier run of it used (make run-cluster honours
 	// KASA_PROVIDER_CAPABILITY). On a deployment's database they join its workers' settings.
@@ -227,47 +168,58 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) (err e
 	if pg != nil {
 		workerArgs = append(workerArgs, "--change-money-settings")
 	}
-	for i := 1; i <= 2; i++ {
+	// The APIs stop first (no new payments), then the workers and the relay, the simulator last.
+	var apis, backend, sim, kasaProcs []*devenv.Child
+	cleanup = append(cleanup, func() error {
+		log.Info("stopping the kasa processes")
+		return sup.StopAll(stopTimeout, apis, backend, sim)
+	})
+	start := func(group *[]*devenv.Child, name string, vars []string, args ...string) error {
+		c, err := sup.Start(name, env(vars...), exe, args...)
+		if err == nil {
+			*group, kasaProcs = append(*group, c), append(kasaProcs, c)
+		}
+		return err
+	}
+	freeAddr := func() (string, error) {
+		p, err := devenv.FreePort()
+		return "127.0.0.1:" + strconv.Itoa(p), err
+	}
+	if err := start(&sim, "banksim", nil, "banksim"); err != nil {
+		return err
+	}
+	var metrics []string
+	for _, name := range []string{"worker-1", "worker-2", "relay"} {
 		addr, err := freeAddr()
 		if err != nil {
 			return err
 		}
-		w, err := start(fmt.Sprintf("worker-%d", i), env("KASA_WORKER_METRICS_ADDR="+addr), workerArgs...)
-		if err != nil {
+		setting, args := "KASA_WORKER_METRICS_ADDR=", workerArgs
+		if name == "relay" {
+			setting, args = "KASA_RELAY_METRICS_ADDR=", []string{"relay"}
+		}
+		if err := start(&backend, name, []string{setting + addr}, args...); err != nil {
 			return err
 		}
-		backend = append(backend, w)
-		metrics = append(metrics, fmt.Sprintf("worker-%d http://%s/metrics", i, addr))
+		metrics = append(metrics, name+" http://"+addr+"/metrics")
 	}
-	relayAddr, err := freeAddr()
+	second, err := freeAddr()
 	if err != nil {
 		return err
 	}
-	relay, err := start("relay", env("KASA_RELAY_METRICS_ADDR="+relayAddr), "relay")
-	if err != nil {
-		return err
-	}
-	backend = append(backend, relay)
-	metrics = append(metrics, fmt.Sprintf("relay http://%s/metrics", relayAddr))
+	apiAddrs := []string{cfg.API.Addr, second}
 	for i, addr := range apiAddrs {
-		a, err := start(fmt.Sprintf("api-%d", i+1), env("KASA_API_ADDR="+addr), "api")
-		if err != nil {
+		if err := start(&apis, fmt.Sprintf("api-%d", i+1), []string{"KASA_API_ADDR=" + addr}, "api"); err != nil {
 			return err
 		}
-		apis = append(apis, a)
 	}
 
 	// Ready when every API is, or not at all: a child that dies on the way ends the start.
 	readyCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := devenv.WaitHTTP(readyCtx, "http://"+cfg.Banksim.Addr+"/_sim/healthz", bs); err != nil && ctx.Err() == nil {
-		return err
-	}
-	for i, a := range apis {
-		if err := devenv.WaitHTTP(readyCtx, "http://"+apiAddrs[i]+"/readyz", a); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+	urls := []string{"http://" + cfg.Banksim.Addr + "/_sim/healthz", "http://" + apiAddrs[0] + "/readyz", "http://" + apiAddrs[1] + "/readyz"}
+	for i, c := range slices.Concat(sim, apis) {
+		if err := devenv.WaitHTTP(readyCtx, urls[i], c); err != nil {
 			return err
 		}
 	}
@@ -281,7 +233,7 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) (err e
 		return fmt.Errorf("seed demo merchant: %w", err)
 	}
 	state.DatabaseURL, state.TemporalAddress = cfg.Database.URL, cfg.Temporal.Address
-	if err := saveClusterState(statePath, state); err != nil {
+	if err := saveState(statePath, state); err != nil {
 		return err
 	}
 	log.Info("kasa cluster ready", "took", time.Since(began).Round(time.Millisecond))
@@ -290,11 +242,6 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) (err e
 	<-ctx.Done()
 	log.Info("shutting down: stopping every child process")
 	return nil
-}
-
-func saveClusterState(path string, s clusterState) error {
-	b, _ := json.MarshalIndent(s, "", "  ")
-	return os.WriteFile(path, b, 0o600)
 }
 
 func printClusterBanner(cfg config.Config, s clusterState, apis []string, uiURL, natsURL string, metrics []string, procs []*devenv.Child, logDir string) {

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,27 +41,74 @@ type devState struct {
 	TemporalAddress string `json:"temporal_address"`
 }
 
-func loadDevState(path string) (devState, error) {
-	var s devState
+// loadState reads what a launcher kept at path into s; no file leaves s as it is.
+func loadState(path string, s any) error {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return s, nil
+		return nil
+	}
+	if err == nil {
+		err = json.Unmarshal(b, s)
 	}
 	if err != nil {
-		return s, err
+		return fmt.Errorf("read %s: %w", path, err)
 	}
-	return s, json.Unmarshal(b, &s)
+	return nil
 }
 
-func (s devState) save(path string) error {
+func saveState(path string, s any) error {
 	b, _ := json.MarshalIndent(s, "", "  ")
 	return os.WriteFile(path, b, 0o600)
+}
+
+// credentials fills cfg's admin token and secret key, unless set, with the ones kept, made at the
+// first run.
+func (s *devState) credentials(cfg *config.Config) {
+	if cfg.Admin.Token == "" {
+		if s.AdminToken == "" {
+			s.AdminToken = "adm_" + randomHex(16)
+		}
+		cfg.Admin.Token = s.AdminToken
+	}
+	if cfg.Secret.Key == "" {
+		if s.SecretKey == "" {
+			s.SecretKey = randomHex(32)
+		}
+		cfg.Secret.Key = s.SecretKey
+	}
 }
 
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// lockLauncherDir makes dir and takes its lock at dir/name (one launcher per directory), then
+// waits for the addresses, each given with its setting, to be free: a process already on one would
+// answer in place of the child that fails to bind it, and a bind failing after PostgreSQL and
+// Temporal started would say so late.
+func lockLauncherDir(ctx context.Context, dir, name, what string, addrSetting ...string) (unlock func(), err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if unlock, err = devenv.LockDir(filepath.Join(dir, name), what); err != nil {
+		return nil, err
+	}
+	if err := devenv.WaitAddrFree(ctx, addrSetting...); err != nil {
+		unlock()
+		return nil, err
+	}
+	return unlock, nil
+}
+
+// keptPort is last, a port kept from the last run, when it is still free, so that bookmarks keep
+// working; else a free one.
+func keptPort(last int) (int, error) {
+	if last != 0 && devenv.CheckAddrFree("127.0.0.1:"+strconv.Itoa(last), "") == nil {
+		return last, nil
+	}
+	return devenv.FreePort()
 }
 
 // runDev starts the whole system on embedded defaults and stops every child on SIGINT/SIGTERM;
@@ -73,42 +121,23 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) (err error
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
 	// Its PostgreSQL refuses a second server, but not the Temporal SQLite file, the bank's
 	// records or the NATS store, nor anything when KASA_DATABASE_URL points elsewhere.
-	unlock, err := devenv.LockDir(filepath.Join(dir, "dev.lock"), "kasa dev")
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	// As kasa cluster does: a process already on one of its addresses would answer in its place,
-	// and a bind failing after PostgreSQL and Temporal started would say so late.
 	addrs := []string{cfg.API.Addr, "KASA_API_ADDR"}
 	if cfg.Provider.URL == cfg.SimulatorURL() {
 		addrs = append(addrs, cfg.Banksim.Addr, "KASA_BANKSIM_ADDR")
 	}
-	if err := devenv.WaitAddrFree(ctx, addrs...); err != nil {
+	unlock, err := lockLauncherDir(ctx, dir, "dev.lock", "kasa dev", addrs...)
+	if err != nil {
 		return err
 	}
+	defer unlock()
 	statePath := filepath.Join(dir, "dev.json")
-	state, err := loadDevState(statePath)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", statePath, err)
+	var state devState
+	if err := loadState(statePath, &state); err != nil {
+		return err
 	}
-	if cfg.Admin.Token == "" {
-		if state.AdminToken == "" {
-			state.AdminToken = "adm_" + randomHex(16)
-		}
-		cfg.Admin.Token = state.AdminToken
-	}
-	if cfg.Secret.Key == "" {
-		if state.SecretKey == "" {
-			state.SecretKey = randomHex(32)
-		}
-		cfg.Secret.Key = state.SecretKey
-	}
+	state.credentials(&cfg)
 
 	var cleanup []func()
 	defer func() {
@@ -123,9 +152,8 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) (err error
 	if cfg.Database.URL == "" {
 		port := cfg.Postgres.Port
 		if port == 0 {
-			port = state.PostgresPort // keep the port stable across runs when it is still free
-			if port != 0 && !portFree(port) {
-				port = 0
+			if port, err = keptPort(state.PostgresPort); err != nil {
+				return err
 			}
 		}
 		pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(dir, "postgres"), Port: port, Logger: log})
@@ -225,7 +253,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) (err error
 		return fmt.Errorf("seed demo merchant: %w", err)
 	}
 	state.DatabaseURL, state.TemporalAddress = cfg.Database.URL, cfg.Temporal.Address
-	if err := state.save(statePath); err != nil {
+	if err := saveState(statePath, state); err != nil {
 		return err
 	}
 	printBanner(cfg, state, uiURL)
@@ -321,11 +349,6 @@ func orDash(s string) string {
 		return "- (external Temporal: use its own UI)"
 	}
 	return s
-}
-
-func portFree(port int) bool {
-	p, err := devenv.FreePortAt(port)
-	return err == nil && p == port
 }
 
 // relaxGC makes this process collect at devenv.RelaxedGOGC unless GOGC is set. kasa dev and kasa
