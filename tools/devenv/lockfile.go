@@ -59,12 +59,15 @@ func lockOwner(path, dataDir string) (lockState, int) {
 		return lockStale, pid // it has exited; only its parent has not collected it
 	}
 	exe, err := os.Readlink(proc + "/exe")
-	if err != nil {
-		return gone(err, pid)
+	var cwd string
+	if err == nil {
+		cwd, err = os.Readlink(proc + "/cwd")
 	}
-	cwd, err := os.Readlink(proc + "/cwd")
+	if errors.Is(err, os.ErrNotExist) {
+		return lockStale, pid // it exited meanwhile, or is a kernel thread
+	}
 	if err != nil {
-		return gone(err, pid)
+		return lockUnknown, pid // another user's
 	}
 	if real, err := filepath.EvalSymlinks(dataDir); err == nil {
 		dataDir = real
@@ -74,15 +77,6 @@ func lockOwner(path, dataDir string) (lockState, int) {
 		return lockLive, pid
 	}
 	return lockStale, pid
-}
-
-// gone reads an error inspecting pid's /proc entry: the process exited meanwhile (or is a
-// kernel thread), or it is another user's.
-func gone(err error, pid int) (lockState, int) {
-	if errors.Is(err, os.ErrNotExist) {
-		return lockStale, pid
-	}
-	return lockUnknown, pid
 }
 
 // clearStaleLocks removes the lock files a killed server left in dir, so that a start right after

@@ -25,7 +25,7 @@ func FreePort() (int, error) {
 	lo := ephemeralLow()
 	for range 50 {
 		port := 10000 + rand.IntN(lo-10000)
-		if _, err := FreePortAt(port); err == nil && claimPort(port) {
+		if CheckAddrFree("127.0.0.1:"+strconv.Itoa(port), "") == nil && claimPort(port) {
 			return port, nil
 		}
 	}
@@ -48,16 +48,6 @@ func ephemeralLow() int {
 		return 32768
 	}
 	return lo
-}
-
-// FreePortAt returns port if it can be bound on the loopback interface right now.
-func FreePortAt(port int) (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return port, nil
 }
 
 // claimPeriod is how long a claim lasts, at least (and at most twice that).

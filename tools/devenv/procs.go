@@ -2,6 +2,7 @@ package devenv
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -168,7 +169,7 @@ func (s *Supervisor) Run(ctx context.Context, name string, env []string, bin str
 		return ctx.Err()
 	}
 	if c.run.err != nil {
-		return fmt.Errorf("%s: %w (log: %s)\n%s", name, c.run.err, c.LogPath, tailFile(c.LogPath, 15))
+		return fmt.Errorf("%s: %w (log: %s)\n%s", name, c.run.err, c.LogPath, c.Tail(15))
 	}
 	return nil
 }
@@ -286,12 +287,7 @@ func (c *Child) stopClean(timeout time.Duration) error {
 	return nil
 }
 
-func (s *Supervisor) stopSignal() syscall.Signal {
-	if s.StopSignal == 0 {
-		return syscall.SIGTERM
-	}
-	return s.StopSignal
-}
+func (s *Supervisor) stopSignal() syscall.Signal { return cmp.Or(s.StopSignal, syscall.SIGTERM) }
 
 // Kill SIGKILLs the child's process and waits until it is gone: no deferred function, no
 // graceful shutdown. It stays down, neither restarted nor reported, until Resume.

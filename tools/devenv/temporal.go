@@ -22,7 +22,6 @@ const TemporalCLIVersion = "v1.5.1"
 
 // TemporalOptions say how to run the Temporal CLI dev server.
 type TemporalOptions struct {
-	CLIPath   string // default: FindTemporalCLI()
 	Port      int    // frontend gRPC port; 0 picks a free one
 	UIPort    int    // Web UI port; 0 runs headless
 	DBFile    string // sqlite file for persistent state; empty keeps everything in memory
@@ -48,33 +47,23 @@ var SearchAttributes = []string{"PaymentStatus=Keyword", "MerchantId=Keyword", "
 
 // SQLitePragmas are the dev server's SQLite settings when it keeps its state in a file. In WAL
 // mode a commit is safe from a crash of the server's process whatever `synchronous` says; `off`
-// risks the last commits, and possibly the file, only on an operating system crash or power loss,
-// and saves the fsync at every checkpoint that every start waited behind and that set the
-// payments' tail (docs/performance.md). Production runs Temporal on a database of its own.
+// risks the file only on an operating system crash or power loss, and saves the fsync at each
+// checkpoint that every start waited behind. Production runs Temporal on a database of its own.
 var SQLitePragmas = []string{"journal_mode=wal", "synchronous=off"}
 
 // DynamicConfig is the dev server's tuning (`--dynamic-config-value KEY=VALUE`); the real server
-// that devenv starts gets it too. Each value was measured on the payment path;
-// docs/performance.md has the figures.
+// that devenv starts gets it too. Each value was measured on the payment path: docs/performance.md
+// ("The Temporal dev server") has why and the figures.
 var DynamicConfig = []string{
-	// The CLI turns the search attribute cache off unless this is given (a test convenience:
-	// attributes added at run time show at once), and then every start, upsert and visibility
-	// write reads the cluster metadata from the database: about ten queries per payment on the
-	// dev server's one SQLite connection, in the way of everything else. The attributes kasa
-	// uses are all registered at start (SearchAttributes), before any is read.
+	// Else the CLI reads the cluster metadata from its one SQLite connection ~10 times a workflow.
 	"system.forceSearchAttributesCacheRefreshOnRead=false",
 	// The default (20 polls a second) delays every hop through the transfer queue.
 	"history.transferProcessorMaxPollRPS=1000",
-	// Visibility tasks read at most 5 times a second, up to 1,000 at a time. A workflow that has
-	// closed by the time its start task is read gets no separate "running" row, only its closed
-	// one: most payments finish within a read's interval, so fewer visibility rows are written
-	// on the one SQLite connection. A payment shows in the Web UI's list up to 0.2 s later; one
-	// that waits (unknown) shows as running as before.
+	// Most payments have closed when their start task is read: one visibility row, not two. A
+	// payment shows in the Web UI's list up to 0.2 s later.
 	"history.visibilityProcessorMaxPollRPS=5",
 	"history.visibilityTaskBatchSize=1000",
-	// One worker writes a read's visibility tasks one after another. With the default 512 the
-	// whole read queued at once for the one SQLite connection, and a start arriving then waited
-	// behind all of them: starts were slowest on the reads, and set the payments' tail.
+	// A read's visibility writes no longer queue at once in front of the starts.
 	"history.visibilityProcessorSchedulerWorkerCount=1",
 	// One partition: with few pollers, several partitions left multi-second tails.
 	"matching.numTaskqueueReadPartitions=1",
@@ -84,11 +73,9 @@ var DynamicConfig = []string{
 // StartTemporal starts the dev server with the latency settings measured on this machine
 // (docs/performance.md) and waits until it answers.
 func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
-	var err error
-	if o.CLIPath == "" {
-		if o.CLIPath, err = FindTemporalCLI(); err != nil {
-			return nil, err
-		}
+	cli, err := FindTemporalCLI()
+	if err != nil {
+		return nil, err
 	}
 	if o.Port == 0 {
 		if o.Port, err = FreePort(); err != nil {
@@ -134,7 +121,7 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 	}
 	sup := NewSupervisor(o.LogDir, o.Logger)
 	sup.StopSignal = syscall.SIGINT // the CLI's Ctrl-C: a clean shutdown
-	if t.child, err = sup.Start("temporal", relaxedEnv(), o.CLIPath, args...); err != nil {
+	if t.child, err = sup.Start("temporal", relaxedEnv(), cli, args...); err != nil {
 		return nil, fmt.Errorf("start temporal dev server: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -148,16 +135,13 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 	})
 	if err != nil {
 		t.child.Stop(10 * time.Second)
-		return nil, fmt.Errorf("temporal dev server (%s): %w", o.CLIPath, err)
+		return nil, fmt.Errorf("temporal dev server (%s): %w", cli, err)
 	}
 	return t, nil
 }
 
-// relaxedEnv is this process's environment with GOGC=RelaxedGOGC unless it sets one. A Temporal
-// server's live heap is small (tens of MB) but churns: with Go's default GOGC its frequent
-// collections each took a core's time while requests in flight waited, and showed in the
-// payments' p99. Four times the heap between collections makes them four times rarer, for a few
-// hundred MB.
+// relaxedEnv is this process's environment with GOGC=RelaxedGOGC unless it sets one: a Temporal
+// server's small live heap churns, and its frequent collections showed in the payments' p99.
 func relaxedEnv() []string {
 	env := os.Environ()
 	if _, set := os.LookupEnv("GOGC"); !set {
