@@ -227,12 +227,11 @@ func runCluster(ctx context.Context, cfg config.Config, log *slog.Logger) (err e
 	if err != nil {
 		return err
 	}
-	err = seedDemo(ctx, st, &state.devState)
+	err = state.seedDemo(ctx, st, cfg)
 	st.Close()
 	if err != nil {
 		return fmt.Errorf("seed demo merchant: %w", err)
 	}
-	state.DatabaseURL, state.TemporalAddress = cfg.Database.URL, cfg.Temporal.Address
 	if err := saveState(statePath, state); err != nil {
 		return err
 	}

@@ -147,7 +147,14 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) (err error
 	}()
 	stopped := func(e error) { err = errors.Join(err, e) } // a server's stop that failed
 
-	var watched []watchedChild       // the children whose death ends kasa dev
+	// Without its database or Temporal nothing works: saying so beats answering 503 for ever.
+	died := make(chan error, 2)
+	watch := func(name string, c *devenv.Child) {
+		go func() {
+			<-c.Done()
+			died <- fmt.Errorf("%s exited on its own (%v; log %s)", name, c.Err(), c.LogPath)
+		}()
+	}
 	joined := cfg.Database.URL != "" // a deployment's database, whose workers may be running
 	if cfg.Database.URL == "" {
 		port := cfg.Postgres.Port
@@ -161,7 +168,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) (err error
 			return err
 		}
 		cleanup = append(cleanup, func() { log.Info("stopping PostgreSQL"); stopped(pg.Stop()) })
-		watched = append(watched, watchedChild{"PostgreSQL", pg.Process()})
+		watch("PostgreSQL", pg.Process())
 		cfg.Database.URL = pg.URL
 		state.PostgresPort = pg.Port
 	}
@@ -175,7 +182,7 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) (err error
 			return err
 		}
 		cleanup = append(cleanup, func() { log.Info("stopping Temporal"); stopped(tmp.Stop()) })
-		watched = append(watched, watchedChild{"the Temporal dev server", tmp.Process()})
+		watch("the Temporal dev server", tmp.Process())
 		cfg.Temporal.Address, uiURL = tmp.Address, tmp.UIURL
 	}
 
@@ -249,39 +256,28 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) (err error
 	cleanup = append(cleanup, stopAPI, followRetentions(ctx, srv, st), startSweeper(ctx, cfg, st, tc, reg, log), startLedgerCheck(ctx, cfg, st, reg, log),
 		startRecordRetention(ctx, cfg, st, reg, log))
 
-	if err := seedDemo(ctx, st, &state); err != nil {
+	if err := state.seedDemo(ctx, st, cfg); err != nil {
 		return fmt.Errorf("seed demo merchant: %w", err)
 	}
-	state.DatabaseURL, state.TemporalAddress = cfg.Database.URL, cfg.Temporal.Address
 	if err := saveState(statePath, state); err != nil {
 		return err
 	}
 	printBanner(cfg, state, uiURL)
-	died := make(chan watchedChild, len(watched))
-	for _, w := range watched {
-		go func() { <-w.c.Done(); died <- w }()
-	}
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down: stopping every child process")
 		return nil
 	case err := <-changed:
 		return fmt.Errorf("stopping everything: the deployment's money settings changed while this worker did not report: %w", err)
-	case w := <-died:
-		// Without its database or Temporal nothing works: saying so beats answering 503 for ever.
-		return fmt.Errorf("%s exited on its own (%v; log %s): stopping everything; run kasa dev again, the data is kept",
-			w.name, w.c.Err(), w.c.LogPath)
+	case err := <-died:
+		return fmt.Errorf("%w: stopping everything; run kasa dev again, the data is kept", err)
 	}
 }
 
-// watchedChild is a child process kasa dev cannot run without.
-type watchedChild struct {
-	name string
-	c    *devenv.Child
-}
-
-// seedDemo creates, once, a demo merchant with a TRY account funded with 10,000.00 TRY.
-func seedDemo(ctx context.Context, st *store.Store, s *devState) error {
+// seedDemo creates, once, a demo merchant with a TRY account funded with 10,000.00 TRY, and
+// notes where this run's servers are.
+func (s *devState) seedDemo(ctx context.Context, st *store.Store, cfg config.Config) error {
+	s.DatabaseURL, s.TemporalAddress = cfg.Database.URL, cfg.Temporal.Address
 	if s.DemoAccountID != uuid.Nil {
 		if _, err := st.Account(ctx, s.DemoAccountID); err == nil {
 			return nil
