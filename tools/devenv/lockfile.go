@@ -94,7 +94,7 @@ func clearStaleLocks(ctx context.Context, dir string, log *slog.Logger) error {
 		// A server whose launcher was killed a moment ago is still stopping: give it time.
 		var state lockState
 		var pid int
-		if _, err := poll(ctx, ExitGrace, func() bool { state, pid = lockOwner(path, dir); return state != lockLive }); err != nil {
+		if err := poll(ctx, ExitGrace, func() bool { state, pid = lockOwner(path, dir); return state != lockLive }); err != nil {
 			return err
 		}
 		switch state {
@@ -134,11 +134,10 @@ func waitDetached(ctx context.Context, pidFile string) error {
 	}
 	var n int
 	var serr error
-	gone, err := poll(ctx, 10*time.Second, func() bool { n, serr = shmAttached(int32(key), id); return serr != nil || n == 0 })
-	if err != nil {
+	if err := poll(ctx, 10*time.Second, func() bool { n, serr = shmAttached(int32(key), id); return serr != nil || n == 0 }); err != nil {
 		return err
 	}
-	if gone {
+	if serr != nil || n == 0 {
 		return serr
 	}
 	return fmt.Errorf("%d processes of a killed PostgreSQL server still use its shared memory (id %d): stop the postgres processes working in %s", n, id, filepath.Dir(pidFile))

@@ -96,7 +96,7 @@ const ExitGrace = 15 * time.Second
 func WaitAddrFree(ctx context.Context, addrSetting ...string) error {
 	for i := 0; i+1 < len(addrSetting); i += 2 {
 		var err error
-		_, _ = poll(ctx, ExitGrace, func() bool { err = CheckAddrFree(addrSetting[i], addrSetting[i+1]); return err == nil })
+		_ = poll(ctx, ExitGrace, func() bool { err = CheckAddrFree(addrSetting[i], addrSetting[i+1]); return err == nil })
 		if err != nil {
 			return err
 		}
@@ -104,21 +104,18 @@ func WaitAddrFree(ctx context.Context, addrSetting ...string) error {
 	return nil
 }
 
-// poll asks done now and then every 100 ms until it says yes (true) or grace has passed
-// (false); ctx's end is its error.
-func poll(ctx context.Context, grace time.Duration, done func() bool) (bool, error) {
+// poll asks done now and then every 100 ms until it says yes or grace has passed; ctx's end is
+// its error.
+func poll(ctx context.Context, grace time.Duration, done func() bool) error {
 	deadline := time.Now().Add(grace)
-	for !done() {
-		if !time.Now().Before(deadline) {
-			return false, nil
-		}
+	for !done() && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return true, nil
+	return nil
 }
 
 // CheckAddrFree fails when addr cannot be bound now, naming setting, the configuration that

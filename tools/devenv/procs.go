@@ -496,7 +496,17 @@ func (s *Supervisor) startServing(ctx context.Context, name, url, bin string, ar
 // ProcessesMentioning lists the live processes (not this one, not zombies) whose command line
 // contains s, as "<pid>: <command line>": what a test or a tool checks is left running.
 func ProcessesMentioning(s string) []string {
-	var found []string
+	_, found := mentioning(s)
+	return found
+}
+
+// PIDsMentioning is ProcessesMentioning's process ids.
+func PIDsMentioning(s string) []int {
+	pids, _ := mentioning(s)
+	return pids
+}
+
+func mentioning(s string) (pids []int, lines []string) {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -514,20 +524,9 @@ func ProcessesMentioning(s string) []string {
 		if stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); strings.Contains(string(stat), ") Z ") {
 			continue // a zombie already exited
 		}
-		found = append(found, e.Name()+": "+line)
+		pids, lines = append(pids, pid), append(lines, e.Name()+": "+line)
 	}
-	return found
-}
-
-// PIDsMentioning is ProcessesMentioning's process ids.
-func PIDsMentioning(s string) []int {
-	var pids []int
-	for _, p := range ProcessesMentioning(s) {
-		if pid, err := strconv.Atoi(p[:strings.Index(p, ":")]); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return pids, lines
 }
 
 // Command is a one-shot program run through the same layer as a Supervisor's children (initdb,

@@ -306,14 +306,9 @@ func (s *TemporalServer) addSearchAttributes(ctx context.Context, c client.Clien
 	missing := map[string]enumspb.IndexedValueType{}
 	for _, sa := range SearchAttributes {
 		name, kind, _ := strings.Cut(sa, "=")
-		if _, ok := have.CustomAttributes[name]; ok {
-			continue
+		if _, ok := have.CustomAttributes[name]; !ok {
+			missing[name] = enumspb.IndexedValueType(enumspb.IndexedValueType_shorthandValue[kind])
 		}
-		t, ok := enumspb.IndexedValueType_shorthandValue[kind]
-		if !ok {
-			return fmt.Errorf("search attribute %s: unknown type %q", name, kind)
-		}
-		missing[name] = enumspb.IndexedValueType(t)
 	}
 	if len(missing) == 0 {
 		return nil
@@ -365,7 +360,7 @@ func (s *TemporalServer) probe(ctx context.Context, c client.Client) error {
 // launcher was killed a moment ago is still stopping on its parent's death: it gets ExitGrace.
 func refuseLiveServer(ctx context.Context, dir string) error {
 	var pids []int
-	if _, err := poll(ctx, ExitGrace, func() bool { pids = PIDsMentioning(" --root " + dir + " "); return len(pids) == 0 }); err != nil {
+	if err := poll(ctx, ExitGrace, func() bool { pids = PIDsMentioning(" --root " + dir + " "); return len(pids) == 0 }); err != nil {
 		return err
 	}
 	if len(pids) > 0 {
