@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -85,9 +86,8 @@ func randomHex(n int) string {
 }
 
 // lockLauncherDir makes dir and takes its lock at dir/name (one launcher per directory), then
-// waits for the addresses, each given with its setting, to be free: a process already on one would
-// answer in place of the child that fails to bind it, and a bind failing after PostgreSQL and
-// Temporal started would say so late.
+// waits until the addresses (each with its setting) are free: a process on one would answer in
+// place of the child that fails to bind it, which would fail late.
 func lockLauncherDir(ctx context.Context, dir, name, what string, addrSetting ...string) (unlock func(), err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -324,7 +324,7 @@ Pay 100.00 TRY with the demo merchant:
 
   curl -sS %s/v1/accounts/%s -H 'Authorization: Bearer %s'
 
-`, api, orDash(uiURL), unknownList(uiURL, cfg.Temporal.Namespace), cfg.Temporal.Address, cfg.Temporal.Namespace, cfg.Temporal.TaskQueue,
+`, api, cmp.Or(uiURL, "- (external Temporal: use its own UI)"), unknownList(uiURL, cfg.Temporal.Namespace), cfg.Temporal.Address, cfg.Temporal.Namespace, cfg.Temporal.TaskQueue,
 		cfg.Provider.URL, cfg.Provider.Capability, cfg.Database.URL, cfg.Admin.Token,
 		s.DemoMerchantID, s.DemoAPIKey, s.DemoAccountID,
 		api, s.DemoAPIKey, s.DemoAccountID, api, s.DemoAccountID, s.DemoAPIKey)
@@ -340,17 +340,8 @@ func unknownList(uiURL, namespace string) string {
 		"   (add the PaymentSummary column)"
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "- (external Temporal: use its own UI)"
-	}
-	return s
-}
-
-// relaxGC makes this process collect at devenv.RelaxedGOGC unless GOGC is set. kasa dev and kasa
-// bench share the machine with the Temporal dev server and PostgreSQL, and their live heaps are
-// tens of MB: collecting a quarter as often costs a few hundred MB and lowers the payments'
-// tail latency under load.
+// relaxGC makes this process collect at devenv.RelaxedGOGC unless GOGC is set: on live heaps of
+// tens of MB, collecting a quarter as often lowers the payments' tail (docs/performance.md).
 func relaxGC() {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(devenv.RelaxedGOGC)
@@ -358,9 +349,8 @@ func relaxGC() {
 }
 
 // shareCores runs kasa dev's Go code on half the machine's cores (at least one) unless GOMAXPROCS
-// is set. kasa dev shares them with the PostgreSQL and Temporal dev server it starts, which every
-// payment waits on; with fewer processors the scheduler spends less CPU spinning for work (on 2
-// cores, 1 cut kasa dev's CPU per payment by ~8% without slowing the payments: docs/performance.md).
+// is set, leaving the rest to the PostgreSQL and Temporal it starts; the scheduler then spins less
+// for work (on 2 cores, ~8% less CPU per payment, no slower: docs/performance.md).
 func shareCores(cpus int) {
 	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
 		runtime.GOMAXPROCS(max(cpus/2, 1))
