@@ -1026,3 +1026,100 @@ func TestReconcileDryRun(t *testing.T) {
 	dry.DryRun = false
 	require.Equal(t, dry, done, "the dry run said what the import did")
 }
+
+// An import keeps the days it found each reference on, so a later file listing it on another day
+// is charged_twice; what keeps nothing (a dry run), or lists it on the same day again (an import
+// stopped half-way and run again, the same day's file with or without its trailer), is no second
+// listing; and a payment's listings and its refund's are kept apart.
+func TestReconcileListingsAcrossImports(t *testing.T) {
+	t.Parallel()
+	const d1, d2 = Day("2025-03-01"), Day("2025-03-02")
+	at := day.Add(time.Hour)
+	tests := []struct {
+		name   string
+		before func(t *testing.T, r *Reconciler, b *fakeBank, p payment.Payment, rf payment.Refund)
+		// then is the file the last import reads: p listed on d2 (refund lines: rf)
+		refundOnly bool
+		want       string // the last import's kind for the listed one: "" none (it is settled)
+	}{
+		{name: "an import on another day", want: KindChargedTwice,
+			before: func(t *testing.T, r *Reconciler, b *fakeBank, p payment.Payment, _ payment.Refund) {
+				_, err := r.Reconcile(context.Background(), fileOf([]Line{line(2, p, d1)}, d1), Options{})
+				require.NoError(t, err)
+			}},
+		{name: "a dry run on another day keeps nothing",
+			before: func(t *testing.T, r *Reconciler, b *fakeBank, p payment.Payment, _ payment.Refund) {
+				_, err := r.Reconcile(context.Background(), fileOf([]Line{line(2, p, d1)}, d1), Options{AllMerchants: true, DryRun: true})
+				require.NoError(t, err)
+			}},
+		{name: "an import of the same day stopped half-way",
+			before: func(t *testing.T, r *Reconciler, b *fakeBank, p payment.Payment, _ payment.Refund) {
+				b.onSettle = func(*payment.Payment) error { return serviceerror.NewUnavailable("temporal is down") }
+				_, err := r.Reconcile(context.Background(), fileOf([]Line{line(2, p, d2)}, d2), Options{AllMerchants: true})
+				require.Error(t, err)
+				b.onSettle = nil
+			}},
+		{name: "the same day without its trailer",
+			before: func(t *testing.T, r *Reconciler, b *fakeBank, p payment.Payment, _ payment.Refund) {
+				_, err := r.Reconcile(context.Background(), &File{Lines: []Line{line(2, p, d2)}}, Options{AllMerchants: true})
+				require.NoError(t, err)
+				b.mu.Lock()
+				b.payments[p.ID].Status = payment.StatusUnknown // as if that import had not settled it
+				b.mu.Unlock()
+			}},
+		{name: "its payment on another day", refundOnly: true,
+			before: func(t *testing.T, r *Reconciler, b *fakeBank, p payment.Payment, rf payment.Refund) {
+				l := line(2, p, d1)
+				l.Reference = rf.PaymentID
+				f := typedFile([]Line{l}, d1)
+				f.Scope = nil // it releases no refund it does not list
+				_, err := r.Reconcile(context.Background(), f, Options{})
+				require.NoError(t, err)
+			}},
+		{name: "a refund on another day", refundOnly: true, want: KindChargedTwice,
+			before: func(t *testing.T, r *Reconciler, b *fakeBank, _ payment.Payment, rf payment.Refund) {
+				_, err := r.Reconcile(context.Background(), typedFile([]Line{refundLine(2, rf, d1)}, d1), Options{})
+				require.NoError(t, err)
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := newFakeBank()
+			p := b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second))
+			rf := b.addRefund(merchA, payment.StatusUnknown, 1000, "TRY", at, at.Add(time.Second))
+			if tt.refundOnly {
+				b.mu.Lock()
+				b.payments[rf.PaymentID] = &payment.Payment{ID: rf.PaymentID, MerchantID: merchA, IdempotencyKey: nextKey("key"),
+					AmountMinor: 4000, Currency: "TRY", Status: payment.StatusSucceeded, CreatedAt: at, UpdatedAt: at}
+				b.mu.Unlock()
+			}
+			r := &Reconciler{Store: b, Settler: b}
+			tt.before(t, r, b, p, rf)
+			before := b.get(p.ID).Status
+			if tt.refundOnly {
+				before = b.getRefund(rf.ID).Status
+			}
+
+			f := fileOf([]Line{line(2, p, d2)}, d2)
+			if tt.refundOnly {
+				f = typedFile([]Line{refundLine(2, rf, d2)}, d2)
+			}
+			rep, err := r.Reconcile(context.Background(), f, Options{Days: []Day{d2}, Merchants: []uuid.UUID{merchB}})
+			require.NoError(t, err)
+			mismatches, status := rep.Mismatches, b.get(p.ID).Status
+			if tt.refundOnly {
+				mismatches, status = rep.RefundMismatches, b.getRefund(rf.ID).Status
+			}
+			if tt.want == "" {
+				require.Empty(t, mismatches)
+				require.Equal(t, payment.StatusSucceeded, status, "settled as listed")
+				return
+			}
+			require.Len(t, mismatches, 1)
+			require.Equal(t, tt.want, mismatches[0].Kind)
+			require.Contains(t, mismatches[0].Found, string(d1))
+			require.Equal(t, before, status, "nothing is settled for it")
+		})
+	}
+}

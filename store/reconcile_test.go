@@ -455,3 +455,26 @@ func TestFoundAuthorizationIsDecidedByItsCapture(t *testing.T) {
 		}))
 	require.Equal(t, 1, n)
 }
+
+// SettlementListings keeps each reference's days once, a kind apart from the other, and records
+// nothing when asked only to read (a dry run).
+func TestSettlementListings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d1 := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+	d2 := d1.AddDate(0, 0, 1)
+	a, b := payment.NewID(), payment.NewID()
+
+	got, err := db.SettlementListings(ctx, "charge", []uuid.UUID{a, a, b}, []time.Time{d1, d1, d2}, false)
+	require.NoError(t, err)
+	require.Empty(t, got, "a read records nothing")
+	got, err = db.SettlementListings(ctx, "charge", []uuid.UUID{a, a, b}, []time.Time{d1, d1, d2}, true)
+	require.NoError(t, err, "a reference listed twice on one day is one listing")
+	require.Equal(t, map[uuid.UUID][]time.Time{a: {d1}, b: {d2}}, got)
+	got, err = db.SettlementListings(ctx, "charge", []uuid.UUID{a}, []time.Time{d2}, true)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []time.Time{d1, d2}, got[a])
+	got, err = db.SettlementListings(ctx, "refund", []uuid.UUID{a}, []time.Time{d1}, false)
+	require.NoError(t, err)
+	require.Empty(t, got, "a refund's listings are not a payment's")
+}
