@@ -338,8 +338,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 			}
 		}
 	}
+	earlier, err := run.listedEarlier(unlisted)
+	if err != nil {
+		return nil, run.abort(fmt.Errorf("read the days unlisted payments and refunds were listed on: %w", err))
+	}
 	for _, o := range unlisted {
-		run.checkUnlisted(o)
+		days := earlier[o.kind][o.id]
+		switch {
+		case len(days) == 0:
+			run.checkUnlisted(o)
+		case slices.ContainsFunc(days, func(d Day) bool { return run.covered[d] }):
+			run.pending(o.kind, pendingOf(o, ReasonListedEarlier, 0, "an earlier import found it listed on "+joinDays(days)+
+				", while it was in flight, and this file does not list it: the bank's files disagree, so settle it by hand once the bank says which is right"))
+		default: // the bank booked it on a day this file does not cover: that day's file settles it
+			run.pending(o.kind, pendingOf(o, ReasonWindowNotCovered, 0, "an earlier import found it listed on "+joinDays(days)+
+				", while it was in flight: import a file covering that day"))
+		}
 	}
 	for _, o := range outside {
 		run.pending(o.kind, pendingOf(o, ReasonScopeNotDeclared, 0, sc.undeclared(o.kind)))
@@ -806,6 +820,33 @@ func (run *run) listings(k kind, found map[uuid.UUID]op, lines map[uuid.UUID][]L
 		}
 	}
 	return out, err
+}
+
+// listedEarlier is, for the unknown ones of ops (which this file does not list), the days an
+// earlier import listed them on.
+func (run *run) listedEarlier(ops []op) (map[kind]map[uuid.UUID][]Day, error) {
+	ids := map[kind][]uuid.UUID{}
+	for _, o := range ops {
+		if o.status == payment.StatusUnknown {
+			ids[o.kind] = append(ids[o.kind], o.id)
+		}
+	}
+	out := map[kind]map[uuid.UUID][]Day{}
+	for k, all := range ids {
+		out[k] = map[uuid.UUID][]Day{}
+		for batch := range slices.Chunk(all, batchSize) {
+			listed, err := run.r.Store.SettlementListings(run.ctx, k.listing(), batch, nil, false)
+			if err != nil {
+				return nil, err
+			}
+			for id, days := range listed {
+				for _, d := range days {
+					out[k][id] = append(out[k][id], DayOf(d))
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // listedOnAnotherDay reports a payment or refund an earlier import listed on another day than

@@ -1123,3 +1123,60 @@ func TestReconcileListingsAcrossImports(t *testing.T) {
 		})
 	}
 }
+
+// A payment (or refund) an earlier import found listed while it was in flight, which a later
+// complete file leaves out, is not released: the bank has said both that it moved the money and
+// that it did not, and a person decides. Without the earlier listing the same file releases it.
+func TestReconcileUnlistedButListedEarlierIsPending(t *testing.T) {
+	t.Parallel()
+	const d1 = Day("2025-03-01")
+	at := day.Add(time.Hour)
+	for _, listedEarlier := range []bool{true, false} {
+		t.Run(fmt.Sprintf("listed earlier %v", listedEarlier), func(t *testing.T) {
+			t.Parallel()
+			b := newFakeBank()
+			p := b.add(merchA, payment.StatusProcessing, 4000, "TRY", at, at.Add(time.Second))
+			rf := b.addRefund(merchA, payment.StatusProcessing, 1000, "TRY", at, at.Add(time.Second))
+			r := &Reconciler{Store: b, Settler: b}
+			if listedEarlier {
+				partial := typedFile([]Line{line(2, p, d1), refundLine(3, rf, d1)})
+				partial.Scope = nil
+				rep, err := r.Reconcile(context.Background(), partial, Options{})
+				require.NoError(t, err)
+				require.Equal(t, Counts{Pending: 1, RefundPending: 1}, rep.Counts, "both in flight: %+v", rep)
+			}
+			b.mu.Lock()
+			b.payments[p.ID].Status, b.refunds[rf.ID].Status = payment.StatusUnknown, payment.StatusUnknown
+			b.mu.Unlock()
+
+			rep, err := r.Reconcile(context.Background(), typedFile(nil, d1), Options{})
+			require.NoError(t, err)
+			if !listedEarlier {
+				require.Equal(t, Counts{ResolvedNotCharged: 1, RefundResolvedNotCharged: 1}, rep.Counts)
+				return
+			}
+			require.Equal(t, Counts{Pending: 1, RefundPending: 1}, rep.Counts)
+			for _, pe := range append(rep.Pending, rep.RefundPending...) {
+				require.Equal(t, ReasonListedEarlier, pe.Reason)
+				require.Contains(t, pe.Detail, string(d1))
+			}
+			require.Equal(t, payment.StatusUnknown, b.get(p.ID).Status, "its hold kept")
+			require.Equal(t, payment.StatusUnknown, b.getRefund(rf.ID).Status)
+
+			// A file of another day, which covers its window but not the day it was listed on,
+			// leaves it for that day's file.
+			b.mu.Lock()
+			b.payments[p.ID].CreatedAt = d1.Start().Add(-time.Hour)
+			b.refunds[rf.ID].CreatedAt = d1.Start().Add(-time.Hour)
+			b.mu.Unlock()
+			d0 := Day("2025-02-28")
+			rep, err = r.Reconcile(context.Background(), typedFile(nil, d0), Options{})
+			require.NoError(t, err)
+			require.Equal(t, Counts{Pending: 1, RefundPending: 1}, rep.Counts)
+			for _, pe := range append(rep.Pending, rep.RefundPending...) {
+				require.Equal(t, ReasonWindowNotCovered, pe.Reason)
+				require.Contains(t, pe.Detail, "listed on "+string(d1))
+			}
+		})
+	}
+}

@@ -65,6 +65,9 @@ const (
 	// An unknown payment or refund whose workflow took the settlement and is still applying it
 	// (a manual payment's void at the bank): the next import finds it settled.
 	ReasonSettling = "settling"
+	// An unknown payment or refund the file does not list, which an earlier import found listed
+	// (while it was in flight): the bank's files disagree, and a person settles it by hand.
+	ReasonListedEarlier = "listed_earlier"
 )
 
 // Counts tallies the outcomes of one import: the payments', and beside them the refunds'.
