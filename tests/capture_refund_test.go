@@ -3,11 +3,15 @@ package tests
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/activities"
+	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -133,6 +137,73 @@ func TestManualCaptureThenRefundsAnswersLost(t *testing.T) {
 			}
 			require.Equal(t, events, outboxOf(t, env.DatabaseURL, paymentID))
 			require.Equal(t, int64(3000), s.held(paymentID).CapturedMinor, "never captured twice")
+			requireVerified(t)
+		})
+	}
+}
+
+// stalledAuthorized is a worker's store whose first Authorized step commits and then stalls
+// until release is closed: the payment reads requires_capture (its create is answered 201) while
+// the workflow has not yet heard that its authorization was recorded, as when a worker dies or
+// stalls right after the commit and its workflow task is run again.
+type stalledAuthorized struct {
+	activities.Store
+	stalled atomic.Bool
+	release chan struct{}
+}
+
+func (s *stalledAuthorized) Authorized(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error) {
+	p, err := s.Store.Authorized(ctx, operationID, providerRef)
+	if err == nil && s.stalled.CompareAndSwap(false, true) {
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+		}
+	}
+	return p, err
+}
+
+// A capture or cancel sent once the payment reads requires_capture, while its workflow has not
+// yet heard that the authorization was recorded, is not refused as if the payment could not take
+// it: it is answered 503 (retry with the key), and carried out, once, when retried.
+func TestManualCommandRightAfterTheAuthorizationIsRecorded(t *testing.T) {
+	for _, c := range []struct {
+		command, body, status string
+		answer                int
+		captured, balance     int64
+	}{
+		{"capture", `{"amount":"20.00"}`, "succeeded", http.StatusCreated, 2000, 8000},
+		{"cancel", "", "canceled", http.StatusOK, 0, 10000},
+	} {
+		t.Run(c.command, func(t *testing.T) {
+			steps := &stalledAuthorized{release: make(chan struct{})}
+			s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc,
+				steps: func(st activities.Store) activities.Store { steps.Store = st; return steps }})
+			m := s.newMerchant()
+			paymentID, payer, _ := s.authorize(m, "auth-stall", "50.00", "100.00")
+			require.True(t, steps.stalled.Load(), "the worker stalls after recording the authorization")
+
+			// The workflow task the stall holds open is taken over (Temporal's heartbeat of a
+			// long local activity, or another worker after a crash): the command reaches the run.
+			first := make(chan response, 1)
+			go func() { first <- s.command(m, paymentID, c.command, "stall", c.body) }()
+			time.Sleep(10 * time.Second)
+			close(steps.release)
+			r := <-first
+			require.NotEqual(t, http.StatusConflict, r.Status, "the payment reads requires_capture: %s", r.Body)
+			require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+			require.NotEmpty(t, r.Header.Get("Retry-After"))
+			require.Zero(t, s.held(paymentID).CapturedMinor)
+
+			require.Eventually(t, func() bool {
+				r = s.command(m, paymentID, c.command, "stall", c.body)
+				return r.Status != http.StatusServiceUnavailable
+			}, 30*time.Second, 200*time.Millisecond)
+			require.Equal(t, c.answer, r.Status, "%s", r.Body)
+			require.Equal(t, c.status, r.json(t)["status"])
+			require.Equal(t, c.captured, s.held(paymentID).CapturedMinor, "the bank did it once")
+			require.Equal(t, c.balance, balance(t, payer))
+			require.Zero(t, reserved(t, payer))
 			requireVerified(t)
 		})
 	}

@@ -111,6 +111,8 @@ type stackOptions struct {
 	backlog       api.Backlog   // api.Options.Backlog (default: none, nothing is queued)
 	// bank, when set, stands in front of the simulator: it answers what the simulator cannot.
 	bank func(sim http.Handler) http.Handler
+	// steps, when set, stands in front of the worker's store: it slows or stops its steps.
+	steps func(activities.Store) activities.Store
 }
 
 // awaitCounter counts the API's calls for a workflow's result, and plays its command faults.
@@ -159,8 +161,12 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	}
 	simSrv := httptest.NewServer(bank)
 	queue := "payments-test-" + uuid.NewString()
+	var steps activities.Store = db
+	if o.steps != nil {
+		steps = o.steps(db)
+	}
 	// The worker, which talks to the bank, holds the charge policy; the API names none.
-	w := worker.New(tc, queue, &activities.Activities{Store: db, Provider: provider.New(simSrv.URL, 5*time.Second),
+	w := worker.New(tc, queue, &activities.Activities{Store: steps, Provider: provider.New(simSrv.URL, 5*time.Second),
 		Policy: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second, BookingWindow: o.bookingWindow}})
 	require.NoError(t, w.Start())
 	var outcomes api.Outcomes = db // as in kasa dev: the worker runs here, on the same store

@@ -155,6 +155,13 @@ func (w *opRun) own(c Command) bool {
 // a capture's wait even before its timer is handled: a task may bring the timer and a capture
 // together (a cancel then is let through: it releases the hold as the expiry would).
 func (w *opRun) waiting(ctx workflow.Context, errType string) error {
+	if w.in.Step.Phase == PhaseAuthorize && !w.authorized && !w.status.Final() {
+		// The authorization's record may be committed (the payment reads requires_capture, its
+		// create answered) before its step's answer reaches the run, as when a worker dies
+		// after the commit: not a refusal, the command is sent again once the run is waiting.
+		return temporal.NewApplicationError("the payment's authorization is being recorded; send the command again",
+			ErrTypeAuthorizing)
+	}
 	late := errType == ErrTypeNotCapturable && !workflow.Now(ctx).Before(w.in.CaptureBefore)
 	if w.status == payment.StatusRequiresCapture && w.command == nil && !w.expired && !late {
 		return nil

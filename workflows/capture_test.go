@@ -721,3 +721,28 @@ func TestManualPaymentContinuedAuthorizationTheBankNeverMade(t *testing.T) {
 		})
 	}
 }
+
+// A command that reaches the run while its authorization's record is being written (the payment
+// may read requires_capture already) is not refused as if the payment could not take it: it is
+// rejected as not yet taken, so the API answers 503 and the merchant sends it again, when it is
+// taken.
+func TestManualPaymentCommandWhileTheAuthorizationIsRecorded(t *testing.T) {
+	h := newHarness(t)
+	answers := map[string]string{}
+	h.on(workflows.ActivityAuthorize).Return(charged(authRef), nil)
+	h.on(workflows.ActivityAuthorized).Run(func(mock.Arguments) {
+		h.env.UpdateWorkflow(workflows.UpdateCapture, "early", h.answerTo("early", answers), workflows.Command{AmountMinor: 5_000})
+		h.env.UpdateWorkflow(workflows.UpdateCancel, "early-x", h.answerTo("early-x", answers), workflows.Command{})
+	}).Return(nil)
+	h.on(workflows.ActivityCaptureAuthorization).Return(charged("cap_1"), nil).Once()
+	h.on(workflows.ActivityCaptured).Return(nil).Once()
+	h.commandAt(time.Minute, workflows.UpdateCapture, "c1", workflows.Command{AmountMinor: 5_000}, answers)
+
+	res := h.run(manualInput(h, workflows.CapabilityIdempotent))
+	require.Equal(t, statusSucceeded, res.Status)
+	for _, id := range []string{"early", "early-x"} {
+		require.Contains(t, answers[id], "rejected")
+		require.Contains(t, answers[id], "being recorded", "not a refusal: %s", answers[id])
+	}
+	require.Equal(t, statusSucceeded, answers["c1"])
+}

@@ -279,7 +279,8 @@ func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (
 // Command sends a manual payment's capture or cancel (update UpdateCapture or UpdateCancel) to
 // its workflow and waits until ctx ends for the status it led to: ErrStillRunning once the
 // workflow accepted it (it is in its history and goes on), payment.ErrUnavailable when it was not
-// accepted in time (Temporal or the workers away: nothing is in flight). The command's id is the
+// accepted in time (Temporal or the workers away: nothing is in flight), or when the workflow
+// has not yet heard that the payment's authorization was recorded. The command's id is the
 // update's: a repeated send of it is the same update. A refusal by the workflow's validator is
 // payment.ErrNotCapturable, payment.ErrNotCancelable or a *payment.CaptureExceedsError (without
 // its currency).
@@ -328,6 +329,8 @@ func commandRefusal(err error, update string) error {
 		return fmt.Errorf("%w: %s", payment.ErrNotCapturable, appErr.Message())
 	case errors.As(err, &appErr) && appErr.Type() == ErrTypeNotCancelable:
 		return fmt.Errorf("%w: %s", payment.ErrNotCancelable, appErr.Message())
+	case errors.As(err, &appErr) && appErr.Type() == ErrTypeAuthorizing: // not taken, and not refused either
+		return fmt.Errorf("%w: %s", payment.ErrUnavailable, appErr.Message())
 	case errors.As(err, &notFound) && update == UpdateCapture: // its workflow ended: the payment is final
 		return payment.ErrNotCapturable
 	case errors.As(err, &notFound):

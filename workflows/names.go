@@ -80,6 +80,9 @@ const (
 	ErrTypeNotCapturable  = "NotCapturable"
 	ErrTypeCaptureExceeds = "CaptureExceedsCapturable"
 	ErrTypeNotCancelable  = "NotCancelable"
+	// ErrTypeAuthorizing: a capture or cancel that reached the run before it heard that the
+	// authorization was recorded, which the payment may already read: sent again, it is taken.
+	ErrTypeAuthorizing = "AuthorizationBeingRecorded"
 	// ErrTypeSettlementAmount: a settlement listing another amount than the one kasa asked the
 	// bank to move was refused.
 	ErrTypeSettlementAmount = "SettlementAmountDiffers"
