@@ -187,6 +187,17 @@ func TestCommandKeys(t *testing.T) {
 	require.NoError(t, db.DeleteCommand(ctx, mID, "c2"))
 	_, err = db.Command(ctx, mID, "c2")
 	require.ErrorIs(t, err, payment.ErrNotFound, "a refused command frees its key")
+
+	// A command the workflow took moved the money: its key is never freed, even unanswered.
+	taken := c
+	taken.Key, taken.ID = "c3", payment.NewID()
+	_, _, err = db.BeginCommand(ctx, taken, time.Minute)
+	require.NoError(t, err)
+	_, err = db.Captured(ctx, p.ID, 100, "au_1", taken.ID)
+	require.NoError(t, err)
+	require.NoError(t, db.DeleteCommand(ctx, mID, "c3"))
+	_, err = db.Command(ctx, mID, "c3")
+	require.NoError(t, err, "a taken command keeps its key")
 }
 
 // The capture or cancel that moved the money is marked with it, in the same transaction; the

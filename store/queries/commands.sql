@@ -28,8 +28,9 @@ UPDATE payment_commands SET locked_until = NULL, updated_at = now()
 WHERE merchant_id = $1 AND idempotency_key = $2 AND response_status IS NULL;
 
 -- name: DeleteCommand :exec
--- A refused command changed nothing: its key is free again (never an answered one).
-DELETE FROM payment_commands WHERE merchant_id = $1 AND idempotency_key = $2 AND response_status IS NULL;
+-- A refused command changed nothing: its key is free again (never an answered one, nor one the
+-- workflow took: that one moved the money).
+DELETE FROM payment_commands WHERE merchant_id = $1 AND idempotency_key = $2 AND response_status IS NULL AND NOT taken;
 
 -- name: TakeCommand :exec
 -- The command the payment's workflow took: marked with the money it moved.

@@ -78,7 +78,7 @@ func (q *Queries) CaptureInFlight(ctx context.Context, paymentID uuid.UUID) (boo
 }
 
 const DeleteCommand = `-- name: DeleteCommand :exec
-DELETE FROM payment_commands WHERE merchant_id = $1 AND idempotency_key = $2 AND response_status IS NULL
+DELETE FROM payment_commands WHERE merchant_id = $1 AND idempotency_key = $2 AND response_status IS NULL AND NOT taken
 `
 
 type DeleteCommandParams struct {
@@ -86,7 +86,8 @@ type DeleteCommandParams struct {
 	IdempotencyKey string
 }
 
-// A refused command changed nothing: its key is free again (never an answered one).
+// A refused command changed nothing: its key is free again (never an answered one, nor one the
+// workflow took: that one moved the money).
 func (q *Queries) DeleteCommand(ctx context.Context, arg DeleteCommandParams) error {
 	_, err := q.db.Exec(ctx, DeleteCommand, arg.MerchantID, arg.IdempotencyKey)
 	return err
