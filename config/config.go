@@ -233,13 +233,13 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("webhook.retry_for", "72h")
 	v.SetDefault("events.retention", "168h")
 	v.SetDefault("events.redeliver_after", "1m")
-	v.SetDefault("relay.metrics_addr", "127.0.0.1:8092")
+	v.SetDefault("relay.metrics_addr", DefaultRelayMetricsAddr)
 	v.SetDefault("debug.pprof_addr", "")
 	// Database roles and ledger verification (docs/operations.md, "Database roles").
 	v.SetDefault("database.migrate_url", "")
 	v.SetDefault("database.app_role", "")
 	v.SetDefault("verify.interval", "10m")
-	v.SetDefault("worker.metrics_addr", "127.0.0.1:8093")
+	v.SetDefault("worker.metrics_addr", DefaultWorkerMetricsAddr)
 	// Hardening of the event pipeline: the broker's credentials and TLS, and the webhook URLs
 	// kasa refuses to call.
 	v.SetDefault("nats.creds", "")
@@ -298,7 +298,13 @@ func Load() (Config, error) {
 	if err := misspeltVariables(os.Environ(), v.AllKeys()); err != nil {
 		return Config{}, err
 	}
-	// An empty variable reads as unset (its default), so a listener is turned off by name.
+	// An empty variable reads as unset (its default), and so does an empty value in the file, so
+	// a listener is turned off by name only.
+	for addr, def := range map[*string]string{&c.Worker.MetricsAddr: DefaultWorkerMetricsAddr, &c.Relay.MetricsAddr: DefaultRelayMetricsAddr} {
+		if *addr == "" {
+			*addr = def
+		}
+	}
 	for _, addr := range []*string{&c.Worker.MetricsAddr, &c.Relay.MetricsAddr, &c.Debug.PprofAddr} {
 		if *addr == MetricsOff {
 			*addr = ""
@@ -622,6 +628,13 @@ const MetricsOnAPI = "api"
 // DefaultMetricsAddr is where `kasa api` serves /metrics unless told otherwise: off the port
 // merchants reach, since a scrape shows the business's figures and runs database queries.
 const DefaultMetricsAddr = "127.0.0.1:8091"
+
+// DefaultWorkerMetricsAddr and DefaultRelayMetricsAddr are where `kasa worker` and `kasa relay`
+// serve /metrics and /healthz unless told otherwise ("off": nowhere).
+const (
+	DefaultWorkerMetricsAddr = "127.0.0.1:8093"
+	DefaultRelayMetricsAddr  = "127.0.0.1:8092"
+)
 
 // MetricsListen is the address of the API's own /metrics listener, or "" when /metrics is
 // served on api.addr.

@@ -410,6 +410,24 @@ func TestPprofOffOverridesTheFile(t *testing.T) {
 	require.Empty(t, c.Debug.PprofAddr)
 }
 
+// An empty listener address in the file is its default, as an empty variable is: only "off"
+// turns a worker's or relay's /metrics off, so a blank line in kasa.yaml cannot silently drop
+// the ledger check's kasa_ledger_violations (docs/deployment.md, "Settings that changed meaning").
+func TestEmptyMetricsAddressInTheFileIsTheDefault(t *testing.T) {
+	writeConfigFile(t, "metrics:\n  addr: \"\"\nworker:\n  metrics_addr: \"\"\nrelay:\n  metrics_addr: \"\"\n")
+	c, err := Load()
+	require.NoError(t, err)
+	require.Equal(t, DefaultMetricsAddr, c.MetricsListen())
+	require.Equal(t, "127.0.0.1:8093", c.Worker.MetricsAddr)
+	require.Equal(t, "127.0.0.1:8092", c.Relay.MetricsAddr)
+
+	writeConfigFile(t, "worker:\n  metrics_addr: \"off\"\nrelay:\n  metrics_addr: \"off\"\n")
+	c, err = Load()
+	require.NoError(t, err)
+	require.Empty(t, c.Worker.MetricsAddr, "off")
+	require.Empty(t, c.Relay.MetricsAddr, "off")
+}
+
 // 0 needs no unit: the settings whose 0 turns them off take it from the file too.
 func TestLoadTakesAZeroDurationFromTheFile(t *testing.T) {
 	writeConfigFile(t, "verify:\n  interval: 0\nbacklog:\n  max_wait: 0\n")
