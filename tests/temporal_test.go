@@ -111,6 +111,17 @@ func TestNamespaceSetUpAfterKasa(t *testing.T) {
 	s.api = startProc(t, s.dir, s.bin, "api", env, "api")
 	s.worker.waitLog("waiting for Temporal: namespace not found", 15*time.Second)
 
+	// kasa migrate before the namespace exists: the database is migrated and the attributes
+	// are left for a later run, and the warning names what is missing rather than calling a
+	// Temporal that answered unreachable.
+	migrateEnv := kasaEnv(map[string]string{
+		"KASA_DATABASE_URL": s.dbURL, "KASA_TEMPORAL_ADDRESS": s.temporal, "KASA_TEMPORAL_NAMESPACE": ns,
+	})
+	out, code := runKasa(t, s.dir, s.bin, migrateEnv, "migrate")
+	require.Zero(t, code, "kasa migrate:\n%s", out)
+	require.Contains(t, out, "search attributes not checked (Temporal: namespace not found)", "%s", out)
+	require.NotContains(t, out, "not reachable", "%s", out)
+
 	ctx := context.Background()
 	_, err := tc.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
 		Namespace: ns, WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour),
@@ -131,11 +142,8 @@ func TestNamespaceSetUpAfterKasa(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, status, "%v", body)
 	require.Equal(t, map[string]string{"database": "ok", "temporal": "ok", "search_attributes": "missing"}, body)
 
-	migrateEnv := kasaEnv(map[string]string{
-		"KASA_DATABASE_URL": s.dbURL, "KASA_TEMPORAL_ADDRESS": s.temporal, "KASA_TEMPORAL_NAMESPACE": ns,
-	})
 	began := time.Now()
-	out, code := runKasa(t, s.dir, s.bin, migrateEnv, "migrate")
+	out, code = runKasa(t, s.dir, s.bin, migrateEnv, "migrate")
 	require.Zero(t, code, "kasa migrate:\n%s", out)
 	registering := time.Since(began)
 	require.Contains(t, out, "search attributes registered")

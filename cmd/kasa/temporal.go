@@ -277,8 +277,9 @@ func migrateSearchAttributes(ctx context.Context, cfg config.Config, log *slog.L
 	defer cancel()
 	tc, err := dialNamespace(ctx, cfg, log)
 	if err != nil {
-		if _, transient := temporalWaitReason(err); transient {
-			log.Warn("search attributes not checked: Temporal is not reachable; run kasa migrate again when it is (/readyz answers 503 while they are missing)",
+		// The reason says which: a frontend away, or a namespace not created yet (or misspelt).
+		if reason, transient := temporalWaitReason(err); transient {
+			log.Warn("search attributes not checked (Temporal: "+reason+"); run kasa migrate again once Temporal answers for the namespace (/readyz answers 503 while they are missing)",
 				"address", cfg.Temporal.Address, "namespace", cfg.Temporal.Namespace, "error", err)
 			return nil
 		}
