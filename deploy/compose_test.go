@@ -476,6 +476,34 @@ func TestComposeSecretsHaveNoDefault(t *testing.T) {
 	}
 }
 
+// The rotations docs/deployment.md describes run on compose as written: every api, worker and
+// relay (and migrate, which runs `kasa rotate-secret-key` as the owner) takes the replaced
+// KASA_SECRET_KEY as KASA_SECRET_KEY_PREVIOUS, and the APIs the replaced admin token, from .env.
+// Unset, they are empty: kasa reads an empty variable as unset.
+func TestComposeTakesThePreviousKeyAndToken(t *testing.T) {
+	c := loadCompose(t)
+	for _, tc := range []struct {
+		key      string
+		services []string
+	}{
+		{"KASA_SECRET_KEY_PREVIOUS", append([]string{"migrate"}, appServices...)},
+		{"KASA_ADMIN_TOKEN_PREVIOUS", []string{"api-1", "api-2"}},
+	} {
+		for _, name := range tc.services {
+			t.Run(tc.key+"/"+name, func(t *testing.T) {
+				v, ok := c.env(t, name)[tc.key]
+				require.Truef(t, ok, "%s does not pass %s: the rotation in docs/deployment.md cannot be done on compose", name, tc.key)
+				got, err := interpolate(v, map[string]string{})
+				require.NoError(t, err, "optional: only set during a rotation")
+				require.Empty(t, got)
+				got, err = interpolate(v, map[string]string{tc.key: "the-old-one"})
+				require.NoError(t, err)
+				require.Equal(t, "the-old-one", got, "taken from .env or the shell")
+			})
+		}
+	}
+}
+
 func TestComposeStartupOrder(t *testing.T) {
 	c := loadCompose(t)
 	tests := []struct {
