@@ -39,6 +39,9 @@ type Options struct {
 	// AppRole, with Migrate, is granted exactly the application's privileges after the
 	// migrations (schema/grants.sql); URL must then be the tables' owner's.
 	AppRole string
+	// AppName names the process's sessions (application_name, seen in pg_stat_activity) unless
+	// the URL names them.
+	AppName string
 }
 
 // Open connects, optionally migrates, and checks the connection.
@@ -49,6 +52,9 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	}
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok && o.AppName != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = o.AppName
 	}
 	cfg.AfterConnect = registerUUID
 	aead, err := newAEAD(o.SecretKey)

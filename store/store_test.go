@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -810,4 +811,24 @@ func TestRacedKeyExpiredBeforeItsReadBeginsAgain(t *testing.T) {
 	var n int
 	require.NoError(t, own.QueryRow(ctx, `SELECT count(*) FROM payments WHERE merchant_id = $1`, []any{m.ID}, &n))
 	require.Equal(t, 1, n, "no second payment")
+}
+
+// Each process's sessions carry its name, so an operator tells the api, the worker and the relay
+// apart in pg_stat_activity; a name the URL gives is kept.
+func TestSessionsCarryTheProcessName(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	for _, tc := range []struct{ url, name, want string }{
+		{url, "kasa worker", "kasa worker"},
+		{url + map[bool]string{true: "&", false: "?"}[strings.Contains(url, "?")] + "application_name=billing", "kasa api", "billing"},
+		{url, "", ""},
+	} {
+		st, err := store.Open(ctx, store.Options{URL: tc.url, SecretKey: testkit.SecretKey, Migrate: true, AppName: tc.name})
+		require.NoError(t, err)
+		var got string
+		require.NoError(t, st.QueryRow(ctx, `SELECT current_setting('application_name')`, nil, &got))
+		st.Close()
+		require.Equal(t, tc.want, got, "%+v", tc)
+	}
 }

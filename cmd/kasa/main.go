@@ -166,7 +166,17 @@ func openStore(ctx context.Context, cfg config.Config, migrate bool) (*store.Sto
 			return nil, err
 		}
 	}
-	return store.Open(ctx, store.Options{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, SecretKey: key, PreviousSecretKey: cfg.SecretKeyPrevious()})
+	return store.Open(ctx, store.Options{URL: cfg.Database.URL, MaxConns: cfg.Database.MaxConns, SecretKey: key, PreviousSecretKey: cfg.SecretKeyPrevious(),
+		AppName: sessionName()})
+}
+
+// sessionName names this process's database sessions after its command ("kasa worker"), so
+// pg_stat_activity tells the processes apart.
+func sessionName() string {
+	if len(os.Args) < 2 {
+		return "kasa"
+	}
+	return "kasa " + os.Args[1]
 }
 
 // migrateDatabase applies the migrations as the tables' owner (database.migrate_url, else
@@ -180,7 +190,7 @@ func migrateDatabase(ctx context.Context, cfg config.Config, key []byte) error {
 	if url == "" {
 		return errors.New("KASA_DATABASE_MIGRATE_URL or KASA_DATABASE_URL must name the database to migrate")
 	}
-	st, err := store.Open(ctx, store.Options{URL: url, MaxConns: 2, SecretKey: key, Migrate: true, AppRole: cfg.Database.AppRole})
+	st, err := store.Open(ctx, store.Options{URL: url, MaxConns: 2, SecretKey: key, Migrate: true, AppRole: cfg.Database.AppRole, AppName: sessionName()})
 	if err != nil {
 		return err
 	}
