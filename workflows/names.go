@@ -280,7 +280,9 @@ type Step struct {
 // authorization the inquiry still does not find past the booking window fails; a cancel whose
 // void the bank answered with a capture is marked as the command taken. Revision 7: a
 // cancellation request (the Web UI's, or `temporal workflow cancel`) is logged and ignored.
-const CurrentRevision = 7
+// Revision 8: a local step's retries wait up to a minute, each on a server timer once longer
+// than a workflow task's timeout (a database outage no longer keeps every run's task open).
+const CurrentRevision = 8
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.
 type ChargePolicy struct {

@@ -1058,3 +1058,27 @@ func TestPaymentWorkflowSettleUpdate(t *testing.T) {
 	require.Equal(t, 0, h.calls(workflows.ActivityFinalize), "no settlement but the accepted one had an effect")
 	require.Equal(t, 1, h.calls(workflows.ActivityRelease))
 }
+
+// A database outage makes a local step retry for as long as it lasts. From Revision 8 its waits
+// grow to a minute, longer than a workflow task's timeout, so the SDK waits for each on a server
+// timer instead of keeping the task open (completing it every few seconds, history events and
+// Temporal tasks for the whole outage); runs of earlier Revisions keep their ten seconds.
+func TestLocalStepRetryWaitsPastATaskFromRevision8(t *testing.T) {
+	for rev, want := range map[int]time.Duration{7: 10 * time.Second, 8: time.Minute} {
+		t.Run(fmt.Sprintf("revision %d", rev), func(t *testing.T) {
+			h := newHarness(t)
+			h.on(workflows.ActivityReserve).Return(temporal.NewApplicationError("connection refused", "")).Times(12)
+			h.on(workflows.ActivityCharge).Return(charged("ch_ok"), nil)
+			in := paymentInput(workflows.CapabilityNone)
+			in.LocalSteps, in.Revision = true, rev
+			require.Equal(t, statusSucceeded, h.run(in).Status)
+			reserves := h.offsets(workflows.ActivityReserve)
+			require.Len(t, reserves, 13)
+			var longest time.Duration
+			for i := 1; i < len(reserves); i++ {
+				longest = max(longest, reserves[i]-reserves[i-1])
+			}
+			require.Equal(t, want, longest.Round(time.Second))
+		})
+	}
+}

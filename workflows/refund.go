@@ -20,7 +20,7 @@ func RefundWorkflow(ctx workflow.Context, in RefundInput) (RefundWorkflowResult,
 	rev := max(in.Revision, refundRevision)
 	ctx = ignoreCancel(ctx, rev)
 	if rev >= 2 && in.Capability == "" {
-		c, err := workerPolicy(ctx)
+		c, err := workerPolicy(ctx, rev)
 		if err != nil {
 			return RefundWorkflowResult{}, err
 		}
