@@ -35,7 +35,7 @@ func newMetrics(r *prometheus.Registry) *metrics {
 		}, []string{"route", "method", "status"}),
 		idempotency: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_idempotency_requests_total",
-			Help: "POST /v1/payments and POST /v1/payments/{id}/refunds by idempotency outcome (new, queued, replayed, in_use, reused, duplicate_payment, unknown, taken_over); duplicate_ratio = non-new / all.",
+			Help: "POST /v1/payments and POST /v1/payments/{id}/refunds by idempotency outcome (new, queued, replayed, in_use, reused, duplicate_payment, unknown, taken_over); a queued payment counts as new too, so duplicate_ratio = all but new and queued / all but queued.",
 		}, []string{"outcome"}),
 		paymentTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kasa_payment_sync_duration_seconds",
