@@ -3,6 +3,7 @@ package deploy
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -96,5 +97,30 @@ func TestDashboardDuplicateRatio(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			require.InDelta(t, tc.want, ratio(tc.perOutcome), 1e-9, exprs[0])
 		})
+	}
+}
+
+// Every API instance reports the figures it reads from the database at scrape time alike
+// (deploy/prometheus.yml, docs/deployment.md): a panel that sums them over the instances shows
+// each figure once per API. These are the metrics the API's database collector describes.
+func TestDashboardDoesNotSumDatabaseFigures(t *testing.T) {
+	src := readRepoFile(t, "api/metrics.go")
+	var dbMetrics []string
+	for _, m := range regexp.MustCompile(`prometheus\.NewDesc\("(kasa_[a-z_]+)"`).FindAllStringSubmatch(src, -1) {
+		dbMetrics = append(dbMetrics, m[1])
+	}
+	require.Contains(t, dbMetrics, "kasa_unknown_payments")
+	require.Contains(t, dbMetrics, "kasa_reconcile_outcomes_total")
+	summed := regexp.MustCompile(`\bsum\s*(\(|by\b|without\b)`)
+	for title, exprs := range dashboardTargets(t) {
+		for _, expr := range exprs {
+			for _, name := range selectorRef.FindAllStringSubmatch(expr, -1) {
+				if !slices.Contains(dbMetrics, name[1]) {
+					continue
+				}
+				require.Falsef(t, summed.MatchString(expr),
+					"panel %q sums %s, which every API reports alike: take max, not sum: %s", title, name[1], expr)
+			}
+		}
 	}
 }
