@@ -2,6 +2,9 @@ package api
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -55,4 +58,26 @@ func TestDBMetricsAreReadAtMostOnceASecond(t *testing.T) {
 	_, err := reg.Gather()
 	require.NoError(t, err)
 	require.Equal(t, 2, src.calls, "a figure is at most a second old")
+}
+
+// downStats is a database that cannot answer: down, or too slow for the scrape.
+type downStats struct{ *fakeStore }
+
+func (downStats) Stats(context.Context) (store.Stats, error) {
+	return store.Stats{}, errors.New("dial tcp 10.0.0.5:5432: connect: connection refused")
+}
+
+// While the database is down the API answers 503s: /metrics must still serve its own request
+// counts (the 5xx rate of docs/deployment.md's alerts) and leave out only the figures it could
+// not read, rather than fail as a whole and make the API look down to Prometheus.
+func TestMetricsWithoutTheDatabase(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newTestServer(t, func(o *Options) { o.Store = downStats{o.Store.(*fakeStore)} })
+	h := s.Handler()
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), `kasa_http_request_duration_seconds_count{method="GET",route="/healthz",status="200"} 1`)
+	require.NotContains(t, rec.Body.String(), "kasa_unknown_payments", "no figure stands in for one the database did not give")
 }

@@ -241,7 +241,11 @@ func (s *Server) Handler() http.Handler { return s.engine }
 // MetricsHandler answers GET /metrics and nothing else, for a listener of its own.
 func (s *Server) MetricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+	// A figure the database cannot give now (down, or slower than the scrape) is left out and
+	// logged: the request counts still show the outage, and the API does not look down.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}))
 	return mux
 }
 
