@@ -74,9 +74,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Webhook send attempts by result (2xx, non_2xx, timeout, error, refused: the address policy, aborted).",
 		}, []string{"result"}),
 		attemptsPerDel: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "kasa_webhook_attempts_per_delivery",
-			Help:    "Attempts a delivery took to reach delivered or failed.",
-			Buckets: []float64{1, 2, 3, 5, 8, 13, 21, 34, 55, 89},
+			Name: "kasa_webhook_attempts_per_delivery",
+			Help: "Attempts a delivery took to reach delivered or failed.",
+			// 72 hours of retries are about a hundred attempts, and up to ~150.
+			Buckets: []float64{1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233},
 		}),
 		attemptDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kasa_webhook_attempt_duration_seconds",
