@@ -377,3 +377,89 @@ UPDATE accounts a SET balance = a.balance + e.amount_minor FROM e WHERE a.id = e
 		require.Contains(t, all, "a deposit posting credits its deposit's amount to its account from outside: deposit posting for "+id.String())
 	}
 }
+
+// Money that moved in the ledger's own records but not in its entries: a succeeded payment, a
+// succeeded refund or a deposit whose posting lost its entries (a backup whose ledger_entries lag
+// ledger_postings, or the owner's hand), and a deposit with no posting of its own, each with the
+// balances put back to their ledger sums, so that only the operation-by-operation checks see it.
+func TestVerifyReportsOperationsWithoutTheirEntries(t *testing.T) {
+	t.Parallel()
+	// dropEntries deletes a posting's entries, as the owner can with the ledger's trigger off, and
+	// gives each account back what they moved (a settlement account's from its first shard).
+	dropEntries := func(t *testing.T, st *store.Store, posting string) {
+		ctx := context.Background()
+		require.NoError(t, st.Exec(ctx, `ALTER TABLE ledger_entries DISABLE TRIGGER ledger_entries_immutable`))
+		require.NoError(t, st.Exec(ctx, `WITH e AS (DELETE FROM ledger_entries WHERE posting_id = $1::uuid RETURNING account_id, amount_minor),
+a AS (UPDATE accounts a SET balance = a.balance - e.amount_minor FROM e WHERE a.id = e.account_id AND a.kind <> 'settlement')
+UPDATE settlement_shards s SET balance = s.balance - e.amount_minor FROM e
+WHERE s.account_id = e.account_id AND s.shard = (SELECT min(shard) FROM settlement_shards WHERE account_id = e.account_id)`, posting))
+		require.NoError(t, st.Exec(ctx, `ALTER TABLE ledger_entries ENABLE TRIGGER ledger_entries_immutable`))
+	}
+	postingOf := func(t *testing.T, st *store.Store, kind, reference string) string {
+		var id string
+		require.NoError(t, st.QueryRow(context.Background(), `SELECT id::text FROM ledger_postings WHERE kind = $1 AND reference = $2`,
+			[]any{kind, reference}, &id))
+		return id
+	}
+	for _, tc := range []struct {
+		name    string
+		corrupt func(t *testing.T, st *store.Store, m testkit.Merchant) string // the operation's id, which the report names
+		want    string
+	}{
+		{"a succeeded payment whose posting has no entries", func(t *testing.T, st *store.Store, m testkit.Merchant) string {
+			id, err := testkit.Settle(context.Background(), st, m, false)
+			require.NoError(t, err)
+			dropEntries(t, st, postingOf(t, st, "payment", id.String()))
+			return id.String()
+		}, "a succeeded payment moved its amount from its payer to its merchant: payment "},
+		{"a succeeded refund whose posting has no entries", func(t *testing.T, st *store.Store, m testkit.Merchant) string {
+			ctx := context.Background()
+			paid, err := testkit.Settle(ctx, st, m, false)
+			require.NoError(t, err)
+			req, err := payment.ParseRefundRequest([]byte(`{"amount":"0.40"}`))
+			require.NoError(t, err)
+			_, r, _, err := st.BeginRefund(ctx, store.BeginRefundInput{MerchantID: m.ID, PaymentID: paid, Key: "rf", Request: req,
+				OperationID: payment.NewID(), Lease: time.Minute})
+			require.NoError(t, err)
+			require.NoError(t, st.HoldRefund(ctx, r.ID))
+			_, err = st.PostRefund(ctx, r.ID, "rf")
+			require.NoError(t, err)
+			dropEntries(t, st, postingOf(t, st, "refund", r.ID.String()))
+			return r.ID.String()
+		}, "a succeeded refund moved its amount from settlement to payer: refund "},
+		{"a deposit whose posting has no entries", func(t *testing.T, st *store.Store, m testkit.Merchant) string {
+			d, _, err := st.Deposit(context.Background(), m.Account, "more", 700)
+			require.NoError(t, err)
+			dropEntries(t, st, postingOf(t, st, "deposit", d.ID.String()))
+			return d.ID.String()
+		}, "a deposit posting credits its deposit's amount to its account from outside: deposit "},
+		{"a deposit whose posting is another deposit's", func(t *testing.T, st *store.Store, m testkit.Merchant) string {
+			ctx := context.Background()
+			first, _, err := st.Deposit(ctx, m.Account, "first", 300)
+			require.NoError(t, err)
+			d, _, err := st.Deposit(ctx, m.Account, "second", 700)
+			require.NoError(t, err)
+			own := postingOf(t, st, "deposit", d.ID.String())
+			dropEntries(t, st, own)
+			require.NoError(t, st.Exec(ctx, `UPDATE deposits SET posting_id = $2::uuid WHERE id = $1`, d.ID, postingOf(t, st, "deposit", first.ID.String())))
+			require.NoError(t, st.Exec(ctx, `ALTER TABLE ledger_postings DISABLE TRIGGER ledger_postings_immutable`))
+			require.NoError(t, st.Exec(ctx, `DELETE FROM ledger_postings WHERE id = $1::uuid`, own))
+			require.NoError(t, st.Exec(ctx, `ALTER TABLE ledger_postings ENABLE TRIGGER ledger_postings_immutable`))
+			return d.ID.String()
+		}, "a deposit posting credits its deposit's amount to its account from outside: deposit "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st, ctx := verifyStore(t)
+			m := testkit.NewMerchant(t, st, testkit.MerchantOptions{Deposit: 10_000})
+			id := tc.corrupt(t, st, m)
+			a, err := st.Account(ctx, m.Account)
+			require.NoError(t, err)
+			require.Positive(t, a.Balance)
+			problems := problemsOf(t, st)
+			require.Len(t, problems, 1, "%v", problems)
+			require.Contains(t, problems[0], tc.want)
+			require.Contains(t, problems[0], id)
+		})
+	}
+}

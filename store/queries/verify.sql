@@ -61,13 +61,13 @@ WHERE lp.kind = 'payment' AND p.status IS DISTINCT FROM 'succeeded';
 -- name: PaymentPostedAccountsMismatch :many
 -- A succeeded payment's posting takes what it moved (its amount; a manual one's, what it
 -- captured) from its payer, gives it to its own merchant's settlement account, and touches no
--- other account.
+-- other account. A posting without entries moved nothing: it is reported, not skipped.
 SELECT 'payment ' || p.id || ' took ' || coalesce(-sum(e.amount_minor) FILTER (WHERE e.account_id = p.account_id), 0)
   || ' from its payer and gave ' || coalesce(sum(e.amount_minor) FILTER (WHERE s.id IS NOT NULL), 0)
   || ' to its merchant, of ' || CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END
   || CASE WHEN count(*) FILTER (WHERE e.account_id <> p.account_id AND s.id IS NULL) > 0 THEN ', and moved money on other accounts' ELSE '' END
 FROM payments p JOIN ledger_postings lp ON lp.kind = 'payment' AND lp.reference = p.id::text
-JOIN ledger_entries e ON e.posting_id = lp.id
+LEFT JOIN ledger_entries e ON e.posting_id = lp.id
 LEFT JOIN accounts s ON s.id = e.account_id AND s.kind = 'settlement' AND s.merchant_id = p.merchant_id
 GROUP BY p.id, p.account_id, p.amount_minor, p.capture_manual, p.captured_minor
 HAVING coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = p.account_id), 0) <> -(CASE WHEN p.capture_manual THEN p.captured_minor ELSE p.amount_minor END)
@@ -77,12 +77,13 @@ HAVING coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = p.account_id), 
 -- name: DepositPostingMismatch :many
 -- A deposit posting is its deposit's: it credits the deposit's amount to the deposit's account
 -- from its currency's external account, and touches no other account. Money from outside moves
--- only by a deposit an admin asked for.
+-- only by a deposit an admin asked for; and a deposit has its own posting, one with entries,
+-- or the money it answered for never came in.
 SELECT 'deposit posting for ' || lp.reference || CASE WHEN d.id IS NULL THEN ' whose deposit is missing'
   ELSE ' credited ' || coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = d.account_id), 0)
     || ' to the deposit''s account ' || d.account_id || ', of ' || d.amount_minor
     || CASE WHEN count(*) FILTER (WHERE e.account_id <> d.account_id AND x.id IS NULL) > 0 THEN ', and moved money on other accounts' ELSE '' END END
-FROM ledger_postings lp JOIN ledger_entries e ON e.posting_id = lp.id
+FROM ledger_postings lp LEFT JOIN ledger_entries e ON e.posting_id = lp.id
 LEFT JOIN deposits d ON d.posting_id = lp.id AND d.id::text = lp.reference
 LEFT JOIN accounts x ON x.id = e.account_id AND x.kind = 'external'
 WHERE lp.kind = 'deposit'
@@ -90,7 +91,11 @@ GROUP BY lp.id, lp.reference, d.id, d.account_id, d.amount_minor
 HAVING d.id IS NULL
     OR coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = d.account_id), 0) <> d.amount_minor
     OR coalesce(sum(e.amount_minor) FILTER (WHERE x.id IS NOT NULL), 0) <> -d.amount_minor
-    OR count(*) FILTER (WHERE e.account_id <> d.account_id AND x.id IS NULL) > 0;
+    OR count(*) FILTER (WHERE e.account_id <> d.account_id AND x.id IS NULL) > 0
+UNION ALL
+SELECT 'deposit ' || d.id || ' of ' || d.amount_minor || ' to account ' || d.account_id || ' has no deposit posting of its own'
+FROM deposits d
+WHERE NOT EXISTS (SELECT 1 FROM ledger_postings lp WHERE lp.id = d.posting_id AND lp.kind = 'deposit' AND lp.reference = d.id::text);
 
 -- name: OpenPaymentHoldMismatch :many
 -- A payment in flight or unknown holds its whole amount on its payer's account: an active
@@ -162,12 +167,13 @@ FROM ledger_postings lp LEFT JOIN refunds r ON r.id::text = lp.reference
 WHERE lp.kind = 'refund' AND r.status IS DISTINCT FROM 'succeeded';
 
 -- name: RefundPostedAmountMismatch :many
--- A succeeded refund moved its amount from the merchant's settlement account to the payer's.
+-- A succeeded refund moved its amount from the merchant's settlement account to the payer's (a
+-- posting without entries moved nothing).
 SELECT 'refund ' || r.id || ' posted ' || coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = r.account_id), 0)
   || ' to the payer and ' || coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id <> r.account_id), 0)
   || ' elsewhere of ' || r.amount_minor
 FROM refunds r JOIN ledger_postings lp ON lp.kind = 'refund' AND lp.reference = r.id::text
-JOIN ledger_entries e ON e.posting_id = lp.id
+LEFT JOIN ledger_entries e ON e.posting_id = lp.id
 LEFT JOIN accounts s ON s.id = e.account_id AND s.kind = 'settlement' AND s.merchant_id = r.merchant_id
 GROUP BY r.id, r.account_id, r.amount_minor
 HAVING coalesce(sum(e.amount_minor) FILTER (WHERE e.account_id = r.account_id), 0) <> r.amount_minor
