@@ -159,6 +159,12 @@ func (s *Server) runCommand(c *gin.Context, cmd store.Command, p payment.Payment
 		if over != nil {
 			over.Currency = p.Currency
 		}
+		// A workflow that ended since the payment was read refuses every command, even the one
+		// it took in an earlier run: the payment, final now, says whose it was.
+		if now, rerr := s.Store.Payment(bg, p.ID); rerr == nil && now.Status.Final() {
+			s.answerCommand(c, cmd, now)
+			return
+		}
 		s.forgetRefused(bg, cmd)
 		s.writeError(c, err)
 		return

@@ -444,6 +444,28 @@ func TestManualCommandRetriedAfterItsWorkflowEnded(t *testing.T) {
 	requireVerified(t)
 }
 
+// A capture the workflow took, whose answer was lost, retried while the payment still read as
+// waiting and refused by Temporal once the workflow had ended (it took the capture in an earlier
+// run): the capture was this key's, so it answers 201, never 409.
+func TestManualCommandForgottenByItsEndedWorkflowIsAnswered(t *testing.T) {
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	paymentID, payer, _ := s.authorize(m, "auth-forgotten", "80.00", "100.00")
+	s.setFaults(`{"rules":[{"on":"capture","action":"delay","delay_ms":2000,"count":1}]}`)
+
+	s.commandFaults.add(commandAnswerLost, commandForgotten)
+	r := s.command(m, paymentID, "capture", "forgotten-1", `{"amount":"30.00"}`)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	r = s.command(m, paymentID, "capture", "forgotten-1", `{"amount":"30.00"}`)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "30.00", r.json(t)["amount_captured"])
+	again := s.command(m, paymentID, "capture", "forgotten-1", `{"amount":"30.00"}`)
+	require.Equal(t, string(r.Body), string(again.Body))
+	require.Equal(t, int64(3000), s.held(paymentID).CapturedMinor, "captured once")
+	require.Equal(t, int64(7000), balance(t, payer))
+	requireVerified(t)
+}
+
 // An unknown capture is settled by the bank's settlement file when it lists what kasa asked the
 // bank to capture: posted once. A listed amount of any other size is a mismatch, and the payment
 // stays unknown with its whole hold, for an operator (docs/reconciliation.md).

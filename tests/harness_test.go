@@ -62,11 +62,13 @@ type stack struct {
 
 // A command fault: the request never reaches Temporal (as when it is unreachable); or the workflow
 // takes the command but its answer is lost; or the command is sent only once the payment's
-// workflow has ended (the API read the payment just before).
+// workflow has ended (the API read the payment just before); or, once it has ended, Temporal no
+// longer knows the command (taken by an earlier run of the workflow, before a continue-as-new).
 const (
 	commandLost       = "lost"
 	commandAnswerLost = "answer lost"
 	commandAfterEnd   = "after the workflow ended"
+	commandForgotten  = "forgotten once the workflow ended"
 )
 
 type commandFaults struct {
@@ -124,7 +126,7 @@ type awaitCounter struct {
 
 func (a awaitCounter) Command(ctx context.Context, merchantID uuid.UUID, key, update string, c workflows.Command) (string, error) {
 	unavailable := fmt.Errorf("%w: temporal unreachable (test)", payment.ErrUnavailable)
-	switch a.faults.take() {
+	switch f := a.faults.take(); f {
 	case commandLost:
 		return "", unavailable
 	case commandAnswerLost:
@@ -134,9 +136,12 @@ func (a awaitCounter) Command(ctx context.Context, merchantID uuid.UUID, key, up
 			return "", err
 		}
 		return "", unavailable
-	case commandAfterEnd:
+	case commandAfterEnd, commandForgotten:
 		if err := a.Client.GetWorkflow(ctx, workflows.PaymentWorkflowID(merchantID, key), "").Get(ctx, nil); err != nil {
 			return "", err
+		}
+		if f == commandForgotten {
+			return "", payment.ErrNotCapturable // what the client makes of Temporal's "not found"
 		}
 	}
 	return a.Starter.Command(ctx, merchantID, key, update, c)
