@@ -43,11 +43,13 @@ func (o OwnHosts) name(host string) bool {
 	return false
 }
 
-// addr is whether a is in one of the networks.
+// addr is whether a is in one of the networks, or carries an IPv4 address that is: on an
+// IPv6-only network DNS64 answers kasa's IPv4 load balancer as 64:ff9b::<its address>.
 func (o OwnHosts) addr(a netip.Addr) bool {
 	a = a.WithZone("").Unmap()
+	v4, embeds := embeddedIPv4(a)
 	for _, p := range o.prefixes {
-		if p.Contains(a) {
+		if p.Contains(a) || (embeds && p.Contains(v4)) {
 			return true
 		}
 	}

@@ -222,22 +222,26 @@ func refused(addr netip.Addr) string {
 			return r.reason
 		}
 	}
-	// Addresses that carry an IPv4 address are judged by it: a NAT64 gateway or a 6to4 relay
-	// would deliver to that address.
-	b := a.As16()
-	var v4 [4]byte
-	switch {
-	case nat64.Contains(a):
-		v4 = [4]byte{b[12], b[13], b[14], b[15]}
-	case sixToFour.Contains(a):
-		v4 = [4]byte{b[2], b[3], b[4], b[5]}
-	default:
-		return ""
-	}
-	if reason := refused(netip.AddrFrom4(v4)); reason != "" {
-		return reason + " (embedded IPv4)"
+	// Addresses that carry an IPv4 address are judged by it.
+	if v4, ok := embeddedIPv4(a); ok {
+		if reason := refused(v4); reason != "" {
+			return reason + " (embedded IPv4)"
+		}
 	}
 	return ""
+}
+
+// embeddedIPv4 is the IPv4 address a NAT64 (64:ff9b::/96) or 6to4 (2002::/16) address carries:
+// a NAT64 gateway or a 6to4 relay delivers to that address.
+func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	b := a.As16()
+	switch {
+	case nat64.Contains(a):
+		return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}), true
+	case sixToFour.Contains(a):
+		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}), true
+	}
+	return netip.Addr{}, false
 }
 
 // dialControl is a net.Dialer's Control: it runs after the name was resolved, on the very

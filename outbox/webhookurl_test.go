@@ -277,6 +277,10 @@ func TestCheckWebhookURLRefusesKasaItself(t *testing.T) {
 		{"https://hooks.merchant.example/x", ""},
 		{"https://kasa.example/x", ""},
 		{"https://93.184.216.34/x", ""},
+		// A NAT64 gateway or a 6to4 relay delivers to the IPv4 address these carry.
+		{"https://[64:ff9b::5db8:d70e]/hooks", "must not point at kasa itself (64:ff9b::5db8:d70e)"},
+		{"https://[2002:5db8:d70e::1]/hooks", "must not point at kasa itself (2002:5db8:d70e::1)"},
+		{"https://[64:ff9b::5db8:d822]/x", ""},
 	} {
 		for _, private := range []bool{false, true} {
 			err := CheckWebhookURL(tc.url, Policy{AllowPrivate: private, Own: own})
@@ -286,6 +290,29 @@ func TestCheckWebhookURLRefusesKasaItself(t *testing.T) {
 			}
 			require.ErrorIs(t, err, ErrWebhookURL, tc.url)
 			require.EqualError(t, err, tc.refused, tc.url)
+		}
+	}
+}
+
+// At dial time a name resolving to kasa's own address is refused in the forms a DNS64 resolver
+// or a 6to4 relay hands out too (an IPv6-only network reaches kasa's IPv4 load balancer through
+// 64:ff9b::/96), under any policy.
+func TestDialRefusesKasaItselfBehindNAT64(t *testing.T) {
+	t.Parallel()
+	own := NewOwnHosts([]string{"93.184.215.0/24"})
+	for _, tc := range []struct{ address, refused string }{
+		{"93.184.215.14:443", "93.184.215.14 is one of kasa's own addresses"},
+		{"[64:ff9b::5db8:d70e]:443", "64:ff9b::5db8:d70e is one of kasa's own addresses"},
+		{"[2002:5db8:d70e::1]:443", "2002:5db8:d70e::1 is one of kasa's own addresses"},
+		{"[64:ff9b::5db8:d822]:443", ""},
+	} {
+		for _, private := range []bool{false, true} {
+			err := Policy{AllowPrivate: private, Own: own}.dialControl("tcp", tc.address, nil)
+			if tc.refused == "" {
+				require.NoError(t, err, tc.address)
+				continue
+			}
+			require.EqualError(t, err, tc.refused, tc.address)
 		}
 	}
 }
