@@ -4,7 +4,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,4 +76,43 @@ func TestMasterKeyRotation(t *testing.T) {
 	out, code = runKasa(t, s.dir, s.bin, s.env("KASA_RELAY_METRICS_ADDR", testkit.FreeAddr(t)), "relay")
 	require.NotZero(t, code, "a relay on the old key must not start:\n%s", out)
 	require.Contains(t, out, "KASA_SECRET_KEY differs")
+}
+
+// A bank that wants HTTP basic authentication gets it from the credentials in
+// KASA_PROVIDER_URL, and the password stays out of the worker's log.
+func TestProviderPasswordStaysOutOfTheWorkerLog(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{})
+	const password = "pw-in-the-url"
+	sim, err := url.Parse(s.simURL())
+	require.NoError(t, err)
+	forward := httputil.NewSingleHostReverseProxy(sim)
+	var authorized atomic.Int64
+	bank := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if user, pw, ok := r.BasicAuth(); !ok || user != "kasa" || pw != password {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		authorized.Add(1)
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(bank.Close)
+	s.providerURL = "http://kasa:" + password + "@" + strings.TrimPrefix(bank.URL, "http://")
+	s.start()
+	m := s.merchant()
+	acct := s.account(m, "TRY", "100.00")
+	r, err := s.pay(m, "basic-auth", payBody("inv-1", "10.00", "TRY", acct))
+	require.NoError(t, err)
+	if r.Status == http.StatusAccepted { // a loaded machine can outlast the sync wait
+		p := s.waitPayment(m, r.json(t)["id"].(string), time.Now().Add(30*time.Second))
+		require.Equal(t, "succeeded", p["status"], "%v", p)
+	} else {
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	}
+	require.Positive(t, authorized.Load(), "the bank saw the URL's credentials")
+	s.worker.waitLog("worker polling", 5*time.Second)
+	log, err := os.ReadFile(s.worker.log)
+	require.NoError(t, err)
+	require.NotContains(t, string(log), password)
+	require.Contains(t, string(log), "kasa:xxxxx@")
 }

@@ -551,7 +551,8 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := w.Start(); err != nil {
 		return err
 	}
-	log.Info("worker polling", "task_queue", cfg.Temporal.TaskQueue, "provider", cfg.Provider.URL, "capability", cfg.Provider.Capability)
+	// A bank may take basic authentication from the URL: its password stays out of the log.
+	log.Info("worker polling", "task_queue", cfg.Temporal.TaskQueue, "provider", outbox.RedactURL(cfg.Provider.URL), "capability", cfg.Provider.Capability)
 	stopCheck := startLedgerCheck(ctx, cfg, st, reg, log)
 	stopRetention := startRecordRetention(ctx, cfg, st, reg, log)
 	<-ctx.Done()
