@@ -482,9 +482,14 @@ func checkProviderURL(raw string) error {
 	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.RawQuery == "" && !u.ForceQuery && u.Fragment == "" {
 		return nil
 	}
-	shown := raw
+	// A password, a query string (an API key) or a fragment stays out of the logs.
+	shown := "(an unparsable URL)"
 	if err == nil {
-		shown = u.Redacted() // a password in it stays out of the logs
+		if u.RawQuery != "" || u.ForceQuery {
+			u.RawQuery, u.ForceQuery = "…", false
+		}
+		u.Fragment, u.RawFragment = "", ""
+		shown = u.Redacted()
 	}
 	return fmt.Errorf("provider.url (KASA_PROVIDER_URL) must be the bank's http or https base URL, such as https://bank.example/api, got %q", shown)
 }

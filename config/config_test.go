@@ -471,3 +471,23 @@ func TestLoadAcceptsPortsAndAddresses(t *testing.T) {
 	require.Equal(t, "[::1]:8090", c.Banksim.Addr)
 	require.Empty(t, c.Worker.MetricsAddr)
 }
+
+// A refused bank URL is named in the error kasa exits with, but not its secrets: a password or
+// an API key in its query string stays out of the logs.
+func TestRefusedProviderURLHidesItsSecrets(t *testing.T) {
+	for _, raw := range []string{
+		"https://bank.example/api?api_key=s3cret",
+		"https://kasa:s3cret@bank.example/api?v=2",
+		"https://bank.example/api#s3cret",
+		"ftp://kasa:s3cret@bank.example/api",
+		"https://kasa:s3cret@bank.example/%zz", // unparsable
+	} {
+		t.Run(raw, func(t *testing.T) {
+			t.Chdir(t.TempDir())
+			t.Setenv("KASA_PROVIDER_URL", raw)
+			_, err := Load()
+			require.ErrorContains(t, err, "KASA_PROVIDER_URL")
+			require.NotContains(t, err.Error(), "s3cret")
+		})
+	}
+}
