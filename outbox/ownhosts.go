@@ -23,6 +23,9 @@ func NewOwnHosts(list []string) OwnHosts {
 	for _, s := range list {
 		s = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(s)), ".")
 		if p, err := netip.ParsePrefix(s); err == nil {
+			if p.Addr().Is4In6() && p.Bits() >= 96 { // addresses are checked unmapped
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
 			o.prefixes = append(o.prefixes, p.Masked())
 		} else if a, err := netip.ParseAddr(s); err == nil {
 			o.prefixes = append(o.prefixes, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))

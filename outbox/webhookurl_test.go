@@ -333,3 +333,14 @@ func TestSenderFollowsNoRedirect(t *testing.T) {
 	require.Equal(t, 1, redirector.Count())
 	require.Zero(t, target.Count())
 }
+
+// A network of kasa's own written IPv4-mapped (::ffff:a.b.c.d/n) is the IPv4 network it maps:
+// the addresses checked are unmapped first, so as an IPv6 prefix it would never match.
+func TestOwnHostsTakeAnIPv4MappedNetwork(t *testing.T) {
+	t.Parallel()
+	own := NewOwnHosts([]string{"::ffff:93.184.215.0/120"})
+	for address, refused := range map[string]bool{"93.184.215.14:443": true, "[::ffff:93.184.215.14]:443": true, "93.184.216.1:443": false} {
+		err := Policy{Own: own}.dialControl("tcp", address, nil)
+		require.Equal(t, refused, err != nil, "%s: %v", address, err)
+	}
+}
