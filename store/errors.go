@@ -45,7 +45,7 @@ func translate(err error) error {
 				return fmt.Errorf("%w: %s", errLivePayment, pgErr.Message)
 			}
 			if pgErr.ConstraintName == "refunds_key" { // BeginRefund checks first; the index is the last word
-				return fmt.Errorf("%w: %s", payment.ErrIdempotencyReused, pgErr.Message)
+				return payment.ErrIdempotencyReused // its text reaches the merchant: nothing of the schema
 			}
 		case "23503":
 			if pgErr.ConstraintName == "accounts_merchant_id_fkey" {
