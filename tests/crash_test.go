@@ -275,6 +275,20 @@ func (s *crashStack) payment(m merchant, id string) map[string]any {
 	return r.json(s.t)
 }
 
+// paySucceeds pays 10.00 from acct under key and requires the payment to succeed: at once, or
+// after its answer (a loaded machine can outlast the sync wait).
+func (s *crashStack) paySucceeds(m merchant, key, acct string) {
+	s.t.Helper()
+	r, err := s.pay(m, key, payBody("inv-1", "10.00", "TRY", acct))
+	require.NoError(s.t, err)
+	if r.Status == http.StatusAccepted {
+		p := s.waitPayment(m, r.json(s.t)["id"].(string), time.Now().Add(30*time.Second))
+		require.Equal(s.t, "succeeded", p["status"], "%v", p)
+		return
+	}
+	require.Equal(s.t, http.StatusCreated, r.Status, "%s", r.Body)
+}
+
 // waitPayment polls GET /v1/payments/{id} until the payment leaves processing or the deadline.
 func (s *crashStack) waitPayment(m merchant, id string, deadline time.Time) map[string]any {
 	s.t.Helper()
