@@ -39,7 +39,7 @@ func TestDevLifecycle(t *testing.T) {
 		p := startProcIn(t, "", data, bin, "dev", envv, "dev")
 		p.waitLog("Ctrl-C stops everything", 3*time.Minute)
 		p.waitLog("kasa is running", time.Second)
-		p.waitLog(fmt.Sprintf("http://127.0.0.1:%d/namespaces/default/workflows?query=PaymentStatus%%3D%%22unknown%%22", ports[3]), time.Second)
+		p.waitLog(fmt.Sprintf("http://127.0.0.1:%d/namespaces/default/workflows?query=PaymentStatus%%3D%%22unknown%%22+AND+ExecutionStatus%%3D%%22Running%%22", ports[3]), time.Second)
 		var st devState
 		b, err := os.ReadFile(filepath.Join(data, "dev.json"))
 		require.NoError(t, err)

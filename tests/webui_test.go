@@ -55,7 +55,7 @@ func TestWebUIListsWhatIsAtStake(t *testing.T) {
 	defer cancelBrowser()
 
 	base := fmt.Sprintf("http://127.0.0.1:%d/namespaces/default/workflows", port)
-	query := fmt.Sprintf(`PaymentStatus="unknown" AND MerchantId="%s"`, m.ID)
+	query := fmt.Sprintf(`PaymentStatus="unknown" AND ExecutionStatus="Running" AND MerchantId="%s"`, m.ID)
 	// What the column picker stores in the browser when the operator adds PaymentSummary.
 	columns := `localStorage.setItem("namespace-workflow-table-columns", JSON.stringify({"default": [
 		{"label": "Status"}, {"label": "PaymentSummary"}, {"label": "Workflow ID"}, {"label": "Start"}]}))`

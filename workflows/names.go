@@ -135,6 +135,12 @@ var (
 	SearchPaymentSummary = temporal.NewSearchAttributeKeyKeyword("PaymentSummary")
 )
 
+// UnknownList is the operator's list filter of the payments and refunds parked unknown
+// (docs/reconciliation.md, "Find unknown payments"). A closed run keeps its last PaymentStatus:
+// without the running filter the list would also show a long-unknown payment's runs continued
+// as new, and a run terminated and then reset, each of them still listed once it is settled.
+const UnknownList = `PaymentStatus="unknown" AND ExecutionStatus="Running"`
+
 // Capability is what the provider supports; it picks the charge strategy.
 type Capability string
 

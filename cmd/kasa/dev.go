@@ -27,6 +27,7 @@ import (
 	"github.com/kasa-pay/kasa/tools/banksim"
 	"github.com/kasa-pay/kasa/tools/devenv"
 	"github.com/kasa-pay/kasa/worker"
+	"github.com/kasa-pay/kasa/workflows"
 )
 
 // devState is what `kasa dev` keeps between runs so that a restart finds the same credentials.
@@ -336,7 +337,7 @@ func unknownList(uiURL, namespace string) string {
 	if uiURL == "" {
 		return "-"
 	}
-	return uiURL + "/namespaces/" + url.PathEscape(namespace) + "/workflows?query=" + url.QueryEscape(`PaymentStatus="unknown"`) +
+	return uiURL + "/namespaces/" + url.PathEscape(namespace) + "/workflows?query=" + url.QueryEscape(workflows.UnknownList) +
 		"   (add the PaymentSummary column)"
 }
 
