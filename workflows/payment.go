@@ -463,8 +463,7 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 	if wait == 0 {
 		wait = inquiryDelay
 	}
-	w.detail(ctx, "unknown: the bank's answer is not known, so the hold is kept until a settlement says what the bank did "+
-		"(a settlement file, or the `settle` update or signal)")
+	w.waitingDetail(ctx)
 	recheck := false // an operator's retry of a conflict: ask the bank again at once
 	since := workflow.Now(ctx)
 	voided := false // this void phase's last inquiry found the void done
@@ -595,8 +594,15 @@ func (w *opRun) holdConflict(ctx workflow.Context, reason, refused string) error
 	}
 	retry.ReceiveAsync(nil)
 	w.conflict = ""
+	w.waitingDetail(ctx) // the conflict's details told the operator to retry or settle: done
 	w.upsertStatus(ctx, string(w.status))
 	return w.exec(ctx, w.op.flagStuck, FlagInput{OperationID: w.in.OperationID}).Get(ctx, nil)
+}
+
+// waitingDetail says, in the current details, that the unknown operation waits for a settlement.
+func (w *opRun) waitingDetail(ctx workflow.Context) {
+	w.detail(ctx, "unknown: the bank's answer is not known, so the hold is kept until a settlement says what the bank did "+
+		"(a settlement file, or the `settle` update or signal)")
 }
 
 // continueParked ends this run and waits on in a new one, unless a settlement is on its way:

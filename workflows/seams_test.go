@@ -253,3 +253,41 @@ func TestPaymentWorkflowChargedSettlementRacingADecline(t *testing.T) {
 	require.Zero(t, h.calls(workflows.ActivityFinalize), "nothing is posted against the bank's decline")
 	require.Equal(t, []time.Duration{time.Hour}, h.offsets(workflows.ActivityRelease), "released at the retry, which asked at once")
 }
+
+// currentDetailsAt records the run's current details at d on the test clock: what the Web UI
+// shows the operator there.
+func (h *harness) currentDetailsAt(d time.Duration, details *string) {
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow("__temporal_workflow_metadata")
+		require.NoError(h.t, err)
+		var md sdkpb.WorkflowMetadata
+		require.NoError(h.t, v.Get(&md))
+		*details = md.GetCurrentDetails()
+	}, d)
+}
+
+// Once an operator's retry let a payment held for a bank conflict go on, its current details no
+// longer tell the operator to settle it the other way or to signal retry: they say it waits for a
+// settlement again.
+func TestConflictDetailsEndWithTheRetry(t *testing.T) {
+	h := newHarness(t)
+	in := current(workflows.CapabilityInquiry)
+	in.LocalSteps, in.Parked, in.InquiryWait = true, true, 2*time.Second
+	answers := map[string]string{}
+	h.on(workflows.ActivityInquire).Run(func(mock.Arguments) {
+		h.update("file", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
+	}).Return(charged("ch_bank"), nil).Once()
+	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, ambiguous())
+	var held, after string
+	h.currentDetailsAt(time.Minute, &held)
+	h.retryAt(time.Hour)
+	h.currentDetailsAt(2*time.Hour, &after)
+	h.signalAt(3*time.Hour, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_bank"})
+
+	res := h.run(in)
+	require.Equal(t, statusSucceeded, res.Status)
+	require.Contains(t, answers["file"], workflows.ErrTypeBankConflict)
+	require.Contains(t, held, "contradicts the bank")
+	require.NotContains(t, after, "contradicts the bank", "the conflict was retried an hour ago")
+	require.Contains(t, after, "unknown: the bank's answer is not known")
+}
