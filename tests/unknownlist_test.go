@@ -3,6 +3,8 @@ package tests
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/tools/devenv"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -52,5 +55,52 @@ func TestUnknownListShowsEachWaitingPaymentOnce(t *testing.T) {
 	require.Eventually(t, func() bool { return listedUnknown(t, wfID) == 0 }, 20*time.Second, 200*time.Millisecond,
 		"a settled payment leaves the list of unknown payments")
 	require.Equal(t, 1, s.simCount(p.ID.String()), "the bank charged once")
+	requireVerified(t)
+}
+
+// temporalCLI runs the temporal CLI against the tests' Temporal, as an operator types it.
+func temporalCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cli, err := devenv.FindTemporalCLI()
+	require.NoError(t, err)
+	out, err := exec.Command(cli, append(args, "--address", env.TemporalAddress, "--namespace", "default")...).CombinedOutput()
+	return string(out), err
+}
+
+// The commands docs/reconciliation.md gives an operator, as written there: find the unknown
+// payment, read its status, settle it with the checked update, which answers with the final
+// status, and see a second settlement refused with its reason.
+func TestReconciliationRunbookCommands(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	p := s.payUnknown(m, "runbook", payBody("inv-runbook", "40.00", "TRY", acct), "drop_response")
+	wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "runbook")
+
+	require.Eventually(t, func() bool {
+		out, err := temporalCLI(t, "workflow", "list", "--query", workflows.UnknownList+` AND MerchantId="`+m.ID+`"`)
+		return err == nil && strings.Contains(out, wfID)
+	}, 20*time.Second, 200*time.Millisecond, "temporal workflow list finds it")
+	out, err := temporalCLI(t, "workflow", "query", "--workflow-id", wfID, "--name", "status")
+	require.NoError(t, err, out)
+	require.Contains(t, out, `"unknown"`)
+
+	settle := `{"outcome":"charged","provider_reference":"ch_ticket","operation_id":"` + p.ID.String() + `","note":"bank ticket 1234"}`
+	out, err = temporalCLI(t, "workflow", "update", "execute", "--workflow-id", wfID, "--name", "settle", "--input", settle)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "succeeded")
+	got := paymentByKey(t, m, "runbook")
+	require.Equal(t, payment.StatusSucceeded, got.Status)
+	require.Equal(t, "ch_ticket", got.ProviderReference)
+	a := s.account(m, acct)
+	require.Equal(t, []any{"60.00", "0.00"}, []any{a["balance"], a["reserved"]})
+
+	out, err = temporalCLI(t, "workflow", "update", "execute", "--workflow-id", wfID, "--name", "settle",
+		"--input", `{"outcome":"not_charged","operation_id":"`+p.ID.String()+`","note":"again"}`)
+	require.Error(t, err, "a second settlement is refused: %s", out)
+	require.Contains(t, out, "workflow execution already completed")
+	require.Equal(t, payment.StatusSucceeded, paymentByKey(t, m, "runbook").Status)
+	require.Eventually(t, func() bool { return listedUnknown(t, wfID) == 0 }, 20*time.Second, 200*time.Millisecond)
 	requireVerified(t)
 }
