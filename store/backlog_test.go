@@ -19,9 +19,7 @@ import (
 func TestBacklogStateCountsTheQueueWhenTheRecordIsStale(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own := ownStore(t)
 	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{Deposit: 100_000})
 	require.NoError(t, own.SaveBacklogState(ctx, store.BacklogState{Queued: 1, DrainPerSecond: 5}))
 	for range 3 {
@@ -48,9 +46,7 @@ func TestBacklogStateCountsTheQueueWhenTheRecordIsStale(t *testing.T) {
 // takes the lead; the old leader then finds it lost.
 func TestFrozenLeaderLosesTheLead(t *testing.T) {
 	ctx := context.Background()
-	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own := ownStore(t)
 	defer store.SetLeadIdle(time.Second)()
 
 	ok, held, release, err := own.Lead(ctx, "frozen")

@@ -106,9 +106,7 @@ func (n analyzedNode) walk(fn func(analyzedNode)) {
 func TestClaimDeliveriesGoesPastAMerchantAtItsLimit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own := ownStore(t)
 	busy := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
 	pendingDeliveries(t, own, busy.ID, 5*store.ClaimCandidates(10), time.Now().Add(-time.Hour), time.Millisecond)
 	var others []uuid.UUID
@@ -151,9 +149,7 @@ func TestClaimDeliveriesGoesPastAMerchantAtItsLimit(t *testing.T) {
 func TestDeliveryClaimIsHOT(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own := ownStore(t)
 	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
 	pendingDeliveries(t, own, m.ID, 40, time.Now().Add(-time.Minute), time.Millisecond)
 	updates := func() (all, hot int64) {
@@ -245,9 +241,7 @@ func blocksRead(t *testing.T, s *store.Store) int64 {
 func TestHangingMerchantBacklogHoldsUpNobody(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own := ownStore(t)
 	newMerchant := func() testkit.Merchant {
 		return testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
 	}
@@ -370,9 +364,7 @@ func TestClaimMerchantDeliveriesGoesRoundOnce(t *testing.T) {
 func TestClaimReachesEventsBehindTheirPaymentsLaterOnes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own := ownStore(t)
 	newMerchant := func() testkit.Merchant {
 		return testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
 	}
@@ -405,9 +397,7 @@ func TestClaimReachesEventsBehindTheirPaymentsLaterOnes(t *testing.T) {
 func TestClaimDeliveriesPastAnUnreadableSecret(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own := ownStore(t)
 	damaged := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
 	pendingDeliveries(t, own, damaged.ID, 3, time.Now().Add(-time.Hour), time.Millisecond)
 	require.NoError(t, own.Exec(ctx, `UPDATE merchants SET webhook_secret_enc = '\x00' WHERE id = $1`, damaged.ID))

@@ -169,9 +169,7 @@ func TestUnconfirmedOutboxPlanReadsAPage(t *testing.T) {
 func TestUnconfirmedOutboxReturnsEveryLostEventItReads(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own := ownStore(t)
 	q := store.UnconfirmedQuery{Consumer: "webhooks", GiveUp: time.Hour, Page: 10, Pages: 5}
 	u, err := own.UnconfirmedOutbox(ctx, q) // the point starts now
 	require.NoError(t, err)

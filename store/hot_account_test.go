@@ -308,9 +308,7 @@ func TestSettlementShardsMigration(t *testing.T) {
 func TestVerifyReportsShardViolations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own := ownStore(t)
 	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{Deposit: 100_000})
 	for range 3 {
 		_, err := testkit.Settle(ctx, own, m, false)

@@ -106,11 +106,9 @@ func TestAPIKeysAddRevoke(t *testing.T) {
 func TestRotateWebhookSecret(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own := ownStore(t)
 	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "https://m.example/hooks", WebhookSecret: "whsec_one"})
-	_, err = own.RotateWebhookSecret(ctx, payment.NewID(), "whsec_x", time.Hour)
+	_, err := own.RotateWebhookSecret(ctx, payment.NewID(), "whsec_x", time.Hour)
 	require.ErrorIs(t, err, payment.ErrNotFound)
 
 	until, err := own.RotateWebhookSecret(ctx, m.ID, "whsec_two", time.Hour)

@@ -325,9 +325,7 @@ func TestManualUnknownAtIndexRebuilt(t *testing.T) {
 func TestReconcileRefundSettledLaterIsMissingFromItsDay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own := ownStore(t)
 	d := reconcile.DayOf(time.Now().AddDate(0, 0, -2))
 	noon := d.Start().Add(12 * time.Hour)
 	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{Deposit: 100_000})

@@ -557,9 +557,7 @@ func TestPaymentRefundsPages(t *testing.T) {
 func TestVerifyReportsRefundViolations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own := ownStore(t)
 	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{Deposit: 100_000})
 	key := uuid.NewString()
 	_, p, _, err := own.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: key, OperationID: payment.NewID(), Lease: time.Minute,

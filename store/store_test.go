@@ -409,9 +409,7 @@ func TestLeaseTakeOverHasOneWinner(t *testing.T) {
 func TestVerifyReportsViolations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	own, err := store.Open(ctx, store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own := ownStore(t)
 
 	m := payment.Merchant{ID: payment.NewID(), Name: "m"}
 	require.NoError(t, own.CreateMerchant(ctx, m, "sk_x", "whsec"))
