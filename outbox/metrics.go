@@ -63,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"table"}),
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_webhook_events_consumed_total",
-			Help: "Broker messages the webhook consumer handled, by result (pending, skipped, duplicate, orphan, deferred, ignored, invalid, unknown: names no outbox event, error).",
+			Help: "Broker messages the webhook consumer handled, by result (pending, skipped, duplicate, orphan, ignored, invalid, unknown: names no outbox event, error), and earlier events of an aggregate recorded ahead of their messages (from_outbox).",
 		}, []string{"result"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kasa_webhook_deliveries_total",

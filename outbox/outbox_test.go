@@ -96,7 +96,8 @@ func (b *broker) consumerIdle(t *testing.T) bool {
 }
 
 type pipelineOptions struct {
-	relays int // relays to run (0: none; tests drive the relay themselves)
+	relays    int // relays to run (0: none; tests drive the relay themselves)
+	consumers int // webhook consumers sharing the durable consumer (0: one)
 	// redeliverAfter is the relays' RedeliverAfter; zero: an hour, so that a test's relays do
 	// not publish again the events earlier tests left outside the inbox (the database is shared).
 	redeliverAfter time.Duration
@@ -134,9 +135,9 @@ func startPipeline(t *testing.T, b *broker, o pipelineOptions) *pipeline {
 	if so.BackoffBase == 0 {
 		so.BackoffBase, so.BackoffMax = 50*time.Millisecond, 200*time.Millisecond
 	}
-	runners := []testkit.Runner{
-		NewWebhookConsumer(WebhookConsumerOptions{Store: db, JetStream: b.js, DeferDelay: 20 * time.Millisecond, RetryDelay: 100 * time.Millisecond, Metrics: p.metrics, Logger: quiet}),
-		NewWebhookSender(so),
+	runners := []testkit.Runner{NewWebhookSender(so)}
+	for range max(o.consumers, 1) {
+		runners = append(runners, NewWebhookConsumer(WebhookConsumerOptions{Store: db, JetStream: b.js, RetryDelay: 100 * time.Millisecond, Metrics: p.metrics, Logger: quiet}))
 	}
 	if o.redeliverAfter == 0 {
 		o.redeliverAfter = time.Hour
@@ -397,11 +398,11 @@ type countingStore struct {
 	calls, most int
 }
 
-func (c *countingStore) AcceptEvents(ctx context.Context, consumer string, es []store.NewDelivery, grace time.Duration) ([]store.Acceptance, error) {
+func (c *countingStore) AcceptEvents(ctx context.Context, consumer string, es []store.NewDelivery) ([]store.Acceptance, error) {
 	c.mu.Lock()
 	c.calls, c.most = c.calls+1, max(c.most, len(es))
 	c.mu.Unlock()
-	return c.ConsumerStore.AcceptEvents(ctx, consumer, es, grace)
+	return c.ConsumerStore.AcceptEvents(ctx, consumer, es)
 }
 
 // A backlog is taken in batches (one transaction each, at most Batch events), each event once.
@@ -501,13 +502,14 @@ func TestGivesUpAfterTheRetryWindowThenRedelivers(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 }
 
-// Two relays and payments that go processing -> unknown -> succeeded while everything runs:
-// each payment's webhooks arrive once each, unknown before succeeded.
+// Two relays, two webhook consumers sharing the durable consumer, and payments that go
+// processing -> unknown -> succeeded while everything runs: each payment's webhooks arrive once
+// each, unknown before succeeded.
 func TestPerPaymentOrderWithTwoRelays(t *testing.T) {
 	b := newBroker(t)
 	h := newHook(t, answer(http.StatusOK))
 	m := newMerchant(t, h.URL)
-	startPipeline(t, b, pipelineOptions{relays: 2, sender: WebhookSenderOptions{PerMerchant: 8, Concurrency: 16}})
+	startPipeline(t, b, pipelineOptions{relays: 2, consumers: 2, sender: WebhookSenderOptions{PerMerchant: 8, Concurrency: 16}})
 	const payments = 40
 	var wg sync.WaitGroup
 	for g := range 4 {

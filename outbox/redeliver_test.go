@@ -134,8 +134,8 @@ func TestLostEventKeepsOrderAfterALongOutage(t *testing.T) {
 
 	metrics := NewMetrics(prometheus.NewRegistry())
 	testkit.RunUntilEnd(t,
-		NewWebhookConsumer(WebhookConsumerOptions{Store: db, JetStream: b.js, OrderGrace: 2 * redeliverAfter,
-			DeferDelay: 20 * time.Millisecond, Metrics: metrics, Logger: quiet}),
+		NewWebhookConsumer(WebhookConsumerOptions{Store: db, JetStream: b.js,
+			Metrics: metrics, Logger: quiet}),
 		NewWebhookSender(WebhookSenderOptions{Store: db, AllowPrivate: true, PollInterval: 20 * time.Millisecond,
 			BackoffBase: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Metrics: metrics, Logger: quiet}),
 	)
@@ -179,7 +179,7 @@ func TestPurgedEventKeepsOrder(t *testing.T) {
 
 	testkit.RunUntilEnd(t,
 		relay,
-		NewWebhookConsumer(WebhookConsumerOptions{Store: st, JetStream: b.js, OrderGrace: 2 * redeliverAfter, Metrics: metrics, Logger: quiet}),
+		NewWebhookConsumer(WebhookConsumerOptions{Store: st, JetStream: b.js, Metrics: metrics, Logger: quiet}),
 		NewWebhookSender(WebhookSenderOptions{Store: st, AllowPrivate: true, Metrics: metrics, Logger: quiet}))
 	require.Eventually(t, func() bool { return h.Count() > 0 }, 30*time.Second, 20*time.Millisecond, "an event delivered")
 	require.Equal(t, first.String(), h.Requests()[0].EventID, "payment.unknown first; got %s", h.Requests()[0].Body)
@@ -216,4 +216,43 @@ func TestRepublicationAnsweredAsDuplicateIsNotCounted(t *testing.T) {
 	restarted.Redeliver(ctx)
 	require.Equal(t, 1.0, value(t, after.republished), "under the next message id")
 	require.Equal(t, uint64(3), b.streamMsgs(t))
+}
+
+// A consumer far behind (longer than the order grace) when the broker lost a payment's event
+// still delivers that event before the payment's next one: the next one, read first, does not
+// go out ahead of an earlier event its payment committed.
+func TestLostEventKeepsOrderWhileTheConsumerLags(t *testing.T) {
+	ctx := context.Background()
+	b, wipe := newWipeableBroker(t)
+	h := newHook(t, answer(http.StatusNoContent))
+	m := newMerchant(t, h.URL)
+	pid := settle(t, m, true) // payment.unknown, then payment.succeeded
+	first := peek(t, pid)
+	require.Equal(t, "payment.unknown", first.Type)
+
+	redeliverAfter := 300 * time.Millisecond
+	relay := NewRelay(RelayOptions{Store: db, JetStream: b.js, RedeliverAfter: redeliverAfter, Logger: quiet})
+	_, err := relay.RelayOnce(ctx)
+	require.NoError(t, err)
+	wipe() // the broker loses the first event
+	require.Eventually(t, func() bool {
+		_, _ = relay.RelayOnce(ctx)
+		n, _, err := db.OutboxBacklog(ctx)
+		return err == nil && n == 0
+	}, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(3 * redeliverAfter) // the consumer is behind by more than the grace
+
+	metrics := NewMetrics(prometheus.NewRegistry())
+	testkit.RunUntilEnd(t,
+		NewWebhookConsumer(WebhookConsumerOptions{Store: db, JetStream: b.js,
+			Metrics: metrics, Logger: quiet}),
+		NewWebhookSender(WebhookSenderOptions{Store: db, AllowPrivate: true, PollInterval: 20 * time.Millisecond,
+			BackoffBase: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Metrics: metrics, Logger: quiet}),
+	)
+	require.Eventually(t, func() bool { return h.Count() > 0 }, 20*time.Second, 20*time.Millisecond, "an event delivered")
+	relay.Redeliver(ctx) // the relay's look for lost events, after the consumer read what it holds
+	require.Eventually(t, func() bool { return h.Count() == 2 }, 20*time.Second, 20*time.Millisecond, "both events delivered")
+	require.Equal(t, first.ID.String(), h.Requests()[0].EventID, "payment.unknown first; got %s", h.Requests()[0].Body)
+	time.Sleep(10 * redeliverAfter)
+	require.Equal(t, 2, h.Count(), "each event once")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,8 +16,8 @@ import (
 
 // ConsumerStore is what the webhook consumer needs from the database.
 type ConsumerStore interface {
-	OutboxEvents(ctx context.Context, ids []uuid.UUID) ([]store.OutboxEvent, error)
-	AcceptEvents(ctx context.Context, consumer string, es []store.NewDelivery, orderGrace time.Duration) ([]store.Acceptance, error)
+	OutboxEvents(ctx context.Context, consumer string, ids []uuid.UUID) ([]store.OutboxEvent, error)
+	AcceptEvents(ctx context.Context, consumer string, es []store.NewDelivery) ([]store.Acceptance, error)
 }
 
 // WebhookConsumerOptions configure a WebhookConsumer. Zero values take the defaults shown.
@@ -24,8 +25,6 @@ type WebhookConsumerOptions struct {
 	Store      ConsumerStore
 	JetStream  jetstream.JetStream
 	Name       string        // durable consumer and inbox name (WebhooksConsumer)
-	OrderGrace time.Duration // how long an event waits for an earlier event of its payment (1m)
-	DeferDelay time.Duration // redelivery delay while it waits (250ms)
 	RetryDelay time.Duration // redelivery delay after a database error (1s)
 	AckWait    time.Duration // the broker redelivers an unacked message after this (30s)
 	Batch      int           // most messages recorded in one transaction (64)
@@ -42,12 +41,6 @@ type WebhookConsumer struct {
 func NewWebhookConsumer(o WebhookConsumerOptions) *WebhookConsumer {
 	if o.Name == "" {
 		o.Name = WebhooksConsumer
-	}
-	if o.OrderGrace <= 0 {
-		o.OrderGrace = time.Minute
-	}
-	if o.DeferDelay <= 0 {
-		o.DeferDelay = 250 * time.Millisecond
 	}
 	if o.RetryDelay <= 0 {
 		o.RetryDelay = time.Second
@@ -185,11 +178,14 @@ func (c *WebhookConsumer) drain(ctx context.Context, it jetstream.MessagesContex
 	}
 }
 
-// handle processes messages in stream order: their inbox rows and deliveries commit together,
-// then each is acked. A message only names an event: what is delivered is read from its outbox
-// row, so a publisher without the database cannot have kasa sign a body it never committed. A
-// message naming no outbox row is acked and dropped; one already in the inbox is acked and
-// ignored; a database error, or an awaited earlier event, leaves a message to the broker's
+// handle records the events messages name, each after every earlier event of its aggregate that
+// the inbox lacks (the broker lost it, or holds it further on): the outbox keeps an aggregate's
+// order, the broker only rings the bell. All are recorded in commit order, which every consumer
+// follows, so two consumers' transactions never wait on each other's rows in a cycle. Inbox rows
+// and deliveries commit together, then each message is acked. A message only names an event:
+// what is delivered is read from its outbox row, so a publisher without the database cannot have
+// kasa sign a body it never committed. A message naming no outbox row is acked and dropped; one
+// already in the inbox is acked and ignored; a database error leaves the messages to the broker's
 // redelivery.
 func (c *WebhookConsumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 	var named []jetstream.Msg
@@ -202,54 +198,78 @@ func (c *WebhookConsumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 	if len(ids) == 0 {
 		return
 	}
-	rows, err := c.o.Store.OutboxEvents(ctx, ids)
+	rows, err := c.o.Store.OutboxEvents(ctx, c.o.Name, ids)
 	if err != nil {
 		c.retry(named, err)
 		return
 	}
-	byID := make(map[uuid.UUID]store.OutboxEvent, len(rows))
-	for _, r := range rows {
-		byID[r.ID] = r
-	}
-	var took []jetstream.Msg
-	var nds []store.NewDelivery
+	msgsOf := make(map[uuid.UUID][]jetstream.Msg, len(named))
 	for i, msg := range named {
-		row, ok := byID[ids[i]]
-		if !ok {
-			c.o.Logger.Warn("webhook consumer: message names no outbox event; dropped", "event_id", ids[i], "subject", msg.Subject())
-			c.o.Metrics.consumed.WithLabelValues("unknown").Inc()
-			_ = msg.Ack()
+		msgsOf[ids[i]] = append(msgsOf[ids[i]], msg)
+	}
+	slices.SortFunc(rows, eventOrder)
+	var nds []store.NewDelivery
+	var acks [][]jetstream.Msg // the messages naming each of nds: none for an earlier event
+	for _, r := range rows {
+		ms := msgsOf[r.ID]
+		delete(msgsOf, r.ID)
+		nd, err := c.delivery(r)
+		if err != nil {
+			c.o.Logger.Error("webhook consumer: event data is not JSON; dropped", "event_id", r.ID, "error", err)
+			for _, msg := range ms {
+				c.o.Metrics.consumed.WithLabelValues("invalid").Inc()
+				_ = msg.TermWithReason("invalid event data")
+			}
 			continue
 		}
-		if nd, ok := c.delivery(msg, row); ok {
-			took, nds = append(took, msg), append(nds, nd)
+		nds, acks = append(nds, nd), append(acks, ms)
+	}
+	for id, ms := range msgsOf {
+		for _, msg := range ms {
+			c.o.Logger.Warn("webhook consumer: message names no outbox event; dropped", "event_id", id, "subject", msg.Subject())
+			c.o.Metrics.consumed.WithLabelValues("unknown").Inc()
+			_ = msg.Ack()
 		}
 	}
 	if len(nds) == 0 {
 		return
 	}
-	accs, err := c.o.Store.AcceptEvents(ctx, c.o.Name, nds, c.o.OrderGrace)
+	accs, err := c.o.Store.AcceptEvents(ctx, c.o.Name, nds)
 	if err != nil {
-		c.retry(took, err)
+		c.retry(slices.Concat(acks...), err)
 		return
 	}
 	for i, acc := range accs {
-		msg, e := took[i], nds[i]
-		c.o.Metrics.consumed.WithLabelValues(string(acc)).Inc()
-		switch acc {
-		case store.AcceptedDeferred:
-			_ = msg.NakWithDelay(c.o.DeferDelay)
-			continue
-		case store.AcceptedSkipped:
+		e := nds[i]
+		switch {
+		case acc == store.AcceptedSkipped:
 			c.o.Metrics.deliveries.WithLabelValues("skipped").Inc()
-		case store.AcceptedOrphan:
+		case acc == store.AcceptedOrphan:
 			c.o.Logger.Error("webhook consumer: event of an unknown payment; recorded, not delivered", "event_id", e.EventID, "payment_id", e.AggregateID)
 		}
-		// Acked only now, after the commit. A lost ack means a redelivery the inbox absorbs.
-		if err := msg.Ack(); err != nil {
-			c.o.Logger.Debug("webhook consumer: ack", "event_id", e.EventID, "error", err)
+		if len(acks[i]) == 0 && acc != store.AcceptedDuplicate {
+			c.o.Logger.Info("webhook consumer: earlier event taken from the outbox ahead of its message", "event_id", e.EventID, "payment_id", e.AggregateID)
+			c.o.Metrics.consumed.WithLabelValues("from_outbox").Inc()
+		}
+		for n, msg := range acks[i] {
+			if n > 0 {
+				acc = store.AcceptedDuplicate // the same event twice in the batch
+			}
+			c.o.Metrics.consumed.WithLabelValues(string(acc)).Inc()
+			// Acked only now, after the commit. A lost ack means a redelivery the inbox absorbs.
+			if err := msg.Ack(); err != nil {
+				c.o.Logger.Debug("webhook consumer: ack", "event_id", e.EventID, "error", err)
+			}
 		}
 	}
+}
+
+// eventOrder orders events as they were committed: an aggregate's, as the relay publishes them.
+func eventOrder(a, b store.OutboxEvent) int {
+	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+		return c
+	}
+	return slices.Compare(a.ID[:], b.ID[:])
 }
 
 // retry hands messages back to the broker after a database error.
@@ -276,19 +296,16 @@ func (c *WebhookConsumer) pointer(msg jetstream.Msg) (uuid.UUID, bool) {
 	return e.ID, true
 }
 
-// delivery renders an outbox row as its delivery, with the webhook body merchants get. A row
-// whose data is not JSON is dropped (terminated).
-func (c *WebhookConsumer) delivery(msg jetstream.Msg, r store.OutboxEvent) (store.NewDelivery, bool) {
+// delivery renders an outbox row as its delivery, with the webhook body merchants get; it fails
+// when the row's data is not JSON.
+func (c *WebhookConsumer) delivery(r store.OutboxEvent) (store.NewDelivery, error) {
 	nd := store.NewDelivery{EventID: r.ID, AggregateID: r.AggregateID, Type: r.Type, CreatedAt: r.CreatedAt}
 	if webhookTypes[r.Type] {
 		body, err := WebhookBody(Event{ID: r.ID, Type: r.Type, AggregateID: r.AggregateID, CreatedAt: r.CreatedAt, Data: r.Payload})
 		if err != nil {
-			c.o.Logger.Error("webhook consumer: event data is not JSON; dropped", "event_id", r.ID, "error", err)
-			c.o.Metrics.consumed.WithLabelValues("invalid").Inc()
-			_ = msg.TermWithReason("invalid event data")
-			return store.NewDelivery{}, false
+			return store.NewDelivery{}, err
 		}
 		nd.Body = body
 	}
-	return nd, true
+	return nd, nil
 }

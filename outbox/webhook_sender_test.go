@@ -33,7 +33,7 @@ func newDelivery(t *testing.T, st *store.Store, merchantURL string) uuid.UUID {
 	body, err := WebhookBody(Event{ID: ev.ID, Type: ev.Type, AggregateID: ev.AggregateID, CreatedAt: ev.CreatedAt, Data: ev.Payload})
 	require.NoError(t, err)
 	accs, err := st.AcceptEvents(ctx, WebhooksConsumer, []store.NewDelivery{{EventID: ev.ID, AggregateID: pid, Type: ev.Type,
-		CreatedAt: ev.CreatedAt, Body: body}}, time.Minute)
+		CreatedAt: ev.CreatedAt, Body: body}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Acceptance{store.AcceptedPending}, accs)
 	return ev.ID

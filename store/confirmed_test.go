@@ -51,7 +51,7 @@ func TestUnconfirmedOutboxFollowsTheInbox(t *testing.T) {
 	require.Empty(t, u.Due)
 
 	// The first event is in the inbox: the point moves over it; the other two are due.
-	acc, err := db.AcceptEvent(ctx, consumer, newDelivery(e1[0]), time.Minute)
+	acc, err := db.AcceptEvent(ctx, consumer, newDelivery(e1[0]))
 	require.NoError(t, err)
 	require.Equal(t, store.AcceptedPending, acc)
 	u, err = db.UnconfirmedOutbox(ctx, q)
@@ -74,7 +74,7 @@ func TestUnconfirmedOutboxFollowsTheInbox(t *testing.T) {
 
 	// Both in the inbox: the point crosses them a page of one at a time; then nothing is left.
 	for _, e := range []store.OutboxEvent{e1[1], e2[0]} {
-		_, err := db.AcceptEvent(ctx, consumer, newDelivery(e), time.Minute)
+		_, err := db.AcceptEvent(ctx, consumer, newDelivery(e))
 		require.NoError(t, err)
 	}
 	u, err = db.UnconfirmedOutbox(ctx, store.UnconfirmedQuery{Consumer: consumer, GiveUp: time.Hour, Page: 1, Pages: 5})

@@ -52,8 +52,8 @@ func (s *Store) Pipelined(ctx context.Context, fn func(send, commit func(sql str
 }
 
 // AcceptEvent is AcceptEvents for one message.
-func (s *Store) AcceptEvent(ctx context.Context, consumer string, e NewDelivery, orderGrace time.Duration) (Acceptance, error) {
-	acc, err := s.AcceptEvents(ctx, consumer, []NewDelivery{e}, orderGrace)
+func (s *Store) AcceptEvent(ctx context.Context, consumer string, e NewDelivery) (Acceptance, error) {
+	acc, err := s.AcceptEvents(ctx, consumer, []NewDelivery{e})
 	if err != nil {
 		return "", err
 	}

@@ -20,7 +20,6 @@ const (
 	AcceptedSkipped   Acceptance = "skipped"   // new: the merchant has no webhook URL
 	AcceptedDuplicate Acceptance = "duplicate" // the message id is in the inbox already
 	AcceptedOrphan    Acceptance = "orphan"    // new, but no such payment: recorded, nothing to deliver
-	AcceptedDeferred  Acceptance = "deferred"  // an earlier event of the aggregate comes first: redeliver later
 	AcceptedIgnored   Acceptance = "ignored"   // new, of a type this consumer does not deliver (no Body): inbox only
 )
 
@@ -33,27 +32,26 @@ type NewDelivery struct {
 	Body        []byte    // nil: nothing to deliver, only record the message
 }
 
-// AcceptEvents records messages in consumer's inbox and creates their deliveries, in order and
-// in one transaction (one round trip), and says what became of each. A message already in the
-// inbox changes nothing. An event is deferred (nothing written for it) while an earlier event
-// of its payment, published less than orderGrace ago, has not been through this inbox yet; an
-// earlier event in the same batch counts once it is accepted. Any error writes nothing.
-func (s *Store) AcceptEvents(ctx context.Context, consumer string, es []NewDelivery, orderGrace time.Duration) ([]Acceptance, error) {
+// AcceptEvents records events in consumer's inbox and creates their deliveries, in the order
+// given and in one transaction (one round trip), and says what became of each. An event already
+// in the inbox changes nothing. The caller gives an aggregate's events in order, earlier ones
+// first (OutboxEvents finds those the inbox lacks). Any error writes nothing.
+func (s *Store) AcceptEvents(ctx context.Context, consumer string, es []NewDelivery) ([]Acceptance, error) {
 	out := make([]Acceptance, len(es))
 	err := s.pipelined(ctx, func(tx *pipeTx) error {
 		b := &pgx.Batch{}
 		for _, e := range es {
 			// A nil Body goes as NULL: the inbox row only.
-			b.Queue(dbsqlc.AcceptEvent, e.EventID, e.AggregateID, e.Type, e.CreatedAt, e.Body, consumer, orderGrace.Seconds())
+			b.Queue(dbsqlc.AcceptEvent, e.EventID, e.AggregateID, e.Type, e.CreatedAt, e.Body, consumer)
 		}
 		return tx.commitWith(ctx, b, func(br pgx.BatchResults) error {
 			for i, e := range es {
-				var waiting, inboxed, existed bool
+				var inboxed, existed bool
 				var status string
-				if err := br.QueryRow().Scan(&waiting, &inboxed, &status, &existed); err != nil {
+				if err := br.QueryRow().Scan(&inboxed, &status, &existed); err != nil {
 					return err
 				}
-				out[i] = acceptance(e, waiting, inboxed, status, existed)
+				out[i] = acceptance(e, inboxed, status, existed)
 			}
 			return nil
 		})
@@ -64,10 +62,8 @@ func (s *Store) AcceptEvents(ctx context.Context, consumer string, es []NewDeliv
 	return out, nil
 }
 
-func acceptance(e NewDelivery, waiting, inboxed bool, status string, existed bool) Acceptance {
+func acceptance(e NewDelivery, inboxed bool, status string, existed bool) Acceptance {
 	switch {
-	case waiting:
-		return AcceptedDeferred
 	case !inboxed:
 		return AcceptedDuplicate
 	case e.Body == nil:

@@ -138,38 +138,42 @@ func TestAcceptEventOnceInOrder(t *testing.T) {
 	pe, qe := eventsOf(evs, p), eventsOf(evs, q)
 	require.Len(t, pe, 2)
 
-	// The succeeded event waits for the unknown one.
-	acc, err := db.AcceptEvent(ctx, "test", newDelivery(pe[1]), time.Minute)
+	// Reading the succeeded event brings the unknown one, which this inbox lacks: the consumer
+	// records it first.
+	evs, err := db.OutboxEvents(ctx, "test", []uuid.UUID{pe[1].ID})
 	require.NoError(t, err)
-	require.Equal(t, store.AcceptedDeferred, acc)
-	// ... unless the earlier one was published longer ago than the grace period.
-	acc, err = db.AcceptEvent(ctx, "other", newDelivery(pe[1]), time.Nanosecond)
+	require.ElementsMatch(t, []uuid.UUID{pe[0].ID, pe[1].ID}, eventIDs(evs))
+	// The inbox records what it is given: another one took the later event alone.
+	acc, err := db.AcceptEvent(ctx, "other", newDelivery(pe[1]))
 	require.NoError(t, err)
 	require.Equal(t, store.AcceptedPending, acc)
 
-	acc, err = db.AcceptEvent(ctx, "test", newDelivery(pe[0]), time.Minute)
+	acc, err = db.AcceptEvent(ctx, "test", newDelivery(pe[0]))
 	require.NoError(t, err)
 	require.Equal(t, store.AcceptedPending, acc)
-	acc, err = db.AcceptEvent(ctx, "test", newDelivery(pe[1]), time.Minute)
+	evs, err = db.OutboxEvents(ctx, "test", []uuid.UUID{pe[1].ID})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{pe[1].ID}, eventIDs(evs), "the inbox holds the earlier one now")
+	acc, err = db.AcceptEvent(ctx, "test", newDelivery(pe[1]))
 	require.NoError(t, err)
 	require.Equal(t, store.AcceptedDuplicate, acc, "new to this inbox, but its delivery exists (made through the other inbox)")
 	for range 3 {
-		acc, err = db.AcceptEvent(ctx, "test", newDelivery(pe[1]), time.Minute)
+		acc, err = db.AcceptEvent(ctx, "test", newDelivery(pe[1]))
 		require.NoError(t, err)
 		require.Equal(t, store.AcceptedDuplicate, acc)
 	}
 
-	acc, err = db.AcceptEvent(ctx, "test", newDelivery(qe[0]), time.Minute)
+	acc, err = db.AcceptEvent(ctx, "test", newDelivery(qe[0]))
 	require.NoError(t, err)
 	require.Equal(t, store.AcceptedSkipped, acc)
 	ignored := newDelivery(qe[0])
 	ignored.EventID, ignored.Body = payment.NewID(), nil
-	acc, err = db.AcceptEvent(ctx, "test", ignored, time.Minute)
+	acc, err = db.AcceptEvent(ctx, "test", ignored)
 	require.NoError(t, err)
 	require.Equal(t, store.AcceptedIgnored, acc)
 	orphan := newDelivery(qe[0])
 	orphan.EventID, orphan.AggregateID = payment.NewID(), payment.NewID()
-	acc, err = db.AcceptEvent(ctx, "test", orphan, time.Minute)
+	acc, err = db.AcceptEvent(ctx, "test", orphan)
 	require.NoError(t, err)
 	require.Equal(t, store.AcceptedOrphan, acc)
 
@@ -208,17 +212,22 @@ func TestAcceptEventsInOneTransaction(t *testing.T) {
 		return ids
 	}
 
-	// Out of order: the later event waits for the earlier one, even in the same batch.
-	acc, err := db.AcceptEvents(ctx, "batch", []store.NewDelivery{newDelivery(pe[1]), newDelivery(pe[0])}, time.Minute)
+	// Reading later events brings the earlier ones this inbox lacks, and only those.
+	evs, err := db.OutboxEvents(ctx, "batch", []uuid.UUID{pe[1].ID})
 	require.NoError(t, err)
-	require.Equal(t, []store.Acceptance{store.AcceptedDeferred, store.AcceptedPending}, acc)
+	require.ElementsMatch(t, []uuid.UUID{pe[0].ID, pe[1].ID}, eventIDs(evs))
+	acc, err := db.AcceptEvents(ctx, "batch", []store.NewDelivery{newDelivery(pe[0])})
+	require.NoError(t, err)
+	require.Equal(t, []store.Acceptance{store.AcceptedPending}, acc)
 	require.Equal(t, []uuid.UUID{pe[0].ID}, deliveries(p))
+	evs, err = db.OutboxEvents(ctx, "batch", []uuid.UUID{pe[1].ID, qe[1].ID, payment.NewID()})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []uuid.UUID{pe[1].ID, qe[0].ID, qe[1].ID}, eventIDs(evs))
 
-	// In order, the earlier event accepted in the batch lets the later one through; a message
-	// seen before, or twice in one batch, is a duplicate.
+	// In order; a message seen before, or twice in one batch, is a duplicate.
 	acc, err = db.AcceptEvents(ctx, "batch", []store.NewDelivery{
 		newDelivery(qe[0]), newDelivery(qe[1]), newDelivery(pe[0]), newDelivery(pe[1]), newDelivery(qe[1]),
-	}, time.Minute)
+	})
 	require.NoError(t, err)
 	require.Equal(t, []store.Acceptance{
 		store.AcceptedPending, store.AcceptedPending, store.AcceptedDuplicate, store.AcceptedPending, store.AcceptedDuplicate,
@@ -231,19 +240,27 @@ func TestAcceptEventsInOneTransaction(t *testing.T) {
 	re := eventsOf(publishAll(t), r)
 	bad := newDelivery(re[0])
 	bad.EventID, bad.Type = payment.NewID(), "payment.\xff"
-	_, err = db.AcceptEvents(ctx, "batch", []store.NewDelivery{newDelivery(re[0]), bad}, time.Minute)
+	_, err = db.AcceptEvents(ctx, "batch", []store.NewDelivery{newDelivery(re[0]), bad})
 	require.Error(t, err)
 	require.Empty(t, deliveries(r))
-	acc, err = db.AcceptEvents(ctx, "batch", []store.NewDelivery{newDelivery(re[0])}, time.Minute)
+	acc, err = db.AcceptEvents(ctx, "batch", []store.NewDelivery{newDelivery(re[0])})
 	require.NoError(t, err)
 	require.Equal(t, []store.Acceptance{store.AcceptedPending}, acc, "not a duplicate: the failed batch left no inbox row")
+}
+
+func eventIDs(evs []store.OutboxEvent) []uuid.UUID {
+	var ids []uuid.UUID
+	for _, e := range evs {
+		ids = append(ids, e.ID)
+	}
+	return ids
 }
 
 // accepted relays the merchant's events into deliveries through one inbox, in order.
 func accepted(t *testing.T) {
 	t.Helper()
 	for _, e := range publishAll(t) {
-		_, err := db.AcceptEvent(context.Background(), "test-sender", newDelivery(e), time.Minute)
+		_, err := db.AcceptEvent(context.Background(), "test-sender", newDelivery(e))
 		require.NoError(t, err)
 	}
 }

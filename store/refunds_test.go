@@ -624,7 +624,7 @@ func TestAcceptRefundEventMakesADelivery(t *testing.T) {
 		&e.EventID, &e.AggregateID, &e.Type, &e.CreatedAt))
 	require.Equal(t, "refund.succeeded", e.Type)
 	e.Body = []byte(`{"id":"` + e.EventID.String() + `"}`)
-	acc, err := db.AcceptEvent(ctx, "test-refunds", e, time.Minute)
+	acc, err := db.AcceptEvent(ctx, "test-refunds", e)
 	require.NoError(t, err)
 	require.Equal(t, store.AcceptedPending, acc)
 	ds, err := db.PaymentDeliveries(ctx, r.ID)

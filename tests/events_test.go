@@ -45,7 +45,7 @@ func startEventPipeline(t *testing.T) *prometheus.Registry {
 	quiet := slog.New(slog.DiscardHandler)
 	runners := []testkit.Runner{
 		outbox.NewRelay(outbox.RelayOptions{Store: db, JetStream: js, PollInterval: 20 * time.Millisecond, Metrics: metrics, Logger: quiet}),
-		outbox.NewWebhookConsumer(outbox.WebhookConsumerOptions{Store: db, JetStream: js, DeferDelay: 20 * time.Millisecond, Metrics: metrics, Logger: quiet}),
+		outbox.NewWebhookConsumer(outbox.WebhookConsumerOptions{Store: db, JetStream: js, Metrics: metrics, Logger: quiet}),
 		outbox.NewWebhookSender(outbox.WebhookSenderOptions{Store: db, PollInterval: 20 * time.Millisecond, PerMerchant: 8, AllowPrivate: true,
 			BackoffBase: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Metrics: metrics, Logger: quiet}),
 	}

@@ -67,11 +67,7 @@ func startEvents(ctx context.Context, cfg config.Config, st *store.Store, reg pr
 	runners := map[string]interface{ Run(context.Context) error }{
 		"relay": outbox.NewRelay(outbox.RelayOptions{Store: st, JetStream: js, Retention: cfg.Events.Retention,
 			RedeliverAfter: cfg.Events.RedeliverAfter, Metrics: metrics, Logger: log}),
-		// An event waits for its payment's earlier one until that one could have been
-		// published again (the broker may have lost it): the order holds through a loss.
-		"webhook consumer": outbox.NewWebhookConsumer(outbox.WebhookConsumerOptions{
-			Store: st, JetStream: js, OrderGrace: 2 * cfg.Events.RedeliverAfter, Metrics: metrics, Logger: log,
-		}),
+		"webhook consumer": outbox.NewWebhookConsumer(outbox.WebhookConsumerOptions{Store: st, JetStream: js, Metrics: metrics, Logger: log}),
 		"webhook sender": outbox.NewWebhookSender(outbox.WebhookSenderOptions{
 			Store: st, Timeout: cfg.Webhook.Timeout, Concurrency: cfg.Webhook.Concurrency,
 			PerMerchant: cfg.Webhook.PerMerchant, RetryFor: cfg.Webhook.RetryFor, AllowPrivate: cfg.Webhook.AllowPrivate, Own: outbox.NewOwnHosts(cfg.Webhook.OwnHosts),

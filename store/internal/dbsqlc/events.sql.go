@@ -52,3 +52,53 @@ func (q *Queries) OutboxEventsByID(ctx context.Context, ids []uuid.UUID) ([]Outb
 	}
 	return items, nil
 }
+
+const OutboxEventsInboxLacks = `-- name: OutboxEventsInboxLacks :many
+SELECT DISTINCT ON (e.id) e.id, e.aggregate_id, e.type, e.payload, e.created_at
+FROM outbox n JOIN outbox e ON e.aggregate_id = n.aggregate_id AND (e.created_at, e.id) <= (n.created_at, n.id)
+WHERE n.id = ANY($1::uuid[])
+  AND (e.id = n.id OR NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $2 AND i.message_id = e.id))
+ORDER BY e.id
+`
+
+type OutboxEventsInboxLacksParams struct {
+	Ids      []uuid.UUID
+	Consumer string
+}
+
+type OutboxEventsInboxLacksRow struct {
+	ID          uuid.UUID
+	AggregateID uuid.UUID
+	Type        string
+	Payload     []byte
+	CreatedAt   time.Time
+}
+
+// The rows of these ids, and every earlier event of their aggregates that the consumer's inbox
+// lacks: the outbox, not the broker, is where an aggregate's events and their order are kept, so
+// an event is never recorded ahead of an earlier one the broker lost or has not handed over yet.
+func (q *Queries) OutboxEventsInboxLacks(ctx context.Context, arg OutboxEventsInboxLacksParams) ([]OutboxEventsInboxLacksRow, error) {
+	rows, err := q.db.Query(ctx, OutboxEventsInboxLacks, arg.Ids, arg.Consumer)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxEventsInboxLacksRow
+	for rows.Next() {
+		var i OutboxEventsInboxLacksRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.AggregateID,
+			&i.Type,
+			&i.Payload,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -13,14 +13,8 @@ import (
 )
 
 const AcceptEvent = `-- name: AcceptEvent :one
-WITH waiting AS (
-  SELECT EXISTS (SELECT 1 FROM outbox o
-    WHERE o.aggregate_id = $2 AND (o.created_at, o.id) < ($4, $1)
-      AND greatest(coalesce(o.published_at, o.created_at),
-                   coalesce((SELECT l.published_at FROM outbox l WHERE l.id = $1), now())) > now() - $7::float8 * interval '1 second'
-      AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $6 AND i.message_id = o.id)) AS w
-), inboxed AS (
-  INSERT INTO inbox (consumer, message_id) SELECT $6, $1 FROM waiting WHERE NOT w
+WITH inboxed AS (
+  INSERT INTO inbox (consumer, message_id) VALUES ($6, $1)
   ON CONFLICT DO NOTHING RETURNING 1
 ), delivered AS (
   INSERT INTO webhook_deliveries (id, merchant_id, aggregate_id, event_type, event_created_at, url, body, status)
@@ -32,54 +26,42 @@ WITH waiting AS (
   WHERE $5::bytea IS NOT NULL AND EXISTS (SELECT 1 FROM inboxed)
   ON CONFLICT (id) DO NOTHING RETURNING status
 )
-SELECT (SELECT w FROM waiting), EXISTS (SELECT 1 FROM inboxed), coalesce((SELECT status FROM delivered), ''),
+SELECT EXISTS (SELECT 1 FROM inboxed), coalesce((SELECT status FROM delivered), ''),
        EXISTS (SELECT 1 FROM webhook_deliveries wd WHERE wd.id = $1)
 `
 
 type AcceptEventParams struct {
-	ID          uuid.UUID
-	AggregateID uuid.UUID
-	EventType   string
-	CreatedAt   time.Time
-	Body        []byte
-	Consumer    string
-	Column7     float64
+	ID             uuid.UUID
+	ID_2           uuid.UUID
+	EventType      string
+	EventCreatedAt time.Time
+	Body           []byte
+	Consumer       string
 }
 
 type AcceptEventRow struct {
-	W        bool
 	Exists   bool
 	Coalesce interface{}
 	Exists_2 bool
 }
 
-// One event through a consumer's inbox, in one statement. It waits (writes nothing) while an
-// earlier event of the aggregate, published within the grace period (or not yet published),
-// has not been through this inbox. The grace runs from this event's publication too: an earlier
-// event the broker lost while it was down is published again after the later ones it held back
-// (the relay looks for lost events less often than for new ones). The inbox row goes in only
-// then, and the delivery only with a new inbox row. Every part reads the statement's snapshot,
-// which holds the batch's earlier statements: an earlier event of the same batch counts as
-// processed. The last column says whether the delivery existed before (the inbox row was
-// purged, it was not). The aggregate is a payment or a refund: either names the merchant to
-// deliver to.
+// One event through a consumer's inbox, in one statement: the inbox row, and the delivery only
+// with a new inbox row. The consumer records an aggregate's events in order, earlier ones it took
+// from the outbox first (events.sql). A row another consumer is inserting makes this one wait for
+// its commit, so an earlier event's delivery is committed first whichever consumer records it.
+// The last column says whether the delivery existed before (the inbox row was purged, it was
+// not). The aggregate is a payment or a refund: either names the merchant to deliver to.
 func (q *Queries) AcceptEvent(ctx context.Context, arg AcceptEventParams) (AcceptEventRow, error) {
 	row := q.db.QueryRow(ctx, AcceptEvent,
 		arg.ID,
-		arg.AggregateID,
+		arg.ID_2,
 		arg.EventType,
-		arg.CreatedAt,
+		arg.EventCreatedAt,
 		arg.Body,
 		arg.Consumer,
-		arg.Column7,
 	)
 	var i AcceptEventRow
-	err := row.Scan(
-		&i.W,
-		&i.Exists,
-		&i.Coalesce,
-		&i.Exists_2,
-	)
+	err := row.Scan(&i.Exists, &i.Coalesce, &i.Exists_2)
 	return i, err
 }
 
@@ -94,9 +76,7 @@ type PurgeInboxParams struct {
 	Limit   int32
 }
 
-// A consumer's inbox: each message's effect happens once. The webhook consumer defers an event
-// while an earlier event of its aggregate, published recently, is not yet in its inbox (several
-// consumer processes may race otherwise).
+// A consumer's inbox: each message's effect happens once.
 func (q *Queries) PurgeInbox(ctx context.Context, arg PurgeInboxParams) (int64, error) {
 	result, err := q.db.Exec(ctx, PurgeInbox, arg.Column1, arg.Limit)
 	if err != nil {
