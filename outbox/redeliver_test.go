@@ -256,3 +256,37 @@ func TestLostEventKeepsOrderWhileTheConsumerLags(t *testing.T) {
 	time.Sleep(10 * redeliverAfter)
 	require.Equal(t, 2, h.Count(), "each event once")
 }
+
+// A consumer that is only behind is not sent copies of what the stream still holds ahead of it:
+// the relay publishes again only events published before the last message the consumer has
+// acked everything up to, or every event the inbox lacks once the consumer has nothing pending.
+func TestLaggingConsumerGetsNoCopies(t *testing.T) {
+	ctx := context.Background()
+	st, b := ownStore(t), newBroker(t)
+	m := newMerchantIn(t, st, "http://127.0.0.1:9/hook")
+	consumer := NewWebhookConsumer(WebhookConsumerOptions{Store: st, JetStream: b.js, Logger: quiet})
+	_, err := consumer.consumer(ctx) // the durable consumer exists, and reads nothing yet
+	require.NoError(t, err)
+
+	redeliverAfter := 200 * time.Millisecond
+	metrics := NewMetrics(prometheus.NewRegistry())
+	relay := NewRelay(RelayOptions{Store: st, JetStream: b.js, RedeliverAfter: redeliverAfter, Metrics: metrics, Logger: quiet})
+	for range 3 {
+		settleIn(t, st, m, false)
+	}
+	n, err := relay.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	time.Sleep(redeliverAfter)
+	relay.Redeliver(ctx)
+	require.Zero(t, value(t, metrics.republished), "the stream holds them ahead of the consumer")
+	require.Equal(t, uint64(3), b.streamMsgs(t))
+
+	// The stream loses them: nothing is pending for the consumer any more, all are due.
+	s, err := b.js.Stream(ctx, StreamName)
+	require.NoError(t, err)
+	require.NoError(t, s.Purge(ctx))
+	relay.Redeliver(ctx)
+	require.Equal(t, 3.0, value(t, metrics.republished))
+	require.Equal(t, uint64(3), b.streamMsgs(t))
+}

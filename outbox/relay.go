@@ -189,7 +189,7 @@ func (r *Relay) Redeliver(ctx context.Context) {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.PublishTimeout+5*time.Second)
 	defer cancel()
 	u, err := r.o.Store.UnconfirmedOutbox(bctx, store.UnconfirmedQuery{
-		Consumer: r.o.Consumer, After: r.o.RedeliverAfter, GiveUp: r.o.RedeliverFor,
+		Consumer: r.o.Consumer, After: r.o.RedeliverAfter, GiveUp: r.o.RedeliverFor, Ahead: r.consumerAt(bctx),
 		Page: r.o.BatchSize, Pages: redeliverPages,
 	})
 	if err != nil {
@@ -255,6 +255,35 @@ func (r *Relay) Redeliver(ctx context.Context) {
 		}
 		r.ensureStream(ctx, err)
 	}
+}
+
+// consumerAt says how far the consumer has read the stream: when the broker stored the message
+// it has acked everything up to (or the stream was created, before its first ack). An event the
+// inbox lacks that was published later may still be in the stream ahead of a consumer that is
+// only behind, not lost: publishing it again would add to the backlog it is working through.
+// Zero (every event the inbox lacks is due) when the consumer has nothing pending, or when the
+// broker cannot say (no consumer yet, a message gone).
+func (r *Relay) consumerAt(ctx context.Context) time.Time {
+	c, err := r.o.JetStream.Consumer(ctx, StreamName, r.o.Consumer)
+	if err != nil {
+		return time.Time{}
+	}
+	info, err := c.Info(ctx)
+	if err != nil || info.NumPending == 0 && info.NumAckPending == 0 {
+		return time.Time{}
+	}
+	s, err := r.o.JetStream.Stream(ctx, StreamName)
+	if err != nil {
+		return time.Time{}
+	}
+	if info.AckFloor.Stream == 0 {
+		return s.CachedInfo().Created
+	}
+	msg, err := s.GetMsg(ctx, info.AckFloor.Stream)
+	if err != nil {
+		return time.Time{}
+	}
+	return msg.Time
 }
 
 // republishedMsgID is the Nats-Msg-Id of an event's n-th re-publication (n ≥ 1); its first

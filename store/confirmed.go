@@ -21,8 +21,11 @@ type UnconfirmedQuery struct {
 	Consumer string        // the inbox
 	After    time.Duration // rows published less than this ago are not checked yet
 	GiveUp   time.Duration // rows published longer ago than this are passed over, not republished
-	Page     int           // rows read per statement
-	Pages    int           // most statements per call
+	// Ahead: rows published after this may still be in the stream ahead of a consumer that is
+	// only behind; they are not read (zero: no such bound).
+	Ahead time.Time
+	Page  int // rows read per statement
+	Pages int // most statements per call
 }
 
 // Unconfirmed is what one check found.
@@ -60,11 +63,15 @@ func (s *Store) UnconfirmedOutbox(ctx context.Context, q UnconfirmedQuery) (Unco
 			return err
 		}
 		start, read, page := point, point, max(q.Page, 1)
+		ahead := q.Ahead
+		if ahead.IsZero() {
+			ahead = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+		}
 		var due []uuid.UUID
 		for range max(q.Pages, 1) {
 			rows, err := qt.OutboxAfterConfirmed(ctx, dbsqlc.OutboxAfterConfirmedParams{
 				Consumer: q.Consumer, PointAt: read.PublishedAt, PointID: read.ID,
-				OlderThan: q.After.Seconds(), GiveUp: q.GiveUp.Seconds(), Page: int32(page),
+				OlderThan: q.After.Seconds(), GiveUp: q.GiveUp.Seconds(), Ahead: ahead, Page: int32(page),
 			})
 			if err != nil {
 				return err

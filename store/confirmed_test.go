@@ -143,7 +143,7 @@ func TestUnconfirmedOutboxPlanReadsAPage(t *testing.T) {
 			require.NoError(t, err)
 			var raw []byte
 			// The point a day back: 2,880 rows after it, of which a page is read.
-			require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE after_point(86400, '%s', '%s', 60, %d, 'webhooks')`,
+			require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE after_point(86400, '%s', '%s', 60, 'infinity', %d, 'webhooks')`,
 				time.Now().Add(-24*time.Hour).UTC().Format(time.RFC3339Nano), uuid.Nil, page), pgx.QueryExecModeSimpleProtocol).Scan(&raw))
 			var out []struct {
 				Plan analyzedNode `json:"Plan"`

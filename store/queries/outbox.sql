@@ -35,8 +35,8 @@ VALUES ($1, now(), '00000000-0000-0000-0000-000000000000') ON CONFLICT DO NOTHIN
 RETURNING published_at, id;
 
 -- name: OutboxAfterConfirmed :many
--- The rows published after the point and more than older_than seconds ago, in publication
--- order, each with whether the consumer's inbox holds it and whether it was published more than
+-- The rows published after the point, more than older_than seconds ago and not after ahead, in
+-- publication order, each with whether the consumer's inbox holds it and whether it was published more than
 -- give_up seconds ago. outbox_published_order gives the page in this order from the point on;
 -- the inbox is probed by key for the page's rows only (an EXISTS is planned as a hash of the
 -- whole inbox).
@@ -45,6 +45,7 @@ SELECT p.id, p.published_at, (i.held IS NOT NULL)::boolean AS inboxed,
 FROM (SELECT o.id, o.published_at::timestamptz AS published_at FROM outbox o
       WHERE (o.published_at, o.id) > (sqlc.arg(point_at)::timestamptz, sqlc.arg(point_id)::uuid)
         AND o.published_at < now() - sqlc.arg(older_than)::float8 * interval '1 second'
+        AND o.published_at <= sqlc.arg(ahead)::timestamptz
       ORDER BY o.published_at, o.id
       LIMIT sqlc.arg(page)) p
 LEFT JOIN LATERAL (SELECT true AS held FROM inbox i

@@ -112,10 +112,11 @@ SELECT p.id, p.published_at, (i.held IS NOT NULL)::boolean AS inboxed,
 FROM (SELECT o.id, o.published_at::timestamptz AS published_at FROM outbox o
       WHERE (o.published_at, o.id) > ($2::timestamptz, $3::uuid)
         AND o.published_at < now() - $4::float8 * interval '1 second'
+        AND o.published_at <= $5::timestamptz
       ORDER BY o.published_at, o.id
-      LIMIT $5) p
+      LIMIT $6) p
 LEFT JOIN LATERAL (SELECT true AS held FROM inbox i
-                   WHERE i.consumer = $6 AND i.message_id = p.id LIMIT 1) i ON true
+                   WHERE i.consumer = $7 AND i.message_id = p.id LIMIT 1) i ON true
 ORDER BY p.published_at, p.id
 `
 
@@ -124,6 +125,7 @@ type OutboxAfterConfirmedParams struct {
 	PointAt   time.Time
 	PointID   uuid.UUID
 	OlderThan float64
+	Ahead     time.Time
 	Page      int32
 	Consumer  string
 }
@@ -135,8 +137,8 @@ type OutboxAfterConfirmedRow struct {
 	Expired     bool
 }
 
-// The rows published after the point and more than older_than seconds ago, in publication
-// order, each with whether the consumer's inbox holds it and whether it was published more than
+// The rows published after the point, more than older_than seconds ago and not after ahead, in
+// publication order, each with whether the consumer's inbox holds it and whether it was published more than
 // give_up seconds ago. outbox_published_order gives the page in this order from the point on;
 // the inbox is probed by key for the page's rows only (an EXISTS is planned as a hash of the
 // whole inbox).
@@ -146,6 +148,7 @@ func (q *Queries) OutboxAfterConfirmed(ctx context.Context, arg OutboxAfterConfi
 		arg.PointAt,
 		arg.PointID,
 		arg.OlderThan,
+		arg.Ahead,
 		arg.Page,
 		arg.Consumer,
 	)
