@@ -21,11 +21,11 @@ type UnconfirmedQuery struct {
 	Consumer string        // the inbox
 	After    time.Duration // rows published less than this ago are not checked yet
 	GiveUp   time.Duration // rows published longer ago than this are passed over, not republished
+	Page     int           // rows read per statement
+	Pages    int           // most statements per call
 	// Ahead: rows published after this may still be in the stream ahead of a consumer that is
 	// only behind; they are not read (zero: no such bound).
 	Ahead time.Time
-	Page  int // rows read per statement
-	Pages int // most statements per call
 }
 
 // Unconfirmed is what one check found.
