@@ -64,7 +64,7 @@ temporal-ui: $(TEMPORAL_UI) ## build the pinned Temporal Web UI server into ./bi
 run-cluster: build temporal-server nats-server temporal-ui ## run the system as separate processes: real Temporal Server, NATS, 2 APIs, 2 workers, relay
 	$(BIN)/kasa cluster
 
-run: build temporal-cli ## run the whole system locally (PostgreSQL, Temporal + UI, bank simulator, worker, API)
+run: build temporal-cli ## run the whole system locally (PostgreSQL, Temporal + UI, bank simulator, worker, relay, API)
 	$(BIN)/kasa dev
 
 test: temporal-cli temporal-server nats-server temporal-ui ## run every test: unit, integration (real PostgreSQL + Temporal) and end-to-end
