@@ -19,12 +19,15 @@ import (
 // recently used records without per-entry bookkeeping. A record is answered from memory only
 // while it is younger than maxAge (the idempotency retention) and than the shortest retention a
 // record deleter announced (bound): once it may have been deleted, its key is a new request, and
-// only the database can say whether that request was already made.
+// only the database can say whether that request was already made. A record's age is judged by
+// the database's clock, which stamped it and by which the deleters delete it: this host's clock,
+// behind it, would answer for a record already deleted.
 type replayCache struct {
 	size   int           // records per generation; 0 disables the cache
 	maxAge time.Duration // since the record's operation finished; 0: no bound
 	bound  atomic.Int64  // the deleters' shortest retention, in nanoseconds; 0: none known
 	blind  atomic.Bool   // the deleters' retention could not be read: answer and keep nothing
+	skew   atomic.Int64  // how far the database's clock is ahead of this host's, in nanoseconds, as last read
 	now    func() time.Time
 
 	mu        sync.Mutex
@@ -74,23 +77,28 @@ func (c *replayCache) expired(r store.Record) bool {
 	if maxAge <= 0 {
 		return false
 	}
-	now := time.Now
-	if c.now != nil {
-		now = c.now
-	}
-	return now().Sub(r.UpdatedAt) >= maxAge
+	return c.clock().Add(time.Duration(c.skew.Load())).Sub(r.UpdatedAt) >= maxAge
 }
 
-// setBound sets the deleters' shortest retention (0: none known). A bound longer than before, or
-// none, drops every cached record: one the shorter bound had expired may be deleted by now, and
-// is answered from the database again.
-func (c *replayCache) setBound(d time.Duration) {
+// clock is this host's time.
+func (c *replayCache) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
+}
+
+// setBound sets the deleters' shortest retention (0: none known) and how far the database's clock
+// is ahead of this host's. A bound longer than before, or none, drops every cached record: one
+// the shorter bound had expired may be deleted by now, and is answered from the database again.
+func (c *replayCache) setBound(d, skew time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := time.Duration(c.bound.Load()); old > 0 && (d <= 0 || d > old) {
 		c.cur, c.prev = nil, nil
 	}
 	c.bound.Store(int64(d))
+	c.skew.Store(int64(skew))
 	c.blind.Store(false)
 }
 
@@ -124,9 +132,10 @@ func (c *replayCache) putLocked(k replayKey, rec store.Record) {
 }
 
 // Retentions is where an API learns the shortest idempotency retention the deployment's record
-// deleters (the workers) announced within live (store.Store).
+// deleters (the workers) announced within live, and the database's clock, by which they delete
+// (store.Store).
 type Retentions interface {
-	ShortestRetention(ctx context.Context, live time.Duration) (time.Duration, error)
+	ShortestRetention(ctx context.Context, live time.Duration) (time.Duration, time.Time, error)
 }
 
 // FollowRetentions bounds the replay cache by the shortest retention a record deleter announced
@@ -137,8 +146,11 @@ func (s *Server) FollowRetentions(ctx context.Context, src Retentions, live, int
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if d, err := src.ShortestRetention(ctx, live); err == nil {
-			s.replays.setBound(d)
+		// Read before the query: the database's time is later than that, so the skew is never
+		// taken for less than it is, and a record never for younger.
+		sent := s.replays.clock()
+		if d, at, err := src.ShortestRetention(ctx, live); err == nil {
+			s.replays.setBound(d, at.Sub(sent))
 		} else if s.replays.unknownBound(); ctx.Err() == nil {
 			s.log.Warn("reading the workers' idempotency retention; replays come from the database until it is read", "error", err)
 		}

@@ -107,10 +107,19 @@ func TestReplayCacheKeysByScope(t *testing.T) {
 	require.Equal(t, paid, got, "the refund did not replace the payment")
 }
 
-type shortestRetention time.Duration
+// retentionAt is a deleters' retention read together with the database's clock.
+type retentionAt struct {
+	d  time.Duration
+	at func() time.Time
+}
 
-func (d shortestRetention) ShortestRetention(context.Context, time.Duration) (time.Duration, error) {
-	return time.Duration(d), nil
+func (r retentionAt) ShortestRetention(context.Context, time.Duration) (time.Duration, time.Time, error) {
+	return r.d, r.at(), nil
+}
+
+// shortestRetention is d, read from a database whose clock is the API host's.
+func shortestRetention(s *Server, d time.Duration) retentionAt {
+	return retentionAt{d, s.replays.clock}
 }
 
 // A worker that deletes records sooner than this API's retention bounds the cache: a record it
@@ -124,13 +133,13 @@ func TestReplayCacheFollowsTheWorkersRetention(t *testing.T) {
 	s.replays.put(rec)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // one read, then it returns
-	s.FollowRetentions(ctx, shortestRetention(time.Hour), time.Minute, time.Second)
+	s.FollowRetentions(ctx, shortestRetention(s, time.Hour), time.Minute, time.Second)
 	_, ok := s.replays.get(m, store.ScopePayment, "k")
 	require.True(t, ok, "younger than the workers' hour")
 	now = now.Add(31 * time.Minute)
 	_, ok = s.replays.get(m, store.ScopePayment, "k")
 	require.False(t, ok, "older than the workers' retention, though younger than the API's own")
-	s.FollowRetentions(ctx, shortestRetention(0), time.Minute, time.Second)
+	s.FollowRetentions(ctx, shortestRetention(s, 0), time.Minute, time.Second)
 	s.replays.put(rec)
 	_, ok = s.replays.get(m, store.ScopePayment, "k")
 	require.True(t, ok, "no worker announced one: the API's own retention bounds it")
@@ -144,13 +153,13 @@ func TestReplayCacheForgetsWhenTheBoundGrows(t *testing.T) {
 	s := &Server{log: slog.New(slog.DiscardHandler), replays: replayCache{size: 10, maxAge: 72 * time.Hour, now: func() time.Time { return now }}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	s.FollowRetentions(ctx, shortestRetention(time.Hour), time.Minute, time.Second)
+	s.FollowRetentions(ctx, shortestRetention(s, time.Hour), time.Minute, time.Second)
 	s.replays.put(store.Record{MerchantID: m, Key: "k", Scope: store.ScopePayment, Status: store.RecordCompleted,
 		Outcome: payment.StatusFailed, ResponseBody: []byte(`{}`), UpdatedAt: now.Add(-30 * time.Minute)})
 	now = now.Add(40 * time.Minute) // 70 minutes old: the one-hour worker deleted it
 	for _, grown := range []time.Duration{0, 2 * time.Hour} {
-		s.FollowRetentions(ctx, shortestRetention(time.Hour), time.Minute, time.Second)
-		s.FollowRetentions(ctx, shortestRetention(grown), time.Minute, time.Second)
+		s.FollowRetentions(ctx, shortestRetention(s, time.Hour), time.Minute, time.Second)
+		s.FollowRetentions(ctx, shortestRetention(s, grown), time.Minute, time.Second)
 		_, ok := s.replays.get(m, store.ScopePayment, "k")
 		require.False(t, ok, "bound grown to %s", grown)
 	}
@@ -158,8 +167,8 @@ func TestReplayCacheForgetsWhenTheBoundGrows(t *testing.T) {
 
 type retentionUnreadable struct{}
 
-func (retentionUnreadable) ShortestRetention(context.Context, time.Duration) (time.Duration, error) {
-	return 0, errors.New("database unreachable")
+func (retentionUnreadable) ShortestRetention(context.Context, time.Duration) (time.Duration, time.Time, error) {
+	return 0, time.Time{}, errors.New("database unreachable")
 }
 
 // While the workers' retention cannot be read, a worker may have announced a shorter one and
@@ -172,7 +181,7 @@ func TestReplayCacheStopsWhileTheRetentionIsUnreadable(t *testing.T) {
 		ResponseBody: []byte(`{}`), UpdatedAt: now.Add(-30 * time.Minute)}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	s.FollowRetentions(ctx, shortestRetention(0), time.Minute, time.Second)
+	s.FollowRetentions(ctx, shortestRetention(s, 0), time.Minute, time.Second)
 	s.replays.put(rec)
 	s.FollowRetentions(ctx, retentionUnreadable{}, time.Minute, time.Second)
 	_, ok := s.replays.get(m, store.ScopePayment, "k")
@@ -180,8 +189,42 @@ func TestReplayCacheStopsWhileTheRetentionIsUnreadable(t *testing.T) {
 	s.replays.put(rec)
 	_, ok = s.replays.get(m, store.ScopePayment, "k")
 	require.False(t, ok, "kept a record while the workers' retention was unknown")
-	s.FollowRetentions(ctx, shortestRetention(0), time.Minute, time.Second)
+	s.FollowRetentions(ctx, shortestRetention(s, 0), time.Minute, time.Second)
 	s.replays.put(rec)
 	_, ok = s.replays.get(m, store.ScopePayment, "k")
 	require.True(t, ok, "a successful read brings the cache back")
+}
+
+// The workers delete a record by the database's clock (its updated_at against now()): an API
+// whose own clock runs behind the database's ages its cached records by the database's too, so
+// it never replays a record the workers deleted, whose key may name a new payment by now; one
+// whose clock runs ahead keeps what is still in the database.
+func TestReplayCacheAgesRecordsByTheDatabaseClock(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		skew time.Duration // the database's clock minus the API host's
+		age  time.Duration // the record's, by the database's clock
+		want bool
+	}{
+		{"host behind, record deleted", 10 * time.Minute, 61 * time.Minute, false},
+		{"host behind, record kept", 10 * time.Minute, 45 * time.Minute, true},
+		{"host ahead, record kept", -20 * time.Minute, 50 * time.Minute, true},
+		{"host ahead, record deleted", -20 * time.Minute, 61 * time.Minute, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := payment.NewID()
+			host := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+			database := func() time.Time { return host.Add(tc.skew) }
+			s := &Server{log: slog.New(slog.DiscardHandler), replays: replayCache{size: 10, maxAge: 72 * time.Hour, now: func() time.Time { return host }}}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			s.FollowRetentions(ctx, retentionAt{time.Hour, database}, time.Minute, time.Second)
+			rec := store.Record{MerchantID: m, Key: "k", Scope: store.ScopePayment, Status: store.RecordCompleted, Outcome: payment.StatusFailed,
+				ResponseBody: []byte(`{}`), UpdatedAt: database().Add(-tc.age + 5*time.Minute)}
+			s.replays.put(rec)
+			host = host.Add(5 * time.Minute)
+			_, ok := s.replays.get(m, store.ScopePayment, "k")
+			require.Equal(t, tc.want, ok, "a record %s old by the database's clock, whose workers keep records an hour", tc.age)
+		})
+	}
 }

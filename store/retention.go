@@ -54,8 +54,9 @@ func (s *Store) SeeRetention(ctx context.Context, retention time.Duration) error
 	return translate(s.q.SeeRetention(ctx, retention.Milliseconds()))
 }
 
-// ShortestRetention is the shortest retention a deleter announced within live (0: none did).
-func (s *Store) ShortestRetention(ctx context.Context, live time.Duration) (time.Duration, error) {
-	ms, err := s.q.ShortestRetentionMS(ctx, live.Seconds())
-	return time.Duration(ms) * time.Millisecond, translate(err)
+// ShortestRetention is the shortest retention a deleter announced within live (0: none did), and
+// the database's clock as it read it: the deleters expire records by that clock, not a caller's.
+func (s *Store) ShortestRetention(ctx context.Context, live time.Duration) (time.Duration, time.Time, error) {
+	row, err := s.q.ShortestRetentionMS(ctx, live.Seconds())
+	return time.Duration(row.ShortestMs) * time.Millisecond, row.Now, translate(err)
 }

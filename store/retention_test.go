@@ -186,18 +186,22 @@ func TestBeginRacingRetentionOwnsWhatItWrote(t *testing.T) {
 	require.Equal(t, op, r.rec.OperationID)
 }
 
-// The shortest retention a live deleter announced bounds the APIs' replay caches; one not
-// announced within live no longer counts. Deleting announces the retention it deletes by.
+// The shortest retention a live deleter announced bounds the APIs' replay caches, which read the
+// database's clock with it; one not announced within live no longer counts. Deleting announces the retention it deletes by.
 // (Durations below any other test's, which may announce theirs meanwhile.)
 func TestShortestRetention(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, db.SeeRetention(ctx, 3*time.Millisecond))
 	require.NoError(t, db.SeeRetention(ctx, 2*time.Millisecond))
-	got, err := db.ShortestRetention(ctx, time.Minute)
+	before := time.Now()
+	got, at, err := db.ShortestRetention(ctx, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, 2*time.Millisecond, got)
+	var clock time.Time
+	require.NoError(t, db.QueryRow(ctx, `SELECT now()`, nil, &clock))
+	require.False(t, at.Before(before.Add(-time.Second)) || at.After(clock), "the database's clock as it read it: %s, between %s and %s", at, before, clock)
 	require.NoError(t, db.Exec(ctx, `UPDATE record_retentions SET last_seen = now() - interval '2 minutes' WHERE retention_ms < 5`))
-	got, err = db.ShortestRetention(ctx, time.Minute)
+	got, _, err = db.ShortestRetention(ctx, time.Minute)
 	require.NoError(t, err)
 	require.True(t, got == 0 || got > 3*time.Millisecond, "a deleter gone for longer than live no longer counts: %s", got)
 	require.NoError(t, db.Exec(ctx, `DELETE FROM record_retentions WHERE retention_ms < 5`))

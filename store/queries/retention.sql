@@ -35,6 +35,7 @@ INSERT INTO record_retentions (retention_ms) VALUES (@retention_ms)
 ON CONFLICT (retention_ms) DO UPDATE SET last_seen = now();
 
 -- name: ShortestRetentionMS :one
--- The shortest retention a deleter announced within the last @live_seconds (0: none did).
-SELECT coalesce(min(retention_ms), 0)::bigint FROM record_retentions
+-- The shortest retention a deleter announced within the last @live_seconds (0: none did), and
+-- the database's clock, by which the deleters expire records.
+SELECT coalesce(min(retention_ms), 0)::bigint AS shortest_ms, now()::timestamptz AS now FROM record_retentions
 WHERE last_seen >= now() - sqlc.arg(live_seconds)::float8 * interval '1 second';

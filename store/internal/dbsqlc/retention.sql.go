@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -73,14 +74,20 @@ func (q *Queries) SeeRetention(ctx context.Context, retentionMs int64) error {
 }
 
 const ShortestRetentionMS = `-- name: ShortestRetentionMS :one
-SELECT coalesce(min(retention_ms), 0)::bigint FROM record_retentions
+SELECT coalesce(min(retention_ms), 0)::bigint AS shortest_ms, now()::timestamptz AS now FROM record_retentions
 WHERE last_seen >= now() - $1::float8 * interval '1 second'
 `
 
-// The shortest retention a deleter announced within the last @live_seconds (0: none did).
-func (q *Queries) ShortestRetentionMS(ctx context.Context, liveSeconds float64) (int64, error) {
+type ShortestRetentionMSRow struct {
+	ShortestMs int64
+	Now        time.Time
+}
+
+// The shortest retention a deleter announced within the last @live_seconds (0: none did), and
+// the database's clock, by which the deleters expire records.
+func (q *Queries) ShortestRetentionMS(ctx context.Context, liveSeconds float64) (ShortestRetentionMSRow, error) {
 	row := q.db.QueryRow(ctx, ShortestRetentionMS, liveSeconds)
-	var column_1 int64
-	err := row.Scan(&column_1)
-	return column_1, err
+	var i ShortestRetentionMSRow
+	err := row.Scan(&i.ShortestMs, &i.Now)
+	return i, err
 }
