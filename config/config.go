@@ -365,10 +365,18 @@ func editDistance(a, b string) int {
 }
 
 // durationWithUnit refuses a bare number for a duration: a YAML number would otherwise be read as
-// nanoseconds (a booking window of 30 ns). 0 needs none.
+// nanoseconds (a booking window of 30 ns). 0 needs none. A text that is no duration is refused
+// with the text itself, which the decoder's own error leaves out ("time: unknown unit").
 func durationWithUnit(from, to reflect.Type, data any) (any, error) {
-	if to != reflect.TypeFor[time.Duration]() || from.Kind() == reflect.String || data == nil || reflect.ValueOf(data).IsZero() {
+	if to != reflect.TypeFor[time.Duration]() || data == nil || reflect.ValueOf(data).IsZero() {
 		return data, nil
+	}
+	if from.Kind() == reflect.String {
+		d, err := time.ParseDuration(reflect.ValueOf(data).String())
+		if err != nil {
+			return nil, fmt.Errorf("%w: a duration is a number and its unit (30s, 5m, 72h)", err)
+		}
+		return d, nil
 	}
 	return nil, fmt.Errorf("a duration needs its unit (30s, 5m, 72h), got %v", data)
 }

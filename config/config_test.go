@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -296,6 +297,22 @@ func TestIdempotencyRetention(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, tc.want, c.Idempotency.Retention)
+		})
+	}
+}
+
+// A retention that is no duration at all (a unit Go does not know, none, or past what a duration
+// holds) is refused with the setting and the value it was given, and what a duration looks like.
+func TestIdempotencyRetentionNotADuration(t *testing.T) {
+	for _, env := range []string{"3d", "abc", "3600", "1h1", "2562048h", " 72h"} {
+		t.Run(env, func(t *testing.T) {
+			t.Chdir(t.TempDir())
+			t.Setenv("KASA_IDEMPOTENCY_RETENTION", env)
+			_, err := Load()
+			require.Error(t, err)
+			require.ErrorContains(t, err, "idempotency.retention")
+			require.ErrorContains(t, err, strconv.Quote(env), "the value given")
+			require.ErrorContains(t, err, "30s, 5m, 72h", "what a duration looks like")
 		})
 	}
 }
