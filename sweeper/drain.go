@@ -71,15 +71,26 @@ const (
 // Run drains until ctx ends, leading whenever it can.
 func (d *Drainer) Run(ctx context.Context) {
 	d.defaults()
+	unready := false // logged once until a worker polls again
 	for ctx.Err() == nil {
 		ok, held, release, err := d.Store.Lead(ctx, leadName)
 		if err != nil && ctx.Err() == nil {
 			d.Logger.Warn("backlog drainer: take the lead", "error", err)
 		}
 		if ok {
-			d.Logger.Info("backlog drainer leads")
-			d.lead(ctx, held)
-			release()
+			if err := ready(ctx, d.Starter); err != nil {
+				// Another process, whose task queue a worker polls, may take the lead.
+				release()
+				if !unready && ctx.Err() == nil {
+					d.Logger.Warn("backlog drainer: not draining the start backlog here", "error", err)
+				}
+				unready = true
+			} else {
+				unready = false
+				d.Logger.Info("backlog drainer leads")
+				d.lead(ctx, held)
+				release()
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -5,6 +5,7 @@ package sweeper
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -30,6 +31,23 @@ type Store interface {
 type Starter interface {
 	StartPayment(ctx context.Context, key string, in workflows.PaymentInput) (runID string, err error)
 	StartRefund(ctx context.Context, key string, in workflows.RefundInput) (runID string, err error)
+}
+
+// readier is a starter that can tell whether a worker polls the task queue it starts on
+// (workflows.Starter does). The sweeper and the drainer start nothing while it says no: a
+// process whose task queue or namespace is not the workers' (its /readyz says so, and a load
+// balancer sends it nothing) would start the operations other processes accepted where no
+// worker runs them, and they would stay processing, their workflows started.
+type readier interface {
+	Ready(ctx context.Context) error
+}
+
+// ready is the starter's answer, or nil when it cannot tell.
+func ready(ctx context.Context, st any) error {
+	if r, ok := st.(readier); ok {
+		return r.Ready(ctx)
+	}
+	return nil
 }
 
 // Sweeper periodically starts stranded operations.
@@ -72,8 +90,11 @@ func (s *Sweeper) Run(ctx context.Context) {
 // Sweep starts every stranded operation it can claim and returns how many it started.
 func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 	recs, err := s.Store.Stranded(ctx, 100, s.Merchant)
-	if err != nil {
+	if err != nil || len(recs) == 0 {
 		return 0, err
+	}
+	if err := ready(ctx, s.Starter); err != nil {
+		return 0, fmt.Errorf("%d stranded operation(s) left to another process: %w", len(recs), err)
 	}
 	started := 0
 	for _, r := range recs {
