@@ -74,9 +74,9 @@ func (s *Store) OutboxBacklog(ctx context.Context) (count int64, oldest time.Tim
 // Purged counts the rows one retention pass deleted.
 type Purged struct{ Outbox, Inbox, Deliveries int64 }
 
-// PurgeEvents deletes published outbox rows, inbox rows and finished webhook deliveries (with
-// their attempts) older than olderThan, batch rows per statement (each its own short
-// transaction, so no table is locked for long).
+// PurgeEvents deletes published outbox rows, inbox rows (once their outbox rows are gone) and
+// finished webhook deliveries (with their attempts) older than olderThan, batch rows per
+// statement (each its own short transaction, so no table is locked for long).
 func (s *Store) PurgeEvents(ctx context.Context, olderThan time.Duration, batch int) (Purged, error) {
 	purge := func(sql string, total *int64) error {
 		for {

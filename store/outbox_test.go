@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -565,6 +566,106 @@ func TestPurgeEventsInBatches(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 	publishAll(t)
+}
+
+// consume records the events ids name as the webhook consumer does: with every earlier event of
+// their aggregates the inbox lacks, in commit order.
+func consume(t *testing.T, s *store.Store, consumer string, ids ...uuid.UUID) []store.Acceptance {
+	t.Helper()
+	evs, err := s.OutboxEvents(context.Background(), consumer, ids)
+	require.NoError(t, err)
+	slices.SortFunc(evs, func(a, b store.OutboxEvent) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return slices.Compare(a.ID[:], b.ID[:])
+	})
+	nds := make([]store.NewDelivery, len(evs))
+	for i, e := range evs {
+		nds[i] = newDelivery(e)
+	}
+	accs, err := s.AcceptEvents(context.Background(), consumer, nds)
+	require.NoError(t, err)
+	return accs
+}
+
+// A retention pass whose outbox statement runs long (here: it waits for a row lock) deletes the
+// inbox rows and finished deliveries of events its outbox statement found too recent. An event
+// delivered meanwhile is then still in the outbox without its inbox row until the next pass; a
+// later event of its payment must not bring it from the outbox and send it to the merchant again.
+func TestRetentionNeverLeavesAnOutboxRowWithoutItsInboxRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test", Deposit: 1_000_000})
+	old := payment.NewID()
+	require.NoError(t, own.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, type, payload, created_at, published_at)
+		VALUES ($1, $2, 'payment.succeeded', '{}', now() - interval '1 hour', now() - interval '1 hour')`, old, payment.NewID()))
+	p, err := testkit.Settle(ctx, own, m, true) // payment.unknown, then payment.succeeded
+	require.NoError(t, err)
+	relay := func() []store.OutboxEvent {
+		var got []store.OutboxEvent
+		_, _, err := own.RelayOutbox(ctx, 10, func(_ context.Context, evs []store.OutboxEvent) ([]uuid.UUID, error) {
+			got = evs
+			return eventIDs(evs), nil
+		})
+		require.NoError(t, err)
+		return got
+	}
+	first := relay()
+	require.Len(t, first, 1)
+	require.Equal(t, "payment.unknown", first[0].Type)
+	require.Equal(t, []store.Acceptance{store.AcceptedPending}, consume(t, own, "webhooks", first[0].ID))
+	claimed, err := own.ClaimDeliveries(ctx, 10, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	status, _, _, err := own.RecordAttempt(ctx, store.AttemptResult{DeliveryID: claimed[0].ID, Attempt: claimed[0].Attempt,
+		StartedAt: time.Now(), StatusCode: 200, Delivered: true})
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryDelivered, status)
+
+	// Retention of 2 s: its outbox statement starts now, finds payment.unknown too recent and
+	// waits for the lock on the old row until the inbox row and the delivery are old enough.
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM outbox WHERE id = $1 FOR UPDATE`, old)
+	require.NoError(t, err)
+	purged := make(chan error, 1)
+	go func() {
+		_, err := own.PurgeEvents(ctx, 2*time.Second, 1000)
+		purged <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, own.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM outbox%')`, nil, &waiting))
+		return waiting
+	}, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(3 * time.Second)
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-purged)
+
+	// The payment's next event: only it is recorded, and only it is owed to the merchant.
+	next := relay()
+	require.Len(t, next, 1)
+	require.Equal(t, "payment.succeeded", next[0].Type)
+	require.Equal(t, []store.Acceptance{store.AcceptedPending}, consume(t, own, "webhooks", next[0].ID))
+	ds, err := own.PaymentDeliveries(ctx, p)
+	require.NoError(t, err)
+	var pending []string
+	for _, d := range ds {
+		if d.Status == store.DeliveryPending {
+			pending = append(pending, d.EventType)
+		}
+	}
+	require.Equal(t, []string{"payment.succeeded"}, pending, "payment.unknown was delivered already")
 }
 
 // A redelivery that commits while retention is deleting its (finished, old) delivery keeps it:

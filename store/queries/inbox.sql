@@ -1,8 +1,13 @@
 -- A consumer's inbox: each message's effect happens once.
 
 -- name: PurgeInbox :execrows
-DELETE FROM inbox WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM inbox
-WHERE processed_at < now() - $1::float8 * interval '1 second' ORDER BY processed_at LIMIT $2);
+-- A row goes only once its outbox row has: the webhook consumer takes from the outbox the earlier
+-- events of a payment that its inbox lacks, and would record and deliver again an old event whose
+-- outbox row a pass found too recent (its statement runs first, with an earlier cutoff).
+DELETE FROM inbox WHERE (consumer, message_id) IN (SELECT i.consumer, i.message_id FROM inbox i
+WHERE i.processed_at < now() - $1::float8 * interval '1 second'
+  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = i.message_id)
+ORDER BY i.processed_at LIMIT $2);
 
 -- name: AcceptEvent :one
 -- One event through a consumer's inbox, in one statement: the inbox row, and the delivery only

@@ -67,8 +67,10 @@ func (q *Queries) AcceptEvent(ctx context.Context, arg AcceptEventParams) (Accep
 
 const PurgeInbox = `-- name: PurgeInbox :execrows
 
-DELETE FROM inbox WHERE (consumer, message_id) IN (SELECT consumer, message_id FROM inbox
-WHERE processed_at < now() - $1::float8 * interval '1 second' ORDER BY processed_at LIMIT $2)
+DELETE FROM inbox WHERE (consumer, message_id) IN (SELECT i.consumer, i.message_id FROM inbox i
+WHERE i.processed_at < now() - $1::float8 * interval '1 second'
+  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = i.message_id)
+ORDER BY i.processed_at LIMIT $2)
 `
 
 type PurgeInboxParams struct {
@@ -77,6 +79,9 @@ type PurgeInboxParams struct {
 }
 
 // A consumer's inbox: each message's effect happens once.
+// A row goes only once its outbox row has: the webhook consumer takes from the outbox the earlier
+// events of a payment that its inbox lacks, and would record and deliver again an old event whose
+// outbox row a pass found too recent (its statement runs first, with an earlier cutoff).
 func (q *Queries) PurgeInbox(ctx context.Context, arg PurgeInboxParams) (int64, error) {
 	result, err := q.db.Exec(ctx, PurgeInbox, arg.Column1, arg.Limit)
 	if err != nil {
