@@ -12,9 +12,9 @@ import (
 
 // The outbox the relay drains (store/queries/outbox.sql). Order per aggregate (payment) is
 // explicit at every hop: the relay claims only the oldest unpublished event of each aggregate, the
-// webhook consumer defers an event while an earlier one of its aggregate is not in its inbox
-// (inbox.go), and the sender claims a delivery only when no earlier delivery of its aggregate is
-// pending (deliveries.go).
+// webhook consumer records an event after every earlier one of its aggregate that its inbox lacks,
+// read from the outbox (events.go, inbox.go), and the sender claims a delivery only when no
+// earlier delivery of its aggregate is pending (deliveries.go).
 
 // OutboxEvent is one outbox row on its way to the broker.
 type OutboxEvent struct {
