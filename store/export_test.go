@@ -100,6 +100,9 @@ func (s *Store) Uncommitted(ctx context.Context, sql string, args ...any) (commi
 // plan tests.
 var QueryOutboxAfterConfirmed = dbsqlc.OutboxAfterConfirmed
 
+// QueryOutboxEventsInboxLacks is the webhook consumer's read of a batch's events, for plan tests.
+var QueryOutboxEventsInboxLacks = dbsqlc.OutboxEventsInboxLacks
+
 // HoldConfirmedPoint locks a consumer's confirmed point in a transaction of its own until release
 // is called, as a relay checking it does.
 func (s *Store) HoldConfirmedPoint(ctx context.Context, consumer string) (release func(), err error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -247,6 +248,70 @@ func TestAcceptEventsInOneTransaction(t *testing.T) {
 	acc, err = db.AcceptEvents(ctx, "batch", []store.NewDelivery{newDelivery(re[0])})
 	require.NoError(t, err)
 	require.Equal(t, []store.Acceptance{store.AcceptedPending}, acc, "not a duplicate: the failed batch left no inbox row")
+}
+
+// The webhook consumer's read of a batch finds each event by its key and its aggregate's earlier
+// events through outbox_aggregate, and probes the inbox by key for those only, however large
+// both tables are: planned for the values and for any values.
+func TestOutboxEventsInboxLacksPlanReadsTheAggregates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
+	require.NoError(t, err)
+	defer own.Close()
+	// 10,000 payments of three events each, all in the inbox but the newest 64 payments' last
+	// event (the batch) and, for 8 of them, the one before it too.
+	require.NoError(t, own.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, type, payload, created_at, published_at)
+		SELECT gen_random_uuid(), a.agg, 'payment.succeeded', '{}', a.t + e * interval '1 second', a.t + e * interval '1 second'
+		FROM (SELECT gen_random_uuid() AS agg, now() - g * interval '1 minute' AS t FROM generate_series(1, 10000) g) a,
+		generate_series(0, 2) e`))
+	var batch []uuid.UUID
+	require.NoError(t, own.QueryRow(ctx, `SELECT array_agg(id) FROM (SELECT id FROM outbox ORDER BY created_at DESC LIMIT 64 * 3) s
+		WHERE id IN (SELECT DISTINCT ON (aggregate_id) id FROM outbox ORDER BY aggregate_id, created_at DESC)`, nil, &batch))
+	require.Len(t, batch, 64)
+	require.NoError(t, own.Exec(ctx, `INSERT INTO inbox (consumer, message_id) SELECT 'webhooks', o.id FROM outbox o
+		WHERE o.id <> ALL($1) AND NOT (o.id IN (SELECT DISTINCT ON (aggregate_id) id FROM outbox
+			WHERE aggregate_id IN (SELECT aggregate_id FROM outbox WHERE id = ANY($1) LIMIT 8) AND id <> ALL($1)
+			ORDER BY aggregate_id, created_at DESC))`, batch))
+	require.NoError(t, own.Exec(ctx, `ANALYZE outbox, inbox`))
+
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	ids := make([]string, len(batch))
+	for i, id := range batch {
+		ids[i] = id.String()
+	}
+	for _, generic := range []bool{false, true} {
+		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) {
+			mode := map[bool]string{false: "force_custom_plan", true: "force_generic_plan"}[generic]
+			tx, err := conn.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
+			require.NoError(t, err)
+			_, _ = tx.Exec(ctx, "DEALLOCATE ALL")
+			_, err = tx.Exec(ctx, "PREPARE lacks AS "+store.QueryOutboxEventsInboxLacks)
+			require.NoError(t, err)
+			var raw []byte
+			require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE lacks('{%s}', 'webhooks')`,
+				strings.Join(ids, ",")), pgx.QueryExecModeSimpleProtocol).Scan(&raw))
+			var out []struct {
+				Plan analyzedNode `json:"Plan"`
+			}
+			require.NoError(t, json.Unmarshal(raw, &out))
+			most := 0.0
+			out[0].Plan.walk(func(n analyzedNode) {
+				most = max(most, n.ActualRows)
+				if n.RelationName == "outbox" || n.RelationName == "inbox" {
+					require.NotEqual(t, "Seq Scan", n.NodeType, "neither table is read whole: plan %s", raw)
+				}
+			})
+			require.Equal(t, float64(64+8), out[0].Plan.ActualRows, "the batch and the 8 earlier events: plan %s", raw)
+			require.LessOrEqual(t, most, float64(3*64), "a step handled more rows than the batch's payments have events: plan %s", raw)
+		})
+	}
 }
 
 func eventIDs(evs []store.OutboxEvent) []uuid.UUID {
