@@ -60,8 +60,9 @@ func NewWebhookConsumer(o WebhookConsumerOptions) *WebhookConsumer {
 	return &WebhookConsumer{o: o}
 }
 
-// Run creates the stream and the durable pull consumer if missing and handles messages in
-// stream order until ctx is cancelled; the messages in hand are finished first.
+// Run creates the stream and the durable pull consumer if missing and takes messages in stream
+// order (handle records their events in commit order) until ctx is cancelled; the messages in
+// hand are finished first.
 func (c *WebhookConsumer) Run(ctx context.Context) error {
 	var cons jetstream.Consumer
 	for {
