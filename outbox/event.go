@@ -14,7 +14,7 @@
 //     per attempt, exponential backoff with jitter and an attempt log, for at least 24 h.
 //
 // Events of one payment reach the broker, the inbox and the merchant in the order they were
-// committed: see the store's RelayOutbox, OutboxEvents, AcceptEvents and ClaimDeliveries.
+// committed: see the store's RelayOutbox, EventsToRecord, AcceptEvents and ClaimDeliveries.
 package outbox
 
 import (

@@ -104,9 +104,8 @@ func TestAcknowledgedThenLostEventIsDeliveredOnce(t *testing.T) {
 	require.True(t, progress[0].Inboxed)
 }
 
-// A lost event whose broker stays down longer than the consumer's order grace still reaches the
-// merchant before the payment's next event: the next one, published first when the broker is
-// back, waits for it from its own publication, not from the lost one's.
+// A lost event whose broker stays down a while still reaches the merchant before the payment's
+// next event: the next one, published first when the broker is back, brings it from the outbox.
 func TestLostEventKeepsOrderAfterALongOutage(t *testing.T) {
 	ctx := context.Background()
 	b, wipe := newWipeableBroker(t)
@@ -124,7 +123,7 @@ func TestLostEventKeepsOrderAfterALongOutage(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, progress[0].PublishedAt, "the broker acknowledged the first event")
 
-	time.Sleep(3 * redeliverAfter) // down for longer than the grace
+	time.Sleep(3 * redeliverAfter) // down for a while
 	wipe()
 	require.Eventually(t, func() bool { // back: the next event goes out first
 		_, _ = relay.RelayOnce(ctx)
@@ -146,12 +145,8 @@ func TestLostEventKeepsOrderAfterALongOutage(t *testing.T) {
 	require.Equal(t, first.ID.String(), h.Requests()[0].EventID, "payment.unknown first; got %s", h.Requests()[0].Body)
 }
 
-// A stream purge loses an event the broker acknowledged, but the broker still remembers its
-// message id for DuplicateWindow (a purge keeps the duplicate map): a re-publication under that
-// id would be dropped as a copy of what the broker no longer holds, and the payment's next event
-// would reach the merchant first once its order grace ran out. Re-publications go under message
-// ids of their own. RedeliverAfter is well under the duplicate window, so that the grace (twice
-// it, as `kasa relay` sets it) runs out while the window still holds the first publication's id.
+// A stream purge loses an event the broker acknowledged, and the payment's next event, the only
+// one in the stream, reaches the consumer first: the lost one still reaches the merchant first.
 func TestPurgedEventKeepsOrder(t *testing.T) {
 	ctx := context.Background()
 	st, b := ownStore(t), newBroker(t)
@@ -218,9 +213,9 @@ func TestRepublicationAnsweredAsDuplicateIsNotCounted(t *testing.T) {
 	require.Equal(t, uint64(3), b.streamMsgs(t))
 }
 
-// A consumer far behind (longer than the order grace) when the broker lost a payment's event
-// still delivers that event before the payment's next one: the next one, read first, does not
-// go out ahead of an earlier event its payment committed.
+// A consumer far behind when the broker lost a payment's event (before, a consumer behind by more
+// than the relay's redelivery delay delivered the next one first) still delivers that event
+// before the payment's next one: the next one, read first, brings it from the outbox.
 func TestLostEventKeepsOrderWhileTheConsumerLags(t *testing.T) {
 	ctx := context.Background()
 	b, wipe := newWipeableBroker(t)
@@ -240,7 +235,7 @@ func TestLostEventKeepsOrderWhileTheConsumerLags(t *testing.T) {
 		n, _, err := db.OutboxBacklog(ctx)
 		return err == nil && n == 0
 	}, 10*time.Second, 20*time.Millisecond)
-	time.Sleep(3 * redeliverAfter) // the consumer is behind by more than the grace
+	time.Sleep(3 * redeliverAfter) // the consumer is behind by more than the redelivery delay
 
 	metrics := NewMetrics(prometheus.NewRegistry())
 	testkit.RunUntilEnd(t,
@@ -289,4 +284,35 @@ func TestLaggingConsumerGetsNoCopies(t *testing.T) {
 	relay.Redeliver(ctx)
 	require.Equal(t, 3.0, value(t, metrics.republished))
 	require.Equal(t, uint64(3), b.streamMsgs(t))
+}
+
+// A stream purge loses a payment's only event, but the broker still remembers its message id for
+// DuplicateWindow (a purge keeps the duplicate map): a re-publication under that id would be
+// dropped as a copy of what the broker no longer holds, and nothing would bring the event. It is
+// published again under a message id of its own, within the window, and delivered once.
+func TestPurgedLastEventIsDelivered(t *testing.T) {
+	ctx := context.Background()
+	st, b := ownStore(t), newBroker(t)
+	h := newHook(t, answer(http.StatusNoContent))
+	settleIn(t, st, newMerchantIn(t, st, h.URL), false) // payment.succeeded only
+
+	redeliverAfter := 500 * time.Millisecond
+	require.Less(t, 4*redeliverAfter, DuplicateWindow)
+	metrics := NewMetrics(prometheus.NewRegistry())
+	relay := NewRelay(RelayOptions{Store: st, JetStream: b.js, RedeliverAfter: redeliverAfter, Metrics: metrics, Logger: quiet})
+	n, err := relay.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	s, err := b.js.Stream(ctx, StreamName)
+	require.NoError(t, err)
+	require.NoError(t, s.Purge(ctx))
+
+	testkit.RunUntilEnd(t,
+		relay,
+		NewWebhookConsumer(WebhookConsumerOptions{Store: st, JetStream: b.js, Metrics: metrics, Logger: quiet}),
+		NewWebhookSender(WebhookSenderOptions{Store: st, AllowPrivate: true, Metrics: metrics, Logger: quiet}))
+	require.Eventually(t, func() bool { return h.Count() == 1 }, 30*time.Second, 20*time.Millisecond, "the lost event delivered")
+	time.Sleep(4 * redeliverAfter)
+	require.Equal(t, 1, h.Count(), "once")
+	require.GreaterOrEqual(t, value(t, metrics.republished), 1.0)
 }

@@ -16,7 +16,7 @@ import (
 
 // ConsumerStore is what the webhook consumer needs from the database.
 type ConsumerStore interface {
-	OutboxEvents(ctx context.Context, consumer string, ids []uuid.UUID) ([]store.OutboxEvent, error)
+	EventsToRecord(ctx context.Context, consumer string, ids []uuid.UUID) ([]store.OutboxEvent, error)
 	AcceptEvents(ctx context.Context, consumer string, es []store.NewDelivery) ([]store.Acceptance, error)
 }
 
@@ -199,7 +199,7 @@ func (c *WebhookConsumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 	if len(ids) == 0 {
 		return
 	}
-	rows, err := c.o.Store.OutboxEvents(ctx, c.o.Name, ids)
+	rows, err := c.o.Store.EventsToRecord(ctx, c.o.Name, ids)
 	if err != nil {
 		c.retry(named, err)
 		return
@@ -208,7 +208,6 @@ func (c *WebhookConsumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 	for i, msg := range named {
 		msgsOf[ids[i]] = append(msgsOf[ids[i]], msg)
 	}
-	slices.SortFunc(rows, eventOrder)
 	var nds []store.NewDelivery
 	var acks [][]jetstream.Msg // the messages naming each of nds: none for an earlier event
 	for _, r := range rows {
@@ -242,14 +241,14 @@ func (c *WebhookConsumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 	}
 	for i, acc := range accs {
 		e := nds[i]
-		switch {
-		case acc == store.AcceptedSkipped:
+		switch acc {
+		case store.AcceptedSkipped:
 			c.o.Metrics.deliveries.WithLabelValues("skipped").Inc()
-		case acc == store.AcceptedOrphan:
-			c.o.Logger.Error("webhook consumer: event of an unknown payment; recorded, not delivered", "event_id", e.EventID, "payment_id", e.AggregateID)
+		case store.AcceptedOrphan:
+			c.o.Logger.Error("webhook consumer: event of an unknown payment or refund; recorded, not delivered", "event_id", e.EventID, "aggregate_id", e.AggregateID)
 		}
 		if len(acks[i]) == 0 && acc != store.AcceptedDuplicate {
-			c.o.Logger.Info("webhook consumer: earlier event taken from the outbox ahead of its message", "event_id", e.EventID, "payment_id", e.AggregateID)
+			c.o.Logger.Debug("webhook consumer: earlier event taken from the outbox ahead of its message", "event_id", e.EventID, "aggregate_id", e.AggregateID)
 			c.o.Metrics.consumed.WithLabelValues("from_outbox").Inc()
 		}
 		for n, msg := range acks[i] {
@@ -263,14 +262,6 @@ func (c *WebhookConsumer) handle(ctx context.Context, msgs []jetstream.Msg) {
 			}
 		}
 	}
-}
-
-// eventOrder orders events as they were committed: an aggregate's, as the relay publishes them.
-func eventOrder(a, b store.OutboxEvent) int {
-	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-		return c
-	}
-	return slices.Compare(a.ID[:], b.ID[:])
 }
 
 // retry hands messages back to the broker after a database error.

@@ -8,10 +8,10 @@ import (
 	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 )
 
-// OutboxEvents reads the outbox rows of these ids, and every earlier event of their aggregates
-// that consumer's inbox lacks (store/queries/events.sql), in no particular order; an id without a
-// row (never written, or purged by retention) is left out.
-func (s *Store) OutboxEvents(ctx context.Context, consumer string, ids []uuid.UUID) ([]OutboxEvent, error) {
+// EventsToRecord reads what consumer records for these event ids: their outbox rows, and every
+// earlier event of their aggregates that its inbox lacks (store/queries/events.sql), in commit
+// order; an id without a row (never written, or purged by retention) is left out.
+func (s *Store) EventsToRecord(ctx context.Context, consumer string, ids []uuid.UUID) ([]OutboxEvent, error) {
 	rows, err := s.q.OutboxEventsInboxLacks(ctx, dbsqlc.OutboxEventsInboxLacksParams{Ids: ids, Consumer: consumer})
 	if err != nil {
 		return nil, translate(err)

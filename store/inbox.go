@@ -35,7 +35,7 @@ type NewDelivery struct {
 // AcceptEvents records events in consumer's inbox and creates their deliveries, in the order
 // given and in one transaction (one round trip), and says what became of each. An event already
 // in the inbox changes nothing. The caller gives an aggregate's events in order, earlier ones
-// first (OutboxEvents finds those the inbox lacks). Any error writes nothing.
+// first (EventsToRecord finds those the inbox lacks). Any error writes nothing.
 func (s *Store) AcceptEvents(ctx context.Context, consumer string, es []NewDelivery) ([]Acceptance, error) {
 	out := make([]Acceptance, len(es))
 	err := s.pipelined(ctx, func(tx *pipeTx) error {

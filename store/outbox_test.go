@@ -142,7 +142,7 @@ func TestAcceptEventOnceInOrder(t *testing.T) {
 
 	// Reading the succeeded event brings the unknown one, which this inbox lacks: the consumer
 	// records it first.
-	evs, err := db.OutboxEvents(ctx, "test", []uuid.UUID{pe[1].ID})
+	evs, err := db.EventsToRecord(ctx, "test", []uuid.UUID{pe[1].ID})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []uuid.UUID{pe[0].ID, pe[1].ID}, eventIDs(evs))
 	// The inbox records what it is given: another one took the later event alone.
@@ -153,7 +153,7 @@ func TestAcceptEventOnceInOrder(t *testing.T) {
 	acc, err = db.AcceptEvent(ctx, "test", newDelivery(pe[0]))
 	require.NoError(t, err)
 	require.Equal(t, store.AcceptedPending, acc)
-	evs, err = db.OutboxEvents(ctx, "test", []uuid.UUID{pe[1].ID})
+	evs, err = db.EventsToRecord(ctx, "test", []uuid.UUID{pe[1].ID})
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{pe[1].ID}, eventIDs(evs), "the inbox holds the earlier one now")
 	acc, err = db.AcceptEvent(ctx, "test", newDelivery(pe[1]))
@@ -215,14 +215,14 @@ func TestAcceptEventsInOneTransaction(t *testing.T) {
 	}
 
 	// Reading later events brings the earlier ones this inbox lacks, and only those.
-	evs, err := db.OutboxEvents(ctx, "batch", []uuid.UUID{pe[1].ID})
+	evs, err := db.EventsToRecord(ctx, "batch", []uuid.UUID{pe[1].ID})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []uuid.UUID{pe[0].ID, pe[1].ID}, eventIDs(evs))
 	acc, err := db.AcceptEvents(ctx, "batch", []store.NewDelivery{newDelivery(pe[0])})
 	require.NoError(t, err)
 	require.Equal(t, []store.Acceptance{store.AcceptedPending}, acc)
 	require.Equal(t, []uuid.UUID{pe[0].ID}, deliveries(p))
-	evs, err = db.OutboxEvents(ctx, "batch", []uuid.UUID{pe[1].ID, qe[1].ID, payment.NewID()})
+	evs, err = db.EventsToRecord(ctx, "batch", []uuid.UUID{pe[1].ID, qe[1].ID, payment.NewID()})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []uuid.UUID{pe[1].ID, qe[0].ID, qe[1].ID}, eventIDs(evs))
 
@@ -637,7 +637,7 @@ func TestPurgeEventsInBatches(t *testing.T) {
 // their aggregates the inbox lacks, in commit order.
 func consume(t *testing.T, s *store.Store, consumer string, ids ...uuid.UUID) []store.Acceptance {
 	t.Helper()
-	evs, err := s.OutboxEvents(context.Background(), consumer, ids)
+	evs, err := s.EventsToRecord(context.Background(), consumer, ids)
 	require.NoError(t, err)
 	slices.SortFunc(evs, func(a, b store.OutboxEvent) int {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {

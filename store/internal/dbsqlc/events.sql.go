@@ -54,11 +54,13 @@ func (q *Queries) OutboxEventsByID(ctx context.Context, ids []uuid.UUID) ([]Outb
 }
 
 const OutboxEventsInboxLacks = `-- name: OutboxEventsInboxLacks :many
-SELECT DISTINCT ON (e.id) e.id, e.aggregate_id, e.type, e.payload, e.created_at
-FROM outbox n JOIN outbox e ON e.aggregate_id = n.aggregate_id AND (e.created_at, e.id) <= (n.created_at, n.id)
-WHERE n.id = ANY($1::uuid[])
-  AND (e.id = n.id OR NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $2 AND i.message_id = e.id))
-ORDER BY e.id
+SELECT id, aggregate_id, type, payload, created_at FROM (
+  SELECT DISTINCT ON (e.id) e.id, e.aggregate_id, e.type, e.payload, e.created_at
+  FROM outbox n JOIN outbox e ON e.aggregate_id = n.aggregate_id AND (e.created_at, e.id) <= (n.created_at, n.id)
+  WHERE n.id = ANY($1::uuid[])
+    AND (e.id = n.id OR NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $2 AND i.message_id = e.id))
+  ORDER BY e.id) x
+ORDER BY created_at, id
 `
 
 type OutboxEventsInboxLacksParams struct {
@@ -77,6 +79,7 @@ type OutboxEventsInboxLacksRow struct {
 // The rows of these ids, and every earlier event of their aggregates that the consumer's inbox
 // lacks: the outbox, not the broker, is where an aggregate's events and their order are kept, so
 // an event is never recorded ahead of an earlier one the broker lost or has not handed over yet.
+// In commit order (created_at, id), as the relay publishes an aggregate's events.
 func (q *Queries) OutboxEventsInboxLacks(ctx context.Context, arg OutboxEventsInboxLacksParams) ([]OutboxEventsInboxLacksRow, error) {
 	rows, err := q.db.Query(ctx, OutboxEventsInboxLacks, arg.Ids, arg.Consumer)
 	if err != nil {
