@@ -316,3 +316,55 @@ func TestPurgedLastEventIsDelivered(t *testing.T) {
 	require.Equal(t, 1, h.Count(), "once")
 	require.GreaterOrEqual(t, value(t, metrics.republished), 1.0)
 }
+
+// A broker that lost the webhook consumer but kept the stream (its consumer state lost, or the
+// consumer deleted by hand) gets it back reading from where the inbox is known complete, not from
+// the stream's start: a week of events read again would hold every new webhook behind them.
+func TestLostConsumerResumesWhereTheInboxIsComplete(t *testing.T) {
+	ctx := context.Background()
+	st, b := ownStore(t), newBroker(t)
+	m := newMerchantIn(t, st, "") // deliveries skipped: only the inbox matters here
+	redeliverAfter := 200 * time.Millisecond
+	relay := NewRelay(RelayOptions{Store: st, JetStream: b.js, RedeliverAfter: redeliverAfter, Logger: quiet})
+	relay.Redeliver(ctx) // the confirmed point starts here
+	// Two batches: the confirmed point ends at the second one's publication, which the broker
+	// stored just after it (that one is read again).
+	const old = 21
+	for range old - 1 {
+		settleIn(t, st, m, false)
+	}
+	n, err := relay.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, old-1, n)
+	settleIn(t, st, m, false)
+	n, err = relay.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	consume := func(metrics *Metrics) func() {
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = NewWebhookConsumer(WebhookConsumerOptions{Store: st, JetStream: b.js, Metrics: metrics, Logger: quiet}).Run(cctx)
+		}()
+		return func() { cancel(); <-done }
+	}
+	first := NewMetrics(prometheus.NewRegistry())
+	stop := consume(first)
+	require.Eventually(t, func() bool { return value(t, first.consumed.WithLabelValues("skipped")) == old }, 20*time.Second, 20*time.Millisecond)
+	stop()
+	time.Sleep(redeliverAfter)
+	relay.Redeliver(ctx) // the point moves over the events the inbox holds
+
+	require.NoError(t, b.js.DeleteConsumer(ctx, StreamName, WebhooksConsumer))
+	settleIn(t, st, m, false)
+	n, err = relay.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	again := NewMetrics(prometheus.NewRegistry())
+	stop = consume(again)
+	defer stop()
+	require.Eventually(t, func() bool { return value(t, again.consumed.WithLabelValues("skipped")) == 1 }, 20*time.Second, 20*time.Millisecond, "the new event")
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, 1.0, value(t, again.consumed.WithLabelValues("duplicate")), "only the last batch the inbox held was read again")
+}

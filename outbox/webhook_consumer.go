@@ -18,6 +18,7 @@ import (
 type ConsumerStore interface {
 	EventsToRecord(ctx context.Context, consumer string, ids []uuid.UUID) ([]store.OutboxEvent, error)
 	AcceptEvents(ctx context.Context, consumer string, es []store.NewDelivery) ([]store.Acceptance, error)
+	ConfirmedAt(ctx context.Context, consumer string) (time.Time, bool, error)
 }
 
 // WebhookConsumerOptions configure a WebhookConsumer. Zero values take the defaults shown.
@@ -106,7 +107,7 @@ func (c *WebhookConsumer) consumer(ctx context.Context) (jetstream.Consumer, err
 	if _, err := EnsureStream(ctx, c.o.JetStream); err != nil {
 		return nil, err
 	}
-	return c.o.JetStream.CreateOrUpdateConsumer(ctx, StreamName, jetstream.ConsumerConfig{
+	cfg := jetstream.ConsumerConfig{
 		Durable:        c.o.Name,
 		Description:    "kasa webhook deliveries (inbox " + c.o.Name + ")",
 		FilterSubjects: webhookSubjects,
@@ -115,7 +116,26 @@ func (c *WebhookConsumer) consumer(ctx context.Context) (jetstream.Consumer, err
 		AckWait:        c.o.AckWait,
 		MaxDeliver:     -1,
 		MaxAckPending:  1000,
-	})
+	}
+	existing, err := c.o.JetStream.Consumer(ctx, StreamName, c.o.Name)
+	switch {
+	case err == nil: // where it starts cannot change
+		cfg.DeliverPolicy, cfg.OptStartTime = existing.CachedInfo().Config.DeliverPolicy, existing.CachedInfo().Config.OptStartTime
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return nil, err
+	default:
+		// A consumer lost while its stream was kept starts where the inbox is known complete,
+		// not a week of events back. An event the broker's clock puts before that, though the
+		// inbox lacks it, is published again by the relay as a lost one is.
+		at, ok, err := c.o.Store.ConfirmedAt(ctx, c.o.Name)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &at
+		}
+	}
+	return c.o.JetStream.CreateOrUpdateConsumer(ctx, StreamName, cfg)
 }
 
 // drain handles messages until ctx ends or the iterator breaks, then stops it. It waits for

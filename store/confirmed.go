@@ -125,6 +125,19 @@ func (s *Store) UnconfirmedOutbox(ctx context.Context, q UnconfirmedQuery) (Unco
 	return u, nil
 }
 
+// ConfirmedAt is consumer's confirmed point: every event published up to then is in its inbox
+// (or was given up). False when the relay has not started one.
+func (s *Store) ConfirmedAt(ctx context.Context, consumer string) (time.Time, bool, error) {
+	at, err := s.q.OutboxConfirmedAt(ctx, consumer)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, translate(err)
+	}
+	return at, true, nil
+}
+
 // EventProgress is how far one outbox row went.
 type EventProgress struct {
 	ID          uuid.UUID

@@ -191,6 +191,18 @@ func (q *Queries) OutboxBacklog(ctx context.Context) (OutboxBacklogRow, error) {
 	return i, err
 }
 
+const OutboxConfirmedAt = `-- name: OutboxConfirmedAt :one
+SELECT published_at FROM outbox_confirmed WHERE consumer = $1
+`
+
+// How far a consumer's inbox is known complete, without waiting for the relay that moves it.
+func (q *Queries) OutboxConfirmedAt(ctx context.Context, consumer string) (time.Time, error) {
+	row := q.db.QueryRow(ctx, OutboxConfirmedAt, consumer)
+	var published_at time.Time
+	err := row.Scan(&published_at)
+	return published_at, err
+}
+
 const OutboxProgress = `-- name: OutboxProgress :many
 SELECT o.id, o.published_at,
        EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $1 AND i.message_id = o.id) AS inboxed
