@@ -115,7 +115,8 @@ func (s *Supervisor) watch(c *Child, r *run) {
 	for {
 		<-r.done
 		c.mu.Lock()
-		expected := c.asked || c.down
+		// A process Resume replaced was killed, even if the kill was undone before this look.
+		expected := c.asked || c.down || c.run != r
 		if !expected {
 			c.exits = append(c.exits, time.Now().UTC().Format(time.TimeOnly)+": "+exitText(r.err))
 		}
@@ -137,8 +138,9 @@ func (s *Supervisor) watch(c *Child, r *run) {
 			case <-time.After(wait):
 			}
 			// Under the lock, so that a Stop or a Kill either comes first or finds the new process.
+			// A Kill and a Resume during the wait started another process, watched on its own.
 			c.mu.Lock()
-			if c.asked || c.down {
+			if c.asked || c.down || c.run != r {
 				c.mu.Unlock()
 				return
 			}

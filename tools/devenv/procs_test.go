@@ -223,6 +223,57 @@ func TestSupervisorKillResume(t *testing.T) {
 	require.False(t, child.Running())
 }
 
+// A child killed while it waits to be started again after an exit of its own, and resumed
+// before that wait ends, runs once: the wait ends with the kill, and the process Resume started
+// is the only one, which Stop then ends.
+func TestSupervisorKillDuringARestartWait(t *testing.T) {
+	dir := t.TempDir()
+	s := NewSupervisor(dir, nil)
+	s.WorkDir = dir
+	s.Restart = &Backoff{Initial: 300 * time.Millisecond, Max: time.Second, Reset: time.Minute}
+	// The first run exits at once; every later one records its pid and stays.
+	child, err := s.Start("child", os.Environ(), "/bin/sh", "-c", "if [ -e ran ]; then echo $$ >> pids; exec sleep 60; fi; touch ran; exit 1")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(child.Exits()) == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, child.Kill())
+	require.NoError(t, child.Resume())
+	time.Sleep(time.Second) // past the restart wait
+
+	b, _ := os.ReadFile(filepath.Join(dir, "pids"))
+	pids := strings.Fields(string(b))
+	require.Equal(t, []string{strconv.Itoa(child.PID())}, pids, "one process: the one Resume started")
+	require.NoError(t, s.StopAll(time.Second, []*Child{child}))
+	for _, p := range pids {
+		pid, _ := strconv.Atoi(p)
+		require.True(t, syscall.Kill(pid, 0) != nil || zombie(pid), "process %d outlived Stop", pid)
+	}
+}
+
+// A kill undone at once (Kill, then Resume) is no exit nobody asked for, however late the
+// supervisor looks at the killed process: it is not recorded, and nothing is started beside the
+// process Resume started.
+func TestSupervisorKillResumeAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	s := NewSupervisor(dir, nil)
+	s.WorkDir = dir
+	s.Restart = &Backoff{Initial: 10 * time.Millisecond, Max: time.Second, Reset: time.Minute}
+	child, err := s.Start("child", os.Environ(), "/bin/sh", "-c", "echo $$ >> pids; exec sleep 60")
+	require.NoError(t, err)
+	for range 300 {
+		require.NoError(t, child.Kill())
+		require.NoError(t, child.Resume())
+	}
+	time.Sleep(200 * time.Millisecond) // past the restart wait
+
+	require.Empty(t, child.Exits())
+	b, _ := os.ReadFile(filepath.Join(dir, "pids"))
+	for _, p := range strings.Fields(string(b)) {
+		pid, _ := strconv.Atoi(p)
+		require.True(t, pid == child.PID() || syscall.Kill(pid, 0) != nil || zombie(pid), "process %d runs beside %d", pid, child.PID())
+	}
+	require.NoError(t, s.StopAll(time.Second, []*Child{child}))
+}
+
 // When the parent dies, however it dies, its children get SIGTERM: a supervisor in a helper
 // process (this test binary again) starts a child, and the helper is SIGKILLed.
 func TestSupervisorChildDiesWithItsParent(t *testing.T) {
