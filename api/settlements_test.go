@@ -148,6 +148,7 @@ func (o *oneUnknown) PaymentsByID(context.Context, []uuid.UUID) ([]payment.Payme
 	return []payment.Payment{o.p}, nil
 }
 func (o *oneUnknown) Payment(context.Context, uuid.UUID) (payment.Payment, error) { return o.p, nil }
+func (o *oneUnknown) Now(context.Context) (time.Time, error)                      { return time.Now(), nil }
 func (o *oneUnknown) EachPaymentCreated(context.Context, time.Time, time.Time, []payment.Status, []uuid.UUID, func(payment.Payment, time.Time) error) error {
 	return nil
 }

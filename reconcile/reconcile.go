@@ -43,6 +43,9 @@ type Store interface {
 	// with when that happened and when the capture or void may first have been sent (its window
 	// starts there, not at the authorization).
 	EachCaptureDecided(ctx context.Context, from, to time.Time, statuses []payment.Status, merchants []uuid.UUID, fn func(p payment.Payment, decided, sentFrom time.Time) error) error
+	// Now is the database's clock, which stamped every time these methods return: an import
+	// judges what a file's as_of proves by it, never by its own host's clock.
+	Now(ctx context.Context) (time.Time, error)
 	// SettlementListings records that a file lists each of refs on the day beside it (unless
 	// record is false), then returns every day an import listed each of them on; kind is
 	// "charge" or "refund".
@@ -174,9 +177,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 	if err != nil {
 		return nil, err
 	}
+	// The database's clock stamped when each outcome was decided; this host's may be minutes
+	// ahead of it, and would let a file prove a window that has not passed.
+	now, err := r.Store.Now(ctx)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	run := &run{r: r, ctx: ctx, cancel: cancel, dry: o.DryRun, now: time.Now(), window: r.BookingWindow,
+	run := &run{r: r, ctx: ctx, cancel: cancel, dry: o.DryRun, now: now, window: r.BookingWindow,
 		covered: map[Day]bool{}, complete: map[Day]time.Time{},
 		listed: map[kind]map[uuid.UUID]bool{charge: {}, refund: {}}}
 	if run.window <= 0 {

@@ -43,6 +43,14 @@ type fakeBank struct {
 	decided   map[uuid.UUID]time.Time
 	refundsIn [][2]time.Time
 	listed    map[string][]time.Time // the days each kind+reference was listed on
+	clock     func() time.Time       // the database's clock; nil: this host's
+}
+
+func (b *fakeBank) Now(context.Context) (time.Time, error) {
+	if b.clock != nil {
+		return b.clock(), nil
+	}
+	return time.Now(), nil
 }
 
 func newFakeBank() *fakeBank {
@@ -931,6 +939,44 @@ func TestReconcileUnlistedNeedsTheWholeWindow(t *testing.T) {
 				require.Equal(t, Counts{Pending: 1}, rep.Counts, "%+v", rep.Mismatches)
 				require.Equal(t, tt.want, rep.Pending[0].Reason, rep.Pending[0].Detail)
 				require.Equal(t, p, now, "a pending payment is left as it is")
+				require.Zero(t, b.calls)
+			}
+		})
+	}
+}
+
+// An import judges a file's as_of by the database's clock, which stamped when the payment's
+// outcome was decided: the clock of the host that runs the import, ahead of it, would let a file
+// the bank made within the booking window (its own clock ahead as well) release a payment the
+// bank may still book.
+func TestReconcileJudgesAsOfByTheDatabasesClock(t *testing.T) {
+	t.Parallel()
+	const window = 30 * time.Second
+	dbNow := day.Add(12 * time.Hour) // this host's clock is far ahead of it
+	for _, tc := range []struct {
+		name string
+		asOf time.Time
+		want Counts
+	}{
+		{"as_of ahead of the database's clock", dbNow.Add(time.Minute), Counts{Pending: 1}},
+		{"as_of past the window by the database's clock", dbNow, Counts{ResolvedNotCharged: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := newFakeBank()
+			b.clock = func() time.Time { return dbNow }
+			decided := dbNow.Add(-window - time.Second)
+			if tc.want.Pending == 1 {
+				decided = dbNow.Add(-5 * time.Second) // the bank may book it for 25 s more
+			}
+			p := b.add(merchA, payment.StatusUnknown, 700, "TRY", decided.Add(-time.Second), decided)
+			file := File{Trailers: []Trailer{{Day: DayOf(dbNow), AsOf: tc.asOf}}}
+			rep, err := (&Reconciler{Store: b, Settler: b, BookingWindow: window}).Reconcile(context.Background(), &file, Options{AllMerchants: true})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, rep.Counts, "%+v", rep.Pending)
+			if tc.want.Pending == 1 {
+				require.Equal(t, ReasonBookingWindow, rep.Pending[0].Reason, rep.Pending[0].Detail)
+				require.Equal(t, payment.StatusUnknown, b.get(p.ID).Status, "the hold is kept")
 				require.Zero(t, b.calls)
 			}
 		})
