@@ -69,7 +69,7 @@ func (s *Server) command(kind payment.Command) gin.HandlerFunc {
 			s.writeError(c, err)
 			return
 		}
-		if err := refusal(kind, p, amount, time.Now()); err != nil {
+		if err := s.refused(ctx, kind, p, amount); err != nil {
 			s.writeError(c, err)
 			return
 		}
@@ -104,6 +104,20 @@ func refusal(kind payment.Command, p payment.Payment, amount int64, now time.Tim
 		return &payment.CaptureExceedsError{Capturable: p.Capturable(), Currency: p.Currency}
 	}
 	return nil
+}
+
+// refused is refusal now by the database's clock, which stamped capture_before: this host's,
+// minutes ahead of it, would refuse a capture the window still allows, and behind it would let
+// through one the window no longer does. Only a capture of a waiting payment needs the time.
+func (s *Server) refused(ctx context.Context, kind payment.Command, p payment.Payment, amount int64) error {
+	var now time.Time
+	if kind == payment.CommandCapture && p.Status == payment.StatusRequiresCapture {
+		var err error
+		if now, err = s.Store.Now(ctx); err != nil {
+			return err
+		}
+	}
+	return refusal(kind, p, amount, now)
 }
 
 // commandAgain answers a request whose key was seen before: the stored answer, 422 for another

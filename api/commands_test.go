@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -39,6 +40,37 @@ func TestRefusalOfACommand(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			err := refusal(tt.kind, tt.p, tt.amount, tt.now)
 			require.True(t, tt.want(err), "%v", err)
+		})
+	}
+}
+
+// capture_before is stamped by the database's clock, and the row's refusal is judged by it: an
+// API host whose clock runs ahead would refuse a capture the window still allows, and the
+// authorization would be voided with the merchant's capture refused.
+func TestRefusalOfACaptureByTheDatabasesClock(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		skew    time.Duration // the database's clock ahead of this host's
+		left    time.Duration // until capture_before, by the database's clock
+		refused bool
+	}{
+		{"this host two minutes ahead, a minute left", -2 * time.Minute, time.Minute, false},
+		{"this host two minutes ahead, past capture_before", -2 * time.Minute, -time.Second, true},
+		{"this host two minutes behind, past capture_before", 2 * time.Minute, -time.Second, true},
+		{"same clocks, a minute left", 0, time.Minute, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeStore()
+			f.skew = tt.skew
+			s := &Server{Options: Options{Store: f}}
+			p := payment.Payment{Status: payment.StatusRequiresCapture, CaptureManual: true,
+				CaptureBefore: time.Now().Add(tt.skew + tt.left), AmountMinor: 5_000, Currency: "TRY"}
+			err := s.refused(context.Background(), payment.CommandCapture, p, 5_000)
+			if tt.refused {
+				require.ErrorIs(t, err, payment.ErrNotCapturable)
+				return
+			}
+			require.NoError(t, err)
 		})
 	}
 }

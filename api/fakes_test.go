@@ -73,6 +73,16 @@ type fakeStore struct {
 	refunds       map[uuid.UUID]payment.Refund
 	refundRecords map[recordKey]store.Record
 	held          map[uuid.UUID]int64 // by payment: the amount of its refunds in flight or unknown
+	skew          time.Duration       // how far the database's clock is ahead of this host's
+}
+
+func (f *fakeStore) Now(context.Context) (time.Time, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("Now"); err != nil {
+		return time.Time{}, err
+	}
+	return time.Now().Add(f.skew), nil
 }
 
 func newFakeStore() *fakeStore {
