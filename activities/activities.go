@@ -445,7 +445,11 @@ func (a *Activities) guardBooking(noun string, re workflows.Resend) error {
 	if re.PreviousEnded.IsZero() || a.Policy.BookingWindow <= re.Waited {
 		return nil
 	}
-	if left := time.Until(re.PreviousEnded.Add(a.Policy.BookingWindow)); left > 0 {
+	left := time.Until(re.PreviousEnded.Add(a.Policy.BookingWindow))
+	if re.Since > 0 { // measured by the clock that stamped PreviousEnded, not this host's
+		left = a.Policy.BookingWindow - re.Since
+	}
+	if left > 0 {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the earlier send of this %s may still be booked: this worker's "+
 			"booking window (%s) is longer than the %s waited, and has %s to run", noun, a.Policy.BookingWindow, re.Waited, left.Round(time.Second)),
 			workflows.ErrTypeAmbiguous, nil)

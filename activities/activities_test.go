@@ -615,6 +615,11 @@ func TestResendWaitsForTheWorkersBookingWindow(t *testing.T) {
 		{"inside the worker's window", workflows.Resend{PreviousEnded: time.Now().Add(-40 * time.Second), Waited: 30 * time.Second}, false},
 		{"past the worker's window", workflows.Resend{PreviousEnded: time.Now().Add(-6 * time.Minute), Waited: 30 * time.Second}, true},
 		{"the workflow waited the worker's window", workflows.Resend{PreviousEnded: time.Now(), Waited: 5 * time.Minute}, true},
+		// The run's clock (Temporal's) stamped PreviousEnded; this worker's runs minutes ahead of it.
+		{"inside the worker's window by the run's clock, this worker's clock ahead", workflows.Resend{
+			PreviousEnded: time.Now().Add(-6 * time.Minute), Waited: 30 * time.Second, Since: 40 * time.Second}, false},
+		{"past the worker's window by the run's clock, this worker's clock behind", workflows.Resend{
+			PreviousEnded: time.Now().Add(time.Minute), Waited: 30 * time.Second, Since: 6 * time.Minute}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, b := &attempts{n: 1}, &bank{}

@@ -360,6 +360,10 @@ type BankCallInput struct {
 type Resend struct {
 	PreviousEnded time.Time     `json:",omitzero"`
 	Waited        time.Duration `json:",omitzero"`
+	// Since is how long before this send was scheduled the earlier one ended, by the run's
+	// clock (Temporal's), which stamped PreviousEnded: a worker's own clock may be minutes off
+	// it. Zero: a history from before it, judged by the worker's clock.
+	Since time.Duration `json:",omitzero"`
 }
 
 // CapturedInput posts a manual payment's capture of AmountMinor, which CommandID asked for.

@@ -395,7 +395,7 @@ func (w *opRun) charge(ctx workflow.Context) (ChargeResult, error) {
 		if sends >= maxInquirySend {
 			return res, err
 		}
-		re := Resend{PreviousEnded: ended, Waited: w.bookingWindow()}
+		re := Resend{PreviousEnded: ended, Waited: w.bookingWindow(), Since: workflow.Now(ctx).Sub(ended)}
 		err = w.execProvider(ctx, w.in, w.op.send, w.op.sendArg(sends+1, re)).Get(ctx, &res)
 		if err == nil || !isAmbiguous(err) {
 			return res, err
