@@ -37,6 +37,28 @@ func TestDBMetricsCountRefundsApart(t *testing.T) {
 	}
 }
 
+// Ages are taken from the database's clock, which stamped the oldest unknown payment and the
+// oldest unpublished event: a scraped API host whose clock is minutes off would report ages
+// minutes off, or below zero.
+func TestDBMetricsAgesByTheDatabasesClock(t *testing.T) {
+	for _, skew := range []time.Duration{-2 * time.Minute, 0, 2 * time.Minute} { // the database's clock ahead of this host's
+		dbNow := time.Now().Add(skew)
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(newDBCollector(fixedStats{UnknownCount: 1, OldestUnknown: dbNow.Add(-time.Hour),
+			OutboxBacklog: 1, OldestOutbox: dbNow.Add(-10 * time.Second), Now: dbNow}))
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		got := map[string]float64{}
+		for _, f := range families {
+			if m := f.GetMetric(); len(m) == 1 && m[0].GetGauge() != nil {
+				got[f.GetName()] = m[0].GetGauge().GetValue()
+			}
+		}
+		require.InDelta(t, 3600, got["kasa_reconcile_age_seconds"], 1, "skew %s", skew)
+		require.InDelta(t, 10, got["kasa_outbox_oldest_age_seconds"], 1, "skew %s", skew)
+	}
+}
+
 type countingStats struct{ calls int }
 
 func (c *countingStats) Stats(context.Context) (store.Stats, error) {

@@ -190,9 +190,9 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.stuckRefunds, prometheus.GaugeValue, float64(st.StuckRefunds))
 	ch <- prometheus.MustNewConstMetric(c.openAuthorizations, prometheus.GaugeValue, float64(st.OpenAuthorizations))
 	ch <- prometheus.MustNewConstMetric(c.overdueAuthorizations, prometheus.GaugeValue, float64(st.OverdueAuthorizations))
-	ch <- prometheus.MustNewConstMetric(c.reconcileAge, prometheus.GaugeValue, ageSeconds(st.OldestUnknown))
+	ch <- prometheus.MustNewConstMetric(c.reconcileAge, prometheus.GaugeValue, ageSeconds(st.Now, st.OldestUnknown))
 	ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(st.OutboxBacklog))
-	ch <- prometheus.MustNewConstMetric(c.backlogAge, prometheus.GaugeValue, ageSeconds(st.OldestOutbox))
+	ch <- prometheus.MustNewConstMetric(c.backlogAge, prometheus.GaugeValue, ageSeconds(st.Now, st.OldestOutbox))
 	r := st.Reconcile
 	for outcome, n := range map[string]int64{"matched": r.Matched, "resolved_charged": r.ResolvedCharged,
 		"resolved_not_charged": r.ResolvedNotCharged, "pending": r.Pending, "mismatch": r.Mismatches} {
@@ -216,11 +216,13 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func ageSeconds(t time.Time) float64 {
+// ageSeconds is how long before now t was, both by the database's clock, which stamped t: this
+// host's may be minutes off it.
+func ageSeconds(now, t time.Time) float64 {
 	if t.IsZero() {
 		return 0
 	}
-	return time.Since(t).Seconds()
+	return now.Sub(t).Seconds()
 }
 
 // register exports the start backlog as this process last read it, and its own running

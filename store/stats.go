@@ -15,6 +15,9 @@ type Stats struct {
 	OldestUnknown  time.Time // of payments and refunds; zero when there is none
 	OutboxBacklog  int64
 	OldestOutbox   time.Time // zero when there is none
+	// Now is the database's clock when the figures were read, which stamped the oldest times
+	// above: their ages are taken from it, never from a host's clock.
+	Now time.Time
 	// Stuck counts payments flagged by their workflow as needing an operator, and payments
 	// still processing after StuckAfter (their workflow is gone or cannot go on).
 	Stuck int64
@@ -42,7 +45,7 @@ const StuckAfter = time.Hour
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	err := s.pool.QueryRow(ctx, dbsqlc.Stats, StuckAfter.Seconds()).Scan(&st.UnknownCount, &st.OldestUnknown, &st.OutboxBacklog, &st.OldestOutbox, &st.Stuck,
-		&st.UnknownRefunds, &st.StuckRefunds, &st.OpenAuthorizations, &st.OverdueAuthorizations)
+		&st.UnknownRefunds, &st.StuckRefunds, &st.OpenAuthorizations, &st.OverdueAuthorizations, &st.Now)
 	if st.OldestUnknown.Unix() == 0 {
 		st.OldestUnknown = time.Time{}
 	}

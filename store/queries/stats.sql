@@ -32,7 +32,8 @@ SELECT
      OR (status = 'processing' AND created_at < now() - $1::float8 * interval '1 second')),
   (SELECT count(*) FROM open_authorizations),
   -- An authorization still open a minute after its capture_before: its void is late or unknown.
-  (SELECT count(*) FROM open_authorizations WHERE capture_before < now() - interval '1 minute');
+  (SELECT count(*) FROM open_authorizations WHERE capture_before < now() - interval '1 minute'),
+  now()::timestamptz;
 
 -- name: HotAccount :one
 -- Entry ids are UUIDv7: the last minute is a primary-key range, however large the ledger.

@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -56,7 +57,8 @@ SELECT
      OR (status = 'processing' AND created_at < now() - $1::float8 * interval '1 second')),
   (SELECT count(*) FROM open_authorizations),
   -- An authorization still open a minute after its capture_before: its void is late or unknown.
-  (SELECT count(*) FROM open_authorizations WHERE capture_before < now() - interval '1 minute')
+  (SELECT count(*) FROM open_authorizations WHERE capture_before < now() - interval '1 minute'),
+  now()::timestamptz
 `
 
 type StatsRow struct {
@@ -69,6 +71,7 @@ type StatsRow struct {
 	Count_5    int64
 	Count_6    int64
 	Count_7    int64
+	Column10   time.Time
 }
 
 // Health figures read at scrape time.
@@ -91,6 +94,7 @@ func (q *Queries) Stats(ctx context.Context, dollar_1 float64) (StatsRow, error)
 		&i.Count_5,
 		&i.Count_6,
 		&i.Count_7,
+		&i.Column10,
 	)
 	return i, err
 }
