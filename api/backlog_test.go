@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -140,5 +141,25 @@ func TestPastTheBoundRefusalsAnswerAsBelowIt(t *testing.T) {
 			_, err := st.Record(context.Background(), merchantA, "k2")
 			require.ErrorIs(t, err, payment.ErrNotFound, "nothing was written")
 		})
+	}
+}
+
+// The oldest queued payment's age is taken from the database's clock, which stamped its arrival:
+// an API host whose clock is minutes off would report it minutes off, or below zero.
+func TestBacklogOldestAgeByTheDatabasesClock(t *testing.T) {
+	for _, skew := range []time.Duration{-2 * time.Minute, 0, 2 * time.Minute} { // the database's clock ahead of this host's
+		dbNow := time.Now().Add(skew)
+		reg := prometheus.NewRegistry()
+		newAdmission(Backlog{State: fakeBacklog{state: store.BacklogState{Queued: 3, Oldest: dbNow.Add(-20 * time.Second), Now: dbNow}},
+			MaxRunning: 8}, 1).register(reg)
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		var age float64
+		for _, f := range families {
+			if f.GetName() == "kasa_backlog_oldest_age_seconds" {
+				age = f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		require.InDelta(t, 20, age, 1, "skew %s", skew)
 	}
 }

@@ -243,10 +243,7 @@ func (a *admission) register(r prometheus.Registerer) {
 			state(func(b store.BacklogState) float64 { return float64(b.Queued) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kasa_backlog_oldest_age_seconds", Help: "How long the oldest queued payment has waited to start."},
 			state(func(b store.BacklogState) float64 {
-				if b.Oldest.IsZero() {
-					return 0
-				}
-				return time.Since(b.Oldest).Seconds()
+				return ageSeconds(b.Now, b.Oldest)
 			})),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kasa_backlog_drain_per_second", Help: "Queued payments the drainer started per second, over the last 10 s."},
 			state(func(b store.BacklogState) float64 { return b.DrainPerSecond })),

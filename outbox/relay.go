@@ -19,7 +19,7 @@ import (
 // RelayStore is what the relay needs from the database.
 type RelayStore interface {
 	RelayOutbox(ctx context.Context, limit int, publish func(context.Context, []store.OutboxEvent) ([]uuid.UUID, error)) (claimed, published int, err error)
-	OutboxBacklog(ctx context.Context) (count int64, oldest time.Time, err error)
+	OutboxBacklog(ctx context.Context) (count int64, age time.Duration, err error)
 	PurgeEvents(ctx context.Context, olderThan time.Duration, batch int) (store.Purged, error)
 	UnconfirmedOutbox(ctx context.Context, q store.UnconfirmedQuery) (store.Unconfirmed, error)
 }
@@ -367,7 +367,7 @@ func message(e store.OutboxEvent) (*nats.Msg, error) {
 }
 
 func (r *Relay) observeBacklog(ctx context.Context) {
-	n, oldest, err := r.o.Store.OutboxBacklog(ctx)
+	n, age, err := r.o.Store.OutboxBacklog(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.o.Metrics.relayErrors.WithLabelValues("backlog").Inc()
@@ -375,11 +375,7 @@ func (r *Relay) observeBacklog(ctx context.Context) {
 		return
 	}
 	r.o.Metrics.backlog.Set(float64(n))
-	age := 0.0
-	if !oldest.IsZero() {
-		age = time.Since(oldest).Seconds()
-	}
-	r.o.Metrics.oldestAge.Set(age)
+	r.o.Metrics.oldestAge.Set(age.Seconds())
 }
 
 // Purge applies retention once: published outbox rows, inbox rows and finished webhook

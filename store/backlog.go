@@ -92,6 +92,9 @@ type BacklogState struct {
 	// Counted: the record was older than backlogRecordFresh (or there was none), and Queued and
 	// Oldest were counted from the queue itself.
 	Counted bool
+	// Now is the database's clock at the read, which stamped Oldest: its age is taken from it,
+	// never from a host's clock.
+	Now time.Time
 }
 
 // backlogRecordFresh is how old the drainer's record may be and still say what the backlog holds:
@@ -134,7 +137,7 @@ func (s *Store) BacklogState(ctx context.Context) (BacklogState, error) {
 	row, err := s.q.GetBacklogState(ctx)
 	switch {
 	case err == nil:
-		b = BacklogState{Queued: row.Queued, DrainPerSecond: row.DrainPerSecond, Age: row.Now.Sub(row.UpdatedAt)}
+		b = BacklogState{Queued: row.Queued, DrainPerSecond: row.DrainPerSecond, Age: row.Now.Sub(row.UpdatedAt), Now: row.Now}
 		if row.Oldest != nil {
 			b.Oldest = *row.Oldest
 		}
@@ -144,11 +147,14 @@ func (s *Store) BacklogState(ctx context.Context) (BacklogState, error) {
 	case !errors.Is(err, pgx.ErrNoRows):
 		return BacklogState{}, translate(err)
 	}
-	queued, oldest, err := s.QueuedBacklog(ctx)
+	q, err := s.q.QueuedBacklog(ctx)
 	if err != nil {
-		return BacklogState{}, err
+		return BacklogState{}, translate(err)
 	}
-	b.Queued, b.Oldest, b.Counted = queued, oldest, true
+	b.Queued, b.Oldest, b.Counted, b.Now = q.Queued, time.Time{}, true, q.Now
+	if q.Queued > 0 {
+		b.Oldest = q.Oldest
+	}
 	return b, nil
 }
 

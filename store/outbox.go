@@ -61,14 +61,12 @@ func (s *Store) RelayOutbox(ctx context.Context, limit int, publish func(context
 	return claimed, published, pubErr
 }
 
-// OutboxBacklog counts unpublished events and returns the oldest one's creation time (zero when
-// there is none).
-func (s *Store) OutboxBacklog(ctx context.Context) (count int64, oldest time.Time, err error) {
-	err = s.pool.QueryRow(ctx, dbsqlc.OutboxBacklog).Scan(&count, &oldest)
-	if oldest.Unix() == 0 {
-		oldest = time.Time{}
-	}
-	return count, oldest, translate(err)
+// OutboxBacklog counts unpublished events and returns the oldest one's age by the database's
+// clock, which stamped it (zero when there is none): a relay's host clock may be minutes off.
+func (s *Store) OutboxBacklog(ctx context.Context) (count int64, age time.Duration, err error) {
+	var seconds float64
+	err = s.pool.QueryRow(ctx, dbsqlc.OutboxBacklog).Scan(&count, &seconds)
+	return count, time.Duration(seconds * float64(time.Second)), translate(err)
 }
 
 // Purged counts the rows one retention pass deleted.

@@ -52,7 +52,8 @@ SELECT id FROM payments WHERE id = ANY(@ids::uuid[]) AND status = 'processing' A
 SELECT EXISTS (SELECT 1 FROM idempotency_records WHERE queued AND locked_until >= now());
 
 -- name: QueuedBacklog :one
-SELECT count(*) AS queued, coalesce(min(created_at), 'epoch')::timestamptz AS oldest FROM idempotency_records WHERE queued;
+SELECT count(*) AS queued, coalesce(min(created_at), 'epoch')::timestamptz AS oldest, now()::timestamptz AS now
+FROM idempotency_records WHERE queued;
 
 -- name: SaveBacklogState :exec
 INSERT INTO backlog_state (id, queued, oldest, drain_per_second, updated_at)

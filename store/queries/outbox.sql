@@ -17,7 +17,9 @@ FOR UPDATE OF o SKIP LOCKED;
 UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[]) AND published_at IS NULL;
 
 -- name: OutboxBacklog :one
-SELECT count(*), coalesce(min(created_at), 'epoch') FROM outbox WHERE published_at IS NULL;
+-- The age is the database's: its clock stamped created_at.
+SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS age_seconds
+FROM outbox WHERE published_at IS NULL;
 
 -- name: PurgeOutbox :execrows
 DELETE FROM outbox WHERE id IN (SELECT id FROM outbox

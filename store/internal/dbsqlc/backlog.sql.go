@@ -151,18 +151,20 @@ func (q *Queries) ProcessingRecords(ctx context.Context) (int64, error) {
 }
 
 const QueuedBacklog = `-- name: QueuedBacklog :one
-SELECT count(*) AS queued, coalesce(min(created_at), 'epoch')::timestamptz AS oldest FROM idempotency_records WHERE queued
+SELECT count(*) AS queued, coalesce(min(created_at), 'epoch')::timestamptz AS oldest, now()::timestamptz AS now
+FROM idempotency_records WHERE queued
 `
 
 type QueuedBacklogRow struct {
 	Queued int64
 	Oldest time.Time
+	Now    time.Time
 }
 
 func (q *Queries) QueuedBacklog(ctx context.Context) (QueuedBacklogRow, error) {
 	row := q.db.QueryRow(ctx, QueuedBacklog)
 	var i QueuedBacklogRow
-	err := row.Scan(&i.Queued, &i.Oldest)
+	err := row.Scan(&i.Queued, &i.Oldest, &i.Now)
 	return i, err
 }
 

@@ -176,18 +176,20 @@ func (q *Queries) OutboxAfterConfirmed(ctx context.Context, arg OutboxAfterConfi
 }
 
 const OutboxBacklog = `-- name: OutboxBacklog :one
-SELECT count(*), coalesce(min(created_at), 'epoch') FROM outbox WHERE published_at IS NULL
+SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS age_seconds
+FROM outbox WHERE published_at IS NULL
 `
 
 type OutboxBacklogRow struct {
-	Count    int64
-	Coalesce interface{}
+	Count      int64
+	AgeSeconds float64
 }
 
+// The age is the database's: its clock stamped created_at.
 func (q *Queries) OutboxBacklog(ctx context.Context) (OutboxBacklogRow, error) {
 	row := q.db.QueryRow(ctx, OutboxBacklog)
 	var i OutboxBacklogRow
-	err := row.Scan(&i.Count, &i.Coalesce)
+	err := row.Scan(&i.Count, &i.AgeSeconds)
 	return i, err
 }
 
