@@ -98,6 +98,7 @@ func chargeOptions(in PaymentInput) workflow.ActivityOptions {
 // PaymentWorkflow: reserve -> charge (strategy by capability) -> finalize or release; an outcome
 // that cannot be known is parked as unknown until a settlement signal resolves it.
 func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, error) {
+	refuseNewer(in.Revision)
 	ctx = ignoreCancel(ctx, in.Revision)
 	if in.Revision >= 2 && in.Capability == "" {
 		c, err := workerPolicy(ctx, in.Revision)
@@ -137,6 +138,16 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 		return w.runManual(ctx)
 	}
 	return w.run(ctx)
+}
+
+// refuseNewer fails the workflow task of a run whose rules are newer than this build's: a
+// payment or refund a newer API started, which a worker not yet upgraded would otherwise run by
+// its older rules. Temporal retries the task until a worker that knows the revision takes it;
+// nothing was done meanwhile (docs/deployment.md, "Upgrades").
+func refuseNewer(rev int) {
+	if rev > CurrentRevision {
+		panic(fmt.Sprintf("Revision %d is newer than this worker's %d: a worker of the release that started it runs it", rev, CurrentRevision))
+	}
 }
 
 // ignoreCancel is ctx cut off from a cancellation request from Revision 7 on, the request logged:

@@ -17,6 +17,7 @@ const refundRevision = 1
 // release. Only a decline fails a refund; an outcome that cannot be known is parked as unknown,
 // its hold kept, until a settlement (charged: refunded, not_charged: not refunded) resolves it.
 func RefundWorkflow(ctx workflow.Context, in RefundInput) (RefundWorkflowResult, error) {
+	refuseNewer(in.Revision)
 	rev := max(in.Revision, refundRevision)
 	ctx = ignoreCancel(ctx, rev)
 	if rev >= 2 && in.Capability == "" {
