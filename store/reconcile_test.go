@@ -476,3 +476,116 @@ func TestSettlementListings(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, got, "a refund's listings are not a payment's")
 }
+
+// In a rolling upgrade across migration 34 a worker of the earlier release marks payments and
+// refunds unknown without unknown_at (it knows no such column). Settled later by this release,
+// each was still decided when it became unknown, its updated_at then: its day's complete file,
+// which does not list it, finds it missing, and the day it was settled on leaves it alone.
+func TestReconcileSettledLaterAfterAnEarlierReleaseMarkedItUnknown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	own := ownStore(t)
+	d := reconcile.DayOf(time.Now().AddDate(0, 0, -2))
+	noon := d.Start().Add(12 * time.Hour)
+	back := time.Since(noon).String()
+	// earlier is what the earlier release's worker left: unknown, and no unknown_at.
+	earlier := func(t *testing.T, table string, id uuid.UUID) {
+		t.Helper()
+		require.NoError(t, own.Exec(ctx, `ALTER TABLE refunds DISABLE TRIGGER refunds_immutable`))
+		require.NoError(t, own.Exec(ctx, `UPDATE `+table+` SET created_at = created_at - $2::interval,
+			updated_at = updated_at - $2::interval, unknown_at = NULL WHERE id = $1`, id, back))
+		require.NoError(t, own.Exec(ctx, `ALTER TABLE refunds ENABLE TRIGGER refunds_immutable`))
+		require.NoError(t, own.Exec(ctx, `UPDATE payment_commands SET created_at = created_at - $2::interval WHERE payment_id = $1`, id, back))
+	}
+	req := func(m testkit.Merchant, inv string) payment.Request {
+		return payment.Request{InvoiceID: inv, AmountMinor: 1_000, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase"}
+	}
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, m testkit.Merchant) (paymentID, refundID uuid.UUID)
+	}{
+		{"automatic payment", func(t *testing.T, m testkit.Merchant) (uuid.UUID, uuid.UUID) {
+			_, p, _, err := own.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: "auto", Request: req(m, "auto"), OperationID: idAt(noon), Lease: time.Minute})
+			require.NoError(t, err)
+			require.NoError(t, own.Reserve(ctx, p.ID))
+			_, err = own.MarkUnknown(ctx, p.ID)
+			require.NoError(t, err)
+			earlier(t, "payments", p.ID)
+			_, err = own.Finalize(ctx, p.ID, "ch_by_hand")
+			require.NoError(t, err)
+			return p.ID, uuid.Nil
+		}},
+		{"manual payment", func(t *testing.T, m testkit.Merchant) (uuid.UUID, uuid.UUID) {
+			r := req(m, "manual")
+			r.CaptureManual = true
+			_, p, _, err := own.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: "manual", Request: r, OperationID: idAt(noon.Add(time.Minute)),
+				Lease: time.Minute, CaptureWindow: time.Hour})
+			require.NoError(t, err)
+			require.NoError(t, own.Reserve(ctx, p.ID))
+			_, err = own.Authorized(ctx, p.ID, "au_1")
+			require.NoError(t, err)
+			c, _, err := own.BeginCommand(ctx, store.Command{MerchantID: m.ID, Key: "manual-cap", ID: payment.NewID(), PaymentID: p.ID,
+				Kind: payment.CommandCapture, RequestHash: "h", AmountMinor: 1_000}, time.Minute)
+			require.NoError(t, err)
+			_, err = own.MarkUnknown(ctx, p.ID)
+			require.NoError(t, err)
+			earlier(t, "payments", p.ID)
+			_, err = own.Captured(ctx, p.ID, 1_000, "cap_by_hand", c.ID)
+			require.NoError(t, err)
+			return p.ID, uuid.Nil
+		}},
+		{"refund", func(t *testing.T, m testkit.Merchant) (uuid.UUID, uuid.UUID) {
+			_, p, _, err := own.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: "refunded", Request: req(m, "refunded"), OperationID: idAt(noon.Add(2 * time.Minute)), Lease: time.Minute})
+			require.NoError(t, err)
+			require.NoError(t, own.Reserve(ctx, p.ID))
+			_, err = own.Finalize(ctx, p.ID, "ch_1")
+			require.NoError(t, err)
+			rreq, err := payment.ParseRefundRequest([]byte(`{"amount":"3"}`))
+			require.NoError(t, err)
+			_, r, _, err := own.BeginRefund(ctx, store.BeginRefundInput{MerchantID: m.ID, PaymentID: p.ID, Key: "refund", Request: rreq,
+				OperationID: idAt(noon.Add(3 * time.Minute)), Lease: time.Minute})
+			require.NoError(t, err)
+			require.NoError(t, own.HoldRefund(ctx, r.ID))
+			_, err = own.MarkRefundUnknown(ctx, r.ID)
+			require.NoError(t, err)
+			earlier(t, "refunds", r.ID)
+			require.NoError(t, own.Exec(ctx, `UPDATE payments SET created_at = created_at - $2::interval, updated_at = updated_at - $2::interval
+				WHERE id = $1`, p.ID, back))
+			_, err = own.PostRefund(ctx, r.ID, "rf_by_hand")
+			require.NoError(t, err)
+			return p.ID, r.ID
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := testkit.NewMerchant(t, own, testkit.MerchantOptions{Deposit: 100_000})
+			paymentID, refundID := tc.run(t, m)
+			scope := &reconcile.Scope{Merchants: []uuid.UUID{m.ID}, Charges: true, Refunds: true}
+			file := &reconcile.File{Typed: true, Scope: scope, Trailers: []reconcile.Trailer{{Day: d, AsOf: d.End().Add(5 * time.Minute)}}}
+			if refundID != uuid.Nil {
+				file.Lines = []reconcile.Line{{Number: 2, SettlementDate: d, ProviderChargeID: "ch_1", Reference: paymentID, AmountMinor: 1_000,
+					Currency: "TRY", Status: reconcile.StatusSettled, Type: reconcile.TypeCharge}}
+				file.Trailers[0].Lines = 1
+			}
+			rep, err := (&reconcile.Reconciler{Store: own}).Reconcile(ctx, file, reconcile.Options{DryRun: true})
+			require.NoError(t, err)
+			var missing []string
+			for _, mm := range rep.Mismatches {
+				if mm.Kind == reconcile.KindSucceededButMissing {
+					missing = append(missing, mm.PaymentID)
+				}
+			}
+			for _, mm := range rep.RefundMismatches {
+				if mm.Kind == reconcile.KindSucceededButMissing {
+					missing = append(missing, mm.RefundID)
+				}
+			}
+			want := paymentID
+			if refundID != uuid.Nil {
+				want = refundID
+			}
+			require.Contains(t, missing, want.String(), "its day's file finds it missing: %+v", rep)
+			require.Empty(t, rep.Pending)
+			require.Empty(t, rep.RefundPending)
+		})
+	}
+}

@@ -32,9 +32,12 @@ ORDER BY created_at DESC, id DESC LIMIT 1;
 -- name: SetPaymentStatus :one
 -- unknown_at is when it last became unknown, kept once settled (reconciliation's window ends
 -- there); an authorization found, waiting for its capture again, starts a new step without one.
+-- One an earlier release made unknown has none: its updated_at is that moment (only settling
+-- moves an unknown payment).
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now(),
-unknown_at = CASE $2 WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL ELSE unknown_at END
+unknown_at = CASE $2 WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL
+  ELSE coalesce(unknown_at, CASE WHEN status = 'unknown' THEN updated_at END) END
 WHERE id = $1 AND status = ANY($5::text[]) RETURNING *;
 
 -- name: SetPaymentStatusSettlement :one
@@ -42,7 +45,8 @@ WHERE id = $1 AND status = ANY($5::text[]) RETURNING *;
 -- (NULL if it has none), which the capture credits.
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now(),
-unknown_at = CASE $2 WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL ELSE unknown_at END
+unknown_at = CASE $2 WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL
+  ELSE coalesce(unknown_at, CASE WHEN status = 'unknown' THEN updated_at END) END
 WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.*, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id;
 
@@ -63,7 +67,8 @@ WHERE id = @id;
 -- A manual payment's capture: it becomes succeeded with what was captured. Returns the row and
 -- the merchant's settlement account in its currency (NULL if it has none), which the capture credits.
 UPDATE payments SET status = 'succeeded', captured_minor = @captured::bigint,
-provider_reference = coalesce(NULLIF(@provider_reference::text, ''), provider_reference), updated_at = now()
+provider_reference = coalesce(NULLIF(@provider_reference::text, ''), provider_reference), updated_at = now(),
+unknown_at = coalesce(unknown_at, CASE WHEN status = 'unknown' THEN updated_at END)
 WHERE payments.id = @id AND payments.capture_manual AND payments.status IN ('requires_capture', 'unknown')
 RETURNING payments.*, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id;

@@ -74,9 +74,10 @@ INSERT INTO balance_reservations (id, operation_id, account_id, amount_minor, st
 
 -- name: SetRefundStatus :one
 -- unknown_at is when it became unknown, kept once settled (reconciliation's window ends there).
+-- One an earlier release made unknown has none: its updated_at is that moment.
 UPDATE refunds SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now(),
-unknown_at = CASE WHEN $2 = 'unknown' THEN now() ELSE unknown_at END
+unknown_at = CASE WHEN $2 = 'unknown' THEN now() ELSE coalesce(unknown_at, CASE WHEN status = 'unknown' THEN updated_at END) END
 WHERE id = $1 AND status = ANY($5::text[])
 RETURNING *;
 

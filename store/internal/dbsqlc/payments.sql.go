@@ -55,7 +55,8 @@ func (q *Queries) BeginChargeSend(ctx context.Context, arg BeginChargeSendParams
 
 const CapturePayment = `-- name: CapturePayment :one
 UPDATE payments SET status = 'succeeded', captured_minor = $1::bigint,
-provider_reference = coalesce(NULLIF($2::text, ''), provider_reference), updated_at = now()
+provider_reference = coalesce(NULLIF($2::text, ''), provider_reference), updated_at = now(),
+unknown_at = coalesce(unknown_at, CASE WHEN status = 'unknown' THEN updated_at END)
 WHERE payments.id = $3 AND payments.capture_manual AND payments.status IN ('requires_capture', 'unknown')
 RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, payments.capture_manual, payments.capture_before, payments.captured_minor, payments.unknown_at, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
@@ -319,7 +320,8 @@ func (q *Queries) OpenAuthorization(ctx context.Context, id uuid.UUID) error {
 const SetPaymentStatus = `-- name: SetPaymentStatus :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now(),
-unknown_at = CASE $2 WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL ELSE unknown_at END
+unknown_at = CASE $2 WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL
+  ELSE coalesce(unknown_at, CASE WHEN status = 'unknown' THEN updated_at END) END
 WHERE id = $1 AND status = ANY($5::text[]) RETURNING id, merchant_id, idempotency_key, account_id, amount_minor, currency, invoice_id, payment_type, status, failure_code, provider_reference, created_at, updated_at, charge_attempts, stuck_since, stuck_reason, refunded_minor, refund_held_minor, capture_manual, capture_before, captured_minor, unknown_at
 `
 
@@ -333,6 +335,8 @@ type SetPaymentStatusParams struct {
 
 // unknown_at is when it last became unknown, kept once settled (reconciliation's window ends
 // there); an authorization found, waiting for its capture again, starts a new step without one.
+// One an earlier release made unknown has none: its updated_at is that moment (only settling
+// moves an unknown payment).
 func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusParams) (Payment, error) {
 	row := q.db.QueryRow(ctx, SetPaymentStatus,
 		arg.ID,
@@ -372,7 +376,8 @@ func (q *Queries) SetPaymentStatus(ctx context.Context, arg SetPaymentStatusPara
 const SetPaymentStatusSettlement = `-- name: SetPaymentStatusSettlement :one
 UPDATE payments SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now(),
-unknown_at = CASE $2 WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL ELSE unknown_at END
+unknown_at = CASE $2 WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL
+  ELSE coalesce(unknown_at, CASE WHEN status = 'unknown' THEN updated_at END) END
 WHERE payments.id = $1 AND payments.status = ANY($5::text[]) RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, payments.capture_manual, payments.capture_before, payments.captured_minor, payments.unknown_at, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
 `

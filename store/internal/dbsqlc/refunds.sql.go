@@ -377,7 +377,7 @@ func (q *Queries) ReleasePaymentRefund(ctx context.Context, arg ReleasePaymentRe
 const SetRefundStatus = `-- name: SetRefundStatus :one
 UPDATE refunds SET status = $2, failure_code = NULLIF($3, ''),
 provider_reference = coalesce(NULLIF($4, ''), provider_reference), updated_at = now(),
-unknown_at = CASE WHEN $2 = 'unknown' THEN now() ELSE unknown_at END
+unknown_at = CASE WHEN $2 = 'unknown' THEN now() ELSE coalesce(unknown_at, CASE WHEN status = 'unknown' THEN updated_at END) END
 WHERE id = $1 AND status = ANY($5::text[])
 RETURNING id, payment_id, merchant_id, idempotency_key, account_id, amount_minor, currency, reason, status, failure_code, provider_reference, send_attempts, stuck_since, stuck_reason, created_at, updated_at, unknown_at
 `
@@ -391,6 +391,7 @@ type SetRefundStatusParams struct {
 }
 
 // unknown_at is when it became unknown, kept once settled (reconciliation's window ends there).
+// One an earlier release made unknown has none: its updated_at is that moment.
 func (q *Queries) SetRefundStatus(ctx context.Context, arg SetRefundStatusParams) (Refund, error) {
 	row := q.db.QueryRow(ctx, SetRefundStatus,
 		arg.ID,

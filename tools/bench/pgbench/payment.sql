@@ -115,7 +115,8 @@ WHERE operation_id = :op_id AND status = 'active' RETURNING account_id, amount_m
 -- store/queries/payments.sql: SetPaymentStatusSettlement
 UPDATE payments SET status = :succeeded_status, failure_code = NULLIF(:failure_code, ''),
 provider_reference = coalesce(NULLIF(:provider_reference, ''), provider_reference), updated_at = now(),
-unknown_at = CASE :succeeded_status WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL ELSE unknown_at END
+unknown_at = CASE :succeeded_status WHEN 'unknown' THEN now() WHEN 'requires_capture' THEN NULL
+  ELSE coalesce(unknown_at, CASE WHEN status = 'unknown' THEN updated_at END) END
 WHERE payments.id = :op_id AND payments.status = ANY(:from_statuses::text[]) RETURNING payments.*, (SELECT a.id FROM accounts a
 WHERE a.merchant_id = payments.merchant_id AND a.currency = payments.currency AND a.kind = 'settlement') AS settlement_id
 \gset finalized_
