@@ -38,6 +38,8 @@ GRANT SELECT, INSERT, UPDATE ON settlement_shards TO :"app_role";
 GRANT SELECT, INSERT, UPDATE ON refunds TO :"app_role";
 -- A settlement file's listings are written once by an import, never changed or deleted.
 GRANT SELECT, INSERT ON settlement_listings TO :"app_role";
+-- The days an import proved complete, and for whom, are written once, never changed or deleted.
+GRANT SELECT, INSERT ON settlement_completions TO :"app_role";
 -- A capture's or cancel's key names it for good once answered; a refused one is deleted, as it
 -- changed nothing.
 GRANT SELECT, INSERT, UPDATE, DELETE ON payment_commands TO :"app_role";

@@ -45,6 +45,51 @@ func (s *Store) SettlementListings(ctx context.Context, kind string, refs []uuid
 	return out, nil
 }
 
+// RecordSettlementCompletions records that an import proved days complete (a trailer) for kind's
+// operations ("charge" or "refund") of merchants (uuid.Nil: every merchant), each day up to the
+// asOf beside it. An import records them after its listings and before it reads
+// SettlementCompletions: another import that sees these days complete sees what this one listed.
+func (s *Store) RecordSettlementCompletions(ctx context.Context, kind string, merchants []uuid.UUID, days, asOf []time.Time) error {
+	var ds []pgtype.Date
+	var ms []uuid.UUID
+	var as []time.Time
+	for _, m := range merchants {
+		for i, d := range days {
+			ds, ms, as = append(ds, pgtype.Date{Time: d, Valid: true}), append(ms, m), append(as, asOf[i])
+		}
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	return translate(s.q.RecordSettlementCompletions(ctx, dbsqlc.RecordSettlementCompletionsParams{Kind: kind, Days: ds, Merchants: ms, AsOf: as}))
+}
+
+// SettlementCompletions returns, for each of days that an import proved complete for kind's
+// operations of one of merchants or of every merchant, how far: the latest as_of by merchant
+// (uuid.Nil: a scope of every merchant).
+func (s *Store) SettlementCompletions(ctx context.Context, kind string, days []time.Time, merchants []uuid.UUID) (map[time.Time]map[uuid.UUID]time.Time, error) {
+	dates := make([]pgtype.Date, len(days))
+	for i, d := range days {
+		dates[i] = pgtype.Date{Time: d, Valid: true}
+	}
+	rows, err := s.q.SettlementCompletions(ctx, dbsqlc.SettlementCompletionsParams{Kind: kind, Days: dates, Merchants: merchants})
+	if err != nil {
+		return nil, translate(err)
+	}
+	out := map[time.Time]map[uuid.UUID]time.Time{}
+	for _, r := range rows {
+		m := uuid.Nil
+		if r.MerchantID != nil {
+			m = *r.MerchantID
+		}
+		if out[r.Day.Time] == nil {
+			out[r.Day.Time] = map[uuid.UUID]time.Time{}
+		}
+		out[r.Day.Time][m] = r.AsOf
+	}
+	return out, nil
+}
+
 // EachPaymentCreated calls fn for every payment created in [from, to) whose status is one of
 // statuses, of one of merchants (of every merchant when merchants is empty), oldest first, with
 // the time its outcome was decided: when it left processing (became unknown, or succeeded),

@@ -589,3 +589,54 @@ func TestReconcileSettledLaterAfterAnEarlierReleaseMarkedItUnknown(t *testing.T)
 		})
 	}
 }
+
+// SettlementCompletions answers, for a kind, a day and merchants, how far an import proved the day
+// complete: by a scope naming the merchant, or every merchant (uuid.Nil), the latest as_of of each;
+// recording a day again adds nothing.
+func TestSettlementCompletions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// Days no other test imports: the rows for every merchant are shared.
+	d1 := time.Date(1991, 3, 1, 0, 0, 0, 0, time.UTC)
+	d2 := d1.AddDate(0, 0, 1)
+	a, b, c := payment.NewID(), payment.NewID(), payment.NewID()
+	early, late := d2.Add(5*time.Minute), d2.Add(time.Hour)
+
+	got, err := db.SettlementCompletions(ctx, "charge", []time.Time{d1, d2}, []uuid.UUID{a, b})
+	require.NoError(t, err)
+	require.Empty(t, got)
+
+	require.NoError(t, db.RecordSettlementCompletions(ctx, "charge", []uuid.UUID{a}, []time.Time{d1}, []time.Time{early}))
+	require.NoError(t, db.RecordSettlementCompletions(ctx, "charge", []uuid.UUID{a}, []time.Time{d1}, []time.Time{early}), "the same file again")
+	require.NoError(t, db.RecordSettlementCompletions(ctx, "charge", []uuid.UUID{a, b}, []time.Time{d1}, []time.Time{late}))
+	require.NoError(t, db.RecordSettlementCompletions(ctx, "charge", []uuid.UUID{uuid.Nil}, []time.Time{d2}, []time.Time{late}))
+	require.NoError(t, db.RecordSettlementCompletions(ctx, "refund", []uuid.UUID{c}, []time.Time{d1, d2}, []time.Time{early, late}))
+
+	got, err = db.SettlementCompletions(ctx, "charge", []time.Time{d1, d2}, []uuid.UUID{a, c})
+	require.NoError(t, err)
+	require.Equal(t, map[time.Time]map[uuid.UUID]time.Time{
+		d1: {a: late},        // the latest of its two; b is not asked for
+		d2: {uuid.Nil: late}, // every merchant's
+	}, normalize(got))
+	got, err = db.SettlementCompletions(ctx, "refund", []time.Time{d1}, []uuid.UUID{a, c})
+	require.NoError(t, err)
+	require.Equal(t, map[time.Time]map[uuid.UUID]time.Time{d1: {c: early}}, normalize(got), "a refund's days are not a payment's")
+
+	var n int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM settlement_completions WHERE day = $1 AND merchant_id = $2`, []any{d1, a}, &n))
+	require.Equal(t, 2, n, "one row a day, scope and as_of")
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM settlement_completions WHERE day = $1 AND merchant_id IS NULL`, []any{d2}, &n))
+	require.Equal(t, 1, n, "every merchant is kept as NULL")
+}
+
+// normalize puts the times of a completions map in UTC, for comparing.
+func normalize(m map[time.Time]map[uuid.UUID]time.Time) map[time.Time]map[uuid.UUID]time.Time {
+	out := map[time.Time]map[uuid.UUID]time.Time{}
+	for d, ms := range m {
+		out[d.UTC()] = map[uuid.UUID]time.Time{}
+		for id, at := range ms {
+			out[d.UTC()][id] = at.UTC()
+		}
+	}
+	return out
+}

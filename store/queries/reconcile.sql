@@ -86,3 +86,19 @@ ON CONFLICT DO NOTHING;
 -- name: SettlementListings :many
 -- Every day an import listed these payments (kind charge) or refunds on.
 SELECT reference, day FROM settlement_listings WHERE kind = @kind::text AND reference = ANY(@refs::uuid[]);
+
+-- name: RecordSettlementCompletions :exec
+-- The days an import proved complete for these merchants' payments (kind charge) or refunds
+-- (the nil uuid: every merchant, kept as NULL), each up to its as_of; a day recorded before is
+-- kept as it was.
+INSERT INTO settlement_completions (kind, day, merchant_id, as_of)
+SELECT @kind::text, unnest(@days::date[]), nullif(unnest(@merchants::uuid[]), '00000000-0000-0000-0000-000000000000'),
+unnest(@as_of::timestamptz[])
+ON CONFLICT DO NOTHING;
+
+-- name: SettlementCompletions :many
+-- For each of days, how far an import proved it complete for the payments (kind charge) or refunds
+-- of each of merchants, or of every merchant (merchant_id NULL).
+SELECT day, merchant_id, max(as_of)::timestamptz AS as_of FROM settlement_completions
+WHERE kind = @kind::text AND day = ANY(@days::date[]) AND (merchant_id IS NULL OR merchant_id = ANY(@merchants::uuid[]))
+GROUP BY day, merchant_id;

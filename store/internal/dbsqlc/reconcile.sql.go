@@ -359,6 +359,33 @@ func (q *Queries) ReconcileTotals(ctx context.Context) (ReconcileTotalsRow, erro
 	return i, err
 }
 
+const RecordSettlementCompletions = `-- name: RecordSettlementCompletions :exec
+INSERT INTO settlement_completions (kind, day, merchant_id, as_of)
+SELECT $1::text, unnest($2::date[]), nullif(unnest($3::uuid[]), '00000000-0000-0000-0000-000000000000'),
+unnest($4::timestamptz[])
+ON CONFLICT DO NOTHING
+`
+
+type RecordSettlementCompletionsParams struct {
+	Kind      string
+	Days      []pgtype.Date
+	Merchants []uuid.UUID
+	AsOf      []time.Time
+}
+
+// The days an import proved complete for these merchants' payments (kind charge) or refunds
+// (the nil uuid: every merchant, kept as NULL), each up to its as_of; a day recorded before is
+// kept as it was.
+func (q *Queries) RecordSettlementCompletions(ctx context.Context, arg RecordSettlementCompletionsParams) error {
+	_, err := q.db.Exec(ctx, RecordSettlementCompletions,
+		arg.Kind,
+		arg.Days,
+		arg.Merchants,
+		arg.AsOf,
+	)
+	return err
+}
+
 const RecordSettlementListings = `-- name: RecordSettlementListings :exec
 INSERT INTO settlement_listings (kind, reference, day)
 SELECT $1::text, unnest($2::uuid[]), unnest($3::date[])
@@ -496,6 +523,46 @@ func (q *Queries) RefundsCreated(ctx context.Context, arg RefundsCreatedParams) 
 			&i.UnknownAt,
 			&i.DecidedAt,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const SettlementCompletions = `-- name: SettlementCompletions :many
+SELECT day, merchant_id, max(as_of)::timestamptz AS as_of FROM settlement_completions
+WHERE kind = $1::text AND day = ANY($2::date[]) AND (merchant_id IS NULL OR merchant_id = ANY($3::uuid[]))
+GROUP BY day, merchant_id
+`
+
+type SettlementCompletionsParams struct {
+	Kind      string
+	Days      []pgtype.Date
+	Merchants []uuid.UUID
+}
+
+type SettlementCompletionsRow struct {
+	Day        pgtype.Date
+	MerchantID *uuid.UUID
+	AsOf       time.Time
+}
+
+// For each of days, how far an import proved it complete for the payments (kind charge) or refunds
+// of each of merchants, or of every merchant (merchant_id NULL).
+func (q *Queries) SettlementCompletions(ctx context.Context, arg SettlementCompletionsParams) ([]SettlementCompletionsRow, error) {
+	rows, err := q.db.Query(ctx, SettlementCompletions, arg.Kind, arg.Days, arg.Merchants)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SettlementCompletionsRow
+	for rows.Next() {
+		var i SettlementCompletionsRow
+		if err := rows.Scan(&i.Day, &i.MerchantID, &i.AsOf); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
