@@ -165,6 +165,12 @@ func (o *oneUnknown) CaptureInFlight(context.Context, uuid.UUID) (bool, error) {
 func (o *oneUnknown) SettlementListings(context.Context, string, []uuid.UUID, []time.Time, bool) (map[uuid.UUID][]time.Time, error) {
 	return nil, nil
 }
+func (o *oneUnknown) RecordSettlementCompletions(context.Context, string, []uuid.UUID, []time.Time, []time.Time) error {
+	return nil
+}
+func (o *oneUnknown) SettlementCompletions(context.Context, string, []time.Time, []uuid.UUID) (map[time.Time]map[uuid.UUID]time.Time, error) {
+	return nil, nil
+}
 func (o *oneUnknown) EachCaptureDecided(context.Context, time.Time, time.Time, []payment.Status, []uuid.UUID, func(payment.Payment, time.Time, time.Time) error) error {
 	return nil
 }

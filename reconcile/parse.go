@@ -74,6 +74,9 @@ func (d Day) End() time.Time { return d.Start().AddDate(0, 0, 1) }
 // Next is the following day.
 func (d Day) Next() Day { return DayOf(d.End()) }
 
+// Prev is the day before.
+func (d Day) Prev() Day { return DayOf(d.Start().AddDate(0, 0, -1)) }
+
 // ParseDay accepts exactly YYYY-MM-DD.
 func ParseDay(s string) (Day, error) {
 	t, err := time.Parse(time.DateOnly, s)

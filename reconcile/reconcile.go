@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -50,6 +51,12 @@ type Store interface {
 	// record is false), then returns every day an import listed each of them on; kind is
 	// "charge" or "refund".
 	SettlementListings(ctx context.Context, kind string, refs []uuid.UUID, days []time.Time, record bool) (map[uuid.UUID][]time.Time, error)
+	// RecordSettlementCompletions records that an import proved days complete for kind's
+	// operations of merchants (uuid.Nil: every merchant), each up to the asOf beside it.
+	RecordSettlementCompletions(ctx context.Context, kind string, merchants []uuid.UUID, days, asOf []time.Time) error
+	// SettlementCompletions returns how far imports proved each of days complete for kind's
+	// operations: the latest as_of by merchant, of merchants or uuid.Nil (every merchant).
+	SettlementCompletions(ctx context.Context, kind string, days []time.Time, merchants []uuid.UUID) (map[time.Time]map[uuid.UUID]time.Time, error)
 }
 
 // Settler resolves an unknown payment or refund through its workflow's checked `settle` update
@@ -94,6 +101,9 @@ type Reconciler struct {
 	// metrics); Source says who ran it ("cli" or "api").
 	Runs   RunRecorder
 	Source string
+	// Now, when set, stands in for the database's clock as the import's now (tests that import
+	// after a midnight to come): a file proves nothing booked after it.
+	Now func() time.Time
 }
 
 // WorkerWindows reads the longest booking window workers reported within since (store.Store).
@@ -155,7 +165,10 @@ func (r *Reconciler) Import(ctx context.Context, f io.Reader, o Options) (*Repor
 //     runs from its creation to the booking window after its outcome was decided (it became
 //     unknown, or succeeded). Only once the file covers that whole window is it decided:
 //     unknown and every day of the window complete by a trailer: settled as not charged;
-//     succeeded: a mismatch. Otherwise it is pending, with the reason;
+//     succeeded: a mismatch. Otherwise it is pending, with the reason. A day an earlier import
+//     proved complete (a trailer, in a scope covering it) and did not list it on counts as a
+//     complete day of the file, so the day before a covered day is looked at too, for the
+//     windows that run over midnight into it;
 //   - not listed, unknown, created on a covered day, outside an undeclared scope (no merchants
 //     declared; refunds in a file with the type column that does not declare them): pending
 //     (scope_not_declared), never released.
@@ -185,6 +198,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if r.Now != nil {
+		now = r.Now()
+	}
 	run := &run{r: r, ctx: ctx, cancel: cancel, dry: o.DryRun, now: now, window: r.BookingWindow,
 		covered: map[Day]bool{}, complete: map[Day]time.Time{},
 		listed: map[kind]map[uuid.UUID]bool{charge: {}, refund: {}}}
@@ -285,9 +301,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 		}
 	}
 	run.wg.Wait()
+	if err := run.recordCompletions(sc, f); err != nil {
+		return nil, run.abort(fmt.Errorf("record the days the file proves complete: %w", err))
+	}
 
 	// 2. Coverage: what the covered days should have listed and did not, within the scope; and
-	// the unknown ones an undeclared scope leaves out, which stay pending.
+	// the unknown ones an undeclared scope leaves out, which stay pending. The day before a
+	// covered day is looked at too, for the windows that run over midnight into it: an earlier
+	// import may have proved that day complete.
 	var unlisted, outside []op
 	for _, k := range []kind{charge, refund} {
 		check, merchants, ok := sc.coverage(k, f.Typed)
@@ -312,13 +333,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 				outside = append(outside, o)
 			}
 		}
+		scan := days
 		for _, d := range days {
+			if prev := d.Prev(); check && !run.covered[prev] {
+				scan = append(slices.Clip(scan), prev)
+			}
+		}
+		for _, d := range scan {
+			// Of a day the file does not cover, only the windows that reach the next day, which it does.
+			reaches := func(o op) bool { return run.covered[d] || !o.decided.Add(run.window).Before(d.End()) }
 			var err error
 			if k == refund {
 				err = r.Store.EachRefundCreated(ctx, d.Start(), d.End(), statuses, merchants, func(rf payment.Refund, decided time.Time) error {
 					o := refundOp(rf)
 					o.decided = decided
-					keep(o)
+					if reaches(o) {
+						keep(o)
+					}
 					return nil
 				})
 			} else {
@@ -328,7 +359,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 					if o.manual && !decided.Before(d.End()) && (o.status == payment.StatusSucceeded || o.providerRef != "") {
 						return nil // its capture or void decided on a later day: that day's import looks at it (below)
 					}
-					keep(o)
+					if reaches(o) {
+						keep(o)
+					}
 					return nil
 				})
 				// A manual payment's capture or void may come days after its authorization: its
@@ -337,7 +370,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 					err = r.Store.EachCaptureDecided(ctx, d.Start(), d.End(), statuses, merchants, func(p payment.Payment, decided, sentFrom time.Time) error {
 						o := paymentOp(p)
 						o.created, o.decided = sentFrom, decided
-						keep(o)
+						if reaches(o) {
+							keep(o)
+						}
 						return nil
 					})
 				}
@@ -347,16 +382,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 			}
 		}
 	}
+	// Which days of the unlisted ones' windows earlier imports proved complete: read after this
+	// import recorded its own days, and before the listings (below), which an import records
+	// before its days.
+	if err := run.readCompletions(unlisted); err != nil {
+		return nil, run.abort(fmt.Errorf("read the days earlier imports proved complete: %w", err))
+	}
 	earlier, err := run.listedEarlier(unlisted)
 	if err != nil {
 		return nil, run.abort(fmt.Errorf("read the days unlisted payments and refunds were listed on: %w", err))
 	}
 	for _, o := range unlisted {
 		days := earlier[o.kind][o.id]
+		here := slices.ContainsFunc(days, func(d Day) bool { return run.covered[d] })
 		switch {
-		case len(days) == 0:
+		case len(days) == 0, o.status != payment.StatusUnknown && here:
 			run.checkUnlisted(o)
-		case slices.ContainsFunc(days, func(d Day) bool { return run.covered[d] }):
+		case o.status != payment.StatusUnknown:
+			// succeeded, and listed on another day only: the import of that day matched it
+		case here:
 			run.pending(o.kind, pendingOf(o, ReasonListedEarlier, 0, "an earlier import found it listed on "+joinDays(days)+
 				", while it was in flight, and this file does not list it: the bank's files disagree, so settle it by hand once the bank says which is right"))
 		default: // the bank booked it on a day this file does not cover: that day's file settles it
@@ -553,6 +597,9 @@ type run struct {
 	listed   map[kind]map[uuid.UUID]bool
 	sem      chan struct{}
 	wg       sync.WaitGroup
+	// earlier is how far imports proved the days of the unlisted operations' windows complete,
+	// by kind, day and merchant (uuid.Nil: every merchant).
+	earlier map[kind]map[Day]map[uuid.UUID]time.Time
 
 	mu     sync.Mutex
 	report Report
@@ -711,13 +758,18 @@ func (run *run) matchLine(l Line, o op, settle bool) {
 // releases it only if every day of the window is complete by a trailer.
 func (run *run) checkUnlisted(o op) {
 	bookBy := o.decided.Add(run.window)
-	var missing, open, unproven []Day
+	var missing, open, unproven, before []Day
 	for d := DayOf(o.created); d <= DayOf(bookBy); d = d.Next() {
-		if !run.covered[d] {
+		// A day an earlier import proved complete (for a scope covering o) up to the window's end
+		// on it counts as a complete day of this file: no import listed o there (Reconcile).
+		asOf, ok := run.complete[d]
+		if e := run.provedEarlier(o, d); !e.Before(earliest(d.End(), bookBy)) && (!ok || e.After(asOf)) {
+			asOf, ok = e, true
+			before = append(before, d)
+		} else if !run.covered[d] {
 			missing = append(missing, d)
 			continue
 		}
-		asOf, ok := run.complete[d]
 		if !ok {
 			asOf = run.now
 			unproven = append(unproven, d)
@@ -733,7 +785,8 @@ func (run *run) checkUnlisted(o op) {
 	case len(missing) > 0:
 		// It may have been booked on a day this file does not cover: deciding "not charged" (or
 		// "missing") from it could release money the bank did move.
-		run.pending(o.kind, pendingOf(o, ReasonWindowNotCovered, 0, window+": the file does not cover "+joinDays(missing)))
+		run.pending(o.kind, pendingOf(o, ReasonWindowNotCovered, 0, window+": the file does not cover "+joinDays(missing)+
+			", and no earlier import proved it complete for this "+o.kind.noun()+" far enough"))
 		return
 	case len(open) > 0:
 		// The bank may still book it, or booked it after the file was made.
@@ -762,6 +815,9 @@ func (run *run) checkUnlisted(o op) {
 	case payment.StatusUnknown:
 		st := workflows.Settlement{Outcome: workflows.OutcomeNotCharged,
 			Note: "reconciliation: not in the settlement file for " + joinDays(run.report.Days)}
+		if len(before) > 0 {
+			st.Note += ", nor on " + joinDays(before) + ", which an earlier import proved complete"
+		}
 		run.settle(o, st, func(status string) {
 			// A manual payment whose capture or void was not charged is let go: canceled.
 			if status == string(payment.StatusFailed) || (o.manual && status == string(payment.StatusCanceled)) {
@@ -787,6 +843,76 @@ func (run *run) checkUnlisted(o op) {
 			}
 		}, &m)
 	}
+}
+
+// recordCompletions records the days this file's trailers prove complete, for the scope it covers
+// (not in a dry run), so that a later import may count them. It runs once the file's listings are
+// recorded: an import that sees these days complete sees what this one listed on them.
+func (run *run) recordCompletions(sc scope, f *File) error {
+	if run.dry || len(f.Trailers) == 0 {
+		return nil
+	}
+	days, asOf := make([]time.Time, len(f.Trailers)), make([]time.Time, len(f.Trailers))
+	for i, t := range f.Trailers {
+		days[i], asOf[i] = t.Day.Start(), run.complete[t.Day]
+	}
+	for _, k := range []kind{charge, refund} {
+		check, merchants, ok := sc.coverage(k, f.Typed)
+		if !ok || !check {
+			continue
+		}
+		if merchants == nil {
+			merchants = []uuid.UUID{uuid.Nil}
+		}
+		if err := run.r.Store.RecordSettlementCompletions(run.ctx, k.listing(), merchants, days, asOf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readCompletions reads how far imports proved the days of ops' windows complete.
+func (run *run) readCompletions(ops []op) error {
+	run.earlier = map[kind]map[Day]map[uuid.UUID]time.Time{}
+	for _, k := range []kind{charge, refund} {
+		days, merchants := map[Day]bool{}, map[uuid.UUID]bool{}
+		for _, o := range ops {
+			if o.kind != k {
+				continue
+			}
+			merchants[o.merchant] = true
+			for d := DayOf(o.created); d <= DayOf(o.decided.Add(run.window)); d = d.Next() {
+				days[d] = true
+			}
+		}
+		if len(days) == 0 {
+			continue
+		}
+		var ds []time.Time
+		for d := range days {
+			ds = append(ds, d.Start())
+		}
+		got, err := run.r.Store.SettlementCompletions(run.ctx, k.listing(), ds, slices.Collect(maps.Keys(merchants)))
+		if err != nil {
+			return err
+		}
+		run.earlier[k] = map[Day]map[uuid.UUID]time.Time{}
+		for d, byMerchant := range got {
+			run.earlier[k][DayOf(d)] = byMerchant
+		}
+	}
+	return nil
+}
+
+// provedEarlier is how far imports proved day d complete for o (by a scope of its merchant or of
+// every merchant); zero if none did.
+func (run *run) provedEarlier(o op, d Day) time.Time {
+	byMerchant := run.earlier[o.kind][d]
+	at := byMerchant[o.merchant]
+	if all := byMerchant[uuid.Nil]; all.After(at) {
+		at = all
+	}
+	return at
 }
 
 // listedTwice reports a payment or refund the file lists on more than one line: the bank says it
@@ -831,14 +957,12 @@ func (run *run) listings(k kind, found map[uuid.UUID]op, lines map[uuid.UUID][]L
 	return out, err
 }
 
-// listedEarlier is, for the unknown ones of ops (which this file does not list), the days an
-// earlier import listed them on.
+// listedEarlier is, for ops (which this file does not list), the days an earlier import listed
+// them on.
 func (run *run) listedEarlier(ops []op) (map[kind]map[uuid.UUID][]Day, error) {
 	ids := map[kind][]uuid.UUID{}
 	for _, o := range ops {
-		if o.status == payment.StatusUnknown {
-			ids[o.kind] = append(ids[o.kind], o.id)
-		}
+		ids[o.kind] = append(ids[o.kind], o.id)
 	}
 	out := map[kind]map[uuid.UUID][]Day{}
 	for k, all := range ids {

@@ -44,6 +44,9 @@ type fakeBank struct {
 	refundsIn [][2]time.Time
 	listed    map[string][]time.Time // the days each kind+reference was listed on
 	clock     func() time.Time       // the database's clock; nil: this host's
+	// completions: the days imports proved complete, by kind, day and merchant (uuid.Nil: every
+	// merchant), each with the as_of of every import that did
+	completions map[string]map[time.Time]map[uuid.UUID][]time.Time
 }
 
 func (b *fakeBank) Now(context.Context) (time.Time, error) {
@@ -206,6 +209,44 @@ func (b *fakeBank) SettlementListings(_ context.Context, kind string, refs []uui
 	for _, id := range refs {
 		if ds := b.listed[kind+id.String()]; len(ds) > 0 {
 			out[id] = ds
+		}
+	}
+	return out, nil
+}
+
+func (b *fakeBank) RecordSettlementCompletions(_ context.Context, kind string, merchants []uuid.UUID, days, asOf []time.Time) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.completions == nil {
+		b.completions = map[string]map[time.Time]map[uuid.UUID][]time.Time{}
+	}
+	if b.completions[kind] == nil {
+		b.completions[kind] = map[time.Time]map[uuid.UUID][]time.Time{}
+	}
+	for i, d := range days {
+		if b.completions[kind][d] == nil {
+			b.completions[kind][d] = map[uuid.UUID][]time.Time{}
+		}
+		for _, m := range merchants {
+			b.completions[kind][d][m] = append(b.completions[kind][d][m], asOf[i])
+		}
+	}
+	return nil
+}
+
+func (b *fakeBank) SettlementCompletions(_ context.Context, kind string, days []time.Time, merchants []uuid.UUID) (map[time.Time]map[uuid.UUID]time.Time, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[time.Time]map[uuid.UUID]time.Time{}
+	for _, d := range days {
+		for m, asOf := range b.completions[kind][d] {
+			if m != uuid.Nil && !slices.Contains(merchants, m) {
+				continue
+			}
+			if out[d] == nil {
+				out[d] = map[uuid.UUID]time.Time{}
+			}
+			out[d][m] = slices.MaxFunc(asOf, time.Time.Compare)
 		}
 	}
 	return out, nil

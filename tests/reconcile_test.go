@@ -793,3 +793,93 @@ func TestReconcileSettlementStillBeingApplied(t *testing.T) {
 	require.Empty(t, rep.Pending)
 	requireVerified(t)
 }
+
+// Daily files settle an unknown payment whose charge window runs over midnight: day 1's complete
+// file, imported first for a scope covering the payment, proves day 1; day 2's complete file then
+// covers the whole window and releases it, with no file covering both days. It stays unknown when
+// day 1 was proved for another merchant only, has no trailer, was complete only until before
+// midnight, or listed it. The import's clock is the morning after day 2 began, and its booking
+// window stretches the window of a payment made today over midnight.
+func TestReconcileDailyFilesSettleAWindowOverMidnight(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	ctx := context.Background()
+	tests := []struct {
+		name     string
+		day1     func(t *testing.T, p payment.Payment, d1, d2 reconcile.Day) (string, reconcile.Options)
+		released bool
+	}{
+		{"day 1 complete for its merchant", func(t *testing.T, p payment.Payment, d1, d2 reconcile.Day) (string, reconcile.Options) {
+			return complete(t, s.settlementFile(string(d1)), string(d1), d2.Start().Add(5*time.Minute)), reconcile.Options{Merchants: []uuid.UUID{p.MerchantID}}
+		}, true},
+		{"day 1 complete for another merchant only", func(t *testing.T, p payment.Payment, d1, d2 reconcile.Day) (string, reconcile.Options) {
+			return complete(t, s.settlementFile(string(d1)), string(d1), d2.Start().Add(5*time.Minute)), reconcile.Options{Merchants: []uuid.UUID{payment.NewID()}}
+		}, false},
+		{"day 1 without a trailer", func(t *testing.T, p payment.Payment, d1, d2 reconcile.Day) (string, reconcile.Options) {
+			return linesOnly(t, s.settlementFile(string(d1))), reconcile.Options{Days: []reconcile.Day{d1}, Merchants: []uuid.UUID{p.MerchantID}}
+		}, false},
+		{"day 1 complete until a second before midnight", func(t *testing.T, p payment.Payment, d1, d2 reconcile.Day) (string, reconcile.Options) {
+			return complete(t, s.settlementFile(string(d1)), string(d1), d2.Start().Add(-time.Second)), reconcile.Options{Merchants: []uuid.UUID{p.MerchantID}}
+		}, false},
+		{"day 1 listed it (with another amount: left unknown)", func(t *testing.T, p payment.Payment, d1, d2 reconcile.Day) (string, reconcile.Options) {
+			var b strings.Builder
+			l := reconcile.Line{SettlementDate: d1, ProviderChargeID: "ch_day1", Reference: p.ID, AmountMinor: p.AmountMinor + 1, Currency: p.Currency,
+				Status: reconcile.StatusSettled}
+			require.NoError(t, reconcile.Write(&b, []reconcile.Line{l}, reconcile.Trailer{Day: d1, Lines: 1, AsOf: d2.Start().Add(5 * time.Minute)}))
+			return b.String(), reconcile.Options{Merchants: []uuid.UUID{p.MerchantID}}
+		}, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := s.newMerchant()
+			acct := s.newAccount(m, "TRY", "100.00")
+			key := fmt.Sprintf("midnight-%d", i)
+			p := s.payUnknown(m, key, payBody("inv-1", "40.00", "TRY", acct), "error_500")
+			d1 := reconcile.DayOf(p.CreatedAt)
+			d2 := d1.Next()
+			// The bank may book it until 5 s after midnight; the imports run at 01:00 on day 2.
+			r := &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: s.queue}, SettleTimeout: 30 * time.Second,
+				BookingWindow: d2.Start().Add(5 * time.Second).Sub(p.UpdatedAt), Now: func() time.Time { return d2.Start().Add(time.Hour) }}
+
+			file1, opts := tt.day1(t, p, d1, d2)
+			rep, err := r.Import(ctx, strings.NewReader(file1), opts)
+			require.NoError(t, err)
+			require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, key).Status, "day 1 alone never covers the window: %+v", rep)
+
+			var b strings.Builder // the bank's file of day 2, made at 00:30: nothing settled
+			require.NoError(t, reconcile.Write(&b, nil, reconcile.Trailer{Day: d2, AsOf: d2.Start().Add(30 * time.Minute)}))
+			file2 := b.String()
+			rep, err = r.Import(ctx, strings.NewReader(file2), reconcile.Options{Merchants: []uuid.UUID{p.MerchantID}})
+			require.NoError(t, err)
+			require.True(t, rep.OK(), "%+v", rep.Mismatches)
+			if !tt.released {
+				require.Equal(t, reconcile.Counts{Pending: 1}, rep.Counts)
+				require.Equal(t, reconcile.ReasonWindowNotCovered, rep.Pending[0].Reason, rep.Pending[0].Detail)
+				require.Contains(t, rep.Pending[0].Detail, string(d1))
+				require.Equal(t, payment.StatusUnknown, paymentByKey(t, m, key).Status)
+				require.Equal(t, "40.00", s.account(m, acct)["reserved"], "its hold kept")
+				require.True(t, waitingForSettlement(t, m, key))
+				return
+			}
+			require.Equal(t, reconcile.Counts{ResolvedNotCharged: 1}, rep.Counts, "%+v", rep.Pending)
+			require.Equal(t, []reconcile.Resolution{{Outcome: workflows.OutcomeNotCharged, Reference: p.ID.String(), PaymentID: p.ID.String(),
+				MerchantID: m.ID, WorkflowID: workflows.PaymentWorkflowID(p.MerchantID, key)}}, rep.Resolved)
+			got := paymentByKey(t, m, key)
+			require.Equal(t, payment.StatusFailed, got.Status)
+			require.Equal(t, payment.FailureDeclined, got.FailureCode)
+			a := s.account(m, acct)
+			require.Equal(t, "100.00", a["balance"], "nothing was captured")
+			require.Equal(t, "0.00", a["reserved"], "the hold was released")
+			require.Equal(t, 0, s.simCount(p.ID.String()), "nothing was charged at the bank")
+			requireVerified(t)
+
+			// Day 2's file again: the payment is settled, nothing moves twice.
+			rep, err = r.Import(ctx, strings.NewReader(file2), reconcile.Options{Merchants: []uuid.UUID{p.MerchantID}})
+			require.NoError(t, err)
+			require.Equal(t, reconcile.Counts{}, rep.Counts)
+			require.Equal(t, got, paymentByKey(t, m, key))
+			require.Equal(t, "0.00", s.account(m, acct)["reserved"])
+			requireVerified(t)
+		})
+	}
+}
