@@ -47,6 +47,33 @@ func (c Control) Refunds(ctx context.Context, reference string) (Moved, error) {
 	return c.moved(ctx, "refunds", reference)
 }
 
+// AllCharges is every charge that succeeded (GET /_sim/charges without a reference): their ids,
+// by the reference each was made for. Late bookings still to come are left out.
+func (c Control) AllCharges(ctx context.Context) (map[string][]string, error) {
+	return c.all(ctx, "charges")
+}
+
+// AllRefunds is AllCharges for refunds (GET /_sim/refunds).
+func (c Control) AllRefunds(ctx context.Context) (map[string][]string, error) {
+	return c.all(ctx, "refunds")
+}
+
+func (c Control) all(ctx context.Context, kind string) (map[string][]string, error) {
+	var out struct { // the names match case-insensitively
+		Charges, Refunds []struct{ ID, Reference, Status string }
+	}
+	if err := c.do(ctx, http.MethodGet, "/_sim/"+kind, nil, &out); err != nil {
+		return nil, err
+	}
+	by := map[string][]string{}
+	for _, r := range append(out.Charges, out.Refunds...) {
+		if r.Status == "succeeded" {
+			by[r.Reference] = append(by[r.Reference], r.ID)
+		}
+	}
+	return by, nil
+}
+
 // Held is what the bank did with the authorizations of one reference: how many holds it
 // placed (and has still to book), what their captures took, whether one was voided, and the
 // ids of those still held (neither captured, voided, declined nor expired).

@@ -33,6 +33,9 @@ func TestControl(t *testing.T) {
 	m, err = c.Charges(ctx, "pay_1")
 	require.NoError(t, err)
 	require.Equal(t, Moved{Count: 1, Succeeded: []string{ch.ID}}, m, "a declined charge moved nothing")
+	all, err := c.AllCharges(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string][]string{"pay_1": {ch.ID}}, all, "every reference's, the declined one left out")
 
 	require.NoError(t, c.SetFaults(ctx))
 	require.Error(t, c.SetFaults(ctx, Rule{On: "charge", Action: "explode"}), "a bad rule is refused")
@@ -43,6 +46,9 @@ func TestControl(t *testing.T) {
 	m, err = c.Refunds(ctx, "ref_1")
 	require.NoError(t, err)
 	require.Equal(t, Moved{}, m)
+	all, err = c.AllRefunds(ctx)
+	require.NoError(t, err)
+	require.Empty(t, all)
 
 	h, err := c.Authorizations(ctx, "pay_2")
 	require.NoError(t, err)
