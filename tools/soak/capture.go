@@ -89,13 +89,22 @@ func notItsOwn(k *keyRecord, p *paid) string {
 }
 
 // checkManual checks each manual payment at the bank (GET /_sim/authorizations, /_sim/charges).
-// captures: at most one authorization, no charge, none held once the payment failed, and captured
+// captures: at most one authorization, no charge, none held once the payment failed or was
+// canceled (unless its void went unknown: a file then releases it at kasa only), and captured
 // what kasa says (its amount_captured when succeeded, nothing when canceled or failed): no double
-// capture. above: no capture took more than its authorization (at kasa or the bank), and a
-// succeeded one what its capture asked.
-func (s *stack) checkManual(st *settled) (captures, above Check) {
+// capture. above: no capture took more than its authorization (at kasa or the bank), a succeeded
+// one what its capture asked, and a payment was captured, canceled or refused a capture only if
+// one of keys sent that command.
+func (s *stack) checkManual(keys []*keyRecord, st *settled) (captures, above Check) {
 	captures = Check{Name: "manual payments: one authorization, no charge, the bank captured what kasa says"}
-	above = Check{Name: "no capture above its authorization, nor other than it asked"}
+	above = Check{Name: "no capture above its authorization, nor other than it asked; no capture or cancel nobody sent"}
+	sent := map[*keyRecord][]payment.Command{}
+	for _, k := range keys {
+		if k.command != "" {
+			sent[k.Target] = append(sent[k.Target], k.command)
+		}
+	}
+	events := s.hook.byPayment()
 	var mu sync.Mutex
 	manual := slices.DeleteFunc(sortedPayments(st), func(p *paid) bool { return !p.key.manual })
 	inParallel(manual, func(p *paid) {
@@ -116,14 +125,28 @@ func (s *stack) checkManual(st *settled) (captures, above Check) {
 			captures.fail("%s (%s): %d authorizations at the bank", p.what(), p.res.Status, held.Count+held.Pending)
 		case p.res.Status == payment.StatusFailed && len(held.Live) > 0: // kasa lost track of it: nobody can void it
 			captures.fail("%s (failed, %s): its authorization %s is held at the bank", p.what(), deref(p.res.FailureCode), held.Live[0])
+		case p.res.Status == payment.StatusCanceled && len(held.Live) > 0 && !wentUnknown(p, events[p.id]):
+			// Canceled without an ambiguous void: kasa released its hold, yet the payer's bank
+			// still blocks the money until the authorization's own lifetime ends.
+			captures.fail("%s (canceled, %s): its authorization %s is still held at the bank, never voided", p.what(), deref(p.res.FailureCode), held.Live[0])
 		case p.res.Status == payment.StatusSucceeded && held.CapturedMinor != captured:
 			captures.fail("%s (captured): amount_captured %s, the bank captured %s", p.what(), p.res.AmountCaptured, formatTRY(held.CapturedMinor))
 		case p.res.Status != payment.StatusSucceeded && held.CapturedMinor != 0:
 			captures.fail("%s (%s, %s): the bank captured %s", p.what(), p.res.Status, deref(p.res.FailureCode), formatTRY(held.CapturedMinor))
 		}
+		// The command an outcome needs: a capture (taken, or refused by the bank), or a cancel.
+		var needs payment.Command
+		switch code := deref(p.res.FailureCode); {
+		case p.res.Status == payment.StatusSucceeded, p.res.Status == payment.StatusCanceled && code == payment.FailureDeclined:
+			needs = payment.CommandCapture
+		case p.res.Status == payment.StatusCanceled && code == payment.FailureCanceled:
+			needs = payment.CommandCancel
+		}
 		switch asked := cmp.Or(p.key.capture, p.key.Amount); {
 		case captured > p.key.Amount || held.CapturedMinor > p.key.Amount:
 			above.fail("%s (%s, authorized %s): amount_captured %s, the bank captured %s", p.what(), p.res.Status, formatTRY(p.key.Amount), p.res.AmountCaptured, formatTRY(held.CapturedMinor))
+		case needs != "" && !slices.Contains(sent[p.key], needs):
+			above.fail("%s (%s, %s): no %s was sent for it", p.what(), p.res.Status, deref(p.res.FailureCode), needs)
 		case p.res.Status == payment.StatusSucceeded && captured != asked:
 			above.fail("%s (captured): amount_captured %s, its capture asked %s", p.what(), p.res.AmountCaptured, formatTRY(asked))
 		}
@@ -141,16 +164,13 @@ const expiryBound = time.Minute
 func checkExpiries(st *settled, events map[string][]event) Check {
 	c := Check{Name: fmt.Sprintf("every expired authorization was released within %s of its capture_before", expiryBound)}
 	for _, p := range sortedPayments(st) {
-		if !p.key.manual {
+		if !p.key.manual || p.res.Status != payment.StatusCanceled || deref(p.res.FailureCode) != payment.FailureAuthorizationExpired {
 			continue
 		}
 		c.Checked++
-		if p.res.Status != payment.StatusCanceled || deref(p.res.FailureCode) != payment.FailureAuthorizationExpired {
-			continue
-		}
 		before, err := time.Parse(time.RFC3339Nano, p.res.CaptureBefore)
 		updated, uerr := time.Parse(time.RFC3339Nano, p.res.UpdatedAt)
-		unknown := p.viaUnknown || slices.ContainsFunc(events[p.id], func(e event) bool { return e.Type == "payment.unknown" })
+		unknown := wentUnknown(p, events[p.id])
 		switch {
 		case err != nil || uerr != nil:
 			c.fail("payment %s: capture_before %q, updated_at %q", p.id, p.res.CaptureBefore, p.res.UpdatedAt)
@@ -161,6 +181,12 @@ func checkExpiries(st *settled, events map[string][]event) Check {
 		}
 	}
 	return c.done()
+}
+
+// wentUnknown says whether p was unknown on its way, as an answer, a read or one of its events
+// showed.
+func wentUnknown(p *paid, events []event) bool {
+	return p.viaUnknown || slices.ContainsFunc(events, func(e event) bool { return e.Type == "payment.unknown" })
 }
 
 // checkOpen: no authorization is left open once everything settled: no manual payment

@@ -55,7 +55,7 @@ func (s *stack) check(ctx context.Context, ld *load, st *settled, rep *Report) {
 		s.verifies.result(),
 		s.checkWebhooks(ctx, st), // before the expiries': it waits for the events
 	)
-	captures, above := s.checkManual(st)
+	captures, above := s.checkManual(keys, st)
 	rep.Checks = append(rep.Checks, captures, above, checkExpiries(st, s.hook.byPayment()), s.checkOpen(st))
 	if s.splits.tried > 0 {
 		rep.Checks = append(rep.Checks, s.checkSplits())
@@ -196,8 +196,9 @@ func checkLive(st *settled) Check {
 }
 
 // checkBank: the simulator moved money at most once per operation, exactly once for each
-// succeeded payment or refund (the charge or refund it names) and never for a failed one. A
-// late booking still to come counts as moved. Manual payments have checks of their own.
+// succeeded payment or refund (the charge or refund it names), never for a failed one, and never
+// for a reference that is none of theirs. A late booking still to come counts as moved. Manual
+// payments have checks of their own.
 func (s *stack) checkBank(st *settled) Check {
 	c := Check{Name: "the bank moved money once per succeeded payment or refund, never otherwise"}
 	var mu sync.Mutex
@@ -225,6 +226,26 @@ func (s *stack) checkBank(st *settled) Check {
 			c.fail("failed %s (%s): the bank moved its money", p.what(), deref(p.res.FailureCode))
 		}
 	})
+	// Money the bank moved for a reference that is no payment or refund of the soak is money
+	// kasa lost track of (a charge under another id, a payment no answer or lookup names): no
+	// look at the soak's own references finds it.
+	for _, all := range []struct {
+		refunds bool
+		list    func(context.Context) (map[string][]string, error)
+	}{{false, s.api.bank().AllCharges}, {true, s.api.bank().AllRefunds}} {
+		what := map[bool]string{false: "payment", true: "refund"}[all.refunds]
+		c.Checked++
+		moved, err := all.list(context.Background())
+		if err != nil {
+			c.fail("every %s at the bank: %v", what, err)
+			continue
+		}
+		for _, ref := range slices.Sorted(maps.Keys(moved)) {
+			if p := st.payments[ref]; p == nil || p.refund() != all.refunds {
+				c.fail("the bank moved money for %s (%v), which is no %s of the soak", ref, moved[ref], what)
+			}
+		}
+	}
 	return c.done()
 }
 
@@ -305,10 +326,11 @@ func (s *stack) checkHolds(merchants []*merchant, st *settled) Check {
 	return c.done()
 }
 
-// checkRefunded: each succeeded payment's amount_refunded is the sum of its succeeded refunds,
-// and never more than its amount (a manual payment's: what was captured).
+// checkRefunded: each payment's amount_refunded is the sum of its succeeded refunds, and never
+// more than it paid: its amount (a manual payment's: what was captured) when it succeeded,
+// nothing when it failed or was canceled.
 func checkRefunded(st *settled) Check {
-	c := Check{Name: "each payment's amount_refunded is the sum of its succeeded refunds"}
+	c := Check{Name: "each payment's amount_refunded is the sum of its succeeded refunds, never more than it paid"}
 	refunded := map[string]int64{}
 	for _, p := range st.payments {
 		if p.refund() && p.res.Status == payment.StatusSucceeded {
@@ -316,15 +338,23 @@ func checkRefunded(st *settled) Check {
 		}
 	}
 	for _, p := range sortedPayments(st) {
-		if p.refund() || p.res.Status != payment.StatusSucceeded {
+		if p.refund() || p.res.ID == "" { // never read: the settled check reports it
 			continue
 		}
 		c.Checked++
-		paid := p.key.Amount
-		if p.key.manual {
+		var paid int64 // a payment that failed or was canceled paid nothing: a refund of it is money from nowhere
+		switch {
+		case p.res.Status != payment.StatusSucceeded:
+		case p.key.manual:
 			paid, _ = signedAmount(p.res.AmountCaptured, "TRY")
+		default:
+			paid = p.key.Amount
 		}
-		if want := formatTRY(refunded[p.id]); p.res.AmountRefunded != want || refunded[p.id] > paid {
+		switch want := formatTRY(refunded[p.id]); {
+		case refunded[p.id] > paid:
+			c.fail("%s payment %s of %s paid %s, yet its succeeded refunds sum to %s (amount_refunded %s)", p.res.Status, p.id, p.res.Amount,
+				formatTRY(paid), want, p.res.AmountRefunded)
+		case p.res.AmountRefunded != want:
 			c.fail("payment %s of %s: amount_refunded %s, its succeeded refunds sum to %s", p.id, p.res.Amount, p.res.AmountRefunded, want)
 		}
 	}
@@ -334,7 +364,7 @@ func checkRefunded(st *settled) Check {
 // checkWebhooks waits (bounded) until each finished payment's and refund's final event has
 // reached the receiver, then checks that each state change's event arrived once: one event id per
 // object and status (an event delivered again under its id counts once), the final one present,
-// nothing unknown to the soak, every delivery signed.
+// no type the object never sends, nothing unknown to the soak, every delivery signed.
 func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 	c := Check{Name: "every state change reached the merchant's webhook exactly once"}
 	final := func(events []event, p *paid) bool {
@@ -384,6 +414,9 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 			missed("authorized", "payment.requires_capture")
 		}
 		for _, e := range events {
+			if !slices.Contains(announced(p), e.Type) {
+				c.fail("%s: an event %s, which kasa never sends for it (docs/webhooks.md)", p.what(), e.Type)
+			}
 			// The money an event names is the payment's (or refund's) as it settled: what it
 			// moved does not change after its final event.
 			if e.Type == eventType(p.res) && (e.Payment.Amount != p.res.Amount || e.Payment.Currency != p.res.Currency ||
@@ -420,6 +453,19 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 		c.fail("%s", b)
 	}
 	return c.done()
+}
+
+// announced is the event types p's state changes send (docs/webhooks.md): a payment's unknown and
+// final status, a manual one's authorization, capture or cancel instead of its success, a
+// refund's its own.
+func announced(p *paid) []string {
+	switch {
+	case p.refund():
+		return []string{"refund.unknown", "refund.succeeded", "refund.failed"}
+	case p.key.manual:
+		return []string{"payment.unknown", "payment.requires_capture", "payment.captured", "payment.canceled", "payment.failed"}
+	}
+	return []string{"payment.unknown", "payment.succeeded", "payment.failed"}
 }
 
 // arrivalOrder is a payment's event types in the order the first event of each arrived (a type

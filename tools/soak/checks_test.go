@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
 )
 
 // A kasa verify that fails without a word is still a violation, named by its error, never an
@@ -16,4 +18,19 @@ func TestCheckVerifyNamesASilentFailure(t *testing.T) {
 	require.Equal(t, 1, c.Violations)
 	require.Len(t, c.Examples, 1)
 	require.Contains(t, c.Examples[0], "exit status 1")
+}
+
+// A check counts what it looked at, not what it passed over: the expiry check counts the
+// expired authorizations (k5's and k7's), not every manual payment, so that a run in which none
+// expired shows it checked nothing.
+func TestExpiryCheckCountsTheExpired(t *testing.T) {
+	state := newSoakState()
+	c := checkExpiries(state.st, state.hook.byPayment())
+	require.True(t, c.OK, "%v", c.Examples)
+	require.Equal(t, 2, c.Checked)
+
+	for _, id := range []string{"p5", "p7"} {
+		state.st.payments[id].res.Status = payment.StatusSucceeded
+	}
+	require.Zero(t, checkExpiries(state.st, state.hook.byPayment()).Checked)
 }

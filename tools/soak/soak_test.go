@@ -129,16 +129,24 @@ func (f *fakeKasa) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(a.status)
 		_, _ = w.Write(a.body)
 	case r.URL.Path == "/_sim/charges" || r.URL.Path == "/_sim/refunds":
-		kind := strings.TrimPrefix(r.URL.Path, "/_sim/")
-		ids := map[string]map[string][]string{"charges": f.charges, "refunds": f.refunds}[kind][r.URL.Query().Get("reference")]
+		kind, ref := strings.TrimPrefix(r.URL.Path, "/_sim/"), r.URL.Query().Get("reference")
 		var cs []map[string]string
-		for _, id := range ids {
-			cs = append(cs, map[string]string{"id": id, "status": "succeeded"})
+		for reference, ids := range map[string]map[string][]string{"charges": f.charges, "refunds": f.refunds}[kind] {
+			for _, id := range ids {
+				if ref == "" || ref == reference { // no reference: all of them
+					cs = append(cs, map[string]string{"id": id, "reference": reference, "status": "succeeded"})
+				}
+			}
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"count": len(ids), "pending": f.late[r.URL.Query().Get("reference")], kind: cs})
+		_ = json.NewEncoder(w).Encode(map[string]any{"count": len(cs), "pending": f.late[ref], kind: cs})
 	case r.URL.Path == "/_sim/authorizations":
 		h := f.held[r.URL.Query().Get("reference")]
-		_ = json.NewEncoder(w).Encode(map[string]any{"count": h.Count, "pending": h.Pending, "captured_minor": h.CapturedMinor, "voided": h.Voided})
+		var held []map[string]string
+		for _, id := range h.Live {
+			held = append(held, map[string]string{"id": id, "state": "authorized"})
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"count": h.Count, "pending": h.Pending, "captured_minor": h.CapturedMinor, "voided": h.Voided,
+			"authorizations": held})
 	case r.URL.Path == "/metrics":
 		fmt.Fprintf(w, "# TYPE kasa_authorizations_open gauge\nkasa_authorizations_open %d\nkasa_authorizations_overdue 0\n", f.open)
 	case strings.HasPrefix(r.URL.Path, "/v1/accounts/"):
@@ -150,9 +158,9 @@ func (f *fakeKasa) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // soakState is a small consistent outcome: key k1 paid 10.00 (succeeded, charge ch1) and key k3
-// refunded 4.00 of it (refund rf1), key k2 failed for insufficient funds; three manual payments:
-// k4's 10.00 captured 6.00 (capture key k4-capture), k5's 5.00 expired, k6's 3.00 canceled
-// (cancel key k6-cancel); the account had 100.00; every final event arrived.
+// refunded 4.00 of it (refund rf1), key k2 failed for insufficient funds; four manual payments:
+// k4's 10.00 captured 6.00 (capture key k4-capture), k5's 5.00 and k7's 2.00 expired, k6's 3.00
+// canceled (cancel key k6-cancel); the account had 100.00; every final event arrived.
 type soakState struct {
 	fake *fakeKasa
 	m    *merchant
@@ -179,7 +187,8 @@ func newSoakState() *soakState {
 	}
 	s := &soakState{
 		fake: &fakeKasa{replays: map[string]answer{}, charges: map[string][]string{"p1": {"ch1"}}, refunds: map[string][]string{"r1": {"rf1"}},
-			held:     map[string]banksim.Held{"p4": {Count: 1, CapturedMinor: 6_00}, "p5": {Count: 1, Voided: true}, "p6": {Count: 1, Voided: true}},
+			held: map[string]banksim.Held{"p4": {Count: 1, CapturedMinor: 6_00}, "p5": {Count: 1, Voided: true}, "p6": {Count: 1, Voided: true},
+				"p7": {Count: 1, Voided: true}},
 			accounts: map[string][2]string{"a1": {"88.00", "0.00"}}},
 		m: m, st: &settled{payments: map[string]*paid{}}, hook: &receiver{secrets: map[string]string{}, events: map[string]*event{}},
 	}
@@ -208,6 +217,7 @@ func newSoakState() *soakState {
 		{"p4", 10_00, payment.CommandCapture, 6_00, payment.StatusSucceeded, "", "2026-12-04T12:00:05.000000Z"},
 		{"p5", 5_00, "", 0, payment.StatusCanceled, payment.FailureAuthorizationExpired, "2026-12-04T12:00:21.500000Z"},
 		{"p6", 3_00, payment.CommandCancel, 0, payment.StatusCanceled, payment.FailureCanceled, "2026-12-04T12:00:07.000000Z"},
+		{"p7", 2_00, "", 0, payment.StatusCanceled, payment.FailureAuthorizationExpired, "2026-12-04T12:00:22.000000Z"},
 	} {
 		au := "au-" + mp.id
 		authorized := resource{Resource: payment.Resource{ID: mp.id, Status: payment.StatusRequiresCapture, Amount: formatTRY(mp.amount),
@@ -243,7 +253,7 @@ func newSoakState() *soakState {
 func TestChecksFindViolations(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		check string // the check that must fail; "" for none
+		check string // the checks that must fail, comma-separated; "" for none
 		spoil func(s *soakState)
 	}{
 		{"consistent", "", func(*soakState) {}},
@@ -320,12 +330,12 @@ func TestChecksFindViolations(t *testing.T) {
 			k := s.keys[0]
 			k.expires, k.ids["p1b"] = true, true
 			s.st.payments["p1"].res.CreatedAt = "2026-12-04T00:00:01.000000Z"
-			res := resource{Resource: payment.Resource{ID: "p1b", Status: payment.StatusFailed, CreatedAt: "2026-12-04T00:00:02.000000Z"}}
+			res := resource{Resource: payment.Resource{ID: "p1b", Status: payment.StatusFailed, AmountRefunded: "0.00", CreatedAt: "2026-12-04T00:00:02.000000Z"}}
 			s.st.payments["p1b"] = &paid{id: "p1b", res: res, key: k}
 			s.hook.events["ep1b"] = &event{ID: "ep1b", Type: "payment.failed", Payment: res}
 		}},
 		{"an expired key's earlier attempt no answer named", "", func(s *soakState) { unnamedAttempt(s, false) }},
-		{"an expired key's earlier attempt, charged", "webhooks", func(s *soakState) { unnamedAttempt(s, true) }},
+		{"an expired key's earlier attempt, charged", "webhooks,bank", func(s *soakState) { unnamedAttempt(s, true) }},
 		{"badly signed delivery", "webhooks", func(s *soakState) { s.hook.bad = []string{"event ep1: signature does not verify"} }},
 		{"seen unknown, yet no unknown event", "webhooks", func(s *soakState) { s.st.payments["p1"].viaUnknown = true }},
 		{"a final event naming other money", "webhooks", func(s *soakState) { s.hook.events["ep1"].Payment.Amount = "99.00" }},
@@ -394,6 +404,61 @@ func TestChecksFindViolations(t *testing.T) {
 			expired, _ := json.Marshal(s.st.payments["p5"].res)
 			s.fake.replays[c.Key] = answer{status: 402, body: expired}
 		}},
+		// What a real bug leaves behind, each where an earlier checker looked past it.
+		{"a refund of a failed payment", "refunded", func(s *soakState) {
+			addRefund(s, "r2", s.key("k2"), 5_00)
+			s.fake.accounts["a1"] = [2]string{"93.00", "0.00"}
+		}},
+		{"a refund of a canceled payment", "refunded", func(s *soakState) {
+			addRefund(s, "r2", s.key("k6"), 3_00)
+			s.fake.accounts["a1"] = [2]string{"91.00", "0.00"}
+		}},
+		{"refunds above what was paid", "refunded", func(s *soakState) {
+			addRefund(s, "r2", s.key("k1"), 8_00)
+			s.st.payments["p1"].res.AmountRefunded = "12.00"
+			s.fake.accounts["a1"] = [2]string{"96.00", "0.00"}
+		}},
+		{"a cancel's authorization still held at the bank", "captures", func(s *soakState) {
+			s.fake.held["p6"] = banksim.Held{Count: 1, Live: []string{"au-p6"}}
+		}},
+		{"an expired authorization still held at the bank", "captures", func(s *soakState) {
+			s.fake.held["p5"] = banksim.Held{Count: 1, Live: []string{"au-p5"}}
+		}},
+		{"an expired authorization still held, its void unknown on the way", "", func(s *soakState) {
+			s.fake.held["p5"] = banksim.Held{Count: 1, Live: []string{"au-p5"}}
+			unknown := s.hook.events["ep5-auth"].Payment
+			unknown.Status = payment.StatusUnknown
+			s.hook.events["ep5-unknown"] = &event{ID: "ep5-unknown", Type: "payment.unknown", Payment: unknown, Arrived: 2}
+		}},
+		{"captured, though no capture was sent", "above", func(s *soakState) {
+			p := &s.st.payments["p7"].res
+			p.Status, p.AmountCaptured, p.FailureCode = payment.StatusSucceeded, "2.00", nil
+			s.fake.held["p7"] = banksim.Held{Count: 1, CapturedMinor: 2_00}
+			s.hook.events["ep7"].Type, s.hook.events["ep7"].Payment = "payment.captured", *p
+			s.fake.accounts["a1"] = [2]string{"86.00", "0.00"}
+		}},
+		{"canceled, though no cancel was sent", "above", func(s *soakState) {
+			code := payment.FailureCanceled
+			s.st.payments["p7"].res.FailureCode = &code
+			s.hook.events["ep7"].Payment.FailureCode = &code
+		}},
+		{"a capture declined, though none was sent", "above", func(s *soakState) {
+			code := payment.FailureDeclined
+			s.st.payments["p6"].res.FailureCode = &code
+			s.hook.events["ep6"].Payment.FailureCode = &code
+		}},
+		{"an event of a state kasa never announces", "webhooks", func(s *soakState) {
+			res := s.hook.events["ep1"].Payment
+			res.Status = payment.StatusProcessing
+			s.hook.events["ep1-processing"] = &event{ID: "ep1-processing", Type: "payment.processing", Payment: res, Arrived: -1}
+		}},
+		{"a manual payment's event on an automatic one", "webhooks", func(s *soakState) {
+			res := s.hook.events["ep1"].Payment
+			res.Status = payment.StatusRequiresCapture
+			s.hook.events["ep1-held"] = &event{ID: "ep1-held", Type: "payment.requires_capture", Payment: res, Arrived: -1}
+		}},
+		{"money moved for a reference no payment has", "bank", func(s *soakState) { s.fake.charges["p9"] = []string{"ch9"} }},
+		{"money paid back for a reference no refund has", "bank", func(s *soakState) { s.fake.refunds["r9"] = []string{"rf9"} }},
 		{"a capture refused: the payment had expired", "", func(s *soakState) {
 			// k5's capture came too late: refused, and refused again when replayed.
 			c := &keyRecord{Key: "k5-capture", Merchant: s.m, Amount: 5_00, command: payment.CommandCapture, Target: s.key("k5"),
@@ -411,7 +476,7 @@ func TestChecksFindViolations(t *testing.T) {
 			defer srv.Close()
 			s := &stack{o: Options{Settle: 100 * time.Millisecond}, hook: state.hook,
 				api: &api{base: srv.URL, sim: srv.URL, http: srv.Client()}}
-			captures, above := s.checkManual(state.st)
+			captures, above := s.checkManual(state.keys, state.st)
 			results := map[string]Check{
 				"keys":     s.checkKeys(state.keys, state.st),
 				"settled":  s.checkSettled(state.st),
@@ -426,7 +491,7 @@ func TestChecksFindViolations(t *testing.T) {
 			}
 			for name, c := range results {
 				require.Positive(t, c.Checked, name)
-				if name == tc.check {
+				if slices.Contains(strings.Split(tc.check, ","), name) {
 					require.False(t, c.OK, "%s must find the violation", name)
 					require.Equal(t, 1, c.Violations, "%s: %v", name, c.Examples)
 					require.Len(t, c.Examples, 1)
@@ -436,6 +501,21 @@ func TestChecksFindViolations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// addRefund adds a succeeded refund id of amount, of the payment of key of, as the soak saw it:
+// its key answered and replayed, paid back at the bank, its event delivered.
+func addRefund(s *soakState, id string, of *keyRecord, amount int64) {
+	ref := "rf-" + id
+	res := resource{Resource: payment.Resource{ID: id, Status: payment.StatusSucceeded, Amount: formatTRY(amount), ProviderReference: &ref},
+		PaymentID: of.ID}
+	k := &keyRecord{Key: "k-" + id, Merchant: s.m, Account: "a1", Amount: amount, Of: of, ID: id, ids: map[string]bool{id: true}, Statuses: map[int]int{}}
+	s.keys = append(s.keys, k)
+	s.st.payments[id] = &paid{id: id, res: res, key: k}
+	body, _ := json.Marshal(res)
+	s.fake.replays[k.Key] = answer{status: 201, header: http.Header{"Idempotent-Replayed": {"true"}}, body: body}
+	s.fake.refunds[id] = []string{ref}
+	s.hook.events["e"+id] = &event{ID: "e" + id, Type: "refund.succeeded", Payment: res}
 }
 
 // unnamedAttempt adds a failed payment p2b of key k2 that no answer named (all lost, then the key
