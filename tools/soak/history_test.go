@@ -124,6 +124,22 @@ func TestLinearizableKeyHistories(t *testing.T) {
 		{"cancel: 201", []op{ans(0, 10, 201, p1, canceled, 5)}, false, cancel},
 		{"cancel: another request under the key", []op{req(ans(0, 10, 200, p1, canceled, 5), "a"), req(problem(20, 30, 422, "idempotency_key_reused"), "b")}, true,
 			keyKind{command: payment.CommandCancel, request: "a"}},
+		// What a real bug answers, one row each: none may be explained.
+		{"201 after the key's first answer was 402", []op{ans(0, 10, 402, p1, failed, 3), ans(20, 30, 201, p1, ok, 2)}, false, keyKind{}},
+		{"a retry answered another payment while the first was in flight", []op{ans(0, 10, 202, p1, processing, 1), ans(20, 30, 201, p2, ok, 2)}, false, keyKind{}},
+		{"a retry after no answer answered another payment than a lookup found", []op{none(0, 10), lookup(20, 30, p1, processing), ans(40, 50, 201, p2, ok, 2)}, false, keyKind{}},
+		{"found failed after its 201", []op{ans(0, 10, 201, p1, ok, 2), lookup(20, 30, p1, failed)}, false, keyKind{}},
+		{"unknown again after its final answer", []op{ans(0, 10, 202, p1, unknown, 1), ans(20, 30, 402, p1, failed, 3), lookup(40, 50, p1, unknown)}, false, keyKind{}},
+		{"422 for the key's own request", []op{req(ans(0, 10, 201, p1, ok, 2), "a"), req(problem(20, 30, 422, "idempotency_key_reused"), "a")}, false, keyKind{request: "a"}},
+		{"an expired key pays again, its first payment answered succeeded in between", []op{ans(0, 10, 202, p1, processing, 1), lookup(20, 30, p1, ok), ans(40, 50, 201, p2, ok, 2)}, false, expiring},
+		{"an expired key answered a failed payment after its success", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 402, p2, failed, 3)}, false, expiring},
+		{"a refund key's second refund", []op{ans(0, 10, 201, p1, ok, 2), ans(20, 30, 201, p2, ok, 2)}, false, refund},
+		{"a refund that failed, then succeeded", []op{ans(0, 10, 402, p1, failed, 3), ans(20, 30, 201, p1, ok, 2)}, false, refund},
+		{"manual: canceled, then captured", []op{ans(0, 10, 201, p1, held, 4), lookup(20, 30, p1, canceled), lookup(40, 50, p1, ok)}, false, manual},
+		{"manual: declined, then found captured", []op{ans(0, 10, 402, p1, failed, 3), lookup(20, 30, p1, ok)}, false, manual},
+		{"capture: refused by the bank, then captured", []op{ans(0, 10, 402, p1, canceled, 5), ans(20, 30, 201, p1, ok, 2)}, false, capture},
+		{"cancel: canceled, then refused", []op{ans(0, 10, 200, p1, canceled, 5), problem(20, 30, 409, "payment_not_cancelable")}, false, cancel},
+		{"cancel: answered for another payment", []op{ans(0, 10, 200, p1, canceled, 5), ans(20, 30, 200, p2, canceled, 5)}, false, cancel},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, linearizable(tc.kind, tc.history), "\n%s", describe(tc.history))
