@@ -57,11 +57,17 @@ func (s *stack) check(ctx context.Context, ld *load, st *settled, rep *Report) {
 	)
 	captures, above := s.checkManual(keys, st)
 	rep.Checks = append(rep.Checks, captures, above, checkExpiries(st, s.hook.byPayment()), s.checkOpen(st))
+	// Two checks run only when the run gave them something to look at; when it did not, the
+	// report says so rather than leave them out unseen.
 	if s.splits.tried > 0 {
 		rep.Checks = append(rep.Checks, s.checkSplits())
+	} else if slices.ContainsFunc(rep.Plan, func(f Fault) bool { return f.Kind == SettingsSplit }) {
+		rep.Unchecked = append(rep.Unchecked, splitsName+": no settings_split fault started its worker")
 	}
 	if st.refusals != nil && st.refusals.Checked > 0 {
 		rep.Checks = append(rep.Checks, *st.refusals)
+	} else {
+		rep.Unchecked = append(rep.Unchecked, refusalsName+": no manual payment was left waiting for its capture_before while settling")
 	}
 	for _, c := range rep.Checks {
 		rep.Violations += c.Violations

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"bytes"
 	"context"
 	"testing"
 
@@ -33,4 +34,16 @@ func TestExpiryCheckCountsTheExpired(t *testing.T) {
 		state.st.payments[id].res.Status = payment.StatusSucceeded
 	}
 	require.Zero(t, checkExpiries(state.st, state.hook.byPayment()).Checked)
+}
+
+// A check that looked at nothing does not read as one that held: the report says it checked
+// nothing, and names the checks that were not run at all, with why.
+func TestReportShowsWhatWasNotChecked(t *testing.T) {
+	rep := &Report{Checks: []Check{{Name: "held", OK: true, Checked: 3}, {Name: "empty", OK: true}},
+		Unchecked: []string{"probed: no manual payment waited"}}
+	var b bytes.Buffer
+	rep.WriteText(&b)
+	require.Contains(t, b.String(), "| held | ok | 3 | 0 |")
+	require.Contains(t, b.String(), "| empty | nothing to check | 0 | 0 |")
+	require.Contains(t, b.String(), "Not checked:\n\n- probed: no manual payment waited\n")
 }

@@ -54,9 +54,10 @@ type Report struct {
 	Events         int                 `json:"webhook_events"` // distinct event ids
 	UnplannedExits map[string][]string `json:"unplanned_exits,omitempty"`
 
-	Checks     []Check `json:"checks"`
-	CheckedIn  string  `json:"checked_in"` // how long the checks took, the replays and the histories' included
-	Violations int     `json:"violations"`
+	Checks     []Check  `json:"checks"`
+	Unchecked  []string `json:"unchecked,omitempty"` // checks not run, each with why: nothing was there to look at
+	CheckedIn  string   `json:"checked_in"`          // how long the checks took, the replays and the histories' included
+	Violations int      `json:"violations"`
 
 	// histories are every key's requests, written beside the report when a check failed.
 	histories map[string][]op
@@ -224,10 +225,16 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "## Invariants\n\n| invariant | result | checked | violations |\n|---|---|---:|---:|\n")
 	for _, c := range r.Checks {
 		res := "ok"
-		if !c.OK {
+		switch {
+		case !c.OK:
 			res = "**VIOLATED**"
+		case c.Checked == 0: // held only for want of anything to hold for
+			res = "nothing to check"
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %d |\n", c.Name, res, c.Checked, c.Violations)
+	}
+	if len(r.Unchecked) > 0 {
+		fmt.Fprintf(w, "\nNot checked:\n\n- %s\n", strings.Join(r.Unchecked, "\n- "))
 	}
 	for _, c := range r.Checks {
 		if len(c.Examples) > 0 {

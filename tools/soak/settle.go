@@ -351,7 +351,7 @@ func (s *stack) probeSettlements(ctx context.Context, st *settled) error {
 	if st.refusals != nil {
 		return nil
 	}
-	c := &Check{Name: "a settlement of a payment that is not unknown is refused"}
+	c := &Check{Name: refusalsName}
 	st.refusals = c
 	for _, p := range sortedPayments(st) {
 		if c.Checked == 3 {
@@ -375,6 +375,8 @@ func (s *stack) probeSettlements(ctx context.Context, st *settled) error {
 	*c = c.done()
 	return nil
 }
+
+const refusalsName = "a settlement of a payment that is not unknown is refused"
 
 // errNoCLI: the Temporal CLI an operator settles with is not found.
 var errNoCLI = errors.New("soak: no Temporal CLI")

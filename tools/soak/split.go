@@ -58,11 +58,13 @@ func (s *stack) split(ctx context.Context, f Fault) error {
 	return nil
 }
 
+const splitsName = "a worker with other money settings is refused"
+
 // checkSplits: no worker with other money settings ever polled.
 func (s *stack) checkSplits() Check {
 	s.splits.mu.Lock()
 	defer s.splits.mu.Unlock()
-	c := Check{Name: "a worker with other money settings is refused", Checked: s.splits.tried}
+	c := Check{Name: splitsName, Checked: s.splits.tried}
 	for _, p := range s.splits.polled {
 		c.fail("%s", p)
 	}
