@@ -2,15 +2,20 @@
 package schema
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"math/rand/v2"
 	"path"
 	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 )
@@ -23,9 +28,37 @@ var migrations embed.FS
 //go:embed grants.sql
 var grants string
 
+// TryLockWait is how long one try of a migration waits for a table's lock: the SET LOCAL
+// lock_timeout of every migration that alters a table the running release uses. Every read and
+// write of that table queues behind the waiting lock, so this is how long a payment may stall.
+const TryLockWait = time.Second
+
+// DefaultLockWait is how long Migrate keeps trying a migration that cannot take its locks.
+const DefaultLockWait = 10 * time.Minute
+
+// ErrLockWait is a migration that could not take its table locks within Options.LockWait:
+// another transaction kept a conflicting lock all along. What failed was rolled back (or, for a
+// migration outside a transaction, is taken again from its start), so running it again is safe.
+var ErrLockWait = errors.New("gave up waiting for a table lock")
+
+// Options tune Migrate.
+type Options struct {
+	// LockWait bounds how long a migration is tried again while another transaction holds a lock
+	// it needs (0: DefaultLockWait).
+	LockWait time.Duration
+	Logger   *slog.Logger // each try that could not take its lock; nil: slog.Default()
+}
+
 // Migrate applies every pending migration. Concurrent callers are serialised by goose's
 // session lock, so every kasa process may call it at start.
-func Migrate(ctx context.Context, db *sql.DB) error {
+//
+// The previous release keeps serving meanwhile. A migration that alters a hot table waits at
+// most TryLockWait for its lock (lock_timeout), since every query on that table queues behind
+// it; when a longer transaction holds the table (a report, the ledger check), the try fails
+// and rolls back, and Migrate tries again after a pause that grows to 30 s (during which it
+// holds no lock of that table), until LockWait has passed since its first such try: then it
+// returns ErrLockWait.
+func Migrate(ctx context.Context, db *sql.DB, o Options) error {
 	fsys, err := fs.Sub(migrations, "migrations")
 	if err != nil {
 		return err
@@ -38,10 +71,67 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+	log := cmp.Or(o.Logger, slog.Default())
+	var (
+		last          *goose.PartialError // the last try that could not take its lock
+		tries         int                 // of last's migration, since start
+		start, giveUp time.Time
+		pause         time.Duration
+	)
+	for {
+		_, err := p.Up(ctx)
+		var partial *goose.PartialError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &partial) && lockConflict(partial.Err):
+			if last == nil || partial.Failed.Source.Version != last.Failed.Source.Version {
+				// Each migration gets LockWait from its first try that met a lock.
+				tries, pause, start = 0, TryLockWait, time.Now()
+				giveUp = start.Add(cmp.Or(o.LockWait, DefaultLockWait))
+			}
+			last = partial
+			tries++
+		case last != nil && ctx.Err() != nil:
+			// Stopped (SIGTERM) during a try or between tries: the wait is what ended.
+			return lockWaitError(last, tries, start, ctx.Err())
+		default:
+			return fmt.Errorf("migrate: %w", err)
+		}
+		left := time.Until(giveUp)
+		if left <= 0 {
+			return lockWaitError(last, tries, start, nil)
+		}
+		// A pause of half to all of pause (two kasa migrate never retry in step), the last one
+		// ending when LockWait does.
+		wait := min(pause/2+rand.N(pause/2+1), left)
+		log.Warn("migration waits for a table lock that another transaction holds; trying again",
+			"migration", path.Base(last.Failed.Source.Path), "try", tries, "next_try_in", wait.Round(time.Millisecond),
+			"gives_up_in", left.Round(time.Second), "error", last.Err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		pause = min(2*pause, 30*time.Second)
 	}
-	return nil
+}
+
+// lockWaitError is Migrate giving up on last's migration, after its tries or when stopped.
+func lockWaitError(last *goose.PartialError, tries int, start time.Time, stopped error) error {
+	why := fmt.Sprintf("after %s", time.Since(start).Round(time.Second))
+	if stopped != nil {
+		why = fmt.Sprintf("stopped (%v) %s", stopped, why)
+	}
+	return fmt.Errorf("migrate: %w, %s: migration %s tried %d time(s) while another transaction held a lock "+
+		"it needs (look for long transactions in pg_stat_activity); nothing of it is recorded as applied, "+
+		"and kasa migrate takes it again from its start: %w", ErrLockWait, why, path.Base(last.Failed.Source.Path), tries, last.Err)
+}
+
+// lockConflict is a statement that could not take a lock in time (lock_timeout) or lost a
+// deadlock over one: a later try may succeed.
+func lockConflict(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == "55P03" || pg.Code == "40P01")
 }
 
 // Latest is the version of the newest embedded migration: the schema this build needs.

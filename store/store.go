@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -36,6 +37,9 @@ type Options struct {
 	// PreviousSecretKey, during a rotation of SecretKey, opens what it sealed; it seals nothing.
 	PreviousSecretKey []byte
 	Migrate           bool // apply pending migrations first
+	// MigrateLockWait, with Migrate, bounds how long a migration is tried again while another
+	// transaction holds a lock it needs (0: schema.DefaultLockWait).
+	MigrateLockWait time.Duration
 	// AppRole, with Migrate, is granted exactly the application's privileges after the
 	// migrations (schema/grants.sql); URL must then be the tables' owner's.
 	AppRole string
@@ -81,7 +85,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	}
 	if o.Migrate {
 		db := stdlib.OpenDBFromPool(pool)
-		err := schema.Migrate(ctx, db)
+		err := schema.Migrate(ctx, db, schema.Options{LockWait: o.MigrateLockWait})
 		if err == nil && o.AppRole != "" {
 			err = schema.Grant(ctx, db, o.AppRole)
 		}

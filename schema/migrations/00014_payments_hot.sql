@@ -29,7 +29,7 @@ CREATE UNIQUE INDEX CONCURRENTLY payments_business_key_next ON payments (merchan
 -- +goose StatementBegin
 DO $$
 BEGIN
-    SET LOCAL lock_timeout = '10s';
+    SET LOCAL lock_timeout = '1s';
     DROP INDEX payments_business_key;
     ALTER INDEX payments_business_key_next RENAME TO payments_business_key;
 END $$;
@@ -54,7 +54,7 @@ CREATE UNIQUE INDEX CONCURRENTLY payments_business_key_next ON payments (merchan
 -- +goose StatementBegin
 DO $$
 BEGIN
-    SET LOCAL lock_timeout = '10s';
+    SET LOCAL lock_timeout = '1s';
     DROP INDEX payments_business_key;
     ALTER INDEX payments_business_key_next RENAME TO payments_business_key;
 END $$;

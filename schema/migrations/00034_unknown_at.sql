@@ -4,9 +4,10 @@
 -- authorization settled as found, waiting for its capture again, clears a payment's: its capture
 -- is a new step. Metadata only (nullable, no default); only the rare move into or out of unknown
 -- writes it. Those unknown now get the time they became unknown: their updated_at. The moment's
--- lock gives up after 10 s rather than queue every payment behind a long reader (run it again).
+-- lock gives up after 1 s rather than queue every payment behind a long reader (kasa migrate tries
+-- again later).
 -- +goose Up
-SET LOCAL lock_timeout = '10s';
+SET LOCAL lock_timeout = '1s';
 ALTER TABLE payments ADD COLUMN IF NOT EXISTS unknown_at timestamptz;
 ALTER TABLE refunds ADD COLUMN IF NOT EXISTS unknown_at timestamptz;
 UPDATE payments p SET unknown_at = p.updated_at FROM idempotency_records r
