@@ -82,6 +82,9 @@ type Config struct {
 		// when set, exactly what the other processes need (schema/grants.sql).
 		MigrateURL string `mapstructure:"migrate_url"`
 		AppRole    string `mapstructure:"app_role"`
+		// MigrateLockWait is how long kasa migrate keeps trying a migration that another
+		// transaction's lock holds up before it gives up (exit 3).
+		MigrateLockWait time.Duration `mapstructure:"migrate_lock_wait"`
 	} `mapstructure:"database"`
 	Postgres struct {
 		Port int `mapstructure:"port"`
@@ -238,6 +241,7 @@ func setDefaults(v *viper.Viper) {
 	// Database roles and ledger verification (docs/operations.md, "Database roles").
 	v.SetDefault("database.migrate_url", "")
 	v.SetDefault("database.app_role", "")
+	v.SetDefault("database.migrate_lock_wait", "10m")
 	v.SetDefault("verify.interval", "10m")
 	v.SetDefault("worker.metrics_addr", DefaultWorkerMetricsAddr)
 	// Hardening of the event pipeline: the broker's credentials and TLS, and the webhook URLs
@@ -466,6 +470,9 @@ func (c Config) Validate() error {
 		if b, err := hex.DecodeString(c.Secret.Key); err != nil || len(b) != 32 {
 			errs = append(errs, errors.New("secret.key (KASA_SECRET_KEY) must be 64 hex characters (32 bytes)"))
 		}
+	}
+	if c.Database.MigrateLockWait <= 0 {
+		errs = append(errs, fmt.Errorf("database.migrate_lock_wait (KASA_DATABASE_MIGRATE_LOCK_WAIT) must be more than 0, got %s", c.Database.MigrateLockWait))
 	}
 	if c.Verify.Interval < 0 {
 		errs = append(errs, fmt.Errorf("verify.interval must be 0 (off) or more, got %s", c.Verify.Interval))

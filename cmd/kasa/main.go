@@ -29,6 +29,7 @@ import (
 	"github.com/kasa-pay/kasa/outbox"
 	"github.com/kasa-pay/kasa/provider"
 	"github.com/kasa-pay/kasa/reconcile"
+	"github.com/kasa-pay/kasa/schema"
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/sweeper"
 	"github.com/kasa-pay/kasa/worker"
@@ -51,7 +52,9 @@ commands:
             merchant webhooks, with retention; /metrics on KASA_RELAY_METRICS_ADDR (needs KASA_DATABASE_URL, KASA_SECRET_KEY)
   migrate   apply database migrations as KASA_DATABASE_MIGRATE_URL (default KASA_DATABASE_URL), grant
             KASA_DATABASE_APP_ROLE the application's privileges when set, register the search attributes
-            on the Temporal namespace when KASA_TEMPORAL_ADDRESS is set, and exit
+            on the Temporal namespace when KASA_TEMPORAL_ADDRESS is set, and exit; a migration that
+            another transaction's lock holds up is tried again for KASA_DATABASE_MIGRATE_LOCK_WAIT,
+            then exit 3 (nothing of it applied: run it again)
   verify    check the ledger and balance invariants; exit 1 listing every violation
   rotate-secret-key  a KASA_SECRET_KEY rotation's last step: re-seal every webhook secret under
             KASA_SECRET_KEY, opening it with KASA_SECRET_KEY_PREVIOUS, as KASA_DATABASE_MIGRATE_URL
@@ -190,7 +193,8 @@ func migrateDatabase(ctx context.Context, cfg config.Config, key []byte) error {
 	if url == "" {
 		return errors.New("KASA_DATABASE_MIGRATE_URL or KASA_DATABASE_URL must name the database to migrate")
 	}
-	st, err := store.Open(ctx, store.Options{URL: url, MaxConns: 2, SecretKey: key, Migrate: true, AppRole: cfg.Database.AppRole, AppName: sessionName()})
+	st, err := store.Open(ctx, store.Options{URL: url, MaxConns: 2, SecretKey: key, Migrate: true, MigrateLockWait: cfg.Database.MigrateLockWait,
+		AppRole: cfg.Database.AppRole, AppName: sessionName()})
 	if err != nil {
 		return err
 	}
@@ -597,6 +601,11 @@ func metricsMux(reg *prometheus.Registry) http.Handler {
 func runMigrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// Migrations never touch secrets: any key opens the store.
 	if err := migrateDatabase(ctx, cfg, make([]byte, 32)); err != nil {
+		if errors.Is(err, schema.ErrLockWait) {
+			// Nothing half-applied: the deploy can simply run it again, later.
+			log.Error("kasa migrate failed", "error", err)
+			return exitError(3)
+		}
 		return err
 	}
 	if cfg.Database.AppRole != "" {
