@@ -660,7 +660,7 @@ func TestCurrencyHoldsNoMoreThanTheLargestBalance(t *testing.T) {
 // transaction reads the table; run again once it ended, it completes.
 func TestCurrencyBoundMigrationGivesUpOnABusyTable(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits for the migration's 10 s lock timeout")
+		t.Skip("waits for the migration's lock, tried for 3 s")
 	}
 	t.Parallel()
 	ctx := context.Background()
@@ -668,7 +668,7 @@ func TestCurrencyBoundMigrationGivesUpOnABusyTable(t *testing.T) {
 	open := func() (*store.Store, error) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		st, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
+		st, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true, MigrateLockWait: 3 * time.Second})
 		if err == nil {
 			t.Cleanup(st.Close)
 		}
