@@ -54,7 +54,7 @@ commands:
             KASA_DATABASE_APP_ROLE the application's privileges when set, register the search attributes
             on the Temporal namespace when KASA_TEMPORAL_ADDRESS is set, and exit; a migration that
             another transaction's lock holds up is tried again for KASA_DATABASE_MIGRATE_LOCK_WAIT,
-            then exit 3 (nothing of it applied: run it again)
+            then exit 3 (it is not recorded as applied: run it again)
   verify    check the ledger and balance invariants; exit 1 listing every violation
   rotate-secret-key  a KASA_SECRET_KEY rotation's last step: re-seal every webhook secret under
             KASA_SECRET_KEY, opening it with KASA_SECRET_KEY_PREVIOUS, as KASA_DATABASE_MIGRATE_URL
