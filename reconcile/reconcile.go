@@ -192,15 +192,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, f *File, o Options) (*Report
 	}
 	// The database's clock stamped when each outcome was decided; this host's may be minutes
 	// ahead of it, and would let a file prove a window that has not passed.
-	now, err := r.Store.Now(ctx)
-	if err != nil {
+	var now time.Time
+	if r.Now != nil {
+		now = r.Now()
+	} else if now, err = r.Store.Now(ctx); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if r.Now != nil {
-		now = r.Now()
-	}
 	run := &run{r: r, ctx: ctx, cancel: cancel, dry: o.DryRun, now: now, window: r.BookingWindow,
 		covered: map[Day]bool{}, complete: map[Day]time.Time{},
 		listed: map[kind]map[uuid.UUID]bool{charge: {}, refund: {}}}
