@@ -345,10 +345,8 @@ func TestCommandsByPaymentIndexRebuilt(t *testing.T) {
 func TestManualCaptureMigrationIsNotUndoneOverManualPayments(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own, url := ownStoreAt(t)
+	var err error
 	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{Deposit: 10_000})
 	req := payment.Request{InvoiceID: "inv", AmountMinor: 100, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase", CaptureManual: true}
 	_, _, _, err = own.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: "k", Request: req, OperationID: payment.NewID(), Lease: time.Minute, CaptureWindow: time.Hour})

@@ -34,10 +34,7 @@ func pendingDeliveries(t *testing.T, s *store.Store, merchantID uuid.UUID, n int
 func TestClaimDeliveriesPlanReadsABoundedPrefix(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own, url := ownStoreAt(t)
 	// A backlog of 5,000 rows of 200 merchants, interleaved: each merchant has one due every
 	// 200 ms. (A merchant's own due rows are read to count its leases.)
 	start := time.Now().Add(-time.Hour)
@@ -265,10 +262,7 @@ func TestHangingMerchantBacklogHoldsUpNobody(t *testing.T) {
 func TestClaimMerchantDeliveriesPlanIsBounded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own, url := ownStoreAt(t)
 	start := time.Now().Add(-time.Hour)
 	for i := range 200 {
 		m := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})

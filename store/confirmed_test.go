@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/store"
-	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
 func ids(evs []store.OutboxEvent) []uuid.UUID {
@@ -114,10 +113,7 @@ func TestUnconfirmedOutboxFollowsTheInbox(t *testing.T) {
 func TestUnconfirmedOutboxPlanReadsAPage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own, url := ownStoreAt(t)
 	// A week of published events, one every 30 seconds, in the inbox, and the last minute's
 	// unpublished ones.
 	require.NoError(t, own.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, type, payload, created_at, published_at)

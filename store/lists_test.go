@@ -45,10 +45,18 @@ func seedPayment(t *testing.T, s *store.Store, m testkit.Merchant, created time.
 // ownStore opens a database of the test's own.
 func ownStore(t *testing.T) *store.Store {
 	t.Helper()
-	own, err := store.Open(context.Background(), store.Options{URL: env.OwnDatabase(t), SecretKey: testkit.SecretKey, Migrate: true})
+	own, _ := ownStoreAt(t)
+	return own
+}
+
+// ownStoreAt is ownStore and its database's URL, for tests that also connect by hand.
+func ownStoreAt(t *testing.T) (*store.Store, string) {
+	t.Helper()
+	url := env.OwnDatabase(t)
+	own, err := store.Open(context.Background(), store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
 	require.NoError(t, err)
 	t.Cleanup(own.Close)
-	return own
+	return own, url
 }
 
 // walk reads every page of in (in.StartingAfter is moved along) and the has_more of each.
@@ -307,10 +315,7 @@ func (n planNode) walk(fn func(planNode)) {
 func TestListPaymentsPlanUsesIndexWithoutSort(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own, url := ownStoreAt(t)
 	var merchants []testkit.Merchant
 	for range 4 {
 		merchants = append(merchants, testkit.NewMerchant(t, own, testkit.MerchantOptions{}))

@@ -195,10 +195,7 @@ func TestMigrationGivesUpOnAReaderThatStays(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			url := env.OwnDatabase(t)
-			own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-			require.NoError(t, err)
-			defer own.Close()
+			own, url := ownStoreAt(t)
 			for _, sql := range tc.undo {
 				require.NoError(t, own.Exec(ctx, sql))
 			}

@@ -256,10 +256,7 @@ func TestAcceptEventsInOneTransaction(t *testing.T) {
 func TestOutboxEventsInboxLacksPlanReadsTheAggregates(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own, url := ownStoreAt(t)
 	// 10,000 payments of three events each, all in the inbox but the newest 64 payments' last
 	// event (the batch) and, for 8 of them, the one before it too.
 	require.NoError(t, own.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, type, payload, created_at, published_at)
@@ -661,10 +658,7 @@ func consume(t *testing.T, s *store.Store, consumer string, ids ...uuid.UUID) []
 func TestRetentionNeverLeavesAnOutboxRowWithoutItsInboxRow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own, url := ownStoreAt(t)
 	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test", Deposit: 1_000_000})
 	old := payment.NewID()
 	require.NoError(t, own.Exec(ctx, `INSERT INTO outbox (id, aggregate_id, type, payload, created_at, published_at)
@@ -786,10 +780,7 @@ func TestRetentionSparesADeliveryRedeliveredMeanwhile(t *testing.T) {
 func TestPurgeDeliveriesReadsAnIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own, url := ownStoreAt(t)
 	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
 	// 20,000 recent deliveries, nearly all finished: none old enough for the retention.
 	require.NoError(t, own.Exec(ctx, `INSERT INTO webhook_deliveries

@@ -372,10 +372,8 @@ func TestReconcileRefundSettledLaterIsMissingFromItsDay(t *testing.T) {
 func TestUnknownAtMigrationsFillTheUnknown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own, url := ownStoreAt(t)
+	var err error
 	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{Deposit: 100_000})
 	begin := func(key string, manual bool) payment.Payment {
 		req := payment.Request{InvoiceID: key, AmountMinor: 1_000, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase", CaptureManual: manual}

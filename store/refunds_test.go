@@ -739,10 +739,7 @@ func TestRefundTooManyDigitsUnderAnExistingKey(t *testing.T) {
 func TestRacedRefundKeyExpiredBeforeItsReadNamesItsRefund(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	own, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	defer own.Close()
+	own, url := ownStoreAt(t)
 	m := testkit.NewMerchant(t, own, testkit.MerchantOptions{Deposit: 100_000})
 	req := payment.Request{InvoiceID: "inv", AmountMinor: 10_000, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase"}
 	_, p, _, err := own.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: "pay", Request: req, OperationID: payment.NewID(), Lease: time.Minute})

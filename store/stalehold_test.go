@@ -36,10 +36,8 @@ func waitLocked(t *testing.T, conn *pgx.Conn, frag string) {
 // payment keeps no hold.
 func TestStaleReserveHoldsNothingForAFailedPayment(t *testing.T) {
 	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	st, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	t.Cleanup(st.Close)
+	st, url := ownStoreAt(t)
+	var err error
 	m := testkit.NewMerchant(t, st, testkit.MerchantOptions{Deposit: 10_000})
 	q := verifyBegin(t, st, m, 10_000, false)
 	require.NoError(t, st.Reserve(ctx, q.ID)) // another payment holds everything
@@ -89,10 +87,8 @@ func TestStaleReserveHoldsNothingForAFailedPayment(t *testing.T) {
 // attempt's insufficient funds failed meanwhile.
 func TestStaleRefundHoldHoldsNothingForAFailedRefund(t *testing.T) {
 	ctx := context.Background()
-	url := env.OwnDatabase(t)
-	st, err := store.Open(ctx, store.Options{URL: url, SecretKey: testkit.SecretKey, Migrate: true})
-	require.NoError(t, err)
-	t.Cleanup(st.Close)
+	st, url := ownStoreAt(t)
+	var err error
 	m := testkit.NewMerchant(t, st, testkit.MerchantOptions{Deposit: 100_000})
 	p := verifyBegin(t, st, m, 10_000, false)
 	require.NoError(t, st.Reserve(ctx, p.ID))
