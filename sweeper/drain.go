@@ -63,6 +63,7 @@ const (
 	activeEvery  = 100 * time.Millisecond // between claims while there is work
 	idleEvery    = time.Second            // between claims of an empty backlog, and state saves
 	standbyEvery = 2 * time.Second        // between a standby drainer's tries to lead
+	readyEvery   = 2 * time.Second        // between a leader's reads of whether a worker polls
 	drainWindow  = 10 * time.Second       // the drain rate is the starts within it
 	// readRunTimeout bounds reading whether a started payment's run has closed.
 	readRunTimeout = 2 * time.Second
@@ -86,10 +87,12 @@ func (d *Drainer) Run(ctx context.Context) {
 				}
 				unready = true
 			} else {
-				unready = false
 				d.Logger.Info("backlog drainer leads")
-				d.lead(ctx, held)
+				err := d.lead(ctx, held)
 				release()
+				if unready = err != nil; unready {
+					d.Logger.Warn("backlog drainer: not draining the start backlog here", "error", err)
+				}
 			}
 		}
 		select {
@@ -122,14 +125,18 @@ func (d *Drainer) defaults() {
 	}
 }
 
-// lead drains while it holds the lead and ctx lasts.
-func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
+// lead drains while it holds the lead, ctx lasts and a worker polls the task queue. It returns
+// the readiness error that ended it: the workers left this process's task queue (a change of it
+// rolled out to them first), or are all gone, and what it started now would wait where no
+// worker may ever run it; another process, whose queue a worker polls, may take the lead.
+func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) error {
 	var (
 		running   = map[uuid.UUID]*slot{} // payments this drainer started, processing when last read
 		after     uuid.UUID               // the merchant whose turn was last
 		merchants = 1                     // how many merchants had queued payments at the last claim
 		starts    []time.Time             // within drainWindow
 		saved     time.Time
+		checked   = time.Now() // whether a worker polls: Run asked just before
 		// The last leader may have died with payments claimed and not yet started: until their
 		// leases run out, a claim would take each merchant's later payments ahead of them.
 		inherited = true
@@ -139,7 +146,18 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 		if now.Sub(saved) >= idleEvery {
 			if !held(ctx) {
 				d.Logger.Warn("backlog drainer lost the lead")
-				return
+				return nil
+			}
+			if now.Sub(checked) >= readyEvery {
+				checked = now
+				// Only a definite answer lets the lead go: Temporal slow to answer under a
+				// payday's load is no reason to, and the starts say when it is away.
+				rctx, cancel := context.WithTimeout(ctx, readRunTimeout)
+				err := ready(rctx, d.Starter)
+				cancel()
+				if errors.Is(err, workflows.ErrNoWorker) {
+					return err
+				}
 			}
 			starts = trimBefore(starts, now.Add(-drainWindow))
 			d.saveState(ctx, drainRate(starts, now))
@@ -208,6 +226,7 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) {
 		case <-time.After(every):
 		}
 	}
+	return nil
 }
 
 // start starts the claimed payments, a merchant's one after another in order, and returns the

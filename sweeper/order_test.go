@@ -7,10 +7,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 
@@ -273,4 +275,75 @@ func TestDrainerAfterADeadLeaderKeepsTheMerchantsOrder(t *testing.T) {
 	}
 	order = slices.DeleteFunc(order, func(k string) bool { return !strings.HasPrefix(k, "heir-") }) // earlier tests' leftovers
 	require.Equal(t, keys, order, "the merchant's payments start in arrival order")
+}
+
+// movingStarter is a Temporal whose runs take their payment off the queue at once and finish
+// when done is closed, on a task queue that a worker polls while ready says so.
+type movingStarter struct {
+	orderStarter
+	ready atomic.Bool
+	done  chan struct{}
+	runs  sync.WaitGroup
+}
+
+func newMovingStarter() *movingStarter {
+	s := &movingStarter{done: make(chan struct{})}
+	s.ready.Store(true)
+	return s
+}
+
+func (s *movingStarter) StartPayment(ctx context.Context, key string, in workflows.PaymentInput) (string, error) {
+	if _, err := s.orderStarter.StartPayment(ctx, key, in); err != nil {
+		return "", err
+	}
+	s.runs.Go(func() {
+		<-s.done
+		_, _ = db.Release(context.Background(), in.OperationID, "declined")
+	})
+	return "run", nil
+}
+
+func (s *movingStarter) Ready(context.Context) error {
+	if !s.ready.Load() {
+		return fmt.Errorf("%w %q", workflows.ErrNoWorker, "moved")
+	}
+	return nil
+}
+
+// A drainer that leads while a worker polls its task queue, and goes on leading after the
+// workers left it (a change of KASA_TEMPORAL_TASK_QUEUE rolled out to the workers first, or
+// every worker gone for minutes), starts nothing more there: it lets the lead go, as one that
+// finds no worker when it takes the lead does (docs/operations.md, "Payday"), and a drainer
+// whose queue the workers poll starts the rest.
+func TestDrainerLetsTheLeadGoWhenTheWorkersLeaveItsQueue(t *testing.T) {
+	m := testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: "moving"})
+	keys := queue(t, m, "moving", 6)
+	ctx := context.Background()
+	left, workers := newMovingStarter(), newMovingStarter()
+	close(workers.done)
+	run := func(st *movingStarter) {
+		run, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			(&sweeper.Drainer{Store: db, Starter: st, MaxRunning: 2, Lease: 300 * time.Millisecond}).Run(run)
+		}()
+		t.Cleanup(func() { stop(); <-done })
+	}
+	run(left)
+	require.Eventually(t, func() bool { return len(left.snapshot()) == 2 }, 10*time.Second, 20*time.Millisecond,
+		"the first drainer leads and fills its two slots")
+	run(workers) // stands by
+
+	left.ready.Store(false) // the workers leave its queue
+	time.Sleep(4 * time.Second)
+	close(left.done) // its two runs finish, freeing their slots
+	assert.Eventually(t, func() bool {
+		n, _, err := db.QueuedBacklog(ctx)
+		return err == nil && n == 0 && len(workers.snapshot()) == len(keys)-2
+	}, 20*time.Second, 20*time.Millisecond, "the drainer on the workers' queue starts the rest")
+	require.Equal(t, keys[:2], left.snapshot(), "nothing more started where no worker polls")
+	require.Equal(t, keys[2:], workers.snapshot(), "the rest, in order, where the workers are")
+	left.runs.Wait()
+	workers.runs.Wait()
 }

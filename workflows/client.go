@@ -209,8 +209,11 @@ func (s Starter) Ready(ctx context.Context) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("no worker polls task queue %q", s.queue())
+	return fmt.Errorf("%w %q", ErrNoWorker, s.queue())
 }
+
+// ErrNoWorker: Temporal answers, and no worker has polled the task queue lately.
+var ErrNoWorker = errors.New("no worker polls task queue")
 
 // pollerFresh is how recently a worker must have polled to count: Temporal lists a poller for
 // minutes after its worker is gone, and a live one polls again at least every long poll (a
