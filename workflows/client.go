@@ -36,9 +36,10 @@ func (s Starter) queue() string {
 }
 
 // StartPayment starts the operation's workflow, or finds the one already started for the key:
-// REJECT_DUPLICATE and USE_EXISTING make a second start for the same operation a no-op, so a
-// retried start after a crash can never run a payment twice. A closed run of another operation
-// (the key's record expired, and the key now names a new payment) does not block it: see start.
+// REJECT_DUPLICATE refuses a second run, and start hands back the first one when it is the same
+// operation's, so a retried start after a crash can never run a payment twice. A closed run of
+// another operation (the key's record expired, and the key now names a new payment) does not
+// block it: see start.
 // It returns the run's id.
 func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) (string, error) {
 	summary, details := in.summary()
