@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -89,6 +91,7 @@ func TestDevLifecycle(t *testing.T) {
 	metrics := string(httpDo(t, "GET", apiURL+"/metrics", "", "").Body)
 	require.Contains(t, metrics, "kasa_ledger_violations 0", "kasa dev checks the ledger at start and shows it on the API's /metrics")
 	require.NotContains(t, metrics, "kasa_ledger_verify_last_success_timestamp_seconds 0\n")
+	readmeWalkThrough(t, apiURL, fmt.Sprintf("http://127.0.0.1:%d", ports[1]), data, bin, st.AdminToken)
 	stop(dev)
 
 	dev, st2 := start()
@@ -117,6 +120,40 @@ func TestDevLifecycle(t *testing.T) {
 	require.Equal(t, "9927.00", r.json(t)["balance"])
 	require.Equal(t, "0.00", r.json(t)["reserved"])
 	stop(dev)
+}
+
+// readmeWalkThrough runs the README's walk-through as its reader would, with bash and curl: its
+// commands, with what the banner and each answer show in place of their <placeholders>.
+func readmeWalkThrough(t *testing.T, apiURL, simURL, data, bin, adminToken string) {
+	t.Helper()
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Log("SKIPPED the README's walk-through: no curl here")
+		return
+	}
+	b, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	_, walk, _ := strings.Cut(string(b), "## Walk-through")
+	_, script, _ := strings.Cut(walk, "```sh\n")
+	script, _, _ = strings.Cut(script, "```")
+	require.Contains(t, script, "curl", "README.md has no walk-through")
+	// Each curl's answer is printed and kept for the placeholders of the lines after it.
+	script = regexp.MustCompile(`(?m)^(curl (?:.*\\\n)*.*?)(?:[ \t]+#.*)?$`).ReplaceAllString(script, `ANSWER=$$($1); echo "$$ANSWER"`)
+	script = regexp.MustCompile(`<(\w+) from the answer>`).ReplaceAllString(script, `$$(sed -n 's/.*"${1}":"\([^"]*\)".*/\1/p' <<<"$$ANSWER")`)
+	var dev struct {
+		DatabaseURL string `json:"database_url"`
+	}
+	state, err := os.ReadFile(filepath.Join(data, "dev.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(state, &dev))
+	script = strings.NewReplacer("http://127.0.0.1:8080", apiURL, "http://127.0.0.1:8090", simURL, "./bin/kasa", bin,
+		"<admin token from the banner>", adminToken, "<PostgreSQL URL from the banner>", "'"+dev.DatabaseURL+"'").Replace(script)
+	out, err := exec.Command("bash", "-euo", "pipefail", "-c", script).CombinedOutput()
+	require.NoError(t, err, "the README's walk-through failed:\n%s\n%s", script, out)
+	// What the README's comments say the steps show.
+	for _, want := range []string{"HTTP/1.1 201 Created", `"status":"succeeded"`, `"balance":"1000.00"`, `"count":1,`,
+		"Location: /v1/refunds/", `"amount_refunded":"300.00"`, `"balance":"1300.00"`, "verify: ok"} {
+		require.Contains(t, string(out), want, "the README's walk-through:\n%s", out)
+	}
 }
 
 // refundWalkThrough is the README's refund step: 30.00 of the 100.00 payment goes back to the
