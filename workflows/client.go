@@ -44,10 +44,9 @@ func (s Starter) queue() string {
 func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) (string, error) {
 	summary, details := in.summary()
 	opts := client.StartWorkflowOptions{
-		ID:                       PaymentWorkflowID(in.MerchantID, key),
-		TaskQueue:                s.queue(),
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		ID:                    PaymentWorkflowID(in.MerchantID, key),
+		TaskQueue:             s.queue(),
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		// When this process also runs a worker on the queue (kasa dev), the server hands the
 		// first workflow task straight back with the start: with local steps the whole payment
 		// then runs in that one task. Without a local worker the option does nothing.
@@ -166,11 +165,10 @@ func (s Starter) AwaitPayment(ctx context.Context, merchantID uuid.UUID, key, ru
 func (s Starter) StartRefund(ctx context.Context, key string, in RefundInput) (string, error) {
 	summary, details := in.summary()
 	opts := client.StartWorkflowOptions{
-		ID:                       RefundWorkflowID(in.MerchantID, key),
-		TaskQueue:                s.queue(),
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		EnableEagerStart:         true,
+		ID:                    RefundWorkflowID(in.MerchantID, key),
+		TaskQueue:             s.queue(),
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		EnableEagerStart:      true,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			SearchPaymentStatus.ValueSet("processing"),
 			SearchMerchantID.ValueSet(in.MerchantID.String()),
