@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,7 +35,7 @@ func NewLedgerCheck(v Verifier, interval time.Duration, reg prometheus.Registere
 	c := &LedgerCheck{
 		verifier: v, interval: interval, log: log,
 		violations: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kasa_ledger_violations",
-			Help: "Money invariants violated at the last ledger verification (kasa verify lists them); 0 is the only good value."}),
+			Help: "Money invariants violated at the last ledger verification (kasa verify lists them; NaN until the first one ends); 0 is the only good value."}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kasa_ledger_verify_last_success_timestamp_seconds",
 			Help: "When the last ledger verification completed (Unix seconds); 0: none yet."}),
 		duration: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kasa_ledger_verify_duration_seconds",
@@ -42,6 +43,9 @@ func NewLedgerCheck(v Verifier, interval time.Duration, reg prometheus.Registere
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "kasa_ledger_verify_failures_total",
 			Help: "Ledger verifications that could not complete (database errors)."}),
 	}
+	// Not known until a check ends: a restarted worker must not read all clear (0) over the
+	// violations its last run found.
+	c.violations.Set(math.NaN())
 	if reg != nil {
 		reg.MustRegister(c.violations, c.lastSuccess, c.duration, c.failures)
 	}
