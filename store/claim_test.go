@@ -51,25 +51,11 @@ func TestClaimDeliveriesPlanReadsABoundedPrefix(t *testing.T) {
 	candidates := store.ClaimCandidates(limit)
 	for _, generic := range []bool{false, true} {
 		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) {
-			mode := map[bool]string{false: "force_custom_plan", true: "force_generic_plan"}[generic]
-			tx, err := conn.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }() // EXPLAIN ANALYZE claims: undone
-			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
-			require.NoError(t, err)
-			_, err = tx.Exec(ctx, "PREPARE claim AS "+store.QueryClaimDeliveries)
-			require.NoError(t, err)
-			var raw []byte
-			require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim(%d, %d, 60, %d, '-infinity', '%s')`,
-				limit, perMerchant, candidates, uuid.Nil), pgx.QueryExecModeSimpleProtocol).Scan(&raw))
-			_, err = tx.Exec(ctx, "DEALLOCATE claim")
-			require.NoError(t, err)
-			var out []struct {
-				Plan analyzedNode `json:"Plan"`
-			}
-			require.NoError(t, json.Unmarshal(raw, &out))
+			plan, raw := planOf(t, conn, generic, true, store.QueryClaimDeliveries,
+				fmt.Sprintf(`%d, %d, 60, %d, '-infinity', '%s'`,
+					limit, perMerchant, candidates, uuid.Nil))
 			most, claimed := 0.0, 0.0
-			out[0].Plan.walk(func(n analyzedNode) {
+			plan.walk(func(n analyzedNode) {
 				most = max(most, n.ActualRows)
 				if n.RelationName == "webhook_deliveries" {
 					require.NotEqual(t, "Seq Scan", n.NodeType, "deliveries are never read whole: plan %s", raw)
@@ -82,6 +68,31 @@ func TestClaimDeliveriesPlanReadsABoundedPrefix(t *testing.T) {
 			require.LessOrEqual(t, most, float64(candidates), "a step handled more rows than the claim looks at: plan %s", raw)
 		})
 	}
+}
+
+// planOf prepares query and explains its execution with args (literals) under a custom or a
+// generic plan, in a transaction it rolls back (EXPLAIN ANALYZE runs the statement); it returns
+// the plan and its JSON, for messages.
+func planOf(t *testing.T, conn *pgx.Conn, generic, analyze bool, query, args string) (analyzedNode, []byte) {
+	t.Helper()
+	ctx := context.Background()
+	mode := map[bool]string{false: "force_custom_plan", true: "force_generic_plan"}[generic]
+	options := map[bool]string{false: "FORMAT JSON", true: "ANALYZE, FORMAT JSON"}[analyze]
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
+	require.NoError(t, err)
+	_, _ = tx.Exec(ctx, "DEALLOCATE ALL") // prepared statements outlive the transaction
+	_, err = tx.Exec(ctx, "PREPARE q AS "+query)
+	require.NoError(t, err)
+	var raw []byte
+	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN ("+options+") EXECUTE q("+args+")", pgx.QueryExecModeSimpleProtocol).Scan(&raw))
+	var out []struct {
+		Plan analyzedNode `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &out))
+	return out[0].Plan, raw
 }
 
 type analyzedNode struct {
@@ -277,25 +288,11 @@ func TestClaimMerchantDeliveriesPlanIsBounded(t *testing.T) {
 	merchants := store.ClaimMerchants(limit, perMerchant)
 	for _, generic := range []bool{false, true} {
 		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) {
-			mode := map[bool]string{false: "force_custom_plan", true: "force_generic_plan"}[generic]
-			tx, err := conn.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }() // EXPLAIN ANALYZE claims: undone
-			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
-			require.NoError(t, err)
-			_, err = tx.Exec(ctx, "PREPARE claim AS "+store.QueryClaimMerchantDeliveries)
-			require.NoError(t, err)
-			var raw []byte
-			require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim(%d, %d, 60, %d, '%s')`,
-				limit, perMerchant, merchants, uuid.New()), pgx.QueryExecModeSimpleProtocol).Scan(&raw))
-			_, err = tx.Exec(ctx, "DEALLOCATE claim")
-			require.NoError(t, err)
-			var out []struct {
-				Plan analyzedNode `json:"Plan"`
-			}
-			require.NoError(t, json.Unmarshal(raw, &out))
+			plan, raw := planOf(t, conn, generic, true, store.QueryClaimMerchantDeliveries,
+				fmt.Sprintf(`%d, %d, 60, %d, '%s'`,
+					limit, perMerchant, merchants, uuid.New()))
 			most, claimed := 0.0, 0.0
-			out[0].Plan.walk(func(n analyzedNode) {
+			plan.walk(func(n analyzedNode) {
 				most = max(most, n.ActualRows)
 				if n.RelationName == "webhook_deliveries" {
 					require.NotEqual(t, "Seq Scan", n.NodeType, "deliveries are never read whole: plan %s", raw)

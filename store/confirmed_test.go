@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -128,25 +127,12 @@ func TestUnconfirmedOutboxPlanReadsAPage(t *testing.T) {
 	page := 100
 	for _, generic := range []bool{false, true} {
 		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) {
-			mode := map[bool]string{false: "force_custom_plan", true: "force_generic_plan"}[generic]
-			tx, err := conn.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
-			require.NoError(t, err)
-			_, _ = tx.Exec(ctx, "DEALLOCATE ALL")
-			_, err = tx.Exec(ctx, "PREPARE after_point AS "+store.QueryOutboxAfterConfirmed)
-			require.NoError(t, err)
-			var raw []byte
 			// The point a day back: 2,880 rows after it, of which a page is read.
-			require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE after_point(86400, '%s', '%s', 60, 'infinity', %d, 'webhooks')`,
-				time.Now().Add(-24*time.Hour).UTC().Format(time.RFC3339Nano), uuid.Nil, page), pgx.QueryExecModeSimpleProtocol).Scan(&raw))
-			var out []struct {
-				Plan analyzedNode `json:"Plan"`
-			}
-			require.NoError(t, json.Unmarshal(raw, &out))
-			most, returned := 0.0, out[0].Plan.ActualRows
-			out[0].Plan.walk(func(n analyzedNode) {
+			plan, raw := planOf(t, conn, generic, true, store.QueryOutboxAfterConfirmed,
+				fmt.Sprintf(`86400, '%s', '%s', 60, 'infinity', %d, 'webhooks'`,
+					time.Now().Add(-24*time.Hour).UTC().Format(time.RFC3339Nano), uuid.Nil, page))
+			most, returned := 0.0, plan.ActualRows
+			plan.walk(func(n analyzedNode) {
 				most = max(most, n.ActualRows)
 				if n.RelationName == "outbox" || n.RelationName == "inbox" {
 					require.NotEqual(t, "Seq Scan", n.NodeType, "neither table is read whole: plan %s", raw)

@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -282,30 +281,17 @@ func TestOutboxEventsInboxLacksPlanReadsTheAggregates(t *testing.T) {
 	}
 	for _, generic := range []bool{false, true} {
 		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) {
-			mode := map[bool]string{false: "force_custom_plan", true: "force_generic_plan"}[generic]
-			tx, err := conn.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
-			require.NoError(t, err)
-			_, _ = tx.Exec(ctx, "DEALLOCATE ALL")
-			_, err = tx.Exec(ctx, "PREPARE lacks AS "+store.QueryOutboxEventsInboxLacks)
-			require.NoError(t, err)
-			var raw []byte
-			require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE lacks('{%s}', 'webhooks')`,
-				strings.Join(ids, ",")), pgx.QueryExecModeSimpleProtocol).Scan(&raw))
-			var out []struct {
-				Plan analyzedNode `json:"Plan"`
-			}
-			require.NoError(t, json.Unmarshal(raw, &out))
+			plan, raw := planOf(t, conn, generic, true, store.QueryOutboxEventsInboxLacks,
+				fmt.Sprintf(`'{%s}', 'webhooks'`,
+					strings.Join(ids, ",")))
 			most := 0.0
-			out[0].Plan.walk(func(n analyzedNode) {
+			plan.walk(func(n analyzedNode) {
 				most = max(most, n.ActualRows)
 				if n.RelationName == "outbox" || n.RelationName == "inbox" {
 					require.NotEqual(t, "Seq Scan", n.NodeType, "neither table is read whole: plan %s", raw)
 				}
 			})
-			require.Equal(t, float64(64+8), out[0].Plan.ActualRows, "the batch and the 8 earlier events: plan %s", raw)
+			require.Equal(t, float64(64+8), plan.ActualRows, "the batch and the 8 earlier events: plan %s", raw)
 			require.LessOrEqual(t, most, float64(3*64), "a step handled more rows than the batch's payments have events: plan %s", raw)
 		})
 	}
@@ -795,25 +781,11 @@ func TestPurgeDeliveriesReadsAnIndex(t *testing.T) {
 	defer conn.Close(ctx)
 	for _, generic := range []bool{false, true} {
 		t.Run(fmt.Sprintf("generic=%v", generic), func(t *testing.T) {
-			mode := map[bool]string{false: "force_custom_plan", true: "force_generic_plan"}[generic]
-			tx, err := conn.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
-			require.NoError(t, err)
-			_, err = tx.Exec(ctx, "PREPARE purge AS "+store.QueryPurgeDeliveries)
-			require.NoError(t, err)
-			var raw []byte
-			require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (FORMAT JSON) EXECUTE purge(%f, 1000)`,
-				(7*24*time.Hour).Seconds()), pgx.QueryExecModeSimpleProtocol).Scan(&raw))
-			_, err = tx.Exec(ctx, "DEALLOCATE purge")
-			require.NoError(t, err)
-			var out []struct {
-				Plan analyzedNode `json:"Plan"`
-			}
-			require.NoError(t, json.Unmarshal(raw, &out))
+			plan, raw := planOf(t, conn, generic, false, store.QueryPurgeDeliveries,
+				fmt.Sprintf(`%f, 1000`,
+					(7*24*time.Hour).Seconds()))
 			read := false
-			out[0].Plan.walk(func(n analyzedNode) {
+			plan.walk(func(n analyzedNode) {
 				if n.RelationName == "webhook_deliveries" {
 					require.NotEqual(t, "Seq Scan", n.NodeType, "deliveries are never read whole: plan %s", raw)
 					read = read || n.NodeType != "ModifyTable"
