@@ -840,7 +840,8 @@ func TestAPIStartsWhileTemporalIsDown(t *testing.T) {
 // and serve once it is back: no supervisor is needed to bring them up after an outage.
 func TestProcessesWaitForTheDatabase(t *testing.T) {
 	t.Parallel()
-	s := newCrashStack(t, crashConfig{ownPostgres: true})
+	// Long enough to answer 201 on a loaded machine: what is tested is the wait for the database.
+	s := newCrashStack(t, crashConfig{ownPostgres: true, syncWait: "10s"})
 	s.crashPostgres()
 	s.startBanksim()
 	s.startWorker()
