@@ -31,6 +31,8 @@ type Store interface {
 	BeginChargeSend(ctx context.Context, operationID uuid.UUID, send int) (bool, error)
 	FlagStuck(ctx context.Context, operationID uuid.UUID, reason string) error
 	Authorized(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error)
+	// Now is the database's clock.
+	Now(ctx context.Context) (time.Time, error)
 	Captured(ctx context.Context, operationID uuid.UUID, amount int64, providerRef string, command uuid.UUID) (payment.Payment, error)
 	Canceled(ctx context.Context, operationID uuid.UUID, code string, command uuid.UUID) (payment.Payment, error)
 	CaptureAmountsInFlight(ctx context.Context, paymentID uuid.UUID) ([]int64, error)
@@ -414,10 +416,17 @@ func (a *Activities) InquireAuthorization(ctx context.Context, operationID uuid.
 	return workflows.ChargeResult{ProviderReference: au.ID, Succeeded: au.Succeeded()}, nil
 }
 
-// Authorized records the authorization: the payment waits for its capture.
-func (a *Activities) Authorized(ctx context.Context, in workflows.FinalizeInput) error {
-	_, err := a.Store.Authorized(ctx, in.OperationID, in.ProviderReference)
-	return classify(err)
+// Authorized records the authorization: the payment waits for its capture. It answers the
+// database's clock, read once the record is committed: the clock that stamped capture_before.
+func (a *Activities) Authorized(ctx context.Context, in workflows.FinalizeInput) (workflows.AuthorizedResult, error) {
+	if _, err := a.Store.Authorized(ctx, in.OperationID, in.ProviderReference); err != nil {
+		return workflows.AuthorizedResult{}, classify(err)
+	}
+	now, err := a.Store.Now(ctx)
+	if err != nil {
+		return workflows.AuthorizedResult{}, classify(err)
+	}
+	return workflows.AuthorizedResult{DatabaseNow: now}, nil
 }
 
 // Bank keys of a manual payment's capture and void: there is at most one of each per payment,

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/temporal"
@@ -20,6 +21,7 @@ func (w *opRun) runManual(ctx workflow.Context) (PaymentResult, error) {
 		return PaymentResult{}, err
 	}
 	w.enter(w.in.Step)
+	w.voidAt = w.in.CaptureBefore
 	res, err := w.run(ctx)
 	if err != nil || !w.authorized {
 		return res, err
@@ -70,7 +72,7 @@ func (w *opRun) enter(st Step) {
 func (w *opRun) awaitCommand(ctx workflow.Context, authorization string) (PaymentResult, error) {
 	w.detail(ctx, "authorized (%s): waiting for a capture or a cancel until %s, when the authorization is voided",
 		authorization, stamp(w.in.CaptureBefore))
-	if wait := w.in.CaptureBefore.Sub(workflow.Now(ctx)); wait > 0 {
+	if wait := w.voidAt.Sub(workflow.Now(ctx)); wait > 0 {
 		if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return w.command != nil }); err != nil {
 			return PaymentResult{}, err
 		}
@@ -89,6 +91,16 @@ func (w *opRun) awaitCommand(ctx workflow.Context, authorization string) (Paymen
 	w.enter(Step{Phase: PhaseCapture, AuthorizationRef: authorization, AmountMinor: amount, CommandID: w.command.ID})
 	res, err := w.charge(ctx)
 	return w.outcome(ctx, res, err)
+}
+
+// recordedAt sets voidAt from the database's clock when the authorization was recorded
+// (Revision 9): capture_before is that clock's time, and the Temporal Server's, which times the
+// run, may be minutes off it. The capture window's time left by the database's clock is waited
+// from this run's now: a Temporal clock ahead voided early, one behind voided late.
+func (w *opRun) recordedAt(ctx workflow.Context, databaseNow time.Time) {
+	if w.in.Revision >= 9 && !databaseNow.IsZero() {
+		w.voidAt = workflow.Now(ctx).Add(w.in.CaptureBefore.Sub(databaseNow))
+	}
 }
 
 // void sends the void of the authorization and cancels the payment.
@@ -162,7 +174,7 @@ func (w *opRun) waiting(ctx workflow.Context, errType string) error {
 		return temporal.NewApplicationError("the payment's authorization is being recorded; send the command again",
 			ErrTypeAuthorizing)
 	}
-	late := errType == ErrTypeNotCapturable && !workflow.Now(ctx).Before(w.in.CaptureBefore)
+	late := errType == ErrTypeNotCapturable && !workflow.Now(ctx).Before(w.voidAt)
 	if w.status == payment.StatusRequiresCapture && w.command == nil && !w.expired && !late {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package workflows_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -31,7 +32,15 @@ func (h *harness) commandAt(d time.Duration, update, id string, cmd workflows.Co
 
 func (h *harness) authorizes() {
 	h.on(workflows.ActivityAuthorize).Return(charged(authRef), nil)
-	h.on(workflows.ActivityAuthorized).Return(nil)
+	h.on(workflows.ActivityAuthorized).Return(h.recorded(0))
+}
+
+// recorded answers the Authorized step as the database does: its clock, here skew behind the
+// test clock (the Temporal Server's).
+func (h *harness) recorded(skew time.Duration) func(context.Context, workflows.FinalizeInput) (workflows.AuthorizedResult, error) {
+	return func(context.Context, workflows.FinalizeInput) (workflows.AuthorizedResult, error) {
+		return workflows.AuthorizedResult{DatabaseNow: h.env.Now().Add(-skew)}, nil
+	}
 }
 
 func TestManualPaymentCapturesPartOfItsAuthorization(t *testing.T) {
@@ -67,6 +76,62 @@ func TestManualPaymentExpiresAtCaptureBefore(t *testing.T) {
 	require.Len(t, voided, 1)
 	require.WithinDuration(t, h.start.Add(time.Hour), voided[0], time.Minute, "voided within a minute of capture_before")
 	h.env.AssertNumberOfCalls(t, workflows.ActivityAuthorize, 1)
+}
+
+// capture_before is the database's time, and the API refuses a capture by that clock: the run
+// waits for it by the database's clock too, whatever the Temporal Server's says. One ahead must
+// not void early (refusing a capture the window still allows), one behind must not void late
+// (holding the payer's money), nor take a capture the window no longer allows.
+func TestManualPaymentWaitsForCaptureBeforeByTheDatabasesClock(t *testing.T) {
+	canceled := string(payment.StatusCanceled)
+	for _, tc := range []struct {
+		name    string
+		skew    time.Duration // how far the Temporal Server's clock (the test clock) is ahead of the database's
+		capture time.Duration // when a capture reaches the run, from capture_before (0: none comes)
+		want    string
+	}{
+		{"Temporal ahead, a capture inside the window", 10 * time.Minute, -5 * time.Minute, statusSucceeded},
+		{"Temporal behind, a capture past the window", -10 * time.Minute, 30 * time.Second, canceled},
+		{"Temporal behind, no capture", -10 * time.Minute, 0, canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.on(workflows.ActivityAuthorize).Return(charged(authRef), nil)
+			h.on(workflows.ActivityAuthorized).Return(h.recorded(tc.skew))
+			h.on(workflows.ActivityCaptureAuthorization).Return(charged("cap_1"), nil).Once()
+			h.on(workflows.ActivityCaptured).Return(nil).Once()
+			// The void takes a minute (its call is noted once it ends): a late capture reaches the
+			// run while it is sent.
+			const voidTakes = time.Minute
+			h.on(workflows.ActivityVoidAuthorization).After(voidTakes).Return(charged("void_1"), nil).Once()
+			h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+				workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureAuthorizationExpired}).Return(nil).Once()
+			in := manualInput(h, workflows.CapabilityIdempotent)
+			in.CaptureBefore = h.start.Add(-tc.skew).Add(time.Hour) // the database's now, plus the window
+			end := h.start.Add(time.Hour)                           // capture_before, read on the test clock
+			answers := map[string]string{}
+			if tc.capture != 0 {
+				h.commandAt(time.Hour+tc.capture, workflows.UpdateCapture, "c1", workflows.Command{}, answers)
+			}
+
+			res := h.run(in)
+			require.Equal(t, tc.want, res.Status)
+			voided := h.calledAt[workflows.ActivityVoidAuthorization]
+			if tc.want == statusSucceeded {
+				require.Equal(t, statusSucceeded, answers["c1"])
+				require.Empty(t, voided, "not voided before capture_before")
+				return
+			}
+			require.Len(t, voided, 1)
+			sent := voided[0].Add(-voidTakes)
+			require.False(t, sent.Before(end), "voided %s before capture_before", end.Sub(sent))
+			require.WithinDuration(t, end, sent, time.Minute, "voided within a minute of capture_before")
+			require.Zero(t, h.calls(workflows.ActivityCaptureAuthorization), "nothing captured past capture_before")
+			if tc.capture != 0 {
+				require.Contains(t, answers["c1"], "rejected")
+			}
+		})
+	}
 }
 
 func TestManualPaymentCanceledByTheMerchant(t *testing.T) {
@@ -593,7 +658,7 @@ func TestManualPaymentPhaseAfterAnInquiryDecidedAuthorizationTakesItsSettlement(
 			h.on(workflows.ActivityAuthorize).Return(workflows.ChargeResult{}, ambiguous()).Once()
 			h.on(workflows.ActivityInquireAuthorization).Return(workflows.ChargeResult{}, inquiryLost).Once() // parks it unknown
 			h.on(workflows.ActivityInquireAuthorization).Return(charged(authRef), nil).Once()                 // the parked run's inquiry decides it
-			h.on(workflows.ActivityAuthorized).Return(nil).Once()
+			h.on(workflows.ActivityAuthorized).Return(h.recorded(0)).Once()
 			answers := map[string]string{}
 			s := workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 5_000, OperationID: opID}
 			want := statusSucceeded
@@ -733,7 +798,7 @@ func TestManualPaymentCommandWhileTheAuthorizationIsRecorded(t *testing.T) {
 	h.on(workflows.ActivityAuthorized).Run(func(mock.Arguments) {
 		h.env.UpdateWorkflow(workflows.UpdateCapture, "early", h.answerTo("early", answers), workflows.Command{AmountMinor: 5_000})
 		h.env.UpdateWorkflow(workflows.UpdateCancel, "early-x", h.answerTo("early-x", answers), workflows.Command{})
-	}).Return(nil)
+	}).Return(h.recorded(0))
 	h.on(workflows.ActivityCaptureAuthorization).Return(charged("cap_1"), nil).Once()
 	h.on(workflows.ActivityCaptured).Return(nil).Once()
 	h.commandAt(time.Minute, workflows.UpdateCapture, "c1", workflows.Command{AmountMinor: 5_000}, answers)

@@ -288,7 +288,9 @@ type Step struct {
 // cancellation request (the Web UI's, or `temporal workflow cancel`) is logged and ignored.
 // Revision 8: a local step's retries wait up to a minute, each on a server timer once longer
 // than a workflow task's timeout (a database outage no longer keeps every run's task open).
-const CurrentRevision = 8
+// Revision 9: a manual payment waits for capture_before by the database's clock, which stamped
+// it (the time left as the authorization was recorded), not by the Temporal Server's.
+const CurrentRevision = 9
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.
 type ChargePolicy struct {
@@ -341,6 +343,14 @@ type ChargeResult struct {
 type FinalizeInput struct {
 	OperationID       uuid.UUID
 	ProviderReference string
+}
+
+// AuthorizedResult is what recording a manual payment's authorization answers: the database's
+// clock once it was recorded. capture_before is that clock's time, so a run of Revision 9 on
+// waits for it by the time left on that clock, not by the Temporal Server's, which may be minutes
+// off. Zero (a worker that answered nothing) leaves the run's own clock to judge.
+type AuthorizedResult struct {
+	DatabaseNow time.Time `json:",omitzero"`
 }
 
 // BankCallInput is a manual payment's capture or void at the bank: AmountMinor is a capture's.

@@ -95,7 +95,7 @@ func TestManualPaymentUnknownAuthorizationSettledNamesItsAuthorization(t *testin
 	h := newHarness(t)
 	h.on(workflows.ActivityAuthorize).Return(workflows.ChargeResult{}, ambiguous()).Once()
 	h.on(workflows.ActivityMarkUnknown).Return(nil)
-	h.env.OnActivity(workflows.ActivityAuthorized, mock.Anything, mock.Anything).Return(nil).Once()
+	h.env.OnActivity(workflows.ActivityAuthorized, mock.Anything, mock.Anything).Return(h.recorded(0)).Once()
 	h.env.OnActivity(workflows.ActivityCaptureAuthorization, mock.Anything,
 		workflows.BankCallInput{OperationID: opID, AuthorizationRef: "au_9", AmountMinor: 12_345, Send: 1}).Return(charged("cap_1"), nil).Once()
 	h.on(workflows.ActivityCaptured).Return(nil).Once()

@@ -314,14 +314,22 @@ type opRun struct {
 	cancel     bool
 	authorized bool
 	expired    bool // capture_before passed with no command
+	// voidAt is capture_before on this run's clock: when the authorization nobody captured or
+	// canceled is voided, and a capture refused.
+	voidAt time.Time
 }
 
 // step runs one database step. From Revision 1, a step the data contradicts does not fail the
 // workflow (which would leave the payment processing, its hold kept, and nobody told): the
 // payment is flagged stuck and the step runs again when an operator signals retry.
 func (w *opRun) step(ctx workflow.Context, name string, arg any) error {
+	return w.stepResult(ctx, name, arg, nil)
+}
+
+// stepResult is step, its answer decoded into res (when not nil).
+func (w *opRun) stepResult(ctx workflow.Context, name string, arg, res any) error {
 	for {
-		err := w.exec(ctx, name, arg).Get(ctx, nil)
+		err := w.exec(ctx, name, arg).Get(ctx, res)
 		if err == nil || w.in.Revision < 1 || !hasType(err, ErrTypeInconsistent) {
 			return err
 		}
@@ -775,11 +783,19 @@ func (w *opRun) decided(ctx workflow.Context, err error) (PaymentResult, error) 
 }
 
 func (w *opRun) finalize(ctx workflow.Context, providerRef string) (PaymentResult, error) {
-	if err := w.step(ctx, w.op.post, w.op.postArg(providerRef)); err != nil {
+	st := cmp.Or(w.op.posted, payment.StatusSucceeded)
+	var recorded AuthorizedResult
+	var res any // what the step answers, read only where a rule uses it
+	if st == payment.StatusRequiresCapture && w.in.Revision >= 9 {
+		res = &recorded
+	}
+	if err := w.stepResult(ctx, w.op.post, w.op.postArg(providerRef), res); err != nil {
 		return PaymentResult{}, err
 	}
-	st := cmp.Or(w.op.posted, payment.StatusSucceeded)
 	w.authorized = st == payment.StatusRequiresCapture
+	if w.authorized {
+		w.recordedAt(ctx, recorded.DatabaseNow)
+	}
 	w.setStatus(ctx, st)
 	return PaymentResult{Status: string(st), ProviderReference: providerRef}, nil
 }

@@ -75,7 +75,7 @@ var stubActivities = map[string]any{
 
 	workflows.ActivityAuthorize:            stubResult[workflows.ChargeInput, workflows.ChargeResult](workflows.ActivityAuthorize),
 	workflows.ActivityInquireAuthorization: stubResult[uuid.UUID, workflows.ChargeResult](workflows.ActivityInquireAuthorization),
-	workflows.ActivityAuthorized:           stub[workflows.FinalizeInput](workflows.ActivityAuthorized),
+	workflows.ActivityAuthorized:           stubResult[workflows.FinalizeInput, workflows.AuthorizedResult](workflows.ActivityAuthorized),
 	workflows.ActivityCaptureAuthorization: stubResult[workflows.BankCallInput, workflows.ChargeResult](workflows.ActivityCaptureAuthorization),
 	workflows.ActivityInquireCapture:       stubResult[uuid.UUID, workflows.ChargeResult](workflows.ActivityInquireCapture),
 	workflows.ActivityCaptured:             stub[workflows.CapturedInput](workflows.ActivityCaptured),
