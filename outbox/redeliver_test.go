@@ -319,8 +319,35 @@ func TestPurgedLastEventIsDelivered(t *testing.T) {
 
 // A broker that lost the webhook consumer but kept the stream (its consumer state lost, or the
 // consumer deleted by hand) gets it back reading from where the inbox is known complete, not from
-// the stream's start: a week of events read again would hold every new webhook behind them.
+// the stream's start: a week of events read again would hold every new webhook behind them. The
+// point is the database's time and the stream's messages carry the broker's: a database clock
+// ahead must not make the consumer skip the events just after the point, nor one behind read
+// the events before it again.
 func TestLostConsumerResumesWhereTheInboxIsComplete(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		skew time.Duration // the database's clock minus the broker's
+	}{
+		{"one clock", 0},
+		{"database ahead of the broker", 10 * time.Minute},
+		{"database behind the broker", -10 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) { lostConsumerResumes(t, tc.skew) })
+	}
+}
+
+// skewedClock is a store whose database clock runs skew ahead of this host's (the broker's).
+type skewedClock struct {
+	*store.Store
+	skew time.Duration
+}
+
+func (s skewedClock) ConfirmedAt(ctx context.Context, consumer string) (at, now time.Time, ok bool, err error) {
+	at, now, ok, err = s.Store.ConfirmedAt(ctx, consumer)
+	return at.Add(s.skew), now.Add(s.skew), ok, err
+}
+
+func lostConsumerResumes(t *testing.T, skew time.Duration) {
 	ctx := context.Background()
 	st, b := ownStore(t), newBroker(t)
 	m := newMerchantIn(t, st, "") // deliveries skipped: only the inbox matters here
@@ -340,7 +367,7 @@ func TestLostConsumerResumesWhereTheInboxIsComplete(t *testing.T) {
 	n, err = relay.RelayOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	consume := func(metrics *Metrics) func() {
+	consume := func(st ConsumerStore, metrics *Metrics) func() {
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
@@ -350,7 +377,7 @@ func TestLostConsumerResumesWhereTheInboxIsComplete(t *testing.T) {
 		return func() { cancel(); <-done }
 	}
 	first := NewMetrics(prometheus.NewRegistry())
-	stop := consume(first)
+	stop := consume(st, first)
 	require.Eventually(t, func() bool { return value(t, first.consumed.WithLabelValues("skipped")) == old }, 20*time.Second, 20*time.Millisecond)
 	stop()
 	time.Sleep(redeliverAfter)
@@ -362,7 +389,7 @@ func TestLostConsumerResumesWhereTheInboxIsComplete(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	again := NewMetrics(prometheus.NewRegistry())
-	stop = consume(again)
+	stop = consume(skewedClock{st, skew}, again)
 	defer stop()
 	require.Eventually(t, func() bool { return value(t, again.consumed.WithLabelValues("skipped")) == 1 }, 20*time.Second, 20*time.Millisecond, "the new event")
 	time.Sleep(500 * time.Millisecond)

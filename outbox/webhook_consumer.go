@@ -18,7 +18,7 @@ import (
 type ConsumerStore interface {
 	EventsToRecord(ctx context.Context, consumer string, ids []uuid.UUID) ([]store.OutboxEvent, error)
 	AcceptEvents(ctx context.Context, consumer string, es []store.NewDelivery) ([]store.Acceptance, error)
-	ConfirmedAt(ctx context.Context, consumer string) (time.Time, bool, error)
+	ConfirmedAt(ctx context.Context, consumer string) (at, now time.Time, ok bool, err error)
 }
 
 // WebhookConsumerOptions configure a WebhookConsumer. Zero values take the defaults shown.
@@ -104,7 +104,8 @@ func (c *WebhookConsumer) Run(ctx context.Context) error {
 }
 
 func (c *WebhookConsumer) consumer(ctx context.Context) (jetstream.Consumer, error) {
-	if _, err := EnsureStream(ctx, c.o.JetStream); err != nil {
+	stream, err := EnsureStream(ctx, c.o.JetStream)
+	if err != nil {
 		return nil, err
 	}
 	cfg := jetstream.ConsumerConfig{
@@ -125,14 +126,21 @@ func (c *WebhookConsumer) consumer(ctx context.Context) (jetstream.Consumer, err
 		return nil, err
 	default:
 		// A consumer lost while its stream was kept starts where the inbox is known complete,
-		// not a week of events back. An event the broker's clock puts before that, though the
-		// inbox lacks it, is published again by the relay as a lost one is.
-		at, ok, err := c.o.Store.ConfirmedAt(ctx, c.o.Name)
+		// not a week of events back. The point is the database's time and the messages carry the
+		// broker's, which may be minutes off: the point is taken as its age before the broker's now,
+		// less the time the two reads took.
+		sent := time.Now()
+		at, dbNow, ok, err := c.o.Store.ConfirmedAt(ctx, c.o.Name)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &at
+			info, err := stream.Info(ctx)
+			if err != nil {
+				return nil, err
+			}
+			start := info.TimeStamp.Add(-dbNow.Sub(at) - time.Since(sent))
+			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
 		}
 	}
 	return c.o.JetStream.CreateOrUpdateConsumer(ctx, StreamName, cfg)

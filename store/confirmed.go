@@ -126,16 +126,17 @@ func (s *Store) UnconfirmedOutbox(ctx context.Context, q UnconfirmedQuery) (Unco
 }
 
 // ConfirmedAt is consumer's confirmed point: every event published up to then is in its inbox
-// (or was given up). False when the relay has not started one.
-func (s *Store) ConfirmedAt(ctx context.Context, consumer string) (time.Time, bool, error) {
-	at, err := s.q.OutboxConfirmedAt(ctx, consumer)
+// (or was given up), with the database's clock as it was read (the point is that clock's time).
+// False when the relay has not started one.
+func (s *Store) ConfirmedAt(ctx context.Context, consumer string) (at, now time.Time, ok bool, err error) {
+	r, err := s.q.OutboxConfirmedAt(ctx, consumer)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, false, nil
+		return time.Time{}, time.Time{}, false, nil
 	}
 	if err != nil {
-		return time.Time{}, false, translate(err)
+		return time.Time{}, time.Time{}, false, translate(err)
 	}
-	return at, true, nil
+	return r.PublishedAt, r.DbNow, true, nil
 }
 
 // EventProgress is how far one outbox row went.

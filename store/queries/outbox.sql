@@ -30,8 +30,9 @@ WHERE published_at < now() - $1::float8 * interval '1 second' ORDER BY published
 SELECT published_at, id FROM outbox_confirmed WHERE consumer = $1 FOR UPDATE SKIP LOCKED;
 
 -- name: OutboxConfirmedAt :one
--- How far a consumer's inbox is known complete, without waiting for the relay that moves it.
-SELECT published_at FROM outbox_confirmed WHERE consumer = $1;
+-- How far a consumer's inbox is known complete, without waiting for the relay that moves it, and
+-- the database's clock that stamped it.
+SELECT published_at, now()::timestamptz AS db_now FROM outbox_confirmed WHERE consumer = $1;
 
 -- name: StartOutboxConfirmed :one
 -- A consumer without a point starts at now: it is watched from its first check on. No row: the

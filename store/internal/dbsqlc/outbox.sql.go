@@ -194,15 +194,21 @@ func (q *Queries) OutboxBacklog(ctx context.Context) (OutboxBacklogRow, error) {
 }
 
 const OutboxConfirmedAt = `-- name: OutboxConfirmedAt :one
-SELECT published_at FROM outbox_confirmed WHERE consumer = $1
+SELECT published_at, now()::timestamptz AS db_now FROM outbox_confirmed WHERE consumer = $1
 `
 
-// How far a consumer's inbox is known complete, without waiting for the relay that moves it.
-func (q *Queries) OutboxConfirmedAt(ctx context.Context, consumer string) (time.Time, error) {
+type OutboxConfirmedAtRow struct {
+	PublishedAt time.Time
+	DbNow       time.Time
+}
+
+// How far a consumer's inbox is known complete, without waiting for the relay that moves it, and
+// the database's clock that stamped it.
+func (q *Queries) OutboxConfirmedAt(ctx context.Context, consumer string) (OutboxConfirmedAtRow, error) {
 	row := q.db.QueryRow(ctx, OutboxConfirmedAt, consumer)
-	var published_at time.Time
-	err := row.Scan(&published_at)
-	return published_at, err
+	var i OutboxConfirmedAtRow
+	err := row.Scan(&i.PublishedAt, &i.DbNow)
+	return i, err
 }
 
 const OutboxProgress = `-- name: OutboxProgress :many
