@@ -233,6 +233,10 @@ func (s *Server) answerCommand(c *gin.Context, cmd store.Command, p payment.Paym
 		s.writeError(c, refusal(cmd.Kind, p, cmd.AmountMinor, time.Now()))
 		return
 	}
+	if err := s.markCaptureClosed(bg, &p); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	body, err := payment.JSON(p.Resource())
 	if err != nil {
 		s.writeError(c, err)

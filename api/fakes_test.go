@@ -808,6 +808,10 @@ func (f *fakeStore) TakenCommand(context.Context, uuid.UUID) (uuid.UUID, error) 
 	return uuid.Nil, errNoCommands
 }
 
+func (f *fakeStore) CaptureClosed(context.Context, []uuid.UUID) ([]uuid.UUID, error) {
+	return nil, errNoCommands
+}
+
 func (w *fakeWorkflows) Command(context.Context, uuid.UUID, string, string, workflows.Command) (string, error) {
 	return "", errNoCommands
 }

@@ -170,6 +170,14 @@ func (s *Server) listPayments(c *gin.Context) {
 		s.writeError(c, cursorError(err, "payment"))
 		return
 	}
+	marks := make([]*payment.Payment, len(ps))
+	for i := range ps {
+		marks[i] = &ps[i]
+	}
+	if err := s.markCaptureClosed(c.Request.Context(), marks...); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	out := listPage[payment.Resource]{Data: make([]payment.Resource, 0, len(ps)), HasMore: more}
 	for _, p := range ps {
 		out.Data = append(out.Data, p.Resource())

@@ -59,6 +59,9 @@ func (s *Server) getPayment(c *gin.Context) {
 	if err == nil && p.MerchantID != merchantOf(c).ID {
 		err = payment.ErrNotFound // another merchant's payment does not exist for this one
 	}
+	if err == nil {
+		err = s.markCaptureClosed(c.Request.Context(), &p)
+	}
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -81,11 +84,37 @@ func (s *Server) paymentByKey(c *gin.Context) {
 		return
 	}
 	p, err := s.Store.PaymentByKey(c.Request.Context(), merchantOf(c).ID, keys[0])
+	if err == nil {
+		err = s.markCaptureClosed(c.Request.Context(), &p)
+	}
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
 	writeJSON(c, http.StatusOK, p.Resource())
+}
+
+// markCaptureClosed marks the manual payments that read requires_capture but take no capture
+// now (a capture or cancel is under way, or the window is over): their capturable is nothing,
+// not the authorization a capture is taking.
+func (s *Server) markCaptureClosed(ctx context.Context, ps ...*payment.Payment) error {
+	var ids []uuid.UUID
+	for _, p := range ps {
+		if p.CaptureManual && p.Status == payment.StatusRequiresCapture {
+			ids = append(ids, p.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	closed, err := s.Store.CaptureClosed(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		p.CaptureClosed = slices.Contains(closed, p.ID)
+	}
+	return nil
 }
 
 // queryOK checks the query string against the parameters a route takes (a trailing "*" marks

@@ -65,6 +65,7 @@ type Store interface {
 	UnleaseCommand(ctx context.Context, merchantID uuid.UUID, key string) error
 	DeleteCommand(ctx context.Context, merchantID uuid.UUID, key string) error
 	TakenCommand(ctx context.Context, paymentID uuid.UUID) (uuid.UUID, error)
+	CaptureClosed(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error)
 	// Now is the database's clock, which stamped every time a row holds (capture_before...).
 	Now(ctx context.Context) (time.Time, error)
 	Refund(ctx context.Context, id uuid.UUID) (payment.Refund, error)

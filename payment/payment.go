@@ -33,13 +33,17 @@ type Payment struct {
 	CaptureManual bool
 	CaptureBefore time.Time
 	CapturedMinor int64
+	// CaptureClosed: the payment takes no capture now although it reads requires_capture (a
+	// capture or cancel is under way, or its window is over). Set by readers that show it.
+	CaptureClosed bool
 	// StuckReason says why its workflow waits for an operator ("" when it does not).
 	StuckReason string
 }
 
-// Capturable is what a capture may still take: the whole authorization while it waits.
+// Capturable is what a capture may still take: the whole authorization while it waits, nothing
+// once a command is under way (it takes the authorization) or the window is over.
 func (p Payment) Capturable() int64 {
-	if p.Status == StatusRequiresCapture {
+	if p.Status == StatusRequiresCapture && !p.CaptureClosed {
 		return p.AmountMinor
 	}
 	return 0

@@ -259,6 +259,30 @@ func TestCaptureInFlight(t *testing.T) {
 	require.False(t, inFlight(), "taken: it moved the money")
 }
 
+// A waiting authorization takes no capture while a capture or a cancel is under way, nor once its
+// window is over by the database's clock; an automatic payment is never among them.
+func TestCaptureClosed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	open := authorized(t, mID, aID, "closed-open", 1_000)
+	capturing := authorized(t, mID, aID, "closed-capturing", 1_000)
+	canceling := authorized(t, mID, aID, "closed-canceling", 1_000)
+	expired := authorized(t, mID, aID, "closed-expired", 1_000)
+	for _, c := range []struct {
+		p    payment.Payment
+		kind payment.Command
+	}{{capturing, payment.CommandCapture}, {canceling, payment.CommandCancel}} {
+		_, _, err := db.BeginCommand(ctx, store.Command{MerchantID: mID, Key: "closed-" + string(c.kind), ID: payment.NewID(),
+			PaymentID: c.p.ID, Kind: c.kind, RequestHash: "h"}, time.Minute)
+		require.NoError(t, err)
+	}
+	require.NoError(t, db.Exec(ctx, `UPDATE payments SET capture_before = now() - interval '1 second' WHERE id = $1`, expired.ID))
+	closed, err := db.CaptureClosed(ctx, []uuid.UUID{open.ID, capturing.ID, canceling.ID, expired.ID, payment.NewID()})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []uuid.UUID{capturing.ID, canceling.ID, expired.ID}, closed)
+}
+
 // A manual payment authorized days ago whose capture became unknown today is found by today's
 // reconciliation, with when its capture was first asked for; one authorized today is not (its
 // creation day finds it), nor one whose authorization itself is unknown.

@@ -109,6 +109,14 @@ func (s *Store) CaptureAmountsInFlight(ctx context.Context, paymentID uuid.UUID)
 	return amounts, translate(err)
 }
 
+// CaptureClosed are the manual payments among ids that take no capture now, though they may
+// still read requires_capture: a capture or cancel is under way, or the capture window is over
+// by the database's clock. Their capturable is nothing.
+func (s *Store) CaptureClosed(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
+	closed, err := s.q.CaptureClosed(ctx, ids)
+	return closed, translate(err)
+}
+
 // TakenCommand is the id of the capture or cancel that decided the payment, or uuid.Nil when no
 // command did (the expiry; or a payment decided before commands were marked).
 func (s *Store) TakenCommand(ctx context.Context, paymentID uuid.UUID) (uuid.UUID, error) {

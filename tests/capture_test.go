@@ -657,3 +657,74 @@ func TestLostCaptureIsNotAnsweredForAnExpiryVoidSettledAsCaptured(t *testing.T) 
 	r = s.command(m, id, "capture", "lost-exp-capture", `{"amount":"10.00"}`)
 	requireProblem(t, r, http.StatusConflict, "payment_not_capturable")
 }
+
+// While a capture is under way (sent to the bank, its answer awaited; then parked unknown as the
+// bank never answers) the payment reads requires_capture, then unknown, and nothing is
+// capturable: GET, the list and the lookup by key all show capturable 0.00, never the authorized
+// amount the capture is taking.
+func TestCapturableWhileACaptureIsInFlight(t *testing.T) {
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	paymentID, payer, _ := s.authorize(m, "auth-inflight", "70.00", "100.00")
+	views := func() []map[string]any {
+		t.Helper()
+		one := s.do("GET", "/v1/payments/"+paymentID, m.APIKey, "").json(t)
+		byKey := s.do("GET", "/v1/payments?idempotency_key=auth-inflight", m.APIKey, "").json(t)
+		list := s.do("GET", "/v1/payments", m.APIKey, "").json(t)["data"].([]any)
+		require.Len(t, list, 1)
+		return []map[string]any{one, byKey, list[0].(map[string]any)}
+	}
+
+	s.setFaults(`{"rules":[{"on":"capture","action":"hang","count":1}]}`)
+	answer := make(chan response, 1)
+	go func() { answer <- s.command(m, paymentID, "capture", "cap-inflight", `{"amount":"50.00"}`) }()
+	require.Eventually(t, func() bool { // the capture reached the workflow, which sends it
+		_, err := db.Command(context.Background(), mustUUID(t, m.ID), "cap-inflight")
+		return err == nil
+	}, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
+	for _, p := range views() {
+		require.Equal(t, "requires_capture", p["status"], "the bank has not answered yet")
+		require.Equal(t, "0.00", p["capturable"], "a capture in flight takes the authorization: nothing is left to capture")
+	}
+	other := s.command(m, paymentID, "capture", "cap-other", `{"amount":"10.00"}`)
+	requireProblem(t, other, http.StatusConflict, "payment_not_capturable")
+
+	r := <-answer
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.Equal(t, "unknown", r.json(t)["status"])
+	require.Equal(t, "0.00", r.json(t)["capturable"])
+	for _, p := range views() {
+		require.Equal(t, "unknown", p["status"])
+		require.Equal(t, "0.00", p["capturable"], "an unknown capture keeps the hold, and nothing is capturable")
+	}
+	require.Equal(t, int64(7000), reserved(t, payer), "the hold is kept")
+	require.Zero(t, s.held(paymentID).CapturedMinor, "the bank never took the capture")
+	requireVerified(t)
+}
+
+// Past capture_before a capture is refused although the payment reads requires_capture until its
+// void is done: nothing is capturable from that moment on.
+func TestCapturableEndsWithTheCaptureWindow(t *testing.T) {
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityNone, temporal: tc, captureWindow: 3 * time.Second})
+	m := s.newMerchant()
+	s.setFaults(`{"rules":[{"on":"void","action":"hang","count":1}]}`)
+	paymentID, payer, _ := s.authorize(m, "auth-window", "40.00", "100.00")
+	var p map[string]any
+	require.Eventually(t, func() bool { // the window is over, and the void still awaits its answer
+		p = s.do("GET", "/v1/payments/"+paymentID, m.APIKey, "").json(t)
+		return s.held(paymentID).Voided || time.Now().After(mustTime(t, p["capture_before"].(string)).Add(500*time.Millisecond))
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, "requires_capture", p["status"], "the void is still awaited")
+	require.Equal(t, "0.00", p["capturable"], "past capture_before nothing is capturable")
+	late := s.command(m, paymentID, "capture", "cap-late", "")
+	requireProblem(t, late, http.StatusConflict, "payment_not_capturable")
+	require.Equal(t, int64(4000), reserved(t, payer), "the hold stays until the void is decided")
+}
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	at, err := time.Parse(time.RFC3339Nano, s)
+	require.NoError(t, err)
+	return at
+}

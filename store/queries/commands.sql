@@ -50,3 +50,11 @@ SELECT EXISTS (SELECT 1 FROM payment_commands WHERE payment_id = $1 AND kind = '
 SELECT (CASE c.amount_minor WHEN 0 THEN p.amount_minor ELSE c.amount_minor END)::bigint AS amount_minor
 FROM payment_commands c JOIN payments p ON p.id = c.payment_id
 WHERE c.payment_id = $1 AND c.kind = 'capture' AND NOT c.taken;
+
+-- name: CaptureClosed :many
+-- The payments among ids that take no capture now although they may read requires_capture: a
+-- capture or cancel is under way (sent to the workflow, and not yet marked as what decided the
+-- payment), or the capture window is over by the database's clock.
+SELECT p.id FROM payments p
+WHERE p.id = ANY(@ids::uuid[]) AND p.capture_manual
+AND (p.capture_before <= now() OR EXISTS (SELECT 1 FROM payment_commands c WHERE c.payment_id = p.id AND NOT c.taken));

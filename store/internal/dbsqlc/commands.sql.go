@@ -64,6 +64,35 @@ func (q *Queries) CaptureAmountsInFlight(ctx context.Context, paymentID uuid.UUI
 	return items, nil
 }
 
+const CaptureClosed = `-- name: CaptureClosed :many
+SELECT p.id FROM payments p
+WHERE p.id = ANY($1::uuid[]) AND p.capture_manual
+AND (p.capture_before <= now() OR EXISTS (SELECT 1 FROM payment_commands c WHERE c.payment_id = p.id AND NOT c.taken))
+`
+
+// The payments among ids that take no capture now although they may read requires_capture: a
+// capture or cancel is under way (sent to the workflow, and not yet marked as what decided the
+// payment), or the capture window is over by the database's clock.
+func (q *Queries) CaptureClosed(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, CaptureClosed, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const CaptureInFlight = `-- name: CaptureInFlight :one
 SELECT EXISTS (SELECT 1 FROM payment_commands WHERE payment_id = $1 AND kind = 'capture' AND NOT taken)
 `
