@@ -199,16 +199,16 @@ func New(o Options) *Server {
 		s.log.Error("api: trusted proxies ignored", "error", err)
 		_ = e.SetTrustedProxies(nil)
 	}
-	e.Use(s.requestID, s.observe, s.recover, s.limitIP)
+	e.Use(headWithoutBody, s.requestID, s.observe, s.recover, s.limitIP)
 	e.NoRoute(func(c *gin.Context) { s.writeError(c, errRouteNotFound) })
 	e.NoMethod(func(c *gin.Context) { s.writeError(c, errMethodNotAllowed) })
 
-	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
-	e.GET("/readyz", s.readyz)
+	serveGet(e, "/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	serveGet(e, "/readyz", s.readyz)
 	if !o.SeparateMetrics {
-		e.GET("/metrics", gin.WrapH(s.MetricsHandler()))
+		serveGet(e, "/metrics", gin.WrapH(s.MetricsHandler()))
 	}
-	e.GET("/openapi.yaml", func(c *gin.Context) { c.Data(http.StatusOK, "application/yaml", docs.OpenAPI) })
+	serveGet(e, "/openapi.yaml", func(c *gin.Context) { c.Data(http.StatusOK, "application/yaml", docs.OpenAPI) })
 
 	// A settlement import may settle for longer than an answer may take to write: it runs on.
 	e.POST("/admin/v1/settlements", noStore, s.limitInFlight, s.adminAuth, s.settlements)
@@ -216,26 +216,66 @@ func New(o Options) *Server {
 	admin.POST("/merchants", s.createMerchant)
 	admin.POST("/accounts", s.createAccount)
 	admin.POST("/accounts/:id/deposits", s.deposit)
-	admin.GET("/merchants/:id/deliveries", s.merchantDeliveries)
+	serveGet(admin, "/merchants/:id/deliveries", s.merchantDeliveries)
 	admin.POST("/merchants/:id/api-keys", s.createAPIKey)
-	admin.GET("/merchants/:id/api-keys", s.listAPIKeys)
+	serveGet(admin, "/merchants/:id/api-keys", s.listAPIKeys)
 	admin.DELETE("/merchants/:id/api-keys/:key_id", s.revokeAPIKey)
 	admin.POST("/merchants/:id/webhook-secret", s.rotateWebhookSecret)
 	admin.POST("/deliveries/:id/redeliver", s.redeliver)
-	admin.GET("/audit", s.auditLog)
+	serveGet(admin, "/audit", s.auditLog)
 
 	v1 := e.Group("/v1", s.deadline, s.limitInFlight, s.merchantAuth, s.limitMerchant, s.limitMerchantInFlight)
 	v1.POST("/payments", s.createPayment)
-	v1.GET("/payments", s.getPayments)
-	v1.GET("/payments/:id", s.getPayment)
+	serveGet(v1, "/payments", s.getPayments)
+	serveGet(v1, "/payments/:id", s.getPayment)
 	v1.POST("/payments/:id/refunds", s.createRefund)
 	v1.POST("/payments/:id/capture", s.command(payment.CommandCapture))
 	v1.POST("/payments/:id/cancel", s.command(payment.CommandCancel))
-	v1.GET("/payments/:id/refunds", s.listRefunds)
-	v1.GET("/refunds/:id", s.getRefund)
-	v1.GET("/accounts/:id", s.getAccount)
+	serveGet(v1, "/payments/:id/refunds", s.listRefunds)
+	serveGet(v1, "/refunds/:id", s.getRefund)
+	serveGet(v1, "/accounts/:id", s.getAccount)
 	s.engine = e
 	return s
+}
+
+// serveGet serves a GET route, and HEAD on it as HTTP allows wherever GET is: the same answer
+// without its body (headWithoutBody).
+func serveGet(r gin.IRoutes, path string, handlers ...gin.HandlerFunc) {
+	r.GET(path, handlers...)
+	r.HEAD(path, handlers...)
+}
+
+// headWithoutBody lets a HEAD request's handlers answer as for a GET and writes none of the
+// body: its length is sent as Content-Length, unless a handler set one.
+func headWithoutBody(c *gin.Context) {
+	if c.Request.Method != http.MethodHead {
+		c.Next()
+		return
+	}
+	w := &headWriter{ResponseWriter: c.Writer}
+	c.Writer = w
+	c.Next()
+	if w.Header().Get("Content-Length") == "" {
+		w.Header().Set("Content-Length", strconv.Itoa(w.n))
+	}
+	w.ResponseWriter.WriteHeaderNow()
+}
+
+// headWriter counts the body a handler writes and drops it; the status and headers go out once
+// the handlers are done (headWithoutBody).
+type headWriter struct {
+	gin.ResponseWriter
+	n int
+}
+
+func (w *headWriter) Write(b []byte) (int, error) {
+	w.n += len(b)
+	return len(b), nil
+}
+
+func (w *headWriter) WriteString(s string) (int, error) {
+	w.n += len(s)
+	return len(s), nil
 }
 
 // Handler returns the HTTP handler.
@@ -252,10 +292,14 @@ func (s *Server) MetricsHandler() http.Handler {
 	return mux
 }
 
-// Routes lists "METHOD path" for every route (the OpenAPI test compares them with the spec).
+// Routes lists "METHOD path" for every route (the OpenAPI test compares them with the spec),
+// but HEAD, which every GET route answers too.
 func (s *Server) Routes() []string {
 	var out []string
 	for _, r := range s.engine.Routes() {
+		if r.Method == http.MethodHead {
+			continue
+		}
 		out = append(out, r.Method+" "+r.Path)
 	}
 	return out
