@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
@@ -429,4 +431,31 @@ func schemaAllowsNull(t *testing.T, spec map[string]any, v any) bool {
 func asSlice(v any) []any {
 	s, _ := v.([]any)
 	return s
+}
+
+// Every route answers a query parameter it does not take as its handler does (400 on the /v1
+// and /admin/v1 routes), and the spec lists that answer among the operation's responses.
+func TestOpenAPIListsTheAnswerToAnUnknownParameter(t *testing.T) {
+	t.Parallel()
+	ops := specOperations(t, loadSpec(t))
+	st := newFakeStore()
+	h := New(Options{Store: st, Workflows: &fakeWorkflows{st: st}, AdminToken: "adm", SyncWait: 50 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)}).Handler()
+	var names []string
+	for name := range ops {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		method, path, _ := strings.Cut(name, " ")
+		if method != http.MethodGet || !strings.HasPrefix(path, "/v1/") && !strings.HasPrefix(path, "/admin/v1/") {
+			continue
+		}
+		target := regexp.MustCompile(`\{[^}]+\}`).ReplaceAllString(path, fakeID(1).String()) + "?bogus=1"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, request{method: method, path: target}.build())
+		responses, _ := asMap(ops[name]["responses"])
+		_, listed := responses[strconv.Itoa(rec.Code)]
+		require.True(t, listed, "%s answers %d to an unknown parameter, which docs/openapi.yaml does not list: %s", name, rec.Code, rec.Body)
+	}
 }
