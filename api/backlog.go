@@ -56,13 +56,15 @@ func newAdmission(b Backlog, share float64) *admission {
 	return &admission{Backlog: b, merchants: newPerKey(merchantShare(b.MaxRunning, share))}
 }
 
-// merchantShare is the part share of n that one merchant may hold, at least 1; share outside
-// (0, 1) is all of n.
+// merchantShare is the part share of n that one merchant may hold, rounded down but at least 1;
+// share outside (0, 1) is all of n. Rounded up, a share below 1 could be every slot (0.9 of 8),
+// and one busy merchant would leave the others none. The epsilon absorbs float64's error
+// (100 × 0.29 is 28.999999999999996).
 func merchantShare(n int, share float64) int {
 	if share <= 0 || share >= 1 {
 		return n
 	}
-	return max(1, int(math.Ceil(float64(n)*share)))
+	return max(1, min(n-1, int(math.Floor(float64(n)*share+1e-9))))
 }
 
 // queues reports whether payments past MaxRunning are queued at all.

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -35,6 +36,42 @@ func TestAdmissionRunningSlots(t *testing.T) {
 	for range 10 {
 		require.True(t, off.take(m1))
 	}
+}
+
+// A merchant's share is at most that part of the slots, and below 1 it always leaves one to the
+// others: with 8 slots and a share of 0.9, one merchant holding all 8 would queue (or, of the
+// requests in flight, refuse) every other merchant while it alone is busy.
+func TestMerchantShareIsAtMostItsPart(t *testing.T) {
+	for _, tc := range []struct {
+		n     int
+		share float64
+		want  int
+	}{
+		{64, 0.5, 32},
+		{1024, 0.5, 512},
+		{8, 0.9, 7},
+		{64, 0.99, 63},
+		{3, 0.5, 1},
+		{7, 0.3, 2},
+		{100, 0.29, 29}, // 100 × 0.29 is 28.999999999999996 in float64
+		{10, 0.05, 1},   // at least one
+		{1, 0.5, 1},
+		{4, 1, 4}, // 1, or outside (0, 1): all of them
+		{4, 0, 4},
+	} {
+		t.Run(fmt.Sprintf("%d×%v", tc.n, tc.share), func(t *testing.T) {
+			require.Equal(t, tc.want, merchantShare(tc.n, tc.share))
+		})
+	}
+
+	a := newAdmission(Backlog{State: fakeBacklog{}, MaxRunning: 8}, 0.9)
+	busy, quiet := uuid.New(), uuid.New()
+	held := 0
+	for a.take(busy) {
+		held++
+	}
+	require.Equal(t, 7, held, "the busy merchant holds at most 0.9 of the 8 running slots")
+	require.True(t, a.take(quiet), "another merchant's payment still runs at once")
 }
 
 func TestAdmissionBound(t *testing.T) {
