@@ -159,7 +159,7 @@ func (s *Server) commandAgain(c *gin.Context, cmd store.Command, hash string, p 
 // runCommand sends the command to the payment's workflow, waits up to SyncWait for what it led
 // to, and answers with the payment.
 func (s *Server) runCommand(c *gin.Context, cmd store.Command, p payment.Payment) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), s.SyncWait)
+	ctx, cancel := s.syncWait(c.Request.Context())
 	update := workflows.UpdateCapture
 	if cmd.Kind == payment.CommandCancel {
 		update = workflows.UpdateCancel

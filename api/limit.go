@@ -57,13 +57,17 @@ func (s *Server) HTTPServer() *http.Server {
 	if l.ReadTimeout > 0 {
 		header = min(header, l.ReadTimeout)
 	}
-	return &http.Server{
+	hs := &http.Server{
 		Handler:           s.engine,
 		ReadHeaderTimeout: header,
 		ReadTimeout:       l.ReadTimeout,
 		WriteTimeout:      l.WriteTimeout,
 		IdleTimeout:       l.IdleTimeout,
 	}
+	// A shutdown waits for the requests in flight only so long: those waiting for an outcome
+	// answer at once (202, the operation as it is) rather than be cut off without an answer.
+	hs.RegisterOnShutdown(s.drain)
+	return hs
 }
 
 // Listener caps ln at MaxConns open connections: past it, new ones wait in the kernel's accept

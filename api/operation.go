@@ -254,7 +254,7 @@ func (s *Server) run(c *gin.Context, k opKind, o op, start time.Time) {
 // operation's workflow keeps waiting for reconciliation and never ends. Almost every operation
 // finishes within that second and costs neither a call nor a poll.
 func (s *Server) awaitOutcome(ctx context.Context, k opKind, o op, runID string, announced <-chan store.Answer) (answer store.Answer, ok bool) {
-	ctx, cancel := context.WithTimeout(ctx, s.SyncWait)
+	ctx, cancel := s.syncWait(ctx)
 	defer cancel()
 	var done chan error
 	await := func() {
@@ -291,6 +291,14 @@ func (s *Server) awaitOutcome(ctx context.Context, k opKind, o op, runID string,
 			return
 		}
 	}
+}
+
+// syncWait is ctx for as long as a request waits for an outcome: SyncWait, ended early when the
+// server starts shutting down, as a wait that ran out is.
+func (s *Server) syncWait(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, s.SyncWait)
+	stop := context.AfterFunc(s.life, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // writeCurrent answers with the operation as it is now (writePending). An operation that became

@@ -154,6 +154,11 @@ type Server struct {
 	inFlight           chan struct{} // a slot per request being handled; nil: off
 	merchantFlight     *perKey       // requests in flight per merchant, up to its share; nil: off
 	admission          *admission
+
+	// life ends when the server starts shutting down (drain): requests waiting for an outcome
+	// then answer with the operation as it is.
+	life  context.Context
+	drain context.CancelFunc
 }
 
 // New builds the router.
@@ -176,6 +181,7 @@ func New(o Options) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{Options: o, log: o.Logger, metrics: newMetrics(o.Registry), replays: replayCache{size: o.ReplayCache, maxAge: o.Retention}}
 	s.payments, s.refunds = paymentOps{s}, refundOps{s}
+	s.life, s.drain = context.WithCancel(context.Background())
 	if src, ok := o.Store.(statsSource); ok {
 		o.Registry.MustRegister(newDBCollector(src))
 	}

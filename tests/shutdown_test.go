@@ -1,0 +1,48 @@
+package tests
+
+// Shutdown tests: kasa's real processes get SIGTERM in the middle of their work and must stop
+// cleanly, losing and doubling nothing.
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A payment request waiting for its outcome when its API gets SIGTERM gets its answer before the
+// API exits: the one its key answers (201 once the bank answered, or 202 to poll), never a
+// connection closed without one.
+func TestAPISIGTERMAnswersTheRequestInFlight(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{providerTimeout: "20s", syncWait: "15s"})
+	s.startBanksim()
+	s.startWorker()
+	s.startAPI()
+	m := s.merchant()
+	acct := s.account(m, "TRY", "100.00")
+	s.setFaults(`{"rules":[{"on":"charge","action":"delay","delay_ms":12000,"count":1}]}`)
+	type result struct {
+		r   response
+		err error
+	}
+	answered := make(chan result, 1)
+	go func() {
+		r, err := s.pay(m, "sigterm-api", payBody("inv-sigterm-api", "10.00", "TRY", acct))
+		answered <- result{r, err}
+	}()
+	s.waitFaultsUsed()
+	stopped := time.Now()
+	s.api.stopCleanly(40 * time.Second)
+	t.Logf("api stopped %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
+	res := <-answered
+	require.NoError(t, res.err, "the request in flight lost its answer")
+	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, res.r.Status, "%s", res.r.Body)
+	id := res.r.json(t)["id"].(string)
+	s.startAPI()
+	p := s.waitPayment(m, id, time.Now().Add(60*time.Second))
+	require.Equal(t, "succeeded", p["status"], "%v", p)
+	require.Equal(t, 1, s.simCount(id))
+	s.verify()
+}
