@@ -31,7 +31,7 @@ func TestWorkerStopDrainsInFlightActivities(t *testing.T) {
 			return ctx.Err()
 		}
 	}
-	w := worker.New(tc, queue, &activities.Activities{})
+	w := worker.New(tc, queue, &activities.Activities{}, nil)
 	w.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
 		return workflow.ExecuteActivity(ctx, "Slow").Get(ctx, nil)

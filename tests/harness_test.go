@@ -172,7 +172,7 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	}
 	// The worker, which talks to the bank, holds the charge policy; the API names none.
 	w := worker.New(tc, queue, &activities.Activities{Store: steps, Provider: provider.New(simSrv.URL, 5*time.Second),
-		Policy: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second, BookingWindow: o.bookingWindow}})
+		Policy: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second, BookingWindow: o.bookingWindow}}, nil)
 	require.NoError(t, w.Start())
 	var outcomes api.Outcomes = db // as in kasa dev: the worker runs here, on the same store
 	if o.remoteWorker {

@@ -4,11 +4,16 @@ package tests
 // cleanly, losing and doubling nothing.
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // A payment request waiting for its outcome when its API gets SIGTERM gets its answer before the
@@ -45,4 +50,30 @@ func TestAPISIGTERMAnswersTheRequestInFlight(t *testing.T) {
 	require.Equal(t, "succeeded", p["status"], "%v", p)
 	require.Equal(t, 1, s.simCount(id))
 	s.verify()
+}
+
+// A worker whose Temporal stops serving it for good (its namespace deleted: the SDK stops polling
+// after two minutes of such answers) exits non-zero, naming the cause, so that its supervisor
+// sees it and starts it again (it then waits for the namespace), instead of running on, healthy
+// to look at and polling nothing.
+func TestWorkerExitsWhenTemporalStopsItForGood(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{})
+	ns := "kasa-" + uuid.NewString()
+	ctx := context.Background()
+	_, err := tc.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+		Namespace: ns, WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour),
+	})
+	require.NoError(t, err)
+	w := startProc(t, s.dir, s.bin, "worker", s.env("KASA_TEMPORAL_NAMESPACE", ns), "worker")
+	w.waitLog("worker polling", 60*time.Second)
+	_, err = tc.OperatorService().DeleteNamespace(ctx, &operatorservice.DeleteNamespaceRequest{Namespace: ns})
+	require.NoError(t, err)
+	select {
+	case <-w.c.Done():
+	case <-time.After(4 * time.Minute):
+		t.Fatalf("the worker still runs 4 minutes after its namespace was deleted\n%s", tailOf(w))
+	}
+	require.Error(t, w.c.Err(), "a worker that stopped polling must not exit 0")
+	require.Contains(t, tailOf(w), "temporal stopped the worker: Namespace "+ns+" is not found", "the log names the cause")
 }

@@ -64,11 +64,13 @@ func Register(r Registry, a *activities.Activities) {
 const StopTimeout = 25 * time.Second
 
 // New returns a worker for the task queue with everything registered; call Start/Stop or Run.
-func New(c client.Client, taskQueue string, a *activities.Activities) sdkworker.Worker {
+// onFatal, when not nil, is called when the SDK stops the worker for good (its namespace is
+// gone, say): it polls nothing from then on, and its process should end.
+func New(c client.Client, taskQueue string, a *activities.Activities, onFatal func(error)) sdkworker.Worker {
 	if taskQueue == "" {
 		taskQueue = workflows.TaskQueue
 	}
-	w := sdkworker.New(c, taskQueue, sdkworker.Options{WorkerStopTimeout: StopTimeout})
+	w := sdkworker.New(c, taskQueue, sdkworker.Options{WorkerStopTimeout: StopTimeout, OnFatalError: onFatal})
 	Register(w, a)
 	return w
 }

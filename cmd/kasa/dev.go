@@ -225,7 +225,12 @@ func runDev(ctx context.Context, cfg config.Config, log *slog.Logger) (err error
 			return err
 		}
 	}
-	w := worker.New(tc, cfg.Temporal.TaskQueue, newActivities(cfg, st))
+	w := worker.New(tc, cfg.Temporal.TaskQueue, newActivities(cfg, st), func(err error) {
+		select {
+		case died <- fmt.Errorf("the worker stopped polling (%w)", err):
+		default:
+		}
+	})
 	if err := w.Start(); err != nil {
 		return err
 	}

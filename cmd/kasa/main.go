@@ -551,7 +551,9 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer changed(nil)
 	stopReport := startPolicyReport(ctx, cfg, st, log, changed)
 	defer stopReport()
-	w := worker.New(tc, cfg.Temporal.TaskQueue, newActivities(cfg, st))
+	w := worker.New(tc, cfg.Temporal.TaskQueue, newActivities(cfg, st), func(err error) {
+		changed(fmt.Errorf("%w: %w", errWorkerStopped, err))
+	})
 	if err := w.Start(); err != nil {
 		return err
 	}
@@ -562,19 +564,29 @@ func runWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	<-ctx.Done()
 	var changedMeanwhile *store.PolicyChangeError
 	stoppedBy := context.Cause(ctx)
-	if errors.As(stoppedBy, &changedMeanwhile) {
+	failed := errors.Is(stoppedBy, errWorkerStopped)
+	switch {
+	case errors.As(stoppedBy, &changedMeanwhile):
+		failed = true
 		log.Error("stopping: the deployment's money settings changed while this worker did not report", "error", stoppedBy)
-	} else {
+	case failed:
+		log.Error("stopping: the worker no longer polls", "error", stoppedBy)
+	default:
 		log.Info("shutting down worker")
 	}
 	stopRetention()
 	stopCheck()
 	w.Stop()
-	if changedMeanwhile != nil {
+	if failed {
 		return stoppedBy
 	}
 	return nil
 }
+
+// errWorkerStopped: the SDK stopped the worker for good (its namespace is gone, say). The
+// process exits non-zero rather than run on polling nothing, so that its supervisor sees it and
+// starts it again, to wait for Temporal as any worker starting does.
+var errWorkerStopped = errors.New("temporal stopped the worker")
 
 // startLedgerCheck verifies the ledger every verify.interval in the background, exporting the
 // result on reg, until the returned stop is called.
