@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -331,9 +332,18 @@ type readiness struct {
 	checks  gin.H
 	causes  map[string]string // dependency -> the error last logged for it
 	attrsOK time.Time         // when the search attributes were last found registered
+	leaving atomic.Bool       // the process is stopping (NotReady): 503 whatever the checks say
 }
 
+// NotReady makes /readyz answer 503 from now on, the process still serving: a stopping API lets
+// its load balancer take it out of rotation before its listener closes.
+func (s *Server) NotReady() { s.ready.leaving.Store(true) }
+
 func (s *Server) readyz(c *gin.Context) {
+	if s.ready.leaving.Load() {
+		c.JSON(http.StatusServiceUnavailable, gin.H{"api": "shutting down"})
+		return
+	}
 	status, checks := s.ready.get(c.Request.Context(), s.checkReady)
 	c.JSON(status, checks)
 }

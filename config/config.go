@@ -27,9 +27,12 @@ import (
 // Config is every setting kasa reads.
 type Config struct {
 	API struct {
-		Addr        string        `mapstructure:"addr"`
-		SyncWait    time.Duration `mapstructure:"sync_wait"`
-		ReplayCache int           `mapstructure:"replay_cache"` // completed records kept in memory per generation
+		Addr     string        `mapstructure:"addr"`
+		SyncWait time.Duration `mapstructure:"sync_wait"`
+		// ShutdownDelay: how long a stopping API answers /readyz 503 while it still serves, so
+		// that a load balancer takes it out of rotation before its listener closes.
+		ShutdownDelay time.Duration `mapstructure:"shutdown_delay"`
+		ReplayCache   int           `mapstructure:"replay_cache"` // completed records kept in memory per generation
 		// What one client can hold of the API (slow and idle clients, floods): docs/operations.md.
 		ReadTimeout  time.Duration `mapstructure:"read_timeout"`
 		WriteTimeout time.Duration `mapstructure:"write_timeout"` // must outlast sync_wait
@@ -191,6 +194,7 @@ var Capabilities = []string{"idempotent", "inquiry", "none"}
 func setDefaults(v *viper.Viper) {
 	v.SetDefault("api.addr", "127.0.0.1:8080")
 	v.SetDefault("api.sync_wait", "5s")
+	v.SetDefault("api.shutdown_delay", "0s")
 	v.SetDefault("api.replay_cache", 50000)
 	// API edge limits: timeouts, connection and in-flight caps, rate limits, metrics listener.
 	v.SetDefault("api.read_timeout", "30s")
@@ -441,6 +445,9 @@ func (c Config) Validate() error {
 	}
 	if c.API.SyncWait < 0 || c.API.SyncWait > time.Minute {
 		errs = append(errs, fmt.Errorf("api.sync_wait must be between 0 and 1m, got %s", c.API.SyncWait))
+	}
+	if c.API.ShutdownDelay < 0 || c.API.ShutdownDelay > time.Minute {
+		errs = append(errs, fmt.Errorf("api.shutdown_delay must be between 0 and 1m, got %s", c.API.ShutdownDelay))
 	}
 	errs = append(errs, c.validateEdge()...)
 	if c.CaptureWindow < 10*time.Second {

@@ -104,6 +104,7 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 		{"budget shorter than one attempt", "provider.charge_budget", map[string]string{"KASA_PROVIDER_CHARGE_TIMEOUT": "1m", "KASA_PROVIDER_CHARGE_BUDGET": "30s"}},
 		{"no booking window", "KASA_PROVIDER_BOOKING_WINDOW", map[string]string{"KASA_PROVIDER_BOOKING_WINDOW": "0s"}},
 		{"negative sync wait", "api.sync_wait", map[string]string{"KASA_API_SYNC_WAIT": "-1s"}},
+		{"shutdown delay over a minute", "api.shutdown_delay", map[string]string{"KASA_API_SHUTDOWN_DELAY": "61s"}},
 		{"webhooks retried for less than a day", "webhook.retry_for", map[string]string{"KASA_WEBHOOK_RETRY_FOR": "2h"}},
 		{"no webhook concurrency", "webhook.concurrency", map[string]string{"KASA_WEBHOOK_CONCURRENCY": "0"}},
 		{"retention shorter than an hour", "events.retention", map[string]string{"KASA_EVENTS_RETENTION": "5m"}},

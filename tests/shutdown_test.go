@@ -6,6 +6,7 @@ package tests
 import (
 	"context"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,4 +77,40 @@ func TestWorkerExitsWhenTemporalStopsItForGood(t *testing.T) {
 	}
 	require.Error(t, w.c.Err(), "a worker that stopped polling must not exit 0")
 	require.Contains(t, tailOf(w), "temporal stopped the worker: Namespace "+ns+" is not found", "the log names the cause")
+}
+
+// With KASA_API_SHUTDOWN_DELAY an API told to stop first says so on /readyz (503) while it
+// still serves what reaches it, so a load balancer takes it out of rotation before its listener
+// closes; then it stops as without the delay.
+func TestAPIShutdownDelayTurnsReadinessFirst(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{})
+	s.startBanksim()
+	s.startWorker()
+	const delay = 4 * time.Second
+	s.startAPI("KASA_API_SHUTDOWN_DELAY", delay.String())
+	m := s.merchant()
+	acct := s.account(m, "TRY", "100.00")
+	status, _ := s.readyz()
+	require.Equal(t, http.StatusOK, status)
+
+	require.NoError(t, syscall.Kill(s.api.pid(), syscall.SIGTERM))
+	told := time.Now()
+	require.Eventually(t, func() bool { status, _ := s.readyz(); return status == http.StatusServiceUnavailable },
+		delay/2, 20*time.Millisecond, "/readyz says 503 at once")
+	_, body := s.readyz()
+	require.Equal(t, "shutting down", body["api"])
+	r, err := s.pay(m, "during-the-delay", payBody("inv-delay", "10.00", "TRY", acct))
+	require.NoError(t, err, "a request during the delay is still served")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Less(t, time.Since(told), delay, "served within the delay")
+	require.Equal(t, 1, s.simCount(r.json(t)["id"].(string)))
+
+	select {
+	case <-s.api.c.Done():
+	case <-time.After(delay + 20*time.Second):
+		t.Fatalf("the api did not stop after its delay\n%s", tailOf(s.api))
+	}
+	require.NoError(t, s.api.c.Err(), "exit 0\n%s", tailOf(s.api))
+	require.GreaterOrEqual(t, time.Since(told), delay, "it served until the delay ended")
 }

@@ -480,6 +480,11 @@ func runAPI(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	stopSweeper, stopFollow := startSweeper(ctx, cfg, st, tc, srv.Registry, log), followRetentions(ctx, srv, st)
 	<-ctx.Done()
+	if d := cfg.API.ShutdownDelay; d > 0 {
+		srv.NotReady()
+		log.Info("stopping api: /readyz answers 503 while it still serves", "for", d)
+		time.Sleep(d)
+	}
 	log.Info("shutting down api")
 	stop()
 	stopFollow()
