@@ -273,6 +273,12 @@ func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (starte
 	return started, failed
 }
 
+// mover is a starter that can start a payment's run again on its own task queue when the run
+// waits where no worker polls (workflows.Starter does).
+type mover interface {
+	MovePayment(ctx context.Context, key string, in workflows.PaymentInput) (bool, error)
+}
+
 // slot is a payment this drainer started, holding one of MaxRunning while it processes.
 type slot struct {
 	p     payment.Payment
@@ -282,7 +288,10 @@ type slot struct {
 // leaveClosed frees the slots of payments whose runs closed while they were still processing (an
 // operator terminated one before its first step, say), asking a lease after the start and every
 // lease after that. One still queued goes to the sweeper, which marks it started for the
-// operators' stuck list: left queued, it would be claimed again every lease.
+// operators' stuck list: left queued, it would be claimed again every lease. A run that waits,
+// never having taken a step, on another task queue that no worker polls (a leader started it
+// there while the workers were leaving that queue) is started again on this drainer's: left
+// there, it would hold its slot for good and never run.
 func (d *Drainer) leaveClosed(ctx context.Context, running map[uuid.UUID]*slot) {
 	// At most Concurrency reads a pass, side by side: a slow Temporal holds the loop (and the
 	// record it saves every second) for one readRunTimeout at most.
@@ -303,6 +312,18 @@ func (d *Drainer) leaveClosed(ctx context.Context, running map[uuid.UUID]*slot) 
 			var err error
 			if closed[i], err = d.Starter.PaymentRunClosed(rctx, s.p.MerchantID, s.p.IdempotencyKey); err != nil && ctx.Err() == nil {
 				d.Logger.Warn("backlog drainer: read a payment's run", "operation_id", s.p.ID, "error", err)
+			}
+			if closed[i] || err != nil {
+				return
+			}
+			if m, ok := d.Starter.(mover); ok {
+				moved, err := m.MovePayment(rctx, s.p.IdempotencyKey, workflows.InputFor(s.p))
+				switch {
+				case err != nil && ctx.Err() == nil:
+					d.Logger.Warn("backlog drainer: move a payment's run to this task queue", "operation_id", s.p.ID, "error", err)
+				case moved:
+					d.Logger.Warn("backlog drainer: a payment's run waited on a task queue no worker polls; started it again here", "operation_id", s.p.ID)
+				}
 			}
 		})
 	}

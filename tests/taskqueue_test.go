@@ -2,8 +2,10 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,5 +85,75 @@ func TestPaymentsAnotherAPIAcceptedStartOnlyWhereAWorkerPolls(t *testing.T) {
 	r := s.pay(m, "queued", payBody("inv-queued", "10.00", "TRY", acct))
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	require.Equal(t, "80.00", s.account(m, acct)["balance"])
+	requireVerified(t)
+}
+
+// staleStarter starts on a task queue whose last worker left less than two minutes ago: a
+// poller counts as fresh that long, so it still reads as ready.
+type staleStarter struct{ workflows.Starter }
+
+func (staleStarter) Ready(context.Context) error { return nil }
+
+// A drainer goes on leading for up to two minutes after the workers left its task queue: the
+// payments it starts meanwhile wait on a queue nobody polls, their runs never take a step. The
+// drainer that leads next, on the workers' queue, claims them again once their leases ran out;
+// their runs must neither hold its slots for good (stopping the whole drain) nor stay processing
+// for ever: each runs where the workers poll, and moves its money once.
+func TestPaymentsStartedWhereTheWorkersLeftRunWhereTheyPoll(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	mid := mustUUID(t, m.ID)
+	acct := s.newAccount(m, "TRY", "100.00")
+	left := staleStarter{workflows.Starter{Client: tc, TaskQueue: "left-" + uuid.NewString()}}
+	workers := workflows.Starter{Client: tc, TaskQueue: s.queue}
+	quiet := slog.New(slog.DiscardHandler)
+
+	var ps []payment.Payment
+	for i := range 3 {
+		key := fmt.Sprintf("left-%d", i)
+		req, err := payment.ParseRequest([]byte(payBody("inv-"+key, "10.00", "TRY", acct)))
+		require.NoError(t, err)
+		_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mid, Key: key, Request: req,
+			OperationID: payment.NewID(), Lease: time.Minute, Queue: true})
+		require.NoError(t, err)
+		require.Equal(t, store.BeganNew, began)
+		t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{p.ID}) })
+		ps = append(ps, p)
+	}
+	drain := func(st sweeper.RunStarter) (stop func()) {
+		run, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			(&sweeper.Drainer{Store: db, Starter: st, MaxRunning: 2, Lease: time.Second, Logger: quiet}).Run(run)
+		}()
+		stop = sync.OnceFunc(func() { cancel(); <-done })
+		t.Cleanup(stop)
+		return stop
+	}
+
+	stopLeft := drain(left)
+	require.Eventually(t, func() bool {
+		for _, p := range ps[:2] {
+			if _, err := tc.DescribeWorkflow(ctx, workflows.PaymentWorkflowID(mid, p.IdempotencyKey), ""); err != nil {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 50*time.Millisecond, "the first drainer leads and fills its two slots where nobody polls")
+	stopLeft() // it lets the lead go (it finds no worker, or its process is replaced)
+	drain(workers)
+
+	for _, p := range ps {
+		require.Eventually(t, func() bool {
+			got, err := db.Payment(ctx, p.ID)
+			require.NoError(t, err)
+			return got.Status == payment.StatusSucceeded
+		}, 60*time.Second, 200*time.Millisecond, "payment %s never ran", p.IdempotencyKey)
+		require.Equal(t, 1, s.simCount(p.ID.String()), "payment %s charged once", p.IdempotencyKey)
+	}
+	require.Equal(t, "70.00", s.account(m, acct)["balance"])
+	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
 	requireVerified(t)
 }

@@ -42,8 +42,17 @@ func (s Starter) queue() string {
 // block it: see start.
 // It returns the run's id.
 func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) (string, error) {
+	runID, err := s.start(ctx, s.paymentOptions(key, in), WorkflowPayment, in, in.OperationID)
+	if err != nil {
+		return "", fmt.Errorf("start payment workflow: %w", err)
+	}
+	return runID, nil
+}
+
+// paymentOptions are the options every run of the payment starts with.
+func (s Starter) paymentOptions(key string, in PaymentInput) client.StartWorkflowOptions {
 	summary, details := in.summary()
-	opts := client.StartWorkflowOptions{
+	return client.StartWorkflowOptions{
 		ID:                    PaymentWorkflowID(in.MerchantID, key),
 		TaskQueue:             s.queue(),
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
@@ -58,11 +67,6 @@ func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) 
 		),
 		StaticSummary: summary, StaticDetails: details,
 	}
-	runID, err := s.start(ctx, opts, WorkflowPayment, in, in.OperationID)
-	if err != nil {
-		return "", fmt.Errorf("start payment workflow: %w", err)
-	}
-	return runID, nil
 }
 
 // start starts the workflow. When a run holds the id, it reads that run's operation id from its
@@ -199,16 +203,28 @@ func (s Starter) Ready(ctx context.Context) error {
 	if _, err := s.Client.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
 		return fmt.Errorf("temporal: %w", err)
 	}
-	resp, err := s.Client.DescribeTaskQueue(ctx, s.queue(), enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+	polled, err := s.polled(ctx, s.queue())
 	if err != nil {
-		return fmt.Errorf("describe task queue: %w", err)
+		return err
+	}
+	if !polled {
+		return fmt.Errorf("%w %q", ErrNoWorker, s.queue())
+	}
+	return nil
+}
+
+// polled says whether a worker has polled the workflow task queue lately.
+func (s Starter) polled(ctx context.Context, queue string) (bool, error) {
+	resp, err := s.Client.DescribeTaskQueue(ctx, queue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+	if err != nil {
+		return false, fmt.Errorf("describe task queue: %w", err)
 	}
 	for _, p := range resp.GetPollers() {
 		if time.Since(p.GetLastAccessTime().AsTime()) < pollerFresh {
-			return nil
+			return true, nil
 		}
 	}
-	return fmt.Errorf("%w %q", ErrNoWorker, s.queue())
+	return false, nil
 }
 
 // ErrNoWorker: Temporal answers, and no worker has polled the task queue lately.
