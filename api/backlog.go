@@ -144,13 +144,23 @@ func (a *admission) admit(ctx context.Context) error {
 	if a.MaxQueued > 0 && st.Queued >= a.MaxQueued {
 		return &backlogFullError{wait: drainTime(st.Queued-a.MaxQueued+1, st.DrainPerSecond)}
 	}
-	if a.MaxWait > 0 && st.DrainPerSecond > 0 {
+	switch {
+	case a.MaxWait <= 0:
+	case st.DrainPerSecond > 0:
 		if d := drainTime(st.Queued, st.DrainPerSecond); d > a.MaxWait {
 			return &backlogFullError{wait: d - a.MaxWait}
 		}
+	case st.Queued > 0 && !st.Oldest.IsZero() && st.Now.Sub(st.Oldest) > a.MaxWait:
+		// The drain has stalled (none leads, or nothing it started finishes): at a rate of 0 the
+		// backlog takes for ever, which its oldest payment, waiting past the bound, proves. A
+		// backlog that only began (no start yet within the drainer's window) is not refused.
+		return &backlogFullError{wait: stalledRetry}
 	}
 	return nil
 }
+
+// stalledRetry is the Retry-After of a refusal while the drain has stalled: no rate says how long.
+const stalledRetry = 30 * time.Second
 
 // admitFor is admit for a payment of merchant, running: whether this process has a running slot
 // for it. Past the bound, a payment that runs here at once is still taken when its merchant has

@@ -75,6 +75,7 @@ func TestMerchantShareIsAtMostItsPart(t *testing.T) {
 }
 
 func TestAdmissionBound(t *testing.T) {
+	epoch := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name  string
 		b     Backlog
@@ -87,6 +88,16 @@ func TestAdmissionBound(t *testing.T) {
 		{"rate unknown: only the count", Backlog{MaxWait: time.Minute}, store.BacklogState{Queued: 900}, 0},
 		{"no drainer saved a rate lately: only the count", Backlog{MaxWait: time.Minute}, store.BacklogState{Queued: 900, DrainPerSecond: 1, Age: time.Hour}, 0},
 		{"no bounds", Backlog{}, store.BacklogState{Queued: 1 << 40}, 0},
+		// A drain that stalled (rate 0) takes for ever: refused once the oldest queued payment has
+		// waited longer than the clients' patience, as a backlog that only began (no start yet
+		// within the window) or none at all is not.
+		{"stalled, the oldest waited past the wait", Backlog{MaxWait: time.Minute},
+			store.BacklogState{Queued: 5, Oldest: epoch, Now: epoch.Add(time.Minute + time.Second)}, 30},
+		{"no drainer lately, the oldest waited past the wait", Backlog{MaxWait: time.Minute},
+			store.BacklogState{Queued: 5, DrainPerSecond: 1, Age: time.Hour, Oldest: epoch, Now: epoch.Add(time.Hour)}, 30},
+		{"stalled, the oldest within the wait", Backlog{MaxWait: time.Minute},
+			store.BacklogState{Queued: 900, Oldest: epoch, Now: epoch.Add(time.Minute)}, 0},
+		{"stalled, nothing queued", Backlog{MaxWait: time.Minute}, store.BacklogState{Now: epoch.Add(time.Hour)}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.b.State, tc.b.MaxRunning = fakeBacklog{state: tc.state}, 8

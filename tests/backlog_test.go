@@ -174,3 +174,46 @@ func startQueuedAfter(t *testing.T, s *stack, queued payment.Payment, wait time.
 	go func() { defer close(done); d.Run(ctx) }()
 	t.Cleanup(func() { stop(); <-done })
 }
+
+// KASA_BACKLOG_MAX_WAIT holds while the drain has stalled (no drainer leads, or its starts never
+// finish, and the rate reads 0): once the oldest queued payment has waited longer than the
+// clients' patience, a new payment that would queue behind it is refused with 503 and
+// Retry-After, nothing written. A system with nothing queued refuses nothing, drainer or not.
+func TestBacklogMaxWaitRefusesWhileTheDrainStalls(t *testing.T) {
+	ctx := context.Background()
+	const maxWait = 2 * time.Second
+	n, _, err := db.QueuedBacklog(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "another test left payments queued")
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc,
+		backlog: api.Backlog{State: db, MaxRunning: 8, MaxWait: maxWait}})
+	m, idle := s.newMerchant(), s.newMerchant()
+	payer, idlePayer := s.newAccount(m, "TRY", "100.00"), s.newAccount(idle, "TRY", "100.00")
+
+	r := s.pay(m, "idle", payBody("inv-idle", "1.00", "TRY", payer))
+	require.Equal(t, http.StatusCreated, r.Status, "nothing queued, no drainer: %s", r.Body)
+
+	// A payment queued where no drainer runs: the drain has stalled.
+	req, err := payment.ParseRequest([]byte(payBody("inv-stalled", "1.00", "TRY", payer)))
+	require.NoError(t, err)
+	_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mustUUID(t, m.ID), Key: "stalled", Request: req,
+		OperationID: payment.NewID(), Lease: time.Minute, Queue: true})
+	require.NoError(t, err)
+	require.Equal(t, store.BeganNew, began)
+	t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{p.ID}) })
+
+	r = s.pay(m, "behind-young", payBody("inv-behind-young", "1.00", "TRY", payer))
+	require.Equal(t, http.StatusAccepted, r.Status, "the oldest has not waited that long yet: %s", r.Body)
+	t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{mustUUID(t, r.json(t)["id"].(string))}) })
+	time.Sleep(maxWait + time.Second)
+
+	r = s.pay(m, "behind", payBody("inv-behind", "1.00", "TRY", payer))
+	requireProblem(t, r, http.StatusServiceUnavailable, "unavailable")
+	require.NotEmpty(t, r.Header.Get("Retry-After"))
+	_, err = db.Record(ctx, mustUUID(t, m.ID), "behind")
+	require.ErrorIs(t, err, payment.ErrNotFound, "nothing was written for the refused payment")
+
+	r = s.pay(idle, "other", payBody("inv-other", "1.00", "TRY", idlePayer))
+	require.Equal(t, http.StatusCreated, r.Status, "a merchant with nothing queued runs at once: %s", r.Body)
+	require.Equal(t, "99.00", s.account(idle, idlePayer)["balance"])
+}
