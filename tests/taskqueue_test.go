@@ -11,10 +11,15 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 
+	"github.com/kasa-pay/kasa/activities"
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/provider"
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/sweeper"
+	"github.com/kasa-pay/kasa/worker"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -156,4 +161,101 @@ func TestPaymentsStartedWhereTheWorkersLeftRunWhereTheyPoll(t *testing.T) {
 	require.Equal(t, "70.00", s.account(m, acct)["balance"])
 	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
 	requireVerified(t)
+}
+
+// heldReserve is a worker's store whose reserve waits until release is closed: its run's first
+// workflow task is taken and in flight.
+type heldReserve struct {
+	activities.Store
+	entered chan struct{}
+	release chan struct{}
+	done    chan error
+	once    sync.Once
+}
+
+func (h *heldReserve) ReserveRun(ctx context.Context, id uuid.UUID, runID string) error {
+	h.once.Do(func() { close(h.entered) })
+	<-h.release
+	err := h.Store.ReserveRun(ctx, id, runID)
+	select {
+	case h.done <- err:
+	default:
+	}
+	return err
+}
+
+// The race MovePayment cannot close: a late worker on the queue the workers left takes the
+// stranded run's first task just after the drainer found it untaken, and runs its steps (local
+// ones, in that task) while the run that replaced it runs on the workers' queue. The payment's
+// money still moves once: the bank sees one charge, the ledger one posting.
+func TestAPaymentMovedAsALateWorkerTakesItMovesMoneyOnce(t *testing.T) {
+	for _, capability := range []workflows.Capability{workflows.CapabilityIdempotent, workflows.CapabilityNone} {
+		t.Run(string(capability), func(t *testing.T) {
+			ctx := context.Background()
+			s := newStack(t, capability)
+			m := s.newMerchant()
+			mid := mustUUID(t, m.ID)
+			acct := s.newAccount(m, "TRY", "100.00")
+			late := workflows.Starter{Client: tc, TaskQueue: "late-" + uuid.NewString()}
+
+			req, err := payment.ParseRequest([]byte(payBody("inv-late", "10.00", "TRY", acct)))
+			require.NoError(t, err)
+			_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mid, Key: "late", Request: req,
+				OperationID: payment.NewID(), Lease: time.Minute, Queue: true})
+			require.NoError(t, err)
+			require.Equal(t, store.BeganNew, began)
+			t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{p.ID}) })
+			in := workflows.InputFor(p)
+			_, err = late.StartPayment(ctx, "late", in)
+			require.NoError(t, err)
+
+			held := &heldReserve{Store: db, entered: make(chan struct{}), release: make(chan struct{}), done: make(chan error, 1)}
+			w := worker.New(tc, late.TaskQueue, &activities.Activities{Store: held, Provider: provider.New(s.sim.URL, 5*time.Second),
+				Policy: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second}})
+			require.NoError(t, w.Start())
+			t.Cleanup(w.Stop)
+			select {
+			case <-held.entered:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the late worker never took the run")
+			}
+			// What MovePayment does once it found the run untaken and its queue unpolled.
+			_, err = tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+				ID: workflows.PaymentWorkflowID(mid, "late"), TaskQueue: s.queue,
+				WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
+				WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
+			}, workflows.WorkflowPayment, in)
+			require.NoError(t, err)
+			close(held.release)
+
+			var got payment.Payment
+			require.Eventually(t, func() bool {
+				got, err = db.Payment(ctx, p.ID)
+				require.NoError(t, err)
+				return got.Status != payment.StatusProcessing
+			}, 60*time.Second, 200*time.Millisecond)
+			require.NoError(t, tc.GetWorkflow(ctx, workflows.PaymentWorkflowID(mid, "late"), "").Get(ctx, nil))
+			select {
+			case err := <-held.done:
+				t.Logf("the late run's reserve: %v", err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the late run's reserve never returned")
+			}
+			w.Stop() // whatever the late run's task still does, it ends here
+			require.LessOrEqual(t, s.simCount(p.ID.String()), 1, "the bank saw the payment once at most")
+			t.Logf("%s: %s, %d charge(s)", capability, got.Status, s.simCount(p.ID.String()))
+			switch got.Status {
+			case payment.StatusSucceeded:
+				require.Equal(t, 1, s.simCount(p.ID.String()))
+				require.Equal(t, "90.00", s.account(m, acct)["balance"])
+				require.Equal(t, "0.00", s.account(m, acct)["reserved"])
+			case payment.StatusUnknown: // parked for reconciliation: the hold stays
+				require.Equal(t, "100.00", s.account(m, acct)["balance"])
+				require.Equal(t, "10.00", s.account(m, acct)["reserved"])
+			default:
+				t.Fatalf("payment %s", got.Status)
+			}
+			requireVerified(t)
+		})
+	}
 }
