@@ -211,7 +211,7 @@ func TestAPaymentMovedAsALateWorkerTakesItMovesMoneyOnce(t *testing.T) {
 
 			held := &heldReserve{Store: db, entered: make(chan struct{}), release: make(chan struct{}), done: make(chan error, 1)}
 			w := worker.New(tc, late.TaskQueue, &activities.Activities{Store: held, Provider: provider.New(s.sim.URL, 5*time.Second),
-				Policy: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second}})
+				Policy: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second}}, nil)
 			require.NoError(t, w.Start())
 			t.Cleanup(w.Stop)
 			select {
