@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/api"
@@ -185,6 +186,12 @@ func TestBacklogMaxWaitRefusesWhileTheDrainStalls(t *testing.T) {
 	n, _, err := db.QueuedBacklog(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "another test left payments queued")
+	// No drainer leads here: an earlier test's drainer record, with its drain rate, would say one does.
+	c, err := pgx.Connect(ctx, env.DatabaseURL)
+	require.NoError(t, err)
+	_, err = c.Exec(ctx, `DELETE FROM backlog_state`)
+	require.NoError(t, err)
+	require.NoError(t, c.Close(ctx))
 	s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc,
 		backlog: api.Backlog{State: db, MaxRunning: 8, MaxWait: maxWait}})
 	m, idle := s.newMerchant(), s.newMerchant()
@@ -204,7 +211,8 @@ func TestBacklogMaxWaitRefusesWhileTheDrainStalls(t *testing.T) {
 
 	r = s.pay(m, "behind-young", payBody("inv-behind-young", "1.00", "TRY", payer))
 	require.Equal(t, http.StatusAccepted, r.Status, "the oldest has not waited that long yet: %s", r.Body)
-	t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{mustUUID(t, r.json(t)["id"].(string))}) })
+	young := mustUUID(t, r.json(t)["id"].(string))
+	t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{young}) })
 	time.Sleep(maxWait + time.Second)
 
 	r = s.pay(m, "behind", payBody("inv-behind", "1.00", "TRY", payer))
