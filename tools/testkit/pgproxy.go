@@ -1,0 +1,168 @@
+package testkit
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// CommitCutter stands between a store and PostgreSQL and loses the answer of a commit: armed
+// with a piece of SQL, it lets the next transaction that runs a statement containing it end in
+// PostgreSQL, and then closes that connection before the client hears how it ended. It is what
+// a connection that drops right after COMMIT was sent does to kasa.
+type CommitCutter struct {
+	URL string // the database URL through the cutter
+
+	mu    sync.Mutex
+	armed []string // the pieces of SQL whose transactions lose their answers, in turn
+	cut   atomic.Int32
+}
+
+// NewCommitCutter starts a cutter in front of the database at databaseURL (a TCP one, without
+// TLS) until the test ends.
+func NewCommitCutter(t testing.TB, databaseURL string) *CommitCutter {
+	t.Helper()
+	u, err := url.Parse(databaseURL)
+	require.NoError(t, err)
+	upstream := u.Host
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	u.Host = ln.Addr().String()
+	c := &CommitCutter{URL: u.String()}
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", upstream)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			go c.proxy(client, server)
+		}
+	}()
+	return c
+}
+
+// LoseCommitOf arms the cutter: the next transaction that runs a statement containing sql
+// commits (or ends however it ends) without its answer reaching the client.
+func (c *CommitCutter) LoseCommitOf(sql string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = append(c.armed, sql)
+}
+
+// Cut is how many answers the cutter lost.
+func (c *CommitCutter) Cut() int { return int(c.cut.Load()) }
+
+// take disarms and reports true when sql is a statement the cutter is armed for.
+func (c *CommitCutter) take(sql string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, piece := range c.armed {
+		if strings.Contains(sql, piece) {
+			c.armed = append(c.armed[:i], c.armed[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// proxy copies one connection both ways, reading the protocol's messages: a statement run
+// (a Bind of a parsed statement, or a simple Query) marks the connection, and the next
+// ReadyForQuery outside a transaction is where the marked transaction ended.
+func (c *CommitCutter) proxy(client, server net.Conn) {
+	var marked atomic.Bool
+	closeBoth := func() { _ = client.Close(); _ = server.Close() }
+	go func() {
+		defer closeBoth()
+		statements := map[string]string{} // prepared statement name -> SQL
+		first := true
+		for {
+			msg, err := readMessage(client, first)
+			if err != nil {
+				return
+			}
+			first = false
+			if len(msg) > 5 {
+				body := msg[5:]
+				switch msg[0] {
+				case 'P': // Parse: name, query
+					name, rest, _ := bytes.Cut(body, []byte{0})
+					query, _, _ := bytes.Cut(rest, []byte{0})
+					statements[string(name)] = string(query)
+				case 'B': // Bind: portal, statement
+					_, rest, _ := bytes.Cut(body, []byte{0})
+					name, _, _ := bytes.Cut(rest, []byte{0})
+					if c.take(statements[string(name)]) {
+						marked.Store(true)
+					}
+				case 'Q':
+					if c.take(string(body)) {
+						marked.Store(true)
+					}
+				}
+			}
+			if _, err := server.Write(msg); err != nil {
+				return
+			}
+		}
+	}()
+	defer closeBoth()
+	var held []byte // the marked transaction's answers, held back until it ends
+	for {
+		msg, err := readMessage(server, false)
+		if err != nil {
+			return
+		}
+		if !marked.Load() {
+			if _, err := client.Write(msg); err != nil {
+				return
+			}
+			continue
+		}
+		held = append(held, msg...)
+		if msg[0] != 'Z' {
+			continue
+		}
+		if len(msg) > 5 && msg[5] == 'I' { // the transaction is over: its answer is lost
+			c.cut.Add(1)
+			return
+		}
+		if _, err := client.Write(held); err != nil {
+			return
+		}
+		held = held[:0]
+	}
+}
+
+// readMessage reads one protocol message whole: a type byte and a length, or (the client's
+// first message, the startup) a length only.
+func readMessage(r io.Reader, startup bool) ([]byte, error) {
+	head := 5
+	if startup {
+		head = 4
+	}
+	msg := make([]byte, head)
+	if _, err := io.ReadFull(r, msg); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(msg[head-4:])) - 4
+	if n < 0 {
+		return nil, io.ErrUnexpectedEOF
+	}
+	msg = append(msg, make([]byte, n)...)
+	_, err := io.ReadFull(r, msg[head:])
+	return msg, err
+}
