@@ -393,17 +393,22 @@ func (s *Store) MarkRefundUnknown(ctx context.Context, refundID uuid.UUID) (paym
 
 // BeginRefundAttempt is BeginChargeAttempt for a refund's send.
 func (s *Store) BeginRefundAttempt(ctx context.Context, refundID uuid.UUID) (int, error) {
-	n, err := s.q.BeginRefundAttempt(ctx, refundID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, payment.ErrNotFound
-	}
-	return int(n), translate(err)
+	var n int32
+	err := s.recordSend(ctx, func(q *dbsqlc.Queries) (err error) {
+		n, err = q.BeginRefundAttempt(ctx, refundID)
+		return err // no rows: payment.ErrNotFound
+	})
+	return int(n), err
 }
 
 // BeginRefundSend is BeginChargeSend for a refund's send.
 func (s *Store) BeginRefundSend(ctx context.Context, refundID uuid.UUID, send int) (bool, error) {
-	n, err := s.q.BeginRefundSend(ctx, dbsqlc.BeginRefundSendParams{ID: refundID, Send: int32(send)})
-	return n == 1, translate(err)
+	var n int64
+	err := s.recordSend(ctx, func(q *dbsqlc.Queries) (err error) {
+		n, err = q.BeginRefundSend(ctx, dbsqlc.BeginRefundSendParams{ID: refundID, Send: int32(send)})
+		return err
+	})
+	return n == 1, err
 }
 
 // FlagRefundStuck is FlagStuck for a refund.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -20,19 +21,75 @@ import (
 // BeginChargeAttempt records, durably, that a charge of the operation is about to be sent, and
 // returns which attempt this is (1 for the first).
 func (s *Store) BeginChargeAttempt(ctx context.Context, operationID uuid.UUID) (int, error) {
-	n, err := s.q.BeginChargeAttempt(ctx, operationID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, payment.ErrNotFound
-	}
-	return int(n), translate(err)
+	var n int32
+	err := s.recordSend(ctx, func(q *dbsqlc.Queries) (err error) {
+		n, err = q.BeginChargeAttempt(ctx, operationID)
+		return err // no rows: payment.ErrNotFound
+	})
+	return int(n), err
 }
 
 // BeginChargeSend records, durably, that the workflow's send number send (1 for the first) of
 // the operation's charge is about to go out. It reports false when that send was begun before:
 // this is a repeat of it by a new worker, and the earlier one may have reached the provider.
 func (s *Store) BeginChargeSend(ctx context.Context, operationID uuid.UUID, send int) (bool, error) {
-	n, err := s.q.BeginChargeSend(ctx, dbsqlc.BeginChargeSendParams{ID: operationID, Send: int32(send)})
-	return n == 1, translate(err)
+	var n int64
+	err := s.recordSend(ctx, func(q *dbsqlc.Queries) (err error) {
+		n, err = q.BeginChargeSend(ctx, dbsqlc.BeginChargeSendParams{ID: operationID, Send: int32(send)})
+		return err
+	})
+	return n == 1, err
+}
+
+// recordSend runs record, which records that a send is about to go out, in a transaction of its
+// own. A recorded send is one a repeated attempt never makes again, so the answer of the commit
+// is not guessed at when it is lost on the way back (the connection dropped after COMMIT went
+// out): the transaction's id, read before the commit, says whether it committed. An aborted one
+// wrote nothing, and records again.
+func (s *Store) recordSend(ctx context.Context, record func(q *dbsqlc.Queries) error) error {
+	for try := 1; ; try++ {
+		var xact string
+		committing := false
+		err := s.tx(ctx, func(tx pgx.Tx) error {
+			q := s.q.WithTx(tx)
+			if err := record(q); err != nil {
+				return err
+			}
+			var err error
+			xact, err = q.CurrentXact(ctx)
+			committing = err == nil
+			return err
+		})
+		if err == nil || !committing {
+			return err
+		}
+		status, serr := s.xactStatus(ctx, xact)
+		switch {
+		case serr == nil && status == "committed":
+			return nil
+		case serr == nil && status == "aborted" && try < 3:
+			continue
+		}
+		return err
+	}
+}
+
+// xactStatus is the fate of the transaction xact: committed or aborted, or, after a few seconds
+// in progress, in progress.
+func (s *Store) xactStatus(ctx context.Context, xact string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		status, err := s.q.XactStatus(ctx, xact)
+		if err != nil || status != "in progress" {
+			return status, translate(err)
+		}
+		select {
+		case <-ctx.Done():
+			return status, nil
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // FlagStuck marks the payment as needing an operator, with the reason; an empty reason clears
