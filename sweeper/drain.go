@@ -187,6 +187,10 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) err
 			per := free / n
 			queues, err := d.Store.ClaimQueued(ctx, after, n, per, d.Lease)
 			if err != nil {
+				// The claim may have committed with its answer lost: payments leased to no one
+				// this drainer knows, which the next claim would skip. It waits for their
+				// leases to run out, as for a last leader's.
+				inherited = true
 				d.pause(ctx, "claim queued payments", err)
 				continue
 			}

@@ -15,10 +15,13 @@ import (
 	"github.com/kasa-pay/kasa/workflows"
 )
 
-var db *store.Store
+var (
+	db    *store.Store
+	dbURL string
+)
 
 func TestMain(m *testing.M) {
-	testkit.Main(m, testkit.Options{}, func(e *testkit.Env) { db = e.Store })
+	testkit.Main(m, testkit.Options{}, func(e *testkit.Env) { db, dbURL = e.Store, e.DatabaseURL })
 }
 
 // starts records the workflows the sweeper starts, as Temporal would receive them.
