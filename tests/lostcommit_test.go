@@ -74,3 +74,46 @@ func TestLostCommitOfASendRecord(t *testing.T) {
 		})
 	}
 }
+
+// Every step of a workflow commits once: when its commit's answer is lost, the step runs again
+// and finds its work done. The money moves once, one posting, one event of each change.
+func TestLostCommitOfAStep(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		step, sql string
+	}{
+		{"reserve", "-- name: ReserveFunds"},
+		{"finalize", "-- name: SetPaymentStatusSettlement"},
+		{"release", "-- name: LockPaymentRow"},
+	} {
+		t.Run(c.step, func(t *testing.T) {
+			t.Parallel()
+			s, cutter := cutStack(t, workflows.CapabilityIdempotent)
+			m := s.newMerchant()
+			payer := s.newAccount(m, "TRY", "100.00")
+			want, status, balance := "succeeded", http.StatusCreated, "60.00"
+			if c.step == "release" {
+				s.setFaults(`{"rules":[{"on":"charge","action":"decline","count":1}]}`)
+				want, status, balance = "failed", http.StatusPaymentRequired, "100.00"
+			}
+			cutter.LoseCommitOf(c.sql)
+			r := s.pay(m, "key-1", payBody("inv-1", "40.00", "TRY", payer))
+			require.Equal(t, 1, cutter.Cut(), "the step's answer was lost")
+			require.Equal(t, status, r.Status, "%s", r.Body)
+			p := r.json(t)
+			require.Equal(t, want, p["status"])
+			id := p["id"].(string)
+			a := s.account(m, payer)
+			require.Equal(t, balance, a["balance"])
+			require.Equal(t, "0.00", a["reserved"])
+			require.Equal(t, []string{"payment." + want}, outboxOf(t, env.DatabaseURL, id))
+			if want == "succeeded" {
+				require.Equal(t, 1, postingsOf(t, "payment", id))
+			}
+			again := s.pay(m, "key-1", payBody("inv-1", "40.00", "TRY", payer))
+			require.Equal(t, status, again.Status)
+			require.Equal(t, string(r.Body), string(again.Body), "the key answers as it did")
+			requireVerified(t)
+		})
+	}
+}
