@@ -228,3 +228,68 @@ func TestStalledSendDoesNotOverwriteTheTakeover(t *testing.T) {
 		})
 	}
 }
+
+// A 2xx status line is the merchant's acknowledgement, however its body ends: a body that stalls
+// (an endpoint that never closes the connection) or breaks off still marks the delivery
+// delivered, within the attempt's timeout, and the merchant gets the event once. Any other status
+// stays a failed attempt, whatever its body does.
+func TestAcknowledgedWhateverTheBodyDoes(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	stall := func(status int) func(int, http.ResponseWriter, *http.Request) {
+		return func(_ int, w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte("ok"))
+			w.(http.Flusher).Flush()
+			<-r.Context().Done() // the body never ends
+		}
+	}
+	cut := func(status int) func(int, http.ResponseWriter, *http.Request) {
+		return func(_ int, w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte("ok")) // 2 of the 100 bytes promised, then the connection closes
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		respond func(int, http.ResponseWriter, *http.Request)
+		want    store.DeliveryStatus
+		result  string // the attempt's metric
+	}{
+		{name: "2xx, body stalls", respond: stall(http.StatusOK), want: store.DeliveryDelivered, result: "2xx"},
+		{name: "2xx, body cut off", respond: cut(http.StatusAccepted), want: store.DeliveryDelivered, result: "2xx"},
+		{name: "5xx, body stalls", respond: stall(http.StatusServiceUnavailable), want: store.DeliveryPending, result: "non_2xx"},
+		{name: "5xx, body cut off", respond: cut(http.StatusBadGateway), want: store.DeliveryPending, result: "non_2xx"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := ownStore(t)
+			h := newHook(t, tc.respond)
+			id := newDelivery(t, st, h.URL)
+			m := unregistered()
+			sender := NewWebhookSender(WebhookSenderOptions{Store: st, AllowPrivate: true, Timeout: timeout, BackoffBase: time.Hour,
+				Metrics: m, Logger: quiet})
+
+			start := time.Now()
+			sender.Send(ctx, claimDue(t, st, time.Minute))
+			require.Less(t, time.Since(start), timeout+5*time.Second, "the attempt ends with its timeout")
+
+			d, err := st.Delivery(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, d.Status, "last error %q", d.LastError)
+			require.Equal(t, 1, d.AttemptCount)
+			require.Len(t, d.Attempts, 1)
+			require.Equal(t, 1, h.Count())
+			require.Equal(t, 1.0, value(t, m.attempts.WithLabelValues(tc.result)))
+			if tc.want == store.DeliveryDelivered {
+				require.NotNil(t, d.DeliveredAt)
+				require.Empty(t, d.LastError)
+				require.Equal(t, 1.0, value(t, m.deliveries.WithLabelValues("delivered")))
+				_, err := st.ClaimDeliveries(ctx, 10, 4, time.Minute)
+				require.NoError(t, err)
+				require.Equal(t, 1, h.Count(), "the merchant gets the event once")
+			}
+		})
+	}
+}
