@@ -403,3 +403,50 @@ func TestClaimDeliveriesPastAnUnreadableSecret(t *testing.T) {
 		require.Equal(t, "whsec_test", d.Secret)
 	}
 }
+
+// A merchant at its limit stays at it when the claim goes on merchant by merchant, even when its
+// oldest due rows are not its leased ones: events that waited for an earlier event of their
+// payment are due since they were recorded, older than the rows claimed while they waited, and
+// its leases must still be counted.
+func TestClaimMerchantByMerchantCountsEveryLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	own := ownStore(t)
+	const perMerchant = 2
+	newMerchant := func() testkit.Merchant {
+		return testkit.NewMerchant(t, own, testkit.MerchantOptions{WebhookURL: "http://127.0.0.1:9/hook", WebhookSecret: "whsec_test"})
+	}
+	// A hanging merchant's backlog fills the head of the queue: a claim goes on merchant by
+	// merchant behind it.
+	busy := newMerchant()
+	pendingDeliveries(t, own, busy.ID, 1000, time.Now().Add(-time.Hour), time.Second)
+	slow := newMerchant()
+	// Two payments' only events, due a second ago; and 2*perMerchant payments whose first event
+	// is backing off (due in an hour) and whose second, due since 30 minutes, waits for it.
+	pendingDeliveries(t, own, slow.ID, perMerchant, time.Now().Add(-time.Second), time.Millisecond)
+	require.NoError(t, own.Exec(ctx, `WITH a AS (SELECT gen_random_uuid() AS agg FROM generate_series(1, $2::int))
+		INSERT INTO webhook_deliveries (id, merchant_id, aggregate_id, event_type, event_created_at, url, body, status, next_attempt_at)
+		SELECT gen_random_uuid(), $1, agg, t, ec, 'http://127.0.0.1:9/hook', convert_to('{}', 'UTF8'), 'pending', na
+		FROM a CROSS JOIN (VALUES ('payment.unknown', now() - interval '2 hours', now() + interval '1 hour'),
+		                          ('payment.succeeded', now() - interval '40 minutes', now() - interval '30 minutes')) v(t, ec, na)`,
+		slow.ID, 2*perMerchant))
+
+	inFlight := map[uuid.UUID]int{}
+	claim := func() {
+		got, err := own.ClaimDeliveries(ctx, 10, perMerchant, time.Minute)
+		require.NoError(t, err)
+		for _, d := range got {
+			inFlight[d.MerchantID]++
+		}
+	}
+	claim()
+	require.Equal(t, map[uuid.UUID]int{busy.ID: perMerchant, slow.ID: perMerchant}, inFlight, "both merchants at their limit")
+
+	// The first events are delivered while the slow merchant's two sends are still in flight:
+	// their second events come due, older than the rows in flight.
+	require.NoError(t, own.Exec(ctx, `UPDATE webhook_deliveries SET status = 'delivered', delivered_at = now()
+		WHERE merchant_id = $1 AND event_type = 'payment.unknown'`, slow.ID))
+	claim()
+	require.Equal(t, map[uuid.UUID]int{busy.ID: perMerchant, slow.ID: perMerchant}, inFlight,
+		"a merchant at its limit gets no more deliveries in flight")
+}

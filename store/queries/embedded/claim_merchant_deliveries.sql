@@ -9,12 +9,13 @@
 --
 -- The merchants with pending rows are found one probe of the pending_merchant index each (a
 -- loose index scan), from after $5 round to it again, at most $4 of them: the caller picks $5 at
--- random, so that every merchant gets its turn when more than $4 have pending rows. Of each,
--- the 2*$2 oldest due rows that are their payment's earliest pending event are read: its leases
--- are among them (a leased row is due, its payment's earliest, and among the oldest, see
--- claim_deliveries.sql), then the rows it may be given. The statement costs about $4 probes plus
--- $4 times 2*$2 rows, and a probe of its payment for each due row passed over on the way (a later
--- event waiting for its payment's earlier one): a merchant's payments have few events each.
+-- random, so that every merchant gets its turn when more than $4 have pending rows. Of each, its
+-- leases are counted (up to $2), then the 2*$2 oldest due rows that are their
+-- payment's earliest pending event are read: the rows it may be given. Its leases are not always
+-- among those: an event that waited for its payment's earlier one is due since it was recorded,
+-- older than the rows claimed while it waited. The statement costs about $4 probes plus $4 times
+-- 3*$2 rows, and a probe of its payment for each due row passed over on the way (a later event
+-- waiting for its payment's earlier one): a merchant's payments have few events each.
 WITH RECURSIVE pending_merchants AS (
     (SELECT a.merchant_id, a.wrapped, 1 AS n FROM (
         SELECT coalesce(s.next, s.first) AS merchant_id, s.next IS NULL AS wrapped FROM (SELECT
@@ -46,7 +47,13 @@ WITH RECURSIVE pending_merchants AS (
                 AND (e.event_created_at, e.id) < (d.event_created_at, d.id))
         ORDER BY d.next_attempt_at LIMIT 2 * $2::int) h
 ), inflight AS MATERIALIZED (
-    SELECT merchant_id, count(*) FILTER (WHERE claimed_until > now()) AS inflight FROM heads GROUP BY merchant_id
+    -- As claim_deliveries.sql counts them: a leased row is due.
+    SELECT m.merchant_id, f.inflight
+    FROM (SELECT DISTINCT merchant_id FROM heads) m
+    CROSS JOIN LATERAL (SELECT count(*) AS inflight FROM (SELECT FROM webhook_deliveries l
+        WHERE l.merchant_id = m.merchant_id AND l.status = 'pending' AND l.next_attempt_at <= now()
+          AND l.claimed_until > now()
+        ORDER BY l.next_attempt_at LIMIT $2) x) f
 ), due AS MATERIALIZED (
     SELECT h.id, h.merchant_id, h.next_attempt_at, i.inflight
     FROM heads h JOIN inflight i ON i.merchant_id = h.merchant_id
