@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -473,6 +477,73 @@ func TestSettlementListings(t *testing.T) {
 	got, err = db.SettlementListings(ctx, "refund", []uuid.UUID{a}, []time.Time{d1}, false)
 	require.NoError(t, err)
 	require.Empty(t, got, "a refund's listings are not a payment's")
+}
+
+// Imports of one file running at once (a scheduled import and an operator's upload) record its
+// listings in whatever order each walks them: they never wait for each other in a cycle, and each
+// reads back every day the file lists its references on.
+func TestSettlementListingsOfConcurrentImports(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	day := time.Date(2025, 4, 1, 0, 0, 0, 0, time.UTC)
+	refs := make([]uuid.UUID, 400)
+	days := make([]time.Time, len(refs))
+	for i := range refs {
+		refs[i], days[i] = payment.NewID(), day
+	}
+	for round := range 5 {
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			own := slices.Clone(refs)
+			rand.Shuffle(len(own), func(a, b int) { own[a], own[b] = own[b], own[a] })
+			wg.Go(func() {
+				got, err := db.SettlementListings(ctx, "charge", own, days, true)
+				if err == nil && len(got) != len(refs) {
+					err = fmt.Errorf("read back %d of %d references", len(got), len(refs))
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			require.NoError(t, err, "round %d, import %d", round, i)
+		}
+		for i := range refs { // the next round's references are new: each is inserted again
+			refs[i] = payment.NewID()
+		}
+	}
+}
+
+// Imports that prove the same days complete for the same merchants, named in another order,
+// record their completions without waiting for each other in a cycle.
+func TestSettlementCompletionsOfConcurrentImports(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	merchants := make([]uuid.UUID, 100)
+	days := []time.Time{time.Date(2025, 5, 1, 0, 0, 0, 0, time.UTC), time.Date(2025, 5, 2, 0, 0, 0, 0, time.UTC)}
+	asOf := []time.Time{days[0].Add(30 * time.Hour), days[1].Add(30 * time.Hour)}
+	for round := range 5 {
+		for i := range merchants {
+			merchants[i] = payment.NewID()
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			own := slices.Clone(merchants)
+			rand.Shuffle(len(own), func(a, b int) { own[a], own[b] = own[b], own[a] })
+			wg.Go(func() { errs[i] = db.RecordSettlementCompletions(ctx, "charge", own, days, asOf) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			require.NoError(t, err, "round %d, import %d", round, i)
+		}
+		got, err := db.SettlementCompletions(ctx, "charge", days, merchants)
+		require.NoError(t, err)
+		for _, d := range days {
+			require.Len(t, got[d], len(merchants), "day %s", d)
+		}
+	}
 }
 
 // In a rolling upgrade across migration 34 a worker of the earlier release marks payments and

@@ -78,9 +78,11 @@ FROM reconciliation_runs;
 
 -- name: RecordSettlementListings :exec
 -- The days a settlement file lists these payments (kind charge) or refunds on; a day listed before
--- is kept as it was.
+-- is kept as it was. Inserted in key order, whatever order the caller has: two imports of one
+-- file wait for each other's rows one way only, never in a cycle (a deadlock).
 INSERT INTO settlement_listings (kind, reference, day)
 SELECT @kind::text, unnest(@refs::uuid[]), unnest(@days::date[])
+ORDER BY 2, 3
 ON CONFLICT DO NOTHING;
 
 -- name: SettlementListings :many
@@ -90,10 +92,11 @@ SELECT reference, day FROM settlement_listings WHERE kind = @kind::text AND refe
 -- name: RecordSettlementCompletions :exec
 -- The days an import proved complete for these merchants' payments (kind charge) or refunds
 -- (the nil uuid: every merchant, kept as NULL), each up to its as_of; a day recorded before is
--- kept as it was.
+-- kept as it was. Inserted in key order, as the listings are.
 INSERT INTO settlement_completions (kind, day, merchant_id, as_of)
 SELECT @kind::text, unnest(@days::date[]), nullif(unnest(@merchants::uuid[]), '00000000-0000-0000-0000-000000000000'),
 unnest(@as_of::timestamptz[])
+ORDER BY 2, 3, 4
 ON CONFLICT DO NOTHING;
 
 -- name: SettlementCompletions :many

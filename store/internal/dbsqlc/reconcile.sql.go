@@ -363,6 +363,7 @@ const RecordSettlementCompletions = `-- name: RecordSettlementCompletions :exec
 INSERT INTO settlement_completions (kind, day, merchant_id, as_of)
 SELECT $1::text, unnest($2::date[]), nullif(unnest($3::uuid[]), '00000000-0000-0000-0000-000000000000'),
 unnest($4::timestamptz[])
+ORDER BY 2, 3, 4
 ON CONFLICT DO NOTHING
 `
 
@@ -375,7 +376,7 @@ type RecordSettlementCompletionsParams struct {
 
 // The days an import proved complete for these merchants' payments (kind charge) or refunds
 // (the nil uuid: every merchant, kept as NULL), each up to its as_of; a day recorded before is
-// kept as it was.
+// kept as it was. Inserted in key order, as the listings are.
 func (q *Queries) RecordSettlementCompletions(ctx context.Context, arg RecordSettlementCompletionsParams) error {
 	_, err := q.db.Exec(ctx, RecordSettlementCompletions,
 		arg.Kind,
@@ -389,6 +390,7 @@ func (q *Queries) RecordSettlementCompletions(ctx context.Context, arg RecordSet
 const RecordSettlementListings = `-- name: RecordSettlementListings :exec
 INSERT INTO settlement_listings (kind, reference, day)
 SELECT $1::text, unnest($2::uuid[]), unnest($3::date[])
+ORDER BY 2, 3
 ON CONFLICT DO NOTHING
 `
 
@@ -399,7 +401,8 @@ type RecordSettlementListingsParams struct {
 }
 
 // The days a settlement file lists these payments (kind charge) or refunds on; a day listed before
-// is kept as it was.
+// is kept as it was. Inserted in key order, whatever order the caller has: two imports of one
+// file wait for each other's rows one way only, never in a cycle (a deadlock).
 func (q *Queries) RecordSettlementListings(ctx context.Context, arg RecordSettlementListingsParams) error {
 	_, err := q.db.Exec(ctx, RecordSettlementListings, arg.Kind, arg.Refs, arg.Days)
 	return err
