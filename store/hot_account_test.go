@@ -4,12 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for goose
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
@@ -340,4 +343,165 @@ func TestVerifyReportsShardViolations(t *testing.T) {
 	require.Contains(t, problems[0], "reserved equals active reservations")
 	require.Contains(t, problems[1], "settlement balances are in their shards, none negative: shard")
 	require.Contains(t, problems[2], "settlement balances are in their shards, none negative: settlement account")
+}
+
+// Every money path at once on one payer's account and one merchant's settlement account:
+// payments (one parked unknown, then released), manual captures and cancels, refunds, deposits,
+// retention and kasa verify while they run, each step executed twice at once (a local activity
+// run again by a second worker). No path waits for another in a cycle or fails but by the
+// documented race of two holds of one payment (the activity's retry finds the hold), and the
+// balances are exactly what the operations moved.
+func TestEveryMoneyPathAtOnceOnOneAccount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const seed = 1_000_000
+	mID, aID := fixture(t, seed)
+	settlement := settlementAccount(t, mID)
+	var payer, merchant atomic.Int64 // what the operations moved, from the payer and to the merchant
+	payer.Store(seed)
+	var mu sync.Mutex
+	var paidIDs []uuid.UUID
+
+	// step runs a step twice at once, and again (as the activity's retry policy does) after a
+	// retryable error: a deadlock, or two holds of one payment meeting at its reservation.
+	step := func(fn func() error) error {
+		for try := 0; ; try++ {
+			var wg sync.WaitGroup
+			errs := make([]error, 2)
+			for i := range errs {
+				wg.Go(func() { errs[i] = fn() })
+			}
+			wg.Wait()
+			err := errors.Join(errs...)
+			var pgErr *pgconn.PgError
+			if err == nil || try == 3 || !errors.As(err, &pgErr) || pgErr.ConstraintName != "balance_reservations_operation_id_key" {
+				return err
+			}
+		}
+	}
+	begin := func(i int, amount int64, manual bool) (uuid.UUID, error) {
+		key := fmt.Sprintf("every-%d", i)
+		req := payment.Request{InvoiceID: key, AmountMinor: amount, Currency: "TRY", AccountID: aID, PaymentType: "purchase", CaptureManual: manual}
+		_, p, _, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: key, Request: req, OperationID: payment.NewID(),
+			Lease: time.Minute, CaptureWindow: time.Hour})
+		if err != nil {
+			return uuid.Nil, err
+		}
+		return p.ID, step(func() error { return db.Reserve(ctx, p.ID) })
+	}
+	op := func(i int) error {
+		amount := int64(100 + i%900)
+		switch i % 6 {
+		case 0:
+			_, _, err := db.Deposit(ctx, aID, fmt.Sprint("every-deposit-", i), 500)
+			if err == nil {
+				payer.Add(500)
+			}
+			return err
+		case 1:
+			id, err := begin(i, amount, false)
+			if err != nil {
+				return err
+			}
+			if err := step(func() error { _, err := db.Finalize(ctx, id, "ch"); return err }); err != nil {
+				return err
+			}
+			payer.Add(-amount)
+			merchant.Add(amount)
+			mu.Lock()
+			paidIDs = append(paidIDs, id)
+			mu.Unlock()
+			return nil
+		case 2:
+			id, err := begin(i, amount, false)
+			if err != nil {
+				return err
+			}
+			if err := step(func() error { _, err := db.MarkUnknown(ctx, id); return err }); err != nil {
+				return err
+			}
+			return step(func() error { _, err := db.Release(ctx, id, payment.FailureDeclined); return err })
+		case 3, 4:
+			id, err := begin(i, amount, true)
+			if err != nil {
+				return err
+			}
+			if err := step(func() error { _, err := db.Authorized(ctx, id, "au"); return err }); err != nil {
+				return err
+			}
+			if i%6 == 4 {
+				return step(func() error { _, err := db.Canceled(ctx, id, payment.FailureCanceled, uuid.Nil); return err })
+			}
+			captured := amount - 50
+			if err := step(func() error { _, err := db.Captured(ctx, id, captured, "cap", uuid.Nil); return err }); err != nil {
+				return err
+			}
+			payer.Add(-captured)
+			merchant.Add(captured)
+			return nil
+		default:
+			mu.Lock()
+			if len(paidIDs) == 0 {
+				mu.Unlock()
+				return nil
+			}
+			paid := paidIDs[len(paidIDs)-1]
+			mu.Unlock()
+			req, err := payment.ParseRefundRequest([]byte(`{"amount":"1.00"}`))
+			if err != nil {
+				return err
+			}
+			_, r, _, err := db.BeginRefund(ctx, store.BeginRefundInput{MerchantID: mID, PaymentID: paid, Key: fmt.Sprint("every-refund-", i),
+				Request: req, OperationID: payment.NewID(), Lease: time.Minute})
+			if errors.As(err, new(*payment.RefundExceedsError)) {
+				return nil // that payment is refunded whole already
+			}
+			if err != nil {
+				return err
+			}
+			if err := step(func() error { return db.HoldRefund(ctx, r.ID) }); err != nil {
+				return err
+			}
+			if err := step(func() error { _, err := db.PostRefund(ctx, r.ID, "rf"); return err }); err != nil {
+				return err
+			}
+			payer.Add(100)
+			merchant.Add(-100)
+			return nil
+		}
+	}
+
+	var stop atomic.Bool
+	var background sync.WaitGroup
+	bgErrs := make(chan error, 2)
+	background.Go(func() {
+		for !stop.Load() {
+			if _, err := db.DeleteExpiredRecords(ctx, 0, 100); err != nil {
+				bgErrs <- fmt.Errorf("retention: %w", err)
+				return
+			}
+		}
+	})
+	background.Go(func() {
+		for !stop.Load() {
+			problems, err := db.Verify(ctx)
+			if err != nil || len(problems) > 0 {
+				bgErrs <- fmt.Errorf("verify during load: %v %v", err, problems)
+				return
+			}
+		}
+	})
+	parallel(t, 12, 600, op)
+	stop.Store(true)
+	background.Wait()
+	close(bgErrs)
+	for err := range bgErrs {
+		require.NoError(t, err)
+	}
+
+	b, res := balance(t, aID)
+	require.Equal(t, [2]int64{payer.Load(), 0}, [2]int64{b, res}, "the payer's balance and holds")
+	b, res = balance(t, settlement.ID)
+	require.Equal(t, [2]int64{merchant.Load(), 0}, [2]int64{b, res}, "the merchant's balance and holds")
+	requireVerified(t)
 }
