@@ -119,7 +119,7 @@ func (a *Activities) send(ctx context.Context, in workflows.ChargeInput, noun st
 	do func(p payment.Payment) (string, bool, error)) (workflows.ChargeResult, error) {
 	p, err := a.Store.Payment(ctx, in.OperationID)
 	if err != nil {
-		return workflows.ChargeResult{}, classifyRow(err)
+		return workflows.ChargeResult{}, notSent(classifyRow(err))
 	}
 	if p.AmountMinor != in.AmountMinor || p.Currency != in.Currency || p.AccountID != in.AccountID {
 		return workflows.ChargeResult{}, inconsistent(fmt.Sprintf("the charge of payment %s names %d %s from %s; the payment is %d %s from %s",
@@ -185,13 +185,13 @@ func (a *Activities) guardSend(ctx context.Context, id uuid.UUID, c workflows.Ca
 	if send > 0 {
 		first, err := r.send(ctx, id, send)
 		if err != nil {
-			return res, true, classify(err)
+			return res, true, notSent(classify(err))
 		}
 		repeat = !first
 	} else {
 		attempt, err := r.attempt(ctx, id)
 		if err != nil {
-			return res, true, classify(err)
+			return res, true, notSent(classify(err))
 		}
 		repeat = attempt > 1
 	}
@@ -285,7 +285,7 @@ func (a *Activities) HoldRefundForRun(ctx context.Context, refundID uuid.UUID) e
 func (a *Activities) SendRefund(ctx context.Context, in workflows.SendRefundInput) (workflows.RefundSendResult, error) {
 	rf, err := a.Store.Refund(ctx, in.OperationID)
 	if err != nil {
-		return workflows.RefundSendResult{}, classifyRow(err)
+		return workflows.RefundSendResult{}, notSent(classifyRow(err))
 	}
 	if rf.AmountMinor != in.AmountMinor || rf.Currency != in.Currency || rf.PaymentID != in.PaymentID {
 		return workflows.RefundSendResult{}, inconsistent(fmt.Sprintf("the send of refund %s names %d %s of payment %s; the refund is %d %s of payment %s",
@@ -367,6 +367,18 @@ func classifyRow(err error) error {
 		return inconsistent(err.Error())
 	}
 	return classify(err)
+}
+
+// notSent marks a database error met before a send went out: nothing reached the bank, so the
+// workflow (Revision 9 on) sends again rather than park the operation unknown. A send whose
+// record did commit, its answer lost, is a repeat on that next try, answered by the
+// capability's rules. Errors that say something definite keep their own type.
+func notSent(err error) error {
+	var typed *temporal.ApplicationError
+	if err == nil || errors.As(err, &typed) {
+		return err
+	}
+	return temporal.NewApplicationErrorWithCause(err.Error(), workflows.ErrTypeNotSent, err)
 }
 
 func inconsistent(msg string) error {

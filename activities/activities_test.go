@@ -731,3 +731,78 @@ func TestInquiryNamingOtherMoneyIsAmbiguous(t *testing.T) {
 		}
 	}
 }
+
+// failingStore fails the read of the operation, or the record of its send, as a database that is
+// down does.
+type failingStore struct {
+	attempts
+	refunds      refundAttempts
+	read, record bool
+}
+
+var errDown = errors.New("connection refused")
+
+func (f *failingStore) Payment(ctx context.Context, id uuid.UUID) (payment.Payment, error) {
+	if f.read {
+		return payment.Payment{}, errDown
+	}
+	return f.attempts.Payment(ctx, id)
+}
+
+func (f *failingStore) BeginChargeSend(ctx context.Context, id uuid.UUID, send int) (bool, error) {
+	if f.record {
+		return false, errDown
+	}
+	return f.attempts.BeginChargeSend(ctx, id, send)
+}
+
+func (f *failingStore) Refund(ctx context.Context, id uuid.UUID) (payment.Refund, error) {
+	if f.read {
+		return payment.Refund{}, errDown
+	}
+	return f.refunds.Refund(ctx, id)
+}
+
+func (f *failingStore) BeginRefundSend(ctx context.Context, id uuid.UUID, send int) (bool, error) {
+	if f.record {
+		return false, errDown
+	}
+	return f.refunds.BeginRefundSend(ctx, id, send)
+}
+
+// A send whose operation cannot be read, or whose send cannot be recorded, fails before anything
+// goes to the bank, and says so (NotSent, retryable): the workflow may send it again, where any
+// other failure of a send to a bank without idempotency is ambiguous.
+func TestSendThatFailsBeforeGoingOutSaysNotSent(t *testing.T) {
+	for _, c := range []workflows.Capability{workflows.CapabilityNone, workflows.CapabilityInquiry, workflows.CapabilityIdempotent} {
+		for _, fail := range []string{"read", "record"} {
+			if fail == "record" && c == workflows.CapabilityIdempotent {
+				continue // an idempotent bank's sends are not recorded
+			}
+			t.Run(string(c)+", "+fail, func(t *testing.T) {
+				st := &failingStore{read: fail == "read", record: fail == "record"}
+				b, rb := &bank{}, &refundBank{}
+				a := &activities.Activities{Store: st, Provider: b}
+				_, err := a.Charge(context.Background(), workflows.ChargeInput{
+					OperationID: payment.NewID(), AccountID: payer, AmountMinor: 100, Currency: "TRY", Capability: c, Send: 1,
+				})
+				requireNotSent(t, err)
+				a.Provider = rb
+				_, err = a.SendRefund(context.Background(), workflows.SendRefundInput{
+					OperationID: payment.NewID(), PaymentID: refunded, AmountMinor: 3000, Currency: "TRY", Capability: c, Send: 1,
+				})
+				requireNotSent(t, err)
+				require.Zero(t, b.sends+rb.sends, "nothing reached the bank")
+			})
+		}
+	}
+}
+
+func requireNotSent(t *testing.T, err error) {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "%v", err)
+	require.Equal(t, workflows.ErrTypeNotSent, appErr.Type())
+	require.False(t, appErr.NonRetryable(), "an idempotent send is retried within its budget")
+	require.ErrorIs(t, err, errDown)
+}

@@ -73,6 +73,9 @@ const (
 	ErrTypeNotFound          = "ChargeNotFound"     // an inquiry found no charge
 	ErrTypeInconsistent      = "InconsistentState"  // the database contradicts the step; a person must look
 	ErrTypeInquiryNotAllowed = "InquiryUnsupported" // the provider has no status inquiry
+	// ErrTypeNotSent: a send failed before it went out (the database could not be read, or its
+	// send record not written): nothing reached the bank.
+	ErrTypeNotSent = "NotSent"
 	// ErrTypeAlreadyDecided: a run's first step found its operation decided by another run; its
 	// details are the operation's status.
 	ErrTypeAlreadyDecided = "AlreadyDecided"
@@ -289,7 +292,8 @@ type Step struct {
 // Revision 8: a local step's retries wait up to a minute, each on a server timer once longer
 // than a workflow task's timeout (a database outage no longer keeps every run's task open).
 // Revision 9: a manual payment waits for capture_before by the database's clock, which stamped
-// it (the time left as the authorization was recorded), not by the Temporal Server's.
+// it (the time left as the authorization was recorded), not by the Temporal Server's; and a
+// send that failed before it went out (NotSent: the database down) is made again, not parked.
 const CurrentRevision = 9
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.

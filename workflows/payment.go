@@ -399,7 +399,7 @@ func (w *opRun) execProvider(ctx workflow.Context, in PaymentInput, name string,
 // charge asks the provider with the strategy its capability allows.
 func (w *opRun) charge(ctx workflow.Context) (ChargeResult, error) {
 	var res ChargeResult
-	err := w.execProvider(ctx, w.in, w.op.send, w.op.sendArg(1, Resend{})).Get(ctx, &res)
+	err := w.send(ctx, 1, Resend{}, &res)
 	if w.in.Capability != CapabilityInquiry || err == nil || !isAmbiguous(err) {
 		return res, err
 	}
@@ -415,9 +415,27 @@ func (w *opRun) charge(ctx workflow.Context) (ChargeResult, error) {
 			return res, err
 		}
 		re := Resend{PreviousEnded: ended, Waited: w.bookingWindow(), Since: workflow.Now(ctx).Sub(ended)}
-		err = w.execProvider(ctx, w.in, w.op.send, w.op.sendArg(sends+1, re)).Get(ctx, &res)
+		err = w.send(ctx, sends+1, re, &res)
 		if err == nil || !isAmbiguous(err) {
 			return res, err
+		}
+	}
+}
+
+// send makes send number n. From Revision 9 a send that failed before it went out (NotSent: the
+// database could not be read or the send not recorded) is made again after a pause, growing to a
+// minute, for as long as that lasts: nothing reached the bank, so nothing is in doubt, where
+// before it was parked unknown as any failed send. Its record guards the next try: one that did
+// commit makes the try a repeat, which the capability's rules answer.
+func (w *opRun) send(ctx workflow.Context, n int, re Resend, res *ChargeResult) error {
+	for wait := time.Second; ; wait = min(2*wait, time.Minute) {
+		err := w.execProvider(ctx, w.in, w.op.send, w.op.sendArg(n, re)).Get(ctx, res)
+		if w.in.Revision < 9 || !hasType(err, ErrTypeNotSent) {
+			return err
+		}
+		workflow.GetLogger(ctx).Warn(w.op.noun+" not sent: the database failed before it went out; sending again", "error", err, "in", wait)
+		if serr := workflow.Sleep(ctx, wait); serr != nil {
+			return err
 		}
 	}
 }

@@ -1082,3 +1082,40 @@ func TestLocalStepRetryWaitsPastATaskFromRevision8(t *testing.T) {
 		})
 	}
 }
+
+// A send that failed before it went out (the database unreadable, its send record not written:
+// the activity says NotSent) moved nothing at the bank. From Revision 9 it is made again after a
+// pause, even with a bank that allows no re-send, and the payment ends as the bank answers;
+// runs of earlier Revisions park it unknown as any failed send.
+func TestSendThatNeverWentOutIsMadeAgainFromRevision9(t *testing.T) {
+	notSent := temporal.NewApplicationError("connection refused", workflows.ErrTypeNotSent)
+	for _, tc := range []struct {
+		rev        int
+		capability workflows.Capability
+		want       string
+		charges    int
+	}{
+		{8, workflows.CapabilityNone, statusUnknown, 1},
+		{9, workflows.CapabilityNone, statusSucceeded, 4},
+		{9, workflows.CapabilityInquiry, statusSucceeded, 4},
+	} {
+		t.Run(fmt.Sprintf("revision %d, %s", tc.rev, tc.capability), func(t *testing.T) {
+			h := newHarness(t)
+			h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, notSent).Times(3)
+			h.on(workflows.ActivityCharge).Return(charged("ch_ok"), nil).Maybe()
+			in := paymentInput(tc.capability)
+			in.LocalSteps, in.Revision = true, tc.rev
+			if tc.want == statusUnknown {
+				h.signalAt(time.Hour, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+			}
+			res := h.run(in)
+			require.Equal(t, tc.charges, h.calls(workflows.ActivityCharge))
+			if tc.want == statusUnknown {
+				require.Equal(t, 1, h.calls(workflows.ActivityMarkUnknown), "parked unknown")
+				return
+			}
+			require.Equal(t, tc.want, res.Status)
+			require.Zero(t, h.calls(workflows.ActivityMarkUnknown), "never unknown")
+		})
+	}
+}
