@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kasa-pay/kasa/store"
 )
@@ -267,9 +269,15 @@ func (s *WebhookSender) backoff(attempt int) time.Duration {
 	return half + rand.N(half+1)
 }
 
+// truncate keeps at most n bytes of s, cut at a rune's start and with invalid bytes replaced:
+// the attempt's record is text, which PostgreSQL refuses when it is not valid UTF-8.
 func truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "?")
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }

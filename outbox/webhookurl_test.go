@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/dns/dnsmessage"
@@ -342,5 +343,31 @@ func TestOwnHostsTakeAnIPv4MappedNetwork(t *testing.T) {
 	for address, refused := range map[string]bool{"93.184.215.14:443": true, "[::ffff:93.184.215.14]:443": true, "93.184.216.1:443": false} {
 		err := Policy{Own: own}.dialControl("tcp", address, nil)
 		require.Equal(t, refused, err != nil, "%s: %v", address, err)
+	}
+}
+
+// An attempt's error is kept to 500 bytes and must stay valid UTF-8: PostgreSQL refuses a text
+// value that is not, and an attempt whose record fails is sent again and again.
+func TestTruncateKeepsErrorsValidUTF8(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   string
+		n    int
+	}{
+		{"short", "connection refused", 500},
+		{"ascii cut", strings.Repeat("a", 600), 500},
+		{"cut inside a rune", strings.Repeat("ş", 300), 501},
+		{"cut inside a 4-byte rune", "x" + strings.Repeat("😀", 200), 500},
+		{"invalid bytes in a host name", "dial tcp: lookup \xff\xfe.example: no such host", 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := truncate(tc.in, tc.n)
+			require.LessOrEqual(t, len(got), tc.n)
+			require.True(t, utf8.ValidString(got), "%q", got)
+			if utf8.ValidString(tc.in) {
+				require.True(t, strings.HasPrefix(tc.in, got), "a prefix of the error")
+				require.Greater(t, len(got), min(len(tc.in), tc.n)-4, "cut no more than a rune short")
+			}
+		})
 	}
 }
