@@ -207,9 +207,15 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) err
 				merchants = max(1, len(queues))
 			}
 			ok, failed := d.start(ctx, queues)
-			for _, p := range ok {
-				if running[p.ID] == nil { // claimed again after its lease: its start was a no-op
-					running[p.ID] = &slot{p: p, check: time.Now().Add(d.Lease)}
+			for _, r := range ok {
+				if running[r.p.ID] != nil { // claimed again after its lease: its start was a no-op
+					continue
+				}
+				running[r.p.ID] = &slot{p: r.p, check: time.Now().Add(d.Lease)}
+				// Only a run the start made drains the backlog: one the last leader started, and
+				// claimed again here once its lease ran out before its first step, holds a slot
+				// (and is moved, should it wait where no worker polls) but is no start of ours.
+				if r.created {
 					starts = append(starts, time.Now())
 					d.started.Inc()
 				}
@@ -241,7 +247,7 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) err
 // goes on: one payment never holds its merchant up. A started one is not marked so: its
 // workflow's first step takes it off the queue, and should the lease run out before, the next
 // claim's start finds the run and starts nothing.
-func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (started []payment.Payment, failed bool) {
+func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (started []startedRun, failed bool) {
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -253,7 +259,8 @@ func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (starte
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			for i, p := range queue {
-				if _, err := d.Starter.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p)); err != nil {
+				created, err := d.startPayment(ctx, p)
+				if err != nil {
 					if ctx.Err() == nil {
 						d.Logger.Warn("backlog drainer: start", "operation_id", p.ID, "error", err)
 					}
@@ -268,13 +275,36 @@ func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (starte
 					return
 				}
 				mu.Lock()
-				started = append(started, p)
+				started = append(started, startedRun{p: p, created: created})
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	return started, failed
+}
+
+// startedRun is a payment whose start succeeded, and whether that start made its run.
+type startedRun struct {
+	p       payment.Payment
+	created bool
+}
+
+// creator is a starter that says whether a start made the run, or found it already there
+// (workflows.Starter does).
+type creator interface {
+	StartPaymentRun(ctx context.Context, key string, in workflows.PaymentInput) (runID string, created bool, err error)
+}
+
+// startPayment starts p's run and says whether it made it; a starter that cannot say is taken
+// to have made it.
+func (d *Drainer) startPayment(ctx context.Context, p payment.Payment) (bool, error) {
+	if c, ok := d.Starter.(creator); ok {
+		_, created, err := c.StartPaymentRun(ctx, p.IdempotencyKey, workflows.InputFor(p))
+		return created, err
+	}
+	_, err := d.Starter.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p))
+	return true, err
 }
 
 // mover is a starter that can start a payment's run again on its own task queue when the run

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -257,5 +258,87 @@ func TestAPaymentMovedAsALateWorkerTakesItMovesMoneyOnce(t *testing.T) {
 			}
 			requireVerified(t)
 		})
+	}
+}
+
+// After a change of drainer leader, the new leader claims again the payments the old one
+// started whose first step has not run within their lease (the workers are slow to take them):
+// its start finds each run and starts nothing. kasa_backlog_started_total and the drain rate the
+// APIs bound new payments by (KASA_BACKLOG_MAX_WAIT) count only the runs a start made: counted
+// again, the rate would read higher than the backlog drains, and admit more than it can start
+// within the clients' patience.
+func TestANewDrainLeaderCountsOnlyTheRunsItStarted(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	mid := mustUUID(t, m.ID)
+	acct := s.newAccount(m, "TRY", "100.00")
+	// The workers' queue, where they take nothing yet: the runs wait for their first step.
+	slow := staleStarter{workflows.Starter{Client: tc, TaskQueue: "slow-" + uuid.NewString()}}
+	quiet := slog.New(slog.DiscardHandler)
+
+	var ps []payment.Payment
+	for i := range 3 {
+		key := fmt.Sprintf("slow-%d", i)
+		req, err := payment.ParseRequest([]byte(payBody("inv-"+key, "10.00", "TRY", acct)))
+		require.NoError(t, err)
+		_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mid, Key: key, Request: req,
+			OperationID: payment.NewID(), Lease: time.Minute, Queue: true})
+		require.NoError(t, err)
+		require.Equal(t, store.BeganNew, began)
+		t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{p.ID}) })
+		ps = append(ps, p)
+	}
+	drain := func(reg *prometheus.Registry) (stop func()) {
+		run, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			(&sweeper.Drainer{Store: db, Starter: slow, MaxRunning: 10, Lease: time.Second, Logger: quiet, Registerer: reg}).Run(run)
+		}()
+		stop = sync.OnceFunc(func() { cancel(); <-done })
+		t.Cleanup(stop)
+		return stop
+	}
+	started := func(reg *prometheus.Registry) float64 {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			if f.GetName() == "kasa_backlog_started_total" {
+				return f.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return -1 // its drainer has not registered it yet
+	}
+
+	first := prometheus.NewRegistry()
+	stopFirst := drain(first)
+	require.Eventually(t, func() bool { return started(first) == 3 }, 10*time.Second, 50*time.Millisecond,
+		"the first leader starts the three")
+	stopFirst() // it lets the lead go
+
+	second := prometheus.NewRegistry()
+	took := time.Now()
+	drain(second)
+	require.Eventually(t, func() bool {
+		for _, p := range ps {
+			rec, err := db.Record(ctx, mid, p.IdempotencyKey)
+			require.NoError(t, err)
+			if !rec.Queued || !rec.LockedUntil.After(took.Add(time.Second)) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 50*time.Millisecond, "the new leader claims the three again once their leases ran out")
+	time.Sleep(2 * time.Second) // their starts returned, and the leader saved its record since
+	require.Zero(t, started(second), "its starts found the runs: none is counted")
+	st, err := db.BacklogState(ctx)
+	require.NoError(t, err)
+	require.False(t, st.Counted, "the leader's own record")
+	require.Zero(t, st.DrainPerSecond, "nothing drains: no run it started")
+	for _, p := range ps {
+		desc, err := tc.DescribeWorkflow(ctx, workflows.PaymentWorkflowID(mid, p.IdempotencyKey), "")
+		require.NoError(t, err)
+		require.EqualValues(t, 2, desc.RawResponse.GetWorkflowExecutionInfo().GetHistoryLength(), "the first leader's run, untaken")
 	}
 }

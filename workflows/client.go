@@ -42,11 +42,18 @@ func (s Starter) queue() string {
 // block it: see start.
 // It returns the run's id.
 func (s Starter) StartPayment(ctx context.Context, key string, in PaymentInput) (string, error) {
-	runID, err := s.start(ctx, s.paymentOptions(key, in), WorkflowPayment, in, in.OperationID)
+	runID, _, err := s.StartPaymentRun(ctx, key, in)
+	return runID, err
+}
+
+// StartPaymentRun is StartPayment, and also says whether this call started the run: false when
+// the operation's run held the id already (a repeated start, which starts nothing).
+func (s Starter) StartPaymentRun(ctx context.Context, key string, in PaymentInput) (runID string, created bool, err error) {
+	runID, created, err = s.start(ctx, s.paymentOptions(key, in), WorkflowPayment, in, in.OperationID)
 	if err != nil {
-		return "", fmt.Errorf("start payment workflow: %w", err)
+		return "", false, fmt.Errorf("start payment workflow: %w", err)
 	}
-	return runID, nil
+	return runID, created, nil
 }
 
 // paymentOptions are the options every run of the payment starts with.
@@ -69,14 +76,15 @@ func (s Starter) paymentOptions(key string, in PaymentInput) client.StartWorkflo
 	}
 }
 
-// start starts the workflow. When a run holds the id, it reads that run's operation id from its
-// input: its own operation's run is returned (running or closed), so a late retry (the
+// start starts the workflow, and says whether it started the run. When a run holds the id, it
+// reads that run's operation id from its input: its own operation's run is returned (running or
+// closed, not started here), so a late retry (the
 // sweeper's, say) never runs an operation twice, as USE_EXISTING would. Another operation's run
 // is the expired key's earlier payment or refund: the new operation's run is started beside it
 // (ALLOW_DUPLICATE) once it has closed, waiting for it while ctx allows; a second starter that
 // waited too finds the first one's run then. The database record is what decides that an
 // expired key is a new request: Temporal's own retention of closed runs has no say.
-func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, workflow string, in any, op uuid.UUID) (string, error) {
+func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, workflow string, in any, op uuid.UUID) (string, bool, error) {
 	// Without it the SDK answers a refused start with a handle on the existing run. FAIL instead
 	// of USE_EXISTING: a running run of another operation must never be handed back as this one's.
 	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
@@ -86,19 +94,19 @@ func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, wo
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
 		if !errors.As(err, &started) {
 			if err != nil {
-				return "", err
+				return "", false, err
 			}
-			return run.GetRunID(), nil
+			return run.GetRunID(), true, nil
 		}
 		runOp, runID, herr := s.runOperation(ctx, opts.ID)
 		if herr != nil {
-			return "", fmt.Errorf("%w (and its run cannot be read: %v)", err, herr)
+			return "", false, fmt.Errorf("%w (and its run cannot be read: %v)", err, herr)
 		}
 		if runOp == op {
-			return runID, nil
+			return runID, false, nil
 		}
 		if waited {
-			return "", err
+			return "", false, err
 		}
 		// Open: wait a while for the earlier operation's run to close (its result does not
 		// matter here); a caller that cannot wait longer is told, and the sweeper starts the
@@ -107,7 +115,7 @@ func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, wo
 		werr := s.Client.GetWorkflow(wctx, opts.ID, runID).Get(wctx, nil)
 		if wctx.Err() != nil {
 			cancel()
-			return "", fmt.Errorf("%w (%v): %w", ErrEarlierRunOpen, werr, wctx.Err())
+			return "", false, fmt.Errorf("%w (%v): %w", ErrEarlierRunOpen, werr, wctx.Err())
 		}
 		cancel()
 		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
@@ -180,7 +188,7 @@ func (s Starter) StartRefund(ctx context.Context, key string, in RefundInput) (s
 		),
 		StaticSummary: summary, StaticDetails: details,
 	}
-	runID, err := s.start(ctx, opts, WorkflowRefund, in, in.OperationID)
+	runID, _, err := s.start(ctx, opts, WorkflowRefund, in, in.OperationID)
 	if err != nil {
 		return "", fmt.Errorf("start refund workflow: %w", err)
 	}

@@ -117,3 +117,37 @@ func TestConcurrentStartsAfterAnEarlierOperationsRunFindOneRun(t *testing.T) {
 	require.Equal(t, a.run, b.run, "one run of the later operation")
 	require.NotEqual(t, earlierRun, a.run)
 }
+
+// A start says whether it made the run: the drainer counts only those in its drain rate. A
+// repeated start of the operation finds its run (open or closed) and made nothing; the key's new
+// operation, once the earlier one's run closed, gets a run of its own.
+func TestStartPaymentRunSaysWhetherItMadeTheRun(t *testing.T) {
+	ctx := context.Background()
+	c := devTemporal(t)
+	starter := workflows.Starter{Client: c, TaskQueue: "created-" + uuid.NewString()} // no worker: runs stay open
+	merchant := uuid.New()
+	earlier := workflows.InputFor(payment.Payment{ID: payment.NewID(), MerchantID: merchant, AmountMinor: 1_000, Currency: "TRY"})
+	later := workflows.InputFor(payment.Payment{ID: payment.NewID(), MerchantID: merchant, AmountMinor: 2_000, Currency: "TRY"})
+
+	first, created, err := starter.StartPaymentRun(ctx, "k", earlier)
+	require.NoError(t, err)
+	require.True(t, created, "the first start")
+	again, created, err := starter.StartPaymentRun(ctx, "k", earlier)
+	require.NoError(t, err)
+	require.False(t, created, "a repeated start, the run open")
+	require.Equal(t, first, again)
+	require.NoError(t, c.TerminateWorkflow(ctx, workflows.PaymentWorkflowID(merchant, "k"), first, "test: the earlier operation ends"))
+	again, created, err = starter.StartPaymentRun(ctx, "k", earlier)
+	require.NoError(t, err)
+	require.False(t, created, "a repeated start, the run closed")
+	require.Equal(t, first, again)
+
+	run, created, err := starter.StartPaymentRun(ctx, "k", later)
+	require.NoError(t, err)
+	require.True(t, created, "the key's new operation")
+	require.NotEqual(t, first, run)
+	again, created, err = starter.StartPaymentRun(ctx, "k", later)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, run, again)
+}
