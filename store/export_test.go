@@ -123,3 +123,6 @@ func SetLeadIdle(d time.Duration) (restore func()) {
 	leadIdle = d
 	return func() { leadIdle = old }
 }
+
+// QueryStranded is the sweeper's read of the records it takes over, for plan tests.
+var QueryStranded = dbsqlc.Stranded

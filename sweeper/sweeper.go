@@ -1,6 +1,8 @@
 // Package sweeper completes operations nobody retries: a record committed by an API process that
 // died (or lost Temporal) before starting the workflow is taken over once its lease expires, and
 // its workflow started. The workflow id deduplicates, so a start that did happen is not repeated.
+// A payment's record is left for its run's first step to mark started: until then it is taken
+// over again every lease, and a run that waits where no worker polls is moved (startPayment).
 package sweeper
 
 import (
@@ -139,6 +141,9 @@ func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
 		if err != nil {
 			return false, err
 		}
+		if m, ok := s.Starter.(runMover); ok {
+			return s.startPayment(ctx, m, p)
+		}
 		id = p.ID
 		begin = func() error {
 			_, err := s.Starter.StartPayment(ctx, r.Key, workflows.InputFor(p))
@@ -150,4 +155,50 @@ func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
 		return false, err
 	}
 	return true, s.Store.WorkflowStarted(ctx, id)
+}
+
+// runMover is a starter that says whether a start made the payment's run, can move a run that
+// waits where no worker polls, and reads whether a run has closed (workflows.Starter can).
+type runMover interface {
+	creator
+	mover
+	PaymentRunClosed(ctx context.Context, merchantID uuid.UUID, key string) (bool, error)
+}
+
+// startPayment starts a stranded payment's run, or finds the one its API (or an earlier sweep)
+// started. While that run is open, the record is left for the run's first step to mark started
+// (the reserve does), and the sweeper takes it over again every lease until then: a run started
+// on a task queue the workers were leaving (a poller counts as fresh for two minutes) would
+// wait there for ever, and once no worker polls that queue, the run, never having taken a step,
+// is moved to this sweeper's. A closed run takes no step: its payment is marked started, for the
+// operators' stuck list. true: it started a run, here or by a move.
+func (s *Sweeper) startPayment(ctx context.Context, m runMover, p payment.Payment) (bool, error) {
+	in := workflows.InputFor(p)
+	_, created, err := m.StartPaymentRun(ctx, p.IdempotencyKey, in)
+	switch {
+	case err != nil:
+		_ = s.Store.ExpireLease(context.WithoutCancel(ctx), p.ID)
+		return false, err
+	case created:
+		return true, nil
+	}
+	moved, err := m.MovePayment(ctx, p.IdempotencyKey, in)
+	if err != nil || moved {
+		if moved {
+			s.logger().Warn("sweeper: a payment's run waited on a task queue no worker polls; started it again here", "operation_id", p.ID)
+		}
+		return moved, err
+	}
+	closed, err := m.PaymentRunClosed(ctx, p.MerchantID, p.IdempotencyKey)
+	if err != nil || !closed {
+		return false, err
+	}
+	return false, s.Store.WorkflowStarted(ctx, p.ID)
+}
+
+func (s *Sweeper) logger() *slog.Logger {
+	if s.Logger == nil {
+		return slog.Default()
+	}
+	return s.Logger
 }

@@ -342,3 +342,94 @@ func TestANewDrainLeaderCountsOnlyTheRunsItStarted(t *testing.T) {
 		require.EqualValues(t, 2, desc.RawResponse.GetWorkflowExecutionInfo().GetHistoryLength(), "the first leader's run, untaken")
 	}
 }
+
+// The other two starters strand a run the same way within the two minutes a poller counts as
+// fresh: an API's own start of a new payment (it never marks the record: its lease runs out, and
+// the sweeper finds the run and marks it started), and the sweeper's start of a stranded record
+// it took over. Nothing looks at a started payment again, so it would stay processing for ever:
+// a sweeper whose task queue the workers poll moves its run there, and it moves its money once.
+func TestPaymentsTheAPIOrTheSweeperStartedWhereTheWorkersLeftRunWhereTheyPoll(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	mid := mustUUID(t, m.ID)
+	acct := s.newAccount(m, "TRY", "100.00")
+	left := staleStarter{workflows.Starter{Client: tc, TaskQueue: "left-" + uuid.NewString()}}
+	workers := &sweeper.Sweeper{Store: db, Starter: workflows.Starter{Client: tc, TaskQueue: s.queue},
+		Lease: 200 * time.Millisecond, Merchant: &mid, Logger: slog.New(slog.DiscardHandler)}
+
+	begin := func(t *testing.T, key string) payment.Payment {
+		t.Helper()
+		req, err := payment.ParseRequest([]byte(payBody("inv-"+key, "10.00", "TRY", acct)))
+		require.NoError(t, err)
+		_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mid, Key: key, Request: req,
+			OperationID: payment.NewID(), Lease: 10 * time.Millisecond})
+		require.NoError(t, err)
+		require.Equal(t, store.BeganNew, began)
+		time.Sleep(20 * time.Millisecond) // the lease ran out
+		return p
+	}
+
+	for _, c := range []struct {
+		name  string
+		start func(t *testing.T, p payment.Payment)
+	}{
+		{"api", func(t *testing.T, p payment.Payment) {
+			_, err := left.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p))
+			require.NoError(t, err)
+		}},
+		{"sweeper", func(t *testing.T, p payment.Payment) {
+			n, err := (&sweeper.Sweeper{Store: db, Starter: left, Merchant: &mid}).Sweep(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key := "stale-" + c.name
+			p := begin(t, key)
+			c.start(t, p)
+			desc, err := tc.DescribeWorkflow(ctx, workflows.PaymentWorkflowID(mid, key), "")
+			require.NoError(t, err)
+			require.Equal(t, left.TaskQueue, desc.RawResponse.GetWorkflowExecutionInfo().GetTaskQueue())
+
+			require.Eventually(t, func() bool {
+				_, err := workers.Sweep(ctx)
+				require.NoError(t, err)
+				got, err := db.Payment(ctx, p.ID)
+				require.NoError(t, err)
+				return got.Status == payment.StatusSucceeded
+			}, 20*time.Second, 200*time.Millisecond, "payment %s never ran", key)
+			rec, err := db.Record(ctx, mid, key)
+			require.NoError(t, err)
+			require.True(t, rec.WorkflowStarted)
+			require.Equal(t, 1, s.simCount(p.ID.String()), "charged once")
+		})
+	}
+
+	// A run that closed before its first step (an operator terminated it) takes no step
+	// wherever it is: it is not replaced, and its payment is marked started, left processing
+	// for the operators' stuck list rather than taken over again every lease.
+	t.Run("closed", func(t *testing.T) {
+		p := begin(t, "stale-closed")
+		_, err := left.StartPayment(ctx, p.IdempotencyKey, workflows.InputFor(p))
+		require.NoError(t, err)
+		id := workflows.PaymentWorkflowID(mid, p.IdempotencyKey)
+		require.NoError(t, tc.TerminateWorkflow(ctx, id, "", "test: an operator's terminate"))
+		n, err := workers.Sweep(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n, "nothing started")
+		rec, err := db.Record(ctx, mid, p.IdempotencyKey)
+		require.NoError(t, err)
+		require.True(t, rec.WorkflowStarted)
+		desc, err := tc.DescribeWorkflow(ctx, id, "")
+		require.NoError(t, err)
+		require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, desc.RawResponse.GetWorkflowExecutionInfo().GetStatus(), "the run stays the terminated one")
+		got, err := db.Payment(ctx, p.ID)
+		require.NoError(t, err)
+		require.Equal(t, payment.StatusProcessing, got.Status)
+		require.Zero(t, s.simCount(p.ID.String()))
+	})
+	require.Equal(t, "80.00", s.account(m, acct)["balance"])
+	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
+	requireVerified(t)
+}
