@@ -5,6 +5,17 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// The starter production passes the sweeper and the drainer can do what they look for: say
+// whether a start made the run, move a stranded run, and read whether a run closed. Should a
+// signature drift, they would quietly do without.
+var (
+	_ runMover = workflows.Starter{}
+	_ creator  = workflows.Starter{}
+	_ mover    = workflows.Starter{}
 )
 
 func TestDrainRate(t *testing.T) {
