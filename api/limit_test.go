@@ -204,73 +204,55 @@ func TestInFlightCap(t *testing.T) {
 }
 
 // TestMerchantShareOfInFlight: one merchant holds at most its share of MaxInFlight; past it its
-// requests are answered 503 while another merchant's are still served.
+// requests are answered 503 while another merchant's are still served. A share below 1 never
+// gives one merchant every slot: a merchant holding both of two, at 0.9, would leave another
+// refused while it alone is busy.
 func TestMerchantShareOfInFlight(t *testing.T) {
 	t.Parallel()
-	s, st, wf := newTestServer(t, func(o *Options) {
-		o.SyncWait = 2 * time.Second
-		o.Limits = Limits{MaxInFlight: 4, MerchantShare: 0.25} // one request per merchant
-	})
-	wf.outcome = "" // the payment stays processing: its request waits SyncWait
-	h := s.Handler()
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, request{body: payBody}.build())
-		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
-	})
-	require.Eventually(t, func() bool {
-		wf.mu.Lock()
-		defer wf.mu.Unlock()
-		return wf.starts == 1
-	}, 2*time.Second, 5*time.Millisecond)
+	for _, tc := range []struct {
+		name     string
+		inFlight int
+		share    float64
+	}{
+		{"one request per merchant", 4, 0.25},
+		{"a share below 1 leaves room", 2, 0.9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, st, wf := newTestServer(t, func(o *Options) {
+				o.SyncWait = 2 * time.Second
+				o.Limits = Limits{MaxInFlight: tc.inFlight, MerchantShare: tc.share}
+			})
+			wf.outcome = "" // the payment stays processing: its request waits SyncWait
+			h := s.Handler()
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, request{body: payBody}.build())
+				require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
+			})
+			require.Eventually(t, func() bool {
+				wf.mu.Lock()
+				defer wf.mu.Unlock()
+				return wf.starts == 1
+			}, 2*time.Second, 5*time.Millisecond)
 
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, request{method: "GET", path: "/v1/accounts/" + accountA.String()}.build())
-	require.Equal(t, http.StatusServiceUnavailable, rec.Code, "merchant A is at its share: %s", rec.Body.String())
-	st.mu.Lock()
-	require.Zero(t, st.calls["Account"], "the rejected request did no work")
-	st.mu.Unlock()
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, request{method: "GET", path: "/v1/accounts/" + accountA.String()}.build())
+			require.Equal(t, http.StatusServiceUnavailable, rec.Code, "merchant A is at its share: %s", rec.Body.String())
+			st.mu.Lock()
+			require.Zero(t, st.calls["Account"], "the rejected request did no work")
+			st.mu.Unlock()
 
-	rec = httptest.NewRecorder()
-	h.ServeHTTP(rec, request{method: "GET", path: "/v1/accounts/" + accountB.String(), header: map[string]string{"Authorization": "Bearer sk_b"}}.build())
-	require.Equal(t, http.StatusOK, rec.Code, "merchant B is served meanwhile: %s", rec.Body.String())
-	wg.Wait()
-	rec = httptest.NewRecorder()
-	h.ServeHTTP(rec, request{method: "GET", path: "/v1/accounts/" + accountA.String()}.build())
-	require.Equal(t, http.StatusOK, rec.Code, "merchant A's slot is free again")
-}
-
-// TestMerchantShareLeavesRoomInFlight: a share below 1 never gives one merchant every slot. With
-// two in flight and a share of 0.9, a merchant holding both would leave another merchant
-// refused while it alone is busy.
-func TestMerchantShareLeavesRoomInFlight(t *testing.T) {
-	t.Parallel()
-	s, _, wf := newTestServer(t, func(o *Options) {
-		o.SyncWait = 2 * time.Second
-		o.Limits = Limits{MaxInFlight: 2, MerchantShare: 0.9}
-	})
-	wf.outcome = "" // the payment stays processing: its request waits SyncWait
-	h := s.Handler()
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, request{body: payBody}.build())
-		require.Equal(t, http.StatusAccepted, rec.Code, rec.Body.String())
-	})
-	require.Eventually(t, func() bool {
-		wf.mu.Lock()
-		defer wf.mu.Unlock()
-		return wf.starts == 1
-	}, 2*time.Second, 5*time.Millisecond)
-
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, request{method: "GET", path: "/v1/accounts/" + accountA.String()}.build())
-	require.Equal(t, http.StatusServiceUnavailable, rec.Code, "merchant A is at its share: %s", rec.Body.String())
-	rec = httptest.NewRecorder()
-	h.ServeHTTP(rec, request{method: "GET", path: "/v1/accounts/" + accountB.String(), header: map[string]string{"Authorization": "Bearer sk_b"}}.build())
-	require.Equal(t, http.StatusOK, rec.Code, "merchant B is served meanwhile: %s", rec.Body.String())
-	wg.Wait()
+			rec = httptest.NewRecorder()
+			h.ServeHTTP(rec, request{method: "GET", path: "/v1/accounts/" + accountB.String(), header: map[string]string{"Authorization": "Bearer sk_b"}}.build())
+			require.Equal(t, http.StatusOK, rec.Code, "merchant B is served meanwhile: %s", rec.Body.String())
+			wg.Wait()
+			rec = httptest.NewRecorder()
+			h.ServeHTTP(rec, request{method: "GET", path: "/v1/accounts/" + accountA.String()}.build())
+			require.Equal(t, http.StatusOK, rec.Code, "merchant A's slot is free again")
+		})
+	}
 }
 
 // TestRateLimitPerClientAddress: past its burst an address is answered 429 rate_limited with
