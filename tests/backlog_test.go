@@ -201,13 +201,7 @@ func TestBacklogMaxWaitRefusesWhileTheDrainStalls(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, "nothing queued, no drainer: %s", r.Body)
 
 	// A payment queued where no drainer runs: the drain has stalled.
-	req, err := payment.ParseRequest([]byte(payBody("inv-stalled", "1.00", "TRY", payer)))
-	require.NoError(t, err)
-	_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mustUUID(t, m.ID), Key: "stalled", Request: req,
-		OperationID: payment.NewID(), Lease: time.Minute, Queue: true})
-	require.NoError(t, err)
-	require.Equal(t, store.BeganNew, began)
-	t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{p.ID}) })
+	beginPayment(t, m, payer, "stalled", "1.00", time.Minute, true)
 
 	r = s.pay(m, "behind-young", payBody("inv-behind-young", "1.00", "TRY", payer))
 	require.Equal(t, http.StatusAccepted, r.Status, "the oldest has not waited that long yet: %s", r.Body)

@@ -14,7 +14,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/kasa-pay/kasa/payment"
-	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/sweeper"
 	"github.com/kasa-pay/kasa/tools/devenv"
 	"github.com/kasa-pay/kasa/tools/testkit"
@@ -384,13 +383,8 @@ func TestSweeperStartsStrandedPayments(t *testing.T) {
 	s := newStack(t, workflows.CapabilityIdempotent)
 	m := s.newMerchant()
 	acct := s.newAccount(m, "TRY", "100.00")
-	req, err := payment.ParseRequest([]byte(payBody("inv-s", "25.00", "TRY", acct)))
-	require.NoError(t, err)
 	// What the API commits before it would start the workflow; then it "dies".
-	_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mustUUID(t, m.ID), Key: "stranded", Request: req,
-		OperationID: payment.NewID(), Lease: 10 * time.Millisecond})
-	require.NoError(t, err)
-	require.Equal(t, store.BeganNew, began)
+	p := beginPayment(t, m, acct, "stranded", "25.00", 10*time.Millisecond, false)
 	time.Sleep(50 * time.Millisecond)
 
 	mid := mustUUID(t, m.ID) // the shared database holds other tests' stranded keys
@@ -406,7 +400,7 @@ func TestSweeperStartsStrandedPayments(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "a started operation is not started again")
 	require.Equal(t, 1, s.simCount(p.ID.String()))
-	replay := s.pay(m, "stranded", payBody("inv-s", "25.00", "TRY", acct))
+	replay := s.pay(m, "stranded", payBody("inv-stranded", "25.00", "TRY", acct))
 	require.Equal(t, http.StatusCreated, replay.Status)
 	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
 	require.Equal(t, "75.00", s.account(m, acct)["balance"])

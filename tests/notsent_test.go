@@ -13,7 +13,6 @@ import (
 	"github.com/kasa-pay/kasa/activities"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/provider"
-	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/worker"
 	"github.com/kasa-pay/kasa/workflows"
 )
@@ -40,7 +39,6 @@ func TestDatabaseDownBeforeTheSendIsNotUnknown(t *testing.T) {
 			ctx := context.Background()
 			s := newStack(t, capability)
 			m := s.newMerchant()
-			mid := mustUUID(t, m.ID)
 			acct := s.newAccount(m, "TRY", "100.00")
 			own := workflows.Starter{Client: tc, TaskQueue: "down-" + uuid.NewString()}
 			down := &downBeforeSend{Store: db}
@@ -50,13 +48,8 @@ func TestDatabaseDownBeforeTheSendIsNotUnknown(t *testing.T) {
 			require.NoError(t, w.Start())
 			t.Cleanup(w.Stop)
 
-			req, err := payment.ParseRequest([]byte(payBody("inv-down", "10.00", "TRY", acct)))
-			require.NoError(t, err)
-			_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mid, Key: "down", Request: req,
-				OperationID: payment.NewID(), Lease: time.Minute})
-			require.NoError(t, err)
-			require.Equal(t, store.BeganNew, began)
-			_, err = own.StartPayment(ctx, "down", workflows.InputFor(p))
+			p := beginPayment(t, m, acct, "down", "10.00", time.Minute, false)
+			_, err := own.StartPayment(ctx, "down", workflows.InputFor(p))
 			require.NoError(t, err)
 
 			var got payment.Payment

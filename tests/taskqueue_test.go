@@ -40,15 +40,7 @@ func TestPaymentsAnotherAPIAcceptedStartOnlyWhereAWorkerPolls(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 
 	begin := func(t *testing.T, key string, queued bool) payment.Payment {
-		t.Helper()
-		req, err := payment.ParseRequest([]byte(payBody("inv-"+key, "10.00", "TRY", acct)))
-		require.NoError(t, err)
-		_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mid, Key: key, Request: req,
-			OperationID: payment.NewID(), Lease: 10 * time.Millisecond, Queue: queued})
-		require.NoError(t, err)
-		require.Equal(t, store.BeganNew, began)
-		t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{p.ID}) })
-		return p
+		return beginPayment(t, m, acct, key, "10.00", 10*time.Millisecond, queued)
 	}
 	succeeds := func(t *testing.T, p payment.Payment, by string) {
 		t.Helper()
@@ -117,15 +109,7 @@ func TestPaymentsStartedWhereTheWorkersLeftRunWhereTheyPoll(t *testing.T) {
 
 	var ps []payment.Payment
 	for i := range 3 {
-		key := fmt.Sprintf("left-%d", i)
-		req, err := payment.ParseRequest([]byte(payBody("inv-"+key, "10.00", "TRY", acct)))
-		require.NoError(t, err)
-		_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mid, Key: key, Request: req,
-			OperationID: payment.NewID(), Lease: time.Minute, Queue: true})
-		require.NoError(t, err)
-		require.Equal(t, store.BeganNew, began)
-		t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{p.ID}) })
-		ps = append(ps, p)
+		ps = append(ps, beginPayment(t, m, acct, fmt.Sprintf("left-%d", i), "10.00", time.Minute, true))
 	}
 	drain := func(st sweeper.RunStarter) (stop func()) {
 		run, cancel := context.WithCancel(ctx)
@@ -199,15 +183,9 @@ func TestAPaymentMovedAsALateWorkerTakesItMovesMoneyOnce(t *testing.T) {
 			acct := s.newAccount(m, "TRY", "100.00")
 			late := workflows.Starter{Client: tc, TaskQueue: "late-" + uuid.NewString()}
 
-			req, err := payment.ParseRequest([]byte(payBody("inv-late", "10.00", "TRY", acct)))
-			require.NoError(t, err)
-			_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mid, Key: "late", Request: req,
-				OperationID: payment.NewID(), Lease: time.Minute, Queue: true})
-			require.NoError(t, err)
-			require.Equal(t, store.BeganNew, began)
-			t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{p.ID}) })
+			p := beginPayment(t, m, acct, "late", "10.00", time.Minute, true)
 			in := workflows.InputFor(p)
-			_, err = late.StartPayment(ctx, "late", in)
+			_, err := late.StartPayment(ctx, "late", in)
 			require.NoError(t, err)
 
 			held := &heldReserve{Store: db, entered: make(chan struct{}), release: make(chan struct{}), done: make(chan error, 1)}
@@ -279,15 +257,7 @@ func TestANewDrainLeaderCountsOnlyTheRunsItStarted(t *testing.T) {
 
 	var ps []payment.Payment
 	for i := range 3 {
-		key := fmt.Sprintf("slow-%d", i)
-		req, err := payment.ParseRequest([]byte(payBody("inv-"+key, "10.00", "TRY", acct)))
-		require.NoError(t, err)
-		_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mid, Key: key, Request: req,
-			OperationID: payment.NewID(), Lease: time.Minute, Queue: true})
-		require.NoError(t, err)
-		require.Equal(t, store.BeganNew, began)
-		t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{p.ID}) })
-		ps = append(ps, p)
+		ps = append(ps, beginPayment(t, m, acct, fmt.Sprintf("slow-%d", i), "10.00", time.Minute, true))
 	}
 	drain := func(reg *prometheus.Registry) (stop func()) {
 		run, cancel := context.WithCancel(ctx)
@@ -359,13 +329,7 @@ func TestPaymentsTheAPIOrTheSweeperStartedWhereTheWorkersLeftRunWhereTheyPoll(t 
 		Lease: 200 * time.Millisecond, Merchant: &mid, Logger: slog.New(slog.DiscardHandler)}
 
 	begin := func(t *testing.T, key string) payment.Payment {
-		t.Helper()
-		req, err := payment.ParseRequest([]byte(payBody("inv-"+key, "10.00", "TRY", acct)))
-		require.NoError(t, err)
-		_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mid, Key: key, Request: req,
-			OperationID: payment.NewID(), Lease: 10 * time.Millisecond})
-		require.NoError(t, err)
-		require.Equal(t, store.BeganNew, began)
+		p := beginPayment(t, m, acct, key, "10.00", 10*time.Millisecond, false)
 		time.Sleep(20 * time.Millisecond) // the lease ran out
 		return p
 	}
@@ -432,4 +396,21 @@ func TestPaymentsTheAPIOrTheSweeperStartedWhereTheWorkersLeftRunWhereTheyPoll(t 
 	require.Equal(t, "80.00", s.account(m, acct)["balance"])
 	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
 	requireVerified(t)
+}
+
+// beginPayment commits what an API commits for a new payment of amount TRY from acct under key
+// before it starts the workflow (queued for the backlog when queued), its key held for lease, and
+// starts nothing. A queued one is taken off the queue when the test ends.
+func beginPayment(t *testing.T, m merchant, acct, key, amount string, lease time.Duration, queued bool) payment.Payment {
+	t.Helper()
+	req, err := payment.ParseRequest([]byte(payBody("inv-"+key, amount, "TRY", acct)))
+	require.NoError(t, err)
+	_, p, began, err := db.Begin(context.Background(), store.BeginInput{MerchantID: mustUUID(t, m.ID), Key: key, Request: req,
+		OperationID: payment.NewID(), Lease: lease, Queue: queued})
+	require.NoError(t, err)
+	require.Equal(t, store.BeganNew, began)
+	if queued {
+		t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{p.ID}) })
+	}
+	return p
 }
