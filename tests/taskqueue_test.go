@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -395,6 +396,88 @@ func TestPaymentsTheAPIOrTheSweeperStartedWhereTheWorkersLeftRunWhereTheyPoll(t 
 	})
 	require.Equal(t, "80.00", s.account(m, acct)["balance"])
 	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
+	requireVerified(t)
+}
+
+// heldAuthorized is a worker's store whose Authorized step, once recorded, waits until release
+// is closed: its run's first task has taken the manual payment to requires_capture.
+type heldAuthorized struct {
+	activities.Store
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *heldAuthorized) Authorized(ctx context.Context, id uuid.UUID, ref string) (payment.Payment, error) {
+	p, err := h.Store.Authorized(ctx, id, ref)
+	h.once.Do(func() { close(h.entered) })
+	<-h.release
+	return p, err
+}
+
+// The late worker of the race above may run a manual payment's whole first task, reserve,
+// authorization and its record, before the run that replaced its stranded one takes a step: the
+// payment then waits for its capture, its amount held at the bank and on the payer. The run
+// that replaced it is the only one left, so it must wait for that capture (or void the
+// authorization at capture_before), not end as if another run would.
+func TestAManualPaymentALateWorkerAuthorizedAsItWasMovedTakesItsCapture(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	mid := mustUUID(t, m.ID)
+	acct := s.newAccount(m, "TRY", "100.00")
+	late := workflows.Starter{Client: tc, TaskQueue: "late-" + uuid.NewString()}
+
+	req, err := payment.ParseRequest([]byte(manualBody("inv-late-manual", "10.00", acct)))
+	require.NoError(t, err)
+	_, p, began, err := db.Begin(ctx, store.BeginInput{MerchantID: mid, Key: "late-manual", Request: req,
+		OperationID: payment.NewID(), Lease: time.Minute, Queue: true, CaptureWindow: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, store.BeganNew, began)
+	t.Cleanup(func() { _ = db.Unqueue(context.Background(), []uuid.UUID{p.ID}) })
+	in := workflows.InputFor(p)
+	_, err = late.StartPayment(ctx, "late-manual", in)
+	require.NoError(t, err)
+
+	held := &heldAuthorized{Store: db, entered: make(chan struct{}), release: make(chan struct{})}
+	w := worker.New(tc, late.TaskQueue, &activities.Activities{Store: held, Provider: provider.New(s.sim.URL, 5*time.Second),
+		Policy: workflows.ChargePolicy{Capability: workflows.CapabilityIdempotent, Budget: 10 * time.Second}}, nil)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	select {
+	case <-held.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the late worker never recorded the authorization")
+	}
+	// What MovePayment does once it found the run untaken and its queue unpolled.
+	id := workflows.PaymentWorkflowID(mid, "late-manual")
+	moved, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: id, TaskQueue: s.queue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
+	}, workflows.WorkflowPayment, in)
+	require.NoError(t, err)
+	// The moved run's first step finds the authorization recorded by the late run.
+	require.Eventually(t, func() bool {
+		desc, err := tc.DescribeWorkflow(ctx, id, moved.GetRunID())
+		require.NoError(t, err)
+		return desc.RawResponse.GetWorkflowExecutionInfo().GetHistoryLength() > 4
+	}, 30*time.Second, 100*time.Millisecond, "the moved run never took a step")
+	close(held.release)
+	w.Stop() // whatever the late run's task still does, it ends here
+
+	var c response
+	require.Eventually(t, func() bool {
+		c = s.command(m, p.ID.String(), "capture", "cap-late", "")
+		return c.Status != http.StatusConflict || !strings.Contains(string(c.Body), "recorded")
+	}, 30*time.Second, 200*time.Millisecond)
+	require.Equal(t, http.StatusCreated, c.Status, "%s", c.Body)
+	require.Equal(t, "succeeded", c.json(t)["status"])
+	require.Equal(t, 1, s.held(p.ID.String()).Count, "authorized once at the bank")
+	require.Equal(t, int64(1000), s.held(p.ID.String()).CapturedMinor, "the bank captured 10.00 once")
+	require.Equal(t, "90.00", s.account(m, acct)["balance"])
+	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
+	require.NoError(t, moved.Get(ctx, nil), "the moved run took the capture")
 	requireVerified(t)
 }
 

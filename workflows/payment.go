@@ -256,7 +256,7 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 	}
 	err := w.step(ctx, w.op.reserve, in.OperationID)
 	if hasType(err, ErrTypeAlreadyDecided) {
-		if !w.resetOfRecord(ctx, err) {
+		if !w.resetOfRecord(ctx, err) && !w.authorizedBeforeMove(ctx, err) {
 			return w.decided(ctx, err)
 		}
 		err = nil // its steps run again, as after a worker's death: each finds its work done
@@ -787,6 +787,24 @@ func (w *opRun) resetOfRecord(ctx workflow.Context, err error) bool {
 	}
 	info := workflow.GetInfo(ctx)
 	return run != "" && run == info.OriginalRunID && run != info.WorkflowExecution.RunID && !payment.Status(status).Final()
+}
+
+// authorizedBeforeMove says whether err, an AlreadyDecided refusal, found a manual payment's
+// authorization recorded by the run this one replaced (Revision 9): a late worker ran the moved
+// run's first task (Starter.MovePayment) before it was terminated. Nothing else waits for the
+// capture, so this run takes the payment on: its steps find the authorization and its record
+// done, and it waits for the command or voids at capture_before. A reset of that very run
+// (resetOfRecord's case) is no move, and ends as before.
+func (w *opRun) authorizedBeforeMove(ctx workflow.Context, err error) bool {
+	if !w.in.CaptureManual || w.in.Revision < 9 || w.in.Step.Phase != PhaseAuthorize {
+		return false
+	}
+	var appErr *temporal.ApplicationError
+	var status, run string
+	if !errors.As(err, &appErr) || appErr.Details(&status, &run) != nil {
+		return false
+	}
+	return payment.Status(status) == payment.StatusRequiresCapture && run != "" && run != workflow.GetInfo(ctx).OriginalRunID
 }
 
 func (w *opRun) decided(ctx workflow.Context, err error) (PaymentResult, error) {
