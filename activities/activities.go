@@ -259,6 +259,13 @@ func (a *Activities) Release(ctx context.Context, in workflows.ReleaseInput) err
 // MarkUnknown parks the payment for reconciliation.
 func (a *Activities) MarkUnknown(ctx context.Context, operationID uuid.UUID) error {
 	_, err := a.Store.MarkUnknown(ctx, operationID)
+	if errors.Is(err, payment.ErrInconsistent) {
+		// Found final: another run decided the payment while this one sent. The refusal names the
+		// status, with which a run of Revision 9 on ends.
+		if p, perr := a.Store.Payment(ctx, operationID); perr == nil && p.Status.Final() {
+			return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInconsistent, err, string(p.Status))
+		}
+	}
 	return classify(err)
 }
 

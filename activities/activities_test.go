@@ -806,3 +806,40 @@ func requireNotSent(t *testing.T, err error) {
 	require.False(t, appErr.NonRetryable(), "an idempotent send is retried within its budget")
 	require.ErrorIs(t, err, errDown)
 }
+
+// finalRow is a store whose payment another run decided: marking it unknown is refused.
+type finalRow struct {
+	attempts
+}
+
+func (f *finalRow) MarkUnknown(context.Context, uuid.UUID) (payment.Payment, error) {
+	return payment.Payment{}, fmt.Errorf("%w: payment is %s, cannot become unknown", payment.ErrInconsistent, f.row.Status)
+}
+
+// Marking unknown a payment found final says which status it found, for the workflow to end with
+// it (Revision 9 on); one found in no final status is a plain inconsistency, for an operator.
+func TestMarkUnknownOfAFinalPaymentNamesItsStatus(t *testing.T) {
+	for _, tc := range []struct {
+		found payment.Status
+		want  string // the details' status; "" none
+	}{
+		{payment.StatusSucceeded, "succeeded"},
+		{payment.StatusFailed, "failed"},
+		{payment.StatusRequiresCapture, ""},
+	} {
+		t.Run(string(tc.found), func(t *testing.T) {
+			st := &finalRow{attempts{row: payment.Payment{Status: tc.found}}}
+			err := (&activities.Activities{Store: st}).MarkUnknown(context.Background(), payment.NewID())
+			var appErr *temporal.ApplicationError
+			require.True(t, errors.As(err, &appErr), "%v", err)
+			require.Equal(t, workflows.ErrTypeInconsistent, appErr.Type())
+			var status string
+			if tc.want == "" {
+				require.Error(t, appErr.Details(&status), "no status named")
+				return
+			}
+			require.NoError(t, appErr.Details(&status))
+			require.Equal(t, tc.want, status)
+		})
+	}
+}

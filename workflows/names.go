@@ -293,7 +293,10 @@ type Step struct {
 // than a workflow task's timeout (a database outage no longer keeps every run's task open).
 // Revision 9: a manual payment waits for capture_before by the database's clock, which stamped
 // it (the time left as the authorization was recorded), not by the Temporal Server's; and a
-// send that failed before it went out (NotSent: the database down) is made again, not parked.
+// send that failed before it went out (NotSent: the database down) is made again, not parked;
+// a run that finds its payment final as it marks it unknown (another run decided it) ends with
+// that status, and a moved manual payment whose authorization the ended run recorded waits for
+// its capture.
 const CurrentRevision = 9
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.

@@ -330,7 +330,7 @@ func (w *opRun) step(ctx workflow.Context, name string, arg any) error {
 func (w *opRun) stepResult(ctx workflow.Context, name string, arg, res any) error {
 	for {
 		err := w.exec(ctx, name, arg).Get(ctx, res)
-		if err == nil || w.in.Revision < 1 || !hasType(err, ErrTypeInconsistent) {
+		if err == nil || w.in.Revision < 1 || !hasType(err, ErrTypeInconsistent) || w.decidedElsewhere(err) {
 			return err
 		}
 		if err := w.waitOperator(ctx, name, err); err != nil {
@@ -478,6 +478,9 @@ func (w *opRun) inquire(ctx workflow.Context) (ChargeResult, error) {
 // by itself.
 func (w *opRun) parkUnknown(ctx workflow.Context, cause error) (PaymentResult, error) {
 	if err := w.step(ctx, w.op.markUnknown, w.in.OperationID); err != nil {
+		if w.decidedElsewhere(err) {
+			return w.decided(ctx, err)
+		}
 		return PaymentResult{}, err
 	}
 	w.setStatus(ctx, payment.StatusUnknown)
@@ -805,6 +808,17 @@ func (w *opRun) authorizedBeforeMove(ctx workflow.Context, err error) bool {
 		return false
 	}
 	return payment.Status(status) == payment.StatusRequiresCapture && run != "" && run != workflow.GetInfo(ctx).OriginalRunID
+}
+
+// decidedElsewhere says whether err, a step's refusal, found the operation final (its status in
+// the details), Revision 9 on: another run decided it while this one sent (a run moved off a task
+// queue nobody polled, raced by a late worker that ran the first), and moved or released its
+// money. This run then ends with that status rather than wait for an operator.
+func (w *opRun) decidedElsewhere(err error) bool {
+	var appErr *temporal.ApplicationError
+	var status string
+	return w.in.Revision >= 9 && errors.As(err, &appErr) && appErr.Type() == ErrTypeInconsistent &&
+		appErr.Details(&status) == nil && payment.Status(status).Final()
 }
 
 func (w *opRun) decided(ctx workflow.Context, err error) (PaymentResult, error) {

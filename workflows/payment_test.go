@@ -1119,3 +1119,20 @@ func TestSendThatNeverWentOutIsMadeAgainFromRevision9(t *testing.T) {
 		})
 	}
 }
+
+// A run whose payment another run decided while it sent (a run moved off a task queue nobody
+// polled, raced by a late worker that ran the first): its send is a repeat, ambiguous, and
+// marking the payment unknown finds it final. From Revision 9 the run ends with the payment's
+// status, nothing owed, rather than wait for an operator with the payment already final.
+func TestRunEndsWhenAnotherRunDecidedItsPaymentFromRevision9(t *testing.T) {
+	h := newHarness(t)
+	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+	h.on(workflows.ActivityMarkUnknown).Return(temporal.NewNonRetryableApplicationError(
+		"payment is succeeded, cannot become unknown", workflows.ErrTypeInconsistent, nil, statusSucceeded))
+	in := paymentInput(workflows.CapabilityNone)
+	in.LocalSteps, in.Revision = true, 9
+	res := h.run(in)
+	require.Equal(t, statusSucceeded, res.Status)
+	require.Zero(t, h.calls(workflows.ActivityFlagStuck), "no operator is asked for")
+	require.Zero(t, h.calls(workflows.ActivityRelease)+h.calls(workflows.ActivityFinalize), "the other run moved the money")
+}
