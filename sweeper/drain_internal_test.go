@@ -13,9 +13,10 @@ import (
 // whether a start made the run, move a stranded run, and read whether a run closed. Should a
 // signature drift, they would quietly do without.
 var (
-	_ runMover = workflows.Starter{}
-	_ creator  = workflows.Starter{}
-	_ mover    = workflows.Starter{}
+	_ runMover    = workflows.Starter{}
+	_ refundMover = workflows.Starter{}
+	_ creator     = workflows.Starter{}
+	_ mover       = workflows.Starter{}
 )
 
 func TestDrainRate(t *testing.T) {

@@ -128,6 +128,13 @@ func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
 		if err != nil {
 			return false, err
 		}
+		if m, ok := s.Starter.(refundMover); ok {
+			in := workflows.RefundInputFor(rf)
+			return s.startRun(ctx, "refund", rf.ID,
+				func() (bool, error) { _, created, err := m.StartRefundRun(ctx, r.Key, in); return created, err },
+				func() (bool, error) { return m.MoveRefund(ctx, r.Key, in) },
+				func() (bool, error) { return m.RefundRunClosed(ctx, r.MerchantID, r.Key) })
+		}
 		id = rf.ID
 		begin = func() error {
 			_, err := s.Starter.StartRefund(ctx, r.Key, workflows.RefundInputFor(rf))
@@ -142,7 +149,11 @@ func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
 			return false, err
 		}
 		if m, ok := s.Starter.(runMover); ok {
-			return s.startPayment(ctx, m, p)
+			in := workflows.InputFor(p)
+			return s.startRun(ctx, "payment", p.ID,
+				func() (bool, error) { _, created, err := m.StartPaymentRun(ctx, r.Key, in); return created, err },
+				func() (bool, error) { return m.MovePayment(ctx, r.Key, in) },
+				func() (bool, error) { return m.PaymentRunClosed(ctx, r.MerchantID, r.Key) })
 		}
 		id = p.ID
 		begin = func() error {
@@ -158,42 +169,48 @@ func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
 }
 
 // runMover is a starter that says whether a start made the payment's run, can move a run that
-// waits where no worker polls, and reads whether a run has closed (workflows.Starter can).
+// waits where no worker polls, and reads whether a run has closed (workflows.Starter can);
+// refundMover, the same for refunds.
 type runMover interface {
 	creator
 	mover
 	PaymentRunClosed(ctx context.Context, merchantID uuid.UUID, key string) (bool, error)
 }
 
-// startPayment starts a stranded payment's run, or finds the one its API (or an earlier sweep)
-// started. While that run is open, the record is left for the run's first step to mark started
-// (the reserve does), and the sweeper takes it over again every lease until then: a run started
-// on a task queue the workers were leaving (a poller counts as fresh for two minutes) would
-// wait there for ever, and once no worker polls that queue, the run, never having taken a step,
-// is moved to this sweeper's. A closed run takes no step: its payment is marked started, for the
-// operators' stuck list. true: it started a run, here or by a move.
-func (s *Sweeper) startPayment(ctx context.Context, m runMover, p payment.Payment) (bool, error) {
-	in := workflows.InputFor(p)
-	_, created, err := m.StartPaymentRun(ctx, p.IdempotencyKey, in)
+type refundMover interface {
+	StartRefundRun(ctx context.Context, key string, in workflows.RefundInput) (runID string, created bool, err error)
+	MoveRefund(ctx context.Context, key string, in workflows.RefundInput) (bool, error)
+	RefundRunClosed(ctx context.Context, merchantID uuid.UUID, key string) (bool, error)
+}
+
+// startRun starts a stranded operation's run (start), or finds the one its API (or an earlier
+// sweep) started. While that run is open, the record is left for the run's first step to mark
+// started (the reserve, or the refund's hold, does), and the sweeper takes it over again every
+// lease until then: a run started on a task queue the workers were leaving (a poller counts as
+// fresh for two minutes) would wait there for ever, and once no worker polls that queue, the
+// run, never having taken a step, is moved to this sweeper's (move). A closed run takes no step:
+// its operation is marked started, for the operators' stuck list. true: it started a run, here
+// or by a move.
+func (s *Sweeper) startRun(ctx context.Context, noun string, id uuid.UUID, start, move, closed func() (bool, error)) (bool, error) {
+	created, err := start()
 	switch {
 	case err != nil:
-		_ = s.Store.ExpireLease(context.WithoutCancel(ctx), p.ID)
+		_ = s.Store.ExpireLease(context.WithoutCancel(ctx), id)
 		return false, err
 	case created:
 		return true, nil
 	}
-	moved, err := m.MovePayment(ctx, p.IdempotencyKey, in)
+	moved, err := move()
 	if err != nil || moved {
 		if moved {
-			s.logger().Warn("sweeper: a payment's run waited on a task queue no worker polls; started it again here", "operation_id", p.ID)
+			s.logger().Warn("sweeper: a "+noun+"'s run waited on a task queue no worker polls; started it again here", "operation_id", id)
 		}
 		return moved, err
 	}
-	closed, err := m.PaymentRunClosed(ctx, p.MerchantID, p.IdempotencyKey)
-	if err != nil || !closed {
+	if done, err := closed(); err != nil || !done {
 		return false, err
 	}
-	return false, s.Store.WorkflowStarted(ctx, p.ID)
+	return false, s.Store.WorkflowStarted(ctx, id)
 }
 
 func (s *Sweeper) logger() *slog.Logger {

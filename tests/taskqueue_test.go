@@ -513,3 +513,58 @@ func beginPayment(t *testing.T, m merchant, acct, key, amount string, lease time
 	}
 	return p
 }
+
+// A refund an API (or its sweeper) started on a task queue the workers were leaving waits there
+// as a payment would: the sweeper on the workers' queue moves its run, never having taken a step,
+// and the refund pays back once.
+func TestRefundsStartedWhereTheWorkersLeftRunWhereTheyPoll(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	mid := mustUUID(t, m.ID)
+	left := staleStarter{workflows.Starter{Client: tc, TaskQueue: "left-" + uuid.NewString()}}
+	workers := &sweeper.Sweeper{Store: db, Starter: workflows.Starter{Client: tc, TaskQueue: s.queue},
+		Lease: 200 * time.Millisecond, Merchant: &mid, Logger: slog.New(slog.DiscardHandler)}
+	paid, payer := s.paidFor(m, "left-refunded", "50.00", "100.00")
+	req, err := payment.ParseRefundRequest([]byte(`{"amount":"10.00"}`))
+	require.NoError(t, err)
+
+	for _, c := range []struct {
+		name  string
+		start func(t *testing.T, key string, rf payment.Refund)
+	}{
+		{"api", func(t *testing.T, key string, rf payment.Refund) {
+			_, err := left.StartRefund(ctx, key, workflows.RefundInputFor(rf))
+			require.NoError(t, err)
+		}},
+		{"sweeper", func(t *testing.T, _ string, _ payment.Refund) {
+			n, err := (&sweeper.Sweeper{Store: db, Starter: left, Merchant: &mid}).Sweep(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key := "stale-refund-" + c.name
+			_, rf, began, err := db.BeginRefund(ctx, store.BeginRefundInput{MerchantID: mid, PaymentID: mustUUID(t, paid),
+				Key: key, Request: req, OperationID: payment.NewID(), Lease: 10 * time.Millisecond})
+			require.NoError(t, err)
+			require.Equal(t, store.BeganNew, began)
+			time.Sleep(20 * time.Millisecond) // the lease ran out
+			c.start(t, key, rf)
+			desc, err := tc.DescribeWorkflow(ctx, workflows.RefundWorkflowID(mid, key), "")
+			require.NoError(t, err)
+			require.Equal(t, left.TaskQueue, desc.RawResponse.GetWorkflowExecutionInfo().GetTaskQueue())
+
+			require.Eventually(t, func() bool {
+				_, err := workers.Sweep(ctx)
+				require.NoError(t, err)
+				got, err := db.Refund(ctx, rf.ID)
+				require.NoError(t, err)
+				return got.Status == payment.StatusSucceeded
+			}, 20*time.Second, 200*time.Millisecond, "refund %s never ran", key)
+			require.Equal(t, 1, s.simRefunds(rf.ID.String()), "paid back once")
+		})
+	}
+	require.Equal(t, "70.00", s.account(m, payer)["balance"], "50.00 paid, 20.00 paid back")
+	requireVerified(t)
+}

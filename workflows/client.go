@@ -125,7 +125,16 @@ func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, wo
 // PaymentRunClosed says whether the latest run of the payment's workflow has closed (one that
 // is gone, past Temporal's retention, has too).
 func (s Starter) PaymentRunClosed(ctx context.Context, merchantID uuid.UUID, key string) (bool, error) {
-	d, err := s.Client.DescribeWorkflow(ctx, PaymentWorkflowID(merchantID, key), "")
+	return s.runClosed(ctx, PaymentWorkflowID(merchantID, key))
+}
+
+// RefundRunClosed is PaymentRunClosed for a refund's run.
+func (s Starter) RefundRunClosed(ctx context.Context, merchantID uuid.UUID, key string) (bool, error) {
+	return s.runClosed(ctx, RefundWorkflowID(merchantID, key))
+}
+
+func (s Starter) runClosed(ctx context.Context, id string) (bool, error) {
+	d, err := s.Client.DescribeWorkflow(ctx, id, "")
 	var gone *serviceerror.NotFound
 	if errors.As(err, &gone) {
 		return true, nil
@@ -175,8 +184,23 @@ func (s Starter) AwaitPayment(ctx context.Context, merchantID uuid.UUID, key, ru
 // StartRefund starts the refund's workflow under the same id policies as StartPayment: a second
 // start for the same key finds the first run. It returns the run's id.
 func (s Starter) StartRefund(ctx context.Context, key string, in RefundInput) (string, error) {
+	runID, _, err := s.StartRefundRun(ctx, key, in)
+	return runID, err
+}
+
+// StartRefundRun is StartRefund, and also says whether this call started the run.
+func (s Starter) StartRefundRun(ctx context.Context, key string, in RefundInput) (runID string, created bool, err error) {
+	runID, created, err = s.start(ctx, s.refundOptions(key, in), WorkflowRefund, in, in.OperationID)
+	if err != nil {
+		return "", false, fmt.Errorf("start refund workflow: %w", err)
+	}
+	return runID, created, nil
+}
+
+// refundOptions are the options every run of the refund starts with.
+func (s Starter) refundOptions(key string, in RefundInput) client.StartWorkflowOptions {
 	summary, details := in.summary()
-	opts := client.StartWorkflowOptions{
+	return client.StartWorkflowOptions{
 		ID:                    RefundWorkflowID(in.MerchantID, key),
 		TaskQueue:             s.queue(),
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
@@ -188,11 +212,6 @@ func (s Starter) StartRefund(ctx context.Context, key string, in RefundInput) (s
 		),
 		StaticSummary: summary, StaticDetails: details,
 	}
-	runID, _, err := s.start(ctx, opts, WorkflowRefund, in, in.OperationID)
-	if err != nil {
-		return "", fmt.Errorf("start refund workflow: %w", err)
-	}
-	return runID, nil
 }
 
 // AwaitRefund waits for the result of the refund workflow's run until ctx ends (then
