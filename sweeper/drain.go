@@ -31,10 +31,11 @@ type Backlog interface {
 	SaveBacklogState(ctx context.Context, b store.BacklogState) error
 }
 
-// RunStarter starts queued payments' workflows, and tells whether a payment's run has closed.
+// RunStarter starts queued payments' workflows, and reads a payment's run: closed, open, or
+// moved here from a task queue nobody polls (workflows.Starter.CheckPaymentRun).
 type RunStarter interface {
 	StartPayment(ctx context.Context, key string, in workflows.PaymentInput) (runID string, err error)
-	PaymentRunClosed(ctx context.Context, merchantID uuid.UUID, key string) (bool, error)
+	CheckPaymentRun(ctx context.Context, key string, in workflows.PaymentInput) (workflows.RunState, error)
 }
 
 // Drainer starts the payments the API queued while workflows could not start as fast as they
@@ -307,12 +308,6 @@ func (d *Drainer) startPayment(ctx context.Context, p payment.Payment) (bool, er
 	return true, err
 }
 
-// mover is a starter that can start a payment's run again on its own task queue when the run
-// waits where no worker polls (workflows.Starter does).
-type mover interface {
-	MovePayment(ctx context.Context, key string, in workflows.PaymentInput) (bool, error)
-}
-
 // slot is a payment this drainer started, holding one of MaxRunning while it processes.
 type slot struct {
 	p     payment.Payment
@@ -337,33 +332,25 @@ func (d *Drainer) leaveClosed(ctx context.Context, running map[uuid.UUID]*slot) 
 			due = append(due, s)
 		}
 	}
-	closed := make([]bool, len(due))
+	state := make([]workflows.RunState, len(due))
 	var wg sync.WaitGroup
 	for i, s := range due {
 		wg.Go(func() {
 			rctx, cancel := context.WithTimeout(ctx, readRunTimeout)
 			defer cancel()
 			var err error
-			if closed[i], err = d.Starter.PaymentRunClosed(rctx, s.p.MerchantID, s.p.IdempotencyKey); err != nil && ctx.Err() == nil {
+			state[i], err = d.Starter.CheckPaymentRun(rctx, s.p.IdempotencyKey, workflows.InputFor(s.p))
+			switch {
+			case err != nil && ctx.Err() == nil:
 				d.Logger.Warn("backlog drainer: read a payment's run", "operation_id", s.p.ID, "error", err)
-			}
-			if closed[i] || err != nil {
-				return
-			}
-			if m, ok := d.Starter.(mover); ok {
-				moved, err := m.MovePayment(rctx, s.p.IdempotencyKey, workflows.InputFor(s.p))
-				switch {
-				case err != nil && ctx.Err() == nil:
-					d.Logger.Warn("backlog drainer: move a payment's run to this task queue", "operation_id", s.p.ID, "error", err)
-				case moved:
-					d.Logger.Warn("backlog drainer: a payment's run waited on a task queue no worker polls; started it again here", "operation_id", s.p.ID)
-				}
+			case state[i] == workflows.RunMoved:
+				d.Logger.Warn("backlog drainer: a payment's run waited on a task queue no worker polls; started it again here", "operation_id", s.p.ID)
 			}
 		})
 	}
 	wg.Wait()
 	for i, s := range due {
-		if closed[i] {
+		if state[i] == workflows.RunClosed {
 			d.Logger.Warn("backlog drainer: a payment's run closed while it was processing; leaving it to the sweeper", "operation_id", s.p.ID)
 			d.put(ctx, d.Store.Unqueue, []payment.Payment{s.p}, "leave a payment whose run closed to the sweeper")
 			delete(running, s.p.ID)

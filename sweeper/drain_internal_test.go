@@ -10,13 +10,13 @@ import (
 )
 
 // The starter production passes the sweeper and the drainer can do what they look for: say
-// whether a start made the run, move a stranded run, and read whether a run closed. Should a
-// signature drift, they would quietly do without.
+// whether a start made the run, and read a run (moving a stranded one). Should a signature
+// drift, they would quietly do without.
 var (
 	_ runMover    = workflows.Starter{}
 	_ refundMover = workflows.Starter{}
 	_ creator     = workflows.Starter{}
-	_ mover       = workflows.Starter{}
+	_ RunStarter  = workflows.Starter{}
 )
 
 func TestDrainRate(t *testing.T) {

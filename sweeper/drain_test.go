@@ -64,9 +64,9 @@ func (c *cluster) StartPayment(_ context.Context, key string, in workflows.Payme
 	return "run", nil
 }
 
-// PaymentRunClosed: a run closes only once its payment has left processing.
-func (c *cluster) PaymentRunClosed(context.Context, uuid.UUID, string) (bool, error) {
-	return false, nil
+// CheckPaymentRun: a run closes only once its payment has left processing.
+func (c *cluster) CheckPaymentRun(context.Context, string, workflows.PaymentInput) (workflows.RunState, error) {
+	return workflows.RunOpen, nil
 }
 
 func (c *cluster) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
@@ -253,8 +253,8 @@ func (c *slowStart) StartPayment(_ context.Context, key string, in workflows.Pay
 	return "run", nil
 }
 
-func (c *slowStart) PaymentRunClosed(context.Context, uuid.UUID, string) (bool, error) {
-	return false, nil
+func (c *slowStart) CheckPaymentRun(context.Context, string, workflows.PaymentInput) (workflows.RunState, error) {
+	return workflows.RunOpen, nil
 }
 
 func (c *slowStart) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
@@ -301,9 +301,9 @@ func (h *hangingReads) StartPayment(context.Context, string, workflows.PaymentIn
 	return "run", nil
 }
 
-func (h *hangingReads) PaymentRunClosed(ctx context.Context, _ uuid.UUID, _ string) (bool, error) {
+func (h *hangingReads) CheckPaymentRun(ctx context.Context, _ string, _ workflows.PaymentInput) (workflows.RunState, error) {
 	<-ctx.Done()
-	return false, ctx.Err()
+	return workflows.RunOpen, ctx.Err()
 }
 
 // A Temporal slow to say whether runs closed does not hold the drainer: it keeps saving its

@@ -49,8 +49,8 @@ func (s *orderStarter) StartPayment(_ context.Context, key string, in workflows.
 	_ = db.WorkflowStarted(context.Background(), in.OperationID)
 	return "run", nil
 }
-func (s *orderStarter) PaymentRunClosed(context.Context, uuid.UUID, string) (bool, error) {
-	return false, nil
+func (s *orderStarter) CheckPaymentRun(context.Context, string, workflows.PaymentInput) (workflows.RunState, error) {
+	return workflows.RunOpen, nil
 }
 func (s *orderStarter) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
 	return "", errors.New("no refunds")
@@ -115,8 +115,8 @@ type downStarter struct{}
 func (downStarter) StartPayment(context.Context, string, workflows.PaymentInput) (string, error) {
 	return "", serviceerror.NewUnavailable("temporal: unavailable")
 }
-func (downStarter) PaymentRunClosed(context.Context, uuid.UUID, string) (bool, error) {
-	return false, serviceerror.NewUnavailable("temporal: unavailable")
+func (downStarter) CheckPaymentRun(context.Context, string, workflows.PaymentInput) (workflows.RunState, error) {
+	return workflows.RunOpen, serviceerror.NewUnavailable("temporal: unavailable")
 }
 func (downStarter) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
 	return "", errors.New("temporal: unavailable")
@@ -210,8 +210,11 @@ func (d deadStarter) StartPayment(ctx context.Context, key string, in workflows.
 	return d.cluster.StartPayment(ctx, key, in)
 }
 
-func (d deadStarter) PaymentRunClosed(_ context.Context, _ uuid.UUID, key string) (bool, error) {
-	return strings.HasSuffix(key, "-00"), nil
+func (d deadStarter) CheckPaymentRun(_ context.Context, key string, _ workflows.PaymentInput) (workflows.RunState, error) {
+	if strings.HasSuffix(key, "-00") {
+		return workflows.RunClosed, nil
+	}
+	return workflows.RunOpen, nil
 }
 
 // A payment whose run closed before its first step stays processing and queued. It must not hold

@@ -132,8 +132,7 @@ func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
 			in := workflows.RefundInputFor(rf)
 			return s.startRun(ctx, "refund", rf.ID,
 				func() (bool, error) { _, created, err := m.StartRefundRun(ctx, r.Key, in); return created, err },
-				func() (bool, error) { return m.MoveRefund(ctx, r.Key, in) },
-				func() (bool, error) { return m.RefundRunClosed(ctx, r.MerchantID, r.Key) })
+				func() (workflows.RunState, error) { return m.CheckRefundRun(ctx, r.Key, in) })
 		}
 		id = rf.ID
 		begin = func() error {
@@ -152,8 +151,7 @@ func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
 			in := workflows.InputFor(p)
 			return s.startRun(ctx, "payment", p.ID,
 				func() (bool, error) { _, created, err := m.StartPaymentRun(ctx, r.Key, in); return created, err },
-				func() (bool, error) { return m.MovePayment(ctx, r.Key, in) },
-				func() (bool, error) { return m.PaymentRunClosed(ctx, r.MerchantID, r.Key) })
+				func() (workflows.RunState, error) { return m.CheckPaymentRun(ctx, r.Key, in) })
 		}
 		id = p.ID
 		begin = func() error {
@@ -168,19 +166,17 @@ func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
 	return true, s.Store.WorkflowStarted(ctx, id)
 }
 
-// runMover is a starter that says whether a start made the payment's run, can move a run that
-// waits where no worker polls, and reads whether a run has closed (workflows.Starter can);
-// refundMover, the same for refunds.
+// runMover is a starter that says whether a start made the payment's run, and reads the run,
+// moving it here when it waits where no worker polls (workflows.Starter can); refundMover, the
+// same for refunds.
 type runMover interface {
 	creator
-	mover
-	PaymentRunClosed(ctx context.Context, merchantID uuid.UUID, key string) (bool, error)
+	CheckPaymentRun(ctx context.Context, key string, in workflows.PaymentInput) (workflows.RunState, error)
 }
 
 type refundMover interface {
 	StartRefundRun(ctx context.Context, key string, in workflows.RefundInput) (runID string, created bool, err error)
-	MoveRefund(ctx context.Context, key string, in workflows.RefundInput) (bool, error)
-	RefundRunClosed(ctx context.Context, merchantID uuid.UUID, key string) (bool, error)
+	CheckRefundRun(ctx context.Context, key string, in workflows.RefundInput) (workflows.RunState, error)
 }
 
 // startRun starts a stranded operation's run (start), or finds the one its API (or an earlier
@@ -188,10 +184,10 @@ type refundMover interface {
 // started (the reserve, or the refund's hold, does), and the sweeper takes it over again every
 // lease until then: a run started on a task queue the workers were leaving (a poller counts as
 // fresh for two minutes) would wait there for ever, and once no worker polls that queue, the
-// run, never having taken a step, is moved to this sweeper's (move). A closed run takes no step:
+// run, never having taken a step, is moved to this sweeper's (check). A closed run takes no step:
 // its operation is marked started, for the operators' stuck list. true: it started a run, here
 // or by a move.
-func (s *Sweeper) startRun(ctx context.Context, noun string, id uuid.UUID, start, move, closed func() (bool, error)) (bool, error) {
+func (s *Sweeper) startRun(ctx context.Context, noun string, id uuid.UUID, start func() (bool, error), check func() (workflows.RunState, error)) (bool, error) {
 	created, err := start()
 	switch {
 	case err != nil:
@@ -200,17 +196,16 @@ func (s *Sweeper) startRun(ctx context.Context, noun string, id uuid.UUID, start
 	case created:
 		return true, nil
 	}
-	moved, err := move()
-	if err != nil || moved {
-		if moved {
-			s.logger().Warn("sweeper: a "+noun+"'s run waited on a task queue no worker polls; started it again here", "operation_id", id)
-		}
-		return moved, err
-	}
-	if done, err := closed(); err != nil || !done {
+	switch state, err := check(); {
+	case err != nil:
 		return false, err
+	case state == workflows.RunMoved:
+		s.logger().Warn("sweeper: a "+noun+"'s run waited on a task queue no worker polls; started it again here", "operation_id", id)
+		return true, nil
+	case state == workflows.RunClosed:
+		return false, s.Store.WorkflowStarted(ctx, id)
 	}
-	return false, s.Store.WorkflowStarted(ctx, id)
+	return false, nil
 }
 
 func (s *Sweeper) logger() *slog.Logger {

@@ -170,7 +170,7 @@ func (h *heldReserve) ReserveRun(ctx context.Context, id uuid.UUID, runID string
 	return err
 }
 
-// The race MovePayment cannot close: a late worker on the queue the workers left takes the
+// The race CheckPaymentRun cannot close: a late worker on the queue the workers left takes the
 // stranded run's first task just after the drainer found it untaken, and runs its steps (local
 // ones, in that task) while the run that replaced it runs on the workers' queue. The payment's
 // money still moves once: the bank sees one charge, the ledger one posting.
@@ -199,7 +199,7 @@ func TestAPaymentMovedAsALateWorkerTakesItMovesMoneyOnce(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatal("the late worker never took the run")
 			}
-			// What MovePayment does once it found the run untaken and its queue unpolled.
+			// What CheckPaymentRun does once it found the run untaken and its queue unpolled.
 			_, err = tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 				ID: workflows.PaymentWorkflowID(mid, "late"), TaskQueue: s.queue,
 				WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
@@ -465,7 +465,7 @@ func TestAManualPaymentALateWorkerAuthorizedAsItWasMovedTakesItsCapture(t *testi
 	case <-time.After(30 * time.Second):
 		t.Fatal("the late worker never recorded the authorization")
 	}
-	// What MovePayment does once it found the run untaken and its queue unpolled.
+	// What CheckPaymentRun does once it found the run untaken and its queue unpolled.
 	id := workflows.PaymentWorkflowID(mid, "late-manual")
 	moved, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: id, TaskQueue: s.queue,

@@ -122,29 +122,6 @@ func (s Starter) start(ctx context.Context, opts client.StartWorkflowOptions, wo
 	}
 }
 
-// PaymentRunClosed says whether the latest run of the payment's workflow has closed (one that
-// is gone, past Temporal's retention, has too).
-func (s Starter) PaymentRunClosed(ctx context.Context, merchantID uuid.UUID, key string) (bool, error) {
-	return s.runClosed(ctx, PaymentWorkflowID(merchantID, key))
-}
-
-// RefundRunClosed is PaymentRunClosed for a refund's run.
-func (s Starter) RefundRunClosed(ctx context.Context, merchantID uuid.UUID, key string) (bool, error) {
-	return s.runClosed(ctx, RefundWorkflowID(merchantID, key))
-}
-
-func (s Starter) runClosed(ctx context.Context, id string) (bool, error) {
-	d, err := s.Client.DescribeWorkflow(ctx, id, "")
-	var gone *serviceerror.NotFound
-	if errors.As(err, &gone) {
-		return true, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return d.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
-}
-
 // ErrEarlierRunOpen: the key's earlier operation (its record expired) still runs, and a start of
 // the new one must wait until it has closed.
 var ErrEarlierRunOpen = errors.New("the run of an earlier operation of this key is still open")

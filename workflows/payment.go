@@ -794,7 +794,7 @@ func (w *opRun) resetOfRecord(ctx workflow.Context, err error) bool {
 
 // authorizedBeforeMove says whether err, an AlreadyDecided refusal, found a manual payment's
 // authorization recorded by the run this one replaced (Revision 9): a late worker ran the moved
-// run's first task (Starter.MovePayment) before it was terminated. Nothing else waits for the
+// run's first task (Starter.CheckPaymentRun) before it was terminated. Nothing else waits for the
 // capture, so this run takes the payment on: its steps find the authorization and its record
 // done, and it waits for the command or voids at capture_before. A reset of that very run
 // (resetOfRecord's case) is no move, and ends as before.

@@ -62,8 +62,8 @@ func TestStartWaitsForAnEarlierOperationsOpenRun(t *testing.T) {
 	require.Equal(t, run, again, "a retried start of the later operation finds its run")
 }
 
-// PaymentRunClosed reads the payment's latest run: open while it runs (no worker polls its queue
-// here), closed once terminated, and closed when there is none.
+// CheckPaymentRun reads the payment's latest run: open while it waits on the starter's own queue
+// (no worker polls it here), closed once terminated, and closed when there is none.
 func TestPaymentRunClosed(t *testing.T) {
 	ctx := context.Background()
 	c := devTemporal(t)
@@ -73,16 +73,16 @@ func TestPaymentRunClosed(t *testing.T) {
 	_, err := starter.StartPayment(ctx, "k", in)
 	require.NoError(t, err)
 
-	closed, err := starter.PaymentRunClosed(ctx, merchant, "k")
+	state, err := starter.CheckPaymentRun(ctx, "k", in)
 	require.NoError(t, err)
-	require.False(t, closed, "started, not yet run")
+	require.Equal(t, workflows.RunOpen, state, "started, not yet run")
 	require.NoError(t, c.TerminateWorkflow(ctx, workflows.PaymentWorkflowID(merchant, "k"), "", "test: an operator's terminate"))
-	closed, err = starter.PaymentRunClosed(ctx, merchant, "k")
+	state, err = starter.CheckPaymentRun(ctx, "k", in)
 	require.NoError(t, err)
-	require.True(t, closed, "terminated")
-	closed, err = starter.PaymentRunClosed(ctx, merchant, "never-started")
+	require.Equal(t, workflows.RunClosed, state, "terminated")
+	state, err = starter.CheckPaymentRun(ctx, "never-started", in)
 	require.NoError(t, err)
-	require.True(t, closed, "no run at all")
+	require.Equal(t, workflows.RunClosed, state, "no run at all")
 }
 
 // Two starters of the key's new operation (an API's retry and the sweeper, say) both wait for
