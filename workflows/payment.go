@@ -771,8 +771,6 @@ func (w *opRun) accept(ctx workflow.Context, s Settlement) {
 	w.pending = &s
 }
 
-// decided ends a run whose operation another run already decided: it changes nothing and
-// answers the operation's status.
 // resetOfRecord says whether err, an AlreadyDecided refusal, refused a reset of the very run that
 // took the operation on (an operator's `temporal workflow reset` after a terminate by mistake,
 // docs/operations.md) while the operation is still open: that run goes on, it is no second run.
@@ -783,13 +781,9 @@ func (w *opRun) resetOfRecord(ctx workflow.Context, err error) bool {
 	if w.in.CaptureManual {
 		return false
 	}
-	var appErr *temporal.ApplicationError
-	var status, run string
-	if !errors.As(err, &appErr) || appErr.Details(&status, &run) != nil {
-		return false
-	}
+	status, run, ok := refusal(err)
 	info := workflow.GetInfo(ctx)
-	return run != "" && run == info.OriginalRunID && run != info.WorkflowExecution.RunID && !payment.Status(status).Final()
+	return ok && run != "" && run == info.OriginalRunID && run != info.WorkflowExecution.RunID && !status.Final()
 }
 
 // authorizedBeforeMove says whether err, an AlreadyDecided refusal, found a manual payment's
@@ -802,12 +796,19 @@ func (w *opRun) authorizedBeforeMove(ctx workflow.Context, err error) bool {
 	if !w.in.CaptureManual || w.in.Revision < 9 || w.in.Step.Phase != PhaseAuthorize {
 		return false
 	}
+	status, run, ok := refusal(err)
+	return ok && status == payment.StatusRequiresCapture && run != "" && run != workflow.GetInfo(ctx).OriginalRunID
+}
+
+// refusal decodes an AlreadyDecided refusal's details: the operation's status and the run that
+// took it on (empty in refusals recorded before they named the run).
+func refusal(err error) (status payment.Status, run string, ok bool) {
 	var appErr *temporal.ApplicationError
-	var status, run string
-	if !errors.As(err, &appErr) || appErr.Details(&status, &run) != nil {
-		return false
+	var s string
+	if !errors.As(err, &appErr) || appErr.Details(&s, &run) != nil {
+		return "", "", false
 	}
-	return payment.Status(status) == payment.StatusRequiresCapture && run != "" && run != workflow.GetInfo(ctx).OriginalRunID
+	return payment.Status(s), run, true
 }
 
 // decidedElsewhere says whether err, a step's refusal, found the operation final (its status in
@@ -821,6 +822,8 @@ func (w *opRun) decidedElsewhere(err error) bool {
 		appErr.Details(&status) == nil && payment.Status(status).Final()
 }
 
+// decided ends a run whose operation another run already decided: it changes nothing and
+// answers the operation's status.
 func (w *opRun) decided(ctx workflow.Context, err error) (PaymentResult, error) {
 	var appErr *temporal.ApplicationError
 	var status string
