@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/kasa-pay/kasa/payment"
 )
 
@@ -236,19 +238,18 @@ func (s *stack) checkBank(st *settled) Check {
 	// kasa lost track of (a charge under another id, a payment no answer or lookup names): no
 	// look at the soak's own references finds it.
 	for _, all := range []struct {
-		refunds bool
-		list    func(context.Context) (map[string][]string, error)
-	}{{false, s.api.bank().AllCharges}, {true, s.api.bank().AllRefunds}} {
-		what := map[bool]string{false: "payment", true: "refund"}[all.refunds]
+		what string
+		list func(context.Context) (map[string][]string, error)
+	}{{"payment", s.api.bank().AllCharges}, {"refund", s.api.bank().AllRefunds}} {
 		c.Checked++
 		moved, err := all.list(context.Background())
 		if err != nil {
-			c.fail("every %s at the bank: %v", what, err)
+			c.fail("every %s at the bank: %v", all.what, err)
 			continue
 		}
 		for _, ref := range slices.Sorted(maps.Keys(moved)) {
-			if p := st.payments[ref]; p == nil || p.refund() != all.refunds {
-				c.fail("the bank moved money for %s (%v), which is no %s of the soak", ref, moved[ref], what)
+			if p := st.payments[ref]; p == nil || p.kind() != all.what {
+				c.fail("the bank moved money for %s (%v), which is no %s of the soak", ref, moved[ref], all.what)
 			}
 		}
 	}
@@ -303,15 +304,10 @@ func (s *stack) checkHolds(merchants []*merchant, st *settled) Check {
 	c := Check{Name: "no hold left; balances are deposits less succeeded payments plus succeeded refunds"}
 	spent := map[string]int64{}
 	for _, p := range st.payments {
-		switch {
-		case p.res.Status != payment.StatusSucceeded:
-		case p.refund():
-			spent[p.key.Account] -= p.key.Amount
-		case p.key.manual:
-			captured, _ := signedAmount(p.res.AmountCaptured, "TRY")
-			spent[p.key.Account] += captured
-		default:
-			spent[p.key.Account] += p.key.Amount
+		if p.refund() {
+			spent[p.key.Account] -= p.paidMinor()
+		} else {
+			spent[p.key.Account] += p.paidMinor()
 		}
 	}
 	for _, m := range merchants {
@@ -339,8 +335,8 @@ func checkRefunded(st *settled) Check {
 	c := Check{Name: "each payment's amount_refunded is the sum of its succeeded refunds, never more than it paid"}
 	refunded := map[string]int64{}
 	for _, p := range st.payments {
-		if p.refund() && p.res.Status == payment.StatusSucceeded {
-			refunded[p.res.PaymentID] += p.key.Amount
+		if p.refund() {
+			refunded[p.res.PaymentID] += p.paidMinor()
 		}
 	}
 	for _, p := range sortedPayments(st) {
@@ -348,14 +344,7 @@ func checkRefunded(st *settled) Check {
 			continue
 		}
 		c.Checked++
-		var paid int64 // a payment that failed or was canceled paid nothing: a refund of it is money from nowhere
-		switch {
-		case p.res.Status != payment.StatusSucceeded:
-		case p.key.manual:
-			paid, _ = signedAmount(p.res.AmountCaptured, "TRY")
-		default:
-			paid = p.key.Amount
-		}
+		paid := p.paidMinor() // a failed or canceled one paid nothing: a refund of it is money from nowhere
 		switch want := formatTRY(refunded[p.id]); {
 		case refunded[p.id] > paid:
 			c.fail("%s payment %s of %s paid %s, yet its succeeded refunds sum to %s (amount_refunded %s)", p.res.Status, p.id, p.res.Amount,
@@ -412,8 +401,8 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 		missed := func(was, event string) {
 			c.fail("%s: it was %s, but no %s event arrived (got %v)", p.what(), was, event, slices.Sorted(maps.Keys(types)))
 		}
-		if unknown := map[bool]string{false: "payment.unknown", true: "refund.unknown"}[p.refund()]; p.viaUnknown && !seen(unknown) {
-			missed("unknown", unknown)
+		if p.viaUnknown && !seen(p.kind()+".unknown") {
+			missed("unknown", p.kind()+".unknown")
 		}
 		if p.key.manual && !p.refund() && (p.res.Status == payment.StatusSucceeded || p.res.Status == payment.StatusCanceled) &&
 			!seen("payment.requires_capture") {
@@ -532,18 +521,10 @@ func lastLines(s string, n int) string {
 // inParallel calls f on every item, eight at a time: each call is one request to a kasa
 // process or the simulator.
 func inParallel[T any](items []T, f func(T)) {
-	work := make(chan T)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for it := range work {
-				f(it)
-			}
-		})
-	}
+	var g errgroup.Group
+	g.SetLimit(8)
 	for _, it := range items {
-		work <- it
+		g.Go(func() error { f(it); return nil })
 	}
-	close(work)
-	wg.Wait()
+	_ = g.Wait()
 }

@@ -28,12 +28,30 @@ type paid struct {
 // refund says whether p is a refund.
 func (p *paid) refund() bool { return p.key.Of != nil }
 
-// what names p in a violation: "payment <id>" or "refund <id>".
-func (p *paid) what() string {
+// kind is "payment" or "refund".
+func (p *paid) kind() string {
 	if p.refund() {
-		return "refund " + p.id
+		return "refund"
 	}
-	return "payment " + p.id
+	return "payment"
+}
+
+// what names p in a violation: "payment <id>" or "refund <id>".
+func (p *paid) what() string { return p.kind() + " " + p.id }
+
+// path is where the API answers p.
+func (p *paid) path() string { return "/v1/" + p.kind() + "s/" + p.id }
+
+// paidMinor is the money p moved once it succeeded (a manual payment's: what it captured), else 0.
+func (p *paid) paidMinor() int64 {
+	switch {
+	case p.res.Status != payment.StatusSucceeded:
+		return 0
+	case p.key.manual:
+		captured, _ := signedAmount(p.res.AmountCaptured, "TRY")
+		return captured
+	}
+	return p.key.Amount
 }
 
 // eventType is the type of the event a payment's or refund's state change sends (docs/webhooks.md):
@@ -46,14 +64,6 @@ func eventType(r resource) string {
 		return "payment.captured"
 	}
 	return "payment." + string(r.Status)
-}
-
-// path is where the API answers p.
-func (p *paid) path() string {
-	if p.refund() {
-		return "/v1/refunds/" + p.id
-	}
-	return "/v1/payments/" + p.id
 }
 
 // done: p is final (succeeded, failed, or a manual payment canceled).
