@@ -81,29 +81,34 @@ type settled struct {
 	refusals *Check        // settlements sent to payments that were not unknown (probeSettlements)
 }
 
-// liveBound is how long after the faults end every payment and refund must have left processing
-// (for its final status or unknown): the charge budget (20 s) and the retries of its steps, with
-// room for a Temporal or PostgreSQL that restarted last.
+// liveBound is how long after the faults end every payment and refund must have left processing:
+// the charge budget (20 s) and its steps' retries, with room for a server that restarted last.
 const liveBound = 90 * time.Second
 
-// settle brings every payment and refund to an end (a manual payment's too: captured, canceled
-// or expired, an unknown capture or void settled by the file): it learns what each key whose
-// client never heard back made (a payment's by looking its key up, a refund's by sending it once
-// more), waits until none is processing, imports the bank's settlement file for the unknown ones,
-// and waits until those are settled too. Each wait is bounded by Options.Settle.
+// settle brings every payment and refund to an end: it learns what each key whose client never
+// heard back made (a payment's by its key, a refund's by sending it once more), waits until none
+// is processing, imports the settlement file for the unknown ones and waits until those settle
+// too. Each wait is bounded by Options.Settle.
 func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time, rep *Report) (*settled, error) {
 	st := &settled{payments: map[string]*paid{}}
 	for d := started.UTC().Truncate(24 * time.Hour); !d.After(time.Now().UTC()); d = d.Add(24 * time.Hour) {
 		st.days = append(st.days, d.Format(time.DateOnly))
 	}
 	var unanswered []*keyRecord // refund keys that learned no refund
-	// Liveness counts from the faults' end, or from the last key's start when that came later (a
-	// refund waits for its payment).
+	// Liveness counts from the faults' end, or from the last key's start if later (a refund
+	// waits for its payment).
 	live := healed
-	keys := ld.snapshot()
-	for _, k := range keys {
+	for _, k := range ld.snapshot() {
 		if k.command != "" {
-			continue // a capture or cancel: its payment's key learns the payment
+			// A capture or cancel, added after its payment's key: its payment went unknown if
+			// the command did.
+			k.mu.Lock()
+			unknown := k.sawUnknown
+			k.mu.Unlock()
+			if p := st.payments[k.Target.id()]; p != nil && unknown {
+				p.viaUnknown = true
+			}
+			continue
 		}
 		k.mu.Lock()
 		if len(k.history) > 0 && k.history[0].Call.After(live) {
@@ -119,8 +124,7 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 				continue
 			}
 		case k.Of == nil && (!k.accepted() || k.expires):
-			// An expiring key may have paid again in an attempt no answer named: the lookup finds
-			// the newest payment.
+			// An expiring key may have paid again unseen: the lookup finds the newest payment.
 			accepted := k.accepted()
 			p, ok, err := s.lookup(k)
 			if err != nil {
@@ -142,17 +146,6 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 		k.mu.Unlock()
 	}
 	s.findRefunds(st, unanswered)
-	for _, c := range keys {
-		if c.command == "" {
-			continue
-		}
-		c.mu.Lock()
-		unknown := c.sawUnknown
-		c.mu.Unlock()
-		if p := st.payments[c.Target.id()]; p != nil && unknown {
-			p.viaUnknown = true // its capture or void was
-		}
-	}
 
 	// One bound for the whole settling: a payment still unfinished at its end is a violation.
 	deadline := time.Now().Add(s.o.Settle)
@@ -165,11 +158,10 @@ func (s *stack) settle(ctx context.Context, ld *load, started, healed time.Time,
 		return nil, err
 	}
 	// Unknown payments wait for the settlement file; kasa releases an unlisted one only once it is
-	// older than the booking window, so the import is repeated until none is left. Authorizations
-	// still waiting expire meanwhile (and their void, if unknown, is settled alike).
-	for st.count(payment.StatusUnknown, payment.StatusRequiresCapture) > 0 && time.Now().Before(deadline) {
+	// older than the booking window, so the import is repeated. Authorizations expire meanwhile.
+	for st.has(payment.StatusUnknown, payment.StatusRequiresCapture) && time.Now().Before(deadline) {
 		for _, day := range st.days {
-			if st.count(payment.StatusUnknown) == 0 {
+			if !st.has(payment.StatusUnknown) {
 				break
 			}
 			run, err := s.reconcile(ctx, day)
@@ -207,9 +199,7 @@ func (s *stack) lookup(k *keyRecord) (resource, bool, error) {
 }
 
 // finalReads adds to every key's history a read of what it made once everything settled (by key
-// for a payment, by id for a refund): an answer that an earlier one contradicts, such as a
-// payment the invoice named as live that ended failed, shows against it. A failed read adds
-// nothing.
+// for a payment, by id for a refund), against which an earlier answer may show wrong.
 func (s *stack) finalReads(keys []*keyRecord) {
 	inParallel(keys, func(k *keyRecord) {
 		if k.command != "" {
@@ -229,9 +219,8 @@ func (s *stack) finalReads(keys []*keyRecord) {
 }
 
 // findRefunds finds the refunds of keys whose every answer was lost and whose record then
-// expired (the key answers 422 for good): such a key's refund, if it was made, is one of its
-// payment's refunds of its amount that no other key names. A key left without one (or whose
-// payment's refunds could not be read) is checked as never answered.
+// expired: one of its payment's refunds of its amount that no other key names. A key left
+// without one is checked as never answered.
 func (s *stack) findRefunds(st *settled, keys []*keyRecord) {
 	for _, k := range keys {
 		var page struct{ Data []resource }
@@ -257,19 +246,17 @@ func earliest(a, b time.Time) time.Time {
 	return b
 }
 
-// count is how many payments and refunds have one of statuses.
-func (st *settled) count(statuses ...payment.Status) int {
-	n := 0
+// has says whether a payment or refund has one of statuses.
+func (st *settled) has(statuses ...payment.Status) bool {
 	for _, p := range st.payments {
 		if slices.Contains(statuses, p.res.Status) {
-			n++
+			return true
 		}
 	}
-	return n
+	return false
 }
 
-// poll reads the payments until each satisfies ok or the deadline passes; it reads every
-// payment at least once. A payment that satisfied ok is not read again.
+// poll reads the payments, each at least once and until it satisfies ok, until the deadline.
 func (s *stack) poll(ctx context.Context, st *settled, deadline time.Time, ok func(*paid) bool) error {
 	for todo := slices.Collect(maps.Values(st.payments)); ; {
 		s.refresh(todo)
@@ -303,11 +290,11 @@ type ReconcileRun struct {
 func (s *stack) reconcile(ctx context.Context, day string) (ReconcileRun, error) {
 	run := ReconcileRun{Day: day}
 	r, err := s.api.call("GET", s.api.sim+"/v1/settlements/"+day+".csv", "", nil)
+	if err == nil && r.status != 200 {
+		err = fmt.Errorf("%d %s", r.status, r.body)
+	}
 	if err != nil {
 		return run, fmt.Errorf("settlement file %s: %w", day, err)
-	}
-	if r.status != 200 {
-		return run, fmt.Errorf("settlement file %s: %d %s", day, r.status, r.body)
 	}
 	file := filepath.Join(s.dir, "settlement-"+day+".csv")
 	if err := os.WriteFile(file, r.body, 0o644); err != nil {
@@ -323,10 +310,8 @@ func (s *stack) reconcile(ctx context.Context, day string) (ReconcileRun, error)
 	return run, nil
 }
 
-// settleAuthorizations does what docs/reconciliation.md tells the reconciliation team to do with
-// a manual payment whose authorization got no answer from a bank without inquiry
-// (authorization_unknown: no settlement file lists authorizations): ask the bank whether it holds
-// one, then settle the payment by hand with the documented command.
+// settleAuthorizations settles by hand, as docs/reconciliation.md says, each manual payment whose
+// authorization went unknown at a bank without inquiry (no settlement file lists authorizations).
 func (s *stack) settleAuthorizations(ctx context.Context, st *settled) error {
 	if s.o.Capability != "none" { // with inquiry the workflow asks the bank itself
 		return nil
@@ -354,9 +339,7 @@ func (s *stack) settleAuthorizations(ctx context.Context, st *settled) error {
 }
 
 // probeSettlements sends, once, a settlement to up to three manual payments left to wait for
-// their capture_before (nothing else settles them): a workflow refuses a settlement of a payment
-// that is not unknown (docs/reconciliation.md), so each must fail; the other checks then read
-// each payment as it ends.
+// their capture_before: a payment that is not unknown refuses it (docs/reconciliation.md).
 func (s *stack) probeSettlements(ctx context.Context, st *settled) error {
 	if st.refusals != nil {
 		return nil
@@ -391,9 +374,8 @@ const refusalsName = "a settlement of a payment that is not unknown is refused"
 // errNoCLI: the Temporal CLI an operator settles with is not found.
 var errNoCLI = errors.New("soak: no Temporal CLI")
 
-// settleByHand sends p's workflow the settle update with input, as docs/reconciliation.md tells
-// an operator to (the Temporal CLI), and logs (what, with p's id) how it went; it returns the
-// CLI's output and its failure, if any.
+// settleByHand sends p's workflow the settle update with input through the Temporal CLI, as
+// docs/reconciliation.md tells an operator to, and logs how it went.
 func (s *stack) settleByHand(ctx context.Context, p *paid, input, what string) (string, error) {
 	cli, err := devenv.FindTemporalCLI()
 	if err != nil {
