@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,8 +27,7 @@ type account struct {
 }
 
 // keyRecord is everything the client learned sending one idempotency key: a payment's, a
-// refund's (Of is then the payment's key), or a manual payment's capture or cancel (Target is
-// then the payment's key).
+// refund's (Of: its payment's key), or a manual payment's capture or cancel (Target: its payment's).
 type keyRecord struct {
 	Key      string
 	Merchant *merchant
@@ -38,13 +38,12 @@ type keyRecord struct {
 	refunds  []int64    // a payment's: the refunds to ask for once it succeeded (was captured)
 	expires  bool       // the key's record may expire during the run (a short retention)
 	other    []byte     // another request sent under the key once it was answered, or none
-	// A manual payment's (authorize now, capture later): the command sent once it is authorized
-	// ("": none, it is left to expire) and a capture's amount (0: all of it).
+	// A manual payment's: the command sent once authorized ("": left to expire), and a capture's
+	// amount (0: all of it).
 	manual  bool
 	next    payment.Command
 	capture int64
-	// A capture's or cancel's key: the command, and its payment's key.
-	command payment.Command
+	command payment.Command // a capture's or cancel's key: the command, and its payment's key
 	Target  *keyRecord
 
 	mu         sync.Mutex
@@ -75,8 +74,7 @@ func (k *keyRecord) id() string {
 	return k.ID
 }
 
-// record notes the answer to a request sent at call, and says whether kasa took the key and
-// whether a client retries it.
+// record notes the answer to a request sent at call: whether kasa took the key, whether to retry.
 func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry bool) {
 	o := k.note(opOf(call, r, err))
 	k.mu.Lock()
@@ -120,13 +118,12 @@ func (k *keyRecord) record(call time.Time, r answer, err error) (accepted, retry
 	return false, false
 }
 
-// note adds a POST of the key's request to its history, with the request's hash.
+// note adds a POST of the key's request to its history.
 func (k *keyRecord) note(o op) op {
 	o.Request = sha256Hex(k.body)
 	return k.add(o)
 }
 
-// add adds a request to the key's history.
 func (k *keyRecord) add(o op) op {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -134,7 +131,6 @@ func (k *keyRecord) add(o op) op {
 	return o
 }
 
-// sha256Hex is the hash of a request's or an answer's body, as the history records it.
 func sha256Hex(body []byte) string {
 	sum := sha256.Sum256(body)
 	return hex.EncodeToString(sum[:])
@@ -147,12 +143,9 @@ func (k *keyRecord) kind() keyKind {
 func (k *keyRecord) accepted() bool { return k.id() != "" }
 
 // load sends new payments at a steady rate; each key's client retries it (same key, same body)
-// until kasa takes it, and some keys are sent twice at once or sent again after their answer.
-// Some payments that succeed are then refunded, in one or two parts at once, each part a key of
-// its own driven the same way. One payment in five is manual: once authorized, most are then
-// captured in part or whole (and some of those refunded as above, out of what was captured), some
-// canceled, and the rest left to expire (KASA_CAPTURE_WINDOW), each command a key of its own
-// driven the same way.
+// until kasa takes it, and some keys are sent twice at once or again after their answer. Some
+// succeeded payments are refunded in one or two parts; one in five is manual, and then captured
+// in part or whole, canceled, or left to expire. Each refund or command is a key of its own.
 type load struct {
 	api       *api
 	rate      float64
@@ -163,7 +156,7 @@ type load struct {
 
 	mu   sync.Mutex
 	keys []*keyRecord
-	fig  *Report // the report, whose counts of keys the load keeps (Skipped, DupNow... and the Manual ones)
+	fig  *Report // whose counts of keys the load keeps
 	wg   sync.WaitGroup
 }
 
@@ -203,8 +196,7 @@ func (l *load) run(ctx, retryCtx context.Context, runID string) {
 	}
 }
 
-// newKey draws a payment: most go to well-funded accounts, one in ten to an account that runs
-// dry (insufficient_funds); one in five is manual.
+// newKey draws a payment: some to an account that runs dry (insufficient_funds); one in five manual.
 func (l *load) newKey(key string) *keyRecord {
 	m := l.merchants[l.rng.IntN(len(l.merchants))]
 	acct := m.Accounts[0]
@@ -222,8 +214,7 @@ func (l *load) newKey(key string) *keyRecord {
 		return b
 	}
 	k := &keyRecord{Key: key, Merchant: m, Account: acct.ID, Amount: amount, body: body(amount), expires: l.expires, manual: manual}
-	// Another request under the key, which must answer 422; not where the key may have expired,
-	// as it would then be a new payment.
+	// Another request under the key, which must answer 422 (a new payment if the key expired).
 	if reuse := l.rng.Float64() < 0.05; reuse && !l.expires {
 		k.other = body(amount + 1)
 	}
@@ -250,11 +241,8 @@ func (l *load) newKey(key string) *keyRecord {
 	return k
 }
 
-// manualShare is the share of payments that are manual (authorize now, capture later).
-const manualShare = 0.2
-
-// refundShare is the share of payments the load refunds once they succeeded.
-const refundShare = 0.3
+// The shares of payments that are manual (authorize now, capture later), and that are refunded.
+const manualShare, refundShare = 0.2, 0.3
 
 // refundKey is the key of a refund of part of k's payment.
 func (l *load) refundKey(k *keyRecord, i int, amount int64) *keyRecord {
@@ -282,9 +270,8 @@ func (l *load) count(yes bool, figure *int) {
 	}
 }
 
-// drive sends k until kasa takes it, then again if asked, and then its capture or cancel, or its
-// refunds once its payment has succeeded (waiting a little for an outcome the answer did not show;
-// a manual payment's come once its capture answered succeeded). Those inherit k's duplication.
+// drive sends k until kasa takes it, again if asked, then its capture or cancel, or its refunds
+// once its payment succeeded. Those inherit k's duplication.
 func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 	var twin sync.WaitGroup
 	if twice {
@@ -324,7 +311,7 @@ func (l *load) sendRefunds(ctx context.Context, k *keyRecord, twice, again bool)
 }
 
 // command sends k's planned capture or cancel once its payment is authorized, after a pause of
-// up to commandDelay (some then meet the expiry). It inherits the payment's duplication.
+// up to commandDelay (some then meet the expiry).
 func (l *load) command(ctx context.Context, k *keyRecord, twice, again bool) {
 	if k.next == "" || !k.accepted() || l.outcome(ctx, k) != payment.StatusRequiresCapture {
 		return
@@ -342,8 +329,7 @@ func (l *load) command(ctx context.Context, k *keyRecord, twice, again bool) {
 	l.count(k.next == payment.CommandCapture, &l.fig.Manual.Captures)
 	l.count(k.next == payment.CommandCancel, &l.fig.Manual.Cancels)
 	l.drive(ctx, c, twice, again)
-	// Only on the capture's own answer: reading the payment would mark the capture's key as
-	// answered, which the replay check then holds it to.
+	// Only on the capture's own answer: a read would mark the key answered for the replay check.
 	c.mu.Lock()
 	captured := c.decided == payment.StatusSucceeded
 	c.mu.Unlock()
@@ -358,14 +344,11 @@ const commandDelay = 12 * time.Second
 
 // refusalCode is the 409 that refuses a command whose payment no longer waits for one.
 func refusalCode(c payment.Command) string {
-	if c == payment.CommandCancel {
-		return "payment_not_cancelable"
-	}
-	return "payment_not_capturable"
+	return map[payment.Command]string{payment.CommandCapture: "payment_not_capturable", payment.CommandCancel: "payment_not_cancelable"}[c]
 }
 
 // outcome is the status k's payment was answered with (final, or requires_capture), reading it
-// for up to half a minute while no answer showed one; "" if none did.
+// for up to half a minute while no answer showed one.
 func (l *load) outcome(ctx context.Context, k *keyRecord) payment.Status {
 	for end := time.Now().Add(30 * time.Second); ; {
 		k.mu.Lock()
@@ -408,7 +391,7 @@ func (l *load) untilAccepted(ctx context.Context, k *keyRecord) {
 func (l *load) snapshot() []*keyRecord {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]*keyRecord(nil), l.keys...)
+	return slices.Clone(l.keys)
 }
 
 // sleep waits d or until ctx ends.

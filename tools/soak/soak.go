@@ -448,12 +448,7 @@ func (s *stack) merchants() ([]*merchant, error) {
 
 // environ is the environment of a kasa process: the soak's settings, never the caller's KASA_*.
 func (s *stack) environ(overrides map[string]string) []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KASA_") {
-			out = append(out, kv)
-		}
-	}
+	out := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KASA_") })
 	for k, v := range s.env {
 		if o, ok := overrides[k]; ok {
 			v = o
