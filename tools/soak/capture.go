@@ -13,8 +13,7 @@ import (
 )
 
 // The checks of manual payments (docs/api.md, "Authorize now, capture later"), beside those every
-// payment gets: what the bank captured, what each capture took, when expired authorizations were
-// let go, and that none is left open.
+// payment gets.
 
 // answered is the status p's key was answered with once p was decided: p's own, but a manual
 // payment's requires_capture once the bank authorized it (whatever became of it since).
@@ -26,11 +25,9 @@ func (p *paid) answered() payment.Status {
 	return p.res.Status
 }
 
-// commandProblems replays a capture's or cancel's key once its payment is final. It answers the
-// command's outcome (a capture 201 succeeded or 402 canceled, a cancel 200 canceled), marked
-// Idempotent-Replayed once a final answer was given; or, for a command never taken, 409: the
-// payment no longer waits for one. The key's history (the replay included) says whether the two
-// agree with its earlier answers.
+// commandProblems replays a capture's or cancel's key once its payment is final: it answers the
+// command's outcome, replayed once a final answer was given, or 409 for a command never taken.
+// The key's history (the replay included) says whether that agrees with its earlier answers.
 func commandProblems(a *api, k *keyRecord, st *settled) []string {
 	p := st.payments[k.Target.id()]
 	if p == nil {
@@ -88,13 +85,10 @@ func notItsOwn(k *keyRecord, p *paid) string {
 	return ""
 }
 
-// checkManual checks each manual payment at the bank (GET /_sim/authorizations, /_sim/charges).
-// captures: at most one authorization, no charge, none held once the payment failed or was
-// canceled (unless its void went unknown: a file then releases it at kasa only), and captured
-// what kasa says (its amount_captured when succeeded, nothing when canceled or failed): no double
-// capture. above: no capture took more than its authorization (at kasa or the bank), a succeeded
-// one what its capture asked, and a payment was captured, canceled or refused a capture only if
-// one of keys sent that command.
+// checkManual checks each manual payment at the bank. captures: at most one authorization, no
+// charge, none held once the payment failed or was canceled (unless its void went unknown), and
+// captured what kasa says. above: no capture took more than its authorization, a succeeded one
+// what its capture asked, and an outcome needing a command only if a key sent that command.
 func (s *stack) checkManual(keys []*keyRecord, st *settled) (captures, above Check) {
 	captures = Check{Name: "manual payments: one authorization, no charge, the bank captured what kasa says"}
 	above = Check{Name: "no capture above its authorization, nor other than it asked; no capture or cancel nobody sent"}
@@ -158,9 +152,8 @@ func (s *stack) checkManual(keys []*keyRecord, st *settled) (captures, above Che
 // must have been let go (docs/operations.md, "Overdue authorizations").
 const expiryBound = time.Minute
 
-// checkExpiries: each manual payment that expired (canceled, authorization_expired) was released
-// within expiryBound of its capture_before, never before it (its updated_at); one that went
-// unknown on the way (its void's answer lost) is settled by the file instead, later.
+// checkExpiries: each manual payment that expired was released (its updated_at) within
+// expiryBound of its capture_before, never before; one whose void went unknown settles later.
 func checkExpiries(st *settled, events map[string][]event) Check {
 	c := Check{Name: fmt.Sprintf("every expired authorization was released within %s of its capture_before", expiryBound)}
 	for _, p := range sortedPayments(st) {
@@ -183,15 +176,13 @@ func checkExpiries(st *settled, events map[string][]event) Check {
 	return c.done()
 }
 
-// wentUnknown says whether p was unknown on its way, as an answer, a read or one of its events
-// showed.
+// wentUnknown says whether an answer, a read or one of its events showed p unknown.
 func wentUnknown(p *paid, events []event) bool {
 	return p.viaUnknown || slices.ContainsFunc(events, func(e event) bool { return e.Type == "payment.unknown" })
 }
 
-// checkOpen: no authorization is left open once everything settled: no manual payment
-// requires_capture or unknown, and kasa counts none open (kasa_authorizations_open, from its
-// open_authorizations table) or overdue.
+// checkOpen: no manual payment is left requires_capture or unknown, and kasa's gauges count no
+// authorization open or overdue.
 func (s *stack) checkOpen(st *settled) Check {
 	c := Check{Name: "no authorization left open after settling"}
 	for _, p := range sortedPayments(st) {

@@ -76,9 +76,8 @@ func (s *stack) check(ctx context.Context, ld *load, st *settled, rep *Report) {
 	}
 }
 
-// checkKeys: every key has exactly one outcome. The client was only ever answered one payment
-// for it, never an answer a retry of the same request must not get, and replaying the request now
-// answers the same payment with its final status.
+// checkKeys: every key has exactly one outcome: one payment answered, never an answer a retry
+// must not get, and a replay now answers the same payment with its final status.
 func (s *stack) checkKeys(keys []*keyRecord, st *settled) Check {
 	c := Check{Name: "every idempotency key has exactly one outcome"}
 	var mu sync.Mutex
@@ -203,10 +202,8 @@ func checkLive(st *settled) Check {
 	return c.done()
 }
 
-// checkBank: the simulator moved money at most once per operation, exactly once for each
-// succeeded payment or refund (the charge or refund it names), never for a failed one, and never
-// for a reference that is none of theirs. A late booking still to come counts as moved. Manual
-// payments have checks of their own.
+// checkBank: the bank moved money exactly once for each succeeded automatic payment or refund
+// (a late booking to come counts), never for a failed one nor a reference none of theirs.
 func (s *stack) checkBank(st *settled) Check {
 	c := Check{Name: "the bank moved money once per succeeded payment or refund, never otherwise"}
 	var mu sync.Mutex
@@ -234,9 +231,7 @@ func (s *stack) checkBank(st *settled) Check {
 			c.fail("failed %s (%s): the bank moved its money", p.what(), deref(p.res.FailureCode))
 		}
 	})
-	// Money the bank moved for a reference that is no payment or refund of the soak is money
-	// kasa lost track of (a charge under another id, a payment no answer or lookup names): no
-	// look at the soak's own references finds it.
+	// Money moved for a reference of no payment or refund of the soak is money kasa lost track of.
 	for _, all := range []struct {
 		what string
 		list func(context.Context) (map[string][]string, error)
@@ -273,9 +268,8 @@ func (s *stack) checkVerify(ctx context.Context) Check {
 	return c.done()
 }
 
-// checkReconcile imports the settlement files once more, now that every payment is final: kasa
-// reconcile must find no mismatch (charged but failed, succeeded but missing from the file).
-// The imports that settled unknown payments must not have found one either.
+// checkReconcile: neither the imports that settled unknown payments nor one more of each
+// settlement file, now that every payment is final, finds a mismatch.
 func (s *stack) checkReconcile(ctx context.Context, st *settled, rep *Report) Check {
 	c := Check{Name: "kasa reconcile finds no mismatch"}
 	for _, run := range rep.Reconciles {
@@ -297,9 +291,8 @@ func (s *stack) checkReconcile(ctx context.Context, st *settled, rep *Report) Ch
 	return c.done()
 }
 
-// checkHolds: no hold is left on a finished payment (every account's reserved amount is zero
-// once every payment is final), and each balance is its deposit less its succeeded payments (what a
-// manual one captured), plus their succeeded refunds.
+// checkHolds: no account keeps a reserved amount once every payment is final, and each balance
+// is its deposit less what its payments paid, plus their succeeded refunds.
 func (s *stack) checkHolds(merchants []*merchant, st *settled) Check {
 	c := Check{Name: "no hold left; balances are deposits less succeeded payments plus succeeded refunds"}
 	spent := map[string]int64{}
@@ -328,9 +321,8 @@ func (s *stack) checkHolds(merchants []*merchant, st *settled) Check {
 	return c.done()
 }
 
-// checkRefunded: each payment's amount_refunded is the sum of its succeeded refunds, and never
-// more than it paid: its amount (a manual payment's: what was captured) when it succeeded,
-// nothing when it failed or was canceled.
+// checkRefunded: each payment's amount_refunded is the sum of its succeeded refunds, never more
+// than it paid.
 func checkRefunded(st *settled) Check {
 	c := Check{Name: "each payment's amount_refunded is the sum of its succeeded refunds, never more than it paid"}
 	refunded := map[string]int64{}
@@ -356,10 +348,9 @@ func checkRefunded(st *settled) Check {
 	return c.done()
 }
 
-// checkWebhooks waits (bounded) until each finished payment's and refund's final event has
-// reached the receiver, then checks that each state change's event arrived once: one event id per
-// object and status (an event delivered again under its id counts once), the final one present,
-// no type the object never sends, nothing unknown to the soak, every delivery signed.
+// checkWebhooks waits (bounded) for each finished payment's and refund's final event, then checks
+// that each state change's event arrived once, in order, none it never sends, nothing unknown to
+// the soak, every delivery signed.
 func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 	c := Check{Name: "every state change reached the merchant's webhook exactly once"}
 	final := func(events []event, p *paid) bool {
@@ -392,9 +383,7 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 		} else if order := arrivalOrder(events); !inOrder(order) {
 			c.fail("%s: its events arrived out of order: %v", p.what(), order)
 		}
-		// The state changes p went through, as the soak saw them, each needs its event: an unknown
-		// outcome its *.unknown ("payment.unknown (capture or void)" is one), an authorization
-		// payment.requires_capture.
+		// Each state change the soak saw p go through needs its event: unknown, or authorized.
 		seen := func(t string) bool {
 			return slices.ContainsFunc(slices.Collect(maps.Keys(types)), func(k string) bool { return strings.HasPrefix(k, t) })
 		}
@@ -412,8 +401,7 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 			if !slices.Contains(announced(p), e.Type) {
 				c.fail("%s: an event %s, which kasa never sends for it (docs/webhooks.md)", p.what(), e.Type)
 			}
-			// The money an event names is the payment's (or refund's) as it settled: what it
-			// moved does not change after its final event.
+			// What a payment moved does not change after its final event.
 			if e.Type == eventType(p.res) && (e.Payment.Amount != p.res.Amount || e.Payment.Currency != p.res.Currency ||
 				e.Payment.AmountCaptured != p.res.AmountCaptured) {
 				c.fail("%s: its %s event says %s %s captured %q; it settled %s %s captured %q", p.what(), e.Type,
@@ -431,9 +419,8 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 		if _, ok := st.payments[id]; ok {
 			continue
 		}
-		// A payment no answer named: an expired key's earlier attempt, whose answers were all
-		// lost, may be one; it must have failed, without moving money (a succeeded one would
-		// have answered the retry with duplicate_payment).
+		// A payment no answer named may be an expired key's earlier attempt whose answers were
+		// all lost; it must have failed without moving money (a success answers duplicate_payment).
 		k := byInvoice[events[0].Payment.InvoiceID]
 		c.Checked++
 		switch moved, err := s.api.bank().Charges(ctx, id); {
@@ -450,9 +437,7 @@ func (s *stack) checkWebhooks(ctx context.Context, st *settled) Check {
 	return c.done()
 }
 
-// announced is the event types p's state changes send (docs/webhooks.md): a payment's unknown and
-// final status, a manual one's authorization, capture or cancel instead of its success, a
-// refund's its own.
+// announced is the event types p's state changes send (docs/webhooks.md).
 func announced(p *paid) []string {
 	switch {
 	case p.refund():
@@ -463,8 +448,7 @@ func announced(p *paid) []string {
 	return []string{"payment.unknown", "payment.succeeded", "payment.failed"}
 }
 
-// arrivalOrder is a payment's event types in the order the first event of each arrived (a type
-// sent as two events is a violation of its own).
+// arrivalOrder is a payment's event types in the order the first event of each arrived.
 func arrivalOrder(events []event) []string {
 	sorted := slices.SortedFunc(slices.Values(events), func(a, b event) int { return a.Arrived - b.Arrived })
 	var types []string
@@ -476,9 +460,8 @@ func arrivalOrder(events []event) []string {
 	return types
 }
 
-// inOrder says whether an object's events came in an order its states can take (docs/webhooks.md,
-// "Order"): unknown (or a manual payment's requires_capture), if at all, before the final event,
-// and nothing after a final event.
+// inOrder says whether an object's events came in an order its states can take
+// (docs/webhooks.md, "Order"): nothing after a final event.
 func inOrder(types []string) bool {
 	for i, t := range types {
 		_, status, _ := strings.Cut(t, ".")
@@ -490,8 +473,7 @@ func inOrder(types []string) bool {
 }
 
 // change names the state change an event announces: its type, but a manual payment may go
-// unknown twice, its authorization's answer lost and then its capture's or void's (once it has
-// the bank's authorization).
+// unknown twice, at its authorization and then at its capture or void.
 func change(e event) string {
 	if e.Type == "payment.unknown" && e.Payment.Capture == payment.CaptureManual && e.Payment.ProviderReference != nil {
 		return "payment.unknown (capture or void)"

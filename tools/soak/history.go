@@ -13,9 +13,8 @@ import (
 	"github.com/kasa-pay/kasa/payment"
 )
 
-// op is one request a client sent under a key, as the history records it: when it was sent and
-// answered, and the answer, or Info when none came (a timeout or a lost connection: it may or may
-// not have taken effect).
+// op is one request a client sent under a key: when it was sent and answered, and the answer,
+// or Info when none came (it may or may not have taken effect).
 type op struct {
 	Lookup   bool           `json:"lookup,omitempty"`         // GET /v1/payments?idempotency_key=, not the POST
 	API      string         `json:"api,omitempty"`            // the API instance it was sent to, host:port
@@ -81,19 +80,14 @@ func (o op) String() string {
 	return fmt.Sprintf("%s %d %s %s %s %s replayed=%t body=%.8s", span, o.Status, o.Payment, o.Resource, o.Failure, o.Code, o.Replayed, o.Body)
 }
 
-// keyState is the sequential model of one key (docs/api.md, idempotency): the payment or refund
-// the key made (or a command's payment), once an answer named one; the status its answer stands
-// for, once any answer showed it (final; a manual payment's requires_capture); the final answer's
-// bytes, once a POST got it; and whether an answer showed the key's record expired. A manual
-// payment's key also remembers the final status a lookup showed after its authorization, and a
-// command's whether an answer showed it taken (202).
+// keyState is the sequential model of one key (docs/api.md, idempotency), as its answers showed it.
 type keyState struct {
-	payment string
-	decided payment.Status
-	body    string
-	expired bool
-	later   payment.Status
-	taken   bool
+	payment string         // the payment or refund the key made (a command's payment)
+	decided payment.Status // the status its answer stands for (final; a manual one's requires_capture)
+	body    string         // the final answer's bytes
+	expired bool           // the key's record expired
+	later   payment.Status // a manual payment's final status a lookup showed after its authorization
+	taken   bool           // a command's: answered 202
 }
 
 // paid: an answer showed the key's payment succeeded (captured, for a manual one): it holds
@@ -107,20 +101,16 @@ func (s keyState) freed() bool {
 	return s.decided == payment.StatusFailed || s.later == payment.StatusCanceled
 }
 
-// keyKind is what the model knows of a key beside its history: whether it is a refund's, a
-// manual payment's or a command's, and whether records may expire during the run (a retention
-// shorter than the run).
+// keyKind is what the model knows of a key beside its history.
 type keyKind struct {
-	refund, expires bool
+	refund, expires bool            // expires: records may expire during the run
 	manual          bool            // a manual payment's: answered requires_capture, captured or canceled later
 	command         payment.Command // a capture's or a cancel's
 	request         string          // the hash of the key's request: another one answers 422
 }
 
 // answerStatus is the HTTP status of the key's final answer when its resource has status st, or
-// 0 when st is no final answer of the key: a payment 201 succeeded (a manual one 201
-// requires_capture) or 402 failed, a refund the same, a capture 201 succeeded or 402 canceled
-// (the bank took nothing), a cancel 200 canceled.
+// 0 when st is no final answer of the key.
 func (k keyKind) answerStatus(st payment.Status) int {
 	var answers map[payment.Status]int
 	switch {
@@ -147,9 +137,7 @@ func stepKey(k keyKind, s keyState, o op) (bool, keyState) {
 	if k.expires && !o.Info {
 		// A finished operation's record may be gone (docs/api.md, KASA_IDEMPOTENCY_RETENTION): a
 		// refund's key then answers 422 for good; a payment's key is a new request, which the
-		// invoice answers with its live payment (succeeded, or a manual one's authorized), or which
-		// pays again after a failed (or canceled) one. An expired record proves the operation
-		// finished, even if no answer showed it.
+		// invoice answers with its live payment, or which pays again after a failed one.
 		switch {
 		case k.refund && o.Status == http.StatusUnprocessableEntity && o.Code == "idempotency_key_reused":
 			s.expired = true
@@ -167,9 +155,8 @@ func stepKey(k keyKind, s keyState, o op) (bool, keyState) {
 			}
 			return ok, next
 		case !k.refund && !s.paid() && o.Payment != "" && s.payment != "" && o.Payment != s.payment:
-			// A new payment, under a new record (its first answer may have been lost): the
-			// key's earlier one must have failed (or been canceled), which no answer may have
-			// shown; the settled check of the key's payments says whether it did.
+			// A new payment under a new record: the key's earlier one must have failed, which
+			// the check of the key's payments says.
 			s = keyState{}
 		case !k.refund && s.freed() && o.Status == http.StatusConflict && o.Code == "idempotency_key_in_use":
 			return true, s // a new payment in flight, whose first answer was lost
@@ -227,9 +214,8 @@ func stepKey(k keyKind, s keyState, o op) (bool, keyState) {
 	return true, s
 }
 
-// stepManualLookup is a lookup of a manual payment, which shows its status now: processing and
-// then requires_capture or failed, as a payment's answer does; once authorized, unknown while a
-// capture or void is ambiguous, and then succeeded or canceled for good.
+// stepManualLookup is a lookup of a manual payment, which shows its status now: processing, then
+// requires_capture or failed; once authorized, unknown, then succeeded or canceled for good.
 func stepManualLookup(s keyState, st payment.Status) (bool, keyState) {
 	authorized := s.decided == "" || s.decided == payment.StatusRequiresCapture
 	switch st {
@@ -253,9 +239,8 @@ func stepManualLookup(s keyState, st payment.Status) (bool, keyState) {
 	return false, s
 }
 
-// linearizable checks one key's history against the model: whether some order of its requests,
-// each taking effect between its call and its answer (an unanswered one at any time after its
-// call), explains every answer.
+// linearizable says whether some order of a key's requests, each taking effect between its call
+// and its answer, explains every answer.
 func linearizable(k keyKind, history []op) bool {
 	ops := make([]porcupine.Operation, len(history))
 	for i, o := range history {
@@ -271,8 +256,8 @@ func linearizable(k keyKind, history []op) bool {
 	}, ops)
 }
 
-// shrink is a smallest sub-history of h that no order explains: requests are dropped one at a
-// time, each for good when the rest still fails, so that a violation shows only what contradicts.
+// shrink is a smallest sub-history of h that no order explains, so that a violation shows only
+// what contradicts.
 func shrink(k keyKind, h []op) []op {
 	h = slices.Clone(h)
 	for i := 0; i < len(h); {
