@@ -238,10 +238,7 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	for _, c := range r.Checks {
 		if len(c.Examples) > 0 {
-			fmt.Fprintf(w, "\n%s:\n\n", c.Name)
-			for _, e := range c.Examples {
-				fmt.Fprintf(w, "- %s\n", e)
-			}
+			fmt.Fprintf(w, "\n%s:\n\n- %s\n", c.Name, strings.Join(c.Examples, "\n- "))
 		}
 	}
 

@@ -13,8 +13,7 @@ import (
 // Kind is a sort of fault the soak injects.
 type Kind string
 
-// The kinds of fault. Every one is bounded: the process, server or link is back, and the bank
-// answers normally, when the fault's duration has passed.
+// The kinds of fault. Every one is undone when its duration has passed.
 const (
 	KillWorker      Kind = "kill_worker"      // SIGKILL one `kasa worker`, restart it after the duration
 	KillAPI         Kind = "kill_api"         // SIGKILL `kasa api`, restart it after the duration
@@ -35,7 +34,7 @@ var Kinds = []Kind{KillWorker, KillAPI, KillRelay, RestartPostgres, RestartTempo
 var ClusterKinds = []Kind{LoseBroker}
 
 // kindSpec says how often a kind is drawn (relative weight), how long it lasts, and its target
-// unless one is drawn for each fault (a worker, the cluster's API, a link).
+// unless one is drawn for each fault.
 type kindSpec struct {
 	weight   int
 	min, max time.Duration
@@ -55,7 +54,7 @@ var kindSpecs = map[Kind]kindSpec{
 }
 
 // BankAction is one fault action of the simulator (PUT /_sim/faults): the request kinds it
-// applies to and whether it needs a delay. Adding an action the simulator learns is one row.
+// applies to and whether it needs a delay.
 type BankAction struct {
 	Name     string
 	On       []string // "charge", "inquiry", "refund"
@@ -78,9 +77,8 @@ var BankActions = []BankAction{
 	{Name: "garbage", On: []string{"charge", "inquiry", "refund"}},
 }
 
-// ManualOn are a manual payment's requests to the bank. Each bank fault applies its action to one
-// of them too, beside the request kind of BankActions it was drawn for (drawn from a stream of its
-// own: the rest of a seed's schedule is what it was before manual payments).
+// ManualOn are a manual payment's requests to the bank: each bank fault hits one of them too,
+// drawn from a stream of its own so that the rest of a seed's schedule is unchanged.
 var ManualOn = []string{"authorize", "capture", "void"}
 
 // Links are the network paths the soak puts toxics on.
@@ -108,7 +106,7 @@ type Fault struct {
 	DelayMS     int     `json:"delay_ms,omitempty"`
 	Probability float64 `json:"probability,omitempty"`
 	// Network faults: the toxic, its direction and parameter (latency, or the delay before a
-	// timeout's or reset's close, in milliseconds), and the share of connections it hits.
+	// close), and the share of connections it hits.
 	Toxic    string  `json:"toxic,omitempty"`
 	Stream   string  `json:"stream,omitempty"`
 	ToxicMS  int     `json:"toxic_ms,omitempty"`
@@ -159,7 +157,7 @@ type PlanOptions struct {
 }
 
 // Plan draws the fault schedule. Two faults never hold one target at once (the simulator has one
-// set of rules, a link one toxic); faults of different targets may overlap.
+// set of rules, a link one toxic).
 func Plan(o PlanOptions) []Fault {
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x736f616b))    // "soak"
 	manual := rand.New(rand.NewPCG(uint64(o.Seed), 0x6d616e75)) // "manu": ManualOn's draws

@@ -537,8 +537,7 @@ func (s *stack) inject(ctx context.Context, f Fault) error {
 	return fmt.Errorf("unknown fault kind %q", f.Kind)
 }
 
-// heal makes sure nothing is left broken after the faults: the bank answers normally, the links
-// carry no toxic, PostgreSQL, Temporal and every process run, and the API is ready.
+// heal undoes whatever the faults left broken, and waits until the API is ready.
 func (s *stack) heal(ctx context.Context) error {
 	if err := s.api.bank().SetFaults(ctx); err != nil {
 		return fmt.Errorf("clear the bank's faults: %w", err)
@@ -561,8 +560,7 @@ func (s *stack) heal(ctx context.Context) error {
 	return s.api.ready(s.o.Settle)
 }
 
-// teardown stops everything in the reverse order of its start, and removes the working directory
-// if asked.
+// teardown stops everything in the reverse order of its start, and removes the directory if asked.
 func (s *stack) teardown(remove bool) {
 	for _, stop := range slices.Backward(s.stops) {
 		stop()
