@@ -278,12 +278,10 @@ func (l *load) drive(ctx context.Context, k *keyRecord, twice, again bool) {
 		twin.Go(func() { l.untilAccepted(ctx, k) })
 	}
 	l.untilAccepted(ctx, k)
-	if again && k.accepted() {
-		if sleep(ctx, rand.N(2*time.Second)) == nil {
-			call := time.Now()
-			r, err := l.api.post(k)
-			k.record(call, r, err)
-		}
+	if again && k.accepted() && sleep(ctx, rand.N(2*time.Second)) == nil {
+		call := time.Now()
+		r, err := l.api.post(k)
+		k.record(call, r, err)
 	}
 	if k.other != nil && k.accepted() {
 		call := time.Now()

@@ -183,8 +183,12 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	rep = &Report{Started: time.Now().UTC(), Seed: o.Seed, Duration: o.Duration.String(), Rate: o.Rate,
 		Shape: o.Shape, Capability: o.Capability, Workers: workers, Dir: s.dir, Replay: o.replay()}
 	rep.Plan = Plan(o.planOptions())
+	retention := o.Retention.String()
+	if o.Retention == 0 {
+		retention = "72h (kasa's default)"
+	}
 	s.log.Printf("seed %d, %s at %.1f payments/s, shape %s, capability %s, retention %s, working directory %s",
-		o.Seed, o.Duration, o.Rate, o.Shape, o.Capability, retentionOf(o.Retention), s.dir)
+		o.Seed, o.Duration, o.Rate, o.Shape, o.Capability, retention, s.dir)
 	s.log.Printf("fault schedule (%d faults; replay with %s):", len(rep.Plan), rep.Replay)
 	PrintPlan(o.Log, rep.Plan)
 
@@ -266,14 +270,6 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 
 // expires says whether idempotency records may expire while the soak still sends their keys.
 func (o Options) expires() bool { return o.Retention > 0 && o.Retention < o.Duration+2*o.Settle }
-
-// retentionOf names the records' retention of a soak.
-func retentionOf(d time.Duration) string {
-	if d == 0 {
-		return "72h (kasa's default)"
-	}
-	return d.String()
-}
 
 func interrupted(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
