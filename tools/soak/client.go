@@ -60,9 +60,8 @@ func (a *api) post(k *keyRecord) (answer, error) {
 	return a.call("POST", base+k.path(), k.Merchant.APIKey, k.body, "Idempotency-Key", k.Key)
 }
 
-// replay sends a key's request again as a patient client does, for the checks: an answer that
-// asks to wait (429 or 503 with Retry-After) is sent again after the wait, for up to a minute.
-// The load itself uses post, and records every answer as it comes.
+// replay sends a key's request again for the checks, as a patient client: an answer that asks to
+// wait (429 or 503 with Retry-After) is sent again after the wait, for up to a minute.
 func (a *api) replay(k *keyRecord) (answer, error) {
 	return a.patient("POST", a.base+k.path(), k.Merchant.APIKey, k.body, "Idempotency-Key", k.Key)
 }

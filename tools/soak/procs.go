@@ -6,8 +6,7 @@ import (
 	"sync"
 )
 
-// crashable is a server the soak runs: its PostgreSQL, or its Temporal (the file-backed dev
-// server, or in the cluster shape the real Temporal Server on the soak's PostgreSQL).
+// crashable is a server the soak crashes: its PostgreSQL, or its Temporal (dev server or Server).
 type crashable interface {
 	Crash() error
 	Stop() error

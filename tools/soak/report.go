@@ -64,8 +64,7 @@ type Report struct {
 	written   string // where write put the report, without an extension
 }
 
-// ManualFigures are what became of the manual payments (authorize now, capture later) and of
-// their captures and cancels.
+// ManualFigures are what became of the manual payments and of their captures and cancels.
 type ManualFigures struct {
 	Keys       int `json:"keys"`       // manual payments' keys
 	Authorized int `json:"authorized"` // their payments the bank authorized (answered requires_capture)

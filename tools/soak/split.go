@@ -11,9 +11,8 @@ import (
 	"github.com/kasa-pay/kasa/tools/devenv"
 )
 
-// splits is what the settings_split faults saw: a worker started with another provider capability
-// than the deployment's must refuse to start, and must never poll (docs/deployment.md, "Money
-// settings").
+// splits is what the settings_split faults saw: a worker with another provider capability than
+// the deployment's must refuse to start, never poll (docs/deployment.md, "Money settings").
 type splits struct {
 	mu     sync.Mutex
 	tried  int
