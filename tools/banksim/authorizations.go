@@ -117,7 +117,7 @@ func (s *Sim) current(a authRecord, now time.Time, pending bool) authRecord {
 			a.State = stateVoided
 		}
 	}
-	if a.State == stateAuthorized && !now.Before(a.CreatedAt.Add(s.authTTL)) {
+	if a.State == stateAuthorized && !now.Before(a.CreatedAt.Add(authorizationTTL)) {
 		a.State = stateExpired
 	}
 	return a

@@ -460,7 +460,7 @@ func TestAuthorizationExpires(t *testing.T) {
 	e.sim.now = func() time.Time { return now }
 	e.sim.mu.Unlock()
 	id := e.authorized(t, "exp-1")
-	now = now.Add(DefaultAuthorizationTTL)
+	now = now.Add(authorizationTTL)
 	require.Equal(t, stateExpired, e.inquired(t, "exp-1").State)
 	code, c := e.capture(t, "cap-1", id, 100)
 	require.Equal(t, http.StatusCreated, code)

@@ -48,13 +48,11 @@ type Options struct {
 	DataDir    string       // directory of the durable logs (created if missing); required
 	Capability Capability   // default CapabilityIdempotent
 	Logger     *slog.Logger // optional
-	// AuthorizationTTL is how long an authorization holds before the bank lets it expire (a
-	// capture is then declined, a void answers succeeded); default DefaultAuthorizationTTL.
-	AuthorizationTTL time.Duration
 }
 
-// DefaultAuthorizationTTL is how long a card authorization lives at the simulated bank.
-const DefaultAuthorizationTTL = 7 * 24 * time.Hour
+// authorizationTTL is how long an authorization holds before the bank lets it expire (a
+// capture is then declined, a void answers succeeded).
+const authorizationTTL = 7 * 24 * time.Hour
 
 const (
 	statusSucceeded = "succeeded"
@@ -89,7 +87,6 @@ func (r record) view(time.Time) any { return r.charge }
 // Sim is the simulator. All state is guarded by mu.
 type Sim struct {
 	capability Capability
-	authTTL    time.Duration
 	log        *slog.Logger
 	now        func() time.Time // replaced in tests to produce charges on other days
 
@@ -118,7 +115,6 @@ func New(opts Options) (*Sim, error) {
 	logger := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	s := &Sim{
 		capability: capability,
-		authTTL:    cmp.Or(opts.AuthorizationTTL, DefaultAuthorizationTTL),
 		log:        logger,
 		now:        time.Now,
 		closed:     make(chan struct{}),
