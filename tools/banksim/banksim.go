@@ -16,9 +16,7 @@
 package banksim
 
 import (
-	"bytes"
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -142,89 +140,6 @@ func New(opts Options) (*Sim, error) {
 	s.log.Info("banksim ready", "capability", capability, "charges", len(s.charges.records),
 		"refunds", len(s.refunds.records), "authorizations", len(s.authorizations.records))
 	return s, nil
-}
-
-// journal is one durable append-only log of JSON lines.
-type journal struct {
-	f    *os.File
-	size int64 // bytes of complete lines in f, to undo a failed append
-}
-
-// openJournal replays dir/name through each, line by line, and opens it for appending.
-func openJournal(dir, name string, logger *slog.Logger, each func(line []byte) error) (*journal, error) {
-	path := filepath.Join(dir, name)
-	data, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("banksim: %w", err)
-	}
-	valid := 0
-	for line := range bytes.Lines(data) {
-		if !bytes.HasSuffix(line, []byte("\n")) {
-			// A crash mid-append leaves an incomplete last line. Its fsync
-			// never finished, so no client was ever answered for it.
-			break
-		}
-		if len(bytes.TrimSpace(line)) > 0 {
-			if err := each(line); err != nil {
-				return nil, fmt.Errorf("banksim: %s: corrupt record at byte %d: %w", path, valid, err)
-			}
-		}
-		valid += len(line)
-	}
-
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("banksim: %w", err)
-	}
-	if valid < len(data) {
-		// Cut the torn line, or the next append would be glued onto it.
-		logger.Warn("banksim: dropping torn last line of a log", "file", name, "bytes", len(data)-valid)
-		err = f.Truncate(int64(valid))
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("banksim: %w", err)
-	}
-	// Make the file's directory entry durable too.
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return &journal{f: f, size: int64(valid)}, nil
-}
-
-// append writes v as one line, durably, and returns the line. Callers hold the Sim's mu.
-func (j *journal) append(v any) ([]byte, error) {
-	if j.f == nil {
-		return nil, errors.New("banksim: closed")
-	}
-	line, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	line = append(line, '\n')
-	if _, err = j.f.Write(line); err == nil {
-		err = j.f.Sync()
-	}
-	if err != nil {
-		_ = j.f.Truncate(j.size) // don't leave half a line behind
-		return nil, err
-	}
-	j.size += int64(len(line))
-	return line, nil
-}
-
-// close closes the log; a log that never opened (nil) has nothing to close.
-func (j *journal) close() error {
-	if j == nil || j.f == nil {
-		return nil
-	}
-	err := j.f.Close()
-	j.f = nil
-	return err
 }
 
 // Close releases hanging requests and closes the log. It is safe to call twice.

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -56,16 +59,51 @@ type book[R entry] struct {
 // open replays the log dir/name into b and keeps it open for appending.
 func (b *book[R]) open(dir, name string, logger *slog.Logger) error {
 	b.byKey, b.byRef, b.byLink = map[string]int{}, map[string][]int{}, map[string][]int{}
-	var err error
-	b.log, err = openJournal(dir, name, logger, func(line []byte) error {
-		var rec R
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return err
+	path := filepath.Join(dir, name)
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("banksim: %w", err)
+	}
+	valid := 0
+	for line := range bytes.Lines(data) {
+		if !bytes.HasSuffix(line, []byte("\n")) {
+			// A crash mid-append leaves an incomplete last line. Its fsync
+			// never finished, so no client was ever answered for it.
+			break
 		}
-		b.index(rec)
-		return nil
-	})
-	return err
+		if len(bytes.TrimSpace(line)) > 0 {
+			var rec R
+			if err := json.Unmarshal(line, &rec); err != nil {
+				return fmt.Errorf("banksim: %s: corrupt record at byte %d: %w", path, valid, err)
+			}
+			b.index(rec)
+		}
+		valid += len(line)
+	}
+
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("banksim: %w", err)
+	}
+	if valid < len(data) {
+		// Cut the torn line, or the next append would be glued onto it.
+		logger.Warn("banksim: dropping torn last line of a log", "file", name, "bytes", len(data)-valid)
+		err = f.Truncate(int64(valid))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("banksim: %w", err)
+	}
+	// Make the file's directory entry durable too.
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	b.log = &journal{f: f, size: int64(valid)}
+	return nil
 }
 
 // index adds rec to the in-memory state. Callers hold mu (or own the Sim exclusively).
@@ -149,4 +187,41 @@ func (b *book[R]) tally(ref string, now time.Time) (booked []R, succeeded, pendi
 		}
 	}
 	return booked, succeeded, pending
+}
+
+// journal is one durable append-only log of JSON lines.
+type journal struct {
+	f    *os.File
+	size int64 // bytes of complete lines in f, to undo a failed append
+}
+
+// append writes v as one line, durably, and returns the line. Callers hold the Sim's mu.
+func (j *journal) append(v any) ([]byte, error) {
+	if j.f == nil {
+		return nil, errors.New("banksim: closed")
+	}
+	line, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	line = append(line, '\n')
+	if _, err = j.f.Write(line); err == nil {
+		err = j.f.Sync()
+	}
+	if err != nil {
+		_ = j.f.Truncate(j.size) // don't leave half a line behind
+		return nil, err
+	}
+	j.size += int64(len(line))
+	return line, nil
+}
+
+// close closes the log; a log that never opened (nil) has nothing to close.
+func (j *journal) close() error {
+	if j == nil || j.f == nil {
+		return nil
+	}
+	err := j.f.Close()
+	j.f = nil
+	return err
 }
