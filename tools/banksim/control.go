@@ -39,39 +39,27 @@ type Rule struct {
 
 // Charges is GET /_sim/charges?reference=.
 func (c Control) Charges(ctx context.Context, reference string) (Moved, error) {
-	return c.moved(ctx, "charges", reference)
+	m, _, err := c.moved(ctx, "charges", reference)
+	return m, err
 }
 
 // Refunds is GET /_sim/refunds?reference=.
 func (c Control) Refunds(ctx context.Context, reference string) (Moved, error) {
-	return c.moved(ctx, "refunds", reference)
+	m, _, err := c.moved(ctx, "refunds", reference)
+	return m, err
 }
 
 // AllCharges is every charge that succeeded (GET /_sim/charges without a reference): their ids,
 // by the reference each was made for. Late bookings still to come are left out.
 func (c Control) AllCharges(ctx context.Context) (map[string][]string, error) {
-	return c.all(ctx, "charges")
+	_, all, err := c.moved(ctx, "charges", "")
+	return all, err
 }
 
 // AllRefunds is AllCharges for refunds (GET /_sim/refunds).
 func (c Control) AllRefunds(ctx context.Context) (map[string][]string, error) {
-	return c.all(ctx, "refunds")
-}
-
-func (c Control) all(ctx context.Context, kind string) (map[string][]string, error) {
-	var out struct { // the names match case-insensitively
-		Charges, Refunds []struct{ ID, Reference, Status string }
-	}
-	if err := c.do(ctx, http.MethodGet, "/_sim/"+kind, nil, &out); err != nil {
-		return nil, err
-	}
-	by := map[string][]string{}
-	for _, r := range append(out.Charges, out.Refunds...) {
-		if r.Status == "succeeded" {
-			by[r.Reference] = append(by[r.Reference], r.ID)
-		}
-	}
-	return by, nil
+	_, all, err := c.moved(ctx, "refunds", "")
+	return all, err
 }
 
 // Held is what the bank did with the authorizations of one reference: how many holds it
@@ -108,25 +96,28 @@ func (c Control) Authorizations(ctx context.Context, reference string) (Held, er
 	return h, nil
 }
 
-func (c Control) moved(ctx context.Context, kind, reference string) (Moved, error) {
+// moved is what the bank did for reference ("" for every one), and the ids that succeeded by
+// their references.
+func (c Control) moved(ctx context.Context, kind, reference string) (Moved, map[string][]string, error) {
 	var out struct { // the names match case-insensitively
 		Count            *int
 		Pending          int
-		Charges, Refunds []struct{ ID, Status string }
+		Charges, Refunds []struct{ ID, Reference, Status string }
 	}
 	if err := c.do(ctx, http.MethodGet, "/_sim/"+kind+"?reference="+url.QueryEscape(reference), nil, &out); err != nil {
-		return Moved{}, err
+		return Moved{}, nil, err
 	}
 	if out.Count == nil {
-		return Moved{}, fmt.Errorf("banksim: %s of %s: an answer without count", kind, reference)
+		return Moved{}, nil, fmt.Errorf("banksim: %s of %s: an answer without count", kind, reference)
 	}
-	m := Moved{Count: *out.Count, Pending: out.Pending}
+	m, all := Moved{Count: *out.Count, Pending: out.Pending}, map[string][]string{}
 	for _, r := range append(out.Charges, out.Refunds...) {
-		if r.Status == "succeeded" {
+		if r.Status == statusSucceeded {
 			m.Succeeded = append(m.Succeeded, r.ID)
+			all[r.Reference] = append(all[r.Reference], r.ID)
 		}
 	}
-	return m, nil
+	return m, all, nil
 }
 
 // SetFaults replaces the fault rules; no rules clears them.
