@@ -58,15 +58,12 @@ const (
 	logFile         = "charges.jsonl"
 )
 
-// charge is the provider API's view of a charge.
+// charge is the provider API's view of a charge: the request and what the bank made of it.
 type charge struct {
-	ID          string    `json:"id"`
-	Reference   string    `json:"reference"`
-	AmountMinor int64     `json:"amount_minor"`
-	Currency    string    `json:"currency"`
-	AccountID   string    `json:"account_id"`
-	Status      string    `json:"status"`
-	CreatedAt   time.Time `json:"created_at"`
+	ID string `json:"id"`
+	chargeRequest
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // record is one line of the durable log. The key is kept out of the provider

@@ -70,17 +70,14 @@ func isCurrencyCode(c string) bool {
 
 func (s *Sim) postCharge(w http.ResponseWriter, r *http.Request) {
 	post(s, w, r, onCharge, &s.charges, func(req chargeRequest, prev record) bool {
-		return req == chargeRequest{prev.Reference, prev.AmountMinor, prev.Currency, prev.AccountID}
+		return req == prev.chargeRequest
 	}, func(req chargeRequest, a arrival) (record, error) {
 		return record{
 			charge: charge{
-				ID:          "ch_" + uuid.Must(uuid.NewV7()).String(),
-				Reference:   req.Reference,
-				AmountMinor: req.AmountMinor,
-				Currency:    req.Currency,
-				AccountID:   req.AccountID,
-				Status:      statusOf(a.declined),
-				CreatedAt:   a.CreatedAt,
+				ID:            "ch_" + uuid.Must(uuid.NewV7()).String(),
+				chargeRequest: req,
+				Status:        statusOf(a.declined),
+				CreatedAt:     a.CreatedAt,
 			},
 			IdempotencyKey: a.IdempotencyKey,
 			ReceivedAt:     a.ReceivedAt,

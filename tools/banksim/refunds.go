@@ -15,16 +15,13 @@ const (
 	declineOverRefund = "exceeds_charged" // more than is left of what was charged
 )
 
-// refund is the provider API's view of a refund.
+// refund is the provider API's view of a refund: the request and what the bank made of it.
 type refund struct {
-	ID              string    `json:"id"`
-	Reference       string    `json:"reference"`
-	ChargeReference string    `json:"charge_reference"`
-	AmountMinor     int64     `json:"amount_minor"`
-	Currency        string    `json:"currency"`
-	Status          string    `json:"status"`
-	DeclineReason   string    `json:"decline_reason,omitempty"`
-	CreatedAt       time.Time `json:"created_at"`
+	ID string `json:"id"`
+	refundRequest
+	Status        string    `json:"status"`
+	DeclineReason string    `json:"decline_reason,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
 }
 
 // refundRecord is one line of the durable refund log, as record is for charges.
@@ -88,7 +85,7 @@ func (s *Sim) refundable(ref, currency string, now time.Time) (left int64, charg
 // than it charged.
 func (s *Sim) postRefund(w http.ResponseWriter, r *http.Request) {
 	post(s, w, r, onRefund, &s.refunds, func(req refundRequest, prev refundRecord) bool {
-		return req == refundRequest{prev.Reference, prev.ChargeReference, prev.AmountMinor, prev.Currency}
+		return req == prev.refundRequest
 	}, func(req refundRequest, a arrival) (refundRecord, error) {
 		status, reason := statusSucceeded, ""
 		left, charged := s.refundable(req.ChargeReference, req.Currency, a.now)
@@ -102,14 +99,11 @@ func (s *Sim) postRefund(w http.ResponseWriter, r *http.Request) {
 		}
 		return refundRecord{
 			refund: refund{
-				ID:              "rf_" + uuid.Must(uuid.NewV7()).String(),
-				Reference:       req.Reference,
-				ChargeReference: req.ChargeReference,
-				AmountMinor:     req.AmountMinor,
-				Currency:        req.Currency,
-				Status:          status,
-				DeclineReason:   reason,
-				CreatedAt:       a.CreatedAt,
+				ID:            "rf_" + uuid.Must(uuid.NewV7()).String(),
+				refundRequest: req,
+				Status:        status,
+				DeclineReason: reason,
+				CreatedAt:     a.CreatedAt,
 			},
 			IdempotencyKey: a.IdempotencyKey,
 			ReceivedAt:     a.ReceivedAt,
