@@ -88,14 +88,15 @@ func (s *Sim) viewAuthorization(a authRecord, now time.Time) any {
 	return s.current(a, now, false).authorization
 }
 
-// findAuthorization returns the authorization id names if it has booked by now.
-func (s *Sim) findAuthorization(id string, now time.Time) (authRecord, bool) {
+// holding returns the authorization id names if it has booked by now, in the state a capture or
+// void must decide on (see current, with pending). Callers hold mu.
+func (s *Sim) holding(id string, now time.Time) (authRecord, error) {
 	for _, i := range s.authorizations.byLink[id] { // one at most: it is linked by its own id
 		if a := s.authorizations.records[i]; a.meta().bookedBy(now) {
-			return a, true
+			return s.current(a, now, true), nil
 		}
 	}
-	return authRecord{}, false
+	return authRecord{}, errNoAuthorization
 }
 
 // current is a with its state at now, from the succeeded captures and voids booked by then;
@@ -128,11 +129,7 @@ type captureRequest struct {
 	AmountMinor int64 `json:"amount_minor"`
 }
 
-func (captureRequest) validate() error { return nil }
-
 type voidRequest struct{}
-
-func (voidRequest) validate() error { return nil }
 
 func (s *Sim) postAuthorization(w http.ResponseWriter, r *http.Request) {
 	post(s, w, r, onAuthorize, &s.authorizations, func(req chargeRequest, prev authRecord) bool {
@@ -159,9 +156,9 @@ func (s *Sim) postCapture(w http.ResponseWriter, r *http.Request) {
 	post(s, w, r, onCapture, &s.captures, func(req captureRequest, prev captureRecord) bool {
 		return prev.AuthorizationID == id && prev.AmountMinor == req.AmountMinor
 	}, func(req captureRequest, at arrival) (captureRecord, error) {
-		a, ok := s.findAuthorization(id, at.now)
-		if !ok {
-			return captureRecord{}, errNoAuthorization
+		a, err := s.holding(id, at.now)
+		if err != nil {
+			return captureRecord{}, err
 		}
 		fits := req.AmountMinor > 0 && req.AmountMinor <= a.AmountMinor
 		return captureRecord{
@@ -170,7 +167,7 @@ func (s *Sim) postCapture(w http.ResponseWriter, r *http.Request) {
 				AuthorizationID: a.ID,
 				Reference:       a.Reference,
 				AmountMinor:     req.AmountMinor,
-				Status:          statusOf(at.declined || !fits || s.current(a, at.now, true).State != stateAuthorized),
+				Status:          statusOf(at.declined || !fits || a.State != stateAuthorized),
 			},
 			Currency: a.Currency,
 			booking:  at.booking,
@@ -188,17 +185,16 @@ func (s *Sim) postVoid(w http.ResponseWriter, r *http.Request) {
 	post(s, w, r, onVoid, &s.voids, func(_ voidRequest, prev voidRecord) bool {
 		return prev.AuthorizationID == id
 	}, func(_ voidRequest, at arrival) (voidRecord, error) {
-		a, ok := s.findAuthorization(id, at.now)
-		if !ok {
-			return voidRecord{}, errNoAuthorization
+		a, err := s.holding(id, at.now)
+		if err != nil {
+			return voidRecord{}, err
 		}
-		state := s.current(a, at.now, true).State
 		return voidRecord{
 			void: void{
 				ID:              "vd_" + uuid.Must(uuid.NewV7()).String(),
 				AuthorizationID: a.ID,
 				Reference:       a.Reference,
-				Status:          statusOf(at.declined || state == stateCaptured || state == stateDeclined),
+				Status:          statusOf(at.declined || a.State == stateCaptured || a.State == stateDeclined),
 			},
 			booking: at.booking,
 		}, nil
