@@ -249,11 +249,8 @@ func (s *Sim) deleteFaults(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Sim) getFaults(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
-	// Marshal under the lock: Remaining is mutated by requests. Valid rules always marshal.
-	b, _ := json.Marshal(map[string]any{"rules": append([]faultState{}, s.faults...)})
-	s.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(append(b, '\n'))
+	defer s.mu.Unlock() // encoded under the lock: requests count Remaining down
+	writeJSON(w, http.StatusOK, map[string]any{"rules": append([]faultState{}, s.faults...)})
 }
 
 func (s *Sim) simCharges(w http.ResponseWriter, r *http.Request) {
