@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,13 +71,11 @@ func (c *CommitCutter) Cut() int { return int(c.cut.Load()) }
 func (c *CommitCutter) take(sql string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, piece := range c.armed {
-		if strings.Contains(sql, piece) {
-			c.armed = append(c.armed[:i], c.armed[i+1:]...)
-			return true
-		}
+	i := slices.IndexFunc(c.armed, func(piece string) bool { return strings.Contains(sql, piece) })
+	if i >= 0 {
+		c.armed = slices.Delete(c.armed, i, i+1)
 	}
-	return false
+	return i >= 0
 }
 
 // proxy copies one connection both ways, reading the protocol's messages: a statement run
@@ -96,22 +95,19 @@ func (c *CommitCutter) proxy(client, server net.Conn) {
 			}
 			first = false
 			if len(msg) > 5 {
-				body := msg[5:]
+				var sql string // what the message runs, by its first two strings
+				s1, rest, _ := bytes.Cut(msg[5:], []byte{0})
+				s2, _, _ := bytes.Cut(rest, []byte{0})
 				switch msg[0] {
 				case 'P': // Parse: name, query
-					name, rest, _ := bytes.Cut(body, []byte{0})
-					query, _, _ := bytes.Cut(rest, []byte{0})
-					statements[string(name)] = string(query)
+					statements[string(s1)] = string(s2)
 				case 'B': // Bind: portal, statement
-					_, rest, _ := bytes.Cut(body, []byte{0})
-					name, _, _ := bytes.Cut(rest, []byte{0})
-					if c.take(statements[string(name)]) {
-						marked.Store(true)
-					}
-				case 'Q':
-					if c.take(string(body)) {
-						marked.Store(true)
-					}
+					sql = statements[string(s2)]
+				case 'Q': // Query: query
+					sql = string(s1)
+				}
+				if sql != "" && c.take(sql) {
+					marked.Store(true)
 				}
 			}
 			if _, err := server.Write(msg); err != nil {

@@ -36,7 +36,6 @@ func DecodeWebhook(t testing.TB, body []byte) Webhook {
 // Hook is a merchant's webhook endpoint that records every request it gets.
 type Hook struct {
 	*httptest.Server
-	o    HookOptions
 	mu   sync.Mutex
 	reqs []HookRequest
 }
@@ -59,7 +58,7 @@ type HookRequest struct {
 // NewHook starts a Hook; it stops when the test ends.
 func NewHook(t testing.TB, o HookOptions) *Hook {
 	t.Helper()
-	h := &Hook{o: o}
+	h := &Hook{}
 	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		h.mu.Lock()
