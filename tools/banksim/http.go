@@ -94,10 +94,9 @@ type arrival struct {
 }
 
 // post is the one flow of a POST that moves or holds money (a charge, refund, authorization,
-// capture or void): the key and the body (and its validate method, if any) are checked, the
-// fault rules on `on` applied, and the request entered into b (see enter): same says whether
-// the first record of its key answered the same request, and decide makes its record. The
-// answer is view of the record. on also names the thing in a failure's answer.
+// capture or void): the request is checked, the `on` fault rules applied, and the request
+// entered into b (see enter, for same and decide); the answer is view of the record. on also
+// names the thing in a failure's answer.
 func post[Q any, R entry](s *Sim, w http.ResponseWriter, r *http.Request, on string,
 	b *book[R], same func(Q, R) bool, decide func(Q, arrival) (R, error), view func(R, time.Time) any) {
 	key := r.Header.Get("Idempotency-Key")
