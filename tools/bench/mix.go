@@ -164,23 +164,16 @@ func (c checker) await(ctx context.Context, done func() (bool, error)) error {
 	}
 }
 
-type refundResource struct {
-	ID, Status, Amount, Currency string
-}
-
 func (c checker) refunds(ctx context.Context, key, paymentID string, seen []string) (checked, doubles int, problems []string, err error) {
-	var refunds []refundResource
+	var refunds []payment.RefundResource
 	err = c.await(ctx, func() (done bool, err error) {
 		refunds, err = c.list(ctx, key, paymentID)
-		return !slices.ContainsFunc(refunds, func(r refundResource) bool { return r.Status == string(payment.StatusProcessing) }), err
+		return !slices.ContainsFunc(refunds, func(r payment.RefundResource) bool { return r.Status == payment.StatusProcessing }), err
 	})
 	if err != nil {
 		return 0, 0, nil, err
 	}
-	var p struct {
-		AmountRefunded string `json:"amount_refunded"`
-		Currency       string `json:"currency"`
-	}
+	var p payment.Resource
 	if err := call(ctx, c.hc, request{method: http.MethodGet, url: c.api + "/v1/payments/" + paymentID, token: key}, &p); err != nil {
 		return 0, 0, nil, err
 	}
@@ -194,17 +187,17 @@ func (c checker) refunds(ctx context.Context, key, paymentID string, seen []stri
 		}
 		n := bank.Count + bank.Pending // a late booking moved money too
 		checked++
-		w, final := map[string]int{string(payment.StatusSucceeded): 1, string(payment.StatusFailed): 0}[r.Status]
+		w, final := map[payment.Status]int{payment.StatusSucceeded: 1, payment.StatusFailed: 0}[r.Status]
 		switch {
 		case n > 1 || (final && n != w):
 			if n > 1 {
 				doubles++
 			}
 			problems = append(problems, fmt.Sprintf("refund %s of payment %s: %s in kasa, refunded %d times at the bank", r.ID, paymentID, r.Status, n))
-		case r.Status == string(payment.StatusProcessing):
+		case r.Status == payment.StatusProcessing:
 			problems = append(problems, fmt.Sprintf("refund %s of payment %s: still processing %s after the run", r.ID, paymentID, c.wait))
 		}
-		if r.Status == string(payment.StatusSucceeded) {
+		if r.Status == payment.StatusSucceeded {
 			a, err := amountMinor(r.Amount, r.Currency)
 			if err != nil {
 				return 0, 0, nil, fmt.Errorf("bench: refund %s: amount %q: %w", r.ID, r.Amount, err)
@@ -229,16 +222,16 @@ func (c checker) refunds(ctx context.Context, key, paymentID string, seen []stri
 }
 
 // list reads all of a payment's refunds, page by page.
-func (c checker) list(ctx context.Context, key, paymentID string) ([]refundResource, error) {
-	var all []refundResource
+func (c checker) list(ctx context.Context, key, paymentID string) ([]payment.RefundResource, error) {
+	var all []payment.RefundResource
 	for after := ""; ; {
 		u := fmt.Sprintf("%s/v1/payments/%s/refunds?limit=%d", c.api, paymentID, c.pageSize)
 		if after != "" {
 			u += "&starting_after=" + url.QueryEscape(after)
 		}
 		var page struct {
-			Data    []refundResource `json:"data"`
-			HasMore bool             `json:"has_more"`
+			Data    []payment.RefundResource `json:"data"`
+			HasMore bool                     `json:"has_more"`
 		}
 		if err := call(ctx, c.hc, request{method: http.MethodGet, url: u, token: key}, &page); err != nil {
 			return nil, err
@@ -308,12 +301,9 @@ func checkManual(ctx context.Context, apiURL, simURL string, seen map[string]Man
 }
 
 func (c checker) manual(ctx context.Context, id string, of ManualOf) (checked, doubles int, problems []string, err error) {
-	var p struct {
-		Status, Capture, Amount, Currency string
-		AmountCaptured                    string `json:"amount_captured"`
-	}
+	var p payment.Resource
 	awaited := func() bool { // the payment's outcome, or its command's, is still to come
-		switch payment.Status(p.Status) {
+		switch p.Status {
 		case payment.StatusProcessing, payment.StatusUnknown:
 			return true
 		case payment.StatusRequiresCapture:
@@ -343,7 +333,7 @@ func (c checker) manual(ctx context.Context, id string, of ManualOf) (checked, d
 			return 0, 0, nil, fmt.Errorf("bench: payment %s: amount_captured %q: %w", id, p.AmountCaptured, err)
 		}
 	}
-	status, money := payment.Status(p.Status), func(minor int64) string { return payment.FormatAmount(minor, p.Currency) }
+	status, money := p.Status, func(minor int64) string { return payment.FormatAmount(minor, p.Currency) }
 	late := fmt.Sprintf("still %s %s after the run", status, c.wait)
 	if of.Command != "" {
 		late += " and its " + of.Command
