@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/md5"
 	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -16,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/kasa-pay/kasa/tools/devenv"
 )
@@ -143,11 +144,9 @@ func PGBench(ctx context.Context, o PGBenchOptions) (_ PGBenchResult, err error)
 // pgbenchVariables are the fixture's sizes as setup.sql takes them and every script may use, and
 // for the replay script, merchant 1's id as setup.sql derives it.
 func pgbenchVariables(rows int) []string {
-	m := md5.Sum([]byte("merchant/1"))
-	h := hex.EncodeToString(m[:])
 	return []string{
 		"merchants=" + strconv.Itoa(rows), "payers=1", "records=" + strconv.Itoa(rows), "key_base=" + strconv.FormatInt(pgbenchKeyBase, 10),
-		"merchant_id=" + h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], // md5('merchant/1')::uuid
+		"merchant_id=" + uuid.UUID(md5.Sum([]byte("merchant/1"))).String(), // md5('merchant/1')::uuid
 	}
 }
 
