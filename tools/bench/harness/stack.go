@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,12 +43,11 @@ func (s *stack) stop(keep bool) {
 	}
 }
 
-// startStack starts this binary's `kasa dev` or `kasa cluster` (which needs temporal "server") in
-// a temporary data directory on free ports and waits until it is ready. The child gets none of the
+// startStack starts this binary's `kasa dev` or `kasa cluster` (which needs temporal "server") in a
+// temporary data directory on free ports and waits until it is ready. The child gets none of the
 // user's KASA_* settings (it must not touch their database or Temporal) but the Temporal CLI's
-// path and what cfg passes on. With temporal "server" it first starts PostgreSQL (counting
-// statements and WAL by database) and the real Temporal Server on it, for the child to use. With
-// pprof, the child serves /debug/pprof/ on a loopback port of its own (never the API's).
+// path and what cfg passes on. With temporal "server" it first starts PostgreSQL and the real
+// Temporal Server on it; with pprof, the child serves /debug/pprof/ on a loopback port of its own.
 func startStack(ctx context.Context, cfg Config, temporal, topology string, pprof bool, extraEnv ...string) (_ *stack, err error) {
 	bin := cfg.Binary
 	if bin == "" {
@@ -98,8 +96,8 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string, ppro
 		progress("starting PostgreSQL and the Temporal Server %s in %s", devenv.TemporalServerVersion, dir)
 		// Checkpoints spaced as compose and docs/deployment.md deploy them for a burst.
 		settings := append(slices.Clone(pgstats.Settings), "max_wal_size=16GB", "checkpoint_timeout=30min")
-		pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(dir, "postgres"), Database: "kasa",
-			Settings: settings, Logger: slog.New(slog.DiscardHandler)})
+		pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Dir: filepath.Join(dir, "postgres"), Settings: settings,
+			Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return nil, err
 		}
@@ -191,12 +189,8 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string, ppro
 		return nil, fmt.Errorf("temporal at %s: %w", st.TemporalAddress, err)
 	}
 	s.cleanup = append(s.cleanup, s.Temporal.Close)
-	// What grows in kasa's database and the real Temporal Server's (pgstats.Server.Counters), and
-	// which backends serve kasa's database, for StackCPU to tell kasa's part of PostgreSQL's CPU.
-	u, err := url.Parse(st.DatabaseURL)
-	if err != nil {
-		return nil, err
-	}
+	// What grows in kasa's database ("kasa", devenv's) and the real Temporal Server's, and which
+	// backends serve kasa's database, for StackCPU to tell kasa's part of PostgreSQL's CPU.
 	srv, err := pgstats.Open(ctx, st.DatabaseURL)
 	if err != nil {
 		return nil, err
@@ -208,7 +202,7 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string, ppro
 	kasaBackends := func() map[int]bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		m, _ := srv.Backends(ctx, strings.TrimPrefix(u.Path, "/"))
+		m, _ := srv.Backends(ctx, "kasa")
 		return m
 	}
 	s.AdminToken, s.DatabaseURL, s.Verify = st.AdminToken, st.DatabaseURL, db.Verify
