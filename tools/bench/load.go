@@ -40,9 +40,7 @@ type Options struct {
 	// that succeeded earlier in the run, each under a key of its own (path payments only).
 	RefundShare float64 `json:",omitempty"`
 	// ManualShare (0 to below 1) is the share of new payments created with "capture": "manual"
-	// (path payments only). Each one authorized (201 requires_capture) is then captured, for a
-	// random part of its amount, or in one case of four canceled, by the next client free, each
-	// under a key of its own.
+	// (path payments only), each authorized one then captured in part or canceled (newCommand).
 	ManualShare float64 `json:",omitempty"`
 	// Path: "payments" (default, POST /v1/payments), "replay" (re-sends of finished payments only),
 	// or a raw path such as "/healthz" (GET without auth).

@@ -234,10 +234,10 @@ func StorePath(ctx context.Context, o StorePathOptions) (_ *StorePathReport, err
 	if rep.Problems, err = db.Verify(ctx); err != nil {
 		return nil, err
 	}
-	rep.Correct = len(rep.Problems) == 0 && rep.Webhooks >= counts.Payments
 	if rep.Webhooks < counts.Payments {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d of %d webhooks delivered", rep.Webhooks, counts.Payments))
 	}
+	rep.Correct = len(rep.Problems) == 0
 	if err := storePathSizes(ctx, db, pg.URL, counts.Payments, rep); err != nil {
 		return nil, err
 	}

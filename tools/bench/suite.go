@@ -79,14 +79,10 @@ const (
 	RunManualMix   = "payments with manual capture"
 )
 
-// SuiteRefundShare is RunRefundMix's refund share when Options.RefundShare is 0. Real refunds are
-// a few percent of payments, but a 15 s window would then hold too few for a p99; a fifth gives
-// ~200, and each payment's four quarter refunds keep the run supplied with refundable payments.
-const SuiteRefundShare = 0.2
-
-// SuiteManualShare is RunManualMix's manual share when Options.ManualShare is 0: a fifth of the
-// new payments, for a few hundred captures and cancels in a 15 s window.
-const SuiteManualShare = 0.2
+// The shares of RunRefundMix and RunManualMix when Options sets none. Real refunds are a few
+// percent of payments, too few in a 15 s window for a p99: a fifth gives ~200 refunds (four
+// quarters of each payment keep the run supplied), and a few hundred captures and cancels.
+const SuiteRefundShare, SuiteManualShare = 0.2, 0.2
 
 // Check counts at the bank simulator the charges of every payment that may have moved money (any
 // not failed; only a count above one fails it, so a manual payment's none passes), checks the
@@ -111,8 +107,7 @@ func (s Stack) Check(ctx context.Context, payments map[string]string, refunds ma
 		return v, fmt.Errorf("verify: %w", err)
 	}
 	v.Checked = len(ids)
-	v.Correct = v.Doubles == 0 && len(v.Problems) == 0 && v.RefundDoubles == 0 && len(v.RefundProblems) == 0 &&
-		v.DoubleAuthorizations == 0 && len(v.ManualProblems) == 0
+	v.Correct = v.Doubles+v.RefundDoubles+v.DoubleAuthorizations == 0 && len(slices.Concat(v.Problems, v.RefundProblems, v.ManualProblems)) == 0
 	return v, nil
 }
 
