@@ -57,14 +57,13 @@ type backlogWatch struct {
 	err     error         // the last read's
 	read    chan struct{} // a read was recorded (one signal held at most)
 	cancel  context.CancelFunc
-	done    chan struct{}
+	reads   sync.WaitGroup
 }
 
 func watchBacklog(ctx context.Context, read Backlog, start time.Time, every time.Duration) *backlogWatch {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &backlogWatch{start: start, read: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
+	w := &backlogWatch{start: start, read: make(chan struct{}, 1), cancel: cancel}
+	w.reads.Go(func() {
 		for ; ctx.Err() == nil; sleep(ctx, every) {
 			q, n, err := read(ctx)
 			w.mu.Lock()
@@ -77,7 +76,7 @@ func watchBacklog(ctx context.Context, read Backlog, start time.Time, every time
 			default:
 			}
 		}
-	}()
+	})
 	return w
 }
 
@@ -114,7 +113,7 @@ func (w *backlogWatch) drained(ctx context.Context, ended time.Time, patience ti
 // stop ends the reads and returns the samples taken.
 func (w *backlogWatch) stop() []BacklogSample {
 	w.cancel()
-	<-w.done
+	w.reads.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.samples

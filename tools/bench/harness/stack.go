@@ -65,7 +65,7 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string, ppro
 			s.stop(false)
 		}
 	}()
-	var ports [3]int
+	var ports [4]int // the API's, the simulator's, the Temporal dev server's, and pprof's if asked
 	for i := range ports {
 		if ports[i], err = devenv.FreePort(); err != nil {
 			return nil, err
@@ -128,12 +128,8 @@ func startStack(ctx context.Context, cfg Config, temporal, topology string, ppro
 		childEnv = append(childEnv, "KASA_PROVIDER_URL="+s.SimURL)
 	}
 	if pprof { // the measured child's only
-		port, err := devenv.FreePort()
-		if err != nil {
-			return nil, err
-		}
-		s.pprofURL = fmt.Sprintf("http://127.0.0.1:%d", port)
-		childEnv = append(slices.Clip(childEnv), fmt.Sprintf("KASA_DEBUG_PPROF_ADDR=127.0.0.1:%d", port))
+		s.pprofURL = fmt.Sprintf("http://127.0.0.1:%d", ports[3])
+		childEnv = append(slices.Clip(childEnv), fmt.Sprintf("KASA_DEBUG_PPROF_ADDR=127.0.0.1:%d", ports[3]))
 	}
 	// Stopping sends SIGTERM, and SIGKILL a minute later if the child is still running; a
 	// kasa bench killed outright takes its child (and so that one's servers) with it.
