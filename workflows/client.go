@@ -266,7 +266,7 @@ var ErrSettlementAmountDiffers = errors.New("the settlement's amount differs fro
 // workflow took this settlement (or one of the same outcome) and was still applying it when ctx
 // ended: a manual payment's void may wait on the bank.
 func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (string, error) {
-	h, err := s.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+	h, retried, err := s.update(ctx, client.UpdateWorkflowOptions{
 		WorkflowID: workflowID, UpdateName: UpdateSettle, Args: []any{st},
 		WaitForStage: client.WorkflowUpdateStageAccepted,
 	})
@@ -281,6 +281,13 @@ func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (
 	var appErr *temporal.ApplicationError
 	var outcome string
 	switch {
+	case errors.As(err, &notFound) && retried:
+		// The failed workflow task may have applied it (its steps are local activities, whose
+		// writes stay), and the run then ended finding its payment final: that is this answer.
+		if status, ok := s.endedAs(ctx, workflowID, st); ok {
+			return status, nil
+		}
+		return "", fmt.Errorf("%w: %v", ErrSettlementRejected, err)
 	case errors.As(err, &notFound):
 		return "", fmt.Errorf("%w: %v", ErrSettlementRejected, err)
 	case !errors.As(err, &appErr):
@@ -307,7 +314,7 @@ func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (
 // payment.ErrNotCapturable, payment.ErrNotCancelable or a *payment.CaptureExceedsError (without
 // its currency).
 func (s Starter) Command(ctx context.Context, merchantID uuid.UUID, paymentKey, update string, c Command) (string, error) {
-	h, err := s.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+	h, _, err := s.update(ctx, client.UpdateWorkflowOptions{
 		UpdateID: c.ID.String(), WorkflowID: PaymentWorkflowID(merchantID, paymentKey), UpdateName: update, Args: []any{c},
 		WaitForStage: client.WorkflowUpdateStageAccepted,
 	})
@@ -333,6 +340,37 @@ func (s Starter) Command(ctx context.Context, merchantID uuid.UUID, paymentKey, 
 		return "", ErrStillRunning // accepted, so in the workflow's history: it goes on
 	}
 	return "", err
+}
+
+// update sends an update, and sends it again while Temporal answers that the workflow task
+// carrying it failed (WorkflowNotReady: an event such as a timer's firing arrived as the task
+// ran, and the server failed the task to take it). The update was not taken then; until ctx ends
+// it is sent again after a short pause. retried says it was.
+func (s Starter) update(ctx context.Context, o client.UpdateWorkflowOptions) (h client.WorkflowUpdateHandle, retried bool, err error) {
+	for {
+		h, err = s.Client.UpdateWorkflow(ctx, o)
+		var notReady *serviceerror.WorkflowNotReady
+		if !errors.As(err, &notReady) {
+			return h, retried, err
+		}
+		retried = true
+		select {
+		case <-ctx.Done():
+			return nil, true, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// endedAs reads the result of the workflow's latest run, closed, and says whether it ended as
+// settlement st leads to: succeeded for charged, failed or canceled for not_charged.
+func (s Starter) endedAs(ctx context.Context, workflowID string, st Settlement) (string, bool) {
+	var res PaymentResult
+	if err := s.Client.GetWorkflow(ctx, workflowID, "").Get(ctx, &res); err != nil {
+		return "", false
+	}
+	charged := payment.Status(res.Status) == payment.StatusSucceeded
+	return res.Status, payment.Status(res.Status).Final() && charged == (st.Outcome == OutcomeCharged)
 }
 
 // commandRefusal is the domain error of a command the workflow refused, or nil: its detail is
