@@ -269,6 +269,12 @@ func (a *Activities) MarkUnknown(ctx context.Context, operationID uuid.UUID) err
 	return classify(err)
 }
 
+// ReadPaymentStatus reads the payment's status; it changes nothing.
+func (a *Activities) ReadPaymentStatus(ctx context.Context, operationID uuid.UUID) (string, error) {
+	p, err := a.Store.Payment(ctx, operationID)
+	return string(p.Status), classifyRow(err)
+}
+
 // FlagStuck marks the payment as needing an operator (an empty reason clears the mark).
 func (a *Activities) FlagStuck(ctx context.Context, in workflows.FlagInput) error {
 	return classify(a.Store.FlagStuck(ctx, in.OperationID, in.Reason))
@@ -358,6 +364,12 @@ func (a *Activities) ReleaseRefund(ctx context.Context, in workflows.ReleaseRefu
 func (a *Activities) MarkRefundUnknown(ctx context.Context, refundID uuid.UUID) error {
 	_, err := a.Store.MarkRefundUnknown(ctx, refundID)
 	return classify(err)
+}
+
+// ReadRefundStatus reads the refund's status; it changes nothing.
+func (a *Activities) ReadRefundStatus(ctx context.Context, refundID uuid.UUID) (string, error) {
+	r, err := a.Store.Refund(ctx, refundID)
+	return string(r.Status), classifyRow(err)
 }
 
 // FlagRefundStuck marks the refund as needing an operator (an empty reason clears the mark).

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/kasa-pay/kasa/activities"
 	"github.com/kasa-pay/kasa/payment"
@@ -214,23 +215,16 @@ func TestAPaymentMovedAsALateWorkerTakesItMovesMoneyOnce(t *testing.T) {
 				require.NoError(t, err)
 				return got.Status != payment.StatusProcessing
 			}, 60*time.Second, 200*time.Millisecond)
-			// The run that replaced it ends too: one that found the payment decided by the other
-			// as it marked it unknown ends with its status. One that marked it unknown just before
-			// the other run's finalize waits, parked, for a settlement of a payment that is final
-			// (docs/operations.md, "Payday"): what an operator does then is terminate it.
+			// The run that replaced it ends too, with the payment's status: one that found the
+			// payment decided by the other as it marked it unknown at once, one that marked it
+			// unknown just before the other run's finalize once its status read finds it final
+			// (Revision 10; TestAParkedRunEndsOnceAnotherRunDecidedItsPayment).
 			id := workflows.PaymentWorkflowID(mid, "late")
-			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			if err := tc.GetWorkflow(wctx, id, "").Get(wctx, nil); err != nil {
-				desc, derr := tc.DescribeWorkflow(ctx, id, "")
-				require.NoError(t, derr)
-				require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.RawResponse.GetWorkflowExecutionInfo().GetStatus(), "the run ended in error: %v", err)
-				got, err = db.Payment(ctx, p.ID)
-				require.NoError(t, err)
-				require.True(t, got.Status.Final(), "a run left open waits only on a final payment: %s", got.Status)
-				t.Logf("the replacing run waits parked on a %s payment: terminated, as an operator would", got.Status)
-				require.NoError(t, tc.TerminateWorkflow(ctx, id, "", "the payment is final"))
-			}
+			var res workflows.PaymentResult
+			require.NoError(t, tc.GetWorkflow(wctx, id, "").Get(wctx, &res), "the replacing run never ended")
+			require.Equal(t, string(got.Status), res.Status, "the run ends with the payment's status")
 			select {
 			case err := <-held.done:
 				t.Logf("the late run's reserve: %v", err)
@@ -566,5 +560,42 @@ func TestRefundsStartedWhereTheWorkersLeftRunWhereTheyPoll(t *testing.T) {
 		})
 	}
 	require.Equal(t, "70.00", s.account(m, payer)["balance"], "50.00 paid, 20.00 paid back")
+	requireVerified(t)
+}
+
+// The race above can leave the replacing run parked `unknown` on a payment the other run then
+// decided: nothing would settle it (a settlement file's import skips a final payment), so it
+// would wait in the operators' `PaymentStatus="unknown"` list for ever. From Revision 10 a
+// parked run reads its payment's status now and then, and ends with it once it is final. Here
+// the other run's finalize is made directly on the database.
+func TestAParkedRunEndsOnceAnotherRunDecidedItsPayment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	s.setFaults(`{"rules":[{"on":"charge","action":"drop_response","count":1}]}`)
+	r := s.pay(m, "parked", payBody("inv-parked", "40.00", "TRY", acct))
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.Equal(t, "unknown", r.json(t)["status"])
+	id := mustUUID(t, r.json(t)["id"].(string))
+
+	_, err := db.Finalize(ctx, id, "ch_other_run")
+	require.NoError(t, err)
+	wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "parked")
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var res workflows.PaymentResult
+	require.NoError(t, tc.GetWorkflow(wctx, wfID, "").Get(wctx, &res), "the parked run still waits on a payment the database shows final")
+	require.Equal(t, "succeeded", res.Status)
+	desc, err := tc.DescribeWorkflow(ctx, wfID, "")
+	require.NoError(t, err)
+	var listed string
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(
+		desc.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.SearchPaymentStatus.GetName()], &listed))
+	require.Equal(t, "succeeded", listed, "out of the operators' unknown list")
+	require.Equal(t, "60.00", s.account(m, acct)["balance"], "charged once")
+	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
+	require.Equal(t, 1, s.simCount(id.String()))
 	requireVerified(t)
 }

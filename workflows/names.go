@@ -30,6 +30,9 @@ const (
 	ActivityRelease     = "Release"
 	ActivityMarkUnknown = "MarkUnknown"
 	ActivityFlagStuck   = "FlagStuck"
+	// ActivityReadPaymentStatus reads the payment's status: a parked run of Revision 10 on ends
+	// once another run decided it.
+	ActivityReadPaymentStatus = "ReadPaymentStatus"
 	// ActivityChargePolicy asks the worker, the process that talks to the bank, how to send to
 	// it: a payment or refund of Revision 2 on records the answer in its history.
 	ActivityChargePolicy = "ChargePolicy"
@@ -296,8 +299,10 @@ type Step struct {
 // send that failed before it went out (NotSent: the database down) is made again, not parked;
 // a run that finds its payment final as it marks it unknown (another run decided it) ends with
 // that status, and a moved manual payment whose authorization the ended run recorded waits for
-// its capture.
-const CurrentRevision = 9
+// its capture. Revision 10: a run parked unknown without inquiries reads its operation's status
+// now and then (as an inquiry's timer would run) and ends with it once another run has made it
+// final.
+const CurrentRevision = 10
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.
 type ChargePolicy struct {
@@ -457,6 +462,7 @@ const (
 	ActivityReleaseRefund     = "ReleaseRefund"
 	ActivityMarkRefundUnknown = "MarkRefundUnknown"
 	ActivityFlagRefundStuck   = "FlagRefundStuck"
+	ActivityReadRefundStatus  = "ReadRefundStatus"
 )
 
 // RefundWorkflowID is `refund/<merchant id>/<idempotency key>`: a refund's keys are a key space

@@ -115,7 +115,7 @@ func PaymentWorkflow(ctx workflow.Context, in PaymentInput) (PaymentResult, erro
 	w := &opRun{in: in, status: payment.StatusProcessing, op: operation{
 		noun: "payment", id: in.OperationID, workflow: WorkflowPayment, details: details, amount: in.AmountMinor,
 		reserve: reserve, send: ActivityCharge, inquire: ActivityInquire, post: ActivityFinalize,
-		release: ActivityRelease, markUnknown: ActivityMarkUnknown, flagStuck: ActivityFlagStuck,
+		release: ActivityRelease, markUnknown: ActivityMarkUnknown, flagStuck: ActivityFlagStuck, readStatus: ActivityReadPaymentStatus,
 		sendArg: func(send int, re Resend) any {
 			c := ChargeInput{OperationID: in.OperationID, AccountID: in.AccountID, AmountMinor: in.AmountMinor, Currency: in.Currency, Resend: re}
 			if in.LocalSteps {
@@ -193,8 +193,8 @@ type operation struct {
 	details  string    // the start's static details, which a continued run lacks
 	amount   int64     // what it moves, in minor units: a charged settlement names this or nothing
 	// Activity names: reserve the money, send to the provider, inquire, post (capture), release,
-	// mark unknown, flag stuck.
-	reserve, send, inquire, post, release, markUnknown, flagStuck string
+	// mark unknown, flag stuck, read the status.
+	reserve, send, inquire, post, release, markUnknown, flagStuck, readStatus string
 
 	sendArg    func(send int, re Resend) any // send numbers the workflow's sends from 1
 	postArg    func(providerRef string) any
@@ -519,6 +519,18 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return w.pending != nil }); err != nil {
 				return PaymentResult{}, err
 			}
+		} else if w.in.Revision >= 10 {
+			got, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return w.pending != nil })
+			if err != nil {
+				return PaymentResult{}, err
+			}
+			if !got {
+				if st, done := w.finalElsewhere(ctx); done {
+					return st, nil
+				}
+				wait = min(wait*2, inquiryMaxWait)
+				continue
+			}
 		} else if err := workflow.Await(ctx, func() bool { return w.pending != nil }); err != nil {
 			return PaymentResult{}, err
 		}
@@ -820,6 +832,20 @@ func (w *opRun) decidedElsewhere(err error) bool {
 	var status string
 	return w.in.Revision >= 9 && errors.As(err, &appErr) && appErr.Type() == ErrTypeInconsistent &&
 		appErr.Details(&status) == nil && payment.Status(status).Final()
+}
+
+// finalElsewhere reads the parked operation's status (Revision 10): another run may have decided
+// it while this one parked it (a run moved off a task queue nobody polled, raced by a late
+// worker that ran the first), and nothing would settle this run then: no settlement file's
+// import looks at a final operation. A read that fails is left for the next one.
+func (w *opRun) finalElsewhere(ctx workflow.Context) (PaymentResult, bool) {
+	var status string
+	if err := w.exec(ctx, w.op.readStatus, w.in.OperationID).Get(ctx, &status); err != nil || !payment.Status(status).Final() {
+		return PaymentResult{}, false
+	}
+	workflow.GetLogger(ctx).Warn(w.op.noun+" decided by another run while this one waited for a settlement", "status", status)
+	w.setStatus(ctx, payment.Status(status))
+	return PaymentResult{Status: status}, true
 }
 
 // decided ends a run whose operation another run already decided: it changes nothing and

@@ -61,14 +61,15 @@ func stubResult[In, Out any](name string) func(context.Context, In) (Out, error)
 // stubActivities are the payment's and the refund's activities by name, with the exact
 // signatures of activities.Activities.
 var stubActivities = map[string]any{
-	workflows.ActivityReserveFunds: stub[uuid.UUID](workflows.ActivityReserveFunds),
-	workflows.ActivityReserve:      stub[uuid.UUID](workflows.ActivityReserve),
-	workflows.ActivityCharge:       stubResult[workflows.ChargeInput, workflows.ChargeResult](workflows.ActivityCharge),
-	workflows.ActivityInquire:      stubResult[uuid.UUID, workflows.ChargeResult](workflows.ActivityInquire),
-	workflows.ActivityFinalize:     stub[workflows.FinalizeInput](workflows.ActivityFinalize),
-	workflows.ActivityRelease:      stub[workflows.ReleaseInput](workflows.ActivityRelease),
-	workflows.ActivityMarkUnknown:  stub[uuid.UUID](workflows.ActivityMarkUnknown),
-	workflows.ActivityFlagStuck:    stub[workflows.FlagInput](workflows.ActivityFlagStuck),
+	workflows.ActivityReserveFunds:      stub[uuid.UUID](workflows.ActivityReserveFunds),
+	workflows.ActivityReserve:           stub[uuid.UUID](workflows.ActivityReserve),
+	workflows.ActivityCharge:            stubResult[workflows.ChargeInput, workflows.ChargeResult](workflows.ActivityCharge),
+	workflows.ActivityInquire:           stubResult[uuid.UUID, workflows.ChargeResult](workflows.ActivityInquire),
+	workflows.ActivityFinalize:          stub[workflows.FinalizeInput](workflows.ActivityFinalize),
+	workflows.ActivityRelease:           stub[workflows.ReleaseInput](workflows.ActivityRelease),
+	workflows.ActivityMarkUnknown:       stub[uuid.UUID](workflows.ActivityMarkUnknown),
+	workflows.ActivityFlagStuck:         stub[workflows.FlagInput](workflows.ActivityFlagStuck),
+	workflows.ActivityReadPaymentStatus: stubResult[uuid.UUID, string](workflows.ActivityReadPaymentStatus),
 	workflows.ActivityChargePolicy: func(context.Context) (workflows.ChargePolicy, error) {
 		return workflows.ChargePolicy{}, errUnexpected(workflows.ActivityChargePolicy)
 	},
@@ -91,6 +92,7 @@ var stubActivities = map[string]any{
 	workflows.ActivityReleaseRefund:     stub[workflows.ReleaseRefundInput](workflows.ActivityReleaseRefund),
 	workflows.ActivityMarkRefundUnknown: stub[uuid.UUID](workflows.ActivityMarkRefundUnknown),
 	workflows.ActivityFlagRefundStuck:   stub[workflows.FlagInput](workflows.ActivityFlagRefundStuck),
+	workflows.ActivityReadRefundStatus:  stubResult[uuid.UUID, string](workflows.ActivityReadRefundStatus),
 }
 
 // The stubs must keep the real activities' signatures, or the mocks would test a different
@@ -98,15 +100,16 @@ var stubActivities = map[string]any{
 func TestStubActivitySignaturesMatchActivities(t *testing.T) {
 	a := &activities.Activities{}
 	real := map[string]any{
-		workflows.ActivityReserveFunds: a.ReserveFunds,
-		workflows.ActivityReserve:      a.Reserve,
-		workflows.ActivityCharge:       a.Charge,
-		workflows.ActivityInquire:      a.InquireCharge,
-		workflows.ActivityFinalize:     a.Finalize,
-		workflows.ActivityRelease:      a.Release,
-		workflows.ActivityMarkUnknown:  a.MarkUnknown,
-		workflows.ActivityFlagStuck:    a.FlagStuck,
-		workflows.ActivityChargePolicy: a.ChargePolicy,
+		workflows.ActivityReserveFunds:      a.ReserveFunds,
+		workflows.ActivityReserve:           a.Reserve,
+		workflows.ActivityCharge:            a.Charge,
+		workflows.ActivityInquire:           a.InquireCharge,
+		workflows.ActivityFinalize:          a.Finalize,
+		workflows.ActivityRelease:           a.Release,
+		workflows.ActivityMarkUnknown:       a.MarkUnknown,
+		workflows.ActivityFlagStuck:         a.FlagStuck,
+		workflows.ActivityReadPaymentStatus: a.ReadPaymentStatus,
+		workflows.ActivityChargePolicy:      a.ChargePolicy,
 
 		workflows.ActivityAuthorize:            a.Authorize,
 		workflows.ActivityInquireAuthorization: a.InquireAuthorization,
@@ -126,6 +129,7 @@ func TestStubActivitySignaturesMatchActivities(t *testing.T) {
 		workflows.ActivityReleaseRefund:     a.ReleaseRefund,
 		workflows.ActivityMarkRefundUnknown: a.MarkRefundUnknown,
 		workflows.ActivityFlagRefundStuck:   a.FlagRefundStuck,
+		workflows.ActivityReadRefundStatus:  a.ReadRefundStatus,
 	}
 	require.Len(t, stubActivities, len(real))
 	for name, fn := range real {
@@ -279,6 +283,7 @@ func (h *harness) fallbacks() {
 	h.on(workflows.ActivityRelease).Return(nil)
 	h.on(workflows.ActivityMarkUnknown).Return(nil)
 	h.on(workflows.ActivityFlagStuck).Return(nil)
+	h.on(workflows.ActivityReadPaymentStatus).Return(statusUnknown, nil) // parked, as the run left it
 	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, errUnexpected(workflows.ActivityCharge))
 	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, errUnexpected(workflows.ActivityInquire))
 }
@@ -1135,4 +1140,39 @@ func TestRunEndsWhenAnotherRunDecidedItsPaymentFromRevision9(t *testing.T) {
 	require.Equal(t, statusSucceeded, res.Status)
 	require.Zero(t, h.calls(workflows.ActivityFlagStuck), "no operator is asked for")
 	require.Zero(t, h.calls(workflows.ActivityRelease)+h.calls(workflows.ActivityFinalize), "the other run moved the money")
+}
+
+// A run parked unknown without inquiries (none, idempotent) reads its payment's status as an
+// inquiry's timer would run, from Revision 10: once another run has made the payment final (it
+// decided it just after this run parked it), the run ends with that status, moving nothing. A
+// run of Revision 9 reads nothing and waits for a settlement.
+func TestParkedRunEndsOnceAnotherRunDecidedItsPaymentFromRevision10(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		revision int
+		want     string
+		reads    int
+	}{
+		{"revision 10", 10, statusFailed, 3},
+		{"revision 9", 9, statusSucceeded, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+			h.on(workflows.ActivityReadPaymentStatus).Return(statusUnknown, nil).Times(2)
+			h.on(workflows.ActivityReadPaymentStatus).Return(statusFailed, nil)
+			in := paymentInput(workflows.CapabilityNone)
+			in.LocalSteps, in.Revision = true, tc.revision
+			h.signalAt(2*time.Hour, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_file"})
+			res := h.run(in)
+			require.Equal(t, tc.want, res.Status)
+			require.Equal(t, tc.reads, h.calls(workflows.ActivityReadPaymentStatus))
+			require.Equal(t, 1, h.calls(workflows.ActivityMarkUnknown))
+			if tc.revision >= 10 {
+				require.Zero(t, h.calls(workflows.ActivityRelease)+h.calls(workflows.ActivityFinalize), "the other run moved the money")
+				require.Equal(t, []time.Duration{2 * time.Second, 6 * time.Second, 14 * time.Second},
+					h.offsets(workflows.ActivityReadPaymentStatus)[:3:3], "read as an inquiry would be, on a growing timer")
+			}
+		})
+	}
 }

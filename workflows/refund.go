@@ -41,6 +41,7 @@ func RefundWorkflow(ctx workflow.Context, in RefundInput) (RefundWorkflowResult,
 		noun: "refund", id: in.OperationID, workflow: WorkflowRefund, details: details, amount: in.AmountMinor,
 		reserve: hold, send: ActivitySendRefund, inquire: ActivityInquireRefund, post: ActivityPostRefund,
 		release: ActivityReleaseRefund, markUnknown: ActivityMarkRefundUnknown, flagStuck: ActivityFlagRefundStuck,
+		readStatus: ActivityReadRefundStatus,
 		sendArg: func(send int, re Resend) any {
 			return SendRefundInput{
 				OperationID: in.OperationID, PaymentID: in.PaymentID, AmountMinor: in.AmountMinor, Currency: in.Currency,

@@ -189,8 +189,9 @@ func TestPaymentWorkflowParkedRunResumes(t *testing.T) {
 			setup: func(h *harness) {
 				h.signalAt(time.Hour, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
 			},
-			want:     workflows.PaymentResult{Status: statusFailed, FailureCode: "declined"},
-			calls:    map[string]int{workflows.ActivityRelease: 1},
+			want: workflows.PaymentResult{Status: statusFailed, FailureCode: "declined"},
+			// From Revision 10 it reads the payment's status while it waits (still unknown here).
+			calls:    map[string]int{workflows.ActivityRelease: 1, workflows.ActivityReadPaymentStatus: 10},
 			statuses: []string{statusFailed},
 		},
 	})
