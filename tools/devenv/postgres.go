@@ -3,6 +3,7 @@
 package devenv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,9 +44,7 @@ type Postgres struct {
 // StartPostgres initialises (once) and starts a cluster. As root it runs the server as the
 // `postgres` OS user, because initdb and postgres refuse to run as root.
 func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
-	if o.Database == "" {
-		o.Database = "kasa"
-	}
+	o.Database = cmp.Or(o.Database, "kasa")
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -169,34 +168,21 @@ func (p *Postgres) Crash() error { return p.c.Down(syscall.SIGQUIT) }
 // Process is the server's process, for a launcher that watches it.
 func (p *Postgres) Process() *Child { return p.c }
 
-// pgConfigBindir is pg_config's bindir, where Debian keeps the server and the client programs
-// that are not on PATH; "" without pg_config.
-func pgConfigBindir() string {
-	out, err := Command{}.Run(context.Background(), "pg_config", "--bindir")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(out)
-}
-
+// postgresBinDir is the directory of initdb and the server: initdb on PATH is often a link to it.
 func postgresBinDir() (string, error) {
-	if dir := pgConfigBindir(); dir != "" {
-		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
-			return dir, nil
+	initdb, err := PostgresTool("initdb")
+	if err != nil {
+		matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+		if len(matches) == 0 {
+			return "", errors.New("PostgreSQL binaries (initdb, postgres) not found: install PostgreSQL 15+ " +
+				"(Debian: apt-get install postgresql) or set KASA_DATABASE_URL to an existing server")
 		}
+		initdb = matches[len(matches)-1]
 	}
-	if path, err := exec.LookPath("initdb"); err == nil {
-		if resolved, err := filepath.EvalSymlinks(path); err == nil {
-			return filepath.Dir(resolved), nil
-		}
-		return filepath.Dir(path), nil
+	if resolved, err := filepath.EvalSymlinks(initdb); err == nil {
+		initdb = resolved
 	}
-	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if len(matches) > 0 {
-		return filepath.Dir(matches[len(matches)-1]), nil
-	}
-	return "", errors.New("PostgreSQL binaries (initdb, postgres) not found: install PostgreSQL 15+ " +
-		"(Debian: apt-get install postgresql) or set KASA_DATABASE_URL to an existing server")
+	return filepath.Dir(initdb), nil
 }
 
 // clusterOwner creates dir and returns the credential to run the cluster with: the current user,
@@ -232,11 +218,11 @@ func clusterOwner(dir string) (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
-// PostgresTool finds a PostgreSQL client program (createdb, psql, pgbench...): in pg_config's
+// PostgresTool finds a PostgreSQL program (initdb, createdb, psql, pgbench...): in pg_config's
 // bindir, where Debian keeps the ones not on PATH, else on PATH.
 func PostgresTool(name string) (string, error) {
-	if dir := pgConfigBindir(); dir != "" {
-		if p := filepath.Join(dir, name); isFile(p) {
+	if dir, err := (Command{}).Run(context.Background(), "pg_config", "--bindir"); err == nil {
+		if p := filepath.Join(strings.TrimSpace(dir), name); isFile(p) {
 			return p, nil
 		}
 	}
