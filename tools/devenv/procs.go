@@ -352,27 +352,31 @@ func (c *Child) Exits() []string {
 func (s *Supervisor) StopAll(timeout time.Duration, groups ...[]*Child) error {
 	var errs []error
 	for _, g := range groups {
-		killed := make([]error, len(g))
+		stopped := make([]error, len(g))
 		var wg sync.WaitGroup
 		for i, c := range g {
-			if c == nil {
-				continue
+			if c != nil {
+				wg.Go(func() {
+					stopped[i] = c.Stop(timeout)
+					s.Logger.Info("stopped "+c.Name, "exit", exitText(c.Err()))
+				})
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				killed[i] = c.Stop(timeout)
-				s.Logger.Info("stopped "+c.Name, "exit", exitText(c.Err()))
-			}()
 		}
 		wg.Wait()
-		errs = append(errs, killed...)
+		errs = append(errs, stopped...)
 	}
 	return errors.Join(errs...)
 }
 
-// Tail is the end of the child's log, for an error message.
-func (c *Child) Tail(n int) string { return tailFile(c.LogPath, n) }
+// Tail is the last n lines of the child's log, for an error message.
+func (c *Child) Tail(n int) string {
+	b, err := os.ReadFile(c.LogPath)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
 
 func exitText(err error) string {
 	if err == nil {
@@ -509,24 +513,19 @@ func PIDsMentioning(s string) []int {
 }
 
 func mentioning(s string) (pids []int, lines []string) {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || len(b) == 0 {
-			continue
-		}
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, path := range cmdlines {
+		dir := filepath.Dir(path)
+		pid, _ := strconv.Atoi(filepath.Base(dir))
+		b, _ := os.ReadFile(path)
 		line := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
-		if !strings.Contains(line, s) {
+		if pid == os.Getpid() || len(b) == 0 || !strings.Contains(line, s) {
 			continue
 		}
-		if stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); strings.Contains(string(stat), ") Z ") {
+		if stat, _ := os.ReadFile(dir + "/stat"); strings.Contains(string(stat), ") Z ") {
 			continue // a zombie already exited
 		}
-		pids, lines = append(pids, pid), append(lines, e.Name()+": "+line)
+		pids, lines = append(pids, pid), append(lines, filepath.Base(dir)+": "+line)
 	}
 	return pids, lines
 }

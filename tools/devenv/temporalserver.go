@@ -500,16 +500,3 @@ func temporalSchemaDir() (string, error) {
 	}
 	return dir, nil
 }
-
-// tailFile is the last n lines of a file, for error messages.
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
