@@ -34,11 +34,8 @@ import (
 // (temporal-server and temporal-sql-tool); its schemas come from the same module version.
 const TemporalServerVersion = "v1.29.1"
 
-// TemporalServerOptions say how to run a real, multi-service Temporal Server on a devenv PostgreSQL.
-// Only Dir is required. The server runs from FindTemporalServer() on the module cache's schemas
-// (temporalSchemaDir), logs at level warn, keeps its state in the databases temporal and
-// temporal_visibility (owned by the role temporal) and registers its namespace with a 72 h
-// retention.
+// TemporalServerOptions say how to run a real, multi-service Temporal Server on a devenv
+// PostgreSQL. Only Dir is required.
 type TemporalServerOptions struct {
 	// Dir holds the generated configuration and the server's log; created when missing. The
 	// server's state lives in PostgreSQL, so a start on the same cluster finds it again.
@@ -207,9 +204,13 @@ func (s *TemporalServer) Restart(ctx context.Context) error {
 	return s.start(ctx)
 }
 
+// start empties the server's membership table, then starts it. A server that stopped leaves its
+// services' addresses there, heartbeats within the last 20 seconds count as alive, and a new
+// server on other ports then waited about 50 seconds trying to join the old ones before it
+// served. Only this process runs a server on these databases, and none runs now.
 func (s *TemporalServer) start(ctx context.Context) error {
-	if err := s.forgetMembers(ctx); err != nil {
-		return err
+	if err := s.pg.psql(ctx, temporalDB, "DELETE FROM cluster_membership"); err != nil {
+		return fmt.Errorf("clear the Temporal Server's membership table: %w", err)
 	}
 	sup := NewSupervisor(s.opts.Dir, s.opts.Logger)
 	sup.WorkDir, sup.Restart = s.opts.Dir, s.opts.Restart
@@ -282,16 +283,14 @@ func (s *TemporalServer) queryVisibility(ctx context.Context, c client.Client) e
 
 func (s *TemporalServer) registerNamespace(ctx context.Context, c client.Client) error {
 	_, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: s.opts.Namespace})
-	var notFound *serviceerror.NamespaceNotFound
-	if !errors.As(err, &notFound) {
+	if _, ok := errors.AsType[*serviceerror.NamespaceNotFound](err); !ok {
 		return err
 	}
 	_, err = c.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
 		Namespace:                        s.opts.Namespace,
 		WorkflowExecutionRetentionPeriod: durationpb.New(72 * time.Hour),
 	})
-	var exists *serviceerror.NamespaceAlreadyExists
-	if err != nil && !errors.As(err, &exists) {
+	if _, ok := errors.AsType[*serviceerror.NamespaceAlreadyExists](err); err != nil && !ok {
 		return err
 	}
 	// Described here once the frontend's namespace cache has it.
@@ -315,8 +314,7 @@ func (s *TemporalServer) addSearchAttributes(ctx context.Context, c client.Clien
 	}
 	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
 		Namespace: s.opts.Namespace, SearchAttributes: missing})
-	var exists *serviceerror.AlreadyExists
-	if err != nil && !errors.As(err, &exists) {
+	if _, ok := errors.AsType[*serviceerror.AlreadyExists](err); err != nil && !ok {
 		return err
 	}
 	return errors.New("search attributes added, not yet listed")
@@ -369,27 +367,12 @@ func refuseLiveServer(ctx context.Context, dir string) error {
 	return nil
 }
 
-// forgetMembers empties the server's membership table before a start. A server that stopped
-// leaves its services' addresses there, heartbeats within the last 20 seconds count as alive, and
-// a new server on other ports then waited about 50 seconds trying to join the old ones before it
-// served. Only this process runs a server on these databases, and none runs now.
-func (s *TemporalServer) forgetMembers(ctx context.Context) error {
-	if err := s.pg.psql(ctx, temporalDB, "DELETE FROM cluster_membership"); err != nil {
-		return fmt.Errorf("clear the Temporal Server's membership table: %w", err)
-	}
-	return nil
-}
-
 // setupTemporalDatabases creates the role and the two databases when missing and brings their
 // schemas to the tool's latest version: both steps are idempotent, so a start on a cluster set up
 // before (or an older schema) costs only the tool's checks.
 func setupTemporalDatabases(ctx context.Context, pg *Postgres, sqlTool, schemas string) error {
-	role := fmt.Sprintf(`DO $$ BEGIN
-  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '%[1]s') THEN
-    CREATE ROLE %[1]s LOGIN PASSWORD '%[1]s';
-  END IF;
-END $$;`, temporalRole)
-	if err := pg.psql(ctx, "postgres", role); err != nil {
+	role := fmt.Sprintf("CREATE ROLE %[1]s LOGIN PASSWORD '%[1]s'", temporalRole)
+	if err := pg.psql(ctx, "postgres", role); err != nil && !strings.Contains(err.Error(), "already exists") {
 		return fmt.Errorf("create role %s: %w", temporalRole, err)
 	}
 	// The tool also reads SQL_* variables; the flags say everything.
@@ -420,11 +403,6 @@ var serverConfigText string
 
 var serverConfig = template.Must(template.New("config").Parse(serverConfigText))
 
-type serverService struct {
-	Name             string
-	GRPC, Membership int
-}
-
 // writeConfig writes the server's config (Dir/config/kasa.yaml) and dynamic config, with free
 // ports for every service but the frontend's gRPC.
 func (s *TemporalServer) writeConfig() error {
@@ -433,7 +411,10 @@ func (s *TemporalServer) writeConfig() error {
 		return err
 	}
 	used := map[int]bool{s.opts.Port: true, s.pg.Port: true}
-	services := []serverService{{Name: "frontend", GRPC: s.opts.Port}, {Name: "history"}, {Name: "matching"}, {Name: "worker"}}
+	services := []struct {
+		Name             string
+		GRPC, Membership int
+	}{{Name: "frontend", GRPC: s.opts.Port}, {Name: "history"}, {Name: "matching"}, {Name: "worker"}}
 	for i := range services {
 		for _, port := range []*int{&services[i].GRPC, &services[i].Membership} {
 			for *port == 0 {
