@@ -82,19 +82,12 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 			return nil, err
 		}
 	}
-	// A server already on a port would answer for this one, which cannot bind it.
-	addrs := []string{"127.0.0.1:" + strconv.Itoa(o.Port), "Temporal's port"}
-	if o.UIPort != 0 {
-		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(o.UIPort), "the Temporal UI's port")
-	}
-	if err := WaitAddrFree(ctx, addrs...); err != nil {
-		return nil, err
-	}
 	o.Namespace = cmp.Or(o.Namespace, "default")
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(o.Port)
+	t := &Temporal{Address: addr}
 	args := []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(o.Port), "--namespace", o.Namespace,
 		"--log-level", "warn", "--dynamic-config-value", "frontend.enableServerVersionCheck=false"}
 	for _, kv := range DynamicConfig {
@@ -102,6 +95,18 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 	}
 	for _, sa := range SearchAttributes {
 		args = append(args, "--search-attribute", sa)
+	}
+	// A server already on a port would answer for this one, which cannot bind it.
+	addrs := []string{addr, "Temporal's port"}
+	if o.UIPort != 0 {
+		t.UIURL = "http://127.0.0.1:" + strconv.Itoa(o.UIPort)
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(o.UIPort), "the Temporal UI's port")
+		args = append(args, "--ui-port", strconv.Itoa(o.UIPort))
+	} else {
+		args = append(args, "--headless")
+	}
+	if err := WaitAddrFree(ctx, addrs...); err != nil {
+		return nil, err
 	}
 	if o.DBFile != "" {
 		if err := os.MkdirAll(filepath.Dir(o.DBFile), 0o755); err != nil {
@@ -111,13 +116,6 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Temporal, error) {
 		for _, p := range SQLitePragmas {
 			args = append(args, "--sqlite-pragma", p)
 		}
-	}
-	t := &Temporal{Address: addr}
-	if o.UIPort != 0 {
-		args = append(args, "--ui-port", strconv.Itoa(o.UIPort))
-		t.UIURL = "http://127.0.0.1:" + strconv.Itoa(o.UIPort)
-	} else {
-		args = append(args, "--headless")
 	}
 	sup := NewSupervisor(o.LogDir, o.Logger)
 	sup.StopSignal = syscall.SIGINT // the CLI's Ctrl-C: a clean shutdown
