@@ -291,8 +291,7 @@ func (c *Child) stopClean(timeout time.Duration) error {
 
 func (s *Supervisor) stopSignal() syscall.Signal { return cmp.Or(s.StopSignal, syscall.SIGTERM) }
 
-// Kill SIGKILLs the child's process and waits until it is gone: no deferred function, no
-// graceful shutdown. It stays down, neither restarted nor reported, until Resume.
+// Kill is Down(SIGKILL): no deferred function, no graceful shutdown.
 func (c *Child) Kill() error { return c.Down(syscall.SIGKILL) }
 
 // Down sends the child's process sig, which is to end it as a crash would (SIGKILL; SIGQUIT for
@@ -431,8 +430,7 @@ func (c *Child) waitReady(ctx context.Context, what string, ready func(context.C
 	}
 }
 
-// FindTool looks for a binary the Makefile builds into ./bin: in the repository's ./bin, beside
-// the running executable, then on PATH.
+// FindTool looks for a binary the Makefile builds into ./bin (see findBin).
 func FindTool(name, makeTarget string) (string, error) {
 	if p := findBin(name); p != "" {
 		return p, nil
@@ -443,7 +441,7 @@ func FindTool(name, makeTarget string) (string, error) {
 // findBin looks for name in dirs, the repository's ./bin, beside the running executable, then on
 // PATH; "" when it is nowhere.
 func findBin(name string, dirs ...string) string {
-	if root, ok := repoRoot(); ok {
+	if root := repoRoot(); root != "" {
 		dirs = append(dirs, filepath.Join(root, "bin"))
 	}
 	if exe, err := os.Executable(); err == nil {
@@ -456,6 +454,23 @@ func findBin(name string, dirs ...string) string {
 	}
 	p, _ := exec.LookPath(name)
 	return p
+}
+
+// repoRoot is the directory of kasa's go.mod above the working directory; "" when there is none.
+func repoRoot() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module github.com/kasa-pay/kasa\n")) {
+			return dir
+		}
+		if dir == filepath.Dir(dir) {
+			return ""
+		}
+		dir = filepath.Dir(dir)
+	}
 }
 
 func isFile(path string) bool {

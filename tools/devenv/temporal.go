@@ -1,7 +1,6 @@
 package devenv
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -191,22 +190,4 @@ func FindTemporalCLI() (string, error) {
 	return "", errors.New("temporal CLI not found: run `make temporal-cli` (go install " +
 		"github.com/temporalio/cli/cmd/temporal@" + TemporalCLIVersion + " into ./bin), set KASA_TEMPORAL_CLI, " +
 		"or point KASA_TEMPORAL_ADDRESS at a running server")
-}
-
-// repoRoot finds the directory of kasa's go.mod above the working directory.
-func repoRoot() (string, bool) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", false
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module github.com/kasa-pay/kasa\n")) {
-			return dir, true
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", false
-		}
-		dir = parent
-	}
 }

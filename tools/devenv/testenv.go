@@ -54,10 +54,20 @@ func StartTestEnv(ctx context.Context, needs TestNeeds) (*TestEnv, error) {
 		e.stops = append(e.stops, t.Stop)
 	}
 	if needs.TemporalServer && e.TemporalServerAddress == "" {
-		if err := e.startTemporalServer(ctx); err != nil {
+		// On a PostgreSQL of its own, so that its load and its databases stay apart from the
+		// application database the tests inspect.
+		pg, err := StartPostgres(ctx, PostgresOptions{Dir: filepath.Join(e.dir, "temporal-pg"), Ephemeral: true})
+		var ts *TemporalServer
+		if err == nil {
+			e.stops = append(e.stops, pg.Stop)
+			ts, err = StartTemporalServer(ctx, pg, TemporalServerOptions{Dir: filepath.Join(e.dir, "temporal-server")})
+		}
+		if err != nil {
 			e.Stop()
 			return nil, fmt.Errorf("%w (or set KASA_TEST_TEMPORAL_SERVER_ADDRESS)", err)
 		}
+		e.TemporalServerAddress = ts.Address()
+		e.stops = append(e.stops, ts.Stop)
 	}
 	return e, nil
 }
@@ -68,21 +78,4 @@ func (e *TestEnv) Stop() {
 		_ = e.stops[i]()
 	}
 	_ = os.RemoveAll(e.dir)
-}
-
-// startTemporalServer runs the real server on a PostgreSQL of its own, so that its load and its
-// databases stay apart from the application database the tests inspect.
-func (e *TestEnv) startTemporalServer(ctx context.Context) error {
-	pg, err := StartPostgres(ctx, PostgresOptions{Dir: filepath.Join(e.dir, "temporal-pg"), Ephemeral: true})
-	if err != nil {
-		return err
-	}
-	e.stops = append(e.stops, pg.Stop)
-	ts, err := StartTemporalServer(ctx, pg, TemporalServerOptions{Dir: filepath.Join(e.dir, "temporal-server")})
-	if err != nil {
-		return err
-	}
-	e.stops = append(e.stops, ts.Stop)
-	e.TemporalServerAddress = ts.Address()
-	return nil
 }
