@@ -64,7 +64,13 @@ func claimPort(port int) bool {
 		return true
 	}
 	period := time.Now().UnixNano() / int64(claimPeriod)
-	forgetOldClaims(dir, period)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries { // the claims of periods that no longer count
+		_, p, ok := strings.Cut(e.Name(), "-")
+		if n, err := strconv.ParseInt(p, 10, 64); ok && err == nil && n < period-1 {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 	name := func(p int64) string { return filepath.Join(dir, fmt.Sprintf("%d-%d", port, p)) }
 	if _, err := os.Stat(name(period - 1)); err == nil {
 		return false
@@ -74,17 +80,6 @@ func claimPort(port int) bool {
 		return !errors.Is(err, fs.ErrExist) // taken, or claims cannot be written here
 	}
 	return f.Close() == nil
-}
-
-// forgetOldClaims removes the claims of periods that no longer count.
-func forgetOldClaims(dir string, period int64) {
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		_, p, ok := strings.Cut(e.Name(), "-")
-		if n, err := strconv.ParseInt(p, 10, 64); ok && err == nil && n < period-1 {
-			_ = os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
 }
 
 // ExitGrace is how long a start waits for a process on its way out to let go of what it needs:
