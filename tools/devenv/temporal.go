@@ -181,10 +181,7 @@ cors:
 // FindTemporalCLI looks for the pinned CLI: $KASA_TEMPORAL_CLI, ./bin/temporal in the repository,
 // bin/temporal beside the running executable, then PATH.
 func FindTemporalCLI() (string, error) {
-	if p := os.Getenv("KASA_TEMPORAL_CLI"); p != "" {
-		return p, nil
-	}
-	if p := findBin("temporal"); p != "" {
+	if p := cmp.Or(os.Getenv("KASA_TEMPORAL_CLI"), findBin("temporal")); p != "" {
 		return p, nil
 	}
 	return "", errors.New("temporal CLI not found: run `make temporal-cli` (go install " +

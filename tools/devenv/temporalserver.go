@@ -109,10 +109,8 @@ const (
 	readyTimeout  = 2 * time.Minute
 )
 
-// StartTemporalServer sets up the server's databases on pg (once: later starts find them and only
-// apply what the schema tool has not), writes its configuration, starts it, registers the
-// namespace and the search attributes when missing, and returns once a workflow runs to the end on
-// it and the namespace's search attributes answer in visibility queries.
+// StartTemporalServer sets up the server's databases on pg, writes its configuration and starts
+// it; it returns once the server is usable (waitReady).
 func StartTemporalServer(ctx context.Context, pg *Postgres, o TemporalServerOptions) (*TemporalServer, error) {
 	if o.Dir == "" {
 		return nil, errors.New("temporal server: no Dir for its configuration and log")
@@ -448,16 +446,11 @@ func (s *TemporalServer) writeConfig() error {
 	return os.WriteFile(filepath.Join(dir, "kasa.yaml"), b.Bytes(), 0o644)
 }
 
-// FindTemporalServer looks for the pinned server and its schema tool: $KASA_TEMPORAL_SERVER (the
-// server; the tool beside it), ./bin in the repository, beside the running executable, then PATH.
+// FindTemporalServer looks for the pinned server, $KASA_TEMPORAL_SERVER or where findBin finds
+// it, and its schema tool: beside the server first.
 func FindTemporalServer() (server, sqlTool string, err error) {
-	var dirs []string
-	if server = os.Getenv("KASA_TEMPORAL_SERVER"); server != "" {
-		dirs = append(dirs, filepath.Dir(server))
-	} else {
-		server = findBin("temporal-server")
-	}
-	sqlTool = findBin("temporal-sql-tool", dirs...)
+	server = cmp.Or(os.Getenv("KASA_TEMPORAL_SERVER"), findBin("temporal-server"))
+	sqlTool = findBin("temporal-sql-tool", filepath.Dir(server))
 	if server == "" || sqlTool == "" {
 		return "", "", errors.New("temporal-server or temporal-sql-tool not found: run `make temporal-server` " +
 			"(go install go.temporal.io/server/cmd/server@" + TemporalServerVersion + " and cmd/tools/sql into ./bin), " +
