@@ -39,12 +39,9 @@ func FreePort() (int, error) {
 
 // ephemeralLow is the first port of the kernel's ephemeral range (32768 when unknown).
 func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	var lo int
-	if err == nil {
-		_, err = fmt.Sscan(string(b), &lo)
-	}
-	if err != nil || lo <= 11000 {
+	if _, err := fmt.Sscan(string(b), &lo); err != nil || lo <= 11000 {
 		return 32768
 	}
 	return lo
