@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -194,11 +195,13 @@ func (s *Supervisor) spawn(name string, env []string, bin string, args ...string
 	return c, nil
 }
 
-// startLocked starts cmd and returns what its Wait returns. The kernel sends the parent-death
-// signal when the thread that started the child ends, and Go ends a thread only when a goroutine
-// locked to it returns: this one returns once the child has exited, so the signal comes when the
-// parent process dies, and only then.
-func startLocked(cmd *exec.Cmd) (<-chan error, error) {
+// startLocked starts cmd in its own process group, as user (nil: this process's), to get sig if
+// this process dies, and returns what its Wait returns. The kernel sends the parent-death signal
+// when the thread that started the child ends, and Go ends a thread only when a goroutine locked
+// to it returns: this one returns once the child has exited, so the signal comes when the parent
+// process dies, and only then.
+func startLocked(cmd *exec.Cmd, sig syscall.Signal, user *syscall.Credential) (<-chan error, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: sig, Credential: user}
 	started, done := make(chan error, 1), make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -221,8 +224,7 @@ func (s *Supervisor) launch(c *Child) (*run, error) {
 	fmt.Fprintf(f, "---- %s: start %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), c.bin, strings.Join(c.args, " "))
 	cmd := exec.Command(c.bin, c.args...)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = s.WorkDir, c.env, f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: s.stopSignal(), Credential: s.Credential}
-	done, err := startLocked(cmd)
+	done, err := startLocked(cmd, s.stopSignal(), s.Credential)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s (%s): %w", c.Name, c.bin, err)
@@ -343,7 +345,7 @@ func (c *Child) Running() bool {
 func (c *Child) Exits() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]string(nil), c.exits...)
+	return slices.Clone(c.exits)
 }
 
 // StopAll stops the children in the given groups, one group after the other, the children of a
@@ -369,10 +371,7 @@ func (s *Supervisor) StopAll(timeout time.Duration, groups ...[]*Child) error {
 
 // Tail is the last n lines of the child's log, for an error message.
 func (c *Child) Tail(n int) string {
-	b, err := os.ReadFile(c.LogPath)
-	if err != nil {
-		return ""
-	}
+	b, _ := os.ReadFile(c.LogPath) // none yet: ""
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
@@ -561,8 +560,7 @@ func (c Command) Run(ctx context.Context, bin string, args ...string) (string, e
 	var stdout, stderr strings.Builder
 	cmd := exec.Command(bin, args...)
 	cmd.Env, cmd.Dir, cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Env, c.Dir, bytes.NewReader(c.Stdin), &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM, Credential: c.Credential}
-	done, err := startLocked(cmd)
+	done, err := startLocked(cmd, syscall.SIGTERM, c.Credential)
 	if err != nil {
 		return "", err
 	}
