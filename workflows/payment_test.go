@@ -23,6 +23,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/kasa-pay/kasa/activities"
+	"github.com/kasa-pay/kasa/worker"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -98,44 +99,21 @@ var stubActivities = map[string]any{
 // The stubs must keep the real activities' signatures, or the mocks would test a different
 // contract than the worker registers.
 func TestStubActivitySignaturesMatchActivities(t *testing.T) {
-	a := &activities.Activities{}
-	real := map[string]any{
-		workflows.ActivityReserveFunds:      a.ReserveFunds,
-		workflows.ActivityReserve:           a.Reserve,
-		workflows.ActivityCharge:            a.Charge,
-		workflows.ActivityInquire:           a.InquireCharge,
-		workflows.ActivityFinalize:          a.Finalize,
-		workflows.ActivityRelease:           a.Release,
-		workflows.ActivityMarkUnknown:       a.MarkUnknown,
-		workflows.ActivityFlagStuck:         a.FlagStuck,
-		workflows.ActivityReadPaymentStatus: a.ReadPaymentStatus,
-		workflows.ActivityChargePolicy:      a.ChargePolicy,
-
-		workflows.ActivityAuthorize:            a.Authorize,
-		workflows.ActivityInquireAuthorization: a.InquireAuthorization,
-		workflows.ActivityAuthorized:           a.Authorized,
-		workflows.ActivityCaptureAuthorization: a.CaptureAuthorization,
-		workflows.ActivityInquireCapture:       a.InquireCapture,
-		workflows.ActivityCaptured:             a.Captured,
-		workflows.ActivityVoidAuthorization:    a.VoidAuthorization,
-		workflows.ActivityInquireVoid:          a.InquireVoid,
-		workflows.ActivityCanceled:             a.Canceled,
-
-		workflows.ActivityHoldRefund:        a.HoldRefund,
-		workflows.ActivityHoldRefundForRun:  a.HoldRefundForRun,
-		workflows.ActivitySendRefund:        a.SendRefund,
-		workflows.ActivityInquireRefund:     a.InquireRefund,
-		workflows.ActivityPostRefund:        a.PostRefund,
-		workflows.ActivityReleaseRefund:     a.ReleaseRefund,
-		workflows.ActivityMarkRefundUnknown: a.MarkRefundUnknown,
-		workflows.ActivityFlagRefundStuck:   a.FlagRefundStuck,
-		workflows.ActivityReadRefundStatus:  a.ReadRefundStatus,
-	}
+	real := registered{}
+	worker.Register(real, &activities.Activities{})
 	require.Len(t, stubActivities, len(real))
 	for name, fn := range real {
 		require.Contains(t, stubActivities, name)
 		require.Equal(t, reflect.TypeOf(fn), reflect.TypeOf(stubActivities[name]), "signature of %s", name)
 	}
+}
+
+// registered records the activities a worker registers, by name.
+type registered map[string]any
+
+func (registered) RegisterWorkflowWithOptions(any, workflow.RegisterOptions) {}
+func (r registered) RegisterActivityWithOptions(a any, o activity.RegisterOptions) {
+	r[o.Name] = a
 }
 
 // Activity errors as the real activities classify them.
