@@ -269,10 +269,10 @@ func (a *Activities) MarkUnknown(ctx context.Context, operationID uuid.UUID) err
 	return classify(err)
 }
 
-// ReadPaymentStatus reads the payment's status; it changes nothing.
-func (a *Activities) ReadPaymentStatus(ctx context.Context, operationID uuid.UUID) (string, error) {
+// ReadPaymentStatus reads the payment's status and bank reference; it changes nothing.
+func (a *Activities) ReadPaymentStatus(ctx context.Context, operationID uuid.UUID) (workflows.StatusRead, error) {
 	p, err := a.Store.Payment(ctx, operationID)
-	return string(p.Status), classifyRow(err)
+	return workflows.StatusRead{Status: string(p.Status), ProviderReference: p.ProviderReference}, classifyRow(err)
 }
 
 // FlagStuck marks the payment as needing an operator (an empty reason clears the mark).
@@ -366,10 +366,10 @@ func (a *Activities) MarkRefundUnknown(ctx context.Context, refundID uuid.UUID) 
 	return classify(err)
 }
 
-// ReadRefundStatus reads the refund's status; it changes nothing.
-func (a *Activities) ReadRefundStatus(ctx context.Context, refundID uuid.UUID) (string, error) {
+// ReadRefundStatus reads the refund's status and bank reference; it changes nothing.
+func (a *Activities) ReadRefundStatus(ctx context.Context, refundID uuid.UUID) (workflows.StatusRead, error) {
 	r, err := a.Store.Refund(ctx, refundID)
-	return string(r.Status), classifyRow(err)
+	return workflows.StatusRead{Status: string(r.Status), ProviderReference: r.ProviderReference}, classifyRow(err)
 }
 
 // FlagRefundStuck marks the refund as needing an operator (an empty reason clears the mark).

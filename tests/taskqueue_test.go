@@ -599,3 +599,41 @@ func TestAParkedRunEndsOnceAnotherRunDecidedItsPayment(t *testing.T) {
 	require.Equal(t, 1, s.simCount(id.String()))
 	requireVerified(t)
 }
+
+// The same race can leave a manual payment's replacing run parked `unknown` in its authorization
+// (its send found the other's) while the other run records the authorization: the payment reads
+// requires_capture, its amount held at the bank and on the payer, and nothing else waits for its
+// capture or voids it at capture_before. From Revision 10 the parked run reads that and takes the
+// payment on: the merchant's capture is taken, and the bank captures once. Here the other run's
+// record is made directly on the database.
+func TestAParkedRunTakesOnAManualPaymentAnotherRunAuthorized(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	id := s.authorizeUnknown(m, "parked-manual", acct)
+	var live []string
+	require.Eventually(t, func() bool { live = s.held(id).Live; return len(live) == 1 }, 10*time.Second, 100*time.Millisecond,
+		"the bank made the authorization whose answer was lost")
+
+	_, err := db.Authorized(ctx, mustUUID(t, id), live[0])
+	require.NoError(t, err)
+	var c response
+	require.Eventually(t, func() bool {
+		c = s.command(m, id, "capture", "cap-parked", "")
+		return c.Status != http.StatusServiceUnavailable // the run has not taken the capture: send it again
+	}, 40*time.Second, 500*time.Millisecond, "the parked run never took the authorization on")
+	require.Equal(t, http.StatusCreated, c.Status, "%s", c.Body)
+	require.Equal(t, "succeeded", c.json(t)["status"])
+	require.Equal(t, 1, s.held(id).Count, "authorized once at the bank")
+	require.Equal(t, int64(2500), s.held(id).CapturedMinor, "the bank captured 25.00 once")
+	require.Equal(t, "75.00", s.account(m, acct)["balance"])
+	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
+	var res workflows.PaymentResult
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, tc.GetWorkflow(wctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), "parked-manual"), "").Get(wctx, &res))
+	require.Equal(t, "succeeded", res.Status)
+	requireVerified(t)
+}

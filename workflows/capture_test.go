@@ -811,3 +811,56 @@ func TestManualPaymentCommandWhileTheAuthorizationIsRecorded(t *testing.T) {
 	}
 	require.Equal(t, statusSucceeded, answers["c1"])
 }
+
+// A manual payment's run parked unknown in its authorization (capability none: its send found
+// another's) whose authorization another run then recorded (a run moved off a task queue nobody
+// polled, raced by a late worker that ran the first; or this run's own task that failed after its
+// step wrote it) reads requires_capture, no final status. Nothing else waits for the capture, so
+// from Revision 10 the run takes the payment on, as a run that finds it authorized at its first
+// step does: it takes the merchant's capture, or voids the authorization at capture_before,
+// rather than keep the hold for ever.
+func TestManualPaymentParkedRunTakesAnAuthorizationRecordedElsewhere(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		capture bool
+		want    string
+	}{
+		{"captured", true, statusSucceeded},
+		{"expired", false, string(payment.StatusCanceled)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.on(workflows.ActivityAuthorize).Return(workflows.ChargeResult{}, ambiguous())
+			h.on(workflows.ActivityReadPaymentStatus).Return(workflows.StatusRead{Status: statusUnknown}, nil).Times(2)
+			h.on(workflows.ActivityReadPaymentStatus).Return(workflows.StatusRead{Status: string(payment.StatusRequiresCapture), ProviderReference: "au_other"}, nil)
+			h.env.OnActivity(workflows.ActivityAuthorized, mock.Anything,
+				workflows.FinalizeInput{OperationID: opID, ProviderReference: "au_other"}).Return(h.recorded(0)).Once()
+			h.env.OnActivity(workflows.ActivityCaptureAuthorization, mock.Anything,
+				workflows.BankCallInput{OperationID: opID, AuthorizationRef: "au_other", AmountMinor: 12_345, Send: 1}).Return(charged("cap_1"), nil).Once()
+			h.on(workflows.ActivityCaptured).Return(nil).Once()
+			var voided []time.Time
+			h.env.OnActivity(workflows.ActivityVoidAuthorization, mock.Anything,
+				workflows.BankCallInput{OperationID: opID, AuthorizationRef: "au_other", Send: 1}).Run(func(mock.Arguments) {
+				voided = append(voided, h.env.Now())
+			}).Return(charged("void_1"), nil).Once()
+			h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+				workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureAuthorizationExpired}).Return(nil).Once()
+			answers := map[string]string{}
+			if tc.capture {
+				h.commandAt(30*time.Minute, workflows.UpdateCapture, "c1", workflows.Command{}, answers)
+			}
+
+			res := h.run(manualInput(h, workflows.CapabilityNone))
+			require.Equal(t, tc.want, res.Status)
+			require.Equal(t, 3, h.calls(workflows.ActivityReadPaymentStatus), "read until it finds the authorization")
+			require.Equal(t, 1, h.calls(workflows.ActivityAuthorize), "nothing sent to the bank again")
+			if tc.capture {
+				require.Equal(t, statusSucceeded, answers["c1"])
+				require.Empty(t, voided)
+				return
+			}
+			require.Len(t, voided, 1)
+			require.WithinDuration(t, h.start.Add(time.Hour), voided[0], time.Minute, "voided within a minute of capture_before")
+		})
+	}
+}

@@ -301,7 +301,7 @@ type Step struct {
 // that status, and a moved manual payment whose authorization the ended run recorded waits for
 // its capture. Revision 10: a run parked unknown without inquiries reads its operation's status
 // now and then (as an inquiry's timer would run) and ends with it once another run has made it
-// final.
+// final; one parked in a manual payment's authorization that reads it recorded takes it on.
 const CurrentRevision = 10
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.
@@ -363,6 +363,14 @@ type FinalizeInput struct {
 // off. Zero (a worker that answered nothing) leaves the run's own clock to judge.
 type AuthorizedResult struct {
 	DatabaseNow time.Time `json:",omitzero"`
+}
+
+// StatusRead is what a parked run of Revision 10 reads of its operation (ActivityReadPaymentStatus,
+// ActivityReadRefundStatus): its status, and the bank's reference the database holds for it (a
+// manual payment's authorization, which a run parked in its authorization takes on).
+type StatusRead struct {
+	Status            string
+	ProviderReference string `json:",omitempty"`
 }
 
 // BankCallInput is a manual payment's capture or void at the bank: AmountMinor is a capture's.

@@ -525,8 +525,8 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 				return PaymentResult{}, err
 			}
 			if !got {
-				if st, done := w.finalElsewhere(ctx); done {
-					return st, nil
+				if res, done, err := w.finalElsewhere(ctx); done {
+					return res, err
 				}
 				wait = min(wait*2, inquiryMaxWait)
 				continue
@@ -837,15 +837,28 @@ func (w *opRun) decidedElsewhere(err error) bool {
 // finalElsewhere reads the parked operation's status (Revision 10): another run may have decided
 // it while this one parked it (a run moved off a task queue nobody polled, raced by a late
 // worker that ran the first), and nothing would settle this run then: no settlement file's
-// import looks at a final operation. A read that fails is left for the next one.
-func (w *opRun) finalElsewhere(ctx workflow.Context) (PaymentResult, bool) {
-	var status string
-	if err := w.exec(ctx, w.op.readStatus, w.in.OperationID).Get(ctx, &status); err != nil || !payment.Status(status).Final() {
-		return PaymentResult{}, false
+// import looks at a final operation. A manual payment parked in its authorization that reads it
+// recorded (requires_capture: by such a run, or by this run's own task that failed after its
+// step) is taken on, as the bank's answer would be: nothing else waits for its capture or voids
+// it at capture_before. A read that fails is left for the next one.
+func (w *opRun) finalElsewhere(ctx workflow.Context) (PaymentResult, bool, error) {
+	var read StatusRead
+	if err := w.exec(ctx, w.op.readStatus, w.in.OperationID).Get(ctx, &read); err != nil {
+		return PaymentResult{}, false, nil
 	}
-	workflow.GetLogger(ctx).Warn(w.op.noun+" decided by another run while this one waited for a settlement", "status", status)
-	w.setStatus(ctx, payment.Status(status))
-	return PaymentResult{Status: status}, true
+	switch status := payment.Status(read.Status); {
+	case status.Final():
+		workflow.GetLogger(ctx).Warn(w.op.noun+" decided by another run while this one waited for a settlement", "status", status)
+		w.setStatus(ctx, status)
+		return PaymentResult{Status: read.Status}, true, nil
+	case status == payment.StatusRequiresCapture && w.in.CaptureManual && w.in.Step.Phase == PhaseAuthorize && read.ProviderReference != "":
+		workflow.GetLogger(ctx).Warn(w.op.noun+" authorized elsewhere while this run waited for a settlement: taken on",
+			"authorization", read.ProviderReference)
+		w.closing = true
+		res, err := w.finalize(ctx, read.ProviderReference)
+		return res, true, err
+	}
+	return PaymentResult{}, false, nil
 }
 
 // decided ends a run whose operation another run already decided: it changes nothing and

@@ -70,7 +70,7 @@ var stubActivities = map[string]any{
 	workflows.ActivityRelease:           stub[workflows.ReleaseInput](workflows.ActivityRelease),
 	workflows.ActivityMarkUnknown:       stub[uuid.UUID](workflows.ActivityMarkUnknown),
 	workflows.ActivityFlagStuck:         stub[workflows.FlagInput](workflows.ActivityFlagStuck),
-	workflows.ActivityReadPaymentStatus: stubResult[uuid.UUID, string](workflows.ActivityReadPaymentStatus),
+	workflows.ActivityReadPaymentStatus: stubResult[uuid.UUID, workflows.StatusRead](workflows.ActivityReadPaymentStatus),
 	workflows.ActivityChargePolicy: func(context.Context) (workflows.ChargePolicy, error) {
 		return workflows.ChargePolicy{}, errUnexpected(workflows.ActivityChargePolicy)
 	},
@@ -93,7 +93,7 @@ var stubActivities = map[string]any{
 	workflows.ActivityReleaseRefund:     stub[workflows.ReleaseRefundInput](workflows.ActivityReleaseRefund),
 	workflows.ActivityMarkRefundUnknown: stub[uuid.UUID](workflows.ActivityMarkRefundUnknown),
 	workflows.ActivityFlagRefundStuck:   stub[workflows.FlagInput](workflows.ActivityFlagRefundStuck),
-	workflows.ActivityReadRefundStatus:  stubResult[uuid.UUID, string](workflows.ActivityReadRefundStatus),
+	workflows.ActivityReadRefundStatus:  stubResult[uuid.UUID, workflows.StatusRead](workflows.ActivityReadRefundStatus),
 }
 
 // The stubs must keep the real activities' signatures, or the mocks would test a different
@@ -261,7 +261,7 @@ func (h *harness) fallbacks() {
 	h.on(workflows.ActivityRelease).Return(nil)
 	h.on(workflows.ActivityMarkUnknown).Return(nil)
 	h.on(workflows.ActivityFlagStuck).Return(nil)
-	h.on(workflows.ActivityReadPaymentStatus).Return(statusUnknown, nil) // parked, as the run left it
+	h.on(workflows.ActivityReadPaymentStatus).Return(workflows.StatusRead{Status: statusUnknown}, nil) // parked, as the run left it
 	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, errUnexpected(workflows.ActivityCharge))
 	h.on(workflows.ActivityInquire).Return(workflows.ChargeResult{}, errUnexpected(workflows.ActivityInquire))
 }
@@ -1137,8 +1137,8 @@ func TestParkedRunEndsOnceAnotherRunDecidedItsPaymentFromRevision10(t *testing.T
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
 			h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
-			h.on(workflows.ActivityReadPaymentStatus).Return(statusUnknown, nil).Times(2)
-			h.on(workflows.ActivityReadPaymentStatus).Return(statusFailed, nil)
+			h.on(workflows.ActivityReadPaymentStatus).Return(workflows.StatusRead{Status: statusUnknown}, nil).Times(2)
+			h.on(workflows.ActivityReadPaymentStatus).Return(workflows.StatusRead{Status: statusFailed}, nil)
 			in := paymentInput(workflows.CapabilityNone)
 			in.LocalSteps, in.Revision = true, tc.revision
 			h.signalAt(2*time.Hour, workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_file"})
