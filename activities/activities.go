@@ -27,6 +27,7 @@ type Store interface {
 	Finalize(ctx context.Context, operationID uuid.UUID, providerRef string) (payment.Payment, error)
 	Release(ctx context.Context, operationID uuid.UUID, failureCode string) (payment.Payment, error)
 	MarkUnknown(ctx context.Context, operationID uuid.UUID) (payment.Payment, error)
+	MarkAuthorizationUnknown(ctx context.Context, operationID uuid.UUID) (payment.Payment, error)
 	BeginChargeAttempt(ctx context.Context, operationID uuid.UUID) (int, error)
 	BeginChargeSend(ctx context.Context, operationID uuid.UUID, send int) (bool, error)
 	FlagStuck(ctx context.Context, operationID uuid.UUID, reason string) error
@@ -264,6 +265,23 @@ func (a *Activities) MarkUnknown(ctx context.Context, operationID uuid.UUID) err
 		// status, with which a run of Revision 9 on ends.
 		if p, perr := a.Store.Payment(ctx, operationID); perr == nil && p.Status.Final() {
 			return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInconsistent, err, string(p.Status))
+		}
+	}
+	return classify(err)
+}
+
+// MarkAuthorizationUnknown parks a manual payment whose authorization got no answer. One that
+// another run has authorized or decided meanwhile is refused (ErrTypeInconsistent) with its
+// status, and a recorded authorization's reference, in the details: the run takes it on.
+func (a *Activities) MarkAuthorizationUnknown(ctx context.Context, operationID uuid.UUID) error {
+	_, err := a.Store.MarkAuthorizationUnknown(ctx, operationID)
+	if errors.Is(err, payment.ErrInconsistent) {
+		p, perr := a.Store.Payment(ctx, operationID)
+		switch {
+		case perr == nil && p.Status.Final():
+			return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInconsistent, err, string(p.Status))
+		case perr == nil && p.Status == payment.StatusRequiresCapture:
+			return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeInconsistent, err, string(p.Status), p.ProviderReference)
 		}
 	}
 	return classify(err)

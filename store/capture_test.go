@@ -425,3 +425,30 @@ func requireIndexRebuilt(t *testing.T, index string, from int) {
 	require.NoError(t, st.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = $1::regclass`, []any{index}, &valid))
 	require.True(t, valid, index)
 }
+
+// A mark of an authorization as unknown never reopens one already recorded (another run's, as
+// this one's answer was lost): it is refused and changes nothing. A processing one is marked.
+func TestMarkAuthorizationUnknownNeverReopensARecordedOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mID, aID := fixture(t, 10_000)
+	p := authorized(t, mID, aID, "mark-recorded", 4_000)
+	_, err := db.MarkAuthorizationUnknown(ctx, p.ID)
+	require.ErrorIs(t, err, store.ErrInconsistent)
+	got, err := db.Payment(ctx, p.ID)
+	require.NoError(t, err)
+	require.Equal(t, payment.StatusRequiresCapture, got.Status)
+	require.Equal(t, "au_1", got.ProviderReference)
+
+	req := payment.Request{InvoiceID: "mark-processing", AmountMinor: 1_000, Currency: "TRY", AccountID: aID, PaymentType: "purchase", CaptureManual: true}
+	_, q, _, err := db.Begin(ctx, store.BeginInput{MerchantID: mID, Key: "mark-processing", Request: req, OperationID: payment.NewID(),
+		Lease: time.Minute, CaptureWindow: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, db.Reserve(ctx, q.ID))
+	for range 2 { // a repeated step changes nothing
+		q, err = db.MarkAuthorizationUnknown(ctx, q.ID)
+		require.NoError(t, err)
+		require.Equal(t, payment.StatusUnknown, q.Status)
+	}
+	requireVerified(t)
+}

@@ -240,10 +240,22 @@ func (s *Store) Release(ctx context.Context, operationID uuid.UUID, failureCode 
 // MarkUnknown parks a processing payment whose outcome at the provider cannot be known. Its
 // reservation stays: the bank may have moved the money.
 func (s *Store) MarkUnknown(ctx context.Context, operationID uuid.UUID) (payment.Payment, error) {
+	return s.markUnknown(ctx, operationID, fromStatuses(payment.StatusUnknown))
+}
+
+// MarkAuthorizationUnknown is MarkUnknown for a manual payment whose authorization got no
+// answer: only a processing payment becomes unknown. One that reads requires_capture (another
+// run recorded the authorization as this one marked it) is ErrInconsistent, never reopened: its
+// authorization, open at the bank, would have nothing to capture or void it.
+func (s *Store) MarkAuthorizationUnknown(ctx context.Context, operationID uuid.UUID) (payment.Payment, error) {
+	return s.markUnknown(ctx, operationID, []string{string(payment.StatusProcessing)})
+}
+
+func (s *Store) markUnknown(ctx context.Context, operationID uuid.UUID, from []string) (payment.Payment, error) {
 	var p payment.Payment
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		var err error
-		p, _, err = s.transition(ctx, tx, operationID, payment.StatusUnknown, "", RecordUnknown)
+		p, _, err = s.transitionFrom(ctx, tx, operationID, payment.StatusUnknown, "", RecordUnknown, from)
 		return err
 	})
 	if err == nil {
@@ -255,7 +267,12 @@ func (s *Store) MarkUnknown(ctx context.Context, operationID uuid.UUID) (payment
 // transition moves a payment (and its record) to status `to`, or finds it there already from an
 // earlier run of the same step. A move that completes the record returns the answer it stored.
 func (s *Store) transition(ctx context.Context, tx pgx.Tx, id uuid.UUID, to payment.Status, failureCode string, rs RecordStatus) (payment.Payment, *Answer, error) {
-	p, err := setStatus(ctx, tx, id, to, failureCode, "")
+	return s.transitionFrom(ctx, tx, id, to, failureCode, rs, fromStatuses(to))
+}
+
+// transitionFrom is transition from the statuses from only.
+func (s *Store) transitionFrom(ctx context.Context, tx pgx.Tx, id uuid.UUID, to payment.Status, failureCode string, rs RecordStatus, from []string) (payment.Payment, *Answer, error) {
+	p, err := scanPayment(tx.QueryRow(ctx, dbsqlc.SetPaymentStatus, id, to, failureCode, "", from))
 	if errors.Is(err, payment.ErrNotFound) {
 		err = s.alreadyDone(ctx, tx, id, to, &p)
 		return p, nil, err

@@ -637,3 +637,72 @@ func TestAParkedRunTakesOnAManualPaymentAnotherRunAuthorized(t *testing.T) {
 	require.Equal(t, "succeeded", res.Status)
 	requireVerified(t)
 }
+
+// authorizedAsMarked is a worker's store that, as its run marks a manual payment unknown, first
+// records the authorization the bank made, as the other run of the moved run's race does (the
+// late worker's run records it between this run's send and its mark).
+type authorizedAsMarked struct {
+	activities.Store
+	ref  func(id uuid.UUID) string // the bank's live authorization of the payment
+	once sync.Once
+}
+
+func (a *authorizedAsMarked) recordFirst(ctx context.Context, id uuid.UUID) {
+	a.once.Do(func() {
+		if ref := a.ref(id); ref != "" {
+			_, _ = a.Store.Authorized(ctx, id, ref)
+		}
+	})
+}
+
+func (a *authorizedAsMarked) MarkUnknown(ctx context.Context, id uuid.UUID) (payment.Payment, error) {
+	a.recordFirst(ctx, id)
+	return a.Store.MarkUnknown(ctx, id)
+}
+
+func (a *authorizedAsMarked) MarkAuthorizationUnknown(ctx context.Context, id uuid.UUID) (payment.Payment, error) {
+	a.recordFirst(ctx, id)
+	return a.Store.MarkAuthorizationUnknown(ctx, id)
+}
+
+// A run whose authorization got no answer marks its manual payment unknown; should another run
+// record the authorization just before (the moved run's race), the mark must not reopen it:
+// the authorization stays open at the bank, and nothing would capture or void it. The run
+// takes the authorization on instead, and the capture goes through.
+func TestMarkingAnAuthorizationUnknownNeverReopensOneRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var s *stack
+	s = newStackWith(t, stackOptions{capability: workflows.CapabilityNone, temporal: tc, steps: func(st activities.Store) activities.Store {
+		return &authorizedAsMarked{Store: st, ref: func(id uuid.UUID) string {
+			if live := s.held(id.String()).Live; len(live) == 1 {
+				return live[0]
+			}
+			return ""
+		}}
+	}})
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	s.setFaults(`{"rules":[{"on":"authorize","action":"drop_response","count":1}]}`)
+	r := s.pay(m, "marked", manualBody("inv-marked", "25.00", acct))
+	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, r.Status, "%s", r.Body) // the record may come first
+	id := r.json(t)["id"].(string)
+
+	var c response
+	require.Eventually(t, func() bool {
+		c = s.command(m, id, "capture", "cap-marked", "")
+		return c.Status != http.StatusServiceUnavailable // the run has not taken the capture: send it again
+	}, 20*time.Second, 500*time.Millisecond, "the run never took the authorization on")
+	require.Equal(t, http.StatusCreated, c.Status, "%s (payment %s)", c.Body, paymentByKey(t, m, "marked").Status)
+	require.Equal(t, "succeeded", c.json(t)["status"])
+	require.Equal(t, 1, s.held(id).Count, "authorized once at the bank")
+	require.Equal(t, int64(2500), s.held(id).CapturedMinor, "the bank captured 25.00 once")
+	require.Equal(t, "75.00", s.account(m, acct)["balance"])
+	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var res workflows.PaymentResult
+	require.NoError(t, tc.GetWorkflow(wctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), "marked"), "").Get(wctx, &res))
+	require.Equal(t, "succeeded", res.Status)
+	requireVerified(t)
+}

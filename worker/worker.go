@@ -25,16 +25,17 @@ func Register(r Registry, a *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.PaymentWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowPayment})
 	r.RegisterWorkflowWithOptions(workflows.RefundWorkflow, workflow.RegisterOptions{Name: workflows.WorkflowRefund})
 	for name, fn := range map[string]any{
-		workflows.ActivityReserveFunds:      a.ReserveFunds,
-		workflows.ActivityReserve:           a.Reserve,
-		workflows.ActivityCharge:            a.Charge,
-		workflows.ActivityInquire:           a.InquireCharge,
-		workflows.ActivityFinalize:          a.Finalize,
-		workflows.ActivityRelease:           a.Release,
-		workflows.ActivityMarkUnknown:       a.MarkUnknown,
-		workflows.ActivityFlagStuck:         a.FlagStuck,
-		workflows.ActivityReadPaymentStatus: a.ReadPaymentStatus,
-		workflows.ActivityChargePolicy:      a.ChargePolicy,
+		workflows.ActivityReserveFunds:             a.ReserveFunds,
+		workflows.ActivityReserve:                  a.Reserve,
+		workflows.ActivityCharge:                   a.Charge,
+		workflows.ActivityInquire:                  a.InquireCharge,
+		workflows.ActivityFinalize:                 a.Finalize,
+		workflows.ActivityRelease:                  a.Release,
+		workflows.ActivityMarkUnknown:              a.MarkUnknown,
+		workflows.ActivityFlagStuck:                a.FlagStuck,
+		workflows.ActivityReadPaymentStatus:        a.ReadPaymentStatus,
+		workflows.ActivityMarkAuthorizationUnknown: a.MarkAuthorizationUnknown,
+		workflows.ActivityChargePolicy:             a.ChargePolicy,
 
 		workflows.ActivityAuthorize:            a.Authorize,
 		workflows.ActivityInquireAuthorization: a.InquireAuthorization,

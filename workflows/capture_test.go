@@ -864,3 +864,29 @@ func TestManualPaymentParkedRunTakesAnAuthorizationRecordedElsewhere(t *testing.
 		})
 	}
 }
+
+// From Revision 10 a manual payment whose authorization got no answer is marked unknown only if
+// it is still processing: one another run authorized meanwhile (the moved run's race) is refused
+// with the authorization's reference, and the run takes it on, waiting for its capture, instead
+// of reopening it. A run of Revision 9 marks it with MarkUnknown, which reopened it.
+func TestMarkingAnAuthorizationRecordedElsewhereTakesItOn(t *testing.T) {
+	h := newHarness(t)
+	h.on(workflows.ActivityAuthorize).Return(workflows.ChargeResult{}, ambiguous())
+	h.on(workflows.ActivityMarkAuthorizationUnknown).Return(temporal.NewNonRetryableApplicationError(
+		"payment is requires_capture, cannot become unknown", workflows.ErrTypeInconsistent, nil,
+		string(payment.StatusRequiresCapture), "au_other")).Once()
+	h.env.OnActivity(workflows.ActivityAuthorized, mock.Anything,
+		workflows.FinalizeInput{OperationID: opID, ProviderReference: "au_other"}).Return(h.recorded(0)).Once()
+	h.env.OnActivity(workflows.ActivityCaptureAuthorization, mock.Anything,
+		workflows.BankCallInput{OperationID: opID, AuthorizationRef: "au_other", AmountMinor: 12_345, Send: 1}).Return(charged("cap_1"), nil).Once()
+	h.on(workflows.ActivityCaptured).Return(nil).Once()
+	answers := map[string]string{}
+	h.commandAt(30*time.Minute, workflows.UpdateCapture, "c1", workflows.Command{}, answers)
+
+	res := h.run(manualInput(h, workflows.CapabilityNone))
+	require.Equal(t, statusSucceeded, res.Status)
+	require.Equal(t, statusSucceeded, answers["c1"])
+	require.Zero(t, h.calls(workflows.ActivityMarkUnknown)+h.calls(workflows.ActivityFlagStuck), "nothing reopened, no operator asked for")
+	require.Zero(t, h.calls(workflows.ActivityReadPaymentStatus), "never parked")
+	require.Equal(t, 1, h.calls(workflows.ActivityAuthorize), "nothing sent to the bank again")
+}

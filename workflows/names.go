@@ -30,6 +30,9 @@ const (
 	ActivityRelease     = "Release"
 	ActivityMarkUnknown = "MarkUnknown"
 	ActivityFlagStuck   = "FlagStuck"
+	// ActivityMarkAuthorizationUnknown is MarkUnknown for a manual payment's authorization, from
+	// Revision 10: it never reopens an authorization another run recorded.
+	ActivityMarkAuthorizationUnknown = "MarkAuthorizationUnknown"
 	// ActivityReadPaymentStatus reads the payment's status: a parked run of Revision 10 on ends
 	// once another run decided it.
 	ActivityReadPaymentStatus = "ReadPaymentStatus"
@@ -301,7 +304,8 @@ type Step struct {
 // that status, and a moved manual payment whose authorization the ended run recorded waits for
 // its capture. Revision 10: a run parked unknown without inquiries reads its operation's status
 // now and then (as an inquiry's timer would run) and ends with it once another run has made it
-// final; one parked in a manual payment's authorization that reads it recorded takes it on.
+// final; one parked in a manual payment's authorization that reads it recorded takes it on, as
+// does one whose mark of its authorization as unknown finds it recorded by another run.
 const CurrentRevision = 10
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.

@@ -333,6 +333,9 @@ func (w *opRun) stepResult(ctx workflow.Context, name string, arg, res any) erro
 		if err == nil || w.in.Revision < 1 || !hasType(err, ErrTypeInconsistent) || w.decidedElsewhere(err) {
 			return err
 		}
+		if _, ok := w.authorizedElsewhere(err); ok {
+			return err
+		}
 		if err := w.waitOperator(ctx, name, err); err != nil {
 			return err
 		}
@@ -477,9 +480,18 @@ func (w *opRun) inquire(ctx workflow.Context) (ChargeResult, error) {
 // inquiry, keeps asking the provider on a growing timer. It never treats the payment as failed
 // by itself.
 func (w *opRun) parkUnknown(ctx workflow.Context, cause error) (PaymentResult, error) {
-	if err := w.step(ctx, w.op.markUnknown, w.in.OperationID); err != nil {
+	mark := w.op.markUnknown
+	if w.markingAuthorization() {
+		mark = ActivityMarkAuthorizationUnknown
+	}
+	if err := w.step(ctx, mark, w.in.OperationID); err != nil {
 		if w.decidedElsewhere(err) {
 			return w.decided(ctx, err)
+		}
+		if ref, ok := w.authorizedElsewhere(err); ok {
+			workflow.GetLogger(ctx).Warn(w.op.noun+" authorized by another run as this one marked it unknown: taken on", "authorization", ref)
+			w.closing = true
+			return w.finalize(ctx, ref)
 		}
 		return PaymentResult{}, err
 	}
@@ -832,6 +844,23 @@ func (w *opRun) decidedElsewhere(err error) bool {
 	var status string
 	return w.in.Revision >= 9 && errors.As(err, &appErr) && appErr.Type() == ErrTypeInconsistent &&
 		appErr.Details(&status) == nil && payment.Status(status).Final()
+}
+
+// markingAuthorization says whether this run marks a manual payment's authorization unknown
+// (Revision 10): a mark that never reopens one another run recorded meanwhile (the moved run's
+// race), which would leave it open at the bank with nothing to capture or void it.
+func (w *opRun) markingAuthorization() bool {
+	return w.in.Revision >= 10 && w.in.CaptureManual && w.in.Step.Phase == PhaseAuthorize
+}
+
+// authorizedElsewhere is the authorization's reference when err, the refusal of a run's mark of
+// its authorization as unknown, found it recorded by another run.
+func (w *opRun) authorizedElsewhere(err error) (string, bool) {
+	var appErr *temporal.ApplicationError
+	var status, ref string
+	ok := w.markingAuthorization() && errors.As(err, &appErr) && appErr.Type() == ErrTypeInconsistent &&
+		appErr.Details(&status, &ref) == nil && payment.Status(status) == payment.StatusRequiresCapture && ref != ""
+	return ref, ok
 }
 
 // finalElsewhere reads the parked operation's status (Revision 10): another run may have decided

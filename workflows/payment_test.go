@@ -62,15 +62,16 @@ func stubResult[In, Out any](name string) func(context.Context, In) (Out, error)
 // stubActivities are the payment's and the refund's activities by name, with the exact
 // signatures of activities.Activities.
 var stubActivities = map[string]any{
-	workflows.ActivityReserveFunds:      stub[uuid.UUID](workflows.ActivityReserveFunds),
-	workflows.ActivityReserve:           stub[uuid.UUID](workflows.ActivityReserve),
-	workflows.ActivityCharge:            stubResult[workflows.ChargeInput, workflows.ChargeResult](workflows.ActivityCharge),
-	workflows.ActivityInquire:           stubResult[uuid.UUID, workflows.ChargeResult](workflows.ActivityInquire),
-	workflows.ActivityFinalize:          stub[workflows.FinalizeInput](workflows.ActivityFinalize),
-	workflows.ActivityRelease:           stub[workflows.ReleaseInput](workflows.ActivityRelease),
-	workflows.ActivityMarkUnknown:       stub[uuid.UUID](workflows.ActivityMarkUnknown),
-	workflows.ActivityFlagStuck:         stub[workflows.FlagInput](workflows.ActivityFlagStuck),
-	workflows.ActivityReadPaymentStatus: stubResult[uuid.UUID, workflows.StatusRead](workflows.ActivityReadPaymentStatus),
+	workflows.ActivityReserveFunds:             stub[uuid.UUID](workflows.ActivityReserveFunds),
+	workflows.ActivityReserve:                  stub[uuid.UUID](workflows.ActivityReserve),
+	workflows.ActivityCharge:                   stubResult[workflows.ChargeInput, workflows.ChargeResult](workflows.ActivityCharge),
+	workflows.ActivityInquire:                  stubResult[uuid.UUID, workflows.ChargeResult](workflows.ActivityInquire),
+	workflows.ActivityFinalize:                 stub[workflows.FinalizeInput](workflows.ActivityFinalize),
+	workflows.ActivityRelease:                  stub[workflows.ReleaseInput](workflows.ActivityRelease),
+	workflows.ActivityMarkUnknown:              stub[uuid.UUID](workflows.ActivityMarkUnknown),
+	workflows.ActivityFlagStuck:                stub[workflows.FlagInput](workflows.ActivityFlagStuck),
+	workflows.ActivityMarkAuthorizationUnknown: stub[uuid.UUID](workflows.ActivityMarkAuthorizationUnknown),
+	workflows.ActivityReadPaymentStatus:        stubResult[uuid.UUID, workflows.StatusRead](workflows.ActivityReadPaymentStatus),
 	workflows.ActivityChargePolicy: func(context.Context) (workflows.ChargePolicy, error) {
 		return workflows.ChargePolicy{}, errUnexpected(workflows.ActivityChargePolicy)
 	},
@@ -260,6 +261,7 @@ func (h *harness) fallbacks() {
 	h.on(workflows.ActivityFinalize).Return(nil)
 	h.on(workflows.ActivityRelease).Return(nil)
 	h.on(workflows.ActivityMarkUnknown).Return(nil)
+	h.on(workflows.ActivityMarkAuthorizationUnknown).Return(nil)
 	h.on(workflows.ActivityFlagStuck).Return(nil)
 	h.on(workflows.ActivityReadPaymentStatus).Return(workflows.StatusRead{Status: statusUnknown}, nil) // parked, as the run left it
 	h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, errUnexpected(workflows.ActivityCharge))
