@@ -619,22 +619,7 @@ func TestAParkedRunTakesOnAManualPaymentAnotherRunAuthorized(t *testing.T) {
 
 	_, err := db.Authorized(ctx, mustUUID(t, id), live[0])
 	require.NoError(t, err)
-	var c response
-	require.Eventually(t, func() bool {
-		c = s.command(m, id, "capture", "cap-parked", "")
-		return c.Status != http.StatusServiceUnavailable // the run has not taken the capture: send it again
-	}, 40*time.Second, 500*time.Millisecond, "the parked run never took the authorization on")
-	require.Equal(t, http.StatusCreated, c.Status, "%s", c.Body)
-	require.Equal(t, "succeeded", c.json(t)["status"])
-	require.Equal(t, 1, s.held(id).Count, "authorized once at the bank")
-	require.Equal(t, int64(2500), s.held(id).CapturedMinor, "the bank captured 25.00 once")
-	require.Equal(t, "75.00", s.account(m, acct)["balance"])
-	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
-	var res workflows.PaymentResult
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	require.NoError(t, tc.GetWorkflow(wctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), "parked-manual"), "").Get(wctx, &res))
-	require.Equal(t, "succeeded", res.Status)
+	requireTakenOnAndCaptured(t, s, m, "parked-manual", id, acct, 40*time.Second)
 	requireVerified(t)
 }
 
@@ -671,7 +656,6 @@ func (a *authorizedAsMarked) MarkAuthorizationUnknown(ctx context.Context, id uu
 // takes the authorization on instead, and the capture goes through.
 func TestMarkingAnAuthorizationUnknownNeverReopensOneRecorded(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	var s *stack
 	s = newStackWith(t, stackOptions{capability: workflows.CapabilityNone, temporal: tc, steps: func(st activities.Store) activities.Store {
 		return &authorizedAsMarked{Store: st, ref: func(id uuid.UUID) string {
@@ -687,22 +671,29 @@ func TestMarkingAnAuthorizationUnknownNeverReopensOneRecorded(t *testing.T) {
 	r := s.pay(m, "marked", manualBody("inv-marked", "25.00", acct))
 	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, r.Status, "%s", r.Body) // the record may come first
 	id := r.json(t)["id"].(string)
+	requireTakenOnAndCaptured(t, s, m, "marked", id, acct, 20*time.Second)
+	requireVerified(t)
+}
 
+// requireTakenOnAndCaptured requires the manual payment id of 25.00 (key) to take a capture
+// within, once its run has taken its authorization on: the bank authorized and captured it once,
+// the payer paid 25.00 of 100.00 with nothing held, and the run ended succeeded.
+func requireTakenOnAndCaptured(t *testing.T, s *stack, m merchant, key, id, payer string, within time.Duration) {
+	t.Helper()
 	var c response
 	require.Eventually(t, func() bool {
-		c = s.command(m, id, "capture", "cap-marked", "")
+		c = s.command(m, id, "capture", "cap-"+key, "")
 		return c.Status != http.StatusServiceUnavailable // the run has not taken the capture: send it again
-	}, 20*time.Second, 500*time.Millisecond, "the run never took the authorization on")
-	require.Equal(t, http.StatusCreated, c.Status, "%s (payment %s)", c.Body, paymentByKey(t, m, "marked").Status)
+	}, within, 500*time.Millisecond, "the run never took the authorization on")
+	require.Equal(t, http.StatusCreated, c.Status, "%s (payment %s)", c.Body, paymentByKey(t, m, key).Status)
 	require.Equal(t, "succeeded", c.json(t)["status"])
 	require.Equal(t, 1, s.held(id).Count, "authorized once at the bank")
 	require.Equal(t, int64(2500), s.held(id).CapturedMinor, "the bank captured 25.00 once")
-	require.Equal(t, "75.00", s.account(m, acct)["balance"])
-	require.Equal(t, "0.00", s.account(m, acct)["reserved"])
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	require.Equal(t, "75.00", s.account(m, payer)["balance"])
+	require.Equal(t, "0.00", s.account(m, payer)["reserved"])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var res workflows.PaymentResult
-	require.NoError(t, tc.GetWorkflow(wctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), "marked"), "").Get(wctx, &res))
+	require.NoError(t, tc.GetWorkflow(ctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), key), "").Get(ctx, &res))
 	require.Equal(t, "succeeded", res.Status)
-	requireVerified(t)
 }

@@ -489,9 +489,7 @@ func (w *opRun) parkUnknown(ctx workflow.Context, cause error) (PaymentResult, e
 			return w.decided(ctx, err)
 		}
 		if ref, ok := w.authorizedElsewhere(err); ok {
-			workflow.GetLogger(ctx).Warn(w.op.noun+" authorized by another run as this one marked it unknown: taken on", "authorization", ref)
-			w.closing = true
-			return w.finalize(ctx, ref)
+			return w.takeOn(ctx, ref)
 		}
 		return PaymentResult{}, err
 	}
@@ -863,6 +861,14 @@ func (w *opRun) authorizedElsewhere(err error) (string, bool) {
 	return ref, ok
 }
 
+// takeOn takes on a manual payment's authorization another run recorded (ref), as the bank's
+// answer would be: the run waits for its capture, or voids it at capture_before.
+func (w *opRun) takeOn(ctx workflow.Context, ref string) (PaymentResult, error) {
+	workflow.GetLogger(ctx).Warn(w.op.noun+" authorized by another run: taken on", "authorization", ref)
+	w.closing = true
+	return w.finalize(ctx, ref)
+}
+
 // finalElsewhere reads the parked operation's status (Revision 10): another run may have decided
 // it while this one parked it (a run moved off a task queue nobody polled, raced by a late
 // worker that ran the first), and nothing would settle this run then: no settlement file's
@@ -881,10 +887,7 @@ func (w *opRun) finalElsewhere(ctx workflow.Context) (PaymentResult, bool, error
 		w.setStatus(ctx, status)
 		return PaymentResult{Status: read.Status}, true, nil
 	case status == payment.StatusRequiresCapture && w.in.CaptureManual && w.in.Step.Phase == PhaseAuthorize && read.ProviderReference != "":
-		workflow.GetLogger(ctx).Warn(w.op.noun+" authorized elsewhere while this run waited for a settlement: taken on",
-			"authorization", read.ProviderReference)
-		w.closing = true
-		res, err := w.finalize(ctx, read.ProviderReference)
+		res, err := w.takeOn(ctx, read.ProviderReference)
 		return res, true, err
 	}
 	return PaymentResult{}, false, nil
