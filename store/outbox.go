@@ -74,16 +74,25 @@ type Purged struct{ Outbox, Inbox, Deliveries int64 }
 
 // PurgeEvents deletes published outbox rows, inbox rows (once their outbox rows are gone) and
 // finished webhook deliveries (with their attempts) older than olderThan, batch rows per
-// statement (each its own short transaction, so no table is locked for long).
+// statement (each its own short transaction, so no table is locked for long). Relays purging at
+// once take turns, a statement each.
 func (s *Store) PurgeEvents(ctx context.Context, olderThan time.Duration, batch int) (Purged, error) {
 	purge := func(sql string, total *int64) error {
 		for {
-			tag, err := s.pool.Exec(ctx, sql, olderThan.Seconds(), batch)
+			var n int64
+			err := s.tx(ctx, func(tx pgx.Tx) error {
+				if err := s.q.WithTx(tx).LockPurge(ctx); err != nil {
+					return err
+				}
+				tag, err := tx.Exec(ctx, sql, olderThan.Seconds(), batch)
+				n = tag.RowsAffected()
+				return err
+			})
 			if err != nil {
-				return translate(err)
+				return err
 			}
-			*total += tag.RowsAffected()
-			if tag.RowsAffected() < int64(batch) {
+			*total += n
+			if n < int64(batch) {
 				return nil
 			}
 		}

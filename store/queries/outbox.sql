@@ -21,6 +21,11 @@ UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[]) AND published_
 SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS age_seconds
 FROM outbox WHERE published_at IS NULL;
 
+-- name: LockPurge :exec
+-- One retention statement at a time across every relay, until its transaction ends: two
+-- deleting overlapping rows would lock them in different orders and deadlock.
+SELECT pg_advisory_xact_lock(hashtextextended('kasa/purge', 0));
+
 -- name: PurgeOutbox :execrows
 DELETE FROM outbox WHERE id IN (SELECT id FROM outbox
 WHERE published_at < now() - $1::float8 * interval '1 second' ORDER BY published_at LIMIT $2);

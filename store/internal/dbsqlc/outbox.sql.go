@@ -79,6 +79,17 @@ func (q *Queries) LockOutboxConfirmed(ctx context.Context, consumer string) (Loc
 	return i, err
 }
 
+const LockPurge = `-- name: LockPurge :exec
+SELECT pg_advisory_xact_lock(hashtextextended('kasa/purge', 0))
+`
+
+// One retention statement at a time across every relay, until its transaction ends: two
+// deleting overlapping rows would lock them in different orders and deadlock.
+func (q *Queries) LockPurge(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, LockPurge)
+	return err
+}
+
 const MarkPublished = `-- name: MarkPublished :execrows
 UPDATE outbox SET published_at = now() WHERE id = ANY($1::uuid[]) AND published_at IS NULL
 `
