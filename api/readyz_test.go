@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/workflows"
 )
 
 // countingWorkflows counts readiness checks of the Temporal side.
@@ -41,8 +44,11 @@ func TestReadyzNamesTheFailingDependencyOnly(t *testing.T) {
 		{"both ok", nil, nil, 200, map[string]string{"database": "ok", "temporal": "ok"}},
 		{"database down", errors.New(`failed to connect to host=db.internal user=kasa_app database=kasa`), nil,
 			503, map[string]string{"database": "down", "temporal": "ok"}},
-		{"temporal down", nil, errors.New(`no worker polls task queue "payments-secret"`),
+		{"temporal down", nil, errors.New(`dial tcp temporal.internal:7233: connection refused`),
 			503, map[string]string{"database": "ok", "temporal": "down"}},
+		// Temporal answers and no worker polls: the operator's fix is a worker, not Temporal.
+		{"no worker", nil, fmt.Errorf(`%w %q`, workflows.ErrNoWorker, "payments-secret"),
+			503, map[string]string{"database": "ok", "temporal": "no_worker"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

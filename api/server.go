@@ -362,6 +362,8 @@ func (r *readiness) get(ctx context.Context, check func(context.Context) map[str
 		switch {
 		case errors.Is(err, errSearchAttributesMissing):
 			r.checks[dep], r.status = "missing", http.StatusServiceUnavailable
+		case errors.Is(err, workflows.ErrNoWorker):
+			r.checks[dep], r.status = "no_worker", http.StatusServiceUnavailable
 		case err != nil:
 			r.checks[dep], r.status = "down", http.StatusServiceUnavailable
 		}

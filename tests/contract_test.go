@@ -382,6 +382,7 @@ func TestReadyzWaitsForAWorker(t *testing.T) {
 	ready := s.mustCall("GET", s.apiURL()+"/readyz", "", "")
 	require.Equal(t, http.StatusServiceUnavailable, ready.Status, "%s", ready.Body)
 	require.Equal(t, "ok", ready.json(t)["database"], "%s", ready.Body)
+	require.Equal(t, "no_worker", ready.json(t)["temporal"], "Temporal answers; what is missing is a worker: %s", ready.Body)
 
 	s.startWorker()
 	s.api.waitHTTP(s.apiURL() + "/readyz")
