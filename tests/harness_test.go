@@ -58,6 +58,9 @@ type stack struct {
 	awaits *atomic.Int32 // the API's calls for a workflow's result
 	// commandFaults are what happens to the API's next captures and cancels, in turn.
 	commandFaults *commandFaults
+	// others are further API instances on the same database, Temporal and task queue, each with
+	// its own memory (stackOptions.apis).
+	others []*httptest.Server
 }
 
 // A command fault: the request never reaches Temporal (as when it is unreachable); or the workflow
@@ -115,6 +118,8 @@ type stackOptions struct {
 	bank func(sim http.Handler) http.Handler
 	// steps, when set, stands in front of the worker's store: it slows or stops its steps.
 	steps func(activities.Store) activities.Store
+	// apis is how many API instances serve the stack (default 1): the first is stack.api.
+	apis int
 }
 
 // awaitCounter counts the API's calls for a workflow's result, and plays its command faults.
@@ -174,32 +179,42 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	w := worker.New(tc, queue, &activities.Activities{Store: steps, Provider: provider.New(simSrv.URL, 5*time.Second),
 		Policy: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second, BookingWindow: o.bookingWindow}}, nil)
 	require.NoError(t, w.Start())
+	t.Cleanup(func() { // after the APIs' (cleanups run last first)
+		w.Stop()
+		simSrv.Close()
+		_ = sim.Close()
+	})
 	var outcomes api.Outcomes = db // as in kasa dev: the worker runs here, on the same store
 	if o.remoteWorker {
 		outcomes = nil
 	}
 	awaits, faults := &atomic.Int32{}, &commandFaults{}
-	srv := api.New(api.Options{
-		Outcomes: outcomes, PollAfter: o.pollAfter,
-		Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits, faults}, AdminToken: adminToken,
-		AllowPrivateWebhooks: true, SyncWait: 15 * time.Second, // webhook endpoints of tests listen on 127.0.0.1
-		ReplayCache:   1000,
-		Retention:     o.retention,
-		CaptureWindow: o.captureWindow, AdminTokenPrevious: o.adminPrevious, Backlog: o.backlog,
-		Logger:     slog.New(slog.DiscardHandler),
-		Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow, Runs: db, Source: "api"},
-	})
-	apiSrv := httptest.NewServer(srv.Handler())
-	follow, stopFollow := context.WithCancel(context.Background())
-	go srv.FollowRetentions(follow, db, worker.RetentionLive, stackRetentionFollow)
-	t.Cleanup(func() {
-		stopFollow()
-		apiSrv.Close()
-		w.Stop()
-		simSrv.Close()
-		_ = sim.Close()
-	})
-	return &stack{t: t, api: apiSrv, sim: simSrv, queue: queue, awaits: awaits, commandFaults: faults}
+	newAPI := func() *httptest.Server {
+		srv := api.New(api.Options{
+			Outcomes: outcomes, PollAfter: o.pollAfter,
+			Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits, faults}, AdminToken: adminToken,
+			AllowPrivateWebhooks: true, SyncWait: 15 * time.Second, // webhook endpoints of tests listen on 127.0.0.1
+			ReplayCache:   1000,
+			Retention:     o.retention,
+			CaptureWindow: o.captureWindow, AdminTokenPrevious: o.adminPrevious, Backlog: o.backlog,
+			Logger:     slog.New(slog.DiscardHandler),
+			Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow, Runs: db, Source: "api"},
+		})
+		apiSrv := httptest.NewServer(srv.Handler())
+		follow, stopFollow := context.WithCancel(context.Background())
+		go srv.FollowRetentions(follow, db, worker.RetentionLive, stackRetentionFollow)
+		t.Cleanup(func() {
+			stopFollow()
+			apiSrv.Close()
+		})
+		return apiSrv
+	}
+	apiSrv := newAPI()
+	var others []*httptest.Server
+	for range o.apis - 1 {
+		others = append(others, newAPI())
+	}
+	return &stack{t: t, api: apiSrv, sim: simSrv, queue: queue, awaits: awaits, commandFaults: faults, others: others}
 }
 
 type response struct {
