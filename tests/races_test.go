@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync"
@@ -317,4 +318,49 @@ func TestLostCaptureThenCancelThenFiles(t *testing.T) {
 	requireProblem(t, x, http.StatusConflict, "payment_not_cancelable")
 	require.Equal(t, []string{"payment.requires_capture", "payment.unknown", "payment.captured"}, outboxOf(t, env.DatabaseURL, paymentID))
 	requireVerified(t)
+}
+
+// An operator terminates a manual payment's run (by mistake) while its capture is at the bank,
+// and the bank captures all the same. The capture was taken: its request, and every retry with
+// its key, answers 202 with the payment as it is (its hold kept, nothing capturable), never a
+// 500 nor a refusal that would free its key; other commands are refused and change nothing.
+func TestCaptureAtTheBankWhenItsRunIsTerminated(t *testing.T) {
+	for _, c := range []struct{ command, body, fault string }{
+		{"capture", `{"amount":"25.00"}`, "capture"},
+		{"cancel", "", "void"},
+	} {
+		t.Run(c.command, func(t *testing.T) {
+			s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, apis: 2})
+			m := s.newMerchant()
+			paymentID, payer, _ := s.authorize(m, "auth-term", "70.00", "100.00")
+			s.setFaults(`{"rules":[{"on":"` + c.fault + `","action":"delay","delay_ms":2000,"count":1}]}`)
+			first := make(chan response, 1)
+			go func() { first <- s.command(m, paymentID, c.command, "term", c.body) }()
+			time.Sleep(time.Second) // the command is at the bank
+			require.NoError(t, tc.TerminateWorkflow(context.Background(), workflows.PaymentWorkflowID(mustUUID(t, m.ID), "auth-term"), "",
+				"test: terminated by mistake"))
+			held := func() bool { h := s.held(paymentID); return h.CapturedMinor == 2500 || h.Voided }
+			require.Eventually(t, held, 10*time.Second, 100*time.Millisecond, "the bank did it all the same")
+
+			for i, r := range []response{<-first, s.commandAt(1, m, paymentID, c.command, "term", c.body), s.command(m, paymentID, c.command, "term", c.body)} {
+				require.Equal(t, http.StatusAccepted, r.Status, "answer %d: %s", i, r.Body)
+				require.NotEmpty(t, r.Header.Get("Retry-After"))
+				p := r.json(t)
+				require.Equal(t, "requires_capture", p["status"])
+				require.Equal(t, "0.00", p["capturable"], "a command is under way")
+			}
+			_, err := db.Command(context.Background(), mustUUID(t, m.ID), "term")
+			require.NoError(t, err, "the key names the command that reached the bank")
+			requireProblem(t, s.command(m, paymentID, "capture", "term-other", `{"amount":"10.00"}`), http.StatusConflict, "payment_not_capturable")
+			requireProblem(t, s.commandAt(1, m, paymentID, "cancel", "term-x", ""), http.StatusConflict, "payment_not_cancelable")
+			h := s.held(paymentID)
+			require.Equal(t, c.command == "cancel", h.Voided)
+			if c.command == "capture" {
+				require.Equal(t, int64(2500), h.CapturedMinor, "captured once")
+			}
+			require.Equal(t, int64(7000), reserved(t, payer), "the hold is kept for a person to settle")
+			require.Equal(t, int64(10000), balance(t, payer))
+			requireVerified(t)
+		})
+	}
 }

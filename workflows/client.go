@@ -307,7 +307,8 @@ func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (
 
 // Command sends a manual payment's capture or cancel (update UpdateCapture or UpdateCancel) to
 // its workflow and waits until ctx ends for the status it led to: ErrStillRunning once the
-// workflow accepted it (it is in its history and goes on), payment.ErrUnavailable when it was not
+// workflow accepted it (it is in its history and goes on, or its run was closed by hand with the
+// command under way), payment.ErrUnavailable when it was not
 // accepted in time (Temporal or the workers away: nothing is in flight), or when the workflow
 // has not yet heard that the payment's authorization was recorded. The command's id is the
 // update's: a repeated send of it is the same update. A refusal by the workflow's validator is
@@ -336,11 +337,16 @@ func (s Starter) Command(ctx context.Context, merchantID uuid.UUID, paymentKey, 
 		return status, nil
 	case refused != nil:
 		return "", refused
-	case ctx.Err() != nil:
+	case ctx.Err() != nil, hasType(err, errTypeUpdateOutlived):
 		return "", ErrStillRunning // accepted, so in the workflow's history: it goes on
 	}
 	return "", err
 }
+
+// errTypeUpdateOutlived is the Temporal Server's failure of an accepted update whose run closed
+// before it completed (an operator terminated or reset it). The command was taken, and its bank
+// call may have gone out: it is in flight until a person settles the payment, never refused.
+const errTypeUpdateOutlived = "AcceptedUpdateCompletedWorkflow"
 
 // update sends an update, and sends it again while Temporal answers that the workflow task
 // carrying it failed (WorkflowNotReady: an event such as a timer's firing arrived as the task
