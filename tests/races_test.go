@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/activities"
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/workflows"
 )
@@ -363,4 +365,77 @@ func TestCaptureAtTheBankWhenItsRunIsTerminated(t *testing.T) {
 			requireVerified(t)
 		})
 	}
+}
+
+// stalledCaptured is a worker's store whose Captured step waits for release before it records
+// the capture: the bank has captured, and kasa has not yet written it (a worker stalled, or
+// dead and its workflow task not yet taken over).
+type stalledCaptured struct {
+	activities.Store
+	stalled chan struct{}
+	release chan struct{}
+}
+
+func (s *stalledCaptured) Captured(ctx context.Context, operationID uuid.UUID, amount int64, providerRef string, command uuid.UUID) (payment.Payment, error) {
+	select {
+	case s.stalled <- struct{}{}:
+	default:
+	}
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return payment.Payment{}, ctx.Err()
+	}
+	return s.Store.Captured(ctx, operationID, amount, providerRef, command)
+}
+
+// Between the bank's answer to a capture and its record nothing that reaches the payment from two
+// API instances changes it: refunds are refused, nothing reads as capturable, and a settlement
+// file that already lists the capture leaves it pending. Once recorded, the capture is posted
+// once, its key answers 201, and other captures and cancels are refused.
+func TestEverythingWaitsForTheCapturesRecord(t *testing.T) {
+	steps := &stalledCaptured{stalled: make(chan struct{}, 1), release: make(chan struct{})}
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, apis: 2,
+		steps: func(st activities.Store) activities.Store { steps.Store = st; return steps }})
+	m := s.newMerchant()
+	paymentID, payer, _ := s.authorize(m, "auth-rec", "70.00", "100.00")
+	first := make(chan response, 1)
+	go func() { first <- s.command(m, paymentID, "capture", "cap-rec", `{"amount":"25.00"}`) }()
+	select {
+	case <-steps.stalled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the capture was never recorded")
+	}
+	require.Equal(t, int64(2500), s.held(paymentID).CapturedMinor, "the bank captured")
+
+	for api := range 2 {
+		requireProblem(t, s.refundAt(api, m, paymentID, fmt.Sprintf("rec-refund-%d", api), `{"amount":"5.00"}`), http.StatusConflict, "payment_not_refundable")
+		p := s.doAt(api, "GET", "/v1/payments/"+paymentID, m.APIKey, "").json(t)
+		require.Equal(t, "requires_capture", p["status"])
+		require.Equal(t, "0.00", p["capturable"])
+	}
+	rep, _ := decodeReport(t, s.importSettlements(m, complete(t, s.settlementFile(today()), today(), time.Now())))
+	require.Empty(t, rep.Mismatches, "%+v", rep)
+	require.Len(t, rep.Pending, 1, "%+v", rep)
+	require.Equal(t, paymentID, rep.Pending[0].PaymentID)
+	require.Equal(t, int64(7000), reserved(t, payer), "the hold is whole until the capture is recorded")
+	require.Equal(t, int64(10000), balance(t, payer))
+
+	close(steps.release)
+	r := <-first
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "25.00", r.json(t)["amount_captured"])
+	again := s.commandAt(1, m, paymentID, "capture", "cap-rec", `{"amount":"25.00"}`)
+	require.Equal(t, string(r.Body), string(again.Body))
+	for api := range 2 {
+		requireProblem(t, s.commandAt(api, m, paymentID, "capture", fmt.Sprintf("rec-cap-%d", api), `{"amount":"10.00"}`), http.StatusConflict, "payment_not_capturable")
+		requireProblem(t, s.commandAt(api, m, paymentID, "cancel", fmt.Sprintf("rec-x-%d", api), ""), http.StatusConflict, "payment_not_cancelable")
+	}
+	require.Equal(t, int64(7500), balance(t, payer))
+	require.Zero(t, reserved(t, payer))
+	require.Equal(t, int64(2500), s.held(paymentID).CapturedMinor, "captured once")
+	require.Equal(t, []string{"payment.requires_capture", "payment.captured"}, outboxOf(t, env.DatabaseURL, paymentID))
+	rep, ok := decodeReport(t, s.importSettlements(m, complete(t, s.settlementFile(today()), today(), time.Now())))
+	require.True(t, ok, "%+v", rep)
+	requireVerified(t)
 }
