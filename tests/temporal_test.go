@@ -18,6 +18,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/kasa-pay/kasa/tools/testkit"
@@ -158,6 +159,42 @@ func TestNamespaceSetUpAfterKasa(t *testing.T) {
 	s.paySucceeds(m, "on-a-new-namespace", acct)
 	balance, _ := s.balances(m, acct)
 	require.Equal(t, "90.00", balance)
+}
+
+// TestMigrateRightAfterTheNamespaceIsRegistered: on a real Temporal Server, `kasa migrate` run
+// at once after an operator registers the namespace (having run it once before, as the docs
+// allow) registers the search attributes, although the server's operator service does not find
+// a namespace it has just registered (nor, for a while, one it was asked about before) until its
+// namespace cache is refreshed.
+func TestMigrateRightAfterTheNamespaceIsRegistered(t *testing.T) {
+	t.Parallel()
+	address, _ := multiTemporal()
+	s := newCrashStack(t, crashConfig{temporal: address, namespace: "default"})
+	ns := "kasa-" + uuid.NewString()
+	migrateEnv := kasaEnv(map[string]string{
+		"KASA_DATABASE_URL": s.dbURL, "KASA_TEMPORAL_ADDRESS": address, "KASA_TEMPORAL_NAMESPACE": ns,
+	})
+	out, code := runKasa(t, s.dir, s.bin, migrateEnv, "migrate")
+	require.Zero(t, code, "kasa migrate before the namespace exists:\n%s", out)
+	require.Contains(t, out, "search attributes not checked (Temporal: namespace not found)", "%s", out)
+
+	server, err := client.Dial(client.Options{HostPort: address, Logger: quietSDKLogger{}})
+	require.NoError(t, err)
+	defer server.Close()
+	ctx := context.Background()
+	_, err = server.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+		Namespace: ns, WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour),
+	})
+	require.NoError(t, err)
+
+	out, code = runKasa(t, s.dir, s.bin, migrateEnv, "migrate")
+	require.Zero(t, code, "kasa migrate right after the namespace was registered:\n%s", out)
+	require.Contains(t, out, "search attributes registered", "%s", out)
+	resp, err := server.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: ns})
+	require.NoError(t, err)
+	for _, name := range []string{"PaymentStatus", "MerchantId", "PaymentSummary"} {
+		require.Equal(t, enumspb.INDEXED_VALUE_TYPE_KEYWORD, resp.GetCustomAttributes()[name], name)
+	}
 }
 
 // TestTLSToAPlainServerFailsClearly: TLS settings against a server that does not speak TLS are

@@ -216,6 +216,17 @@ func (a searchAttributes) missing(ctx context.Context) ([]string, map[string]enu
 // register adds the missing attributes; it returns the names it added.
 func (a searchAttributes) register(ctx context.Context) ([]string, error) {
 	missing, add, err := a.missing(ctx)
+	// The namespace was just described, but the operator service reads the server's namespace
+	// cache, which may not know a namespace registered a moment ago until its next refresh.
+	var notFound *serviceerror.NamespaceNotFound
+	for errors.As(err, &notFound) {
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(500 * time.Millisecond):
+		}
+		missing, add, err = a.missing(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
