@@ -301,7 +301,7 @@ func Load() (Config, error) {
 		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(durationWithUnit, dc.DecodeHook)
 	}
 	if err := v.Unmarshal(&c, strict); err != nil {
-		return Config{}, fmt.Errorf("parse config: %w", err)
+		return Config{}, fmt.Errorf("parse config: %w", withVariables(err, v.AllKeys()))
 	}
 	if err := misspeltVariables(os.Environ(), v.AllKeys()); err != nil {
 		return Config{}, err
@@ -370,6 +370,16 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// withVariables names each setting the decoder's error quotes by its variable too: the key
+// ('api.sync_wait') is the file's spelling, and most deployments set the variable.
+func withVariables(err error, keys []string) error {
+	msg := err.Error()
+	for _, k := range keys {
+		msg = strings.ReplaceAll(msg, "'"+k+"'", fmt.Sprintf("'%s' (KASA_%s)", k, strings.ToUpper(strings.ReplaceAll(k, ".", "_"))))
+	}
+	return errors.New(msg)
 }
 
 // durationWithUnit refuses a bare number for a duration: a YAML number would otherwise be read as

@@ -312,6 +312,7 @@ func TestIdempotencyRetentionNotADuration(t *testing.T) {
 			_, err := Load()
 			require.Error(t, err)
 			require.ErrorContains(t, err, "idempotency.retention")
+			require.ErrorContains(t, err, "KASA_IDEMPOTENCY_RETENTION", "the variable set, beside the file's key")
 			require.ErrorContains(t, err, strconv.Quote(env), "the value given")
 			require.ErrorContains(t, err, "30s, 5m, 72h", "what a duration looks like")
 		})
