@@ -146,6 +146,7 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 		{"worker metrics address without a port", "KASA_WORKER_METRICS_ADDR", map[string]string{"KASA_WORKER_METRICS_ADDR": "127.0.0.1"}},
 		{"relay metrics address badly written", "KASA_RELAY_METRICS_ADDR", map[string]string{"KASA_RELAY_METRICS_ADDR": "127.0.0.1:80:80"}},
 		{"pprof address without a port", "KASA_DEBUG_PPROF_ADDR", map[string]string{"KASA_DEBUG_PPROF_ADDR": "6060"}},
+		{"capture window under 10s", "capture_window", map[string]string{"KASA_CAPTURE_WINDOW": "9999ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Chdir(t.TempDir())
@@ -509,4 +510,16 @@ func TestRefusedProviderURLHidesItsSecrets(t *testing.T) {
 			require.NotContains(t, err.Error(), "s3cret")
 		})
 	}
+}
+
+// KASA_CAPTURE_WINDOW takes any duration from 10s (docs/api.md, "Authorize now, capture later").
+func TestCaptureWindowFromTenSeconds(t *testing.T) {
+	t.Chdir(t.TempDir())
+	c, err := Load()
+	require.NoError(t, err)
+	require.Equal(t, 168*time.Hour, c.CaptureWindow, "the default")
+	t.Setenv("KASA_CAPTURE_WINDOW", "10s")
+	c, err = Load()
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Second, c.CaptureWindow)
 }

@@ -255,7 +255,7 @@ type chargeProxy struct {
 	target  string
 	swallow atomic.Int32  // charge answers still to swallow
 	charged chan struct{} // one value per swallowed answer, once the bank has answered
-	path    string        // the POST whose answers are swallowed; empty: /v1/charges
+	path    string        // the POST whose answers are swallowed; empty: /v1/charges; "*/x": paths ending in /x
 }
 
 func newChargeProxy(t *testing.T, target string) *chargeProxy {
@@ -281,7 +281,11 @@ func (p *chargeProxy) serve(w http.ResponseWriter, r *http.Request) {
 	if path == "" {
 		path = "/v1/charges"
 	}
-	swallow := r.Method == http.MethodPost && r.URL.Path == path && p.swallow.Add(-1) >= 0
+	matches := r.URL.Path == path
+	if suffix, ok := strings.CutPrefix(path, "*"); ok { // "*/capture": any authorization's capture
+		matches = strings.HasSuffix(r.URL.Path, suffix)
+	}
+	swallow := r.Method == http.MethodPost && matches && p.swallow.Add(-1) >= 0
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
