@@ -117,7 +117,17 @@ func (s *Server) refused(ctx context.Context, kind payment.Command, p payment.Pa
 			return err
 		}
 	}
-	return refusal(kind, p, amount, now)
+	err := refusal(kind, p, amount, now)
+	var over *payment.CaptureExceedsError
+	if errors.As(err, &over) {
+		// The refusal names what the payment shows as capturable: nothing while a capture or
+		// cancel is under way, not the authorized amount that command is taking.
+		if err := s.markCaptureClosed(ctx, &p); err != nil {
+			return err
+		}
+		over.Capturable = p.Capturable()
+	}
+	return err
 }
 
 // commandAgain answers a request whose key was seen before: the stored answer, 422 for another

@@ -336,6 +336,35 @@ func TestCaptureWindowBoundaryAndItsEvents(t *testing.T) {
 	requireVerified(t)
 }
 
+// While a capture is at the bank the payment reads capturable 0.00: a capture of more than the
+// authorized amount is refused with the capturable the payment shows, never the authorized
+// amount, which a capture sent next would not get either.
+func TestCaptureExceedsWhileACaptureIsInFlightNamesNothingCapturable(t *testing.T) {
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	paymentID, payer, _ := s.authorize(m, "auth-exceeds", "70.00", "100.00")
+	s.setFaults(`{"rules":[{"on":"capture","action":"delay","delay_ms":3000,"count":1}]}`)
+	first := make(chan response, 1)
+	go func() { first <- s.command(m, paymentID, "capture", "cap-first", `{"amount":"50.00"}`) }()
+	require.Eventually(t, func() bool {
+		return s.do("GET", "/v1/payments/"+paymentID, m.APIKey, "").json(t)["capturable"] == "0.00"
+	}, 5*time.Second, 5*time.Millisecond)
+
+	over := s.command(m, paymentID, "capture", "cap-over", `{"amount":"70.01"}`)
+	require.Equal(t, http.StatusConflict, over.Status, "%s", over.Body)
+	if over.json(t)["code"] == "capture_exceeds_capturable" {
+		require.Equal(t, "0.00", over.json(t)["capturable"], "the payment shows nothing capturable: %s", over.Body)
+	} else {
+		require.Equal(t, "payment_not_capturable", over.json(t)["code"], "%s", over.Body)
+	}
+	r := <-first
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, int64(5000), s.held(paymentID).CapturedMinor)
+	require.Equal(t, int64(5000), balance(t, payer))
+	require.Zero(t, reserved(t, payer))
+	requireVerified(t)
+}
+
 // A capture the bank never took (429, no money moved) is unknown at a bank without idempotency.
 // The bank's complete file for the day, past the booking window, does not list it: the import
 // settles it not_charged, and kasa lets the authorization go (voided at the bank, the hold
