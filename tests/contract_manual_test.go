@@ -552,3 +552,56 @@ func (s *stack) paidForFrom(m merchant, payer, key string) string {
 	require.Equal(s.t, http.StatusCreated, r.Status, "%s", r.Body)
 	return r.json(s.t)["id"].(string)
 }
+
+// The key and request rules of a payment's create hold for a capture and a cancel: a missing or
+// malformed key, a body that is not JSON or too large, and a bad API key are refused before
+// anything is written, and a key of 255 characters names a command.
+func TestManualCommandKeyAndRequestRules(t *testing.T) {
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	id, payer, _ := s.authorize(m, "auth-rules", "50.00", "100.00")
+	for _, command := range []string{"capture", "cancel"} {
+		path := "/v1/payments/" + id + "/" + command
+		requireProblem(t, s.do("POST", path, m.APIKey, ""), http.StatusBadRequest, "idempotency_key_missing")
+		for _, key := range []string{"has space", strings.Repeat("k", 256), "tab\tkey", "é"} {
+			requireProblem(t, s.do("POST", path, m.APIKey, "", "Idempotency-Key", key), http.StatusBadRequest, "idempotency_key_invalid")
+		}
+		requireProblem(t, s.do("POST", path, m.APIKey, `{}`, "Idempotency-Key", "k-"+command, "Content-Type", "text/plain"),
+			http.StatusUnsupportedMediaType, "unsupported_media_type")
+		big := `{"amount":"1` + strings.Repeat("0", 70000) + `"}`
+		requireProblem(t, s.do("POST", path, m.APIKey, big, "Idempotency-Key", "k-"+command, "Content-Type", "application/json"),
+			http.StatusRequestEntityTooLarge, "body_too_large")
+		requireProblem(t, s.do("POST", path, "sk_wrong", "", "Idempotency-Key", "k-"+command), http.StatusUnauthorized, "unauthorized")
+	}
+	require.Equal(t, int64(5000), reserved(t, payer))
+	require.Zero(t, s.held(id).CapturedMinor)
+	require.False(t, s.held(id).Voided)
+	r := s.command(m, id, "capture", strings.Repeat("k", 255), `{"amount":"5.00"}`)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, int64(500), s.held(id).CapturedMinor)
+}
+
+// Past capture_before, while kasa's void of the authorization is still at the bank (the payment
+// reads requires_capture), a cancel is refused as a capture is: 409 payment_not_cancelable,
+// keeping no key; the void then cancels the payment (authorization_expired) and releases the hold.
+func TestCancelPastCaptureBeforeIsRefused(t *testing.T) {
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, captureWindow: 3 * time.Second})
+	m := s.newMerchant()
+	s.setFaults(`{"rules":[{"on":"void","action":"delay","delay_ms":4000,"count":1}]}`)
+	id, payer, first := s.authorize(m, "auth-late-cancel", "40.00", "100.00")
+	time.Sleep(time.Until(mustTime(t, first.json(t)["capture_before"].(string)).Add(500 * time.Millisecond)))
+	p := s.do("GET", "/v1/payments/"+id, m.APIKey, "").json(t)
+	require.Equal(t, "requires_capture", p["status"], "the void is at the bank")
+	require.Equal(t, "0.00", p["capturable"])
+	requireProblem(t, s.command(m, id, "cancel", "late-x", ""), http.StatusConflict, "payment_not_cancelable")
+	require.Eventually(t, func() bool {
+		p = s.do("GET", "/v1/payments/"+id, m.APIKey, "").json(t)
+		return p["status"] == "canceled"
+	}, 30*time.Second, 100*time.Millisecond)
+	require.Equal(t, "authorization_expired", p["failure_code"])
+	require.True(t, s.held(id).Voided)
+	require.Zero(t, reserved(t, payer))
+	require.Equal(t, int64(10000), balance(t, payer))
+	requireProblem(t, s.command(m, id, "cancel", "late-x", ""), http.StatusConflict, "payment_not_cancelable")
+	requireVerified(t)
+}
