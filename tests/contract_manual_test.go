@@ -605,3 +605,36 @@ func TestCancelPastCaptureBeforeIsRefused(t *testing.T) {
 	requireProblem(t, s.command(m, id, "cancel", "late-x", ""), http.StatusConflict, "payment_not_cancelable")
 	requireVerified(t)
 }
+
+// A manual payment still being authorized (processing) takes neither a capture nor a cancel,
+// and neither keeps its key: once authorized, the same keys capture and then cancel nothing.
+func TestManualCommandsWhileAuthorizing(t *testing.T) {
+	s := newStack(t, workflows.CapabilityIdempotent)
+	m := s.newMerchant()
+	payer := s.newAccount(m, "TRY", "100.00")
+	s.setFaults(`{"rules":[{"on":"authorize","action":"delay","delay_ms":3000,"count":1}]}`)
+	created := make(chan response, 1)
+	go func() { created <- s.pay(m, "auth-slow", manualBody("inv-auth-slow", "30.00", payer)) }()
+	var id string
+	require.Eventually(t, func() bool {
+		r := s.do("GET", "/v1/payments?idempotency_key=auth-slow", m.APIKey, "")
+		if r.Status != http.StatusOK {
+			return false
+		}
+		id = r.json(t)["id"].(string)
+		return true
+	}, 5*time.Second, 20*time.Millisecond)
+	require.Equal(t, "processing", s.do("GET", "/v1/payments/"+id, m.APIKey, "").json(t)["status"])
+	requireProblem(t, s.command(m, id, "capture", "slow-cap", `{"amount":"10.00"}`), http.StatusConflict, "payment_not_capturable")
+	requireProblem(t, s.command(m, id, "cancel", "slow-x", ""), http.StatusConflict, "payment_not_cancelable")
+	r := <-created
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "requires_capture", r.json(t)["status"])
+	c := s.command(m, id, "capture", "slow-cap", `{"amount":"10.00"}`)
+	require.Equal(t, http.StatusCreated, c.Status, "the refused capture kept no key: %s", c.Body)
+	require.Equal(t, int64(1000), s.held(id).CapturedMinor)
+	requireProblem(t, s.command(m, id, "cancel", "slow-x", ""), http.StatusConflict, "payment_not_cancelable")
+	require.Equal(t, int64(9000), balance(t, payer))
+	require.Zero(t, reserved(t, payer))
+	requireVerified(t)
+}
