@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -280,7 +281,9 @@ func TestLostCaptureThenCancelThenFiles(t *testing.T) {
 	s := newStackWith(t, stackOptions{capability: workflows.CapabilityNone, temporal: tc, apis: 2})
 	m := s.newMerchant()
 	paymentID, payer, _ := s.authorize(m, "auth-lcf", "70.00", "100.00")
-	s.setFaults(`{"rules":[{"on":"capture","action":"late_booking","delay_ms":4000,"count":1}]}`)
+	// Booked 8 s after it arrived: the first file, made a booking window after the capture went
+	// unknown, and its import come before that even on a loaded machine.
+	s.setFaults(`{"rules":[{"on":"capture","action":"late_booking","delay_ms":8000,"count":1}]}`)
 	r := s.command(m, paymentID, "capture", "cap-lcf", `{"amount":"25.00"}`)
 	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
 	require.Equal(t, "unknown", r.json(t)["status"])
@@ -301,7 +304,7 @@ func TestLostCaptureThenCancelThenFiles(t *testing.T) {
 	require.Equal(t, int64(10000), balance(t, payer))
 	require.False(t, s.held(paymentID).Voided)
 
-	require.Eventually(t, func() bool { return s.held(paymentID).CapturedMinor == 2500 }, 10*time.Second, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return s.held(paymentID).CapturedMinor == 2500 }, 30*time.Second, 100*time.Millisecond)
 	rep, ok := decodeReport(t, s.importSettlements(m, complete(t, s.settlementFile(today()), today(), time.Now())))
 	require.True(t, ok, "%+v", rep)
 	require.Eventually(t, func() bool { return paymentByKey(t, m, "auth-lcf").Status == payment.StatusSucceeded }, 20*time.Second, 100*time.Millisecond)
@@ -327,22 +330,24 @@ func TestLostCaptureThenCancelThenFiles(t *testing.T) {
 // its key, answers 202 with the payment as it is (its hold kept, nothing capturable), never a
 // 500 nor a refusal that would free its key; other commands are refused and change nothing.
 func TestCaptureAtTheBankWhenItsRunIsTerminated(t *testing.T) {
-	for _, c := range []struct{ command, body, fault string }{
+	for _, c := range []struct{ command, body, path string }{
 		{"capture", `{"amount":"25.00"}`, "capture"},
 		{"cancel", "", "void"},
 	} {
 		t.Run(c.command, func(t *testing.T) {
-			s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, apis: 2})
+			gate := newBankGate("/" + c.path)
+			s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, apis: 2, bank: gate.wrap})
+			t.Cleanup(gate.release)
 			m := s.newMerchant()
 			paymentID, payer, _ := s.authorize(m, "auth-term", "70.00", "100.00")
-			s.setFaults(`{"rules":[{"on":"` + c.fault + `","action":"delay","delay_ms":2000,"count":1}]}`)
 			first := make(chan response, 1)
 			go func() { first <- s.command(m, paymentID, c.command, "term", c.body) }()
-			time.Sleep(time.Second) // the command is at the bank
+			gate.waitArrived(t) // the command is at the bank
 			require.NoError(t, tc.TerminateWorkflow(context.Background(), workflows.PaymentWorkflowID(mustUUID(t, m.ID), "auth-term"), "",
 				"test: terminated by mistake"))
+			gate.release()
 			held := func() bool { h := s.held(paymentID); return h.CapturedMinor == 2500 || h.Voided }
-			require.Eventually(t, held, 10*time.Second, 100*time.Millisecond, "the bank did it all the same")
+			require.Eventually(t, held, 30*time.Second, 100*time.Millisecond, "the bank did it all the same")
 
 			for i, r := range []response{<-first, s.commandAt(1, m, paymentID, c.command, "term", c.body), s.command(m, paymentID, c.command, "term", c.body)} {
 				require.Equal(t, http.StatusAccepted, r.Status, "answer %d: %s", i, r.Body)
@@ -366,6 +371,46 @@ func TestCaptureAtTheBankWhenItsRunIsTerminated(t *testing.T) {
 		})
 	}
 }
+
+// bankGate holds the bank's POSTs whose path ends in suffix until it is released, and says when
+// the first arrived: a test acts while a call is at the bank, however slow the machine.
+type bankGate struct {
+	suffix  string
+	arrived chan struct{}
+	open    chan struct{}
+	once    sync.Once
+}
+
+func newBankGate(suffix string) *bankGate {
+	return &bankGate{suffix: suffix, arrived: make(chan struct{}, 1), open: make(chan struct{})}
+}
+
+// wrap is stackOptions.bank.
+func (g *bankGate) wrap(sim http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, g.suffix) {
+			select {
+			case g.arrived <- struct{}{}:
+			default:
+			}
+			<-g.open // the bank has the request: it acts on it even if the caller gave up
+		}
+		sim.ServeHTTP(w, r)
+	})
+}
+
+func (g *bankGate) waitArrived(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no POST ending in %s reached the bank", g.suffix)
+	}
+}
+
+// release lets the held calls through; a test releases at its end too (t.Cleanup, registered
+// after the stack's, so that it runs before the bank's server waits for its calls to end).
+func (g *bankGate) release() { g.once.Do(func() { close(g.open) }) }
 
 // stalledCaptured is a worker's store whose Captured step waits for release before it records
 // the capture: the bank has captured, and kasa has not yet written it (a worker stalled, or
