@@ -202,10 +202,15 @@ func TestMerchantKeyRotationEndToEnd(t *testing.T) {
 	r = s.do("DELETE", "/admin/v1/merchants/"+m.ID+"/api-keys/"+firstKeyID, adminToken, "")
 	require.Equal(t, http.StatusNoContent, r.Status, "%s", r.Body)
 	require.Empty(t, r.Body)
-	revoked := time.Now()
-	require.Eventually(t, func() bool {
-		return s.do("GET", "/v1/accounts/"+acct, m.APIKey, "").Status == http.StatusUnauthorized
-	}, time.Second-time.Since(revoked), 20*time.Millisecond, "a revoked key answers 401 within a second")
+	// A request sent a second after the revocation answers 401, however long a loaded machine
+	// takes to answer it.
+	for revoked := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		sent := time.Now()
+		if s.do("GET", "/v1/accounts/"+acct, m.APIKey, "").Status == http.StatusUnauthorized {
+			break
+		}
+		require.Less(t, sent.Sub(revoked), time.Second, "a revoked key answers 401 within a second")
+	}
 	requireProblem(t, s.pay(m, "after-revoke", payBody("inv-revoked", "1.00", "TRY", acct)), http.StatusUnauthorized, "unauthorized")
 	require.Equal(t, http.StatusOK, s.do("GET", "/v1/accounts/"+acct, second, "").Status, "the other key keeps working")
 
@@ -379,8 +384,16 @@ func TestReadyzWaitsForAWorker(t *testing.T) {
 	s.api = startProc(t, s.dir, s.bin, "api", s.env(), "api")
 	s.api.waitHTTP(s.apiURL() + "/healthz")
 
-	ready := s.mustCall("GET", s.apiURL()+"/readyz", "", "")
-	require.Equal(t, http.StatusServiceUnavailable, ready.Status, "%s", ready.Body)
+	// Every answer is 503. A check that outlived its 3 s on a loaded machine says down; the next
+	// one that completes names what is missing.
+	var ready response
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		ready = s.mustCall("GET", s.apiURL()+"/readyz", "", "")
+		require.Equal(t, http.StatusServiceUnavailable, ready.Status, "%s", ready.Body)
+		if (ready.json(t)["database"] == "ok" && ready.json(t)["temporal"] != "down") || time.Now().After(deadline) {
+			break
+		}
+	}
 	require.Equal(t, "ok", ready.json(t)["database"], "%s", ready.Body)
 	require.Equal(t, "no_worker", ready.json(t)["temporal"], "Temporal answers; what is missing is a worker: %s", ready.Body)
 
