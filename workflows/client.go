@@ -308,12 +308,11 @@ func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (
 // Command sends a manual payment's capture or cancel (update UpdateCapture or UpdateCancel) to
 // its workflow and waits until ctx ends for the status it led to: ErrStillRunning once the
 // workflow accepted it (it is in its history and goes on, or its run was closed by hand with the
-// command under way), payment.ErrUnavailable when it was not
-// accepted in time (Temporal or the workers away: nothing is in flight), or when the workflow
-// has not yet heard that the payment's authorization was recorded. The command's id is the
-// update's: a repeated send of it is the same update. A refusal by the workflow's validator is
-// payment.ErrNotCapturable, payment.ErrNotCancelable or a *payment.CaptureExceedsError (without
-// its currency).
+// command under way), payment.ErrUnavailable when it was not accepted in time (Temporal or the
+// workers away: nothing is in flight), or when the workflow has not yet heard that the payment's
+// authorization was recorded. The command's id is the update's: a repeated send of it is the same
+// update. A refusal by the workflow's validator is payment.ErrNotCapturable,
+// payment.ErrNotCancelable or a *payment.CaptureExceedsError (without its currency).
 func (s Starter) Command(ctx context.Context, merchantID uuid.UUID, paymentKey, update string, c Command) (string, error) {
 	h, _, err := s.update(ctx, client.UpdateWorkflowOptions{
 		UpdateID: c.ID.String(), WorkflowID: PaymentWorkflowID(merchantID, paymentKey), UpdateName: update, Args: []any{c},
