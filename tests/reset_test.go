@@ -311,3 +311,65 @@ func TestCancelRequestIsIgnored(t *testing.T) {
 	})
 	requireVerified(t)
 }
+
+// hasEvent says whether the workflow's history holds an event of type typ.
+func hasEvent(t *testing.T, wfID string, typ enums.EventType) bool {
+	t.Helper()
+	it := tc.GetWorkflowHistory(context.Background(), wfID, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		if e.GetEventType() == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// A manual payment whose run an operator terminated while its capture was at the bank: the
+// documented reset (to its last workflow task, the one that took the capture) goes on from there,
+// and the bank captures once. With an idempotent bank the capture is sent again under its key and
+// the capture's key answers with the captured payment. A bank without idempotency gets nothing
+// again: the payment ends succeeded if the first send's answer was recorded, or parks unknown
+// with its hold, for its settlement.
+func TestResetOfAManualPaymentTerminatedMidCaptureCapturesOnce(t *testing.T) {
+	t.Parallel()
+	for _, capability := range []workflows.Capability{workflows.CapabilityIdempotent, workflows.CapabilityNone} {
+		t.Run(string(capability), func(t *testing.T) {
+			t.Parallel()
+			s := newStack(t, capability)
+			m := s.newMerchant()
+			id, payer, _ := s.authorize(m, "reset-mid", "30.00", "100.00")
+			s.setFaults(`{"rules":[{"on":"capture","action":"delay","delay_ms":2000,"count":1}]}`)
+			first := make(chan response, 1)
+			go func() { first <- s.command(m, id, "capture", "reset-mid-capture", `{"amount":"20.00"}`) }()
+			wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "reset-mid")
+			require.Eventually(t, func() bool { return hasEvent(t, wfID, enums.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) },
+				30*time.Second, 20*time.Millisecond, "the capture's send was scheduled")
+			require.NoError(t, tc.TerminateWorkflow(context.Background(), wfID, "", "by mistake"))
+			<-first
+
+			resetToLastWorkflowTask(t, wfID)
+			require.Eventually(t, func() bool { return s.held(id).CapturedMinor == 2000 }, 30*time.Second, 50*time.Millisecond,
+				"the bank captured")
+			var status payment.Status
+			require.Eventually(t, func() bool {
+				status = paymentByKey(t, m, "reset-mid").Status
+				return status == payment.StatusSucceeded || status == payment.StatusUnknown && capability == workflows.CapabilityNone
+			}, 60*time.Second, 100*time.Millisecond, "the reset run took the capture on")
+			held := s.held(id)
+			require.Equal(t, 1, held.Count, "one authorization at the bank")
+			require.Equal(t, int64(2000), held.CapturedMinor, "captured once")
+			if status == payment.StatusUnknown {
+				require.Equal(t, int64(3000), reserved(t, payer), "the hold is kept for the settlement")
+			} else {
+				require.Zero(t, reserved(t, payer), "the rest of the hold released")
+				require.Equal(t, int64(8000), balance(t, payer))
+				r := s.command(m, id, "capture", "reset-mid-capture", `{"amount":"20.00"}`)
+				require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+				require.Equal(t, "20.00", r.json(t)["amount_captured"])
+			}
+			requireVerified(t)
+		})
+	}
+}
