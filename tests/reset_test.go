@@ -329,9 +329,9 @@ func hasEvent(t *testing.T, wfID string, typ enums.EventType) bool {
 // A manual payment whose run an operator terminated while its capture was at the bank: the
 // documented reset (to its last workflow task, the one that took the capture) goes on from there,
 // and the bank captures once. With an idempotent bank the capture is sent again under its key and
-// the capture's key answers with the captured payment. A bank without idempotency gets nothing
-// again: the payment ends succeeded if the first send's answer was recorded, or parks unknown
-// with its hold, for its settlement.
+// the capture's key answers with the captured payment. With a bank without idempotency the
+// payment ends succeeded if the first send's answer was recorded, or parks unknown with its hold,
+// for its settlement.
 func TestResetOfAManualPaymentTerminatedMidCaptureCapturesOnce(t *testing.T) {
 	t.Parallel()
 	for _, capability := range []workflows.Capability{workflows.CapabilityIdempotent, workflows.CapabilityNone} {
