@@ -182,14 +182,11 @@ func TestDepositEndToEnd(t *testing.T) {
 func TestMerchantKeyRotationEndToEnd(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, workflows.CapabilityIdempotent)
-	r := s.do("POST", "/admin/v1/merchants", adminToken, `{"name":"Rotating"}`)
-	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-	created := r.json(t)
-	m := merchant{ID: created["id"].(string), APIKey: created["api_key"].(string)}
-	firstKeyID := created["api_key_id"].(string)
+	m := s.createMerchant(`{"name":"Rotating"}`)
+	firstKeyID := m.KeyID
 	acct := s.newAccount(m, "TRY", "10.00")
 
-	r = s.do("POST", "/admin/v1/merchants/"+m.ID+"/api-keys", adminToken, "")
+	r := s.do("POST", "/admin/v1/merchants/"+m.ID+"/api-keys", adminToken, "")
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	k := r.json(t)
 	second := k["api_key"].(string)
@@ -218,7 +215,7 @@ func TestMerchantKeyRotationEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	secret := r.json(t)["webhook_secret"].(string)
 	require.True(t, strings.HasPrefix(secret, "whsec_"), secret)
-	require.NotEqual(t, created["webhook_secret"], secret)
+	require.NotEqual(t, m.WebhookSecret, secret)
 }
 
 // kasaSignatures checks a Kasa-Signature header as a merchant would, with nothing of kasa's:
@@ -254,14 +251,11 @@ func TestWebhookSecretRotationEndToEnd(t *testing.T) {
 		}})
 	startEventPipeline(t)
 
-	r := s.do("POST", "/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Hooked","webhook_url":%q}`, hook.URL))
-	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-	created := r.json(t)
-	m := merchant{ID: created["id"].(string), APIKey: created["api_key"].(string)}
-	old := created["webhook_secret"].(string)
+	m := s.newHookedMerchant(hook.URL)
+	old := m.WebhookSecret
 	acct := s.newAccount(m, "TRY", "50.00")
 
-	r = s.do("POST", "/admin/v1/merchants/"+m.ID+"/webhook-secret", adminToken, "")
+	r := s.do("POST", "/admin/v1/merchants/"+m.ID+"/webhook-secret", adminToken, "")
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	secret := r.json(t)["webhook_secret"].(string)
 

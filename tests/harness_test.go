@@ -264,8 +264,8 @@ func httpCall(method, url, bearer, body string, headers ...string) (response, er
 }
 
 type merchant struct {
-	ID     string
-	APIKey string
+	ID, APIKey           string
+	KeyID, WebhookSecret string // as creation answered them
 }
 
 func (s *stack) newMerchant() merchant {
@@ -284,7 +284,8 @@ func (s *stack) createMerchant(body string) merchant {
 	r := s.do("POST", "/admin/v1/merchants", adminToken, body)
 	require.Equal(s.t, http.StatusCreated, r.Status, "%s", r.Body)
 	m := r.json(s.t)
-	return merchant{ID: m["id"].(string), APIKey: m["api_key"].(string)}
+	return merchant{ID: m["id"].(string), APIKey: m["api_key"].(string), KeyID: m["api_key_id"].(string),
+		WebhookSecret: m["webhook_secret"].(string)}
 }
 
 func (s *stack) newAccount(m merchant, currency, deposit string) string {
