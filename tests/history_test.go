@@ -106,6 +106,16 @@ func TestRecordHistories(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "succeeded", status)
 	histories["manual_capture_unknown_settled"] = fetchHistory(t, ctx, wfID)
+	// Waiting for its capture, terminated by mistake, reset (Revision 11: the reset run takes it
+	// on), then captured.
+	r = n.pay(mm, "hist-reset", manualBody("hist-reset", "10.00", macct))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	wfID = workflows.PaymentWorkflowID(mustUUID(t, mm.ID), "hist-reset")
+	terminateByMistake(t, wfID)
+	resetToLastWorkflowTask(t, wfID)
+	r = n.command(mm, r.json(t)["id"].(string), "capture", "hist-reset", "")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	histories["manual_reset_captured"] = fetchHistory(t, ctx, wfID)
 	e := newStackWith(t, stackOptions{capability: workflows.CapabilityInquiry, temporal: tc, captureWindow: 2 * time.Second})
 	em := e.newMerchant()
 	r = e.pay(em, "hist-expired", manualBody("hist-expired", "10.00", e.newAccount(em, "TRY", "100.00")))

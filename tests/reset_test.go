@@ -373,3 +373,51 @@ func TestResetOfAManualPaymentTerminatedMidCaptureCapturesOnce(t *testing.T) {
 		})
 	}
 }
+
+// A manual payment waiting for its capture, its workflow terminated by mistake: after the
+// documented reset (its last task is its first: it authorized in local steps) the run takes the
+// payment on again (Revision 11): a capture is taken once, the rest of the hold released, and
+// nothing is authorized twice (docs/operations.md, "Stuck payments").
+func TestResetOfAManualPaymentWaitingForCaptureTakesItOn(t *testing.T) {
+	t.Parallel()
+	for _, capability := range []workflows.Capability{workflows.CapabilityNone, workflows.CapabilityInquiry, workflows.CapabilityIdempotent} {
+		t.Run(string(capability), func(t *testing.T) {
+			t.Parallel()
+			s := newStack(t, capability)
+			m := s.newMerchant()
+			id, payer, _ := s.authorize(m, "reset-waiting", "30.00", "100.00")
+			wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "reset-waiting")
+			terminateByMistake(t, wfID)
+
+			resetToLastWorkflowTask(t, wfID)
+			r := s.command(m, id, "capture", "reset-waiting-capture", `{"amount":"20.00"}`)
+			require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+			require.Equal(t, "20.00", r.json(t)["amount_captured"])
+			held := s.held(id)
+			require.Equal(t, 1, held.Count, "one authorization at the bank")
+			require.Equal(t, int64(2000), held.CapturedMinor, "captured once")
+			require.Zero(t, reserved(t, payer), "the rest of the hold released")
+			require.Equal(t, int64(8000), balance(t, payer))
+			requireVerified(t)
+		})
+	}
+}
+
+// A manual payment reset that way and then left alone is voided at its capture_before: its hold
+// does not outlive its authorization.
+func TestResetOfAManualPaymentWaitingForCaptureVoidsAtCaptureBefore(t *testing.T) {
+	t.Parallel()
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityNone, temporal: tc, captureWindow: 6 * time.Second})
+	m := s.newMerchant()
+	id, payer, _ := s.authorize(m, "reset-expire", "30.00", "100.00")
+	wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "reset-expire")
+	terminateByMistake(t, wfID)
+
+	resetToLastWorkflowTask(t, wfID)
+	require.Eventually(t, func() bool { return paymentByKey(t, m, "reset-expire").Status == payment.StatusCanceled },
+		30*time.Second, 100*time.Millisecond, "voided at capture_before")
+	require.True(t, s.held(id).Voided, "the authorization voided at the bank")
+	require.Zero(t, reserved(t, payer), "the hold released")
+	require.Equal(t, int64(10000), balance(t, payer))
+	requireVerified(t)
+}

@@ -306,7 +306,9 @@ type Step struct {
 // now and then (as an inquiry's timer would run) and ends with it once another run has made it
 // final; one parked in a manual payment's authorization that reads it recorded takes it on, as
 // does one whose mark of its authorization as unknown finds it recorded by another run.
-const CurrentRevision = 10
+// Revision 11: a manual payment waiting for its capture whose run an operator reset (after a
+// terminate by mistake) is taken on by the reset run, which waits for the capture or voids it.
+const CurrentRevision = 11
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.
 type ChargePolicy struct {
