@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -266,16 +267,13 @@ var ErrSettlementAmountDiffers = errors.New("the settlement's amount differs fro
 // workflow took this settlement (or one of the same outcome) and was still applying it when ctx
 // ended: a manual payment's void may wait on the bank.
 func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (string, error) {
-	h, retried, err := s.update(ctx, client.UpdateWorkflowOptions{
+	var status string
+	accepted, retried, err := s.call(ctx, client.UpdateWorkflowOptions{
 		WorkflowID: workflowID, UpdateName: UpdateSettle, Args: []any{st},
 		WaitForStage: client.WorkflowUpdateStageAccepted,
-	})
-	accepted := err == nil
-	if accepted {
-		var status string
-		if err = h.Get(ctx, &status); err == nil {
-			return status, nil
-		}
+	}, &status)
+	if err == nil {
+		return status, nil
 	}
 	var notFound *serviceerror.NotFound
 	var appErr *temporal.ApplicationError
@@ -314,23 +312,22 @@ func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (
 // update. A refusal by the workflow's validator is payment.ErrNotCapturable,
 // payment.ErrNotCancelable or a *payment.CaptureExceedsError (without its currency).
 func (s Starter) Command(ctx context.Context, merchantID uuid.UUID, paymentKey, update string, c Command) (string, error) {
-	h, _, err := s.update(ctx, client.UpdateWorkflowOptions{
+	var status string
+	accepted, _, err := s.call(ctx, client.UpdateWorkflowOptions{
 		UpdateID: c.ID.String(), WorkflowID: PaymentWorkflowID(merchantID, paymentKey), UpdateName: update, Args: []any{c},
 		WaitForStage: client.WorkflowUpdateStageAccepted,
-	})
-	if err != nil {
+	}, &status)
+	if !accepted {
 		if refused := commandRefusal(err, update); refused != nil {
 			return "", refused
 		}
 		// Not accepted: the workflow has not taken the command, which is then not in flight
 		// (an admitted update is not durable). The caller must say so and let it be sent again.
-		if ctx.Err() != nil || IsUnavailable(err) {
+		if ctx.Err() != nil || IsUnavailable(err) || unregistered(err) {
 			return "", fmt.Errorf("%w: the payment's workflow has not taken the %s yet: %v", payment.ErrUnavailable, update, err)
 		}
 		return "", err
 	}
-	var status string
-	err = h.Get(ctx, &status)
 	switch refused := commandRefusal(err, update); {
 	case err == nil:
 		return status, nil
@@ -365,6 +362,36 @@ func (s Starter) update(ctx context.Context, o client.UpdateWorkflowOptions) (h 
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// call sends the update o and reads its answer into v. An update the run refused as unknown came
+// before its first workflow task registered the handlers (a run just started, reset or moved
+// reads its worker's policy first): it took nothing, and is sent again after a short pause until
+// ctx ends. accepted says the run took it (an answer or the run's refusal may follow); retried is
+// update's.
+func (s Starter) call(ctx context.Context, o client.UpdateWorkflowOptions, v any) (accepted, retried bool, err error) {
+	for {
+		h, r, err := s.update(ctx, o)
+		retried = retried || r
+		if err != nil {
+			return false, retried, err
+		}
+		if err = h.Get(ctx, v); !unregistered(err) {
+			return true, retried, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, retried, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// unregistered says err is the SDK's refusal of an update no handler of the run took yet. The
+// SDK gives it no type of its own, only these words.
+func unregistered(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && strings.HasPrefix(appErr.Message(), "unknown update ")
 }
 
 // endedAs reads the result of the workflow's latest run, closed, and says whether it ended as

@@ -151,3 +151,50 @@ func TestStartPaymentRunSaysWhetherItMadeTheRun(t *testing.T) {
 	require.False(t, created)
 	require.Equal(t, run, again)
 }
+
+// A capture or settlement that reaches a run before its first workflow task registered the
+// handlers (a run just started, reset or moved: the task first reads its worker's policy) is
+// refused by the SDK as an unknown update, which takes nothing: it is sent again until the run
+// takes it, not answered with the SDK's words.
+func TestUpdatesBeforeTheHandlersAreRegisteredAreSentAgain(t *testing.T) {
+	ctx := context.Background()
+	c := devTemporal(t)
+	queue := "handlers-" + uuid.NewString()
+	w := worker.New(c, queue, worker.Options{})
+	late := func(ctx workflow.Context, _ workflows.PaymentInput) (string, error) {
+		if err := workflow.Sleep(ctx, 500*time.Millisecond); err != nil { // as a first local step would block
+			return "", err
+		}
+		done := false
+		answer := func(workflow.Context, any) (string, error) { done = true; return "succeeded", nil }
+		for _, name := range []string{workflows.UpdateCapture, workflows.UpdateSettle} {
+			if err := workflow.SetUpdateHandler(ctx, name, answer); err != nil {
+				return "", err
+			}
+		}
+		return "succeeded", workflow.Await(ctx, func() bool { return done })
+	}
+	w.RegisterWorkflowWithOptions(late, workflow.RegisterOptions{Name: workflows.WorkflowPayment})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	starter := workflows.Starter{Client: c, TaskQueue: queue}
+
+	for _, update := range []string{workflows.UpdateCapture, workflows.UpdateSettle} {
+		t.Run(update, func(t *testing.T) {
+			merchant := uuid.New()
+			in := workflows.InputFor(payment.Payment{ID: payment.NewID(), MerchantID: merchant, AmountMinor: 1_000, Currency: "TRY"})
+			_, err := starter.StartPayment(ctx, "k", in)
+			require.NoError(t, err)
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			var status string
+			if update == workflows.UpdateCapture {
+				status, err = starter.Command(wctx, merchant, "k", update, workflows.Command{ID: uuid.New()})
+			} else {
+				status, err = starter.Settle(wctx, workflows.PaymentWorkflowID(merchant, "k"), workflows.Settlement{Outcome: workflows.OutcomeCharged})
+			}
+			require.NoError(t, err)
+			require.Equal(t, "succeeded", status)
+		})
+	}
+}
