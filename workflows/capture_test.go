@@ -573,26 +573,42 @@ func TestManualPaymentVoidSettledNotChargedIsVoidedAgain(t *testing.T) {
 
 // The void sent again for a not_charged settlement is refused because the bank captured the
 // authorization: the file was wrong, the hold is kept for an operator, and the settlement is
-// answered as the conflict it is. The operator's retry asks the bank at once.
+// answered as the conflict it is. The operator's retry asks the bank at once. From Revision 11
+// the bank is asked before the settlement is applied: the inquiry finds the capture, and no void
+// is sent again.
 func TestManualPaymentVoidSentAgainFindsACapture(t *testing.T) {
-	h := newHarness(t)
-	cancel := uuid.New()
-	answers := map[string]string{}
-	h.updateAt(time.Second, "file", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
-	h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, capturedAtBank()).Once()
-	h.on(workflows.ActivityInquireVoid).Return(workflows.ChargeResult{}, capturedAtBank())
-	h.on(workflows.ActivityFlagStuck).Return(nil)
-	h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
-		workflows.CapturedInput{OperationID: opID, AmountMinor: 5_000, ProviderReference: authRef, CommandID: cancel}).Return(nil).Once()
-	h.retryAt(time.Hour)
-	h.updateAt(2*time.Hour, "captured", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 5_000}, answers)
+	for _, tc := range []struct {
+		revision  int
+		voids     int
+		inquiries []time.Duration
+	}{
+		{10, 1, []time.Duration{time.Hour}},
+		{11, 0, []time.Duration{time.Second, time.Hour, 2 * time.Hour}}, // each settlement asked about
+	} {
+		t.Run(fmt.Sprintf("revision %d", tc.revision), func(t *testing.T) {
+			h := newHarness(t)
+			cancel := uuid.New()
+			answers := map[string]string{}
+			h.updateAt(time.Second, "file", workflows.Settlement{Outcome: workflows.OutcomeNotCharged}, answers)
+			h.on(workflows.ActivityVoidAuthorization).Return(workflows.ChargeResult{}, capturedAtBank()).Once()
+			h.on(workflows.ActivityInquireVoid).Return(workflows.ChargeResult{}, capturedAtBank())
+			h.on(workflows.ActivityFlagStuck).Return(nil)
+			h.env.OnActivity(workflows.ActivityCaptured, mock.Anything,
+				workflows.CapturedInput{OperationID: opID, AmountMinor: 5_000, ProviderReference: authRef, CommandID: cancel}).Return(nil).Once()
+			h.retryAt(time.Hour)
+			h.updateAt(2*time.Hour, "captured", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 5_000}, answers)
 
-	res := h.run(parkedVoid(h, workflows.CapabilityInquiry, cancel))
-	require.Equal(t, statusSucceeded, res.Status)
-	require.Contains(t, answers["file"], workflows.ErrTypeBankConflict)
-	require.Equal(t, statusSucceeded, answers["captured"])
-	require.Zero(t, h.calls(workflows.ActivityCanceled), "the hold is never released")
-	require.Equal(t, []time.Duration{time.Hour}, h.offsets(workflows.ActivityInquireVoid), "asked at the retry")
+			in := parkedVoid(h, workflows.CapabilityInquiry, cancel)
+			in.Revision = tc.revision
+			res := h.run(in)
+			require.Equal(t, statusSucceeded, res.Status)
+			require.Contains(t, answers["file"], workflows.ErrTypeBankConflict)
+			require.Equal(t, statusSucceeded, answers["captured"])
+			require.Zero(t, h.calls(workflows.ActivityCanceled), "the hold is never released")
+			require.Equal(t, tc.voids, h.calls(workflows.ActivityVoidAuthorization))
+			require.Equal(t, tc.inquiries, h.offsets(workflows.ActivityInquireVoid), "asked at the retry")
+		})
+	}
 }
 
 // The runbook's capture the bank reversed (docs/operations.md, "Overdue authorizations"): the
@@ -700,31 +716,43 @@ func TestManualPaymentPhaseAfterAnInquiryDecidedAuthorizationTakesItsSettlement(
 // bank, or which arrived first would decide whether the payer is charged. The hold is kept for
 // an operator, whose not_charged cancels the payment.
 func TestManualPaymentChargedSettlementRacingAnInquiryThatFindsTheVoidDone(t *testing.T) {
-	h := newHarness(t)
-	cmd := uuid.New()
-	answers := map[string]string{}
-	h.on(workflows.ActivityInquireVoid).Run(func(mock.Arguments) {
-		h.update("file", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 7_000, OperationID: opID}, answers)
-	}).Return(charged("void_1"), nil).Once()
-	var reasons []string
-	h.on(workflows.ActivityFlagStuck).Run(func(args mock.Arguments) {
-		reasons = append(reasons, args.Get(1).(workflows.FlagInput).Reason)
-	}).Return(nil)
-	h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
-		workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureCanceled, CommandID: cmd}).Return(nil).Once()
-	h.on(workflows.ActivityVoidAuthorization).Return(charged("void_2"), nil)
-	h.updateAt(time.Hour, "charged again", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 7_000}, answers)
-	h.updateAt(2*time.Hour, "operator", workflows.Settlement{Outcome: workflows.OutcomeNotCharged, Note: "the bank confirms the void"}, answers)
+	// From Revision 11 the operator's settlement is checked with the bank too before it applies.
+	for _, tc := range []struct {
+		revision int
+		asked    []time.Duration // the inquiries after the first
+	}{{10, nil}, {11, []time.Duration{2 * time.Hour}}} {
+		t.Run(fmt.Sprintf("revision %d", tc.revision), func(t *testing.T) {
+			h := newHarness(t)
+			cmd := uuid.New()
+			answers := map[string]string{}
+			h.on(workflows.ActivityInquireVoid).Run(func(mock.Arguments) {
+				h.update("file", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 7_000, OperationID: opID}, answers)
+			}).Return(charged("void_1"), nil).Once()
+			h.on(workflows.ActivityInquireVoid).Return(charged("void_1"), nil) // the bank's answer stays the same
+			var reasons []string
+			h.on(workflows.ActivityFlagStuck).Run(func(args mock.Arguments) {
+				reasons = append(reasons, args.Get(1).(workflows.FlagInput).Reason)
+			}).Return(nil)
+			h.env.OnActivity(workflows.ActivityCanceled, mock.Anything,
+				workflows.ReleaseInput{OperationID: opID, FailureCode: payment.FailureCanceled, CommandID: cmd}).Return(nil).Once()
+			h.on(workflows.ActivityVoidAuthorization).Return(charged("void_2"), nil)
+			h.updateAt(time.Hour, "charged again", workflows.Settlement{Outcome: workflows.OutcomeCharged, AmountMinor: 7_000}, answers)
+			h.updateAt(2*time.Hour, "operator", workflows.Settlement{Outcome: workflows.OutcomeNotCharged, Note: "the bank confirms the void"}, answers)
 
-	res := h.run(parkedVoid(h, workflows.CapabilityInquiry, cmd))
-	require.Equal(t, string(payment.StatusCanceled), res.Status)
-	require.Contains(t, answers["file"], workflows.ErrTypeBankConflict)
-	require.Contains(t, answers["file"], "let go (void_1)")
-	require.Contains(t, answers["charged again"], "rejected", "refused while the conflict is held")
-	require.Equal(t, string(payment.StatusCanceled), answers["operator"])
-	require.Zero(t, h.calls(workflows.ActivityCaptured), "no capture is posted against the bank's void")
-	require.Zero(t, h.calls(workflows.ActivityVoidAuthorization), "the void is done: not sent again")
-	require.Len(t, reasons, 2, "flagged, then cleared by the operator's settlement")
+			in := parkedVoid(h, workflows.CapabilityInquiry, cmd)
+			in.Revision = tc.revision
+			res := h.run(in)
+			require.Equal(t, string(payment.StatusCanceled), res.Status)
+			require.Contains(t, answers["file"], workflows.ErrTypeBankConflict)
+			require.Contains(t, answers["file"], "let go (void_1)")
+			require.Contains(t, answers["charged again"], "rejected", "refused while the conflict is held")
+			require.Equal(t, string(payment.StatusCanceled), answers["operator"])
+			require.Zero(t, h.calls(workflows.ActivityCaptured), "no capture is posted against the bank's void")
+			require.Zero(t, h.calls(workflows.ActivityVoidAuthorization), "the void is done: not sent again")
+			require.Len(t, reasons, 2, "flagged, then cleared by the operator's settlement")
+			require.Equal(t, tc.asked, h.offsets(workflows.ActivityInquireVoid))
+		})
+	}
 }
 
 // With inquiry, an authorization still not found once its last send's booking window has passed

@@ -519,7 +519,8 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 	w.waitingDetail(ctx)
 	recheck := false // an operator's retry of a conflict: ask the bank again at once
 	since := workflow.Now(ctx)
-	voided := false // this void phase's last inquiry found the void done
+	voided := false       // this void phase's last inquiry found the void done
+	var asked *Settlement // the settlement this phase's last inquiry ran with
 	for rounds := 0; ; rounds++ {
 		if w.in.Revision >= 1 && rounds >= parkedRoundsPerRun && !recheck {
 			if err := w.continueParked(ctx, wait); err != nil {
@@ -547,7 +548,7 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 		} else if err := workflow.Await(ctx, func() bool { return w.pending != nil }); err != nil {
 			return PaymentResult{}, err
 		}
-		if s := w.pending; s != nil {
+		if s := w.pending; s != nil && !w.askFirst(s, asked) {
 			if w.revoid(s, voided) {
 				// Nothing was captured, but the authorization may still be open at the bank, the
 				// payer's money blocked there until it expires: the void is sent once more (voiding
@@ -577,6 +578,7 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			return w.fail(ctx, payment.FailureDeclined)
 		}
 		res, err := w.inquire(ctx)
+		asked = w.pending
 		voided = w.in.Step.Phase == PhaseVoid && err == nil && res.Succeeded
 		// An authorization the bank still does not hold once its booking window has passed was
 		// never made (Revision 6): no settlement file lists authorizations, so this answer ends it.
@@ -775,6 +777,14 @@ func (w *opRun) said(res ChargeResult, err error) string {
 func (w *opRun) revoid(s *Settlement, voided bool) bool {
 	return w.in.Revision >= 6 && w.in.Step.Phase == PhaseVoid && s.Outcome == OutcomeNotCharged &&
 		w.in.Capability != CapabilityNone && !voided
+}
+
+// askFirst says whether settlement s, which arrived between two inquiries, waits for an inquiry
+// before it is applied (Revision 11, inquiry): the bank's definite answer is never overruled by a
+// file's, whether the file arrives during an inquiry or between two. asked is the settlement the
+// last inquiry ran with.
+func (w *opRun) askFirst(s, asked *Settlement) bool {
+	return w.in.Revision >= 11 && w.in.Capability == CapabilityInquiry && s != asked
 }
 
 // capturing is the capture a manual payment sent and waits to hear of: none while its

@@ -1,10 +1,14 @@
 package workflows_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	sdkpb "go.temporal.io/api/sdk/v1"
@@ -290,4 +294,56 @@ func TestConflictDetailsEndWithTheRetry(t *testing.T) {
 	require.Contains(t, held, "contradicts the bank")
 	require.NotContains(t, after, "contradicts the bank", "the conflict was retried an hour ago")
 	require.Contains(t, after, "unknown: the bank's answer is not known")
+}
+
+// A settlement that arrives between two inquiries is checked against the bank before it is
+// applied (Revision 11), as one that meets an inquiry is: a not_charged one whose inquiry finds
+// the charge keeps the hold for an operator, never releasing money the bank took. A run of
+// Revision 10 applied it at once.
+func TestSettlementBetweenInquiriesAsksTheBankFirstFromRevision11(t *testing.T) {
+	for _, tc := range []struct {
+		revision int
+		want     string
+		releases int
+	}{
+		{11, statusSucceeded, 0},
+		{10, statusFailed, 1},
+	} {
+		t.Run(fmt.Sprintf("revision %d", tc.revision), func(t *testing.T) {
+			h := newHarness(t)
+			in := paymentInput(workflows.CapabilityInquiry)
+			in.LocalSteps, in.Revision = true, tc.revision
+			in.BookingWindow = time.Millisecond // one inquiry before each re-send
+			h.on(workflows.ActivityCharge).Return(workflows.ChargeResult{}, ambiguous())
+			var filed atomic.Bool // the bank books the charge late; the file, cut before, says not charged
+			h.on(workflows.ActivityInquire).Return(func(context.Context, uuid.UUID) (workflows.ChargeResult, error) {
+				if filed.Load() {
+					return charged("ch_1"), nil
+				}
+				return workflows.ChargeResult{}, notFound()
+			})
+			var reasons []string
+			h.on(workflows.ActivityFlagStuck).Run(func(args mock.Arguments) {
+				reasons = append(reasons, args.Get(1).(workflows.FlagInput).Reason)
+			}).Return(nil)
+			h.env.RegisterDelayedCallback(func() {
+				filed.Store(true)
+				h.env.SignalWorkflow(workflows.SignalSettlement, workflows.Settlement{Outcome: workflows.OutcomeNotCharged})
+			}, 10*time.Minute)
+			if tc.revision >= 11 {
+				h.expectWaitingAt(time.Hour)
+				h.retryAt(2 * time.Hour)
+			}
+
+			res := h.run(in)
+			require.Equal(t, tc.want, res.Status)
+			require.Equal(t, tc.releases, h.calls(workflows.ActivityRelease))
+			if tc.revision >= 11 {
+				require.Equal(t, 10*time.Minute, h.offsets(workflows.ActivityInquire)[len(h.offsets(workflows.ActivityInquire))-2],
+					"the bank asked as the settlement arrived")
+				require.NotEmpty(t, reasons)
+				require.Contains(t, reasons[0], "contradicts the bank")
+			}
+		})
+	}
 }
