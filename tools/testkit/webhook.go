@@ -51,6 +51,7 @@ type HookOptions struct {
 // HookRequest is one request a Hook got.
 type HookRequest struct {
 	EventID, Signature, ContentType string
+	Header                          http.Header // every header, as it came
 	Body                            []byte
 	At                              time.Time
 }
@@ -63,7 +64,7 @@ func NewHook(t testing.TB, o HookOptions) *Hook {
 		body, _ := io.ReadAll(r.Body)
 		h.mu.Lock()
 		h.reqs = append(h.reqs, HookRequest{EventID: r.Header.Get(o.EventIDHeader), Signature: r.Header.Get(o.SignatureHeader),
-			ContentType: r.Header.Get("Content-Type"), Body: body, At: time.Now()})
+			ContentType: r.Header.Get("Content-Type"), Header: r.Header.Clone(), Body: body, At: time.Now()})
 		n := len(h.reqs)
 		h.mu.Unlock()
 		if o.Respond != nil {

@@ -1,0 +1,394 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/tools/testkit"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// merchantVerifies checks a webhook as docs/webhooks.md tells a merchant to, with nothing of
+// kasa's: the HMAC-SHA256 of "<t>.<raw body>" under the secret, hex, in one of the v1 values of
+// Kasa-Signature, and t within 5 minutes of the merchant's clock.
+func merchantVerifies(t *testing.T, secret string, r testkit.HookRequest) {
+	t.Helper()
+	var ts string
+	var sigs []string
+	for part := range strings.SplitSeq(r.Header.Get("Kasa-Signature"), ",") {
+		k, v, _ := strings.Cut(part, "=")
+		switch k {
+		case "t":
+			ts = v
+		case "v1":
+			sigs = append(sigs, v)
+		}
+	}
+	unix, err := strconv.ParseInt(ts, 10, 64)
+	require.NoError(t, err, "Kasa-Signature %q", r.Header.Get("Kasa-Signature"))
+	require.Less(t, r.At.Sub(time.Unix(unix, 0)).Abs(), 5*time.Minute, "signed when sent")
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(ts + "."))
+	mac.Write(r.Body)
+	require.Contains(t, sigs, hex.EncodeToString(mac.Sum(nil)), "the merchant's own HMAC verifies the raw body")
+}
+
+// snapshots are the GET answers of payments and refunds in each state they reached, in order: a
+// webhook's data is the resource exactly as GET answered it at the time of the event.
+type snapshots map[string][][]byte
+
+// take waits until GET path reads status and records that answer for the resource id.
+func (sn snapshots) take(t *testing.T, s *stack, m merchant, path, status string) {
+	t.Helper()
+	var body []byte
+	var id string
+	require.Eventually(t, func() bool {
+		r := s.do("GET", path, m.APIKey, "")
+		var res struct{ ID, Status string }
+		if r.Status != http.StatusOK || json.Unmarshal(r.Body, &res) != nil {
+			return false
+		}
+		body, id = bytes.TrimSpace(r.Body), res.ID
+		return res.Status == status
+	}, 30*time.Second, 20*time.Millisecond, "%s becomes %s", path, status)
+	sn[id] = append(sn[id], body)
+}
+
+// A merchant's endpoint sees every outcome the docs list, each as the docs show it: one event
+// per state change, of the type the docs name, with data exactly as GET answered at the time,
+// the headers the docs show, a signature the merchant's own HMAC verifies, an id no other event
+// shares, and each payment's and refund's events in the order they happened.
+// Not parallel: the event pipeline publishes every outbox row of the shared database.
+func TestWebhooksOfEveryOutcomeAsAMerchantSeesThem(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, workflows.CapabilityNone)
+	hook := newSink(t)
+	startEventPipeline(t)
+	m := s.newHookedMerchant(hook.URL)
+	mid := mustUUID(t, m.ID)
+	settler := workflows.Starter{Client: tc, TaskQueue: s.queue}
+	payer := s.newAccount(m, "TRY", "1000.00")
+	sn := snapshots{}
+	paid := func(id, status string) { t.Helper(); sn.take(t, s, m, "/v1/payments/"+id, status) }
+	refunded := func(id, status string) { t.Helper(); sn.take(t, s, m, "/v1/refunds/"+id, status) }
+	settle := func(workflowID, outcome string) {
+		t.Helper()
+		_, err := settler.Settle(ctx, workflowID, workflows.Settlement{Outcome: outcome, ProviderReference: "ch_by_hand_" + outcome, Note: "test"})
+		require.NoError(t, err)
+	}
+	want := map[string][]string{} // resource id -> event types in order
+
+	// Automatic payments: succeeded; failed (declined, insufficient funds); unknown, then
+	// charged or not charged.
+	r := s.pay(m, "ok", payBody("inv-ok", "100.00", "TRY", payer))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	ok := r.json(t)["id"].(string)
+	paid(ok, "succeeded")
+	want[ok] = []string{"payment.succeeded"}
+
+	s.setFaults(`{"rules":[{"on":"charge","action":"decline","count":1}]}`)
+	r = s.pay(m, "declined", payBody("inv-declined", "10.00", "TRY", payer))
+	require.Equal(t, http.StatusPaymentRequired, r.Status, "%s", r.Body)
+	declined := r.json(t)["id"].(string)
+	paid(declined, "failed")
+	want[declined] = []string{"payment.failed"}
+
+	r = s.pay(m, "poor", payBody("inv-poor", "5000.00", "TRY", payer))
+	require.Equal(t, http.StatusPaymentRequired, r.Status, "%s", r.Body)
+	require.Equal(t, "insufficient_funds", r.json(t)["failure_code"])
+	poor := r.json(t)["id"].(string)
+	paid(poor, "failed")
+	want[poor] = []string{"payment.failed"}
+
+	for _, outcome := range []string{workflows.OutcomeCharged, workflows.OutcomeNotCharged} {
+		key := "lost-" + outcome
+		p := s.payUnknown(m, key, payBody("inv-"+key, "20.00", "TRY", payer), "drop_response")
+		id := p.ID.String()
+		paid(id, "unknown")
+		settle(workflows.PaymentWorkflowID(mid, key), outcome)
+		if outcome == workflows.OutcomeCharged {
+			paid(id, "succeeded")
+			want[id] = []string{"payment.unknown", "payment.succeeded"}
+		} else {
+			paid(id, "failed")
+			want[id] = []string{"payment.unknown", "payment.failed"}
+		}
+	}
+
+	// Refunds of the first payment: succeeded; failed; unknown, then paid back. The payment's
+	// amount_refunded moves without an event of its own.
+	r = s.refund(m, ok, "ref-ok", `{"amount":"30.00","reason":"one item returned"}`)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	refundOK := r.json(t)["id"].(string)
+	refunded(refundOK, "succeeded")
+	want[refundOK] = []string{"refund.succeeded"}
+
+	s.setFaults(`{"rules":[{"on":"refund","action":"decline","count":1}]}`)
+	r = s.refund(m, ok, "ref-declined", `{"amount":"10.00"}`)
+	require.Equal(t, http.StatusPaymentRequired, r.Status, "%s", r.Body)
+	refundDeclined := r.json(t)["id"].(string)
+	refunded(refundDeclined, "failed")
+	want[refundDeclined] = []string{"refund.failed"}
+
+	s.setFaults(`{"rules":[{"on":"refund","action":"drop_response","count":1}]}`)
+	r = s.refund(m, ok, "ref-lost", `{"amount":"20.00"}`)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	refundLost := r.json(t)["id"].(string)
+	refunded(refundLost, "unknown")
+	settle(workflows.RefundWorkflowID(mid, "ref-lost"), workflows.OutcomeCharged)
+	refunded(refundLost, "succeeded")
+	want[refundLost] = []string{"refund.unknown", "refund.succeeded"}
+
+	// Manual payments: authorized, then captured in part; authorized, then canceled;
+	// authorized, its capture's answer lost, then settled as captured.
+	captured, _, _ := s.authorize(m, "man-cap", "40.00", "100.00")
+	paid(captured, "requires_capture")
+	require.Equal(t, http.StatusCreated, s.command(m, captured, "capture", "man-cap-1", `{"amount":"25.00"}`).Status)
+	paid(captured, "succeeded")
+	want[captured] = []string{"payment.requires_capture", "payment.captured"}
+
+	canceled, _, _ := s.authorize(m, "man-cancel", "15.00", "100.00")
+	paid(canceled, "requires_capture")
+	require.Equal(t, http.StatusOK, s.command(m, canceled, "cancel", "man-cancel-1", "").Status)
+	paid(canceled, "canceled")
+	want[canceled] = []string{"payment.requires_capture", "payment.canceled"}
+
+	lostCapture, _, _ := s.authorize(m, "man-lost", "30.00", "100.00")
+	paid(lostCapture, "requires_capture")
+	s.setFaults(`{"rules":[{"on":"capture","action":"drop_response","count":1}]}`)
+	r = s.command(m, lostCapture, "capture", "man-lost-1", "")
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	paid(lostCapture, "unknown")
+	settle(workflows.PaymentWorkflowID(mid, "man-lost"), workflows.OutcomeCharged)
+	paid(lostCapture, "succeeded")
+	want[lostCapture] = []string{"payment.requires_capture", "payment.unknown", "payment.captured"}
+
+	events := 0
+	for _, types := range want {
+		events += len(types)
+	}
+	require.Eventually(t, func() bool { return hook.Count() >= events }, 30*time.Second, 20*time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // nothing more comes
+
+	got := map[string][]string{}
+	data := map[string][][]byte{}
+	ids := map[string]bool{}
+	for _, req := range hook.Requests() {
+		merchantVerifies(t, m.WebhookSecret, req)
+		require.Equal(t, "application/json", req.ContentType)
+		require.Equal(t, "kasa-webhooks/1", req.Header.Get("User-Agent"))
+		var w struct {
+			ID        string          `json:"id"`
+			Type      string          `json:"type"`
+			CreatedAt string          `json:"created_at"`
+			Data      json.RawMessage `json:"data"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(req.Body))
+		dec.DisallowUnknownFields()
+		require.NoError(t, dec.Decode(&w), "%s", req.Body)
+		require.False(t, ids[w.ID], "event id %s sent for two events", w.ID)
+		ids[w.ID] = true
+		require.Equal(t, w.ID, req.Header.Get("Kasa-Event-Id"))
+		require.Equal(t, w.Type, req.Header.Get("Kasa-Event-Type"))
+		var res struct{ ID, Status, UpdatedAt string }
+		require.NoError(t, json.Unmarshal(w.Data, &res))
+		_, err := time.Parse(time.RFC3339Nano, w.CreatedAt)
+		require.NoError(t, err, "created_at %q", w.CreatedAt)
+		got[res.ID] = append(got[res.ID], w.Type)
+		data[res.ID] = append(data[res.ID], w.Data)
+	}
+	require.Equal(t, want, got, "each state change once, in the order it happened")
+	require.Len(t, ids, events)
+	for id, bodies := range data {
+		require.Len(t, bodies, len(sn[id]), "resource %s", id)
+		for i := range bodies {
+			require.Equal(t, string(sn[id][i]), string(bodies[i]), "resource %s, event %d: data is the resource as GET answered it then", id, i+1)
+		}
+	}
+	requireVerified(t)
+}
+
+// `kasa relay` with the documented defaults, as a merchant's endpoints see it: a 500 is sent
+// again 5–10 s later, a connection closed without an answer too; an endpoint that hangs is given
+// up on after 10 s and sent again 5–10 s after that; a slow 2xx within the 10 s is delivered once;
+// every attempt carries the same event id and the same bytes; a hanging merchant does not hold up
+// another's webhook; a merchant without a webhook_url gets nothing and leaves nothing pending; and
+// SIGTERM stops the relay cleanly.
+func TestWebhookRetriesAndTimeoutsOfAKasaRelay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newCrashStack(t, crashConfig{capability: "idempotent"})
+	s.start()
+	metricsAddr := testkit.FreeAddr(t)
+	relay := startProc(t, s.dir, s.bin, "relay", s.env("KASA_RELAY_METRICS_ADDR", metricsAddr), "relay")
+	relay.waitHTTP("http://" + metricsAddr + "/healthz")
+
+	var gaveUp time.Time // when kasa gave up the hanging endpoint's first request
+	firstOnly := func(first func(w http.ResponseWriter, r *http.Request)) func(int, http.ResponseWriter, *http.Request) {
+		return func(n int, w http.ResponseWriter, r *http.Request) {
+			if n == 1 {
+				first(w, r)
+			}
+		}
+	}
+	hooks := map[string]*testkit.Hook{
+		"flaky": newHookAnswering(t, firstOnly(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) })),
+		"closer": newHookAnswering(t, firstOnly(func(w http.ResponseWriter, _ *http.Request) {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+		})),
+		"hang": newHookAnswering(t, firstOnly(func(_ http.ResponseWriter, r *http.Request) {
+			<-r.Context().Done()
+			gaveUp = time.Now()
+		})),
+		"slow": newHookAnswering(t, firstOnly(func(http.ResponseWriter, *http.Request) { time.Sleep(3 * time.Second) })),
+		"fast": newHookAnswering(t, nil),
+	}
+	merchants := map[string]merchant{}
+	create := func(name, body string) {
+		r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, body)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		merchants[name] = merchant{ID: r.json(t)["id"].(string), APIKey: r.json(t)["api_key"].(string), WebhookSecret: r.json(t)["webhook_secret"].(string)}
+	}
+	for name, h := range hooks {
+		create(name, `{"name":"`+name+`","webhook_url":"`+h.URL+`"}`)
+	}
+	create("quiet", `{"name":"quiet","webhook_url":""}`)
+	paymentOf := map[string]string{}
+	pay := func(name string) time.Time {
+		m := merchants[name]
+		acct := s.account(m, "TRY", "100.00")
+		r, err := s.pay(m, "p-"+name, payBody("inv-"+name, "10.00", "TRY", acct))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		paymentOf[name] = r.json(t)["id"].(string)
+		return time.Now()
+	}
+	for _, name := range []string{"hang", "flaky", "closer", "slow", "quiet"} {
+		pay(name)
+	}
+	require.Eventually(t, func() bool { return hooks["hang"].Count() == 1 }, 20*time.Second, 20*time.Millisecond)
+	paidFast := pay("fast")
+	require.Eventually(t, func() bool { return hooks["fast"].Count() == 1 }, 5*time.Second, 20*time.Millisecond,
+		"another merchant's webhook does not wait for the hanging endpoint")
+	require.Less(t, hooks["fast"].Requests()[0].At.Sub(paidFast), 5*time.Second)
+
+	require.Eventually(t, func() bool {
+		return hooks["flaky"].Count() == 2 && hooks["closer"].Count() == 2 && hooks["hang"].Count() == 2
+	}, 45*time.Second, 50*time.Millisecond, "flaky %d, closer %d, hang %d", hooks["flaky"].Count(), hooks["closer"].Count(), hooks["hang"].Count())
+	time.Sleep(2 * time.Second) // nothing more comes
+
+	within := func(what string, d, lo, hi time.Duration) {
+		t.Helper()
+		require.True(t, d >= lo && d <= hi, "%s: %s, want %s–%s", what, d, lo, hi)
+	}
+	const slack = 1500 * time.Millisecond // a poll, a loaded machine
+	for name, h := range hooks {
+		reqs := h.Requests()
+		switch name {
+		case "flaky", "closer":
+			require.Len(t, reqs, 2, name)
+			within(name+": the retry after the first failure", reqs[1].At.Sub(reqs[0].At), 5*time.Second, 10*time.Second+slack)
+		case "hang":
+			require.Len(t, reqs, 2, name)
+			require.False(t, gaveUp.IsZero())
+			within("hang: given up after the timeout", gaveUp.Sub(reqs[0].At), 10*time.Second-slack, 10*time.Second+slack)
+			within("hang: the retry after the timeout", reqs[1].At.Sub(gaveUp), 5*time.Second-slack, 10*time.Second+slack)
+		default:
+			require.Len(t, reqs, 1, "%s: acknowledged on its first attempt", name)
+		}
+		for _, r := range reqs {
+			merchantVerifies(t, merchants[name].WebhookSecret, r)
+			require.Equal(t, reqs[0].EventID, r.EventID, "%s: the same event id on every attempt", name)
+			require.Equal(t, string(reqs[0].Body), string(r.Body), "%s: the same bytes on every attempt", name)
+		}
+		ds, err := s.st.PaymentDeliveries(ctx, mustUUID(t, paymentOf[name]))
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.Equal(t, reqs[0].EventID, ds[0].ID.String())
+		require.Eventually(t, func() bool {
+			d, err := s.st.Delivery(ctx, ds[0].ID)
+			return err == nil && d.Status == "delivered" && len(d.Attempts) == len(reqs)
+		}, 5*time.Second, 20*time.Millisecond, name)
+	}
+	d, err := s.st.PaymentDeliveries(ctx, mustUUID(t, paymentOf["hang"]))
+	require.NoError(t, err)
+	require.Equal(t, "no answer within 10s", d[0].Attempts[0].Error)
+	quiet, err := s.st.PaymentDeliveries(ctx, mustUUID(t, paymentOf["quiet"]))
+	require.NoError(t, err)
+	require.Len(t, quiet, 1)
+	require.Equal(t, "skipped", string(quiet[0].Status))
+	require.Empty(t, quiet[0].Attempts)
+
+	relay.stopCleanly(15 * time.Second)
+	s.verify()
+}
+
+// newHookAnswering is a merchant's endpoint recording every request; respond (nil: 200) answers
+// the n-th request, from 1, and answers 200 when it writes nothing.
+func newHookAnswering(t *testing.T, respond func(n int, w http.ResponseWriter, r *http.Request)) *testkit.Hook {
+	t.Helper()
+	return testkit.NewHook(t, testkit.HookOptions{EventIDHeader: "Kasa-Event-Id", SignatureHeader: "Kasa-Signature", Respond: respond})
+}
+
+// Secret rotation as the merchant's endpoint sees it: after two rotations within the overlap,
+// a webhook carries the newest secret's signature and the one it replaced, never the first
+// secret's; after a rotation with revoke_previous=true it carries the new secret's alone.
+// Not parallel: the event pipeline publishes every outbox row of the shared database.
+func TestWebhookSignaturesThroughRotationsAndARevocation(t *testing.T) {
+	s := newStack(t, workflows.CapabilityIdempotent)
+	hook := newSink(t)
+	startEventPipeline(t)
+	m := s.newHookedMerchant(hook.URL)
+	acct := s.newAccount(m, "TRY", "50.00")
+	rotate := func(query string) string {
+		t.Helper()
+		r := s.do("POST", "/admin/v1/merchants/"+m.ID+"/webhook-secret"+query, adminToken, "")
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		return r.json(t)["webhook_secret"].(string)
+	}
+	payAndHear := func(key string) testkit.HookRequest {
+		t.Helper()
+		n := hook.Count()
+		r := s.pay(m, key, payBody("inv-"+key, "1.00", "TRY", acct))
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		require.Eventually(t, func() bool { return hook.Count() == n+1 }, 30*time.Second, 20*time.Millisecond)
+		return hook.Requests()[n]
+	}
+
+	first := m.WebhookSecret
+	second := rotate("")
+	third := rotate("")
+	got := payAndHear("after-two")
+	kasaSignatures(t, got.Signature, got.Body, third, second)
+	merchantVerifies(t, third, got)
+	merchantVerifies(t, second, got)
+	require.NotContains(t, got.Signature, hex.EncodeToString(hmacOf(first, got)), "the first secret signs no more")
+
+	fourth := rotate("?revoke_previous=true")
+	got = payAndHear("after-revoke")
+	kasaSignatures(t, got.Signature, got.Body, fourth)
+	require.NotContains(t, got.Signature, hex.EncodeToString(hmacOf(third, got)), "a revoked secret signs nothing")
+}
+
+// hmacOf is the signature a secret would give a webhook request.
+func hmacOf(secret string, r testkit.HookRequest) []byte {
+	ts, _, _ := strings.Cut(strings.TrimPrefix(r.Signature, "t="), ",")
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(ts + "."))
+	mac.Write(r.Body)
+	return mac.Sum(nil)
+}
