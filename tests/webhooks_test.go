@@ -7,7 +7,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/tools/devenv"
 	"github.com/kasa-pay/kasa/tools/testkit"
 	"github.com/kasa-pay/kasa/workflows"
 )
@@ -391,4 +395,141 @@ func hmacOf(secret string, r testkit.HookRequest) []byte {
 	mac.Write([]byte(ts + "."))
 	mac.Write(r.Body)
 	return mac.Sum(nil)
+}
+
+// `kasa relay` with an external NATS that is SIGKILLed around payments' commits, once keeping
+// its store and then losing all of it (a power loss): every payment's event still reaches the
+// merchant, exactly once (by event id), wherever the kill fell between the commit, the broker's
+// acknowledgement and the webhook consumer.
+func TestWebhooksSurviveABrokerKilledAndItsStoreLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newCrashStack(t, crashConfig{capability: "idempotent"})
+	s.start()
+	natsPort, err := devenv.FreePort()
+	require.NoError(t, err)
+	monitor, err := devenv.FreePort()
+	require.NoError(t, err)
+	bin, err := devenv.FindTool("nats-server", "nats-server")
+	require.NoError(t, err)
+	natsDir := filepath.Join(s.dir, "nats")
+	nats, err := devenv.StartNATS(ctx, devenv.NewSupervisor(s.dir, nil), bin, natsDir, natsPort, monitor)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nats.Stop(5 * time.Second) })
+	metricsAddr := testkit.FreeAddr(t)
+	relay := startProc(t, s.dir, s.bin, "relay", s.env("KASA_NATS_URL", fmt.Sprintf("nats://127.0.0.1:%d", natsPort),
+		"KASA_RELAY_METRICS_ADDR", metricsAddr, "KASA_EVENTS_REDELIVER_AFTER", "30s"), "relay")
+	relay.waitHTTP("http://" + metricsAddr + "/healthz")
+
+	hook := newHookAnswering(t, nil)
+	r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Broker","webhook_url":%q}`, hook.URL))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	m := merchant{ID: r.json(t)["id"].(string), APIKey: r.json(t)["api_key"].(string), WebhookSecret: r.json(t)["webhook_secret"].(string)}
+	acct := s.account(m, "TRY", "100.00")
+	var payments []string
+	pay := func() {
+		t.Helper()
+		i := len(payments)
+		r, err := s.pay(m, fmt.Sprint("b-", i), payBody(fmt.Sprint("inv-b-", i), "1.00", "TRY", acct))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		payments = append(payments, r.json(t)["id"].(string))
+	}
+	restart := func(loseStore bool) {
+		t.Helper()
+		require.NoError(t, nats.Kill())
+		if loseStore {
+			require.NoError(t, os.RemoveAll(filepath.Join(natsDir, "jetstream")))
+		}
+		require.NoError(t, nats.Resume())
+	}
+	received := func() map[string][]string { // payment id -> event ids received
+		out := map[string][]string{}
+		for _, req := range hook.Requests() {
+			w := testkit.DecodeWebhook(t, req.Body)
+			out[w.Data.ID] = append(out[w.Data.ID], w.ID)
+		}
+		return out
+	}
+
+	pay()
+	require.Eventually(t, func() bool { return hook.Count() == 1 }, 30*time.Second, 20*time.Millisecond)
+	// Kills at different points after a commit: before the relay published, between its publish
+	// and the consumer, after the delivery; and a payment made while the broker is down.
+	for i, loseStore := range []bool{false, false, true, true, true} {
+		pay()
+		time.Sleep(time.Duration(i*15) * time.Millisecond)
+		restart(loseStore)
+		if i%2 == 1 {
+			pay()
+		}
+	}
+	pay()
+	require.Eventually(t, func() bool { return len(received()) == len(payments) }, 3*time.Minute, 100*time.Millisecond,
+		"every payment's event arrives: %d of %d\n%s", len(received()), len(payments), testkit.Tail(relay.log, 30))
+	time.Sleep(2 * time.Second)
+	for _, id := range payments {
+		ids := received()[id]
+		require.Len(t, ids, 1, "payment %s: once", id)
+		ds, err := s.st.PaymentDeliveries(ctx, mustUUID(t, id))
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		require.Equal(t, ids[0], ds[0].ID.String())
+	}
+	for _, req := range hook.Requests() {
+		merchantVerifies(t, m.WebhookSecret, req)
+	}
+	relay.stopCleanly(15 * time.Second)
+	s.verify()
+}
+
+// SIGTERM to `kasa relay` while a webhook attempt hangs at the merchant: the relay stops at once
+// and cleanly, the attempt is logged as cut short, and the next relay sends the same event (same
+// id, same bytes) right away, not after the attempt's lease.
+func TestRelaySIGTERMMidAttemptHandsTheDeliveryOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newCrashStack(t, crashConfig{capability: "idempotent"})
+	s.start()
+	metricsAddr := testkit.FreeAddr(t)
+	relayEnv := s.env("KASA_RELAY_METRICS_ADDR", metricsAddr)
+	relay := startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
+	relay.waitHTTP("http://" + metricsAddr + "/healthz")
+	hook := newHookAnswering(t, func(n int, _ http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			<-r.Context().Done()
+		}
+	})
+	r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Drain","webhook_url":%q}`, hook.URL))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	m := merchant{ID: r.json(t)["id"].(string), APIKey: r.json(t)["api_key"].(string), WebhookSecret: r.json(t)["webhook_secret"].(string)}
+	acct := s.account(m, "TRY", "100.00")
+	r, err := s.pay(m, "drain", payBody("inv-drain", "1.00", "TRY", acct))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	paymentID := mustUUID(t, r.json(t)["id"].(string))
+	require.Eventually(t, func() bool { return hook.Count() == 1 }, 30*time.Second, 20*time.Millisecond)
+
+	stopped := time.Now()
+	relay.stopCleanly(5 * time.Second)
+	ds, err := s.st.PaymentDeliveries(ctx, paymentID)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, "pending", string(ds[0].Status))
+	require.Len(t, ds[0].Attempts, 1)
+	require.Contains(t, ds[0].Attempts[0].Error, "aborted")
+
+	relay = startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
+	require.Eventually(t, func() bool { return hook.Count() == 2 }, 20*time.Second, 20*time.Millisecond,
+		"the next relay sends it again\n%s", testkit.Tail(relay.log, 20))
+	reqs := hook.Requests()
+	require.Less(t, reqs[1].At.Sub(stopped), 20*time.Second, "not after the 40 s lease")
+	require.Equal(t, reqs[0].EventID, reqs[1].EventID)
+	require.Equal(t, string(reqs[0].Body), string(reqs[1].Body))
+	merchantVerifies(t, m.WebhookSecret, reqs[1])
+	require.Eventually(t, func() bool {
+		d, err := s.st.Delivery(ctx, ds[0].ID)
+		return err == nil && d.Status == "delivered"
+	}, 10*time.Second, 20*time.Millisecond)
+	relay.stopCleanly(15 * time.Second)
 }
