@@ -13,9 +13,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/tools/devenv"
@@ -531,5 +534,127 @@ func TestRelaySIGTERMMidAttemptHandsTheDeliveryOn(t *testing.T) {
 		d, err := s.st.Delivery(ctx, ds[0].ID)
 		return err == nil && d.Status == "delivered"
 	}, 10*time.Second, 20*time.Millisecond)
+	relay.stopCleanly(15 * time.Second)
+}
+
+// A payment's events reach a failing endpoint in order: payment.succeeded, committed while the
+// merchant still refuses payment.unknown, is sent only once payment.unknown was acknowledged.
+// Not parallel: the event pipeline publishes every outbox row of the shared database.
+func TestWebhookOrderHoldsWhileTheEarlierEventIsRetried(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, workflows.CapabilityNone)
+	hook := newHookAnswering(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n <= 4 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	startEventPipeline(t)
+	m := s.newHookedMerchant(hook.URL)
+	acct := s.newAccount(m, "TRY", "100.00")
+	p := s.payUnknown(m, "ordered", payBody("inv-ordered", "10.00", "TRY", acct), "drop_response")
+	require.Eventually(t, func() bool { return hook.Count() >= 1 }, 30*time.Second, 20*time.Millisecond)
+	_, err := workflows.Starter{Client: tc, TaskQueue: s.queue}.Settle(ctx, workflows.PaymentWorkflowID(mustUUID(t, m.ID), "ordered"),
+		workflows.Settlement{Outcome: workflows.OutcomeCharged, Note: "test"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		ds, err := db.PaymentDeliveries(ctx, p.ID)
+		return err == nil && len(ds) == 2 && ds[0].Status == "delivered" && ds[1].Status == "delivered"
+	}, 30*time.Second, 20*time.Millisecond)
+	var types []string
+	for _, r := range hook.Requests() {
+		types = append(types, testkit.DecodeWebhook(t, r.Body).Type)
+	}
+	require.Equal(t, []string{"payment.unknown", "payment.unknown", "payment.unknown", "payment.unknown", "payment.unknown", "payment.succeeded"}, types)
+}
+
+// Retention as `kasa relay` applies it (KASA_EVENTS_RETENTION): finished deliveries (delivered,
+// skipped) older than it go with their attempts, the outbox and inbox rows of their events too;
+// a delivery still owed to its merchant stays however old, and is still sent; nothing purged
+// reaches a merchant again.
+func TestRelayRetentionOfWebhookRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newCrashStack(t, crashConfig{capability: "idempotent"})
+	s.start()
+	metricsAddr := testkit.FreeAddr(t)
+	relayEnv := s.env("KASA_RELAY_METRICS_ADDR", metricsAddr, "KASA_EVENTS_RETENTION", "1h")
+	relay := startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
+	relay.waitHTTP("http://" + metricsAddr + "/healthz")
+
+	var failing atomic.Bool
+	failing.Store(true)
+	ok := newHookAnswering(t, nil)
+	down := newHookAnswering(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		if failing.Load() {
+			w.WriteHeader(http.StatusBadGateway)
+		}
+	})
+	merchants := map[string]merchant{}
+	for name, body := range map[string]string{
+		"ok": `{"name":"ok","webhook_url":"` + ok.URL + `"}`, "down": `{"name":"down","webhook_url":"` + down.URL + `"}`, "quiet": `{"name":"quiet"}`,
+	} {
+		r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, body)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		merchants[name] = merchant{ID: r.json(t)["id"].(string), APIKey: r.json(t)["api_key"].(string)}
+	}
+	pay := func(name, key string) uuid.UUID {
+		t.Helper()
+		m := merchants[name]
+		r, err := s.pay(m, key, payBody("inv-"+key, "1.00", "TRY", s.account(m, "TRY", "10.00")))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		return mustUUID(t, r.json(t)["id"].(string))
+	}
+	status := func(id uuid.UUID) string {
+		ds, err := s.st.PaymentDeliveries(ctx, id)
+		require.NoError(t, err)
+		if len(ds) == 0 {
+			return "gone"
+		}
+		return string(ds[0].Status)
+	}
+	old := map[string]uuid.UUID{"ok": pay("ok", "old-ok"), "down": pay("down", "old-down"), "quiet": pay("quiet", "old-quiet")}
+	require.Eventually(t, func() bool {
+		return status(old["ok"]) == "delivered" && status(old["quiet"]) == "skipped" && down.Count() >= 1
+	}, 30*time.Second, 50*time.Millisecond)
+	relay.stopCleanly(15 * time.Second)
+
+	// Two hours pass for these rows.
+	c, err := pgx.Connect(ctx, s.dbURL)
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	ids := []uuid.UUID{old["ok"], old["down"], old["quiet"]}
+	for _, q := range []string{
+		`UPDATE outbox SET created_at = created_at - interval '2 hours', published_at = published_at - interval '2 hours' WHERE aggregate_id = ANY($1)`,
+		`UPDATE inbox SET processed_at = processed_at - interval '2 hours' WHERE message_id IN (SELECT id FROM outbox WHERE aggregate_id = ANY($1))`,
+		`UPDATE webhook_deliveries SET created_at = created_at - interval '2 hours', updated_at = updated_at - interval '2 hours' WHERE aggregate_id = ANY($1)`,
+	} {
+		_, err := c.Exec(ctx, q, ids)
+		require.NoError(t, err)
+	}
+	young := pay("ok", "young-ok")
+	rowsOf := func(id uuid.UUID) (outbox, inbox int) {
+		require.NoError(t, c.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox WHERE aggregate_id = $1),
+			(SELECT count(*) FROM inbox WHERE message_id IN (SELECT id FROM webhook_deliveries WHERE aggregate_id = $1))`, id).Scan(&outbox, &inbox))
+		return outbox, inbox
+	}
+
+	relay = startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
+	require.Eventually(t, func() bool { return status(old["ok"]) == "gone" && status(old["quiet"]) == "gone" }, 30*time.Second, 100*time.Millisecond,
+		"finished deliveries older than the retention are deleted\n%s", testkit.Tail(relay.log, 20))
+	var attempts int
+	require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM webhook_attempts a LEFT JOIN webhook_deliveries d ON d.id = a.delivery_id WHERE d.id IS NULL`).Scan(&attempts))
+	require.Zero(t, attempts, "their attempts go with them")
+	require.Eventually(t, func() bool { o, i := rowsOf(old["ok"]); return o == 0 && i == 0 }, 30*time.Second, 100*time.Millisecond)
+	require.Equal(t, "pending", status(old["down"]), "a delivery still owed is kept however old")
+	require.Eventually(t, func() bool { return status(young) == "delivered" }, 30*time.Second, 50*time.Millisecond)
+	o, i := rowsOf(young)
+	require.Equal(t, []int{1, 1}, []int{o, i}, "a young event's outbox and inbox rows stay")
+
+	failing.Store(false)
+	require.Eventually(t, func() bool { return status(old["down"]) == "delivered" }, 90*time.Second, 100*time.Millisecond,
+		"the old pending delivery is still sent")
+	time.Sleep(2 * time.Second)
+	require.Equal(t, 2, ok.Count(), "nothing purged reaches the merchant again")
 	relay.stopCleanly(15 * time.Second)
 }
