@@ -208,10 +208,14 @@ func TestWebhooksOfEveryOutcomeAsAMerchantSeesThem(t *testing.T) {
 		ids[w.ID] = true
 		require.Equal(t, w.ID, req.Header.Get("Kasa-Event-Id"))
 		require.Equal(t, w.Type, req.Header.Get("Kasa-Event-Type"))
-		var res struct{ ID, Status, UpdatedAt string }
+		var res struct {
+			ID, Status string
+			UpdatedAt  string `json:"updated_at"`
+		}
 		require.NoError(t, json.Unmarshal(w.Data, &res))
 		_, err := time.Parse(time.RFC3339Nano, w.CreatedAt)
 		require.NoError(t, err, "created_at %q", w.CreatedAt)
+		require.Equal(t, res.UpdatedAt, w.CreatedAt, "%s: created_at is when the change was committed, as the resource's updated_at", w.Type)
 		got[res.ID] = append(got[res.ID], w.Type)
 		data[res.ID] = append(data[res.ID], w.Data)
 	}
