@@ -227,6 +227,25 @@ func TestWebhooksOfEveryOutcomeAsAMerchantSeesThem(t *testing.T) {
 			require.Equal(t, string(sn[id][i]), string(bodies[i]), "resource %s, event %d: data is the resource as GET answered it then", id, i+1)
 		}
 	}
+
+	// The operators' view lists every one of them, delivered on its first attempt; a merchant
+	// that does not exist has no deliveries to list.
+	list := s.do("GET", "/admin/v1/merchants/"+m.ID+"/deliveries?limit=200", adminToken, "")
+	require.Equal(t, http.StatusOK, list.Status, "%s", list.Body)
+	var listed struct {
+		Deliveries []struct {
+			ID, Status string
+			Attempts   []json.RawMessage
+		}
+	}
+	require.NoError(t, json.Unmarshal(list.Body, &listed))
+	require.Len(t, listed.Deliveries, events)
+	for _, d := range listed.Deliveries {
+		require.True(t, ids[d.ID], "delivery %s is an event the merchant got", d.ID)
+		require.Equal(t, "delivered", d.Status)
+		require.Len(t, d.Attempts, 1)
+	}
+	requireProblem(t, s.do("GET", "/admin/v1/merchants/"+uuid.NewString()+"/deliveries", adminToken, ""), http.StatusNotFound, "not_found")
 	requireVerified(t)
 }
 
