@@ -505,6 +505,9 @@ func TestWebhooksSurviveABrokerKilledAndItsStoreLost(t *testing.T) {
 	for _, req := range hook.Requests() {
 		merchantVerifies(t, m.WebhookSecret, req)
 	}
+	metrics := s.mustCall("GET", "http://"+metricsAddr+"/metrics", "", "")
+	t.Logf("events published again: %v, taken from the outbox ahead of their messages: %v",
+		metricSum(string(metrics.Body), "kasa_outbox_republished_total"), metricSum(string(metrics.Body), `kasa_webhook_events_consumed_total{result="from_outbox"}`))
 	relay.stopCleanly(15 * time.Second)
 	s.verify()
 }
@@ -679,5 +682,52 @@ func TestRelayRetentionOfWebhookRows(t *testing.T) {
 		"the old pending delivery is still sent")
 	time.Sleep(2 * time.Second)
 	require.Equal(t, 2, ok.Count(), "nothing purged reaches the merchant again")
+	relay.stopCleanly(15 * time.Second)
+}
+
+// `kasa relay` SIGKILLed while a webhook attempt is at the merchant: the attempt is never
+// recorded, its lease (the 10 s timeout + 30 s) runs out, and the next relay sends the same event
+// (same id, same bytes) as the next attempt, numbered on.
+func TestRelaySIGKILLMidAttemptIsSentAgainAfterTheLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newCrashStack(t, crashConfig{capability: "idempotent"})
+	s.start()
+	metricsAddr := testkit.FreeAddr(t)
+	relayEnv := s.env("KASA_RELAY_METRICS_ADDR", metricsAddr)
+	relay := startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
+	relay.waitHTTP("http://" + metricsAddr + "/healthz")
+	hook := newHookAnswering(t, func(n int, _ http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			<-r.Context().Done()
+		}
+	})
+	r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Killed","webhook_url":%q}`, hook.URL))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	m := merchant{ID: r.json(t)["id"].(string), APIKey: r.json(t)["api_key"].(string), WebhookSecret: r.json(t)["webhook_secret"].(string)}
+	acct := s.account(m, "TRY", "100.00")
+	r, err := s.pay(m, "killed", payBody("inv-killed", "1.00", "TRY", acct))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	paymentID := mustUUID(t, r.json(t)["id"].(string))
+	require.Eventually(t, func() bool { return hook.Count() == 1 }, 30*time.Second, 20*time.Millisecond)
+	relay.kill()
+	relay = startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
+
+	require.Eventually(t, func() bool { return hook.Count() == 2 }, 60*time.Second, 100*time.Millisecond,
+		"sent again once the lease ran out\n%s", testkit.Tail(relay.log, 20))
+	reqs := hook.Requests()
+	within := reqs[1].At.Sub(reqs[0].At)
+	require.True(t, within >= 39*time.Second && within <= 45*time.Second, "sent again %s after the first attempt, want ~40 s", within)
+	require.Equal(t, reqs[0].EventID, reqs[1].EventID)
+	require.Equal(t, string(reqs[0].Body), string(reqs[1].Body))
+	merchantVerifies(t, m.WebhookSecret, reqs[1])
+	ds, err := s.st.PaymentDeliveries(ctx, paymentID)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Eventually(t, func() bool {
+		d, err := s.st.Delivery(ctx, ds[0].ID)
+		return err == nil && d.Status == "delivered" && d.AttemptCount == 2 && len(d.Attempts) == 1 && d.Attempts[0].Attempt == 2
+	}, 10*time.Second, 20*time.Millisecond, "the killed attempt is not logged; the next is attempt 2")
 	relay.stopCleanly(15 * time.Second)
 }
