@@ -333,10 +333,18 @@ func (s Starter) Command(ctx context.Context, merchantID uuid.UUID, paymentKey, 
 		return status, nil
 	case refused != nil:
 		return "", refused
-	case ctx.Err() != nil, hasType(err, errTypeUpdateOutlived):
+	case ctx.Err() != nil, waitCut(err), hasType(err, errTypeUpdateOutlived):
 		return "", ErrStillRunning // accepted, so in the workflow's history: it goes on
 	}
 	return "", err
+}
+
+// waitCut says Temporal ended a wait on an update before its answer came: at the caller's
+// deadline, or a moment before it, as the server ends a long poll that could not finish in time
+// (the caller's ctx is not done yet then).
+func waitCut(err error) bool {
+	var cut *client.WorkflowUpdateServiceTimeoutOrCanceledError
+	return errors.As(err, &cut)
 }
 
 // errTypeUpdateOutlived is the Temporal Server's failure of an accepted update whose run closed

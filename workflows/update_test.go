@@ -93,3 +93,27 @@ func TestUpdatesMeetingAFailedWorkflowTaskAreSentAgain(t *testing.T) {
 		require.Equal(t, 2, c.calls)
 	})
 }
+
+// cutShort is a Temporal that takes a command's update and then cuts the wait for its result
+// short, as the server does when its long poll ends a moment before the caller's deadline: timed
+// out or canceled while the caller's ctx is still alive.
+type cutShort struct{ client.Client }
+
+var errCut = client.NewWorkflowUpdateServiceTimeoutOrCanceledError(serviceerror.NewCanceled("stream terminated by RST_STREAM with error code: CANCEL"))
+
+func (cutShort) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	return cutHandle{}, nil
+}
+
+type cutHandle struct{ answered }
+
+func (cutHandle) Get(context.Context, any) error { return errCut }
+
+// A command Temporal took, whose result's wait Temporal cut short a moment before the caller's
+// deadline, is in flight (ErrStillRunning), as when the deadline itself ended the wait: never a
+// raw error, which the API answers 503 as if nothing had been taken.
+func TestCommandWaitCutShort(t *testing.T) {
+	status, err := workflows.Starter{Client: cutShort{}}.Command(context.Background(), uuid.New(), "k", workflows.UpdateCapture, workflows.Command{ID: uuid.New()})
+	require.ErrorIs(t, err, workflows.ErrStillRunning)
+	require.Empty(t, status)
+}
