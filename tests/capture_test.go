@@ -703,6 +703,106 @@ func TestCapturableWhileACaptureIsInFlight(t *testing.T) {
 	requireVerified(t)
 }
 
+// A capture or cancel Temporal took, but answered only after the sync wait, is in flight (its call
+// is at the bank): the API asks Temporal whether it took it and answers 202 with the payment, as
+// for any command in flight, never 503; its key answers so again while the bank works, then with
+// what the command did, done once at the bank and in the balances.
+func TestManualCommandTakenButAnsweredLate(t *testing.T) {
+	for _, c := range []struct {
+		command, body, bankPath string
+		done                    int    // the command's answer once the bank has done it
+		status                  string // and the payment's status then
+		captured, balance       int64  // at the bank, and the payer's balance
+	}{
+		{"capture", `{"amount":"30.00"}`, "/capture", http.StatusCreated, "succeeded", 3000, 7000},
+		{"cancel", "", "/void", http.StatusOK, "canceled", 0, 10000},
+	} {
+		t.Run(c.command, func(t *testing.T) {
+			gate := newBankGate(c.bankPath)
+			s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, bank: gate.wrap, syncWait: time.Second})
+			t.Cleanup(gate.release)
+			m := s.newMerchant()
+			paymentID, payer, _ := s.authorize(m, "auth-late", "80.00", "100.00")
+
+			s.commandFaults.add(commandAcceptedLate)
+			for i, what := range []string{"the first answer", "its key's retry"} {
+				r := s.command(m, paymentID, c.command, "late-1", c.body)
+				require.Equal(t, http.StatusAccepted, r.Status, "%s: %s", what, r.Body)
+				require.NotEmpty(t, r.Header.Get("Retry-After"), what)
+				require.Equal(t, "/v1/payments/"+paymentID, r.Header.Get("Location"), what)
+				require.Empty(t, r.Header.Get("Idempotent-Replayed"), "a 202 is never stored")
+				p := r.json(t)
+				require.Equal(t, paymentID, p["id"], what)
+				require.Equal(t, "requires_capture", p["status"], "%s: the bank has not answered yet", what)
+				require.Equal(t, "0.00", p["capturable"], "%s: a command in flight takes the authorization", what)
+				require.Equal(t, "0.00", p["amount_captured"], what)
+				if i == 0 {
+					gate.waitArrived(t)
+				}
+				cmd, err := db.Command(context.Background(), mustUUID(t, m.ID), "late-1")
+				require.NoError(t, err)
+				require.False(t, cmd.Answered(), "%s: nothing is stored while the command is in flight", what)
+			}
+			requireProblem(t, s.command(m, paymentID, "capture", "late-other", ""), http.StatusConflict, "payment_not_capturable")
+			require.Equal(t, int64(8000), reserved(t, payer), "the hold is kept while the bank works")
+
+			gate.release()
+			var r response
+			require.Eventually(t, func() bool {
+				r = s.command(m, paymentID, c.command, "late-1", c.body)
+				return r.Status != http.StatusAccepted
+			}, 30*time.Second, 100*time.Millisecond)
+			require.Equal(t, c.done, r.Status, "%s", r.Body)
+			require.Equal(t, c.status, r.json(t)["status"])
+			again := s.command(m, paymentID, c.command, "late-1", c.body)
+			require.Equal(t, c.done, again.Status)
+			require.Equal(t, string(r.Body), string(again.Body))
+			require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+
+			held := s.held(paymentID)
+			require.Equal(t, 1, held.Count, "authorized once")
+			require.Equal(t, c.captured, held.CapturedMinor, "done once at the bank")
+			require.Equal(t, c.command == "cancel", held.Voided)
+			require.Equal(t, c.balance, balance(t, payer))
+			require.Zero(t, reserved(t, payer), "the hold is posted or released")
+			requireVerified(t)
+		})
+	}
+}
+
+// A capture or cancel that did not reach Temporal before the sync wait ended is not in flight:
+// 503 unavailable, nothing moved at the bank or on the payer, and a retry with its key then
+// does the command once.
+func TestManualCommandTemporalNeverTookAnswers503(t *testing.T) {
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityIdempotent, temporal: tc, syncWait: time.Second})
+	m := s.newMerchant()
+	paymentID, payer, _ := s.authorize(m, "auth-unsent", "80.00", "100.00")
+
+	for _, command := range []string{"capture", "cancel"} {
+		s.commandFaults.add(commandUnsent)
+		r := s.command(m, paymentID, command, "unsent-"+command, "")
+		requireProblem(t, r, http.StatusServiceUnavailable, "unavailable")
+		require.NotEmpty(t, r.Header.Get("Retry-After"))
+	}
+	p := s.do("GET", "/v1/payments/"+paymentID, m.APIKey, "").json(t)
+	require.Equal(t, "requires_capture", p["status"])
+	held := s.held(paymentID)
+	require.Zero(t, held.CapturedMinor, "nothing captured")
+	require.False(t, held.Voided, "nothing voided")
+	require.Equal(t, int64(8000), reserved(t, payer), "the hold is kept")
+	require.Equal(t, int64(10000), balance(t, payer))
+
+	r := s.command(m, paymentID, "capture", "unsent-capture", "")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "80.00", r.json(t)["amount_captured"])
+	r = s.command(m, paymentID, "cancel", "unsent-cancel", "")
+	requireProblem(t, r, http.StatusConflict, "payment_not_cancelable")
+	require.Equal(t, int64(8000), s.held(paymentID).CapturedMinor, "captured once")
+	require.Equal(t, int64(2000), balance(t, payer))
+	require.Zero(t, reserved(t, payer))
+	requireVerified(t)
+}
+
 // Past capture_before a capture is refused although the payment reads requires_capture until its
 // void is done: nothing is capturable from that moment on.
 func TestCapturableEndsWithTheCaptureWindow(t *testing.T) {

@@ -4,6 +4,7 @@
 package tests
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,6 +73,10 @@ const (
 	commandAnswerLost = "answer lost"
 	commandAfterEnd   = "after the workflow ended"
 	commandForgotten  = "forgotten once the workflow ended"
+	// Temporal is slow to answer the update: it takes the command and says so only after the
+	// API's sync wait has ended; or the update does not reach Temporal before the wait ends.
+	commandAcceptedLate = "accepted, its answer later than the sync wait"
+	commandUnsent       = "not sent before the sync wait ended"
 )
 
 type commandFaults struct {
@@ -119,7 +124,8 @@ type stackOptions struct {
 	// steps, when set, stands in front of the worker's store: it slows or stops its steps.
 	steps func(activities.Store) activities.Store
 	// apis is how many API instances serve the stack (default 1): the first is stack.api.
-	apis int
+	apis     int
+	syncWait time.Duration // api.Options.SyncWait (default 15s)
 }
 
 // awaitCounter counts the API's calls for a workflow's result, and plays its command faults.
@@ -141,6 +147,10 @@ func (a awaitCounter) Command(ctx context.Context, merchantID uuid.UUID, key, up
 			return "", err
 		}
 		return "", unavailable
+	case commandAcceptedLate, commandUnsent:
+		late := a.Starter
+		late.Client = lateUpdates{Client: a.Client, send: f == commandAcceptedLate}
+		return late.Command(ctx, merchantID, key, update, c)
 	case commandAfterEnd, commandForgotten:
 		if err := a.Client.GetWorkflow(ctx, workflows.PaymentWorkflowID(merchantID, key), "").Get(ctx, nil); err != nil {
 			return "", err
@@ -150,6 +160,23 @@ func (a awaitCounter) Command(ctx context.Context, merchantID uuid.UUID, key, up
 		}
 	}
 	return a.Starter.Command(ctx, merchantID, key, update, c)
+}
+
+// lateUpdates is a Temporal client whose updates are answered only once the caller's wait has
+// ended: sent, Temporal takes the update and its answer comes too late; unsent, it never left.
+type lateUpdates struct {
+	client.Client
+	send bool
+}
+
+func (l lateUpdates) UpdateWorkflow(ctx context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	if l.send {
+		if _, err := l.Client.UpdateWorkflow(ctx, o); err != nil {
+			return nil, err
+		}
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
 }
 
 func (a awaitCounter) AwaitPayment(ctx context.Context, merchantID uuid.UUID, key, runID string) (workflows.PaymentResult, error) {
@@ -193,7 +220,7 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 		srv := api.New(api.Options{
 			Outcomes: outcomes, PollAfter: o.pollAfter,
 			Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits, faults}, AdminToken: adminToken,
-			AllowPrivateWebhooks: true, SyncWait: 15 * time.Second, // webhook endpoints of tests listen on 127.0.0.1
+			AllowPrivateWebhooks: true, SyncWait: cmp.Or(o.syncWait, 15*time.Second), // webhook endpoints of tests listen on 127.0.0.1
 			ReplayCache:   1000,
 			Retention:     o.retention,
 			CaptureWindow: o.captureWindow, AdminTokenPrevious: o.adminPrevious, Backlog: o.backlog,

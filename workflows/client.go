@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	updatepb "go.temporal.io/api/update/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -27,6 +30,7 @@ var ErrStillRunning = errors.New("workflow still running")
 type Starter struct {
 	Client    client.Client
 	TaskQueue string // default TaskQueue
+	Namespace string // the client's namespace (default "default"), where a command's update is polled
 }
 
 func (s Starter) queue() string {
@@ -34,6 +38,13 @@ func (s Starter) queue() string {
 		return s.TaskQueue
 	}
 	return TaskQueue
+}
+
+func (s Starter) namespace() string {
+	if s.Namespace != "" {
+		return s.Namespace
+	}
+	return "default"
 }
 
 // StartPayment starts the operation's workflow, or finds the one already started for the key:
@@ -308,9 +319,11 @@ func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (
 // workflow accepted it (it is in its history and goes on, or its run was closed by hand with the
 // command under way), payment.ErrUnavailable when it was not accepted in time (Temporal or the
 // workers away: nothing is in flight), or when the workflow has not yet heard that the payment's
-// authorization was recorded. The command's id is the update's: a repeated send of it is the same
-// update. A refusal by the workflow's validator is payment.ErrNotCapturable,
-// payment.ErrNotCancelable or a *payment.CaptureExceedsError (without its currency).
+// authorization was recorded. An update left unanswered when ctx ends is polled once, for up to
+// commandPollWait: Temporal may have accepted it and been slow to say so. The command's id is the
+// update's: a repeated send of it is the same update. A refusal by the workflow's validator is
+// payment.ErrNotCapturable, payment.ErrNotCancelable or a *payment.CaptureExceedsError (without
+// its currency).
 func (s Starter) Command(ctx context.Context, merchantID uuid.UUID, paymentKey, update string, c Command) (string, error) {
 	var status string
 	accepted, _, err := s.call(ctx, client.UpdateWorkflowOptions{
@@ -322,18 +335,28 @@ func (s Starter) Command(ctx context.Context, merchantID uuid.UUID, paymentKey, 
 			return "", refused
 		}
 		// Not accepted: the workflow has not taken the command, which is then not in flight
-		// (an admitted update is not durable). The caller must say so and let it be sent again.
-		if ctx.Err() != nil || IsUnavailable(err) || unregistered(err) {
+		// (an admitted update is not durable). The caller must say so and let it be sent again;
+		// unless Temporal, asked once more, says it took it after all.
+		if ctx.Err() != nil || IsUnavailable(err) || waitCut(err) || unregistered(err) {
+			if status, perr := s.pollCommand(ctx, PaymentWorkflowID(merchantID, paymentKey), c.ID.String(), update); !errors.Is(perr, errNotAccepted) {
+				return status, perr
+			}
 			return "", fmt.Errorf("%w: the payment's workflow has not taken the %s yet: %v", payment.ErrUnavailable, update, err)
 		}
 		return "", err
 	}
+	return commandOutcome(status, err, ctx.Err() != nil || waitCut(err), update)
+}
+
+// commandOutcome is Command's answer for a command its workflow accepted, from the update's
+// result: waited says the caller's wait ended before it came.
+func commandOutcome(status string, err error, waited bool, update string) (string, error) {
 	switch refused := commandRefusal(err, update); {
 	case err == nil:
 		return status, nil
 	case refused != nil:
 		return "", refused
-	case ctx.Err() != nil, waitCut(err), hasType(err, errTypeUpdateOutlived):
+	case waited, hasType(err, errTypeUpdateOutlived):
 		return "", ErrStillRunning // accepted, so in the workflow's history: it goes on
 	}
 	return "", err
@@ -345,6 +368,41 @@ func (s Starter) Command(ctx context.Context, merchantID uuid.UUID, paymentKey, 
 func waitCut(err error) bool {
 	var cut *client.WorkflowUpdateServiceTimeoutOrCanceledError
 	return errors.As(err, &cut)
+}
+
+// commandPollWait is how long a command's unanswered update is polled: a busy Temporal may
+// have accepted it and not yet said so.
+const commandPollWait = time.Second
+
+// errNotAccepted: the poll found no accepted update (none, only admitted, or no answer).
+var errNotAccepted = errors.New("update not accepted")
+
+// pollCommand asks Temporal once, for up to commandPollWait after ctx, whether the workflow
+// accepted the command's update: Command's answer when it did (ErrStillRunning while it runs),
+// else errNotAccepted.
+func (s Starter) pollCommand(ctx context.Context, workflowID, updateID, update string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandPollWait)
+	defer cancel()
+	resp, err := s.Client.WorkflowService().PollWorkflowExecutionUpdate(ctx, &workflowservice.PollWorkflowExecutionUpdateRequest{
+		Namespace:  s.namespace(),
+		UpdateRef:  &updatepb.UpdateRef{WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: workflowID}, UpdateId: updateID},
+		WaitPolicy: &updatepb.WaitPolicy{LifecycleStage: enumspb.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ACCEPTED},
+	})
+	if err != nil || resp.GetStage() < enumspb.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ACCEPTED {
+		return "", errNotAccepted
+	}
+	// Completed: the result its handler returned, or the validator's refusal (a rejected
+	// update is completed too, never accepted).
+	var status string
+	switch o := resp.GetOutcome(); {
+	case o.GetFailure() != nil:
+		err = temporal.GetDefaultFailureConverter().FailureToError(o.GetFailure())
+	case o.GetSuccess() != nil:
+		err = converter.GetDefaultDataConverter().FromPayloads(o.GetSuccess(), &status)
+	default:
+		return "", ErrStillRunning
+	}
+	return commandOutcome(status, err, false, update)
 }
 
 // errTypeUpdateOutlived is the Temporal Server's failure of an accepted update whose run closed

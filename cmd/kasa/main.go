@@ -386,7 +386,7 @@ func newAPI(cfg config.Config, st *store.Store, tc client.Client, reg *prometheu
 	return api.New(api.Options{
 		Outcomes: outcomes,
 		Registry: reg,
-		Store:    st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue},
+		Store:    st, Workflows: workflows.Starter{Client: tc, TaskQueue: cfg.Temporal.TaskQueue, Namespace: cfg.Temporal.Namespace},
 		AdminToken: cfg.Admin.Token, AdminTokenPrevious: cfg.Admin.TokenPrevious, SyncWait: cfg.API.SyncWait, CaptureWindow: cfg.CaptureWindow, AllowPrivateWebhooks: cfg.Webhook.AllowPrivate, OwnHosts: outbox.NewOwnHosts(cfg.Webhook.OwnHosts),
 		Logger: log, ReplayCache: cfg.API.ReplayCache, Retention: cfg.Idempotency.Retention,
 		SeparateMetrics: cfg.MetricsListen() != "", Limits: apiLimits(cfg),
