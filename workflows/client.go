@@ -300,7 +300,7 @@ func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (
 	case errors.As(err, &notFound):
 		return "", fmt.Errorf("%w: %v", ErrSettlementRejected, err)
 	case !errors.As(err, &appErr):
-		if accepted && ctx.Err() != nil { // accepted: it is in the workflow's history and goes on
+		if accepted && (ctx.Err() != nil || waitCut(err)) { // accepted: in the workflow's history, it goes on
 			return "", ErrStillRunning
 		}
 		return "", err

@@ -221,3 +221,12 @@ func TestCommandWaitCutShort(t *testing.T) {
 		})
 	}
 }
+
+// A settlement whose wait for its answer Temporal cut short a moment before the caller's deadline
+// was taken (accepted): it is in flight (ErrStillRunning, as when the deadline itself ends the
+// wait), never a raw error that a reconciliation import would report as a failed settlement.
+func TestSettleWaitCutShortIsStillRunning(t *testing.T) {
+	_, err := workflows.Starter{Client: cutShort{accepted: true}}.Settle(context.Background(), "payment/x/k",
+		workflows.Settlement{Outcome: workflows.OutcomeCharged})
+	require.ErrorIs(t, err, workflows.ErrStillRunning)
+}
