@@ -395,3 +395,28 @@ func lostConsumerResumes(t *testing.T, skew time.Duration) {
 	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, 1.0, value(t, again.consumed.WithLabelValues("duplicate")), "only the last batch the inbox held was read again")
 }
+
+// An operator who pauses the webhook consumer on the broker (`nats consumer pause`, say during an
+// incident at the merchants' side) keeps it paused: the consumer, whose pulls end and start
+// again every few seconds, does not undo the pause when it checks its consumer is still there.
+func TestOperatorsPauseOfTheWebhookConsumerIsKept(t *testing.T) {
+	ctx := context.Background()
+	b := newBroker(t)
+	testkit.RunUntilEnd(t, NewWebhookConsumer(WebhookConsumerOptions{Store: db, JetStream: b.js, Logger: quiet}))
+	require.Eventually(t, func() bool {
+		_, err := b.js.Consumer(ctx, StreamName, WebhooksConsumer)
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	_, err := b.js.PauseConsumer(ctx, StreamName, WebhooksConsumer, until)
+	require.NoError(t, err)
+
+	time.Sleep(3 * pullExpiry) // several pulls ended and started again
+	c, err := b.js.Consumer(ctx, StreamName, WebhooksConsumer)
+	require.NoError(t, err)
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	require.True(t, info.Paused, "still paused")
+	require.NotNil(t, info.Config.PauseUntil)
+	require.True(t, until.Equal(*info.Config.PauseUntil), "until %s", info.Config.PauseUntil)
+}

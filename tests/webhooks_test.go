@@ -507,7 +507,6 @@ func TestWebhooksSurviveABrokerKilledAndItsStoreLost(t *testing.T) {
 		return err == nil
 	}, 2*time.Minute, 100*time.Millisecond, "the broker and the webhook consumer are back")
 	t.Logf("consumer back after %s", time.Since(lostAt))
-	before := hook.Count()
 	pay()
 	pay()
 	require.Eventually(t, func() bool {
@@ -516,7 +515,10 @@ func TestWebhooksSurviveABrokerKilledAndItsStoreLost(t *testing.T) {
 		return unpublished == 0
 	}, 30*time.Second, 20*time.Millisecond, "the broker acknowledged both")
 	time.Sleep(500 * time.Millisecond)
-	require.Equal(t, before, hook.Count(), "the paused consumer took nothing")
+	// Earlier payments' events, taken before the pause, may still be on their way; these two not.
+	for _, id := range payments[len(payments)-2:] {
+		require.Empty(t, received()[id], "the paused consumer took nothing")
+	}
 	restart(true)
 	pay()
 	require.Eventually(t, func() bool { return len(received()) == len(payments) }, 3*time.Minute, 100*time.Millisecond,
