@@ -1023,6 +1023,10 @@ func (run *run) settle(o op, st workflows.Settlement, done func(status string), 
 	case <-run.ctx.Done():
 		return
 	}
+	if run.ctx.Err() != nil { // a slot freed as the import was stopped: select picks either
+		<-run.sem
+		return
+	}
 	run.wg.Go(func() {
 		defer func() { <-run.sem }()
 		timeout := run.r.SettleTimeout

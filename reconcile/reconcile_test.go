@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -792,6 +793,44 @@ func TestReconcileAbortsWhenUnavailable(t *testing.T) {
 	b2.byIDErr = payment.ErrUnavailable
 	_, err = (&Reconciler{Store: b2, Settler: b2}).Reconcile(context.Background(), fileOf([]Line{line(2, p, "2025-03-01")}), Options{AllMerchants: true})
 	require.ErrorIs(t, err, payment.ErrUnavailable)
+}
+
+// parkedSettler counts its calls and answers none until their context ends (no worker polls
+// the task queue).
+type parkedSettler struct{ calls atomic.Int32 }
+
+func (s *parkedSettler) Settle(ctx context.Context, _ string, _ workflows.Settlement) (string, error) {
+	s.calls.Add(1)
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+// An import stopped (SIGTERM to kasa reconcile, its API shutting down) sends no settlement
+// after that, even as a slot frees, records no run and changes nothing it did not settle.
+func TestReconcileStoppedSendsNoFurtherSettlement(t *testing.T) {
+	t.Parallel()
+	b := newFakeBank()
+	at := day.Add(time.Hour)
+	var lines []Line
+	for i := range 8 {
+		lines = append(lines, line(2+i, b.add(merchA, payment.StatusUnknown, 4000, "TRY", at, at.Add(time.Second)), "2025-03-01"))
+	}
+	s, runs := &parkedSettler{}, &runLog{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for s.calls.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	_, err := (&Reconciler{Store: b, Settler: s, Runs: runs, Concurrency: 1}).Reconcile(ctx, fileOf(lines), Options{AllMerchants: true})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, int32(1), s.calls.Load(), "the settlement in flight, and no other")
+	require.Empty(t, runs.runs)
+	for _, l := range lines {
+		require.Equal(t, payment.StatusUnknown, b.get(l.Reference).Status)
+	}
 }
 
 func TestReconcileDeclaredDaysAndMerchants(t *testing.T) {
