@@ -100,7 +100,7 @@ func (s *Server) writeError(c *gin.Context, err error) {
 	case errors.As(err, &full):
 		p.Status, p.Code, p.Title = 503, "unavailable", "Service unavailable"
 		c.Header("Retry-After", strconv.Itoa(full.retryAfter()))
-	case errors.Is(err, errOverloaded):
+	case errors.Is(err, errOverloaded), errors.Is(err, errImportStopped):
 		p.Status, p.Code, p.Title = 503, "unavailable", "Service unavailable"
 		c.Header("Retry-After", strconv.Itoa(retryAfter))
 	case errors.Is(err, payment.ErrUnavailable), errors.Is(err, store.ErrConflict), workflows.IsUnavailable(err),

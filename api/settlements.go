@@ -38,6 +38,10 @@ func (e sizeError) Is(target error) bool { return target == errBodyTooLarge }
 
 var errNoReconciler = errors.New("settlement import is not configured on this server")
 
+// errImportStopped: the server began shutting down during an import (a 503, as for a dependency
+// that is away: the same file imported again finishes the job).
+var errImportStopped = errors.New("the server is shutting down: the import stopped, what it settled stays settled; import the file again")
+
 // settlements imports a settlement CSV (docs/reconciliation.md) and answers the reconciliation report:
 // 200 whatever it found (report.ok says whether mismatches are left), 400
 // invalid_settlement_file listing every line error (nothing changed then).
@@ -113,8 +117,19 @@ func (s *Server) settlements(c *gin.Context) {
 		s.writeError(c, &payment.ValidationError{Fields: []payment.FieldError{{Field: "body", Message: "could not be read"}}})
 		return
 	}
-	report, err := s.Reconciler.Import(c.Request.Context(), bytes.NewReader(body), opts)
+	// A shutdown stops the import as SIGTERM stops kasa reconcile: no further settlement is sent,
+	// and it ends before the Temporal client and the database it settles through are closed,
+	// whose errors would read as settlements that failed.
+	ctx, cancel := context.WithCancelCause(c.Request.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(s.life, func() { cancel(errImportStopped) })
+	defer stop()
+	report, err := s.Reconciler.Import(ctx, bytes.NewReader(body), opts)
 	if err != nil {
+		if errors.Is(context.Cause(ctx), errImportStopped) {
+			s.log.Warn("settlement import stopped: the server is shutting down", "request_id", requestID(c), "error", err)
+			err = errImportStopped
+		}
 		s.writeError(c, err)
 		return
 	}

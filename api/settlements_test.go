@@ -3,11 +3,15 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +20,7 @@ import (
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/reconcile"
+	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -204,4 +209,103 @@ func TestSettlementImportLongerThanTheWriteTimeoutIsAnswered(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
 	require.Contains(t, string(body), "settle_failed")
+}
+
+// parkedSettles holds unknown payments whose workflows take no settlement (no worker runs), until
+// its client is closed, as `kasa api` closes Temporal's client once its HTTP server has shut down.
+type parkedSettles struct {
+	oneUnknown
+	payments []payment.Payment
+	closed   chan struct{}
+	settles  atomic.Int32
+	runs     atomic.Int32
+}
+
+func (p *parkedSettles) PaymentsByID(context.Context, []uuid.UUID) ([]payment.Payment, error) {
+	return p.payments, nil
+}
+
+func (p *parkedSettles) Settle(ctx context.Context, _ string, _ workflows.Settlement) (string, error) {
+	p.settles.Add(1)
+	select {
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-p.closed:
+		return "", errors.New("Timeout or cancellation waiting for update: grpc: the client connection is closing")
+	}
+}
+
+func (p *parkedSettles) RecordReconciliation(context.Context, store.ReconciliationRun) error {
+	p.runs.Add(1)
+	return nil
+}
+
+// An import running when its server starts shutting down stops there, as kasa reconcile does on
+// SIGTERM: it sends no further settlement, lets the server shut down at once (before the
+// Temporal client and the database its settlements use are closed), records no run and answers
+// 503 unavailable with Retry-After (import again), never a report of settlements cut short.
+func TestSettlementImportStopsWhenTheServerShutsDown(t *testing.T) {
+	t.Parallel()
+	day := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
+	csv := "settlement_date,provider_charge_id,reference,amount,currency,status\n"
+	st := &parkedSettles{closed: make(chan struct{})}
+	for i := range 8 {
+		p := payment.Payment{ID: payment.NewID(), MerchantID: payment.NewID(), IdempotencyKey: fmt.Sprint("k", i), AmountMinor: 1000,
+			Currency: "TRY", Status: payment.StatusUnknown, CreatedAt: day, UpdatedAt: day}
+		st.payments = append(st.payments, p)
+		csv += fmt.Sprintf("2025-03-01,ch_%d,%s,10.00,TRY,settled\n", i, p.ID)
+	}
+	s, _, _ := newTestServer(t, func(o *Options) {
+		o.Reconciler = &reconcile.Reconciler{Store: st, Settler: st, Runs: st, Concurrency: 1}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := s.HTTPServer()
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(s.Listener(ln)) }()
+	t.Cleanup(func() { _ = srv.Close(); <-served })
+
+	type answer struct {
+		status int
+		header http.Header
+		body   []byte
+		err    error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		req, err := http.NewRequest("POST", "http://"+ln.Addr().String()+"/admin/v1/settlements?scope=all", strings.NewReader(csv))
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		req.Header.Set("Authorization", "Bearer adm")
+		req.Header.Set("Content-Type", "text/csv")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		answered <- answer{resp.StatusCode, resp.Header, body, err}
+	}()
+	require.Eventually(t, func() bool { return st.settles.Load() == 1 }, 5*time.Second, 10*time.Millisecond, "the first settlement waits")
+
+	// kasa api: the server's Shutdown (10 s there), then Temporal's client closed.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	began := time.Now()
+	err = srv.Shutdown(ctx)
+	close(st.closed)
+	require.NoError(t, err, "the import let its server shut down")
+	require.Less(t, time.Since(began), 2*time.Second)
+
+	a := <-answered
+	require.NoError(t, a.err)
+	require.Equal(t, http.StatusServiceUnavailable, a.status, "%s", a.body)
+	require.Contains(t, string(a.body), `"code":"unavailable"`)
+	require.Equal(t, "1", a.header.Get("Retry-After"))
+	require.NotContains(t, string(a.body), "settle_failed")
+	require.Equal(t, int32(1), st.settles.Load(), "no settlement is sent once shutdown began")
+	require.Zero(t, st.runs.Load(), "no run recorded")
 }
