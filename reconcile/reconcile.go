@@ -428,6 +428,9 @@ func (r *Reconciler) record(ctx context.Context, rep *Report) {
 	if r.Runs == nil {
 		return
 	}
+	// An import stopped just after its last settlement still made them: the run is kept.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	body, err := json.Marshal(rep)
 	if err == nil {
 		days := make([]time.Time, len(rep.Days))

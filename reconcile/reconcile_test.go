@@ -1306,3 +1306,25 @@ func TestReconcileUnlistedButListedEarlierIsPending(t *testing.T) {
 		})
 	}
 }
+
+// ctxRecorder records runs, refusing them under a context already ended, as a database would.
+type ctxRecorder struct{ runs []store.ReconciliationRun }
+
+func (c *ctxRecorder) RecordReconciliation(ctx context.Context, r store.ReconciliationRun) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.runs = append(c.runs, r)
+	return nil
+}
+
+// A run whose import was stopped just after its last settlement (its request's context ended) is
+// still recorded: the settlements it made happened, and the runs and the last-run metric count it.
+func TestRunStoppedAfterItsLastSettlementIsRecorded(t *testing.T) {
+	rec := &ctxRecorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	(&Reconciler{Runs: rec}).record(ctx, &Report{Lines: 3})
+	require.Len(t, rec.runs, 1)
+	require.Equal(t, 3, rec.runs[0].Lines)
+}
