@@ -300,7 +300,9 @@ func (s Starter) Settle(ctx context.Context, workflowID string, st Settlement) (
 	case errors.As(err, &notFound):
 		return "", fmt.Errorf("%w: %v", ErrSettlementRejected, err)
 	case !errors.As(err, &appErr):
-		if accepted && (ctx.Err() != nil || waitCut(err)) { // accepted: in the workflow's history, it goes on
+		// Accepted, it is in the workflow's history and goes on, whether ctx ended the wait or
+		// Temporal cut it a moment before.
+		if accepted && (ctx.Err() != nil || waitCut(err)) {
 			return "", ErrStillRunning
 		}
 		return "", err

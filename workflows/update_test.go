@@ -230,3 +230,42 @@ func TestSettleWaitCutShortIsStillRunning(t *testing.T) {
 		workflows.Settlement{Outcome: workflows.OutcomeCharged})
 	require.ErrorIs(t, err, workflows.ErrStillRunning)
 }
+
+// cutAfterAccept is a Temporal that takes an update and then cuts the wait for its result short
+// with err, while the caller's ctx is still alive.
+type cutAfterAccept struct {
+	client.Client
+	err error
+}
+
+func (c cutAfterAccept) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	return failingHandle{err: c.err}, nil
+}
+
+type failingHandle struct {
+	answered
+	err error
+}
+
+func (h failingHandle) Get(context.Context, any) error { return h.err }
+
+// A settlement its workflow took, whose result's wait Temporal cut short a moment before the
+// import's deadline, is still being applied (ErrStillRunning: the import reports it settling), as
+// when the deadline itself ended the wait: never a failed settlement, nor, when the cut reads as
+// a deadline, an unavailable Temporal that aborts the whole import.
+func TestSettleWaitCutShort(t *testing.T) {
+	for name, cause := range map[string]error{
+		"canceled": serviceerror.NewCanceled("stream terminated by RST_STREAM with error code: CANCEL"),
+		"deadline": serviceerror.NewDeadlineExceeded("context deadline exceeded"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			starter := workflows.Starter{Client: cutAfterAccept{err: client.NewWorkflowUpdateServiceTimeoutOrCanceledError(cause)}}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			status, err := starter.Settle(ctx, "payment/x/k", workflows.Settlement{Outcome: workflows.OutcomeCharged})
+			require.ErrorIs(t, err, workflows.ErrStillRunning)
+			require.False(t, workflows.IsUnavailable(err), "never read as Temporal away")
+			require.Empty(t, status)
+		})
+	}
+}
