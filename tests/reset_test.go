@@ -421,3 +421,62 @@ func TestResetOfAManualPaymentWaitingForCaptureVoidsAtCaptureBefore(t *testing.T
 	require.Equal(t, int64(10000), balance(t, payer))
 	requireVerified(t)
 }
+
+// The same reset met again, or late: a reset run terminated by mistake in turn and reset again
+// takes the payment on again (a capture is taken once, one authorization at the bank); one reset
+// only after capture_before has passed voids the authorization at once, the hold released.
+func TestResetOfAManualPaymentWaitingForCaptureTwiceOrLate(t *testing.T) {
+	t.Parallel()
+	t.Run("reset twice", func(t *testing.T) {
+		t.Parallel()
+		s := newStack(t, workflows.CapabilityInquiry)
+		m := s.newMerchant()
+		id, payer, _ := s.authorize(m, "reset-twice", "30.00", "100.00")
+		wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "reset-twice")
+		for range 2 {
+			// The run has taken the payment on (the reset run too) before it is terminated.
+			require.Eventually(t, func() bool {
+				v, err := tc.QueryWorkflow(context.Background(), wfID, "", workflows.QueryStatus)
+				var status string
+				return err == nil && v.Get(&status) == nil && status == string(payment.StatusRequiresCapture)
+			}, 30*time.Second, 50*time.Millisecond)
+			terminateByMistake(t, wfID)
+			resetToLastWorkflowTask(t, wfID)
+		}
+		r := s.command(m, id, "capture", "reset-twice-capture", `{"amount":"20.00"}`)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		require.Equal(t, "20.00", r.json(t)["amount_captured"])
+		held := s.held(id)
+		require.Equal(t, 1, held.Count, "one authorization at the bank")
+		require.Equal(t, int64(2000), held.CapturedMinor, "captured once")
+		require.False(t, held.Voided)
+		require.Zero(t, reserved(t, payer), "the rest of the hold released")
+		require.Equal(t, int64(8000), balance(t, payer))
+		requireVerified(t)
+	})
+	t.Run("reset past capture_before", func(t *testing.T) {
+		t.Parallel()
+		s := newStackWith(t, stackOptions{capability: workflows.CapabilityNone, temporal: tc, captureWindow: 3 * time.Second})
+		m := s.newMerchant()
+		id, payer, answer := s.authorize(m, "reset-late", "30.00", "100.00")
+		wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "reset-late")
+		terminateByMistake(t, wfID)
+		before, err := time.Parse(time.RFC3339Nano, answer.json(t)["capture_before"].(string))
+		require.NoError(t, err)
+		time.Sleep(time.Until(before) + time.Second)
+		require.Equal(t, payment.StatusRequiresCapture, paymentByKey(t, m, "reset-late").Status, "nothing voided it")
+		requireProblem(t, s.command(m, id, "capture", "reset-late-capture", ""), http.StatusConflict, "payment_not_capturable")
+
+		resetToLastWorkflowTask(t, wfID)
+		var p payment.Payment
+		require.Eventually(t, func() bool { p = paymentByKey(t, m, "reset-late"); return p.Status == payment.StatusCanceled },
+			30*time.Second, 100*time.Millisecond, "voided at once")
+		require.Equal(t, payment.FailureAuthorizationExpired, p.FailureCode)
+		held := s.held(id)
+		require.True(t, held.Voided, "the authorization voided at the bank")
+		require.Zero(t, held.CapturedMinor)
+		require.Zero(t, reserved(t, payer), "the hold released")
+		require.Equal(t, int64(10000), balance(t, payer))
+		requireVerified(t)
+	})
+}
