@@ -374,6 +374,24 @@ func TestResetOfAManualPaymentTerminatedMidCaptureCapturesOnce(t *testing.T) {
 	}
 }
 
+// captureTwentyOfThirty captures 20.00 of a manual payment of 30.00 from payer (100.00 deposited)
+// under key and checks its effects: 201, captured once at the bank and never voided, the rest of
+// the hold released, the ledger verified.
+func (s *stack) captureTwentyOfThirty(m merchant, id, payer, key string) {
+	t := s.t
+	t.Helper()
+	r := s.command(m, id, "capture", key, `{"amount":"20.00"}`)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.Equal(t, "20.00", r.json(t)["amount_captured"])
+	held := s.held(id)
+	require.Equal(t, 1, held.Count, "one authorization at the bank")
+	require.Equal(t, int64(2000), held.CapturedMinor, "captured once")
+	require.False(t, held.Voided)
+	require.Zero(t, reserved(t, payer), "the rest of the hold released")
+	require.Equal(t, int64(8000), balance(t, payer))
+	requireVerified(t)
+}
+
 // A manual payment waiting for its capture, its workflow terminated by mistake: after the
 // documented reset (its last task is its first: it authorized in local steps) the run takes the
 // payment on again (Revision 11): a capture is taken once, the rest of the hold released, and
@@ -390,15 +408,7 @@ func TestResetOfAManualPaymentWaitingForCaptureTakesItOn(t *testing.T) {
 			terminateByMistake(t, wfID)
 
 			resetToLastWorkflowTask(t, wfID)
-			r := s.command(m, id, "capture", "reset-waiting-capture", `{"amount":"20.00"}`)
-			require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-			require.Equal(t, "20.00", r.json(t)["amount_captured"])
-			held := s.held(id)
-			require.Equal(t, 1, held.Count, "one authorization at the bank")
-			require.Equal(t, int64(2000), held.CapturedMinor, "captured once")
-			require.Zero(t, reserved(t, payer), "the rest of the hold released")
-			require.Equal(t, int64(8000), balance(t, payer))
-			requireVerified(t)
+			s.captureTwentyOfThirty(m, id, payer, "reset-waiting-capture")
 		})
 	}
 }
@@ -443,16 +453,7 @@ func TestResetOfAManualPaymentWaitingForCaptureTwiceOrLate(t *testing.T) {
 			terminateByMistake(t, wfID)
 			resetToLastWorkflowTask(t, wfID)
 		}
-		r := s.command(m, id, "capture", "reset-twice-capture", `{"amount":"20.00"}`)
-		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-		require.Equal(t, "20.00", r.json(t)["amount_captured"])
-		held := s.held(id)
-		require.Equal(t, 1, held.Count, "one authorization at the bank")
-		require.Equal(t, int64(2000), held.CapturedMinor, "captured once")
-		require.False(t, held.Voided)
-		require.Zero(t, reserved(t, payer), "the rest of the hold released")
-		require.Equal(t, int64(8000), balance(t, payer))
-		requireVerified(t)
+		s.captureTwentyOfThirty(m, id, payer, "reset-twice-capture")
 	})
 	t.Run("reset past capture_before", func(t *testing.T) {
 		t.Parallel()

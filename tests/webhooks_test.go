@@ -545,12 +545,21 @@ func TestWebhooksSurviveABrokerKilledAndItsStoreLost(t *testing.T) {
 	s.verify()
 }
 
-// SIGTERM to `kasa relay` while a webhook attempt hangs at the merchant: the relay stops at once
-// and cleanly, the attempt is logged as cut short, and the next relay sends the same event (same
-// id, same bytes) right away, not after the attempt's lease.
-func TestRelaySIGTERMMidAttemptHandsTheDeliveryOn(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// hungAttempt is a stack with a `kasa relay` whose merchant's endpoint hangs on its first
+// request: a payment's first webhook attempt is at the merchant.
+type hungAttempt struct {
+	s         *crashStack
+	relay     *proc
+	relayEnv  []string
+	hook      *testkit.Hook
+	m         merchant
+	paymentID uuid.UUID
+}
+
+// startHungAttempt makes that stack, the payment's key named key, and returns once the attempt
+// hangs.
+func startHungAttempt(t *testing.T, key string) hungAttempt {
+	t.Helper()
 	s := newCrashStack(t, crashConfig{capability: "idempotent"})
 	s.start()
 	metricsAddr := testkit.FreeAddr(t)
@@ -562,15 +571,26 @@ func TestRelaySIGTERMMidAttemptHandsTheDeliveryOn(t *testing.T) {
 			<-r.Context().Done()
 		}
 	})
-	r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Drain","webhook_url":%q}`, hook.URL))
+	r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":%q,"webhook_url":%q}`, key, hook.URL))
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	m := merchant{ID: r.json(t)["id"].(string), APIKey: r.json(t)["api_key"].(string), WebhookSecret: r.json(t)["webhook_secret"].(string)}
 	acct := s.account(m, "TRY", "100.00")
-	r, err := s.pay(m, "drain", payBody("inv-drain", "1.00", "TRY", acct))
+	r, err := s.pay(m, key, payBody("inv-"+key, "1.00", "TRY", acct))
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	paymentID := mustUUID(t, r.json(t)["id"].(string))
 	require.Eventually(t, func() bool { return hook.Count() == 1 }, 30*time.Second, 20*time.Millisecond)
+	return hungAttempt{s: s, relay: relay, relayEnv: relayEnv, hook: hook, m: m, paymentID: paymentID}
+}
+
+// SIGTERM to `kasa relay` while a webhook attempt hangs at the merchant: the relay stops at once
+// and cleanly, the attempt is logged as cut short, and the next relay sends the same event (same
+// id, same bytes) right away, not after the attempt's lease.
+func TestRelaySIGTERMMidAttemptHandsTheDeliveryOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := startHungAttempt(t, "drain")
+	s, relay, relayEnv, hook, m, paymentID := h.s, h.relay, h.relayEnv, h.hook, h.m, h.paymentID
 
 	stopped := time.Now()
 	relay.stopCleanly(5 * time.Second)
@@ -724,26 +744,8 @@ func TestRelayRetentionOfWebhookRows(t *testing.T) {
 func TestRelaySIGKILLMidAttemptIsSentAgainAfterTheLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newCrashStack(t, crashConfig{capability: "idempotent"})
-	s.start()
-	metricsAddr := testkit.FreeAddr(t)
-	relayEnv := s.env("KASA_RELAY_METRICS_ADDR", metricsAddr)
-	relay := startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
-	relay.waitHTTP("http://" + metricsAddr + "/healthz")
-	hook := newHookAnswering(t, func(n int, _ http.ResponseWriter, r *http.Request) {
-		if n == 1 {
-			<-r.Context().Done()
-		}
-	})
-	r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Killed","webhook_url":%q}`, hook.URL))
-	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-	m := merchant{ID: r.json(t)["id"].(string), APIKey: r.json(t)["api_key"].(string), WebhookSecret: r.json(t)["webhook_secret"].(string)}
-	acct := s.account(m, "TRY", "100.00")
-	r, err := s.pay(m, "killed", payBody("inv-killed", "1.00", "TRY", acct))
-	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-	paymentID := mustUUID(t, r.json(t)["id"].(string))
-	require.Eventually(t, func() bool { return hook.Count() == 1 }, 30*time.Second, 20*time.Millisecond)
+	h := startHungAttempt(t, "killed")
+	s, relay, relayEnv, hook, m, paymentID := h.s, h.relay, h.relayEnv, h.hook, h.m, h.paymentID
 	relay.kill()
 	relay = startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
 
