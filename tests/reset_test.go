@@ -481,3 +481,40 @@ func TestResetOfAManualPaymentWaitingForCaptureTwiceOrLate(t *testing.T) {
 		requireVerified(t)
 	})
 }
+
+// A manual payment whose authorization's answer was lost (unknown, no authorization id), its
+// workflow terminated by mistake: the documented reset runs it from its start, and the reset run
+// waits for its settlement as the first did (Revision 11), the hold kept; the operator's charged
+// settlement naming the authorization then makes it wait for its capture, captured once.
+func TestResetOfAManualPaymentWithAnUnknownAuthorizationWaitsForItsSettlement(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	payer := s.newAccount(m, "TRY", "100.00")
+	id := s.authorizeUnknown(m, "reset-auth-unknown", payer)
+	wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "reset-auth-unknown")
+	terminateByMistake(t, wfID)
+
+	resetToLastWorkflowTask(t, wfID)
+	require.Never(t, func() bool {
+		d, err := tc.DescribeWorkflow(context.Background(), wfID, "")
+		return err != nil || d.Status != enums.WORKFLOW_EXECUTION_STATUS_RUNNING
+	}, 3*time.Second, 100*time.Millisecond, "the reset run ended instead of waiting for the settlement")
+	require.Equal(t, int64(2500), reserved(t, payer), "the hold is kept")
+
+	held := s.held(id)
+	require.Equal(t, 1, held.Count, "one authorization at the bank")
+	require.Len(t, held.Live, 1)
+	status, err := workflows.Starter{Client: tc}.Settle(context.Background(), wfID,
+		workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: held.Live[0], Note: "the bank holds it"})
+	require.NoError(t, err)
+	require.Equal(t, string(payment.StatusRequiresCapture), status)
+	r := s.command(m, id, "capture", "reset-auth-unknown-capture", `{"amount":"25.00"}`)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	held = s.held(id)
+	require.Equal(t, 1, held.Count, "never authorized twice")
+	require.Equal(t, int64(2500), held.CapturedMinor, "captured once")
+	require.Zero(t, reserved(t, payer))
+	require.Equal(t, int64(7500), balance(t, payer))
+	requireVerified(t)
+}

@@ -307,7 +307,8 @@ type Step struct {
 // final; one parked in a manual payment's authorization that reads it recorded takes it on, as
 // does one whose mark of its authorization as unknown finds it recorded by another run.
 // Revision 11: a manual payment waiting for its capture whose run an operator reset (after a
-// terminate by mistake) is taken on by the reset run, which waits for the capture or voids it;
+// terminate by mistake) is taken on by the reset run, which waits for the capture or voids it
+// (or, its authorization's answer lost, waits for its settlement again);
 // with inquiry, a settlement that arrives between two inquiries is applied only after an inquiry
 // asked at once, whose answer it must not contradict.
 const CurrentRevision = 11

@@ -256,8 +256,13 @@ func (w *opRun) run(ctx workflow.Context) (PaymentResult, error) {
 	}
 	err := w.step(ctx, w.op.reserve, in.OperationID)
 	if hasType(err, ErrTypeAlreadyDecided) {
-		if ref, ok := w.authorizedBeforeReset(ctx, err); ok {
-			return w.takeOn(ctx, ref)
+		if read, ok := w.resetOfAuthorization(ctx, err); ok {
+			if read.ProviderReference == "" {
+				// Its authorization's answer was lost: it waits for its settlement as before.
+				w.setStatus(ctx, payment.StatusUnknown)
+				return w.waitSettlement(ctx, inquiryDelay)
+			}
+			return w.takeOn(ctx, read.ProviderReference)
 		}
 		if !w.resetOfRecord(ctx, err) && !w.authorizedBeforeMove(ctx, err) {
 			return w.decided(ctx, err)
@@ -811,7 +816,7 @@ func (w *opRun) accept(ctx workflow.Context, s Settlement) {
 // docs/operations.md) while the operation is still open: that run goes on, it is no second run.
 // Refusals recorded before they named the run decode no run and end as before. Not a manual
 // payment: run again from its start, it would authorize again whatever phase it was in (an
-// unknown capture reopened as waiting for one); authorizedBeforeReset takes on one that waits.
+// unknown capture reopened as waiting for one); resetOfAuthorization takes on one that waits.
 func (w *opRun) resetOfRecord(ctx workflow.Context, err error) bool {
 	if w.in.CaptureManual {
 		return false
@@ -826,7 +831,7 @@ func (w *opRun) resetOfRecord(ctx workflow.Context, err error) bool {
 // run's first task (Starter.CheckPaymentRun) before it was terminated. Nothing else waits for the
 // capture, so this run takes the payment on: its steps find the authorization and its record
 // done, and it waits for the command or voids at capture_before. A reset of that very run is no
-// move: authorizedBeforeReset's case.
+// move: resetOfAuthorization's case.
 func (w *opRun) authorizedBeforeMove(ctx workflow.Context, err error) bool {
 	if !w.in.CaptureManual || w.in.Revision < 9 || w.in.Step.Phase != PhaseAuthorize {
 		return false
@@ -835,27 +840,36 @@ func (w *opRun) authorizedBeforeMove(ctx workflow.Context, err error) bool {
 	return ok && status == payment.StatusRequiresCapture && run != "" && run != workflow.GetInfo(ctx).OriginalRunID
 }
 
-// authorizedBeforeReset is the authorization of a manual payment waiting for its capture when
-// err, an AlreadyDecided refusal, refused a reset of the run that took it on (Revision 11): after
-// a terminate by mistake, `temporal workflow reset` runs it again from its first task (it
-// authorized in local steps), and nothing else would capture it or void it at capture_before. The
-// reset run takes it on from the payment's record; one decided meanwhile ends as before.
-func (w *opRun) authorizedBeforeReset(ctx workflow.Context, err error) (string, bool) {
+// resetOfAuthorization reads a manual payment that waits in its authorization's phase when err,
+// an AlreadyDecided refusal, refused a reset of the run that took it on (Revision 11): after a
+// terminate by mistake, `temporal workflow reset` runs it again from its first task (it
+// authorized in local steps), and nothing else would capture it or void it at capture_before, or
+// wait for the settlement of an authorization whose answer was lost. ok: requires_capture with
+// the authorization's id (taken on), or unknown with none (parked again); a payment decided
+// meanwhile, or one unknown in a later phase (its capture's or void's answer lost: a reset from
+// its start cannot rebuild that phase), ends as before.
+func (w *opRun) resetOfAuthorization(ctx workflow.Context, err error) (StatusRead, bool) {
 	if !w.in.CaptureManual || w.in.Revision < 11 || w.in.Step.Phase != PhaseAuthorize {
-		return "", false
+		return StatusRead{}, false
 	}
 	status, run, ok := refusal(err)
 	// The refusal itself says this is not the run that took it on (that run's step is never
 	// refused); the run's own id is not read: a replay of its history has another.
-	if !ok || status != payment.StatusRequiresCapture || run == "" || run != workflow.GetInfo(ctx).OriginalRunID {
-		return "", false
+	if !ok || run == "" || run != workflow.GetInfo(ctx).OriginalRunID ||
+		status != payment.StatusRequiresCapture && status != payment.StatusUnknown {
+		return StatusRead{}, false
 	}
 	var read StatusRead
-	if err := w.exec(ctx, w.op.readStatus, w.in.OperationID).Get(ctx, &read); err != nil ||
-		payment.Status(read.Status) != payment.StatusRequiresCapture || read.ProviderReference == "" {
-		return "", false
+	if err := w.exec(ctx, w.op.readStatus, w.in.OperationID).Get(ctx, &read); err != nil {
+		return StatusRead{}, false
 	}
-	return read.ProviderReference, true
+	switch payment.Status(read.Status) {
+	case payment.StatusRequiresCapture:
+		return read, read.ProviderReference != ""
+	case payment.StatusUnknown:
+		return read, read.ProviderReference == ""
+	}
+	return StatusRead{}, false
 }
 
 // refusal decodes an AlreadyDecided refusal's details: the operation's status and the run that
