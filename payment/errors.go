@@ -70,3 +70,13 @@ type DuplicatePaymentError struct {
 func (e *DuplicatePaymentError) Error() string {
 	return "invoice already has a payment that is processing, unknown or succeeded: " + e.PaymentID
 }
+
+// AnswerExpiredError: a merchant's creation is retried with its idempotency key after the
+// retention wiped the answer's secrets (kept only that long). The key still names the merchant.
+type AnswerExpiredError struct{ MerchantID string }
+
+func (e *AnswerExpiredError) Error() string {
+	return "merchant " + e.MerchantID + " was created with this idempotency key, and its secrets are no longer kept: " +
+		"make new ones (POST /admin/v1/merchants/" + e.MerchantID + "/api-keys, then revoke the first key; " +
+		"POST /admin/v1/merchants/" + e.MerchantID + "/webhook-secret?revoke_previous=true)"
+}

@@ -23,6 +23,10 @@ GRANT SELECT, INSERT ON deposits TO :"app_role";
 -- Merchants are created by the admin API and read by every process; rotating the webhook secret
 -- updates the merchant's secret columns.
 GRANT SELECT, INSERT, UPDATE ON merchants TO :"app_role";
+-- An operator's creation key names its account or merchant for good; retention wipes a merchant
+-- creation's sealed answer (UPDATE), and a key rotation re-seals it.
+GRANT SELECT, INSERT ON account_creations TO :"app_role";
+GRANT SELECT, INSERT, UPDATE ON merchant_creations TO :"app_role";
 -- API keys are added and revoked (revoked_at is set once), never deleted.
 GRANT SELECT, INSERT, UPDATE ON api_keys TO :"app_role";
 -- Balances, reservations and payments change state as payments go through their steps.

@@ -18,8 +18,14 @@ import (
 // each other. Payments, refunds and the ledger are not touched: a request with an expired key is
 // a new request, and the business key still guards the invoice. Each batch first announces the
 // retention it deletes by (SeeRetention): however long a backlog takes, the APIs keep bounding
-// their replay caches by it.
+// their replay caches by it. It also wipes the sealed answers of merchant creations older than
+// retention (CreateMerchantOnce).
 func (s *Store) DeleteExpiredRecords(ctx context.Context, retention time.Duration, batch int) (int64, error) {
+	// The secrets a merchant's creation keeps for its replays are kept no longer than the
+	// idempotency records (a few rows: one statement).
+	if _, err := s.q.ForgetCreationAnswers(ctx, retention.Seconds()); err != nil {
+		return 0, translate(err)
+	}
 	var total int64
 	after := uuid.Nil
 	for {

@@ -68,9 +68,10 @@ func (s *Store) sealingAllowed(ctx context.Context, tx pgx.Tx) error {
 }
 
 // RotateSecretKey is a master key rotation's last step: it re-seals every merchant's webhook
-// secrets under this store's key, opening them with it or the previous one, and records this
-// key's check value, all in one transaction: a secret neither key opens changes nothing. It
-// returns how many merchants it re-sealed.
+// secrets, and the answers merchant creations keep for their replays, under this store's key,
+// opening them with it or the previous one, and records this key's check value, all in one
+// transaction: a secret neither key opens changes nothing. It returns how many merchants it
+// re-sealed.
 func (s *Store) RotateSecretKey(ctx context.Context) (int, error) {
 	if err := s.CheckSecretKey(ctx); err != nil {
 		return 0, err
@@ -113,6 +114,19 @@ func (s *Store) RotateSecretKey(ctx context.Context) (int, error) {
 				return err
 			}
 			n++
+		}
+		answers, err := q.SealedCreationAnswers(ctx)
+		if err != nil {
+			return err
+		}
+		for _, a := range answers {
+			answer, err := s.open(a.AnswerEnc)
+			if err != nil {
+				return fmt.Errorf("merchant creation %q: %w", a.IdempotencyKey, err)
+			}
+			if err := q.ResealCreationAnswer(ctx, dbsqlc.ResealCreationAnswerParams{IdempotencyKey: a.IdempotencyKey, AnswerEnc: s.seal(answer)}); err != nil {
+				return err
+			}
 		}
 		return q.RetireSecretKey(ctx, s.keyCheck)
 	})
