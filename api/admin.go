@@ -1,6 +1,7 @@
 package api
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/kasa-pay/kasa/outbox"
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/store"
 )
 
 // decodeStrict decodes one JSON object into v (a pointer to a struct) with the rules of payment
@@ -81,6 +83,15 @@ func jsonKind(k reflect.Kind) string {
 	return "value of another type"
 }
 
+// optionalIdempotencyKey is the Idempotency-Key of a call that takes one if given: "" when
+// there is none, payment.ErrKeyInvalid when it is malformed or repeated.
+func optionalIdempotencyKey(c *gin.Context) (string, error) {
+	if len(c.Request.Header.Values("Idempotency-Key")) == 0 {
+		return "", nil
+	}
+	return idempotencyKey(c)
+}
+
 type merchantRequest struct {
 	Name       string `json:"name"`
 	WebhookURL string `json:"webhook_url"`
@@ -97,6 +108,11 @@ type merchantCreated struct {
 
 func (s *Server) createMerchant(c *gin.Context) {
 	if !s.queryOK(c) {
+		return
+	}
+	key, err := optionalIdempotencyKey(c)
+	if err != nil {
+		s.writeError(c, err)
 		return
 	}
 	var req merchantRequest
@@ -123,12 +139,24 @@ func (s *Server) createMerchant(c *gin.Context) {
 		return
 	}
 	m := payment.Merchant{ID: payment.NewID(), Name: req.Name, WebhookURL: req.WebhookURL}
-	apiKey, secret, keyID := payment.NewSecret("sk_"), payment.NewSecret("whsec_"), payment.NewID()
-	if err := s.Store.CreateMerchantWithKey(c.Request.Context(), m, keyID, apiKey, secret); err != nil {
+	created := store.MerchantCreated{MerchantID: m.ID, APIKeyID: payment.NewID(), APIKey: payment.NewSecret("sk_"), WebhookSecret: payment.NewSecret("whsec_")}
+	replayed := false
+	if key == "" {
+		err = s.Store.CreateMerchantWithKey(c.Request.Context(), m, created.APIKeyID, created.APIKey, created.WebhookSecret)
+	} else {
+		hash, _ := json.Marshal(req) // the request as validated: its name trimmed
+		sum := sha256.Sum256(hash)
+		created, replayed, err = s.Store.CreateMerchantOnce(c.Request.Context(), key, sum[:], m, created)
+	}
+	if err != nil {
 		s.writeError(c, err)
 		return
 	}
-	out := merchantCreated{ID: m.ID.String(), Name: m.Name, APIKey: apiKey, APIKeyID: keyID.String(), WebhookSecret: secret}
+	if replayed {
+		c.Header("Idempotent-Replayed", "true")
+	}
+	out := merchantCreated{ID: created.MerchantID.String(), Name: m.Name, APIKey: created.APIKey, APIKeyID: created.APIKeyID.String(),
+		WebhookSecret: created.WebhookSecret}
 	if m.WebhookURL != "" {
 		out.WebhookURL = &m.WebhookURL
 	}
@@ -142,6 +170,11 @@ type accountRequest struct {
 
 func (s *Server) createAccount(c *gin.Context) {
 	if !s.queryOK(c) {
+		return
+	}
+	key, err := optionalIdempotencyKey(c)
+	if err != nil {
+		s.writeError(c, err)
 		return
 	}
 	var req accountRequest
@@ -162,13 +195,22 @@ func (s *Server) createAccount(c *gin.Context) {
 		s.writeError(c, &ve)
 		return
 	}
-	a, err := s.Store.CreateAccount(c.Request.Context(), merchantID, currency)
+	var a payment.Account
+	replayed := false
+	if key == "" {
+		a, err = s.Store.CreateAccount(c.Request.Context(), merchantID, currency)
+	} else {
+		a, replayed, err = s.Store.CreateAccountOnce(c.Request.Context(), key, merchantID, currency)
+	}
 	if errors.Is(err, payment.ErrNotFound) {
 		err = &payment.ValidationError{Fields: []payment.FieldError{{Field: "merchant_id", Message: "no such merchant"}}}
 	}
 	if err != nil {
 		s.writeError(c, err)
 		return
+	}
+	if replayed {
+		c.Header("Idempotent-Replayed", "true")
 	}
 	writeJSON(c, http.StatusCreated, accountResource(a))
 }

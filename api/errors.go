@@ -52,6 +52,7 @@ func (s *Server) writeError(c *gin.Context, err error) {
 	var full *backlogFullError
 	var exceeds *payment.RefundExceedsError
 	var overCapture *payment.CaptureExceedsError
+	var expired *payment.AnswerExpiredError
 	switch {
 	case errors.As(err, &fileErr):
 		p.Status, p.Code, p.Title, p.Errors = 400, "invalid_settlement_file", "Invalid settlement file", fileErr.FieldErrors()
@@ -81,6 +82,8 @@ func (s *Server) writeError(c *gin.Context, err error) {
 			wait = queued.seconds
 		}
 		c.Header("Retry-After", strconv.Itoa(wait))
+	case errors.As(err, &expired):
+		p.Status, p.Code, p.Title = 409, "idempotency_answer_expired", "Idempotent answer expired"
 	case errors.Is(err, payment.ErrIdempotencyReused):
 		p.Status, p.Code, p.Title = 422, "idempotency_key_reused", "Idempotency-Key reused"
 	case errors.Is(err, payment.ErrUnauthorized):

@@ -74,6 +74,15 @@ type fakeStore struct {
 	refundRecords map[recordKey]store.Record
 	held          map[uuid.UUID]int64 // by payment: the amount of its refunds in flight or unknown
 	skew          time.Duration       // how far the database's clock is ahead of this host's
+
+	createdAccounts  map[string]uuid.UUID // by creation key
+	createdMerchants map[string]fakeCreation
+}
+
+// fakeCreation is a merchant's creation under a key: its request's hash and its answer.
+type fakeCreation struct {
+	hash    string
+	created store.MerchantCreated
 }
 
 func (f *fakeStore) Now(context.Context) (time.Time, error) {
@@ -104,6 +113,9 @@ func newFakeStore() *fakeStore {
 		before:   map[string]func(){},
 		calls:    map[string]int{},
 		minted:   map[string]string{},
+
+		createdAccounts:  map[string]uuid.UUID{},
+		createdMerchants: map[string]fakeCreation{},
 
 		refunds:       map[uuid.UUID]payment.Refund{},
 		refundRecords: map[recordKey]store.Record{},
@@ -178,6 +190,27 @@ func (f *fakeStore) MerchantByAPIKey(_ context.Context, apiKey string) (payment.
 		return m, payment.ErrUnauthorized
 	}
 	return m, nil
+}
+
+func (f *fakeStore) CreateAccountOnce(ctx context.Context, key string, merchantID uuid.UUID, currency string) (payment.Account, bool, error) {
+	f.mu.Lock()
+	id, ok := f.createdAccounts[key]
+	first := f.accounts[id]
+	f.mu.Unlock()
+	if ok {
+		if first.MerchantID != merchantID || first.Currency != currency {
+			return payment.Account{}, false, payment.ErrIdempotencyReused
+		}
+		return first, true, nil
+	}
+	a, err := f.CreateAccount(ctx, merchantID, currency)
+	if err != nil {
+		return a, false, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.createdAccounts[key] = a.ID
+	return a, false, nil
 }
 
 func (f *fakeStore) CreateAccount(_ context.Context, merchantID uuid.UUID, currency string) (payment.Account, error) {
@@ -700,6 +733,30 @@ func (f *fakeStore) CreateMerchantWithKey(ctx context.Context, m payment.Merchan
 	f.keys[keyID] = &fakeKey{merchant: m.ID, apiKey: apiKey, created: t0}
 	f.minted[keyID.String()] = "<api-key-id>"
 	return nil
+}
+
+func (f *fakeStore) CreateMerchantOnce(ctx context.Context, key string, requestHash []byte, m payment.Merchant, c store.MerchantCreated) (store.MerchantCreated, bool, error) {
+	f.mu.Lock()
+	first, ok := f.createdMerchants[key]
+	err := f.call("CreateMerchantOnce")
+	f.mu.Unlock()
+	if err != nil {
+		return c, false, err
+	}
+	if ok {
+		if first.hash != string(requestHash) {
+			return c, false, payment.ErrIdempotencyReused
+		}
+		return first.created, true, nil
+	}
+	if err := f.CreateMerchantWithKey(ctx, m, c.APIKeyID, c.APIKey, c.WebhookSecret); err != nil {
+		return c, false, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c.MerchantID = m.ID
+	f.createdMerchants[key] = fakeCreation{hash: string(requestHash), created: c}
+	return c, false, nil
 }
 
 func (f *fakeStore) AddAPIKey(_ context.Context, merchantID, keyID uuid.UUID, apiKey string) error {

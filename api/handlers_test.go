@@ -553,6 +553,25 @@ var handlerCases = []handlerCase{
 	{name: "create_account_201", req: request{method: "POST", path: "/admin/v1/accounts", body: `{"merchant_id":"0192f1f0-0000-7000-8000-00000000000b","currency":"kwd"}`}},
 	{name: "create_account_withdrawn_currency_400", req: request{method: "POST", path: "/admin/v1/accounts", body: `{"merchant_id":"0192f1f0-0000-7000-8000-00000000000b","currency":"DEM"}`}},
 	{name: "create_account_no_merchant_400", req: request{method: "POST", path: "/admin/v1/accounts", body: `{"merchant_id":"0192f1f0-0000-7000-8000-0000000000ff","currency":"TRY"}`}},
+	{name: "create_merchant_replayed_201", before: []request{{method: "POST", path: "/admin/v1/merchants", body: `{"name":"Cafe"}`, header: map[string]string{"Idempotency-Key": "m1"}}},
+		req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":" Cafe "}`, header: map[string]string{"Idempotency-Key": "m1"}},
+		check: func(t *testing.T, f *fixture) {
+			require.Equal(t, 1, f.st.calls["CreateMerchant"], "one merchant")
+		}},
+	{name: "create_merchant_reused_key_422", before: []request{{method: "POST", path: "/admin/v1/merchants", body: `{"name":"Cafe"}`, header: map[string]string{"Idempotency-Key": "m1"}}},
+		req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"Bar"}`, header: map[string]string{"Idempotency-Key": "m1"}}},
+	{name: "create_merchant_answer_expired_409", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"Cafe"}`, header: map[string]string{"Idempotency-Key": "m1"}},
+		setup: func(f *fixture) {
+			f.st.fail["CreateMerchantOnce"] = &payment.AnswerExpiredError{MerchantID: merchantB.String()}
+		}},
+	{name: "create_merchant_bad_key_400", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"Cafe"}`, header: map[string]string{"Idempotency-Key": "has space"}}},
+	{name: "create_account_replayed_201", before: []request{{method: "POST", path: "/admin/v1/accounts", body: `{"merchant_id":"0192f1f0-0000-7000-8000-00000000000b","currency":"TRY"}`, header: map[string]string{"Idempotency-Key": "a1"}}},
+		req: request{method: "POST", path: "/admin/v1/accounts", body: `{"currency":"try","merchant_id":"0192f1f0-0000-7000-8000-00000000000b"}`, header: map[string]string{"Idempotency-Key": "a1"}},
+		check: func(t *testing.T, f *fixture) {
+			require.Equal(t, 1, f.st.calls["CreateAccount"], "one account")
+		}},
+	{name: "create_account_reused_key_422", before: []request{{method: "POST", path: "/admin/v1/accounts", body: `{"merchant_id":"0192f1f0-0000-7000-8000-00000000000b","currency":"TRY"}`, header: map[string]string{"Idempotency-Key": "a1"}}},
+		req: request{method: "POST", path: "/admin/v1/accounts", body: `{"merchant_id":"0192f1f0-0000-7000-8000-00000000000b","currency":"USD"}`, header: map[string]string{"Idempotency-Key": "a1"}}},
 	{name: "deposit_201", req: request{method: "POST", path: "/admin/v1/accounts/" + accountA.String() + "/deposits", body: `{"amount":"5.50"}`, header: map[string]string{"Idempotency-Key": "d1"}}},
 	{name: "deposit_replayed_201", before: []request{{method: "POST", path: "/admin/v1/accounts/" + accountA.String() + "/deposits", body: `{"amount":"5.50"}`, header: map[string]string{"Idempotency-Key": "d1"}}},
 		req: request{method: "POST", path: "/admin/v1/accounts/" + accountA.String() + "/deposits", body: `{"amount":5.5}`, header: map[string]string{"Idempotency-Key": "d1"}}},
@@ -742,7 +761,7 @@ func TestHandlerCasesCoverEveryProblemCode(t *testing.T) {
 	for _, m := range problemCode.FindAllSubmatch(src, -1) {
 		codes = append(codes, string(m[1]))
 	}
-	require.Len(t, codes, 22, "errors.go's problem codes are no longer found: adapt problemCode")
+	require.Len(t, codes, 23, "errors.go's problem codes are no longer found: adapt problemCode")
 	seen := map[string]bool{}
 	for _, tc := range handlerCases {
 		b, err := os.ReadFile(filepath.Join("testdata", tc.name+".golden"))

@@ -53,6 +53,20 @@ func (s pgTextStore) CreateMerchantWithKey(ctx context.Context, m payment.Mercha
 	return s.fakeStore.CreateMerchantWithKey(ctx, m, keyID, apiKey, webhookSecret)
 }
 
+func (s pgTextStore) CreateMerchantOnce(ctx context.Context, key string, requestHash []byte, m payment.Merchant, c store.MerchantCreated) (store.MerchantCreated, bool, error) {
+	if err := pgText(key, m.Name, m.WebhookURL); err != nil {
+		return c, false, err
+	}
+	return s.fakeStore.CreateMerchantOnce(ctx, key, requestHash, m, c)
+}
+
+func (s pgTextStore) CreateAccountOnce(ctx context.Context, key string, merchantID uuid.UUID, currency string) (payment.Account, bool, error) {
+	if err := pgText(key, currency); err != nil {
+		return payment.Account{}, false, err
+	}
+	return s.fakeStore.CreateAccountOnce(ctx, key, merchantID, currency)
+}
+
 func (s pgTextStore) MerchantByAPIKey(ctx context.Context, apiKey string) (payment.Merchant, error) {
 	if err := pgText(apiKey); err != nil {
 		return payment.Merchant{}, err

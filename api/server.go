@@ -36,6 +36,7 @@ import (
 type Store interface {
 	Ping(ctx context.Context) error
 	CreateMerchantWithKey(ctx context.Context, m payment.Merchant, keyID uuid.UUID, apiKey, webhookSecret string) error
+	CreateMerchantOnce(ctx context.Context, key string, requestHash []byte, m payment.Merchant, c store.MerchantCreated) (store.MerchantCreated, bool, error)
 	MerchantByAPIKey(ctx context.Context, apiKey string) (payment.Merchant, error)
 	Audit(ctx context.Context, e store.AuditEntry) error
 	AuditLog(ctx context.Context, limit int, after uuid.UUID) ([]store.AuditEntry, bool, error)
@@ -44,6 +45,7 @@ type Store interface {
 	APIKeys(ctx context.Context, merchantID uuid.UUID) ([]store.APIKey, error)
 	RotateWebhookSecret(ctx context.Context, merchantID uuid.UUID, secret string, overlap time.Duration) (time.Time, error)
 	CreateAccount(ctx context.Context, merchantID uuid.UUID, currency string) (payment.Account, error)
+	CreateAccountOnce(ctx context.Context, key string, merchantID uuid.UUID, currency string) (payment.Account, bool, error)
 	Account(ctx context.Context, id uuid.UUID) (payment.Account, error)
 	Deposit(ctx context.Context, accountID uuid.UUID, key string, amount int64) (store.Deposit, bool, error)
 	Begin(ctx context.Context, in store.BeginInput) (store.Record, payment.Payment, store.Began, error)
