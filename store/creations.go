@@ -18,14 +18,15 @@ import (
 // The key's row is written first in the creation's transaction: a concurrent request with the
 // same key waits there for the first to end, and then answers what it created.
 
-// CreateAccountOnce is CreateAccount under an idempotency key: a later request with the key and
-// the same merchant and currency answers the first account and replayed=true; with another
-// merchant or currency, payment.ErrIdempotencyReused.
+// CreateAccountOnce is CreateAccount under the merchant's idempotency key: a later request with
+// the key and the same currency answers the first account and replayed=true; with another
+// currency, payment.ErrIdempotencyReused. Keys are the merchant's own, as a deposit's are its
+// account's: another merchant's same key is another creation.
 func (s *Store) CreateAccountOnce(ctx context.Context, key string, merchantID uuid.UUID, currency string) (a payment.Account, replayed bool, err error) {
 	a = payment.Account{ID: payment.NewID(), MerchantID: merchantID, Kind: "customer", Currency: currency}
 	err = s.tx(ctx, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
-		n, err := q.InsertAccountCreation(ctx, dbsqlc.InsertAccountCreationParams{IdempotencyKey: key, AccountID: a.ID})
+		n, err := q.InsertAccountCreation(ctx, dbsqlc.InsertAccountCreationParams{MerchantID: merchantID, IdempotencyKey: key, AccountID: a.ID})
 		if err != nil {
 			return err
 		}
@@ -41,7 +42,7 @@ func (s *Store) CreateAccountOnce(ctx context.Context, key string, merchantID uu
 	if !errors.Is(err, errReplay) {
 		return a, false, err
 	}
-	id, err := s.q.AccountCreation(ctx, key)
+	id, err := s.q.AccountCreation(ctx, dbsqlc.AccountCreationParams{MerchantID: merchantID, IdempotencyKey: key})
 	if err != nil {
 		return a, false, translate(err)
 	}
@@ -49,7 +50,7 @@ func (s *Store) CreateAccountOnce(ctx context.Context, key string, merchantID uu
 	if err != nil {
 		return a, false, err
 	}
-	if first.MerchantID != merchantID || first.Currency != currency {
+	if first.Currency != currency {
 		return a, false, payment.ErrIdempotencyReused
 	}
 	return first, true, nil

@@ -2,10 +2,11 @@
 
 -- name: InsertAccountCreation :execrows
 -- Waits for a concurrent creation with the same key to end; 0 rows: the key is taken.
-INSERT INTO account_creations (idempotency_key, account_id) VALUES ($1, $2) ON CONFLICT (idempotency_key) DO NOTHING;
+INSERT INTO account_creations (merchant_id, idempotency_key, account_id) VALUES ($1, $2, $3)
+ON CONFLICT (merchant_id, idempotency_key) DO NOTHING;
 
 -- name: AccountCreation :one
-SELECT account_id FROM account_creations WHERE idempotency_key = $1;
+SELECT account_id FROM account_creations WHERE merchant_id = $1 AND idempotency_key = $2;
 
 -- name: InsertMerchantCreation :execrows
 -- Waits for a concurrent creation with the same key to end; 0 rows: the key is taken.

@@ -12,11 +12,16 @@ import (
 )
 
 const AccountCreation = `-- name: AccountCreation :one
-SELECT account_id FROM account_creations WHERE idempotency_key = $1
+SELECT account_id FROM account_creations WHERE merchant_id = $1 AND idempotency_key = $2
 `
 
-func (q *Queries) AccountCreation(ctx context.Context, idempotencyKey string) (uuid.UUID, error) {
-	row := q.db.QueryRow(ctx, AccountCreation, idempotencyKey)
+type AccountCreationParams struct {
+	MerchantID     uuid.UUID
+	IdempotencyKey string
+}
+
+func (q *Queries) AccountCreation(ctx context.Context, arg AccountCreationParams) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, AccountCreation, arg.MerchantID, arg.IdempotencyKey)
 	var account_id uuid.UUID
 	err := row.Scan(&account_id)
 	return account_id, err
@@ -39,10 +44,12 @@ func (q *Queries) ForgetCreationAnswers(ctx context.Context, retentionSeconds fl
 
 const InsertAccountCreation = `-- name: InsertAccountCreation :execrows
 
-INSERT INTO account_creations (idempotency_key, account_id) VALUES ($1, $2) ON CONFLICT (idempotency_key) DO NOTHING
+INSERT INTO account_creations (merchant_id, idempotency_key, account_id) VALUES ($1, $2, $3)
+ON CONFLICT (merchant_id, idempotency_key) DO NOTHING
 `
 
 type InsertAccountCreationParams struct {
+	MerchantID     uuid.UUID
 	IdempotencyKey string
 	AccountID      uuid.UUID
 }
@@ -50,7 +57,7 @@ type InsertAccountCreationParams struct {
 // Account and merchant creations under an operator's Idempotency-Key (see the migration).
 // Waits for a concurrent creation with the same key to end; 0 rows: the key is taken.
 func (q *Queries) InsertAccountCreation(ctx context.Context, arg InsertAccountCreationParams) (int64, error) {
-	result, err := q.db.Exec(ctx, InsertAccountCreation, arg.IdempotencyKey, arg.AccountID)
+	result, err := q.db.Exec(ctx, InsertAccountCreation, arg.MerchantID, arg.IdempotencyKey, arg.AccountID)
 	if err != nil {
 		return 0, err
 	}
