@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -18,13 +17,7 @@ import (
 // postingsOf counts the ledger postings of kind for an operation.
 func postingsOf(t *testing.T, kind, ref string) int {
 	t.Helper()
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, env.DatabaseURL)
-	require.NoError(t, err)
-	defer c.Close(ctx)
-	var n int
-	require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM ledger_postings WHERE kind = $1 AND reference = $2`, kind, ref).Scan(&n))
-	return n
+	return countRows(t, `SELECT count(*) FROM ledger_postings WHERE kind = $1 AND reference = $2`, kind, ref)
 }
 
 // Two partial refunds of one payment, both unknown: the simulator's own file lists the one the
