@@ -181,7 +181,9 @@ func TestManualCommandRightAfterTheAuthorizationIsRecorded(t *testing.T) {
 				steps: func(st activities.Store) activities.Store { steps.Store = st; return steps }})
 			m := s.newMerchant()
 			paymentID, payer, _ := s.authorize(m, "auth-stall", "50.00", "100.00")
-			require.True(t, steps.stalled.Load(), "the worker stalls after recording the authorization")
+			// The create is answered once the commit is seen, a moment before the step marks its stall.
+			require.Eventually(t, steps.stalled.Load, 10*time.Second, 10*time.Millisecond,
+				"the worker stalls after recording the authorization")
 
 			// The workflow task the stall holds open is taken over (Temporal's heartbeat of a
 			// long local activity, or another worker after a crash): the command reaches the run.
