@@ -1107,7 +1107,11 @@ type runLog struct {
 	runs []store.ReconciliationRun
 }
 
-func (l *runLog) RecordReconciliation(_ context.Context, r store.ReconciliationRun) error {
+// RecordReconciliation refuses a run under a context already ended, as the database would.
+func (l *runLog) RecordReconciliation(ctx context.Context, r store.ReconciliationRun) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.runs = append(l.runs, r)
@@ -1307,21 +1311,10 @@ func TestReconcileUnlistedButListedEarlierIsPending(t *testing.T) {
 	}
 }
 
-// ctxRecorder records runs, refusing them under a context already ended, as a database would.
-type ctxRecorder struct{ runs []store.ReconciliationRun }
-
-func (c *ctxRecorder) RecordReconciliation(ctx context.Context, r store.ReconciliationRun) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.runs = append(c.runs, r)
-	return nil
-}
-
 // A run whose import was stopped just after its last settlement (its request's context ended) is
 // still recorded: the settlements it made happened, and the runs and the last-run metric count it.
 func TestRunStoppedAfterItsLastSettlementIsRecorded(t *testing.T) {
-	rec := &ctxRecorder{}
+	rec := &runLog{}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	(&Reconciler{Runs: rec}).record(ctx, &Report{Lines: 3})

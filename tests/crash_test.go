@@ -161,6 +161,17 @@ func (s *crashStack) crashTemporal() {
 	s.tmp = nil
 }
 
+// startRelay starts `kasa relay` with its metrics on a free address and settings (pairs, as env
+// takes them), and waits until it serves. env starts it again the same way.
+func (s *crashStack) startRelay(settings ...string) (relay *proc, env []string, metricsAddr string) {
+	s.t.Helper()
+	metricsAddr = testkit.FreeAddr(s.t)
+	env = s.env(append([]string{"KASA_RELAY_METRICS_ADDR", metricsAddr}, settings...)...)
+	relay = startProc(s.t, s.dir, s.bin, "relay", env, "relay")
+	relay.waitHTTP("http://" + metricsAddr + "/healthz")
+	return relay, env, metricsAddr
+}
+
 // env is every KASA_* setting of the stack's processes, with overrides in pairs.
 func (s *crashStack) env(overrides ...string) []string {
 	vars := map[string]string{

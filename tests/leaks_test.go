@@ -29,9 +29,7 @@ func TestNoCredentialReachesTheLogsOrTheDatabase(t *testing.T) {
 	s.sim.waitHTTP(s.simURL() + "/_sim/healthz")
 	s.worker = startProc(t, s.dir, s.bin, "worker", s.env(debug...), "worker")
 	s.startAPI(debug...)
-	relayAddr := testkit.FreeAddr(t)
-	relay := startProc(t, s.dir, s.bin, "relay", s.env(append([]string{"KASA_RELAY_METRICS_ADDR", relayAddr}, debug...)...), "relay")
-	relay.waitHTTP("http://" + relayAddr + "/healthz")
+	relay, _, _ := s.startRelay(debug...)
 
 	const hookToken = "hook-token-in-the-query-7f3a9c"
 	const wrongKey, wrongAdmin = "sk_wrong_guess_0123456789abcdef", "adm_wrong_guess_0123456789abcdef0123"

@@ -21,10 +21,7 @@ func TestRelayProcessSurvivesKillAndStopsOnSIGTERM(t *testing.T) {
 	t.Parallel()
 	s := newCrashStack(t, crashConfig{capability: "idempotent"})
 	s.start()
-	metricsAddr := testkit.FreeAddr(t)
-	relayEnv := s.env("KASA_RELAY_METRICS_ADDR", metricsAddr)
-	relay := startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
-	relay.waitHTTP("http://" + metricsAddr + "/healthz")
+	relay, relayEnv, metricsAddr := s.startRelay()
 
 	hook := newSink(t)
 	r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Relay","webhook_url":%q}`, hook.URL))

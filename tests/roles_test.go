@@ -134,9 +134,7 @@ func TestAppRolePaysButCannotRewriteTheLedger(t *testing.T) {
 	r := newRoleDB(t)
 	s := roleStack(t, r)
 	s.start()
-	metricsAddr := testkit.FreeAddr(t)
-	relay := startProc(t, s.dir, s.bin, "relay", s.env("KASA_RELAY_METRICS_ADDR", metricsAddr, "KASA_WEBHOOK_ALLOW_PRIVATE", "true"), "relay")
-	relay.waitHTTP("http://" + metricsAddr + "/healthz")
+	relay, _, _ := s.startRelay("KASA_WEBHOOK_ALLOW_PRIVATE", "true")
 
 	hook := newSink(t)
 	resp := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Roles","webhook_url":%q}`, hook.URL))

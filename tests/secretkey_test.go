@@ -28,10 +28,8 @@ func TestMasterKeyRotation(t *testing.T) {
 	s := newCrashStack(t, crashConfig{capability: "idempotent"})
 	s.start()
 	oldKey, newKey := testkit.SecretKeyHex, hex.EncodeToString([]byte(strings.Repeat("n", 32)))
-	relayAddr := testkit.FreeAddr(t)
 	startRelay := func(keys ...string) *proc {
-		p := startProc(t, s.dir, s.bin, "relay", s.env(append([]string{"KASA_RELAY_METRICS_ADDR", relayAddr}, keys...)...), "relay")
-		p.waitHTTP("http://" + relayAddr + "/healthz")
+		p, _, _ := s.startRelay(keys...)
 		return p
 	}
 	relay := startRelay()

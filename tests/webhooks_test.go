@@ -261,9 +261,7 @@ func TestWebhookRetriesAndTimeoutsOfAKasaRelay(t *testing.T) {
 	ctx := context.Background()
 	s := newCrashStack(t, crashConfig{capability: "idempotent"})
 	s.start()
-	metricsAddr := testkit.FreeAddr(t)
-	relay := startProc(t, s.dir, s.bin, "relay", s.env("KASA_RELAY_METRICS_ADDR", metricsAddr), "relay")
-	relay.waitHTTP("http://" + metricsAddr + "/healthz")
+	relay, _, _ := s.startRelay()
 
 	var gaveUp time.Time // when kasa gave up the hanging endpoint's first request
 	firstOnly := func(first func(w http.ResponseWriter, r *http.Request)) func(int, http.ResponseWriter, *http.Request) {
@@ -443,10 +441,7 @@ func TestWebhooksSurviveABrokerKilledAndItsStoreLost(t *testing.T) {
 	nats, err := devenv.StartNATS(ctx, devenv.NewSupervisor(s.dir, nil), bin, natsDir, natsPort, monitor)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = nats.Stop(5 * time.Second) })
-	metricsAddr := testkit.FreeAddr(t)
-	relay := startProc(t, s.dir, s.bin, "relay", s.env("KASA_NATS_URL", fmt.Sprintf("nats://127.0.0.1:%d", natsPort),
-		"KASA_RELAY_METRICS_ADDR", metricsAddr, "KASA_EVENTS_REDELIVER_AFTER", "30s"), "relay")
-	relay.waitHTTP("http://" + metricsAddr + "/healthz")
+	relay, _, metricsAddr := s.startRelay("KASA_NATS_URL", fmt.Sprintf("nats://127.0.0.1:%d", natsPort), "KASA_EVENTS_REDELIVER_AFTER", "30s")
 	c, err := pgx.Connect(ctx, s.dbURL)
 	require.NoError(t, err)
 	defer c.Close(ctx)
@@ -562,10 +557,7 @@ func startHungAttempt(t *testing.T, key string) hungAttempt {
 	t.Helper()
 	s := newCrashStack(t, crashConfig{capability: "idempotent"})
 	s.start()
-	metricsAddr := testkit.FreeAddr(t)
-	relayEnv := s.env("KASA_RELAY_METRICS_ADDR", metricsAddr)
-	relay := startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
-	relay.waitHTTP("http://" + metricsAddr + "/healthz")
+	relay, relayEnv, _ := s.startRelay()
 	hook := newHookAnswering(t, func(n int, _ http.ResponseWriter, r *http.Request) {
 		if n == 1 {
 			<-r.Context().Done()
@@ -655,10 +647,7 @@ func TestRelayRetentionOfWebhookRows(t *testing.T) {
 	ctx := context.Background()
 	s := newCrashStack(t, crashConfig{capability: "idempotent"})
 	s.start()
-	metricsAddr := testkit.FreeAddr(t)
-	relayEnv := s.env("KASA_RELAY_METRICS_ADDR", metricsAddr, "KASA_EVENTS_RETENTION", "1h")
-	relay := startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
-	relay.waitHTTP("http://" + metricsAddr + "/healthz")
+	relay, relayEnv, _ := s.startRelay("KASA_EVENTS_RETENTION", "1h")
 
 	var failing atomic.Bool
 	failing.Store(true)
