@@ -195,6 +195,21 @@ func (f *fixture) commitBefore(call string, expire bool) {
 	}
 }
 
+// keyUsedAgain has another payment (or refund) under key k1 (r1), failed, made just before the store's next call
+// named call runs (after commitBefore's hook, set first): a request after the record expired.
+func (f *fixture) keyUsedAgain(call string) {
+	hook := f.st.before[call]
+	f.st.before[call] = func() {
+		hook()
+		if strings.HasPrefix(call, "Refund") {
+			f.seedRefund("r1", fakeID(1), otherRefundBody, payment.StatusFailed, time.Time{})
+			return
+		}
+		f.seed("k1", `{"invoice_id":"inv-2","amount":"20.00","currency":"TRY","account_id":"0192f1f0-0000-7000-8000-0000000000a1"}`,
+			payment.StatusFailed, time.Time{})
+	}
+}
+
 // Refund requests of the payment fakeID(1), and their paths.
 var (
 	refundsPath     = "/v1/payments/" + fakeID(1).String() + "/refunds"
@@ -234,6 +249,10 @@ var handlerCases = []handlerCase{
 		// With a retention of seconds, the worker commits and retention deletes the completed
 		// record before the first answer goes out: it is the payment's answer, not a 404.
 		setup: func(f *fixture) { f.commitBefore("Record", true) }},
+	{name: "payment_record_expired_and_its_key_used_again_before_the_answer_201", req: request{body: payBody},
+		// The same, and a request with the key then made another payment, failed: the first
+		// request's answer is still its own payment's, never the other's.
+		setup: func(f *fixture) { f.commitBefore("Record", true); f.keyUsedAgain("Record") }},
 	{name: "payment_unknown_202", req: request{body: payBody},
 		setup: func(f *fixture) { f.wf.outcome = payment.StatusUnknown }},
 	{name: "payment_unknown_announced_202", req: request{body: payBody},
@@ -379,6 +398,8 @@ var handlerCases = []handlerCase{
 		setup: func(f *fixture) { f.paid(); f.commitBefore("Refund", false) }},
 	{name: "refund_record_expired_before_the_answer_201", req: request{method: "POST", path: refundsPath, body: refundBody},
 		setup: func(f *fixture) { f.paid(); f.commitBefore("RefundRecord", true) }},
+	{name: "refund_record_expired_and_its_key_used_again_before_the_answer_201", req: request{method: "POST", path: refundsPath, body: refundBody},
+		setup: func(f *fixture) { f.paid(); f.commitBefore("RefundRecord", true); f.keyUsedAgain("RefundRecord") }},
 	{name: "refund_unknown_202", req: request{method: "POST", path: refundsPath, body: refundBody},
 		setup: func(f *fixture) { f.paid(); f.wf.outcome = payment.StatusUnknown },
 		check: func(t *testing.T, f *fixture) {

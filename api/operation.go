@@ -232,7 +232,7 @@ func (s *Server) run(c *gin.Context, k opKind, o op, start time.Time) {
 		s.replayFirst(c, k, announcedRecord(o.id, a))
 		return
 	}
-	rec, err := k.record(ctx, o.merchantID, o.key)
+	rec, err := ownRecord(ctx, k, o.merchantID, o.key, o.id)
 	switch {
 	case errors.Is(err, payment.ErrNotFound): // completed and already expired: writeCurrent says so
 	case err != nil:
@@ -313,7 +313,7 @@ func (s *Server) writeCurrent(c *gin.Context, k opKind, merchantID uuid.UUID, ke
 		return
 	}
 	if status.Answered() {
-		rec, err := k.record(ctx, merchantID, key)
+		rec, err := ownRecord(ctx, k, merchantID, key, id)
 		switch {
 		case errors.Is(err, payment.ErrNotFound):
 			// Retention deletes only completed records, and with a retention of seconds it can
@@ -337,6 +337,16 @@ func (s *Server) writeCurrent(c *gin.Context, k opKind, merchantID uuid.UUID, ke
 		}
 	}
 	writePending(c, k.path()+id.String(), res, status)
+}
+
+// ownRecord reads a key's record as operation id's: once retention deleted that operation's
+// record, a later request may have made another under the key, whose answer is not id's.
+func ownRecord(ctx context.Context, k opKind, merchantID uuid.UUID, key string, id uuid.UUID) (store.Record, error) {
+	rec, err := k.record(ctx, merchantID, key)
+	if err == nil && rec.OperationID != id {
+		return store.Record{}, payment.ErrNotFound
+	}
+	return rec, err
 }
 
 // writePending answers a request whose operation has no stored answer yet with the operation as
