@@ -70,10 +70,14 @@ type MerchantCreated struct {
 // request hash, payment.ErrIdempotencyReused.
 func (s *Store) CreateMerchantOnce(ctx context.Context, key string, requestHash []byte, m payment.Merchant, c MerchantCreated) (MerchantCreated, bool, error) {
 	c.MerchantID = m.ID
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	create := func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
+		answer, byPrevious, err := s.sealAnswer(ctx, tx, c.APIKey+"\n"+c.WebhookSecret)
+		if err != nil {
+			return err
+		}
 		n, err := q.InsertMerchantCreation(ctx, dbsqlc.InsertMerchantCreationParams{IdempotencyKey: key, MerchantID: m.ID,
-			ApiKeyID: c.APIKeyID, RequestHash: requestHash, AnswerEnc: s.seal(c.APIKey + "\n" + c.WebhookSecret)})
+			ApiKeyID: c.APIKeyID, RequestHash: requestHash, AnswerEnc: answer})
 		if err != nil {
 			return err
 		}
@@ -86,8 +90,15 @@ func (s *Store) CreateMerchantOnce(ctx context.Context, key string, requestHash 
 		if _, err := q.InsertAPIKey(ctx, dbsqlc.InsertAPIKeyParams{ID: c.APIKeyID, MerchantID: m.ID, KeyHash: payment.HashAPIKey(c.APIKey)}); err != nil {
 			return err
 		}
-		return s.sealingAllowed(ctx, tx)
-	})
+		if err := s.sealingAllowed(ctx, tx); err != nil {
+			return err
+		}
+		return s.answerSealedUnderRecorded(ctx, tx, byPrevious)
+	}
+	err := s.tx(ctx, create)
+	if errors.Is(err, errRotatedMeanwhile) { // sealed again, now under the new key
+		err = s.tx(ctx, create)
+	}
 	if !errors.Is(err, errReplay) {
 		return c, false, err
 	}

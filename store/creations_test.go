@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/payment"
@@ -149,4 +150,71 @@ func TestMerchantCreationAnswerSealedRotatedAndForgotten(t *testing.T) {
 	require.ErrorAs(t, err, &expired)
 	require.Equal(t, m.ID.String(), expired.MerchantID)
 	require.Equal(t, 1, count(t, alone, `SELECT count(*) FROM merchants`))
+}
+
+// Mid-rotation (the first step: some processes on the new key with the old as previous, some
+// still on the old key alone) a merchant creation's answer is sealed under the deployment's key,
+// so an API not yet restarted replays it too. A rotation that commits while a creation waits to
+// write its merchant retires that key without seeing the answer: the creation then seals it
+// again under the new key, which alone opens it once the old key is gone.
+func TestMerchantCreationAnswerMidRotation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := env.OwnDatabase(t)
+	oldKey, newKey := testkit.SecretKey, bytes.Repeat([]byte{5}, 32)
+	open := opener(t, url)
+	old := open(oldKey, nil)
+	require.NoError(t, old.CheckSecretKey(ctx))
+	both := open(newKey, oldKey)
+	create := func(st *store.Store, key string) store.MerchantCreated {
+		t.Helper()
+		c := store.MerchantCreated{APIKeyID: payment.NewID(), APIKey: payment.NewSecret("sk_"), WebhookSecret: payment.NewSecret("whsec_")}
+		got, replayed, err := st.CreateMerchantOnce(ctx, key, []byte("h"), payment.Merchant{ID: payment.NewID(), Name: key}, c)
+		require.NoError(t, err)
+		require.False(t, replayed)
+		return got
+	}
+	replay := func(st *store.Store, key string) store.MerchantCreated {
+		t.Helper()
+		got, replayed, err := st.CreateMerchantOnce(ctx, key, []byte("h"), payment.Merchant{ID: payment.NewID(), Name: key},
+			store.MerchantCreated{APIKeyID: payment.NewID(), APIKey: "sk_other", WebhookSecret: "whsec_other"})
+		require.NoError(t, err, key)
+		require.True(t, replayed, key)
+		return got
+	}
+	first := create(both, "made-on-the-new-key")
+	require.Equal(t, first, replay(old, "made-on-the-new-key"), "replayed by a process on the old key alone")
+	require.Equal(t, first, replay(both, "made-on-the-new-key"))
+
+	// A rotation takes the merchants' lock first; the creation, which read the deployment's key
+	// and sealed its answer, waits behind it to write its merchant.
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	holder, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, `LOCK TABLE merchants IN SHARE ROW EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	waiting := func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			return count(t, old, `SELECT count(*) FROM pg_locks WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())
+				AND relation = 'merchants'::regclass AND NOT granted`) == n
+		}, 10*time.Second, 10*time.Millisecond)
+	}
+	rotated := make(chan error, 1)
+	go func() { _, err := open(newKey, oldKey).RotateSecretKey(ctx); rotated <- err }()
+	waiting(1)
+	racing := make(chan store.MerchantCreated, 1)
+	go func() { racing <- create(both, "made-as-the-rotation-commits") }()
+	waiting(2)
+	require.NoError(t, holder.Rollback(ctx))
+	require.NoError(t, <-rotated)
+	raced := <-racing
+
+	alone := open(newKey, nil)
+	require.Equal(t, first, replay(alone, "made-on-the-new-key"), "re-sealed by the rotation")
+	require.Equal(t, raced, replay(alone, "made-as-the-rotation-commits"), "sealed under the new key")
+	require.Equal(t, 0, count(t, alone, `SELECT count(*) FROM merchants m JOIN merchant_creations c ON c.merchant_id = m.id
+		WHERE c.idempotency_key = 'made-as-the-rotation-commits' AND m.name <> c.idempotency_key`))
 }

@@ -67,6 +67,45 @@ func (s *Store) sealingAllowed(ctx context.Context, tx pgx.Tx) error {
 	return s.acceptKey(st.CheckValue, st.Retired)
 }
 
+// sealAnswer seals what a merchant creation answered, for its replays: any API may be asked
+// for one, and during a rotation's first step those not yet restarted hold only the key the
+// deployment recorded. So while that key is this process's previous one, the answer is sealed
+// with it (byPrevious), for every API to open, until kasa rotate-secret-key re-seals it.
+func (s *Store) sealAnswer(ctx context.Context, tx pgx.Tx, answer string) (sealed []byte, byPrevious bool, err error) {
+	if s.prevAEAD == nil {
+		return s.seal(answer), false, nil
+	}
+	st, err := s.q.WithTx(tx).SecretKeyState(ctx)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, err
+	}
+	if err != nil || !hmac.Equal(st.CheckValue, s.prevCheck) {
+		return s.seal(answer), false, nil
+	}
+	return sealWith(s.prevAEAD, answer), true, nil
+}
+
+// errRotatedMeanwhile: an answer was sealed with the previous key, and a rotation that committed
+// meanwhile retired it without re-sealing the answer, which it did not see yet.
+var errRotatedMeanwhile = errors.New("KASA_SECRET_KEY was rotated while a merchant was created")
+
+// answerSealedUnderRecorded is checked, like sealingAllowed, after the answer was written: one
+// sealed with the previous key is kept only while that key is still the deployment's, so that
+// the rotation that retires it is sure to see the answer and re-seal it.
+func (s *Store) answerSealedUnderRecorded(ctx context.Context, tx pgx.Tx, byPrevious bool) error {
+	if !byPrevious {
+		return nil
+	}
+	st, err := s.q.WithTx(tx).SecretKeyState(ctx)
+	if err != nil {
+		return err
+	}
+	if !hmac.Equal(st.CheckValue, s.prevCheck) {
+		return errRotatedMeanwhile
+	}
+	return nil
+}
+
 // RotateSecretKey is a master key rotation's last step: it re-seals every merchant's webhook
 // secrets, and the answers merchant creations keep for their replays, under this store's key,
 // opening them with it or the previous one, and records this key's check value, all in one

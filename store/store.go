@@ -115,10 +115,12 @@ func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return translate(err)
 }
 
-func (s *Store) seal(plain string) []byte {
-	nonce := make([]byte, s.aead.NonceSize())
+func (s *Store) seal(plain string) []byte { return sealWith(s.aead, plain) }
+
+func sealWith(aead cipher.AEAD, plain string) []byte {
+	nonce := make([]byte, aead.NonceSize())
 	_, _ = rand.Read(nonce)
-	return s.aead.Seal(nonce, nonce, []byte(plain), nil)
+	return aead.Seal(nonce, nonce, []byte(plain), nil)
 }
 
 // open opens what seal sealed, with this store's key or, during a rotation, the previous one.
