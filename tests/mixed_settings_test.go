@@ -65,3 +65,52 @@ func TestMerchantCreationKeysAnswerOnEveryAPIMidRotation(t *testing.T) {
 	require.Zero(t, code, "%s", out)
 	s.verify()
 }
+
+// KASA_WEBHOOK_ALLOW_PRIVATE set on the API and not yet on the relay (docs/deployment.md,
+// "Settings the processes share"): the API registers a private webhook URL, and the relay,
+// whose own setting refuses it, fails the delivery at once, naming the setting, without calling
+// it or trying again. Redelivered once the relay agrees, the event reaches the merchant once.
+func TestWebhookURLTheAPIAcceptsAndTheRelayRefuses(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{capability: "idempotent"})
+	s.start() // the API allows private webhook URLs, as the tests' endpoints are on 127.0.0.1
+	refusing, _, _ := s.startRelay("KASA_WEBHOOK_ALLOW_PRIVATE", "false")
+
+	hook := newSink(t)
+	r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"Private","webhook_url":%q}`, hook.URL))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	m := merchant{ID: r.json(t)["id"].(string), APIKey: r.json(t)["api_key"].(string)}
+	acct := s.account(m, "TRY", "10.00")
+	paid, err := s.pay(m, "private-hook", payBody("private-hook", "1.00", "TRY", acct))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, paid.Status, "%s", paid.Body)
+
+	delivery := func() map[string]any {
+		t.Helper()
+		list := s.mustCall("GET", s.apiURL()+"/admin/v1/merchants/"+m.ID+"/deliveries", adminToken, "")
+		require.Equal(t, http.StatusOK, list.Status, "%s", list.Body)
+		ds := list.json(t)["deliveries"].([]any)
+		require.LessOrEqual(t, len(ds), 1, "%s", list.Body)
+		if len(ds) == 0 { // not yet consumed from the broker
+			return map[string]any{}
+		}
+		return ds[0].(map[string]any)
+	}
+	require.Eventually(t, func() bool { return delivery()["status"] == "failed" }, 30*time.Second, 50*time.Millisecond,
+		"%v\n%s", delivery(), testkit.Tail(refusing.log, 20))
+	d := delivery()
+	require.Contains(t, d["last_error"], "KASA_WEBHOOK_ALLOW_PRIVATE", "%v", d)
+	require.EqualValues(t, 1, d["attempt_count"], "not retried: %v", d)
+	time.Sleep(time.Second)
+	require.Zero(t, hook.Count(), "nothing reached the endpoint")
+	require.EqualValues(t, 1, delivery()["attempt_count"])
+
+	refusing.stopCleanly(30 * time.Second)
+	s.startRelay()
+	re := s.mustCall("POST", s.apiURL()+"/admin/v1/deliveries/"+d["id"].(string)+"/redeliver", adminToken, "")
+	require.Less(t, re.Status, 300, "%s", re.Body)
+	require.Eventually(t, func() bool { return delivery()["status"] == "delivered" }, 30*time.Second, 50*time.Millisecond, "%v", delivery())
+	time.Sleep(time.Second)
+	require.Equal(t, 1, hook.Count(), "delivered once")
+	require.Equal(t, d["id"], hook.Requests()[0].EventID)
+}
