@@ -114,3 +114,31 @@ func TestWebhookURLTheAPIAcceptsAndTheRelayRefuses(t *testing.T) {
 	require.Equal(t, 1, hook.Count(), "delivered once")
 	require.Equal(t, d["id"], hook.Requests()[0].EventID)
 }
+
+// The charge budget is the workers' (docs/deployment.md, "Money settings"): an API configured
+// with a budget of ten minutes starts a payment that a worker with a budget of five seconds
+// runs. A bank that keeps refusing the charge parks it unknown once the worker's budget is
+// spent, its hold kept and no money moved at the bank.
+func TestTheWorkersChargeBudgetGovernsAPaymentTheAPIStarted(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{capability: "idempotent", syncWait: "300ms"})
+	s.startBanksim()
+	s.worker = startProc(t, s.dir, s.bin, "worker", s.env("KASA_PROVIDER_CHARGE_BUDGET", "5s"), "worker")
+	s.startAPI("KASA_PROVIDER_CHARGE_BUDGET", "10m")
+	m := s.merchant()
+	acct := s.account(m, "TRY", "100.00")
+
+	s.setFaults(`{"rules":[{"on":"charge","action":"error_429"}]}`)
+	start := time.Now()
+	r, err := s.pay(m, "budget", payBody("budget", "10.00", "TRY", acct))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	id := r.json(t)["id"].(string)
+	p := s.waitPayment(m, id, time.Now().Add(45*time.Second))
+	require.Equal(t, "unknown", p["status"], "%v", p)
+	require.Less(t, time.Since(start), 45*time.Second)
+	require.Zero(t, s.simCount(id), "the bank moved no money")
+	balance, reserved := s.balances(m, acct)
+	require.Equal(t, []string{"100.00", "10.00"}, []string{balance, reserved}, "the unknown payment keeps its hold")
+	s.verify()
+}
