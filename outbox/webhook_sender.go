@@ -110,7 +110,7 @@ func NewWebhookSender(o WebhookSenderOptions) *WebhookSender {
 }
 
 // Run sends due deliveries until ctx is cancelled, then waits for the attempts in flight (they
-// are cut short and rescheduled at once).
+// are cut short and made due again at once, uncounted).
 func (s *WebhookSender) Run(ctx context.Context) error {
 	s.o.Logger.Info("webhook sender running", "concurrency", s.o.Concurrency, "per_merchant", s.o.PerMerchant, "timeout", s.o.Timeout,
 		"allow_private", s.o.AllowPrivate)
@@ -184,8 +184,10 @@ func (s *WebhookSender) Send(ctx context.Context, d store.ClaimedDelivery) {
 		// would not change that. The delivery fails now, and an operator redelivers it once
 		// the URL or KASA_WEBHOOK_ALLOW_PRIVATE is fixed.
 		result, res.Error, res.RetryIn, res.RetryFor = "refused", truncate(refusedURL.Error(), 500), time.Second, 0
-	case ctx.Err() != nil:
-		result, res.Error = "aborted", "aborted: the sender is stopping"
+	case err != nil && ctx.Err() != nil:
+		// Our own stop cut the attempt, not the merchant: it does not count as one, and the
+		// delivery is due again at once for whichever sender runs next.
+		result, res.Error, res.Aborted = "aborted", "aborted: the sender is stopping", true
 	case err != nil:
 		result, res.Error, res.RetryIn = "error", truncate(err.Error(), 500), s.backoff(d.Step)
 		var ne net.Error

@@ -172,11 +172,15 @@ type AttemptResult struct {
 	StatusCode int    // 0: no HTTP answer
 	Error      string // empty on a 2xx
 	Delivered  bool
-	RetryIn    time.Duration // when failed: the delay before the next attempt
-	RetryFor   time.Duration // when failed: give up once the next attempt would fall after retry_since + RetryFor
+	// Aborted is an attempt kasa cut short itself (its sender stopping), not one the merchant
+	// failed: it is logged, and the delivery is due again at once as it was before its claim.
+	Aborted  bool
+	RetryIn  time.Duration // when failed: the delay before the next attempt
+	RetryFor time.Duration // when failed: give up once the next attempt would fall after retry_since + RetryFor
 }
 
-// RecordAttempt logs the attempt and moves the delivery: delivered, rescheduled or failed.
+// RecordAttempt logs the attempt and moves the delivery: delivered, rescheduled or failed, or
+// (Aborted) back to due as it was before the attempt's claim.
 // superseded is true when the attempt no longer owned the delivery (its lease ran out and
 // another attempt took it, or it was delivered meanwhile): only the log row is written then.
 // A 2xx is the exception: the merchant has the event, whoever holds the delivery now, unless
@@ -188,9 +192,12 @@ func (s *Store) RecordAttempt(ctx context.Context, r AttemptResult) (status Deli
 			return err
 		}
 		var row pgx.Row
-		if r.Delivered {
+		switch {
+		case r.Delivered:
 			row = tx.QueryRow(ctx, dbsqlc.MarkDelivered, r.DeliveryID, r.StatusCode, r.Attempt)
-		} else {
+		case r.Aborted:
+			row = tx.QueryRow(ctx, dbsqlc.AttemptAborted, r.DeliveryID, r.Attempt)
+		default:
 			row = tx.QueryRow(ctx, dbsqlc.AttemptFailed, r.DeliveryID, r.Attempt, r.RetryIn.Seconds(), r.RetryFor.Seconds(), r.StatusCode, r.Error)
 		}
 		err := row.Scan(&status, &attempts)

@@ -577,6 +577,86 @@ func TestLate2xxAfterTheTakeoverGaveUpIsDelivered(t *testing.T) {
 	require.Equal(t, store.DeliveryDelivered, d.Status, "superseded=%v status=%v: the merchant has the event", superseded, status)
 }
 
+// An attempt cut short by its own sender stopping (SIGTERM) is no attempt of the merchant's: it
+// is logged as aborted, and the delivery is due again at once with its attempt count and backoff
+// step as they were before its claim, whatever came before it; it never ends the retry window.
+func TestAbortedAttemptLeavesTheDeliveryAsItWas(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		before    func(t *testing.T, c store.ClaimedDelivery) // runs on the claim that is then cut short
+		failures  int                                         // failed attempts before that claim
+		retryFor  time.Duration                               // the sender's retry window
+		wantError string                                      // the delivery's last_error after the cut
+		wantStep  int                                         // the next claim's backoff step
+	}{
+		{name: "first attempt", retryFor: 72 * time.Hour, wantStep: 1},
+		{name: "after two failures", failures: 2, retryFor: 72 * time.Hour, wantError: "HTTP 500", wantStep: 3},
+		// The redelivery's schedule starts at the send after the cut one.
+		{name: "redelivered during it", failures: 1, retryFor: 72 * time.Hour, wantError: "HTTP 500", wantStep: 1,
+			before: func(t *testing.T, c store.ClaimedDelivery) {
+				_, err := db.Redeliver(context.Background(), c.ID)
+				require.NoError(t, err)
+			}},
+		{name: "past its retry window", failures: 1, retryFor: time.Millisecond, wantError: "HTTP 500", wantStep: 2,
+			before: func(*testing.T, store.ClaimedDelivery) { time.Sleep(20 * time.Millisecond) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+			settle(t, mID, aID, false)
+			accepted(t)
+			for i := range tc.failures {
+				got := claimFor(t, mID, 100, 10, time.Minute)
+				require.Len(t, got, 1)
+				require.Equal(t, i+1, got[0].Attempt)
+				status, _, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: got[0].Attempt, StartedAt: time.Now(),
+					StatusCode: 500, Error: "HTTP 500", RetryFor: time.Hour})
+				require.NoError(t, err)
+				require.Equal(t, store.DeliveryPending, status)
+			}
+			got := claimFor(t, mID, 100, 10, time.Minute)
+			require.Len(t, got, 1)
+			cut := got[0]
+			if tc.before != nil {
+				tc.before(t, cut)
+			}
+			before, err := db.Delivery(ctx, cut.ID)
+			require.NoError(t, err)
+
+			status, attempts, superseded, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: cut.ID, Attempt: cut.Attempt,
+				StartedAt: time.Now(), Duration: 3 * time.Second, Error: "aborted: the sender is stopping", Aborted: true, RetryFor: tc.retryFor})
+			require.NoError(t, err)
+			require.False(t, superseded)
+			require.Equal(t, store.DeliveryPending, status, "a stop of kasa's own never ends a delivery")
+			require.Equal(t, tc.failures, attempts, "the cut attempt is not counted")
+
+			d, err := db.Delivery(ctx, cut.ID)
+			require.NoError(t, err)
+			require.Equal(t, store.DeliveryPending, d.Status)
+			require.Equal(t, tc.failures, d.AttemptCount)
+			require.Nil(t, d.ClaimedUntil, "its lease is given back")
+			require.False(t, d.NextAttemptAt.After(time.Now()), "due again at once")
+			require.Equal(t, tc.wantError, d.LastError, "the merchant's last answer stays the delivery's")
+			require.Equal(t, before.RetrySince, d.RetrySince)
+			require.Len(t, d.Attempts, tc.failures+1, "the cut attempt is logged")
+			require.Contains(t, d.Attempts[len(d.Attempts)-1].Error, "aborted")
+
+			again := claimFor(t, mID, 100, 10, time.Minute)
+			require.Len(t, again, 1, "due again at once")
+			require.Equal(t, cut.ID, again[0].ID)
+			require.Equal(t, cut.Attempt, again[0].Attempt, "the next attempt takes the cut one's number")
+			require.Equal(t, tc.wantStep, again[0].Step, "and its backoff step")
+			_, _, _, err = db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: again[0].ID, Attempt: again[0].Attempt, StartedAt: time.Now(),
+				StatusCode: 204, Delivered: true})
+			require.NoError(t, err)
+			d, err = db.Delivery(ctx, cut.ID)
+			require.NoError(t, err)
+			require.Equal(t, store.DeliveryDelivered, d.Status)
+			require.Equal(t, tc.failures+1, d.AttemptCount)
+		})
+	}
+}
+
 func TestPurgeEventsInBatches(t *testing.T) {
 	ctx := context.Background()
 	mID, aID := webhookMerchant(t, "")

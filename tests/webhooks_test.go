@@ -552,15 +552,18 @@ type hungAttempt struct {
 }
 
 // startHungAttempt makes that stack, the payment's key named key, and returns once the attempt
-// hangs.
-func startHungAttempt(t *testing.T, key string) hungAttempt {
+// hangs. Later requests are answered by then when given (else 200).
+func startHungAttempt(t *testing.T, key string, then ...func(n int, w http.ResponseWriter)) hungAttempt {
 	t.Helper()
 	s := newCrashStack(t, crashConfig{capability: "idempotent"})
 	s.start()
 	relay, relayEnv, _ := s.startRelay()
-	hook := newHookAnswering(t, func(n int, _ http.ResponseWriter, r *http.Request) {
-		if n == 1 {
+	hook := newHookAnswering(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		switch {
+		case n == 1:
 			<-r.Context().Done()
+		case len(then) > 0:
+			then[0](n, w)
 		}
 	})
 	r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":%q,"webhook_url":%q}`, key, hook.URL))
@@ -605,6 +608,58 @@ func TestRelaySIGTERMMidAttemptHandsTheDeliveryOn(t *testing.T) {
 		d, err := s.st.Delivery(ctx, ds[0].ID)
 		return err == nil && d.Status == "delivered"
 	}, 10*time.Second, 20*time.Millisecond)
+	relay.stopCleanly(15 * time.Second)
+}
+
+// An attempt SIGTERM cut is kasa's stop, not the merchant's failure: it is logged as aborted,
+// but the delivery's attempt count and backoff step stay as they were. The merchant's 500 to the
+// next relay's send is its first failure (5-10 s to the next attempt, not the 10-20 s of a
+// second), and the delivery ends delivered after two attempts, numbered 1 and 2.
+func TestRelaySIGTERMMidAttemptIsNotCounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := startHungAttempt(t, "uncounted", func(n int, w http.ResponseWriter) {
+		if n == 2 {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	})
+	s, relay, relayEnv, hook, paymentID := h.s, h.relay, h.relayEnv, h.hook, h.paymentID
+
+	relay.stopCleanly(5 * time.Second)
+	ds, err := s.st.PaymentDeliveries(ctx, paymentID)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	d := ds[0]
+	require.Equal(t, "pending", string(d.Status))
+	require.Zero(t, d.AttemptCount, "the cut attempt is not counted")
+	require.Nil(t, d.ClaimedUntil)
+	require.False(t, d.NextAttemptAt.After(time.Now()), "due again at once")
+	require.Len(t, d.Attempts, 1)
+	require.Contains(t, d.Attempts[0].Error, "aborted")
+
+	relay = startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
+	require.Eventually(t, func() bool {
+		d, err := s.st.Delivery(ctx, ds[0].ID)
+		return err == nil && d.Status == "delivered"
+	}, 40*time.Second, 50*time.Millisecond, "sent again, refused once, then delivered\n%s", testkit.Tail(relay.log, 20))
+	reqs := hook.Requests()
+	require.Len(t, reqs, 3)
+	for _, r := range reqs[1:] {
+		require.Equal(t, reqs[0].EventID, r.EventID)
+		require.Equal(t, string(reqs[0].Body), string(r.Body))
+	}
+	wait := reqs[2].At.Sub(reqs[1].At)
+	require.True(t, wait >= 4*time.Second && wait <= 10500*time.Millisecond, "the first failure's backoff (5-10 s), got %s", wait)
+	d, err = s.st.Delivery(ctx, ds[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, 2, d.AttemptCount, "the merchant's two answers")
+	var numbers []int
+	for _, a := range d.Attempts {
+		numbers = append(numbers, a.Attempt)
+	}
+	require.Equal(t, []int{1, 1, 2}, numbers, "the aborted attempt, then the merchant's 500 and 2xx")
+	require.Contains(t, d.Attempts[0].Error, "aborted")
+	require.Equal(t, 500, d.Attempts[1].StatusCode)
 	relay.stopCleanly(15 * time.Second)
 }
 

@@ -37,6 +37,15 @@ UPDATE webhook_deliveries SET
   last_status_code = NULLIF($5, 0), last_error = NULLIF($6, ''), updated_at = now()
 WHERE id = $1 AND status = 'pending' AND attempts = $2 RETURNING status, attempts;
 
+-- name: AttemptAborted :one
+-- An attempt its own sender cut short (shutting down) is undone, not failed: the delivery is due
+-- again at once with the attempt count, and so the backoff step, it had before the claim, and its
+-- last answer kept. A redelivery asked for during it starts its window at the next send. The next
+-- claim takes the cut attempt's number (its fencing token): the cut attempt reports only this once.
+UPDATE webhook_deliveries SET attempts = attempts - 1, retry_base = least(retry_base, attempts - 1),
+  next_attempt_at = now(), claimed_until = NULL, updated_at = now()
+WHERE id = $1 AND status = 'pending' AND attempts = $2 RETURNING status, attempts;
+
 -- name: MerchantExists :one
 SELECT EXISTS (SELECT 1 FROM merchants WHERE id = $1);
 

@@ -12,6 +12,33 @@ import (
 	"github.com/google/uuid"
 )
 
+const AttemptAborted = `-- name: AttemptAborted :one
+UPDATE webhook_deliveries SET attempts = attempts - 1, retry_base = least(retry_base, attempts - 1),
+  next_attempt_at = now(), claimed_until = NULL, updated_at = now()
+WHERE id = $1 AND status = 'pending' AND attempts = $2 RETURNING status, attempts
+`
+
+type AttemptAbortedParams struct {
+	ID       uuid.UUID
+	Attempts int32
+}
+
+type AttemptAbortedRow struct {
+	Status   string
+	Attempts int32
+}
+
+// An attempt its own sender cut short (shutting down) is undone, not failed: the delivery is due
+// again at once with the attempt count, and so the backoff step, it had before the claim, and its
+// last answer kept. A redelivery asked for during it starts its window at the next send. The next
+// claim takes the cut attempt's number (its fencing token): the cut attempt reports only this once.
+func (q *Queries) AttemptAborted(ctx context.Context, arg AttemptAbortedParams) (AttemptAbortedRow, error) {
+	row := q.db.QueryRow(ctx, AttemptAborted, arg.ID, arg.Attempts)
+	var i AttemptAbortedRow
+	err := row.Scan(&i.Status, &i.Attempts)
+	return i, err
+}
+
 const AttemptFailed = `-- name: AttemptFailed :one
 UPDATE webhook_deliveries SET
   status = CASE WHEN retry_base < $2
