@@ -36,6 +36,10 @@ type sizeError struct{ limit string }
 func (e sizeError) Error() string        { return "request body exceeds " + e.limit }
 func (e sizeError) Is(target error) bool { return target == errBodyTooLarge }
 
+// statusClientClosedRequest is what a request its client closed before the answer is recorded
+// as (access metrics, admin audit), as nginx logs it: not an error of the server's.
+const statusClientClosedRequest = 499
+
 var errNoReconciler = errors.New("settlement import is not configured on this server")
 
 // errImportStopped: the server began shutting down during an import (a 503, as for a dependency
@@ -126,9 +130,17 @@ func (s *Server) settlements(c *gin.Context) {
 	defer stop()
 	report, err := s.Reconciler.Import(ctx, bytes.NewReader(body), opts)
 	if err != nil {
-		if errors.Is(context.Cause(ctx), errImportStopped) {
+		switch {
+		case errors.Is(context.Cause(ctx), errImportStopped):
 			s.log.Warn("settlement import stopped: the server is shutting down", "request_id", requestID(c), "error", err)
 			err = errImportStopped
+		case c.Request.Context().Err() != nil:
+			// The client closed its request, and the import stopped as on a shutdown (what it
+			// settled stays settled, no run recorded): no error of kasa's, and no one to answer.
+			s.log.Warn("settlement import stopped: the client left; what it settled stays settled, import the file again",
+				"request_id", requestID(c), "error", err)
+			c.AbortWithStatus(statusClientClosedRequest)
+			return
 		}
 		s.writeError(c, err)
 		return

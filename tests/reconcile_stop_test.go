@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/reconcile"
+	"github.com/kasa-pay/kasa/tools/kasaapi"
 )
 
 // An import stopped half-way (its settlements wait for a worker that is gone) changes nothing it
@@ -160,4 +164,145 @@ func TestReconcileStoppedMidImport(t *testing.T) {
 	require.Equal(t, reconcile.Counts{Matched: 2}, report().Counts, "once more: nothing moves")
 	balance, reserved = s.balances(m, acct)
 	require.Equal(t, []string{"80.00", "0.00"}, []string{balance, reserved})
+}
+
+// An admin client that leaves during an import of a large file (its connection closed, a timeout
+// of its own) stops the import there, as a shutdown does: the settlements it made stay made, no
+// further one is sent, no run is recorded, and the API logs that the client left, not a 500.
+// The same file imported again settles the rest; every payment is settled and posted once.
+func TestAdminImportStopsWhenTheClientLeaves(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newCrashStack(t, crashConfig{capability: "none", syncWait: "300ms"})
+	s.startBanksim()
+	s.startWorker()
+	s.startAPI()
+	// Two merchants: the first one's payments settle at once, the second one's wait on their rows
+	// (locked below) while the client gives up.
+	type side struct {
+		m    merchant
+		acct string
+		ids  []string
+	}
+	sides := []*side{{}, {}}
+	const settledFirst, waiting = 4, 16 // more waiting than the import sends at once (8)
+	for i, sd := range sides {
+		sd.m = s.merchant()
+		sd.acct = s.account(sd.m, "TRY", "100.00")
+		n := settledFirst
+		if i == 1 {
+			n = waiting
+		}
+		s.setFaults(fmt.Sprintf(`{"rules":[{"on":"charge","action":"drop_response","count":%d}]}`, n))
+		for j := range n {
+			key := fmt.Sprintf("left-%d-%d", i, j)
+			r, err := s.pay(sd.m, key, payBody(key, "1.00", "TRY", sd.acct))
+			require.NoError(t, err)
+			sd.ids = append(sd.ids, r.json(t)["id"].(string))
+		}
+		for _, id := range sd.ids {
+			require.Equal(t, "unknown", s.waitPayment(sd.m, id, time.Now().Add(20*time.Second))["status"])
+		}
+	}
+	all := append(append([]string{}, sides[0].ids...), sides[1].ids...)
+
+	// The bank's file for today, its lines in the order above: the first merchant's first.
+	csv := s.mustCall("GET", s.simURL()+"/v1/settlements/"+time.Now().UTC().Format(time.DateOnly)+".csv", "", "")
+	require.Equal(t, 200, csv.Status)
+	rows := strings.Split(strings.TrimSpace(string(csv.Body)), "\n")
+	byRef := map[string]string{}
+	var rest []string
+	for _, row := range rows[1:] {
+		if f := strings.Split(row, ","); len(f) >= 3 && slices.Contains(all, f[2]) {
+			byRef[f[2]] = row
+			continue
+		}
+		rest = append(rest, row)
+	}
+	require.Len(t, byRef, len(all), "%s", csv.Body)
+	file := []string{rows[0]}
+	for _, id := range all {
+		file = append(file, byRef[id])
+	}
+	file = append(file, rest...)
+	body := strings.Join(file, "\n") + "\n"
+
+	c, err := pgx.Connect(ctx, s.dbURL)
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	lock, err := c.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(ctx) }()
+	_, err = lock.Exec(ctx, `SELECT 1 FROM payments WHERE id = ANY($1::uuid[]) FOR UPDATE`, sides[1].ids)
+	require.NoError(t, err)
+	status := func(ids []string, want string) int {
+		t.Helper()
+		n := 0
+		for _, id := range ids {
+			p, err := s.st.Payment(ctx, mustUUID(t, id))
+			require.NoError(t, err)
+			if string(p.Status) == want {
+				n++
+			}
+		}
+		return n
+	}
+
+	cctx, leave := context.WithCancel(ctx)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := kasaapi.Do(cctx, testClient, "POST", s.apiURL()+"/admin/v1/settlements", adminToken, []byte(body), "Content-Type", "text/csv")
+		answered <- err
+	}()
+	require.Eventually(t, func() bool { return status(sides[0].ids, "succeeded") == settledFirst }, 30*time.Second, 20*time.Millisecond,
+		"the first merchant's lines are settled")
+	time.Sleep(500 * time.Millisecond) // the second merchant's first lines are sent and wait
+	leave()
+	require.ErrorIs(t, <-answered, context.Canceled)
+	time.Sleep(time.Second) // the import's end is logged
+	require.NoError(t, lock.Rollback(ctx))
+
+	// What the import sent before the client left may still land (its workflows were given the
+	// settlements); what it never sent does not.
+	require.Eventually(t, func() bool {
+		return status(sides[1].ids, "succeeded")+status(sides[1].ids, "unknown") == waiting
+	}, 30*time.Second, 50*time.Millisecond)
+	time.Sleep(time.Second)
+	require.GreaterOrEqual(t, status(sides[1].ids, "unknown"), waiting-8, "the import stopped mid-file: the lines after its first 8 were never sent")
+	totals, err := s.st.ReconcileTotals(ctx)
+	require.NoError(t, err)
+	require.Zero(t, totals.Runs, "a stopped import records no run")
+	log, err := os.ReadFile(s.api.log)
+	require.NoError(t, err)
+	log = log[s.api.from:]
+	require.Contains(t, string(log), "settlement import stopped: the client left")
+	require.NotContains(t, string(log), `msg="request failed"`, "not a 500")
+	require.NotContains(t, string(log), "dependency unavailable")
+	var audited int
+	require.NoError(t, c.QueryRow(ctx, `SELECT status FROM admin_audit WHERE route = '/admin/v1/settlements' ORDER BY id DESC LIMIT 1`).Scan(&audited))
+	require.Equal(t, 499, audited, "audited as the client closing its request")
+
+	// The same file again (once more if a settlement of the stopped import was still landing).
+	var rep reconcile.Report
+	require.Eventually(t, func() bool {
+		r := s.mustCall("POST", s.apiURL()+"/admin/v1/settlements", adminToken, body, "Content-Type", "text/csv")
+		require.Equal(t, 200, r.Status, "%s", r.Body)
+		rep = reconcile.Report{}
+		require.NoError(t, json.Unmarshal(r.Body, &rep))
+		return rep.Counts.Pending == 0
+	}, 60*time.Second, 500*time.Millisecond)
+	require.True(t, rep.OK(), "%+v", rep)
+	require.Equal(t, len(all), rep.Counts.Matched+rep.Counts.ResolvedCharged)
+	for _, sd := range sides {
+		for _, id := range sd.ids {
+			require.Equal(t, "succeeded", s.payment(sd.m, id)["status"])
+			require.Equal(t, 1, s.simCount(id), "charged once at the bank")
+			var n int
+			require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM ledger_postings WHERE kind = 'payment' AND reference = $1`, id).Scan(&n))
+			require.Equal(t, 1, n, "posted once: %s", id)
+		}
+		balance, reserved := s.balances(sd.m, sd.acct)
+		require.Equal(t, []string{fmt.Sprintf("%d.00", 100-len(sd.ids)), "0.00"}, []string{balance, reserved})
+	}
+	s.verify()
 }
