@@ -1,0 +1,99 @@
+package tests
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/workflows"
+)
+
+// operatorCLI runs the temporal CLI as an operator types it, giving up after 20 s rather than
+// waiting for a worker that never comes.
+func operatorCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	return temporalCLI(t, append(args, "--command-timeout", "20s")...)
+}
+
+// settleByHand sends the settle update with the CLI as reconciliation.md (section 3) says, again
+// while the run answers that it knows no such update: its first workflow task, which registers
+// the handlers, has not run yet.
+func settleByHand(t *testing.T, wfID, settlement string) (string, error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := operatorCLI(t, "workflow", "update", "execute", "--workflow-id", wfID, "--name", "settle", "--input", settlement)
+		if err == nil || !strings.Contains(out, "unknown update settle") || time.Now().After(deadline) {
+			return out, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// A payment whose workflow was terminated by mistake before the workflows moved to another task
+// queue (deployment.md, "Settings the processes share"): the operator moved them as the docs
+// say, and stopped the old queue's worker once no run was left there. The reset of
+// operations.md ("Stuck payments", step 4) runs the payment again where its first run ran, on
+// the old queue: the docs must say how to get it run, and that must work.
+func TestOperatorResetsAPaymentLeftOnAQueueTheWorkersLeft(t *testing.T) {
+	t.Parallel()
+	s := newCrashStack(t, crashConfig{capability: string(workflows.CapabilityNone)})
+	s.start()
+	m := s.merchant()
+	acct := s.account(m, "TRY", "100.00")
+	s.setFaults(`{"rules":[{"on":"charge","action":"drop_response","count":1}]}`)
+	r, err := s.pay(m, "moved-unknown", payBody("inv-moved-unknown", "40.00", "TRY", acct))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	id := r.json(t)["id"].(string)
+	require.Equal(t, "unknown", s.waitPayment(m, id, time.Now().Add(30*time.Second))["status"])
+	wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "moved-unknown")
+	require.Eventually(t, func() bool { return lastWorkflowTask(t, wfID) != 0 }, 10*time.Second, 50*time.Millisecond)
+	out, err := operatorCLI(t, "workflow", "terminate", "--workflow-id", wfID, "--reason", "by mistake")
+	require.NoError(t, err, out)
+
+	// The move: workers on the new queue, then the APIs, then the old queue's worker goes once
+	// the Web UI's query lists no run left there.
+	old := s.queue
+	s.queue = "moved-" + uuid.NewString()
+	startProc(t, s.dir, s.bin, "worker-moved", s.env(), "worker")
+	s.api.terminate()
+	s.startAPI()
+	out, err = operatorCLI(t, "workflow", "list", "--query", `TaskQueue="`+old+`" AND ExecutionStatus="Running"`)
+	require.NoError(t, err, out)
+	require.NotContains(t, out, wfID, "no run is left on the old queue")
+	s.worker.stopCleanly(30 * time.Second)
+
+	// Stuck payments, step 4.
+	out, err = operatorCLI(t, "workflow", "reset", "-w", wfID, "--type", "LastWorkflowTask", "--reason", "terminated by mistake")
+	require.NoError(t, err, out)
+	// The new run is on its first run's queue, which the workers left: a worker goes there
+	// until the run closes.
+	out, err = operatorCLI(t, "workflow", "describe", "-w", wfID)
+	require.NoError(t, err, out)
+	require.Regexp(t, `TaskQueue\s+`+old, out, "describe names the run's task queue")
+	oldWorker := startProc(t, s.dir, s.bin, "worker-old", s.env("KASA_TEMPORAL_TASK_QUEUE", old), "worker")
+
+	// The run waits for its settlement as before, the hold kept; the bank's word settles it
+	// (reconciliation.md, section 3).
+	settle := `{"outcome":"charged","operation_id":"` + id + `","note":"bank ticket"}`
+	out, err = settleByHand(t, wfID, settle)
+	require.NoError(t, err, "the reset run takes its settlement:\n%s", out)
+	require.Contains(t, out, "succeeded")
+	got, err := s.st.Payment(t.Context(), mustUUID(t, id))
+	require.NoError(t, err)
+	require.Equal(t, payment.StatusSucceeded, got.Status)
+	balance, held := s.balances(m, acct)
+	require.Equal(t, []string{"60.00", "0.00"}, []string{balance, held})
+	require.Equal(t, 1, s.simCount(id), "the bank charged once")
+	s.verify()
+	out, err = operatorCLI(t, "workflow", "list", "--query", `TaskQueue="`+old+`" AND ExecutionStatus="Running"`)
+	require.NoError(t, err, out)
+	require.NotContains(t, out, wfID, "the run closed: the old queue's worker may go")
+	oldWorker.stopCleanly(30 * time.Second)
+}
