@@ -2,6 +2,7 @@ package tests
 
 import (
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -96,4 +97,74 @@ func TestOperatorResetsAPaymentLeftOnAQueueTheWorkersLeft(t *testing.T) {
 	require.NoError(t, err, out)
 	require.NotContains(t, out, wfID, "the run closed: the old queue's worker may go")
 	oldWorker.stopCleanly(30 * time.Second)
+}
+
+// stuckPaymentsSQL is step 1 of operations.md's "Stuck payments", as an operator pastes it.
+const stuckPaymentsSQL = `SELECT id, merchant_id, idempotency_key, status, stuck_since, stuck_reason FROM payments
+   WHERE stuck_since IS NOT NULL UNION SELECT p.id, p.merchant_id, p.idempotency_key, p.status,
+   p.stuck_since, p.stuck_reason FROM idempotency_records r JOIN payments p ON p.id = r.operation_id
+   WHERE r.status <> 'completed' AND r.scope = 'payment' AND p.status = 'processing'
+   AND p.created_at < now() - interval '1 hour';`
+
+// psql runs a query with psql on the package's database, one row a line, columns split by |.
+func psql(t *testing.T, query string) string {
+	t.Helper()
+	out, err := exec.Command("psql", env.DatabaseURL, "-At", "-c", query).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return string(out)
+}
+
+// The stuck-payment runbook (operations.md, "Stuck payments" and "A settlement that contradicts
+// the bank") with the commands it shows: a not_charged settlement meets the bank's charge; the
+// operator finds the payment in the UI's list and with the SQL, reads why, and, the bank's
+// record holding the charge, signals retry: with inquiry the retry asks the bank again and books
+// the charge once.
+func TestOperatorRetriesAPaymentASettlementHeldAgainstTheBank(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityInquiry)
+	m := s.newMerchant()
+	acct := s.newAccount(m, "TRY", "100.00")
+	s.setFaults(`{"rules":[{"on":"charge","action":"drop_response","count":1},{"on":"inquiry","action":"error_503"}]}`)
+	r := s.pay(m, "held", payBody("inv-held", "40.00", "TRY", acct))
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	id := r.json(t)["id"].(string)
+	require.Eventually(t, func() bool { return paymentByKey(t, m, "held").Status == payment.StatusUnknown },
+		60*time.Second, 20*time.Millisecond)
+	s.setFaults(`{"rules":[]}`) // the bank answers again
+	wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "held")
+
+	out, err := settleByHand(t, wfID, `{"outcome":"not_charged","operation_id":"`+id+`","note":"not in the file"}`)
+	require.Error(t, err, "the bank's charge is not overruled: %s", out)
+	require.Contains(t, out, "contradicts the bank")
+
+	// 1. Find it.
+	list := `PaymentStatus="stuck" AND ExecutionStatus="Running" AND MerchantId="` + m.ID + `"`
+	require.Eventually(t, func() bool {
+		out, err := operatorCLI(t, "workflow", "list", "--query", list)
+		return err == nil && strings.Contains(out, wfID)
+	}, 20*time.Second, 200*time.Millisecond, "the UI's list shows it")
+	rows := psql(t, stuckPaymentsSQL)
+	require.Contains(t, rows, id, "the runbook's SQL finds it")
+	// 2. Read why.
+	row := rows[strings.Index(rows, id):]
+	row = row[:strings.IndexByte(row, '\n')]
+	require.Contains(t, row, "|unknown|")
+	require.Contains(t, row, "contradicts the bank")
+	require.Equal(t, "40.00", s.account(m, acct)["reserved"], "the hold is kept")
+
+	// 4. The bank confirms the charge stands: retry.
+	out, err = operatorCLI(t, "workflow", "signal", "--workflow-id", wfID, "--name", "retry")
+	require.NoError(t, err, out)
+	require.Eventually(t, func() bool { return paymentByKey(t, m, "held").Status == payment.StatusSucceeded },
+		30*time.Second, 50*time.Millisecond, "the retry asks the bank and books its charge")
+	a := s.account(m, acct)
+	require.Equal(t, []any{"60.00", "0.00"}, []any{a["balance"], a["reserved"]})
+	require.Equal(t, 1, s.simCount(id), "the bank charged once")
+	require.Equal(t, 1, postingsOf(t, "payment", id), "posted once")
+	require.NotContains(t, psql(t, stuckPaymentsSQL), id, "no longer stuck")
+	require.Eventually(t, func() bool {
+		out, err := operatorCLI(t, "workflow", "list", "--query", list)
+		return err == nil && !strings.Contains(out, wfID)
+	}, 20*time.Second, 200*time.Millisecond, "the UI's list no longer shows it")
+	requireVerified(t)
 }
