@@ -168,3 +168,46 @@ func TestOperatorRetriesAPaymentASettlementHeldAgainstTheBank(t *testing.T) {
 	}, 20*time.Second, 200*time.Millisecond, "the UI's list no longer shows it")
 	requireVerified(t)
 }
+
+// overdueSQL is step 1 of operations.md's "Overdue authorizations", as an operator pastes it.
+const overdueSQL = `SELECT p.id, p.merchant_id, p.idempotency_key, p.status, a.capture_before
+   FROM open_authorizations a JOIN payments p ON p.id = a.payment_id
+   WHERE a.capture_before < now() - interval '1 minute';`
+
+// The overdue-authorization runbook (operations.md, "Overdue authorizations", step 3) with the
+// commands it shows: the void at capture_before got no answer from a bank without inquiry, so
+// the payment is unknown with its hold; the operator finds it with the SQL and, the bank having
+// confirmed nothing was captured, settles it not_charged with the CLI: canceled, the hold
+// released, nothing captured at the bank.
+func TestOperatorSettlesAnOverdueAuthorizationWhoseVoidWasLost(t *testing.T) {
+	t.Parallel()
+	s := newStackWith(t, stackOptions{capability: workflows.CapabilityNone, temporal: tc, captureWindow: 3 * time.Second})
+	m := s.newMerchant()
+	s.setFaults(`{"rules":[{"on":"void","action":"drop_response","count":1}]}`)
+	id, payer, _ := s.authorize(m, "overdue", "30.00", "100.00")
+	require.Eventually(t, func() bool { return paymentByKey(t, m, "overdue").Status == payment.StatusUnknown },
+		30*time.Second, 100*time.Millisecond, "the void at capture_before got no answer")
+
+	// 1. Find them (a minute after capture_before).
+	require.Eventually(t, func() bool { return strings.Contains(psql(t, overdueSQL), id) },
+		90*time.Second, time.Second, "the runbook's SQL lists it")
+	rows := psql(t, overdueSQL)
+	row := rows[strings.Index(rows, id):]
+	require.Contains(t, row[:strings.IndexByte(row, '\n')], "|overdue|unknown|")
+	st, err := db.Stats(t.Context())
+	require.NoError(t, err)
+	require.Positive(t, st.OverdueAuthorizations, "kasa_authorizations_overdue counts it")
+	require.Equal(t, int64(3000), reserved(t, payer), "the hold is kept")
+
+	// 3. unknown: the bank confirms nothing was captured.
+	wfID := workflows.PaymentWorkflowID(mustUUID(t, m.ID), "overdue")
+	out, err := settleByHand(t, wfID, `{"outcome":"not_charged","operation_id":"`+id+`"}`)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "canceled")
+	require.Equal(t, payment.StatusCanceled, paymentByKey(t, m, "overdue").Status)
+	a := s.account(m, payer)
+	require.Equal(t, []any{"100.00", "0.00"}, []any{a["balance"], a["reserved"]})
+	require.Zero(t, s.held(id).CapturedMinor, "nothing was captured at the bank")
+	require.NotContains(t, psql(t, overdueSQL), id, "no longer overdue")
+	requireVerified(t)
+}
