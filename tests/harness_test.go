@@ -126,6 +126,9 @@ type stackOptions struct {
 	// apis is how many API instances serve the stack (default 1): the first is stack.api.
 	apis     int
 	syncWait time.Duration // api.Options.SyncWait (default 15s)
+	// chargeBudget and chargeTimeout are the workers' (default 10s and the workflows' default);
+	// settleTimeout is the API's settlement imports' wait for each settlement (default 30s).
+	chargeBudget, chargeTimeout, settleTimeout time.Duration
 }
 
 // awaitCounter counts the API's calls for a workflow's result, and plays its command faults.
@@ -204,7 +207,8 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 	}
 	// The worker, which talks to the bank, holds the charge policy; the API names none.
 	w := worker.New(tc, queue, &activities.Activities{Store: steps, Provider: provider.New(simSrv.URL, 5*time.Second),
-		Policy: workflows.ChargePolicy{Capability: capability, Budget: 10 * time.Second, BookingWindow: o.bookingWindow}}, nil)
+		Policy: workflows.ChargePolicy{Capability: capability, Budget: cmp.Or(o.chargeBudget, 10*time.Second), Timeout: o.chargeTimeout,
+			BookingWindow: o.bookingWindow}}, nil)
 	require.NoError(t, w.Start())
 	t.Cleanup(func() { // after the APIs' (cleanups run last first)
 		w.Stop()
@@ -225,7 +229,7 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 			Retention:     o.retention,
 			CaptureWindow: o.captureWindow, AdminTokenPrevious: o.adminPrevious, Backlog: o.backlog,
 			Logger:     slog.New(slog.DiscardHandler),
-			Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: 30 * time.Second, BookingWindow: bookingWindow, Runs: db, Source: "api"},
+			Reconciler: &reconcile.Reconciler{Store: db, Settler: workflows.Starter{Client: tc, TaskQueue: queue}, SettleTimeout: cmp.Or(o.settleTimeout, 30*time.Second), BookingWindow: bookingWindow, Runs: db, Source: "api"},
 		})
 		apiSrv := httptest.NewServer(srv.Handler())
 		follow, stopFollow := context.WithCancel(context.Background())

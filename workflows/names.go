@@ -310,8 +310,10 @@ type Step struct {
 // terminate by mistake) is taken on by the reset run, which waits for the capture or voids it
 // (or, its authorization's answer lost, waits for its settlement again);
 // with inquiry, a settlement that arrives between two inquiries is applied only after an inquiry
-// asked at once, whose answer it must not contradict.
-const CurrentRevision = 11
+// asked at once, whose answer it must not contradict. Revision 12: an unknown operation's inquiry
+// (which a settlement waits for) gives up after the charge timeout, not the charge budget, so that
+// at a bank that does not answer it a settlement import's wait sees the settlement applied.
+const CurrentRevision = 12
 
 // ChargePolicy is the configured part of PaymentInput: how charges are sent.
 type ChargePolicy struct {

@@ -460,7 +460,7 @@ func (w *opRun) awaitBooking(ctx workflow.Context, sentAt time.Time) (ChargeResu
 	wait := inquiryDelay
 	for {
 		_ = workflow.Sleep(ctx, wait)
-		res, err := w.inquire(ctx)
+		res, err := w.inquire(ctx, w.in.ChargeBudget)
 		if !hasType(err, ErrTypeNotFound) || w.in.Revision < 1 || !workflow.Now(ctx).Before(deadline) {
 			return res, err
 		}
@@ -476,12 +476,25 @@ func (w *opRun) bookingWindow() time.Duration {
 	return w.in.BookingWindow
 }
 
-func (w *opRun) inquire(ctx workflow.Context) (ChargeResult, error) {
-	// An inquiry changes nothing at the provider: retried like an idempotent charge.
-	o := PaymentInput{Capability: CapabilityIdempotent, ChargeBudget: w.in.ChargeBudget, ChargeTimeout: w.in.ChargeTimeout}
+func (w *opRun) inquire(ctx workflow.Context, budget time.Duration) (ChargeResult, error) {
+	// An inquiry changes nothing at the provider: retried like an idempotent charge, for budget.
+	o := PaymentInput{Capability: CapabilityIdempotent, ChargeBudget: budget, ChargeTimeout: w.in.ChargeTimeout}
 	var res ChargeResult
 	err := w.execProvider(ctx, o, w.op.inquire, w.in.OperationID).Get(ctx, &res)
 	return res, err
+}
+
+// parkedInquiryBudget is how long an inquiry of the parked wait is retried. A settlement that
+// arrives waits for one (the one under way, or one asked at once, Revision 11), and an import
+// waits a minute for it (reconcile.DefaultSettleTimeout). From Revision 12 the inquiry gives up
+// after one attempt's timeout (the charge timeout, 30 s), not the charge budget (2 min), so that
+// at a bank that does not answer the import sees its settlement applied. The first attempt keeps
+// its whole timeout: a bank that answers within the provider client's, which is shorter, is heard.
+func (w *opRun) parkedInquiryBudget() time.Duration {
+	if w.in.Revision < 12 {
+		return w.in.ChargeBudget
+	}
+	return min(cmp.Or(w.in.ChargeBudget, DefaultChargeBudget), cmp.Or(w.in.ChargeTimeout, DefaultChargeTimeout))
 }
 
 // parkUnknown keeps the reservation and waits for a settlement (signal or update) and, with
@@ -582,7 +595,7 @@ func (w *opRun) waitSettlement(ctx workflow.Context, wait time.Duration) (Paymen
 			}
 			return w.fail(ctx, payment.FailureDeclined)
 		}
-		res, err := w.inquire(ctx)
+		res, err := w.inquire(ctx, w.parkedInquiryBudget())
 		asked = w.pending
 		voided = w.in.Step.Phase == PhaseVoid && err == nil && res.Succeeded
 		// An authorization the bank still does not hold once its booking window has passed was

@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -986,6 +987,46 @@ func TestPaymentWorkflowProviderCallTimeouts(t *testing.T) {
 			require.Len(t, infos, 1)
 			require.Equal(t, tc.want, infos[0].ScheduleToCloseTimeout)
 			require.Equal(t, 30*time.Second, infos[0].StartToCloseTimeout)
+		})
+	}
+}
+
+// An unknown payment's inquiry, which a settlement waits for, is retried for the charge budget
+// until Revision 12, and from it for one attempt's timeout (the charge timeout), no longer than
+// the budget: inside the minute a settlement import waits for each settlement.
+func TestParkedInquiryTimeouts(t *testing.T) {
+	cases := []struct {
+		revision        int
+		budget, timeout time.Duration
+		want            time.Duration // ScheduleToCloseTimeout
+	}{
+		{revision: 11, want: workflows.DefaultChargeBudget},
+		{revision: 11, budget: 45 * time.Second, timeout: 20 * time.Second, want: 45 * time.Second},
+		{revision: 12, want: workflows.DefaultChargeTimeout},
+		{revision: 12, budget: 45 * time.Second, timeout: 20 * time.Second, want: 20 * time.Second},
+		{revision: 12, budget: 10 * time.Second, want: 10 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("revision %d budget %v timeout %v", tc.revision, tc.budget, tc.timeout), func(t *testing.T) {
+			h := newHarness(t)
+			var mu sync.Mutex
+			var infos []activity.Info
+			h.on(workflows.ActivityInquire).Return(func(ctx context.Context, _ uuid.UUID) (workflows.ChargeResult, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				infos = append(infos, activity.GetInfo(ctx))
+				return charged("ch_x"), nil
+			})
+			in := paymentInput(workflows.CapabilityInquiry)
+			in.Revision, in.Parked, in.InquiryWait = tc.revision, true, 2*time.Second
+			in.ChargeBudget, in.ChargeTimeout = tc.budget, tc.timeout
+			require.Equal(t, workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_x"}, h.run(in))
+
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, infos, 1)
+			require.Equal(t, tc.want, infos[0].ScheduleToCloseTimeout)
+			require.Equal(t, min(cmp.Or(tc.timeout, workflows.DefaultChargeTimeout), tc.want), infos[0].StartToCloseTimeout)
 		})
 	}
 }

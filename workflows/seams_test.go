@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/kasa-pay/kasa/payment"
+	"github.com/kasa-pay/kasa/reconcile"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -299,13 +300,15 @@ func TestConflictDetailsEndWithTheRetry(t *testing.T) {
 // A settlement that arrives between two inquiries is checked against the bank before it is
 // applied (Revision 11), as one that meets an inquiry is: a not_charged one whose inquiry finds
 // the charge keeps the hold for an operator, never releasing money the bank took. A run of
-// Revision 10 applied it at once.
+// Revision 10 applied it at once; Revision 12, whose inquiry gives up sooner at a bank that does
+// not answer, keeps the rule at one that does.
 func TestSettlementBetweenInquiriesAsksTheBankFirstFromRevision11(t *testing.T) {
 	for _, tc := range []struct {
 		revision int
 		want     string
 		releases int
 	}{
+		{12, statusSucceeded, 0},
 		{11, statusSucceeded, 0},
 		{10, statusFailed, 1},
 	} {
@@ -343,6 +346,75 @@ func TestSettlementBetweenInquiriesAsksTheBankFirstFromRevision11(t *testing.T) 
 					"the bank asked as the settlement arrived")
 				require.NotEmpty(t, reasons)
 				require.Contains(t, reasons[0], "contradicts the bank")
+			}
+		})
+	}
+}
+
+// A settlement reaching an unknown operation whose bank answers no inquiry (it times out, or
+// fails) waits for an inquiry that gives up: asked at once when the settlement arrives between
+// two inquiries, or the one already under way. Until Revision 12 that inquiry was retried for the
+// whole charge budget (2 min), longer than an import waits for a settlement (1 min), so the import
+// reported it settling and only the next one found it settled. From Revision 12 it gives up within
+// one attempt's timeout (30 s), and the settlement is applied as the same import waits. Refunds
+// share the rule.
+func TestSettlementWaitsForAnUnansweredInquiryWithinTheImportsWait(t *testing.T) {
+	type arrival struct {
+		name        string
+		inquiryWait time.Duration // the parked run's first inquiry
+		at          time.Duration // when the settlement arrives
+	}
+	between := arrival{"between two inquiries", time.Hour, 10 * time.Minute}
+	during := arrival{"during an inquiry", 2 * time.Second, 12 * time.Second}
+	for _, tc := range []struct {
+		revision int
+		refund   bool
+		arrival  arrival
+		late     bool // applied only after the import stopped waiting
+	}{
+		{11, false, between, true},
+		{11, false, during, true},
+		{11, true, between, true},
+		{12, false, between, false},
+		{12, false, during, false},
+		{12, true, between, false},
+		{12, true, during, false},
+	} {
+		noun := "payment"
+		if tc.refund {
+			noun = "refund"
+		}
+		t.Run(fmt.Sprintf("revision %d %s %s", tc.revision, noun, tc.arrival.name), func(t *testing.T) {
+			h := newHarness(t)
+			answers := map[string]string{}
+			h.updateAt(tc.arrival.at, "file", workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_file"}, answers)
+			inquire, post := workflows.ActivityInquire, workflows.ActivityFinalize
+			if tc.refund {
+				inquire, post = workflows.ActivityInquireRefund, workflows.ActivityPostRefund
+				h.on(inquire).Return(workflows.RefundSendResult{}, ambiguous())
+				in := refundInput(workflows.CapabilityInquiry)
+				in.Revision, in.Parked, in.InquiryWait = tc.revision, true, tc.arrival.inquiryWait
+				require.Equal(t, workflows.RefundWorkflowResult{Status: statusSucceeded, ProviderReference: "ch_file"}, h.runRefund(in))
+				require.Zero(t, h.calls(workflows.ActivityReleaseRefund))
+			} else {
+				h.on(inquire).Return(workflows.ChargeResult{}, ambiguous())
+				in := paymentInput(workflows.CapabilityInquiry)
+				in.LocalSteps, in.Revision, in.Parked, in.InquiryWait = true, tc.revision, true, tc.arrival.inquiryWait
+				require.Equal(t, workflows.PaymentResult{Status: statusSucceeded, ProviderReference: "ch_file"}, h.run(in))
+				require.Zero(t, h.calls(workflows.ActivityRelease))
+			}
+			require.Equal(t, statusSucceeded, answers["file"])
+			require.Equal(t, 1, h.calls(post))
+			inquiries := h.offsets(inquire)
+			if tc.arrival == between {
+				require.Equal(t, tc.arrival.at, inquiries[0], "the bank asked as the settlement arrived")
+			}
+			waited := h.offsets(post)[0] - tc.arrival.at
+			if tc.late {
+				require.Greater(t, waited, reconcile.DefaultSettleTimeout, "applied after the charge budget's inquiry")
+			} else {
+				require.LessOrEqual(t, waited, workflows.DefaultChargeTimeout, "applied once one attempt's time has passed")
+				require.Less(t, waited, reconcile.DefaultSettleTimeout)
 			}
 		})
 	}
