@@ -81,6 +81,23 @@ func TestRecordHistories(t *testing.T) {
 	r = q.pay(qm, "hist-late", payBody("hist-late", "10.00", "TRY", qacct))
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	histories["inquiry_late_booking"] = fetchHistory(t, ctx, workflows.PaymentWorkflowID(mustUUID(t, qm.ID), "hist-late"))
+	// Inquiry: the charge's answer lost and the bank answering no inquiry, parked unknown, then
+	// settled as charged once the inquiry it waits for gives up (Revision 12: within the charge
+	// timeout).
+	u := newStackWith(t, stackOptions{capability: workflows.CapabilityInquiry, temporal: tc,
+		chargeBudget: 6 * time.Second, chargeTimeout: 6 * time.Second, syncWait: time.Second})
+	um := u.newMerchant()
+	u.setFaults(`{"rules":[{"on":"charge","action":"drop_response","count":1},{"on":"inquiry","action":"error_503"}]}`)
+	r = u.pay(um, "hist-unanswered", payBody("hist-unanswered", "10.00", "TRY", u.newAccount(um, "TRY", "100.00")))
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.Eventually(t, func() bool { return paymentByKey(t, um, "hist-unanswered").Status == payment.StatusUnknown },
+		30*time.Second, 50*time.Millisecond)
+	wfID = workflows.PaymentWorkflowID(mustUUID(t, um.ID), "hist-unanswered")
+	status, err = workflows.Starter{Client: tc, TaskQueue: u.queue}.Settle(ctx, wfID,
+		workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: "ch_settled"})
+	require.NoError(t, err)
+	require.Equal(t, "succeeded", status)
+	histories["inquiry_unanswered_settled"] = fetchHistory(t, ctx, wfID)
 
 	// Manual payments: captured in part; canceled by the merchant; voided at capture_before;
 	// a capture whose answer was lost (capability none), settled as charged.
