@@ -136,6 +136,10 @@ func TestParseRequestInvalid(t *testing.T) {
 		{"no minor unit", `{"invoice_id":"1","amount":"1","currency":"XDR","account_id":"` + acct + `"}`, "currency"},
 		{"IQD has 3 digits", `{"invoice_id":"1","amount":"1.0001","currency":"IQD","account_id":"` + acct + `"}`, "amount"},
 		{"bad account", `{"invoice_id":"1","amount":"1","currency":"TRY","account_id":"x"}`, "account_id"},
+		// The amount's own form is reported with a bad or missing currency: errors list every field.
+		{"bad amount, unknown currency", `{"invoice_id":"1","amount":"x","currency":"ABC","account_id":"` + acct + `"}`, "amount"},
+		{"negative amount, no currency", `{"invoice_id":"1","amount":"-1","account_id":"` + acct + `"}`, "amount"},
+		{"zero amount, currency not a string", `{"invoice_id":"1","amount":0,"currency":1,"account_id":"` + acct + `"}`, "amount"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -104,6 +104,10 @@ func ParseRequest(body []byte) (Request, error) {
 			ve.add("amount", err.Error())
 		}
 		req.AmountMinor = minor
+	} else if err := checkAmountForm(s); err != nil {
+		// Without a valid currency its fraction digits cannot be judged, but a malformed or
+		// non-positive amount is still listed with the other fields.
+		ve.add("amount", err.Error())
 	}
 
 	if raw, ok := fields.get("account_id"); !ok {
@@ -139,6 +143,21 @@ func ParseRequest(body []byte) (Request, error) {
 		return Request{}, &ve
 	}
 	return req, nil
+}
+
+// checkAmountForm checks what an amount must be in any currency: unsigned decimal digits, above zero.
+func checkAmountForm(s string) error {
+	if strings.HasPrefix(s, "-") {
+		return ErrNonPositiveAmount
+	}
+	intPart, frac, hasDot := strings.Cut(s, ".")
+	if intPart == "" || (hasDot && frac == "") || !allDigits(intPart) || !allDigits(frac) {
+		return ErrInvalidAmount
+	}
+	if strings.Trim(intPart+frac, "0") == "" {
+		return ErrNonPositiveAmount
+	}
+	return nil
 }
 
 func parseSignedAmount(s, code string) (int64, error) {
