@@ -41,9 +41,20 @@ type problem struct {
 	RequestID  string `json:"request_id,omitempty"`
 }
 
+// statusClientClosedRequest is what a request its client closed before the answer is recorded
+// as (access metrics, admin audit), as nginx logs it: not an error of the server's.
+const statusClientClosedRequest = 499
+
 // writeError is the one place that maps an error to an HTTP answer. A 500 says nothing
 // internal; its cause is logged once with the request id.
 func (s *Server) writeError(c *gin.Context, err error) {
+	if errors.Is(err, context.Canceled) && c.Request.Context().Err() != nil {
+		// The client left (its context ended what the request was waiting on): no error of
+		// kasa's, and no one to answer. What the request began goes on (Server.whole).
+		s.log.Info("request stopped: the client left", "request_id", requestID(c), "route", c.FullPath(), "error", err)
+		c.AbortWithStatus(statusClientClosedRequest)
+		return
+	}
 	p := problem{Detail: err.Error()}
 	var ve *payment.ValidationError
 	var dup *payment.DuplicatePaymentError

@@ -118,7 +118,9 @@ func (s *Server) create(c *gin.Context, k opKind, scope store.Scope, parse func(
 			return
 		}
 	}
-	rec, o, began, err := req.begin(ctx, !running)
+	work, cancel := s.whole(ctx)
+	defer cancel()
+	rec, o, began, err := req.begin(work, !running)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -212,7 +214,9 @@ func (s *Server) run(c *gin.Context, k opKind, o op, start time.Time) {
 		announced = done
 	}
 	startCall := time.Now()
-	runID, err := o.start(ctx)
+	work, cancel := s.whole(ctx)
+	defer cancel()
+	runID, err := o.start(work)
 	if err != nil {
 		// The start may or may not have happened. Either way the record stays, with its lease
 		// expired, so the client's retry (or the sweeper) starts the same workflow: a second
@@ -244,6 +248,14 @@ func (s *Server) run(c *gin.Context, k opKind, o op, start time.Time) {
 		return
 	}
 	s.writeCurrent(c, k, o.merchantID, o.key, o.id, false)
+}
+
+// whole is ctx without its client's cancellation, for the work a client that leaves must not cut
+// in two: a new operation's commit, whose answer lost would leave its record leased to no one
+// until the lease ran out, and its workflow's start, whose answer lost would leave the run's
+// first task to Temporal's task timeout. The record's lease bounds it.
+func (s *Server) whole(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.Lease)
 }
 
 // awaitOutcome waits up to SyncWait for the operation to leave processing. When the worker runs

@@ -36,10 +36,6 @@ type sizeError struct{ limit string }
 func (e sizeError) Error() string        { return "request body exceeds " + e.limit }
 func (e sizeError) Is(target error) bool { return target == errBodyTooLarge }
 
-// statusClientClosedRequest is what a request its client closed before the answer is recorded
-// as (access metrics, admin audit), as nginx logs it: not an error of the server's.
-const statusClientClosedRequest = 499
-
 var errNoReconciler = errors.New("settlement import is not configured on this server")
 
 // errImportStopped: the server began shutting down during an import (a 503, as for a dependency
