@@ -123,7 +123,11 @@ func (s *WebhookSender) Run(ctx context.Context) error {
 		free := s.o.Concurrency - len(slots)
 		n := 0
 		if free > 0 {
-			ds, err := s.o.Store.ClaimDeliveries(ctx, free, s.o.PerMerchant, s.lease)
+			// A claim commits at the database even when a stop gives up on its answer: its rows
+			// are read whatever the stop, and handed to Send, which makes them due again uncounted.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			ds, err := s.o.Store.ClaimDeliveries(cctx, free, s.o.PerMerchant, s.lease)
+			cancel()
 			if err != nil && ctx.Err() == nil {
 				s.o.Logger.Warn("webhook sender: claim failed", "error", err)
 			}

@@ -197,6 +197,7 @@ type tcpProxy struct {
 	mu     sync.Mutex
 	conns  []net.Conn
 	cutOff bool
+	held   atomic.Pointer[heldAnswers]
 }
 
 func newTCPProxy(t *testing.T, target string) *tcpProxy {
@@ -232,11 +233,51 @@ func (p *tcpProxy) serve() {
 		p.conns = append(p.conns, c, d)
 		p.mu.Unlock()
 		go func() { _, _ = io.Copy(d, c); d.Close() }()
-		go func() { _, _ = io.Copy(c, d); c.Close() }()
+		go func() { p.answer(c, d); c.Close() }()
 	}
 }
 
+// answer copies what the target sends to the client; a chunk with the held marker in it waits
+// for release.
+func (p *tcpProxy) answer(c, d net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := d.Read(buf)
+		if n > 0 {
+			if h := p.held.Load(); h != nil && bytes.Contains(buf[:n], h.marker) {
+				<-h.release
+			}
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// holdAnswers keeps every answer of the target that carries marker until release: the
+// statement it answers has run (and committed) at the server while its client has not heard it.
+func (p *tcpProxy) holdAnswers(marker string) {
+	p.held.Store(&heldAnswers{marker: []byte(marker), release: make(chan struct{})})
+}
+
+// release passes on the answers held, and stops holding.
+func (p *tcpProxy) release() {
+	if h := p.held.Swap(nil); h != nil {
+		close(h.release)
+	}
+}
+
+// heldAnswers is what a tcpProxy holds: answers carrying marker, until release is closed.
+type heldAnswers struct {
+	marker  []byte
+	release chan struct{}
+}
+
 func (p *tcpProxy) cut() {
+	p.release()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cutOff = true

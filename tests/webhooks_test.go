@@ -9,11 +9,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -660,6 +662,87 @@ func TestRelaySIGTERMMidAttemptIsNotCounted(t *testing.T) {
 	require.Equal(t, []int{1, 1, 2}, numbers, "the aborted attempt, then the merchant's 500 and 2xx")
 	require.Contains(t, d.Attempts[0].Error, "aborted")
 	require.Equal(t, 500, d.Attempts[1].StatusCode)
+	relay.stopCleanly(15 * time.Second)
+}
+
+// SIGTERM to `kasa relay` while its sender's claim is in flight: the claim has committed at the
+// database (the delivery leased, its attempt counted) and the relay has not read its rows yet
+// (here a proxy holds the database's answers that carry the merchant's URL). The stop is kasa's, as one mid-attempt: the
+// delivery is due again at once, its attempt uncounted, and the next relay sends it right away,
+// not after the 40 s lease.
+func TestRelaySIGTERMMidClaimHandsTheDeliveryOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newCrashStack(t, crashConfig{capability: "idempotent"})
+	s.start()
+	u, err := url.Parse(s.dbURL)
+	require.NoError(t, err)
+	db := newTCPProxy(t, u.Host)
+	u.Host = db.addr()
+	relay, relayEnv, _ := s.startRelay("KASA_DATABASE_URL", u.String())
+	hook := newHookAnswering(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 1 {
+			w.WriteHeader(http.StatusInternalServerError) // the next attempt is 5-10 s away
+		}
+	})
+	r := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, fmt.Sprintf(`{"name":"claim","webhook_url":%q}`, hook.URL))
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	m := merchant{ID: r.json(t)["id"].(string), APIKey: r.json(t)["api_key"].(string), WebhookSecret: r.json(t)["webhook_secret"].(string)}
+	acct := s.account(m, "TRY", "100.00")
+	r, err = s.pay(m, "claim", payBody("inv-claim", "1.00", "TRY", acct))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	paymentID := mustUUID(t, r.json(t)["id"].(string))
+	var id uuid.UUID
+	require.Eventually(t, func() bool {
+		ds, err := s.st.PaymentDeliveries(ctx, paymentID)
+		if err != nil || len(ds) != 1 || len(ds[0].Attempts) != 1 {
+			return false
+		}
+		id = ds[0].ID
+		return ds[0].AttemptCount == 1 && ds[0].ClaimedUntil == nil && ds[0].NextAttemptAt.After(time.Now())
+	}, 30*time.Second, 20*time.Millisecond, "the merchant's 500 is recorded")
+
+	db.holdAnswers(hook.URL)
+	require.Eventually(t, func() bool {
+		d, err := s.st.Delivery(ctx, id)
+		return err == nil && d.AttemptCount == 2 && d.ClaimedUntil != nil
+	}, 20*time.Second, 20*time.Millisecond, "the second attempt's claim commits")
+	require.NoError(t, syscall.Kill(relay.pid(), syscall.SIGTERM))
+	time.Sleep(time.Second)
+	db.release()
+	select {
+	case <-relay.c.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatalf("kasa relay did not stop within 15s of SIGTERM\n%s", testkit.Tail(relay.log, 30))
+	}
+	require.NoError(t, relay.c.Err(), "kasa relay exits 0 on SIGTERM\n%s", testkit.Tail(relay.log, 30))
+
+	d, err := s.st.Delivery(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "pending", string(d.Status))
+	require.Equal(t, 1, d.AttemptCount, "the claim the stop cut is not counted")
+	require.Len(t, d.Attempts, 2)
+	require.Contains(t, d.Attempts[1].Error, "aborted")
+	require.Nil(t, d.ClaimedUntil, "no lease left to wait out")
+	require.False(t, d.NextAttemptAt.After(time.Now()), "due again at once")
+	require.Equal(t, 1, hook.Count())
+
+	stopped := time.Now()
+	relay = startProc(t, s.dir, s.bin, "relay", relayEnv, "relay")
+	require.Eventually(t, func() bool {
+		d, err := s.st.Delivery(ctx, id)
+		return err == nil && d.Status == "delivered"
+	}, 30*time.Second, 50*time.Millisecond, "the next relay sends it\n%s", testkit.Tail(relay.log, 20))
+	reqs := hook.Requests()
+	require.Len(t, reqs, 2)
+	require.Less(t, reqs[1].At.Sub(stopped), 20*time.Second, "not after the 40 s lease")
+	require.Equal(t, reqs[0].EventID, reqs[1].EventID)
+	require.Equal(t, string(reqs[0].Body), string(reqs[1].Body))
+	merchantVerifies(t, m.WebhookSecret, reqs[1])
+	d, err = s.st.Delivery(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, 2, d.AttemptCount, "the merchant's two answers")
 	relay.stopCleanly(15 * time.Second)
 }
 
