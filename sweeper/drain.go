@@ -68,6 +68,8 @@ const (
 	drainWindow  = 10 * time.Second       // the drain rate is the starts within it
 	// readRunTimeout bounds reading whether a started payment's run has closed.
 	readRunTimeout = 2 * time.Second
+	// claimTimeout bounds a claim of queued payments, which a stop lets finish.
+	claimTimeout = 10 * time.Second
 )
 
 // Run drains until ctx ends, leading whenever it can.
@@ -186,7 +188,16 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) err
 			// free slots (rounded down: a claim never leases more than are free).
 			n := min(merchants, free)
 			per := free / n
-			queues, err := d.Store.ClaimQueued(ctx, after, n, per, d.Lease)
+			// A claim commits in the database even when a stop gives up on its answer: it is read
+			// whatever the stop, and what a stopping drainer took goes back to its queue at once,
+			// none started, rather than leased to no one until the lease runs out.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+			queues, err := d.Store.ClaimQueued(cctx, after, n, per, d.Lease)
+			cancel()
+			if err == nil && ctx.Err() != nil {
+				d.put(ctx, d.Store.Unclaim, slices.Concat(queues...), "put payments back in their queue")
+				return nil
+			}
 			if err != nil {
 				// The claim may have committed with its answer lost: payments leased to no one
 				// this drainer knows, which the next claim would skip. It waits for their

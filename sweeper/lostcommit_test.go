@@ -33,3 +33,47 @@ func TestDrainerClaimWhoseAnswerWasLost(t *testing.T) {
 	}
 	require.Equal(t, keys, order, "the merchant's payments start in arrival order")
 }
+
+// A drainer stopped while its claim of queued payments runs (the claim committed in the
+// database, its answer not yet read) puts what it claimed back in the queue, starting none: the
+// next leader starts them at once, in arrival order, rather than after their leases.
+func TestDrainerStoppedMidClaimPutsThePaymentsBack(t *testing.T) {
+	ctx := context.Background()
+	cutter := testkit.NewCommitCutter(t, dbURL)
+	cut, err := store.Open(ctx, store.Options{URL: cutter.URL, SecretKey: testkit.SecretKey})
+	require.NoError(t, err)
+	t.Cleanup(cut.Close)
+
+	m := orderMerchant(t, "stopped-claim")
+	keys := queue(t, m, "stopped-claim", 4)
+	ended, release := cutter.HoldAnswerOf("-- name: ClaimQueued")
+	defer release()
+	stopped := newCluster(10 * time.Millisecond)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		(&sweeper.Drainer{Store: cut, Starter: stopped, MaxRunning: 2, Lease: time.Minute}).Run(rctx)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the drainer never claimed")
+	}
+	stop()
+	time.Sleep(200 * time.Millisecond) // the stop reaches the claim still waiting for its answer
+	release()
+	<-done
+	_, starts, _ := stopped.snapshot()
+	require.Empty(t, starts, "a stopping drainer starts nothing")
+	leased, err := db.QueuedLeased(ctx)
+	require.NoError(t, err)
+	require.False(t, leased, "nothing is left leased to the stopped drainer")
+
+	c := newCluster(10 * time.Millisecond)
+	began := time.Now()
+	drain(t, &sweeper.Drainer{Store: db, Starter: c, MaxRunning: 2, Lease: time.Minute}, c, keys)
+	require.Less(t, time.Since(began), 20*time.Second, "not after the minute's lease")
+	order, _, _ := c.snapshot()
+	require.Equal(t, keys, order, "the merchant's payments start in arrival order, each once")
+}

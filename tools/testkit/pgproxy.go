@@ -23,8 +23,15 @@ type CommitCutter struct {
 	URL string // the database URL through the cutter
 
 	mu    sync.Mutex
-	armed []string // the pieces of SQL whose transactions lose their answers, in turn
+	armed []arming // the pieces of SQL whose transactions lose (or hold) their answers, in turn
 	cut   atomic.Int32
+}
+
+// arming is one piece of SQL the cutter is armed for; with hold, the answer is held until hold
+// is closed rather than lost, and ended is closed once the transaction ended in PostgreSQL.
+type arming struct {
+	sql         string
+	hold, ended chan struct{}
 }
 
 // NewCommitCutter starts a cutter in front of the database at databaseURL (a TCP one, without
@@ -61,28 +68,41 @@ func NewCommitCutter(t testing.TB, databaseURL string) *CommitCutter {
 func (c *CommitCutter) LoseCommitOf(sql string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.armed = append(c.armed, sql)
+	c.armed = append(c.armed, arming{sql: sql})
+}
+
+// HoldAnswerOf arms the cutter to hold, rather than lose, the answer of the next transaction
+// that runs a statement containing sql: ended is closed once that transaction has ended in
+// PostgreSQL, and its client hears the answer only after release.
+func (c *CommitCutter) HoldAnswerOf(sql string) (ended <-chan struct{}, release func()) {
+	a := arming{sql: sql, hold: make(chan struct{}), ended: make(chan struct{})}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = append(c.armed, a)
+	return a.ended, sync.OnceFunc(func() { close(a.hold) })
 }
 
 // Cut is how many answers the cutter lost.
 func (c *CommitCutter) Cut() int { return int(c.cut.Load()) }
 
-// take disarms and reports true when sql is a statement the cutter is armed for.
-func (c *CommitCutter) take(sql string) bool {
+// take disarms and returns the arming sql is a statement of, if any.
+func (c *CommitCutter) take(sql string) *arming {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i := slices.IndexFunc(c.armed, func(piece string) bool { return strings.Contains(sql, piece) })
-	if i >= 0 {
-		c.armed = slices.Delete(c.armed, i, i+1)
+	i := slices.IndexFunc(c.armed, func(a arming) bool { return strings.Contains(sql, a.sql) })
+	if i < 0 {
+		return nil
 	}
-	return i >= 0
+	a := c.armed[i]
+	c.armed = slices.Delete(c.armed, i, i+1)
+	return &a
 }
 
 // proxy copies one connection both ways, reading the protocol's messages: a statement run
 // (a Bind of a parsed statement, or a simple Query) marks the connection, and the next
 // ReadyForQuery outside a transaction is where the marked transaction ended.
 func (c *CommitCutter) proxy(client, server net.Conn) {
-	var marked atomic.Bool
+	var marked atomic.Pointer[arming]
 	closeBoth := func() { _ = client.Close(); _ = server.Close() }
 	go func() {
 		defer closeBoth()
@@ -106,8 +126,10 @@ func (c *CommitCutter) proxy(client, server net.Conn) {
 				case 'Q': // Query: query
 					sql = string(s1)
 				}
-				if sql != "" && c.take(sql) {
-					marked.Store(true)
+				if sql != "" {
+					if a := c.take(sql); a != nil {
+						marked.Store(a)
+					}
 				}
 			}
 			if _, err := server.Write(msg); err != nil {
@@ -122,7 +144,8 @@ func (c *CommitCutter) proxy(client, server net.Conn) {
 		if err != nil {
 			return
 		}
-		if !marked.Load() {
+		a := marked.Load()
+		if a == nil {
 			if _, err := client.Write(msg); err != nil {
 				return
 			}
@@ -132,7 +155,11 @@ func (c *CommitCutter) proxy(client, server net.Conn) {
 		if msg[0] != 'Z' {
 			continue
 		}
-		if len(msg) > 5 && msg[5] == 'I' { // the transaction is over: its answer is lost
+		if len(msg) > 5 && msg[5] == 'I' && a.hold != nil { // over: its answer waits for release
+			close(a.ended)
+			<-a.hold
+			marked.Store(nil)
+		} else if len(msg) > 5 && msg[5] == 'I' { // the transaction is over: its answer is lost
 			c.cut.Add(1)
 			return
 		}
