@@ -288,7 +288,7 @@ func (s *Store) Stranded(ctx context.Context, limit int, merchant *uuid.UUID) ([
 	}
 	out := make([]Record, len(rows))
 	for i, r := range rows {
-		out[i] = Record{MerchantID: r.MerchantID, Key: r.IdempotencyKey, Scope: Scope(r.Scope)}
+		out[i] = Record{MerchantID: r.MerchantID, Key: r.IdempotencyKey, Scope: Scope(r.Scope), OperationID: r.OperationID}
 	}
 	return out, nil
 }

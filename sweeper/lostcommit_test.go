@@ -7,9 +7,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
 	"github.com/kasa-pay/kasa/sweeper"
 	"github.com/kasa-pay/kasa/tools/testkit"
+	"github.com/kasa-pay/kasa/workflows"
 )
 
 // A claim of queued payments that commits while its answer is lost leaves them leased to a
@@ -76,4 +78,49 @@ func TestDrainerStoppedMidClaimPutsThePaymentsBack(t *testing.T) {
 	require.Less(t, time.Since(began), 20*time.Second, "not after the minute's lease")
 	order, _, _ := c.snapshot()
 	require.Equal(t, keys, order, "the merchant's payments start in arrival order, each once")
+}
+
+// A sweeper stopped while its takeover of a stranded payment runs (committed in the database, its
+// answer not yet read) gives the record's lease back: the client's retry, or another sweeper,
+// takes it over at once rather than after the lease.
+func TestSweeperStoppedMidTakeOverGivesTheLeaseBack(t *testing.T) {
+	ctx := context.Background()
+	cutter := testkit.NewCommitCutter(t, dbURL)
+	cut, err := store.Open(ctx, store.Options{URL: cutter.URL, SecretKey: testkit.SecretKey})
+	require.NoError(t, err)
+	t.Cleanup(cut.Close)
+
+	m := testkit.NewMerchant(t, db, testkit.MerchantOptions{Deposit: 100_000})
+	const key = "stopped-takeover"
+	_, _, _, err = db.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: key, OperationID: payment.NewID(), Lease: time.Millisecond,
+		Request: payment.Request{InvoiceID: "inv-stopped-takeover", AmountMinor: 500, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase"}})
+	require.NoError(t, err)
+	time.Sleep(20 * time.Millisecond)
+
+	ended, release := cutter.HoldAnswerOf("-- name: TakeOver :one")
+	defer release()
+	st := &starts{payments: map[string]workflows.PaymentInput{}, refunds: map[string]workflows.RefundInput{}}
+	sw := &sweeper.Sweeper{Store: cut, Starter: st, Lease: time.Minute, Merchant: &m.ID}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = sw.Sweep(rctx)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sweeper never took the record over")
+	}
+	stop()
+	time.Sleep(200 * time.Millisecond) // the stop reaches the takeover still waiting for its answer
+	release()
+	<-done
+
+	rec, err := db.Record(ctx, m.ID, key)
+	require.NoError(t, err)
+	require.False(t, rec.LockedUntil.After(time.Now()), "the record is not left leased to the stopped sweeper (until %s)", rec.LockedUntil)
+	won, err := db.TakeOver(ctx, m.ID, key, time.Minute)
+	require.NoError(t, err)
+	require.True(t, won, "a retry takes it over at once")
 }

@@ -121,7 +121,7 @@ func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
 		err   error
 	)
 	if r.Scope == store.ScopeRefund {
-		if won, err = s.Store.TakeOverRefund(ctx, r.MerchantID, r.Key, s.Lease); err != nil || !won {
+		if won, err = s.takeOver(ctx, r, s.Store.TakeOverRefund); err != nil || !won {
 			return false, err // a retrying client or another sweeper got it
 		}
 		rf, err := s.Store.RefundByKey(ctx, r.MerchantID, r.Key)
@@ -140,7 +140,7 @@ func (s *Sweeper) start(ctx context.Context, r store.Record) (bool, error) {
 			return err
 		}
 	} else {
-		if won, err = s.Store.TakeOver(ctx, r.MerchantID, r.Key, s.Lease); err != nil || !won {
+		if won, err = s.takeOver(ctx, r, s.Store.TakeOver); err != nil || !won {
 			return false, err
 		}
 		p, err := s.Store.PaymentByKey(ctx, r.MerchantID, r.Key)
@@ -187,6 +187,26 @@ type refundMover interface {
 // run, never having taken a step, is moved to this sweeper's (check). A closed run takes no step:
 // its operation is marked started, for the operators' stuck list. true: it started a run, here
 // or by a move.
+// takeOver takes record r over with take. A takeover commits in the database even when a stop
+// gives up on its answer: it is read whatever the stop, and one a stopping sweeper won is given
+// back at once (its lease expired), for the client's retry or another sweeper, rather than left
+// leased to no one.
+func (s *Sweeper) takeOver(ctx context.Context, r store.Record, take func(context.Context, uuid.UUID, string, time.Duration) (bool, error)) (bool, error) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), takeOverTimeout)
+	defer cancel()
+	won, err := take(tctx, r.MerchantID, r.Key, s.Lease)
+	if err != nil || !won || ctx.Err() == nil {
+		return won, err
+	}
+	if err := s.Store.ExpireLease(tctx, r.OperationID); err != nil {
+		return false, err
+	}
+	return false, ctx.Err()
+}
+
+// takeOverTimeout bounds a takeover, which a stop lets finish.
+const takeOverTimeout = 10 * time.Second
+
 func (s *Sweeper) startRun(ctx context.Context, noun string, id uuid.UUID, start func() (bool, error), check func() (workflows.RunState, error)) (bool, error) {
 	created, err := start()
 	switch {

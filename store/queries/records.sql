@@ -62,7 +62,7 @@ WHERE merchant_id = $1 AND scope = 'payment' AND idempotency_key = $2 AND status
 -- Both scopes: the sweeper starts a stranded refund's workflow as it does a payment's. A record
 -- whose workflow was never started is open, so the open records' index finds them. A queued
 -- one is the backlog drainer's, which starts a merchant's in order.
-SELECT merchant_id, scope, idempotency_key FROM idempotency_records
+SELECT merchant_id, scope, idempotency_key, operation_id FROM idempotency_records
 WHERE status <> 'completed' AND NOT workflow_started AND NOT queued AND locked_until < now()
   AND (sqlc.narg(merchant_id)::uuid IS NULL OR merchant_id = sqlc.narg(merchant_id))
 ORDER BY locked_until LIMIT sqlc.arg(max_rows);

@@ -277,7 +277,7 @@ func (q *Queries) SaveResponse(ctx context.Context, arg SaveResponseParams) erro
 }
 
 const Stranded = `-- name: Stranded :many
-SELECT merchant_id, scope, idempotency_key FROM idempotency_records
+SELECT merchant_id, scope, idempotency_key, operation_id FROM idempotency_records
 WHERE status <> 'completed' AND NOT workflow_started AND NOT queued AND locked_until < now()
   AND ($1::uuid IS NULL OR merchant_id = $1)
 ORDER BY locked_until LIMIT $2
@@ -292,6 +292,7 @@ type StrandedRow struct {
 	MerchantID     uuid.UUID
 	Scope          string
 	IdempotencyKey string
+	OperationID    uuid.UUID
 }
 
 // Both scopes: the sweeper starts a stranded refund's workflow as it does a payment's. A record
@@ -306,7 +307,12 @@ func (q *Queries) Stranded(ctx context.Context, arg StrandedParams) ([]StrandedR
 	var items []StrandedRow
 	for rows.Next() {
 		var i StrandedRow
-		if err := rows.Scan(&i.MerchantID, &i.Scope, &i.IdempotencyKey); err != nil {
+		if err := rows.Scan(
+			&i.MerchantID,
+			&i.Scope,
+			&i.IdempotencyKey,
+			&i.OperationID,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
