@@ -76,6 +76,20 @@ func (s *Store) StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UU
 	return out, translate(err)
 }
 
+// DrainedProcessing is the payments a drainer started that are still processing (not flagged
+// stuck): a drainer that takes the lead keeps them among its running ones, as the last leader did.
+func (s *Store) DrainedProcessing(ctx context.Context) ([]payment.Payment, error) {
+	rows, err := s.q.DrainedProcessing(ctx)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ps := make([]payment.Payment, len(rows))
+	for i, r := range rows {
+		ps[i] = paymentOf(r)
+	}
+	return ps, nil
+}
+
 // QueuedLeased says whether a queued payment is still leased to a drainer: one that took the lead
 // waits for the last leader's claims to run out before it claims any itself.
 func (s *Store) QueuedLeased(ctx context.Context) (bool, error) {

@@ -27,6 +27,7 @@ type Backlog interface {
 	Unqueue(ctx context.Context, ids []uuid.UUID) error
 	QueuedLeased(ctx context.Context) (bool, error)
 	StillProcessing(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error)
+	DrainedProcessing(ctx context.Context) ([]payment.Payment, error)
 	QueuedBacklog(ctx context.Context) (int64, time.Time, error)
 	SaveBacklogState(ctx context.Context, b store.BacklogState) error
 }
@@ -40,13 +41,13 @@ type RunStarter interface {
 
 // Drainer starts the payments the API queued while workflows could not start as fast as they
 // arrived (docs/operations.md, "Payday"). One drainer leads at a time, whichever process takes
-// the lead first; the others stand by. It keeps at most MaxRunning of the payments it started
-// processing, so it starts them at the rate the cluster finishes them, and it takes them
-// merchants in turn, each merchant's in arrival order.
+// the lead first; the others stand by. It keeps at most MaxRunning of the payments drainers
+// started processing (the last leader's too), so it starts them at the rate the cluster
+// finishes them, and it takes them merchants in turn, each merchant's in arrival order.
 type Drainer struct {
 	Store      Backlog
 	Starter    RunStarter
-	MaxRunning int           // payments started and still processing; default 64
+	MaxRunning int           // drained payments started and still processing; default 64
 	Lease      time.Duration // a claimed payment's lease; default 30s
 	Logger     *slog.Logger
 	// Concurrency is how many merchants' payments start at once; a merchant's start one after
@@ -134,7 +135,7 @@ func (d *Drainer) defaults() {
 // worker may ever run it; another process, whose queue a worker polls, may take the lead.
 func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) error {
 	var (
-		running   = map[uuid.UUID]*slot{} // payments this drainer started, processing when last read
+		running   = map[uuid.UUID]*slot{} // payments drainers started, processing when last read
 		after     uuid.UUID               // the merchant whose turn was last
 		merchants = 1                     // how many merchants had queued payments at the last claim
 		starts    []time.Time             // within drainWindow
@@ -143,6 +144,9 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) err
 		// The last leader may have died with payments claimed and not yet started: until their
 		// leases run out, a claim would take each merchant's later payments ahead of them.
 		inherited = true
+		// The payments the last leader (or this process, before it lost the lead) started that
+		// still process hold their slots here too: else up to MaxRunning more would run at once.
+		adopted = false
 	)
 	for ctx.Err() == nil {
 		now := time.Now()
@@ -165,6 +169,17 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) err
 			starts = trimBefore(starts, now.Add(-drainWindow))
 			d.saveState(ctx, drainRate(starts, now))
 			saved = now
+		}
+		if !adopted {
+			ps, err := d.Store.DrainedProcessing(ctx)
+			if err != nil {
+				d.pause(ctx, "read the last leader's running payments", err)
+				continue
+			}
+			for _, p := range ps {
+				running[p.ID] = &slot{p: p, check: now.Add(d.Lease)}
+			}
+			adopted = true
 		}
 		still, err := d.Store.StillProcessing(ctx, slices.Collect(maps.Keys(running)))
 		if err != nil {
@@ -319,7 +334,7 @@ func (d *Drainer) startPayment(ctx context.Context, p payment.Payment) (bool, er
 	return true, err
 }
 
-// slot is a payment this drainer started, holding one of MaxRunning while it processes.
+// slot is a payment a drainer started, holding one of MaxRunning while it processes.
 type slot struct {
 	p     payment.Payment
 	check time.Time // when to read whether its run has closed

@@ -102,6 +102,17 @@ func queue(t *testing.T, m testkit.Merchant, prefix string, n int) []string {
 		require.True(t, rec.Queued)
 		keys = append(keys, key)
 	}
+	// The tests share a database, and a drainer that takes the lead counts the drained payments
+	// still processing as its own running ones: those a test's fake runs never finish would hold
+	// the slots of every later test's drainer. (No test here runs in parallel.)
+	t.Cleanup(func() {
+		ps, err := db.DrainedProcessing(context.Background())
+		require.NoError(t, err)
+		for _, p := range ps {
+			_, err := db.Release(context.Background(), p.ID, "declined")
+			require.NoError(t, err)
+		}
+	})
 	return keys
 }
 
@@ -334,4 +345,113 @@ func TestDrainerKeepsItsRecordWhileReadsOfRunsHang(t *testing.T) {
 		}
 		require.NoError(t, db.Unqueue(context.Background(), ids))
 	}
+}
+
+// held is a Temporal whose runs take their payment off the queue at once (their first step) and
+// then keep it processing until the test lets them finish, counting how many are processing.
+type held struct {
+	mu      sync.Mutex
+	starts  map[string]int
+	order   []string
+	running int
+	peak    int
+	finish  chan struct{}
+	live    sync.WaitGroup
+}
+
+func newHeld() *held { return &held{starts: map[string]int{}, finish: make(chan struct{})} }
+
+func (h *held) StartPayment(_ context.Context, key string, in workflows.PaymentInput) (string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.starts[key]++
+	if h.starts[key] > 1 {
+		return "run", nil // the run exists: its start starts nothing
+	}
+	h.order = append(h.order, key)
+	h.running++
+	h.peak = max(h.peak, h.running)
+	h.live.Add(1)
+	go func() {
+		defer h.live.Done()
+		if err := db.WorkflowStarted(context.Background(), in.OperationID); err != nil {
+			panic(err)
+		}
+		<-h.finish
+		h.mu.Lock()
+		h.running--
+		h.mu.Unlock()
+		if _, err := db.Release(context.Background(), in.OperationID, "declined"); err != nil {
+			panic(err)
+		}
+	}()
+	return "run", nil
+}
+
+func (h *held) CheckPaymentRun(context.Context, string, workflows.PaymentInput) (workflows.RunState, error) {
+	return workflows.RunOpen, nil
+}
+
+func (h *held) StartRefund(context.Context, string, workflows.RefundInput) (string, error) {
+	return "", fmt.Errorf("no refund is queued")
+}
+
+func (h *held) snapshot() (order []string, starts map[string]int, running, peak int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.order), maps.Clone(h.starts), h.running, h.peak
+}
+
+// A new leader counts the payments the last one started that are still processing: across a
+// change of leader (the last one died, froze, or let the lead go) at most MaxRunning of the
+// drained payments process at once, not MaxRunning more.
+func TestNewLeaderCountsTheLastLeadersRunningPayments(t *testing.T) {
+	ctx := context.Background()
+	m := testkit.NewMerchant(t, db, testkit.MerchantOptions{Name: "takeover"})
+	keys := queue(t, m, "takeover", 10)
+	h := newHeld()
+	defer h.live.Wait()
+	finished := false
+	finish := func() {
+		if !finished {
+			finished = true
+			close(h.finish)
+		}
+	}
+	defer finish()
+
+	lead := func(d *sweeper.Drainer) (stop func()) {
+		dctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); d.Run(dctx) }()
+		return func() { cancel(); <-done }
+	}
+	// The first leader starts four, whose runs take them off the queue and keep processing.
+	stopFirst := lead(&sweeper.Drainer{Store: db, Starter: h, MaxRunning: 4, Lease: time.Minute})
+	require.Eventually(t, func() bool {
+		_, _, running, _ := h.snapshot()
+		n, _, err := db.QueuedBacklog(ctx)
+		return err == nil && running == 4 && n == int64(len(keys)-4)
+	}, 10*time.Second, 10*time.Millisecond, "the first leader started four, off the queue")
+	stopFirst() // it dies: its session, and the lead, end
+
+	stopSecond := lead(&sweeper.Drainer{Store: db, Starter: h, MaxRunning: 4, Lease: time.Minute})
+	defer func() { stopSecond() }()
+	time.Sleep(3 * time.Second) // the second leader took the lead and claimed, had it room
+	_, _, running, peak := h.snapshot()
+	require.Equal(t, 4, peak, "at most MaxRunning of the drained payments processing across the change of leader (%d now)", running)
+
+	// The first four finish: the second leader drains the rest, each once, in arrival order.
+	finish()
+	require.Eventually(t, func() bool {
+		n, _, err := db.QueuedBacklog(ctx)
+		_, _, running, _ := h.snapshot()
+		return err == nil && n == 0 && running == 0
+	}, 20*time.Second, 20*time.Millisecond, "the backlog drains")
+	order, starts, _, peak := h.snapshot()
+	require.Equal(t, keys, order, "in arrival order")
+	for _, k := range keys {
+		require.Equal(t, 1, starts[k], "%s started once", k)
+	}
+	require.LessOrEqual(t, peak, 4)
 }

@@ -8,8 +8,9 @@
 -- its workflow's first step takes it off (no statement of the drainer's own): a merchant's new
 -- payment still queues behind it, and should the drainer die before starting it, or the start
 -- not reach that step within the lease, the next claim takes it again (a second start of a run
--- starts nothing). The merchants are found by skipping through the queued index, one probe
--- each, past claimed ones. Only payments are ever queued.
+-- starts nothing). The record keeps that a drainer claimed it (DrainedProcessing). The merchants
+-- are found by skipping through the queued index, one probe each, past claimed ones. Only
+-- payments are ever queued.
 WITH RECURSIVE m AS (
   SELECT (SELECT r.merchant_id FROM idempotency_records r WHERE r.queued AND r.merchant_id > @after::uuid
           AND (r.locked_until IS NULL OR r.locked_until < now()) ORDER BY r.merchant_id LIMIT 1) AS merchant_id, 1 AS n
@@ -25,7 +26,7 @@ WITH RECURSIVE m AS (
     ORDER BY r.created_at, r.operation_id
     LIMIT @per_merchant::int FOR UPDATE SKIP LOCKED) q
 )
-UPDATE idempotency_records r SET locked_until = now() + @lease::interval, updated_at = now()
+UPDATE idempotency_records r SET locked_until = now() + @lease::interval, drained = true, updated_at = now()
 FROM picked p JOIN payments ON payments.id = p.operation_id
 WHERE r.merchant_id = p.merchant_id AND r.scope = p.scope AND r.idempotency_key = p.idempotency_key
 RETURNING payments.*;
@@ -37,14 +38,22 @@ WHERE operation_id = ANY(@ids::uuid[]) AND queued AND NOT workflow_started;
 
 -- name: Unqueue :exec
 -- Takes payments whose start failed for a reason of their own off their queue, their lease over:
--- the sweeper tries them from now on, and their merchant's queue goes on.
-UPDATE idempotency_records SET queued = false, locked_until = now(), updated_at = now()
+-- the sweeper tries them from now on, and their merchant's queue goes on. No drainer started them.
+UPDATE idempotency_records SET queued = false, drained = false, locked_until = now(), updated_at = now()
 WHERE operation_id = ANY(@ids::uuid[]) AND queued AND NOT workflow_started;
 
 -- name: StillProcessing :many
 -- Which of the drainer's started payments are still processing: the ones it counts as running.
 -- One flagged stuck waits for an operator, not for the cluster, so it holds no slot.
 SELECT id FROM payments WHERE id = ANY(@ids::uuid[]) AND status = 'processing' AND stuck_since IS NULL;
+
+-- name: DrainedProcessing :many
+-- The payments a drainer claimed and started (off the queue: their first step ran) that are still
+-- processing and not flagged stuck: a drainer that takes the lead counts them as the last leader's
+-- running ones. Read once per lead, through the open records' index.
+SELECT payments.* FROM idempotency_records r JOIN payments ON payments.id = r.operation_id
+WHERE r.status <> 'completed' AND r.scope = 'payment' AND r.drained AND NOT r.queued
+  AND payments.status = 'processing' AND payments.stuck_since IS NULL;
 
 -- name: QueuedLeased :one
 -- Whether a queued payment is still leased: claimed by a drainer and neither started yet (its

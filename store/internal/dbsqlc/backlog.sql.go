@@ -30,7 +30,7 @@ WITH RECURSIVE m AS (
     ORDER BY r.created_at, r.operation_id
     LIMIT $4::int FOR UPDATE SKIP LOCKED) q
 )
-UPDATE idempotency_records r SET locked_until = now() + $1::interval, updated_at = now()
+UPDATE idempotency_records r SET locked_until = now() + $1::interval, drained = true, updated_at = now()
 FROM picked p JOIN payments ON payments.id = p.operation_id
 WHERE r.merchant_id = p.merchant_id AND r.scope = p.scope AND r.idempotency_key = p.idempotency_key
 RETURNING payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, payments.capture_manual, payments.capture_before, payments.captured_minor, payments.unknown_at
@@ -51,8 +51,9 @@ type ClaimQueuedParams struct {
 // its workflow's first step takes it off (no statement of the drainer's own): a merchant's new
 // payment still queues behind it, and should the drainer die before starting it, or the start
 // not reach that step within the lease, the next claim takes it again (a second start of a run
-// starts nothing). The merchants are found by skipping through the queued index, one probe
-// each, past claimed ones. Only payments are ever queued.
+// starts nothing). The record keeps that a drainer claimed it (DrainedProcessing). The merchants
+// are found by skipping through the queued index, one probe each, past claimed ones. Only
+// payments are ever queued.
 func (q *Queries) ClaimQueued(ctx context.Context, arg ClaimQueuedParams) ([]Payment, error) {
 	rows, err := q.db.Query(ctx, ClaimQueued,
 		arg.Lease,
@@ -60,6 +61,58 @@ func (q *Queries) ClaimQueued(ctx context.Context, arg ClaimQueuedParams) ([]Pay
 		arg.Merchants,
 		arg.PerMerchant,
 	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Payment
+	for rows.Next() {
+		var i Payment
+		if err := rows.Scan(
+			&i.ID,
+			&i.MerchantID,
+			&i.IdempotencyKey,
+			&i.AccountID,
+			&i.AmountMinor,
+			&i.Currency,
+			&i.InvoiceID,
+			&i.PaymentType,
+			&i.Status,
+			&i.FailureCode,
+			&i.ProviderReference,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ChargeAttempts,
+			&i.StuckSince,
+			&i.StuckReason,
+			&i.RefundedMinor,
+			&i.RefundHeldMinor,
+			&i.CaptureManual,
+			&i.CaptureBefore,
+			&i.CapturedMinor,
+			&i.UnknownAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const DrainedProcessing = `-- name: DrainedProcessing :many
+SELECT payments.id, payments.merchant_id, payments.idempotency_key, payments.account_id, payments.amount_minor, payments.currency, payments.invoice_id, payments.payment_type, payments.status, payments.failure_code, payments.provider_reference, payments.created_at, payments.updated_at, payments.charge_attempts, payments.stuck_since, payments.stuck_reason, payments.refunded_minor, payments.refund_held_minor, payments.capture_manual, payments.capture_before, payments.captured_minor, payments.unknown_at FROM idempotency_records r JOIN payments ON payments.id = r.operation_id
+WHERE r.status <> 'completed' AND r.scope = 'payment' AND r.drained AND NOT r.queued
+  AND payments.status = 'processing' AND payments.stuck_since IS NULL
+`
+
+// The payments a drainer claimed and started (off the queue: their first step ran) that are still
+// processing and not flagged stuck: a drainer that takes the lead counts them as the last leader's
+// running ones. Read once per lead, through the open records' index.
+func (q *Queries) DrainedProcessing(ctx context.Context) ([]Payment, error) {
+	rows, err := q.db.Query(ctx, DrainedProcessing)
 	if err != nil {
 		return nil, err
 	}
@@ -270,12 +323,12 @@ func (q *Queries) Unlead(ctx context.Context, key int64) error {
 }
 
 const Unqueue = `-- name: Unqueue :exec
-UPDATE idempotency_records SET queued = false, locked_until = now(), updated_at = now()
+UPDATE idempotency_records SET queued = false, drained = false, locked_until = now(), updated_at = now()
 WHERE operation_id = ANY($1::uuid[]) AND queued AND NOT workflow_started
 `
 
 // Takes payments whose start failed for a reason of their own off their queue, their lease over:
-// the sweeper tries them from now on, and their merchant's queue goes on.
+// the sweeper tries them from now on, and their merchant's queue goes on. No drainer started them.
 func (q *Queries) Unqueue(ctx context.Context, ids []uuid.UUID) error {
 	_, err := q.db.Exec(ctx, Unqueue, ids)
 	return err
