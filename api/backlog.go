@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,7 +34,8 @@ type Backlog struct {
 const stateEvery = 500 * time.Millisecond
 
 // backlogFresh is how old the drainer's record may be and still count what this process queued
-// before the read (the drainer saves it every second; the store counts the queue itself past 2 s).
+// before the drainer saved it (it saves it every second; the store counts the queue itself past
+// 2 s).
 const backlogFresh = 2 * time.Second
 
 // drainerGone is how old the drainer's record may be while a drainer leads (it saves it every
@@ -49,7 +51,9 @@ type admission struct {
 	running int
 	state   store.BacklogState
 	read    time.Time
-	queued  int64 // payments this process queued since it read state: a burst counts at once
+	// When this process queued the payments state may not count, in order: a burst counts at
+	// once, and so do the payments queued between the drainer's save and this process's read.
+	queued []time.Time
 }
 
 func newAdmission(b Backlog, share float64) *admission {
@@ -104,10 +108,11 @@ func (a *admission) backlog(ctx context.Context) store.BacklogState {
 	if time.Since(a.read) < stateEvery {
 		defer a.mu.Unlock()
 		st := a.state
-		st.Queued += a.queued
+		st.Queued += int64(len(a.queued))
 		return st
 	}
-	a.read = time.Now() // the other requests keep the last state meanwhile
+	asked := time.Now()
+	a.read = asked // the other requests keep the last state meanwhile
 	a.mu.Unlock()
 	st, err := a.State.BacklogState(ctx)
 	a.mu.Lock()
@@ -116,23 +121,35 @@ func (a *admission) backlog(ctx context.Context) store.BacklogState {
 		if st.Age > drainerGone {
 			st.DrainPerSecond = 0
 		}
-		// Only a record saved lately, or the queue counted, holds what this process queued
-		// since the last read: an old one (the drainer stuck, or none leads) does not.
-		if st.Counted || st.Age <= backlogFresh {
-			a.queued = 0
+		// The queue counted now holds what this process queued before it asked; a record saved
+		// lately, what it queued before the drainer counted (st.Age before the answer, so
+		// before asked-st.Age at the latest: one queued in between is counted twice, and only
+		// one queued in the moment between the drainer's count and its save is missed). An old
+		// record (the drainer stuck, or none leads) holds none of it.
+		switch {
+		case st.Counted:
+			a.forget(asked)
+		case st.Age <= backlogFresh:
+			a.forget(asked.Add(-st.Age))
 		}
 		a.state = st
 	}
 	st = a.state
-	st.Queued += a.queued
+	st.Queued += int64(len(a.queued))
 	return st
+}
+
+// forget stops counting the payments this process queued before t, which the state read counts.
+func (a *admission) forget(t time.Time) {
+	i, _ := slices.BinarySearchFunc(a.queued, t, time.Time.Compare)
+	a.queued = append(a.queued[:0], a.queued[i:]...)
 }
 
 // wasQueued counts a payment this process queued, until the drainer's record includes it.
 func (a *admission) wasQueued() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.queued++
+	a.queued = append(a.queued, time.Now())
 }
 
 // admit refuses a new payment past the backlog's bound: a *backlogFullError.
