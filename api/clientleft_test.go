@@ -3,9 +3,13 @@ package api
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -148,4 +152,65 @@ func TestClientLeftIsNoServerError(t *testing.T) {
 	require.Equal(t, statusClientClosedRequest, rec.Code)
 	require.NotContains(t, logs.String(), "level=ERROR")
 	require.Contains(t, logs.String(), "the client left")
+}
+
+// stalledBegin is a database that takes the key lookups but stalls in a new operation's commit
+// until its context ends, then fails as pgx does.
+type stalledBegin struct{ *fakeStore }
+
+func (s stalledBegin) Begin(ctx context.Context, _ store.BeginInput) (store.Record, payment.Payment, store.Began, error) {
+	<-ctx.Done()
+	return store.Record{}, payment.Payment{}, 0, ctx.Err()
+}
+
+// stalledStart is a Temporal that does not answer a workflow's start until its context ends.
+type stalledStart struct{ *fakeWorkflows }
+
+func (w stalledStart) StartPayment(ctx context.Context, _ string, _ workflows.PaymentInput) (string, error) {
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+// TestStalledCommitOrStartAnswersBeforeTheWriteTimeout: the work a client that leaves does not
+// cut (a new operation's commit, its workflow's start) still ends at the request's deadline, a
+// second before the write timeout: a database or Temporal that stalls there is answered 503
+// with Retry-After, never with a connection closed without an answer once the write timeout passed.
+func TestStalledCommitOrStartAnswersBeforeTheWriteTimeout(t *testing.T) {
+	t.Parallel()
+	for _, at := range []string{"commit", "start"} {
+		t.Run(at, func(t *testing.T) {
+			t.Parallel()
+			const writeTimeout = 1500 * time.Millisecond
+			s, st, _ := newTestServer(t, func(o *Options) {
+				if at == "commit" {
+					o.Store = stalledBegin{o.Store.(*fakeStore)}
+				} else {
+					o.Workflows = stalledStart{o.Workflows.(*fakeWorkflows)}
+				}
+				o.Lease = 5 * time.Second // longer than the write timeout, as by default (30 s each)
+				o.Limits = Limits{ReadTimeout: time.Second, WriteTimeout: writeTimeout, IdleTimeout: time.Second}
+			})
+			addr := serveTCP(t, s)
+			req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/payments", strings.NewReader(payBody))
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer sk_a")
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", "k-stalled-"+at)
+			began := time.Now()
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err, "an answer, not a connection closed after %s", time.Since(began))
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.Less(t, time.Since(began), writeTimeout)
+			require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", b)
+			require.Contains(t, string(b), `"code":"unavailable"`)
+			require.NotEmpty(t, resp.Header.Get("Retry-After"))
+			if at == "start" {
+				st.mu.Lock()
+				expired := st.calls["ExpireLease"]
+				st.mu.Unlock()
+				require.Equal(t, 1, expired, "the record's lease is given back for the retry")
+			}
+		})
+	}
 }

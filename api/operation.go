@@ -253,9 +253,14 @@ func (s *Server) run(c *gin.Context, k opKind, o op, start time.Time) {
 // whole is ctx without its client's cancellation, for the work a client that leaves must not cut
 // in two: a new operation's commit, whose answer lost would leave its record leased to no one
 // until the lease ran out, and its workflow's start, whose answer lost would leave the run's
-// first task to Temporal's task timeout. The record's lease bounds it.
+// first task to Temporal's task timeout. The record's lease bounds it, and so does the request's
+// deadline (a second before the write timeout): a stalled database or Temporal is still answered 503.
 func (s *Server) whole(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), s.Lease)
+	end := time.Now().Add(s.Lease)
+	if d, ok := ctx.Deadline(); ok && d.Before(end) {
+		end = d
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), end)
 }
 
 // awaitOutcome waits up to SyncWait for the operation to leave processing. When the worker runs
