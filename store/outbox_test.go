@@ -657,6 +657,61 @@ func TestAbortedAttemptLeavesTheDeliveryAsItWas(t *testing.T) {
 	}
 }
 
+// A stalled attempt that reports after the attempt that took the delivery over was cut short by
+// its own sender's stop reports into a delivery whose count is back at the stalled attempt's
+// number: it still changes nothing but the log (no retry scheduled, no failed, no count undone,
+// no delivered over a redelivery made since its claim), and the delivery stays due at once.
+func TestStalledAttemptReportingAfterAnAbortedTakeoverChangesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		redeliver  bool // an operator redelivers during the takeover
+		stalled    store.AttemptResult
+		wantLogged string
+	}{
+		{name: "a failure", stalled: store.AttemptResult{StatusCode: 500, Error: "HTTP 500", RetryIn: time.Hour, RetryFor: 72 * time.Hour}},
+		{name: "a failure past its retry window", stalled: store.AttemptResult{StatusCode: 500, Error: "HTTP 500", RetryIn: time.Second, RetryFor: time.Millisecond}},
+		{name: "its own stop", stalled: store.AttemptResult{Error: "aborted: the sender is stopping", Aborted: true}},
+		{name: "a 2xx after a redelivery", redeliver: true, stalled: store.AttemptResult{StatusCode: 200, Delivered: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+			settle(t, mID, aID, false)
+			accepted(t)
+			stalled := claimFor(t, mID, 100, 10, 300*time.Millisecond)
+			require.Len(t, stalled, 1)
+			time.Sleep(400 * time.Millisecond)
+			takeover := claimFor(t, mID, 100, 10, time.Minute)
+			require.Len(t, takeover, 1)
+			require.Equal(t, stalled[0].Attempt+1, takeover[0].Attempt)
+			if tc.redeliver {
+				_, err := db.Redeliver(ctx, takeover[0].ID)
+				require.NoError(t, err)
+			}
+			_, _, superseded, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: takeover[0].ID, Attempt: takeover[0].Attempt,
+				StartedAt: time.Now(), Error: "aborted: the sender is stopping", Aborted: true, RetryFor: 72 * time.Hour})
+			require.NoError(t, err)
+			require.False(t, superseded, "the takeover owned the delivery")
+
+			r := tc.stalled
+			r.DeliveryID, r.Attempt, r.StartedAt = stalled[0].ID, stalled[0].Attempt, time.Now()
+			status, _, superseded, err := db.RecordAttempt(ctx, r)
+			require.NoError(t, err)
+			require.True(t, superseded, "the stalled attempt no longer owns the delivery (status %s)", status)
+
+			d, err := db.Delivery(ctx, stalled[0].ID)
+			require.NoError(t, err)
+			require.Equal(t, store.DeliveryPending, d.Status)
+			require.Equal(t, stalled[0].Attempt, d.AttemptCount, "the stalled attempt counted, the cut one not")
+			require.False(t, d.NextAttemptAt.After(time.Now()), "due again at once, as the cut attempt left it")
+			require.Len(t, d.Attempts, 2, "both attempts are logged")
+			again := claimFor(t, mID, 100, 10, time.Minute)
+			require.Len(t, again, 1, "due again at once")
+			require.Equal(t, takeover[0].Attempt, again[0].Attempt, "the next attempt takes the cut one's number")
+		})
+	}
+}
+
 func TestPurgeEventsInBatches(t *testing.T) {
 	ctx := context.Background()
 	mID, aID := webhookMerchant(t, "")

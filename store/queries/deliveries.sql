@@ -19,13 +19,16 @@ VALUES ($1, $2, $3, $4, $5, NULLIF($6, 0), NULLIF($7, ''));
 -- name: MarkDelivered :one
 -- A 2xx wins whoever holds the lease now, and over a `failed` the takeover recorded, but a late
 -- one (its lease ran out and another attempt took over) not over a redelivery made after its
--- claim (retry_base >= its attempt): the operator asked for a send after it.
+-- claim (retry_base >= its attempt): the operator asked for a send after it. An attempt owns the
+-- row only while it is claimed: an aborted attempt's number is taken again by the next claim
+-- (AttemptAborted), and until then an earlier attempt that reports late with that number is stale.
 UPDATE webhook_deliveries SET status = 'delivered', delivered_at = now(), claimed_until = NULL,
 last_status_code = NULLIF($2, 0), last_error = NULL, updated_at = now()
-WHERE id = $1 AND status <> 'delivered' AND (attempts = $3 OR retry_base < $3) RETURNING status, attempts;
+WHERE id = $1 AND status <> 'delivered' AND ((attempts = $3 AND claimed_until IS NOT NULL) OR retry_base < $3)
+RETURNING status, attempts;
 
 -- name: AttemptFailed :one
--- A failure reschedules only if this attempt still owns the row; it gives up once the next
+-- A failure reschedules only if this attempt still owns the row (claimed, with its number); it gives up once the next
 -- attempt would fall after the retry window. A redelivery asked for during this attempt
 -- (retry_base = its number) is sent at once: the operator asked for a send after this one.
 UPDATE webhook_deliveries SET
@@ -35,7 +38,7 @@ UPDATE webhook_deliveries SET
   next_attempt_at = CASE WHEN retry_base >= $2 THEN now()
                          ELSE now() + $3::float8 * interval '1 second' END, claimed_until = NULL,
   last_status_code = NULLIF($5, 0), last_error = NULLIF($6, ''), updated_at = now()
-WHERE id = $1 AND status = 'pending' AND attempts = $2 RETURNING status, attempts;
+WHERE id = $1 AND status = 'pending' AND attempts = $2 AND claimed_until IS NOT NULL RETURNING status, attempts;
 
 -- name: AttemptAborted :one
 -- An attempt its own sender cut short (shutting down) is undone, not failed: the delivery is due
@@ -44,7 +47,7 @@ WHERE id = $1 AND status = 'pending' AND attempts = $2 RETURNING status, attempt
 -- claim takes the cut attempt's number (its fencing token): the cut attempt reports only this once.
 UPDATE webhook_deliveries SET attempts = attempts - 1, retry_base = least(retry_base, attempts - 1),
   next_attempt_at = now(), claimed_until = NULL, updated_at = now()
-WHERE id = $1 AND status = 'pending' AND attempts = $2 RETURNING status, attempts;
+WHERE id = $1 AND status = 'pending' AND attempts = $2 AND claimed_until IS NOT NULL RETURNING status, attempts;
 
 -- name: MerchantExists :one
 SELECT EXISTS (SELECT 1 FROM merchants WHERE id = $1);
