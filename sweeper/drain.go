@@ -391,7 +391,10 @@ func (d *Drainer) put(ctx context.Context, to func(context.Context, []uuid.UUID)
 	for i, p := range ps {
 		ids[i] = p.ID
 	}
-	if err := to(context.WithoutCancel(ctx), ids); err != nil {
+	// A stop lets it finish, within a bound: a stalled database leaves them to their leases.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	if err := to(pctx, ids); err != nil {
 		d.Logger.Warn("backlog drainer: "+what, "error", err)
 	}
 }

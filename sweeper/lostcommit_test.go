@@ -124,3 +124,43 @@ func TestSweeperStoppedMidTakeOverGivesTheLeaseBack(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, won, "a retry takes it over at once")
 }
+
+// A drainer stopped mid-claim whose putting back then meets a stalled database still stops
+// within a bounded time: an API's shutdown does not wait on it for ever (the payments' leases
+// then run out as after a crash).
+func TestDrainerStoppedMidClaimStopsWhenTheDatabaseStalls(t *testing.T) {
+	ctx := context.Background()
+	cutter := testkit.NewCommitCutter(t, dbURL)
+	cut, err := store.Open(ctx, store.Options{URL: cutter.URL, SecretKey: testkit.SecretKey})
+	require.NoError(t, err)
+	t.Cleanup(cut.Close)
+
+	m := orderMerchant(t, "stalled-unclaim")
+	keys := queue(t, m, "stalled-unclaim", 2)
+	claimed, releaseClaim := cutter.HoldAnswerOf("-- name: ClaimQueued")
+	defer releaseClaim()
+	_, releaseUnclaim := cutter.HoldAnswerOf("-- name: Unclaim")
+	defer releaseUnclaim()
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		(&sweeper.Drainer{Store: cut, Starter: newCluster(10 * time.Millisecond), MaxRunning: 2, Lease: time.Second}).Run(rctx)
+	}()
+	select {
+	case <-claimed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the drainer never claimed")
+	}
+	stop()
+	time.Sleep(200 * time.Millisecond)
+	releaseClaim()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stopped drainer still waits on the stalled database after 20 s")
+	}
+	releaseUnclaim()
+	c := newCluster(10 * time.Millisecond)
+	drain(t, &sweeper.Drainer{Store: db, Starter: c, MaxRunning: 2, Lease: time.Second}, c, keys)
+}
