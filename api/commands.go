@@ -73,7 +73,9 @@ func (s *Server) command(kind payment.Command) gin.HandlerFunc {
 			s.writeError(c, err)
 			return
 		}
-		cmd, began, err := s.Store.BeginCommand(ctx, cmd, s.commandLease())
+		work, cancel := s.whole(ctx) // a client that leaves must not lose the begin's answer
+		cmd, began, err := s.Store.BeginCommand(work, cmd, s.commandLease())
+		cancel()
 		switch {
 		case err != nil:
 			s.writeError(c, err)

@@ -129,6 +129,8 @@ type stackOptions struct {
 	// chargeBudget and chargeTimeout are the workers' (default 10s and the workflows' default);
 	// settleTimeout is the API's settlement imports' wait for each settlement (default 30s).
 	chargeBudget, chargeTimeout, settleTimeout time.Duration
+	// apiStore, when set, stands in front of the APIs' store.
+	apiStore func(api.Store) api.Store
 }
 
 // awaitCounter counts the API's calls for a workflow's result, and plays its command faults.
@@ -220,10 +222,14 @@ func newStackWith(t *testing.T, o stackOptions) *stack {
 		outcomes = nil
 	}
 	awaits, faults := &atomic.Int32{}, &commandFaults{}
+	var apiStore api.Store = db
+	if o.apiStore != nil {
+		apiStore = o.apiStore(db)
+	}
 	newAPI := func() *httptest.Server {
 		srv := api.New(api.Options{
 			Outcomes: outcomes, PollAfter: o.pollAfter,
-			Store: db, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits, faults}, AdminToken: adminToken,
+			Store: apiStore, Workflows: awaitCounter{workflows.Starter{Client: tc, TaskQueue: queue}, awaits, faults}, AdminToken: adminToken,
 			AllowPrivateWebhooks: true, SyncWait: cmp.Or(o.syncWait, 15*time.Second), // webhook endpoints of tests listen on 127.0.0.1
 			ReplayCache:   1000,
 			Retention:     o.retention,
