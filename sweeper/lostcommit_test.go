@@ -18,10 +18,7 @@ import (
 // drainer that does not know it took them: its next claim must not take the merchant's later
 // payments ahead of them. They start once their lease runs out, in arrival order, each once.
 func TestDrainerClaimWhoseAnswerWasLost(t *testing.T) {
-	cutter := testkit.NewCommitCutter(t, dbURL)
-	cut, err := store.Open(context.Background(), store.Options{URL: cutter.URL, SecretKey: testkit.SecretKey})
-	require.NoError(t, err)
-	t.Cleanup(cut.Close)
+	cutter, cut := cutStore(t)
 
 	m := orderMerchant(t, "lost-claim")
 	keys := queue(t, m, "lost-claim", 6)
@@ -41,31 +38,14 @@ func TestDrainerClaimWhoseAnswerWasLost(t *testing.T) {
 // next leader starts them at once, in arrival order, rather than after their leases.
 func TestDrainerStoppedMidClaimPutsThePaymentsBack(t *testing.T) {
 	ctx := context.Background()
-	cutter := testkit.NewCommitCutter(t, dbURL)
-	cut, err := store.Open(ctx, store.Options{URL: cutter.URL, SecretKey: testkit.SecretKey})
-	require.NoError(t, err)
-	t.Cleanup(cut.Close)
+	cutter, cut := cutStore(t)
 
 	m := orderMerchant(t, "stopped-claim")
 	keys := queue(t, m, "stopped-claim", 4)
 	ended, release := cutter.HoldAnswerOf("-- name: ClaimQueued")
 	defer release()
 	stopped := newCluster(10 * time.Millisecond)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		(&sweeper.Drainer{Store: cut, Starter: stopped, MaxRunning: 2, Lease: time.Minute}).Run(rctx)
-	}()
-	select {
-	case <-ended:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the drainer never claimed")
-	}
-	stop()
-	time.Sleep(200 * time.Millisecond) // the stop reaches the claim still waiting for its answer
-	release()
-	<-done
+	<-stopWhileHeld(t, ended, release, (&sweeper.Drainer{Store: cut, Starter: stopped, MaxRunning: 2, Lease: time.Minute}).Run)
 	_, starts, _ := stopped.snapshot()
 	require.Empty(t, starts, "a stopping drainer starts nothing")
 	leased, err := db.QueuedLeased(ctx)
@@ -85,14 +65,11 @@ func TestDrainerStoppedMidClaimPutsThePaymentsBack(t *testing.T) {
 // takes it over at once rather than after the lease.
 func TestSweeperStoppedMidTakeOverGivesTheLeaseBack(t *testing.T) {
 	ctx := context.Background()
-	cutter := testkit.NewCommitCutter(t, dbURL)
-	cut, err := store.Open(ctx, store.Options{URL: cutter.URL, SecretKey: testkit.SecretKey})
-	require.NoError(t, err)
-	t.Cleanup(cut.Close)
+	cutter, cut := cutStore(t)
 
 	m := testkit.NewMerchant(t, db, testkit.MerchantOptions{Deposit: 100_000})
 	const key = "stopped-takeover"
-	_, _, _, err = db.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: key, OperationID: payment.NewID(), Lease: time.Millisecond,
+	_, _, _, err := db.Begin(ctx, store.BeginInput{MerchantID: m.ID, Key: key, OperationID: payment.NewID(), Lease: time.Millisecond,
 		Request: payment.Request{InvoiceID: "inv-stopped-takeover", AmountMinor: 500, Currency: "TRY", AccountID: m.Account, PaymentType: "purchase"}})
 	require.NoError(t, err)
 	time.Sleep(20 * time.Millisecond)
@@ -101,21 +78,7 @@ func TestSweeperStoppedMidTakeOverGivesTheLeaseBack(t *testing.T) {
 	defer release()
 	st := &starts{payments: map[string]workflows.PaymentInput{}, refunds: map[string]workflows.RefundInput{}}
 	sw := &sweeper.Sweeper{Store: cut, Starter: st, Lease: time.Minute, Merchant: &m.ID}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = sw.Sweep(rctx)
-	}()
-	select {
-	case <-ended:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the sweeper never took the record over")
-	}
-	stop()
-	time.Sleep(200 * time.Millisecond) // the stop reaches the takeover still waiting for its answer
-	release()
-	<-done
+	<-stopWhileHeld(t, ended, release, func(ctx context.Context) { _, _ = sw.Sweep(ctx) })
 
 	rec, err := db.Record(ctx, m.ID, key)
 	require.NoError(t, err)
@@ -129,11 +92,7 @@ func TestSweeperStoppedMidTakeOverGivesTheLeaseBack(t *testing.T) {
 // within a bounded time: an API's shutdown does not wait on it for ever (the payments' leases
 // then run out as after a crash).
 func TestDrainerStoppedMidClaimStopsWhenTheDatabaseStalls(t *testing.T) {
-	ctx := context.Background()
-	cutter := testkit.NewCommitCutter(t, dbURL)
-	cut, err := store.Open(ctx, store.Options{URL: cutter.URL, SecretKey: testkit.SecretKey})
-	require.NoError(t, err)
-	t.Cleanup(cut.Close)
+	cutter, cut := cutStore(t)
 
 	m := orderMerchant(t, "stalled-unclaim")
 	keys := queue(t, m, "stalled-unclaim", 2)
@@ -141,20 +100,8 @@ func TestDrainerStoppedMidClaimStopsWhenTheDatabaseStalls(t *testing.T) {
 	defer releaseClaim()
 	_, releaseUnclaim := cutter.HoldAnswerOf("-- name: Unclaim")
 	defer releaseUnclaim()
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		(&sweeper.Drainer{Store: cut, Starter: newCluster(10 * time.Millisecond), MaxRunning: 2, Lease: time.Second}).Run(rctx)
-	}()
-	select {
-	case <-claimed:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the drainer never claimed")
-	}
-	stop()
-	time.Sleep(200 * time.Millisecond)
-	releaseClaim()
+	done := stopWhileHeld(t, claimed, releaseClaim,
+		(&sweeper.Drainer{Store: cut, Starter: newCluster(10 * time.Millisecond), MaxRunning: 2, Lease: time.Second}).Run)
 	select {
 	case <-done:
 	case <-time.After(20 * time.Second):
@@ -163,4 +110,37 @@ func TestDrainerStoppedMidClaimStopsWhenTheDatabaseStalls(t *testing.T) {
 	releaseUnclaim()
 	c := newCluster(10 * time.Millisecond)
 	drain(t, &sweeper.Drainer{Store: db, Starter: c, MaxRunning: 2, Lease: time.Second}, c, keys)
+}
+
+// cutStore is a store whose connections pass through a commit cutter.
+func cutStore(t *testing.T) (*testkit.CommitCutter, *store.Store) {
+	t.Helper()
+	cutter := testkit.NewCommitCutter(t, dbURL)
+	cut, err := store.Open(context.Background(), store.Options{URL: cutter.URL, SecretKey: testkit.SecretKey})
+	require.NoError(t, err)
+	t.Cleanup(cut.Close)
+	return cutter, cut
+}
+
+// stopWhileHeld runs run until its transaction whose answer the cutter holds has ended in the
+// database (ended), stops it, and hands it the answer once the stop has reached it: done is
+// closed when run returns.
+func stopWhileHeld(t *testing.T, ended <-chan struct{}, release func(), run func(context.Context)) (done <-chan struct{}) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		run(ctx)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held statement never ran")
+	}
+	stop()
+	time.Sleep(200 * time.Millisecond) // the stop reaches the call still waiting for its answer
+	release()
+	return finished
 }
