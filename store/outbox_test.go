@@ -559,14 +559,7 @@ func TestRedeliveryDuringAnAttemptStartsItsSchedule(t *testing.T) {
 // (the merchant has the event) unless an operator redelivered it since.
 func TestLate2xxAfterTheTakeoverGaveUpIsDelivered(t *testing.T) {
 	ctx := context.Background()
-	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
-	settle(t, mID, aID, false)
-	accepted(t)
-	stalled := claimFor(t, mID, 100, 10, 300*time.Millisecond)
-	require.Len(t, stalled, 1)
-	time.Sleep(400 * time.Millisecond)
-	takeover := claimFor(t, mID, 100, 10, time.Minute)
-	require.Len(t, takeover, 1)
+	_, stalled, takeover := stalledAndTakenOver(t)
 	status, _, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: takeover[0].ID, Attempt: takeover[0].Attempt, StartedAt: time.Now(), StatusCode: 500, Error: "HTTP 500", RetryIn: time.Second, RetryFor: time.Millisecond})
 	require.NoError(t, err)
 	require.Equal(t, store.DeliveryFailed, status)
@@ -675,14 +668,7 @@ func TestStalledAttemptReportingAfterAnAbortedTakeoverChangesNothing(t *testing.
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
-			settle(t, mID, aID, false)
-			accepted(t)
-			stalled := claimFor(t, mID, 100, 10, 300*time.Millisecond)
-			require.Len(t, stalled, 1)
-			time.Sleep(400 * time.Millisecond)
-			takeover := claimFor(t, mID, 100, 10, time.Minute)
-			require.Len(t, takeover, 1)
+			mID, stalled, takeover := stalledAndTakenOver(t)
 			require.Equal(t, stalled[0].Attempt+1, takeover[0].Attempt)
 			if tc.redeliver {
 				_, err := db.Redeliver(ctx, takeover[0].ID)
@@ -969,4 +955,19 @@ func TestConcurrentPurgesDoNotDeadlock(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, ds, "every finished delivery purged")
 	}
+}
+
+// stalledAndTakenOver is a new merchant's one delivery, claimed by an attempt that stalled past
+// its lease (300 ms), then claimed by another (for a minute): each claim's one delivery.
+func stalledAndTakenOver(t *testing.T) (mID uuid.UUID, stalled, takeover []store.ClaimedDelivery) {
+	t.Helper()
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	settle(t, mID, aID, false)
+	accepted(t)
+	stalled = claimFor(t, mID, 100, 10, 300*time.Millisecond)
+	require.Len(t, stalled, 1)
+	time.Sleep(400 * time.Millisecond)
+	takeover = claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, takeover, 1)
+	return mID, stalled, takeover
 }
