@@ -233,7 +233,13 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) err
 				after = uuid.Nil
 				merchants = max(1, len(queues))
 			}
-			ok, failed := d.start(ctx, queues)
+			ok, failed, leftLeased := d.start(ctx, queues)
+			if leftLeased {
+				// A merchant's payments it could not put back stay leased to no claim of its
+				// own: it waits for their leases, as for a last leader's, rather than start
+				// the merchant's later payments ahead of them.
+				inherited = true
+			}
 			for _, r := range ok {
 				if running[r.p.ID] != nil { // claimed again after its lease: its start was a no-op
 					continue
@@ -273,8 +279,9 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) err
 // earlier run of its key still open) leaves that payment to the sweeper instead, and the queue
 // goes on: one payment never holds its merchant up. A started one is not marked so: its
 // workflow's first step takes it off the queue, and should the lease run out before, the next
-// claim's start finds the run and starts nothing.
-func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (started []startedRun, failed bool) {
+// claim's start finds the run and starts nothing. leftLeased says some payments it could not put
+// back in their queue stay leased.
+func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (started []startedRun, failed, leftLeased bool) {
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -295,9 +302,10 @@ func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (starte
 						d.put(ctx, d.Store.Unqueue, queue[i:i+1], "leave a payment that cannot start to the sweeper")
 						continue
 					}
-					d.put(ctx, d.Store.Unclaim, queue[i:], "put payments back in their queue")
+					put := d.put(ctx, d.Store.Unclaim, queue[i:], "put payments back in their queue")
 					mu.Lock()
 					failed = true
+					leftLeased = leftLeased || !put
 					mu.Unlock()
 					return
 				}
@@ -308,7 +316,7 @@ func (d *Drainer) start(ctx context.Context, queues [][]payment.Payment) (starte
 		}()
 	}
 	wg.Wait()
-	return started, failed
+	return started, failed, leftLeased
 }
 
 // startedRun is a payment whose start succeeded, and whether that start made its run.
@@ -384,9 +392,9 @@ func (d *Drainer) leaveClosed(ctx context.Context, running map[uuid.UUID]*slot) 
 	}
 }
 
-// put hands payments back, to their queue or to the sweeper; should that fail, their leases run
-// out and the next claim takes them.
-func (d *Drainer) put(ctx context.Context, to func(context.Context, []uuid.UUID) error, ps []payment.Payment, what string) {
+// put hands payments back, to their queue or to the sweeper, and says whether it did; should that
+// fail, their leases run out and the next claim takes them.
+func (d *Drainer) put(ctx context.Context, to func(context.Context, []uuid.UUID) error, ps []payment.Payment, what string) bool {
 	ids := make([]uuid.UUID, len(ps))
 	for i, p := range ps {
 		ids[i] = p.ID
@@ -396,7 +404,9 @@ func (d *Drainer) put(ctx context.Context, to func(context.Context, []uuid.UUID)
 	defer cancel()
 	if err := to(pctx, ids); err != nil {
 		d.Logger.Warn("backlog drainer: "+what, "error", err)
+		return false
 	}
+	return true
 }
 
 // refusedForNow says a start failed because Temporal cannot take starts now (down, slow, rate

@@ -2,10 +2,13 @@ package sweeper_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
@@ -143,4 +146,77 @@ func stopWhileHeld(t *testing.T, ended <-chan struct{}, release func(), run func
 	time.Sleep(200 * time.Millisecond) // the stop reaches the call still waiting for its answer
 	release()
 	return finished
+}
+
+// stallStarter is a cluster on which the first start of key fails for want of Temporal, and the
+// merchant's claimed records are then held locked (the database stalled) until the drainer's
+// putting them back gave up: they stay leased to it.
+type stallStarter struct {
+	*cluster
+	key    string
+	lock   func()
+	failed atomic.Bool
+}
+
+func (s *stallStarter) StartPayment(ctx context.Context, key string, in workflows.PaymentInput) (string, error) {
+	if key == s.key && s.failed.CompareAndSwap(false, true) {
+		s.lock()
+		return "", serviceerror.NewUnavailable("temporal: unavailable")
+	}
+	return s.cluster.StartPayment(ctx, key, in)
+}
+
+// A start that fails puts the merchant's claimed payments back in its queue; should that putting
+// back fail (the database stalled past its bound), they stay leased to the drainer: its next
+// claim must not take the merchant's later payments ahead of them. They start once their lease
+// runs out, in arrival order, each once.
+func TestDrainerWhosePutBackFailedKeepsTheMerchantsOrder(t *testing.T) {
+	ctx := context.Background()
+	m := orderMerchant(t, "stalled-putback")
+	keys := queue(t, m, "stalled-putback", 6)
+	locker, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer locker.Close(ctx)
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	locked := make(chan struct{})
+	c := newCluster(10 * time.Millisecond)
+	s := &stallStarter{cluster: c, key: keys[0], lock: func() {
+		// The claim (one statement) committed: the claimed records are leased, and now locked.
+		_, err := tx.Exec(ctx, `SELECT 1 FROM idempotency_records WHERE merchant_id = $1 AND queued FOR UPDATE`, m.ID)
+		if err != nil {
+			panic(err)
+		}
+		close(locked)
+	}}
+	watcher, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer watcher.Close(ctx)
+	watched := make(chan struct{})
+	go func() {
+		// Once the putting back waited on the lock and gave up, the database answers again.
+		defer close(watched)
+		<-locked
+		waiting := func() bool {
+			var n int
+			err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE query LIKE '%name: Unclaim%' AND state = 'active' AND wait_event_type = 'Lock'`).Scan(&n)
+			return err == nil && n > 0
+		}
+		for !waiting() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		for waiting() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		_ = tx.Rollback(ctx)
+	}()
+	defer func() { <-watched }()
+	drain(t, &sweeper.Drainer{Store: db, Starter: s, MaxRunning: 4, Lease: 15 * time.Second}, c, keys)
+	order, starts, _ := c.snapshot()
+	for _, k := range keys {
+		require.Equal(t, 1, starts[k], "%s started once", k)
+	}
+	require.Equal(t, keys, order, "the merchant's payments start in arrival order")
 }
