@@ -1,0 +1,200 @@
+package tests
+
+// SIGTERM to a `kasa worker` while a refund, a capture or a void is at the bank: the worker
+// lets the call finish (docs/deployment.md, "Upgrades": up to 25 s) and exits 0; the bank's
+// answer is the operation's, so the bank moves money once and the operation ends as the bank
+// said, never parked unknown for a stop kasa itself chose.
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kasa-pay/kasa/tools/banksim"
+)
+
+// sigtermGrace is what the docs tell an orchestrator to give a stopping worker.
+const sigtermGrace = 30 * time.Second
+
+func TestWorkerSIGTERMWhileAtTheBank(t *testing.T) {
+	t.Parallel()
+	for _, capability := range []string{"none", "inquiry"} {
+		for _, op := range []string{"refund", "capture", "void"} {
+			t.Run(capability+"/"+op, func(t *testing.T) {
+				t.Parallel()
+				s := newCrashStack(t, crashConfig{capability: capability, providerTimeout: "10s", syncWait: "500ms"})
+				s.start()
+				m := s.merchant()
+				acct := s.account(m, "TRY", "100.00")
+				body := payBody("inv-"+op, "50.00", "TRY", acct)
+				if op != "refund" {
+					body = manualBody("inv-"+op, "50.00", acct)
+				}
+				r, err := s.pay(m, "pay", body)
+				require.NoError(t, err)
+				require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, r.Status, "%s", r.Body)
+				id := r.json(t)["id"].(string)
+				want := map[string]string{"refund": "succeeded", "capture": "requires_capture", "void": "requires_capture"}[op]
+				require.Eventually(t, func() bool { return s.payment(m, id)["status"] == want }, 30*time.Second, 100*time.Millisecond)
+
+				s.setFaults(`{"rules":[{"on":"` + op + `","action":"delay","delay_ms":5000,"count":1}]}`)
+				var path, reqBody string
+				switch op {
+				case "refund":
+					path, reqBody = "/v1/payments/"+id+"/refunds", `{"amount":"20.00"}`
+				case "capture":
+					path, reqBody = "/v1/payments/"+id+"/capture", `{"amount":"30.00"}`
+				case "void":
+					path = "/v1/payments/" + id + "/cancel"
+				}
+				call := func() response {
+					h := []string{"Idempotency-Key", "op"}
+					if reqBody != "" {
+						h = append(h, "Content-Type", "application/json")
+					}
+					return s.mustCall("POST", s.apiURL()+path, m.APIKey, reqBody, h...)
+				}
+				first := call()
+				for retry := 0; first.Status == http.StatusServiceUnavailable && retry < 10; retry++ {
+					first = call() // not taken within the sync wait on a loaded machine: the same command again
+				}
+				require.Equal(t, http.StatusAccepted, first.Status, "%s", first.Body)
+				s.waitFaultsUsed()
+
+				stopped := time.Now()
+				s.worker.stopCleanly(sigtermGrace)
+				t.Logf("worker stopped %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
+				s.startWorker()
+
+				deadline := time.Now().Add(60 * time.Second)
+				switch op {
+				case "refund":
+					refundID := first.json(t)["id"].(string)
+					rf := s.waitRefund(m, refundID, deadline)
+					require.Equal(t, "succeeded", rf["status"], "%v", rf)
+					require.Equal(t, 1, s.simRefundCount(refundID), "one refund at the bank")
+					require.Equal(t, refundState{Refunded: 2000, Balance: 3000, Refunds: 1, Settled: 1, Postings: 1, Succeeded: 1},
+						readRefundState(t, s.dbURL, id))
+				default:
+					final := map[string]string{"capture": "succeeded", "void": "canceled"}[op]
+					var p map[string]any
+					for {
+						p = s.payment(m, id)
+						if p["status"] != "requires_capture" || time.Now().After(deadline) {
+							break
+						}
+						time.Sleep(250 * time.Millisecond)
+					}
+					require.Equal(t, final, p["status"], "%v", p)
+					held, err := banksim.Control{URL: s.simURL()}.Authorizations(context.Background(), id)
+					require.NoError(t, err)
+					balance, reserved := s.balances(m, acct)
+					if op == "capture" {
+						require.Equal(t, int64(3000), held.CapturedMinor, "%+v", held)
+						require.False(t, held.Voided, "%+v", held)
+						require.Equal(t, []string{"70.00", "0.00"}, []string{balance, reserved})
+					} else {
+						require.Zero(t, held.CapturedMinor, "%+v", held)
+						require.True(t, held.Voided, "%+v", held)
+						require.Equal(t, []string{"100.00", "0.00"}, []string{balance, reserved})
+					}
+				}
+				// The key answers what was done, then the same answer byte for byte.
+				done := call()
+				require.Contains(t, []int{http.StatusOK, http.StatusCreated}, done.Status, "%s", done.Body)
+				again := call()
+				require.Equal(t, done.Status, again.Status)
+				require.Equal(t, string(done.Body), string(again.Body))
+				require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+				s.verify()
+			})
+		}
+	}
+}
+
+// SIGTERM to a `kasa api` while a refund or a capture request waits for its outcome: the request
+// is answered at once with 202 and the operation as it is (docs/deployment.md, "Upgrades"), the
+// API exits 0, and the operation finishes: once at the bank, its key then answering what was done.
+func TestAPISIGTERMWhileARefundOrCaptureWaits(t *testing.T) {
+	t.Parallel()
+	for _, op := range []string{"refund", "capture"} {
+		t.Run(op, func(t *testing.T) {
+			t.Parallel()
+			s := newCrashStack(t, crashConfig{capability: "none", providerTimeout: "20s", syncWait: "15s"})
+			s.start()
+			m := s.merchant()
+			acct := s.account(m, "TRY", "100.00")
+			body := payBody("inv-"+op, "50.00", "TRY", acct)
+			if op == "capture" {
+				body = manualBody("inv-"+op, "50.00", acct)
+			}
+			r, err := s.pay(m, "pay", body)
+			require.NoError(t, err)
+			id := r.json(t)["id"].(string)
+			want := map[string]string{"refund": "succeeded", "capture": "requires_capture"}[op]
+			require.Eventually(t, func() bool { return s.payment(m, id)["status"] == want }, 30*time.Second, 100*time.Millisecond)
+
+			s.setFaults(`{"rules":[{"on":"` + op + `","action":"delay","delay_ms":8000,"count":1}]}`)
+			path, reqBody := "/v1/payments/"+id+"/refunds", `{"amount":"20.00"}`
+			if op == "capture" {
+				path, reqBody = "/v1/payments/"+id+"/capture", `{"amount":"30.00"}`
+			}
+			call := func() (response, error) {
+				return httpCall("POST", s.apiURL()+path, m.APIKey, reqBody, "Idempotency-Key", "op", "Content-Type", "application/json")
+			}
+			type result struct {
+				r   response
+				err error
+			}
+			answered := make(chan result, 1)
+			go func() {
+				r, err := call()
+				answered <- result{r, err}
+			}()
+			s.waitFaultsUsed()
+			told := time.Now()
+			s.api.stopCleanly(20 * time.Second)
+			res := <-answered
+			t.Logf("answered and stopped %v after SIGTERM", time.Since(told).Round(time.Millisecond))
+			require.NoError(t, res.err, "the request in flight lost its answer")
+			require.Equal(t, http.StatusAccepted, res.r.Status, "%s", res.r.Body)
+			require.NotEmpty(t, res.r.Header.Get("Retry-After"))
+			require.Less(t, time.Since(told), 6*time.Second, "answered at once, not when the bank answered")
+
+			s.startAPI()
+			deadline := time.Now().Add(60 * time.Second)
+			var done response
+			for {
+				done, err = call()
+				require.NoError(t, err)
+				if done.Status != http.StatusAccepted && done.Status != http.StatusConflict || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+			require.Equal(t, http.StatusCreated, done.Status, "%s", done.Body)
+			again, err := call()
+			require.NoError(t, err)
+			require.Equal(t, string(done.Body), string(again.Body))
+			require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+			if op == "refund" {
+				refundID := res.r.json(t)["id"].(string)
+				require.Equal(t, refundID, done.json(t)["id"])
+				require.Equal(t, 1, s.simRefundCount(refundID))
+				require.Equal(t, refundState{Refunded: 2000, Balance: 3000, Refunds: 1, Settled: 1, Postings: 1, Succeeded: 1},
+					readRefundState(t, s.dbURL, id))
+			} else {
+				require.Equal(t, "succeeded", done.json(t)["status"])
+				held, err := banksim.Control{URL: s.simURL()}.Authorizations(context.Background(), id)
+				require.NoError(t, err)
+				require.Equal(t, int64(3000), held.CapturedMinor, "%+v", held)
+				balance, reserved := s.balances(m, acct)
+				require.Equal(t, []string{"70.00", "0.00"}, []string{balance, reserved})
+			}
+			s.verify()
+		})
+	}
+}
