@@ -8,9 +8,11 @@ package tests
 import (
 	"context"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kasa-pay/kasa/tools/banksim"
@@ -112,6 +114,114 @@ func TestWorkerSIGTERMWhileAtTheBank(t *testing.T) {
 				s.verify()
 			})
 		}
+	}
+}
+
+// SIGTERM to a `kasa worker` while the bank's answer to a refund or a capture is being recorded
+// and that step waits for a row another transaction holds (an operator's open session, a long
+// report) for longer than the grace: the worker still exits 0 within the grace the docs give it,
+// and the next worker records the answer once.
+func TestWorkerSIGTERMWhileTheAnswerIsRecorded(t *testing.T) {
+	t.Parallel()
+	for _, op := range []string{"refund", "capture"} {
+		t.Run(op, func(t *testing.T) {
+			t.Parallel()
+			s := newCrashStack(t, crashConfig{capability: "none", providerTimeout: "10s", syncWait: "500ms"})
+			s.start()
+			m := s.merchant()
+			acct := s.account(m, "TRY", "100.00")
+			body := payBody("inv-"+op, "50.00", "TRY", acct)
+			if op == "capture" {
+				body = manualBody("inv-"+op, "50.00", acct)
+			}
+			r, err := s.pay(m, "pay", body)
+			require.NoError(t, err)
+			id := r.json(t)["id"].(string)
+			want := map[string]string{"refund": "succeeded", "capture": "requires_capture"}[op]
+			require.Eventually(t, func() bool { return s.payment(m, id)["status"] == want }, 30*time.Second, 100*time.Millisecond)
+
+			s.setFaults(`{"rules":[{"on":"` + op + `","action":"delay","delay_ms":3000,"count":1}]}`)
+			path, reqBody := "/v1/payments/"+id+"/refunds", `{"amount":"20.00"}`
+			if op == "capture" {
+				path, reqBody = "/v1/payments/"+id+"/capture", `{"amount":"30.00"}`
+			}
+			call := func() response {
+				return s.mustCall("POST", s.apiURL()+path, m.APIKey, reqBody, "Idempotency-Key", "op", "Content-Type", "application/json")
+			}
+			first := call()
+			for retry := 0; first.Status == http.StatusServiceUnavailable && retry < 10; retry++ {
+				first = call()
+			}
+			require.Equal(t, http.StatusAccepted, first.Status, "%s", first.Body)
+			s.waitFaultsUsed()
+
+			// The row the answer is written to, held while the bank answers and past the grace.
+			ctx := context.Background()
+			c, err := pgx.Connect(ctx, s.dbURL)
+			require.NoError(t, err)
+			defer c.Close(ctx)
+			tx, err := c.Begin(ctx)
+			require.NoError(t, err)
+			row := "SELECT 1 FROM payments WHERE id = $1 FOR UPDATE"
+			lockID := id
+			if op == "refund" {
+				row, lockID = "SELECT 1 FROM refunds WHERE id = $1 FOR UPDATE", first.json(t)["id"].(string)
+			}
+			_, err = tx.Exec(ctx, row, lockID)
+			require.NoError(t, err)
+			// The answer has come back and its step waits for the row.
+			watch, err := pgx.Connect(ctx, s.dbURL)
+			require.NoError(t, err)
+			defer watch.Close(ctx)
+			require.Eventually(t, func() bool {
+				var n int
+				require.NoError(t, watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n))
+				return n > 0
+			}, 15*time.Second, 50*time.Millisecond)
+
+			require.NoError(t, syscall.Kill(s.worker.pid(), syscall.SIGTERM))
+			stopped := time.Now()
+			released := time.AfterFunc(sigtermGrace+10*time.Second, func() { _ = tx.Rollback(ctx) })
+			defer released.Stop()
+			select {
+			case <-s.worker.c.Done():
+			case <-time.After(sigtermGrace + 20*time.Second):
+				t.Fatalf("the worker did not stop\n%s", tailOf(s.worker))
+			}
+			took := time.Since(stopped)
+			t.Logf("worker stopped %v after SIGTERM", took.Round(time.Millisecond))
+			require.NoError(t, s.worker.c.Err(), "exit 0\n%s", tailOf(s.worker))
+			require.Less(t, took, sigtermGrace, "the worker outlived its grace: an orchestrator SIGKILLs it\n%s", tailOf(s.worker))
+			require.NoError(t, tx.Rollback(ctx))
+			s.startWorker()
+
+			deadline := time.Now().Add(60 * time.Second)
+			if op == "refund" {
+				refundID := first.json(t)["id"].(string)
+				rf := s.waitRefund(m, refundID, deadline)
+				require.Equal(t, "succeeded", rf["status"], "%v", rf)
+				require.Equal(t, 1, s.simRefundCount(refundID))
+				require.Equal(t, refundState{Refunded: 2000, Balance: 3000, Refunds: 1, Settled: 1, Postings: 1, Succeeded: 1},
+					readRefundState(t, s.dbURL, id))
+			} else {
+				var p map[string]any
+				for {
+					p = s.payment(m, id)
+					if p["status"] != "requires_capture" || time.Now().After(deadline) {
+						break
+					}
+					time.Sleep(250 * time.Millisecond)
+				}
+				require.Equal(t, "succeeded", p["status"], "%v", p)
+				held, err := banksim.Control{URL: s.simURL()}.Authorizations(ctx, id)
+				require.NoError(t, err)
+				require.Equal(t, int64(3000), held.CapturedMinor, "%+v", held)
+				balance, reserved := s.balances(m, acct)
+				require.Equal(t, []string{"70.00", "0.00"}, []string{balance, reserved})
+			}
+			s.verify()
+		})
 	}
 }
 

@@ -3,6 +3,8 @@
 package worker
 
 import (
+	"context"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -62,18 +64,57 @@ func Register(r Registry, a *activities.Activities) {
 }
 
 // StopTimeout is how long a stopping worker (SIGTERM) lets its in-flight activities finish,
-// a bank call among them, before it cancels them: within the 30 s an orchestrator gives a
+// a bank call among them, before it ends them: within the 30 s an orchestrator gives a
 // process to stop (docs/deployment.md).
 const StopTimeout = 25 * time.Second
 
-// New returns a worker for the task queue with everything registered; call Start/Stop or Run.
+// New returns a worker for the task queue with everything registered; call Start/Stop.
 // onFatal, when not nil, is called when the SDK stops the worker for good (its namespace is
 // gone, say): it polls nothing from then on, and its process should end.
 func New(c client.Client, taskQueue string, a *activities.Activities, onFatal func(error)) sdkworker.Worker {
 	if taskQueue == "" {
 		taskQueue = workflows.TaskQueue
 	}
-	w := sdkworker.New(c, taskQueue, sdkworker.Options{WorkerStopTimeout: StopTimeout, OnFatalError: onFatal})
+	ends := &stopDeadline{Context: context.Background(), done: make(chan struct{})}
+	w := sdkworker.New(c, taskQueue, sdkworker.Options{WorkerStopTimeout: StopTimeout, OnFatalError: onFatal,
+		BackgroundActivityContext: ends})
 	Register(w, a)
-	return w
+	return &bounded{Worker: w, ends: ends}
+}
+
+// bounded is a worker whose Stop ends whatever still runs StopTimeout after it began. The SDK
+// applies the timeout to its workflow, local-activity and activity workers one after the other,
+// so a local step waiting on the database would otherwise hold the stop up to twice as long,
+// past the grace an orchestrator gives before it SIGKILLs the process.
+type bounded struct {
+	sdkworker.Worker
+	ends *stopDeadline
+}
+
+func (b *bounded) Stop() {
+	t := time.AfterFunc(StopTimeout, b.ends.expire)
+	defer t.Stop()
+	b.Worker.Stop()
+}
+
+// stopDeadline is the activities' context: it ends as a deadline does, never as a cancellation.
+// The SDK takes a canceled local activity for the workflow's own cancellation, which would end
+// the run with its payment or refund still processing; a deadline is an attempt's timeout, which
+// the run retries (on the next worker) as any other.
+type stopDeadline struct {
+	context.Context
+	done chan struct{}
+	once sync.Once
+}
+
+func (d *stopDeadline) expire()               { d.once.Do(func() { close(d.done) }) }
+func (d *stopDeadline) Done() <-chan struct{} { return d.done }
+
+func (d *stopDeadline) Err() error {
+	select {
+	case <-d.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
 }
