@@ -7,6 +7,7 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"syscall"
 	"testing"
@@ -29,41 +30,8 @@ func TestWorkerSIGTERMWhileAtTheBank(t *testing.T) {
 				t.Parallel()
 				s := newCrashStack(t, crashConfig{capability: capability, providerTimeout: "10s", syncWait: "500ms"})
 				s.start()
-				m := s.merchant()
-				acct := s.account(m, "TRY", "100.00")
-				body := payBody("inv-"+op, "50.00", "TRY", acct)
-				if op != "refund" {
-					body = manualBody("inv-"+op, "50.00", acct)
-				}
-				r, err := s.pay(m, "pay", body)
-				require.NoError(t, err)
-				require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, r.Status, "%s", r.Body)
-				id := r.json(t)["id"].(string)
-				want := map[string]string{"refund": "succeeded", "capture": "requires_capture", "void": "requires_capture"}[op]
-				require.Eventually(t, func() bool { return s.payment(m, id)["status"] == want }, 30*time.Second, 100*time.Millisecond)
-
-				s.setFaults(`{"rules":[{"on":"` + op + `","action":"delay","delay_ms":5000,"count":1}]}`)
-				var path, reqBody string
-				switch op {
-				case "refund":
-					path, reqBody = "/v1/payments/"+id+"/refunds", `{"amount":"20.00"}`
-				case "capture":
-					path, reqBody = "/v1/payments/"+id+"/capture", `{"amount":"30.00"}`
-				case "void":
-					path = "/v1/payments/" + id + "/cancel"
-				}
-				call := func() response {
-					h := []string{"Idempotency-Key", "op"}
-					if reqBody != "" {
-						h = append(h, "Content-Type", "application/json")
-					}
-					return s.mustCall("POST", s.apiURL()+path, m.APIKey, reqBody, h...)
-				}
-				first := call()
-				for retry := 0; first.Status == http.StatusServiceUnavailable && retry < 10; retry++ {
-					first = call() // not taken within the sync wait on a loaded machine: the same command again
-				}
-				require.Equal(t, http.StatusAccepted, first.Status, "%s", first.Body)
+				b := newBankOp(t, s, op, 5*time.Second)
+				first := b.send()
 				s.waitFaultsUsed()
 
 				stopped := time.Now()
@@ -71,43 +39,11 @@ func TestWorkerSIGTERMWhileAtTheBank(t *testing.T) {
 				t.Logf("worker stopped %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
 				s.startWorker()
 
-				deadline := time.Now().Add(60 * time.Second)
-				switch op {
-				case "refund":
-					refundID := first.json(t)["id"].(string)
-					rf := s.waitRefund(m, refundID, deadline)
-					require.Equal(t, "succeeded", rf["status"], "%v", rf)
-					require.Equal(t, 1, s.simRefundCount(refundID), "one refund at the bank")
-					require.Equal(t, refundState{Refunded: 2000, Balance: 3000, Refunds: 1, Settled: 1, Postings: 1, Succeeded: 1},
-						readRefundState(t, s.dbURL, id))
-				default:
-					final := map[string]string{"capture": "succeeded", "void": "canceled"}[op]
-					var p map[string]any
-					for {
-						p = s.payment(m, id)
-						if p["status"] != "requires_capture" || time.Now().After(deadline) {
-							break
-						}
-						time.Sleep(250 * time.Millisecond)
-					}
-					require.Equal(t, final, p["status"], "%v", p)
-					held, err := banksim.Control{URL: s.simURL()}.Authorizations(context.Background(), id)
-					require.NoError(t, err)
-					balance, reserved := s.balances(m, acct)
-					if op == "capture" {
-						require.Equal(t, int64(3000), held.CapturedMinor, "%+v", held)
-						require.False(t, held.Voided, "%+v", held)
-						require.Equal(t, []string{"70.00", "0.00"}, []string{balance, reserved})
-					} else {
-						require.Zero(t, held.CapturedMinor, "%+v", held)
-						require.True(t, held.Voided, "%+v", held)
-						require.Equal(t, []string{"100.00", "0.00"}, []string{balance, reserved})
-					}
-				}
+				b.requireDoneOnce(first)
 				// The key answers what was done, then the same answer byte for byte.
-				done := call()
+				done := b.mustCall()
 				require.Contains(t, []int{http.StatusOK, http.StatusCreated}, done.Status, "%s", done.Body)
-				again := call()
+				again := b.mustCall()
 				require.Equal(t, done.Status, again.Status)
 				require.Equal(t, string(done.Body), string(again.Body))
 				require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
@@ -128,31 +64,8 @@ func TestWorkerSIGTERMWhileTheAnswerIsRecorded(t *testing.T) {
 			t.Parallel()
 			s := newCrashStack(t, crashConfig{capability: "none", providerTimeout: "10s", syncWait: "500ms"})
 			s.start()
-			m := s.merchant()
-			acct := s.account(m, "TRY", "100.00")
-			body := payBody("inv-"+op, "50.00", "TRY", acct)
-			if op == "capture" {
-				body = manualBody("inv-"+op, "50.00", acct)
-			}
-			r, err := s.pay(m, "pay", body)
-			require.NoError(t, err)
-			id := r.json(t)["id"].(string)
-			want := map[string]string{"refund": "succeeded", "capture": "requires_capture"}[op]
-			require.Eventually(t, func() bool { return s.payment(m, id)["status"] == want }, 30*time.Second, 100*time.Millisecond)
-
-			s.setFaults(`{"rules":[{"on":"` + op + `","action":"delay","delay_ms":3000,"count":1}]}`)
-			path, reqBody := "/v1/payments/"+id+"/refunds", `{"amount":"20.00"}`
-			if op == "capture" {
-				path, reqBody = "/v1/payments/"+id+"/capture", `{"amount":"30.00"}`
-			}
-			call := func() response {
-				return s.mustCall("POST", s.apiURL()+path, m.APIKey, reqBody, "Idempotency-Key", "op", "Content-Type", "application/json")
-			}
-			first := call()
-			for retry := 0; first.Status == http.StatusServiceUnavailable && retry < 10; retry++ {
-				first = call()
-			}
-			require.Equal(t, http.StatusAccepted, first.Status, "%s", first.Body)
+			b := newBankOp(t, s, op, 3*time.Second)
+			first := b.send()
 			s.waitFaultsUsed()
 
 			// The row the answer is written to, held while the bank answers and past the grace.
@@ -163,7 +76,7 @@ func TestWorkerSIGTERMWhileTheAnswerIsRecorded(t *testing.T) {
 			tx, err := c.Begin(ctx)
 			require.NoError(t, err)
 			row := "SELECT 1 FROM payments WHERE id = $1 FOR UPDATE"
-			lockID := id
+			lockID := b.id
 			if op == "refund" {
 				row, lockID = "SELECT 1 FROM refunds WHERE id = $1 FOR UPDATE", first.json(t)["id"].(string)
 			}
@@ -196,30 +109,7 @@ func TestWorkerSIGTERMWhileTheAnswerIsRecorded(t *testing.T) {
 			require.NoError(t, tx.Rollback(ctx))
 			s.startWorker()
 
-			deadline := time.Now().Add(60 * time.Second)
-			if op == "refund" {
-				refundID := first.json(t)["id"].(string)
-				rf := s.waitRefund(m, refundID, deadline)
-				require.Equal(t, "succeeded", rf["status"], "%v", rf)
-				require.Equal(t, 1, s.simRefundCount(refundID))
-				require.Equal(t, refundState{Refunded: 2000, Balance: 3000, Refunds: 1, Settled: 1, Postings: 1, Succeeded: 1},
-					readRefundState(t, s.dbURL, id))
-			} else {
-				var p map[string]any
-				for {
-					p = s.payment(m, id)
-					if p["status"] != "requires_capture" || time.Now().After(deadline) {
-						break
-					}
-					time.Sleep(250 * time.Millisecond)
-				}
-				require.Equal(t, "succeeded", p["status"], "%v", p)
-				held, err := banksim.Control{URL: s.simURL()}.Authorizations(ctx, id)
-				require.NoError(t, err)
-				require.Equal(t, int64(3000), held.CapturedMinor, "%+v", held)
-				balance, reserved := s.balances(m, acct)
-				require.Equal(t, []string{"70.00", "0.00"}, []string{balance, reserved})
-			}
+			b.requireDoneOnce(first)
 			s.verify()
 		})
 	}
@@ -235,33 +125,14 @@ func TestAPISIGTERMWhileARefundOrCaptureWaits(t *testing.T) {
 			t.Parallel()
 			s := newCrashStack(t, crashConfig{capability: "none", providerTimeout: "20s", syncWait: "15s"})
 			s.start()
-			m := s.merchant()
-			acct := s.account(m, "TRY", "100.00")
-			body := payBody("inv-"+op, "50.00", "TRY", acct)
-			if op == "capture" {
-				body = manualBody("inv-"+op, "50.00", acct)
-			}
-			r, err := s.pay(m, "pay", body)
-			require.NoError(t, err)
-			id := r.json(t)["id"].(string)
-			want := map[string]string{"refund": "succeeded", "capture": "requires_capture"}[op]
-			require.Eventually(t, func() bool { return s.payment(m, id)["status"] == want }, 30*time.Second, 100*time.Millisecond)
-
-			s.setFaults(`{"rules":[{"on":"` + op + `","action":"delay","delay_ms":8000,"count":1}]}`)
-			path, reqBody := "/v1/payments/"+id+"/refunds", `{"amount":"20.00"}`
-			if op == "capture" {
-				path, reqBody = "/v1/payments/"+id+"/capture", `{"amount":"30.00"}`
-			}
-			call := func() (response, error) {
-				return httpCall("POST", s.apiURL()+path, m.APIKey, reqBody, "Idempotency-Key", "op", "Content-Type", "application/json")
-			}
+			b := newBankOp(t, s, op, 8*time.Second)
 			type result struct {
 				r   response
 				err error
 			}
 			answered := make(chan result, 1)
 			go func() {
-				r, err := call()
+				r, err := b.call()
 				answered <- result{r, err}
 			}()
 			s.waitFaultsUsed()
@@ -278,33 +149,127 @@ func TestAPISIGTERMWhileARefundOrCaptureWaits(t *testing.T) {
 			deadline := time.Now().Add(60 * time.Second)
 			var done response
 			for {
-				done, err = call()
-				require.NoError(t, err)
+				done = b.mustCall()
 				if done.Status != http.StatusAccepted && done.Status != http.StatusConflict || time.Now().After(deadline) {
 					break
 				}
 				time.Sleep(250 * time.Millisecond)
 			}
 			require.Equal(t, http.StatusCreated, done.Status, "%s", done.Body)
-			again, err := call()
-			require.NoError(t, err)
+			again := b.mustCall()
 			require.Equal(t, string(done.Body), string(again.Body))
 			require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
 			if op == "refund" {
-				refundID := res.r.json(t)["id"].(string)
-				require.Equal(t, refundID, done.json(t)["id"])
-				require.Equal(t, 1, s.simRefundCount(refundID))
-				require.Equal(t, refundState{Refunded: 2000, Balance: 3000, Refunds: 1, Settled: 1, Postings: 1, Succeeded: 1},
-					readRefundState(t, s.dbURL, id))
-			} else {
-				require.Equal(t, "succeeded", done.json(t)["status"])
-				held, err := banksim.Control{URL: s.simURL()}.Authorizations(context.Background(), id)
-				require.NoError(t, err)
-				require.Equal(t, int64(3000), held.CapturedMinor, "%+v", held)
-				balance, reserved := s.balances(m, acct)
-				require.Equal(t, []string{"70.00", "0.00"}, []string{balance, reserved})
+				require.Equal(t, res.r.json(t)["id"], done.json(t)["id"])
 			}
+			b.requireDoneOnce(res.r)
 			s.verify()
 		})
 	}
+}
+
+// bankOp is a refund, capture or void of a payment of 50.00 (a manual one but for a refund) on a
+// crash stack, sent under the key "op" while the bank delays its answer.
+type bankOp struct {
+	t          *testing.T
+	s          *crashStack
+	op         string
+	m          merchant
+	acct, id   string
+	path, body string
+}
+
+// newBankOp makes the payment, waits until op can be sent, and has the bank hold op's answer
+// for delay.
+func newBankOp(t *testing.T, s *crashStack, op string, delay time.Duration) *bankOp {
+	t.Helper()
+	b := &bankOp{t: t, s: s, op: op, m: s.merchant()}
+	b.acct = s.account(b.m, "TRY", "100.00")
+	body := payBody("inv-"+op, "50.00", "TRY", b.acct)
+	if op != "refund" {
+		body = manualBody("inv-"+op, "50.00", b.acct)
+	}
+	r, err := s.pay(b.m, "pay", body)
+	require.NoError(t, err)
+	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, r.Status, "%s", r.Body)
+	b.id = r.json(t)["id"].(string)
+	want := map[string]string{"refund": "succeeded", "capture": "requires_capture", "void": "requires_capture"}[op]
+	require.Eventually(t, func() bool { return s.payment(b.m, b.id)["status"] == want }, 30*time.Second, 100*time.Millisecond)
+	s.setFaults(fmt.Sprintf(`{"rules":[{"on":%q,"action":"delay","delay_ms":%d,"count":1}]}`, op, delay.Milliseconds()))
+	switch op {
+	case "refund":
+		b.path, b.body = "/v1/payments/"+b.id+"/refunds", `{"amount":"20.00"}`
+	case "capture":
+		b.path, b.body = "/v1/payments/"+b.id+"/capture", `{"amount":"30.00"}`
+	case "void":
+		b.path = "/v1/payments/" + b.id + "/cancel"
+	}
+	return b
+}
+
+// call sends op under its key.
+func (b *bankOp) call() (response, error) {
+	h := []string{"Idempotency-Key", "op"}
+	if b.body != "" {
+		h = append(h, "Content-Type", "application/json")
+	}
+	return httpCall("POST", b.s.apiURL()+b.path, b.m.APIKey, b.body, h...)
+}
+
+func (b *bankOp) mustCall() response {
+	b.t.Helper()
+	r, err := b.call()
+	require.NoError(b.t, err)
+	return r
+}
+
+// send sends op until it is taken (on a loaded machine a command may not be within the sync
+// wait: the same one again) and returns its 202.
+func (b *bankOp) send() response {
+	b.t.Helper()
+	first := b.mustCall()
+	for retry := 0; first.Status == http.StatusServiceUnavailable && retry < 10; retry++ {
+		first = b.mustCall()
+	}
+	require.Equal(b.t, http.StatusAccepted, first.Status, "%s", first.Body)
+	return first
+}
+
+// requireDoneOnce waits up to a minute for op to end and checks it was done once: at the bank,
+// in the ledger and in the payer's balance and hold. first is op's first answer.
+func (b *bankOp) requireDoneOnce(first response) {
+	t, s := b.t, b.s
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	if b.op == "refund" {
+		refundID := first.json(t)["id"].(string)
+		rf := s.waitRefund(b.m, refundID, deadline)
+		require.Equal(t, "succeeded", rf["status"], "%v", rf)
+		require.Equal(t, 1, s.simRefundCount(refundID), "one refund at the bank")
+		require.Equal(t, refundState{Refunded: 2000, Balance: 3000, Refunds: 1, Settled: 1, Postings: 1, Succeeded: 1},
+			readRefundState(t, s.dbURL, b.id))
+		return
+	}
+	var p map[string]any
+	for {
+		p = s.payment(b.m, b.id)
+		if p["status"] != "requires_capture" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	held, err := banksim.Control{URL: s.simURL()}.Authorizations(context.Background(), b.id)
+	require.NoError(t, err)
+	balance, reserved := s.balances(b.m, b.acct)
+	if b.op == "capture" {
+		require.Equal(t, "succeeded", p["status"], "%v", p)
+		require.Equal(t, int64(3000), held.CapturedMinor, "%+v", held)
+		require.False(t, held.Voided, "%+v", held)
+		require.Equal(t, []string{"70.00", "0.00"}, []string{balance, reserved})
+		return
+	}
+	require.Equal(t, "canceled", p["status"], "%v", p)
+	require.Zero(t, held.CapturedMinor, "%+v", held)
+	require.True(t, held.Voided, "%+v", held)
+	require.Equal(t, []string{"100.00", "0.00"}, []string{balance, reserved})
 }
