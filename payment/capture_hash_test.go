@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// CONTRACT §13: "capture" is part of the request hash. The same key sent again with another
+// "capture" is part of the request hash (docs/api.md, idempotency). The same key sent again with another
 // capture mode is another request (422 idempotency_key_reused), never a replay of the first.
 func TestCaptureModeIsPartOfTheRequestHash(t *testing.T) {
 	t.Parallel()

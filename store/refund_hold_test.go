@@ -11,8 +11,8 @@ import (
 	"github.com/kasa-pay/kasa/store/internal/dbsqlc"
 )
 
-// CONTRACT §9: concurrent refunds never exceed the payment, "enforced in the database (a
-// conditional update and a CHECK)". The conditional update alone must refuse a hold above what
+// Concurrent refunds never exceed the payment, enforced in the database by a conditional
+// update and a CHECK (docs/api.md, refunds). The conditional update alone must refuse a hold above what
 // is left once the in-flight holds are counted: no row, not a CHECK violation.
 func TestHoldPaymentRefundCountsInFlightHolds(t *testing.T) {
 	// Not parallel: the holds below have no refund rows, which Verify (run by parallel tests

@@ -152,8 +152,8 @@ func TestClusterRunsEveryProcessAsAChild(t *testing.T) {
 	c.stop(t, children)
 }
 
-// make run-cluster again on the same data with another KASA_PROVIDER_CAPABILITY (CONTRACT §8: it
-// honours it): the cluster owns its database, so its workers take the new money settings instead
+// make run-cluster again on the same data with another KASA_PROVIDER_CAPABILITY (docs/operations.md:
+// it honours it): the cluster owns its database, so its workers take the new money settings instead
 // of refusing them as a deployment's worker would, and a payment then follows them.
 func TestClusterRunAgainWithAnotherCapability(t *testing.T) {
 	t.Parallel()

@@ -11,7 +11,7 @@ import (
 )
 
 // A bank that answers the inquiry with "no inquiry here" (501) has not said the charge did not
-// move: the payment must be parked unknown, its hold kept, never failed (CONTRACT §5, §10).
+// move: the payment must be parked unknown, its hold kept, never failed (docs/reconciliation.md).
 func TestInquiryUnsupportedAfterAnAmbiguousChargeParksNotFails(t *testing.T) {
 	stepKinds(t, func(t *testing.T, local bool) {
 		h := newHarness(t)
