@@ -145,8 +145,8 @@ func seeParams(queue string, p WorkerPolicy) dbsqlc.SeeWorkerPolicyParams {
 }
 
 // LongestBookingWindow is the longest booking window any worker reported within the last since
-// (0 when none did).
+// (0 when none did), by the database's clock: the caller's host clock may be minutes off it.
 func (s *Store) LongestBookingWindow(ctx context.Context, since time.Duration) (time.Duration, error) {
-	ms, err := s.q.LongestBookingWindowMS(ctx, time.Now().Add(-since))
+	ms, err := s.q.LongestBookingWindowMS(ctx, since.Seconds())
 	return time.Duration(ms) * time.Millisecond, translate(err)
 }

@@ -33,5 +33,7 @@ ON CONFLICT (task_queue, capability, booking_window_ms, charge_budget_ms, charge
 RETURNING last_seen;
 
 -- name: LongestBookingWindowMS :one
--- The longest booking window any worker reported since @since (0: none).
-SELECT coalesce(max(booking_window_ms), 0)::bigint FROM worker_policies WHERE last_seen >= @since;
+-- The longest booking window any worker reported within the last @since_s seconds (0: none),
+-- by the database's clock, which stamped the reports.
+SELECT coalesce(max(booking_window_ms), 0)::bigint FROM worker_policies
+WHERE last_seen >= now() - make_interval(secs => @since_s::float8);

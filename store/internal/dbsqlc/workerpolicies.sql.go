@@ -22,12 +22,14 @@ func (q *Queries) LockWorkerPolicies(ctx context.Context, taskQueue string) erro
 }
 
 const LongestBookingWindowMS = `-- name: LongestBookingWindowMS :one
-SELECT coalesce(max(booking_window_ms), 0)::bigint FROM worker_policies WHERE last_seen >= $1
+SELECT coalesce(max(booking_window_ms), 0)::bigint FROM worker_policies
+WHERE last_seen >= now() - make_interval(secs => $1::float8)
 `
 
-// The longest booking window any worker reported since @since (0: none).
-func (q *Queries) LongestBookingWindowMS(ctx context.Context, since time.Time) (int64, error) {
-	row := q.db.QueryRow(ctx, LongestBookingWindowMS, since)
+// The longest booking window any worker reported within the last @since_s seconds (0: none),
+// by the database's clock, which stamped the reports.
+func (q *Queries) LongestBookingWindowMS(ctx context.Context, sinceS float64) (int64, error) {
+	row := q.db.QueryRow(ctx, LongestBookingWindowMS, sinceS)
 	var column_1 int64
 	err := row.Scan(&column_1)
 	return column_1, err
