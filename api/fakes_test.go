@@ -382,10 +382,11 @@ func (f *fakeStore) takeOver(name string, records map[recordKey]store.Record, k 
 		return false, err
 	}
 	rec := records[k]
-	if rec.WorkflowStarted || time.Now().Before(rec.LockedUntil) {
+	now := time.Now().Add(f.skew) // the database's clock judges the lease
+	if rec.WorkflowStarted || now.Before(rec.LockedUntil) {
 		return false, nil
 	}
-	rec.LockedUntil = time.Now().Add(lease)
+	rec.LockedUntil = now.Add(lease)
 	records[k] = rec
 	return true, nil
 }

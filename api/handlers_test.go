@@ -297,6 +297,21 @@ var handlerCases = []handlerCase{
 	{name: "replay_lease_expired_taken_over_201", req: request{body: payBody},
 		setup: func(f *fixture) { f.seed("k1", payBody, payment.StatusProcessing, time.Now().Add(-time.Second)) },
 		check: func(t *testing.T, f *fixture) { require.Equal(t, 1, f.wf.starts, "the retry starts the workflow") }},
+	// The lease is the database's (it stamped locked_until): a retry on a host whose clock runs
+	// behind it takes over once the database says the lease ran out, not minutes later.
+	{name: "replay_lease_expired_by_the_databases_clock_taken_over_201", req: request{body: payBody},
+		setup: func(f *fixture) {
+			f.st.skew = 2 * time.Minute
+			f.seed("k1", payBody, payment.StatusProcessing, time.Now().Add(time.Minute))
+		},
+		check: func(t *testing.T, f *fixture) { require.Equal(t, 1, f.wf.starts, "the retry starts the workflow") }},
+	// ...and a host whose clock runs ahead of it takes over nothing the database still leases.
+	{name: "replay_leased_by_the_databases_clock_409", req: request{body: payBody},
+		setup: func(f *fixture) {
+			f.st.skew = -2 * time.Minute
+			f.seed("k1", payBody, payment.StatusProcessing, time.Now().Add(-time.Minute))
+		},
+		check: func(t *testing.T, f *fixture) { require.Zero(t, f.wf.starts, "the lease holder may still start it") }},
 	{name: "replay_queued_409", req: request{body: payBody},
 		// Queued in the start backlog: the drainer starts it in its turn, never a retry, which
 		// is asked to come back when the backlog ahead of it may have drained (300 at 10/s).

@@ -169,8 +169,9 @@ func (s *Server) answerExisting(c *gin.Context, k opKind, rec store.Record, hash
 	default:
 		// Processing. If its owner died before starting the workflow and the lease ran out,
 		// exactly one retry takes the operation over and starts the (deduplicated) workflow.
-		// A queued one is the drainer's to start, in its turn.
-		if !rec.WorkflowStarted && !rec.Queued && time.Now().After(rec.LockedUntil) {
+		// A queued one is the drainer's to start, in its turn. Whether the lease ran out is the
+		// database's to say, whose clock stamped it: this host's may be minutes off.
+		if !rec.WorkflowStarted && !rec.Queued {
 			won, err := k.takeOver(ctx, rec.MerchantID, rec.Key, s.Lease)
 			if err != nil {
 				s.writeError(c, err)
