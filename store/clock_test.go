@@ -67,3 +67,19 @@ func TestLongestBookingWindowByTheDatabasesClock(t *testing.T) {
 		})
 	}
 }
+
+// A webhook secret revoked at once ended at the database's now, the clock that times the
+// overlaps of the others: the answer's previous_secret_expires_at is that, not this host's time.
+func TestRevokedWebhookSecretEndsByTheDatabasesClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := skewedStore(t, -5*time.Minute)
+	m := testkit.NewMerchant(t, s, testkit.MerchantOptions{WebhookURL: "https://m.example/hooks"})
+	for _, overlap := range []time.Duration{time.Hour, 0} {
+		until, err := s.RotateWebhookSecret(ctx, m.ID, "whsec_"+overlap.String(), overlap)
+		require.NoError(t, err)
+		dbNow, err := s.Now(ctx)
+		require.NoError(t, err)
+		require.WithinDuration(t, dbNow.Add(overlap), until, 5*time.Second, "overlap %s", overlap)
+	}
+}

@@ -89,10 +89,10 @@ func (s *Store) APIKeys(ctx context.Context, merchantID uuid.UUID) ([]APIKey, er
 
 // RotateWebhookSecret replaces a merchant's webhook secret; the replaced one keeps signing next
 // to it for overlap (an older previous secret is dropped), or, with no overlap, is wiped at once.
-// It returns until when both sign.
+// It returns until when both sign: with no overlap, the database's now.
 // payment.ErrNotFound when there is no such merchant.
 func (s *Store) RotateWebhookSecret(ctx context.Context, merchantID uuid.UUID, secret string, overlap time.Duration) (time.Time, error) {
-	var until *time.Time
+	var until time.Time
 	err := s.tx(ctx, func(tx pgx.Tx) (err error) {
 		until, err = s.q.WithTx(tx).RotateWebhookSecret(ctx, dbsqlc.RotateWebhookSecretParams{
 			ID: merchantID, WebhookSecretEnc: s.seal(secret), OverlapSeconds: overlap.Seconds(),
@@ -108,8 +108,5 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, merchantID uuid.UUID, s
 	if err != nil {
 		return time.Time{}, translate(err)
 	}
-	if until == nil { // revoked at once: the previous secret ended now
-		return time.Now(), nil
-	}
-	return *until, nil
+	return until, nil
 }

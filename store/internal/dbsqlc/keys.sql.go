@@ -89,7 +89,7 @@ SET webhook_secret_prev_enc = CASE WHEN $1::float8 > 0 THEN webhook_secret_enc E
         THEN now() + $1::float8 * interval '1 second' END,
     webhook_secret_enc = $2
 WHERE id = $3
-RETURNING webhook_secret_prev_until
+RETURNING coalesce(webhook_secret_prev_until, now())::timestamptz AS previous_until
 `
 
 type RotateWebhookSecretParams struct {
@@ -100,9 +100,10 @@ type RotateWebhookSecretParams struct {
 
 // The current secret becomes the previous one for overlap_seconds (an older previous one is
 // dropped); with no overlap (a leaked secret revoked at once) no previous one is kept at all.
-func (q *Queries) RotateWebhookSecret(ctx context.Context, arg RotateWebhookSecretParams) (*time.Time, error) {
+// It answers when the previous one stops signing: now, by the database's clock, when revoked.
+func (q *Queries) RotateWebhookSecret(ctx context.Context, arg RotateWebhookSecretParams) (time.Time, error) {
 	row := q.db.QueryRow(ctx, RotateWebhookSecret, arg.OverlapSeconds, arg.WebhookSecretEnc, arg.ID)
-	var webhook_secret_prev_until *time.Time
-	err := row.Scan(&webhook_secret_prev_until)
-	return webhook_secret_prev_until, err
+	var previous_until time.Time
+	err := row.Scan(&previous_until)
+	return previous_until, err
 }
