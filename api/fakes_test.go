@@ -498,7 +498,7 @@ func (f *fakeStore) Redeliver(_ context.Context, id uuid.UUID) (store.Delivery, 
 		if d.ID != id {
 			continue
 		}
-		d.Status, d.NextAttemptAt, d.UpdatedAt = store.DeliveryPending, t0.Add(time.Minute), t0.Add(time.Minute)
+		d.Status, d.NextAttemptAt, d.UpdatedAt, d.DeliveredAt = store.DeliveryPending, t0.Add(time.Minute), t0.Add(time.Minute), nil
 		f.deliveries[i] = d
 		return d, nil
 	}

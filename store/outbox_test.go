@@ -492,6 +492,45 @@ func TestDeliveryGivesUpAndRedelivers(t *testing.T) {
 	require.ErrorAs(t, err, &ve, "a merchant without a webhook URL has nowhere to redeliver to")
 }
 
+// A redelivered delivery is pending again and no longer says when it was delivered, in the
+// redelivery's answer and in the list alike: the earlier 2xx stays in its attempt log, and the
+// new send's 2xx sets delivered_at again.
+func TestRedeliveryOfADeliveredEventClearsDeliveredAt(t *testing.T) {
+	ctx := context.Background()
+	mID, aID := webhookMerchant(t, "http://127.0.0.1:9/hook")
+	settle(t, mID, aID, false)
+	accepted(t)
+	got := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, got, 1)
+	_, _, _, err := db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: got[0].ID, Attempt: 1, StartedAt: time.Now(), StatusCode: 200, Delivered: true})
+	require.NoError(t, err)
+	delivered, err := db.Delivery(ctx, got[0].ID)
+	require.NoError(t, err)
+	require.NotNil(t, delivered.DeliveredAt)
+
+	d, err := db.Redeliver(ctx, got[0].ID)
+	require.NoError(t, err)
+	listed, err := db.MerchantDeliveries(ctx, mID, 10)
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	for _, d := range []store.Delivery{d, listed[0]} {
+		require.Equal(t, store.DeliveryPending, d.Status)
+		require.Nil(t, d.DeliveredAt, "pending again, not delivered")
+		require.Len(t, d.Attempts, 1)
+		require.Equal(t, 200, d.Attempts[0].StatusCode, "the earlier 2xx stays in the log")
+	}
+
+	again := claimFor(t, mID, 100, 10, time.Minute)
+	require.Len(t, again, 1)
+	_, _, _, err = db.RecordAttempt(ctx, store.AttemptResult{DeliveryID: again[0].ID, Attempt: again[0].Attempt, StartedAt: time.Now(), StatusCode: 204, Delivered: true})
+	require.NoError(t, err)
+	d, err = db.Delivery(ctx, got[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.DeliveryDelivered, d.Status)
+	require.NotNil(t, d.DeliveredAt)
+	require.True(t, d.DeliveredAt.After(*delivered.DeliveredAt), "delivered again, at the new send")
+}
+
 // A redelivery asked for while an attempt is in flight keeps that attempt's lease (no second
 // concurrent send), but the attempt failing does not push the send the operator asked for out
 // by the attempt's backoff: the delivery is due again at once, within a fresh retry window.

@@ -240,6 +240,7 @@ func TestEventWebhookOfARealPayment(t *testing.T) {
 	re := s.do("POST", "/admin/v1/deliveries/"+got.EventID+"/redeliver", adminToken, "")
 	require.Equal(t, http.StatusAccepted, re.Status, "%s", re.Body)
 	require.Equal(t, "pending", re.json(t)["status"])
+	require.Nil(t, re.json(t)["delivered_at"], "pending again: not delivered")
 	require.Eventually(t, func() bool { return len(hook.Requests()) == 2 }, 30*time.Second, 20*time.Millisecond)
 	again := hook.Requests()[1]
 	require.Equal(t, got.EventID, again.EventID, "the same event, again")

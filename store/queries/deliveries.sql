@@ -74,8 +74,9 @@ FROM webhook_attempts WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, 
 -- name: Redeliver :one
 -- Redelivery sends the same event (same id and body) to the merchant's current URL, now, and
 -- opens a new retry window, whose backoff starts again (the claim counts its attempts from
--- retry_base). A pending delivery keeps its lease: no second concurrent send.
-UPDATE webhook_deliveries d SET status = 'pending', url = m.webhook_url, next_attempt_at = now(),
+-- retry_base). A pending delivery keeps its lease: no second concurrent send. Pending, it is not
+-- delivered: delivered_at is cleared (the earlier 2xx stays in the attempt log) until a new 2xx.
+UPDATE webhook_deliveries d SET status = 'pending', url = m.webhook_url, next_attempt_at = now(), delivered_at = NULL,
 claimed_until = CASE WHEN d.status = 'pending' THEN d.claimed_until END, retry_since = now(), retry_base = d.attempts,
 updated_at = now()
 FROM merchants m WHERE d.id = $1 AND m.id = d.merchant_id AND m.webhook_url IS NOT NULL RETURNING d.id;

@@ -411,7 +411,7 @@ func (q *Queries) PurgeDeliveries(ctx context.Context, arg PurgeDeliveriesParams
 }
 
 const Redeliver = `-- name: Redeliver :one
-UPDATE webhook_deliveries d SET status = 'pending', url = m.webhook_url, next_attempt_at = now(),
+UPDATE webhook_deliveries d SET status = 'pending', url = m.webhook_url, next_attempt_at = now(), delivered_at = NULL,
 claimed_until = CASE WHEN d.status = 'pending' THEN d.claimed_until END, retry_since = now(), retry_base = d.attempts,
 updated_at = now()
 FROM merchants m WHERE d.id = $1 AND m.id = d.merchant_id AND m.webhook_url IS NOT NULL RETURNING d.id
@@ -419,7 +419,8 @@ FROM merchants m WHERE d.id = $1 AND m.id = d.merchant_id AND m.webhook_url IS N
 
 // Redelivery sends the same event (same id and body) to the merchant's current URL, now, and
 // opens a new retry window, whose backoff starts again (the claim counts its attempts from
-// retry_base). A pending delivery keeps its lease: no second concurrent send.
+// retry_base). A pending delivery keeps its lease: no second concurrent send. Pending, it is not
+// delivered: delivered_at is cleared (the earlier 2xx stays in the attempt log) until a new 2xx.
 func (q *Queries) Redeliver(ctx context.Context, id uuid.UUID) (uuid.UUID, error) {
 	row := q.db.QueryRow(ctx, Redeliver, id)
 	var id_2 uuid.UUID
