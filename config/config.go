@@ -399,6 +399,11 @@ func durationWithUnit(from, to reflect.Type, data any) (any, error) {
 	return nil, fmt.Errorf("a duration needs its unit (30s, 5m, 72h), got %v", data)
 }
 
+// WorkerStopTimeout is how long a stopping worker (SIGTERM) lets its in-flight activities finish,
+// a bank call among them, before it ends them (worker.StopTimeout): within the 30 s an
+// orchestrator gives a process to stop (docs/deployment.md).
+const WorkerStopTimeout = 25 * time.Second
+
 // LogLevels are the values of log.level.
 var LogLevels = []string{"debug", "info", "warn", "error"}
 
@@ -417,6 +422,10 @@ func (c Config) Validate() error {
 	}
 	if c.Provider.Timeout <= 0 || c.Provider.ChargeTimeout <= c.Provider.Timeout {
 		errs = append(errs, fmt.Errorf("provider.charge_timeout (%s) must be longer than provider.timeout (%s), which must be positive: an attempt must outlive its HTTP call", c.Provider.ChargeTimeout, c.Provider.Timeout))
+	}
+	if c.Provider.Timeout >= WorkerStopTimeout {
+		// Cut by a stopping worker, a call the bank may still book would be an unanswered one.
+		errs = append(errs, fmt.Errorf("provider.timeout (KASA_PROVIDER_TIMEOUT) must be shorter than a worker's stop bound (%s), got %s: a bank call still running when a stopping worker ends its activities is cut and its outcome unknown", WorkerStopTimeout, c.Provider.Timeout))
 	}
 	if c.Provider.ChargeBudget < c.Provider.ChargeTimeout {
 		errs = append(errs, fmt.Errorf("provider.charge_budget (%s) must be at least provider.charge_timeout (%s)", c.Provider.ChargeBudget, c.Provider.ChargeTimeout))

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/kasa-pay/kasa/activities"
+	"github.com/kasa-pay/kasa/config"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -65,8 +66,8 @@ func Register(r Registry, a *activities.Activities) {
 
 // StopTimeout is how long a stopping worker (SIGTERM) lets its in-flight activities finish,
 // a bank call among them, before it ends them: within the 30 s an orchestrator gives a
-// process to stop (docs/deployment.md).
-const StopTimeout = 25 * time.Second
+// process to stop (docs/deployment.md). config.Validate keeps the provider timeout under it.
+const StopTimeout = config.WorkerStopTimeout
 
 // New returns a worker for the task queue with everything registered; call Start/Stop.
 // onFatal, when not nil, is called when the SDK stops the worker for good (its namespace is
