@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 
 	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/store"
@@ -16,12 +17,13 @@ import (
 )
 
 var (
-	db    *store.Store
-	dbURL string
+	db             *store.Store
+	dbURL          string
+	temporalClient client.Client // a Temporal dev server's, for the tests that need a real one
 )
 
 func TestMain(m *testing.M) {
-	testkit.Main(m, testkit.Options{}, func(e *testkit.Env) { db, dbURL = e.Store, e.DatabaseURL })
+	testkit.Main(m, testkit.Options{Temporal: true}, func(e *testkit.Env) { db, dbURL, temporalClient = e.Store, e.DatabaseURL, e.Temporal })
 }
 
 // starts records the workflows the sweeper starts, as Temporal would receive them.
