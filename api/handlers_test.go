@@ -520,6 +520,10 @@ var handlerCases = []handlerCase{
 		setup: func(f *fixture) { f.paid() }},
 	{name: "refund_too_many_digits_400", req: request{method: "POST", path: refundsPath, body: `{"amount":"1.001"}`},
 		setup: func(f *fixture) { f.paid() }},
+	// JSON is UTF-8 (RFC 8259): a reason in Latin-1 is refused, not kept with U+FFFD in place of é.
+	{name: "refund_reason_not_utf8_400", req: request{method: "POST", path: refundsPath, body: "{\"amount\":\"3.00\",\"reason\":\"retourn\xe9\"}"},
+		setup: func(f *fixture) { f.paid() },
+		check: func(t *testing.T, f *fixture) { require.Zero(t, f.st.calls["BeginRefund"], "nothing is written") }},
 	{name: "refund_unsupported_media_type_415", req: request{method: "POST", path: refundsPath, body: refundBody, header: map[string]string{"Content-Type": "text/plain"}}},
 	{name: "refund_body_too_large_413", req: request{method: "POST", path: refundsPath, body: `{"reason":"` + strings.Repeat("x", payment.MaxBodyBytes) + `"}`}},
 	{name: "refund_database_unavailable_503", req: request{method: "POST", path: refundsPath, body: refundBody},
@@ -674,6 +678,10 @@ var handlerCases = []handlerCase{
 	{name: "create_merchant_other_case_400", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"Name":"Cafe"}`}},
 	{name: "create_merchant_trailing_data_400", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"Cafe"} {"name":"Bar"}`}},
 	{name: "create_merchant_wrong_type_400", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":5}`}},
+	{name: "create_merchant_name_not_utf8_400", req: request{method: "POST", path: "/admin/v1/merchants", body: "{\"name\":\"Caf\xe9\"}"},
+		check: func(t *testing.T, f *fixture) {
+			require.Zero(t, f.st.calls["CreateMerchant"], "no merchant is created")
+		}},
 	{name: "create_merchant_not_json_415", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"Cafe"}`, header: map[string]string{"Content-Type": "text/plain"}}},
 	{name: "create_merchant_too_large_413", req: request{method: "POST", path: "/admin/v1/merchants", body: `{"name":"` + strings.Repeat("x", payment.MaxBodyBytes) + `"}`}},
 	{name: "create_account_other_case_400", req: request{method: "POST", path: "/admin/v1/accounts", body: `{"merchant_id":"0192f1f0-0000-7000-8000-00000000000b","CURRENCY":"TRY"}`}},

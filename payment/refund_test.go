@@ -74,6 +74,7 @@ func TestParseRefundRequestInvalid(t *testing.T) {
 		{"reason too long", `{"reason":"` + strings.Repeat("é", 201) + `"}`, "reason"},
 		{"reason with a newline", `{"reason":"a\nb"}`, "reason"},
 		{"reason with a NUL", `{"reason":"a\u0000b"}`, "reason"},
+		{"reason not UTF-8", "{\"reason\":\"retourn\xe9\"}", "body"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -191,6 +192,11 @@ func decodeObject(body []byte) (object, error) {
 	o := object{values: map[string]json.RawMessage{}}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return o, errors.New("body is empty")
+	}
+	// JSON is UTF-8 (RFC 8259); encoding/json would turn other bytes into U+FFFD and keep a
+	// reason or a name that is not what the client sent.
+	if !utf8.Valid(body) {
+		return o, errors.New("body is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
