@@ -137,7 +137,8 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) err
 	var (
 		running   = map[uuid.UUID]*slot{} // payments drainers started, processing when last read
 		after     uuid.UUID               // the merchant whose turn was last
-		merchants = 1                     // how many merchants had queued payments at the last claim
+		merchants = 1                     // how many merchants had queued payments in the last round
+		seen      = 0                     // merchants claimed from in this round of turns so far
 		starts    []time.Time             // within drainWindow
 		saved     time.Time
 		checked   = time.Now() // whether a worker polls: Run asked just before
@@ -222,16 +223,18 @@ func (d *Drainer) lead(ctx context.Context, held func(context.Context) bool) err
 				continue
 			}
 			claimed = len(queues)
+			seen += claimed
 			switch {
 			case claimed == 0 && after != uuid.Nil:
-				after = uuid.Nil // past the last merchant: start over from the first
+				// Past the last merchant: start over from the first, sharing the slots among as
+				// many as the round met (not only this claim's), or the first would take them all.
+				after, merchants, seen = uuid.Nil, max(1, seen), 0
 				continue
 			case len(queues) == n:
 				after = queues[n-1][0].MerchantID // more merchants may follow: theirs is the next turn
 				merchants = min(2*n, d.MaxRunning)
 			default:
-				after = uuid.Nil
-				merchants = max(1, len(queues))
+				after, merchants, seen = uuid.Nil, max(1, seen), 0
 			}
 			ok, failed, leftLeased := d.start(ctx, queues)
 			if leftLeased {
