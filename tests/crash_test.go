@@ -42,6 +42,7 @@ import (
 type crashStack struct {
 	t                *testing.T
 	dir, bin         string
+	old              string // the previous release's kasa (crashConfig.previous)
 	capability       string
 	queue            string
 	dbURL            string
@@ -71,6 +72,7 @@ type crashConfig struct {
 	ownTemporal     bool   // a file-backed Temporal dev server of the test's own (it will be restarted)
 	temporal        string // the address of a Temporal to use instead of the package's dev server
 	namespace       string // its namespace
+	previous        bool   // the database migrated by the previous release's kasa (s.old), not this one's
 }
 
 // newCrashStack prepares the test's directory, binary, database (migrated by `kasa migrate`) and
@@ -126,7 +128,12 @@ func newCrashStack(t *testing.T, c crashConfig) *crashStack {
 		s.startTemporal(ctx)
 		s.temporal = s.tmp.Address
 	}
-	out, code := runKasa(t, dir, s.bin, kasaEnv(map[string]string{"KASA_DATABASE_URL": s.dbURL}), "migrate")
+	migrator := s.bin
+	if c.previous {
+		s.old = previousKasa(t, dir)
+		migrator = s.old
+	}
+	out, code := runKasa(t, dir, migrator, kasaEnv(map[string]string{"KASA_DATABASE_URL": s.dbURL}), "migrate")
 	require.Zero(t, code, "kasa migrate:\n%s", out)
 	s.st = openStore(t, s.dbURL)
 	return s
