@@ -328,3 +328,67 @@ func TestNewAPIBeforeTheNewWorkers(t *testing.T) {
 	require.Equal(t, []string{"85.00", "0.00"}, []string{balance, reserved})
 	s.verify()
 }
+
+// Payments the previous release parked unknown (the bank's answer lost, or an error), their
+// holds kept, are settled after the upgrade by a settlement file imported through the new API and
+// run by the new worker, which takes over the old one's histories: with inquiry too, whose old
+// runs were asking the bank again when the old worker stopped. The charge is booked once, the
+// other released, and no hold is left.
+func TestUnknownPaymentsOfThePreviousReleaseSettledAfterTheUpgrade(t *testing.T) {
+	t.Parallel()
+	for _, capability := range []string{"none", "inquiry"} {
+		t.Run(capability, func(t *testing.T) {
+			t.Parallel()
+			s := newCrashStack(t, crashConfig{capability: capability, syncWait: "300ms", previous: true})
+			settings := []string{"KASA_PROVIDER_BOOKING_WINDOW", "1s", "KASA_PROVIDER_CHARGE_BUDGET", "6s"}
+			s.startBanksim()
+			oldWorker := startProc(t, s.dir, s.old, "worker-old", s.env(settings...), "worker")
+			oldAddr := s.apiAddr
+			oldAPI := startProc(t, s.dir, s.old, "api-old", s.env(settings...), "api")
+			oldAPI.waitHTTP("http://" + oldAddr + "/readyz")
+			m := s.merchant()
+			acct := s.account(m, "TRY", "100.00")
+			unknown := func(key, fault string) string {
+				rules := `{"on":"charge","action":"` + fault + `","count":1}`
+				if capability == "inquiry" { // the bank does not answer inquiries until the upgrade is done
+					rules += `,{"on":"inquiry","action":"error_503"}`
+				}
+				s.setFaults(`{"rules":[` + rules + `]}`)
+				r, err := s.pay(m, key, payBody(key, "10.00", "TRY", acct))
+				require.NoError(t, err)
+				id := r.json(t)["id"].(string)
+				require.Equal(t, "unknown", s.waitPayment(m, id, time.Now().Add(60*time.Second))["status"])
+				return id
+			}
+			charged, notCharged := unknown("charged", "drop_response"), unknown("not-charged", "error_500")
+
+			out, code := runKasa(t, s.dir, s.bin, s.env(), "migrate")
+			require.Zero(t, code, "kasa migrate of the new release:\n%s", out)
+			newWorker := startProc(t, s.dir, s.bin, "worker-new", s.env(settings...), "worker")
+			oldWorker.stopCleanly(30 * time.Second)
+			newAddr := testkit.FreeAddr(t)
+			newAPI := startProc(t, s.dir, s.bin, "api-new", s.env(append(settings, "KASA_API_ADDR", newAddr)...), "api")
+			newAPI.waitHTTP("http://" + newAddr + "/readyz")
+			s.apiAddr = newAddr
+			oldAPI.stopCleanly(30 * time.Second)
+			balance, reserved := s.balances(m, acct)
+			require.Equal(t, []string{"100.00", "20.00"}, []string{balance, reserved}, "both holds kept through the upgrade")
+
+			s.setFaults(`{"rules":[]}`)
+			time.Sleep(1500 * time.Millisecond) // past the booking window
+			csv := s.mustCall("GET", s.simURL()+"/v1/settlements/"+time.Now().UTC().Format(time.DateOnly)+".csv", "", "")
+			require.Equal(t, http.StatusOK, csv.Status)
+			r := s.mustCall("POST", s.apiURL()+"/admin/v1/settlements?scope=all", adminToken, string(csv.Body), "Content-Type", "text/csv")
+			require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+			require.Equal(t, true, r.json(t)["ok"], "%s", r.Body)
+			require.Equal(t, "succeeded", s.waitPayment(m, charged, time.Now().Add(30*time.Second))["status"])
+			require.Equal(t, "failed", s.waitPayment(m, notCharged, time.Now().Add(30*time.Second))["status"])
+			require.Equal(t, 1, s.simCount(charged), "charged once")
+			require.Zero(t, s.simCount(notCharged))
+			balance, reserved = s.balances(m, acct)
+			require.Equal(t, []string{"90.00", "0.00"}, []string{balance, reserved})
+			newWorker.requireRunning(t, "after the import")
+			s.verify()
+		})
+	}
+}
