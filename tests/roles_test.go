@@ -99,8 +99,8 @@ func migrateAsOwner(t *testing.T, dir, bin string, r roleDB) {
 }
 
 // roleStack is a crash stack (banksim, worker, API) on a role database, with every kasa process
-// connected as the application role.
-func roleStack(t *testing.T, r roleDB, overrides ...string) *crashStack {
+// connected as the application role; previous: migrated by the previous release (s.old).
+func roleStack(t *testing.T, r roleDB, previous bool) *crashStack {
 	t.Helper()
 	dir := crashDir(t)
 	s := &crashStack{
@@ -109,7 +109,12 @@ func roleStack(t *testing.T, r roleDB, overrides ...string) *crashStack {
 		syncWait: "5s", providerTimeout: "2s", apiAddr: testkit.FreeAddr(t), simAddr: testkit.FreeAddr(t),
 	}
 	s.providerURL = "http://" + s.simAddr
-	migrateAsOwner(t, dir, s.bin, r)
+	migrator := s.bin
+	if previous {
+		s.old = previousKasa(t, dir)
+		migrator = s.old
+	}
+	migrateAsOwner(t, dir, migrator, r)
 	s.st = openStore(t, r.appURL)
 	return s
 }
@@ -132,7 +137,7 @@ func requireDenied(t *testing.T, c *pgx.Conn, statements map[string]string) {
 func TestAppRolePaysButCannotRewriteTheLedger(t *testing.T) {
 	t.Parallel()
 	r := newRoleDB(t)
-	s := roleStack(t, r)
+	s := roleStack(t, r, false)
 	s.start()
 	relay, _, _ := s.startRelay("KASA_WEBHOOK_ALLOW_PRIVATE", "true")
 
@@ -200,7 +205,7 @@ func metricValue(t *testing.T, page []byte, name string) float64 {
 func TestWorkerVerifiesTheLedgerPeriodically(t *testing.T) {
 	t.Parallel()
 	r := newRoleDB(t)
-	s := roleStack(t, r)
+	s := roleStack(t, r, false)
 	metricsAddr := testkit.FreeAddr(t)
 	s.startBanksim()
 	s.worker = startProc(t, s.dir, s.bin, "worker", s.env("KASA_WORKER_METRICS_ADDR", metricsAddr, "KASA_VERIFY_INTERVAL", "200ms"), "worker")

@@ -72,7 +72,8 @@ func previousKasa(t *testing.T, dir string) string {
 }
 
 // A rolling upgrade from the previous release, as docs/deployment.md "Upgrades" has an operator
-// run it while a client pays all along: the new release's kasa migrate while the old processes
+// run it while a client pays all along: the new release's kasa migrate (as the owner, granting the
+// application role the processes connect as) while the old processes
 // serve, then the workers one at a time (the old one stopped while a charge is at the bank), then
 // the APIs, then the relays (the old one stopped while a webhook is at the merchant). Whatever
 // the old release began the new one finishes, once: manual payments the old release authorized
@@ -82,7 +83,10 @@ func previousKasa(t *testing.T, dir string) string {
 // release's schema or rows, no hold is left, and the ledger verifies.
 func TestRollingUpgradeFromThePreviousRelease(t *testing.T) {
 	t.Parallel()
-	s := newCrashStack(t, crashConfig{capability: "idempotent", previous: true})
+	// As deployed: the processes connect as the application role, kasa migrate as the owner.
+	roles := newRoleDB(t)
+	s := roleStack(t, roles, true)
+	s.syncWait = "1s"
 	natsURL, stopBroker, err := outbox.StartEmbedded(filepath.Join(t.TempDir(), "nats"))
 	require.NoError(t, err)
 	t.Cleanup(stopBroker)
@@ -154,8 +158,7 @@ func TestRollingUpgradeFromThePreviousRelease(t *testing.T) {
 	})
 
 	// 1. The new release's migrations, the old release serving.
-	out, code := runKasa(t, s.dir, s.bin, s.env(), "migrate")
-	require.Zero(t, code, "kasa migrate of the new release:\n%s", out)
+	migrateAsOwner(t, s.dir, s.bin, roles)
 
 	// 2. The workers, one at a time: the old one is stopped while a charge is at the bank.
 	s.setFaults(`{"rules":[{"on":"charge","action":"delay","delay_ms":3000,"count":1}]}`)
