@@ -21,7 +21,9 @@ import (
 )
 
 // previousRelease is the release a rolling upgrade starts from (docs/deployment.md, "Upgrades"):
-// move it to the last release's commit when a new one goes out.
+// the last release before this one's newest migration and workflow Revision (82ba560: Revision 11,
+// before migration 39). Move it when a release brings either: TestNewAPIBeforeTheNewWorkers needs
+// an older Revision than CurrentRevision.
 const previousRelease = "82ba560"
 
 // previousBuild is held while the previous release is built: the tests that use it run in parallel.
