@@ -10,7 +10,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // Errors classify every answer, to a charge, refund, authorization, capture or void: only a
@@ -281,6 +283,9 @@ func (c *Client) do(req *http.Request, want int, out any) error {
 		if err := json.Unmarshal(body, out); err != nil {
 			return fmt.Errorf("%w: undecodable answer %s: %v", ErrAmbiguous, excerpt(body), err)
 		}
+		if err := oneAnswer(body); err != nil {
+			return fmt.Errorf("%w: %v in %s", ErrAmbiguous, err, excerpt(body))
+		}
 		if st := out.(answer).status(); st != StatusSucceeded && st != StatusDeclined {
 			return fmt.Errorf("%w: answer with unknown status in %s", ErrAmbiguous, excerpt(body))
 		}
@@ -292,6 +297,45 @@ func (c *Client) do(req *http.Request, want int, out any) error {
 	default:
 		return fmt.Errorf("%w: %s: %s", ErrAmbiguous, resp.Status, excerpt(body))
 	}
+}
+
+// oneAnswer refuses an object that names a field twice with different values. encoding/json
+// keeps the last one, matching names case-insensitively, so a "declined" could be read over a
+// "succeeded" (or the reverse) the same answer gives.
+func oneAnswer(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return err // not an object: Unmarshal said what it is
+	}
+	seen := map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return err
+		}
+		name := foldName(t.(string))
+		if prev, ok := seen[name]; ok && !bytes.Equal(prev, v) {
+			return fmt.Errorf("the field %s twice, with different values", excerpt([]byte(t.(string))))
+		}
+		seen[name] = v
+	}
+	return nil
+}
+
+// foldName maps the names encoding/json takes for the same field to one string: the smallest
+// rune of each one's case folding orbit (so "status", "Status" and "ſtatus" are one name).
+func foldName(s string) string {
+	return strings.Map(func(r rune) rune {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		return least
+	}, s)
 }
 
 // checkAbout turns a definite answer about something else than want into an ambiguous one: a
