@@ -494,7 +494,20 @@ func (a *Activities) CaptureAuthorization(ctx context.Context, in workflows.Bank
 		return workflows.ChargeResult{}, err
 	}
 	c, err := a.Provider.Capture(ctx, captureKey(in.OperationID), ref, in.AmountMinor)
+	if err == nil {
+		err = aboutPayment(c.Reference, in.OperationID)
+	}
 	return answer("capture", c.ID, c.Succeeded(), err)
+}
+
+// aboutPayment checks the reference a capture or void answer names (if any), its
+// authorization's: one of another payment says the authorization id sent (a settlement's, maybe
+// mistyped) is not this payment's, so the answer decides nothing of it.
+func aboutPayment(reference string, id uuid.UUID) error {
+	if reference != "" && reference != id.String() {
+		return fmt.Errorf("%w: the answer is about the authorization of %.100q, not of payment %s", provider.ErrAmbiguous, reference, id)
+	}
+	return nil
 }
 
 // guardBooking holds a re-send back while the earlier send may still be booked by this worker's
@@ -576,6 +589,9 @@ func (a *Activities) VoidAuthorization(ctx context.Context, in workflows.BankCal
 		return workflows.ChargeResult{}, err
 	}
 	v, err := a.Provider.Void(ctx, voidKey(in.OperationID), ref)
+	if err == nil {
+		err = aboutPayment(v.Reference, in.OperationID)
+	}
 	if err == nil && !v.Succeeded() {
 		// Refused because it captured is the bank's definite answer that the money moved; a bank
 		// that can be asked says so. Any other refusal stays ambiguous.
