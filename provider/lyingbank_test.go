@@ -76,6 +76,8 @@ func TestLyingBankAnswers(t *testing.T) {
 		{"the reference twice", 0, `{"id":"x","reference":"other","authorization_id":"other","reference":"r","authorization_id":"r","status":"succeeded"}`, "ambiguous", false},
 		{"the amount twice", 0, `{` + head + `,"amount_minor":5000,"amount_minor":1000,"status":"succeeded"}`, "ambiguous", false},
 		{"the same field twice with the same value", 0, `{` + head + `,"status":"succeeded","status":"succeeded"}`, "succeeded", false},
+		{"a zero amount", 0, `{` + head + `,"amount_minor":0,"currency":"TRY","status":"succeeded"}`, "ambiguous", false},
+		{"no money, as null", 0, `{` + head + `,"amount_minor":null,"currency":null,"status":"succeeded"}`, "succeeded", false},
 		{"a status in capitals", 0, `{` + head + `,"status":"SUCCEEDED"}`, "ambiguous", false},
 		{"a status kasa does not know", 0, `{` + head + `,"status":"pending_review"}`, "ambiguous", false},
 		{"an empty body", 0, ``, "ambiguous", false},

@@ -38,7 +38,7 @@ type ChargeRequest struct {
 }
 
 // Charge is the provider's record of a charge. The amount and currency are what the provider
-// says it moved, when it says (zero when it does not).
+// says it moved, when it says (zero when it does not; an answer naming zero is ambiguous).
 type Charge struct {
 	ID          string `json:"id"`
 	Reference   string `json:"reference"`
@@ -286,6 +286,9 @@ func (c *Client) do(req *http.Request, want int, out any) error {
 		if err := oneAnswer(body); err != nil {
 			return fmt.Errorf("%w: %v in %s", ErrAmbiguous, err, excerpt(body))
 		}
+		if namesZero(body) {
+			return fmt.Errorf("%w: an answer naming an amount of zero: %s", ErrAmbiguous, excerpt(body))
+		}
 		if st := out.(answer).status(); st != StatusSucceeded && st != StatusDeclined {
 			return fmt.Errorf("%w: answer with unknown status in %s", ErrAmbiguous, excerpt(body))
 		}
@@ -324,6 +327,16 @@ func oneAnswer(body []byte) error {
 		seen[name] = v
 	}
 	return nil
+}
+
+// namesZero says whether body names an amount of zero. The answers keep an amount that is not
+// named as zero (CheckMoney: it names none), so a bank that says it moved nothing must not read
+// as one that did not say, which is taken to have moved what was asked.
+func namesZero(body []byte) bool {
+	var m struct {
+		AmountMinor *int64 `json:"amount_minor"`
+	}
+	return json.Unmarshal(body, &m) == nil && m.AmountMinor != nil && *m.AmountMinor == 0
 }
 
 // foldName maps the names encoding/json takes for the same field to one string: the smallest
