@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kasa-pay/kasa/payment"
 	"github.com/kasa-pay/kasa/workflows"
 )
 
@@ -61,4 +63,31 @@ func TestChargeAnswerNamingItsStatusTwiceIsNoDecline(t *testing.T) {
 			requireVerified(t)
 		})
 	}
+}
+
+// An operator settles a manual payment whose authorization got no answer as charged, with the
+// id of another payment's authorization (mistyped). The bank captures that authorization and
+// answers about the other payment: kasa posts nothing for this one from that answer, and keeps
+// its hold (unknown) until someone finds out what the bank did.
+func TestCaptureAnsweredAboutAnotherPaymentIsNoCapture(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, workflows.CapabilityNone)
+	m := s.newMerchant()
+	other, _, _ := s.authorize(m, "auth-other", "40.00", "100.00")
+	payer := s.newAccount(m, "TRY", "100.00")
+	id := s.authorizeUnknown(m, "auth-lost", payer)
+
+	mistyped := s.held(other).Live[0]
+	status, err := workflows.Starter{Client: tc}.Settle(context.Background(), workflows.PaymentWorkflowID(mustUUID(t, m.ID), "auth-lost"),
+		workflows.Settlement{Outcome: workflows.OutcomeCharged, ProviderReference: mistyped, OperationID: mustUUID(t, id), Note: "bank ticket 1"})
+	require.NoError(t, err)
+	require.Equal(t, string(payment.StatusRequiresCapture), status)
+
+	r := s.command(m, id, "capture", "auth-lost-capture", `{"amount":"25.00"}`)
+	require.Equal(t, int64(2500), s.held(other).CapturedMinor, "the bank captured the other payment's authorization")
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	require.Equal(t, "unknown", r.json(t)["status"])
+	require.Equal(t, int64(2500), reserved(t, payer), "the hold is kept")
+	require.Equal(t, int64(10000), balance(t, payer), "nothing posted")
+	requireVerified(t)
 }
