@@ -78,6 +78,8 @@ func TestLyingBankAnswers(t *testing.T) {
 		{"the same field twice with the same value", 0, `{` + head + `,"status":"succeeded","status":"succeeded"}`, "succeeded", false},
 		{"a zero amount", 0, `{` + head + `,"amount_minor":0,"currency":"TRY","status":"succeeded"}`, "ambiguous", false},
 		{"no money, as null", 0, `{` + head + `,"amount_minor":null,"currency":null,"status":"succeeded"}`, "succeeded", false},
+		{"an id longer than a settlement file's", 0, `{"id":"` + strings.Repeat("x", 256) + `","reference":"r","authorization_id":"r","status":"succeeded"}`, "ambiguous", false},
+		{"an id as long as a settlement file's", 0, `{"id":"` + strings.Repeat("x", 255) + `","reference":"r","authorization_id":"r","status":"succeeded"}`, "succeeded", false},
 		{"a status in capitals", 0, `{` + head + `,"status":"SUCCEEDED"}`, "ambiguous", false},
 		{"a status kasa does not know", 0, `{` + head + `,"status":"pending_review"}`, "ambiguous", false},
 		{"an empty body", 0, ``, "ambiguous", false},

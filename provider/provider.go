@@ -286,8 +286,8 @@ func (c *Client) do(req *http.Request, want int, out any) error {
 		if err := oneAnswer(body); err != nil {
 			return fmt.Errorf("%w: %v in %s", ErrAmbiguous, err, excerpt(body))
 		}
-		if namesZero(body) {
-			return fmt.Errorf("%w: an answer naming an amount of zero: %s", ErrAmbiguous, excerpt(body))
+		if err := unreadable(body); err != nil {
+			return fmt.Errorf("%w: %v: %s", ErrAmbiguous, err, excerpt(body))
 		}
 		if st := out.(answer).status(); st != StatusSucceeded && st != StatusDeclined {
 			return fmt.Errorf("%w: answer with unknown status in %s", ErrAmbiguous, excerpt(body))
@@ -329,14 +329,26 @@ func oneAnswer(body []byte) error {
 	return nil
 }
 
-// namesZero says whether body names an amount of zero. The answers keep an amount that is not
-// named as zero (CheckMoney: it names none), so a bank that says it moved nothing must not read
-// as one that did not say, which is taken to have moved what was asked.
-func namesZero(body []byte) bool {
+// maxID is the longest bank id kasa records, as a settlement file's provider_charge_id: the id
+// becomes the operation's provider_reference, which reconciliation matches with the file's.
+const maxID = 255
+
+// unreadable refuses what an answer's fields take but kasa cannot act on: an amount of zero (an
+// amount not named is zero too, which CheckMoney reads as the money asked, so a bank that says
+// it moved nothing must not read as one that did not say), or an id longer than maxID.
+func unreadable(body []byte) error {
 	var m struct {
+		ID          string `json:"id"`
 		AmountMinor *int64 `json:"amount_minor"`
 	}
-	return json.Unmarshal(body, &m) == nil && m.AmountMinor != nil && *m.AmountMinor == 0
+	_ = json.Unmarshal(body, &m) // decoded once already: a field of another type is only skipped
+	switch {
+	case m.AmountMinor != nil && *m.AmountMinor == 0:
+		return errors.New("an answer naming an amount of zero")
+	case len(m.ID) > maxID:
+		return fmt.Errorf("an id longer than %d bytes", maxID)
+	}
+	return nil
 }
 
 // foldName maps the names encoding/json takes for the same field to one string: the smallest
