@@ -109,3 +109,68 @@ func TestLyingBankOnAuthorizations(t *testing.T) {
 		})
 	}
 }
+
+// A bank whose answer to a charge or refund does not add up, read by the step that sends it and
+// the one that asks after it: only an answer that says one thing about the operation asked
+// decides it; the rest is ambiguous, never a decline that would release the hold.
+func TestLyingBankOnChargesAndRefunds(t *testing.T) {
+	const (
+		charge        = "POST /v1/charges"
+		chargeInquiry = "GET /v1/charges"
+		refund        = "POST /v1/refunds"
+		refundInquiry = "GET /v1/refunds"
+	)
+	sendCharge := func(a *activities.Activities, id uuid.UUID) (workflows.ChargeResult, error) {
+		return a.Charge(context.Background(), workflows.ChargeInput{OperationID: id, AccountID: payer, AmountMinor: 100, Currency: "TRY",
+			Capability: workflows.CapabilityIdempotent, Send: 1})
+	}
+	inquireCharge := func(a *activities.Activities, id uuid.UUID) (workflows.ChargeResult, error) {
+		return a.InquireCharge(context.Background(), id)
+	}
+	sendRefund := func(a *activities.Activities, id uuid.UUID) (workflows.ChargeResult, error) {
+		r, err := a.SendRefund(context.Background(), workflows.SendRefundInput{OperationID: id, PaymentID: refunded, AmountMinor: 3000,
+			Currency: "TRY", Capability: workflows.CapabilityIdempotent, Send: 1})
+		return workflows.ChargeResult(r), err
+	}
+	inquireRefund := func(a *activities.Activities, id uuid.UUID) (workflows.ChargeResult, error) {
+		r, err := a.InquireRefund(context.Background(), id)
+		return workflows.ChargeResult(r), err
+	}
+	for _, tc := range []struct {
+		name string
+		path string
+		body string
+		step func(a *activities.Activities, id uuid.UUID) (workflows.ChargeResult, error)
+		want string // "succeeded", "declined", or the error type
+	}{
+		{"charge", charge, `{"id":"ch_1","reference":"{id}","amount_minor":100,"currency":"TRY","status":"succeeded","new_field":{"a":1}}`, sendCharge, "succeeded"},
+		{"charge for another amount", charge, `{"id":"ch_1","reference":"{id}","amount_minor":1000,"currency":"TRY","status":"succeeded"}`, sendCharge, workflows.ErrTypeAmbiguous},
+		{"charge of zero", charge, `{"id":"ch_1","reference":"{id}","amount_minor":0,"currency":"TRY","status":"succeeded"}`, sendCharge, workflows.ErrTypeAmbiguous},
+		{"charge in another currency", charge, `{"id":"ch_1","reference":"{id}","amount_minor":100,"currency":"EUR","status":"succeeded"}`, sendCharge, workflows.ErrTypeAmbiguous},
+		{"charge of another reference", charge, `{"id":"ch_1","reference":"` + payment.NewID().String() + `","status":"succeeded"}`, sendCharge, workflows.ErrTypeAmbiguous},
+		{"charge succeeded, then declined", charge, `{"id":"ch_1","reference":"{id}","status":"succeeded","status":"declined"}`, sendCharge, workflows.ErrTypeAmbiguous},
+		{"charge in an unknown status", charge, `{"id":"ch_1","reference":"{id}","status":"processing"}`, sendCharge, workflows.ErrTypeAmbiguous},
+		{"charge inquiry for another amount", chargeInquiry, `{"id":"ch_1","reference":"{id}","amount_minor":-100,"status":"succeeded"}`, inquireCharge, workflows.ErrTypeAmbiguous},
+		{"charge inquiry succeeded, then declined", chargeInquiry, `{"id":"ch_1","reference":"{id}","status":"succeeded","Status":"declined"}`, inquireCharge, workflows.ErrTypeAmbiguous},
+		{"refund", refund, `{"id":"rf_1","reference":"{id}","amount_minor":3000,"currency":"TRY","status":"declined"}`, sendRefund, workflows.ErrTypeDeclined},
+		{"refund of more than asked", refund, `{"id":"rf_1","reference":"{id}","amount_minor":3001,"currency":"TRY","status":"succeeded"}`, sendRefund, workflows.ErrTypeAmbiguous},
+		{"refund declined, then succeeded", refund, `{"id":"rf_1","reference":"{id}","status":"declined","status":"succeeded"}`, sendRefund, workflows.ErrTypeAmbiguous},
+		{"refund inquiry of more than asked", refundInquiry, `{"id":"rf_1","reference":"{id}","amount_minor":9000,"status":"succeeded"}`, inquireRefund, workflows.ErrTypeAmbiguous},
+		{"refund inquiry of zero", refundInquiry, `{"id":"rf_1","reference":"{id}","amount_minor":0,"status":"declined"}`, inquireRefund, workflows.ErrTypeAmbiguous},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := payment.NewID()
+			a := &activities.Activities{Store: rows{&attempts{}}, Provider: lyingBank(t, map[string]string{tc.path: tc.body}, id),
+				Policy: workflows.ChargePolicy{Capability: workflows.CapabilityIdempotent}}
+			res, err := tc.step(a, id)
+			if tc.want == provider.StatusSucceeded {
+				require.NoError(t, err)
+				require.True(t, res.Succeeded)
+				return
+			}
+			var appErr *temporal.ApplicationError
+			require.ErrorAs(t, err, &appErr, "read as %+v", res)
+			require.Equal(t, tc.want, appErr.Type(), fmt.Sprint(err))
+		})
+	}
+}
