@@ -165,3 +165,35 @@ func TestLyingBankTransport(t *testing.T) {
 		}
 	}
 }
+
+// An inquiry answered 404 says the bank has no such record, unless its body is one: a 404 that
+// names the operation's status contradicts itself, and is no "not found" that would let a
+// charge be sent again.
+func TestLyingBankNotFound(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       error
+	}{
+		{"not found", `{"error":"not found"}`, provider.ErrNotFound},
+		{"no body", ``, provider.ErrNotFound},
+		{"a page", `<html>Not Found</html>`, provider.ErrNotFound},
+		{"an error status", `{"status":"error","message":"no such reference"}`, provider.ErrNotFound},
+		{"a record that succeeded", `{"id":"x_1","reference":"r","status":"succeeded","state":"captured"}`, provider.ErrAmbiguous},
+		{"a record that declined", `{"id":"x_1","reference":"r","status":"declined"}`, provider.ErrAmbiguous},
+	} {
+		for _, cl := range lyingCalls {
+			if !cl.inquiry {
+				continue
+			}
+			t.Run(tc.name+"/"+cl.name, func(t *testing.T) {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+					w.WriteHeader(http.StatusNotFound)
+					_, _ = w.Write([]byte(tc.body))
+				}))
+				defer srv.Close()
+				_, err := cl.send(provider.New(srv.URL, 5*time.Second))
+				require.ErrorIs(t, err, tc.want)
+			})
+		}
+	}
+}

@@ -294,6 +294,14 @@ func (c *Client) do(req *http.Request, want int, out any) error {
 		}
 		return nil
 	case resp.StatusCode == http.StatusNotFound && req.Method == http.MethodGet:
+		// A 404 whose body is a record with a known status contradicts itself: no "not found"
+		// that would let the operation be sent again.
+		var rec struct {
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(body, &rec) == nil && (rec.Status == StatusSucceeded || rec.Status == StatusDeclined) {
+			return fmt.Errorf("%w: %s with a record in it: %s", ErrAmbiguous, resp.Status, excerpt(body))
+		}
 		return ErrNotFound
 	case resp.StatusCode == http.StatusNotImplemented && req.Method == http.MethodGet:
 		return ErrInquiryUnsupported
