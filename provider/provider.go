@@ -330,7 +330,7 @@ func oneAnswer(body []byte) error {
 		}
 		name := foldName(t.(string))
 		if prev, ok := seen[name]; ok && !bytes.Equal(prev, v) {
-			return fmt.Errorf("the field %s twice, with different values", excerpt([]byte(t.(string))))
+			return fmt.Errorf("the field %.40q twice, with different values", t)
 		}
 		seen[name] = v
 	}
