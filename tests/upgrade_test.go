@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/kasa-pay/kasa/outbox"
 	"github.com/kasa-pay/kasa/tools/banksim"
+	"github.com/kasa-pay/kasa/tools/devenv"
 	"github.com/kasa-pay/kasa/tools/testkit"
 )
 
@@ -30,7 +30,9 @@ const previousRelease = "82ba560"
 var previousBuild sync.Mutex
 
 // previousKasa builds the previous release's kasa from the git history, once per machine (the Go
-// build cache does the rest), and links it under dir as bin/kasa-old.
+// build cache does the rest), and links it under dir as bin/kasa-old. A build has a directory of
+// its own and is renamed into the cache when done: test processes of two clones at once never
+// build in each other's tree.
 func previousKasa(t *testing.T, dir string) string {
 	t.Helper()
 	previousBuild.Lock()
@@ -38,30 +40,21 @@ func previousKasa(t *testing.T, dir string) string {
 	cache := filepath.Join(os.TempDir(), "kasa-release-"+previousRelease)
 	built := filepath.Join(cache, "kasa")
 	if _, err := os.Stat(built); err != nil {
-		src := filepath.Join(cache, "src")
-		require.NoError(t, os.RemoveAll(src))
-		require.NoError(t, os.MkdirAll(src, 0o755))
-		// From the repository's root: in tests/ git archive would take only that folder.
-		archive := exec.Command("git", "archive", "--format=tar", previousRelease)
-		archive.Dir = ".."
-		extract := exec.Command("tar", "-x", "-C", src)
-		pipe, err := archive.StdoutPipe()
+		require.NoError(t, os.MkdirAll(cache, 0o755))
+		work, err := os.MkdirTemp(cache, "build-")
 		require.NoError(t, err)
-		extract.Stdin = pipe
-		var archiveErr strings.Builder
-		archive.Stderr = &archiveErr
-		require.NoError(t, extract.Start())
-		if err := archive.Run(); err != nil {
-			t.Fatalf("git archive %s: %v: %s\nthe upgrade tests build the previous release from the git history: run them in a full clone of kasa (git fetch --unshallow)",
-				previousRelease, err, archiveErr.String())
+		defer os.RemoveAll(work)
+		ctx, src, tarball := context.Background(), filepath.Join(work, "src"), filepath.Join(work, "src.tar")
+		// From the repository's root: in tests/ git archive would take only that folder.
+		if _, err := (devenv.Command{Dir: ".."}).Run(ctx, "git", "archive", "--format=tar", "-o", tarball, previousRelease); err != nil {
+			t.Fatalf("%v\nthe upgrade tests build the previous release from the git history: run them in a full clone of kasa (git fetch --unshallow)", err)
 		}
-		require.NoError(t, extract.Wait())
-		tmp := built + ".tmp"
-		build := exec.Command("go", "build", "-o", tmp, "./cmd/kasa")
-		build.Dir = src
-		out, err := build.CombinedOutput()
-		require.NoError(t, err, "go build of release %s:\n%s", previousRelease, out)
-		require.NoError(t, os.Rename(tmp, built))
+		require.NoError(t, os.Mkdir(src, 0o755))
+		_, err = devenv.Command{}.Run(ctx, "tar", "-xf", tarball, "-C", src)
+		require.NoError(t, err)
+		_, err = devenv.Command{Dir: src}.Run(ctx, "go", "build", "-o", filepath.Join(work, "kasa"), "./cmd/kasa")
+		require.NoError(t, err, "go build of release %s", previousRelease)
+		require.NoError(t, os.Rename(filepath.Join(work, "kasa"), built))
 	}
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
 	bin := filepath.Join(dir, "bin", "kasa-old")
