@@ -133,6 +133,7 @@ func TestRollingUpgradeFromThePreviousRelease(t *testing.T) {
 		answers = map[string][]response{} // key -> every answer, in order
 		stop    = make(chan struct{})
 		wg      sync.WaitGroup
+		turn    sync.Mutex // held through each of the client's payments; the test takes it to pay alone
 	)
 	api.Store(&oldAddr)
 	wg.Go(func() {
@@ -143,7 +144,9 @@ func TestRollingUpgradeFromThePreviousRelease(t *testing.T) {
 			case <-time.After(150 * time.Millisecond):
 			}
 			key := fmt.Sprintf("client-%03d", i)
+			turn.Lock()
 			r, err := httpCall("POST", "http://"+*api.Load()+"/v1/payments", m.APIKey, payBody("inv-"+key, "1.00", "TRY", acct), "Idempotency-Key", key)
+			turn.Unlock()
 			if err == nil {
 				mu.Lock()
 				answers[key] = append(answers[key], r)
@@ -152,15 +155,37 @@ func TestRollingUpgradeFromThePreviousRelease(t *testing.T) {
 		}
 	})
 
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(answers) >= 3 }, 30*time.Second, 50*time.Millisecond,
+		"the client pays with the previous release")
+
 	// 1. The new release's migrations, the old release serving.
 	migrateAsOwner(t, s.dir, s.bin, roles)
 
-	// 2. The workers, one at a time: the old one is stopped while a charge is at the bank.
+	// 2. The workers, one at a time: the old one is stopped while a charge is at the bank. The
+	// bank delays the next charge it gets: the client waits until that charge is there, none of
+	// its own payments charging, so that it is this payment's.
+	turn.Lock()
+	conn := connect(t, s.dbURL)
+	require.Eventually(t, func() bool {
+		var n int
+		err := conn.QueryRow(context.Background(), `SELECT count(*) FROM payments WHERE status = 'processing'`).Scan(&n)
+		return err == nil && n == 0
+	}, 30*time.Second, 50*time.Millisecond, "the client's payments finished")
 	s.setFaults(`{"rules":[{"on":"charge","action":"delay","delay_ms":3000,"count":1}]}`)
-	atBank, err := s.pay(m, "at-the-bank", payBody("inv-at-the-bank", "3.00", "TRY", acct))
-	require.NoError(t, err)
-	require.Equal(t, http.StatusAccepted, atBank.Status, "%s", atBank.Body)
+	var (
+		atBank     response
+		atBankErr  error
+		atBankDone = make(chan struct{})
+	)
+	go func() {
+		defer close(atBankDone)
+		atBank, atBankErr = s.pay(m, "at-the-bank", payBody("inv-at-the-bank", "3.00", "TRY", acct))
+	}()
 	s.waitFaultsUsed()
+	turn.Unlock()
+	<-atBankDone
+	require.NoError(t, atBankErr)
+	require.Equal(t, http.StatusAccepted, atBank.Status, "%s", atBank.Body)
 	newWorker := startProc(t, s.dir, s.bin, "worker-new", s.env(), "worker")
 	oldWorker.stopCleanly(30 * time.Second)
 	capture := s.mustCall("POST", s.apiURL()+"/v1/payments/"+manual["to-capture"]+"/capture", m.APIKey, `{"amount":"30.00"}`, "Idempotency-Key", "capture", "Content-Type", "application/json")
@@ -246,7 +271,7 @@ func TestRollingUpgradeFromThePreviousRelease(t *testing.T) {
 
 	// Every event reaches the merchant, the one the old relay was sending when it stopped too.
 	events := map[string]bool{}
-	rows, err := connect(t, s.dbURL).Query(context.Background(), `SELECT id::text FROM outbox`)
+	rows, err := conn.Query(context.Background(), `SELECT id::text FROM outbox`)
 	require.NoError(t, err)
 	for rows.Next() {
 		var id string
