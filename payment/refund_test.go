@@ -75,6 +75,10 @@ func TestParseRefundRequestInvalid(t *testing.T) {
 		{"reason with a newline", `{"reason":"a\nb"}`, "reason"},
 		{"reason with a NUL", `{"reason":"a\u0000b"}`, "reason"},
 		{"reason not UTF-8", "{\"reason\":\"retourn\xe9\"}", "body"},
+		// Half of a UTF-16 pair (a reason cut in the middle of an emoji) names no character.
+		{"reason with a lone high surrogate", `{"reason":"retour \ud83d"}`, "body"},
+		{"reason with a lone low surrogate", `{"reason":"\ude00 retour"}`, "body"},
+		{"reason with a pair reversed", `{"reason":"\ude00\ud83d"}`, "body"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,6 +95,11 @@ func TestParseRefundRequestInvalid(t *testing.T) {
 	r, err := ParseRefundRequest([]byte(`{"reason":"` + strings.Repeat("é", 200) + `"}`))
 	require.NoError(t, err, "200 characters are allowed, however many bytes")
 	require.Len(t, []rune(r.Reason), 200)
+	for body, want := range map[string]string{`{"reason":"\ud83d\ude00"}`: "😀", `{"reason":"a\\ud83d"}`: `a\ud83d`} {
+		r, err := ParseRefundRequest([]byte(body))
+		require.NoError(t, err, body)
+		require.Equal(t, want, r.Reason, body)
+	}
 }
 
 // The amount's digits are checked against the payment's currency, which the request does not name.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -198,6 +199,9 @@ func decodeObject(body []byte) (object, error) {
 	if !utf8.Valid(body) {
 		return o, errors.New("body is not valid UTF-8")
 	}
+	if loneSurrogate(body) {
+		return o, errors.New(`body has half of a UTF-16 surrogate pair (\uD800-\uDFFF alone)`)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	tok, err := dec.Token()
@@ -230,6 +234,40 @@ func decodeObject(body []byte) (object, error) {
 		return o, errors.New("unexpected data after the JSON object")
 	}
 	return o, nil
+}
+
+// loneSurrogate says whether body escapes half of a UTF-16 surrogate pair, which names no
+// character: encoding/json would keep U+FFFD in its place. A backslash is only valid in a string.
+func loneSurrogate(body []byte) bool {
+	for i := 0; i < len(body); i++ {
+		if body[i] != '\\' {
+			continue
+		}
+		switch r := escapedRune(body[i:]); {
+		case r >= 0xd800 && r < 0xdc00: // a high half: its low half must follow
+			if low := escapedRune(body[i+6:]); low < 0xdc00 || low >= 0xe000 {
+				return true
+			}
+			i += 11
+		case r >= 0xdc00 && r < 0xe000:
+			return true
+		default:
+			i++ // past the escaped character: the second backslash of \\ starts no escape
+		}
+	}
+	return false
+}
+
+// escapedRune is the code unit of the \uXXXX escape b starts with, or -1.
+func escapedRune(b []byte) rune {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return -1
+	}
+	r, err := strconv.ParseUint(string(b[2:6]), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return rune(r)
 }
 
 func stringValue(raw json.RawMessage) (string, error) {
