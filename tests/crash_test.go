@@ -172,9 +172,15 @@ func (s *crashStack) crashTemporal() {
 // takes them), and waits until it serves. env starts it again the same way.
 func (s *crashStack) startRelay(settings ...string) (relay *proc, env []string, metricsAddr string) {
 	s.t.Helper()
+	return s.startRelayOf(s.bin, "relay", settings...)
+}
+
+// startRelayOf is startRelay with another kasa binary (a release's), its process named name.
+func (s *crashStack) startRelayOf(bin, name string, settings ...string) (relay *proc, env []string, metricsAddr string) {
+	s.t.Helper()
 	metricsAddr = testkit.FreeAddr(s.t)
 	env = s.env(append([]string{"KASA_RELAY_METRICS_ADDR", metricsAddr}, settings...)...)
-	relay = startProc(s.t, s.dir, s.bin, "relay", env, "relay")
+	relay = startProc(s.t, s.dir, bin, name, env, "relay")
 	relay.waitHTTP("http://" + metricsAddr + "/healthz")
 	return relay, env, metricsAddr
 }

@@ -85,12 +85,6 @@ func TestRollingUpgradeFromThePreviousRelease(t *testing.T) {
 	natsURL, stopBroker, err := outbox.StartEmbedded(filepath.Join(t.TempDir(), "nats"))
 	require.NoError(t, err)
 	t.Cleanup(stopBroker)
-	relay := func(bin, name string) *proc {
-		addr := testkit.FreeAddr(t)
-		p := startProc(t, s.dir, bin, name, s.env("KASA_NATS_URL", natsURL, "KASA_RELAY_METRICS_ADDR", addr), "relay")
-		p.waitHTTP("http://" + addr + "/healthz")
-		return p
-	}
 	var hold atomic.Bool // the merchant holds each webhook while set, until the request ends
 	var held atomic.Int32
 	hook := testkit.NewHook(t, testkit.HookOptions{EventIDHeader: outbox.HeaderEventID, SignatureHeader: outbox.HeaderSignature,
@@ -107,7 +101,7 @@ func TestRollingUpgradeFromThePreviousRelease(t *testing.T) {
 	oldAddr := s.apiAddr
 	oldAPI := startProc(t, s.dir, s.old, "api-old", s.env(), "api")
 	oldAPI.waitHTTP("http://" + oldAddr + "/readyz")
-	oldRelay := relay(s.old, "relay-old")
+	oldRelay, _, _ := s.startRelayOf(s.old, "relay-old", "KASA_NATS_URL", natsURL)
 	merchantBody := fmt.Sprintf(`{"name":"Upgrade","webhook_url":%q}`, hook.URL)
 	created := s.mustCall("POST", s.apiURL()+"/admin/v1/merchants", adminToken, merchantBody, "Idempotency-Key", "merchant")
 	require.Equal(t, http.StatusCreated, created.Status, "%s", created.Body)
@@ -224,7 +218,7 @@ func TestRollingUpgradeFromThePreviousRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, heldPay.Status, "%s", heldPay.Body)
 	require.Eventually(t, func() bool { return held.Load() > 0 }, 30*time.Second, 10*time.Millisecond, "the old relay sends the webhook")
-	newRelay := relay(s.bin, "relay-new")
+	newRelay, _, _ := s.startRelayOf(s.bin, "relay-new", "KASA_NATS_URL", natsURL)
 	oldRelay.stopCleanly(30 * time.Second)
 	hold.Store(false)
 	close(stop)
