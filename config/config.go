@@ -423,9 +423,10 @@ func (c Config) Validate() error {
 	if c.Provider.Timeout <= 0 || c.Provider.ChargeTimeout <= c.Provider.Timeout {
 		errs = append(errs, fmt.Errorf("provider.charge_timeout (%s) must be longer than provider.timeout (%s), which must be positive: an attempt must outlive its HTTP call", c.Provider.ChargeTimeout, c.Provider.Timeout))
 	}
-	if c.Provider.Timeout >= WorkerStopTimeout {
-		// Cut by a stopping worker, a call the bank may still book would be an unanswered one.
-		errs = append(errs, fmt.Errorf("provider.timeout (KASA_PROVIDER_TIMEOUT) must be shorter than a worker's stop bound (%s), got %s: a bank call still running when a stopping worker ends its activities is cut and its outcome unknown", WorkerStopTimeout, c.Provider.Timeout))
+	if 2*c.Provider.Timeout >= WorkerStopTimeout {
+		// Cut by a stopping worker, a call the bank may still book would be an unanswered one;
+		// a capture or void may ask the bank first, so two calls must fit in the bound.
+		errs = append(errs, fmt.Errorf("provider.timeout (KASA_PROVIDER_TIMEOUT) must be shorter than half a worker's stop bound (%s), got %s: a capture may ask the bank before it sends, and a bank call still running when a stopping worker ends its activities is cut and its outcome unknown", WorkerStopTimeout, c.Provider.Timeout))
 	}
 	if c.Provider.ChargeBudget < c.Provider.ChargeTimeout {
 		errs = append(errs, fmt.Errorf("provider.charge_budget (%s) must be at least provider.charge_timeout (%s)", c.Provider.ChargeBudget, c.Provider.ChargeTimeout))

@@ -102,8 +102,10 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 	}{
 		{"charge timeout within the http timeout", "provider.charge_timeout", map[string]string{"KASA_PROVIDER_TIMEOUT": "10s", "KASA_PROVIDER_CHARGE_TIMEOUT": "10s"}},
 		// A bank call still running when a stopping worker ends its activities is cut, its outcome unknown.
-		{"http timeout at the worker's stop bound", "provider.timeout (KASA_PROVIDER_TIMEOUT) must be shorter than a worker's stop bound (25s), got 25s", map[string]string{"KASA_PROVIDER_TIMEOUT": "25s"}},
-		{"http timeout past the worker's stop bound", "provider.timeout (KASA_PROVIDER_TIMEOUT) must be shorter than a worker's stop bound (25s), got 40s", map[string]string{"KASA_PROVIDER_TIMEOUT": "40s", "KASA_PROVIDER_CHARGE_TIMEOUT": "1m"}},
+		// A capture may ask the bank about its authorization first: two calls after a SIGTERM.
+		{"two http timeouts past the worker's stop bound", "provider.timeout (KASA_PROVIDER_TIMEOUT) must be shorter than half a worker's stop bound (25s), got 13s", map[string]string{"KASA_PROVIDER_TIMEOUT": "13s"}},
+		{"http timeout at the worker's stop bound", "provider.timeout (KASA_PROVIDER_TIMEOUT) must be shorter than half a worker's stop bound (25s), got 25s", map[string]string{"KASA_PROVIDER_TIMEOUT": "25s"}},
+		{"http timeout past the worker's stop bound", "provider.timeout (KASA_PROVIDER_TIMEOUT) must be shorter than half a worker's stop bound (25s), got 40s", map[string]string{"KASA_PROVIDER_TIMEOUT": "40s", "KASA_PROVIDER_CHARGE_TIMEOUT": "1m"}},
 		{"budget shorter than one attempt", "provider.charge_budget", map[string]string{"KASA_PROVIDER_CHARGE_TIMEOUT": "1m", "KASA_PROVIDER_CHARGE_BUDGET": "30s"}},
 		{"no booking window", "KASA_PROVIDER_BOOKING_WINDOW", map[string]string{"KASA_PROVIDER_BOOKING_WINDOW": "0s"}},
 		{"negative sync wait", "api.sync_wait", map[string]string{"KASA_API_SYNC_WAIT": "-1s"}},
@@ -162,14 +164,15 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 	}
 }
 
-// A provider timeout just under a worker's stop bound is accepted: every bank call in flight at
-// SIGTERM ends on its own before the worker ends its activities.
+// A provider timeout just under half a worker's stop bound is accepted: every bank call in
+// flight at SIGTERM, and one a capture sends after its inquiry, ends on its own before the worker
+// ends its activities.
 func TestValidateAcceptsAProviderTimeoutWithinTheStopBound(t *testing.T) {
 	t.Chdir(t.TempDir())
-	t.Setenv("KASA_PROVIDER_TIMEOUT", "24s")
+	t.Setenv("KASA_PROVIDER_TIMEOUT", "12s")
 	c, err := Load()
 	require.NoError(t, err)
-	require.Equal(t, 24*time.Second, c.Provider.Timeout)
+	require.Equal(t, 12*time.Second, c.Provider.Timeout)
 }
 
 // Every setting is documented in the configuration table of docs/operations.md.
