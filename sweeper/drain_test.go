@@ -148,8 +148,8 @@ func drain(t *testing.T, d *sweeper.Drainer, c *cluster, keys []string) {
 
 // Merchant A queues 30 payments, then merchant B 5. The drainer keeps at most 4 running, starts
 // each merchant's in the order they arrived, and B's in turn with A's: after A's first claim (B is
-// not yet known), one of B's for each of A's, however the runs' ends free the slots, one at a
-// time (short runs) or four at once (long runs started together).
+// not yet known), each merchant gets its share of the slots that free, one at a time (short runs)
+// or four at once (long runs started together), so B's five have started by the 14th start.
 func TestDrainerStartsMerchantsInTurnEachInArrivalOrder(t *testing.T) {
 	for _, latency := range []time.Duration{30 * time.Millisecond, 300 * time.Millisecond} {
 		t.Run(latency.String(), func(t *testing.T) {
