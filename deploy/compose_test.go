@@ -1331,6 +1331,7 @@ type prometheusConfig struct {
 		ScrapeInterval     string `yaml:"scrape_interval"`
 		EvaluationInterval string `yaml:"evaluation_interval"`
 	} `yaml:"global"`
+	RuleFiles     []string `yaml:"rule_files"`
 	ScrapeConfigs []struct {
 		JobName        string `yaml:"job_name"`
 		ScrapeInterval string `yaml:"scrape_interval"`
