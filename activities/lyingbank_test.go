@@ -97,15 +97,7 @@ func TestLyingBankOnAuthorizations(t *testing.T) {
 			id := payment.NewID()
 			a := &activities.Activities{Store: inFlight{&attempts{}}, Provider: lyingBank(t, tc.answers, id),
 				Policy: workflows.ChargePolicy{Capability: workflows.CapabilityIdempotent}}
-			res, err := tc.step(a, id)
-			if tc.want == provider.StatusSucceeded {
-				require.NoError(t, err)
-				require.True(t, res.Succeeded)
-				return
-			}
-			var appErr *temporal.ApplicationError
-			require.ErrorAs(t, err, &appErr, "read as %+v", res)
-			require.Equal(t, tc.want, appErr.Type(), fmt.Sprint(err))
+			readAs(t, tc.want)(tc.step(a, id))
 		})
 	}
 }
@@ -162,15 +154,22 @@ func TestLyingBankOnChargesAndRefunds(t *testing.T) {
 			id := payment.NewID()
 			a := &activities.Activities{Store: rows{&attempts{}}, Provider: lyingBank(t, map[string]string{tc.path: tc.body}, id),
 				Policy: workflows.ChargePolicy{Capability: workflows.CapabilityIdempotent}}
-			res, err := tc.step(a, id)
-			if tc.want == provider.StatusSucceeded {
-				require.NoError(t, err)
-				require.True(t, res.Succeeded)
-				return
-			}
-			var appErr *temporal.ApplicationError
-			require.ErrorAs(t, err, &appErr, "read as %+v", res)
-			require.Equal(t, tc.want, appErr.Type(), fmt.Sprint(err))
+			readAs(t, tc.want)(tc.step(a, id))
 		})
+	}
+}
+
+// readAs checks a step's result against want: "succeeded", or the type of the error it fails with.
+func readAs(t *testing.T, want string) func(workflows.ChargeResult, error) {
+	return func(res workflows.ChargeResult, err error) {
+		t.Helper()
+		if want == provider.StatusSucceeded {
+			require.NoError(t, err)
+			require.True(t, res.Succeeded)
+			return
+		}
+		var appErr *temporal.ApplicationError
+		require.ErrorAs(t, err, &appErr, "read as %+v", res)
+		require.Equal(t, want, appErr.Type(), fmt.Sprint(err))
 	}
 }
