@@ -590,3 +590,66 @@ func TestFailedAuthenticationLimitHoldsUnderConcurrency(t *testing.T) {
 		})
 	}
 }
+
+// A long-running API sees clients, keys and merchants come and go: what it keeps per client
+// address, API key or merchant is given back when they leave, or bounded, never kept for each
+// one it has seen.
+func TestPerClientTablesDoNotGrowWithClients(t *testing.T) {
+	t.Parallel()
+	t.Run("connections per client address", func(t *testing.T) {
+		t.Parallel()
+		s, _, _ := newTestServer(t, func(o *Options) {
+			o.Limits = Limits{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxConns: 64, MaxConnsPerClient: 2}
+		})
+		raw, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ln := s.Listener(raw)
+		pcl, ok := ln.(*perClientListener)
+		require.True(t, ok)
+		srv := s.HTTPServer()
+		done := make(chan struct{})
+		go func() { defer close(done); _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close(); <-done })
+		for i := range 50 {
+			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(i+1))}}
+			c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+			resp, err := c.Get("http://" + raw.Addr().String() + "/healthz")
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+		require.Eventually(t, func() bool {
+			pcl.mu.Lock()
+			defer pcl.mu.Unlock()
+			return len(pcl.open) == 0
+		}, 2*time.Second, 10*time.Millisecond, "the addresses of closed connections are forgotten")
+	})
+	t.Run("api keys", func(t *testing.T) {
+		t.Parallel()
+		var c merchantCache
+		load := func(_ context.Context, key string) (payment.Merchant, error) {
+			if strings.HasPrefix(key, "sk_wrong") {
+				return payment.Merchant{}, payment.ErrUnauthorized
+			}
+			return payment.Merchant{ID: merchantA}, nil
+		}
+		for i := range authCacheSize + 100 {
+			_, err := c.lookup(context.Background(), fmt.Sprintf("sk_%d", i), load, nil)
+			require.NoError(t, err)
+			_, err = c.lookup(context.Background(), fmt.Sprintf("sk_wrong_%d", i), load, nil)
+			require.ErrorIs(t, err, payment.ErrUnauthorized)
+		}
+		require.LessOrEqual(t, len(c.entries), authCacheSize)
+		require.LessOrEqual(t, len(c.misses), authMissSize)
+		require.Empty(t, c.pending, "no lookup is in flight")
+	})
+	t.Run("requests in flight per merchant", func(t *testing.T) {
+		t.Parallel()
+		p := newPerKey(2)
+		for range 1000 {
+			m := payment.NewID()
+			require.True(t, p.acquire(m))
+			p.release(m)
+		}
+		require.Empty(t, p.held)
+	})
+}
