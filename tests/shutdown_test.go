@@ -22,13 +22,13 @@ import (
 // connection closed without one.
 func TestAPISIGTERMAnswersTheRequestInFlight(t *testing.T) {
 	t.Parallel()
-	s := newCrashStack(t, crashConfig{providerTimeout: "20s", syncWait: "15s"})
+	s := newCrashStack(t, crashConfig{providerTimeout: "12s", syncWait: "15s"})
 	s.startBanksim()
 	s.startWorker()
 	s.startAPI()
 	m := s.merchant()
 	acct := s.account(m, "TRY", "100.00")
-	s.setFaults(`{"rules":[{"on":"charge","action":"delay","delay_ms":12000,"count":1}]}`)
+	s.setFaults(`{"rules":[{"on":"charge","action":"delay","delay_ms":10000,"count":1}]}`)
 	type result struct {
 		r   response
 		err error

@@ -123,7 +123,7 @@ func TestAPISIGTERMWhileARefundOrCaptureWaits(t *testing.T) {
 	for _, op := range []string{"refund", "capture"} {
 		t.Run(op, func(t *testing.T) {
 			t.Parallel()
-			s := newCrashStack(t, crashConfig{capability: "none", providerTimeout: "20s", syncWait: "15s"})
+			s := newCrashStack(t, crashConfig{capability: "none", providerTimeout: "12s", syncWait: "15s"})
 			s.start()
 			b := newBankOp(t, s, op, 8*time.Second)
 			type result struct {
