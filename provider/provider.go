@@ -286,9 +286,6 @@ func (c *Client) do(req *http.Request, want int, out any) error {
 		if err := oneAnswer(body); err != nil {
 			return fmt.Errorf("%w: %v in %s", ErrAmbiguous, err, excerpt(body))
 		}
-		if err := unreadable(body); err != nil {
-			return fmt.Errorf("%w: %v: %s", ErrAmbiguous, err, excerpt(body))
-		}
 		if st := out.(answer).status(); st != StatusSucceeded && st != StatusDeclined {
 			return fmt.Errorf("%w: answer with unknown status in %s", ErrAmbiguous, excerpt(body))
 		}
@@ -310,9 +307,11 @@ func (c *Client) do(req *http.Request, want int, out any) error {
 	}
 }
 
-// oneAnswer refuses an object that names a field twice with different values. encoding/json
-// keeps the last one, matching names case-insensitively, so a "declined" could be read over a
-// "succeeded" (or the reverse) the same answer gives.
+// oneAnswer refuses an object that names a field twice with different values, and one whose
+// fields kasa takes but cannot act on. encoding/json keeps the last of two values, matching names
+// case-insensitively, so a "declined" could be read over a "succeeded" (or the reverse) the same
+// answer gives. An amount of zero is refused because one not named is zero too, which CheckMoney
+// reads as the money asked; an id longer than maxID could never match a settlement file's.
 func oneAnswer(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
@@ -333,6 +332,14 @@ func oneAnswer(body []byte) error {
 			return fmt.Errorf("the field %.40q twice, with different values", t)
 		}
 		seen[name] = v
+		var amount int64
+		var id string
+		switch {
+		case name == foldName("amount_minor") && string(v) != "null" && json.Unmarshal(v, &amount) == nil && amount == 0:
+			return errors.New("an answer naming an amount of zero")
+		case name == foldName("id") && json.Unmarshal(v, &id) == nil && len(id) > maxID:
+			return fmt.Errorf("an id longer than %d bytes", maxID)
+		}
 	}
 	return nil
 }
@@ -340,24 +347,6 @@ func oneAnswer(body []byte) error {
 // maxID is the longest bank id kasa records, as a settlement file's provider_charge_id: the id
 // becomes the operation's provider_reference, which reconciliation matches with the file's.
 const maxID = 255
-
-// unreadable refuses what an answer's fields take but kasa cannot act on: an amount of zero (an
-// amount not named is zero too, which CheckMoney reads as the money asked, so a bank that says
-// it moved nothing must not read as one that did not say), or an id longer than maxID.
-func unreadable(body []byte) error {
-	var m struct {
-		ID          string `json:"id"`
-		AmountMinor *int64 `json:"amount_minor"`
-	}
-	_ = json.Unmarshal(body, &m) // decoded once already: a field of another type is only skipped
-	switch {
-	case m.AmountMinor != nil && *m.AmountMinor == 0:
-		return errors.New("an answer naming an amount of zero")
-	case len(m.ID) > maxID:
-		return fmt.Errorf("an id longer than %d bytes", maxID)
-	}
-	return nil
-}
 
 // foldName maps the names encoding/json takes for the same field to one string: the smallest
 // rune of each one's case folding orbit (so "status", "Status" and "ſtatus" are one name).
